@@ -1,0 +1,53 @@
+"""The `specscope` command line.
+
+Every verb lives in its own module of this package and exposes ``register(subparsers)``, which
+adds its parser and sets ``run=<function(args) -> int>``. Verbs are discovered automatically, so
+adding a verb means adding one file. Heavy libraries (torch, matplotlib) are imported inside the
+verbs' ``run`` functions so that ``specscope --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import pkgutil
+import sys
+
+from specscope import __version__
+from specscope.errors import SpecscopeError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specscope",
+        description="Does speculative decoding pay off for my model, workload and batch size?",
+    )
+    parser.add_argument("--version", action="version", version=f"specscope {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.run(args) or 0)
+    except SpecscopeError as error:
+        print(f"specscope: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specscope: interrupted (finished work is kept; rerun to resume)", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,143 @@
+"""Hardware and model presets: GPU peaks and transformer shapes, from names or HF config.json.
+
+A :class:`ModelShape` holds what a roofline or memory estimate needs: layer count, widths and
+vocabulary. ``ModelShape.resolve("llama3.1-8b")`` takes a preset name; a path to a directory
+or a ``config.json`` file takes a Hugging Face config instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from specscope.errors import SpecscopeError
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator: dense BF16 peak FLOP/s, HBM bandwidth (bytes/s) and memory (bytes)."""
+
+    name: str
+    peak_flops: float
+    mem_bandwidth: float
+    memory_bytes: float
+
+
+HARDWARE: dict[str, Hardware] = {
+    hw.name: hw
+    for hw in (
+        Hardware("h100", 989e12, 3.35e12, 80e9),
+        Hardware("h200", 989e12, 4.8e12, 141e9),
+        Hardware("a100", 312e12, 2.04e12, 80e9),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The shape of a decoder-only transformer (Llama / Qwen family).
+
+    ``num_heads`` query heads and ``num_kv_heads`` key/value heads of ``head_dim`` each (GQA);
+    a SwiGLU MLP of width ``intermediate_size``; the LM head shares the embedding when
+    ``tie_word_embeddings``.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    tie_word_embeddings: bool = False
+
+    def layer_params(self) -> int:
+        """Parameters of one decoder layer: attention projections, SwiGLU MLP, two RMSNorms."""
+        h, d = self.hidden_size, self.head_dim
+        attention = h * self.num_heads * d + 2 * h * self.num_kv_heads * d + self.num_heads * d * h
+        mlp = 3 * h * self.intermediate_size
+        return attention + mlp + 2 * h
+
+    def params(self) -> int:
+        """All parameters: embedding, layers, final norm and (untied) LM head."""
+        embedding = self.vocab_size * self.hidden_size
+        lm_head = 0 if self.tie_word_embeddings else embedding
+        return embedding + self.num_layers * self.layer_params() + self.hidden_size + lm_head
+
+    def matmul_params(self) -> int:
+        """Parameters that take part in a matmul per token (the embedding lookup does not)."""
+        return self.num_layers * self.layer_params() + self.vocab_size * self.hidden_size
+
+    def weight_bytes(self, bytes_per_param: int = 2) -> int:
+        """Bytes of all weights at ``bytes_per_param`` (2 for BF16/FP16)."""
+        return self.params() * bytes_per_param
+
+    def kv_bytes_per_token(self, bytes_per_value: int = 2) -> int:
+        """Bytes of K and V cached for one token across all layers."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_value
+
+    @classmethod
+    def from_hf_config(cls, config: dict, name: str = "hf-config") -> "ModelShape":
+        """Build a shape from a Hugging Face ``config.json`` dictionary."""
+        try:
+            hidden = int(config["hidden_size"])
+            heads = int(config["num_attention_heads"])
+            return cls(
+                name=name,
+                num_layers=int(config["num_hidden_layers"]),
+                hidden_size=hidden,
+                num_heads=heads,
+                num_kv_heads=int(config.get("num_key_value_heads") or heads),
+                head_dim=int(config.get("head_dim") or hidden // heads),
+                intermediate_size=int(config["intermediate_size"]),
+                vocab_size=int(config["vocab_size"]),
+                tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            )
+        except KeyError as missing:
+            raise SpecscopeError(f"{name}: field {missing} missing from the model config") from None
+        except (TypeError, ValueError) as bad:
+            raise SpecscopeError(f"{name}: malformed model config ({bad})") from None
+
+    @classmethod
+    def resolve(cls, name_or_path: str | Path) -> "ModelShape":
+        """A preset by name, or a HF ``config.json`` (or a directory holding one)."""
+        key = str(name_or_path)
+        if key in MODELS:
+            return MODELS[key]
+        path = Path(name_or_path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.is_file():
+            raise SpecscopeError(
+                f"{key}: not a model preset ({', '.join(MODELS)}) nor a config.json file"
+            )
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+        return cls.from_hf_config(config, name=str(path))
+
+    def renamed(self, name: str) -> "ModelShape":
+        return replace(self, name=name)
+
+
+MODELS: dict[str, ModelShape] = {
+    shape.name: shape
+    for shape in (
+        ModelShape("llama3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, False),
+        ModelShape("llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, False),
+        ModelShape("llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, True),
+        ModelShape("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, False),
+        ModelShape("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, True),
+    )
+}
+
+
+def hardware(name: str) -> Hardware:
+    """A GPU preset by (case-insensitive) name."""
+    try:
+        return HARDWARE[name.lower()]
+    except KeyError:
+        raise SpecscopeError(f"unknown GPU {name!r}; expected one of {', '.join(HARDWARE)}") from None
