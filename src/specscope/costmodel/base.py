@@ -1,0 +1,90 @@
+"""What every cost model answers: the time of a target forward, of drafting, and of overhead.
+
+The simulator aggregates each step of a batch into a :class:`StepLoad` (arrays over steps) and
+asks the cost model for
+
+- ``forward_time(batched_tokens, kv_tokens)``: one target forward that processes
+  ``batched_tokens`` new tokens while ``kv_tokens`` tokens sit in the KV cache (all running
+  sequences together);
+- ``drafting_time(proposer, load, verify_time)``: the proposer's drafting for that step;
+- ``overhead_s``: engine overhead per step (scheduling, sampling, bookkeeping).
+
+Drafting models, one per proposer:
+
+- :class:`FractionDrafting` — a CPU lookup (n-gram, suffix): a fixed fraction of the step's
+  verify time, charged in proportion to the share of running requests that propose something.
+- :class:`LinearDrafting` — a model drafter (EAGLE, draft model, MTP) run once per step for the
+  whole batch, on every step: ``c_fixed + c_tok · (k + 1) + c_kv · kv_tokens`` where ``k + 1``
+  is per request (the mean over running requests when they differ) and ``kv_tokens`` counts
+  the whole batch's cache — the form of the paper's fitted EAGLE model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass
+class StepLoad:
+    """The work of each step of a simulated run (all arrays [steps], float64)."""
+
+    batched_tokens: np.ndarray  # tokens the target verifies: Σ over running requests of (k+1)
+    kv_tokens: np.ndarray  # tokens in the KV cache of the running requests
+    num_running: np.ndarray  # requests taking part in the step
+    num_proposing: np.ndarray  # requests that proposed at least one draft token
+
+
+class Drafting(Protocol):
+    """Drafting time of one proposer per step."""
+
+    def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray: ...
+
+    def to_json(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class FractionDrafting:
+    """Lookup drafting: ``ratio`` × verify time × (proposing / running requests)."""
+
+    ratio: float
+
+    def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
+        share = np.divide(load.num_proposing, load.num_running, out=np.zeros_like(verify_time),
+                          where=load.num_running > 0)
+        return self.ratio * verify_time * share
+
+    def to_json(self) -> dict:
+        return {"kind": "fraction", "ratio": self.ratio}
+
+
+@dataclass(frozen=True)
+class LinearDrafting:
+    """Model drafting, once per step: ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens`` seconds."""
+
+    c_fixed: float
+    c_tok: float
+    c_kv: float
+
+    def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
+        running = load.num_running > 0
+        per_request = load.batched_tokens / np.maximum(load.num_running, 1)  # mean k + 1
+        return np.where(running, self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens, 0.0)
+
+    def to_json(self) -> dict:
+        return {"kind": "linear", "c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv}
+
+
+class CostModel(Protocol):
+    """Predicts step times (seconds) for the simulator."""
+
+    name: str
+    overhead_s: float
+
+    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray: ...
+
+    def drafting_for(self, proposer: str) -> Drafting: ...
+
+    def describe(self) -> dict: ...

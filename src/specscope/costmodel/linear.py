@@ -1,0 +1,111 @@
+"""The linear cost model: a target forward costs ``c_fixed + c_tok·batched + c_kv·kv`` seconds.
+
+This is the model the paper fitted on an H100 for Llama-3.1-8B-Instruct (preset
+``h100-llama3.1-8b``), and the one ``specscope costmodel fit`` fits to measured step records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
+from specscope.errors import SpecscopeError
+
+
+@dataclass
+class LinearCostModel:
+    """Target forward time linear in batched tokens and cached tokens, plus drafting models."""
+
+    name: str
+    c_fixed: float  # seconds per forward
+    c_tok: float  # seconds per batched (new) token
+    c_kv: float  # seconds per token in the KV cache
+    overhead_s: float  # engine overhead per step
+    drafting: dict[str, Drafting] = field(default_factory=dict)
+
+    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
+        return self.c_fixed + self.c_tok * np.asarray(batched_tokens) + self.c_kv * np.asarray(kv_tokens)
+
+    def drafting_for(self, proposer: str) -> Drafting:
+        return drafting_lookup(self.name, self.drafting, proposer)
+
+    def scaled(self, factor: float) -> "LinearCostModel":
+        """Every time coefficient multiplied by ``factor`` (fractions stay fractions)."""
+        drafting = {
+            name: LinearDrafting(d.c_fixed * factor, d.c_tok * factor, d.c_kv * factor)
+            if isinstance(d, LinearDrafting) else d
+            for name, d in self.drafting.items()
+        }
+        return LinearCostModel(self.name, self.c_fixed * factor, self.c_tok * factor,
+                               self.c_kv * factor, self.overhead_s * factor, drafting)
+
+    def describe(self) -> dict:
+        return {
+            "kind": "linear",
+            "name": self.name,
+            "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv},
+            "overhead_s": self.overhead_s,
+            "drafting": {name: d.to_json() for name, d in self.drafting.items()},
+        }
+
+
+def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: str) -> Drafting:
+    """The drafting model for ``proposer``, or a one-line error listing the known ones."""
+    try:
+        return drafting[proposer]
+    except KeyError:
+        known = ", ".join(sorted(drafting)) or "none"
+        raise SpecscopeError(
+            f"cost model {model_name!r} has no drafting model for proposer {proposer!r} (has: {known})"
+        ) from None
+
+
+def drafting_from_json(obj: dict, label: str) -> Drafting:
+    """Parse ``{"kind": "fraction", "ratio": r}`` or ``{"kind": "linear", "c_fixed", ...}``."""
+    try:
+        kind = obj["kind"]
+        if kind == "fraction":
+            return FractionDrafting(float(obj["ratio"]))
+        if kind == "linear":
+            return LinearDrafting(float(obj["c_fixed"]), float(obj["c_tok"]), float(obj["c_kv"]))
+    except KeyError as missing:
+        raise SpecscopeError(f"{label}: field {missing} missing") from None
+    except (TypeError, ValueError):
+        raise SpecscopeError(f"{label}: expected numbers") from None
+    raise SpecscopeError(f"{label}: field 'kind': expected 'fraction' or 'linear', got {kind!r}")
+
+
+def linear_from_json(obj: dict, label: str) -> LinearCostModel:
+    """Parse the ``describe()`` form of a linear cost model (from a JSON or TOML file)."""
+    try:
+        forward = obj["forward"]
+        return LinearCostModel(
+            name=str(obj.get("name", label)),
+            c_fixed=float(forward["c_fixed"]),
+            c_tok=float(forward["c_tok"]),
+            c_kv=float(forward["c_kv"]),
+            overhead_s=float(obj.get("overhead_s", 0.0)),
+            drafting={
+                name: drafting_from_json(d, f"{label}: drafting.{name}")
+                for name, d in obj.get("drafting", {}).items()
+            },
+        )
+    except KeyError as missing:
+        raise SpecscopeError(f"{label}: field {missing} missing") from None
+    except (TypeError, ValueError, AttributeError):
+        raise SpecscopeError(f"{label}: field 'forward': expected numbers c_fixed, c_tok, c_kv") from None
+
+
+# The paper's constants (shared/paper/README.md): Llama-3.1-8B-Instruct on an H100, seconds.
+_PAPER_EAGLE = LinearDrafting(c_fixed=2.13526175e-03, c_tok=8.41429603e-07, c_kv=2.37768493e-09)
+
+H100_LLAMA31_8B = LinearCostModel(
+    name="h100-llama3.1-8b",
+    c_fixed=5.88590713e-03,
+    c_tok=2.10103129e-05,
+    c_kv=3.92645679e-08,
+    overhead_s=1.20683946e-03,
+    drafting={"ngram": FractionDrafting(0.005875), "eagle": _PAPER_EAGLE, "eagle3": _PAPER_EAGLE},
+)

@@ -1,0 +1,82 @@
+"""Resolve a cost-model spec given on the command line into a cost model.
+
+Accepted specs:
+
+- a preset name: ``h100-llama3.1-8b`` (the paper's fitted linear model);
+- ``roofline:GPU:MODEL`` — e.g. ``roofline:h200:llama3.1-8b``; MODEL may be a preset name or a
+  path to an HF ``config.json``; an optional ``:DRAFT`` adds a ``draft`` proposer drafting with
+  that model (``roofline:h100:llama3-70b:llama3.2-1b``);
+- a path to a ``.json`` or ``.toml`` file in the form ``specscope costmodel show`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from specscope.costmodel.base import CostModel
+from specscope.costmodel.linear import H100_LLAMA31_8B, linear_from_json
+from specscope.costmodel.presets import ModelShape, hardware
+from specscope.costmodel.roofline import Efficiency, RooflineCostModel
+from specscope.errors import SpecscopeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PRESETS: dict[str, CostModel] = {H100_LLAMA31_8B.name: H100_LLAMA31_8B}
+
+
+def _roofline(spec: str) -> RooflineCostModel:
+    parts = spec.split(":")
+    if len(parts) not in (3, 4):
+        raise SpecscopeError(f"cost model {spec!r}: expected roofline:GPU:MODEL[:DRAFT]")
+    model = RooflineCostModel(name=spec, hw=hardware(parts[1]), target=ModelShape.resolve(parts[2]))
+    if len(parts) == 4:
+        model = model.with_draft_model(ModelShape.resolve(parts[3]))
+    return model
+
+
+def _from_file(path: Path) -> CostModel:
+    try:
+        text = path.read_text(encoding="utf-8")
+        obj = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except json.JSONDecodeError as error:
+        raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
+    kind = obj.get("kind", "linear") if isinstance(obj, dict) else None
+    if kind == "linear":
+        return linear_from_json(obj, str(path))
+    if kind == "roofline":
+        try:
+            eff = Efficiency(**obj.get("efficiency", {}))
+            model = RooflineCostModel(
+                name=str(obj.get("name", path.stem)), hw=hardware(obj["gpu"]),
+                target=ModelShape.resolve(obj["model"]),
+                overhead_s=float(obj.get("overhead_s", RooflineCostModel.overhead_s)), eff=eff)
+        except KeyError as missing:
+            raise SpecscopeError(f"{path}: field {missing} missing") from None
+        except TypeError as error:
+            raise SpecscopeError(f"{path}: field 'efficiency': {error}") from None
+        if obj.get("draft_model"):
+            model = model.with_draft_model(ModelShape.resolve(obj["draft_model"]))
+        return model
+    raise SpecscopeError(f"{path}: field 'kind': expected 'linear' or 'roofline', got {kind!r}")
+
+
+def resolve_cost_model(spec: str) -> CostModel:
+    """A cost model from a preset name, a ``roofline:`` spec, or a JSON/TOML file."""
+    if spec in PRESETS:
+        return PRESETS[spec]
+    if spec.startswith("roofline:"):
+        return _roofline(spec)
+    path = Path(spec)
+    if path.is_file():
+        return _from_file(path)
+    raise SpecscopeError(
+        f"cost model {spec!r}: not a preset ({', '.join(PRESETS)}), not roofline:GPU:MODEL, "
+        "and no such file"
+    )

@@ -1,0 +1,119 @@
+"""The roofline cost model: forward time from a GPU's peaks and a model's shape.
+
+    forward(batched, kv) = weight_bytes / (BW·e_weights)
+                         + 2·matmul_params·batched / (FLOP/s·e_compute)
+                         + kv·kv_bytes_per_token / (BW·e_kv)
+
+The three terms add (a decode step streams the weights, multiplies, and reads the cache one
+after another); attention FLOPs are left out (small next to the matmuls below ~32k context).
+Efficiency factors are the share of the data-sheet peak a real engine reaches; the defaults
+(0.82 of bandwidth for weights, 0.95 for KV reads, 0.75 of peak FLOP/s) put H100 +
+Llama-3.1-8B within 25 % of the paper's fitted linear model over batched tokens 1–1024 and
+KV 0–200k (``tests/test_costmodel.py`` checks it).
+
+Drafting: n-gram as a fraction of the verify time (as the paper measured); model drafters
+(``eagle``, ``eagle3``, ``mtp``: one decoder layer of the target's shape plus the LM head;
+``draft``: a whole draft model) as ``k`` sequential roofline forwards over one token per
+running request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specscope.costmodel.base import Drafting, FractionDrafting, StepLoad
+from specscope.costmodel.linear import drafting_lookup
+from specscope.costmodel.presets import Hardware, ModelShape
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Shares of the data-sheet peaks reached in practice."""
+
+    weights: float = 0.82
+    kv: float = 0.95
+    compute: float = 0.75
+
+
+def roofline_forward(shape: ModelShape, hw: Hardware, eff: Efficiency, batched: np.ndarray,
+                     kv: np.ndarray, bytes_per_param: int = 2) -> np.ndarray:
+    """Seconds for one forward of ``shape`` on ``hw`` (see the module docstring)."""
+    weights = shape.weight_bytes(bytes_per_param) / (hw.mem_bandwidth * eff.weights)
+    compute = 2.0 * shape.matmul_params() * np.asarray(batched, dtype=float) / (hw.peak_flops * eff.compute)
+    cache = np.asarray(kv, dtype=float) * shape.kv_bytes_per_token(bytes_per_param) / (hw.mem_bandwidth * eff.kv)
+    return weights + compute + cache
+
+
+def head_shape(target: ModelShape) -> ModelShape:
+    """An EAGLE/MTP-style head: one decoder layer of the target's shape with its LM head."""
+    return ModelShape(f"{target.name}-head", 1, target.hidden_size, target.num_heads,
+                      target.num_kv_heads, target.head_dim, target.intermediate_size,
+                      target.vocab_size, target.tie_word_embeddings)
+
+
+@dataclass(frozen=True)
+class RooflineDrafting:
+    """A model drafter: mean k sequential forwards of ``shape`` over one token per request.
+
+    The drafter's cache holds ``kv_ratio`` × the target's cached tokens (1 for a draft model or
+    a head that sees every token).
+    """
+
+    shape: ModelShape
+    hw: Hardware
+    eff: Efficiency
+
+    def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
+        running = np.maximum(load.num_running, 1)
+        mean_k = (load.batched_tokens - load.num_running) / running
+        one_pass = roofline_forward(self.shape, self.hw, self.eff, load.num_running, load.kv_tokens)
+        return np.where(load.num_running > 0, np.maximum(mean_k, 1.0) * one_pass, 0.0)
+
+    def to_json(self) -> dict:
+        return {"kind": "roofline", "model": self.shape.name}
+
+
+@dataclass
+class RooflineCostModel:
+    """Forward time from ``hw`` peaks and the ``target`` shape (see the module docstring)."""
+
+    name: str
+    hw: Hardware
+    target: ModelShape
+    overhead_s: float = 1.2e-3
+    eff: Efficiency = field(default_factory=Efficiency)
+    drafting: dict[str, Drafting] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        head = RooflineDrafting(head_shape(self.target), self.hw, self.eff)
+        defaults: dict[str, Drafting] = {
+            "ngram": FractionDrafting(0.005875),
+            "eagle": head,
+            "eagle3": head,
+            "mtp": head,
+        }
+        self.drafting = {**defaults, **self.drafting}
+
+    def with_draft_model(self, draft: ModelShape) -> "RooflineCostModel":
+        """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""
+        drafting = dict(self.drafting, draft=RooflineDrafting(draft, self.hw, self.eff))
+        return RooflineCostModel(self.name, self.hw, self.target, self.overhead_s, self.eff, drafting)
+
+    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
+        return roofline_forward(self.target, self.hw, self.eff, batched_tokens, kv_tokens)
+
+    def drafting_for(self, proposer: str) -> Drafting:
+        return drafting_lookup(self.name, self.drafting, proposer)
+
+    def describe(self) -> dict:
+        return {
+            "kind": "roofline",
+            "name": self.name,
+            "gpu": self.hw.name,
+            "model": self.target.name,
+            "efficiency": {"weights": self.eff.weights, "kv": self.eff.kv, "compute": self.eff.compute},
+            "overhead_s": self.overhead_s,
+            "drafting": {name: d.to_json() for name, d in self.drafting.items()},
+        }

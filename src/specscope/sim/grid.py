@@ -1,0 +1,198 @@
+"""Simulate a grid: datasets × proposers ("acc") × policies × batch sizes.
+
+One row per cell (:class:`SimRow`). The replay statistics of a cell are defined as:
+acceptance rate α = Σ accepted drafts / Σ proposed drafts (accepted = emitted − 1) and mean
+acceptance length τ = Σ emitted / steps (bonus included), over all steps of the plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from specscope.costmodel.base import CostModel
+from specscope.errors import SpecscopeError
+from specscope.progress import LazyProgress
+from specscope.sim.mixed import predict_mixed
+from specscope.sim.paper import predict_paper
+from specscope.sim.plan import Plan, baseline_plan, make_plan
+from specscope.sim.policies import Policy, parse_policy
+from specscope.sim.pricing import Prediction
+from specscope.trace.schema import TraceRecord
+
+log = logging.getLogger(__name__)
+
+COMBINED = "combined"
+# Proposers that look tokens up (and may find nothing), as opposed to model drafters.
+LOOKUP_PROPOSERS = frozenset({"ngram", "suffix"})
+# The paper's guessed n-gram match probability where acc_len = 1 (shared/paper/README.md).
+PAPER_MATCH_PROB = {"sharegpt": 0.2, "cnn": 0.4, "gsm8k": 0.2, "instructcoder": 0.8}
+
+
+@dataclass
+class SimConfig:
+    """How to simulate. ``mode``: "paper" (B replicas of one request, the paper's method) or
+    "mixed" (B distinct requests, continuous batching)."""
+
+    mode: str = "mixed"
+    batch_sizes: tuple[int, ...] = (1, 8, 16, 32, 64, 128)
+    seed: int = 42  # the paper's seed: with it, paper mode draws the paper's 300 requests
+    sample: int | None = None  # requests drawn per dataset (paper mode: 300); None = all
+    match_prob: float | None = None  # n-gram match probability guess; None = per dataset
+    guess_no_match: bool = True  # apply the guess where the trace has no draft_len
+    combined: tuple[str, str] | None = None  # default pair for "oracle-combined"
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("paper", "mixed"):
+            raise SpecscopeError(f"mode {self.mode!r}: expected 'paper' or 'mixed'")
+
+
+PAPER_SAMPLE = 300
+
+
+@dataclass
+class SimRow:
+    """One simulated cell."""
+
+    dataset: str
+    acc: str
+    policy: str
+    batch_size: int
+    mode: str
+    speedup: float
+    throughput: float
+    baseline_throughput: float
+    latency_per_token: float
+    baseline_latency_per_token: float
+    acceptance_rate: float
+    mean_acceptance_length: float
+    requests: int
+    time_split: dict[str, float] = field(default_factory=dict)
+
+    def flat(self) -> dict:
+        """A flat dict for CSV/JSON: the time split as ``time_<phase>_s`` columns."""
+        row = asdict(self)
+        split = row.pop("time_split")
+        row.update({f"time_{phase}_s": seconds for phase, seconds in split.items()})
+        return row
+
+
+def match_prob_for(dataset: str, config: SimConfig) -> float | None:
+    """The no-match guess for ``dataset``: the configured value, else the paper's table."""
+    if config.match_prob is not None:
+        return config.match_prob
+    for name, prob in PAPER_MATCH_PROB.items():
+        if name in dataset.lower():
+            return prob
+    return None
+
+
+def _k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
+    declared = [r.k_max for r in records if r.k_max is not None]
+    if declared:
+        return max(declared)
+    return max(int(r.proposers[p].acc_len.max()) for r in records for p in proposers) - 1
+
+
+def _sample(records: list[TraceRecord], config: SimConfig) -> list[TraceRecord]:
+    size = config.sample if config.sample is not None else (PAPER_SAMPLE if config.mode == "paper" else None)
+    if size is None or len(records) <= size:
+        return records
+    # Python's random.sample, as the paper's simulator drew its requests (same seed, same set).
+    chosen = sorted(random.Random(config.seed).sample(range(len(records)), size))
+    return [records[i] for i in chosen]
+
+
+def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: SimConfig,
+             dataset: str) -> Plan:
+    """Walk ``records`` under ``policy`` using proposer ``acc`` (or the combined pair)."""
+    prompt_lens = [r.prompt_len for r in records]
+    if policy.combined:
+        a, b = policy.combined
+        acc_lens = []
+        for r in records:
+            first, second = r.acc_len(a), r.acc_len(b)
+            common = min(len(first), len(second))
+            acc_lens.append(np.maximum(first[:common], second[:common]))
+        return make_plan(acc_lens, prompt_lens, policy, _k_max(records, policy.combined), seed=config.seed)
+    traces = [r.proposers[acc] for r in records]
+    draft_lens = [t.draft_len for t in traces]
+    guess = config.guess_no_match and acc in LOOKUP_PROPOSERS
+    return make_plan(
+        [t.acc_len for t in traces], prompt_lens, policy, _k_max(records, [acc]),
+        draft_lens=draft_lens if all(d is not None for d in draft_lens) else None,
+        match_prob=match_prob_for(dataset, config) if guess else None,
+        seed=config.seed,
+    )
+
+
+def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
+    needed = policy.combined or (acc,)
+    for name in needed:
+        missing = [r.id for r in records if name not in r.proposers]
+        if missing:
+            raise SpecscopeError(
+                f"dataset {dataset!r}: proposer {name!r} missing from {len(missing)} records "
+                f"(first id {missing[0]!r}); available: {', '.join(sorted(records[0].proposers))}"
+            )
+
+
+def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:
+    """The (acc, policy) pairs that make sense: ``combined`` goes with oracle-combined only."""
+    pairs = [(acc, p) for acc in accs for p in policies if (acc == COMBINED) == bool(p.combined)]
+    if not pairs:
+        raise SpecscopeError("no valid acc × policy pair: use --acc combined with oracle-combined, "
+                             "and proposer names with the other policies")
+    return pairs
+
+
+def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequence[str],
+             cost: CostModel, config: SimConfig,
+             on_row: Callable[[SimRow], None] | None = None) -> list[SimRow]:
+    """Simulate every dataset × acc × policy × batch size; rows in that order."""
+    by_dataset: dict[str, list[TraceRecord]] = {}
+    for record in records:
+        by_dataset.setdefault(record.dataset or "trace", []).append(record)
+    parsed = [parse_policy(p, config.combined) for p in policies]
+    pairs = cells(accs, parsed)
+    predict = predict_paper if config.mode == "paper" else predict_mixed
+    rows: list[SimRow] = []
+    total = len(by_dataset) * len(pairs) * len(config.batch_sizes)
+    with LazyProgress(f"simulating ({config.mode} mode)", total) as bar:
+        for dataset, members in by_dataset.items():
+            members = _sample(members, config)
+            baselines: dict[tuple[int, ...], Plan] = {}
+            baseline_predictions: dict[tuple[tuple[int, ...], int], Prediction] = {}
+            for acc, policy in pairs:
+                _check(members, acc, policy, dataset)
+                plan = plan_for(members, acc, policy, config, dataset)
+                key = tuple(plan.output_len.tolist())
+                base = baselines.setdefault(key, baseline_plan(plan.output_len, plan.prompt_len))
+                drafting = cost.drafting_for(policy.combined[0] if policy.combined else acc)
+                proposed = plan.proposed.sum()
+                alpha = float((plan.emitted - 1).sum() / proposed) if proposed else 0.0
+                tau = float(plan.emitted.mean()) if len(plan.emitted) else 0.0
+                for b in config.batch_sizes:
+                    sd = predict(plan, cost, drafting, b)
+                    base_pred = baseline_predictions.get((key, b))
+                    if base_pred is None:
+                        base_pred = baseline_predictions[(key, b)] = predict(base, cost, None, b)
+                    row = SimRow(
+                        dataset=dataset, acc=acc, policy=policy.name, batch_size=b, mode=config.mode,
+                        speedup=sd.throughput / base_pred.throughput,
+                        throughput=sd.throughput, baseline_throughput=base_pred.throughput,
+                        latency_per_token=sd.latency_per_token,
+                        baseline_latency_per_token=base_pred.latency_per_token,
+                        acceptance_rate=alpha, mean_acceptance_length=tau,
+                        requests=len(members), time_split=sd.time_split,
+                    )
+                    rows.append(row)
+                    if on_row:
+                        on_row(row)
+                    bar.advance(description=f"{dataset} {acc} {policy.name}")
+    return rows
+

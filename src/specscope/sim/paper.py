@@ -1,0 +1,44 @@
+"""Paper mode: the method of the paper's simulator (shared/paper/README.md).
+
+"Batch size B" means B identical copies of one request decoding together, so every step of a
+request is priced with B× its tokens and cache. Per request: latency = prefill of B·P tokens +
+one overhead + Σ over its steps (verify + drafting + overhead); throughput = B·G / latency.
+The speedup is mean over requests of SD throughput / mean over requests of no-SD throughput.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specscope.costmodel.base import CostModel, Drafting, StepLoad
+from specscope.sim.plan import Plan
+from specscope.sim.pricing import Prediction, prefill_time, price_steps
+
+
+def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_size: int) -> Prediction:
+    """Price ``plan`` at ``batch_size`` replicas of each request."""
+    b = float(batch_size)
+    request = plan.request_of_step
+    steps = len(plan.pos)
+    load = StepLoad(
+        batched_tokens=b * plan.verify_tokens,
+        kv_tokens=b * (plan.prompt_len[request] + plan.pos),
+        num_running=np.full(steps, b),
+        num_proposing=b * (plan.proposed > 0),
+    )
+    priced = price_steps(cost, drafting, load)
+    n = len(plan.prompt_len)
+    prefill = prefill_time(cost, b * plan.prompt_len)  # [R]
+    per_request = {
+        "drafting": np.bincount(request, priced.drafting, minlength=n),
+        "verification": np.bincount(request, priced.verification, minlength=n),
+        "overhead": np.bincount(request, priced.overhead, minlength=n),
+    }
+    latency = prefill + sum(per_request.values())  # [R]
+    throughput = b * plan.output_len / latency  # [R]
+    split = {"prefill": float(prefill.sum()), **{k: float(v.sum()) for k, v in per_request.items()}}
+    return Prediction(
+        throughput=float(throughput.mean()),
+        latency_per_token=float(np.mean(latency / plan.output_len)),
+        time_split=split,
+    )

@@ -1,0 +1,131 @@
+"""Walk traces under a policy into SD steps (what each step proposes and emits).
+
+Indexing follows the paper's simulator: after prefill one output token exists, so a request
+starts at position ``pos = 1``; the step at ``pos`` reads ``acc_len[pos − 1]`` (the entry of its
+last input token), proposes ``k`` tokens and emits ``min(acc_len[pos − 1], k + 1)``; the walk
+stops once ``pos >= G``. A request of G output tokens without SD takes G − 1 steps of one token.
+
+A plan depends on the trace and the policy only, never on the batch: batching changes what a
+step costs, not what it emits (greedy decoding). So a plan is computed once and priced for
+every batch size and cost model.
+
+n-gram "no match": with ``draft_len`` in the trace, a step proposes ``min(k, draft_len)``.
+Without it, the paper's guess (shared/paper/README.md, step 7) may be applied: where
+``acc_len = 1`` and the policy is not an oracle, the step proposes nothing with probability
+``1 − match_prob``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from specscope.sim.policies import Policy
+
+
+@dataclass
+class Plan:
+    """The steps of every request under one policy (flat arrays over all S steps)."""
+
+    offsets: np.ndarray  # [R + 1] request r owns steps offsets[r]:offsets[r+1]
+    pos: np.ndarray  # [S] output tokens generated before the step (>= 1)
+    proposed: np.ndarray  # [S] draft tokens proposed (0: no drafting, verify 1 token)
+    emitted: np.ndarray  # [S] tokens the step emits (accepted drafts + 1)
+    prompt_len: np.ndarray  # [R]
+    output_len: np.ndarray  # [R] G: output tokens, the prefill's first one included
+
+    @property
+    def steps_per_request(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def request_of_step(self) -> np.ndarray:
+        """[S] the request index of every step."""
+        return np.repeat(np.arange(len(self.prompt_len)), self.steps_per_request)
+
+    @property
+    def verify_tokens(self) -> np.ndarray:
+        """[S] tokens the target verifies in each step: the last token plus the drafts."""
+        return self.proposed + 1
+
+
+def _visit(emit: list[int]) -> list[int]:
+    """Positions visited by ``pos ← pos + emit[pos − 1]`` from 1 while ``pos < len(emit)``."""
+    visited = []
+    pos, end = 1, len(emit)
+    while pos < end:
+        visited.append(pos)
+        pos += emit[pos - 1]
+    return visited
+
+
+def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
+                 draft_len: np.ndarray | None = None, match_prob: float | None = None,
+                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One request's steps: (pos, proposed, emitted), each [steps]."""
+    if policy.by_position is not None:
+        wanted = policy.by_position(acc_len)  # [G]
+        if draft_len is not None:
+            wanted = np.minimum(wanted, draft_len)
+        emit = np.minimum(acc_len, wanted + 1)
+        pos = np.asarray(_visit(emit.tolist()), dtype=np.int64)
+        proposed = wanted[pos - 1].astype(np.int64)
+    else:
+        acc, offered = acc_len.tolist(), None if draft_len is None else draft_len.tolist()
+        state = policy.new_state(k_max)
+        steps: list[tuple[int, int]] = []
+        p = 1
+        while p < len(acc):
+            k = state.propose(acc[p - 1])
+            if offered is not None:
+                k = min(k, offered[p - 1])
+            steps.append((p, k))
+            e = min(acc[p - 1], k + 1)
+            state.observe(k, e)
+            p += e
+        pos = np.asarray([s[0] for s in steps], dtype=np.int64)
+        proposed = np.asarray([s[1] for s in steps], dtype=np.int64)
+    acc_at = acc_len[pos - 1]
+    if draft_len is None and match_prob is not None and not policy.oracle:
+        unmatched = (acc_at == 1) & (rng.random(pos.shape[0]) >= match_prob)
+        proposed = np.where(unmatched, 0, proposed)
+    emitted = np.minimum(acc_at, proposed + 1).astype(np.int64)
+    return pos, proposed, emitted
+
+
+def make_plan(acc_lens: Sequence[np.ndarray], prompt_lens: Sequence[int], policy: Policy,
+              k_max: int, draft_lens: Sequence[np.ndarray | None] | None = None,
+              match_prob: float | None = None, seed: int = 0) -> Plan:
+    """Walk every request (``acc_lens[r]`` is request r's [G] acc_len) under ``policy``."""
+    rng = np.random.default_rng(seed)
+    parts = [
+        walk_request(acc, policy, k_max, None if draft_lens is None else draft_lens[r], match_prob, rng)
+        for r, acc in enumerate(acc_lens)
+    ]
+    return _concat(parts, prompt_lens, [len(acc) for acc in acc_lens])
+
+
+def baseline_plan(output_lens: Sequence[int], prompt_lens: Sequence[int]) -> Plan:
+    """No SD: request r takes G − 1 steps of one token, at positions 1 … G − 1."""
+    parts = []
+    for g in output_lens:
+        pos = np.arange(1, g, dtype=np.int64)
+        parts.append((pos, np.zeros_like(pos), np.ones_like(pos)))
+    return _concat(parts, prompt_lens, output_lens)
+
+
+def _concat(parts, prompt_lens, output_lens) -> Plan:
+    counts = [len(p[0]) for p in parts]
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    empty = np.zeros(0, dtype=np.int64)
+    return Plan(
+        offsets=offsets,
+        pos=np.concatenate([p[0] for p in parts]) if parts else empty,
+        proposed=np.concatenate([p[1] for p in parts]) if parts else empty,
+        emitted=np.concatenate([p[2] for p in parts]) if parts else empty,
+        prompt_len=np.asarray(prompt_lens, dtype=np.int64),
+        output_len=np.asarray(output_lens, dtype=np.int64),
+    )

@@ -1,0 +1,142 @@
+"""Proposal-length policies: how many draft tokens each SD step proposes.
+
+A policy sees, at each step, the trace's ``acc_len`` at the step's position (``oracle`` policies
+use it; the others must not) and returns the number of tokens to propose, then learns what the
+step emitted. Policies are named on the command line and built by :func:`parse_policy` from the
+registry :data:`POLICIES`:
+
+- ``fixed:k`` — propose k tokens every step.
+- ``adaptive`` — start at k = 5; +2 after a fully accepted step, −1 after a rejection, never
+  below 1 nor above k_max (a step that proposed nothing changes nothing).
+- ``oracle`` — propose exactly acc_len − 1: no verification is wasted.
+- ``oracle-combined:a+b`` — per step, take the proposer whose acc_len is longer there and
+  propose exactly that much.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import numpy as np
+
+from specscope.errors import SpecscopeError
+
+
+class PolicyState(Protocol):
+    """Per-request state of a policy while it walks one trace."""
+
+    def propose(self, acc_len: int) -> int:
+        """Tokens to propose at a step where the trace says ``acc_len`` (oracles only look)."""
+
+    def observe(self, proposed: int, emitted: int) -> None:
+        """Learn that the step proposed ``proposed`` tokens and emitted ``emitted``."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A named policy; ``proposers`` lists the traces it reads (two for oracle-combined)."""
+
+    name: str
+    new_state: Callable[[int], PolicyState]  # k_max -> fresh per-request state
+    oracle: bool = False
+    combined: tuple[str, str] | None = None
+    # For policies whose proposal depends only on the position: acc_len [G] -> k [G].
+    # The walk then needs no per-step Python state (much faster); None for stateful policies.
+    by_position: Callable[[np.ndarray], np.ndarray] | None = None
+
+
+class _Fixed:
+    def __init__(self, k: int):
+        self.k = k
+
+    def propose(self, acc_len: int) -> int:
+        return self.k
+
+    def observe(self, proposed: int, emitted: int) -> None:
+        pass
+
+
+class _Adaptive:
+    START, GROW, SHRINK = 5, 2, 1
+
+    def __init__(self, k_max: int):
+        self.k_max = k_max
+        self.k = min(self.START, k_max)
+
+    def propose(self, acc_len: int) -> int:
+        return self.k
+
+    def observe(self, proposed: int, emitted: int) -> None:
+        if proposed == 0:
+            return
+        if emitted == proposed + 1:
+            self.k = min(self.k + self.GROW, self.k_max)
+        else:
+            self.k = max(self.k - self.SHRINK, 1)
+
+
+class _Oracle:
+    def propose(self, acc_len: int) -> int:
+        return acc_len - 1
+
+    def observe(self, proposed: int, emitted: int) -> None:
+        pass
+
+
+def _oracle_k(acc_len: np.ndarray) -> np.ndarray:
+    return acc_len - 1
+
+
+def _fixed(argument: str) -> Policy:
+    try:
+        k = int(argument)
+    except ValueError:
+        k = -1
+    if k < 0:
+        raise SpecscopeError(f"policy 'fixed:{argument}': expected fixed:k with an integer k >= 0")
+    return Policy(f"fixed:{k}", lambda k_max: _Fixed(k), by_position=lambda acc: np.full_like(acc, k))
+
+
+def _adaptive(argument: str) -> Policy:
+    if argument:
+        raise SpecscopeError("policy 'adaptive' takes no argument")
+    return Policy("adaptive", _Adaptive)
+
+
+def _oracle(argument: str) -> Policy:
+    if argument:
+        raise SpecscopeError("policy 'oracle' takes no argument")
+    return Policy("oracle", lambda k_max: _Oracle(), oracle=True, by_position=_oracle_k)
+
+
+def _oracle_combined(argument: str) -> Policy:
+    names = tuple(part for part in argument.split("+") if part)
+    if len(names) != 2 or names[0] == names[1]:
+        raise SpecscopeError(
+            f"policy 'oracle-combined:{argument}': expected oracle-combined:A+B with two proposers"
+        )
+    return Policy(f"oracle-combined:{names[0]}+{names[1]}", lambda k_max: _Oracle(), oracle=True,
+                  combined=(names[0], names[1]), by_position=_oracle_k)
+
+
+POLICIES: dict[str, Callable[[str], Policy]] = {
+    "fixed": _fixed,
+    "adaptive": _adaptive,
+    "oracle": _oracle,
+    "oracle-combined": _oracle_combined,
+}
+
+
+def parse_policy(text: str, default_combined: tuple[str, str] | None = None) -> Policy:
+    """Build a policy from its name; bare ``oracle-combined`` uses ``default_combined``."""
+    kind, _, argument = text.strip().partition(":")
+    if kind == "oracle-combined" and not argument and default_combined:
+        argument = "+".join(default_combined)
+    try:
+        factory = POLICIES[kind]
+    except KeyError:
+        raise SpecscopeError(
+            f"unknown policy {text!r}; expected one of fixed:k, adaptive, oracle, oracle-combined:A+B"
+        ) from None
+    return factory(argument)

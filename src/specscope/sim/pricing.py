@@ -1,0 +1,54 @@
+"""Price batched steps with a cost model; the prediction both simulator modes return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specscope.costmodel.base import CostModel, Drafting, StepLoad
+
+PHASES = ("prefill", "drafting", "verification", "overhead")
+
+
+@dataclass
+class Prediction:
+    """What one plan costs at one batch size.
+
+    ``throughput`` is generated tokens per second (the prefill's token included);
+    ``latency_per_token`` is the mean over requests of (finish − admission) / G;
+    ``time_split`` holds seconds per phase (:data:`PHASES`), summed over the run.
+    """
+
+    throughput: float
+    latency_per_token: float
+    time_split: dict[str, float]
+
+
+@dataclass
+class PricedSteps:
+    """Seconds per step, by phase (arrays [steps])."""
+
+    drafting: np.ndarray
+    verification: np.ndarray
+    overhead: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.drafting + self.verification + self.overhead
+
+
+def price_steps(cost: CostModel, drafting: Drafting | None, load: StepLoad) -> PricedSteps:
+    """Verification = one target forward over the step's tokens; drafting per ``drafting``;
+    one overhead per step that has running requests. ``drafting=None`` means no SD."""
+    active = load.num_running > 0
+    verification = np.where(active, cost.forward_time(load.batched_tokens, load.kv_tokens), 0.0)
+    draft = np.zeros_like(verification) if drafting is None else drafting.time(load, verification)
+    overhead = np.where(active, cost.overhead_s, 0.0)
+    return PricedSteps(draft, verification, overhead)
+
+
+def prefill_time(cost: CostModel, prompt_tokens: np.ndarray) -> np.ndarray:
+    """One forward over the prompts with an empty cache, plus one step of overhead."""
+    prompt_tokens = np.asarray(prompt_tokens, dtype=float)
+    return np.where(prompt_tokens > 0, cost.forward_time(prompt_tokens, np.zeros_like(prompt_tokens)) + cost.overhead_s, 0.0)

@@ -1,0 +1,91 @@
+"""The trace record: per output position, what one SD step of each proposer would emit there.
+
+Definitions (one place; everything else refers here):
+
+- ``output_token_ids[i]`` is the target's (greedy) output token at output position ``i``,
+  ``0 <= i < G`` where ``G`` is the output length.
+- ``acc_len[i]`` ("generation length") is the number of tokens one SD step emits when it starts
+  with ``i`` output tokens already generated: accepted drafts + 1 (the bonus or recovered
+  token), measured teacher-forced with ``k_max`` drafts, so ``1 <= acc_len[i] <= k_max + 1``.
+  A step that proposes ``k`` tokens at position ``i`` emits ``min(acc_len[i], k + 1)``.
+- ``draft_len[i]`` (optional) is how many tokens the proposer actually offers at ``i``
+  (n-gram offers 0 when no n-gram matches: that step costs no drafting and emits 1 token).
+  ``acc_len[i] <= draft_len[i] + 1`` always.
+- ``draft_prob[i, j]`` (optional) is the drafter's probability of its ``j``-th proposed token at
+  position ``i``: the confidence signal adaptive policies use.
+
+On disk (JSON Lines, one request a line)::
+
+    {"schema": "specscope.trace/1", "id": "r1", "dataset": "gsm8k", "k_max": 20,
+     "prompt_token_ids": [...], "output_token_ids": [...],
+     "proposers": {"ngram": {"acc_len": [...], "draft_len": [...]},
+                   "eagle": {"acc_len": [...], "draft_prob": [[...], ...]}}}
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SCHEMA_VERSION = "specscope.trace/1"
+
+
+@dataclass
+class ProposerTrace:
+    """One proposer's per-position record for one request (all arrays have length G)."""
+
+    acc_len: np.ndarray  # [G] int32, 1 <= acc_len <= k_max + 1
+    draft_len: np.ndarray | None = None  # [G] int32, 0 <= draft_len <= k_max
+    draft_prob: np.ndarray | None = None  # [G, m] float32, m = drafts whose probability is kept
+
+    def truncated(self, length: int) -> "ProposerTrace":
+        """The first ``length`` positions."""
+        return ProposerTrace(
+            acc_len=self.acc_len[:length],
+            draft_len=None if self.draft_len is None else self.draft_len[:length],
+            draft_prob=None if self.draft_prob is None else self.draft_prob[:length],
+        )
+
+    def to_json(self) -> dict:
+        out: dict = {"acc_len": self.acc_len.tolist()}
+        if self.draft_len is not None:
+            out["draft_len"] = self.draft_len.tolist()
+        if self.draft_prob is not None:
+            out["draft_prob"] = np.round(self.draft_prob.astype(float), 6).tolist()
+        return out
+
+
+@dataclass
+class TraceRecord:
+    """One request: its prompt, the target's output, and each proposer's acceptance."""
+
+    id: str
+    prompt_token_ids: np.ndarray  # [P] int64
+    output_token_ids: np.ndarray  # [G] int64
+    proposers: dict[str, ProposerTrace] = field(default_factory=dict)
+    k_max: int | None = None
+    dataset: str | None = None
+
+    @property
+    def prompt_len(self) -> int:
+        return int(self.prompt_token_ids.shape[0])
+
+    @property
+    def output_len(self) -> int:
+        return int(self.output_token_ids.shape[0])
+
+    def acc_len(self, proposer: str) -> np.ndarray:
+        """``acc_len`` of ``proposer`` ([G] int32)."""
+        return self.proposers[proposer].acc_len
+
+    def to_json(self) -> dict:
+        out: dict = {"schema": SCHEMA_VERSION, "id": self.id}
+        if self.dataset is not None:
+            out["dataset"] = self.dataset
+        if self.k_max is not None:
+            out["k_max"] = self.k_max
+        out["prompt_token_ids"] = self.prompt_token_ids.tolist()
+        out["output_token_ids"] = self.output_token_ids.tolist()
+        out["proposers"] = {name: trace.to_json() for name, trace in self.proposers.items()}
+        return out
