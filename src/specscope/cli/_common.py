@@ -60,3 +60,31 @@ def write_rows(path: Path, rows: Iterable[Mapping[str, object]]) -> None:
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(path, buffer.getvalue())
+
+
+def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]]) -> None:
+    """Print a readable table to stdout (rich; plain text when not a terminal)."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(title), title_justify="left")
+    for i, column in enumerate(columns):
+        table.add_column(escape(column), justify="left" if i == 0 else "right")
+    texts = [[cell if isinstance(cell, str) else f"{cell:.3f}" if isinstance(cell, float) else str(cell)
+              for cell in row] for row in rows]
+    for row in texts:
+        table.add_row(*[escape(cell) for cell in row])
+    widths = [max([len(c)] + [len(row[i]) for row in texts]) for i, c in enumerate(columns)]
+    Console(width=max(80, sum(widths) + 3 * len(widths) + 1)).print(table)
+
+
+def add_trace_options(parser: argparse.ArgumentParser) -> None:
+    """The trace-file arguments shared by verbs that read traces."""
+    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (JSON Lines)")
+    parser.add_argument(
+        "--lengths", choices=("own", "common"), default="own",
+        help="when a proposer's acc_len differs in length from the output: keep each array "
+             "whole, as the paper's simulator did (own), or cut the record to the common prefix "
+             "(common); either way the mismatches are reported",
+    )

@@ -39,6 +39,7 @@ class LoadReport:
     """What reading one file found: sizes, format, and the length repairs it made."""
 
     path: str
+    lengths: str = "common"  # how mismatches were handled: "common" prefix or each array's "own"
     format: str = ""
     records: int = 0
     positions: int = 0
@@ -50,6 +51,12 @@ class LoadReport:
         if not self.mismatched_records:
             return f"{self.path}: {self.records} records, no length mismatches"
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(self.mismatches_by_proposer.items()))
+        if self.lengths == "own":
+            return (
+                f"{self.path}: {self.mismatched_records} of {self.records} records had acc_len "
+                f"arrays of another length than the output ({detail}); each proposer keeps its "
+                "own length (G = len(acc_len))"
+            )
         return (
             f"{self.path}: {self.mismatched_records} of {self.records} records had acc_len "
             f"arrays of another length than the output ({detail}); cut to the common prefix, "
@@ -162,7 +169,7 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
     proposer then aligns with the output position by position); "own" keeps each proposer's
     array whole, as the paper's simulator did (G of a proposer = len(acc_len))."""
     path = Path(path)
-    report = report if report is not None else LoadReport(str(path))
+    report = report if report is not None else LoadReport(str(path), lengths)
     try:
         handle = path.open("r", encoding="utf-8")
     except OSError as error:
@@ -196,7 +203,7 @@ def load_traces(paths: Iterable[str | Path], lengths: str = "common"
     records: list[TraceRecord] = []
     reports: list[LoadReport] = []
     for path in paths:
-        report = LoadReport(str(path))
+        report = LoadReport(str(path), lengths)
         records.extend(iter_file(path, report, lengths))
         if report.records == 0:
             raise SpecscopeError(f"{path}: no trace records found")

@@ -1,0 +1,66 @@
+"""`specscope bound`: the closed-form speedup table and the best k."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from specscope.cli._common import print_table
+from specscope.errors import SpecscopeError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bound", help="closed-form E[speedup] = (1 − α^(k+1)) / ((1 − α)(k·c + 1)) and its best k",
+        description="Give --alpha and --c directly, or traces (α estimated per proposer) and a cost "
+                    "model (c estimated at --batch-size and --context).",
+    )
+    parser.add_argument("traces", nargs="*", metavar="TRACE")
+    parser.add_argument("--acc", default=None, help="proposer to estimate α for (default: every one in the traces)")
+    parser.add_argument("--alpha", type=float, default=None, help="acceptance rate α in [0, 1]")
+    parser.add_argument("--c", type=float, default=None, help="draft/target forward time ratio c")
+    parser.add_argument("--cost-model", default="h100-llama3.1-8b")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--context", type=float, default=None,
+                        help="cached tokens per request for c (default: mean prompt + half the mean output)")
+    parser.add_argument("--k", type=int, default=3, help="k at which c is measured (default 3)")
+    parser.add_argument("--k-max", type=int, default=10, help="largest k in the table")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscope.theory.bound import estimate_alpha, estimate_c, expected_speedup, optimal_k
+
+    cases: list[tuple[str, float, float]] = []
+    if args.traces:
+        from specscope.costmodel.registry import resolve_cost_model
+        from specscope.trace import load_traces
+
+        records, _ = load_traces(args.traces, lengths="own")
+        cost = resolve_cost_model(args.cost_model)
+        names = [args.acc] if args.acc else sorted(records[0].proposers)
+        context = args.context or float(np.mean([r.prompt_len + r.output_len / 2 for r in records]))
+        for name in names:
+            if any(name not in r.proposers for r in records):
+                raise SpecscopeError(f"proposer {name!r} is not in every trace record")
+            k_max = max((r.k_max for r in records if r.k_max), default=None) or \
+                max(int(r.acc_len(name).max()) for r in records) - 1
+            alpha = estimate_alpha([r.acc_len(name) for r in records], k_max) if args.alpha is None else args.alpha
+            c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c
+            cases.append((name, alpha, c))
+    elif args.alpha is not None and args.c is not None:
+        cases.append(("given", args.alpha, args.c))
+    else:
+        raise SpecscopeError("give traces, or both --alpha and --c")
+    for label, alpha, c in cases:
+        if not 0.0 <= alpha <= 1.0 or c < 0:
+            raise SpecscopeError(f"{label}: expected 0 <= α <= 1 and c >= 0, got α={alpha}, c={c}")
+    ks = list(range(1, args.k_max + 1))
+    print_table(
+        "closed-form E[speedup] (i.i.d. acceptance)",
+        ["proposer", "α", "c", *[f"k={k}" for k in ks], "best k", "best"],
+        [[label, f"{alpha:.3f}", f"{c:.4f}", *[f"{v:.2f}" for v in expected_speedup(alpha, np.array(ks), c)],
+          str(optimal_k(alpha, c, 20)[0]), f"{optimal_k(alpha, c, 20)[1]:.2f}"] for label, alpha, c in cases],
+    )
+    return 0

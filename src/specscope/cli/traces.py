@@ -1,0 +1,88 @@
+"""`specscope traces inspect|convert`: look into trace files, or rewrite them in specscope's schema."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+from specscope.cli._common import print_table
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("traces", help="inspect or convert acceptance trace files")
+    verbs = parser.add_subparsers(dest="traces_verb", metavar="ACTION", required=True)
+    inspect = verbs.add_parser("inspect", help="requests, positions, proposers, k_max, length mismatches")
+    inspect.add_argument("traces", nargs="+", metavar="TRACE")
+    inspect.add_argument("--format", choices=("table", "json"), default="table")
+    inspect.set_defaults(run=run_inspect)
+    convert = verbs.add_parser("convert", help="rewrite traces (any supported format) in specscope's schema")
+    convert.add_argument("traces", nargs="+", metavar="TRACE")
+    convert.add_argument("-o", "--output", required=True, help="output JSON Lines file")
+    convert.add_argument("--k-max", type=int, default=None, help="k_max to record when the input has none")
+    convert.set_defaults(run=run_convert)
+
+
+def inspect_file(path: str) -> dict:
+    """Summary of one trace file (with arrays kept whole, so mismatches are counted, not cut)."""
+    from specscope.trace.load import LoadReport, iter_file
+
+    report = LoadReport(path, "own")
+    records = list(iter_file(path, report, lengths="own"))
+    proposers = sorted({name for r in records for name in r.proposers})
+    declared = {r.k_max for r in records if r.k_max is not None}
+    observed = max(int(t.acc_len.max()) for r in records for t in r.proposers.values()) - 1
+    return {
+        "file": path,
+        "format": report.format,
+        "requests": report.records,
+        "positions": int(sum(r.output_len for r in records)),
+        "proposers": proposers,
+        "k_max": max(declared) if declared else None,
+        "max_accepted": observed,
+        "draft_len": sorted({n for r in records for n, t in r.proposers.items() if t.draft_len is not None}),
+        "mismatched_records": report.mismatched_records,
+        "mismatches_by_proposer": report.mismatches_by_proposer,
+        "mean_prompt_len": float(np.mean([r.prompt_len for r in records])),
+        "mean_output_len": float(np.mean([r.output_len for r in records])),
+        "datasets": sorted({r.dataset for r in records}),
+    }
+
+
+def run_inspect(args: argparse.Namespace) -> int:
+    summaries = [inspect_file(path) for path in args.traces]
+    if args.format == "json":
+        json.dump(summaries, sys.stdout, indent=1)
+        print()
+        return 0
+    for s in summaries:
+        mismatch = ", ".join(f"{k} {v}" for k, v in s["mismatches_by_proposer"].items()) or "none"
+        print_table(s["file"], ["property", "value"], [
+            ["format", s["format"]],
+            ["requests", str(s["requests"])],
+            ["output positions", str(s["positions"])],
+            ["proposers", ", ".join(s["proposers"])],
+            ["k_max", str(s["k_max"]) if s["k_max"] is not None else f"not recorded (max accepted drafts seen: {s['max_accepted']})"],
+            ["draft_len recorded for", ", ".join(s["draft_len"]) or "none"],
+            ["acc_len length ≠ output", f"{s['mismatched_records']} records ({mismatch})"],
+            ["mean prompt length", f"{s['mean_prompt_len']:.1f}"],
+            ["mean output length", f"{s['mean_output_len']:.1f}"],
+        ])
+    return 0
+
+
+def run_convert(args: argparse.Namespace) -> int:
+    from specscope.trace import load_traces
+    from specscope.trace.load import write_traces
+
+    records, reports = load_traces(args.traces, lengths="common")
+    for record in records:
+        if record.k_max is None:
+            record.k_max = args.k_max
+    count = write_traces(args.output, records)
+    for report in reports:
+        print(report.summary())
+    print(f"wrote {count} records to {args.output}")
+    return 0

@@ -1,0 +1,1 @@
+"""Closed-form bounds on what speculative decoding can reach."""

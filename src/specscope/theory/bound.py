@@ -1,0 +1,71 @@
+"""The closed-form speedup of SD under i.i.d. acceptance, and its inputs α and c.
+
+If every draft token is accepted independently with probability α (stopping at the first
+rejection), a step that proposes k tokens emits on average (1 − α^(k+1)) / (1 − α) tokens and
+costs k drafter forwards plus one target forward, i.e. (k·c + 1) target-forward times, where
+c = time of one draft forward / time of one target forward. Hence
+
+    E[speedup](α, k, c) = (1 − α^(k+1)) / ((1 − α)(k·c + 1)),   → (k + 1)/(k·c + 1) as α → 1.
+
+It ignores that verifying k + 1 tokens costs more than one (true at small batch, false at
+large batch) and any engine overhead: it is an upper bound of the i.i.d. model, not of reality.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from specscope.costmodel.base import CostModel, StepLoad
+
+
+def expected_tokens(alpha: float | np.ndarray, k: int | np.ndarray) -> np.ndarray:
+    """Mean tokens one step emits: Σ_{j=0..k} α^j = (1 − α^(k+1)) / (1 − α)."""
+    alpha = np.asarray(alpha, dtype=float)
+    k = np.asarray(k, dtype=float)
+    near_one = np.isclose(alpha, 1.0)
+    safe = np.where(near_one, 0.5, alpha)
+    return np.where(near_one, k + 1.0, (1.0 - safe ** (k + 1.0)) / (1.0 - safe))
+
+
+def expected_speedup(alpha: float | np.ndarray, k: int | np.ndarray, c: float | np.ndarray) -> np.ndarray:
+    """E[speedup](α, k, c) = (1 − α^(k+1)) / ((1 − α)(k·c + 1))."""
+    return expected_tokens(alpha, k) / (np.asarray(k, dtype=float) * np.asarray(c, dtype=float) + 1.0)
+
+
+def optimal_k(alpha: float, c: float, k_max: int = 20) -> tuple[int, float]:
+    """The k in 0..k_max that maximises E[speedup] (k = 0 means no SD: speedup 1)."""
+    ks = np.arange(0, k_max + 1)
+    values = expected_speedup(alpha, ks, c)
+    best = int(np.argmax(values))
+    return int(ks[best]), float(values[best])
+
+
+def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int) -> float:
+    """Maximum-likelihood α from teacher-forced acc_len traces under the i.i.d. model.
+
+    At each position a = acc_len − 1 drafts were accepted out of k_max; under i.i.d.
+    acceptance that is a geometric count truncated at k_max: a successes, plus one failure
+    when a < k_max. The MLE is α = Σ a / (Σ a + #{a < k_max}).
+    """
+    accepted = np.concatenate([np.asarray(a, dtype=np.int64) - 1 for a in acc_lens])
+    failures = int(np.count_nonzero(accepted < k_max))
+    total = int(accepted.sum())
+    return total / (total + failures) if total + failures else 0.0
+
+
+def estimate_c(cost: CostModel, proposer: str, k: int, batch_size: int, context_len: float) -> float:
+    """c from a cost model: a step's drafting time / (k × one plain decode forward).
+
+    The step has ``batch_size`` requests, each with ``context_len`` cached tokens, each
+    proposing ``k`` tokens; the plain forward decodes one token per request.
+    """
+    b = float(batch_size)
+    kv = np.array([b * context_len])
+    load = StepLoad(batched_tokens=np.array([b * (k + 1)]), kv_tokens=kv,
+                    num_running=np.array([b]), num_proposing=np.array([b]))
+    verify = cost.forward_time(load.batched_tokens, kv)
+    drafting = cost.drafting_for(proposer).time(load, verify)
+    plain = cost.forward_time(np.array([b]), kv)
+    return float(drafting[0] / (max(k, 1) * plain[0]))

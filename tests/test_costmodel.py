@@ -1,0 +1,80 @@
+"""Cost models: the paper's constants, the roofline against them, files and errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specscope.cli import main
+from specscope.costmodel.base import StepLoad
+from specscope.costmodel.linear import H100_LLAMA31_8B
+from specscope.costmodel.presets import MODELS, ModelShape
+from specscope.costmodel.registry import resolve_cost_model
+from specscope.errors import SpecscopeError
+
+
+def test_paper_preset_constants():
+    cost = resolve_cost_model("h100-llama3.1-8b")
+    # forward = 3.92645679e-08·kv + 2.10103129e-05·batched + 5.88590713e-03
+    assert cost.forward_time(np.array([1]), np.array([1000]))[0] == pytest.approx(
+        3.92645679e-08 * 1000 + 2.10103129e-05 + 5.88590713e-03)
+    assert cost.overhead_s == 1.20683946e-03
+    load = StepLoad(np.array([8.0]), np.array([4000.0]), np.array([2.0]), np.array([1.0]))
+    verify = np.array([0.01])
+    # EAGLE: once per step; (k + 1) is per request: 8 tokens over 2 requests → 4.
+    assert cost.drafting_for("eagle").time(load, verify)[0] == pytest.approx(
+        2.37768493e-09 * 4000 + 8.41429603e-07 * 4 + 2.13526175e-03)
+    # n-gram: 0.5875 % of the verify time, for the share of requests that proposed.
+    assert cost.drafting_for("ngram").time(load, verify)[0] == pytest.approx(0.005875 * 0.01 * 0.5)
+
+
+def test_roofline_h100_llama8b_within_25_percent_of_the_paper_fit():
+    roofline = resolve_cost_model("roofline:h100:llama3.1-8b")
+    batched, kv = np.meshgrid(np.unique(np.round(np.logspace(0, np.log10(1024), 30))), np.linspace(0, 200_000, 21))
+    ratio = roofline.forward_time(batched, kv) / H100_LLAMA31_8B.forward_time(batched, kv)
+    assert np.all(np.abs(ratio - 1) <= 0.25), (ratio.min(), ratio.max())
+
+
+def test_model_presets_match_published_sizes():
+    assert MODELS["llama3.1-8b"].params() == 8_030_261_248
+    assert MODELS["llama3.2-1b"].params() == 1_235_814_400
+    assert MODELS["llama3.1-8b"].kv_bytes_per_token() == 2 * 32 * 8 * 128 * 2
+
+
+def test_hf_config_is_read(tmp_path):
+    config = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2,
+              "intermediate_size": 128, "vocab_size": 100, "num_key_value_heads": 2, "tie_word_embeddings": True}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shape = ModelShape.resolve(tmp_path)
+    assert (shape.head_dim, shape.num_kv_heads, shape.tie_word_embeddings) == (16, 2, True)
+    # embedding 6400 + 2 layers × (attention 64·64 + 2·64·32 + 64·64 + MLP 3·64·128 + norms 128) + final norm 64
+    assert shape.params() == 6400 + 2 * (4096 + 4096 + 4096 + 24576 + 128) + 64
+
+
+def test_cost_model_files(tmp_path):
+    linear = tmp_path / "m.json"
+    linear.write_text(json.dumps(H100_LLAMA31_8B.describe()))
+    assert resolve_cost_model(str(linear)).describe() == H100_LLAMA31_8B.describe()
+    toml = tmp_path / "r.toml"
+    toml.write_text('kind = "roofline"\ngpu = "h200"\nmodel = "qwen3-8b"\ndraft_model = "qwen3-0.6b"\n'
+                    '[efficiency]\nweights = 0.8\n')
+    model = resolve_cost_model(str(toml))
+    assert model.eff.weights == 0.8 and "draft" in model.drafting
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"kind": "linear", "forward": {"c_fixed": 1}}')
+    with pytest.raises(SpecscopeError, match="bad.json: field 'c_tok' missing"):
+        resolve_cost_model(str(bad))
+    with pytest.raises(SpecscopeError, match="not a preset"):
+        resolve_cost_model("h900-nothing")
+    with pytest.raises(SpecscopeError, match="no drafting model for proposer 'mtp'"):
+        H100_LLAMA31_8B.drafting_for("mtp")
+
+
+def test_costmodel_show_cli(capsys):
+    assert main(["costmodel", "show", "h100-llama3.1-8b", "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["forward"]["c_kv"] == 3.92645679e-08 and shown["drafting"]["ngram"]["ratio"] == 0.005875
+    assert main(["costmodel", "show", "roofline:h100:llama3.1-8b"]) == 0
+    assert "target forward time" in capsys.readouterr().out

@@ -1,0 +1,180 @@
+"""Simulator pricing: hand-computed cases and properties (with their exact conditions)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specscope.costmodel.base import FractionDrafting, LinearDrafting
+from specscope.costmodel.linear import LinearCostModel
+from specscope.sim.grid import SimConfig, simulate
+from specscope.sim.mixed import admission_iterations, predict_mixed
+from specscope.sim.paper import predict_paper
+from specscope.sim.plan import baseline_plan, make_plan
+from specscope.sim.policies import parse_policy
+from specscope.trace import ProposerTrace, TraceRecord
+
+COST = LinearCostModel("hand", c_fixed=1.0, c_tok=0.1, c_kv=0.01, overhead_s=0.5,
+                       drafting={"ngram": FractionDrafting(0.1), "eagle": LinearDrafting(0.2, 0.0, 0.0)})
+ACC = np.array([3, 1, 2, 4, 1, 1, 1, 1], dtype=np.int32)
+
+
+def record(acc, prompt_len=10, rid="r", proposer="ngram", draft_len=None):
+    acc = np.asarray(acc, dtype=np.int32)
+    return TraceRecord(rid, np.arange(prompt_len), np.arange(len(acc)),
+                       {proposer: ProposerTrace(acc, None if draft_len is None else np.asarray(draft_len, dtype=np.int32))},
+                       k_max=20, dataset="d")
+
+
+def oracle_plan(acc=ACC, prompt_len=10):
+    return make_plan([acc], [prompt_len], parse_policy("oracle"), k_max=20)
+
+
+def test_paper_mode_hand_computed_batch_one():
+    # Oracle steps at pos 1 and 4 verify 3 and 4 tokens with 11 and 14 cached tokens:
+    # forward = 1 + 0.1·3 + 0.01·11 = 1.41 and 1 + 0.4 + 0.14 = 1.54; n-gram drafting 10 % of
+    # that; 0.5 overhead per step; prefill = 1 + 0.1·10 = 2 plus 0.5 overhead.
+    sd = predict_paper(oracle_plan(), COST, COST.drafting_for("ngram"), 1)
+    latency = 2.5 + (1.41 + 0.141 + 0.5) + (1.54 + 0.154 + 0.5)
+    assert sd.throughput == pytest.approx(8 / latency)
+    assert sd.time_split == pytest.approx({"prefill": 2.5, "drafting": 0.295, "verification": 2.95, "overhead": 1.0})
+    # Without SD: 7 steps at pos 1..7, forward = 1.2 + 0.01·pos, plus overheads and prefill.
+    base = predict_paper(baseline_plan([8], [10]), COST, None, 1)
+    assert base.throughput == pytest.approx(8 / (2.5 + 7 * 1.2 + 0.01 * 28 + 7 * 0.5))
+
+
+def test_paper_mode_hand_computed_batch_two():
+    # Two copies: every step verifies and caches twice as many tokens.
+    sd = predict_paper(oracle_plan(), COST, COST.drafting_for("ngram"), 2)
+    latency = (3.0 + 0.5) + (1.82 + 0.182 + 0.5) + (2.08 + 0.208 + 0.5)
+    assert sd.throughput == pytest.approx(16 / latency)
+
+
+def test_model_drafting_is_charged_on_every_step():
+    sd = predict_paper(oracle_plan(np.ones(4, dtype=np.int32)), COST, COST.drafting_for("eagle"), 1)
+    assert sd.time_split["drafting"] == pytest.approx(3 * 0.2)
+    lookup = predict_paper(oracle_plan(np.ones(4, dtype=np.int32)), COST, COST.drafting_for("ngram"), 1)
+    assert lookup.time_split["drafting"] == 0.0  # proposing nothing costs no lookup
+
+
+def test_admission_is_fifo_into_free_slots():
+    assert admission_iterations(np.array([3, 1, 2, 2]), 2).tolist() == [0, 0, 1, 3]
+    assert admission_iterations(np.array([0, 2]), 1).tolist() == [0, 0]
+
+
+def test_mixed_mode_hand_computed_two_requests_one_slot():
+    plan = make_plan([ACC, ACC], [10, 10], parse_policy("oracle"), k_max=20)
+    mixed = predict_mixed(plan, COST, COST.drafting_for("ngram"), 1)
+    alone = predict_paper(oracle_plan(), COST, COST.drafting_for("ngram"), 1)
+    # One slot: the requests run back to back, so the makespan is twice one request's latency.
+    assert mixed.throughput == pytest.approx(alone.throughput)
+    assert mixed.latency_per_token == pytest.approx(alone.latency_per_token)
+
+
+def test_mixed_mode_two_slots_share_steps():
+    plan = make_plan([ACC, ACC], [10, 10], parse_policy("oracle"), k_max=20)
+    mixed = predict_mixed(plan, COST, COST.drafting_for("ngram"), 2)
+    together = predict_paper(oracle_plan(), COST, COST.drafting_for("ngram"), 2)
+    assert mixed.throughput == pytest.approx(together.throughput)  # 2·G / the same latency
+
+
+acc_strategy = st.lists(st.integers(1, 6), min_size=2, max_size=60)
+coef = st.floats(0.0, 2.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(acc=acc_strategy, prompt_len=st.integers(1, 50), b=st.sampled_from([1, 4, 16]),
+       policy=st.sampled_from(["fixed:1", "fixed:3", "adaptive", "oracle"]))
+def test_mixed_with_one_slot_equals_paper_with_batch_one(acc, prompt_len, b, policy):
+    """Exact condition: a single request (or per-request latencies); B = 1 in both modes."""
+    r = record(acc, prompt_len, draft_len=[5] * len(acc))
+    config = dict(batch_sizes=(1,), sample=None)
+    paper = simulate([r], ["ngram"], [policy], COST, SimConfig(mode="paper", **config))[0]
+    mixed = simulate([r], ["ngram"], [policy], COST, SimConfig(mode="mixed", **config))[0]
+    assert mixed.speedup == pytest.approx(paper.speedup)
+    assert mixed.latency_per_token == pytest.approx(paper.latency_per_token)
+
+
+@settings(max_examples=60, deadline=None)
+@given(g=st.integers(2, 80), k=st.integers(1, 8), b=st.sampled_from([1, 8, 64]),
+       c_tok=st.floats(1e-4, 1.0), c_kv=coef, c_fixed=coef,
+       mode=st.sampled_from(["paper", "mixed"]), proposer=st.sampled_from(["ngram", "eagle"]))
+def test_all_ones_acceptance_makes_every_fixed_k_slower(g, k, b, c_tok, c_kv, c_fixed, mode, proposer):
+    """Exact condition: the proposer offers k tokens at every step (draft_len ≥ k, or a model
+    drafter) and verifying more tokens costs more (c_tok > 0). Without SD the steps are the
+    same; with SD each verifies k extra tokens and may pay drafting."""
+    cost = LinearCostModel("p", c_fixed, c_tok, c_kv, 0.1, COST.drafting)
+    r = record(np.ones(g), 7, proposer=proposer, draft_len=[k] * g)
+    (row,) = simulate([r], [proposer], [f"fixed:{k}"], cost, SimConfig(mode=mode, batch_sizes=(b,)))
+    assert row.speedup < 1.0
+
+
+def consistent_trace(draw_values, g):
+    """acc[i+1] ≥ acc[i] − 1 and acc[i] ≤ G − 1 − i: a run accepted at one position stays
+    accepted one later, and nothing is emitted past the end (the step reading acc[i] starts
+    with i + 1 tokens generated)."""
+    acc = []
+    for p, value in enumerate(draw_values[:g]):
+        low = max(1, acc[-1] - 1) if acc else 1
+        acc.append(min(max(value, low), max(1, g - 1 - p)))
+    return np.asarray(acc, dtype=np.int32)
+
+
+@settings(max_examples=80, deadline=None)
+@given(values=st.lists(st.integers(1, 8), min_size=3, max_size=80), k=st.integers(1, 6),
+       b=st.sampled_from([1, 8, 32]), c_tok=coef, c_fixed=st.floats(1e-3, 2.0),
+       mode=st.sampled_from(["paper", "mixed"]), proposer=st.sampled_from(["ngram", "eagle"]))
+def test_oracle_beats_every_fixed_k(values, k, b, c_tok, c_fixed, mode, proposer):
+    """Exact condition: the trace is suffix-consistent (see consistent_trace), the cached-token
+    cost is zero (c_kv = 0) and drafting does not grow with k. Then the oracle is never behind a
+    fixed-k walk, needs no more steps, and verifies no more tokens in total. (Without suffix
+    consistency, a long oracle jump can land on a poor position and lose: see the next test.)"""
+    acc = consistent_trace(values, len(values))
+    cost = LinearCostModel("p", c_fixed, c_tok, 0.0, 0.1, COST.drafting)
+    r = record(acc, 5, proposer=proposer, draft_len=[20] * len(acc))
+    rows = simulate([r], [proposer], ["oracle", f"fixed:{k}"], cost, SimConfig(mode=mode, batch_sizes=(b,)))
+    oracle, fixed = rows
+    assert oracle.speedup >= fixed.speedup * (1 - 1e-9)
+
+
+def test_oracle_can_lose_without_suffix_consistency():
+    # pos 1 emits 4 (the oracle jumps to 5, where only 1 is emitted); fixed:2 stops at 4, where
+    # 3 are emitted, and reaches G = 7 in two steps instead of three.
+    acc = np.array([4, 1, 1, 3, 1, 1, 1], dtype=np.int32)
+    r = record(acc, 5, draft_len=[20] * 7)
+    cost = LinearCostModel("p", 1.0, 0.0, 0.0, 0.0, COST.drafting)
+    oracle, fixed = simulate([r], ["ngram"], ["oracle", "fixed:2"], cost, SimConfig(mode="paper", batch_sizes=(1,)))
+    assert oracle.speedup < fixed.speedup
+
+
+@settings(max_examples=40, deadline=None)
+@given(acc=acc_strategy, factor=st.floats(1e-3, 1e3), mode=st.sampled_from(["paper", "mixed"]),
+       policy=st.sampled_from(["fixed:2", "adaptive", "oracle"]), proposer=st.sampled_from(["ngram", "eagle"]))
+def test_scaling_every_cost_leaves_speedup_unchanged(acc, factor, mode, policy, proposer):
+    """Exact: every time is linear in the coefficients (n-gram drafting is a fraction)."""
+    r = record(acc, 9, proposer=proposer)
+    config = SimConfig(mode=mode, batch_sizes=(1, 8), guess_no_match=False)
+    base = simulate([r], [proposer], [policy], COST, config)
+    scaled = simulate([r], [proposer], [policy], COST.scaled(factor), config)
+    for a, b in zip(base, scaled):
+        assert b.speedup == pytest.approx(a.speedup, rel=1e-9)
+
+
+def test_combined_takes_the_longer_acc_len_over_the_common_length():
+    r = TraceRecord("c", np.arange(4), np.arange(6), {
+        "ngram": ProposerTrace(np.array([1, 4, 1, 1, 1, 1], dtype=np.int32)),
+        "eagle": ProposerTrace(np.array([2, 1, 1, 1, 1], dtype=np.int32)),
+    }, k_max=20, dataset="d")
+    plan = make_plan([np.maximum(r.acc_len("ngram")[:5], r.acc_len("eagle"))], [4], parse_policy("oracle"), 20)
+    assert plan.pos.tolist() == [1, 3, 4] and plan.emitted.tolist() == [2, 1, 1]
+    (row,) = simulate([r], ["combined"], ["oracle-combined:ngram+eagle"], COST, SimConfig(batch_sizes=(1,)))
+    assert row.mean_acceptance_length == pytest.approx(4 / 3)
+
+
+def test_replay_statistics():
+    (row,) = simulate([record(ACC, draft_len=[20] * 8)], ["ngram"], ["fixed:3"], COST, SimConfig(batch_sizes=(1,)))
+    # Steps propose 3 and 3 drafts, emit 3 and 4: α = (2 + 3) / 6, τ = 7 / 2.
+    assert row.acceptance_rate == pytest.approx(5 / 6)
+    assert row.mean_acceptance_length == pytest.approx(3.5)

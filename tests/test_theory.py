@@ -1,0 +1,44 @@
+"""The closed-form bound, pinned on hand-computed values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specscope.cli import main
+from specscope.costmodel.linear import H100_LLAMA31_8B
+from specscope.theory.bound import estimate_alpha, estimate_c, expected_speedup, optimal_k
+
+
+def test_expected_speedup_hand_values():
+    assert expected_speedup(0.5, 1, 0.0) == pytest.approx(1.5)  # (1 − 0.25) / 0.5
+    assert expected_speedup(0.5, 2, 0.1) == pytest.approx(1.75 / 1.2)
+    assert expected_speedup(1.0, 3, 0.1) == pytest.approx(4 / 1.3)  # the α → 1 limit
+    assert expected_speedup(0.0, 4, 0.0) == pytest.approx(1.0)
+
+
+def test_optimal_k():
+    k, value = optimal_k(0.8, 0.1)
+    values = [float(expected_speedup(0.8, k, 0.1)) for k in range(21)]
+    assert k == int(np.argmax(values)) and value == pytest.approx(max(values))
+    assert optimal_k(0.1, 0.5)[0] == 0  # SD cannot pay off
+
+
+def test_estimate_alpha_truncated_geometric_mle():
+    # accepted drafts a = [0, 2, 20] with k_max = 20: Σa = 22 successes, 2 failures (a < 20).
+    assert estimate_alpha([np.array([1, 3, 21])], 20) == pytest.approx(22 / 24)
+
+
+def test_estimate_c_from_the_paper_model():
+    # One request, 1000 cached tokens, k = 3: EAGLE step / (3 × plain forward).
+    drafting = 2.37768493e-09 * 1000 + 8.41429603e-07 * 4 + 2.13526175e-03
+    plain = 3.92645679e-08 * 1000 + 2.10103129e-05 + 5.88590713e-03
+    assert estimate_c(H100_LLAMA31_8B, "eagle", 3, 1, 1000) == pytest.approx(drafting / (3 * plain))
+
+
+def test_bound_cli(capsys):
+    assert main(["bound", "--alpha", "0.7", "--c", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "E[speedup]" in out and "2.35" in out
+    assert main(["bound", "--alpha", "1.5", "--c", "0.05"]) == 2
+    assert main(["bound"]) == 2

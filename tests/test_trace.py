@@ -1,0 +1,109 @@
+"""Trace schema, both readers, the length repair and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specscope.cli import main
+from specscope.errors import SpecscopeError
+from specscope.trace import ProposerTrace, TraceRecord, load_traces
+from specscope.trace.load import write_traces
+
+
+def write_lines(path, objects):
+    path.write_text("".join((o if isinstance(o, str) else json.dumps(o)) + "\n" for o in objects))
+    return path
+
+
+def bench_record(i=0, generated=(5, 6, 7, 8), ngram=(1, 2, 1, 1), eagle=(2, 1, 3, 1)):
+    return {"id": str(i), "prompt_token_ids": [1, 2, 3], "generated_token_ids": list(generated),
+            "acc_ngram": {"acc_len": list(ngram)}, "acc_eagle": {"acc_len": list(eagle)}}
+
+
+def test_specdecode_bench_format_is_detected(tmp_path):
+    records, (report,) = load_traces([write_lines(tmp_path / "gsm8k.jsonl", [bench_record()])])
+    (record,) = records
+    assert report.format == "specdecode-bench" and report.mismatched_records == 0
+    assert record.dataset == "gsm8k"
+    assert sorted(record.proposers) == ["eagle", "ngram"]
+    assert record.acc_len("eagle").tolist() == [2, 1, 3, 1]
+    assert (record.prompt_len, record.output_len) == (3, 4)
+
+
+def test_own_schema_round_trips(tmp_path):
+    record = TraceRecord(
+        id="a", prompt_token_ids=np.array([1, 2]), output_token_ids=np.array([3, 4, 5]),
+        proposers={"ngram": ProposerTrace(np.array([1, 2, 1], dtype=np.int32), np.array([0, 3, 3], dtype=np.int32)),
+                   "eagle": ProposerTrace(np.array([2, 1, 1], dtype=np.int32), None,
+                                          np.array([[0.5, 0.25], [0.1, 0.0], [0.9, 0.8]], dtype=np.float32))},
+        k_max=3, dataset="demo",
+    )
+    path = tmp_path / "t.jsonl"
+    write_traces(path, [record])
+    (back,), (report,) = load_traces([path])
+    assert report.format == "specscope"
+    assert back.id == "a" and back.dataset == "demo" and back.k_max == 3
+    assert back.proposers["ngram"].draft_len.tolist() == [0, 3, 3]
+    assert np.allclose(back.proposers["eagle"].draft_prob, [[0.5, 0.25], [0.1, 0.0], [0.9, 0.8]])
+
+
+def test_length_mismatch_common_prefix_is_counted(tmp_path):
+    lines = [bench_record(0), bench_record(1, eagle=(2, 1)), bench_record(2, eagle=(2, 1, 1, 1, 1, 1))]
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    records, (report,) = load_traces([path])
+    assert report.mismatched_records == 2
+    assert report.mismatches_by_proposer == {"eagle": 2}
+    assert report.dropped_positions == 2 + 2  # record 1 loses 2 output positions, record 2 two acc_len entries
+    assert [r.output_len for r in records] == [4, 2, 4]
+    assert all(len(t.acc_len) == r.output_len for r in records for t in r.proposers.values())
+    assert "2 of 3 records" in report.summary()
+    own, (own_report,) = load_traces([path], lengths="own")
+    assert [len(r.acc_len("eagle")) for r in own] == [4, 2, 6]
+    assert own_report.dropped_positions == 0 and own_report.mismatched_records == 2
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", "t.jsonl:2: invalid JSON"),
+    (json.dumps({"id": "x", "generated_token_ids": [1]}), "t.jsonl:2: field 'acc_ngram': missing"),
+    (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [1, 2],
+                 "acc_ngram": {"acc_len": [1, "2"]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected a list of integers"),
+    (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [1, 2],
+                 "acc_ngram": {"acc_len": [1, 0]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected values >= 1"),
+    (json.dumps({"id": "x", "k_max": 2, "prompt_token_ids": [1], "generated_token_ids": [1, 2],
+                 "acc_ngram": {"acc_len": [1, 4]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected values <= k_max + 1 = 3"),
+    (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [],
+                 "acc_ngram": {"acc_len": []}}), "t.jsonl:2: field 'generated_token_ids': empty output"),
+    (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": "abc",
+                 "acc_ngram": {"acc_len": [1]}}), "t.jsonl:2: field 'generated_token_ids': expected a list of integers"),
+    (json.dumps([1, 2]), "t.jsonl:2: expected a JSON object"),
+])
+def test_bad_input_names_file_line_and_field(tmp_path, line, message):
+    path = write_lines(tmp_path / "t.jsonl", [bench_record(), line])
+    with pytest.raises(SpecscopeError) as error:
+        load_traces([path])
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_cli_reports_bad_input_in_one_line(tmp_path, capsys):
+    path = write_lines(tmp_path / "t.jsonl", [bench_record(), "{oops"])
+    assert main(["traces", "inspect", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specscope: error:") and "t.jsonl:2" in err and "\n" not in err
+    assert main(["simulate", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_inspect_and_convert(tmp_path, capsys):
+    path = write_lines(tmp_path / "t.jsonl", [bench_record(0), bench_record(1, eagle=(2, 1))])
+    assert main(["traces", "inspect", "--format", "json", str(path)]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)
+    assert summary["requests"] == 2 and summary["positions"] == 8
+    assert summary["mismatched_records"] == 1 and summary["proposers"] == ["eagle", "ngram"]
+    assert summary["mean_prompt_len"] == 3.0 and summary["k_max"] is None
+    out = tmp_path / "converted.jsonl"
+    assert main(["traces", "convert", str(path), "-o", str(out), "--k-max", "20"]) == 0
+    records, (report,) = load_traces([out])
+    assert report.format == "specscope" and records[0].k_max == 20 and records[1].output_len == 2
