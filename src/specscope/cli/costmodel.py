@@ -18,6 +18,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("name", help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     show.add_argument("--format", choices=("table", "json"), default="table")
     show.set_defaults(run=run_show)
+    fit = verbs.add_parser("fit", help="fit the linear cost model to measured step records")
+    fit.add_argument("records", nargs="+", metavar="RECORDS", help="step records (JSON Lines) of engine runs")
+    fit.add_argument("-o", "--output", required=True, help="write the fitted model (JSON) here")
+    fit.add_argument("--name", default=None, help="name of the fitted model (default: the output's stem)")
+    fit.set_defaults(run=run_fit)
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -35,4 +40,21 @@ def run_show(args: argparse.Namespace) -> int:
     rows = [[f"kv={kv}", *[f"{1e3 * t:.2f}" for t in cost.forward_time(np.array(batched), np.full(len(batched), kv))]]
             for kv in kvs]
     print_table(f"target forward time (ms) of {cost.name}", ["cached tokens", *[f"{b} tok" for b in batched]], rows)
+    return 0
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from specscope.analysis.timesplit import read_steps
+    from specscope.cli._common import atomic_write_text
+    from specscope.costmodel.fit import fit_linear
+
+    output = Path(args.output)
+    model, quality = fit_linear(read_steps(args.records), name=args.name or output.stem)
+    atomic_write_text(output, json.dumps(model.describe(), indent=1) + "\n")
+    print(json.dumps(model.describe(), indent=1))
+    print(f"forward fit over {quality.points} points: median relative error "
+          f"{100 * quality.median_rel_error:.1f} %, 90th percentile {100 * quality.p90_rel_error:.1f} %")
+    print(f"wrote {output}")
     return 0

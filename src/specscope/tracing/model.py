@@ -1,0 +1,74 @@
+"""Teacher-forced acceptance of a model proposer (draft model, EAGLE, EAGLE-3, MTP).
+
+The proposer is driven through the same protocol the engine uses
+(:mod:`specscope.proposers.base`), so the trace measures exactly what the engine would do:
+after the prompt's prefill, at every output position i (the newest token is output[i], its
+position P + i), the proposer proposes k_max tokens; ``acc_len[i]`` = 1 + how many of them
+agree with the target's greedy continuation output[i+1:], ``draft_len[i]`` = how many it
+offered. Then the target runs over output[i] alone, the proposer observes that pass (one
+committed token) and the walk moves to i + 1. Requests of a batch advance together, one
+position per iteration; a request leaves the batch when its output is done.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from specscope.engine.kv_cache import KVCache
+from specscope.engine.model import Transformer
+from specscope.engine.sampling import BatchSampling, SamplingParams
+from specscope.engine.step import prefill
+from specscope.proposers.base import ProposeInput, Proposer, TargetPass
+from specscope.trace.schema import ProposerTrace
+
+
+def agreeing_prefix(proposal: Sequence[int], truth: Sequence[int]) -> int:
+    """How many leading tokens of ``proposal`` equal ``truth``."""
+    count = 0
+    for drafted, true in zip(proposal, truth):
+        if drafted != true:
+            break
+        count += 1
+    return count
+
+
+@torch.no_grad()
+def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequence[int]],
+                 outputs: Sequence[Sequence[int]], k_max: int) -> list[ProposerTrace]:
+    """Trace ``proposer`` on a batch of requests (at most the proposer's max batch size)."""
+    batch = len(prompts)
+    capacity = max(len(p) + len(o) for p, o in zip(prompts, outputs)) + k_max + 1
+    cache = KVCache(target.config, batch, capacity, target.dtype, target.device)
+    generators = [torch.Generator(device=target.device) for _ in range(batch)]
+    greedy = [SamplingParams()] * batch
+    slots = list(range(batch))
+    prefill(target, cache, proposer, slots, [list(p) for p in prompts], BatchSampling(greedy, generators, target.device))
+    acc_len = [np.ones(len(o), dtype=np.int32) for o in outputs]
+    draft_len = [np.zeros(len(o), dtype=np.int32) for o in outputs]
+    for i in range(max(len(o) for o in outputs)):
+        rows = [r for r in slots if i < len(outputs[r])]
+        positions = [len(prompts[r]) + i for r in rows]
+        histories = [list(prompts[r]) + list(outputs[r][: i + 1]) for r in rows]
+        last = torch.tensor([outputs[r][i] for r in rows], device=target.device)  # [rows]
+        sampling = BatchSampling([greedy[r] for r in rows], [generators[r] for r in rows], target.device)
+        proposal = proposer.propose(ProposeInput(rows, last, torch.tensor(positions, device=target.device),
+                                                 histories, k_max, sampling))
+        offered, drafted = proposal.draft_len.tolist(), proposal.tokens.tolist()
+        for row, r in enumerate(rows):
+            truth = outputs[r][i + 1 : i + 1 + offered[row]]
+            acc_len[r][i] = 1 + agreeing_prefix(drafted[row][: offered[row]], truth)
+            draft_len[r][i] = offered[row]
+        tokens = last[:, None]  # [rows, 1]: teacher forcing commits exactly one token
+        position_tensor = torch.tensor(positions, device=target.device)[:, None]  # [rows, 1]
+        _, aux = target(tokens, position_tensor, cache, rows, kv_len=max(positions) + 1,
+                        hidden_layers=proposer.hidden_layers)
+        for r, pos in zip(rows, positions):
+            cache.lengths[r] = pos + 1
+        proposer.observe(TargetPass(rows, tokens, positions, [1] * len(rows), aux, prefill=False))
+        for r in rows:
+            if i + 1 == len(outputs[r]):
+                proposer.release(r)
+    return [ProposerTrace(acc_len=a, draft_len=d) for a, d in zip(acc_len, draft_len)]

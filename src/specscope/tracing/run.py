@@ -1,0 +1,131 @@
+"""Collect traces for a workload: greedy outputs once, then every proposer teacher-forced.
+
+Resumable per request: records are appended to the output file (flushed and fsynced) as each
+batch finishes; a rerun reads the ids already there and traces only the rest. A trailing line
+left half-written by a killed run is dropped (it is redone), never silently kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from specscope.errors import SpecscopeError
+from specscope.progress import LazyProgress
+from specscope.trace.load import parse_record
+from specscope.trace.schema import TraceRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ProposerSpec:
+    """``ngram`` or ``METHOD=DIR`` (draft model or head checkpoint) from the command line."""
+
+    name: str
+    path: Path | None = None
+
+    @classmethod
+    def parse_list(cls, text: str) -> list["ProposerSpec"]:
+        specs = []
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            name, _, path = part.partition("=")
+            if name != "ngram" and not path:
+                raise SpecscopeError(f"--proposers: {part!r}: expected METHOD=DIR for model proposers")
+            specs.append(cls(name, Path(path) if path else None))
+        if not specs:
+            raise SpecscopeError("--proposers: expected at least one proposer")
+        return specs
+
+
+def done_ids(path: Path) -> set[str]:
+    """Ids of complete records in ``path``; truncates a half-written last line."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    if keep < len(data):
+        log.warning("%s: dropping a half-written last line (it will be traced again)", path)
+        with path.open("r+b") as handle:
+            handle.truncate(keep)
+    ids = set()
+    for number, line in enumerate(data[:keep].decode("utf-8").splitlines(), start=1):
+        if line.strip():
+            try:
+                record, _ = parse_record(json.loads(line), path, number)
+            except json.JSONDecodeError as error:
+                raise SpecscopeError(f"{path}:{number}: invalid JSON ({error.msg}); not a trace file to resume") from None
+            ids.add(record.id)
+    return ids
+
+
+def append_records(path: Path, records: Sequence[TraceRecord]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        for record in records:
+            handle.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def batches(items: Sequence, size: int) -> Iterator[Sequence]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequence, output: Path,
+                   k_max: int = 20, max_tokens: int = 256, batch_size: int = 8, dataset: str | None = None,
+                   min_n: int = 3, max_n: int = 7, dtype: str = "float32", device: str = "cpu") -> int:
+    """Trace ``requests`` (objects with ``id`` and ``prompt_token_ids``); returns records written."""
+    import numpy as np
+
+    from specscope.engine.loading import load_eos_token_ids, load_model, parse_dtype, resolve_device
+    from specscope.engine.runner import Engine
+    from specscope.proposers import ProposerConfig, create_proposer
+    from specscope.tracing.model import model_traces
+    from specscope.tracing.ngram import ngram_trace
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    finished = done_ids(output)
+    todo = [r for r in requests if r.id not in finished]
+    if finished:
+        log.info("%s: %d requests already traced, %d to go", output, len(finished), len(todo))
+    if not todo:
+        return 0
+    target = load_model(model_dir, parse_dtype(dtype), resolve_device(device))
+    max_seq_len = max(len(r.prompt_token_ids) for r in todo) + max_tokens
+    generator = Engine(target, None, 1, batch_size, max_seq_len, load_eos_token_ids(model_dir))
+    proposers = {
+        spec.name: create_proposer(ProposerConfig(spec.name, k_max, batch_size,
+                                                  Engine.cache_capacity(max_seq_len, k_max), spec.path), target)
+        for spec in specs if spec.name != "ngram"
+    }
+    written = 0
+    with LazyProgress("tracing requests", len(todo)) as bar:
+        for chunk in batches(todo, batch_size):
+            outputs: dict[str, list[int]] = {r.id: [] for r in chunk}
+            for r in chunk:
+                generator.add_request(r.id, list(r.prompt_token_ids), max_tokens)
+            while generator.num_running():
+                for step in generator.step():
+                    outputs[step.request_id].extend(step.new_token_ids)
+            prompts = [list(r.prompt_token_ids) for r in chunk]
+            outs = [outputs[r.id] for r in chunk]
+            traces: dict[str, list] = {}
+            for spec in specs:
+                if spec.name == "ngram":
+                    traces["ngram"] = [ngram_trace(p, o, k_max, min_n, max_n) for p, o in zip(prompts, outs)]
+                else:
+                    traces[spec.name] = model_traces(target, proposers[spec.name], prompts, outs, k_max)
+            records = [
+                TraceRecord(r.id, np.asarray(p), np.asarray(o), {name: traces[name][i] for name in traces},
+                            k_max=k_max, dataset=dataset)
+                for i, (r, p, o) in enumerate(zip(chunk, prompts, outs))
+            ]
+            append_records(output, records)
+            written += len(records)
+            bar.advance(len(chunk))
+    return written

@@ -1,0 +1,57 @@
+"""Fitting the linear cost model to step records recovers the model that made them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from specscope.cli import main
+
+
+def step(i, method, k, batch, kv, verify, draft=0.0, prefill_tokens=0, prefill=0.0):
+    return {"step": i, "method": method, "k": k, "batch_size": batch, "tokens_verified": batch * (k + 1),
+            "tokens_emitted": [1] * batch, "draft_s": draft, "verify_s": verify, "sample_s": 0.0002,
+            "overhead_s": 0.0008, "kv_tokens": kv, "prefill_tokens": prefill_tokens, "prefill_s": prefill}
+
+
+def synthetic_records(path):
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(60):
+        batch, kv, k = int(rng.integers(1, 9)), int(rng.integers(0, 5000)), int(rng.integers(1, 5))
+        forward = lambda tokens, cached: 0.002 + 1e-4 * tokens + 2e-7 * cached  # noqa: E731
+        lines.append(step(i, "none", 0, batch, kv, forward(batch, kv), prefill_tokens=50 if i % 10 == 0 else 0,
+                          prefill=forward(50, 0) if i % 10 == 0 else 0.0))
+        verify = forward(batch * (k + 1), kv)
+        lines.append(step(i, "ngram", k, batch, kv, verify, draft=0.01 * verify))
+        lines.append(step(i, "draft", k, batch, kv, verify, draft=0.001 + 3e-5 * (k + 1) + 1e-8 * kv))
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+
+
+def test_fit_recovers_the_generating_model(tmp_path, capsys):
+    records, out = tmp_path / "steps.jsonl", tmp_path / "fitted.json"
+    synthetic_records(records)
+    assert main(["costmodel", "fit", str(records), "-o", str(out)]) == 0
+    model = json.loads(out.read_text())
+    assert model["forward"]["c_fixed"] == pytest.approx(0.002, rel=1e-6)
+    assert model["forward"]["c_tok"] == pytest.approx(1e-4, rel=1e-6)
+    assert model["forward"]["c_kv"] == pytest.approx(2e-7, rel=1e-6)
+    assert model["overhead_s"] == pytest.approx(0.001)
+    assert model["drafting"]["ngram"] == {"kind": "fraction", "ratio": pytest.approx(0.01)}
+    draft = model["drafting"]["draft"]
+    assert (draft["c_fixed"], draft["c_tok"], draft["c_kv"]) == (
+        pytest.approx(0.001, rel=1e-6), pytest.approx(3e-5, rel=1e-6), pytest.approx(1e-8, rel=1e-5))
+    assert "median relative error 0.0 %" in capsys.readouterr().out
+    # The fitted file is a cost model the simulator accepts.
+    from specscope.costmodel.registry import resolve_cost_model
+    assert resolve_cost_model(str(out)).drafting_for("draft").c_kv == pytest.approx(1e-8, rel=1e-5)
+
+
+def test_fit_refuses_bad_records(tmp_path, capsys):
+    bad = tmp_path / "steps.jsonl"
+    bad.write_text(json.dumps(step(0, "none", 0, 1, 0, 0.01)) + "\n{\n")
+    assert main(["costmodel", "fit", str(bad), "-o", str(tmp_path / "m.json")]) == 2
+    assert "steps.jsonl:2: invalid JSON" in capsys.readouterr().err
+    assert not (tmp_path / "m.json").exists()
