@@ -1,0 +1,53 @@
+"""The measured (α, c) of each dataset × proposer, placed on the closed-form bound.
+
+α is :func:`specscope.theory.bound.estimate_alpha` over the dataset's acc_len traces (with the
+declared k_max, else the largest observed acc_len − 1); c is
+:func:`specscope.theory.bound.estimate_c` from the cost model at ``batch_size`` requests each
+proposing ``k`` tokens, with the dataset's typical context: mean prompt length + half the mean
+output length. The optimum is :func:`specscope.theory.bound.optimal_k` up to that k_max.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from specscope.analysis.acceptance import by_dataset, k_max_of, proposer_names
+from specscope.costmodel.base import CostModel
+from specscope.theory.bound import estimate_alpha, estimate_c, optimal_k
+from specscope.trace.schema import TraceRecord
+
+
+@dataclass
+class BoundPoint:
+    dataset: str
+    proposer: str
+    alpha: float
+    c: float
+    k_max: int
+    batch_size: int
+    context_len: float
+    best_k: int
+    best_speedup: float
+
+    def flat(self) -> dict:
+        return asdict(self)
+
+
+def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Sequence[str],
+                 batch_size: int, k: int) -> list[BoundPoint]:
+    """One point per dataset × proposer (of ``proposers``) present in the records."""
+    points = []
+    for dataset, members in by_dataset(records).items():
+        context = float(np.mean([r.prompt_len + r.output_len / 2 for r in members]))
+        for proposer in proposer_names(members):
+            if proposer not in proposers:
+                continue
+            k_max = k_max_of(members, proposer)
+            alpha = estimate_alpha([r.acc_len(proposer) for r in members if proposer in r.proposers], k_max)
+            c = estimate_c(cost, proposer, k, batch_size, context)
+            best_k, best = optimal_k(alpha, c, k_max)
+            points.append(BoundPoint(dataset, proposer, alpha, c, k_max, batch_size, context, best_k, best))
+    return points

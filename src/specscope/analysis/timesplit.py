@@ -1,0 +1,158 @@
+"""Where step time goes: drafting, verification, overhead (and prefill), predicted and measured.
+
+Predicted: the simulator's :attr:`SimRow.time_split` (seconds per phase summed over the run).
+Measured: per-step records of an engine run, JSON Lines, one step a line::
+
+    {"step": 0, "method": "eagle", "k": 3, "batch_size": 8, "tokens_verified": 32,
+     "tokens_emitted": [2, 4, 1, ...], "draft_s": 0.002, "verify_s": 0.011, "sample_s": 0.0004,
+     "overhead_s": 0.0011, "kv_tokens": 5120, "prefill_tokens": 0, "prefill_s": 0.0}
+
+A step's ``batch_size`` is the number of requests running in that step, which varies as
+requests finish and are admitted. So the reader cuts the records into runs — a run starts at
+the top of each file and wherever ``step`` does not increase or ``method``/``k`` change — and
+labels each run with its peak ``batch_size`` (the batch size it was configured with, when it
+had enough requests). The measured split sums, per method × k × peak batch size over all
+matching runs: ``prefill`` = prefill_s, ``drafting`` = draft_s, ``verification`` = verify_s,
+``overhead`` = sample_s + overhead_s (the simulator's overhead covers sampling too);
+``sampling`` is also kept apart. Shares are phase / total. Runs without SD (method
+:data:`NO_SD`) are listed with k = 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specscope.errors import SpecscopeError
+from specscope.sim.grid import SimRow
+
+PHASES = ("prefill", "drafting", "verification", "overhead")
+NO_SD = "none"  # the engine's method name for a run without speculative decoding
+_INT_FIELDS = ("step", "k", "batch_size", "tokens_verified", "kv_tokens", "prefill_tokens")
+_TIME_FIELDS = ("draft_s", "verify_s", "sample_s", "overhead_s", "prefill_s")
+
+
+@dataclass
+class MeasuredStep:
+    """One engine step (fields as in the JSON line; times in seconds); ``run`` numbers the run
+    the reader found it in (see the module docstring)."""
+
+    run: int
+    step: int
+    method: str
+    k: int
+    batch_size: int
+    tokens_verified: int
+    tokens_emitted: list[int]
+    draft_s: float
+    verify_s: float
+    sample_s: float
+    overhead_s: float
+    kv_tokens: int
+    prefill_tokens: int
+    prefill_s: float
+
+
+def _parse_step(obj: object, where: str, run: int) -> MeasuredStep:
+    if not isinstance(obj, dict):
+        raise SpecscopeError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    values: dict = {"run": run}
+    for name in ("method", *_INT_FIELDS, *_TIME_FIELDS, "tokens_emitted"):
+        if name not in obj:
+            raise SpecscopeError(f"{where}: field '{name}': missing")
+    if not isinstance(obj["method"], str) or not obj["method"]:
+        raise SpecscopeError(f"{where}: field 'method': expected a non-empty string")
+    values["method"] = obj["method"]
+    for name in _INT_FIELDS:
+        value = obj[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecscopeError(f"{where}: field '{name}': expected an integer >= 0, got {value!r}")
+        values[name] = value
+    for name in _TIME_FIELDS:
+        value = obj[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise SpecscopeError(f"{where}: field '{name}': expected seconds >= 0, got {value!r}")
+        values[name] = float(value)
+    emitted = obj["tokens_emitted"]
+    if not isinstance(emitted, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in emitted):
+        raise SpecscopeError(f"{where}: field 'tokens_emitted': expected a list of integers >= 0")
+    values["tokens_emitted"] = emitted
+    return MeasuredStep(**values)
+
+
+def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
+    """Every step of every file (blank lines skipped); errors name file:line and field."""
+    steps: list[MeasuredStep] = []
+    for path in paths:
+        path = Path(path)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except OSError as error:
+            raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
+        except UnicodeDecodeError as error:
+            raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+        before = len(steps)
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise SpecscopeError(f"{path}:{number}: invalid JSON ({error.msg}, column {error.colno})") from None
+            run = steps[-1].run if steps else -1
+            step = _parse_step(obj, f"{path}:{number}", run)
+            previous = steps[-1] if len(steps) > before else None
+            if previous is None or step.step <= previous.step or (step.method, step.k) != (previous.method, previous.k):
+                step.run = run + 1
+            steps.append(step)
+        if len(steps) == before:
+            raise SpecscopeError(f"{path}: no step records found")
+    return steps
+
+
+def _shares(seconds: dict[str, float]) -> dict[str, float]:
+    total = sum(seconds[p] for p in PHASES)
+    return {f"{p}_share": (seconds[p] / total if total else 0.0) for p in PHASES}
+
+
+def predicted_split(rows: Sequence[SimRow]) -> list[dict]:
+    """One row per simulated cell: seconds and share of each phase."""
+    out = []
+    for row in rows:
+        seconds = {p: float(row.time_split.get(p, 0.0)) for p in PHASES}
+        out.append({"source": "predicted", "dataset": row.dataset, "method": row.acc,
+                    "policy": row.policy, "batch_size": row.batch_size,
+                    **{f"{p}_s": v for p, v in seconds.items()}, **_shares(seconds)})
+    return out
+
+
+def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
+    """One row per method × k × peak batch size, in order of first appearance."""
+    runs: dict[int, list[MeasuredStep]] = {}
+    for s in steps:
+        runs.setdefault(s.run, []).append(s)
+    groups: dict[tuple[str, int, int], dict[str, float]] = {}
+    for members in runs.values():
+        method, k = members[0].method, members[0].k
+        key = (method, 0 if method == NO_SD else k, max(s.batch_size for s in members))
+        g = groups.setdefault(key, {**{p: 0.0 for p in PHASES}, "sampling": 0.0, "runs": 0, "steps": 0, "tokens": 0})
+        g["runs"] += 1
+        for s in members:
+            g["prefill"] += s.prefill_s
+            g["drafting"] += s.draft_s
+            g["verification"] += s.verify_s
+            g["overhead"] += s.sample_s + s.overhead_s
+            g["sampling"] += s.sample_s
+            g["steps"] += 1
+            g["tokens"] += sum(s.tokens_emitted)
+    out = []
+    for (method, k, batch_size), g in groups.items():
+        total = sum(g[p] for p in PHASES)
+        out.append({"source": "measured", "method": method, "k": k, "batch_size": batch_size,
+                    "runs": int(g["runs"]), "steps": int(g["steps"]), "tokens_emitted": int(g["tokens"]),
+                    "tokens_per_s": g["tokens"] / total if total else 0.0,
+                    **{f"{p}_s": g[p] for p in PHASES}, "sampling_s": g["sampling"], **_shares(g)})
+    return out

@@ -1,0 +1,59 @@
+"""`specscope report`: the whole study as one self-contained HTML page, PNG figures and CSV tables."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+
+from specscope.cli._common import int_list, str_list
+from specscope.report.config import ReportConfig
+from specscope.sim.grid import SimConfig
+
+DEFAULTS = ReportConfig()
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report", help="write an HTML report with every figure of the study, and the tables as CSV",
+        description="Analyse traces (acceptance statistics, position profiles, prompt/output overlap), "
+                    "simulate every proposer × policy × batch size, and write DIR/index.html (one "
+                    "self-contained file), one PNG per figure and one CSV per table.",
+    )
+    parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (JSON Lines)")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("--cost-model", default=DEFAULTS.cost_model,
+                        help=f"preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file (default {DEFAULTS.cost_model})")
+    parser.add_argument("--batch-sizes", type=int_list, default=list(DEFAULTS.sim.batch_sizes),
+                        help="default " + ",".join(map(str, DEFAULTS.sim.batch_sizes)))
+    parser.add_argument("--mode", choices=("paper", "mixed"), default=DEFAULTS.sim.mode,
+                        help=f"simulator mode (default {DEFAULTS.sim.mode})")
+    parser.add_argument("--ks", type=int_list, default=list(DEFAULTS.ks),
+                        help="fixed:k policies searched for the best one (default "
+                             + ",".join(map(str, DEFAULTS.ks)) + ")")
+    parser.add_argument("--figure-policies", type=str_list, default=list(DEFAULTS.figure_policies),
+                        help="policies drawn in the speedup figure (default "
+                             + ",".join(DEFAULTS.figure_policies) + ")")
+    parser.add_argument("--steps", action="append", default=list(DEFAULTS.steps), metavar="FILE",
+                        help="measured per-step records (JSON Lines) for the time-split figure; repeatable")
+    parser.add_argument("--measured", action="append", default=[], metavar="FILE",
+                        help="`specscope bench` JSON results: measured speedups (figure 9) and the "
+                             "measured winner per workload and batch size; repeatable")
+    parser.add_argument("--seed", type=int, default=DEFAULTS.sim.seed)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscope.analysis.measured import read_bench_results
+    from specscope.report.build import build_report
+
+    config = dataclasses.replace(
+        DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks), figure_policies=tuple(args.figure_policies),
+        steps=tuple(args.steps), measured=tuple(read_bench_results(args.measured)),
+        sim=SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed),
+    )
+    result = build_report(args.traces, args.output, config)
+    for note in result.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {result.index} ({len(result.figures)} figures, {len(result.tables)} tables)")
+    return 0

@@ -1,0 +1,59 @@
+"""`specscope study`: trace, measure, fit, simulate and report — the whole study in one command."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from specscope.cli._common import int_list
+from specscope.study.config import StudyConfig
+
+DEFAULTS_DOC = "with no --model: the bundled models and workloads"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    defaults = StudyConfig(Path("."), [], Path("."))
+    parser = subparsers.add_parser(
+        "study", help="the whole study: trace, measure, fit the cost model, simulate, report",
+        description="Traces every proposer on the workloads, measures no-SD and SD throughput with the "
+                    "reference engine, fits the linear cost model to the measured steps, simulates every "
+                    "policy, and writes DIR/index.html and DIR/fidelity.csv (simulated vs measured "
+                    f"speedup). {DEFAULTS_DOC}. Rerun the same command to resume.",
+    )
+    parser.add_argument("--model", type=Path, help="target model directory (HF format)")
+    for method in ("draft", "eagle", "eagle3", "mtp"):
+        parser.add_argument(f"--{method}", type=Path, help=f"{method} checkpoint directory")
+    parser.add_argument("--workload", type=Path, action="append", help="workload JSON Lines (repeatable)")
+    parser.add_argument("--batch-sizes", type=int_list, default=list(defaults.batch_sizes))
+    parser.add_argument("--k", type=int, default=defaults.k, help="drafts per step in the measured runs")
+    parser.add_argument("--k-max", type=int, default=defaults.k_max, help="drafts per position in the traces")
+    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    parser.add_argument("--replay", action="append", default=[], metavar="COST_MODEL",
+                        help="also replay the traces against this cost model (repeatable), e.g. "
+                             "roofline:h100:MODEL_DIR/config.json")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("-o", "--output", type=Path, default=Path("specscope-study"))
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from specscope.errors import SpecscopeError
+    from specscope.study.pipeline import run_study
+
+    torch.set_num_threads(args.threads)
+    if args.model is None:
+        from specscope.zoo.bundled import bundled_study
+
+        config = bundled_study(args.output)
+    else:
+        if not args.workload:
+            raise SpecscopeError("--workload: required with --model")
+        drafters = {m: getattr(args, m) for m in ("draft", "eagle", "eagle3", "mtp") if getattr(args, m)}
+        config = StudyConfig(args.model, list(args.workload), args.output, drafters)
+    config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
+    config.max_tokens = args.max_tokens
+    config.replay_cost_models = tuple(args.replay) or config.replay_cost_models
+    run_study(config, print)
+    return 0

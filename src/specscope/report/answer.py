@@ -1,0 +1,59 @@
+"""The report's headline: per dataset and batch size, the best policy, its speedup, and the gap
+to the oracle.
+
+- ``best``: the simulated cell with the highest speedup among realisable policies (everything
+  but ``oracle`` and ``oracle-combined``), over every proposer;
+- ``oracle``: the best single-proposer ``oracle`` cell (no verification wasted);
+  ``gap`` = oracle speedup − best speedup;
+- ``combined``: the ``oracle-combined`` cell when simulated — optimistic, since choosing the
+  proposer and drafting with both are taken as free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from specscope.sim.grid import COMBINED, SimRow
+
+
+@dataclass
+class AnswerRow:
+    dataset: str
+    batch_size: int
+    best_acc: str
+    best_policy: str
+    best_speedup: float
+    oracle_acc: str | None
+    oracle_speedup: float | None
+    gap: float | None
+    combined_speedup: float | None
+
+    def flat(self) -> dict:
+        return asdict(self)
+
+
+def _is_oracle(row: SimRow) -> bool:
+    return row.acc == COMBINED or row.policy == "oracle" or row.policy.startswith("oracle-")
+
+
+def answer_rows(rows: Sequence[SimRow]) -> list[AnswerRow]:
+    """One row per dataset × batch size (in the order the simulator produced them)."""
+    keys = list(dict.fromkeys((r.dataset, r.batch_size) for r in rows))
+    out = []
+    for dataset, batch_size in keys:
+        cell = [r for r in rows if r.dataset == dataset and r.batch_size == batch_size]
+        real = [r for r in cell if not _is_oracle(r)]
+        if not real:
+            continue
+        best = max(real, key=lambda r: r.speedup)
+        oracles = [r for r in cell if r.acc != COMBINED and r.policy == "oracle"]
+        oracle = max(oracles, key=lambda r: r.speedup) if oracles else None
+        combined = [r for r in cell if r.acc == COMBINED]
+        out.append(AnswerRow(
+            dataset, batch_size, best.acc, best.policy, best.speedup,
+            oracle.acc if oracle else None, oracle.speedup if oracle else None,
+            oracle.speedup - best.speedup if oracle else None,
+            max(r.speedup for r in combined) if combined else None,
+        ))
+    return out

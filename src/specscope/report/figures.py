@@ -1,0 +1,270 @@
+"""The report's line, box, bar and bound figures (the two heatmaps live in ``heatmaps``).
+
+Every function takes analysis results and returns a matplotlib Figure; ``style.save`` writes it.
+Call them inside ``style.figure_style()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from matplotlib.ticker import MaxNLocator
+
+from specscope.analysis.bound_points import BoundPoint
+from specscope.analysis.overlap import OverlapRow
+from specscope.analysis.position import ProfileRow
+from specscope.analysis.timesplit import NO_SD, PHASES
+from specscope.report.style import (
+    CYCLE,
+    DIVERGING,
+    MISSING,
+    PHASE_COLOURS,
+    colour_for,
+    panel_grid,
+    plain_log_axis,
+    plt,
+)
+from specscope.sim.grid import COMBINED, SimRow
+from specscope.theory.bound import expected_speedup
+
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
+
+
+def _unique(values) -> list:
+    return list(dict.fromkeys(values))
+
+
+def _batch_axis(ax, batch_sizes: Sequence[int]) -> None:
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batch_sizes)
+    ax.set_xticklabels([str(b) for b in batch_sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size")
+
+
+def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figure:
+    """Figure 1: speedup vs batch size, a panel per dataset, a line per proposer × policy
+    (colour = proposer, marker = policy, oracles dashed, the combined oracle black dash-dot)."""
+    rows = [r for r in rows if r.policy in policies or r.acc == COMBINED]
+    datasets = _unique(r.dataset for r in rows)
+    colours = colour_for([a for a in _unique(r.acc for r in rows) if a != COMBINED])
+    markers = {p: MARKERS[i % len(MARKERS)] for i, p in enumerate(p for p in policies if p != "oracle")}
+    fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
+    handles: dict[str, object] = {}
+    for ax, dataset in zip(axes, datasets):
+        mine = [r for r in rows if r.dataset == dataset]
+        for acc, policy in _unique((r.acc, r.policy) for r in mine):
+            cell = sorted((r for r in mine if r.acc == acc and r.policy == policy), key=lambda r: r.batch_size)
+            x, y = [r.batch_size for r in cell], [r.speedup for r in cell]
+            if acc == COMBINED:
+                style = {"color": "black", "linestyle": "-.", "linewidth": 2.0, "marker": None}
+                label = f"{policy} (optimistic)"
+            elif policy == "oracle":
+                style = {"color": colours[acc], "linestyle": "--", "linewidth": 2.0, "marker": None}
+                label = f"{acc} oracle"
+            else:
+                style = {"color": colours[acc], "linestyle": "-", "linewidth": 1.4, "marker": markers.get(policy, "o"),
+                             "markersize": 5}
+                label = f"{acc} {policy}"
+            handles[label] = ax.plot(x, y, label=label, **style)[0]
+        ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
+        _batch_axis(ax, sorted({r.batch_size for r in mine}))
+        ax.set_title(dataset)
+        ax.set_ylabel("speedup over no SD")
+    # Column-major legend: one column per proposer (the combined oracle last).
+    per_column = max(1, len([p for p in policies if any(r.policy == p for r in rows)]))
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center",
+               ncol=-(-len(handles) // per_column), frameon=False)
+    return fig
+
+
+def profile_figure(rows: Sequence[ProfileRow], min_requests: int = 5) -> plt.Figure:
+    """Figure 4: mean acc_len along the output per length group; per dataset, two panels per
+    proposer (by position, log axis; by fraction of the output). Bins that fewer than
+    ``min_requests`` requests reach are not drawn (they stay in the CSV)."""
+    datasets = _unique(r.dataset for r in rows)
+    proposers = _unique(r.proposer for r in rows)
+    ncols = 2 * len(proposers)
+    fig, axes = plt.subplots(len(datasets), ncols, figsize=(4.2 * ncols, 3.4 * len(datasets)), squeeze=False,
+                             layout="constrained")
+    for i, dataset in enumerate(datasets):
+        groups = _unique(r.group for r in rows if r.dataset == dataset)
+        colours = {g: CYCLE[j % len(CYCLE)] for j, g in enumerate(groups)}
+        for j, proposer in enumerate(proposers):
+            for a, axis in enumerate(("position", "fraction")):
+                ax = axes[i][2 * j + a]
+                for group in groups:
+                    key = (dataset, proposer, group, axis)
+                    cell = [r for r in rows if (r.dataset, r.proposer, r.group, r.axis) == key]
+                    if not cell:
+                        continue
+                    requests = cell[0].group_requests
+                    cell = [r for r in cell if r.requests >= min(min_requests, requests)]
+                    ax.plot([(r.x_lo + r.x_hi) / 2 for r in cell], [r.mean_acc_len for r in cell],
+                            color=colours[group], linewidth=1.5, label=f"{group} ({requests} req.)")
+                if axis == "position":
+                    ax.set_xscale("log")
+                    plain_log_axis(ax.xaxis)
+                    ax.set_xlabel("output position (tokens, log scale)")
+                else:
+                    ax.set_xlabel("fraction of the output")
+                ax.set_ylabel("mean acc_len")
+                ax.set_title(f"{dataset} · {proposer} · by {axis}")
+                if a == 0 and ax.lines:
+                    ax.legend(title="output length", loc="best")
+    return fig
+
+
+def request_box_figure(means: Sequence[dict]) -> plt.Figure:
+    """Figure 5: box plots of the per-request mean acc_len, per dataset (groups) × proposer
+    (colours); whiskers at the 5th/95th percentiles, means as white diamonds."""
+    datasets = _unique(m["dataset"] for m in means)
+    proposers = _unique(m["proposer"] for m in means)
+    colours = colour_for(proposers)
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(datasets) * len(proposers) ** 0.5 + 2), 4.2),
+                           layout="constrained")
+    width = 0.8 / len(proposers)
+    for j, proposer in enumerate(proposers):
+        data = [[m["mean_acc_len"] for m in means if m["dataset"] == d and m["proposer"] == proposer] for d in datasets]
+        present = [k for k, d in enumerate(data) if d]
+        positions = [k + (j - (len(proposers) - 1) / 2) * width for k in present]
+        box = ax.boxplot([data[k] for k in present], positions=positions, widths=width * 0.85, whis=(5, 95),
+                         patch_artist=True, showmeans=True, showfliers=True,
+                         meanprops={"marker": "D", "markerfacecolor": "white", "markeredgecolor": "black"},
+                         flierprops={"marker": ".", "markersize": 3, "alpha": 0.5},
+                         medianprops={"color": "black"})
+        for patch in box["boxes"]:
+            patch.set_facecolor(colours[proposer])
+            patch.set_alpha(0.8)
+        if box["boxes"]:
+            box["boxes"][0].set_label(proposer)
+    ax.set_xticks(range(len(datasets)))
+    ax.set_xticklabels(datasets)
+    ax.set_ylabel("per-request mean acc_len")
+    ax.legend(title="proposer", loc="upper right")
+    return fig
+
+
+def overlap_figure(rows: Sequence[OverlapRow], lookup: str, reference: str, reference_policy: str
+                   ) -> plt.Figure:
+    """Figure 6: BLEU-4 bin × batch size heatmap of the lookup proposer's relative speedup over
+    the reference, one panel per dataset × lookup policy, cells annotated in percent."""
+    panels = _unique((r.dataset, r.policy) for r in rows)
+    fig, axes = panel_grid(len(panels), 2, 6.0, 3.8)
+    values = np.array([r.relative_speedup for r in rows], dtype=float)
+    limit = float(np.nanmax(np.abs(values))) if np.isfinite(values).any() else 1.0
+    limit = max(limit, 0.05)
+    image = None
+    for ax, (dataset, policy) in zip(axes, panels):
+        cell = [r for r in rows if r.dataset == dataset and r.policy == policy]
+        bins = _unique(r.bin for r in cell)
+        sizes = sorted({r.batch_size for r in cell})
+        grid = np.full((len(bins), len(sizes)), np.nan)
+        counts = {}
+        for r in cell:
+            grid[bins.index(r.bin), sizes.index(r.batch_size)] = r.relative_speedup
+            counts[r.bin] = r.requests
+        image = ax.imshow(grid, cmap=DIVERGING, vmin=-limit, vmax=limit, aspect="auto", origin="lower")
+        for (b, s), value in np.ndenumerate(grid):
+            text = "n=0" if counts[bins[b]] == 0 else f"{value:+.0%}"
+            ax.text(s, b, text, ha="center", va="center", fontsize=8,
+                    color="white" if np.isfinite(value) and abs(value) > 0.5 * limit else "black")
+        ax.set_xticks(range(len(sizes)))
+        ax.set_xticklabels([str(s) for s in sizes])
+        ax.set_yticks(range(len(bins)))
+        ax.set_yticklabels([f"{b} (n={counts[b]})" for b in bins])
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("BLEU-4 prompt vs output")
+        ax.set_title(f"{dataset} · {lookup} {policy} vs {reference} {reference_policy}")
+        ax.set_facecolor(MISSING)
+        ax.grid(False)
+    if image is not None:
+        fig.colorbar(image, ax=axes, label=f"relative speedup of {lookup} over {reference}", format="{x:+.0%}")
+    return fig
+
+
+def timesplit_figure(predicted: Sequence[dict], policy: str, measured: Sequence[dict] = ()) -> plt.Figure:
+    """Figure 7: share of time per phase, stacked bars per proposer × batch size (a panel per
+    dataset, policy ``policy``), plus a panel of measured runs when given."""
+    rows = [r for r in predicted if r["policy"] == policy]
+    panels = [(d, [r for r in rows if r["dataset"] == d]) for d in _unique(r["dataset"] for r in rows)]
+    if measured:
+        panels.append(("measured (engine step records)", list(measured)))
+    fig, axes = panel_grid(len(panels), 2, 6.2, 4.0, sharey=True)
+    for ax, (title, cell) in zip(axes, panels):
+        labels = [("no SD" if r["method"] == NO_SD else r["method"]) + (f" k={r['k']}" if r.get("k") else "")
+                  + f"\nB={r['batch_size']}" for r in cell]
+        bottom = np.zeros(len(cell))
+        for phase in PHASES:
+            share = np.array([r[f"{phase}_share"] for r in cell])
+            ax.bar(range(len(cell)), share, bottom=bottom, color=PHASE_COLOURS[phase], label=phase, width=0.8)
+            bottom += share
+        ax.set_xticks(range(len(cell)))
+        ax.set_xticklabels(labels, fontsize=7, rotation=90 if len(cell) > 8 else 0)
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("share of time")
+        ax.set_title(title if title.startswith("measured") else f"{title} · {policy} (predicted)")
+        ax.grid(False)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(PHASES), frameon=False)
+    return fig
+
+
+def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9),
+                 k_max: int = 12) -> plt.Figure:
+    """Figure 8: closed-form E[speedup] vs k for a grid of α at each proposer's c (thin grey
+    lines, labelled), with each dataset's measured α drawn in colour and its optimum starred;
+    k runs to ``k_max`` or further when an optimum lies beyond it."""
+    k_max = max([k_max, *[p.best_k for p in points]])
+    proposers = _unique(p.proposer for p in points)
+    datasets = _unique(p.dataset for p in points)
+    colours = colour_for(datasets)
+    fig, axes = panel_grid(len(proposers), 2, 6.0, 4.2)
+    ks = np.arange(0, k_max + 1)
+    for ax, proposer in zip(axes, proposers):
+        mine = [p for p in points if p.proposer == proposer]
+        c = float(np.mean([p.c for p in mine]))
+        for alpha in alphas:
+            y = expected_speedup(alpha, ks, c)
+            ax.plot(ks, y, color="grey", linewidth=0.9, alpha=0.8)
+            ax.annotate(f"α={alpha:g}", (ks[-1], y[-1]), fontsize=7, color="dimgrey",
+                        xytext=(3, 0), textcoords="offset points", va="center")
+        for p in mine:
+            y = expected_speedup(p.alpha, ks, p.c)
+            ax.plot(ks, y, color=colours[p.dataset], linewidth=2.2,
+                    label=f"{p.dataset}: α={p.alpha:.2f}, c={p.c:.3f}")
+            ax.plot([p.best_k], [p.best_speedup], marker="*", markersize=14, color=colours[p.dataset],
+                    markeredgecolor="black")
+        ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("k (draft tokens per step)")
+        ax.set_ylabel("E[speedup] (closed form)")
+        ax.set_title(f"{proposer} · c≈{c:.3f} at batch {mine[0].batch_size}")
+        ax.set_xlim(0, k_max + 1.5)
+        ax.legend(loc="upper left", fontsize=8)
+    return fig
+
+
+def measured_figure(cells: Sequence) -> plt.Figure:
+    """Figure 9: measured speedup (solid, markers) and the simulator's prediction for the same
+    runs (dashed), per dataset panel, a colour per method."""
+    datasets = _unique(c.dataset for c in cells)
+    colours = colour_for(_unique(c.method for c in cells))
+    fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
+    for ax, dataset in zip(axes, datasets):
+        mine = [c for c in cells if c.dataset == dataset]
+        for method in _unique(c.method for c in mine):
+            line = sorted((c for c in mine if c.method == method), key=lambda c: c.batch_size)
+            x = [c.batch_size for c in line]
+            ax.plot(x, [c.measured_speedup for c in line], marker="o", color=colours[method],
+                    label=f"{method} k={line[0].k} measured")
+            if all(c.simulated_speedup is not None for c in line):
+                ax.plot(x, [c.simulated_speedup for c in line], linestyle="--", color=colours[method],
+                        label=f"{method} simulated")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        _batch_axis(ax, sorted({c.batch_size for c in mine}))
+        ax.set_title(dataset)
+        ax.set_ylabel("speedup over no SD")
+        ax.legend(loc="best")
+    return fig

@@ -1,0 +1,164 @@
+"""One self-contained HTML page: figures embedded as base64 PNG data URIs, inline CSS, no script,
+nothing fetched from the network (a Content-Security-Policy forbids it too).
+
+Every string that reaches the page passes through :func:`esc` (``html.escape``), so ids and
+dataset names taken from traces render as text whatever they contain.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specscope import __version__
+from specscope.report.answer import AnswerRow
+
+CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'"
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
+       padding: 0 1rem; color: #1a1a1a; line-height: 1.45; }
+h1 { margin-bottom: .2rem; } .meta { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: .6rem 0 1.2rem; font-size: .9rem; }
+th, td { border-bottom: 1px solid #ddd; padding: .25rem .6rem; text-align: right; }
+th:first-child, td:first-child, td.text { text-align: left; }
+th { background: #f3f3f3; }
+figure { margin: 1.5rem 0 2.5rem; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { margin-top: .4rem; } .note { background: #fff8e1; border-left: 4px solid #E69F00;
+       padding: .5rem .8rem; margin: .8rem 0; } .small { font-size: .85rem; color: #555; }
+.bad { color: #D55E00; font-weight: 600; } .good { color: #009E73; font-weight: 600; }
+"""
+
+
+def esc(value: object) -> str:
+    """``html.escape`` of ``str(value)`` (quotes included)."""
+    return html.escape(str(value), quote=True)
+
+
+@dataclass
+class FigureEntry:
+    number: int
+    title: str
+    sentence: str  # what to look at
+    png: bytes
+    filename: str
+
+
+@dataclass
+class Page:
+    """Everything the page shows; strings are raw (escaped when rendered)."""
+
+    traces: Sequence[str]
+    cost_model: str
+    mode: str
+    batch_sizes: Sequence[int]
+    answer: Sequence[AnswerRow]
+    figures: Sequence[FigureEntry]
+    tables: Sequence[tuple[str, Sequence[str], Sequence[Sequence[object]]]] = ()  # (title, header, rows)
+    load_summaries: Sequence[str] = ()
+    notes: Sequence[str] = ()
+    csv_files: Sequence[str] = ()
+    largest_k: int | None = None  # the largest fixed k searched: a best policy there may want more
+
+
+def _fmt(value: object) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """An HTML table; every cell escaped; text cells left-aligned, numbers right-aligned."""
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f'<td{" class=text" if isinstance(v, str) else ""}>{esc(_fmt(v))}</td>' for v in row)
+        body.append(f"<tr>{cells}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _speedup(value: float) -> str:
+    css = "good" if value > 1.0 else "bad"
+    return f'<span class="{css}">{value:.2f}×</span>'
+
+
+def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None) -> str:
+    """Per dataset: a one-line verdict, then batch size × best policy, speedup, oracle gap.
+    A best ``fixed:<largest_k>`` is flagged: a longer k, not searched, might do better."""
+    parts = []
+    for dataset in dict.fromkeys(r.dataset for r in rows):
+        mine = [r for r in rows if r.dataset == dataset]
+        paying = [r for r in mine if r.best_speedup > 1.0]
+        if len(paying) == len(mine):
+            verdict = "SD pays at every simulated batch size."
+        elif not paying:
+            verdict = "SD does not pay at any simulated batch size: run without it."
+        else:
+            stop = min(r.batch_size for r in mine if r.best_speedup <= 1.0)
+            verdict = f"SD pays up to batch {max(r.batch_size for r in paying)}; from batch {stop} on, run without it."
+        head = ["batch size", "best proposer", "policy", "speedup", "oracle (best proposer)",
+                "oracle speedup", "gap to oracle", "oracle-combined*"]
+        body = []
+        for r in mine:
+            edge = largest_k is not None and r.best_policy == f"fixed:{largest_k}"
+            policy = esc(r.best_policy) + (" †" if edge else "")
+            cells = [str(r.batch_size), esc(r.best_acc), policy, _speedup(r.best_speedup),
+                     esc(_fmt(r.oracle_acc)), esc(_fmt(r.oracle_speedup)),
+                     esc("–" if r.gap is None else f"+{r.gap:.3f}"), esc(_fmt(r.combined_speedup))]
+            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        head_html = "".join(f"<th>{esc(h)}</th>" for h in head)
+        parts.append(f"<h3>{esc(dataset)}</h3><p>{esc(verdict)}</p>"
+                     f"<table><thead><tr>{head_html}</tr></thead><tbody>{''.join(body)}</tbody></table>")
+    parts.append(
+        '<p class="small">* oracle-combined takes, at every step, whichever proposer would emit more, '
+        "proposing exactly what will be accepted; choosing and drafting with both are taken as free, "
+        "so the number is optimistic — an upper bound, not something a real system reaches. "
+        "oracle: one proposer, proposing exactly what will be accepted (no wasted verification)."
+        + (f" † the largest k tried ({largest_k}); a longer one may do better (--ks)." if largest_k else "")
+        + "</p>")
+    return "".join(parts)
+
+
+def figure_html(entry: FigureEntry) -> str:
+    data = base64.b64encode(entry.png).decode("ascii")
+    return (f'<figure id="figure-{entry.number}"><img src="data:image/png;base64,{data}" '
+            f'alt="{esc(entry.title)}"><figcaption><strong>Figure {entry.number}. {esc(entry.title)}.</strong> '
+            f"{esc(entry.sentence)} <span class=small>({esc(entry.filename)})</span></figcaption></figure>")
+
+
+def render(page: Page) -> str:
+    """The whole page as a string."""
+    notes = "".join(f'<div class="note">{esc(n)}</div>' for n in page.notes)
+    figures = "".join(figure_html(f) for f in page.figures)
+    tables = "".join(f"<h3>{esc(title)}</h3>{table(header, rows)}" for title, header, rows in page.tables)
+    loads = "".join(f"<li>{esc(s)}</li>" for s in page.load_summaries)
+    csvs = " · ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in page.csv_files)
+    meta = (f"Traces: {', '.join(page.traces)} · cost model {page.cost_model} · {page.mode} mode · "
+            f"batch sizes {', '.join(map(str, page.batch_sizes))}")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>specscope report</title><style>{CSS}</style></head>
+<body>
+<h1>Does speculative decoding pay off here?</h1>
+<p class="meta">{esc(meta)}</p>
+<h2>The answer</h2>
+{answer_section(page.answer, page.largest_k)}
+{notes}
+<h2>Figures</h2>
+{figures}
+<h2>Tables</h2>
+{tables}
+<p>Every table as CSV: {csvs}</p>
+<h2>Input</h2>
+<p class="small">Per-position analysis cuts each record to the common length of its output and
+acc_len arrays; the simulation keeps each proposer's array whole, as the paper's simulator did.</p>
+<ul>{loads}</ul>
+<p class="small">Generated by specscope {esc(__version__)}.</p>
+</body></html>
+"""

@@ -1,0 +1,78 @@
+"""Shared look of the report's figures: the Okabe–Ito palette, matplotlib settings, saving.
+
+matplotlib is imported here, so import this module only where figures are drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+
+# Okabe & Ito (2008), distinguishable with every common colour-vision deficiency.
+OKABE_ITO = {
+    "orange": "#E69F00", "sky blue": "#56B4E9", "bluish green": "#009E73", "yellow": "#F0E442",
+    "blue": "#0072B2", "vermillion": "#D55E00", "reddish purple": "#CC79A7", "black": "#000000",
+}
+CYCLE = ("#E69F00", "#0072B2", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+PHASE_COLOURS = {"prefill": "#CC79A7", "drafting": "#E69F00", "verification": "#0072B2",
+                 "overhead": "#009E73"}
+SEQUENTIAL = "viridis"  # perceptually uniform, colour-blind safe
+MISSING = "#d0d0d0"  # background where a request has no position (past its end)
+DIVERGING = "PuOr"  # colour-blind safe diverging map
+
+RC = {
+    "figure.dpi": 100, "savefig.dpi": 110, "font.size": 10, "axes.titlesize": 11,
+    "axes.labelsize": 10, "legend.fontsize": 9, "axes.grid": True, "grid.alpha": 0.3,
+    "axes.spines.top": False, "axes.spines.right": False,
+    # Names come from traces: never interpret "$...$" in them as mathtext (log axes therefore
+    # get plain formatters, see ``plain_log_axis``).
+    "text.parse_math": False, "text.usetex": False,
+}
+
+
+def colour_for(names: Sequence[str]) -> dict[str, str]:
+    """A stable colour per name, in order (black is kept for the combined oracle)."""
+    return {name: CYCLE[i % (len(CYCLE) - 1)] for i, name in enumerate(names)}
+
+
+@contextmanager
+def figure_style() -> Iterator[None]:
+    with matplotlib.rc_context(RC):
+        yield
+
+
+def save(fig: plt.Figure, path: Path) -> Path:
+    """Write ``fig`` as PNG and free it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    plt.close(fig)
+    return path
+
+
+def panel_grid(n: int, ncols: int, width: float, height: float, **kwargs):
+    """``n`` panels on a grid of ``ncols`` columns; returns (fig, flat axes), unused axes hidden."""
+    ncols = max(1, min(ncols, n))
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
+                             layout="constrained", **kwargs)
+    flat = list(axes.ravel())
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def plain_log_axis(axis) -> None:
+    """Log-scale tick labels as plain numbers (mathtext is off)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 3.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))

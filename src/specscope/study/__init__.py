@@ -1,0 +1,1 @@
+"""`specscope study`: the whole study in one command (trace, measure, fit, simulate, report)."""

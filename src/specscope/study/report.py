@@ -1,0 +1,28 @@
+"""The study's report: the issue-2 report over the study's traces, with its fitted cost model,
+the measured steps (time split), and measured vs simulated speedups (figure 9)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Sequence
+
+from specscope.analysis.measured import MeasuredCell
+from specscope.report.config import ReportConfig
+from specscope.sim.grid import SimConfig
+from specscope.study.config import StudyConfig
+from specscope.study.fidelity import FidelityRow
+
+
+def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence[FidelityRow],
+                 steps: Sequence[Path]) -> Path:
+    from specscope.report.build import build_report
+
+    cells = tuple(MeasuredCell(r.workload, r.method, config.k, r.batch_size, r.measured_speedup, r.simulated_speedup)
+                  for r in fidelity)
+    report = dataclasses.replace(
+        ReportConfig(), cost_model=str(config.cost_model_path),
+        sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
+        ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=cells,
+    )
+    return build_report([str(t) for t in traces], config.out_dir, report).index

@@ -1,0 +1,65 @@
+"""`specscope stats` and `specscope overlap` on small trace files."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from specscope.cli import main
+from specscope.trace.load import write_traces
+
+
+@pytest.fixture
+def traces(tmp_path, record):
+    rng = np.random.default_rng(3)
+    records = []
+    for i in range(8):
+        prompt = rng.integers(0, 100, 30).tolist()
+        output = prompt[:30] if i % 2 else rng.integers(100, 200, 30).tolist()
+        records.append(record(f"q{i}", "qa", prompt, output=output, k_max=10,
+                                   ngram=[6 if i % 2 else 1] * 30, eagle=[3] * 30))
+    path = tmp_path / "qa.jsonl"
+    write_traces(path, records)
+    return path
+
+
+def test_stats_prints_and_writes(traces, tmp_path, capsys):
+    out, pairs = tmp_path / "stats.json", tmp_path / "pairs.csv"
+    assert main(["stats", str(traces), "-o", str(out), "--pairs-output", str(pairs)]) == 0
+    text = capsys.readouterr().out
+    assert "ngram" in text and "eagle" in text and "head to head" in text
+    rows = json.loads(out.read_text())
+    ngram = next(r for r in rows if r["proposer"] == "ngram")
+    assert (ngram["requests"], ngram["positions"]) == (8, 240)
+    assert ngram["request_mean"] == pytest.approx(3.5)
+    with pairs.open() as handle:
+        (pair,) = list(csv.DictReader(handle))
+    assert float(pair["a_beats_b"]) == pytest.approx(0.5)
+
+
+def test_overlap_prints_and_writes(traces, tmp_path, capsys):
+    out, bleu = tmp_path / "overlap.csv", tmp_path / "bleu.csv"
+    assert main(["overlap", str(traces), "--batch-sizes", "1,16", "--mode", "paper", "-o", str(out),
+                 "--bleu-output", str(bleu)]) == 0
+    text = capsys.readouterr().out
+    assert "BLEU-4" in text and "B=16" in text
+    with out.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 5 * 2 * 2
+    top = [r for r in rows if r["bin"] == "0.8–1.0"]
+    assert {r["requests"] for r in top} == {"4"} and all(float(r["relative_speedup"]) > 0 for r in top)
+    with bleu.open() as handle:
+        assert len(list(csv.DictReader(handle))) == 8
+
+
+def test_errors_are_one_line(traces, tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(traces.read_text().splitlines()[0] + "\n{oops\n")
+    assert main(["stats", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specscope: error:") and "bad.jsonl:2" in err and "\n" not in err
+    assert main(["overlap", str(traces), "--reference", "draft"]) == 2
+    assert "proposer 'draft' missing" in capsys.readouterr().err

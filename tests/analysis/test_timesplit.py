@@ -1,0 +1,110 @@
+"""Time split: the measured step-record reader and both splits."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specscope.analysis.timesplit import (
+    PHASES,
+    measured_split,
+    predicted_split,
+    read_steps,
+)
+from specscope.costmodel.linear import H100_LLAMA31_8B
+from specscope.errors import SpecscopeError
+from specscope.sim.grid import SimConfig, simulate
+
+
+def step(**overrides) -> dict:
+    base = {"step": 0, "method": "eagle", "k": 3, "batch_size": 2, "tokens_verified": 8,
+            "tokens_emitted": [2, 4], "draft_s": 0.002, "verify_s": 0.010, "sample_s": 0.001,
+            "overhead_s": 0.002, "kv_tokens": 100, "prefill_tokens": 0, "prefill_s": 0.0}
+    base.update(overrides)
+    return base
+
+
+def write(path, steps: list[dict | str]) -> str:
+    path.write_text("\n".join(s if isinstance(s, str) else json.dumps(s) for s in steps) + "\n")
+    return str(path)
+
+
+def test_measured_split_sums_per_method_k_and_batch(tmp_path):
+    path = write(tmp_path / "steps.jsonl", [
+        step(step=0, prefill_tokens=40, prefill_s=0.02, tokens_emitted=[1, 1]),
+        step(step=1),
+        "",
+        step(step=0, method="ngram", k=5, draft_s=0.0001),
+    ])
+    steps = read_steps([path])
+    assert len(steps) == 3
+    eagle, ngram = measured_split(steps)
+    assert (eagle["method"], eagle["k"], eagle["batch_size"], eagle["runs"], eagle["steps"]) == ("eagle", 3, 2, 1, 2)
+    assert eagle["tokens_emitted"] == 8
+    assert eagle["prefill_s"] == pytest.approx(0.02)
+    assert eagle["drafting_s"] == pytest.approx(0.004)
+    assert eagle["verification_s"] == pytest.approx(0.020)
+    assert eagle["overhead_s"] == pytest.approx(0.006)  # sampling + overhead
+    assert eagle["sampling_s"] == pytest.approx(0.002)
+    total = 0.02 + 0.004 + 0.020 + 0.006
+    assert eagle["verification_share"] == pytest.approx(0.020 / total)
+    assert eagle["tokens_per_s"] == pytest.approx(8 / total)
+    assert sum(eagle[f"{p}_share"] for p in PHASES) == pytest.approx(1.0)
+    assert ngram["drafting_s"] == pytest.approx(0.0001)
+
+
+def test_runs_are_labelled_by_their_peak_batch(tmp_path):
+    """batch_size counts the running requests of a step; runs restart their step numbers."""
+    first = write(tmp_path / "a.steps.jsonl", [
+        step(step=0, method="none", batch_size=8), step(step=1, method="none", batch_size=8),
+        step(step=2, method="none", batch_size=3),
+        step(step=0, batch_size=8), step(step=1, batch_size=7), step(step=2, batch_size=2),
+        step(step=0, batch_size=16), step(step=1, batch_size=16),
+    ])
+    second = write(tmp_path / "b.steps.jsonl", [step(step=5, batch_size=6), step(step=6, batch_size=8)])
+    rows = measured_split(read_steps([first, second]))
+    assert [(r["method"], r["k"], r["batch_size"], r["runs"], r["steps"]) for r in rows] == [
+        ("none", 0, 8, 1, 3), ("eagle", 3, 8, 2, 5), ("eagle", 3, 16, 1, 2)]
+
+
+@pytest.mark.parametrize("line, message", [
+    ("{not json", r"steps.jsonl:2: invalid JSON"),
+    (json.dumps(step(verify_s=-1.0)), r"steps.jsonl:2: field 'verify_s': expected seconds >= 0"),
+    (json.dumps({k: v for k, v in step().items() if k != "k"}), r"steps.jsonl:2: field 'k': missing"),
+    (json.dumps(step(tokens_emitted=[1, "2"])), r"steps.jsonl:2: field 'tokens_emitted'"),
+    (json.dumps(step(batch_size=True)), r"steps.jsonl:2: field 'batch_size': expected an integer"),
+    (json.dumps(step(method="")), r"steps.jsonl:2: field 'method'"),
+    ("[1, 2]", r"steps.jsonl:2: expected a JSON object"),
+])
+def test_bad_step_lines_name_file_line_and_field(tmp_path, line, message):
+    path = write(tmp_path / "steps.jsonl", [step(), line])
+    with pytest.raises(SpecscopeError, match=message):
+        read_steps([path])
+
+
+def test_empty_and_missing_files(tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(SpecscopeError, match="no step records"):
+        read_steps([empty])
+    with pytest.raises(SpecscopeError, match="cannot read"):
+        read_steps([tmp_path / "absent.jsonl"])
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(SpecscopeError, match="not UTF-8"):
+        read_steps([binary])
+
+
+def test_predicted_split_from_simulator_rows(record):
+    records = [record(f"r{i}", "d", list(range(50)), k_max=10, eagle=[3] * 80, ngram=[1] * 80) for i in range(3)]
+    rows = simulate(records, ["ngram", "eagle"], ["fixed:3"], H100_LLAMA31_8B, SimConfig(batch_sizes=(1, 8)))
+    split = predicted_split(rows)
+    assert len(split) == 4
+    for row, cell in zip(rows, split):
+        assert sum(cell[f"{p}_share"] for p in PHASES) == pytest.approx(1.0)
+        assert cell["verification_s"] == pytest.approx(row.time_split["verification"])
+    eagle = [c for c in split if c["method"] == "eagle"]
+    ngram = [c for c in split if c["method"] == "ngram"]
+    # EAGLE drafts with a model on every step; n-gram's lookup costs a small fraction.
+    assert all(e["drafting_share"] > 5 * n["drafting_share"] for e, n in zip(eagle, ngram))

@@ -1,0 +1,88 @@
+"""The report's files, its self-containedness and its escaping (synthetic traces)."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import re
+
+import pytest
+from report_fixtures import HOSTILE_DATASET, HOSTILE_ID
+
+from specscope.report.answer import answer_rows
+from specscope.sim.grid import SimRow
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_figure_and_table_is_written(synthetic_report):
+    names = sorted(p.name for p in synthetic_report.figures)
+    assert names == ["fig1_speedup.png", "fig2_acceptance_heatmap.png", "fig3_difference_heatmap.png",
+                     "fig4_position_profile.png", "fig5_request_boxplots.png", "fig6_overlap.png",
+                     "fig7_time_split.png", "fig8_bound.png"]
+    for path in synthetic_report.figures:
+        assert path.read_bytes().startswith(PNG_MAGIC)
+    tables = {p.name for p in synthetic_report.tables}
+    assert {"stats.csv", "pairs.csv", "speedup.csv", "answer.csv", "overlap.csv", "bleu.csv",
+            "position_profile.csv", "timesplit.csv", "bound.csv", "request_means.csv"} <= tables
+    with (synthetic_report.index.parent / "answer.csv").open() as handle:
+        answer = list(csv.DictReader(handle))
+    assert len(answer) == 2 * 3  # datasets × batch sizes
+    assert synthetic_report.notes == []
+
+
+def test_page_is_self_contained(synthetic_report):
+    page = synthetic_report.index.read_text(encoding="utf-8")
+    sources = re.findall(r'<img src="([^"]*)"', page)
+    assert len(sources) == 8
+    assert all(s.startswith("data:image/png;base64,") for s in sources)
+    # The embedded images are the PNG files, byte for byte.
+    embedded = {base64.b64decode(s.split(",", 1)[1]) for s in sources}
+    assert embedded == {p.read_bytes() for p in synthetic_report.figures}
+    assert not re.search(r'(src|href)="(https?:)?//', page)
+    assert "<link" not in page and "@import" not in page and "url(" not in page
+    assert "default-src 'none'" in html.unescape(page)
+
+
+def test_trace_strings_render_as_text(synthetic_report):
+    page = synthetic_report.index.read_text(encoding="utf-8")
+    assert "<script" not in page.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<img src=x" not in page
+    assert "&lt;img src=x onerror=&quot;alert(2)&quot;&gt; $x_1$ &amp; co" in page
+
+
+def test_page_opens_with_the_answer(synthetic_report):
+    page = synthetic_report.index.read_text(encoding="utf-8")
+    assert page.index("The answer") < page.index("<figure")
+    assert "optimistic" in page
+    for number in range(1, 9):
+        assert f"Figure {number}." in page
+
+
+def _row(dataset, acc, policy, b, speedup) -> SimRow:
+    return SimRow(dataset, acc, policy, b, "mixed", speedup, 1.0, 1.0, 1.0, 1.0, 0.5, 2.0, 10)
+
+
+def test_answer_picks_the_best_realisable_policy_and_the_oracle_gap():
+    rows = [
+        _row("d", "ngram", "fixed:3", 1, 1.2), _row("d", "eagle", "fixed:3", 1, 1.8),
+        _row("d", "eagle", "adaptive", 1, 1.9), _row("d", "eagle", "oracle", 1, 2.1),
+        _row("d", "ngram", "oracle", 1, 1.4), _row("d", "combined", "oracle-combined:ngram+eagle", 1, 3.0),
+        _row("d", "ngram", "fixed:3", 64, 0.95), _row("d", "eagle", "fixed:3", 64, 0.9),
+        _row("d", "eagle", "oracle", 64, 1.1),
+    ]
+    first, second = answer_rows(rows)
+    assert (first.best_acc, first.best_policy, first.best_speedup) == ("eagle", "adaptive", 1.9)
+    assert (first.oracle_acc, first.oracle_speedup) == ("eagle", 2.1)
+    assert first.gap == pytest.approx(0.2)
+    assert first.combined_speedup == 3.0
+    assert (second.best_acc, second.best_speedup, second.combined_speedup) == ("ngram", 0.95, None)
+
+
+def test_hostile_names_appear_in_tables(synthetic_report):
+    with (synthetic_report.index.parent / "bleu.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert HOSTILE_ID in {r["id"] for r in rows}
+    assert HOSTILE_DATASET in {r["dataset"] for r in rows}

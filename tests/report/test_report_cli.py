@@ -1,0 +1,47 @@
+"""`specscope report` end to end, with measured step records, and its errors."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from specscope.cli import main
+
+
+def _steps(path, lines):
+    path.write_text("\n".join(json.dumps(line) if isinstance(line, dict) else line for line in lines) + "\n")
+    return path
+
+
+STEP = {"step": 0, "method": "eagle", "k": 3, "batch_size": 4, "tokens_verified": 16, "tokens_emitted": [2, 3, 1, 4],
+        "draft_s": 0.003, "verify_s": 0.012, "sample_s": 0.0005, "overhead_s": 0.001, "kv_tokens": 800,
+        "prefill_tokens": 0, "prefill_s": 0.0}
+
+
+def test_report_cli_with_measured_steps(synthetic_traces, tmp_path, capsys):
+    steps = _steps(tmp_path / "steps.jsonl", [STEP, {**STEP, "step": 1, "method": "ngram", "draft_s": 0.0002}])
+    out = tmp_path / "out"
+    code = main(["report", *map(str, synthetic_traces[:1]), "--batch-sizes", "1,16", "--mode", "paper",
+                 "--ks", "2,4", "--steps", str(steps), "-o", str(out)])
+    assert code == 0
+    assert "index.html (8 figures" in capsys.readouterr().out
+    with (out / "timesplit.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    measured = [r for r in rows if r["source"] == "measured"]
+    assert [r["method"] for r in measured] == ["eagle", "ngram"]
+    with (out / "speedup.csv").open() as handle:
+        policies = {r["policy"] for r in csv.DictReader(handle)}
+    assert policies == {"fixed:2", "fixed:4", "adaptive", "oracle", "oracle-combined:ngram+eagle"}
+
+
+def test_report_cli_errors(synthetic_traces, tmp_path, capsys):
+    steps = _steps(tmp_path / "steps.jsonl", [STEP, {**STEP, "verify_s": "slow"}])
+    assert main(["report", str(synthetic_traces[0]), "--steps", str(steps), "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "steps.jsonl:2: field 'verify_s'" in err
+    assert main(["report", str(synthetic_traces[0]), "--cost-model", "nope", "-o", str(tmp_path / "o")]) == 2
+    assert "cost model 'nope'" in capsys.readouterr().err
+    taken = tmp_path / "file"
+    taken.write_text("")
+    assert main(["report", str(synthetic_traces[0]), "-o", str(taken)]) == 2
+    assert "cannot create the output directory" in capsys.readouterr().err

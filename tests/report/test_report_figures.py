@@ -1,0 +1,24 @@
+"""The heatmap matrix: placement, the position cap and block averaging."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specscope.report import heatmaps
+from specscope.report.heatmaps import acc_matrix
+
+
+def test_rows_are_placed_and_padded_with_nan():
+    grid = acc_matrix([np.array([1, 2, 3]), np.array([4])], cap=3)
+    assert grid.shape == (2, 3)
+    assert grid[0].tolist() == [1, 2, 3]
+    assert grid[1, 0] == 4 and np.isnan(grid[1, 1:]).all()
+
+
+def test_cap_cuts_and_blocks_average_ignoring_nan(monkeypatch):
+    monkeypatch.setattr(heatmaps, "MAX_COLUMNS", 2)
+    # cap 5 -> blocks of 3 positions -> 2 columns over positions 0-2 and 3-5
+    grid = acc_matrix([np.array([1, 2, 3, 10, 20, 99, 99]), np.array([6, 8, 1, 4])], cap=5)
+    assert grid.shape == (2, 2)
+    assert grid[0].tolist() == [2.0, 15.0]  # position 5 and beyond are cut
+    assert grid[1].tolist() == [5.0, 4.0]
