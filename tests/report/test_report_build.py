@@ -62,7 +62,7 @@ def test_page_opens_with_the_answer(synthetic_report):
 
 
 def _row(dataset, acc, policy, b, speedup) -> SimRow:
-    return SimRow(dataset, acc, policy, b, "mixed", speedup, 1.0, 1.0, 1.0, 1.0, 0.5, 2.0, 10)
+    return SimRow(dataset, acc, policy, b, "mixed", speedup, speedup, 1.0, 1.0, 1.0, 1.0, 0.5, 2.0, 10)
 
 
 def test_answer_picks_the_best_realisable_policy_and_the_oracle_gap():

@@ -65,16 +65,19 @@ def run(args: argparse.Namespace) -> int:
         print()
         return 0
     show_speedups(rows, args.batch_sizes, f"predicted speedup ({args.mode} mode, cost model {cost.name})")
+    if args.mode == "mixed" and max(args.batch_sizes) > 1:
+        show_speedups(rows, args.batch_sizes, "steady-state speedup (only iterations with a full batch: "
+                                              "no ramp-up, no drain of the longest requests)", "steady_speedup")
     if args.output:
         print(f"wrote {len(rows)} cells to {args.output}")
     return 0
 
 
-def show_speedups(rows, batch_sizes: list[int], title: str) -> None:
+def show_speedups(rows, batch_sizes: list[int], title: str, metric: str = "speedup") -> None:
     """One line per dataset × acc × policy, one column per batch size."""
     lines: dict[tuple[str, str, str], dict[int, float]] = {}
     for row in rows:
-        lines.setdefault((row.dataset, row.acc, row.policy), {})[row.batch_size] = row.speedup
+        lines.setdefault((row.dataset, row.acc, row.policy), {})[row.batch_size] = getattr(row, metric)
     print_table(
         title,
         ["dataset", "acc", "policy", *[f"B={b}" for b in batch_sizes]],

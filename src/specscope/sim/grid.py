@@ -64,6 +64,7 @@ class SimRow:
     batch_size: int
     mode: str
     speedup: float
+    steady_speedup: float  # speedup of the steady-state throughputs (see sim.mixed)
     throughput: float
     baseline_throughput: float
     latency_per_token: float
@@ -184,6 +185,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                     row = SimRow(
                         dataset=dataset, acc=acc, policy=policy.name, batch_size=b, mode=config.mode,
                         speedup=sd.throughput / base_pred.throughput,
+                        steady_speedup=sd.steady_throughput / base_pred.steady_throughput,
                         throughput=sd.throughput, baseline_throughput=base_pred.throughput,
                         latency_per_token=sd.latency_per_token,
                         baseline_latency_per_token=base_pred.latency_per_token,

@@ -9,7 +9,9 @@ plus one overhead. Because a request's steps do not depend on its batch-mates (g
 decoding), request r runs exactly its plan's ``n_r`` steps in consecutive iterations.
 
 Throughput = Σ G / makespan. Per-token latency = mean over requests of
-(finish − admission) / G.
+(finish − admission) / G. Steady throughput = tokens emitted in the iterations where all B slots
+are busy / their time: a closed run ends with a drain in which the few longest requests decode
+almost alone, which the plain throughput counts and a server under constant load never sees.
 """
 
 from __future__ import annotations
@@ -59,8 +61,11 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
     starts = ends - total
     last = admit + np.maximum(n_steps - 1, 0)
     latency = ends[last] - starts[admit]  # [R]
+    full = load.num_running >= min(batch_size, len(n_steps))  # [T]
+    emitted = per_iteration(plan.emitted)  # [T]
     return Prediction(
         throughput=float(plan.output_len.sum() / ends[-1]),
+        steady_throughput=float(emitted[full].sum() / total[full].sum()) if full.any() else float("nan"),
         latency_per_token=float(np.mean(latency / plan.output_len)),
         time_split={
             "prefill": float(prefill.sum()),

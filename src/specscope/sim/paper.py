@@ -39,6 +39,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
     split = {"prefill": float(prefill.sum()), **{k: float(v.sum()) for k, v in per_request.items()}}
     return Prediction(
         throughput=float(throughput.mean()),
+        steady_throughput=float(throughput.mean()),
         latency_per_token=float(np.mean(latency / plan.output_len)),
         time_split=split,
     )

@@ -17,12 +17,15 @@ class Prediction:
 
     ``throughput`` is generated tokens per second (the prefill's token included);
     ``latency_per_token`` is the mean over requests of (finish − admission) / G;
-    ``time_split`` holds seconds per phase (:data:`PHASES`), summed over the run.
+    ``time_split`` holds seconds per phase (:data:`PHASES`), summed over the run;
+    ``steady_throughput`` counts only the iterations in which the batch is full (mixed mode:
+    the run without its ramp-up and drain; equal to ``throughput`` in paper mode).
     """
 
     throughput: float
     latency_per_token: float
     time_split: dict[str, float]
+    steady_throughput: float
 
 
 @dataclass
