@@ -40,7 +40,7 @@ class ModelShape:
 
     ``num_heads`` query heads and ``num_kv_heads`` key/value heads of ``head_dim`` each (GQA);
     a SwiGLU MLP of width ``intermediate_size``; the LM head shares the embedding when
-    ``tie_word_embeddings``.
+    ``tie_word_embeddings``; ``qk_norm`` adds RMSNorms over each query and key head (Qwen3).
     """
 
     name: str
@@ -52,13 +52,15 @@ class ModelShape:
     intermediate_size: int
     vocab_size: int
     tie_word_embeddings: bool = False
+    qk_norm: bool = False
 
     def layer_params(self) -> int:
-        """Parameters of one decoder layer: attention projections, SwiGLU MLP, two RMSNorms."""
+        """Parameters of one decoder layer: attention projections (and q/k norms), SwiGLU MLP,
+        two RMSNorms."""
         h, d = self.hidden_size, self.head_dim
         attention = h * self.num_heads * d + 2 * h * self.num_kv_heads * d + self.num_heads * d * h
         mlp = 3 * h * self.intermediate_size
-        return attention + mlp + 2 * h
+        return attention + (2 * d if self.qk_norm else 0) + mlp + 2 * h
 
     def params(self) -> int:
         """All parameters: embedding, layers, final norm and (untied) LM head."""
@@ -94,6 +96,7 @@ class ModelShape:
                 intermediate_size=int(config["intermediate_size"]),
                 vocab_size=int(config["vocab_size"]),
                 tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+                qk_norm=str(config.get("model_type", "")).startswith("qwen3"),
             )
         except KeyError as missing:
             raise SpecscopeError(f"{name}: field {missing} missing from the model config") from None
@@ -129,8 +132,8 @@ MODELS: dict[str, ModelShape] = {
         ModelShape("llama3.1-8b", 32, 4096, 32, 8, 128, 14336, 128256, False),
         ModelShape("llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256, False),
         ModelShape("llama3.2-1b", 16, 2048, 32, 8, 64, 8192, 128256, True),
-        ModelShape("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, False),
-        ModelShape("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, True),
+        ModelShape("qwen3-8b", 36, 4096, 32, 8, 128, 12288, 151936, False, qk_norm=True),
+        ModelShape("qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, True, qk_norm=True),
     )
 }
 

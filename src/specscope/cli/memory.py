@@ -1,0 +1,123 @@
+"""`specscope memory`: weight and KV-cache bytes of a target and its drafter, from configs alone."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from specscope.costmodel.memory import (
+    DTYPE_BYTES,
+    EAGLE3_DRAFT_VOCAB_SIZE,
+    MemoryReport,
+)
+from specscope.errors import SpecscopeError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "memory",
+        help="weight and KV bytes per token of a target and its drafter",
+        description=(
+            "Weight bytes and KV-cache bytes per token of a target and its drafter, and the "
+            "drafter's overhead in %. CONFIG is a preset name or a Hugging Face config.json "
+            "(or a directory holding one). EAGLE / EAGLE-3 / MTP heads are derived from the "
+            "target's shape; tensors a head shares with the target (embedding, LM head) cost "
+            "nothing extra."
+        ),
+    )
+    parser.add_argument("--target", required=True, metavar="CONFIG", help="the target model")
+    drafter = parser.add_mutually_exclusive_group()
+    drafter.add_argument("--draft", metavar="CONFIG", help="a separate draft model")
+    drafter.add_argument(
+        "--eagle",
+        dest="head",
+        action="store_const",
+        const="eagle",
+        help="an EAGLE-1 head (fc 2h→h + one decoder layer; shares embedding and LM head)",
+    )
+    drafter.add_argument(
+        "--eagle3",
+        dest="head",
+        action="store_const",
+        const="eagle3",
+        help="an EAGLE-3 head (fc 3h→h + one 2h-input layer + own draft-vocabulary LM head)",
+    )
+    drafter.add_argument(
+        "--mtp",
+        dest="head",
+        action="store_const",
+        const="mtp",
+        help="a DeepSeek-V3-style MTP module (norms, eh_proj 2h→h, one decoder block)",
+    )
+    parser.add_argument(
+        "--dtype-bytes",
+        type=int,
+        choices=(1, 2, 4),
+        default=DTYPE_BYTES,
+        help=f"bytes per weight and per cached value (default {DTYPE_BYTES}: BF16)",
+    )
+    parser.add_argument(
+        "--draft-vocab-size",
+        type=int,
+        metavar="N",
+        help=f"the EAGLE-3 head's draft vocabulary (default {EAGLE3_DRAFT_VOCAB_SIZE})",
+    )
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscope.costmodel.memory import memory_report
+    from specscope.costmodel.presets import ModelShape
+
+    target = ModelShape.resolve(args.target)
+    draft = ModelShape.resolve(args.draft) if args.draft else None
+    kind = "draft" if draft is not None else args.head
+    draft_vocab_size = EAGLE3_DRAFT_VOCAB_SIZE
+    if args.draft_vocab_size is not None:
+        if kind != "eagle3":
+            raise SpecscopeError("--draft-vocab-size: applies to --eagle3 only")
+        if not 0 < args.draft_vocab_size <= target.vocab_size:
+            raise SpecscopeError(
+                f"--draft-vocab-size: expected 1..{target.vocab_size} (the target's vocabulary), "
+                f"got {args.draft_vocab_size}"
+            )
+        draft_vocab_size = args.draft_vocab_size
+    report = memory_report(target, kind, draft, args.dtype_bytes, draft_vocab_size)
+    if args.format == "json":
+        print(json.dumps(report.to_dict(), indent=1))
+    else:
+        _print_table(report)
+    return 0
+
+
+def _print_table(report: MemoryReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"memory at {report.dtype_bytes} bytes per value")
+    columns = ("role", "model", "params", "weight bytes", "GiB", "KV bytes/token", "KV layers")
+    for column in columns + ("shares with target",):
+        table.add_column(column, no_wrap=True, justify="right" if column in columns[2:] else "left")
+    rows = [("target", report.target)]
+    if report.drafter is not None:
+        rows.append(("drafter", report.drafter))
+    for role, footprint in rows:
+        table.add_row(
+            role,
+            footprint.name,
+            f"{footprint.params:,}",
+            f"{footprint.weight_bytes:,}",
+            f"{footprint.weight_bytes / 2**30:.2f}",
+            f"{footprint.kv_bytes_per_token:,}",
+            str(footprint.num_kv_layers),
+            ", ".join(footprint.shared) or "-",
+        )
+    console = Console()
+    console.width = max(console.width, Console(width=1000).measure(table).maximum)
+    console.print(table)
+    if report.drafter is not None:
+        console.print(
+            f"drafter overhead: weights {report.weight_overhead_pct:.3f}%, "
+            f"KV per token {report.kv_overhead_pct:.3f}%"
+        )
