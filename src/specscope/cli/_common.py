@@ -3,15 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
-import json
-import os
-import tempfile
-from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
 
-from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text, write_rows  # noqa: F401  (re-exported for the verbs)
 
 
 def int_list(text: str) -> list[int]:
@@ -31,38 +25,6 @@ def str_list(text: str) -> list[str]:
     if not values:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
     return values
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename, so readers never see half."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
-
-
-def write_rows(path: Path, rows: Iterable[Mapping[str, object]]) -> None:
-    """Write rows as CSV (``.csv``) or a JSON list (``.json``), chosen by the suffix."""
-    rows = list(rows)
-    path = Path(path)
-    if path.suffix == ".json":
-        atomic_write_text(path, json.dumps(rows, indent=1, default=float) + "\n")
-        return
-    if path.suffix not in (".csv", ""):
-        raise SpecscopeError(f"{path}: expected a .csv or .json output file")
-    fields: list[str] = []
-    for row in rows:
-        fields.extend(key for key in row if key not in fields)
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    atomic_write_text(path, buffer.getvalue())
 
 
 def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]]) -> None:

@@ -26,7 +26,7 @@ from specscope.analysis.measured import MeasuredCell, winners
 from specscope.analysis.overlap import bleu_scores, overlap_speedups, request_bleu
 from specscope.analysis.position import position_profiles
 from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
-from specscope.cli._common import atomic_write_text, write_rows
+from specscope.fileio import atomic_write_text, write_rows
 from specscope.costmodel.registry import resolve_cost_model
 from specscope.errors import SpecscopeError
 from specscope.progress import LazyProgress

@@ -20,7 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from specscope.cli._common import atomic_write_text, write_rows
+from specscope.fileio import atomic_write_text, write_rows
 from specscope.study.config import StudyConfig
 from specscope.study.fidelity import FidelityRow, fidelity_rows
 

@@ -1,0 +1,197 @@
+"""``specscope bench --backend openai``: no-SD vs SD throughput of a serving engine, over HTTP.
+
+Two ways to get servers:
+
+- ``--url URL`` (the SD server, running ``--method`` at ``--k``) and optionally
+  ``--baseline-url URL`` (the same model without SD); servers already running, so the batch
+  size is only the client's concurrency;
+- ``--launch vllm|sglang|specscope --model MODEL``: for every batch size B, a no-SD server and
+  an SD server are started with concurrency limit B (``--max-num-seqs``), measured and stopped
+  (see :mod:`~specscope.backends.openai.launchers`).
+
+Each row holds the reference bench's fields (``method``, ``k``, ``batch_size``, ``throughput``,
+``baseline_throughput``, ``speedup``, ``acceptance_rate``, ``mean_acceptance_length``), the
+vLLM counter deltas (``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``, …), and
+latency percentiles (``ttft_p50_s``, ``tpot_p50_s``, ``itl_p50_s``, …, and ``baseline_`` ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from specscope.backends.openai.client import ClientConfig
+from specscope.backends.openai.launchers import (
+    DEFAULT_LAUNCH_TIMEOUT_S,
+    ENGINES,
+    LaunchSpec,
+    ServerProcess,
+    command_for,
+    free_port,
+)
+from specscope.backends.openai.measure import measure
+from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts
+from specscope.errors import SpecscopeError
+
+log = logging.getLogger(__name__)
+BASELINE_FIELDS = ("throughput", "ttft_p50_s", "tpot_p50_s", "itl_p50_s", "duration_s")
+
+
+@dataclass(frozen=True)
+class ServingDefaults:
+    """Defaults of the serving flags, defined once for ``bench`` and ``sweep``."""
+
+    idle_timeout_s: float = ClientConfig.idle_timeout_s
+    request_timeout_s: float = ClientConfig.request_timeout_s
+    launch_timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S
+    prompt_lookup_min: int = LaunchSpec.prompt_lookup_min
+    prompt_lookup_max: int = LaunchSpec.prompt_lookup_max
+    mtp_method: str = LaunchSpec.mtp_method
+
+
+DEFAULTS = ServingDefaults()
+
+
+def add_openai_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags only ``--backend openai`` uses (the bench parser supplies ``--model``,
+    ``--method``, ``--draft``, ``--k``, ``--batch-sizes``, ``--workload``, ``--max-tokens``,
+    ``--ignore-eos``, ``--temperature``)."""
+    group = parser.add_argument_group("--backend openai (a server's OpenAI-compatible API)")
+    group.add_argument("--url", help="the SD server, e.g. http://127.0.0.1:8000 (instead of --launch)")
+    group.add_argument("--baseline-url", help="a no-SD server of the same model, for the speedup")
+    group.add_argument("--launch", choices=ENGINES, help="start the engine per batch size (no-SD, then SD)")
+    group.add_argument("--model-name", help="model id sent in requests (default: the server's /v1/models)")
+    group.add_argument(
+        "--num-requests", type=int, help="requests per run (default: the workload's; cycles if more)"
+    )
+    group.add_argument("--port", type=int, help="port for --launch (default: a free one)")
+    group.add_argument(
+        "--engine-args",
+        default="",
+        help='extra arguments for the launched engine, one string: --engine-args="--dtype bfloat16"',
+    )
+    group.add_argument("--prompt-lookup-min", type=int, default=DEFAULTS.prompt_lookup_min)
+    group.add_argument("--prompt-lookup-max", type=int, default=DEFAULTS.prompt_lookup_max)
+    group.add_argument(
+        "--mtp-method", default=DEFAULTS.mtp_method, help="vLLM MTP method (deepseek_mtp, qwen3_next_mtp, …)"
+    )
+    group.add_argument(
+        "--request-timeout", type=float, default=DEFAULTS.request_timeout_s, help="seconds per request"
+    )
+    group.add_argument(
+        "--idle-timeout", type=float, default=DEFAULTS.idle_timeout_s, help="seconds without a byte"
+    )
+    group.add_argument(
+        "--launch-timeout", type=float, default=DEFAULTS.launch_timeout_s, help="seconds to become healthy"
+    )
+    group.add_argument(
+        "--log-dir", type=Path, help="where launched servers write their logs (default: a temp dir)"
+    )
+
+
+def combine(row: dict[str, object], baseline: dict[str, object] | None) -> dict[str, object]:
+    """``row`` plus ``baseline_*`` fields and ``speedup`` = throughput / baseline throughput."""
+    out = dict(row)
+    for name in BASELINE_FIELDS:
+        out[f"baseline_{name}"] = baseline.get(name) if baseline else None
+    base = out["baseline_throughput"]
+    out["speedup"] = row["throughput"] / base if base and row.get("throughput") is not None else None
+    return out
+
+
+def _client(args: argparse.Namespace, url: str) -> ClientConfig:
+    return ClientConfig(
+        url=url,
+        model=args.model_name,
+        max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos,
+        temperature=getattr(args, "temperature", 0.0),
+        idle_timeout_s=args.idle_timeout,
+        request_timeout_s=args.request_timeout,
+    )
+
+
+def _launched(
+    args: argparse.Namespace, method: str, batch_size: int, prompts: list[Prompt], log_dir: Path
+) -> dict:
+    spec = LaunchSpec(
+        engine=args.launch,
+        model=str(args.model),
+        method=method,
+        k=args.k,
+        batch_size=batch_size,
+        draft=str(args.draft) if args.draft and method != "none" else None,
+        prompt_lookup_min=args.prompt_lookup_min,
+        prompt_lookup_max=args.prompt_lookup_max,
+        mtp_method=args.mtp_method,
+        port=args.port or free_port(),
+        extra_args=tuple(shlex.split(args.engine_args)),
+    )
+    log_path = log_dir / f"{args.launch}-{method}-k{args.k}-b{batch_size}.log"
+    with ServerProcess(command_for(spec), spec.url, log_path, args.launch_timeout):
+        return measure(_client(args, spec.url), prompts, batch_size)
+
+
+def run_openai_bench(args: argparse.Namespace) -> list[dict]:
+    """Measure no-SD and SD at every batch size; one row per batch size."""
+    if bool(args.url) == bool(args.launch):
+        raise SpecscopeError("--backend openai: give exactly one of --url and --launch")
+    for name in ("max_tokens", "num_requests", "request_timeout", "idle_timeout", "launch_timeout"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise SpecscopeError(f"--{name.replace('_', '-')}: expected a positive number, got {value}")
+    prompts = select_prompts(read_prompts(args.workload), args.num_requests)
+    rows = []
+    if args.url:
+        for batch_size in args.batch_sizes:
+            baseline = (
+                measure(_client(args, args.baseline_url), prompts, batch_size) if args.baseline_url else None
+            )
+            row = measure(_client(args, args.url), prompts, batch_size)
+            rows.append(combine({"method": args.method, "k": args.k, **row}, baseline))
+        return rows
+    with tempfile.TemporaryDirectory(prefix="specscope-logs-") as tmp:
+        log_dir = args.log_dir or Path(tmp)
+        for batch_size in args.batch_sizes:
+            baseline = _launched(args, "none", batch_size, prompts, log_dir)
+            row = _launched(args, args.method, batch_size, prompts, log_dir)
+            rows.append(combine({"method": args.method, "k": args.k, **row}, baseline))
+    return rows
+
+
+def print_openai_table(rows: list[dict]) -> None:
+    """The rows of :func:`run_openai_bench` as a table on stdout."""
+    from rich.console import Console
+    from rich.table import Table
+
+    columns = (
+        ("method", "method"),
+        ("k", "k"),
+        ("B", "batch_size"),
+        ("tok/s", "throughput"),
+        ("no-SD tok/s", "baseline_throughput"),
+        ("speedup", "speedup"),
+        ("α", "acceptance_rate"),
+        ("τ", "mean_acceptance_length"),
+        ("TTFT p50 s", "ttft_p50_s"),
+        ("TPOT p50 s", "tpot_p50_s"),
+        ("no-SD TPOT p50 s", "baseline_tpot_p50_s"),
+    )
+    table = Table(title="throughput = output tokens/s at concurrency B; speedup = SD / no-SD")
+    for header, _ in columns:
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for row in rows:
+        table.add_row(*[_cell(row.get(name)) for _, name in columns])
+    Console(width=max(Console().width, 120)).print(table)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)

@@ -1,0 +1,212 @@
+"""Speculative-decoding counters scraped from a server's Prometheus ``/metrics`` endpoint.
+
+A benchmark scrapes ``/metrics`` before and after a run and keeps only the difference, so the
+figures cover exactly the run's requests even on a server that served other traffic before.
+
+vLLM (v1 engine, ``vllm/v1/spec_decode/metrics.py``; docs: "Production Metrics") exports four
+counters when speculative decoding is on and stats logging is (its default;
+``--disable-log-stats`` removes them). The scheduler's ``make_spec_decoding_stats`` calls
+``observe_draft(num_draft_tokens, num_accepted_tokens)`` once per request per step *that
+carried draft tokens* (draft tokens it had to invalidate are not counted):
+
+- ``vllm:spec_decode_num_drafts`` — request-steps that verified at least one draft token
+  (an n-gram step that found no match proposes nothing and is not counted);
+- ``vllm:spec_decode_num_draft_tokens`` — draft tokens proposed in those request-steps;
+- ``vllm:spec_decode_num_accepted_tokens`` — draft tokens accepted;
+- ``vllm:spec_decode_num_accepted_tokens_per_pos{position="i"}`` — request-steps whose draft
+  token at 0-based position ``i`` was accepted (acceptance is a prefix, so this is
+  non-increasing in ``i``).
+
+prometheus_client appends ``_total`` to counter samples in the text format
+(``vllm:spec_decode_num_drafts_total``); both spellings are read here. Series that differ in
+other labels (``model_name``, ``engine`` for data-parallel ranks) are summed.
+
+Derived, as vLLM's own ``SpecDecodingLogging`` and ``SpecDecodingProm`` docstrings define them:
+
+- acceptance rate α = accepted / draft tokens;
+- mean acceptance length τ = 1 + accepted / drafts (tokens one drafted request-step emits,
+  bonus token included). specscope's reference engine counts τ over all request-steps,
+  including those without drafts; the two agree whenever every step drafts;
+- per-position acceptance rate ``per_pos[i] / drafts`` and conditional rate
+  ``per_pos[i] / per_pos[i-1]`` (``per_pos[-1] = drafts``): the chance that position ``i`` is
+  accepted given that every earlier position was.
+
+SGLang (``sglang/srt/metrics/collector.py``, with ``--enable-metrics``) exports no counters for
+this, only gauges recomputed over its last logging interval: ``sglang:spec_accept_length``
+(accepted drafts + bonus per verify forward) and ``sglang:spec_accept_rate`` (accepted /
+proposed drafts). They are not cumulative, so no delta exists: they are reported as read
+after the run, averaged over series, and marked as such (``sglang_*`` fields).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+
+from specscope.errors import SpecscopeError
+
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
+SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
+
+
+@dataclass
+class MetricsSnapshot:
+    """The spec-decode series of one scrape. ``has_spec_decode``: the vLLM counters exist."""
+
+    num_drafts: float = 0.0
+    num_draft_tokens: float = 0.0
+    num_accepted_tokens: float = 0.0
+    accepted_per_pos: dict[int, float] = field(default_factory=dict)
+    has_spec_decode: bool = False
+    sglang_accept_length: float | None = None
+    sglang_accept_rate: float | None = None
+
+
+@dataclass
+class SpecDecodeDelta:
+    """Counter differences over one run, with α, τ and per-position rates derived from them."""
+
+    num_drafts: int
+    num_draft_tokens: int
+    num_accepted_tokens: int
+    num_accepted_tokens_per_pos: list[int]
+    sglang_accept_length: float | None = None
+    sglang_accept_rate: float | None = None
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        """α = accepted / draft tokens; ``None`` when nothing was drafted."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+    @property
+    def mean_acceptance_length(self) -> float | None:
+        """τ = 1 + accepted / drafts (vLLM's definition); ``None`` without drafts."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
+
+    def per_position_rates(self) -> list[float | None]:
+        """``per_pos[i] / drafts``: how often position ``i`` of a draft was accepted."""
+        return [n / self.num_drafts if self.num_drafts else None for n in self.num_accepted_tokens_per_pos]
+
+    def conditional_rates(self) -> list[float | None]:
+        """``per_pos[i] / per_pos[i-1]`` with ``per_pos[-1] = drafts``; ``None`` where 0/0."""
+        rates: list[float | None] = []
+        previous = self.num_drafts
+        for count in self.num_accepted_tokens_per_pos:
+            rates.append(count / previous if previous else None)
+            previous = count
+        return rates
+
+    def as_row(self) -> dict[str, object]:
+        """Flat fields for a result row (the names issue 3's bench rows use)."""
+        return {
+            "num_drafts": self.num_drafts,
+            "num_draft_tokens": self.num_draft_tokens,
+            "num_accepted_tokens": self.num_accepted_tokens,
+            "num_accepted_tokens_per_pos": self.num_accepted_tokens_per_pos,
+            "acceptance_rate": self.acceptance_rate,
+            "mean_acceptance_length": self.mean_acceptance_length,
+            "per_position_acceptance_rate": self.per_position_rates(),
+            "conditional_acceptance_rate": self.conditional_rates(),
+            "sglang_spec_accept_length": self.sglang_accept_length,
+            "sglang_spec_accept_rate": self.sglang_accept_rate,
+        }
+
+
+def _base_name(sample_name: str) -> str:
+    return sample_name.removesuffix("_total")
+
+
+def parse_metrics(text: str) -> MetricsSnapshot:
+    """Read the spec-decode series from Prometheus text exposition ``text``."""
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError:
+        raise SpecscopeError(
+            "reading /metrics needs prometheus-client: pip install 'specscope[serve]'"
+        ) from None
+
+    snapshot = MetricsSnapshot()
+    gauges: dict[str, list[float]] = {SGLANG_ACCEPT_LENGTH: [], SGLANG_ACCEPT_RATE: []}
+    try:
+        samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+    except ValueError as error:
+        raise SpecscopeError(f"/metrics: not Prometheus text format ({error})") from None
+    for sample in samples:
+        name = _base_name(sample.name)
+        if name == VLLM_DRAFTS:
+            snapshot.num_drafts += sample.value
+        elif name == VLLM_DRAFT_TOKENS:
+            snapshot.num_draft_tokens += sample.value
+        elif name == VLLM_ACCEPTED:
+            snapshot.num_accepted_tokens += sample.value
+        elif name == VLLM_ACCEPTED_PER_POS:
+            try:
+                position = int(sample.labels["position"])
+            except (KeyError, ValueError):
+                raise SpecscopeError(
+                    f"/metrics: {sample.name} needs an integer 'position' label, got {sample.labels}"
+                ) from None
+            snapshot.accepted_per_pos[position] = snapshot.accepted_per_pos.get(position, 0.0) + sample.value
+        elif sample.name in gauges:
+            gauges[sample.name].append(sample.value)
+        else:
+            continue
+        if name.startswith("vllm:spec_decode"):
+            snapshot.has_spec_decode = True
+    if gauges[SGLANG_ACCEPT_LENGTH]:
+        snapshot.sglang_accept_length = sum(gauges[SGLANG_ACCEPT_LENGTH]) / len(gauges[SGLANG_ACCEPT_LENGTH])
+    if gauges[SGLANG_ACCEPT_RATE]:
+        snapshot.sglang_accept_rate = sum(gauges[SGLANG_ACCEPT_RATE]) / len(gauges[SGLANG_ACCEPT_RATE])
+    return snapshot
+
+
+def scrape(base_url: str, timeout_s: float = 10.0) -> MetricsSnapshot:
+    """GET ``base_url/metrics`` (bounded by ``timeout_s``) and parse it."""
+    url = base_url.rstrip("/") + "/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            text = response.read(64 << 20).decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as error:
+        raise SpecscopeError(f"{url}: HTTP {error.code}") from None
+    except (urllib.error.URLError, OSError) as error:
+        raise SpecscopeError(f"{url}: {getattr(error, 'reason', error)}") from None
+    return parse_metrics(text)
+
+
+def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> SpecDecodeDelta:
+    """``after - before`` for the counters; the SGLang gauges as read in ``after``.
+
+    A counter that went down means the server restarted between the scrapes: an error, since
+    the difference would be meaningless.
+    """
+    pairs = {
+        "num_drafts": (before.num_drafts, after.num_drafts),
+        "num_draft_tokens": (before.num_draft_tokens, after.num_draft_tokens),
+        "num_accepted_tokens": (before.num_accepted_tokens, after.num_accepted_tokens),
+    }
+    positions = sorted(set(before.accepted_per_pos) | set(after.accepted_per_pos))
+    for pos in positions:
+        pairs[f"position {pos}"] = (
+            before.accepted_per_pos.get(pos, 0.0),
+            after.accepted_per_pos.get(pos, 0.0),
+        )
+    for name, (old, new) in pairs.items():
+        if new < old:
+            raise SpecscopeError(
+                f"/metrics: counter {name} went down ({old:g} -> {new:g}); did the server restart?"
+            )
+    diff = {name: round(new - old) for name, (old, new) in pairs.items()}
+    width = positions[-1] + 1 if positions else 0
+    return SpecDecodeDelta(
+        num_drafts=diff["num_drafts"],
+        num_draft_tokens=diff["num_draft_tokens"],
+        num_accepted_tokens=diff["num_accepted_tokens"],
+        num_accepted_tokens_per_pos=[diff.get(f"position {pos}", 0) for pos in range(width)],
+        sglang_accept_length=after.sglang_accept_length,
+        sglang_accept_rate=after.sglang_accept_rate,
+    )

@@ -1,0 +1,244 @@
+"""``specscope sweep``: run every cell of a sweep configuration, surviving interruption.
+
+Each finished cell is written at once to ``OUTPUT/cells/<cell id>.json`` (a temporary file,
+fsync, rename, fsync of the directory), so a cell's result either exists completely or not at
+all. On start, cells whose file exists are skipped; so a sweep killed at any moment (even with
+SIGKILL) and started again loses no finished cell and repeats none: only the cell that was
+running when it died runs again. ``--retry-failed`` also reruns cells recorded as failed.
+
+A failure (connection refused, HTTP 5xx, a timeout, a malformed stream, a server that does not
+start) is recorded in the cell's file with ``status: "failed"`` and a ``reason``, and the sweep
+goes on. Launched servers are started once per (engine, method, k, batch size) for all the
+workloads that still need them, and stopped before the next.
+
+After the cells, ``OUTPUT/results.csv`` and ``results.json`` list every cell with ``speedup``
+against the ``none`` cell of the same engine, batch size and workload; ``measured.json`` holds
+the successful SD cells (workload named by its file's stem), the bench-row list that
+:func:`specscope.analysis.measured.read_bench_results` reads for the report; ``winners.csv``
+names, for each engine, workload and batch size, the method and k with the highest throughput.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specscope.backends.openai.bench import combine
+from specscope.backends.openai.client import ClientConfig
+from specscope.backends.openai.launchers import (
+    LaunchSpec,
+    ServerProcess,
+    command_for,
+    free_port,
+)
+from specscope.backends.openai.measure import measure
+from specscope.backends.openai.prompts import read_prompts, select_prompts
+from specscope.backends.openai.sweep_config import (
+    Cell,
+    SweepConfig,
+    describe,
+    plan_cells,
+)
+from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SweepOutcome:
+    total: int
+    skipped: int
+    ran: int
+    failed: int
+
+
+def read_cells(output: Path) -> dict[str, dict]:
+    """Recorded cells by id; an unreadable file (not written by this code) is an error."""
+    cells = {}
+    for path in sorted((output / "cells").glob("*.json")):
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as error:
+            raise SpecscopeError(
+                f"{path}: unreadable cell record ({error}); remove it to rerun the cell"
+            ) from None
+        cells[path.stem] = record
+    return cells
+
+
+def _server_key(cell: Cell) -> tuple:
+    return (cell.engine.name, cell.method, cell.k, cell.batch_size)
+
+
+def _client(config: SweepConfig, url: str) -> ClientConfig:
+    return ClientConfig(
+        url=url,
+        max_tokens=config.max_tokens,
+        ignore_eos=config.ignore_eos,
+        temperature=config.temperature,
+        idle_timeout_s=config.idle_timeout_s,
+        request_timeout_s=config.request_timeout_s,
+    )
+
+
+def _record(
+    config: SweepConfig, cell: Cell, status: str, reason: str | None, result: dict | None, started: float
+) -> None:
+    record = {
+        "cell_id": cell.cell_id(config),
+        "key": cell.key(config),
+        "status": status,
+        "reason": reason,
+        "started_at": started,
+        "finished_at": time.time(),
+        "result": result,
+    }
+    atomic_write_text(config.output / "cells" / f"{record['cell_id']}.json", json.dumps(record, indent=1) + "\n")
+    log.info("cell %s %s: %s", record["cell_id"], status, reason or "")
+
+
+def _run_cell(config: SweepConfig, cell: Cell, url: str) -> None:
+    started = time.time()
+    try:
+        prompts = select_prompts(read_prompts(config.workload_path(cell.workload)), config.num_requests)
+        row = measure(_client(config, url), prompts, cell.batch_size)
+    except SpecscopeError as error:
+        _record(config, cell, "failed", str(error), None, started)
+        return
+    except Exception as error:  # a bug or an unforeseen answer: record it, keep sweeping
+        log.exception("cell %s", cell.cell_id(config))
+        _record(config, cell, "failed", f"internal error: {type(error).__name__}: {error}", None, started)
+        return
+    _record(config, cell, "ok", None, row, started)
+
+
+def _run_group(config: SweepConfig, cells: list[Cell]) -> None:
+    """Run ``cells`` (sharing one server) against a running or freshly launched server."""
+    engine, first = cells[0].engine, cells[0]
+    if engine.url is not None:
+        for cell in cells:
+            _run_cell(config, cell, engine.url)
+        return
+    started, finished = time.time(), []
+    try:
+        spec = LaunchSpec(
+            engine=engine.launch,
+            model=engine.model,
+            method=first.method,
+            k=max(first.k, 1),
+            batch_size=first.batch_size,
+            draft=engine.drafts.get(first.method),
+            prompt_lookup_min=config.prompt_lookup_min,
+            prompt_lookup_max=config.prompt_lookup_max,
+            mtp_method=config.mtp_method,
+            port=engine.port or free_port(),
+            extra_args=engine.args,
+        )
+        log_path = config.output / "logs" / f"{engine.name}-{first.method}-k{first.k}-b{first.batch_size}.log"
+        with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
+            for cell in cells:
+                _run_cell(config, cell, spec.url)
+                finished.append(cell)
+    except SpecscopeError as error:
+        for cell in cells[len(finished) :]:
+            _record(config, cell, "failed", f"launch failed: {error}", None, started)
+
+
+def run_sweep(config: SweepConfig, retry_failed: bool = False) -> SweepOutcome:
+    """Run every cell not yet recorded (and failed ones with ``retry_failed``)."""
+    (config.output / "cells").mkdir(parents=True, exist_ok=True)
+    atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
+    cells = plan_cells(config)
+    recorded = read_cells(config.output)
+    pending = [
+        c
+        for c in cells
+        if c.cell_id(config) not in recorded
+        or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
+    ]
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in pending:
+        groups.setdefault(_server_key(cell), []).append(cell)
+    for group in groups.values():
+        _run_group(config, group)
+        results(config)  # keep the tables current while the sweep goes on
+    rows = results(config)
+    return SweepOutcome(
+        total=len(cells),
+        skipped=len(cells) - len(pending),
+        ran=len(pending),
+        failed=sum(1 for r in rows if r["status"] == "failed"),
+    )
+
+
+def results(config: SweepConfig) -> list[dict]:
+    """One row per planned cell that has a record, with ``speedup`` against its ``none`` cell;
+    also written to ``results.json``/``results.csv``, ``measured.json`` and ``winners.csv``."""
+    from specscope.fileio import write_rows
+
+    recorded = read_cells(config.output)
+    rows = []
+    for cell in plan_cells(config):
+        record = recorded.get(cell.cell_id(config))
+        if record is None:
+            continue
+        rows.append(
+            {
+                "engine": cell.engine.name,
+                "workload": cell.workload,
+                "method": cell.method,
+                "k": cell.k,
+                "batch_size": cell.batch_size,
+                "status": record["status"],
+                "reason": record["reason"],
+                "cell_id": record["cell_id"],
+                **(record["result"] or {}),
+            }
+        )
+    baselines = {
+        (r["engine"], r["workload"], r["batch_size"]): r
+        for r in rows
+        if r["method"] == "none" and r["status"] == "ok"
+    }
+    for i, row in enumerate(rows):
+        if row["status"] == "ok":
+            rows[i] = combine(row, baselines.get((row["engine"], row["workload"], row["batch_size"])))
+    write_rows(config.output / "results.json", rows)
+    write_rows(config.output / "results.csv", [_flat(r) for r in rows])
+    measured = [
+        {**r, "workload": Path(r["workload"]).stem}
+        for r in rows
+        if r["status"] == "ok" and r["method"] != "none" and r.get("speedup") is not None
+    ]
+    write_rows(config.output / "measured.json", measured)
+    best: dict[tuple, dict] = {}
+    for row in rows:
+        key = (row["engine"], row["workload"], row["batch_size"])
+        if row["status"] == "ok" and (key not in best or row["throughput"] > best[key]["throughput"]):
+            best[key] = row
+    write_rows(
+        config.output / "winners.csv",
+        [
+            {
+                "engine": r["engine"],
+                "workload": r["workload"],
+                "batch_size": r["batch_size"],
+                "method": r["method"],
+                "k": r["k"],
+                "throughput": r["throughput"],
+                "speedup": r.get("speedup"),
+            }
+            for r in best.values()
+        ],
+    )
+    return rows
+
+
+def _flat(row: dict) -> dict:
+    return {
+        name: json.dumps(value) if isinstance(value, (list, dict)) else value for name, value in row.items()
+    }

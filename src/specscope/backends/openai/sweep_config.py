@@ -1,0 +1,306 @@
+"""The ``specscope sweep`` configuration file (TOML) and the cells it expands to.
+
+Example::
+
+    output = "runs/llama8b"            # relative paths are relative to this file
+    workloads = ["prompts.jsonl"]      # JSON Lines of {"id", "prompt" | "prompt_token_ids"}
+    methods = ["none", "ngram", "eagle3"]
+    k = [1, 3, 5]
+    batch_sizes = [1, 8, 32]
+    max_tokens = 128
+    ignore_eos = true
+    num_requests = 64                  # default: each workload's length
+
+    [[engines]]
+    name = "vllm"
+    launch = "vllm"                    # vllm | sglang | specscope
+    model = "meta-llama/Llama-3.1-8B-Instruct"
+    drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
+    args = ["--gpu-memory-utilization", "0.9"]
+
+    [[engines]]                        # a server that is already running
+    name = "external"
+    url = "http://127.0.0.1:8000"
+    method = "ngram"                   # what it serves (a label; the sweep cannot change it)
+    k = 3
+
+A **cell** is one measured run: engine × method × k × batch size × workload (``none`` runs once
+per batch size and workload, with k = 0; a ``url`` engine contributes its own method and k).
+A cell's id is a hash of everything that determines its result, so results of a changed
+configuration are never mistaken for results of the old one.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+from specscope.backends.openai.bench import DEFAULTS
+from specscope.backends.openai.client import ClientConfig
+from specscope.backends.openai.launchers import ENGINES, METHODS, NEEDS_DRAFT
+from specscope.errors import SpecscopeError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    name: str
+    launch: str | None = None
+    url: str | None = None
+    model: str | None = None
+    drafts: dict[str, str] = field(default_factory=dict)
+    args: tuple[str, ...] = ()
+    port: int | None = None
+    method: str | None = None
+    k: int | None = None
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    path: Path
+    output: Path
+    workloads: tuple[str, ...]  # as written in the file; see workload_path
+    engines: tuple[EngineSpec, ...]
+    methods: tuple[str, ...] = ("none",)
+    k: tuple[int, ...] = (3,)
+    batch_sizes: tuple[int, ...] = (1,)
+    max_tokens: int = ClientConfig.max_tokens
+    ignore_eos: bool = ClientConfig.ignore_eos
+    temperature: float = ClientConfig.temperature
+    num_requests: int | None = None
+    request_timeout_s: float = DEFAULTS.request_timeout_s
+    idle_timeout_s: float = DEFAULTS.idle_timeout_s
+    launch_timeout_s: float = DEFAULTS.launch_timeout_s
+    prompt_lookup_min: int = DEFAULTS.prompt_lookup_min
+    prompt_lookup_max: int = DEFAULTS.prompt_lookup_max
+    mtp_method: str = DEFAULTS.mtp_method
+
+    def workload_path(self, name: str) -> Path:
+        """A workload's file, relative to the configuration file's directory."""
+        return self.path.parent / name
+
+
+@dataclass(frozen=True)
+class Cell:
+    engine: EngineSpec
+    method: str
+    k: int
+    batch_size: int
+    workload: str
+
+    def key(self, config: SweepConfig) -> dict[str, object]:
+        """Everything that determines this cell's result (JSON-ready)."""
+        engine = {
+            "name": self.engine.name,
+            "launch": self.engine.launch,
+            "url": self.engine.url,
+            "model": self.engine.model,
+            "draft": self.engine.drafts.get(self.method),
+            "args": list(self.engine.args),
+        }
+        settings = {
+            name: getattr(config, name)
+            for name in ("max_tokens", "ignore_eos", "temperature", "num_requests")
+        }
+        if self.method == "ngram":
+            settings.update(
+                prompt_lookup_min=config.prompt_lookup_min, prompt_lookup_max=config.prompt_lookup_max
+            )
+        if self.method == "mtp":
+            settings["mtp_method"] = config.mtp_method
+        return {
+            "engine": engine,
+            "method": self.method,
+            "k": self.k,
+            "batch_size": self.batch_size,
+            "workload": self.workload,
+            "workload_sha256": _file_sha256(config.workload_path(self.workload)),
+            **settings,
+        }
+
+    def cell_id(self, config: SweepConfig) -> str:
+        text = json.dumps(self.key(config), sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _file_sha256(path: Path) -> str | None:
+    """The file's content hash (``None`` if unreadable: the cell then fails when it runs)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _hash_file(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _hash_file(path: Path, mtime_ns: int, size: int) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _check(path: Path, name: str, value: object, kind: type | tuple, what: str) -> object:
+    if isinstance(value, bool) and kind is not bool:
+        raise SpecscopeError(f"{path}: field '{name}': expected {what}, got {value!r}")
+    if not isinstance(value, kind):
+        raise SpecscopeError(f"{path}: field '{name}': expected {what}, got {value!r}")
+    return value
+
+
+def _int_list(path: Path, name: str, value: object, minimum: int = 1) -> tuple[int, ...]:
+    if (
+        not isinstance(value, list)
+        or not value
+        or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in value)
+    ):
+        raise SpecscopeError(f"{path}: field '{name}': expected a non-empty list of integers >= {minimum}")
+    return tuple(value)
+
+
+def _engine(path: Path, index: int, table: object) -> EngineSpec:
+    where = f"engines[{index}]"
+    if not isinstance(table, dict):
+        raise SpecscopeError(f"{path}: {where}: expected a table")
+    unknown = set(table) - {f.name for f in fields(EngineSpec)}
+    if unknown:
+        raise SpecscopeError(f"{path}: {where}: unknown field(s) {', '.join(sorted(unknown))}")
+    name = _check(path, f"{where}.name", table.get("name"), str, "a name")
+    launch, url = table.get("launch"), table.get("url")
+    if (launch is None) == (url is None):
+        raise SpecscopeError(f"{path}: {where}: expected exactly one of 'launch' and 'url'")
+    if launch is not None and launch not in ENGINES:
+        raise SpecscopeError(f"{path}: {where}.launch: expected one of {', '.join(ENGINES)}, got {launch!r}")
+    if launch is not None and not isinstance(table.get("model"), str):
+        raise SpecscopeError(f"{path}: {where}.model: a launched engine needs a model (name or directory)")
+    if url is not None:
+        _check(path, f"{where}.url", url, str, "http://HOST:PORT")
+        method = _check(path, f"{where}.method", table.get("method"), str, "the method the server runs")
+        if method not in METHODS:
+            raise SpecscopeError(
+                f"{path}: {where}.method: expected one of {', '.join(METHODS)}, got {method!r}"
+            )
+        if method != "none":
+            _check(path, f"{where}.k", table.get("k"), int, "the server's k")
+    drafts = table.get("drafts", {})
+    if not isinstance(drafts, dict) or any(not isinstance(v, str) for v in drafts.values()):
+        raise SpecscopeError(f'{path}: {where}.drafts: expected a table of method = "draft model"')
+    args = table.get("args", [])
+    if not isinstance(args, list) or any(not isinstance(a, str) for a in args):
+        raise SpecscopeError(f"{path}: {where}.args: expected a list of strings")
+    port = table.get("port")
+    if port is not None:
+        _check(path, f"{where}.port", port, int, "a port number")
+    return EngineSpec(
+        name,
+        launch,
+        url,
+        table.get("model"),
+        dict(drafts),
+        tuple(args),
+        port,
+        table.get("method"),
+        table.get("k") if table.get("method") != "none" else 0,
+    )
+
+
+def load_sweep_config(path: str | Path) -> SweepConfig:
+    """Parse and check ``path``; errors name the file and field."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SpecscopeError(f"{path}: cannot read ({error.strerror or error})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SpecscopeError(f"{path}: not valid TOML ({error})") from None
+    known = {f.name for f in fields(SweepConfig)} - {"path"}
+    unknown = set(data) - known
+    if unknown:
+        raise SpecscopeError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
+    base = path.parent
+    values: dict[str, object] = {"path": path}
+    values["output"] = base / _check(path, "output", data.get("output"), str, "an output directory")
+    workloads = data.get("workloads")
+    if not isinstance(workloads, list) or not workloads or any(not isinstance(w, str) for w in workloads):
+        raise SpecscopeError(f"{path}: field 'workloads': expected a non-empty list of files")
+    values["workloads"] = tuple(workloads)
+    engines = data.get("engines")
+    if not isinstance(engines, list) or not engines:
+        raise SpecscopeError(f"{path}: expected at least one [[engines]] table")
+    values["engines"] = tuple(_engine(path, i, e) for i, e in enumerate(engines))
+    names = [e.name for e in values["engines"]]
+    if len(set(names)) != len(names):
+        raise SpecscopeError(f"{path}: engine names must be unique, got {names}")
+    if "methods" in data:
+        methods = data["methods"]
+        if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
+            raise SpecscopeError(f"{path}: field 'methods': expected a list among {', '.join(METHODS)}")
+        values["methods"] = tuple(methods)
+    if "k" in data:
+        values["k"] = _int_list(path, "k", data["k"])
+    if "batch_sizes" in data:
+        values["batch_sizes"] = _int_list(path, "batch_sizes", data["batch_sizes"])
+    positive_int, seconds = (int, "a positive integer"), ((int, float), "a number of seconds > 0")
+    checks = {
+        "max_tokens": positive_int,
+        "num_requests": positive_int,
+        "prompt_lookup_min": positive_int,
+        "prompt_lookup_max": positive_int,
+        "request_timeout_s": seconds,
+        "idle_timeout_s": seconds,
+        "launch_timeout_s": seconds,
+        "temperature": ((int, float), "a number >= 0"),
+        "ignore_eos": (bool, "true or false"),
+        "mtp_method": (str, "a vLLM MTP method name"),
+    }
+    for name, (kind, what) in checks.items():
+        if name not in data:
+            continue
+        value = _check(path, name, data[name], kind, what)
+        if (
+            (kind, what) == positive_int
+            and value < 1
+            or (kind, what) == seconds
+            and value <= 0
+            or (name == "temperature" and value < 0)
+        ):
+            raise SpecscopeError(f"{path}: field '{name}': expected {what}, got {value!r}")
+        values[name] = value
+    config = SweepConfig(**values)
+    for engine in config.engines:
+        if engine.launch is not None:
+            missing = [m for m in config.methods if m in NEEDS_DRAFT and m not in engine.drafts]
+            if missing:
+                raise SpecscopeError(
+                    f"{path}: engine {engine.name!r}: methods {', '.join(missing)} need "
+                    f'drafts.<method> = "draft model"'
+                )
+    return config
+
+
+def plan_cells(config: SweepConfig) -> list[Cell]:
+    """All cells, grouped so that cells sharing one launched server are adjacent."""
+    cells = []
+    for engine in config.engines:
+        if engine.url is not None:
+            servers = [(engine.method, engine.k)]
+        else:
+            servers = [(m, k) for m in config.methods for k in ((0,) if m == "none" else config.k)]
+        for method, k in servers:
+            for batch_size in config.batch_sizes:
+                cells += [Cell(engine, method, k, batch_size, w) for w in config.workloads]
+    return cells
+
+
+def describe(config: SweepConfig) -> dict[str, object]:
+    """The configuration as JSON-ready data (written next to the results)."""
+    data = asdict(config)
+    return json.loads(json.dumps(data, default=str))

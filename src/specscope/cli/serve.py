@@ -1,0 +1,92 @@
+"""`specscope serve`: the reference engine behind an OpenAI-compatible API with /metrics."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from specscope.errors import SpecscopeError
+from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
+from specscope.serve.protocol import DEFAULT_PORT
+
+ENGINE_FLAGS = ("k", "max_batch_size", "max_seq_len", "dtype", "device")  # omitted: load_engine's defaults
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="serve the reference engine over an OpenAI-compatible HTTP API",
+        description=(
+            "Serve a Hugging Face model directory with the reference engine: POST /v1/completions "
+            "(streaming or not), GET /v1/models, /health and /metrics (vLLM's counter names, "
+            "including the spec-decode counters). Requests are batched continuously up to "
+            "--max-batch-size. Listens on 127.0.0.1 unless told otherwise."
+        ),
+    )
+    parser.add_argument(
+        "--model", required=True, type=Path, metavar="DIR", help="target: config.json + *.safetensors"
+    )
+    parser.add_argument(
+        "--method", default="none", help="proposer: none (no SD), ngram, draft, eagle, eagle3, mtp"
+    )
+    parser.add_argument("--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory")
+    parser.add_argument("--k", type=int, help="proposal length k (default: the engine's)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s; 0 = any free port)"
+    )
+    parser.add_argument(
+        "--max-batch-size", type=int, help="most requests decoding at once (default: the engine's)"
+    )
+    parser.add_argument(
+        "--max-seq-len", type=int, help="most prompt + output tokens per request (default: the engine's)"
+    )
+    parser.add_argument(
+        "--max-waiting",
+        type=int,
+        default=DEFAULT_MAX_WAITING,
+        help="queued requests beyond the batch before answering 503 (default %(default)s)",
+    )
+    parser.add_argument("--served-model-name", help="model id in the API (default: the directory's name)")
+    parser.add_argument(
+        "--dtype", choices=("float32", "bfloat16", "float16"), help="weights (default: the engine's)"
+    )
+    parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the engine's)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.model.is_dir():
+        raise SpecscopeError(f"--model: {args.model} is not a directory")
+    for name in ("k", "max_batch_size", "max_waiting", "threads", "max_seq_len"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise SpecscopeError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
+    if not 0 <= args.port <= 65535:
+        raise SpecscopeError(f"--port: expected 0..65535, got {args.port}")
+    if args.draft is not None and args.method == "none":
+        raise SpecscopeError("--draft: only used with an SD --method (draft, eagle, eagle3, mtp)")
+    import torch
+
+    from specscope.engine.runner import load_engine
+    from specscope.serve.server import create_server
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    given = {name: getattr(args, name) for name in ENGINE_FLAGS if getattr(args, name) is not None}
+    engine, tokenizer = load_engine(args.model, method=args.method, draft_dir=args.draft, **given)
+    name = args.served_model_name or args.model.resolve().name
+    server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting)
+    print(
+        f"specscope serve: {name} ({engine.method}, k={engine.k}, max batch {engine.max_batch_size}, "
+        f"max length {engine.max_seq_len}) on {server.url}",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+    return 0

@@ -1,0 +1,99 @@
+"""`specscope sweep`: serving engines × methods × k × batch sizes × workloads, resumable."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "sweep",
+        help="benchmark serving engines over a grid of methods, k, batch sizes and workloads",
+        description=(
+            "Run every cell (engine × method × k × batch size × workload) of CONFIG.toml against "
+            "OpenAI-compatible servers, launched (vllm, sglang, specscope) or already running. "
+            "Each cell's result is written as soon as it finishes; rerun the same command after an "
+            "interruption and only the missing cells run. Failures are recorded per cell with a "
+            "reason, and the command then exits with status 1. Results: OUTPUT/results.csv, "
+            "results.json, winners.csv. See specscope.backends.openai.sweep_config for the file format."
+        ),
+    )
+    parser.add_argument("config", type=Path, metavar="CONFIG.toml")
+    parser.add_argument("--retry-failed", action="store_true", help="also rerun cells recorded as failed")
+    parser.add_argument("--dry-run", action="store_true", help="list the cells and their state; run nothing")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscope.backends.openai.sweep import read_cells, results, run_sweep
+    from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
+
+    config = load_sweep_config(args.config)
+    if args.dry_run:
+        recorded = read_cells(config.output) if (config.output / "cells").is_dir() else {}
+        rows = [
+            {
+                "cell_id": c.cell_id(config),
+                "engine": c.engine.name,
+                "method": c.method,
+                "k": c.k,
+                "batch_size": c.batch_size,
+                "workload": c.workload,
+                "state": recorded.get(c.cell_id(config), {}).get("status", "pending"),
+            }
+            for c in plan_cells(config)
+        ]
+    else:
+        outcome = run_sweep(config, retry_failed=args.retry_failed)
+        rows = results(config)
+        print(
+            f"specscope sweep: {outcome.total} cells, {outcome.skipped} already done, {outcome.ran} run, "
+            f"{outcome.failed} failed; results in {config.output}",
+            file=sys.stderr,
+        )
+    if args.format == "json":
+        print(json.dumps(rows, indent=1, default=str))
+    else:
+        _print_table(rows, args.dry_run)
+    return 1 if not args.dry_run and any(r.get("status") == "failed" for r in rows) else 0
+
+
+def _print_table(rows: list[dict], dry_run: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    columns = (
+        ("engine", "method", "k", "batch_size", "workload", "state")
+        if dry_run
+        else (
+            "engine",
+            "method",
+            "k",
+            "batch_size",
+            "workload",
+            "status",
+            "throughput",
+            "speedup",
+            "acceptance_rate",
+            "mean_acceptance_length",
+            "reason",
+        )
+    )
+    table = Table()
+    for name in columns:
+        table.add_column(name)
+    for row in rows:
+        table.add_row(*[_cell(row.get(name)) for name in columns])
+    Console(width=max(Console().width, 120)).print(table)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return str(value)

@@ -1,0 +1,7 @@
+"""``specscope serve``: the reference engine behind an OpenAI-compatible HTTP API.
+
+:mod:`~specscope.serve.protocol` (request validation, response shapes),
+:mod:`~specscope.serve.engine_loop` (continuous batching on one engine thread),
+:mod:`~specscope.serve.exporter` (``/metrics`` with vLLM's names),
+:mod:`~specscope.serve.server` (the HTTP server).
+"""

@@ -1,0 +1,152 @@
+"""Continuous batching: one thread owns the engine and loops ``engine.step()``.
+
+HTTP handler threads :meth:`EngineLoop.submit` jobs into a bounded waiting queue. The loop
+admits waiting jobs while ``engine.has_capacity()``, runs one step for everything running
+(new jobs are prefilled inside that step), and hands each job its new tokens through the
+job's own queue. Only this thread touches the engine; others read :attr:`EngineLoop.snapshot`,
+a dict replaced after every step *before* the step's tokens are handed out, so a client that
+has seen its last token and then scrapes ``/metrics`` sees counters that include that step.
+If ``step()`` raises, every running and waiting job fails with 500 and the loop stops; the
+server then answers 503 (the engine's state is no longer trustworthy).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from specscope.errors import SpecscopeError
+from specscope.serve.protocol import ApiError
+
+if TYPE_CHECKING:
+    from specscope.engine.runner import Engine
+    from specscope.engine.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_WAITING = 1024  # requests queued beyond the running batch before answering 503
+KEEP_STEP_RECORDS = 4096  # the engine's per-step records, trimmed so a long-lived server stays bounded
+
+
+@dataclass
+class JobEvent:
+    """New tokens for a job; ``finish_reason`` set on its last event; ``error`` on failure."""
+
+    token_ids: list[int]
+    finish_reason: str | None = None
+    error: ApiError | None = None
+
+
+@dataclass
+class Job:
+    request_id: str
+    prompt_token_ids: list[int]
+    max_tokens: int
+    sampling: SamplingParams
+    ignore_eos: bool
+    events: queue.Queue[JobEvent] = field(default_factory=queue.Queue)
+
+
+class EngineLoop:
+    """Owns ``engine`` (a :class:`specscope.engine.runner.Engine`) on a background thread."""
+
+    def __init__(self, engine: Engine, max_waiting: int = DEFAULT_MAX_WAITING) -> None:
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self.failure: str | None = None
+        self._waiting: deque[Job] = deque()
+        self._running: dict[str, Job] = {}
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._totals = {"prompt_tokens": 0, "generation_tokens": 0, "success_length": 0, "success_stop": 0}
+        self.snapshot = self._snapshot()
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._thread.join(timeout_s)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.failure is None
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; 503 when the engine failed or the waiting queue is full."""
+        with self._cond:
+            if self.failure is not None or self._stopping:
+                raise ApiError(503, f"engine unavailable: {self.failure or 'shutting down'}")
+            if len(self._waiting) >= self.max_waiting:
+                raise ApiError(503, f"server busy: {self.max_waiting} requests already waiting")
+            self._waiting.append(job)
+            self._cond.notify()
+
+    def _snapshot(self) -> dict:
+        stats = self.engine.stats
+        return {
+            "num_drafts": stats.num_drafts,
+            "num_draft_tokens": stats.num_draft_tokens,
+            "num_accepted_tokens": stats.num_accepted_tokens,
+            "num_accepted_tokens_per_pos": list(stats.num_accepted_tokens_per_pos),
+            "num_running": len(self._running),
+            "num_waiting": len(self._waiting),
+            **self._totals,
+        }
+
+    def _admit(self) -> None:
+        """Move waiting jobs into the engine while it has free slots (holding ``_cond``)."""
+        while self._waiting and self.engine.has_capacity():
+            job = self._waiting.popleft()
+            try:
+                self.engine.add_request(
+                    job.request_id, job.prompt_token_ids, job.max_tokens, job.sampling, job.ignore_eos
+                )
+            except SpecscopeError as error:
+                job.events.put(JobEvent([], error=ApiError(400, str(error))))
+                continue
+            self._running[job.request_id] = job
+            self._totals["prompt_tokens"] += len(job.prompt_token_ids)
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    while not self._stopping and not self._waiting and not self._running:
+                        self._cond.wait()
+                    if self._stopping:
+                        break
+                    self._admit()
+                outputs = self.engine.step() if self._running else []
+                if len(self.engine.step_records) > 2 * KEEP_STEP_RECORDS:
+                    del self.engine.step_records[:-KEEP_STEP_RECORDS]
+                delivered = [(self._running[out.request_id], out) for out in outputs]
+                with self._cond:
+                    for _, out in delivered:
+                        self._totals["generation_tokens"] += len(out.new_token_ids)
+                        if out.finished:
+                            key = f"success_{out.finish_reason}"
+                            self._totals[key] = self._totals.get(key, 0) + 1
+                            del self._running[out.request_id]
+                    self.snapshot = self._snapshot()
+                for job, out in delivered:
+                    job.events.put(
+                        JobEvent(list(out.new_token_ids), out.finish_reason if out.finished else None)
+                    )
+        except Exception as error:  # the engine is in an unknown state: fail everything, stop
+            log.exception("engine step failed")
+            self._fail_all(f"{type(error).__name__}: {error}")
+
+    def _fail_all(self, reason: str) -> None:
+        with self._cond:
+            self.failure = reason
+            jobs = list(self._running.values()) + list(self._waiting)
+            self._running.clear()
+            self._waiting.clear()
+        for job in jobs:
+            job.events.put(JobEvent([], error=ApiError(500, f"engine failure: {reason}")))

@@ -1,0 +1,83 @@
+"""``/metrics`` in Prometheus text format, with vLLM's metric names.
+
+Counters (prometheus_client writes them with a ``_total`` suffix, as vLLM's do):
+``vllm:prompt_tokens``, ``vllm:generation_tokens``, ``vllm:request_success{finished_reason}``
+and, when the engine speculates, ``vllm:spec_decode_num_drafts``,
+``vllm:spec_decode_num_draft_tokens``, ``vllm:spec_decode_num_accepted_tokens`` and
+``vllm:spec_decode_num_accepted_tokens_per_pos{position}`` — the reference engine's
+:class:`~specscope.engine.records.SpecDecodeStats`, which counts exactly as vLLM does (see
+:mod:`specscope.backends.openai.metrics`). Gauges: ``vllm:num_requests_running``,
+``vllm:num_requests_waiting``. Every series carries ``model_name``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class EngineCollector:
+    """Reads :attr:`EngineLoop.snapshot` at every scrape."""
+
+    def __init__(self, loop, model_name: str, spec_decode: bool) -> None:
+        self.loop, self.model_name, self.spec_decode = loop, model_name, spec_decode
+
+    def collect(self):
+        s = self.loop.snapshot
+        name = [self.model_name]
+
+        def counter(metric: str, doc: str, value: int) -> CounterMetricFamily:
+            family = CounterMetricFamily(metric, doc, labels=["model_name"])
+            family.add_metric(name, value)
+            return family
+
+        def gauge(metric: str, doc: str, value: int) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(metric, doc, labels=["model_name"])
+            family.add_metric(name, value)
+            return family
+
+        yield counter("vllm:prompt_tokens", "Number of prefill tokens processed.", s["prompt_tokens"])
+        yield counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", s["generation_tokens"]
+        )
+        success = CounterMetricFamily(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            labels=["model_name", "finished_reason"],
+        )
+        for reason in ("length", "stop"):
+            success.add_metric(name + [reason], s.get(f"success_{reason}", 0))
+        yield success
+        yield gauge(
+            "vllm:num_requests_running", "Number of requests in model execution batches.", s["num_running"]
+        )
+        yield gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", s["num_waiting"]
+        )
+        if not self.spec_decode:
+            return
+        yield counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", s["num_drafts"])
+        yield counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", s["num_draft_tokens"])
+        yield counter(
+            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", s["num_accepted_tokens"]
+        )
+        per_pos = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            labels=["model_name", "position"],
+        )
+        for position, value in enumerate(s["num_accepted_tokens_per_pos"]):
+            per_pos.add_metric(name + [str(position)], value)
+        yield per_pos
+
+
+def make_registry(loop, model_name: str, spec_decode: bool) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(EngineCollector(loop, model_name, spec_decode))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

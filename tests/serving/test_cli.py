@@ -1,0 +1,94 @@
+"""`specscope serve` and `specscope sweep` as commands: a real server process, user errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+from serving_helpers import write_workload
+
+from specscope.backends.openai.client import ClientConfig, stream_completion
+from specscope.backends.openai.prompts import Prompt
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "specscope", *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+
+
+def test_serve_process_answers_and_stops_on_sigterm(tiny_model):
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specscope",
+            "serve",
+            "--model",
+            str(tiny_model),
+            "--method",
+            "ngram",
+            "--k",
+            "2",
+            "--port",
+            "0",
+            "--max-batch-size",
+            "2",
+            "--threads",
+            "1",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        line = process.stderr.readline()  # printed once listening
+        match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+        assert match, line
+        result = stream_completion(
+            ClientConfig(match.group(1), max_tokens=6, model=tiny_model.name),
+            Prompt("a", token_ids=(4, 5, 6, 4, 5, 6)),
+        )
+        assert result.error is None and result.output_tokens == 6
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(20)
+    assert process.returncode == -signal.SIGTERM
+
+
+def test_serve_user_errors():
+    result = run_cli("serve", "--model", "/no/such/dir")
+    assert (
+        result.returncode == 2
+        and "specscope: error: --model: /no/such/dir is not a directory" in result.stderr
+    )
+    result = run_cli("serve", "--model", ".", "--k", "0")
+    assert result.returncode == 2 and "--k: expected a positive integer" in result.stderr
+
+
+def test_sweep_dry_run_and_bad_config(tmp_path):
+    write_workload(tmp_path / "a.jsonl", 2)
+    config = tmp_path / "s.toml"
+    config.write_text(
+        'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [2, 4]\n'
+        'batch_sizes = [1, 8]\n[[engines]]\nname = "v"\nlaunch = "vllm"\nmodel = "m"\n'
+    )
+    result = run_cli("sweep", str(config), "--dry-run", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert len(rows) == 2 + 4 and {r["state"] for r in rows} == {"pending"}
+    assert not (tmp_path / "out").exists()
+    config.write_text('output = "out"\n')
+    result = run_cli("sweep", str(config))
+    assert (
+        result.returncode == 2 and "field 'workloads'" in result.stderr and "Traceback" not in result.stderr
+    )

@@ -1,0 +1,130 @@
+"""The OpenAI client against `specscope serve` on loopback: real sockets, real HTTP.
+
+The acceptance the client measures from ``/metrics`` deltas must equal the engine's own
+counters, and a closed loop at concurrency 32 must finish with no failed request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+
+import pytest
+from serving_helpers import VOCAB, start_server, write_workload
+
+from specscope.backends.openai import metrics
+from specscope.backends.openai.client import ClientConfig, run_load
+from specscope.backends.openai.measure import measure
+from specscope.backends.openai.prompts import read_prompts, select_prompts
+
+
+def test_measured_acceptance_equals_engine_counters_at_concurrency_32(ngram_server, tmp_path):
+    prompts = read_prompts(write_workload(tmp_path / "w.jsonl", 32))
+    config = ClientConfig(ngram_server.url, "tiny", max_tokens=48, ignore_eos=True)
+    engine = ngram_server.engine
+    before = metrics.scrape(ngram_server.url)
+    assert engine.stats.num_drafts == 0  # a fresh server: the engine's counters cover exactly this run
+    load = run_load(config, prompts, concurrency=32)
+    after = metrics.scrape(ngram_server.url)
+    assert load.failed == []
+    assert [r.output_tokens for r in load.results] == [48] * 32
+    d = metrics.delta(before, after)
+    stats = engine.stats
+    assert d.num_drafts == stats.num_drafts > 0
+    assert d.num_draft_tokens == stats.num_draft_tokens
+    assert d.num_accepted_tokens == stats.num_accepted_tokens > 0
+    assert d.num_accepted_tokens_per_pos == list(stats.num_accepted_tokens_per_pos)
+    assert d.acceptance_rate == pytest.approx(stats.acceptance_rate())
+    assert d.mean_acceptance_length == pytest.approx(1 + stats.num_accepted_tokens / stats.num_drafts)
+    assert max(r.batch_size for r in engine.step_records) >= 16  # requests really were batched
+    summary = load.summary()
+    assert summary["num_failed"] == 0 and summary["output_tokens"] == 32 * 48
+    assert summary["throughput"] > 0 and 0 < summary["ttft_p50_s"] <= summary["ttft_p99_s"]
+    assert summary["tpot_p50_s"] > 0 and summary["itl_p50_s"] > 0
+
+
+def test_measure_row_and_cycled_prompts(ngram_server, tmp_path):
+    prompts = select_prompts(read_prompts(write_workload(tmp_path / "w.jsonl", 5)), 12)
+    assert [p.id for p in prompts][5:7] == ["r0#1", "r1#1"]
+    row = measure(ClientConfig(ngram_server.url, max_tokens=16, ignore_eos=True), prompts, 4)
+    stats = ngram_server.engine.stats
+    assert row["model_name"] == "tiny" and row["num_requests"] == 12 and row["output_tokens"] == 12 * 16
+    assert row["acceptance_source"].startswith("vllm counters")
+    assert 0 < row["num_drafts"] <= stats.num_drafts  # the warm-up ran before the first scrape
+    assert row["conditional_acceptance_rate"][0] == pytest.approx(
+        row["num_accepted_tokens_per_pos"][0] / row["num_drafts"]
+    )
+
+
+def test_text_prompts_are_tokenised_by_the_server(tiny_model, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    model_dir = tmp_path / "with-tokenizer"
+    shutil.copytree(tiny_model, model_dir)
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(model_dir / "tokenizer.json"))
+    workload = tmp_path / "text.jsonl"
+    workload.write_text(
+        '{"id": "a", "prompt": "w5 w6 w7 w8 w5 w6 w7"}\n{"id": "b", "prompt_token_ids": [5, 6, 7, 8, 5, 6, 7]}\n'
+    )
+    running = start_server(model_dir, "none", max_batch_size=2)
+    try:
+        load = run_load(
+            ClientConfig(running.url, "tiny", max_tokens=10, ignore_eos=True), read_prompts(workload), 2
+        )
+    finally:
+        running.close()
+    assert load.failed == [] and [r.output_tokens for r in load.results] == [10, 10]
+
+
+def test_openai_bench_with_baseline_url(tiny_model, tmp_path):
+    from specscope.backends.openai.bench import (
+        add_openai_bench_arguments,
+        run_openai_bench,
+    )
+
+    plain = start_server(tiny_model, "none", max_batch_size=4)
+    ngram = start_server(tiny_model, "ngram", k=3, max_batch_size=4)
+    try:
+        parser = argparse.ArgumentParser()
+        for flag, kwargs in (
+            ("--method", {}),
+            ("--k", {"type": int}),
+            ("--workload", {}),
+            ("--max-tokens", {"type": int}),
+            ("--ignore-eos", {"action": "store_true"}),
+            ("--batch-sizes", {"type": lambda s: [int(x) for x in s.split(",")]}),
+            ("--model", {}),
+            ("--draft", {}),
+        ):
+            parser.add_argument(flag, **kwargs)
+        add_openai_bench_arguments(parser)
+        args = parser.parse_args(
+            [
+                "--url",
+                ngram.url,
+                "--baseline-url",
+                plain.url,
+                "--method",
+                "ngram",
+                "--k",
+                "3",
+                "--workload",
+                str(write_workload(tmp_path / "w.jsonl", 8)),
+                "--max-tokens",
+                "16",
+                "--ignore-eos",
+                "--batch-sizes",
+                "1,4",
+            ]
+        )
+        rows = run_openai_bench(args)
+    finally:
+        plain.close()
+        ngram.close()
+    assert [(r["method"], r["k"], r["batch_size"]) for r in rows] == [("ngram", 3, 1), ("ngram", 3, 4)]
+    for row in rows:
+        assert row["speedup"] == pytest.approx(row["throughput"] / row["baseline_throughput"])
+        assert row["num_draft_tokens"] > 0 and 0 <= row["acceptance_rate"] <= 1
+        assert row["mean_acceptance_length"] >= 1 and row["baseline_tpot_p50_s"] > 0

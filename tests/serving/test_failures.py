@@ -1,0 +1,83 @@
+"""Every way a server can fail ends a request with a reason, within its timeouts."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from serving_helpers import refused_url
+
+from specscope.backends.openai.client import ClientConfig, run_load, stream_completion
+from specscope.backends.openai.measure import MeasureError, measure
+from specscope.backends.openai.prompts import Prompt
+
+PROMPT = Prompt("p", token_ids=(3, 4, 5))
+
+
+@pytest.mark.parametrize(
+    "mode, reason",
+    [
+        ("http500", "HTTP 500: engine exploded"),
+        ("malformed", "malformed stream: expected 'data: ...'"),
+        ("no_usage", "no usage chunk"),
+        ("badjson", "malformed stream: chunk is not JSON"),
+        ("badchoices", "'choices' is not a list"),
+        ("truncated", "closed before 'data: [DONE]'"),
+    ],
+)
+def test_broken_servers(fake_server, mode, reason):
+    result = stream_completion(ClientConfig(fake_server(mode).url, "fake", idle_timeout_s=5), PROMPT)
+    assert reason in result.error
+
+
+def test_good_fake_server(fake_server):
+    result = stream_completion(ClientConfig(fake_server("ok").url, "fake"), PROMPT)
+    assert result.error is None and result.output_tokens == 8 and len(result.itl_s) == 3
+    assert result.finish_reason == "length"
+
+
+def test_connection_refused():
+    result = stream_completion(ClientConfig(refused_url(), "m", idle_timeout_s=2), PROMPT)
+    assert result.error == "connection refused"
+
+
+def test_hanging_server_times_out(fake_server):
+    url = fake_server("hang").url
+    start = time.monotonic()
+    result = stream_completion(ClientConfig(url, "fake", idle_timeout_s=0.5), PROMPT)
+    assert result.error == "timeout" and time.monotonic() - start < 3
+
+
+def test_slow_trickle_hits_the_request_deadline(fake_server):
+    url = fake_server("ok", delay_s=0.4).url  # each chunk within the idle timeout, the whole too slow
+    start = time.monotonic()
+    result = stream_completion(ClientConfig(url, "fake", idle_timeout_s=2, request_timeout_s=0.6), PROMPT)
+    assert "timeout" in result.error and time.monotonic() - start < 3
+
+
+def test_load_records_each_failure_and_measure_refuses_partial_runs(fake_server):
+    url = fake_server("http500").url
+    load = run_load(ClientConfig(url, "fake"), [PROMPT] * 5, concurrency=2)
+    assert len(load.failed) == 5 and load.summary()["num_failed"] == 5
+    with pytest.raises(MeasureError, match="warm-up request failed: HTTP 500"):
+        measure(ClientConfig(url), [PROMPT], 1)
+    with pytest.raises(MeasureError, match="connection refused"):
+        measure(ClientConfig(refused_url()), [PROMPT], 1)
+
+
+@pytest.mark.parametrize(
+    "style, source, alpha, tau",
+    [
+        ("vllm", "vllm counters, delta over the run", 4 / 6, 1 + 4 / 3),
+        ("sglang", "sglang gauges, last logging interval", 0.75, 2.5),
+        ("none", None, None, None),
+    ],
+)
+def test_acceptance_sources(fake_server, style, source, alpha, tau):
+    row = measure(ClientConfig(fake_server("ok", metrics=style).url), [PROMPT] * 3, 2)
+    assert row["acceptance_source"] == source and row["num_failed"] == 0 and row["output_tokens"] == 24
+    assert row["acceptance_rate"] == (pytest.approx(alpha) if alpha else None)
+    assert row["mean_acceptance_length"] == (pytest.approx(tau) if tau else None)
+    assert (row["metrics_error"] is not None) == (style == "none")
+    if style == "vllm":
+        assert (row["num_drafts"], row["num_draft_tokens"], row["num_accepted_tokens"]) == (9, 18, 12)

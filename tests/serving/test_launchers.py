@@ -1,0 +1,259 @@
+"""Engine command lines against the engines' documented options, and the process lifecycle
+(healthy, early exit, never healthy, SIGTERM ignored -> SIGKILL) with small stand-in servers."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from specscope.backends.openai.launchers import (
+    LaunchError,
+    LaunchSpec,
+    ServerProcess,
+    command_for,
+    free_port,
+    sglang_command,
+    vllm_command,
+)
+from specscope.errors import SpecscopeError
+
+
+def _spec_config(command: list[str]) -> dict | None:
+    if "--speculative-config" not in command:
+        return None
+    return json.loads(command[command.index("--speculative-config") + 1])
+
+
+def _flag(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def test_vllm_baseline_has_batch_limit_and_no_prefix_caching():
+    command = vllm_command(LaunchSpec("vllm", "meta-llama/Llama-3.1-8B-Instruct", batch_size=32, port=9001))
+    assert command[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert _flag(command, "--max-num-seqs") == "32" and _flag(command, "--port") == "9001"
+    assert "--no-enable-prefix-caching" in command
+    assert _spec_config(command) is None
+
+
+@pytest.mark.parametrize(
+    "method, draft, expected",
+    [
+        (
+            "ngram",
+            None,
+            {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 3, "prompt_lookup_max": 7},
+        ),
+        (
+            "eagle",
+            "yuhuili/EAGLE-LLaMA3.1-Instruct-8B",
+            {"method": "eagle", "num_speculative_tokens": 4, "model": "yuhuili/EAGLE-LLaMA3.1-Instruct-8B"},
+        ),
+        ("eagle3", "h/e3", {"method": "eagle3", "num_speculative_tokens": 4, "model": "h/e3"}),
+        (
+            "draft",
+            "meta-llama/Llama-3.2-1B-Instruct",
+            {
+                "method": "draft_model",
+                "num_speculative_tokens": 4,
+                "model": "meta-llama/Llama-3.2-1B-Instruct",
+            },
+        ),
+        ("mtp", None, {"method": "deepseek_mtp", "num_speculative_tokens": 4}),
+        ("suffix", None, {"method": "suffix", "num_speculative_tokens": 4}),
+    ],
+)
+def test_vllm_speculative_config(method, draft, expected):
+    command = vllm_command(LaunchSpec("vllm", "target", method=method, k=4, draft=draft))
+    assert _spec_config(command) == expected
+
+
+def test_vllm_qwen3_next_mtp_and_extra_args():
+    spec = LaunchSpec(
+        "vllm",
+        "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        method="mtp",
+        k=2,
+        mtp_method="qwen3_next_mtp",
+        extra_args=("--tensor-parallel-size", "4"),
+    )
+    command = vllm_command(spec)
+    assert _spec_config(command) == {"method": "qwen3_next_mtp", "num_speculative_tokens": 2}
+    assert command[-2:] == ["--tensor-parallel-size", "4"]
+
+
+@pytest.mark.parametrize(
+    "method, algorithm", [("eagle", "EAGLE"), ("eagle3", "EAGLE3"), ("draft", "STANDALONE"), ("mtp", "EAGLE")]
+)
+def test_sglang_chain_speculation(method, algorithm):
+    draft = None if method == "mtp" else "some/draft"
+    command = sglang_command(LaunchSpec("sglang", "target", method=method, k=5, batch_size=16, draft=draft))
+    assert command[1:3] == ["-m", "sglang.launch_server"] and _flag(command, "--model-path") == "target"
+    assert _flag(command, "--max-running-requests") == "16"
+    assert "--disable-radix-cache" in command and "--enable-metrics" in command
+    assert _flag(command, "--speculative-algorithm") == algorithm
+    assert _flag(command, "--speculative-num-steps") == "5"
+    assert _flag(command, "--speculative-eagle-topk") == "1"
+    assert _flag(command, "--speculative-num-draft-tokens") == "6"
+    assert ("--speculative-draft-model-path" in command) == (draft is not None)
+
+
+def test_sglang_ngram_and_baseline():
+    command = sglang_command(
+        LaunchSpec("sglang", "target", method="ngram", k=3, prompt_lookup_min=2, prompt_lookup_max=5)
+    )
+    assert _flag(command, "--speculative-algorithm") == "NGRAM"
+    assert _flag(command, "--speculative-ngram-min-match-window-size") == "2"
+    assert _flag(command, "--speculative-ngram-max-match-window-size") == "5"
+    assert _flag(command, "--speculative-ngram-max-bfs-breadth") == "1"
+    assert _flag(command, "--speculative-num-draft-tokens") == "4"
+    assert not any(a.startswith("--speculative") for a in sglang_command(LaunchSpec("sglang", "target")))
+
+
+def test_specscope_command():
+    command = command_for(
+        LaunchSpec("specscope", "/m", method="draft", k=2, batch_size=4, draft="/d", port=1234)
+    )
+    assert command[1:4] == ["-m", "specscope", "serve"]
+    assert _flag(command, "--method") == "draft" and _flag(command, "--draft") == "/d"
+    assert _flag(command, "--max-batch-size") == "4" and _flag(command, "--host") == "127.0.0.1"
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"engine": "tgi"}, "engine"),
+        ({"method": "medusa"}, "method"),
+        ({"method": "eagle"}, "draft"),
+        ({"k": 0}, "k >= 1"),
+        ({"prompt_lookup_min": 5, "prompt_lookup_max": 2}, "prompt_lookup"),
+    ],
+)
+def test_bad_specs(kwargs, match):
+    with pytest.raises(SpecscopeError, match=match):
+        LaunchSpec(**{"engine": "vllm", "model": "m", **kwargs})
+
+
+def test_suffix_only_on_vllm():
+    with pytest.raises(SpecscopeError, match="suffix"):
+        sglang_command(LaunchSpec("sglang", "m", method="suffix"))
+
+
+STAND_IN = textwrap.dedent("""
+    import signal, sys, time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    mode, port = sys.argv[1], int(sys.argv[2])
+    if mode == "ignore-term":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if mode == "crash":
+        print("loading weights... out of memory", flush=True)
+        sys.exit(3)
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_GET(self):
+            self.send_response(200 if mode != "unhealthy" else 503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+    time.sleep(0.3)
+    HTTPServer(("127.0.0.1", port), H).serve_forever()
+""")
+
+
+@pytest.fixture
+def stand_in(tmp_path):
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+
+    def make(mode: str, **kwargs) -> ServerProcess:
+        port = free_port()
+        return ServerProcess(
+            [sys.executable, str(script), mode, str(port)],
+            f"http://127.0.0.1:{port}",
+            tmp_path / f"{mode}.log",
+            **kwargs,
+        )
+
+    return make
+
+
+def test_waits_for_health_and_stops_with_sigterm(stand_in):
+    server = stand_in("ok", health_timeout_s=20)
+    with server:
+        process = server.process
+        assert process.poll() is None
+    assert process.poll() is not None and process.returncode < 0  # killed by a signal
+
+
+def test_sigkill_after_grace_when_sigterm_is_ignored(stand_in):
+    server = stand_in("ignore-term", health_timeout_s=20, stop_grace_s=0.5)
+    server.__enter__()
+    process = server.process
+    start = time.monotonic()
+    server.stop()
+    assert process.returncode == -9
+    assert time.monotonic() - start < 5
+
+
+def test_early_exit_is_reported_with_the_log(stand_in):
+    with pytest.raises(LaunchError, match="status 3.*out of memory"), stand_in("crash", health_timeout_s=20):
+        pass
+
+
+def test_never_healthy_times_out_and_is_stopped(stand_in):
+    server = stand_in("unhealthy", health_timeout_s=1.5)
+    start = time.monotonic()
+    with pytest.raises(LaunchError, match="not healthy after 1.5s"):
+        server.__enter__()
+    assert time.monotonic() - start < 10
+    assert server.process is None  # stopped
+
+
+def test_missing_executable(tmp_path):
+    with pytest.raises(LaunchError, match="cannot start"):
+        ServerProcess(["/nonexistent/vllm", "serve"], "http://127.0.0.1:1", tmp_path / "x.log").start()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_server_dies_with_a_killed_launcher(tmp_path):
+    """A sweep killed with SIGKILL cannot stop its server; the kernel's parent-death signal does."""
+    import os
+    import signal
+    import subprocess
+
+    script = tmp_path / "stand_in.py"
+    script.write_text(STAND_IN)
+    port = free_port()
+    launcher = tmp_path / "launcher.py"
+    launcher.write_text(
+        textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from specscope.backends.openai.launchers import ServerProcess
+        server = ServerProcess([sys.executable, {str(script)!r}, "ok", "{port}"], "http://127.0.0.1:{port}",
+                               Path({str(tmp_path / "s.log")!r}), health_timeout_s=20)
+        server.__enter__()
+        print(server.process.pid, flush=True)
+        time.sleep(60)
+    """)
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    parent = subprocess.Popen([sys.executable, str(launcher)], stdout=subprocess.PIPE, text=True, env=env)
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{child}/stat").read_text().split()[2] == "Z":  # exited, awaiting its reaper
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the server outlived its killed launcher")

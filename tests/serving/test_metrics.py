@@ -1,0 +1,96 @@
+"""Prometheus parsing and spec-decode deltas, against hand-computed values."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("prometheus_client")
+
+from specscope.backends.openai.metrics import (
+    MetricsSnapshot,
+    SpecDecodeDelta,
+    delta,
+    parse_metrics,
+)
+from specscope.errors import SpecscopeError
+
+VLLM_TEXT = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 10.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 6.0
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e+09
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 48.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 20.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 12.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 6.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 2.0
+vllm:num_requests_running{model_name="m"} 3.0
+"""
+
+
+def test_vllm_counters_with_total_suffix_summed_over_engines():
+    snap = parse_metrics(VLLM_TEXT)
+    assert snap.has_spec_decode
+    assert (snap.num_drafts, snap.num_draft_tokens, snap.num_accepted_tokens) == (16, 48, 20)
+    assert snap.accepted_per_pos == {0: 12, 1: 6, 2: 2}
+    assert snap.sglang_accept_length is None
+
+
+def test_counters_without_total_suffix_read_the_same():
+    snap = parse_metrics(VLLM_TEXT.replace("_total{", "{"))
+    assert (snap.num_drafts, snap.num_draft_tokens, snap.num_accepted_tokens) == (16, 48, 20)
+    assert snap.accepted_per_pos == {0: 12, 1: 6, 2: 2}
+
+
+def test_server_without_spec_decode():
+    snap = parse_metrics('vllm:num_requests_running{model_name="m"} 1\n')
+    assert not snap.has_spec_decode and snap.num_drafts == 0
+
+
+def test_sglang_gauges_are_averaged_over_series():
+    snap = parse_metrics(
+        'sglang:spec_accept_length{tp_rank="0"} 2.5\nsglang:spec_accept_length{tp_rank="1"} 3.5\n'
+        'sglang:spec_accept_rate{tp_rank="0"} 0.4\n'
+    )
+    assert snap.sglang_accept_length == pytest.approx(3.0)
+    assert snap.sglang_accept_rate == pytest.approx(0.4)
+    assert not snap.has_spec_decode
+
+
+def test_delta_and_derived_rates():
+    before = MetricsSnapshot(10, 30, 12, {0: 8, 1: 3, 2: 1}, True)
+    after = MetricsSnapshot(20, 60, 27, {0: 17, 1: 8, 2: 2}, True, sglang_accept_length=2.0)
+    d = delta(before, after)
+    assert (d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens) == (10, 30, 15)
+    assert d.num_accepted_tokens_per_pos == [9, 5, 1]
+    assert d.acceptance_rate == pytest.approx(15 / 30)
+    assert d.mean_acceptance_length == pytest.approx(1 + 15 / 10)
+    assert d.per_position_rates() == pytest.approx([0.9, 0.5, 0.1])
+    assert d.conditional_rates() == pytest.approx([9 / 10, 5 / 9, 1 / 5])
+    assert d.sglang_accept_length == 2.0
+    row = d.as_row()
+    assert row["num_drafts"] == 10 and row["acceptance_rate"] == pytest.approx(0.5)
+
+
+def test_positions_that_appear_only_after():
+    d = delta(MetricsSnapshot(), MetricsSnapshot(4, 8, 3, {1: 1, 0: 2}, True))
+    assert d.num_accepted_tokens_per_pos == [2, 1]
+
+
+def test_no_drafts_gives_none_not_zero_division():
+    d = SpecDecodeDelta(0, 0, 0, [0, 0])
+    assert d.acceptance_rate is None and d.mean_acceptance_length is None
+    assert d.conditional_rates() == [None, None]
+
+
+def test_counter_going_down_is_an_error():
+    with pytest.raises(SpecscopeError, match="went down"):
+        delta(MetricsSnapshot(10, 30, 12, {}, True), MetricsSnapshot(2, 6, 1, {}, True))
+
+
+def test_malformed_text_and_bad_position_label():
+    with pytest.raises(SpecscopeError, match="Prometheus"):
+        parse_metrics('vllm:spec_decode_num_drafts_total{model_name="m" 3\n')
+    with pytest.raises(SpecscopeError, match="position"):
+        parse_metrics('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="x"} 1\n')

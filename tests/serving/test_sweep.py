@@ -1,0 +1,185 @@
+"""`specscope sweep`: configuration checks, failures recorded per cell, resume after SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from serving_helpers import refused_url, write_workload
+
+from specscope.backends.openai.sweep import read_cells, run_sweep
+from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
+from specscope.errors import SpecscopeError
+
+GRID = """
+output = "out"
+workloads = ["a.jsonl", "b.jsonl"]
+methods = ["none", "ngram", "eagle3"]
+k = [1, 3]
+batch_sizes = [1, 2]
+max_tokens = 8
+
+[[engines]]
+name = "vllm"
+launch = "vllm"
+model = "meta-llama/Llama-3.1-8B-Instruct"
+drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
+"""
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sweep.toml"
+    path.write_text(text)
+    for name in ("a.jsonl", "b.jsonl"):
+        if not (tmp_path / name).exists():
+            write_workload(tmp_path / name, 3, seed=len(name) + ord(name[0]))
+    return path
+
+
+def url_engine(name: str, url: str) -> str:
+    return f'\n[[engines]]\nname = "{name}"\nurl = "{url}"\nmethod = "ngram"\nk = 3\n'
+
+
+def test_plan_and_stable_cell_ids(tmp_path):
+    config = load_sweep_config(write_config(tmp_path, GRID))
+    cells = plan_cells(config)
+    # none: 2 batch sizes x 2 workloads; ngram and eagle3: 2 k x 2 batch sizes x 2 workloads each
+    assert len(cells) == 4 + 8 + 8
+    ids = [c.cell_id(config) for c in cells]
+    assert len(set(ids)) == len(ids)
+    assert ids == [c.cell_id(load_sweep_config(config.path)) for c in plan_cells(config)]
+    assert {(c.method, c.k) for c in cells if c.method == "none"} == {("none", 0)}
+    changed = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", "max_tokens = 9")))
+    changed_ids = {c.cell_id(changed) for c in plan_cells(changed)}
+    assert not set(ids) & changed_ids
+    (tmp_path / "a.jsonl").write_text(
+        '{"id": 1, "prompt_token_ids": [4]}\n'
+    )  # new content: new ids for a.jsonl
+    edited_ids = {c.cell_id(changed) for c in plan_cells(changed)}
+    assert len(edited_ids & changed_ids) == 10
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda t: t.replace('workloads = ["a.jsonl", "b.jsonl"]', ""), "workloads"),
+        (lambda t: t.replace("k = [1, 3]", "k = [0]"), "'k'"),
+        (lambda t: t.replace('"none", "ngram", "eagle3"', '"none", "medusa"'), "methods"),
+        (lambda t: t.replace("drafts = { eagle3", "drafts_ = { eagle3"), "unknown field"),
+        (
+            lambda t: t.replace('drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }', ""),
+            "eagle3 need",
+        ),
+        (
+            lambda t: t.replace('launch = "vllm"', 'launch = "vllm"\nurl = "http://127.0.0.1:1"'),
+            "exactly one",
+        ),
+        (lambda t: t.replace("max_tokens = 8", "max_tokens = true"), "max_tokens"),
+        (lambda t: t + "\nbogus = 1\n", "unknown field"),
+        (lambda t: t.replace("[[engines]]", "[[engine]]"), "unknown field"),
+        (lambda t: t + "[[", "not valid TOML"),
+    ],
+)
+def test_config_errors_name_the_field(tmp_path, edit, match):
+    with pytest.raises(SpecscopeError, match=match):
+        load_sweep_config(write_config(tmp_path, edit(GRID)))
+
+
+def test_failures_are_recorded_and_the_sweep_goes_on(tmp_path, fake_server):
+    text = 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1, 2]\nidle_timeout_s = 0.5\n'
+    text += url_engine("refused", refused_url()) + url_engine("http500", fake_server("http500").url)
+    text += url_engine("malformed", fake_server("malformed").url) + url_engine(
+        "hang", fake_server("hang").url
+    )
+    text += url_engine("good", fake_server("ok").url)
+    text += '\n[[engines]]\nname = "nomodel"\nlaunch = "specscope"\nmodel = "does-not-exist"\n'
+    text = text.replace(
+        "batch_sizes = [1, 2]", 'batch_sizes = [1, 2]\nmethods = ["none"]\nlaunch_timeout_s = 60'
+    )
+    config = load_sweep_config(write_config(tmp_path, text))
+    start = time.monotonic()
+    outcome = run_sweep(config)
+    assert time.monotonic() - start < 60
+    assert (outcome.total, outcome.ran, outcome.failed) == (12, 12, 10)
+    reasons = {
+        (r["key"]["engine"]["name"], r["key"]["batch_size"]): (r["status"], r["reason"])
+        for r in read_cells(config.output).values()
+    }
+    assert reasons[("good", 2)] == ("ok", None)
+    assert "connection refused" in reasons[("refused", 1)][1]
+    assert "HTTP 500" in reasons[("http500", 2)][1]
+    assert "malformed stream" in reasons[("malformed", 1)][1]
+    assert "timeout" in reasons[("hang", 1)][1]
+    assert reasons[("nomodel", 1)][1].startswith("launch failed: server exited with status 2")
+    assert "does-not-exist" in reasons[("nomodel", 1)][1]
+    rows = json.loads((config.output / "results.json").read_text())
+    good = [r for r in rows if r["engine"] == "good"]
+    assert [r["num_drafts"] for r in good] == [9, 9]  # the fake counts 3 drafts per request, 3 requests
+    again = run_sweep(config)
+    assert (again.ran, again.skipped) == (0, 12)
+    retried = run_sweep(config, retry_failed=True)
+    assert retried.ran == 10
+
+
+def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path, fake_server):
+    fake = fake_server("ok", delay_s=0.03)
+    text = (
+        'output = "out"\nworkloads = ["a.jsonl", "b.jsonl"]\nbatch_sizes = [1, 2, 3, 4]\nnum_requests = 4\n'
+        + url_engine("fake", fake.url)
+    )
+    config_path = write_config(tmp_path, text)
+    cells_dir = tmp_path / "out" / "cells"
+    command = [sys.executable, "-m", "specscope", "sweep", str(config_path), "--format", "json"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(cells_dir.glob("*.json"))) < 2:
+        time.sleep(0.01)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    fake.wait_idle()  # responses already on their way are finished (or failed) before counting
+    done_before = {p.name: p.read_bytes() for p in cells_dir.glob("*.json")}
+    completions_before = fake.completions
+    assert 2 <= len(done_before) < 8, "the sweep should be interrupted part-way"
+    second = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    after = {p.name: p.read_bytes() for p in cells_dir.glob("*.json")}
+    assert len(after) == 8
+    assert all(after[name] == data for name, data in done_before.items())  # finished cells untouched
+    # each cell sends 1 warm-up + 4 requests; the second run ran exactly the cells not yet recorded
+    assert fake.completions - completions_before == (8 - len(done_before)) * 5
+    assert all(json.loads(data)["status"] == "ok" for data in after.values())
+    assert len(json.loads(second.stdout)) == 8
+
+
+def test_launched_specscope_servers(tmp_path, tiny_model):
+    text = (
+        f'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [2]\nbatch_sizes = [2]\n'
+        f"max_tokens = 16\nignore_eos = true\nlaunch_timeout_s = 120\n"
+        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n'
+    )
+    config = load_sweep_config(write_config(tmp_path, text))
+    outcome = run_sweep(config)
+    rows = json.loads((config.output / "results.json").read_text())
+    assert outcome.failed == 0, rows
+    ngram = next(r for r in rows if r["method"] == "ngram")
+    assert ngram["k"] == 2 and ngram["speedup"] == pytest.approx(
+        ngram["throughput"] / ngram["baseline_throughput"]
+    )
+    assert ngram["num_draft_tokens"] > 0 and ngram["acceptance_rate"] is not None
+    assert (config.output / "winners.csv").read_text().count("\n") == 2
+    from specscope.analysis.measured import read_bench_results
+
+    [cell] = read_bench_results([config.output / "measured.json"])
+    assert (cell.dataset, cell.method, cell.k, cell.batch_size) == ("a", "ngram", 2, 2)
+    assert cell.measured_speedup == pytest.approx(ngram["speedup"])
+    assert sorted(p.name for p in (config.output / "logs").iterdir()) == [
+        "ref-ngram-k2-b2.log",
+        "ref-none-k0-b2.log",
+    ]
