@@ -1,0 +1,169 @@
+"""The reference backend: specscope's own PyTorch engine (:mod:`specscope.engine`).
+
+For each batch size B it runs the workload without SD and with SD on the same target weights
+and reports one row: ``method``, ``k``, ``batch_size``, ``batching``, ``num_requests``,
+``generated_tokens``, ``throughput`` and ``baseline_throughput`` (generated tokens per second
+of wall time, prefill included), ``speedup`` = their ratio, ``acceptance_rate`` (α),
+``mean_acceptance_length`` (τ), vLLM's counters, the SD run's summed time split
+(``prefill_s``, ``draft_s``, ``verify_s``, ``sample_s``, ``overhead_s``) and, under greedy
+decoding, ``greedy_match`` (SD output == no-SD output for every request) with the number of
+``mismatched_requests`` (``None`` when sampling). ``--method none`` runs no-SD only: its rows
+have ``speedup`` 1 and no comparison.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+
+from specscope.backends import BATCHING, BenchConfig, BenchResult
+from specscope.engine.runner import Engine, SamplingParams
+from specscope.errors import SpecscopeError
+from specscope.workloads.jsonl import WorkloadRequest, read_workload
+
+log = logging.getLogger(__name__)
+WARMUP_TOKENS = 8
+
+
+@dataclass
+class _Run:
+    outputs: dict[str, list[int]]
+    generated: int
+    seconds: float
+
+
+def _run(
+    engine: Engine,
+    requests: list[WorkloadRequest],
+    batch_size: int,
+    config: BenchConfig,
+    sampling: SamplingParams,
+) -> _Run:
+    """Decode ``requests`` with at most ``batch_size`` running; returns outputs and wall time."""
+    outputs: dict[str, list[int]] = {}
+    if config.batching == "replicate":
+        waves = [[(f"{r.id}#{j}", r) for j in range(batch_size)] for r in requests]
+    else:
+        waves = [[(r.id, r) for r in requests]]
+    start = engine.clock.now()
+    for wave in waves:
+        queue = list(wave)
+        while queue or engine.num_running():
+            while queue and engine.num_running() < batch_size:
+                rid, request = queue.pop(0)
+                engine.add_request(
+                    rid, request.prompt_token_ids, config.max_tokens, sampling, config.ignore_eos
+                )
+            for out in engine.step():
+                outputs.setdefault(out.request_id, []).extend(out.new_token_ids)
+    seconds = engine.clock.now() - start
+    if config.batching == "replicate":
+        outputs = {
+            rid.rsplit("#", 1)[0]: tokens for rid, tokens in outputs.items() if rid.endswith("#0")
+        }
+        generated = sum(len(t) for t in outputs.values()) * batch_size
+    else:
+        generated = sum(len(t) for t in outputs.values())
+    return _Run(outputs, generated, seconds)
+
+
+def run_bench(config: BenchConfig) -> BenchResult:
+    """No-SD and SD (``config.method``; only no-SD for ``"none"``) at each batch size."""
+    from specscope.engine.loading import (
+        load_eos_token_ids,
+        load_model,
+        load_tokenizer,
+        parse_dtype,
+        resolve_device,
+    )
+    from specscope.proposers import ProposerConfig, create_proposer
+
+    if config.batching not in BATCHING:
+        raise SpecscopeError(f"--batching: expected distinct or replicate, got {config.batching!r}")
+    target = load_model(config.model_dir, parse_dtype(config.dtype), resolve_device(config.device))
+    requests = read_workload(config.workload, load_tokenizer(config.model_dir))
+    vocab = target.config.vocab_size
+    for request in requests:
+        if max(request.prompt_token_ids) >= vocab:
+            raise SpecscopeError(
+                f"{config.workload}: request {request.id!r}: token ids must be below "
+                f"the vocabulary size {vocab}"
+            )
+    max_seq_len = max(len(r.prompt_token_ids) for r in requests) + config.max_tokens
+    slots = max(config.batch_sizes)
+    eos = load_eos_token_ids(config.model_dir)
+    baseline = Engine(target, None, config.k, slots, max_seq_len, eos)
+    engine = baseline
+    if config.method != "none":
+        capacity = Engine.cache_capacity(max_seq_len, config.k)
+        proposer_config = ProposerConfig(config.method, config.k, slots, capacity, config.draft_dir)
+        engine = Engine(
+            target, create_proposer(proposer_config, target), config.k, slots, max_seq_len, eos
+        )
+    sampling = SamplingParams(config.temperature, config.top_p, config.top_k, config.seed)
+    warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
+    for e in [baseline] if engine is baseline else [baseline, engine]:
+        _run(e, [WorkloadRequest("warmup", requests[0].prompt_token_ids)], 1, warmup, sampling)
+    rows, records = [], []
+    for batch_size in config.batch_sizes:
+        baseline.reset_stats()
+        base = _run(baseline, requests, batch_size, config, sampling)
+        records += [r.to_json() for r in baseline.step_records]
+        sd = base
+        if engine is not baseline:
+            engine.reset_stats()
+            sd = _run(engine, requests, batch_size, config, sampling)
+            records += [r.to_json() for r in engine.step_records]
+        rows.append(
+            _row(config, batch_size, len(requests), engine, base, sd, compare=engine is not baseline)
+        )
+    return BenchResult(rows, records)
+
+
+def _row(
+    config: BenchConfig,
+    batch_size: int,
+    num_requests: int,
+    engine: Engine,
+    base: _Run,
+    sd: _Run,
+    compare: bool,
+) -> dict:
+    """One output row (fields in the module docstring) from the two runs at ``batch_size``."""
+    greedy = config.temperature == 0 and compare
+    mismatched = [rid for rid in base.outputs if base.outputs[rid] != sd.outputs.get(rid)]
+    if greedy and mismatched:
+        log.warning(
+            "batch %d: SD output differs from no-SD output for %d requests (%s)",
+            batch_size,
+            len(mismatched),
+            ", ".join(mismatched[:5]),
+        )
+    stats = engine.stats
+    split = {
+        f"{phase}_s": sum(getattr(r, f"{phase}_s") for r in engine.step_records)
+        for phase in ("prefill", "draft", "verify", "sample", "overhead")
+    }
+    throughput, baseline_throughput = sd.generated / sd.seconds, base.generated / base.seconds
+    return {
+        "method": config.method,
+        "k": config.k,
+        "batch_size": batch_size,
+        "batching": config.batching,
+        "num_requests": num_requests,
+        "generated_tokens": sd.generated,
+        "throughput": throughput,
+        "baseline_throughput": baseline_throughput,
+        "speedup": throughput / baseline_throughput,
+        "acceptance_rate": stats.acceptance_rate(),
+        "mean_acceptance_length": stats.mean_acceptance_length(),
+        "num_drafts": stats.num_drafts,
+        "num_draft_tokens": stats.num_draft_tokens,
+        "num_accepted_tokens": stats.num_accepted_tokens,
+        "num_accepted_tokens_per_pos": list(stats.num_accepted_tokens_per_pos),
+        "wall_s": sd.seconds,
+        "baseline_wall_s": base.seconds,
+        **split,
+        "greedy_match": (not mismatched) if greedy else None,
+        "mismatched_requests": len(mismatched) if greedy else None,
+    }

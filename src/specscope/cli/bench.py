@@ -1,0 +1,182 @@
+"""`specscope bench`: measured no-SD vs SD throughput at several batch sizes on one workload."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from specscope.backends import BATCHING, BENCH_BACKENDS, BenchConfig
+from specscope.cli._common import atomic_write_text, int_list, write_rows
+from specscope.errors import SpecscopeError
+
+DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(BenchConfig) if f.default is not dataclasses.MISSING
+}
+METHODS = ("none", "ngram", "draft", "eagle", "eagle3", "mtp")
+SPLIT = ("prefill_s", "draft_s", "verify_s", "sample_s", "overhead_s")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure no-SD vs SD throughput on a workload",
+        description=(
+            "Run the workload without and with speculative decoding on the same requests at "
+            "each batch size; report throughput (generated tokens/s), speedup, acceptance rate "
+            "α, mean acceptance length τ and the measured time split. Greedy by default, and "
+            "then SD output is checked token for token against no-SD output."
+        ),
+    )
+    parser.add_argument(
+        "--backend", choices=sorted(BENCH_BACKENDS), default="reference", help="engine backend"
+    )
+    parser.add_argument(
+        "--model",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="target: a HF directory (config.json + *.safetensors)",
+    )
+    parser.add_argument(
+        "--method",
+        default=DEFAULTS["method"],
+        help=f"proposer ({', '.join(METHODS)}; others registered by plugins)",
+    )
+    parser.add_argument(
+        "--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory"
+    )
+    parser.add_argument(
+        "--k", type=int, default=DEFAULTS["k"], help="proposal length k (default %(default)s)"
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=int_list,
+        default=list(DEFAULTS["batch_sizes"]),
+        help="comma list (default 1,4,8)",
+    )
+    parser.add_argument(
+        "--workload",
+        required=True,
+        type=Path,
+        metavar="FILE",
+        help='JSON Lines of {"id", "prompt"} or {"id", "prompt_token_ids"}',
+    )
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=DEFAULTS["max_tokens"],
+        help="output tokens per request (default %(default)s)",
+    )
+    parser.add_argument(
+        "--batching",
+        choices=BATCHING,
+        default=DEFAULTS["batching"],
+        help="distinct: B different requests decode together; "
+        "replicate: B copies of one request (the paper's)",
+    )
+    parser.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
+    parser.add_argument(
+        "--temperature", type=float, default=DEFAULTS["temperature"], help="0 = greedy (default)"
+    )
+    parser.add_argument("--top-p", type=float, default=DEFAULTS["top_p"])
+    parser.add_argument("--top-k", type=int, default=DEFAULTS["top_k"])
+    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="per-request sampling seed")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=DEFAULTS["dtype"])
+    parser.add_argument(
+        "--device", default=DEFAULTS["device"], help="cpu, cuda or cuda:N (default %(default)s)"
+    )
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("-o", "--output", type=Path, help="write the rows to .json or .csv")
+    parser.add_argument("--records", type=Path, help="write per-step records (JSON Lines)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscope.backends import get_backend
+
+    backend = get_backend(args.backend)
+    if args.k < 1 or args.max_tokens < 1:
+        raise SpecscopeError("--k and --max-tokens: expected positive integers")
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SpecscopeError(f"--threads: expected a positive integer, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
+    from specscope.engine.sampling import SamplingParams
+
+    SamplingParams(args.temperature, args.top_p, args.top_k, args.seed)  # validates
+    config = BenchConfig(
+        model_dir=args.model,
+        workload=args.workload,
+        method=args.method,
+        draft_dir=args.draft,
+        k=args.k,
+        batch_sizes=tuple(args.batch_sizes),
+        max_tokens=args.max_tokens,
+        batching=args.batching,
+        dtype=args.dtype,
+        device=args.device,
+        ignore_eos=args.ignore_eos,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+    )
+    result = backend.run_bench(config)
+    if args.output:
+        write_rows(args.output, result.rows)
+    if args.records:
+        atomic_write_text(args.records, "".join(line + "\n" for line in result.records))
+    if args.format == "json":
+        print(json.dumps(result.rows, indent=1))
+    else:
+        _print_table(result.rows)
+    return 0
+
+
+def _print_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %")
+    for header in (
+        "method",
+        "k",
+        "B",
+        "tok/s",
+        "no-SD tok/s",
+        "speedup",
+        "α",
+        "τ",
+        "prefill/draft/verify/sample/other %",
+        "greedy ==",
+    ):
+        table.add_column(header, justify="left" if header == "method" else "right")
+    for row in rows:
+        total = sum(row[p] for p in SPLIT) or 1.0
+        split = "/".join(f"{100 * row[p] / total:.0f}" for p in SPLIT)
+        table.add_row(
+            row["method"],
+            str(row["k"]),
+            str(row["batch_size"]),
+            _cell(row["throughput"]),
+            _cell(row["baseline_throughput"]),
+            _cell(row["speedup"]),
+            _cell(row["acceptance_rate"]),
+            _cell(row["mean_acceptance_length"]),
+            split,
+            _cell(row["greedy_match"]),
+        )
+    Console(width=max(Console().width, 120)).print(table)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)

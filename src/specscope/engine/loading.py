@@ -1,0 +1,156 @@
+"""Load a Hugging Face model directory: ``config.json`` + ``*.safetensors`` (sharded too).
+
+Pickle checkpoints (``*.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``) are refused: unpickling runs
+arbitrary code. Convert them once with transformers' ``save_pretrained(safe_serialization=True)``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from specscope.engine.config import ModelConfig
+from specscope.engine.model import Transformer
+from specscope.errors import SpecscopeError
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+IGNORED_KEYS = ("rotary_emb.inv_freq",)
+
+
+def parse_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise SpecscopeError(f"--dtype: expected one of {', '.join(DTYPES)}, got {name!r}")
+    return DTYPES[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N`` as a device, checking that CUDA is there when asked."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise SpecscopeError(f"--device: expected cpu or cuda[:N], got {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SpecscopeError("--device cuda: no CUDA device is available")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The safetensors files of ``model_dir``, from the shard index when there is one."""
+    model_dir = Path(model_dir)
+    index = model_dir / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            raise SpecscopeError(
+                f"{index}: expected a JSON object with 'weight_map' ({error})"
+            ) from None
+        files = [model_dir / name for name in sorted(set(weight_map.values()))]
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise SpecscopeError(f"{index}: shard files missing: {', '.join(missing)}")
+        return files
+    files = sorted(model_dir.glob("*.safetensors"))
+    if files:
+        return files
+    pickles = sorted(p.name for p in model_dir.iterdir() if p.suffix in PICKLE_SUFFIXES)
+    if pickles:
+        raise SpecscopeError(
+            f"{model_dir}: only pickle checkpoints found ({', '.join(pickles)}); they are refused "
+            "because loading them can run arbitrary code. Convert once with transformers: "
+            "model.save_pretrained(dir, safe_serialization=True)"
+        )
+    raise SpecscopeError(f"{model_dir}: no *.safetensors weights found")
+
+
+def load_state_dict(
+    model_dir: Path, device: torch.device | str, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    state: dict[str, torch.Tensor] = {}
+    for path in weight_files(model_dir):
+        try:
+            tensors = load_file(str(path), device=str(device))
+        except (SafetensorError, OSError) as error:
+            raise SpecscopeError(f"{path}: not a readable safetensors file ({error})") from None
+        for name, tensor in tensors.items():
+            if not name.endswith(IGNORED_KEYS):
+                state[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+    return state
+
+
+def load_model(
+    model_dir: Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+) -> Transformer:
+    """Build the :class:`Transformer` described by ``model_dir/config.json`` with its weights."""
+    config = ModelConfig.from_dir(model_dir)
+    state = load_state_dict(model_dir, device, dtype)
+    with torch.device("meta"):
+        model = Transformer(config)
+    expected = set(model.state_dict())
+    if config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)
+        expected.discard("lm_head.weight")
+    missing = sorted(expected - set(state))
+    unexpected = sorted(set(state) - expected)
+    if missing or unexpected:
+        raise SpecscopeError(
+            f"{model_dir}: weights do not match config.json ({config.model_type}): "
+            f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+            f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+        )
+    for name, tensor in state.items():
+        want = model.get_parameter(name).shape
+        if tensor.shape != want:
+            raise SpecscopeError(
+                f"{model_dir}: weight {name!r} has shape {tuple(tensor.shape)}, "
+                f"config implies {tuple(want)}"
+            )
+    model.load_state_dict(state, strict=False, assign=True)
+    model.tie_weights()
+    log.info(
+        "loaded %s (%s, %d layers) on %s as %s",
+        model_dir,
+        config.model_type,
+        config.num_layers,
+        device,
+        dtype,
+    )
+    return model.eval().requires_grad_(False)
+
+
+def load_eos_token_ids(model_dir: Path) -> list[int]:
+    """End-of-sequence ids from ``generation_config.json``, else ``config.json`` (int or list)."""
+    for name in ("generation_config.json", "config.json"):
+        path = Path(model_dir) / name
+        if path.is_file():
+            try:
+                value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
+            except (json.JSONDecodeError, AttributeError):
+                raise SpecscopeError(f"{path}: expected a JSON object") from None
+            if value is not None:
+                return [value] if isinstance(value, int) else [int(v) for v in value]
+    return []
+
+
+def load_tokenizer(model_dir: Path):
+    """The ``tokenizers.Tokenizer`` of ``model_dir/tokenizer.json``, or ``None`` without one."""
+    path = Path(model_dir) / "tokenizer.json"
+    if not path.is_file():
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as error:  # the tokenizers library raises a bare Exception on bad files
+        raise SpecscopeError(f"{path}: not a readable tokenizer ({error})") from None

@@ -1,0 +1,228 @@
+"""The decoder: Llama 2/3/3.1, Mistral, Qwen2/2.5 and Qwen3 in one module tree.
+
+Module and parameter names equal the Hugging Face ones (``model.layers.0.self_attn.q_proj``,
+...), so a checkpoint's state dict loads as it is. Every call gives explicit positions, so one
+batch may hold sequences at different lengths; with a :class:`KVCache` each row reads and
+writes its own cache slot.
+
+Hidden-state indices follow transformers' ``output_hidden_states``: index ``i < num_layers``
+is the residual stream entering layer ``i`` (``0`` = the token embeddings), index
+``num_layers`` is the final, normed hidden state the LM head reads. EAGLE-1 and MTP heads take
+index ``num_layers``; EAGLE-3 takes three indices such as ``(2, L // 2, L - 3)``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specscope.engine.config import ModelConfig
+from specscope.engine.kv_cache import KVCache, as_rows
+
+
+class RMSNorm(nn.Module):
+    """``weight * x / sqrt(mean(x²) + eps)``, computed in float32 as transformers does."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE in the HF layout (first and second halves of each head pair up).
+    ``x``: [batch, T, heads, head_dim]; ``cos``, ``sin``: [batch, T, 1, head_dim]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """GQA attention; query heads ``h`` use key/value head ``h // (heads // kv_heads)``."""
+
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        h, d = config.hidden_size, config.head_dim
+        self.layer, self.heads, self.kv_heads, self.head_dim = (
+            layer,
+            config.num_heads,
+            config.num_kv_heads,
+            d,
+        )
+        self.q_proj = nn.Linear(h, self.heads * d, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(h, self.kv_heads * d, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(h, self.kv_heads * d, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(self.heads * d, h, bias=config.o_bias)
+        if config.qk_norm:
+            self.q_norm = RMSNorm(d, config.rms_norm_eps)
+            self.k_norm = RMSNorm(d, config.rms_norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx: "_Context"
+    ) -> torch.Tensor:
+        batch, t, _ = x.shape
+        q = self.q_proj(x).view(batch, t, self.heads, self.head_dim)
+        k = self.k_proj(x).view(batch, t, self.kv_heads, self.head_dim)
+        v = self.v_proj(x).view(batch, t, self.kv_heads, self.head_dim)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = rotate(q, *rope), rotate(k, *rope)
+        if ctx.cache is not None:
+            k, v = ctx.cache.update(self.layer, ctx.rows, ctx.positions, k, v, ctx.kv_len)
+        # Fold each KV head's query group into the query axis, so no key/value copy is made:
+        # q [batch, kv_heads, group * T, head_dim] against k, v [batch, kv_heads, S, head_dim].
+        group = self.heads // self.kv_heads
+        q = q.view(batch, t, self.kv_heads, group, self.head_dim).permute(0, 2, 3, 1, 4)
+        q = q.reshape(batch, self.kv_heads, group * t, self.head_dim)
+        out = F.scaled_dot_product_attention(q, k.transpose(1, 2), v.transpose(1, 2), attn_mask=ctx.mask)
+        out = out.view(batch, self.kv_heads, group, t, self.head_dim).permute(0, 3, 1, 2, 4)
+        return self.o_proj(out.reshape(batch, t, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        h, m, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.gate_proj = nn.Linear(h, m, bias=bias)
+        self.up_proj = nn.Linear(h, m, bias=bias)
+        self.down_proj = nn.Linear(m, h, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, layer)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx: "_Context"
+    ) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rope, ctx)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Backbone(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class _Context:
+    """What every layer of one forward pass shares: cache rows, positions, attention mask."""
+
+    def __init__(
+        self, cache: KVCache | None, rows, positions: torch.Tensor, kv_len: int, mask: torch.Tensor
+    ) -> None:
+        self.cache, self.rows, self.positions, self.kv_len, self.mask = (
+            cache,
+            rows,
+            positions,
+            kv_len,
+            mask,
+        )
+
+
+class Transformer(nn.Module):
+    """A decoder-only transformer with an LM head (tied to the embedding when configured)."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Backbone(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.tie_weights()
+        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin for ``positions`` [batch, T] -> each [batch, T, 1, head_dim]."""
+        device = positions.device
+        if device not in self._inv_freq:
+            self._inv_freq[device] = self.config.rope.inv_freq(self.config.head_dim).to(device)
+        freqs = positions[..., None].float() * self._inv_freq[device]  # [batch, T, head_dim / 2]
+        angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
+        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache | None = None,
+        slots: list[int] | None = None,
+        kv_len: int | None = None,
+        hidden_layers: tuple[int, ...] = (),
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """Run ``tokens`` [batch, T] at ``positions`` [batch, T].
+
+        With a ``cache``, row ``b`` uses cache slot ``slots[b]`` and attends to that slot's
+        positions ``0..positions[b, t]``; ``kv_len`` (host int, at least ``positions.max() + 1``)
+        bounds the keys read. Without a cache the rows attend only among their own tokens.
+        Returns the final normed hidden state [batch, T, hidden] and the hidden states at
+        ``hidden_layers`` (indices as in the module docstring), each [batch, T, hidden].
+        """
+        batch = tokens.shape[0]
+        if cache is None:
+            key_positions = positions[:, None, :]  # [batch, 1, T]
+            ctx_rows, kv_len = None, tokens.shape[1]
+        else:
+            if slots is None:
+                slots = list(range(batch))
+            if kv_len is None:
+                kv_len = int(positions.max()) + 1
+            key_positions = torch.arange(kv_len, device=tokens.device)[None, None, :]  # [1, 1, S]
+            ctx_rows = as_rows(slots, tokens.device)
+        group = self.config.num_heads // self.config.num_kv_heads
+        visible = key_positions <= positions[:, :, None]  # [batch, T, S]
+        # an additive mask, built once per forward (a boolean one is converted in every layer)
+        mask = torch.zeros(visible.shape, dtype=self.dtype, device=tokens.device)
+        mask = mask.masked_fill_(~visible, float("-inf"))
+        mask = (
+            mask[:, None, None]
+            .expand(-1, -1, group, -1, -1)
+            .reshape(batch, 1, group * tokens.shape[1], -1)
+        )
+        ctx = _Context(cache, ctx_rows, positions, kv_len, mask)
+        rope = self._rope(positions)
+        x = self.model.embed_tokens(tokens)
+        wanted = set(hidden_layers)
+        captured: dict[int, torch.Tensor] = {}
+        for i, layer in enumerate(self.model.layers):
+            if i in wanted:
+                captured[i] = x
+            x = layer(x, rope, ctx)
+        x = self.model.norm(x)
+        captured[self.config.num_layers] = x
+        bad = [i for i in hidden_layers if i not in captured]
+        if bad:
+            raise ValueError(f"hidden layer indices {bad} outside 0..{self.config.num_layers}")
+        return x, [captured[i] for i in hidden_layers]
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head: [..., hidden] -> float32 logits [..., vocab]."""
+        return self.lm_head(hidden).float()

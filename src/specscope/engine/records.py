@@ -1,0 +1,91 @@
+"""Per-step records and aggregate speculative-decoding statistics.
+
+Statistics are kept apart from exporters: :class:`StepRecord` is one JSON line per engine
+step (issue 2's time-split analysis reads these field names), :class:`SpecDecodeStats` counts
+drafts and acceptances with vLLM's names. Definitions (terms as in
+:mod:`specscope.engine.sampling`):
+
+- ``num_drafts``: request-steps that offered at least one draft token (draft_len > 0);
+- ``num_draft_tokens``: draft tokens offered; ``num_accepted_tokens``: drafts accepted;
+- ``num_accepted_tokens_per_pos[i]``: drafts accepted at position ``i`` (0-based) of a proposal;
+- ``num_request_steps``: request-steps, including those that offered nothing;
+- ``num_emitted_tokens``: tokens the steps emitted (accepted + one bonus/recovered each),
+  counted before any truncation at a stop token or ``max_tokens``.
+
+α (acceptance rate) = num_accepted_tokens / num_draft_tokens; τ (mean acceptance length) =
+num_emitted_tokens / num_request_steps.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass
+class StepRecord:
+    """One engine step. ``kv_tokens``: tokens in the KV cache of the running sequences at the
+    start of the step; ``tokens_verified``: positions the target scored in verification
+    (batch × (max draft_len + 1)); ``tokens_emitted``: per request, in batch order (prefill's
+    first token included); ``overhead_s`` = step wall time − the four measured phases."""
+
+    step: int
+    method: str
+    k: int
+    batch_size: int
+    tokens_verified: int
+    tokens_emitted: list[int]
+    draft_s: float
+    verify_s: float
+    sample_s: float
+    overhead_s: float
+    kv_tokens: int
+    prefill_tokens: int
+    prefill_s: float
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+@dataclass
+class SpecDecodeStats:
+    k: int
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)
+    num_request_steps: int = 0
+    num_emitted_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.num_accepted_tokens_per_pos:
+            self.num_accepted_tokens_per_pos = [0] * self.k
+
+    def observe(self, draft_len: int, accepted: int) -> None:
+        """Count one request-step that offered ``draft_len`` drafts and accepted ``accepted``."""
+        self.num_request_steps += 1
+        self.num_emitted_tokens += accepted + 1
+        if draft_len:
+            self.num_drafts += 1
+            self.num_draft_tokens += draft_len
+            self.num_accepted_tokens += accepted
+            for pos in range(accepted):
+                self.num_accepted_tokens_per_pos[pos] += 1
+
+    def acceptance_rate(self) -> float | None:
+        """α; ``None`` when nothing was proposed."""
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
+
+    def mean_acceptance_length(self) -> float | None:
+        """τ; ``None`` before the first step."""
+        return self.num_emitted_tokens / self.num_request_steps if self.num_request_steps else None
+
+    def merge(self, other: "SpecDecodeStats") -> None:
+        self.num_drafts += other.num_drafts
+        self.num_draft_tokens += other.num_draft_tokens
+        self.num_accepted_tokens += other.num_accepted_tokens
+        self.num_request_steps += other.num_request_steps
+        self.num_emitted_tokens += other.num_emitted_tokens
+        self.num_accepted_tokens_per_pos = [
+            a + b for a, b in zip(self.num_accepted_tokens_per_pos, other.num_accepted_tokens_per_pos)
+        ]

@@ -1,0 +1,307 @@
+"""The engine: continuous batching of requests over :func:`~specscope.engine.step.sd_step`.
+
+``Engine.step()`` prefills requests added since the last call (each gets its first token),
+then runs one SD step (a plain decode step without a proposer) for every running request,
+applies stop conditions, frees finished slots and returns what each request gained. Every
+step appends a :class:`~specscope.engine.records.StepRecord` and updates ``stats``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from specscope.engine.kv_cache import KVCache
+from specscope.engine.model import Transformer
+from specscope.engine.records import SpecDecodeStats, StepRecord
+from specscope.engine.sampling import BatchSampling, SamplingParams
+from specscope.engine.step import prefill, sd_step
+from specscope.engine.timing import PhaseClock
+from specscope.errors import SpecscopeError
+from specscope.proposers.base import Proposer
+
+__all__ = ["Engine", "SamplingParams", "StepOutput", "load_engine", "DEFAULT_MAX_SEQ_LEN"]
+
+log = logging.getLogger(__name__)
+DEFAULT_MAX_SEQ_LEN = 2048
+
+
+@dataclass
+class StepOutput:
+    request_id: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None  # "length" | "stop"
+
+
+@dataclass
+class _Sequence:
+    request_id: str
+    slot: int
+    history: list[int]  # prompt + output
+    prompt_len: int
+    max_tokens: int
+    sampling: SamplingParams
+    generator: torch.Generator
+    ignore_eos: bool
+    prefilled: bool = False
+    finish_reason: str | None = None
+    new_tokens: list[int] = field(default_factory=list)
+
+    @property
+    def num_output(self) -> int:
+        return len(self.history) - self.prompt_len
+
+
+class Engine:
+    """Batched lossless SD over a :class:`Transformer` target and an optional proposer.
+
+    ``max_seq_len`` bounds prompt + output tokens per request; the KV cache holds
+    ``max_seq_len + k + 1`` positions per slot (see :meth:`cache_capacity`), so a step may
+    write speculative positions past the end of a request.
+    """
+
+    def __init__(
+        self,
+        target: Transformer,
+        proposer: Proposer | None,
+        k: int,
+        max_batch_size: int,
+        max_seq_len: int,
+        eos_token_ids: Iterable[int] = (),
+        seed: int = 0,
+    ) -> None:
+        if k < 1 or max_batch_size < 1 or max_seq_len < 2:
+            raise SpecscopeError(
+                "engine: expected k >= 1, max_batch_size >= 1, max_seq_len >= 2; "
+                f"got {k}, {max_batch_size}, {max_seq_len}"
+            )
+        window = target.config.sliding_window
+        if window is not None and max_seq_len > window:
+            raise SpecscopeError(
+                f"engine: max_seq_len {max_seq_len} exceeds the model's sliding window ({window}); "
+                "sliding-window attention is not implemented, so only shorter sequences are exact"
+            )
+        self.target, self.proposer, self.k = target, proposer, k
+        self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
+        self.eos_token_ids = frozenset(eos_token_ids)
+        self.method = proposer.name if proposer is not None else "none"
+        self.cache = KVCache(
+            target.config,
+            max_batch_size,
+            self.cache_capacity(max_seq_len, k),
+            target.dtype,
+            target.device,
+        )
+        self.clock = PhaseClock(target.device)
+        self.stats = SpecDecodeStats(k)
+        self.step_records: list[StepRecord] = []
+        self._running: list[_Sequence] = []
+        self._free_slots = list(range(max_batch_size))
+        self._seed = seed
+        self._generator = torch.Generator(device=target.device).manual_seed(seed)
+
+    @staticmethod
+    def cache_capacity(max_seq_len: int, k: int) -> int:
+        """KV positions per slot: the longest request plus one step's speculative positions."""
+        return max_seq_len + k + 1
+
+    def has_capacity(self) -> bool:
+        return bool(self._free_slots)
+
+    def num_running(self) -> int:
+        return len(self._running)
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        max_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        ignore_eos: bool = False,
+    ) -> None:
+        """Queue a request; it is prefilled by the next :meth:`step`."""
+        if not self._free_slots:
+            raise SpecscopeError(
+                f"request {request_id!r}: engine is full ({self.max_batch_size} running)"
+            )
+        if any(s.request_id == request_id for s in self._running):
+            raise SpecscopeError(f"request {request_id!r}: id already running")
+        if not prompt_token_ids:
+            raise SpecscopeError(f"request {request_id!r}: empty prompt")
+        vocab = self.target.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_token_ids):
+            raise SpecscopeError(f"request {request_id!r}: prompt token ids must be in 0..{vocab - 1}")
+        if max_tokens < 1:
+            raise SpecscopeError(f"request {request_id!r}: max_tokens must be >= 1, got {max_tokens}")
+        if len(prompt_token_ids) + max_tokens > self.max_seq_len:
+            raise SpecscopeError(
+                f"request {request_id!r}: prompt ({len(prompt_token_ids)}) + max_tokens ({max_tokens}) "
+                f"exceeds max_seq_len {self.max_seq_len}"
+            )
+        if sampling.seed is None:
+            generator = self._generator
+        else:
+            generator = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
+        self._running.append(
+            _Sequence(
+                request_id,
+                self._free_slots.pop(0),
+                list(prompt_token_ids),
+                len(prompt_token_ids),
+                max_tokens,
+                sampling,
+                generator,
+                ignore_eos,
+            )
+        )
+
+    def _append(self, seq: _Sequence, tokens: list[int]) -> None:
+        """Add emitted tokens up to the first stop condition."""
+        for token in tokens:
+            seq.history.append(token)
+            seq.new_tokens.append(token)
+            if token in self.eos_token_ids and not seq.ignore_eos:
+                seq.finish_reason = "stop"
+            elif seq.num_output >= seq.max_tokens:
+                seq.finish_reason = "length"
+            if seq.finish_reason:
+                return
+
+    def _sampling(self, seqs: list[_Sequence]) -> BatchSampling:
+        return BatchSampling([s.sampling for s in seqs], [s.generator for s in seqs], self.target.device)
+
+    def step(self) -> list[StepOutput]:
+        """Prefill new requests, run one step for all running ones, return their new tokens."""
+        if not self._running:
+            return []
+        clock = self.clock
+        clock.reset()
+        begin = clock.now()
+        kv_tokens = sum(self.cache.lengths[s.slot] for s in self._running if s.prefilled)
+        fresh = [s for s in self._running if not s.prefilled]
+        if fresh:
+            with clock.phase("prefill"):
+                first = prefill(
+                    self.target,
+                    self.cache,
+                    self.proposer,
+                    [s.slot for s in fresh],
+                    [s.history for s in fresh],
+                    self._sampling(fresh),
+                )
+            for seq, token in zip(fresh, first):
+                seq.prefilled = True
+                self._append(seq, [token])
+        active = [s for s in self._running if s.finish_reason is None]
+        verified = 0
+        if active:
+            result = sd_step(
+                self.target,
+                self.cache,
+                self.proposer,
+                [s.slot for s in active],
+                [s.history for s in active],
+                self.k,
+                self._sampling(active),
+                clock,
+            )
+            verified = result.tokens_verified
+            for seq, tokens, offered, accepted in zip(
+                active, result.emitted, result.draft_len, result.accepted
+            ):
+                self.stats.observe(offered, accepted)
+                self._append(seq, tokens)
+        wall = clock.now() - begin
+        seconds = clock.seconds
+        self.step_records.append(
+            StepRecord(
+                step=len(self.step_records),
+                method=self.method,
+                k=self.k,
+                batch_size=len(self._running),
+                tokens_verified=verified,
+                tokens_emitted=[len(s.new_tokens) for s in self._running],
+                draft_s=seconds["draft"],
+                verify_s=seconds["verify"],
+                sample_s=seconds["sample"],
+                overhead_s=max(0.0, wall - sum(seconds.values())),
+                kv_tokens=kv_tokens,
+                prefill_tokens=sum(s.prompt_len for s in fresh),
+                prefill_s=seconds["prefill"],
+            )
+        )
+        outputs = []
+        for seq in self._running:
+            outputs.append(
+                StepOutput(
+                    seq.request_id, seq.new_tokens, seq.finish_reason is not None, seq.finish_reason
+                )
+            )
+            seq.new_tokens = []
+        for seq in [s for s in self._running if s.finish_reason]:
+            self._release(seq)
+        return outputs
+
+    def abort_request(self, request_id: str) -> bool:
+        """Drop a running request (e.g. its client went away); ``False`` if it is not running."""
+        for seq in self._running:
+            if seq.request_id == request_id:
+                self._release(seq)
+                return True
+        return False
+
+    def _release(self, seq: _Sequence) -> None:
+        self._running.remove(seq)
+        self.cache.lengths[seq.slot] = 0
+        if self.proposer is not None:
+            self.proposer.release(seq.slot)
+        self._free_slots.append(seq.slot)
+        self._free_slots.sort()
+
+    def reset_stats(self) -> None:
+        """Forget step records and counters (e.g. after a warm-up)."""
+        self.stats = SpecDecodeStats(self.k)
+        self.step_records = []
+
+
+def load_engine(
+    model_dir: str | Path,
+    method: str = "none",
+    draft_dir: str | Path | None = None,
+    k: int = 3,
+    max_batch_size: int = 8,
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
+    dtype: str = "float32",
+    device: str = "cpu",
+) -> tuple[Engine, "tokenizers.Tokenizer | None"]:  # noqa: F821
+    """Load target (and proposer ``method`` unless "none") from HF directories; returns the
+    engine and the target directory's ``tokenizer.json`` tokenizer (``None`` without one)."""
+    from specscope.engine.loading import (
+        load_eos_token_ids,
+        load_model,
+        load_tokenizer,
+        parse_dtype,
+        resolve_device,
+    )
+    from specscope.proposers import ProposerConfig, create_proposer
+
+    model_dir = Path(model_dir)
+    torch_device = resolve_device(device)
+    target = load_model(model_dir, parse_dtype(dtype), torch_device)
+    proposer = None
+    if method != "none":
+        config = ProposerConfig(
+            method,
+            k,
+            max_batch_size,
+            Engine.cache_capacity(max_seq_len, k),
+            Path(draft_dir) if draft_dir is not None else None,
+        )
+        proposer = create_proposer(config, target)
+    engine = Engine(target, proposer, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir))
+    return engine, load_tokenizer(model_dir)

@@ -1,0 +1,159 @@
+"""Token selection: greedy, temperature / top-k / top-p, and verification of draft tokens.
+
+Terms (used everywhere in specscope). One SD step offers ``draft_len`` (0..k) draft tokens
+``d_1..d_draft_len`` per sequence and the target scores all of them in one forward pass.
+
+- **accepted** tokens: the longest prefix of the drafts that passes verification. Greedy: ``d_i``
+  equals the target's argmax at that position. Sampling: ``d_i`` is kept with probability
+  ``min(1, p(d_i) / q(d_i))`` (``p`` target, ``q`` draft distribution, both after the same
+  temperature / top-k / top-p processing), drawing one uniform per position.
+- **recovered** token: emitted at the first rejected position, drawn from the residual
+  ``normalise(max(0, p - q))`` (greedy: the target's argmax there).
+- **bonus** token: emitted when all ``draft_len`` drafts were accepted, drawn from ``p`` at the
+  position after the last draft (greedy: its argmax).
+
+A step therefore emits ``acc_len = accepted + 1`` tokens. This rule leaves the output
+distribution exactly the target's (Leviathan et al. 2023; Chen et al. 2023). A deterministic
+proposer (n-gram) has ``q`` = a point mass on its token, so the rule keeps ``d_i`` with
+probability ``p(d_i)`` and otherwise samples from ``p`` without ``d_i``. A greedy request is
+the limit where ``p`` and ``q`` are point masses on the argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from specscope.errors import SpecscopeError
+
+
+@dataclass
+class SamplingParams:
+    """Per-request sampling. ``temperature == 0`` is greedy; ``top_k == 0`` and ``top_p == 1``
+    disable those filters; ``seed`` gives the request its own random generator (its output is
+    then reproducible for the same proposer, k and batch composition: how many uniforms a step
+    draws depends on the longest proposal in the batch)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise SpecscopeError(f"temperature: expected >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise SpecscopeError(f"top_p: expected 0 < top_p <= 1, got {self.top_p}")
+        if self.top_k < 0:
+            raise SpecscopeError(f"top_k: expected >= 0, got {self.top_k}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+
+class BatchSampling:
+    """The sampling parameters and random generators of the rows of one batch."""
+
+    def __init__(
+        self, params: list[SamplingParams], generators: list[torch.Generator], device: torch.device
+    ) -> None:
+        self.params, self.generators, self.device = params, generators, device
+        self.all_greedy = all(p.greedy for p in params)
+        self._greedy = torch.tensor([p.greedy for p in params], device=device)
+        self._temperature = torch.tensor([p.temperature or 1.0 for p in params], device=device)
+        self._top_k = [p.top_k for p in params]
+        self._top_p = torch.tensor([p.top_p for p in params], device=device)
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        """Processed distributions: logits [batch, ..., vocab] -> float32 probs, same shape.
+        Greedy rows get a point mass on the argmax."""
+        logits = logits.float()
+        shape = (-1,) + (1,) * (logits.dim() - 1)
+        logits = logits / self._temperature.view(shape)
+        vocab = logits.shape[-1]
+        if any(0 < k < vocab for k in self._top_k):
+            k_row = torch.tensor(
+                [k if 0 < k < vocab else vocab for k in self._top_k], device=logits.device
+            )
+            kth = logits.sort(dim=-1, descending=True).values.gather(
+                -1, (k_row.view(shape) - 1).expand(*logits.shape[:-1], 1)
+            )
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if bool((self._top_p < 1).any()):
+            sorted_logits, order = logits.sort(dim=-1, descending=True)
+            sorted_probs = sorted_logits.softmax(-1)
+            mass_before = sorted_probs.cumsum(-1) - sorted_probs  # mass of strictly better tokens
+            drop_sorted = mass_before >= self._top_p.view(shape)
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+            logits = logits.masked_fill(drop, float("-inf"))
+        probs = logits.softmax(-1)
+        if bool(self._greedy.any()):
+            onehot = torch.zeros_like(probs).scatter(-1, logits.argmax(-1, keepdim=True), 1.0)
+            probs = torch.where(self._greedy.view(shape), onehot, probs)
+        return probs
+
+    def sample(self, probs: torch.Tensor) -> torch.Tensor:
+        """One token per row from probs [batch, vocab] -> [batch] (greedy rows: argmax)."""
+        if self.all_greedy:
+            return probs.argmax(-1)
+        out = []
+        for row, (params, gen) in enumerate(zip(self.params, self.generators)):
+            if params.greedy:
+                out.append(probs[row].argmax(-1, keepdim=True))
+            else:
+                out.append(torch.multinomial(probs[row], 1, generator=gen))
+        return torch.cat(out)
+
+    def uniforms(self, n: int) -> torch.Tensor:
+        """[batch, n] uniforms in [0, 1), each row from its own generator."""
+        return torch.stack([torch.rand(n, generator=gen, device=self.device) for gen in self.generators])
+
+
+def verify_greedy(
+    target_logits: torch.Tensor, draft_tokens: torch.Tensor, draft_len: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy verification.
+
+    ``target_logits`` [batch, m+1, vocab] score the last token and ``m`` drafts
+    (``draft_tokens`` [batch, m], of which the first ``draft_len`` [batch] are real).
+    Returns (accepted [batch], next_token [batch]): the bonus or recovered token.
+    """
+    best = target_logits.argmax(-1)  # [batch, m+1]
+    m = draft_tokens.shape[1]
+    offered = torch.arange(m, device=best.device)[None, :] < draft_len[:, None]  # [batch, m]
+    agree = (draft_tokens == best[:, :m]) & offered
+    accepted = agree.long().cumprod(1).sum(1)  # [batch]
+    return accepted, best.gather(1, accepted[:, None]).squeeze(1)
+
+
+def verify_sampled(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    draft_len: torch.Tensor,
+    sampling: BatchSampling,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rejection-sampling verification (rule in the module docstring).
+
+    ``target_probs`` [batch, m+1, vocab]; ``draft_probs`` [batch, m, vocab] or ``None`` for a
+    deterministic proposer (point masses on ``draft_tokens`` [batch, m]); ``draft_len`` [batch].
+    Returns (accepted [batch], next_token [batch]).
+    """
+    batch, m = draft_tokens.shape
+    if draft_probs is None:
+        draft_probs = torch.zeros_like(target_probs[:, :m]).scatter(-1, draft_tokens[..., None], 1.0)
+    p_x = target_probs[:, :m].gather(-1, draft_tokens[..., None]).squeeze(-1)  # [batch, m]
+    q_x = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1)  # [batch, m]
+    offered = torch.arange(m, device=p_x.device)[None, :] < draft_len[:, None]
+    keep = (sampling.uniforms(m) * q_x < p_x) & offered  # u < p/q, as u·q < p
+    accepted = keep.long().cumprod(1).sum(1)  # [batch]
+    rows = torch.arange(batch, device=p_x.device)
+    p_next = target_probs[rows, accepted]  # [batch, vocab]
+    rejected = (accepted < draft_len)[:, None]
+    q_next = draft_probs[rows, accepted.clamp(max=max(m - 1, 0))] if m else torch.zeros_like(p_next)
+    residual = torch.where(rejected, (p_next - q_next).clamp(min=0), p_next)
+    total = residual.sum(-1, keepdim=True)
+    residual = torch.where(total > 0, residual / total.clamp(min=1e-30), p_next)
+    return accepted, sampling.sample(residual)

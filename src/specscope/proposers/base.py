@@ -1,0 +1,148 @@
+"""The one interface every proposer implements, and the registry that names them.
+
+A proposer offers up to ``k`` draft tokens per sequence per step; the engine verifies them with
+one target forward pass (see :mod:`specscope.engine.step`). The engine talks to a proposer
+only through :class:`Proposer`:
+
+1. ``observe(TargetPass)`` after every target forward (the prefill of new sequences, and each
+   verification). It says which tokens the target just processed in which cache slots, how many
+   of them are now committed to the sequence (prefill: the prompt; verification: the last token
+   plus the accepted drafts), and carries the target's hidden states at those positions for
+   the indices the proposer asked for in ``hidden_layers`` (index convention:
+   :mod:`specscope.engine.model` — ``num_layers`` = final normed state, as EAGLE-1 and MTP
+   use; EAGLE-3 asks for three, e.g. ``(2, L // 2, L - 3)``). A model proposer updates its own
+   KV cache (or notes which of its entries stay valid) here.
+2. ``propose(ProposeInput) -> Proposal`` once per step, before verification. The input gives,
+   per running sequence, its cache slot, its newest token (emitted by the last step, not yet
+   in the target's cache) and that token's position, the whole token history, ``k`` and the
+   batch's sampling. The output has ``tokens`` [batch, k], ``draft_len`` [batch] (0..k; rows
+   with fewer tokens are padded) and, for a stochastic proposer in a sampling batch,
+   ``probs`` [batch, k, target vocab]: the distribution each draft token was drawn from, made
+   with ``ProposeInput.sampling.probs`` so that draft and target are processed alike.
+   ``probs=None`` means point masses on ``tokens`` (deterministic proposers, or all-greedy
+   batches).
+3. ``release(slot)`` when the sequence in ``slot`` finished, so the slot can be reused.
+
+Rows of every call are in the same order within a step but slots may be any subset of
+``0..max_batch_size-1``. A sequence's prefill ``observe`` and its first ``propose`` happen in
+the same engine step. Time spent in ``observe`` counts as prefill after a prefill pass and as
+drafting after a verification.
+
+Methods register a factory under a name with :func:`register`; :func:`create_proposer` builds
+one from a :class:`ProposerConfig`. No dispatch on method names happens anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from specscope.errors import SpecscopeError
+
+if TYPE_CHECKING:
+    import torch
+
+    from specscope.engine.model import Transformer
+    from specscope.engine.sampling import BatchSampling
+
+
+@dataclass(frozen=True)
+class ProposerConfig:
+    """Everything a factory may need. ``max_seq_len`` is the per-sequence KV capacity the
+    engine uses (positions ``0..max_seq_len-1``); ``draft_dir`` is the draft model or head
+    checkpoint; ``min_n``/``max_n`` bound the n-gram proposer's match length."""
+
+    method: str
+    k: int
+    max_batch_size: int
+    max_seq_len: int
+    draft_dir: Path | None = None
+    min_n: int = 3
+    max_n: int = 7
+
+
+@dataclass
+class TargetPass:
+    """One target forward pass, as proposers see it.
+
+    ``tokens`` [batch, T] were processed at positions ``start[b] + 0..T-1`` (right-padded);
+    the first ``num_committed[b]`` of row ``b`` are now part of its sequence. ``hidden[j]``
+    [batch, T, hidden_size] is the target's hidden state at index ``hidden_layers[j]``.
+    ``prefill`` tells a prompt pass from a verification pass.
+    """
+
+    slots: list[int]
+    tokens: "torch.Tensor"
+    start: list[int]
+    num_committed: list[int]
+    hidden: list["torch.Tensor"]
+    prefill: bool
+
+
+@dataclass
+class ProposeInput:
+    """``last_tokens`` [batch] at ``positions`` [batch] (= number of tokens before it);
+    ``histories[b]`` = prompt + output of row ``b`` so far, ending with its last token (the
+    engine's own lists: read them, never modify them)."""
+
+    slots: list[int]
+    last_tokens: "torch.Tensor"
+    positions: "torch.Tensor"
+    histories: list[list[int]]
+    k: int
+    sampling: "BatchSampling"
+
+
+@dataclass
+class Proposal:
+    """``tokens`` [batch, k] (long), ``draft_len`` [batch] (long, 0..k), ``probs``
+    [batch, k, vocab] float32 or ``None`` (point masses on ``tokens``)."""
+
+    tokens: "torch.Tensor"
+    draft_len: "torch.Tensor"
+    probs: "torch.Tensor | None" = None
+
+
+class Proposer(Protocol):
+    """What the engine calls; see the module docstring for the contract."""
+
+    name: str
+    hidden_layers: tuple[int, ...]
+
+    def observe(self, target_pass: TargetPass) -> None: ...
+
+    def propose(self, request: ProposeInput) -> Proposal: ...
+
+    def release(self, slot: int) -> None: ...
+
+
+ProposerFactory = Callable[[ProposerConfig, "Transformer"], Proposer]
+PROPOSERS: dict[str, ProposerFactory] = {}
+
+
+def register(name: str) -> Callable[[ProposerFactory], ProposerFactory]:
+    """Decorator: make ``factory(config, target) -> Proposer`` available as ``name``."""
+
+    def decorate(factory: ProposerFactory) -> ProposerFactory:
+        if name in PROPOSERS:
+            raise ValueError(f"proposer {name!r} registered twice")
+        PROPOSERS[name] = factory
+        return factory
+
+    return decorate
+
+
+def create_proposer(config: ProposerConfig, target: "Transformer") -> Proposer:
+    """Build the proposer ``config.method`` for ``target``."""
+    import specscope.proposers  # noqa: F401  (imports every method module, filling PROPOSERS)
+
+    factory = PROPOSERS.get(config.method)
+    if factory is None:
+        raise SpecscopeError(
+            f"--method: unknown proposer {config.method!r} (known: {', '.join(sorted(PROPOSERS))})"
+        )
+    if config.k < 1:
+        raise SpecscopeError(f"--k: expected a positive proposal length, got {config.k}")
+    return factory(config, target)

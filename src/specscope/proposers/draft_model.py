@@ -1,0 +1,128 @@
+"""Draft-model proposer: a smaller checkpoint with the target's vocabulary and its own KV cache.
+
+Per slot it tracks ``valid[slot]``: how many leading positions of its cache hold keys/values of
+committed tokens. Each ``propose`` first feeds the committed tokens it has not seen (the last
+step's accepted drafts that it had not itself processed, plus the newest token), then drafts
+``k`` tokens autoregressively; ``observe`` after verification keeps only the entries of the
+tokens that were accepted (the rest are overwritten later, as in the target's cache).
+
+The draft must use the target's tokenizer. Checkpoints of one family sometimes pad the
+embedding to different sizes (Qwen2.5-0.5B: 151936 rows, Qwen2.5-7B: 152064); the draft's
+logits are then cut or padded (with -inf) to the target's vocabulary size, so the padding ids
+can never be proposed, and a history token the draft cannot embed (a padding id only the
+target has) is fed to the draft as id 0.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from specscope.engine.kv_cache import KVCache
+from specscope.engine.loading import load_model
+from specscope.engine.model import Transformer
+from specscope.errors import SpecscopeError
+from specscope.proposers.base import (
+    Proposal,
+    ProposeInput,
+    ProposerConfig,
+    TargetPass,
+    register,
+)
+
+log = logging.getLogger(__name__)
+
+
+class DraftModelProposer:
+    name = "draft"
+    hidden_layers: tuple[int, ...] = ()
+
+    def __init__(self, config: ProposerConfig, draft: Transformer, target: Transformer) -> None:
+        self.vocab_size = target.config.vocab_size
+        if draft.config.vocab_size != self.vocab_size:
+            log.warning(
+                "%s: draft vocabulary size %d differs from the target's %d; fitting the draft's "
+                "logits to the target's size (the tokenizers must be the same)",
+                config.draft_dir,
+                draft.config.vocab_size,
+                self.vocab_size,
+            )
+        self.draft = draft
+        self.cache = KVCache(
+            draft.config, config.max_batch_size, config.max_seq_len, draft.dtype, draft.device
+        )
+        self.valid = [0] * config.max_batch_size
+
+    @torch.no_grad()
+    def observe(self, target_pass: TargetPass) -> None:
+        if target_pass.prefill:  # the draft's own prefill over the prompts
+            tokens = self._embeddable(target_pass.tokens)
+            positions = torch.arange(tokens.shape[1], device=tokens.device)[None, :].expand_as(tokens)
+            self.draft(tokens, positions, self.cache, target_pass.slots, kv_len=tokens.shape[1])
+        for slot, start, n in zip(target_pass.slots, target_pass.start, target_pass.num_committed):
+            self.valid[slot] = start + n if target_pass.prefill else min(self.valid[slot], start + n)
+
+    @torch.no_grad()
+    def propose(self, request: ProposeInput) -> Proposal:
+        k, sampling, device = request.k, request.sampling, self.draft.device
+        slots, histories = request.slots, request.histories
+        # Catch up: feed history[valid : pos + 1] per row, right-padded. [batch, width]
+        starts = [self.valid[s] for s in slots]
+        pending = [h[start:] for h, start in zip(histories, starts)]
+        width = max(len(p) for p in pending)
+        tokens = torch.tensor([p + [0] * (width - len(p)) for p in pending], device=device)
+        tokens = self._embeddable(tokens)  # [batch, width]
+        positions = torch.tensor(starts, device=device)[:, None] + torch.arange(width, device=device)
+        hidden, _ = self.draft(tokens, positions, self.cache, slots, kv_len=max(starts) + width)
+        last = torch.tensor([len(p) - 1 for p in pending], device=device)
+        hidden = hidden[torch.arange(len(slots), device=device), last]  # [batch, hidden]
+        draft_tokens, draft_probs = [], []
+        position = torch.tensor([len(h) for h in histories], device=device)  # where d_1 goes
+        for i in range(k):
+            logits = self._fit_vocab(self.draft.logits(hidden))  # [batch, target vocab]
+            if sampling.all_greedy:
+                token = logits.argmax(-1)
+            else:
+                probs = sampling.probs(logits)
+                token = sampling.sample(probs)
+                draft_probs.append(probs)
+            draft_tokens.append(token)
+            if i + 1 < k:
+                hidden, _ = self.draft(
+                    token[:, None],
+                    (position + i)[:, None],
+                    self.cache,
+                    slots,
+                    kv_len=max(len(h) for h in histories) + i + 1,
+                )
+                hidden = hidden[:, 0]
+        for slot, history in zip(slots, histories):
+            self.valid[slot] = len(history) + k - 1  # d_1..d_{k-1} are cached, maybe rejected
+        return Proposal(
+            torch.stack(draft_tokens, 1),  # [batch, k]
+            torch.full((len(slots),), k, dtype=torch.long, device=device),
+            torch.stack(draft_probs, 1) if draft_probs else None,  # [batch, k, vocab]
+        )
+
+    def release(self, slot: int) -> None:
+        self.valid[slot] = 0
+
+    def _embeddable(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Ids beyond the draft's embedding (target-only padding ids) -> 0."""
+        return tokens.masked_fill(tokens >= self.draft.config.vocab_size, 0)
+
+    def _fit_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Cut or -inf-pad the draft's logits [batch, draft vocab] to the target's size."""
+        extra = self.vocab_size - logits.shape[-1]
+        if extra <= 0:
+            return logits[..., : self.vocab_size]
+        return torch.nn.functional.pad(logits, (0, extra), value=float("-inf"))
+
+
+@register("draft")
+def create(config: ProposerConfig, target: Transformer) -> DraftModelProposer:
+    if config.draft_dir is None:
+        raise SpecscopeError("--draft: the 'draft' method needs a draft model directory")
+    draft = load_model(config.draft_dir, target.dtype, target.device)
+    return DraftModelProposer(config, draft, target)

@@ -1,0 +1,295 @@
+"""What the EAGLE-1, EAGLE-3 and MTP heads share: the head base class, checkpoint I/O and the
+proposer that drives any of them.
+
+A head is one decoder layer that reads the target's hidden states. Its entry at position ``p``
+combines the token ``x[p+1]`` with the target's hidden state ``h[p]`` (the state that predicted
+``x[p+1]``); its output ``f[p]`` stands in for ``h[p+1]``, so the logits of ``f[p]`` predict
+``x[p+2]``. Drafting after a target pass therefore runs:
+
+1. one forward over the chunk of newly committed positions ``start..n-1`` (tokens
+   ``x[start+1..n]``, where ``x[n]`` is the newest token, with the target's hidden states),
+   whose last output gives draft ``d_1``;
+2. ``k - 1`` single-token forwards: position ``n + i`` pairs ``d_{i+1}`` with the head's own
+   previous output, giving ``d_{i+2}`` (the head reused autoregressively, as vLLM does).
+
+The head keeps a one-layer KV cache indexed by position, like the target's: entries written for
+drafts that are later rejected lie at positions the next chunk overwrites.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from specscope.engine.config import ModelConfig
+from specscope.engine.kv_cache import KVCache, as_rows
+from specscope.engine.loading import load_state_dict
+from specscope.engine.model import Transformer, _Context
+from specscope.errors import SpecscopeError
+from specscope.proposers.base import Proposal, ProposeInput, ProposerConfig, TargetPass
+
+
+class Head(nn.Module, ABC):
+    """One decoder layer over [token embedding; target hidden state], with shared target parts.
+
+    ``config`` describes the head's layer (``num_layers == 1``: it sizes the head's KV cache).
+    The target's embedding is used unless the head registers its own ``embed_tokens`` (from a
+    checkpoint that carries a copy of it).
+    Subclasses define :meth:`fuse`, :meth:`forward` and :meth:`logits`.
+    """
+
+    def __init__(self, config: ModelConfig, target_layers: tuple[int, ...]) -> None:
+        super().__init__()
+        self.config = config
+        self.target_layers = target_layers  # target hidden-state indices the head reads
+        self._target: tuple[Transformer, ...] = ()  # a tuple: the target is not a submodule
+        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+
+    def bind(self, target: Transformer) -> Head:
+        """Attach the target whose embedding (and LM head) the head shares."""
+        self._target = (target,)
+        return self
+
+    @property
+    def target(self) -> Transformer:
+        if not self._target:
+            raise RuntimeError(f"{type(self).__name__} is not bound to a target")
+        return self._target[0]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.parameters()).dtype
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[batch, T] -> [batch, T, hidden], with the head's own embedding if it has one."""
+        own = self._modules.get("embed_tokens")
+        return (own if own is not None else self.target.model.embed_tokens)(tokens)
+
+    def fuse(self, hidden: list[torch.Tensor]) -> torch.Tensor:
+        """The target's hidden states (one per ``target_layers`` index) -> the head's input
+        hidden state [batch, T, hidden]. Default: the single state as it is."""
+        return hidden[0]
+
+    @abstractmethod
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache,
+        slots: list[int],
+        kv_len: int,
+    ) -> torch.Tensor:
+        """``tokens`` [batch, T] with ``hidden`` [batch, T, hidden] at ``positions`` [batch, T]
+        -> the output [batch, T, hidden] that is fed back as the next hidden state."""
+
+    @abstractmethod
+    def logits(self, out: torch.Tensor) -> torch.Tensor:
+        """Head output [..., hidden] -> float32 logits over the target vocabulary [..., vocab]."""
+
+    def context(
+        self, positions: torch.Tensor, cache: KVCache, slots: list[int], kv_len: int
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], _Context]:
+        """RoPE tables and the attention context for ``positions`` [batch, T] (the same
+        conventions as :meth:`Transformer.forward`: row ``b`` attends to its slot's positions
+        ``0..positions[b, t]``)."""
+        device, dtype = positions.device, self.dtype
+        if device not in self._inv_freq:
+            self._inv_freq[device] = self.config.rope.inv_freq(self.config.head_dim).to(device)
+        freqs = positions[..., None].float() * self._inv_freq[device]  # [batch, T, head_dim / 2]
+        angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]  # [batch, T, 1, head_dim]
+        rope = (angles.cos().to(dtype), angles.sin().to(dtype))
+        batch, t = positions.shape
+        group = self.config.num_heads // self.config.num_kv_heads
+        keys = torch.arange(kv_len, device=device)[None, None, :]  # [1, 1, S]
+        mask = keys <= positions[:, :, None]  # [batch, T, S]
+        mask = (
+            mask[:, None, None].expand(-1, -1, group, -1, -1).reshape(batch, 1, group * t, kv_len)
+        )
+        return rope, _Context(cache, as_rows(slots, device), positions, kv_len, mask)
+
+
+def one_layer(config: ModelConfig) -> ModelConfig:
+    """The head's layer configuration: the same shapes with ``num_layers == 1``."""
+    return replace(config, num_layers=1)
+
+
+def read_config(head_dir: Path) -> dict:
+    """The raw ``config.json`` of a head directory."""
+    path = Path(head_dir) / "config.json"
+    if not path.is_file():
+        raise SpecscopeError(f"{head_dir}: expected a head directory with config.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SpecscopeError(f"{path}: not valid JSON ({error})") from None
+    if not isinstance(data, dict):
+        raise SpecscopeError(f"{path}: expected a JSON object")
+    return data
+
+
+def layer_config(head_dir: Path, data: dict, target: Transformer) -> ModelConfig:
+    """Parse a head's ``config.json`` (a Llama / Qwen config) into its one-layer configuration,
+    checking that it reads the target's hidden states and speaks its vocabulary."""
+    config = ModelConfig.from_hf(data, f"{head_dir}/config.json")
+    check_compatible(head_dir, config, target)
+    return one_layer(config)
+
+
+def check_compatible(head_dir: Path, config: ModelConfig, target: Transformer) -> None:
+    """A head must read the target's hidden states and speak its vocabulary."""
+    if config.hidden_size != target.config.hidden_size:
+        raise SpecscopeError(
+            f"{head_dir}/config.json: field 'hidden_size': {config.hidden_size} differs from the "
+            f"target's {target.config.hidden_size}"
+        )
+    if config.vocab_size != target.config.vocab_size:
+        raise SpecscopeError(
+            f"{head_dir}/config.json: field 'vocab_size': {config.vocab_size} differs from the "
+            f"target's {target.config.vocab_size}"
+        )
+
+
+def load_weights(head: Head, state: dict[str, torch.Tensor], source: Path) -> None:
+    """Assign ``state`` (names as in ``head.state_dict()``) to ``head``, checking names and
+    shapes; a mismatch is one clear error naming the tensors."""
+    expected = head.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise SpecscopeError(
+            f"{source}: tensors do not match the {type(head).__name__} layout: "
+            f"missing {missing[:6]}{'...' if len(missing) > 6 else ''}, "
+            f"unexpected {unexpected[:6]}{'...' if len(unexpected) > 6 else ''}"
+        )
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            raise SpecscopeError(
+                f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, the config implies "
+                f"{tuple(expected[name].shape)}"
+            )
+    head.load_state_dict(state, assign=True)
+
+
+def read_weights(head_dir: Path, target: Transformer) -> dict[str, torch.Tensor]:
+    """All tensors of ``head_dir`` (safetensors, sharded or not; pickle refused), floats cast
+    to the target's dtype, on the target's device."""
+    return load_state_dict(Path(head_dir), target.device, target.dtype)
+
+
+def save_head(out_dir: Path, config: dict, tensors: dict[str, torch.Tensor]) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` (the published layout) to ``out_dir``."""
+    from safetensors.torch import save_file
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
+    save_file(
+        {name: t.detach().contiguous() for name, t in tensors.items()},
+        str(out_dir / "model.safetensors"),
+    )
+    return out_dir
+
+
+def randomize_(module: nn.Module, seed: int) -> None:
+    """Seeded random weights: matrices ~ N(0, 1/fan_in), vectors (norm weights) ~ 1 + N(0, 0.1²)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for _, param in sorted(module.named_parameters()):
+            noise = torch.randn(param.shape, generator=generator)
+            if param.dim() == 1:
+                param.copy_(1 + 0.1 * noise)
+            else:
+                param.copy_(noise / param.shape[-1] ** 0.5)
+
+
+class HeadProposer:
+    """Drives a :class:`Head` through the proposer protocol (see the module docstring).
+
+    ``pending[slot] = (start, hidden)``: the fused target hidden states [n, hidden] of the
+    committed positions ``start..start+n-1`` that the head has not consumed yet.
+    """
+
+    def __init__(self, name: str, head: Head, config: ProposerConfig, target: Transformer) -> None:
+        self.name = name
+        self.head = head
+        self.hidden_layers = head.target_layers
+        self.capacity = config.max_seq_len
+        self.cache = KVCache(
+            head.config, config.max_batch_size, config.max_seq_len, target.dtype, target.device
+        )
+        self.pending: dict[int, tuple[int, torch.Tensor]] = {}
+
+    @torch.no_grad()
+    def observe(self, target_pass: TargetPass) -> None:
+        fused = self.head.fuse(target_pass.hidden)  # [batch, T, hidden]
+        for row, (slot, start, n) in enumerate(
+            zip(target_pass.slots, target_pass.start, target_pass.num_committed)
+        ):
+            self.pending[slot] = (start, fused[row, :n])  # [n, hidden]
+
+    def _chunk(
+        self, request: ProposeInput
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The first forward's inputs: each row's pending positions ``start..n-1`` pairing
+        ``x[p+1]`` with ``h[p]``, right-padded. Padding continues at positions >= n (entries
+        that later writes overwrite before anything reads them), clamped to the cache.
+        Returns tokens [batch, W], hidden [batch, W, h], positions [batch, W] and the index
+        of each row's last real entry [batch]."""
+        device = request.last_tokens.device
+        starts, chunks, token_rows = [], [], []
+        for slot, history, n in zip(request.slots, request.histories, request.positions.tolist()):
+            if slot not in self.pending:
+                raise RuntimeError(f"{self.name}: propose for slot {slot} before any target pass")
+            start, states = self.pending.pop(slot)
+            if start + states.shape[0] != n:
+                raise RuntimeError(
+                    f"{self.name}: slot {slot} has states up to {start + states.shape[0]}, newest token at {n}"
+                )
+            starts.append(start)
+            chunks.append(states)
+            token_rows.append(history[start + 1 : n + 1])
+        width = max(len(row) for row in token_rows)
+        tokens = torch.tensor([row + [0] * (width - len(row)) for row in token_rows], device=device)
+        hidden = nn.utils.rnn.pad_sequence(chunks, batch_first=True)  # [batch, width, h]
+        start_t = torch.tensor(starts, device=device)
+        positions = (start_t[:, None] + torch.arange(width, device=device)).clamp(
+            max=self.capacity - 1
+        )
+        return tokens, hidden, positions, request.positions - start_t - 1
+
+    @torch.no_grad()
+    def propose(self, request: ProposeInput) -> Proposal:
+        k, sampling, slots = request.k, request.sampling, request.slots
+        tokens, hidden, positions, last = self._chunk(request)
+        out = self.head(tokens, hidden, positions, self.cache, slots, int(positions.max()) + 1)
+        state = out[torch.arange(len(slots), device=out.device), last]  # [batch, h]
+        kv_len = int(request.positions.max()) + 1
+        drafts, probs = [], []
+        for i in range(k):
+            logits = self.head.logits(state)  # [batch, vocab]
+            if sampling.all_greedy:
+                token = logits.argmax(-1)
+            else:
+                probs.append(sampling.probs(logits))
+                token = sampling.sample(probs[-1])
+            drafts.append(token)
+            if i + 1 < k:  # position n + i pairs d_{i+1} with the head's previous output
+                step_positions = request.positions[:, None] + i  # [batch, 1]
+                out = self.head(
+                    token[:, None], state[:, None], step_positions, self.cache, slots, kv_len + i
+                )
+                state = out[:, 0]
+        return Proposal(
+            torch.stack(drafts, 1),  # [batch, k]
+            torch.full((len(slots),), k, dtype=torch.long, device=state.device),
+            torch.stack(probs, 1) if probs else None,  # [batch, k, vocab]
+        )
+
+    def release(self, slot: int) -> None:
+        self.pending.pop(slot, None)

@@ -1,0 +1,1 @@
+"""Workloads: the requests a benchmark runs (JSON Lines files: :mod:`.jsonl`)."""

@@ -1,0 +1,229 @@
+"""`specscope bench --backend reference` end to end on a tiny model, and workload parsing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tiny_checkpoints import write_workload
+
+from specscope.cli import main
+from specscope.errors import SpecscopeError
+from specscope.workloads.jsonl import read_workload
+
+FIELDS = {
+    "method",
+    "k",
+    "batch_size",
+    "throughput",
+    "baseline_throughput",
+    "speedup",
+    "acceptance_rate",
+    "mean_acceptance_length",
+}
+RECORD_FIELDS = {
+    "step",
+    "method",
+    "k",
+    "batch_size",
+    "tokens_verified",
+    "tokens_emitted",
+    "draft_s",
+    "verify_s",
+    "sample_s",
+    "overhead_s",
+    "kv_tokens",
+    "prefill_tokens",
+    "prefill_s",
+}
+
+
+@pytest.fixture()
+def workload(tmp_path):
+    rows = [
+        {"id": i, "prompt_token_ids": [2 + (7 * i + j) % 40 for j in range(4 + i)] * 2} for i in range(5)
+    ]
+    return write_workload(tmp_path / "w.jsonl", rows)
+
+
+@pytest.mark.parametrize("batching", ["distinct", "replicate"])
+def test_bench_json_output_records_and_csv(llama_dir, workload, tmp_path, capsys, batching):
+    code = main(
+        [
+            "bench",
+            "--backend",
+            "reference",
+            "--model",
+            str(llama_dir),
+            "--method",
+            "draft",
+            "--draft",
+            str(llama_dir),
+            "--k",
+            "2",
+            "--batch-sizes",
+            "1,4",
+            "--workload",
+            str(workload),
+            "--max-tokens",
+            "6",
+            "--batching",
+            batching,
+            "--format",
+            "json",
+            "--threads",
+            "1",
+            "-o",
+            str(tmp_path / "r.csv"),
+            "--records",
+            str(tmp_path / "steps.jsonl"),
+        ]
+    )
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["batch_size"] for r in rows] == [1, 4]
+    for row in rows:
+        assert FIELDS <= set(row)
+        assert row["method"] == "draft" and row["k"] == 2
+        assert row["acceptance_rate"] == 1.0 and row["mean_acceptance_length"] > 1  # self-draft
+        assert row["greedy_match"] is True and row["throughput"] > 0
+        assert row["speedup"] == pytest.approx(row["throughput"] / row["baseline_throughput"])
+    records = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert records and all(set(r) == RECORD_FIELDS for r in records)
+    assert {r["method"] for r in records} == {"none", "draft"}
+    assert (tmp_path / "r.csv").read_text().startswith("method,k,batch_size")
+
+
+def test_bench_method_none_runs_the_baseline_only(llama_dir, workload, tmp_path, capsys):
+    records = tmp_path / "steps.jsonl"
+    args = ["bench", "--model", str(llama_dir), "--method", "none", "--workload", str(workload)]
+    assert (
+        main(
+            [
+                *args,
+                "--max-tokens",
+                "4",
+                "--batch-sizes",
+                "1,2",
+                "--format",
+                "json",
+                "--records",
+                str(records),
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["method"], r["speedup"], r["acceptance_rate"], r["greedy_match"]) for r in rows] == [
+        ("none", 1.0, None, None)
+    ] * 2
+    assert {json.loads(line)["method"] for line in records.read_text().splitlines()} == {"none"}
+
+
+def test_bench_table_and_user_errors(llama_dir, workload, tmp_path, capsys):
+    assert (
+        main(
+            [
+                "bench",
+                "--model",
+                str(llama_dir),
+                "--method",
+                "ngram",
+                "--workload",
+                str(workload),
+                "--max-tokens",
+                "4",
+                "--batch-sizes",
+                "2",
+            ]
+        )
+        == 0
+    )
+    assert "speedup" in capsys.readouterr().out
+    bad = write_workload(tmp_path / "bad.jsonl", [{"id": "a", "prompt": "hello"}])  # no tokenizer.json
+    assert main(["bench", "--model", str(llama_dir), "--workload", str(bad), "--max-tokens", "4"]) == 2
+    assert f"{bad}:1: field 'prompt'" in capsys.readouterr().err
+    assert main(["bench", "--model", str(tmp_path), "--workload", str(workload)]) == 2
+    assert (
+        main(["bench", "--model", str(llama_dir), "--workload", str(workload), "--method", "nope"]) == 2
+    )
+    assert "unknown proposer" in capsys.readouterr().err
+    big = write_workload(tmp_path / "big.jsonl", [{"id": "a", "prompt_token_ids": [1, 10_000]}])
+    assert main(["bench", "--model", str(llama_dir), "--workload", str(big), "--max-tokens", "4"]) == 2
+    assert "below the vocabulary size" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        args = ["bench", "--model", str(llama_dir), "--workload", str(workload), "--device", "cuda"]
+        assert main(args) == 2
+        assert "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "line,match",
+    [
+        ("not json", ":2: not valid JSON"),
+        ('["a"]', ":2: expected a JSON object"),
+        ('{"prompt_token_ids": [1]}', ":2: field 'id'"),
+        ('{"id": "x", "prompt_token_ids": []}', ":2: field 'prompt_token_ids'"),
+        ('{"id": "x", "prompt_token_ids": [1, -2]}', ":2: field 'prompt_token_ids'"),
+        ('{"id": "x"}', ":2: expected exactly one"),
+        ('{"id": "a", "prompt_token_ids": [1]}', ":2: field 'id': 'a' already used on line 1"),
+    ],
+)
+def test_workload_errors_name_file_and_line(tmp_path, line, match):
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"id": "a", "prompt_token_ids": [1, 2]}\n' + line + "\n")
+    with pytest.raises(SpecscopeError, match=match):
+        read_workload(path)
+
+
+def test_text_prompts_use_the_tokenizer(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "hello": 1, "world": 2}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"id": 1, "prompt": "hello world again"}\n\n{"id": 2, "prompt_token_ids": [2]}\n')
+    requests = read_workload(path, tokenizer)
+    assert [(r.id, r.prompt_token_ids) for r in requests] == [("1", [1, 2, 0]), ("2", [2])]
+
+
+def test_bench_text_workload_with_tokenizer_and_sampling(llama_dir, tmp_path, capsys):
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    model = tmp_path / "model"
+    shutil.copytree(llama_dir, model)
+    words = {f"w{i}": i for i in range(40)}
+    tokenizer = Tokenizer(models.WordLevel({**words, "[UNK]": 40}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(model / "tokenizer.json"))
+    workload = write_workload(tmp_path / "w.jsonl", [{"id": "t", "prompt": "w3 w4 w5 w3 w4 w5 w3 w4"}])
+    assert (
+        main(
+            [
+                "bench",
+                "--model",
+                str(model),
+                "--method",
+                "ngram",
+                "--workload",
+                str(workload),
+                "--max-tokens",
+                "5",
+                "--batch-sizes",
+                "1,2",
+                "--temperature",
+                "0.7",
+                "--seed",
+                "3",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["greedy_match"] for r in rows] == [None, None]  # sampling: no token-for-token check
+    assert all(r["generated_tokens"] > 0 for r in rows)

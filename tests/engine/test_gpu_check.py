@@ -1,0 +1,26 @@
+"""scripts/gpu_check.py --tiny: the GPU check's code path runs on the CPU in seconds."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.py"
+
+
+def test_gpu_check_tiny_smoke(tmp_path, capsys):
+    main = runpy.run_path(str(SCRIPT))["main"]
+    cost_model = tmp_path / "cost.json"
+    assert main(["--tiny", "--json", str(tmp_path / "gc.json"), "--cost-model", str(cost_model)]) == 0
+    out = capsys.readouterr().out
+    assert "paper H100" in out and "self-draft" in out
+    result = json.loads((tmp_path / "gc.json").read_text())
+    assert len(result["cost_model"]["points"]) == 9
+    assert {r["draft"] for r in result["sd"]} == {"none", "self-draft", "first-1-layers"}
+    self_draft = [r for r in result["sd"] if r["draft"] == "self-draft"]
+    assert all(r["acceptance_rate"] == 1.0 and r["mean_acceptance_length"] == 4.0 for r in self_draft)
+    from specscope.costmodel.linear import linear_from_json
+
+    fitted = linear_from_json(json.loads(cost_model.read_text()), str(cost_model))
+    assert fitted.c_fixed == result["cost_model"]["c_fixed"] and fitted.overhead_s > 0
