@@ -92,3 +92,30 @@ def test_sweep_dry_run_and_bad_config(tmp_path):
     assert (
         result.returncode == 2 and "field 'workloads'" in result.stderr and "Traceback" not in result.stderr
     )
+
+
+def test_bench_openai_backend_through_the_cli(tiny_model, tmp_path, capsys):
+    """`specscope bench --backend openai` against two real loopback servers (no SD and n-gram)."""
+    import json
+
+    from serving_helpers import start_server, write_workload
+
+    from specscope.cli import main
+
+    workload = write_workload(tmp_path / "w.jsonl", 8)
+    baseline = start_server(tiny_model, method="none", max_batch_size=4)
+    sd = start_server(tiny_model, method="ngram", k=3, max_batch_size=4)
+    try:
+        assert main(["bench", "--backend", "openai", "--url", sd.url, "--baseline-url", baseline.url,
+                     "--method", "ngram", "--k", "3", "--batch-sizes", "1,4", "--workload", str(workload),
+                     "--max-tokens", "16", "--format", "json"]) == 0
+    finally:
+        sd.close()
+        baseline.close()
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["batch_size"] for r in rows] == [1, 4]
+    for row in rows:
+        assert {"method", "k", "batch_size", "throughput", "baseline_throughput", "speedup", "acceptance_rate",
+                "mean_acceptance_length", "num_drafts", "num_draft_tokens", "num_accepted_tokens"} <= set(row)
+        assert row["speedup"] > 0 and row["num_draft_tokens"] >= row["num_accepted_tokens"]
+    assert main(["bench", "--workload", str(workload)]) == 2  # the reference backend needs --model

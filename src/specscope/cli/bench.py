@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from specscope.backends import BATCHING, BENCH_BACKENDS, BenchConfig
+from specscope.backends.openai.bench import add_openai_bench_arguments
 from specscope.cli._common import atomic_write_text, int_list, write_rows
 from specscope.errors import SpecscopeError
 
@@ -16,6 +17,7 @@ DEFAULTS = {
 }
 METHODS = ("none", "ngram", "draft", "eagle", "eagle3", "mtp")
 SPLIT = ("prefill_s", "draft_s", "verify_s", "sample_s", "overhead_s")
+OPENAI = "openai"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,14 +32,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     parser.add_argument(
-        "--backend", choices=sorted(BENCH_BACKENDS), default="reference", help="engine backend"
+        "--backend",
+        choices=(*sorted(BENCH_BACKENDS), OPENAI),
+        default="reference",
+        help="reference: specscope's own engine; openai: a server's OpenAI-compatible API "
+        "(vLLM, SGLang, specscope serve) given by --url or started with --launch",
     )
     parser.add_argument(
         "--model",
-        required=True,
-        type=Path,
         metavar="DIR",
-        help="target: a HF directory (config.json + *.safetensors)",
+        help="target: a HF directory (config.json + *.safetensors); with --launch also a hub name",
     )
     parser.add_argument(
         "--method",
@@ -91,12 +95,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("-o", "--output", type=Path, help="write the rows to .json or .csv")
     parser.add_argument("--records", type=Path, help="write per-step records (JSON Lines)")
+    add_openai_bench_arguments(parser)
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from specscope.backends import get_backend
 
+    if args.backend == OPENAI:
+        return _run_openai(args)
+    if args.model is None:
+        raise SpecscopeError("--model: required with --backend reference")
     backend = get_backend(args.backend)
     if args.k < 1 or args.max_tokens < 1:
         raise SpecscopeError("--k and --max-tokens: expected positive integers")
@@ -110,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
     SamplingParams(args.temperature, args.top_p, args.top_k, args.seed)  # validates
     config = BenchConfig(
-        model_dir=args.model,
+        model_dir=Path(args.model),
         workload=args.workload,
         method=args.method,
         draft_dir=args.draft,
@@ -135,6 +144,19 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.rows, indent=1))
     else:
         _print_table(result.rows)
+    return 0
+
+
+def _run_openai(args: argparse.Namespace) -> int:
+    from specscope.backends.openai.bench import print_openai_table, run_openai_bench
+
+    rows = run_openai_bench(args)
+    if args.output:
+        write_rows(args.output, rows)
+    if args.format == "json":
+        print(json.dumps(rows, indent=1))
+    else:
+        print_openai_table(rows)
     return 0
 
 
