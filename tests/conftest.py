@@ -7,6 +7,13 @@ from pathlib import Path
 
 import pytest
 
+try:  # the tests' models are tiny: one thread each avoids two cores fighting over them
+    import torch
+
+    torch.set_num_threads(1)
+except ImportError:
+    pass
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -64,7 +64,7 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(d, config.rms_norm_eps)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx: "_Context"
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx: "AttentionContext"
     ) -> torch.Tensor:
         batch, t, _ = x.shape
         q = self.q_proj(x).view(batch, t, self.heads, self.head_dim)
@@ -108,7 +108,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx: "_Context"
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], ctx: "AttentionContext"
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), rope, ctx)
         return x + self.mlp(self.post_attention_layernorm(x))
@@ -122,19 +122,60 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
-class _Context:
+class AttentionContext:
     """What every layer of one forward pass shares: cache rows, positions, attention mask."""
 
     def __init__(
         self, cache: KVCache | None, rows, positions: torch.Tensor, kv_len: int, mask: torch.Tensor
     ) -> None:
-        self.cache, self.rows, self.positions, self.kv_len, self.mask = (
-            cache,
-            rows,
-            positions,
-            kv_len,
-            mask,
-        )
+        self.cache, self.rows, self.positions, self.kv_len, self.mask = cache, rows, positions, kv_len, mask
+
+    @classmethod
+    def build(
+        cls,
+        config: ModelConfig,
+        positions: torch.Tensor,
+        cache: KVCache | None = None,
+        slots: list[int] | None = None,
+        kv_len: int | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> "AttentionContext":
+        """The context for ``positions`` [batch, T]. With a ``cache``, row ``b`` uses slot
+        ``slots[b]`` and attends to that slot's positions ``0..positions[b, t]`` (``kv_len``
+        bounds the keys read); without one, rows attend only among their own tokens. The mask
+        is additive (0 or −inf, in ``dtype``), built once per forward rather than per layer."""
+        batch, t = positions.shape
+        if cache is None:
+            key_positions = positions[:, None, :]  # [batch, 1, T]
+            rows, kv_len = None, t
+        else:
+            slots = list(range(batch)) if slots is None else slots
+            kv_len = int(positions.max()) + 1 if kv_len is None else kv_len
+            key_positions = torch.arange(kv_len, device=positions.device)[None, None, :]  # [1, 1, S]
+            rows = as_rows(slots, positions.device)
+        group = config.num_heads // config.num_kv_heads
+        visible = key_positions <= positions[:, :, None]  # [batch, T, S]
+        mask = torch.zeros(visible.shape, dtype=dtype, device=positions.device).masked_fill_(~visible, float("-inf"))
+        mask = mask[:, None, None].expand(-1, -1, group, -1, -1).reshape(batch, 1, group * t, -1)
+        return cls(cache, rows, positions, kv_len, mask)
+
+
+class RotaryTables:
+    """cos/sin tables of rotary embeddings for any positions, with the inverse frequencies
+    kept per device."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.config = config
+        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+
+    def __call__(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions [batch, T] -> (cos, sin), each [batch, T, 1, head_dim]."""
+        device = positions.device
+        if device not in self._inv_freq:
+            self._inv_freq[device] = self.config.rope.inv_freq(self.config.head_dim).to(device)
+        freqs = positions[..., None].float() * self._inv_freq[device]  # [batch, T, head_dim / 2]
+        angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
+        return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
 class Transformer(nn.Module):
@@ -146,7 +187,7 @@ class Transformer(nn.Module):
         self.model = Backbone(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.tie_weights()
-        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+        self.rotary = RotaryTables(config)
 
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
@@ -159,15 +200,6 @@ class Transformer(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.lm_head.weight.dtype
-
-    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin for ``positions`` [batch, T] -> each [batch, T, 1, head_dim]."""
-        device = positions.device
-        if device not in self._inv_freq:
-            self._inv_freq[device] = self.config.rope.inv_freq(self.config.head_dim).to(device)
-        freqs = positions[..., None].float() * self._inv_freq[device]  # [batch, T, head_dim / 2]
-        angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
-        return angles.cos().to(self.dtype), angles.sin().to(self.dtype)
 
     def forward(
         self,
@@ -186,29 +218,8 @@ class Transformer(nn.Module):
         Returns the final normed hidden state [batch, T, hidden] and the hidden states at
         ``hidden_layers`` (indices as in the module docstring), each [batch, T, hidden].
         """
-        batch = tokens.shape[0]
-        if cache is None:
-            key_positions = positions[:, None, :]  # [batch, 1, T]
-            ctx_rows, kv_len = None, tokens.shape[1]
-        else:
-            if slots is None:
-                slots = list(range(batch))
-            if kv_len is None:
-                kv_len = int(positions.max()) + 1
-            key_positions = torch.arange(kv_len, device=tokens.device)[None, None, :]  # [1, 1, S]
-            ctx_rows = as_rows(slots, tokens.device)
-        group = self.config.num_heads // self.config.num_kv_heads
-        visible = key_positions <= positions[:, :, None]  # [batch, T, S]
-        # an additive mask, built once per forward (a boolean one is converted in every layer)
-        mask = torch.zeros(visible.shape, dtype=self.dtype, device=tokens.device)
-        mask = mask.masked_fill_(~visible, float("-inf"))
-        mask = (
-            mask[:, None, None]
-            .expand(-1, -1, group, -1, -1)
-            .reshape(batch, 1, group * tokens.shape[1], -1)
-        )
-        ctx = _Context(cache, ctx_rows, positions, kv_len, mask)
-        rope = self._rope(positions)
+        ctx = AttentionContext.build(self.config, positions, cache, slots, kv_len, self.dtype)
+        rope = self.rotary(positions, self.dtype)
         x = self.model.embed_tokens(tokens)
         wanted = set(hidden_layers)
         captured: dict[int, torch.Tensor] = {}

@@ -28,7 +28,7 @@ from torch import nn
 
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.model import MLP, Attention, RMSNorm, Transformer, _Context
+from specscope.engine.model import MLP, Attention, AttentionContext, RMSNorm, Transformer
 from specscope.errors import SpecscopeError
 from specscope.proposers.base import ProposerConfig, register
 from specscope.proposers.heads import (
@@ -71,7 +71,7 @@ class Eagle3Layer(nn.Module):
         embeds: torch.Tensor,
         hidden: torch.Tensor,
         rope: tuple[torch.Tensor, torch.Tensor],
-        ctx: _Context,
+        ctx: AttentionContext,
     ) -> torch.Tensor:
         """``embeds``, ``hidden`` [batch, T, h] -> the pre-norm output [batch, T, h]."""
         normed = self.hidden_norm(hidden)

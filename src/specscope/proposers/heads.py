@@ -27,9 +27,9 @@ import torch
 from torch import nn
 
 from specscope.engine.config import ModelConfig
-from specscope.engine.kv_cache import KVCache, as_rows
+from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import load_state_dict
-from specscope.engine.model import Transformer, _Context
+from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
 from specscope.proposers.base import Proposal, ProposeInput, ProposerConfig, TargetPass
 
@@ -48,7 +48,7 @@ class Head(nn.Module, ABC):
         self.config = config
         self.target_layers = target_layers  # target hidden-state indices the head reads
         self._target: tuple[Transformer, ...] = ()  # a tuple: the target is not a submodule
-        self._inv_freq: dict[torch.device, torch.Tensor] = {}
+        self.rotary = RotaryTables(config)
 
     def bind(self, target: Transformer) -> Head:
         """Attach the target whose embedding (and LM head) the head shares."""
@@ -94,24 +94,11 @@ class Head(nn.Module, ABC):
 
     def context(
         self, positions: torch.Tensor, cache: KVCache, slots: list[int], kv_len: int
-    ) -> tuple[tuple[torch.Tensor, torch.Tensor], _Context]:
-        """RoPE tables and the attention context for ``positions`` [batch, T] (the same
-        conventions as :meth:`Transformer.forward`: row ``b`` attends to its slot's positions
-        ``0..positions[b, t]``)."""
-        device, dtype = positions.device, self.dtype
-        if device not in self._inv_freq:
-            self._inv_freq[device] = self.config.rope.inv_freq(self.config.head_dim).to(device)
-        freqs = positions[..., None].float() * self._inv_freq[device]  # [batch, T, head_dim / 2]
-        angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]  # [batch, T, 1, head_dim]
-        rope = (angles.cos().to(dtype), angles.sin().to(dtype))
-        batch, t = positions.shape
-        group = self.config.num_heads // self.config.num_kv_heads
-        keys = torch.arange(kv_len, device=device)[None, None, :]  # [1, 1, S]
-        mask = keys <= positions[:, :, None]  # [batch, T, S]
-        mask = (
-            mask[:, None, None].expand(-1, -1, group, -1, -1).reshape(batch, 1, group * t, kv_len)
-        )
-        return rope, _Context(cache, as_rows(slots, device), positions, kv_len, mask)
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], AttentionContext]:
+        """RoPE tables and the attention context for ``positions`` [batch, T], with the
+        conventions of :meth:`Transformer.forward`."""
+        ctx = AttentionContext.build(self.config, positions, cache, slots, kv_len, self.dtype)
+        return self.rotary(positions, self.dtype), ctx
 
 
 def one_layer(config: ModelConfig) -> ModelConfig:
