@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specscope.engine.records import StepRecord
 from specscope.errors import SpecscopeError
 from specscope.sim.grid import SimRow
 
@@ -36,24 +37,11 @@ _TIME_FIELDS = ("draft_s", "verify_s", "sample_s", "overhead_s", "prefill_s")
 
 
 @dataclass
-class MeasuredStep:
-    """One engine step (fields as in the JSON line; times in seconds); ``run`` numbers the run
-    the reader found it in (see the module docstring)."""
+class MeasuredStep(StepRecord):
+    """One engine step as :class:`~specscope.engine.records.StepRecord` writes it, plus ``run``:
+    which run of the file the reader found it in (see the module docstring)."""
 
-    run: int
-    step: int
-    method: str
-    k: int
-    batch_size: int
-    tokens_verified: int
-    tokens_emitted: list[int]
-    draft_s: float
-    verify_s: float
-    sample_s: float
-    overhead_s: float
-    kv_tokens: int
-    prefill_tokens: int
-    prefill_s: float
+    run: int = 0
 
 
 def _parse_step(obj: object, where: str, run: int) -> MeasuredStep:
