@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Iterable
 
 from specscope.fileio import atomic_write_text, write_rows  # noqa: F401  (re-exported for the verbs)
@@ -53,3 +54,15 @@ def add_trace_options(parser: argparse.ArgumentParser) -> None:
              "whole, as the paper's simulator did (own), or cut the record to the common prefix "
              "(common); either way the mismatches are reported",
     )
+
+
+def read_trace_args(args: argparse.Namespace) -> list:
+    """The records of ``args.traces`` read with ``args.lengths``; every length repair is
+    reported on stderr (one line per file)."""
+    from specscope.trace import load_traces
+
+    records, reports = load_traces(args.traces, lengths=args.lengths)
+    for report in reports:
+        if report.mismatched_records:
+            print(f"note: {report.summary()}", file=sys.stderr)
+    return records

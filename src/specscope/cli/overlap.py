@@ -9,6 +9,7 @@ from pathlib import Path
 from specscope.analysis.overlap import OverlapConfig
 from specscope.cli._common import (
     add_trace_options,
+    read_trace_args,
     int_list,
     print_table,
     str_list,
@@ -48,13 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.overlap import bleu_scores, overlap_speedups, request_bleu
     from specscope.costmodel.registry import resolve_cost_model
-    from specscope.trace import load_traces
 
     cost = resolve_cost_model(args.cost_model)
-    records, reports = load_traces(args.traces, lengths=args.lengths)
-    for report in reports:
-        if report.mismatched_records:
-            print(f"note: {report.summary()}")
+    records = read_trace_args(args)
     config = OverlapConfig(lookup=args.lookup, lookup_policies=tuple(args.lookup_policies),
                            reference=args.reference, reference_policy=args.reference_policy)
     sim = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes))

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from specscope.cli._common import add_trace_options, int_list, print_table, str_list, write_rows
+from specscope.cli._common import add_trace_options, int_list, print_table, read_trace_args, str_list, write_rows
 from specscope.sim.grid import SimConfig
 
 DEFAULTS = SimConfig()
@@ -44,13 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.sim.grid import simulate
-    from specscope.trace import load_traces
 
     cost = resolve_cost_model(args.cost_model)
-    records, reports = load_traces(args.traces, lengths=args.lengths)
-    for report in reports:
-        if report.mismatched_records:
-            print(f"note: {report.summary()}", file=sys.stderr)
+    records = read_trace_args(args)
     combined = tuple(name for name in ("ngram", "eagle") if name in records[0].proposers)
     config = SimConfig(
         mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed, sample=args.sample,

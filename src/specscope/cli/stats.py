@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specscope.cli._common import add_trace_options, print_table, write_rows
+from specscope.cli._common import add_trace_options, print_table, read_trace_args, write_rows
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,11 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import acceptance_stats
-    from specscope.trace import load_traces
 
-    records, reports = load_traces(args.traces, lengths=args.lengths)
-    for report in reports:
-        print(report.summary())
+    records = read_trace_args(args)
     singles, pairs = acceptance_stats(records)
     print_table(
         "acc_len per request (mean of each request's acc_len, then over requests) and pooled over positions",

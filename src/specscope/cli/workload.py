@@ -1,0 +1,85 @@
+"""`specscope workload make`: write a workload file from one of the paper's datasets or a
+bundled task.
+
+``specscope workload make gsm8k --source test.jsonl --n 300 --tokenizer MODEL_DIR -o w.jsonl``
+writes JSON Lines ``{"id", "prompt", "reference"}`` (``prompt_token_ids`` instead of ``prompt``
+with ``--token-ids``). With ``--tokenizer`` the model directory's chat template is applied (see
+:mod:`specscope.workloads.chat`; ``--no-chat-template`` keeps the raw prompt) and ShareGPT
+lengths are counted in its tokens. Bundled tasks (``code``, ``math``, ``summary``, ``chat``)
+need no ``--source``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+DEFAULT_N = 300  # the paper sampled 300 requests per dataset
+
+
+def register(subparsers) -> None:
+    from specscope.workloads.datasets import DATASETS, PAPER_SEED
+    from specscope.zoo.tasks import TASKS
+
+    parser = subparsers.add_parser("workload", help="make workload files (datasets, bundled tasks)")
+    verbs = parser.add_subparsers(dest="workload_verb", metavar="ACTION", required=True)
+    make = verbs.add_parser(
+        "make", help="sample a dataset into a workload JSON Lines file",
+        description="Sample one of the paper's datasets (from a local file in its own format, or "
+                    "the hub) or a bundled task into a workload file.",
+    )
+    make.add_argument("dataset", choices=sorted(DATASETS) + list(TASKS), metavar="DATASET",
+                      help=f"one of: {', '.join(sorted(DATASETS))} (need --source); bundled: {', '.join(TASKS)}")
+    make.add_argument("--source", help="a local file in the dataset's format, or 'hub' (the datasets library)")
+    make.add_argument("--n", type=int, default=DEFAULT_N, help="requests to sample (all when fewer; default %(default)s)")
+    make.add_argument("--seed", type=int, default=PAPER_SEED, help="sampling seed (default %(default)s, as the paper)")
+    make.add_argument("--tokenizer", type=Path, metavar="DIR",
+                      help="model directory: chat template and tokenizer.json (token counts, --token-ids)")
+    make.add_argument("--no-chat-template", action="store_true", help="with --tokenizer: keep the raw prompt")
+    make.add_argument("--token-ids", action="store_true", help="write prompt_token_ids (needs --tokenizer)")
+    make.add_argument("-o", "--output", type=Path, required=True, help="workload file to write (.jsonl)")
+    make.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from specscope.cli._common import atomic_write_text
+    from specscope.errors import SpecscopeError
+    from specscope.workloads.bundled import bundled_prompts
+    from specscope.workloads.chat import ChatTemplate, load_chat_template
+    from specscope.workloads.datasets import DATASETS, load_prompts, to_rows
+    from specscope.workloads.jsonl import read_workload
+
+    tokenizer = None
+    template = ChatTemplate(None)
+    if args.tokenizer is not None:
+        from specscope.engine.loading import load_tokenizer
+
+        tokenizer = load_tokenizer(args.tokenizer)
+        if tokenizer is None and (args.token_ids or args.dataset == "sharegpt"):
+            raise SpecscopeError(f"--tokenizer: {args.tokenizer}/tokenizer.json not found")
+        if not args.no_chat_template:
+            template = load_chat_template(args.tokenizer)
+    if args.token_ids and tokenizer is None:
+        raise SpecscopeError("--token-ids: needs --tokenizer DIR with a tokenizer.json")
+    if args.dataset in DATASETS:
+        if not args.source:
+            raise SpecscopeError(f"--source: {args.dataset} needs a local file in its format, or 'hub'")
+        count = (lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)) if tokenizer else None
+        prompts, report = load_prompts(args.dataset, args.source, args.n, args.seed, count)
+        note = report.summary()
+    else:
+        if args.source not in (None, "bundled"):
+            raise SpecscopeError(f"--source: the bundled task {args.dataset} takes no source")
+        prompts = bundled_prompts(args.dataset, args.n, args.seed)
+        note = f"bundled task {args.dataset}"
+    rows = to_rows(prompts, template, tokenizer if args.token_ids else None)
+    lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]
+    atomic_write_text(args.output, "".join(lines))
+    if tokenizer is not None:
+        read_workload(args.output, tokenizer)  # the engine's reader accepts what was written
+    shown = "no chat template" if template.source is None else f"chat template of {args.tokenizer}"
+    print(f"wrote {len(lines)} requests to {args.output} ({note}; {shown})")
+    if len(lines) < args.n:
+        print(f"note: {args.n} requested, only {len(lines)} available")
+    return 0

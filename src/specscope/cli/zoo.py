@@ -1,0 +1,76 @@
+"""`specscope zoo train` and `specscope zoo evaluate`: the bundled models.
+
+``zoo train -o DIR`` trains the target, draft, EAGLE head and MTP head from scratch on the
+synthetic tasks (seeded; ``--quick``: a seconds-long smoke run with tiny shapes) and writes
+them as Hugging Face directories. To rebuild the shipped models:
+``specscope zoo train -o src/specscope/data/zoo``. ``zoo evaluate`` prints per-task exact
+match and distinct-4 of target and draft and each proposer's α and τ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("zoo", help="train or evaluate the bundled models")
+    verbs = parser.add_subparsers(dest="zoo_verb", metavar="ACTION", required=True)
+    train = verbs.add_parser("train", help="train target, draft, EAGLE and MTP heads from scratch (seeded)")
+    train.add_argument("-o", "--output", type=Path, default=Path("specscope-zoo"),
+                       help="folder for target/, draft/, eagle/, mtp/ (default %(default)s)")
+    train.add_argument("--quick", action="store_true", help="tiny shapes and a few steps (a smoke test)")
+    train.add_argument("--threads", type=int, help="torch CPU threads (default: the training config's)")
+    train.set_defaults(run=run_train)
+    evaluate = verbs.add_parser("evaluate", help="accuracy, distinct-4 and each proposer's α on the bundled tasks")
+    evaluate.add_argument("--zoo", type=Path, help="zoo folder (default: the shipped models)")
+    evaluate.add_argument("--n", type=int, default=25, help="requests per task (default %(default)s)")
+    evaluate.add_argument("--k", type=int, default=4, help="proposal length for α (default %(default)s)")
+    evaluate.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
+    evaluate.add_argument("-o", "--output", type=Path, help="also write the results as JSON")
+    evaluate.set_defaults(run=run_evaluate)
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from specscope.workloads.bundled import held_out_prompts
+    from specscope.zoo.train import TrainConfig, train_zoo
+
+    config = TrainConfig.quick() if args.quick else TrainConfig()
+    if args.threads:
+        config = replace(config, threads=args.threads)
+    summary = train_zoo(args.output, config, held_out_prompts())
+    for name in ("target", "draft", "eagle", "mtp"):
+        print(f"{name}: final loss {summary[f'{name}_loss']:.4f}, {summary[f'{name}_seconds']:.0f} s "
+              f"-> {args.output / name}")
+    print(f"total {sum(v for k, v in summary.items() if k.endswith('_seconds')):.0f} s of training")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    import torch
+
+    from specscope.cli._common import atomic_write_text, print_table
+    from specscope.errors import SpecscopeError
+    from specscope.zoo.evaluate import score_model, score_proposers
+
+    if args.n < 1 or args.k < 1:
+        raise SpecscopeError("--n and --k: expected positive integers")
+    torch.set_num_threads(args.threads)
+    models = score_model("target", args.zoo, args.n) + score_model("draft", args.zoo, args.n)
+    print_table("exact match and distinct-4 per task (greedy)",
+                ["model", "task", "requests", "exact match", "distinct-4", "output tokens"],
+                [[s.model, s.task, s.requests, s.exact_match, s.distinct_4, s.mean_output_tokens] for s in models])
+    proposers = score_proposers(args.zoo, args.n, args.k)
+    print_table(f"acceptance with the zoo target (k={args.k}, greedy)",
+                ["proposer", "task", "alpha", "tau", "SD output == greedy"],
+                [[p.method, p.task, "-" if p.acceptance_rate is None else p.acceptance_rate,
+                  "-" if p.mean_acceptance_length is None else p.mean_acceptance_length,
+                  "yes" if p.greedy_match else "NO"] for p in proposers])
+    if args.output:
+        atomic_write_text(args.output, json.dumps(
+            {"models": [asdict(s) for s in models], "proposers": [asdict(p) for p in proposers]}, indent=1) + "\n")
+    return 0
