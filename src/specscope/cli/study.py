@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--k", type=int, default=defaults.k, help="drafts per step in the measured runs")
     parser.add_argument("--k-max", type=int, default=defaults.k_max, help="drafts per position in the traces")
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
+    parser.add_argument("--requests", type=int, default=None,
+                        help="use the first N requests of each workload (bundled default: 16)")
     parser.add_argument("--replay", action="append", default=[], metavar="COST_MODEL",
                         help="also replay the traces against this cost model (repeatable), e.g. "
                              "roofline:h100:MODEL_DIR/config.json")
@@ -44,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     if args.model is None:
-        from specscope.zoo.bundled import bundled_study
+        from specscope.study.bundled import bundled_study
 
         config = bundled_study(args.output)
     else:
@@ -54,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         config = StudyConfig(args.model, list(args.workload), args.output, drafters)
     config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
     config.max_tokens = args.max_tokens
+    if args.requests is not None:
+        config.requests = args.requests
     config.replay_cost_models = tuple(args.replay) or config.replay_cost_models
     run_study(config, print)
     return 0

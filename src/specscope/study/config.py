@@ -24,6 +24,7 @@ class StudyConfig:
     k: int = 3
     k_max: int = 10
     max_tokens: int = 96
+    requests: int | None = None  # the first N requests of each workload (None: all)
     threads: int | None = None
     replay_cost_models: tuple[str, ...] = ()
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Callable
 
 from specscope.study.config import StudyConfig
-from specscope.study.run import fidelity_stage, fit_stage, measure_stage, replay_stage, steps_files, trace_stage
+from specscope.study.run import first_requests, fidelity_stage, fit_stage, measure_stage, replay_stage, steps_files, trace_stage
 
 
 def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     """Run every stage; ``say`` receives one line per finished piece of work."""
     config.out_dir.mkdir(parents=True, exist_ok=True)
+    if config.requests is not None:
+        config.workloads = [first_requests(w, config.requests, config.out_dir / "workloads") for w in config.workloads]
     traces = trace_stage(config, say)
     measured = measure_stage(config, say)
     cost = fit_stage(config, say)

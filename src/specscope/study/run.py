@@ -31,6 +31,16 @@ def _stem(path: Path) -> str:
     return path.name.removesuffix(".jsonl")
 
 
+def first_requests(workload: Path, count: int, folder: Path) -> Path:
+    """A copy of ``workload`` holding its first ``count`` requests (blank lines skipped)."""
+    lines = [line for line in workload.read_text(encoding="utf-8").splitlines() if line.strip()][:count]
+    out = folder / workload.name
+    text = "".join(line + "\n" for line in lines)
+    if not out.exists() or out.read_text(encoding="utf-8") != text:
+        atomic_write_text(out, text)
+    return out
+
+
 def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
     from specscope.engine.loading import load_tokenizer
     from specscope.tracing.run import ProposerSpec, trace_workload

@@ -1,0 +1,27 @@
+"""The default study: the bundled models (target, draft, EAGLE head, MTP head) on the bundled
+workloads (code editing, step-by-step arithmetic, extractive summaries, chat), on this CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specscope.study.config import StudyConfig
+from specscope.workloads.bundled import TASKS, bundled_path
+from specscope.zoo.shipped import model_dir
+
+REQUESTS_PER_TASK = 16
+
+
+def bundled_study(out_dir: Path) -> StudyConfig:
+    """The bundled study, writing into ``out_dir``. Its traces are also replayed against the
+    paper's H100 cost model for Llama-3.1-8B (these acceptance patterns at that model's costs)
+    and an H100 roofline of the bundled target itself."""
+    target = model_dir("target")
+    return StudyConfig(
+        model_dir=target,
+        workloads=[bundled_path(task) for task in TASKS],
+        out_dir=out_dir,
+        drafters={"draft": model_dir("draft"), "eagle": model_dir("eagle"), "mtp": model_dir("mtp")},
+        requests=REQUESTS_PER_TASK,
+        replay_cost_models=("h100-llama3.1-8b", f"roofline:h100:{target / 'config.json'}"),
+    )
