@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-sizes", type=int_list, default=list(SIM.batch_sizes))
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
                         help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
-    parser.add_argument("--mode", choices=("paper", "mixed"), default=SIM.mode)
+    parser.add_argument("--mode", choices=("paper", "mixed"), default=OverlapConfig.mode,
+                        help="simulator mode (default paper: per request, see OverlapConfig)")
     parser.add_argument("-o", "--output", help="write the bin × batch size rows to a .csv or .json file")
     parser.add_argument("--bleu-output", help="write each request's BLEU-4 to a .csv or .json file")
     parser.set_defaults(run=run)
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     config = OverlapConfig(lookup=args.lookup, lookup_policies=tuple(args.lookup_policies),
-                           reference=args.reference, reference_policy=args.reference_policy)
+                           reference=args.reference, reference_policy=args.reference_policy, mode=args.mode)
     sim = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes))
     scores = bleu_scores(records)
     rows = overlap_speedups(records, cost, sim, config, scores)
