@@ -106,18 +106,26 @@ def run_bench(config: BenchConfig) -> BenchResult:
         _run(e, [WorkloadRequest("warmup", requests[0].prompt_token_ids)], 1, warmup, sampling)
     rows, records = [], []
     for batch_size in config.batch_sizes:
-        baseline.reset_stats()
-        base = _run(baseline, requests, batch_size, config, sampling)
-        records += [r.to_json() for r in baseline.step_records]
-        sd = base
-        if engine is not baseline:
-            engine.reset_stats()
-            sd = _run(engine, requests, batch_size, config, sampling)
-            records += [r.to_json() for r in engine.step_records]
+        bases, sds = [], []
+        for _ in range(config.repeats):  # no-SD and SD interleaved, so drift hits both alike
+            baseline.reset_stats()
+            bases.append(_run(baseline, requests, batch_size, config, sampling))
+            records += [r.to_json() for r in baseline.step_records]
+            if engine is not baseline:
+                engine.reset_stats()
+                sds.append(_run(engine, requests, batch_size, config, sampling))
+                records += [r.to_json() for r in engine.step_records]
+        base = _median_run(bases)
+        sd = _median_run(sds) if sds else base
         rows.append(
             _row(config, batch_size, len(requests), engine, base, sd, compare=engine is not baseline)
         )
     return BenchResult(rows, records)
+
+
+def _median_run(runs: list[_Run]) -> _Run:
+    """The run with the median wall time (the upper median for an even count)."""
+    return sorted(runs, key=lambda run: run.seconds)[len(runs) // 2]
 
 
 def _row(

@@ -92,6 +92,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--device", default=DEFAULTS["device"], help="cpu, cuda or cuda:N (default %(default)s)"
     )
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=DEFAULTS["repeats"],
+        help="runs of no-SD and SD per batch size, interleaved; wall times are medians (default %(default)s)",
+    )
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("-o", "--output", type=Path, help="write the rows to .json or .csv")
     parser.add_argument("--records", type=Path, help="write per-step records (JSON Lines)")
@@ -107,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
     if args.model is None:
         raise SpecscopeError("--model: required with --backend reference")
     backend = get_backend(args.backend)
-    if args.k < 1 or args.max_tokens < 1:
-        raise SpecscopeError("--k and --max-tokens: expected positive integers")
+    if args.k < 1 or args.max_tokens < 1 or args.repeats < 1:
+        raise SpecscopeError("--k, --max-tokens and --repeats: expected positive integers")
     if args.threads is not None:
         if args.threads < 1:
             raise SpecscopeError(f"--threads: expected a positive integer, got {args.threads}")
@@ -134,6 +140,7 @@ def run(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         top_k=args.top_k,
         seed=args.seed,
+        repeats=args.repeats,
     )
     result = backend.run_bench(config)
     if args.output:

@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--replay", action="append", default=[], metavar="COST_MODEL",
                         help="also replay the traces against this cost model (repeatable), e.g. "
                              "roofline:h100:MODEL_DIR/config.json")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (default 1: the bundled models are too small to gain from more, "
+                             "and threads contending with other work make timings erratic)")
     parser.add_argument("-o", "--output", type=Path, default=Path("specscope-study"))
     parser.set_defaults(run=run)
 
