@@ -21,7 +21,7 @@ def test_paper_preset_constants():
     assert cost.forward_time(np.array([1]), np.array([1000]))[0] == pytest.approx(
         3.92645679e-08 * 1000 + 2.10103129e-05 + 5.88590713e-03)
     assert cost.overhead_s == 1.20683946e-03
-    load = StepLoad(np.array([8.0]), np.array([4000.0]), np.array([2.0]), np.array([1.0]))
+    load = StepLoad(np.array([8.0]), np.array([4000.0]), np.array([2.0]), np.array([1.0]), np.array([8.0]))
     verify = np.array([0.01])
     # EAGLE: once per step; (k + 1) is per request: 8 tokens over 2 requests → 4.
     assert cost.drafting_for("eagle").time(load, verify)[0] == pytest.approx(

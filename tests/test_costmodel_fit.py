@@ -25,7 +25,7 @@ def synthetic_records(path):
         lines.append(step(i, "none", 0, batch, kv, forward(batch, kv), prefill_tokens=50 if i % 10 == 0 else 0,
                           prefill=forward(50, 0) if i % 10 == 0 else 0.0))
         verify = forward(batch * (k + 1), kv)
-        lines.append(step(i, "ngram", k, batch, kv, verify, draft=0.01 * verify))
+        lines.append(step(i, "ngram", k, batch, kv, verify, draft=0.0005 + 2e-8 * kv + 4e-5 * batch))
         lines.append(step(i, "draft", k, batch, kv, verify, draft=0.001 + 3e-5 * (k + 1) + 1e-8 * kv))
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
 
@@ -39,7 +39,11 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
     assert model["forward"]["c_tok"] == pytest.approx(1e-4, rel=1e-6)
     assert model["forward"]["c_kv"] == pytest.approx(2e-7, rel=1e-6)
     assert model["overhead_s"] == pytest.approx(0.001)
-    assert model["drafting"]["ngram"] == {"kind": "fraction", "ratio": pytest.approx(0.01)}
+    assert model["pads_verification"] is True
+    ngram = model["drafting"]["ngram"]
+    assert (ngram["c_fixed"], ngram["c_tok"], ngram["c_kv"], ngram["c_req"]) == (
+        pytest.approx(0.0005, rel=1e-6), pytest.approx(0.0, abs=1e-12), pytest.approx(2e-8, rel=1e-5),
+        pytest.approx(4e-5, rel=1e-5))
     draft = model["drafting"]["draft"]
     assert (draft["c_fixed"], draft["c_tok"], draft["c_kv"]) == (
         pytest.approx(0.001, rel=1e-6), pytest.approx(3e-5, rel=1e-6), pytest.approx(1e-8, rel=1e-5))

@@ -178,3 +178,15 @@ def test_replay_statistics():
     # Steps propose 3 and 3 drafts, emit 3 and 4: α = (2 + 3) / 6, τ = 7 / 2.
     assert row.acceptance_rate == pytest.approx(5 / 6)
     assert row.mean_acceptance_length == pytest.approx(3.5)
+
+
+def test_padded_verification_charges_the_longest_proposal_for_every_request():
+    # Two requests in one batch: one proposes 3 drafts (verifies 4), one finds no match (1).
+    plan = make_plan([np.array([1, 1], dtype=np.int32), np.array([1, 1], dtype=np.int32)], [10, 10],
+                     parse_policy("fixed:3"), k_max=20,
+                     draft_lens=[np.array([3, 3], dtype=np.int32), np.array([0, 0], dtype=np.int32)])
+    flat = LinearCostModel("flat", 1.0, 0.1, 0.0, 0.0, {"ngram": FractionDrafting(0.0)})
+    padded = LinearCostModel("padded", 1.0, 0.1, 0.0, 0.0, {"ngram": FractionDrafting(0.0)}, pads_verification=True)
+    # Σ (k+1) = 5 tokens → 1.5 s; padded 2 × 4 = 8 tokens → 1.8 s (prefill 1 + 0.1·20 = 3 s each).
+    assert predict_mixed(plan, flat, flat.drafting_for("ngram"), 2).time_split["verification"] == pytest.approx(1.5)
+    assert predict_mixed(plan, padded, padded.drafting_for("ngram"), 2).time_split["verification"] == pytest.approx(1.8)

@@ -7,7 +7,9 @@ asks the cost model for
   ``batched_tokens`` new tokens while ``kv_tokens`` tokens sit in the KV cache (all running
   sequences together);
 - ``drafting_time(proposer, load, verify_time)``: the proposer's drafting for that step;
-- ``overhead_s``: engine overhead per step (scheduling, sampling, bookkeeping).
+- ``overhead_s``: engine overhead per step (scheduling, sampling, bookkeeping);
+- ``pads_verification``: whether the engine verifies a rectangular batch (every request padded
+  to the longest proposal, as specscope's reference engine does) instead of Σ (k + 1) tokens.
 
 Drafting models, one per proposer:
 
@@ -35,6 +37,7 @@ class StepLoad:
     kv_tokens: np.ndarray  # tokens in the KV cache of the running requests
     num_running: np.ndarray  # requests taking part in the step
     num_proposing: np.ndarray  # requests that proposed at least one draft token
+    padded_tokens: np.ndarray  # num_running × max (k+1): what an engine that pads the batch verifies
 
 
 class Drafting(Protocol):
@@ -62,19 +65,23 @@ class FractionDrafting:
 
 @dataclass(frozen=True)
 class LinearDrafting:
-    """Model drafting, once per step: ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens`` seconds."""
+    """Model drafting, once per step:
+    ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens + c_req·num_running`` seconds (the paper's
+    fitted EAGLE model has no per-request term: ``c_req = 0``)."""
 
     c_fixed: float
     c_tok: float
     c_kv: float
+    c_req: float = 0.0
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         running = load.num_running > 0
         per_request = load.batched_tokens / np.maximum(load.num_running, 1)  # mean k + 1
-        return np.where(running, self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens, 0.0)
+        seconds = self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens + self.c_req * load.num_running
+        return np.where(running, seconds, 0.0)
 
     def to_json(self) -> dict:
-        return {"kind": "linear", "c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv}
+        return {"kind": "linear", "c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req}
 
 
 class CostModel(Protocol):
@@ -82,6 +89,7 @@ class CostModel(Protocol):
 
     name: str
     overhead_s: float
+    pads_verification: bool
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray: ...
 

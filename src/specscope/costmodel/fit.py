@@ -4,11 +4,16 @@ From every step record (see :mod:`specscope.engine.records`):
 
 - target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens``, plus one
   point ``prefill_s ≈ c_fixed + c_tok·prefill_tokens`` per step that prefilled;
-- overhead per step: the mean of ``sample_s + overhead_s`` (the simulator's overhead covers
-  sampling and bookkeeping);
-- drafting per method: lookup proposers (n-gram, suffix) as the fraction Σ draft_s / Σ verify_s;
-  model drafters as ``draft_s ≈ c_fixed + c_tok·(k + 1) + c_kv·kv_tokens`` with
-  ``k + 1 = tokens_verified / batch_size``.
+- overhead per step: the mean of ``sample_s + overhead_s`` over the steps without SD (the
+  simulator's overhead covers sampling and bookkeeping);
+- drafting per method, n-gram included: everything an SD step costs beyond its verify forward
+  and that plain-step overhead — ``draft_s`` plus the extra sampling and bookkeeping of
+  checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·batch_size`` with
+  ``k + 1 = tokens_verified / batch_size``, charged on every step: the reference engine runs
+  its lookup or drafter for every request on every step, matched or not (the paper's n-gram
+  fraction describes vLLM, not this engine);
+- the engine verifies a rectangular batch (every request padded to the longest proposal), so
+  the fitted model has ``pads_verification=True``.
 
 Each linear fit minimises the squared *relative* error (times span orders of magnitude) with
 non-negative coefficients: every subset of the terms is solved by least squares and the best
@@ -23,10 +28,9 @@ from typing import Sequence
 
 import numpy as np
 
-from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
+from specscope.costmodel.base import Drafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
-from specscope.sim.grid import LOOKUP_PROPOSERS
 
 NO_SD = "none"
 
@@ -74,18 +78,18 @@ def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, 
     c_fixed, c_tok, c_kv = nonnegative_relative_fit(_design(batched, kv), times)
     predicted = c_fixed + c_tok * batched + c_kv * kv
     rel = np.abs(predicted - times) / times
-    overhead = float(np.mean([s.sample_s + s.overhead_s for s in decode])) if decode else 0.0
+    plain = [s for s in decode if s.method == NO_SD] or decode
+    overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
     drafting: dict[str, Drafting] = {}
     for method in sorted({s.method for s in decode} - {NO_SD}):
         mine = [s for s in decode if s.method == method]
-        if method in LOOKUP_PROPOSERS:
-            drafting[method] = FractionDrafting(sum(s.draft_s for s in mine) / sum(s.verify_s for s in mine))
-            continue
         per_request = np.array([s.tokens_verified / s.batch_size for s in mine])
         draft_kv = np.array([s.kv_tokens for s in mine])
-        draft_times = np.array([max(s.draft_s, 1e-9) for s in mine])
-        coef = nonnegative_relative_fit(_design(per_request, draft_kv), draft_times)
-        drafting[method] = LinearDrafting(c_fixed=float(coef[0]), c_tok=float(coef[1]), c_kv=float(coef[2]))
-    model = LinearCostModel(name, float(c_fixed), float(c_tok), float(c_kv), overhead, drafting)
+        running = np.array([s.batch_size for s in mine], dtype=float)
+        extra = np.array([max(s.draft_s + s.sample_s + s.overhead_s - overhead, 1e-9) for s in mine])
+        coef = nonnegative_relative_fit(np.column_stack([_design(per_request, draft_kv), running]), extra)
+        drafting[method] = LinearDrafting(*map(float, coef))
+    model = LinearCostModel(name, float(c_fixed), float(c_tok), float(c_kv), overhead, drafting,
+                            pads_verification=True)
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)))
     return model, quality

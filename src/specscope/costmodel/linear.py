@@ -24,6 +24,7 @@ class LinearCostModel:
     c_kv: float  # seconds per token in the KV cache
     overhead_s: float  # engine overhead per step
     drafting: dict[str, Drafting] = field(default_factory=dict)
+    pads_verification: bool = False  # verify num_running × max(k+1) tokens (see costmodel.base)
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
         return self.c_fixed + self.c_tok * np.asarray(batched_tokens) + self.c_kv * np.asarray(kv_tokens)
@@ -34,12 +35,12 @@ class LinearCostModel:
     def scaled(self, factor: float) -> "LinearCostModel":
         """Every time coefficient multiplied by ``factor`` (fractions stay fractions)."""
         drafting = {
-            name: LinearDrafting(d.c_fixed * factor, d.c_tok * factor, d.c_kv * factor)
+            name: LinearDrafting(d.c_fixed * factor, d.c_tok * factor, d.c_kv * factor, d.c_req * factor)
             if isinstance(d, LinearDrafting) else d
             for name, d in self.drafting.items()
         }
         return LinearCostModel(self.name, self.c_fixed * factor, self.c_tok * factor,
-                               self.c_kv * factor, self.overhead_s * factor, drafting)
+                               self.c_kv * factor, self.overhead_s * factor, drafting, self.pads_verification)
 
     def describe(self) -> dict:
         return {
@@ -47,6 +48,7 @@ class LinearCostModel:
             "name": self.name,
             "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv},
             "overhead_s": self.overhead_s,
+            "pads_verification": self.pads_verification,
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
         }
 
@@ -69,7 +71,8 @@ def drafting_from_json(obj: dict, label: str) -> Drafting:
         if kind == "fraction":
             return FractionDrafting(float(obj["ratio"]))
         if kind == "linear":
-            return LinearDrafting(float(obj["c_fixed"]), float(obj["c_tok"]), float(obj["c_kv"]))
+            return LinearDrafting(float(obj["c_fixed"]), float(obj["c_tok"]), float(obj["c_kv"]),
+                                  float(obj.get("c_req", 0.0)))
     except KeyError as missing:
         raise SpecscopeError(f"{label}: field {missing} missing") from None
     except (TypeError, ValueError):
@@ -91,6 +94,7 @@ def linear_from_json(obj: dict, label: str) -> LinearCostModel:
                 name: drafting_from_json(d, f"{label}: drafting.{name}")
                 for name, d in obj.get("drafting", {}).items()
             },
+            pads_verification=bool(obj.get("pads_verification", False)),
         )
     except KeyError as missing:
         raise SpecscopeError(f"{label}: field {missing} missing") from None

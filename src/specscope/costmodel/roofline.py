@@ -85,6 +85,7 @@ class RooflineCostModel:
     overhead_s: float = 1.2e-3
     eff: Efficiency = field(default_factory=Efficiency)
     drafting: dict[str, Drafting] = field(default_factory=dict)
+    pads_verification: bool = False
 
     def __post_init__(self) -> None:
         head = RooflineDrafting(head_shape(self.target), self.hw, self.eff)

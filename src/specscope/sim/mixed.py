@@ -48,11 +48,15 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
     def per_iteration(weights: np.ndarray | None, index: np.ndarray = iteration) -> np.ndarray:
         return np.bincount(index, weights, minlength=horizon).astype(float)
 
+    longest = np.zeros(horizon)
+    np.maximum.at(longest, iteration, plan.verify_tokens)  # [T] max (k+1) over running requests
+    running = per_iteration(None)
     load = StepLoad(
         batched_tokens=per_iteration(plan.verify_tokens),
         kv_tokens=per_iteration(plan.prompt_len[request] + plan.pos),
-        num_running=per_iteration(None),
+        num_running=running,
         num_proposing=per_iteration(plan.proposed > 0),
+        padded_tokens=running * longest,
     )
     priced = price_steps(cost, drafting, load)
     prefill = prefill_time(cost, per_iteration(plan.prompt_len, admit))  # [T]
@@ -61,7 +65,7 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
     starts = ends - total
     last = admit + np.maximum(n_steps - 1, 0)
     latency = ends[last] - starts[admit]  # [R]
-    full = load.num_running >= min(batch_size, len(n_steps))  # [T]
+    full = running >= min(batch_size, len(n_steps))  # [T]
     emitted = per_iteration(plan.emitted)  # [T]
     return Prediction(
         throughput=float(plan.output_len.sum() / ends[-1]),

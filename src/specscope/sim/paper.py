@@ -25,6 +25,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
         kv_tokens=b * (plan.prompt_len[request] + plan.pos),
         num_running=np.full(steps, b),
         num_proposing=b * (plan.proposed > 0),
+        padded_tokens=b * plan.verify_tokens,  # the copies propose alike: nothing to pad
     )
     priced = price_steps(cost, drafting, load)
     n = len(plan.prompt_len)

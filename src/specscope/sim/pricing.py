@@ -45,7 +45,8 @@ def price_steps(cost: CostModel, drafting: Drafting | None, load: StepLoad) -> P
     """Verification = one target forward over the step's tokens; drafting per ``drafting``;
     one overhead per step that has running requests. ``drafting=None`` means no SD."""
     active = load.num_running > 0
-    verification = np.where(active, cost.forward_time(load.batched_tokens, load.kv_tokens), 0.0)
+    verified = load.padded_tokens if cost.pads_verification else load.batched_tokens
+    verification = np.where(active, cost.forward_time(verified, load.kv_tokens), 0.0)
     draft = np.zeros_like(verification) if drafting is None else drafting.time(load, verification)
     overhead = np.where(active, cost.overhead_s, 0.0)
     return PricedSteps(draft, verification, overhead)

@@ -63,8 +63,8 @@ def estimate_c(cost: CostModel, proposer: str, k: int, batch_size: int, context_
     """
     b = float(batch_size)
     kv = np.array([b * context_len])
-    load = StepLoad(batched_tokens=np.array([b * (k + 1)]), kv_tokens=kv,
-                    num_running=np.array([b]), num_proposing=np.array([b]))
+    load = StepLoad(batched_tokens=np.array([b * (k + 1)]), kv_tokens=kv, num_running=np.array([b]),
+                    num_proposing=np.array([b]), padded_tokens=np.array([b * (k + 1)]))
     verify = cost.forward_time(load.batched_tokens, kv)
     drafting = cost.drafting_for(proposer).time(load, verify)
     plain = cost.forward_time(np.array([b]), kv)
