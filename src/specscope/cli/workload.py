@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
         read_workload(args.output, tokenizer)  # the engine's reader accepts what was written
     shown = "no chat template" if template.source is None else f"chat template of {args.tokenizer}"
     print(f"wrote {len(lines)} requests to {args.output} ({note}; {shown})")
+    if tokenizer is not None and template.source is not None and not args.token_ids and \
+            tokenizer.encode("x").ids != tokenizer.encode("x", add_special_tokens=False).ids:
+        print(f"note: {args.tokenizer}'s tokenizer adds special tokens when it encodes text, so a text "
+              "prompt that already holds the chat template gets them twice; use --token-ids")
     if len(lines) < args.n:
         print(f"note: {args.n} requested, only {len(lines)} available")
     return 0

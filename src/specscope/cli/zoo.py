@@ -61,9 +61,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
         raise SpecscopeError("--n and --k: expected positive integers")
     torch.set_num_threads(args.threads)
     models = score_model("target", args.zoo, args.n) + score_model("draft", args.zoo, args.n)
-    print_table("exact match and distinct-4 per task (greedy)",
-                ["model", "task", "requests", "exact match", "distinct-4", "output tokens"],
-                [[s.model, s.task, s.requests, s.exact_match, s.distinct_4, s.mean_output_tokens] for s in models])
+    print_table("exact match, similarity to the reference and distinct-4 per task (greedy)",
+                ["model", "task", "requests", "exact match", "similarity", "distinct-4", "output tokens"],
+                [[s.model, s.task, s.requests, s.exact_match, s.similarity, s.distinct_4, s.mean_output_tokens]
+                 for s in models])
     proposers = score_proposers(args.zoo, args.n, args.k)
     print_table(f"acceptance with the zoo target (k={args.k}, greedy)",
                 ["proposer", "task", "alpha", "tau", "SD output == greedy"],

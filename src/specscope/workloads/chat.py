@@ -1,0 +1,99 @@
+"""Apply a model's chat template to a user prompt, as transformers' ``apply_chat_template`` does.
+
+The template is read from the model directory: ``chat_template.jinja`` if present, else the
+``chat_template`` field of ``tokenizer_config.json`` (a string, or a list of named templates
+of which ``default`` is used). It is rendered with jinja2 in a sandbox with transformers'
+conventions: ``trim_blocks``/``lstrip_blocks``, ``messages=[{"role": "user", "content": ...}]``,
+``add_generation_prompt=True``, the ``bos_token``/``eos_token`` strings of the config, and
+``raise_exception``. A directory without a template gets the **plain fallback**: the prompt
+text unchanged (what a base model without chat tuning expects).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from specscope.errors import SpecscopeError
+
+
+@dataclass(frozen=True)
+class ChatTemplate:
+    """A jinja2 template (``None``: the plain fallback) and the special-token strings it uses."""
+
+    source: str | None
+    bos_token: str = ""
+    eos_token: str = ""
+
+    def apply(self, prompt: str) -> str:
+        """The text a model with this template sees for one user turn, ready for its answer."""
+        if self.source is None:
+            return prompt
+        import jinja2
+
+        try:
+            return _compile(self.source).render(
+                messages=[{"role": "user", "content": prompt}], add_generation_prompt=True,
+                bos_token=self.bos_token, eos_token=self.eos_token,
+            )
+        except jinja2.exceptions.TemplateError as error:
+            raise SpecscopeError(f"chat template: {error}") from None
+
+
+def load_chat_template(model_dir: str | Path) -> ChatTemplate:
+    """The chat template of ``model_dir`` (see the module docstring)."""
+    model_dir = Path(model_dir)
+    config_path = model_dir / "tokenizer_config.json"
+    config: dict = {}
+    if config_path.is_file():
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise SpecscopeError(f"{config_path}: not valid JSON ({error})") from None
+        if not isinstance(config, dict):
+            raise SpecscopeError(f"{config_path}: expected a JSON object")
+    source = config.get("chat_template")
+    jinja_file = model_dir / "chat_template.jinja"
+    if jinja_file.is_file():
+        source = jinja_file.read_text(encoding="utf-8")
+    elif isinstance(source, list):
+        named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
+        if "default" not in named:
+            raise SpecscopeError(f"{config_path}: field 'chat_template': a list without a 'default' template")
+        source = named["default"]
+    if source is not None and not isinstance(source, str):
+        raise SpecscopeError(f"{config_path}: field 'chat_template': expected a string")
+    if source is not None:
+        _compile(source, str(jinja_file if jinja_file.is_file() else config_path))
+    return ChatTemplate(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
+
+
+def _token_text(value: object) -> str:
+    """A special token given as a string or as ``{"content": ...}`` (older configs)."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else ""
+
+
+@functools.lru_cache(maxsize=8)
+def _compile(source: str, origin: str = "chat template"):
+    try:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+    except ImportError:
+        raise SpecscopeError(
+            f"{origin}: applying a chat template needs jinja2 (pip install 'specscope[engine]')"
+        ) from None
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = raise_exception
+    try:
+        return env.from_string(source)
+    except jinja2.exceptions.TemplateSyntaxError as error:
+        raise SpecscopeError(f"{origin}: chat template line {error.lineno}: {error.message}") from None

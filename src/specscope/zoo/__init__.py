@@ -1,0 +1,1 @@
+"""The bundled models ("zoo"): synthetic tasks, tokenizer, reproducible training, evaluation."""

@@ -1,0 +1,30 @@
+"""Where the shipped bundled models live: ``specscope/data/zoo/{target,draft,eagle,mtp}``.
+
+``target`` and ``draft`` are Llama checkpoints (with the tokenizer and chat template);
+``eagle`` is an EAGLE-1 head and ``mtp`` an MTP module for ``target`` (load them with
+``--method eagle`` / ``--method mtp`` and ``--draft DIR``).
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from specscope.errors import SpecscopeError
+
+ZOO_MODELS = ("target", "draft", "eagle", "mtp")
+
+
+def shipped_dir() -> Path:
+    """The folder holding the shipped zoo."""
+    return Path(str(resources.files("specscope") / "data" / "zoo"))
+
+
+def model_dir(name: str, zoo: Path | None = None) -> Path:
+    """The directory of zoo model ``name`` (in ``zoo``, default: the shipped one)."""
+    if name not in ZOO_MODELS:
+        raise SpecscopeError(f"unknown zoo model {name!r} (known: {', '.join(ZOO_MODELS)})")
+    path = Path(zoo or shipped_dir()) / name
+    if not (path / "config.json").is_file():
+        raise SpecscopeError(f"{path}: zoo model missing; run 'specscope zoo train -o {path.parent}'")
+    return path

@@ -1,0 +1,125 @@
+"""`specscope zoo train --quick`: fast, seeded, and writes checkpoints every loader reads."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from specscope.cli import main
+from specscope.engine.loading import load_model, load_tokenizer
+from specscope.engine.runner import load_engine
+from specscope.workloads.chat import load_chat_template
+from specscope.zoo.evaluate import decode_all, distinct_4
+from specscope.zoo.stream import Stream
+from specscope.zoo.tasks import generate
+from specscope.zoo.train import TrainConfig, train_zoo
+
+
+@pytest.fixture(scope="module")
+def quick_zoo(tmp_path_factory) -> tuple[Path, float]:
+    out = tmp_path_factory.mktemp("zoo")
+    start = time.monotonic()
+    assert main(["zoo", "train", "--quick", "-o", str(out)]) == 0
+    return out, time.monotonic() - start
+
+
+def test_quick_training_is_fast_and_complete(quick_zoo):
+    out, seconds = quick_zoo
+    assert seconds < 60
+    for name in ("target", "draft"):
+        for file in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                     "tokenizer_config.json"):
+            assert (out / name / file).is_file()
+    for name in ("eagle", "mtp"):
+        assert (out / name / "config.json").is_file() and (out / name / "model.safetensors").is_file()
+    stages = json.loads((out / "training.json").read_text())["stages"]
+    assert sorted(stages) == ["draft", "eagle", "mtp", "target"]
+    assert all(stage["loss"] > 0 for stage in stages.values())
+
+
+def test_training_is_reproducible(quick_zoo, tmp_path):
+    train_zoo(tmp_path, TrainConfig.quick(), held_out=_held_out())
+    for name in ("target", "draft", "eagle", "mtp"):
+        assert (tmp_path / name / "model.safetensors").read_bytes() == (quick_zoo[0] / name / "model.safetensors").read_bytes()
+
+
+def _held_out() -> set[str]:
+    from specscope.workloads.bundled import held_out_prompts
+
+    return held_out_prompts()
+
+
+@pytest.mark.parametrize("method", ["draft", "eagle", "mtp"])
+def test_every_proposer_loads_and_sd_is_lossless(quick_zoo, method):
+    out = quick_zoo[0]
+    plain, tokenizer = load_engine(out / "target", "none", max_batch_size=2, max_seq_len=256)
+    prompts = {f"r{i}": tokenizer.encode(ex.prompt).ids for i, ex in enumerate(generate("chat", 3, 9))}
+    expected = decode_all(plain, prompts, 12)
+    engine, _ = load_engine(out / "target", method, out / method, k=3, max_batch_size=2, max_seq_len=256)
+    assert decode_all(engine, prompts, 12) == expected
+    assert engine.stats.num_draft_tokens > 0
+
+
+def test_raw_prompts_get_the_chat_markers(quick_zoo):
+    out = quick_zoo[0] / "target"
+    tokenizer, template = load_tokenizer(out), load_chat_template(out)
+    for ex in generate("summary", 3, 4):
+        wrapped = tokenizer.encode(ex.prompt).ids
+        assert wrapped == tokenizer.encode(template.apply(ex.prompt), add_special_tokens=False).ids
+        assert wrapped[0] == 2 and wrapped[-1] == 3  # <|user|> ... <|assistant|>
+
+
+def test_transformers_reads_the_target(quick_zoo):
+    transformers = pytest.importorskip("transformers")
+    out = quick_zoo[0] / "target"
+    hf = transformers.LlamaForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    ours = load_model(out)
+    tokens = torch.tensor([load_tokenizer(out).encode("Hello! My name is Anna.").ids])
+    positions = torch.arange(tokens.shape[1])[None]
+    with torch.no_grad():
+        expected = hf(tokens).logits
+        hidden, _ = ours(tokens, positions)
+    torch.testing.assert_close(ours.logits(hidden), expected, atol=1e-4, rtol=1e-4)
+
+
+def test_training_stream_leaves_out_the_bundled_prompts():
+    class Bytes:  # a lossless stand-in tokenizer
+        def encode(self, text, add_special_tokens=True):
+            return type("E", (), {"ids": list(text.encode())})()
+
+    everyone_but_anna = {ex.prompt for ex in generate("chat", 20000, 5) if "Anna" not in ex.prompt}
+    stream = Stream(TrainConfig(tasks=("chat",)), Bytes(), everyone_but_anna)
+    rng = random.Random(0)
+    drawn = [bytes(stream.draw("chat", rng).prompt).decode() for _ in range(20)]
+    assert all("My name is Anna." in text for text in drawn)
+
+
+def test_resume_keeps_finished_stages(quick_zoo, tmp_path):
+    import shutil
+
+    out = tmp_path / "zoo"
+    shutil.copytree(quick_zoo[0], out)
+    before = {name: (out / name / "model.safetensors").stat().st_mtime_ns for name in ("target", "draft", "eagle", "mtp")}
+    train_zoo(out, replace(TrainConfig.quick(), head_steps=3), held_out=set())
+    after = {name: (out / name / "model.safetensors").stat().st_mtime_ns for name in before}
+    assert after["target"] == before["target"] and after["draft"] == before["draft"]
+    assert after["eagle"] != before["eagle"] and after["mtp"] != before["mtp"]
+    assert json.loads((out / "training.json").read_text())["config"]["head_steps"] == 3
+
+
+def test_distinct_4():
+    assert distinct_4([1, 2, 3, 4, 5]) == 1.0
+    assert distinct_4([7, 7, 7, 7, 7, 7]) == pytest.approx(1 / 3)
+    assert distinct_4([1, 2]) == 1.0
+
+
+def test_evaluate_rejects_bad_counts(capsys):
+    assert main(["zoo", "evaluate", "--n", "0"]) == 2
+    assert capsys.readouterr().err.startswith("specscope: error: --n and --k")
