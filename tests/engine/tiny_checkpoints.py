@@ -13,41 +13,26 @@ transformers = pytest.importorskip("transformers")
 VOCAB = 96
 
 
+SHARED = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+    rms_norm_eps=1e-6,
+    eos_token_id=1,
+    bos_token_id=0,
+)
+
+
 def llama_config(**overrides):
-    values = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-6,
-        eos_token_id=1,
-        bos_token_id=0,
-        tie_word_embeddings=False,
-    )
-    values.update(overrides)
-    return transformers.LlamaConfig(**values)
+    return transformers.LlamaConfig(**{**SHARED, "tie_word_embeddings": False, **overrides})
 
 
 def qwen3_config(**overrides):
-    values = dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=512,
-        rms_norm_eps=1e-6,
-        eos_token_id=1,
-        bos_token_id=0,
-        tie_word_embeddings=True,
-    )
-    values.update(overrides)
-    return transformers.Qwen3Config(**values)
+    return transformers.Qwen3Config(**{**SHARED, "head_dim": 32, "tie_word_embeddings": True, **overrides})
 
 
 def write_checkpoint(directory: Path, config, seed: int = 0, noise: float = 0.0):
