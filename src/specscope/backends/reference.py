@@ -47,15 +47,8 @@ def _run(
         waves = [[(r.id, r) for r in requests]]
     start = engine.clock.now()
     for wave in waves:
-        queue = list(wave)
-        while queue or engine.num_running():
-            while queue and engine.num_running() < batch_size:
-                rid, request = queue.pop(0)
-                engine.add_request(
-                    rid, request.prompt_token_ids, config.max_tokens, sampling, config.ignore_eos
-                )
-            for out in engine.step():
-                outputs.setdefault(out.request_id, []).extend(out.new_token_ids)
+        prompts = [(rid, request.prompt_token_ids) for rid, request in wave]
+        outputs.update(engine.generate(prompts, config.max_tokens, batch_size, sampling, config.ignore_eos))
     seconds = engine.clock.now() - start
     if config.batching == "replicate":
         outputs = {

@@ -255,6 +255,28 @@ class Engine:
                 return True
         return False
 
+    def generate(
+        self,
+        prompts: Iterable[tuple[str, list[int]]],
+        max_tokens: int,
+        batch_size: int | None = None,
+        sampling: SamplingParams = SamplingParams(),
+        ignore_eos: bool = False,
+    ) -> dict[str, list[int]]:
+        """Decode every ``(request_id, prompt_token_ids)`` with continuous batching: at most
+        ``batch_size`` (default: every slot) run at once, and a finished request's slot goes to
+        the next waiting one. Returns each request's output tokens (a stop token included)."""
+        limit = self.max_batch_size if batch_size is None else min(batch_size, self.max_batch_size)
+        queue = list(prompts)
+        outputs: dict[str, list[int]] = {rid: [] for rid, _ in queue}
+        while queue or self._running:
+            while queue and len(self._running) < limit:
+                rid, ids = queue.pop(0)
+                self.add_request(rid, ids, max_tokens, sampling, ignore_eos)
+            for out in self.step():
+                outputs[out.request_id].extend(out.new_token_ids)
+        return outputs
+
     def _release(self, seq: _Sequence) -> None:
         self._running.remove(seq)
         self.cache.lengths[seq.slot] = 0

@@ -106,12 +106,7 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     written = 0
     with LazyProgress("tracing requests", len(todo)) as bar:
         for chunk in batches(todo, batch_size):
-            outputs: dict[str, list[int]] = {r.id: [] for r in chunk}
-            for r in chunk:
-                generator.add_request(r.id, list(r.prompt_token_ids), max_tokens)
-            while generator.num_running():
-                for step in generator.step():
-                    outputs[step.request_id].extend(step.new_token_ids)
+            outputs = generator.generate([(r.id, list(r.prompt_token_ids)) for r in chunk], max_tokens)
             prompts = [list(r.prompt_token_ids) for r in chunk]
             outs = [outputs[r.id] for r in chunk]
             traces: dict[str, list] = {}

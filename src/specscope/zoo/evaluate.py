@@ -59,13 +59,7 @@ def distinct_4(tokens: list[int]) -> float:
 
 def decode_all(engine: Engine, prompts: dict[str, list[int]], max_tokens: int) -> dict[str, list[int]]:
     """Greedy outputs of every prompt, ``engine.max_batch_size`` at a time (EOS excluded)."""
-    queue, outputs = list(prompts.items()), {rid: [] for rid in prompts}
-    while queue or engine.num_running():
-        while queue and engine.has_capacity():
-            rid, ids = queue.pop(0)
-            engine.add_request(rid, ids, max_tokens)
-        for out in engine.step():
-            outputs[out.request_id].extend(out.new_token_ids)
+    outputs = engine.generate(prompts.items(), max_tokens)
     eos = engine.eos_token_ids
     return {rid: [t for t in ids if t not in eos] for rid, ids in outputs.items()}
 
