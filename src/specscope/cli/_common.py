@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Iterable
 
 from specscope.fileio import atomic_write_text, write_rows  # noqa: F401  (re-exported for the verbs)
@@ -66,3 +67,13 @@ def read_trace_args(args: argparse.Namespace) -> list:
         if report.mismatched_records:
             print(f"note: {report.summary()}", file=sys.stderr)
     return records
+
+
+def model_dir_arg(path: str | Path) -> Path:
+    """``path`` as a Hugging Face model directory, or a one-line error."""
+    from specscope.errors import SpecscopeError
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise SpecscopeError(f"{path}: no config.json (expected a Hugging Face model directory)")
+    return path

@@ -12,7 +12,7 @@ from specscope.cli._common import print_table
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("costmodel", help="show cost models")
+    parser = subparsers.add_parser("costmodel", help="show cost models, or fit one to measured steps")
     verbs = parser.add_subparsers(dest="costmodel_verb", metavar="ACTION", required=True)
     show = verbs.add_parser("show", help="constants and example forward times of a cost model")
     show.add_argument("name", help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specscope.cli._common import int_list
+from specscope.cli._common import int_list, model_dir_arg
 from specscope.study.config import StudyConfig
 
 DEFAULTS_DOC = "with no --model: the bundled models and workloads"
@@ -54,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.workload:
             raise SpecscopeError("--workload: required with --model")
-        drafters = {m: getattr(args, m) for m in ("draft", "eagle", "eagle3", "mtp") if getattr(args, m)}
-        config = StudyConfig(args.model, list(args.workload), args.output, drafters)
+        drafters = {m: model_dir_arg(getattr(args, m)) for m in ("draft", "eagle", "eagle3", "mtp") if getattr(args, m)}
+        config = StudyConfig(model_dir_arg(args.model), list(args.workload), args.output, drafters)
     config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
     config.max_tokens = args.max_tokens
     if args.requests is not None:

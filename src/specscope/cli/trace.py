@@ -33,6 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from specscope.cli._common import model_dir_arg
     from specscope.engine.loading import load_tokenizer
     from specscope.errors import SpecscopeError
     from specscope.tracing.run import ProposerSpec, trace_workload
@@ -42,9 +43,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     if args.k_max < 1 or args.max_tokens < 1 or args.batch_size < 1:
         raise SpecscopeError("--k-max, --max-tokens and --batch-size must be positive")
-    model = Path(args.model)
-    if not (model / "config.json").is_file():
-        raise SpecscopeError(f"{model}: no config.json (expected a Hugging Face model directory)")
+    model = model_dir_arg(args.model)
     specs = ProposerSpec.parse_list(args.proposers)
     requests = read_workload(args.workload, load_tokenizer(model))
     written = trace_workload(model, specs, requests, Path(args.output), k_max=args.k_max,
