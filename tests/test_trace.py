@@ -38,7 +38,7 @@ def test_own_schema_round_trips(tmp_path):
         id="a", prompt_token_ids=np.array([1, 2]), output_token_ids=np.array([3, 4, 5]),
         proposers={"ngram": ProposerTrace(np.array([1, 2, 1], dtype=np.int32), np.array([0, 3, 3], dtype=np.int32)),
                    "eagle": ProposerTrace(np.array([2, 1, 1], dtype=np.int32), None,
-                                          np.array([[0.5, 0.25], [0.1, 0.0], [0.9, 0.8]], dtype=np.float32))},
+                                          np.array([[0.5, 0.25], [0.1, np.nan], [0.9, 0.8]], dtype=np.float32))},
         k_max=3, dataset="demo",
     )
     path = tmp_path / "t.jsonl"
@@ -47,7 +47,8 @@ def test_own_schema_round_trips(tmp_path):
     assert report.format == "specscope"
     assert back.id == "a" and back.dataset == "demo" and back.k_max == 3
     assert back.proposers["ngram"].draft_len.tolist() == [0, 3, 3]
-    assert np.allclose(back.proposers["eagle"].draft_prob, [[0.5, 0.25], [0.1, 0.0], [0.9, 0.8]])
+    assert np.allclose(back.proposers["eagle"].draft_prob, [[0.5, 0.25], [0.1, np.nan], [0.9, 0.8]], equal_nan=True)
+    assert '"draft_prob":[[0.5,0.25],[0.1,null],[0.9,0.8]]' in path.read_text()
 
 
 def test_length_mismatch_common_prefix_is_counted(tmp_path):

@@ -85,7 +85,9 @@ class TargetPass:
 class ProposeInput:
     """``last_tokens`` [batch] at ``positions`` [batch] (= number of tokens before it);
     ``histories[b]`` = prompt + output of row ``b`` so far, ending with its last token (the
-    engine's own lists: read them, never modify them)."""
+    engine's own lists: read them, never modify them). ``want_confidence`` asks model proposers
+    for :attr:`Proposal.confidence` (the tracer does; the engine does not, so its steps pay
+    nothing for it)."""
 
     slots: list[int]
     last_tokens: "torch.Tensor"
@@ -93,16 +95,26 @@ class ProposeInput:
     histories: list[list[int]]
     k: int
     sampling: "BatchSampling"
+    want_confidence: bool = False
 
 
 @dataclass
 class Proposal:
     """``tokens`` [batch, k] (long), ``draft_len`` [batch] (long, 0..k), ``probs``
-    [batch, k, vocab] float32 or ``None`` (point masses on ``tokens``)."""
+    [batch, k, vocab] float32 or ``None`` (point masses on ``tokens``), and, when asked for,
+    ``confidence`` [batch, k] float32: the drafter's softmax probability (temperature 1) of each
+    token it proposed — the signal confidence-based adaptive policies read (``None`` for
+    proposers without a distribution, such as n-gram)."""
 
     tokens: "torch.Tensor"
     draft_len: "torch.Tensor"
     probs: "torch.Tensor | None" = None
+    confidence: "torch.Tensor | None" = None
+
+
+def token_probability(logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor":
+    """softmax(logits) [batch, vocab] at ``tokens`` [batch] -> [batch] float32."""
+    return logits.float().softmax(-1).gather(-1, tokens[:, None])[:, 0]
 
 
 class Proposer(Protocol):

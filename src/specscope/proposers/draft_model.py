@@ -29,6 +29,7 @@ from specscope.proposers.base import (
     ProposerConfig,
     TargetPass,
     register,
+    token_probability,
 )
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class DraftModelProposer:
         hidden, _ = self.draft(tokens, positions, self.cache, slots, kv_len=max(starts) + width)
         last = torch.tensor([len(p) - 1 for p in pending], device=device)
         hidden = hidden[torch.arange(len(slots), device=device), last]  # [batch, hidden]
-        draft_tokens, draft_probs = [], []
+        draft_tokens, draft_probs, confidence = [], [], []
         position = torch.tensor([len(h) for h in histories], device=device)  # where d_1 goes
         for i in range(k):
             logits = self._fit_vocab(self.draft.logits(hidden))  # [batch, target vocab]
@@ -88,6 +89,8 @@ class DraftModelProposer:
                 token = sampling.sample(probs)
                 draft_probs.append(probs)
             draft_tokens.append(token)
+            if request.want_confidence:
+                confidence.append(token_probability(logits, token))
             if i + 1 < k:
                 hidden, _ = self.draft(
                     token[:, None],
@@ -103,6 +106,7 @@ class DraftModelProposer:
             torch.stack(draft_tokens, 1),  # [batch, k]
             torch.full((len(slots),), k, dtype=torch.long, device=device),
             torch.stack(draft_probs, 1) if draft_probs else None,  # [batch, k, vocab]
+            torch.stack(confidence, 1) if confidence else None,  # [batch, k]
         )
 
     def release(self, slot: int) -> None:

@@ -31,7 +31,7 @@ from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import load_state_dict
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
-from specscope.proposers.base import Proposal, ProposeInput, ProposerConfig, TargetPass
+from specscope.proposers.base import Proposal, ProposeInput, ProposerConfig, TargetPass, token_probability
 
 
 class Head(nn.Module, ABC):
@@ -257,7 +257,7 @@ class HeadProposer:
         out = self.head(tokens, hidden, positions, self.cache, slots, int(positions.max()) + 1)
         state = out[torch.arange(len(slots), device=out.device), last]  # [batch, h]
         kv_len = int(request.positions.max()) + 1
-        drafts, probs = [], []
+        drafts, probs, confidence = [], [], []
         for i in range(k):
             logits = self.head.logits(state)  # [batch, vocab]
             if sampling.all_greedy:
@@ -266,6 +266,8 @@ class HeadProposer:
                 probs.append(sampling.probs(logits))
                 token = sampling.sample(probs[-1])
             drafts.append(token)
+            if request.want_confidence:
+                confidence.append(token_probability(logits, token))
             if i + 1 < k:  # position n + i pairs d_{i+1} with the head's previous output
                 step_positions = request.positions[:, None] + i  # [batch, 1]
                 out = self.head(
@@ -276,6 +278,7 @@ class HeadProposer:
             torch.stack(drafts, 1),  # [batch, k]
             torch.full((len(slots),), k, dtype=torch.long, device=state.device),
             torch.stack(probs, 1) if probs else None,  # [batch, k, vocab]
+            torch.stack(confidence, 1) if confidence else None,  # [batch, k]
         )
 
     def release(self, slot: int) -> None:

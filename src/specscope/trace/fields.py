@@ -56,8 +56,10 @@ class Fields:
         return np.asarray(value, dtype=dtype)
 
     def float_matrix(self, name: str, value: object) -> np.ndarray:
-        """A list of equal-length lists of numbers as a 2-D float32 array."""
+        """A list of equal-length lists of numbers (null = NaN) as a 2-D float32 array."""
         try:
+            if isinstance(value, list):
+                value = [[np.nan if v is None else v for v in row] if isinstance(row, list) else row for row in value]
             array = np.asarray(value, dtype=np.float32)
         except (TypeError, ValueError):
             raise self.error(name, "expected a list of lists of numbers") from None

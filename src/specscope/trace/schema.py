@@ -12,7 +12,7 @@ Definitions (one place; everything else refers here):
   (n-gram offers 0 when no n-gram matches: that step costs no drafting and emits 1 token).
   ``acc_len[i] <= draft_len[i] + 1`` always.
 - ``draft_prob[i, j]`` (optional) is the drafter's probability of its ``j``-th proposed token at
-  position ``i``: the confidence signal adaptive policies use.
+  position ``i``: the confidence signal adaptive policies use (null where nothing was offered).
 
 On disk (JSON Lines, one request a line)::
 
@@ -51,8 +51,9 @@ class ProposerTrace:
         out: dict = {"acc_len": self.acc_len.tolist()}
         if self.draft_len is not None:
             out["draft_len"] = self.draft_len.tolist()
-        if self.draft_prob is not None:
-            out["draft_prob"] = np.round(self.draft_prob.astype(float), 6).tolist()
+        if self.draft_prob is not None:  # NaN (nothing offered there) is written as null
+            rounded = np.round(self.draft_prob.astype(float), 6)
+            out["draft_prob"] = [[None if np.isnan(v) else v for v in row] for row in rounded.tolist()]
         return out
 
 

@@ -8,6 +8,10 @@ agree with the target's greedy continuation output[i+1:], ``draft_len[i]`` = how
 offered. Then the target runs over output[i] alone, the proposer observes that pass (one
 committed token) and the walk moves to i + 1. Requests of a batch advance together, one
 position per iteration; a request leaves the batch when its output is done.
+
+Proposers with a distribution also give ``draft_prob[i, j]``: their probability of the j-th
+token they proposed at i (the first :data:`CONFIDENCE_DRAFTS`; NaN past what was offered),
+the confidence signal of adaptive policies.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from specscope.engine.sampling import BatchSampling, SamplingParams
 from specscope.engine.step import prefill
 from specscope.proposers.base import ProposeInput, Proposer, TargetPass
 from specscope.trace.schema import ProposerTrace
+
+CONFIDENCE_DRAFTS = 4  # drafts per position whose probability a trace keeps
 
 
 def agreeing_prefix(proposal: Sequence[int], truth: Sequence[int]) -> int:
@@ -48,6 +54,8 @@ def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequ
     prefill(target, cache, proposer, slots, [list(p) for p in prompts], BatchSampling(greedy, generators, target.device))
     acc_len = [np.ones(len(o), dtype=np.int32) for o in outputs]
     draft_len = [np.zeros(len(o), dtype=np.int32) for o in outputs]
+    kept = min(CONFIDENCE_DRAFTS, k_max)
+    draft_prob = [np.full((len(o), kept), np.nan, dtype=np.float32) for o in outputs]
     for i in range(max(len(o) for o in outputs)):
         rows = [r for r in slots if i < len(outputs[r])]
         positions = [len(prompts[r]) + i for r in rows]
@@ -55,12 +63,16 @@ def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequ
         last = torch.tensor([outputs[r][i] for r in rows], device=target.device)  # [rows]
         sampling = BatchSampling([greedy[r] for r in rows], [generators[r] for r in rows], target.device)
         proposal = proposer.propose(ProposeInput(rows, last, torch.tensor(positions, device=target.device),
-                                                 histories, k_max, sampling))
+                                                 histories, k_max, sampling, want_confidence=True))
         offered, drafted = proposal.draft_len.tolist(), proposal.tokens.tolist()
+        confidence = None if proposal.confidence is None else proposal.confidence[:, :kept].float().cpu().numpy()
         for row, r in enumerate(rows):
             truth = outputs[r][i + 1 : i + 1 + offered[row]]
             acc_len[r][i] = 1 + agreeing_prefix(drafted[row][: offered[row]], truth)
             draft_len[r][i] = offered[row]
+            if confidence is not None:
+                shown = min(offered[row], kept)
+                draft_prob[r][i, :shown] = confidence[row, :shown]
         tokens = last[:, None]  # [rows, 1]: teacher forcing commits exactly one token
         position_tensor = torch.tensor(positions, device=target.device)[:, None]  # [rows, 1]
         _, aux = target(tokens, position_tensor, cache, rows, kv_len=max(positions) + 1,
@@ -71,4 +83,6 @@ def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequ
         for r in rows:
             if i + 1 == len(outputs[r]):
                 proposer.release(r)
-    return [ProposerTrace(acc_len=a, draft_len=d) for a, d in zip(acc_len, draft_len)]
+    has_prob = [not np.isnan(p).all() for p in draft_prob]
+    return [ProposerTrace(acc_len=a, draft_len=d, draft_prob=p if keep else None)
+            for a, d, p, keep in zip(acc_len, draft_len, draft_prob, has_prob)]
