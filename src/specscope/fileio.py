@@ -55,3 +55,20 @@ def write_rows(path: Path, rows: Iterable[Mapping[str, object]]) -> None:
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(path, buffer.getvalue())
+
+
+def read_json_object(path: str | Path, what: str = "a JSON object") -> dict:
+    """The JSON object in ``path``, or a one-line error naming the file (and line) and what
+    was expected."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except json.JSONDecodeError as error:
+        raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+    if not isinstance(data, dict):
+        raise SpecscopeError(f"{path}: expected {what}")
+    return data

@@ -49,7 +49,7 @@ def test_broken_templates_are_one_line_errors(tmp_path):
     with pytest.raises(SpecscopeError, match="only user/assistant roles"):
         raising.apply("x")
     (tmp_path / "tokenizer_config.json").write_text("{oops", encoding="utf-8")
-    with pytest.raises(SpecscopeError, match="not valid JSON"):
+    with pytest.raises(SpecscopeError, match=r"tokenizer_config.json:1: invalid JSON"):
         load_chat_template(tmp_path)
 
 

@@ -7,10 +7,10 @@ or a ``config.json`` file takes a Hugging Face config instead.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specscope.fileio import read_json_object
 from specscope.errors import SpecscopeError
 
 
@@ -116,11 +116,7 @@ class ModelShape:
             raise SpecscopeError(
                 f"{key}: not a model preset ({', '.join(MODELS)}) nor a config.json file"
             )
-        try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
-        return cls.from_hf_config(config, name=str(path))
+        return cls.from_hf_config(read_json_object(path), name=str(path))
 
     def renamed(self, name: str) -> "ModelShape":
         return replace(self, name=name)

@@ -8,12 +8,12 @@ with RoPE, a SwiGLU MLP and RMSNorm, optionally an LM head tied to the embedding
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specscope.fileio import read_json_object
 from specscope.errors import SpecscopeError
 
 if TYPE_CHECKING:
@@ -140,13 +140,7 @@ class ModelConfig:
             raise SpecscopeError(
                 f"{model_dir}: expected a Hugging Face model directory with config.json"
             )
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise SpecscopeError(f"{path}: not valid JSON ({error})") from None
-        if not isinstance(data, dict):
-            raise SpecscopeError(f"{path}: expected a JSON object")
-        return cls.from_hf(data, str(path))
+        return cls.from_hf(read_json_object(path), str(path))
 
 
 def _rope_from_hf(data: dict, source: str) -> RopeConfig:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from specscope.fileio import read_json_object
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.errors import SpecscopeError
@@ -134,10 +135,7 @@ def load_eos_token_ids(model_dir: Path) -> list[int]:
     for name in ("generation_config.json", "config.json"):
         path = Path(model_dir) / name
         if path.is_file():
-            try:
-                value = json.loads(path.read_text(encoding="utf-8")).get("eos_token_id")
-            except (json.JSONDecodeError, AttributeError):
-                raise SpecscopeError(f"{path}: expected a JSON object") from None
+            value = read_json_object(path).get("eos_token_id")
             if value is not None:
                 return [value] if isinstance(value, int) else [int(v) for v in value]
     return []

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from specscope.fileio import read_json_object
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import load_state_dict
@@ -111,13 +112,7 @@ def read_config(head_dir: Path) -> dict:
     path = Path(head_dir) / "config.json"
     if not path.is_file():
         raise SpecscopeError(f"{head_dir}: expected a head directory with config.json")
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise SpecscopeError(f"{path}: not valid JSON ({error})") from None
-    if not isinstance(data, dict):
-        raise SpecscopeError(f"{path}: expected a JSON object")
-    return data
+    return read_json_object(path)
 
 
 def layer_config(head_dir: Path, data: dict, target: Transformer) -> ModelConfig:

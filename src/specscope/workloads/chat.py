@@ -12,10 +12,10 @@ text unchanged (what a base model without chat tuning expects).
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from specscope.fileio import read_json_object
 from specscope.errors import SpecscopeError
 
 
@@ -46,14 +46,7 @@ def load_chat_template(model_dir: str | Path) -> ChatTemplate:
     """The chat template of ``model_dir`` (see the module docstring)."""
     model_dir = Path(model_dir)
     config_path = model_dir / "tokenizer_config.json"
-    config: dict = {}
-    if config_path.is_file():
-        try:
-            config = json.loads(config_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise SpecscopeError(f"{config_path}: not valid JSON ({error})") from None
-        if not isinstance(config, dict):
-            raise SpecscopeError(f"{config_path}: expected a JSON object")
+    config = read_json_object(config_path) if config_path.is_file() else {}
     source = config.get("chat_template")
     jinja_file = model_dir / "chat_template.jinja"
     if jinja_file.is_file():
