@@ -14,13 +14,16 @@ from specscope.analysis.acceptance import (
     by_dataset,
     k_max_of,
     proposer_names,
+    request_means,
 )
+from specscope.analysis.bound_points import BoundPoint, bound_points
 from specscope.analysis.overlap import (
     BLEU_EDGES,
     OverlapConfig,
     OverlapRow,
     bleu_scores,
     overlap_speedups,
+    request_bleu,
 )
 from specscope.analysis.position import ProfileRow, length_edges, position_profiles
 from specscope.analysis.timesplit import (

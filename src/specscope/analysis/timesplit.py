@@ -28,10 +28,10 @@ from pathlib import Path
 
 from specscope.engine.records import StepRecord
 from specscope.errors import SpecscopeError
+from specscope.costmodel.fit import NO_SD
 from specscope.sim.grid import SimRow
+from specscope.sim.pricing import PHASES
 
-PHASES = ("prefill", "drafting", "verification", "overhead")
-NO_SD = "none"  # the engine's method name for a run without speculative decoding
 _INT_FIELDS = ("step", "k", "batch_size", "tokens_verified", "kv_tokens", "prefill_tokens")
 _TIME_FIELDS = ("draft_s", "verify_s", "sample_s", "overhead_s", "prefill_s")
 

@@ -32,7 +32,7 @@ from specscope.costmodel.base import Drafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 
-NO_SD = "none"
+NO_SD = "none"  # the engine's method name for a run without speculative decoding
 
 
 @dataclass

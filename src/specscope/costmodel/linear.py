@@ -103,6 +103,7 @@ def linear_from_json(obj: dict, label: str) -> LinearCostModel:
 
 
 # The paper's constants (shared/paper/README.md): Llama-3.1-8B-Instruct on an H100, seconds.
+PAPER_NGRAM = FractionDrafting(0.005875)
 _PAPER_EAGLE = LinearDrafting(c_fixed=2.13526175e-03, c_tok=8.41429603e-07, c_kv=2.37768493e-09)
 
 H100_LLAMA31_8B = LinearCostModel(
@@ -111,5 +112,5 @@ H100_LLAMA31_8B = LinearCostModel(
     c_tok=2.10103129e-05,
     c_kv=3.92645679e-08,
     overhead_s=1.20683946e-03,
-    drafting={"ngram": FractionDrafting(0.005875), "eagle": _PAPER_EAGLE, "eagle3": _PAPER_EAGLE},
+    drafting={"ngram": PAPER_NGRAM, "eagle": _PAPER_EAGLE, "eagle3": _PAPER_EAGLE},
 )

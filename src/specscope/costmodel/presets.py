@@ -7,7 +7,7 @@ or a ``config.json`` file takes a Hugging Face config instead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from specscope.fileio import read_json_object
@@ -118,8 +118,6 @@ class ModelShape:
             )
         return cls.from_hf_config(read_json_object(path), name=str(path))
 
-    def renamed(self, name: str) -> "ModelShape":
-        return replace(self, name=name)
 
 
 MODELS: dict[str, ModelShape] = {

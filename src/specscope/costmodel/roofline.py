@@ -19,12 +19,12 @@ running request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from specscope.costmodel.base import Drafting, FractionDrafting, StepLoad
-from specscope.costmodel.linear import drafting_lookup
+from specscope.costmodel.base import Drafting, StepLoad
+from specscope.costmodel.linear import PAPER_NGRAM, drafting_lookup
 from specscope.costmodel.presets import Hardware, ModelShape
 
 
@@ -55,11 +55,8 @@ def head_shape(target: ModelShape) -> ModelShape:
 
 @dataclass(frozen=True)
 class RooflineDrafting:
-    """A model drafter: mean k sequential forwards of ``shape`` over one token per request.
-
-    The drafter's cache holds ``kv_ratio`` × the target's cached tokens (1 for a draft model or
-    a head that sees every token).
-    """
+    """A model drafter: mean k sequential forwards of ``shape`` over one token per request,
+    its cache as long as the target's (a draft model or a head sees every token)."""
 
     shape: ModelShape
     hw: Hardware
@@ -90,7 +87,7 @@ class RooflineCostModel:
     def __post_init__(self) -> None:
         head = RooflineDrafting(head_shape(self.target), self.hw, self.eff)
         defaults: dict[str, Drafting] = {
-            "ngram": FractionDrafting(0.005875),
+            "ngram": PAPER_NGRAM,
             "eagle": head,
             "eagle3": head,
             "mtp": head,
@@ -99,8 +96,7 @@ class RooflineCostModel:
 
     def with_draft_model(self, draft: ModelShape) -> "RooflineCostModel":
         """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""
-        drafting = dict(self.drafting, draft=RooflineDrafting(draft, self.hw, self.eff))
-        return RooflineCostModel(self.name, self.hw, self.target, self.overhead_s, self.eff, drafting)
+        return replace(self, drafting=dict(self.drafting, draft=RooflineDrafting(draft, self.hw, self.eff)))
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
         return roofline_forward(self.target, self.hw, self.eff, batched_tokens, kv_tokens)

@@ -11,8 +11,8 @@ every batch size and cost model.
 
 n-gram "no match": with ``draft_len`` in the trace, a step proposes ``min(k, draft_len)``.
 Without it, the paper's guess (shared/paper/README.md, step 7) may be applied: where
-``acc_len = 1`` and the policy is not an oracle, the step proposes nothing with probability
-``1 − match_prob``.
+``acc_len = 1`` the step proposes nothing with probability ``1 − match_prob`` (an oracle
+proposes acc_len − 1 = 0 there in any case).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
         pos = np.asarray([s[0] for s in steps], dtype=np.int64)
         proposed = np.asarray([s[1] for s in steps], dtype=np.int64)
     acc_at = acc_len[pos - 1]
-    if draft_len is None and match_prob is not None and not policy.oracle:
+    if draft_len is None and match_prob is not None:  # an oracle proposes 0 there anyway
         unmatched = (acc_at == 1) & (rng.random(pos.shape[0]) >= match_prob)
         proposed = np.where(unmatched, 0, proposed)
     emitted = np.minimum(acc_at, proposed + 1).astype(np.int64)

@@ -35,26 +35,16 @@ class PolicyState(Protocol):
 
 @dataclass(frozen=True)
 class Policy:
-    """A named policy; ``proposers`` lists the traces it reads (two for oracle-combined)."""
+    """A named policy; ``combined`` names the two traces oracle-combined reads.
+
+    Exactly one of ``by_position`` and ``new_state`` is set: ``by_position`` maps acc_len [G]
+    to k [G] for policies whose proposal depends on the position alone (the walk then needs no
+    per-step Python state); ``new_state(k_max)`` makes the per-request state of the others."""
 
     name: str
-    new_state: Callable[[int], PolicyState]  # k_max -> fresh per-request state
-    oracle: bool = False
-    combined: tuple[str, str] | None = None
-    # For policies whose proposal depends only on the position: acc_len [G] -> k [G].
-    # The walk then needs no per-step Python state (much faster); None for stateful policies.
     by_position: Callable[[np.ndarray], np.ndarray] | None = None
-
-
-class _Fixed:
-    def __init__(self, k: int):
-        self.k = k
-
-    def propose(self, acc_len: int) -> int:
-        return self.k
-
-    def observe(self, proposed: int, emitted: int) -> None:
-        pass
+    new_state: Callable[[int], PolicyState] | None = None
+    combined: tuple[str, str] | None = None
 
 
 class _Adaptive:
@@ -76,14 +66,6 @@ class _Adaptive:
             self.k = max(self.k - self.SHRINK, 1)
 
 
-class _Oracle:
-    def propose(self, acc_len: int) -> int:
-        return acc_len - 1
-
-    def observe(self, proposed: int, emitted: int) -> None:
-        pass
-
-
 def _oracle_k(acc_len: np.ndarray) -> np.ndarray:
     return acc_len - 1
 
@@ -95,19 +77,19 @@ def _fixed(argument: str) -> Policy:
         k = -1
     if k < 0:
         raise SpecscopeError(f"policy 'fixed:{argument}': expected fixed:k with an integer k >= 0")
-    return Policy(f"fixed:{k}", lambda k_max: _Fixed(k), by_position=lambda acc: np.full_like(acc, k))
+    return Policy(f"fixed:{k}", by_position=lambda acc: np.full_like(acc, k))
 
 
 def _adaptive(argument: str) -> Policy:
     if argument:
         raise SpecscopeError("policy 'adaptive' takes no argument")
-    return Policy("adaptive", _Adaptive)
+    return Policy("adaptive", new_state=_Adaptive)
 
 
 def _oracle(argument: str) -> Policy:
     if argument:
         raise SpecscopeError("policy 'oracle' takes no argument")
-    return Policy("oracle", lambda k_max: _Oracle(), oracle=True, by_position=_oracle_k)
+    return Policy("oracle", by_position=_oracle_k)
 
 
 def _oracle_combined(argument: str) -> Policy:
@@ -116,8 +98,7 @@ def _oracle_combined(argument: str) -> Policy:
         raise SpecscopeError(
             f"policy 'oracle-combined:{argument}': expected oracle-combined:A+B with two proposers"
         )
-    return Policy(f"oracle-combined:{names[0]}+{names[1]}", lambda k_max: _Oracle(), oracle=True,
-                  combined=(names[0], names[1]), by_position=_oracle_k)
+    return Policy(f"oracle-combined:{names[0]}+{names[1]}", by_position=_oracle_k, combined=(names[0], names[1]))
 
 
 POLICIES: dict[str, Callable[[str], Policy]] = {
