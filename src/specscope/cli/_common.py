@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
+from specscope.trace.load import LENGTHS
 from specscope.fileio import atomic_write_text, write_rows  # noqa: F401  (re-exported for the verbs)
 
 
@@ -46,11 +47,12 @@ def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]]
     Console(width=max(80, sum(widths) + 3 * len(widths) + 1)).print(table)
 
 
-def add_trace_options(parser: argparse.ArgumentParser) -> None:
-    """The trace-file arguments shared by verbs that read traces."""
+def add_trace_options(parser: argparse.ArgumentParser, lengths: str = "own") -> None:
+    """The trace-file arguments shared by verbs that read traces; ``lengths`` is the verb's
+    default ("own" for simulation, as the paper did; "common" for per-position analysis)."""
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (JSON Lines)")
     parser.add_argument(
-        "--lengths", choices=("own", "common"), default="own",
+        "--lengths", choices=LENGTHS, default=lengths,
         help="when a proposer's acc_len differs in length from the output: keep each array "
              "whole, as the paper's simulator did (own), or cut the record to the common prefix "
              "(common); either way the mismatches are reported",

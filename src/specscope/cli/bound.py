@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from specscope.cli._common import print_table
+from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.errors import SpecscopeError
 
 
@@ -20,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--acc", default=None, help="proposer to estimate α for (default: every one in the traces)")
     parser.add_argument("--alpha", type=float, default=None, help="acceptance rate α in [0, 1]")
     parser.add_argument("--c", type=float, default=None, help="draft/target forward time ratio c")
-    parser.add_argument("--cost-model", default="h100-llama3.1-8b")
+    parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL)
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--context", type=float, default=None,
                         help="cached tokens per request for c (default: mean prompt + half the mean output)")

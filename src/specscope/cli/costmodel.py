@@ -52,8 +52,9 @@ def run_fit(args: argparse.Namespace) -> int:
 
     output = Path(args.output)
     model, quality = fit_linear(read_steps(args.records), name=args.name or output.stem)
-    atomic_write_text(output, json.dumps(model.describe(), indent=1) + "\n")
-    print(json.dumps(model.describe(), indent=1))
+    text = json.dumps(model.describe(), indent=1)
+    atomic_write_text(output, text + "\n")
+    print(text)
     print(f"forward fit over {quality.points} points: median relative error "
           f"{100 * quality.median_rel_error:.1f} %, 90th percentile {100 * quality.p90_rel_error:.1f} %")
     print(f"wrote {output}")

@@ -15,7 +15,7 @@ from specscope.cli._common import (
     str_list,
     write_rows,
 )
-from specscope.report.config import DEFAULT_COST_MODEL
+from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig
 
 DEFAULTS = OverlapConfig()
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     records = read_trace_args(args)
     config = OverlapConfig(lookup=args.lookup, lookup_policies=tuple(args.lookup_policies),
                            reference=args.reference, reference_policy=args.reference_policy, mode=args.mode)
-    sim = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes))
+    sim = SimConfig(batch_sizes=tuple(args.batch_sizes))  # overlap_speedups sets config.mode
     scores = bleu_scores(records)
     rows = overlap_speedups(records, cost, sim, config, scores)
     lines: dict[tuple[str, str, int, str], dict[int, float]] = {}

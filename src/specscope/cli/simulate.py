@@ -7,6 +7,7 @@ import json
 import sys
 
 from specscope.cli._common import add_trace_options, int_list, print_table, read_trace_args, str_list, write_rows
+from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig
 
 DEFAULTS = SimConfig()
@@ -25,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--policies", type=str_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
                         help="fixed:k, adaptive, oracle, oracle-combined:A+B (default: fixed:1,fixed:3,fixed:5,oracle)")
     parser.add_argument("--batch-sizes", type=int_list, default=list(DEFAULTS.batch_sizes))
-    parser.add_argument("--cost-model", default="h100-llama3.1-8b",
+    parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
                         help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     parser.add_argument("--mode", choices=("paper", "mixed"), default=DEFAULTS.mode)
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed)
@@ -54,10 +55,11 @@ def run(args: argparse.Namespace) -> int:
         combined=combined if len(combined) == 2 else None,
     )
     rows = simulate(records, args.acc, args.policies, cost, config)
+    cells = [row.flat() for row in rows]
     if args.output:
-        write_rows(args.output, [row.flat() for row in rows])
+        write_rows(args.output, cells)
     if args.format == "json":
-        json.dump([row.flat() for row in rows], sys.stdout, indent=1)
+        json.dump(cells, sys.stdout, indent=1)
         print()
         return 0
     show_speedups(rows, args.batch_sizes, f"predicted speedup ({args.mode} mode, cost model {cost.name})")

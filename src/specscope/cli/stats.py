@@ -16,8 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "output length. Per proposer pair: the share of positions where each emits more. "
                     "Records are cut to the common length of their arrays by default (--lengths common).",
     )
-    add_trace_options(parser)
-    parser.set_defaults(lengths="common")
+    add_trace_options(parser, lengths="common")
     parser.add_argument("-o", "--output", help="write the per-proposer rows to a .csv or .json file")
     parser.add_argument("--pairs-output", help="write the per-pair rows to a .csv or .json file")
     parser.set_defaults(run=run)

@@ -27,6 +27,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PRESETS: dict[str, CostModel] = {H100_LLAMA31_8B.name: H100_LLAMA31_8B}
+DEFAULT_COST_MODEL = H100_LLAMA31_8B.name  # the paper's fitted H100 model
 
 
 def _roofline(spec: str) -> RooflineCostModel:

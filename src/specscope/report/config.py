@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specscope.analysis.overlap import OverlapConfig
-from specscope.costmodel.linear import H100_LLAMA31_8B
+from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig
 
-DEFAULT_COST_MODEL = H100_LLAMA31_8B.name
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.study.config import StudyConfig
 from specscope.workloads.bundled import TASKS, bundled_path
 from specscope.zoo.shipped import model_dir
@@ -23,5 +24,5 @@ def bundled_study(out_dir: Path) -> StudyConfig:
         out_dir=out_dir,
         drafters={"draft": model_dir("draft"), "eagle": model_dir("eagle"), "mtp": model_dir("mtp")},
         requests=REQUESTS_PER_TASK,
-        replay_cost_models=("h100-llama3.1-8b", f"roofline:h100:{target / 'config.json'}"),
+        replay_cost_models=(DEFAULT_COST_MODEL, f"roofline:h100:{target / 'config.json'}"),
     )

@@ -22,6 +22,7 @@ from typing import Iterable, Iterator
 import numpy as np
 
 from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, ProposerTrace, TraceRecord
 
@@ -32,6 +33,9 @@ SPECDECODE_BENCH_PROPOSERS = {
     "acc_eagle_three": "eagle3",
     "acc": "default",
 }
+
+
+LENGTHS = ("common", "own")  # how acc_len arrays of another length than the output are handled
 
 
 @dataclass
@@ -212,14 +216,7 @@ def load_traces(paths: Iterable[str | Path], lengths: str = "common"
 
 
 def write_traces(path: str | Path, records: Iterable[TraceRecord]) -> int:
-    """Write records in specscope's format (streamed; atomically renamed into place)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    count = 0
-    with tmp.open("w", encoding="utf-8") as handle:
-        for record in records:
-            handle.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
-            count += 1
-    tmp.replace(path)
-    return count
+    """Write records in specscope's format (atomically, see :func:`specscope.fileio.atomic_write_text`)."""
+    lines = [json.dumps(record.to_json(), separators=(",", ":")) + "\n" for record in records]
+    atomic_write_text(Path(path), "".join(lines))
+    return len(lines)
