@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specscope.proposers.base import NGRAM_MAX_N, NGRAM_MIN_N
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -21,8 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8, help="requests traced together")
     parser.add_argument("--dataset", default=None, help="dataset name in the records (default: workload file stem)")
-    parser.add_argument("--min-n", type=int, default=3)
-    parser.add_argument("--max-n", type=int, default=7)
+    parser.add_argument("--min-n", type=int, default=NGRAM_MIN_N, help="shortest n-gram matched")
+    parser.add_argument("--max-n", type=int, default=NGRAM_MAX_N, help="longest n-gram matched")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")

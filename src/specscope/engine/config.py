@@ -110,9 +110,7 @@ class ModelConfig:
                 f"num_attention_heads ({heads}), got {kv_heads!r}"
             )
         window = data.get("sliding_window")
-        if model_type == "qwen2" and not data.get("use_sliding_window", False):
-            window = None
-        if model_type == "qwen3" and not data.get("use_sliding_window", False):
+        if model_type in ("qwen2", "qwen3") and not data.get("use_sliding_window", False):
             window = None
         return cls(
             model_type=model_type,

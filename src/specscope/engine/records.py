@@ -79,13 +79,3 @@ class SpecDecodeStats:
     def mean_acceptance_length(self) -> float | None:
         """τ; ``None`` before the first step."""
         return self.num_emitted_tokens / self.num_request_steps if self.num_request_steps else None
-
-    def merge(self, other: "SpecDecodeStats") -> None:
-        self.num_drafts += other.num_drafts
-        self.num_draft_tokens += other.num_draft_tokens
-        self.num_accepted_tokens += other.num_accepted_tokens
-        self.num_request_steps += other.num_request_steps
-        self.num_emitted_tokens += other.num_emitted_tokens
-        self.num_accepted_tokens_per_pos = [
-            a + b for a, b in zip(self.num_accepted_tokens_per_pos, other.num_accepted_tokens_per_pos)
-        ]

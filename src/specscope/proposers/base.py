@@ -48,6 +48,9 @@ if TYPE_CHECKING:
     from specscope.engine.sampling import BatchSampling
 
 
+NGRAM_MIN_N, NGRAM_MAX_N = 3, 7  # prompt lookup matches n-grams of 3 to 7 tokens, as the paper did
+
+
 @dataclass(frozen=True)
 class ProposerConfig:
     """Everything a factory may need. ``max_seq_len`` is the per-sequence KV capacity the
@@ -59,8 +62,8 @@ class ProposerConfig:
     max_batch_size: int
     max_seq_len: int
     draft_dir: Path | None = None
-    min_n: int = 3
-    max_n: int = 7
+    min_n: int = NGRAM_MIN_N
+    max_n: int = NGRAM_MAX_N
 
 
 @dataclass

@@ -16,6 +16,8 @@ import torch
 
 from specscope.errors import SpecscopeError
 from specscope.proposers.base import (
+    NGRAM_MAX_N,
+    NGRAM_MIN_N,
     Proposal,
     ProposeInput,
     ProposerConfig,
@@ -24,7 +26,7 @@ from specscope.proposers.base import (
 )
 
 
-def lookup(history: list[int] | np.ndarray, k: int, min_n: int = 3, max_n: int = 7) -> list[int]:
+def lookup(history: list[int] | np.ndarray, k: int, min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N) -> list[int]:
     """The proposal for one history under the match rule above (``[]`` when nothing matches).
 
     Every earlier position ``e`` holding the newest token ends a candidate occurrence; walking

@@ -23,22 +23,14 @@ import torch
 
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import Transformer
+from specscope.engine.runner import Engine
 from specscope.engine.sampling import BatchSampling, SamplingParams
 from specscope.engine.step import prefill
 from specscope.proposers.base import ProposeInput, Proposer, TargetPass
 from specscope.trace.schema import ProposerTrace
+from specscope.tracing.ngram import agreeing_prefix
 
 CONFIDENCE_DRAFTS = 4  # drafts per position whose probability a trace keeps
-
-
-def agreeing_prefix(proposal: Sequence[int], truth: Sequence[int]) -> int:
-    """How many leading tokens of ``proposal`` equal ``truth``."""
-    count = 0
-    for drafted, true in zip(proposal, truth):
-        if drafted != true:
-            break
-        count += 1
-    return count
 
 
 @torch.no_grad()
@@ -46,7 +38,7 @@ def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequ
                  outputs: Sequence[Sequence[int]], k_max: int) -> list[ProposerTrace]:
     """Trace ``proposer`` on a batch of requests (at most the proposer's max batch size)."""
     batch = len(prompts)
-    capacity = max(len(p) + len(o) for p, o in zip(prompts, outputs)) + k_max + 1
+    capacity = Engine.cache_capacity(max(len(p) + len(o) for p, o in zip(prompts, outputs)), k_max)
     cache = KVCache(target.config, batch, capacity, target.dtype, target.device)
     generators = [torch.Generator(device=target.device) for _ in range(batch)]
     greedy = [SamplingParams()] * batch
@@ -56,14 +48,20 @@ def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequ
     draft_len = [np.zeros(len(o), dtype=np.int32) for o in outputs]
     kept = min(CONFIDENCE_DRAFTS, k_max)
     draft_prob = [np.full((len(o), kept), np.nan, dtype=np.float32) for o in outputs]
+    histories = [list(p) for p in prompts]  # grown by one output token per position
+    rows: list[int] = []
     for i in range(max(len(o) for o in outputs)):
-        rows = [r for r in slots if i < len(outputs[r])]
+        active = [r for r in slots if i < len(outputs[r])]
+        if active != rows:  # a request finished: the batch shrinks
+            rows = active
+            sampling = BatchSampling([greedy[r] for r in rows], [generators[r] for r in rows], target.device)
+        for r in rows:
+            histories[r].append(outputs[r][i])
         positions = [len(prompts[r]) + i for r in rows]
-        histories = [list(prompts[r]) + list(outputs[r][: i + 1]) for r in rows]
         last = torch.tensor([outputs[r][i] for r in rows], device=target.device)  # [rows]
-        sampling = BatchSampling([greedy[r] for r in rows], [generators[r] for r in rows], target.device)
         proposal = proposer.propose(ProposeInput(rows, last, torch.tensor(positions, device=target.device),
-                                                 histories, k_max, sampling, want_confidence=True))
+                                                 [histories[r] for r in rows], k_max, sampling,
+                                                 want_confidence=True))
         offered, drafted = proposal.draft_len.tolist(), proposal.tokens.tolist()
         confidence = None if proposal.confidence is None else proposal.confidence[:, :kept].float().cpu().numpy()
         for row, r in enumerate(rows):

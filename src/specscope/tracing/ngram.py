@@ -21,11 +21,22 @@ from typing import Sequence
 
 import numpy as np
 
+from specscope.proposers.base import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.schema import ProposerTrace
 
 
+def agreeing_prefix(proposal: Sequence[int], truth: Sequence[int]) -> int:
+    """How many leading tokens of ``proposal`` equal ``truth``."""
+    count = 0
+    for drafted, true in zip(proposal, truth):
+        if drafted != true:
+            break
+        count += 1
+    return count
+
+
 def ngram_trace(prompt: Sequence[int], output: Sequence[int], k_max: int,
-                min_n: int = 3, max_n: int = 7) -> ProposerTrace:
+                min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N) -> ProposerTrace:
     """acc_len and draft_len of the n-gram proposer at every output position ([G] each)."""
     h = [int(t) for t in prompt] + [int(t) for t in output]
     p, g = len(prompt), len(output)
@@ -46,11 +57,7 @@ def ngram_trace(prompt: Sequence[int], output: Sequence[int], k_max: int,
             if j is None:
                 continue
             proposal = h[j + n : min(j + n + k_max, length)]
-            truth = h[length : length + len(proposal)]
-            accepted = 0
-            while accepted < len(truth) and proposal[accepted] == truth[accepted]:
-                accepted += 1
-            acc_len[i] = accepted + 1
+            acc_len[i] = agreeing_prefix(proposal, h[length : length + len(proposal)]) + 1
             draft_len[i] = len(proposal)
             break
     return ProposerTrace(acc_len=acc_len, draft_len=draft_len)

@@ -16,6 +16,7 @@ from typing import Iterator, Sequence
 
 from specscope.errors import SpecscopeError
 from specscope.progress import LazyProgress
+from specscope.proposers.base import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
 from specscope.trace.schema import TraceRecord
 
@@ -78,7 +79,7 @@ def batches(items: Sequence, size: int) -> Iterator[Sequence]:
 
 def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequence, output: Path,
                    k_max: int = 20, max_tokens: int = 256, batch_size: int = 8, dataset: str | None = None,
-                   min_n: int = 3, max_n: int = 7, dtype: str = "float32", device: str = "cpu") -> int:
+                   min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N, dtype: str = "float32", device: str = "cpu") -> int:
     """Trace ``requests`` (objects with ``id`` and ``prompt_token_ids``); returns records written."""
     import numpy as np
 
