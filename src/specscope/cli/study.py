@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from specscope.cli._common import int_list, model_dir_arg
-from specscope.study.config import StudyConfig
+from specscope.study.config import BUNDLED_REQUESTS, StudyConfig
 
 DEFAULTS_DOC = "with no --model: the bundled models and workloads"
 
@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--k-max", type=int, default=defaults.k_max, help="drafts per position in the traces")
     parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
     parser.add_argument("--requests", type=int, default=None,
-                        help="use the first N requests of each workload (bundled default: 16)")
+                        help=f"use the first N requests of each workload (bundled default: {BUNDLED_REQUESTS})")
     parser.add_argument("--replay", action="append", default=[], metavar="COST_MODEL",
                         help="also replay the traces against this cost model (repeatable), e.g. "
                              "roofline:h100:MODEL_DIR/config.json")

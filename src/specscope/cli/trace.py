@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specscope.proposers.base import NGRAM_MAX_N, NGRAM_MIN_N
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -23,8 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=8, help="requests traced together")
     parser.add_argument("--dataset", default=None, help="dataset name in the records (default: workload file stem)")
-    parser.add_argument("--min-n", type=int, default=NGRAM_MIN_N, help="shortest n-gram matched")
-    parser.add_argument("--max-n", type=int, default=NGRAM_MAX_N, help="longest n-gram matched")
+    parser.add_argument("--min-n", type=int, help="shortest n-gram matched (default: the n-gram proposer's)")
+    parser.add_argument("--max-n", type=int, help="longest n-gram matched (default: the n-gram proposer's)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -48,10 +46,11 @@ def run(args: argparse.Namespace) -> int:
     model = model_dir_arg(args.model)
     specs = ProposerSpec.parse_list(args.proposers)
     requests = read_workload(args.workload, load_tokenizer(model))
+    n_range = {name: value for name, value in (("min_n", args.min_n), ("max_n", args.max_n)) if value is not None}
     written = trace_workload(model, specs, requests, Path(args.output), k_max=args.k_max,
                              max_tokens=args.max_tokens, batch_size=args.batch_size,
-                             dataset=args.dataset or Path(args.workload).stem, min_n=args.min_n,
-                             max_n=args.max_n, dtype=args.dtype, device=args.device)
+                             dataset=args.dataset or Path(args.workload).stem, dtype=args.dtype,
+                             device=args.device, **n_range)
     print(f"traced {written} requests into {args.output}"
           + (f" ({len(requests) - written} were already there)" if written < len(requests) else ""))
     return 0

@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
-from specscope.study.config import StudyConfig
+from specscope.study.config import BUNDLED_REQUESTS, StudyConfig
 from specscope.workloads.bundled import TASKS, bundled_path
 from specscope.zoo.shipped import model_dir
 
-REQUESTS_PER_TASK = 16
 
 
 def bundled_study(out_dir: Path) -> StudyConfig:
@@ -23,6 +22,6 @@ def bundled_study(out_dir: Path) -> StudyConfig:
         workloads=[bundled_path(task) for task in TASKS],
         out_dir=out_dir,
         drafters={"draft": model_dir("draft"), "eagle": model_dir("eagle"), "mtp": model_dir("mtp")},
-        requests=REQUESTS_PER_TASK,
+        requests=BUNDLED_REQUESTS,
         replay_cost_models=(DEFAULT_COST_MODEL, f"roofline:h100:{target / 'config.json'}"),
     )

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+BUNDLED_REQUESTS = 16  # requests per bundled workload in the default study
+
+
 @dataclass
 class StudyConfig:
     """A study of one target model with its drafters on one or more workloads.
@@ -25,7 +28,6 @@ class StudyConfig:
     k_max: int = 10
     max_tokens: int = 96
     requests: int | None = None  # the first N requests of each workload (None: all)
-    threads: int | None = None
     replay_cost_models: tuple[str, ...] = ()
 
     @property

@@ -65,16 +65,3 @@ def bundled_prompts(task: str, n: int = BUNDLED_SIZE, seed: int = BUNDLED_SEED) 
 def held_out_prompts() -> set[str]:
     """Every bundled prompt: the bundled models' training data leaves these out."""
     return {record["prompt"] for task in TASKS for record in bundled_records(task)}
-
-
-def write_bundled(out_dir: Path) -> list[Path]:
-    """Write every bundled workload to ``out_dir/{task}.jsonl``; returns the paths."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for task in TASKS:
-        path = out_dir / f"{task}.jsonl"
-        path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in bundled_records(task)),
-                        encoding="utf-8")
-        paths.append(path)
-    return paths

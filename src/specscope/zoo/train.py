@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specscope.fileio import atomic_write_text
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.progress import LazyProgress
@@ -253,8 +254,7 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
 
     def finish(name: str, loss: float, started: float) -> None:
         done[name] = {"key": keys[name], "loss": loss, "seconds": time.monotonic() - started}
-        record_path.write_text(json.dumps({"config": asdict(config), "stages": done}, indent=1) + "\n",
-                               encoding="utf-8")
+        atomic_write_text(record_path, json.dumps({"config": asdict(config), "stages": done}, indent=1) + "\n")
 
     for name, shape, steps, seed in (("target", config.target, config.target_steps, config.seed),
                                      ("draft", config.draft, config.draft_steps, config.seed + 1)):

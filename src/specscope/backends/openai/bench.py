@@ -109,7 +109,7 @@ def _client(args: argparse.Namespace, url: str) -> ClientConfig:
         model=args.model_name,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
-        temperature=getattr(args, "temperature", 0.0),
+        temperature=args.temperature,
         idle_timeout_s=args.idle_timeout,
         request_timeout_s=args.request_timeout,
     )
