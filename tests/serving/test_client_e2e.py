@@ -6,7 +6,6 @@ counters, and a closed loop at concurrency 32 must finish with no failed request
 
 from __future__ import annotations
 
-import argparse
 import shutil
 
 import pytest
@@ -79,29 +78,17 @@ def test_text_prompts_are_tokenised_by_the_server(tiny_model, tmp_path):
 
 
 def test_openai_bench_with_baseline_url(tiny_model, tmp_path):
-    from specscope.backends.openai.bench import (
-        add_openai_bench_arguments,
-        run_openai_bench,
-    )
+    from specscope.backends.openai.bench import run_openai_bench
+    from specscope.cli import build_parser
 
     plain = start_server(tiny_model, "none", max_batch_size=4)
     ngram = start_server(tiny_model, "ngram", k=3, max_batch_size=4)
     try:
-        parser = argparse.ArgumentParser()
-        for flag, kwargs in (
-            ("--method", {}),
-            ("--k", {"type": int}),
-            ("--workload", {}),
-            ("--max-tokens", {"type": int}),
-            ("--ignore-eos", {"action": "store_true"}),
-            ("--batch-sizes", {"type": lambda s: [int(x) for x in s.split(",")]}),
-            ("--model", {}),
-            ("--draft", {}),
-        ):
-            parser.add_argument(flag, **kwargs)
-        add_openai_bench_arguments(parser)
-        args = parser.parse_args(
+        args = build_parser().parse_args(  # the bench verb's own parser
             [
+                "bench",
+                "--backend",
+                "openai",
                 "--url",
                 ngram.url,
                 "--baseline-url",

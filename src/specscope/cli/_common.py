@@ -30,6 +30,16 @@ def str_list(text: str) -> list[str]:
     return values
 
 
+def format_cell(value: object) -> str:
+    """A table cell: text as it is, ``-`` for a missing value, floats with 3 decimals below
+    1000 (none above)."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}" if abs(value) < 1000 else f"{value:.0f}"
+    return str(value)
+
+
 def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]]) -> None:
     """Print a readable table to stdout (rich; plain text when not a terminal)."""
     from rich.console import Console
@@ -39,8 +49,7 @@ def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]]
     table = Table(title=escape(title), title_justify="left")
     for i, column in enumerate(columns):
         table.add_column(escape(column), justify="left" if i == 0 else "right")
-    texts = [[cell if isinstance(cell, str) else f"{cell:.3f}" if isinstance(cell, float) else str(cell)
-              for cell in row] for row in rows]
+    texts = [[format_cell(cell) for cell in row] for row in rows]
     for row in texts:
         table.add_row(*[escape(cell) for cell in row])
     widths = [max([len(c)] + [len(row[i]) for row in texts]) for i, c in enumerate(columns)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specscope.backends import BATCHING, BENCH_BACKENDS, BenchConfig
 from specscope.backends.openai.bench import add_openai_bench_arguments
-from specscope.cli._common import atomic_write_text, int_list, write_rows
+from specscope.cli._common import atomic_write_text, int_list, print_table, write_rows
 from specscope.errors import SpecscopeError
 
 DEFAULTS = {
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_openai(args: argparse.Namespace) -> int:
-    from specscope.backends.openai.bench import print_openai_table, run_openai_bench
+    from specscope.backends.openai.bench import run_openai_bench
 
     rows = run_openai_bench(args)
     if args.output:
@@ -163,49 +163,31 @@ def _run_openai(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(rows, indent=1))
     else:
-        print_openai_table(rows)
+        _print_openai_table(rows)
     return 0
 
 
 def _print_table(rows: list[dict]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %")
-    for header in (
-        "method",
-        "k",
-        "B",
-        "tok/s",
-        "no-SD tok/s",
-        "speedup",
-        "α",
-        "τ",
-        "prefill/draft/verify/sample/other %",
-        "greedy ==",
-    ):
-        table.add_column(header, justify="left" if header == "method" else "right")
+    columns = ["method", "k", "B", "tok/s", "no-SD tok/s", "speedup", "α", "τ",
+               "prefill/draft/verify/sample/other %", "greedy =="]
+    lines = []
     for row in rows:
         total = sum(row[p] for p in SPLIT) or 1.0
         split = "/".join(f"{100 * row[p] / total:.0f}" for p in SPLIT)
-        table.add_row(
-            row["method"],
-            str(row["k"]),
-            str(row["batch_size"]),
-            _cell(row["throughput"]),
-            _cell(row["baseline_throughput"]),
-            _cell(row["speedup"]),
-            _cell(row["acceptance_rate"]),
-            _cell(row["mean_acceptance_length"]),
-            split,
-            _cell(row["greedy_match"]),
-        )
-    Console(width=max(Console().width, 120)).print(table)
+        lines.append([row["method"], row["k"], row["batch_size"], row["throughput"], row["baseline_throughput"],
+                      row["speedup"], row["acceptance_rate"], row["mean_acceptance_length"], split,
+                      row["greedy_match"]])
+    print_table("throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %", columns, lines)
 
 
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
-    return str(value)
+OPENAI_COLUMNS = (
+    ("method", "method"), ("k", "k"), ("B", "batch_size"), ("tok/s", "throughput"),
+    ("no-SD tok/s", "baseline_throughput"), ("speedup", "speedup"), ("α", "acceptance_rate"),
+    ("τ", "mean_acceptance_length"), ("TTFT p50 s", "ttft_p50_s"), ("TPOT p50 s", "tpot_p50_s"),
+    ("no-SD TPOT p50 s", "baseline_tpot_p50_s"),
+)
+
+
+def _print_openai_table(rows: list[dict]) -> None:
+    print_table("throughput = output tokens/s at concurrency B; speedup = SD / no-SD",
+                [header for header, _ in OPENAI_COLUMNS], [[row.get(key) for _, key in OPENAI_COLUMNS] for row in rows])

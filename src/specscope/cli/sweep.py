@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from specscope.cli._common import print_table
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -63,37 +65,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_table(rows: list[dict], dry_run: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     columns = (
-        ("engine", "method", "k", "batch_size", "workload", "state")
+        ["engine", "method", "k", "batch_size", "workload", "state"]
         if dry_run
-        else (
-            "engine",
-            "method",
-            "k",
-            "batch_size",
-            "workload",
-            "status",
-            "throughput",
-            "speedup",
-            "acceptance_rate",
-            "mean_acceptance_length",
-            "reason",
-        )
+        else ["engine", "method", "k", "batch_size", "workload", "status", "throughput", "speedup",
+              "acceptance_rate", "mean_acceptance_length", "reason"]
     )
-    table = Table()
-    for name in columns:
-        table.add_column(name)
-    for row in rows:
-        table.add_row(*[_cell(row.get(name)) for name in columns])
-    Console(width=max(Console().width, 120)).print(table)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}"
-    return str(value)
+    print_table("sweep cells" + (" (dry run)" if dry_run else ""), columns,
+                [[row.get(name) for name in columns] for row in rows])

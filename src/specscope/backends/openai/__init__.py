@@ -9,6 +9,5 @@ openai``), :mod:`.sweep_config` and :mod:`.sweep` (``specscope sweep``, resumabl
 
 from specscope.backends.openai.bench import (  # noqa: F401
     add_openai_bench_arguments,
-    print_openai_table,
     run_openai_bench,
 )

@@ -161,37 +161,3 @@ def run_openai_bench(args: argparse.Namespace) -> list[dict]:
             row = _launched(args, args.method, batch_size, prompts, log_dir)
             rows.append(combine({"method": args.method, "k": args.k, **row}, baseline))
     return rows
-
-
-def print_openai_table(rows: list[dict]) -> None:
-    """The rows of :func:`run_openai_bench` as a table on stdout."""
-    from rich.console import Console
-    from rich.table import Table
-
-    columns = (
-        ("method", "method"),
-        ("k", "k"),
-        ("B", "batch_size"),
-        ("tok/s", "throughput"),
-        ("no-SD tok/s", "baseline_throughput"),
-        ("speedup", "speedup"),
-        ("α", "acceptance_rate"),
-        ("τ", "mean_acceptance_length"),
-        ("TTFT p50 s", "ttft_p50_s"),
-        ("TPOT p50 s", "tpot_p50_s"),
-        ("no-SD TPOT p50 s", "baseline_tpot_p50_s"),
-    )
-    table = Table(title="throughput = output tokens/s at concurrency B; speedup = SD / no-SD")
-    for header, _ in columns:
-        table.add_column(header, justify="left" if header == "method" else "right")
-    for row in rows:
-        table.add_row(*[_cell(row.get(name)) for _, name in columns])
-    Console(width=max(Console().width, 120)).print(table)
-
-
-def _cell(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
-    return str(value)
