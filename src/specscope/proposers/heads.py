@@ -217,15 +217,17 @@ class HeadProposer:
 
     def _chunk(
         self, request: ProposeInput
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
         """The first forward's inputs: each row's pending positions ``start..n-1`` pairing
         ``x[p+1]`` with ``h[p]``, right-padded. Padding continues at positions >= n (entries
         that later writes overwrite before anything reads them), clamped to the cache.
-        Returns tokens [batch, W], hidden [batch, W, h], positions [batch, W] and the index
-        of each row's last real entry [batch]."""
+        Returns tokens [batch, W], hidden [batch, W, h], positions [batch, W], the index of
+        each row's last real entry [batch], and the keys the forward reads (a host int: no
+        device synchronisation on this hot path)."""
         device = request.last_tokens.device
         starts, chunks, token_rows = [], [], []
-        for slot, history, n in zip(request.slots, request.histories, request.positions.tolist()):
+        for slot, history in zip(request.slots, request.histories):
+            n = len(history) - 1  # the newest token's position
             if slot not in self.pending:
                 raise RuntimeError(f"{self.name}: propose for slot {slot} before any target pass")
             start, states = self.pending.pop(slot)
@@ -243,15 +245,16 @@ class HeadProposer:
         positions = (start_t[:, None] + torch.arange(width, device=device)).clamp(
             max=self.capacity - 1
         )
-        return tokens, hidden, positions, request.positions - start_t - 1
+        kv_len = min(max(starts) + width, self.capacity)
+        return tokens, hidden, positions, request.positions - start_t - 1, kv_len
 
     @torch.no_grad()
     def propose(self, request: ProposeInput) -> Proposal:
         k, sampling, slots = request.k, request.sampling, request.slots
-        tokens, hidden, positions, last = self._chunk(request)
-        out = self.head(tokens, hidden, positions, self.cache, slots, int(positions.max()) + 1)
+        tokens, hidden, positions, last, chunk_kv_len = self._chunk(request)
+        out = self.head(tokens, hidden, positions, self.cache, slots, chunk_kv_len)
         state = out[torch.arange(len(slots), device=out.device), last]  # [batch, h]
-        kv_len = int(request.positions.max()) + 1
+        kv_len = max(len(h) for h in request.histories)  # newest position + 1
         drafts, probs, confidence = [], [], []
         for i in range(k):
             logits = self.head.logits(state)  # [batch, vocab]
