@@ -157,7 +157,7 @@ def fit_cost_model(model: Transformer, grid: dict) -> dict:
             points.append({"batched": batched, "kv": kv, "rows": rows, "seconds": seconds})
             print(
                 f"  forward  batched {batched:5d}  kv {kv:6d}  ({rows} rows)  {seconds * 1e3:9.3f} ms"
-                f"   (paper H100 model: {paper.forward_time(batched, kv) * 1e3:7.3f} ms)",
+                f"   (paper H100 model: {paper.forward_time(batched, kv, rows) * 1e3:7.3f} ms)",
                 flush=True,
             )
     a = np.array([[p["kv"], p["batched"], 1.0] for p in points])

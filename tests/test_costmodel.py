@@ -18,7 +18,7 @@ from specscope.errors import SpecscopeError
 def test_paper_preset_constants():
     cost = resolve_cost_model("h100-llama3.1-8b")
     # forward = 3.92645679e-08·kv + 2.10103129e-05·batched + 5.88590713e-03
-    assert cost.forward_time(np.array([1]), np.array([1000]))[0] == pytest.approx(
+    assert cost.forward_time(np.array([1]), np.array([1000]), np.array([1]))[0] == pytest.approx(
         3.92645679e-08 * 1000 + 2.10103129e-05 + 5.88590713e-03)
     assert cost.overhead_s == 1.20683946e-03
     load = StepLoad(np.array([8.0]), np.array([4000.0]), np.array([2.0]), np.array([1.0]), np.array([8.0]))
@@ -33,7 +33,7 @@ def test_paper_preset_constants():
 def test_roofline_h100_llama8b_within_25_percent_of_the_paper_fit():
     roofline = resolve_cost_model("roofline:h100:llama3.1-8b")
     batched, kv = np.meshgrid(np.unique(np.round(np.logspace(0, np.log10(1024), 30))), np.linspace(0, 200_000, 21))
-    ratio = roofline.forward_time(batched, kv) / H100_LLAMA31_8B.forward_time(batched, kv)
+    ratio = roofline.forward_time(batched, kv, batched) / H100_LLAMA31_8B.forward_time(batched, kv, batched)
     assert np.all(np.abs(ratio - 1) <= 0.25), (ratio.min(), ratio.max())
 
 

@@ -21,12 +21,14 @@ def synthetic_records(path):
     lines = []
     for i in range(60):
         batch, kv, k = int(rng.integers(1, 9)), int(rng.integers(0, 5000)), int(rng.integers(1, 5))
-        forward = lambda tokens, cached: 0.002 + 1e-4 * tokens + 2e-7 * cached  # noqa: E731
-        lines.append(step(i, "none", 0, batch, kv, forward(batch, kv), prefill_tokens=50 if i % 10 == 0 else 0,
-                          prefill=forward(50, 0) if i % 10 == 0 else 0.0))
-        verify = forward(batch * (k + 1), kv)
+        forward = lambda tokens, cached, rows: 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-5 * rows  # noqa: E731
+        lines.append(step(i, "none", 0, batch, kv, forward(batch, kv, batch), prefill_tokens=50 if i % 10 == 0 else 0,
+                          prefill=forward(50, 0, 1) if i % 10 == 0 else 0.0))
+        verify = forward(batch * (k + 1), kv, batch)
         lines.append(step(i, "ngram", k, batch, kv, verify, draft=0.0005 + 2e-8 * kv + 4e-5 * batch))
-        lines.append(step(i, "draft", k, batch, kv, verify, draft=0.001 + 3e-5 * (k + 1) + 1e-8 * kv))
+        lines.append(step(i, "draft", k, batch, kv, verify, draft=0.001 + 3e-5 * (k + 1) + 1e-8 * kv,
+                          prefill_tokens=50 if i % 10 == 0 else 0,  # the draft model reads the prompt too
+                          prefill=forward(50, 0, 1) + 4e-6 * 50 if i % 10 == 0 else 0.0))
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
 
 
@@ -38,6 +40,7 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
     assert model["forward"]["c_fixed"] == pytest.approx(0.002, rel=1e-6)
     assert model["forward"]["c_tok"] == pytest.approx(1e-4, rel=1e-6)
     assert model["forward"]["c_kv"] == pytest.approx(2e-7, rel=1e-6)
+    assert model["forward"]["c_req"] == pytest.approx(5e-5, rel=1e-6)
     assert model["overhead_s"] == pytest.approx(0.001)
     assert model["pads_verification"] is True
     ngram = model["drafting"]["ngram"]
@@ -45,8 +48,10 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
         pytest.approx(0.0005, rel=1e-6), pytest.approx(0.0, abs=1e-12), pytest.approx(2e-8, rel=1e-5),
         pytest.approx(4e-5, rel=1e-5))
     draft = model["drafting"]["draft"]
-    assert (draft["c_fixed"], draft["c_tok"], draft["c_kv"]) == (
-        pytest.approx(0.001, rel=1e-6), pytest.approx(3e-5, rel=1e-6), pytest.approx(1e-8, rel=1e-5))
+    assert (draft["c_fixed"], draft["c_tok"], draft["c_kv"], draft["c_prefill"]) == (
+        pytest.approx(0.001, rel=1e-6), pytest.approx(3e-5, rel=1e-6), pytest.approx(1e-8, rel=1e-5),
+        pytest.approx(4e-6, rel=1e-5))
+    assert ngram["c_prefill"] == 0.0  # the lookup's prefill costs nothing beyond the target's
     assert "median relative error 0.0 %" in capsys.readouterr().out
     # The fitted file is a cost model the simulator accepts.
     from specscope.costmodel.registry import resolve_cost_model
@@ -59,3 +64,24 @@ def test_fit_refuses_bad_records(tmp_path, capsys):
     assert main(["costmodel", "fit", str(bad), "-o", str(tmp_path / "m.json")]) == 2
     assert "steps.jsonl:2: invalid JSON" in capsys.readouterr().err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_drafting_fit_is_not_pulled_to_zero_by_near_zero_steps(tmp_path):
+    """A lookup that costs 0.1 ms per step, measured with timer noise of ±0.15 ms: many steps'
+    extra cost comes out near zero or below. Weighing errors by the extra itself would let those
+    steps pull the fit to nothing; weighing them by the step's time recovers the cost."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.fit import fit_linear
+
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(400):
+        lines.append(step(i, "none", 0, 1, 100, 0.002))
+        noise = float(rng.uniform(-1.5e-4, 1.5e-4))
+        lines.append({**step(i, "ngram", 0, 1, 100, 0.002, draft=1e-4), "tokens_verified": 1,
+                      "overhead_s": 0.0008 + noise})
+    records = tmp_path / "steps.jsonl"
+    records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    model, _ = fit_linear(read_steps([records]))
+    lookup = model.drafting_for("ngram")
+    assert lookup.c_fixed + lookup.c_tok + lookup.c_kv * 100 + lookup.c_req == pytest.approx(1e-4, rel=0.1)

@@ -42,7 +42,7 @@ class BenchConfig:
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
-    repeats: int = 3  # each batch size runs no-SD and SD this many times; median wall times
+    repeats: int = 3  # each batch size runs no-SD and SD this many times (see the backend)
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """The reference backend: specscope's own PyTorch engine (:mod:`specscope.engine`).
 
-For each batch size B it runs the workload without SD and with SD on the same target weights
-and reports one row: ``method``, ``k``, ``batch_size``, ``batching``, ``num_requests``,
+For each batch size B it runs the workload without SD and with SD on the same target weights,
+the two in lockstep (whichever has emitted fewer tokens steps next, so drifts of the machine's
+speed hit both alike), ``repeats`` times, and reports the repeat with the median speedup as
+one row: ``method``, ``k``, ``batch_size``, ``batching``, ``num_requests``,
 ``generated_tokens``, ``throughput`` and ``baseline_throughput`` (generated tokens per second
-of wall time, prefill included), ``speedup`` = their ratio, ``acceptance_rate`` (α),
+of the run's own steps, prefill included), ``speedup`` = their ratio, ``acceptance_rate`` (α),
 ``mean_acceptance_length`` (τ), vLLM's counters, the SD run's summed time split
 (``prefill_s``, ``draft_s``, ``verify_s``, ``sample_s``, ``overhead_s``) and, under greedy
 decoding, ``greedy_match`` (SD output == no-SD output for every request) with the number of
@@ -14,9 +16,11 @@ have ``speedup`` 1 and no comparison.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from specscope.backends import BATCHING, BenchConfig, BenchResult
+from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
 from specscope.workloads.jsonl import WorkloadRequest, read_workload
@@ -27,37 +31,69 @@ WARMUP_TOKENS = 8
 
 @dataclass
 class _Run:
+    """One engine's pass over the workload: outputs, tokens generated, seconds (the sum of its
+    own steps), its step records and counters."""
+
     outputs: dict[str, list[int]]
     generated: int
     seconds: float
+    records: list[StepRecord]
+    stats: SpecDecodeStats
 
 
-def _run(
+def _steps(
     engine: Engine,
     requests: list[WorkloadRequest],
     batch_size: int,
     config: BenchConfig,
     sampling: SamplingParams,
-) -> _Run:
-    """Decode ``requests`` with at most ``batch_size`` running; returns outputs and wall time."""
-    outputs: dict[str, list[int]] = {}
+    outputs: dict[str, list[int]],
+) -> Iterator[int]:
+    """Decode ``requests`` with at most ``batch_size`` running, one engine step per iteration;
+    yields the tokens each step emitted and collects every request's output in ``outputs``."""
     if config.batching == "replicate":
-        waves = [[(f"{r.id}#{j}", r) for j in range(batch_size)] for r in requests]
+        waves = [[(f"{r.id}#{j}", r.prompt_token_ids) for j in range(batch_size)] for r in requests]
     else:
-        waves = [[(r.id, r) for r in requests]]
-    start = engine.clock.now()
+        waves = [[(r.id, r.prompt_token_ids) for r in requests]]
     for wave in waves:
-        prompts = [(rid, request.prompt_token_ids) for rid, request in wave]
-        outputs.update(engine.generate(prompts, config.max_tokens, batch_size, sampling, config.ignore_eos))
-    seconds = engine.clock.now() - start
-    if config.batching == "replicate":
-        outputs = {
-            rid.rsplit("#", 1)[0]: tokens for rid, tokens in outputs.items() if rid.endswith("#0")
-        }
-        generated = sum(len(t) for t in outputs.values()) * batch_size
-    else:
-        generated = sum(len(t) for t in outputs.values())
-    return _Run(outputs, generated, seconds)
+        for step in engine.decode(wave, config.max_tokens, batch_size, sampling, config.ignore_eos):
+            for out in step:
+                outputs.setdefault(out.request_id, []).extend(out.new_token_ids)
+            yield sum(len(out.new_token_ids) for out in step)
+
+
+def _lockstep(
+    engines: list[Engine],
+    requests: list[WorkloadRequest],
+    batch_size: int,
+    config: BenchConfig,
+    sampling: SamplingParams,
+) -> list[_Run]:
+    """Run every engine over ``requests`` together, in lockstep: the engine that has emitted
+    the fewest tokens steps next, so at any moment all are at the same point of the workload
+    and a drift of the machine's speed (seconds-long slowdowns are common on shared CPUs)
+    hits them alike. A run's seconds are the sum of its own steps."""
+    for engine in engines:
+        engine.reset_stats()
+    outputs: list[dict[str, list[int]]] = [{} for _ in engines]
+    steps = [_steps(e, requests, batch_size, config, sampling, out) for e, out in zip(engines, outputs)]
+    emitted, seconds = [0] * len(engines), [0.0] * len(engines)
+    live = list(range(len(engines)))
+    while live:
+        i = min(live, key=emitted.__getitem__)
+        start = engines[i].clock.now()
+        try:
+            emitted[i] += next(steps[i])
+        except StopIteration:
+            live.remove(i)
+        seconds[i] += engines[i].clock.now() - start
+    runs = []
+    for engine, out, sec in zip(engines, outputs, seconds):
+        generated = sum(len(t) for t in out.values())
+        if config.batching == "replicate":
+            out = {rid.rsplit("#", 1)[0]: tokens for rid, tokens in out.items() if rid.endswith("#0")}
+        runs.append(_Run(out, generated, sec, engine.step_records, engine.stats))
+    return runs
 
 
 def run_bench(config: BenchConfig) -> BenchResult:
@@ -94,38 +130,30 @@ def run_bench(config: BenchConfig) -> BenchResult:
             target, create_proposer(proposer_config, target), config.k, slots, max_seq_len, eos
         )
     sampling = SamplingParams(config.temperature, config.top_p, config.top_k, config.seed)
+    engines = [baseline] if engine is baseline else [baseline, engine]
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
-    for e in [baseline] if engine is baseline else [baseline, engine]:
-        _run(e, [WorkloadRequest("warmup", requests[0].prompt_token_ids)], 1, warmup, sampling)
+    _lockstep(engines, [WorkloadRequest("warmup", requests[0].prompt_token_ids)], 1, warmup, sampling)
     rows, records = [], []
     for batch_size in config.batch_sizes:
-        bases, sds = [], []
-        for _ in range(config.repeats):  # no-SD and SD interleaved, so drift hits both alike
-            baseline.reset_stats()
-            bases.append(_run(baseline, requests, batch_size, config, sampling))
-            records += [r.to_json() for r in baseline.step_records]
-            if engine is not baseline:
-                engine.reset_stats()
-                sds.append(_run(engine, requests, batch_size, config, sampling))
-                records += [r.to_json() for r in engine.step_records]
-        base = _median_run(bases)
-        sd = _median_run(sds) if sds else base
-        rows.append(
-            _row(config, batch_size, len(requests), engine, base, sd, compare=engine is not baseline)
-        )
+        pairs = []
+        for _ in range(config.repeats):
+            runs = _lockstep(engines, requests, batch_size, config, sampling)
+            records += [r.to_json() for run in runs for r in run.records]
+            pairs.append((runs[0], runs[-1]))
+        base, sd = _median_pair(pairs)
+        rows.append(_row(config, batch_size, len(requests), base, sd, compare=engine is not baseline))
     return BenchResult(rows, records)
 
 
-def _median_run(runs: list[_Run]) -> _Run:
-    """The run with the median wall time (the upper median for an even count)."""
-    return sorted(runs, key=lambda run: run.seconds)[len(runs) // 2]
+def _median_pair(pairs: list[tuple[_Run, _Run]]) -> tuple[_Run, _Run]:
+    """The (no-SD, SD) repeat with the median speedup (the upper median for an even count)."""
+    return sorted(pairs, key=lambda pair: pair[0].seconds / pair[1].seconds)[len(pairs) // 2]
 
 
 def _row(
     config: BenchConfig,
     batch_size: int,
     num_requests: int,
-    engine: Engine,
     base: _Run,
     sd: _Run,
     compare: bool,
@@ -140,9 +168,9 @@ def _row(
             len(mismatched),
             ", ".join(mismatched[:5]),
         )
-    stats = engine.stats
+    stats = sd.stats
     split = {
-        f"{phase}_s": sum(getattr(r, f"{phase}_s") for r in engine.step_records)
+        f"{phase}_s": sum(getattr(r, f"{phase}_s") for r in sd.records)
         for phase in ("prefill", "draft", "verify", "sample", "overhead")
     }
     throughput, baseline_throughput = sd.generated / sd.seconds, base.generated / base.seconds

@@ -96,7 +96,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--repeats",
         type=int,
         default=DEFAULTS["repeats"],
-        help="runs of no-SD and SD per batch size, interleaved; wall times are medians (default %(default)s)",
+        help="runs of no-SD and SD per batch size, the two in lockstep; the row is the run with the "
+             "median speedup (default %(default)s)",
     )
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.add_argument("-o", "--output", type=Path, help="write the rows to .json or .csv")

@@ -37,9 +37,11 @@ def run_show(args: argparse.Namespace) -> int:
     print(json.dumps(description, indent=1))
     batched = [1, 8, 32, 128, 512, 1024]
     kvs = [0, 8_000, 64_000, 200_000]
-    rows = [[f"kv={kv}", *[f"{1e3 * t:.2f}" for t in cost.forward_time(np.array(batched), np.full(len(batched), kv))]]
+    decode = np.array(batched)  # one new token per sequence
+    rows = [[f"kv={kv}", *[f"{1e3 * t:.2f}" for t in cost.forward_time(decode, np.full(len(batched), kv), decode)]]
             for kv in kvs]
-    print_table(f"target forward time (ms) of {cost.name}", ["cached tokens", *[f"{b} tok" for b in batched]], rows)
+    print_table(f"target forward time (ms) of {cost.name}, decoding one token per sequence",
+                ["cached tokens", *[f"{b} tok" for b in batched]], rows)
     return 0
 
 

@@ -3,9 +3,9 @@
 The simulator aggregates each step of a batch into a :class:`StepLoad` (arrays over steps) and
 asks the cost model for
 
-- ``forward_time(batched_tokens, kv_tokens)``: one target forward that processes
-  ``batched_tokens`` new tokens while ``kv_tokens`` tokens sit in the KV cache (all running
-  sequences together);
+- ``forward_time(batched_tokens, kv_tokens, num_running)``: one target forward that processes
+  ``batched_tokens`` new tokens of ``num_running`` sequences while ``kv_tokens`` tokens sit in
+  the KV cache (all running sequences together);
 - ``drafting_time(proposer, load, verify_time)``: the proposer's drafting for that step;
 - ``overhead_s``: engine overhead per step (scheduling, sampling, bookkeeping);
 - ``pads_verification``: whether the engine verifies a rectangular batch (every request padded
@@ -19,6 +19,10 @@ Drafting models, one per proposer:
   whole batch, on every step: ``c_fixed + c_tok · (k + 1) + c_kv · kv_tokens`` where ``k + 1``
   is per request (the mean over running requests when they differ) and ``kv_tokens`` counts
   the whole batch's cache — the form of the paper's fitted EAGLE model.
+
+A drafter with its own KV cache also reads every new prompt once (its prefill):
+``prefill_time(prompt_tokens)``, added to the target's prefill (zero for a lookup and in the
+paper's models, which do not charge it).
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class Drafting(Protocol):
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray: ...
 
+    def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray: ...
+
     def to_json(self) -> dict: ...
 
 
@@ -59,6 +65,9 @@ class FractionDrafting:
                           where=load.num_running > 0)
         return self.ratio * verify_time * share
 
+    def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        return np.zeros_like(np.asarray(prompt_tokens, dtype=float))
+
     def to_json(self) -> dict:
         return {"kind": "fraction", "ratio": self.ratio}
 
@@ -66,13 +75,15 @@ class FractionDrafting:
 @dataclass(frozen=True)
 class LinearDrafting:
     """Model drafting, once per step:
-    ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens + c_req·num_running`` seconds (the paper's
-    fitted EAGLE model has no per-request term: ``c_req = 0``)."""
+    ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens + c_req·num_running`` seconds, and
+    ``c_prefill·prompt_tokens`` for the drafter's prefill (the paper's fitted EAGLE model has
+    neither a per-request term nor a prefill: ``c_req = c_prefill = 0``)."""
 
     c_fixed: float
     c_tok: float
     c_kv: float
     c_req: float = 0.0
+    c_prefill: float = 0.0
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         running = load.num_running > 0
@@ -80,8 +91,12 @@ class LinearDrafting:
         seconds = self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens + self.c_req * load.num_running
         return np.where(running, seconds, 0.0)
 
+    def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        return self.c_prefill * np.asarray(prompt_tokens, dtype=float)
+
     def to_json(self) -> dict:
-        return {"kind": "linear", "c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req}
+        return {"kind": "linear", "c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv,
+                "c_req": self.c_req, "c_prefill": self.c_prefill}
 
 
 class CostModel(Protocol):
@@ -91,7 +106,8 @@ class CostModel(Protocol):
     overhead_s: float
     pads_verification: bool
 
-    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray: ...
+    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
+                     num_running: np.ndarray) -> np.ndarray: ...
 
     def drafting_for(self, proposer: str) -> Drafting: ...
 

@@ -2,8 +2,10 @@
 
 From every step record (see :mod:`specscope.engine.records`):
 
-- target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens``, plus one
-  point ``prefill_s ≈ c_fixed + c_tok·prefill_tokens`` per step that prefilled;
+- target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens +
+  c_req·batch_size``, plus one point ``prefill_s ≈ c_fixed + c_tok·prefill_tokens + c_req`` per
+  no-SD step that prefilled (counted as one sequence: records do not say how many prompts a
+  prefill batched);
 - overhead per step: the mean of ``sample_s + overhead_s`` over the steps without SD (the
   simulator's overhead covers sampling and bookkeeping);
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
@@ -12,12 +14,16 @@ From every step record (see :mod:`specscope.engine.records`):
   ``k + 1 = tokens_verified / batch_size``, charged on every step: the reference engine runs
   its lookup or drafter for every request on every step, matched or not (the paper's n-gram
   fraction describes vLLM, not this engine);
+- the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
+  forward over the same prompt tokens, as ``c_prefill·prefill_tokens``;
 - the engine verifies a rectangular batch (every request padded to the longest proposal), so
   the fitted model has ``pads_verification=True``.
 
-Each linear fit minimises the squared *relative* error (times span orders of magnitude) with
-non-negative coefficients: every subset of the terms is solved by least squares and the best
-feasible one kept (three terms, so seven small solves).
+Each linear fit minimises the squared error *relative to the step's time* (times span orders
+of magnitude) with non-negative coefficients: every subset of the terms is solved by least
+squares and the best feasible one kept (a handful of terms, so a few small solves). A drafting
+cost is measured relative to its whole step, not to itself: the extra cost of a step can be
+near zero or, by timer noise, negative, and must not weigh more for that.
 """
 
 from __future__ import annotations
@@ -44,11 +50,12 @@ class FitQuality:
     p90_rel_error: float
 
 
-def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Coefficients ≥ 0 minimising Σ ((features @ coef − t) / t)²; features [n, m], times [n]."""
+def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+    """Coefficients ≥ 0 minimising Σ ((features @ coef − t) / s)²; features [n, m], times [n],
+    scale s [n] (default: the times themselves)."""
     if len(times) == 0:
         raise SpecscopeError("cost-model fit: no measured steps to fit")
-    weights = 1.0 / np.maximum(times, 1e-12)
+    weights = 1.0 / np.maximum(times if scale is None else scale, 1e-12)
     a, b = features * weights[:, None], times * weights
     best, best_error = np.zeros(features.shape[1]), np.inf
     for size in range(1, features.shape[1] + 1):
@@ -68,15 +75,28 @@ def _design(batched: np.ndarray, kv: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones_like(batched, dtype=float), batched.astype(float), kv.astype(float)])
 
 
+def _drafter_prefill(steps: Sequence, c_fixed: float, c_tok: float) -> float:
+    """Seconds per prompt token that an SD run's prefill adds to the target's (≥ 0; 0 without
+    prefill steps)."""
+    if not steps:
+        return 0.0
+    tokens = np.array([[s.prefill_tokens] for s in steps], dtype=float)
+    times = np.array([s.prefill_s for s in steps])
+    extra = times - (c_fixed + c_tok * tokens[:, 0])
+    return float(nonnegative_relative_fit(tokens, extra, times)[0])
+
+
 def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, FitQuality]:
     """Fit a :class:`LinearCostModel` to step records (objects with the StepRecord fields)."""
     decode = [s for s in steps if s.batch_size > 0 and s.verify_s > 0]
     prefill = [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0]
-    batched = np.array([s.tokens_verified for s in decode] + [s.prefill_tokens for s in prefill])
-    kv = np.array([s.kv_tokens for s in decode] + [0] * len(prefill))
-    times = np.array([s.verify_s for s in decode] + [s.prefill_s for s in prefill])
-    c_fixed, c_tok, c_kv = nonnegative_relative_fit(_design(batched, kv), times)
-    predicted = c_fixed + c_tok * batched + c_kv * kv
+    target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
+    batched = np.array([s.tokens_verified for s in decode] + [s.prefill_tokens for s in target_prefill])
+    kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
+    rows = np.array([s.batch_size for s in decode] + [1] * len(target_prefill), dtype=float)
+    times = np.array([s.verify_s for s in decode] + [s.prefill_s for s in target_prefill])
+    c_fixed, c_tok, c_kv, c_req = nonnegative_relative_fit(np.column_stack([_design(batched, kv), rows]), times)
+    predicted = c_fixed + c_tok * batched + c_kv * kv + c_req * rows
     rel = np.abs(predicted - times) / times
     plain = [s for s in decode if s.method == NO_SD] or decode
     overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
@@ -86,10 +106,12 @@ def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, 
         per_request = np.array([s.tokens_verified / s.batch_size for s in mine])
         draft_kv = np.array([s.kv_tokens for s in mine])
         running = np.array([s.batch_size for s in mine], dtype=float)
-        extra = np.array([max(s.draft_s + s.sample_s + s.overhead_s - overhead, 1e-9) for s in mine])
-        coef = nonnegative_relative_fit(np.column_stack([_design(per_request, draft_kv), running]), extra)
-        drafting[method] = LinearDrafting(*map(float, coef))
+        extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
+        step = np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in mine])
+        coef = nonnegative_relative_fit(np.column_stack([_design(per_request, draft_kv), running]), extra, step)
+        drafting[method] = LinearDrafting(*map(float, coef), c_prefill=_drafter_prefill(
+            [s for s in prefill if s.method == method], c_fixed + c_req, c_tok))
     model = LinearCostModel(name, float(c_fixed), float(c_tok), float(c_kv), overhead, drafting,
-                            pads_verification=True)
+                            pads_verification=True, c_req=float(c_req))
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)))
     return model, quality

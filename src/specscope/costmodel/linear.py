@@ -1,7 +1,10 @@
-"""The linear cost model: a target forward costs ``c_fixed + c_tok·batched + c_kv·kv`` seconds.
+"""The linear cost model: a target forward costs ``c_fixed + c_tok·batched + c_kv·kv + c_req·running``
+seconds.
 
 This is the model the paper fitted on an H100 for Llama-3.1-8B-Instruct (preset
-``h100-llama3.1-8b``), and the one ``specscope costmodel fit`` fits to measured step records.
+``h100-llama3.1-8b``; it has no per-sequence term, ``c_req = 0``), and the one
+``specscope costmodel fit`` fits to measured step records, where a per-sequence cost (cache
+indexing, masks, per-row bookkeeping of a small engine) can show up.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from specscope.errors import SpecscopeError
 
 @dataclass
 class LinearCostModel:
-    """Target forward time linear in batched tokens and cached tokens, plus drafting models."""
+    """Target forward time linear in batched tokens, cached tokens and running sequences, plus
+    drafting models."""
 
     name: str
     c_fixed: float  # seconds per forward
@@ -25,9 +29,12 @@ class LinearCostModel:
     overhead_s: float  # engine overhead per step
     drafting: dict[str, Drafting] = field(default_factory=dict)
     pads_verification: bool = False  # verify num_running × max(k+1) tokens (see costmodel.base)
+    c_req: float = 0.0  # seconds per running sequence
 
-    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
-        return self.c_fixed + self.c_tok * np.asarray(batched_tokens) + self.c_kv * np.asarray(kv_tokens)
+    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
+                     num_running: np.ndarray) -> np.ndarray:
+        return (self.c_fixed + self.c_tok * np.asarray(batched_tokens) + self.c_kv * np.asarray(kv_tokens)
+                + self.c_req * np.asarray(num_running))
 
     def drafting_for(self, proposer: str) -> Drafting:
         return drafting_lookup(self.name, self.drafting, proposer)
@@ -35,18 +42,20 @@ class LinearCostModel:
     def scaled(self, factor: float) -> "LinearCostModel":
         """Every time coefficient multiplied by ``factor`` (fractions stay fractions)."""
         drafting = {
-            name: LinearDrafting(d.c_fixed * factor, d.c_tok * factor, d.c_kv * factor, d.c_req * factor)
+            name: LinearDrafting(d.c_fixed * factor, d.c_tok * factor, d.c_kv * factor, d.c_req * factor,
+                                 d.c_prefill * factor)
             if isinstance(d, LinearDrafting) else d
             for name, d in self.drafting.items()
         }
         return LinearCostModel(self.name, self.c_fixed * factor, self.c_tok * factor,
-                               self.c_kv * factor, self.overhead_s * factor, drafting, self.pads_verification)
+                               self.c_kv * factor, self.overhead_s * factor, drafting, self.pads_verification,
+                               self.c_req * factor)
 
     def describe(self) -> dict:
         return {
             "kind": "linear",
             "name": self.name,
-            "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv},
+            "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req},
             "overhead_s": self.overhead_s,
             "pads_verification": self.pads_verification,
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
@@ -72,7 +81,7 @@ def drafting_from_json(obj: dict, label: str) -> Drafting:
             return FractionDrafting(float(obj["ratio"]))
         if kind == "linear":
             return LinearDrafting(float(obj["c_fixed"]), float(obj["c_tok"]), float(obj["c_kv"]),
-                                  float(obj.get("c_req", 0.0)))
+                                  float(obj.get("c_req", 0.0)), float(obj.get("c_prefill", 0.0)))
     except KeyError as missing:
         raise SpecscopeError(f"{label}: field {missing} missing") from None
     except (TypeError, ValueError):
@@ -95,11 +104,12 @@ def linear_from_json(obj: dict, label: str) -> LinearCostModel:
                 for name, d in obj.get("drafting", {}).items()
             },
             pads_verification=bool(obj.get("pads_verification", False)),
+            c_req=float(forward.get("c_req", 0.0)),
         )
     except KeyError as missing:
         raise SpecscopeError(f"{label}: field {missing} missing") from None
     except (TypeError, ValueError, AttributeError):
-        raise SpecscopeError(f"{label}: field 'forward': expected numbers c_fixed, c_tok, c_kv") from None
+        raise SpecscopeError(f"{label}: field 'forward': expected numbers c_fixed, c_tok, c_kv (and c_req)") from None
 
 
 # The paper's constants (shared/paper/README.md): Llama-3.1-8B-Instruct on an H100, seconds.

@@ -56,7 +56,8 @@ def head_shape(target: ModelShape) -> ModelShape:
 @dataclass(frozen=True)
 class RooflineDrafting:
     """A model drafter: mean k sequential forwards of ``shape`` over one token per request,
-    its cache as long as the target's (a draft model or a head sees every token)."""
+    its cache as long as the target's (a draft model or a head sees every token), and one
+    forward over each new prompt (its prefill)."""
 
     shape: ModelShape
     hw: Hardware
@@ -67,6 +68,12 @@ class RooflineDrafting:
         mean_k = (load.batched_tokens - load.num_running) / running
         one_pass = roofline_forward(self.shape, self.hw, self.eff, load.num_running, load.kv_tokens)
         return np.where(load.num_running > 0, np.maximum(mean_k, 1.0) * one_pass, 0.0)
+
+    def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        """One forward of ``shape`` over the prompts, as the target's prefill."""
+        prompt_tokens = np.asarray(prompt_tokens, dtype=float)
+        seconds = roofline_forward(self.shape, self.hw, self.eff, prompt_tokens, np.zeros_like(prompt_tokens))
+        return np.where(prompt_tokens > 0, seconds, 0.0)
 
     def to_json(self) -> dict:
         return {"kind": "roofline", "model": self.shape.name}
@@ -98,7 +105,9 @@ class RooflineCostModel:
         """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""
         return replace(self, drafting=dict(self.drafting, draft=RooflineDrafting(draft, self.hw, self.eff)))
 
-    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray) -> np.ndarray:
+    def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
+                     num_running: np.ndarray) -> np.ndarray:
+        """``num_running`` does not matter on a roofline: weights, FLOPs and cache bytes do."""
         return roofline_forward(self.target, self.hw, self.eff, batched_tokens, kv_tokens)
 
     def drafting_for(self, proposer: str) -> Drafting:

@@ -144,18 +144,35 @@ class AttentionContext:
         ``slots[b]`` and attends to that slot's positions ``0..positions[b, t]`` (``kv_len``
         bounds the keys read); without one, rows attend only among their own tokens. The mask
         is additive (0 or −inf, in ``dtype``), built once per forward rather than per layer."""
-        batch, t = positions.shape
         if cache is None:
+            t = positions.shape[1]
             key_positions = positions[:, None, :]  # [batch, 1, T]
             rows, kv_len = None, t
         else:
-            slots = list(range(batch)) if slots is None else slots
+            slots = list(range(positions.shape[0])) if slots is None else slots
             kv_len = int(positions.max()) + 1 if kv_len is None else kv_len
             key_positions = torch.arange(kv_len, device=positions.device)[None, None, :]  # [1, 1, S]
             rows = as_rows(slots, positions.device)
-        group = config.num_heads // config.num_kv_heads
         visible = key_positions <= positions[:, :, None]  # [batch, T, S]
-        mask = torch.zeros(visible.shape, dtype=dtype, device=positions.device).masked_fill_(~visible, float("-inf"))
+        return cls.from_visible(config, visible, cache, rows, positions, kv_len, dtype)
+
+    @classmethod
+    def from_visible(
+        cls,
+        config: ModelConfig,
+        visible: torch.Tensor,
+        cache: KVCache | None,
+        rows,
+        positions: torch.Tensor,
+        kv_len: int,
+        dtype: torch.dtype,
+    ) -> "AttentionContext":
+        """The context for any attention pattern: ``visible`` [batch, T, S] (bool) says which
+        of the ``kv_len`` keys each query reads; with a ``cache``, ``positions`` [batch, T] are
+        where the queries' keys and values are written (the rows' cache indices)."""
+        batch, t, _ = visible.shape
+        group = config.num_heads // config.num_kv_heads
+        mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
         mask = mask[:, None, None].expand(-1, -1, group, -1, -1).reshape(batch, 1, group * t, -1)
         return cls(cache, rows, positions, kv_len, mask)
 
@@ -209,16 +226,21 @@ class Transformer(nn.Module):
         slots: list[int] | None = None,
         kv_len: int | None = None,
         hidden_layers: tuple[int, ...] = (),
+        ctx: AttentionContext | None = None,
     ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """Run ``tokens`` [batch, T] at ``positions`` [batch, T].
 
         With a ``cache``, row ``b`` uses cache slot ``slots[b]`` and attends to that slot's
         positions ``0..positions[b, t]``; ``kv_len`` (host int, at least ``positions.max() + 1``)
         bounds the keys read. Without a cache the rows attend only among their own tokens.
+        A prebuilt ``ctx`` (any attention pattern, e.g. :mod:`specscope.proposers.rollout`'s
+        tree) replaces the one built from ``cache``/``slots``/``kv_len``; ``positions`` then
+        only place the rotary embedding.
         Returns the final normed hidden state [batch, T, hidden] and the hidden states at
         ``hidden_layers`` (indices as in the module docstring), each [batch, T, hidden].
         """
-        ctx = AttentionContext.build(self.config, positions, cache, slots, kv_len, self.dtype)
+        if ctx is None:
+            ctx = AttentionContext.build(self.config, positions, cache, slots, kv_len, self.dtype)
         rope = self.rotary(positions, self.dtype)
         x = self.model.embed_tokens(tokens)
         wanted = set(hidden_layers)

@@ -9,7 +9,7 @@ step appends a :class:`~specscope.engine.records.StepRecord` and updates ``stats
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -266,16 +266,30 @@ class Engine:
         """Decode every ``(request_id, prompt_token_ids)`` with continuous batching: at most
         ``batch_size`` (default: every slot) run at once, and a finished request's slot goes to
         the next waiting one. Returns each request's output tokens (a stop token included)."""
+        prompts = list(prompts)
+        outputs: dict[str, list[int]] = {rid: [] for rid, _ in prompts}
+        for step in self.decode(prompts, max_tokens, batch_size, sampling, ignore_eos):
+            for out in step:
+                outputs[out.request_id].extend(out.new_token_ids)
+        return outputs
+
+    def decode(
+        self,
+        prompts: Iterable[tuple[str, list[int]]],
+        max_tokens: int,
+        batch_size: int | None = None,
+        sampling: SamplingParams = SamplingParams(),
+        ignore_eos: bool = False,
+    ) -> Iterator[list[StepOutput]]:
+        """:meth:`generate` one step at a time: yields every step's outputs, so a caller can
+        pause between steps (the benchmark interleaves two engines this way)."""
         limit = self.max_batch_size if batch_size is None else min(batch_size, self.max_batch_size)
         queue = list(prompts)
-        outputs: dict[str, list[int]] = {rid: [] for rid, _ in queue}
         while queue or self._running:
             while queue and len(self._running) < limit:
                 rid, ids = queue.pop(0)
                 self.add_request(rid, ids, max_tokens, sampling, ignore_eos)
-            for out in self.step():
-                outputs[out.request_id].extend(out.new_token_ids)
-        return outputs
+            yield self.step()
 
     def _release(self, seq: _Sequence) -> None:
         self._running.remove(seq)

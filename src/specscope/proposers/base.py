@@ -23,6 +23,10 @@ only through :class:`Proposer`:
    batches).
 3. ``release(slot)`` when the sequence in ``slot`` finished, so the slot can be reused.
 
+Model proposers may also implement :class:`PositionRollout`: greedy drafts at every output
+position of requests whose output is already known, computed all at once (the tracer uses it;
+a proposer without it is traced through the three calls above, one position at a time).
+
 Rows of every call are in the same order within a step but slots may be any subset of
 ``0..max_batch_size-1``. A sequence's prefill ``observe`` and its first ``propose`` happen in
 the same engine step. Time spent in ``observe`` counts as prefill after a prefill pass and as
@@ -37,7 +41,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from specscope.errors import SpecscopeError
 
@@ -113,6 +117,32 @@ class Proposal:
     draft_len: "torch.Tensor"
     probs: "torch.Tensor | None" = None
     confidence: "torch.Tensor | None" = None
+
+
+@dataclass
+class RolloutInput:
+    """Requests whose whole output is known (teacher forcing). ``tokens`` [batch, T] = prompt
+    + output, right-padded; ``prompt_lengths`` and ``lengths`` (host lists) = P and P + n per
+    row; ``hidden[j]`` [batch, T, hidden] = the target's hidden state at index
+    ``hidden_layers[j]`` over ``tokens``; ``k`` drafts per position; positions are rolled out
+    ``window`` at a time (see :mod:`specscope.proposers.rollout`)."""
+
+    tokens: "torch.Tensor"
+    prompt_lengths: list[int]
+    lengths: list[int]
+    hidden: list["torch.Tensor"]
+    k: int
+    window: int
+
+
+@runtime_checkable
+class PositionRollout(Protocol):
+    """Optional for model proposers. ``rollout`` returns draft tokens [batch, n, k] and their
+    probabilities [batch, n, k] (float32), n = the longest output: at output position i (the
+    newest token is output[i], at position P + i) the k drafts that ``propose`` would return
+    there under greedy decoding, and the drafter's probability of each."""
+
+    def rollout(self, batch: RolloutInput) -> tuple["torch.Tensor", "torch.Tensor"]: ...
 
 
 def token_probability(logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor":

@@ -27,10 +27,12 @@ from specscope.proposers.base import (
     Proposal,
     ProposeInput,
     ProposerConfig,
+    RolloutInput,
     TargetPass,
     register,
     token_probability,
 )
+from specscope.proposers.rollout import RolloutTree, roll_out
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +113,25 @@ class DraftModelProposer:
 
     def release(self, slot: int) -> None:
         self.valid[slot] = 0
+
+    @torch.no_grad()
+    def rollout(self, batch: RolloutInput) -> tuple[torch.Tensor, torch.Tensor]:
+        """All positions at once (:class:`~specscope.proposers.base.PositionRollout`): the
+        draft's forward over the whole sequence is the prefix; the anchor of output position
+        i is the newest token's own position P + i."""
+        tokens = self._embeddable(batch.tokens)  # [batch, T]
+        rows, width = tokens.shape
+        tree = RolloutTree(batch.prompt_lengths, [n - p for n, p in zip(batch.lengths, batch.prompt_lengths)],
+                           width, batch.k, batch.window)
+        cache = KVCache(self.draft.config, rows, tree.capacity, self.draft.dtype, self.draft.device)
+        positions = torch.arange(width, device=tokens.device)[None, :].expand_as(tokens)
+        prefix, _ = self.draft(tokens, positions, cache, list(range(rows)), kv_len=width)
+
+        def step(token, state, positions, ctx):
+            return self.draft(self._embeddable(token), positions, ctx=ctx)[0]
+
+        return roll_out(tree, prefix, step, lambda state: self._fit_vocab(self.draft.logits(state)),
+                        self.draft.config, cache)
 
     def _embeddable(self, tokens: torch.Tensor) -> torch.Tensor:
         """Ids beyond the draft's embedding (target-only padding ids) -> 0."""

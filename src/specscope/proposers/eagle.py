@@ -19,7 +19,7 @@ from torch import nn
 
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.model import DecoderLayer, Transformer
+from specscope.engine.model import AttentionContext, DecoderLayer, Transformer
 from specscope.errors import SpecscopeError
 from specscope.proposers.base import ProposerConfig, register
 from specscope.proposers.heads import (
@@ -54,12 +54,13 @@ class EagleHead(Head):
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
-        cache: KVCache,
+        cache: KVCache | None,
         slots: list[int],
         kv_len: int,
+        ctx: AttentionContext | None = None,
     ) -> torch.Tensor:
         x = self.fc(torch.cat((self.embed(tokens), hidden), dim=-1))  # [batch, T, h]
-        rope, ctx = self.context(positions, cache, slots, kv_len)
+        rope, ctx = self.context(positions, cache, slots, kv_len, ctx)
         return self.layers[0](x, rope, ctx)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:

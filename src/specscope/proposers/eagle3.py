@@ -110,11 +110,12 @@ class Eagle3Head(Head):
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
-        cache: KVCache,
+        cache: KVCache | None,
         slots: list[int],
         kv_len: int,
+        ctx: AttentionContext | None = None,
     ) -> torch.Tensor:
-        rope, ctx = self.context(positions, cache, slots, kv_len)
+        rope, ctx = self.context(positions, cache, slots, kv_len, ctx)
         return self.midlayer(self.embed(tokens), hidden, rope, ctx)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:

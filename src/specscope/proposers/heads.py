@@ -12,6 +12,11 @@ combines the token ``x[p+1]`` with the target's hidden state ``h[p]`` (the state
 2. ``k - 1`` single-token forwards: position ``n + i`` pairs ``d_{i+1}`` with the head's own
    previous output, giving ``d_{i+2}`` (the head reused autoregressively, as vLLM does).
 
+After a prompt's prefill the chunk would be the whole prompt; the entries ``0..P-2`` only need
+prompt tokens, so they are run right away when the prefill is observed (the head's own
+prefill, timed as prefill as the draft model's is) and only entry ``P-1``, which pairs the first
+generated token, waits for the first proposal.
+
 The head keeps a one-layer KV cache indexed by position, like the target's: entries written for
 drafts that are later rejected lie at positions the next chunk overwrites.
 """
@@ -32,7 +37,15 @@ from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import load_state_dict
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
-from specscope.proposers.base import Proposal, ProposeInput, ProposerConfig, TargetPass, token_probability
+from specscope.proposers.base import (
+    Proposal,
+    ProposeInput,
+    ProposerConfig,
+    RolloutInput,
+    TargetPass,
+    token_probability,
+)
+from specscope.proposers.rollout import RolloutTree, roll_out
 
 
 class Head(nn.Module, ABC):
@@ -82,23 +95,31 @@ class Head(nn.Module, ABC):
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
-        cache: KVCache,
+        cache: KVCache | None,
         slots: list[int],
         kv_len: int,
+        ctx: AttentionContext | None = None,
     ) -> torch.Tensor:
         """``tokens`` [batch, T] with ``hidden`` [batch, T, hidden] at ``positions`` [batch, T]
-        -> the output [batch, T, hidden] that is fed back as the next hidden state."""
+        -> the output [batch, T, hidden] that is fed back as the next hidden state. Cache
+        conventions as in :meth:`Transformer.forward`, ``ctx`` included."""
 
     @abstractmethod
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Head output [..., hidden] -> float32 logits over the target vocabulary [..., vocab]."""
 
     def context(
-        self, positions: torch.Tensor, cache: KVCache, slots: list[int], kv_len: int
+        self,
+        positions: torch.Tensor,
+        cache: KVCache | None,
+        slots: list[int],
+        kv_len: int,
+        ctx: AttentionContext | None = None,
     ) -> tuple[tuple[torch.Tensor, torch.Tensor], AttentionContext]:
         """RoPE tables and the attention context for ``positions`` [batch, T], with the
-        conventions of :meth:`Transformer.forward`."""
-        ctx = AttentionContext.build(self.config, positions, cache, slots, kv_len, self.dtype)
+        conventions of :meth:`Transformer.forward` (a given ``ctx`` is used as it is)."""
+        if ctx is None:
+            ctx = AttentionContext.build(self.config, positions, cache, slots, kv_len, self.dtype)
         return self.rotary(positions, self.dtype), ctx
 
 
@@ -210,10 +231,16 @@ class HeadProposer:
     @torch.no_grad()
     def observe(self, target_pass: TargetPass) -> None:
         fused = self.head.fuse(target_pass.hidden)  # [batch, T, hidden]
+        head_prefill = target_pass.prefill and fused.shape[1] > 1
+        if head_prefill:  # entries 0..P-2; shorter rows write padding that later chunks overwrite
+            width = fused.shape[1] - 1
+            positions = torch.arange(width, device=fused.device)[None, :].expand(len(target_pass.slots), -1)
+            self.head(target_pass.tokens[:, 1:], fused[:, :-1], positions, self.cache, target_pass.slots, width)
         for row, (slot, start, n) in enumerate(
             zip(target_pass.slots, target_pass.start, target_pass.num_committed)
         ):
-            self.pending[slot] = (start, fused[row, :n])  # [n, hidden]
+            first = n - 1 if head_prefill else 0  # entries not run yet: first..n-1
+            self.pending[slot] = (start + first, fused[row, first:n])  # [n - first, hidden]
 
     def _chunk(
         self, request: ProposeInput
@@ -281,3 +308,23 @@ class HeadProposer:
 
     def release(self, slot: int) -> None:
         self.pending.pop(slot, None)
+
+    @torch.no_grad()
+    def rollout(self, batch: RolloutInput) -> tuple[torch.Tensor, torch.Tensor]:
+        """All positions at once (:class:`~specscope.proposers.base.PositionRollout`): the
+        prefix is the head over entries ``0..T-2`` (``x[p+1]`` with ``h[p]``); the anchor of
+        output position i is ``P + i - 1``, whose output ``f`` proposes ``d_1``."""
+        tokens = batch.tokens[:, 1:]  # [batch, T-1]: x[p+1] of entry p
+        hidden = self.head.fuse(batch.hidden)[:, :-1]  # [batch, T-1, h]: h[p]
+        rows, width = tokens.shape
+        tree = RolloutTree([p - 1 for p in batch.prompt_lengths],
+                           [n - p for n, p in zip(batch.lengths, batch.prompt_lengths)],
+                           width, batch.k, batch.window)
+        cache = KVCache(self.head.config, rows, tree.capacity, self.head.dtype, tokens.device)
+        positions = torch.arange(width, device=tokens.device)[None, :].expand_as(tokens)
+        prefix = self.head(tokens, hidden, positions, cache, list(range(rows)), width)
+
+        def step(token, state, positions, ctx):
+            return self.head(token, state, positions, cache, [], 0, ctx=ctx)
+
+        return roll_out(tree, prefix, step, self.head.logits, self.head.config, cache)

@@ -28,7 +28,7 @@ from torch import nn
 
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.model import DecoderLayer, RMSNorm, Transformer
+from specscope.engine.model import AttentionContext, DecoderLayer, RMSNorm, Transformer
 from specscope.errors import SpecscopeError
 from specscope.proposers.base import ProposerConfig, register
 from specscope.proposers.heads import (
@@ -79,13 +79,14 @@ class MtpHead(Head):
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
-        cache: KVCache,
+        cache: KVCache | None,
         slots: list[int],
         kv_len: int,
+        ctx: AttentionContext | None = None,
     ) -> torch.Tensor:
         embeds = self.embed(tokens).masked_fill((positions == 0)[..., None], 0.0)  # [batch, T, h]
         x = self.eh_proj(torch.cat((self.enorm(embeds), self.hnorm(hidden)), dim=-1))
-        rope, ctx = self.context(positions, cache, slots, kv_len)
+        rope, ctx = self.context(positions, cache, slots, kv_len, ctx)
         return self.mtp_block(x, rope, ctx)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:

@@ -59,7 +59,7 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
         padded_tokens=running * longest,
     )
     priced = price_steps(cost, drafting, load)
-    prefill = prefill_time(cost, per_iteration(plan.prompt_len, admit))  # [T]
+    prefill = prefill_time(cost, drafting, per_iteration(plan.prompt_len, admit), per_iteration(None, admit))  # [T]
     total = prefill + priced.total  # [T]
     ends = np.cumsum(total)
     starts = ends - total

@@ -29,7 +29,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
     )
     priced = price_steps(cost, drafting, load)
     n = len(plan.prompt_len)
-    prefill = prefill_time(cost, b * plan.prompt_len)  # [R]
+    prefill = prefill_time(cost, drafting, b * plan.prompt_len, np.full(len(plan.prompt_len), b))  # [R]
     per_request = {
         "drafting": np.bincount(request, priced.drafting, minlength=n),
         "verification": np.bincount(request, priced.verification, minlength=n),

@@ -46,13 +46,18 @@ def price_steps(cost: CostModel, drafting: Drafting | None, load: StepLoad) -> P
     one overhead per step that has running requests. ``drafting=None`` means no SD."""
     active = load.num_running > 0
     verified = load.padded_tokens if cost.pads_verification else load.batched_tokens
-    verification = np.where(active, cost.forward_time(verified, load.kv_tokens), 0.0)
+    verification = np.where(active, cost.forward_time(verified, load.kv_tokens, load.num_running), 0.0)
     draft = np.zeros_like(verification) if drafting is None else drafting.time(load, verification)
     overhead = np.where(active, cost.overhead_s, 0.0)
     return PricedSteps(draft, verification, overhead)
 
 
-def prefill_time(cost: CostModel, prompt_tokens: np.ndarray) -> np.ndarray:
-    """One forward over the prompts with an empty cache, plus one step of overhead."""
+def prefill_time(cost: CostModel, drafting: Drafting | None, prompt_tokens: np.ndarray,
+                 num_prompts: np.ndarray) -> np.ndarray:
+    """One forward over ``num_prompts`` prompts of ``prompt_tokens`` tokens in all, with an empty
+    cache, plus one step of overhead, plus the drafter's own prefill (``drafting=None``: no SD)."""
     prompt_tokens = np.asarray(prompt_tokens, dtype=float)
-    return np.where(prompt_tokens > 0, cost.forward_time(prompt_tokens, np.zeros_like(prompt_tokens)) + cost.overhead_s, 0.0)
+    seconds = cost.forward_time(prompt_tokens, np.zeros_like(prompt_tokens), num_prompts) + cost.overhead_s
+    if drafting is not None:
+        seconds = seconds + drafting.prefill_time(prompt_tokens)
+    return np.where(prompt_tokens > 0, seconds, 0.0)

@@ -65,7 +65,7 @@ def estimate_c(cost: CostModel, proposer: str, k: int, batch_size: int, context_
     kv = np.array([b * context_len])
     load = StepLoad(batched_tokens=np.array([b * (k + 1)]), kv_tokens=kv, num_running=np.array([b]),
                     num_proposing=np.array([b]), padded_tokens=np.array([b * (k + 1)]))
-    verify = cost.forward_time(load.batched_tokens, kv)
+    verify = cost.forward_time(load.batched_tokens, kv, load.num_running)
     drafting = cost.drafting_for(proposer).time(load, verify)
-    plain = cost.forward_time(np.array([b]), kv)
+    plain = cost.forward_time(np.array([b]), kv, np.array([b]))
     return float(drafting[0] / (max(k, 1) * plain[0]))

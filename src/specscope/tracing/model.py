@@ -1,13 +1,17 @@
 """Teacher-forced acceptance of a model proposer (draft model, EAGLE, EAGLE-3, MTP).
 
-The proposer is driven through the same protocol the engine uses
-(:mod:`specscope.proposers.base`), so the trace measures exactly what the engine would do:
-after the prompt's prefill, at every output position i (the newest token is output[i], its
-position P + i), the proposer proposes k_max tokens; ``acc_len[i]`` = 1 + how many of them
-agree with the target's greedy continuation output[i+1:], ``draft_len[i]`` = how many it
-offered. Then the target runs over output[i] alone, the proposer observes that pass (one
-committed token) and the walk moves to i + 1. Requests of a batch advance together, one
-position per iteration; a request leaves the batch when its output is done.
+At every output position i (the newest token is output[i], its position P + i) the proposer
+proposes k_max tokens; ``acc_len[i]`` = 1 + how many of them agree with the target's greedy
+continuation output[i+1:], ``draft_len[i]`` = how many it offered. Two ways, same numbers:
+
+- proposers with :class:`~specscope.proposers.base.PositionRollout` (all of specscope's model
+  proposers) roll out every position at once: one target forward over prompt + output gives
+  the hidden states, then the proposer drafts from all positions together over one shared
+  prefix cache (:mod:`specscope.proposers.rollout`), k_max forwards per batch of requests;
+- any other proposer is driven through the engine's protocol
+  (:mod:`specscope.proposers.base`): after the prompt's prefill, per position, ``propose``
+  k_max tokens, then the target runs over output[i] alone and the proposer observes that pass
+  (one committed token). Requests of a batch advance together, one position per iteration.
 
 Proposers with a distribution also give ``draft_prob[i, j]``: their probability of the j-th
 token they proposed at i (the first :data:`CONFIDENCE_DRAFTS`; NaN past what was offered),
@@ -26,17 +30,55 @@ from specscope.engine.model import Transformer
 from specscope.engine.runner import Engine
 from specscope.engine.sampling import BatchSampling, SamplingParams
 from specscope.engine.step import prefill
-from specscope.proposers.base import ProposeInput, Proposer, TargetPass
+from specscope.proposers.base import PositionRollout, ProposeInput, Proposer, RolloutInput, TargetPass
 from specscope.trace.schema import ProposerTrace
 from specscope.tracing.ngram import agreeing_prefix
 
 CONFIDENCE_DRAFTS = 4  # drafts per position whose probability a trace keeps
+ROLLOUT_WINDOW = 128  # output positions rolled out together (bounds the attention mask)
 
 
-@torch.no_grad()
 def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequence[int]],
                  outputs: Sequence[Sequence[int]], k_max: int) -> list[ProposerTrace]:
     """Trace ``proposer`` on a batch of requests (at most the proposer's max batch size)."""
+    if isinstance(proposer, PositionRollout):
+        return rollout_traces(target, proposer, prompts, outputs, k_max)
+    return stepwise_traces(target, proposer, prompts, outputs, k_max)
+
+
+@torch.no_grad()
+def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequence[Sequence[int]],
+                   outputs: Sequence[Sequence[int]], k_max: int, window: int = ROLLOUT_WINDOW) -> list[ProposerTrace]:
+    """All positions of a batch of requests at once (see the module docstring)."""
+    sequences = [list(p) + list(o) for p, o in zip(prompts, outputs)]
+    width = max(len(s) for s in sequences)
+    tokens = torch.tensor([s + [0] * (width - len(s)) for s in sequences], device=target.device)  # [batch, T]
+    layers = proposer.hidden_layers
+    hidden = []
+    if layers:  # the whole sequence in one forward, each row attending to itself only
+        positions = torch.arange(width, device=target.device)[None, :].expand_as(tokens)
+        _, hidden = target(tokens, positions, hidden_layers=layers)
+    drafts, confidence = proposer.rollout(RolloutInput(tokens, [len(p) for p in prompts],
+                                                       [len(s) for s in sequences], hidden, k_max, window))
+    drafts, confidence = drafts.cpu().numpy(), confidence.float().cpu().numpy()  # [batch, n, k]
+    kept = min(CONFIDENCE_DRAFTS, k_max)
+    traces = []
+    for row, output in enumerate(outputs):
+        n = len(output)
+        truth = np.full(n + k_max, -1, dtype=np.int64)  # output[i+1+j] at [i + j], -1 past the end
+        truth[: n - 1] = output[1:]
+        windows = np.lib.stride_tricks.sliding_window_view(truth, k_max)[:n]  # [n, k]
+        agree = np.cumprod(drafts[row, :n] == windows, axis=1).sum(axis=1)
+        traces.append(ProposerTrace(acc_len=(1 + agree).astype(np.int32),
+                                    draft_len=np.full(n, k_max, dtype=np.int32),
+                                    draft_prob=confidence[row, :n, :kept].astype(np.float32)))
+    return traces
+
+
+@torch.no_grad()
+def stepwise_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequence[int]],
+                    outputs: Sequence[Sequence[int]], k_max: int) -> list[ProposerTrace]:
+    """One position per iteration through the engine's protocol (see the module docstring)."""
     batch = len(prompts)
     capacity = Engine.cache_capacity(max(len(p) + len(o) for p, o in zip(prompts, outputs)), k_max)
     cache = KVCache(target.config, batch, capacity, target.dtype, target.device)

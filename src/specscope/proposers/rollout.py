@@ -1,0 +1,112 @@
+"""Teacher-forced rollouts from every output position at once: a tree over one shared prefix.
+
+A trace needs, at every output position of a request, the k drafts a model proposer would
+offer there (:mod:`specscope.tracing.model`). One position at a time, that is n × k small
+forwards. A drafter whose state is a KV cache over the true prefix can serve all positions
+together instead:
+
+1. one forward over the whole sequence writes the prefix cache (indices ``0..L-1``) and gives,
+   at every *anchor* ``a`` (the prefix index whose output proposes ``d_1``), the first state;
+2. forward ``j`` (``1 ≤ j < k``) feeds draft ``d_j`` of every anchor at once. Query ``(a, j)``
+   sits at RoPE position ``a + j``, writes its key/value at cache index
+   ``L + (j - 1)·W + (a - first)`` and reads the prefix up to ``a`` plus its own branch's
+   drafts ``1..j``: n branches of depth k on one shared prefix, k − 1 forwards in all.
+
+Anchors are taken ``W`` at a time (a *window*), so the attention mask stays
+[W, L + (k − 1)·W] however long the output is; every window reuses the same draft region.
+Decoding is greedy, as traces are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from specscope.engine.config import ModelConfig
+from specscope.engine.kv_cache import KVCache
+from specscope.engine.model import AttentionContext
+from specscope.proposers.base import token_probability
+
+# (draft tokens [batch, W], state [batch, W, h], RoPE positions [batch, W], context) -> next state
+Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionContext], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class RolloutTree:
+    """Where every query of a windowed rollout sits. Row ``b`` has ``count[b]`` anchors
+    ``first[b] .. first[b] + count[b] - 1``; ``prefix`` = L, the prefix entries per row
+    (rows right-padded to it); ``k`` drafts per anchor; at most ``window`` anchors per window."""
+
+    first: list[int]
+    count: list[int]
+    prefix: int
+    k: int
+    window: int
+
+    @property
+    def width(self) -> int:
+        """W: anchors per window."""
+        return max(1, min(self.window, max(self.count)))
+
+    @property
+    def capacity(self) -> int:
+        """Cache entries per row: the prefix and k − 1 draft layers of one window."""
+        return self.prefix + (self.k - 1) * self.width
+
+    @property
+    def windows(self) -> int:
+        return -(-max(self.count) // self.width)
+
+    def anchors(self, window: int, device: torch.device) -> torch.Tensor:
+        """Prefix indices of the anchors of ``window`` [batch, W]; rows with fewer anchors
+        repeat their last one (those branches are computed and dropped)."""
+        first = torch.tensor(self.first, device=device)[:, None]
+        last = first + torch.tensor(self.count, device=device)[:, None].clamp(min=1) - 1
+        offsets = window * self.width + torch.arange(self.width, device=device)
+        return torch.minimum(first + offsets, last)
+
+    def context(self, config: ModelConfig, cache: KVCache, anchors: torch.Tensor, j: int,
+                dtype: torch.dtype) -> tuple[torch.Tensor, AttentionContext]:
+        """RoPE positions [batch, W] and the attention context of forward ``j`` (1 ≤ j < k)."""
+        batch, width = anchors.shape
+        device = anchors.device
+        kv_len = self.prefix + j * width
+        keys = torch.arange(kv_len, device=device)  # [S]
+        branch = torch.arange(width, device=device)  # [W]
+        in_prefix = keys[None, None, :] <= anchors[:, :, None]  # [batch, W, S]: up to the anchor
+        drafted = keys >= self.prefix
+        own = drafted & ((keys - self.prefix) % width == branch[:, None])  # [W, S]: own drafts 1..j
+        visible = in_prefix | own[None]
+        write = (self.prefix + (j - 1) * width + branch)[None, :].expand(batch, -1)  # [batch, W]
+        ctx = AttentionContext.from_visible(config, visible, cache, slice(0, batch), write, kv_len, dtype)
+        return anchors + j, ctx
+
+
+@torch.no_grad()
+def roll_out(tree: RolloutTree, prefix_out: torch.Tensor, step: Step,
+             logits: Callable[[torch.Tensor], torch.Tensor], config: ModelConfig,
+             cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy drafts of every anchor: ``prefix_out`` [batch, L, h] holds the prefix forward's
+    outputs (its keys and values already in rows ``0..batch-1`` of ``cache``); ``logits``
+    maps states [batch, W, h] to [batch, W, vocab]. Returns draft tokens [batch, A, k] and
+    their probabilities [batch, A, k] (float32), A = max(count)."""
+    device, hidden_size = prefix_out.device, prefix_out.shape[-1]
+    tokens, confidence = [], []
+    for window in range(tree.windows):
+        anchors = tree.anchors(window, device)  # [batch, W]
+        state = prefix_out.gather(1, anchors[..., None].expand(-1, -1, hidden_size))  # [batch, W, h]
+        drafts, probs = [], []
+        for j in range(tree.k):
+            scores = logits(state)  # [batch, W, vocab]
+            token = scores.argmax(-1)  # [batch, W]
+            drafts.append(token)
+            probs.append(token_probability(scores.flatten(0, 1), token.flatten()).view_as(token))
+            if j + 1 < tree.k:
+                positions, ctx = tree.context(config, cache, anchors, j + 1, prefix_out.dtype)
+                state = step(token, state, positions, ctx)
+        tokens.append(torch.stack(drafts, -1))
+        confidence.append(torch.stack(probs, -1))
+    count = max(tree.count)
+    return torch.cat(tokens, 1)[:, :count], torch.cat(confidence, 1)[:, :count]

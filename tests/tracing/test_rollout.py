@@ -1,0 +1,57 @@
+"""Rolling out every position at once gives the same traces as the engine's protocol, one
+position at a time: same acc_len and draft_len, same drafter probabilities (which also pins
+the drafted tokens), for the draft model and the three heads, over ragged prompts and outputs
+and several windows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from tiny_checkpoints import llama_config, write_checkpoint
+
+from specscope.engine.loading import load_model
+from specscope.engine.runner import Engine
+from specscope.proposers import ProposerConfig, create_proposer
+from specscope.proposers.eagle import write_random_eagle
+from specscope.proposers.eagle3 import write_random_eagle3
+from specscope.proposers.mtp import write_random_mtp
+from specscope.tracing.model import rollout_traces, stepwise_traces
+
+K = 4
+PROMPTS = [[5, 9, 3, 7, 2], [4, 8], [6, 6, 6, 10, 11, 12, 13, 3], [2, 30, 40]]
+
+
+@pytest.fixture(scope="module")
+def drafters(tmp_path_factory):
+    root = tmp_path_factory.mktemp("rollout")
+    config = llama_config(num_hidden_layers=4)
+    write_checkpoint(root / "target", config)
+    write_checkpoint(root / "draft", config, seed=0, noise=0.01)
+    return root / "target", {
+        "draft": root / "draft",
+        "eagle": write_random_eagle(root / "target", root / "eagle", seed=1),
+        "eagle3": write_random_eagle3(root / "target", root / "eagle3", 64, seed=2),
+        "mtp": write_random_mtp(root / "target", root / "mtp", seed=3),
+    }
+
+
+@pytest.mark.parametrize("method", ["draft", "eagle", "eagle3", "mtp"])
+def test_rollout_equals_stepwise(drafters, method):
+    target_dir, dirs = drafters
+    target = load_model(target_dir, torch.float32, torch.device("cpu"))
+    engine = Engine(target, None, 1, len(PROMPTS), 64, [])
+    generated = engine.generate([(str(i), p) for i, p in enumerate(PROMPTS)], 20)
+    outputs = [generated[str(i)][: 7 + 4 * i] for i in range(len(PROMPTS))]  # ragged lengths
+    capacity = Engine.cache_capacity(max(len(p) + len(o) for p, o in zip(PROMPTS, outputs)), K)
+    proposer = create_proposer(ProposerConfig(method, K, len(PROMPTS), capacity, dirs[method]), target)
+    fast = rollout_traces(target, proposer, PROMPTS, outputs, K, window=5)
+    slow = stepwise_traces(target, proposer, PROMPTS, outputs, K)
+    for f, s, output in zip(fast, slow, outputs):
+        assert len(f.acc_len) == len(output)
+        np.testing.assert_array_equal(f.acc_len, s.acc_len)
+        np.testing.assert_array_equal(f.draft_len, s.draft_len)
+        np.testing.assert_allclose(f.draft_prob, s.draft_prob, atol=1e-5)
+    if method == "draft":  # a near copy of the target: the comparison covers accepted runs
+        assert max(int(f.acc_len.max()) for f in fast) == K + 1
