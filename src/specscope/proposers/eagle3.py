@@ -28,7 +28,13 @@ from torch import nn
 
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.model import MLP, Attention, AttentionContext, RMSNorm, Transformer
+from specscope.engine.model import (
+    MLP,
+    Attention,
+    AttentionContext,
+    RMSNorm,
+    Transformer,
+)
 from specscope.errors import SpecscopeError
 from specscope.proposers.base import ProposerConfig, register
 from specscope.proposers.heads import (

@@ -31,12 +31,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specscope.fileio import read_json_object
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import load_state_dict
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
+from specscope.fileio import read_json_object
 from specscope.proposers.base import (
     Proposal,
     ProposeInput,

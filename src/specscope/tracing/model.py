@@ -30,7 +30,13 @@ from specscope.engine.model import Transformer
 from specscope.engine.runner import Engine
 from specscope.engine.sampling import BatchSampling, SamplingParams
 from specscope.engine.step import prefill
-from specscope.proposers.base import PositionRollout, ProposeInput, Proposer, RolloutInput, TargetPass
+from specscope.proposers.base import (
+    PositionRollout,
+    ProposeInput,
+    Proposer,
+    RolloutInput,
+    TargetPass,
+)
 from specscope.trace.schema import ProposerTrace
 from specscope.tracing.ngram import agreeing_prefix
 
