@@ -85,3 +85,36 @@ def test_drafting_fit_is_not_pulled_to_zero_by_near_zero_steps(tmp_path):
     model, _ = fit_linear(read_steps([records]))
     lookup = model.drafting_for("ngram")
     assert lookup.c_fixed + lookup.c_tok + lookup.c_kv * 100 + lookup.c_req == pytest.approx(1e-4, rel=0.1)
+
+
+def test_fit_compares_shapes_within_a_repeat_under_drift(tmp_path):
+    """Each lockstep repeat (a no-SD run and the SD run after it) ran on a machine slowed by its
+    own factor, 0.8–1.7×. Fitted as they are, the steps give a wrong model; with one speed
+    factor per repeat estimated alongside, the generating model comes back up to its scale."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.fit import fit_linear
+
+    def forward(tokens, cached, rows):
+        return 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-5 * rows
+
+    rng = np.random.default_rng(2)
+    lines = []
+    for slowdown in (1.0, 1.7, 0.8, 1.3, 1.0, 1.5):
+        k = 3
+        for method in ("none", "draft"):
+            for i in range(40):  # a run: batch shrinks as requests finish, the cache grows
+                batch, kv = int(rng.integers(1, 9)), int(rng.integers(100, 3000))
+                tokens = batch * (1 if method == "none" else k + 1)
+                extra = 0.0 if method == "none" else 0.001 + 1e-4 * batch
+                lines.append({**step(i, method, k, batch, kv, slowdown * forward(tokens, kv, batch),
+                                     draft=slowdown * extra), "tokens_verified": tokens,
+                              "sample_s": 0.0002 * slowdown, "overhead_s": 0.0008 * slowdown})
+    records = tmp_path / "steps.jsonl"
+    records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    model, quality = fit_linear(read_steps([records]))
+    scale = model.c_fixed / 0.002  # the median repeat sets the scale
+    assert scale == pytest.approx(1.15, rel=0.1)
+    assert (model.c_tok, model.c_kv, model.c_req) == (
+        pytest.approx(1e-4 * scale, rel=0.02), pytest.approx(2e-7 * scale, rel=0.02), pytest.approx(5e-5 * scale, rel=0.02))
+    assert quality.median_rel_error < 0.01
+    assert quality.slowest_repeat / quality.fastest_repeat == pytest.approx(1.7 / 0.8, rel=0.02)

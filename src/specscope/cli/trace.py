@@ -10,8 +10,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "trace", help="record per-position acceptance of proposers on a workload (teacher-forced)",
         description="The target's greedy output is generated once; at every output position each "
-                    "proposer proposes k_max tokens, and acc_len/draft_len are recorded. Resumable: "
-                    "rerun the same command to continue.",
+                    "proposer proposes k_max tokens, and acc_len/draft_len are recorded (n-gram in one "
+                    "linear pass; model proposers roll out every position at once over one shared "
+                    "prefix cache). Resumable: rerun the same command to continue.",
     )
     parser.add_argument("--model", required=True, help="target model directory (HF format)")
     parser.add_argument("--proposers", required=True,

@@ -19,6 +19,14 @@ From every step record (see :mod:`specscope.engine.records`):
 - the engine verifies a rectangular batch (every request padded to the longest proposal), so
   the fitted model has ``pads_verification=True``.
 
+Shared machines drift: the same step can run 1.5× slower for seconds at a time. The reference
+engine runs no-SD and SD in lockstep (:mod:`specscope.backends.reference`), so a no-SD run and
+the SD run after it (one *repeat*; records with a ``run`` index, as
+:func:`specscope.analysis.timesplit.read_steps` gives them) saw the same machine. The fit
+therefore estimates one speed factor per repeat — the median of measured / predicted verify
+time over its steps, relative to the median repeat — divides that repeat's times by it, and
+refits, :data:`DRIFT_ROUNDS` times: shapes are compared within a repeat, not across slowdowns.
+
 Each linear fit minimises the squared error *relative to the step's time* (times span orders
 of magnitude) with non-negative coefficients: every subset of the terms is solved by least
 squares and the best feasible one kept (a handful of terms, so a few small solves). A drafting
@@ -28,7 +36,7 @@ near zero or, by timer noise, negative, and must not weigh more for that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Sequence
 
@@ -39,6 +47,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 
 NO_SD = "none"  # the engine's method name for a run without speculative decoding
+DRIFT_ROUNDS = 3  # fits, each after re-estimating the speed factor of every repeat
 
 
 @dataclass
@@ -48,6 +57,8 @@ class FitQuality:
     points: int
     median_rel_error: float
     p90_rel_error: float
+    slowest_repeat: float = 1.0  # time factor of the slowest repeat, relative to the median one
+    fastest_repeat: float = 1.0
 
 
 def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
@@ -87,7 +98,43 @@ def _drafter_prefill(steps: Sequence, c_fixed: float, c_tok: float) -> float:
 
 
 def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, FitQuality]:
-    """Fit a :class:`LinearCostModel` to step records (objects with the StepRecord fields)."""
+    """Fit a :class:`LinearCostModel` to step records (objects with the StepRecord fields, and
+    ``run`` to normalise drift; see the module docstring)."""
+    repeat = _repeats(steps)
+    factors = np.ones(len(steps))
+    for _ in range(DRIFT_ROUNDS):
+        normalised = [replace(s, draft_s=s.draft_s / f, verify_s=s.verify_s / f, sample_s=s.sample_s / f,
+                              overhead_s=s.overhead_s / f, prefill_s=s.prefill_s / f)
+                      for s, f in zip(steps, factors)]
+        model, quality = _fit_once(normalised, name)
+        factors = _speed_factors(steps, repeat, model)
+    quality.slowest_repeat, quality.fastest_repeat = float(factors.max(initial=1.0)), float(factors.min(initial=1.0))
+    return model, quality
+
+
+def _repeats(steps: Sequence) -> np.ndarray:
+    """[steps] the repeat of each step: a no-SD run and the SD run right after it share one."""
+    runs = [getattr(s, "run", 0) for s in steps]
+    method_of_run = {run: s.method for run, s in zip(runs, steps)}
+    return np.array([run - 1 if method_of_run[run] != NO_SD and method_of_run.get(run - 1) == NO_SD else run
+                     for run in runs])
+
+
+def _speed_factors(steps: Sequence, repeat: np.ndarray, model: LinearCostModel) -> np.ndarray:
+    """[steps] measured / predicted verify time, median over each repeat, over the median repeat."""
+    decode = np.array([s.batch_size > 0 and s.verify_s > 0 and s.prefill_tokens == 0 for s in steps])
+    measured = np.array([s.verify_s for s in steps])
+    shapes = np.array([[s.tokens_verified, s.kv_tokens, s.batch_size] for s in steps], dtype=float).reshape(-1, 3)
+    ratio = measured / np.maximum(model.forward_time(*shapes.T), 1e-12)
+    per_repeat = {r: float(np.median(ratio[decode & (repeat == r)])) for r in np.unique(repeat[decode])}
+    if not per_repeat:
+        return np.ones(len(steps))
+    typical = float(np.median(list(per_repeat.values())))
+    return np.array([per_repeat.get(r, typical) / typical for r in repeat])
+
+
+def _fit_once(steps: Sequence, name: str) -> tuple[LinearCostModel, FitQuality]:
+    """One fit of every coefficient (see the module docstring), on times as given."""
     decode = [s for s in steps if s.batch_size > 0 and s.verify_s > 0]
     prefill = [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0]
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
