@@ -21,11 +21,13 @@ def synthetic_records(path):
     lines = []
     for i in range(60):
         batch, kv, k = int(rng.integers(1, 9)), int(rng.integers(0, 5000)), int(rng.integers(1, 5))
-        forward = lambda tokens, cached, rows: 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-5 * rows  # noqa: E731
+        def forward(tokens, cached, rows):
+            return 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-5 * rows + 3e-4 * (tokens > 1)
+
         lines.append(step(i, "none", 0, batch, kv, forward(batch, kv, batch), prefill_tokens=50 if i % 10 == 0 else 0,
                           prefill=forward(50, 0, 1) if i % 10 == 0 else 0.0))
         verify = forward(batch * (k + 1), kv, batch)
-        lines.append(step(i, "ngram", k, batch, kv, verify, draft=0.0005 + 2e-8 * kv + 4e-5 * batch))
+        lines.append(step(i, "ngram", k, batch, kv, verify, draft=0.0005 + 2e-8 * kv + 4e-5 * batch + 2e-4 * (batch > 1)))
         lines.append(step(i, "draft", k, batch, kv, verify, draft=0.001 + 3e-5 * (k + 1) + 1e-8 * kv,
                           prefill_tokens=50 if i % 10 == 0 else 0,  # the draft model reads the prompt too
                           prefill=forward(50, 0, 1) + 4e-6 * 50 if i % 10 == 0 else 0.0))
@@ -41,12 +43,14 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
     assert model["forward"]["c_tok"] == pytest.approx(1e-4, rel=1e-6)
     assert model["forward"]["c_kv"] == pytest.approx(2e-7, rel=1e-6)
     assert model["forward"]["c_req"] == pytest.approx(5e-5, rel=1e-6)
+    assert model["forward"]["c_multi"] == pytest.approx(3e-4, rel=1e-6)
     assert model["overhead_s"] == pytest.approx(0.001)
     assert model["pads_verification"] is True
     ngram = model["drafting"]["ngram"]
     assert (ngram["c_fixed"], ngram["c_tok"], ngram["c_kv"], ngram["c_req"]) == (
         pytest.approx(0.0005, rel=1e-6), pytest.approx(0.0, abs=1e-12), pytest.approx(2e-8, rel=1e-5),
         pytest.approx(4e-5, rel=1e-5))
+    assert ngram["c_multi"] == pytest.approx(2e-4, rel=1e-5)
     draft = model["drafting"]["draft"]
     assert (draft["c_fixed"], draft["c_tok"], draft["c_kv"], draft["c_prefill"]) == (
         pytest.approx(0.001, rel=1e-6), pytest.approx(3e-5, rel=1e-6), pytest.approx(1e-8, rel=1e-5),

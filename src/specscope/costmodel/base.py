@@ -75,20 +75,23 @@ class FractionDrafting:
 @dataclass(frozen=True)
 class LinearDrafting:
     """Model drafting, once per step:
-    ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens + c_req·num_running`` seconds, and
-    ``c_prefill·prompt_tokens`` for the drafter's prefill (the paper's fitted EAGLE model has
-    neither a per-request term nor a prefill: ``c_req = c_prefill = 0``)."""
+    ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens + c_req·num_running + c_multi·[num_running > 1]``
+    seconds (the last term: the drafter's forwards batch more than one sequence, see
+    :mod:`specscope.costmodel.linear`), and ``c_prefill·prompt_tokens`` for the drafter's
+    prefill. The paper's fitted EAGLE model has only the first three terms."""
 
     c_fixed: float
     c_tok: float
     c_kv: float
     c_req: float = 0.0
     c_prefill: float = 0.0
+    c_multi: float = 0.0
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         running = load.num_running > 0
         per_request = load.batched_tokens / np.maximum(load.num_running, 1)  # mean k + 1
-        seconds = self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens + self.c_req * load.num_running
+        seconds = (self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens
+                   + self.c_req * load.num_running + self.c_multi * (load.num_running > 1))
         return np.where(running, seconds, 0.0)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
@@ -96,7 +99,7 @@ class LinearDrafting:
 
     def to_json(self) -> dict:
         return {"kind": "linear", "c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv,
-                "c_req": self.c_req, "c_prefill": self.c_prefill}
+                "c_req": self.c_req, "c_prefill": self.c_prefill, "c_multi": self.c_multi}
 
 
 class CostModel(Protocol):

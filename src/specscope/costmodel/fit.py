@@ -3,15 +3,15 @@
 From every step record (see :mod:`specscope.engine.records`):
 
 - target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens +
-  c_req·batch_size``, plus one point ``prefill_s ≈ c_fixed + c_tok·prefill_tokens + c_req`` per
-  no-SD step that prefilled (counted as one sequence: records do not say how many prompts a
-  prefill batched);
+  c_req·batch_size + c_multi·[tokens_verified > 1]``, plus one point
+  ``prefill_s ≈ c_fixed + c_tok·prefill_tokens + c_req + c_multi`` per no-SD step that
+  prefilled (counted as one sequence: records do not say how many prompts a prefill batched);
 - overhead per step: the mean of ``sample_s + overhead_s`` over the steps without SD (the
   simulator's overhead covers sampling and bookkeeping);
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
   and that plain-step overhead — ``draft_s`` plus the extra sampling and bookkeeping of
-  checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·batch_size`` with
-  ``k + 1 = tokens_verified / batch_size``, charged on every step: the reference engine runs
+  checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·batch_size +
+  c_multi·[batch_size > 1]`` with ``k + 1 = tokens_verified / batch_size``, charged on every step: the reference engine runs
   its lookup or drafter for every request on every step, matched or not (the paper's n-gram
   fraction describes vLLM, not this engine);
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
@@ -86,15 +86,15 @@ def _design(batched: np.ndarray, kv: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones_like(batched, dtype=float), batched.astype(float), kv.astype(float)])
 
 
-def _drafter_prefill(steps: Sequence, c_fixed: float, c_tok: float) -> float:
-    """Seconds per prompt token that an SD run's prefill adds to the target's (≥ 0; 0 without
-    prefill steps)."""
+def _drafter_prefill(steps: Sequence, target: LinearCostModel) -> float:
+    """Seconds per prompt token that an SD run's prefill adds to the ``target`` forward's (≥ 0;
+    0 without prefill steps)."""
     if not steps:
         return 0.0
-    tokens = np.array([[s.prefill_tokens] for s in steps], dtype=float)
+    tokens = np.array([s.prefill_tokens for s in steps], dtype=float)
     times = np.array([s.prefill_s for s in steps])
-    extra = times - (c_fixed + c_tok * tokens[:, 0])
-    return float(nonnegative_relative_fit(tokens, extra, times)[0])
+    extra = times - target.forward_time(tokens, np.zeros_like(tokens), np.ones_like(tokens))
+    return float(nonnegative_relative_fit(tokens[:, None], extra, times)[0])
 
 
 def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, FitQuality]:
@@ -142,9 +142,11 @@ def _fit_once(steps: Sequence, name: str) -> tuple[LinearCostModel, FitQuality]:
     kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
     rows = np.array([s.batch_size for s in decode] + [1] * len(target_prefill), dtype=float)
     times = np.array([s.verify_s for s in decode] + [s.prefill_s for s in target_prefill])
-    c_fixed, c_tok, c_kv, c_req = nonnegative_relative_fit(np.column_stack([_design(batched, kv), rows]), times)
-    predicted = c_fixed + c_tok * batched + c_kv * kv + c_req * rows
-    rel = np.abs(predicted - times) / times
+    features = np.column_stack([_design(batched, kv), rows, batched > 1])
+    c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times))
+    forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
+                              c_multi=c_multi)
+    rel = np.abs(forward.forward_time(batched, kv, rows) - times) / times
     plain = [s for s in decode if s.method == NO_SD] or decode
     overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
     drafting: dict[str, Drafting] = {}
@@ -155,10 +157,10 @@ def _fit_once(steps: Sequence, name: str) -> tuple[LinearCostModel, FitQuality]:
         running = np.array([s.batch_size for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
         step = np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in mine])
-        coef = nonnegative_relative_fit(np.column_stack([_design(per_request, draft_kv), running]), extra, step)
-        drafting[method] = LinearDrafting(*map(float, coef), c_prefill=_drafter_prefill(
-            [s for s in prefill if s.method == method], c_fixed + c_req, c_tok))
-    model = LinearCostModel(name, float(c_fixed), float(c_tok), float(c_kv), overhead, drafting,
-                            pads_verification=True, c_req=float(c_req))
+        coef = nonnegative_relative_fit(np.column_stack([_design(per_request, draft_kv), running, running > 1]),
+                                        extra, step)
+        drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
+            [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]))
+    model = replace(forward, overhead_s=overhead, drafting=drafting)
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)))
     return model, quality

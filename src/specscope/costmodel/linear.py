@@ -1,10 +1,13 @@
-"""The linear cost model: a target forward costs ``c_fixed + c_tok·batched + c_kv·kv + c_req·running``
-seconds.
+"""The linear cost model: a target forward costs
+``c_fixed + c_tok·batched + c_kv·kv + c_req·running + c_multi·[batched > 1]`` seconds.
 
 This is the model the paper fitted on an H100 for Llama-3.1-8B-Instruct (preset
-``h100-llama3.1-8b``; it has no per-sequence term, ``c_req = 0``), and the one
-``specscope costmodel fit`` fits to measured step records, where a per-sequence cost (cache
-indexing, masks, per-row bookkeeping of a small engine) can show up.
+``h100-llama3.1-8b``; it has neither of the last two terms), and the one ``specscope costmodel
+fit`` fits to measured step records, where they can show up: ``c_req``, a cost per sequence
+(cache indexing, masks, per-row bookkeeping of a small engine); ``c_multi``, a fixed cost of a
+forward of more than one token in all — on a CPU the matmuls switch from matrix-vector to
+matrix-matrix kernels there (the bundled target, one sequence with 100 cached tokens: 1 token
+2.97 ms, 2 tokens 3.25, 4 tokens 3.63, 8 tokens 3.65).
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ class LinearCostModel:
     drafting: dict[str, Drafting] = field(default_factory=dict)
     pads_verification: bool = False  # verify num_running × max(k+1) tokens (see costmodel.base)
     c_req: float = 0.0  # seconds per running sequence
+    c_multi: float = 0.0  # seconds added to a forward of more than one token in all
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
-        return (self.c_fixed + self.c_tok * np.asarray(batched_tokens) + self.c_kv * np.asarray(kv_tokens)
-                + self.c_req * np.asarray(num_running))
+        batched, running = np.asarray(batched_tokens), np.asarray(num_running)
+        return (self.c_fixed + self.c_tok * batched + self.c_kv * np.asarray(kv_tokens)
+                + self.c_req * running + self.c_multi * (batched > 1))
 
     def drafting_for(self, proposer: str) -> Drafting:
         return drafting_lookup(self.name, self.drafting, proposer)
@@ -43,19 +48,20 @@ class LinearCostModel:
         """Every time coefficient multiplied by ``factor`` (fractions stay fractions)."""
         drafting = {
             name: LinearDrafting(d.c_fixed * factor, d.c_tok * factor, d.c_kv * factor, d.c_req * factor,
-                                 d.c_prefill * factor)
+                                 d.c_prefill * factor, d.c_multi * factor)
             if isinstance(d, LinearDrafting) else d
             for name, d in self.drafting.items()
         }
         return LinearCostModel(self.name, self.c_fixed * factor, self.c_tok * factor,
                                self.c_kv * factor, self.overhead_s * factor, drafting, self.pads_verification,
-                               self.c_req * factor)
+                               self.c_req * factor, self.c_multi * factor)
 
     def describe(self) -> dict:
         return {
             "kind": "linear",
             "name": self.name,
-            "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req},
+            "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req,
+                        "c_multi": self.c_multi},
             "overhead_s": self.overhead_s,
             "pads_verification": self.pads_verification,
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
@@ -81,7 +87,8 @@ def drafting_from_json(obj: dict, label: str) -> Drafting:
             return FractionDrafting(float(obj["ratio"]))
         if kind == "linear":
             return LinearDrafting(float(obj["c_fixed"]), float(obj["c_tok"]), float(obj["c_kv"]),
-                                  float(obj.get("c_req", 0.0)), float(obj.get("c_prefill", 0.0)))
+                                  float(obj.get("c_req", 0.0)), float(obj.get("c_prefill", 0.0)),
+                                  float(obj.get("c_multi", 0.0)))
     except KeyError as missing:
         raise SpecscopeError(f"{label}: field {missing} missing") from None
     except (TypeError, ValueError):
@@ -105,11 +112,12 @@ def linear_from_json(obj: dict, label: str) -> LinearCostModel:
             },
             pads_verification=bool(obj.get("pads_verification", False)),
             c_req=float(forward.get("c_req", 0.0)),
+            c_multi=float(forward.get("c_multi", 0.0)),
         )
     except KeyError as missing:
         raise SpecscopeError(f"{label}: field {missing} missing") from None
     except (TypeError, ValueError, AttributeError):
-        raise SpecscopeError(f"{label}: field 'forward': expected numbers c_fixed, c_tok, c_kv (and c_req)") from None
+        raise SpecscopeError(f"{label}: field 'forward': expected numbers c_fixed, c_tok, c_kv (and c_req, c_multi)") from None
 
 
 # The paper's constants (shared/paper/README.md): Llama-3.1-8B-Instruct on an H100, seconds.
