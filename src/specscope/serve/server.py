@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from specscope.errors import SpecscopeError
 from specscope.serve import exporter, protocol
+from specscope.serve.detokenize import IncrementalDecoder
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING, EngineLoop, Job, JobEvent
 from specscope.serve.protocol import ApiError, CompletionRequest
 
@@ -201,13 +202,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
-        event, sent_text = first, ""
+        event = first
+        decoder = IncrementalDecoder(self.server.tokenizer) if self.server.tokenizer is not None else None
         while True:
             output.extend(event.token_ids)
-            text = self._decode(output)
-            if text.endswith("\ufffd") and event.finish_reason is None:
-                text = sent_text  # an incomplete UTF-8 character: wait for the next tokens
-            delta, sent_text = text[len(sent_text) :], text
+            delta = decoder.add(event.token_ids, final=event.finish_reason is not None) if decoder else ""
             choice = protocol.choice(delta, event.token_ids, event.finish_reason)
             self.wfile.write(protocol.sse(protocol.completion_object(cid, self.server.model_name, [choice])))
             self.wfile.flush()

@@ -1,0 +1,29 @@
+"""Streamed pieces join to the whole decoded output, whatever the event sizes, with characters
+that span several byte-level tokens held back until complete."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+tokenizers = pytest.importorskip("tokenizers")
+
+from specscope.serve.detokenize import INCOMPLETE, IncrementalDecoder
+from specscope.zoo.shipped import model_dir
+
+TEXT = "Hello café — naïve 日本語 🚀🚀 x = f(y)\n    return x  # done ✓"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pieces_join_to_the_whole(seed):
+    tokenizer = tokenizers.Tokenizer.from_file(str(model_dir("target") / "tokenizer.json"))
+    ids = tokenizer.encode(TEXT, add_special_tokens=False).ids
+    assert len(ids) > len(TEXT) // 2  # the multi-byte characters take several tokens each
+    rng, decoder, pieces, at = random.Random(seed), IncrementalDecoder(tokenizer), [], 0
+    while at < len(ids):
+        size = rng.randint(1, 3)
+        chunk, at = ids[at : at + size], at + size
+        pieces.append(decoder.add(chunk, final=at >= len(ids)))
+    assert "".join(pieces) == tokenizer.decode(ids) == TEXT
+    assert not any(INCOMPLETE in piece for piece in pieces)
