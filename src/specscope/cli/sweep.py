@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscope.backends.openai.sweep import read_cells, results, run_sweep
+    from specscope.backends.openai.sweep import read_cells, run_sweep
     from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
 
     config = load_sweep_config(args.config)
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         ]
     else:
         outcome = run_sweep(config, retry_failed=args.retry_failed)
-        rows = results(config)
+        rows = outcome.rows
         print(
             f"specscope sweep: {outcome.total} cells, {outcome.skipped} already done, {outcome.ran} run, "
             f"{outcome.failed} failed; results in {config.output}",

@@ -63,7 +63,7 @@ class TrainConfig:
     tokenizer_corpus: int = 2000  # examples per task the tokenizer is trained on
     target: Shape = Shape(hidden=192, layers=4, heads=6, kv_heads=2, intermediate=512)
     draft: Shape = Shape(hidden=96, layers=2, heads=3, kv_heads=1, intermediate=256)
-    target_steps: int = 2200
+    target_steps: int = 3000
     draft_steps: int = 1200
     head_steps: int = 500
     batch_size: int = 16
@@ -72,7 +72,7 @@ class TrainConfig:
     eagle_feature_weight: float = 0.1  # weight of EAGLE's hidden-state regression beside the CE
     warmup: int = 60
     seed: int = 0
-    threads: int = 1
+    threads: int = 2
     tasks: tuple[str, ...] = field(default=tasks.TASKS)
 
     @classmethod

@@ -54,6 +54,7 @@ class SweepOutcome:
     skipped: int
     ran: int
     failed: int
+    rows: list[dict]  # what :func:`results` returned after the last cell
 
 
 def read_cells(output: Path) -> dict[str, dict]:
@@ -163,15 +164,17 @@ def run_sweep(config: SweepConfig, retry_failed: bool = False) -> SweepOutcome:
     groups: dict[tuple, list[Cell]] = {}
     for cell in pending:
         groups.setdefault(_server_key(cell), []).append(cell)
+    rows = None
     for group in groups.values():
         _run_group(config, group)
-        results(config)  # keep the tables current while the sweep goes on
-    rows = results(config)
+        rows = results(config)  # the tables stay current while the sweep goes on
+    rows = results(config) if rows is None else rows
     return SweepOutcome(
         total=len(cells),
         skipped=len(cells) - len(pending),
         ran=len(pending),
         failed=sum(1 for r in rows if r["status"] == "failed"),
+        rows=rows,
     )
 
 
