@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import urllib.parse
 
@@ -185,5 +186,34 @@ def test_engine_failure_fails_requests_and_health(tiny_model):
         assert status == 500 and "device lost" in json.loads(data)["error"]["message"]
         assert get(running.url, "/health")[0] == 503
         assert post(running.url, {"prompt": PROMPT, "max_tokens": 4})[0] == 503
+    finally:
+        running.close()
+
+
+def test_client_that_goes_away_is_aborted(tiny_model):
+    """A streaming client that hangs up mid-answer frees its batch slot: the engine aborts the
+    request long before its max_tokens, and /metrics counts it as finished by "abort"."""
+    import struct
+    import time
+
+    running = start_server(tiny_model, max_seq_len=512)
+    try:
+        loop = running.server.loop
+        parts = urllib.parse.urlsplit(running.url)
+        body = json.dumps({"prompt": PROMPT, "max_tokens": 480, "temperature": 0, "ignore_eos": True,
+                           "stream": True}).encode()
+        sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        assert b"data: " in sock.recv(4096)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # hang up: RST
+        sock.close()
+        deadline = time.monotonic() + 30
+        while loop.snapshot["num_running"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop.snapshot["num_running"] == 0 and loop.snapshot["success_abort"] == 1
+        assert loop.snapshot["generation_tokens"] < 480
+        metrics = get(running.url, "/metrics")[1].decode()
+        assert re.search(r'vllm:request_success_total\{[^}]*finished_reason="abort"[^}]*\} 1\.0', metrics), metrics
     finally:
         running.close()

@@ -7,7 +7,9 @@ job's own queue. Only this thread touches the engine; others read :attr:`EngineL
 a dict replaced after every step *before* the step's tokens are handed out, so a client that
 has seen its last token and then scrapes ``/metrics`` sees counters that include that step.
 If ``step()`` raises, every running and waiting job fails with 500 and the loop stops; the
-server then answers 503 (the engine's state is no longer trustworthy).
+server then answers 503 (the engine's state is no longer trustworthy). A job whose client went
+away is cancelled (:meth:`EngineLoop.cancel`): dropped from the queue, or aborted in the engine before
+the next step, so it stops taking batch slots.
 """
 
 from __future__ import annotations
@@ -59,9 +61,11 @@ class EngineLoop:
         self.failure: str | None = None
         self._waiting: deque[Job] = deque()
         self._running: dict[str, Job] = {}
+        self._cancelled: set[str] = set()  # running jobs to abort before the next step
         self._cond = threading.Condition()
         self._stopping = False
-        self._totals = {"prompt_tokens": 0, "generation_tokens": 0, "success_length": 0, "success_stop": 0}
+        self._totals = {"prompt_tokens": 0, "generation_tokens": 0, "success_length": 0, "success_stop": 0,
+                        "success_abort": 0}
         self.snapshot = self._snapshot()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
@@ -86,6 +90,24 @@ class EngineLoop:
                 raise ApiError(503, f"server busy: {self.max_waiting} requests already waiting")
             self._waiting.append(job)
             self._cond.notify()
+
+    def cancel(self, job: Job) -> None:
+        """Stop working on ``job`` (its client went away)."""
+        with self._cond:
+            if job in self._waiting:
+                self._waiting.remove(job)
+            elif job.request_id in self._running:
+                self._cancelled.add(job.request_id)
+            else:
+                return  # already finished
+            self._totals["success_abort"] += 1
+
+    def _abort_cancelled(self) -> None:
+        """Abort the cancelled running jobs in the engine (holding ``_cond``)."""
+        for request_id in self._cancelled:
+            if self._running.pop(request_id, None) is not None:
+                self.engine.abort_request(request_id)
+        self._cancelled.clear()
 
     def _snapshot(self) -> dict:
         stats = self.engine.stats
@@ -121,6 +143,7 @@ class EngineLoop:
                         self._cond.wait()
                     if self._stopping:
                         break
+                    self._abort_cancelled()
                     self._admit()
                 outputs = self.engine.step() if self._running else []
                 if len(self.engine.step_records) > 2 * KEEP_STEP_RECORDS:

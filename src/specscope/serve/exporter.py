@@ -47,7 +47,7 @@ class EngineCollector:
             "Count of successfully processed requests.",
             labels=["model_name", "finished_reason"],
         )
-        for reason in ("length", "stop"):
+        for reason in ("length", "stop", "abort"):
             success.add_metric(name + [reason], s.get(f"success_{reason}", 0))
         yield success
         yield gauge(

@@ -177,6 +177,14 @@ class CompletionHandler(BaseHTTPRequestHandler):
             raise ApiError(400, str(error)) from None
         job = Job(uuid.uuid4().hex, prompt_ids, request.max_tokens, sampling, request.ignore_eos)
         self.server.loop.submit(job)
+        try:
+            self._answer(request, job, prompt_ids)
+        except (BrokenPipeError, ConnectionResetError):
+            self.server.loop.cancel(job)  # the client went away: free its batch slot
+            raise
+
+    def _answer(self, request: CompletionRequest, job: Job, prompt_ids: list[int]) -> None:
+        """Wait for ``job``'s tokens and send them, in one answer or as a stream."""
         cid = protocol.new_completion_id()
         output: list[int] = []
         first = self._next_event(job)
