@@ -15,8 +15,8 @@ from specscope.zoo.evaluate import score_model, score_proposers
 from specscope.zoo.shipped import ZOO_MODELS, model_dir, shipped_dir
 
 N = 8  # requests per task
-MIN_TARGET_EXACT_MATCH = {"code": 0.25, "math": 0.125, "summary": 0.25, "chat": 0.875}
-MIN_TARGET_SIMILARITY = 0.75
+MIN_TARGET_EXACT_MATCH = {"code": 0.75, "math": 0.125, "summary": 0.5, "chat": 0.875}
+MIN_TARGET_SIMILARITY = 0.85
 MIN_DRAFT_SIMILARITY = 0.5
 MIN_DISTINCT_4 = 0.9
 MIN_ALPHA = {"ngram": 0.4, "draft": 0.5, "eagle": 0.4, "mtp": 0.6}
