@@ -205,7 +205,11 @@ def test_client_that_goes_away_is_aborted(tiny_model):
         sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n" % len(body) + body)
-        assert b"data: " in sock.recv(4096)
+        received = b""
+        while b"data: " not in received:  # the headers may come alone: wait for the first event
+            chunk = sock.recv(4096)
+            assert chunk, received
+            received += chunk
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # hang up: RST
         sock.close()
         deadline = time.monotonic() + 30

@@ -55,3 +55,20 @@ def test_rollout_equals_stepwise(drafters, method):
         np.testing.assert_allclose(f.draft_prob, s.draft_prob, atol=1e-5)
     if method == "draft":  # a near copy of the target: the comparison covers accepted runs
         assert max(int(f.acc_len.max()) for f in fast) == K + 1
+
+
+@pytest.mark.parametrize("method", ["draft", "mtp"])
+def test_rollout_with_empty_and_one_token_outputs(drafters, method):
+    """Rows without output (even the longest one) and outputs of one token trace as the
+    protocol path does; a batch of empty outputs gives empty traces."""
+    target_dir, dirs = drafters
+    target = load_model(target_dir, torch.float32, torch.device("cpu"))
+    prompts, outputs = [[5, 9, 3, 4, 5, 6], [4], [7, 7]], [[], [1, 2, 3], [9]]
+    proposer = create_proposer(ProposerConfig(method, K, 3, 32, dirs[method]), target)
+    fast = rollout_traces(target, proposer, prompts, outputs, K, window=2)
+    assert [len(t.acc_len) for t in fast] == [0, 3, 1]
+    slow = stepwise_traces(target, proposer, prompts[1:], outputs[1:], K)
+    for f, s in zip(fast[1:], slow):
+        np.testing.assert_array_equal(f.acc_len, s.acc_len)
+        np.testing.assert_allclose(f.draft_prob, s.draft_prob, atol=1e-5)
+    assert [len(t.acc_len) for t in rollout_traces(target, proposer, prompts[:2], [[], []], K)] == [0, 0]

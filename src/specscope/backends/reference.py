@@ -147,7 +147,11 @@ def run_bench(config: BenchConfig) -> BenchResult:
 
 def _median_pair(pairs: list[tuple[_Run, _Run]]) -> tuple[_Run, _Run]:
     """The (no-SD, SD) repeat with the median speedup (the upper median for an even count)."""
-    return sorted(pairs, key=lambda pair: pair[0].seconds / pair[1].seconds)[len(pairs) // 2]
+    def speedup(pair: tuple[_Run, _Run]) -> float:
+        base, sd = pair
+        return (sd.generated / sd.seconds) / (base.generated / base.seconds)
+
+    return sorted(pairs, key=speedup)[len(pairs) // 2]
 
 
 def _row(

@@ -21,8 +21,9 @@ Drafting models, one per proposer:
   the whole batch's cache — the form of the paper's fitted EAGLE model.
 
 A drafter with its own KV cache also reads every new prompt once (its prefill):
-``prefill_time(prompt_tokens)``, added to the target's prefill (zero for a lookup and in the
-paper's models, which do not charge it).
+``prefill_time(prompt_tokens)``, added to the target's prefill (zero for
+:class:`FractionDrafting` and in the paper's models, which do not charge it; a fitted model
+charges whatever a method's measured prefills cost beyond the target's).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ From every step record (see :mod:`specscope.engine.records`):
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
   and that plain-step overhead — ``draft_s`` plus the extra sampling and bookkeeping of
   checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·batch_size +
-  c_multi·[batch_size > 1]`` with ``k + 1 = tokens_verified / batch_size``, charged on every step: the reference engine runs
-  its lookup or drafter for every request on every step, matched or not (the paper's n-gram
-  fraction describes vLLM, not this engine);
+  c_multi·[batch_size > 1]`` with ``k + 1 = tokens_verified / batch_size``, charged on every
+  step: the reference engine runs its lookup or drafter for every request on every step,
+  matched or not (the paper's n-gram fraction describes vLLM, not this engine);
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
   forward over the same prompt tokens, as ``c_prefill·prefill_tokens``;
 - the engine verifies a rectangular batch (every request padded to the longest proposal), so
@@ -24,8 +24,11 @@ engine runs no-SD and SD in lockstep (:mod:`specscope.backends.reference`), so a
 the SD run after it (one *repeat*; records with a ``run`` index, as
 :func:`specscope.analysis.timesplit.read_steps` gives them) saw the same machine. The fit
 therefore estimates one speed factor per repeat — the median of measured / predicted verify
-time over its steps, relative to the median repeat — divides that repeat's times by it, and
-refits, :data:`DRIFT_ROUNDS` times: shapes are compared within a repeat, not across slowdowns.
+time over its steps, relative to the median repeat *of the same batch size* (a bench runs each
+repeat at one batch size, so a factor relative to all repeats could absorb how cost grows with
+the batch) — divides that repeat's times by it, and refits, :data:`DRIFT_ROUNDS` times: shapes
+are compared within a repeat, not across slowdowns. The reported fit error is measured on the
+raw times.
 
 Each linear fit minimises the squared error *relative to the step's time* (times span orders
 of magnitude) with non-negative coefficients: every subset of the terms is solved by least
@@ -102,14 +105,22 @@ def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, 
     ``run`` to normalise drift; see the module docstring)."""
     repeat = _repeats(steps)
     factors = np.ones(len(steps))
-    for _ in range(DRIFT_ROUNDS):
-        normalised = [replace(s, draft_s=s.draft_s / f, verify_s=s.verify_s / f, sample_s=s.sample_s / f,
-                              overhead_s=s.overhead_s / f, prefill_s=s.prefill_s / f)
-                      for s, f in zip(steps, factors)]
-        model, quality = _fit_once(normalised, name)
+    model = _fit_once(steps, name)
+    for _ in range(DRIFT_ROUNDS - 1):
         factors = _speed_factors(steps, repeat, model)
-    quality.slowest_repeat, quality.fastest_repeat = float(factors.max(initial=1.0)), float(factors.min(initial=1.0))
+        model = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
+    batched, kv, rows, times = _forward_points(steps)
+    rel = np.abs(model.forward_time(batched, kv, rows) - times) / times
+    quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)),
+                         float(factors.max(initial=1.0)), float(factors.min(initial=1.0)))
     return model, quality
+
+
+def _slowed(step, factor: float):
+    """``step`` with every measured time multiplied by ``factor``."""
+    return replace(step, draft_s=step.draft_s * factor, verify_s=step.verify_s * factor,
+                   sample_s=step.sample_s * factor, overhead_s=step.overhead_s * factor,
+                   prefill_s=step.prefill_s * factor)
 
 
 def _repeats(steps: Sequence) -> np.ndarray:
@@ -121,20 +132,24 @@ def _repeats(steps: Sequence) -> np.ndarray:
 
 
 def _speed_factors(steps: Sequence, repeat: np.ndarray, model: LinearCostModel) -> np.ndarray:
-    """[steps] measured / predicted verify time, median over each repeat, over the median repeat."""
+    """[steps] measured / predicted verify time, median over each repeat, over the median of the
+    repeats with the same batch size (a repeat's largest ``batch_size``)."""
     decode = np.array([s.batch_size > 0 and s.verify_s > 0 and s.prefill_tokens == 0 for s in steps])
     measured = np.array([s.verify_s for s in steps])
     shapes = np.array([[s.tokens_verified, s.kv_tokens, s.batch_size] for s in steps], dtype=float).reshape(-1, 3)
     ratio = measured / np.maximum(model.forward_time(*shapes.T), 1e-12)
-    per_repeat = {r: float(np.median(ratio[decode & (repeat == r)])) for r in np.unique(repeat[decode])}
-    if not per_repeat:
-        return np.ones(len(steps))
-    typical = float(np.median(list(per_repeat.values())))
-    return np.array([per_repeat.get(r, typical) / typical for r in repeat])
+    size: dict[int, int] = {}
+    for r, s in zip(repeat.tolist(), steps):
+        size[r] = max(size.get(r, 0), s.batch_size)
+    per_repeat = {r: float(np.median(ratio[decode & (repeat == r)])) for r in np.unique(repeat[decode]).tolist()}
+    typical = {b: float(np.median([f for r, f in per_repeat.items() if size[r] == b]))
+               for b in {size[r] for r in per_repeat}}
+    return np.array([per_repeat[r] / typical[size[r]] if r in per_repeat else 1.0 for r in repeat.tolist()])
 
 
-def _fit_once(steps: Sequence, name: str) -> tuple[LinearCostModel, FitQuality]:
-    """One fit of every coefficient (see the module docstring), on times as given."""
+def _forward_points(steps: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The target-forward points: batched tokens, cached tokens, sequences and seconds [n]
+    (every verify forward, and the prefills of no-SD runs; see the module docstring)."""
     decode = [s for s in steps if s.batch_size > 0 and s.verify_s > 0]
     prefill = [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0]
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
@@ -142,11 +157,18 @@ def _fit_once(steps: Sequence, name: str) -> tuple[LinearCostModel, FitQuality]:
     kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
     rows = np.array([s.batch_size for s in decode] + [1] * len(target_prefill), dtype=float)
     times = np.array([s.verify_s for s in decode] + [s.prefill_s for s in target_prefill])
+    return batched, kv, rows, times
+
+
+def _fit_once(steps: Sequence, name: str) -> LinearCostModel:
+    """One fit of every coefficient (see the module docstring), on times as given."""
+    batched, kv, rows, times = _forward_points(steps)
     features = np.column_stack([_design(batched, kv), rows, batched > 1])
     c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times))
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
                               c_multi=c_multi)
-    rel = np.abs(forward.forward_time(batched, kv, rows) - times) / times
+    decode = [s for s in steps if s.batch_size > 0 and s.verify_s > 0]
+    prefill = [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0]
     plain = [s for s in decode if s.method == NO_SD] or decode
     overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
     drafting: dict[str, Drafting] = {}
@@ -161,6 +183,4 @@ def _fit_once(steps: Sequence, name: str) -> tuple[LinearCostModel, FitQuality]:
                                         extra, step)
         drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
             [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]))
-    model = replace(forward, overhead_s=overhead, drafting=drafting)
-    quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)))
-    return model, quality
+    return replace(forward, overhead_s=overhead, drafting=drafting)

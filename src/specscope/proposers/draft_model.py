@@ -121,8 +121,7 @@ class DraftModelProposer:
         i is the newest token's own position P + i."""
         tokens = self._embeddable(batch.tokens)  # [batch, T]
         rows, width = tokens.shape
-        tree = RolloutTree(batch.prompt_lengths, [n - p for n, p in zip(batch.lengths, batch.prompt_lengths)],
-                           width, batch.k, batch.window)
+        tree = RolloutTree.for_batch(batch, shift=0)
         cache = KVCache(self.draft.config, rows, tree.capacity, self.draft.dtype, self.draft.device)
         positions = torch.arange(width, device=tokens.device)[None, :].expand_as(tokens)
         prefix, _ = self.draft(tokens, positions, cache, list(range(rows)), kv_len=width)

@@ -317,9 +317,7 @@ class HeadProposer:
         tokens = batch.tokens[:, 1:]  # [batch, T-1]: x[p+1] of entry p
         hidden = self.head.fuse(batch.hidden)[:, :-1]  # [batch, T-1, h]: h[p]
         rows, width = tokens.shape
-        tree = RolloutTree([p - 1 for p in batch.prompt_lengths],
-                           [n - p for n, p in zip(batch.lengths, batch.prompt_lengths)],
-                           width, batch.k, batch.window)
+        tree = RolloutTree.for_batch(batch, shift=1)
         cache = KVCache(self.head.config, rows, tree.capacity, self.head.dtype, tokens.device)
         positions = torch.arange(width, device=tokens.device)[None, :].expand_as(tokens)
         prefix = self.head(tokens, hidden, positions, cache, list(range(rows)), width)

@@ -9,12 +9,14 @@ together instead:
    at every *anchor* ``a`` (the prefix index whose output proposes ``d_1``), the first state;
 2. forward ``j`` (``1 ≤ j < k``) feeds draft ``d_j`` of every anchor at once. Query ``(a, j)``
    sits at RoPE position ``a + j``, writes its key/value at cache index
-   ``L + (j - 1)·W + (a - first)`` and reads the prefix up to ``a`` plus its own branch's
-   drafts ``1..j``: n branches of depth k on one shared prefix, k − 1 forwards in all.
+   ``L + (j - 1)·W + b`` (``b`` = its branch, the anchor's column in the window) and reads the
+   prefix up to ``a`` plus its own branch's drafts ``1..j``: n branches of depth k on one
+   shared prefix, k − 1 forwards per window.
 
-Anchors are taken ``W`` at a time (a *window*), so the attention mask stays
-[W, L + (k − 1)·W] however long the output is; every window reuses the same draft region.
-Decoding is greedy, as traces are.
+Anchors are taken ``W`` at a time (a *window*), so the rollout forwards' attention masks stay
+[W, L + (k − 1)·W] however long the output is; every window reuses the same draft region. (The
+prefix forward itself is an ordinary causal forward over the whole sequence.) Decoding is
+greedy, as traces are.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import torch
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import AttentionContext
-from specscope.proposers.base import token_probability
+from specscope.proposers.base import RolloutInput, token_probability
 
 # (draft tokens [batch, W], state [batch, W, h], RoPE positions [batch, W], context) -> next state
 Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionContext], torch.Tensor]
@@ -45,6 +47,15 @@ class RolloutTree:
     k: int
     window: int
 
+    @classmethod
+    def for_batch(cls, batch: RolloutInput, shift: int) -> "RolloutTree":
+        """The tree of ``batch`` for a drafter whose prefix entry ``p`` stands for token
+        position ``p + shift`` (0: a draft model; 1: a head, whose entry p pairs x[p+1] with
+        h[p]): output position i of a row anchors at ``P + i - shift``."""
+        return cls([p - shift for p in batch.prompt_lengths],
+                   [n - p for n, p in zip(batch.lengths, batch.prompt_lengths)],
+                   batch.tokens.shape[1] - shift, batch.k, batch.window)
+
     @property
     def width(self) -> int:
         """W: anchors per window."""
@@ -61,11 +72,12 @@ class RolloutTree:
 
     def anchors(self, window: int, device: torch.device) -> torch.Tensor:
         """Prefix indices of the anchors of ``window`` [batch, W]; rows with fewer anchors
-        repeat their last one (those branches are computed and dropped)."""
+        repeat their last one (those branches are computed and dropped; a row without anchors
+        repeats a valid index)."""
         first = torch.tensor(self.first, device=device)[:, None]
         last = first + torch.tensor(self.count, device=device)[:, None].clamp(min=1) - 1
         offsets = window * self.width + torch.arange(self.width, device=device)
-        return torch.minimum(first + offsets, last)
+        return torch.minimum(first + offsets, last).clamp(0, self.prefix - 1)
 
     def context(self, config: ModelConfig, cache: KVCache, anchors: torch.Tensor, j: int,
                 dtype: torch.dtype) -> tuple[torch.Tensor, AttentionContext]:

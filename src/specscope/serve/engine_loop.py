@@ -96,17 +96,17 @@ class EngineLoop:
         with self._cond:
             if job in self._waiting:
                 self._waiting.remove(job)
+                self._totals["success_abort"] += 1
+                self.snapshot = self._snapshot()
             elif job.request_id in self._running:
-                self._cancelled.add(job.request_id)
-            else:
-                return  # already finished
-            self._totals["success_abort"] += 1
+                self._cancelled.add(job.request_id)  # counted when aborted: it may finish first
 
     def _abort_cancelled(self) -> None:
         """Abort the cancelled running jobs in the engine (holding ``_cond``)."""
         for request_id in self._cancelled:
             if self._running.pop(request_id, None) is not None:
                 self.engine.abort_request(request_id)
+                self._totals["success_abort"] += 1
         self._cancelled.clear()
 
     def _snapshot(self) -> dict:

@@ -7,7 +7,8 @@ continuation output[i+1:], ``draft_len[i]`` = how many it offered. Two ways, sam
 - proposers with :class:`~specscope.proposers.base.PositionRollout` (all of specscope's model
   proposers) roll out every position at once: one target forward over prompt + output gives
   the hidden states, then the proposer drafts from all positions together over one shared
-  prefix cache (:mod:`specscope.proposers.rollout`), k_max forwards per batch of requests;
+  prefix cache (:mod:`specscope.proposers.rollout`): one forward over the sequences, then
+  k_max − 1 per window of positions, for a whole batch of requests;
 - any other proposer is driven through the engine's protocol
   (:mod:`specscope.proposers.base`): after the prompt's prefill, per position, ``propose``
   k_max tokens, then the target runs over output[i] alone and the proposer observes that pass
@@ -56,6 +57,10 @@ def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequ
 def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequence[Sequence[int]],
                    outputs: Sequence[Sequence[int]], k_max: int, window: int = ROLLOUT_WINDOW) -> list[ProposerTrace]:
     """All positions of a batch of requests at once (see the module docstring)."""
+    kept = min(CONFIDENCE_DRAFTS, k_max)
+    empty = ProposerTrace(acc_len=np.ones(0, dtype=np.int32), draft_len=np.zeros(0, dtype=np.int32))
+    if not any(outputs):
+        return [empty for _ in outputs]
     sequences = [list(p) + list(o) for p, o in zip(prompts, outputs)]
     width = max(len(s) for s in sequences)
     tokens = torch.tensor([s + [0] * (width - len(s)) for s in sequences], device=target.device)  # [batch, T]
@@ -67,10 +72,12 @@ def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequ
     drafts, confidence = proposer.rollout(RolloutInput(tokens, [len(p) for p in prompts],
                                                        [len(s) for s in sequences], hidden, k_max, window))
     drafts, confidence = drafts.cpu().numpy(), confidence.float().cpu().numpy()  # [batch, n, k]
-    kept = min(CONFIDENCE_DRAFTS, k_max)
     traces = []
     for row, output in enumerate(outputs):
         n = len(output)
+        if n == 0:
+            traces.append(empty)
+            continue
         truth = np.full(n + k_max, -1, dtype=np.int64)  # output[i+1+j] at [i + j], -1 past the end
         truth[: n - 1] = output[1:]
         windows = np.lib.stride_tricks.sliding_window_view(truth, k_max)[:n]  # [n, k]
