@@ -144,3 +144,30 @@ def test_drift_normalisation_does_not_absorb_batch_size_effects(tmp_path):
     _, quality = fit_linear(read_steps([records]))
     assert quality.slowest_repeat == pytest.approx(1.0) and quality.fastest_repeat == pytest.approx(1.0)
     assert quality.p90_rel_error > 0.02  # the misfit shows
+
+
+def test_prefill_points_count_their_prompts(tmp_path):
+    """A prefill of several prompts pays the per-sequence cost once per prompt, as the
+    simulator charges it; records without ``prefill_requests`` count one prompt."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.fit import fit_linear
+
+    def forward(tokens, cached, rows):
+        return 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-4 * rows
+
+    lines = []
+    for i in range(40):
+        batch, kv = 1 + i % 8, 200 + 37 * i
+        prompts = 1 + i % 4
+        lines.append({**step(i, "none", 0, batch, kv, forward(batch, kv, batch), prefill_tokens=60 * prompts,
+                             prefill=forward(60 * prompts, 0, prompts)), "tokens_verified": batch,
+                      "prefill_requests": prompts})
+    records = tmp_path / "steps.jsonl"
+    records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    model, quality = fit_linear(read_steps([records]))
+    assert (model.c_fixed, model.c_tok, model.c_req) == (
+        pytest.approx(0.002, rel=1e-6), pytest.approx(1e-4, rel=1e-6), pytest.approx(5e-4, rel=1e-6))
+    assert quality.median_rel_error < 1e-6
+    old = tmp_path / "old.jsonl"  # written before records had the field
+    old.write_text(json.dumps({k: v for k, v in lines[0].items() if k != "prefill_requests"}) + "\n")
+    assert read_steps([old])[0].prefill_requests == 1

@@ -36,6 +36,7 @@ RECORD_FIELDS = {
     "kv_tokens",
     "prefill_tokens",
     "prefill_s",
+    "prefill_requests",
 }
 
 

@@ -5,7 +5,11 @@ Measured: per-step records of an engine run, JSON Lines, one step a line::
 
     {"step": 0, "method": "eagle", "k": 3, "batch_size": 8, "tokens_verified": 32,
      "tokens_emitted": [2, 4, 1, ...], "draft_s": 0.002, "verify_s": 0.011, "sample_s": 0.0004,
-     "overhead_s": 0.0011, "kv_tokens": 5120, "prefill_tokens": 0, "prefill_s": 0.0}
+     "overhead_s": 0.0011, "kv_tokens": 5120, "prefill_tokens": 0, "prefill_s": 0.0,
+     "prefill_requests": 0}
+
+(``prefill_requests``, the prompts a step prefilled, may be missing: it is then taken as 1 for
+a step that prefilled and 0 otherwise.)
 
 A step's ``batch_size`` is the number of requests running in that step, which varies as
 requests finish and are admitted. So the reader cuts the records into runs — a run starts at
@@ -26,9 +30,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specscope.costmodel.fit import NO_SD
 from specscope.engine.records import StepRecord
 from specscope.errors import SpecscopeError
-from specscope.costmodel.fit import NO_SD
 from specscope.sim.grid import SimRow
 from specscope.sim.pricing import PHASES
 
@@ -68,6 +72,10 @@ def _parse_step(obj: object, where: str, run: int) -> MeasuredStep:
     if not isinstance(emitted, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in emitted):
         raise SpecscopeError(f"{where}: field 'tokens_emitted': expected a list of integers >= 0")
     values["tokens_emitted"] = emitted
+    prompts = obj.get("prefill_requests", 1 if values["prefill_tokens"] else 0)
+    if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 0:
+        raise SpecscopeError(f"{where}: field 'prefill_requests': expected an integer >= 0, got {prompts!r}")
+    values["prefill_requests"] = prompts
     return MeasuredStep(**values)
 
 

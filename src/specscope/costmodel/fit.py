@@ -4,8 +4,8 @@ From every step record (see :mod:`specscope.engine.records`):
 
 - target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens +
   c_req·batch_size + c_multi·[tokens_verified > 1]``, plus one point
-  ``prefill_s ≈ c_fixed + c_tok·prefill_tokens + c_req + c_multi`` per no-SD step that
-  prefilled (counted as one sequence: records do not say how many prompts a prefill batched);
+  ``prefill_s ≈ c_fixed + c_tok·prefill_tokens + c_req·prefill_requests + c_multi`` per no-SD
+  step that prefilled;
 - overhead per step: the mean of ``sample_s + overhead_s`` over the steps without SD (the
   simulator's overhead covers sampling and bookkeeping);
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
@@ -95,8 +95,9 @@ def _drafter_prefill(steps: Sequence, target: LinearCostModel) -> float:
     if not steps:
         return 0.0
     tokens = np.array([s.prefill_tokens for s in steps], dtype=float)
+    prompts = np.array([max(s.prefill_requests, 1) for s in steps], dtype=float)
     times = np.array([s.prefill_s for s in steps])
-    extra = times - target.forward_time(tokens, np.zeros_like(tokens), np.ones_like(tokens))
+    extra = times - target.forward_time(tokens, np.zeros_like(tokens), prompts)
     return float(nonnegative_relative_fit(tokens[:, None], extra, times)[0])
 
 
@@ -155,7 +156,8 @@ def _forward_points(steps: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
     batched = np.array([s.tokens_verified for s in decode] + [s.prefill_tokens for s in target_prefill])
     kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
-    rows = np.array([s.batch_size for s in decode] + [1] * len(target_prefill), dtype=float)
+    rows = np.array([s.batch_size for s in decode] + [max(s.prefill_requests, 1) for s in target_prefill],
+                    dtype=float)
     times = np.array([s.verify_s for s in decode] + [s.prefill_s for s in target_prefill])
     return batched, kv, rows, times
 

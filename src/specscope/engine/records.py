@@ -42,6 +42,7 @@ class StepRecord:
     kv_tokens: int
     prefill_tokens: int
     prefill_s: float
+    prefill_requests: int = 0  # prompts the step prefilled (``prefill_tokens`` in all)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -232,6 +232,7 @@ class Engine:
                 overhead_s=max(0.0, wall - sum(seconds.values())),
                 kv_tokens=kv_tokens,
                 prefill_tokens=sum(s.prompt_len for s in fresh),
+                prefill_requests=len(fresh),
                 prefill_s=seconds["prefill"],
             )
         )
