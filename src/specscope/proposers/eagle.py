@@ -18,7 +18,6 @@ import torch
 from torch import nn
 
 from specscope.engine.config import ModelConfig
-from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import AttentionContext, DecoderLayer, Transformer
 from specscope.errors import SpecscopeError
 from specscope.proposers.base import ProposerConfig, register
@@ -49,18 +48,15 @@ class EagleHead(Head):
         if own_embedding:
             self.embed_tokens = nn.Embedding(config.vocab_size, h)
 
-    def forward(
+    def run_layer(
         self,
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
-        cache: KVCache | None,
-        slots: list[int],
-        kv_len: int,
-        ctx: AttentionContext | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        ctx: AttentionContext,
     ) -> torch.Tensor:
         x = self.fc(torch.cat((self.embed(tokens), hidden), dim=-1))  # [batch, T, h]
-        rope, ctx = self.context(positions, cache, slots, kv_len, ctx)
         return self.layers[0](x, rope, ctx)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from specscope.engine.config import ModelConfig
-from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import (
     MLP,
     Attention,
@@ -111,17 +110,14 @@ class Eagle3Head(Head):
     def fuse(self, hidden: list[torch.Tensor]) -> torch.Tensor:
         return self.fc(torch.cat(hidden, dim=-1))  # 3 × [batch, T, h] -> [batch, T, h]
 
-    def forward(
+    def run_layer(
         self,
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
-        cache: KVCache | None,
-        slots: list[int],
-        kv_len: int,
-        ctx: AttentionContext | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        ctx: AttentionContext,
     ) -> torch.Tensor:
-        rope, ctx = self.context(positions, cache, slots, kv_len, ctx)
         return self.midlayer(self.embed(tokens), hidden, rope, ctx)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:

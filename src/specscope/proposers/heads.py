@@ -89,7 +89,6 @@ class Head(nn.Module, ABC):
         hidden state [batch, T, hidden]. Default: the single state as it is."""
         return hidden[0]
 
-    @abstractmethod
     def forward(
         self,
         tokens: torch.Tensor,
@@ -103,24 +102,25 @@ class Head(nn.Module, ABC):
         """``tokens`` [batch, T] with ``hidden`` [batch, T, hidden] at ``positions`` [batch, T]
         -> the output [batch, T, hidden] that is fed back as the next hidden state. Cache
         conventions as in :meth:`Transformer.forward`, ``ctx`` included."""
+        if ctx is None:
+            ctx = AttentionContext.build(self.config, positions, cache, slots, kv_len, self.dtype)
+        return self.run_layer(tokens, hidden, positions, self.rotary(positions, self.dtype), ctx)
+
+    @abstractmethod
+    def run_layer(
+        self,
+        tokens: torch.Tensor,
+        hidden: torch.Tensor,
+        positions: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        ctx: AttentionContext,
+    ) -> torch.Tensor:
+        """The head's own layer on one forward's inputs (see :meth:`forward`), with the RoPE
+        tables and attention context already made."""
 
     @abstractmethod
     def logits(self, out: torch.Tensor) -> torch.Tensor:
         """Head output [..., hidden] -> float32 logits over the target vocabulary [..., vocab]."""
-
-    def context(
-        self,
-        positions: torch.Tensor,
-        cache: KVCache | None,
-        slots: list[int],
-        kv_len: int,
-        ctx: AttentionContext | None = None,
-    ) -> tuple[tuple[torch.Tensor, torch.Tensor], AttentionContext]:
-        """RoPE tables and the attention context for ``positions`` [batch, T], with the
-        conventions of :meth:`Transformer.forward` (a given ``ctx`` is used as it is)."""
-        if ctx is None:
-            ctx = AttentionContext.build(self.config, positions, cache, slots, kv_len, self.dtype)
-        return self.rotary(positions, self.dtype), ctx
 
 
 def one_layer(config: ModelConfig) -> ModelConfig:

@@ -27,7 +27,6 @@ import torch
 from torch import nn
 
 from specscope.engine.config import ModelConfig
-from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import AttentionContext, DecoderLayer, RMSNorm, Transformer
 from specscope.errors import SpecscopeError
 from specscope.proposers.base import ProposerConfig, register
@@ -74,19 +73,16 @@ class MtpHead(Head):
         if own_embedding:
             self.embed_tokens = nn.Embedding(config.vocab_size, h)
 
-    def forward(
+    def run_layer(
         self,
         tokens: torch.Tensor,
         hidden: torch.Tensor,
         positions: torch.Tensor,
-        cache: KVCache | None,
-        slots: list[int],
-        kv_len: int,
-        ctx: AttentionContext | None = None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        ctx: AttentionContext,
     ) -> torch.Tensor:
         embeds = self.embed(tokens).masked_fill((positions == 0)[..., None], 0.0)  # [batch, T, h]
         x = self.eh_proj(torch.cat((self.enorm(embeds), self.hnorm(hidden)), dim=-1))
-        rope, ctx = self.context(positions, cache, slots, kv_len, ctx)
         return self.mtp_block(x, rope, ctx)
 
     def logits(self, out: torch.Tensor) -> torch.Tensor:
