@@ -57,9 +57,6 @@ def run_fit(args: argparse.Namespace) -> int:
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
     print(text)
-    print(f"forward fit over {quality.points} points: median relative error "
-          f"{100 * quality.median_rel_error:.1f} %, 90th percentile {100 * quality.p90_rel_error:.1f} % "
-          f"(repeats ran at {quality.fastest_repeat:.2f}–{quality.slowest_repeat:.2f}× the median repeat's "
-          "time; normalised)")
+    print(quality.summary())
     print(f"wrote {output}")
     return 0

@@ -63,6 +63,12 @@ class FitQuality:
     slowest_repeat: float = 1.0  # time factor of the slowest repeat, relative to the median one
     fastest_repeat: float = 1.0
 
+    def summary(self) -> str:
+        """One line for the user."""
+        return (f"forward fit over {self.points} points: median relative error {100 * self.median_rel_error:.1f} %, "
+                f"90th percentile {100 * self.p90_rel_error:.1f} % (drift: repeats took "
+                f"{self.fastest_repeat:.2f}–{self.slowest_repeat:.2f}× the median repeat's time; normalised)")
+
 
 def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
     """Coefficients ≥ 0 minimising Σ ((features @ coef − t) / s)²; features [n, m], times [n],
@@ -110,7 +116,7 @@ def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, 
     for _ in range(DRIFT_ROUNDS - 1):
         factors = _speed_factors(steps, repeat, model)
         model = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
-    batched, kv, rows, times = _forward_points(steps)
+    batched, kv, rows, times = _forward_points(*_decode_and_prefill(steps))
     rel = np.abs(model.forward_time(batched, kv, rows) - times) / times
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)),
                          float(factors.max(initial=1.0)), float(factors.min(initial=1.0)))
@@ -148,11 +154,15 @@ def _speed_factors(steps: Sequence, repeat: np.ndarray, model: LinearCostModel) 
     return np.array([per_repeat[r] / typical[size[r]] if r in per_repeat else 1.0 for r in repeat.tolist()])
 
 
-def _forward_points(steps: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _decode_and_prefill(steps: Sequence) -> tuple[list, list]:
+    """The steps with a verify forward, and the steps that prefilled."""
+    return ([s for s in steps if s.batch_size > 0 and s.verify_s > 0],
+            [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0])
+
+
+def _forward_points(decode: Sequence, prefill: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The target-forward points: batched tokens, cached tokens, sequences and seconds [n]
     (every verify forward, and the prefills of no-SD runs; see the module docstring)."""
-    decode = [s for s in steps if s.batch_size > 0 and s.verify_s > 0]
-    prefill = [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0]
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
     batched = np.array([s.tokens_verified for s in decode] + [s.prefill_tokens for s in target_prefill])
     kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
@@ -164,13 +174,12 @@ def _forward_points(steps: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 def _fit_once(steps: Sequence, name: str) -> LinearCostModel:
     """One fit of every coefficient (see the module docstring), on times as given."""
-    batched, kv, rows, times = _forward_points(steps)
+    decode, prefill = _decode_and_prefill(steps)
+    batched, kv, rows, times = _forward_points(decode, prefill)
     features = np.column_stack([_design(batched, kv), rows, batched > 1])
     c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times))
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
                               c_multi=c_multi)
-    decode = [s for s in steps if s.batch_size > 0 and s.verify_s > 0]
-    prefill = [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0]
     plain = [s for s in decode if s.method == NO_SD] or decode
     overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
     drafting: dict[str, Drafting] = {}

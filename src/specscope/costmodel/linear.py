@@ -12,7 +12,7 @@ matrix-matrix kernels there (the bundled target, one sequence with 100 cached to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -46,15 +46,9 @@ class LinearCostModel:
 
     def scaled(self, factor: float) -> "LinearCostModel":
         """Every time coefficient multiplied by ``factor`` (fractions stay fractions)."""
-        drafting = {
-            name: LinearDrafting(d.c_fixed * factor, d.c_tok * factor, d.c_kv * factor, d.c_req * factor,
-                                 d.c_prefill * factor, d.c_multi * factor)
-            if isinstance(d, LinearDrafting) else d
-            for name, d in self.drafting.items()
-        }
-        return LinearCostModel(self.name, self.c_fixed * factor, self.c_tok * factor,
-                               self.c_kv * factor, self.overhead_s * factor, drafting, self.pads_verification,
-                               self.c_req * factor, self.c_multi * factor)
+        drafting = {name: _times(d, factor) if isinstance(d, LinearDrafting) else d
+                    for name, d in self.drafting.items()}
+        return replace(_times(self, factor), drafting=drafting)
 
     def describe(self) -> dict:
         return {
@@ -66,6 +60,12 @@ class LinearCostModel:
             "pads_verification": self.pads_verification,
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
         }
+
+
+def _times(model, factor: float):
+    """``model`` (a dataclass) with every ``c_*`` coefficient and ``overhead_s`` times ``factor``."""
+    return replace(model, **{f.name: getattr(model, f.name) * factor for f in fields(model)
+                             if f.name.startswith("c_") or f.name == "overhead_s"})
 
 
 def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: str) -> Drafting:

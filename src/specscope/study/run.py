@@ -90,8 +90,7 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
 
     model, quality = fit_linear(read_steps(steps_files(config)), name="fitted-" + config.model_dir.name)
     atomic_write_text(config.cost_model_path, json.dumps(model.describe(), indent=1) + "\n")
-    say(f"fit     forward model over {quality.points} steps: median error {100 * quality.median_rel_error:.1f} % "
-        f"(drift: repeats took {quality.fastest_repeat:.2f}–{quality.slowest_repeat:.2f}× the median one's time; normalised)")
+    say(f"fit     {quality.summary()}")
     return model
 
 
