@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -13,10 +14,74 @@ from typing import Iterable, Mapping
 from specscope.errors import SpecscopeError
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically and durably: a temporary file, fsync, rename, fsync of
-    the directory. Readers never see half a file, and a finished write survives a crash."""
+STDOUT = "-"  # ``-o -``: write the table to standard output
+CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs such a cell as a formula
+
+
+def check_output_file(path: str | Path) -> Path:
+    """``path`` as a file the user asked us to write, checked before any work starts.
+
+    ``-`` is standard output. A path that exists must be a regular file (replaced atomically)
+    or a character device or FIFO such as ``/dev/null`` (written in place, never replaced); a
+    directory is refused. The folder it goes into must exist or be creatable, and be writable.
+    """
     path = Path(path)
+    if str(path) == STDOUT:
+        return path
+    if path.is_dir():
+        raise SpecscopeError(f"{path}: is a directory (expected a file to write)")
+    if path.exists() and not path.is_file():
+        if not os.access(path, os.W_OK):
+            raise SpecscopeError(f"{path}: not writable")
+        return path
+    folder = _existing_ancestor(path.parent)
+    if not folder.is_dir():
+        raise SpecscopeError(f"{folder}: is not a directory (cannot write {path})")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecscopeError(f"{folder}: not writable (cannot write {path})")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise SpecscopeError(f"{path}: not writable")
+    return path
+
+
+def check_output_dir(path: str | Path) -> Path:
+    """``path`` as a folder to write results into (made if missing), checked before work starts."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise SpecscopeError(f"{path}: exists and is not a directory (expected an output directory)")
+    folder = _existing_ancestor(path)
+    if not folder.is_dir():
+        raise SpecscopeError(f"{folder}: is not a directory (cannot make {path})")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise SpecscopeError(f"{folder}: not writable (cannot write into {path})")
+    return path
+
+
+def _existing_ancestor(path: Path) -> Path:
+    """The nearest of ``path`` and its parents that exists."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` durably, never replacing what is not a regular file.
+
+    A regular file (or a new path) gets a temporary file, fsync, rename and fsync of the
+    directory: readers never see half a file and a finished write survives a crash. ``-`` is
+    standard output; a character device or FIFO (``/dev/null``, ``/dev/stdout``) is written in
+    place, because renaming over it would replace the device for every other program.
+    """
+    path = check_output_file(path)
+    if str(path) == STDOUT:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)
@@ -38,23 +103,37 @@ def atomic_write_text(path: Path, text: str) -> None:
         os.close(directory)
 
 
-def write_rows(path: Path, rows: Iterable[Mapping[str, object]]) -> None:
-    """Write rows as CSV (``.csv``) or a JSON list (``.json``), chosen by the suffix."""
+def csv_safe(value: object) -> object:
+    """A cell as a spreadsheet may open it: text that begins like a formula (``=``, ``+``,
+    ``-``, ``@``) gets a leading apostrophe, so it is shown and never run. Numbers are kept."""
+    if isinstance(value, str) and value.startswith(CSV_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def write_rows(path: str | Path, rows: Iterable[Mapping[str, object]]) -> None:
+    """Write rows as CSV (``.csv``, ``-`` or a device) or a JSON list (``.json``), by the suffix."""
     rows = list(rows)
-    path = Path(path)
+    path = check_table_output(path)
     if path.suffix == ".json":
         atomic_write_text(path, json.dumps(rows, indent=1, default=float) + "\n")
         return
-    if path.suffix not in (".csv", ""):
-        raise SpecscopeError(f"{path}: expected a .csv or .json output file")
     fields: list[str] = []
     for row in rows:
         fields.extend(key for key in row if key not in fields)
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows({key: csv_safe(value) for key, value in row.items()} for row in rows)
     atomic_write_text(path, buffer.getvalue())
+
+
+def check_table_output(path: str | Path) -> Path:
+    """An ``-o`` for a table (see :func:`write_rows`), checked before the work starts."""
+    path = check_output_file(path)
+    if path.suffix not in (".csv", ".json", "") and (path.is_file() or not path.exists()):
+        raise SpecscopeError(f"{path}: expected a .csv or .json output file (or - for standard output)")
+    return path
 
 
 def read_json_object(path: str | Path, what: str = "a JSON object") -> dict:

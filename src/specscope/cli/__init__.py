@@ -13,13 +13,22 @@ import importlib
 import logging
 import pkgutil
 import sys
+from typing import NoReturn
 
 from specscope import __version__
 from specscope.errors import SpecscopeError
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error in one line (``specscope VERB: error: argument --k: ...``)
+    and exit status 2, like every other error of the CLI; ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="specscope",
         description="Does speculative decoding pay off for my model, workload and batch size?",
     )
@@ -36,12 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
     try:
+        args = parser.parse_args(argv)  # output paths are checked here, before any work
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.WARNING,
+            format="%(levelname)s %(name)s: %(message)s",
+        )
         return int(args.run(args) or 0)
     except SpecscopeError as error:
         print(f"specscope: error: {error}", file=sys.stderr)

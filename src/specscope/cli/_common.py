@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Iterable
 
 from specscope.trace.load import LENGTHS
-from specscope.fileio import atomic_write_text, write_rows  # noqa: F401  (re-exported for the verbs)
+from specscope.fileio import (  # noqa: F401  (atomic_write_text, write_rows: re-exported for the verbs)
+    STDOUT,
+    atomic_write_text,
+    check_output_dir,
+    check_output_file,
+    check_table_output,
+    write_rows,
+)
 
 
 def int_list(text: str) -> list[int]:
@@ -28,6 +35,18 @@ def str_list(text: str) -> list[str]:
     if not values:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
     return values
+
+
+def add_table_output(parser: argparse.ArgumentParser, what: str, *flags: str) -> None:
+    """An ``-o``-style option for a table: ``.csv``, ``.json`` or ``-`` (standard output, in
+    place of the printed table), checked before any work starts."""
+    parser.add_argument(*(flags or ("-o", "--output")), type=check_table_output, metavar="FILE",
+                        help=f"write {what} to a .csv or .json file (- for standard output)")
+
+
+def to_stdout(path: object) -> bool:
+    """Whether an output option asks for standard output (then the verb prints nothing else)."""
+    return path is not None and str(path) == STDOUT
 
 
 def format_cell(value: object) -> str:

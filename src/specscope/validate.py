@@ -1,0 +1,113 @@
+"""The one place where values from users are checked: numbers, ranges, seeds, probabilities.
+
+Every check raises :class:`Invalid` with what was expected and what came ("expected a finite
+number > 0, got nan"); it does not know where the value came from. Callers add the place:
+
+- the CLI (:func:`arg`) turns it into an argparse error naming the option;
+- trace and record readers (:class:`specscope.trace.fields.Fields`) prefix ``file:line: field``;
+- the server (:mod:`specscope.serve.protocol`) answers 400 naming the request field;
+- config files (sweep TOML, cost-model JSON) prefix the file and the key.
+
+So a rule such as "a seed fits in 64 bits" or "temperature is finite" is written once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+SEED_MAX = 2**64 - 1  # seeds are unsigned 64-bit, as vLLM's and torch's generators take
+
+
+class Invalid(ValueError):
+    """A value that breaks a rule; the message says what was expected and what came."""
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def number(
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """``value`` as a finite float within [low, high] (an end is excluded when ``*_open``)."""
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise Invalid(f"expected a number, got {value!r}") from None
+    if not _is_number(value):
+        raise Invalid(f"expected a number, got {_show(value)}")
+    try:
+        result = float(value)
+    except OverflowError:
+        raise Invalid(f"expected a finite number, got {_show(value)}") from None
+    if not math.isfinite(result):
+        raise Invalid(f"expected a finite number, got {_show(value)}")
+    if low is not None and (result < low or (low_open and result == low)):
+        raise Invalid(f"expected a number {'>' if low_open else '>='} {_show(low)}, got {_show(value)}")
+    if high is not None and (result > high or (high_open and result == high)):
+        raise Invalid(f"expected a number {'<' if high_open else '<='} {_show(high)}, got {_show(value)}")
+    return result
+
+
+def integer(value: object, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as an int within [low, high]; text such as ``"8"`` is accepted, ``8.0`` is not."""
+    if isinstance(value, str):
+        try:
+            value = int(value.strip())
+        except ValueError:
+            raise Invalid(f"expected an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Invalid(f"expected an integer, got {_show(value)}")
+    if low is not None and value < low:
+        raise Invalid(f"expected an integer >= {low}, got {value}")
+    if high is not None and value > high:
+        raise Invalid(f"expected an integer <= {high}, got {value}")
+    return value
+
+
+def probability(value: object) -> float:
+    """A number in [0, 1]."""
+    return number(value, low=0.0, high=1.0)
+
+
+def seed(value: object) -> int:
+    """A random seed: an integer in [0, 2^64)."""
+    return integer(value, low=0, high=SEED_MAX)
+
+
+def temperature(value: object) -> float:
+    """A sampling temperature: finite and >= 0 (0 = greedy)."""
+    return number(value, low=0.0)
+
+
+def arg(check: Callable[..., T], **bounds: object) -> Callable[[str], T]:
+    """An argparse ``type=`` that applies ``check(text, **bounds)``; argparse names the option
+    in its error, e.g. ``arg(integer, low=1)`` for a positive count."""
+
+    def parse(text: str) -> T:
+        try:
+            return check(text, **bounds)
+        except Invalid as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    parse.__name__ = check.__name__  # argparse names the type in some messages
+    return parse
+
+
+def _show(value: object) -> str:
+    """A value as a message shows it: short, with the type when it is not a number."""
+    if _is_number(value):
+        text = repr(value)
+        return text if len(text) <= 24 else f"{text[:20]}…"
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:36]}…{type(value).__name__}"
