@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, TextIO
+
+from specscope import validate
+from specscope.errors import SpecscopeError
 
 from specscope.trace.load import LENGTHS
 from specscope.fileio import (  # noqa: F401  (atomic_write_text, write_rows: re-exported for the verbs)
@@ -19,13 +22,13 @@ from specscope.fileio import (  # noqa: F401  (atomic_write_text, write_rows: re
 
 
 def int_list(text: str) -> list[int]:
-    """Parse ``"1,8,16"`` into ``[1, 8, 16]`` (argparse type)."""
+    """Parse ``"1,8,16"`` into ``[1, 8, 16]``: positive integers (argparse type)."""
     try:
-        values = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+        values = [validate.integer(part, low=1) for part in text.split(",") if part.strip()]
+    except validate.Invalid as error:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers: {error}") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
     return values
 
 
@@ -45,8 +48,16 @@ def add_table_output(parser: argparse.ArgumentParser, what: str, *flags: str) ->
 
 
 def to_stdout(path: object) -> bool:
-    """Whether an output option asks for standard output (then the verb prints nothing else)."""
+    """Whether an output option asks for standard output."""
     return path is not None and str(path) == STDOUT
+
+
+def human_stream(*outputs: object) -> TextIO:
+    """Where a verb prints its tables and notes: standard output, unless one of ``outputs`` is
+    ``-`` (the data goes there, so the words go to standard error). Two ``-`` are refused."""
+    if sum(to_stdout(path) for path in outputs) > 1:
+        raise SpecscopeError("only one output may be - (standard output)")
+    return sys.stderr if any(to_stdout(path) for path in outputs) else sys.stdout
 
 
 def format_cell(value: object) -> str:
@@ -59,8 +70,8 @@ def format_cell(value: object) -> str:
     return str(value)
 
 
-def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]]) -> None:
-    """Print a readable table to stdout (rich; plain text when not a terminal)."""
+def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]], file: TextIO | None = None) -> None:
+    """Print a readable table to ``file`` (default stdout; rich, plain text when not a terminal)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -72,7 +83,7 @@ def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]]
     for row in texts:
         table.add_row(*[escape(cell) for cell in row])
     widths = [max([len(c)] + [len(row[i]) for row in texts]) for i, c in enumerate(columns)]
-    Console(width=max(80, sum(widths) + 3 * len(widths) + 1)).print(table)
+    Console(file=file, width=max(80, sum(widths) + 3 * len(widths) + 1)).print(table)
 
 
 def add_trace_options(parser: argparse.ArgumentParser, lengths: str = "own") -> None:
@@ -101,8 +112,6 @@ def read_trace_args(args: argparse.Namespace) -> list:
 
 def model_dir_arg(path: str | Path) -> Path:
     """``path`` as a Hugging Face model directory, or a one-line error."""
-    from specscope.errors import SpecscopeError
-
     path = Path(path)
     if not (path / "config.json").is_file():
         raise SpecscopeError(f"{path}: no config.json (expected a Hugging Face model directory)")

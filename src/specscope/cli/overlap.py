@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 from specscope.analysis.overlap import OverlapConfig
 from specscope.cli._common import (
+    add_table_output,
     add_trace_options,
+    human_stream,
     read_trace_args,
     int_list,
     print_table,
@@ -42,8 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     parser.add_argument("--mode", choices=("paper", "mixed"), default=OverlapConfig.mode,
                         help="simulator mode (default paper: per request, see OverlapConfig)")
-    parser.add_argument("-o", "--output", help="write the bin × batch size rows to a .csv or .json file")
-    parser.add_argument("--bleu-output", help="write each request's BLEU-4 to a .csv or .json file")
+    add_table_output(parser, "the bin × batch size rows")
+    add_table_output(parser, "each request's BLEU-4", "--bleu-output")
     parser.set_defaults(run=run)
 
 
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.overlap import bleu_scores, overlap_speedups, request_bleu
     from specscope.costmodel.registry import resolve_cost_model
 
+    out = human_stream(args.output, args.bleu_output)
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     config = OverlapConfig(lookup=args.lookup, lookup_policies=tuple(args.lookup_policies),
@@ -67,11 +69,12 @@ def run(args: argparse.Namespace) -> int:
         ["dataset", "BLEU-4", "requests", "policy", *[f"B={b}" for b in args.batch_sizes]],
         [[d, b, str(n), p, *["–" if math.isnan(v[s]) else f"{v[s]:+.1%}" for s in args.batch_sizes]]
          for (d, b, n, p), v in lines.items()],
+        file=out,
     )
     if args.output:
-        write_rows(Path(args.output), [r.flat() for r in rows])
-        print(f"wrote {len(rows)} rows to {args.output}")
+        write_rows(args.output, [r.flat() for r in rows])
+        print(f"wrote {len(rows)} rows to {args.output}", file=out)
     if args.bleu_output:
-        write_rows(Path(args.bleu_output), [r.flat() for r in request_bleu(records, scores, config.edges)])
-        print(f"wrote {len(records)} rows to {args.bleu_output}")
+        write_rows(args.bleu_output, [r.flat() for r in request_bleu(records, scores, config.edges)])
+        print(f"wrote {len(records)} rows to {args.bleu_output}", file=out)
     return 0

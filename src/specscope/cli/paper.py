@@ -13,7 +13,7 @@ import csv
 import os
 from pathlib import Path
 
-from specscope.cli._common import print_table, write_rows
+from specscope.cli._common import add_table_output, human_stream, print_table, write_rows
 from specscope.errors import SpecscopeError
 
 ENV = "SPECSCOPE_PAPER_DIR"
@@ -27,22 +27,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("paper", help="reproduce the paper's Figures 10 and 12 from its traces")
     parser.add_argument("--traces-dir", default=os.environ.get(ENV),
                         help=f"folder with the paper's *.jsonl traces (default: ${ENV})")
-    parser.add_argument("-o", "--output", help="write every cell (with the paper's value) to CSV/JSON")
+    add_table_output(parser, "every cell (with the paper's value)")
     parser.set_defaults(run=run)
 
 
 def read_reference(path: Path) -> dict[tuple[str, str, str, int], float]:
     """Speedups read off the paper's figures: (acc, dataset, policy, batch size) -> speedup."""
-    cells = {}
-    with path.open(encoding="utf-8") as handle:
-        rows = csv.DictReader(line for line in handle if not line.startswith("#"))
-        for row in rows:
-            policy = row["policy"].replace("fixed", "fixed:")
-            if row["acc"] == "combined":
-                policy = "oracle-combined:ngram+eagle"
-            for column, value in row.items():
-                if column.startswith("bs"):
-                    cells[(row["acc"], row["dataset"], policy, int(column[2:]))] = float(value)
+    cells, line = {}, 1
+    try:
+        with path.open(encoding="utf-8") as handle:
+            rows = csv.DictReader(line for line in handle if not line.startswith("#"))
+            for row in rows:
+                line = rows.line_num
+                policy = str(row.get("policy")).replace("fixed", "fixed:")
+                if row.get("acc") == "combined":
+                    policy = "oracle-combined:ngram+eagle"
+                for column, value in row.items():
+                    if column and column.startswith("bs"):
+                        cells[(row["acc"], row["dataset"], policy, int(column[2:]))] = float(value)
+    except (KeyError, ValueError, TypeError) as error:
+        raise SpecscopeError(f"{path}:{line}: expected columns acc, dataset, policy and bsN numbers ({error})") from None
+    except UnicodeDecodeError as error:
+        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
     return cells
 
 
@@ -53,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.traces_dir:
         raise SpecscopeError(f"no paper traces: pass --traces-dir or set ${ENV}; {WHERE}")
+    out = human_stream(args.output)
     folder = Path(args.traces_dir)
+    if not folder.is_dir():
+        raise SpecscopeError(f"{folder}: not a directory (--traces-dir); {WHERE}")
     files = sorted(folder.glob("*.jsonl"))
     if not files:
         raise SpecscopeError(f"{folder}: no *.jsonl trace files; {WHERE}")
@@ -62,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B, config)
     reference = read_reference(folder / REFERENCE) if (folder / REFERENCE).is_file() else {}
     table: dict[tuple[str, str, str], list[str]] = {}
-    out, worst = [], 0.0
+    cells, worst = [], 0.0
     for row in rows:
         dataset = next((name for name in ("gsm8k", "sharegpt", "cnn", "instructcoder") if name in row.dataset), row.dataset)
         paper = reference.get((row.acc, dataset, row.policy, row.batch_size))
@@ -70,18 +79,19 @@ def run(args: argparse.Namespace) -> int:
         table.setdefault((dataset, row.acc, row.policy), []).append(cell)
         if paper is not None:
             worst = max(worst, abs(row.speedup - paper))
-        out.append({**row.flat(), "paper_speedup": paper})
+        cells.append({**row.flat(), "paper_speedup": paper})
     batch_sizes = list(config.batch_sizes)
     print_table(
         "speedup over no SD, paper mode, H100 cost model" + (" — ours (paper's figure)" if reference else ""),
         ["dataset", "acc", "policy", *[f"B={b}" for b in batch_sizes]],
-        [[*key, *cells] for key, cells in table.items()],
+        [[*key, *texts] for key, texts in table.items()],
+        file=out,
     )
     if reference:
         print(f"largest difference from the paper's figures: {worst:.3f} "
               f"(the figures were read by eye to ±0.02; oracle-combined is optimistic: choosing "
-              f"and drafting are taken as free)")
+              f"and drafting are taken as free)", file=out)
     if args.output:
-        write_rows(Path(args.output), out)
-        print(f"wrote {len(out)} cells to {args.output}")
+        write_rows(args.output, cells)
+        print(f"wrote {len(cells)} cells to {args.output}", file=out)
     return 0

@@ -6,7 +6,8 @@ import argparse
 import dataclasses
 import sys
 
-from specscope.cli._common import int_list, str_list
+from specscope import validate
+from specscope.cli._common import check_output_dir, int_list, str_list
 from specscope.report.config import ReportConfig
 from specscope.sim.grid import SimConfig
 
@@ -21,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "self-contained file), one PNG per figure and one CSV per table.",
     )
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (JSON Lines)")
-    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="output directory")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", type=check_output_dir,
+                        help="output directory (made if missing)")
     parser.add_argument("--cost-model", default=DEFAULTS.cost_model,
                         help=f"preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file (default {DEFAULTS.cost_model})")
     parser.add_argument("--batch-sizes", type=int_list, default=list(DEFAULTS.sim.batch_sizes),
@@ -39,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--measured", action="append", default=[], metavar="FILE",
                         help="`specscope bench` JSON results: measured speedups (figure 9) and the "
                              "measured winner per workload and batch size; repeatable")
-    parser.add_argument("--seed", type=int, default=DEFAULTS.sim.seed)
+    parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.sim.seed)
     parser.set_defaults(run=run)
 
 

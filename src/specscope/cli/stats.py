@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from specscope.cli._common import add_trace_options, print_table, read_trace_args, write_rows
+from specscope.cli._common import add_table_output, add_trace_options, human_stream, print_table, read_trace_args, write_rows
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -17,14 +16,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "Records are cut to the common length of their arrays by default (--lengths common).",
     )
     add_trace_options(parser, lengths="common")
-    parser.add_argument("-o", "--output", help="write the per-proposer rows to a .csv or .json file")
-    parser.add_argument("--pairs-output", help="write the per-pair rows to a .csv or .json file")
+    add_table_output(parser, "the per-proposer rows")
+    add_table_output(parser, "the per-pair rows", "--pairs-output")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import acceptance_stats
 
+    out = human_stream(args.output, args.pairs_output)
     records = read_trace_args(args)
     singles, pairs = acceptance_stats(records)
     print_table(
@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
         [[s.dataset, s.proposer, s.requests, s.positions, s.request_mean, s.request_median, s.request_std,
           s.request_p5, s.request_p95, s.position_mean, s.position_median, s.position_std,
           f"{s.mean_prompt_len:.1f}", f"{s.mean_output_len:.1f}"] for s in singles],
+        file=out,
     )
     if pairs:
         print_table(
@@ -41,11 +42,12 @@ def run(args: argparse.Namespace) -> int:
             ["dataset", "a", "b", "positions", "a > b", "b > a", "ties"],
             [[p.dataset, p.a, p.b, p.positions, f"{p.a_beats_b:.1%}", f"{p.b_beats_a:.1%}", f"{p.ties:.1%}"]
              for p in pairs],
+            file=out,
         )
     if args.output:
-        write_rows(Path(args.output), [s.flat() for s in singles])
-        print(f"wrote {len(singles)} rows to {args.output}")
+        write_rows(args.output, [s.flat() for s in singles])
+        print(f"wrote {len(singles)} rows to {args.output}", file=out)
     if args.pairs_output:
-        write_rows(Path(args.pairs_output), [p.flat() for p in pairs])
-        print(f"wrote {len(pairs)} rows to {args.pairs_output}")
+        write_rows(args.pairs_output, [p.flat() for p in pairs])
+        print(f"wrote {len(pairs)} rows to {args.pairs_output}", file=out)
     return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specscope.cli._common import int_list, model_dir_arg
+from specscope import validate
+from specscope.cli._common import check_output_dir, int_list, model_dir_arg
 from specscope.study.config import BUNDLED_REQUESTS, StudyConfig
 
 DEFAULTS_DOC = "with no --model: the bundled models and workloads"
@@ -25,18 +26,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument(f"--{method}", type=Path, help=f"{method} checkpoint directory")
     parser.add_argument("--workload", type=Path, action="append", help="workload JSON Lines (repeatable)")
     parser.add_argument("--batch-sizes", type=int_list, default=list(defaults.batch_sizes))
-    parser.add_argument("--k", type=int, default=defaults.k, help="drafts per step in the measured runs")
-    parser.add_argument("--k-max", type=int, default=defaults.k_max, help="drafts per position in the traces")
-    parser.add_argument("--max-tokens", type=int, default=defaults.max_tokens)
-    parser.add_argument("--requests", type=int, default=None,
+    count = validate.arg(validate.integer, low=1)
+    parser.add_argument("--k", type=count, default=defaults.k, help="drafts per step in the measured runs")
+    parser.add_argument("--k-max", type=count, default=defaults.k_max, help="drafts per position in the traces")
+    parser.add_argument("--max-tokens", type=count, default=defaults.max_tokens)
+    parser.add_argument("--requests", type=count, default=None,
                         help=f"use the first N requests of each workload (bundled default: {BUNDLED_REQUESTS})")
     parser.add_argument("--replay", action="append", default=[], metavar="COST_MODEL",
                         help="also replay the traces against this cost model (repeatable), e.g. "
                              "roofline:h100:MODEL_DIR/config.json")
-    parser.add_argument("--threads", type=int, default=1,
+    parser.add_argument("--threads", type=count, default=1,
                         help="torch CPU threads (default 1: the bundled models are too small to gain from more, "
                              "and threads contending with other work make timings erratic)")
-    parser.add_argument("-o", "--output", type=Path, default=Path("specscope-study"))
+    parser.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-study"))
     parser.set_defaults(run=run)
 
 
@@ -46,6 +48,9 @@ def run(args: argparse.Namespace) -> int:
     from specscope.errors import SpecscopeError
     from specscope.study.pipeline import run_study
 
+    if args.k > args.k_max:
+        raise SpecscopeError(f"--k {args.k}: above --k-max {args.k_max} (the traces could not tell what "
+                             f"{args.k} drafts accept)")
     torch.set_num_threads(args.threads)
     if args.model is None:
         from specscope.study.bundled import bundled_study

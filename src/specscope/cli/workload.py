@@ -19,6 +19,8 @@ DEFAULT_N = 300  # the paper sampled 300 requests per dataset
 
 
 def register(subparsers) -> None:
+    from specscope import validate
+    from specscope.fileio import check_output_file
     from specscope.workloads.datasets import DATASETS, PAPER_SEED
     from specscope.zoo.tasks import TASKS
 
@@ -32,13 +34,13 @@ def register(subparsers) -> None:
     make.add_argument("dataset", choices=sorted(DATASETS) + list(TASKS), metavar="DATASET",
                       help=f"one of: {', '.join(sorted(DATASETS))} (need --source); bundled: {', '.join(TASKS)}")
     make.add_argument("--source", help="a local file in the dataset's format, or 'hub' (the datasets library)")
-    make.add_argument("--n", type=int, default=DEFAULT_N, help="requests to sample (all when fewer; default %(default)s)")
-    make.add_argument("--seed", type=int, default=PAPER_SEED, help="sampling seed (default %(default)s, as the paper)")
+    make.add_argument("--n", type=validate.arg(validate.integer, low=1), default=DEFAULT_N, help="requests to sample (all when fewer; default %(default)s)")
+    make.add_argument("--seed", type=validate.arg(validate.seed), default=PAPER_SEED, help="sampling seed (default %(default)s, as the paper)")
     make.add_argument("--tokenizer", type=Path, metavar="DIR",
                       help="model directory: chat template and tokenizer.json (token counts, --token-ids)")
     make.add_argument("--no-chat-template", action="store_true", help="with --tokenizer: keep the raw prompt")
     make.add_argument("--token-ids", action="store_true", help="write prompt_token_ids (needs --tokenizer)")
-    make.add_argument("-o", "--output", type=Path, required=True, help="workload file to write (.jsonl)")
+    make.add_argument("-o", "--output", type=check_output_file, required=True, help="workload file to write (.jsonl)")
     make.set_defaults(run=run)
 
 

@@ -16,20 +16,24 @@ from pathlib import Path
 
 
 def register(subparsers) -> None:
+    from specscope import validate
+    from specscope.fileio import check_output_dir, check_output_file
+
+    count = validate.arg(validate.integer, low=1)
     parser = subparsers.add_parser("zoo", help="train or evaluate the bundled models")
     verbs = parser.add_subparsers(dest="zoo_verb", metavar="ACTION", required=True)
     train = verbs.add_parser("train", help="train target, draft, EAGLE and MTP heads from scratch (seeded)")
-    train.add_argument("-o", "--output", type=Path, default=Path("specscope-zoo"),
+    train.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-zoo"),
                        help="folder for target/, draft/, eagle/, mtp/ (default %(default)s)")
     train.add_argument("--quick", action="store_true", help="tiny shapes and a few steps (a smoke test)")
-    train.add_argument("--threads", type=int, help="torch CPU threads (default: the training config's)")
+    train.add_argument("--threads", type=count, help="torch CPU threads (default: the training config's)")
     train.set_defaults(run=run_train)
     evaluate = verbs.add_parser("evaluate", help="accuracy, distinct-4 and each proposer's α on the bundled tasks")
     evaluate.add_argument("--zoo", type=Path, help="zoo folder (default: the shipped models)")
-    evaluate.add_argument("--n", type=int, default=25, help="requests per task (default %(default)s)")
-    evaluate.add_argument("--k", type=int, default=4, help="proposal length for α (default %(default)s)")
-    evaluate.add_argument("--threads", type=int, default=1, help="torch CPU threads (default %(default)s)")
-    evaluate.add_argument("-o", "--output", type=Path, help="also write the results as JSON")
+    evaluate.add_argument("--n", type=count, default=25, help="requests per task (default %(default)s)")
+    evaluate.add_argument("--k", type=count, default=4, help="proposal length for α (default %(default)s)")
+    evaluate.add_argument("--threads", type=count, default=1, help="torch CPU threads (default %(default)s)")
+    evaluate.add_argument("-o", "--output", type=check_output_file, help="also write the results as JSON")
     evaluate.set_defaults(run=run_evaluate)
 
 
@@ -54,11 +58,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import torch
 
     from specscope.cli._common import atomic_write_text, print_table
-    from specscope.errors import SpecscopeError
     from specscope.zoo.evaluate import score_model, score_proposers
 
-    if args.n < 1 or args.k < 1:
-        raise SpecscopeError("--n and --k: expected positive integers")
     torch.set_num_threads(args.threads)
     models = score_model("target", args.zoo, args.n) + score_model("draft", args.zoo, args.n)
     print_table("exact match, similarity to the reference and distinct-4 per task (greedy)",

@@ -94,10 +94,6 @@ def build_report(traces: Sequence[str | Path], out_dir: str | Path, config: Repo
     :class:`ReportConfig` defaults when None)."""
     config = config if config is not None else ReportConfig()
     out = Path(out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise SpecscopeError(f"{out}: cannot create the output directory ({error.strerror})") from None
     cost = resolve_cost_model(config.cost_model)
     steps = read_steps(config.steps) if config.steps else []
     notes: list[str] = []
@@ -116,6 +112,10 @@ def build_report(traces: Sequence[str | Path], out_dir: str | Path, config: Repo
         simulated = _priceable(cost, names, notes)
         if not simulated:
             raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}")
+        try:  # made only once every input has been read: a refused input leaves nothing behind
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise SpecscopeError(f"{out}: cannot create the output directory ({error.strerror})") from None
         pair = _pair(names)
         notes.extend(_tail_notes(sim_records, config))
         bar.advance(description="report: acceptance statistics")

@@ -1,0 +1,73 @@
+"""Bad outputs and options of the analysis verbs (stats, overlap, paper, report, study,
+workload, zoo): refused before any work, in one line, leaving nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from harness import Case, check
+
+TRACE = json.dumps({
+    "schema": "specscope.trace/1", "id": "r1", "dataset": "d", "k_max": 4,
+    "prompt_token_ids": [1, 2, 3], "output_token_ids": [4, 5, 6, 7],
+    "proposers": {"ngram": {"acc_len": [1, 2, 1, 1]}, "eagle": {"acc_len": [2, 3, 1, 1]}},
+}) + "\n"
+WITH_TRACE = {"t.jsonl": TRACE}
+WITH_DIR = {**WITH_TRACE, "taken/keep.txt": "mine"}
+WITH_FILE = {**WITH_TRACE, "taken.txt": "mine"}
+
+CASES = [
+    Case("stats-o-directory", ["stats", "t.jsonl", "-o", "taken"], r"taken: is a directory", WITH_DIR),
+    Case("stats-o-suffix", ["stats", "t.jsonl", "-o", "rows.txt"], r"rows\.txt: expected a \.csv or \.json", WITH_TRACE),
+    Case("stats-o-under-a-file", ["stats", "t.jsonl", "-o", "taken.txt/rows.csv"], r"taken\.txt: is not a directory",
+         WITH_FILE),
+    Case("stats-two-stdouts", ["stats", "t.jsonl", "-o", "-", "--pairs-output", "-"], r"only one output may be -",
+         WITH_TRACE),
+    Case("stats-pairs-output-directory", ["stats", "t.jsonl", "--pairs-output", "taken"], r"taken: is a directory",
+         WITH_DIR),
+    Case("overlap-batch-size-zero", ["overlap", "t.jsonl", "--batch-sizes", "1,0"], r"--batch-sizes", WITH_TRACE),
+    Case("overlap-batch-size-text", ["overlap", "t.jsonl", "--batch-sizes", "1,x"], r"--batch-sizes.*'x'", WITH_TRACE),
+    Case("overlap-bleu-output-directory", ["overlap", "t.jsonl", "--bleu-output", "taken"], r"taken: is a directory",
+         WITH_DIR),
+    Case("paper-missing-dir", ["paper", "--traces-dir", "nowhere"], r"nowhere: not a directory \(--traces-dir\)"),
+    Case("paper-empty-dir", ["paper", "--traces-dir", "taken"], r"taken: no \*\.jsonl trace files", WITH_DIR),
+    Case("paper-o-directory", ["paper", "--traces-dir", "taken", "-o", "taken"], r"taken: is a directory", WITH_DIR),
+    Case("report-o-is-a-file", ["report", "t.jsonl", "-o", "taken.txt"], r"taken\.txt: exists and is not a directory",
+         WITH_FILE),
+    Case("report-seed-negative", ["report", "t.jsonl", "-o", "out", "--seed", "-1"], r"--seed", WITH_TRACE),
+    Case("report-seed-past-64-bits", ["report", "t.jsonl", "-o", "out", "--seed", str(2**80)], r"--seed.*<= 18446744073709551615",
+         WITH_TRACE),
+    Case("report-measured-bad-json", ["report", "t.jsonl", "-o", "out", "--measured", "bad.json"], r"bad\.json:2",
+         {**WITH_TRACE, "bad.json": '{"rows":\n'}),
+    Case("report-steps-bad-line", ["report", "t.jsonl", "-o", "out", "--steps", "steps.jsonl"], r"steps\.jsonl:1",
+         {**WITH_TRACE, "steps.jsonl": "garbage\n"}),
+    Case("study-k-zero", ["study", "--k", "0"], r"--k: expected an integer >= 1"),
+    Case("study-k-above-k-max", ["study", "--k", "5", "--k-max", "3"], r"--k 5: above --k-max 3"),
+    Case("study-threads-text", ["study", "--threads", "two"], r"--threads.*'two'"),
+    Case("study-o-is-a-file", ["study", "-o", "taken.txt"], r"taken\.txt: exists and is not a directory", WITH_FILE),
+    Case("study-model-without-config", ["study", "--model", "taken", "--workload", "t.jsonl"],
+         r"taken: no config\.json", WITH_DIR),
+    Case("workload-n-zero", ["workload", "make", "code", "--n", "0", "-o", "w.jsonl"], r"--n"),
+    Case("workload-seed-float", ["workload", "make", "code", "--seed", "1.5", "-o", "w.jsonl"], r"--seed.*'1\.5'"),
+    Case("workload-o-directory", ["workload", "make", "code", "-o", "taken"], r"taken: is a directory", WITH_DIR),
+    Case("workload-missing-source", ["workload", "make", "gsm8k", "--source", "missing.jsonl", "-o", "w.jsonl"],
+         r"missing\.jsonl"),
+    Case("zoo-evaluate-k-zero", ["zoo", "evaluate", "--k", "0"], r"--k"),
+    Case("zoo-evaluate-o-directory", ["zoo", "evaluate", "-o", "taken"], r"taken: is a directory", WITH_DIR),
+    Case("zoo-train-o-is-a-file", ["zoo", "train", "-o", "taken.txt"], r"taken\.txt: exists and is not a directory",
+         WITH_FILE),
+    Case("unknown-verb", ["simulated"], r"invalid choice: 'simulated'"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)
+
+
+def test_dev_null_is_never_replaced(tmp_path, monkeypatch):
+    """``-o /dev/null`` is a valid output; a refused run with it leaves the device as it was."""
+    check(Case("stats-dev-null-bad-trace", ["stats", "missing.jsonl", "-o", os.devnull], r"missing\.jsonl",
+               untouched=(os.devnull,)), tmp_path, monkeypatch)

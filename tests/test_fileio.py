@@ -1,0 +1,97 @@
+"""Output files: regular files are replaced atomically; devices, FIFOs and stdout are written in
+place and never replaced; CSV cells never run as spreadsheet formulas."""
+
+from __future__ import annotations
+
+import csv
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from specscope.cli import main
+from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text, check_output_dir, check_output_file, write_rows
+
+
+def test_dev_null_stays_a_device():
+    """The regression: renaming a temporary file over /dev/null replaced the device."""
+    before = os.stat(os.devnull)
+    atomic_write_text(os.devnull, "x\n")
+    write_rows(os.devnull, [{"a": 1}])
+    after = os.stat(os.devnull)
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+
+
+def test_fifo_is_written_in_place(tmp_path):
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[str] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()))
+    reader.start()
+    atomic_write_text(fifo, "through the pipe\n")
+    reader.join(timeout=30)
+    assert received == ["through the pipe\n"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary file left
+
+
+def test_regular_file_is_replaced_atomically(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("old\n")
+    write_rows(path, [{"a": 1, "b": "x"}])
+    assert path.read_text() == "a,b\n1,x\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
+
+
+def test_dash_is_stdout(capsys):
+    write_rows("-", [{"policy": "fixed:3", "speedup": 1.5}])
+    assert capsys.readouterr().out == "policy,speedup\nfixed:3,1.5\n"
+
+
+@pytest.mark.parametrize("text", ["=1+1", "+cmd", "-2+3", "@SUM(A1)", "\tx"])
+def test_csv_cells_that_look_like_formulas_are_quoted(tmp_path, text):
+    path = tmp_path / "rows.csv"
+    write_rows(path, [{"dataset": text, "speedup": -1.25}])
+    with path.open(newline="") as handle:
+        row = next(csv.DictReader(handle))
+    assert row["dataset"] == "'" + text  # shown as text by a spreadsheet, never run
+    assert row["speedup"] == "-1.25"  # numbers stay numbers
+
+
+def test_outputs_are_checked_before_work(tmp_path):
+    with pytest.raises(SpecscopeError, match="is a directory"):
+        check_output_file(tmp_path)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SpecscopeError, match="not a directory"):
+        check_output_file(tmp_path / "file" / "out.csv")
+    with pytest.raises(SpecscopeError, match="not a directory"):
+        check_output_dir(tmp_path / "file")
+    assert check_output_file(tmp_path / "new" / "deeper" / "out.csv") == tmp_path / "new" / "deeper" / "out.csv"
+    assert not (tmp_path / "new").exists()  # checking makes nothing
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_unwritable_folder_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(SpecscopeError, match="not writable"):
+        check_output_file(locked / "out.csv")
+
+
+def test_cli_table_to_stdout_keeps_words_off_it(paper, capsys):
+    """``-o -``: the CSV alone on stdout; the human table goes to stderr."""
+    status = main(["stats", str(paper / "llama3.1-8b_gsm8k.jsonl"), "-o", "-"])
+    out = capsys.readouterr()
+    assert status == 0
+    rows = list(csv.DictReader(out.out.splitlines()))
+    assert {row["proposer"] for row in rows} == {"ngram", "eagle"}
+    assert "acc_len per request" in out.err
+
+
+def test_cli_dev_null_output(paper):
+    assert main(["paper", "--traces-dir", str(paper), "-o", os.devnull]) == 0
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert not Path(os.devnull).is_file()
