@@ -55,6 +55,7 @@ CASES = [
     Case("workload-missing-source", ["workload", "make", "gsm8k", "--source", "missing.jsonl", "-o", "w.jsonl"],
          r"missing\.jsonl"),
     Case("zoo-evaluate-k-zero", ["zoo", "evaluate", "--k", "0"], r"--k"),
+    Case("zoo-evaluate-n-zero", ["zoo", "evaluate", "--n", "0"], r"--n: expected an integer >= 1, got 0"),
     Case("zoo-evaluate-o-directory", ["zoo", "evaluate", "-o", "taken"], r"taken: is a directory", WITH_DIR),
     Case("zoo-train-o-is-a-file", ["zoo", "train", "-o", "taken.txt"], r"taken\.txt: exists and is not a directory",
          WITH_FILE),

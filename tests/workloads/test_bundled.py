@@ -15,7 +15,7 @@ from specscope.workloads.bundled import (
     read_bundled,
 )
 from specscope.workloads.jsonl import read_workload
-from specscope.zoo.tasks import TASKS, extract_answer, generate
+from specscope.workloads.tasks import TASKS, extract_answer, generate
 
 
 @pytest.mark.parametrize("task", TASKS)

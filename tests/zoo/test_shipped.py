@@ -61,7 +61,8 @@ def test_every_proposer_is_accepted_and_lossless():
 def test_shipped_configs_are_what_the_trainer_writes():
     import json
 
-    from specscope.zoo.train import TrainConfig, hf_config, stage_keys
+    from specscope.zoo.config import TrainConfig
+    from specscope.zoo.train import hf_config, stage_keys
 
     config = TrainConfig()
     target = hf_config(config.target, config.vocab_size, 1, 0)

@@ -22,7 +22,7 @@ def register(subparsers) -> None:
     from specscope import validate
     from specscope.fileio import check_output_file
     from specscope.workloads.datasets import DATASETS, PAPER_SEED
-    from specscope.zoo.tasks import TASKS
+    from specscope.workloads.tasks import TASKS
 
     parser = subparsers.add_parser("workload", help="make workload files (datasets, bundled tasks)")
     verbs = parser.add_subparsers(dest="workload_verb", metavar="ACTION", required=True)

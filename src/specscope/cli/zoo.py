@@ -41,7 +41,8 @@ def run_train(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
     from specscope.workloads.bundled import held_out_prompts
-    from specscope.zoo.train import TrainConfig, train_zoo
+    from specscope.zoo.config import TrainConfig
+    from specscope.zoo.train import train_zoo
 
     config = TrainConfig.quick() if args.quick else TrainConfig()
     if args.threads:

@@ -1,10 +1,10 @@
 """The bundled offline workloads: one small JSON Lines file per synthetic task.
 
 ``specscope/data/workloads/{task}.jsonl`` holds :data:`BUNDLED_SIZE` requests of each task of
-:mod:`specscope.zoo.tasks` (``code``, ``math``, ``summary``, ``chat``), drawn with seed
+:mod:`specscope.workloads.tasks` (``code``, ``math``, ``summary``, ``chat``), drawn with seed
 :data:`BUNDLED_SEED`. Each line is ``{"id", "prompt", "reference", "answer"}``: ``prompt`` is the
 user's message without any chat template, ``reference`` the correct answer and ``answer`` the
-part of it that exact-match accuracy compares (see :func:`specscope.zoo.tasks.extract_answer`).
+part of it that exact-match accuracy compares (see :func:`specscope.workloads.tasks.extract_answer`).
 The files are exactly what :func:`bundled_records` generates (a test checks it), and the bundled
 models never train on these prompts.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specscope.errors import SpecscopeError
-from specscope.zoo.tasks import TASKS, generate
+from specscope.workloads.tasks import TASKS, generate
 
 if TYPE_CHECKING:
     from specscope.workloads.datasets import Prompt

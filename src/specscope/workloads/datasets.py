@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specscope.errors import SpecscopeError, where
-from specscope.zoo.tasks import CODE_SUFFIX, SUMMARY_PREFIX
+from specscope.workloads.tasks import CODE_SUFFIX, SUMMARY_PREFIX
 
 if TYPE_CHECKING:
     from specscope.workloads.chat import ChatTemplate

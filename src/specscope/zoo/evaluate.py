@@ -22,7 +22,7 @@ from specscope.engine.runner import Engine, load_engine
 from specscope.workloads.bundled import read_bundled
 from specscope.workloads.chat import load_chat_template
 from specscope.zoo.shipped import model_dir
-from specscope.zoo.tasks import TASKS, extract_answer
+from specscope.workloads.tasks import TASKS, extract_answer
 
 log = logging.getLogger(__name__)
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
+from specscope.workloads import tasks
 from specscope.workloads.chat import ChatTemplate
-from specscope.zoo import tasks
+from specscope.zoo.config import TrainConfig
 from specscope.zoo.tokenizer import CHAT_TEMPLATE, END
-
-if TYPE_CHECKING:
-    from specscope.zoo.train import TrainConfig
 
 IGNORE = -100  # label of positions without loss
 

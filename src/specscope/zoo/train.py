@@ -3,7 +3,7 @@
 Four checkpoints, all in Hugging Face layouts that :mod:`specscope.engine` and the proposers
 load (written as float16 safetensors, ``torch_dtype: float16``):
 
-- ``target``: a Llama decoder (tied embedding) trained on the answers of :mod:`.tasks`;
+- ``target``: a Llama decoder (tied embedding) trained on the answers of :mod:`specscope.workloads.tasks`;
 - ``draft``: a smaller Llama decoder with the same tokenizer, trained the same way;
 - ``eagle``: an EAGLE-1 head (``fc`` 2h→h + one decoder layer without input norm, the target's
   LM head) trained on the frozen target's final hidden states;
@@ -25,7 +25,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -38,50 +38,12 @@ from specscope.progress import LazyProgress
 from specscope.proposers.eagle import EagleHead
 from specscope.proposers.heads import Head, one_layer, save_head
 from specscope.proposers.mtp import MtpHead, published_name
-from specscope.zoo import tasks
+from specscope.workloads import tasks
+from specscope.zoo.config import Shape, TrainConfig
 from specscope.zoo.stream import IGNORE, Stream
 from specscope.zoo.tokenizer import END, PAD, save_tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
-
-@dataclass(frozen=True)
-class Shape:
-    """A Llama decoder's size (``head_dim`` = hidden / heads)."""
-
-    hidden: int
-    layers: int
-    heads: int
-    kv_heads: int
-    intermediate: int
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """Everything that decides the zoo. ``quick()`` is a seconds-long smoke version."""
-
-    vocab_size: int = 1024
-    tokenizer_corpus: int = 2000  # examples per task the tokenizer is trained on
-    target: Shape = Shape(hidden=192, layers=4, heads=6, kv_heads=2, intermediate=512)
-    draft: Shape = Shape(hidden=96, layers=2, heads=3, kv_heads=1, intermediate=256)
-    target_steps: int = 3000
-    draft_steps: int = 1200
-    head_steps: int = 500
-    batch_size: int = 16
-    lr: float = 3e-3
-    head_lr: float = 2e-3
-    eagle_feature_weight: float = 0.1  # weight of EAGLE's hidden-state regression beside the CE
-    warmup: int = 60
-    seed: int = 0
-    threads: int = 2
-    tasks: tuple[str, ...] = field(default=tasks.TASKS)
-
-    @classmethod
-    def quick(cls) -> TrainConfig:
-        return cls(vocab_size=300, tokenizer_corpus=40,
-                   target=Shape(hidden=32, layers=2, heads=2, kv_heads=1, intermediate=64),
-                   draft=Shape(hidden=16, layers=1, heads=1, kv_heads=1, intermediate=32),
-                   target_steps=8, draft_steps=4, head_steps=4, batch_size=4, warmup=2)
-
 
 def hf_config(shape: Shape, vocab_size: int, end_id: int, pad_id: int, **extra) -> dict:
     """A transformers ``LlamaConfig`` dictionary for ``shape``."""
