@@ -44,4 +44,4 @@ def test_report_cli_errors(synthetic_traces, tmp_path, capsys):
     taken = tmp_path / "file"
     taken.write_text("")
     assert main(["report", str(synthetic_traces[0]), "-o", str(taken)]) == 2
-    assert "cannot create the output directory" in capsys.readouterr().err
+    assert "exists and is not a directory" in capsys.readouterr().err

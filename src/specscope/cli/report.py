@@ -39,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", action="append", default=list(DEFAULTS.steps), metavar="FILE",
                         help="measured per-step records (JSON Lines) for the time-split figure; repeatable")
     parser.add_argument("--measured", action="append", default=[], metavar="FILE",
-                        help="`specscope bench` JSON results: measured speedups (figure 9) and the "
+                        help="`specscope bench` JSON results: measured speedups (the measured figure) and the "
                              "measured winner per workload and batch size; repeatable")
     parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.sim.seed)
     parser.set_defaults(run=run)

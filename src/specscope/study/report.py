@@ -1,5 +1,5 @@
 """The study's report: the issue-2 report over the study's traces, with its fitted cost model,
-the measured steps (time split), and measured vs simulated speedups (figure 9)."""
+the measured steps (time split), and measured vs simulated speedups (the measured figure)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,148 @@
+"""Everything the report shows, computed from traces without writing anything: ``analyse``.
+
+Traces are read twice: with ``lengths="common"`` for per-position analysis (every proposer's
+array aligned with the output) and with ``lengths="own"`` for simulation (each proposer's array
+whole, as the paper's simulator did). Parts that cannot be computed (a proposer the cost model
+cannot price, no pair of proposers to compare) are left empty and named in ``notes``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from specscope.analysis.acceptance import (
+    PairStats,
+    ProposerStats,
+    acceptance_stats,
+    by_dataset,
+    proposer_names,
+    request_means,
+)
+from specscope.analysis.bound_points import BoundPoint, bound_points
+from specscope.analysis.measured import MeasuredCell
+from specscope.analysis.overlap import BleuRow, OverlapRow, bleu_scores, overlap_speedups, request_bleu
+from specscope.analysis.position import ProfileRow, position_profiles
+from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
+from specscope.costmodel.base import CostModel
+from specscope.costmodel.registry import resolve_cost_model
+from specscope.errors import SpecscopeError
+from specscope.report.answer import AnswerRow, answer_rows
+from specscope.report.config import ReportConfig
+from specscope.sim.grid import COMBINED, SimRow, simulate
+from specscope.trace import load_traces
+from specscope.trace.load import LoadReport
+from specscope.trace.schema import TraceRecord
+
+TAIL_FACTOR = 8  # outputs this many times the median make the mixed-mode drain worth a note
+PHASES = ("reading traces", "acceptance statistics", "simulating", "prompt/output overlap", "time split and bound")
+
+
+@dataclass
+class ReportData:
+    """The analysis behind every figure and table of the report."""
+
+    traces: list[str]
+    config: ReportConfig
+    cost: CostModel
+    records: list[TraceRecord]  # cut to the common length (per-position analysis)
+    load_reports: list[LoadReport]
+    sim_records: list[TraceRecord]  # each proposer's array whole (simulation)
+    names: list[str]  # proposers in the traces
+    simulated: list[str]  # those the cost model can price
+    pair: tuple[str, str] | None  # the two proposers compared head to head
+    singles: list[ProposerStats] = field(default_factory=list)
+    pairs: list[PairStats] = field(default_factory=list)
+    means: list[dict] = field(default_factory=list)  # one per request × proposer: mean acc_len
+    profile: list[ProfileRow] = field(default_factory=list)
+    rows: list[SimRow] = field(default_factory=list)  # every simulated cell
+    answer: list[AnswerRow] = field(default_factory=list)
+    bleu: list[BleuRow] = field(default_factory=list)
+    overlap: list[OverlapRow] = field(default_factory=list)
+    predicted: list[dict] = field(default_factory=list)  # predicted time split
+    measured_split: list[dict] = field(default_factory=list)  # measured time split (from --steps)
+    points: list[BoundPoint] = field(default_factory=list)
+    measured: list[MeasuredCell] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def analyse(traces: Sequence[str | Path], config: ReportConfig,
+            advance: Callable[[str], None] = lambda phase: None) -> ReportData:
+    """Read every input (a bad one is refused before anything is computed), then compute every
+    part of the report; ``advance(phase)`` is called as each of :data:`PHASES` ends."""
+    cost = resolve_cost_model(config.cost_model)
+    steps = read_steps(config.steps) if config.steps else []
+    records, reports = load_traces(traces, lengths="common")
+    sim_records, _ = load_traces(traces, lengths="own")
+    names = proposer_names(records)
+    notes: list[str] = []
+    simulated = _priceable(cost, names, notes)
+    if not simulated:
+        raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}")
+    data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
+                      _pair(names), notes=notes, measured=list(config.measured))
+    data.notes.extend(_tail_notes(sim_records, config))
+    advance(PHASES[0])
+
+    data.singles, data.pairs = acceptance_stats(records)
+    data.means = request_means(records)
+    data.profile = position_profiles(records)
+    advance(PHASES[1])
+
+    data.rows = simulate(sim_records, simulated, config.policies, cost, config.sim)
+    if data.pair and all(p in simulated for p in data.pair):
+        combined = f"oracle-combined:{data.pair[0]}+{data.pair[1]}"
+        data.rows += simulate(sim_records, [COMBINED], [combined], cost, config.sim)
+    data.answer = answer_rows(data.rows)
+    advance(PHASES[2])
+
+    ov = config.overlap
+    scores = bleu_scores(sim_records)
+    data.bleu = request_bleu(sim_records, scores, ov.edges)
+    if ov.lookup in simulated and ov.reference in simulated:
+        data.overlap = overlap_speedups(sim_records, cost, config.sim, ov, scores)
+    advance(PHASES[3])
+
+    data.predicted = predicted_split(data.rows)
+    data.measured_split = measured_split(steps)
+    data.points = bound_points(records, cost, simulated, min(config.sim.batch_sizes), config.bound_k)
+    advance(PHASES[4])
+    return data
+
+
+def _pair(names: Sequence[str]) -> tuple[str, str] | None:
+    if "ngram" in names and "eagle" in names:
+        return ("ngram", "eagle")
+    return (names[0], names[1]) if len(names) >= 2 else None
+
+
+def _priceable(cost: CostModel, names: Sequence[str], notes: list[str]) -> list[str]:
+    kept = []
+    for name in names:
+        try:
+            cost.drafting_for(name)
+            kept.append(name)
+        except SpecscopeError as error:
+            notes.append(f"not simulated: {error}")
+    return kept
+
+
+def _tail_notes(records: Sequence[TraceRecord], config: ReportConfig) -> list[str]:
+    """Mixed mode counts the drain at the end of a run, when the few longest requests decode
+    alone; say so where a dataset has outputs far longer than its median."""
+    if config.sim.mode != "mixed" or max(config.sim.batch_sizes) == 1:
+        return []
+    notes = []
+    for dataset, members in by_dataset(records).items():
+        lengths = np.array([r.output_len for r in members])
+        median = float(np.median(lengths))
+        long = int(np.count_nonzero(lengths > TAIL_FACTOR * median))
+        if long:
+            notes.append(
+                f"{dataset}: {long} request(s) have outputs over {TAIL_FACTOR}× the median ({median:.0f} tokens, "
+                f"longest {lengths.max()}); in mixed mode they decode almost alone at the end of the run, so "
+                "speedups at large batch sizes weigh them heavily — compare with --mode paper.")
+    return notes

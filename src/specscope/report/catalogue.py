@@ -1,0 +1,131 @@
+"""The report's contents as lists: every table (CSV file) and every figure, in page order.
+
+A :class:`FigureSpec` says what a figure shows (title), what to look at (sentence), how to draw
+it, and what it needs (``missing`` names what is absent, or is ``None`` when it can be drawn).
+Figure numbers, file names and the progress total follow from :data:`FIGURES`; adding a figure
+to the report means adding one entry here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from matplotlib.figure import Figure
+
+from specscope.report import figures as F
+from specscope.report.analyse import ReportData
+from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    filename: str
+    rows: Callable[[ReportData], list[dict] | None]  # None: the table does not apply
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    slug: str  # file name stem: fig<N>_<slug>.png
+    title: Callable[[ReportData], str]
+    sentence: Callable[[ReportData], str]  # what to look at
+    draw: Callable[[ReportData], Figure]
+    missing: Callable[[ReportData], str | None] = lambda data: None  # why it cannot be drawn
+
+
+TABLES = [
+    TableSpec("stats.csv", lambda d: [s.flat() for s in d.singles]),
+    TableSpec("pairs.csv", lambda d: [p.flat() for p in d.pairs]),
+    TableSpec("request_means.csv", lambda d: d.means),
+    TableSpec("position_profile.csv", lambda d: [r.flat() for r in d.profile]),
+    TableSpec("speedup.csv", lambda d: [r.flat() for r in d.rows]),
+    TableSpec("answer.csv", lambda d: [a.flat() for a in d.answer]),
+    TableSpec("bleu.csv", lambda d: [r.flat() for r in d.bleu]),
+    TableSpec("overlap.csv", lambda d: [r.flat() for r in d.overlap] if d.overlap else None),
+    TableSpec("timesplit.csv", lambda d: d.predicted + d.measured_split),
+    TableSpec("bound.csv", lambda d: [p.flat() for p in d.points]),
+    TableSpec("measured.csv", lambda d: [c.flat() for c in d.measured] if d.measured else None),
+]
+
+
+def _no_pair(data: ReportData) -> str | None:
+    return None if data.pair else "the traces hold a single proposer"
+
+
+def _no_overlap(data: ReportData) -> str | None:
+    ov = data.config.overlap
+    if data.overlap:
+        return None
+    return f"it compares proposers {ov.lookup!r} and {ov.reference!r}; the traces have {', '.join(data.names)}"
+
+
+FIGURES = [
+    FigureSpec(
+        "speedup",
+        lambda d: f"Speedup vs batch size ({d.config.sim.mode} mode)",
+        lambda d: "Look where each line crosses 1.0 (no SD), which k wins at small and at large batch, and how "
+                  "far each proposer's best solid line stays below its dashed oracle.",
+        lambda d: F.speedup_figure(d.rows, d.config.figure_policies),
+    ),
+    FigureSpec(
+        "acceptance_heatmap",
+        lambda d: "Acceptance per request and output position",
+        lambda d: "Bright streaks are runs of long acceptance: look for long bright bursts (typical of n-gram "
+                  "copying from the prompt) against an even, fine-grained texture (a model drafter); positions "
+                  "beyond the 95th percentile of output length are not drawn.",
+        lambda d: acceptance_heatmap(d.records, d.names),
+    ),
+    FigureSpec(
+        "difference_heatmap",
+        lambda d: f"Where {d.pair[0]} beats {d.pair[1]}",
+        lambda d: f"One colour marks positions where {d.pair[0]} emits more than {d.pair[1]}, the other the "
+                  "reverse; white is a tie — check whether either wins in bursts or everywhere.",
+        lambda d: difference_heatmap(d.records, *d.pair),
+        _no_pair,
+    ),
+    FigureSpec(
+        "position_profile",
+        lambda d: "Acceptance along the output, by output length",
+        lambda d: "Check whether acc_len grows along a generation and drops in the last few percent of the "
+                  "output, and whether long outputs behave differently from short ones.",
+        lambda d: F.profile_figure(d.profile),
+    ),
+    FigureSpec(
+        "request_boxplots",
+        lambda d: "Per-request mean acc_len",
+        lambda d: "The spread matters as much as the mean: wide boxes mean some requests gain a lot from SD "
+                  "and others nothing.",
+        lambda d: F.request_box_figure(d.means),
+    ),
+    FigureSpec(
+        "overlap",
+        lambda d: f"{d.config.overlap.lookup} vs {d.config.overlap.reference} by prompt/output overlap",
+        lambda d: f"Read across a row: {d.config.overlap.lookup} wins (positive percentages) only where the "
+                  "output copies the prompt (high BLEU-4), and its edge fades as the batch grows.",
+        lambda d: F.overlap_figure(d.overlap, d.config.overlap.lookup, d.config.overlap.reference,
+                                   d.config.overlap.reference_policy),
+        _no_overlap,
+    ),
+    FigureSpec(
+        "time_split",
+        lambda d: "Where step time goes",
+        lambda d: "Compare the drafting slice across proposers, and how the verification and prefill "
+                  "slices change with batch size.",
+        lambda d: F.timesplit_figure(d.predicted, d.config.timesplit_policy, d.measured_split),
+    ),
+    FigureSpec(
+        "bound",
+        lambda d: "Closed-form bound",
+        lambda d: "Each star is the best k the i.i.d. model predicts for the measured α and c; where the "
+                  "curve is flat, k matters little, where it falls, a long k costs more than it gains.",
+        lambda d: F.bound_figure(d.points),
+    ),
+    FigureSpec(
+        "measured",
+        lambda d: "Measured speedup, and the simulator's prediction for the same runs",
+        lambda d: "Solid lines are what the engine measured, dashed what the simulator predicted from the "
+                  "traces and the cost model: the gap between them is the simulator's error.",
+        lambda d: F.measured_figure(d.measured),
+        lambda d: None if d.measured else "no measured runs were given (--measured)",
+    ),
+]
