@@ -1,6 +1,6 @@
 """CPU speed of the reference engine (no SD) against transformers' ``generate``.
 
-Goals (issue 4): at batch 1 the engine decodes at least as fast as ``generate`` on the same
+Goals: at batch 1 the engine decodes at least as fast as ``generate`` on the same
 tiny model, and batch 8 gives at least 4x the tokens/s of batch 1. Both run in this process,
 side by side, with pinned threads, a warm-up and the median of repeats; the greedy outputs are
 compared too. Usage: ``python benchmarks/bench_engine_cpu.py [--threads 2] [--repeats 5]``.

@@ -1,6 +1,6 @@
 """Time ``specscope report`` over both shared trace files (about 610 requests, 275k positions).
 
-Goal (issue 3): the full report with the default batch sizes in <= 60 s on the 2-core dev
+Goal: the full report with the default batch sizes in <= 60 s on the 2-core dev
 machine. Runs one warm-up (imports, matplotlib's font cache), then ``--repeats`` timed builds
 per mode, and prints the median wall time and CPU time (CPU time shows how much of the wall
 time was waiting for a shared machine). Usage:

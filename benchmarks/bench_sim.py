@@ -1,6 +1,6 @@
 """Speed of the trace-driven simulator on the paper's traces.
 
-Goal (issue 1): the whole paper-mode grid over both shared datasets × {ngram, eagle, combined}
+Goal: the whole paper-mode grid over both shared datasets × {ngram, eagle, combined}
 × their policies × 6 batch sizes in ≤ 3 s, the same grid in mixed mode in ≤ 60 s. Prints the
 median of repeats (load included) for each mode, and the grid's size.
 

@@ -54,7 +54,8 @@ class Head(nn.Module, ABC):
     ``config`` describes the head's layer (``num_layers == 1``: it sizes the head's KV cache).
     The target's embedding is used unless the head registers its own ``embed_tokens`` (from a
     checkpoint that carries a copy of it).
-    Subclasses define :meth:`fuse`, :meth:`forward` and :meth:`logits`.
+    Subclasses define :meth:`run_layer` and :meth:`logits` (and :meth:`fuse` when the head reads
+    several target layers); :meth:`forward` builds the RoPE tables and attention context once.
     """
 
     def __init__(self, config: ModelConfig, target_layers: tuple[int, ...]) -> None:
