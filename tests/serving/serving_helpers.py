@@ -39,6 +39,31 @@ def write_tiny_model(directory: Path) -> Path:
     return directory
 
 
+CHAT_TEMPLATE = (
+    "{{ bos_token }} {% for m in messages %}{{ 'w2' if m['role'] == 'user' else 'w3' }} {{ m['content'] }} "
+    "{% endfor %}{% if add_generation_prompt %}w4{% endif %}"
+)
+
+
+def write_chat_model(tiny_model: Path, directory: Path, chat_template: str | None = CHAT_TEMPLATE) -> Path:
+    """A copy of the tiny model with a word-level tokenizer (``w0``..``w63`` are ids 0..63,
+    separated by spaces) and a tokenizer_config.json holding ``chat_template`` (none: ``None``):
+    user turns start with ``w2``, others with ``w3``, the assistant's turn with ``w4``."""
+    import shutil
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    shutil.copytree(tiny_model, directory)
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(VOCAB)}, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.save(str(directory / "tokenizer.json"))
+    config = {"bos_token": "w0", "eos_token": "w1"}
+    if chat_template is not None:
+        config["chat_template"] = chat_template
+    (directory / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return directory
+
+
 def write_workload(path: Path, count: int, seed: int = 0, length: int = 12) -> Path:
     """``count`` token-id prompts built from repeated 4-token motifs (n-gram drafting matches)."""
     rng = random.Random(seed)
@@ -85,6 +110,7 @@ def start_server(
     draft_dir: Path | None = None,
 ) -> RunningServer:
     from specscope.engine.runner import load_engine
+    from specscope.serve.chat import load_chat_template
     from specscope.serve.server import create_server
 
     engine, tokenizer = load_engine(
@@ -95,7 +121,8 @@ def start_server(
         max_batch_size=max_batch_size,
         max_seq_len=max_seq_len,
     )
-    return RunningServer(create_server(engine, tokenizer, "tiny", "127.0.0.1", 0))
+    chat = load_chat_template(model_dir)
+    return RunningServer(create_server(engine, tokenizer, "tiny", "127.0.0.1", 0, chat_template=chat))
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -110,7 +137,8 @@ class FakeServer:
     ``delay_s`` apart, usage, ``[DONE]``), ``http500``, ``malformed`` (a non-SSE line),
     ``no_usage``, ``badjson`` (a chunk that is not JSON), ``badchoices`` (``choices`` not a
     list), ``truncated`` (closes before ``[DONE]``) or ``hang`` (never answers until closed).
-    ``metrics``: ``vllm`` (per completed request: 3 drafts, 6 draft tokens, 4 accepted),
+    ``metrics``: ``vllm`` (k = 3; per completed request: 3 drafts, 6 draft tokens, 4 accepted,
+    accepted per position 2, 1, 1),
     ``sglang`` (gauges: accept length 2.5, rate 0.75) or ``none`` (``/metrics`` answers 404)."""
 
     def __init__(self, mode: str = "ok", delay_s: float = 0.0, metrics: str = "vllm") -> None:
@@ -146,6 +174,10 @@ class FakeServer:
                         text = "".join(
                             f'vllm:spec_decode_num_{name}_total{{model_name="fake"}} {per * n}\n'
                             for name, per in (("drafts", 3), ("draft_tokens", 6), ("accepted_tokens", 4))
+                        ) + "".join(
+                            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name="fake",position="{i}"}} '
+                            f"{per * n}\n"
+                            for i, per in enumerate((2, 1, 1))
                         )
                     body = text.encode()
                     self.send_response(200)
@@ -197,9 +229,9 @@ class FakeServer:
                         "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11},
                     }
                     self.wfile.write(f"data: {json.dumps(usage)}\n\n".encode())
-                self.wfile.write(b"data: [DONE]\n\n")
-                with fake.lock:
+                with fake.lock:  # counted before [DONE], so a scrape after the response sees it
                     fake.completions += 1
+                self.wfile.write(b"data: [DONE]\n\n")
 
         self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(

@@ -105,14 +105,25 @@ def test_bench_openai_backend_through_the_cli(tiny_model, tmp_path, capsys):
     workload = write_workload(tmp_path / "w.jsonl", 8)
     baseline = start_server(tiny_model, method="none", max_batch_size=4)
     sd = start_server(tiny_model, method="ngram", k=3, max_batch_size=4)
+    args = ["bench", "--backend", "openai", "--url", sd.url, "--baseline-url", baseline.url,
+            "--method", "ngram", "--k", "3", "--workload", str(workload), "--max-tokens", "16"]
     try:
-        assert main(["bench", "--backend", "openai", "--url", sd.url, "--baseline-url", baseline.url,
-                     "--method", "ngram", "--k", "3", "--batch-sizes", "1,4", "--workload", str(workload),
-                     "--max-tokens", "16", "--format", "json"]) == 0
+        assert main([*args, "--batch-sizes", "1,4", "--format", "json"]) == 0
+        rows = json.loads(capsys.readouterr().out)
+        assert main([*args, "--batch-sizes", "2", "-o", "-"]) == 0  # the rows on stdout, the table on stderr
+        streams = capsys.readouterr()
     finally:
         sd.close()
         baseline.close()
-    rows = json.loads(capsys.readouterr().out)
+    import csv
+    import io
+
+    [streamed] = list(csv.DictReader(io.StringIO(streams.out)))
+    assert (streamed["method"], streamed["k"], streamed["batch_size"]) == ("ngram", "3", "2")
+    assert "speedup" in streams.err and "SD server: verified: SD on, k=3" in streams.err
+    assert rows[0]["verified"] == "verified: SD on, k=3; not verified: method ngram (not shown by the server)"
+    assert rows[0]["baseline_verified"] == "verified: SD off"
+    assert rows[0]["learns_across_requests"] is False
     assert [r["batch_size"] for r in rows] == [1, 4]
     for row in rows:
         assert {"method", "k", "batch_size", "throughput", "baseline_throughput", "speedup", "acceptance_rate",

@@ -115,3 +115,37 @@ def test_openai_bench_with_baseline_url(tiny_model, tmp_path):
         assert row["speedup"] == pytest.approx(row["throughput"] / row["baseline_throughput"])
         assert row["num_draft_tokens"] > 0 and 0 <= row["acceptance_rate"] <= 1
         assert row["mean_acceptance_length"] >= 1 and row["baseline_tpot_p50_s"] > 0
+
+
+def test_server_check_reads_k_and_sd_from_real_servers(tiny_model, fake_server):
+    from specscope.backends.openai.verify import ServerCheckError, check_server, inspect_server
+
+    ngram = start_server(tiny_model, "ngram", k=3, max_batch_size=2)
+    plain = start_server(tiny_model, "none", max_batch_size=2)
+    try:
+        view = inspect_server(ngram.url)
+        assert (view.models, view.engine, view.spec_decode, view.k) == (("tiny",), "vllm", True, 3)
+        assert inspect_server(plain.url).spec_decode is False
+        _, text = check_server(ngram.url, "eagle", 3, str(tiny_model.parent / "tiny"))  # a directory: its name
+        assert text == "verified: model " + str(tiny_model.parent / "tiny") + ", SD on, k=3; " \
+                       "not verified: method eagle (not shown by the server)"
+        assert check_server(plain.url, "none", 0)[1] == "verified: SD off"
+        with pytest.raises(ServerCheckError, match="--k 4: the server at .* shows k=3"):
+            check_server(ngram.url, "ngram", 4)
+    finally:
+        ngram.close()
+        plain.close()
+    # SGLang's gauges show nothing of SD before a request: said, not guessed
+    _, text = check_server(fake_server("ok", metrics="sglang").url, "ngram", 3)
+    assert text == "not verified: SD on, k=3 (SGLang gauges do not show it), method ngram (not shown by the server)"
+    _, text = check_server(fake_server("ok", metrics="none").url, "none", 0)
+    assert text.startswith("not verified: SD off (") and "HTTP 404" in text
+
+
+def test_warm_up_prompt_is_not_measured_when_the_workload_has_one_left(tmp_path):
+    from specscope.backends.openai.prompts import warmup_prompt
+
+    prompts = read_prompts(write_workload(tmp_path / "w.jsonl", 5))
+    assert warmup_prompt(prompts, 3) == (prompts[3], False)
+    assert warmup_prompt(prompts, None) == (prompts[0], True)
+    assert warmup_prompt(prompts, 12) == (prompts[0], True)

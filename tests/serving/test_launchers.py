@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specscope.backends.openai import launchers
 from specscope.backends.openai.launchers import (
     LaunchError,
     LaunchSpec,
@@ -64,7 +65,7 @@ def test_vllm_baseline_has_batch_limit_and_no_prefix_caching():
                 "model": "meta-llama/Llama-3.2-1B-Instruct",
             },
         ),
-        ("mtp", None, {"method": "deepseek_mtp", "num_speculative_tokens": 4}),
+        ("mtp", None, {"method": "mtp", "num_speculative_tokens": 4}),  # vLLM maps it per model
         ("suffix", None, {"method": "suffix", "num_speculative_tokens": 4}),
     ],
 )
@@ -103,15 +104,38 @@ def test_sglang_chain_speculation(method, algorithm):
     assert ("--speculative-draft-model-path" in command) == (draft is not None)
 
 
-def test_sglang_ngram_and_baseline():
-    command = sglang_command(
-        LaunchSpec("sglang", "target", method="ngram", k=3, prompt_lookup_min=2, prompt_lookup_max=5)
-    )
+NGRAM_SPEC = LaunchSpec("sglang", "target", method="ngram", k=3, prompt_lookup_min=2, prompt_lookup_max=5)
+
+
+@pytest.mark.parametrize(
+    "version, window",
+    [("0.4.9.post2", True), ("0.5.9", True), ("0.5.10", False), ("0.5.10.post1", False), ("0.6.0", False)],
+)
+def test_sglang_ngram_flags_follow_the_installed_version(monkeypatch, version, window):
+    monkeypatch.setattr(launchers, "_installed_version", lambda package: version)
+    command = sglang_command(NGRAM_SPEC)
     assert _flag(command, "--speculative-algorithm") == "NGRAM"
-    assert _flag(command, "--speculative-ngram-min-match-window-size") == "2"
-    assert _flag(command, "--speculative-ngram-max-match-window-size") == "5"
-    assert _flag(command, "--speculative-ngram-max-bfs-breadth") == "1"
+    assert _flag(command, "--speculative-ngram-max-bfs-breadth") == "1"  # a chain
     assert _flag(command, "--speculative-num-draft-tokens") == "4"
+    assert ("--speculative-ngram-min-match-window-size" in command) == window
+    if window:
+        assert _flag(command, "--speculative-ngram-min-match-window-size") == "2"
+        assert _flag(command, "--speculative-ngram-max-match-window-size") == "5"
+
+
+@pytest.mark.parametrize("version", [None, "main-abc"])
+def test_sglang_unknown_version_says_which_flags_are_assumed(monkeypatch, caplog, version):
+    monkeypatch.setattr(launchers, "_installed_version", lambda package: version)
+    with caplog.at_level("WARNING", logger=launchers.__name__):
+        command = sglang_command(NGRAM_SPEC)
+    assert "--speculative-ngram-min-match-window-size" not in command
+    [record] = caplog.records
+    message = record.getMessage()
+    assert "\n" not in message and "assuming SGLang >= 0.5.10" in message
+    assert "--speculative-ngram-max-bfs-breadth 1" in message
+
+
+def test_sglang_baseline_has_no_speculative_flags():
     assert not any(a.startswith("--speculative") for a in sglang_command(LaunchSpec("sglang", "target")))
 
 
@@ -130,13 +154,29 @@ def test_specscope_command():
         ({"engine": "tgi"}, "engine"),
         ({"method": "medusa"}, "method"),
         ({"method": "eagle"}, "draft"),
-        ({"k": 0}, "k >= 1"),
+        ({"k": 0}, "1 <= k"),
+        ({"k": 10**6}, "k <= 64"),
+        ({"engine": "specscope", "method": "mtp"}, "mtp.*head"),
         ({"prompt_lookup_min": 5, "prompt_lookup_max": 2}, "prompt_lookup"),
     ],
 )
 def test_bad_specs(kwargs, match):
     with pytest.raises(SpecscopeError, match=match):
         LaunchSpec(**{"engine": "vllm", "model": "m", **kwargs})
+
+
+def test_mtp_needs_a_head_only_on_specscope():
+    for engine in ("vllm", "sglang"):
+        LaunchSpec(engine, "m", method="mtp")  # the target's own MTP layers
+    assert command_for(LaunchSpec("specscope", "/m", method="mtp", draft="/head"))[-2:] == ["--draft", "/head"]
+
+
+def test_methods_that_learn_across_requests():
+    assert launchers.learns_across_requests("sglang", "ngram")
+    assert launchers.learns_across_requests("vllm", "suffix")
+    assert not launchers.learns_across_requests("vllm", "ngram")  # prompt lookup in the request itself
+    assert not launchers.learns_across_requests("specscope", "ngram")
+    assert launchers.learns_across_requests(None, "ngram")  # unknown engine: any engine's rule
 
 
 def test_suffix_only_on_vllm():

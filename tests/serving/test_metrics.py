@@ -94,3 +94,25 @@ def test_malformed_text_and_bad_position_label():
         parse_metrics('vllm:spec_decode_num_drafts_total{model_name="m" 3\n')
     with pytest.raises(SpecscopeError, match="position"):
         parse_metrics('vllm:spec_decode_num_accepted_tokens_per_pos_total{position="x"} 1\n')
+
+
+@pytest.mark.parametrize("method, k, positions", [("ngram", 4, [0, 1, 2, 3]), ("none", 3, [])])
+def test_specscope_serve_exports_one_position_series_per_draft_from_startup(tiny_model, method, k, positions):
+    """As vLLM: k zero-valued position series before any request, and no spec_decode series without SD."""
+    from serving_helpers import start_server
+
+    from specscope.backends.openai.metrics import scrape
+
+    running = start_server(tiny_model, method, k=k, max_batch_size=2)
+    try:
+        snap = scrape(running.url)
+    finally:
+        running.close()
+    assert snap.engine == "vllm" and snap.has_spec_decode == (method != "none")
+    assert snap.accepted_per_pos == {position: 0 for position in positions}
+
+
+def test_engine_kind_from_metric_names():
+    assert parse_metrics(VLLM_TEXT).engine == "vllm"
+    assert parse_metrics('sglang:num_running_reqs{tp_rank="0"} 0\n').engine == "sglang"
+    assert parse_metrics("process_cpu_seconds_total 1.5\n").engine is None

@@ -69,7 +69,7 @@ def test_plan_and_stable_cell_ids(tmp_path):
     "edit, match",
     [
         (lambda t: t.replace('workloads = ["a.jsonl", "b.jsonl"]', ""), "workloads"),
-        (lambda t: t.replace("k = [1, 3]", "k = [0]"), "'k'"),
+        (lambda t: t.replace("k = [1, 3]", "k = [0]"), r"field 'k\[0\]'"),
         (lambda t: t.replace('"none", "ngram", "eagle3"', '"none", "medusa"'), "methods"),
         (lambda t: t.replace("drafts = { eagle3", "drafts_ = { eagle3"), "unknown field"),
         (
@@ -183,3 +183,35 @@ def test_launched_specscope_servers(tmp_path, tiny_model):
         "ref-ngram-k2-b2.log",
         "ref-none-k0-b2.log",
     ]
+
+
+def test_url_engines_are_checked_and_learning_methods_marked(tmp_path, ngram_server, capsys):
+    """A url engine's label is checked before its cells run; one whose method learns across
+    requests (vLLM's suffix) is marked, since it cannot be restarted between cells."""
+    from specscope.cli import main
+
+    text = 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1, 2]\nmax_tokens = 8\n'
+    text += url_engine("wrong-k", ngram_server.url).replace("k = 3", "k = 5")
+    text += url_engine("suffix", ngram_server.url).replace('method = "ngram"', 'method = "suffix"')
+    config = load_sweep_config(write_config(tmp_path, text))
+    assert main(["sweep", str(config.path)]) == 1
+    assert "note: 2 cells have learns_across_requests" in capsys.readouterr().out
+    rows = {(r["engine"], r["batch_size"]): r for r in json.loads((config.output / "results.json").read_text())}
+    assert rows[("wrong-k", 1)]["status"] == "failed"
+    assert rows[("wrong-k", 1)]["reason"].startswith(f"server check: --k 5: the server at {ngram_server.url} shows k=3")
+    for batch_size in (1, 2):
+        row = rows[("suffix", batch_size)]
+        assert row["status"] == "ok" and row["learns_across_requests"] is True
+        assert row["verified"].startswith("verified: SD on, k=3")
+
+
+def test_launched_methods_that_learn_get_a_server_per_cell(tmp_path):
+    from specscope.backends.openai.sweep import _server_key
+
+    text = GRID.replace('launch = "vllm"', 'launch = "sglang"')
+    config = load_sweep_config(write_config(tmp_path, text))
+    keys = {}
+    for cell in plan_cells(config):
+        keys.setdefault(cell.method, set()).add(_server_key(cell))
+    assert len(keys["ngram"]) == 2 * 2 * 2  # k x batch sizes x workloads: one server per cell
+    assert len(keys["eagle3"]) == 2 * 2  # k x batch sizes: shared by the workloads

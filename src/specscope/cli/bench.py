@@ -6,10 +6,20 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import Callable, TextIO
 
-from specscope.backends import BATCHING, BENCH_BACKENDS, BenchConfig
-from specscope.backends.openai.bench import add_openai_bench_arguments
-from specscope.cli._common import atomic_write_text, int_list, print_table, write_rows
+from specscope import validate
+from specscope.backends import BATCHING, BENCH_BACKENDS, MAX_K, BenchConfig
+from specscope.backends.openai.bench import POSITIVE, add_openai_bench_arguments
+from specscope.cli._common import (
+    add_table_output,
+    atomic_write_text,
+    check_output_file,
+    human_stream,
+    int_list,
+    print_table,
+    write_rows,
+)
 from specscope.errors import SpecscopeError
 
 DEFAULTS = {
@@ -52,7 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory"
     )
     parser.add_argument(
-        "--k", type=int, default=DEFAULTS["k"], help="proposal length k (default %(default)s)"
+        "--k", type=validate.arg(validate.integer, low=1, high=MAX_K), default=DEFAULTS["k"],
+        help=f"proposal length k, 1..{MAX_K} (default %(default)s)",
     )
     parser.add_argument(
         "--batch-sizes",
@@ -69,7 +80,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--max-tokens",
-        type=int,
+        type=POSITIVE,
         default=DEFAULTS["max_tokens"],
         help="output tokens per request (default %(default)s)",
     )
@@ -82,26 +93,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--ignore-eos", action="store_true", help="always generate --max-tokens tokens")
     parser.add_argument(
-        "--temperature", type=float, default=DEFAULTS["temperature"], help="0 = greedy (default)"
+        "--temperature", type=validate.arg(validate.temperature), default=DEFAULTS["temperature"],
+        help="0 = greedy (default)",
     )
-    parser.add_argument("--top-p", type=float, default=DEFAULTS["top_p"])
-    parser.add_argument("--top-k", type=int, default=DEFAULTS["top_k"])
-    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="per-request sampling seed")
+    parser.add_argument(
+        "--top-p", type=validate.arg(validate.number, low=0.0, low_open=True, high=1.0), default=DEFAULTS["top_p"]
+    )
+    parser.add_argument("--top-k", type=validate.arg(validate.integer, low=0), default=DEFAULTS["top_k"])
+    parser.add_argument(
+        "--seed", type=validate.arg(validate.seed), default=DEFAULTS["seed"], help="per-request sampling seed"
+    )
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=DEFAULTS["dtype"])
     parser.add_argument(
         "--device", default=DEFAULTS["device"], help="cpu, cuda or cuda:N (default %(default)s)"
     )
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=POSITIVE, help="torch CPU threads (default: torch's choice)")
     parser.add_argument(
         "--repeats",
-        type=int,
+        type=POSITIVE,
         default=DEFAULTS["repeats"],
         help="runs of no-SD and SD per batch size, the two in lockstep; the row is the run with the "
              "median speedup (default %(default)s)",
     )
     parser.add_argument("--format", choices=("table", "json"), default="table")
-    parser.add_argument("-o", "--output", type=Path, help="write the rows to .json or .csv")
-    parser.add_argument("--records", type=Path, help="write per-step records (JSON Lines)")
+    add_table_output(parser, "the rows")
+    parser.add_argument(
+        "--records", type=check_output_file, metavar="FILE", help="write per-step records (JSON Lines; - for standard output)"
+    )
     add_openai_bench_arguments(parser)
     parser.set_defaults(run=run)
 
@@ -109,22 +127,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.backends import get_backend
 
+    out = human_stream(args.output, args.records)
     if args.backend == OPENAI:
-        return _run_openai(args)
+        return _run_openai(args, out)
     if args.model is None:
         raise SpecscopeError("--model: required with --backend reference")
     backend = get_backend(args.backend)
-    if args.k < 1 or args.max_tokens < 1 or args.repeats < 1:
-        raise SpecscopeError("--k, --max-tokens and --repeats: expected positive integers")
     if args.threads is not None:
-        if args.threads < 1:
-            raise SpecscopeError(f"--threads: expected a positive integer, got {args.threads}")
         import torch
 
         torch.set_num_threads(args.threads)
-    from specscope.engine.sampling import SamplingParams
-
-    SamplingParams(args.temperature, args.top_p, args.top_k, args.seed)  # validates
     config = BenchConfig(
         model_dir=Path(args.model),
         workload=args.workload,
@@ -148,27 +160,29 @@ def run(args: argparse.Namespace) -> int:
         write_rows(args.output, result.rows)
     if args.records:
         atomic_write_text(args.records, "".join(line + "\n" for line in result.records))
-    if args.format == "json":
-        print(json.dumps(result.rows, indent=1))
-    else:
-        _print_table(result.rows)
+    _show(args, result.rows, _print_table, out)
     return 0
 
 
-def _run_openai(args: argparse.Namespace) -> int:
+def _run_openai(args: argparse.Namespace, out: TextIO) -> int:
     from specscope.backends.openai.bench import run_openai_bench
 
     rows = run_openai_bench(args)
     if args.output:
         write_rows(args.output, rows)
-    if args.format == "json":
-        print(json.dumps(rows, indent=1))
-    else:
-        _print_openai_table(rows)
+    _show(args, rows, _print_openai_table, out)
     return 0
 
 
-def _print_table(rows: list[dict]) -> None:
+def _show(args: argparse.Namespace, rows: list[dict], table: Callable[[list[dict], TextIO], None], out: TextIO) -> None:
+    """The rows as ``--format`` asks, on ``out`` (standard error when ``-o -`` took stdout)."""
+    if args.format == "json":
+        print(json.dumps(rows, indent=1), file=out)
+    else:
+        table(rows, out)
+
+
+def _print_table(rows: list[dict], out: TextIO) -> None:
     columns = ["method", "k", "B", "tok/s", "no-SD tok/s", "speedup", "α", "τ",
                "prefill/draft/verify/sample/other %", "greedy =="]
     lines = []
@@ -178,7 +192,7 @@ def _print_table(rows: list[dict]) -> None:
         lines.append([row["method"], row["k"], row["batch_size"], row["throughput"], row["baseline_throughput"],
                       row["speedup"], row["acceptance_rate"], row["mean_acceptance_length"], split,
                       row["greedy_match"]])
-    print_table("throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %", columns, lines)
+    print_table("throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %", columns, lines, file=out)
 
 
 OPENAI_COLUMNS = (
@@ -189,6 +203,13 @@ OPENAI_COLUMNS = (
 )
 
 
-def _print_openai_table(rows: list[dict]) -> None:
+def _print_openai_table(rows: list[dict], out: TextIO) -> None:
     print_table("throughput = output tokens/s at concurrency B; speedup = SD / no-SD",
-                [header for header, _ in OPENAI_COLUMNS], [[row.get(key) for _, key in OPENAI_COLUMNS] for row in rows])
+                [header for header, _ in OPENAI_COLUMNS], [[row.get(key) for _, key in OPENAI_COLUMNS] for row in rows],
+                file=out)
+    for name in ("verified", "baseline_verified"):
+        for text in dict.fromkeys(row[name] for row in rows if row.get(name)):
+            print(f"{'no-SD server' if name.startswith('baseline') else 'SD server'}: {text}", file=out)
+    if any(row.get("learns_across_requests") for row in rows):
+        print("note: learns_across_requests: the proposer learns from earlier requests and saw these prompts "
+              "before they were measured; acceptance and speedup may be inflated", file=out)

@@ -73,3 +73,7 @@ def _print_table(rows: list[dict], dry_run: bool) -> None:
     )
     print_table("sweep cells" + (" (dry run)" if dry_run else ""), columns,
                 [[row.get(name) for name in columns] for row in rows])
+    learned = [row["cell_id"] for row in rows if row.get("learns_across_requests")]
+    if learned:
+        print(f"note: {len(learned)} cells have learns_across_requests: their method learns from earlier "
+              "requests on a server that was not fresh (a url engine); acceptance and speedup may be inflated")

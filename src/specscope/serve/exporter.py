@@ -6,7 +6,10 @@ and, when the engine speculates, ``vllm:spec_decode_num_drafts``,
 ``vllm:spec_decode_num_draft_tokens``, ``vllm:spec_decode_num_accepted_tokens`` and
 ``vllm:spec_decode_num_accepted_tokens_per_pos{position}`` — the reference engine's
 :class:`~specscope.engine.records.SpecDecodeStats`, which counts exactly as vLLM does (see
-:mod:`specscope.backends.openai.metrics`). Gauges: ``vllm:num_requests_running``,
+:mod:`specscope.backends.openai.metrics`). As vLLM, a speculating server exports one
+``position`` series for each draft position ``0..k-1`` from startup (zero counts included) and a
+server without SD none of the ``spec_decode`` series, so that a client can read SD on/off and k
+(:mod:`specscope.backends.openai.verify`). Gauges: ``vllm:num_requests_running``,
 ``vllm:num_requests_waiting``. Every series carries ``model_name``.
 """
 
@@ -68,8 +71,9 @@ class EngineCollector:
             "Accepted tokens per draft position.",
             labels=["model_name", "position"],
         )
-        for position, value in enumerate(s["num_accepted_tokens_per_pos"]):
-            per_pos.add_metric(name + [str(position)], value)
+        counts = s["num_accepted_tokens_per_pos"]
+        for position in range(self.loop.engine.k):
+            per_pos.add_metric(name + [str(position)], counts[position] if position < len(counts) else 0)
         yield per_pos
 
 

@@ -32,13 +32,26 @@ from specscope.backends.openai.launchers import (
     ServerProcess,
     command_for,
     free_port,
+    learns_across_requests,
 )
 from specscope.backends.openai.measure import measure
-from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts
+from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts, warmup_prompt
+from specscope.backends.openai.verify import check_server
+from specscope import validate
 from specscope.errors import SpecscopeError
 
 log = logging.getLogger(__name__)
-BASELINE_FIELDS = ("throughput", "ttft_p50_s", "tpot_p50_s", "itl_p50_s", "duration_s")
+POSITIVE = validate.arg(validate.integer, low=1)
+SECONDS = validate.arg(validate.number, low=0.0, low_open=True)
+BASELINE_FIELDS = ("throughput", "ttft_p50_s", "tpot_p50_s", "itl_p50_s", "duration_s", "verified")
+LEARNS_NOTE = (
+    "method %s learns across requests and the server at %s is not restarted between runs: "
+    "acceptance may be inflated (rows marked learns_across_requests)"
+)
+WARMUP_NOTE = (
+    "method %s learns across requests and the workload has no prompt left for the warm-up: it "
+    "replays a measured one (rows marked learns_across_requests; give more prompts than --num-requests)"
+)
 
 
 @dataclass(frozen=True)
@@ -66,27 +79,30 @@ def add_openai_bench_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--launch", choices=ENGINES, help="start the engine per batch size (no-SD, then SD)")
     group.add_argument("--model-name", help="model id sent in requests (default: the server's /v1/models)")
     group.add_argument(
-        "--num-requests", type=int, help="requests per run (default: the workload's; cycles if more)"
+        "--num-requests", type=POSITIVE, help="requests per run (default: the workload's; cycles if more)"
     )
-    group.add_argument("--port", type=int, help="port for --launch (default: a free one)")
+    group.add_argument(
+        "--port", type=validate.arg(validate.integer, low=1, high=65535), help="port for --launch (default: a free one)"
+    )
     group.add_argument(
         "--engine-args",
         default="",
         help='extra arguments for the launched engine, one string: --engine-args="--dtype bfloat16"',
     )
-    group.add_argument("--prompt-lookup-min", type=int, default=DEFAULTS.prompt_lookup_min)
-    group.add_argument("--prompt-lookup-max", type=int, default=DEFAULTS.prompt_lookup_max)
+    group.add_argument("--prompt-lookup-min", type=POSITIVE, default=DEFAULTS.prompt_lookup_min)
+    group.add_argument("--prompt-lookup-max", type=POSITIVE, default=DEFAULTS.prompt_lookup_max)
     group.add_argument(
-        "--mtp-method", default=DEFAULTS.mtp_method, help="vLLM MTP method (deepseek_mtp, qwen3_next_mtp, …)"
+        "--mtp-method", default=DEFAULTS.mtp_method,
+        help="vLLM method for --method mtp (default %(default)s: vLLM picks the model's own)",
     )
     group.add_argument(
-        "--request-timeout", type=float, default=DEFAULTS.request_timeout_s, help="seconds per request"
+        "--request-timeout", type=SECONDS, default=DEFAULTS.request_timeout_s, help="seconds per request"
     )
     group.add_argument(
-        "--idle-timeout", type=float, default=DEFAULTS.idle_timeout_s, help="seconds without a byte"
+        "--idle-timeout", type=SECONDS, default=DEFAULTS.idle_timeout_s, help="seconds without a byte"
     )
     group.add_argument(
-        "--launch-timeout", type=float, default=DEFAULTS.launch_timeout_s, help="seconds to become healthy"
+        "--launch-timeout", type=SECONDS, default=DEFAULTS.launch_timeout_s, help="seconds to become healthy"
     )
     group.add_argument(
         "--log-dir", type=Path, help="where launched servers write their logs (default: a temp dir)"
@@ -115,49 +131,82 @@ def _client(args: argparse.Namespace, url: str) -> ClientConfig:
     )
 
 
+def _launch_specs(args: argparse.Namespace) -> list[tuple[LaunchSpec, LaunchSpec]]:
+    """(no-SD, SD) server per batch size, all checked before the first one starts."""
+    if args.model is None:
+        raise SpecscopeError("--model: required with --launch (a model name or directory)")
+    specs = []
+    for batch_size in args.batch_sizes:
+        pair = tuple(
+            LaunchSpec(
+                engine=args.launch,
+                model=str(args.model),
+                method=method,
+                k=args.k,
+                batch_size=batch_size,
+                draft=str(args.draft) if args.draft and method != "none" else None,
+                prompt_lookup_min=args.prompt_lookup_min,
+                prompt_lookup_max=args.prompt_lookup_max,
+                mtp_method=args.mtp_method,
+                port=args.port or free_port(),
+                extra_args=tuple(shlex.split(args.engine_args)),
+            )
+            for method in ("none", args.method)
+        )
+        specs.append(pair)
+    return specs
+
+
 def _launched(
-    args: argparse.Namespace, method: str, batch_size: int, prompts: list[Prompt], log_dir: Path
+    args: argparse.Namespace, spec: LaunchSpec, prompts: list[Prompt], warmup: Prompt, log_dir: Path
 ) -> dict:
-    spec = LaunchSpec(
-        engine=args.launch,
-        model=str(args.model),
-        method=method,
-        k=args.k,
-        batch_size=batch_size,
-        draft=str(args.draft) if args.draft and method != "none" else None,
-        prompt_lookup_min=args.prompt_lookup_min,
-        prompt_lookup_max=args.prompt_lookup_max,
-        mtp_method=args.mtp_method,
-        port=args.port or free_port(),
-        extra_args=tuple(shlex.split(args.engine_args)),
-    )
-    log_path = log_dir / f"{args.launch}-{method}-k{args.k}-b{batch_size}.log"
+    """Start ``spec``'s server, check it shows what ``spec`` asks, measure, stop it."""
+    log_path = log_dir / f"{spec.engine}-{spec.method}-k{spec.k}-b{spec.batch_size}.log"
     with ServerProcess(command_for(spec), spec.url, log_path, args.launch_timeout):
-        return measure(_client(args, spec.url), prompts, batch_size)
+        k = spec.k if spec.method != "none" else 0
+        _, verified = check_server(spec.url, spec.method, k, args.model_name, args.idle_timeout)
+        row = measure(_client(args, spec.url), prompts, spec.batch_size, warmup)
+    return {**row, "verified": verified}
 
 
 def run_openai_bench(args: argparse.Namespace) -> list[dict]:
-    """Measure no-SD and SD at every batch size; one row per batch size."""
+    """Measure no-SD and SD at every batch size; one row per batch size, labelled only with
+    what the servers do not contradict (:mod:`~specscope.backends.openai.verify`)."""
     if bool(args.url) == bool(args.launch):
         raise SpecscopeError("--backend openai: give exactly one of --url and --launch")
-    for name in ("max_tokens", "num_requests", "request_timeout", "idle_timeout", "launch_timeout"):
-        value = getattr(args, name)
-        if value is not None and value <= 0:
-            raise SpecscopeError(f"--{name.replace('_', '-')}: expected a positive number, got {value}")
-    prompts = select_prompts(read_prompts(args.workload), args.num_requests)
+    specs = _launch_specs(args) if args.launch else None
+    workload = read_prompts(args.workload)
+    prompts = select_prompts(workload, args.num_requests)
+    warmup, warmup_measured = warmup_prompt(workload, args.num_requests)
+    label = {"method": args.method, "k": args.k if args.method != "none" else 0}
     rows = []
-    if args.url:
+    if specs is None:
+        model = args.model_name or (str(args.model) if args.model else None)
+        view, verified = check_server(args.url, args.method, label["k"], model, args.idle_timeout)
+        baseline_verified = (
+            check_server(args.baseline_url, "none", 0, model, args.idle_timeout)[1] if args.baseline_url else None
+        )
+        learns = learns_across_requests(view.engine, args.method)  # one server for every batch size
+        if learns:
+            log.warning(LEARNS_NOTE, args.method, args.url)
         for batch_size in args.batch_sizes:
             baseline = (
-                measure(_client(args, args.baseline_url), prompts, batch_size) if args.baseline_url else None
+                {**measure(_client(args, args.baseline_url), prompts, batch_size, warmup),
+                 "verified": baseline_verified}
+                if args.baseline_url
+                else None
             )
-            row = measure(_client(args, args.url), prompts, batch_size)
-            rows.append(combine({"method": args.method, "k": args.k, **row}, baseline))
+            row = measure(_client(args, args.url), prompts, batch_size, warmup)
+            rows.append(combine({**label, **row, "verified": verified, "learns_across_requests": learns},
+                                baseline))
         return rows
+    learns = learns_across_requests(args.launch, args.method) and warmup_measured
+    if learns:
+        log.warning(WARMUP_NOTE, args.method)
     with tempfile.TemporaryDirectory(prefix="specscope-logs-") as tmp:
         log_dir = args.log_dir or Path(tmp)
-        for batch_size in args.batch_sizes:
-            baseline = _launched(args, "none", batch_size, prompts, log_dir)
-            row = _launched(args, args.method, batch_size, prompts, log_dir)
-            rows.append(combine({"method": args.method, "k": args.k, **row}, baseline))
+        for baseline_spec, spec in specs:
+            baseline = _launched(args, baseline_spec, prompts, warmup, log_dir)
+            row = _launched(args, spec, prompts, warmup, log_dir)
+            rows.append(combine({**label, **row, "learns_across_requests": learns}, baseline))
     return rows

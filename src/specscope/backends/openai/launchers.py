@@ -8,9 +8,10 @@ repeated prompts are not served from cache.
 vLLM (``vllm serve MODEL``; docs "Speculative Decoding", ``vllm/config/speculative.py``):
 ``--max-num-seqs B --no-enable-prefix-caching`` and ``--speculative-config`` JSON with
 ``num_speculative_tokens = k`` and ``method``: ``ngram`` (+ ``prompt_lookup_min``/``max``),
-``eagle``/``eagle3``/``draft_model`` (+ ``model`` = the draft), an MTP method
-(``deepseek_mtp``, ``qwen3_next_mtp``, …: the target's own MTP layers; ``model`` only when a
-separate head is given) or ``suffix``. Health: ``GET /health``.
+``eagle``/``eagle3``/``draft_model`` (+ ``model`` = the draft), ``mtp`` (the target's own
+MTP layers; vLLM maps the generic name to the model's own, and the per-model names such as
+``deepseek_mtp`` are deprecated; ``model`` only when a separate head is given) or ``suffix``.
+Health: ``GET /health``.
 
 SGLang (``python -m sglang.launch_server``; docs "Speculative Decoding", "Server Arguments"):
 ``--max-running-requests B --disable-radix-cache --enable-metrics`` and
@@ -19,8 +20,15 @@ SGLang (``python -m sglang.launch_server``; docs "Speculative Decoding", "Server
 ``--speculative-eagle-topk 1 --speculative-num-steps k --speculative-num-draft-tokens k+1``
 (SGLang counts the tree root among the draft tokens; with top-k 1 it requires
 num_draft_tokens = num_steps + 1). MTP runs as ``EAGLE`` on the target's MTP layers (SGLang's
-``NEXTN`` is an alias of it). NGRAM: ``--speculative-ngram-min/max-match-window-size`` from
-``prompt_lookup_min/max`` and ``--speculative-ngram-max-bfs-breadth 1`` for a chain.
+``NEXTN`` is an alias of it). NGRAM: ``--speculative-ngram-max-bfs-breadth 1`` for a chain;
+its other flags depend on the installed version (:func:`sglang_ngram_flags`).
+
+specscope ``serve`` runs ``mtp`` only with a head directory (``draft``); vLLM and SGLang read
+the MTP layers from the target checkpoint.
+
+Proposers that learn across requests (:data:`LEARNS_ACROSS_REQUESTS`: SGLang's NGRAM keeps
+one trie of every request's tokens, vLLM's ``suffix`` a tree over past outputs) accept more
+when the same prompts come back; such a method needs a fresh server per measured run.
 
 The server runs in its own process group (stopped with SIGTERM, then SIGKILL after a grace
 period) and, on Linux, receives SIGTERM if the launching process dies, so a killed sweep
@@ -30,9 +38,11 @@ leaves no server behind.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -43,13 +53,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from specscope.backends import MAX_K
 from specscope.errors import SpecscopeError
 from specscope.serve.protocol import DEFAULT_PORT
 
 log = logging.getLogger(__name__)
 ENGINES = ("vllm", "sglang", "specscope")
 METHODS = ("none", "ngram", "draft", "eagle", "eagle3", "mtp", "suffix")
-NEEDS_DRAFT = ("draft", "eagle", "eagle3")
+NEEDS_DRAFT = ("draft", "eagle", "eagle3")  # on every engine; see needs_draft
 VLLM_METHODS = {
     "ngram": "ngram",
     "draft": "draft_model",
@@ -65,13 +76,30 @@ SGLANG_ALGORITHMS = {
     "mtp": "EAGLE",
     "ngram": "NGRAM",
 }
+LEARNS_ACROSS_REQUESTS = {"sglang": ("ngram",), "vllm": ("suffix",), "specscope": ()}
+# SGLang PR #21225 (merged 2026-03) removed --speculative-ngram-min/max-match-window-size: the
+# trie matches every suffix up to --speculative-ngram-max-trie-depth. Assumed first released in
+# 0.5.10 (not verified against release notes).
+SGLANG_NGRAM_WINDOW_DROPPED = (0, 5, 10)
+
+
+def needs_draft(engine: str, method: str) -> bool:
+    """Whether ``method`` on ``engine`` needs a draft model or head directory."""
+    return method in NEEDS_DRAFT or (engine == "specscope" and method == "mtp")
+
+
+def learns_across_requests(engine: str | None, method: str) -> bool:
+    """Whether ``method`` on ``engine`` learns from earlier requests (any engine's, when the
+    engine is not known)."""
+    engines = [engine] if engine in LEARNS_ACROSS_REQUESTS else list(LEARNS_ACROSS_REQUESTS)
+    return any(method in LEARNS_ACROSS_REQUESTS[e] for e in engines)
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
     """One server: ``engine`` serving ``model`` with ``method`` at proposal length ``k`` and at
-    most ``batch_size`` concurrent requests. ``mtp_method``: vLLM's name for the model's MTP
-    layers. ``extra_args``: passed through to the engine unchanged."""
+    most ``batch_size`` concurrent requests. ``mtp_method``: the vLLM method for ``mtp`` (the
+    generic ``mtp`` unless a per-model name is wanted). ``extra_args``: passed through to the engine unchanged."""
 
     engine: str
     model: str
@@ -81,7 +109,7 @@ class LaunchSpec:
     draft: str | None = None
     prompt_lookup_min: int = 3
     prompt_lookup_max: int = 7
-    mtp_method: str = "deepseek_mtp"
+    mtp_method: str = "mtp"
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     extra_args: tuple[str, ...] = ()
@@ -93,11 +121,13 @@ class LaunchSpec:
             )
         if self.method not in METHODS:
             raise SpecscopeError(f"launch: expected a method among {', '.join(METHODS)}, got {self.method!r}")
-        if self.method in NEEDS_DRAFT and not self.draft:
-            raise SpecscopeError(f"launch: method {self.method!r} needs a draft model or head (draft)")
-        if self.k < 1 or self.batch_size < 1:
+        if needs_draft(self.engine, self.method) and not self.draft:
             raise SpecscopeError(
-                f"launch: expected k >= 1 and batch size >= 1, got {self.k} and {self.batch_size}"
+                f"launch {self.engine}: method {self.method!r} needs a draft model or head directory (--draft)"
+            )
+        if not 1 <= self.k <= MAX_K or self.batch_size < 1:
+            raise SpecscopeError(
+                f"launch: expected 1 <= k <= {MAX_K} and batch size >= 1, got {self.k} and {self.batch_size}"
             )
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise SpecscopeError("launch: expected 1 <= prompt_lookup_min <= prompt_lookup_max")
@@ -165,18 +195,52 @@ def sglang_command(spec: LaunchSpec) -> list[str]:
         if spec.draft:
             command += ["--speculative-draft-model-path", spec.draft]
         if spec.method == "ngram":
-            command += [
-                "--speculative-ngram-min-match-window-size",
-                str(spec.prompt_lookup_min),
-                "--speculative-ngram-max-match-window-size",
-                str(spec.prompt_lookup_max),
-                "--speculative-ngram-max-bfs-breadth",
-                "1",
-            ]
+            command += sglang_ngram_flags(spec, _installed_version("sglang"))
         else:
             command += ["--speculative-num-steps", str(spec.k), "--speculative-eagle-topk", "1"]
         command += ["--speculative-num-draft-tokens", str(spec.k + 1)]
     return command + list(spec.extra_args)
+
+
+def _installed_version(package: str) -> str | None:
+    """The version of ``package`` installed in this Python (``None`` when absent)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> tuple[int, int, int] | None:
+    """``"0.5.9.post1"`` -> ``(0, 5, 9)``; ``None`` when it does not start with three numbers."""
+    match = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    return (int(match[1]), int(match[2]), int(match[3])) if match else None
+
+
+def sglang_ngram_flags(spec: LaunchSpec, version: str | None) -> list[str]:
+    """SGLang's NGRAM flags for ``spec`` under SGLang ``version`` (``None``: unknown).
+
+    Before 0.5.10 (assumed; see :data:`SGLANG_NGRAM_WINDOW_DROPPED`) the match window is set
+    from ``prompt_lookup_min/max``; from then on SGLang has no such window (every suffix in its
+    trie matches) and ``prompt_lookup_min/max`` are not passed. An unknown version is taken as
+    the newer one, with a warning naming the flags assumed.
+    """
+    chain = ["--speculative-ngram-max-bfs-breadth", "1"]
+    release = _release(version) if version else None
+    if release is not None and release < SGLANG_NGRAM_WINDOW_DROPPED:
+        return [
+            "--speculative-ngram-min-match-window-size",
+            str(spec.prompt_lookup_min),
+            "--speculative-ngram-max-match-window-size",
+            str(spec.prompt_lookup_max),
+            *chain,
+        ]
+    if release is None:
+        log.warning(
+            "sglang version %s: assuming SGLang >= 0.5.10 NGRAM flags (%s, no match-window flags)",
+            "unknown (not installed here)" if version is None else repr(version),
+            " ".join(chain),
+        )
+    return chain
 
 
 def specscope_command(spec: LaunchSpec) -> list[str]:

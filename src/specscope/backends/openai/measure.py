@@ -31,16 +31,21 @@ class MeasureError(SpecscopeError):
     """The run failed; the message is the reason (connection refused, HTTP 500, timeout, …)."""
 
 
-def measure(config: ClientConfig, prompts: list[Prompt], concurrency: int) -> dict[str, object]:
-    """Run ``prompts`` at ``concurrency`` against ``config.url`` and return one row."""
+def measure(
+    config: ClientConfig, prompts: list[Prompt], concurrency: int, warmup: Prompt | None = None
+) -> dict[str, object]:
+    """Run ``prompts`` at ``concurrency`` against ``config.url`` and return one row; the
+    server is first warmed up with one short request for ``warmup`` (default: the first prompt)."""
     if config.model is None:
         try:
             config = replace(config, model=served_model(config.url, config.idle_timeout_s))
         except StreamError as error:
             raise MeasureError(f"{config.url}: {error}") from None
-    warmup = stream_completion(replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens)), prompts[0])
-    if warmup.error is not None:
-        raise MeasureError(f"warm-up request failed: {warmup.error}")
+    warmed = stream_completion(
+        replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens)), warmup or prompts[0]
+    )
+    if warmed.error is not None:
+        raise MeasureError(f"warm-up request failed: {warmed.error}")
     metrics_error = None
     try:
         before = metrics.scrape(config.url, config.idle_timeout_s)

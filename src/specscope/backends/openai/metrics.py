@@ -56,7 +56,9 @@ SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
 
 @dataclass
 class MetricsSnapshot:
-    """The spec-decode series of one scrape. ``has_spec_decode``: the vLLM counters exist."""
+    """The spec-decode series of one scrape. ``has_spec_decode``: the vLLM counters exist;
+    ``engine``: whose series the scrape holds (``vllm`` for any ``vllm:`` series, as vLLM and
+    ``specscope serve`` export; ``sglang`` for ``sglang:``; ``None`` for neither)."""
 
     num_drafts: float = 0.0
     num_draft_tokens: float = 0.0
@@ -65,6 +67,7 @@ class MetricsSnapshot:
     has_spec_decode: bool = False
     sglang_accept_length: float | None = None
     sglang_accept_rate: float | None = None
+    engine: str | None = None
 
 
 @dataclass
@@ -138,6 +141,8 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         raise SpecscopeError(f"/metrics: not Prometheus text format ({error})") from None
     for sample in samples:
         name = _base_name(sample.name)
+        if snapshot.engine is None and name.startswith(("vllm:", "sglang:")):
+            snapshot.engine = name.split(":", 1)[0]
         if name == VLLM_DRAFTS:
             snapshot.num_drafts += sample.value
         elif name == VLLM_DRAFT_TOKENS:

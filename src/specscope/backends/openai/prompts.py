@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from specscope.workloads.jsonl import Prompt, read_prompts
 
-__all__ = ["Prompt", "read_prompts", "select_prompts"]
+__all__ = ["Prompt", "read_prompts", "select_prompts", "warmup_prompt"]
 
 
 def select_prompts(prompts: list[Prompt], num_requests: int | None) -> list[Prompt]:
@@ -22,3 +22,11 @@ def select_prompts(prompts: list[Prompt], num_requests: int | None) -> list[Prom
         )
         for i in range(count)
     ]
+
+
+def warmup_prompt(prompts: list[Prompt], num_requests: int | None) -> tuple[Prompt, bool]:
+    """The prompt to warm a server up with, and whether it is also measured: the first prompt
+    of the workload that :func:`select_prompts` does not measure, else the first one."""
+    if num_requests is not None and num_requests < len(prompts):
+        return prompts[num_requests], False
+    return prompts[0], True

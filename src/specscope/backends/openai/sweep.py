@@ -6,10 +6,18 @@ all. On start, cells whose file exists are skipped; so a sweep killed at any mom
 SIGKILL) and started again loses no finished cell and repeats none: only the cell that was
 running when it died runs again. ``--retry-failed`` also reruns cells recorded as failed.
 
+Before its cells run, every server is checked against the method and k its cells are labelled
+with (:mod:`~specscope.backends.openai.verify`); a server that contradicts them fails those
+cells, and each row's ``verified`` says what was checked. Methods that learn across requests
+(:data:`~specscope.backends.openai.launchers.LEARNS_ACROSS_REQUESTS`) get a fresh launched
+server per cell, warmed up with a prompt that is not measured; on a ``url`` engine, which
+cannot be restarted, their rows are marked ``learns_across_requests: true``.
+
 A failure (connection refused, HTTP 5xx, a timeout, a malformed stream, a server that does not
-start) is recorded in the cell's file with ``status: "failed"`` and a ``reason``, and the sweep
+start, a server check) is recorded in the cell's file with ``status: "failed"`` and a ``reason``, and the sweep
 goes on. Launched servers are started once per (engine, method, k, batch size) for all the
-workloads that still need them, and stopped before the next.
+workloads that still need them (once per cell for methods that learn), and stopped before the
+next.
 
 After the cells, ``OUTPUT/results.csv`` and ``results.json`` list every cell with ``speedup``
 against the ``none`` cell of the same engine, batch size and workload; ``measured.json`` holds
@@ -33,9 +41,11 @@ from specscope.backends.openai.launchers import (
     ServerProcess,
     command_for,
     free_port,
+    learns_across_requests,
 )
 from specscope.backends.openai.measure import measure
-from specscope.backends.openai.prompts import read_prompts, select_prompts
+from specscope.backends.openai.prompts import read_prompts, select_prompts, warmup_prompt
+from specscope.backends.openai.verify import ServerCheckError, check_server
 from specscope.backends.openai.sweep_config import (
     Cell,
     SweepConfig,
@@ -46,6 +56,7 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
+RECORD_FIELDS = ("cell_id", "key", "status", "reason", "started_at", "finished_at", "result")
 
 
 @dataclass
@@ -58,7 +69,7 @@ class SweepOutcome:
 
 
 def read_cells(output: Path) -> dict[str, dict]:
-    """Recorded cells by id; an unreadable file (not written by this code) is an error."""
+    """Recorded cells by id; a file this code did not write is an error naming it."""
     cells = {}
     for path in sorted((output / "cells").glob("*.json")):
         try:
@@ -67,12 +78,26 @@ def read_cells(output: Path) -> dict[str, dict]:
             raise SpecscopeError(
                 f"{path}: unreadable cell record ({error}); remove it to rerun the cell"
             ) from None
+        if (
+            not isinstance(record, dict)
+            or set(record) != set(RECORD_FIELDS)
+            or record["status"] not in ("ok", "failed")
+            or not isinstance(record["result"], (dict, type(None)))
+        ):
+            raise SpecscopeError(
+                f"{path}: not a cell record (expected an object with {', '.join(RECORD_FIELDS)}); "
+                "remove it to rerun the cell"
+            )
         cells[path.stem] = record
     return cells
 
 
 def _server_key(cell: Cell) -> tuple:
-    return (cell.engine.name, cell.method, cell.k, cell.batch_size)
+    """Cells with one key share a server; a launched method that learns gets one per cell."""
+    key = (cell.engine.name, cell.method, cell.k, cell.batch_size)
+    if cell.engine.launch is not None and learns_across_requests(cell.engine.launch, cell.method):
+        return (*key, cell.workload)
+    return key
 
 
 def _client(config: SweepConfig, url: str) -> ClientConfig:
@@ -102,11 +127,15 @@ def _record(
     log.info("cell %s %s: %s", record["cell_id"], status, reason or "")
 
 
-def _run_cell(config: SweepConfig, cell: Cell, url: str) -> None:
+def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: str | None, reused: bool) -> None:
+    """Measure ``cell`` on the server at ``url`` (``engine``: its kind, when known; ``reused``:
+    whether it served other cells' requests before) and record the result."""
     started = time.time()
     try:
-        prompts = select_prompts(read_prompts(config.workload_path(cell.workload)), config.num_requests)
-        row = measure(_client(config, url), prompts, cell.batch_size)
+        workload = read_prompts(config.workload_path(cell.workload))
+        prompts = select_prompts(workload, config.num_requests)
+        warmup, warmup_measured = warmup_prompt(workload, config.num_requests)
+        row = measure(_client(config, url), prompts, cell.batch_size, warmup)
     except SpecscopeError as error:
         _record(config, cell, "failed", str(error), None, started)
         return
@@ -114,17 +143,25 @@ def _run_cell(config: SweepConfig, cell: Cell, url: str) -> None:
         log.exception("cell %s", cell.cell_id(config))
         _record(config, cell, "failed", f"internal error: {type(error).__name__}: {error}", None, started)
         return
-    _record(config, cell, "ok", None, row, started)
+    learns = learns_across_requests(engine, cell.method) and (reused or warmup_measured)
+    _record(config, cell, "ok", None, {**row, "verified": verified, "learns_across_requests": learns}, started)
 
 
 def _run_group(config: SweepConfig, cells: list[Cell]) -> None:
     """Run ``cells`` (sharing one server) against a running or freshly launched server."""
     engine, first = cells[0].engine, cells[0]
+    started = time.time()
     if engine.url is not None:
+        try:
+            view, verified = check_server(engine.url, first.method, first.k, engine.model, config.idle_timeout_s)
+        except SpecscopeError as error:
+            for cell in cells:
+                _record(config, cell, "failed", f"server check: {error}", None, started)
+            return
         for cell in cells:
-            _run_cell(config, cell, engine.url)
+            _run_cell(config, cell, engine.url, verified, view.engine, reused=True)
         return
-    started, finished = time.time(), []
+    finished: list[Cell] = []
     try:
         spec = LaunchSpec(
             engine=engine.launch,
@@ -141,20 +178,22 @@ def _run_group(config: SweepConfig, cells: list[Cell]) -> None:
         )
         log_path = config.output / "logs" / f"{engine.name}-{first.method}-k{first.k}-b{first.batch_size}.log"
         with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
+            _, verified = check_server(spec.url, first.method, first.k, None, config.idle_timeout_s)
             for cell in cells:
-                _run_cell(config, cell, spec.url)
+                _run_cell(config, cell, spec.url, verified, engine.launch, reused=cell is not first)
                 finished.append(cell)
     except SpecscopeError as error:
+        stage = "server check" if isinstance(error, ServerCheckError) else "launch failed"
         for cell in cells[len(finished) :]:
-            _record(config, cell, "failed", f"launch failed: {error}", None, started)
+            _record(config, cell, "failed", f"{stage}: {error}", None, started)
 
 
 def run_sweep(config: SweepConfig, retry_failed: bool = False) -> SweepOutcome:
     """Run every cell not yet recorded (and failed ones with ``retry_failed``)."""
+    recorded = read_cells(config.output)  # a bad record is refused before anything is written
     (config.output / "cells").mkdir(parents=True, exist_ok=True)
     atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
     cells = plan_cells(config)
-    recorded = read_cells(config.output)
     pending = [
         c
         for c in cells

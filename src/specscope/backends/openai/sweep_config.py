@@ -39,10 +39,13 @@ import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from specscope import validate
+from specscope.backends import MAX_K
 from specscope.backends.openai.bench import DEFAULTS
 from specscope.backends.openai.client import ClientConfig
-from specscope.backends.openai.launchers import ENGINES, METHODS, NEEDS_DRAFT
-from specscope.errors import SpecscopeError
+from specscope.backends.openai.launchers import ENGINES, METHODS, needs_draft
+from specscope.errors import SpecscopeError, where
+from specscope.fileio import check_output_dir
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -150,55 +153,62 @@ def _hash_file(path: Path, mtime_ns: int, size: int) -> str | None:
 
 def _check(path: Path, name: str, value: object, kind: type | tuple, what: str) -> object:
     if isinstance(value, bool) and kind is not bool:
-        raise SpecscopeError(f"{path}: field '{name}': expected {what}, got {value!r}")
+        raise SpecscopeError(f"{where(path, field=name)}: expected {what}, got {value!r}")
     if not isinstance(value, kind):
-        raise SpecscopeError(f"{path}: field '{name}': expected {what}, got {value!r}")
+        raise SpecscopeError(f"{where(path, field=name)}: expected {what}, got {value!r}")
     return value
 
 
-def _int_list(path: Path, name: str, value: object, minimum: int = 1) -> tuple[int, ...]:
-    if (
-        not isinstance(value, list)
-        or not value
-        or any(isinstance(v, bool) or not isinstance(v, int) or v < minimum for v in value)
-    ):
-        raise SpecscopeError(f"{path}: field '{name}': expected a non-empty list of integers >= {minimum}")
-    return tuple(value)
+def _value(path: Path, name: str, value: object, rule, **bounds) -> object:
+    """``rule(value, **bounds)`` (a :mod:`specscope.validate` rule) for a TOML value, whose
+    type is its own: text is refused where a number is expected."""
+    try:
+        if isinstance(value, str):
+            raise validate.Invalid(f"expected a number, got {value!r}")
+        return rule(value, **bounds)
+    except validate.Invalid as error:
+        raise SpecscopeError(f"{where(path, field=name)}: {error}") from None
+
+
+def _int_list(path: Path, name: str, value: object, **bounds: int) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise SpecscopeError(f"{where(path, field=name)}: expected a non-empty list of integers")
+    return tuple(_value(path, f"{name}[{i}]", v, validate.integer, **bounds) for i, v in enumerate(value))
 
 
 def _engine(path: Path, index: int, table: object) -> EngineSpec:
-    where = f"engines[{index}]"
+    at = f"engines[{index}]"
     if not isinstance(table, dict):
-        raise SpecscopeError(f"{path}: {where}: expected a table")
+        raise SpecscopeError(f"{path}: {at}: expected a table")
     unknown = set(table) - {f.name for f in fields(EngineSpec)}
     if unknown:
-        raise SpecscopeError(f"{path}: {where}: unknown field(s) {', '.join(sorted(unknown))}")
-    name = _check(path, f"{where}.name", table.get("name"), str, "a name")
+        raise SpecscopeError(f"{path}: {at}: unknown field(s) {', '.join(sorted(unknown))}")
+    name = _check(path, f"{at}.name", table.get("name"), str, "a name")
     launch, url = table.get("launch"), table.get("url")
     if (launch is None) == (url is None):
-        raise SpecscopeError(f"{path}: {where}: expected exactly one of 'launch' and 'url'")
+        raise SpecscopeError(f"{path}: {at}: expected exactly one of 'launch' and 'url'")
     if launch is not None and launch not in ENGINES:
-        raise SpecscopeError(f"{path}: {where}.launch: expected one of {', '.join(ENGINES)}, got {launch!r}")
+        raise SpecscopeError(f"{path}: {at}.launch: expected one of {', '.join(ENGINES)}, got {launch!r}")
     if launch is not None and not isinstance(table.get("model"), str):
-        raise SpecscopeError(f"{path}: {where}.model: a launched engine needs a model (name or directory)")
+        raise SpecscopeError(f"{path}: {at}.model: a launched engine needs a model (name or directory)")
     if url is not None:
-        _check(path, f"{where}.url", url, str, "http://HOST:PORT")
-        method = _check(path, f"{where}.method", table.get("method"), str, "the method the server runs")
+        _check(path, f"{at}.url", url, str, "http://HOST:PORT")
+        method = _check(path, f"{at}.method", table.get("method"), str, "the method the server runs")
         if method not in METHODS:
             raise SpecscopeError(
-                f"{path}: {where}.method: expected one of {', '.join(METHODS)}, got {method!r}"
+                f"{path}: {at}.method: expected one of {', '.join(METHODS)}, got {method!r}"
             )
         if method != "none":
-            _check(path, f"{where}.k", table.get("k"), int, "the server's k")
+            _value(path, f"{at}.k", table.get("k"), validate.integer, low=1, high=MAX_K)
     drafts = table.get("drafts", {})
     if not isinstance(drafts, dict) or any(not isinstance(v, str) for v in drafts.values()):
-        raise SpecscopeError(f'{path}: {where}.drafts: expected a table of method = "draft model"')
+        raise SpecscopeError(f'{path}: {at}.drafts: expected a table of method = "draft model"')
     args = table.get("args", [])
     if not isinstance(args, list) or any(not isinstance(a, str) for a in args):
-        raise SpecscopeError(f"{path}: {where}.args: expected a list of strings")
+        raise SpecscopeError(f"{path}: {at}.args: expected a list of strings")
     port = table.get("port")
     if port is not None:
-        _check(path, f"{where}.port", port, int, "a port number")
+        _value(path, f"{at}.port", port, validate.integer, low=1, high=65535)
     return EngineSpec(
         name,
         launch,
@@ -227,7 +237,11 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         raise SpecscopeError(f"{path}: unknown field(s) {', '.join(sorted(unknown))}")
     base = path.parent
     values: dict[str, object] = {"path": path}
-    values["output"] = base / _check(path, "output", data.get("output"), str, "an output directory")
+    output = base / _check(path, "output", data.get("output"), str, "an output directory")
+    try:
+        values["output"] = check_output_dir(output)
+    except SpecscopeError as error:
+        raise SpecscopeError(f"{where(path, field='output')}: {error}") from None
     workloads = data.get("workloads")
     if not isinstance(workloads, list) or not workloads or any(not isinstance(w, str) for w in workloads):
         raise SpecscopeError(f"{path}: field 'workloads': expected a non-empty list of files")
@@ -245,39 +259,35 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             raise SpecscopeError(f"{path}: field 'methods': expected a list among {', '.join(METHODS)}")
         values["methods"] = tuple(methods)
     if "k" in data:
-        values["k"] = _int_list(path, "k", data["k"])
+        values["k"] = _int_list(path, "k", data["k"], low=1, high=MAX_K)
     if "batch_sizes" in data:
-        values["batch_sizes"] = _int_list(path, "batch_sizes", data["batch_sizes"])
-    positive_int, seconds = (int, "a positive integer"), ((int, float), "a number of seconds > 0")
-    checks = {
-        "max_tokens": positive_int,
-        "num_requests": positive_int,
-        "prompt_lookup_min": positive_int,
-        "prompt_lookup_max": positive_int,
+        values["batch_sizes"] = _int_list(path, "batch_sizes", data["batch_sizes"], low=1)
+    positive, seconds = (validate.integer, {"low": 1}), (validate.number, {"low": 0.0, "low_open": True})
+    rules = {
+        "max_tokens": positive,
+        "num_requests": positive,
+        "prompt_lookup_min": positive,
+        "prompt_lookup_max": positive,
         "request_timeout_s": seconds,
         "idle_timeout_s": seconds,
         "launch_timeout_s": seconds,
-        "temperature": ((int, float), "a number >= 0"),
-        "ignore_eos": (bool, "true or false"),
-        "mtp_method": (str, "a vLLM MTP method name"),
+        "temperature": (validate.temperature, {}),
     }
-    for name, (kind, what) in checks.items():
-        if name not in data:
-            continue
-        value = _check(path, name, data[name], kind, what)
-        if (
-            (kind, what) == positive_int
-            and value < 1
-            or (kind, what) == seconds
-            and value <= 0
-            or (name == "temperature" and value < 0)
-        ):
-            raise SpecscopeError(f"{path}: field '{name}': expected {what}, got {value!r}")
-        values[name] = value
+    for name, (rule, bounds) in rules.items():
+        if name in data:
+            values[name] = _value(path, name, data[name], rule, **bounds)
+    for name, kind, what in (("ignore_eos", bool, "true or false"), ("mtp_method", str, "a vLLM MTP method name")):
+        if name in data:
+            values[name] = _check(path, name, data[name], kind, what)
     config = SweepConfig(**values)
+    if config.prompt_lookup_min > config.prompt_lookup_max:
+        raise SpecscopeError(
+            f"{where(path, field='prompt_lookup_min')}: expected <= prompt_lookup_max "
+            f"({config.prompt_lookup_max}), got {config.prompt_lookup_min}"
+        )
     for engine in config.engines:
         if engine.launch is not None:
-            missing = [m for m in config.methods if m in NEEDS_DRAFT and m not in engine.drafts]
+            missing = [m for m in config.methods if needs_draft(engine.launch, m) and m not in engine.drafts]
             if missing:
                 raise SpecscopeError(
                     f"{path}: engine {engine.name!r}: methods {', '.join(missing)} need "

@@ -1,0 +1,121 @@
+"""What a running server shows it serves, checked before a row is labelled with a method and k.
+
+A row says "eagle, k=5" only if the server does not contradict it. Read before any measurement:
+
+- the model: the ids in ``GET /v1/models`` (a requested model matches an id, or, for a
+  directory, its last component: ``specscope serve``'s default id);
+- speculative decoding on or off, and k: vLLM (and ``specscope serve``) export one series of
+  ``vllm:spec_decode_num_accepted_tokens_per_pos`` per draft position ``0..k-1`` from startup
+  when they speculate, and no ``vllm:spec_decode_*`` series when they do not. So on a server
+  with ``vllm:`` metrics, SD is on exactly when those series exist, and k is the number of
+  ``position`` series.
+- the method is not visible in vLLM's metrics (n-gram and EAGLE look alike), nor is anything
+  of SD in SGLang's gauges before a request has run.
+
+A contradiction (another model, SD on for ``none``, off for a method, another k) is refused
+with a one-line :class:`ServerCheckError`. What could not be seen is said in the row's
+``verified`` text, and a missing SD or k check is also logged as a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from specscope.backends.openai import metrics
+from specscope.backends.openai.client import StreamError, get_json
+from specscope.errors import SpecscopeError
+
+log = logging.getLogger(__name__)
+
+
+class ServerCheckError(SpecscopeError):
+    """The server cannot be read, or contradicts the method, k or model a row would carry."""
+
+
+@dataclass(frozen=True)
+class ServerView:
+    """What ``url`` shows. ``engine``: whose metric names it exports (``vllm``, ``sglang``,
+    ``None``); ``spec_decode``: SD on (``None``: cannot tell); ``k``: its number of per-position
+    series (``None``: not shown); ``metrics_error``: why ``/metrics`` could not be read."""
+
+    url: str
+    models: tuple[str, ...]
+    engine: str | None
+    spec_decode: bool | None
+    k: int | None
+    metrics_error: str | None = None
+
+
+def inspect_server(url: str, timeout_s: float = 10.0) -> ServerView:
+    """Read ``/v1/models`` and ``/metrics`` of ``url``; an unreachable server is an error."""
+    try:
+        payload = get_json(url, "/v1/models", timeout_s)
+        models = tuple(str(entry["id"]) for entry in payload["data"])
+    except StreamError as error:
+        raise ServerCheckError(f"{url}: {error}") from None
+    except (KeyError, TypeError):
+        raise ServerCheckError(f"{url}: GET /v1/models: expected {{'data': [{{'id': ...}}]}}") from None
+    try:
+        snapshot = metrics.scrape(url, timeout_s)
+    except SpecscopeError as error:
+        return ServerView(url, models, None, None, None, str(error))
+    if snapshot.engine != "vllm":
+        return ServerView(url, models, snapshot.engine, None, None)
+    positions = sorted(snapshot.accepted_per_pos)
+    k = len(positions) if positions and positions == list(range(len(positions))) else None
+    return ServerView(url, models, "vllm", snapshot.has_spec_decode, k)
+
+
+def verify_label(view: ServerView, method: str, k: int, model: str | None = None) -> str:
+    """Refuse ``view`` if it contradicts ``method`` at ``k`` (and ``model`` when given); return
+    the row's ``verified`` text: what was checked and what could not be."""
+    seen, unseen = [], []
+    if model is not None:
+        if model not in view.models and Path(model).name not in view.models:
+            raise ServerCheckError(
+                f"model {model!r}: the server at {view.url} serves {', '.join(view.models) or 'nothing'} "
+                "(GET /v1/models)"
+            )
+        seen.append(f"model {model}")
+    series = f"'position' series of {metrics.VLLM_ACCEPTED_PER_POS}"
+    if view.spec_decode is None:
+        reason = view.metrics_error or (
+            "SGLang gauges do not show it" if view.engine == "sglang" else "no vLLM or SGLang metrics"
+        )
+        unseen.append(f"{'SD off' if method == 'none' else f'SD on, k={k}'} ({reason})")
+    elif method == "none":
+        if view.spec_decode:
+            raise ServerCheckError(
+                f"--method none: the server at {view.url} speculates (vllm:spec_decode_* series, k={view.k})"
+            )
+        seen.append("SD off")
+    elif not view.spec_decode:
+        raise ServerCheckError(
+            f"--method {method}: the server at {view.url} does not speculate (no vllm:spec_decode_* series)"
+        )
+    else:
+        seen.append("SD on")
+        if view.k is None:
+            unseen.append(f"k={k} (no {series})")
+        elif view.k != k:
+            raise ServerCheckError(f"--k {k}: the server at {view.url} shows k={view.k} ({view.k} {series})")
+        else:
+            seen.append(f"k={k}")
+    if method != "none":
+        unseen.append(f"method {method} (not shown by the server)")
+    if any(item.startswith(("SD", "k=")) for item in unseen):
+        log.warning("%s: could not verify %s", view.url, "; ".join(unseen))
+    parts = [f"verified: {', '.join(seen)}"] if seen else []
+    if unseen:
+        parts.append(f"not verified: {', '.join(unseen)}")
+    return "; ".join(parts)
+
+
+def check_server(
+    url: str, method: str, k: int, model: str | None = None, timeout_s: float = 10.0
+) -> tuple[ServerView, str]:
+    """:func:`inspect_server` then :func:`verify_label`: the view and the ``verified`` text."""
+    view = inspect_server(url, timeout_s)
+    return view, verify_label(view, method, k, model)

@@ -1,0 +1,93 @@
+"""Bad inputs of `specscope bench` (reference and openai backends): refused in one line before
+any work, leaving nothing behind, and never a row labelled with what the server does not run.
+
+Servers are real `specscope serve` engines on loopback (a tiny model: n-gram at k = 3, and no
+SD); ``{ngram}``, ``{plain}`` and ``{refused}`` in a case's argv stand for their URLs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from harness import Case, check
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # the serving tests' helpers
+from serving_helpers import refused_url, start_server, write_tiny_model  # noqa: E402
+
+WORKLOAD = {"w.jsonl": json.dumps({"id": "a", "prompt_token_ids": [4, 5, 6, 4, 5, 6]}) + "\n"}
+WITH_DIR = {**WORKLOAD, "taken/keep.txt": "mine"}
+WITH_FILE = {**WORKLOAD, "taken.txt": "mine"}
+REF = ["bench", "--model", "m", "--workload", "w.jsonl"]
+OPENAI = ["bench", "--backend", "openai", "--workload", "w.jsonl", "--max-tokens", "4", "--batch-sizes", "1"]
+
+CASES = [
+    Case("temperature-nan", [*REF, "--temperature", "nan"], r"--temperature.*finite.*nan", WORKLOAD),
+    Case("temperature-inf", [*REF, "--temperature", "inf"], r"--temperature.*finite", WORKLOAD),
+    Case("temperature-negative", [*REF, "--temperature", "-0.5"], r"--temperature.*>= 0", WORKLOAD),
+    Case("top-p-zero", [*REF, "--top-p", "0"], r"--top-p.*> 0", WORKLOAD),
+    Case("seed-negative", [*REF, "--seed", "-1"], r"--seed.*>= 0", WORKLOAD),
+    Case("seed-past-64-bits", [*REF, "--seed", str(2**64)], r"--seed.*<= 18446744073709551615", WORKLOAD),
+    Case("k-zero", [*REF, "--k", "0"], r"--k.*>= 1", WORKLOAD),
+    Case("k-huge", [*REF, "--k", "100000"], r"--k.*<= 64", WORKLOAD),
+    Case("batch-size-zero", [*REF, "--batch-sizes", "1,0"], r"--batch-sizes", WORKLOAD),
+    Case("max-tokens-zero", [*REF, "--max-tokens", "0"], r"--max-tokens.*>= 1", WORKLOAD),
+    Case("repeats-zero", [*REF, "--repeats", "0"], r"--repeats.*>= 1", WORKLOAD),
+    Case("o-directory", [*REF, "-o", "taken"], r"taken: is a directory", WITH_DIR),
+    Case("o-under-a-file", [*REF, "-o", "taken.txt/rows.csv"], r"taken\.txt: is not a directory", WITH_FILE),
+    Case("o-suffix", [*REF, "-o", "rows.txt"], r"rows\.txt: expected a \.csv or \.json", WORKLOAD),
+    Case("records-directory", [*REF, "--records", "taken"], r"taken: is a directory", WITH_DIR),
+    Case("two-stdouts", [*REF, "-o", "-", "--records", "-"], r"only one output may be -", WORKLOAD),
+    Case("openai-idle-timeout-zero", [*OPENAI, "--url", "{plain}", "--idle-timeout", "0"], r"--idle-timeout.*> 0",
+         WORKLOAD),
+    Case("openai-request-timeout-nan", [*OPENAI, "--url", "{plain}", "--request-timeout", "nan"],
+         r"--request-timeout.*finite", WORKLOAD),
+    Case("openai-num-requests-zero", [*OPENAI, "--url", "{plain}", "--num-requests", "0"], r"--num-requests.*>= 1",
+         WORKLOAD),
+    Case("openai-port-out-of-range", [*OPENAI, "--launch", "vllm", "--model", "m", "--port", "70000"],
+         r"--port.*<= 65535", WORKLOAD),
+    Case("openai-url-and-launch", [*OPENAI, "--url", "{plain}", "--launch", "vllm"], r"exactly one of --url and --launch",
+         WORKLOAD),
+    Case("openai-url-not-http", [*OPENAI, "--url", "ftp://host"], r"--url: expected http://HOST:PORT", WORKLOAD),
+    Case("openai-url-refused", [*OPENAI, "--url", "{refused}"], r"http://127\.0\.0\.1:\d+: connection refused",
+         WORKLOAD),
+    Case("openai-wrong-k", [*OPENAI, "--url", "{ngram}", "--method", "eagle", "--k", "5"],
+         r"--k 5: the server at http://\S+ shows k=3 \(3 'position' series", WORKLOAD),
+    Case("openai-none-against-sd", [*OPENAI, "--url", "{ngram}", "--method", "none"],
+         r"--method none: the server at \S+ speculates .*k=3", WORKLOAD),
+    Case("openai-sd-against-plain", [*OPENAI, "--url", "{plain}", "--method", "ngram", "--k", "3"],
+         r"--method ngram: the server at \S+ does not speculate", WORKLOAD),
+    Case("openai-baseline-speculates", [*OPENAI, "--url", "{ngram}", "--method", "ngram", "--k", "3",
+                                        "--baseline-url", "{ngram}"], r"--method none: the server at \S+ speculates",
+         WORKLOAD),
+    Case("openai-wrong-model", [*OPENAI, "--url", "{ngram}", "--method", "ngram", "--k", "3", "--model-name", "llama"],
+         r"model 'llama': the server at \S+ serves tiny \(GET /v1/models\)", WORKLOAD),
+    Case("openai-mtp-without-head", [*OPENAI, "--launch", "specscope", "--model", "m", "--method", "mtp"],
+         r"launch specscope: method 'mtp' needs a draft model or head directory \(--draft\)", WORKLOAD),
+    Case("openai-eagle-without-draft", [*OPENAI, "--launch", "vllm", "--model", "m", "--method", "eagle"],
+         r"method 'eagle' needs a draft", WORKLOAD),
+    Case("openai-o-directory", [*OPENAI, "--url", "{ngram}", "--method", "ngram", "-o", "taken"],
+         r"taken: is a directory", WITH_DIR),
+]
+
+
+@pytest.fixture(scope="module")
+def urls(tmp_path_factory):
+    """Loopback servers of one tiny model: n-gram at k = 3, and no SD."""
+    pytest.importorskip("prometheus_client")
+    model = write_tiny_model(tmp_path_factory.mktemp("tiny"))
+    ngram, plain = start_server(model, "ngram", k=3, max_batch_size=2), start_server(model, "none", max_batch_size=2)
+    yield {"ngram": ngram.url, "plain": plain.url, "refused": refused_url()}
+    ngram.close()
+    plain.close()
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused(case, tmp_path, monkeypatch, request):
+    if any("{" in arg for arg in case.argv):
+        servers = request.getfixturevalue("urls")
+        case = replace(case, argv=[arg.format(**servers) for arg in case.argv])
+    check(case, tmp_path, monkeypatch)

@@ -1,0 +1,63 @@
+"""Bad inputs of `specscope sweep`: a configuration field, an output folder or a cell record
+that cannot be used is refused in one line naming the file and field, before any cell runs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harness import Case, check
+
+WORKLOAD = json.dumps({"id": "a", "prompt_token_ids": [4, 5, 6]}) + "\n"
+ENGINE = '\n[[engines]]\nname = "v"\nlaunch = "vllm"\nmodel = "m"\n'
+BASE = 'output = "out"\nworkloads = ["w.jsonl"]\n'
+
+
+def config(extra: str = "", engine: str = ENGINE, base: str = BASE) -> dict[str, str]:
+    """A sweep folder: ``s.toml`` (``base`` + ``extra`` + ``engine``) and its workload."""
+    return {"s.toml": base + extra + engine, "w.jsonl": WORKLOAD}
+
+
+DRY = ["sweep", "s.toml", "--dry-run"]
+URL_ENGINE = '\n[[engines]]\nname = "x"\nurl = "http://127.0.0.1:1"\nmethod = "ngram"\n'
+CELL = "out/cells/0123456789abcdef.json"
+
+CASES = [
+    Case("temperature-nan", DRY, r"s\.toml: field 'temperature': expected a finite number, got nan",
+         config("temperature = nan\n")),
+    Case("temperature-inf", DRY, r"s\.toml: field 'temperature': expected a finite number", config("temperature = inf\n")),
+    Case("temperature-negative", DRY, r"field 'temperature': expected a number >= 0", config("temperature = -1.0\n")),
+    Case("k-zero", DRY, r"field 'k\[1\]': expected an integer >= 1, got 0", config("k = [1, 0]\n")),
+    Case("k-huge", DRY, r"field 'k\[0\]': expected an integer <= 64", config("k = [100000]\n")),
+    Case("k-float", DRY, r"field 'k\[0\]': expected an integer, got 2\.5", config("k = [2.5]\n")),
+    Case("batch-size-zero", DRY, r"field 'batch_sizes\[0\]': expected an integer >= 1", config("batch_sizes = [0]\n")),
+    Case("batch-sizes-empty", DRY, r"field 'batch_sizes': expected a non-empty list", config("batch_sizes = []\n")),
+    Case("max-tokens-text", DRY, r"field 'max_tokens': expected a number, got '8'", config('max_tokens = "8"\n')),
+    Case("timeout-zero", DRY, r"field 'idle_timeout_s': expected a number > 0", config("idle_timeout_s = 0\n")),
+    Case("timeout-inf", DRY, r"field 'request_timeout_s': expected a finite number", config("request_timeout_s = inf\n")),
+    Case("prompt-lookup-inverted", DRY, r"field 'prompt_lookup_min': expected <= prompt_lookup_max \(2\), got 5",
+         config("prompt_lookup_min = 5\nprompt_lookup_max = 2\n")),
+    Case("url-engine-without-k", DRY, r"field 'engines\[0\]\.k': expected an integer, got None",
+         config(engine=URL_ENGINE)),
+    Case("url-engine-k-huge", DRY, r"field 'engines\[0\]\.k': expected an integer <= 64",
+         config(engine=URL_ENGINE + "k = 1000\n")),
+    Case("port-out-of-range", DRY, r"field 'engines\[0\]\.port': expected an integer <= 65535",
+         config(engine=ENGINE + "port = 99999\n")),
+    Case("specscope-mtp-without-head", DRY, r"engine 'r': methods mtp need drafts\.<method>",
+         config('methods = ["none", "mtp"]\n', '\n[[engines]]\nname = "r"\nlaunch = "specscope"\nmodel = "m"\n')),
+    Case("output-is-a-file", DRY, r"s\.toml: field 'output': \S*out: exists and is not a directory",
+         {**config(), "out": "a file, not a folder"}),
+    Case("output-under-a-file", DRY, r"s\.toml: field 'output': \S*taken: is not a directory",
+         {**config(base='output = "taken/out"\nworkloads = ["w.jsonl"]\n'), "taken": "a file"}),
+    Case("cell-file-holding-a-list", DRY, r"0123456789abcdef\.json: not a cell record", {**config(), CELL: "[]\n"}),
+    Case("cell-file-not-json", ["sweep", "s.toml"], r"0123456789abcdef\.json: unreadable cell record",
+         {**config(), CELL: "{half"}),
+    Case("cell-file-bad-status", ["sweep", "s.toml"], r"0123456789abcdef\.json: not a cell record",
+         {**config(), CELL: json.dumps({"cell_id": "x", "key": {}, "status": "maybe", "reason": None,
+                                        "started_at": 0, "finished_at": 0, "result": None})}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)
