@@ -64,7 +64,7 @@ def test_cost_model_files(tmp_path):
     assert model.eff.weights == 0.8 and "draft" in model.drafting
     bad = tmp_path / "bad.json"
     bad.write_text('{"kind": "linear", "forward": {"c_fixed": 1}}')
-    with pytest.raises(SpecscopeError, match="bad.json: field 'c_tok' missing"):
+    with pytest.raises(SpecscopeError, match="bad.json: field 'forward.c_tok': missing"):
         resolve_cost_model(str(bad))
     with pytest.raises(SpecscopeError, match="not a preset"):
         resolve_cost_model("h900-nothing")
@@ -78,3 +78,35 @@ def test_costmodel_show_cli(capsys):
     assert shown["forward"]["c_kv"] == 3.92645679e-08 and shown["drafting"]["ngram"]["ratio"] == 0.005875
     assert main(["costmodel", "show", "roofline:h100:llama3.1-8b"]) == 0
     assert "target forward time" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, message", [
+    ({"forward": {"c_fixed": -1e-3, "c_tok": 0, "c_kv": 0}}, "field 'forward.c_fixed': expected a number >= 0"),
+    ({"forward": {"c_fixed": 0, "c_tok": 0, "c_kv": 0, "c_req": 0}}, "field 'forward': every coefficient is 0"),
+    ({"forward": {"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0}, "pads_verification": "yes"},
+     "field 'pads_verification': expected true or false"),
+    ({"forward": {"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0}, "overhead_s": -1}, "field 'overhead_s': expected a number >= 0"),
+    ({"forward": {"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0}, "drafting": {"eagle": {"kind": "linear", "c_fixed": 1e-3,
+                                                                                  "c_tok": 0, "c_kv": 0, "c_x": 1}}},
+     "field 'drafting.eagle.c_x': unknown field"),
+    ({"forward": {"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0}, "drafting": {"eagle": {"kind": "tree"}}},
+     "field 'drafting.eagle.kind': expected 'fraction' or 'linear'"),
+    ({"kind": "roofline", "gpu": "h100", "model": "llama3.1-8b", "efficiency": {"compute": 0}},
+     "field 'efficiency.compute': expected a number > 0"),
+    ({"kind": "roofline", "gpu": "h100", "model": "llama3.1-8b", "drafting": {"ngram": {"kind": "fraction", "ratio": 0.5}}},
+     "field 'drafting': differs from what the model shapes give"),
+])
+def test_cost_model_files_are_validated_field_by_field(tmp_path, content, message):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(SpecscopeError, match=f"c.json: {message}"):
+        resolve_cost_model(str(path))
+
+
+def test_roofline_description_reads_back(tmp_path):
+    model = resolve_cost_model("roofline:h200:qwen3-8b:qwen3-0.6b")
+    shown = {key: value for key, value in model.describe().items()}
+    shown["model"], shown["draft_model"] = "qwen3-8b", "qwen3-0.6b"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(shown))
+    assert resolve_cost_model(str(path)).describe()["drafting"] == model.describe()["drafting"]

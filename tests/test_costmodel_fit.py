@@ -171,3 +171,32 @@ def test_prefill_points_count_their_prompts(tmp_path):
     old = tmp_path / "old.jsonl"  # written before records had the field
     old.write_text(json.dumps({k: v for k, v in lines[0].items() if k != "prefill_requests"}) + "\n")
     assert read_steps([old])[0].prefill_requests == 1
+
+
+def test_fit_refuses_fewer_steps_than_coefficients(tmp_path, capsys):
+    records = tmp_path / "steps.jsonl"
+    lines = [step(i, "none", 0, 1, 10 * i, 0.01 + 1e-3 * i) for i in range(4)]
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "fitted.json"
+    assert main(["costmodel", "fit", str(records), "-o", str(out)]) == 2
+    assert "target forward: 4 measured points for 5 coefficients" in capsys.readouterr().err
+    assert not out.exists()
+    lines += [step(i, "none", 0, 2, 5 * i, 0.012 + 1e-3 * i) for i in range(4)]
+    lines += [step(i, "ngram", 2, 1, 10 * i, 0.015, draft=1e-4) for i in range(3)]
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["costmodel", "fit", str(records), "-o", str(out)]) == 2
+    assert "drafting of 'ngram': 3 measured points for 5 coefficients" in capsys.readouterr().err
+
+
+def test_fitted_model_reads_back_and_goes_to_stdout(tmp_path, capsys):
+    records = tmp_path / "steps.jsonl"
+    synthetic_records(records)
+    assert main(["costmodel", "fit", str(records), "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    fitted = json.loads(captured.out)  # only the model on stdout
+    assert fitted["name"] == "fitted" and "forward fit over" in captured.err
+    path = tmp_path / "fitted.json"
+    path.write_text(captured.out)
+    from specscope.costmodel.registry import resolve_cost_model
+
+    assert resolve_cost_model(str(path)).describe() == fitted

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from specscope.costmodel.base import FractionDrafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
+from specscope.errors import SpecscopeError
 from specscope.sim.grid import SimConfig, simulate
 from specscope.sim.mixed import admission_iterations, predict_mixed
 from specscope.sim.paper import predict_paper
@@ -106,8 +107,8 @@ def test_all_ones_acceptance_makes_every_fixed_k_slower(g, k, b, c_tok, c_kv, c_
     drafter) and verifying more tokens costs more (c_tok > 0). Without SD the steps are the
     same; with SD each verifies k extra tokens and may pay drafting."""
     cost = LinearCostModel("p", c_fixed, c_tok, c_kv, 0.1, COST.drafting)
-    r = record(np.ones(g), 7, proposer=proposer, draft_len=[k] * g)
-    (row,) = simulate([r], [proposer], [f"fixed:{k}"], cost, SimConfig(mode=mode, batch_sizes=(b,)))
+    requests = [record(np.ones(g), 7, rid=f"r{i}", proposer=proposer, draft_len=[k] * g) for i in range(b)]
+    (row,) = simulate(requests, [proposer], [f"fixed:{k}"], cost, SimConfig(mode=mode, batch_sizes=(b,)))
     assert row.speedup < 1.0
 
 
@@ -133,8 +134,8 @@ def test_oracle_beats_every_fixed_k(values, k, b, c_tok, c_fixed, mode, proposer
     consistency, a long oracle jump can land on a poor position and lose: see the next test.)"""
     acc = consistent_trace(values, len(values))
     cost = LinearCostModel("p", c_fixed, c_tok, 0.0, 0.1, COST.drafting)
-    r = record(acc, 5, proposer=proposer, draft_len=[20] * len(acc))
-    rows = simulate([r], [proposer], ["oracle", f"fixed:{k}"], cost, SimConfig(mode=mode, batch_sizes=(b,)))
+    requests = [record(acc, 5, rid=f"r{i}", proposer=proposer, draft_len=[20] * len(acc)) for i in range(b)]
+    rows = simulate(requests, [proposer], ["oracle", f"fixed:{k}"], cost, SimConfig(mode=mode, batch_sizes=(b,)))
     oracle, fixed = rows
     assert oracle.speedup >= fixed.speedup * (1 - 1e-9)
 
@@ -190,3 +191,51 @@ def test_padded_verification_charges_the_longest_proposal_for_every_request():
     # Σ (k+1) = 5 tokens → 1.5 s; padded 2 × 4 = 8 tokens → 1.8 s (prefill 1 + 0.1·20 = 3 s each).
     assert predict_mixed(plan, flat, flat.drafting_for("ngram"), 2).time_split["verification"] == pytest.approx(1.5)
     assert predict_mixed(plan, padded, padded.drafting_for("ngram"), 2).time_split["verification"] == pytest.approx(1.8)
+
+
+def test_mixed_batch_above_requests_is_skipped_with_a_warning_or_refused(caplog):
+    requests = [record(ACC, rid=f"r{i}") for i in range(3)]
+    rows = simulate(requests, ["ngram"], ["fixed:1"], COST, SimConfig(mode="mixed", batch_sizes=(1, 3, 8)))
+    assert [row.batch_size for row in rows] == [1, 3]  # no row labelled B=8: it could not be filled
+    assert "dataset 'd' has 3 requests: batch sizes 8 left out" in caplog.text
+    with pytest.raises(SpecscopeError, match="dataset 'd' has 3 requests, fewer than batch size 8"):
+        simulate(requests, ["ngram"], ["fixed:1"], COST, SimConfig(mode="mixed", batch_sizes=(1, 8), oversize="refuse"))
+    paper = simulate(requests, ["ngram"], ["fixed:1"], COST, SimConfig(mode="paper", batch_sizes=(8,), oversize="refuse"))
+    assert [row.batch_size for row in paper] == [8]  # paper mode replicates each request: any B
+
+
+def test_fixed_k_above_k_max_is_refused_before_any_row():
+    seen = []
+    with pytest.raises(SpecscopeError, match=r"policy 'fixed:21' proposes k = 21, above the trace's k_max = 20"):
+        simulate([record(ACC)], ["ngram"], ["fixed:1", "fixed:21"], COST, SimConfig(batch_sizes=(1,)), on_row=seen.append)
+    assert seen == []
+    unrecorded = record(ACC)
+    unrecorded.k_max = None  # the largest acc_len − 1 seen stands in for it
+    with pytest.raises(SpecscopeError, match=rf"above {max(ACC) - 1}, the largest acc_len − 1 .*k_max not recorded"):
+        simulate([unrecorded], ["ngram"], [f"fixed:{max(ACC)}"], COST, SimConfig(batch_sizes=(1,)))
+    (row,) = simulate([unrecorded], ["ngram"], [f"fixed:{max(ACC) - 1}"], COST, SimConfig(batch_sizes=(1,)))
+    assert row.speedup > 0
+
+
+@pytest.mark.parametrize("setting, message", [
+    (dict(sample=0), "sample: expected an integer >= 1"),
+    (dict(match_prob=1.5), "match_prob: expected a number <= 1"),
+    (dict(seed=-1), "seed: expected an integer >= 0"),
+    (dict(batch_sizes=(0,)), "batch_sizes: expected an integer >= 1"),
+    (dict(oversize="cycle"), "oversize 'cycle'"),
+])
+def test_sim_config_refuses_bad_settings(setting, message):
+    with pytest.raises(SpecscopeError, match=message):
+        SimConfig(**setting)
+
+
+def test_simulate_writes_the_table_to_stdout(tmp_path, capsys):
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    path = tmp_path / "t.jsonl"
+    write_traces(path, [record(ACC, rid=f"r{i}") for i in range(2)])
+    assert main(["simulate", str(path), "--acc", "ngram", "--policies", "fixed:1,oracle", "--batch-sizes", "1,2",
+                 "-o", "-"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("dataset,acc,policy,batch_size") and len(lines) == 1 + 4  # the CSV alone

@@ -7,6 +7,7 @@ import pytest
 
 from specscope.cli import main
 from specscope.costmodel.linear import H100_LLAMA31_8B
+from specscope.errors import SpecscopeError
 from specscope.theory.bound import estimate_alpha, estimate_c, expected_speedup, optimal_k
 
 
@@ -40,5 +41,19 @@ def test_bound_cli(capsys):
     assert main(["bound", "--alpha", "0.7", "--c", "0.05"]) == 0
     out = capsys.readouterr().out
     assert "E[speedup]" in out and "2.35" in out
-    assert main(["bound", "--alpha", "1.5", "--c", "0.05"]) == 2
+    for option, value in (("--alpha", "1.5"), ("--alpha", "1"), ("--c", "nan"), ("--c", "-0.1"),
+                          ("--batch-size", "0"), ("--k-max", "65"), ("--k", "0")):
+        with pytest.raises(SystemExit) as stop:  # argparse: one line naming the option
+            main(["bound", "--alpha", "0.5", "--c", "0.1", option, value])
+        assert stop.value.code == 2
+        assert f"argument {option}" in capsys.readouterr().err
     assert main(["bound"]) == 2
+
+
+def test_library_calls_refuse_what_the_bound_cannot_mean():
+    with pytest.raises(SpecscopeError, match="batch_size: expected an integer >= 1, got 0"):
+        estimate_c(H100_LLAMA31_8B, "eagle", 3, 0, 1000)
+    with pytest.raises(SpecscopeError, match="k_max: expected an integer <= 64"):
+        optimal_k(0.5, 0.1, 10**9)
+    with pytest.raises(SpecscopeError, match="c: expected a finite number"):
+        optimal_k(0.5, float("nan"))

@@ -72,11 +72,19 @@ def test_length_mismatch_common_prefix_is_counted(tmp_path):
     (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [1, 2],
                  "acc_ngram": {"acc_len": [1, "2"]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected a list of integers"),
     (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [1, 2],
-                 "acc_ngram": {"acc_len": [1, 0]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected values >= 1"),
+                 "acc_ngram": {"acc_len": [1, 0]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected integers in [1, 65], got 0 at position 1"),
     (json.dumps({"id": "x", "k_max": 2, "prompt_token_ids": [1], "generated_token_ids": [1, 2],
-                 "acc_ngram": {"acc_len": [1, 4]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected values <= k_max + 1 = 3"),
+                 "acc_ngram": {"acc_len": [1, 4]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected integers in [1, 3], got 4 at position 1 (k_max = 2)"),
+    (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [1, 2],
+                 "acc_ngram": {"acc_len": [10**12, 1]}}), "t.jsonl:2: field 'acc_ngram.acc_len': expected integers in [1, 65]"),
+    (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [1, 2],
+                 "acc_ngram": {"acc_len": []}}), "t.jsonl:2: field 'acc_ngram.acc_len': empty, but the output has 2 tokens"),
+    (json.dumps({"id": "x", "k_max": 10**9, "prompt_token_ids": [1], "generated_token_ids": [1, 2],
+                 "acc_ngram": {"acc_len": [1, 1]}}), "t.jsonl:2: field 'k_max': expected an integer <= 64"),
+    (json.dumps({"id": "x", "prompt_token_ids": [-1], "generated_token_ids": [1, 2],
+                 "acc_ngram": {"acc_len": [1, 1]}}), "t.jsonl:2: field 'prompt_token_ids': expected integers in [0, "),
     (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": [],
-                 "acc_ngram": {"acc_len": []}}), "t.jsonl:2: field 'generated_token_ids': empty output"),
+                 "acc_ngram": {"acc_len": [1]}}), "t.jsonl:2: field 'acc_ngram.acc_len': 1 entries, but the output is empty"),
     (json.dumps({"id": "x", "prompt_token_ids": [1], "generated_token_ids": "abc",
                  "acc_ngram": {"acc_len": [1]}}), "t.jsonl:2: field 'generated_token_ids': expected a list of integers"),
     (json.dumps([1, 2]), "t.jsonl:2: expected a JSON object"),
@@ -108,3 +116,37 @@ def test_inspect_and_convert(tmp_path, capsys):
     assert main(["traces", "convert", str(path), "-o", str(out), "--k-max", "20"]) == 0
     records, (report,) = load_traces([out])
     assert report.format == "specscope" and records[0].k_max == 20 and records[1].output_len == 2
+
+
+def test_invalid_utf8_and_empty_files_name_the_file(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes((write_lines(tmp_path / "ok.jsonl", [bench_record()]).read_text() + "\xff\n").encode("latin-1"))
+    with pytest.raises(SpecscopeError, match=r"bad.jsonl:2: not UTF-8 text"):
+        load_traces([bad])
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n  \n")
+    with pytest.raises(SpecscopeError, match=r"blank.jsonl: no trace records found"):
+        load_traces([blank])
+
+
+def test_duplicate_ids_dropped_when_same_refused_when_different(tmp_path, caplog):
+    same = write_lines(tmp_path / "same.jsonl", [bench_record(0), bench_record(1), bench_record(0)])
+    records, (report,) = load_traces([same])
+    assert [r.id for r in records] == ["0", "1"] and report.duplicates == 1 and report.records == 2
+    assert "same.jsonl:3: request '0' repeats" in caplog.text and "same.jsonl:1" in caplog.text
+    assert "1 duplicate records dropped" in report.summary()
+    differ = write_lines(tmp_path / "differ.jsonl", [bench_record(0), bench_record(0, eagle=(1, 1, 3, 1))])
+    with pytest.raises(SpecscopeError, match=r"differ.jsonl:2: field 'id': request '0' .* already at .*differ.jsonl:1 "
+                                             r"with other content"):
+        load_traces([differ])
+    # the same file twice: every request of the second is a repeat, counted once
+    records, reports = load_traces([same, same])
+    assert len(records) == 2 and [r.duplicates for r in reports] == [1, 3]
+
+
+def test_consistent_empty_output_is_skipped_and_counted(tmp_path, caplog):
+    empty = json.dumps({"id": "e", "prompt_token_ids": [1], "generated_token_ids": [], "acc_ngram": {"acc_len": []}})
+    path = write_lines(tmp_path / "t.jsonl", [bench_record(0), empty])
+    records, (report,) = load_traces([path])
+    assert [r.id for r in records] == ["0"] and report.empty_outputs == 1
+    assert "1 records with an empty output skipped" in caplog.text

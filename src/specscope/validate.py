@@ -17,6 +17,10 @@ import argparse
 import math
 from typing import Callable, TypeVar
 
+import numpy as np
+
+from specscope.errors import SpecscopeError
+
 T = TypeVar("T")
 
 SEED_MAX = 2**64 - 1  # seeds are unsigned 64-bit, as vLLM's and torch's generators take
@@ -104,6 +108,15 @@ def arg(check: Callable[..., T], **bounds: object) -> Callable[[str], T]:
     return parse
 
 
+def check(label: str, rule: Callable[..., T], value: object, **bounds: object) -> T:
+    """``rule(value, **bounds)`` for a library caller: a broken rule becomes a one-line
+    :class:`~specscope.errors.SpecscopeError` that starts with ``label`` (``"batch_size"``)."""
+    try:
+        return rule(value, **bounds)
+    except Invalid as error:
+        raise SpecscopeError(f"{label}: {error}") from None
+
+
 def _show(value: object) -> str:
     """A value as a message shows it: short, with the type when it is not a number."""
     if _is_number(value):
@@ -111,3 +124,28 @@ def _show(value: object) -> str:
         return text if len(text) <= 24 else f"{text[:20]}…"
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:36]}…{type(value).__name__}"
+
+
+K_MAX_LIMIT = 64  # the longest proposal length (k_max) that specscope traces, replays or tabulates
+
+
+def integers(value: object, *, low: int | None = None, high: int | None = None) -> np.ndarray:
+    """``value``, a list of integers, as an int64 array with every entry in [low, high]; the
+    first entry that breaks the rule is named by its position."""
+    if not isinstance(value, list):
+        raise Invalid(f"expected a list of integers, got {_show(value)}")
+    bad = next((i for i, v in enumerate(value) if type(v) is not int), None)
+    if bad is not None:
+        raise Invalid(f"expected a list of integers, got {_show(value[bad])} at position {bad}")
+    low_ = -(2**63) if low is None else max(low, -(2**63))
+    high_ = 2**63 - 1 if high is None else min(high, 2**63 - 1)
+    try:
+        array = np.asarray(value, dtype=np.int64)
+        fits = not array.size or (array.min() >= low_ and array.max() <= high_)
+    except OverflowError:  # beyond 64 bits
+        fits = False
+    if not fits:
+        position = next(i for i, v in enumerate(value) if not low_ <= v <= high_)
+        raise Invalid(f"expected integers in [{low_}, {high_}], got {_show(value[position])} "
+                      f"at position {position}")
+    return array

@@ -98,7 +98,7 @@ def test_empty_and_missing_files(tmp_path):
 
 def test_predicted_split_from_simulator_rows(record):
     records = [record(f"r{i}", "d", list(range(50)), k_max=10, eagle=[3] * 80, ngram=[1] * 80) for i in range(3)]
-    rows = simulate(records, ["ngram", "eagle"], ["fixed:3"], H100_LLAMA31_8B, SimConfig(batch_sizes=(1, 8)))
+    rows = simulate(records, ["ngram", "eagle"], ["fixed:3"], H100_LLAMA31_8B, SimConfig(batch_sizes=(1, 3)))
     split = predicted_split(rows)
     assert len(split) == 4
     for row, cell in zip(rows, split):

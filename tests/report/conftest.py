@@ -25,5 +25,5 @@ def synthetic_traces(tmp_path_factory) -> list[Path]:
 @pytest.fixture(scope="session")
 def synthetic_report(synthetic_traces, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    config = ReportConfig(sim=SimConfig(batch_sizes=(1, 8, 64)))
+    config = ReportConfig(sim=SimConfig(batch_sizes=(1, 8, 12)))  # every dataset fills B = 12
     return build_report(synthetic_traces, out, config)

@@ -14,6 +14,7 @@ from specscope.engine.runner import load_engine  # noqa: E402
 from specscope.sim.plan import make_plan  # noqa: E402
 from specscope.sim.policies import parse_policy  # noqa: E402
 from specscope.trace import load_traces  # noqa: E402
+from specscope.tracing.settings import settings_path  # noqa: E402
 
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 10, 11, 12, 13], [3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3]]
 
@@ -78,9 +79,38 @@ def test_trace_resumes_without_redoing_or_losing(traced, target_and_draft, tmp_p
     lines = out.read_text().splitlines()
     partial = tmp_path / "partial.jsonl"
     partial.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write
+    settings_path(partial).write_bytes(settings_path(out).read_bytes())
     assert main(["trace", "--model", str(target), "--proposers", f"ngram,draft={draft}", "--workload", str(workload),
                  "--k-max", "6", "--max-tokens", "40", "--batch-size", "2", "-o", str(partial)]) == 0
     resumed = partial.read_text().splitlines()
     assert len(resumed) == 3 and resumed[0] == lines[0]
     assert sorted(json.loads(line)["id"] for line in resumed) == ["r0", "r1", "r2"]
     assert {json.loads(line)["id"]: json.loads(line) for line in resumed} == {json.loads(l)["id"]: json.loads(l) for l in lines}
+
+
+def test_resume_with_other_settings_is_refused_unless_overwrite(traced, target_and_draft, tmp_path, capsys):
+    out, workload = traced
+    target, draft = target_and_draft
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(out.read_bytes())
+    settings_path(copy).write_bytes(settings_path(out).read_bytes())
+    before = copy.read_bytes()
+    settings = json.loads(settings_path(out).read_text())
+    assert settings["k_max"] == 6 and settings["max_tokens"] == 40 and settings["proposers"][0] == "ngram"
+    base = ["trace", "--model", str(target), "--workload", str(workload), "--batch-size", "2", "-o", str(copy)]
+    for changed, named in ((["--proposers", f"ngram,draft={draft}", "--k-max", "5", "--max-tokens", "40"], "k_max was 6, now 5"),
+                           (["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40"], "proposers was"),
+                           (["--proposers", f"ngram,draft={draft}", "--k-max", "6", "--max-tokens", "30"], "max_tokens was 40, now 30"),
+                           (["--proposers", f"ngram,draft={target}", "--k-max", "6", "--max-tokens", "40"], "proposers was")):
+        capsys.readouterr()
+        assert main(base + changed) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and named in err[0] and "--overwrite" in err[0], err
+        assert copy.read_bytes() == before
+    assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40", "--overwrite"]) == 0
+    redone = [json.loads(line) for line in copy.read_text().splitlines()]
+    assert len(redone) == 3 and all(set(r["proposers"]) == {"ngram"} for r in redone)
+    assert json.loads(settings_path(copy).read_text())["proposers"] == ["ngram"]
+    settings_path(copy).unlink()  # traces without their settings: nothing tells what they were traced with
+    assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40"]) == 2
+    assert "no settings file" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import argparse
 
 import numpy as np
 
+from specscope import validate
 from specscope.cli._common import print_table
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.errors import SpecscopeError
@@ -19,14 +20,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("traces", nargs="*", metavar="TRACE")
     parser.add_argument("--acc", default=None, help="proposer to estimate α for (default: every one in the traces)")
-    parser.add_argument("--alpha", type=float, default=None, help="acceptance rate α in [0, 1]")
-    parser.add_argument("--c", type=float, default=None, help="draft/target forward time ratio c")
+    parser.add_argument("--alpha", type=validate.arg(validate.number, low=0.0, high=1.0, high_open=True),
+                        default=None, help="acceptance rate α in [0, 1)")
+    parser.add_argument("--c", type=validate.arg(validate.number, low=0.0), default=None,
+                        help="draft/target forward time ratio c (>= 0)")
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL)
-    parser.add_argument("--batch-size", type=int, default=1)
-    parser.add_argument("--context", type=float, default=None,
+    parser.add_argument("--batch-size", type=validate.arg(validate.integer, low=1), default=1)
+    parser.add_argument("--context", type=validate.arg(validate.number, low=0.0), default=None,
                         help="cached tokens per request for c (default: mean prompt + half the mean output)")
-    parser.add_argument("--k", type=int, default=3, help="k at which c is measured (default 3)")
-    parser.add_argument("--k-max", type=int, default=10, help="largest k in the table")
+    k_range = validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT)
+    parser.add_argument("--k", type=k_range, default=3, help="k at which c is measured (default 3)")
+    parser.add_argument("--k-max", type=k_range, default=10,
+                        help=f"largest k in the table (at most {validate.K_MAX_LIMIT})")
     parser.set_defaults(run=run)
 
 
@@ -41,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         records, _ = load_traces(args.traces, lengths="own")
         cost = resolve_cost_model(args.cost_model)
         names = [args.acc] if args.acc else sorted(records[0].proposers)
-        context = args.context or float(np.mean([r.prompt_len + r.output_len / 2 for r in records]))
+        context = args.context if args.context is not None else float(np.mean([r.prompt_len + r.output_len / 2 for r in records]))
         for name in names:
             if any(name not in r.proposers for r in records):
                 raise SpecscopeError(f"proposer {name!r} is not in every trace record")
@@ -54,9 +59,6 @@ def run(args: argparse.Namespace) -> int:
         cases.append(("given", args.alpha, args.c))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")
-    for label, alpha, c in cases:
-        if not 0.0 <= alpha <= 1.0 or c < 0:
-            raise SpecscopeError(f"{label}: expected 0 <= α <= 1 and c >= 0, got α={alpha}, c={c}")
     ks = list(range(1, args.k_max + 1))
     print_table(
         "closed-form E[speedup] (i.i.d. acceptance)",

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from specscope.cli._common import print_table
+from specscope.cli._common import check_output_file, print_table, to_stdout
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,8 +20,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.set_defaults(run=run_show)
     fit = verbs.add_parser("fit", help="fit the linear cost model to measured step records")
     fit.add_argument("records", nargs="+", metavar="RECORDS", help="step records (JSON Lines) of engine runs")
-    fit.add_argument("-o", "--output", required=True, help="write the fitted model (JSON) here")
-    fit.add_argument("--name", default=None, help="name of the fitted model (default: the output's stem)")
+    fit.add_argument("-o", "--output", required=True, type=check_output_file,
+                     help="write the fitted model (JSON) here (- for standard output)")
+    fit.add_argument("--name", default=None, help="name of the fitted model (default: the output's stem, "
+                                                  "'fitted' for standard output)")
     fit.set_defaults(run=run_fit)
 
 
@@ -53,9 +55,13 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.fit import fit_linear
 
     output = Path(args.output)
-    model, quality = fit_linear(read_steps(args.records), name=args.name or output.stem)
+    name = args.name or ("fitted" if to_stdout(output) else output.stem)
+    model, quality = fit_linear(read_steps(args.records), name=name)
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
+    if to_stdout(output):
+        print(quality.summary(), file=sys.stderr)
+        return 0
     print(text)
     print(quality.summary())
     print(f"wrote {output}")

@@ -6,7 +6,17 @@ import argparse
 import json
 import sys
 
-from specscope.cli._common import add_trace_options, int_list, print_table, read_trace_args, str_list, write_rows
+from specscope import validate
+from specscope.cli._common import (
+    add_table_output,
+    add_trace_options,
+    int_list,
+    print_table,
+    read_trace_args,
+    str_list,
+    to_stdout,
+    write_rows,
+)
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig
 
@@ -25,20 +35,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="proposers whose traces to replay; 'combined' for oracle-combined (default: ngram,eagle)")
     parser.add_argument("--policies", type=str_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
                         help="fixed:k, adaptive, oracle, oracle-combined:A+B (default: fixed:1,fixed:3,fixed:5,oracle)")
-    parser.add_argument("--batch-sizes", type=int_list, default=list(DEFAULTS.batch_sizes))
+    parser.add_argument("--batch-sizes", type=int_list, default=None,
+                        help="default " + ",".join(map(str, DEFAULTS.batch_sizes)) + " (in mixed mode, those "
+                             "above a dataset's request count are left out with a warning; given ones "
+                             "above it are refused)")
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
                         help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     parser.add_argument("--mode", choices=("paper", "mixed"), default=DEFAULTS.mode)
-    parser.add_argument("--seed", type=int, default=DEFAULTS.seed)
-    parser.add_argument("--sample", type=int, default=None,
+    parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.seed)
+    parser.add_argument("--sample", type=validate.arg(validate.integer, low=1), default=None,
                         help="requests drawn per dataset (default: 300 in paper mode, all in mixed mode)")
-    parser.add_argument("--match-prob", type=float, default=None,
+    parser.add_argument("--match-prob", type=validate.arg(validate.probability), default=None,
                         help="n-gram match probability where acc_len = 1 and the trace has no draft_len "
                              "(default: the paper's per-dataset guess)")
     parser.add_argument("--no-guess", action="store_true",
                         help="never guess n-gram no-match: without draft_len every step proposes")
     parser.add_argument("--format", choices=("table", "json"), default="table")
-    parser.add_argument("-o", "--output", help="write every cell to a .csv or .json file")
+    add_table_output(parser, "every cell")
     parser.set_defaults(run=run)
 
 
@@ -50,21 +63,25 @@ def run(args: argparse.Namespace) -> int:
     records = read_trace_args(args)
     combined = tuple(name for name in ("ngram", "eagle") if name in records[0].proposers)
     config = SimConfig(
-        mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed, sample=args.sample,
-        match_prob=args.match_prob, guess_no_match=not args.no_guess,
+        mode=args.mode, batch_sizes=tuple(args.batch_sizes or DEFAULTS.batch_sizes), seed=args.seed,
+        sample=args.sample, match_prob=args.match_prob, guess_no_match=not args.no_guess,
         combined=combined if len(combined) == 2 else None,
+        oversize="skip" if args.batch_sizes is None else "refuse",
     )
     rows = simulate(records, args.acc, args.policies, cost, config)
     cells = [row.flat() for row in rows]
     if args.output:
         write_rows(args.output, cells)
+    if to_stdout(args.output):
+        return 0
     if args.format == "json":
         json.dump(cells, sys.stdout, indent=1)
         print()
         return 0
-    show_speedups(rows, args.batch_sizes, f"predicted speedup ({args.mode} mode, cost model {cost.name})")
-    if args.mode == "mixed" and max(args.batch_sizes) > 1:
-        show_speedups(rows, args.batch_sizes, "steady-state speedup (only iterations with a full batch: "
+    sizes = sorted({row.batch_size for row in rows}, key=config.batch_sizes.index)
+    show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {cost.name})")
+    if args.mode == "mixed" and max(sizes) > 1:
+        show_speedups(rows, sizes, "steady-state speedup (only iterations with a full batch: "
                                               "no ramp-up, no drain of the longest requests)", "steady_speedup")
     if args.output:
         print(f"wrote {len(rows)} cells to {args.output}")
@@ -79,5 +96,5 @@ def show_speedups(rows, batch_sizes: list[int], title: str, metric: str = "speed
     print_table(
         title,
         ["dataset", "acc", "policy", *[f"B={b}" for b in batch_sizes]],
-        [[*key, *[f"{values[b]:.2f}" for b in batch_sizes]] for key, values in lines.items()],
+        [[*key, *[f"{values[b]:.2f}" if b in values else None for b in batch_sizes]] for key, values in lines.items()],
     )

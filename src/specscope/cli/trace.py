@@ -5,6 +5,19 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specscope import validate
+from specscope.cli._common import check_output_file
+from specscope.errors import SpecscopeError
+
+
+def trace_output(text: str) -> Path:
+    """``-o`` of ``trace``: a regular file (records are appended to it and resumed), checked
+    before any work starts."""
+    path = check_output_file(text)
+    if str(path) == "-" or (path.exists() and not path.is_file()):
+        raise SpecscopeError(f"{text}: expected a regular file (traces are appended to it and resumed)")
+    return path
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -18,16 +31,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--proposers", required=True,
                         help="comma list: ngram, draft=DIR, eagle=DIR, eagle3=DIR, mtp=DIR")
     parser.add_argument("--workload", required=True, help="JSON Lines of {id, prompt} or {id, prompt_token_ids}")
-    parser.add_argument("--k-max", type=int, default=20)
-    parser.add_argument("--max-tokens", type=int, default=256)
-    parser.add_argument("--batch-size", type=int, default=8, help="requests traced together")
+    positive = validate.arg(validate.integer, low=1)
+    parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=20)
+    parser.add_argument("--max-tokens", type=positive, default=256)
+    parser.add_argument("--batch-size", type=positive, default=8, help="requests traced together")
     parser.add_argument("--dataset", default=None, help="dataset name in the records (default: workload file stem)")
-    parser.add_argument("--min-n", type=int, help="shortest n-gram matched (default: the n-gram proposer's)")
-    parser.add_argument("--max-n", type=int, help="longest n-gram matched (default: the n-gram proposer's)")
+    parser.add_argument("--min-n", type=positive, help="shortest n-gram matched (default: the n-gram proposer's)")
+    parser.add_argument("--max-n", type=positive, help="longest n-gram matched (default: the n-gram proposer's)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("-o", "--output", required=True)
+    parser.add_argument("--threads", type=positive, default=None, help="torch CPU threads")
+    parser.add_argument("-o", "--output", required=True, type=trace_output,
+                        help="trace file (JSON Lines); its settings are kept in OUTPUT.settings.json")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="start over: discard traces in OUTPUT (needed when the settings changed)")
     parser.set_defaults(run=run)
 
 
@@ -36,22 +53,24 @@ def run(args: argparse.Namespace) -> int:
 
     from specscope.cli._common import model_dir_arg
     from specscope.engine.loading import load_tokenizer
-    from specscope.errors import SpecscopeError
     from specscope.tracing.run import ProposerSpec, trace_workload
     from specscope.workloads.jsonl import read_workload
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.k_max < 1 or args.max_tokens < 1 or args.batch_size < 1:
-        raise SpecscopeError("--k-max, --max-tokens and --batch-size must be positive")
+    if args.min_n and args.max_n and args.min_n > args.max_n:
+        raise SpecscopeError(f"--min-n: {args.min_n} is above --max-n {args.max_n}")
     model = model_dir_arg(args.model)
     specs = ProposerSpec.parse_list(args.proposers)
+    for spec in specs:
+        if spec.path is not None:
+            model_dir_arg(spec.path)
     requests = read_workload(args.workload, load_tokenizer(model))
     n_range = {name: value for name, value in (("min_n", args.min_n), ("max_n", args.max_n)) if value is not None}
     written = trace_workload(model, specs, requests, Path(args.output), k_max=args.k_max,
                              max_tokens=args.max_tokens, batch_size=args.batch_size,
                              dataset=args.dataset or Path(args.workload).stem, dtype=args.dtype,
-                             device=args.device, **n_range)
+                             device=args.device, overwrite=args.overwrite, **n_range)
     print(f"traced {written} requests into {args.output}"
           + (f" ({len(requests) - written} were already there)" if written < len(requests) else ""))
     return 0

@@ -8,7 +8,8 @@ import sys
 
 import numpy as np
 
-from specscope.cli._common import print_table
+from specscope import validate
+from specscope.cli._common import check_output_file, print_table, to_stdout
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,8 +21,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect.set_defaults(run=run_inspect)
     convert = verbs.add_parser("convert", help="rewrite traces (any supported format) in specscope's schema")
     convert.add_argument("traces", nargs="+", metavar="TRACE")
-    convert.add_argument("-o", "--output", required=True, help="output JSON Lines file")
-    convert.add_argument("--k-max", type=int, default=None, help="k_max to record when the input has none")
+    convert.add_argument("-o", "--output", required=True, type=check_output_file,
+                         help="output JSON Lines file (- for standard output)")
+    convert.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
+                         default=None, help="k_max to record when the input has none (at least the "
+                                            "largest acc_len − 1 seen)")
     convert.set_defaults(run=run_convert)
 
 
@@ -74,15 +78,21 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    from specscope.errors import SpecscopeError
     from specscope.trace import load_traces
     from specscope.trace.load import write_traces
 
     records, reports = load_traces(args.traces, lengths="common")
     for record in records:
-        if record.k_max is None:
+        if record.k_max is None and args.k_max is not None:
+            longest = max(int(t.acc_len.max()) for t in record.proposers.values())
+            if longest > args.k_max + 1:
+                raise SpecscopeError(f"--k-max: {args.k_max} is below what request {record.id!r} of "
+                                     f"dataset {record.dataset!r} recorded (acc_len {longest} = k {longest - 1} + 1)")
             record.k_max = args.k_max
     count = write_traces(args.output, records)
-    for report in reports:
-        print(report.summary())
-    print(f"wrote {count} records to {args.output}")
+    for report in reports:  # on stderr when the records go to stdout
+        print(report.summary(), file=sys.stderr if to_stdout(args.output) else sys.stdout)
+    if not to_stdout(args.output):
+        print(f"wrote {count} records to {args.output}")
     return 0

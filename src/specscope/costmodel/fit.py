@@ -70,11 +70,14 @@ class FitQuality:
                 f"{self.fastest_repeat:.2f}–{self.slowest_repeat:.2f}× the median repeat's time; normalised)")
 
 
-def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
+def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray, what: str,
+                             scale: np.ndarray | None = None) -> np.ndarray:
     """Coefficients ≥ 0 minimising Σ ((features @ coef − t) / s)²; features [n, m], times [n],
-    scale s [n] (default: the times themselves)."""
-    if len(times) == 0:
-        raise SpecscopeError("cost-model fit: no measured steps to fit")
+    scale s [n] (default: the times themselves). Fewer points than coefficients (n < m) would
+    fit exactly and report no error: refused, naming ``what`` is fitted."""
+    if len(times) < features.shape[1]:
+        raise SpecscopeError(f"cost-model fit: {what}: {len(times)} measured points for {features.shape[1]} "
+                             f"coefficients (expected at least {features.shape[1]})")
     weights = 1.0 / np.maximum(times if scale is None else scale, 1e-12)
     a, b = features * weights[:, None], times * weights
     best, best_error = np.zeros(features.shape[1]), np.inf
@@ -104,7 +107,7 @@ def _drafter_prefill(steps: Sequence, target: LinearCostModel) -> float:
     prompts = np.array([max(s.prefill_requests, 1) for s in steps], dtype=float)
     times = np.array([s.prefill_s for s in steps])
     extra = times - target.forward_time(tokens, np.zeros_like(tokens), prompts)
-    return float(nonnegative_relative_fit(tokens[:, None], extra, times)[0])
+    return float(nonnegative_relative_fit(tokens[:, None], extra, "the drafter's prefill", times)[0])
 
 
 def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, FitQuality]:
@@ -177,7 +180,7 @@ def _fit_once(steps: Sequence, name: str) -> LinearCostModel:
     decode, prefill = _decode_and_prefill(steps)
     batched, kv, rows, times = _forward_points(decode, prefill)
     features = np.column_stack([_design(batched, kv), rows, batched > 1])
-    c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times))
+    c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times, "target forward"))
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
                               c_multi=c_multi)
     plain = [s for s in decode if s.method == NO_SD] or decode
@@ -191,7 +194,7 @@ def _fit_once(steps: Sequence, name: str) -> LinearCostModel:
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
         step = np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in mine])
         coef = nonnegative_relative_fit(np.column_stack([_design(per_request, draft_kv), running, running > 1]),
-                                        extra, step)
+                                        extra, f"drafting of {method!r}", step)
         drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
             [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]))
     return replace(forward, overhead_s=overhead, drafting=drafting)

@@ -13,11 +13,13 @@ matrix-matrix kernels there (the bundled target, one sequence with 100 cached to
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import Sequence
 
 import numpy as np
 
 from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
 from specscope.errors import SpecscopeError
+from specscope.trace.fields import Fields
 
 
 @dataclass
@@ -79,45 +81,47 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
         ) from None
 
 
-def drafting_from_json(obj: dict, label: str) -> Drafting:
+FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_multi may be left out
+LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi")  # the first 3 required
+
+
+def _coefficients(spec: Fields, required: Sequence[str], optional: Sequence[str]) -> dict[str, float]:
+    """Seconds coefficients: finite and >= 0 (``optional`` ones default to 0)."""
+    return {**{name: spec.number(name, low=0.0) for name in required},
+            **{name: spec.number(name, default=0.0, low=0.0) for name in optional}}
+
+
+def drafting_from_json(spec: Fields) -> Drafting:
     """Parse ``{"kind": "fraction", "ratio": r}`` or ``{"kind": "linear", "c_fixed", ...}``."""
-    try:
-        kind = obj["kind"]
-        if kind == "fraction":
-            return FractionDrafting(float(obj["ratio"]))
-        if kind == "linear":
-            return LinearDrafting(float(obj["c_fixed"]), float(obj["c_tok"]), float(obj["c_kv"]),
-                                  float(obj.get("c_req", 0.0)), float(obj.get("c_prefill", 0.0)),
-                                  float(obj.get("c_multi", 0.0)))
-    except KeyError as missing:
-        raise SpecscopeError(f"{label}: field {missing} missing") from None
-    except (TypeError, ValueError):
-        raise SpecscopeError(f"{label}: expected numbers") from None
-    raise SpecscopeError(f"{label}: field 'kind': expected 'fraction' or 'linear', got {kind!r}")
+    kind = spec.get("kind")
+    if kind == "fraction":
+        spec.only(["kind", "ratio"])
+        return FractionDrafting(spec.number("ratio", low=0.0))
+    if kind == "linear":
+        spec.only(["kind", *LINEAR_DRAFTING_TERMS])
+        return LinearDrafting(**_coefficients(spec, LINEAR_DRAFTING_TERMS[:3], LINEAR_DRAFTING_TERMS[3:]))
+    raise spec.error(spec.name("kind"), f"expected 'fraction' or 'linear', got {kind!r}")
 
 
-def linear_from_json(obj: dict, label: str) -> LinearCostModel:
-    """Parse the ``describe()`` form of a linear cost model (from a JSON or TOML file)."""
-    try:
-        forward = obj["forward"]
-        return LinearCostModel(
-            name=str(obj.get("name", label)),
-            c_fixed=float(forward["c_fixed"]),
-            c_tok=float(forward["c_tok"]),
-            c_kv=float(forward["c_kv"]),
-            overhead_s=float(obj.get("overhead_s", 0.0)),
-            drafting={
-                name: drafting_from_json(d, f"{label}: drafting.{name}")
-                for name, d in obj.get("drafting", {}).items()
-            },
-            pads_verification=bool(obj.get("pads_verification", False)),
-            c_req=float(forward.get("c_req", 0.0)),
-            c_multi=float(forward.get("c_multi", 0.0)),
-        )
-    except KeyError as missing:
-        raise SpecscopeError(f"{label}: field {missing} missing") from None
-    except (TypeError, ValueError, AttributeError):
-        raise SpecscopeError(f"{label}: field 'forward': expected numbers c_fixed, c_tok, c_kv (and c_req, c_multi)") from None
+def linear_from_json(obj: object, label: str) -> LinearCostModel:
+    """Parse the ``describe()`` form of a linear cost model (a JSON or TOML file named
+    ``label``, also its name when it has none): every field known, every coefficient finite
+    and >= 0, the forward not free (some coefficient > 0)."""
+    spec = Fields(obj, label)
+    spec.only(["kind", "name", "forward", "overhead_s", "pads_verification", "drafting"])
+    forward = spec.child("forward")
+    forward.only(FORWARD_TERMS)
+    terms = _coefficients(forward, FORWARD_TERMS[:3], FORWARD_TERMS[3:])
+    if not any(terms.values()):
+        raise spec.error("forward", "every coefficient is 0 (a forward would take no time)")
+    drafting = spec.child("drafting", optional=True)
+    return LinearCostModel(
+        name=spec.text("name", optional=True) or label,
+        overhead_s=spec.number("overhead_s", default=0.0, low=0.0),
+        drafting={} if drafting is None else {name: drafting_from_json(drafting.child(name)) for name in drafting.obj},
+        pads_verification=spec.boolean("pads_verification", False),
+        **terms,
+    )
 
 
 # The paper's constants (shared/paper/README.md): Llama-3.1-8B-Instruct on an H100, seconds.

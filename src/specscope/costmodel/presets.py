@@ -10,8 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.fileio import read_json_object
 from specscope.errors import SpecscopeError
+from specscope.fileio import read_json_object
+from specscope.trace.fields import Fields
 
 
 @dataclass(frozen=True)
@@ -82,26 +83,35 @@ class ModelShape:
 
     @classmethod
     def from_hf_config(cls, config: dict, name: str = "hf-config") -> "ModelShape":
-        """Build a shape from a Hugging Face ``config.json`` dictionary."""
-        try:
-            hidden = int(config["hidden_size"])
-            heads = int(config["num_attention_heads"])
-            return cls(
-                name=name,
-                num_layers=int(config["num_hidden_layers"]),
-                hidden_size=hidden,
-                num_heads=heads,
-                num_kv_heads=int(config.get("num_key_value_heads") or heads),
-                head_dim=int(config.get("head_dim") or hidden // heads),
-                intermediate_size=int(config["intermediate_size"]),
-                vocab_size=int(config["vocab_size"]),
-                tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-                qk_norm=str(config.get("model_type", "")).startswith("qwen3"),
-            )
-        except KeyError as missing:
-            raise SpecscopeError(f"{name}: field {missing} missing from the model config") from None
-        except (TypeError, ValueError) as bad:
-            raise SpecscopeError(f"{name}: malformed model config ({bad})") from None
+        """Build a shape from a Hugging Face ``config.json`` dictionary (``name``: where it came
+        from, for errors). Sizes are positive integers; the query heads split evenly into the
+        KV heads; without ``head_dim``, hidden_size splits evenly into the heads."""
+        spec = Fields(config, name)
+        size = {key: spec.integer(key, minimum=1) for key in
+                ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size")}
+        heads = size["num_attention_heads"]
+        kv_heads = spec.integer("num_key_value_heads", optional=True, minimum=1) or heads
+        if heads % kv_heads:
+            raise spec.error("num_key_value_heads", f"expected a divisor of num_attention_heads = {heads}, got {kv_heads}")
+        head_dim = spec.integer("head_dim", optional=True, minimum=1)
+        if head_dim is None:
+            if size["hidden_size"] % heads:
+                raise spec.error("num_attention_heads", f"expected a divisor of hidden_size = {size['hidden_size']} "
+                                                        f"(no head_dim given), got {heads}")
+            head_dim = size["hidden_size"] // heads
+        model_type = spec.text("model_type", optional=True) or ""
+        return cls(
+            name=name,
+            num_layers=size["num_hidden_layers"],
+            hidden_size=size["hidden_size"],
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            intermediate_size=size["intermediate_size"],
+            vocab_size=size["vocab_size"],
+            tie_word_embeddings=spec.boolean("tie_word_embeddings", False),
+            qk_norm=model_type.startswith("qwen3"),
+        )
 
     @classmethod
     def resolve(cls, name_or_path: str | Path) -> "ModelShape":

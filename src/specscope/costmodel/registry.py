@@ -11,15 +11,16 @@ Accepted specs:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from specscope.costmodel.base import CostModel
 from specscope.costmodel.linear import H100_LLAMA31_8B, linear_from_json
 from specscope.costmodel.presets import ModelShape, hardware
-from specscope.costmodel.roofline import Efficiency, RooflineCostModel
+from specscope.costmodel.roofline import RooflineCostModel, roofline_from_json
 from specscope.errors import SpecscopeError
+from specscope.fileio import read_json_object
+from specscope.trace.fields import Fields
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,31 +42,25 @@ def _roofline(spec: str) -> RooflineCostModel:
 
 
 def _from_file(path: Path) -> CostModel:
-    try:
-        text = path.read_text(encoding="utf-8")
-        obj = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
-    except json.JSONDecodeError as error:
-        raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
-    kind = obj.get("kind", "linear") if isinstance(obj, dict) else None
+    """A cost model from a JSON or TOML file in the form ``costmodel show`` prints."""
+    if path.suffix == ".toml":
+        try:
+            obj = tomllib.loads(path.read_bytes().decode("utf-8"))
+        except OSError as error:
+            raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
+        except UnicodeDecodeError as error:
+            raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+        except tomllib.TOMLDecodeError as error:
+            raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
+    else:
+        obj = read_json_object(path, "a cost model (a JSON object)")
+    spec = Fields(obj, path)
+    kind = spec.obj.get("kind", "linear")
     if kind == "linear":
         return linear_from_json(obj, str(path))
     if kind == "roofline":
-        try:
-            eff = Efficiency(**obj.get("efficiency", {}))
-            model = RooflineCostModel(
-                name=str(obj.get("name", path.stem)), hw=hardware(obj["gpu"]),
-                target=ModelShape.resolve(obj["model"]),
-                overhead_s=float(obj.get("overhead_s", RooflineCostModel.overhead_s)), eff=eff)
-        except KeyError as missing:
-            raise SpecscopeError(f"{path}: field {missing} missing") from None
-        except TypeError as error:
-            raise SpecscopeError(f"{path}: field 'efficiency': {error}") from None
-        if obj.get("draft_model"):
-            model = model.with_draft_model(ModelShape.resolve(obj["draft_model"]))
-        return model
-    raise SpecscopeError(f"{path}: field 'kind': expected 'linear' or 'roofline', got {kind!r}")
+        return roofline_from_json(spec, path.stem)
+    raise spec.error("kind", f"expected 'linear' or 'roofline', got {kind!r}")
 
 
 def resolve_cost_model(spec: str) -> CostModel:

@@ -19,13 +19,14 @@ running request.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
 from specscope.costmodel.base import Drafting, StepLoad
 from specscope.costmodel.linear import PAPER_NGRAM, drafting_lookup
-from specscope.costmodel.presets import Hardware, ModelShape
+from specscope.costmodel.presets import Hardware, ModelShape, hardware
+from specscope.trace.fields import Fields
 
 
 @dataclass(frozen=True)
@@ -123,3 +124,25 @@ class RooflineCostModel:
             "overhead_s": self.overhead_s,
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
         }
+
+
+def roofline_from_json(spec: Fields, default_name: str) -> RooflineCostModel:
+    """Parse a roofline cost model file: ``gpu``, ``model`` (a preset or a config.json path),
+    optional ``draft_model``, ``efficiency`` shares in (0, 1], ``overhead_s`` >= 0. A
+    ``drafting`` field (as ``costmodel show`` prints it) must be what the shapes give."""
+    spec.only(["kind", "name", "gpu", "model", "draft_model", "efficiency", "overhead_s", "drafting"])
+    efficiency = spec.child("efficiency", optional=True)
+    shares = {}
+    if efficiency is not None:
+        efficiency.only([f.name for f in fields(Efficiency)])
+        shares = {name: efficiency.number(name, low=0.0, low_open=True, high=1.0) for name in efficiency.obj}
+    model = RooflineCostModel(
+        name=spec.text("name", optional=True) or default_name, hw=hardware(spec.text("gpu")),
+        target=ModelShape.resolve(spec.text("model")), eff=Efficiency(**shares),
+        overhead_s=spec.number("overhead_s", default=RooflineCostModel.overhead_s, low=0.0))
+    if spec.obj.get("draft_model") is not None:
+        model = model.with_draft_model(ModelShape.resolve(spec.text("draft_model")))
+    if spec.has("drafting") and spec.obj["drafting"] != model.describe()["drafting"]:
+        raise spec.error("drafting", "differs from what the model shapes give (a roofline derives its "
+                                     "drafting; change model or draft_model instead)")
+    return model

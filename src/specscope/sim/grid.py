@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from specscope import validate
 from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
 from specscope.progress import LazyProgress
@@ -45,10 +46,22 @@ class SimConfig:
     match_prob: float | None = None  # n-gram match probability guess; None = per dataset
     guess_no_match: bool = True  # apply the guess where the trace has no draft_len
     combined: tuple[str, str] | None = None  # default pair for "oracle-combined"
+    # Mixed mode, a batch size above a dataset's request count (B distinct requests cannot be
+    # filled): "skip" leaves that dataset's row out with a warning, "refuse" is an error.
+    oversize: str = "skip"
 
     def __post_init__(self) -> None:
         if self.mode not in ("paper", "mixed"):
             raise SpecscopeError(f"mode {self.mode!r}: expected 'paper' or 'mixed'")
+        if self.oversize not in ("skip", "refuse"):
+            raise SpecscopeError(f"oversize {self.oversize!r}: expected 'skip' or 'refuse'")
+        validate.check("seed", validate.seed, self.seed)
+        if self.sample is not None:
+            validate.check("sample", validate.integer, self.sample, low=1)
+        if self.match_prob is not None:
+            validate.check("match_prob", validate.probability, self.match_prob)
+        for b in self.batch_sizes:
+            validate.check("batch_sizes", validate.integer, b, low=1)
 
 
 PAPER_SAMPLE = 300
@@ -97,6 +110,37 @@ def _k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
     if declared:
         return max(declared)
     return max(int(r.proposers[p].acc_len.max()) for r in records for p in proposers) - 1
+
+
+def _check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
+    """Refuse a policy that proposes more drafts than the trace measured."""
+    if policy.max_k is None or policy.combined:
+        return
+    k_max = _k_max(records, [acc])
+    if policy.max_k <= k_max:
+        return
+    if any(r.k_max is not None for r in records):
+        measured = f"the trace's k_max = {k_max}"
+    else:
+        measured = (f"{k_max}, the largest acc_len − 1 in the trace (k_max not recorded: the trace cannot "
+                    "tell what more drafts would have given beyond what it recorded)")
+    raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} proposes "
+                         f"k = {policy.max_k}, above {measured}")
+
+
+def _feasible(batch_sizes: Sequence[int], requests: int, dataset: str, config: SimConfig) -> list[int]:
+    """The batch sizes one dataset can fill (see :attr:`SimConfig.oversize`)."""
+    if config.mode != "mixed":
+        return list(batch_sizes)
+    over = [b for b in batch_sizes if b > requests]
+    if over and config.oversize == "refuse":
+        raise SpecscopeError(f"--batch-sizes: dataset {dataset!r} has {requests} requests, fewer than batch "
+                             f"size {over[0]} (mixed mode decodes B distinct requests; use batch sizes up to "
+                             f"{requests}, or --mode paper)")
+    if over:
+        log.warning("dataset %r has %d requests: batch sizes %s left out (mixed mode decodes B distinct requests)",
+                    dataset, requests, ",".join(map(str, over)))
+    return [b for b in batch_sizes if b <= requests]
 
 
 def _sample(records: list[TraceRecord], config: SimConfig) -> list[TraceRecord]:
@@ -161,15 +205,21 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
     parsed = [parse_policy(p, config.combined) for p in policies]
     pairs = cells(accs, parsed)
     predict = predict_paper if config.mode == "paper" else predict_mixed
+    groups = []  # (dataset, its sampled requests, its batch sizes): all checked before any work
+    for dataset, members in by_dataset.items():
+        members = _sample(members, config)
+        for acc, policy in pairs:
+            _check(members, acc, policy, dataset)
+            _check_k(members, acc, policy, dataset)
+            cost.drafting_for(policy.combined[0] if policy.combined else acc)  # a missing one is an error
+        groups.append((dataset, members, _feasible(config.batch_sizes, len(members), dataset, config)))
     rows: list[SimRow] = []
-    total = len(by_dataset) * len(pairs) * len(config.batch_sizes)
+    total = len(pairs) * sum(len(sizes) for _, _, sizes in groups)
     with LazyProgress(f"simulating ({config.mode} mode)", total) as bar:
-        for dataset, members in by_dataset.items():
-            members = _sample(members, config)
+        for dataset, members, sizes in groups:
             baselines: dict[tuple[int, ...], Plan] = {}
             baseline_predictions: dict[tuple[tuple[int, ...], int], Prediction] = {}
             for acc, policy in pairs:
-                _check(members, acc, policy, dataset)
                 plan = plan_for(members, acc, policy, config, dataset)
                 key = tuple(plan.output_len.tolist())
                 base = baselines.setdefault(key, baseline_plan(plan.output_len, plan.prompt_len))
@@ -177,7 +227,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                 proposed = plan.proposed.sum()
                 alpha = float((plan.emitted - 1).sum() / proposed) if proposed else 0.0
                 tau = float(plan.emitted.mean()) if len(plan.emitted) else 0.0
-                for b in config.batch_sizes:
+                for b in sizes:
                     sd = predict(plan, cost, drafting, b)
                     base_pred = baseline_predictions.get((key, b))
                     if base_pred is None:

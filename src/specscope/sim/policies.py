@@ -20,6 +20,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from specscope import validate
 from specscope.errors import SpecscopeError
 
 
@@ -39,12 +40,15 @@ class Policy:
 
     Exactly one of ``by_position`` and ``new_state`` is set: ``by_position`` maps acc_len [G]
     to k [G] for policies whose proposal depends on the position alone (the walk then needs no
-    per-step Python state); ``new_state(k_max)`` makes the per-request state of the others."""
+    per-step Python state); ``new_state(k_max)`` makes the per-request state of the others.
+    ``max_k`` is the proposal length a policy insists on (``fixed:k``); None when it proposes
+    at most what the trace measured (k_max or acc_len − 1)."""
 
     name: str
     by_position: Callable[[np.ndarray], np.ndarray] | None = None
     new_state: Callable[[int], PolicyState] | None = None
     combined: tuple[str, str] | None = None
+    max_k: int | None = None
 
 
 class _Adaptive:
@@ -72,12 +76,11 @@ def _oracle_k(acc_len: np.ndarray) -> np.ndarray:
 
 def _fixed(argument: str) -> Policy:
     try:
-        k = int(argument)
-    except ValueError:
-        k = -1
-    if k < 0:
-        raise SpecscopeError(f"policy 'fixed:{argument}': expected fixed:k with an integer k >= 0")
-    return Policy(f"fixed:{k}", by_position=lambda acc: np.full_like(acc, k))
+        k = validate.integer(argument, low=0, high=validate.K_MAX_LIMIT)
+    except validate.Invalid as error:
+        raise SpecscopeError(f"policy 'fixed:{argument}': expected fixed:k with k an integer in "
+                             f"0..{validate.K_MAX_LIMIT}: {error}") from None
+    return Policy(f"fixed:{k}", by_position=lambda acc: np.full_like(acc, k), max_k=k)
 
 
 def _adaptive(argument: str) -> Policy:

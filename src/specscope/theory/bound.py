@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from specscope import validate
 from specscope.costmodel.base import CostModel, StepLoad
 
 
@@ -36,6 +37,9 @@ def expected_speedup(alpha: float | np.ndarray, k: int | np.ndarray, c: float | 
 
 def optimal_k(alpha: float, c: float, k_max: int = 20) -> tuple[int, float]:
     """The k in 0..k_max that maximises E[speedup] (k = 0 means no SD: speedup 1)."""
+    validate.check("alpha", validate.probability, alpha)
+    validate.check("c", validate.number, c, low=0.0)
+    validate.check("k_max", validate.integer, k_max, low=0, high=validate.K_MAX_LIMIT)
     ks = np.arange(0, k_max + 1)
     values = expected_speedup(alpha, ks, c)
     best = int(np.argmax(values))
@@ -61,6 +65,9 @@ def estimate_c(cost: CostModel, proposer: str, k: int, batch_size: int, context_
     The step has ``batch_size`` requests, each with ``context_len`` cached tokens, each
     proposing ``k`` tokens; the plain forward decodes one token per request.
     """
+    validate.check("batch_size", validate.integer, batch_size, low=1)
+    validate.check("k", validate.integer, k, low=1, high=validate.K_MAX_LIMIT)
+    validate.check("context_len", validate.number, context_len, low=0.0)
     b = float(batch_size)
     kv = np.array([b * context_len])
     load = StepLoad(batched_tokens=np.array([b * (k + 1)]), kv_tokens=kv, num_running=np.array([b]),

@@ -1,22 +1,40 @@
-"""Typed field access for one JSON object, with one-line errors naming file:line and field."""
+"""Typed field access for one JSON object, with one-line errors naming file:line and field.
+
+The value rules themselves live in :mod:`specscope.validate`; this class only looks fields up
+and puts the location (``path:line: field 'proposers.eagle.acc_len'``) in front of a broken
+rule. Nested objects (``child``) keep the dotted path of their fields.
+"""
 
 from __future__ import annotations
 
+from typing import Callable, Iterable, TypeVar
+
 import numpy as np
 
+from specscope import validate
 from specscope.errors import SpecscopeError, where
+
+T = TypeVar("T")
 
 
 class Fields:
-    """Reads fields of one decoded JSON line; every failure names ``path:line: field``."""
+    """Reads fields of one decoded JSON object; every failure names ``path:line: field``.
 
-    def __init__(self, obj: object, path: object, line: int):
-        self.path, self.line = path, line
+    ``line`` is None for a whole file (a config); ``prefix`` is the dotted path of a nested
+    object (``"forward"``)."""
+
+    def __init__(self, obj: object, path: object, line: int | None = None, prefix: str = ""):
+        self.path, self.line, self.prefix = path, line, prefix
         if not isinstance(obj, dict):
-            raise self.error(None, f"expected a JSON object, got {type(obj).__name__}")
+            raise self.error(prefix or None, f"expected a JSON object, got {type(obj).__name__}")
         self.obj = obj
 
+    def name(self, field: str) -> str:
+        """The dotted path of ``field``."""
+        return f"{self.prefix}.{field}" if self.prefix else field
+
     def error(self, name: str | None, message: str) -> SpecscopeError:
+        """An error at ``name`` (already a full dotted path; None for the object itself)."""
         return SpecscopeError(f"{where(self.path, self.line, name)}: {message}")
 
     def has(self, name: str) -> bool:
@@ -24,36 +42,61 @@ class Fields:
 
     def get(self, name: str) -> object:
         if name not in self.obj:
-            raise self.error(name, "missing")
+            raise self.error(self.name(name), "missing")
         return self.obj[name]
+
+    def child(self, name: str, optional: bool = False) -> "Fields | None":
+        """The nested object ``name`` (None when ``optional`` and absent)."""
+        if optional and name not in self.obj:
+            return None
+        return Fields(self.get(name), self.path, self.line, self.name(name))
+
+    def only(self, allowed: Iterable[str]) -> None:
+        """Refuse fields not in ``allowed``, naming them."""
+        allowed = set(allowed)
+        unknown = [key for key in self.obj if key not in allowed]
+        if unknown:
+            raise self.error(self.name(unknown[0]), f"unknown field (expected one of {', '.join(sorted(allowed))})")
+
+    def check(self, name: str, rule: Callable[..., T], value: object, note: str = "", **bounds: object) -> T:
+        """``rule(value, **bounds)`` (a :mod:`specscope.validate` rule), located at ``name``;
+        ``note`` is appended to a broken rule's message (why the bounds are what they are)."""
+        try:
+            return rule(value, **bounds)
+        except validate.Invalid as error:
+            raise self.error(self.name(name), f"{error}{note}") from None
 
     def text(self, name: str, optional: bool = False) -> str | None:
         if optional and self.obj.get(name) is None:
             return None
         value = self.get(name)
         if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise self.error(name, f"expected a string, got {type(value).__name__}")
+            raise self.error(self.name(name), f"expected a string, got {type(value).__name__}")
         return str(value)
 
-    def integer(self, name: str, optional: bool = False, minimum: int = 0) -> int | None:
+    def integer(self, name: str, optional: bool = False, minimum: int = 0, maximum: int | None = None) -> int | None:
         if optional and self.obj.get(name) is None:
             return None
-        value = self.get(name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(name, f"expected an integer, got {type(value).__name__}")
-        if value < minimum:
-            raise self.error(name, f"expected an integer >= {minimum}, got {value}")
+        return self.check(name, validate.integer, self.get(name), low=minimum, high=maximum)
+
+    def number(self, name: str, default: float | None = None, **bounds: object) -> float:
+        """A finite number (``default`` when absent and a default is given)."""
+        if default is not None and name not in self.obj:
+            return default
+        return self.check(name, validate.number, self.get(name), **bounds)
+
+    def boolean(self, name: str, default: bool) -> bool:
+        value = self.obj.get(name, default)
+        if not isinstance(value, bool):
+            raise self.error(self.name(name), f"expected true or false, got {value!r}")
         return value
 
-    def int_array(self, name: str, value: object = None, dtype=np.int64) -> np.ndarray:
-        """A list of integers as a 1-D array (``value`` overrides the lookup of ``name``)."""
+    def int_array(self, name: str, value: object = None, dtype=np.int64, low: int | None = None,
+                  high: int | None = None, note: str = "") -> np.ndarray:
+        """A list of integers in [low, high] as a 1-D array (``value`` overrides the lookup of
+        ``name``, which is then only the label)."""
         value = self.get(name) if value is None else value
-        if not isinstance(value, list):
-            raise self.error(name, f"expected a list of integers, got {type(value).__name__}")
-        if value and not all(type(v) is int for v in value):
-            bad = next(v for v in value if type(v) is not int)
-            raise self.error(name, f"expected a list of integers, found {bad!r}")
-        return np.asarray(value, dtype=dtype)
+        return self.check(name, validate.integers, value, note, low=low, high=high).astype(dtype)
 
     def float_matrix(self, name: str, value: object) -> np.ndarray:
         """A list of equal-length lists of numbers (null = NaN) as a 2-D float32 array."""
@@ -62,7 +105,7 @@ class Fields:
                 value = [[np.nan if v is None else v for v in row] if isinstance(row, list) else row for row in value]
             array = np.asarray(value, dtype=np.float32)
         except (TypeError, ValueError):
-            raise self.error(name, "expected a list of lists of numbers") from None
+            raise self.error(self.name(name), "expected a list of lists of numbers") from None
         if array.ndim != 2:
-            raise self.error(name, "expected a list of equal-length lists of numbers")
+            raise self.error(self.name(name), "expected a list of equal-length lists of numbers")
         return array

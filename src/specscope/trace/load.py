@@ -10,17 +10,28 @@ Real files are messy: an ``acc_len`` array is sometimes a few entries longer or 
 output. The record is then cut to the common prefix of the output and every proposer's arrays,
 and :class:`LoadReport` counts the records and positions that touched, so nothing is dropped
 silently.
+
+Values: every ``acc_len`` entry is an integer in 1..k_max + 1 (k_max as recorded; when it is
+not, at most :data:`specscope.validate.K_MAX_LIMIT` + 1), ``draft_len`` in 0..k_max, token ids
+>= 0. An ``acc_len`` of ``[]`` beside a non-empty output is an error; a record whose output is
+empty is skipped (and counted) when its arrays are empty too, and an error otherwise.
+
+Duplicate request ids (the same ``id`` twice in one dataset, within a file or across the files
+read together): a repeat with the same content is dropped with a warning naming both lines; a
+repeat with other content is refused naming both lines. A request is never counted twice.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 
+from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text
 from specscope.trace.fields import Fields
@@ -34,6 +45,8 @@ SPECDECODE_BENCH_PROPOSERS = {
     "acc": "default",
 }
 
+
+log = logging.getLogger(__name__)
 
 LENGTHS = ("common", "own")  # how acc_len arrays of another length than the output are handled
 
@@ -50,8 +63,15 @@ class LoadReport:
     mismatched_records: int = 0  # records whose arrays differed in length
     dropped_positions: int = 0  # positions cut to reach the common prefix
     mismatches_by_proposer: dict[str, int] = field(default_factory=dict)
+    empty_outputs: int = 0  # records with an empty output (and empty arrays), skipped
+    duplicates: int = 0  # repeats of a request (same id and content), dropped
 
     def summary(self) -> str:
+        return self._lengths() + "".join(
+            f"; {count} {what}" for count, what in ((self.empty_outputs, "records with an empty output skipped"),
+                                                   (self.duplicates, "duplicate records dropped")) if count)
+
+    def _lengths(self) -> str:
         if not self.mismatched_records:
             return f"{self.path}: {self.records} records, no length mismatches"
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(self.mismatches_by_proposer.items()))
@@ -68,31 +88,26 @@ class LoadReport:
         )
 
 
-def _proposer(fields: Fields, name: str, obj: object, k_max: int | None) -> ProposerTrace:
+def _proposer(fields: Fields, name: str, obj: object, k_max: int | None, output_len: int) -> ProposerTrace:
     label = f"proposers.{name}" if fields.has("proposers") else name
     if not isinstance(obj, dict):
         raise fields.error(label, f"expected an object with 'acc_len', got {type(obj).__name__}")
     if "acc_len" not in obj:
         raise fields.error(f"{label}.acc_len", "missing")
-    acc_len = fields.int_array(f"{label}.acc_len", obj["acc_len"], dtype=np.int32)
-    if acc_len.size and acc_len.min() < 1:
-        position = int(np.argmin(acc_len))
-        raise fields.error(
-            f"{label}.acc_len", f"expected values >= 1, got {acc_len[position]} at position {position}"
-        )
-    if k_max is not None and acc_len.size and acc_len.max() > k_max + 1:
-        position = int(np.argmax(acc_len))
-        raise fields.error(
-            f"{label}.acc_len",
-            f"expected values <= k_max + 1 = {k_max + 1}, got {acc_len[position]} at position {position}",
-        )
+    longest = validate.K_MAX_LIMIT if k_max is None else k_max
+    note = f" (k_max = {k_max})" if k_max else f" (k_max not recorded; specscope's limit is {validate.K_MAX_LIMIT})"
+    acc_len = fields.int_array(f"{label}.acc_len", obj["acc_len"], np.int32, low=1, high=longest + 1, note=note)
+    if acc_len.size == 0 and output_len:
+        raise fields.error(f"{label}.acc_len", f"empty, but the output has {output_len} tokens")
+    if acc_len.size and not output_len:
+        raise fields.error(f"{label}.acc_len", f"{acc_len.size} entries, but the output is empty")
     draft_len = None
     if obj.get("draft_len") is not None:
-        draft_len = fields.int_array(f"{label}.draft_len", obj["draft_len"], dtype=np.int32)
+        draft_len = fields.int_array(f"{label}.draft_len", obj["draft_len"], np.int32, low=0, high=longest, note=note)
         if draft_len.shape != acc_len.shape:
             raise fields.error(f"{label}.draft_len", "expected the same length as acc_len")
-        if draft_len.size and (draft_len.min() < 0 or np.any(acc_len > draft_len + 1)):
-            raise fields.error(f"{label}.draft_len", "expected 0 <= draft_len and acc_len <= draft_len + 1")
+        if np.any(acc_len > draft_len + 1):
+            raise fields.error(f"{label}.draft_len", "expected acc_len <= draft_len + 1")
     draft_prob = None
     if obj.get("draft_prob") is not None:
         draft_prob = fields.float_matrix(f"{label}.draft_prob", obj["draft_prob"])
@@ -107,36 +122,29 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
     if fields.has("schema"):
         if fields.obj["schema"] != SCHEMA_VERSION:
             raise fields.error("schema", f"expected {SCHEMA_VERSION!r}, got {fields.obj['schema']!r}")
-        k_max = fields.integer("k_max", optional=True, minimum=1)
+        output_field, fmt = "output_token_ids", "specscope"
         raw = fields.get("proposers")
         if not isinstance(raw, dict) or not raw:
             raise fields.error("proposers", "expected a non-empty object of proposer traces")
-        proposers = {name: _proposer(fields, name, value, k_max) for name, value in raw.items()}
-        output = fields.int_array("output_token_ids")
-        fmt = "specscope"
     elif fields.has("generated_token_ids"):
-        k_max = fields.integer("k_max", optional=True, minimum=1)
-        present = [key for key in SPECDECODE_BENCH_PROPOSERS if fields.has(key)]
-        if not present:
+        output_field, fmt = "generated_token_ids", "specdecode-bench"
+        raw = {key: fields.obj[key] for key in SPECDECODE_BENCH_PROPOSERS if fields.has(key)}
+        if not raw:
             raise fields.error(
                 "acc_ngram", "missing: expected at least one of " + ", ".join(SPECDECODE_BENCH_PROPOSERS)
             )
-        proposers = {
-            SPECDECODE_BENCH_PROPOSERS[key]: _proposer(fields, key, fields.obj[key], k_max)
-            for key in present
-        }
-        output = fields.int_array("generated_token_ids")
-        fmt = "specdecode-bench"
     else:
         raise fields.error(
             "output_token_ids",
             f"missing: expected a {SCHEMA_VERSION} record or a SpecDecode-Bench record (generated_token_ids)",
         )
-    if output.size == 0:
-        raise fields.error("output_token_ids" if fmt == "specscope" else "generated_token_ids", "empty output")
+    k_max = fields.integer("k_max", optional=True, minimum=1, maximum=validate.K_MAX_LIMIT)
+    output = fields.int_array(output_field, low=0)
+    names = SPECDECODE_BENCH_PROPOSERS if fmt == "specdecode-bench" else {key: key for key in raw}
+    proposers = {names[key]: _proposer(fields, key, value, k_max, output.size) for key, value in raw.items()}
     record = TraceRecord(
         id=fields.text("id"),
-        prompt_token_ids=fields.int_array("prompt_token_ids"),
+        prompt_token_ids=fields.int_array("prompt_token_ids", low=0),
         output_token_ids=output,
         proposers=proposers,
         k_max=k_max,
@@ -165,27 +173,38 @@ def _align(record: TraceRecord, report: LoadReport, mode: str) -> TraceRecord:
     return record
 
 
-def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str = "common"
-              ) -> Iterator[TraceRecord]:
-    """Stream the records of one JSON Lines file (blank lines are skipped).
+def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str = "common",
+              seen: dict[tuple[str, str], tuple[str, TraceRecord]] | None = None) -> Iterator[TraceRecord]:
+    """Stream the records of one JSON Lines file (blank lines are skipped); a file without
+    records is an error.
 
     ``lengths``: "common" cuts each record to the common prefix of all its arrays (every
     proposer then aligns with the output position by position); "own" keeps each proposer's
-    array whole, as the paper's simulator did (G of a proposer = len(acc_len))."""
+    array whole, as the paper's simulator did (G of a proposer = len(acc_len)). ``seen`` maps
+    (dataset, id) to the location and record of requests already read (share it across files
+    read together); repeats are handled as the module docstring says."""
     path = Path(path)
     report = report if report is not None else LoadReport(str(path), lengths)
+    seen = {} if seen is None else seen
+    repeats: list[str] = []
     try:
-        handle = path.open("r", encoding="utf-8")
+        handle = path.open("rb")
     except OSError as error:
         raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
     with handle:
-        for line_number, line in enumerate(handle, start=1):
+        for line_number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise SpecscopeError(f"{path}:{line_number}: not UTF-8 text (byte {error.start} of the line)") from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as error:
                 raise SpecscopeError(f"{path}:{line_number}: invalid JSON ({error.msg}, column {error.colno})") from None
+            except RecursionError:
+                raise SpecscopeError(f"{path}:{line_number}: invalid JSON (nested too deeply)") from None
             record, fmt = parse_record(obj, path, line_number)
             if report.format and report.format != fmt:
                 report.format = "mixed"
@@ -193,24 +212,59 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
                 report.format = fmt
             if record.dataset is None:
                 record.dataset = path.stem
+            location = f"{path}:{line_number}"
+            if record.output_len == 0:
+                report.empty_outputs += 1
+                continue
             record = _align(record, report, lengths)
             if record.output_len == 0:
-                raise SpecscopeError(f"{path}:{line_number}: empty output after aligning acc_len arrays")
+                raise SpecscopeError(f"{location}: empty output after aligning acc_len arrays")
+            key = (record.dataset, record.id)
+            if key in seen:
+                first, earlier = seen[key]
+                if not same_record(earlier, record):
+                    raise SpecscopeError(f"{location}: field 'id': request {record.id!r} of dataset "
+                                         f"{record.dataset!r} is already at {first} with other content")
+                repeats.append(f"{location}: request {record.id!r} repeats {first} with the same content")
+                report.duplicates += 1
+                continue
+            seen[key] = (location, record)
             report.records += 1
             report.positions += record.output_len
             yield record
+    if report.empty_outputs:
+        log.warning("%s: %d records with an empty output skipped", path, report.empty_outputs)
+    if repeats:
+        more = f" ({len(repeats)} duplicates in all)" if len(repeats) > 1 else ""
+        log.warning("%s: dropped%s", repeats[0], more)
+    if report.records == 0 and not report.duplicates:
+        raise SpecscopeError(f"{path}: no trace records found")
+
+
+def same_record(a: TraceRecord, b: TraceRecord) -> bool:
+    """Whether two records hold the same request, outputs and traces (NaN equals NaN)."""
+    def equal(x: np.ndarray | None, y: np.ndarray | None) -> bool:
+        if x is None or y is None:
+            return x is y
+        return x.shape == y.shape and bool(np.array_equal(x, y, equal_nan=x.dtype.kind == "f"))
+
+    return (a.id == b.id and a.k_max == b.k_max and a.dataset == b.dataset
+            and equal(a.prompt_token_ids, b.prompt_token_ids) and equal(a.output_token_ids, b.output_token_ids)
+            and a.proposers.keys() == b.proposers.keys()
+            and all(equal(p.acc_len, q.acc_len) and equal(p.draft_len, q.draft_len) and equal(p.draft_prob, q.draft_prob)
+                    for p, q in ((a.proposers[n], b.proposers[n]) for n in a.proposers)))
 
 
 def load_traces(paths: Iterable[str | Path], lengths: str = "common"
                 ) -> tuple[list[TraceRecord], list[LoadReport]]:
-    """Read every file; returns all records (in file order) and one report per file."""
+    """Read every file; returns all records (in file order) and one report per file. A
+    request repeated across the files is handled as within one (see the module docstring)."""
     records: list[TraceRecord] = []
     reports: list[LoadReport] = []
+    seen: dict[tuple[str, str], tuple[str, TraceRecord]] = {}
     for path in paths:
         report = LoadReport(str(path), lengths)
-        records.extend(iter_file(path, report, lengths))
-        if report.records == 0:
-            raise SpecscopeError(f"{path}: no trace records found")
+        records.extend(iter_file(path, report, lengths, seen))
         reports.append(report)
     return records, reports
 

@@ -2,7 +2,8 @@
 
 Resumable per request: records are appended to the output file (flushed and fsynced) as each
 batch finishes; a rerun reads the ids already there and traces only the rest. A trailing line
-left half-written by a killed run is dropped (it is redone), never silently kept.
+left half-written by a killed run is dropped (it is redone), never silently kept. A rerun with
+other settings (model, proposers, k_max, ...) is refused (see :mod:`specscope.tracing.settings`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from specscope.progress import LazyProgress
 from specscope.proposers.base import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
 from specscope.trace.schema import TraceRecord
+from specscope.tracing.settings import check_resume, model_fingerprint, requests_fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +56,12 @@ def done_ids(path: Path) -> set[str]:
         with path.open("r+b") as handle:
             handle.truncate(keep)
     ids = set()
-    for number, line in enumerate(data[:keep].decode("utf-8").splitlines(), start=1):
+    for number, line in enumerate(data[:keep].split(b"\n"), start=1):
         if line.strip():
             try:
-                record, _ = parse_record(json.loads(line), path, number)
-            except json.JSONDecodeError as error:
-                raise SpecscopeError(f"{path}:{number}: invalid JSON ({error.msg}); not a trace file to resume") from None
+                record, _ = parse_record(json.loads(line.decode("utf-8")), path, number)
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                raise SpecscopeError(f"{path}:{number}: not a JSON trace record; not a trace file to resume") from None
             ids.add(record.id)
     return ids
 
@@ -77,10 +79,29 @@ def batches(items: Sequence, size: int) -> Iterator[Sequence]:
         yield items[start : start + size]
 
 
+def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Sequence, k_max: int,
+                   max_tokens: int, dataset: str | None, min_n: int, max_n: int, dtype: str) -> dict:
+    """What decides the records' content (see :mod:`specscope.tracing.settings`)."""
+    return {
+        "model": str(model_dir.resolve()),
+        "model_files": model_fingerprint(model_dir),
+        "proposers": [spec.name if spec.path is None else
+                      f"{spec.name}={spec.path.resolve()} {model_fingerprint(spec.path)}" for spec in specs],
+        "k_max": k_max,
+        "max_tokens": max_tokens,
+        "dtype": dtype,
+        "dataset": dataset,
+        "ngram_n": [min_n, max_n],
+        "workload": requests_fingerprint(requests),
+    }
+
+
 def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequence, output: Path,
                    k_max: int = 20, max_tokens: int = 256, batch_size: int = 8, dataset: str | None = None,
-                   min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N, dtype: str = "float32", device: str = "cpu") -> int:
-    """Trace ``requests`` (objects with ``id`` and ``prompt_token_ids``); returns records written."""
+                   min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N, dtype: str = "float32", device: str = "cpu",
+                   overwrite: bool = False) -> int:
+    """Trace ``requests`` (objects with ``id`` and ``prompt_token_ids``); returns records written.
+    ``overwrite`` starts over instead of resuming (needed when the settings changed)."""
     import numpy as np
 
     from specscope.engine.loading import load_eos_token_ids, load_model, parse_dtype, resolve_device
@@ -90,6 +111,8 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     from specscope.tracing.ngram import ngram_trace
 
     output.parent.mkdir(parents=True, exist_ok=True)
+    settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype)
+    check_resume(output, settings, overwrite)
     finished = done_ids(output)
     todo = [r for r in requests if r.id not in finished]
     if finished:

@@ -1,0 +1,81 @@
+"""The settings a trace file was collected with, kept beside it so a resume cannot mix runs.
+
+``<output>.settings.json`` (the trace schema itself is unchanged) holds one JSON object:
+
+- ``model`` — the target's directory (absolute) and ``model_files`` its fingerprint;
+- ``proposers`` — each ``METHOD`` or ``METHOD=DIR`` with the fingerprint of DIR;
+- ``k_max``, ``max_tokens``, ``dtype``, ``dataset``, ``ngram_n`` (shortest and longest n-gram);
+- ``workload`` — a SHA-256 of the requests (ids and prompt token ids, in order).
+
+A fingerprint is a SHA-256 of ``config.json`` and of the names and sizes of the weight files
+(``*.safetensors``, ``*.bin``): a copied model keeps it, a retrained or other one does not.
+
+A resume whose settings differ is refused, naming the first differing setting, unless the
+caller starts over (``--overwrite``). A trace file with records but no settings file (written
+before settings were kept) is refused the same way: nothing tells what it was traced with.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Sequence
+
+from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text, read_json_object
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def settings_path(output: Path) -> Path:
+    """``<output>.settings.json``."""
+    return output.with_name(output.name + ".settings.json")
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """SHA-256 of ``config.json`` and the names and sizes of the weight files of ``model_dir``."""
+    try:
+        digest = hashlib.sha256((model_dir / "config.json").read_bytes())
+    except OSError as error:
+        raise SpecscopeError(f"{model_dir}: cannot read config.json ({error.strerror}; expected a Hugging Face "
+                             "model directory)") from None
+    for path in sorted(p for p in model_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES):
+        digest.update(f"\n{path.name} {path.stat().st_size}".encode())
+    return digest.hexdigest()
+
+
+def requests_fingerprint(requests: Sequence) -> str:
+    """SHA-256 of the requests' ids and prompt token ids, in order."""
+    digest = hashlib.sha256()
+    for request in requests:
+        digest.update(json.dumps([str(request.id), [int(t) for t in request.prompt_token_ids]]).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
+    """Make ``output`` ready to trace into with ``settings``: refuse to resume a trace taken
+    with other settings (unless ``overwrite``: then the old traces are removed), and record
+    the settings. Nothing is changed when it refuses."""
+    sidecar = settings_path(output)
+    has_records = output.is_file() and output.read_bytes().strip() != b""
+    if has_records and not overwrite:
+        if not sidecar.is_file():
+            raise SpecscopeError(f"{output}: holds traces but no settings file {sidecar.name} (traced by an older "
+                                 "specscope?): cannot tell whether resuming would mix runs; rerun with --overwrite "
+                                 "to start over, or choose another -o")
+        old = read_json_object(sidecar, "trace settings (a JSON object)")
+        for key in sorted(set(old) | set(settings)):
+            if old.get(key) != settings.get(key):
+                raise SpecscopeError(f"{output}: traced with other settings: {key} was {_show(old.get(key))}, now "
+                                     f"{_show(settings.get(key))}; rerun with --overwrite to start over, or choose "
+                                     "another -o")
+        return
+    if output.is_file():
+        output.unlink()
+    atomic_write_text(sidecar, json.dumps(settings, indent=1) + "\n")
+
+
+def _show(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:76] + "…"

@@ -1,0 +1,97 @@
+"""Bad inputs of the simulator, the bound and the cost models (simulate, bound, costmodel):
+each refused in one line naming the option, the file:line or the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harness import Case, check
+
+
+def own(rid: str, k_max: int | None = 6) -> str:
+    record = {"schema": "specscope.trace/1", "id": rid, "prompt_token_ids": [1, 2], "output_token_ids": [5, 6, 7, 8],
+              "proposers": {"ngram": {"acc_len": [1, 2, 1, 1]}, "eagle": {"acc_len": [2, 3, 1, 1]}}}
+    if k_max is not None:
+        record["k_max"] = k_max
+    return json.dumps(record) + "\n"
+
+
+TRACES = {"t.jsonl": own("a") + own("b")}  # two requests, k_max 6
+UNRECORDED = {"t.jsonl": own("a", None) + own("b", None)}  # largest acc_len − 1 of ngram seen: 1
+SIM = ["simulate", "t.jsonl", "--acc", "ngram", "--policies", "fixed:1", "--batch-sizes", "1"]
+CONFIG = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
+          "vocab_size": 100}
+
+
+def linear(forward: dict, **extra) -> str:
+    return json.dumps({"kind": "linear", "forward": forward, **extra})
+
+
+def step(i: int) -> str:
+    return json.dumps({"step": i, "method": "none", "k": 0, "batch_size": 1, "tokens_verified": 1,
+                       "tokens_emitted": [1], "draft_s": 0.0, "verify_s": 0.01 + 0.001 * i, "sample_s": 0.0002,
+                       "overhead_s": 0.0008, "kv_tokens": 10 * i, "prefill_tokens": 0, "prefill_s": 0.0}) + "\n"
+
+
+CASES = [
+    Case("sample-zero", [*SIM, "--sample", "0"], r"argument --sample: expected an integer >= 1", files=TRACES),
+    Case("match-prob-above-one", [*SIM, "--match-prob", "1.5"], r"argument --match-prob: expected a number <= 1", files=TRACES),
+    Case("match-prob-negative", [*SIM, "--match-prob", "-0.1"], r"argument --match-prob", files=TRACES),
+    Case("match-prob-nan", [*SIM, "--match-prob", "nan"], r"argument --match-prob: expected a finite number", files=TRACES),
+    Case("seed-negative", [*SIM, "--seed", "-1"], r"argument --seed", files=TRACES),
+    Case("seed-beyond-64-bits", [*SIM, "--seed", str(2**64)], r"argument --seed: expected an integer <= ", files=TRACES),
+    Case("batch-above-requests-mixed", [*SIM[:-1], "1,8"], r"--batch-sizes: dataset 't' has 2 requests, fewer than batch size 8",
+         files=TRACES),
+    Case("fixed-k-above-k-max", [*SIM[:5], "fixed:7", *SIM[6:]], r"policy 'fixed:7' proposes k = 7, above the trace's k_max = 6",
+         files=TRACES),
+    Case("fixed-k-above-unrecorded-k-max", [*SIM[:5], "fixed:2", *SIM[6:]],
+         r"policy 'fixed:2' proposes k = 2, above 1, the largest acc_len − 1 .*k_max not recorded", files=UNRECORDED),
+    Case("fixed-k-huge", [*SIM[:5], "fixed:1000000000", *SIM[6:]], r"policy 'fixed:1000000000'", files=TRACES),
+    Case("fixed-k-negative", [*SIM[:5], "fixed:-1", *SIM[6:]], r"policy 'fixed:-1'", files=TRACES),
+    Case("unknown-policy", [*SIM[:5], "greedy", *SIM[6:]], r"unknown policy 'greedy'", files=TRACES),
+    Case("combined-names-absent-proposer", ["simulate", "t.jsonl", "--acc", "combined", "--policies",
+                                            "oracle-combined:ngram+medusa", "--batch-sizes", "1"],
+         r"proposer 'medusa' missing from 2 records", files=TRACES),
+    Case("acc-absent-proposer", [*SIM[:3], "draft", *SIM[4:]], r"proposer 'draft' missing", files=TRACES),
+    Case("output-is-directory", [*SIM, "-o", "d"], r"d: is a directory", files=TRACES,
+         setup=lambda folder: (folder / "d").mkdir()),
+    Case("output-not-a-table", [*SIM, "-o", "rows.txt"], r"rows\.txt: expected a \.csv or \.json", files=TRACES),
+    Case("cost-negative-coefficient", [*SIM, "--cost-model", "c.json"], r"c\.json: field 'forward\.c_fixed': expected a number >= 0",
+         files={**TRACES, "c.json": linear({"c_fixed": -1, "c_tok": 0, "c_kv": 0})}),
+    Case("cost-all-zero", ["costmodel", "show", "c.json"], r"c\.json: field 'forward': every coefficient is 0",
+         files={"c.json": linear({"c_fixed": 0, "c_tok": 0, "c_kv": 0})}),
+    Case("cost-nan", ["costmodel", "show", "c.json"], r"c\.json: field 'forward\.c_tok': expected a finite number",
+         files={"c.json": '{"forward": {"c_fixed": 1e-3, "c_tok": NaN, "c_kv": 0}}'}),
+    Case("cost-unknown-field", ["costmodel", "show", "c.json"], r"c\.json: field 'forward\.c_foo': unknown field",
+         files={"c.json": linear({"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0, "c_foo": 1})}),
+    Case("cost-unknown-top-field", ["costmodel", "show", "c.json"], r"c\.json: field 'overhead': unknown field",
+         files={"c.json": linear({"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0}, overhead=1)}),
+    Case("cost-drafting-negative", ["costmodel", "show", "c.json"], r"c\.json: field 'drafting\.ngram\.ratio'",
+         files={"c.json": linear({"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0},
+                                 drafting={"ngram": {"kind": "fraction", "ratio": -0.1}})}),
+    Case("cost-invalid-utf8", ["costmodel", "show", "c.json"], r"c\.json: not UTF-8", files={"c.json": b"{\xff}"}),
+    Case("roofline-efficiency-above-one", ["costmodel", "show", "r.toml"], r"r\.toml: field 'efficiency\.weights'",
+         files={"r.toml": 'kind = "roofline"\ngpu = "h100"\nmodel = "llama3.1-8b"\n[efficiency]\nweights = 1.5\n'}),
+    Case("roofline-negative-head-dim", ["costmodel", "show", "roofline:h100:m"], r"m/config\.json: field 'head_dim'",
+         files={"m/config.json": json.dumps({**CONFIG, "head_dim": -16})}),
+    Case("roofline-heads-not-divisible", ["costmodel", "show", "roofline:h100:m"],
+         r"m/config\.json: field 'num_key_value_heads': expected a divisor of num_attention_heads = 4, got 3",
+         files={"m/config.json": json.dumps({**CONFIG, "num_key_value_heads": 3})}),
+    Case("fit-fewer-steps-than-coefficients", ["costmodel", "fit", "s.jsonl", "-o", "fitted.json"],
+         r"target forward: 3 measured points for 5 coefficients", files={"s.jsonl": step(0) + step(1) + step(2)}),
+    Case("fit-output-is-directory", ["costmodel", "fit", "s.jsonl", "-o", "d"], r"d: is a directory",
+         files={"s.jsonl": step(0)}, setup=lambda folder: (folder / "d").mkdir()),
+    Case("bound-batch-size-zero", ["bound", "t.jsonl", "--batch-size", "0"], r"argument --batch-size", files=TRACES),
+    Case("bound-k-max-huge", ["bound", "--alpha", "0.5", "--c", "0.1", "--k-max", "1000000000"],
+         r"argument --k-max: expected an integer <= 64"),
+    Case("bound-alpha-one", ["bound", "--alpha", "1", "--c", "0.1"], r"argument --alpha: expected a number < 1"),
+    Case("bound-alpha-negative", ["bound", "--alpha", "-0.2", "--c", "0.1"], r"argument --alpha"),
+    Case("bound-c-nan", ["bound", "--alpha", "0.5", "--c", "nan"], r"argument --c: expected a finite number"),
+    Case("bound-c-negative", ["bound", "--alpha", "0.5", "--c", "-1"], r"argument --c: expected a number >= 0"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

@@ -1,0 +1,79 @@
+"""Bad trace files and bad options of the verbs that read or write traces (traces, trace,
+simulate's reading): each refused in one line naming the file:line or the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harness import Case, check
+
+
+def bench(rid="a", acc=(1, 2, 1), output=(5, 6, 7), **extra) -> str:
+    """One SpecDecode-Bench line (k_max not recorded unless given in ``extra``)."""
+    return json.dumps({"id": rid, "prompt_token_ids": [1, 2], "generated_token_ids": list(output),
+                       "acc_ngram": {"acc_len": list(acc)}, **extra}) + "\n"
+
+
+def own(rid="a", acc=(1, 2, 1), k_max=4, **proposer) -> str:
+    """One specscope.trace/1 line."""
+    return json.dumps({"schema": "specscope.trace/1", "id": rid, "k_max": k_max, "prompt_token_ids": [1, 2],
+                       "output_token_ids": [5, 6, 7], "proposers": {"ngram": {"acc_len": list(acc), **proposer}}}) + "\n"
+
+
+GOOD = {"t.jsonl": bench("a") + bench("b", (2, 1, 1))}
+TRACE = ["trace", "--model", "m", "--proposers", "ngram", "--workload", "w.jsonl", "-o", "out.jsonl"]
+
+CASES = [
+    Case("inspect-empty-file", ["traces", "inspect", "t.jsonl"], r"^specscope: error: t\.jsonl: no trace records",
+         files={"t.jsonl": ""}),
+    Case("inspect-blank-file", ["traces", "inspect", "t.jsonl"], r"t\.jsonl: no trace records", files={"t.jsonl": "\n \n"}),
+    Case("inspect-invalid-utf8", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:2: not UTF-8",
+         files={"t.jsonl": bench().encode() + b"\xff\xfe\n"}),
+    Case("inspect-invalid-json", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:2: invalid JSON",
+         files={"t.jsonl": bench() + "{oops\n"}),
+    Case("inspect-missing-file", ["traces", "inspect", "absent.jsonl"], r"absent\.jsonl: cannot read"),
+    Case("acc-len-1e12-integer", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'acc_ngram\.acc_len': .*1000000000000",
+         files={"t.jsonl": bench(acc=(10**12, 1, 1))}),
+    Case("acc-len-1e12-float", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'acc_ngram\.acc_len': expected a list of integers",
+         files={"t.jsonl": bench().replace("[1, 2, 1]", "[1e12, 1, 1]")}),
+    Case("acc-len-beyond-64-bits", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'acc_ngram\.acc_len'",
+         files={"t.jsonl": bench(acc=(2**70, 1, 1))}),
+    Case("acc-len-empty-list", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'acc_ngram\.acc_len': empty, but the output has 3",
+         files={"t.jsonl": bench(acc=())}),
+    Case("acc-len-zero", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'acc_ngram\.acc_len': .*got 0 at position 1",
+         files={"t.jsonl": bench(acc=(1, 0, 1))}),
+    Case("acc-len-above-k-max", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'proposers\.ngram\.acc_len': .*\(k_max = 4\)",
+         files={"t.jsonl": own(acc=(1, 6, 1))}),
+    Case("k-max-huge", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'k_max': expected an integer <= 64",
+         files={"t.jsonl": own(k_max=10**9)}),
+    Case("draft-len-other-length", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'proposers\.ngram\.draft_len'",
+         files={"t.jsonl": own(draft_len=[1, 1])}),
+    Case("negative-token-id", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'prompt_token_ids'",
+         files={"t.jsonl": bench().replace("[1, 2]", "[-1, 2]")}),
+    Case("output-empty-acc-len-not", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'acc_ngram\.acc_len': 3 entries, but the output is empty",
+         files={"t.jsonl": bench(output=())}),
+    Case("duplicate-id-other-content", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:2: field 'id': .*already at t\.jsonl:1",
+         files={"t.jsonl": bench("a") + bench("a", (2, 1, 1))}),
+    Case("duplicate-id-across-files", ["simulate", "t.jsonl", "u/t.jsonl", "--acc", "ngram", "--batch-sizes", "1"],
+         r"u/t\.jsonl:1: field 'id': .*already at t\.jsonl:1",
+         files={"t.jsonl": bench("a"), "u/t.jsonl": bench("a", (2, 1, 1))}),
+    Case("convert-output-is-directory", ["traces", "convert", "t.jsonl", "-o", "d"], r"d: is a directory",
+         files=GOOD, setup=lambda folder: (folder / "d").mkdir()),
+    Case("convert-k-max-zero", ["traces", "convert", "t.jsonl", "-o", "o.jsonl", "--k-max", "0"], r"argument --k-max",
+         files=GOOD),
+    Case("convert-k-max-below-recorded", ["traces", "convert", "t.jsonl", "-o", "o.jsonl", "--k-max", "1"],
+         r"--k-max: 1 is below what request 'a'", files={"t.jsonl": bench(acc=(3, 1, 1))}),
+    Case("trace-k-max-huge", [*TRACE, "--k-max", "1000000000"], r"argument --k-max: expected an integer <= 64"),
+    Case("trace-k-max-1e9-text", [*TRACE, "--k-max", "1e9"], r"argument --k-max: expected an integer"),
+    Case("trace-max-tokens-zero", [*TRACE, "--max-tokens", "0"], r"argument --max-tokens"),
+    Case("trace-batch-size-zero", [*TRACE, "--batch-size", "0"], r"argument --batch-size"),
+    Case("trace-output-stdout", [*TRACE[:-1], "-"], r"-: expected a regular file"),
+    Case("trace-output-directory", [*TRACE[:-1], "d"], r"d: is a directory", setup=lambda folder: (folder / "d").mkdir()),
+    Case("trace-min-n-above-max-n", [*TRACE, "--min-n", "3", "--max-n", "2"], r"--min-n: 3 is above --max-n 2"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)
