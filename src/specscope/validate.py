@@ -126,7 +126,7 @@ def _show(value: object) -> str:
     return text if len(text) <= 40 else f"{text[:36]}…{type(value).__name__}"
 
 
-K_MAX_LIMIT = 64  # the longest proposal length (k_max) that specscope traces, replays or tabulates
+K_MAX_LIMIT = 64  # the longest proposal length anywhere (k, k_max): far past any useful k, below a typo's
 
 
 def integers(value: object, *, low: int | None = None, high: int | None = None) -> np.ndarray:

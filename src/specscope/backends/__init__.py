@@ -16,7 +16,6 @@ from typing import Any
 from specscope.errors import SpecscopeError
 
 BATCHING = ("distinct", "replicate")
-MAX_K = 64  # the largest proposal length accepted anywhere: far past any useful k, below a typo's
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 from specscope import validate
-from specscope.backends import BATCHING, BENCH_BACKENDS, MAX_K, BenchConfig
+from specscope.backends import BATCHING, BENCH_BACKENDS, BenchConfig
 from specscope.backends.openai.bench import POSITIVE, add_openai_bench_arguments
 from specscope.cli._common import (
     add_table_output,
@@ -62,8 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory"
     )
     parser.add_argument(
-        "--k", type=validate.arg(validate.integer, low=1, high=MAX_K), default=DEFAULTS["k"],
-        help=f"proposal length k, 1..{MAX_K} (default %(default)s)",
+        "--k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=DEFAULTS["k"],
+        help=f"proposal length k, 1..{validate.K_MAX_LIMIT} (default %(default)s)",
     )
     parser.add_argument(
         "--batch-sizes",

@@ -53,7 +53,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.backends import MAX_K
+from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.serve.protocol import DEFAULT_PORT
 
@@ -125,9 +125,9 @@ class LaunchSpec:
             raise SpecscopeError(
                 f"launch {self.engine}: method {self.method!r} needs a draft model or head directory (--draft)"
             )
-        if not 1 <= self.k <= MAX_K or self.batch_size < 1:
+        if not 1 <= self.k <= validate.K_MAX_LIMIT or self.batch_size < 1:
             raise SpecscopeError(
-                f"launch: expected 1 <= k <= {MAX_K} and batch size >= 1, got {self.k} and {self.batch_size}"
+                f"launch: expected 1 <= k <= {validate.K_MAX_LIMIT} and batch size >= 1, got {self.k} and {self.batch_size}"
             )
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise SpecscopeError("launch: expected 1 <= prompt_lookup_min <= prompt_lookup_max")

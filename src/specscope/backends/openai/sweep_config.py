@@ -40,7 +40,6 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from specscope import validate
-from specscope.backends import MAX_K
 from specscope.backends.openai.bench import DEFAULTS
 from specscope.backends.openai.client import ClientConfig
 from specscope.backends.openai.launchers import ENGINES, METHODS, needs_draft
@@ -199,7 +198,7 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
                 f"{path}: {at}.method: expected one of {', '.join(METHODS)}, got {method!r}"
             )
         if method != "none":
-            _value(path, f"{at}.k", table.get("k"), validate.integer, low=1, high=MAX_K)
+            _value(path, f"{at}.k", table.get("k"), validate.integer, low=1, high=validate.K_MAX_LIMIT)
     drafts = table.get("drafts", {})
     if not isinstance(drafts, dict) or any(not isinstance(v, str) for v in drafts.values()):
         raise SpecscopeError(f'{path}: {at}.drafts: expected a table of method = "draft model"')
@@ -259,7 +258,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             raise SpecscopeError(f"{path}: field 'methods': expected a list among {', '.join(METHODS)}")
         values["methods"] = tuple(methods)
     if "k" in data:
-        values["k"] = _int_list(path, "k", data["k"], low=1, high=MAX_K)
+        values["k"] = _int_list(path, "k", data["k"], low=1, high=validate.K_MAX_LIMIT)
     if "batch_sizes" in data:
         values["batch_sizes"] = _int_list(path, "batch_sizes", data["batch_sizes"], low=1)
     positive, seconds = (validate.integer, {"low": 1}), (validate.number, {"low": 0.0, "low_open": True})
