@@ -151,3 +151,20 @@ def read_json_object(path: str | Path, what: str = "a JSON object") -> dict:
     if not isinstance(data, dict):
         raise SpecscopeError(f"{path}: expected {what}")
     return data
+
+
+def read_toml_object(path: str | Path) -> dict:
+    """The TOML table in ``path``, or a one-line error naming the file and what is wrong."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except OSError as error:
+        raise SpecscopeError(f"{path}: cannot read ({error.strerror or error})") from None
+    except UnicodeDecodeError as error:
+        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise SpecscopeError(f"{path}: invalid TOML ({error})") from None

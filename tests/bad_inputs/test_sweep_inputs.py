@@ -61,3 +61,8 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_refused(case, tmp_path, monkeypatch):
     check(case, tmp_path, monkeypatch)
+
+
+def test_sweep_config_that_is_not_utf8(tmp_path, monkeypatch):
+    check(Case("sweep-not-utf8", ["sweep", "s.toml"], r"s\.toml: not UTF-8 text \(byte 18\)",
+               {"s.toml": b'output = "o"\nx = "\xff"\n'}), tmp_path, monkeypatch)

@@ -83,7 +83,7 @@ def test_plan_and_stable_cell_ids(tmp_path):
         (lambda t: t.replace("max_tokens = 8", "max_tokens = true"), "max_tokens"),
         (lambda t: t + "\nbogus = 1\n", "unknown field"),
         (lambda t: t.replace("[[engines]]", "[[engine]]"), "unknown field"),
-        (lambda t: t + "[[", "not valid TOML"),
+        (lambda t: t + "[[", "invalid TOML"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, edit, match):

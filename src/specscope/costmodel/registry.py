@@ -11,7 +11,6 @@ Accepted specs:
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from specscope.costmodel.base import CostModel
@@ -19,13 +18,9 @@ from specscope.costmodel.linear import H100_LLAMA31_8B, linear_from_json
 from specscope.costmodel.presets import ModelShape, hardware
 from specscope.costmodel.roofline import RooflineCostModel, roofline_from_json
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json_object
+from specscope.fileio import read_json_object, read_toml_object
 from specscope.trace.fields import Fields
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 PRESETS: dict[str, CostModel] = {H100_LLAMA31_8B.name: H100_LLAMA31_8B}
 DEFAULT_COST_MODEL = H100_LLAMA31_8B.name  # the paper's fitted H100 model
@@ -44,14 +39,7 @@ def _roofline(spec: str) -> RooflineCostModel:
 def _from_file(path: Path) -> CostModel:
     """A cost model from a JSON or TOML file in the form ``costmodel show`` prints."""
     if path.suffix == ".toml":
-        try:
-            obj = tomllib.loads(path.read_bytes().decode("utf-8"))
-        except OSError as error:
-            raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
-        except UnicodeDecodeError as error:
-            raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
-        except tomllib.TOMLDecodeError as error:
-            raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
+        obj = read_toml_object(path)
     else:
         obj = read_json_object(path, "a cost model (a JSON object)")
     spec = Fields(obj, path)

@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -44,12 +43,8 @@ from specscope.backends.openai.bench import DEFAULTS
 from specscope.backends.openai.client import ClientConfig
 from specscope.backends.openai.launchers import ENGINES, METHODS, needs_draft
 from specscope.errors import SpecscopeError, where
-from specscope.fileio import check_output_dir
+from specscope.fileio import check_output_dir, read_toml_object
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -224,12 +219,7 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
 def load_sweep_config(path: str | Path) -> SweepConfig:
     """Parse and check ``path``; errors name the file and field."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise SpecscopeError(f"{path}: cannot read ({error.strerror or error})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise SpecscopeError(f"{path}: not valid TOML ({error})") from None
+    data = read_toml_object(path)
     known = {f.name for f in fields(SweepConfig)} - {"path"}
     unknown = set(data) - known
     if unknown:
