@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from specscope.costmodel.fit import nonnegative_relative_fit
 from specscope.costmodel.linear import H100_LLAMA31_8B, LinearCostModel
 from specscope.costmodel.presets import HARDWARE, MODELS
 from specscope.engine.config import ModelConfig, RopeConfig
@@ -162,7 +163,8 @@ def fit_cost_model(model: Transformer, grid: dict) -> dict:
             )
     a = np.array([[p["kv"], p["batched"], 1.0] for p in points])
     y = np.array([p["seconds"] for p in points])
-    (c_kv, c_tok, c_fixed), *_ = np.linalg.lstsq(a, y, rcond=None)
+    # least squares with coefficients >= 0, as every cost model must have (absolute error: scale 1)
+    c_kv, c_tok, c_fixed = map(float, nonnegative_relative_fit(a, y, "forward", scale=np.ones_like(y)))
     r2 = 1 - ((a @ [c_kv, c_tok, c_fixed] - y) ** 2).sum() / ((y - y.mean()) ** 2).sum()
     print(f"{'':10}{'c_kv (s/token)':>18}{'c_tok (s/token)':>18}{'c_fixed (s)':>16}")
     print(f"{'measured':10}{c_kv:18.6e}{c_tok:18.6e}{c_fixed:16.6e}   R² = {r2:.4f}")
