@@ -18,6 +18,8 @@ from harness import Case, check
 sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # the serving tests' helpers
 from serving_helpers import refused_url, start_server, write_tiny_model  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real servers
+
 WORKLOAD = {"w.jsonl": json.dumps({"id": "a", "prompt_token_ids": [4, 5, 6, 4, 5, 6]}) + "\n"}
 WITH_DIR = {**WORKLOAD, "taken/keep.txt": "mine"}
 WITH_FILE = {**WORKLOAD, "taken.txt": "mine"}

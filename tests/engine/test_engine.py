@@ -84,13 +84,15 @@ def test_step_records_and_stop_conditions(llama_dir):
     )
     record = engine.step_records[0]
     assert record.prefill_tokens == 11 and record.kv_tokens == 0 and record.batch_size == 2
-    assert record.tokens_emitted[0] == 1 and record.prefill_s > 0 and record.verify_s > 0
+    assert record.tokens_emitted == [1, 1] and record.prefill_s > 0  # the prefill's token alone
+    assert record.verify_s == 0 and record.tokens_verified == 0
     assert engine.num_running() == 1 and engine.has_capacity()
     total = sum(len(o.new_token_ids) for o in first if o.request_id == "b")
+    assert total == 1
     while engine.num_running():
         outs = engine.step()
         total += len(outs[0].new_token_ids)
-        assert engine.step_records[-1].kv_tokens >= 4
+        assert engine.step_records[-1].kv_tokens >= 3  # b's prompt at least
     assert total == 5 and outs[0].finish_reason == "length"
     # a stop token ends the request and is the last token returned
     engine.eos_token_ids = frozenset(range(VOCAB))

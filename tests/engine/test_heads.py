@@ -382,10 +382,12 @@ def test_sampled_sd_matches_target_distribution(kind, target, repeat_heads):
     for wave in range(waves):
         for row in range(batch):
             engine.add_request(f"{wave}.{row}", prompt, 2, params, ignore_eos=True)
-        outputs = engine.step()  # prefill (token 1) and one SD step (token 2 onwards)
+        prefilled = engine.step()  # the prefill: token 1 alone
+        outputs = engine.step()  # one SD step: token 2 onwards
+        assert all(len(out.new_token_ids) == 1 and not out.finished for out in prefilled)
         assert all(out.finished for out in outputs)
         for out in outputs:
-            counts[out.new_token_ids[1]] += 1
+            counts[out.new_token_ids[0]] += 1
     assert 0.3 < engine.stats.acceptance_rate() < 0.95  # both accepted and recovered tokens
     with torch.no_grad():  # P(t2) = sum over t1 of p(t1 | prompt) p(t2 | prompt, t1), exactly
         first = target.logits(target(torch.tensor([prompt]), torch.arange(4)[None])[0][0, -1])

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from report_fixtures import HOSTILE_ID
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.slow]  # headless Chromium
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
          "--disable-component-update", "--disable-sync", "--remote-debugging-port=0", "--hide-scrollbars"]

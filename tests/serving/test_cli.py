@@ -9,10 +9,14 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from serving_helpers import write_workload
 
 from specscope.backends.openai.client import ClientConfig, stream_completion
 from specscope.backends.openai.prompts import Prompt
+
+pytestmark = pytest.mark.slow  # real server processes
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -16,6 +16,8 @@ from specscope.backends.openai.client import ClientConfig, run_load
 from specscope.backends.openai.measure import measure
 from specscope.backends.openai.prompts import read_prompts, select_prompts
 
+pytestmark = pytest.mark.slow  # a real server on loopback
+
 
 def test_measured_acceptance_equals_engine_counters_at_concurrency_32(ngram_server, tmp_path):
     prompts = read_prompts(write_workload(tmp_path / "w.jsonl", 32))

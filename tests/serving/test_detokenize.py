@@ -27,3 +27,23 @@ def test_pieces_join_to_the_whole(seed):
         pieces.append(decoder.add(chunk, final=at >= len(ids)))
     assert "".join(pieces) == tokenizer.decode(ids) == TEXT
     assert not any(INCOMPLETE in piece for piece in pieces)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_stop_strings_cut_the_text_whatever_the_event_sizes(seed):
+    """Pieces join to the text before the first stop string; the tokens end with the one that
+    completed it; text held back while it might begin a stop string is never sent early."""
+    from specscope.serve.output import OutputText
+
+    tokenizer = tokenizers.Tokenizer.from_file(str(model_dir("target") / "tokenizer.json"))
+    ids = tokenizer.encode(TEXT, add_special_tokens=False).ids
+    stops = ("never there", "naïve 日本", "naïve")  # the shorter one is met first
+    cut = TEXT.index("naïve")
+    needed = next(n for n in range(len(ids)) if "naïve" in tokenizer.decode(ids[:n]))
+    rng, output, pieces, at = random.Random(seed), OutputText(tokenizer, stops), [], 0
+    while not pieces or pieces[-1].stop is None:
+        size = rng.randint(1, 3)
+        chunk, at = ids[at : at + size], at + size
+        pieces.append(output.add(chunk, final=at >= len(ids)))
+    assert "".join(p.text for p in pieces) == TEXT[:cut]
+    assert [t for p in pieces for t in p.token_ids] == ids[:needed] and pieces[-1].stop == "naïve"

@@ -11,6 +11,8 @@ from specscope.backends.openai.client import ClientConfig, run_load, stream_comp
 from specscope.backends.openai.measure import MeasureError, measure
 from specscope.backends.openai.prompts import Prompt
 
+pytestmark = pytest.mark.slow  # fake servers that hang and trickle
+
 PROMPT = Prompt("p", token_ids=(3, 4, 5))
 
 

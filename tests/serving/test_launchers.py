@@ -23,6 +23,8 @@ from specscope.backends.openai.launchers import (
 )
 from specscope.errors import SpecscopeError
 
+pytestmark = pytest.mark.slow  # launched processes and their timeouts
+
 
 def _spec_config(command: list[str]) -> dict | None:
     if "--speculative-config" not in command:

@@ -7,10 +7,11 @@ import http.client
 import json
 import re
 import socket
+import time
 import urllib.parse
 
 import pytest
-from serving_helpers import VOCAB, start_server
+from serving_helpers import VOCAB, RunningServer, start_server, write_chat_model
 
 PROMPT = [5, 6, 7, 8, 5, 6, 7, 8, 5, 6]
 
@@ -77,7 +78,7 @@ def servers(tiny_model):
         ({"prompt": [VOCAB + 5], "max_tokens": 4}, None, 400, "vocabulary size"),
         ({"prompt": PROMPT, "max_tokens": 0}, None, 400, "'max_tokens'"),
         ({"prompt": PROMPT, "max_tokens": "8"}, None, 400, "'max_tokens'"),
-        ({"prompt": PROMPT, "max_tokens": 60}, None, 400, "exceeds the maximum sequence length 64"),
+        ({"prompt": PROMPT, "max_tokens": 60}, None, 400, "exceeds the maximum sequence length (max_model_len) 64"),
         ({"prompt": list(range(2, 62)) * 2, "max_tokens": 1}, None, 400, "exceeds"),
         ({"prompt": PROMPT, "temperature": -1}, None, 400, "'temperature'"),
         ({"prompt": PROMPT, "top_p": 0}, None, 400, "'top_p'"),
@@ -85,7 +86,9 @@ def servers(tiny_model):
         ({"prompt": PROMPT, "seed": "x"}, None, 400, "'seed'"),
         ({"prompt": PROMPT, "stream": "yes"}, None, 400, "'stream'"),
         ({"prompt": PROMPT, "n": 2}, None, 400, "'n' is not supported"),
-        ({"prompt": PROMPT, "stop": ["\n"]}, None, 400, "'stop' is not supported"),
+        ({"prompt": PROMPT, "stop": ["\n"]}, None, 400, "'stop': stop strings need the model's tokenizer.json"),
+        ({"prompt": PROMPT, "response_format": {"type": "json_object"}}, None, 400, "'response_format'"),
+        ({"prompt": PROMPT, "stop_token_ids": [VOCAB]}, None, 400, "'stop_token_ids'"),
         ({"prompt": "hello"}, None, 400, "no tokenizer.json"),
         ({"prompt": PROMPT, "model": "gpt-4"}, None, 404, "does not exist"),
     ],
@@ -107,10 +110,14 @@ def test_body_limits_and_routes(servers):
     with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n")
         assert b"413" in sock.recv(4096).split(b"\r\n")[0]
-    assert post(url, {}, path="/v1/chat/completions")[0] == 404
+    assert post(url, {}, path="/v1/nope")[0] == 404
     assert get(url, "/nope")[0] == 404
     status, data = get(url, "/v1/models")
     assert status == 200 and json.loads(data)["data"][0]["id"] == "tiny"
+    assert json.loads(data)["data"][0]["max_model_len"] == 64
+    status, data = get(url, "/v1/models/tiny")
+    assert status == 200 and json.loads(data)["id"] == "tiny"
+    assert get(url, "/v1/models/gpt-4")[0] == 404
     assert get(url, "/health")[0] == 200
 
 
@@ -160,6 +167,122 @@ def test_seeded_sampling_is_reproducible(servers):
     assert first == second and len(first) == 12
 
 
+def test_first_streamed_chunk_carries_the_prefill_token_alone(tiny_model):
+    """Time to first token is one prefill: the first event holds one token, not an SD step.
+    (The target drafting for itself: every SD step emits k + 1 = 4 tokens.)"""
+    running = start_server(tiny_model, "draft", k=3, max_seq_len=64, draft_dir=tiny_model)
+    try:
+        body = {"prompt": PROMPT, "max_tokens": 16, "temperature": 0, "ignore_eos": True}
+        events = stream_events(running.url, body)[:-1]
+    finally:
+        running.close()
+    assert [len(e["choices"][0]["token_ids"]) for e in events] == [1, 4, 4, 4, 3]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"temperature": 1e-300}, {"temperature": 1e-6}, {"seed": 2**64 - 1, "temperature": 0.5}],
+)
+def test_extreme_but_valid_values_are_served(servers, extra):
+    body = {"prompt": PROMPT, "max_tokens": 8, "ignore_eos": True, **extra}
+    for running in servers:
+        status, data = post(running.url, body)
+        assert status == 200 and len(json.loads(data)["choices"][0]["token_ids"]) == 8
+        assert get(running.url, "/health")[0] == 200
+
+
+@pytest.fixture(scope="module")
+def chat_server(tiny_model, tmp_path_factory):
+    running = start_server(write_chat_model(tiny_model, tmp_path_factory.mktemp("chat") / "m"), "ngram")
+    yield running
+    running.close()
+
+
+def test_chat_renders_the_template_and_streams_the_same_answer(chat_server):
+    url = chat_server.url
+    messages = [{"role": "system", "content": "w9"}, {"role": "user", "content": [{"type": "text", "text": "w5 w6"}]}]
+    body = {"messages": messages, "max_tokens": 10, "temperature": 0, "ignore_eos": True}
+    status, data = post(url, body, path="/v1/chat/completions")
+    assert status == 200, data
+    answer = json.loads(data)
+    message = answer["choices"][0]["message"]
+    assert answer["object"] == "chat.completion" and message["role"] == "assistant"
+    # the template: bos w0, "w3 w9 " (system), "w2 w5 w6 " (user), then the assistant's w4
+    prompt = [0, 3, 9, 2, 5, 6, 4]
+    completion = json.loads(post(url, {**body, "prompt": prompt, "messages": None})[1])["choices"][0]
+    assert answer["usage"]["prompt_tokens"] == len(prompt)
+    assert message["content"] == completion["text"] and answer["choices"][0]["token_ids"] == completion["token_ids"]
+    status, raw = post(url, {**body, "stream": True}, path="/v1/chat/completions")
+    chunks = [json.loads(b[6:]) for b in raw.decode().split("\n\n") if b.startswith("data: {")]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == message["content"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length" and raw.endswith(b"data: [DONE]\n\n")
+
+
+def test_chat_without_a_template_is_refused(servers):
+    status, data = post(servers[0].url, {"messages": [{"role": "user", "content": "hi"}]}, path="/v1/chat/completions")
+    assert status == 400 and "no chat template" in json.loads(data)["error"]["message"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_strings_end_the_output_before_them(chat_server, stream):
+    url = chat_server.url
+    body = {"prompt": "w5 w6 w7 w8 w5 w6", "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+    full = json.loads(post(url, body)[1])["choices"][0]
+    words = full["text"].split()
+    stop = f"{words[3]} {words[4]}"  # two words the output reaches
+    cut = full["text"].index(stop)
+    tokens_needed = next(n for n in range(1, 21) if stop in " ".join(f"w{t}" for t in full["token_ids"][:n]))
+    request = {**body, "stop": ["never-there", stop]}
+    loop = chat_server.server.loop
+    before = loop.snapshot["success_stop"]
+    if stream:
+        events = stream_events(url, request)[:-1]
+        text = "".join(e["choices"][0]["text"] for e in events)
+        tokens = [t for e in events for t in e["choices"][0]["token_ids"]]
+        last = events[-1]["choices"][0]
+    else:
+        last = json.loads(post(url, request)[1])["choices"][0]
+        text, tokens = last["text"], last["token_ids"]
+    assert text == full["text"][:cut] and tokens == full["token_ids"][:tokens_needed]
+    assert last["finish_reason"] == "stop" and last["stop_reason"] == stop
+    deadline = time.monotonic() + 30  # the engine aborts the request before its next step
+    while loop.snapshot["success_stop"] == before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert loop.snapshot["success_stop"] == before + 1 and loop.snapshot["num_running"] == 0
+
+
+def test_stop_token_ids_and_min_tokens(servers):
+    url = servers[1].url
+    body = {"prompt": PROMPT, "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+    full = json.loads(post(url, body)[1])["choices"][0]["token_ids"]
+    stop = full[2]
+    first = full.index(stop)
+    choice = json.loads(post(url, {**body, "stop_token_ids": [stop]})[1])["choices"][0]
+    assert choice["token_ids"] == full[: first + 1]
+    assert choice["finish_reason"] == "stop" and choice["stop_reason"] == stop
+    later = json.loads(post(url, {**body, "stop_token_ids": [stop], "min_tokens": 8})[1])["choices"][0]
+    assert stop not in later["token_ids"][:8] and len(later["token_ids"]) > 8
+    plain = json.loads(post(servers[0].url, {**body, "stop_token_ids": [stop], "min_tokens": 8})[1])
+    assert plain["choices"][0]["token_ids"] == later["token_ids"]  # SD stays lossless
+
+
+def test_max_model_len_defaults_to_max_position_embeddings(tiny_model):
+    from specscope.engine.runner import load_engine
+    from specscope.serve.server import create_server
+
+    engine, tokenizer = load_engine(tiny_model, "none", max_batch_size=1)
+    running = RunningServer(create_server(engine, tokenizer, "tiny", "127.0.0.1", 0))
+    try:
+        assert json.loads(get(running.url, "/v1/models")[1])["data"][0]["max_model_len"] == 512
+        status, data = post(running.url, {"prompt": PROMPT, "max_tokens": 503})
+        assert status == 400 and "max_model_len" in json.loads(data)["error"]["message"]
+        assert post(running.url, {"prompt": PROMPT, "max_tokens": 502, "temperature": 0})[0] == 200
+    finally:
+        running.close()
+
+
 def test_metrics_endpoint_names(servers):
     plain, ngram = servers
     text = get(ngram.url, "/metrics")[1].decode()
@@ -174,14 +297,51 @@ def test_metrics_endpoint_names(servers):
     assert "spec_decode" not in get(plain.url, "/metrics")[1].decode()
 
 
-def test_engine_failure_fails_requests_and_health(tiny_model):
+def test_a_failing_request_ends_alone_and_the_server_keeps_serving(tiny_model, servers):
+    """A step that raises for one request (here: any step holding a prompt that starts with
+    token 63) ends that request with 500; the request beside it gets its exact greedy answer."""
+    import threading
+
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "ignore_eos": True}
+    expected = json.loads(post(servers[0].url, body)[1])["choices"][0]["token_ids"]
+    running = start_server(tiny_model, "ngram", max_batch_size=4, max_seq_len=64)
+    try:
+        engine, step = running.engine, running.engine.step
+
+        def poisoned_step(only=None):
+            if any(s.history[0] == 63 and (only is None or s.request_id in only) for s in engine._running):
+                raise RuntimeError("device assert in this row")
+            return step(only=only)
+
+        engine.step = poisoned_step
+        answers = {}
+        threads = [
+            threading.Thread(target=lambda name=name, b=b: answers.__setitem__(name, post(running.url, b)))
+            for name, b in (("bad", {**body, "prompt": [63, 5, 6]}), ("good", body))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        status, data = answers["bad"]
+        assert status == 500 and "device assert in this row" in json.loads(data)["error"]["message"]
+        status, data = answers["good"]
+        assert status == 200 and json.loads(data)["choices"][0]["token_ids"] == expected
+        assert get(running.url, "/health")[0] == 200
+        assert json.loads(post(running.url, body)[1])["choices"][0]["token_ids"] == expected
+    finally:
+        running.close()
+
+
+def test_a_broken_engine_fails_requests_and_health(tiny_model):
+    """When the engine cannot even abort a failed request, its state is lost: 500, then 503."""
     running = start_server(tiny_model, "none", max_batch_size=2, max_seq_len=64)
     try:
 
-        def broken_step():
+        def broken(*args, **kwargs):
             raise RuntimeError("device lost")
 
-        running.engine.step = broken_step
+        running.engine.step = running.engine.abort_request = broken
         status, data = post(running.url, {"prompt": PROMPT, "max_tokens": 4})
         assert status == 500 and "device lost" in json.loads(data)["error"]["message"]
         assert get(running.url, "/health")[0] == 503
@@ -194,7 +354,6 @@ def test_client_that_goes_away_is_aborted(tiny_model):
     """A streaming client that hangs up mid-answer frees its batch slot: the engine aborts the
     request long before its max_tokens, and /metrics counts it as finished by "abort"."""
     import struct
-    import time
 
     running = start_server(tiny_model, max_seq_len=512)
     try:
@@ -221,3 +380,25 @@ def test_client_that_goes_away_is_aborted(tiny_model):
         assert re.search(r'vllm:request_success_total\{[^}]*finished_reason="abort"[^}]*\} 1\.0', metrics), metrics
     finally:
         running.close()
+
+
+def test_a_port_in_use_is_a_one_line_error(tiny_model):
+    import os
+    import subprocess
+    import sys
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "specscope", "serve", "--model", str(tiny_model), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"specscope: error: --port: 127.0.0.1:{port} is already in use; choose another port (0: any free port)"
+    ]

@@ -17,6 +17,8 @@ from specscope.backends.openai.sweep import read_cells, run_sweep
 from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
 from specscope.errors import SpecscopeError
 
+pytestmark = pytest.mark.slow  # real servers, sweeps killed and resumed
+
 GRID = """
 output = "out"
 workloads = ["a.jsonl", "b.jsonl"]

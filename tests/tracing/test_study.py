@@ -13,6 +13,8 @@ pytest.importorskip("matplotlib")
 
 from specscope.cli import main  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the end-to-end study
+
 
 def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path, capsys):
     target, draft = target_and_draft

@@ -14,6 +14,8 @@ torch = pytest.importorskip("torch")
 from specscope.zoo.evaluate import score_model, score_proposers
 from specscope.zoo.shipped import ZOO_MODELS, model_dir, shipped_dir
 
+pytestmark = pytest.mark.slow  # the shipped models
+
 N = 8  # requests per task
 MIN_TARGET_EXACT_MATCH = {"code": 0.75, "math": 0.125, "summary": 0.5, "chat": 0.875}
 MIN_TARGET_SIMILARITY = 0.85

@@ -21,6 +21,8 @@ from specscope.workloads.tasks import generate
 from specscope.zoo.config import TrainConfig
 from specscope.zoo.train import train_zoo
 
+pytestmark = pytest.mark.slow  # zoo training
+
 
 @pytest.fixture(scope="module")
 def quick_zoo(tmp_path_factory) -> Path:

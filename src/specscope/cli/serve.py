@@ -19,9 +19,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="serve the reference engine over an OpenAI-compatible HTTP API",
         description=(
             "Serve a Hugging Face model directory with the reference engine: POST /v1/completions "
-            "(streaming or not), GET /v1/models, /health and /metrics (vLLM's counter names, "
-            "including the spec-decode counters). Requests are batched continuously up to "
-            "--max-batch-size. Listens on 127.0.0.1 unless told otherwise."
+            "and /v1/chat/completions (streaming or not; chat uses the model's chat template), "
+            "GET /v1/models[/ID], /health and /metrics (vLLM's counter names, including the "
+            "spec-decode counters). Requests are batched continuously up to --max-batch-size. "
+            "Listens on 127.0.0.1 unless told otherwise."
         ),
     )
     parser.add_argument(
@@ -34,13 +35,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--k", type=int, help="proposal length k (default: the engine's)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="port (default %(default)s; 0 = any free port)"
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help="port (default %(default)s; 0 = any free port)",
     )
     parser.add_argument(
-        "--max-batch-size", type=int, help="most requests decoding at once (default: the engine's)"
+        "--max-batch-size",
+        type=int,
+        help="most requests decoding at once (default: the engine's)",
     )
     parser.add_argument(
-        "--max-seq-len", type=int, help="most prompt + output tokens per request (default: the engine's)"
+        "--max-seq-len",
+        type=int,
+        help="max_model_len: most prompt + output tokens per request (default: the model's "
+        "max_position_embeddings; a larger value is refused)",
     )
     parser.add_argument(
         "--max-waiting",
@@ -53,7 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dtype", choices=("float32", "bfloat16", "float16"), help="weights (default: the engine's)"
     )
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the engine's)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: torch's choice)"
+    )
     parser.set_defaults(run=run)
 
 
@@ -71,17 +82,20 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from specscope.engine.runner import load_engine
+    from specscope.serve.chat import load_chat_template
     from specscope.serve.server import create_server
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     given = {name: getattr(args, name) for name in ENGINE_FLAGS if getattr(args, name) is not None}
+    chat_template = load_chat_template(args.model)
     engine, tokenizer = load_engine(args.model, method=args.method, draft_dir=args.draft, **given)
     name = args.served_model_name or args.model.resolve().name
-    server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting)
+    server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template)
     print(
         f"specscope serve: {name} ({engine.method}, k={engine.k}, max batch {engine.max_batch_size}, "
-        f"max length {engine.max_seq_len}) on {server.url}",
+        f"max_model_len {engine.max_seq_len}, chat template {'yes' if chat_template else 'no'}) "
+        f"on {server.url}",
         file=sys.stderr,
         flush=True,
     )

@@ -79,6 +79,7 @@ class ModelConfig:
     mlp_bias: bool = False
     qk_norm: bool = False
     sliding_window: int | None = None
+    max_position_embeddings: int | None = None  # the longest sequence the model is made for
 
     @classmethod
     def from_hf(cls, data: dict, source: str = "config.json") -> "ModelConfig":
@@ -129,6 +130,7 @@ class ModelConfig:
             mlp_bias=bool(data.get("mlp_bias", False)),
             qk_norm=model_type == "qwen3",
             sliding_window=window,
+            max_position_embeddings=need("max_position_embeddings") if "max_position_embeddings" in data else None,
         )
 
     @classmethod

@@ -1,9 +1,15 @@
 """The engine: continuous batching of requests over :func:`~specscope.engine.step.sd_step`.
 
-``Engine.step()`` prefills requests added since the last call (each gets its first token),
-then runs one SD step (a plain decode step without a proposer) for every running request,
-applies stop conditions, frees finished slots and returns what each request gained. Every
-step appends a :class:`~specscope.engine.records.StepRecord` and updates ``stats``.
+``Engine.step()`` prefills requests added since the last call (each gets its first token,
+alone: time to first token is one prefill), runs one SD step (a plain decode step without a
+proposer) for every request prefilled earlier, applies stop conditions, frees finished slots
+and returns what each request gained. Every step appends a
+:class:`~specscope.engine.records.StepRecord` and updates ``stats``.
+
+Each request draws its random numbers from its own generator, seeded with its ``seed`` or,
+without one, with a seed drawn from the engine's generator (``Engine(seed=...)``): a request's
+output does not depend on the other requests in the batch. ``max_seq_len`` never exceeds the
+model's ``max_position_embeddings``.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from specscope.engine.constraints import RowConstraints
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import Transformer
 from specscope.engine.records import SpecDecodeStats, StepRecord
@@ -47,7 +54,7 @@ class _Sequence:
     max_tokens: int
     sampling: SamplingParams
     generator: torch.Generator
-    ignore_eos: bool
+    stop_ids: frozenset[int]  # tokens that end the request once min_tokens are out
     prefilled: bool = False
     finish_reason: str | None = None
     new_tokens: list[int] = field(default_factory=list)
@@ -55,6 +62,13 @@ class _Sequence:
     @property
     def num_output(self) -> int:
         return len(self.history) - self.prompt_len
+
+    def constraints(self) -> RowConstraints:
+        params = self.sampling
+        return RowConstraints(
+            params.repetition_penalty, params.min_tokens, tuple(sorted(self.stop_ids)), self.num_output,
+            self.history,
+        )
 
 
 class Engine:
@@ -80,6 +94,11 @@ class Engine:
                 "engine: expected k >= 1, max_batch_size >= 1, max_seq_len >= 2; "
                 f"got {k}, {max_batch_size}, {max_seq_len}"
             )
+        limit = target.config.max_position_embeddings
+        if limit is not None and max_seq_len > limit:
+            raise SpecscopeError(
+                f"engine: max_seq_len {max_seq_len} exceeds the model's max_position_embeddings ({limit})"
+            )
         window = target.config.sliding_window
         if window is not None and max_seq_len > window:
             raise SpecscopeError(
@@ -102,8 +121,7 @@ class Engine:
         self.step_records: list[StepRecord] = []
         self._running: list[_Sequence] = []
         self._free_slots = list(range(max_batch_size))
-        self._seed = seed
-        self._generator = torch.Generator(device=target.device).manual_seed(seed)
+        self._seeds = torch.Generator().manual_seed(seed)  # draws the seeds of unseeded requests
 
     @staticmethod
     def cache_capacity(max_seq_len: int, k: int) -> int:
@@ -143,10 +161,13 @@ class Engine:
                 f"request {request_id!r}: prompt ({len(prompt_token_ids)}) + max_tokens ({max_tokens}) "
                 f"exceeds max_seq_len {self.max_seq_len}"
             )
-        if sampling.seed is None:
-            generator = self._generator
-        else:
-            generator = torch.Generator(device=self.target.device).manual_seed(sampling.seed)
+        if any(not 0 <= t < vocab for t in sampling.stop_token_ids):
+            raise SpecscopeError(f"request {request_id!r}: stop token ids must be in 0..{vocab - 1}")
+        seed = sampling.seed
+        if seed is None:
+            seed = int(torch.randint(1 << 62, (), generator=self._seeds))
+        generator = torch.Generator(device=self.target.device).manual_seed(seed)
+        stop_ids = frozenset(sampling.stop_token_ids) | (frozenset() if ignore_eos else self.eos_token_ids)
         self._running.append(
             _Sequence(
                 request_id,
@@ -156,7 +177,7 @@ class Engine:
                 max_tokens,
                 sampling,
                 generator,
-                ignore_eos,
+                stop_ids,
             )
         )
 
@@ -165,7 +186,7 @@ class Engine:
         for token in tokens:
             seq.history.append(token)
             seq.new_tokens.append(token)
-            if token in self.eos_token_ids and not seq.ignore_eos:
+            if token in seq.stop_ids and seq.num_output >= seq.sampling.min_tokens:
                 seq.finish_reason = "stop"
             elif seq.num_output >= seq.max_tokens:
                 seq.finish_reason = "length"
@@ -173,17 +194,25 @@ class Engine:
                 return
 
     def _sampling(self, seqs: list[_Sequence]) -> BatchSampling:
-        return BatchSampling([s.sampling for s in seqs], [s.generator for s in seqs], self.target.device)
+        return BatchSampling(
+            [s.sampling for s in seqs],
+            [s.generator for s in seqs],
+            self.target.device,
+            [s.constraints() for s in seqs],
+        )
 
-    def step(self) -> list[StepOutput]:
-        """Prefill new requests, run one step for all running ones, return their new tokens."""
-        if not self._running:
+    def step(self, only: set[str] | None = None) -> list[StepOutput]:
+        """Prefill new requests, run one step for all running ones (``only``: just these ids),
+        return their new tokens."""
+        running = [s for s in self._running if only is None or s.request_id in only]
+        if not running:
             return []
         clock = self.clock
         clock.reset()
         begin = clock.now()
-        kv_tokens = sum(self.cache.lengths[s.slot] for s in self._running if s.prefilled)
-        fresh = [s for s in self._running if not s.prefilled]
+        kv_tokens = sum(self.cache.lengths[s.slot] for s in running if s.prefilled)
+        active = [s for s in running if s.prefilled]  # fresh requests get their first token alone
+        fresh = [s for s in running if not s.prefilled]
         if fresh:
             with clock.phase("prefill"):
                 first = prefill(
@@ -197,7 +226,6 @@ class Engine:
             for seq, token in zip(fresh, first):
                 seq.prefilled = True
                 self._append(seq, [token])
-        active = [s for s in self._running if s.finish_reason is None]
         verified = 0
         if active:
             result = sd_step(
@@ -223,9 +251,9 @@ class Engine:
                 step=len(self.step_records),
                 method=self.method,
                 k=self.k,
-                batch_size=len(self._running),
+                batch_size=len(running),
                 tokens_verified=verified,
-                tokens_emitted=[len(s.new_tokens) for s in self._running],
+                tokens_emitted=[len(s.new_tokens) for s in running],
                 draft_s=seconds["draft"],
                 verify_s=seconds["verify"],
                 sample_s=seconds["sample"],
@@ -237,14 +265,14 @@ class Engine:
             )
         )
         outputs = []
-        for seq in self._running:
+        for seq in running:
             outputs.append(
                 StepOutput(
                     seq.request_id, seq.new_tokens, seq.finish_reason is not None, seq.finish_reason
                 )
             )
             seq.new_tokens = []
-        for seq in [s for s in self._running if s.finish_reason]:
+        for seq in [s for s in running if s.finish_reason]:
             self._release(seq)
         return outputs
 
@@ -312,12 +340,14 @@ def load_engine(
     draft_dir: str | Path | None = None,
     k: int = 3,
     max_batch_size: int = 8,
-    max_seq_len: int = DEFAULT_MAX_SEQ_LEN,
+    max_seq_len: int | None = None,
     dtype: str = "float32",
     device: str = "cpu",
 ) -> tuple[Engine, "tokenizers.Tokenizer | None"]:  # noqa: F821
     """Load target (and proposer ``method`` unless "none") from HF directories; returns the
-    engine and the target directory's ``tokenizer.json`` tokenizer (``None`` without one)."""
+    engine and the target directory's ``tokenizer.json`` tokenizer (``None`` without one).
+    ``max_seq_len`` defaults to the model's ``max_position_embeddings`` (else
+    ``DEFAULT_MAX_SEQ_LEN``) and may not exceed it."""
     from specscope.engine.loading import (
         load_eos_token_ids,
         load_model,
@@ -330,6 +360,8 @@ def load_engine(
     model_dir = Path(model_dir)
     torch_device = resolve_device(device)
     target = load_model(model_dir, parse_dtype(dtype), torch_device)
+    if max_seq_len is None:
+        max_seq_len = target.config.max_position_embeddings or DEFAULT_MAX_SEQ_LEN
     proposer = None
     if method != "none":
         config = ProposerConfig(

@@ -1,4 +1,4 @@
-"""Token selection: greedy, temperature / top-k / top-p, and verification of draft tokens.
+"""Token selection: greedy, temperature / min-p / top-k / top-p, and verification of draft tokens.
 
 Terms (used everywhere in specscope). One SD step offers ``draft_len`` (0..k) draft tokens
 ``d_1..d_draft_len`` per sequence and the target scores all of them in one forward pass.
@@ -6,7 +6,7 @@ Terms (used everywhere in specscope). One SD step offers ``draft_len`` (0..k) dr
 - **accepted** tokens: the longest prefix of the drafts that passes verification. Greedy: ``d_i``
   equals the target's argmax at that position. Sampling: ``d_i`` is kept with probability
   ``min(1, p(d_i) / q(d_i))`` (``p`` target, ``q`` draft distribution, both after the same
-  temperature / top-k / top-p processing), drawing one uniform per position.
+  temperature / min-p / top-k / top-p processing), drawing one uniform per position.
 - **recovered** token: emitted at the first rejected position, drawn from the residual
   ``normalise(max(0, p - q))`` (greedy: the target's argmax there).
 - **bonus** token: emitted when all ``draft_len`` drafts were accepted, drawn from ``p`` at the
@@ -25,28 +25,59 @@ from dataclasses import dataclass
 
 import torch
 
+from specscope import validate
+from specscope.engine.constraints import RowConstraints, apply_constraints
 from specscope.errors import SpecscopeError
+
+
+GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: a temperature below it is greedy
+MIN_TEMPERATURE = 0.01  # vLLM's _MAX_TEMP: a smaller positive temperature is raised to it
 
 
 @dataclass
 class SamplingParams:
-    """Per-request sampling. ``temperature == 0`` is greedy; ``top_k == 0`` and ``top_p == 1``
-    disable those filters; ``seed`` gives the request its own random generator (its output is
-    then reproducible for the same proposer, k and batch composition: how many uniforms a step
-    draws depends on the longest proposal in the batch)."""
+    """Per-request sampling, checked with :mod:`specscope.validate` (a ``SpecscopeError`` names
+    the field).
+
+    ``temperature`` below 1e-5 is greedy (stored as 0) and other temperatures below 0.01 are
+    raised to 0.01, as vLLM does (dividing logits by a tiny temperature overflows). ``top_k``
+    0 and ``top_p`` 1 disable those filters; ``min_p`` drops tokens whose probability is below
+    ``min_p`` times the most likely one's. ``seed`` seeds the request's own random generator:
+    every random draw for the request comes from it, so its output does not depend on the
+    other requests in the batch. Target-only constraints (:mod:`specscope.engine.constraints`):
+    ``repetition_penalty`` (> 0; 1 = off), ``min_tokens`` (stop tokens are suppressed until
+    that many tokens are out) and ``stop_token_ids`` (extra tokens that end the request).
+    """
 
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
     seed: int | None = None
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    min_tokens: int = 0
+    stop_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise SpecscopeError(f"temperature: expected >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise SpecscopeError(f"top_p: expected 0 < top_p <= 1, got {self.top_p}")
-        if self.top_k < 0:
-            raise SpecscopeError(f"top_k: expected >= 0, got {self.top_k}")
+        checks = {
+            "temperature": validate.temperature,
+            "top_p": lambda v: validate.number(v, low=0.0, high=1.0, low_open=True),
+            "top_k": lambda v: validate.integer(v, low=0),
+            "seed": lambda v: v if v is None else validate.seed(v),
+            "min_p": validate.probability,
+            "repetition_penalty": lambda v: validate.number(v, low=0.0, low_open=True),
+            "min_tokens": lambda v: validate.integer(v, low=0),
+            "stop_token_ids": lambda v: tuple(validate.integer(t, low=0) for t in v),
+        }
+        for name, check in checks.items():
+            try:
+                setattr(self, name, check(getattr(self, name)))
+            except validate.Invalid as error:
+                raise SpecscopeError(f"{name}: {error}") from None
+        if self.temperature < GREEDY_BELOW:
+            self.temperature = 0.0
+        elif self.temperature < MIN_TEMPERATURE:
+            self.temperature = MIN_TEMPERATURE
 
     @property
     def greedy(self) -> bool:
@@ -54,17 +85,31 @@ class SamplingParams:
 
 
 class BatchSampling:
-    """The sampling parameters and random generators of the rows of one batch."""
+    """The sampling parameters, random generators and target-only constraints
+    (:class:`~specscope.engine.constraints.RowConstraints`, ``None``: none) of one batch."""
 
     def __init__(
-        self, params: list[SamplingParams], generators: list[torch.Generator], device: torch.device
+        self,
+        params: list[SamplingParams],
+        generators: list[torch.Generator],
+        device: torch.device,
+        constraints: list[RowConstraints] | None = None,
     ) -> None:
         self.params, self.generators, self.device = params, generators, device
+        self.constraints = constraints
         self.all_greedy = all(p.greedy for p in params)
         self._greedy = torch.tensor([p.greedy for p in params], device=device)
         self._temperature = torch.tensor([p.temperature or 1.0 for p in params], device=device)
         self._top_k = [p.top_k for p in params]
         self._top_p = torch.tensor([p.top_p for p in params], device=device)
+        self._min_p = torch.tensor([p.min_p for p in params], device=device)
+
+    def constrain(self, logits: torch.Tensor, drafts: torch.Tensor | None = None) -> torch.Tensor:
+        """The target's logits [batch, m+1, vocab] (or [batch, vocab] at prefill) with the
+        rows' constraints applied; ``drafts`` [batch, m] are the tokens scored after the first."""
+        if self.constraints is None:
+            return logits
+        return apply_constraints(logits, self.constraints, drafts)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Processed distributions: logits [batch, ..., vocab] -> float32 probs, same shape.
@@ -73,6 +118,10 @@ class BatchSampling:
         shape = (-1,) + (1,) * (logits.dim() - 1)
         logits = logits / self._temperature.view(shape)
         vocab = logits.shape[-1]
+        if bool((self._min_p > 0).any()):
+            probs = logits.softmax(-1)
+            floor = probs.amax(-1, keepdim=True) * self._min_p.view(shape)
+            logits = logits.masked_fill(probs < floor, float("-inf"))
         if any(0 < k < vocab for k in self._top_k):
             k_row = torch.tensor(
                 [k if 0 < k < vocab else vocab for k in self._top_k], device=logits.device
@@ -106,9 +155,14 @@ class BatchSampling:
                 out.append(torch.multinomial(probs[row], 1, generator=gen))
         return torch.cat(out)
 
-    def uniforms(self, n: int) -> torch.Tensor:
-        """[batch, n] uniforms in [0, 1), each row from its own generator."""
-        return torch.stack([torch.rand(n, generator=gen, device=self.device) for gen in self.generators])
+    def uniforms(self, counts: list[int], width: int) -> torch.Tensor:
+        """[batch, width] uniforms in [0, 1): row r draws ``counts[r]`` from its own generator
+        (how many its own drafts need, whatever the other rows offer) and is padded with 1."""
+        rows = []
+        for count, gen in zip(counts, self.generators):
+            drawn = torch.rand(count, generator=gen, device=self.device)
+            rows.append(torch.cat((drawn, torch.ones(width - count, device=self.device))))
+        return torch.stack(rows) if rows else torch.ones(0, width, device=self.device)
 
 
 def verify_greedy(
@@ -147,7 +201,8 @@ def verify_sampled(
     p_x = target_probs[:, :m].gather(-1, draft_tokens[..., None]).squeeze(-1)  # [batch, m]
     q_x = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1)  # [batch, m]
     offered = torch.arange(m, device=p_x.device)[None, :] < draft_len[:, None]
-    keep = (sampling.uniforms(m) * q_x < p_x) & offered  # u < p/q, as u·q < p
+    uniforms = sampling.uniforms(draft_len.tolist(), m)  # [batch, m]
+    keep = (uniforms * q_x < p_x) & offered  # u < p/q, as u·q < p
     accepted = keep.long().cumprod(1).sum(1)  # [batch]
     rows = torch.arange(batch, device=p_x.device)
     p_next = target_probs[rows, accepted]  # [batch, vocab]

@@ -47,6 +47,7 @@ def prefill(
     hidden, aux = target(tokens, positions, cache, slots, kv_len=width, hidden_layers=layers)
     last = torch.tensor([len(p) - 1 for p in prompts], device=device)
     logits = target.logits(hidden[torch.arange(len(prompts), device=device), last])  # [batch, vocab]
+    logits = sampling.constrain(logits)
     first = logits.argmax(-1) if sampling.all_greedy else sampling.sample(sampling.probs(logits))
     for slot, prompt in zip(slots, prompts):
         cache.lengths[slot] = len(prompt)
@@ -93,7 +94,7 @@ def sd_step(
         hidden, aux = target(
             tokens, verify_positions, cache, slots, kv_len=max(positions) + m + 1, hidden_layers=layers
         )
-        logits = target.logits(hidden)  # [batch, m+1, vocab]
+        logits = sampling.constrain(target.logits(hidden), drafts)  # [batch, m+1, vocab]
     with clock.phase("sample"):
         if sampling.all_greedy:
             accepted, next_token = verify_greedy(logits, drafts, proposal.draft_len)

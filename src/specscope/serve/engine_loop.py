@@ -6,10 +6,13 @@ admits waiting jobs while ``engine.has_capacity()``, runs one step for everythin
 job's own queue. Only this thread touches the engine; others read :attr:`EngineLoop.snapshot`,
 a dict replaced after every step *before* the step's tokens are handed out, so a client that
 has seen its last token and then scrapes ``/metrics`` sees counters that include that step.
-If ``step()`` raises, every running and waiting job fails with 500 and the loop stops; the
-server then answers 503 (the engine's state is no longer trustworthy). A job whose client went
-away is cancelled (:meth:`EngineLoop.cancel`): dropped from the queue, or aborted in the engine before
-the next step, so it stops taking batch slots.
+If ``step()`` raises, the loop steps each running request alone (``step(only=...)``): a
+request whose own step raises again ends with 500 and is aborted, the others go on, and the
+server keeps serving. Only when the engine cannot even abort a request (its state is no longer
+trustworthy) does every job fail and the loop stop; the server then answers 503. A job whose
+client went away, or whose output reached a stop string, is cancelled
+(:meth:`EngineLoop.cancel`): dropped from the queue, or aborted in the engine before the next
+step, so it stops taking batch slots.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from specscope.errors import SpecscopeError
 from specscope.serve.protocol import ApiError
 
 if TYPE_CHECKING:
-    from specscope.engine.runner import Engine
+    from specscope.engine.runner import Engine, StepOutput
     from specscope.engine.sampling import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -50,6 +53,7 @@ class Job:
     sampling: SamplingParams
     ignore_eos: bool
     events: queue.Queue[JobEvent] = field(default_factory=queue.Queue)
+    finish_reason: str | None = None  # as counted in the totals
 
 
 class EngineLoop:
@@ -61,7 +65,7 @@ class EngineLoop:
         self.failure: str | None = None
         self._waiting: deque[Job] = deque()
         self._running: dict[str, Job] = {}
-        self._cancelled: set[str] = set()  # running jobs to abort before the next step
+        self._cancelled: dict[str, str] = {}  # running jobs to abort before the next step: reason
         self._cond = threading.Condition()
         self._stopping = False
         self._totals = {"prompt_tokens": 0, "generation_tokens": 0, "success_length": 0, "success_stop": 0,
@@ -76,7 +80,8 @@ class EngineLoop:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-        self._thread.join(timeout_s)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout_s)
 
     def alive(self) -> bool:
         return self._thread.is_alive() and self.failure is None
@@ -91,22 +96,28 @@ class EngineLoop:
             self._waiting.append(job)
             self._cond.notify()
 
-    def cancel(self, job: Job) -> None:
-        """Stop working on ``job`` (its client went away)."""
+    def cancel(self, job: Job, reason: str = "abort") -> None:
+        """Stop working on ``job``: its client went away (``abort``) or its output reached a
+        stop string (``stop``); counted as finished for ``reason``."""
         with self._cond:
             if job in self._waiting:
                 self._waiting.remove(job)
-                self._totals["success_abort"] += 1
+                self._totals[f"success_{reason}"] += 1
                 self.snapshot = self._snapshot()
             elif job.request_id in self._running:
-                self._cancelled.add(job.request_id)  # counted when aborted: it may finish first
+                self._cancelled[job.request_id] = reason  # counted when aborted: it may finish first
+            elif reason == "stop" and job.finish_reason not in (None, "stop"):  # it ran on past its
+                self._totals[f"success_{job.finish_reason}"] -= 1  # stop string to the end first
+                self._totals["success_stop"] += 1
+                job.finish_reason = "stop"
+                self.snapshot = self._snapshot()
 
     def _abort_cancelled(self) -> None:
         """Abort the cancelled running jobs in the engine (holding ``_cond``)."""
-        for request_id in self._cancelled:
+        for request_id, reason in self._cancelled.items():
             if self._running.pop(request_id, None) is not None:
                 self.engine.abort_request(request_id)
-                self._totals["success_abort"] += 1
+                self._totals[f"success_{reason}"] += 1
         self._cancelled.clear()
 
     def _snapshot(self) -> dict:
@@ -132,6 +143,10 @@ class EngineLoop:
             except SpecscopeError as error:
                 job.events.put(JobEvent([], error=ApiError(400, str(error))))
                 continue
+            except Exception as error:  # a bug met by this request alone: it fails, the rest go on
+                log.exception("request %s could not be added", job.request_id)
+                job.events.put(JobEvent([], error=ApiError(500, f"engine failure: {_describe(error)}")))
+                continue
             self._running[job.request_id] = job
             self._totals["prompt_tokens"] += len(job.prompt_token_ids)
 
@@ -145,25 +160,45 @@ class EngineLoop:
                         break
                     self._abort_cancelled()
                     self._admit()
-                outputs = self.engine.step() if self._running else []
+                outputs = self._step() if self._running else []
                 if len(self.engine.step_records) > 2 * KEEP_STEP_RECORDS:
                     del self.engine.step_records[:-KEEP_STEP_RECORDS]
                 delivered = [(self._running[out.request_id], out) for out in outputs]
                 with self._cond:
                     for _, out in delivered:
                         self._totals["generation_tokens"] += len(out.new_token_ids)
-                        if out.finished:
-                            key = f"success_{out.finish_reason}"
-                            self._totals[key] = self._totals.get(key, 0) + 1
-                            del self._running[out.request_id]
+                        if out.finished:  # a stop string seen before the end counts as stop
+                            stopped = self._cancelled.pop(out.request_id, None) == "stop"
+                            reason = "stop" if stopped else out.finish_reason
+                            self._totals[f"success_{reason}"] += 1
+                            self._running.pop(out.request_id).finish_reason = reason
                     self.snapshot = self._snapshot()
                 for job, out in delivered:
                     job.events.put(
                         JobEvent(list(out.new_token_ids), out.finish_reason if out.finished else None)
                     )
         except Exception as error:  # the engine is in an unknown state: fail everything, stop
-            log.exception("engine step failed")
-            self._fail_all(f"{type(error).__name__}: {error}")
+            log.exception("engine loop failed")
+            self._fail_all(_describe(error))
+
+    def _step(self) -> list[StepOutput]:
+        """One engine step; when it raises, each running request steps alone and those whose
+        own step raises end with 500 (see the module docstring)."""
+        try:
+            return self.engine.step()
+        except Exception:
+            log.exception("engine step failed; stepping each request alone")
+        outputs = []
+        for request_id in list(self._running):
+            try:
+                outputs.extend(self.engine.step(only={request_id}))
+            except Exception as error:
+                log.exception("request %s failed", request_id)
+                with self._cond:
+                    job = self._running.pop(request_id)
+                job.events.put(JobEvent([], error=ApiError(500, f"engine failure: {_describe(error)}")))
+                self.engine.abort_request(request_id)  # raising here stops the loop: _fail_all
+        return outputs
 
     def _fail_all(self, reason: str) -> None:
         with self._cond:
@@ -173,3 +208,9 @@ class EngineLoop:
             self._waiting.clear()
         for job in jobs:
             job.events.put(JobEvent([], error=ApiError(500, f"engine failure: {reason}")))
+
+
+def _describe(error: Exception) -> str:
+    """``Type: message``, on one line."""
+    text = str(error).splitlines()[0][:200] if str(error) else ""
+    return f"{type(error).__name__}: {text}"

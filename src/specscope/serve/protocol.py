@@ -1,13 +1,39 @@
-"""The OpenAI completions protocol subset that ``specscope serve`` speaks.
+"""The OpenAI API subset that ``specscope serve`` speaks: request validation, one place for
+every route, and the answers' shapes.
 
-Requests (``POST /v1/completions``, a JSON object): ``prompt`` (text, a list of token ids, or
-a one-element list of either), ``max_tokens`` (default 16, as OpenAI's), ``temperature``
-(default 1.0, as OpenAI's; 0 = greedy), ``top_p``, ``top_k`` (0 or -1 = off), ``seed``,
-``stream``, ``stream_options.include_usage``, ``ignore_eos`` (vLLM's extension), ``model``.
-Fields that would change the output and are not implemented (``n`` or ``best_of`` > 1,
-``stop``, ``logprobs``, ``echo``, ``suffix``, penalties) are refused with 400 rather than
-silently ignored. Every response choice carries ``token_ids`` besides ``text`` (as vLLM's
-``return_token_ids``). Errors are ``{"error": {"message", "type", "code"}}``.
+Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
+``GET /v1/models/{id}``. A body is one JSON object (no ``NaN``/``Infinity`` literals, no lone
+surrogates); unknown fields are ignored. Values are checked with :mod:`specscope.validate`;
+a bad one gets 400 naming the field (``'temperature': expected a finite number ...``).
+
+Fields of both POST routes:
+
+- ``model``: this server's model id, or absent (another id: 404).
+- ``max_tokens`` (chat also ``max_completion_tokens``): >= 1. Default 16 for completions, as
+  OpenAI's; for chat the rest of ``max_model_len`` after the prompt, as vLLM's. Prompt +
+  ``max_tokens`` may not exceed ``max_model_len`` (400).
+- ``temperature`` (default 1.0): finite, >= 0; below 1e-5 is greedy, other values below 0.01
+  are raised to 0.01 (vLLM's rule). ``top_p`` in (0, 1]; ``top_k`` (0 or -1: off);
+  ``min_p`` in [0, 1]; ``seed`` in [0, 2^64): the request's own generator, so its output does
+  not depend on other requests in flight.
+- ``stop``: a string or a list of strings; the output ends before the first one, which is not
+  returned (``finish_reason`` "stop", ``stop_reason`` the string). ``stop_token_ids``: tokens
+  that end the output (returned). ``min_tokens``: stop and end-of-sequence tokens are
+  suppressed until that many tokens are out. ``ignore_eos``. ``repetition_penalty`` (> 0,
+  1 = off; vLLM's: over prompt and output tokens). ``response_format``: only
+  ``{"type": "text"}``.
+- ``stream``, ``stream_options.include_usage``.
+- Refused with 400 when set to anything but their neutral value (they would change the
+  output and are not implemented): ``n``, ``best_of``, ``logprobs``, ``top_logprobs``,
+  ``echo``, ``suffix``, ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
+  ``tools``, ``tool_choice``, ``response_format`` other than text.
+
+Completions: ``prompt`` is text, a list of token ids, or a one-element list of either. Chat:
+``messages``, a non-empty list of ``{"role", "content"}`` (roles system, developer, user,
+assistant, tool; content text or a list of ``{"type": "text", "text"}`` parts), rendered with
+the model's chat template (:mod:`specscope.serve.chat`). Every choice carries ``token_ids``
+besides the text (as vLLM's ``return_token_ids``). Errors are
+``{"error": {"message", "type", "code"}}``.
 """
 
 from __future__ import annotations
@@ -16,21 +42,27 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Callable
+
+from specscope import validate
 
 DEFAULT_PORT = 8000  # vLLM's and specscope serve's
-DEFAULT_MAX_TOKENS = 16
+DEFAULT_MAX_TOKENS = 16  # completions only (OpenAI's); chat takes the rest of max_model_len
 DEFAULT_TEMPERATURE = 1.0
 UNSUPPORTED = {
     "n": 1,
     "best_of": 1,
-    "stop": None,
     "logprobs": None,
+    "top_logprobs": None,
     "echo": False,
     "suffix": None,
     "presence_penalty": 0,
     "frequency_penalty": 0,
     "logit_bias": None,
+    "tools": None,
+    "tool_choice": None,
 }
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 class ApiError(Exception):
@@ -46,134 +78,245 @@ class ApiError(Exception):
 
 
 @dataclass(frozen=True)
-class CompletionRequest:
-    """A validated request. ``prompt_text`` is ``None`` when token ids were sent."""
+class GenerationRequest:
+    """A validated request of either route: exactly one of ``prompt_text``,
+    ``prompt_token_ids`` and ``messages`` is set. ``max_tokens`` ``None``: the rest of
+    ``max_model_len``."""
 
     prompt_text: str | None
     prompt_token_ids: tuple[int, ...] | None
-    max_tokens: int
+    messages: tuple[dict[str, str], ...] | None
+    max_tokens: int | None
     temperature: float
     top_p: float
     top_k: int
+    min_p: float
     seed: int | None
+    repetition_penalty: float
+    min_tokens: int
+    stop: tuple[str, ...]
+    stop_token_ids: tuple[int, ...]
+    ignore_eos: bool
     stream: bool
     include_usage: bool
-    ignore_eos: bool
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not valid JSON")
 
 
-def _number(body: dict, name: str, default: float) -> float:
-    value = body.get(name, default)
+def parse_body(raw: bytes) -> dict:
+    """The request body as a JSON object; 400 for anything else."""
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ApiError(400, f"request body is not valid JSON ({str(error)[:200]})") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, "request body holds a lone surrogate (\\ud800-\\udfff): not valid Unicode") from None
+    except RecursionError:
+        raise ApiError(400, "request body is nested too deeply") from None
+    return body
+
+
+def _field(body: dict, name: str, check: Callable[[object], object], default: object) -> object:
+    """``check(body[name])`` (``default`` when absent or null); 400 naming ``name``."""
+    value = body.get(name)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ApiError(400, f"'{name}': expected a number, got {value!r}")
-    return float(value)
+    try:
+        return check(value)
+    except validate.Invalid as error:
+        raise ApiError(400, f"'{name}': {error}") from None
 
 
-def _flag(body: dict, name: str) -> bool:
-    value = body.get(name, False)
-    if value is None:
-        return False
+def _numeric(check: Callable[..., object], **bounds: object) -> Callable[[object], object]:
+    """``check`` for a JSON number: text such as ``"8"`` (which the CLI's rules accept) is not one."""
+
+    def run(value: object) -> object:
+        if isinstance(value, str):
+            raise validate.Invalid(f"expected a number, got {value!r:.40}")
+        return check(value, **bounds)
+
+    return run
+
+
+def _flag(value: object) -> bool:
     if not isinstance(value, bool):
-        raise ApiError(400, f"'{name}': expected true or false, got {value!r}")
+        raise validate.Invalid(f"expected true or false, got {value!r:.40}")
     return value
 
 
-def parse_completion_request(raw: bytes, served_model: str) -> CompletionRequest:
-    """Validate a request body; raises :class:`ApiError` (400/404) naming the bad field."""
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as error:
-        raise ApiError(400, f"request body is not valid JSON ({error})") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "request body must be a JSON object")
+def _stop(value: object) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items):
+        raise validate.Invalid(f"expected a non-empty string or a list of them, got {value!r:.40}")
+    return tuple(items)
+
+
+def _token_ids(value: object) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise validate.Invalid(f"expected a list of token ids, got {value!r:.40}")
+    token_id = _numeric(validate.integer, low=0)
+    return tuple(token_id(t) for t in value)
+
+
+def _response_format(value: object) -> None:
+    kind = value.get("type") if isinstance(value, dict) else None
+    if kind != "text":
+        raise validate.Invalid(f"only {{\"type\": \"text\"}} is supported, got {value!r:.60}")
+
+
+def _common(body: dict, served_model: str) -> dict:
+    """The fields shared by every route, checked."""
     model = body.get("model")
     if model is not None and model != served_model:
-        raise ApiError(404, f"model {model!r} does not exist; this server serves {served_model!r}")
+        raise ApiError(404, f"model {str(model)[:80]!r} does not exist; this server serves {served_model!r}")
     for name, neutral in UNSUPPORTED.items():
         if name in body and body[name] not in (neutral, None):
-            raise ApiError(400, f"'{name}' is not supported by specscope serve (got {body[name]!r})")
+            raise ApiError(400, f"'{name}' is not supported by specscope serve (got {body[name]!r:.40})")
+    _field(body, "response_format", _response_format, None)
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise ApiError(400, "'stream_options': expected an object")
+    return {
+        "temperature": _field(body, "temperature", _numeric(validate.temperature), DEFAULT_TEMPERATURE),
+        "top_p": _field(body, "top_p", _numeric(validate.number, low=0.0, high=1.0, low_open=True), 1.0),
+        "top_k": max(_field(body, "top_k", _numeric(validate.integer, low=-1), 0), 0),
+        "min_p": _field(body, "min_p", _numeric(validate.probability), 0.0),
+        "seed": _field(body, "seed", _numeric(validate.seed), None),
+        "repetition_penalty": _field(
+            body, "repetition_penalty", _numeric(validate.number, low=0.0, low_open=True), 1.0
+        ),
+        "min_tokens": _field(body, "min_tokens", _numeric(validate.integer, low=0), 0),
+        "stop": _field(body, "stop", _stop, ()),
+        "stop_token_ids": _field(body, "stop_token_ids", _token_ids, ()),
+        "ignore_eos": _field(body, "ignore_eos", _flag, False),
+        "stream": _field(body, "stream", _flag, False),
+        "include_usage": _field(options or {}, "include_usage", _flag, False),
+    }
+
+
+def _max_tokens(body: dict, name: str, default: int | None) -> int | None:
+    return _field(body, name, _numeric(validate.integer, low=1), default)
+
+
+def parse_completion_request(raw: bytes, served_model: str) -> GenerationRequest:
+    """Validate a ``/v1/completions`` body; raises :class:`ApiError` (400/404) naming the field."""
+    body = parse_body(raw)
+    common = _common(body, served_model)
     if "prompt" not in body:
         raise ApiError(400, "missing field 'prompt'")
     prompt = body["prompt"]
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]
     text, ids = None, None
-    if isinstance(prompt, str):
-        if not prompt:
-            raise ApiError(400, "'prompt': expected non-empty text")
+    if isinstance(prompt, str) and prompt:
         text = prompt
-    elif isinstance(prompt, list) and prompt and all(_is_int(t) and t >= 0 for t in prompt):
+    elif isinstance(prompt, list) and prompt and all(
+        isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt
+    ):
         ids = tuple(prompt)
     else:
         raise ApiError(
             400,
-            "'prompt': expected text or a non-empty list of non-negative token ids (one prompt per request)",
+            "'prompt': expected non-empty text or a non-empty list of non-negative token ids "
+            "(one prompt per request)",
         )
-    max_tokens = body.get("max_tokens", DEFAULT_MAX_TOKENS)
-    if max_tokens is None:
-        max_tokens = DEFAULT_MAX_TOKENS
-    if not _is_int(max_tokens) or max_tokens < 1:
-        raise ApiError(400, f"'max_tokens': expected a positive integer, got {max_tokens!r}")
-    temperature = _number(body, "temperature", DEFAULT_TEMPERATURE)
-    top_p = _number(body, "top_p", 1.0)
-    top_k = body.get("top_k", 0)
-    if top_k is None:
-        top_k = 0
-    if not _is_int(top_k) or top_k < -1:
-        raise ApiError(400, f"'top_k': expected an integer >= -1, got {top_k!r}")
-    if temperature < 0:
-        raise ApiError(400, f"'temperature': expected >= 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ApiError(400, f"'top_p': expected 0 < top_p <= 1, got {top_p}")
-    seed = body.get("seed")
-    if seed is not None and not _is_int(seed):
-        raise ApiError(400, f"'seed': expected an integer, got {seed!r}")
-    options = body.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise ApiError(400, "'stream_options': expected an object")
-    return CompletionRequest(
-        prompt_text=text,
-        prompt_token_ids=ids,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=max(top_k, 0),
-        seed=seed,
-        stream=_flag(body, "stream"),
-        include_usage=_flag(options, "include_usage"),
-        ignore_eos=_flag(body, "ignore_eos"),
-    )
+    max_tokens = _max_tokens(body, "max_tokens", DEFAULT_MAX_TOKENS)
+    return GenerationRequest(text, ids, None, max_tokens, **common)
 
 
-def new_completion_id() -> str:
-    return f"cmpl-{uuid.uuid4().hex}"
+def _message(index: int, message: object) -> dict[str, str]:
+    where = f"'messages[{index}]'"
+    if not isinstance(message, dict):
+        raise ApiError(400, f"{where}: expected an object with 'role' and 'content'")
+    role, content = message.get("role"), message.get("content")
+    if role not in ROLES:
+        raise ApiError(400, f"{where}: 'role' must be one of {', '.join(ROLES)}, got {role!r:.40}")
+    if isinstance(content, list):
+        texts = [p.get("text") if isinstance(p, dict) and p.get("type") == "text" else None for p in content]
+        if not all(isinstance(t, str) for t in texts):
+            raise ApiError(400, f"{where}: 'content' parts must be {{\"type\": \"text\", \"text\": ...}}")
+        content = "\n".join(texts)
+    if not isinstance(content, str):
+        raise ApiError(400, f"{where}: 'content' must be text, got {content!r:.40}")
+    return {"role": role, "content": content}
 
 
-def completion_object(cid: str, model: str, choices: list[dict], usage: dict | None = None) -> dict:
-    payload = {
-        "id": cid,
-        "object": "text_completion",
+def parse_chat_request(raw: bytes, served_model: str) -> GenerationRequest:
+    """Validate a ``/v1/chat/completions`` body; raises :class:`ApiError` naming the field."""
+    body = parse_body(raw)
+    common = _common(body, served_model)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages': expected a non-empty list of {\"role\", \"content\"} objects")
+    parsed = tuple(_message(i, m) for i, m in enumerate(messages))
+    max_tokens = _max_tokens(body, "max_completion_tokens", None) or _max_tokens(body, "max_tokens", None)
+    return GenerationRequest(None, None, parsed, max_tokens, **common)
+
+
+def new_id(prefix: str) -> str:
+    """A response id such as ``cmpl-<hex>`` or ``chatcmpl-<hex>``."""
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def model_object(model: str, max_model_len: int) -> dict:
+    return {
+        "id": model,
+        "object": "model",
         "created": int(time.time()),
-        "model": model,
-        "choices": choices,
+        "owned_by": "specscope",
+        "max_model_len": max_model_len,
     }
+
+
+def completion_object(
+    cid: str, model: str, choices: list[dict], usage: dict | None = None, kind: str = "text_completion"
+) -> dict:
+    """A response or streamed chunk; ``kind``: ``text_completion``, ``chat.completion`` or
+    ``chat.completion.chunk``."""
+    payload = {"id": cid, "object": kind, "created": int(time.time()), "model": model, "choices": choices}
     if usage is not None:
         payload["usage"] = usage
     return payload
 
 
-def choice(text: str, token_ids: list[int], finish_reason: str | None) -> dict:
+def choice(
+    text: str, token_ids: list[int], finish_reason: str | None, stop_reason: str | int | None = None
+) -> dict:
+    """A completions choice."""
     return {
         "index": 0,
         "text": text,
         "token_ids": token_ids,
         "logprobs": None,
         "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
+    }
+
+
+def chat_choice(
+    text: str,
+    token_ids: list[int],
+    finish_reason: str | None,
+    stop_reason: str | int | None = None,
+    delta: dict | None = None,
+) -> dict:
+    """A chat choice: the whole ``message``, or (streaming) the ``delta`` given."""
+    body = {"delta": delta} if delta is not None else {"message": {"role": "assistant", "content": text}}
+    return {
+        "index": 0,
+        **body,
+        "token_ids": token_ids,
+        "logprobs": None,
+        "finish_reason": finish_reason,
+        "stop_reason": stop_reason,
     }
 
 

@@ -1,27 +1,33 @@
 """An OpenAI-compatible HTTP server around the reference engine (standard library only).
 
-Endpoints: ``POST /v1/completions`` (see :mod:`specscope.serve.protocol`; streamed as
-server-sent events ``data: {...}`` ending with ``data: [DONE]``), ``GET /v1/models``,
-``GET /health`` (200, or 503 once the engine loop has failed) and ``GET /metrics``
-(:mod:`specscope.serve.exporter`). One thread per connection; the engine runs on its own
-thread (:class:`~specscope.serve.engine_loop.EngineLoop`). Bad requests get a 4xx JSON error
-naming the problem and the server stays up. Responses close the connection (HTTP/1.0).
+Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (fields:
+:mod:`specscope.serve.protocol`; streamed as server-sent events ``data: {...}`` ending with
+``data: [DONE]``; the first event carries the prefill's token alone), ``GET /v1/models``,
+``GET /v1/models/{id}``, ``GET /health`` (200, or 503 once the engine loop has failed) and
+``GET /metrics`` (:mod:`specscope.serve.exporter`). One thread per connection; the engine runs
+on its own thread (:class:`~specscope.serve.engine_loop.EngineLoop`). Bad requests get a 4xx
+JSON error naming the problem, and no request stops the server. ``max_model_len`` (prompt +
+output tokens) is the engine's ``max_seq_len``. Responses close the connection (HTTP/1.0).
 """
 
 from __future__ import annotations
 
+import errno
+import itertools
 import json
 import logging
 import queue
-import time
+import urllib.parse
 import uuid
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from specscope.errors import SpecscopeError
 from specscope.serve import exporter, protocol
-from specscope.serve.detokenize import IncrementalDecoder
+from specscope.serve.chat import ChatTemplate
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING, EngineLoop, Job, JobEvent
-from specscope.serve.protocol import ApiError, CompletionRequest
+from specscope.serve.output import OutputText, Piece
+from specscope.serve.protocol import ApiError, GenerationRequest
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
@@ -35,11 +41,19 @@ class CompletionServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 256
 
-    def __init__(self, address: tuple[str, int], loop: EngineLoop, tokenizer, model_name: str) -> None:
-        super().__init__(address, CompletionHandler)
-        self.loop, self.tokenizer, self.model_name = loop, tokenizer, model_name
+    def __init__(
+        self,
+        address: tuple[str, int],
+        loop: EngineLoop,
+        tokenizer,
+        model_name: str,
+        chat_template: ChatTemplate | None = None,
+    ) -> None:
+        self.loop, self.tokenizer, self.model_name = loop, tokenizer, model_name  # before binding:
+        super().__init__(address, CompletionHandler)  # a failed bind calls server_close()
+        self.chat_template = chat_template
         engine = loop.engine
-        self.max_seq_len: int = engine.max_seq_len
+        self.max_model_len: int = engine.max_seq_len
         self.vocab_size: int = engine.target.config.vocab_size
         self.registry = exporter.make_registry(loop, model_name, spec_decode=engine.proposer is not None)
 
@@ -54,13 +68,24 @@ class CompletionServer(ThreadingHTTPServer):
 
 
 def create_server(
-    engine, tokenizer, model_name: str, host: str, port: int, max_waiting: int = DEFAULT_MAX_WAITING
+    engine,
+    tokenizer,
+    model_name: str,
+    host: str,
+    port: int,
+    max_waiting: int = DEFAULT_MAX_WAITING,
+    chat_template: ChatTemplate | None = None,
 ) -> CompletionServer:
-    """Bind (``port=0``: any free port) and start the engine loop; call ``serve_forever()``."""
+    """Bind (``port=0``: any free port) and start the engine loop; call ``serve_forever()``.
+    Without ``chat_template``, ``/v1/chat/completions`` answers 400."""
     loop = EngineLoop(engine, max_waiting)
     try:
-        server = CompletionServer((host, port), loop, tokenizer, model_name)
+        server = CompletionServer((host, port), loop, tokenizer, model_name, chat_template)
     except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise SpecscopeError(
+                f"--port: {host}:{port} is already in use; choose another port (0: any free port)"
+            ) from None
         raise SpecscopeError(
             f"--host/--port: cannot listen on {host}:{port} ({error.strerror or error})"
         ) from None
@@ -90,41 +115,46 @@ class CompletionHandler(BaseHTTPRequestHandler):
     def _send_error(self, error: ApiError) -> None:
         self._send(error.status, error.body())
 
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own errors (a malformed request line, too many headers, an unknown
+        method) as JSON errors like the others."""
+        self.close_connection = True
+        self.request_version = "HTTP/1.0"  # a request line too bad to read: answer with a status line
+        if code == 501:  # a method with no do_<METHOD>: the client's mistake, not the server's
+            code, message = 405, f"method {str(self.command)[:20]!r} not allowed"
+        self._send_error(ApiError(code, message or self.responses.get(code, ("error",))[0]))
+
     # --- routes ---------------------------------------------------------------------------
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        server = self.server
         if path == "/health":
-            if self.server.loop.alive():
+            if server.loop.alive():
                 self._send(200, b"")
             else:
-                self._send_error(ApiError(503, f"engine unavailable: {self.server.loop.failure}"))
+                self._send_error(ApiError(503, f"engine unavailable: {server.loop.failure}"))
         elif path == "/v1/models":
-            self._send_json(
-                200,
-                {
-                    "object": "list",
-                    "data": [
-                        {
-                            "id": self.server.model_name,
-                            "object": "model",
-                            "created": int(time.time()),
-                            "owned_by": "specscope",
-                            "max_model_len": self.server.max_seq_len,
-                        }
-                    ],
-                },
-            )
+            model = protocol.model_object(server.model_name, server.max_model_len)
+            self._send_json(200, {"object": "list", "data": [model]})
+        elif path.startswith("/v1/models/"):
+            name = urllib.parse.unquote(path[len("/v1/models/") :])
+            if name != server.model_name:
+                self._send_error(ApiError(404, f"model {name[:80]!r} does not exist"))
+            else:
+                self._send_json(200, protocol.model_object(server.model_name, server.max_model_len))
         elif path == "/metrics":
-            self._send(200, exporter.render(self.server.registry), exporter.CONTENT_TYPE)
+            self._send(200, exporter.render(server.registry), exporter.CONTENT_TYPE)
         else:
-            self._send_error(ApiError(404, f"no route GET {path}"))
+            self._send_error(ApiError(404, f"no route GET {path[:80]}"))
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0]
         try:
-            if path != "/v1/completions":
-                raise ApiError(404, f"no route POST {path}")
-            self._completions(self._read_body())
+            if path not in ROUTES:
+                raise ApiError(404, f"no route POST {path[:80]}")
+            chat = path == "/v1/chat/completions"
+            parse = protocol.parse_chat_request if chat else protocol.parse_completion_request
+            self._generate(parse(self._read_body(), self.server.model_name), chat)
         except ApiError as error:
             self._send_error(error)
         except (BrokenPipeError, ConnectionResetError):
@@ -133,6 +163,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
             log.exception("request failed")
             self._send_error(ApiError(500, f"internal error: {type(error).__name__}: {error}"))
 
+    def _not_allowed(self) -> None:
+        self._send_error(ApiError(405, f"method {self.command} not allowed on {self.path[:80]}"))
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
     def _read_body(self) -> bytes:
         length = self.headers.get("Content-Length")
         if length is None:
@@ -140,99 +175,153 @@ class CompletionHandler(BaseHTTPRequestHandler):
         try:
             size = int(length)
         except ValueError:
-            raise ApiError(400, f"bad Content-Length {length!r}") from None
-        if size < 0 or size > MAX_BODY_BYTES:
+            raise ApiError(400, f"bad Content-Length {length[:40]!r}") from None
+        if size < 0:
+            raise ApiError(400, f"bad Content-Length {size}")
+        if size > MAX_BODY_BYTES:
             raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
-        return self.rfile.read(size)
+        body = self.rfile.read(size)
+        if len(body) < size:
+            raise ApiError(400, f"request body has {len(body)} bytes, Content-Length said {size}")
+        return body
 
-    def _tokens(self, request: CompletionRequest) -> list[int]:
+    # --- generation -----------------------------------------------------------------------
+    def _prompt_ids(self, request: GenerationRequest) -> list[int]:
+        server = self.server
         if request.prompt_token_ids is not None:
             ids = list(request.prompt_token_ids)
-            if max(ids) >= self.server.vocab_size:
-                raise ApiError(
-                    400, f"'prompt': token ids must be below the vocabulary size {self.server.vocab_size}"
-                )
-        else:
-            if self.server.tokenizer is None:
-                raise ApiError(400, "'prompt': this model directory has no tokenizer.json; send token ids")
-            ids = self.server.tokenizer.encode(request.prompt_text).ids
-            if not ids:
-                raise ApiError(400, "'prompt': tokenises to no tokens")
-        if len(ids) + request.max_tokens > self.server.max_seq_len:
+            if max(ids) >= server.vocab_size:
+                raise ApiError(400, f"'prompt': token ids must be below the vocabulary size {server.vocab_size}")
+            return ids
+        if request.messages is not None and server.chat_template is None:
             raise ApiError(
-                400,
-                f"prompt ({len(ids)} tokens) + max_tokens ({request.max_tokens}) exceeds the "
-                f"maximum sequence length {self.server.max_seq_len}",
+                400, "this model has no chat template (tokenizer_config.json 'chat_template'); "
+                "use /v1/completions"
             )
+        if server.tokenizer is None:
+            raise ApiError(400, "'prompt': this model directory has no tokenizer.json; send token ids")
+        if request.messages is not None:
+            text = server.chat_template.render(list(request.messages))
+            ids = server.tokenizer.encode(text, add_special_tokens=False).ids
+        else:
+            ids = server.tokenizer.encode(request.prompt_text).ids
+        if not ids:
+            raise ApiError(400, "'prompt': tokenises to no tokens")
         return ids
 
-    def _completions(self, raw: bytes) -> None:
+    def _job(self, request: GenerationRequest, prompt_ids: list[int]) -> Job:
         from specscope.engine.sampling import SamplingParams
 
-        request = protocol.parse_completion_request(raw, self.server.model_name)
-        prompt_ids = self._tokens(request)
+        server = self.server
+        room = server.max_model_len - len(prompt_ids)
+        max_tokens = request.max_tokens if request.max_tokens is not None else room
+        if max_tokens > room or room < 1:
+            raise ApiError(
+                400,
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds the "
+                f"maximum sequence length (max_model_len) {server.max_model_len}",
+            )
+        if request.min_tokens > max_tokens:
+            raise ApiError(400, f"'min_tokens': expected <= max_tokens ({max_tokens}), got {request.min_tokens}")
+        if request.stop and server.tokenizer is None:
+            raise ApiError(400, "'stop': stop strings need the model's tokenizer.json; use 'stop_token_ids'")
+        if any(t >= server.vocab_size for t in request.stop_token_ids):
+            raise ApiError(
+                400, f"'stop_token_ids': token ids must be below the vocabulary size {server.vocab_size}"
+            )
         try:
-            sampling = SamplingParams(request.temperature, request.top_p, request.top_k, request.seed)
+            sampling = SamplingParams(
+                request.temperature,
+                request.top_p,
+                request.top_k,
+                request.seed,
+                request.min_p,
+                request.repetition_penalty,
+                request.min_tokens,
+                request.stop_token_ids,
+            )
         except SpecscopeError as error:
             raise ApiError(400, str(error)) from None
-        job = Job(uuid.uuid4().hex, prompt_ids, request.max_tokens, sampling, request.ignore_eos)
+        return Job(uuid.uuid4().hex, prompt_ids, max_tokens, sampling, request.ignore_eos)
+
+    def _generate(self, request: GenerationRequest, chat: bool) -> None:
+        prompt_ids = self._prompt_ids(request)
+        job = self._job(request, prompt_ids)
         self.server.loop.submit(job)
         try:
-            self._answer(request, job, prompt_ids)
+            self._answer(request, job, len(prompt_ids), chat)
         except (BrokenPipeError, ConnectionResetError):
             self.server.loop.cancel(job)  # the client went away: free its batch slot
             raise
 
-    def _answer(self, request: CompletionRequest, job: Job, prompt_ids: list[int]) -> None:
+    def _pieces(
+        self, request: GenerationRequest, job: Job
+    ) -> Iterator[tuple[Piece, str | None, str | int | None]]:
+        """Per engine event: the piece to send, the finish reason (on the last) and the stop
+        reason (the stop string, or the stop token id from ``stop_token_ids``)."""
+        output = OutputText(self.server.tokenizer, request.stop)
+        while True:
+            event = self._next_event(job)
+            if event.error is not None:
+                raise event.error
+            piece = output.add(event.token_ids, final=event.finish_reason is not None)
+            if piece.stop is not None:
+                self.server.loop.cancel(job, reason="stop")
+                yield piece, "stop", piece.stop
+                return
+            finish = event.finish_reason
+            last = event.token_ids[-1] if event.token_ids else None
+            stop_reason = last if finish == "stop" and last in request.stop_token_ids else None
+            yield piece, finish, stop_reason
+            if finish is not None:
+                return
+
+    def _answer(self, request: GenerationRequest, job: Job, prompt_len: int, chat: bool) -> None:
         """Wait for ``job``'s tokens and send them, in one answer or as a stream."""
-        cid = protocol.new_completion_id()
-        output: list[int] = []
-        first = self._next_event(job)
-        if first.error is not None:
-            raise first.error
+        model = self.server.model_name
+        cid = protocol.new_id("chatcmpl" if chat else "cmpl")
+        pieces = self._pieces(request, job)
         if not request.stream:
-            event = first
-            output.extend(event.token_ids)
-            while event.finish_reason is None:
-                event = self._next_event(job)
-                if event.error is not None:
-                    raise event.error
-                output.extend(event.token_ids)
-            choice = protocol.choice(self._decode(output), output, event.finish_reason)
-            self._send_json(
-                200,
-                protocol.completion_object(
-                    cid, self.server.model_name, [choice], protocol.usage(len(prompt_ids), len(output))
-                ),
+            texts, tokens = [], []
+            for piece, finish, stop_reason in pieces:
+                texts.append(piece.text)
+                tokens.extend(piece.token_ids)
+            make = protocol.chat_choice if chat else protocol.choice
+            kind = "chat.completion" if chat else "text_completion"
+            answer = protocol.completion_object(
+                cid, model, [make("".join(texts), tokens, finish, stop_reason)],
+                protocol.usage(prompt_len, len(tokens)), kind,
             )
+            self._send_json(200, answer)
             return
+        first = next(pieces)  # before the headers: an error here is still an HTTP status
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
-        event = first
-        decoder = IncrementalDecoder(self.server.tokenizer) if self.server.tokenizer is not None else None
-        while True:
-            output.extend(event.token_ids)
-            delta = decoder.add(event.token_ids, final=event.finish_reason is not None) if decoder else ""
-            choice = protocol.choice(delta, event.token_ids, event.finish_reason)
-            self.wfile.write(protocol.sse(protocol.completion_object(cid, self.server.model_name, [choice])))
-            self.wfile.flush()
-            if event.finish_reason is not None:
-                break
-            event = self._next_event(job)
-            if event.error is not None:  # headers are out: report the error inside the stream
-                self.wfile.write(protocol.sse(json.loads(event.error.body())))
-                break
+        kind = "chat.completion.chunk" if chat else "text_completion"
+        if chat:  # vLLM's first chat chunk: the role
+            delta = {"role": "assistant", "content": ""}
+            role = protocol.chat_choice("", [], None, delta=delta)
+            self._event(protocol.completion_object(cid, model, [role], kind=kind))
+        count = 0
+        try:
+            for piece, finish, stop_reason in itertools.chain([first], pieces):
+                count += len(piece.token_ids)
+                if chat:
+                    delta = {"content": piece.text}
+                    made = protocol.chat_choice("", piece.token_ids, finish, stop_reason, delta=delta)
+                else:
+                    made = protocol.choice(piece.text, piece.token_ids, finish, stop_reason)
+                self._event(protocol.completion_object(cid, model, [made], kind=kind))
+        except ApiError as error:  # headers are out: report the error inside the stream
+            self._event(json.loads(error.body()))
         if request.include_usage:
-            self.wfile.write(
-                protocol.sse(
-                    protocol.completion_object(
-                        cid, self.server.model_name, [], protocol.usage(len(prompt_ids), len(output))
-                    )
-                )
-            )
-        self.wfile.write(protocol.sse("[DONE]"))
+            self._event(protocol.completion_object(cid, model, [], protocol.usage(prompt_len, count), kind))
+        self._event("[DONE]")
+
+    def _event(self, payload: dict | str) -> None:
+        self.wfile.write(protocol.sse(payload))
         self.wfile.flush()
 
     def _next_event(self, job: Job) -> JobEvent:
@@ -245,6 +334,5 @@ class CompletionHandler(BaseHTTPRequestHandler):
                         [], error=ApiError(503, f"engine unavailable: {self.server.loop.failure}")
                     )
 
-    def _decode(self, token_ids: list[int]) -> str:
-        tokenizer = self.server.tokenizer
-        return tokenizer.decode(token_ids) if tokenizer is not None and token_ids else ""
+
+ROUTES = ("/v1/completions", "/v1/chat/completions")
