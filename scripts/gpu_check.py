@@ -38,7 +38,7 @@ from specscope.engine.config import ModelConfig, RopeConfig
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import Transformer
 from specscope.engine.runner import Engine
-from specscope.proposers.base import ProposerConfig
+from specscope.engine.proposer_api import ProposerConfig
 from specscope.proposers.draft_model import DraftModelProposer
 
 BUDGET_S = 360  # SD batch sizes still to run after this many seconds are skipped (limit: 8 min)

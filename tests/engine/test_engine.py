@@ -6,7 +6,8 @@ import pytest
 import torch
 from tiny_checkpoints import VOCAB
 
-from specscope.engine.runner import Engine, SamplingParams, load_engine
+from specscope.engine.runner import Engine, SamplingParams
+from specscope.assemble import load_engine
 from specscope.errors import SpecscopeError
 
 PROMPT_LENGTHS = [5, 17, 9, 3, 12, 7, 21, 4, 10, 6]

@@ -8,7 +8,8 @@ import pytest
 import torch
 from test_engine import prompts
 
-from specscope.engine.runner import SamplingParams, load_engine
+from specscope.engine.runner import SamplingParams
+from specscope.assemble import load_engine
 from specscope.errors import SpecscopeError
 
 SEEDED = SamplingParams(temperature=1.0, top_p=0.95, seed=2**64 - 1)

@@ -7,7 +7,8 @@ import torch
 from scipy.stats import chisquare
 from tiny_checkpoints import llama_config, write_checkpoint
 
-from specscope.engine.runner import SamplingParams, load_engine
+from specscope.engine.runner import SamplingParams
+from specscope.assemble import load_engine
 from specscope.engine.sampling import BatchSampling
 
 ALPHA = 1e-3  # false-alarm rate of the test: a correct engine fails one seed in a thousand

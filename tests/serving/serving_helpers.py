@@ -109,7 +109,7 @@ def start_server(
     max_seq_len: int = 256,
     draft_dir: Path | None = None,
 ) -> RunningServer:
-    from specscope.engine.runner import load_engine
+    from specscope.assemble import load_engine
     from specscope.serve.chat import load_chat_template
     from specscope.serve.server import create_server
 

@@ -269,7 +269,7 @@ def test_stop_token_ids_and_min_tokens(servers):
 
 
 def test_max_model_len_defaults_to_max_position_embeddings(tiny_model):
-    from specscope.engine.runner import load_engine
+    from specscope.assemble import load_engine
     from specscope.serve.server import create_server
 
     engine, tokenizer = load_engine(tiny_model, "none", max_batch_size=1)

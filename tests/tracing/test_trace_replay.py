@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 from specscope.cli import main  # noqa: E402
-from specscope.engine.runner import load_engine  # noqa: E402
+from specscope.assemble import load_engine  # noqa: E402
 from specscope.sim.plan import make_plan  # noqa: E402
 from specscope.sim.policies import parse_policy  # noqa: E402
 from specscope.trace import load_traces  # noqa: E402

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from specscope.cli import main
 from specscope.engine.loading import load_model, load_tokenizer
-from specscope.engine.runner import load_engine
+from specscope.assemble import load_engine
 from specscope.workloads.chat import load_chat_template
 from specscope.zoo.evaluate import decode_all, distinct_4
 from specscope.zoo.stream import Stream

@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecscopeError("--draft: only used with an SD --method (draft, eagle, eagle3, mtp)")
     import torch
 
-    from specscope.engine.runner import load_engine
+    from specscope.assemble import load_engine
     from specscope.serve.chat import load_chat_template
     from specscope.serve.server import create_server
 

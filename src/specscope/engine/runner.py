@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
@@ -29,9 +28,9 @@ from specscope.engine.sampling import BatchSampling, SamplingParams
 from specscope.engine.step import prefill, sd_step
 from specscope.engine.timing import PhaseClock
 from specscope.errors import SpecscopeError
-from specscope.proposers.base import Proposer
+from specscope.engine.proposer_api import Proposer
 
-__all__ = ["Engine", "SamplingParams", "StepOutput", "load_engine", "DEFAULT_MAX_SEQ_LEN"]
+__all__ = ["Engine", "SamplingParams", "StepOutput", "DEFAULT_MAX_SEQ_LEN"]
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_SEQ_LEN = 2048
@@ -332,45 +331,3 @@ class Engine:
         """Forget step records and counters (e.g. after a warm-up)."""
         self.stats = SpecDecodeStats(self.k)
         self.step_records = []
-
-
-def load_engine(
-    model_dir: str | Path,
-    method: str = "none",
-    draft_dir: str | Path | None = None,
-    k: int = 3,
-    max_batch_size: int = 8,
-    max_seq_len: int | None = None,
-    dtype: str = "float32",
-    device: str = "cpu",
-) -> tuple[Engine, "tokenizers.Tokenizer | None"]:  # noqa: F821
-    """Load target (and proposer ``method`` unless "none") from HF directories; returns the
-    engine and the target directory's ``tokenizer.json`` tokenizer (``None`` without one).
-    ``max_seq_len`` defaults to the model's ``max_position_embeddings`` (else
-    ``DEFAULT_MAX_SEQ_LEN``) and may not exceed it."""
-    from specscope.engine.loading import (
-        load_eos_token_ids,
-        load_model,
-        load_tokenizer,
-        parse_dtype,
-        resolve_device,
-    )
-    from specscope.proposers import ProposerConfig, create_proposer
-
-    model_dir = Path(model_dir)
-    torch_device = resolve_device(device)
-    target = load_model(model_dir, parse_dtype(dtype), torch_device)
-    if max_seq_len is None:
-        max_seq_len = target.config.max_position_embeddings or DEFAULT_MAX_SEQ_LEN
-    proposer = None
-    if method != "none":
-        config = ProposerConfig(
-            method,
-            k,
-            max_batch_size,
-            Engine.cache_capacity(max_seq_len, k),
-            Path(draft_dir) if draft_dir is not None else None,
-        )
-        proposer = create_proposer(config, target)
-    engine = Engine(target, proposer, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir))
-    return engine, load_tokenizer(model_dir)

@@ -16,7 +16,12 @@ from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import Transformer
 from specscope.engine.sampling import BatchSampling, verify_greedy, verify_sampled
 from specscope.engine.timing import PhaseClock
-from specscope.proposers.base import Proposal, ProposeInput, Proposer, TargetPass
+from specscope.engine.proposer_api import (
+    Proposal,
+    ProposeInput,
+    Proposer,
+    TargetPass,
+)
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Proposers: one protocol, one registry (:mod:`specscope.proposers.base`).
+"""Proposers behind one protocol (:mod:`specscope.engine.proposer_api`) and one registry
+(:mod:`specscope.proposers.registry`).
 
 Importing this package imports every method module in it, so each registers itself; adding a
 method means adding one module that decorates its factory with ``@register("name")``.
@@ -9,17 +10,15 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from specscope.proposers.base import (  # noqa: F401
-    PROPOSERS,
+from specscope.engine.proposer_api import (  # noqa: F401
     Proposal,
     ProposeInput,
     Proposer,
     ProposerConfig,
     TargetPass,
-    create_proposer,
-    register,
 )
+from specscope.proposers.registry import PROPOSERS, create_proposer, register  # noqa: F401
 
 for _info in pkgutil.iter_modules(__path__):
-    if _info.name != "base" and not _info.name.startswith("_"):
+    if _info.name != "registry" and not _info.name.startswith("_"):
         importlib.import_module(f"{__name__}.{_info.name}")

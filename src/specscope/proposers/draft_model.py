@@ -23,15 +23,15 @@ from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import load_model
 from specscope.engine.model import Transformer
 from specscope.errors import SpecscopeError
-from specscope.proposers.base import (
+from specscope.engine.proposer_api import (
     Proposal,
     ProposeInput,
     ProposerConfig,
     RolloutInput,
     TargetPass,
-    register,
     token_probability,
 )
+from specscope.proposers.registry import register
 from specscope.proposers.rollout import RolloutTree, roll_out
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class DraftModelProposer:
 
     @torch.no_grad()
     def rollout(self, batch: RolloutInput) -> tuple[torch.Tensor, torch.Tensor]:
-        """All positions at once (:class:`~specscope.proposers.base.PositionRollout`): the
+        """All positions at once (:class:`~specscope.engine.proposer_api.PositionRollout`): the
         draft's forward over the whole sequence is the prefix; the anchor of output position
         i is the newest token's own position P + i."""
         tokens = self._embeddable(batch.tokens)  # [batch, T]

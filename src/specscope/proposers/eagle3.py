@@ -35,7 +35,8 @@ from specscope.engine.model import (
     Transformer,
 )
 from specscope.errors import SpecscopeError
-from specscope.proposers.base import ProposerConfig, register
+from specscope.engine.proposer_api import ProposerConfig
+from specscope.proposers.registry import register
 from specscope.proposers.heads import (
     Head,
     HeadProposer,

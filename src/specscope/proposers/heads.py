@@ -37,7 +37,7 @@ from specscope.engine.loading import load_state_dict
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_json_object
-from specscope.proposers.base import (
+from specscope.engine.proposer_api import (
     Proposal,
     ProposeInput,
     ProposerConfig,
@@ -312,7 +312,7 @@ class HeadProposer:
 
     @torch.no_grad()
     def rollout(self, batch: RolloutInput) -> tuple[torch.Tensor, torch.Tensor]:
-        """All positions at once (:class:`~specscope.proposers.base.PositionRollout`): the
+        """All positions at once (:class:`~specscope.engine.proposer_api.PositionRollout`): the
         prefix is the head over entries ``0..T-2`` (``x[p+1]`` with ``h[p]``); the anchor of
         output position i is ``P + i - 1``, whose output ``f`` proposes ``d_1``."""
         tokens = batch.tokens[:, 1:]  # [batch, T-1]: x[p+1] of entry p

@@ -29,7 +29,8 @@ from torch import nn
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import AttentionContext, DecoderLayer, RMSNorm, Transformer
 from specscope.errors import SpecscopeError
-from specscope.proposers.base import ProposerConfig, register
+from specscope.engine.proposer_api import ProposerConfig
+from specscope.proposers.registry import register
 from specscope.proposers.heads import (
     Head,
     HeadProposer,

@@ -15,15 +15,15 @@ import numpy as np
 import torch
 
 from specscope.errors import SpecscopeError
-from specscope.proposers.base import (
+from specscope.engine.proposer_api import (
     NGRAM_MAX_N,
     NGRAM_MIN_N,
     Proposal,
     ProposeInput,
     ProposerConfig,
     TargetPass,
-    register,
 )
+from specscope.proposers.registry import register
 
 
 def lookup(history: list[int] | np.ndarray, k: int, min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N) -> list[int]:

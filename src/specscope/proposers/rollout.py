@@ -29,7 +29,7 @@ import torch
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import AttentionContext
-from specscope.proposers.base import RolloutInput, token_probability
+from specscope.engine.proposer_api import RolloutInput, token_probability
 
 # (draft tokens [batch, W], state [batch, W, h], RoPE positions [batch, W], context) -> next state
 Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, AttentionContext], torch.Tensor]

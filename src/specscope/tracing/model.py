@@ -4,13 +4,13 @@ At every output position i (the newest token is output[i], its position P + i) t
 proposes k_max tokens; ``acc_len[i]`` = 1 + how many of them agree with the target's greedy
 continuation output[i+1:], ``draft_len[i]`` = how many it offered. Two ways, same numbers:
 
-- proposers with :class:`~specscope.proposers.base.PositionRollout` (all of specscope's model
+- proposers with :class:`~specscope.engine.proposer_api.PositionRollout` (all of specscope's model
   proposers) roll out every position at once: one target forward over prompt + output gives
   the hidden states, then the proposer drafts from all positions together over one shared
   prefix cache (:mod:`specscope.proposers.rollout`): one forward over the sequences, then
   k_max − 1 per window of positions, for a whole batch of requests;
 - any other proposer is driven through the engine's protocol
-  (:mod:`specscope.proposers.base`): after the prompt's prefill, per position, ``propose``
+  (:mod:`specscope.engine.proposer_api`): after the prompt's prefill, per position, ``propose``
   k_max tokens, then the target runs over output[i] alone and the proposer observes that pass
   (one committed token). Requests of a batch advance together, one position per iteration.
 
@@ -31,7 +31,7 @@ from specscope.engine.model import Transformer
 from specscope.engine.runner import Engine
 from specscope.engine.sampling import BatchSampling, SamplingParams
 from specscope.engine.step import prefill
-from specscope.proposers.base import (
+from specscope.engine.proposer_api import (
     PositionRollout,
     ProposeInput,
     Proposer,

@@ -21,7 +21,7 @@ from typing import Sequence
 
 import numpy as np
 
-from specscope.proposers.base import NGRAM_MAX_N, NGRAM_MIN_N
+from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.schema import ProposerTrace
 
 

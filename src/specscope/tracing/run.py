@@ -17,7 +17,7 @@ from typing import Iterator, Sequence
 
 from specscope.errors import SpecscopeError
 from specscope.progress import LazyProgress
-from specscope.proposers.base import NGRAM_MAX_N, NGRAM_MIN_N
+from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
 from specscope.trace.schema import TraceRecord
 from specscope.tracing.settings import check_resume, model_fingerprint, requests_fingerprint

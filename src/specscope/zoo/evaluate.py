@@ -18,7 +18,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.engine.runner import Engine, load_engine
+from specscope.engine.runner import Engine
+from specscope.assemble import load_engine
 from specscope.workloads.bundled import read_bundled
 from specscope.workloads.chat import load_chat_template
 from specscope.zoo.shipped import model_dir

@@ -1,4 +1,5 @@
-"""The one interface every proposer implements, and the registry that names them.
+"""The one interface every proposer implements (the registry that names them is
+:mod:`specscope.proposers.registry`).
 
 A proposer offers up to ``k`` draft tokens per sequence per step; the engine verifies them with
 one target forward pass (see :mod:`specscope.engine.step`). The engine talks to a proposer
@@ -32,23 +33,19 @@ Rows of every call are in the same order within a step but slots may be any subs
 the same engine step. Time spent in ``observe`` counts as prefill after a prefill pass and as
 drafting after a verification.
 
-Methods register a factory under a name with :func:`register`; :func:`create_proposer` builds
-one from a :class:`ProposerConfig`. No dispatch on method names happens anywhere else.
+The contract belongs to the engine, which calls it; proposers implement it and import it from
+here, so the engine never imports a proposer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from specscope.errors import SpecscopeError
-
 if TYPE_CHECKING:
     import torch
 
-    from specscope.engine.model import Transformer
     from specscope.engine.sampling import BatchSampling
 
 
@@ -161,33 +158,3 @@ class Proposer(Protocol):
     def propose(self, request: ProposeInput) -> Proposal: ...
 
     def release(self, slot: int) -> None: ...
-
-
-ProposerFactory = Callable[[ProposerConfig, "Transformer"], Proposer]
-PROPOSERS: dict[str, ProposerFactory] = {}
-
-
-def register(name: str) -> Callable[[ProposerFactory], ProposerFactory]:
-    """Decorator: make ``factory(config, target) -> Proposer`` available as ``name``."""
-
-    def decorate(factory: ProposerFactory) -> ProposerFactory:
-        if name in PROPOSERS:
-            raise ValueError(f"proposer {name!r} registered twice")
-        PROPOSERS[name] = factory
-        return factory
-
-    return decorate
-
-
-def create_proposer(config: ProposerConfig, target: "Transformer") -> Proposer:
-    """Build the proposer ``config.method`` for ``target``."""
-    import specscope.proposers  # noqa: F401  (imports every method module, filling PROPOSERS)
-
-    factory = PROPOSERS.get(config.method)
-    if factory is None:
-        raise SpecscopeError(
-            f"--method: unknown proposer {config.method!r} (known: {', '.join(sorted(PROPOSERS))})"
-        )
-    if config.k < 1:
-        raise SpecscopeError(f"--k: expected a positive proposal length, got {config.k}")
-    return factory(config, target)
