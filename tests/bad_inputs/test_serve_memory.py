@@ -1,0 +1,34 @@
+"""Bad options of `specscope serve` (refused before a model is loaded or a port bound) and
+`specscope memory` (configs with impossible shapes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harness import Case, check
+
+CONFIG = {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+          "intermediate_size": 128, "vocab_size": 100}
+WITH_DIR = {"empty/keep.txt": ""}
+
+CASES = [
+    Case("serve-model-without-config", ["serve", "--model", "empty"], r"empty: expected a Hugging Face model directory",
+         WITH_DIR),
+    Case("serve-port-past-65535", ["serve", "--model", "empty", "--port", "70000"], r"--port: expected 0\.\.65535",
+         WITH_DIR),
+    Case("serve-k-zero", ["serve", "--model", "empty", "--k", "0"], r"--k: expected a positive integer", WITH_DIR),
+    Case("serve-port-text", ["serve", "--model", "empty", "--port", "http"], r"--port"),
+    Case("memory-unknown-preset", ["memory", "--target", "nonexistent-model"], r"nonexistent-model: not a model preset"),
+    Case("memory-heads-not-divisible", ["memory", "--target", "c.json"], r"c\.json.*num_key_value_heads",
+         {"c.json": json.dumps({**CONFIG, "num_key_value_heads": 3})}),
+    Case("memory-negative-hidden", ["memory", "--target", "c.json"], r"c\.json.*hidden_size",
+         {"c.json": json.dumps({**CONFIG, "hidden_size": -64})}),
+    Case("memory-config-not-json", ["memory", "--target", "c.json"], r"c\.json:1", {"c.json": "{hidden_size: 1"}),
+    Case("memory-dtype-bytes", ["memory", "--target", "llama3.1-8b", "--dtype-bytes", "3"], r"--dtype-bytes"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)
