@@ -136,16 +136,23 @@ def check_table_output(path: str | Path) -> Path:
     return path
 
 
+def read_text(path: str | Path) -> str:
+    """The UTF-8 text of ``path``, or a one-line error naming the file (and the bad byte)."""
+    path = Path(path)
+    try:
+        return path.read_bytes().decode("utf-8")
+    except OSError as error:
+        raise SpecscopeError(f"{path}: cannot read ({error.strerror or error})") from None
+    except UnicodeDecodeError as error:
+        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
 def read_json_object(path: str | Path, what: str = "a JSON object") -> dict:
     """The JSON object in ``path``, or a one-line error naming the file (and line) and what
     was expected."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
-    except UnicodeDecodeError as error:
-        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+        data = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
     if not isinstance(data, dict):
@@ -161,10 +168,6 @@ def read_toml_object(path: str | Path) -> dict:
         import tomli as tomllib
     path = Path(path)
     try:
-        return tomllib.loads(path.read_bytes().decode("utf-8"))
-    except OSError as error:
-        raise SpecscopeError(f"{path}: cannot read ({error.strerror or error})") from None
-    except UnicodeDecodeError as error:
-        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+        return tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as error:
         raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
