@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 from hypothesis import given, settings
@@ -44,11 +43,9 @@ def test_hand_table():
     assert trace.acc_len[-1] == 1
 
 
-def test_long_output_is_fast():
+def test_long_output():
     rng = np.random.default_rng(0)
     phrase = rng.integers(0, 500, 40).tolist()
     output = (phrase * 800)[:32_000]
-    start = time.perf_counter()
-    trace = ngram_trace(rng.integers(0, 500, 200).tolist(), output, k_max=20)
+    trace = ngram_trace(rng.integers(0, 500, 200).tolist(), output, k_max=20)  # speed: benchmarks/bench_tracer.py
     assert len(trace.acc_len) == 32_000 and trace.acc_len[100] == 21
-    assert time.perf_counter() - start < 10  # generous under load; benchmarks/bench_tracer.py has the figure

@@ -1,7 +1,7 @@
 """Per-step records and aggregate speculative-decoding statistics.
 
 Statistics are kept apart from exporters: :class:`StepRecord` is one JSON line per engine
-step (issue 2's time-split analysis reads these field names), :class:`SpecDecodeStats` counts
+step (the time-split analysis and the cost-model fit read these field names), :class:`SpecDecodeStats` counts
 drafts and acceptances with vLLM's names. Definitions (terms as in
 :mod:`specscope.engine.sampling`):
 

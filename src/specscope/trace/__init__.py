@@ -1,8 +1,9 @@
 """Acceptance traces: the one record per request that simulation and analysis read.
 
-``schema`` defines the record; ``jsonl`` reads and writes specscope's own JSON Lines format;
-``specdecode_bench`` imports the paper's SpecDecode-Bench files; ``load`` picks the right
-reader for each line and reports what it had to repair.
+``schema`` defines the record; ``fields`` reads one JSON line's fields with errors naming
+file:line and field; ``load`` reads specscope's own JSON Lines format and the paper's
+SpecDecode-Bench files (the right parser for each line), reports what it had to repair, and
+writes traces.
 """
 
 from specscope.trace.load import LoadReport, load_traces

@@ -105,7 +105,7 @@ class SpecDecodeDelta:
         return rates
 
     def as_row(self) -> dict[str, object]:
-        """Flat fields for a result row (the names issue 3's bench rows use)."""
+        """Flat fields for a result row (the names the bench and sweep rows use)."""
         return {
             "num_drafts": self.num_drafts,
             "num_draft_tokens": self.num_draft_tokens,
