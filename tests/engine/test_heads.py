@@ -19,6 +19,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file
 from scipy.stats import chisquare
+from tiny_heads import write_random_eagle, write_random_eagle3, write_random_mtp
 from tiny_checkpoints import llama_config, qwen3_config, write_checkpoint
 
 from specscope.costmodel.memory import eagle3_params, eagle_params, mtp_params
@@ -28,9 +29,6 @@ from specscope.engine.loading import load_model
 from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
 from specscope.proposers import PROPOSERS, ProposerConfig, create_proposer
-from specscope.proposers.eagle import write_random_eagle
-from specscope.proposers.eagle3 import write_random_eagle3
-from specscope.proposers.mtp import write_random_mtp
 
 VOCAB, HIDDEN, LAYERS, DRAFT_VOCAB = 24, 32, 4, 18
 K, MAX_SEQ_LEN = 3, 96

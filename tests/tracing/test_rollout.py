@@ -9,14 +9,12 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+from tiny_heads import write_random_eagle, write_random_eagle3, write_random_mtp
 from tiny_checkpoints import llama_config, write_checkpoint
 
 from specscope.engine.loading import load_model
 from specscope.engine.runner import Engine
 from specscope.proposers import ProposerConfig, create_proposer
-from specscope.proposers.eagle import write_random_eagle
-from specscope.proposers.eagle3 import write_random_eagle3
-from specscope.proposers.mtp import write_random_mtp
 from specscope.tracing.model import rollout_traces, stepwise_traces
 
 K = 4

@@ -27,10 +27,8 @@ from specscope.proposers.heads import (
     HeadProposer,
     layer_config,
     load_weights,
-    randomize_,
     read_config,
     read_weights,
-    save_head,
 )
 
 
@@ -80,19 +78,6 @@ class EagleHead(Head):
             )
         load_weights(head, state, Path(head_dir))
         return head.bind(target).eval().requires_grad_(False)
-
-
-def write_random_eagle(
-    target_dir: Path, out_dir: Path, seed: int = 0, fc_bias: bool = True
-) -> Path:
-    """Write a seeded random EAGLE-1 head for the target in ``target_dir``, in the published
-    layout (``fc.*``, ``layers.0.*``); returns ``out_dir``."""
-    target = read_config(target_dir)
-    data = {**target, "num_hidden_layers": 1, "architectures": ["EagleLlamaForCausalLM"]}
-    config = ModelConfig.from_hf(data, f"{target_dir}/config.json")
-    head = EagleHead(config, target["num_hidden_layers"], fc_bias, own_embedding=False)
-    randomize_(head, seed)
-    return save_head(out_dir, data, head.state_dict())
 
 
 @register("eagle")

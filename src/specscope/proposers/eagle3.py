@@ -42,10 +42,8 @@ from specscope.proposers.heads import (
     HeadProposer,
     layer_config,
     load_weights,
-    randomize_,
     read_config,
     read_weights,
-    save_head,
 )
 
 
@@ -207,33 +205,6 @@ def check_vocab_maps(
                 f"{source}: tensors 't2d' and 'd2t' disagree on the draft vocabulary"
             )
     return d2t.long()
-
-
-def write_random_eagle3(
-    target_dir: Path, out_dir: Path, draft_vocab_size: int, seed: int = 0
-) -> Path:
-    """Write a seeded random EAGLE-3 head for the target in ``target_dir`` in the published
-    layout (``fc``, ``midlayer.*``, ``norm``, ``lm_head``, ``d2t``, ``t2d``); the draft
-    vocabulary is a random subset of ``draft_vocab_size`` target ids."""
-    target = read_config(target_dir)
-    data = {  # published EAGLE-3 heads are Llama layers, whatever the target's family
-        **target,
-        "model_type": "llama",
-        "num_hidden_layers": 1,
-        "draft_vocab_size": draft_vocab_size,
-        "architectures": ["LlamaForCausalLMEagle3"],
-    }
-    config = ModelConfig.from_hf(data, f"{target_dir}/config.json")
-    head = Eagle3Head(
-        config, default_layers(target["num_hidden_layers"]), draft_vocab_size, False, False
-    )
-    randomize_(head, seed)
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randperm(config.vocab_size, generator=generator)[:draft_vocab_size].sort().values
-    t2d = torch.zeros(config.vocab_size, dtype=torch.bool)
-    t2d[ids] = True
-    tensors = {**head.state_dict(), "d2t": ids - torch.arange(draft_vocab_size), "t2d": t2d}
-    return save_head(out_dir, data, tensors)
 
 
 @register("eagle3")

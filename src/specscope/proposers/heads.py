@@ -200,18 +200,6 @@ def save_head(out_dir: Path, config: dict, tensors: dict[str, torch.Tensor]) -> 
     return out_dir
 
 
-def randomize_(module: nn.Module, seed: int) -> None:
-    """Seeded random weights: matrices ~ N(0, 1/fan_in), vectors (norm weights) ~ 1 + N(0, 0.1²)."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for _, param in sorted(module.named_parameters()):
-            noise = torch.randn(param.shape, generator=generator)
-            if param.dim() == 1:
-                param.copy_(1 + 0.1 * noise)
-            else:
-                param.copy_(noise / param.shape[-1] ** 0.5)
-
-
 class HeadProposer:
     """Drives a :class:`Head` through the proposer protocol (see the module docstring).
 

@@ -36,11 +36,8 @@ from specscope.proposers.heads import (
     HeadProposer,
     layer_config,
     load_weights,
-    one_layer,
-    randomize_,
     read_config,
     read_weights,
-    save_head,
 )
 
 log = logging.getLogger(__name__)
@@ -139,18 +136,6 @@ def module_name(published: str) -> str:
 def published_name(module: str, layer: int) -> str:
     """The inverse of :func:`module_name`, with the ``model.layers.{layer}.`` prefix."""
     return f"model.layers.{layer}.{module.removeprefix('mtp_block.')}"
-
-
-def write_random_mtp(target_dir: Path, out_dir: Path, seed: int = 0) -> Path:
-    """Write a seeded random MTP module for the target in ``target_dir`` in the DeepSeek-V3
-    layout (``model.layers.{N}.*``, ``N`` = the target's layer count; config = the target's
-    with ``num_nextn_predict_layers: 1``)."""
-    data = {**read_config(target_dir), "num_nextn_predict_layers": 1}
-    config = ModelConfig.from_hf(data, f"{target_dir}/config.json")
-    head = MtpHead(one_layer(config), config.num_layers, own_embedding=False, own_head=False)
-    randomize_(head, seed)
-    tensors = {published_name(name, config.num_layers): t for name, t in head.state_dict().items()}
-    return save_head(out_dir, data, tensors)
 
 
 @register("mtp")
