@@ -1,0 +1,41 @@
+"""Static token trees: parsing, sizes, and acc_len from drafter ranks, by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specscope.trees import TreeShape, chain
+from specscope.validate import Invalid
+
+
+def test_branching_per_depth():
+    tree = TreeShape.parse("2x2x1")
+    assert (tree.nodes, tree.depth, tree.widths) == (10, 3, (2, 4, 4))
+    assert tree.draft_pass_widths == (1, 2, 4)
+    assert tree.branching == (2, 2, 1) and tree.name == "2x2x1" and not tree.is_chain
+    assert chain(3) == TreeShape.parse("1x1x1") and chain(3).is_chain
+
+
+def test_paths_form_and_its_name():
+    tree = TreeShape.parse("[(0,), (1,), (0, 0)]")
+    assert (tree.nodes, tree.depth, tree.widths, tree.branching) == (3, 2, (2, 1), None)
+    assert tree.name == "paths:0;1;0.0"
+    assert TreeShape.parse("[[0], [1], [0, 0], [1, 0]]").name == "2x1"  # a full tree is named by its branching
+
+
+@pytest.mark.parametrize("text", ["", "0x2", "2x", "[(0, 0)]", "[]", "[(-1,)]", "20x20", "nonsense"])
+def test_bad_trees_are_refused(text):
+    with pytest.raises(Invalid):
+        TreeShape.parse(text)
+
+
+def test_acc_len_from_ranks():
+    # ranks of the target's token at depths 1..3 along its own path, for five positions
+    ranks = np.array([[0, 0, 0], [1, 1, 0], [1, 2, 0], [2, 0, 0], [0, 1, 3]])
+    assert TreeShape.parse("2x2x1").acc_len(ranks).tolist() == [4, 4, 2, 1, 3]
+    assert chain(3).acc_len(ranks).tolist() == [4, 1, 1, 1, 2]
+    assert chain(1).acc_len(ranks).tolist() == [2, 1, 1, 1, 2]
+    irregular = TreeShape.parse("[(0,), (1,), (0, 0)]")
+    assert irregular.acc_len(ranks).tolist() == [3, 2, 2, 1, 2]
+    assert TreeShape.parse("2x2x1").acc_len(np.array([[0, -1, 0]])).tolist() == [2]  # unknown ends the path
