@@ -21,6 +21,8 @@ def config(extra: str = "", engine: str = ENGINE, base: str = BASE) -> dict[str,
 DRY = ["sweep", "s.toml", "--dry-run"]
 URL_ENGINE = '\n[[engines]]\nname = "x"\nurl = "http://127.0.0.1:1"\nmethod = "ngram"\n'
 CELL = "out/cells/0123456789abcdef.json"
+EAGLE3 = ENGINE + 'drafts = { eagle3 = "h" }\n'
+SGLANG = '\n[[engines]]\nname = "s"\nlaunch = "sglang"\nmodel = "m"\ndrafts = { eagle3 = "h" }\n'
 
 CASES = [
     Case("temperature-nan", DRY, r"s\.toml: field 'temperature': expected a finite number, got nan",
@@ -45,6 +47,21 @@ CASES = [
          config(engine=ENGINE + "port = 99999\n")),
     Case("specscope-mtp-without-head", DRY, r"engine 'r': methods mtp need drafts\.<method>",
          config('methods = ["none", "mtp"]\n', '\n[[engines]]\nname = "r"\nlaunch = "specscope"\nmodel = "m"\n')),
+    Case("tree-for-a-lookup-method", DRY,
+         r"s\.toml: field 'trees': engine 'v': launch vllm: method 'ngram' drafts no token trees there \(tree 2x2x1\)",
+         config('methods = ["none", "ngram", "eagle3"]\ntrees = ["2x2x1"]\n', EAGLE3)),
+    Case("tree-vllm-cannot-draft", DRY, r"field 'trees': engine 'v': launch vllm: tree paths:0;1;0\.0: vLLM drafts only full",
+         config('methods = ["eagle3"]\ntrees = ["[(0,), (1,), (0, 0)]"]\n', EAGLE3)),
+    Case("tree-sglang-cannot-draft", DRY, r"field 'trees': engine 's': launch sglang: tree 2x2x1: SGLang expands at most 2",
+         config('methods = ["eagle3"]\ntrees = ["2x2x1"]\n', SGLANG)),
+    Case("tree-not-a-tree", DRY, r"field 'trees\[1\]': expected a tree as branching per depth \(2x2x1\)",
+         config('methods = ["eagle3"]\ntrees = ["2x1", "2y2"]\n', EAGLE3)),
+    Case("tree-too-many-nodes", DRY, r"field 'trees\[0\]': expected at most 64 nodes, got 72 in 8x8",
+         config('methods = ["eagle3"]\ntrees = ["8x8"]\n', EAGLE3)),
+    Case("trees-not-a-list", DRY, r"field 'trees': expected a non-empty list of trees",
+         config('methods = ["eagle3"]\ntrees = "2x2"\n', EAGLE3)),
+    Case("method-the-engine-lacks", DRY, r"s\.toml: engine 's': sglang has no method suffix",
+         config('methods = ["none", "suffix"]\n', SGLANG)),
     Case("output-is-a-file", DRY, r"s\.toml: field 'output': \S*out: exists and is not a directory",
          {**config(), "out": "a file, not a folder"}),
     Case("output-under-a-file", DRY, r"s\.toml: field 'output': \S*taken: is not a directory",

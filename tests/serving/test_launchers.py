@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 import textwrap
@@ -22,6 +23,7 @@ from specscope.backends.openai.launchers import (
     vllm_command,
 )
 from specscope.errors import SpecscopeError
+from specscope.trees import TreeShape
 
 pytestmark = pytest.mark.slow  # launched processes and their timeouts
 
@@ -184,6 +186,81 @@ def test_methods_that_learn_across_requests():
 def test_suffix_only_on_vllm():
     with pytest.raises(SpecscopeError, match="suffix"):
         sglang_command(LaunchSpec("sglang", "m", method="suffix"))
+
+
+TREE = TreeShape.parse("2x2x1")
+# vLLM's form: str() of the list of path tuples, breadth-first (vllm/config/speculative.py sorts
+# ast.literal_eval(tree) by (len, path); tests/v1/spec_decode/test_eagle.py builds it with str())
+TREE_2X2X1 = "[(0,), (1,), (0, 0), (0, 1), (1, 0), (1, 1), (0, 0, 0), (0, 1, 0), (1, 0, 0), (1, 1, 0)]"
+
+
+@pytest.mark.parametrize("method", ["eagle", "eagle3"])
+def test_vllm_tree(method):
+    command = vllm_command(LaunchSpec("vllm", "target", method=method, k=3, draft="h", tree=TREE))
+    config = _spec_config(command)
+    assert config == {"method": method, "num_speculative_tokens": 10, "speculative_token_tree": TREE_2X2X1,
+                      "model": "h"}
+    tree = ast.literal_eval(config["speculative_token_tree"])
+    assert str(sorted(tree, key=lambda t: (len(t), t))) == TREE_2X2X1  # vLLM's normalisation keeps it
+    assert len(tree) == config["num_speculative_tokens"]  # vLLM's tests require the two to agree
+    assert _flag(command, "--attention-backend") == "TREE_ATTN"  # else vLLM drafts a chain of 10
+
+
+def test_vllm_chain_has_no_tree_backend():
+    assert "--attention-backend" not in vllm_command(LaunchSpec("vllm", "t", method="eagle", draft="h"))
+
+
+@pytest.mark.parametrize("engine, method, tree, match", [
+    ("vllm", "draft", "2x2", r"^launch vllm: method 'draft' drafts no token trees there \(tree 2x2\)$"),
+    ("vllm", "mtp", "2x2", "method 'mtp' drafts no token trees"),
+    ("vllm", "ngram", "1x1", "method 'ngram' drafts no token trees"),
+    ("sglang", "ngram", "2x1", "method 'ngram' drafts no token trees"),
+    ("vllm", "none", "2x1", "method 'none' drafts no token trees"),
+    ("vllm", "eagle", "[(0,), (1,), (0, 0)]", r"^launch vllm: tree paths:0;1;0\.0: vLLM drafts only full trees"),
+    ("sglang", "eagle", "2x2x1", r"^launch sglang: tree 2x2x1: SGLang expands at most 2 nodes per depth .* 1/2/4 per depth$"),
+    ("sglang", "eagle", "2x3", "at most 2 nodes per depth"),
+])
+def test_trees_an_engine_cannot_draft_are_refused(engine, method, tree, match):
+    with pytest.raises(SpecscopeError, match=match):
+        LaunchSpec(engine, "m", method=method, draft="d", tree=TreeShape.parse(tree))
+
+
+@pytest.mark.parametrize("tree, topk, steps, draft_tokens", [
+    ("2x1x1", 2, 3, 7),  # two beams, one child each per step
+    ("3x3", 3, 2, 13),  # 3 + 9 nodes: every candidate of two steps, root counted
+    ("4", 4, 1, 5),
+    ("[(0,), (1,), (0, 0), (0, 1)]", 2, 2, 5),  # one of the two kept nodes expanded
+])
+def test_sglang_tree(tree, topk, steps, draft_tokens):
+    command = sglang_command(LaunchSpec("sglang", "t", method="eagle3", draft="h", tree=TreeShape.parse(tree)))
+    assert _flag(command, "--speculative-eagle-topk") == str(topk)
+    assert _flag(command, "--speculative-num-steps") == str(steps)
+    assert _flag(command, "--speculative-num-draft-tokens") == str(draft_tokens)
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "specscope"])
+def test_a_chain_tree_launches_like_k(engine):
+    """``1x1x1`` is the chain of 3: the same flags as k = 3, apart from the tree's own keys."""
+    as_k = command_for(LaunchSpec(engine, "t", method="eagle", k=3, draft="h"))
+    as_tree = command_for(LaunchSpec(engine, "t", method="eagle", k=7, draft="h", tree=TreeShape.parse("1x1x1")))
+    if engine == "vllm":
+        config = _spec_config(as_tree)
+        assert config.pop("speculative_token_tree") == "[(0,), (0, 0), (0, 0, 0)]"
+        assert config == _spec_config(as_k)
+    elif engine == "sglang":
+        assert as_tree == as_k
+    else:
+        assert _flag(as_tree, "--tree") == "1x1x1" and "--k" not in as_tree and _flag(as_k, "--k") == "3"
+
+
+@pytest.mark.parametrize("tree, arg", [("2x2x1", "2x2x1"), ("[(0,), (1,), (0, 0)]", "[(0,), (1,), (0, 0)]")])
+def test_specscope_tree_argument_is_what_serve_parses(tree, arg):
+    from specscope.cli import build_parser
+
+    shape = TreeShape.parse(tree)
+    command = command_for(LaunchSpec("specscope", "/m", method="draft", draft="/d", tree=shape))
+    assert _flag(command, "--tree") == arg and "--k" not in command  # serve refuses --k with --tree
+    assert build_parser().parse_args(command[3:]).tree == shape
 
 
 STAND_IN = textwrap.dedent("""

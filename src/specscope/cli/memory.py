@@ -8,9 +8,13 @@ import json
 from specscope.costmodel.memory import (
     DTYPE_BYTES,
     EAGLE3_DRAFT_VOCAB_SIZE,
+    MEMORY_MODELS,
     MemoryReport,
 )
 from specscope.errors import SpecscopeError
+from specscope.methods import of_kind
+
+[DRAFT_MODEL] = of_kind("draft model")  # --draft CONFIG; each head is a flag of its own name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,28 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--target", required=True, metavar="CONFIG", help="the target model")
     drafter = parser.add_mutually_exclusive_group()
-    drafter.add_argument("--draft", metavar="CONFIG", help="a separate draft model")
-    drafter.add_argument(
-        "--eagle",
-        dest="head",
-        action="store_const",
-        const="eagle",
-        help="an EAGLE-1 head (fc 2h→h + one decoder layer; shares embedding and LM head)",
-    )
-    drafter.add_argument(
-        "--eagle3",
-        dest="head",
-        action="store_const",
-        const="eagle3",
-        help="an EAGLE-3 head (fc 3h→h + one 2h-input layer + own draft-vocabulary LM head)",
-    )
-    drafter.add_argument(
-        "--mtp",
-        dest="head",
-        action="store_const",
-        const="mtp",
-        help="a DeepSeek-V3-style MTP module (norms, eh_proj 2h→h, one decoder block)",
-    )
+    drafter.add_argument(f"--{DRAFT_MODEL.name}", dest="draft", metavar="CONFIG",
+                         help=MEMORY_MODELS[DRAFT_MODEL.memory_model].description)
+    for head in of_kind("head"):
+        drafter.add_argument(f"--{head.name}", dest="head", action="store_const", const=head.memory_model,
+                             help=MEMORY_MODELS[head.memory_model].description)
     parser.add_argument(
         "--dtype-bytes",
         type=int,
@@ -72,11 +59,12 @@ def run(args: argparse.Namespace) -> int:
 
     target = ModelShape.resolve(args.target)
     draft = ModelShape.resolve(args.draft) if args.draft else None
-    kind = "draft" if draft is not None else args.head
+    kind = DRAFT_MODEL.memory_model if draft is not None else args.head
     draft_vocab_size = EAGLE3_DRAFT_VOCAB_SIZE
     if args.draft_vocab_size is not None:
-        if kind != "eagle3":
-            raise SpecscopeError("--draft-vocab-size: applies to --eagle3 only")
+        if kind is None or not MEMORY_MODELS[kind].draft_vocab:
+            with_vocab = [f"--{h.name}" for h in of_kind("head") if MEMORY_MODELS[h.memory_model].draft_vocab]
+            raise SpecscopeError(f"--draft-vocab-size: applies to {' '.join(with_vocab)} only")
         if not 0 < args.draft_vocab_size <= target.vocab_size:
             raise SpecscopeError(
                 f"--draft-vocab-size: expected 1..{target.vocab_size} (the target's vocabulary), "

@@ -7,9 +7,11 @@ from pathlib import Path
 
 from specscope import validate
 from specscope.cli._common import check_output_dir, int_list, model_dir_arg
+from specscope.methods import METHODS
 from specscope.study.config import BUNDLED_REQUESTS, StudyConfig
 
 DEFAULTS_DOC = "with no --model: the bundled models and workloads"
+DRAFTERS = tuple(m.name for m in METHODS if m.reference and m.needs_checkpoint)  # a --NAME DIR flag each
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     f"speedup). {DEFAULTS_DOC}. Rerun the same command to resume.",
     )
     parser.add_argument("--model", type=Path, help="target model directory (HF format)")
-    for method in ("draft", "eagle", "eagle3", "mtp"):
+    for method in DRAFTERS:
         parser.add_argument(f"--{method}", type=Path, help=f"{method} checkpoint directory")
     parser.add_argument("--workload", type=Path, action="append", help="workload JSON Lines (repeatable)")
     parser.add_argument("--batch-sizes", type=int_list, default=list(defaults.batch_sizes))
@@ -59,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not args.workload:
             raise SpecscopeError("--workload: required with --model")
-        drafters = {m: model_dir_arg(getattr(args, m)) for m in ("draft", "eagle", "eagle3", "mtp") if getattr(args, m)}
+        drafters = {m: model_dir_arg(getattr(args, m)) for m in DRAFTERS if getattr(args, m)}
         config = StudyConfig(model_dir_arg(args.model), list(args.workload), args.output, drafters)
     config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
     config.max_tokens = args.max_tokens

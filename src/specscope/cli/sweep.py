@@ -15,7 +15,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sweep",
         help="benchmark serving engines over a grid of methods, k, batch sizes and workloads",
         description=(
-            "Run every cell (engine × method × k × batch size × workload) of CONFIG.toml against "
+            "Run every cell (engine × method × k or tree × batch size × workload) of CONFIG.toml against "
             "OpenAI-compatible servers, launched (vllm, sglang, specscope) or already running. "
             "Each cell's result is written as soon as it finishes; rerun the same command after an "
             "interruption and only the missing cells run. Failures are recorded per cell with a "
@@ -40,11 +40,7 @@ def run(args: argparse.Namespace) -> int:
         rows = [
             {
                 "cell_id": c.cell_id(config),
-                "engine": c.engine.name,
-                "method": c.method,
-                "k": c.k,
-                "batch_size": c.batch_size,
-                "workload": c.workload,
+                **c.labels(),
                 "state": recorded.get(c.cell_id(config), {}).get("status", "pending"),
             }
             for c in plan_cells(config)
@@ -66,9 +62,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _print_table(rows: list[dict], dry_run: bool) -> None:
     columns = (
-        ["engine", "method", "k", "batch_size", "workload", "state"]
+        ["engine", "method", "k", "tree", "batch_size", "workload", "state"]
         if dry_run
-        else ["engine", "method", "k", "batch_size", "workload", "status", "throughput", "speedup",
+        else ["engine", "method", "k", "tree", "batch_size", "workload", "status", "throughput", "speedup",
               "acceptance_rate", "mean_acceptance_length", "reason"]
     )
     print_table("sweep cells" + (" (dry run)" if dry_run else ""), columns,

@@ -31,11 +31,11 @@ count, 849,635,328 bytes (810 MiB), agrees with the ~811 MB reported for the pub
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from specscope.costmodel.presets import ModelShape
 
-DRAFTERS = ("draft", "eagle", "eagle3", "mtp")
 DTYPE_BYTES = 2  # BF16 / FP16
 EAGLE3_DRAFT_VOCAB_SIZE = 32000  # draft_vocab_size of the published EAGLE-3 heads
 D2T_BYTES_PER_ENTRY = 8  # d2t is stored as int64
@@ -140,6 +140,46 @@ def _head(
     )
 
 
+def _draft_model(target: ModelShape, draft: ModelShape | None, dtype_bytes: int, draft_vocab_size: int) -> Footprint:
+    if draft is None:
+        raise ValueError("a draft-model drafter needs the draft's shape")
+    return target_footprint(draft, dtype_bytes)
+
+
+def _eagle(target: ModelShape, draft: ModelShape | None, dtype_bytes: int, draft_vocab_size: int) -> Footprint:
+    return _head(target, "eagle", eagle_params(target), ("embedding", "lm_head"), dtype_bytes)
+
+
+def _eagle3(target: ModelShape, draft: ModelShape | None, dtype_bytes: int, draft_vocab_size: int) -> Footprint:
+    return _head(target, "eagle3", eagle3_params(target, draft_vocab_size), ("embedding",), dtype_bytes,
+                 extra_bytes=D2T_BYTES_PER_ENTRY * draft_vocab_size)
+
+
+def _mtp(target: ModelShape, draft: ModelShape | None, dtype_bytes: int, draft_vocab_size: int) -> Footprint:
+    return _head(target, "mtp", mtp_params(target), ("embedding", "lm_head"), dtype_bytes)
+
+
+@dataclass(frozen=True)
+class MemoryModel:
+    """How one drafter layout is counted: ``footprint(target, draft, dtype_bytes,
+    draft_vocab_size)``; ``draft_vocab``: whether it has its own draft vocabulary."""
+
+    description: str
+    footprint: Callable[[ModelShape, ModelShape | None, int, int], Footprint]
+    draft_vocab: bool = False
+
+
+# keyed by the methods table's ``memory_model`` (:mod:`specscope.methods`)
+MEMORY_MODELS: dict[str, MemoryModel] = {
+    "draft": MemoryModel("a separate draft model: all its weights and its own KV cache", _draft_model),
+    "eagle": MemoryModel("an EAGLE-1 head (fc 2h→h + one decoder layer; shares embedding and LM head)", _eagle),
+    "eagle3": MemoryModel("an EAGLE-3 head (fc 3h→h + one 2h-input layer + own draft-vocabulary LM head)",
+                          _eagle3, draft_vocab=True),
+    "mtp": MemoryModel("a DeepSeek-V3-style MTP module (norms, eh_proj 2h→h, one decoder block)", _mtp),
+}
+DRAFTERS = tuple(MEMORY_MODELS)
+
+
 def drafter_footprint(
     kind: str,
     target: ModelShape,
@@ -147,29 +187,14 @@ def drafter_footprint(
     dtype_bytes: int,
     draft_vocab_size: int,
 ) -> Footprint:
-    """The drafter of ``kind`` (one of :data:`DRAFTERS`) for ``target``.
+    """The drafter of memory model ``kind`` (one of :data:`DRAFTERS`) for ``target``.
 
     ``draft`` is the separate checkpoint's shape (``kind == "draft"`` only); the heads are
     derived from the target's shape.
     """
-    if kind == "draft":
-        if draft is None:
-            raise ValueError("a draft-model drafter needs the draft's shape")
-        return target_footprint(draft, dtype_bytes)
-    if kind == "eagle":
-        return _head(target, kind, eagle_params(target), ("embedding", "lm_head"), dtype_bytes)
-    if kind == "eagle3":
-        return _head(
-            target,
-            kind,
-            eagle3_params(target, draft_vocab_size),
-            ("embedding",),
-            dtype_bytes,
-            extra_bytes=D2T_BYTES_PER_ENTRY * draft_vocab_size,
-        )
-    if kind == "mtp":
-        return _head(target, kind, mtp_params(target), ("embedding", "lm_head"), dtype_bytes)
-    raise ValueError(f"unknown drafter kind {kind!r}; expected one of {DRAFTERS}")
+    if kind not in MEMORY_MODELS:
+        raise ValueError(f"unknown drafter kind {kind!r}; expected one of {DRAFTERS}")
+    return MEMORY_MODELS[kind].footprint(target, draft, dtype_bytes, draft_vocab_size)
 
 
 @dataclass(frozen=True)

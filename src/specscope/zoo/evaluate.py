@@ -20,15 +20,17 @@ from pathlib import Path
 
 from specscope.engine.runner import Engine
 from specscope.assemble import load_engine
+from specscope.methods import METHODS, NO_SD, method
 from specscope.workloads.bundled import read_bundled
 from specscope.workloads.chat import load_chat_template
-from specscope.zoo.shipped import model_dir
+from specscope.zoo.shipped import ZOO_DRAFTERS, model_dir
 from specscope.workloads.tasks import TASKS, extract_answer
 
 log = logging.getLogger(__name__)
 
 MAX_TOKENS = 160  # above every bundled reference's length in the zoo tokenizer
-PROPOSERS = ("ngram", "draft", "eagle", "mtp")
+# what the zoo target can run: the reference engine's methods without a checkpoint, or with a shipped one
+PROPOSERS = tuple(m.name for m in METHODS if m.reference and (not m.needs_checkpoint or m.name in ZOO_DRAFTERS))
 
 
 @dataclass
@@ -76,7 +78,7 @@ def task_prompts(target_dir: Path, tokenizer, task: str, n: int) -> tuple[dict[s
 def score_model(name: str, zoo: Path | None, n: int, batch_size: int = 8) -> list[TaskScore]:
     """Exact match and distinct-4 of zoo model ``name`` (``target`` or ``draft``) per task."""
     directory = model_dir(name, zoo)
-    engine, tokenizer = load_engine(directory, "none", max_batch_size=batch_size, max_seq_len=512)
+    engine, tokenizer = load_engine(directory, NO_SD, max_batch_size=batch_size, max_seq_len=512)
     scores = []
     for task in TASKS:
         prompts, records = task_prompts(directory, tokenizer, task, n)
@@ -94,17 +96,17 @@ def score_proposers(zoo: Path | None, n: int, k: int, batch_size: int = 8,
                     methods: tuple[str, ...] = PROPOSERS) -> list[ProposerScore]:
     """α and τ of each proposer with the zoo target, per task (reference engine, greedy)."""
     target_dir = model_dir("target", zoo)
-    plain, tokenizer = load_engine(target_dir, "none", max_batch_size=batch_size, max_seq_len=512)
+    plain, tokenizer = load_engine(target_dir, NO_SD, max_batch_size=batch_size, max_seq_len=512)
     per_task = {task: task_prompts(target_dir, tokenizer, task, n)[0] for task in TASKS}
     expected = {task: decode_all(plain, prompts, MAX_TOKENS) for task, prompts in per_task.items()}
     scores = []
-    for method in methods:
-        draft = None if method == "ngram" else model_dir(method, zoo)
-        engine, _ = load_engine(target_dir, method, draft, k=k, max_batch_size=batch_size, max_seq_len=512)
+    for name in methods:
+        draft = model_dir(name, zoo) if method(name).needs_checkpoint else None
+        engine, _ = load_engine(target_dir, name, draft, k=k, max_batch_size=batch_size, max_seq_len=512)
         for task, prompts in per_task.items():
             engine.reset_stats()
             outputs = decode_all(engine, prompts, MAX_TOKENS)
-            scores.append(ProposerScore(method, task, k, engine.stats.acceptance_rate(),
+            scores.append(ProposerScore(name, task, k, engine.stats.acceptance_rate(),
                                         engine.stats.mean_acceptance_length(), outputs == expected[task]))
-            log.info("%s on %s: alpha %s", method, task, scores[-1].acceptance_rate)
+            log.info("%s on %s: alpha %s", name, task, scores[-1].acceptance_rate)
     return scores

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from specscope.errors import SpecscopeError
 
-ZOO_MODELS = ("target", "draft", "eagle", "mtp")
+ZOO_DRAFTERS = ("draft", "eagle", "mtp")  # methods of specscope.methods whose checkpoint the zoo ships
+ZOO_MODELS = ("target", *ZOO_DRAFTERS)
 
 
 def shipped_dir() -> Path:

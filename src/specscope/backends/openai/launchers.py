@@ -1,34 +1,54 @@
 """Start and stop a serving engine (vLLM, SGLang or ``specscope serve``) for one benchmark.
 
-One method vocabulary for all engines (specscope's): ``none``, ``ngram``, ``draft`` (a separate
-draft model), ``eagle``, ``eagle3``, ``mtp``, and ``suffix`` (vLLM only). Every server gets
+One method vocabulary for all engines (specscope's, :mod:`specscope.methods`): ``none`` and the
+table's methods, each engine's own name for a method read from the table. Every server gets
 the batch size as its concurrency limit and, as in the paper, no prefix caching, so that
 repeated prompts are not served from cache.
 
 vLLM (``vllm serve MODEL``; docs "Speculative Decoding", ``vllm/config/speculative.py``):
 ``--max-num-seqs B --no-enable-prefix-caching`` and ``--speculative-config`` JSON with
-``num_speculative_tokens = k`` and ``method``: ``ngram`` (+ ``prompt_lookup_min``/``max``),
-``eagle``/``eagle3``/``draft_model`` (+ ``model`` = the draft), ``mtp`` (the target's own
-MTP layers; vLLM maps the generic name to the model's own, and the per-model names such as
-``deepseek_mtp`` are deprecated; ``model`` only when a separate head is given) or ``suffix``.
-Health: ``GET /health``.
+``num_speculative_tokens = k`` and ``method`` (the table's ``vllm_method``): ``ngram``
+(+ ``prompt_lookup_min``/``max``), ``eagle``/``eagle3``/``draft_model`` (+ ``model`` = the
+draft), ``mtp`` (the target's own MTP layers; vLLM maps the generic name to the model's own,
+and the per-model names such as ``deepseek_mtp`` are deprecated; ``model`` only when a separate
+head is given) or ``suffix``. Health: ``GET /health``.
 
 SGLang (``python -m sglang.launch_server``; docs "Speculative Decoding", "Server Arguments"):
 ``--max-running-requests B --disable-radix-cache --enable-metrics`` and
-``--speculative-algorithm`` ``EAGLE``/``EAGLE3``/``STANDALONE`` (draft model)/``NGRAM``, with
-``--speculative-draft-model-path``. specscope compares chains, not trees, so it sets
+``--speculative-algorithm`` (the table's ``sglang_algorithm``) with
+``--speculative-draft-model-path``. A chain of k is
 ``--speculative-eagle-topk 1 --speculative-num-steps k --speculative-num-draft-tokens k+1``
 (SGLang counts the tree root among the draft tokens; with top-k 1 it requires
-num_draft_tokens = num_steps + 1). MTP runs as ``EAGLE`` on the target's MTP layers (SGLang's
-``NEXTN`` is an alias of it). NGRAM: ``--speculative-ngram-max-bfs-breadth 1`` for a chain;
+num_draft_tokens = num_steps + 1). NGRAM: ``--speculative-ngram-max-bfs-breadth 1`` for a chain;
 its other flags depend on the installed version (:func:`sglang_ngram_flags`).
+
+**Trees** (:class:`~specscope.trees.TreeShape`, for methods whose ``tree_engines`` name the
+engine): one step drafts and verifies the tree's nodes, so ``k`` is not used.
+
+- vLLM (its EAGLE proposer, ``eagle``/``eagle3``): ``speculative_config`` gets
+  ``speculative_token_tree = str(list of path tuples)`` (vLLM parses it with
+  ``ast.literal_eval`` and sorts it breadth-first) and ``num_speculative_tokens`` = nodes (vLLM's
+  tests require the two to agree), and the server gets ``--attention-backend TREE_ATTN``:
+  without the tree backend vLLM drafts a chain of ``nodes`` tokens instead. vLLM drafts the
+  top-b children of every node of a level (one b per level), so only full trees of branching
+  per depth (``2x2x1``) are accepted. Assumed: a vLLM with tree drafting (added in PR #20401,
+  2025-07; vllm-ascend reports its removal upstream in PR #42121) and the
+  ``--attention-backend`` flag (older releases took ``VLLM_ATTENTION_BACKEND``; there the
+  unknown flag stops the server, so no cell runs a chain under a tree's label).
+- SGLang (EAGLE-style workers): ``--speculative-eagle-topk K`` (children ranked per expanded
+  node, and nodes kept to expand per step), ``--speculative-num-steps`` = depth,
+  ``--speculative-num-draft-tokens`` = nodes + 1 (the root counted). SGLang's tree is chosen per
+  step by draft probability within that budget, so a shape maps to it when K = the root's
+  children bounds every node's children and every depth's expanded nodes; the verified tree
+  has the shape's node count and depth, its branches chosen by the drafter.
+- ``specscope serve``: ``--tree SHAPE`` instead of ``--k``.
 
 specscope ``serve`` runs ``mtp`` only with a head directory (``draft``); vLLM and SGLang read
 the MTP layers from the target checkpoint.
 
-Proposers that learn across requests (:data:`LEARNS_ACROSS_REQUESTS`: SGLang's NGRAM keeps
-one trie of every request's tokens, vLLM's ``suffix`` a tree over past outputs) accept more
-when the same prompts come back; such a method needs a fresh server per measured run.
+Proposers that learn across requests (the table's ``learns_across_requests``: SGLang's NGRAM
+keeps one trie of every request's tokens, vLLM's ``suffix`` a tree over past outputs) accept
+more when the same prompts come back; such a method needs a fresh server per measured run.
 
 The server runs in its own process group (stopped with SIGTERM, then SIGKILL after a grace
 period) and, on Linux, receives SIGTERM if the launching process dies, so a killed sweep
@@ -50,82 +70,75 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from specscope import validate
 from specscope.errors import SpecscopeError
+from specscope.methods import ENGINES, NAMES, NO_SD, method, names
 from specscope.serve.protocol import DEFAULT_PORT
+from specscope.trees import TreeShape
 
 log = logging.getLogger(__name__)
-ENGINES = ("vllm", "sglang", "specscope")
-METHODS = ("none", "ngram", "draft", "eagle", "eagle3", "mtp", "suffix")
-NEEDS_DRAFT = ("draft", "eagle", "eagle3")  # on every engine; see needs_draft
-VLLM_METHODS = {
-    "ngram": "ngram",
-    "draft": "draft_model",
-    "eagle": "eagle",
-    "eagle3": "eagle3",
-    "suffix": "suffix",
-}
 DEFAULT_LAUNCH_TIMEOUT_S = 900.0  # loading a large model and compiling kernels takes minutes
-SGLANG_ALGORITHMS = {
-    "draft": "STANDALONE",
-    "eagle": "EAGLE",
-    "eagle3": "EAGLE3",
-    "mtp": "EAGLE",
-    "ngram": "NGRAM",
-}
-LEARNS_ACROSS_REQUESTS = {"sglang": ("ngram",), "vllm": ("suffix",), "specscope": ()}
+VLLM_TREE_BACKEND = ("--attention-backend", "TREE_ATTN")
+VLLM_GENERIC_MTP = "mtp"  # vLLM's generic MTP method; LaunchSpec.mtp_method may name a per-model one
+SGLANG_NGRAM = "NGRAM"  # SGLang's algorithm with its own (version-dependent) flags
 # SGLang PR #21225 (merged 2026-03) removed --speculative-ngram-min/max-match-window-size: the
 # trie matches every suffix up to --speculative-ngram-max-trie-depth. Assumed first released in
 # 0.5.10 (not verified against release notes).
 SGLANG_NGRAM_WINDOW_DROPPED = (0, 5, 10)
 
 
-def needs_draft(engine: str, method: str) -> bool:
-    """Whether ``method`` on ``engine`` needs a draft model or head directory."""
-    return method in NEEDS_DRAFT or (engine == "specscope" and method == "mtp")
+def needs_draft(engine: str, name: str) -> bool:
+    """Whether method ``name`` on ``engine`` needs a draft model or head directory."""
+    return name != NO_SD and method(name).needs_draft(engine)
 
 
-def learns_across_requests(engine: str | None, method: str) -> bool:
-    """Whether ``method`` on ``engine`` learns from earlier requests (any engine's, when the
-    engine is not known)."""
-    engines = [engine] if engine in LEARNS_ACROSS_REQUESTS else list(LEARNS_ACROSS_REQUESTS)
-    return any(method in LEARNS_ACROSS_REQUESTS[e] for e in engines)
+def learns_across_requests(engine: str | None, name: str) -> bool:
+    """Whether method ``name`` on ``engine`` learns from earlier requests (any engine's rule,
+    when the engine is not known)."""
+    return name in NAMES and method(name).learns_on(engine)
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """One server: ``engine`` serving ``model`` with ``method`` at proposal length ``k`` and at
-    most ``batch_size`` concurrent requests. ``mtp_method``: the vLLM method for ``mtp`` (the
-    generic ``mtp`` unless a per-model name is wanted). ``extra_args``: passed through to the engine unchanged."""
+    """One server: ``engine`` serving ``model`` with ``method`` at proposal length ``k`` (or
+    drafting ``tree``, when given: then ``k`` is not used) and at most ``batch_size`` concurrent
+    requests. ``mtp_method``: the vLLM method for ``mtp`` (the generic ``mtp`` unless a
+    per-model name is wanted). ``extra_args``: passed through to the engine unchanged."""
 
     engine: str
     model: str
-    method: str = "none"
+    method: str = NO_SD
     k: int = 3
     batch_size: int = 8
     draft: str | None = None
     prompt_lookup_min: int = 3
     prompt_lookup_max: int = 7
-    mtp_method: str = "mtp"
+    mtp_method: str = VLLM_GENERIC_MTP
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     extra_args: tuple[str, ...] = ()
+    tree: TreeShape | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise SpecscopeError(
                 f"launch: expected an engine among {', '.join(ENGINES)}, got {self.engine!r}"
             )
-        if self.method not in METHODS:
-            raise SpecscopeError(f"launch: expected a method among {', '.join(METHODS)}, got {self.method!r}")
+        if self.method not in names(self.engine):
+            raise SpecscopeError(
+                f"launch {self.engine}: expected a method among {', '.join(names(self.engine))}, got {self.method!r}"
+            )
+        if self.tree is not None:
+            check_tree(self.engine, self.method, self.tree)
         if needs_draft(self.engine, self.method) and not self.draft:
             raise SpecscopeError(
                 f"launch {self.engine}: method {self.method!r} needs a draft model or head directory (--draft)"
             )
-        if not 1 <= self.k <= validate.K_MAX_LIMIT or self.batch_size < 1:
+        if not (self.tree is not None or 1 <= self.k <= validate.K_MAX_LIMIT) or self.batch_size < 1:
             raise SpecscopeError(
                 f"launch: expected 1 <= k <= {validate.K_MAX_LIMIT} and batch size >= 1, got {self.k} and {self.batch_size}"
             )
@@ -137,15 +150,23 @@ class LaunchSpec:
         return f"http://{self.host}:{self.port}"
 
 
+def _full_tree(tree: TreeShape) -> bool:
+    """Whether ``tree`` is the full tree of its branching per depth (``2x2x1``)."""
+    return tree.branching is not None and TreeShape.from_branching(tree.branching) == tree
+
+
 def vllm_speculative_config(spec: LaunchSpec) -> dict | None:
     """The ``--speculative-config`` object for ``spec`` (``None`` without SD)."""
-    if spec.method == "none":
+    if spec.method == NO_SD:
         return None
+    chosen = method(spec.method)
     config: dict[str, object] = {
-        "method": spec.mtp_method if spec.method == "mtp" else VLLM_METHODS[spec.method],
-        "num_speculative_tokens": spec.k,
+        "method": spec.mtp_method if chosen.vllm_method == VLLM_GENERIC_MTP else chosen.vllm_method,
+        "num_speculative_tokens": spec.k if spec.tree is None else spec.tree.nodes,
     }
-    if spec.method == "ngram":
+    if spec.tree is not None:
+        config["speculative_token_tree"] = str(list(spec.tree.paths))
+    if chosen.prompt_lookup:
         config["prompt_lookup_min"] = spec.prompt_lookup_min
         config["prompt_lookup_max"] = spec.prompt_lookup_max
     if spec.draft:
@@ -169,6 +190,8 @@ def vllm_command(spec: LaunchSpec) -> list[str]:
     config = vllm_speculative_config(spec)
     if config is not None:
         command += ["--speculative-config", json.dumps(config)]
+    if spec.tree is not None:
+        command += list(VLLM_TREE_BACKEND)
     return command + list(spec.extra_args)
 
 
@@ -188,18 +211,53 @@ def sglang_command(spec: LaunchSpec) -> list[str]:
         "--disable-radix-cache",
         "--enable-metrics",
     ]
-    if spec.method == "suffix":
-        raise SpecscopeError("launch sglang: SGLang has no suffix decoding; use vllm for method 'suffix'")
-    if spec.method != "none":
-        command += ["--speculative-algorithm", SGLANG_ALGORITHMS[spec.method]]
-        if spec.draft:
-            command += ["--speculative-draft-model-path", spec.draft]
-        if spec.method == "ngram":
-            command += sglang_ngram_flags(spec, _installed_version("sglang"))
-        else:
-            command += ["--speculative-num-steps", str(spec.k), "--speculative-eagle-topk", "1"]
+    if spec.method == NO_SD:
+        return command + list(spec.extra_args)
+    algorithm = method(spec.method).sglang_algorithm
+    command += ["--speculative-algorithm", algorithm]
+    if spec.draft:
+        command += ["--speculative-draft-model-path", spec.draft]
+    if spec.tree is not None:
+        topk, steps, draft_tokens = sglang_tree(spec.tree)
+        command += ["--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk)]
+        command += ["--speculative-num-draft-tokens", str(draft_tokens)]
+    elif algorithm == SGLANG_NGRAM:
+        command += sglang_ngram_flags(spec, _installed_version("sglang"))
+        command += ["--speculative-num-draft-tokens", str(spec.k + 1)]
+    else:
+        command += ["--speculative-num-steps", str(spec.k), "--speculative-eagle-topk", "1"]
         command += ["--speculative-num-draft-tokens", str(spec.k + 1)]
     return command + list(spec.extra_args)
+
+
+def sglang_tree(tree: TreeShape) -> tuple[int, int, int]:
+    """SGLang's ``(--speculative-eagle-topk, --speculative-num-steps,
+    --speculative-num-draft-tokens)`` for ``tree``: K = the root's children, depth, nodes + 1.
+
+    SGLang expands K kept nodes per step, K children each, so a tree in which a node has more
+    than K children, or a depth has more than K nodes with children, is refused.
+    """
+    topk = tree.widths[0]
+    children = Counter(path[:-1] for path in tree.paths)  # parent path -> its children
+    expanded = [sum(1 for parent in children if len(parent) == depth) for depth in range(tree.depth)]
+    if max(children.values()) > topk or max(expanded) > topk:
+        raise SpecscopeError(
+            f"launch sglang: tree {tree.name}: SGLang expands at most {topk} nodes per depth (the root's "
+            f"children), {topk} children each; this tree expands {'/'.join(map(str, expanded))} per depth"
+        )
+    return topk, tree.depth, tree.nodes + 1
+
+
+def check_tree(engine: str, name: str, tree: TreeShape) -> None:
+    """Refuse ``tree`` for method ``name`` on ``engine`` in one line when the engine cannot draft it."""
+    if name == NO_SD or not method(name).drafts_trees_on(engine):
+        raise SpecscopeError(f"launch {engine}: method {name!r} drafts no token trees there (tree {tree.name})")
+    if engine == "vllm" and not _full_tree(tree):
+        raise SpecscopeError(
+            f"launch vllm: tree {tree.name}: vLLM drafts only full trees of branching per depth (2x2x1)"
+        )
+    if engine == "sglang":
+        sglang_tree(tree)
 
 
 def _installed_version(package: str) -> str | None:
@@ -244,8 +302,12 @@ def sglang_ngram_flags(spec: LaunchSpec, version: str | None) -> list[str]:
 
 
 def specscope_command(spec: LaunchSpec) -> list[str]:
-    if spec.method == "suffix":
-        raise SpecscopeError("launch specscope: the reference engine has no suffix decoding")
+    """``specscope serve`` for ``spec``; a tree goes as ``--tree SHAPE`` (branching per depth,
+    or the list of paths for any other tree) in place of ``--k``."""
+    if spec.tree is None:
+        drafts = ["--k", str(spec.k)]
+    else:
+        drafts = ["--tree", spec.tree.name if _full_tree(spec.tree) else str(list(spec.tree.paths))]
     command = [
         sys.executable,
         "-m",
@@ -255,8 +317,7 @@ def specscope_command(spec: LaunchSpec) -> list[str]:
         spec.model,
         "--method",
         spec.method,
-        "--k",
-        str(spec.k),
+        *drafts,
         "--max-batch-size",
         str(spec.batch_size),
         "--host",

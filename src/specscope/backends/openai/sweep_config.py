@@ -6,6 +6,7 @@ Example::
     workloads = ["prompts.jsonl"]      # JSON Lines of {"id", "prompt" | "prompt_token_ids"}
     methods = ["none", "ngram", "eagle3"]
     k = [1, 3, 5]
+    trees = ["2x2x1", "4x1x1"]         # token trees, beside k (model drafters only)
     batch_sizes = [1, 8, 32]
     max_tokens = 128
     ignore_eos = true
@@ -26,6 +27,11 @@ Example::
 
 A **cell** is one measured run: engine × method × k × batch size × workload (``none`` runs once
 per batch size and workload, with k = 0; a ``url`` engine contributes its own method and k).
+A **tree cell** is engine × method × tree × batch size × workload: its k is the tree's node
+count (drafts per step, what the server's per-position metrics show) and its rows also carry
+``tree``, ``tree_nodes`` and ``tree_depth``. With ``trees`` and no ``k``, only tree cells run.
+A tree for a method that cannot draft it on a launched engine is refused when the file is read
+(:func:`~specscope.backends.openai.launchers.check_tree`).
 A cell's id is a hash of everything that determines its result, so results of a changed
 configuration are never mistaken for results of the old one.
 """
@@ -41,10 +47,11 @@ from pathlib import Path
 from specscope import validate
 from specscope.backends.openai.bench import DEFAULTS
 from specscope.backends.openai.client import ClientConfig
-from specscope.backends.openai.launchers import ENGINES, METHODS, needs_draft
+from specscope.backends.openai.launchers import VLLM_GENERIC_MTP, check_tree, needs_draft
 from specscope.errors import SpecscopeError, where
 from specscope.fileio import check_output_dir, read_toml_object
-
+from specscope.methods import ENGINES, NO_SD, method, names
+from specscope.trees import TreeShape
 
 
 @dataclass(frozen=True)
@@ -66,8 +73,9 @@ class SweepConfig:
     output: Path
     workloads: tuple[str, ...]  # as written in the file; see workload_path
     engines: tuple[EngineSpec, ...]
-    methods: tuple[str, ...] = ("none",)
+    methods: tuple[str, ...] = (NO_SD,)
     k: tuple[int, ...] = (3,)
+    trees: tuple[TreeShape, ...] = ()
     batch_sizes: tuple[int, ...] = (1,)
     max_tokens: int = ClientConfig.max_tokens
     ignore_eos: bool = ClientConfig.ignore_eos
@@ -92,6 +100,13 @@ class Cell:
     k: int
     batch_size: int
     workload: str
+    tree: TreeShape | None = None  # a tree cell: k is its node count
+
+    def labels(self) -> dict[str, object]:
+        """What a result row says about the cell."""
+        tree = self.tree.describe() if self.tree is not None else {"tree": None, "tree_nodes": None, "tree_depth": None}
+        return {"engine": self.engine.name, "workload": self.workload, "method": self.method, "k": self.k,
+                **tree, "batch_size": self.batch_size}
 
     def key(self, config: SweepConfig) -> dict[str, object]:
         """Everything that determines this cell's result (JSON-ready)."""
@@ -107,16 +122,19 @@ class Cell:
             name: getattr(config, name)
             for name in ("max_tokens", "ignore_eos", "temperature", "num_requests")
         }
-        if self.method == "ngram":
+        chosen = method(self.method) if self.method != NO_SD else None
+        if chosen is not None and chosen.prompt_lookup:
             settings.update(
                 prompt_lookup_min=config.prompt_lookup_min, prompt_lookup_max=config.prompt_lookup_max
             )
-        if self.method == "mtp":
+        if chosen is not None and chosen.vllm_method == VLLM_GENERIC_MTP:
             settings["mtp_method"] = config.mtp_method
+        tree = {"tree": [list(p) for p in self.tree.paths]} if self.tree is not None else {}  # chain ids unchanged
         return {
             "engine": engine,
             "method": self.method,
             "k": self.k,
+            **tree,
             "batch_size": self.batch_size,
             "workload": self.workload,
             "workload_sha256": _file_sha256(config.workload_path(self.workload)),
@@ -187,12 +205,12 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
         raise SpecscopeError(f"{path}: {at}.model: a launched engine needs a model (name or directory)")
     if url is not None:
         _check(path, f"{at}.url", url, str, "http://HOST:PORT")
-        method = _check(path, f"{at}.method", table.get("method"), str, "the method the server runs")
-        if method not in METHODS:
+        served = _check(path, f"{at}.method", table.get("method"), str, "the method the server runs")
+        if served not in names():
             raise SpecscopeError(
-                f"{path}: {at}.method: expected one of {', '.join(METHODS)}, got {method!r}"
+                f"{path}: {at}.method: expected one of {', '.join(names())}, got {served!r}"
             )
-        if method != "none":
+        if served != NO_SD:
             _value(path, f"{at}.k", table.get("k"), validate.integer, low=1, high=validate.K_MAX_LIMIT)
     drafts = table.get("drafts", {})
     if not isinstance(drafts, dict) or any(not isinstance(v, str) for v in drafts.values()):
@@ -212,7 +230,7 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
         tuple(args),
         port,
         table.get("method"),
-        table.get("k") if table.get("method") != "none" else 0,
+        table.get("k") if table.get("method") != NO_SD else 0,
     )
 
 
@@ -239,16 +257,19 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     if not isinstance(engines, list) or not engines:
         raise SpecscopeError(f"{path}: expected at least one [[engines]] table")
     values["engines"] = tuple(_engine(path, i, e) for i, e in enumerate(engines))
-    names = [e.name for e in values["engines"]]
-    if len(set(names)) != len(names):
-        raise SpecscopeError(f"{path}: engine names must be unique, got {names}")
+    engine_names = [e.name for e in values["engines"]]
+    if len(set(engine_names)) != len(engine_names):
+        raise SpecscopeError(f"{path}: engine names must be unique, got {engine_names}")
     if "methods" in data:
         methods = data["methods"]
-        if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
-            raise SpecscopeError(f"{path}: field 'methods': expected a list among {', '.join(METHODS)}")
+        if not isinstance(methods, list) or not methods or any(m not in names() for m in methods):
+            raise SpecscopeError(f"{path}: field 'methods': expected a list among {', '.join(names())}")
         values["methods"] = tuple(methods)
     if "k" in data:
         values["k"] = _int_list(path, "k", data["k"], low=1, high=validate.K_MAX_LIMIT)
+    if "trees" in data:
+        values["trees"] = _trees(path, data["trees"])
+        values.setdefault("k", ())  # trees alone: no chain cells
     if "batch_sizes" in data:
         values["batch_sizes"] = _int_list(path, "batch_sizes", data["batch_sizes"], low=1)
     positive, seconds = (validate.integer, {"low": 1}), (validate.number, {"low": 0.0, "low_open": True})
@@ -276,13 +297,38 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         )
     for engine in config.engines:
         if engine.launch is not None:
+            unknown = [m for m in config.methods if m not in names(engine.launch)]
+            if unknown:
+                raise SpecscopeError(f"{path}: engine {engine.name!r}: {engine.launch} has no method {', '.join(unknown)}")
             missing = [m for m in config.methods if needs_draft(engine.launch, m) and m not in engine.drafts]
             if missing:
                 raise SpecscopeError(
                     f"{path}: engine {engine.name!r}: methods {', '.join(missing)} need "
                     f'drafts.<method> = "draft model"'
                 )
+            for tree in config.trees:
+                for m in config.methods:
+                    if m != NO_SD:
+                        try:
+                            check_tree(engine.launch, m, tree)
+                        except SpecscopeError as error:
+                            raise SpecscopeError(f"{where(path, field='trees')}: engine {engine.name!r}: {error}") from None
     return config
+
+
+def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
+    if not isinstance(value, list) or not value or any(not isinstance(t, str) for t in value):
+        raise SpecscopeError(f'{where(path, field="trees")}: expected a non-empty list of trees such as "2x2x1"')
+    trees = []
+    for i, text in enumerate(value):
+        try:
+            tree = TreeShape.parse(text)
+            if tree.nodes > validate.K_MAX_LIMIT:  # a tree cell's k is its node count
+                raise validate.Invalid(f"expected at most {validate.K_MAX_LIMIT} nodes, got {tree.nodes} in {text}")
+        except validate.Invalid as error:
+            raise SpecscopeError(f"{where(path, field=f'trees[{i}]')}: {error}") from None
+        trees.append(tree)
+    return tuple(trees)
 
 
 def plan_cells(config: SweepConfig) -> list[Cell]:
@@ -290,12 +336,17 @@ def plan_cells(config: SweepConfig) -> list[Cell]:
     cells = []
     for engine in config.engines:
         if engine.url is not None:
-            servers = [(engine.method, engine.k)]
+            servers = [(engine.method, engine.k, None)]
         else:
-            servers = [(m, k) for m in config.methods for k in ((0,) if m == "none" else config.k)]
-        for method, k in servers:
+            servers = [
+                server
+                for m in config.methods
+                for server in ([(m, 0, None)] if m == NO_SD else
+                               [(m, k, None) for k in config.k] + [(m, t.nodes, t) for t in config.trees])
+            ]
+        for served, k, tree in servers:
             for batch_size in config.batch_sizes:
-                cells += [Cell(engine, method, k, batch_size, w) for w in config.workloads]
+                cells += [Cell(engine, served, k, batch_size, w, tree) for w in config.workloads]
     return cells
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from specscope.backends.openai import metrics
 from specscope.backends.openai.client import StreamError, get_json
 from specscope.errors import SpecscopeError
+from specscope.methods import NO_SD
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +85,8 @@ def verify_label(view: ServerView, method: str, k: int, model: str | None = None
         reason = view.metrics_error or (
             "SGLang gauges do not show it" if view.engine == "sglang" else "no vLLM or SGLang metrics"
         )
-        unseen.append(f"{'SD off' if method == 'none' else f'SD on, k={k}'} ({reason})")
-    elif method == "none":
+        unseen.append(f"{'SD off' if method == NO_SD else f'SD on, k={k}'} ({reason})")
+    elif method == NO_SD:
         if view.spec_decode:
             raise ServerCheckError(
                 f"--method none: the server at {view.url} speculates (vllm:spec_decode_* series, k={view.k})"
@@ -103,7 +104,7 @@ def verify_label(view: ServerView, method: str, k: int, model: str | None = None
             raise ServerCheckError(f"--k {k}: the server at {view.url} shows k={view.k} ({view.k} {series})")
         else:
             seen.append(f"k={k}")
-    if method != "none":
+    if method != NO_SD:
         unseen.append(f"method {method} (not shown by the server)")
     if any(item.startswith(("SD", "k=")) for item in unseen):
         log.warning("%s: could not verify %s", view.url, "; ".join(unseen))

@@ -1,0 +1,85 @@
+"""`specscope sweep` with ``trees``: tree cells beside the chain cells, their ids and rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from serving_helpers import write_workload
+
+from specscope.backends.openai.sweep import RECORD_FIELDS, results
+from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
+from specscope.cli import main
+
+GRID = """
+output = "out"
+workloads = ["a.jsonl"]
+methods = ["none", "eagle3"]
+k = [1, 3]
+trees = ["2x2x1", "3x1"]
+batch_sizes = [1, 4]
+
+[[engines]]
+name = "vllm"
+launch = "vllm"
+model = "meta-llama/Llama-3.1-8B-Instruct"
+drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
+"""
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    write_workload(tmp_path / "a.jsonl", 2)
+    path = tmp_path / "sweep.toml"
+    path.write_text(text)
+    return path
+
+
+def test_tree_cells_beside_chain_cells(tmp_path):
+    config = load_sweep_config(write_config(tmp_path, GRID))
+    cells = plan_cells(config)
+    # none: 2 batch sizes; eagle3: (2 k + 2 trees) x 2 batch sizes
+    assert len(cells) == 2 + 8
+    trees = {(c.tree.name, c.k, c.batch_size) for c in cells if c.tree is not None}
+    assert trees == {("2x2x1", 10, 1), ("2x2x1", 10, 4), ("3x1", 6, 1), ("3x1", 6, 4)}  # k: the tree's nodes
+    assert {c.k for c in cells if c.method == "eagle3" and c.tree is None} == {1, 3}
+    ids = [c.cell_id(config) for c in cells]
+    assert len(set(ids)) == len(ids)
+    [tree_cell] = [c for c in cells if c.tree is not None and c.tree.name == "3x1" and c.batch_size == 4]
+    assert tree_cell.labels() == {"engine": "vllm", "workload": "a.jsonl", "method": "eagle3", "k": 6,
+                                  "tree": "3x1", "tree_nodes": 6, "tree_depth": 2, "batch_size": 4}
+
+
+def test_a_tree_cell_differs_from_a_chain_with_as_many_drafts(tmp_path):
+    config = load_sweep_config(write_config(tmp_path, GRID.replace("k = [1, 3]", "k = [6]")))
+    by_tree = {(c.tree.name if c.tree else None): c.cell_id(config) for c in plan_cells(config)
+               if c.method == "eagle3" and c.batch_size == 1 and c.k == 6}
+    assert set(by_tree) == {None, "3x1"} and by_tree[None] != by_tree["3x1"]
+
+
+def test_chain_cell_ids_do_not_change_when_trees_are_added(tmp_path):
+    without = load_sweep_config(write_config(tmp_path, GRID.replace('trees = ["2x2x1", "3x1"]\n', "")))
+    with_trees = load_sweep_config(write_config(tmp_path, GRID))
+    chains = [c.cell_id(with_trees) for c in plan_cells(with_trees) if c.tree is None]
+    assert chains == [c.cell_id(without) for c in plan_cells(without)]
+
+
+def test_trees_alone_run_no_chain_cells(tmp_path):
+    config = load_sweep_config(write_config(tmp_path, GRID.replace("k = [1, 3]\n", "")))
+    assert {(c.method, c.tree.name if c.tree else None) for c in plan_cells(config)} == {
+        ("none", None), ("eagle3", "2x2x1"), ("eagle3", "3x1")}
+
+
+def test_rows_and_dry_run_carry_the_tree(tmp_path, capsys):
+    config = load_sweep_config(write_config(tmp_path, GRID))
+    cell = next(c for c in plan_cells(config) if c.tree is not None)
+    record = {"cell_id": cell.cell_id(config), "key": cell.key(config), "status": "failed",
+              "reason": "launch failed: no GPU", "started_at": 0.0, "finished_at": 0.0, "result": None}
+    assert set(record) == set(RECORD_FIELDS)
+    (config.output / "cells").mkdir(parents=True)
+    (config.output / "cells" / f"{record['cell_id']}.json").write_text(json.dumps(record))
+    [row] = results(config)
+    assert (row["tree"], row["tree_nodes"], row["tree_depth"], row["k"]) == ("2x2x1", 10, 3, 10)
+    assert main(["sweep", str(config.path), "--dry-run", "--format", "json"]) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert [(r["tree"], r["state"]) for r in dry if r["cell_id"] == record["cell_id"]] == [("2x2x1", "failed")]
+    assert sum(r["tree"] is None for r in dry) == 2 + 4
