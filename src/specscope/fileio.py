@@ -9,11 +9,12 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Iterator, Mapping, TypeVar
 
 from specscope.errors import SpecscopeError
 
 
+T = TypeVar("T")
 STDOUT = "-"  # ``-o -``: write the table to standard output
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs such a cell as a formula
 
@@ -171,3 +172,28 @@ def read_toml_object(path: str | Path) -> dict:
         return tomllib.loads(read_text(path))
     except tomllib.TOMLDecodeError as error:
         raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
+
+
+def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Iterator[T]:
+    """``parse(obj, path, line)`` for each non-blank line of the JSON Lines file ``path``, read
+    as a stream; a line that is not UTF-8 or not JSON is a one-line error naming ``path:line``."""
+    path = Path(path)
+    try:
+        handle = open(path, "rb")
+    except OSError as error:
+        raise SpecscopeError(f"{path}: cannot read ({error.strerror or error})") from None
+    with handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise SpecscopeError(f"{path}:{number}: not UTF-8 text (byte {error.start} of the line)") from None
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise SpecscopeError(f"{path}:{number}: invalid JSON ({error.msg}, column {error.colno})") from None
+            except RecursionError:
+                raise SpecscopeError(f"{path}:{number}: invalid JSON (nested too deeply)") from None
+            yield parse(obj, path, number)

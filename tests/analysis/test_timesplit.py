@@ -70,11 +70,12 @@ def test_runs_are_labelled_by_their_peak_batch(tmp_path):
 
 @pytest.mark.parametrize("line, message", [
     ("{not json", r"steps.jsonl:2: invalid JSON"),
-    (json.dumps(step(verify_s=-1.0)), r"steps.jsonl:2: field 'verify_s': expected seconds >= 0"),
+    (json.dumps(step(verify_s=-1.0)), r"steps.jsonl:2: field 'verify_s': expected a number >= 0\.0, got -1\.0"),
     (json.dumps({k: v for k, v in step().items() if k != "k"}), r"steps.jsonl:2: field 'k': missing"),
     (json.dumps(step(tokens_emitted=[1, "2"])), r"steps.jsonl:2: field 'tokens_emitted'"),
     (json.dumps(step(batch_size=True)), r"steps.jsonl:2: field 'batch_size': expected an integer"),
-    (json.dumps(step(method="")), r"steps.jsonl:2: field 'method'"),
+    (json.dumps(step(method="")), r"steps.jsonl:2: field 'method': expected a non-empty string"),
+    (json.dumps(step(prefill_requests=-1)), r"steps.jsonl:2: field 'prefill_requests': expected an integer >= 0"),
     ("[1, 2]", r"steps.jsonl:2: expected a JSON object"),
 ])
 def test_bad_step_lines_name_file_line_and_field(tmp_path, line, message):

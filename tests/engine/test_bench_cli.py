@@ -8,6 +8,8 @@ import pytest
 import torch
 from tiny_checkpoints import write_workload
 
+from specscope.analysis.measured import read_bench_results
+from specscope.analysis.timesplit import read_steps
 from specscope.cli import main
 from specscope.errors import SpecscopeError
 from specscope.workloads.jsonl import read_workload
@@ -94,6 +96,12 @@ def test_bench_json_output_records_and_csv(llama_dir, workload, tmp_path, capsys
     assert records and all(set(r) == RECORD_FIELDS for r in records)
     assert {r["method"] for r in records} == {"none", "draft"}
     assert (tmp_path / "r.csv").read_text().startswith("method,k,batch_size")
+    steps = read_steps([tmp_path / "steps.jsonl"])  # the records read back as typed steps
+    assert [s.method for s in steps] == [r["method"] for r in records] and steps[-1].run > steps[0].run == 0
+    (tmp_path / "r.json").write_text(json.dumps(rows))
+    cells = read_bench_results([tmp_path / "r.json"])  # the rows read back as measured cells
+    assert [(c.dataset, c.method, c.k, c.batch_size) for c in cells] == [("r", "draft", 2, 1), ("r", "draft", 2, 4)]
+    assert [c.measured_speedup for c in cells] == pytest.approx([r["speedup"] for r in rows])
 
 
 def test_bench_method_none_runs_the_baseline_only(llama_dir, workload, tmp_path, capsys):
@@ -162,7 +170,7 @@ def test_bench_table_and_user_errors(llama_dir, workload, tmp_path, capsys):
 @pytest.mark.parametrize(
     "line,match",
     [
-        ("not json", ":2: not valid JSON"),
+        ("not json", ":2: invalid JSON"),
         ('["a"]', ":2: expected a JSON object"),
         ('{"prompt_token_ids": [1]}', ":2: field 'id'"),
         ('{"id": "x", "prompt_token_ids": []}', ":2: field 'prompt_token_ids'"),
@@ -228,3 +236,11 @@ def test_bench_text_workload_with_tokenizer_and_sampling(llama_dir, tmp_path, ca
     rows = json.loads(capsys.readouterr().out)
     assert [r["greedy_match"] for r in rows] == [None, None]  # sampling: no token-for-token check
     assert all(r["generated_tokens"] > 0 for r in rows)
+
+
+def test_openai_engine_args_with_bad_quoting_is_one_line(workload, capsys):
+    argv = ["bench", "--backend", "openai", "--launch", "specscope", "--model", "m", "--workload", str(workload),
+            "--engine-args", '--dtype "bfloat16']
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--engine-args: No closing quotation" in err and "Traceback" not in err

@@ -80,8 +80,8 @@ def test_text_prompts_are_tokenised_by_the_server(tiny_model, tmp_path):
 
 
 def test_openai_bench_with_baseline_url(tiny_model, tmp_path):
-    from specscope.backends.openai.bench import run_openai_bench
     from specscope.cli import build_parser
+    from specscope.cli.bench import bench_config, run_bench
 
     plain = start_server(tiny_model, "none", max_batch_size=4)
     ngram = start_server(tiny_model, "ngram", k=3, max_batch_size=4)
@@ -108,7 +108,7 @@ def test_openai_bench_with_baseline_url(tiny_model, tmp_path):
                 "1,4",
             ]
         )
-        rows = run_openai_bench(args)
+        rows = [row.flat() for row in run_bench(bench_config(args)).rows]
     finally:
         plain.close()
         ngram.close()

@@ -97,7 +97,7 @@ def test_missing_field_names_file_and_line(tmp_path):
 def test_bad_json_and_unknown_format(tmp_path):
     bad = tmp_path / "x.jsonl"
     bad.write_text('{"question": "ok?"}\n{not json\n', encoding="utf-8")
-    with pytest.raises(SpecscopeError, match=r"x.jsonl:2: not valid JSON"):
+    with pytest.raises(SpecscopeError, match=r"x.jsonl:2: invalid JSON"):
         list(read_rows(bad))
     other = tmp_path / "x.txt"
     other.write_text("hello", encoding="utf-8")

@@ -27,11 +27,11 @@ from specscope.analysis.overlap import (
 )
 from specscope.analysis.position import ProfileRow, length_edges, position_profiles
 from specscope.analysis.timesplit import (
-    MeasuredStep,
     measured_split,
     predicted_split,
     read_steps,
 )
+from specscope.costmodel.steps import MeasuredStep
 
 __all__ = [
     "BLEU_EDGES", "BoundPoint", "MeasuredStep", "OverlapConfig", "OverlapRow", "PairStats", "ProfileRow",

@@ -15,10 +15,14 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from specscope.errors import SpecscopeError
+from specscope.fileio import read_text
+from specscope.trace.fields import Fields
 
 
 @dataclass
 class MeasuredCell:
+    """One measured cell, and the simulator's speedup for it when known (module docstring)."""
+
     dataset: str
     method: str
     k: int
@@ -28,33 +32,44 @@ class MeasuredCell:
 
     @property
     def error_pct(self) -> float | None:
+        """100 · (simulated − measured) / measured; ``None`` without a simulated speedup."""
         if self.simulated_speedup is None:
             return None
         return 100.0 * (self.simulated_speedup - self.measured_speedup) / self.measured_speedup
 
     def flat(self) -> dict:
+        """The cell as a table row, ``error_pct`` included."""
         return {**asdict(self), "error_pct": self.error_pct}
 
 
+def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
+    """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
+    ``method``, ``k``, ``batch_size``, ``speedup`` > 0; the dataset is its ``workload`` field,
+    else the file's stem."""
+    fields = Fields(obj, f"{path}: item {index}")
+    return MeasuredCell(
+        dataset=fields.text("workload", optional=True) or path.stem,
+        method=fields.text("method"),
+        k=fields.integer("k"),
+        batch_size=fields.integer("batch_size", minimum=1),
+        measured_speedup=fields.number("speedup", low=0.0, low_open=True),
+    )
+
+
 def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
-    """Cells from `specscope bench` JSON output (a list of objects with method, k, batch_size,
-    speedup); the dataset is the object's ``workload`` field, else the file's stem."""
+    """Cells from bench output files (`specscope bench -o x.json`, a sweep's ``measured.json``,
+    a study's ``measured/*.json``): each a non-empty JSON list of bench rows."""
     cells = []
     for path in map(Path, paths):
         try:
-            rows = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as error:
-            raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
+            rows = json.loads(read_text(path))
         except json.JSONDecodeError as error:
             raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+        except RecursionError:
+            raise SpecscopeError(f"{path}: invalid JSON (nested too deeply)") from None
         if not isinstance(rows, list) or not rows:
             raise SpecscopeError(f"{path}: expected a non-empty JSON list of bench results")
-        for i, row in enumerate(rows):
-            try:
-                cells.append(MeasuredCell(str(row.get("workload") or path.stem), str(row["method"]), int(row["k"]),
-                                          int(row["batch_size"]), float(row["speedup"])))
-            except (KeyError, TypeError, ValueError, AttributeError) as error:
-                raise SpecscopeError(f"{path}: item {i}: expected method, k, batch_size, speedup ({error})") from None
+        cells += [parse_bench_row(row, path, i) for i, row in enumerate(rows)]
     return cells
 
 

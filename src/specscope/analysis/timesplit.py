@@ -24,85 +24,45 @@ matching runs: ``prefill`` = prefill_s, ``drafting`` = draft_s, ``verification``
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.costmodel.fit import NO_SD
-from specscope.engine.records import StepRecord
+from specscope.costmodel.steps import NO_SD, MeasuredStep
 from specscope.errors import SpecscopeError
+from specscope.fileio import read_jsonl
 from specscope.sim.grid import SimRow
 from specscope.sim.pricing import PHASES
+from specscope.trace.fields import Fields
 
 _INT_FIELDS = ("step", "k", "batch_size", "tokens_verified", "kv_tokens", "prefill_tokens")
 _TIME_FIELDS = ("draft_s", "verify_s", "sample_s", "overhead_s", "prefill_s")
 
 
-@dataclass
-class MeasuredStep(StepRecord):
-    """One engine step as :class:`~specscope.engine.records.StepRecord` writes it, plus ``run``:
-    which run of the file the reader found it in (see the module docstring)."""
-
-    run: int = 0
-
-
-def _parse_step(obj: object, where: str, run: int) -> MeasuredStep:
-    if not isinstance(obj, dict):
-        raise SpecscopeError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    values: dict = {"run": run}
-    for name in ("method", *_INT_FIELDS, *_TIME_FIELDS, "tokens_emitted"):
-        if name not in obj:
-            raise SpecscopeError(f"{where}: field '{name}': missing")
-    if not isinstance(obj["method"], str) or not obj["method"]:
-        raise SpecscopeError(f"{where}: field 'method': expected a non-empty string")
-    values["method"] = obj["method"]
-    for name in _INT_FIELDS:
-        value = obj[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise SpecscopeError(f"{where}: field '{name}': expected an integer >= 0, got {value!r}")
-        values[name] = value
-    for name in _TIME_FIELDS:
-        value = obj[name]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise SpecscopeError(f"{where}: field '{name}': expected seconds >= 0, got {value!r}")
-        values[name] = float(value)
-    emitted = obj["tokens_emitted"]
-    if not isinstance(emitted, list) or any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in emitted):
-        raise SpecscopeError(f"{where}: field 'tokens_emitted': expected a list of integers >= 0")
-    values["tokens_emitted"] = emitted
-    prompts = obj.get("prefill_requests", 1 if values["prefill_tokens"] else 0)
-    if isinstance(prompts, bool) or not isinstance(prompts, int) or prompts < 0:
-        raise SpecscopeError(f"{where}: field 'prefill_requests': expected an integer >= 0, got {prompts!r}")
-    values["prefill_requests"] = prompts
-    return MeasuredStep(**values)
+def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
+    """One step record of a JSON Lines file (``run`` still 0); errors name ``path:line: field``."""
+    fields = Fields(obj, path, line)
+    method = fields.text("method")
+    if not method:
+        raise fields.error("method", "expected a non-empty string")
+    values: dict = {name: fields.integer(name) for name in _INT_FIELDS}
+    values.update({name: fields.number(name, low=0.0) for name in _TIME_FIELDS})
+    prompts = fields.integer("prefill_requests", optional=True)
+    return MeasuredStep(method=method, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
+                        prefill_requests=(1 if values["prefill_tokens"] else 0) if prompts is None else prompts,
+                        **values)
 
 
 def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
-    """Every step of every file (blank lines skipped); errors name file:line and field."""
+    """Every step of every file (blank lines skipped), each labelled with its run (see the
+    module docstring); errors name file:line and field."""
     steps: list[MeasuredStep] = []
     for path in paths:
-        path = Path(path)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except OSError as error:
-            raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
-        except UnicodeDecodeError as error:
-            raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
         before = len(steps)
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise SpecscopeError(f"{path}:{number}: invalid JSON ({error.msg}, column {error.colno})") from None
-            run = steps[-1].run if steps else -1
-            step = _parse_step(obj, f"{path}:{number}", run)
+        for step in read_jsonl(path, parse_step):
             previous = steps[-1] if len(steps) > before else None
-            if previous is None or step.step <= previous.step or (step.method, step.k) != (previous.method, previous.k):
-                step.run = run + 1
+            run = steps[-1].run if steps else -1
+            new_run = previous is None or step.step <= previous.step or (step.method, step.k) != (previous.method, previous.k)
+            step.run = run + 1 if new_run else run
             steps.append(step)
         if len(steps) == before:
             raise SpecscopeError(f"{path}: no step records found")

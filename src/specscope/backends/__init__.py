@@ -1,19 +1,19 @@
-"""Backends that run a benchmark for ``specscope bench``.
+"""Backends that run a benchmark for ``specscope bench``: one protocol,
+``run_bench(config) -> BenchResult``.
 
-:data:`BENCH_BACKENDS` names each backend's module, which exposes
-``run_bench(config: BenchConfig) -> BenchResult``. Modules are imported only when picked, so
-heavy libraries load only for the backend a user runs. (Other modules of this package, such
-as the OpenAI-compatible server client, serve other verbs.)
+The reference backend (:mod:`specscope.backends.reference`, config :class:`BenchConfig`) runs
+specscope's own engine; the OpenAI backend (:mod:`specscope.backends.openai.bench`, config
+``ServingBenchConfig``) measures servers over HTTP. Both return :class:`BenchRow` objects,
+which only the command line (and the study) turn into JSON or CSV. A backend is imported only
+when picked, so heavy libraries load only for the backend a user runs.
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
-from specscope.errors import SpecscopeError
+from specscope.costmodel.steps import StepRecord
 
 BATCHING = ("distinct", "replicate")
 
@@ -46,21 +46,43 @@ class BenchConfig:
 
 
 @dataclass
+class BenchRow:
+    """One batch size of a bench: no-SD and SD on the same requests.
+
+    ``throughput`` and ``baseline_throughput``: generated tokens per second of the SD and the
+    no-SD run (``None`` when unknown); ``speedup`` = their ratio; ``acceptance_rate`` (α) and
+    ``mean_acceptance_length`` (τ) of the SD run. ``details``: the backend's further
+    measurements, field → value in output order (each backend's docstring lists them).
+    Optional fields are added as keyword fields with a ``None`` default.
+    """
+
+    method: str
+    k: int
+    batch_size: int
+    throughput: float | None
+    baseline_throughput: float | None
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    details: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        """SD throughput / no-SD throughput; ``None`` when either is unknown or zero."""
+        if not self.baseline_throughput or self.throughput is None:
+            return None
+        return self.throughput / self.baseline_throughput
+
+    def flat(self) -> dict[str, object]:
+        """The row as written to JSON or CSV (the on-disk field names)."""
+        row = {name: value for name, value in asdict(self).items() if name != "details"}
+        row["speedup"] = self.speedup
+        return {**row, **self.details}
+
+
+@dataclass
 class BenchResult:
-    """``rows``: one dict per batch size (see the backend for fields); ``records``: one JSON
-    string per engine step, baseline steps (method ``none``) and SD steps together."""
+    """``rows``: one per batch size; ``records``: one per engine step, baseline steps (method
+    ``none``) and SD steps together (empty where the backend cannot see steps)."""
 
-    rows: list[dict[str, Any]]
-    records: list[str] = field(default_factory=list)
-
-
-BENCH_BACKENDS: dict[str, str] = {"reference": "specscope.backends.reference"}
-
-
-def get_backend(name: str):
-    """The module of bench backend ``name`` (it has ``run_bench``)."""
-    if name not in BENCH_BACKENDS:
-        raise SpecscopeError(
-            f"--backend: expected one of {', '.join(sorted(BENCH_BACKENDS))}, got {name!r}"
-        )
-    return importlib.import_module(BENCH_BACKENDS[name])
+    rows: list[BenchRow]
+    records: list[StepRecord] = field(default_factory=list)

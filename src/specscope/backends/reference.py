@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from specscope.backends import BATCHING, BenchConfig, BenchResult
+from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
 from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
@@ -138,7 +138,7 @@ def run_bench(config: BenchConfig) -> BenchResult:
         pairs = []
         for _ in range(config.repeats):
             runs = _lockstep(engines, requests, batch_size, config, sampling)
-            records += [r.to_json() for run in runs for r in run.records]
+            records += [r for run in runs for r in run.records]
             pairs.append((runs[0], runs[-1]))
         base, sd = _median_pair(pairs)
         rows.append(_row(config, batch_size, len(requests), base, sd, compare=engine is not baseline))
@@ -161,8 +161,8 @@ def _row(
     base: _Run,
     sd: _Run,
     compare: bool,
-) -> dict:
-    """One output row (fields in the module docstring) from the two runs at ``batch_size``."""
+) -> BenchRow:
+    """One row (fields in the module docstring) from the two runs at ``batch_size``."""
     greedy = config.temperature == 0 and compare
     mismatched = [rid for rid in base.outputs if base.outputs[rid] != sd.outputs.get(rid)]
     if greedy and mismatched:
@@ -177,26 +177,26 @@ def _row(
         f"{phase}_s": sum(getattr(r, f"{phase}_s") for r in sd.records)
         for phase in ("prefill", "draft", "verify", "sample", "overhead")
     }
-    throughput, baseline_throughput = sd.generated / sd.seconds, base.generated / base.seconds
-    return {
-        "method": config.method,
-        "k": config.k,
-        "batch_size": batch_size,
-        "batching": config.batching,
-        "num_requests": num_requests,
-        "generated_tokens": sd.generated,
-        "throughput": throughput,
-        "baseline_throughput": baseline_throughput,
-        "speedup": throughput / baseline_throughput,
-        "acceptance_rate": stats.acceptance_rate(),
-        "mean_acceptance_length": stats.mean_acceptance_length(),
-        "num_drafts": stats.num_drafts,
-        "num_draft_tokens": stats.num_draft_tokens,
-        "num_accepted_tokens": stats.num_accepted_tokens,
-        "num_accepted_tokens_per_pos": list(stats.num_accepted_tokens_per_pos),
-        "wall_s": sd.seconds,
-        "baseline_wall_s": base.seconds,
-        **split,
-        "greedy_match": (not mismatched) if greedy else None,
-        "mismatched_requests": len(mismatched) if greedy else None,
-    }
+    return BenchRow(
+        method=config.method,
+        k=config.k,
+        batch_size=batch_size,
+        throughput=sd.generated / sd.seconds,
+        baseline_throughput=base.generated / base.seconds,
+        acceptance_rate=stats.acceptance_rate(),
+        mean_acceptance_length=stats.mean_acceptance_length(),
+        details={
+            "batching": config.batching,
+            "num_requests": num_requests,
+            "generated_tokens": sd.generated,
+            "num_drafts": stats.num_drafts,
+            "num_draft_tokens": stats.num_draft_tokens,
+            "num_accepted_tokens": stats.num_accepted_tokens,
+            "num_accepted_tokens_per_pos": list(stats.num_accepted_tokens_per_pos),
+            "wall_s": sd.seconds,
+            "baseline_wall_s": base.seconds,
+            **split,
+            "greedy_match": (not mismatched) if greedy else None,
+            "mismatched_requests": len(mismatched) if greedy else None,
+        },
+    )

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import shlex
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
 from specscope import validate
-from specscope.backends import BATCHING, BENCH_BACKENDS, BenchConfig
-from specscope.backends.openai.bench import POSITIVE, add_openai_bench_arguments
+from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
+from specscope.backends.openai.bench import POSITIVE, ServingBenchConfig, add_openai_bench_arguments
+from specscope.backends.openai.bench import run_bench as run_serving_bench
 from specscope.cli._common import (
     add_table_output,
     atomic_write_text,
@@ -21,13 +23,14 @@ from specscope.cli._common import (
     write_rows,
 )
 from specscope.errors import SpecscopeError
+from specscope.methods import names
 
 DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(BenchConfig) if f.default is not dataclasses.MISSING
 }
-METHODS = ("none", "ngram", "draft", "eagle", "eagle3", "mtp")
+METHODS = names("specscope")
 SPLIT = ("prefill_s", "draft_s", "verify_s", "sample_s", "overhead_s")
-OPENAI = "openai"
+REFERENCE, OPENAI = "reference", "openai"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=(*sorted(BENCH_BACKENDS), OPENAI),
-        default="reference",
+        choices=(REFERENCE, OPENAI),
+        default=REFERENCE,
         help="reference: specscope's own engine; openai: a server's OpenAI-compatible API "
         "(vLLM, SGLang, specscope serve) given by --url or started with --launch",
     )
@@ -124,74 +127,102 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from specscope.backends import get_backend
-
-    out = human_stream(args.output, args.records)
-    if args.backend == OPENAI:
-        return _run_openai(args, out)
-    if args.model is None:
-        raise SpecscopeError("--model: required with --backend reference")
-    backend = get_backend(args.backend)
-    if args.threads is not None:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    config = BenchConfig(
-        model_dir=Path(args.model),
+def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
+    """The bench the flags ask for: the reference engine's or a serving engine's."""
+    shared = dict(
         workload=args.workload,
         method=args.method,
-        draft_dir=args.draft,
         k=args.k,
         batch_sizes=tuple(args.batch_sizes),
         max_tokens=args.max_tokens,
+        ignore_eos=args.ignore_eos,
+        temperature=args.temperature,
+    )
+    if args.backend == OPENAI:
+        return ServingBenchConfig(
+            **shared,
+            url=args.url,
+            baseline_url=args.baseline_url,
+            launch=args.launch,
+            model=None if args.model is None else str(args.model),
+            model_name=args.model_name,
+            draft=None if args.draft is None else str(args.draft),
+            num_requests=args.num_requests,
+            port=args.port,
+            engine_args=_split_engine_args(args.engine_args),
+            prompt_lookup_min=args.prompt_lookup_min,
+            prompt_lookup_max=args.prompt_lookup_max,
+            mtp_method=args.mtp_method,
+            request_timeout_s=args.request_timeout,
+            idle_timeout_s=args.idle_timeout,
+            launch_timeout_s=args.launch_timeout,
+            log_dir=args.log_dir,
+        )
+    if args.model is None:
+        raise SpecscopeError("--model: required with --backend reference")
+    return BenchConfig(
+        **shared,
+        model_dir=Path(args.model),
+        draft_dir=args.draft,
         batching=args.batching,
         dtype=args.dtype,
         device=args.device,
-        ignore_eos=args.ignore_eos,
-        temperature=args.temperature,
         top_p=args.top_p,
         top_k=args.top_k,
         seed=args.seed,
         repeats=args.repeats,
     )
-    result = backend.run_bench(config)
-    if args.output:
-        write_rows(args.output, result.rows)
-    if args.records:
-        atomic_write_text(args.records, "".join(line + "\n" for line in result.records))
-    _show(args, result.rows, _print_table, out)
-    return 0
 
 
-def _run_openai(args: argparse.Namespace, out: TextIO) -> int:
-    from specscope.backends.openai.bench import run_openai_bench
+def _split_engine_args(text: str) -> tuple[str, ...]:
+    """``--engine-args`` split as a shell would."""
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as error:
+        raise SpecscopeError(f"--engine-args: {error} in {text!r}") from None
 
-    rows = run_openai_bench(args)
+
+def run_bench(config: BenchConfig | ServingBenchConfig) -> BenchResult:
+    """``config``'s backend's ``run_bench`` (imported only when picked: torch for the reference)."""
+    if isinstance(config, ServingBenchConfig):
+        return run_serving_bench(config)
+    from specscope.backends.reference import run_bench as run_reference
+
+    return run_reference(config)
+
+
+def run(args: argparse.Namespace) -> int:
+    out = human_stream(args.output, args.records)
+    config = bench_config(args)
+    if args.threads is not None and isinstance(config, BenchConfig):
+        import torch
+
+        torch.set_num_threads(args.threads)
+    result = run_bench(config)
+    rows = [row.flat() for row in result.rows]
     if args.output:
         write_rows(args.output, rows)
-    _show(args, rows, _print_openai_table, out)
+    if args.records:
+        atomic_write_text(args.records, "".join(record.to_json() + "\n" for record in result.records))
+    if args.format == "json":
+        print(json.dumps(rows, indent=1), file=out)
+    elif isinstance(config, ServingBenchConfig):
+        _print_openai_table(result.rows, out)
+    else:
+        _print_table(result.rows, out)
     return 0
 
 
-def _show(args: argparse.Namespace, rows: list[dict], table: Callable[[list[dict], TextIO], None], out: TextIO) -> None:
-    """The rows as ``--format`` asks, on ``out`` (standard error when ``-o -`` took stdout)."""
-    if args.format == "json":
-        print(json.dumps(rows, indent=1), file=out)
-    else:
-        table(rows, out)
-
-
-def _print_table(rows: list[dict], out: TextIO) -> None:
+def _print_table(rows: list[BenchRow], out: TextIO) -> None:
     columns = ["method", "k", "B", "tok/s", "no-SD tok/s", "speedup", "α", "τ",
                "prefill/draft/verify/sample/other %", "greedy =="]
     lines = []
     for row in rows:
-        total = sum(row[p] for p in SPLIT) or 1.0
-        split = "/".join(f"{100 * row[p] / total:.0f}" for p in SPLIT)
-        lines.append([row["method"], row["k"], row["batch_size"], row["throughput"], row["baseline_throughput"],
-                      row["speedup"], row["acceptance_rate"], row["mean_acceptance_length"], split,
-                      row["greedy_match"]])
+        total = sum(row.details[p] for p in SPLIT) or 1.0
+        split = "/".join(f"{100 * row.details[p] / total:.0f}" for p in SPLIT)
+        lines.append([row.method, row.k, row.batch_size, row.throughput, row.baseline_throughput,
+                      row.speedup, row.acceptance_rate, row.mean_acceptance_length, split,
+                      row.details["greedy_match"]])
     print_table("throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %", columns, lines, file=out)
 
 
@@ -203,7 +234,8 @@ OPENAI_COLUMNS = (
 )
 
 
-def _print_openai_table(rows: list[dict], out: TextIO) -> None:
+def _print_openai_table(bench_rows: list[BenchRow], out: TextIO) -> None:
+    rows = [row.flat() for row in bench_rows]
     print_table("throughput = output tokens/s at concurrency B; speedup = SD / no-SD",
                 [header for header, _ in OPENAI_COLUMNS], [[row.get(key) for _, key in OPENAI_COLUMNS] for row in rows],
                 file=out)

@@ -1,6 +1,6 @@
 """Fit the linear cost model to measured per-step records of an engine run.
 
-From every step record (see :mod:`specscope.engine.records`):
+From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
 
 - target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens +
   c_req·batch_size + c_multi·[tokens_verified > 1]``, plus one point
@@ -47,9 +47,9 @@ import numpy as np
 
 from specscope.costmodel.base import Drafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
+from specscope.costmodel.steps import NO_SD, MeasuredStep
 from specscope.errors import SpecscopeError
 
-NO_SD = "none"  # the engine's method name for a run without speculative decoding
 DRIFT_ROUNDS = 3  # fits, each after re-estimating the speed factor of every repeat
 
 
@@ -98,7 +98,7 @@ def _design(batched: np.ndarray, kv: np.ndarray) -> np.ndarray:
     return np.column_stack([np.ones_like(batched, dtype=float), batched.astype(float), kv.astype(float)])
 
 
-def _drafter_prefill(steps: Sequence, target: LinearCostModel) -> float:
+def _drafter_prefill(steps: Sequence[MeasuredStep], target: LinearCostModel) -> float:
     """Seconds per prompt token that an SD run's prefill adds to the ``target`` forward's (≥ 0;
     0 without prefill steps)."""
     if not steps:
@@ -110,9 +110,9 @@ def _drafter_prefill(steps: Sequence, target: LinearCostModel) -> float:
     return float(nonnegative_relative_fit(tokens[:, None], extra, "the drafter's prefill", times)[0])
 
 
-def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, FitQuality]:
-    """Fit a :class:`LinearCostModel` to step records (objects with the StepRecord fields, and
-    ``run`` to normalise drift; see the module docstring)."""
+def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[LinearCostModel, FitQuality]:
+    """Fit a :class:`LinearCostModel` to measured steps (their ``run`` normalises drift; see the
+    module docstring)."""
     repeat = _repeats(steps)
     factors = np.ones(len(steps))
     model = _fit_once(steps, name)
@@ -126,22 +126,22 @@ def fit_linear(steps: Sequence, name: str = "fitted") -> tuple[LinearCostModel, 
     return model, quality
 
 
-def _slowed(step, factor: float):
+def _slowed(step: MeasuredStep, factor: float) -> MeasuredStep:
     """``step`` with every measured time multiplied by ``factor``."""
     return replace(step, draft_s=step.draft_s * factor, verify_s=step.verify_s * factor,
                    sample_s=step.sample_s * factor, overhead_s=step.overhead_s * factor,
                    prefill_s=step.prefill_s * factor)
 
 
-def _repeats(steps: Sequence) -> np.ndarray:
+def _repeats(steps: Sequence[MeasuredStep]) -> np.ndarray:
     """[steps] the repeat of each step: a no-SD run and the SD run right after it share one."""
-    runs = [getattr(s, "run", 0) for s in steps]
+    runs = [s.run for s in steps]
     method_of_run = {run: s.method for run, s in zip(runs, steps)}
     return np.array([run - 1 if method_of_run[run] != NO_SD and method_of_run.get(run - 1) == NO_SD else run
                      for run in runs])
 
 
-def _speed_factors(steps: Sequence, repeat: np.ndarray, model: LinearCostModel) -> np.ndarray:
+def _speed_factors(steps: Sequence[MeasuredStep], repeat: np.ndarray, model: LinearCostModel) -> np.ndarray:
     """[steps] measured / predicted verify time, median over each repeat, over the median of the
     repeats with the same batch size (a repeat's largest ``batch_size``)."""
     decode = np.array([s.batch_size > 0 and s.verify_s > 0 and s.prefill_tokens == 0 for s in steps])
@@ -157,13 +157,13 @@ def _speed_factors(steps: Sequence, repeat: np.ndarray, model: LinearCostModel) 
     return np.array([per_repeat[r] / typical[size[r]] if r in per_repeat else 1.0 for r in repeat.tolist()])
 
 
-def _decode_and_prefill(steps: Sequence) -> tuple[list, list]:
+def _decode_and_prefill(steps: Sequence[MeasuredStep]) -> tuple[list[MeasuredStep], list[MeasuredStep]]:
     """The steps with a verify forward, and the steps that prefilled."""
     return ([s for s in steps if s.batch_size > 0 and s.verify_s > 0],
             [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0])
 
 
-def _forward_points(decode: Sequence, prefill: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredStep]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The target-forward points: batched tokens, cached tokens, sequences and seconds [n]
     (every verify forward, and the prefills of no-SD runs; see the module docstring)."""
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
@@ -175,7 +175,7 @@ def _forward_points(decode: Sequence, prefill: Sequence) -> tuple[np.ndarray, np
     return batched, kv, rows, times
 
 
-def _fit_once(steps: Sequence, name: str) -> LinearCostModel:
+def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
     """One fit of every coefficient (see the module docstring), on times as given."""
     decode, prefill = _decode_and_prefill(steps)
     batched, kv, rows, times = _forward_points(decode, prefill)

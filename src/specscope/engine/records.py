@@ -1,8 +1,8 @@
 """Per-step records and aggregate speculative-decoding statistics.
 
-Statistics are kept apart from exporters: :class:`StepRecord` is one JSON line per engine
-step (the time-split analysis and the cost-model fit read these field names), :class:`SpecDecodeStats` counts
-drafts and acceptances with vLLM's names. Definitions (terms as in
+Statistics are kept apart from exporters: :class:`StepRecord` (defined in
+:mod:`specscope.costmodel.steps`, which the cost-model fit reads) is one record per engine step,
+:class:`SpecDecodeStats` counts drafts and acceptances with vLLM's names. Definitions (terms as in
 :mod:`specscope.engine.sampling`):
 
 - ``num_drafts``: request-steps that offered at least one draft token (draft_len > 0);
@@ -18,34 +18,11 @@ num_emitted_tokens / num_request_steps.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
+from specscope.costmodel.steps import StepRecord
 
-@dataclass
-class StepRecord:
-    """One engine step. ``kv_tokens``: tokens in the KV cache of the running sequences at the
-    start of the step; ``tokens_verified``: positions the target scored in verification
-    (batch × (max draft_len + 1)); ``tokens_emitted``: per request, in batch order (prefill's
-    first token included); ``overhead_s`` = step wall time − the four measured phases."""
-
-    step: int
-    method: str
-    k: int
-    batch_size: int
-    tokens_verified: int
-    tokens_emitted: list[int]
-    draft_s: float
-    verify_s: float
-    sample_s: float
-    overhead_s: float
-    kv_tokens: int
-    prefill_tokens: int
-    prefill_s: float
-    prefill_requests: int = 0  # prompts the step prefilled (``prefill_tokens`` in all)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
+__all__ = ["SpecDecodeStats", "StepRecord"]
 
 
 @dataclass

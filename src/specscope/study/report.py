@@ -11,18 +11,15 @@ from specscope.analysis.measured import MeasuredCell
 from specscope.report.config import ReportConfig
 from specscope.sim.grid import SimConfig
 from specscope.study.config import StudyConfig
-from specscope.study.fidelity import FidelityRow
 
 
-def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence[FidelityRow],
+def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence[MeasuredCell],
                  steps: Sequence[Path]) -> Path:
     from specscope.report.build import build_report
 
-    cells = tuple(MeasuredCell(r.workload, r.method, config.k, r.batch_size, r.measured_speedup, r.simulated_speedup)
-                  for r in fidelity)
     report = dataclasses.replace(
         ReportConfig(), cost_model=str(config.cost_model_path),
         sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
-        ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=cells,
+        ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
     )
     return build_report([str(t) for t in traces], config.out_dir, report).index

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
+from specscope.analysis.measured import MeasuredCell, read_bench_results
 from specscope.fileio import atomic_write_text, write_rows
 from specscope.study.config import StudyConfig
-from specscope.study.fidelity import FidelityRow, fidelity_rows
+from specscope.study.fidelity import with_simulated
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
     return paths
 
 
-def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> dict[tuple[str, str], list[dict]]:
+def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> dict[tuple[str, str], list[MeasuredCell]]:
     from specscope.backends import BenchConfig
     from specscope.backends.reference import run_bench
 
@@ -72,11 +73,12 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> dict[tuple
                                     draft_dir=config.drafters.get(method), k=config.k,
                                     batch_sizes=config.batch_sizes, max_tokens=config.max_tokens)
                 result = run_bench(bench)
-                atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r + "\n" for r in result.records))
-                atomic_write_text(out, json.dumps(result.rows, indent=1) + "\n")
-                done = ", ".join(f"B={r['batch_size']}: {r['speedup']:.2f}x" for r in result.rows)
+                atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
+                atomic_write_text(out, json.dumps([r.flat() for r in result.rows], indent=1) + "\n")
+                done = ", ".join(f"B={r.batch_size}: {r.speedup:.2f}x" for r in result.rows)
                 say(f"measure {_stem(workload)} {method}: {done}")
-            results[(_stem(workload), method)] = json.loads(out.read_text())
+            results[(_stem(workload), method)] = [replace(cell, dataset=_stem(workload))
+                                                  for cell in read_bench_results([out])]
     return results
 
 
@@ -94,16 +96,16 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     return model
 
 
-def fidelity_stage(config: StudyConfig, traces: list[Path], measured, cost, say) -> list[FidelityRow]:
+def fidelity_stage(config: StudyConfig, traces: list[Path], measured: dict[tuple[str, str], list[MeasuredCell]],
+                   cost, say: Callable[[str], None]) -> list[MeasuredCell]:
     from specscope.trace import load_traces
 
-    rows: list[FidelityRow] = []
+    rows: list[MeasuredCell] = []
     for trace in traces:
         records, _ = load_traces([trace])
         for method in config.methods:
-            rows += fidelity_rows(_stem(trace), records, measured[(_stem(trace), method)], cost, config.k)
-    write_rows(config.out_dir / "fidelity.csv",
-               [{k: v for k, v in asdict(r).items()} for r in rows])
+            rows += with_simulated(records, measured[(_stem(trace), method)], cost, config.k)
+    write_rows(config.out_dir / "fidelity.csv", [r.flat() for r in rows])
     worst = max(abs(r.error_pct) for r in rows)
     say(f"fidelity simulated vs measured speedup: largest error {worst:.1f} % over {len(rows)} cells")
     return rows

@@ -33,11 +33,13 @@ import random
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specscope.errors import SpecscopeError, where
+from specscope.fileio import read_jsonl, read_text
+from specscope.trace.fields import Fields
 from specscope.workloads.tasks import CODE_SUFFIX, SUMMARY_PREFIX
 
 if TYPE_CHECKING:
@@ -216,19 +218,16 @@ def read_rows(path: Path) -> Iterator[Row]:
     if suffix == ".parquet":
         yield from _parquet_rows(path)
         return
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecscopeError(f"{path}: cannot read ({error})") from None
     if suffix == ".jsonl":
-        lines = [(number, line) for number, line in enumerate(text.splitlines(), start=1) if line.strip()]
-        for index, (number, line) in enumerate(lines):
-            yield Row(index, _object(line, path, number), where(path, number))
-    elif suffix == ".json":
+        for index, row in enumerate(read_jsonl(path, _jsonl_row)):
+            yield replace(row, index=index)
+        return
+    text = read_text(path)
+    if suffix == ".json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
-            raise SpecscopeError(f"{where(path, error.lineno)}: not valid JSON ({error.msg})") from None
+            raise SpecscopeError(f"{where(path, error.lineno)}: invalid JSON ({error.msg})") from None
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
             raise SpecscopeError(f"{path}: expected a JSON list of objects")
         for index, item in enumerate(data):
@@ -241,14 +240,9 @@ def read_rows(path: Path) -> Iterator[Row]:
         raise SpecscopeError(f"{path}: expected a .jsonl, .json, .csv or .parquet file")
 
 
-def _object(line: str, path: Path, number: int) -> dict:
-    try:
-        data = json.loads(line)
-    except json.JSONDecodeError as error:
-        raise SpecscopeError(f"{where(path, number)}: not valid JSON ({error.msg})") from None
-    if not isinstance(data, dict):
-        raise SpecscopeError(f"{where(path, number)}: expected a JSON object")
-    return data
+def _jsonl_row(obj: object, path: Path, line: int) -> Row:
+    """One line of a ``.jsonl`` file as a row (its index set by the caller)."""
+    return Row(0, Fields(obj, path, line).obj, where(path, line))
 
 
 def _parquet_rows(path: Path) -> Iterator[Row]:

@@ -8,11 +8,12 @@ anything else that is wrong stops the read with ``file:line: field: what was exp
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from specscope.errors import SpecscopeError, where
+from specscope.fileio import read_jsonl
+from specscope.trace.fields import Fields
 
 
 @dataclass(frozen=True)
@@ -38,26 +39,12 @@ class Prompt:
 
 def read_prompts(path: str | Path) -> list[Prompt]:
     """Validate ``path`` line by line, keeping text prompts as text."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise SpecscopeError(f"{path}: cannot read workload ({error})") from None
     prompts: list[Prompt] = []
     seen: dict[str, int] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise SpecscopeError(f"{where(path, number)}: not valid JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise SpecscopeError(f"{where(path, number)}: expected a JSON object")
-        prompt = _parse(row, path, number)
+    for prompt in read_jsonl(path, _parse):
         if prompt.id in seen:
-            raise SpecscopeError(f"{where(path, number, 'id')}: {prompt.id!r} already used on line {seen[prompt.id]}")
-        seen[prompt.id] = number
+            raise SpecscopeError(f"{where(path, prompt.line, 'id')}: {prompt.id!r} already used on line {seen[prompt.id]}")
+        seen[prompt.id] = prompt.line
         prompts.append(prompt)
     if not prompts:
         raise SpecscopeError(f"{path}: no requests")
@@ -70,26 +57,23 @@ def read_workload(path: str | Path, tokenizer=None) -> list[WorkloadRequest]:
     return [_tokenize(prompt, Path(path), tokenizer) for prompt in read_prompts(path)]
 
 
-def _parse(row: dict, path: Path, number: int) -> Prompt:
-    rid = row.get("id")
-    if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
-        raise SpecscopeError(f"{where(path, number, 'id')}: expected a non-empty string or an integer")
-    has_text, has_ids = "prompt" in row, "prompt_token_ids" in row
-    if has_text == has_ids:
-        raise SpecscopeError(f"{where(path, number)}: expected exactly one of 'prompt' and 'prompt_token_ids'")
-    if has_ids:
-        ids = row["prompt_token_ids"]
-        if not isinstance(ids, list) or not ids or any(
-            isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids
-        ):
-            raise SpecscopeError(
-                f"{where(path, number, 'prompt_token_ids')}: expected a non-empty list of non-negative integers"
-            )
-        return Prompt(str(rid), token_ids=tuple(ids), line=number)
-    text = row["prompt"]
-    if not isinstance(text, str) or not text:
-        raise SpecscopeError(f"{where(path, number, 'prompt')}: expected non-empty text")
-    return Prompt(str(rid), text=text, line=number)
+def _parse(obj: object, path: Path, line: int) -> Prompt:
+    """One workload line (see the module docstring)."""
+    fields = Fields(obj, path, line)
+    rid = fields.text("id")
+    if not rid:
+        raise fields.error("id", "expected a non-empty string or an integer")
+    if fields.has("prompt") == fields.has("prompt_token_ids"):
+        raise fields.error(None, "expected exactly one of 'prompt' and 'prompt_token_ids'")
+    if fields.has("prompt_token_ids"):
+        ids = fields.int_array("prompt_token_ids", low=0)
+        if not ids.size:
+            raise fields.error("prompt_token_ids", "expected a non-empty list of non-negative integers")
+        return Prompt(rid, token_ids=tuple(ids.tolist()), line=line)
+    text = fields.text("prompt")
+    if not isinstance(fields.get("prompt"), str) or not text:
+        raise fields.error("prompt", "expected non-empty text")
+    return Prompt(rid, text=text, line=line)
 
 
 def _tokenize(prompt: Prompt, path: Path, tokenizer) -> WorkloadRequest:

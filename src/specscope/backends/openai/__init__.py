@@ -8,6 +8,7 @@ openai``), :mod:`.sweep_config` and :mod:`.sweep` (``specscope sweep``, resumabl
 """
 
 from specscope.backends.openai.bench import (  # noqa: F401
+    ServingBenchConfig,
     add_openai_bench_arguments,
-    run_openai_bench,
+    run_bench,
 )

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shlex
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from specscope.backends import BenchConfig, BenchResult, BenchRow
 from specscope.backends.openai.client import ClientConfig
 from specscope.backends.openai.launchers import (
     DEFAULT_LAUNCH_TIMEOUT_S,
@@ -109,104 +109,137 @@ def add_openai_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def combine(row: dict[str, object], baseline: dict[str, object] | None) -> dict[str, object]:
-    """``row`` plus ``baseline_*`` fields and ``speedup`` = throughput / baseline throughput."""
-    out = dict(row)
-    for name in BASELINE_FIELDS:
-        out[f"baseline_{name}"] = baseline.get(name) if baseline else None
-    base = out["baseline_throughput"]
-    out["speedup"] = row["throughput"] / base if base and row.get("throughput") is not None else None
-    return out
+@dataclass(frozen=True)
+class ServingBenchConfig:
+    """One serving bench: no-SD and SD servers measured at each batch size (the client's
+    concurrency). Servers are running (``url``, ``baseline_url``) or launched per batch size
+    (``launch``: an engine of :data:`~specscope.backends.openai.launchers.ENGINES`, serving
+    ``model``); the sampling fields mean what they mean in :class:`BenchConfig`."""
 
+    workload: Path
+    method: str = BenchConfig.method
+    k: int = BenchConfig.k
+    batch_sizes: tuple[int, ...] = BenchConfig.batch_sizes
+    max_tokens: int = BenchConfig.max_tokens
+    ignore_eos: bool = BenchConfig.ignore_eos
+    temperature: float = BenchConfig.temperature
+    url: str | None = None
+    baseline_url: str | None = None
+    launch: str | None = None
+    model: str | None = None
+    model_name: str | None = None  # the id sent in requests (None: the server's /v1/models)
+    draft: str | None = None
+    num_requests: int | None = None  # None: the workload's length
+    port: int | None = None  # for launched servers (None: a free one)
+    engine_args: tuple[str, ...] = ()
+    prompt_lookup_min: int = DEFAULTS.prompt_lookup_min
+    prompt_lookup_max: int = DEFAULTS.prompt_lookup_max
+    mtp_method: str = DEFAULTS.mtp_method
+    request_timeout_s: float = DEFAULTS.request_timeout_s
+    idle_timeout_s: float = DEFAULTS.idle_timeout_s
+    launch_timeout_s: float = DEFAULTS.launch_timeout_s
+    log_dir: Path | None = None  # where launched servers log (None: a temporary folder)
 
-def _client(args: argparse.Namespace, url: str) -> ClientConfig:
-    return ClientConfig(
-        url=url,
-        model=args.model_name,
-        max_tokens=args.max_tokens,
-        ignore_eos=args.ignore_eos,
-        temperature=args.temperature,
-        idle_timeout_s=args.idle_timeout,
-        request_timeout_s=args.request_timeout,
-    )
-
-
-def _launch_specs(args: argparse.Namespace) -> list[tuple[LaunchSpec, LaunchSpec]]:
-    """(no-SD, SD) server per batch size, all checked before the first one starts."""
-    if args.model is None:
-        raise SpecscopeError("--model: required with --launch (a model name or directory)")
-    specs = []
-    for batch_size in args.batch_sizes:
-        pair = tuple(
-            LaunchSpec(
-                engine=args.launch,
-                model=str(args.model),
-                method=method,
-                k=args.k,
-                batch_size=batch_size,
-                draft=str(args.draft) if args.draft and method != "none" else None,
-                prompt_lookup_min=args.prompt_lookup_min,
-                prompt_lookup_max=args.prompt_lookup_max,
-                mtp_method=args.mtp_method,
-                port=args.port or free_port(),
-                extra_args=tuple(shlex.split(args.engine_args)),
-            )
-            for method in ("none", args.method)
+    def client(self, url: str) -> ClientConfig:
+        """How to send this bench's requests to the server at ``url``."""
+        return ClientConfig(
+            url=url,
+            model=self.model_name,
+            max_tokens=self.max_tokens,
+            ignore_eos=self.ignore_eos,
+            temperature=self.temperature,
+            idle_timeout_s=self.idle_timeout_s,
+            request_timeout_s=self.request_timeout_s,
         )
-        specs.append(pair)
-    return specs
+
+    def launch_spec(self, method: str, batch_size: int) -> LaunchSpec:
+        """The server to launch for ``method`` (``none``: no SD, no draft) at ``batch_size``."""
+        if self.launch is None or self.model is None:
+            raise SpecscopeError("--model: required with --launch (a model name or directory)")
+        return LaunchSpec(
+            engine=self.launch,
+            model=self.model,
+            method=method,
+            k=self.k,
+            batch_size=batch_size,
+            draft=self.draft if method != "none" else None,
+            prompt_lookup_min=self.prompt_lookup_min,
+            prompt_lookup_max=self.prompt_lookup_max,
+            mtp_method=self.mtp_method,
+            port=self.port or free_port(),
+            extra_args=self.engine_args,
+        )
+
+
+def bench_row(method: str, k: int, row: dict[str, object], baseline: dict[str, object] | None) -> BenchRow:
+    """A :class:`BenchRow` from a measured ``row`` (:func:`measure`'s, plus labels) and its
+    no-SD ``baseline`` row (``None``: no baseline), whose :data:`BASELINE_FIELDS` join as
+    ``baseline_*`` details."""
+    details = dict(row)
+    batch_size, throughput = details.pop("batch_size"), details.pop("throughput")
+    alpha, tau = details.pop("acceptance_rate", None), details.pop("mean_acceptance_length", None)
+    for name in BASELINE_FIELDS:
+        details[f"baseline_{name}"] = baseline.get(name) if baseline else None
+    return BenchRow(method, k, batch_size, throughput, details.pop("baseline_throughput"), alpha, tau, details)
+
+
+def _launch_specs(config: ServingBenchConfig) -> list[tuple[LaunchSpec, LaunchSpec]]:
+    """(no-SD, SD) server per batch size, all checked before the first one starts."""
+    return [(config.launch_spec("none", b), config.launch_spec(config.method, b)) for b in config.batch_sizes]
 
 
 def _launched(
-    args: argparse.Namespace, spec: LaunchSpec, prompts: list[Prompt], warmup: Prompt, log_dir: Path
+    config: ServingBenchConfig, spec: LaunchSpec, prompts: list[Prompt], warmup: Prompt, log_dir: Path
 ) -> dict:
     """Start ``spec``'s server, check it shows what ``spec`` asks, measure, stop it."""
     log_path = log_dir / f"{spec.engine}-{spec.method}-k{spec.k}-b{spec.batch_size}.log"
-    with ServerProcess(command_for(spec), spec.url, log_path, args.launch_timeout):
+    with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
         k = spec.k if spec.method != "none" else 0
-        _, verified = check_server(spec.url, spec.method, k, args.model_name, args.idle_timeout)
-        row = measure(_client(args, spec.url), prompts, spec.batch_size, warmup)
+        _, verified = check_server(spec.url, spec.method, k, config.model_name, config.idle_timeout_s)
+        row = measure(config.client(spec.url), prompts, spec.batch_size, warmup)
     return {**row, "verified": verified}
 
 
-def run_openai_bench(args: argparse.Namespace) -> list[dict]:
+def run_bench(config: ServingBenchConfig) -> BenchResult:
     """Measure no-SD and SD at every batch size; one row per batch size, labelled only with
-    what the servers do not contradict (:mod:`~specscope.backends.openai.verify`)."""
-    if bool(args.url) == bool(args.launch):
+    what the servers do not contradict (:mod:`~specscope.backends.openai.verify`). The servers'
+    steps are not visible: ``records`` stays empty."""
+    if bool(config.url) == bool(config.launch):
         raise SpecscopeError("--backend openai: give exactly one of --url and --launch")
-    specs = _launch_specs(args) if args.launch else None
-    workload = read_prompts(args.workload)
-    prompts = select_prompts(workload, args.num_requests)
-    warmup, warmup_measured = warmup_prompt(workload, args.num_requests)
-    label = {"method": args.method, "k": args.k if args.method != "none" else 0}
+    specs = _launch_specs(config) if config.launch else None
+    workload = read_prompts(config.workload)
+    prompts = select_prompts(workload, config.num_requests)
+    warmup, warmup_measured = warmup_prompt(workload, config.num_requests)
+    k = config.k if config.method != "none" else 0
     rows = []
     if specs is None:
-        model = args.model_name or (str(args.model) if args.model else None)
-        view, verified = check_server(args.url, args.method, label["k"], model, args.idle_timeout)
+        model = config.model_name or config.model
+        view, verified = check_server(config.url, config.method, k, model, config.idle_timeout_s)
         baseline_verified = (
-            check_server(args.baseline_url, "none", 0, model, args.idle_timeout)[1] if args.baseline_url else None
+            check_server(config.baseline_url, "none", 0, model, config.idle_timeout_s)[1]
+            if config.baseline_url else None
         )
-        learns = learns_across_requests(view.engine, args.method)  # one server for every batch size
+        learns = learns_across_requests(view.engine, config.method)  # one server for every batch size
         if learns:
-            log.warning(LEARNS_NOTE, args.method, args.url)
-        for batch_size in args.batch_sizes:
+            log.warning(LEARNS_NOTE, config.method, config.url)
+        for batch_size in config.batch_sizes:
             baseline = (
-                {**measure(_client(args, args.baseline_url), prompts, batch_size, warmup),
+                {**measure(config.client(config.baseline_url), prompts, batch_size, warmup),
                  "verified": baseline_verified}
-                if args.baseline_url
+                if config.baseline_url
                 else None
             )
-            row = measure(_client(args, args.url), prompts, batch_size, warmup)
-            rows.append(combine({**label, **row, "verified": verified, "learns_across_requests": learns},
-                                baseline))
-        return rows
-    learns = learns_across_requests(args.launch, args.method) and warmup_measured
+            row = measure(config.client(config.url), prompts, batch_size, warmup)
+            rows.append(bench_row(config.method, k, {**row, "verified": verified, "learns_across_requests": learns},
+                                  baseline))
+        return BenchResult(rows)
+    learns = learns_across_requests(config.launch, config.method) and warmup_measured
     if learns:
-        log.warning(WARMUP_NOTE, args.method)
+        log.warning(WARMUP_NOTE, config.method)
     with tempfile.TemporaryDirectory(prefix="specscope-logs-") as tmp:
-        log_dir = args.log_dir or Path(tmp)
+        log_dir = config.log_dir or Path(tmp)
         for baseline_spec, spec in specs:
-            baseline = _launched(args, baseline_spec, prompts, warmup, log_dir)
-            row = _launched(args, spec, prompts, warmup, log_dir)
-            rows.append(combine({**label, **row, "learns_across_requests": learns}, baseline))
-    return rows
+            baseline = _launched(config, baseline_spec, prompts, warmup, log_dir)
+            row = _launched(config, spec, prompts, warmup, log_dir)
+            rows.append(bench_row(config.method, k, {**row, "learns_across_requests": learns}, baseline))
+    return BenchResult(rows)

@@ -9,7 +9,7 @@ running when it died runs again. ``--retry-failed`` also reruns cells recorded a
 Before its cells run, every server is checked against the method and k its cells are labelled
 with (:mod:`~specscope.backends.openai.verify`); a server that contradicts them fails those
 cells, and each row's ``verified`` says what was checked. Methods that learn across requests
-(:data:`~specscope.backends.openai.launchers.LEARNS_ACROSS_REQUESTS`) get a fresh launched
+(the ``learns_across_requests`` of :mod:`specscope.methods`) get a fresh launched
 server per cell, warmed up with a prompt that is not measured; on a ``url`` engine, which
 cannot be restarted, their rows are marked ``learns_across_requests: true``.
 
@@ -31,18 +31,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specscope.backends.openai.bench import combine
-from specscope.backends.openai.client import ClientConfig
-from specscope.backends.openai.launchers import (
-    LaunchSpec,
-    ServerProcess,
-    command_for,
-    free_port,
-    learns_across_requests,
-)
+from specscope.backends.openai.bench import ServingBenchConfig, bench_row
+from specscope.backends.openai.launchers import ServerProcess, command_for, learns_across_requests
 from specscope.backends.openai.measure import measure
 from specscope.backends.openai.prompts import read_prompts, select_prompts, warmup_prompt
 from specscope.backends.openai.verify import ServerCheckError, check_server
@@ -56,6 +49,7 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
+CELL_LABELS = ("engine", "workload", "method", "k", "tree", "tree_nodes", "tree_depth", "status", "reason", "cell_id")  # a result row's, beside the bench row
 RECORD_FIELDS = ("cell_id", "key", "status", "reason", "started_at", "finished_at", "result")
 
 
@@ -94,20 +88,36 @@ def read_cells(output: Path) -> dict[str, dict]:
 
 def _server_key(cell: Cell) -> tuple:
     """Cells with one key share a server; a launched method that learns gets one per cell."""
-    key = (cell.engine.name, cell.method, cell.k, cell.batch_size)
+    key = (cell.engine.name, cell.method, cell.k, cell.tree, cell.batch_size)
     if cell.engine.launch is not None and learns_across_requests(cell.engine.launch, cell.method):
         return (*key, cell.workload)
     return key
 
 
-def _client(config: SweepConfig, url: str) -> ClientConfig:
-    return ClientConfig(
-        url=url,
+def serving_config(config: SweepConfig, cell: Cell) -> ServingBenchConfig:
+    """``cell`` as one serving bench (its engine's server at its batch size); a ``none`` cell's
+    server is launched with k = 1, which it does not use."""
+    return ServingBenchConfig(
+        workload=config.workload_path(cell.workload),
+        method=cell.method,
+        k=max(cell.k, 1),
+        batch_sizes=(cell.batch_size,),
         max_tokens=config.max_tokens,
         ignore_eos=config.ignore_eos,
         temperature=config.temperature,
-        idle_timeout_s=config.idle_timeout_s,
+        url=cell.engine.url,
+        launch=cell.engine.launch,
+        model=cell.engine.model,
+        draft=cell.engine.drafts.get(cell.method),
+        num_requests=config.num_requests,
+        port=cell.engine.port,
+        engine_args=cell.engine.args,
+        prompt_lookup_min=config.prompt_lookup_min,
+        prompt_lookup_max=config.prompt_lookup_max,
+        mtp_method=config.mtp_method,
         request_timeout_s=config.request_timeout_s,
+        idle_timeout_s=config.idle_timeout_s,
+        launch_timeout_s=config.launch_timeout_s,
     )
 
 
@@ -131,11 +141,12 @@ def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: 
     """Measure ``cell`` on the server at ``url`` (``engine``: its kind, when known; ``reused``:
     whether it served other cells' requests before) and record the result."""
     started = time.time()
+    bench = serving_config(config, cell)
     try:
-        workload = read_prompts(config.workload_path(cell.workload))
-        prompts = select_prompts(workload, config.num_requests)
-        warmup, warmup_measured = warmup_prompt(workload, config.num_requests)
-        row = measure(_client(config, url), prompts, cell.batch_size, warmup)
+        workload = read_prompts(bench.workload)
+        prompts = select_prompts(workload, bench.num_requests)
+        warmup, warmup_measured = warmup_prompt(workload, bench.num_requests)
+        row = measure(bench.client(url), prompts, cell.batch_size, warmup)
     except SpecscopeError as error:
         _record(config, cell, "failed", str(error), None, started)
         return
@@ -163,20 +174,9 @@ def _run_group(config: SweepConfig, cells: list[Cell]) -> None:
         return
     finished: list[Cell] = []
     try:
-        spec = LaunchSpec(
-            engine=engine.launch,
-            model=engine.model,
-            method=first.method,
-            k=max(first.k, 1),
-            batch_size=first.batch_size,
-            draft=engine.drafts.get(first.method),
-            prompt_lookup_min=config.prompt_lookup_min,
-            prompt_lookup_max=config.prompt_lookup_max,
-            mtp_method=config.mtp_method,
-            port=engine.port or free_port(),
-            extra_args=engine.args,
-        )
-        log_path = config.output / "logs" / f"{engine.name}-{first.method}-k{first.k}-b{first.batch_size}.log"
+        spec = replace(serving_config(config, first).launch_spec(first.method, first.batch_size), tree=first.tree)
+        shape = f"-{first.tree.name}" if first.tree is not None else ""
+        log_path = config.output / "logs" / f"{engine.name}-{first.method}-k{first.k}{shape}-b{first.batch_size}.log"
         with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
             _, verified = check_server(spec.url, first.method, first.k, None, config.idle_timeout_s)
             for cell in cells:
@@ -230,11 +230,7 @@ def results(config: SweepConfig) -> list[dict]:
             continue
         rows.append(
             {
-                "engine": cell.engine.name,
-                "workload": cell.workload,
-                "method": cell.method,
-                "k": cell.k,
-                "batch_size": cell.batch_size,
+                **cell.labels(),
                 "status": record["status"],
                 "reason": record["reason"],
                 "cell_id": record["cell_id"],
@@ -248,7 +244,10 @@ def results(config: SweepConfig) -> list[dict]:
     }
     for i, row in enumerate(rows):
         if row["status"] == "ok":
-            rows[i] = combine(row, baselines.get((row["engine"], row["workload"], row["batch_size"])))
+            labels = {name: row[name] for name in CELL_LABELS}
+            measured = {name: value for name, value in row.items() if name not in labels}
+            baseline = baselines.get((row["engine"], row["workload"], row["batch_size"]))
+            rows[i] = {**labels, **bench_row(row["method"], row["k"], measured, baseline).flat()}
     write_rows(config.output / "results.json", rows)
     write_rows(config.output / "results.csv", [_flat(r) for r in rows])
     measured = [
@@ -271,6 +270,7 @@ def results(config: SweepConfig) -> list[dict]:
                 "batch_size": r["batch_size"],
                 "method": r["method"],
                 "k": r["k"],
+                "tree": r["tree"],
                 "throughput": r["throughput"],
                 "speedup": r.get("speedup"),
             }

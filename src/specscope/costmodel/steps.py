@@ -1,0 +1,51 @@
+"""Step records: what one engine step did and how long each phase took.
+
+The engine writes one :class:`StepRecord` per step (:mod:`specscope.engine.runner`), as one JSON
+line in a bench's ``--records`` file; the cost-model fit (:mod:`specscope.costmodel.fit`) and the
+measured time split (:mod:`specscope.analysis.timesplit`) read them back as
+:class:`MeasuredStep`, a record plus the run it came from. They live here, below the engine, so
+that the fit can name the type it fits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+NO_SD = "none"  # the engine's method name for a run without speculative decoding
+
+
+@dataclass
+class StepRecord:
+    """One engine step. ``kv_tokens``: tokens in the KV cache of the running sequences at the
+    start of the step; ``tokens_verified``: positions the target scored in verification
+    (batch × (max draft_len + 1)); ``tokens_emitted``: per request, in batch order (prefill's
+    first token included); ``overhead_s`` = step wall time − the four measured phases."""
+
+    step: int
+    method: str
+    k: int
+    batch_size: int
+    tokens_verified: int
+    tokens_emitted: list[int]
+    draft_s: float
+    verify_s: float
+    sample_s: float
+    overhead_s: float
+    kv_tokens: int
+    prefill_tokens: int
+    prefill_s: float
+    prefill_requests: int = 0  # prompts the step prefilled (``prefill_tokens`` in all)
+
+    def to_json(self) -> str:
+        """The record as one JSON line (no newline)."""
+        return json.dumps(asdict(self))
+
+
+@dataclass
+class MeasuredStep(StepRecord):
+    """A :class:`StepRecord` read back from a file, plus ``run``: which run of the file it
+    belongs to (a run starts at the top of each file and wherever ``step`` does not increase or
+    ``method``/``k`` change; see :func:`specscope.analysis.timesplit.read_steps`)."""
+
+    run: int = 0
