@@ -110,3 +110,24 @@ def test_roofline_description_reads_back(tmp_path):
     path = tmp_path / "r.json"
     path.write_text(json.dumps(shown))
     assert resolve_cost_model(str(path)).describe()["drafting"] == model.describe()["drafting"]
+
+
+def test_drafting_per_pass_trees_and_chains():
+    """A chain of k is k passes of width 1 (k from the verified tokens, as before); a tree step
+    pays one roofline forward per pass over its width × the running requests, and the linear
+    model's token term counts the tokens its passes read, plus one."""
+    from specscope.costmodel.base import LinearDrafting
+    from specscope.costmodel.roofline import roofline_forward
+
+    roofline = resolve_cost_model("roofline:h100:llama3.1-8b")
+    head = roofline.drafting_for("eagle")
+    running, kv = np.array([4.0]), np.array([4000.0])
+    chain = StepLoad(4 * np.array([4.0]), kv, running, running, 4 * np.array([4.0]))  # k = 3
+    as_passes = StepLoad(chain.batched_tokens, kv, running, running, chain.padded_tokens, draft_widths=(1, 1, 1))
+    assert head.time(as_passes, chain.batched_tokens) == pytest.approx(head.time(chain, chain.batched_tokens))
+    tree = StepLoad(4 * np.array([11.0]), kv, running, running, 4 * np.array([11.0]), draft_widths=(1, 2, 4))
+    expected = sum(roofline_forward(head.shape, head.hw, head.eff, w * running, kv) for w in (1, 2, 4))
+    assert head.time(tree, tree.batched_tokens) == pytest.approx(expected)
+    linear = LinearDrafting(c_fixed=1.0, c_tok=0.5, c_kv=0.0)
+    assert linear.time(chain, chain.batched_tokens).tolist() == [1.0 + 0.5 * 4]
+    assert linear.time(tree, tree.batched_tokens).tolist() == [1.0 + 0.5 * (1 + 2 + 4 + 1)]

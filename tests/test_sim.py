@@ -239,3 +239,52 @@ def test_simulate_writes_the_table_to_stdout(tmp_path, capsys):
                  "-o", "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("dataset,acc,policy,batch_size") and len(lines) == 1 + 4  # the CSV alone
+
+
+def ranked(ranks, prompt_len=10, rid="r"):
+    """An eagle record whose acc_len is the greedy chain of ``ranks`` (1 + leading zeros)."""
+    ranks = np.asarray(ranks, dtype=np.int16)
+    acc = (1 + np.cumprod(ranks == 0, axis=1).sum(axis=1)).astype(np.int32)
+    return TraceRecord(rid, np.arange(prompt_len), np.arange(len(ranks)),
+                       {"eagle": ProposerTrace(acc, tree_rank=ranks)}, k_max=2, dataset="d")
+
+
+# At position 0 the target's next two tokens are the drafter's 2nd, then 1st choice: a chain
+# rejects at once, the tree 2x1 accepts both (acc_len 3) and its walk ends at pos 1 + 3 >= G.
+TREE_RECORD = ranked([[1, 0], [0, 0], [-1, -1]])
+TREE_COST = LinearCostModel("round", c_fixed=1.0, c_tok=0.1, c_kv=0.0, overhead_s=0.0,
+                            drafting={"eagle": LinearDrafting(0.5, 0.01, 0.0)})
+
+
+def test_tree_policy_plan_and_pricing_hand_computed():
+    # tree:2x1: nodes (0,), (1,), (0, 0), (1, 0): 4 nodes, depth 2, drafter passes of widths 1 and 2.
+    policy = parse_policy("tree:2x1")
+    assert (policy.tree.nodes, policy.tree.draft_pass_widths) == (4, (1, 2))
+    from specscope.sim.grid import plan_for
+    plan = plan_for([TREE_RECORD], "eagle", policy, SimConfig(mode="paper"), "d")
+    assert plan.pos.tolist() == [1] and plan.proposed.tolist() == [4] and plan.emitted.tolist() == [3]
+    assert plan.draft_widths == (1, 2)
+    # Paper mode, B = 2: verify 2·5 = 10 tokens: 1 + 0.1·10 = 2.0 s; drafting reads 1 + 2 tokens
+    # per sequence over its passes: 0.5 + 0.01·(3 + 1) = 0.54 s; prefill 2·10 tokens: 1 + 2 = 3 s.
+    sd = predict_paper(plan, TREE_COST, TREE_COST.drafting_for("eagle"), 2)
+    assert sd.time_split == pytest.approx({"prefill": 3.0, "drafting": 0.54, "verification": 2.0, "overhead": 0.0})
+    assert sd.throughput == pytest.approx(2 * 3 / 5.54)
+    # The chain of depth 2 rejects at pos 1 (rank 1), then at pos 2 takes both drafts (ranks 0, 0).
+    chain = plan_for([TREE_RECORD], "eagle", parse_policy("fixed:2"), SimConfig(mode="paper"), "d")
+    assert chain.emitted.tolist() == [1, 3] and chain.draft_widths == ()
+    # Mixed mode gives the tree step the same price (one request: nothing else differs).
+    mixed = predict_mixed(plan, TREE_COST, TREE_COST.drafting_for("eagle"), 1)
+    assert mixed.time_split["drafting"] == pytest.approx(0.54)
+    assert mixed.time_split["verification"] == pytest.approx(1.5)  # 1 + 0.1·5
+
+
+def test_tree_policy_runs_in_both_modes_and_refuses_traces_without_ranks():
+    records = [TREE_RECORD, ranked([[0, 1], [0, 0], [-1, -1]], rid="s")]
+    for mode in ("paper", "mixed"):
+        rows = simulate(records, ["eagle"], ["fixed:2", "tree:2x1"], TREE_COST, SimConfig(mode=mode, batch_sizes=(1, 2)))
+        assert [(r.policy, r.batch_size) for r in rows] == [("fixed:2", 1), ("fixed:2", 2), ("tree:2x1", 1), ("tree:2x1", 2)]
+    old = record([2, 1, 1], proposer="eagle")
+    with pytest.raises(SpecscopeError, match=r"proposer 'eagle': no tree_rank in 1 records .*--trees 2x1"):
+        simulate([old], ["eagle"], ["tree:2x1"], TREE_COST, SimConfig(mode="paper", batch_sizes=(1,)))
+    with pytest.raises(SpecscopeError, match=r"'tree:2x1x1' is 3 deep, but tree_rank was recorded to depth 2"):
+        simulate(records, ["eagle"], ["tree:2x1x1"], TREE_COST, SimConfig(mode="paper", batch_sizes=(1,)))

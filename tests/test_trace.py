@@ -150,3 +150,16 @@ def test_consistent_empty_output_is_skipped_and_counted(tmp_path, caplog):
     records, (report,) = load_traces([path])
     assert [r.id for r in records] == ["0"] and report.empty_outputs == 1
     assert "1 records with an empty output skipped" in caplog.text
+
+
+def test_tree_rank_round_trips_and_old_records_have_none(tmp_path):
+    ranks = np.array([[0, 3], [63, -1], [-1, -1]], dtype=np.int16)
+    rec = TraceRecord("r", np.array([1, 2]), np.array([5, 6, 7]),
+                      {"eagle": ProposerTrace(np.array([2, 1, 1], dtype=np.int32), tree_rank=ranks),
+                       "ngram": ProposerTrace(np.array([1, 1, 1], dtype=np.int32))}, k_max=2, dataset="d")
+    write_traces(tmp_path / "t.jsonl", [rec])
+    assert json.loads((tmp_path / "t.jsonl").read_text())["proposers"]["eagle"]["tree_rank"] == ranks.tolist()
+    (back,), _ = load_traces([tmp_path / "t.jsonl"])
+    np.testing.assert_array_equal(back.proposers["eagle"].tree_rank, ranks)
+    assert back.proposers["ngram"].tree_rank is None
+    assert back.proposers["eagle"].truncated(2).tree_rank.tolist() == ranks[:2].tolist()

@@ -14,6 +14,7 @@ from specscope.engine.loading import load_eos_token_ids, load_model, load_tokeni
 from specscope.engine.proposer_api import ProposerConfig
 from specscope.engine.runner import DEFAULT_MAX_SEQ_LEN, Engine
 from specscope.proposers import create_proposer
+from specscope.trees import TreeShape
 
 if TYPE_CHECKING:
     import tokenizers
@@ -28,25 +29,29 @@ def load_engine(
     max_seq_len: int | None = None,
     dtype: str = "float32",
     device: str = "cpu",
+    tree: TreeShape | None = None,
 ) -> tuple[Engine, "tokenizers.Tokenizer | None"]:
     """Load target (and proposer ``method`` unless "none") from HF directories; returns the
     engine and the target directory's ``tokenizer.json`` tokenizer (``None`` without one).
     ``max_seq_len`` defaults to the model's ``max_position_embeddings`` (else
-    ``DEFAULT_MAX_SEQ_LEN``) and may not exceed it."""
+    ``DEFAULT_MAX_SEQ_LEN``) and may not exceed it. With a ``tree`` the engine drafts and
+    verifies that static token tree every step and ``k`` is ignored (it is the tree's depth)."""
     model_dir = Path(model_dir)
     torch_device = resolve_device(device)
     target = load_model(model_dir, parse_dtype(dtype), torch_device)
     if max_seq_len is None:
         max_seq_len = target.config.max_position_embeddings or DEFAULT_MAX_SEQ_LEN
+    if tree is not None:
+        k = tree.depth
     proposer = None
     if method != "none":
         config = ProposerConfig(
             method,
             k,
             max_batch_size,
-            Engine.cache_capacity(max_seq_len, k),
+            Engine.cache_capacity(max_seq_len, k, tree),
             Path(draft_dir) if draft_dir is not None else None,
         )
         proposer = create_proposer(config, target)
-    engine = Engine(target, proposer, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir))
+    engine = Engine(target, proposer, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir), tree=tree)
     return engine, load_tokenizer(model_dir)

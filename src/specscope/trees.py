@@ -132,7 +132,7 @@ class TreeShape:
         return max(max(p) for p in self.paths)
 
     @cached_property
-    def _children(self) -> np.ndarray:
+    def children(self) -> np.ndarray:
         """[nodes + 1, max_rank + 1] int32: row n (0 = root, i = paths[i - 1]) holds the row of
         its child of each rank, or -1 where there is none."""
         index = {path: i + 1 for i, path in enumerate(self.paths)}
@@ -141,13 +141,34 @@ class TreeShape:
             table[index.get(path[:-1], 0), path[-1]] = row
         return table
 
+    @cached_property
+    def parents(self) -> np.ndarray:
+        """[nodes + 1] int64: the row of each row's parent (rows as in :attr:`children`; the
+        root's is -1)."""
+        index = {path: i + 1 for i, path in enumerate(self.paths)}
+        return np.array([-1] + [index.get(path[:-1], 0) for path in self.paths], dtype=np.int64)
+
+    @cached_property
+    def depths(self) -> np.ndarray:
+        """[nodes + 1] int64: each row's depth (the root's is 0)."""
+        return np.array([0] + [len(path) for path in self.paths], dtype=np.int64)
+
+    @cached_property
+    def ancestors(self) -> np.ndarray:
+        """[nodes + 1, nodes + 1] bool: ``[i, j]`` is true when row j lies on the path from the
+        root to row i (the root and row i itself included)."""
+        table = np.eye(self.nodes + 1, dtype=bool)
+        for row in range(1, self.nodes + 1):  # a parent's row comes before its children's
+            table[row] |= table[self.parents[row]]
+        return table
+
     def acc_len(self, ranks: np.ndarray) -> np.ndarray:
         """acc_len [G] from ``ranks`` [G, D]: 1 + the longest prefix of each row that is a node
         (a rank beyond the tree, or negative for "unknown", ends the path)."""
         ranks = np.asarray(ranks)
         node = np.zeros(len(ranks), dtype=np.int64)
         accepted = np.zeros(len(ranks), dtype=np.int64)
-        table = self._children
+        table = self.children
         for d in range(min(self.depth, ranks.shape[1] if ranks.ndim == 2 else 0)):
             rank = ranks[:, d]
             inside = (node >= 0) & (rank >= 0) & (rank <= self.max_rank)
@@ -170,3 +191,15 @@ def parse_tree(text: str) -> TreeShape:
 def chain(k: int) -> TreeShape:
     """The chain of ``k`` drafts, ``1x…x1``."""
     return TreeShape.from_branching((1,) * validate.integer(k, low=1))
+
+
+def parse_tree_list(text: str) -> tuple[TreeShape, ...]:
+    """``--trees``: a comma list of branching shapes (``2x2x1,4x2x2x1``), each at most
+    :data:`specscope.validate.K_MAX_LIMIT` deep."""
+    trees = tuple(TreeShape.parse(part) for part in text.split(",") if part.strip())
+    if not trees:
+        raise Invalid(f"expected a comma list of trees such as 2x2x1,4x2x2x1, got {text!r}")
+    deep = next((tree for tree in trees if tree.depth > validate.K_MAX_LIMIT), None)
+    if deep is not None:
+        raise Invalid(f"expected trees at most {validate.K_MAX_LIMIT} deep, got {deep.name} of depth {deep.depth}")
+    return trees

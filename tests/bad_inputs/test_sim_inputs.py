@@ -18,6 +18,9 @@ def own(rid: str, k_max: int | None = 6) -> str:
 
 
 TRACES = {"t.jsonl": own("a") + own("b")}  # two requests, k_max 6
+RANKED = {"t.jsonl": "".join(json.dumps({**json.loads(own(rid)), "proposers": {"eagle": {
+    "acc_len": [2, 3, 1, 1], "tree_rank": [[0, 1], [0, 0], [2, -1], [-1, -1]]}}}) + "\n" for rid in "ab")}
+TREE = ["simulate", "t.jsonl", "--acc", "eagle", "--policies", "tree:2x1", "--batch-sizes", "1"]
 UNRECORDED = {"t.jsonl": own("a", None) + own("b", None)}  # largest acc_len − 1 of ngram seen: 1
 SIM = ["simulate", "t.jsonl", "--acc", "ngram", "--policies", "fixed:1", "--batch-sizes", "1"]
 CONFIG = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128,
@@ -50,6 +53,24 @@ CASES = [
     Case("fixed-k-huge", [*SIM[:5], "fixed:1000000000", *SIM[6:]], r"policy 'fixed:1000000000'", files=TRACES),
     Case("fixed-k-negative", [*SIM[:5], "fixed:-1", *SIM[6:]], r"policy 'fixed:-1'", files=TRACES),
     Case("unknown-policy", [*SIM[:5], "greedy", *SIM[6:]], r"unknown policy 'greedy'", files=TRACES),
+    Case("tree-not-a-shape", [*TREE[:5], "tree:abc", *TREE[6:]], r"policy 'tree:abc': expected tree:SHAPE",
+         files=RANKED),
+    Case("tree-empty", [*TREE[:5], "tree:", *TREE[6:]], r"policy 'tree:': expected tree:SHAPE", files=RANKED),
+    Case("tree-zero-branching", [*TREE[:5], "tree:0x2", *TREE[6:]], r"policy 'tree:0x2': expected tree:SHAPE .*>= 1",
+         files=RANKED),
+    Case("tree-rank-past-cap", [*TREE[:5], "tree:70x1", *TREE[6:]], r"policy 'tree:70x1'.*rank cap", files=RANKED),
+    Case("tree-on-ngram", [*TREE[:3], "ngram", *TREE[4:]], r"proposer 'ngram': policy 'tree:2x1' needs a model "
+         r"proposer", files={"t.jsonl": own("a")}),
+    Case("tree-without-tree-rank", TREE, r"proposer 'eagle': no tree_rank in 2 records .*re-trace with "
+         r"`specscope trace \.\.\. --trees 2x1`", files=TRACES),
+    Case("tree-deeper-than-recorded", [*TREE[:5], "tree:2x1x1", *TREE[6:]], r"policy 'tree:2x1x1' is 3 deep, but "
+         r"tree_rank was recorded to depth 2", files=RANKED),
+    Case("tree-rank-out-of-range", TREE, r"t\.jsonl:1: field 'proposers\.eagle\.tree_rank\[0\]': expected integers "
+         r"in \[-1, 63\], got 64", files={"t.jsonl": RANKED["t.jsonl"].replace("[[0, 1]", "[[64, 1]")}),
+    Case("tree-rank-ragged", TREE, r"field 'proposers\.eagle\.tree_rank': expected a list of equal-length lists",
+         files={"t.jsonl": RANKED["t.jsonl"].replace("[[0, 1]", "[[0]")}),
+    Case("tree-rank-rows", TREE, r"field 'proposers\.eagle\.tree_rank': expected one row per acc_len entry",
+         files={"t.jsonl": RANKED["t.jsonl"].replace("[[0, 1], ", "[")}),
     Case("combined-names-absent-proposer", ["simulate", "t.jsonl", "--acc", "combined", "--policies",
                                             "oracle-combined:ngram+medusa", "--batch-sizes", "1"],
          r"proposer 'medusa' missing from 2 records", files=TRACES),

@@ -25,6 +25,14 @@ GOOD = {"t.jsonl": bench("a") + bench("b", (2, 1, 1))}
 TRACE = ["trace", "--model", "m", "--proposers", "ngram", "--workload", "w.jsonl", "-o", "out.jsonl"]
 
 CASES = [
+    Case("inspect-tree-not-a-shape", ["traces", "inspect", "t.jsonl", "--trees", "2x"], r"argument --trees: expected a tree",
+         files=GOOD),
+    Case("trace-trees-too-deep", [*TRACE, "--trees", "x".join(["1"] * 65)], r"argument --trees: expected trees at most 64 "
+         r"deep, got 1x1.* of depth 65"),
+    Case("trace-trees-only-ngram", [*TRACE, "--trees", "2x2x1"], r"--trees: n-gram proposes no tree",
+         files={"w.jsonl": '{"id": "a", "prompt_token_ids": [1, 2]}\n'}),
+    Case("report-tree-zero-branching", ["report", "t.jsonl", "-o", "out", "--trees", "2x0"], r"argument --trees: .*>= 1",
+         files=GOOD),
     Case("inspect-empty-file", ["traces", "inspect", "t.jsonl"], r"^specscope: error: t\.jsonl: no trace records",
          files={"t.jsonl": ""}),
     Case("inspect-blank-file", ["traces", "inspect", "t.jsonl"], r"t\.jsonl: no trace records", files={"t.jsonl": "\n \n"}),

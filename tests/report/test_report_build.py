@@ -29,7 +29,10 @@ def test_every_figure_and_table_is_written(synthetic_report):
     with (synthetic_report.index.parent / "answer.csv").open() as handle:
         answer = list(csv.DictReader(handle))
     assert len(answer) == 2 * 3  # datasets × batch sizes
-    assert synthetic_report.notes == ["figure 'measured' not drawn: no measured runs were given (--measured)"]
+    assert synthetic_report.notes == [
+        "figure 'tree vs chain' not drawn: the traces carry no tree_rank (trace with --trees), or no tree fits the "
+        "depth they recorded",
+        "figure 'measured' not drawn: no measured runs were given (--measured)"]
 
 
 def test_page_is_self_contained(synthetic_report):

@@ -402,3 +402,25 @@ def test_a_port_in_use_is_a_one_line_error(tiny_model):
     assert result.stderr.splitlines() == [
         f"specscope: error: --port: 127.0.0.1:{port} is already in use; choose another port (0: any free port)"
     ]
+
+
+def test_tree_sd_server_answers_like_no_sd(tiny_model, servers):
+    """A server whose engine verifies a 2x2x1 tree (self-draft) answers greedy requests exactly
+    as the no-SD server does, every step accepting the full depth."""
+    from serving_helpers import RunningServer
+
+    from specscope.assemble import load_engine
+    from specscope.serve.server import create_server
+    from specscope.trees import TreeShape
+
+    engine, tokenizer = load_engine(tiny_model, "draft", tiny_model, max_batch_size=2, max_seq_len=64,
+                                    tree=TreeShape.parse("2x2x1"))
+    tree_server = RunningServer(create_server(engine, tokenizer, "tiny", "127.0.0.1", 0))
+    try:
+        body = {"prompt": PROMPT, "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+        answers = [json.loads(post(server.url, body)[1])["choices"][0]["token_ids"]
+                   for server in (servers[0], tree_server)]
+        assert answers[0] == answers[1] and len(answers[0]) == 20
+        assert engine.stats.mean_acceptance_length() == 4.0
+    finally:
+        tree_server.close()

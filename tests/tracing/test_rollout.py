@@ -70,3 +70,27 @@ def test_rollout_with_empty_and_one_token_outputs(drafters, method):
         np.testing.assert_array_equal(f.acc_len, s.acc_len)
         np.testing.assert_allclose(f.draft_prob, s.draft_prob, atol=1e-5)
     assert [len(t.acc_len) for t in rollout_traces(target, proposer, prompts[:2], [[], []], K)] == [0, 0]
+
+
+@pytest.mark.parametrize("method", ["draft", "eagle", "eagle3", "mtp"])
+def test_tree_ranks_agree_with_the_greedy_chain(drafters, method):
+    """Teacher-forced ranks: at every position the greedy chain's acc_len is 1 + the number of
+    leading zero ranks (capped at k); unknown (-1) exactly past the output's end."""
+    target_dir, dirs = drafters
+    target = load_model(target_dir, torch.float32, torch.device("cpu"))
+    engine = Engine(target, None, 1, len(PROMPTS), 64, [])
+    generated = engine.generate([(str(i), p) for i, p in enumerate(PROMPTS)], 20)
+    outputs = [generated[str(i)][: 7 + 4 * i] for i in range(len(PROMPTS))]
+    proposer = create_proposer(ProposerConfig(method, K, len(PROMPTS), 128, dirs[method]), target)
+    traces = rollout_traces(target, proposer, PROMPTS, outputs, K, window=5, tree_depth=K + 1)
+    for trace, output in zip(traces, outputs):
+        ranks = trace.tree_rank  # [n, K + 1]
+        assert ranks.shape == (len(output), K + 1)
+        leading = np.cumprod(ranks == 0, axis=1).sum(axis=1)
+        np.testing.assert_array_equal(trace.acc_len, 1 + np.minimum(leading, K))
+        n = len(output)
+        unknown = np.arange(n)[:, None] + np.arange(K + 1)[None, :] >= n - 1  # output[i + 1 + d] absent
+        np.testing.assert_array_equal(ranks < 0, unknown)
+        assert ranks.max() <= 63
+    if method == "draft":  # near copy of the target: long leading runs are exercised
+        assert max(int(np.cumprod(t.tree_rank == 0, axis=1).sum(axis=1).max()) for t in traces) == K + 1

@@ -15,6 +15,7 @@ from specscope.sim.plan import make_plan  # noqa: E402
 from specscope.sim.policies import parse_policy  # noqa: E402
 from specscope.trace import load_traces  # noqa: E402
 from specscope.tracing.settings import settings_path  # noqa: E402
+from specscope.trees import TreeShape  # noqa: E402
 
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 10, 11, 12, 13], [3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3]]
 
@@ -114,3 +115,37 @@ def test_resume_with_other_settings_is_refused_unless_overwrite(traced, target_a
     settings_path(copy).unlink()  # traces without their settings: nothing tells what they were traced with
     assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40"]) == 2
     assert "no settings file" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def tree_traced(target_and_draft, tmp_path_factory):
+    target, draft = target_and_draft
+    folder = tmp_path_factory.mktemp("trees")
+    workload = folder / "w.jsonl"
+    workload.write_text("".join(json.dumps({"id": f"r{i}", "prompt_token_ids": p}) + "\n" for i, p in enumerate(PROMPTS)))
+    out = folder / "traces.jsonl"
+    assert main(["trace", "--model", str(target), "--proposers", f"draft={draft}", "--workload", str(workload),
+                 "--k-max", "3", "--max-tokens", "40", "--batch-size", "2", "--trees", "2x2x1,3x1", "-o", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("shape", ["2x2x1", "3x1", "1x1x1"])
+def test_tree_replay_predicts_engine_steps_and_tokens(tree_traced, target_and_draft, shape):
+    """A tree policy replayed from tree_rank takes exactly the steps the engine takes drafting
+    and verifying that tree, and the engine's tokens are the traced output."""
+    target, draft = target_and_draft
+    records, _ = load_traces([tree_traced])
+    assert json.loads(settings_path(tree_traced).read_text())["trees"] == ["2x2x1", "3x1"]
+    tree = TreeShape.parse(shape)
+    for record in records:
+        ranks = record.proposers["draft"].tree_rank
+        assert ranks.shape == (record.output_len, 3)
+        plan = make_plan([tree.acc_len(ranks)], [record.prompt_len], parse_policy(f"tree:{shape}"), tree.depth)
+        engine, _ = load_engine(target, "draft", draft, max_batch_size=1, max_seq_len=64, tree=tree)
+        engine.add_request("r", record.prompt_token_ids.tolist(), 40)
+        tokens = []
+        while engine.num_running():
+            for out in engine.step():
+                tokens.extend(out.new_token_ids)
+        assert tokens == record.output_token_ids.tolist()
+        assert engine.stats.num_request_steps == len(plan.pos), (record.id, shape)

@@ -10,6 +10,7 @@ from specscope import validate
 from specscope.cli._common import check_output_dir, int_list, str_list
 from specscope.report.config import ReportConfig
 from specscope.sim.grid import SimConfig
+from specscope.trees import parse_tree_list
 
 DEFAULTS = ReportConfig()
 
@@ -41,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--measured", action="append", default=[], metavar="FILE",
                         help="`specscope bench` JSON results: measured speedups (the measured figure) and the "
                              "measured winner per workload and batch size; repeatable")
+    parser.add_argument("--trees", type=validate.arg(parse_tree_list), default=None,
+                        help="static trees set against the chain of their depth when the traces carry "
+                             "tree_rank (default " + ",".join(DEFAULTS.trees) + ")")
     parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.sim.seed)
     parser.set_defaults(run=run)
 
@@ -52,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(
         DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks), figure_policies=tuple(args.figure_policies),
         steps=tuple(args.steps), measured=tuple(read_bench_results(args.measured)),
+        trees=DEFAULTS.trees if args.trees is None else tuple(t.name for t in args.trees),
         sim=SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed),
     )
     result = build_report(args.traces, args.output, config)

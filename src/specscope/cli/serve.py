@@ -6,11 +6,15 @@ import argparse
 import sys
 from pathlib import Path
 
+from specscope import validate
 from specscope.errors import SpecscopeError
+from specscope.methods import METHODS, NO_SD, names
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
 from specscope.serve.protocol import DEFAULT_PORT
+from specscope.trees import parse_tree
 
-ENGINE_FLAGS = ("k", "max_batch_size", "max_seq_len", "dtype", "device")  # omitted: load_engine's defaults
+ENGINE_FLAGS = ("k", "max_batch_size", "max_seq_len", "dtype", "device", "tree")  # omitted: load_engine's defaults
+WITH_DRAFT = tuple(m.name for m in METHODS if m.reference and m.needs_checkpoint)  # methods that read --draft
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -29,10 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model", required=True, type=Path, metavar="DIR", help="target: config.json + *.safetensors"
     )
     parser.add_argument(
-        "--method", default="none", help="proposer: none (no SD), ngram, draft, eagle, eagle3, mtp"
+        "--method", default=NO_SD, help=f"proposer: {', '.join(names('specscope'))} ({NO_SD}: no SD)"
     )
     parser.add_argument("--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory")
     parser.add_argument("--k", type=int, help="proposal length k (default: the engine's)")
+    parser.add_argument(
+        "--tree",
+        type=validate.arg(parse_tree),
+        metavar="SHAPE",
+        help="verify a static token tree each step instead of a chain of --k: branching per depth "
+        "(2x2x1) or a list of paths ('[(0,), (1,), (0, 0)]'); methods draft, eagle, eagle3, mtp",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     parser.add_argument(
         "--port",
@@ -77,8 +88,10 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
     if not 0 <= args.port <= 65535:
         raise SpecscopeError(f"--port: expected 0..65535, got {args.port}")
-    if args.draft is not None and args.method == "none":
-        raise SpecscopeError("--draft: only used with an SD --method (draft, eagle, eagle3, mtp)")
+    if args.draft is not None and args.method == NO_SD:
+        raise SpecscopeError(f"--draft: only used with an SD --method ({', '.join(WITH_DRAFT)})")
+    if args.tree is not None and args.k is not None:
+        raise SpecscopeError(f"--k: not used with --tree (the tree {args.tree.name} drafts {args.tree.depth} deep)")
     import torch
 
     from specscope.assemble import load_engine
@@ -92,8 +105,9 @@ def run(args: argparse.Namespace) -> int:
     engine, tokenizer = load_engine(args.model, method=args.method, draft_dir=args.draft, **given)
     name = args.served_model_name or args.model.resolve().name
     server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template)
+    tree = f", tree {engine.tree.name}" if engine.tree is not None else ""
     print(
-        f"specscope serve: {name} ({engine.method}, k={engine.k}, max batch {engine.max_batch_size}, "
+        f"specscope serve: {name} ({engine.method}, k={engine.k}{tree}, max batch {engine.max_batch_size}, "
         f"max_model_len {engine.max_seq_len}, chat template {'yes' if chat_template else 'no'}) "
         f"on {server.url}",
         file=sys.stderr,

@@ -28,13 +28,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "simulate", help="predict SD speedup per policy and batch size from traces",
         description="Replay per-position acceptance traces against a cost model. "
                     "--mode paper reproduces the paper's method (B copies of one request); "
-                    "--mode mixed (default) decodes B distinct requests with continuous batching.",
+                    "--mode mixed (default) decodes B distinct requests with continuous batching. "
+                    "tree:SHAPE replays a static token tree (e.g. tree:2x2x1) from traces taken with "
+                    "`specscope trace --trees`: nodes + 1 tokens verified per sequence, depth drafter passes.",
     )
     add_trace_options(parser)
     parser.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
                         help="proposers whose traces to replay; 'combined' for oracle-combined (default: ngram,eagle)")
     parser.add_argument("--policies", type=str_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
-                        help="fixed:k, adaptive, oracle, oracle-combined:A+B (default: fixed:1,fixed:3,fixed:5,oracle)")
+                        help="fixed:k, adaptive, oracle, oracle-combined:A+B, tree:SHAPE (a static tree "
+                             "such as tree:2x2x1, replayed from traces taken with `trace --trees`) "
+                             "(default: fixed:1,fixed:3,fixed:5,oracle)")
     parser.add_argument("--batch-sizes", type=int_list, default=None,
                         help="default " + ",".join(map(str, DEFAULTS.batch_sizes)) + " (in mixed mode, those "
                              "above a dataset's request count are left out with a warning; given ones "

@@ -8,6 +8,7 @@ from pathlib import Path
 from specscope import validate
 from specscope.cli._common import check_output_file
 from specscope.errors import SpecscopeError
+from specscope.trees import parse_tree_list
 
 
 def trace_output(text: str) -> Path:
@@ -40,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-n", type=positive, help="longest n-gram matched (default: the n-gram proposer's)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--trees", type=validate.arg(parse_tree_list), default=(),
+                        help="comma list of static trees (2x2x1,4x2x2x1): record each model proposer's "
+                             "tree_rank deep enough to replay them (n-gram proposes no tree)")
     parser.add_argument("--threads", type=positive, default=None, help="torch CPU threads")
     parser.add_argument("-o", "--output", required=True, type=trace_output,
                         help="trace file (JSON Lines); its settings are kept in OUTPUT.settings.json")
@@ -53,15 +57,16 @@ def run(args: argparse.Namespace) -> int:
 
     from specscope.cli._common import model_dir_arg
     from specscope.engine.loading import load_tokenizer
-    from specscope.tracing.run import ProposerSpec, trace_workload
+    from specscope.tracing.run import ProposerSpec, trace_workload, tree_depth
     from specscope.workloads.jsonl import read_workload
 
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.min_n and args.max_n and args.min_n > args.max_n:
         raise SpecscopeError(f"--min-n: {args.min_n} is above --max-n {args.max_n}")
-    model = model_dir_arg(args.model)
     specs = ProposerSpec.parse_list(args.proposers)
+    tree_depth(specs, args.trees)  # refused before any model is read
+    model = model_dir_arg(args.model)
     for spec in specs:
         if spec.path is not None:
             model_dir_arg(spec.path)
@@ -70,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     written = trace_workload(model, specs, requests, Path(args.output), k_max=args.k_max,
                              max_tokens=args.max_tokens, batch_size=args.batch_size,
                              dataset=args.dataset or Path(args.workload).stem, dtype=args.dtype,
-                             device=args.device, overwrite=args.overwrite, **n_range)
+                             device=args.device, overwrite=args.overwrite, trees=args.trees, **n_range)
     print(f"traced {written} requests into {args.output}"
           + (f" ({len(requests) - written} were already there)" if written < len(requests) else ""))
     return 0

@@ -6,10 +6,14 @@ import argparse
 import json
 import sys
 
+from pathlib import Path
+from typing import Sequence
+
 import numpy as np
 
 from specscope import validate
 from specscope.cli._common import check_output_file, print_table, to_stdout
+from specscope.trees import TreeShape, parse_tree_list
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect = verbs.add_parser("inspect", help="requests, positions, proposers, k_max, length mismatches")
     inspect.add_argument("traces", nargs="+", metavar="TRACE")
     inspect.add_argument("--format", choices=("table", "json"), default="table")
+    inspect.add_argument("--trees", type=validate.arg(parse_tree_list), default=(),
+                         help="static trees whose mean acc_len to show (default: those the trace was taken "
+                              "with, from its settings file)")
     inspect.set_defaults(run=run_inspect)
     convert = verbs.add_parser("convert", help="rewrite traces (any supported format) in specscope's schema")
     convert.add_argument("traces", nargs="+", metavar="TRACE")
@@ -29,9 +36,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     convert.set_defaults(run=run_convert)
 
 
-def inspect_file(path: str) -> dict:
-    """Summary of one trace file (with arrays kept whole, so mismatches are counted, not cut)."""
+def tree_means(records: list, trees: Sequence[TreeShape]) -> dict[str, dict[str, float | None]]:
+    """Per proposer with ``tree_rank``: each tree's mean acc_len over all positions (None when
+    the tree is deeper than the ranks recorded)."""
+    out: dict[str, dict[str, float | None]] = {}
+    for name in sorted({n for r in records for n, t in r.proposers.items() if t.tree_rank is not None}):
+        ranks = [r.proposers[name].tree_rank for r in records if name in r.proposers
+                 and r.proposers[name].tree_rank is not None]
+        depth = min(rank.shape[1] for rank in ranks)
+        pooled = np.concatenate([rank[:, :depth] for rank in ranks])
+        out[name] = {tree.name: float(tree.acc_len(pooled).mean()) if tree.depth <= depth else None for tree in trees}
+    return out
+
+
+def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
+    """Summary of one trace file (with arrays kept whole, so mismatches are counted, not cut);
+    ``trees`` default to those in the file's settings (``trace --trees``)."""
     from specscope.trace.load import LoadReport, iter_file
+    from specscope.tracing.settings import requested_trees
 
     report = LoadReport(path, "own")
     records = list(iter_file(path, report, lengths="own"))
@@ -52,11 +74,12 @@ def inspect_file(path: str) -> dict:
         "mean_prompt_len": float(np.mean([r.prompt_len for r in records])),
         "mean_output_len": float(np.mean([r.output_len for r in records])),
         "datasets": sorted({r.dataset for r in records}),
+        "tree_mean_acc_len": tree_means(records, trees or [TreeShape.parse(t) for t in requested_trees(Path(path))]),
     }
 
 
 def run_inspect(args: argparse.Namespace) -> int:
-    summaries = [inspect_file(path) for path in args.traces]
+    summaries = [inspect_file(path, args.trees) for path in args.traces]
     if args.format == "json":
         json.dump(summaries, sys.stdout, indent=1)
         print()
@@ -73,6 +96,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             ["acc_len length ≠ output", f"{s['mismatched_records']} records ({mismatch})"],
             ["mean prompt length", f"{s['mean_prompt_len']:.1f}"],
             ["mean output length", f"{s['mean_output_len']:.1f}"],
+            *[[f"tree {tree} mean acc_len ({name})", "deeper than tree_rank" if mean is None else f"{mean:.3f}"]
+              for name, means in s["tree_mean_acc_len"].items() for tree, mean in means.items()],
         ])
     return 0
 

@@ -20,6 +20,13 @@ Drafting models, one per proposer:
   is per request (the mean over running requests when they differ) and ``kv_tokens`` counts
   the whole batch's cache — the form of the paper's fitted EAGLE model.
 
+Drafting is priced per **pass**: a model drafter runs sequential passes, each over a given
+width (tokens per sequence). A chain of k is k passes of width 1 (``StepLoad.draft_widths`` is
+then ``()`` and k comes from ``batched_tokens``); a static tree's step makes ``depth`` passes of
+widths :attr:`specscope.trees.TreeShape.draft_pass_widths` (``draft_widths``), while its
+verification covers ``nodes + 1`` tokens per sequence. :func:`draft_tokens_per_sequence` is
+what both mean in tokens.
+
 A drafter with its own KV cache also reads every new prompt once (its prefill):
 ``prefill_time(prompt_tokens)``, added to the target's prefill (zero for
 :class:`FractionDrafting` and in the paper's models, which do not charge it; a fitted model
@@ -43,6 +50,16 @@ class StepLoad:
     num_running: np.ndarray  # requests taking part in the step
     num_proposing: np.ndarray  # requests that proposed at least one draft token
     padded_tokens: np.ndarray  # num_running × max (k+1): what an engine that pads the batch verifies
+    draft_widths: tuple[int, ...] = ()  # a tree step's drafter pass widths per sequence; () = chains
+
+
+def draft_tokens_per_sequence(load: StepLoad) -> np.ndarray:
+    """[steps] tokens per running sequence the drafter reads over a step's passes, plus one:
+    the mean ``k + 1`` of a chain (``batched_tokens / num_running``), ``Σ draft_widths + 1`` of
+    a tree step."""
+    if load.draft_widths:
+        return np.full(np.shape(load.num_running), float(sum(load.draft_widths) + 1))
+    return load.batched_tokens / np.maximum(load.num_running, 1)
 
 
 class Drafting(Protocol):
@@ -79,7 +96,8 @@ class LinearDrafting:
     ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens + c_req·num_running + c_multi·[num_running > 1]``
     seconds (the last term: the drafter's forwards batch more than one sequence, see
     :mod:`specscope.costmodel.linear`), and ``c_prefill·prompt_tokens`` for the drafter's
-    prefill. The paper's fitted EAGLE model has only the first three terms."""
+    prefill. The paper's fitted EAGLE model has only the first three terms. A tree step's
+    ``k + 1`` is the tokens its passes read per sequence plus one (:func:`draft_tokens_per_sequence`)."""
 
     c_fixed: float
     c_tok: float
@@ -90,7 +108,7 @@ class LinearDrafting:
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         running = load.num_running > 0
-        per_request = load.batched_tokens / np.maximum(load.num_running, 1)  # mean k + 1
+        per_request = draft_tokens_per_sequence(load)  # mean k + 1
         seconds = (self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens
                    + self.c_req * load.num_running + self.c_multi * (load.num_running > 1))
         return np.where(running, seconds, 0.0)

@@ -14,7 +14,7 @@ KV 0–200k (``tests/test_costmodel.py`` checks it).
 Drafting: n-gram as a fraction of the verify time (as the paper measured); model drafters
 (``eagle``, ``eagle3``, ``mtp``: one decoder layer of the target's shape plus the LM head;
 ``draft``: a whole draft model) as ``k`` sequential roofline forwards over one token per
-running request.
+running request; a tree step as one forward per pass over that pass's width per request.
 """
 
 from __future__ import annotations
@@ -56,19 +56,25 @@ def head_shape(target: ModelShape) -> ModelShape:
 
 @dataclass(frozen=True)
 class RooflineDrafting:
-    """A model drafter: mean k sequential forwards of ``shape`` over one token per request,
-    its cache as long as the target's (a draft model or a head sees every token), and one
-    forward over each new prompt (its prefill)."""
+    """A model drafter: mean k sequential forwards of ``shape`` over one token per request
+    (a tree step: one forward per pass over ``width × num_running`` tokens), its cache as long
+    as the target's (a draft model or a head sees every token), and one forward over each new
+    prompt (its prefill)."""
 
     shape: ModelShape
     hw: Hardware
     eff: Efficiency
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
-        running = np.maximum(load.num_running, 1)
-        mean_k = (load.batched_tokens - load.num_running) / running
-        one_pass = roofline_forward(self.shape, self.hw, self.eff, load.num_running, load.kv_tokens)
-        return np.where(load.num_running > 0, np.maximum(mean_k, 1.0) * one_pass, 0.0)
+        if load.draft_widths:
+            seconds = sum(roofline_forward(self.shape, self.hw, self.eff, width * load.num_running, load.kv_tokens)
+                          for width in load.draft_widths)
+        else:
+            running = np.maximum(load.num_running, 1)
+            mean_k = (load.batched_tokens - load.num_running) / running
+            one_pass = roofline_forward(self.shape, self.hw, self.eff, load.num_running, load.kv_tokens)
+            seconds = np.maximum(mean_k, 1.0) * one_pass
+        return np.where(load.num_running > 0, seconds, 0.0)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
         """One forward of ``shape`` over the prompts, as the target's prefill."""

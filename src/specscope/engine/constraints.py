@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from specscope.trees import TreeShape
+
 
 @dataclass(frozen=True)
 class RowConstraints:
@@ -37,28 +39,41 @@ class RowConstraints:
 
 
 def apply_constraints(
-    logits: torch.Tensor, rows: list[RowConstraints], drafts: torch.Tensor | None
+    logits: torch.Tensor,
+    rows: list[RowConstraints],
+    drafts: torch.Tensor | None,
+    tree: TreeShape | None = None,
 ) -> torch.Tensor:
     """``logits`` [batch, m+1, vocab] (position j scores output token ``num_output + j``, after
-    ``drafts`` [batch, m][:j]) or [batch, vocab] (one position, no drafts); same shape back."""
+    ``drafts`` [batch, m][:j]) or [batch, vocab] (one position, no drafts); same shape back.
+    With a ``tree``, position j is tree row j (0 = root; ``drafts`` [batch, nodes] in
+    ``tree.paths`` order): it scores output token ``num_output + depth(j)``, after the drafts
+    on its root path."""
     if not any(row.active for row in rows):
         return logits
     flat = logits.dim() == 2
     scores = (logits[:, None] if flat else logits).float().clone()  # [batch, m+1, vocab]
-    width, vocab = scores.shape[1], scores.shape[2]
+    width, vocab, device = scores.shape[1], scores.shape[2], scores.device
+    if tree is None:  # after[j, i]: position j comes after the token at position i
+        after = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        depth = list(range(width))
+    else:
+        after = torch.from_numpy(tree.ancestors).to(device)
+        depth = tree.depths.tolist()
     for r, row in enumerate(rows):
         if row.repetition_penalty != 1.0:
-            seen = torch.zeros(width, vocab, dtype=torch.bool, device=scores.device)  # [m+1, vocab]
+            seen = torch.zeros(width, vocab, dtype=torch.bool, device=device)  # [m+1, vocab]
             seen[:, row.history] = True
             later = drafts[r].tolist() if drafts is not None else []
-            for j, token in enumerate(later, start=1):  # padding past draft_len: never used
+            for i, token in enumerate(later, start=1):  # padding past draft_len: never used
                 if 0 <= token < vocab:
-                    seen[j:, token] = True
+                    seen[after[:, i], token] = True
             x = scores[r]
             scores[r] = torch.where(
                 seen, torch.where(x > 0, x / row.repetition_penalty, x * row.repetition_penalty), x
             )
-        short = min(width, row.min_tokens - row.num_output)  # positions still before min_tokens
-        if short > 0 and row.stop_ids:
-            scores[r, :short, list(row.stop_ids)] = float("-inf")
+        short = [j for j in range(width) if row.num_output + depth[j] < row.min_tokens]  # before min_tokens
+        if short and row.stop_ids:
+            early = torch.tensor(short, device=device)[:, None]  # [positions, 1]
+            scores[r, early, torch.tensor(row.stop_ids, device=device)] = float("-inf")
     return scores[:, 0] if flat else scores

@@ -63,6 +63,16 @@ class KVCache:
         v_layer[rows[:, None], positions] = v
         return k_layer[rows, :kv_len], v_layer[rows, :kv_len]
 
+    def move(self, slots: list[int], source: list[int], dest: list[int]) -> None:
+        """Copy the keys/values of every layer at position ``source[i]`` of slot ``slots[i]`` to
+        position ``dest[i]`` of the same slot (all read before any is written)."""
+        if not slots:
+            return
+        device = self.k.device
+        rows, src, dst = (torch.tensor(x, dtype=torch.long, device=device) for x in (slots, source, dest))
+        self.k[:, rows, dst] = self.k[:, rows, src]
+        self.v[:, rows, dst] = self.v[:, rows, src]
+
 
 def as_rows(slots: list[int], device: torch.device | str) -> slice | torch.Tensor:
     """Cache rows for ``slots``: a slice when they are consecutive (no copy), else an index."""

@@ -13,12 +13,15 @@ index ``num_layers``; EAGLE-3 takes three indices such as ``(2, L // 2, L - 3)``
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache, as_rows
+from specscope.trees import TreeShape
 
 
 class RMSNorm(nn.Module):
@@ -175,6 +178,42 @@ class AttentionContext:
         mask = torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, float("-inf"))
         mask = mask[:, None, None].expand(-1, -1, group, -1, -1).reshape(batch, 1, group * t, -1)
         return cls(cache, rows, positions, kv_len, mask)
+
+
+    @classmethod
+    def for_tree(
+        cls,
+        config: ModelConfig,
+        tree: TreeShape,
+        rows: range,
+        base: list[int],
+        cache: KVCache,
+        slots: list[int],
+        dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, "AttentionContext"]:
+        """Tree attention over a static token tree (rows: 0 = root, i = ``tree.paths[i - 1]``).
+        The queries are tree ``rows`` of every sequence: row i of sequence b sits at RoPE
+        position ``base[b] + depth(i)``, writes its key/value at cache index ``base[b] + i``,
+        and reads the committed keys below ``base[b]`` and the tree rows on its own root path
+        (itself included). Returns the RoPE positions [batch, W] and the context."""
+        device = cache.k.device
+        ancestors, depths = _tree_tables(tree, device)
+        kv_len = max(base) + rows.stop
+        base_t = torch.tensor(base, device=device)  # [batch]
+        relative = torch.arange(kv_len, device=device)[None, :] - base_t[:, None]  # [batch, S]
+        queries = torch.arange(rows.start, rows.stop, device=device)  # [W]
+        on_path = ancestors[queries][:, relative.clamp(0, tree.nodes)].transpose(0, 1)  # [batch, W, S]
+        in_tree = (relative >= 0) & (relative <= tree.nodes)
+        visible = (relative < 0)[:, None, :] | (in_tree[:, None, :] & on_path)
+        write = base_t[:, None] + queries  # [batch, W]
+        ctx = cls.from_visible(config, visible, cache, as_rows(slots, device), write, kv_len, dtype)
+        return base_t[:, None] + depths[queries], ctx
+
+
+@functools.lru_cache(maxsize=32)
+def _tree_tables(tree: TreeShape, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tree.ancestors`` (bool) and ``tree.depths`` (long) as tensors on ``device``, made once."""
+    return torch.from_numpy(tree.ancestors).to(device), torch.from_numpy(tree.depths).to(device)
 
 
 class RotaryTables:

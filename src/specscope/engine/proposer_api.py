@@ -24,6 +24,13 @@ only through :class:`Proposer`:
    batches).
 3. ``release(slot)`` when the sequence in ``slot`` finished, so the slot can be reused.
 
+Model proposers may also implement :class:`TreeDrafting`: ``propose_tree(ProposeInput,
+TreeShape) -> TreeProposal`` drafts a static token tree instead of a chain (the engine's tree
+step, :mod:`specscope.engine.tree_step`, calls it in place of ``propose``; ``k`` is then the
+tree's depth). The ``observe`` that follows reports the accepted root path as if it had been a
+chain: ``tokens`` = the newest token and the accepted drafts, with the target's hidden states
+along that path.
+
 Model proposers may also implement :class:`PositionRollout`: greedy drafts at every output
 position of requests whose output is already known, computed all at once (the tracer uses it;
 a proposer without it is traced through the three calls above, one position at a time).
@@ -47,6 +54,7 @@ if TYPE_CHECKING:
     import torch
 
     from specscope.engine.sampling import BatchSampling
+    from specscope.trees import TreeShape
 
 
 NGRAM_MIN_N, NGRAM_MAX_N = 3, 7  # prompt lookup matches n-grams of 3 to 7 tokens, as the paper did
@@ -117,12 +125,22 @@ class Proposal:
 
 
 @dataclass
+class TreeProposal:
+    """``tokens`` [batch, nodes] (long): the token of every tree node, in ``TreeShape.paths``
+    order. A node of rank r is the drafter's (r+1)-th most likely token after its parent, so
+    siblings differ and each draft is a point mass (sampling verifies them as such)."""
+
+    tokens: "torch.Tensor"
+
+
+@dataclass
 class RolloutInput:
     """Requests whose whole output is known (teacher forcing). ``tokens`` [batch, T] = prompt
     + output, right-padded; ``prompt_lengths`` and ``lengths`` (host lists) = P and P + n per
     row; ``hidden[j]`` [batch, T, hidden] = the target's hidden state at index
     ``hidden_layers[j]`` over ``tokens``; ``k`` drafts per position; positions are rolled out
-    ``window`` at a time (see :mod:`specscope.proposers.rollout`)."""
+    ``window`` at a time (see :mod:`specscope.proposers.rollout`). ``ranks``: feed the true
+    tokens at every depth and return the drafter's rank of each true token instead of drafts."""
 
     tokens: "torch.Tensor"
     prompt_lengths: list[int]
@@ -130,6 +148,7 @@ class RolloutInput:
     hidden: list["torch.Tensor"]
     k: int
     window: int
+    ranks: bool = False
 
 
 @runtime_checkable
@@ -137,9 +156,19 @@ class PositionRollout(Protocol):
     """Optional for model proposers. ``rollout`` returns draft tokens [batch, n, k] and their
     probabilities [batch, n, k] (float32), n = the longest output: at output position i (the
     newest token is output[i], at position P + i) the k drafts that ``propose`` would return
-    there under greedy decoding, and the drafter's probability of each."""
+    there under greedy decoding, and the drafter's probability of each. With
+    ``RolloutInput.ranks``: the drafter's rank [batch, n, k] of the true token output[i + 1 + j]
+    at depth j + 1 along the true path (-1 past the output's end), and its probability."""
 
     def rollout(self, batch: RolloutInput) -> tuple["torch.Tensor", "torch.Tensor"]: ...
+
+
+@runtime_checkable
+class TreeDrafting(Protocol):
+    """Optional for model proposers: draft every node of ``tree`` for each row of ``request``
+    (``request.k`` = ``tree.depth``), expanding the top-ranked tokens one depth at a time."""
+
+    def propose_tree(self, request: ProposeInput, tree: "TreeShape") -> TreeProposal: ...
 
 
 def token_probability(logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor":

@@ -27,8 +27,10 @@ from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.sampling import BatchSampling, SamplingParams
 from specscope.engine.step import prefill, sd_step
 from specscope.engine.timing import PhaseClock
+from specscope.engine.tree_step import tree_step
 from specscope.errors import SpecscopeError
-from specscope.engine.proposer_api import Proposer
+from specscope.engine.proposer_api import Proposer, TreeDrafting
+from specscope.trees import TreeShape
 
 __all__ = ["Engine", "SamplingParams", "StepOutput", "DEFAULT_MAX_SEQ_LEN"]
 
@@ -70,12 +72,33 @@ class _Sequence:
         )
 
 
+def check_tree(tree: TreeShape, k: int, proposer: Proposer | None, vocab_size: int) -> None:
+    """A tree needs a proposer that drafts trees, ``k`` equal to its depth, and child ranks
+    within the vocabulary."""
+    if proposer is None:
+        raise SpecscopeError(f"--tree: tree {tree.name} needs an SD method (draft, eagle, eagle3, mtp)")
+    if not isinstance(proposer, TreeDrafting):
+        raise SpecscopeError(
+            f"--tree: the '{proposer.name}' method drafts chains only (tree drafting is optional "
+            "for it and not implemented); use --k, or draft, eagle, eagle3, mtp"
+        )
+    if k != tree.depth:
+        raise SpecscopeError(f"engine: expected k = the tree's depth {tree.depth}, got {k}")
+    if tree.max_rank >= vocab_size:
+        raise SpecscopeError(
+            f"--tree: child rank {tree.max_rank} needs more than the vocabulary's {vocab_size} tokens"
+        )
+
+
 class Engine:
     """Batched lossless SD over a :class:`Transformer` target and an optional proposer.
 
     ``max_seq_len`` bounds prompt + output tokens per request; the KV cache holds
     ``max_seq_len + k + 1`` positions per slot (see :meth:`cache_capacity`), so a step may
-    write speculative positions past the end of a request.
+    write speculative positions past the end of a request. With a ``tree`` every step drafts
+    and verifies that static token tree (:mod:`specscope.engine.tree_step`) instead of a chain
+    of ``k``; ``k`` must then be the tree's depth, and the cache holds ``tree.nodes`` positions
+    past ``max_seq_len + 1``.
     """
 
     def __init__(
@@ -87,6 +110,7 @@ class Engine:
         max_seq_len: int,
         eos_token_ids: Iterable[int] = (),
         seed: int = 0,
+        tree: TreeShape | None = None,
     ) -> None:
         if k < 1 or max_batch_size < 1 or max_seq_len < 2:
             raise SpecscopeError(
@@ -104,14 +128,16 @@ class Engine:
                 f"engine: max_seq_len {max_seq_len} exceeds the model's sliding window ({window}); "
                 "sliding-window attention is not implemented, so only shorter sequences are exact"
             )
-        self.target, self.proposer, self.k = target, proposer, k
+        if tree is not None:
+            check_tree(tree, k, proposer, target.config.vocab_size)
+        self.target, self.proposer, self.k, self.tree = target, proposer, k, tree
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         self.eos_token_ids = frozenset(eos_token_ids)
         self.method = proposer.name if proposer is not None else "none"
         self.cache = KVCache(
             target.config,
             max_batch_size,
-            self.cache_capacity(max_seq_len, k),
+            self.cache_capacity(max_seq_len, k, tree),
             target.dtype,
             target.device,
         )
@@ -123,9 +149,10 @@ class Engine:
         self._seeds = torch.Generator().manual_seed(seed)  # draws the seeds of unseeded requests
 
     @staticmethod
-    def cache_capacity(max_seq_len: int, k: int) -> int:
-        """KV positions per slot: the longest request plus one step's speculative positions."""
-        return max_seq_len + k + 1
+    def cache_capacity(max_seq_len: int, k: int, tree: TreeShape | None = None) -> int:
+        """KV positions per slot: the longest request plus one step's speculative positions
+        (``k`` drafts, or the ``tree``'s nodes)."""
+        return max_seq_len + (k if tree is None else tree.nodes) + 1
 
     def has_capacity(self) -> bool:
         return bool(self._free_slots)
@@ -227,16 +254,11 @@ class Engine:
                 self._append(seq, [token])
         verified = 0
         if active:
-            result = sd_step(
-                self.target,
-                self.cache,
-                self.proposer,
-                [s.slot for s in active],
-                [s.history for s in active],
-                self.k,
-                self._sampling(active),
-                clock,
-            )
+            slots, histories, sampling = [s.slot for s in active], [s.history for s in active], self._sampling(active)
+            if self.tree is None:
+                result = sd_step(self.target, self.cache, self.proposer, slots, histories, self.k, sampling, clock)
+            else:
+                result = tree_step(self.target, self.cache, self.proposer, slots, histories, self.tree, sampling, clock)
             verified = result.tokens_verified
             for seq, tokens, offered, accepted in zip(
                 active, result.emitted, result.draft_len, result.accepted

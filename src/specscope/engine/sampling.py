@@ -28,6 +28,7 @@ import torch
 from specscope import validate
 from specscope.engine.constraints import RowConstraints, apply_constraints
 from specscope.errors import SpecscopeError
+from specscope.trees import TreeShape
 
 
 GREEDY_BELOW = 1e-5  # vLLM's _SAMPLING_EPS: a temperature below it is greedy
@@ -104,12 +105,15 @@ class BatchSampling:
         self._top_p = torch.tensor([p.top_p for p in params], device=device)
         self._min_p = torch.tensor([p.min_p for p in params], device=device)
 
-    def constrain(self, logits: torch.Tensor, drafts: torch.Tensor | None = None) -> torch.Tensor:
+    def constrain(
+        self, logits: torch.Tensor, drafts: torch.Tensor | None = None, tree: TreeShape | None = None
+    ) -> torch.Tensor:
         """The target's logits [batch, m+1, vocab] (or [batch, vocab] at prefill) with the
-        rows' constraints applied; ``drafts`` [batch, m] are the tokens scored after the first."""
+        rows' constraints applied; ``drafts`` [batch, m] are the tokens scored after the first
+        (with a ``tree``: its nodes, see :func:`~specscope.engine.constraints.apply_constraints`)."""
         if self.constraints is None:
             return logits
-        return apply_constraints(logits, self.constraints, drafts)
+        return apply_constraints(logits, self.constraints, drafts, tree)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """Processed distributions: logits [batch, ..., vocab] -> float32 probs, same shape.
@@ -212,3 +216,65 @@ def verify_sampled(
     total = residual.sum(-1, keepdim=True)
     residual = torch.where(total > 0, residual / total.clamp(min=1e-30), p_next)
     return accepted, sampling.sample(residual)
+
+
+def verify_tree_greedy(
+    target_logits: torch.Tensor, node_tokens: torch.Tensor, tree: TreeShape
+) -> tuple[list[list[int]], list[int]]:
+    """Greedy verification of a token tree: from the root, step to the child whose token is the
+    target's argmax, while there is one.
+
+    ``target_logits`` [batch, nodes+1, vocab] score tree rows 0..nodes (0 = root, i =
+    ``tree.paths[i - 1]``); ``node_tokens`` [batch, nodes]. Returns per row the accepted path
+    (tree rows, root excluded) and the bonus token (the argmax at the path's last row).
+    """
+    best, tokens = target_logits.argmax(-1).tolist(), node_tokens.tolist()
+    paths, next_tokens = [], []
+    for row_best, row_tokens in zip(best, tokens):
+        path, node = [], 0
+        while True:
+            kids = [c for c in tree.children[node] if c > 0 and row_tokens[c - 1] == row_best[node]]
+            if not kids:
+                break
+            node = int(kids[0])
+            path.append(node)
+        paths.append(path)
+        next_tokens.append(row_best[node])
+    return paths, next_tokens
+
+
+def verify_tree_sampled(
+    target_probs: torch.Tensor, node_tokens: torch.Tensor, tree: TreeShape, sampling: BatchSampling
+) -> tuple[list[list[int]], list[int]]:
+    """Multi-draft rejection sampling of a token tree whose children are point masses (SpecInfer,
+    EAGLE-2). At a node with target distribution ``p``, start with the residual ``r = p`` and
+    try its children in rank order: child token ``t`` is accepted with probability
+    ``r(t) / sum(r)`` (then the walk moves to it); on rejection ``r(t) = 0``. When every child
+    is rejected, or the node has none, the next token is drawn from ``r / sum(r)``. Each child
+    is then emitted with probability ``p(t)`` and the rest follows ``p`` too: the output
+    distribution is the target's. Arguments and result as in :func:`verify_tree_greedy`, with
+    ``target_probs`` [batch, nodes+1, vocab]; each row draws from its own generator.
+    """
+    tokens = node_tokens.tolist()
+    paths, next_tokens = [], []
+    for row, (row_tokens, gen) in enumerate(zip(tokens, sampling.generators)):
+        path, node = [], 0
+        while True:
+            residual = target_probs[row, node].clone()  # [vocab]
+            accepted = 0
+            for child in (int(c) for c in tree.children[node] if c > 0):
+                token = row_tokens[child - 1]
+                u = torch.rand((), generator=gen, device=residual.device)
+                if bool(u * residual.sum() < residual[token]):
+                    accepted = child
+                    break
+                residual[token] = 0.0
+            if not accepted:
+                break
+            node = accepted
+            path.append(node)
+        total = residual.sum()
+        residual = residual / total if bool(total > 0) else target_probs[row, node]
+        paths.append(path)
+        next_tokens.append(int(torch.multinomial(residual, 1, generator=gen)))
+    return paths, next_tokens

@@ -29,10 +29,13 @@ from specscope.engine.proposer_api import (
     ProposerConfig,
     RolloutInput,
     TargetPass,
+    TreeProposal,
     token_probability,
 )
 from specscope.proposers.registry import register
 from specscope.proposers.rollout import RolloutTree, roll_out
+from specscope.proposers.tree_draft import draft_tree
+from specscope.trees import TreeShape
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +69,10 @@ class DraftModelProposer:
         for slot, start, n in zip(target_pass.slots, target_pass.start, target_pass.num_committed):
             self.valid[slot] = start + n if target_pass.prefill else min(self.valid[slot], start + n)
 
-    @torch.no_grad()
-    def propose(self, request: ProposeInput) -> Proposal:
-        k, sampling, device = request.k, request.sampling, self.draft.device
-        slots, histories = request.slots, request.histories
-        # Catch up: feed history[valid : pos + 1] per row, right-padded. [batch, width]
+    def _catch_up(self, slots: list[int], histories: list[list[int]]) -> torch.Tensor:
+        """Feed each row's committed tokens the cache lacks (``history[valid:]``, right-padded)
+        and return the draft's output at the newest token [batch, hidden]."""
+        device = self.draft.device
         starts = [self.valid[s] for s in slots]
         pending = [h[start:] for h, start in zip(histories, starts)]
         width = max(len(p) for p in pending)
@@ -79,7 +81,13 @@ class DraftModelProposer:
         positions = torch.tensor(starts, device=device)[:, None] + torch.arange(width, device=device)
         hidden, _ = self.draft(tokens, positions, self.cache, slots, kv_len=max(starts) + width)
         last = torch.tensor([len(p) - 1 for p in pending], device=device)
-        hidden = hidden[torch.arange(len(slots), device=device), last]  # [batch, hidden]
+        return hidden[torch.arange(len(slots), device=device), last]  # [batch, hidden]
+
+    @torch.no_grad()
+    def propose(self, request: ProposeInput) -> Proposal:
+        k, sampling, device = request.k, request.sampling, self.draft.device
+        slots, histories = request.slots, request.histories
+        hidden = self._catch_up(slots, histories)  # [batch, hidden]
         draft_tokens, draft_probs, confidence = [], [], []
         position = torch.tensor([len(h) for h in histories], device=device)  # where d_1 goes
         for i in range(k):
@@ -110,6 +118,24 @@ class DraftModelProposer:
             torch.stack(draft_probs, 1) if draft_probs else None,  # [batch, k, vocab]
             torch.stack(confidence, 1) if confidence else None,  # [batch, k]
         )
+
+    @torch.no_grad()
+    def propose_tree(self, request: ProposeInput, tree: TreeShape) -> TreeProposal:
+        """Draft ``tree`` (:func:`~specscope.proposers.tree_draft.draft_tree`); its nodes sit
+        in the cache past the newest token, where the next catch-up overwrites them."""
+        slots, histories = request.slots, request.histories
+        root = self._catch_up(slots, histories)  # [batch, hidden]
+        for slot, history in zip(slots, histories):
+            self.valid[slot] = len(history)  # committed tokens only: the nodes may be rejected
+
+        def step(token, state, positions, ctx):
+            return self.draft(self._embeddable(token), positions, ctx=ctx)[0]
+
+        def logits(state):
+            return self._fit_vocab(self.draft.logits(state))
+
+        base = [len(h) - 1 for h in histories]  # the newest token's entry is the root's
+        return TreeProposal(draft_tree(tree, root, base, step, logits, self.draft.config, self.cache, slots))
 
     def release(self, slot: int) -> None:
         self.valid[slot] = 0

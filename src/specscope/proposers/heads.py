@@ -43,9 +43,12 @@ from specscope.engine.proposer_api import (
     ProposerConfig,
     RolloutInput,
     TargetPass,
+    TreeProposal,
     token_probability,
 )
 from specscope.proposers.rollout import RolloutTree, roll_out
+from specscope.proposers.tree_draft import draft_tree
+from specscope.trees import TreeShape
 
 
 class Head(nn.Module, ABC):
@@ -293,6 +296,24 @@ class HeadProposer:
             torch.full((len(slots),), k, dtype=torch.long, device=state.device),
             torch.stack(probs, 1) if probs else None,  # [batch, k, vocab]
             torch.stack(confidence, 1) if confidence else None,  # [batch, k]
+        )
+
+    @torch.no_grad()
+    def propose_tree(self, request: ProposeInput, tree: TreeShape) -> TreeProposal:
+        """Draft ``tree`` (:func:`~specscope.proposers.tree_draft.draft_tree`) from the chunk's
+        last output. Entry ``p`` stands for token ``p + 1``, so the root (the newest token, at
+        ``n``) is entry ``n - 1`` and the nodes sit past it, where the next chunk overwrites them."""
+        slots = request.slots
+        tokens, hidden, positions, last, chunk_kv_len = self._chunk(request)
+        out = self.head(tokens, hidden, positions, self.cache, slots, chunk_kv_len)
+        root = out[torch.arange(len(slots), device=out.device), last]  # [batch, h]
+
+        def step(token, state, positions, ctx):
+            return self.head(token, state, positions, self.cache, slots, 0, ctx=ctx)
+
+        base = [len(h) - 2 for h in request.histories]
+        return TreeProposal(
+            draft_tree(tree, root, base, step, self.head.logits, self.head.config, self.cache, slots)
         )
 
     def release(self, slot: int) -> None:

@@ -17,6 +17,11 @@ Anchors are taken ``W`` at a time (a *window*), so the rollout forwards' attenti
 [W, L + (k − 1)·W] however long the output is; every window reuses the same draft region. (The
 prefix forward itself is an ordinary causal forward over the whole sequence.) Decoding is
 greedy, as traces are.
+
+Teacher-forced (``RolloutInput.ranks``): forward ``j`` feeds the *true* token output[i + j]
+instead of the draft, and each depth returns the drafter's rank of the true next token
+(0 = its argmax; ties broken by token id, as ``argmax`` does) — along the target's own path,
+exactly what a tree-drafting step computes on its accepted path.
 """
 
 from __future__ import annotations
@@ -46,15 +51,24 @@ class RolloutTree:
     prefix: int
     k: int
     window: int
+    truth: torch.Tensor | None = None  # [batch, L + k]: at a + j the true token of depth j + 1 (-1: none)
 
     @classmethod
     def for_batch(cls, batch: RolloutInput, shift: int) -> "RolloutTree":
         """The tree of ``batch`` for a drafter whose prefix entry ``p`` stands for token
         position ``p + shift`` (0: a draft model; 1: a head, whose entry p pairs x[p+1] with
-        h[p]): output position i of a row anchors at ``P + i - shift``."""
+        h[p]): output position i of a row anchors at ``P + i - shift``. With ``batch.ranks``
+        it keeps the true tokens: anchor a's depth j + 1 is token ``a + shift + 1 + j``."""
+        truth = None
+        if batch.ranks:
+            width = batch.tokens.shape[1]
+            ended = torch.arange(width, device=batch.tokens.device)[None, :] >= torch.tensor(
+                batch.lengths, device=batch.tokens.device)[:, None]  # [batch, T]
+            padded = torch.nn.functional.pad(batch.tokens.masked_fill(ended, -1), (0, batch.k), value=-1)
+            truth = padded[:, shift + 1:]  # [batch, T - shift - 1 + k]
         return cls([p - shift for p in batch.prompt_lengths],
                    [n - p for n, p in zip(batch.lengths, batch.prompt_lengths)],
-                   batch.tokens.shape[1] - shift, batch.k, batch.window)
+                   batch.tokens.shape[1] - shift, batch.k, batch.window, truth)
 
     @property
     def width(self) -> int:
@@ -103,7 +117,8 @@ def roll_out(tree: RolloutTree, prefix_out: torch.Tensor, step: Step,
     """Greedy drafts of every anchor: ``prefix_out`` [batch, L, h] holds the prefix forward's
     outputs (its keys and values already in rows ``0..batch-1`` of ``cache``); ``logits``
     maps states [batch, W, h] to [batch, W, vocab]. Returns draft tokens [batch, A, k] and
-    their probabilities [batch, A, k] (float32), A = max(count)."""
+    their probabilities [batch, A, k] (float32), A = max(count); with ``tree.truth``, the ranks
+    of the true tokens (-1 where there is none) and their probabilities instead."""
     device, hidden_size = prefix_out.device, prefix_out.shape[-1]
     tokens, confidence = [], []
     for window in range(tree.windows):
@@ -112,8 +127,13 @@ def roll_out(tree: RolloutTree, prefix_out: torch.Tensor, step: Step,
         drafts, probs = [], []
         for j in range(tree.k):
             scores = logits(state)  # [batch, W, vocab]
-            token = scores.argmax(-1)  # [batch, W]
-            drafts.append(token)
+            if tree.truth is None:
+                token = scores.argmax(-1)  # [batch, W]
+                drafts.append(token)
+            else:
+                true = tree.truth.gather(1, anchors + j)  # [batch, W]
+                token = true.clamp(min=0)
+                drafts.append(torch.where(true >= 0, rank_of(scores, token), -1))
             probs.append(token_probability(scores.flatten(0, 1), token.flatten()).view_as(token))
             if j + 1 < tree.k:
                 positions, ctx = tree.context(config, cache, anchors, j + 1, prefix_out.dtype)
@@ -122,3 +142,12 @@ def roll_out(tree: RolloutTree, prefix_out: torch.Tensor, step: Step,
         confidence.append(torch.stack(probs, -1))
     count = max(tree.count)
     return torch.cat(tokens, 1)[:, :count], torch.cat(confidence, 1)[:, :count]
+
+
+def rank_of(scores: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
+    """The rank of ``token`` [batch, W] in ``scores`` [batch, W, vocab]: how many tokens score
+    higher, or as high with a smaller id (0 exactly when ``scores.argmax(-1) == token``)."""
+    own = scores.gather(-1, token[..., None])  # [batch, W, 1]
+    ids = torch.arange(scores.shape[-1], device=scores.device)
+    ahead = (scores > own) | ((scores == own) & (ids < token[..., None]))  # [batch, W, vocab]
+    return ahead.sum(-1)

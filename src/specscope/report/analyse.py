@@ -30,12 +30,14 @@ from specscope.analysis.timesplit import measured_split, predicted_split, read_s
 from specscope.costmodel.base import CostModel
 from specscope.costmodel.registry import resolve_cost_model
 from specscope.errors import SpecscopeError
-from specscope.report.answer import AnswerRow, answer_rows
+from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
 from specscope.sim.grid import COMBINED, SimRow, simulate
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
+from specscope.report.trees import TreeRow, compare_trees, tree_depths
+from specscope.trees import TreeShape
 
 TAIL_FACTOR = 8  # outputs this many times the median make the mixed-mode drain worth a note
 PHASES = ("reading traces", "acceptance statistics", "simulating", "prompt/output overlap", "time split and bound")
@@ -66,6 +68,9 @@ class ReportData:
     measured_split: list[dict] = field(default_factory=list)  # measured time split (from --steps)
     points: list[BoundPoint] = field(default_factory=list)
     measured: list[MeasuredCell] = field(default_factory=list)
+    tree_rows: list[SimRow] = field(default_factory=list)  # trees and chains fixed:1..depth
+    trees: list[TreeRow] = field(default_factory=list)  # one per dataset × proposer × tree
+    tree_answer: list[str] = field(default_factory=list)  # one line per dataset × proposer × tree
     notes: list[str] = field(default_factory=list)
 
 
@@ -97,6 +102,13 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         combined = f"oracle-combined:{data.pair[0]}+{data.pair[1]}"
         data.rows += simulate(sim_records, [COMBINED], [combined], cost, config.sim)
     data.answer = answer_rows(data.rows)
+    depths = tree_depths(sim_records, simulated)
+    if depths:
+        trees = [TreeShape.parse(t) for t in config.trees]
+        data.tree_rows, data.trees, tree_notes = compare_trees(sim_records, depths, trees, max(config.ks), cost,
+                                                               config.sim)
+        data.notes.extend(tree_notes)
+        data.tree_answer = tree_answer(data.trees)
     advance(PHASES[2])
 
     ov = config.overlap

@@ -7,6 +7,9 @@ to the oracle.
   ``gap`` = oracle speedup − best speedup;
 - ``combined``: the ``oracle-combined`` cell when simulated — optimistic, since choosing the
   proposer and drafting with both are taken as free.
+
+With trees (:mod:`specscope.report.trees`), one more line per dataset × proposer × tree: up to
+which batch size the tree beats the chain of its depth.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from specscope.report.trees import TreeRow
 from specscope.sim.grid import COMBINED, SimRow
 
 
@@ -57,3 +61,18 @@ def answer_rows(rows: Sequence[SimRow]) -> list[AnswerRow]:
             max(r.speedup for r in combined) if combined else None,
         ))
     return out
+
+
+def tree_answer(rows: Sequence[TreeRow]) -> list[str]:
+    """``dataset (proposer): tree SHAPE beats the chain of depth D up to batch B, not beyond``."""
+    lines = []
+    for r in rows:
+        head = f"{r.dataset} ({r.proposer}): tree {r.tree} ({r.nodes} nodes)"
+        if r.beats_up_to is None:
+            lines.append(f"{head} does not beat the chain of depth {r.depth} at any batch size simulated")
+        elif r.crossover is None:
+            lines.append(f"{head} beats the chain of depth {r.depth} at every batch size simulated "
+                         f"(up to {r.beats_up_to})")
+        else:
+            lines.append(f"{head} beats the chain of depth {r.depth} up to batch {r.beats_up_to}, not beyond")
+    return lines

@@ -98,6 +98,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
         ],
         load_summaries=[r.summary() for r in data.load_reports], notes=notes,
         csv_files=[p.name for p in tables], largest_k=max(config.ks) if config.ks else None,
+        tree_lines=data.tree_answer,
     )
 
 

@@ -45,6 +45,8 @@ TABLES = [
     TableSpec("timesplit.csv", lambda d: d.predicted + d.measured_split),
     TableSpec("bound.csv", lambda d: [p.flat() for p in d.points]),
     TableSpec("measured.csv", lambda d: [c.flat() for c in d.measured] if d.measured else None),
+    TableSpec("trees.csv", lambda d: [t.flat() for t in d.trees] if d.trees else None),
+    TableSpec("tree_speedup.csv", lambda d: [r.flat() for r in d.tree_rows] if d.trees else None),
 ]
 
 
@@ -119,6 +121,16 @@ FIGURES = [
         lambda d: "Each star is the best k the i.i.d. model predicts for the measured α and c; where the "
                   "curve is flat, k matters little, where it falls, a long k costs more than it gains.",
         lambda d: F.bound_figure(d.points),
+    ),
+    FigureSpec(
+        "tree_vs_chain",
+        lambda d: "Static tree vs chain, by batch size",
+        lambda d: "A tree verifies nodes + 1 tokens per sequence to accept a longer path: look where each "
+                  "tree's line falls below the chain of its depth (the marked crossover) — past it, batch "
+                  "size makes the extra verification cost more than the extra acceptance gives.",
+        lambda d: F.tree_figure(d.tree_rows, d.trees),
+        lambda d: None if d.trees else "the traces carry no tree_rank (trace with --trees), or no tree fits "
+                                       "the depth they recorded",
     ),
     FigureSpec(
         "measured",

@@ -24,6 +24,7 @@ class ReportConfig:
     bound_k: int = 3  # k at which c is measured for figure 8 (at the smallest batch size)
     steps: tuple[str, ...] = ()  # measured per-step records (JSON Lines) for the time split
     measured: tuple = ()  # MeasuredCell rows (specscope.analysis.measured): figure 9 and the advisor line
+    trees: tuple[str, ...] = ("2x2x1", "3x2x1x1")  # static trees set against the chain of their depth
 
     @property
     def policies(self) -> list[str]:

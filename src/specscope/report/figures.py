@@ -268,3 +268,37 @@ def measured_figure(cells: Sequence) -> plt.Figure:
         ax.set_ylabel("speedup over no SD")
         ax.legend(loc="best")
     return fig
+
+
+def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
+    """Tree vs chain: speedup vs batch size, a panel per dataset × proposer, a line per tree
+    and one per chain ``fixed:D`` it is compared with (dashed); each tree's crossover (the first
+    batch size where it no longer beats its chain) is marked with a cross."""
+    panels = _unique((t.dataset, t.proposer) for t in trees)
+    fig, axes = panel_grid(len(panels), 2, 6.0, 4.2, sharey=True)
+    for ax, (dataset, proposer) in zip(axes, panels):
+        mine = [t for t in trees if (t.dataset, t.proposer) == (dataset, proposer)]
+        nodes = {f"tree:{t.tree}": t.nodes for t in mine}
+        policies = _unique([*nodes, *(t.chain for t in mine)])
+        colours = colour_for(policies)
+        for policy in policies:
+            cell = sorted((r for r in rows if (r.dataset, r.acc, r.policy) == (dataset, proposer, policy)),
+                          key=lambda r: r.batch_size)
+            chained = policy.startswith("fixed:")
+            label = f"chain {policy}" if chained else f"{policy} ({nodes[policy]} nodes)"
+            ax.plot([r.batch_size for r in cell], [r.speedup for r in cell], color=colours[policy],
+                    linestyle="--" if chained else "-", marker=None if chained else "o", markersize=5, label=label)
+        for t in mine:
+            if t.crossover is not None:
+                at = next(r.speedup for r in rows if (r.dataset, r.acc, r.policy, r.batch_size)
+                          == (dataset, proposer, f"tree:{t.tree}", t.crossover))
+                ax.plot([t.crossover], [at], marker="X", markersize=12, color=colours[f"tree:{t.tree}"],
+                        markeredgecolor="black", linestyle="none")
+                ax.annotate(f"crossover B={t.crossover}", (t.crossover, at), xytext=(4, 6),
+                            textcoords="offset points", fontsize=8)
+        ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
+        _batch_axis(ax, sorted({r.batch_size for r in rows if r.dataset == dataset}))
+        ax.set_title(f"{dataset} · {proposer}")
+        ax.set_ylabel("speedup over no SD")
+        ax.legend(loc="best", fontsize=8)
+    return fig

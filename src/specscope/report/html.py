@@ -60,6 +60,7 @@ class Page:
     notes: Sequence[str] = ()
     csv_files: Sequence[str] = ()
     largest_k: int | None = None  # the largest fixed k searched: a best policy there may want more
+    tree_lines: Sequence[str] = ()  # tree vs chain, one line each
 
 
 def _fmt(value: object) -> str:
@@ -149,6 +150,7 @@ def render(page: Page) -> str:
 <p class="meta">{esc(meta)}</p>
 <h2>The answer</h2>
 {answer_section(page.answer, page.largest_k)}
+{"".join(f"<p>{esc(line)}.</p>" for line in page.tree_lines)}
 {notes}
 <h2>Figures</h2>
 {figures}

@@ -156,6 +156,9 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
              dataset: str) -> Plan:
     """Walk ``records`` under ``policy`` using proposer ``acc`` (or the combined pair)."""
     prompt_lens = [r.prompt_len for r in records]
+    if policy.tree is not None:
+        acc_lens = [policy.tree.acc_len(r.proposers[acc].tree_rank) for r in records]
+        return make_plan(acc_lens, prompt_lens, policy, policy.tree.depth)
     if policy.combined:
         a, b = policy.combined
         acc_lens = []
@@ -184,6 +187,25 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
                 f"dataset {dataset!r}: proposer {name!r} missing from {len(missing)} records "
                 f"(first id {missing[0]!r}); available: {', '.join(sorted(records[0].proposers))}"
             )
+    if policy.tree is not None:
+        _check_tree(records, acc, policy, dataset)
+
+
+def _check_tree(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
+    """Refuse a tree policy on a proposer without ``tree_rank`` deep enough to replay it."""
+    if acc in LOOKUP_PROPOSERS:
+        raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} needs a model "
+                             f"proposer ({acc} proposes no tree)")
+    missing = [r.id for r in records if r.proposers[acc].tree_rank is None]
+    if missing:
+        raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: no tree_rank in {len(missing)} records "
+                             f"(first id {missing[0]!r}), so policy {policy.name!r} cannot be replayed; re-trace "
+                             f"with `specscope trace ... --trees {policy.tree.name}`")
+    depth = min(r.proposers[acc].tree_rank.shape[1] for r in records)
+    if policy.tree.depth > depth:
+        raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} is {policy.tree.depth} "
+                             f"deep, but tree_rank was recorded to depth {depth}; re-trace with "
+                             f"`specscope trace ... --trees {policy.tree.name}`")
 
 
 def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:

@@ -57,6 +57,7 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
         num_running=running,
         num_proposing=per_iteration(plan.proposed > 0),
         padded_tokens=running * longest,
+        draft_widths=plan.draft_widths,
     )
     priced = price_steps(cost, drafting, load)
     prefill = prefill_time(cost, drafting, per_iteration(plan.prompt_len, admit), per_iteration(None, admit))  # [T]

@@ -26,6 +26,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
         num_running=np.full(steps, b),
         num_proposing=b * (plan.proposed > 0),
         padded_tokens=b * plan.verify_tokens,  # the copies propose alike: nothing to pad
+        draft_widths=plan.draft_widths,
     )
     priced = price_steps(cost, drafting, load)
     n = len(plan.prompt_len)

@@ -35,6 +35,7 @@ class Plan:
     emitted: np.ndarray  # [S] tokens the step emits (accepted drafts + 1)
     prompt_len: np.ndarray  # [R]
     output_len: np.ndarray  # [R] G: output tokens, the prefill's first one included
+    draft_widths: tuple[int, ...] = ()  # a tree's drafter pass widths per sequence; () = chains
 
     @property
     def steps_per_request(self) -> np.ndarray:
@@ -98,13 +99,17 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
 def make_plan(acc_lens: Sequence[np.ndarray], prompt_lens: Sequence[int], policy: Policy,
               k_max: int, draft_lens: Sequence[np.ndarray | None] | None = None,
               match_prob: float | None = None, seed: int = 0) -> Plan:
-    """Walk every request (``acc_lens[r]`` is request r's [G] acc_len) under ``policy``."""
+    """Walk every request (``acc_lens[r]`` is request r's [G] acc_len) under ``policy``; for a
+    tree policy ``acc_lens`` are the tree's (from ``tree_rank``) and every step drafts the tree."""
     rng = np.random.default_rng(seed)
     parts = [
         walk_request(acc, policy, k_max, None if draft_lens is None else draft_lens[r], match_prob, rng)
         for r, acc in enumerate(acc_lens)
     ]
-    return _concat(parts, prompt_lens, [len(acc) for acc in acc_lens])
+    plan = _concat(parts, prompt_lens, [len(acc) for acc in acc_lens])
+    if policy.tree is not None:
+        plan.draft_widths = policy.tree.draft_pass_widths
+    return plan
 
 
 def baseline_plan(output_lens: Sequence[int], prompt_lens: Sequence[int]) -> Plan:

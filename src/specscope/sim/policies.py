@@ -11,6 +11,9 @@ registry :data:`POLICIES`:
 - ``oracle`` — propose exactly acc_len − 1: no verification is wasted.
 - ``oracle-combined:a+b`` — per step, take the proposer whose acc_len is longer there and
   propose exactly that much.
+- ``tree:SHAPE`` — every step drafts the static tree SHAPE (``2x2x1``, :mod:`specscope.trees`)
+  and verifies its ``nodes + 1`` tokens; its acc_len is replayed from the trace's ``tree_rank``
+  (the simulator swaps it in: :func:`specscope.sim.grid.plan_for`), so it proposes ``nodes``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import numpy as np
 
 from specscope import validate
 from specscope.errors import SpecscopeError
+from specscope.trace.schema import TREE_RANK_CAP
+from specscope.trees import TreeShape
 
 
 class PolicyState(Protocol):
@@ -42,13 +47,15 @@ class Policy:
     to k [G] for policies whose proposal depends on the position alone (the walk then needs no
     per-step Python state); ``new_state(k_max)`` makes the per-request state of the others.
     ``max_k`` is the proposal length a policy insists on (``fixed:k``); None when it proposes
-    at most what the trace measured (k_max or acc_len − 1)."""
+    at most what the trace measured (k_max or acc_len − 1). ``tree`` is the static tree of a
+    ``tree:SHAPE`` policy (its acc_len comes from ``tree_rank``, not ``acc_len``)."""
 
     name: str
     by_position: Callable[[np.ndarray], np.ndarray] | None = None
     new_state: Callable[[int], PolicyState] | None = None
     combined: tuple[str, str] | None = None
     max_k: int | None = None
+    tree: TreeShape | None = None
 
 
 class _Adaptive:
@@ -104,11 +111,22 @@ def _oracle_combined(argument: str) -> Policy:
     return Policy(f"oracle-combined:{names[0]}+{names[1]}", by_position=_oracle_k, combined=(names[0], names[1]))
 
 
+def _tree(argument: str) -> Policy:
+    try:
+        shape = TreeShape.parse(argument)
+        validate.integer(shape.max_rank, high=TREE_RANK_CAP - 1)
+    except validate.Invalid as error:
+        raise SpecscopeError(f"policy 'tree:{argument}': expected tree:SHAPE with SHAPE a static tree such as "
+                             f"2x2x1 (child ranks below {TREE_RANK_CAP}, the traces' rank cap): {error}") from None
+    return Policy(f"tree:{shape.name}", by_position=lambda acc: np.full_like(acc, shape.nodes), tree=shape)
+
+
 POLICIES: dict[str, Callable[[str], Policy]] = {
     "fixed": _fixed,
     "adaptive": _adaptive,
     "oracle": _oracle,
     "oracle-combined": _oracle_combined,
+    "tree": _tree,
 }
 
 
@@ -121,6 +139,6 @@ def parse_policy(text: str, default_combined: tuple[str, str] | None = None) -> 
         factory = POLICIES[kind]
     except KeyError:
         raise SpecscopeError(
-            f"unknown policy {text!r}; expected one of fixed:k, adaptive, oracle, oracle-combined:A+B"
+            f"unknown policy {text!r}; expected one of fixed:k, adaptive, oracle, oracle-combined:A+B, tree:SHAPE"
         ) from None
     return factory(argument)

@@ -98,6 +98,17 @@ class Fields:
         value = self.get(name) if value is None else value
         return self.check(name, validate.integers, value, note, low=low, high=high).astype(dtype)
 
+    def int_matrix(self, name: str, value: object, dtype=np.int64, low: int | None = None,
+                   high: int | None = None) -> np.ndarray:
+        """A list of equal-length lists of integers in [low, high] as a 2-D array (a broken row
+        is named ``name[i]``)."""
+        if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
+            raise self.error(self.name(name), "expected a list of lists of integers")
+        if len({len(row) for row in value}) > 1:
+            raise self.error(self.name(name), "expected a list of equal-length lists of integers")
+        rows = [self.check(f"{name}[{i}]", validate.integers, row, low=low, high=high) for i, row in enumerate(value)]
+        return np.stack(rows).astype(dtype) if rows else np.zeros((0, 0), dtype=dtype)
+
     def float_matrix(self, name: str, value: object) -> np.ndarray:
         """A list of equal-length lists of numbers (null = NaN) as a 2-D float32 array."""
         try:

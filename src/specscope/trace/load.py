@@ -13,7 +13,8 @@ silently.
 
 Values: every ``acc_len`` entry is an integer in 1..k_max + 1 (k_max as recorded; when it is
 not, at most :data:`specscope.validate.K_MAX_LIMIT` + 1), ``draft_len`` in 0..k_max, token ids
->= 0. An ``acc_len`` of ``[]`` beside a non-empty output is an error; a record whose output is
+>= 0, ``tree_rank`` rows of one length in -1..TREE_RANK_CAP.
+An ``acc_len`` of ``[]`` beside a non-empty output is an error; a record whose output is
 empty is skipped (and counted) when its arrays are empty too, and an error otherwise.
 
 Duplicate request ids (the same ``id`` twice in one dataset, within a file or across the files
@@ -35,7 +36,7 @@ from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text
 from specscope.trace.fields import Fields
-from specscope.trace.schema import SCHEMA_VERSION, ProposerTrace, TraceRecord
+from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord
 
 # SpecDecode-Bench field -> specscope proposer name.
 SPECDECODE_BENCH_PROPOSERS = {
@@ -113,7 +114,12 @@ def _proposer(fields: Fields, name: str, obj: object, k_max: int | None, output_
         draft_prob = fields.float_matrix(f"{label}.draft_prob", obj["draft_prob"])
         if draft_prob.shape[0] != acc_len.shape[0]:
             raise fields.error(f"{label}.draft_prob", "expected one row per acc_len entry")
-    return ProposerTrace(acc_len=acc_len, draft_len=draft_len, draft_prob=draft_prob)
+    tree_rank = None
+    if obj.get("tree_rank") is not None:
+        tree_rank = fields.int_matrix(f"{label}.tree_rank", obj["tree_rank"], np.int16, low=-1, high=TREE_RANK_CAP)
+        if tree_rank.shape[0] != acc_len.shape[0]:
+            raise fields.error(f"{label}.tree_rank", "expected one row per acc_len entry")
+    return ProposerTrace(acc_len=acc_len, draft_len=draft_len, draft_prob=draft_prob, tree_rank=tree_rank)
 
 
 def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str]:
@@ -252,6 +258,7 @@ def same_record(a: TraceRecord, b: TraceRecord) -> bool:
             and equal(a.prompt_token_ids, b.prompt_token_ids) and equal(a.output_token_ids, b.output_token_ids)
             and a.proposers.keys() == b.proposers.keys()
             and all(equal(p.acc_len, q.acc_len) and equal(p.draft_len, q.draft_len) and equal(p.draft_prob, q.draft_prob)
+                    and equal(p.tree_rank, q.tree_rank)
                     for p, q in ((a.proposers[n], b.proposers[n]) for n in a.proposers)))
 
 

@@ -13,13 +13,23 @@ Definitions (one place; everything else refers here):
   ``acc_len[i] <= draft_len[i] + 1`` always.
 - ``draft_prob[i, j]`` (optional) is the drafter's probability of its ``j``-th proposed token at
   position ``i``: the confidence signal adaptive policies use (null where nothing was offered).
+- ``tree_rank[i, d]`` (optional, model proposers) is the drafter's rank (0 = its most likely
+  token; ties broken by token id) of the target's token ``output_token_ids[i + 1 + d]`` in its
+  distribution at depth ``d + 1``, teacher-forced along the target's own path (the drafter fed
+  the true tokens ``output[i + 1 .. i + d]``, and for EAGLE/MTP its own states along that path).
+  ``-1`` = unknown (past the output's end); a rank above :data:`TREE_RANK_CAP` is stored as the
+  cap, which no tree reaches (trees expand at most the top ``TREE_RANK_CAP`` children). Any
+  static tree of depth ``<= D`` replays from it: its acc_len is 1 + the longest prefix of
+  ``tree_rank[i]`` that is a node (:meth:`specscope.trees.TreeShape.acc_len`); a greedy chain's
+  acc_len is 1 + the number of leading zero ranks (up to ``k_max``).
 
 On disk (JSON Lines, one request a line)::
 
     {"schema": "specscope.trace/1", "id": "r1", "dataset": "gsm8k", "k_max": 20,
      "prompt_token_ids": [...], "output_token_ids": [...],
      "proposers": {"ngram": {"acc_len": [...], "draft_len": [...]},
-                   "eagle": {"acc_len": [...], "draft_prob": [[...], ...]}}}
+                   "eagle": {"acc_len": [...], "draft_prob": [[...], ...],
+                             "tree_rank": [[0, 2, -1], ...]}}}
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 SCHEMA_VERSION = "specscope.trace/1"
+TREE_RANK_CAP = 63  # tree_rank entries are capped here: a rank past it is stored as the cap
 
 
 @dataclass
@@ -38,6 +49,7 @@ class ProposerTrace:
     acc_len: np.ndarray  # [G] int32, 1 <= acc_len <= k_max + 1
     draft_len: np.ndarray | None = None  # [G] int32, 0 <= draft_len <= k_max
     draft_prob: np.ndarray | None = None  # [G, m] float32, m = drafts whose probability is kept
+    tree_rank: np.ndarray | None = None  # [G, D] int16, -1 <= tree_rank <= TREE_RANK_CAP
 
     def truncated(self, length: int) -> "ProposerTrace":
         """The first ``length`` positions."""
@@ -45,6 +57,7 @@ class ProposerTrace:
             acc_len=self.acc_len[:length],
             draft_len=None if self.draft_len is None else self.draft_len[:length],
             draft_prob=None if self.draft_prob is None else self.draft_prob[:length],
+            tree_rank=None if self.tree_rank is None else self.tree_rank[:length],
         )
 
     def to_json(self) -> dict:
@@ -54,6 +67,8 @@ class ProposerTrace:
         if self.draft_prob is not None:  # NaN (nothing offered there) is written as null
             rounded = np.round(self.draft_prob.astype(float), 6)
             out["draft_prob"] = [[None if np.isnan(v) else v for v in row] for row in rounded.tolist()]
+        if self.tree_rank is not None:
+            out["tree_rank"] = self.tree_rank.tolist()
         return out
 
 

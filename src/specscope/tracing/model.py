@@ -17,10 +17,15 @@ continuation output[i+1:], ``draft_len[i]`` = how many it offered. Two ways, sam
 Proposers with a distribution also give ``draft_prob[i, j]``: their probability of the j-th
 token they proposed at i (the first :data:`CONFIDENCE_DRAFTS`; NaN past what was offered),
 the confidence signal of adaptive policies.
+
+With ``tree_depth`` > 0 a second, teacher-forced rollout (``RolloutInput.ranks``) records
+``tree_rank`` [G, tree_depth] (see :mod:`specscope.trace.schema`), from which any static tree
+up to that depth replays; it needs :class:`PositionRollout`.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -38,7 +43,8 @@ from specscope.engine.proposer_api import (
     RolloutInput,
     TargetPass,
 )
-from specscope.trace.schema import ProposerTrace
+from specscope.errors import SpecscopeError
+from specscope.trace.schema import TREE_RANK_CAP, ProposerTrace
 from specscope.tracing.ngram import agreeing_prefix
 
 CONFIDENCE_DRAFTS = 4  # drafts per position whose probability a trace keeps
@@ -46,19 +52,25 @@ ROLLOUT_WINDOW = 128  # output positions rolled out together (bounds the attenti
 
 
 def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequence[int]],
-                 outputs: Sequence[Sequence[int]], k_max: int) -> list[ProposerTrace]:
-    """Trace ``proposer`` on a batch of requests (at most the proposer's max batch size)."""
+                 outputs: Sequence[Sequence[int]], k_max: int, tree_depth: int = 0) -> list[ProposerTrace]:
+    """Trace ``proposer`` on a batch of requests (at most the proposer's max batch size);
+    ``tree_depth`` > 0 also records ``tree_rank`` to that depth."""
     if isinstance(proposer, PositionRollout):
-        return rollout_traces(target, proposer, prompts, outputs, k_max)
+        return rollout_traces(target, proposer, prompts, outputs, k_max, tree_depth=tree_depth)
+    if tree_depth:
+        raise SpecscopeError(f"--trees: proposer {getattr(proposer, 'name', type(proposer).__name__)!r} has no "
+                             "teacher-forced rollout, so its tree ranks cannot be recorded")
     return stepwise_traces(target, proposer, prompts, outputs, k_max)
 
 
 @torch.no_grad()
 def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequence[Sequence[int]],
-                   outputs: Sequence[Sequence[int]], k_max: int, window: int = ROLLOUT_WINDOW) -> list[ProposerTrace]:
+                   outputs: Sequence[Sequence[int]], k_max: int, window: int = ROLLOUT_WINDOW,
+                   tree_depth: int = 0) -> list[ProposerTrace]:
     """All positions of a batch of requests at once (see the module docstring)."""
     kept = min(CONFIDENCE_DRAFTS, k_max)
-    empty = ProposerTrace(acc_len=np.ones(0, dtype=np.int32), draft_len=np.zeros(0, dtype=np.int32))
+    empty = ProposerTrace(acc_len=np.ones(0, dtype=np.int32), draft_len=np.zeros(0, dtype=np.int32),
+                          tree_rank=np.zeros((0, tree_depth), dtype=np.int16) if tree_depth else None)
     if not any(outputs):
         return [empty for _ in outputs]
     sequences = [list(p) + list(o) for p, o in zip(prompts, outputs)]
@@ -69,9 +81,13 @@ def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequ
     if layers:  # the whole sequence in one forward, each row attending to itself only
         positions = torch.arange(width, device=target.device)[None, :].expand_as(tokens)
         _, hidden = target(tokens, positions, hidden_layers=layers)
-    drafts, confidence = proposer.rollout(RolloutInput(tokens, [len(p) for p in prompts],
-                                                       [len(s) for s in sequences], hidden, k_max, window))
+    batch = RolloutInput(tokens, [len(p) for p in prompts], [len(s) for s in sequences], hidden, k_max, window)
+    drafts, confidence = proposer.rollout(batch)
     drafts, confidence = drafts.cpu().numpy(), confidence.float().cpu().numpy()  # [batch, n, k]
+    ranks = None
+    if tree_depth:
+        ranks, _ = proposer.rollout(replace(batch, k=tree_depth, ranks=True))
+        ranks = ranks.clamp(max=TREE_RANK_CAP).cpu().numpy().astype(np.int16)  # [batch, n, tree_depth]
     traces = []
     for row, output in enumerate(outputs):
         n = len(output)
@@ -84,7 +100,8 @@ def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequ
         agree = np.cumprod(drafts[row, :n] == windows, axis=1).sum(axis=1)
         traces.append(ProposerTrace(acc_len=(1 + agree).astype(np.int32),
                                     draft_len=np.full(n, k_max, dtype=np.int32),
-                                    draft_prob=confidence[row, :n, :kept].astype(np.float32)))
+                                    draft_prob=confidence[row, :n, :kept].astype(np.float32),
+                                    tree_rank=None if ranks is None else ranks[row, :n]))
     return traces
 
 

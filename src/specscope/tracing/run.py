@@ -21,6 +21,7 @@ from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
 from specscope.trace.schema import TraceRecord
 from specscope.tracing.settings import check_resume, model_fingerprint, requests_fingerprint
+from specscope.trees import TreeShape
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +81,11 @@ def batches(items: Sequence, size: int) -> Iterator[Sequence]:
 
 
 def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Sequence, k_max: int,
-                   max_tokens: int, dataset: str | None, min_n: int, max_n: int, dtype: str) -> dict:
-    """What decides the records' content (see :mod:`specscope.tracing.settings`)."""
-    return {
+                   max_tokens: int, dataset: str | None, min_n: int, max_n: int, dtype: str,
+                   trees: Sequence[TreeShape] = ()) -> dict:
+    """What decides the records' content (see :mod:`specscope.tracing.settings`); ``trees`` only
+    when some were requested (so traces taken without them resume as before)."""
+    return ({"trees": [tree.name for tree in trees]} if trees else {}) | {
         "model": str(model_dir.resolve()),
         "model_files": model_fingerprint(model_dir),
         "proposers": [spec.name if spec.path is None else
@@ -96,12 +99,24 @@ def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Seq
     }
 
 
+def tree_depth(specs: Sequence[ProposerSpec], trees: Sequence[TreeShape]) -> int:
+    """The depth to record ``tree_rank`` to: the deepest requested tree (0: none). n-gram
+    proposes no tree; asking for trees with no model proposer is an error."""
+    if not trees:
+        return 0
+    if all(spec.name == "ngram" for spec in specs):
+        raise SpecscopeError("--trees: n-gram proposes no tree; trees need a model proposer "
+                             "(draft, eagle, eagle3, mtp)")
+    return max(tree.depth for tree in trees)
+
+
 def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequence, output: Path,
                    k_max: int = 20, max_tokens: int = 256, batch_size: int = 8, dataset: str | None = None,
                    min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N, dtype: str = "float32", device: str = "cpu",
-                   overwrite: bool = False) -> int:
+                   overwrite: bool = False, trees: Sequence[TreeShape] = ()) -> int:
     """Trace ``requests`` (objects with ``id`` and ``prompt_token_ids``); returns records written.
-    ``overwrite`` starts over instead of resuming (needed when the settings changed)."""
+    ``overwrite`` starts over instead of resuming (needed when the settings changed); ``trees``
+    adds ``tree_rank`` to every model proposer, deep enough to replay each of them."""
     import numpy as np
 
     from specscope.engine.loading import load_eos_token_ids, load_model, parse_dtype, resolve_device
@@ -110,8 +125,11 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     from specscope.tracing.model import model_traces
     from specscope.tracing.ngram import ngram_trace
 
+    depth = tree_depth(specs, trees)
+    if depth and any(spec.name == "ngram" for spec in specs):
+        log.warning("--trees: n-gram proposes no tree; its records get no tree_rank")
     output.parent.mkdir(parents=True, exist_ok=True)
-    settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype)
+    settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees)
     check_resume(output, settings, overwrite)
     finished = done_ids(output)
     todo = [r for r in requests if r.id not in finished]
@@ -138,7 +156,7 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
                 if spec.name == "ngram":
                     traces["ngram"] = [ngram_trace(p, o, k_max, min_n, max_n) for p, o in zip(prompts, outs)]
                 else:
-                    traces[spec.name] = model_traces(target, proposers[spec.name], prompts, outs, k_max)
+                    traces[spec.name] = model_traces(target, proposers[spec.name], prompts, outs, k_max, depth)
             records = [
                 TraceRecord(r.id, np.asarray(p), np.asarray(o), {name: traces[name][i] for name in traces},
                             k_max=k_max, dataset=dataset)

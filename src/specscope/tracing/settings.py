@@ -5,7 +5,9 @@
 - ``model`` — the target's directory (absolute) and ``model_files`` its fingerprint;
 - ``proposers`` — each ``METHOD`` or ``METHOD=DIR`` with the fingerprint of DIR;
 - ``k_max``, ``max_tokens``, ``dtype``, ``dataset``, ``ngram_n`` (shortest and longest n-gram);
-- ``workload`` — a SHA-256 of the requests (ids and prompt token ids, in order).
+- ``workload`` — a SHA-256 of the requests (ids and prompt token ids, in order);
+- ``trees`` (only when ``--trees`` was given) — the requested tree shapes; ``tree_rank`` is
+  recorded to the deepest of them, and ``traces inspect`` replays each.
 
 A fingerprint is a SHA-256 of ``config.json`` and of the names and sizes of the weight files
 (``*.safetensors``, ``*.bin``): a copied model keeps it, a retrained or other one does not.
@@ -74,6 +76,14 @@ def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
     if output.is_file():
         output.unlink()
     atomic_write_text(sidecar, json.dumps(settings, indent=1) + "\n")
+
+
+def requested_trees(output: Path) -> list[str]:
+    """The tree shapes recorded in ``output``'s settings file ([] when none or no file)."""
+    sidecar = settings_path(output)
+    if not sidecar.is_file():
+        return []
+    return list(read_json_object(sidecar, "trace settings (a JSON object)").get("trees") or [])
 
 
 def _show(value: object) -> str:

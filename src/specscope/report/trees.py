@@ -1,0 +1,90 @@
+"""Static trees against chains: what a tree buys in acceptance and what it costs in verification.
+
+Per dataset × model proposer (with ``tree_rank`` in its traces) × tree of depth D:
+
+- ``mean_acc_len`` — tokens per step, pooled over output positions (:meth:`TreeShape.acc_len`);
+  ``chain_mean_acc_len`` — the same for the chain of depth D (``fixed:D``), from the same ranks;
+- ``acc_per_verified`` — mean acc_len / (nodes + 1): tokens emitted per token verified, the
+  closed-form view of what a tree trades against batch size (verification grows with nodes,
+  and at large batch verification is paid per token); ``chain_acc_per_verified`` likewise with
+  D + 1 verified tokens;
+- ``beats_up_to`` — the largest simulated batch size up to which the tree's speedup beats the
+  chain's (``fixed:D``) at every batch size (None: not even at the smallest); ``crossover`` — the
+  first batch size where it does not (None: it beats at every one simulated).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from specscope.costmodel.base import CostModel
+from specscope.sim.grid import SimConfig, SimRow, simulate
+from specscope.trace.schema import TraceRecord
+from specscope.trees import TreeShape, chain
+
+
+@dataclass
+class TreeRow:
+    dataset: str
+    proposer: str
+    tree: str
+    nodes: int
+    depth: int
+    chain: str  # the chain policy compared: fixed:D
+    mean_acc_len: float
+    chain_mean_acc_len: float
+    acc_per_verified: float
+    chain_acc_per_verified: float
+    beats_up_to: int | None
+    crossover: int | None
+
+    def flat(self) -> dict:
+        return asdict(self)
+
+
+def tree_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dict[str, int]:
+    """Proposers whose every record has ``tree_rank``, with the depth all of them reach."""
+    return {name: min(r.proposers[name].tree_rank.shape[1] for r in records) for name in proposers
+            if all(name in r.proposers and r.proposers[name].tree_rank is not None for r in records)}
+
+
+def compare_trees(records: Sequence[TraceRecord], depths: dict[str, int], trees: Sequence[TreeShape],
+                  k_max: int, cost: CostModel, config: SimConfig) -> tuple[list[SimRow], list[TreeRow], list[str]]:
+    """Simulate every tree and the chains ``fixed:1..D`` of the proposers in ``depths``; returns
+    the simulated rows, one :class:`TreeRow` per dataset × proposer × tree, and notes naming
+    the trees left out (deeper than the ranks recorded, or than ``k_max``)."""
+    rows: list[SimRow] = []
+    summary: list[TreeRow] = []
+    notes: list[str] = []
+    for proposer, recorded in depths.items():
+        kept = [t for t in trees if t.depth <= min(recorded, k_max)]
+        notes.extend(f"tree {t.name} not simulated for {proposer}: {t.depth} deep, but its traces reach depth "
+                     f"{min(recorded, k_max)} (re-trace with --trees {t.name})" for t in trees if t not in kept)
+        if not kept:
+            continue
+        chains = [f"fixed:{k}" for k in range(1, max(t.depth for t in kept) + 1)]
+        mine = simulate(records, [proposer], chains + [f"tree:{t.name}" for t in kept], cost, config)
+        rows.extend(mine)
+        for dataset in dict.fromkeys(r.dataset for r in mine):
+            ranks = np.concatenate([r.proposers[proposer].tree_rank[:, :recorded] for r in records
+                                    if (r.dataset or "trace") == dataset])
+            for tree in kept:
+                summary.append(_summarise(dataset, proposer, tree, ranks,
+                                          [r for r in mine if r.dataset == dataset]))
+    return rows, summary, notes
+
+
+def _summarise(dataset: str, proposer: str, tree: TreeShape, ranks: np.ndarray, rows: Sequence[SimRow]) -> TreeRow:
+    chain_policy = f"fixed:{tree.depth}"
+    speedup = {(r.policy, r.batch_size): r.speedup for r in rows}
+    sizes = sorted({r.batch_size for r in rows})
+    beats = [speedup[(f"tree:{tree.name}", b)] > speedup[(chain_policy, b)] for b in sizes]
+    losing = beats.index(False) if False in beats else len(sizes)
+    tree_acc = float(tree.acc_len(ranks).mean())
+    chain_acc = float(chain(tree.depth).acc_len(ranks).mean())
+    return TreeRow(dataset, proposer, tree.name, tree.nodes, tree.depth, chain_policy, tree_acc, chain_acc,
+                   tree_acc / (tree.nodes + 1), chain_acc / (tree.depth + 1),
+                   sizes[losing - 1] if losing else None, sizes[losing] if losing < len(sizes) else None)

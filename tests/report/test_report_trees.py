@@ -1,0 +1,75 @@
+"""Trees in the report: trees.csv, the tree-vs-chain figure and the answer line, from traces
+that carry tree_rank."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+
+from specscope.report.build import build_report
+from specscope.report.config import ReportConfig
+from specscope.sim.grid import SimConfig
+from specscope.trace.load import write_traces
+from specscope.trace.schema import ProposerTrace, TraceRecord
+from specscope.trees import TreeShape
+
+
+def ranked_records(n: int, seed: int) -> list[TraceRecord]:
+    """EAGLE-like ranks: the drafter's top choice 55 % of the time, its 2nd or 3rd 35 %."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(n):
+        length = int(rng.integers(40, 120))
+        ranks = rng.choice([0, 1, 2, 9], size=(length, 4), p=[0.55, 0.2, 0.15, 0.1]).astype(np.int16)
+        ranks[np.arange(length)[:, None] + np.arange(4)[None, :] >= length - 1] = -1
+        acc = (1 + np.cumprod(ranks == 0, axis=1).sum(axis=1)).astype(np.int32)
+        records.append(TraceRecord(f"r{i}", rng.integers(0, 100, 30), rng.integers(0, 100, length),
+                                   {"eagle": ProposerTrace(acc, tree_rank=ranks)}, k_max=4, dataset="math"))
+    return records
+
+
+@pytest.fixture(scope="module")
+def tree_report(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("trees")
+    write_traces(folder / "math.jsonl", ranked_records(12, 0))
+    config = ReportConfig(cost_model="roofline:h100:llama3.1-8b", ks=(1, 2, 3, 4),
+                          trees=("2x2x1", "3x2x1x1", "4x2x2x2x1"), sim=SimConfig(mode="paper", batch_sizes=(1, 8, 64)))
+    return build_report([folder / "math.jsonl"], folder / "out", config), folder / "out"
+
+
+def test_trees_table_matches_the_ranks(tree_report):
+    result, out = tree_report
+    rows = list(csv.DictReader((out / "trees.csv").open()))
+    assert [(r["tree"], r["nodes"], r["depth"], r["chain"]) for r in rows] == [
+        ("2x2x1", "10", "3", "fixed:3"), ("3x2x1x1", "21", "4", "fixed:4")]
+    ranks = np.concatenate([r.proposers["eagle"].tree_rank for r in ranked_records(12, 0)])
+    for row in rows:
+        tree = TreeShape.parse(row["tree"])
+        assert float(row["mean_acc_len"]) == pytest.approx(tree.acc_len(ranks).mean())
+        assert float(row["acc_per_verified"]) == pytest.approx(float(row["mean_acc_len"]) / (tree.nodes + 1))
+        chain_acc = float(row["chain_mean_acc_len"])
+        assert float(row["chain_acc_per_verified"]) == pytest.approx(chain_acc / (tree.depth + 1))
+        assert float(row["mean_acc_len"]) > float(row["chain_mean_acc_len"])  # ranks 1 and 2 are in the tree
+    assert any("tree 4x2x2x2x1 not simulated for eagle: 5 deep" in note for note in result.notes)
+
+
+def test_tree_figure_and_answer_follow_the_speedups(tree_report):
+    result, out = tree_report
+    assert any(p.name.endswith("_tree_vs_chain.png") for p in result.figures)
+    speedup = {(r["policy"], int(r["batch_size"])): float(r["speedup"])
+               for r in csv.DictReader((out / "tree_speedup.csv").open())}
+    html = (out / "index.html").read_text()
+    sizes = (1, 8, 64)
+    for row in csv.DictReader((out / "trees.csv").open()):
+        beats = [speedup[(f"tree:{row['tree']}", b)] > speedup[(row["chain"], b)] for b in sizes]
+        up_to = row["beats_up_to"]
+        if up_to:
+            assert all(beats[: sizes.index(int(up_to)) + 1])
+            assert (f"tree {row['tree']} ({row['nodes']} nodes) beats the chain of depth {row['depth']} "
+                    f"up to batch {up_to}") in html
+        else:
+            assert not beats[0]
+        if row["crossover"]:
+            assert not beats[sizes.index(int(row["crossover"]))]
