@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from specscope.cli._common import print_table
+from specscope.distributed.cluster import ray_address
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,6 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--retry-failed", action="store_true", help="also rerun cells recorded as failed")
     parser.add_argument("--dry-run", action="store_true", help="list the cells and their state; run nothing")
     parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--ray", metavar="ADDRESS", type=ray_address,
+                        help="run each group of cells sharing a server as a Ray actor on the cluster at ADDRESS "
+                             "(local: a Ray instance for this run; auto; HOST:PORT or ray://HOST:PORT); "
+                             "this process still writes every result")
     parser.set_defaults(run=run)
 
 
@@ -46,7 +51,12 @@ def run(args: argparse.Namespace) -> int:
             for c in plan_cells(config)
         ]
     else:
-        outcome = run_sweep(config, retry_failed=args.retry_failed)
+        if args.ray:
+            from specscope.distributed.sweep import ray_group_runner
+
+            outcome = run_sweep(config, retry_failed=args.retry_failed, run_groups=ray_group_runner(args.ray, config))
+        else:
+            outcome = run_sweep(config, retry_failed=args.retry_failed)
         rows = outcome.rows
         print(
             f"specscope sweep: {outcome.total} cells, {outcome.skipped} already done, {outcome.ran} run, "

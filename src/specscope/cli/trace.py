@@ -7,6 +7,7 @@ from pathlib import Path
 
 from specscope import validate
 from specscope.cli._common import check_output_file
+from specscope.distributed.cluster import ray_address
 from specscope.errors import SpecscopeError
 from specscope.trees import parse_tree_list
 
@@ -47,6 +48,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=positive, default=None, help="torch CPU threads")
     parser.add_argument("-o", "--output", required=True, type=trace_output,
                         help="trace file (JSON Lines); its settings are kept in OUTPUT.settings.json")
+    parser.add_argument("--ray", metavar="ADDRESS", type=ray_address,
+                        help="shard the batches over model replicas on the Ray cluster at ADDRESS (local, auto, "
+                             "HOST:PORT or ray://HOST:PORT); this process merges them into OUTPUT in order")
+    parser.add_argument("--ray-workers", type=positive, default=None,
+                        help="model replicas with --ray (default: one per GPU with --device cuda, else per CPU)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start over: discard traces in OUTPUT (needed when the settings changed)")
     parser.set_defaults(run=run)
@@ -56,14 +62,17 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from specscope.cli._common import model_dir_arg
+    from specscope.distributed.trace import ray_batch_mapper
     from specscope.engine.loading import load_tokenizer
-    from specscope.tracing.run import ProposerSpec, trace_workload, tree_depth
+    from specscope.tracing.run import ProposerSpec, trace_here, trace_workload, tree_depth
     from specscope.workloads.jsonl import read_workload
 
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.min_n and args.max_n and args.min_n > args.max_n:
         raise SpecscopeError(f"--min-n: {args.min_n} is above --max-n {args.max_n}")
+    if args.ray_workers and not args.ray:
+        raise SpecscopeError("--ray-workers: needs --ray ADDRESS")
     specs = ProposerSpec.parse_list(args.proposers)
     tree_depth(specs, args.trees)  # refused before any model is read
     model = model_dir_arg(args.model)
@@ -75,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     written = trace_workload(model, specs, requests, Path(args.output), k_max=args.k_max,
                              max_tokens=args.max_tokens, batch_size=args.batch_size,
                              dataset=args.dataset or Path(args.workload).stem, dtype=args.dtype,
-                             device=args.device, overwrite=args.overwrite, trees=args.trees, **n_range)
+                             device=args.device, overwrite=args.overwrite, trees=args.trees, **n_range,
+                             map_batches=ray_batch_mapper(args.ray, args.ray_workers) if args.ray else trace_here)
     print(f"traced {written} requests into {args.output}"
           + (f" ({len(requests) - written} were already there)" if written < len(requests) else ""))
     return 0

@@ -13,9 +13,10 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from specscope.errors import SpecscopeError
+from specscope.methods import NAMES, method
 from specscope.progress import LazyProgress
 from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
@@ -33,14 +34,21 @@ class ProposerSpec:
     name: str
     path: Path | None = None
 
+    @property
+    def lookup(self) -> bool:
+        """A lookup method of :data:`specscope.methods.METHODS` (n-gram), traced without a model;
+        a plugin's proposer is a model proposer."""
+        return self.name in NAMES and method(self.name).kind == "lookup"
+
     @classmethod
     def parse_list(cls, text: str) -> list["ProposerSpec"]:
         specs = []
         for part in (p.strip() for p in text.split(",") if p.strip()):
             name, _, path = part.partition("=")
-            if name != "ngram" and not path:
+            spec = cls(name, Path(path) if path else None)
+            if not spec.lookup and not path:
                 raise SpecscopeError(f"--proposers: {part!r}: expected METHOD=DIR for model proposers")
-            specs.append(cls(name, Path(path) if path else None))
+            specs.append(spec)
         if not specs:
             raise SpecscopeError("--proposers: expected at least one proposer")
         return specs
@@ -104,29 +112,99 @@ def tree_depth(specs: Sequence[ProposerSpec], trees: Sequence[TreeShape]) -> int
     proposes no tree; asking for trees with no model proposer is an error."""
     if not trees:
         return 0
-    if all(spec.name == "ngram" for spec in specs):
+    if all(spec.lookup for spec in specs):
         raise SpecscopeError("--trees: n-gram proposes no tree; trees need a model proposer "
                              "(draft, eagle, eagle3, mtp)")
     return max(tree.depth for tree in trees)
 
 
+@dataclass(frozen=True)
+class TraceJob:
+    """Everything that decides a batch's records, apart from its requests (picklable, so that
+    :mod:`specscope.distributed` can ship it to workers)."""
+
+    model_dir: Path
+    specs: tuple[ProposerSpec, ...]
+    k_max: int
+    max_tokens: int
+    batch_size: int
+    dataset: str | None
+    min_n: int
+    max_n: int
+    dtype: str
+    device: str
+    depth: int  # tree_rank depth (0: none)
+    max_seq_len: int  # longest prompt still to trace + max_tokens
+
+
+class Tracer:
+    """One model replica: loads the target and its proposers once, then traces batch after batch."""
+
+    def __init__(self, job: TraceJob) -> None:
+        from specscope.engine.loading import load_eos_token_ids, load_model, parse_dtype, resolve_device
+        from specscope.engine.runner import Engine
+        from specscope.proposers import ProposerConfig, create_proposer
+
+        self.job = job
+        self.target = load_model(job.model_dir, parse_dtype(job.dtype), resolve_device(job.device))
+        eos = load_eos_token_ids(job.model_dir)
+        self.generator = Engine(self.target, None, 1, job.batch_size, job.max_seq_len, eos)
+        self.proposers = {
+            spec.name: create_proposer(ProposerConfig(spec.name, job.k_max, job.batch_size,
+                                                      Engine.cache_capacity(job.max_seq_len, job.k_max), spec.path),
+                                       self.target)
+            for spec in job.specs if not spec.lookup
+        }
+
+    def trace(self, chunk: Sequence) -> list[TraceRecord]:
+        """The records of ``chunk`` (at most ``batch_size`` requests, traced together), in order."""
+        import numpy as np
+
+        from specscope.tracing.model import model_traces
+        from specscope.tracing.ngram import ngram_trace
+
+        job, target, proposers = self.job, self.target, self.proposers
+        k_max, min_n, max_n, depth = job.k_max, job.min_n, job.max_n, job.depth
+        outputs = self.generator.generate([(r.id, list(r.prompt_token_ids)) for r in chunk], job.max_tokens)
+        prompts = [list(r.prompt_token_ids) for r in chunk]
+        outs = [outputs[r.id] for r in chunk]
+        traces: dict[str, list] = {}
+        for spec in job.specs:
+            if spec.lookup:
+                traces[spec.name] = [ngram_trace(p, o, k_max, min_n, max_n) for p, o in zip(prompts, outs)]
+            else:
+                traces[spec.name] = model_traces(target, proposers[spec.name], prompts, outs, k_max, depth)
+        return [
+            TraceRecord(r.id, np.asarray(p), np.asarray(o), {name: traces[name][i] for name in traces},
+                        k_max=k_max, dataset=job.dataset)
+            for i, (r, p, o) in enumerate(zip(chunk, prompts, outs))
+        ]
+
+
+BatchMapper = Callable[[TraceJob, list[Sequence]], Iterator[list[TraceRecord]]]
+"""Traces batches and yields their records batch by batch, in the batches' order (e.g.
+:func:`specscope.distributed.trace.ray_batch_mapper`)."""
+
+
+def trace_here(job: TraceJob, chunks: list[Sequence]) -> Iterator[list[TraceRecord]]:
+    """The default :data:`BatchMapper`: one model replica in this process."""
+    tracer = Tracer(job)
+    for chunk in chunks:
+        yield tracer.trace(chunk)
+
+
 def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequence, output: Path,
                    k_max: int = 20, max_tokens: int = 256, batch_size: int = 8, dataset: str | None = None,
                    min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N, dtype: str = "float32", device: str = "cpu",
-                   overwrite: bool = False, trees: Sequence[TreeShape] = ()) -> int:
+                   overwrite: bool = False, trees: Sequence[TreeShape] = (),
+                   map_batches: BatchMapper = trace_here) -> int:
     """Trace ``requests`` (objects with ``id`` and ``prompt_token_ids``); returns records written.
     ``overwrite`` starts over instead of resuming (needed when the settings changed); ``trees``
-    adds ``tree_rank`` to every model proposer, deep enough to replay each of them."""
-    import numpy as np
-
-    from specscope.engine.loading import load_eos_token_ids, load_model, parse_dtype, resolve_device
-    from specscope.engine.runner import Engine
-    from specscope.proposers import ProposerConfig, create_proposer
-    from specscope.tracing.model import model_traces
-    from specscope.tracing.ngram import ngram_trace
-
+    adds ``tree_rank`` to every model proposer, deep enough to replay each of them. Batches are
+    formed here, in the workload's order, and ``map_batches`` traces them (this process is the
+    only writer of ``output``), so a sharded run writes the same bytes as a local one."""
     depth = tree_depth(specs, trees)
-    if depth and any(spec.name == "ngram" for spec in specs):
+    if depth and any(spec.lookup for spec in specs):
         log.warning("--trees: n-gram proposes no tree; its records get no tree_rank")
     output.parent.mkdir(parents=True, exist_ok=True)
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees)
@@ -137,32 +215,13 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
         log.info("%s: %d requests already traced, %d to go", output, len(finished), len(todo))
     if not todo:
         return 0
-    target = load_model(model_dir, parse_dtype(dtype), resolve_device(device))
     max_seq_len = max(len(r.prompt_token_ids) for r in todo) + max_tokens
-    generator = Engine(target, None, 1, batch_size, max_seq_len, load_eos_token_ids(model_dir))
-    proposers = {
-        spec.name: create_proposer(ProposerConfig(spec.name, k_max, batch_size,
-                                                  Engine.cache_capacity(max_seq_len, k_max), spec.path), target)
-        for spec in specs if spec.name != "ngram"
-    }
+    job = TraceJob(model_dir.resolve(), tuple(specs), k_max, max_tokens, batch_size, dataset, min_n, max_n, dtype,
+                   device, depth, max_seq_len)
     written = 0
     with LazyProgress("tracing requests", len(todo)) as bar:
-        for chunk in batches(todo, batch_size):
-            outputs = generator.generate([(r.id, list(r.prompt_token_ids)) for r in chunk], max_tokens)
-            prompts = [list(r.prompt_token_ids) for r in chunk]
-            outs = [outputs[r.id] for r in chunk]
-            traces: dict[str, list] = {}
-            for spec in specs:
-                if spec.name == "ngram":
-                    traces["ngram"] = [ngram_trace(p, o, k_max, min_n, max_n) for p, o in zip(prompts, outs)]
-                else:
-                    traces[spec.name] = model_traces(target, proposers[spec.name], prompts, outs, k_max, depth)
-            records = [
-                TraceRecord(r.id, np.asarray(p), np.asarray(o), {name: traces[name][i] for name in traces},
-                            k_max=k_max, dataset=dataset)
-                for i, (r, p, o) in enumerate(zip(chunk, prompts, outs))
-            ]
+        for records in map_batches(job, list(batches(todo, batch_size))):
             append_records(output, records)
             written += len(records)
-            bar.advance(len(chunk))
+            bar.advance(len(records))
     return written

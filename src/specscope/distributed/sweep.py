@@ -1,0 +1,167 @@
+"""``specscope sweep --ray``: each group of cells that shares a server runs in one Ray actor.
+
+The actor declares its server's resources (:func:`group_resources`), launches the server on the
+node Ray places it on, and runs its cells one call at a time, each call returning one cell's
+record to the driver, which writes it (:func:`specscope.backends.openai.sweep.run_sweep`). If
+the actor's process or node dies, Ray restarts it (up to ``MAX_RETRIES`` times, on any node
+with the resources) and resends its unfinished calls: the cell that was running starts again
+on a fresh server, finished cells are not repeated, and every cell's record arrives once. A cell
+whose worker is lost for good is recorded as failed (``--retry-failed`` reruns it).
+
+Where each cell ran is appended to ``OUTPUT/ray-placement.jsonl`` (``cell_id``, ``node_id``,
+``node_ip``, ``pid``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import replace
+from typing import Iterator
+
+from specscope.backends.openai.sweep import GroupRunner, failed_record, run_group
+from specscope.backends.openai.sweep_config import Cell, EngineSpec, SweepConfig
+from specscope.distributed.cluster import MAX_RETRIES, placement, ray_session
+from specscope.errors import SpecscopeError, where
+from specscope.progress import LazyProgress
+
+TP_FLAGS = ("--tensor-parallel-size", "-tp", "--tp", "--tp-size")  # vLLM, SGLang
+
+
+def tensor_parallel_size(engine: EngineSpec) -> int:
+    """The tensor-parallel size in a launched engine's ``args`` (1 when not given)."""
+    size = "1"
+    for i, arg in enumerate(engine.args):
+        flag, equals, value = arg.partition("=")
+        if flag in TP_FLAGS:
+            size = value if equals else (engine.args[i + 1] if i + 1 < len(engine.args) else "")
+    if not size.isdigit() or int(size) < 1:
+        raise SpecscopeError(f"expected a positive tensor-parallel size, got {size!r}")
+    return int(size)
+
+
+def group_resources(engine: EngineSpec) -> dict[str, object]:
+    """Ray options for one group's actor: ``num_gpus`` = the tensor-parallel size of a launched
+    vLLM/SGLang server (0 for the CPU reference engine and for url engines), ``num_cpus`` = 1,
+    both overridden by ``GPU``/``CPU`` in the engine's ``resources``, whose other entries (a GPU
+    type, a node label) are Ray custom resources."""
+    custom = dict(engine.resources)
+    gpus = tensor_parallel_size(engine) if engine.launch in ("vllm", "sglang") else 0
+    return {"num_gpus": custom.pop("GPU", gpus), "num_cpus": custom.pop("CPU", 1), "resources": custom}
+
+
+class GroupActor:
+    """Runs one group's cells, one per :meth:`run` call, on one server it launches itself."""
+
+    def __init__(self, config: SweepConfig, cells: list[Cell]) -> None:
+        self.config, self.cells = config, cells
+        self.records: Iterator[dict] | None = None
+        self.position: int | None = None  # index of the cell ``records`` yields next
+
+    def where(self) -> dict[str, object]:
+        return placement()
+
+    def run(self, index: int) -> tuple[dict, dict[str, object]]:
+        """Cell ``index``'s record and where it ran. A restarted actor (or any call out of
+        order) starts the group again from ``index`` on a fresh server."""
+        if self.position != index:
+            if self.records is not None:
+                self.records.close()
+            self.records, self.position = run_group(self.config, self.cells[index:]), index
+        record = next(self.records)
+        self.position += 1
+        if self.position == len(self.cells):
+            self.records.close()  # stops the server before the group's resources are released
+        return record, placement()
+
+
+class SweepProgress:
+    """One bar for the sweep: cells done (of those to run), failed, and where the running ones run."""
+
+    def __init__(self, total: int) -> None:
+        self.bar = LazyProgress("sweep", total)
+        self.failed = 0
+        self.running: dict[int, str] = {}  # group -> node of the cell it runs now
+
+    def __enter__(self) -> SweepProgress:
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+    def update(self, group: int, node: str | None, record: dict | None = None, group_done: bool = False) -> None:
+        if group_done:
+            self.running.pop(group, None)
+        elif node is not None:
+            self.running[group] = node
+        self.failed += record is not None and record["status"] == "failed"
+        places = ", ".join(f"{name} ×{count}" for name, count in sorted(Counter(self.running.values()).items()))
+        running = f"{len(self.running)} running" + (f" on {places}" if places else "")
+        self.bar.advance(int(record is not None), f"sweep: {self.failed} failed, {running}")
+
+
+def node_label(place: dict[str, object]) -> str:
+    """``IP/node`` (the node id's first 6 hex digits: several nodes may share an IP)."""
+    return f"{place['node_ip']}/{str(place['node_id'])[:6]}"
+
+
+def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRunner:
+    """A :data:`~specscope.backends.openai.sweep.GroupRunner` that runs the groups on the Ray
+    cluster at ``address`` (see :mod:`specscope.distributed.cluster`); ``config``'s engines
+    are checked now, before the sweep writes anything."""
+    for i, engine in enumerate(config.engines if config is not None else ()):
+        try:
+            group_resources(engine)
+        except SpecscopeError as error:
+            raise SpecscopeError(f"{where(config.path, field=f'engines[{i}].args')}: {error}") from None
+
+    def run(config: SweepConfig, groups: list[list[Cell]]) -> Iterator[dict]:
+        options = [group_resources(group[0].engine) for group in groups]
+        # workers read workloads and write server logs at the driver's absolute paths
+        config = replace(config, path=config.path.resolve(), output=config.output.resolve())
+        with ray_session(address) as ray, SweepProgress(sum(map(len, groups))) as progress:
+            actor_class = ray.remote(GroupActor)
+            actors, calls = {}, {}
+            for g, (group, option) in enumerate(zip(groups, options)):
+                actors[g] = actor_class.options(**option, max_restarts=MAX_RETRIES,
+                                                max_task_retries=MAX_RETRIES).remote(config, group)
+                calls[actors[g].where.remote()] = (g, None)
+                calls.update({actors[g].run.remote(i): (g, i) for i in range(len(group))})
+            left = {g: len(group) for g, group in enumerate(groups)}
+            while calls:
+                [ready], _ = ray.wait(list(calls), num_returns=1)
+                g, index = calls.pop(ready)
+                try:
+                    value = ray.get(ready)
+                except ray.exceptions.RayError as error:
+                    if index is None:
+                        continue  # a group whose actor died before saying where it runs
+                    value = (failed_record(config, groups[g][index], f"ray: worker lost: {_first_line(error)}"), None)
+                if index is None:
+                    progress.update(g, node_label(value))
+                    continue
+                record, place = value
+                expected = groups[g][index].cell_id(config)
+                if record["cell_id"] != expected:  # the worker saw another workload file
+                    record = failed_record(config, groups[g][index], "ray: the worker's workload file differs from "
+                                           "the driver's (is it on a filesystem all nodes share?)")
+                left[g] -= 1
+                if place is not None:
+                    _append_placement(config, expected, place)
+                yield record
+                progress.update(g, node_label(place) if place else None, record, group_done=not left[g])
+                if not left[g]:
+                    del actors[g]  # its last handle: Ray ends the actor and frees its resources
+
+    return run
+
+
+def _append_placement(config: SweepConfig, cell_id: str, place: dict[str, object]) -> None:
+    with (config.output / "ray-placement.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"cell_id": cell_id, **place}) + "\n")
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__

@@ -1,0 +1,34 @@
+"""``specscope trace --ray``: the workload's batches sharded over model replicas on Ray.
+
+Each replica is a Ray actor holding one :class:`~specscope.tracing.run.Tracer` (one GPU each
+with ``--device cuda``, else one CPU). Ray's ``ActorPool`` hands them the batches the driver
+formed and returns the records in the batches' order, so the driver appends exactly the bytes a
+one-process run writes, resumable per request. A lost replica is restarted and its batch retried.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+from specscope.distributed.cluster import MAX_RETRIES, ray_session
+from specscope.trace.schema import TraceRecord
+from specscope.tracing.run import BatchMapper, Tracer, TraceJob
+
+
+def ray_batch_mapper(address: str, workers: int | None = None) -> BatchMapper:
+    """A :data:`~specscope.tracing.run.BatchMapper` over ``workers`` replicas (default: one per
+    GPU of the cluster with a CUDA device, else one per CPU), never more than there are batches."""
+
+    def run(job: TraceJob, chunks: list[Sequence]) -> Iterator[list[TraceRecord]]:
+        with ray_session(address) as ray:
+            from ray.util import ActorPool
+
+            gpu = job.device.startswith("cuda")
+            slots = int(ray.cluster_resources().get("GPU" if gpu else "CPU", 1))
+            count = max(1, min(workers or slots, len(chunks)))
+            replica = ray.remote(Tracer).options(num_gpus=int(gpu), num_cpus=0 if gpu else 1,
+                                                 max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES)
+            pool = ActorPool([replica.remote(job) for _ in range(count)])
+            yield from pool.map(lambda actor, chunk: actor.trace.remote(chunk), chunks)
+
+    return run

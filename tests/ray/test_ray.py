@@ -1,0 +1,141 @@
+"""Sweeps and tracing on a real two-node Ray cluster (see conftest.py): placement by custom
+resources, a sharded trace byte-identical to a one-process trace, and a worker killed mid-run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import WORKLOADS, ZOO, actor_pids, engine, write_sweep
+
+from specscope.backends.openai.sweep import read_cells, run_sweep
+from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
+from specscope.distributed.sweep import SweepProgress, group_resources, ray_group_runner
+from specscope.errors import SpecscopeError
+
+pytestmark = pytest.mark.slow  # a Ray cluster and specscope servers
+
+
+def placements(output: Path) -> list[dict]:
+    return [json.loads(line) for line in (output / "ray-placement.jsonl").read_text().splitlines()]
+
+
+def test_sweep_cli_places_cells_by_resources_and_resumes_after_driver_sigkill(ray_cluster, tmp_path):
+    config = load_sweep_config(write_sweep(tmp_path, engine("a", {"nodeA": 1}) + engine("b", {"nodeB": 1})))
+    cells = plan_cells(config)
+    assert len(cells) == 8  # 2 engines x (none, ngram k=2) x 2 workloads
+    command = [sys.executable, "-m", "specscope", "sweep", str(config.path), "--ray", ray_cluster.address,
+               "--format", "json"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cells_dir, deadline = config.output / "cells", time.monotonic() + 120
+    while time.monotonic() < deadline and first.poll() is None and len(list(cells_dir.glob("*.json"))) < 2:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    done_before = {p.name: p.read_bytes() for p in cells_dir.glob("*.json")}
+    assert 2 <= len(done_before) < 8, "the driver should be killed part-way"
+    second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=150, check=False)
+    assert second.returncode == 0, second.stderr
+    after = {p.name: p.read_bytes() for p in cells_dir.glob("*.json")}
+    assert len(after) == 8 and all(after[name] == data for name, data in done_before.items())
+    engine_of = {c.cell_id(config): c.engine.name for c in cells}
+    ran_on = {p["cell_id"]: p["node_id"] for p in placements(config.output)}  # the last run of each cell
+    assert sorted(ran_on) == sorted(engine_of)
+    for cell_id, name in engine_of.items():
+        assert ran_on[cell_id] == ray_cluster.nodes[{"a": "nodeA", "b": "nodeB"}[name]]
+    rows = json.loads(second.stdout)
+    assert sorted(r["cell_id"] for r in rows) == sorted(engine_of)
+    assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows), [r["reason"] for r in rows]
+    assert all(r["speedup"] is not None for r in rows if r["method"] == "ngram")
+
+
+def test_a_killed_worker_reruns_its_cell_and_every_cell_appears_once(ray_cluster, tmp_path):
+    config = load_sweep_config(write_sweep(tmp_path, engine("ref")))  # 4 cells, 2 groups (servers)
+    cells = {c.cell_id(config) for c in plan_cells(config)}
+    outcome: list = []
+    driver = threading.Thread(target=lambda: outcome.append(
+        run_sweep(config, run_groups=ray_group_runner(ray_cluster.address))))
+    driver.start()
+    cells_dir, killed = config.output / "cells", None
+    deadline = time.monotonic() + 120
+    while killed is None and time.monotonic() < deadline:  # after a first cell, during another
+        running = actor_pids(ray_cluster.sids, "ray::GroupActor.run")
+        if cells_dir.is_dir() and any(cells_dir.iterdir()) and running:
+            killed = running[0]
+            os.kill(killed, signal.SIGKILL)
+        time.sleep(0.05)
+    driver.join(180)
+    assert killed is not None and not driver.is_alive() and outcome
+    assert outcome[0].failed == 0, [r.get("reason") for r in outcome[0].rows]
+    recorded = read_cells(config.output)
+    assert set(recorded) == cells and all(r["status"] == "ok" for r in recorded.values())
+    rows = json.loads((config.output / "results.json").read_text())
+    assert sorted(r["cell_id"] for r in rows) == sorted(cells)
+    runs = placements(config.output)
+    assert sorted(p["cell_id"] for p in runs) == sorted(cells)  # each cell's result arrived once
+    # an actor per group; the killed one is restarted when its group had a cell left (the kill may
+    # land just after its last cell, and then there is nothing to rerun)
+    assert len({p["pid"] for p in runs}) >= 2
+
+
+def test_sharded_trace_is_byte_identical_and_resumes(ray_cluster, tmp_path):
+    from specscope.distributed.trace import ray_batch_mapper
+    from specscope.engine.loading import load_tokenizer
+    from specscope.tracing.run import ProposerSpec, trace_workload
+    from specscope.workloads.jsonl import read_workload
+
+    requests = read_workload(WORKLOADS / "math.jsonl", load_tokenizer(ZOO / "target"))[:6]
+    specs = [ProposerSpec("ngram"), ProposerSpec("draft", ZOO / "draft")]
+    settings = {"k_max": 4, "max_tokens": 12, "batch_size": 2, "dataset": "math"}
+    one = tmp_path / "one.jsonl"
+    assert trace_workload(ZOO / "target", specs, requests, one, **settings) == 6
+    sharded = tmp_path / "sharded.jsonl"
+    mapper = ray_batch_mapper(ray_cluster.address, workers=2)
+    assert trace_workload(ZOO / "target", specs, requests, sharded, map_batches=mapper, **settings) == 6
+    assert sharded.read_bytes() == one.read_bytes()
+    first_batch = b"".join(one.read_bytes().splitlines(keepends=True)[:2])
+    sharded.write_bytes(first_batch + b'{"id": "half-writ')  # killed after one batch, mid-line
+    assert trace_workload(ZOO / "target", specs, requests, sharded, map_batches=mapper, **settings) == 4
+    assert sharded.read_bytes() == one.read_bytes()
+    with pytest.raises(SpecscopeError, match="traced with other settings: k_max"):
+        trace_workload(ZOO / "target", specs, requests, sharded, map_batches=mapper, **{**settings, "k_max": 5})
+
+
+def test_group_resources_from_tensor_parallel_size_and_config(tmp_path):
+    def spec(launch: str, args: list[str], resources: dict | None = None):
+        text = (f'output = "out"\nworkloads = ["{WORKLOADS / "chat.jsonl"}"]\n[[engines]]\nname = "e"\n'
+                f'launch = "{launch}"\nmodel = "m"\nargs = {json.dumps(args)}\n')
+        if resources:
+            text += "resources = { " + ", ".join(f'{k} = {v}' for k, v in resources.items()) + " }\n"
+        (tmp_path / "s.toml").write_text(text)
+        return load_sweep_config(tmp_path / "s.toml").engines[0]
+
+    assert group_resources(spec("vllm", [])) == {"num_gpus": 1, "num_cpus": 1, "resources": {}}
+    assert group_resources(spec("vllm", ["--tensor-parallel-size", "4"], {"H100": 1}))["num_gpus"] == 4
+    assert group_resources(spec("vllm", ["-tp=2"], {"H100": 1}))["resources"] == {"H100": 1}
+    assert group_resources(spec("sglang", ["--tp", "8"]))["num_gpus"] == 8
+    assert group_resources(spec("specscope", ["--threads", "1"])) == {"num_gpus": 0, "num_cpus": 1, "resources": {}}
+    assert group_resources(spec("vllm", ["--tp", "2"], {"GPU": 3, "CPU": 4})) == {
+        "num_gpus": 3, "num_cpus": 4, "resources": {}}
+    with pytest.raises(SpecscopeError, match="tensor-parallel size, got 'two'"):
+        group_resources(spec("vllm", ["--tensor-parallel-size", "two"]))
+
+
+def test_progress_counts_done_failed_and_running_per_node():
+    with SweepProgress(total=4) as progress:
+        progress.update(0, "10.0.0.1/aaaaaa")
+        progress.update(1, "10.0.0.2/bbbbbb")
+        progress.update(2, "10.0.0.1/aaaaaa")
+        assert progress.bar.description == "sweep: 0 failed, 3 running on 10.0.0.1/aaaaaa ×2, 10.0.0.2/bbbbbb ×1"
+        progress.update(0, None, {"status": "failed"}, group_done=True)
+        progress.update(1, "10.0.0.3/cccccc", {"status": "ok"})  # restarted elsewhere
+        assert progress.bar.description == "sweep: 1 failed, 2 running on 10.0.0.1/aaaaaa ×1, 10.0.0.3/cccccc ×1"
+        assert progress.bar.done == 2
