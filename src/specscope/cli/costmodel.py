@@ -1,4 +1,5 @@
-"""`specscope costmodel show NAME`: what a cost model predicts, and its constants."""
+"""`specscope costmodel show NAME`: what a cost model predicts, and its constants;
+`specscope costmodel fit`: fit one to step records, or to a sweep of any server (``--from-sweep``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ import argparse
 import json
 import sys
 
+from pathlib import Path
+
 import numpy as np
 
 from specscope.cli._common import check_output_file, print_table, to_stdout
+from specscope.errors import SpecscopeError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,8 +22,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     show.add_argument("name", help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     show.add_argument("--format", choices=("table", "json"), default="table")
     show.set_defaults(run=run_show)
-    fit = verbs.add_parser("fit", help="fit the linear cost model to measured step records")
-    fit.add_argument("records", nargs="+", metavar="RECORDS", help="step records (JSON Lines) of engine runs")
+    fit = verbs.add_parser("fit", help="fit the linear cost model to measured step records, or to a sweep")
+    fit.add_argument("records", nargs="*", metavar="RECORDS", help="step records (JSON Lines) of engine runs")
+    fit.add_argument("--from-sweep", type=Path, metavar="SWEEP_DIR",
+                     help="fit to the chunk timelines of a `specscope sweep` output instead (any server)")
+    fit.add_argument("--traces", nargs="+", default=(), metavar="TRACE",
+                     help="traces of the sweep's workloads (dataset = workload file stem), for --validate")
+    fit.add_argument("--validate", action="store_true",
+                     help="with --from-sweep: predict every SD cell from a fit without it; writes "
+                          "SWEEP_DIR/calibration.csv")
     fit.add_argument("-o", "--output", required=True, type=check_output_file,
                      help="write the fitted model (JSON) here (- for standard output)")
     fit.add_argument("--name", default=None, help="name of the fitted model (default: the output's stem, "
@@ -48,14 +59,20 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from specscope.analysis.timesplit import read_steps
     from specscope.cli._common import atomic_write_text
     from specscope.costmodel.fit import fit_linear
 
+    if (args.from_sweep is None) == (not args.records):
+        raise SpecscopeError("costmodel fit: give step RECORDS or --from-sweep SWEEP_DIR (one of the two)")
+    if args.from_sweep is None and (args.validate or args.traces):
+        raise SpecscopeError("--validate and --traces go with --from-sweep")
+    if args.validate and not args.traces:
+        raise SpecscopeError("--validate: needs --traces of the sweep's workloads")
     output = Path(args.output)
     name = args.name or ("fitted" if to_stdout(output) else output.stem)
+    if args.from_sweep is not None:
+        return _fit_sweep(args, output, name)
     model, quality = fit_linear(read_steps(args.records), name=name)
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
@@ -66,3 +83,41 @@ def run_fit(args: argparse.Namespace) -> int:
     print(quality.summary())
     print(f"wrote {output}")
     return 0
+
+
+def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
+    """``--from-sweep``: fit, print the histogram cross-check, and validate when asked."""
+    from specscope.backends.openai.calibration import COLUMNS, read_sweep, validate
+    from specscope.cli._common import atomic_write_text
+    from specscope.costmodel.calibrate import cross_check, fit_cells
+    from specscope.fileio import write_rows
+    from specscope.trace.load import load_traces
+
+    cells = read_sweep(args.from_sweep)
+    records = load_traces(args.traces)[0] if args.validate else []
+    model = fit_cells(cells, name)
+    text = json.dumps(model.describe(), indent=1)
+    atomic_write_text(output, text + "\n")
+    out = sys.stderr if to_stdout(output) else sys.stdout
+    if not to_stdout(output):
+        print(text)
+    check = cross_check(cells)
+    print_table("cross-check: the fit's reconstruction beside the server's histograms (- : not exported)",
+                list(check[0]), [[_cell(v) for v in row.values()] for row in check], file=out)
+    if args.validate:
+        rows = validate(cells, records)
+        csv = args.from_sweep / "calibration.csv"
+        write_rows(csv, rows)
+        print_table("held-out cells", list(COLUMNS), [[_cell(row[c]) for c in COLUMNS] for row in rows], file=out)
+        errors = np.abs([row["error_pct"] for row in rows])
+        print(f"validation over {len(rows)} held-out SD cells: median |error| {np.median(errors):.1f} %, "
+              f"worst {errors.max():.1f} %; wrote {csv}", file=out)
+    if not to_stdout(output):
+        print(f"wrote {output}")
+    return 0
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -16,6 +16,12 @@ Output tokens come from the stream's final ``usage`` chunk (``stream_options.inc
 a server that sends none is an error, since counting text chunks would undercount SD output.
 Every network wait is bounded: connect and each read by ``idle_timeout_s``, a whole request by
 ``request_timeout_s``.
+
+For the cost-model calibration (:mod:`specscope.costmodel.calibrate`) each request also keeps
+its chunk timeline: the arrival of every token-bearing chunk (seconds after the request was
+sent) and its token count (``len(token_ids)``, as ``specscope serve`` and vLLM's
+``return_token_ids`` send; ``None`` when the chunk carries text only), and the prompt length
+from the usage chunk. :meth:`LoadResult.timeline` writes them compactly.
 """
 
 from __future__ import annotations
@@ -62,6 +68,10 @@ class RequestResult:
     itl_s: list[float] = field(default_factory=list)
     error: str | None = None
     finish_reason: str | None = None
+    sent_s: float = 0.0  # time.perf_counter() when the request was sent
+    prompt_tokens: int | None = None  # from the usage chunk
+    chunk_s: list[float] = field(default_factory=list)  # token-bearing chunk arrivals, after sent_s
+    chunk_tokens: list[int | None] = field(default_factory=list)  # tokens per chunk; None: unknown
 
 
 @dataclass
@@ -69,6 +79,23 @@ class LoadResult:
     concurrency: int
     duration_s: float
     results: list[RequestResult]
+    started_s: float = 0.0  # time.perf_counter() at the first send
+
+    def timeline(self) -> list[dict[str, object]]:
+        """Per request, compactly (milliseconds rounded to 0.01): ``id``, ``sent_ms`` after the run's
+        start, ``prompt_tokens``, ``output_tokens``, ``chunk_ms`` (chunk arrivals after the
+        request was sent) and ``chunk_tokens`` (``None`` where the server sent no ``token_ids``)."""
+        return [
+            {
+                "id": r.id,
+                "sent_ms": round(1e3 * (r.sent_s - self.started_s), 2),
+                "prompt_tokens": r.prompt_tokens,
+                "output_tokens": r.output_tokens,
+                "chunk_ms": [round(1e3 * t, 2) for t in r.chunk_s],
+                "chunk_tokens": None if None in r.chunk_tokens else r.chunk_tokens,
+            }
+            for r in self.results
+        ]
 
     @property
     def failed(self) -> list[RequestResult]:
@@ -169,8 +196,8 @@ def _network_reason(error: BaseException) -> str:
 def stream_completion(config: ClientConfig, prompt: Prompt) -> RequestResult:
     """Send one streamed completion; never raises for network or protocol problems (they go
     to ``result.error``)."""
-    result = RequestResult(prompt.id)
     start = time.perf_counter()
+    result = RequestResult(prompt.id, sent_s=start)
     try:
         _stream(config, prompt, result, start)
     except StreamError as error:
@@ -240,6 +267,9 @@ def _stream(config: ClientConfig, prompt: Prompt, result: RequestResult, start: 
                         else:
                             result.itl_s.append(now - last_chunk)
                         last_chunk = now
+                        result.chunk_s.append(now - start)
+                        ids = choice.get("token_ids")
+                        result.chunk_tokens.append(len(ids) if isinstance(ids, list) else None)
                     if choice.get("finish_reason"):
                         result.finish_reason = choice["finish_reason"]
         if not isinstance(usage, dict) or not isinstance(usage.get("completion_tokens"), int):
@@ -247,6 +277,8 @@ def _stream(config: ClientConfig, prompt: Prompt, result: RequestResult, start: 
                 "malformed stream: no usage chunk with completion_tokens (stream_options.include_usage)"
             )
         result.output_tokens = usage["completion_tokens"]
+        if isinstance(usage.get("prompt_tokens"), int):
+            result.prompt_tokens = usage["prompt_tokens"]
     finally:
         conn.close()
 
@@ -292,4 +324,4 @@ def run_load(config: ClientConfig, prompts: list[Prompt], concurrency: int) -> L
         for future in [pool.submit(worker) for _ in range(min(concurrency, len(prompts)))]:
             future.result()
     duration = time.perf_counter() - start
-    return LoadResult(concurrency, duration, [r for r in results if r is not None])
+    return LoadResult(concurrency, duration, [r for r in results if r is not None], start)

@@ -3,8 +3,11 @@
 :func:`measure` returns a flat row: the load figures of
 :meth:`~specscope.backends.openai.client.LoadResult.summary` plus the spec-decode deltas of
 :mod:`~specscope.backends.openai.metrics` (``None`` where the server has no spec-decode
-counters). A run with any failed request raises :class:`MeasureError`: throughput over a
-partial set of requests would not be comparable with the baseline.
+counters) and the means of the server's step histograms (:func:`metrics.histogram_means`).
+:func:`measure_load` also returns the run's :class:`LoadResult`, whose per-request chunk
+timeline the sweep records for the cost-model calibration. A run with any failed request raises
+:class:`MeasureError`: throughput over a partial set of requests would not be comparable with
+the baseline.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import replace
 from specscope.backends.openai import metrics
 from specscope.backends.openai.client import (
     ClientConfig,
+    LoadResult,
     StreamError,
     run_load,
     served_model,
@@ -36,6 +40,13 @@ def measure(
 ) -> dict[str, object]:
     """Run ``prompts`` at ``concurrency`` against ``config.url`` and return one row; the
     server is first warmed up with one short request for ``warmup`` (default: the first prompt)."""
+    return measure_load(config, prompts, concurrency, warmup)[0]
+
+
+def measure_load(
+    config: ClientConfig, prompts: list[Prompt], concurrency: int, warmup: Prompt | None = None
+) -> tuple[dict[str, object], LoadResult]:
+    """:func:`measure`'s row, and the run itself."""
     if config.model is None:
         try:
             config = replace(config, model=served_model(config.url, config.idle_timeout_s))
@@ -60,11 +71,14 @@ def measure(
     row = {"model_name": config.model, **load.summary()}
     row.update({name: None for name in metrics.SpecDecodeDelta(0, 0, 0, []).as_row()})
     row["acceptance_source"] = None
+    row.update({name: None for name in metrics.HISTOGRAMS.values()})
     if before is not None:
         try:
             after = metrics.scrape(config.url, config.idle_timeout_s)
         except SpecscopeError as error:
             after, metrics_error = None, str(error)
+        if after is not None:
+            row.update(metrics.histogram_means(before, after))
         if after is not None and after.has_spec_decode:
             row.update(metrics.delta(before, after).as_row())
             row["acceptance_source"] = "vllm counters, delta over the run"
@@ -81,4 +95,4 @@ def measure(
     if metrics_error:
         log.warning("no spec-decode metrics: %s", metrics_error)
     row["metrics_error"] = metrics_error
-    return row
+    return row, load

@@ -31,6 +31,12 @@ Derived, as vLLM's own ``SpecDecodingLogging`` and ``SpecDecodingProm`` docstrin
   ``per_pos[i] / per_pos[i-1]`` (``per_pos[-1] = drafts``): the chance that position ``i`` is
   accepted given that every earlier position was.
 
+Histograms (cross-checks of the cost-model calibration, :mod:`specscope.costmodel.calibrate`):
+vLLM's ``vllm:iteration_tokens_total`` (tokens one engine step processed) and
+``vllm:inter_token_latency_seconds`` (``vllm:time_per_output_token_seconds`` before v0.11: time
+between two output chunks of one request). Their ``_sum`` and ``_count`` are kept, so that
+:func:`histogram_means` gives each one's mean over the run.
+
 SGLang (``sglang/srt/metrics/collector.py``, with ``--enable-metrics``) exports no counters for
 this, only gauges recomputed over its last logging interval: ``sglang:spec_accept_length``
 (accepted drafts + bonus per verify forward) and ``sglang:spec_accept_rate`` (accepted /
@@ -50,6 +56,11 @@ VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
 VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+HISTOGRAMS = {  # the run's mean of a histogram -> the row field it goes to
+    "vllm:iteration_tokens_total": "server_iteration_tokens_mean",
+    "vllm:inter_token_latency_seconds": "server_inter_token_latency_mean_s",
+    "vllm:time_per_output_token_seconds": "server_inter_token_latency_mean_s",
+}
 SGLANG_ACCEPT_LENGTH = "sglang:spec_accept_length"
 SGLANG_ACCEPT_RATE = "sglang:spec_accept_rate"
 
@@ -68,6 +79,7 @@ class MetricsSnapshot:
     sglang_accept_length: float | None = None
     sglang_accept_rate: float | None = None
     engine: str | None = None
+    histograms: dict[str, list[float]] = field(default_factory=dict)  # name -> [sum, count] (HISTOGRAMS)
 
 
 @dataclass
@@ -141,6 +153,10 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         raise SpecscopeError(f"/metrics: not Prometheus text format ({error})") from None
     for sample in samples:
         name = _base_name(sample.name)
+        for suffix, slot in (("_sum", 0), ("_count", 1)):
+            histogram = sample.name.removesuffix(suffix)
+            if histogram != sample.name and histogram in HISTOGRAMS:
+                snapshot.histograms.setdefault(histogram, [0.0, 0.0])[slot] += sample.value
         if snapshot.engine is None and name.startswith(("vllm:", "sglang:")):
             snapshot.engine = name.split(":", 1)[0]
         if name == VLLM_DRAFTS:
@@ -181,6 +197,17 @@ def scrape(base_url: str, timeout_s: float = 10.0) -> MetricsSnapshot:
     except (urllib.error.URLError, OSError) as error:
         raise SpecscopeError(f"{url}: {getattr(error, 'reason', error)}") from None
     return parse_metrics(text)
+
+
+def histogram_means(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str, float | None]:
+    """The mean of each :data:`HISTOGRAMS` series over the run (Δsum / Δcount), by row field;
+    ``None`` where the server exports none or the run observed nothing."""
+    means: dict[str, float | None] = {field: None for field in HISTOGRAMS.values()}
+    for name, (total, count) in after.histograms.items():
+        old_total, old_count = before.histograms.get(name, (0.0, 0.0))
+        if count > old_count:
+            means[HISTOGRAMS[name]] = (total - old_total) / (count - old_count)
+    return means
 
 
 def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> SpecDecodeDelta:

@@ -1,0 +1,129 @@
+"""Calibrate the cost model to the engine a sweep measured, and validate it on held-out cells.
+
+:func:`read_sweep` turns a ``specscope sweep`` output into the cells
+:mod:`specscope.costmodel.calibrate` fits. :func:`validate` fits on all cells but one and
+predicts the one left out, for every SD cell: the held-out cell's own requests (its timeline's
+ids and output lengths) are replayed from the traces of its workload (records whose
+``dataset`` is the workload file's stem; a repeat ``id#n`` reads ``id``) under ``fixed:k`` or
+``tree:SHAPE``, in mixed mode at the cell's batch size, against the no-SD replay of the same
+requests. Measured speedup = the cell's throughput / its ``none`` cell's (same workload and
+batch size); error_pct = 100 · (predicted − measured) / measured.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Sequence
+
+from specscope.backends.openai.metrics import HISTOGRAMS
+from specscope.backends.openai.sweep import TIMELINE, read_cells
+from specscope.costmodel.calibrate import CellRun, fit_cells
+from specscope.costmodel.linear import LinearCostModel
+from specscope.errors import SpecscopeError
+from specscope.methods import NO_SD
+from specscope.sim.grid import SimConfig, plan_for
+from specscope.sim.mixed import predict_mixed
+from specscope.sim.plan import baseline_plan
+from specscope.sim.policies import parse_policy
+from specscope.trace.schema import TraceRecord
+from specscope.trees import TreeShape
+
+log = logging.getLogger(__name__)
+COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "tree", "workload")
+
+
+def read_sweep(sweep_dir: Path) -> list[CellRun]:
+    """The successful cells of ``sweep_dir``; an error if one has no timeline (a sweep
+    recorded before timelines existed) or none succeeded."""
+    if not (sweep_dir / "cells").is_dir():
+        raise SpecscopeError(f"--from-sweep {sweep_dir}: no cells/ folder (expected a `specscope sweep` output)")
+    runs = []
+    for cell_id, record in read_cells(sweep_dir).items():
+        if record["status"] != "ok":
+            continue
+        if TIMELINE not in record:
+            raise SpecscopeError(f"{sweep_dir / 'cells' / (cell_id + '.json')}: no per-request chunk timeline "
+                                 "(recorded by an older specscope sweep); rerun the sweep into a new folder")
+        key, result = record["key"], record["result"]
+        tree = TreeShape.parse("x".join(map(str, _widths(key["tree"])))) if key.get("tree") else None
+        runs.append(CellRun(cell_id, key["method"], key["k"], tree, key["batch_size"], key["workload"],
+                            result["throughput"], result.get("num_draft_tokens"), record[TIMELINE],
+                            {name: result.get(name) for name in HISTOGRAMS.values()}))
+    if not runs:
+        raise SpecscopeError(f"--from-sweep {sweep_dir}: no successful cell")
+    return runs
+
+
+def _widths(paths: list[list[int]]) -> list[int]:
+    """A tree's branching per depth from its node paths (as a cell key stores them)."""
+    counts = [sum(1 for p in paths if len(p) == d + 1) for d in range(max(len(p) for p in paths))]
+    return [counts[0]] + [counts[d] // counts[d - 1] for d in range(1, len(counts))]
+
+
+def _requests(cell: CellRun, traces: dict[str, dict[str, TraceRecord]]) -> list[TraceRecord]:
+    """The cell's requests as trace records, cut to the output lengths the cell measured."""
+    dataset = Path(cell.workload).stem
+    if dataset not in traces:
+        raise SpecscopeError(f"--traces: no records of dataset {dataset!r} (workload {cell.workload}); "
+                             f"have: {', '.join(sorted(traces)) or 'none'}")
+    records = []
+    for request in cell.timeline:
+        record = traces[dataset].get(request["id"].split("#")[0])
+        if record is None:
+            raise SpecscopeError(f"--traces: dataset {dataset!r} has no request {request['id']!r}")
+        if cell.method not in record.proposers:
+            raise SpecscopeError(f"--traces: request {record.id!r} has no proposer {cell.method!r} "
+                                 f"(has: {', '.join(sorted(record.proposers))})")
+        length = request["output_tokens"]
+        if record.output_len < length:
+            raise SpecscopeError(f"--traces: request {record.id!r} traced {record.output_len} output tokens, the "
+                                 f"sweep generated {length} (trace with --max-tokens {length}; a trace stops at EOS, so sweep "
+                                 "with ignore_eos = false)")
+        records.append(replace(record, output_token_ids=record.output_token_ids[:length],
+                               proposers={n: t.truncated(length) for n, t in record.proposers.items()}))
+    return records
+
+
+def predict_speedup(model: LinearCostModel, cell: CellRun, traces: dict[str, dict[str, TraceRecord]]) -> float:
+    """The speedup ``model`` predicts for ``cell`` (module docstring)."""
+    records = _requests(cell, traces)
+    policy = parse_policy(f"tree:{cell.tree.name}" if cell.tree is not None else f"fixed:{cell.k}")
+    config = SimConfig(mode="mixed", batch_sizes=(cell.batch_size,), guess_no_match=False)
+    plan = plan_for(records, cell.method, policy, config, Path(cell.workload).stem)
+    sd = predict_mixed(plan, model, model.drafting_for(cell.method), cell.batch_size)
+    base = predict_mixed(baseline_plan(plan.output_len, plan.prompt_len), model, None, cell.batch_size)
+    return sd.throughput / base.throughput
+
+
+def index_traces(records: Sequence[TraceRecord]) -> dict[str, dict[str, TraceRecord]]:
+    """Trace records by dataset, then id."""
+    traces: dict[str, dict[str, TraceRecord]] = {}
+    for record in records:
+        traces.setdefault(record.dataset or "trace", {})[record.id] = record
+    return traces
+
+
+def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> list[dict[str, object]]:
+    """Leave-one-out over the SD cells that have a ``none`` cell: one row each (:data:`COLUMNS`)."""
+    traces = index_traces(records)
+    baselines = {(c.workload, c.batch_size): c for c in cells if c.method == NO_SD}
+    rows = []
+    for held in cells:
+        base = baselines.get((held.workload, held.batch_size))
+        if held.method == NO_SD or base is None:
+            continue
+        others = [c for c in cells if c is not held]
+        if not any(c.method == held.method for c in others):
+            raise SpecscopeError(f"--validate: {held.method!r} has one cell only; leaving it out leaves no "
+                                 "drafting to fit (measure at least two of each method)")
+        measured = held.throughput / base.throughput
+        predicted = predict_speedup(fit_cells(others), held, traces)
+        rows.append({"method": held.method, "k": held.k, "batch_size": held.batch_size,
+                     "measured_speedup": round(measured, 4), "predicted_speedup": round(predicted, 4),
+                     "error_pct": round(100 * (predicted - measured) / measured, 2),
+                     "tree": held.tree.name if held.tree is not None else None, "workload": held.workload})
+    if not rows:
+        raise SpecscopeError("--validate: no SD cell with a 'none' cell of the same workload and batch size")
+    return rows

@@ -1,0 +1,138 @@
+"""Cost-model calibration from sweep timelines: the derivation on a simulated engine, refusals,
+and the whole loop (sweep -> trace -> fit --from-sweep --validate) against `specscope serve`."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from serving_helpers import write_workload
+
+from specscope.costmodel.calibrate import CellRun, cell_gaps, fit_cells
+from specscope.errors import SpecscopeError
+
+FORWARD = dict(c_fixed=2e-3, c_tok=1e-4, c_kv=2e-6, c_req=3e-4)
+DRAFT = dict(c_fixed=5e-4, c_tok=4e-4)
+
+
+def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30) -> CellRun:
+    """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
+    k + 1 tokens per request; a step that admits requests prefills them in a second forward."""
+    w = 1 if method == "none" else k + 1
+    slots: list[dict] = []
+    waiting = list(range(requests))
+    timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompt, "output_tokens": output,
+                 "chunk_ms": [], "chunk_tokens": []} for i in range(requests)]
+    now = 0.0
+    while waiting or slots:
+        admitted = []
+        while waiting and len(slots) + len(admitted) < batch:
+            admitted.append({"r": waiting.pop(0), "done": 0})
+        n = len(slots)
+        cached = sum(prompt + s["done"] for s in slots)
+        step = 0.0
+        if n:
+            step += FORWARD["c_fixed"] + FORWARD["c_tok"] * n * w + FORWARD["c_kv"] * cached + FORWARD["c_req"] * n
+            if method != "none":
+                step += DRAFT["c_fixed"] + DRAFT["c_tok"] * w
+        if admitted:
+            step += FORWARD["c_fixed"] + FORWARD["c_tok"] * prompt * len(admitted) + FORWARD["c_req"] * len(admitted)
+        now += step
+        for s in slots:
+            emit = min(w, output - s["done"])
+            s["done"] += emit
+            timeline[s["r"]]["chunk_ms"].append(round(1e3 * now, 4))
+            timeline[s["r"]]["chunk_tokens"].append(emit)
+        for s in admitted:
+            s["done"] = 1
+            timeline[s["r"]]["chunk_ms"].append(round(1e3 * now, 4))
+            timeline[s["r"]]["chunk_tokens"].append(1)
+            timeline[s["r"]]["sent_ms"] = 0.0
+        finished = [s for s in slots if s["done"] >= output]
+        slots = [s for s in slots if s["done"] < output] + admitted
+        for s in finished:  # the client sends the next request at once: admitted next step
+            timeline[s["r"]]["chunk_ms"] = timeline[s["r"]]["chunk_ms"]
+    for request in timeline:  # chunk times after the request was sent (all sent at 0 here)
+        request["chunk_ms"] = [t - request["sent_ms"] for t in request["chunk_ms"]]
+    draft_tokens = None if method == "none" else k * sum(len(r["chunk_ms"]) - 1 for r in timeline)
+    return CellRun(f"{method}{k}b{batch}", method, k, None, batch, "w.jsonl", 1.0, draft_tokens, timeline, {})
+
+
+def test_fit_recovers_the_engine_that_made_the_timelines():
+    cells = [simulated_cell("none", 0, b) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b) for k in (2, 4) for b in (1, 2, 4)]
+    model = fit_cells(cells)
+    for name, value in FORWARD.items():
+        assert getattr(model, name) == pytest.approx(value, rel=0.05), name
+    drafting = model.drafting_for("draft")
+    assert drafting.c_fixed == pytest.approx(DRAFT["c_fixed"], rel=0.05)
+    assert drafting.c_tok == pytest.approx(DRAFT["c_tok"], rel=0.05)
+
+
+def test_servers_that_batch_steps_per_chunk_are_refused():
+    cell = simulated_cell("none", 0, 2)
+    for request in cell.timeline:  # two steps per chunk
+        request["chunk_ms"], request["chunk_tokens"] = request["chunk_ms"][::2], [2] * len(request["chunk_ms"][::2])
+    with pytest.raises(SpecscopeError, match="several steps per chunk"):
+        cell_gaps(cell)
+    for request in cell.timeline:  # the same without token ids: the mean per chunk tells
+        request["chunk_tokens"] = None
+    with pytest.raises(SpecscopeError, match="several steps per chunk"):
+        cell_gaps(cell)
+
+
+def test_old_sweep_without_timelines_is_refused(tmp_path, capsys):
+    from specscope.cli import main
+
+    record = {"cell_id": "abc", "key": {"method": "none", "k": 0, "batch_size": 1, "workload": "a.jsonl"},
+              "status": "ok", "reason": None, "started_at": 0, "finished_at": 1, "result": {"throughput": 1.0}}
+    (tmp_path / "cells").mkdir()
+    (tmp_path / "cells" / "abc.json").write_text(json.dumps(record))
+    assert main(["costmodel", "fit", "--from-sweep", str(tmp_path), "-o", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no per-request chunk timeline" in err[0]
+    assert not (tmp_path / "m.json").exists()
+
+
+@pytest.mark.slow
+def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
+    from specscope.backends.openai.sweep import read_cells, run_sweep
+    from specscope.backends.openai.sweep_config import load_sweep_config
+    from specscope.cli import main
+    from specscope.costmodel.linear import linear_from_json
+
+    write_workload(tmp_path / "a.jsonl", 6, seed=3)
+    (tmp_path / "sweep.toml").write_text(
+        'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [1, 2]\nbatch_sizes = [1, 2]\n'
+        'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\n'
+        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n')
+    config = load_sweep_config(tmp_path / "sweep.toml")
+    assert run_sweep(config).failed == 0
+    records = read_cells(config.output)
+    for record in records.values():
+        timeline = record["timeline"]
+        assert len(timeline) == 6
+        assert all(sum(r["chunk_tokens"]) == r["output_tokens"] == 12 for r in timeline)
+        assert all(r["prompt_tokens"] > 0 and r["chunk_ms"] == sorted(r["chunk_ms"]) for r in timeline)
+    trace = tmp_path / "a.trace.jsonl"
+    assert main(["trace", "--model", str(tiny_model), "--proposers", "ngram", "--workload", str(tmp_path / "a.jsonl"),
+                 "--max-tokens", "12", "--k-max", "4", "-o", str(trace)]) == 0
+    model_path = tmp_path / "engine.json"
+    capsys.readouterr()
+    assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--traces", str(trace), "--validate",
+                 "-o", str(model_path)]) == 0
+    out = capsys.readouterr().out
+    model = linear_from_json(json.loads(model_path.read_text()), "engine.json")
+    assert model.forward_time(np.array([1]), np.array([20]), np.array([1]))[0] > 0
+    assert "ngram" in model.drafting
+    with open(config.output / "calibration.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted((r["method"], r["k"], r["batch_size"]) for r in rows) == [
+        ("ngram", k, b) for k in ("1", "2") for b in ("1", "2")]
+    for row in rows:
+        measured, predicted = float(row["measured_speedup"]), float(row["predicted_speedup"])
+        assert predicted > 0 and float(row["error_pct"]) == pytest.approx(100 * (predicted - measured) / measured,
+                                                                            abs=0.05)
+    assert "median |error|" in out and "cross-check" in out
