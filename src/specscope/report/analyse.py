@@ -32,6 +32,7 @@ from specscope.costmodel.registry import resolve_cost_model
 from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
+from specscope.report.policy import PolicyChoices, policy_section
 from specscope.sim.grid import COMBINED, SimRow, simulate
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
@@ -71,6 +72,8 @@ class ReportData:
     tree_rows: list[SimRow] = field(default_factory=list)  # trees and chains fixed:1..depth
     trees: list[TreeRow] = field(default_factory=list)  # one per dataset × proposer × tree
     tree_answer: list[str] = field(default_factory=list)  # one line per dataset × proposer × tree
+    policy_table: list[dict] = field(default_factory=list)  # the learned policy judged (--policy)
+    policy_choices: list[PolicyChoices] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -102,6 +105,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         combined = f"oracle-combined:{data.pair[0]}+{data.pair[1]}"
         data.rows += simulate(sim_records, [COMBINED], [combined], cost, config.sim)
     data.answer = answer_rows(data.rows)
+    if config.policy:
+        data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
     depths = tree_depths(sim_records, simulated)
     if depths:
         trees = [TreeShape.parse(t) for t in config.trees]

@@ -108,10 +108,10 @@ def _measured_tables(cells: Sequence[MeasuredCell]) -> list[tuple[str, list[str]
     return [
         ("Measured: the method and k that won, per workload and batch size",
          ["workload", "batch size", "method", "k", "measured speedup"],
-         [[c.dataset, c.batch_size, c.method, c.k, c.measured_speedup] for c in winners(cells)]),
+         [[c.dataset, c.batch_size, c.label, c.k, c.measured_speedup] for c in winners(cells)]),
         ("Measured against simulated speedup (error = simulated − measured, in % of measured)",
          ["workload", "method", "k", "batch size", "measured", "simulated", "error %"],
-         [[c.dataset, c.method, c.k, c.batch_size, c.measured_speedup,
+         [[c.dataset, c.label, c.k, c.batch_size, c.measured_speedup,
            "" if c.simulated_speedup is None else c.simulated_speedup,
            "" if c.error_pct is None else f"{c.error_pct:+.1f}"] for c in cells]),
     ]

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from specscope.report import figures as F
 from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
+from specscope.report.policy import choices_figure, gap_figure
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ TABLES = [
     TableSpec("measured.csv", lambda d: [c.flat() for c in d.measured] if d.measured else None),
     TableSpec("trees.csv", lambda d: [t.flat() for t in d.trees] if d.trees else None),
     TableSpec("tree_speedup.csv", lambda d: [r.flat() for r in d.tree_rows] if d.trees else None),
+    TableSpec("policy.csv", lambda d: d.policy_table or None),
 ]
 
 
@@ -139,5 +141,21 @@ FIGURES = [
                   "traces and the cost model: the gap between them is the simulator's error.",
         lambda d: F.measured_figure(d.measured),
         lambda d: None if d.measured else "no measured runs were given (--measured)",
+    ),
+    FigureSpec(
+        "policy_gap",
+        lambda d: "How much of the gap to oracle-switch the learned policy closes",
+        lambda d: "A bar above 0 beats the best fixed policy (k chosen in hindsight); at 1 it matches "
+                  "oracle-switch, the ceiling of a causal policy (policy.csv has the speedups).",
+        lambda d: gap_figure(d.policy_table),
+        lambda d: None if d.policy_table else "no learned policy was given (--policy)",
+    ),
+    FigureSpec(
+        "policy_choices",
+        lambda d: "The learned policy's choices along a few outputs",
+        lambda d: "Markers are its steps (colour = proposer, height = k + 1) over each proposer's acc_len: "
+                  "check that it switches to n-gram in the dark bursts and proposes little where both are pale.",
+        lambda d: choices_figure(d.policy_choices),
+        lambda d: None if d.policy_choices else "no learned policy was given (--policy)",
     ),
 ]

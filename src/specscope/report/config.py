@@ -25,6 +25,7 @@ class ReportConfig:
     steps: tuple[str, ...] = ()  # measured per-step records (JSON Lines) for the time split
     measured: tuple = ()  # MeasuredCell rows (specscope.analysis.measured): figure 9 and the advisor line
     trees: tuple[str, ...] = ("2x2x1", "3x2x1x1")  # static trees set against the chain of their depth
+    policy: str | None = None  # a learned policy file (specscope policy fit) judged on the traces
 
     @property
     def policies(self) -> list[str]:

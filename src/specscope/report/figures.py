@@ -250,12 +250,12 @@ def measured_figure(cells: Sequence) -> plt.Figure:
     """Figure 9: measured speedup (solid, markers) and the simulator's prediction for the same
     runs (dashed), per dataset panel, a colour per method."""
     datasets = _unique(c.dataset for c in cells)
-    colours = colour_for(_unique(c.method for c in cells))
+    colours = colour_for(_unique(c.label for c in cells))
     fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
     for ax, dataset in zip(axes, datasets):
         mine = [c for c in cells if c.dataset == dataset]
-        for method in _unique(c.method for c in mine):
-            line = sorted((c for c in mine if c.method == method), key=lambda c: c.batch_size)
+        for method in _unique(c.label for c in mine):
+            line = sorted((c for c in mine if c.label == method), key=lambda c: c.batch_size)
             x = [c.batch_size for c in line]
             ax.plot(x, [c.measured_speedup for c in line], marker="o", color=colours[method],
                     label=f"{method} k={line[0].k} measured")

@@ -15,21 +15,23 @@ from typing import Callable, Sequence
 import numpy as np
 
 from specscope import validate
-from specscope.costmodel.base import CostModel
+from specscope.costmodel.base import CostModel, Drafting
 from specscope.errors import SpecscopeError
+from specscope.methods import of_kind
 from specscope.progress import LazyProgress
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
 from specscope.sim.plan import Plan, baseline_plan, make_plan
 from specscope.sim.policies import Policy, parse_policy
 from specscope.sim.pricing import Prediction
+from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
 from specscope.trace.schema import TraceRecord
 
 log = logging.getLogger(__name__)
 
 COMBINED = "combined"
 # Proposers that look tokens up (and may find nothing), as opposed to model drafters.
-LOOKUP_PROPOSERS = frozenset({"ngram", "suffix"})
+LOOKUP_PROPOSERS = frozenset(m.name for m in of_kind("lookup"))
 # The paper's guessed n-gram match probability where acc_len = 1 (shared/paper/README.md).
 PAPER_MATCH_PROB = {"sharegpt": 0.2, "cnn": 0.4, "gsm8k": 0.2, "instructcoder": 0.8}
 
@@ -153,9 +155,14 @@ def _sample(records: list[TraceRecord], config: SimConfig) -> list[TraceRecord]:
 
 
 def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: SimConfig,
-             dataset: str) -> Plan:
-    """Walk ``records`` under ``policy`` using proposer ``acc`` (or the combined pair)."""
+             dataset: str, batch_size: int = 1) -> Plan:
+    """Walk ``records`` under ``policy`` using proposer ``acc`` (or the combined pair, or the
+    switching policy's proposers); a causal switching policy decides for ``batch_size``."""
     prompt_lens = [r.prompt_len for r in records]
+    if policy.switch is not None:
+        if policy.decide_for is None:
+            return oracle_switch_plan(records, policy.switch)
+        return causal_plan(records, policy.switch, policy.decide_for(batch_size), _k_max(records, policy.switch))
     if policy.tree is not None:
         acc_lens = [policy.tree.acc_len(r.proposers[acc].tree_rank) for r in records]
         return make_plan(acc_lens, prompt_lens, policy, policy.tree.depth)
@@ -179,7 +186,7 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
 
 
 def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
-    needed = policy.combined or (acc,)
+    needed = policy.combined or policy.switch or (acc,)
     for name in needed:
         missing = [r.id for r in records if name not in r.proposers]
         if missing:
@@ -208,9 +215,20 @@ def _check_tree(records: Sequence[TraceRecord], acc: str, policy: Policy, datase
                              f"`specscope trace ... --trees {policy.tree.name}`")
 
 
+def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchDrafting:
+    """What ``policy``'s steps draft with: the switching policy's proposers, oracle-combined's
+    first (the paper's rule), else ``acc``'s."""
+    if policy.switch is not None:
+        return SwitchDrafting.of(cost, policy.switch)
+    return cost.drafting_for(policy.combined[0] if policy.combined else acc)
+
+
 def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:
-    """The (acc, policy) pairs that make sense: ``combined`` goes with oracle-combined only."""
-    pairs = [(acc, p) for acc in accs for p in policies if (acc == COMBINED) == bool(p.combined)]
+    """The (acc, policy) pairs that make sense: ``combined`` goes with oracle-combined only; a
+    switching policy makes one cell whatever ``accs``, its acc naming its proposers (``a+b``)."""
+    pairs = [(acc, p) for acc in accs for p in policies
+             if p.switch is None and (acc == COMBINED) == bool(p.combined)]
+    pairs += [("+".join(p.switch), p) for p in policies if p.switch is not None]
     if not pairs:
         raise SpecscopeError("no valid acc × policy pair: use --acc combined with oracle-combined, "
                              "and proposer names with the other policies")
@@ -233,7 +251,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
         for acc, policy in pairs:
             _check(members, acc, policy, dataset)
             _check_k(members, acc, policy, dataset)
-            cost.drafting_for(policy.combined[0] if policy.combined else acc)  # a missing one is an error
+            drafting_of(cost, acc, policy)  # a missing one is an error
         groups.append((dataset, members, _feasible(config.batch_sizes, len(members), dataset, config)))
     rows: list[SimRow] = []
     total = len(pairs) * sum(len(sizes) for _, _, sizes in groups)
@@ -242,14 +260,16 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
             baselines: dict[tuple[int, ...], Plan] = {}
             baseline_predictions: dict[tuple[tuple[int, ...], int], Prediction] = {}
             for acc, policy in pairs:
-                plan = plan_for(members, acc, policy, config, dataset)
-                key = tuple(plan.output_len.tolist())
-                base = baselines.setdefault(key, baseline_plan(plan.output_len, plan.prompt_len))
-                drafting = cost.drafting_for(policy.combined[0] if policy.combined else acc)
-                proposed = plan.proposed.sum()
-                alpha = float((plan.emitted - 1).sum() / proposed) if proposed else 0.0
-                tau = float(plan.emitted.mean()) if len(plan.emitted) else 0.0
+                drafting = drafting_of(cost, acc, policy)
+                plan = None
                 for b in sizes:
+                    if plan is None or policy.decide_for is not None:  # a causal policy decides per batch size
+                        plan = plan_for(members, acc, policy, config, dataset, b)
+                        key = tuple(plan.output_len.tolist())
+                        base = baselines.setdefault(key, baseline_plan(plan.output_len, plan.prompt_len))
+                        proposed = plan.proposed.sum()
+                        alpha = float((plan.emitted - 1).sum() / proposed) if proposed else 0.0
+                        tau = float(plan.emitted.mean()) if len(plan.emitted) else 0.0
                     sd = predict(plan, cost, drafting, b)
                     base_pred = baseline_predictions.get((key, b))
                     if base_pred is None:

@@ -23,6 +23,7 @@ import numpy as np
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
 from specscope.sim.plan import Plan
 from specscope.sim.pricing import Prediction, prefill_time, price_steps
+from specscope.sim.switching import SwitchDrafting
 
 
 def admission_iterations(steps_per_request: np.ndarray, batch_size: int) -> np.ndarray:
@@ -37,7 +38,8 @@ def admission_iterations(steps_per_request: np.ndarray, batch_size: int) -> np.n
     return admit
 
 
-def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_size: int) -> Prediction:
+def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafting | None,
+                  batch_size: int) -> Prediction:
     """Price ``plan`` with ``batch_size`` slots of continuous batching."""
     n_steps = plan.steps_per_request  # [R]
     admit = admission_iterations(n_steps, batch_size)  # [R]
@@ -48,6 +50,8 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_
     def per_iteration(weights: np.ndarray | None, index: np.ndarray = iteration) -> np.ndarray:
         return np.bincount(index, weights, minlength=horizon).astype(float)
 
+    if isinstance(drafting, SwitchDrafting):
+        drafting = drafting.bind(plan, per_iteration)
     longest = np.zeros(horizon)
     np.maximum.at(longest, iteration, plan.verify_tokens)  # [T] max (k+1) over running requests
     running = per_iteration(None)

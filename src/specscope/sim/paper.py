@@ -13,13 +13,17 @@ import numpy as np
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
 from specscope.sim.plan import Plan
 from specscope.sim.pricing import Prediction, prefill_time, price_steps
+from specscope.sim.switching import SwitchDrafting
 
 
-def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | None, batch_size: int) -> Prediction:
+def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafting | None,
+                  batch_size: int) -> Prediction:
     """Price ``plan`` at ``batch_size`` replicas of each request."""
     b = float(batch_size)
     request = plan.request_of_step
     steps = len(plan.pos)
+    if isinstance(drafting, SwitchDrafting):
+        drafting = drafting.bind(plan, lambda weights: b * (np.ones(steps) if weights is None else weights))
     load = StepLoad(
         batched_tokens=b * plan.verify_tokens,
         kv_tokens=b * (plan.prompt_len[request] + plan.pos),

@@ -36,6 +36,8 @@ class Plan:
     prompt_len: np.ndarray  # [R]
     output_len: np.ndarray  # [R] G: output tokens, the prefill's first one included
     draft_widths: tuple[int, ...] = ()  # a tree's drafter pass widths per sequence; () = chains
+    method: np.ndarray | None = None  # [S] a switching plan's proposer per step (index into methods; -1: none)
+    methods: tuple[str, ...] = ()  # the proposers a switching plan chose between (sim.switching)
 
     @property
     def steps_per_request(self) -> np.ndarray:
@@ -52,7 +54,7 @@ class Plan:
         return self.proposed + 1
 
 
-def _visit(emit: list[int]) -> list[int]:
+def visit(emit: list[int]) -> list[int]:
     """Positions visited by ``pos ← pos + emit[pos − 1]`` from 1 while ``pos < len(emit)``."""
     visited = []
     pos, end = 1, len(emit)
@@ -71,7 +73,7 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
         if draft_len is not None:
             wanted = np.minimum(wanted, draft_len)
         emit = np.minimum(acc_len, wanted + 1)
-        pos = np.asarray(_visit(emit.tolist()), dtype=np.int64)
+        pos = np.asarray(visit(emit.tolist()), dtype=np.int64)
         proposed = wanted[pos - 1].astype(np.int64)
     else:
         acc, offered = acc_len.tolist(), None if draft_len is None else draft_len.tolist()
@@ -106,7 +108,7 @@ def make_plan(acc_lens: Sequence[np.ndarray], prompt_lens: Sequence[int], policy
         walk_request(acc, policy, k_max, None if draft_lens is None else draft_lens[r], match_prob, rng)
         for r, acc in enumerate(acc_lens)
     ]
-    plan = _concat(parts, prompt_lens, [len(acc) for acc in acc_lens])
+    plan = concat_steps(parts, prompt_lens, [len(acc) for acc in acc_lens])
     if policy.tree is not None:
         plan.draft_widths = policy.tree.draft_pass_widths
     return plan
@@ -118,10 +120,11 @@ def baseline_plan(output_lens: Sequence[int], prompt_lens: Sequence[int]) -> Pla
     for g in output_lens:
         pos = np.arange(1, g, dtype=np.int64)
         parts.append((pos, np.zeros_like(pos), np.ones_like(pos)))
-    return _concat(parts, prompt_lens, output_lens)
+    return concat_steps(parts, prompt_lens, output_lens)
 
 
-def _concat(parts, prompt_lens, output_lens) -> Plan:
+def concat_steps(parts, prompt_lens, output_lens) -> Plan:
+    """One plan from per-request (pos, proposed, emitted) arrays."""
     counts = [len(p[0]) for p in parts]
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])

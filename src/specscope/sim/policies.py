@@ -11,6 +11,10 @@ registry :data:`POLICIES`:
 - ``oracle`` — propose exactly acc_len − 1: no verification is wasted.
 - ``oracle-combined:a+b`` — per step, take the proposer whose acc_len is longer there and
   propose exactly that much.
+- ``oracle-switch:a+b`` — per step, the proposer whose acc_len is longer proposes exactly that
+  much, its drafting charged (:mod:`specscope.sim.switching`).
+- ``learned:FILE`` — a causal policy fitted by ``specscope policy fit``: before each step it
+  picks the proposer (or none) and k from an observation (:mod:`specscope.sim.learned`).
 - ``tree:SHAPE`` — every step drafts the static tree SHAPE (``2x2x1``, :mod:`specscope.trees`)
   and verifies its ``nodes + 1`` tokens; its acc_len is replayed from the trace's ``tree_rank``
   (the simulator swaps it in: :func:`specscope.sim.grid.plan_for`), so it proposes ``nodes``.
@@ -25,6 +29,9 @@ import numpy as np
 
 from specscope import validate
 from specscope.errors import SpecscopeError
+from specscope.methods import method
+from specscope.sim.learned import load_policy
+from specscope.sim.observe import Decide
 from specscope.trace.schema import TREE_RANK_CAP
 from specscope.trees import TreeShape
 
@@ -56,6 +63,8 @@ class Policy:
     combined: tuple[str, str] | None = None
     max_k: int | None = None
     tree: TreeShape | None = None
+    switch: tuple[str, ...] | None = None
+    decide_for: Callable[[int], Decide] | None = None
 
 
 class _Adaptive:
@@ -103,12 +112,29 @@ def _oracle(argument: str) -> Policy:
 
 
 def _oracle_combined(argument: str) -> Policy:
+    names = _pair("oracle-combined", argument)
+    return Policy(f"oracle-combined:{names[0]}+{names[1]}", by_position=_oracle_k, combined=(names[0], names[1]))
+
+
+def _pair(kind: str, argument: str) -> tuple[str, str]:
     names = tuple(part for part in argument.split("+") if part)
     if len(names) != 2 or names[0] == names[1]:
-        raise SpecscopeError(
-            f"policy 'oracle-combined:{argument}': expected oracle-combined:A+B with two proposers"
-        )
-    return Policy(f"oracle-combined:{names[0]}+{names[1]}", by_position=_oracle_k, combined=(names[0], names[1]))
+        raise SpecscopeError(f"policy '{kind}:{argument}': expected {kind}:A+B with two proposers")
+    return names[0], names[1]
+
+
+def _oracle_switch(argument: str) -> Policy:
+    names = _pair("oracle-switch", argument)
+    for name in names:
+        method(name)  # an unknown method is an error: its drafting must be priced
+    return Policy(f"oracle-switch:{names[0]}+{names[1]}", switch=names)
+
+
+def _learned(argument: str) -> Policy:
+    if not argument:
+        raise SpecscopeError("policy 'learned': expected learned:FILE, a file made by `specscope policy fit`")
+    learned = load_policy(argument)
+    return Policy(f"learned:{argument}", switch=learned.methods, decide_for=learned.decide_for)
 
 
 def _tree(argument: str) -> Policy:
@@ -126,6 +152,8 @@ POLICIES: dict[str, Callable[[str], Policy]] = {
     "adaptive": _adaptive,
     "oracle": _oracle,
     "oracle-combined": _oracle_combined,
+    "oracle-switch": _oracle_switch,
+    "learned": _learned,
     "tree": _tree,
 }
 
@@ -139,6 +167,6 @@ def parse_policy(text: str, default_combined: tuple[str, str] | None = None) -> 
         factory = POLICIES[kind]
     except KeyError:
         raise SpecscopeError(
-            f"unknown policy {text!r}; expected one of fixed:k, adaptive, oracle, oracle-combined:A+B, tree:SHAPE"
+            f"unknown policy {text!r}; expected one of fixed:k, adaptive, oracle, oracle-combined:A+B, oracle-switch:A+B, learned:FILE, tree:SHAPE"
         ) from None
     return factory(argument)

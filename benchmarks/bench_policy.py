@@ -1,0 +1,95 @@
+"""Cost of a learned policy's decision on CPU: what an engine pays to run it every step.
+
+Goals: ≤ 20 µs per step at batch 1 (features of one observation + the model), and ≤ 2 µs per
+sequence at batch 64 with the model vectorised over the batch (``Chooser.choose_batch`` on the
+batch's feature matrix; the features themselves are also timed, per sequence). The policy is
+fitted here on the paper's gsm8k trace (a few seconds), the observations come from walking it.
+
+    python benchmarks/bench_policy.py [--traces-dir ../shared/paper] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from specscope.costmodel.registry import resolve_cost_model
+from specscope.sim.fit import fit_policy
+from specscope.sim.learned import choosers_from_json, features
+from specscope.sim.switching import causal_plan
+from specscope.trace import load_traces
+
+METHODS = ("ngram", "eagle")
+GOALS_US = {"batch 1, per step": 20.0, "batch 64, per sequence (model)": 2.0}
+
+
+def observations(records, decide) -> list:
+    """The observations a walk of ``records`` hands the policy."""
+    seen = []
+
+    def spy(obs):
+        seen.append(obs)
+        return decide(obs)
+
+    causal_plan(records, METHODS, spy, k_max=16)
+    return seen
+
+
+def per_call_us(fn, calls: int, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--traces-dir", default=os.environ.get("SPECSCOPE_PAPER_DIR", "../shared/paper"))
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    path = Path(args.traces_dir) / "llama3.1-8b_gsm8k.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{path}: not found (set --traces-dir to the paper's traces)")
+    records, _ = load_traces([path], lengths="own")
+    document = fit_policy(records, METHODS, resolve_cost_model("roofline:h100:llama3.1-8b"), [1, 64])
+    choosers = choosers_from_json(document, METHODS)
+    one, batch = choosers[1], choosers[64]
+    seen = observations(records[:40], lambda obs: one.choose(features(obs, METHODS), obs.ngram_offer))[:2000]
+
+    def single():
+        for obs in seen:
+            one.choose(features(obs, METHODS), obs.ngram_offer)
+
+    x = np.asarray([features(obs, METHODS) for obs in seen[:64]])
+    offers = np.asarray([obs.ngram_offer for obs in seen[:64]])
+    rounds = 200
+
+    def batched():
+        for _ in range(rounds):
+            batch.choose_batch(x, offers)
+
+    def batch_features():
+        for obs in seen[:64]:
+            features(obs, METHODS)
+
+    results = {
+        "batch 1, per step": per_call_us(single, len(seen), args.repeats),
+        "batch 64, per sequence (model)": per_call_us(batched, rounds * 64, args.repeats),
+        "batch 64, per sequence (features)": per_call_us(batch_features, 64, args.repeats),
+    }
+    print(f"learned policy over {len(document['features'])} features, {len(seen)} observations of the gsm8k trace")
+    for name, value in results.items():
+        goal = GOALS_US.get(name)
+        verdict = "" if goal is None else (f"  (goal ≤ {goal:g} µs: {'met' if value <= goal else 'MISSED'})")
+        print(f"{name:38s} {value:7.2f} µs{verdict}")
+
+
+if __name__ == "__main__":
+    main()

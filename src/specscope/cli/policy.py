@@ -1,0 +1,170 @@
+"""`specscope policy fit`: learn a causal policy choosing proposer and k per step from traces;
+`specscope policy explain`: which features a policy file weighs, and example decisions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from specscope import validate
+from specscope.cli._common import (
+    add_table_output,
+    add_trace_options,
+    check_output_file,
+    int_list,
+    print_table,
+    read_trace_args,
+    str_list,
+    to_stdout,
+    write_rows,
+)
+from specscope.costmodel.registry import DEFAULT_COST_MODEL
+from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text
+
+EXAMPLE_STEPS = 4  # explain: decisions shown along the first record's steps
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("policy", help="learn a policy choosing proposer and k per step, or explain one")
+    verbs = parser.add_subparsers(dest="policy_verb", metavar="ACTION", required=True)
+    fit = verbs.add_parser(
+        "fit", help="fit a causal per-step policy (method and k) to traces under a cost model",
+        description="Label every position with the action (proposer or none, and k) that pays best "
+                    "under the cost model at each batch size, then fit a logistic model from what an "
+                    "engine knows before the step (see specscope.sim.fit). Use the file with "
+                    "`simulate --policies learned:FILE`.")
+    add_trace_options(fit)
+    fit.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
+                     help="proposers the policy chooses between (default: ngram,eagle)")
+    fit.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
+                     help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
+    fit.add_argument("--batch-sizes", type=int_list, default=[1, 8, 64],
+                     help="one model per batch size (default: 1,8,64)")
+    fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
+    fit.add_argument("-o", "--output", required=True, type=check_output_file,
+                     help="write the policy (JSON) here (- for standard output)")
+    fit.set_defaults(run=run_fit)
+    evaluate = verbs.add_parser(
+        "evaluate", help="leave one dataset out: fit on the others, judge on it, for every dataset",
+        description="For every dataset in the traces, fit a policy on the other datasets under "
+                    "--cost-model and simulate the held-out one under it and each --view: best fixed "
+                    "policy (k in hindsight), adaptive, learned, oracles, oracle-switch, oracle-combined, "
+                    "and the gap closed = (learned - best fixed) / (oracle-switch - best fixed).")
+    add_trace_options(evaluate)
+    evaluate.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
+                          help="proposers the policy chooses between (default: ngram,eagle)")
+    evaluate.add_argument("--cost-model", default=DEFAULT_COST_MODEL, help="the cost model fitted for and judged by")
+    evaluate.add_argument("--view", type=str_list, default=[], help="more cost models to judge by (same policies)")
+    evaluate.add_argument("--batch-sizes", type=int_list, default=[1, 8, 64], help="default: 1,8,64")
+    evaluate.add_argument("--mode", choices=("paper", "mixed"), default="mixed")
+    add_table_output(evaluate, "one line per cost model × dataset × batch size")
+    evaluate.set_defaults(run=run_evaluate)
+    explain = verbs.add_parser("explain", help="the features a policy weighs most, and example decisions")
+    explain.add_argument("policy", help="a policy file made by `specscope policy fit`")
+    explain.add_argument("--traces", nargs="+", default=(), metavar="TRACE",
+                         help="show the decisions along the first steps of these traces' first record")
+    explain.set_defaults(run=run_explain)
+
+
+def run_fit(args: argparse.Namespace) -> int:
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.sim.fit import fit_policy
+
+    if len(set(args.acc)) != len(args.acc) or "combined" in args.acc:
+        raise SpecscopeError(f"--acc: expected distinct proposer names, got {','.join(args.acc)}")
+    cost = resolve_cost_model(args.cost_model)
+    records = read_trace_args(args)
+    document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces)
+    atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
+    if args.output != "-":
+        training = document["training"]
+        print(f"wrote {args.output}: {len(document['models'])} models ({','.join(map(str, args.batch_sizes))}) "
+              f"over {len(document['features'])} features, from {training['steps']} steps of "
+              f"{training['requests']} requests in {training['seconds']} s")
+    return 0
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    import tempfile
+    from pathlib import Path
+
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.sim.evaluate import leave_one_out
+    from specscope.sim.grid import SimConfig
+
+    cost = resolve_cost_model(args.cost_model)
+    views = [cost, *(resolve_cost_model(name) for name in args.view)]
+    records = read_trace_args(args)
+    datasets = {r.dataset or "trace" for r in records}
+    if len(datasets) < 2:
+        raise SpecscopeError(f"leave-one-out needs at least two datasets; the traces hold {len(datasets)}")
+    config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="skip",
+                       combined=tuple(args.acc) if len(args.acc) == 2 else None)
+    with tempfile.TemporaryDirectory() as folder:
+        table = leave_one_out(records, tuple(args.acc), cost, views, config, Path(folder))
+    if args.output:
+        write_rows(args.output, table)
+    if to_stdout(args.output):
+        return 0
+    columns = ["best_fixed_speedup", "adaptive", "learned", *[f"oracle_{m}" for m in args.acc], "oracle_switch",
+               "oracle_combined", "gap_closed"]
+    print_table("leave one dataset out: speedups on the held-out dataset",
+                ["cost model", "held out", "B", "best fixed", *columns],
+                [[line["cost_model"], line["dataset"], str(line["batch_size"]), line["best_fixed"],
+                  *[f"{line[c]:.2f}" if c in line else None for c in columns]] for line in table])
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from specscope.sim.learned import load_policy
+
+    policy = load_policy(args.policy)
+    document = policy.document
+    names = list(document["features"])
+    coef = np.abs(np.asarray(document["coef"], dtype=float))  # [M, J, F] on standardised features
+    weights = coef.mean(axis=1)  # [M, F]
+    order = np.argsort(-weights.sum(axis=0))
+    print_table(f"{policy.path}: features by weight (mean |coefficient| over the P(acc_len >= j) models, "
+                "standardised)", ["feature", *policy.methods, "definition"],
+                [[names[f], *[f"{weights[m, f]:.2f}" for m in range(len(policy.methods))], document["features"][names[f]]]
+                 for f in order[:10]])
+    print_table("per batch size: θ (tokens/s one second is worth) and step seconds (ms) at the median kv",
+                ["B", "θ", "none", *[f"{m} k=1/4/8" for m in policy.methods]],
+                [[str(m["batch_size"]), f"{m['theta']:.0f}", f"{1e3 * m['seconds'][0][0]:.2f}",
+                  *["/".join(f"{1e3 * row[k]:.2f}" for k in (1, 4, 8) if k < len(row)) for row in m["seconds"]]]
+                 for m in document["models"]])
+    if args.traces:
+        show_decisions(policy, args)
+    return 0
+
+
+def show_decisions(policy, args: argparse.Namespace) -> None:
+    """The policy's choices along the first record of ``args.traces``, per batch size."""
+    from specscope.sim.observe import NONE, Observer
+    from specscope.sim.switching import common_length
+
+    args.lengths = "common"
+    record = read_trace_args(args)[0]
+    missing = [m for m in policy.methods if m not in record.proposers]
+    if missing:
+        raise SpecscopeError(f"--traces: record {record.id!r} has no {missing[0]!r} trace")
+    rows = []
+    for b in policy.choosers:
+        decide = policy.decide_for(b)
+        observer = Observer(record, policy.methods, common_length(record, policy.methods), 20)
+        p = 1
+        for _ in range(EXAMPLE_STEPS):
+            obs = observer.observe(p)
+            m, k = decide(obs)
+            offer = None if m == NONE else observer.offer(m, p)
+            k = k if offer is None else min(k, offer)
+            emitted = observer.step(p, m if k > 0 else NONE, k)
+            rows.append([str(b), str(p), str(obs.ngram_offer), "none" if m == NONE or k == 0 else policy.methods[m],
+                         str(k), str(emitted)])
+            p += emitted
+            if p >= common_length(record, policy.methods):
+                break
+    print_table(f"decisions along record {record.id!r}", ["B", "pos", "n-gram offer", "method", "k", "emitted"], rows)

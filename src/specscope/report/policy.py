@@ -1,0 +1,96 @@
+"""The learned policy's section of the report: its judgement table, the gap it closes, and the
+choices it makes along a few outputs.
+
+``policy_section`` simulates the traces under the policy and the policies it is judged against
+(:mod:`specscope.sim.evaluate`) and walks :data:`EXAMPLES` requests with it at the smallest batch
+size; the two figures draw those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specscope.costmodel.base import CostModel
+from specscope.report.style import CYCLE, panel_grid, plt
+from specscope.sim.evaluate import candidate_policies, judge
+from specscope.sim.grid import COMBINED, SimConfig, simulate
+from specscope.sim.learned import load_policy
+from specscope.sim.observe import NONE
+from specscope.sim.switching import causal_plan, common_length
+from specscope.trace.schema import TraceRecord
+
+EXAMPLES = 3  # requests whose per-step choices are drawn
+
+
+@dataclass
+class PolicyChoices:
+    """One request walked by the policy: each method's acc_len [G] and the steps' (pos, method, k)."""
+
+    request: str
+    acc: dict[str, np.ndarray]
+    pos: np.ndarray
+    method: np.ndarray  # names ("none" where nothing was proposed)
+    k: np.ndarray
+
+
+def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
+                   config: SimConfig) -> tuple[list[dict], list[PolicyChoices]]:
+    """The judgement table (one line per dataset × batch size) and the example walks."""
+    policy = load_policy(path)
+    learned = f"learned:{path}"
+    rows = simulate(records, [*policy.methods, COMBINED] if len(policy.methods) == 2 else list(policy.methods),
+                    candidate_policies(policy.methods, learned), cost,
+                    SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed,
+                              combined=policy.methods if len(policy.methods) == 2 else None))
+    table = judge(rows, learned)
+    examples = sorted(records, key=lambda r: r.output_len)[len(records) // 2:][:EXAMPLES]
+    k_max = max(int(r.acc_len(m).max()) for r in examples for m in policy.methods) - 1
+    choices = []
+    for record in examples:
+        plan = causal_plan([record], policy.methods, policy.decide_for(min(config.batch_sizes)), k_max)
+        names = np.asarray([policy.methods[m] if m != NONE else "none" for m in plan.method.tolist()])
+        g = common_length(record, policy.methods)
+        choices.append(PolicyChoices(record.id, {m: record.acc_len(m)[:g] for m in policy.methods},
+                                     plan.pos, names, plan.proposed))
+    return table, choices
+
+
+def gap_figure(table: Sequence[dict]) -> plt.Figure:
+    """Bars of the gap closed per dataset, one bar per batch size."""
+    datasets = list(dict.fromkeys(line["dataset"] for line in table))
+    sizes = sorted({line["batch_size"] for line in table})
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(datasets), 3.4), layout="constrained")
+    width = 0.8 / len(sizes)
+    for i, b in enumerate(sizes):
+        values = [next((l.get("gap_closed", np.nan) for l in table if l["dataset"] == d and l["batch_size"] == b),
+                       np.nan) for d in datasets]
+        ax.bar(np.arange(len(datasets)) + i * width, values, width, label=f"B={b}", color=CYCLE[i % len(CYCLE)])
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    ax.set_xticks(np.arange(len(datasets)) + 0.4 - width / 2, datasets)
+    ax.set_ylabel("gap closed\n(learned − best fixed) / (oracle-switch − best fixed)")
+    ax.legend()
+    return fig
+
+
+def choices_figure(choices: Sequence[PolicyChoices]) -> plt.Figure:
+    """Per request: each method's acc_len along the output as a heat strip, and the policy's
+    steps drawn over it (marker = method, height = k + 1)."""
+    fig, axes = panel_grid(len(choices), 1, 9.0, 2.6)
+    for ax, walk in zip(axes, choices):
+        methods = list(walk.acc)
+        grid = np.stack([walk.acc[m] for m in methods]).astype(float)
+        top = float(max(grid.max(), (walk.k + 1).max(initial=1)))
+        ax.imshow(grid, aspect="auto", origin="lower", cmap="Greys", alpha=0.6, interpolation="nearest",
+                  extent=(0, grid.shape[1], 0, top))
+        for i, name in enumerate([*methods, "none"]):
+            mine = walk.method == name
+            ax.scatter(walk.pos[mine], walk.k[mine] + 1, s=14, label=name, color=CYCLE[i % len(CYCLE)])
+        ax.set_title(f"request {walk.request}: background rows = acc_len of {', '.join(methods)} (dark = long)")
+        ax.set_xlabel("output position")
+        ax.set_ylabel("k + 1 proposed")
+        ax.legend(loc="upper right", fontsize="small")
+    return fig

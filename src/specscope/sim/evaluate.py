@@ -1,0 +1,86 @@
+"""Judge a learned policy against fixed policies and the ceilings, per dataset and batch size.
+
+For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulate`):
+
+- best fixed = the best ``fixed:k`` of any single proposer, k chosen in hindsight;
+- adaptive = the better proposer under ``adaptive``; oracle per proposer;
+- oracle-switch (the causal ceiling, drafting charged) and oracle-combined (the paper's);
+- gap closed = (learned − best fixed) / (oracle-switch − best fixed).
+
+:func:`leave_one_out` fits on every dataset but one and judges on the one held out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from specscope.costmodel.base import CostModel
+from specscope.sim.fit import fit_policy
+from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
+from specscope.trace.schema import TraceRecord
+
+FIXED_KS = (1, 2, 3, 4, 5, 6, 8, 10)
+
+
+def candidate_policies(methods: tuple[str, ...], learned: str | None) -> list[str]:
+    """The policies a judgement simulates (``learned``: a ``learned:FILE`` name)."""
+    pair = "+".join(methods)
+    policies = [f"fixed:{k}" for k in FIXED_KS] + ["adaptive", "oracle", f"oracle-switch:{pair}"]
+    if len(methods) == 2:
+        policies.append(f"oracle-combined:{pair}")
+    return policies + ([learned] if learned else [])
+
+
+def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup") -> list[dict]:
+    """One line per dataset × batch size (see the module docstring); speedups by ``metric``."""
+    cells: dict[tuple[str, int], dict[tuple[str, str], float]] = {}
+    for row in rows:
+        cells.setdefault((row.dataset, row.batch_size), {})[(row.acc, row.policy)] = getattr(row, metric)
+    table = []
+    for (dataset, b), values in cells.items():
+        fixed = {key: v for key, v in values.items() if key[1].startswith("fixed:")}
+        best_key = max(fixed, key=fixed.get)
+        line = {"dataset": dataset, "batch_size": b, "best_fixed": f"{best_key[0]} {best_key[1]}",
+                "best_fixed_speedup": fixed[best_key]}
+        adaptive = {key: v for key, v in values.items() if key[1] == "adaptive"}
+        if adaptive:
+            line["adaptive"] = max(adaptive.values())
+        for (acc, policy), v in values.items():
+            if policy == "oracle":
+                line[f"oracle_{acc}"] = v
+            elif policy.startswith("oracle-switch"):
+                line["oracle_switch"] = v
+            elif policy.startswith("oracle-combined"):
+                line["oracle_combined"] = v
+            elif learned is not None and policy == learned:
+                line["learned"] = v
+        if "learned" in line and "oracle_switch" in line:
+            room = line["oracle_switch"] - line["best_fixed_speedup"]
+            line["gap_closed"] = (line["learned"] - line["best_fixed_speedup"]) / room if room > 0 else float("nan")
+        table.append(line)
+    return table
+
+
+def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], fit_cost: CostModel,
+                  costs: Sequence[CostModel], config: SimConfig, workdir: Path) -> list[dict]:
+    """For every dataset: fit on the others under ``fit_cost`` (at ``config.batch_sizes``), write
+    the policy to ``workdir``, and judge it on the held-out dataset under each of ``costs``."""
+    by_dataset: dict[str, list[TraceRecord]] = {}
+    for record in records:
+        by_dataset.setdefault(record.dataset or "trace", []).append(record)
+    table = []
+    for held_out, members in by_dataset.items():
+        training = [r for name, group in by_dataset.items() if name != held_out for r in group]
+        document = fit_policy(training, methods, fit_cost, config.batch_sizes,
+                              sources=[name for name in by_dataset if name != held_out])
+        path = workdir / f"policy-without-{held_out}.json"
+        path.write_text(json.dumps(document) + "\n", encoding="utf-8")
+        learned = f"learned:{path}"
+        for cost in costs:
+            rows = simulate(members, [*methods, COMBINED], candidate_policies(methods, learned), cost, config)
+            for line in judge(rows, learned):
+                table.append({"cost_model": cost.name, "fitted_on": "+".join(document["training"]["sources"]),
+                              **line})
+    return table

@@ -1,0 +1,180 @@
+"""A learned causal policy: features of an observation → (method, k), from a portable JSON file.
+
+The acceptance model (fitted by :mod:`specscope.sim.fit`): for every method m and every
+j = 2 … J + 1, a logistic regression over the standardised features (:func:`feature_names`)
+gives P(acc_len_m ≥ j | features). A step of m proposing k then emits in expectation
+E[e] = 1 + Σ_{j=2}^{k'+1} P(acc_len_m ≥ j), k' = k (n-gram: min(k, what it offers now)).
+The decision at batch size B is the (method, k) maximising E[e] − θ_B · T_B(method, k), where
+T_B is the step's price under the cost model at B copies of a request of the training data's
+median length so far, and θ_B the throughput the policy reached on its training data (a
+Dinkelbach step: maximising the ratio Σe / ΣT); k = 0 (no drafting) emits 1 at T_B(none).
+At a batch size the file was not fitted for, the nearest fitted one (log scale) decides.
+
+The file (``"schema": "specscope.policy/1"``) holds ``methods``, ``features`` (name →
+definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][J][F], ``intercept`` [M][J],
+and ``models``: per batch size ``theta`` and ``seconds`` [M][J + 1]; plain numbers only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from specscope.errors import SpecscopeError
+from specscope.sim.observe import MEMORY, NONE, Observation
+
+SCHEMA = "specscope.policy/1"
+NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
+
+
+def feature_names(methods: tuple[str, ...]) -> dict[str, str]:
+    """Feature name → definition, in vector order."""
+    names = {
+        "log_pos": "log(1 + output tokens so far)",
+        "log_prompt": "log(1 + prompt length)",
+        "ngram_offer": "tokens n-gram lookup offers now (0: no match)",
+        "ngram_match": "1 if n-gram lookup matches now",
+        "prompt_overlap": "share of output trigrams so far found in the prompt",
+        "mean_ngram_agree": "mean over past steps of n-gram's agreement with what they emitted (censored)",
+    }
+    for j in range(1, MEMORY + 1):
+        names[f"emitted_{j}"] = f"tokens emitted {j} step(s) ago (0 before the first step)"
+        names[f"ngram_agree_{j}"] = f"n-gram agreement {j} step(s) ago, censored at what it emitted"
+        names[f"full_{j}"] = f"1 if the step {j} ago accepted all it proposed (k > 0)"
+    for m in methods:
+        names[f"last_{m}"] = f"1 if the last step ran {m}"
+        names[f"mean_emitted_{m}"] = f"mean tokens emitted by past {m} steps (0: none yet)"
+        names[f"share_{m}"] = f"share of past steps that ran {m}"
+    names["last_draft_prob"] = f"first-draft probability of the last step's drafter ({NO_PROB:g}: unknown)"
+    return names
+
+
+def features(obs: Observation, methods: tuple[str, ...]) -> list[float]:
+    """The feature vector of ``obs`` (order of :func:`feature_names`)."""
+    steps = obs.num_steps
+    x = [math.log1p(obs.pos), math.log1p(obs.prompt_len), float(obs.ngram_offer), float(obs.ngram_offer > 0),
+         obs.prompt_overlap, obs.ngram_agree_total / steps if steps else 0.0]
+    recent = obs.steps[::-1]
+    for j in range(MEMORY):
+        if j < len(recent):
+            o = recent[j]
+            x += [float(o.emitted), float(o.ngram_agree), float(o.k > 0 and o.emitted == o.k + 1)]
+        else:
+            x += [0.0, 0.0, 0.0]
+    last = recent[0].method if recent else NONE
+    for i in range(len(methods)):
+        count = obs.steps_by_method[i]
+        x += [float(last == i), obs.emitted_by_method[i] / count if count else 0.0, count / steps if steps else 0.0]
+    prob = recent[0].draft_prob if recent else None
+    x.append(NO_PROB if prob is None else prob)
+    return x
+
+
+def sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+@dataclass(frozen=True)
+class Chooser:
+    """One batch size's decision rule over the shared acceptance model (see the module docstring)."""
+
+    weights: np.ndarray  # [M·J, F] standardisation folded in
+    bias: np.ndarray  # [M·J]
+    methods: int  # M
+    seconds: np.ndarray  # [M, J + 1] step seconds of method m proposing k = 0 … J (k = 0: none)
+    theta: float  # tokens per second one second of step time is worth
+    ngram: int  # index of n-gram among the methods (its k is capped at its offer); NONE if absent
+
+    def scores(self, x: np.ndarray, offer: np.ndarray) -> np.ndarray:
+        """x [B, F], offer [B] → score [B, M, J + 1] of (method, k) (k = 0: none)."""
+        b = x.shape[0]
+        p = sigmoid(x @ self.weights.T + self.bias).reshape(b, self.methods, -1)  # [B, M, J]
+        p = np.minimum.accumulate(p, axis=2)  # P(acc ≥ j) falls with j
+        gain = np.concatenate([np.ones((b, self.methods, 1)), 1.0 + np.cumsum(p, axis=2)], axis=2)
+        score = gain - self.theta * self.seconds  # [B, M, J + 1]
+        if self.ngram != NONE:  # n-gram proposing k offers min(k, offer)
+            depth = np.arange(score.shape[2])
+            capped = np.minimum(depth[None, :], offer[:, None])  # [B, J + 1]
+            score[:, self.ngram] = np.take_along_axis(score[:, self.ngram], capped, axis=1)
+        return score
+
+    def choose_batch(self, x: np.ndarray, offer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised over a batch: (method [B] (NONE: none), k [B])."""
+        score = self.scores(x, offer)
+        flat = score.reshape(x.shape[0], -1).argmax(axis=1)
+        method, k = np.divmod(flat, score.shape[2])
+        return np.where(k > 0, method, NONE), k
+
+    def choose(self, x: list[float], offer: int) -> tuple[int, int]:
+        """(method index, k) for one feature vector."""
+        method, k = self.choose_batch(np.asarray([x]), np.asarray([offer]))
+        return int(method[0]), int(k[0])
+
+
+@dataclass(frozen=True)
+class LearnedPolicy:
+    """A fitted policy file: its methods and one chooser per fitted batch size."""
+
+    path: str
+    methods: tuple[str, ...]
+    choosers: dict[int, Chooser]
+    document: dict
+
+    def chooser(self, batch_size: int) -> Chooser:
+        """The rule of the fitted batch size nearest ``batch_size`` (log scale)."""
+        nearest = min(self.choosers, key=lambda b: (abs(math.log(b) - math.log(batch_size)), b))
+        return self.choosers[nearest]
+
+    def decide_for(self, batch_size: int):
+        """The per-step decision function at ``batch_size``: observation → (method, k)."""
+        chooser, methods = self.chooser(batch_size), self.methods
+        return lambda obs: chooser.choose(features(obs, methods), obs.ngram_offer)
+
+
+def load_policy(path: str | Path) -> LearnedPolicy:
+    """Read a policy file; a missing or malformed one is a one-line error naming it."""
+    try:
+        document = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise SpecscopeError(f"{path}: cannot read the policy file: {error.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise SpecscopeError(f"{path}: not a JSON policy file: {error}") from None
+    if not isinstance(document, dict) or document.get("schema") != SCHEMA:
+        raise SpecscopeError(f"{path}: expected a policy file with \"schema\": {SCHEMA!r} "
+                             "(made by `specscope policy fit`)")
+    try:
+        methods = tuple(str(m) for m in document["methods"])
+        choosers = choosers_from_json(document, methods)
+    except (KeyError, TypeError, ValueError) as error:
+        raise SpecscopeError(f"{path}: malformed policy file: {error}") from None
+    return LearnedPolicy(str(path), methods, choosers, document)
+
+
+def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:
+    """The decision rule per batch size of a policy document (ValueError when malformed)."""
+    width = len(feature_names(methods))
+    coef = np.asarray(document["coef"], dtype=float)  # [M, J, F]
+    intercept = np.asarray(document["intercept"], dtype=float)  # [M, J]
+    scale, mean = np.asarray(document["scale"], dtype=float), np.asarray(document["mean"], dtype=float)
+    if coef.ndim != 3 or coef.shape[0] != len(methods) or coef.shape[2] != width or intercept.shape != coef.shape[:2] \
+            or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0):
+        raise ValueError(f"expected coef [{len(methods)}][J][{width}], intercept [{len(methods)}][J] and "
+                         f"{width} means and positive scales")
+    weights = (coef / scale).reshape(-1, width)
+    bias = intercept.reshape(-1) - weights @ mean
+    choosers = {}
+    for model in document["models"]:
+        b = int(model["batch_size"])
+        seconds = np.asarray(model["seconds"], dtype=float)
+        if b < 1 or seconds.shape != (len(methods), coef.shape[1] + 1):
+            raise ValueError(f"model for batch size {b}: expected batch size >= 1 and seconds "
+                             f"[{len(methods)}][{coef.shape[1] + 1}]")
+        choosers[b] = Chooser(weights, bias, len(methods), seconds, float(model["theta"]),
+                              methods.index("ngram") if "ngram" in methods else NONE)
+    if not choosers or not np.all(np.isfinite(weights)):
+        raise ValueError("no models, or non-finite coefficients")
+    return choosers

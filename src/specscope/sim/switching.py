@@ -1,0 +1,168 @@
+"""Plans that switch proposer per step, and what their drafting costs.
+
+A switching plan records, per step, the proposer that ran (``Plan.method``: an index into
+``Plan.methods``, :data:`~specscope.sim.observe.NONE` when the step proposes nothing).
+
+- ``oracle-switch:a+b`` (:func:`oracle_switch_plan`): at every step the proposer with the longer
+  acc_len there proposes exactly acc_len − 1 (ties: the first named; acc_len = 1 for both: none).
+  Its drafting is charged, unlike ``oracle-combined``'s: the realistic ceiling of a causal policy.
+- a causal policy (:func:`causal_plan`): the simulator walks the trace, hands the policy an
+  :class:`~specscope.sim.observe.Observation` before every step and applies its (method, k).
+
+Pricing (:class:`SwitchDrafting`): each proposer drafts for the requests that chose it in an
+iteration, priced by its own drafting model over just those requests (the lookup model's share
+of the verify time is that of its proposing requests among all running ones). A model drafter
+keeps a state (an EAGLE head reads the target's hidden state at every position): before its next
+step it **catches up** the positions emitted by other proposers' steps since its last one,
+catch-up = pos − (the position after the request's previous step with that drafter; 1 when
+none: its prefill covered the prompt and the first token). The engine feeds them to the drafter
+as it feeds a prompt, so an iteration's catch-up tokens (all its requests together) are priced
+as one drafter prefill over them (``Drafting.prefill_time``: a roofline forward over them; a
+fitted model's per-prompt-token drafter cost, zero in the paper's models, which charge no
+drafter prefill). Every model drafter among the methods pays its prefill on every prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from specscope.costmodel.base import CostModel, Drafting, StepLoad
+from specscope.errors import SpecscopeError
+from specscope.methods import method as method_named
+from specscope.sim.observe import NONE, Decide, Observer
+from specscope.sim.plan import Plan, concat_steps, visit
+from specscope.trace.schema import TraceRecord
+
+def common_length(record: TraceRecord, methods: Sequence[str]) -> int:
+    """Positions every method's acc_len and the output cover (oracle-combined's rule, which
+    reads the acc_len arrays only, plus the output: observations read its tokens)."""
+    return min(record.output_len, *(len(record.acc_len(m)) for m in methods))
+
+
+def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
+    """Walk every request under oracle-switch (see the module docstring)."""
+    parts = []
+    for record in records:
+        g = common_length(record, methods)
+        acc = np.stack([record.acc_len(m)[:g] for m in methods])  # [M, G]
+        best = acc.max(axis=0)
+        pos = np.asarray(visit(best.tolist()), dtype=np.int64)
+        emitted = best[pos - 1].astype(np.int64)
+        chosen = np.where(emitted > 1, acc.argmax(axis=0)[pos - 1], NONE)
+        parts.append((pos, emitted - 1, emitted, chosen))
+    return _switch_plan(parts, records, methods)
+
+
+def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide: Decide,
+                k_max: int) -> Plan:
+    """Walk every request asking ``decide`` before each step; k is capped at ``k_max`` and at
+    what n-gram offers there."""
+    parts = []
+    for record in records:
+        g = common_length(record, methods)
+        observer = Observer(record, methods, g, k_max)
+        steps = []
+        p = 1
+        while p < g:
+            m, k = decide(observer.observe(p))
+            k = min(max(int(k), 0), k_max)
+            if m != NONE:
+                offer = observer.offer(m, p)
+                k = k if offer is None else min(k, offer)
+            m = m if k > 0 else NONE
+            emitted = observer.step(p, m, k)
+            steps.append((p, k, emitted, m))
+            p += emitted
+        arrays = np.asarray(steps, dtype=np.int64).reshape(-1, 4).T
+        parts.append(tuple(arrays))
+    return _switch_plan(parts, records, methods)
+
+
+def _switch_plan(parts, records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
+    plan = concat_steps([p[:3] for p in parts], [r.prompt_len for r in records],
+                        [common_length(r, methods) for r in records])
+    plan.method = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    plan.methods = methods
+    return plan
+
+
+def catch_up(plan: Plan, method: int) -> np.ndarray:
+    """[S] positions the drafter ``method`` reads beyond k + 1 at each of its steps (0 elsewhere)."""
+    out = np.zeros(len(plan.pos), dtype=np.int64)
+    for r in range(len(plan.prompt_len)):
+        lo, hi = plan.offsets[r], plan.offsets[r + 1]
+        mine = np.flatnonzero(plan.method[lo:hi] == method) + lo
+        if mine.size == 0:
+            continue
+        seen = np.concatenate([[1], plan.pos[mine[:-1]] + plan.emitted[mine[:-1]]])
+        out[mine] = plan.pos[mine] - seen
+    return out
+
+
+@dataclass(frozen=True)
+class SwitchDrafting:
+    """The drafting of a switching plan's proposers (``draftings`` in ``methods`` order)."""
+
+    methods: tuple[str, ...]
+    draftings: tuple[Drafting, ...]
+
+    @classmethod
+    def of(cls, cost: CostModel, methods: tuple[str, ...]) -> "SwitchDrafting":
+        return cls(methods, tuple(cost.drafting_for(m) for m in methods))
+
+    def stateful(self, index: int) -> bool:
+        """Whether the proposer keeps a state that must follow every position (a model)."""
+        return method_named(self.methods[index]).kind != "lookup"
+
+    def bind(self, plan: Plan, aggregate: Callable[[np.ndarray | None], np.ndarray]) -> "BoundSwitch":
+        """This drafting for ``plan``, with ``aggregate`` turning per-step values [S] into the
+        pricing mode's per-load values (None: count the steps)."""
+        if plan.methods != self.methods:
+            raise SpecscopeError(f"a plan switching between {plan.methods} priced with {self.methods}")
+        loads, caught_up = [], []
+        for index in range(len(self.methods)):
+            mine = plan.method == index
+            caught_up.append(aggregate(catch_up(plan, index).astype(float)) if self.stateful(index) else None)
+            loads.append(StepLoad(
+                batched_tokens=aggregate(np.where(mine, plan.verify_tokens, 0).astype(float)),
+                kv_tokens=aggregate(np.where(mine, plan.prompt_len[plan.request_of_step] + plan.pos, 0).astype(float)),
+                num_running=aggregate(mine.astype(float)),
+                num_proposing=aggregate((mine & (plan.proposed > 0)).astype(float)),
+                padded_tokens=aggregate(np.where(mine, plan.verify_tokens, 0).astype(float)),
+            ))
+        return BoundSwitch(self, loads, caught_up)
+
+    def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        return sum((d.prefill_time(prompt_tokens) for d in self.draftings),
+                   np.zeros_like(np.asarray(prompt_tokens, dtype=float)))
+
+    def to_json(self) -> dict:
+        return {"kind": "switch", **{m: d.to_json() for m, d in zip(self.methods, self.draftings)}}
+
+
+@dataclass(frozen=True)
+class BoundSwitch:
+    """A :class:`SwitchDrafting` bound to one plan's per-method loads (a ``Drafting``)."""
+
+    switch: SwitchDrafting
+    loads: list[StepLoad]  # per method: the steps that ran it
+    caught_up: list[np.ndarray | None]  # per method: catch-up tokens (None: a lookup, no state)
+
+    def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
+        total = np.zeros_like(verify_time)
+        for drafting, mine, tokens in zip(self.switch.draftings, self.loads, self.caught_up):
+            share = np.divide(mine.num_running, load.num_running, out=np.zeros_like(verify_time),
+                              where=load.num_running > 0)
+            total = total + drafting.time(mine, verify_time * share)
+            if tokens is not None:
+                total = total + drafting.prefill_time(tokens)
+        return total
+
+    def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        return self.switch.prefill_time(prompt_tokens)
+
+    def to_json(self) -> dict:
+        return self.switch.to_json()

@@ -1,0 +1,43 @@
+"""Bad inputs of the learned policy (policy fit/evaluate/explain, learned:/oracle-switch: policies,
+report --policy): each refused in one line naming the option, the file or the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from harness import Case, check
+
+
+def own(rid: str, dataset: str = "d") -> str:
+    return json.dumps({"schema": "specscope.trace/1", "id": rid, "dataset": dataset, "k_max": 6,
+                       "prompt_token_ids": [1, 2], "output_token_ids": [5, 6, 7, 8],
+                       "proposers": {"ngram": {"acc_len": [1, 2, 1, 1]}, "eagle": {"acc_len": [2, 3, 1, 1]}}}) + "\n"
+
+
+TRACES = {"t.jsonl": own("a") + own("b")}
+NOT_A_POLICY = {**TRACES, "p.json": json.dumps({"schema": "specscope.trace/1"})}
+SIM = ["simulate", "t.jsonl", "--batch-sizes", "1", "--policies"]
+
+CASES = [
+    Case("fit-repeated-acc", ["policy", "fit", "t.jsonl", "--acc", "ngram,ngram", "-o", "p.json"], r"--acc",
+         files=TRACES),
+    Case("fit-unknown-proposer", ["policy", "fit", "t.jsonl", "--acc", "ngram,mtp", "-o", "p.json"],
+         r"--acc.*'mtp'", files=TRACES),
+    Case("fit-bad-batch-size", ["policy", "fit", "t.jsonl", "--batch-sizes", "0", "-o", "p.json"], r"--batch-sizes",
+         files=TRACES),
+    Case("learned-missing-file", [*SIM, "learned:none.json"], r"none\.json", files=TRACES),
+    Case("learned-no-argument", [*SIM, "learned"], r"learned:FILE", files=TRACES),
+    Case("learned-not-a-policy", [*SIM, "learned:p.json"], r"p\.json.*expected a policy file", files=NOT_A_POLICY),
+    Case("switch-one-proposer", [*SIM, "oracle-switch:ngram"], r"oracle-switch:A\+B", files=TRACES),
+    Case("switch-unknown-method", [*SIM, "oracle-switch:ngram+foo"], r"unknown method 'foo'", files=TRACES),
+    Case("evaluate-one-dataset", ["policy", "evaluate", "t.jsonl"], r"at least two datasets", files=TRACES),
+    Case("explain-not-a-policy", ["policy", "explain", "p.json"], r"p\.json", files=NOT_A_POLICY),
+    Case("report-bad-policy", ["report", "t.jsonl", "-o", "out", "--policy", "p.json"], r"p\.json",
+         files=NOT_A_POLICY),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)

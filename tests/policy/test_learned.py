@@ -1,0 +1,88 @@
+"""The learned policy: fitting, its portable file, decisions, and refusals of bad files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from policy_traces import record
+
+from specscope.costmodel.base import FractionDrafting, LinearDrafting
+from specscope.costmodel.linear import LinearCostModel
+from specscope.errors import SpecscopeError
+from specscope.sim.evaluate import judge
+from specscope.sim.grid import SimConfig, simulate
+from specscope.sim.learned import feature_names, load_policy
+
+pytest.importorskip("sklearn")
+
+COST = LinearCostModel("toy", c_fixed=1.0, c_tok=0.02, c_kv=0.0, overhead_s=0.1, drafting={
+    "ngram": FractionDrafting(0.01), "eagle": LinearDrafting(c_fixed=0.2, c_tok=0.05, c_kv=0.0)})
+
+
+def workload(seed: int, count: int = 24, g: int = 80) -> list:
+    """Requests in stretches: where n-gram matches it accepts 6 and eagle 1; elsewhere n-gram
+    offers nothing and eagle accepts 2 or 3 (all visible to a causal policy via the offer)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for r in range(count):
+        copying = np.repeat(rng.random(g // 8) < 0.4, 8)[:g]
+        ngram = np.where(copying, 7, 1)
+        offer = np.where(copying, 8, 0)
+        eagle = np.where(copying, 1, rng.integers(2, 4, g))
+        out.append(record(ngram.tolist(), eagle.tolist(), rid=f"{seed}-{r}", offer=offer.tolist(), dataset=f"w{seed}"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def policy_file(tmp_path_factory):
+    from specscope.sim.fit import fit_policy
+
+    path = tmp_path_factory.mktemp("policy") / "policy.json"
+    path.write_text(json.dumps(fit_policy(workload(0), ("ngram", "eagle"), COST, [1, 8])))
+    return path
+
+
+def test_the_file_is_plain_numbers_with_its_features_defined(policy_file):
+    document = json.loads(policy_file.read_text())
+    assert document["features"] == feature_names(("ngram", "eagle"))
+    assert [m["batch_size"] for m in document["models"]] == [1, 8]
+    assert np.asarray(document["coef"]).shape == (2, 6, len(document["features"]))  # j = 2 … 7, the longest acc_len measured
+
+
+def test_on_an_unseen_workload_it_beats_every_fixed_policy_and_closes_most_of_the_gap(policy_file):
+    learned = f"learned:{policy_file}"
+    policies = ["fixed:1", "fixed:2", "fixed:4", "fixed:7", "oracle-switch:ngram+eagle", learned]
+    rows = simulate(workload(1), ["ngram", "eagle"], policies, COST, SimConfig(mode="paper", batch_sizes=(1, 8)))
+    for line in judge(rows, learned):
+        assert line["learned"] > line["best_fixed_speedup"]
+        assert line["gap_closed"] > 0.5
+
+
+def test_batch_decisions_equal_one_by_one_and_the_nearest_batch_size_decides(policy_file):
+    policy = load_policy(policy_file)
+    assert policy.chooser(2) is policy.choosers[1] and policy.chooser(64) is policy.choosers[8]
+    chooser = policy.chooser(1)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(16, len(policy.document["features"])))
+    offers = rng.integers(0, 9, 16)
+    methods, ks = chooser.choose_batch(x, offers)
+    assert [chooser.choose(row.tolist(), int(o)) for row, o in zip(x, offers)] == list(zip(methods.tolist(), ks.tolist()))
+    assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)  # n-gram never past its offer
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(schema="other"), "expected a policy file"),
+    (lambda d: d.pop("coef"), "malformed policy file"),
+    (lambda d: d["models"][0].update(batch_size=0), "batch size"),
+    (lambda d: d.update(scale=[0.0] * len(d["scale"])), "positive scales"),
+])
+def test_a_malformed_file_is_one_line_naming_it(policy_file, tmp_path, edit, message):
+    document = json.loads(policy_file.read_text())
+    edit(document)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(document))
+    with pytest.raises(SpecscopeError, match=message) as error:
+        load_policy(bad)
+    assert str(bad) in str(error.value) and "\n" not in str(error.value)

@@ -1,0 +1,92 @@
+"""Causality: what a policy is handed before a step cannot reach the trace's future."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+from policy_traces import record
+
+from specscope.sim.observe import NONE, Observer, prompt_overlap
+from specscope.sim.switching import causal_plan
+
+NGRAM = [1, 3, 1, 1, 2, 1, 1, 1, 4, 1, 1, 1]
+EAGLE = [2, 1, 3, 2, 1, 4, 1, 2, 1, 1, 2, 1]
+
+
+def reachable(root, limit: int = 10_000) -> list:
+    """Every object reachable from ``root`` through references (bounded)."""
+    seen, stack, out = set(), [root], []
+    while stack and len(out) < limit:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, type):
+            continue
+        seen.add(id(obj))
+        out.append(obj)
+        stack.extend(gc.get_referents(obj))
+    return out
+
+
+def walk(rec, decide):
+    observations = []
+
+    def spy(obs):
+        observations.append(obs)
+        return decide(obs)
+
+    plan = causal_plan([rec], ("ngram", "eagle"), spy, k_max=8)
+    return plan, observations
+
+
+def test_observation_reaches_no_trace_array_and_only_the_tokens_so_far():
+    rec = record(NGRAM, EAGLE, prob=[0.5] * len(NGRAM))
+    arrays = [rec.prompt_token_ids, rec.output_token_ids,
+              *(a for t in rec.proposers.values() for a in (t.acc_len, t.draft_len, t.draft_prob) if a is not None)]
+    _, observations = walk(rec, lambda obs: (1, 2))
+    assert observations
+    for obs in observations:
+        for obj in reachable(obs):
+            assert obj is not rec and obj is not rec.proposers
+            if isinstance(obj, np.ndarray):
+                assert not any(np.shares_memory(obj, a) for a in arrays)
+        expected = np.concatenate([rec.prompt_token_ids, rec.output_token_ids[:obs.pos]])
+        assert np.array_equal(obs.tokens, expected)
+        assert not obs.tokens.flags.writeable
+
+
+def test_changing_the_future_changes_no_earlier_observation():
+    cut = 5  # acc_len entries past index 5 differ; a step at pos <= cut + 1 has read indices < pos - 1 only
+    rec = record(NGRAM, EAGLE)
+    other = record(NGRAM[: cut + 1] + [8] * (len(NGRAM) - cut - 1), EAGLE[: cut + 1] + [7] * (len(EAGLE) - cut - 1))
+
+    def decide(obs):
+        return (0, 3) if obs.pos % 2 else (1, 2)
+
+    _, first = walk(rec, decide)
+    _, second = walk(other, decide)
+    early = [o for o in first if o.pos <= cut + 1]
+    assert len(early) >= 3
+    for a, b in zip(early, second):
+        assert a.pos == b.pos and a.steps == b.steps and a.emitted_by_method == b.emitted_by_method
+        assert a.ngram_agree_total == b.ngram_agree_total and a.ngram_offer == b.ngram_offer
+
+
+def test_outcomes_are_censored_at_what_the_step_proposed():
+    rec = record(NGRAM, EAGLE, prob=[0.25] * len(NGRAM))
+    observer = Observer(rec, ("ngram", "eagle"), len(NGRAM), 8)
+    # pos 3: eagle acc_len[2] = 3 but k = 1 reveals only min(3, 2) = 2; n-gram acc_len[2] = 1 agrees on 1
+    assert observer.step(3, 1, 1) == 2
+    # pos 5: n-gram acc_len[4] = 2 offered 1 (draft_len), k = 4 capped by the caller, here k = 1
+    assert observer.step(5, 0, 1) == 2
+    assert observer.step(7, NONE, 0) == 1
+    obs = observer.observe(8)
+    assert [(o.method, o.k, o.emitted, o.ngram_agree) for o in obs.steps] == [(1, 1, 2, 1), (0, 1, 2, 2), (NONE, 0, 1, 1)]
+    assert [o.draft_prob for o in obs.steps] == [0.25, None, None]  # a probability only where a drafter ran
+    assert obs.emitted_by_method == (2, 2) and obs.steps_by_method == (1, 1) and obs.num_steps == 3
+
+
+def test_prompt_overlap_counts_output_trigrams_found_in_the_prompt():
+    prompt = np.array([1, 2, 3, 4])
+    output = np.array([1, 2, 3, 9, 2, 3, 4])
+    # trigrams ending at 2: (1,2,3) yes; 3: (2,3,9) no; 4: (3,9,2) no; 5: (9,2,3) no; 6: (2,3,4) yes
+    assert prompt_overlap(prompt, output).tolist() == [0, 0, 0, 1, 0.5, 1 / 3, 0.25]

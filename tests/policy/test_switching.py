@@ -1,0 +1,69 @@
+"""Switching plans (oracle-switch, causal) and their pricing, followed by hand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from policy_traces import record
+
+from specscope.costmodel.base import FractionDrafting, LinearDrafting
+from specscope.costmodel.linear import LinearCostModel
+from specscope.sim.grid import SimConfig, simulate
+from specscope.sim.observe import NONE
+from specscope.sim.paper import predict_paper
+from specscope.sim.switching import SwitchDrafting, catch_up, causal_plan, oracle_switch_plan
+
+NGRAM = [3, 1, 1, 1, 2, 1, 1, 1, 1]
+EAGLE = [2, 1, 3, 2, 1, 1, 1, 2, 1]
+METHODS = ("ngram", "eagle")
+COST = LinearCostModel("toy", c_fixed=1.0, c_tok=0.1, c_kv=0.0, overhead_s=0.0, drafting={
+    "ngram": FractionDrafting(0.1), "eagle": LinearDrafting(c_fixed=0.5, c_tok=0.01, c_kv=0.0, c_prefill=0.2)})
+
+
+def test_oracle_switch_takes_the_longer_acc_len_and_proposes_nothing_where_both_are_one():
+    plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
+    # pos 1: n-gram 3 → pos 4: eagle 2 → pos 6, 7: both 1 → none → pos 8: eagle 2 → pos 10 >= G
+    assert plan.pos.tolist() == [1, 4, 6, 7, 8]
+    assert plan.emitted.tolist() == [3, 2, 1, 1, 2]
+    assert plan.proposed.tolist() == [2, 1, 0, 0, 1]
+    assert plan.method.tolist() == [0, 1, NONE, NONE, 1]
+
+
+def test_catch_up_counts_the_positions_the_drafter_did_not_see():
+    plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
+    # eagle's first step at pos 4: positions 1..3 came from n-gram (3); next at 8: it saw up to 6 → 2
+    assert catch_up(plan, 1).tolist() == [0, 3, 0, 0, 2]
+    chain = causal_plan([record(NGRAM, EAGLE)], METHODS, lambda obs: (1, 1), k_max=8)
+    assert set(chain.method.tolist()) == {1} and not catch_up(chain, 1).any()
+
+
+def test_switch_pricing_charges_each_proposer_its_drafting_and_the_catch_up():
+    plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
+    split = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS), 1).time_split
+    # verify 1 + 0.1·(k+1): 1.3 + 1.2 + 1.1 + 1.1 + 1.2; n-gram 0.1 × 1.3; eagle (0.5 + 0.01·2) twice
+    # plus its catch-up 0.2 × (3 + 2); prefill: target 1 + 0.1·5, eagle's 0.2·5
+    assert split["verification"] == pytest.approx(5.9)
+    assert split["drafting"] == pytest.approx(0.13 + 2 * 0.52 + 0.2 * 5)
+    assert split["prefill"] == pytest.approx(2.5)
+
+
+def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():
+    offer = [2, 0, 0, 0, 1, 0, 0, 0, 0]
+    plan = causal_plan([record(NGRAM, EAGLE, offer=offer)], METHODS, lambda obs: (0, 5), k_max=8)
+    # pos 1: offers 2 → emits min(3, 3) = 3; pos 4: offers nothing → none; pos 5: offers 1 → 2 …
+    assert plan.pos.tolist()[:3] == [1, 4, 5]
+    assert plan.proposed.tolist()[:3] == [2, 0, 1]
+    assert plan.method.tolist()[:3] == [0, NONE, 0]
+
+
+def test_grid_rows_name_the_switching_proposers_and_with_cheap_drafting_oracle_switch_wins():
+    records = [record(NGRAM, EAGLE, rid=str(i)) for i in range(3)]
+    cheap = LinearCostModel("cheap", c_fixed=1.0, c_tok=0.1, c_kv=0.0, overhead_s=0.0, drafting={
+        "ngram": FractionDrafting(0.1), "eagle": LinearDrafting(c_fixed=0.05, c_tok=0.01, c_kv=0.0)})
+    rows = simulate(records, ["ngram", "eagle"], ["fixed:1", "oracle-switch:ngram+eagle"], cheap,
+                    SimConfig(batch_sizes=(1, 2), combined=METHODS))
+    switch = [r for r in rows if r.policy.startswith("oracle-switch")]
+    assert {r.acc for r in switch} == {"ngram+eagle"} and len(switch) == 2
+    for b in (1, 2):
+        best_fixed = max(r.speedup for r in rows if r.batch_size == b and r.policy == "fixed:1")
+        assert next(r.speedup for r in switch if r.batch_size == b) > best_fixed
