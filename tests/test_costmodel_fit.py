@@ -200,3 +200,47 @@ def test_fitted_model_reads_back_and_goes_to_stdout(tmp_path, capsys):
     from specscope.costmodel.registry import resolve_cost_model
 
     assert resolve_cost_model(str(path)).describe() == fitted
+
+
+def test_tree_steps_are_fitted_as_the_simulator_prices_them(tmp_path):
+    """Tree steps verify nodes + 1 tokens per sequence (the forward's per-token term) and draft
+    Σ pass widths + 1 tokens per sequence (2x1x1: 1 + 2 + 2 + 1 = 6; 3x2x1x1: 1 + 3 + 6 + 6 + 1
+    = 17, not its 22 verified): the fit recovers the drafting that made them, and the simulator
+    prices a tree step at the time it was measured."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.base import StepLoad
+    from specscope.costmodel.fit import fit_linear
+    from specscope.sim.pricing import price_steps
+    from specscope.trees import TreeShape
+
+    def forward(tokens, cached, rows):
+        return 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-5 * rows + 3e-4 * (tokens > 1)
+
+    def drafting(per_sequence, kv):
+        return 0.001 + 3e-5 * per_sequence + 1e-8 * kv
+
+    rng = np.random.default_rng(2)
+    lines = []
+    shapes = [None, TreeShape.parse("2x1x1"), TreeShape.parse("3x2x1x1")]
+    for i in range(90):
+        batch, kv, tree = int(rng.integers(1, 9)), int(rng.integers(0, 5000)), shapes[i % 3]
+        lines.append(step(i, "none", 0, batch, kv, forward(batch, kv, batch)))
+        if tree is None:
+            lines.append(step(i, "eagle", 3, batch, kv, forward(batch * 4, kv, batch), draft=drafting(4, kv)))
+        else:
+            verified = batch * (tree.nodes + 1)
+            lines.append({**step(i, "eagle", tree.depth, batch, kv, forward(verified, kv, batch),
+                                 draft=drafting(sum(tree.draft_pass_widths) + 1, kv)),
+                          "tokens_verified": verified, "tree": tree.name})
+    records = tmp_path / "steps.jsonl"
+    records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    model, _ = fit_linear(read_steps([records]))
+    eagle = model.drafting_for("eagle")
+    assert (eagle.c_fixed, eagle.c_tok, eagle.c_kv) == (
+        pytest.approx(0.001, rel=1e-5), pytest.approx(3e-5, rel=1e-5), pytest.approx(1e-8, rel=1e-4))
+    tree, batch, kv = shapes[2], 4, 1000.0
+    verified = np.array([batch * (tree.nodes + 1.0)])
+    load = StepLoad(verified, np.array([kv]), np.array([batch]), np.array([batch]), verified, tree.draft_pass_widths)
+    priced = price_steps(model, eagle, load)
+    measured = forward(verified[0], kv, batch) + drafting(17, kv) + 0.001  # + sampling and overhead
+    assert float(priced.total[0]) == pytest.approx(measured, rel=1e-5)

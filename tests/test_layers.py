@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("assemble",),
     ("sim", "theory", "tracing", "serve", "zoo"),
     ("analysis", "backends"),
-    ("report",),
+    ("report", "distributed"),
     ("study",),
     ("cli",),
     ("__main__",),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from specscope.engine.loading import load_eos_token_ids, load_model, load_tokenizer, parse_dtype, resolve_device
 from specscope.engine.proposer_api import ProposerConfig
 from specscope.engine.runner import DEFAULT_MAX_SEQ_LEN, Engine
+from specscope.methods import NO_SD
 from specscope.proposers import create_proposer
 from specscope.trees import TreeShape
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 
 def load_engine(
     model_dir: str | Path,
-    method: str = "none",
+    method: str = NO_SD,
     draft_dir: str | Path | None = None,
     k: int = 3,
     max_batch_size: int = 8,
@@ -31,7 +32,7 @@ def load_engine(
     device: str = "cpu",
     tree: TreeShape | None = None,
 ) -> tuple[Engine, "tokenizers.Tokenizer | None"]:
-    """Load target (and proposer ``method`` unless "none") from HF directories; returns the
+    """Load target (and proposer ``method`` unless :data:`~specscope.methods.NO_SD`) from HF directories; returns the
     engine and the target directory's ``tokenizer.json`` tokenizer (``None`` without one).
     ``max_seq_len`` defaults to the model's ``max_position_embeddings`` (else
     ``DEFAULT_MAX_SEQ_LEN``) and may not exceed it. With a ``tree`` the engine drafts and
@@ -44,7 +45,7 @@ def load_engine(
     if tree is not None:
         k = tree.depth
     proposer = None
-    if method != "none":
+    if method != NO_SD:
         config = ProposerConfig(
             method,
             k,

@@ -39,6 +39,7 @@ RECORD_FIELDS = {
     "prefill_tokens",
     "prefill_s",
     "prefill_requests",
+    "tree",
 }
 
 
@@ -244,3 +245,38 @@ def test_openai_engine_args_with_bad_quoting_is_one_line(workload, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--engine-args: No closing quotation" in err and "Traceback" not in err
+
+
+def test_bench_self_draft_tree_accepts_the_full_depth(llama_dir, workload, tmp_path, capsys):
+    """Self-draft (draft = target) with a 2x2x1 tree: every step accepts a whole root path,
+    τ = depth + 1 = 4 exactly; greedy output equals no-SD; rows, cells and records name the tree."""
+    argv = ["bench", "--model", str(llama_dir), "--method", "draft", "--draft", str(llama_dir), "--tree", "2x2x1",
+            "--batch-sizes", "1,4", "--workload", str(workload), "--max-tokens", "9", "--threads", "1",
+            "--repeats", "1", "--records", str(tmp_path / "steps.jsonl"), "-o", str(tmp_path / "r.json")]
+    assert main(argv) == 0
+    assert "2x2x1 (10 nodes, depth 3)" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["k"], r["tree"], r["tree_nodes"], r["tree_depth"]) for r in rows] == [(3, "2x2x1", 10, 3)] * 2
+    assert [r["mean_acceptance_length"] for r in rows] == [4.0, 4.0]
+    assert [r["acceptance_rate"] for r in rows] == pytest.approx([0.3, 0.3])  # 3 of 10 nodes per step
+    assert all(r["greedy_match"] is True for r in rows)
+    assert {c.tree for c in read_bench_results([tmp_path / "r.json"])} == {"2x2x1"}
+    steps = read_steps([tmp_path / "steps.jsonl"])
+    assert {(s.method, s.tree) for s in steps} == {("none", None), ("draft", "2x2x1")}
+    assert all(s.tokens_verified == 11 * s.batch_size for s in steps if s.method == "draft" and s.verify_s > 0)
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--k", "2", "--tree", "2x1"], "argument --tree: not allowed with argument --k"),
+    (["--method", "ngram", "--tree", "2x1"], "the 'ngram' method drafts chains only"),
+    (["--method", "none", "--tree", "2x1"], "--tree: tree 2x1 needs an SD method"),
+    (["--tree", "2x0"], "--tree"),
+])
+def test_bench_tree_errors_are_one_line(llama_dir, workload, capsys, extra, message):
+    try:  # usage errors exit from argparse, the others return 2
+        code = main(["bench", "--model", str(llama_dir), "--workload", str(workload), "--max-tokens", "2", *extra])
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err

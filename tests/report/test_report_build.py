@@ -32,7 +32,9 @@ def test_every_figure_and_table_is_written(synthetic_report):
     assert synthetic_report.notes == [
         "figure 'tree vs chain' not drawn: the traces carry no tree_rank (trace with --trees), or no tree fits the "
         "depth they recorded",
-        "figure 'measured' not drawn: no measured runs were given (--measured)"]
+        "figure 'measured' not drawn: no measured runs were given (--measured)",
+        "figure 'policy gap' not drawn: no learned policy was given (--policy)",
+        "figure 'policy choices' not drawn: no learned policy was given (--policy)"]
 
 
 def test_page_is_self_contained(synthetic_report):

@@ -28,10 +28,17 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     first = capsys.readouterr().out
     assert "fidelity" in first and "report" in first
     rows = list(csv.DictReader((out / "fidelity.csv").open()))
-    assert {"method", "batch_size", "measured_speedup", "simulated_speedup", "error_pct"} <= set(rows[0])
-    assert {(r["method"], r["batch_size"]) for r in rows} == {(m, b) for m in ("ngram", "draft") for b in ("1", "2")}
+    assert {"method", "batch_size", "measured_speedup", "simulated_speedup", "error_pct", "tree",
+            "tree_nodes"} <= set(rows[0])
+    # chains of k = 3 for every method, and the two study trees with the drafter (here the draft model)
+    assert {(r["method"], r["tree"], r["tree_nodes"], r["batch_size"]) for r in rows} == {
+        (m, tree, nodes, b) for m, tree, nodes in (("ngram", "", ""), ("draft", "", ""), ("draft", "2x1x1", "6"),
+                                                   ("draft", "3x2x1x1", "21")) for b in ("1", "2")}
+    assert all(r["simulated_speedup"] and r["error_pct"] for r in rows)
+    assert "fidelity tree cells" in first
     html = (out / "index.html").read_text()
     assert "Measured against simulated" in html and re.search(r"fig\d+_measured\.png", html)
+    assert "Static tree vs chain" in html and "3x2x1x1" in html  # the study's trees in the report
     before = {p.name: p.stat().st_mtime_ns for p in (out / "measured").iterdir()}
     assert main(argv) == 0  # resumes: nothing traced or measured again
     second = capsys.readouterr().out

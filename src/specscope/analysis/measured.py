@@ -1,7 +1,8 @@
 """Measured speedups (from `specscope bench` or a study) beside the simulator's predictions.
 
 A measured cell is one engine run: ``dataset`` (workload), ``method``, ``k``, ``batch_size``,
-``measured_speedup`` = SD throughput / no-SD throughput on the same requests, and, when known,
+``measured_speedup`` = SD throughput / no-SD throughput on the same requests, ``tree`` (the
+static tree every SD step drafted, :mod:`specscope.trees` name; ``None``: a chain of k) and, when known,
 ``simulated_speedup`` (the simulator's replay of the same requests) with
 ``error_pct`` = 100 · (simulated − measured) / measured. The advisor line picks, per dataset and
 batch size, the measured cell with the highest speedup.
@@ -17,6 +18,7 @@ from typing import Iterable, Sequence
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_text
 from specscope.trace.fields import Fields
+from specscope.trees import TreeShape, parse_tree
 
 
 @dataclass
@@ -29,6 +31,12 @@ class MeasuredCell:
     batch_size: int
     measured_speedup: float
     simulated_speedup: float | None = None
+    tree: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``method`` for a chain, ``method tree:SHAPE`` for a tree: what a figure's line is."""
+        return self.method if self.tree is None else f"{self.method} tree:{self.tree}"
 
     @property
     def error_pct(self) -> float | None:
@@ -38,21 +46,25 @@ class MeasuredCell:
         return 100.0 * (self.simulated_speedup - self.measured_speedup) / self.measured_speedup
 
     def flat(self) -> dict:
-        """The cell as a table row, ``error_pct`` included."""
-        return {**asdict(self), "error_pct": self.error_pct}
+        """The cell as a table row, ``error_pct``, ``tree_nodes`` and ``tree_depth`` included."""
+        shape = {"tree": None, "tree_nodes": None, "tree_depth": None} if self.tree is None \
+            else TreeShape.parse(self.tree).describe()
+        return {**asdict(self), **shape, "error_pct": self.error_pct}
 
 
 def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
-    ``method``, ``k``, ``batch_size``, ``speedup`` > 0; the dataset is its ``workload`` field,
-    else the file's stem."""
+    ``method``, ``k``, ``batch_size``, ``speedup`` > 0, optionally ``tree`` (a static tree);
+    the dataset is its ``workload`` field, else the file's stem."""
     fields = Fields(obj, f"{path}: item {index}")
+    tree = fields.text("tree", optional=True)
     return MeasuredCell(
         dataset=fields.text("workload", optional=True) or path.stem,
         method=fields.text("method"),
         k=fields.integer("k"),
         batch_size=fields.integer("batch_size", minimum=1),
         measured_speedup=fields.number("speedup", low=0.0, low_open=True),
+        tree=None if tree is None else fields.check("tree", parse_tree, tree).name,
     )
 
 

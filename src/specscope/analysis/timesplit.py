@@ -33,6 +33,7 @@ from specscope.fileio import read_jsonl
 from specscope.sim.grid import SimRow
 from specscope.sim.pricing import PHASES
 from specscope.trace.fields import Fields
+from specscope.trees import parse_tree
 
 _INT_FIELDS = ("step", "k", "batch_size", "tokens_verified", "kv_tokens", "prefill_tokens")
 _TIME_FIELDS = ("draft_s", "verify_s", "sample_s", "overhead_s", "prefill_s")
@@ -47,9 +48,10 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     values: dict = {name: fields.integer(name) for name in _INT_FIELDS}
     values.update({name: fields.number(name, low=0.0) for name in _TIME_FIELDS})
     prompts = fields.integer("prefill_requests", optional=True)
+    tree = fields.text("tree", optional=True)
     return MeasuredStep(method=method, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
                         prefill_requests=(1 if values["prefill_tokens"] else 0) if prompts is None else prompts,
-                        **values)
+                        tree=None if tree is None else fields.check("tree", parse_tree, tree).name, **values)
 
 
 def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
@@ -61,7 +63,8 @@ def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
         for step in read_jsonl(path, parse_step):
             previous = steps[-1] if len(steps) > before else None
             run = steps[-1].run if steps else -1
-            new_run = previous is None or step.step <= previous.step or (step.method, step.k) != (previous.method, previous.k)
+            new_run = previous is None or step.step <= previous.step or \
+                (step.method, step.k, step.tree) != (previous.method, previous.k, previous.tree)
             step.run = run + 1 if new_run else run
             steps.append(step)
         if len(steps) == before:
@@ -86,13 +89,15 @@ def predicted_split(rows: Sequence[SimRow]) -> list[dict]:
 
 
 def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
-    """One row per method × k × peak batch size, in order of first appearance."""
+    """One row per method × k × peak batch size, in order of first appearance (a tree's runs
+    as method ``METHOD tree:SHAPE``)."""
     runs: dict[int, list[MeasuredStep]] = {}
     for s in steps:
         runs.setdefault(s.run, []).append(s)
     groups: dict[tuple[str, int, int], dict[str, float]] = {}
     for members in runs.values():
-        method, k = members[0].method, members[0].k
+        first = members[0]
+        method, k = first.method if first.tree is None else f"{first.method} tree:{first.tree}", first.k
         key = (method, 0 if method == NO_SD else k, max(s.batch_size for s in members))
         g = groups.setdefault(key, {**{p: 0.0 for p in PHASES}, "sampling": 0.0, "runs": 0, "steps": 0, "tokens": 0})
         g["runs"] += 1

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specscope.costmodel.steps import StepRecord
+from specscope.trees import TreeShape
 
 BATCHING = ("distinct", "replicate")
 
@@ -25,6 +26,8 @@ class BenchConfig:
     ``batching="distinct"``: up to B different requests decode together (continuous batching);
     ``"replicate"``: each request is run as B identical copies (the paper's batch size B).
     ``temperature == 0`` is greedy, and then SD output is checked against no-SD output.
+    With a ``tree`` every SD step drafts and verifies that static token tree
+    (:mod:`specscope.trees`) instead of a chain, and ``k`` must be its depth.
     """
 
     model_dir: Path
@@ -43,6 +46,7 @@ class BenchConfig:
     top_k: int = 0
     seed: int | None = None
     repeats: int = 3  # each batch size runs no-SD and SD this many times (see the backend)
+    tree: TreeShape | None = None
 
 
 @dataclass
@@ -53,7 +57,10 @@ class BenchRow:
     no-SD run (``None`` when unknown); ``speedup`` = their ratio; ``acceptance_rate`` (α) and
     ``mean_acceptance_length`` (τ) of the SD run. ``details``: the backend's further
     measurements, field → value in output order (each backend's docstring lists them).
-    Optional fields are added as keyword fields with a ``None`` default.
+    Optional fields are added as keyword fields with a ``None`` default: ``tree``, the static
+    tree an SD step drafted (``None``: a chain of ``k``), written as its
+    :meth:`~specscope.trees.TreeShape.describe` fields ``tree``, ``tree_nodes``, ``tree_depth``
+    (absent from a chain's row).
     """
 
     method: str
@@ -64,6 +71,7 @@ class BenchRow:
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
     details: dict[str, object] = field(default_factory=dict)
+    tree: TreeShape | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -74,7 +82,8 @@ class BenchRow:
 
     def flat(self) -> dict[str, object]:
         """The row as written to JSON or CSV (the on-disk field names)."""
-        row = {name: value for name, value in asdict(self).items() if name != "details"}
+        row = {name: value for name, value in asdict(self).items() if name not in ("details", "tree")}
+        row.update(self.tree.describe() if self.tree is not None else {})
         row["speedup"] = self.speedup
         return {**row, **self.details}
 

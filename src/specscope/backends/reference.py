@@ -3,14 +3,17 @@
 For each batch size B it runs the workload without SD and with SD on the same target weights,
 the two in lockstep (whichever has emitted fewer tokens steps next, so drifts of the machine's
 speed hit both alike), ``repeats`` times, and reports the repeat with the median speedup as
-one row: ``method``, ``k``, ``batch_size``, ``batching``, ``num_requests``,
+one row: ``method``, ``k``, the ``tree`` (its ``tree``, ``tree_nodes``, ``tree_depth`` when
+the SD engine drafts a static tree), ``batch_size``, ``batching``, ``num_requests``,
 ``generated_tokens``, ``throughput`` and ``baseline_throughput`` (generated tokens per second
 of the run's own steps, prefill included), ``speedup`` = their ratio, ``acceptance_rate`` (α),
 ``mean_acceptance_length`` (τ), vLLM's counters, the SD run's summed time split
 (``prefill_s``, ``draft_s``, ``verify_s``, ``sample_s``, ``overhead_s``) and, under greedy
 decoding, ``greedy_match`` (SD output == no-SD output for every request) with the number of
 ``mismatched_requests`` (``None`` when sampling). ``--method none`` runs no-SD only: its rows
-have ``speedup`` 1 and no comparison.
+have ``speedup`` 1 and no comparison. With ``config.tree`` every SD step drafts and verifies
+that tree (:mod:`specscope.engine.tree_step`); its rows count ``tree_nodes`` draft tokens per
+request-step.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
 from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
+from specscope.methods import NO_SD
 from specscope.workloads.jsonl import WorkloadRequest, read_workload
 
 log = logging.getLogger(__name__)
@@ -97,7 +101,8 @@ def _lockstep(
 
 
 def run_bench(config: BenchConfig) -> BenchResult:
-    """No-SD and SD (``config.method``; only no-SD for ``"none"``) at each batch size."""
+    """No-SD and SD (``config.method``; only no-SD for :data:`~specscope.methods.NO_SD`) at
+    each batch size."""
     from specscope.engine.loading import (
         load_eos_token_ids,
         load_model,
@@ -109,6 +114,8 @@ def run_bench(config: BenchConfig) -> BenchResult:
 
     if config.batching not in BATCHING:
         raise SpecscopeError(f"--batching: expected distinct or replicate, got {config.batching!r}")
+    if config.tree is not None and config.method == NO_SD:
+        raise SpecscopeError(f"--tree: tree {config.tree.name} needs an SD method, got --method {NO_SD}")
     target = load_model(config.model_dir, parse_dtype(config.dtype), resolve_device(config.device))
     requests = read_workload(config.workload, load_tokenizer(config.model_dir))
     vocab = target.config.vocab_size
@@ -123,11 +130,11 @@ def run_bench(config: BenchConfig) -> BenchResult:
     eos = load_eos_token_ids(config.model_dir)
     baseline = Engine(target, None, config.k, slots, max_seq_len, eos)
     engine = baseline
-    if config.method != "none":
-        capacity = Engine.cache_capacity(max_seq_len, config.k)
+    if config.method != NO_SD:
+        capacity = Engine.cache_capacity(max_seq_len, config.k, config.tree)
         proposer_config = ProposerConfig(config.method, config.k, slots, capacity, config.draft_dir)
         engine = Engine(
-            target, create_proposer(proposer_config, target), config.k, slots, max_seq_len, eos
+            target, create_proposer(proposer_config, target), config.k, slots, max_seq_len, eos, tree=config.tree
         )
     sampling = SamplingParams(config.temperature, config.top_p, config.top_k, config.seed)
     engines = [baseline] if engine is baseline else [baseline, engine]
@@ -199,4 +206,5 @@ def _row(
             "greedy_match": (not mismatched) if greedy else None,
             "mismatched_requests": len(mismatched) if greedy else None,
         },
+        tree=config.tree,
     )

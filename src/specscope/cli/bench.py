@@ -24,6 +24,7 @@ from specscope.cli._common import (
 )
 from specscope.errors import SpecscopeError
 from specscope.methods import names
+from specscope.trees import parse_tree
 
 DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(BenchConfig) if f.default is not dataclasses.MISSING
@@ -64,9 +65,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory"
     )
-    parser.add_argument(
-        "--k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=DEFAULTS["k"],
-        help=f"proposal length k, 1..{validate.K_MAX_LIMIT} (default %(default)s)",
+    shape = parser.add_mutually_exclusive_group()
+    shape.add_argument(
+        "--k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
+        help=f"proposal length k, 1..{validate.K_MAX_LIMIT} (default {DEFAULTS['k']})",
+    )
+    shape.add_argument(
+        "--tree", type=validate.arg(parse_tree), metavar="SHAPE",
+        help="reference backend: draft and verify a static token tree every step instead of a chain of k, "
+             "as branching per depth (2x2x1) or a list of paths; k is its depth",
     )
     parser.add_argument(
         "--batch-sizes",
@@ -132,13 +139,15 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
     shared = dict(
         workload=args.workload,
         method=args.method,
-        k=args.k,
+        k=args.tree.depth if args.tree is not None else DEFAULTS["k"] if args.k is None else args.k,
         batch_sizes=tuple(args.batch_sizes),
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
         temperature=args.temperature,
     )
     if args.backend == OPENAI:
+        if args.tree is not None:
+            raise SpecscopeError("--tree: only with --backend reference (a sweep launches servers with trees)")
         return ServingBenchConfig(
             **shared,
             url=args.url,
@@ -171,6 +180,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         top_k=args.top_k,
         seed=args.seed,
         repeats=args.repeats,
+        tree=args.tree,
     )
 
 
@@ -214,13 +224,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_table(rows: list[BenchRow], out: TextIO) -> None:
-    columns = ["method", "k", "B", "tok/s", "no-SD tok/s", "speedup", "α", "τ",
+    columns = ["method", "k", "tree", "B", "tok/s", "no-SD tok/s", "speedup", "α", "τ",
                "prefill/draft/verify/sample/other %", "greedy =="]
     lines = []
     for row in rows:
         total = sum(row.details[p] for p in SPLIT) or 1.0
         split = "/".join(f"{100 * row.details[p] / total:.0f}" for p in SPLIT)
-        lines.append([row.method, row.k, row.batch_size, row.throughput, row.baseline_throughput,
+        tree = "" if row.tree is None else f"{row.tree.name} ({row.tree.nodes} nodes, depth {row.tree.depth})"
+        lines.append([row.method, row.k, tree, row.batch_size, row.throughput, row.baseline_throughput,
                       row.speedup, row.acceptance_rate, row.mean_acceptance_length, split,
                       row.details["greedy_match"]])
     print_table("throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %", columns, lines, file=out)

@@ -46,7 +46,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="static trees set against the chain of their depth when the traces carry "
                              "tree_rank (default " + ",".join(DEFAULTS.trees) + ")")
     parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.sim.seed)
+    parser.add_argument("--policy", default=None, metavar="FILE", type=policy_file,
+                        help="a learned policy (`specscope policy fit`): judged against fixed policies and "
+                             "oracle-switch on these traces, with its choices along a few outputs")
     parser.set_defaults(run=run)
+
+
+def policy_file(path: str) -> str:
+    """``path`` if it holds a readable policy (argparse type: refused before any work)."""
+    from specscope.sim.learned import load_policy
+
+    load_policy(path)
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks), figure_policies=tuple(args.figure_policies),
         steps=tuple(args.steps), measured=tuple(read_bench_results(args.measured)),
         trees=DEFAULTS.trees if args.trees is None else tuple(t.name for t in args.trees),
-        sim=SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed),
+        sim=SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed), policy=args.policy,
     )
     result = build_report(args.traces, args.output, config)
     for note in result.notes:

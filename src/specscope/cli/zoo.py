@@ -42,13 +42,14 @@ def run_train(args: argparse.Namespace) -> int:
 
     from specscope.workloads.bundled import held_out_prompts
     from specscope.zoo.config import TrainConfig
+    from specscope.zoo.shipped import ZOO_MODELS
     from specscope.zoo.train import train_zoo
 
     config = TrainConfig.quick() if args.quick else TrainConfig()
     if args.threads:
         config = replace(config, threads=args.threads)
     summary = train_zoo(args.output, config, held_out_prompts())
-    for name in ("target", "draft", "eagle", "mtp"):
+    for name in ZOO_MODELS:
         print(f"{name}: final loss {summary[f'{name}_loss']:.4f}, {summary[f'{name}_seconds']:.0f} s "
               f"-> {args.output / name}")
     print(f"total {sum(v for k, v in summary.items() if k.endswith('_seconds')):.0f} s of training")
@@ -59,10 +60,13 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import torch
 
     from specscope.cli._common import atomic_write_text, print_table
+    from specscope.methods import method
     from specscope.zoo.evaluate import score_model, score_proposers
+    from specscope.zoo.shipped import ZOO_DRAFTERS, ZOO_MODELS
 
     torch.set_num_threads(args.threads)
-    models = score_model("target", args.zoo, args.n) + score_model("draft", args.zoo, args.n)
+    language_models = [name for name in ZOO_MODELS if name not in ZOO_DRAFTERS or method(name).kind == "draft model"]
+    models = [score for name in language_models for score in score_model(name, args.zoo, args.n)]
     print_table("exact match, similarity to the reference and distinct-4 per task (greedy)",
                 ["model", "task", "requests", "exact match", "similarity", "distinct-4", "output tokens"],
                 [[s.model, s.task, s.requests, s.exact_match, s.similarity, s.distinct_4, s.mean_output_tokens]

@@ -11,9 +11,13 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
   and that plain-step overhead — ``draft_s`` plus the extra sampling and bookkeeping of
   checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·batch_size +
-  c_multi·[batch_size > 1]`` with ``k + 1 = tokens_verified / batch_size``, charged on every
-  step: the reference engine runs its lookup or drafter for every request on every step,
-  matched or not (the paper's n-gram fraction describes vLLM, not this engine);
+  c_multi·[batch_size > 1]``, charged on every step: the reference engine runs its lookup or
+  drafter for every request on every step, matched or not (the paper's n-gram fraction
+  describes vLLM, not this engine). ``k + 1`` is what the simulator prices
+  (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`): ``tokens_verified /
+  batch_size`` for a chain; for a tree step (its record names the tree) the tokens its
+  ``depth`` drafter passes read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
+  step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
   forward over the same prompt tokens, as ``c_prefill·prefill_tokens``;
 - the engine verifies a rectangular batch (every request padded to the longest proposal), so
@@ -45,10 +49,11 @@ from typing import Sequence
 
 import numpy as np
 
-from specscope.costmodel.base import Drafting, LinearDrafting
+from specscope.costmodel.base import Drafting, LinearDrafting, StepLoad, draft_tokens_per_sequence
 from specscope.costmodel.linear import LinearCostModel
 from specscope.costmodel.steps import NO_SD, MeasuredStep
 from specscope.errors import SpecscopeError
+from specscope.trees import TreeShape
 
 DRIFT_ROUNDS = 3  # fits, each after re-estimating the speed factor of every repeat
 
@@ -175,6 +180,22 @@ def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredSt
     return batched, kv, rows, times
 
 
+def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
+    """[steps] the drafter's tokens per sequence over each step's passes, plus one, as the
+    simulator prices them (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`) given
+    the step's tree (its pass widths) or chain (``tokens_verified / batch_size``)."""
+    out = np.zeros(len(steps))
+    trees = np.array([s.tree or "" for s in steps])
+    for tree in dict.fromkeys(trees.tolist()):
+        at = trees == tree
+        verified = np.array([s.tokens_verified for s, here in zip(steps, at) if here], dtype=float)
+        running = np.array([s.batch_size for s, here in zip(steps, at) if here], dtype=float)
+        widths = TreeShape.parse(tree).draft_pass_widths if tree else ()
+        out[at] = draft_tokens_per_sequence(StepLoad(verified, np.zeros_like(verified), running, running,
+                                                     verified, widths))
+    return out
+
+
 def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
     """One fit of every coefficient (see the module docstring), on times as given."""
     decode, prefill = _decode_and_prefill(steps)
@@ -188,7 +209,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
     drafting: dict[str, Drafting] = {}
     for method in sorted({s.method for s in decode} - {NO_SD}):
         mine = [s for s in decode if s.method == method]
-        per_request = np.array([s.tokens_verified / s.batch_size for s in mine])
+        per_request = _draft_tokens(mine)
         draft_kv = np.array([s.kv_tokens for s in mine])
         running = np.array([s.batch_size for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])

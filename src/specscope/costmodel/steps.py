@@ -12,15 +12,19 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-NO_SD = "none"  # the engine's method name for a run without speculative decoding
+from specscope.methods import NO_SD
+
+__all__ = ["NO_SD", "StepRecord", "MeasuredStep"]
 
 
 @dataclass
 class StepRecord:
     """One engine step. ``kv_tokens``: tokens in the KV cache of the running sequences at the
     start of the step; ``tokens_verified``: positions the target scored in verification
-    (batch × (max draft_len + 1)); ``tokens_emitted``: per request, in batch order (prefill's
-    first token included); ``overhead_s`` = step wall time − the four measured phases."""
+    (batch × (max draft_len + 1); a tree step: batch × (nodes + 1)); ``tokens_emitted``: per
+    request, in batch order (prefill's first token included); ``overhead_s`` = step wall time −
+    the four measured phases; ``tree``: the static tree the step drafted and verified
+    (:class:`specscope.trees.TreeShape` name, ``None`` for a chain of ``k``)."""
 
     step: int
     method: str
@@ -36,6 +40,7 @@ class StepRecord:
     prefill_tokens: int
     prefill_s: float
     prefill_requests: int = 0  # prompts the step prefilled (``prefill_tokens`` in all)
+    tree: str | None = None
 
     def to_json(self) -> str:
         """The record as one JSON line (no newline)."""

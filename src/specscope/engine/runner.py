@@ -30,6 +30,7 @@ from specscope.engine.timing import PhaseClock
 from specscope.engine.tree_step import tree_step
 from specscope.errors import SpecscopeError
 from specscope.engine.proposer_api import Proposer, TreeDrafting
+from specscope.methods import NO_SD
 from specscope.trees import TreeShape
 
 __all__ = ["Engine", "SamplingParams", "StepOutput", "DEFAULT_MAX_SEQ_LEN"]
@@ -133,7 +134,7 @@ class Engine:
         self.target, self.proposer, self.k, self.tree = target, proposer, k, tree
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         self.eos_token_ids = frozenset(eos_token_ids)
-        self.method = proposer.name if proposer is not None else "none"
+        self.method = proposer.name if proposer is not None else NO_SD
         self.cache = KVCache(
             target.config,
             max_batch_size,
@@ -283,6 +284,7 @@ class Engine:
                 prefill_tokens=sum(s.prompt_len for s in fresh),
                 prefill_requests=len(fresh),
                 prefill_s=seconds["prefill"],
+                tree=None if self.tree is None else self.tree.name,
             )
         )
         outputs = []

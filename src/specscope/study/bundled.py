@@ -8,8 +8,7 @@ from pathlib import Path
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.study.config import BUNDLED_REQUESTS, StudyConfig
 from specscope.workloads.bundled import TASKS, bundled_path
-from specscope.zoo.shipped import model_dir
-
+from specscope.zoo.shipped import ZOO_DRAFTERS, model_dir
 
 
 def bundled_study(out_dir: Path) -> StudyConfig:
@@ -21,7 +20,7 @@ def bundled_study(out_dir: Path) -> StudyConfig:
         model_dir=target,
         workloads=[bundled_path(task) for task in TASKS],
         out_dir=out_dir,
-        drafters={"draft": model_dir("draft"), "eagle": model_dir("eagle"), "mtp": model_dir("mtp")},
+        drafters={name: model_dir(name) for name in ZOO_DRAFTERS},
         requests=BUNDLED_REQUESTS,
         replay_cost_models=(DEFAULT_COST_MODEL, f"roofline:h100:{target / 'config.json'}"),
     )

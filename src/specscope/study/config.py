@@ -5,8 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specscope.methods import method, of_kind
+from specscope.trees import TreeShape
+
 
 BUNDLED_REQUESTS = 16  # requests per bundled workload in the default study
+# A small and a large static tree (6 nodes, depth 3; 21 nodes, depth 4), set against the chains.
+STUDY_TREES = (TreeShape.parse("2x1x1"), TreeShape.parse("3x2x1x1"))
+# The drafter the trees are measured with, the first of these the study has. EAGLE first: it
+# is the drafter vLLM drafts trees with (methods.METHODS, tree_engines) and the one EAGLE-2's and
+# the issue's tree numbers are about, so its crossover is the one a user can act on; its passes
+# (one decoder layer) are also the cheapest of the model drafters, so a tree's width costs least.
+TREE_DRAFTER_PREFERENCE = ("eagle", "eagle3", "mtp", "draft")
 
 
 @dataclass
@@ -14,9 +24,11 @@ class StudyConfig:
     """A study of one target model with its drafters on one or more workloads.
 
     ``drafters`` maps a proposer method (``draft``, ``eagle``, ``eagle3``, ``mtp``) to its
-    checkpoint directory; the n-gram proposer is always included. Speedups are measured with
-    the reference engine at ``batch_sizes`` with ``k`` drafts per step (distinct requests,
-    continuous batching) and simulated with the cost model fitted to those very steps.
+    checkpoint directory; the lookup methods specscope's engine implements (n-gram) are always
+    included. Speedups are measured with the reference engine at ``batch_sizes`` with ``k``
+    drafts per step (distinct requests, continuous batching) and simulated with the cost model
+    fitted to those very steps. ``trees`` are also traced, measured, simulated and replayed
+    with :attr:`tree_drafter`.
     """
 
     model_dir: Path
@@ -29,10 +41,25 @@ class StudyConfig:
     max_tokens: int = 96
     requests: int | None = None  # the first N requests of each workload (None: all)
     replay_cost_models: tuple[str, ...] = ()
+    trees: tuple[TreeShape, ...] = STUDY_TREES
+
+    @property
+    def lookups(self) -> list[str]:
+        """The lookup methods (no checkpoint) the reference engine runs."""
+        return [m.name for m in of_kind("lookup") if m.reference]
 
     @property
     def methods(self) -> list[str]:
-        return ["ngram", *self.drafters]
+        return [*self.lookups, *self.drafters]
+
+    @property
+    def tree_drafter(self) -> str | None:
+        """The drafter the trees are measured with (see :data:`TREE_DRAFTER_PREFERENCE`); ``None``
+        without trees or without a drafter that drafts trees in specscope's engine."""
+        if not self.trees:
+            return None
+        ranked = [m for m in TREE_DRAFTER_PREFERENCE if m in self.drafters]
+        return next((m for m in [*ranked, *self.drafters] if method(m).drafts_trees_on("specscope")), None)
 
     @property
     def trace_dir(self) -> Path:

@@ -1,9 +1,10 @@
 """How far the simulator is from measurement: simulated vs measured speedup per cell.
 
-For every workload × method × batch size the reference engine measured a speedup; the
-simulator replays the same requests' traces with ``fixed:k`` in mixed mode (B distinct
-requests, continuous batching, as the engine ran them) against the cost model fitted to the
-engine's own step records. The error is :attr:`MeasuredCell.error_pct`.
+For every workload × method (× tree) × batch size the reference engine measured a speedup; the
+simulator replays the same requests' traces in mixed mode (B distinct requests, continuous
+batching, as the engine ran them) with the cell's own policy — ``fixed:k`` for a chain,
+``tree:SHAPE`` for a tree (:func:`policy_of`) — against the cost model fitted to the engine's
+own step records. The error is :attr:`MeasuredCell.error_pct`.
 """
 
 from __future__ import annotations
@@ -17,14 +18,20 @@ from specscope.sim.grid import SimConfig, simulate
 from specscope.trace.schema import TraceRecord
 
 
-def with_simulated(records: Sequence[TraceRecord], measured: Sequence[MeasuredCell], cost: CostModel,
-                   k: int) -> list[MeasuredCell]:
-    """Each measured cell with its ``simulated_speedup``; each method is simulated once over
-    all its measured batch sizes."""
-    simulated: dict[tuple[str, int], float] = {}
-    for method in dict.fromkeys(cell.method for cell in measured):
-        sizes = tuple(sorted({cell.batch_size for cell in measured if cell.method == method}))
-        for row in simulate(records, [method], [f"fixed:{k}"], cost,
+def policy_of(cell: MeasuredCell) -> str:
+    """The simulator policy the engine ran for ``cell``: ``tree:SHAPE`` or ``fixed:k``."""
+    return f"tree:{cell.tree}" if cell.tree is not None else f"fixed:{cell.k}"
+
+
+def with_simulated(records: Sequence[TraceRecord], measured: Sequence[MeasuredCell],
+                   cost: CostModel) -> list[MeasuredCell]:
+    """Each measured cell with its ``simulated_speedup``; each method × policy is simulated
+    once over all its measured batch sizes."""
+    simulated: dict[tuple[str, str, int], float] = {}
+    for method, policy in dict.fromkeys((cell.method, policy_of(cell)) for cell in measured):
+        sizes = tuple(sorted({c.batch_size for c in measured if (c.method, policy_of(c)) == (method, policy)}))
+        for row in simulate(records, [method], [policy], cost,
                             SimConfig(mode="mixed", batch_sizes=sizes, guess_no_match=False)):
-            simulated[(method, row.batch_size)] = row.speedup
-    return [replace(cell, simulated_speedup=simulated[(cell.method, cell.batch_size)]) for cell in measured]
+            simulated[(method, policy, row.batch_size)] = row.speedup
+    return [replace(cell, simulated_speedup=simulated[(cell.method, policy_of(cell), cell.batch_size)])
+            for cell in measured]

@@ -1,5 +1,6 @@
 """The study's report: the issue-2 report over the study's traces, with its fitted cost model,
-the measured steps (time split), and measured vs simulated speedups (the measured figure)."""
+the measured steps (time split), measured vs simulated speedups (the measured figure), and the
+study's trees against the chains of their depth (the tree figure and its crossover)."""
 
 from __future__ import annotations
 
@@ -21,5 +22,6 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
         ReportConfig(), cost_model=str(config.cost_model_path),
         sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
         ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
+        trees=tuple(tree.name for tree in config.trees),
     )
     return build_report([str(t) for t in traces], config.out_dir, report).index

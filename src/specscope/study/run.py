@@ -1,11 +1,14 @@
 """Run a study stage by stage; every stage writes files and is skipped when they exist.
 
-1. trace — teacher-forced traces of every proposer (``traces/<workload>.jsonl``, per request);
-2. measure — no-SD and SD throughput with the reference engine
-   (``measured/<workload>__<method>.json`` and ``….steps.jsonl``, per cell);
+1. trace — teacher-forced traces of every proposer, with ``tree_rank`` deep enough for the
+   study's trees (``traces/<workload>.jsonl``, per request);
+2. measure — no-SD and SD throughput with the reference engine, chains of ``k`` for every
+   method and each tree with the tree drafter (``measured/<workload>__<method>.json``,
+   ``…__<method>-tree-<shape>.json`` and ``….steps.jsonl``, per cell);
 3. fit — the linear cost model fitted to all measured steps (``costmodel.json``);
-4. fidelity — simulated vs measured speedup (``fidelity.csv``);
-5. replay — the traces against other cost models (``replay_<name>.csv``);
+4. fidelity — simulated vs measured speedup, chain and tree cells (``fidelity.csv``);
+5. replay — the traces against other cost models (``replay_<name>.csv``), the trees against
+   the chain of their depth with each one's crossover batch size (``replay_<name>_trees.csv``);
 6. report — ``index.html`` with every figure, the fidelity table and the measured time split.
 
 Interrupt it at any point and rerun the same command: finished work is kept.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import statistics
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -24,8 +28,13 @@ from specscope.analysis.measured import MeasuredCell, read_bench_results
 from specscope.fileio import atomic_write_text, write_rows
 from specscope.study.config import StudyConfig
 from specscope.study.fidelity import with_simulated
+from specscope.trees import TreeShape
 
 log = logging.getLogger(__name__)
+FIDELITY_TOLERANCE_PCT = 10.0  # a cell is "within" when |simulated − measured| ≤ this % of measured
+REPLAY_POLICIES = ("fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle")
+REPLAY_BATCH_SIZES = (1, 8, 32, 128)
+TREE_REPLAY_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # finer: where a tree stops paying
 
 
 def _stem(path: Path) -> str:
@@ -47,39 +56,49 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
     from specscope.tracing.run import ProposerSpec, trace_workload
     from specscope.workloads.jsonl import read_workload
 
-    specs = [ProposerSpec("ngram")] + [ProposerSpec(name, path) for name, path in config.drafters.items()]
+    specs = [ProposerSpec(name) for name in config.lookups] + [ProposerSpec(name, path)
+                                                                 for name, path in config.drafters.items()]
+    trees = config.trees if config.tree_drafter else ()
     tokenizer = load_tokenizer(config.model_dir)
     paths = []
     for workload in config.workloads:
         out = config.trace_dir / f"{_stem(workload)}.jsonl"
         written = trace_workload(config.model_dir, specs, read_workload(workload, tokenizer), out,
-                                 k_max=config.k_max, max_tokens=config.max_tokens, dataset=_stem(workload))
+                                 k_max=config.k_max, max_tokens=config.max_tokens, dataset=_stem(workload),
+                                 trees=trees)
         say(f"trace   {_stem(workload)}: {written} requests traced" + ("" if written else " (already done)"))
         paths.append(out)
     return paths
 
 
-def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> dict[tuple[str, str], list[MeasuredCell]]:
+def measured_runs(config: StudyConfig) -> list[tuple[str, TreeShape | None]]:
+    """What the engine measures on every workload: each method with a chain of ``k``, then the
+    tree drafter with each tree."""
+    trees = config.trees if config.tree_drafter else ()
+    return [(m, None) for m in config.methods] + [(config.tree_drafter, tree) for tree in trees]
+
+
+def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[MeasuredCell]:
     from specscope.backends import BenchConfig
     from specscope.backends.reference import run_bench
 
-    results = {}
+    cells = []
     config.measure_dir.mkdir(parents=True, exist_ok=True)
     for workload in config.workloads:
-        for method in config.methods:
-            out = config.measure_dir / f"{_stem(workload)}__{method}.json"
+        for method, tree in measured_runs(config):
+            label = method if tree is None else f"{method}-tree-{tree.name}"
+            out = config.measure_dir / f"{_stem(workload)}__{label}.json"
             if not out.exists():
                 bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=method,
-                                    draft_dir=config.drafters.get(method), k=config.k,
-                                    batch_sizes=config.batch_sizes, max_tokens=config.max_tokens)
+                                    draft_dir=config.drafters.get(method), k=config.k if tree is None else tree.depth,
+                                    batch_sizes=config.batch_sizes, max_tokens=config.max_tokens, tree=tree)
                 result = run_bench(bench)
                 atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
                 atomic_write_text(out, json.dumps([r.flat() for r in result.rows], indent=1) + "\n")
                 done = ", ".join(f"B={r.batch_size}: {r.speedup:.2f}x" for r in result.rows)
-                say(f"measure {_stem(workload)} {method}: {done}")
-            results[(_stem(workload), method)] = [replace(cell, dataset=_stem(workload))
-                                                  for cell in read_bench_results([out])]
-    return results
+                say(f"measure {_stem(workload)} {label}: {done}")
+            cells += [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
+    return cells
 
 
 def steps_files(config: StudyConfig) -> list[Path]:
@@ -96,18 +115,21 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     return model
 
 
-def fidelity_stage(config: StudyConfig, traces: list[Path], measured: dict[tuple[str, str], list[MeasuredCell]],
+def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[MeasuredCell],
                    cost, say: Callable[[str], None]) -> list[MeasuredCell]:
     from specscope.trace import load_traces
 
     rows: list[MeasuredCell] = []
     for trace in traces:
         records, _ = load_traces([trace])
-        for method in config.methods:
-            rows += with_simulated(records, measured[(_stem(trace), method)], cost, config.k)
+        rows += with_simulated(records, [c for c in measured if c.dataset == _stem(trace)], cost)
     write_rows(config.out_dir / "fidelity.csv", [r.flat() for r in rows])
-    worst = max(abs(r.error_pct) for r in rows)
-    say(f"fidelity simulated vs measured speedup: largest error {worst:.1f} % over {len(rows)} cells")
+    for what, mine in (("chain", [r for r in rows if r.tree is None]), ("tree", [r for r in rows if r.tree])):
+        if mine:
+            errors = sorted(abs(r.error_pct) for r in mine)
+            within = sum(e <= FIDELITY_TOLERANCE_PCT for e in errors)
+            say(f"fidelity {what} cells, simulated vs measured speedup: median error {statistics.median(errors):.1f} %, "
+                f"largest {errors[-1]:.1f} %, {within}/{len(errors)} within {FIDELITY_TOLERANCE_PCT:.0f} %")
     return rows
 
 
@@ -121,14 +143,36 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     for spec in config.replay_cost_models:
         cost = resolve_cost_model(spec)
         accs = [m for m in config.methods if _can_price(cost, m)]
-        rows = simulate(records, accs, ["fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle"], cost,
-                        SimConfig(mode="mixed", batch_sizes=(1, 8, 32, 128)))
+        rows = simulate(records, accs, list(REPLAY_POLICIES), cost,
+                        SimConfig(mode="mixed", batch_sizes=REPLAY_BATCH_SIZES))
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
         write_rows(config.out_dir / f"replay_{name}.csv", [r.flat() for r in rows])
         replays[spec] = rows
         best = max(rows, key=lambda r: r.speedup if r.policy != "oracle" else 0)
         say(f"replay  {spec}: best non-oracle {best.acc} {best.policy} at B={best.batch_size}: {best.speedup:.2f}x")
+        if config.tree_drafter and _can_price(cost, config.tree_drafter):
+            _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say)
     return replays
+
+
+def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say) -> None:
+    """The trees and the chains of their depth on ``cost``; one line per workload: where each
+    tree stops beating its chain (the crossover batch size)."""
+    from specscope.report.trees import compare_trees, tree_depths
+    from specscope.sim.grid import SimConfig
+
+    drafter = config.tree_drafter
+    _, trees, notes = compare_trees(records, tree_depths(records, [drafter]), config.trees, config.k_max, cost,
+                                    SimConfig(mode="mixed", batch_sizes=TREE_REPLAY_BATCH_SIZES))
+    for note in notes:
+        say(f"replay  {spec}: {note}")
+    write_rows(out, [t.flat() for t in trees])
+    for dataset in dict.fromkeys(t.dataset for t in trees):
+        parts = [f"{t.tree} ({t.nodes} nodes) vs chain {t.chain}: "
+                 + (f"crossover B={t.crossover}" if t.crossover is not None
+                    else f"beats it up to B={TREE_REPLAY_BATCH_SIZES[-1]}, no crossover")
+                 for t in trees if t.dataset == dataset]
+        say(f"crossover {spec} {dataset} ({drafter}): " + "; ".join(parts))
 
 
 def _can_price(cost, method: str) -> bool:

@@ -39,6 +39,7 @@ from specscope.backends.openai.prompts import Prompt, read_prompts, select_promp
 from specscope.backends.openai.verify import check_server
 from specscope import validate
 from specscope.errors import SpecscopeError
+from specscope.methods import NO_SD
 
 log = logging.getLogger(__name__)
 POSITIVE = validate.arg(validate.integer, low=1)
@@ -153,7 +154,8 @@ class ServingBenchConfig:
         )
 
     def launch_spec(self, method: str, batch_size: int) -> LaunchSpec:
-        """The server to launch for ``method`` (``none``: no SD, no draft) at ``batch_size``."""
+        """The server to launch for ``method`` (:data:`~specscope.methods.NO_SD`: no SD, no
+        draft) at ``batch_size``."""
         if self.launch is None or self.model is None:
             raise SpecscopeError("--model: required with --launch (a model name or directory)")
         return LaunchSpec(
@@ -162,7 +164,7 @@ class ServingBenchConfig:
             method=method,
             k=self.k,
             batch_size=batch_size,
-            draft=self.draft if method != "none" else None,
+            draft=self.draft if method != NO_SD else None,
             prompt_lookup_min=self.prompt_lookup_min,
             prompt_lookup_max=self.prompt_lookup_max,
             mtp_method=self.mtp_method,
@@ -185,7 +187,7 @@ def bench_row(method: str, k: int, row: dict[str, object], baseline: dict[str, o
 
 def _launch_specs(config: ServingBenchConfig) -> list[tuple[LaunchSpec, LaunchSpec]]:
     """(no-SD, SD) server per batch size, all checked before the first one starts."""
-    return [(config.launch_spec("none", b), config.launch_spec(config.method, b)) for b in config.batch_sizes]
+    return [(config.launch_spec(NO_SD, b), config.launch_spec(config.method, b)) for b in config.batch_sizes]
 
 
 def _launched(
@@ -194,7 +196,7 @@ def _launched(
     """Start ``spec``'s server, check it shows what ``spec`` asks, measure, stop it."""
     log_path = log_dir / f"{spec.engine}-{spec.method}-k{spec.k}-b{spec.batch_size}.log"
     with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
-        k = spec.k if spec.method != "none" else 0
+        k = spec.k if spec.method != NO_SD else 0
         _, verified = check_server(spec.url, spec.method, k, config.model_name, config.idle_timeout_s)
         row = measure(config.client(spec.url), prompts, spec.batch_size, warmup)
     return {**row, "verified": verified}
@@ -210,13 +212,13 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
     workload = read_prompts(config.workload)
     prompts = select_prompts(workload, config.num_requests)
     warmup, warmup_measured = warmup_prompt(workload, config.num_requests)
-    k = config.k if config.method != "none" else 0
+    k = config.k if config.method != NO_SD else 0
     rows = []
     if specs is None:
         model = config.model_name or config.model
         view, verified = check_server(config.url, config.method, k, model, config.idle_timeout_s)
         baseline_verified = (
-            check_server(config.baseline_url, "none", 0, model, config.idle_timeout_s)[1]
+            check_server(config.baseline_url, NO_SD, 0, model, config.idle_timeout_s)[1]
             if config.baseline_url else None
         )
         learns = learns_across_requests(view.engine, config.method)  # one server for every batch size

@@ -33,10 +33,11 @@ import logging
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable, Iterator
 
 from specscope.backends.openai.bench import ServingBenchConfig, bench_row
 from specscope.backends.openai.launchers import ServerProcess, command_for, learns_across_requests
-from specscope.backends.openai.measure import measure
+from specscope.backends.openai.measure import measure_load
 from specscope.backends.openai.prompts import read_prompts, select_prompts, warmup_prompt
 from specscope.backends.openai.verify import ServerCheckError, check_server
 from specscope.backends.openai.sweep_config import (
@@ -46,11 +47,13 @@ from specscope.backends.openai.sweep_config import (
     plan_cells,
 )
 from specscope.errors import SpecscopeError
+from specscope.methods import NO_SD
 from specscope.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
 CELL_LABELS = ("engine", "workload", "method", "k", "tree", "tree_nodes", "tree_depth", "status", "reason", "cell_id")  # a result row's, beside the bench row
 RECORD_FIELDS = ("cell_id", "key", "status", "reason", "started_at", "finished_at", "result")
+TIMELINE = "timeline"  # an ok cell's per-request chunk timeline (LoadResult.timeline); absent in old sweeps
 
 
 @dataclass
@@ -74,7 +77,7 @@ def read_cells(output: Path) -> dict[str, dict]:
             ) from None
         if (
             not isinstance(record, dict)
-            or set(record) != set(RECORD_FIELDS)
+            or set(record) - {TIMELINE} != set(RECORD_FIELDS)
             or record["status"] not in ("ok", "failed")
             or not isinstance(record["result"], (dict, type(None)))
         ):
@@ -123,8 +126,8 @@ def serving_config(config: SweepConfig, cell: Cell) -> ServingBenchConfig:
 
 def _record(
     config: SweepConfig, cell: Cell, status: str, reason: str | None, result: dict | None, started: float
-) -> None:
-    record = {
+) -> dict:
+    return {
         "cell_id": cell.cell_id(config),
         "key": cell.key(config),
         "status": status,
@@ -133,33 +136,53 @@ def _record(
         "finished_at": time.time(),
         "result": result,
     }
-    atomic_write_text(config.output / "cells" / f"{record['cell_id']}.json", json.dumps(record, indent=1) + "\n")
-    log.info("cell %s %s: %s", record["cell_id"], status, reason or "")
 
 
-def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: str | None, reused: bool) -> None:
+def record_text(record: dict) -> str:
+    """A record as JSON text; its timeline one compact line per request (a 64-request cell of
+    32 tokens each: about 25 kB)."""
+    timeline = record.get(TIMELINE)
+    text = json.dumps({name: value for name, value in record.items() if name != TIMELINE}, indent=1)
+    if timeline is None:
+        return text + "\n"
+    requests = ",\n  ".join(json.dumps(request, separators=(",", ":")) for request in timeline)
+    return f'{text[:-2]},\n "{TIMELINE}": [\n  {requests}\n ]\n}}\n'
+
+
+def failed_record(config: SweepConfig, cell: Cell, reason: str) -> dict:
+    """A failed record for ``cell`` made by the driver (e.g. its Ray worker was lost for good)."""
+    return _record(config, cell, "failed", reason, None, time.time())
+
+
+def write_record(config: SweepConfig, record: dict) -> None:
+    """Write a cell's record durably (the driver is the only writer of ``OUTPUT/cells``)."""
+    atomic_write_text(config.output / "cells" / f"{record['cell_id']}.json", record_text(record))
+    log.info("cell %s %s: %s", record["cell_id"], record["status"], record["reason"] or "")
+
+
+def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: str | None, reused: bool) -> dict:
     """Measure ``cell`` on the server at ``url`` (``engine``: its kind, when known; ``reused``:
-    whether it served other cells' requests before) and record the result."""
+    whether it served other cells' requests before); its record."""
     started = time.time()
     bench = serving_config(config, cell)
     try:
         workload = read_prompts(bench.workload)
         prompts = select_prompts(workload, bench.num_requests)
         warmup, warmup_measured = warmup_prompt(workload, bench.num_requests)
-        row = measure(bench.client(url), prompts, cell.batch_size, warmup)
+        row, load = measure_load(bench.client(url), prompts, cell.batch_size, warmup)
     except SpecscopeError as error:
-        _record(config, cell, "failed", str(error), None, started)
-        return
+        return _record(config, cell, "failed", str(error), None, started)
     except Exception as error:  # a bug or an unforeseen answer: record it, keep sweeping
         log.exception("cell %s", cell.cell_id(config))
-        _record(config, cell, "failed", f"internal error: {type(error).__name__}: {error}", None, started)
-        return
+        return _record(config, cell, "failed", f"internal error: {type(error).__name__}: {error}", None, started)
     learns = learns_across_requests(engine, cell.method) and (reused or warmup_measured)
-    _record(config, cell, "ok", None, {**row, "verified": verified, "learns_across_requests": learns}, started)
+    record = _record(config, cell, "ok", None, {**row, "verified": verified, "learns_across_requests": learns}, started)
+    return {**record, TIMELINE: load.timeline()}
 
 
-def _run_group(config: SweepConfig, cells: list[Cell]) -> None:
-    """Run ``cells`` (sharing one server) against a running or freshly launched server."""
+def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
+    """Run ``cells`` (sharing one server) against a running or freshly launched server; yields
+    each cell's record as it finishes (the server stops when the generator ends or is closed)."""
     engine, first = cells[0].engine, cells[0]
     started = time.time()
     if engine.url is not None:
@@ -167,10 +190,10 @@ def _run_group(config: SweepConfig, cells: list[Cell]) -> None:
             view, verified = check_server(engine.url, first.method, first.k, engine.model, config.idle_timeout_s)
         except SpecscopeError as error:
             for cell in cells:
-                _record(config, cell, "failed", f"server check: {error}", None, started)
+                yield _record(config, cell, "failed", f"server check: {error}", None, started)
             return
         for cell in cells:
-            _run_cell(config, cell, engine.url, verified, view.engine, reused=True)
+            yield _run_cell(config, cell, engine.url, verified, view.engine, reused=True)
         return
     finished: list[Cell] = []
     try:
@@ -180,16 +203,30 @@ def _run_group(config: SweepConfig, cells: list[Cell]) -> None:
         with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
             _, verified = check_server(spec.url, first.method, first.k, None, config.idle_timeout_s)
             for cell in cells:
-                _run_cell(config, cell, spec.url, verified, engine.launch, reused=cell is not first)
+                yield _run_cell(config, cell, spec.url, verified, engine.launch, reused=cell is not first)
                 finished.append(cell)
     except SpecscopeError as error:
         stage = "server check" if isinstance(error, ServerCheckError) else "launch failed"
         for cell in cells[len(finished) :]:
-            _record(config, cell, "failed", f"{stage}: {error}", None, started)
+            yield _record(config, cell, "failed", f"{stage}: {error}", None, started)
 
 
-def run_sweep(config: SweepConfig, retry_failed: bool = False) -> SweepOutcome:
-    """Run every cell not yet recorded (and failed ones with ``retry_failed``)."""
+def run_groups_here(config: SweepConfig, groups: list[list[Cell]]) -> Iterator[dict]:
+    """The default :data:`GroupRunner`: the groups one after another, in this process."""
+    for group in groups:
+        yield from run_group(config, group)
+
+
+GroupRunner = Callable[[SweepConfig, list[list[Cell]]], Iterator[dict]]
+"""Runs groups of cells (each sharing one server) and yields every cell's record exactly once,
+in any order, as it finishes; it writes nothing (e.g. :mod:`specscope.backends.openai.ray_executor`)."""
+
+
+def run_sweep(
+    config: SweepConfig, retry_failed: bool = False, run_groups: GroupRunner = run_groups_here
+) -> SweepOutcome:
+    """Run every cell not yet recorded (and failed ones with ``retry_failed``), writing each
+    record as ``run_groups`` yields it."""
     recorded = read_cells(config.output)  # a bad record is refused before anything is written
     (config.output / "cells").mkdir(parents=True, exist_ok=True)
     atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
@@ -204,9 +241,13 @@ def run_sweep(config: SweepConfig, retry_failed: bool = False) -> SweepOutcome:
     for cell in pending:
         groups.setdefault(_server_key(cell), []).append(cell)
     rows = None
-    for group in groups.values():
-        _run_group(config, group)
-        rows = results(config)  # the tables stay current while the sweep goes on
+    group_of = {c.cell_id(config): key for key, group in groups.items() for c in group}
+    left = {key: len(group) for key, group in groups.items()}
+    for record in run_groups(config, list(groups.values())):
+        write_record(config, record)
+        left[group_of[record["cell_id"]]] -= 1
+        if not left[group_of[record["cell_id"]]]:
+            rows = results(config)  # the tables stay current while the sweep goes on
     rows = results(config) if rows is None else rows
     return SweepOutcome(
         total=len(cells),
@@ -240,7 +281,7 @@ def results(config: SweepConfig) -> list[dict]:
     baselines = {
         (r["engine"], r["workload"], r["batch_size"]): r
         for r in rows
-        if r["method"] == "none" and r["status"] == "ok"
+        if r["method"] == NO_SD and r["status"] == "ok"
     }
     for i, row in enumerate(rows):
         if row["status"] == "ok":
@@ -253,7 +294,7 @@ def results(config: SweepConfig) -> list[dict]:
     measured = [
         {**r, "workload": Path(r["workload"]).stem}
         for r in rows
-        if r["status"] == "ok" and r["method"] != "none" and r.get("speedup") is not None
+        if r["status"] == "ok" and r["method"] != NO_SD and r.get("speedup") is not None
     ]
     write_rows(config.output / "measured.json", measured)
     best: dict[tuple, dict] = {}

@@ -18,6 +18,7 @@ Example::
     model = "meta-llama/Llama-3.1-8B-Instruct"
     drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
     args = ["--gpu-memory-utilization", "0.9"]
+    resources = { "H100" = 1 }         # with --ray: Ray resources its server needs (GPU: its TP size)
 
     [[engines]]                        # a server that is already running
     name = "external"
@@ -65,6 +66,7 @@ class EngineSpec:
     port: int | None = None
     method: str | None = None
     k: int | None = None
+    resources: dict[str, float] = field(default_factory=dict)  # Ray resources of its server (--ray)
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,11 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
     port = table.get("port")
     if port is not None:
         _value(path, f"{at}.port", port, validate.integer, low=1, high=65535)
+    resources = table.get("resources", {})
+    if not isinstance(resources, dict):
+        raise SpecscopeError(f'{path}: {at}.resources: expected a table of Ray resources such as {{ "H100" = 1 }}')
+    for resource, amount in resources.items():
+        _value(path, f"{at}.resources.{resource}", amount, validate.number, low=0.0)
     return EngineSpec(
         name,
         launch,
@@ -231,6 +238,7 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
         port,
         table.get("method"),
         table.get("k") if table.get("method") != NO_SD else 0,
+        resources=dict(resources),
     )
 
 
