@@ -205,8 +205,9 @@ def test_fitted_model_reads_back_and_goes_to_stdout(tmp_path, capsys):
 def test_tree_steps_are_fitted_as_the_simulator_prices_them(tmp_path):
     """Tree steps verify nodes + 1 tokens per sequence (the forward's per-token term) and draft
     Σ pass widths + 1 tokens per sequence (2x1x1: 1 + 2 + 2 + 1 = 6; 3x2x1x1: 1 + 3 + 6 + 6 + 1
-    = 17, not its 22 verified): the fit recovers the drafting that made them, and the simulator
-    prices a tree step at the time it was measured."""
+    = 17, not its 22 verified) plus a fixed cost of any tree step (c_tree: expansion, masks,
+    compaction): the fit recovers the drafting that made them, and the simulator prices a tree
+    step at the time it was measured."""
     from specscope.analysis.timesplit import read_steps
     from specscope.costmodel.base import StepLoad
     from specscope.costmodel.fit import fit_linear
@@ -219,6 +220,8 @@ def test_tree_steps_are_fitted_as_the_simulator_prices_them(tmp_path):
     def drafting(per_sequence, kv):
         return 0.001 + 3e-5 * per_sequence + 1e-8 * kv
 
+    tree_extra = 4e-4
+
     rng = np.random.default_rng(2)
     lines = []
     shapes = [None, TreeShape.parse("2x1x1"), TreeShape.parse("3x2x1x1")]
@@ -230,17 +233,18 @@ def test_tree_steps_are_fitted_as_the_simulator_prices_them(tmp_path):
         else:
             verified = batch * (tree.nodes + 1)
             lines.append({**step(i, "eagle", tree.depth, batch, kv, forward(verified, kv, batch),
-                                 draft=drafting(sum(tree.draft_pass_widths) + 1, kv)),
+                                 draft=drafting(sum(tree.draft_pass_widths) + 1, kv) + tree_extra),
                           "tokens_verified": verified, "tree": tree.name})
     records = tmp_path / "steps.jsonl"
     records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     model, _ = fit_linear(read_steps([records]))
     eagle = model.drafting_for("eagle")
-    assert (eagle.c_fixed, eagle.c_tok, eagle.c_kv) == (
-        pytest.approx(0.001, rel=1e-5), pytest.approx(3e-5, rel=1e-5), pytest.approx(1e-8, rel=1e-4))
+    assert (eagle.c_fixed, eagle.c_tok, eagle.c_kv, eagle.c_tree) == (
+        pytest.approx(0.001, rel=1e-5), pytest.approx(3e-5, rel=1e-5), pytest.approx(1e-8, rel=1e-4),
+        pytest.approx(tree_extra, rel=1e-4))
     tree, batch, kv = shapes[2], 4, 1000.0
     verified = np.array([batch * (tree.nodes + 1.0)])
     load = StepLoad(verified, np.array([kv]), np.array([batch]), np.array([batch]), verified, tree.draft_pass_widths)
     priced = price_steps(model, eagle, load)
-    measured = forward(verified[0], kv, batch) + drafting(17, kv) + 0.001  # + sampling and overhead
+    measured = forward(verified[0], kv, batch) + drafting(17, kv) + tree_extra + 0.001  # + sampling, overhead
     assert float(priced.total[0]) == pytest.approx(measured, rel=1e-5)

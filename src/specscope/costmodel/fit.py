@@ -212,10 +212,12 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         per_request = _draft_tokens(mine)
         draft_kv = np.array([s.kv_tokens for s in mine])
         running = np.array([s.batch_size for s in mine], dtype=float)
+        tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
         step = np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in mine])
-        coef = nonnegative_relative_fit(np.column_stack([_design(per_request, draft_kv), running, running > 1]),
-                                        extra, f"drafting of {method!r}", step)
+        columns = [_design(per_request, draft_kv), running, running > 1] + ([tree] if tree.any() else [])
+        coef = nonnegative_relative_fit(np.column_stack(columns), extra, f"drafting of {method!r}", step)
         drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
-            [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]))
+            [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]),
+            c_tree=float(coef[5]) if tree.any() else 0.0)
     return replace(forward, overhead_s=overhead, drafting=drafting)
