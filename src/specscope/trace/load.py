@@ -34,7 +34,7 @@ import numpy as np
 
 from specscope import validate
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text
+from specscope.fileio import atomic_write_text, read_jsonl
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord
 
@@ -193,51 +193,34 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
     report = report if report is not None else LoadReport(str(path), lengths)
     seen = {} if seen is None else seen
     repeats: list[str] = []
-    try:
-        handle = path.open("rb")
-    except OSError as error:
-        raise SpecscopeError(f"{path}: cannot read ({error.strerror})") from None
-    with handle:
-        for line_number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise SpecscopeError(f"{path}:{line_number}: not UTF-8 text (byte {error.start} of the line)") from None
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise SpecscopeError(f"{path}:{line_number}: invalid JSON ({error.msg}, column {error.colno})") from None
-            except RecursionError:
-                raise SpecscopeError(f"{path}:{line_number}: invalid JSON (nested too deeply)") from None
-            record, fmt = parse_record(obj, path, line_number)
-            if report.format and report.format != fmt:
-                report.format = "mixed"
-            elif not report.format:
-                report.format = fmt
-            if record.dataset is None:
-                record.dataset = path.stem
-            location = f"{path}:{line_number}"
-            if record.output_len == 0:
-                report.empty_outputs += 1
-                continue
-            record = _align(record, report, lengths)
-            if record.output_len == 0:
-                raise SpecscopeError(f"{location}: empty output after aligning acc_len arrays")
-            key = (record.dataset, record.id)
-            if key in seen:
-                first, earlier = seen[key]
-                if not same_record(earlier, record):
-                    raise SpecscopeError(f"{location}: field 'id': request {record.id!r} of dataset "
-                                         f"{record.dataset!r} is already at {first} with other content")
-                repeats.append(f"{location}: request {record.id!r} repeats {first} with the same content")
-                report.duplicates += 1
-                continue
-            seen[key] = (location, record)
-            report.records += 1
-            report.positions += record.output_len
-            yield record
+    parsed = read_jsonl(path, lambda obj, where, line: (*parse_record(obj, where, line), line))
+    for record, fmt, line_number in parsed:
+        if report.format and report.format != fmt:
+            report.format = "mixed"
+        elif not report.format:
+            report.format = fmt
+        if record.dataset is None:
+            record.dataset = path.stem
+        location = f"{path}:{line_number}"
+        if record.output_len == 0:
+            report.empty_outputs += 1
+            continue
+        record = _align(record, report, lengths)
+        if record.output_len == 0:
+            raise SpecscopeError(f"{location}: empty output after aligning acc_len arrays")
+        key = (record.dataset, record.id)
+        if key in seen:
+            first, earlier = seen[key]
+            if not same_record(earlier, record):
+                raise SpecscopeError(f"{location}: field 'id': request {record.id!r} of dataset "
+                                     f"{record.dataset!r} is already at {first} with other content")
+            repeats.append(f"{location}: request {record.id!r} repeats {first} with the same content")
+            report.duplicates += 1
+            continue
+        seen[key] = (location, record)
+        report.records += 1
+        report.positions += record.output_len
+        yield record
     if report.empty_outputs:
         log.warning("%s: %d records with an empty output skipped", path, report.empty_outputs)
     if repeats:
