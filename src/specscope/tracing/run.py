@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from specscope.errors import SpecscopeError
+from specscope.fileio import read_jsonl
 from specscope.methods import NAMES, method
 from specscope.progress import LazyProgress
 from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
@@ -64,14 +65,7 @@ def done_ids(path: Path) -> set[str]:
         log.warning("%s: dropping a half-written last line (it will be traced again)", path)
         with path.open("r+b") as handle:
             handle.truncate(keep)
-    ids = set()
-    for number, line in enumerate(data[:keep].split(b"\n"), start=1):
-        if line.strip():
-            try:
-                record, _ = parse_record(json.loads(line.decode("utf-8")), path, number)
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                raise SpecscopeError(f"{path}:{number}: not a JSON trace record; not a trace file to resume") from None
-            ids.add(record.id)
+    ids = {record.id for record, _ in read_jsonl(path, parse_record)}
     return ids
 
 
