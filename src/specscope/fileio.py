@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, TextIO, TypeVar
 
 from specscope.errors import SpecscopeError
 
@@ -64,6 +64,23 @@ def _existing_ancestor(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+def open_appended(path: str | Path, what: str) -> TextIO:
+    """``path`` opened for appending lines (a log that grows while a process runs: what is
+    there is kept, never replaced), checked as :func:`check_output_file`; ``what`` names the
+    option in the error."""
+    path = Path(path)
+    if str(path) == STDOUT:
+        raise SpecscopeError(f"{what}: expected a file path, not '-'")
+    try:
+        check_output_file(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path.open("a", encoding="utf-8")
+    except SpecscopeError as error:
+        raise SpecscopeError(f"{what}: {error}") from None
+    except OSError as error:
+        raise SpecscopeError(f"{what}: {path}: cannot open for appending ({error.strerror or error})") from None
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

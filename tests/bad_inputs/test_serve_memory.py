@@ -19,6 +19,8 @@ CASES = [
          WITH_DIR),
     Case("serve-k-zero", ["serve", "--model", "empty", "--k", "0"], r"--k: expected a positive integer", WITH_DIR),
     Case("serve-port-text", ["serve", "--model", "empty", "--port", "http"], r"--port"),
+    Case("serve-step-records-directory", ["serve", "--model", "empty", "--step-records", "empty"],
+         r"--step-records: empty: is a directory", WITH_DIR),
     Case("memory-unknown-preset", ["memory", "--target", "nonexistent-model"], r"nonexistent-model: not a model preset"),
     Case("memory-heads-not-divisible", ["memory", "--target", "c.json"], r"c\.json.*num_key_value_heads",
          {"c.json": json.dumps({**CONFIG, "num_key_value_heads": 3})}),

@@ -34,7 +34,9 @@ def test_every_figure_and_table_is_written(synthetic_report):
         "depth they recorded",
         "figure 'measured' not drawn: no measured runs were given (--measured)",
         "figure 'policy gap' not drawn: no learned policy was given (--policy)",
-        "figure 'policy choices' not drawn: no learned policy was given (--policy)"]
+        "figure 'policy choices' not drawn: no learned policy was given (--policy)",
+        "figure 'whatif' not drawn: the cost model was not calibrated to an engine (specscope costmodel fit "
+        "--from-sweep)"]
 
 
 def test_page_is_self_contained(synthetic_report):

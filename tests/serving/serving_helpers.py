@@ -108,6 +108,7 @@ def start_server(
     max_batch_size: int = 8,
     max_seq_len: int = 256,
     draft_dir: Path | None = None,
+    step_records=None,
 ) -> RunningServer:
     from specscope.assemble import load_engine
     from specscope.serve.chat import load_chat_template
@@ -122,7 +123,8 @@ def start_server(
         max_seq_len=max_seq_len,
     )
     chat = load_chat_template(model_dir)
-    return RunningServer(create_server(engine, tokenizer, "tiny", "127.0.0.1", 0, chat_template=chat))
+    return RunningServer(create_server(engine, tokenizer, "tiny", "127.0.0.1", 0, chat_template=chat,
+                                       step_records=step_records))
 
 
 class _QuietServer(ThreadingHTTPServer):

@@ -179,6 +179,31 @@ def test_first_streamed_chunk_carries_the_prefill_token_alone(tiny_model):
     assert [len(e["choices"][0]["token_ids"]) for e in events] == [1, 4, 4, 4, 3]
 
 
+def test_step_records_are_appended_as_steps_end(tiny_model, tmp_path):
+    """``serve --step-records``: one StepRecord line per engine step, appended (what was in
+    the file stays), read back by the cost-model fit's reader; the steps emit every token."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.fileio import open_appended
+
+    path = tmp_path / "steps.jsonl"
+    path.write_text("")
+    with open_appended(path, "--step-records") as sink:
+        running = start_server(tiny_model, "draft", k=3, max_seq_len=64, draft_dir=tiny_model, step_records=sink)
+        try:
+            for _ in range(2):
+                status, _ = post(running.url, {"prompt": PROMPT, "max_tokens": 16, "temperature": 0,
+                                               "ignore_eos": True})
+                assert status == 200
+                lines = len(path.read_text().splitlines())
+                assert lines == len(running.engine.step_records)  # written as each step ended
+        finally:
+            running.close()
+    steps = read_steps([path])
+    assert {s.method for s in steps} == {"draft"} and all(s.k == 3 for s in steps)
+    assert sum(sum(s.tokens_emitted) for s in steps) == 32
+    assert [s.step for s in steps] == list(range(len(steps)))
+
+
 @pytest.mark.parametrize(
     "extra",
     [{"temperature": 1e-300}, {"temperature": 1e-6}, {"seed": 2**64 - 1, "temperature": 0.5}],

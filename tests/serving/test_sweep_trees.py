@@ -46,7 +46,7 @@ def test_tree_cells_beside_chain_cells(tmp_path):
     assert len(set(ids)) == len(ids)
     [tree_cell] = [c for c in cells if c.tree is not None and c.tree.name == "3x1" and c.batch_size == 4]
     assert tree_cell.labels() == {"engine": "vllm", "workload": "a.jsonl", "method": "eagle3", "k": 6,
-                                  "tree": "3x1", "tree_nodes": 6, "tree_depth": 2, "batch_size": 4}
+                                  "tree": "3x1", "tree_nodes": 6, "tree_depth": 2, "batch_size": 4, "baseline_for": None}
 
 
 def test_a_tree_cell_differs_from_a_chain_with_as_many_drafts(tmp_path):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specscope import validate
 from specscope.errors import SpecscopeError
+from specscope.fileio import check_output_file, open_appended
 from specscope.methods import METHODS, NO_SD, names
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
 from specscope.serve.protocol import DEFAULT_PORT
@@ -74,6 +75,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the engine's)")
     parser.add_argument(
+        "--step-records",
+        type=Path,
+        metavar="FILE",
+        help="append every engine step's record (phase timings and load, JSON Lines) to FILE, "
+        "for `specscope costmodel fit FILE`: the engine's own view of the steps a sweep times",
+    )
+    parser.add_argument(
         "--threads", type=int, help="torch CPU threads (default: torch's choice)"
     )
     parser.set_defaults(run=run)
@@ -92,6 +100,11 @@ def run(args: argparse.Namespace) -> int:
         raise SpecscopeError(f"--draft: only used with an SD --method ({', '.join(WITH_DRAFT)})")
     if args.tree is not None and args.k is not None:
         raise SpecscopeError(f"--k: not used with --tree (the tree {args.tree.name} drafts {args.tree.depth} deep)")
+    if args.step_records is not None:  # refused before a model is loaded; opened once it is
+        try:
+            check_output_file(args.step_records)
+        except SpecscopeError as error:
+            raise SpecscopeError(f"--step-records: {error}") from None
     import torch
 
     from specscope.assemble import load_engine
@@ -104,7 +117,8 @@ def run(args: argparse.Namespace) -> int:
     chat_template = load_chat_template(args.model)
     engine, tokenizer = load_engine(args.model, method=args.method, draft_dir=args.draft, **given)
     name = args.served_model_name or args.model.resolve().name
-    server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template)
+    records = open_appended(args.step_records, "--step-records") if args.step_records is not None else None
+    server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template, records)
     tree = f", tree {engine.tree.name}" if engine.tree is not None else ""
     print(
         f"specscope serve: {name} ({engine.method}, k={engine.k}{tree}, max batch {engine.max_batch_size}, "
@@ -117,4 +131,6 @@ def run(args: argparse.Namespace) -> int:
         server.serve_forever(poll_interval=0.2)
     finally:
         server.server_close()
+        if records is not None:
+            records.close()
     return 0

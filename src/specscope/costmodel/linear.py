@@ -12,7 +12,7 @@ matrix-matrix kernels there (the bundled target, one sequence with 100 cached to
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Sequence
 
 import numpy as np
@@ -20,6 +20,25 @@ import numpy as np
 from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
 from specscope.errors import SpecscopeError
 from specscope.trace.fields import Fields
+
+
+@dataclass(frozen=True)
+class FittedCell:
+    """A measured cell a calibrated model was fitted to (``costmodel fit --from-sweep``): what
+    the model has seen; everything else it predicts. ``tree``: a static tree's name, else a
+    chain of ``k``."""
+
+    method: str
+    k: int
+    batch_size: int
+    workload: str
+    tree: str | None = None
+
+    @classmethod
+    def from_json(cls, spec: Fields) -> "FittedCell":
+        spec.only(["method", "k", "batch_size", "workload", "tree"])
+        return cls(spec.text("method"), spec.integer("k"), spec.integer("batch_size", minimum=1),
+                   spec.text("workload"), spec.text("tree", optional=True))
 
 
 @dataclass
@@ -36,6 +55,7 @@ class LinearCostModel:
     pads_verification: bool = False  # verify num_running × max(k+1) tokens (see costmodel.base)
     c_req: float = 0.0  # seconds per running sequence
     c_multi: float = 0.0  # seconds added to a forward of more than one token in all
+    fitted_cells: tuple[FittedCell, ...] = ()  # a calibrated model: the sweep cells it was fitted to
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
@@ -61,6 +81,7 @@ class LinearCostModel:
             "overhead_s": self.overhead_s,
             "pads_verification": self.pads_verification,
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
+            **({"fitted_cells": [asdict(c) for c in self.fitted_cells]} if self.fitted_cells else {}),
         }
 
 
@@ -108,7 +129,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     ``label``, also its name when it has none): every field known, every coefficient finite
     and >= 0, the forward not free (some coefficient > 0)."""
     spec = Fields(obj, label)
-    spec.only(["kind", "name", "forward", "overhead_s", "pads_verification", "drafting"])
+    spec.only(["kind", "name", "forward", "overhead_s", "pads_verification", "drafting", "fitted_cells"])
     forward = spec.child("forward")
     forward.only(FORWARD_TERMS)
     terms = _coefficients(forward, FORWARD_TERMS[:3], FORWARD_TERMS[3:])
@@ -120,8 +141,18 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         overhead_s=spec.number("overhead_s", default=0.0, low=0.0),
         drafting={} if drafting is None else {name: drafting_from_json(drafting.child(name)) for name in drafting.obj},
         pads_verification=spec.boolean("pads_verification", False),
+        fitted_cells=tuple(FittedCell.from_json(Fields(cell, label, prefix=f"fitted_cells[{i}]"))
+                           for i, cell in enumerate(_list(spec, "fitted_cells"))),
         **terms,
     )
+
+
+def _list(spec: Fields, name: str) -> list:
+    """The optional JSON list ``name`` (empty when absent)."""
+    value = spec.obj.get(name, [])
+    if not isinstance(value, list):
+        raise spec.error(spec.name(name), f"expected a list, got {type(value).__name__}")
+    return value
 
 
 # The paper's constants (shared/paper/README.md): Llama-3.1-8B-Instruct on an H100, seconds.

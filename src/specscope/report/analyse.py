@@ -28,6 +28,7 @@ from specscope.analysis.overlap import BleuRow, OverlapRow, bleu_scores, overlap
 from specscope.analysis.position import ProfileRow, position_profiles
 from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
 from specscope.costmodel.base import CostModel
+from specscope.costmodel.linear import LinearCostModel
 from specscope.costmodel.registry import resolve_cost_model
 from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
@@ -38,6 +39,7 @@ from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
 from specscope.report.trees import TreeRow, compare_trees, tree_depths
+from specscope.report.whatif import WhatIfRow, whatif_rows
 from specscope.trees import TreeShape
 
 TAIL_FACTOR = 8  # outputs this many times the median make the mixed-mode drain worth a note
@@ -74,6 +76,7 @@ class ReportData:
     tree_answer: list[str] = field(default_factory=list)  # one line per dataset × proposer × tree
     policy_table: list[dict] = field(default_factory=list)  # the learned policy judged (--policy)
     policy_choices: list[PolicyChoices] = field(default_factory=list)
+    whatif: list[WhatIfRow] = field(default_factory=list)  # a calibrated cost model's predictions, checked
     notes: list[str] = field(default_factory=list)
 
 
@@ -114,6 +117,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                                                                config.sim)
         data.notes.extend(tree_notes)
         data.tree_answer = tree_answer(data.trees)
+    if isinstance(cost, LinearCostModel):
+        data.whatif = whatif_rows(data.answer, data.rows + data.tree_rows, data.measured, cost.fitted_cells)
     advance(PHASES[2])
 
     ov = config.overlap

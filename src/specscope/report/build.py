@@ -20,6 +20,7 @@ from specscope.report.catalogue import FIGURES, TABLES
 from specscope.report.config import ReportConfig
 from specscope.report.html import FigureEntry, Page, render
 from specscope.report.style import figure_style, save
+from specscope.report.whatif import WhatIfRow, whatif_summary
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
             ("Requests with the lowest and highest mean acc_len",
              ["dataset", "proposer", "lowest id", "lowest", "highest id", "highest"], _extremes(data.means)),
             *_measured_tables(data.measured),
+            *_whatif_table(data.whatif),
         ],
         load_summaries=[r.summary() for r in data.load_reports], notes=notes,
         csv_files=[p.name for p in tables], largest_k=max(config.ks) if config.ks else None,
@@ -115,6 +117,19 @@ def _measured_tables(cells: Sequence[MeasuredCell]) -> list[tuple[str, list[str]
            "" if c.simulated_speedup is None else c.simulated_speedup,
            "" if c.error_pct is None else f"{c.error_pct:+.1f}"] for c in cells]),
     ]
+
+
+def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[list[object]]]]:
+    if not rows:
+        return []
+    summary = whatif_summary(rows)
+    return [(f"What if: the calibrated model's best per batch size, and the measured check{': ' + summary if summary else ''}",
+             ["workload", "batch size", "batch size in fit", "predicted best", "predicted", "measured best",
+              "measured", "predicted best of the measured", "agree"],
+             [[r.dataset, r.batch_size, "yes" if r.in_fit else "no", r.predicted_best, r.predicted_speedup,
+               r.measured_best or "", "" if r.measured_speedup is None else r.measured_speedup,
+               r.predicted_among_measured or "", "" if r.agree is None else ("yes" if r.agree else "no")]
+              for r in rows])]
 
 
 def _extremes(means: list[dict]) -> list[list[object]]:

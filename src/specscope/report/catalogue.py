@@ -17,6 +17,7 @@ from specscope.report import figures as F
 from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
 from specscope.report.policy import choices_figure, gap_figure
+from specscope.report.whatif import whatif_figure
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ TABLES = [
     TableSpec("trees.csv", lambda d: [t.flat() for t in d.trees] if d.trees else None),
     TableSpec("tree_speedup.csv", lambda d: [r.flat() for r in d.tree_rows] if d.trees else None),
     TableSpec("policy.csv", lambda d: d.policy_table or None),
+    TableSpec("whatif.csv", lambda d: [r.flat() for r in d.whatif] or None),
 ]
 
 
@@ -157,5 +159,15 @@ FIGURES = [
                   "check that it switches to n-gram in the dark bursts and proposes little where both are pale.",
         lambda d: choices_figure(d.policy_choices),
         lambda d: None if d.policy_choices else "no learned policy was given (--policy)",
+    ),
+    FigureSpec(
+        "whatif",
+        lambda d: "What if: your engine beyond what was measured",
+        lambda d: "Lines are predictions of the cost model calibrated to your engine; markers are what it "
+                  "measured (filled: cells the model was fitted to, hollow: checks it never saw) — look "
+                  "whether the hollow markers sit on their lines and where the best k changes.",
+        lambda d: whatif_figure(d.rows, d.measured, d.cost.fitted_cells),
+        lambda d: None if d.whatif else "the cost model was not calibrated to an engine "
+                                        "(specscope costmodel fit --from-sweep)",
     ),
 ]

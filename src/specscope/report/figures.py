@@ -20,6 +20,7 @@ from specscope.report.style import (
     DIVERGING,
     MISSING,
     PHASE_COLOURS,
+    batch_axis,
     colour_for,
     panel_grid,
     plain_log_axis,
@@ -33,14 +34,6 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
 def _unique(values) -> list:
     return list(dict.fromkeys(values))
-
-
-def _batch_axis(ax, batch_sizes: Sequence[int]) -> None:
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(batch_sizes)
-    ax.set_xticklabels([str(b) for b in batch_sizes])
-    ax.minorticks_off()
-    ax.set_xlabel("batch size")
 
 
 def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figure:
@@ -69,7 +62,7 @@ def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figur
                 label = f"{acc} {policy}"
             handles[label] = ax.plot(x, y, label=label, **style)[0]
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
-        _batch_axis(ax, sorted({r.batch_size for r in mine}))
+        batch_axis(ax, sorted({r.batch_size for r in mine}))
         ax.set_title(dataset)
         ax.set_ylabel("speedup over no SD")
     # Column-major legend: one column per proposer (the combined oracle last).
@@ -263,7 +256,7 @@ def measured_figure(cells: Sequence) -> plt.Figure:
                 ax.plot(x, [c.simulated_speedup for c in line], linestyle="--", color=colours[method],
                         label=f"{method} simulated")
         ax.axhline(1.0, color="black", linewidth=0.8)
-        _batch_axis(ax, sorted({c.batch_size for c in mine}))
+        batch_axis(ax, sorted({c.batch_size for c in mine}))
         ax.set_title(dataset)
         ax.set_ylabel("speedup over no SD")
         ax.legend(loc="best")
@@ -297,7 +290,7 @@ def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
                 ax.annotate(f"crossover B={t.crossover}", (t.crossover, at), xytext=(4, 6),
                             textcoords="offset points", fontsize=8)
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
-        _batch_axis(ax, sorted({r.batch_size for r in rows if r.dataset == dataset}))
+        batch_axis(ax, sorted({r.batch_size for r in rows if r.dataset == dataset}))
         ax.set_title(f"{dataset} · {proposer}")
         ax.set_ylabel("speedup over no SD")
         ax.legend(loc="best", fontsize=8)

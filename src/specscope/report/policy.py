@@ -42,7 +42,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     policy = load_policy(path)
     learned = f"learned:{path}"
     rows = simulate(records, [*policy.methods, COMBINED] if len(policy.methods) == 2 else list(policy.methods),
-                    candidate_policies(policy.methods, learned), cost,
+                    candidate_policies(policy.methods, learned, records), cost,
                     SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed,
                               combined=policy.methods if len(policy.methods) == 2 else None))
     table = judge(rows, learned)

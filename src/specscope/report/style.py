@@ -57,6 +57,15 @@ def save(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
+def batch_axis(ax, batch_sizes: Sequence[int]) -> None:
+    """A log2 x axis of batch sizes, ticked at ``batch_sizes``."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(batch_sizes)
+    ax.set_xticklabels([str(b) for b in batch_sizes])
+    ax.minorticks_off()
+    ax.set_xlabel("batch size")
+
+
 def panel_grid(n: int, ncols: int, width: float, height: float, **kwargs):
     """``n`` panels on a grid of ``ncols`` columns; returns (fig, flat axes), unused axes hidden."""
     ncols = max(1, min(ncols, n))

@@ -8,7 +8,10 @@ a dict replaced after every step *before* the step's tokens are handed out, so a
 has seen its last token and then scrapes ``/metrics`` sees counters that include that step.
 If ``step()`` raises, the loop steps each running request alone (``step(only=...)``): a
 request whose own step raises again ends with 500 and is aborted, the others go on, and the
-server keeps serving. Only when the engine cannot even abort a request (its state is no longer
+server keeps serving. With a ``step_records`` file, every step's
+:class:`~specscope.costmodel.steps.StepRecord` is appended to it as one JSON line as soon as the
+step ends (``specscope serve --step-records``: the engine's own timing of the steps a black-box
+calibration sees from outside). Only when the engine cannot even abort a request (its state is no longer
 trustworthy) does every job fail and the loop stop; the server then answers 503. A job whose
 client went away, or whose output reached a stop string, is cancelled
 (:meth:`EngineLoop.cancel`): dropped from the queue, or aborted in the engine before the next
@@ -22,7 +25,7 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from specscope.errors import SpecscopeError
 from specscope.serve.protocol import ApiError
@@ -59,9 +62,12 @@ class Job:
 class EngineLoop:
     """Owns ``engine`` (a :class:`specscope.engine.runner.Engine`) on a background thread."""
 
-    def __init__(self, engine: Engine, max_waiting: int = DEFAULT_MAX_WAITING) -> None:
+    def __init__(self, engine: Engine, max_waiting: int = DEFAULT_MAX_WAITING,
+                 step_records: TextIO | None = None) -> None:
         self.engine = engine
         self.max_waiting = max_waiting
+        self._step_records = step_records
+        self._recorded = 0  # engine.step_records already written to ``step_records``
         self.failure: str | None = None
         self._waiting: deque[Job] = deque()
         self._running: dict[str, Job] = {}
@@ -161,8 +167,7 @@ class EngineLoop:
                     self._abort_cancelled()
                     self._admit()
                 outputs = self._step() if self._running else []
-                if len(self.engine.step_records) > 2 * KEEP_STEP_RECORDS:
-                    del self.engine.step_records[:-KEEP_STEP_RECORDS]
+                self._record_steps()
                 delivered = [(self._running[out.request_id], out) for out in outputs]
                 with self._cond:
                     for _, out in delivered:
@@ -180,6 +185,16 @@ class EngineLoop:
         except Exception as error:  # the engine is in an unknown state: fail everything, stop
             log.exception("engine loop failed")
             self._fail_all(_describe(error))
+
+    def _record_steps(self) -> None:
+        """Append the new step records to the ``step_records`` file; keep the engine's list bounded."""
+        records = self.engine.step_records
+        if self._step_records is not None and len(records) > self._recorded:
+            self._step_records.write("".join(r.to_json() + "\n" for r in records[self._recorded:]))
+            self._step_records.flush()
+        if len(records) > 2 * KEEP_STEP_RECORDS:
+            del records[:-KEEP_STEP_RECORDS]
+        self._recorded = len(records)
 
     def _step(self) -> list[StepOutput]:
         """One engine step; when it raises, each running request steps alone and those whose

@@ -21,6 +21,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TextIO
 
 from specscope.errors import SpecscopeError
 from specscope.serve import exporter, protocol
@@ -75,10 +76,12 @@ def create_server(
     port: int,
     max_waiting: int = DEFAULT_MAX_WAITING,
     chat_template: ChatTemplate | None = None,
+    step_records: TextIO | None = None,
 ) -> CompletionServer:
     """Bind (``port=0``: any free port) and start the engine loop; call ``serve_forever()``.
-    Without ``chat_template``, ``/v1/chat/completions`` answers 400."""
-    loop = EngineLoop(engine, max_waiting)
+    Without ``chat_template``, ``/v1/chat/completions`` answers 400. ``step_records``: a text
+    file each step's record is appended to (:class:`~specscope.serve.engine_loop.EngineLoop`)."""
+    loop = EngineLoop(engine, max_waiting, step_records)
     try:
         server = CompletionServer((host, port), loop, tokenizer, model_name, chat_template)
     except OSError as error:

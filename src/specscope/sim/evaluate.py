@@ -24,10 +24,12 @@ from specscope.trace.schema import TraceRecord
 FIXED_KS = (1, 2, 3, 4, 5, 6, 8, 10)
 
 
-def candidate_policies(methods: tuple[str, ...], learned: str | None) -> list[str]:
-    """The policies a judgement simulates (``learned``: a ``learned:FILE`` name)."""
+def candidate_policies(methods: tuple[str, ...], learned: str | None, records: Sequence[TraceRecord]) -> list[str]:
+    """The policies a judgement simulates on ``records`` (``learned``: a ``learned:FILE`` name):
+    the fixed ks of :data:`FIXED_KS` that the records were traced deep enough to replay."""
     pair = "+".join(methods)
-    policies = [f"fixed:{k}" for k in FIXED_KS] + ["adaptive", "oracle", f"oracle-switch:{pair}"]
+    deepest = min(r.k_max if r.k_max is not None else int(r.acc_len(m).max()) - 1 for r in records for m in methods)
+    policies = [f"fixed:{k}" for k in FIXED_KS if k <= deepest] + ["adaptive", "oracle", f"oracle-switch:{pair}"]
     if len(methods) == 2:
         policies.append(f"oracle-combined:{pair}")
     return policies + ([learned] if learned else [])
@@ -79,7 +81,7 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], fit_
         path.write_text(json.dumps(document) + "\n", encoding="utf-8")
         learned = f"learned:{path}"
         for cost in costs:
-            rows = simulate(members, [*methods, COMBINED], candidate_policies(methods, learned), cost, config)
+            rows = simulate(members, [*methods, COMBINED], candidate_policies(methods, learned, members), cost, config)
             for line in judge(rows, learned):
                 table.append({"cost_model": cost.name, "fitted_on": "+".join(document["training"]["sources"]),
                               **line})

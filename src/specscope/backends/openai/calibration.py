@@ -7,7 +7,8 @@ ids and output lengths) are replayed from the traces of its workload (records wh
 ``dataset`` is the workload file's stem; a repeat ``id#n`` reads ``id``) under ``fixed:k`` or
 ``tree:SHAPE``, in mixed mode at the cell's batch size, against the no-SD replay of the same
 requests. Measured speedup = the cell's throughput / its ``none`` cell's (same workload and
-batch size); error_pct = 100 · (predicted − measured) / measured.
+batch size; with paired baselines, the one run right before it); error_pct = 100 · (predicted −
+measured) / measured.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Sequence
 
 from specscope.backends.openai.metrics import HISTOGRAMS
 from specscope.backends.openai.sweep import TIMELINE, read_cells
+from specscope.backends.openai.sweep_config import server_label
 from specscope.costmodel.calibrate import CellRun, fit_cells
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
@@ -50,7 +52,7 @@ def read_sweep(sweep_dir: Path) -> list[CellRun]:
         tree = TreeShape.parse("x".join(map(str, _widths(key["tree"])))) if key.get("tree") else None
         runs.append(CellRun(cell_id, key["method"], key["k"], tree, key["batch_size"], key["workload"],
                             result["throughput"], result.get("num_draft_tokens"), record[TIMELINE],
-                            {name: result.get(name) for name in HISTOGRAMS.values()}))
+                            {name: result.get(name) for name in HISTOGRAMS.values()}, key.get("baseline_for")))
     if not runs:
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no successful cell")
     return runs
@@ -108,10 +110,11 @@ def index_traces(records: Sequence[TraceRecord]) -> dict[str, dict[str, TraceRec
 def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> list[dict[str, object]]:
     """Leave-one-out over the SD cells that have a ``none`` cell: one row each (:data:`COLUMNS`)."""
     traces = index_traces(records)
-    baselines = {(c.workload, c.batch_size): c for c in cells if c.method == NO_SD}
+    baselines = {(c.workload, c.batch_size, c.baseline_for): c for c in cells if c.method == NO_SD}
     rows = []
     for held in cells:
-        base = baselines.get((held.workload, held.batch_size))
+        where = (held.workload, held.batch_size)
+        base = baselines.get((*where, server_label(held.method, held.k, held.tree))) or baselines.get((*where, None))
         if held.method == NO_SD or base is None:
             continue
         others = [c for c in cells if c is not held]

@@ -51,7 +51,8 @@ from specscope.methods import NO_SD
 from specscope.fileio import atomic_write_text
 
 log = logging.getLogger(__name__)
-CELL_LABELS = ("engine", "workload", "method", "k", "tree", "tree_nodes", "tree_depth", "status", "reason", "cell_id")  # a result row's, beside the bench row
+CELL_LABELS = ("engine", "workload", "method", "k", "tree", "tree_nodes", "tree_depth", "baseline_for", "status", "reason",
+               "cell_id")  # a result row's, beside the bench row
 RECORD_FIELDS = ("cell_id", "key", "status", "reason", "started_at", "finished_at", "result")
 TIMELINE = "timeline"  # an ok cell's per-request chunk timeline (LoadResult.timeline); absent in old sweeps
 
@@ -91,7 +92,7 @@ def read_cells(output: Path) -> dict[str, dict]:
 
 def _server_key(cell: Cell) -> tuple:
     """Cells with one key share a server; a launched method that learns gets one per cell."""
-    key = (cell.engine.name, cell.method, cell.k, cell.tree, cell.batch_size)
+    key = (cell.engine.name, cell.method, cell.k, cell.tree, cell.batch_size, cell.baseline_for)
     if cell.engine.launch is not None and learns_across_requests(cell.engine.launch, cell.method):
         return (*key, cell.workload)
     return key
@@ -264,7 +265,7 @@ def results(config: SweepConfig) -> list[dict]:
     from specscope.fileio import write_rows
 
     recorded = read_cells(config.output)
-    rows = []
+    rows, servers = [], []
     for cell in plan_cells(config):
         record = recorded.get(cell.cell_id(config))
         if record is None:
@@ -278,16 +279,18 @@ def results(config: SweepConfig) -> list[dict]:
                 **(record["result"] or {}),
             }
         )
-    baselines = {
-        (r["engine"], r["workload"], r["batch_size"]): r
+        servers.append(cell.server)
+    baselines = {  # a paired none cell is found by the SD server it pairs with, a shared one by None
+        (r["engine"], r["workload"], r["batch_size"], r["baseline_for"]): r
         for r in rows
         if r["method"] == NO_SD and r["status"] == "ok"
     }
-    for i, row in enumerate(rows):
+    for i, (row, server) in enumerate(zip(rows, servers)):
         if row["status"] == "ok":
             labels = {name: row[name] for name in CELL_LABELS}
             measured = {name: value for name, value in row.items() if name not in labels}
-            baseline = baselines.get((row["engine"], row["workload"], row["batch_size"]))
+            where = (row["engine"], row["workload"], row["batch_size"])
+            baseline = baselines.get((*where, server)) or baselines.get((*where, None))
             rows[i] = {**labels, **bench_row(row["method"], row["k"], measured, baseline).flat()}
     write_rows(config.output / "results.json", rows)
     write_rows(config.output / "results.csv", [_flat(r) for r in rows])

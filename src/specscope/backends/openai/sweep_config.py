@@ -11,6 +11,7 @@ Example::
     max_tokens = 128
     ignore_eos = true
     num_requests = 64                  # default: each workload's length
+    baselines = "paired"               # default "shared" (see below)
 
     [[engines]]
     name = "vllm"
@@ -35,6 +36,14 @@ A tree for a method that cannot draft it on a launched engine is refused when th
 (:func:`~specscope.backends.openai.launchers.check_tree`).
 A cell's id is a hash of everything that determines its result, so results of a changed
 configuration are never mistaken for results of the old one.
+
+**Baselines.** A speedup is an SD cell's throughput over a ``none`` cell's. With ``baselines =
+"shared"`` (the default) one ``none`` cell per engine, batch size and workload serves every SD
+cell. With ``"paired"`` each SD cell gets its own ``none`` cell, run right before it (same
+engine, batch size and workload; its ``baseline_for`` names the SD server it pairs with, e.g.
+``ngram k=3``): on a machine whose speed drifts over minutes (a shared VM measured 6–9 % apart
+on the same cell), a ratio of two runs taken back to back is what is worth trusting, at the
+price of one more server run per SD cell.
 """
 
 from __future__ import annotations
@@ -89,10 +98,19 @@ class SweepConfig:
     prompt_lookup_min: int = DEFAULTS.prompt_lookup_min
     prompt_lookup_max: int = DEFAULTS.prompt_lookup_max
     mtp_method: str = DEFAULTS.mtp_method
+    baselines: str = "shared"  # or "paired" (module docstring)
 
     def workload_path(self, name: str) -> Path:
         """A workload's file, relative to the configuration file's directory."""
         return self.path.parent / name
+
+
+def server_label(method_name: str, k: int, tree: TreeShape | None) -> str:
+    """The method and proposal a cell serves: ``ngram k=3``, ``eagle tree=2x1x1``, ``none``
+    (what a paired ``none`` cell's ``baseline_for`` names)."""
+    if method_name == NO_SD:
+        return NO_SD
+    return f"{method_name} tree={tree.name}" if tree is not None else f"{method_name} k={k}"
 
 
 @dataclass(frozen=True)
@@ -103,12 +121,17 @@ class Cell:
     batch_size: int
     workload: str
     tree: TreeShape | None = None  # a tree cell: k is its node count
+    baseline_for: str | None = None  # a paired ``none`` cell: the SD server it pairs with (``server``)
+
+    @property
+    def server(self) -> str:
+        return server_label(self.method, self.k, self.tree)
 
     def labels(self) -> dict[str, object]:
         """What a result row says about the cell."""
         tree = self.tree.describe() if self.tree is not None else {"tree": None, "tree_nodes": None, "tree_depth": None}
         return {"engine": self.engine.name, "workload": self.workload, "method": self.method, "k": self.k,
-                **tree, "batch_size": self.batch_size}
+                **tree, "batch_size": self.batch_size, "baseline_for": self.baseline_for}
 
     def key(self, config: SweepConfig) -> dict[str, object]:
         """Everything that determines this cell's result (JSON-ready)."""
@@ -132,11 +155,13 @@ class Cell:
         if chosen is not None and chosen.vllm_method == VLLM_GENERIC_MTP:
             settings["mtp_method"] = config.mtp_method
         tree = {"tree": [list(p) for p in self.tree.paths]} if self.tree is not None else {}  # chain ids unchanged
+        pair = {"baseline_for": self.baseline_for} if self.baseline_for is not None else {}  # shared ids unchanged
         return {
             "engine": engine,
             "method": self.method,
             "k": self.k,
             **tree,
+            **pair,
             "batch_size": self.batch_size,
             "workload": self.workload,
             "workload_sha256": _file_sha256(config.workload_path(self.workload)),
@@ -297,6 +322,10 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     for name, kind, what in (("ignore_eos", bool, "true or false"), ("mtp_method", str, "a vLLM MTP method name")):
         if name in data:
             values[name] = _check(path, name, data[name], kind, what)
+    if "baselines" in data:
+        if data["baselines"] not in ("shared", "paired"):
+            raise SpecscopeError(f"{where(path, field='baselines')}: expected 'shared' or 'paired', got {data['baselines']!r}")
+        values["baselines"] = data["baselines"]
     config = SweepConfig(**values)
     if config.prompt_lookup_min > config.prompt_lookup_max:
         raise SpecscopeError(
@@ -340,7 +369,8 @@ def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
 
 
 def plan_cells(config: SweepConfig) -> list[Cell]:
-    """All cells, grouped so that cells sharing one launched server are adjacent."""
+    """All cells, grouped so that cells sharing one launched server are adjacent; with paired
+    baselines, each SD cell right after its own ``none`` cell (module docstring)."""
     cells = []
     for engine in config.engines:
         if engine.url is not None:
@@ -352,9 +382,15 @@ def plan_cells(config: SweepConfig) -> list[Cell]:
                 for server in ([(m, 0, None)] if m == NO_SD else
                                [(m, k, None) for k in config.k] + [(m, t.nodes, t) for t in config.trees])
             ]
+        paired = config.baselines == "paired" and engine.url is None
         for served, k, tree in servers:
+            if paired and served == NO_SD:
+                continue  # every SD cell brings its own
             for batch_size in config.batch_sizes:
-                cells += [Cell(engine, served, k, batch_size, w, tree) for w in config.workloads]
+                sd = [Cell(engine, served, k, batch_size, w, tree) for w in config.workloads]
+                if paired:
+                    cells += [Cell(engine, NO_SD, 0, batch_size, c.workload, baseline_for=c.server) for c in sd]
+                cells += sd
     return cells
 
 

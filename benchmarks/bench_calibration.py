@@ -1,0 +1,180 @@
+"""Calibration of the cost model to a black-box server: a sweep of ``specscope serve`` on
+loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) and from inside
+(the same servers' own step records, ``serve --step-records``), side by side.
+
+    python benchmarks/bench_calibration.py [--out DIR] [--num-requests 12] [--max-tokens 48]
+
+The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload; methods
+ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells) and no SD at each
+batch size, each run right before its SD cell (``baselines = "paired"``: this machine's speed
+drifts by 6–9 % over minutes, which a shared baseline would put into every speedup). Prints:
+
+- leave-one-out validation (``--validate``): every SD cell predicted from a fit without it,
+  from its requests' traces; median and worst |error| (goals: ≤ 5 % and ≤ 10 %);
+- the coefficients of both fits and their relative differences (goal: within 15 %). The two
+  fits price the same step differently: the black-box forward's ``c_fixed`` holds everything a
+  step costs once (the in-engine fit keeps sampling and bookkeeping apart, as ``overhead_s``),
+  so it is set against ``c_fixed + overhead_s``; a coefficient is compared where it carries at
+  least :data:`MATERIAL` of the mean step in either fit (a term worth less is within timer noise
+  and left out, said so in the output).
+
+Then the "what if" of the README: a model fitted from the sub-sweep k ∈ {2, 4}, B ∈ {1, 8}
+alone (those cells' files, copied into ``OUT/sweep-small``: the same measurements) predicts every
+k, the trees 2x1x1 and 3x2x1x1 and a learned policy for B = 1 … 64 (``specscope report``), and the
+predicted winner is set against the measured one at B = 4, which the small fit never saw
+(``OUT/report/whatif.csv``).
+
+Rerunning with the same ``--out`` resumes the sweep and the traces. Run it on an idle machine:
+other load stretches some steps and not others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+from specscope.cli import main as specscope
+from specscope.costmodel.linear import LinearCostModel, linear_from_json
+from specscope.workloads.bundled import bundled_path
+from specscope.zoo.shipped import model_dir
+
+METHODS = ("ngram", "draft", "eagle")
+TREES = "2x1x1,3x2x1x1"
+SMALL_K, SMALL_B = (2, 4), (1, 8)  # the what-if fit's cells, and the none cells paired with them
+MATERIAL = 0.05  # a term compared when it carries this share of the mean step in either fit
+
+
+def write_workload(out: Path, num_requests: int) -> Path:
+    """The first ``num_requests`` requests of the bundled code-editing workload (``code.jsonl``:
+    the traces' dataset is the file's stem, as the sweep's workload)."""
+    path = out / "code.jsonl"
+    lines = bundled_path("code").read_text().splitlines()[:num_requests]
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def write_config(out: Path, workload: Path, max_tokens: int) -> Path:
+    drafts = ", ".join(f'{m} = "{model_dir(m)}"' for m in METHODS if m != "ngram")
+    path = out / "sweep.toml"
+    path.write_text(
+        f'output = "sweep"\nworkloads = ["{workload}"]\nmethods = ["none", {", ".join(map(json.dumps, METHODS))}]\n'
+        f"k = [1, 2, 4]\nbatch_sizes = [1, 4, 8]\nmax_tokens = {max_tokens}\nignore_eos = false\n"
+        'baselines = "paired"\n'
+        "launch_timeout_s = 300\n"
+        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{model_dir("target")}"\n'
+        f"drafts = {{ {drafts} }}\n"
+        f'args = ["--threads", "1", "--step-records", "{out / "steps.jsonl"}"]\n'
+    )
+    return path
+
+
+def mean_terms(model: LinearCostModel, steps: list[dict]) -> dict[str, float]:
+    """Each coefficient's contribution to the mean step of ``steps`` (seconds): the forward's
+    terms over the decode steps, each drafting's over its method's steps."""
+    decode = [s for s in steps if s["batch_size"] > 0 and s["prefill_tokens"] == 0]
+    verified = np.array([s["tokens_verified"] for s in decode], dtype=float)
+    terms = {"c_fixed": model.c_fixed + model.overhead_s, "c_tok": model.c_tok * verified.mean(),
+             "c_kv": model.c_kv * np.mean([s["kv_tokens"] for s in decode]),
+             "c_req": model.c_req * np.mean([s["batch_size"] for s in decode]),
+             "c_multi": model.c_multi * np.mean(verified > 1)}
+    for method, drafting in model.drafting.items():
+        mine = [s for s in decode if s["method"] == method]
+        width = np.mean([s["tokens_verified"] / s["batch_size"] for s in mine])
+        terms[f"{method}.c_fixed"] = drafting.c_fixed
+        terms[f"{method}.c_tok"] = drafting.c_tok * width
+        terms[f"{method}.c_req"] = drafting.c_req * np.mean([s["batch_size"] for s in mine])
+    return terms
+
+
+def coefficient(model: LinearCostModel, name: str) -> float:
+    if name == "c_fixed":
+        return model.c_fixed + model.overhead_s
+    if "." in name:
+        method, field = name.split(".")
+        return getattr(model.drafting[method], field)
+    return getattr(model, name)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("specscope-calibration"))
+    parser.add_argument("--num-requests", type=int, default=16)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    args = parser.parse_args()
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    workload = write_workload(out, args.num_requests)
+    config = write_config(out, workload, args.max_tokens)
+    if specscope(["sweep", str(config), "--retry-failed"]) != 0:
+        raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
+    trace = out / "code.trace.jsonl"
+    proposers = ",".join(m if m == "ngram" else f"{m}={model_dir(m)}" for m in METHODS)
+    if specscope(["trace", "--model", str(model_dir("target")), "--proposers", proposers, "--workload",
+                  str(workload), "--max-tokens", str(args.max_tokens), "--k-max", "8",
+                  "--trees", TREES, "--threads", "2", "-o", str(trace)]) != 0:
+        raise SystemExit("tracing failed")
+    outside, inside = out / "engine-from-sweep.json", out / "engine-from-steps.json"
+    for command in (["costmodel", "fit", "--from-sweep", str(out / "sweep"), "--traces", str(trace), "--validate",
+                     "-o", str(outside)], ["costmodel", "fit", str(out / "steps.jsonl"), "-o", str(inside)]):
+        if specscope(command) != 0:
+            raise SystemExit(f"specscope {' '.join(command)} failed")
+    with open(out / "sweep" / "calibration.csv") as handle:
+        errors = np.array([abs(float(r["error_pct"])) for r in csv.DictReader(handle)])
+    print(f"\nleave-one-out over {len(errors)} SD cells: median |error| {np.median(errors):.1f} % (goal ≤ 5), "
+          f"worst {errors.max():.1f} % (goal ≤ 10)")
+    models = [linear_from_json(json.loads(p.read_text()), p.name) for p in (outside, inside)]
+    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
+    step_mean = float(np.mean([s["verify_s"] + s["draft_s"] + s["sample_s"] + s["overhead_s"] for s in steps
+                               if s["batch_size"] > 0 and s["prefill_tokens"] == 0]))
+    contributions = [mean_terms(m, steps) for m in models]
+    print(f"\ncoefficients: from the sweep (outside) vs from the engine's step records (inside); mean step "
+          f"{1e3 * step_mean:.2f} ms\n{'term':<16}{'outside':>12}{'inside':>12}{'share':>8}{'difference':>12}")
+    differences = []
+    for name in contributions[1]:
+        values = [coefficient(m, name) for m in models]
+        share = max(c.get(name, 0.0) for c in contributions) / step_mean
+        if share < MATERIAL:
+            verdict = "immaterial"
+        else:
+            differences.append(abs(values[0] - values[1]) / values[1] if values[1] else float("inf"))
+            verdict = f"{100 * (values[0] - values[1]) / values[1]:+.1f} %" if values[1] else "inside 0"
+        print(f"{name:<16}{values[0]:>12.3g}{values[1]:>12.3g}{100 * share:>7.1f}%{verdict:>12}")
+    print(f"material coefficients within 15 %: {sum(d <= 0.15 for d in differences)}/{len(differences)}")
+    whatif(out, trace)
+
+
+def whatif(out: Path, trace: Path) -> None:
+    """Fit from the small sub-sweep, predict B = 1 … 64, check against the measured B = 4."""
+    small = out / "sweep-small" / "cells"
+    small.mkdir(parents=True, exist_ok=True)
+    for path in sorted((out / "sweep" / "cells").glob("*.json")):
+        key = json.loads(path.read_text())["key"]
+        k = int(key["baseline_for"].split("k=")[1]) if key["method"] == "none" else key["k"]
+        if k in SMALL_K and key["batch_size"] in SMALL_B:
+            (small / path.name).write_text(path.read_text())
+    model, policy = out / "whatif.json", out / "policy.json"
+    for command in (["costmodel", "fit", "--from-sweep", str(small.parent), "-o", str(model)],
+                    ["policy", "fit", str(trace), "--acc", "ngram,eagle", "--cost-model", str(model),
+                     "--batch-sizes", "1,8,64", "-o", str(policy)],
+                    ["report", str(trace), "--cost-model", str(model), "--batch-sizes", "1,2,4,8,16,32,64",
+                     "--measured", str(out / "sweep" / "measured.json"), "--policy", str(policy),
+                     "--trees", TREES, "-o", str(out / "report")]):
+        if specscope(command) != 0:
+            raise SystemExit(f"specscope {' '.join(command)} failed")
+    with open(out / "report" / "whatif.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    print(f"\nwhat if (fit: k ∈ {{2, 4}}, B ∈ {{1, 8}}): predicted best per batch size; measured check where measured")
+    for row in rows:
+        check = "" if not row["measured_best"] else (
+            f"  measured best {row['measured_best']} ({float(row['measured_speedup']):.2f}), predicted among "
+            f"measured {row['predicted_among_measured']}: {'agree' if row['agree'] == 'True' else 'DISAGREE'}")
+        print(f"B={row['batch_size']:>3} {'(in fit)' if row['in_fit'] == 'True' else '        '} "
+              f"{row['predicted_best']:<22} {float(row['predicted_speedup']):.2f}{check}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""What if: a cost model calibrated to the user's own engine predicts what was not measured.
+
+A model fitted with ``specscope costmodel fit --from-sweep`` names the sweep cells it was
+fitted to (:class:`~specscope.costmodel.linear.FittedCell`). Everything else the report
+simulates with it — every k, tree, adaptive, oracle and learned policy, every batch size — is a
+prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
+
+- ``in_fit``: whether the fit saw any cell of this batch size (``False``: pure prediction);
+- ``predicted_best``: the realisable policy with the highest simulated speedup (as the headline,
+  :func:`~specscope.report.answer.answer_rows`; no SD when nothing beats 1);
+- where ``--measured`` cells exist at this dataset (a measured cell's workload file stem) and
+  batch size, the **measured check**: the measured winner (no SD, speedup 1, always a candidate), and the
+  predicted winner *among the configurations that were measured* (a check can only rank what it
+  ran), with ``agree`` = the two name the same method, k and tree. ``measured_in_fit``: whether
+  the winner's own cell was one the model was fitted to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from specscope.analysis.measured import MeasuredCell
+from specscope.costmodel.linear import FittedCell
+from specscope.methods import NO_SD
+from specscope.report.answer import AnswerRow
+from specscope.report.style import batch_axis, colour_for, panel_grid, plt
+from specscope.sim.grid import COMBINED, SimRow
+
+
+@dataclass
+class WhatIfRow:
+    """One dataset × batch size (module docstring)."""
+
+    dataset: str
+    batch_size: int
+    in_fit: bool
+    predicted_best: str
+    predicted_speedup: float
+    measured_best: str | None = None
+    measured_speedup: float | None = None
+    measured_in_fit: bool | None = None
+    predicted_among_measured: str | None = None
+    predicted_among_measured_speedup: float | None = None
+    agree: bool | None = None
+
+    def flat(self) -> dict:
+        return asdict(self)
+
+
+def _config(cell: MeasuredCell) -> str:
+    """A measured cell's configuration as the simulator names it: ``none``, ``METHOD fixed:K``
+    or ``METHOD tree:SHAPE``."""
+    if cell.method == NO_SD:
+        return NO_SD
+    return f"{cell.method} " + (f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}")
+
+
+def _predicted(cell: MeasuredCell, rows: Sequence[SimRow]) -> float | None:
+    """The simulated speedup of ``cell``'s configuration (1 for ``none``; ``None``: not simulated)."""
+    if cell.method == NO_SD:
+        return 1.0
+    policy = f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}"
+    found = [r.speedup for r in rows if r.acc == cell.method and r.policy == policy]
+    return found[0] if found else None
+
+
+def _fitted(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
+    return any(f.method == cell.method and f.batch_size == cell.batch_size and Path(f.workload).stem == cell.dataset
+               and (f.tree or None) == (cell.tree or None) and (f.tree is not None or f.k == cell.k) for f in fitted)
+
+
+def whatif_rows(answer: Sequence[AnswerRow], rows: Sequence[SimRow], measured: Sequence[MeasuredCell],
+                fitted: Sequence[FittedCell]) -> list[WhatIfRow]:
+    """One row per headline row (module docstring); empty when the model is not calibrated."""
+    if not fitted:
+        return []
+    fitted_sizes = {f.batch_size for f in fitted}
+    out = []
+    for head in answer:
+        best = (head.best_acc, head.best_policy, head.best_speedup) if head.best_speedup > 1 else (NO_SD, "", 1.0)
+        row = WhatIfRow(head.dataset, head.batch_size, head.batch_size in fitted_sizes,
+                        f"{best[0]} {best[1]}".strip(), best[2])
+        here = [r for r in rows if r.dataset == head.dataset and r.batch_size == head.batch_size]
+        cells = [c for c in measured if Path(c.dataset).stem == head.dataset and c.batch_size == head.batch_size]
+        priced = [(c, p) for c in cells if (p := _predicted(c, here)) is not None]
+        if priced:  # no SD is always a candidate: speedup 1, measured or not
+            priced.append((MeasuredCell(head.dataset, NO_SD, 0, head.batch_size, 1.0), 1.0))
+            winner = max((c for c, _ in priced), key=lambda c: c.measured_speedup)
+            pick, speedup = max(priced, key=lambda cp: cp[1])
+            row.measured_best, row.measured_speedup = _config(winner), winner.measured_speedup
+            row.measured_in_fit = winner.method != NO_SD and _fitted(winner, fitted)
+            row.predicted_among_measured, row.predicted_among_measured_speedup = _config(pick), speedup
+            row.agree = _config(pick) == _config(winner)
+        out.append(row)
+    return out
+
+
+def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
+    """One sentence: how often the predicted winner matched the measured one, on batch sizes the
+    fit never saw and on those it did."""
+    checked = [r for r in rows if r.agree is not None]
+    if not checked:
+        return None
+    parts = []
+    for label, group in (("not in the fit", [r for r in checked if not r.in_fit]),
+                         ("in the fit", [r for r in checked if r.in_fit])):
+        if group:
+            sizes = ", ".join(f"B={r.batch_size}" for r in group)
+            parts.append(f"{sum(r.agree for r in group)}/{len(group)} at batch sizes {label} ({sizes})")
+    return "The predicted winner among the measured configurations is the measured one " + "; ".join(parts) + "."
+
+
+def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell]) -> plt.Figure:
+    """Per dataset: each proposer's best fixed:k by batch size (line; the k labels each point),
+    as predicted by the calibrated model, with the measured cells' speedups (filled markers:
+    cells the model was fitted to; hollow: not) at their batch sizes."""
+    datasets = list(dict.fromkeys(r.dataset for r in rows))
+    proposers = list(dict.fromkeys(r.acc for r in rows if r.acc != COMBINED))
+    colours = colour_for(proposers)
+    fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
+    for ax, dataset in zip(axes, datasets):
+        for proposer in proposers:
+            fixed = [r for r in rows if r.dataset == dataset and r.acc == proposer and r.policy.startswith("fixed:")]
+            sizes = sorted({r.batch_size for r in fixed})
+            best = [max((r for r in fixed if r.batch_size == b), key=lambda r: r.speedup) for b in sizes]
+            ax.plot(sizes, [r.speedup for r in best], color=colours[proposer], label=f"{proposer} best k (predicted)")
+            for r in best:
+                ax.annotate(r.policy.removeprefix("fixed:"), (r.batch_size, r.speedup), fontsize=7,
+                            textcoords="offset points", xytext=(0, 4), ha="center", color=colours[proposer])
+            for cell in (c for c in measured if Path(c.dataset).stem == dataset and c.method == proposer):
+                seen = _fitted(cell, fitted)
+                ax.plot([cell.batch_size], [cell.measured_speedup], marker="o", linestyle="none",
+                        color=colours[proposer], markerfacecolor=colours[proposer] if seen else "white")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        batch_axis(ax, sorted({r.batch_size for r in rows}))
+        ax.set_ylabel("speedup over no SD")
+        ax.set_title(dataset)
+        ax.legend(loc="best", title="markers: measured (filled: in the fit)")
+    return fig

@@ -1,0 +1,52 @@
+"""The what-if section: a calibrated model's predicted winner per batch size, checked against the
+measured winner among the configurations measured, with what the fit saw marked."""
+
+from __future__ import annotations
+
+import json
+
+from specscope.analysis.measured import MeasuredCell
+from specscope.costmodel.linear import FittedCell, LinearCostModel, linear_from_json
+from specscope.report.answer import answer_rows
+from specscope.report.whatif import whatif_figure, whatif_rows, whatif_summary
+from specscope.sim.grid import SimRow
+
+
+def row(acc: str, policy: str, batch: int, speedup: float) -> SimRow:
+    return SimRow("code", acc, policy, batch, "mixed", speedup, speedup, 1.0, 1.0, 1.0, 1.0, 0.5, 1.5, 4)
+
+
+ROWS = [  # B=1: ngram k=4 is best overall, k=2 best among the measured; B=4: nothing pays
+    row("ngram", "fixed:2", 1, 1.5), row("ngram", "fixed:4", 1, 1.8), row("eagle", "fixed:2", 1, 1.3),
+    row("ngram", "fixed:2", 4, 0.9), row("ngram", "fixed:4", 4, 0.8), row("eagle", "fixed:2", 4, 0.95),
+]
+FITTED = (FittedCell("ngram", 2, 1, "/runs/code.jsonl"), FittedCell("eagle", 2, 1, "/runs/code.jsonl"))
+
+
+def test_predicted_winner_against_the_measured_one():
+    measured = [MeasuredCell("code", "ngram", 2, 1, 1.45), MeasuredCell("code", "eagle", 2, 1, 1.6),
+                MeasuredCell("code", "ngram", 2, 4, 0.97), MeasuredCell("code", "eagle", 2, 4, 0.9)]
+    one, four = whatif_rows(answer_rows(ROWS), ROWS, measured, FITTED)
+    assert (one.in_fit, one.predicted_best, one.predicted_speedup) == (True, "ngram fixed:4", 1.8)
+    assert (one.measured_best, one.measured_speedup, one.measured_in_fit) == ("eagle fixed:2", 1.6, True)
+    assert (one.predicted_among_measured, one.agree) == ("ngram fixed:2", False)
+    # B=4 was never fitted; nothing beats 1 there, measured or predicted: no SD wins both ways
+    assert (four.in_fit, four.predicted_best, four.predicted_speedup) == (False, "none", 1.0)
+    assert (four.measured_best, four.predicted_among_measured, four.agree) == ("none", "none", True)
+    assert whatif_summary([one, four]) == ("The predicted winner among the measured configurations is the "
+                                           "measured one 1/1 at batch sizes not in the fit (B=4); 0/1 at batch "
+                                           "sizes in the fit (B=1).")
+    whatif_figure(ROWS, measured, FITTED)  # draws without error
+
+
+def test_not_calibrated_or_not_measured():
+    assert whatif_rows(answer_rows(ROWS), ROWS, [], ()) == []  # a model not fitted to a sweep: no section
+    rows = whatif_rows(answer_rows(ROWS), ROWS, [], FITTED)
+    assert [r.agree for r in rows] == [None, None] and whatif_summary(rows) is None
+
+
+def test_fitted_cells_round_trip_through_the_model_file():
+    model = LinearCostModel("engine", 1e-3, 1e-5, 0.0, 0.0, fitted_cells=FITTED)
+    again = linear_from_json(json.loads(json.dumps(model.describe())), "engine.json")
+    assert again.fitted_cells == FITTED
+    assert "fitted_cells" not in LinearCostModel("plain", 1e-3, 0.0, 0.0, 0.0).describe()
