@@ -106,11 +106,17 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
     write_workload(tmp_path / "a.jsonl", 6, seed=3)
     (tmp_path / "sweep.toml").write_text(
         'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [1, 2]\nbatch_sizes = [1, 2]\n'
-        'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\n'
-        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n')
+        'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\nbaselines = "paired"\n'
+        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\n'
+        f'args = ["--threads", "1", "--step-records", "{tmp_path / "steps.jsonl"}"]\n')
     config = load_sweep_config(tmp_path / "sweep.toml")
     assert run_sweep(config).failed == 0
     records = read_cells(config.output)
+    assert len(records) == 8  # 4 ngram cells, each with its own none cell run right before it
+    rows = json.loads((config.output / "results.json").read_text())
+    for row in (r for r in rows if r["method"] == "ngram"):
+        [base] = [b for b in rows if b["baseline_for"] == f"ngram k={row['k']}" and b["batch_size"] == row["batch_size"]]
+        assert row["baseline_throughput"] == pytest.approx(base["throughput"])
     for record in records.values():
         timeline = record["timeline"]
         assert len(timeline) == 6
@@ -136,3 +142,7 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
         assert predicted > 0 and float(row["error_pct"]) == pytest.approx(100 * (predicted - measured) / measured,
                                                                             abs=0.05)
     assert "median |error|" in out and "cross-check" in out
+    assert model.fitted_cells and {c.method for c in model.fitted_cells} == {"none", "ngram"}
+    steps = tmp_path / "steps.jsonl"  # every server of the sweep appended its engine's steps
+    assert main(["costmodel", "fit", str(steps), "-o", str(tmp_path / "inside.json")]) == 0
+    assert {json.loads(line)["method"] for line in steps.read_text().splitlines()} == {"none", "ngram"}

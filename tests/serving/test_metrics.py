@@ -116,3 +116,30 @@ def test_engine_kind_from_metric_names():
     assert parse_metrics(VLLM_TEXT).engine == "vllm"
     assert parse_metrics('sglang:num_running_reqs{tp_rank="0"} 0\n').engine == "sglang"
     assert parse_metrics("process_cpu_seconds_total 1.5\n").engine is None
+
+
+def histogram_text(iterations: tuple[float, float], itl: tuple[float, float]) -> str:
+    """vLLM's two cross-check histograms (sum, count), as its /metrics writes them."""
+    return (
+        "# TYPE vllm:iteration_tokens_total histogram\n"
+        f'vllm:iteration_tokens_total_bucket{{le="+Inf",model_name="m"}} {iterations[1]}\n'
+        f'vllm:iteration_tokens_total_sum{{model_name="m"}} {iterations[0]}\n'
+        f'vllm:iteration_tokens_total_count{{model_name="m"}} {iterations[1]}\n'
+        "# TYPE vllm:inter_token_latency_seconds histogram\n"
+        f'vllm:inter_token_latency_seconds_bucket{{le="+Inf",model_name="m"}} {itl[1]}\n'
+        f'vllm:inter_token_latency_seconds_sum{{model_name="m"}} {itl[0]}\n'
+        f'vllm:inter_token_latency_seconds_count{{model_name="m"}} {itl[1]}\n'
+    )
+
+
+def test_histogram_means_over_a_run():
+    """The calibration cross-check: a run's mean of each histogram = Δsum / Δcount."""
+    from specscope.backends.openai.metrics import histogram_means
+
+    before = parse_metrics(histogram_text((100.0, 10.0), (0.5, 50.0)))
+    after = parse_metrics(histogram_text((400.0, 30.0), (1.1, 250.0)))
+    assert before.histograms["vllm:iteration_tokens_total"] == [100.0, 10.0]
+    means = histogram_means(before, after)
+    assert means["server_iteration_tokens_mean"] == pytest.approx(300.0 / 20.0)
+    assert means["server_inter_token_latency_mean_s"] == pytest.approx(0.6 / 200.0)
+    assert histogram_means(after, after)["server_iteration_tokens_mean"] is None  # no step in between

@@ -67,6 +67,26 @@ def test_plan_and_stable_cell_ids(tmp_path):
     assert len(edited_ids & changed_ids) == 10
 
 
+def test_paired_baselines_run_right_before_their_sd_cell(tmp_path):
+    shared = load_sweep_config(write_config(tmp_path, GRID))
+    paired = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "paired"')))
+    cells = plan_cells(paired)
+    sd = [c for c in cells if c.method != "none"]
+    assert len(cells) == 2 * len(sd) == 32  # one none cell per SD cell, no shared ones
+    for i in range(0, len(cells), 4):  # per server: the none cells of its workloads, then its cells
+        before, after = cells[i : i + 2], cells[i + 2 : i + 4]
+        assert [c.method for c in before] == ["none", "none"] and all(c.method != "none" for c in after)
+        assert [(c.baseline_for, c.batch_size, c.workload) for c in before] == [
+            (c.server, c.batch_size, c.workload) for c in after]
+    assert cells[2].server == "ngram k=1" and cells[0].labels()["baseline_for"] == "ngram k=1"
+    ids = [c.cell_id(paired) for c in cells]
+    assert len(set(ids)) == len(ids)
+    shared_ids = {c.cell_id(shared) for c in plan_cells(shared)}
+    assert {c.cell_id(paired) for c in sd} <= shared_ids  # an SD cell's id does not depend on its baseline
+    with pytest.raises(SpecscopeError, match="baselines.*'shared' or 'paired'"):
+        load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "each"')))
+
+
 @pytest.mark.parametrize(
     "edit, match",
     [

@@ -163,9 +163,10 @@ FIGURES = [
     FigureSpec(
         "whatif",
         lambda d: "What if: your engine beyond what was measured",
-        lambda d: "Lines are predictions of the cost model calibrated to your engine; markers are what it "
-                  "measured (filled: cells the model was fitted to, hollow: checks it never saw) — look "
-                  "whether the hollow markers sit on their lines and where the best k changes.",
+        lambda d: "Lines are the best k the model calibrated to your engine predicts at each batch size; "
+                  "circles are measured cells (filled: the model was fitted to them; hollow: checks it never "
+                  "saw), each with a dash at what the model predicts for it — look how far the hollow "
+                  "circles sit from their dashes, and where the best k changes.",
         lambda d: whatif_figure(d.rows, d.measured, d.cost.fitted_cells),
         lambda d: None if d.whatif else "the cost model was not calibrated to an engine "
                                         "(specscope costmodel fit --from-sweep)",

@@ -113,9 +113,10 @@ def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
 
 
 def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell]) -> plt.Figure:
-    """Per dataset: each proposer's best fixed:k by batch size (line; the k labels each point),
-    as predicted by the calibrated model, with the measured cells' speedups (filled markers:
-    cells the model was fitted to; hollow: not) at their batch sizes."""
+    """Per dataset: each proposer's best fixed:k by batch size as the calibrated model predicts
+    it (line; each point labelled with its k), and every measured cell (circle, labelled with its
+    k; filled: a cell the model was fitted to, hollow: one it never saw) with a dash at the
+    speedup the model predicts for that same cell."""
     datasets = list(dict.fromkeys(r.dataset for r in rows))
     proposers = list(dict.fromkeys(r.acc for r in rows if r.acc != COMBINED))
     colours = colour_for(proposers)
@@ -125,17 +126,24 @@ def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitt
             fixed = [r for r in rows if r.dataset == dataset and r.acc == proposer and r.policy.startswith("fixed:")]
             sizes = sorted({r.batch_size for r in fixed})
             best = [max((r for r in fixed if r.batch_size == b), key=lambda r: r.speedup) for b in sizes]
-            ax.plot(sizes, [r.speedup for r in best], color=colours[proposer], label=f"{proposer} best k (predicted)")
+            colour = colours[proposer]
+            ax.plot(sizes, [r.speedup for r in best], color=colour, label=f"{proposer} best k (predicted)")
             for r in best:
                 ax.annotate(r.policy.removeprefix("fixed:"), (r.batch_size, r.speedup), fontsize=7,
-                            textcoords="offset points", xytext=(0, 4), ha="center", color=colours[proposer])
+                            textcoords="offset points", xytext=(0, 4), ha="center", color=colour)
             for cell in (c for c in measured if Path(c.dataset).stem == dataset and c.method == proposer):
-                seen = _fitted(cell, fitted)
-                ax.plot([cell.batch_size], [cell.measured_speedup], marker="o", linestyle="none",
-                        color=colours[proposer], markerfacecolor=colours[proposer] if seen else "white")
+                here = [r for r in rows if r.dataset == dataset and r.batch_size == cell.batch_size]
+                predicted = _predicted(cell, here)
+                if predicted is None:
+                    continue
+                ax.plot([cell.batch_size], [cell.measured_speedup], marker="o", linestyle="none", color=colour,
+                        markerfacecolor=colour if _fitted(cell, fitted) else "white")
+                ax.plot([cell.batch_size], [predicted], marker="_", markersize=12, linestyle="none", color=colour)
+                ax.annotate(cell.tree or str(cell.k), (cell.batch_size, cell.measured_speedup), fontsize=7,
+                            textcoords="offset points", xytext=(6, -3), color=colour)
         ax.axhline(1.0, color="black", linewidth=0.8)
         batch_axis(ax, sorted({r.batch_size for r in rows}))
         ax.set_ylabel("speedup over no SD")
         ax.set_title(dataset)
-        ax.legend(loc="best", title="markers: measured (filled: in the fit)")
+        ax.legend(loc="best", title="circles: measured k (filled: in the fit); dashes: predicted")
     return fig
