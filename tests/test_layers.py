@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "specscope"
 # bottom to top; a unit is a subpackage or a top-level module of specscope
 LAYERS: list[tuple[str, ...]] = [
     ("__init__", "errors", "validate", "progress", "fileio", "trees", "methods"),
-    ("trace", "costmodel", "workloads"),
+    ("trace", "costmodel", "workloads", "policy"),
     ("engine",),
     ("proposers",),
     ("assemble",),

@@ -11,14 +11,41 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specscope.engine.loading import load_eos_token_ids, load_model, load_tokenizer, parse_dtype, resolve_device
-from specscope.engine.proposer_api import ProposerConfig
+from specscope.engine.proposer_api import Proposer, ProposerConfig
 from specscope.engine.runner import DEFAULT_MAX_SEQ_LEN, Engine
-from specscope.methods import NO_SD
+from specscope.errors import SpecscopeError
+from specscope.methods import NO_SD, method as method_named
+from specscope.policy.learned import LearnedPolicy, load_policy
 from specscope.proposers import create_proposer
+from specscope.proposers.switching import SwitchingProposer
 from specscope.trees import TreeShape
 
 if TYPE_CHECKING:
     import tokenizers
+
+    from specscope.engine.model import Transformer
+
+
+def build_proposer(target: "Transformer", method: str, config: ProposerConfig,
+                   policy: LearnedPolicy | None = None) -> Proposer | None:
+    """The proposer ``method`` (``None`` for no SD) built from ``config``, or, with a learned
+    ``policy``, a :class:`~specscope.proposers.switching.SwitchingProposer` over its methods
+    proposing up to the policy's deepest k (``config.draft_dir``: the checkpoint of its one
+    model drafter)."""
+    if policy is None:
+        return None if method == NO_SD else create_proposer(config, target)
+    models = [m for m in policy.methods if method_named(m).kind != "lookup"]
+    if len(models) > 1:
+        raise SpecscopeError(f"--policy: {policy.path} chooses between {', '.join(models)}; the engine runs one "
+                             "model drafter beside n-gram (its checkpoint: --draft)")
+    if models and config.draft_dir is None:
+        raise SpecscopeError(f"--policy: {policy.path} runs {models[0]}: give its checkpoint with --draft DIR")
+    members = [create_proposer(ProposerConfig(m, policy.depth, config.max_batch_size, config.max_seq_len,
+                                              config.draft_dir if m in models else None), target)
+               for m in policy.methods]
+    lookup = members[policy.methods.index("ngram")] if "ngram" in policy.methods else create_proposer(
+        ProposerConfig("ngram", policy.depth, config.max_batch_size, config.max_seq_len), target)
+    return SwitchingProposer(policy, members, lookup)
 
 
 def load_engine(
@@ -31,28 +58,27 @@ def load_engine(
     dtype: str = "float32",
     device: str = "cpu",
     tree: TreeShape | None = None,
+    policy: str | Path | None = None,
 ) -> tuple[Engine, "tokenizers.Tokenizer | None"]:
     """Load target (and proposer ``method`` unless :data:`~specscope.methods.NO_SD`) from HF directories; returns the
     engine and the target directory's ``tokenizer.json`` tokenizer (``None`` without one).
     ``max_seq_len`` defaults to the model's ``max_position_embeddings`` (else
     ``DEFAULT_MAX_SEQ_LEN``) and may not exceed it. With a ``tree`` the engine drafts and
-    verifies that static token tree every step and ``k`` is ignored (it is the tree's depth)."""
+    verifies that static token tree every step and ``k`` is ignored (it is the tree's depth).
+    With a learned ``policy`` file the engine switches proposer per step and sequence as the
+    policy decides (``method`` and ``k`` are ignored; :func:`build_proposer`)."""
     model_dir = Path(model_dir)
     torch_device = resolve_device(device)
     target = load_model(model_dir, parse_dtype(dtype), torch_device)
     if max_seq_len is None:
         max_seq_len = target.config.max_position_embeddings or DEFAULT_MAX_SEQ_LEN
+    learned = load_policy(policy) if policy is not None else None
     if tree is not None:
         k = tree.depth
-    proposer = None
-    if method != NO_SD:
-        config = ProposerConfig(
-            method,
-            k,
-            max_batch_size,
-            Engine.cache_capacity(max_seq_len, k, tree),
-            Path(draft_dir) if draft_dir is not None else None,
-        )
-        proposer = create_proposer(config, target)
+    if learned is not None:
+        k = learned.depth
+    config = ProposerConfig(method, k, max_batch_size, Engine.cache_capacity(max_seq_len, k, tree),
+                            Path(draft_dir) if draft_dir is not None else None)
+    proposer = build_proposer(target, method, config, learned)
     engine = Engine(target, proposer, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir), tree=tree)
     return engine, load_tokenizer(model_dir)

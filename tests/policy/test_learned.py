@@ -13,7 +13,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.sim.evaluate import judge
 from specscope.sim.grid import SimConfig, simulate
-from specscope.sim.learned import feature_names, load_policy
+from specscope.policy.learned import feature_names, load_policy
 
 pytest.importorskip("sklearn")
 

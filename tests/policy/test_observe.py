@@ -7,7 +7,8 @@ import gc
 import numpy as np
 from policy_traces import record
 
-from specscope.sim.observe import NONE, Observer, prompt_overlap
+from specscope.policy.observation import NONE, prompt_overlap
+from specscope.sim.observe import Observer
 from specscope.sim.switching import causal_plan
 
 NGRAM = [1, 3, 1, 1, 2, 1, 1, 1, 4, 1, 1, 1]

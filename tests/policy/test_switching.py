@@ -9,7 +9,7 @@ from policy_traces import record
 from specscope.costmodel.base import FractionDrafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
 from specscope.sim.grid import SimConfig, simulate
-from specscope.sim.observe import NONE
+from specscope.policy.observation import NONE
 from specscope.sim.paper import predict_paper
 from specscope.sim.switching import SwitchDrafting, catch_up, causal_plan, oracle_switch_plan
 

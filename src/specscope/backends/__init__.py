@@ -47,6 +47,7 @@ class BenchConfig:
     seed: int | None = None
     repeats: int = 3  # each batch size runs no-SD and SD this many times (see the backend)
     tree: TreeShape | None = None
+    policy: Path | None = None  # a learned policy file: SD switches proposer per step (method "learned")
 
 
 @dataclass

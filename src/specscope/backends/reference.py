@@ -13,7 +13,10 @@ decoding, ``greedy_match`` (SD output == no-SD output for every request) with th
 ``mismatched_requests`` (``None`` when sampling). ``--method none`` runs no-SD only: its rows
 have ``speedup`` 1 and no comparison. With ``config.tree`` every SD step drafts and verifies
 that tree (:mod:`specscope.engine.tree_step`); its rows count ``tree_nodes`` draft tokens per
-request-step.
+request-step. With ``config.policy`` (a learned policy file) the SD engine switches proposer and
+k per step and sequence (:mod:`specscope.proposers.switching`); its rows say ``method``
+``learned``, ``k`` = the policy's deepest k, and ``policy`` = the file and the methods it chose
+between.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
 from specscope.engine.records import SpecDecodeStats, StepRecord
@@ -28,6 +32,9 @@ from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.workloads.jsonl import WorkloadRequest, read_workload
+
+if TYPE_CHECKING:
+    from specscope.policy.learned import LearnedPolicy
 
 log = logging.getLogger(__name__)
 WARMUP_TOKENS = 8
@@ -110,7 +117,9 @@ def run_bench(config: BenchConfig) -> BenchResult:
         parse_dtype,
         resolve_device,
     )
-    from specscope.proposers import ProposerConfig, create_proposer
+    from specscope.assemble import build_proposer
+    from specscope.engine.proposer_api import ProposerConfig
+    from specscope.policy.learned import load_policy
 
     if config.batching not in BATCHING:
         raise SpecscopeError(f"--batching: expected distinct or replicate, got {config.batching!r}")
@@ -130,12 +139,12 @@ def run_bench(config: BenchConfig) -> BenchResult:
     eos = load_eos_token_ids(config.model_dir)
     baseline = Engine(target, None, config.k, slots, max_seq_len, eos)
     engine = baseline
+    policy = load_policy(config.policy) if config.policy is not None else None
     if config.method != NO_SD:
         capacity = Engine.cache_capacity(max_seq_len, config.k, config.tree)
         proposer_config = ProposerConfig(config.method, config.k, slots, capacity, config.draft_dir)
-        engine = Engine(
-            target, create_proposer(proposer_config, target), config.k, slots, max_seq_len, eos, tree=config.tree
-        )
+        proposer = build_proposer(target, config.method, proposer_config, policy)
+        engine = Engine(target, proposer, config.k, slots, max_seq_len, eos, tree=config.tree)
     sampling = SamplingParams(config.temperature, config.top_p, config.top_k, config.seed)
     engines = [baseline] if engine is baseline else [baseline, engine]
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
@@ -148,7 +157,7 @@ def run_bench(config: BenchConfig) -> BenchResult:
             records += [r for run in runs for r in run.records]
             pairs.append((runs[0], runs[-1]))
         base, sd = _median_pair(pairs)
-        rows.append(_row(config, batch_size, len(requests), base, sd, compare=engine is not baseline))
+        rows.append(_row(config, batch_size, len(requests), base, sd, engine is not baseline, policy))
     return BenchResult(rows, records)
 
 
@@ -168,6 +177,7 @@ def _row(
     base: _Run,
     sd: _Run,
     compare: bool,
+    policy: "LearnedPolicy | None" = None,
 ) -> BenchRow:
     """One row (fields in the module docstring) from the two runs at ``batch_size``."""
     greedy = config.temperature == 0 and compare
@@ -205,6 +215,7 @@ def _row(
             **split,
             "greedy_match": (not mismatched) if greedy else None,
             "mismatched_requests": len(mismatched) if greedy else None,
+            **({"policy": policy.label} if policy is not None else {}),
         },
         tree=config.tree,
     )

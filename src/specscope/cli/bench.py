@@ -24,6 +24,7 @@ from specscope.cli._common import (
 )
 from specscope.errors import SpecscopeError
 from specscope.methods import names
+from specscope.policy.learned import LEARNED, load_policy
 from specscope.trees import parse_tree
 
 DEFAULTS = {
@@ -69,6 +70,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     shape.add_argument(
         "--k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
         help=f"proposal length k, 1..{validate.K_MAX_LIMIT} (default {DEFAULTS['k']})",
+    )
+    shape.add_argument(
+        "--policy", type=Path, metavar="FILE",
+        help="reference backend: a learned policy (`specscope policy fit`) picks the proposer among its "
+             "methods and k at every step for every sequence; --draft is its model drafter's checkpoint",
     )
     shape.add_argument(
         "--tree", type=validate.arg(parse_tree), metavar="SHAPE",
@@ -136,10 +142,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
     """The bench the flags ask for: the reference engine's or a serving engine's."""
+    policy = None
+    if args.policy is not None:
+        if args.backend == OPENAI:
+            raise SpecscopeError("--policy: only with --backend reference (the engine runs the policy)")
+        policy = load_policy(args.policy)
     shared = dict(
         workload=args.workload,
-        method=args.method,
-        k=args.tree.depth if args.tree is not None else DEFAULTS["k"] if args.k is None else args.k,
+        method=args.method if policy is None else LEARNED,
+        k=policy.depth if policy is not None else args.tree.depth if args.tree is not None
+        else DEFAULTS["k"] if args.k is None else args.k,
         batch_sizes=tuple(args.batch_sizes),
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
@@ -181,6 +193,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         seed=args.seed,
         repeats=args.repeats,
         tree=args.tree,
+        policy=args.policy,
     )
 
 

@@ -119,7 +119,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from specscope.sim.learned import load_policy
+    from specscope.policy.learned import load_policy
 
     policy = load_policy(args.policy)
     document = policy.document
@@ -143,7 +143,8 @@ def run_explain(args: argparse.Namespace) -> int:
 
 def show_decisions(policy, args: argparse.Namespace) -> None:
     """The policy's choices along the first record of ``args.traces``, per batch size."""
-    from specscope.sim.observe import NONE, Observer
+    from specscope.policy.observation import NONE
+    from specscope.sim.observe import Observer
     from specscope.sim.switching import common_length
 
     args.lengths = "common"

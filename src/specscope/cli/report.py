@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def policy_file(path: str) -> str:
     """``path`` if it holds a readable policy (argparse type: refused before any work)."""
-    from specscope.sim.learned import load_policy
+    from specscope.policy.learned import load_policy
 
     load_policy(path)
     return path

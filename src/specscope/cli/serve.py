@@ -10,6 +10,7 @@ from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_output_file, open_appended
 from specscope.methods import METHODS, NO_SD, names
+from specscope.policy.learned import load_policy
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
 from specscope.serve.protocol import DEFAULT_PORT
 from specscope.trees import parse_tree
@@ -75,6 +76,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the engine's)")
     parser.add_argument(
+        "--policy",
+        type=Path,
+        metavar="FILE",
+        help="a learned policy (`specscope policy fit`): the engine picks the proposer among its methods "
+        "and k at every step for every sequence (--draft: its model drafter's checkpoint; not with "
+        "--method, --k or --tree)",
+    )
+    parser.add_argument(
         "--step-records",
         type=Path,
         metavar="FILE",
@@ -96,7 +105,13 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
     if not 0 <= args.port <= 65535:
         raise SpecscopeError(f"--port: expected 0..65535, got {args.port}")
-    if args.draft is not None and args.method == NO_SD:
+    if args.policy is not None:
+        given = [flag for flag, value in (("--method", args.method != NO_SD), ("--k", args.k is not None),
+                                          ("--tree", args.tree is not None)) if value]
+        if given:
+            raise SpecscopeError(f"{given[0]}: not used with --policy (the policy chooses the method and k)")
+        load_policy(args.policy)  # a bad file is refused before the model loads
+    elif args.draft is not None and args.method == NO_SD:
         raise SpecscopeError(f"--draft: only used with an SD --method ({', '.join(WITH_DRAFT)})")
     if args.tree is not None and args.k is not None:
         raise SpecscopeError(f"--k: not used with --tree (the tree {args.tree.name} drafts {args.tree.depth} deep)")
@@ -115,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     given = {name: getattr(args, name) for name in ENGINE_FLAGS if getattr(args, name) is not None}
     chat_template = load_chat_template(args.model)
-    engine, tokenizer = load_engine(args.model, method=args.method, draft_dir=args.draft, **given)
+    engine, tokenizer = load_engine(args.model, method=args.method, draft_dir=args.draft, policy=args.policy, **given)
     name = args.served_model_name or args.model.resolve().name
     records = open_appended(args.step_records, "--step-records") if args.step_records is not None else None
     server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template, records)

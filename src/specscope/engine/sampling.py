@@ -105,6 +105,12 @@ class BatchSampling:
         self._top_p = torch.tensor([p.top_p for p in params], device=device)
         self._min_p = torch.tensor([p.min_p for p in params], device=device)
 
+    def rows(self, index: list[int]) -> "BatchSampling":
+        """The sampling of the rows ``index`` of this batch, in that order."""
+        constraints = None if self.constraints is None else [self.constraints[i] for i in index]
+        return BatchSampling([self.params[i] for i in index], [self.generators[i] for i in index], self.device,
+                             constraints)
+
     def constrain(
         self, logits: torch.Tensor, drafts: torch.Tensor | None = None, tree: TreeShape | None = None
     ) -> torch.Tensor:

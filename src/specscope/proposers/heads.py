@@ -207,7 +207,10 @@ class HeadProposer:
     """Drives a :class:`Head` through the proposer protocol (see the module docstring).
 
     ``pending[slot] = (start, hidden)``: the fused target hidden states [n, hidden] of the
-    committed positions ``start..start+n-1`` that the head has not consumed yet.
+    committed positions ``start..start+n-1`` that the head has not consumed yet. They accumulate
+    over the verification passes of steps the head did not draft for (a learned policy chose
+    another proposer there), and its next ``propose`` runs them all in its first forward: the
+    head catches up.
     """
 
     def __init__(self, name: str, head: Head, config: ProposerConfig, target: Transformer) -> None:
@@ -232,7 +235,13 @@ class HeadProposer:
             zip(target_pass.slots, target_pass.start, target_pass.num_committed)
         ):
             first = n - 1 if head_prefill else 0  # entries not run yet: first..n-1
-            self.pending[slot] = (start + first, fused[row, first:n])  # [n - first, hidden]
+            states = fused[row, first:n]  # [n - first, hidden]
+            if slot in self.pending and not target_pass.prefill:  # no draft since: catch up later
+                earlier, before = self.pending[slot]
+                states = torch.cat((before, states))
+                self.pending[slot] = (earlier, states)
+            else:
+                self.pending[slot] = (start + first, states)
 
     def _chunk(
         self, request: ProposeInput

@@ -17,8 +17,8 @@ from specscope.costmodel.base import CostModel
 from specscope.report.style import CYCLE, panel_grid, plt
 from specscope.sim.evaluate import candidate_policies, judge
 from specscope.sim.grid import COMBINED, SimConfig, simulate
-from specscope.sim.learned import load_policy
-from specscope.sim.observe import NONE
+from specscope.policy.learned import load_policy
+from specscope.policy.observation import NONE
 from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord
 

@@ -1,7 +1,7 @@
-"""Fit a learned causal policy (:mod:`specscope.sim.learned`) from traces under a cost model.
+"""Fit a learned causal policy (:mod:`specscope.policy.learned`) from traces under a cost model.
 
 Data. Every record is walked as a causal policy would walk it; at each step the observation's
-features (:mod:`specscope.sim.observe`) are kept with each method's true acc_len there (the
+features (:mod:`specscope.policy.observation`) are kept with each method's true acc_len there (the
 trace's, which the policy never sees). The walk's actions are those of the oracle-switch with
 probability :data:`FOLLOW`, random ones otherwise (so the data holds the states that other
 actions lead to); a second round walks with the first model (half its steps) and refits on both.
@@ -22,8 +22,9 @@ import numpy as np
 
 from specscope.costmodel.base import CostModel, StepLoad
 from specscope.errors import SpecscopeError
-from specscope.sim.learned import SCHEMA, Chooser, choosers_from_json, feature_names, features
-from specscope.sim.observe import NONE, Observer
+from specscope.policy.learned import SCHEMA, Chooser, choosers_from_json, feature_names, features
+from specscope.policy.observation import NONE
+from specscope.sim.observe import Observer
 from specscope.sim.pricing import price_steps
 from specscope.sim.switching import common_length
 from specscope.trace.schema import TraceRecord
@@ -122,7 +123,7 @@ def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray) -> float:
 
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
                batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = ()) -> dict:
-    """The policy file's JSON object (:mod:`specscope.sim.learned`) fitted on ``records``."""
+    """The policy file's JSON object (:mod:`specscope.policy.learned`) fitted on ``records``."""
     for m in methods:
         missing = [r.id for r in records if m not in r.proposers]
         if missing:

@@ -14,7 +14,7 @@ registry :data:`POLICIES`:
 - ``oracle-switch:a+b`` — per step, the proposer whose acc_len is longer proposes exactly that
   much, its drafting charged (:mod:`specscope.sim.switching`).
 - ``learned:FILE`` — a causal policy fitted by ``specscope policy fit``: before each step it
-  picks the proposer (or none) and k from an observation (:mod:`specscope.sim.learned`).
+  picks the proposer (or none) and k from an observation (:mod:`specscope.policy.learned`).
 - ``tree:SHAPE`` — every step drafts the static tree SHAPE (``2x2x1``, :mod:`specscope.trees`)
   and verifies its ``nodes + 1`` tokens; its acc_len is replayed from the trace's ``tree_rank``
   (the simulator swaps it in: :func:`specscope.sim.grid.plan_for`), so it proposes ``nodes``.
@@ -30,8 +30,8 @@ import numpy as np
 from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.methods import method
-from specscope.sim.learned import load_policy
-from specscope.sim.observe import Decide
+from specscope.policy.learned import load_policy
+from specscope.policy.observation import Decide
 from specscope.trace.schema import TREE_RANK_CAP
 from specscope.trees import TreeShape
 

@@ -1,13 +1,13 @@
 """Plans that switch proposer per step, and what their drafting costs.
 
 A switching plan records, per step, the proposer that ran (``Plan.method``: an index into
-``Plan.methods``, :data:`~specscope.sim.observe.NONE` when the step proposes nothing).
+``Plan.methods``, :data:`~specscope.policy.observation.NONE` when the step proposes nothing).
 
 - ``oracle-switch:a+b`` (:func:`oracle_switch_plan`): at every step the proposer with the longer
   acc_len there proposes exactly acc_len − 1 (ties: the first named; acc_len = 1 for both: none).
   Its drafting is charged, unlike ``oracle-combined``'s: the realistic ceiling of a causal policy.
 - a causal policy (:func:`causal_plan`): the simulator walks the trace, hands the policy an
-  :class:`~specscope.sim.observe.Observation` before every step and applies its (method, k).
+  :class:`~specscope.policy.observation.Observation` before every step and applies its (method, k).
 
 Pricing (:class:`SwitchDrafting`): each proposer drafts for the requests that chose it in an
 iteration, priced by its own drafting model over just those requests (the lookup model's share
@@ -32,7 +32,8 @@ import numpy as np
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
-from specscope.sim.observe import NONE, Decide, Observer
+from specscope.policy.observation import NONE, Decide
+from specscope.sim.observe import Observer
 from specscope.sim.plan import Plan, concat_steps, visit
 from specscope.trace.schema import TraceRecord
 

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.special import expit
 
 from specscope.errors import SpecscopeError
-from specscope.sim.observe import MEMORY, NONE, Observation
+from specscope.policy.observation import MEMORY, NONE, Observation
 
 SCHEMA = "specscope.policy/1"
+LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
 
 
@@ -74,10 +76,6 @@ def features(obs: Observation, methods: tuple[str, ...]) -> list[float]:
     return x
 
 
-def sigmoid(z: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-z))
-
-
 @dataclass(frozen=True)
 class Chooser:
     """One batch size's decision rule over the shared acceptance model (see the module docstring)."""
@@ -89,17 +87,21 @@ class Chooser:
     theta: float  # tokens per second one second of step time is worth
     ngram: int  # index of n-gram among the methods (its k is capped at its offer); NONE if absent
 
+    def __post_init__(self) -> None:  # constants of every decision, computed once
+        object.__setattr__(self, "_offset", 1.0 - self.theta * self.seconds)  # [M, J + 1]
+        object.__setattr__(self, "_depths", np.arange(self.seconds.shape[1]))
+
     def scores(self, x: np.ndarray, offer: np.ndarray) -> np.ndarray:
         """x [B, F], offer [B] → score [B, M, J + 1] of (method, k) (k = 0: none)."""
-        b = x.shape[0]
-        p = sigmoid(x @ self.weights.T + self.bias).reshape(b, self.methods, -1)  # [B, M, J]
-        p = np.minimum.accumulate(p, axis=2)  # P(acc ≥ j) falls with j
-        gain = np.concatenate([np.ones((b, self.methods, 1)), 1.0 + np.cumsum(p, axis=2)], axis=2)
-        score = gain - self.theta * self.seconds  # [B, M, J + 1]
+        b, depth = x.shape[0], self.seconds.shape[1]
+        p = expit(x @ self.weights.T + self.bias).reshape(b, self.methods, depth - 1)  # [B, M, J]
+        score = np.empty((b, self.methods, depth))
+        score[:, :, 0] = 0.0
+        np.cumsum(np.minimum.accumulate(p, axis=2), axis=2, out=score[:, :, 1:])  # P(acc ≥ j) falls with j
+        score += self._offset  # 1 − θ · seconds
         if self.ngram != NONE:  # n-gram proposing k offers min(k, offer)
-            depth = np.arange(score.shape[2])
-            capped = np.minimum(depth[None, :], offer[:, None])  # [B, J + 1]
-            score[:, self.ngram] = np.take_along_axis(score[:, self.ngram], capped, axis=1)
+            capped = np.minimum(self._depths, offer[:, None])  # [B, J + 1]
+            score[:, self.ngram] = score[np.arange(b)[:, None], self.ngram, capped]
         return score
 
     def choose_batch(self, x: np.ndarray, offer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -123,6 +125,16 @@ class LearnedPolicy:
     methods: tuple[str, ...]
     choosers: dict[int, Chooser]
     document: dict
+
+    @property
+    def depth(self) -> int:
+        """The deepest k it proposes (J)."""
+        return next(iter(self.choosers.values())).seconds.shape[1] - 1
+
+    @property
+    def label(self) -> str:
+        """What a row says ran: the file and the methods it chose between."""
+        return f"learned:{Path(self.path).name} ({'+'.join(self.methods)})"
 
     def chooser(self, batch_size: int) -> Chooser:
         """The rule of the fitted batch size nearest ``batch_size`` (log scale)."""

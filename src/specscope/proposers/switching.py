@@ -1,0 +1,155 @@
+"""A learned policy in the engine: per step and sequence, the proposer (or none) and k.
+
+:class:`SwitchingProposer` holds the proposers a policy file (:mod:`specscope.policy.learned`)
+chooses between. Before every step, for each running sequence, it builds the
+:class:`~specscope.policy.observation.Observation` an engine knows — the tokens so far, n-gram
+lookup's offer now, the prompt overlap, and its own past steps (what each emitted, censored;
+how many of the emitted tokens n-gram's proposal matched; the model drafter's probability of
+its first draft) — and asks the policy's rule at the running batch size, vectorised over the
+batch. Then each member proposes for the rows that chose it, with the deepest k among them,
+and every row's proposal is cut to its own k; a row that chose none proposes nothing.
+
+Every member observes every target pass, so a model drafter stays current: an EAGLE head's
+pending hidden states accumulate over the steps it sat out and its next draft runs them in one
+forward (it catches up, as :mod:`specscope.sim.switching` prices it); a draft model feeds the
+tokens its cache lacks. The n-gram lookup runs for every row every step: its offer and its
+agreement with what the step emitted are features. Verification is the engine's, so the output
+is what no-SD decoding gives under greedy decoding, whatever the policy picks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass
+from specscope.policy.learned import LEARNED, LearnedPolicy, features
+from specscope.policy.observation import NONE, History, OverlapCounter, Outcome
+
+
+@dataclass
+class _Sequence:
+    """What the proposer keeps for one running sequence between its steps."""
+
+    prompt_len: int
+    history: History
+    overlap: OverlapCounter
+    step: tuple[int, int, int, list[int]] | None = None  # last step: method, k, its pos, n-gram's proposal
+    prob: float | None = None  # the drafter's first-draft probability at that step
+    buffer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # tokens so far, grown
+    length: int = 0
+
+    def tokens(self, history: list[int]) -> np.ndarray:
+        """A read-only view of ``history`` (prompt + output so far), copying only its new tokens."""
+        if len(history) > len(self.buffer):
+            grown = np.zeros(max(2 * len(self.buffer), len(history), 64), dtype=np.int64)
+            grown[: self.length] = self.buffer[: self.length]
+            self.buffer = grown
+        self.buffer[self.length : len(history)] = history[self.length :]
+        self.length = len(history)
+        view = self.buffer[: self.length]
+        view.flags.writeable = False
+        return view
+
+
+class SwitchingProposer:
+    """Runs ``policy`` over ``members`` (one proposer per policy method, in its order, at most
+    one of them reading the target's hidden states), plus ``lookup``: the n-gram proposer
+    whose offer the features read (see the module docstring)."""
+
+    name = LEARNED
+
+    def __init__(self, policy: LearnedPolicy, members: list[Proposer], lookup: Proposer) -> None:
+        readers = [m for m in members if m.hidden_layers]
+        if len(readers) > 1:
+            raise ValueError("a switching proposer passes the target's hidden states to one member only")
+        self.policy, self.members, self.lookup = policy, members, lookup
+        self.depth = policy.depth
+        self.hidden_layers = readers[0].hidden_layers if readers else ()
+        self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
+        self._sequences: dict[int, _Sequence] = {}
+
+    def observe(self, target_pass: TargetPass) -> None:
+        for member in self.members:
+            member.observe(target_pass)
+
+    def release(self, slot: int) -> None:
+        self._sequences.pop(slot, None)
+        for member in self.members:
+            member.release(slot)
+
+    @torch.no_grad()
+    def propose(self, request: ProposeInput) -> Proposal:
+        batch, device = len(request.slots), request.last_tokens.device
+        offered = self.lookup.propose(_subset(request, list(range(batch)), self.depth))
+        offers, ngram_rows = offered.draft_len.tolist(), offered.tokens.tolist()
+        x = np.asarray([self._features(slot, history, offer)
+                        for slot, history, offer in zip(request.slots, request.histories, offers)])
+        method, k = self.policy.chooser(batch).choose_batch(x, np.asarray(offers))
+        k = np.minimum(k, self.depth)
+        if self._ngram != NONE:
+            k = np.where(method == self._ngram, np.minimum(k, offers), k)
+        method = np.where(k > 0, method, NONE)
+        tokens = torch.zeros(batch, self.depth, dtype=torch.long, device=device)
+        draft_len = torch.as_tensor(k, dtype=torch.long, device=device)
+        probs, probs_of = None, {}
+        first_prob: list[float | None] = [None] * batch
+        for index, member in enumerate(self.members):
+            rows = np.flatnonzero(method == index).tolist()
+            if not rows:
+                continue
+            if index == self._ngram:
+                proposal = Proposal(offered.tokens[rows], offered.draft_len[rows])
+            else:
+                proposal = member.propose(_subset(request, rows, int(k[rows].max()), confidence=True))
+                for row, value in zip(rows, proposal.confidence[:, 0].tolist()):
+                    first_prob[row] = value
+            width = proposal.tokens.shape[1]
+            tokens[rows, :width] = proposal.tokens[:, : self.depth]
+            if proposal.probs is not None:
+                probs_of[index] = (rows, proposal.probs)
+        if probs_of:  # sampled rows: the members' distributions, point masses elsewhere
+            vocab = next(iter(probs_of.values()))[1].shape[-1]
+            probs = torch.zeros(batch, self.depth, vocab, device=device).scatter_(-1, tokens[:, :, None], 1.0)
+            for rows, member_probs in probs_of.values():
+                probs[rows, : member_probs.shape[1]] = member_probs
+        for row, slot in enumerate(request.slots):
+            state = self._sequences[slot]
+            state.step = (int(method[row]), int(k[row]), len(request.histories[row]), ngram_rows[row][: offers[row]])
+            state.prob = first_prob[row]
+        return Proposal(tokens, draft_len, probs)
+
+    def _features(self, slot: int, history: list[int], offer: int) -> list[float]:
+        """The policy's feature vector for the sequence in ``slot`` before this step, after
+        recording what its last step emitted."""
+        state = self._sequences.get(slot)
+        if state is None:  # its first step: the prompt plus the token its prefill emitted
+            state = self._sequences[slot] = _Sequence(len(history) - 1, History(len(self.policy.methods)),
+                                                      OverlapCounter(history[:-1]))
+        elif state.step is not None:
+            method, k, before, ngram = state.step
+            emitted = history[before:]
+            agree = min(1 + _common_prefix(ngram, emitted), len(emitted))
+            state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), agree,
+                                         state.prob if method != NONE else None))
+        tokens = state.tokens(history)
+        output = tokens[state.prompt_len:]
+        obs = state.history.observation(len(output), state.prompt_len, tokens, offer, state.overlap.value(output))
+        return features(obs, self.policy.methods)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = False) -> ProposeInput:
+    """The rows ``rows`` of ``request``, proposing ``k``."""
+    index = torch.as_tensor(rows, dtype=torch.long, device=request.last_tokens.device)
+    return ProposeInput([request.slots[r] for r in rows], request.last_tokens[index], request.positions[index],
+                        [request.histories[r] for r in rows], k, request.sampling.rows(rows),
+                        want_confidence=confidence)

@@ -1,0 +1,185 @@
+"""A learned policy in the engine (:mod:`specscope.proposers.switching`): it switches between
+n-gram, an EAGLE head and no drafting per step and sequence; greedy output stays the target's,
+and the head, skipped for some steps, catches up: every draft it makes equals the drafts
+recomputed from scratch."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import urllib.parse
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from test_heads import (  # noqa: E402  (the heads' tiny target, repeat heads and recomputation)
+    HIDDEN,
+    K,
+    LAYERS,
+    MAX_SEQ_LEN,
+    VOCAB,
+    make_repeat_head,
+    prompts_of,
+    reference_drafts,
+    write_head,
+)
+from tiny_checkpoints import llama_config, write_checkpoint, write_workload  # noqa: E402
+
+from specscope.assemble import build_proposer, load_engine  # noqa: E402
+from specscope.cli import main  # noqa: E402
+from specscope.engine.loading import load_model  # noqa: E402
+from specscope.engine.proposer_api import ProposerConfig  # noqa: E402
+from specscope.engine.runner import Engine, SamplingParams  # noqa: E402
+from specscope.errors import SpecscopeError  # noqa: E402
+from specscope.policy.learned import SCHEMA, feature_names, load_policy  # noqa: E402
+from specscope.policy.observation import OverlapCounter, prompt_overlap  # noqa: E402
+from specscope.serve.server import create_server  # noqa: E402
+
+METHODS = ("ngram", "eagle")
+
+
+def random_policy(path: Path, seed: int) -> Path:
+    """A policy file with random acceptance weights: its choices mix n-gram, EAGLE, none and k."""
+    rng = np.random.default_rng(seed)
+    width = len(feature_names(METHODS))
+    document = {
+        "schema": SCHEMA, "methods": list(METHODS), "features": feature_names(METHODS),
+        "mean": [0.0] * width, "scale": [1.0] * width,
+        "coef": rng.normal(0, 0.4, (2, K, width)).tolist(), "intercept": rng.normal(0, 1.0, (2, K)).tolist(),
+        "models": [{"batch_size": b, "theta": 3.0, "seconds": [[1.0, 1.1, 1.2, 1.3], [1.0, 1.15, 1.3, 1.45]]}
+                   for b in (1, 4)],
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("switching")
+    target_dir = root / "target"
+    write_checkpoint(target_dir, llama_config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64,
+                                              num_hidden_layers=LAYERS), seed=3)
+    head_dir = make_repeat_head("eagle", write_head("eagle", target_dir, root / "eagle", seed=5), target_dir, mix=0.3)
+    return load_model(target_dir), head_dir, random_policy(root / "policy.json", seed=1), target_dir
+
+
+def run(engine: Engine, prompts: list[list[int]], max_tokens: int, sampling: SamplingParams | None = None):
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, max_tokens, sampling or SamplingParams(), ignore_eos=True)
+    outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
+    while engine.num_running():
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+    return [outputs[str(i)] for i in range(len(prompts))]
+
+
+def switching_engine(target, head_dir: Path, policy_path: Path, batch: int) -> Engine:
+    policy = load_policy(policy_path)
+    config = ProposerConfig("eagle", policy.depth, batch, Engine.cache_capacity(MAX_SEQ_LEN, policy.depth), head_dir)
+    return Engine(target, build_proposer(target, "eagle", config, policy), policy.depth, batch, MAX_SEQ_LEN)
+
+
+def test_greedy_output_is_the_targets_and_the_head_catches_up(setup):
+    target, head_dir, policy_path, _ = setup
+    # repeated stretches give n-gram matches; random stretches give none
+    prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
+    plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
+    engine = switching_engine(target, head_dir, policy_path, len(prompts))
+    switching = engine.proposer
+    head = switching.members[METHODS.index("eagle")]
+    calls, chosen, propose, choose = [], [], head.propose, switching.propose
+
+    def recording_head(request):
+        proposal = propose(request)
+        calls.append(([list(h) for h in request.histories], proposal.tokens.tolist()))
+        return proposal
+
+    def recording_choice(request):
+        proposal = choose(request)
+        chosen.append({slot: switching._sequences[slot].step[0] for slot in request.slots})
+        return proposal
+
+    head.propose, switching.propose = recording_head, recording_choice
+    assert run(engine, prompts, 24) == plain
+    methods = [m for step in chosen for m in step.values()]
+    assert {-1, 0, 1} <= set(methods), "the policy should choose none, n-gram and EAGLE"
+    skipped = any(step_a.get(s) != 1 and step_b.get(s) == 1 for step_a, step_b in zip(chosen, chosen[1:])
+                  for s in step_b)
+    assert skipped, "some EAGLE step must follow a step without the head (a catch-up)"
+    assert calls
+    for histories, drafts in calls:  # every draft the head made, after any catch-up, is exact
+        for history, row in zip(histories, drafts):
+            assert row == reference_drafts(head.head, target, history)[: len(row)]
+
+
+def test_sampled_requests_run(setup):
+    target, head_dir, policy_path, _ = setup
+    engine = switching_engine(target, head_dir, policy_path, 2)
+    outputs = run(engine, prompts_of((5, 7), seed=3), 12, SamplingParams(temperature=0.8, seed=4))
+    assert [len(o) for o in outputs] == [12, 12]
+
+
+def test_one_model_drafter_and_its_checkpoint(setup, tmp_path):
+    target, _, _, _ = setup
+    document = json.loads(random_policy(tmp_path / "p.json", 0).read_text())
+    config = ProposerConfig("eagle", K, 1, Engine.cache_capacity(MAX_SEQ_LEN, K), None)
+    with pytest.raises(SpecscopeError, match="give its checkpoint with --draft"):
+        build_proposer(target, "eagle", config, load_policy(tmp_path / "p.json"))
+    document["methods"] = ["draft", "eagle"]
+    document["features"] = feature_names(("draft", "eagle"))
+    (tmp_path / "two.json").write_text(json.dumps(document))
+    with pytest.raises(SpecscopeError, match="one model drafter"):
+        build_proposer(target, "eagle", config, load_policy(tmp_path / "two.json"))
+
+
+def test_overlap_counter_is_prompt_overlap_one_token_at_a_time():
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(0, 4, 30)
+    output = rng.integers(0, 4, 40)
+    counter = OverlapCounter(prompt)
+    expected = prompt_overlap(prompt, output)
+    assert [counter.value(output[: i + 1].tolist()) for i in range(len(output))] == pytest.approx(expected.tolist())
+
+
+def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys):
+    """``bench --policy``: rows labelled ``learned`` with the policy file and its methods, greedy
+    output equal to no SD; ``serve --policy``: completions equal to the no-SD engine's."""
+    _, head_dir, policy_path, target_dir = setup
+    prompts = [p * 3 for p in prompts_of((4, 5, 3), seed=6)]
+    workload = write_workload(tmp_path / "w.jsonl", [{"id": str(i), "prompt_token_ids": p} for i, p in enumerate(prompts)])
+    assert main(["bench", "--model", str(target_dir), "--policy", str(policy_path), "--draft", str(head_dir),
+                 "--workload", str(workload), "--batch-sizes", "1,3", "--max-tokens", "12", "--ignore-eos",
+                 "--repeats", "1", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["method"], r["k"], r["batch_size"]) for r in rows] == [("learned", K, 1), ("learned", K, 3)]
+    assert all(r["greedy_match"] and r["policy"] == "learned:policy.json (ngram+eagle)" for r in rows)
+
+    engine, _ = load_engine(target_dir, draft_dir=head_dir, policy=policy_path, max_batch_size=2, max_seq_len=64)
+    plain = run(Engine(load_model(target_dir), None, K, 2, 64), prompts[:2], 10)
+    server = create_server(engine, None, "tiny", "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        parts = urllib.parse.urlsplit(server.url)
+        for prompt, expected in zip(prompts[:2], plain):
+            conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+            conn.request("POST", "/v1/completions", body=json.dumps(
+                {"prompt": prompt, "max_tokens": 10, "temperature": 0, "ignore_eos": True}),
+                headers={"Content-Type": "application/json"})
+            answer = json.loads(conn.getresponse().read())
+            conn.close()
+            assert answer["choices"][0]["token_ids"] == expected
+    finally:
+        server.shutdown()
+        server.server_close()
