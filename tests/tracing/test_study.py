@@ -30,17 +30,24 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     rows = list(csv.DictReader((out / "fidelity.csv").open()))
     assert {"method", "batch_size", "measured_speedup", "simulated_speedup", "error_pct", "tree",
             "tree_nodes"} <= set(rows[0])
-    # chains of k = 3 for every method, and the two study trees with the drafter (here the draft model)
+    # chains of k = 3 for every method, the two study trees with the drafter (here the draft model),
+    # and the learned policy over n-gram and the draft model, run by the engine
     assert {(r["method"], r["tree"], r["tree_nodes"], r["batch_size"]) for r in rows} == {
         (m, tree, nodes, b) for m, tree, nodes in (("ngram", "", ""), ("draft", "", ""), ("draft", "2x1x1", "6"),
-                                                   ("draft", "3x2x1x1", "21")) for b in ("1", "2")}
+                                                   ("draft", "3x2x1x1", "21"), ("learned", "", ""))
+        for b in ("1", "2")}
     assert all(r["simulated_speedup"] and r["error_pct"] for r in rows)
-    assert "fidelity tree cells" in first
+    assert "fidelity tree cells" in first and "fidelity learned cells" in first
+    assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed \w+ k=3: [\d.]+x\)", first)
+    assert json.loads((out / "policy.json").read_text())["methods"] == ["ngram", "draft"]
+    assert all(row["greedy_match"] for row in json.loads((out / "learned" / "echo.json").read_text()))
     html = (out / "index.html").read_text()
     assert "Measured against simulated" in html and re.search(r"fig\d+_measured\.png", html)
     assert "Static tree vs chain" in html and "3x2x1x1" in html  # the study's trees in the report
-    before = {p.name: p.stat().st_mtime_ns for p in (out / "measured").iterdir()}
-    assert main(argv) == 0  # resumes: nothing traced or measured again
+    assert "learned policy" in html  # the report's policy section
+    kept = [*(out / "measured").iterdir(), *(out / "learned").iterdir(), out / "policy.json"]
+    before = {str(p): p.stat().st_mtime_ns for p in kept}
+    assert main(argv) == 0  # resumes: nothing traced, measured or fitted again
     second = capsys.readouterr().out
-    assert "already done" in second and "measure " not in second
-    assert {p.name: p.stat().st_mtime_ns for p in (out / "measured").iterdir()} == before
+    assert "already done" in second and "measure " not in second and "policy  fitted" not in second
+    assert {str(p): p.stat().st_mtime_ns for p in kept} == before

@@ -62,6 +62,23 @@ class StudyConfig:
         return next((m for m in [*ranked, *self.drafters] if method(m).drafts_trees_on("specscope")), None)
 
     @property
+    def policy_methods(self) -> tuple[str, ...] | None:
+        """What the study's learned policy chooses between: n-gram and one model drafter (the
+        tree drafter's preference order, else the first); ``None`` without both."""
+        ranked = [m for m in TREE_DRAFTER_PREFERENCE if m in self.drafters] + list(self.drafters)
+        if "ngram" not in self.lookups or not ranked:
+            return None
+        return ("ngram", ranked[0])
+
+    @property
+    def policy_path(self) -> Path:
+        return self.out_dir / "policy.json"
+
+    @property
+    def learned_dir(self) -> Path:
+        return self.out_dir / "learned"
+
+    @property
     def trace_dir(self) -> Path:
         return self.out_dir / "traces"
 

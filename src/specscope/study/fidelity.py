@@ -3,35 +3,42 @@
 For every workload × method (× tree) × batch size the reference engine measured a speedup; the
 simulator replays the same requests' traces in mixed mode (B distinct requests, continuous
 batching, as the engine ran them) with the cell's own policy — ``fixed:k`` for a chain,
-``tree:SHAPE`` for a tree (:func:`policy_of`) — against the cost model fitted to the engine's
-own step records. The error is :attr:`MeasuredCell.error_pct`.
+``tree:SHAPE`` for a tree, ``learned:FILE`` over the policy's methods for the engine that ran the
+learned policy (:func:`policy_of`) — against the cost model fitted to the engine's own step
+records. The error is :attr:`MeasuredCell.error_pct`.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Sequence
 
 from specscope.analysis.measured import MeasuredCell
 from specscope.costmodel.base import CostModel
+from specscope.policy.learned import LEARNED, load_policy
 from specscope.sim.grid import SimConfig, simulate
 from specscope.trace.schema import TraceRecord
 
 
-def policy_of(cell: MeasuredCell) -> str:
-    """The simulator policy the engine ran for ``cell``: ``tree:SHAPE`` or ``fixed:k``."""
+def policy_of(cell: MeasuredCell, learned: Path | None = None) -> str:
+    """The simulator policy the engine ran for ``cell``: ``tree:SHAPE``, ``fixed:k``, or
+    ``learned:FILE`` for a cell of the engine that ran the policy file ``learned``."""
+    if cell.method == LEARNED:
+        return f"learned:{learned}"
     return f"tree:{cell.tree}" if cell.tree is not None else f"fixed:{cell.k}"
 
 
 def with_simulated(records: Sequence[TraceRecord], measured: Sequence[MeasuredCell],
-                   cost: CostModel) -> list[MeasuredCell]:
+                   cost: CostModel, learned: Path | None = None) -> list[MeasuredCell]:
     """Each measured cell with its ``simulated_speedup``; each method × policy is simulated
-    once over all its measured batch sizes."""
+    once over all its measured batch sizes (``learned``: the policy file of ``learned`` cells)."""
     simulated: dict[tuple[str, str, int], float] = {}
-    for method, policy in dict.fromkeys((cell.method, policy_of(cell)) for cell in measured):
-        sizes = tuple(sorted({c.batch_size for c in measured if (c.method, policy_of(c)) == (method, policy)}))
-        for row in simulate(records, [method], [policy], cost,
+    for method, policy in dict.fromkeys((cell.method, policy_of(cell, learned)) for cell in measured):
+        sizes = tuple(sorted({c.batch_size for c in measured if (c.method, policy_of(c, learned)) == (method, policy)}))
+        accs = list(load_policy(learned).methods) if method == LEARNED else [method]
+        for row in simulate(records, accs, [policy], cost,
                             SimConfig(mode="mixed", batch_sizes=sizes, guess_no_match=False)):
             simulated[(method, policy, row.batch_size)] = row.speedup
-    return [replace(cell, simulated_speedup=simulated[(cell.method, policy_of(cell), cell.batch_size)])
+    return [replace(cell, simulated_speedup=simulated[(cell.method, policy_of(cell, learned), cell.batch_size)])
             for cell in measured]

@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Callable
 
 from specscope.study.config import StudyConfig
-from specscope.study.run import first_requests, fidelity_stage, fit_stage, measure_stage, replay_stage, steps_files, trace_stage
+from specscope.study.run import (
+    fidelity_stage,
+    first_requests,
+    fit_stage,
+    measure_stage,
+    policy_stage,
+    replay_stage,
+    steps_files,
+    trace_stage,
+)
 
 
 def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
@@ -16,7 +25,8 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     traces = trace_stage(config, say)
     measured = measure_stage(config, say)
     cost = fit_stage(config, say)
-    fidelity = fidelity_stage(config, traces, measured, cost, say)
+    learned = policy_stage(config, traces, measured, cost, say)
+    fidelity = fidelity_stage(config, traces, measured + learned, cost, say)
     replay_stage(config, traces, say)
     from specscope.study.report import study_report
 

@@ -23,5 +23,6 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
         sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
         ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
         trees=tuple(tree.name for tree in config.trees),
+        policy=str(config.policy_path) if config.policy_path.exists() else None,
     )
     return build_report([str(t) for t in traces], config.out_dir, report).index

@@ -6,10 +6,15 @@
    method and each tree with the tree drafter (``measured/<workload>__<method>.json``,
    ``…__<method>-tree-<shape>.json`` and ``….steps.jsonl``, per cell);
 3. fit — the linear cost model fitted to all measured steps (``costmodel.json``);
-4. fidelity — simulated vs measured speedup, chain and tree cells (``fidelity.csv``);
-5. replay — the traces against other cost models (``replay_<name>.csv``), the trees against
+4. policy — a learned policy over n-gram and a model drafter fitted to the traces under that
+   cost model at the study's batch sizes (``policy.json``), and measured with the reference
+   engine switching per step (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from
+   the steps the cost model is fitted to);
+5. fidelity — simulated vs measured speedup, chain, tree and learned cells (``fidelity.csv``);
+6. replay — the traces against other cost models (``replay_<name>.csv``), the trees against
    the chain of their depth with each one's crossover batch size (``replay_<name>_trees.csv``);
-6. report — ``index.html`` with every figure, the fidelity table and the measured time split.
+7. report — ``index.html`` with every figure, the fidelity table, the measured time split and
+   the learned policy's section.
 
 Interrupt it at any point and rerun the same command: finished work is kept.
 """
@@ -115,16 +120,62 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     return model
 
 
+def policy_stage(config: StudyConfig, traces: list[Path], measured: list[MeasuredCell], cost,
+                 say: Callable[[str], None]) -> list[MeasuredCell]:
+    """Fit the learned policy (once) and measure it on every workload (module docstring)."""
+    from specscope.backends import BenchConfig
+    from specscope.backends.reference import run_bench
+    from specscope.policy.learned import LEARNED, load_policy
+    from specscope.sim.fit import fit_policy
+    from specscope.trace import load_traces
+
+    methods = config.policy_methods
+    if methods is None:
+        return []
+    if not config.policy_path.exists():
+        document = fit_policy(load_traces(traces)[0], methods, cost, config.batch_sizes,
+                              sources=[_stem(t) for t in traces])
+        atomic_write_text(config.policy_path, json.dumps(document) + "\n")
+        say(f"policy  fitted over {'+'.join(methods)} at B={','.join(map(str, config.batch_sizes))}: "
+            f"{document['training']['steps']} steps of {document['training']['requests']} requests")
+    policy = load_policy(config.policy_path)
+    config.learned_dir.mkdir(parents=True, exist_ok=True)
+    cells = []
+    for workload in config.workloads:
+        out = config.learned_dir / f"{_stem(workload)}.json"
+        if not out.exists():
+            bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=LEARNED,
+                                draft_dir=config.drafters[methods[1]], k=policy.depth, batch_sizes=config.batch_sizes,
+                                max_tokens=config.max_tokens, policy=config.policy_path)
+            result = run_bench(bench)
+            atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
+            atomic_write_text(out, json.dumps([r.flat() for r in result.rows], indent=1) + "\n")
+        mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
+        fixed = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
+        parts = []
+        for cell in mine:
+            best = max((c for c in fixed if c.batch_size == cell.batch_size), key=lambda c: c.measured_speedup)
+            parts.append(f"B={cell.batch_size}: {cell.measured_speedup:.2f}x (best fixed {best.method} k={best.k}: "
+                         f"{best.measured_speedup:.2f}x)")
+        say(f"learned {_stem(workload)}: " + ", ".join(parts))
+        cells += mine
+    return cells
+
+
 def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[MeasuredCell],
                    cost, say: Callable[[str], None]) -> list[MeasuredCell]:
+    from specscope.policy.learned import LEARNED
     from specscope.trace import load_traces
 
     rows: list[MeasuredCell] = []
+    policy = config.policy_path if config.policy_path.exists() else None
     for trace in traces:
         records, _ = load_traces([trace])
-        rows += with_simulated(records, [c for c in measured if c.dataset == _stem(trace)], cost)
+        rows += with_simulated(records, [c for c in measured if c.dataset == _stem(trace)], cost, policy)
     write_rows(config.out_dir / "fidelity.csv", [r.flat() for r in rows])
-    for what, mine in (("chain", [r for r in rows if r.tree is None]), ("tree", [r for r in rows if r.tree])):
+    groups = (("chain", [r for r in rows if r.tree is None and r.method != LEARNED]),
+              ("tree", [r for r in rows if r.tree]), ("learned", [r for r in rows if r.method == LEARNED]))
+    for what, mine in groups:
         if mine:
             errors = sorted(abs(r.error_pct) for r in mine)
             within = sum(e <= FIDELITY_TOLERANCE_PCT for e in errors)
