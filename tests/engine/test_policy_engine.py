@@ -15,22 +15,21 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from test_heads import (  # noqa: E402  (the heads' tiny target, repeat heads and recomputation)
-    HIDDEN,
+from test_heads import (  # noqa: E402, F401  (the heads' tiny target and its fixtures, repeat heads, recomputation)
     K,
-    LAYERS,
     MAX_SEQ_LEN,
-    VOCAB,
     make_repeat_head,
+    one_thread,
     prompts_of,
     reference_drafts,
+    target,
+    target_dir,
     write_head,
 )
-from tiny_checkpoints import llama_config, write_checkpoint, write_workload  # noqa: E402
+from tiny_checkpoints import write_workload  # noqa: E402
 
 from specscope.assemble import build_proposer, load_engine  # noqa: E402
 from specscope.cli import main  # noqa: E402
-from specscope.engine.loading import load_model  # noqa: E402
 from specscope.engine.proposer_api import ProposerConfig  # noqa: E402
 from specscope.engine.runner import Engine, SamplingParams  # noqa: E402
 from specscope.errors import SpecscopeError  # noqa: E402
@@ -56,22 +55,11 @@ def random_policy(path: Path, seed: int) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
-def setup(tmp_path_factory):
+def setup(tmp_path_factory, target_dir, target):
     root = tmp_path_factory.mktemp("switching")
-    target_dir = root / "target"
-    write_checkpoint(target_dir, llama_config(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64,
-                                              num_hidden_layers=LAYERS), seed=3)
     head_dir = make_repeat_head("eagle", write_head("eagle", target_dir, root / "eagle", seed=5), target_dir, mix=0.3)
-    return load_model(target_dir), head_dir, random_policy(root / "policy.json", seed=1), target_dir
+    return target, head_dir, random_policy(root / "policy.json", seed=1), target_dir
 
 
 def run(engine: Engine, prompts: list[list[int]], max_tokens: int, sampling: SamplingParams | None = None):
@@ -155,7 +143,7 @@ def test_overlap_counter_is_prompt_overlap_one_token_at_a_time():
 def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys):
     """``bench --policy``: rows labelled ``learned`` with the policy file and its methods, greedy
     output equal to no SD; ``serve --policy``: completions equal to the no-SD engine's."""
-    _, head_dir, policy_path, target_dir = setup
+    target, head_dir, policy_path, target_dir = setup
     prompts = [p * 3 for p in prompts_of((4, 5, 3), seed=6)]
     workload = write_workload(tmp_path / "w.jsonl", [{"id": str(i), "prompt_token_ids": p} for i, p in enumerate(prompts)])
     assert main(["bench", "--model", str(target_dir), "--policy", str(policy_path), "--draft", str(head_dir),
@@ -166,7 +154,7 @@ def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys):
     assert all(r["greedy_match"] and r["policy"] == "learned:policy.json (ngram+eagle)" for r in rows)
 
     engine, _ = load_engine(target_dir, draft_dir=head_dir, policy=policy_path, max_batch_size=2, max_seq_len=64)
-    plain = run(Engine(load_model(target_dir), None, K, 2, 64), prompts[:2], 10)
+    plain = run(Engine(target, None, K, 2, 64), prompts[:2], 10)
     server = create_server(engine, None, "tiny", "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
