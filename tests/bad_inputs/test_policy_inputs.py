@@ -26,6 +26,7 @@ CASES = [
          r"--acc.*'mtp'", files=TRACES),
     Case("fit-bad-batch-size", ["policy", "fit", "t.jsonl", "--batch-sizes", "0", "-o", "p.json"], r"--batch-sizes",
          files=TRACES),
+    Case("fit-max-k-zero", ["policy", "fit", "t.jsonl", "--max-k", "0", "-o", "p.json"], r"--max-k", files=TRACES),
     Case("learned-missing-file", [*SIM, "learned:none.json"], r"none\.json", files=TRACES),
     Case("learned-no-argument", [*SIM, "learned"], r"learned:FILE", files=TRACES),
     Case("learned-not-a-policy", [*SIM, "learned:p.json"], r"p\.json.*expected a policy file", files=NOT_A_POLICY),

@@ -51,6 +51,15 @@ def test_the_file_is_plain_numbers_with_its_features_defined(policy_file):
     assert np.asarray(document["coef"]).shape == (2, 6, len(document["features"]))  # j = 2 … 7, the longest acc_len measured
 
 
+def test_max_k_caps_the_longest_proposal():
+    from specscope.policy.learned import choosers_from_json
+    from specscope.sim.fit import fit_policy
+
+    document = fit_policy(workload(0)[:4], ("ngram", "eagle"), COST, [1], max_k=3)
+    assert np.asarray(document["coef"]).shape[1] == 3  # j = 2 … 4: k ≤ 3
+    assert choosers_from_json(document, ("ngram", "eagle"))[1].seconds.shape == (2, 4)
+
+
 def test_on_an_unseen_workload_it_beats_every_fixed_policy_and_closes_most_of_the_gap(policy_file):
     learned = f"learned:{policy_file}"
     policies = ["fixed:1", "fixed:2", "fixed:4", "fixed:7", "oracle-switch:ngram+eagle", learned]

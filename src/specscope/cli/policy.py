@@ -44,6 +44,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--batch-sizes", type=int_list, default=[1, 8, 64],
                      help="one model per batch size (default: 1,8,64)")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
+    fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
+                     help="the longest proposal the policy may make (default: what the traces recorded, at most "
+                          "16); the longest k the cost model was measured at keeps its choices off extrapolated "
+                          "drafting costs")
     fit.add_argument("-o", "--output", required=True, type=check_output_file,
                      help="write the policy (JSON) here (- for standard output)")
     fit.set_defaults(run=run_fit)
@@ -77,7 +81,7 @@ def run_fit(args: argparse.Namespace) -> int:
         raise SpecscopeError(f"--acc: expected distinct proposer names, got {','.join(args.acc)}")
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
-    document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces)
+    document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k)
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
     if args.output != "-":
         training = document["training"]

@@ -122,8 +122,12 @@ def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray) -> float:
 
 
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
-               batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = ()) -> dict:
-    """The policy file's JSON object (:mod:`specscope.policy.learned`) fitted on ``records``."""
+               batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = (),
+               max_k: int | None = None) -> dict:
+    """The policy file's JSON object (:mod:`specscope.policy.learned`) fitted on ``records``;
+    it proposes at most ``max_k`` (default: what the traces recorded, at most :data:`J_MAX`) —
+    set it to the longest k the cost model was measured at, so that no choice rests on a
+    drafting cost extrapolated past it."""
     for m in methods:
         missing = [r.id for r in records if m not in r.proposers]
         if missing:
@@ -132,7 +136,7 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     started = time.perf_counter()
     declared = [r.k_max for r in records if r.k_max is not None]
     measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1
-    depth = max(1, min([J_MAX, measured, *declared]))
+    depth = max(1, min([J_MAX, measured, *declared, *([max_k] if max_k is not None else [])]))
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                       "cost_model": cost.describe(), "batch_sizes": list(batch_sizes)}

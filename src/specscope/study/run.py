@@ -7,7 +7,8 @@
    ``…__<method>-tree-<shape>.json`` and ``….steps.jsonl``, per cell);
 3. fit — the linear cost model fitted to all measured steps (``costmodel.json``);
 4. policy — a learned policy over n-gram and a model drafter fitted to the traces under that
-   cost model at the study's batch sizes (``policy.json``), and measured with the reference
+   cost model at the study's batch sizes, proposing at most the measured k (its drafting cost
+   was measured there and no further; ``policy.json``), and measured with the reference
    engine switching per step (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from
    the steps the cost model is fitted to);
 5. fidelity — simulated vs measured speedup, chain, tree and learned cells (``fidelity.csv``);
@@ -134,7 +135,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         return []
     if not config.policy_path.exists():
         document = fit_policy(load_traces(traces)[0], methods, cost, config.batch_sizes,
-                              sources=[_stem(t) for t in traces])
+                              sources=[_stem(t) for t in traces], max_k=config.k)
         atomic_write_text(config.policy_path, json.dumps(document) + "\n")
         say(f"policy  fitted over {'+'.join(methods)} at B={','.join(map(str, config.batch_sizes))}: "
             f"{document['training']['steps']} steps of {document['training']['requests']} requests")
