@@ -135,10 +135,11 @@ def run_explain(args: argparse.Namespace) -> int:
                 "standardised)", ["feature", *policy.methods, "definition"],
                 [[names[f], *[f"{weights[m, f]:.2f}" for m in range(len(policy.methods))], document["features"][names[f]]]
                  for f in order[:10]])
+    ks = sorted({1, max(1, policy.depth // 2), policy.depth})  # the shortest, a middle and the deepest k
     print_table("per batch size: θ (tokens/s one second is worth) and step seconds (ms) at the median kv",
-                ["B", "θ", "none", *[f"{m} k=1/4/8" for m in policy.methods]],
+                ["B", "θ", "none", *[f"{m} k={'/'.join(map(str, ks))}" for m in policy.methods]],
                 [[str(m["batch_size"]), f"{m['theta']:.0f}", f"{1e3 * m['seconds'][0][0]:.2f}",
-                  *["/".join(f"{1e3 * row[k]:.2f}" for k in (1, 4, 8) if k < len(row)) for row in m["seconds"]]]
+                  *["/".join(f"{1e3 * row[k]:.2f}" for k in ks) for row in m["seconds"]]]
                  for m in document["models"]])
     if args.traces:
         show_decisions(policy, args)
