@@ -60,6 +60,21 @@ def test_max_k_caps_the_longest_proposal():
     assert choosers_from_json(document, ("ngram", "eagle"))[1].seconds.shape == (2, 4)
 
 
+def test_the_simulator_caps_ngram_offers_at_the_policys_depth_as_the_engine_does(tmp_path, monkeypatch):
+    """The engine's n-gram lookup proposes at most the policy's deepest k, so the offer its
+    features read is capped there; the simulator's walk must see the same offer (a trace
+    recorded offers up to its k_max = 8)."""
+    import specscope.policy.learned as learned
+    from specscope.sim.fit import fit_policy
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(fit_policy(workload(0)[:4], ("ngram", "eagle"), COST, [1], max_k=3)))
+    seen, real = [], learned.features
+    monkeypatch.setattr(learned, "features", lambda obs, methods: seen.append(obs.ngram_offer) or real(obs, methods))
+    simulate(workload(1)[:4], ["ngram", "eagle"], [f"learned:{path}"], COST, SimConfig(mode="mixed", batch_sizes=(1,)))
+    assert seen and max(seen) == 3  # the workload offers 8 where n-gram matches
+
+
 def test_on_an_unseen_workload_it_beats_every_fixed_policy_and_closes_most_of_the_gap(policy_file):
     learned = f"learned:{policy_file}"
     policies = ["fixed:1", "fixed:2", "fixed:4", "fixed:7", "oracle-switch:ngram+eagle", learned]

@@ -162,7 +162,9 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
     if policy.switch is not None:
         if policy.decide_for is None:
             return oracle_switch_plan(records, policy.switch)
-        return causal_plan(records, policy.switch, policy.decide_for(batch_size), _k_max(records, policy.switch))
+        k_max = _k_max(records, policy.switch)
+        return causal_plan(records, policy.switch, policy.decide_for(batch_size),
+                           k_max if policy.depth is None else min(k_max, policy.depth))
     if policy.tree is not None:
         acc_lens = [policy.tree.acc_len(r.proposers[acc].tree_rank) for r in records]
         return make_plan(acc_lens, prompt_lens, policy, policy.tree.depth)

@@ -65,6 +65,7 @@ class Policy:
     tree: TreeShape | None = None
     switch: tuple[str, ...] | None = None
     decide_for: Callable[[int], Decide] | None = None
+    depth: int | None = None  # a learned policy's deepest k: its walk caps n-gram's offer there, as the engine does
 
 
 class _Adaptive:
@@ -134,7 +135,7 @@ def _learned(argument: str) -> Policy:
     if not argument:
         raise SpecscopeError("policy 'learned': expected learned:FILE, a file made by `specscope policy fit`")
     learned = load_policy(argument)
-    return Policy(f"learned:{argument}", switch=learned.methods, decide_for=learned.decide_for)
+    return Policy(f"learned:{argument}", switch=learned.methods, decide_for=learned.decide_for, depth=learned.depth)
 
 
 def _tree(argument: str) -> Policy:
