@@ -19,7 +19,7 @@ is what no-SD decoding gives under greedy decoding, whatever the policy picks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -83,7 +83,7 @@ class SwitchingProposer:
     @torch.no_grad()
     def propose(self, request: ProposeInput) -> Proposal:
         batch, device = len(request.slots), request.last_tokens.device
-        offered = self.lookup.propose(_subset(request, list(range(batch)), self.depth))
+        offered = self.lookup.propose(replace(request, k=self.depth))
         offers, ngram_rows = offered.draft_len.tolist(), offered.tokens.tolist()
         x = np.asarray([self._features(slot, history, offer)
                         for slot, history, offer in zip(request.slots, request.histories, offers)])
@@ -149,6 +149,8 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
 
 def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = False) -> ProposeInput:
     """The rows ``rows`` of ``request``, proposing ``k``."""
+    if len(rows) == len(request.slots):  # every row: nothing to slice
+        return replace(request, k=k, want_confidence=confidence)
     index = torch.as_tensor(rows, dtype=torch.long, device=request.last_tokens.device)
     return ProposeInput([request.slots[r] for r in rows], request.last_tokens[index], request.positions[index],
                         [request.histories[r] for r in rows], k, request.sampling.rows(rows),
