@@ -47,6 +47,14 @@ def test_switch_pricing_charges_each_proposer_its_drafting_and_the_catch_up():
     assert split["prefill"] == pytest.approx(2.5)
 
 
+def test_a_causal_policy_pays_the_lookup_at_every_step():
+    """Its offer is a feature, so the engine looks up n-gram for every request at every step."""
+    plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
+    every = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, lookup_every_step=True), 1).time_split
+    # n-gram 0.1 × the verify time of all five steps (1.3 + 1.2 + 1.1 + 1.1 + 1.2), not of its one step
+    assert every["drafting"] == pytest.approx(0.1 * 5.9 + 2 * 0.52 + 0.2 * 5)
+
+
 def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():
     offer = [2, 0, 0, 0, 1, 0, 0, 0, 0]
     plan = causal_plan([record(NGRAM, EAGLE, offer=offer)], METHODS, lambda obs: (0, 5), k_max=8)

@@ -220,8 +220,8 @@ def _check_tree(records: Sequence[TraceRecord], acc: str, policy: Policy, datase
 def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchDrafting:
     """What ``policy``'s steps draft with: the switching policy's proposers, oracle-combined's
     first (the paper's rule), else ``acc``'s."""
-    if policy.switch is not None:
-        return SwitchDrafting.of(cost, policy.switch)
+    if policy.switch is not None:  # a causal policy runs the lookup every step: its offer is a feature
+        return SwitchDrafting.of(cost, policy.switch, lookup_every_step=policy.decide_for is not None)
     return cost.drafting_for(policy.combined[0] if policy.combined else acc)
 
 

@@ -11,7 +11,9 @@ A switching plan records, per step, the proposer that ran (``Plan.method``: an i
 
 Pricing (:class:`SwitchDrafting`): each proposer drafts for the requests that chose it in an
 iteration, priced by its own drafting model over just those requests (the lookup model's share
-of the verify time is that of its proposing requests among all running ones). A model drafter
+of the verify time is that of its proposing requests among all running ones). Under a causal
+policy the lookup runs for every running request at every step, whatever was chosen — its offer
+is a feature — and is priced so (``lookup_every_step``). A model drafter
 keeps a state (an EAGLE head reads the target's hidden state at every position): before its next
 step it **catches up** the positions emitted by other proposers' steps since its last one,
 catch-up = pos − (the position after the request's previous step with that drafter; 1 when
@@ -109,10 +111,11 @@ class SwitchDrafting:
 
     methods: tuple[str, ...]
     draftings: tuple[Drafting, ...]
+    lookup_every_step: bool = False  # a causal policy: the lookup runs for every request (module docstring)
 
     @classmethod
-    def of(cls, cost: CostModel, methods: tuple[str, ...]) -> "SwitchDrafting":
-        return cls(methods, tuple(cost.drafting_for(m) for m in methods))
+    def of(cls, cost: CostModel, methods: tuple[str, ...], lookup_every_step: bool = False) -> "SwitchDrafting":
+        return cls(methods, tuple(cost.drafting_for(m) for m in methods), lookup_every_step)
 
     def stateful(self, index: int) -> bool:
         """Whether the proposer keeps a state that must follow every position (a model)."""
@@ -126,12 +129,15 @@ class SwitchDrafting:
         loads, caught_up = [], []
         for index in range(len(self.methods)):
             mine = plan.method == index
+            proposing = mine & (plan.proposed > 0)
+            if self.lookup_every_step and not self.stateful(index):  # it looks up for every request
+                mine = proposing = np.ones_like(mine)
             caught_up.append(aggregate(catch_up(plan, index).astype(float)) if self.stateful(index) else None)
             loads.append(StepLoad(
                 batched_tokens=aggregate(np.where(mine, plan.verify_tokens, 0).astype(float)),
                 kv_tokens=aggregate(np.where(mine, plan.prompt_len[plan.request_of_step] + plan.pos, 0).astype(float)),
                 num_running=aggregate(mine.astype(float)),
-                num_proposing=aggregate((mine & (plan.proposed > 0)).astype(float)),
+                num_proposing=aggregate(proposing.astype(float)),
                 padded_tokens=aggregate(np.where(mine, plan.verify_tokens, 0).astype(float)),
             ))
         return BoundSwitch(self, loads, caught_up)
