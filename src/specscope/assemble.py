@@ -13,8 +13,7 @@ from typing import TYPE_CHECKING
 from specscope.engine.loading import load_eos_token_ids, load_model, load_tokenizer, parse_dtype, resolve_device
 from specscope.engine.proposer_api import Proposer, ProposerConfig
 from specscope.engine.runner import DEFAULT_MAX_SEQ_LEN, Engine
-from specscope.errors import SpecscopeError
-from specscope.methods import NO_SD, method as method_named
+from specscope.methods import NO_SD
 from specscope.policy.learned import LearnedPolicy, load_policy
 from specscope.proposers import create_proposer
 from specscope.proposers.switching import SwitchingProposer
@@ -34,14 +33,9 @@ def build_proposer(target: "Transformer", method: str, config: ProposerConfig,
     model drafter)."""
     if policy is None:
         return None if method == NO_SD else create_proposer(config, target)
-    models = [m for m in policy.methods if method_named(m).kind != "lookup"]
-    if len(models) > 1:
-        raise SpecscopeError(f"--policy: {policy.path} chooses between {', '.join(models)}; the engine runs one "
-                             "model drafter beside n-gram (its checkpoint: --draft)")
-    if models and config.draft_dir is None:
-        raise SpecscopeError(f"--policy: {policy.path} runs {models[0]}: give its checkpoint with --draft DIR")
+    drafter = policy.drafter(config.draft_dir)
     members = [create_proposer(ProposerConfig(m, policy.depth, config.max_batch_size, config.max_seq_len,
-                                              config.draft_dir if m in models else None), target)
+                                              config.draft_dir if m == drafter else None), target)
                for m in policy.methods]
     lookup = members[policy.methods.index("ngram")] if "ngram" in policy.methods else create_proposer(
         ProposerConfig("ngram", policy.depth, config.max_batch_size, config.max_seq_len), target)

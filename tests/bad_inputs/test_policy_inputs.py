@@ -16,6 +16,21 @@ def own(rid: str, dataset: str = "d") -> str:
 
 
 TRACES = {"t.jsonl": own("a") + own("b")}
+
+
+def policy_file(methods: tuple[str, ...]) -> str:
+    """A well-formed policy file over ``methods`` (J = 2; every weight 0)."""
+    from specscope.policy.learned import SCHEMA, feature_names
+
+    width, m = len(feature_names(methods)), len(methods)
+    return json.dumps({"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
+                       "mean": [0.0] * width, "scale": [1.0] * width, "coef": [[[0.0] * width] * 2] * m,
+                       "intercept": [[0.0] * 2] * m,
+                       "models": [{"batch_size": 1, "theta": 1.0, "seconds": [[1.0, 1.1, 1.2]] * m}]})
+
+
+EAGLE_POLICY = {"p.json": policy_file(("ngram", "eagle")), "m/keep.txt": "", "w.jsonl": ""}
+TWO_DRAFTERS = {"p.json": policy_file(("draft", "eagle")), "m/keep.txt": ""}
 NOT_A_POLICY = {**TRACES, "p.json": json.dumps({"schema": "specscope.trace/1"})}
 SIM = ["simulate", "t.jsonl", "--batch-sizes", "1", "--policies"]
 
@@ -47,6 +62,12 @@ CASES = [
          r"--method: not used with --policy", files={**NOT_A_POLICY, "m/keep.txt": ""}),
     Case("serve-policy-not-a-policy", ["serve", "--model", "m", "--policy", "p.json"],
          r"p\.json.*expected a policy file", files={**NOT_A_POLICY, "m/keep.txt": ""}),
+    Case("serve-policy-without-draft", ["serve", "--model", "m", "--policy", "p.json"],
+         r"--policy: p\.json runs eagle: give its checkpoint with --draft DIR", files=EAGLE_POLICY),
+    Case("bench-policy-without-draft", ["bench", "--model", "m", "--workload", "w.jsonl", "--policy", "p.json"],
+         r"--policy: p\.json runs eagle: give its checkpoint", files=EAGLE_POLICY),
+    Case("serve-policy-two-drafters", ["serve", "--model", "m", "--policy", "p.json", "--draft", "m"],
+         r"one model drafter beside n-gram", files=TWO_DRAFTERS),
     Case("report-bad-policy", ["report", "t.jsonl", "-o", "out", "--policy", "p.json"], r"p\.json",
          files=NOT_A_POLICY),
 ]

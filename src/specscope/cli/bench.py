@@ -147,6 +147,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         if args.backend == OPENAI:
             raise SpecscopeError("--policy: only with --backend reference (the engine runs the policy)")
         policy = load_policy(args.policy)
+        policy.drafter(args.draft)  # a missing checkpoint is refused before the model loads
     shared = dict(
         workload=args.workload,
         method=args.method if policy is None else LEARNED,

@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                                           ("--tree", args.tree is not None)) if value]
         if given:
             raise SpecscopeError(f"{given[0]}: not used with --policy (the policy chooses the method and k)")
-        load_policy(args.policy)  # a bad file is refused before the model loads
+        load_policy(args.policy).drafter(args.draft)  # a bad file or a missing checkpoint: before the model loads
     elif args.draft is not None and args.method == NO_SD:
         raise SpecscopeError(f"--draft: only used with an SD --method ({', '.join(WITH_DRAFT)})")
     if args.tree is not None and args.k is not None:

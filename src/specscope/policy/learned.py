@@ -26,6 +26,7 @@ import numpy as np
 from scipy.special import expit
 
 from specscope.errors import SpecscopeError
+from specscope.methods import method as method_named
 from specscope.policy.observation import MEMORY, NONE, Observation
 
 SCHEMA = "specscope.policy/1"
@@ -135,6 +136,17 @@ class LearnedPolicy:
     def label(self) -> str:
         """What a row says ran: the file and the methods it chose between."""
         return f"learned:{Path(self.path).name} ({'+'.join(self.methods)})"
+
+    def drafter(self, draft_dir: object) -> str | None:
+        """Its one model drafter (``None``: lookups only), checked against the checkpoint
+        ``draft_dir`` it needs; an engine runs at most one model drafter beside n-gram."""
+        models = [m for m in self.methods if method_named(m).kind != "lookup"]
+        if len(models) > 1:
+            raise SpecscopeError(f"--policy: {self.path} chooses between {', '.join(models)}; the engine runs one "
+                                 "model drafter beside n-gram (its checkpoint: --draft)")
+        if models and draft_dir is None:
+            raise SpecscopeError(f"--policy: {self.path} runs {models[0]}: give its checkpoint with --draft DIR")
+        return models[0] if models else None
 
     def chooser(self, batch_size: int) -> Chooser:
         """The rule of the fitted batch size nearest ``batch_size`` (log scale)."""
