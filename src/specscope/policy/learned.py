@@ -89,33 +89,41 @@ class Chooser:
     ngram: int  # index of n-gram among the methods (its k is capped at its offer); NONE if absent
 
     def __post_init__(self) -> None:  # constants of every decision, computed once
-        object.__setattr__(self, "_offset", 1.0 - self.theta * self.seconds)  # [M, J + 1]
-        object.__setattr__(self, "_depths", np.arange(self.seconds.shape[1]))
+        depth = self.seconds.shape[1]  # J + 1
+        offset = 1.0 - self.theta * self.seconds  # [M, J + 1]: the score of k before any acceptance
+        by_offer = np.repeat(offset[None], depth, axis=0)  # [J + 1 offers, M, J + 1]
+        if self.ngram != NONE:  # n-gram proposing more than it offers would propose just its offer
+            by_offer[:, self.ngram][np.arange(depth)[None, :] > np.arange(depth)[:, None]] = -np.inf
+        object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M·J]
+        object.__setattr__(self, "_cumulate", np.triu(np.ones((depth - 1, depth)), 1))  # [J, J + 1]
+        object.__setattr__(self, "_offset", by_offer)
 
     def scores(self, x: np.ndarray, offer: np.ndarray) -> np.ndarray:
-        """x [B, F], offer [B] → score [B, M, J + 1] of (method, k) (k = 0: none)."""
+        """x [B, F], offer [B] (at most J) → score [B, M, J + 1] of (method, k) (k = 0: none) = 1 +
+        Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds; n-gram proposing more than it offers scores −∞
+        (it would propose just its offer, a candidate already)."""
         b, depth = x.shape[0], self.seconds.shape[1]
-        p = expit(x @ self.weights.T + self.bias).reshape(b, self.methods, depth - 1)  # [B, M, J]
-        score = np.empty((b, self.methods, depth))
-        score[:, :, 0] = 0.0
-        np.cumsum(np.minimum.accumulate(p, axis=2), axis=2, out=score[:, :, 1:])  # P(acc ≥ j) falls with j
-        score += self._offset  # 1 − θ · seconds
-        if self.ngram != NONE:  # n-gram proposing k offers min(k, offer)
-            capped = np.minimum(self._depths, offer[:, None])  # [B, J + 1]
-            score[:, self.ngram] = score[np.arange(b)[:, None], self.ngram, capped]
+        z = x @ self._weights_t
+        z += self.bias
+        expit(z, out=z)  # P(acc_len ≥ j), j = 2 … J + 1 [B, M·J]
+        p = np.minimum.accumulate(z.reshape(b, self.methods, depth - 1), axis=2)  # falls with j
+        score = p @ self._cumulate  # [B, M, J + 1]: column k sums j ≤ k + 1 (column 0: none)
+        score += self._offset[offer]
         return score
 
     def choose_batch(self, x: np.ndarray, offer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised over a batch: (method [B] (NONE: none), k [B])."""
-        score = self.scores(x, offer)
+        score = self.scores(x, np.minimum(offer, self.seconds.shape[1] - 1))
         flat = score.reshape(x.shape[0], -1).argmax(axis=1)
         method, k = np.divmod(flat, score.shape[2])
         return np.where(k > 0, method, NONE), k
 
     def choose(self, x: list[float], offer: int) -> tuple[int, int]:
-        """(method index, k) for one feature vector."""
-        method, k = self.choose_batch(np.asarray([x]), np.asarray([offer]))
-        return int(method[0]), int(k[0])
+        """(method index, k) for one feature vector (:meth:`choose_batch` of one row)."""
+        depth = self.seconds.shape[1]
+        score = self.scores(np.asarray([x]), np.array((min(offer, depth - 1),)))
+        method, k = divmod(int(score.argmax()), depth)
+        return (method if k > 0 else NONE), k
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,7 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, depth: int, rng: np.random.
 def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray) -> float:
     """θ after three Dinkelbach rounds over the training steps (see the module docstring)."""
     theta, rows = 0.0, np.arange(len(xs))
+    offers = np.minimum(offers, chooser.seconds.shape[1] - 1)  # an offer beyond J proposes J
     for _ in range(3):
         rule = Chooser(chooser.weights, chooser.bias, chooser.methods, chooser.seconds, theta, chooser.ngram)
         score = rule.scores(xs, offers)  # [N, M, J + 1]
