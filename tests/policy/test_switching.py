@@ -75,3 +75,16 @@ def test_grid_rows_name_the_switching_proposers_and_with_cheap_drafting_oracle_s
     for b in (1, 2):
         best_fixed = max(r.speedup for r in rows if r.batch_size == b and r.policy == "fixed:1")
         assert next(r.speedup for r in switch if r.batch_size == b) > best_fixed
+
+
+def test_the_judgement_replays_the_fixed_ks_the_traces_hold():
+    """Traces without a declared k_max (the paper's) are as deep as their longest acc_len; a
+    request that never accepted anything does not make them shallower."""
+    from dataclasses import replace
+
+    from specscope.sim.evaluate import candidate_policies
+
+    flat = replace(record([1] * 9, [1] * 9, rid="flat"), k_max=None)
+    deep = replace(record(NGRAM, [5, 1, 1, 1, 1, 1, 1, 1, 1], rid="deep"), k_max=None)
+    fixed = [p for p in candidate_policies(METHODS, None, [flat, deep]) if p.startswith("fixed:")]
+    assert fixed == ["fixed:1", "fixed:2"]  # n-gram's longest acc_len is 3: k ≤ 2 for both proposers

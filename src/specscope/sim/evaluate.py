@@ -18,7 +18,7 @@ from typing import Sequence
 
 from specscope.costmodel.base import CostModel
 from specscope.sim.fit import fit_policy
-from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
+from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate, traced_k_max
 from specscope.trace.schema import TraceRecord
 
 FIXED_KS = (1, 2, 3, 4, 5, 6, 8, 10)
@@ -28,7 +28,7 @@ def candidate_policies(methods: tuple[str, ...], learned: str | None, records: S
     """The policies a judgement simulates on ``records`` (``learned``: a ``learned:FILE`` name):
     the fixed ks of :data:`FIXED_KS` that the records were traced deep enough to replay."""
     pair = "+".join(methods)
-    deepest = min(r.k_max if r.k_max is not None else int(r.acc_len(m).max()) - 1 for r in records for m in methods)
+    deepest = min(traced_k_max(records, [m]) for m in methods)
     policies = [f"fixed:{k}" for k in FIXED_KS if k <= deepest] + ["adaptive", "oracle", f"oracle-switch:{pair}"]
     if len(methods) == 2:
         policies.append(f"oracle-combined:{pair}")

@@ -107,7 +107,9 @@ def match_prob_for(dataset: str, config: SimConfig) -> float | None:
     return None
 
 
-def _k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
+def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
+    """The deepest k the records of ``proposers`` were traced at: their declared k_max, else the
+    longest acc_len seen − 1."""
     declared = [r.k_max for r in records if r.k_max is not None]
     if declared:
         return max(declared)
@@ -118,7 +120,7 @@ def _check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: 
     """Refuse a policy that proposes more drafts than the trace measured."""
     if policy.max_k is None or policy.combined:
         return
-    k_max = _k_max(records, [acc])
+    k_max = traced_k_max(records, [acc])
     if policy.max_k <= k_max:
         return
     if any(r.k_max is not None for r in records):
@@ -162,7 +164,7 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
     if policy.switch is not None:
         if policy.decide_for is None:
             return oracle_switch_plan(records, policy.switch)
-        k_max = _k_max(records, policy.switch)
+        k_max = traced_k_max(records, policy.switch)
         return causal_plan(records, policy.switch, policy.decide_for(batch_size),
                            k_max if policy.depth is None else min(k_max, policy.depth))
     if policy.tree is not None:
@@ -175,12 +177,12 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
             first, second = r.acc_len(a), r.acc_len(b)
             common = min(len(first), len(second))
             acc_lens.append(np.maximum(first[:common], second[:common]))
-        return make_plan(acc_lens, prompt_lens, policy, _k_max(records, policy.combined), seed=config.seed)
+        return make_plan(acc_lens, prompt_lens, policy, traced_k_max(records, policy.combined), seed=config.seed)
     traces = [r.proposers[acc] for r in records]
     draft_lens = [t.draft_len for t in traces]
     guess = config.guess_no_match and acc in LOOKUP_PROPOSERS
     return make_plan(
-        [t.acc_len for t in traces], prompt_lens, policy, _k_max(records, [acc]),
+        [t.acc_len for t in traces], prompt_lens, policy, traced_k_max(records, [acc]),
         draft_lens=draft_lens if all(d is not None for d in draft_lens) else None,
         match_prob=match_prob_for(dataset, config) if guess else None,
         seed=config.seed,
