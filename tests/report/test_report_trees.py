@@ -73,3 +73,20 @@ def test_tree_figure_and_answer_follow_the_speedups(tree_report):
             assert not beats[0]
         if row["crossover"]:
             assert not beats[sizes.index(int(row["crossover"]))]
+
+
+def test_a_tree_that_never_beats_its_chain_is_not_labelled_with_a_crossover():
+    from specscope.report.figures import tree_figure
+    from specscope.report.trees import TreeRow
+    from specscope.sim.grid import SimRow
+
+    def row(policy: str, batch: int, speedup: float) -> SimRow:
+        return SimRow("d", "eagle", policy, batch, "mixed", speedup, speedup, 1.0, 1.0, 1.0, 1.0, 0.5, 2.0, 4)
+
+    rows = [row(p, b, s) for p, values in (("fixed:3", (1.5, 1.3)), ("tree:2x1x1", (1.2, 1.0)))
+            for b, s in zip((1, 8), values)]
+    never = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, None, 1)
+    labels = [t.get_text() for t in tree_figure(rows, [never]).axes[0].texts]
+    assert labels == ["below its chain throughout"]
+    beats = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8)
+    assert [t.get_text() for t in tree_figure(rows, [beats]).axes[0].texts] == ["crossover B=8"]

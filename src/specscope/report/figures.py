@@ -266,7 +266,8 @@ def measured_figure(cells: Sequence) -> plt.Figure:
 def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
     """Tree vs chain: speedup vs batch size, a panel per dataset × proposer, a line per tree
     and one per chain ``fixed:D`` it is compared with (dashed); each tree's crossover (the first
-    batch size where it no longer beats its chain) is marked with a cross."""
+    batch size where it no longer beats its chain) is marked with a cross, labelled "below its
+    chain throughout" when that is the smallest batch size simulated and it never beat it."""
     panels = _unique((t.dataset, t.proposer) for t in trees)
     fig, axes = panel_grid(len(panels), 2, 6.0, 4.2, sharey=True)
     for ax, (dataset, proposer) in zip(axes, panels):
@@ -287,8 +288,8 @@ def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
                           == (dataset, proposer, f"tree:{t.tree}", t.crossover))
                 ax.plot([t.crossover], [at], marker="X", markersize=12, color=colours[f"tree:{t.tree}"],
                         markeredgecolor="black", linestyle="none")
-                ax.annotate(f"crossover B={t.crossover}", (t.crossover, at), xytext=(4, 6),
-                            textcoords="offset points", fontsize=8)
+                text = f"crossover B={t.crossover}" if t.beats_up_to is not None else "below its chain throughout"
+                ax.annotate(text, (t.crossover, at), xytext=(4, 6), textcoords="offset points", fontsize=8)
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
         batch_axis(ax, sorted({r.batch_size for r in rows if r.dataset == dataset}))
         ax.set_title(f"{dataset} · {proposer}")

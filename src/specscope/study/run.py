@@ -221,7 +221,8 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say)
     write_rows(out, [t.flat() for t in trees])
     for dataset in dict.fromkeys(t.dataset for t in trees):
         parts = [f"{t.tree} ({t.nodes} nodes) vs chain {t.chain}: "
-                 + (f"crossover B={t.crossover}" if t.crossover is not None
+                 + ("below it at every batch size" if t.beats_up_to is None
+                    else f"crossover B={t.crossover}" if t.crossover is not None
                     else f"beats it up to B={TREE_REPLAY_BATCH_SIZES[-1]}, no crossover")
                  for t in trees if t.dataset == dataset]
         say(f"crossover {spec} {dataset} ({drafter}): " + "; ".join(parts))
