@@ -27,6 +27,15 @@ from specscope.fileio import atomic_write_text
 EXAMPLE_STEPS = 4  # explain: decisions shown along the first record's steps
 
 
+def add_policy_options(parser: argparse.ArgumentParser, cost_help: str) -> None:
+    """The options ``fit`` and ``evaluate`` share: the proposers, the cost model, the batch sizes."""
+    parser.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
+                        help="proposers the policy chooses between (default: ngram,eagle)")
+    parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL, help=cost_help)
+    parser.add_argument("--batch-sizes", type=int_list, default=[1, 8, 64],
+                        help="one model per batch size (default: 1,8,64)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("policy", help="learn a policy choosing proposer and k per step, or explain one")
     verbs = parser.add_subparsers(dest="policy_verb", metavar="ACTION", required=True)
@@ -37,12 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "engine knows before the step (see specscope.sim.fit). Use the file with "
                     "`simulate --policies learned:FILE`.")
     add_trace_options(fit)
-    fit.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
-                     help="proposers the policy chooses between (default: ngram,eagle)")
-    fit.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
-                     help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
-    fit.add_argument("--batch-sizes", type=int_list, default=[1, 8, 64],
-                     help="one model per batch size (default: 1,8,64)")
+    add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                      help="the longest proposal the policy may make (default: what the traces recorded, at most "
@@ -58,11 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "policy (k in hindsight), adaptive, learned, oracles, oracle-switch, oracle-combined, "
                     "and the gap closed = (learned - best fixed) / (oracle-switch - best fixed).")
     add_trace_options(evaluate)
-    evaluate.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
-                          help="proposers the policy chooses between (default: ngram,eagle)")
-    evaluate.add_argument("--cost-model", default=DEFAULT_COST_MODEL, help="the cost model fitted for and judged by")
+    add_policy_options(evaluate, "the cost model fitted for and judged by")
     evaluate.add_argument("--view", type=str_list, default=[], help="more cost models to judge by (same policies)")
-    evaluate.add_argument("--batch-sizes", type=int_list, default=[1, 8, 64], help="default: 1,8,64")
     evaluate.add_argument("--mode", choices=("paper", "mixed"), default="mixed")
     add_table_output(evaluate, "one line per cost model × dataset × batch size")
     evaluate.set_defaults(run=run_evaluate)
