@@ -41,7 +41,7 @@ def observations(records, decide) -> list:
         seen.append(obs)
         return decide(obs)
 
-    causal_plan(records, METHODS, spy, k_max=16)
+    causal_plan(records, METHODS, lambda b: spy, 16, lambda r, j: 1)
     return seen
 
 
@@ -50,11 +50,12 @@ def engine_bookkeeping(records, policy: LearnedPolicy, steps: int = 40) -> tuple
     requests = records[:64]
 
     def walk():
-        proposer = SwitchingProposer(policy, [], lookup=None)
+        proposer, chooser = SwitchingProposer(policy, [], lookup=None), policy.chooser(len(requests))
         histories = [list(map(int, r.prompt_token_ids)) + [int(r.output_token_ids[0])] for r in requests]
         for step in range(steps):
             for slot, (record, history) in enumerate(zip(requests, histories)):
-                proposer._features(slot, history, 2)
+                obs = proposer._observe(slot, history, 2)
+                features(obs, METHODS), chooser.theta_for(obs)
                 proposer._sequences[slot].step = (0, 2, len(history), [])
                 history += record.output_token_ids[len(history) - record.prompt_len:][:2].tolist()
 
@@ -81,31 +82,34 @@ def main() -> None:
     records, _ = load_traces([path], lengths="own")
     document = fit_policy(records, METHODS, resolve_cost_model("roofline:h100:llama3.1-8b"), [1, 64])
     choosers = choosers_from_json(document, METHODS)
-    one, batch = choosers[1], choosers[64]
-    seen = observations(records[:40], lambda obs: one.choose(features(obs, METHODS), obs.ngram_offer))[:2000]
+    batch = choosers[64]
+    decide = LearnedPolicy("bench", METHODS, choosers, document).decide_for(1)  # what the simulator asks per step
+    seen = observations(records[:40], decide)[:2000]
 
     def single():
         for obs in seen:
-            one.choose(features(obs, METHODS), obs.ngram_offer)
+            decide(obs)
 
     x = np.asarray([features(obs, METHODS) for obs in seen[:64]])
     offers = np.asarray([obs.ngram_offer for obs in seen[:64]])
+    theta = np.asarray([batch.theta_for(obs) for obs in seen[:64]])
     rounds = 200
 
     def batched():
         for _ in range(rounds):
-            batch.choose_batch(x, offers)
+            batch.choose_batch(x, offers, theta)
 
-    def batch_features():
+    def batch_features():  # what the engine computes per sequence before the model: features and θ
         for obs in seen[:64]:
             features(obs, METHODS)
+            batch.theta_for(obs)
 
     walk, calls = engine_bookkeeping(records, LearnedPolicy("bench", METHODS, choosers, document))
     results = {
         "batch 1, per step": per_call_us(single, len(seen), args.repeats),
         "batch 64, per sequence (model)": per_call_us(batched, rounds * 64, args.repeats),
-        "batch 64, per sequence (features)": per_call_us(batch_features, 64, args.repeats),
-        "engine, per sequence (bookkeeping + features)": per_call_us(walk, calls, args.repeats),
+        "batch 64, per sequence (features, θ)": per_call_us(batch_features, 64, args.repeats),
+        "engine, per sequence (bookkeeping + features, θ)": per_call_us(walk, calls, args.repeats),
     }
     print(f"learned policy over {len(document['features'])} features, {len(seen)} observations of the gsm8k trace")
     for name, value in results.items():

@@ -48,7 +48,8 @@ def test_the_file_is_plain_numbers_with_its_features_defined(policy_file):
     document = json.loads(policy_file.read_text())
     assert document["features"] == feature_names(("ngram", "eagle"))
     assert [m["batch_size"] for m in document["models"]] == [1, 8]
-    assert np.asarray(document["coef"]).shape == (2, 6, len(document["features"]))  # j = 2 … 7, the longest acc_len measured
+    assert np.asarray(document["coef"]).shape == (2, len(document["features"]))  # hazard slopes, one set per method
+    assert np.asarray(document["intercept"]).shape == (2, 6)  # j = 2 … 7, the longest acc_len measured
 
 
 def test_max_k_caps_the_longest_proposal():
@@ -56,7 +57,7 @@ def test_max_k_caps_the_longest_proposal():
     from specscope.sim.fit import fit_policy
 
     document = fit_policy(workload(0)[:4], ("ngram", "eagle"), COST, [1], max_k=3)
-    assert np.asarray(document["coef"]).shape[1] == 3  # j = 2 … 4: k ≤ 3
+    assert np.asarray(document["intercept"]).shape[1] == 3  # j = 2 … 4: k ≤ 3
     assert choosers_from_json(document, ("ngram", "eagle"))[1].seconds.shape == (2, 4)
 
 
@@ -91,9 +92,44 @@ def test_batch_decisions_equal_one_by_one_and_the_nearest_batch_size_decides(pol
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, len(policy.document["features"])))
     offers = rng.integers(0, 9, 16)
-    methods, ks = chooser.choose_batch(x, offers)
-    assert [chooser.choose(row.tolist(), int(o)) for row, o in zip(x, offers)] == list(zip(methods.tolist(), ks.tolist()))
+    theta = rng.uniform(0.5, 3.0, 16)
+    methods, ks = chooser.choose_batch(x, offers, theta)
+    assert [chooser.choose(row.tolist(), int(o), float(t)) for row, o, t in zip(x, offers, theta)] \
+        == list(zip(methods.tolist(), ks.tolist()))
     assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)  # n-gram never past its offer
+
+
+def test_hazard_rows_are_the_draft_tokens_judged():
+    """acc_len 1: token 1 rejected; 3: tokens 1, 2 accepted, 3 rejected; 20 with k ≤ 16: 16
+    accepted, nothing judged beyond; 2 with an offer of 1: its one token accepted; 1 with no
+    offer: nothing judged."""
+    from specscope.sim.fit import hazard_rows
+
+    step, j, accepted = hazard_rows(np.array([1, 3, 20, 2, 1]), np.array([16, 16, 16, 1, 0]))
+    assert step.tolist() == [0, 1, 1, 1] + [2] * 16 + [3]
+    assert j.tolist() == [0, 0, 1, 2, *range(16), 0]
+    assert accepted.tolist() == [False, True, True, False] + [True] * 16 + [True]
+
+
+def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_request():
+    """Two methods, one feature, J = 2: P(acc_len ≥ j) is the product of the hazards, E[e] adds
+    them, and θ is the request's tokens over its steps' price after the prior."""
+    from specscope.policy.learned import PRIOR_STEPS, Chooser
+    from specscope.policy.observation import History, Outcome
+
+    weights, bias = np.array([[0.0], [1.0]]), np.log(np.array([[1.0, 1.0], [1.0, 3.0]]))  # σ(ln r) = r / (1 + r)
+    seconds = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]])
+    chooser = Chooser(weights, bias, seconds, theta=0.0, ngram=-1)
+    score = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0)[0]
+    assert np.allclose(score[0], [1.0, 1.5, 1.75])  # hazards 1/2, 1/2: 1, 1 + 1/2, 1 + 1/2 + 1/4
+    assert np.allclose(score[1], [1.0, 1.5, 1.5 + 0.5 * 0.75])
+    assert np.allclose(chooser.scores(np.array([[0.0]]), np.array([0]), 0.5)[0], score - 0.5 * seconds)
+    history = History(2, 2)
+    history.record(Outcome(1, 2, 3, 1))  # eagle k = 2 emitted 3: priced 3 s
+    history.record(Outcome(-1, 0, 1, 1))  # none: priced 1 s
+    obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
+    prior = PRIOR_STEPS * 1.0
+    assert Chooser(weights, bias, seconds, 2.0, -1).theta_for(obs) == pytest.approx((2.0 * prior + 4) / (prior + 4))
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -110,3 +146,16 @@ def test_a_malformed_file_is_one_line_naming_it(policy_file, tmp_path, edit, mes
     with pytest.raises(SpecscopeError, match=message) as error:
         load_policy(bad)
     assert str(bad) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_explain_names_the_weighty_features_and_walks_a_trace(policy_file, tmp_path, capsys):
+    """`policy explain FILE --traces T`: the features by weight, θ and prices per batch size, and
+    decisions along the first record (deeper-traced than the policy: its walk stops at J)."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    traces = tmp_path / "t.jsonl"
+    write_traces(traces, workload(1)[:1])
+    assert main(["policy", "explain", str(policy_file), "--traces", str(traces)]) == 0
+    out = capsys.readouterr().out
+    assert "ngram_offer" in out and "θ" in out and "decisions along record '1-0'" in out

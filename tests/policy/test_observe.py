@@ -35,7 +35,7 @@ def walk(rec, decide):
         observations.append(obs)
         return decide(obs)
 
-    plan = causal_plan([rec], ("ngram", "eagle"), spy, k_max=8)
+    plan = causal_plan([rec], ("ngram", "eagle"), lambda b: spy, 8, lambda r, j: 1)
     return plan, observations
 
 

@@ -129,11 +129,10 @@ def run_explain(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy)
     document = policy.document
     names = list(document["features"])
-    coef = np.abs(np.asarray(document["coef"], dtype=float))  # [M, J, F] on standardised features
-    weights = coef.mean(axis=1)  # [M, F]
+    weights = np.abs(np.asarray(document["coef"], dtype=float))  # [M, F] hazard slopes on standardised features
     order = np.argsort(-weights.sum(axis=0))
-    print_table(f"{policy.path}: features by weight (mean |coefficient| over the P(acc_len >= j) models, "
-                "standardised)", ["feature", *policy.methods, "definition"],
+    print_table(f"{policy.path}: features by weight (|slope| of each method's hazard model, standardised "
+                "features)", ["feature", *policy.methods, "definition"],
                 [[names[f], *[f"{weights[m, f]:.2f}" for m in range(len(policy.methods))], document["features"][names[f]]]
                  for f in order[:10]])
     ks = sorted({1, max(1, policy.depth // 2), policy.depth})  # the shortest, a middle and the deepest k
@@ -161,7 +160,7 @@ def show_decisions(policy, args: argparse.Namespace) -> None:
     rows = []
     for b in policy.choosers:
         decide = policy.decide_for(b)
-        observer = Observer(record, policy.methods, common_length(record, policy.methods), 20)
+        observer = Observer(record, policy.methods, common_length(record, policy.methods), policy.depth)
         p = 1
         for _ in range(EXAMPLE_STEPS):
             obs = observer.observe(p)

@@ -1,18 +1,24 @@
 """A learned causal policy: features of an observation → (method, k), from a portable JSON file.
 
-The acceptance model (fitted by :mod:`specscope.sim.fit`): for every method m and every
-j = 2 … J + 1, a logistic regression over the standardised features (:func:`feature_names`)
-gives P(acc_len_m ≥ j | features). A step of m proposing k then emits in expectation
-E[e] = 1 + Σ_{j=2}^{k'+1} P(acc_len_m ≥ j), k' = k (n-gram: min(k, what it offers now)).
-The decision at batch size B is the (method, k) maximising E[e] − θ_B · T_B(method, k), where
+The acceptance model (fitted by :mod:`specscope.sim.fit`) is a discrete-time hazard model: for
+every method m, one logistic regression over the standardised features (:func:`feature_names`)
+gives the probability that m's draft token j − 1 is accepted once the tokens before it were,
+h_m,j = σ(w_m · x + b_m,j), j = 2 … J + 1 — slopes shared by every j, an offset per j — so that
+P(acc_len_m ≥ j) = Π_{i=2}^{j} h_m,i. Evidence that raises one token's odds raises every later
+one's, so the model reaches long accepted runs (a repetition loop's n-gram drafts) that few
+training steps show at each single j. A step of m proposing k then emits in expectation
+E[e] = 1 + Σ_{j=2}^{k+1} P(acc_len_m ≥ j) (n-gram: k at most what it offers now).
+The decision at batch size B is the (method, k) maximising E[e] − θ · T_B(method, k), where
 T_B is the step's price under the cost model at B copies of a request of the training data's
-median length so far, and θ_B the throughput the policy reached on its training data (a
-Dinkelbach step: maximising the ratio Σe / ΣT); k = 0 (no drafting) emits 1 at T_B(none).
+median length so far; k = 0 (no drafting) emits 1 at T_B(none). θ (tokens one second of step
+time is worth: Dinkelbach's parameter for maximising the ratio Σe / ΣT) is the request's own
+ratio so far, Σ emitted / Σ T_B of its steps, after a prior of the fitted θ_B — the throughput
+the policy reached on its training data — weighted as :data:`PRIOR_STEPS` no-SD steps.
 At a batch size the file was not fitted for, the nearest fitted one (log scale) decides.
 
-The file (``"schema": "specscope.policy/1"``) holds ``methods``, ``features`` (name →
-definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][J][F], ``intercept`` [M][J],
-and ``models``: per batch size ``theta`` and ``seconds`` [M][J + 1]; plain numbers only.
+The file (``"schema": "specscope.policy/2"``) holds ``methods``, ``features`` (name →
+definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
+(b_m,j), and ``models``: per batch size ``theta`` and ``seconds`` [M][J + 1]; plain numbers only.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.observation import MEMORY, NONE, Observation
 
-SCHEMA = "specscope.policy/1"
+SCHEMA = "specscope.policy/2"  # /2: the hazard model and censored acceptance rates (refit files of /1)
 LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
+PRIOR_STEPS = 32  # the fitted θ weighs as much as this many no-SD steps of a request's own record
 
 
 def feature_names(methods: tuple[str, ...]) -> dict[str, str]:
@@ -42,36 +49,41 @@ def feature_names(methods: tuple[str, ...]) -> dict[str, str]:
         "ngram_offer": "tokens n-gram lookup offers now (0: no match)",
         "ngram_match": "1 if n-gram lookup matches now",
         "prompt_overlap": "share of output trigrams so far found in the prompt",
-        "mean_ngram_agree": "mean over past steps of n-gram's agreement with what they emitted (censored)",
+        "ngram_rate": "(1 + emitted tokens after each step's first that n-gram's proposal matched) / "
+                      "(2 + emitted tokens after each step's first), over all past steps (censored)",
     }
     for j in range(1, MEMORY + 1):
         names[f"emitted_{j}"] = f"tokens emitted {j} step(s) ago (0 before the first step)"
         names[f"ngram_agree_{j}"] = f"n-gram agreement {j} step(s) ago, censored at what it emitted"
         names[f"full_{j}"] = f"1 if the step {j} ago accepted all it proposed (k > 0)"
+        names[f"rejected_{j}"] = f"1 if the step {j} ago stopped at a rejected draft token (k > 0)"
     for m in methods:
         names[f"last_{m}"] = f"1 if the last step ran {m}"
-        names[f"mean_emitted_{m}"] = f"mean tokens emitted by past {m} steps (0: none yet)"
-        names[f"share_{m}"] = f"share of past steps that ran {m}"
+        names[f"rate_{m}"] = (f"(1 + draft tokens {m}'s past steps accepted) / (2 + draft tokens they tried): "
+                              "its per-token acceptance, 1/2 before it ran")
+        names[f"log_steps_{m}"] = f"log(1 + past steps that ran {m})"
     names["last_draft_prob"] = f"first-draft probability of the last step's drafter ({NO_PROB:g}: unknown)"
     return names
 
 
 def features(obs: Observation, methods: tuple[str, ...]) -> list[float]:
     """The feature vector of ``obs`` (order of :func:`feature_names`)."""
-    steps = obs.num_steps
+    after_first = obs.emitted_total - obs.num_steps  # emitted tokens after each step's first
     x = [math.log1p(obs.pos), math.log1p(obs.prompt_len), float(obs.ngram_offer), float(obs.ngram_offer > 0),
-         obs.prompt_overlap, obs.ngram_agree_total / steps if steps else 0.0]
+         obs.prompt_overlap, (1 + max(obs.ngram_agree_total - obs.num_steps, 0)) / (2 + after_first)]
     recent = obs.steps[::-1]
     for j in range(MEMORY):
         if j < len(recent):
             o = recent[j]
-            x += [float(o.emitted), float(o.ngram_agree), float(o.k > 0 and o.emitted == o.k + 1)]
+            x += [float(o.emitted), float(o.ngram_agree), float(o.k > 0 and o.emitted == o.k + 1),
+                  float(o.k > 0 and o.emitted <= o.k)]
         else:
-            x += [0.0, 0.0, 0.0]
+            x += [0.0, 0.0, 0.0, 0.0]
     last = recent[0].method if recent else NONE
     for i in range(len(methods)):
         count = obs.steps_by_method[i]
-        x += [float(last == i), obs.emitted_by_method[i] / count if count else 0.0, count / steps if steps else 0.0]
+        accepted = obs.emitted_by_method[i] - count
+        x += [float(last == i), (1 + accepted) / (2 + obs.tried_by_method[i]), math.log1p(count)]
     prob = recent[0].draft_prob if recent else None
     x.append(NO_PROB if prob is None else prob)
     return x
@@ -81,47 +93,58 @@ def features(obs: Observation, methods: tuple[str, ...]) -> list[float]:
 class Chooser:
     """One batch size's decision rule over the shared acceptance model (see the module docstring)."""
 
-    weights: np.ndarray  # [M·J, F] standardisation folded in
-    bias: np.ndarray  # [M·J]
-    methods: int  # M
+    weights: np.ndarray  # [M, F] hazard slopes, standardisation folded in
+    bias: np.ndarray  # [M, J] hazard offsets b_m,j, standardisation folded in
     seconds: np.ndarray  # [M, J + 1] step seconds of method m proposing k = 0 … J (k = 0: none)
     theta: float  # tokens per second one second of step time is worth
     ngram: int  # index of n-gram among the methods (its k is capped at its offer); NONE if absent
 
     def __post_init__(self) -> None:  # constants of every decision, computed once
         depth = self.seconds.shape[1]  # J + 1
-        offset = 1.0 - self.theta * self.seconds  # [M, J + 1]: the score of k before any acceptance
-        by_offer = np.repeat(offset[None], depth, axis=0)  # [J + 1 offers, M, J + 1]
+        beyond = np.zeros((depth, *self.seconds.shape))  # [J + 1 offers, M, J + 1]: 0, or −∞ where not offered
         if self.ngram != NONE:  # n-gram proposing more than it offers would propose just its offer
-            by_offer[:, self.ngram][np.arange(depth)[None, :] > np.arange(depth)[:, None]] = -np.inf
-        object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M·J]
+            beyond[:, self.ngram][np.arange(depth)[None, :] > np.arange(depth)[:, None]] = -np.inf
+        object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M]
         object.__setattr__(self, "_cumulate", np.triu(np.ones((depth - 1, depth)), 1))  # [J, J + 1]
-        object.__setattr__(self, "_offset", by_offer)
+        object.__setattr__(self, "_running", np.triu(np.ones((depth - 1, depth - 1))))  # [J, J]: Σ_{i ≤ j}
+        object.__setattr__(self, "_base", 1.0 + beyond)  # the score of any k before acceptance and time
+        object.__setattr__(self, "_prices", np.vstack([self.seconds, self.seconds[:1]]))  # [M + 1, J + 1]: row M none
 
-    def scores(self, x: np.ndarray, offer: np.ndarray) -> np.ndarray:
-        """x [B, F], offer [B] (at most J) → score [B, M, J + 1] of (method, k) (k = 0: none) = 1 +
-        Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds; n-gram proposing more than it offers scores −∞
-        (it would propose just its offer, a candidate already)."""
-        b, depth = x.shape[0], self.seconds.shape[1]
-        z = x @ self._weights_t
-        z += self.bias
-        expit(z, out=z)  # P(acc_len ≥ j), j = 2 … J + 1 [B, M·J]
-        p = np.minimum.accumulate(z.reshape(b, self.methods, depth - 1), axis=2)  # falls with j
-        score = p @ self._cumulate  # [B, M, J + 1]: column k sums j ≤ k + 1 (column 0: none)
-        score += self._offset[offer]
+    def theta_for(self, obs: Observation) -> float:
+        """θ for this request now (an online Dinkelbach step): what it emitted over what its
+        steps cost at this table's prices, after a prior of :data:`PRIOR_STEPS` no-SD steps'
+        time at the fitted θ — so a workload slower or faster than the training data's moves it."""
+        prior = PRIOR_STEPS * self.seconds[0, 0]
+        spent = np.vdot(obs.actions, self._prices[:, : obs.actions.shape[1]])
+        return float((self.theta * prior + obs.emitted_total) / (prior + spent))
+
+    def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float) -> np.ndarray:
+        """x [B, F], offer [B] (at most J), θ [B] or one → score [B, M, J + 1] of (method, k)
+        (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds; n-gram proposing more
+        than it offers scores −∞ (it would propose just its offer, a candidate already)."""
+        z = x @ self._weights_t  # [B, M]
+        h = expit(z[:, :, None] + self.bias)  # hazards h_m,j [B, M, J]
+        np.cumprod(h, axis=2, out=h)  # P(acc_len ≥ j)
+        score = h @ self._cumulate  # [B, M, J + 1]: column k sums j ≤ k + 1 (column 0: none)
+        score += self._base[offer]
+        score -= np.reshape(theta, (-1, 1, 1)) * self.seconds
         return score
 
-    def choose_batch(self, x: np.ndarray, offer: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def choose_batch(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised over a batch: (method [B] (NONE: none), k [B])."""
-        score = self.scores(x, np.minimum(offer, self.seconds.shape[1] - 1))
+        score = self.scores(x, np.minimum(offer, self.seconds.shape[1] - 1), theta)
         flat = score.reshape(x.shape[0], -1).argmax(axis=1)
         method, k = np.divmod(flat, score.shape[2])
         return np.where(k > 0, method, NONE), k
 
-    def choose(self, x: list[float], offer: int) -> tuple[int, int]:
-        """(method index, k) for one feature vector (:meth:`choose_batch` of one row)."""
+    def choose(self, x: list[float], offer: int, theta: float) -> tuple[int, int]:
+        """(method index, k) for one feature vector: :meth:`choose_batch` of one row, in fewer
+        array operations (an engine at batch 1 pays this every step)."""
         depth = self.seconds.shape[1]
-        score = self.scores(np.asarray([x]), np.array((min(offer, depth - 1),)))
+        log_h = np.log(expit(self.weights @ np.asarray(x) + self.bias.T).T)  # log hazards [M, J]
+        score = np.exp(log_h @ self._running) @ self._cumulate  # P(acc_len ≥ j) summed: [M, J + 1]
+        score += self._base[min(offer, depth - 1)]
+        score -= theta * self.seconds
         method, k = divmod(int(score.argmax()), depth)
         return (method if k > 0 else NONE), k
 
@@ -164,7 +187,7 @@ class LearnedPolicy:
     def decide_for(self, batch_size: int):
         """The per-step decision function at ``batch_size``: observation → (method, k)."""
         chooser, methods = self.chooser(batch_size), self.methods
-        return lambda obs: chooser.choose(features(obs, methods), obs.ngram_offer)
+        return lambda obs: chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs))
 
 
 def load_policy(path: str | Path) -> LearnedPolicy:
@@ -189,24 +212,24 @@ def load_policy(path: str | Path) -> LearnedPolicy:
 def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:
     """The decision rule per batch size of a policy document (ValueError when malformed)."""
     width = len(feature_names(methods))
-    coef = np.asarray(document["coef"], dtype=float)  # [M, J, F]
+    coef = np.asarray(document["coef"], dtype=float)  # [M, F]
     intercept = np.asarray(document["intercept"], dtype=float)  # [M, J]
     scale, mean = np.asarray(document["scale"], dtype=float), np.asarray(document["mean"], dtype=float)
-    if coef.ndim != 3 or coef.shape[0] != len(methods) or coef.shape[2] != width or intercept.shape != coef.shape[:2] \
+    if coef.shape != (len(methods), width) or intercept.ndim != 2 or intercept.shape[0] != len(methods) \
             or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0):
-        raise ValueError(f"expected coef [{len(methods)}][J][{width}], intercept [{len(methods)}][J] and "
+        raise ValueError(f"expected coef [{len(methods)}][{width}], intercept [{len(methods)}][J] and "
                          f"{width} means and positive scales")
-    weights = (coef / scale).reshape(-1, width)
-    bias = intercept.reshape(-1) - weights @ mean
+    weights = coef / scale
+    bias = intercept - (weights @ mean)[:, None]
     choosers = {}
     for model in document["models"]:
         b = int(model["batch_size"])
         seconds = np.asarray(model["seconds"], dtype=float)
-        if b < 1 or seconds.shape != (len(methods), coef.shape[1] + 1):
+        if b < 1 or seconds.shape != (len(methods), intercept.shape[1] + 1):
             raise ValueError(f"model for batch size {b}: expected batch size >= 1 and seconds "
-                             f"[{len(methods)}][{coef.shape[1] + 1}]")
-        choosers[b] = Chooser(weights, bias, len(methods), seconds, float(model["theta"]),
+                             f"[{len(methods)}][{intercept.shape[1] + 1}]")
+        choosers[b] = Chooser(weights, bias, seconds, float(model["theta"]),
                               methods.index("ngram") if "ngram" in methods else NONE)
-    if not choosers or not np.all(np.isfinite(weights)):
+    if not choosers or not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)):
         raise ValueError("no models, or non-finite coefficients")
     return choosers

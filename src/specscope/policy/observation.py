@@ -10,7 +10,10 @@ engine knows at that moment and nothing else:
 - ``prompt_overlap``: the share of output trigrams so far (those ending before ``pos - 1``) that
   occur in the prompt (:func:`prompt_overlap`, :class:`OverlapCounter`);
 - ``steps``: its own last :data:`MEMORY` steps as :class:`Outcome` (censored: a step that proposed
-  k reveals only min(acc_len, k + 1)), plus running totals over all its steps (:class:`History`).
+  k reveals only min(acc_len, k + 1)), plus running totals over all its steps (:class:`History`):
+  per method the steps it ran, the draft tokens they accepted and the draft tokens they tried
+  (accepted + 1 when the step stopped at a rejection, i.e. emitted ≤ k: the censored
+  observations of a per-token acceptance rate), and n-gram's agreement with all emitted tokens.
 
 Two builders fill it: the simulator from a trace (:class:`specscope.sim.observe.Observer`, which
 never hands out the record) and the engine from live tokens
@@ -58,7 +61,10 @@ class Observation:
     num_steps: int  # steps taken so far
     emitted_by_method: tuple[int, ...]  # tokens emitted by each method's steps so far
     steps_by_method: tuple[int, ...]  # steps each method ran so far
+    tried_by_method: tuple[int, ...]  # draft tokens each method's steps tried: accepted + [stopped at a rejection]
     ngram_agree_total: int  # Σ ngram_agree over all past steps
+    emitted_total: int  # Σ emitted over all past steps (= pos − 1)
+    actions: np.ndarray  # [M + 1, depth + 1] past steps per (method, k); row M: none (a read-only copy)
 
 
 def prompt_overlap(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
@@ -75,13 +81,17 @@ def prompt_overlap(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
 
 class History:
     """A policy's own past steps for one request, and the observation they make with what the
-    engine or simulator knows now (``methods``: how many methods the policy chooses between)."""
+    engine or simulator knows now (``methods``: how many methods the policy chooses between;
+    ``depth``: the deepest k it proposes)."""
 
-    def __init__(self, methods: int):
+    def __init__(self, methods: int, depth: int):
         self._steps: list[Outcome] = []
         self._emitted = [0] * methods
         self._count = [0] * methods
+        self._tried = [0] * methods
         self._agree = 0
+        self._total = 0
+        self._actions = np.zeros((methods + 1, depth + 1), dtype=np.int64)
 
     def record(self, outcome: Outcome) -> None:
         """Add the step just taken (its method is :data:`NONE` when it proposed nothing)."""
@@ -89,7 +99,10 @@ class History:
         if outcome.method != NONE:
             self._emitted[outcome.method] += outcome.emitted
             self._count[outcome.method] += 1
+            self._tried[outcome.method] += outcome.emitted - 1 + (outcome.emitted <= outcome.k)
         self._agree += outcome.ngram_agree
+        self._total += outcome.emitted
+        self._actions[outcome.method, outcome.k] += 1  # NONE (−1) is the last row
 
     def observation(self, pos: int, prompt_len: int, tokens: np.ndarray, ngram_offer: int,
                     overlap: float) -> Observation:
@@ -98,8 +111,14 @@ class History:
             pos=pos, prompt_len=prompt_len, tokens=tokens, ngram_offer=ngram_offer, prompt_overlap=overlap,
             steps=tuple(self._steps[-MEMORY:]), num_steps=len(self._steps),
             emitted_by_method=tuple(self._emitted), steps_by_method=tuple(self._count),
-            ngram_agree_total=self._agree,
+            tried_by_method=tuple(self._tried), ngram_agree_total=self._agree, emitted_total=self._total,
+            actions=_frozen(self._actions.copy()),
         )
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
 
 
 class OverlapCounter:

@@ -26,7 +26,7 @@ import torch
 
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass
 from specscope.policy.learned import LEARNED, LearnedPolicy, features
-from specscope.policy.observation import NONE, History, OverlapCounter, Outcome
+from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
 
 
 @dataclass
@@ -85,9 +85,12 @@ class SwitchingProposer:
         batch, device = len(request.slots), request.last_tokens.device
         offered = self.lookup.propose(replace(request, k=self.depth))
         offers, ngram_rows = offered.draft_len.tolist(), offered.tokens.tolist()
-        x = np.asarray([self._features(slot, history, offer)
-                        for slot, history, offer in zip(request.slots, request.histories, offers)])
-        method, k = self.policy.chooser(batch).choose_batch(x, np.asarray(offers))
+        chooser = self.policy.chooser(batch)
+        observed = [self._observe(slot, history, offer)
+                    for slot, history, offer in zip(request.slots, request.histories, offers)]
+        x = np.asarray([features(obs, self.policy.methods) for obs in observed])
+        theta = np.asarray([chooser.theta_for(obs) for obs in observed])
+        method, k = chooser.choose_batch(x, np.asarray(offers), theta)
         k = np.minimum(k, self.depth)
         if self._ngram != NONE:
             k = np.where(method == self._ngram, np.minimum(k, offers), k)
@@ -121,12 +124,12 @@ class SwitchingProposer:
             state.prob = first_prob[row]
         return Proposal(tokens, draft_len, probs)
 
-    def _features(self, slot: int, history: list[int], offer: int) -> list[float]:
-        """The policy's feature vector for the sequence in ``slot`` before this step, after
-        recording what its last step emitted."""
+    def _observe(self, slot: int, history: list[int], offer: int) -> Observation:
+        """The observation of the sequence in ``slot`` before this step, after recording what its
+        last step emitted."""
         state = self._sequences.get(slot)
         if state is None:  # its first step: the prompt plus the token its prefill emitted
-            state = self._sequences[slot] = _Sequence(len(history) - 1, History(len(self.policy.methods)),
+            state = self._sequences[slot] = _Sequence(len(history) - 1, History(len(self.policy.methods), self.depth),
                                                       OverlapCounter(history[:-1]))
         elif state.step is not None:
             method, k, before, ngram = state.step
@@ -136,8 +139,7 @@ class SwitchingProposer:
                                          state.prob if method != NONE else None))
         tokens = state.tokens(history)
         output = tokens[state.prompt_len:]
-        obs = state.history.observation(len(output), state.prompt_len, tokens, offer, state.overlap.value(output))
-        return features(obs, self.policy.methods)
+        return state.history.observation(len(output), state.prompt_len, tokens, offer, state.overlap.value(output))
 
 
 def _common_prefix(a: list[int], b: list[int]) -> int:

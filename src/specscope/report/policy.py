@@ -48,9 +48,9 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     table = judge(rows, learned)
     examples = sorted(records, key=lambda r: r.output_len)[len(records) // 2:][:EXAMPLES]
     k_max = max(int(r.acc_len(m).max()) for r in examples for m in policy.methods) - 1
-    choices = []
+    choices, smallest = [], min(config.batch_sizes)
     for record in examples:
-        plan = causal_plan([record], policy.methods, policy.decide_for(min(config.batch_sizes)), k_max)
+        plan = causal_plan([record], policy.methods, policy.decide_for, k_max, lambda r, j: smallest)
         names = np.asarray([policy.methods[m] if m != NONE else "none" for m in plan.method.tolist()])
         g = common_length(record, policy.methods)
         choices.append(PolicyChoices(record.id, {m: record.acc_len(m)[:g] for m in policy.methods},

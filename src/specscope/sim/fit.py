@@ -4,10 +4,12 @@ Data. Every record is walked as a causal policy would walk it; at each step the 
 features (:mod:`specscope.policy.observation`) are kept with each method's true acc_len there (the
 trace's, which the policy never sees). The walk's actions are those of the oracle-switch with
 probability :data:`FOLLOW`, random ones otherwise (so the data holds the states that other
-actions lead to); a second round walks with the first model (half its steps) and refits on both.
+actions lead to: a random action is kept for a run of :data:`RUN` steps on average, so that the
+histories of a policy that keeps one choice are seen); a second round walks with the first model (half its steps) and refits on both.
 
-Model. For every method m and j = 2 … J + 1: scikit-learn's logistic regression of
-[acc_len_m ≥ j] on the standardised features. Per batch size B: T_B(m, k), the price of one
+Model. For every method m: scikit-learn's logistic regression of the hazard [acc_len_m ≥ j]
+given acc_len_m ≥ j − 1, on the standardised features and a one-hot of j (one row per draft
+token judged: :func:`hazard_rows`). Per batch size B: T_B(m, k), the price of one
 step at B copies (paper mode: verify B·(k + 1) tokens over B·kv cached, m's drafting when k > 0,
 overhead) at the training steps' median kv, and θ_B from three Dinkelbach rounds over the
 training steps (θ ← Σ E[e] / Σ T of the actions chosen with the previous θ, from θ = 0).
@@ -31,6 +33,7 @@ from specscope.trace.schema import TraceRecord
 
 J_MAX = 16  # the longest proposal a learned policy makes
 FOLLOW = 0.5  # share of first-round steps that follow the oracle-switch
+RUN = 4  # mean steps an exploring random action is kept for (so runs of one action are seen)
 ROUNDS = 2
 MAX_ROWS = 60_000  # training rows per regression (a uniform sample beyond)
 
@@ -44,7 +47,7 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
         g = common_length(record, methods)
         acc = [record.acc_len(m)[:g].tolist() for m in methods]
         observer = Observer(record, methods, g, k_max)
-        p = 1
+        p, run = 1, (NONE, 0, 0)  # run: an exploring action and how many more steps it lasts
         while p < g:
             obs = observer.observe(p)
             x = features(obs, methods)
@@ -54,12 +57,15 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             kvs.append(record.prompt_len + p)
             draw = rng.random()
             if chooser is not None and draw < 0.5:
-                m, k = chooser.choose(x, obs.ngram_offer)
+                m, k = chooser.choose(x, obs.ngram_offer, chooser.theta_for(obs))
             elif draw < FOLLOW:
                 m = int(np.argmax(truth))
-                k = truth[m] - 1
+                k = min(truth[m] - 1, k_max)
             else:
-                m, k = int(rng.integers(len(methods))), int(rng.integers(0, k_max + 1))
+                if run[2] == 0:
+                    run = (int(rng.integers(len(methods))), int(rng.integers(0, k_max + 1)), int(rng.geometric(1 / RUN)))
+                m, k, left = run
+                run = (m, k, left - 1)
             offer = observer.offer(m, p)
             k = k if offer is None else min(k, offer)
             p += observer.step(p, m if k > 0 else NONE, k)
@@ -81,30 +87,47 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     return np.stack(rows)
 
 
-def fit_acceptance(xs: np.ndarray, accs: np.ndarray, depth: int, rng: np.random.Generator) -> dict:
-    """mean, scale, coef [M][J][F], intercept [M][J] of P(acc_len_m ≥ j), j = 2 … depth + 1."""
+def hazard_rows(acc: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The hazard model's rows of one method: for every step s and j = 2 … min(acc_s, limit_s) + 1,
+    the row (s, j, [acc_s ≥ j]) — token j − 1 reached and judged; beyond ``limit_s`` (the deepest k,
+    or what n-gram offered) nothing is observed. Returns (step [N], j − 2 [N], accepted [N])."""
+    last = np.minimum(acc, limit + 1) - 1  # rows per step: j − 2 = 0 … last − 1 (a rejection at acc + 1 included)
+    count = np.where(acc <= limit, last + 1, last)
+    step = np.repeat(np.arange(len(acc)), count)
+    j = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    return step, j, (j + 2 <= acc[step])
+
+
+def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: int,
+                   rng: np.random.Generator) -> dict:
+    """mean, scale [F], coef [M][F] and intercept [M][J] of the hazard model (module docstring
+    of :mod:`specscope.policy.learned`): per method, one logistic regression of [acc_len ≥ j] on
+    the standardised features and a one-hot of j over the rows of :func:`hazard_rows`
+    (``limits`` [N, M]: the deepest k each method could have proposed at each step)."""
     from sklearn.linear_model import LogisticRegression
     from threadpoolctl import threadpool_limits
 
     if len(xs) > MAX_ROWS:
         keep = rng.choice(len(xs), MAX_ROWS, replace=False)
-        xs, accs = xs[keep], accs[keep]
+        xs, accs, limits = xs[keep], accs[keep], limits[keep]
     mean, scale = xs.mean(axis=0), xs.std(axis=0)
     scale = np.where(scale > 0, scale, 1.0)
     z = (xs - mean) / scale
-    coef = np.zeros((accs.shape[1], depth, xs.shape[1]))
-    intercept = np.zeros((accs.shape[1], depth))
-    for m in range(accs.shape[1]):
-        for j in range(depth):
-            y = accs[:, m] >= j + 2
-            share = y.mean()
-            if share in (0.0, 1.0):  # never (always) reached: a constant, clipped off ±∞
-                intercept[m, j] = 20.0 if share else -20.0
-                continue
-            model = LogisticRegression(C=1.0, max_iter=200)
-            with threadpool_limits(1):  # BLAS threads on these small matrices only contend
-                model.fit(z, y)
-            coef[m, j], intercept[m, j] = model.coef_[0], model.intercept_[0]
+    methods = accs.shape[1]
+    coef, intercept = np.zeros((methods, xs.shape[1])), np.zeros((methods, depth))
+    for m in range(methods):
+        step, j, y = hazard_rows(accs[:, m], limits[:, m])
+        if y.all() or not y.any():  # every (no) judged token accepted: a constant, clipped off ±∞
+            intercept[m] = 20.0 if y.size and y.all() else -20.0
+            continue
+        rows = np.hstack([z[step], np.eye(depth)[j]])
+        model = LogisticRegression(C=1.0, max_iter=300, fit_intercept=False)
+        with threadpool_limits(1):  # BLAS threads on these small matrices only contend
+            model.fit(rows, y)
+        coef[m], intercept[m] = model.coef_[0, : xs.shape[1]], model.coef_[0, xs.shape[1]:]
+        unseen = np.bincount(j, minlength=depth) == 0  # a j no step reached keeps the deepest seen offset
+        if unseen.any():
+            intercept[m, unseen] = intercept[m, np.flatnonzero(~unseen).max()]
     return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": coef.tolist(), "intercept": intercept.tolist()}
 
 
@@ -113,8 +136,7 @@ def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray) -> float:
     theta, rows = 0.0, np.arange(len(xs))
     offers = np.minimum(offers, chooser.seconds.shape[1] - 1)  # an offer beyond J proposes J
     for _ in range(3):
-        rule = Chooser(chooser.weights, chooser.bias, chooser.methods, chooser.seconds, theta, chooser.ngram)
-        score = rule.scores(xs, offers)  # [N, M, J + 1]
+        score = chooser.scores(xs, offers, theta)  # [N, M, J + 1]
         flat = score.reshape(len(xs), -1).argmax(axis=1)
         seconds = np.broadcast_to(chooser.seconds, score.shape).reshape(len(xs), -1)[rows, flat]
         gain = score.reshape(len(xs), -1)[rows, flat] + theta * seconds  # E[e] of the chosen action
@@ -146,12 +168,13 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         more = collect(records, methods, depth, rng, chooser)
         xs, accs, kvs = xs + more[0], accs + more[1], kvs + more[2]
         x, acc = np.asarray(xs), np.asarray(accs)
-        document.update(fit_acceptance(x, acc, depth, rng))
+        offers = x[:, list(feature_names(methods)).index("ngram_offer")].astype(np.int64)
+        limits = np.array([np.minimum(offers, depth) if m == "ngram" else np.full(len(x), depth) for m in methods]).T
+        document.update(fit_acceptance(x, acc, limits, depth, rng))
         kv = float(np.median(kvs))
         document["models"] = [{"batch_size": b, "theta": 0.0, "seconds": step_seconds(cost, methods, depth, kv, b).tolist()}
                               for b in batch_sizes]
         choosers = choosers_from_json(document, methods)
-        offers = x[:, list(feature_names(methods)).index("ngram_offer")].astype(np.int64)
         for model in document["models"]:
             model["theta"] = fit_theta(choosers[model["batch_size"]], x, offers)
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]

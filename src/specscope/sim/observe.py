@@ -37,7 +37,7 @@ class Observer:
         self._acc = [record.acc_len(m)[:length].tolist() for m in methods]
         self._prob = [None if record.proposers[m].draft_prob is None or m == "ngram"
                       else record.proposers[m].draft_prob for m in methods]
-        self._history = History(len(methods))
+        self._history = History(len(methods), k_max)
 
     def offer(self, method: int, pos: int) -> int | None:
         """What ``method`` offers at ``pos`` (n-gram: its draft length; a model: no cap)."""

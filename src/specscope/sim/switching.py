@@ -59,17 +59,20 @@ def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...])
     return _switch_plan(parts, records, methods)
 
 
-def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide: Decide,
-                k_max: int) -> Plan:
-    """Walk every request asking ``decide`` before each step; k is capped at ``k_max`` and at
-    what n-gram offers there."""
-    parts = []
-    for record in records:
+def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide_for: Callable[[int], Decide],
+                k_max: int, running: Callable[[int, int], int]) -> Plan:
+    """Walk every request asking the decision at the running batch size (``decide_for(b)``)
+    before each step; ``running(r, j)`` is the batch size at request r's step j (an engine's
+    policy decides at the batch it runs). k is capped at ``k_max`` and at what n-gram offers."""
+    parts, rules = [], {}
+    for r, record in enumerate(records):
         g = common_length(record, methods)
         observer = Observer(record, methods, g, k_max)
         steps = []
         p = 1
         while p < g:
+            b = running(r, len(steps))
+            decide = rules.get(b) or rules.setdefault(b, decide_for(b))
             m, k = decide(observer.observe(p))
             k = min(max(int(k), 0), k_max)
             if m != NONE:
