@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.special import expit
 
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
@@ -68,7 +67,7 @@ def feature_names(methods: tuple[str, ...]) -> dict[str, str]:
 
 def features(obs: Observation, methods: tuple[str, ...]) -> list[float]:
     """The feature vector of ``obs`` (order of :func:`feature_names`)."""
-    after_first = obs.emitted_total - obs.num_steps  # emitted tokens after each step's first
+    after_first = obs.pos - 1 - obs.num_steps  # emitted tokens after each step's first (Σ emitted = pos − 1)
     x = [math.log1p(obs.pos), math.log1p(obs.prompt_len), float(obs.ngram_offer), float(obs.ngram_offer > 0),
          obs.prompt_overlap, (1 + max(obs.ngram_agree_total - obs.num_steps, 0)) / (2 + after_first)]
     recent = obs.steps[::-1]
@@ -116,16 +115,19 @@ class Chooser:
         time at the fitted θ — so a workload slower or faster than the training data's moves it."""
         prior = PRIOR_STEPS * self.seconds[0, 0]
         spent = np.vdot(obs.actions, self._prices[:, : obs.actions.shape[1]])
-        return float((self.theta * prior + obs.emitted_total) / (prior + spent))
+        return float((self.theta * prior + obs.pos - 1) / (prior + spent))  # Σ emitted = pos − 1
+
+    def _gain(self, logits: np.ndarray) -> np.ndarray:
+        """Hazard logits [..., M, J] → Σ_{j ≤ k+1} P(acc_len ≥ j) [..., M, J + 1] (column 0: 0):
+        log P(acc_len ≥ j) = Σ_{i ≤ j} log σ(logit_i), one matrix product."""
+        log_h = -np.logaddexp(0.0, -logits)  # log σ, exact for any logit
+        return np.exp(log_h @ self._running) @ self._cumulate
 
     def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float) -> np.ndarray:
         """x [B, F], offer [B] (at most J), θ [B] or one → score [B, M, J + 1] of (method, k)
         (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds; n-gram proposing more
         than it offers scores −∞ (it would propose just its offer, a candidate already)."""
-        z = x @ self._weights_t  # [B, M]
-        h = expit(z[:, :, None] + self.bias)  # hazards h_m,j [B, M, J]
-        np.cumprod(h, axis=2, out=h)  # P(acc_len ≥ j)
-        score = h @ self._cumulate  # [B, M, J + 1]: column k sums j ≤ k + 1 (column 0: none)
+        score = self._gain((x @ self._weights_t)[:, :, None] + self.bias)
         score += self._base[offer]
         score -= np.reshape(theta, (-1, 1, 1)) * self.seconds
         return score
@@ -141,8 +143,7 @@ class Chooser:
         """(method index, k) for one feature vector: :meth:`choose_batch` of one row, in fewer
         array operations (an engine at batch 1 pays this every step)."""
         depth = self.seconds.shape[1]
-        log_h = np.log(expit(self.weights @ np.asarray(x) + self.bias.T).T)  # log hazards [M, J]
-        score = np.exp(log_h @ self._running) @ self._cumulate  # P(acc_len ≥ j) summed: [M, J + 1]
+        score = self._gain((self.weights @ np.asarray(x))[:, None] + self.bias)  # [M, J + 1]
         score += self._base[min(offer, depth - 1)]
         score -= theta * self.seconds
         method, k = divmod(int(score.argmax()), depth)

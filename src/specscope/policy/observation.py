@@ -63,7 +63,6 @@ class Observation:
     steps_by_method: tuple[int, ...]  # steps each method ran so far
     tried_by_method: tuple[int, ...]  # draft tokens each method's steps tried: accepted + [stopped at a rejection]
     ngram_agree_total: int  # Σ ngram_agree over all past steps
-    emitted_total: int  # Σ emitted over all past steps (= pos − 1)
     actions: np.ndarray  # [M + 1, depth + 1] past steps per (method, k); row M: none (a read-only copy)
 
 
@@ -90,7 +89,6 @@ class History:
         self._count = [0] * methods
         self._tried = [0] * methods
         self._agree = 0
-        self._total = 0
         self._actions = np.zeros((methods + 1, depth + 1), dtype=np.int64)
 
     def record(self, outcome: Outcome) -> None:
@@ -101,7 +99,6 @@ class History:
             self._count[outcome.method] += 1
             self._tried[outcome.method] += outcome.emitted - 1 + (outcome.emitted <= outcome.k)
         self._agree += outcome.ngram_agree
-        self._total += outcome.emitted
         self._actions[outcome.method, outcome.k] += 1  # NONE (−1) is the last row
 
     def observation(self, pos: int, prompt_len: int, tokens: np.ndarray, ngram_offer: int,
@@ -111,7 +108,7 @@ class History:
             pos=pos, prompt_len=prompt_len, tokens=tokens, ngram_offer=ngram_offer, prompt_overlap=overlap,
             steps=tuple(self._steps[-MEMORY:]), num_steps=len(self._steps),
             emitted_by_method=tuple(self._emitted), steps_by_method=tuple(self._count),
-            tried_by_method=tuple(self._tried), ngram_agree_total=self._agree, emitted_total=self._total,
+            tried_by_method=tuple(self._tried), ngram_agree_total=self._agree,
             actions=_frozen(self._actions.copy()),
         )
 

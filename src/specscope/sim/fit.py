@@ -5,7 +5,8 @@ features (:mod:`specscope.policy.observation`) are kept with each method's true 
 trace's, which the policy never sees). The walk's actions are those of the oracle-switch with
 probability :data:`FOLLOW`, random ones otherwise (so the data holds the states that other
 actions lead to: a random action is kept for a run of :data:`RUN` steps on average, so that the
-histories of a policy that keeps one choice are seen); a second round walks with the first model (half its steps) and refits on both.
+histories of a policy that keeps one choice are seen); a second round walks with the first model
+(half its steps) and refits on both.
 
 Model. For every method m: scikit-learn's logistic regression of the hazard [acc_len_m ≥ j]
 given acc_len_m ≥ j − 1, on the standardised features and a one-hot of j (one row per draft
