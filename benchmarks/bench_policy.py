@@ -55,7 +55,7 @@ def engine_bookkeeping(records, policy: LearnedPolicy, steps: int = 40) -> tuple
         for step in range(steps):
             for slot, (record, history) in enumerate(zip(requests, histories)):
                 obs = proposer._observe(slot, history, 2)
-                features(obs, METHODS), chooser.theta_for(obs)
+                features(obs, METHODS), chooser.theta_for(obs), chooser.shift_for(obs)
                 proposer._sequences[slot].step = (0, 2, len(history), [])
                 history += record.output_token_ids[len(history) - record.prompt_len:][:2].tolist()
 
@@ -93,23 +93,25 @@ def main() -> None:
     x = np.asarray([features(obs, METHODS) for obs in seen[:64]])
     offers = np.asarray([obs.ngram_offer for obs in seen[:64]])
     theta = np.asarray([batch.theta_for(obs) for obs in seen[:64]])
+    shift = np.asarray([batch.shift_for(obs) for obs in seen[:64]])
     rounds = 200
 
     def batched():
         for _ in range(rounds):
-            batch.choose_batch(x, offers, theta)
+            batch.choose_batch(x, offers, theta, shift)
 
-    def batch_features():  # what the engine computes per sequence before the model: features and θ
+    def batch_features():  # what the engine computes per sequence before the model: features, θ, shift
         for obs in seen[:64]:
             features(obs, METHODS)
             batch.theta_for(obs)
+            batch.shift_for(obs)
 
     walk, calls = engine_bookkeeping(records, LearnedPolicy("bench", METHODS, choosers, document))
     results = {
         "batch 1, per step": per_call_us(single, len(seen), args.repeats),
         "batch 64, per sequence (model)": per_call_us(batched, rounds * 64, args.repeats),
-        "batch 64, per sequence (features, θ)": per_call_us(batch_features, 64, args.repeats),
-        "engine, per sequence (bookkeeping + features, θ)": per_call_us(walk, calls, args.repeats),
+        "batch 64, per sequence (features, θ, shift)": per_call_us(batch_features, 64, args.repeats),
+        "engine, per sequence (bookkeeping + features, θ, shift)": per_call_us(walk, calls, args.repeats),
     }
     print(f"learned policy over {len(document['features'])} features, {len(seen)} observations of the gsm8k trace")
     for name, value in results.items():

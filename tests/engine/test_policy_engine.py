@@ -48,6 +48,7 @@ def random_policy(path: Path, seed: int) -> Path:
         "schema": SCHEMA, "methods": list(METHODS), "features": feature_names(METHODS),
         "mean": [0.0] * width, "scale": [1.0] * width,
         "coef": rng.normal(0, 1.0, (2, width)).tolist(), "intercept": rng.normal(0, 1.0, (2, K)).tolist(),
+        "base_rate": rng.uniform(0.2, 0.8, (2, K)).tolist(),
         "models": [{"batch_size": b, "theta": 3.0, "seconds": [[1.0, 1.1, 1.2, 1.3], [1.0, 1.15, 1.3, 1.45]]}
                    for b in (1, 4)],
     }
@@ -59,7 +60,7 @@ def random_policy(path: Path, seed: int) -> Path:
 def setup(tmp_path_factory, target_dir, target):
     root = tmp_path_factory.mktemp("switching")
     head_dir = make_repeat_head("eagle", write_head("eagle", target_dir, root / "eagle", seed=5), target_dir, mix=0.3)
-    return target, head_dir, random_policy(root / "policy.json", seed=2), target_dir
+    return target, head_dir, random_policy(root / "policy.json", seed=3), target_dir
 
 
 def run(engine: Engine, prompts: list[list[int]], max_tokens: int, sampling: SamplingParams | None = None):

@@ -93,8 +93,9 @@ def test_batch_decisions_equal_one_by_one_and_the_nearest_batch_size_decides(pol
     x = rng.normal(size=(16, len(policy.document["features"])))
     offers = rng.integers(0, 9, 16)
     theta = rng.uniform(0.5, 3.0, 16)
-    methods, ks = chooser.choose_batch(x, offers, theta)
-    assert [chooser.choose(row.tolist(), int(o), float(t)) for row, o, t in zip(x, offers, theta)] \
+    shift = rng.normal(size=(16, 2))
+    methods, ks = chooser.choose_batch(x, offers, theta, shift)
+    assert [chooser.choose(row.tolist(), int(o), float(t), u) for row, o, t, u in zip(x, offers, theta, shift)] \
         == list(zip(methods.tolist(), ks.tolist()))
     assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)  # n-gram never past its offer
 
@@ -119,17 +120,42 @@ def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_reque
 
     weights, bias = np.array([[0.0], [1.0]]), np.log(np.array([[1.0, 1.0], [1.0, 3.0]]))  # σ(ln r) = r / (1 + r)
     seconds = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]])
-    chooser = Chooser(weights, bias, seconds, theta=0.0, ngram=-1)
-    score = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0)[0]
+    chooser = Chooser(weights, bias, seconds, theta=0.0, ngram=-1, base_rate=np.full((2, 2), 0.5))
+    none = np.zeros((1, 2))
+    score = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0, none)[0]
     assert np.allclose(score[0], [1.0, 1.5, 1.75])  # hazards 1/2, 1/2: 1, 1 + 1/2, 1 + 1/2 + 1/4
     assert np.allclose(score[1], [1.0, 1.5, 1.5 + 0.5 * 0.75])
-    assert np.allclose(chooser.scores(np.array([[0.0]]), np.array([0]), 0.5)[0], score - 0.5 * seconds)
+    assert np.allclose(chooser.scores(np.array([[0.0]]), np.array([0]), 0.5, none)[0], score - 0.5 * seconds)
+    shifted = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0, np.array([[np.log(3.0), 0.0]]))[0]
+    assert np.allclose(shifted[0], [1.0, 1.75, 1.75 + 0.75 ** 2])  # a shift of ln 3 on every hazard: 1/2 → 3/4
     history = History(2, 2)
-    history.record(Outcome(1, 2, 3, 1))  # eagle k = 2 emitted 3: priced 3 s
-    history.record(Outcome(-1, 0, 1, 1))  # none: priced 1 s
+    history.record(Outcome(1, 2, 3, 0, 0))  # eagle k = 2 emitted 3: priced 3 s
+    history.record(Outcome(-1, 0, 1, 0, 0))  # none: priced 1 s
     obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
     prior = PRIOR_STEPS * 1.0
-    assert Chooser(weights, bias, seconds, 2.0, -1).theta_for(obs) == pytest.approx((2.0 * prior + 4) / (prior + 4))
+    chooser = Chooser(weights, bias, seconds, 2.0, -1, np.full((2, 2), 0.5))
+    assert chooser.theta_for(obs) == pytest.approx((2.0 * prior + 4) / (prior + 4))
+
+
+def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_depth():
+    """History(2 methods, depth 2, n-gram = 0). Eagle k = 2 emitting 3 judges depths 1, 2 and
+    accepts both; eagle k = 2 emitting 1 judges depth 1 and accepts none. n-gram offered 2 and
+    matched 1 of the 3 emitted (judged 2: the match and the miss), then offered nothing (judged
+    none). Eagle: A = 2 of T = 3, the training rates (1/2, 1/4) expect E = 2·1/2 + 1/4 = 5/4:
+    shift = 3/(3 + 16) · ln[(2.5 / 1.5) / (1.75 / 2.25)]."""
+    from specscope.policy.learned import PRIOR_TOKENS, Chooser
+    from specscope.policy.observation import History, Outcome
+
+    history = History(2, 2, lookup=0)
+    history.record(Outcome(1, 2, 3, 2, 1))
+    history.record(Outcome(1, 2, 1, 0, 0))
+    obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
+    assert obs.judged.tolist() == [[1, 1], [2, 1]] and obs.accepted.tolist() == [[1, 0], [1, 1]]
+    rates = np.array([[0.5, 0.5], [0.5, 0.25]])
+    chooser = Chooser(np.zeros((2, 1)), np.zeros((2, 2)), np.ones((2, 3)), 1.0, 0, rates)
+    eagle = 3 / (3 + PRIOR_TOKENS) * np.log((2.5 / 1.5) / (1.75 / 2.25))
+    ngram = 2 / (2 + PRIOR_TOKENS) * np.log((1.5 / 1.5) / (1.5 / 1.5))  # 1 of 2 where 1/2 was expected: 0
+    assert np.allclose(chooser.shift_for(obs), [ngram, eagle])
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -159,3 +185,19 @@ def test_explain_names_the_weighty_features_and_walks_a_trace(policy_file, tmp_p
     assert main(["policy", "explain", str(policy_file), "--traces", str(traces)]) == 0
     out = capsys.readouterr().out
     assert "ngram_offer" in out and "θ" in out and "decisions along record '1-0'" in out
+
+
+def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):
+    """Two datasets × two cost models: four lines per batch size, each judged by the cost model
+    its policy was fitted for (the policy files differ: the step prices do)."""
+    from dataclasses import replace
+
+    from specscope.sim.evaluate import leave_one_out
+
+    slower = replace(COST, name="toy-slow-draft", drafting={**COST.drafting, "eagle": LinearDrafting(0.6, 0.1, 0.0)})
+    records = workload(0, count=6, g=40) + workload(1, count=6, g=40)
+    table = leave_one_out(records, ("ngram", "eagle"), [COST, slower], SimConfig(mode="paper", batch_sizes=(1,)), tmp_path)
+    assert sorted((line["cost_model"], line["dataset"], line["fitted_on"]) for line in table) == [
+        ("toy", "w0", "w1"), ("toy", "w1", "w0"), ("toy-slow-draft", "w0", "w1"), ("toy-slow-draft", "w1", "w0")]
+    files = list(tmp_path.glob("policy-without-*.json"))
+    assert len(files) == 4 and {json.loads(p.read_text())["cost_model"]["name"] for p in files} == {"toy", "toy-slow-draft"}

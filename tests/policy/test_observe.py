@@ -68,22 +68,27 @@ def test_changing_the_future_changes_no_earlier_observation():
     early = [o for o in first if o.pos <= cut + 1]
     assert len(early) >= 3
     for a, b in zip(early, second):
-        assert a.pos == b.pos and a.steps == b.steps and a.emitted_by_method == b.emitted_by_method
-        assert a.ngram_agree_total == b.ngram_agree_total and a.ngram_offer == b.ngram_offer
+        assert a.pos == b.pos and a.steps == b.steps and a.steps_by_method == b.steps_by_method
+        assert np.array_equal(a.judged, b.judged) and np.array_equal(a.accepted, b.accepted)
+        assert a.ngram_offer == b.ngram_offer
 
 
 def test_outcomes_are_censored_at_what_the_step_proposed():
     rec = record(NGRAM, EAGLE, prob=[0.25] * len(NGRAM))
     observer = Observer(rec, ("ngram", "eagle"), len(NGRAM), 8)
-    # pos 3: eagle acc_len[2] = 3 but k = 1 reveals only min(3, 2) = 2; n-gram acc_len[2] = 1 agrees on 1
+    # pos 3: eagle acc_len[2] = 3 but k = 1 reveals only min(3, 2) = 2; n-gram offered nothing there
     assert observer.step(3, 1, 1) == 2
     # pos 5: n-gram acc_len[4] = 2 offered 1 (draft_len), k = 4 capped by the caller, here k = 1
     assert observer.step(5, 0, 1) == 2
     assert observer.step(7, NONE, 0) == 1
     obs = observer.observe(8)
-    assert [(o.method, o.k, o.emitted, o.ngram_agree) for o in obs.steps] == [(1, 1, 2, 1), (0, 1, 2, 2), (NONE, 0, 1, 1)]
+    assert [(o.method, o.k, o.emitted, o.ngram_offer, o.ngram_matched) for o in obs.steps] \
+        == [(1, 1, 2, 0, 0), (0, 1, 2, 1, 1), (NONE, 0, 1, 0, 0)]
     assert [o.draft_prob for o in obs.steps] == [0.25, None, None]  # a probability only where a drafter ran
-    assert obs.emitted_by_method == (2, 2) and obs.steps_by_method == (1, 1) and obs.num_steps == 3
+    assert obs.steps_by_method == (1, 1) and obs.num_steps == 3
+    # judged per depth: n-gram's one offered token matched at pos 5; eagle's k = 1 accepted at pos 3
+    assert obs.judged[:, :2].tolist() == [[1, 0], [1, 0]] and obs.accepted[:, :2].tolist() == [[1, 0], [1, 0]]
+    assert obs.judged.sum() == 2
 
 
 def test_prompt_overlap_counts_output_trigrams_found_in_the_prompt():

@@ -57,13 +57,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.set_defaults(run=run_fit)
     evaluate = verbs.add_parser(
         "evaluate", help="leave one dataset out: fit on the others, judge on it, for every dataset",
-        description="For every dataset in the traces, fit a policy on the other datasets under "
-                    "--cost-model and simulate the held-out one under it and each --view: best fixed "
-                    "policy (k in hindsight), adaptive, learned, oracles, oracle-switch, oracle-combined, "
-                    "and the gap closed = (learned - best fixed) / (oracle-switch - best fixed).")
+        description="For every dataset in the traces and every cost model (--cost-model, then each "
+                    "--view), fit a policy on the other datasets under that cost model and simulate the "
+                    "held-out one under it: best fixed policy (k in hindsight), adaptive, learned, "
+                    "oracles, oracle-switch, oracle-combined, and the gap closed = (learned - best fixed) "
+                    "/ (oracle-switch - best fixed).")
     add_trace_options(evaluate)
     add_policy_options(evaluate, "the cost model fitted for and judged by")
-    evaluate.add_argument("--view", type=str_list, default=[], help="more cost models to judge by (same policies)")
+    evaluate.add_argument("--view", type=str_list, default=[],
+                          help="more cost models, each fitted for and judged by in turn (a policy is fitted "
+                               "for the engine it runs on)")
     evaluate.add_argument("--mode", choices=("paper", "mixed"), default="mixed")
     add_table_output(evaluate, "one line per cost model × dataset × batch size")
     evaluate.set_defaults(run=run_evaluate)
@@ -100,8 +103,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from specscope.sim.evaluate import leave_one_out
     from specscope.sim.grid import SimConfig
 
-    cost = resolve_cost_model(args.cost_model)
-    views = [cost, *(resolve_cost_model(name) for name in args.view)]
+    views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
     records = read_trace_args(args)
     datasets = {r.dataset or "trace" for r in records}
     if len(datasets) < 2:
@@ -109,7 +111,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="skip",
                        combined=tuple(args.acc) if len(args.acc) == 2 else None)
     with tempfile.TemporaryDirectory() as folder:
-        table = leave_one_out(records, tuple(args.acc), cost, views, config, Path(folder))
+        table = leave_one_out(records, tuple(args.acc), views, config, Path(folder))
     if args.output:
         write_rows(args.output, table)
     if to_stdout(args.output):

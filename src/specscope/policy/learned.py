@@ -8,17 +8,24 @@ P(acc_len_m ≥ j) = Π_{i=2}^{j} h_m,i. Evidence that raises one token's odds r
 one's, so the model reaches long accepted runs (a repetition loop's n-gram drafts) that few
 training steps show at each single j. A step of m proposing k then emits in expectation
 E[e] = 1 + Σ_{j=2}^{k+1} P(acc_len_m ≥ j) (n-gram: k at most what it offers now).
+The request's own record shifts every hazard logit of m by one offset (:meth:`Chooser.shift`): the
+log-odds of the draft tokens it accepted against those the training data's acceptance per depth
+expects of the same tokens, weighted by how many it has — a request-level random effect, so a
+workload whose acceptance the training data never showed (a repetition loop, a drafter better or
+worse than in training) is followed within a few steps.
 The decision at batch size B is the (method, k) maximising E[e] − θ · T_B(method, k), where
 T_B is the step's price under the cost model at B copies of a request of the training data's
-median length so far; k = 0 (no drafting) emits 1 at T_B(none). θ (tokens one second of step
+median length so far (a step that leaves a model drafter idle is charged the catch-up its next
+step pays); k = 0 (no drafting) emits 1 at T_B(none). θ (tokens one second of step
 time is worth: Dinkelbach's parameter for maximising the ratio Σe / ΣT) is the request's own
 ratio so far, Σ emitted / Σ T_B of its steps, after a prior of the fitted θ_B — the throughput
 the policy reached on its training data — weighted as :data:`PRIOR_STEPS` no-SD steps.
 At a batch size the file was not fitted for, the nearest fitted one (log scale) decides.
 
-The file (``"schema": "specscope.policy/2"``) holds ``methods``, ``features`` (name →
+The file (``"schema": "specscope.policy/3"``) holds ``methods``, ``features`` (name →
 definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
-(b_m,j), and ``models``: per batch size ``theta`` and ``seconds`` [M][J + 1]; plain numbers only.
+(b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), and
+``models``: per batch size ``theta`` and ``seconds`` [M][J + 1]; plain numbers only.
 """
 
 from __future__ import annotations
@@ -32,12 +39,13 @@ import numpy as np
 
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
-from specscope.policy.observation import MEMORY, NONE, Observation
+from specscope.policy.observation import MEMORY, NONE, Observation, ngram_judged
 
-SCHEMA = "specscope.policy/2"  # /2: the hazard model and censored acceptance rates (refit files of /1)
+SCHEMA = "specscope.policy/3"  # /3: n-gram agreement as matched and judged tokens (refit files of /1 and /2)
 LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
 PRIOR_STEPS = 32  # the fitted θ weighs as much as this many no-SD steps of a request's own record
+PRIOR_TOKENS = 16  # a request's own acceptance record weighs as much as the model's after this many tokens judged
 
 
 def feature_names(methods: tuple[str, ...]) -> dict[str, str]:
@@ -48,18 +56,16 @@ def feature_names(methods: tuple[str, ...]) -> dict[str, str]:
         "ngram_offer": "tokens n-gram lookup offers now (0: no match)",
         "ngram_match": "1 if n-gram lookup matches now",
         "prompt_overlap": "share of output trigrams so far found in the prompt",
-        "ngram_rate": "(1 + emitted tokens after each step's first that n-gram's proposal matched) / "
-                      "(2 + emitted tokens after each step's first), over all past steps (censored)",
+        "ngram_recent": f"log-odds of n-gram's per-token agreement over the last {MEMORY} steps: (1 + emitted "
+                        "tokens its proposal matched) / (2 + emitted tokens it was judged on)",
     }
     for j in range(1, MEMORY + 1):
         names[f"emitted_{j}"] = f"tokens emitted {j} step(s) ago (0 before the first step)"
-        names[f"ngram_agree_{j}"] = f"n-gram agreement {j} step(s) ago, censored at what it emitted"
+        names[f"ngram_matched_{j}"] = f"emitted tokens n-gram's proposal matched {j} step(s) ago"
         names[f"full_{j}"] = f"1 if the step {j} ago accepted all it proposed (k > 0)"
         names[f"rejected_{j}"] = f"1 if the step {j} ago stopped at a rejected draft token (k > 0)"
     for m in methods:
         names[f"last_{m}"] = f"1 if the last step ran {m}"
-        names[f"rate_{m}"] = (f"(1 + draft tokens {m}'s past steps accepted) / (2 + draft tokens they tried): "
-                              "its per-token acceptance, 1/2 before it ran")
         names[f"log_steps_{m}"] = f"log(1 + past steps that ran {m})"
     names["last_draft_prob"] = f"first-draft probability of the last step's drafter ({NO_PROB:g}: unknown)"
     return names
@@ -67,25 +73,28 @@ def feature_names(methods: tuple[str, ...]) -> dict[str, str]:
 
 def features(obs: Observation, methods: tuple[str, ...]) -> list[float]:
     """The feature vector of ``obs`` (order of :func:`feature_names`)."""
-    after_first = obs.pos - 1 - obs.num_steps  # emitted tokens after each step's first (Σ emitted = pos − 1)
-    x = [math.log1p(obs.pos), math.log1p(obs.prompt_len), float(obs.ngram_offer), float(obs.ngram_offer > 0),
-         obs.prompt_overlap, (1 + max(obs.ngram_agree_total - obs.num_steps, 0)) / (2 + after_first)]
     recent = obs.steps[::-1]
+    matched = sum(o.ngram_matched for o in recent)
+    x = [math.log1p(obs.pos), math.log1p(obs.prompt_len), float(obs.ngram_offer), float(obs.ngram_offer > 0),
+         obs.prompt_overlap, _log_odds(matched, sum(ngram_judged(o) for o in recent))]
     for j in range(MEMORY):
         if j < len(recent):
             o = recent[j]
-            x += [float(o.emitted), float(o.ngram_agree), float(o.k > 0 and o.emitted == o.k + 1),
+            x += [float(o.emitted), float(o.ngram_matched), float(o.k > 0 and o.emitted == o.k + 1),
                   float(o.k > 0 and o.emitted <= o.k)]
         else:
             x += [0.0, 0.0, 0.0, 0.0]
     last = recent[0].method if recent else NONE
     for i in range(len(methods)):
-        count = obs.steps_by_method[i]
-        accepted = obs.emitted_by_method[i] - count
-        x += [float(last == i), (1 + accepted) / (2 + obs.tried_by_method[i]), math.log1p(count)]
+        x += [float(last == i), math.log1p(obs.steps_by_method[i])]
     prob = recent[0].draft_prob if recent else None
     x.append(NO_PROB if prob is None else prob)
     return x
+
+
+def _log_odds(matched: int, judged: int) -> float:
+    """log((1 + matched) / (1 + judged − matched)): the log-odds of a per-token rate, 0 unjudged."""
+    return math.log((1 + matched) / (1 + judged - matched))
 
 
 @dataclass(frozen=True)
@@ -97,6 +106,7 @@ class Chooser:
     seconds: np.ndarray  # [M, J + 1] step seconds of method m proposing k = 0 … J (k = 0: none)
     theta: float  # tokens per second one second of step time is worth
     ngram: int  # index of n-gram among the methods (its k is capped at its offer); NONE if absent
+    base_rate: np.ndarray  # [M, J] each method's acceptance of draft tokens at depth j over the training data
 
     def __post_init__(self) -> None:  # constants of every decision, computed once
         depth = self.seconds.shape[1]  # J + 1
@@ -108,6 +118,8 @@ class Chooser:
         object.__setattr__(self, "_running", np.triu(np.ones((depth - 1, depth - 1))))  # [J, J]: Σ_{i ≤ j}
         object.__setattr__(self, "_base", 1.0 + beyond)  # the score of any k before acceptance and time
         object.__setattr__(self, "_prices", np.vstack([self.seconds, self.seconds[:1]]))  # [M + 1, J + 1]: row M none
+        object.__setattr__(self, "_count_and_expect",  # [M, J, 2]: a record @ it sums (T, E) and (A, ·)
+                           np.stack([np.ones_like(self.base_rate), self.base_rate], axis=-1))
 
     def theta_for(self, obs: Observation) -> float:
         """θ for this request now (an online Dinkelbach step): what it emitted over what its
@@ -117,33 +129,53 @@ class Chooser:
         spent = np.vdot(obs.actions, self._prices[:, : obs.actions.shape[1]])
         return float((self.theta * prior + obs.pos - 1) / (prior + spent))  # Σ emitted = pos − 1
 
+    def shift(self, record: np.ndarray) -> np.ndarray:
+        """A request's own acceptance record ([M, 2, J]: draft tokens judged and accepted per
+        method and depth, :class:`~specscope.policy.observation.History`) as an offset of its
+        hazard logits [M]: the log-odds of its A accepted of T judged less that of the E the
+        training data's rates per depth expect of the same tokens, (· + ½) / (T + 1) each, weighted
+        T / (T + :data:`PRIOR_TOKENS`) — the model's prediction until the request has a record,
+        its own rate once it has a long one (a request-level random effect). Plain floats per
+        method: an engine at batch 1 pays this every step."""
+        offsets = []
+        for (total, expected), (accepted, _) in (record @ self._count_and_expect).tolist():
+            odds = (accepted + 0.5) * (total + 0.5 - expected) / ((total + 0.5 - accepted) * (expected + 0.5))
+            offsets.append(total / (total + PRIOR_TOKENS) * math.log(odds))
+        return np.asarray(offsets)
+
+    def shift_for(self, obs: Observation) -> np.ndarray:
+        """[M] :meth:`shift` of ``obs``'s record."""
+        return self.shift(obs.record)
+
     def _gain(self, logits: np.ndarray) -> np.ndarray:
         """Hazard logits [..., M, J] → Σ_{j ≤ k+1} P(acc_len ≥ j) [..., M, J + 1] (column 0: 0):
         log P(acc_len ≥ j) = Σ_{i ≤ j} log σ(logit_i), one matrix product."""
         log_h = -np.logaddexp(0.0, -logits)  # log σ, exact for any logit
         return np.exp(log_h @ self._running) @ self._cumulate
 
-    def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float) -> np.ndarray:
-        """x [B, F], offer [B] (at most J), θ [B] or one → score [B, M, J + 1] of (method, k)
-        (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds; n-gram proposing more
-        than it offers scores −∞ (it would propose just its offer, a candidate already)."""
-        score = self._gain((x @ self._weights_t)[:, :, None] + self.bias)
+    def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float, shift: np.ndarray) -> np.ndarray:
+        """x [B, F], offer [B] (at most J), θ [B] or one, shift [B, M] → score [B, M, J + 1] of
+        (method, k) (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds; n-gram
+        proposing more than it offers scores −∞ (it would propose just its offer, a candidate
+        already)."""
+        score = self._gain((x @ self._weights_t + shift)[:, :, None] + self.bias)
         score += self._base[offer]
         score -= np.reshape(theta, (-1, 1, 1)) * self.seconds
         return score
 
-    def choose_batch(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def choose_batch(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray,
+                     shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Vectorised over a batch: (method [B] (NONE: none), k [B])."""
-        score = self.scores(x, np.minimum(offer, self.seconds.shape[1] - 1), theta)
+        score = self.scores(x, np.minimum(offer, self.seconds.shape[1] - 1), theta, shift)
         flat = score.reshape(x.shape[0], -1).argmax(axis=1)
         method, k = np.divmod(flat, score.shape[2])
         return np.where(k > 0, method, NONE), k
 
-    def choose(self, x: list[float], offer: int, theta: float) -> tuple[int, int]:
+    def choose(self, x: list[float], offer: int, theta: float, shift: np.ndarray) -> tuple[int, int]:
         """(method index, k) for one feature vector: :meth:`choose_batch` of one row, in fewer
         array operations (an engine at batch 1 pays this every step)."""
         depth = self.seconds.shape[1]
-        score = self._gain((self.weights @ np.asarray(x))[:, None] + self.bias)  # [M, J + 1]
+        score = self._gain((self.weights @ np.asarray(x) + shift)[:, None] + self.bias)  # [M, J + 1]
         score += self._base[min(offer, depth - 1)]
         score -= theta * self.seconds
         method, k = divmod(int(score.argmax()), depth)
@@ -188,7 +220,8 @@ class LearnedPolicy:
     def decide_for(self, batch_size: int):
         """The per-step decision function at ``batch_size``: observation → (method, k)."""
         chooser, methods = self.chooser(batch_size), self.methods
-        return lambda obs: chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs))
+        return lambda obs: chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs),
+                                          chooser.shift_for(obs))
 
 
 def load_policy(path: str | Path) -> LearnedPolicy:
@@ -215,11 +248,13 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     width = len(feature_names(methods))
     coef = np.asarray(document["coef"], dtype=float)  # [M, F]
     intercept = np.asarray(document["intercept"], dtype=float)  # [M, J]
+    base_rate = np.asarray(document["base_rate"], dtype=float)  # [M, J]
     scale, mean = np.asarray(document["scale"], dtype=float), np.asarray(document["mean"], dtype=float)
     if coef.shape != (len(methods), width) or intercept.ndim != 2 or intercept.shape[0] != len(methods) \
-            or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0):
-        raise ValueError(f"expected coef [{len(methods)}][{width}], intercept [{len(methods)}][J] and "
-                         f"{width} means and positive scales")
+            or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0) \
+            or base_rate.shape != intercept.shape or not np.all((base_rate > 0) & (base_rate < 1)):
+        raise ValueError(f"expected coef [{len(methods)}][{width}], intercept and base_rate [{len(methods)}][J] "
+                         f"(rates in (0, 1)) and {width} means and positive scales")
     weights = coef / scale
     bias = intercept - (weights @ mean)[:, None]
     choosers = {}
@@ -230,7 +265,7 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
             raise ValueError(f"model for batch size {b}: expected batch size >= 1 and seconds "
                              f"[{len(methods)}][{intercept.shape[1] + 1}]")
         choosers[b] = Chooser(weights, bias, seconds, float(model["theta"]),
-                              methods.index("ngram") if "ngram" in methods else NONE)
+                              methods.index("ngram") if "ngram" in methods else NONE, base_rate)
     if not choosers or not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)):
         raise ValueError("no models, or non-finite coefficients")
     return choosers

@@ -11,9 +11,9 @@ engine knows at that moment and nothing else:
   occur in the prompt (:func:`prompt_overlap`, :class:`OverlapCounter`);
 - ``steps``: its own last :data:`MEMORY` steps as :class:`Outcome` (censored: a step that proposed
   k reveals only min(acc_len, k + 1)), plus running totals over all its steps (:class:`History`):
-  per method the steps it ran, the draft tokens they accepted and the draft tokens they tried
-  (accepted + 1 when the step stopped at a rejection, i.e. emitted ≤ k: the censored
-  observations of a per-token acceptance rate), and n-gram's agreement with all emitted tokens.
+  per method the steps it ran, and per method and draft-token depth the tokens judged and
+  accepted (a model drafter's on its own steps, n-gram's agreement with the emitted tokens on
+  every step).
 
 Two builders fill it: the simulator from a trace (:class:`specscope.sim.observe.Observer`, which
 never hands out the record) and the engine from live tokens
@@ -35,16 +35,17 @@ NONE = -1  # the method index of a step that proposes nothing
 @dataclass(frozen=True)
 class Outcome:
     """One past step: ``method`` (index into the policy's methods, :data:`NONE` for none), ``k``
-    proposed, ``emitted`` tokens, ``ngram_agree`` = how many of the emitted tokens n-gram's
-    proposal at that step matched, plus one, censored at ``emitted`` (min(acc_ngram, emitted);
-    0 without an n-gram trace),
+    proposed, ``emitted`` tokens, ``ngram_offer`` = the tokens n-gram lookup offered at that step,
+    ``ngram_matched`` = how many of the emitted tokens its proposal matched (their common prefix:
+    min(acc_ngram − 1, emitted, offer); 0 without an n-gram trace),
     and ``draft_prob``: the drafter's probability of its first draft where a model drafter ran
     and the trace records it (None otherwise)."""
 
     method: int
     k: int
     emitted: int
-    ngram_agree: int
+    ngram_offer: int
+    ngram_matched: int
     draft_prob: float | None = None
 
 
@@ -59,11 +60,26 @@ class Observation:
     prompt_overlap: float
     steps: tuple[Outcome, ...]  # the last MEMORY steps, oldest first
     num_steps: int  # steps taken so far
-    emitted_by_method: tuple[int, ...]  # tokens emitted by each method's steps so far
     steps_by_method: tuple[int, ...]  # steps each method ran so far
-    tried_by_method: tuple[int, ...]  # draft tokens each method's steps tried: accepted + [stopped at a rejection]
-    ngram_agree_total: int  # Σ ngram_agree over all past steps
+    record: np.ndarray  # [M, 2, depth] draft tokens at depth j = 1 … depth judged (row 0) and accepted (row 1) so far (see History; read-only)
     actions: np.ndarray  # [M + 1, depth + 1] past steps per (method, k); row M: none (a read-only copy)
+
+    @property
+    def judged(self) -> np.ndarray:
+        """[M, depth] draft tokens judged per method and depth."""
+        return self.record[:, 0]
+
+    @property
+    def accepted(self) -> np.ndarray:
+        """[M, depth] of those, accepted."""
+        return self.record[:, 1]
+
+
+def ngram_judged(outcome: Outcome) -> int:
+    """The emitted tokens of ``outcome`` that n-gram's proposal was judged on: those it matched,
+    plus the first it did not where its proposal and the step's tokens reach that far (a step
+    it offered nothing judges none)."""
+    return outcome.ngram_matched + (outcome.ngram_matched < min(outcome.emitted, outcome.ngram_offer))
 
 
 def prompt_overlap(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
@@ -81,24 +97,31 @@ def prompt_overlap(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
 class History:
     """A policy's own past steps for one request, and the observation they make with what the
     engine or simulator knows now (``methods``: how many methods the policy chooses between;
-    ``depth``: the deepest k it proposes)."""
+    ``depth``: the deepest k it proposes; ``lookup``: n-gram's index, :data:`NONE` if absent).
 
-    def __init__(self, methods: int, depth: int):
+    Per method and depth j = 1 … depth, it counts the draft tokens judged and accepted — the
+    censored observations of each method's acceptance: a model drafter's over its own steps
+    (a step emitting e of k proposed judged tokens 1 … min(e, k), accepted 1 … e − 1), n-gram's
+    by its agreement on every step (:func:`ngram_judged`, ``ngram_matched``), whoever drafted."""
+
+    def __init__(self, methods: int, depth: int, lookup: int = NONE):
         self._steps: list[Outcome] = []
-        self._emitted = [0] * methods
         self._count = [0] * methods
-        self._tried = [0] * methods
-        self._agree = 0
+        self._lookup = lookup
+        self._record = np.zeros((methods, 2, depth))  # [M, judged | accepted, depth]
         self._actions = np.zeros((methods + 1, depth + 1), dtype=np.int64)
 
     def record(self, outcome: Outcome) -> None:
         """Add the step just taken (its method is :data:`NONE` when it proposed nothing)."""
         self._steps.append(outcome)
         if outcome.method != NONE:
-            self._emitted[outcome.method] += outcome.emitted
             self._count[outcome.method] += 1
-            self._tried[outcome.method] += outcome.emitted - 1 + (outcome.emitted <= outcome.k)
-        self._agree += outcome.ngram_agree
+            if outcome.method != self._lookup:
+                self._record[outcome.method, 0, : min(outcome.emitted, outcome.k)] += 1
+                self._record[outcome.method, 1, : outcome.emitted - 1] += 1
+        if self._lookup != NONE:
+            self._record[self._lookup, 0, : ngram_judged(outcome)] += 1
+            self._record[self._lookup, 1, : outcome.ngram_matched] += 1
         self._actions[outcome.method, outcome.k] += 1  # NONE (−1) is the last row
 
     def observation(self, pos: int, prompt_len: int, tokens: np.ndarray, ngram_offer: int,
@@ -107,8 +130,7 @@ class History:
         return Observation(
             pos=pos, prompt_len=prompt_len, tokens=tokens, ngram_offer=ngram_offer, prompt_overlap=overlap,
             steps=tuple(self._steps[-MEMORY:]), num_steps=len(self._steps),
-            emitted_by_method=tuple(self._emitted), steps_by_method=tuple(self._count),
-            tried_by_method=tuple(self._tried), ngram_agree_total=self._agree,
+            steps_by_method=tuple(self._count), record=_frozen(self._record.copy()),
             actions=_frozen(self._actions.copy()),
         )
 

@@ -90,7 +90,8 @@ class SwitchingProposer:
                     for slot, history, offer in zip(request.slots, request.histories, offers)]
         x = np.asarray([features(obs, self.policy.methods) for obs in observed])
         theta = np.asarray([chooser.theta_for(obs) for obs in observed])
-        method, k = chooser.choose_batch(x, np.asarray(offers), theta)
+        shift = np.asarray([chooser.shift_for(obs) for obs in observed])
+        method, k = chooser.choose_batch(x, np.asarray(offers), theta, shift)
         k = np.minimum(k, self.depth)
         if self._ngram != NONE:
             k = np.where(method == self._ngram, np.minimum(k, offers), k)
@@ -129,14 +130,13 @@ class SwitchingProposer:
         last step emitted."""
         state = self._sequences.get(slot)
         if state is None:  # its first step: the prompt plus the token its prefill emitted
-            state = self._sequences[slot] = _Sequence(len(history) - 1, History(len(self.policy.methods), self.depth),
-                                                      OverlapCounter(history[:-1]))
+            record = History(len(self.policy.methods), self.depth, self._ngram)
+            state = self._sequences[slot] = _Sequence(len(history) - 1, record, OverlapCounter(history[:-1]))
         elif state.step is not None:
             method, k, before, ngram = state.step
             emitted = history[before:]
-            agree = min(1 + _common_prefix(ngram, emitted), len(emitted))
-            state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), agree,
-                                         state.prob if method != NONE else None))
+            state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), len(ngram),
+                                         _common_prefix(ngram, emitted), state.prob if method != NONE else None))
         tokens = state.tokens(history)
         output = tokens[state.prompt_len:]
         return state.history.observation(len(output), state.prompt_len, tokens, offer, state.overlap.value(output))

@@ -7,7 +7,8 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
 - oracle-switch (the causal ceiling, drafting charged) and oracle-combined (the paper's);
 - gap closed = (learned − best fixed) / (oracle-switch − best fixed).
 
-:func:`leave_one_out` fits on every dataset but one and judges on the one held out.
+:func:`leave_one_out` fits on every dataset but one and judges on the one held out, under each
+cost model in turn (fitted for and judged by it).
 """
 
 from __future__ import annotations
@@ -65,22 +66,23 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup") 
     return table
 
 
-def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], fit_cost: CostModel,
-                  costs: Sequence[CostModel], config: SimConfig, workdir: Path) -> list[dict]:
-    """For every dataset: fit on the others under ``fit_cost`` (at ``config.batch_sizes``), write
-    the policy to ``workdir``, and judge it on the held-out dataset under each of ``costs``."""
+def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], costs: Sequence[CostModel],
+                  config: SimConfig, workdir: Path) -> list[dict]:
+    """For every dataset and every cost model of ``costs``: fit on the other datasets under that
+    cost model (at ``config.batch_sizes``), write the policy to ``workdir``, and judge it on the
+    held-out dataset under the same cost model — a policy is fitted for the engine it runs on."""
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:
         by_dataset.setdefault(record.dataset or "trace", []).append(record)
     table = []
     for held_out, members in by_dataset.items():
         training = [r for name, group in by_dataset.items() if name != held_out for r in group]
-        document = fit_policy(training, methods, fit_cost, config.batch_sizes,
-                              sources=[name for name in by_dataset if name != held_out])
-        path = workdir / f"policy-without-{held_out}.json"
-        path.write_text(json.dumps(document) + "\n", encoding="utf-8")
-        learned = f"learned:{path}"
-        for cost in costs:
+        for index, cost in enumerate(costs):
+            document = fit_policy(training, methods, cost, config.batch_sizes,
+                                  sources=[name for name in by_dataset if name != held_out])
+            path = workdir / f"policy-without-{held_out}-{index}.json"
+            path.write_text(json.dumps(document) + "\n", encoding="utf-8")
+            learned = f"learned:{path}"
             rows = simulate(members, [*methods, COMBINED], candidate_policies(methods, learned, members), cost, config)
             for line in judge(rows, learned):
                 table.append({"cost_model": cost.name, "fitted_on": "+".join(document["training"]["sources"]),

@@ -10,10 +10,12 @@ histories of a policy that keeps one choice are seen); a second round walks with
 
 Model. For every method m: scikit-learn's logistic regression of the hazard [acc_len_m ≥ j]
 given acc_len_m ≥ j − 1, on the standardised features and a one-hot of j (one row per draft
-token judged: :func:`hazard_rows`). Per batch size B: T_B(m, k), the price of one
+token judged: :func:`hazard_rows`), and the acceptance of each draft-token depth over those
+rows (the reference of the request-level shift). Per batch size B: T_B(m, k), the price of one
 step at B copies (paper mode: verify B·(k + 1) tokens over B·kv cached, m's drafting when k > 0,
-overhead) at the training steps' median kv, and θ_B from three Dinkelbach rounds over the
-training steps (θ ← Σ E[e] / Σ T of the actions chosen with the previous θ, from θ = 0).
+overhead, and the catch-up of a model drafter the step leaves idle) at the training steps'
+median kv, and θ_B from three Dinkelbach rounds over the training steps (θ ← Σ E[e] / Σ T of
+the actions chosen with the previous θ, from θ = 0).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 
 from specscope.costmodel.base import CostModel, StepLoad
 from specscope.errors import SpecscopeError
+from specscope.methods import method as method_named
 from specscope.policy.learned import SCHEMA, Chooser, choosers_from_json, feature_names, features
 from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
@@ -40,10 +43,10 @@ MAX_ROWS = 60_000  # training rows per regression (a uniform sample beyond)
 
 
 def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int, rng: np.random.Generator,
-            chooser: Chooser | None) -> tuple[list[list[float]], list[list[int]], list[int]]:
-    """Walk every record (see the module docstring): features, acc_len per method, and kv
-    (prompt + position) of every step."""
-    xs, accs, kvs = [], [], []
+            chooser: Chooser | None) -> tuple[list[list[float]], list[list[int]], list[int], list[np.ndarray]]:
+    """Walk every record (see the module docstring): features, acc_len per method, kv (prompt +
+    position) and the request's acceptance record [M, 2, J] (judged, accepted) of every step."""
+    xs, accs, kvs, records_so_far = [], [], [], []
     for record in records:
         g = common_length(record, methods)
         acc = [record.acc_len(m)[:g].tolist() for m in methods]
@@ -56,9 +59,10 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             xs.append(x)
             accs.append(truth)
             kvs.append(record.prompt_len + p)
+            records_so_far.append(obs.record)
             draw = rng.random()
             if chooser is not None and draw < 0.5:
-                m, k = chooser.choose(x, obs.ngram_offer, chooser.theta_for(obs))
+                m, k = chooser.choose(x, obs.ngram_offer, chooser.theta_for(obs), chooser.shift_for(obs))
             elif draw < FOLLOW:
                 m = int(np.argmax(truth))
                 k = min(truth[m] - 1, k_max)
@@ -70,21 +74,26 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             offer = observer.offer(m, p)
             k = k if offer is None else min(k, offer)
             p += observer.step(p, m if k > 0 else NONE, k)
-    return xs, accs, kvs
+    return xs, accs, kvs, records_so_far
 
 
 def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float, batch_size: int) -> np.ndarray:
     """[M, depth + 1] seconds of a step of each method proposing k = 0 … depth at ``batch_size``
-    copies with ``kv`` cached tokens each (k = 0: no drafting)."""
+    copies with ``kv`` cached tokens each (k = 0: no drafting). A step that leaves a model drafter
+    among ``methods`` idle (no drafting, or a lookup's) is charged that drafter's catch-up on its
+    k + 1 tokens, which its next step pays (:mod:`specscope.sim.switching`)."""
     b = float(batch_size)
     k = np.arange(depth + 1, dtype=float)
     tokens = b * (k + 1)
     load = StepLoad(batched_tokens=tokens, kv_tokens=np.full_like(k, b * kv), num_running=np.full_like(k, b),
                     num_proposing=b * (k > 0), padded_tokens=tokens)
+    models = [m for m in methods if method_named(m).kind != "lookup"]
     rows = []
     for m in methods:
         priced = price_steps(cost, cost.drafting_for(m), load)
-        rows.append(priced.verification + priced.overhead + np.where(k > 0, priced.drafting, 0.0))
+        idle = [d for d in models if d != m] if m in models else models  # drafters this step leaves behind (k > 0)
+        catch_up = [sum(cost.drafting_for(d).prefill_time(tokens) for d in left) for left in (models, idle)]
+        rows.append(priced.verification + priced.overhead + np.where(k > 0, priced.drafting + catch_up[1], catch_up[0]))
     return np.stack(rows)
 
 
@@ -115,9 +124,10 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
     scale = np.where(scale > 0, scale, 1.0)
     z = (xs - mean) / scale
     methods = accs.shape[1]
-    coef, intercept = np.zeros((methods, xs.shape[1])), np.zeros((methods, depth))
+    coef, intercept, base = np.zeros((methods, xs.shape[1])), np.zeros((methods, depth)), np.zeros((methods, depth))
     for m in range(methods):
         step, j, y = hazard_rows(accs[:, m], limits[:, m])
+        base[m] = (np.bincount(j, y, minlength=depth) + 0.5) / (np.bincount(j, minlength=depth) + 1.0)
         if y.all() or not y.any():  # every (no) judged token accepted: a constant, clipped off ±∞
             intercept[m] = 20.0 if y.size and y.all() else -20.0
             continue
@@ -129,15 +139,16 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
         unseen = np.bincount(j, minlength=depth) == 0  # a j no step reached keeps the deepest seen offset
         if unseen.any():
             intercept[m, unseen] = intercept[m, np.flatnonzero(~unseen).max()]
-    return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": coef.tolist(), "intercept": intercept.tolist()}
+    return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": coef.tolist(), "intercept": intercept.tolist(),
+            "base_rate": base.tolist()}
 
 
-def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray) -> float:
+def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray, shifts: np.ndarray) -> float:
     """θ after three Dinkelbach rounds over the training steps (see the module docstring)."""
     theta, rows = 0.0, np.arange(len(xs))
     offers = np.minimum(offers, chooser.seconds.shape[1] - 1)  # an offer beyond J proposes J
     for _ in range(3):
-        score = chooser.scores(xs, offers, theta)  # [N, M, J + 1]
+        score = chooser.scores(xs, offers, theta, shifts)  # [N, M, J + 1]
         flat = score.reshape(len(xs), -1).argmax(axis=1)
         seconds = np.broadcast_to(chooser.seconds, score.shape).reshape(len(xs), -1)[rows, flat]
         gain = score.reshape(len(xs), -1)[rows, flat] + theta * seconds  # E[e] of the chosen action
@@ -164,10 +175,10 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                       "cost_model": cost.describe(), "batch_sizes": list(batch_sizes)}
-    xs, accs, kvs, chooser = [], [], [], None
+    xs, accs, kvs, known, chooser = [], [], [], [], None
     for _ in range(ROUNDS):
         more = collect(records, methods, depth, rng, chooser)
-        xs, accs, kvs = xs + more[0], accs + more[1], kvs + more[2]
+        xs, accs, kvs, known = xs + more[0], accs + more[1], kvs + more[2], known + more[3]
         x, acc = np.asarray(xs), np.asarray(accs)
         offers = x[:, list(feature_names(methods)).index("ngram_offer")].astype(np.int64)
         limits = np.array([np.minimum(offers, depth) if m == "ngram" else np.full(len(x), depth) for m in methods]).T
@@ -176,8 +187,9 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         document["models"] = [{"batch_size": b, "theta": 0.0, "seconds": step_seconds(cost, methods, depth, kv, b).tolist()}
                               for b in batch_sizes]
         choosers = choosers_from_json(document, methods)
+        shifts = np.asarray([choosers[batch_sizes[0]].shift(record) for record in known])  # [N, M]
         for model in document["models"]:
-            model["theta"] = fit_theta(choosers[model["batch_size"]], x, offers)
+            model["theta"] = fit_theta(choosers[model["batch_size"]], x, offers, shifts)
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed}

@@ -37,7 +37,7 @@ class Observer:
         self._acc = [record.acc_len(m)[:length].tolist() for m in methods]
         self._prob = [None if record.proposers[m].draft_prob is None or m == "ngram"
                       else record.proposers[m].draft_prob for m in methods]
-        self._history = History(len(methods), k_max)
+        self._history = History(len(methods), k_max, methods.index("ngram") if "ngram" in methods else NONE)
 
     def offer(self, method: int, pos: int) -> int | None:
         """What ``method`` offers at ``pos`` (n-gram: its draft length; a model: no cap)."""
@@ -54,10 +54,11 @@ class Observer:
         """Run the step at ``pos`` (``method`` proposing ``k``; NONE or k = 0: nothing) and
         record its censored outcome; returns the tokens it emitted."""
         emitted = 1 if method == NONE or k == 0 else min(self._acc[method][pos - 1], k + 1)
-        agree = 0 if self._ngram_acc is None else min(self._ngram_acc[pos - 1], emitted)
+        offer = self._offer[pos - 1]
+        matched = 0 if self._ngram_acc is None else min(self._ngram_acc[pos - 1] - 1, emitted, offer)
         prob = None
         if method != NONE and k > 0 and self._prob[method] is not None:
             value = float(self._prob[method][pos - 1, 0])
             prob = None if np.isnan(value) else value
-        self._history.record(Outcome(method if k > 0 else NONE, k, emitted, agree, prob))
+        self._history.record(Outcome(method if k > 0 else NONE, k, emitted, offer, matched, prob))
         return emitted
