@@ -175,8 +175,9 @@ def test_a_malformed_file_is_one_line_naming_it(policy_file, tmp_path, edit, mes
 
 
 def test_explain_names_the_weighty_features_and_walks_a_trace(policy_file, tmp_path, capsys):
-    """`policy explain FILE --traces T`: the features by weight, θ and prices per batch size, and
-    decisions along the first record (deeper-traced than the policy: its walk stops at J)."""
+    """`policy explain FILE --traces T`: the features by weight, the training acceptance per depth,
+    θ and prices per batch size, and decisions along the first record (deeper-traced than the
+    policy: its walk stops at J)."""
     from specscope.cli import main
     from specscope.trace.load import write_traces
 
@@ -185,6 +186,7 @@ def test_explain_names_the_weighty_features_and_walks_a_trace(policy_file, tmp_p
     assert main(["policy", "explain", str(policy_file), "--traces", str(traces)]) == 0
     out = capsys.readouterr().out
     assert "ngram_offer" in out and "θ" in out and "decisions along record '1-0'" in out
+    assert "acceptance of draft token j in" in out  # the reference of the request-level shift
 
 
 def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):

@@ -126,7 +126,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def run_explain(args: argparse.Namespace) -> int:
-    from specscope.policy.learned import load_policy
+    from specscope.policy.learned import PRIOR_TOKENS, load_policy
 
     policy = load_policy(args.policy)
     document = policy.document
@@ -138,6 +138,11 @@ def run_explain(args: argparse.Namespace) -> int:
                 [[names[f], *[f"{weights[m, f]:.2f}" for m in range(len(policy.methods))], document["features"][names[f]]]
                  for f in order[:10]])
     ks = sorted({1, max(1, policy.depth // 2), policy.depth})  # the shortest, a middle and the deepest k
+    rates = np.asarray(document["base_rate"], dtype=float)  # [M, J]
+    print_table(f"acceptance of draft token j in training: a request's own record shifts its hazards against "
+                f"it, weighing half after {PRIOR_TOKENS} tokens judged",
+                ["method", *[f"j={k}" for k in ks]], [[m, *[f"{rates[i, k - 1]:.2f}" for k in ks]]
+                                                     for i, m in enumerate(policy.methods)])
     print_table("per batch size: θ (tokens/s one second is worth) and step seconds (ms) at the median kv",
                 ["B", "θ", "none", *[f"{m} k={'/'.join(map(str, ks))}" for m in policy.methods]],
                 [[str(m["batch_size"]), f"{m['theta']:.0f}", f"{1e3 * m['seconds'][0][0]:.2f}",
