@@ -76,6 +76,19 @@ def test_the_simulator_caps_ngram_offers_at_the_policys_depth_as_the_engine_does
     assert seen and max(seen) == 3  # the workload offers 8 where n-gram matches
 
 
+def test_a_policy_deeper_than_the_traces_walks_them_within_their_depth(policy_file):
+    """The fixture's policy proposes up to k = 6; traces recorded to k_max = 3 (acc_len ≤ 4) are
+    walked to k ≤ 3, the request's record (and its shift) over those depths alone."""
+    from dataclasses import replace
+
+    shallow = [replace(r, k_max=3, proposers={m: replace(p, acc_len=np.minimum(p.acc_len, 4),
+                                                          draft_len=None if p.draft_len is None else np.minimum(p.draft_len, 3))
+                                              for m, p in r.proposers.items()}) for r in workload(1)[:8]]
+    rows = simulate(shallow, ["ngram", "eagle"], [f"learned:{policy_file}", "fixed:3"], COST,
+                    SimConfig(mode="mixed", batch_sizes=(1, 4)))
+    assert len(rows) == 6 and all(r.speedup > 0 for r in rows)
+
+
 def test_on_an_unseen_workload_it_beats_every_fixed_policy_and_closes_most_of_the_gap(policy_file):
     learned = f"learned:{policy_file}"
     policies = ["fixed:1", "fixed:2", "fixed:4", "fixed:7", "oracle-switch:ngram+eagle", learned]

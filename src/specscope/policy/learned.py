@@ -130,7 +130,7 @@ class Chooser:
         return float((self.theta * prior + obs.pos - 1) / (prior + spent))  # Σ emitted = pos − 1
 
     def shift(self, record: np.ndarray) -> np.ndarray:
-        """A request's own acceptance record ([M, 2, J]: draft tokens judged and accepted per
+        """A request's own acceptance record ([M, 2, ≤ J]: draft tokens judged and accepted per
         method and depth, :class:`~specscope.policy.observation.History`) as an offset of its
         hazard logits [M]: the log-odds of its A accepted of T judged less that of the E the
         training data's rates per depth expect of the same tokens, (· + ½) / (T + 1) each, weighted
@@ -138,7 +138,8 @@ class Chooser:
         its own rate once it has a long one (a request-level random effect). Plain floats per
         method: an engine at batch 1 pays this every step."""
         offsets = []
-        for (total, expected), (accepted, _) in (record @ self._count_and_expect).tolist():
+        depth = record.shape[-1]  # a walk of traces shallower than the policy records fewer depths
+        for (total, expected), (accepted, _) in (record @ self._count_and_expect[:, :depth]).tolist():
             odds = (accepted + 0.5) * (total + 0.5 - expected) / ((total + 0.5 - accepted) * (expected + 0.5))
             offsets.append(total / (total + PRIOR_TOKENS) * math.log(odds))
         return np.asarray(offsets)
