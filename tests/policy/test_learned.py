@@ -216,3 +216,20 @@ def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):
         ("toy", "w0", "w1"), ("toy", "w1", "w0"), ("toy-slow-draft", "w0", "w1"), ("toy-slow-draft", "w1", "w0")]
     files = list(tmp_path.glob("policy-without-*.json"))
     assert len(files) == 4 and {json.loads(p.read_text())["cost_model"]["name"] for p in files} == {"toy", "toy-slow-draft"}
+
+
+def test_step_prices_charge_a_row_that_leaves_the_drafter_what_the_batch_still_pays():
+    """The toy cost: forward 1 + 0.02 per token, overhead 0.1, n-gram drafting 1 % of the verify
+    time, EAGLE 0.2 + 0.05 · (k + 1) per step, no drafter prefill. At B = 1 a step without EAGLE
+    pays none of it; at B = 2 with the batch's drafting rows at mean k = 2, n-gram and none pay
+    EAGLE's 0.2 + 0.05 · 3 = 0.35 (the drafter runs for the other rows), EAGLE pays its own k."""
+    from specscope.sim.fit import step_seconds
+
+    one = step_seconds(COST, ("ngram", "eagle"), 2, 0.0, 1, shared_k=2.0)
+    verify = 1.0 + 0.02 * np.arange(1, 4)  # k + 1 tokens
+    assert np.allclose(one[0], verify + 0.1 + np.where(np.arange(3) > 0, 0.01 * verify, 0.0))
+    assert np.allclose(one[1], verify + 0.1 + np.where(np.arange(3) > 0, 0.2 + 0.05 * np.arange(1, 4), 0.0))
+    two = step_seconds(COST, ("ngram", "eagle"), 2, 0.0, 2, shared_k=2.0)
+    verify = 1.0 + 0.02 * 2 * np.arange(1, 4)
+    assert np.allclose(two[0], verify + 0.1 + np.where(np.arange(3) > 0, 0.01 * verify, 0.0) + 0.35)
+    assert np.allclose(two[1], verify + 0.1 + np.where(np.arange(3) > 0, 0.2 + 0.05 * np.arange(1, 4), 0.35))

@@ -21,6 +21,7 @@ the actions chosen with the previous θ, from θ = 0).
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -77,11 +78,15 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
     return xs, accs, kvs, records_so_far
 
 
-def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float, batch_size: int) -> np.ndarray:
+def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float, batch_size: int,
+                 shared_k: float = 0.0) -> np.ndarray:
     """[M, depth + 1] seconds of a step of each method proposing k = 0 … depth at ``batch_size``
     copies with ``kv`` cached tokens each (k = 0: no drafting). A step that leaves a model drafter
     among ``methods`` idle (no drafting, or a lookup's) is charged that drafter's catch-up on its
-    k + 1 tokens, which its next step pays (:mod:`specscope.sim.switching`)."""
+    k + 1 tokens, which its next step pays (:mod:`specscope.sim.switching`), and, at a batch size
+    above 1, the drafter's drafting at ``shared_k``: the other rows run it anyway, and a batch's
+    drafting is priced by its mean k over the rows that draft, so a row that leaves saves only
+    its k's difference from that mean, not the drafter's passes."""
     b = float(batch_size)
     k = np.arange(depth + 1, dtype=float)
     tokens = b * (k + 1)
@@ -92,9 +97,21 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     for m in methods:
         priced = price_steps(cost, cost.drafting_for(m), load)
         idle = [d for d in models if d != m] if m in models else models  # drafters this step leaves behind (k > 0)
-        catch_up = [sum(cost.drafting_for(d).prefill_time(tokens) for d in left) for left in (models, idle)]
+        catch_up = [sum(_left_behind(cost, d, load, shared_k if batch_size > 1 else 0.0) for d in left)
+                    for left in (models, idle)]
         rows.append(priced.verification + priced.overhead + np.where(k > 0, priced.drafting + catch_up[1], catch_up[0]))
     return np.stack(rows)
+
+
+def _left_behind(cost: CostModel, drafter: str, load: StepLoad, shared_k: float) -> np.ndarray:
+    """What a step leaving ``drafter`` idle pays for it (see :func:`step_seconds`)."""
+    drafting = cost.drafting_for(drafter)
+    seconds = drafting.prefill_time(load.padded_tokens)
+    if shared_k > 0:
+        rows = load.num_running
+        shared = replace(load, batched_tokens=rows * (shared_k + 1), num_proposing=rows, padded_tokens=rows * (shared_k + 1))
+        seconds = seconds + price_steps(cost, drafting, shared).drafting
+    return seconds
 
 
 def hazard_rows(acc: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,8 +160,10 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
             "base_rate": base.tolist()}
 
 
-def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray, shifts: np.ndarray) -> float:
-    """θ after three Dinkelbach rounds over the training steps (see the module docstring)."""
+def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray, shifts: np.ndarray,
+              drafters: np.ndarray) -> tuple[float, float]:
+    """θ after three Dinkelbach rounds over the training steps (see the module docstring), and
+    the mean k of the steps it gives to a model drafter (``drafters`` [M]: which methods are)."""
     theta, rows = 0.0, np.arange(len(xs))
     offers = np.minimum(offers, chooser.seconds.shape[1] - 1)  # an offer beyond J proposes J
     for _ in range(3):
@@ -153,7 +172,9 @@ def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray, shifts: np.n
         seconds = np.broadcast_to(chooser.seconds, score.shape).reshape(len(xs), -1)[rows, flat]
         gain = score.reshape(len(xs), -1)[rows, flat] + theta * seconds  # E[e] of the chosen action
         theta = float(gain.sum() / seconds.sum())
-    return theta
+    method, k = np.divmod(flat, score.shape[2])
+    drafting = drafters[method] & (k > 0)
+    return theta, float(k[drafting].mean()) if drafting.any() else 0.0
 
 
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
@@ -188,8 +209,13 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
                               for b in batch_sizes]
         choosers = choosers_from_json(document, methods)
         shifts = np.asarray([choosers[batch_sizes[0]].shift(record) for record in known])  # [N, M]
+        drafters = np.array([method_named(m).kind != "lookup" for m in methods])
         for model in document["models"]:
-            model["theta"] = fit_theta(choosers[model["batch_size"]], x, offers, shifts)
+            b = model["batch_size"]
+            model["theta"], shared_k = fit_theta(choosers[b], x, offers, shifts, drafters)
+            if b > 1 and shared_k > 0:  # price leaving the drafter at the k the batch's drafting rows choose
+                model["seconds"] = step_seconds(cost, methods, depth, kv, b, shared_k).tolist()
+                model["theta"], _ = fit_theta(choosers_from_json(document, methods)[b], x, offers, shifts, drafters)
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed}
