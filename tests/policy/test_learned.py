@@ -76,6 +76,19 @@ def test_the_simulator_caps_ngram_offers_at_the_policys_depth_as_the_engine_does
     assert seen and max(seen) == 3  # the workload offers 8 where n-gram matches
 
 
+def test_the_reports_policy_section_walks_traces_deeper_than_the_policy(tmp_path):
+    """The report's example walks of a policy proposing k ≤ 3 over traces recorded to k_max = 8:
+    every choice within k ≤ 3, the table judged at each batch size."""
+    from specscope.report.policy import policy_section
+    from specscope.sim.fit import fit_policy
+
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(fit_policy(workload(0)[:4], ("ngram", "eagle"), COST, [1], max_k=3)))
+    table, choices = policy_section(workload(1)[:8], str(path), COST, SimConfig(mode="mixed", batch_sizes=(1, 4)))
+    assert sorted(line["batch_size"] for line in table) == [1, 4]
+    assert choices and all(c.k.max() <= 3 for c in choices)
+
+
 def test_a_policy_deeper_than_the_traces_walks_them_within_their_depth(policy_file):
     """The fixture's policy proposes up to k = 6; traces recorded to k_max = 3 (acc_len ≤ 4) are
     walked to k ≤ 3, the request's record (and its shift) over those depths alone."""
