@@ -235,7 +235,10 @@ def test_step_prices_charge_a_row_that_leaves_the_drafter_what_the_batch_still_p
     """The toy cost: forward 1 + 0.02 per token, overhead 0.1, n-gram drafting 1 % of the verify
     time, EAGLE 0.2 + 0.05 · (k + 1) per step, no drafter prefill. At B = 1 a step without EAGLE
     pays none of it; at B = 2 with the batch's drafting rows at mean k = 2, n-gram and none pay
-    EAGLE's 0.2 + 0.05 · 3 = 0.35 (the drafter runs for the other rows), EAGLE pays its own k."""
+    EAGLE's 0.2 + 0.05 · 3 = 0.35 (the drafter runs for the other rows), EAGLE pays its own k;
+    a per-row drafting cost is what a row leaving saves, so it is not charged."""
+    from dataclasses import replace
+
     from specscope.sim.fit import step_seconds
 
     one = step_seconds(COST, ("ngram", "eagle"), 2, 0.0, 1, shared_k=2.0)
@@ -246,3 +249,7 @@ def test_step_prices_charge_a_row_that_leaves_the_drafter_what_the_batch_still_p
     verify = 1.0 + 0.02 * 2 * np.arange(1, 4)
     assert np.allclose(two[0], verify + 0.1 + np.where(np.arange(3) > 0, 0.01 * verify, 0.0) + 0.35)
     assert np.allclose(two[1], verify + 0.1 + np.where(np.arange(3) > 0, 0.2 + 0.05 * np.arange(1, 4), 0.35))
+    # with 0.1 per drafting row, D(n) = 0.35 + 0.1·n: a row leaving saves its 0.1; B copies leave 0.35 behind
+    per_row = replace(COST, drafting={**COST.drafting, "eagle": LinearDrafting(0.2, 0.05, 0.0, c_req=0.1)})
+    two = step_seconds(per_row, ("ngram", "eagle"), 2, 0.0, 2, shared_k=2.0)
+    assert np.allclose(two[0, 0], 1.0 + 0.02 * 2 + 0.1 + 0.35)

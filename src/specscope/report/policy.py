@@ -48,7 +48,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     table = judge(rows, learned)
     examples = sorted(records, key=lambda r: r.output_len)[len(records) // 2:][:EXAMPLES]
     traced = max(int(r.acc_len(m).max()) for r in examples for m in policy.methods) - 1
-    k_max = min(traced, policy.depth)  # the walk offers and records what the policy can propose, as the engine
+    k_max = min(traced, policy.depth)  # the walk offers and records no deeper than the policy proposes
     choices, smallest = [], min(config.batch_sizes)
     for record in examples:
         plan = causal_plan([record], policy.methods, policy.decide_for, k_max, lambda r, j: smallest)

@@ -83,10 +83,10 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     """[M, depth + 1] seconds of a step of each method proposing k = 0 … depth at ``batch_size``
     copies with ``kv`` cached tokens each (k = 0: no drafting). A step that leaves a model drafter
     among ``methods`` idle (no drafting, or a lookup's) is charged that drafter's catch-up on its
-    k + 1 tokens, which its next step pays (:mod:`specscope.sim.switching`), and, at a batch size
-    above 1, the drafter's drafting at ``shared_k``: the other rows run it anyway, and a batch's
-    drafting is priced by its mean k over the rows that draft, so a row that leaves saves only
-    its k's difference from that mean, not the drafter's passes."""
+    k + 1 tokens, which its next step pays (:mod:`specscope.sim.switching`), and the part of the
+    drafter's drafting at mean k = ``shared_k`` that the batch's other rows pay anyway
+    (:func:`_left_behind`): a batch's drafting is priced by its mean k over the rows that draft,
+    so a row that leaves saves only its own share, not the drafter's passes."""
     b = float(batch_size)
     k = np.arange(depth + 1, dtype=float)
     tokens = b * (k + 1)
@@ -97,20 +97,28 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     for m in methods:
         priced = price_steps(cost, cost.drafting_for(m), load)
         idle = [d for d in models if d != m] if m in models else models  # drafters this step leaves behind (k > 0)
-        catch_up = [sum(_left_behind(cost, d, load, shared_k if batch_size > 1 else 0.0) for d in left)
+        catch_up = [sum(_left_behind(cost, d, load, shared_k) for d in left)
                     for left in (models, idle)]
         rows.append(priced.verification + priced.overhead + np.where(k > 0, priced.drafting + catch_up[1], catch_up[0]))
     return np.stack(rows)
 
 
 def _left_behind(cost: CostModel, drafter: str, load: StepLoad, shared_k: float) -> np.ndarray:
-    """What a step leaving ``drafter`` idle pays for it (see :func:`step_seconds`)."""
+    """What a step leaving ``drafter`` idle pays for it (see :func:`step_seconds`): the catch-up,
+    and the drafting the batch's other rows still pay — of D(n), the drafting of n rows at mean
+    k = ``shared_k``, what a row leaving does not save: D(B) − B·(D(B) − D(B − 1)), the part
+    of D that does not grow with the rows (0 at B = 1; a fitted model's c_fixed + c_tok·(k + 1),
+    a roofline's weight reads). In units of B copies, as every price of :func:`step_seconds`."""
     drafting = cost.drafting_for(drafter)
     seconds = drafting.prefill_time(load.padded_tokens)
     if shared_k > 0:
+        def drafting_of(rows: np.ndarray) -> np.ndarray:
+            tokens = rows * (shared_k + 1)
+            shared = replace(load, batched_tokens=tokens, num_running=rows, num_proposing=rows, padded_tokens=tokens)
+            return price_steps(cost, drafting, shared).drafting
+
         rows = load.num_running
-        shared = replace(load, batched_tokens=rows * (shared_k + 1), num_proposing=rows, padded_tokens=rows * (shared_k + 1))
-        seconds = seconds + price_steps(cost, drafting, shared).drafting
+        seconds = seconds + np.maximum(rows * drafting_of(rows - 1) - (rows - 1) * drafting_of(rows), 0.0)
     return seconds
 
 
@@ -213,7 +221,7 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         for model in document["models"]:
             b = model["batch_size"]
             model["theta"], shared_k = fit_theta(choosers[b], x, offers, shifts, drafters)
-            if b > 1 and shared_k > 0:  # price leaving the drafter at the k the batch's drafting rows choose
+            if shared_k > 0:  # price leaving the drafter at the k the batch's drafting rows choose
                 model["seconds"] = step_seconds(cost, methods, depth, kv, b, shared_k).tolist()
                 model["theta"], _ = fit_theta(choosers_from_json(document, methods)[b], x, offers, shifts, drafters)
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
