@@ -2,7 +2,7 @@
 loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) and from inside
 (the same servers' own step records, ``serve --step-records``), side by side.
 
-    python benchmarks/bench_calibration.py [--out DIR] [--num-requests 12] [--max-tokens 48]
+    python benchmarks/bench_calibration.py [--out DIR] [--num-requests 100] [--max-tokens 48]
 
 The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload; methods
 ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells) and no SD at each
@@ -102,7 +102,9 @@ def coefficient(model: LinearCostModel, name: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("specscope-calibration"))
-    parser.add_argument("--num-requests", type=int, default=16)
+    parser.add_argument("--num-requests", type=int, default=100,
+                        help="requests per cell (the workload has 100): a cell of 16 lasts 0.5-2 s, short "
+                             "enough for this machine's bursts to move its throughput by a third")
     parser.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args()
     out = args.out.resolve()
