@@ -17,10 +17,9 @@ The decision at batch size B is the (method, k) maximising E[e] − θ · T_B(me
 T_B is the step's price under the cost model at B copies of a request of the training data's
 median length so far (a step that leaves a model drafter idle is charged the catch-up its next
 step pays); k = 0 (no drafting) emits 1 at T_B(none). θ (tokens one second of step
-time is worth: Dinkelbach's parameter for maximising the ratio Σe / ΣT) is the run's ratio
-so far, Σ emitted / Σ T_B over the steps of every request it served, after a prior
-of the fitted θ_B — the throughput the policy reached on its training data — weighted as
-:data:`PRIOR_STEPS` no-SD steps.
+time is worth: Dinkelbach's parameter for maximising the ratio Σe / ΣT) is the request's own
+ratio so far, Σ emitted / Σ T_B of its steps, after a prior of the fitted θ_B — the throughput
+the policy reached on its training data — weighted as :data:`PRIOR_STEPS` no-SD steps.
 At a batch size the file was not fitted for, the nearest fitted one (log scale) decides.
 
 The file (``"schema": "specscope.policy/3"``) holds ``methods``, ``features`` (name →
@@ -123,13 +122,12 @@ class Chooser:
                            np.stack([np.ones_like(self.base_rate), self.base_rate], axis=-1))
 
     def theta_for(self, obs: Observation) -> float:
-        """θ now (an online Dinkelbach step): what the run emitted over what its steps cost at
-        this table's prices, over every request it served (the throughput a step must beat is
-        the engine's, not one request's), after a prior of :data:`PRIOR_STEPS` no-SD steps' time
-        at the fitted θ — so a workload slower or faster than the training data's moves it."""
+        """θ for this request now (an online Dinkelbach step): what it emitted over what its
+        steps cost at this table's prices, after a prior of :data:`PRIOR_STEPS` no-SD steps'
+        time at the fitted θ — so a workload slower or faster than the training data's moves it."""
         prior = PRIOR_STEPS * self.seconds[0, 0]
-        spent = np.vdot(obs.run_actions, self._prices[:, : obs.run_actions.shape[1]])
-        return float((self.theta * prior + obs.run_emitted) / (prior + spent))
+        spent = np.vdot(obs.actions, self._prices[:, : obs.actions.shape[1]])
+        return float((self.theta * prior + obs.pos - 1) / (prior + spent))  # Σ emitted = pos − 1
 
     def shift(self, record: np.ndarray) -> np.ndarray:
         """A request's own acceptance record ([M, 2, ≤ J]: draft tokens judged and accepted per

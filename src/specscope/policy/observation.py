@@ -13,9 +13,7 @@ engine knows at that moment and nothing else:
   k reveals only min(acc_len, k + 1)), plus running totals over all its steps (:class:`History`):
   per method the steps it ran, and per method and draft-token depth the tokens judged and
   accepted (a model drafter's on its own steps, n-gram's agreement with the emitted tokens on
-  every step);
-- the run's record (:class:`RunRecord`): the tokens emitted and steps taken per (method, k) over
-  every request of the run so far, this one included — what the engine's throughput has been.
+  every step).
 
 Two builders fill it: the simulator from a trace (:class:`specscope.sim.observe.Observer`, which
 never hands out the record) and the engine from live tokens
@@ -64,8 +62,7 @@ class Observation:
     num_steps: int  # steps taken so far
     steps_by_method: tuple[int, ...]  # steps each method ran so far
     record: np.ndarray  # [M, 2, depth] draft tokens at depth j = 1 … depth judged (row 0) and accepted (row 1) so far (see History; read-only)
-    run_emitted: int  # tokens the run's steps emitted so far, over all its requests
-    run_actions: np.ndarray  # [M + 1, depth + 1] the run's steps per (method, k); row M: none (read-only)
+    actions: np.ndarray  # [M + 1, depth + 1] past steps per (method, k); row M: none (a read-only copy)
 
     @property
     def judged(self) -> np.ndarray:
@@ -97,37 +94,22 @@ def prompt_overlap(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
     return np.divide(cumulative, counts, out=np.zeros(len(output)), where=counts > 0)
 
 
-class RunRecord:
-    """Every step a policy took over the requests of one run (an engine's lifetime, a simulator's
-    walk), for the throughput θ: tokens emitted, and steps per (method, k) (row M: none)."""
-
-    def __init__(self, methods: int, depth: int):
-        self.emitted = 0
-        self.actions = np.zeros((methods + 1, depth + 1), dtype=np.int64)
-
-    def add(self, outcome: Outcome) -> None:
-        self.emitted += outcome.emitted
-        self.actions[outcome.method, outcome.k] += 1  # NONE (−1) is the last row
-
-
 class History:
     """A policy's own past steps for one request, and the observation they make with what the
     engine or simulator knows now (``methods``: how many methods the policy chooses between;
-    ``depth``: the deepest k it proposes; ``lookup``: n-gram's index, :data:`NONE` if absent;
-    ``run``: the run's record it adds its steps to, shared by the run's requests — its own when
-    not given).
+    ``depth``: the deepest k it proposes; ``lookup``: n-gram's index, :data:`NONE` if absent).
 
     Per method and depth j = 1 … depth, it counts the draft tokens judged and accepted — the
     censored observations of each method's acceptance: a model drafter's over its own steps
     (a step emitting e of k proposed judged tokens 1 … min(e, k), accepted 1 … e − 1), n-gram's
     by its agreement on every step (:func:`ngram_judged`, ``ngram_matched``), whoever drafted."""
 
-    def __init__(self, methods: int, depth: int, lookup: int = NONE, run: RunRecord | None = None):
+    def __init__(self, methods: int, depth: int, lookup: int = NONE):
         self._steps: list[Outcome] = []
         self._count = [0] * methods
         self._lookup = lookup
         self._record = np.zeros((methods, 2, depth))  # [M, judged | accepted, depth]
-        self._run = run if run is not None else RunRecord(methods, depth)
+        self._actions = np.zeros((methods + 1, depth + 1), dtype=np.int64)
 
     def record(self, outcome: Outcome) -> None:
         """Add the step just taken (its method is :data:`NONE` when it proposed nothing)."""
@@ -140,7 +122,7 @@ class History:
         if self._lookup != NONE:
             self._record[self._lookup, 0, : ngram_judged(outcome)] += 1
             self._record[self._lookup, 1, : outcome.ngram_matched] += 1
-        self._run.add(outcome)
+        self._actions[outcome.method, outcome.k] += 1  # NONE (−1) is the last row
 
     def observation(self, pos: int, prompt_len: int, tokens: np.ndarray, ngram_offer: int,
                     overlap: float) -> Observation:
@@ -149,7 +131,7 @@ class History:
             pos=pos, prompt_len=prompt_len, tokens=tokens, ngram_offer=ngram_offer, prompt_overlap=overlap,
             steps=tuple(self._steps[-MEMORY:]), num_steps=len(self._steps),
             steps_by_method=tuple(self._count), record=_frozen(self._record.copy()),
-            run_emitted=self._run.emitted, run_actions=_frozen(self._run.actions.copy()),
+            actions=_frozen(self._actions.copy()),
         )
 
 

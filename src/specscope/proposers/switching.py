@@ -26,7 +26,7 @@ import torch
 
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass
 from specscope.policy.learned import LEARNED, LearnedPolicy, features
-from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome, RunRecord
+from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
 
 
 @dataclass
@@ -69,7 +69,6 @@ class SwitchingProposer:
         self.depth = policy.depth
         self.hidden_layers = readers[0].hidden_layers if readers else ()
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
-        self._run = RunRecord(len(policy.methods), self.depth)  # every sequence's steps: the θ of all it serves
         self._sequences: dict[int, _Sequence] = {}
 
     def observe(self, target_pass: TargetPass) -> None:
@@ -131,7 +130,7 @@ class SwitchingProposer:
         last step emitted."""
         state = self._sequences.get(slot)
         if state is None:  # its first step: the prompt plus the token its prefill emitted
-            record = History(len(self.policy.methods), self.depth, self._ngram, self._run)
+            record = History(len(self.policy.methods), self.depth, self._ngram)
             state = self._sequences[slot] = _Sequence(len(history) - 1, record, OverlapCounter(history[:-1]))
         elif state.step is not None:
             method, k, before, ngram = state.step

@@ -30,7 +30,7 @@ from specscope.costmodel.base import CostModel, StepLoad
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.learned import SCHEMA, Chooser, choosers_from_json, feature_names, features
-from specscope.policy.observation import NONE, RunRecord
+from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
 from specscope.sim.pricing import price_steps
 from specscope.sim.switching import common_length
@@ -47,11 +47,11 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             chooser: Chooser | None) -> tuple[list[list[float]], list[list[int]], list[int], list[np.ndarray]]:
     """Walk every record (see the module docstring): features, acc_len per method, kv (prompt +
     position) and the request's acceptance record [M, 2, J] (judged, accepted) of every step."""
-    xs, accs, kvs, records_so_far, served = [], [], [], [], RunRecord(len(methods), k_max)
+    xs, accs, kvs, records_so_far = [], [], [], []
     for record in records:
         g = common_length(record, methods)
         acc = [record.acc_len(m)[:g].tolist() for m in methods]
-        observer = Observer(record, methods, g, k_max, served)
+        observer = Observer(record, methods, g, k_max)
         p, run = 1, (NONE, 0, 0)  # run: an exploring action and how many more steps it lasts
         while p < g:
             obs = observer.observe(p)
@@ -86,27 +86,20 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     k + 1 tokens, which its next step pays (:mod:`specscope.sim.switching`), and the part of the
     drafter's drafting at mean k = ``shared_k`` that the batch's other rows pay anyway
     (:func:`_left_behind`): a batch's drafting is priced by its mean k over the rows that draft,
-    so a row that leaves saves only its own share, not the drafter's passes. Every step also pays
-    the lookups among ``methods`` (n-gram), which a causal policy runs for every request at every
-    step — its offer is a feature — as the simulator charges them."""
+    so a row that leaves saves only its own share, not the drafter's passes."""
     b = float(batch_size)
     k = np.arange(depth + 1, dtype=float)
     tokens = b * (k + 1)
     load = StepLoad(batched_tokens=tokens, kv_tokens=np.full_like(k, b * kv), num_running=np.full_like(k, b),
                     num_proposing=b * (k > 0), padded_tokens=tokens)
     models = [m for m in methods if method_named(m).kind != "lookup"]
-    looking = replace(load, num_proposing=np.full_like(k, b))  # the lookup runs for every row
-    lookups = {m: price_steps(cost, cost.drafting_for(m), looking).drafting for m in methods if m not in models}
     rows = []
     for m in methods:
         priced = price_steps(cost, cost.drafting_for(m), load)
         idle = [d for d in models if d != m] if m in models else models  # drafters this step leaves behind (k > 0)
         catch_up = [sum(_left_behind(cost, d, load, shared_k) for d in left)
                     for left in (models, idle)]
-        looked_up = [sum(lookups.values(), np.zeros_like(k)),  # every step looks up, whatever it proposes
-                     sum((t for name, t in lookups.items() if name != m), np.zeros_like(k))]
-        rows.append(priced.verification + priced.overhead
-                    + np.where(k > 0, priced.drafting + catch_up[1] + looked_up[1], catch_up[0] + looked_up[0]))
+        rows.append(priced.verification + priced.overhead + np.where(k > 0, priced.drafting + catch_up[1], catch_up[0]))
     return np.stack(rows)
 
 

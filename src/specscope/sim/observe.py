@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from specscope.policy.observation import NONE, History, Observation, Outcome, RunRecord, prompt_overlap
+from specscope.policy.observation import NONE, History, Observation, Outcome, prompt_overlap
 from specscope.trace.schema import TraceRecord
 from specscope.tracing.ngram import ngram_trace
 
@@ -20,11 +20,9 @@ from specscope.tracing.ngram import ngram_trace
 class Observer:
     """Builds observations for one request; the only holder of its trace during a walk.
 
-    ``methods`` are the proposers a policy chooses between; ``length`` the positions walked;
-    ``run`` the record of the walk's requests so far, which this one adds to (its own if not given)."""
+    ``methods`` are the proposers a policy chooses between; ``length`` the positions walked."""
 
-    def __init__(self, record: TraceRecord, methods: tuple[str, ...], length: int, k_max: int,
-                 run: RunRecord | None = None):
+    def __init__(self, record: TraceRecord, methods: tuple[str, ...], length: int, k_max: int):
         self._methods = methods
         self._prompt = record.prompt_token_ids
         self._output = record.output_token_ids
@@ -39,7 +37,7 @@ class Observer:
         self._acc = [record.acc_len(m)[:length].tolist() for m in methods]
         self._prob = [None if record.proposers[m].draft_prob is None or m == "ngram"
                       else record.proposers[m].draft_prob for m in methods]
-        self._history = History(len(methods), k_max, methods.index("ngram") if "ngram" in methods else NONE, run)
+        self._history = History(len(methods), k_max, methods.index("ngram") if "ngram" in methods else NONE)
 
     def offer(self, method: int, pos: int) -> int | None:
         """What ``method`` offers at ``pos`` (n-gram: its draft length; a model: no cap)."""

@@ -34,7 +34,7 @@ import numpy as np
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
-from specscope.policy.observation import NONE, Decide, RunRecord
+from specscope.policy.observation import NONE, Decide
 from specscope.sim.observe import Observer
 from specscope.sim.plan import Plan, concat_steps, visit
 from specscope.trace.schema import TraceRecord
@@ -63,12 +63,11 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
                 k_max: int, running: Callable[[int, int], int]) -> Plan:
     """Walk every request asking the decision at the running batch size (``decide_for(b)``)
     before each step; ``running(r, j)`` is the batch size at request r's step j (an engine's
-    policy decides at the batch it runs). k is capped at ``k_max`` and at what n-gram offers.
-    The requests are one run: each observation carries the steps of those walked before it."""
-    parts, rules, run = [], {}, RunRecord(len(methods), k_max)
+    policy decides at the batch it runs). k is capped at ``k_max`` and at what n-gram offers."""
+    parts, rules = [], {}
     for r, record in enumerate(records):
         g = common_length(record, methods)
-        observer = Observer(record, methods, g, k_max, run)
+        observer = Observer(record, methods, g, k_max)
         steps = []
         p = 1
         while p < g:
