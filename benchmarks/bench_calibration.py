@@ -2,7 +2,7 @@
 loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) and from inside
 (the same servers' own step records, ``serve --step-records``), side by side.
 
-    python benchmarks/bench_calibration.py [--out DIR] [--num-requests 100] [--max-tokens 48]
+    python benchmarks/bench_calibration.py [--out DIR] [--num-requests N] [--max-tokens N]
 
 The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload; methods
 ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells) and no SD at each

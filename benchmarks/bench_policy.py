@@ -33,15 +33,15 @@ METHODS = ("ngram", "eagle")
 GOALS_US = {"batch 1, per step": 20.0, "batch 64, per sequence (model)": 2.0}
 
 
-def observations(records, decide) -> list:
-    """The observations a walk of ``records`` hands the policy."""
-    seen = []
+def observations(records, policy: LearnedPolicy) -> list:
+    """The observations a walk of ``records`` at batch 1 hands ``policy``."""
+    seen, decide = [], policy.decide_for(1)
 
     def spy(obs):
         seen.append(obs)
         return decide(obs)
 
-    causal_plan(records, METHODS, lambda b: spy, 16, lambda r, j: 1)
+    causal_plan(records, METHODS, lambda b: spy, policy.depth, lambda r, j: 1)
     return seen
 
 
@@ -82,9 +82,9 @@ def main() -> None:
     records, _ = load_traces([path], lengths="own")
     document = fit_policy(records, METHODS, resolve_cost_model("roofline:h100:llama3.1-8b"), [1, 64])
     choosers = choosers_from_json(document, METHODS)
-    batch = choosers[64]
-    decide = LearnedPolicy("bench", METHODS, choosers, document).decide_for(1)  # what the simulator asks per step
-    seen = observations(records[:40], decide)[:2000]
+    batch, policy = choosers[64], LearnedPolicy("bench", METHODS, choosers, document)
+    decide = policy.decide_for(1)  # what the simulator asks per step
+    seen = observations(records[:40], policy)[:2000]
 
     def single():
         for obs in seen:
@@ -106,7 +106,7 @@ def main() -> None:
             batch.theta_for(obs)
             batch.shift_for(obs)
 
-    walk, calls = engine_bookkeeping(records, LearnedPolicy("bench", METHODS, choosers, document))
+    walk, calls = engine_bookkeeping(records, policy)
     results = {
         "batch 1, per step": per_call_us(single, len(seen), args.repeats),
         "batch 64, per sequence (model)": per_call_us(batched, rounds * 64, args.repeats),

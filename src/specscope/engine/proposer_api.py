@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -58,6 +58,16 @@ if TYPE_CHECKING:
 
 
 NGRAM_MIN_N, NGRAM_MAX_N = 3, 7  # prompt lookup matches n-grams of 3 to 7 tokens, as the paper did
+
+
+def agreeing_prefix(proposal: Sequence[int], truth: Sequence[int]) -> int:
+    """How many leading tokens of ``proposal`` equal ``truth``."""
+    count = 0
+    for drafted, true in zip(proposal, truth):
+        if drafted != true:
+            break
+        count += 1
+    return count
 
 
 @dataclass(frozen=True)

@@ -129,7 +129,7 @@ class Chooser:
         spent = np.vdot(obs.actions, self._prices[:, : obs.actions.shape[1]])
         return float((self.theta * prior + obs.pos - 1) / (prior + spent))  # Σ emitted = pos − 1
 
-    def shift(self, record: np.ndarray) -> np.ndarray:
+    def shift(self, acceptance: np.ndarray) -> np.ndarray:
         """A request's own acceptance record ([M, 2, ≤ J]: draft tokens judged and accepted per
         method and depth, :class:`~specscope.policy.observation.History`) as an offset of its
         hazard logits [M]: the log-odds of its A accepted of T judged less that of the E the
@@ -138,15 +138,15 @@ class Chooser:
         its own rate once it has a long one (a request-level random effect). Plain floats per
         method: an engine at batch 1 pays this every step."""
         offsets = []
-        depth = record.shape[-1]  # a walk of traces shallower than the policy records fewer depths
-        for (total, expected), (accepted, _) in (record @ self._count_and_expect[:, :depth]).tolist():
+        depth = acceptance.shape[-1]  # a walk of traces shallower than the policy records fewer depths
+        for (total, expected), (accepted, _) in (acceptance @ self._count_and_expect[:, :depth]).tolist():
             odds = (accepted + 0.5) * (total + 0.5 - expected) / ((total + 0.5 - accepted) * (expected + 0.5))
             offsets.append(total / (total + PRIOR_TOKENS) * math.log(odds))
         return np.asarray(offsets)
 
     def shift_for(self, obs: Observation) -> np.ndarray:
-        """[M] :meth:`shift` of ``obs``'s record."""
-        return self.shift(obs.record)
+        """[M] :meth:`shift` of ``obs``'s acceptance record."""
+        return self.shift(obs.acceptance)
 
     def _gain(self, logits: np.ndarray) -> np.ndarray:
         """Hazard logits [..., M, J] → Σ_{j ≤ k+1} P(acc_len ≥ j) [..., M, J + 1] (column 0: 0):

@@ -61,18 +61,18 @@ class Observation:
     steps: tuple[Outcome, ...]  # the last MEMORY steps, oldest first
     num_steps: int  # steps taken so far
     steps_by_method: tuple[int, ...]  # steps each method ran so far
-    record: np.ndarray  # [M, 2, depth] draft tokens at depth j = 1 … depth judged (row 0) and accepted (row 1) so far (see History; read-only)
+    acceptance: np.ndarray  # [M, 2, depth] draft tokens at depth j = 1 … depth judged (row 0) and accepted (row 1) so far (History; read-only)
     actions: np.ndarray  # [M + 1, depth + 1] past steps per (method, k); row M: none (a read-only copy)
 
     @property
     def judged(self) -> np.ndarray:
         """[M, depth] draft tokens judged per method and depth."""
-        return self.record[:, 0]
+        return self.acceptance[:, 0]
 
     @property
     def accepted(self) -> np.ndarray:
         """[M, depth] of those, accepted."""
-        return self.record[:, 1]
+        return self.acceptance[:, 1]
 
 
 def ngram_judged(outcome: Outcome) -> int:
@@ -108,7 +108,7 @@ class History:
         self._steps: list[Outcome] = []
         self._count = [0] * methods
         self._lookup = lookup
-        self._record = np.zeros((methods, 2, depth))  # [M, judged | accepted, depth]
+        self._acceptance = np.zeros((methods, 2, depth))  # [M, judged | accepted, depth]
         self._actions = np.zeros((methods + 1, depth + 1), dtype=np.int64)
 
     def record(self, outcome: Outcome) -> None:
@@ -117,11 +117,11 @@ class History:
         if outcome.method != NONE:
             self._count[outcome.method] += 1
             if outcome.method != self._lookup:
-                self._record[outcome.method, 0, : min(outcome.emitted, outcome.k)] += 1
-                self._record[outcome.method, 1, : outcome.emitted - 1] += 1
+                self._acceptance[outcome.method, 0, : min(outcome.emitted, outcome.k)] += 1
+                self._acceptance[outcome.method, 1, : outcome.emitted - 1] += 1
         if self._lookup != NONE:
-            self._record[self._lookup, 0, : ngram_judged(outcome)] += 1
-            self._record[self._lookup, 1, : outcome.ngram_matched] += 1
+            self._acceptance[self._lookup, 0, : ngram_judged(outcome)] += 1
+            self._acceptance[self._lookup, 1, : outcome.ngram_matched] += 1
         self._actions[outcome.method, outcome.k] += 1  # NONE (−1) is the last row
 
     def observation(self, pos: int, prompt_len: int, tokens: np.ndarray, ngram_offer: int,
@@ -130,7 +130,7 @@ class History:
         return Observation(
             pos=pos, prompt_len=prompt_len, tokens=tokens, ngram_offer=ngram_offer, prompt_overlap=overlap,
             steps=tuple(self._steps[-MEMORY:]), num_steps=len(self._steps),
-            steps_by_method=tuple(self._count), record=_frozen(self._record.copy()),
+            steps_by_method=tuple(self._count), acceptance=_frozen(self._acceptance.copy()),
             actions=_frozen(self._actions.copy()),
         )
 

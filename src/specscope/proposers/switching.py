@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass
+from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass, agreeing_prefix
 from specscope.policy.learned import LEARNED, LearnedPolicy, features
 from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
 
@@ -136,17 +136,10 @@ class SwitchingProposer:
             method, k, before, ngram = state.step
             emitted = history[before:]
             state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), len(ngram),
-                                         _common_prefix(ngram, emitted), state.prob if method != NONE else None))
+                                         agreeing_prefix(ngram, emitted), state.prob if method != NONE else None))
         tokens = state.tokens(history)
         output = tokens[state.prompt_len:]
         return state.history.observation(len(output), state.prompt_len, tokens, offer, state.overlap.value(output))
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = False) -> ProposeInput:

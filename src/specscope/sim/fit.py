@@ -47,7 +47,7 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             chooser: Chooser | None) -> tuple[list[list[float]], list[list[int]], list[int], list[np.ndarray]]:
     """Walk every record (see the module docstring): features, acc_len per method, kv (prompt +
     position) and the request's acceptance record [M, 2, J] (judged, accepted) of every step."""
-    xs, accs, kvs, records_so_far = [], [], [], []
+    xs, accs, kvs, acceptance = [], [], [], []
     for record in records:
         g = common_length(record, methods)
         acc = [record.acc_len(m)[:g].tolist() for m in methods]
@@ -60,7 +60,7 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             xs.append(x)
             accs.append(truth)
             kvs.append(record.prompt_len + p)
-            records_so_far.append(obs.record)
+            acceptance.append(obs.acceptance)
             draw = rng.random()
             if chooser is not None and draw < 0.5:
                 m, k = chooser.choose(x, obs.ngram_offer, chooser.theta_for(obs), chooser.shift_for(obs))
@@ -75,7 +75,7 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             offer = observer.offer(m, p)
             k = k if offer is None else min(k, offer)
             p += observer.step(p, m if k > 0 else NONE, k)
-    return xs, accs, kvs, records_so_far
+    return xs, accs, kvs, acceptance
 
 
 def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float, batch_size: int,
@@ -92,14 +92,13 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     tokens = b * (k + 1)
     load = StepLoad(batched_tokens=tokens, kv_tokens=np.full_like(k, b * kv), num_running=np.full_like(k, b),
                     num_proposing=b * (k > 0), padded_tokens=tokens)
-    models = [m for m in methods if method_named(m).kind != "lookup"]
+    behind = {d: _left_behind(cost, d, load, shared_k) for d in methods if method_named(d).kind != "lookup"}
+    none = sum(behind.values(), np.zeros_like(k))  # a step proposing nothing leaves every model drafter
     rows = []
     for m in methods:
         priced = price_steps(cost, cost.drafting_for(m), load)
-        idle = [d for d in models if d != m] if m in models else models  # drafters this step leaves behind (k > 0)
-        catch_up = [sum(_left_behind(cost, d, load, shared_k) for d in left)
-                    for left in (models, idle)]
-        rows.append(priced.verification + priced.overhead + np.where(k > 0, priced.drafting + catch_up[1], catch_up[0]))
+        left = none - behind.get(m, 0.0)  # a step of m (k > 0) leaves the others
+        rows.append(priced.verification + priced.overhead + np.where(k > 0, priced.drafting + left, none))
     return np.stack(rows)
 
 
@@ -216,7 +215,7 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         document["models"] = [{"batch_size": b, "theta": 0.0, "seconds": step_seconds(cost, methods, depth, kv, b).tolist()}
                               for b in batch_sizes]
         choosers = choosers_from_json(document, methods)
-        shifts = np.asarray([choosers[batch_sizes[0]].shift(record) for record in known])  # [N, M]
+        shifts = np.asarray([choosers[batch_sizes[0]].shift(a) for a in known])  # [N, M]
         drafters = np.array([method_named(m).kind != "lookup" for m in methods])
         for model in document["models"]:
             b = model["batch_size"]

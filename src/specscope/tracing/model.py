@@ -42,10 +42,10 @@ from specscope.engine.proposer_api import (
     Proposer,
     RolloutInput,
     TargetPass,
+    agreeing_prefix,
 )
 from specscope.errors import SpecscopeError
 from specscope.trace.schema import TREE_RANK_CAP, ProposerTrace
-from specscope.tracing.ngram import agreeing_prefix
 
 CONFIDENCE_DRAFTS = 4  # drafts per position whose probability a trace keeps
 ROLLOUT_WINDOW = 128  # output positions rolled out together (bounds the attention mask)

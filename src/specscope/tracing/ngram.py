@@ -21,18 +21,8 @@ from typing import Sequence
 
 import numpy as np
 
-from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
+from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N, agreeing_prefix
 from specscope.trace.schema import ProposerTrace
-
-
-def agreeing_prefix(proposal: Sequence[int], truth: Sequence[int]) -> int:
-    """How many leading tokens of ``proposal`` equal ``truth``."""
-    count = 0
-    for drafted, true in zip(proposal, truth):
-        if drafted != true:
-            break
-        count += 1
-    return count
 
 
 def ngram_trace(prompt: Sequence[int], output: Sequence[int], k_max: int,
