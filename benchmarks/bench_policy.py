@@ -1,7 +1,7 @@
 """Cost of a learned policy's decision on CPU: what an engine pays to run it every step.
 
 Goals: ≤ 20 µs per step at batch 1 (features of one observation + the model), and ≤ 2 µs per
-sequence at batch 64 with the model vectorised over the batch (``Chooser.choose_batch`` on the
+sequence at batch 64 with the model vectorised over the batch (``Chooser.choose_group`` on the
 batch's feature matrix; the features themselves are also timed, per sequence). Also timed: what
 the engine's :class:`~specscope.proposers.switching.SwitchingProposer` adds per sequence and
 step before the model decides — recording what the last step emitted (n-gram agreement
@@ -88,7 +88,7 @@ def main() -> None:
 
     def single():
         for obs in seen:
-            decide(obs)
+            decide([obs])
 
     x = np.asarray([features(obs, METHODS) for obs in seen[:64]])
     offers = np.asarray([obs.ngram_offer for obs in seen[:64]])
@@ -98,7 +98,7 @@ def main() -> None:
 
     def batched():
         for _ in range(rounds):
-            batch.choose_batch(x, offers, theta, shift)
+            batch.choose_group(x, offers, theta, shift)
 
     def batch_features():  # what the engine computes per sequence before the model: features, θ, shift
         for obs in seen[:64]:

@@ -111,19 +111,54 @@ def test_on_an_unseen_workload_it_beats_every_fixed_policy_and_closes_most_of_th
         assert line["gap_closed"] > 0.5
 
 
-def test_batch_decisions_equal_one_by_one_and_the_nearest_batch_size_decides(policy_file):
+def test_without_a_fixed_drafting_cost_a_group_decides_row_by_row_and_the_nearest_batch_size_decides(policy_file):
+    from dataclasses import replace
+
     policy = load_policy(policy_file)
     assert policy.chooser(2) is policy.choosers[1] and policy.chooser(64) is policy.choosers[8]
-    chooser = policy.chooser(1)
+    fitted = policy.chooser(8)
+    chooser = replace(fitted, seconds=fitted.seconds + fitted.fixed, fixed=np.zeros_like(fitted.fixed))
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, len(policy.document["features"])))
     offers = rng.integers(0, 9, 16)
     theta = rng.uniform(0.5, 3.0, 16)
     shift = rng.normal(size=(16, 2))
-    methods, ks = chooser.choose_batch(x, offers, theta, shift)
+    methods, ks = chooser.choose_group(x, offers, theta, shift)
     assert [chooser.choose(row.tolist(), int(o), float(t), u) for row, o, t, u in zip(x, offers, theta, shift)] \
         == list(zip(methods.tolist(), ks.tolist()))
     assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)  # n-gram never past its offer
+    methods, ks = fitted.choose_group(x, offers, theta, shift)
+    assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)
+    assert len({k for m, k in zip(methods, ks) if m == 1}) <= 1 or fitted.fixed[1].any()
+
+
+def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_pays_for():
+    """Two methods (0 n-gram, 1 a model drafter), no features, J = 2, B = 2, θ = 1 for both
+    rows, prices 0 per row: a score is then 1 + E[accepted]. Every n-gram hazard is σ(−∞) = 0
+    (n-gram gains nothing; −50 stands for −∞). The drafter's hazards are 1/2, 1/2 for row 0
+    (shift 0) and 0 for row 1 (shift −∞): row 0 gains 0.5 at k = 1 and 0.75 at k = 2, row 1 nothing. F = (0, 0.2, 0.3)
+    is paid at B·mean(θ) = 2: k_d = 1 is worth 0.5 − 0.4 = 0.1, k_d = 2 0.75 − 0.6 = 0.15, so
+    row 0 drafts k = 2 and row 1 none. With F = (0, 0.2, 0.5): k_d = 2 is worth −0.25, k_d = 1
+    0.1: row 0 drafts k = 1. With F = (0, 0.3, 0.5): nothing pays, no row drafts — though alone,
+    at θ = 1 and F charged once, row 0 would draft k = 2 (0.75 − 0.5 > 0)."""
+    from specscope.policy.learned import Chooser
+
+    bias = np.array([[-50.0, -50.0], [0.0, 0.0]])
+    zeros = np.zeros((2, 3))
+    x, offer, theta = np.zeros((2, 0)), np.array([0, 0]), np.array([1.0, 1.0])
+    shift = np.array([[0.0, 0.0], [0.0, -50.0]])
+
+    def group(fixed):
+        chooser = Chooser(np.zeros((2, 0)), bias, zeros, 1.0, 0, np.full((2, 2), 0.5),
+                          np.array([[0.0, 0.0, 0.0], fixed]), batch_size=2)
+        method, k = chooser.choose_group(x, offer, theta, shift)
+        return list(zip(method.tolist(), k.tolist())), chooser
+
+    assert group([0.0, 0.2, 0.3])[0] == [(1, 2), (-1, 0)]
+    assert group([0.0, 0.2, 0.5])[0] == [(1, 1), (-1, 0)]
+    decided, chooser = group([0.0, 0.3, 0.5])
+    assert decided == [(-1, 0), (-1, 0)]
+    assert chooser.choose([], 0, 1.0, shift[0]) == (1, 2)
 
 
 def test_hazard_rows_are_the_draft_tokens_judged():
@@ -146,7 +181,7 @@ def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_reque
 
     weights, bias = np.array([[0.0], [1.0]]), np.log(np.array([[1.0, 1.0], [1.0, 3.0]]))  # σ(ln r) = r / (1 + r)
     seconds = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]])
-    chooser = Chooser(weights, bias, seconds, theta=0.0, ngram=-1, base_rate=np.full((2, 2), 0.5))
+    chooser = Chooser(weights, bias, seconds, theta=0.0, ngram=-1, base_rate=np.full((2, 2), 0.5), fixed=np.zeros((2, 3)))
     none = np.zeros((1, 2))
     score = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0, none)[0]
     assert np.allclose(score[0], [1.0, 1.5, 1.75])  # hazards 1/2, 1/2: 1, 1 + 1/2, 1 + 1/2 + 1/4
@@ -159,7 +194,7 @@ def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_reque
     history.record(Outcome(-1, 0, 1, 0, 0))  # none: priced 1 s
     obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
     prior = PRIOR_STEPS * 1.0
-    chooser = Chooser(weights, bias, seconds, 2.0, -1, np.full((2, 2), 0.5))
+    chooser = Chooser(weights, bias, seconds, 2.0, -1, np.full((2, 2), 0.5), np.zeros((2, 3)))
     assert chooser.theta_for(obs) == pytest.approx((2.0 * prior + 4) / (prior + 4))
 
 
@@ -178,7 +213,7 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
     obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
     assert obs.judged.tolist() == [[1, 1], [2, 1]] and obs.accepted.tolist() == [[1, 0], [1, 1]]
     rates = np.array([[0.5, 0.5], [0.5, 0.25]])
-    chooser = Chooser(np.zeros((2, 1)), np.zeros((2, 2)), np.ones((2, 3)), 1.0, 0, rates)
+    chooser = Chooser(np.zeros((2, 1)), np.zeros((2, 2)), np.ones((2, 3)), 1.0, 0, rates, np.zeros((2, 3)))
     eagle = 3 / (3 + PRIOR_TOKENS) * np.log((2.5 / 1.5) / (1.75 / 2.25))
     ngram = 2 / (2 + PRIOR_TOKENS) * np.log((1.5 / 1.5) / (1.5 / 1.5))  # 1 of 2 where 1/2 was expected: 0
     assert np.allclose(chooser.shift_for(obs), [ngram, eagle])
@@ -231,25 +266,24 @@ def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):
     assert len(files) == 4 and {json.loads(p.read_text())["cost_model"]["name"] for p in files} == {"toy", "toy-slow-draft"}
 
 
-def test_step_prices_charge_a_row_that_leaves_the_drafter_what_the_batch_still_pays():
+def test_step_prices_split_a_drafters_cost_into_its_part_per_row_and_the_batchs():
     """The toy cost: forward 1 + 0.02 per token, overhead 0.1, n-gram drafting 1 % of the verify
-    time, EAGLE 0.2 + 0.05 · (k + 1) per step, no drafter prefill. At B = 1 a step without EAGLE
-    pays none of it; at B = 2 with the batch's drafting rows at mean k = 2, n-gram and none pay
-    EAGLE's 0.2 + 0.05 · 3 = 0.35 (the drafter runs for the other rows), EAGLE pays its own k;
-    a per-row drafting cost is what a row leaving saves, so it is not charged."""
+    time, EAGLE 0.2 + 0.05 · (k + 1) per step whatever the rows (the batch's part, F), no drafter
+    prefill. A step without EAGLE pays none of it; at B = 2 EAGLE's rows pay nothing per row and
+    F = 0.2 + 0.05 · (k + 1). With 0.1 more per drafting row, D(n) = F + 0.1·n: B copies' rows pay
+    2 · 0.1 and F is unchanged."""
     from dataclasses import replace
 
     from specscope.sim.fit import step_seconds
 
-    one = step_seconds(COST, ("ngram", "eagle"), 2, 0.0, 1, shared_k=2.0)
-    verify = 1.0 + 0.02 * np.arange(1, 4)  # k + 1 tokens
-    assert np.allclose(one[0], verify + 0.1 + np.where(np.arange(3) > 0, 0.01 * verify, 0.0))
-    assert np.allclose(one[1], verify + 0.1 + np.where(np.arange(3) > 0, 0.2 + 0.05 * np.arange(1, 4), 0.0))
-    two = step_seconds(COST, ("ngram", "eagle"), 2, 0.0, 2, shared_k=2.0)
-    verify = 1.0 + 0.02 * 2 * np.arange(1, 4)
-    assert np.allclose(two[0], verify + 0.1 + np.where(np.arange(3) > 0, 0.01 * verify, 0.0) + 0.35)
-    assert np.allclose(two[1], verify + 0.1 + np.where(np.arange(3) > 0, 0.2 + 0.05 * np.arange(1, 4), 0.35))
-    # with 0.1 per drafting row, D(n) = 0.35 + 0.1·n: a row leaving saves its 0.1; B copies leave 0.35 behind
+    k = np.arange(3)
+    for b in (1, 2):
+        seconds, fixed = step_seconds(COST, ("ngram", "eagle"), 2, 0.0, b)
+        verify = 1.0 + 0.02 * b * (k + 1)
+        assert np.allclose(seconds[0], verify + 0.1 + np.where(k > 0, 0.01 * verify, 0.0))
+        assert np.allclose(seconds[1], verify + 0.1)
+        assert np.allclose(fixed, [[0, 0, 0], np.where(k > 0, 0.2 + 0.05 * (k + 1), 0.0)])
     per_row = replace(COST, drafting={**COST.drafting, "eagle": LinearDrafting(0.2, 0.05, 0.0, c_req=0.1)})
-    two = step_seconds(per_row, ("ngram", "eagle"), 2, 0.0, 2, shared_k=2.0)
-    assert np.allclose(two[0, 0], 1.0 + 0.02 * 2 + 0.1 + 0.35)
+    seconds, fixed = step_seconds(per_row, ("ngram", "eagle"), 2, 0.0, 2)
+    assert np.allclose(seconds[1], 1.0 + 0.02 * 2 * (k + 1) + 0.1 + np.where(k > 0, 0.2, 0.0))
+    assert np.allclose(fixed[1], np.where(k > 0, 0.2 + 0.05 * (k + 1), 0.0))

@@ -31,11 +31,11 @@ def reachable(root, limit: int = 10_000) -> list:
 def walk(rec, decide):
     observations = []
 
-    def spy(obs):
-        observations.append(obs)
-        return decide(obs)
+    def spy(observed):
+        observations.extend(observed)
+        return [decide(obs) for obs in observed]
 
-    plan = causal_plan([rec], ("ngram", "eagle"), lambda b: spy, 8, lambda r, j: 1)
+    plan = causal_plan([rec], ("ngram", "eagle"), lambda b: spy, 8)
     return plan, observations
 
 

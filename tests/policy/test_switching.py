@@ -33,7 +33,7 @@ def test_catch_up_counts_the_positions_the_drafter_did_not_see():
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
     # eagle's first step at pos 4: positions 1..3 came from n-gram (3); next at 8: it saw up to 6 → 2
     assert catch_up(plan, 1).tolist() == [0, 3, 0, 0, 2]
-    chain = causal_plan([record(NGRAM, EAGLE)], METHODS, lambda b: lambda obs: (1, 1), 8, lambda r, j: 1)
+    chain = causal_plan([record(NGRAM, EAGLE)], METHODS, lambda b: lambda seen: [(1, 1)] * len(seen), 8)
     assert set(chain.method.tolist()) == {1} and not catch_up(chain, 1).any()
 
 
@@ -57,7 +57,7 @@ def test_a_causal_policy_pays_the_lookup_at_every_step():
 
 def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():
     offer = [2, 0, 0, 0, 1, 0, 0, 0, 0]
-    plan = causal_plan([record(NGRAM, EAGLE, offer=offer)], METHODS, lambda b: lambda obs: (0, 5), 8, lambda r, j: 1)
+    plan = causal_plan([record(NGRAM, EAGLE, offer=offer)], METHODS, lambda b: lambda seen: [(0, 5)] * len(seen), 8)
     # pos 1: offers 2 → emits min(3, 3) = 3; pos 4: offers nothing → none; pos 5: offers 1 → 2 …
     assert plan.pos.tolist()[:3] == [1, 4, 5]
     assert plan.proposed.tolist()[:3] == [2, 0, 1]

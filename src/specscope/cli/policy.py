@@ -171,7 +171,7 @@ def show_decisions(policy, args: argparse.Namespace) -> None:
         p = 1
         for _ in range(EXAMPLE_STEPS):
             obs = observer.observe(p)
-            m, k = decide(obs)
+            m, k = decide([obs])[0]
             offer = None if m == NONE else observer.offer(m, p)
             k = k if offer is None else min(k, offer)
             emitted = observer.step(p, m if k > 0 else NONE, k)

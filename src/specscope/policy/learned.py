@@ -16,32 +16,42 @@ worse than in training) is followed within a few steps.
 The decision at batch size B is the (method, k) maximising E[e] − θ · T_B(method, k), where
 T_B is the step's price under the cost model at B copies of a request of the training data's
 median length so far (a step that leaves a model drafter idle is charged the catch-up its next
-step pays); k = 0 (no drafting) emits 1 at T_B(none). θ (tokens one second of step
+step pays); k = 0 (no drafting) emits 1 at T_B(none). A model drafter's drafting splits into a
+part per row and a part F_B(m, k) the batch pays once, whichever rows draft (an EAGLE head's k
+passes: its weights read once per pass). A request alone (batch 1, or the simulator's paper mode:
+B copies of it) pays both; the requests of one engine iteration are decided **together**
+(:meth:`Chooser.choose_group`): the drafter runs for the iteration, to depth k_d, only if what
+the rows that take it gain pays F_B(m, k_d) at the batch's rate — Σ_rows (E[e] − θ·T) −
+B·mean(θ)·F_B — otherwise no row drafts with it. θ (tokens one second of step
 time is worth: Dinkelbach's parameter for maximising the ratio Σe / ΣT) is the request's own
 ratio so far, Σ emitted / Σ T_B of its steps, after a prior of the fitted θ_B — the throughput
 the policy reached on its training data — weighted as :data:`PRIOR_STEPS` no-SD steps.
 At a batch size the file was not fitted for, the nearest fitted one (log scale) decides.
 
-The file (``"schema": "specscope.policy/3"``) holds ``methods``, ``features`` (name →
+The file (``"schema": "specscope.policy/4"``) holds ``methods``, ``features`` (name →
 definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
 (b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), and
-``models``: per batch size ``theta`` and ``seconds`` [M][J + 1]; plain numbers only.
+``models``: per batch size ``theta``, ``seconds`` [M][J + 1] (the price per row) and ``fixed``
+[M][J + 1] (F_B: the batch's once-per-iteration drafting; 0 for a lookup and at k = 0); plain
+numbers only.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
-from specscope.policy.observation import MEMORY, NONE, Observation, ngram_judged
+from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngram_judged
 
-SCHEMA = "specscope.policy/3"  # /3: n-gram agreement as matched and judged tokens (refit files of /1 and /2)
+SCHEMA = "specscope.policy/4"  # /4: a drafter's fixed drafting per batch apart (refit files of /1 … /3)
 LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
 PRIOR_STEPS = 32  # the fitted θ weighs as much as this many no-SD steps of a request's own record
@@ -103,28 +113,34 @@ class Chooser:
 
     weights: np.ndarray  # [M, F] hazard slopes, standardisation folded in
     bias: np.ndarray  # [M, J] hazard offsets b_m,j, standardisation folded in
-    seconds: np.ndarray  # [M, J + 1] step seconds of method m proposing k = 0 … J (k = 0: none)
+    seconds: np.ndarray  # [M, J + 1] step seconds per row of method m proposing k = 0 … J (k = 0: none)
     theta: float  # tokens per second one second of step time is worth
     ngram: int  # index of n-gram among the methods (its k is capped at its offer); NONE if absent
     base_rate: np.ndarray  # [M, J] each method's acceptance of draft tokens at depth j over the training data
+    fixed: np.ndarray  # [M, J + 1] F_B: the drafting a batch pays once when m drafts to depth k (0: lookups, k = 0)
+    batch_size: int = 1  # B of the prices
 
     def __post_init__(self) -> None:  # constants of every decision, computed once
         depth = self.seconds.shape[1]  # J + 1
         beyond = np.zeros((depth, *self.seconds.shape))  # [J + 1 offers, M, J + 1]: 0, or −∞ where not offered
         if self.ngram != NONE:  # n-gram proposing more than it offers would propose just its offer
             beyond[:, self.ngram][np.arange(depth)[None, :] > np.arange(depth)[:, None]] = -np.inf
+        alone = self.seconds + self.fixed  # a request that drafts alone pays the batch's part too
         object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M]
         object.__setattr__(self, "_cumulate", np.triu(np.ones((depth - 1, depth)), 1))  # [J, J + 1]
         object.__setattr__(self, "_running", np.triu(np.ones((depth - 1, depth - 1))))  # [J, J]: Σ_{i ≤ j}
         object.__setattr__(self, "_base", 1.0 + beyond)  # the score of any k before acceptance and time
-        object.__setattr__(self, "_prices", np.vstack([self.seconds, self.seconds[:1]]))  # [M + 1, J + 1]: row M none
+        object.__setattr__(self, "_alone", alone)
+        object.__setattr__(self, "_prices", np.vstack([alone, alone[:1]]))  # [M + 1, J + 1]: row M none
         object.__setattr__(self, "_count_and_expect",  # [M, J, 2]: a record @ it sums (T, E) and (A, ·)
                            np.stack([np.ones_like(self.base_rate), self.base_rate], axis=-1))
+        object.__setattr__(self, "_drafters", np.flatnonzero(self.fixed.any(axis=1)).tolist())
 
     def theta_for(self, obs: Observation) -> float:
         """θ for this request now (an online Dinkelbach step): what it emitted over what its
-        steps cost at this table's prices, after a prior of :data:`PRIOR_STEPS` no-SD steps'
-        time at the fitted θ — so a workload slower or faster than the training data's moves it."""
+        steps cost at this table's prices alone, after a prior of :data:`PRIOR_STEPS` no-SD
+        steps' time at the fitted θ — so a workload slower or faster than the training data's
+        moves it."""
         prior = PRIOR_STEPS * self.seconds[0, 0]
         spent = np.vdot(obs.actions, self._prices[:, : obs.actions.shape[1]])
         return float((self.theta * prior + obs.pos - 1) / (prior + spent))  # Σ emitted = pos − 1
@@ -154,31 +170,60 @@ class Chooser:
         log_h = -np.logaddexp(0.0, -logits)  # log σ, exact for any logit
         return np.exp(log_h @ self._running) @ self._cumulate
 
-    def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float, shift: np.ndarray) -> np.ndarray:
+    def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float, shift: np.ndarray,
+               alone: bool = True) -> np.ndarray:
         """x [B, F], offer [B] (at most J), θ [B] or one, shift [B, M] → score [B, M, J + 1] of
-        (method, k) (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds; n-gram
-        proposing more than it offers scores −∞ (it would propose just its offer, a candidate
-        already)."""
+        (method, k) (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds (``alone``: the
+        batch's part of the drafting included); n-gram proposing more than it offers scores −∞
+        (it would propose just its offer, a candidate already)."""
         score = self._gain((x @ self._weights_t + shift)[:, :, None] + self.bias)
         score += self._base[offer]
-        score -= np.reshape(theta, (-1, 1, 1)) * self.seconds
+        score -= np.reshape(theta, (-1, 1, 1)) * (self._alone if alone else self.seconds)
         return score
 
-    def choose_batch(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray,
+    def choose_group(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray,
                      shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised over a batch: (method [B] (NONE: none), k [B])."""
-        score = self.scores(x, np.minimum(offer, self.seconds.shape[1] - 1), theta, shift)
-        flat = score.reshape(x.shape[0], -1).argmax(axis=1)
-        method, k = np.divmod(flat, score.shape[2])
+        """The rows of one iteration decided together: (method [B] (NONE: none), k [B]). Each
+        model drafter d runs to a depth k_d (0: not at all) for the whole batch, paying F_B(d, k_d)
+        once at B·mean(θ); each row then takes its best (method, k) with k ≤ k_d of each drafter.
+        The k_d of every drafter but the last are enumerated, the last's are compared at once."""
+        if len(x) == 1 and self.batch_size == 1:  # alone: the fast path of a batch-1 engine
+            method, k = self.choose(x[0], int(offer[0]), float(np.ravel(theta)[0]), shift[0])
+            return np.asarray([method]), np.asarray([k])
+        depth = self.seconds.shape[1]
+        score = self.scores(x, np.minimum(offer, depth - 1), theta, shift, alone=False)  # [B, M, J + 1]
+        rate = self.batch_size * float(np.mean(theta))  # the batch's tokens per second of batch time
+        allowed = np.ones(score.shape[1:], dtype=bool)
+        if self._drafters:
+            *others, last = self._drafters
+            best, limits = -np.inf, ()
+            for depths in itertools.product(range(depth), repeat=len(others)):
+                mask = np.ones_like(allowed)
+                for d, k_d in zip(others, depths):
+                    mask[d, k_d + 1:] = False
+                paid = sum(self.fixed[d, k_d] for d, k_d in zip(others, depths))
+                masked = np.where(mask, score, -np.inf)
+                deepest = np.maximum.accumulate(masked[:, last, 1:], axis=1)  # [B, J]: best k ≤ k_d of last
+                masked[:, last, 1:] = -np.inf
+                without = masked.reshape(len(x), -1).max(axis=1)  # [B]: best without the last drafter
+                value = np.concatenate([[without.sum()], np.maximum(without[:, None], deepest).sum(axis=0)])
+                value -= rate * (paid + self.fixed[last])  # [J + 1] over k_d of the last drafter
+                if value.max() > best:
+                    best, limits = float(value.max()), (*depths, int(value.argmax()))
+            for d, k_d in zip(self._drafters, limits):
+                allowed[d, k_d + 1:] = False
+        flat = np.where(allowed, score, -np.inf).reshape(len(x), -1).argmax(axis=1)
+        method, k = np.divmod(flat, depth)
         return np.where(k > 0, method, NONE), k
 
     def choose(self, x: list[float], offer: int, theta: float, shift: np.ndarray) -> tuple[int, int]:
-        """(method index, k) for one feature vector: :meth:`choose_batch` of one row, in fewer
-        array operations (an engine at batch 1 pays this every step)."""
+        """(method index, k) for a request alone (it pays its drafter's batch part too): the
+        argmax of :meth:`scores` for one row, in fewer array operations (an engine at batch 1
+        pays this every step)."""
         depth = self.seconds.shape[1]
         score = self._gain((self.weights @ np.asarray(x) + shift)[:, None] + self.bias)  # [M, J + 1]
         score += self._base[min(offer, depth - 1)]
-        score -= theta * self.seconds
+        score -= theta * self._alone
         method, k = divmod(int(score.argmax()), depth)
         return (method if k > 0 else NONE), k
 
@@ -218,11 +263,23 @@ class LearnedPolicy:
         nearest = min(self.choosers, key=lambda b: (abs(math.log(b) - math.log(batch_size)), b))
         return self.choosers[nearest]
 
-    def decide_for(self, batch_size: int):
-        """The per-step decision function at ``batch_size``: observation → (method, k)."""
+    def decide_for(self, batch_size: int) -> Decide:
+        """The decision at ``batch_size``: observations of the requests deciding together →
+        their (method, k); one observation decides alone (batch 1, or B copies of it)."""
         chooser, methods = self.chooser(batch_size), self.methods
-        return lambda obs: chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs),
-                                          chooser.shift_for(obs))
+
+        def decide(observed: Sequence[Observation]) -> list[tuple[int, int]]:
+            if len(observed) == 1:
+                obs = observed[0]
+                return [chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs),
+                                       chooser.shift_for(obs))]
+            method, k = chooser.choose_group(np.asarray([features(obs, methods) for obs in observed]),
+                                             np.asarray([obs.ngram_offer for obs in observed]),
+                                             np.asarray([chooser.theta_for(obs) for obs in observed]),
+                                             np.asarray([chooser.shift_for(obs) for obs in observed]))
+            return list(zip(method.tolist(), k.tolist()))
+
+        return decide
 
 
 def load_policy(path: str | Path) -> LearnedPolicy:
@@ -261,12 +318,13 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     choosers = {}
     for model in document["models"]:
         b = int(model["batch_size"])
-        seconds = np.asarray(model["seconds"], dtype=float)
-        if b < 1 or seconds.shape != (len(methods), intercept.shape[1] + 1):
-            raise ValueError(f"model for batch size {b}: expected batch size >= 1 and seconds "
-                             f"[{len(methods)}][{intercept.shape[1] + 1}]")
+        seconds, fixed = np.asarray(model["seconds"], dtype=float), np.asarray(model["fixed"], dtype=float)
+        shape = (len(methods), intercept.shape[1] + 1)
+        if b < 1 or seconds.shape != shape or fixed.shape != shape or not np.all(fixed >= 0):
+            raise ValueError(f"model for batch size {b}: expected batch size >= 1, and seconds and fixed "
+                             f"[{shape[0]}][{shape[1]}] (fixed >= 0)")
         choosers[b] = Chooser(weights, bias, seconds, float(model["theta"]),
-                              methods.index("ngram") if "ngram" in methods else NONE, base_rate)
+                              methods.index("ngram") if "ngram" in methods else NONE, base_rate, fixed, b)
     if not choosers or not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)):
         raise ValueError("no models, or non-finite coefficients")
     return choosers

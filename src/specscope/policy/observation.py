@@ -24,7 +24,7 @@ never hands out the record) and the engine from live tokens
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -159,4 +159,4 @@ class OverlapCounter:
         return self._hits / count if count > 0 else 0.0
 
 
-Decide = Callable[[Observation], tuple[int, int]]  # observation → (method index or NONE, k)
+Decide = Callable[[Sequence[Observation]], list[tuple[int, int]]]  # requests deciding together → (method or NONE, k) each

@@ -91,7 +91,7 @@ class SwitchingProposer:
         x = np.asarray([features(obs, self.policy.methods) for obs in observed])
         theta = np.asarray([chooser.theta_for(obs) for obs in observed])
         shift = np.asarray([chooser.shift_for(obs) for obs in observed])
-        method, k = chooser.choose_batch(x, np.asarray(offers), theta, shift)
+        method, k = chooser.choose_group(x, np.asarray(offers), theta, shift)
         k = np.minimum(k, self.depth)
         if self._ngram != NONE:
             k = np.where(method == self._ngram, np.minimum(k, offers), k)

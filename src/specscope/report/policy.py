@@ -51,7 +51,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     k_max = min(traced, policy.depth)  # the walk offers and records no deeper than the policy proposes
     choices, smallest = [], min(config.batch_sizes)
     for record in examples:
-        plan = causal_plan([record], policy.methods, policy.decide_for, k_max, lambda r, j: smallest)
+        plan = causal_plan([record], policy.methods, policy.decide_for, k_max, smallest)
         names = np.asarray([policy.methods[m] if m != NONE else "none" for m in plan.method.tolist()])
         g = common_length(record, policy.methods)
         choices.append(PolicyChoices(record.id, {m: record.acc_len(m)[:g] for m in policy.methods},

@@ -14,14 +14,14 @@ token judged: :func:`hazard_rows`), and the acceptance of each draft-token depth
 rows (the reference of the request-level shift). Per batch size B: T_B(m, k), the price of one
 step at B copies (paper mode: verify B·(k + 1) tokens over B·kv cached, m's drafting when k > 0,
 overhead, and the catch-up of a model drafter the step leaves idle) at the training steps'
-median kv, and θ_B from three Dinkelbach rounds over the training steps (θ ← Σ E[e] / Σ T of
-the actions chosen with the previous θ, from θ = 0).
+median kv, with a model drafter's drafting split into its part per row and the part F_B the batch
+pays once (:func:`step_seconds`), and θ_B from three Dinkelbach rounds over the training steps,
+each deciding alone (θ ← Σ E[e] / Σ T of the actions chosen with the previous θ, from θ = 0).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -78,47 +78,41 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
     return xs, accs, kvs, acceptance
 
 
-def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float, batch_size: int,
-                 shared_k: float = 0.0) -> np.ndarray:
-    """[M, depth + 1] seconds of a step of each method proposing k = 0 … depth at ``batch_size``
-    copies with ``kv`` cached tokens each (k = 0: no drafting). A step that leaves a model drafter
-    among ``methods`` idle (no drafting, or a lookup's) is charged that drafter's catch-up on its
-    k + 1 tokens, which its next step pays (:mod:`specscope.sim.switching`), and the part of the
-    drafter's drafting at mean k = ``shared_k`` that the batch's other rows pay anyway
-    (:func:`_left_behind`): a batch's drafting is priced by its mean k over the rows that draft,
-    so a row that leaves saves only its own share, not the drafter's passes."""
-    b = float(batch_size)
+def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float,
+                 batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds [M, depth + 1], fixed [M, depth + 1]) of a step of each method proposing
+    k = 0 … depth at ``batch_size`` copies with ``kv`` cached tokens each (k = 0: no drafting).
+    A step that leaves a model drafter among ``methods`` idle (no drafting, or a lookup's) is
+    charged that drafter's catch-up on its k + 1 tokens, which its next step pays
+    (:mod:`specscope.sim.switching`). A model drafter's drafting D_k(n) of n rows at k splits into
+    what a row adds, D_k(B + 1) − D_k(B), per row (in ``seconds``), and the rest, F_B(k) =
+    D_k(B) − B·(D_k(B + 1) − D_k(B)) ≥ 0 (``fixed``), which the batch pays once whichever rows
+    draft: a fitted model's c_fixed + c_tok·(k + 1), a roofline's weight reads."""
     k = np.arange(depth + 1, dtype=float)
-    tokens = b * (k + 1)
-    load = StepLoad(batched_tokens=tokens, kv_tokens=np.full_like(k, b * kv), num_running=np.full_like(k, b),
-                    num_proposing=b * (k > 0), padded_tokens=tokens)
-    behind = {d: _left_behind(cost, d, load, shared_k) for d in methods if method_named(d).kind != "lookup"}
-    none = sum(behind.values(), np.zeros_like(k))  # a step proposing nothing leaves every model drafter
-    rows = []
+
+    def copies(rows: float) -> StepLoad:
+        tokens = rows * (k + 1)
+        return StepLoad(batched_tokens=tokens, kv_tokens=np.full_like(k, rows * kv), num_running=np.full_like(k, rows),
+                        num_proposing=rows * (k > 0), padded_tokens=tokens)
+
+    b = float(batch_size)
+    load = copies(b)
+    models = [m for m in methods if method_named(m).kind != "lookup"]
+    catch_up = {d: cost.drafting_for(d).prefill_time(load.padded_tokens) for d in models}
+    idle = sum(catch_up.values(), np.zeros_like(k))  # a step proposing nothing leaves every model drafter
+    rows, fixed = [], []
     for m in methods:
-        priced = price_steps(cost, cost.drafting_for(m), load)
-        left = none - behind.get(m, 0.0)  # a step of m (k > 0) leaves the others
-        rows.append(priced.verification + priced.overhead + np.where(k > 0, priced.drafting + left, none))
-    return np.stack(rows)
-
-
-def _left_behind(cost: CostModel, drafter: str, load: StepLoad, shared_k: float) -> np.ndarray:
-    """What a step leaving ``drafter`` idle pays for it (see :func:`step_seconds`): the catch-up,
-    and the drafting the batch's other rows still pay — of D(n), the drafting of n rows at mean
-    k = ``shared_k``, what a row leaving does not save: D(B) − B·(D(B) − D(B − 1)), the part
-    of D that does not grow with the rows (0 at B = 1; a fitted model's c_fixed + c_tok·(k + 1),
-    a roofline's weight reads). In units of B copies, as every price of :func:`step_seconds`."""
-    drafting = cost.drafting_for(drafter)
-    seconds = drafting.prefill_time(load.padded_tokens)
-    if shared_k > 0:
-        def drafting_of(rows: np.ndarray) -> np.ndarray:
-            tokens = rows * (shared_k + 1)
-            shared = replace(load, batched_tokens=tokens, num_running=rows, num_proposing=rows, padded_tokens=tokens)
-            return price_steps(cost, drafting, shared).drafting
-
-        rows = load.num_running
-        seconds = seconds + np.maximum(rows * drafting_of(rows - 1) - (rows - 1) * drafting_of(rows), 0.0)
-    return seconds
+        drafting = cost.drafting_for(m)
+        priced = price_steps(cost, drafting, load)
+        shared = np.zeros_like(k)
+        if m in catch_up:
+            more = price_steps(cost, drafting, copies(b + 1)).drafting
+            shared = np.clip(priced.drafting - b * (more - priced.drafting), 0.0, priced.drafting)
+        left = idle - catch_up.get(m, 0.0)  # a step of m (k > 0) leaves the others
+        rows.append(priced.verification + priced.overhead
+                    + np.where(k > 0, priced.drafting - shared + left, idle))
+        fixed.append(np.where(k > 0, shared, 0.0))
+    return np.stack(rows), np.stack(fixed)
 
 
 def hazard_rows(acc: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -167,21 +161,19 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
             "base_rate": base.tolist()}
 
 
-def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray, shifts: np.ndarray,
-              drafters: np.ndarray) -> tuple[float, float]:
-    """θ after three Dinkelbach rounds over the training steps (see the module docstring), and
-    the mean k of the steps it gives to a model drafter (``drafters`` [M]: which methods are)."""
+def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray, shifts: np.ndarray) -> float:
+    """θ after three Dinkelbach rounds over the training steps, each step deciding alone (see
+    the module docstring)."""
     theta, rows = 0.0, np.arange(len(xs))
     offers = np.minimum(offers, chooser.seconds.shape[1] - 1)  # an offer beyond J proposes J
+    prices = chooser.seconds + chooser.fixed
     for _ in range(3):
         score = chooser.scores(xs, offers, theta, shifts)  # [N, M, J + 1]
         flat = score.reshape(len(xs), -1).argmax(axis=1)
-        seconds = np.broadcast_to(chooser.seconds, score.shape).reshape(len(xs), -1)[rows, flat]
+        seconds = np.broadcast_to(prices, score.shape).reshape(len(xs), -1)[rows, flat]
         gain = score.reshape(len(xs), -1)[rows, flat] + theta * seconds  # E[e] of the chosen action
         theta = float(gain.sum() / seconds.sum())
-    method, k = np.divmod(flat, score.shape[2])
-    drafting = drafters[method] & (k > 0)
-    return theta, float(k[drafting].mean()) if drafting.any() else 0.0
+    return theta
 
 
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
@@ -212,17 +204,15 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         limits = np.array([np.minimum(offers, depth) if m == "ngram" else np.full(len(x), depth) for m in methods]).T
         document.update(fit_acceptance(x, acc, limits, depth, rng))
         kv = float(np.median(kvs))
-        document["models"] = [{"batch_size": b, "theta": 0.0, "seconds": step_seconds(cost, methods, depth, kv, b).tolist()}
-                              for b in batch_sizes]
+        document["models"] = []
+        for b in batch_sizes:
+            seconds, fixed = step_seconds(cost, methods, depth, kv, b)
+            document["models"].append({"batch_size": b, "theta": 0.0, "seconds": seconds.tolist(),
+                                       "fixed": fixed.tolist()})
         choosers = choosers_from_json(document, methods)
         shifts = np.asarray([choosers[batch_sizes[0]].shift(a) for a in known])  # [N, M]
-        drafters = np.array([method_named(m).kind != "lookup" for m in methods])
         for model in document["models"]:
-            b = model["batch_size"]
-            model["theta"], shared_k = fit_theta(choosers[b], x, offers, shifts, drafters)
-            if shared_k > 0:  # price leaving the drafter at the k the batch's drafting rows choose
-                model["seconds"] = step_seconds(cost, methods, depth, kv, b, shared_k).tolist()
-                model["theta"], _ = fit_theta(choosers_from_json(document, methods)[b], x, offers, shifts, drafters)
+            model["theta"] = fit_theta(choosers[model["batch_size"]], x, offers, shifts)
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed}

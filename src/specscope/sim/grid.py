@@ -19,7 +19,7 @@ from specscope.costmodel.base import CostModel, Drafting
 from specscope.errors import SpecscopeError
 from specscope.methods import of_kind
 from specscope.progress import LazyProgress
-from specscope.sim.mixed import predict_mixed, running_counts
+from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
 from specscope.sim.plan import Plan, baseline_plan, make_plan
 from specscope.sim.policies import Policy, parse_policy
@@ -30,7 +30,6 @@ from specscope.trace.schema import TraceRecord
 log = logging.getLogger(__name__)
 
 COMBINED = "combined"
-SCHEDULE_WALKS = 4  # mixed mode: walks of a causal policy to settle its decisions on its own schedule
 # Proposers that look tokens up (and may find nothing), as opposed to model drafters.
 LOOKUP_PROPOSERS = frozenset(m.name for m in of_kind("lookup"))
 # The paper's guessed n-gram match probability where acc_len = 1 (shared/paper/README.md).
@@ -191,24 +190,11 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
 
 
 def causal_walk(records: Sequence[TraceRecord], policy: Policy, k_max: int, batch_size: int, mode: str) -> Plan:
-    """The plan of a causal policy at ``batch_size``. Paper mode: every step runs at B. Mixed
-    mode: a request's step runs with the requests in that iteration (fewer than B while the run
-    fills and drains), and the policy decides at that count as an engine's does; the count
-    depends on the plan, so the walk repeats with the schedule of the previous walk until no
-    request's step count changes (at most :data:`SCHEDULE_WALKS` walks; the last walk's decisions then read the
-    schedule of the one before)."""
-    plan = causal_plan(records, policy.switch, policy.decide_for, k_max, lambda r, j: batch_size)
-    if mode == "paper":
-        return plan
-    for _ in range(SCHEDULE_WALKS - 1):
-        admit, count = running_counts(plan, batch_size)
-        last = len(count) - 1
-        walked = causal_plan(records, policy.switch, policy.decide_for, k_max,
-                             lambda r, j: int(count[min(admit[r] + j, last)]))
-        if np.array_equal(walked.offsets, plan.offsets):
-            return walked
-        plan = walked
-    return plan
+    """The plan of a causal policy at ``batch_size``. Paper mode: every step runs at B copies of
+    its request, which decides alone. Mixed mode: the requests run together as the mixed
+    schedule runs them, each iteration's decided together at its count (fewer than B while the
+    run fills and drains), as an engine's policy decides."""
+    return causal_plan(records, policy.switch, policy.decide_for, k_max, batch_size, together=mode != "paper")
 
 
 def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:

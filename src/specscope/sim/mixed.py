@@ -38,15 +38,6 @@ def admission_iterations(steps_per_request: np.ndarray, batch_size: int) -> np.n
     return admit
 
 
-def running_counts(plan: Plan, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(admission iteration [R], requests running in each iteration [T]) of ``plan`` with
-    ``batch_size`` slots."""
-    admit = admission_iterations(plan.steps_per_request, batch_size)
-    request = plan.request_of_step
-    iteration = admit[request] + (np.arange(len(plan.pos)) - plan.offsets[request])
-    return admit, np.bincount(iteration, minlength=int(iteration.max(initial=-1)) + 1)
-
-
 def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafting | None,
                   batch_size: int) -> Prediction:
     """Price ``plan`` with ``batch_size`` slots of continuous batching."""

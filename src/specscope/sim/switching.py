@@ -7,7 +7,8 @@ A switching plan records, per step, the proposer that ran (``Plan.method``: an i
   acc_len there proposes exactly acc_len − 1 (ties: the first named; acc_len = 1 for both: none).
   Its drafting is charged, unlike ``oracle-combined``'s: the realistic ceiling of a causal policy.
 - a causal policy (:func:`causal_plan`): the simulator walks the trace, hands the policy an
-  :class:`~specscope.policy.observation.Observation` before every step and applies its (method, k).
+  :class:`~specscope.policy.observation.Observation` before every step and applies its (method, k);
+  in mixed mode the requests of one iteration are walked in lockstep and decided together.
 
 Pricing (:class:`SwitchDrafting`): each proposer drafts for the requests that chose it in an
 iteration, priced by its own drafting model over just those requests (the lookup model's share
@@ -59,31 +60,64 @@ def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...])
     return _switch_plan(parts, records, methods)
 
 
+class _Walk:
+    """One request under a causal policy: its observer, position and the steps taken."""
+
+    def __init__(self, record: TraceRecord, methods: tuple[str, ...], k_max: int) -> None:
+        self.length = common_length(record, methods)
+        self.observer = Observer(record, methods, self.length, k_max)
+        self.k_max, self.pos, self.steps = k_max, 1, []
+
+    @property
+    def done(self) -> bool:
+        return self.pos >= self.length
+
+    def observe(self):
+        return self.observer.observe(self.pos)
+
+    def take(self, method: int, k: int) -> None:
+        """Apply a decision: k capped at the deepest k and at what n-gram offers (0: none)."""
+        k = min(max(int(k), 0), self.k_max)
+        if method != NONE:
+            offer = self.observer.offer(method, self.pos)
+            k = k if offer is None else min(k, offer)
+        method = method if k > 0 else NONE
+        emitted = self.observer.step(self.pos, method, k)
+        self.steps.append((self.pos, k, emitted, method))
+        self.pos += emitted
+
+
 def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide_for: Callable[[int], Decide],
-                k_max: int, running: Callable[[int, int], int]) -> Plan:
-    """Walk every request asking the decision at the running batch size (``decide_for(b)``)
-    before each step; ``running(r, j)`` is the batch size at request r's step j (an engine's
-    policy decides at the batch it runs). k is capped at ``k_max`` and at what n-gram offers."""
-    parts, rules = [], {}
-    for r, record in enumerate(records):
-        g = common_length(record, methods)
-        observer = Observer(record, methods, g, k_max)
-        steps = []
-        p = 1
-        while p < g:
-            b = running(r, len(steps))
-            decide = rules.get(b) or rules.setdefault(b, decide_for(b))
-            m, k = decide(observer.observe(p))
-            k = min(max(int(k), 0), k_max)
-            if m != NONE:
-                offer = observer.offer(m, p)
-                k = k if offer is None else min(k, offer)
-            m = m if k > 0 else NONE
-            emitted = observer.step(p, m, k)
-            steps.append((p, k, emitted, m))
-            p += emitted
-        arrays = np.asarray(steps, dtype=np.int64).reshape(-1, 4).T
-        parts.append(tuple(arrays))
+                k_max: int, batch_size: int = 1, together: bool = False) -> Plan:
+    """Walk every request asking the policy's decision before each step. Alone (``together``
+    false: batch 1, or paper mode's B copies of each request): each request by itself, decided at
+    ``batch_size``. Together (mixed mode): the requests run in ``batch_size`` slots as
+    :mod:`specscope.sim.mixed` schedules them (in order; a finished request's slot is taken at the
+    next iteration) and each iteration's running requests are decided together at their count,
+    as an engine's policy decides its batch."""
+    walks = [_Walk(record, methods, k_max) for record in records]
+    rules: dict[int, Decide] = {}
+
+    def decide(observed: list) -> list[tuple[int, int]]:
+        b = batch_size if not together else len(observed)
+        return (rules.get(b) or rules.setdefault(b, decide_for(b)))(observed)
+
+    if not together:
+        for walk in walks:
+            while not walk.done:
+                walk.take(*decide([walk.observe()])[0])
+    else:
+        waiting, running = iter(walks), []
+        while True:
+            running = [w for w in running if not w.done]
+            while len(running) < batch_size and (walk := next(waiting, None)) is not None:
+                if not walk.done:
+                    running.append(walk)
+            if not running:
+                break
+            for walk, choice in zip(running, decide([w.observe() for w in running])):
+                walk.take(*choice)
+    parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 4).T) for w in walks]
     return _switch_plan(parts, records, methods)
 
 
