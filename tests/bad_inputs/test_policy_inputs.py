@@ -26,7 +26,7 @@ def policy_file(methods: tuple[str, ...]) -> str:
     return json.dumps({"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                        "mean": [0.0] * width, "scale": [1.0] * width, "coef": [[0.0] * width] * m,
                        "intercept": [[0.0] * 2] * m, "base_rate": [[0.5] * 2] * m,
-                       "models": [{"batch_size": 1, "theta": 1.0, "seconds": [[1.0, 1.1, 1.2]] * m,
+                       "models": [{"batch_size": 1, "seconds": [[1.0, 1.1, 1.2]] * m,
                                    "fixed": [[0.0] * 3] * m}]})
 
 

@@ -149,7 +149,7 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
     shift = np.array([[0.0, 0.0], [0.0, -50.0]])
 
     def group(fixed):
-        chooser = Chooser(np.zeros((2, 0)), bias, zeros, 1.0, 0, np.full((2, 2), 0.5),
+        chooser = Chooser(np.zeros((2, 0)), bias, zeros, 0, np.full((2, 2), 0.5),
                           np.array([[0.0, 0.0, 0.0], fixed]), batch_size=2)
         method, k = chooser.choose_group(x, offer, theta, shift)
         return list(zip(method.tolist(), k.tolist())), chooser
@@ -175,13 +175,13 @@ def test_hazard_rows_are_the_draft_tokens_judged():
 
 def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_request():
     """Two methods, one feature, J = 2: P(acc_len ≥ j) is the product of the hazards, E[e] adds
-    them, and θ is the request's tokens over its steps' price after the prior."""
+    them, and θ is the request's tokens over its steps' price after the prior's no-SD steps."""
     from specscope.policy.learned import PRIOR_STEPS, Chooser
     from specscope.policy.observation import History, Outcome
 
     weights, bias = np.array([[0.0], [1.0]]), np.log(np.array([[1.0, 1.0], [1.0, 3.0]]))  # σ(ln r) = r / (1 + r)
     seconds = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]])
-    chooser = Chooser(weights, bias, seconds, theta=0.0, ngram=-1, base_rate=np.full((2, 2), 0.5), fixed=np.zeros((2, 3)))
+    chooser = Chooser(weights, bias, seconds, ngram=-1, base_rate=np.full((2, 2), 0.5), fixed=np.zeros((2, 3)))
     none = np.zeros((1, 2))
     score = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0, none)[0]
     assert np.allclose(score[0], [1.0, 1.5, 1.75])  # hazards 1/2, 1/2: 1, 1 + 1/2, 1 + 1/2 + 1/4
@@ -190,12 +190,11 @@ def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_reque
     shifted = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0, np.array([[np.log(3.0), 0.0]]))[0]
     assert np.allclose(shifted[0], [1.0, 1.75, 1.75 + 0.75 ** 2])  # a shift of ln 3 on every hazard: 1/2 → 3/4
     history = History(2, 2)
-    history.record(Outcome(1, 2, 3, 0, 0))  # eagle k = 2 emitted 3: priced 3 s
+    history.record(Outcome(1, 2, 2, 0, 0))  # eagle k = 2 emitted 2: priced 3 s
     history.record(Outcome(-1, 0, 1, 0, 0))  # none: priced 1 s
-    obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
-    prior = PRIOR_STEPS * 1.0
-    chooser = Chooser(weights, bias, seconds, 2.0, -1, np.full((2, 2), 0.5), np.zeros((2, 3)))
-    assert chooser.theta_for(obs) == pytest.approx((2.0 * prior + 4) / (prior + 4))
+    obs = history.observation(4, 4, np.zeros(8, dtype=np.int64), 0, 0.0)
+    # PRIOR_STEPS no-SD steps (1 token, 1 s each), then 3 tokens emitted in 4 s
+    assert chooser.theta_for(obs) == pytest.approx((PRIOR_STEPS + 3) / (PRIOR_STEPS * 1.0 + 4))
 
 
 def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_depth():
@@ -213,7 +212,7 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
     obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
     assert obs.judged.tolist() == [[1, 1], [2, 1]] and obs.accepted.tolist() == [[1, 0], [1, 1]]
     rates = np.array([[0.5, 0.5], [0.5, 0.25]])
-    chooser = Chooser(np.zeros((2, 1)), np.zeros((2, 2)), np.ones((2, 3)), 1.0, 0, rates, np.zeros((2, 3)))
+    chooser = Chooser(np.zeros((2, 1)), np.zeros((2, 2)), np.ones((2, 3)), 0, rates, np.zeros((2, 3)))
     eagle = 3 / (3 + PRIOR_TOKENS) * np.log((2.5 / 1.5) / (1.75 / 2.25))
     ngram = 2 / (2 + PRIOR_TOKENS) * np.log((1.5 / 1.5) / (1.5 / 1.5))  # 1 of 2 where 1/2 was expected: 0
     assert np.allclose(chooser.shift_for(obs), [ngram, eagle])

@@ -88,3 +88,17 @@ def test_the_judgement_replays_the_fixed_ks_the_traces_hold():
     deep = replace(record(NGRAM, [5, 1, 1, 1, 1, 1, 1, 1, 1], rid="deep"), k_max=None)
     fixed = [p for p in candidate_policies(METHODS, None, [flat, deep]) if p.startswith("fixed:")]
     assert fixed == ["fixed:1", "fixed:2"]  # n-gram's longest acc_len is 3: k ≤ 2 for both proposers
+
+
+def test_in_mixed_mode_a_drafter_drafts_its_rows_to_the_deepest_k_among_them():
+    """Two requests decoded together, EAGLE proposing k = 1 for one and 3 for the other, every
+    draft rejected (two steps each): each iteration EAGLE drafts both rows to k = 3, 0.5 + 0.01 · 4
+    (not the mean k's 0.5 + 0.01 · 3), and verifies 2 + 4 tokens: 1 + 0.1 · 6."""
+    from specscope.sim.mixed import predict_mixed
+
+    records = [record([1, 1, 1], [1, 1, 1], rid=r) for r in "ab"]
+    plan = causal_plan(records, METHODS, lambda b: lambda seen: [(1, 1), (1, 3)][: len(seen)], 8, 2, together=True)
+    assert plan.proposed.tolist() == [1, 1, 3, 3]
+    split = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
+    assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 4))
+    assert split["verification"] == pytest.approx(2 * (1 + 0.1 * 6))

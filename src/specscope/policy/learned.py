@@ -24,14 +24,16 @@ B copies of it) pays both; the requests of one engine iteration are decided **to
 the rows that take it gain pays F_B(m, k_d) at the batch's rate — Σ_rows (E[e] − θ·T) −
 B·mean(θ)·F_B — otherwise no row drafts with it. θ (tokens one second of step
 time is worth: Dinkelbach's parameter for maximising the ratio Σe / ΣT) is the request's own
-ratio so far, Σ emitted / Σ T_B of its steps, after a prior of the fitted θ_B — the throughput
-the policy reached on its training data — weighted as :data:`PRIOR_STEPS` no-SD steps.
+ratio so far, Σ emitted / Σ T_B of its steps, as if it had first run :data:`PRIOR_STEPS` steps
+without SD: it starts at the no-SD rate, the rate any drafting must beat, and rises with what
+the request's own drafting reaches. (A prior of the throughput reached on the training data
+carried n-gram-rich workloads' rate to math, where it asked more of EAGLE than any step gives.)
 At a batch size the file was not fitted for, the nearest fitted one (log scale) decides.
 
 The file (``"schema": "specscope.policy/4"``) holds ``methods``, ``features`` (name →
 definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
 (b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), and
-``models``: per batch size ``theta``, ``seconds`` [M][J + 1] (the price per row) and ``fixed``
+``models``: per batch size ``seconds`` [M][J + 1] (the price per row) and ``fixed``
 [M][J + 1] (F_B: the batch's once-per-iteration drafting; 0 for a lookup and at k = 0); plain
 numbers only.
 """
@@ -54,7 +56,7 @@ from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngra
 SCHEMA = "specscope.policy/4"  # /4: a drafter's fixed drafting per batch apart (refit files of /1 … /3)
 LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
-PRIOR_STEPS = 32  # the fitted θ weighs as much as this many no-SD steps of a request's own record
+PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
 PRIOR_TOKENS = 16  # a request's own acceptance record weighs as much as the model's after this many tokens judged
 
 
@@ -114,7 +116,6 @@ class Chooser:
     weights: np.ndarray  # [M, F] hazard slopes, standardisation folded in
     bias: np.ndarray  # [M, J] hazard offsets b_m,j, standardisation folded in
     seconds: np.ndarray  # [M, J + 1] step seconds per row of method m proposing k = 0 … J (k = 0: none)
-    theta: float  # tokens per second one second of step time is worth
     ngram: int  # index of n-gram among the methods (its k is capped at its offer); NONE if absent
     base_rate: np.ndarray  # [M, J] each method's acceptance of draft tokens at depth j over the training data
     fixed: np.ndarray  # [M, J + 1] F_B: the drafting a batch pays once when m drafts to depth k (0: lookups, k = 0)
@@ -138,12 +139,10 @@ class Chooser:
 
     def theta_for(self, obs: Observation) -> float:
         """θ for this request now (an online Dinkelbach step): what it emitted over what its
-        steps cost at this table's prices alone, after a prior of :data:`PRIOR_STEPS` no-SD
-        steps' time at the fitted θ — so a workload slower or faster than the training data's
-        moves it."""
-        prior = PRIOR_STEPS * self.seconds[0, 0]
+        steps cost at this table's prices alone, after :data:`PRIOR_STEPS` no-SD steps (one
+        token each at the no-SD price)."""
         spent = np.vdot(obs.actions, self._prices[:, : obs.actions.shape[1]])
-        return float((self.theta * prior + obs.pos - 1) / (prior + spent))  # Σ emitted = pos − 1
+        return float((PRIOR_STEPS + obs.pos - 1) / (PRIOR_STEPS * self.seconds[0, 0] + spent))  # Σ emitted = pos − 1
 
     def shift(self, acceptance: np.ndarray) -> np.ndarray:
         """A request's own acceptance record ([M, 2, ≤ J]: draft tokens judged and accepted per
@@ -323,8 +322,8 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
         if b < 1 or seconds.shape != shape or fixed.shape != shape or not np.all(fixed >= 0):
             raise ValueError(f"model for batch size {b}: expected batch size >= 1, and seconds and fixed "
                              f"[{shape[0]}][{shape[1]}] (fixed >= 0)")
-        choosers[b] = Chooser(weights, bias, seconds, float(model["theta"]),
-                              methods.index("ngram") if "ngram" in methods else NONE, base_rate, fixed, b)
+        choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
+                              base_rate, fixed, b)
     if not choosers or not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)):
         raise ValueError("no models, or non-finite coefficients")
     return choosers

@@ -15,8 +15,7 @@ rows (the reference of the request-level shift). Per batch size B: T_B(m, k), th
 step at B copies (paper mode: verify B·(k + 1) tokens over B·kv cached, m's drafting when k > 0,
 overhead, and the catch-up of a model drafter the step leaves idle) at the training steps'
 median kv, with a model drafter's drafting split into its part per row and the part F_B the batch
-pays once (:func:`step_seconds`), and θ_B from three Dinkelbach rounds over the training steps,
-each deciding alone (θ ← Σ E[e] / Σ T of the actions chosen with the previous θ, from θ = 0).
+pays once (:func:`step_seconds`).
 """
 
 from __future__ import annotations
@@ -161,21 +160,6 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
             "base_rate": base.tolist()}
 
 
-def fit_theta(chooser: Chooser, xs: np.ndarray, offers: np.ndarray, shifts: np.ndarray) -> float:
-    """θ after three Dinkelbach rounds over the training steps, each step deciding alone (see
-    the module docstring)."""
-    theta, rows = 0.0, np.arange(len(xs))
-    offers = np.minimum(offers, chooser.seconds.shape[1] - 1)  # an offer beyond J proposes J
-    prices = chooser.seconds + chooser.fixed
-    for _ in range(3):
-        score = chooser.scores(xs, offers, theta, shifts)  # [N, M, J + 1]
-        flat = score.reshape(len(xs), -1).argmax(axis=1)
-        seconds = np.broadcast_to(prices, score.shape).reshape(len(xs), -1)[rows, flat]
-        gain = score.reshape(len(xs), -1)[rows, flat] + theta * seconds  # E[e] of the chosen action
-        theta = float(gain.sum() / seconds.sum())
-    return theta
-
-
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
                batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = (),
                max_k: int | None = None) -> dict:
@@ -207,12 +191,7 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         document["models"] = []
         for b in batch_sizes:
             seconds, fixed = step_seconds(cost, methods, depth, kv, b)
-            document["models"].append({"batch_size": b, "theta": 0.0, "seconds": seconds.tolist(),
-                                       "fixed": fixed.tolist()})
-        choosers = choosers_from_json(document, methods)
-        shifts = np.asarray([choosers[batch_sizes[0]].shift(a) for a in known])  # [N, M]
-        for model in document["models"]:
-            model["theta"] = fit_theta(choosers[model["batch_size"]], x, offers, shifts)
+            document["models"].append({"batch_size": b, "seconds": seconds.tolist(), "fixed": fixed.tolist()})
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed}

@@ -50,10 +50,14 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     def per_iteration(weights: np.ndarray | None, index: np.ndarray = iteration) -> np.ndarray:
         return np.bincount(index, weights, minlength=horizon).astype(float)
 
+    def deepest(values: np.ndarray) -> np.ndarray:
+        out = np.zeros(horizon)
+        np.maximum.at(out, iteration, values)
+        return out
+
     if isinstance(drafting, SwitchDrafting):
-        drafting = drafting.bind(plan, per_iteration)
-    longest = np.zeros(horizon)
-    np.maximum.at(longest, iteration, plan.verify_tokens)  # [T] max (k+1) over running requests
+        drafting = drafting.bind(plan, per_iteration, deepest)
+    longest = deepest(plan.verify_tokens)  # [T] max (k+1) over running requests
     running = per_iteration(None)
     load = StepLoad(
         batched_tokens=per_iteration(plan.verify_tokens),

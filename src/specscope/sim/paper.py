@@ -23,7 +23,8 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     request = plan.request_of_step
     steps = len(plan.pos)
     if isinstance(drafting, SwitchDrafting):
-        drafting = drafting.bind(plan, lambda weights: b * (np.ones(steps) if weights is None else weights))
+        drafting = drafting.bind(plan, lambda weights: b * (np.ones(steps) if weights is None else weights),
+                                 lambda values: values)
     load = StepLoad(
         batched_tokens=b * plan.verify_tokens,
         kv_tokens=b * (plan.prompt_len[request] + plan.pos),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
+from specscope.methods import method as method_named
 
 PHASES = ("prefill", "drafting", "verification", "overhead")
 
@@ -39,6 +40,33 @@ class PricedSteps:
     @property
     def total(self) -> np.ndarray:
         return self.drafting + self.verification + self.overhead
+
+
+@dataclass(frozen=True)
+class DeepestPasses:
+    """A model drafter's drafting in a batch whose rows propose different k: its passes serve
+    every row, so they run to the deepest k among them — the cost model prices a step whose
+    rows all propose that k (``padded_tokens`` per row; in paper mode the copies propose alike
+    and nothing changes). The sum of the rows' k would price a drafter that stops each row at
+    its own k for free, which no engine does."""
+
+    drafting: Drafting
+
+    def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
+        return self.drafting.time(replace(load, batched_tokens=load.padded_tokens), verify_time)
+
+    def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        return self.drafting.prefill_time(prompt_tokens)
+
+    def to_json(self) -> dict:
+        return self.drafting.to_json()
+
+
+def drafting_priced(cost: CostModel, method: str) -> Drafting:
+    """``method``'s drafting as the simulator prices a batch of it: a model drafter's passes run
+    to the deepest k among its rows (:class:`DeepestPasses`), a lookup's cost is its own."""
+    drafting = cost.drafting_for(method)
+    return drafting if method_named(method).kind == "lookup" else DeepestPasses(drafting)
 
 
 def price_steps(cost: CostModel, drafting: Drafting | None, load: StepLoad) -> PricedSteps:

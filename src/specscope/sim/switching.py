@@ -12,7 +12,8 @@ A switching plan records, per step, the proposer that ran (``Plan.method``: an i
 
 Pricing (:class:`SwitchDrafting`): each proposer drafts for the requests that chose it in an
 iteration, priced by its own drafting model over just those requests (the lookup model's share
-of the verify time is that of its proposing requests among all running ones). Under a causal
+of the verify time is that of its proposing requests among all running ones; a model drafter
+drafts them all to the deepest k among them, as an engine batches its passes). Under a causal
 policy the lookup runs for every running request at every step, whatever was chosen — its offer
 is a feature — and is priced so (``lookup_every_step``). A model drafter
 keeps a state (an EAGLE head reads the target's hidden state at every position): before its next
@@ -38,6 +39,7 @@ from specscope.methods import method as method_named
 from specscope.policy.observation import NONE, Decide
 from specscope.sim.observe import Observer
 from specscope.sim.plan import Plan, concat_steps, visit
+from specscope.sim.pricing import drafting_priced
 from specscope.trace.schema import TraceRecord
 
 def common_length(record: TraceRecord, methods: Sequence[str]) -> int:
@@ -152,15 +154,18 @@ class SwitchDrafting:
 
     @classmethod
     def of(cls, cost: CostModel, methods: tuple[str, ...], lookup_every_step: bool = False) -> "SwitchDrafting":
-        return cls(methods, tuple(cost.drafting_for(m) for m in methods), lookup_every_step)
+        return cls(methods, tuple(drafting_priced(cost, m) for m in methods), lookup_every_step)
 
     def stateful(self, index: int) -> bool:
         """Whether the proposer keeps a state that must follow every position (a model)."""
         return method_named(self.methods[index]).kind != "lookup"
 
-    def bind(self, plan: Plan, aggregate: Callable[[np.ndarray | None], np.ndarray]) -> "BoundSwitch":
+    def bind(self, plan: Plan, aggregate: Callable[[np.ndarray | None], np.ndarray],
+             deepest: Callable[[np.ndarray], np.ndarray]) -> "BoundSwitch":
         """This drafting for ``plan``, with ``aggregate`` turning per-step values [S] into the
-        pricing mode's per-load values (None: count the steps)."""
+        pricing mode's per-load values (None: count the steps) and ``deepest`` into their maximum
+        per load: each proposer's load pads its rows to the deepest k + 1 among them, which a model
+        drafter's passes run to (:class:`~specscope.sim.pricing.DeepestPasses`)."""
         if plan.methods != self.methods:
             raise SpecscopeError(f"a plan switching between {plan.methods} priced with {self.methods}")
         loads, caught_up = [], []
@@ -170,12 +175,13 @@ class SwitchDrafting:
             if self.lookup_every_step and not self.stateful(index):  # it looks up for every request
                 mine = proposing = np.ones_like(mine)
             caught_up.append(aggregate(catch_up(plan, index).astype(float)) if self.stateful(index) else None)
+            tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
             loads.append(StepLoad(
-                batched_tokens=aggregate(np.where(mine, plan.verify_tokens, 0).astype(float)),
+                batched_tokens=aggregate(tokens),
                 kv_tokens=aggregate(np.where(mine, plan.prompt_len[plan.request_of_step] + plan.pos, 0).astype(float)),
                 num_running=aggregate(mine.astype(float)),
                 num_proposing=aggregate(proposing.astype(float)),
-                padded_tokens=aggregate(np.where(mine, plan.verify_tokens, 0).astype(float)),
+                padded_tokens=aggregate(mine.astype(float)) * deepest(tokens),
             ))
         return BoundSwitch(self, loads, caught_up)
 
