@@ -37,11 +37,11 @@ def observations(records, policy: LearnedPolicy) -> list:
     """The observations a walk of ``records`` at batch 1 hands ``policy``."""
     seen, decide = [], policy.decide_for(1)
 
-    def spy(obs):
-        seen.append(obs)
-        return decide(obs)
+    def spy(observed):
+        seen.extend(observed)
+        return decide(observed)
 
-    causal_plan(records, METHODS, lambda b: spy, policy.depth, lambda r, j: 1)
+    causal_plan(records, METHODS, lambda b: spy, policy.depth)
     return seen
 
 

@@ -81,24 +81,6 @@ def test_mixed_mode_two_slots_share_steps():
     assert mixed.throughput == pytest.approx(together.throughput)  # 2·G / the same latency
 
 
-def test_in_a_mixed_batch_a_model_drafter_drafts_every_row_to_the_deepest_k():
-    """Two requests decoded together under the oracle, proposing k = 1 and k = 3 at their first
-    step (acc_len 2 and 4): EAGLE's c_tok = 0.05 is paid on the deepest k + 1 = 4 per row, not
-    on the mean 3; n-gram, a lookup, keeps its own cost. The simulator's grid prices it so."""
-    from specscope.sim.pricing import DeepestPasses, drafting_priced
-
-    cost = LinearCostModel("hand", c_fixed=1.0, c_tok=0.1, c_kv=0.0, overhead_s=0.0, drafting={
-        "ngram": FractionDrafting(0.1), "eagle": LinearDrafting(0.2, 0.05, 0.0)})
-    plan = make_plan([np.array([2, 1, 1]), np.array([4, 1, 1, 1, 1])], [10, 10], parse_policy("oracle"), k_max=20)
-    assert plan.proposed.tolist() == [1, 3]
-    assert isinstance(drafting_priced(cost, "eagle"), DeepestPasses)
-    assert drafting_priced(cost, "ngram") is cost.drafting["ngram"]
-    split = predict_mixed(plan, cost, drafting_priced(cost, "eagle"), 2).time_split
-    assert split["drafting"] == pytest.approx(0.2 + 0.05 * 4)
-    mean = predict_mixed(plan, cost, cost.drafting_for("eagle"), 2).time_split
-    assert mean["drafting"] == pytest.approx(0.2 + 0.05 * 3)
-
-
 acc_strategy = st.lists(st.integers(1, 6), min_size=2, max_size=60)
 coef = st.floats(0.0, 2.0)
 

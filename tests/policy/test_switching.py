@@ -50,7 +50,7 @@ def test_switch_pricing_charges_each_proposer_its_drafting_and_the_catch_up():
 def test_a_causal_policy_pays_the_lookup_at_every_step():
     """Its offer is a feature, so the engine looks up n-gram for every request at every step."""
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
-    every = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, lookup_every_step=True), 1).time_split
+    every = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 1).time_split
     # n-gram 0.1 × the verify time of all five steps (1.3 + 1.2 + 1.1 + 1.1 + 1.2), not of its one step
     assert every["drafting"] == pytest.approx(0.1 * 5.9 + 2 * 0.52 + 0.2 * 5)
 
@@ -90,15 +90,19 @@ def test_the_judgement_replays_the_fixed_ks_the_traces_hold():
     assert fixed == ["fixed:1", "fixed:2"]  # n-gram's longest acc_len is 3: k ≤ 2 for both proposers
 
 
-def test_in_mixed_mode_a_drafter_drafts_its_rows_to_the_deepest_k_among_them():
+def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k_among_them():
     """Two requests decoded together, EAGLE proposing k = 1 for one and 3 for the other, every
-    draft rejected (two steps each): each iteration EAGLE drafts both rows to k = 3, 0.5 + 0.01 · 4
-    (not the mean k's 0.5 + 0.01 · 3), and verifies 2 + 4 tokens: 1 + 0.1 · 6."""
+    draft rejected (two steps each): each iteration EAGLE drafts both rows to k = 3, 0.5 + 0.01 · 4,
+    as the engine runs a causal policy (an oracle's plan keeps the mean k's 0.5 + 0.01 · 3), and
+    verifies 2 + 4 tokens: 1 + 0.1 · 6."""
     from specscope.sim.mixed import predict_mixed
 
     records = [record([1, 1, 1], [1, 1, 1], rid=r) for r in "ab"]
     plan = causal_plan(records, METHODS, lambda b: lambda seen: [(1, 1), (1, 3)][: len(seen)], 8, 2, together=True)
     assert plan.proposed.tolist() == [1, 1, 3, 3]
-    split = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
-    assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 4))
+    split = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
+    lookups = 2 * 0.1 * (1 + 0.1 * 6)  # n-gram's share: every row, every step
+    assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 4) + lookups)
     assert split["verification"] == pytest.approx(2 * (1 + 0.1 * 6))
+    optimistic = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
+    assert optimistic["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 3))

@@ -23,7 +23,7 @@ from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
 from specscope.sim.plan import Plan, baseline_plan, make_plan
 from specscope.sim.policies import Policy, parse_policy
-from specscope.sim.pricing import Prediction, drafting_priced
+from specscope.sim.pricing import Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
 from specscope.trace.schema import TraceRecord
 
@@ -228,12 +228,11 @@ def _check_tree(records: Sequence[TraceRecord], acc: str, policy: Policy, datase
 
 
 def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchDrafting:
-    """What ``policy``'s steps draft with: the switching policy's proposers, oracle-combined's
-    first (the paper's rule), else ``acc``'s; a model drafter's passes run to the deepest k among
-    a batch's rows (:func:`~specscope.sim.pricing.drafting_priced`)."""
-    if policy.switch is not None:  # a causal policy runs the lookup every step: its offer is a feature
-        return SwitchDrafting.of(cost, policy.switch, lookup_every_step=policy.decide_for is not None)
-    return drafting_priced(cost, policy.combined[0] if policy.combined else acc)
+    """What ``policy``'s steps draft with: the switching policy's proposers (a causal one priced
+    as the engine runs it), oracle-combined's first (the paper's rule), else ``acc``'s."""
+    if policy.switch is not None:
+        return SwitchDrafting.of(cost, policy.switch, causal=policy.decide_for is not None)
+    return cost.drafting_for(policy.combined[0] if policy.combined else acc)
 
 
 def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:

@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
-from specscope.methods import method as method_named
 
 PHASES = ("prefill", "drafting", "verification", "overhead")
 
@@ -44,11 +43,11 @@ class PricedSteps:
 
 @dataclass(frozen=True)
 class DeepestPasses:
-    """A model drafter's drafting in a batch whose rows propose different k: its passes serve
-    every row, so they run to the deepest k among them — the cost model prices a step whose
-    rows all propose that k (``padded_tokens`` per row; in paper mode the copies propose alike
-    and nothing changes). The sum of the rows' k would price a drafter that stops each row at
-    its own k for free, which no engine does."""
+    """A model drafter's drafting in a batch whose rows propose different k, as an engine runs
+    it: its passes serve every row, so they run to the deepest k among them — the cost model
+    prices a step whose rows all propose that k (``padded_tokens`` per row; in paper mode the
+    copies propose alike and nothing changes). The mean k would price a drafter that stops each
+    row at its own k for free."""
 
     drafting: Drafting
 
@@ -60,13 +59,6 @@ class DeepestPasses:
 
     def to_json(self) -> dict:
         return self.drafting.to_json()
-
-
-def drafting_priced(cost: CostModel, method: str) -> Drafting:
-    """``method``'s drafting as the simulator prices a batch of it: a model drafter's passes run
-    to the deepest k among its rows (:class:`DeepestPasses`), a lookup's cost is its own."""
-    drafting = cost.drafting_for(method)
-    return drafting if method_named(method).kind == "lookup" else DeepestPasses(drafting)
 
 
 def price_steps(cost: CostModel, drafting: Drafting | None, load: StepLoad) -> PricedSteps:

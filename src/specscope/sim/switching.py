@@ -12,10 +12,12 @@ A switching plan records, per step, the proposer that ran (``Plan.method``: an i
 
 Pricing (:class:`SwitchDrafting`): each proposer drafts for the requests that chose it in an
 iteration, priced by its own drafting model over just those requests (the lookup model's share
-of the verify time is that of its proposing requests among all running ones; a model drafter
-drafts them all to the deepest k among them, as an engine batches its passes). Under a causal
-policy the lookup runs for every running request at every step, whatever was chosen — its offer
-is a feature — and is priced so (``lookup_every_step``). A model drafter
+of the verify time is that of its proposing requests among all running ones). A causal policy
+(``causal``) is priced as the engine runs it: the lookup runs for every running request at every
+step, whatever was chosen — its offer is a feature — and a model drafter drafts its rows to the
+deepest k among them, as the engine batches its passes. The oracles keep the cost model's price
+of its rows' mean k, as if each row's drafting stopped at its own k: optimistic, as a ceiling
+should be (at roofline B = 8 the deepest k prices gsm8k's oracle-switch below EAGLE k = 3). A model drafter
 keeps a state (an EAGLE head reads the target's hidden state at every position): before its next
 step it **catches up** the positions emitted by other proposers' steps since its last one,
 catch-up = pos − (the position after the request's previous step with that drafter; 1 when
@@ -39,7 +41,7 @@ from specscope.methods import method as method_named
 from specscope.policy.observation import NONE, Decide
 from specscope.sim.observe import Observer
 from specscope.sim.plan import Plan, concat_steps, visit
-from specscope.sim.pricing import drafting_priced
+from specscope.sim.pricing import DeepestPasses
 from specscope.trace.schema import TraceRecord
 
 def common_length(record: TraceRecord, methods: Sequence[str]) -> int:
@@ -150,11 +152,15 @@ class SwitchDrafting:
 
     methods: tuple[str, ...]
     draftings: tuple[Drafting, ...]
-    lookup_every_step: bool = False  # a causal policy: the lookup runs for every request (module docstring)
+    causal: bool = False  # priced as the engine runs a causal policy (module docstring)
 
     @classmethod
-    def of(cls, cost: CostModel, methods: tuple[str, ...], lookup_every_step: bool = False) -> "SwitchDrafting":
-        return cls(methods, tuple(drafting_priced(cost, m) for m in methods), lookup_every_step)
+    def of(cls, cost: CostModel, methods: tuple[str, ...], causal: bool = False) -> "SwitchDrafting":
+        """``methods``' drafting under ``cost``; ``causal``: as the engine runs a causal policy, a
+        model drafter's passes run to the deepest k among its rows (:class:`DeepestPasses`)."""
+        draftings = tuple(DeepestPasses(cost.drafting_for(m)) if causal and method_named(m).kind != "lookup"
+                          else cost.drafting_for(m) for m in methods)
+        return cls(methods, draftings, causal)
 
     def stateful(self, index: int) -> bool:
         """Whether the proposer keeps a state that must follow every position (a model)."""
@@ -172,7 +178,7 @@ class SwitchDrafting:
         for index in range(len(self.methods)):
             mine = plan.method == index
             proposing = mine & (plan.proposed > 0)
-            if self.lookup_every_step and not self.stateful(index):  # it looks up for every request
+            if self.causal and not self.stateful(index):  # it looks up for every request
                 mine = proposing = np.ones_like(mine)
             caught_up.append(aggregate(catch_up(plan, index).astype(float)) if self.stateful(index) else None)
             tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
