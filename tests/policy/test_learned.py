@@ -161,6 +161,27 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
     assert chooser.choose([], 0, 1.0, shift[0]) == (1, 2)
 
 
+def test_a_group_weighs_every_combination_of_two_drafters():
+    """Two model drafters A and B, J = 1, prices 0 per row, θ = 1, B = 2: row 0 gains 0.5 from
+    A alone, row 1 0.5 from B alone. Each drafter running costs the batch 2 · F. F = 0.2 each: both
+    run (3 − 0.8 = 2.2 beats one's 2.5 − 0.4 and none's 2); F = 0.3 each: none (2 beats 1.9 and
+    1.8); F_A = 0.2, F_B = 0.3: A alone (2.1 beats 1.9, 2.0 and 2)."""
+    from specscope.policy.learned import Chooser
+
+    x, offer, theta = np.zeros((2, 0)), np.array([0, 0]), np.array([1.0, 1.0])
+    shift = np.array([[0.0, -50.0], [-50.0, 0.0]])
+
+    def group(f_a, f_b):
+        chooser = Chooser(np.zeros((2, 0)), np.zeros((2, 1)), np.zeros((2, 2)), -1, np.full((2, 1), 0.5),
+                          np.array([[0.0, f_a], [0.0, f_b]]), batch_size=2)
+        method, k = chooser.choose_group(x, offer, theta, shift)
+        return list(zip(method.tolist(), k.tolist()))
+
+    assert group(0.2, 0.2) == [(0, 1), (1, 1)]
+    assert group(0.3, 0.3) == [(-1, 0), (-1, 0)]
+    assert group(0.2, 0.3) == [(0, 1), (-1, 0)]
+
+
 def test_hazard_rows_are_the_draft_tokens_judged():
     """acc_len 1: token 1 rejected; 3: tokens 1, 2 accepted, 3 rejected; 20 with k ≤ 16: 16
     accepted, nothing judged beyond; 2 with an offer of 1: its one token accepted; 1 with no

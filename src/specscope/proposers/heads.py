@@ -206,11 +206,11 @@ def save_head(out_dir: Path, config: dict, tensors: dict[str, torch.Tensor]) -> 
 class HeadProposer:
     """Drives a :class:`Head` through the proposer protocol (see the module docstring).
 
-    ``pending[slot] = (start, hidden)``: the fused target hidden states [n, hidden] of the
-    committed positions ``start..start+n-1`` that the head has not consumed yet. They accumulate
-    over the verification passes of steps the head did not draft for (a learned policy chose
-    another proposer there), and its next ``propose`` runs them all in its first forward: the
-    head catches up.
+    ``pending[slot] = (start, [hidden, …])``: the fused target hidden states (pieces of
+    [n_i, hidden], one per target pass) of the committed positions from ``start`` on that the head
+    has not consumed yet. They accumulate over the verification passes of steps the head did not
+    draft for (a learned policy chose another proposer there), and its next ``propose`` joins
+    them and runs them all in its first forward: the head catches up.
     """
 
     def __init__(self, name: str, head: Head, config: ProposerConfig, target: Transformer) -> None:
@@ -221,7 +221,7 @@ class HeadProposer:
         self.cache = KVCache(
             head.config, config.max_batch_size, config.max_seq_len, target.dtype, target.device
         )
-        self.pending: dict[int, tuple[int, torch.Tensor]] = {}
+        self.pending: dict[int, tuple[int, list[torch.Tensor]]] = {}
 
     @torch.no_grad()
     def observe(self, target_pass: TargetPass) -> None:
@@ -237,11 +237,9 @@ class HeadProposer:
             first = n - 1 if head_prefill else 0  # entries not run yet: first..n-1
             states = fused[row, first:n]  # [n - first, hidden]
             if slot in self.pending and not target_pass.prefill:  # no draft since: catch up later
-                earlier, before = self.pending[slot]
-                states = torch.cat((before, states))
-                self.pending[slot] = (earlier, states)
+                self.pending[slot][1].append(states.clone())  # a copy: the pass's whole tensor is not kept
             else:
-                self.pending[slot] = (start + first, states)
+                self.pending[slot] = (start + first, [states])
 
     def _chunk(
         self, request: ProposeInput
@@ -258,7 +256,8 @@ class HeadProposer:
             n = len(history) - 1  # the newest token's position
             if slot not in self.pending:
                 raise RuntimeError(f"{self.name}: propose for slot {slot} before any target pass")
-            start, states = self.pending.pop(slot)
+            start, pieces = self.pending.pop(slot)
+            states = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
             if start + states.shape[0] != n:
                 raise RuntimeError(
                     f"{self.name}: slot {slot} has states up to {start + states.shape[0]}, newest token at {n}"

@@ -29,26 +29,34 @@ from specscope.proposers.registry import register
 def lookup(history: list[int] | np.ndarray, k: int, min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N) -> list[int]:
     """The proposal for one history under the match rule above (``[]`` when nothing matches).
 
-    Every earlier position ``e`` holding the newest token ends a candidate occurrence; walking
-    back at most ``max_n - 1`` tokens gives each candidate's match length, in
-    O(candidates x max_n) rather than a scan of the history per ``n``.
+    Every earlier position ``e`` holding the newest token ends a candidate occurrence (found by
+    the list's own search); from the most recent back, each candidate's match length is the run
+    of tokens agreeing with the history's end, at most ``max_n``; a longer one replaces the best,
+    so ties keep the most recent. Plain Python on purpose: an engine calls this for every
+    sequence at every step, and there array code's fixed cost per call dominated (in the
+    reference engine, 118 µs against 9 µs per call, measured on the bundled math workload).
     """
-    h = np.asarray(history, dtype=np.int64)
-    ends = np.flatnonzero(h[:-1] == h[-1])  # candidate occurrence ends e < len(h) - 1
-    lengths = np.ones(ends.size, dtype=np.int64)
-    alive = np.ones(ends.size, dtype=bool)
-    for back in range(1, max_n):
-        if back >= h.size:
+    h = history if isinstance(history, list) else list(history)
+    size = len(h)
+    last, ends, e = h[-1], [], -1
+    while True:  # candidate occurrence ends e < size - 1
+        try:
+            e = h.index(last, e + 1, size - 1)
+        except ValueError:
             break
-        starts = ends - back
-        alive &= starts >= 0
-        alive[alive] = h[starts[alive]] == h[-1 - back]
-        lengths += alive
-    best = lengths.max(initial=0)
+        ends.append(e)
+    best, where = 0, -1
+    for e in reversed(ends):
+        n = 1
+        while n < max_n and n <= e and h[e - n] == h[size - 1 - n]:
+            n += 1
+        if n > best:
+            best, where = n, e
+            if n == max_n:
+                break
     if best < min_n:
         return []
-    e = int(ends[lengths == best][-1])  # the most recent occurrence of the longest match
-    return h[e + 1 : e + 1 + k].tolist()
+    return [int(t) for t in h[where + 1 : where + 1 + k]]
 
 
 class NgramProposer:
@@ -68,14 +76,11 @@ class NgramProposer:
         """Nothing to update: the histories passed to :meth:`propose` are all it reads."""
 
     def propose(self, request: ProposeInput) -> Proposal:
-        batch, k = len(request.histories), request.k
-        tokens = torch.zeros(batch, k, dtype=torch.long)
-        draft_len = torch.zeros(batch, dtype=torch.long)
-        for row, history in enumerate(request.histories):
-            found = lookup(history, k, self.min_n, self.max_n)
-            tokens[row, : len(found)] = torch.tensor(found, dtype=torch.long)
-            draft_len[row] = len(found)
-        return Proposal(tokens.to(self.device), draft_len.to(self.device))
+        k = request.k
+        found = [lookup(history, k, self.min_n, self.max_n) for history in request.histories]
+        tokens = torch.tensor([row + [0] * (k - len(row)) for row in found], dtype=torch.long, device=self.device)
+        draft_len = torch.tensor([len(row) for row in found], dtype=torch.long, device=self.device)
+        return Proposal(tokens.reshape(len(found), k), draft_len)
 
     def release(self, slot: int) -> None:
         """Nothing is kept per slot."""
