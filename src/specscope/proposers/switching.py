@@ -92,29 +92,32 @@ class SwitchingProposer:
         x = np.asarray([features(obs, self.policy.methods) for obs in observed])
         theta = np.asarray([chooser.theta_for(obs) for obs in observed])
         shift = np.asarray([chooser.shift_for(obs) for obs in observed])
-        method, k = chooser.choose_group(x, np.asarray(offers), theta, shift)
-        k = np.minimum(k, self.depth)
-        if self._ngram != NONE:
-            k = np.where(method == self._ngram, np.minimum(k, offers), k)
-        method = np.where(k > 0, method, NONE)
-        tokens = torch.zeros(batch, self.depth, dtype=torch.long, device=device)
-        draft_len = torch.as_tensor(k, dtype=torch.long, device=device)
+        chosen, depths = chooser.choose_group(x, np.asarray(offers), theta, shift)
+        method, k = [], []  # plain lists from here: per-row array operations cost more than they save
+        for m, d, offer in zip(chosen.tolist(), depths.tolist(), offers):
+            d = min(d, self.depth, offer) if m == self._ngram else min(d, self.depth)
+            method.append(m if d > 0 else NONE)
+            k.append(d)
+        drafted = [[0] * self.depth for _ in range(batch)]  # [batch][depth] draft tokens
         probs, probs_of = None, {}
         first_prob: list[float | None] = [None] * batch
         for index, member in enumerate(self.members):
-            rows = np.flatnonzero(method == index).tolist()
+            rows = [row for row in range(batch) if method[row] == index]
             if not rows:
                 continue
             if index == self._ngram:
-                proposal = Proposal(offered.tokens[rows], offered.draft_len[rows])
-            else:
-                proposal = member.propose(_subset(request, rows, int(k[rows].max()), confidence=True))
-                for row, value in zip(rows, proposal.confidence[:, 0].tolist()):
-                    first_prob[row] = value
-            width = proposal.tokens.shape[1]
-            tokens[rows, :width] = proposal.tokens[:, : self.depth]
+                for row in rows:
+                    drafted[row] = ngram_rows[row]
+                continue
+            proposal = member.propose(_subset(request, rows, max(k[row] for row in rows), confidence=True))
+            for row, draft, value in zip(rows, proposal.tokens[:, : self.depth].tolist(),
+                                         proposal.confidence[:, 0].tolist()):
+                drafted[row][: len(draft)] = draft
+                first_prob[row] = value
             if proposal.probs is not None:
                 probs_of[index] = (rows, proposal.probs)
+        tokens = torch.tensor(drafted, dtype=torch.long, device=device)
+        draft_len = torch.tensor(k, dtype=torch.long, device=device)
         if probs_of:  # sampled rows: the members' distributions, point masses elsewhere
             vocab = next(iter(probs_of.values()))[1].shape[-1]
             probs = torch.zeros(batch, self.depth, vocab, device=device).scatter_(-1, tokens[:, :, None], 1.0)
@@ -122,7 +125,7 @@ class SwitchingProposer:
                 probs[rows, : member_probs.shape[1]] = member_probs
         for row, slot in enumerate(request.slots):
             state = self._sequences[slot]
-            state.step = (int(method[row]), int(k[row]), len(request.histories[row]), ngram_rows[row][: offers[row]])
+            state.step = (method[row], k[row], len(request.histories[row]), ngram_rows[row][: offers[row]])
             state.prob = first_prob[row]
         return Proposal(tokens, draft_len, probs)
 
