@@ -13,7 +13,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.sim.evaluate import judge
 from specscope.sim.grid import SimConfig, simulate
-from specscope.policy.learned import feature_names, load_policy
+from specscope.policy.learned import feature_names, features, load_policy
 
 pytest.importorskip("sklearn")
 
@@ -130,6 +130,32 @@ def test_without_a_fixed_drafting_cost_a_group_decides_row_by_row_and_the_neares
     methods, ks = fitted.choose_group(x, offers, theta, shift)
     assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)
     assert len({k for m, k in zip(methods, ks) if m == 1}) <= 1 or fitted.fixed[1].any()
+
+
+def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_file):
+    """``decide_for(b)`` on the rows of an iteration is what the engine's switching proposer asks
+    (``choose_group`` on their features, θ and shift), a lone row at B = 8 included; B copies of
+    one observation (paper mode) decide as the request alone (``choose``)."""
+    from specscope.sim.observe import Observer
+
+    policy = load_policy(policy_file)
+    chooser = policy.chooser(8)
+    records = workload(3, count=8)
+    observed = [Observer(r, policy.methods, 40, policy.depth).observe(1) for r in records]
+
+    def engine(rows):
+        method, k = chooser.choose_group(np.asarray([features(o, policy.methods) for o in rows]),
+                                         np.asarray([o.ngram_offer for o in rows]),
+                                         np.asarray([chooser.theta_for(o) for o in rows]),
+                                         np.asarray([chooser.shift_for(o) for o in rows]))
+        return list(zip(method.tolist(), k.tolist()))
+
+    decide = policy.decide_for(8)
+    assert decide(observed) == engine(observed)
+    assert decide(observed[:1]) == engine(observed[:1])
+    obs = observed[0]
+    alone = chooser.choose(features(obs, policy.methods), obs.ngram_offer, chooser.theta_for(obs), chooser.shift_for(obs))
+    assert decide([obs] * 8) == [alone] * 8
 
 
 def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_pays_for():

@@ -175,7 +175,7 @@ def show_decisions(policy, args: argparse.Namespace) -> None:
         p = 1
         for _ in range(EXAMPLE_STEPS):
             obs = observer.observe(p)
-            m, k = decide([obs])[0]
+            m, k = decide([obs] * b)[0]  # B copies of the record, as the simulator's paper mode
             offer = None if m == NONE else observer.offer(m, p)
             k = k if offer is None else min(k, offer)
             emitted = observer.step(p, m if k > 0 else NONE, k)

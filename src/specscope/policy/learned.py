@@ -263,19 +263,23 @@ class LearnedPolicy:
         return self.choosers[nearest]
 
     def decide_for(self, batch_size: int) -> Decide:
-        """The decision at ``batch_size``: observations of the requests deciding together →
-        their (method, k); one observation decides alone (batch 1, or B copies of it)."""
+        """The decision at ``batch_size``: observations of the rows of one engine iteration →
+        their (method, k), decided together as the engine decides them
+        (:meth:`Chooser.choose_group`). Copies of one observation (the simulator's paper mode:
+        B copies of a request), or one row at batch 1, decide alone: B identical rows choose
+        alike, paying the batch's part of the drafting among them."""
         chooser, methods = self.chooser(batch_size), self.methods
 
         def decide(observed: Sequence[Observation]) -> list[tuple[int, int]]:
-            if len(observed) == 1:
-                obs = observed[0]
-                return [chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs),
-                                       chooser.shift_for(obs))]
-            method, k = chooser.choose_group(np.asarray([features(obs, methods) for obs in observed]),
-                                             np.asarray([obs.ngram_offer for obs in observed]),
-                                             np.asarray([chooser.theta_for(obs) for obs in observed]),
-                                             np.asarray([chooser.shift_for(obs) for obs in observed]))
+            obs = observed[0]
+            if all(other is obs for other in observed) and (len(observed) > 1 or chooser.batch_size == 1):
+                alone = chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs),
+                                       chooser.shift_for(obs))
+                return [alone] * len(observed)
+            method, k = chooser.choose_group(np.asarray([features(o, methods) for o in observed]),
+                                             np.asarray([o.ngram_offer for o in observed]),
+                                             np.asarray([chooser.theta_for(o) for o in observed]),
+                                             np.asarray([chooser.shift_for(o) for o in observed]))
             return list(zip(method.tolist(), k.tolist()))
 
         return decide

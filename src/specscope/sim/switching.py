@@ -103,13 +103,13 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
     rules: dict[int, Decide] = {}
 
     def decide(observed: list) -> list[tuple[int, int]]:
-        b = batch_size if not together else len(observed)
+        b = len(observed)
         return (rules.get(b) or rules.setdefault(b, decide_for(b)))(observed)
 
     if not together:
         for walk in walks:
             while not walk.done:
-                walk.take(*decide([walk.observe()])[0])
+                walk.take(*decide([walk.observe()] * batch_size)[0])  # B copies of it
     else:
         waiting, running = iter(walks), []
         while True:
