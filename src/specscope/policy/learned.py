@@ -169,15 +169,14 @@ class Chooser:
         log_h = -np.logaddexp(0.0, -logits)  # log σ, exact for any logit
         return np.exp(log_h @ self._running) @ self._cumulate
 
-    def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float, shift: np.ndarray,
-               alone: bool = True) -> np.ndarray:
+    def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float, shift: np.ndarray) -> np.ndarray:
         """x [B, F], offer [B] (at most J), θ [B] or one, shift [B, M] → score [B, M, J + 1] of
-        (method, k) (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds (``alone``: the
-        batch's part of the drafting included); n-gram proposing more than it offers scores −∞
-        (it would propose just its offer, a candidate already)."""
+        (method, k) (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds per row (the
+        batch's part of the drafting apart); n-gram proposing more than it offers scores −∞ (it
+        would propose just its offer, a candidate already)."""
         score = self._gain((x @ self._weights_t + shift)[:, :, None] + self.bias)
         score += self._base[offer]
-        score -= np.reshape(theta, (-1, 1, 1)) * (self._alone if alone else self.seconds)
+        score -= np.reshape(theta, (-1, 1, 1)) * self.seconds
         return score
 
     def choose_group(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray,
@@ -190,7 +189,7 @@ class Chooser:
             method, k = self.choose(x[0], int(offer[0]), float(np.ravel(theta)[0]), shift[0])
             return np.asarray([method]), np.asarray([k])
         depth = self.seconds.shape[1]
-        score = self.scores(x, np.minimum(offer, depth - 1), theta, shift, alone=False)  # [B, M, J + 1]
+        score = self.scores(x, np.minimum(offer, depth - 1), theta, shift)  # [B, M, J + 1]
         rate = self.batch_size * float(np.mean(theta))  # the batch's tokens per second of batch time
         allowed = np.ones(score.shape[1:], dtype=bool)
         if self._drafters:
@@ -216,9 +215,9 @@ class Chooser:
         return np.where(k > 0, method, NONE), k
 
     def choose(self, x: list[float], offer: int, theta: float, shift: np.ndarray) -> tuple[int, int]:
-        """(method index, k) for a request alone (it pays its drafter's batch part too): the
-        argmax of :meth:`scores` for one row, in fewer array operations (an engine at batch 1
-        pays this every step)."""
+        """(method index, k) for a request alone: the argmax of :meth:`scores` for one row with
+        the batch's part of the drafting added to its price (it pays it alone), in fewer array
+        operations (an engine at batch 1 pays this every step)."""
         depth = self.seconds.shape[1]
         score = self._gain((self.weights @ np.asarray(x) + shift)[:, None] + self.bias)  # [M, J + 1]
         score += self._base[min(offer, depth - 1)]

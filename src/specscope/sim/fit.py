@@ -43,10 +43,10 @@ MAX_ROWS = 60_000  # training rows per regression (a uniform sample beyond)
 
 
 def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int, rng: np.random.Generator,
-            chooser: Chooser | None) -> tuple[list[list[float]], list[list[int]], list[int], list[np.ndarray]]:
-    """Walk every record (see the module docstring): features, acc_len per method, kv (prompt +
-    position) and the request's acceptance record [M, 2, J] (judged, accepted) of every step."""
-    xs, accs, kvs, acceptance = [], [], [], []
+            chooser: Chooser | None) -> tuple[list[list[float]], list[list[int]], list[int]]:
+    """Walk every record (see the module docstring): features, acc_len per method and kv (prompt +
+    position) of every step."""
+    xs, accs, kvs = [], [], []
     for record in records:
         g = common_length(record, methods)
         acc = [record.acc_len(m)[:g].tolist() for m in methods]
@@ -59,7 +59,6 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             xs.append(x)
             accs.append(truth)
             kvs.append(record.prompt_len + p)
-            acceptance.append(obs.acceptance)
             draw = rng.random()
             if chooser is not None and draw < 0.5:
                 m, k = chooser.choose(x, obs.ngram_offer, chooser.theta_for(obs), chooser.shift_for(obs))
@@ -74,7 +73,7 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             offer = observer.offer(m, p)
             k = k if offer is None else min(k, offer)
             p += observer.step(p, m if k > 0 else NONE, k)
-    return xs, accs, kvs, acceptance
+    return xs, accs, kvs
 
 
 def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float,
@@ -179,10 +178,10 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                       "cost_model": cost.describe(), "batch_sizes": list(batch_sizes)}
-    xs, accs, kvs, known, chooser = [], [], [], [], None
+    xs, accs, kvs, chooser = [], [], [], None
     for _ in range(ROUNDS):
         more = collect(records, methods, depth, rng, chooser)
-        xs, accs, kvs, known = xs + more[0], accs + more[1], kvs + more[2], known + more[3]
+        xs, accs, kvs = xs + more[0], accs + more[1], kvs + more[2]
         x, acc = np.asarray(xs), np.asarray(accs)
         offers = x[:, list(feature_names(methods)).index("ngram_offer")].astype(np.int64)
         limits = np.array([np.minimum(offers, depth) if m == "ngram" else np.full(len(x), depth) for m in methods]).T
