@@ -43,7 +43,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -234,6 +234,7 @@ class LearnedPolicy:
     methods: tuple[str, ...]
     choosers: dict[int, Chooser]
     document: dict
+    _nearest: dict[int, Chooser] = field(default_factory=dict, compare=False, repr=False)  # chooser() by batch size
 
     @property
     def depth(self) -> int:
@@ -257,9 +258,12 @@ class LearnedPolicy:
         return models[0] if models else None
 
     def chooser(self, batch_size: int) -> Chooser:
-        """The rule of the fitted batch size nearest ``batch_size`` (log scale)."""
-        nearest = min(self.choosers, key=lambda b: (abs(math.log(b) - math.log(batch_size)), b))
-        return self.choosers[nearest]
+        """The rule of the fitted batch size nearest ``batch_size`` (log scale), found once per size
+        (an engine asks at every step)."""
+        if batch_size not in self._nearest:
+            nearest = min(self.choosers, key=lambda b: (abs(math.log(b) - math.log(batch_size)), b))
+            self._nearest[batch_size] = self.choosers[nearest]
+        return self._nearest[batch_size]
 
     def decide_for(self, batch_size: int) -> Decide:
         """The decision at ``batch_size``: observations of the rows of one engine iteration →

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass, agreeing_prefix
-from specscope.policy.learned import LEARNED, Chooser, LearnedPolicy, features
+from specscope.policy.learned import LEARNED, LearnedPolicy, features
 from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
 
 
@@ -70,7 +70,6 @@ class SwitchingProposer:
         self.hidden_layers = readers[0].hidden_layers if readers else ()
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
         self._sequences: dict[int, _Sequence] = {}
-        self._choosers: dict[int, Chooser] = {}  # the policy's rule per running batch size
 
     def observe(self, target_pass: TargetPass) -> None:
         for member in self.members:
@@ -86,7 +85,7 @@ class SwitchingProposer:
         batch, device = len(request.slots), request.last_tokens.device
         offered = self.lookup.propose(replace(request, k=self.depth))
         offers, ngram_rows = offered.draft_len.tolist(), offered.tokens.tolist()
-        chooser = self._choosers.get(batch) or self._choosers.setdefault(batch, self.policy.chooser(batch))
+        chooser = self.policy.chooser(batch)
         observed = [self._observe(slot, history, offer)
                     for slot, history, offer in zip(request.slots, request.histories, offers)]
         x = np.asarray([features(obs, self.policy.methods) for obs in observed])

@@ -16,8 +16,9 @@ of the verify time is that of its proposing requests among all running ones). A 
 (``causal``) is priced as the engine runs it: the lookup runs for every running request at every
 step, whatever was chosen — its offer is a feature — and a model drafter drafts its rows to the
 deepest k among them, as the engine batches its passes. The oracles keep the cost model's price
-of its rows' mean k, as if each row's drafting stopped at its own k: optimistic, as a ceiling
-should be (at roofline B = 8 the deepest k prices gsm8k's oracle-switch below EAGLE k = 3). A model drafter
+of their rows' mean k, as if each row's drafting stopped at its own k: optimistic, as a ceiling
+should be (priced at the deepest k, gsm8k's oracle-switch at roofline B = 8 fell below EAGLE
+k = 3: 1.51× against 1.58×). A model drafter
 keeps a state (an EAGLE head reads the target's hidden state at every position): before its next
 step it **catches up** the positions emitted by other proposers' steps since its last one,
 catch-up = pos − (the position after the request's previous step with that drafter; 1 when
