@@ -139,7 +139,9 @@ def test_overlap_counter_is_prompt_overlap_one_token_at_a_time():
     output = rng.integers(0, 4, 40)
     counter = OverlapCounter(prompt)
     expected = prompt_overlap(prompt, output)
-    assert [counter.value(output[: i + 1].tolist()) for i in range(len(output))] == pytest.approx(expected.tolist())
+    history = prompt.tolist() + output.tolist()
+    assert [counter.value(history[: len(prompt) + i + 1]) for i in range(len(output))] \
+        == pytest.approx(expected.tolist())
 
 
 def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys):

@@ -127,13 +127,17 @@ def test_without_a_fixed_drafting_cost_a_group_decides_row_by_row_and_the_neares
     assert [chooser.choose(row.tolist(), int(o), float(t), u) for row, o, t, u in zip(x, offers, theta, shift)] \
         == list(zip(methods.tolist(), ks.tolist()))
     assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)  # n-gram never past its offer
+    extreme = x * 1e4  # hazard logits of ±10^4: no overflow, the same decisions both ways
+    methods, ks = chooser.choose_group(extreme, offers, theta, shift)
+    assert [chooser.choose(row.tolist(), int(o), float(t), u) for row, o, t, u in zip(extreme, offers, theta, shift)] \
+        == list(zip(methods.tolist(), ks.tolist()))
     methods, ks = fitted.choose_group(x, offers, theta, shift)
     assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)
 
 
 def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_file):
-    """``decide_for(b)`` on the rows of an iteration is what the engine's switching proposer asks
-    (``choose_group`` on their features, θ and shift), a lone row at B = 8 included; B copies of
+    """``decide_for(b)`` (what the engine's switching proposer and the simulator ask) on the rows
+    of an iteration is ``choose_group`` on their features, θ and shift, a lone row at B = 8 included; B copies of
     one observation (paper mode) decide as the request alone (``choose``)."""
     from specscope.sim.observe import Observer
 
@@ -260,7 +264,7 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
     history.record(Outcome(1, 2, 3, 2, 1))
     history.record(Outcome(1, 2, 1, 0, 0))
     obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
-    assert obs.judged.tolist() == [[1, 1], [2, 1]] and obs.accepted.tolist() == [[1, 0], [1, 1]]
+    assert obs.judged == ((1, 1), (2, 1)) and obs.accepted == ((1, 0), (1, 1))
     rates = np.array([[0.5, 0.5], [0.5, 0.25]])
     chooser = Chooser(np.zeros((2, 1)), np.zeros((2, 2)), np.ones((2, 3)), 0, rates, np.zeros((2, 3)))
     eagle = 3 / (3 + PRIOR_TOKENS) * np.log((2.5 / 1.5) / (1.75 / 2.25))

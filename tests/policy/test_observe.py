@@ -87,8 +87,9 @@ def test_outcomes_are_censored_at_what_the_step_proposed():
     assert [o.draft_prob for o in obs.steps] == [0.25, None, None]  # a probability only where a drafter ran
     assert obs.steps_by_method == (1, 1) and obs.num_steps == 3
     # judged per depth: n-gram's one offered token matched at pos 5; eagle's k = 1 accepted at pos 3
-    assert obs.judged[:, :2].tolist() == [[1, 0], [1, 0]] and obs.accepted[:, :2].tolist() == [[1, 0], [1, 0]]
-    assert obs.judged.sum() == 2
+    assert np.asarray(obs.judged)[:, :2].tolist() == [[1, 0], [1, 0]]
+    assert np.asarray(obs.accepted)[:, :2].tolist() == [[1, 0], [1, 0]]
+    assert np.sum(obs.judged) == 2
 
 
 def test_prompt_overlap_counts_output_trigrams_found_in_the_prompt():

@@ -43,6 +43,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import operator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -131,37 +132,36 @@ class Chooser:
         object.__setattr__(self, "_cumulate", np.triu(np.ones((depth - 1, depth)), 1))  # [J, J + 1]
         object.__setattr__(self, "_running", np.triu(np.ones((depth - 1, depth - 1))))  # [J, J]: Σ_{i ≤ j}
         object.__setattr__(self, "_base", 1.0 + beyond)  # the score of any k before acceptance and time
-        object.__setattr__(self, "_alone", alone)
-        object.__setattr__(self, "_prices", np.vstack([alone, alone[:1]]))  # [M + 1, J + 1]: row M none
-        object.__setattr__(self, "_count_and_expect",  # [M, J, 2]: a record @ it sums (T, E) and (A, ·)
-                           np.stack([np.ones_like(self.base_rate), self.base_rate], axis=-1))
         object.__setattr__(self, "_drafters", np.flatnonzero(self.fixed.any(axis=1)).tolist())
+        # plain lists for what a request alone pays per step (choose, theta_for, shift): at this
+        # size an array operation's fixed cost exceeds its arithmetic many times over
+        object.__setattr__(self, "_rows", list(zip(self.weights.tolist(), self.bias.tolist(), alone.tolist())))
+        object.__setattr__(self, "_prices", {m: row for m, row in enumerate(alone.tolist())} | {NONE: alone[0].tolist()})
+        object.__setattr__(self, "_base_rows", self.base_rate.tolist())
 
     def theta_for(self, obs: Observation) -> float:
         """θ for this request now (an online Dinkelbach step): what it emitted over what its
         steps cost at this table's prices alone, after :data:`PRIOR_STEPS` no-SD steps (one
         token each at the no-SD price)."""
-        spent = np.vdot(obs.actions, self._prices[:, : obs.actions.shape[1]])
-        return float((PRIOR_STEPS + obs.pos - 1) / (PRIOR_STEPS * self.seconds[0, 0] + spent))  # Σ emitted = pos − 1
+        prices = self._prices
+        spent = sum(steps * prices[m][k] for m, k, steps in obs.actions)
+        return (PRIOR_STEPS + obs.pos - 1) / (PRIOR_STEPS * prices[NONE][0] + spent)  # Σ emitted = pos − 1
 
-    def shift(self, acceptance: np.ndarray) -> np.ndarray:
-        """A request's own acceptance record ([M, 2, ≤ J]: draft tokens judged and accepted per
-        method and depth, :class:`~specscope.policy.observation.History`) as an offset of its
-        hazard logits [M]: the log-odds of its A accepted of T judged less that of the E the
-        training data's rates per depth expect of the same tokens, (· + ½) / (T + 1) each, weighted
-        T / (T + :data:`PRIOR_TOKENS`) — the model's prediction until the request has a record,
-        its own rate once it has a long one (a request-level random effect). Plain floats per
-        method: an engine at batch 1 pays this every step."""
+    def shift_for(self, obs: Observation) -> list[float]:
+        """[M] offsets of the hazard logits from ``obs``'s own acceptance record (the draft
+        tokens judged and accepted per method and depth,
+        :class:`~specscope.policy.observation.History`): the log-odds of its A accepted of T
+        judged less that of the E the training data's rates per depth expect of the same tokens,
+        (· + ½) / (T + 1) each, weighted T / (T + :data:`PRIOR_TOKENS`) — the model's prediction
+        until the request has a record, its own rate once it has a long one (a request-level
+        random effect). A walk shallower than the policy records fewer depths."""
         offsets = []
-        depth = acceptance.shape[-1]  # a walk of traces shallower than the policy records fewer depths
-        for (total, expected), (accepted, _) in (acceptance @ self._count_and_expect[:, :depth]).tolist():
-            odds = (accepted + 0.5) * (total + 0.5 - expected) / ((total + 0.5 - accepted) * (expected + 0.5))
+        for judged, accepted, rates in zip(obs.judged, obs.accepted, self._base_rows):
+            total, hits = sum(judged), sum(accepted)
+            expected = sum(map(operator.mul, judged, rates))
+            odds = (hits + 0.5) * (total + 0.5 - expected) / ((total + 0.5 - hits) * (expected + 0.5))
             offsets.append(total / (total + PRIOR_TOKENS) * math.log(odds))
-        return np.asarray(offsets)
-
-    def shift_for(self, obs: Observation) -> np.ndarray:
-        """[M] :meth:`shift` of ``obs``'s acceptance record."""
-        return self.shift(obs.acceptance)
+        return offsets
 
     def _gain(self, logits: np.ndarray) -> np.ndarray:
         """Hazard logits [..., M, J] → Σ_{j ≤ k+1} P(acc_len ≥ j) [..., M, J + 1] (column 0: 0):
@@ -185,12 +185,9 @@ class Chooser:
         model drafter d runs to a depth k_d (0: not at all) for the whole batch, paying F_B(d, k_d)
         once at B·mean(θ); each row then takes its best (method, k) with k ≤ k_d of each drafter.
         The k_d of every drafter but the last are enumerated, the last's are compared at once."""
-        if len(x) == 1 and self.batch_size == 1:  # alone: the fast path of a batch-1 engine
-            method, k = self.choose(x[0], int(offer[0]), float(np.ravel(theta)[0]), shift[0])
-            return np.asarray([method]), np.asarray([k])
         depth = self.seconds.shape[1]
         score = self.scores(x, np.minimum(offer, depth - 1), theta, shift)  # [B, M, J + 1]
-        rate = self.batch_size * float(np.mean(theta))  # the batch's tokens per second of batch time
+        rate = self.batch_size * float(theta.mean())  # the batch's tokens per second of batch time
         allowed = np.ones(score.shape[1:], dtype=bool)
         if self._drafters:
             *others, last = self._drafters
@@ -214,16 +211,33 @@ class Chooser:
         method, k = np.divmod(flat, depth)
         return np.where(k > 0, method, NONE), k
 
-    def choose(self, x: list[float], offer: int, theta: float, shift: np.ndarray) -> tuple[int, int]:
-        """(method index, k) for a request alone: the argmax of :meth:`scores` for one row with
-        the batch's part of the drafting added to its price (it pays it alone), in fewer array
-        operations (an engine at batch 1 pays this every step)."""
-        depth = self.seconds.shape[1]
-        score = self._gain((self.weights @ np.asarray(x) + shift)[:, None] + self.bias)  # [M, J + 1]
-        score += self._base[min(offer, depth - 1)]
-        score -= theta * self._alone
-        method, k = divmod(int(score.argmax()), depth)
-        return (method if k > 0 else NONE), k
+    def choose(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float]) -> tuple[int, int]:
+        """(method index, k) for a request alone: the argmax of :meth:`scores` for one row (first
+        of equals, in (method, k) order) with the batch's part of the drafting added to its price
+        (it pays it alone). Plain Python over the M·(J + 1) candidates: an engine at batch 1 pays
+        this every step."""
+        best, pick = -math.inf, (NONE, 0)
+        for m, (weights, bias, price) in enumerate(self._rows):
+            logit = sum(map(operator.mul, weights, x)) + shift[m]
+            score = 1.0 - theta * price[0]
+            if score > best:
+                best, pick = score, (NONE, 0)
+            survive, gain = 1.0, 1.0  # P(acc_len ≥ j + 1), 1 + Σ of them
+            for k in range(1, min(offer, len(bias)) + 1 if m == self.ngram else len(bias) + 1):
+                survive *= _sigmoid(logit + bias[k - 1])
+                gain += survive
+                score = gain - theta * price[k]
+                if score > best:
+                    best, pick = score, (m, k)
+        return pick
+
+
+def _sigmoid(z: float) -> float:
+    """σ(z), without overflow for any z."""
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
 
 
 @dataclass(frozen=True)
@@ -279,10 +293,9 @@ class LearnedPolicy:
                 alone = chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs),
                                        chooser.shift_for(obs))
                 return [alone] * len(observed)
-            method, k = chooser.choose_group(np.asarray([features(o, methods) for o in observed]),
-                                             np.asarray([o.ngram_offer for o in observed]),
-                                             np.asarray([chooser.theta_for(o) for o in observed]),
-                                             np.asarray([chooser.shift_for(o) for o in observed]))
+            rows = [(features(o, methods), o.ngram_offer, chooser.theta_for(o), chooser.shift_for(o))
+                    for o in observed]
+            method, k = chooser.choose_group(*map(np.asarray, zip(*rows)))
             return list(zip(method.tolist(), k.tolist()))
 
         return decide

@@ -11,9 +11,9 @@ engine knows at that moment and nothing else:
   occur in the prompt (:func:`prompt_overlap`, :class:`OverlapCounter`);
 - ``steps``: its own last :data:`MEMORY` steps as :class:`Outcome` (censored: a step that proposed
   k reveals only min(acc_len, k + 1)), plus running totals over all its steps (:class:`History`):
-  per method the steps it ran, and per method and draft-token depth the tokens judged and
+  per method the steps it ran, per method and draft-token depth the tokens judged and
   accepted (a model drafter's on its own steps, n-gram's agreement with the emitted tokens on
-  every step).
+  every step), and how often it took each (method, k).
 
 Two builders fill it: the simulator from a trace (:class:`specscope.sim.observe.Observer`, which
 never hands out the record) and the engine from live tokens
@@ -61,18 +61,9 @@ class Observation:
     steps: tuple[Outcome, ...]  # the last MEMORY steps, oldest first
     num_steps: int  # steps taken so far
     steps_by_method: tuple[int, ...]  # steps each method ran so far
-    acceptance: np.ndarray  # [M, 2, depth] draft tokens at depth j = 1 … depth judged (row 0) and accepted (row 1) so far (History; read-only)
-    actions: np.ndarray  # [M + 1, depth + 1] past steps per (method, k); row M: none (a read-only copy)
-
-    @property
-    def judged(self) -> np.ndarray:
-        """[M, depth] draft tokens judged per method and depth."""
-        return self.acceptance[:, 0]
-
-    @property
-    def accepted(self) -> np.ndarray:
-        """[M, depth] of those, accepted."""
-        return self.acceptance[:, 1]
+    judged: tuple[tuple[int, ...], ...]  # [M][depth] draft tokens at depth j = 1 … depth judged so far (History)
+    accepted: tuple[tuple[int, ...], ...]  # [M][depth] of those, accepted
+    actions: tuple[tuple[int, int, int], ...]  # (method or NONE, k, steps) for every action taken so far
 
 
 def ngram_judged(outcome: Outcome) -> int:
@@ -102,60 +93,74 @@ class History:
     Per method and depth j = 1 … depth, it counts the draft tokens judged and accepted — the
     censored observations of each method's acceptance: a model drafter's over its own steps
     (a step emitting e of k proposed judged tokens 1 … min(e, k), accepted 1 … e − 1), n-gram's
-    by its agreement on every step (:func:`ngram_judged`, ``ngram_matched``), whoever drafted."""
+    by its agreement on every step (:func:`ngram_judged`, ``ngram_matched``), whoever drafted.
+    Plain lists and tuples, not arrays: an engine records and observes every sequence at every
+    step, right after its forward passes, where an array operation's fixed cost is many times
+    the arithmetic of these few counts."""
 
     def __init__(self, methods: int, depth: int, lookup: int = NONE):
         self._steps: list[Outcome] = []
         self._count = [0] * methods
         self._lookup = lookup
-        self._acceptance = np.zeros((methods, 2, depth))  # [M, judged | accepted, depth]
-        self._actions = np.zeros((methods + 1, depth + 1), dtype=np.int64)
+        self._judged = [[0] * depth for _ in range(methods)]
+        self._accepted = [[0] * depth for _ in range(methods)]
+        self._actions: dict[tuple[int, int], int] = {}
+        self._frozen: tuple | None = None  # (judged, accepted, actions) as tuples, until the next record
 
     def record(self, outcome: Outcome) -> None:
         """Add the step just taken (its method is :data:`NONE` when it proposed nothing)."""
         self._steps.append(outcome)
-        if outcome.method != NONE:
-            self._count[outcome.method] += 1
-            if outcome.method != self._lookup:
-                self._acceptance[outcome.method, 0, : min(outcome.emitted, outcome.k)] += 1
-                self._acceptance[outcome.method, 1, : outcome.emitted - 1] += 1
+        method = outcome.method
+        if method != NONE:
+            self._count[method] += 1
+            if method != self._lookup:
+                _count_up(self._judged[method], min(outcome.emitted, outcome.k))
+                _count_up(self._accepted[method], outcome.emitted - 1)
         if self._lookup != NONE:
-            self._acceptance[self._lookup, 0, : ngram_judged(outcome)] += 1
-            self._acceptance[self._lookup, 1, : outcome.ngram_matched] += 1
-        self._actions[outcome.method, outcome.k] += 1  # NONE (−1) is the last row
+            _count_up(self._judged[self._lookup], ngram_judged(outcome))
+            _count_up(self._accepted[self._lookup], outcome.ngram_matched)
+        action = (method, outcome.k)
+        self._actions[action] = self._actions.get(action, 0) + 1
+        self._frozen = None
 
     def observation(self, pos: int, prompt_len: int, tokens: np.ndarray, ngram_offer: int,
                     overlap: float) -> Observation:
         """The observation before the step at ``pos`` (``tokens``: read-only prompt + output[:pos])."""
+        if self._frozen is None:
+            self._frozen = (tuple(map(tuple, self._judged)), tuple(map(tuple, self._accepted)),
+                            tuple((m, k, n) for (m, k), n in self._actions.items()))
+        judged, accepted, actions = self._frozen
         return Observation(
             pos=pos, prompt_len=prompt_len, tokens=tokens, ngram_offer=ngram_offer, prompt_overlap=overlap,
             steps=tuple(self._steps[-MEMORY:]), num_steps=len(self._steps),
-            steps_by_method=tuple(self._count), acceptance=_frozen(self._acceptance.copy()),
-            actions=_frozen(self._actions.copy()),
+            steps_by_method=tuple(self._count), judged=judged, accepted=accepted, actions=actions,
         )
 
 
-def _frozen(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
+def _count_up(counts: list[int], depth: int) -> None:
+    """Add one to ``counts[:depth]``."""
+    for j in range(min(depth, len(counts))):
+        counts[j] += 1
 
 
 class OverlapCounter:
-    """:func:`prompt_overlap` one token at a time: ``value(output)`` is ``prompt_overlap(prompt,
-    output)[len(output) - 1]`` for an output that only grows between calls."""
+    """:func:`prompt_overlap` one token at a time: ``value(history)`` (prompt + output, a list
+    that only grows between calls) is ``prompt_overlap(prompt, output)[len(output) - 1]``."""
 
     def __init__(self, prompt: list[int] | np.ndarray):
         prompt = list(map(int, prompt))
+        self._start = len(prompt)
         self._grams = {tuple(prompt[j : j + 3]) for j in range(len(prompt) - 2)}
-        self._done = 2  # trigrams ending before this index are counted
+        self._done = 2  # output trigrams ending before this output index are counted
         self._hits = 0
 
-    def value(self, output: list[int] | np.ndarray) -> float:
-        last = len(output) - 2  # trigrams ending at 2 … len(output) − 2
-        for end in range(self._done, last + 1):
-            self._hits += tuple(int(t) for t in output[end - 2 : end + 1]) in self._grams
-        self._done = max(self._done, last + 1)
-        count = len(output) - 3
+    def value(self, history: list[int]) -> float:
+        length = len(history) - self._start  # output tokens
+        for end in range(self._done, length - 1):  # trigrams ending at 2 … length − 2
+            at = self._start + end
+            self._hits += tuple(history[at - 2 : at + 1]) in self._grams
+        self._done = max(self._done, length - 1)
+        count = length - 3
         return self._hits / count if count > 0 else 0.0
 
 

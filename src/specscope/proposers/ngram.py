@@ -75,9 +75,13 @@ class NgramProposer:
     def observe(self, target_pass: TargetPass) -> None:
         """Nothing to update: the histories passed to :meth:`propose` are all it reads."""
 
+    def find(self, histories: list[list[int]], k: int) -> list[list[int]]:
+        """Each history's proposal of up to ``k`` tokens (``[]``: no match), as plain lists."""
+        return [lookup(history, k, self.min_n, self.max_n) for history in histories]
+
     def propose(self, request: ProposeInput) -> Proposal:
         k = request.k
-        found = [lookup(history, k, self.min_n, self.max_n) for history in request.histories]
+        found = self.find(request.histories, k)
         tokens = torch.tensor([row + [0] * (k - len(row)) for row in found], dtype=torch.long, device=self.device)
         draft_len = torch.tensor([len(row) for row in found], dtype=torch.long, device=self.device)
         return Proposal(tokens.reshape(len(found), k), draft_len)

@@ -5,8 +5,9 @@ chooses between. Before every step, for each running sequence, it builds the
 :class:`~specscope.policy.observation.Observation` an engine knows — the tokens so far, n-gram
 lookup's offer now, the prompt overlap, and its own past steps (what each emitted, censored;
 how many of the emitted tokens n-gram's proposal matched; the model drafter's probability of
-its first draft) — and asks the policy's rule at the running batch size, vectorised over the
-batch. Then each member proposes for the rows that chose it, with the deepest k among them,
+its first draft) — and asks the policy's decision at the running batch size
+(:meth:`~specscope.policy.learned.LearnedPolicy.decide_for`, the one the simulator asks: a
+request alone in plain Python, a batch's rows together, vectorised). Then each member proposes for the rows that chose it, with the deepest k among them,
 and every row's proposal is cut to its own k; a row that chose none proposes nothing.
 
 Every member observes every target pass, so a model drafter stays current: an EAGLE head's
@@ -25,8 +26,9 @@ import numpy as np
 import torch
 
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass, agreeing_prefix
-from specscope.policy.learned import LEARNED, LearnedPolicy, features
-from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
+from specscope.policy.learned import LEARNED, LearnedPolicy
+from specscope.policy.observation import NONE, Decide, History, Observation, OverlapCounter, Outcome
+from specscope.proposers.ngram import NgramProposer
 
 
 @dataclass
@@ -61,7 +63,7 @@ class SwitchingProposer:
 
     name = LEARNED
 
-    def __init__(self, policy: LearnedPolicy, members: list[Proposer], lookup: Proposer) -> None:
+    def __init__(self, policy: LearnedPolicy, members: list[Proposer], lookup: NgramProposer) -> None:
         readers = [m for m in members if m.hidden_layers]
         if len(readers) > 1:
             raise ValueError("a switching proposer passes the target's hidden states to one member only")
@@ -70,6 +72,7 @@ class SwitchingProposer:
         self.hidden_layers = readers[0].hidden_layers if readers else ()
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
         self._sequences: dict[int, _Sequence] = {}
+        self._decide: dict[int, Decide] = {}  # the policy's decision per batch size
 
     def observe(self, target_pass: TargetPass) -> None:
         for member in self.members:
@@ -83,17 +86,14 @@ class SwitchingProposer:
     @torch.no_grad()
     def propose(self, request: ProposeInput) -> Proposal:
         batch, device = len(request.slots), request.last_tokens.device
-        offered = self.lookup.propose(replace(request, k=self.depth))
-        offers, ngram_rows = offered.draft_len.tolist(), offered.tokens.tolist()
-        chooser = self.policy.chooser(batch)
-        observed = [self._observe(slot, history, offer)
-                    for slot, history, offer in zip(request.slots, request.histories, offers)]
-        x = np.asarray([features(obs, self.policy.methods) for obs in observed])
-        theta = np.asarray([chooser.theta_for(obs) for obs in observed])
-        shift = np.asarray([chooser.shift_for(obs) for obs in observed])
-        chosen, depths = chooser.choose_group(x, np.asarray(offers), theta, shift)
-        method, k = [], []  # plain lists from here: per-row array operations cost more than they save
-        for m, d, offer in zip(chosen.tolist(), depths.tolist(), offers):
+        found = self.lookup.find(request.histories, self.depth)
+        offers = [len(row) for row in found]
+        ngram_rows = [row + [0] * (self.depth - len(row)) for row in found]
+        decide = self._decide.get(batch) or self._decide.setdefault(batch, self.policy.decide_for(batch))
+        choices = decide([self._observe(slot, history, offer)
+                          for slot, history, offer in zip(request.slots, request.histories, offers)])
+        method, k = [], []  # plain lists: per-row array operations cost more than they save
+        for (m, d), offer in zip(choices, offers):
             d = min(d, self.depth, offer) if m == self._ngram else min(d, self.depth)
             method.append(m if d > 0 else NONE)
             k.append(d)
@@ -141,8 +141,8 @@ class SwitchingProposer:
             state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), len(ngram),
                                          agreeing_prefix(ngram, emitted), state.prob if method != NONE else None))
         tokens = state.tokens(history)
-        output = tokens[state.prompt_len:]
-        return state.history.observation(len(output), state.prompt_len, tokens, offer, state.overlap.value(output))
+        return state.history.observation(len(history) - state.prompt_len, state.prompt_len, tokens, offer,
+                                         state.overlap.value(history))
 
 
 def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = False) -> ProposeInput:
