@@ -123,16 +123,36 @@ def test_without_a_fixed_drafting_cost_a_group_decides_row_by_row_and_the_neares
     offers = rng.integers(0, 9, 16)
     theta = rng.uniform(0.5, 3.0, 16)
     shift = rng.normal(size=(16, 2))
-    methods, ks = chooser.choose_group(x, offers, theta, shift)
+    decided = chooser.choose_group(x, offers, theta, shift)
     assert [chooser.choose(row.tolist(), int(o), float(t), u) for row, o, t, u in zip(x, offers, theta, shift)] \
-        == list(zip(methods.tolist(), ks.tolist()))
-    assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)  # n-gram never past its offer
+        == decided
+    assert all(k <= o for (m, k), o in zip(decided, offers) if m == 0)  # n-gram never past its offer
     extreme = x * 1e4  # hazard logits of ±10^4: no overflow, the same decisions both ways
-    methods, ks = chooser.choose_group(extreme, offers, theta, shift)
     assert [chooser.choose(row.tolist(), int(o), float(t), u) for row, o, t, u in zip(extreme, offers, theta, shift)] \
-        == list(zip(methods.tolist(), ks.tolist()))
-    methods, ks = fitted.choose_group(x, offers, theta, shift)
-    assert all(k <= o for m, k, o in zip(methods, ks, offers) if m == 0)
+        == chooser.choose_group(extreme, offers, theta, shift)
+    decided = fitted.choose_group(x, offers, theta, shift)
+    assert all(k <= o for (m, k), o in zip(decided, offers) if m == 0)
+
+
+@pytest.mark.parametrize("rows", [4, 16, 17, 40])
+def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows):
+    """The group rule in plain Python (up to PLAIN_ROWS rows) and over arrays (more) agree, on
+    random rows of the fitted policy at B = 8 and on a chooser with two model drafters."""
+    from specscope.policy.learned import Chooser
+
+    chooser = load_policy(policy_file).chooser(8)
+    rng = np.random.default_rng(rows)
+    x = rng.normal(size=(rows, chooser.weights.shape[1]))
+    offers, theta, shift = rng.integers(0, 9, rows), rng.uniform(0.5, 3.0, rows), rng.normal(size=(rows, 2))
+    args = (x.tolist(), offers.tolist(), theta.tolist(), shift.tolist())
+    tables = [chooser.row_scores(*row) for row in zip(*args)]
+    assert np.allclose(tables, chooser.scores(x, np.minimum(offers, chooser.seconds.shape[1] - 1), theta, shift))
+    assert chooser._choose_rows(tables, float(theta.mean())) == chooser._choose_arrays(x, offers, theta, shift)
+    two = Chooser(chooser.weights, chooser.bias, chooser.seconds, -1, chooser.base_rate,
+                  chooser.fixed + chooser.fixed[1], batch_size=8)  # both methods pay a fixed part
+    tables = [two.row_scores(*row) for row in zip(*args)]
+    assert two._choose_rows(tables, float(theta.mean())) == two._choose_arrays(x, offers, theta, shift)
+    assert chooser.choose_group(*args) == chooser._choose_arrays(x, offers, theta, shift)
 
 
 def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_file):
@@ -147,11 +167,8 @@ def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_f
     observed = [Observer(r, policy.methods, 40, policy.depth).observe(1) for r in records]
 
     def engine(rows):
-        method, k = chooser.choose_group(np.asarray([features(o, policy.methods) for o in rows]),
-                                         np.asarray([o.ngram_offer for o in rows]),
-                                         np.asarray([chooser.theta_for(o) for o in rows]),
-                                         np.asarray([chooser.shift_for(o) for o in rows]))
-        return list(zip(method.tolist(), k.tolist()))
+        return chooser.choose_group([features(o, policy.methods) for o in rows], [o.ngram_offer for o in rows],
+                                    [chooser.theta_for(o) for o in rows], [chooser.shift_for(o) for o in rows])
 
     def alone(obs):
         return chooser.choose(features(obs, policy.methods), obs.ngram_offer, chooser.theta_for(obs),
@@ -165,7 +182,8 @@ def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_f
     assert all(decide([obs] * 8) == [alone(obs)] * 8 for obs in observed)
 
 
-def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_pays_for():
+@pytest.mark.parametrize("plain_rows", [0, 64])  # vectorised, and in plain Python
+def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_pays_for(monkeypatch, plain_rows):
     """Two methods (0 n-gram, 1 a model drafter), no features, J = 2, B = 2, θ = 1 for both
     rows, prices 0 per row: a score is then 1 + E[accepted]. Every n-gram hazard is σ(−∞) = 0
     (n-gram gains nothing; −50 stands for −∞). The drafter's hazards are 1/2, 1/2 for row 0
@@ -174,8 +192,10 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
     row 0 drafts k = 2 and row 1 none. With F = (0, 0.2, 0.5): k_d = 2 is worth −0.25, k_d = 1
     0.1: row 0 drafts k = 1. With F = (0, 0.3, 0.5): nothing pays, no row drafts — though alone,
     at θ = 1 and F charged once, row 0 would draft k = 2 (0.75 − 0.5 > 0)."""
+    from specscope.policy import learned
     from specscope.policy.learned import Chooser
 
+    monkeypatch.setattr(learned, "PLAIN_ROWS", plain_rows)
     bias = np.array([[-50.0, -50.0], [0.0, 0.0]])
     zeros = np.zeros((2, 3))
     x, offer, theta = np.zeros((2, 0)), np.array([0, 0]), np.array([1.0, 1.0])
@@ -184,8 +204,7 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
     def group(fixed):
         chooser = Chooser(np.zeros((2, 0)), bias, zeros, 0, np.full((2, 2), 0.5),
                           np.array([[0.0, 0.0, 0.0], fixed]), batch_size=2)
-        method, k = chooser.choose_group(x, offer, theta, shift)
-        return list(zip(method.tolist(), k.tolist())), chooser
+        return chooser.choose_group(x, offer, theta, shift), chooser
 
     assert group([0.0, 0.2, 0.3])[0] == [(1, 2), (-1, 0)]
     assert group([0.0, 0.2, 0.5])[0] == [(1, 1), (-1, 0)]
@@ -194,21 +213,23 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
     assert chooser.choose([], 0, 1.0, shift[0]) == (1, 2)
 
 
-def test_a_group_weighs_every_combination_of_two_drafters():
+@pytest.mark.parametrize("plain_rows", [0, 64])  # vectorised, and in plain Python
+def test_a_group_weighs_every_combination_of_two_drafters(monkeypatch, plain_rows):
     """Two model drafters A and B, J = 1, prices 0 per row, θ = 1, B = 2: row 0 gains 0.5 from
     A alone, row 1 0.5 from B alone. Each drafter running costs the batch 2 · F. F = 0.2 each: both
     run (3 − 0.8 = 2.2 beats one's 2.5 − 0.4 and none's 2); F = 0.3 each: none (2 beats 1.9 and
     1.8); F_A = 0.2, F_B = 0.3: A alone (2.1 beats 1.9, 2.0 and 2)."""
+    from specscope.policy import learned
     from specscope.policy.learned import Chooser
 
+    monkeypatch.setattr(learned, "PLAIN_ROWS", plain_rows)
     x, offer, theta = np.zeros((2, 0)), np.array([0, 0]), np.array([1.0, 1.0])
     shift = np.array([[0.0, -50.0], [-50.0, 0.0]])
 
     def group(f_a, f_b):
         chooser = Chooser(np.zeros((2, 0)), np.zeros((2, 1)), np.zeros((2, 2)), -1, np.full((2, 1), 0.5),
                           np.array([[0.0, f_a], [0.0, f_b]]), batch_size=2)
-        method, k = chooser.choose_group(x, offer, theta, shift)
-        return list(zip(method.tolist(), k.tolist()))
+        return chooser.choose_group(x, offer, theta, shift)
 
     assert group(0.2, 0.2) == [(0, 1), (1, 1)]
     assert group(0.3, 0.3) == [(-1, 0), (-1, 0)]
@@ -317,6 +338,11 @@ def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):
         ("toy", "w0", "w1"), ("toy", "w1", "w0"), ("toy-slow-draft", "w0", "w1"), ("toy-slow-draft", "w1", "w0")]
     files = list(tmp_path.glob("policy-without-*.json"))
     assert len(files) == 4 and {json.loads(p.read_text())["cost_model"]["name"] for p in files} == {"toy", "toy-slow-draft"}
+    everything = sorted(tmp_path.glob("policy-all-*.json"))  # beside it: one policy per cost model fitted on both
+    assert [json.loads(p.read_text())["training"]["sources"] for p in everything] == [["w0", "w1"]] * 2
+    for line in table:
+        room = line["oracle_switch"] - line["best_fixed_speedup"]
+        assert line["gap_closed_seen"] == pytest.approx((line["learned_seen"] - line["best_fixed_speedup"]) / room)
 
 
 def test_step_prices_split_a_drafters_cost_into_its_part_per_row_and_the_batchs():

@@ -61,7 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "--view), fit a policy on the other datasets under that cost model and simulate the "
                     "held-out one under it: best fixed policy (k in hindsight), adaptive, learned, "
                     "oracles, oracle-switch, oracle-combined, and the gap closed = (learned - best fixed) "
-                    "/ (oracle-switch - best fixed).")
+                    "/ (oracle-switch - best fixed); beside it, a policy fitted on every dataset, the held-out "
+                    "one included (learned_seen, gap_closed_seen): what not having seen the workload costs.")
     add_trace_options(evaluate)
     add_policy_options(evaluate, "the cost model fitted for and judged by")
     evaluate.add_argument("--view", type=str_list, default=[],
@@ -117,7 +118,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if to_stdout(args.output):
         return 0
     columns = ["best_fixed_speedup", "adaptive", "learned", *[f"oracle_{m}" for m in args.acc], "oracle_switch",
-               "oracle_combined", "gap_closed"]
+               "oracle_combined", "gap_closed", "learned_seen", "gap_closed_seen"]
     print_table("leave one dataset out: speedups on the held-out dataset",
                 ["cost model", "held out", "B", "best fixed", *columns],
                 [[line["cost_model"], line["dataset"], str(line["batch_size"]), line["best_fixed"],

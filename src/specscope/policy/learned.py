@@ -58,6 +58,7 @@ SCHEMA = "specscope.policy/4"  # /4: a drafter's fixed drafting per batch apart 
 LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
 PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
+PLAIN_ROWS = 16  # a group of at most this many rows decides in plain Python (array code's fixed cost dominates)
 PRIOR_TOKENS = 16  # a request's own acceptance record weighs as much as the model's after this many tokens judged
 
 
@@ -135,7 +136,10 @@ class Chooser:
         object.__setattr__(self, "_drafters", np.flatnonzero(self.fixed.any(axis=1)).tolist())
         # plain lists for what a request alone pays per step (choose, theta_for, shift): at this
         # size an array operation's fixed cost exceeds its arithmetic many times over
-        object.__setattr__(self, "_rows", list(zip(self.weights.tolist(), self.bias.tolist(), alone.tolist())))
+        object.__setattr__(self, "_alone_rows", list(zip(self.weights.tolist(), self.bias.tolist(), alone.tolist())))
+        object.__setattr__(self, "_batch_rows", list(zip(self.weights.tolist(), self.bias.tolist(),
+                                                         self.seconds.tolist())))
+        object.__setattr__(self, "_fixed_rows", self.fixed.tolist())
         object.__setattr__(self, "_prices", {m: row for m, row in enumerate(alone.tolist())} | {NONE: alone[0].tolist()})
         object.__setattr__(self, "_base_rows", self.base_rate.tolist())
 
@@ -179,12 +183,22 @@ class Chooser:
         score -= np.reshape(theta, (-1, 1, 1)) * self.seconds
         return score
 
-    def choose_group(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray,
-                     shift: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The rows of one iteration decided together: (method [B] (NONE: none), k [B]). Each
-        model drafter d runs to a depth k_d (0: not at all) for the whole batch, paying F_B(d, k_d)
-        once at B·mean(θ); each row then takes its best (method, k) with k ≤ k_d of each drafter.
-        The k_d of every drafter but the last are enumerated, the last's are compared at once."""
+    def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int], theta: Sequence[float],
+                     shift: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
+        """The rows of one iteration decided together (x [B][F], offer [B], θ [B], shift [B][M]):
+        (method or NONE, k) per row. Each model drafter d runs to a depth k_d (0: not at all) for
+        the whole batch, paying F_B(d, k_d) once at B·mean(θ); each row then takes its best
+        (method, k) with k ≤ k_d of each drafter. Up to :data:`PLAIN_ROWS` rows in plain Python
+        (:meth:`_choose_rows`), more vectorised (:meth:`_choose_arrays`): the same rule."""
+        if len(x) <= PLAIN_ROWS:
+            tables = [self.row_scores(*row) for row in zip(x, offer, theta, shift)]
+            return self._choose_rows(tables, sum(theta) / len(theta))
+        return self._choose_arrays(*map(np.asarray, (x, offer, theta, shift)))
+
+    def _choose_arrays(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray,
+                       shift: np.ndarray) -> list[tuple[int, int]]:
+        """:meth:`choose_group` over arrays: the k_d of every drafter but the last are enumerated,
+        the last's are compared at once."""
         depth = self.seconds.shape[1]
         score = self.scores(x, np.minimum(offer, depth - 1), theta, shift)  # [B, M, J + 1]
         rate = self.batch_size * float(theta.mean())  # the batch's tokens per second of batch time
@@ -209,27 +223,58 @@ class Chooser:
                 allowed[d, k_d + 1:] = False
         flat = np.where(allowed, score, -np.inf).reshape(len(x), -1).argmax(axis=1)
         method, k = np.divmod(flat, depth)
-        return np.where(k > 0, method, NONE), k
+        return list(zip(np.where(k > 0, method, NONE).tolist(), k.tolist()))
 
-    def choose(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float]) -> tuple[int, int]:
-        """(method index, k) for a request alone: the argmax of :meth:`scores` for one row (first
-        of equals, in (method, k) order) with the batch's part of the drafting added to its price
-        (it pays it alone). Plain Python over the M·(J + 1) candidates: an engine at batch 1 pays
-        this every step."""
-        best, pick = -math.inf, (NONE, 0)
-        for m, (weights, bias, price) in enumerate(self._rows):
+    def row_scores(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float],
+                   alone: bool = False) -> list[list[float]]:
+        """One row of :meth:`scores` in plain Python: [M][J + 1] (``alone``: the batch's part of the
+        drafting added to the price, as a request alone pays it)."""
+        table = []
+        depth = self.seconds.shape[1] - 1  # J
+        for m, (weights, bias, price) in enumerate(self._alone_rows if alone else self._batch_rows):
             logit = sum(map(operator.mul, weights, x)) + shift[m]
-            score = 1.0 - theta * price[0]
-            if score > best:
-                best, pick = score, (NONE, 0)
-            survive, gain = 1.0, 1.0  # P(acc_len ≥ j + 1), 1 + Σ of them
-            for k in range(1, min(offer, len(bias)) + 1 if m == self.ngram else len(bias) + 1):
+            top = min(offer, depth) if m == self.ngram else depth
+            line, survive, gain = [1.0 - theta * price[0]], 1.0, 1.0  # P(acc_len ≥ j + 1), 1 + Σ of them
+            for k in range(1, top + 1):
                 survive *= _sigmoid(logit + bias[k - 1])
                 gain += survive
-                score = gain - theta * price[k]
-                if score > best:
-                    best, pick = score, (m, k)
-        return pick
+                line.append(gain - theta * price[k])
+            table.append(line + [-math.inf] * (depth - top))
+        return table
+
+    def choose(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float]) -> tuple[int, int]:
+        """(method index, k) for a request alone: the best of its :meth:`row_scores` (first of
+        equals, in (method, k) order), the batch's part of the drafting in its price. Plain
+        Python: an engine at batch 1 pays this every step."""
+        return _best(self.row_scores(x, offer, theta, shift, alone=True))
+
+    def _choose_rows(self, tables: list[list[list[float]]], theta: float) -> list[tuple[int, int]]:
+        """:meth:`choose_group` in plain Python over the rows' :meth:`row_scores` (``theta``: their
+        mean θ): every combination of the drafters' depths k_d, each row taking its best within
+        them — the best of what needs no drafter, or a drafter's best k ≤ k_d."""
+        drafters, depth = self._drafters, self.seconds.shape[1]
+        free = [max(line[0] if m in drafters else max(line) for m, line in enumerate(t)) for t in tables]
+        reach = [list(zip(*([-math.inf, *itertools.accumulate(t[d][1:], max)] for t in tables)))
+                 for d in drafters]  # [D][J + 1][B]: each row's best k ≤ k_d of drafter d
+        rate, best, limits = self.batch_size * theta, -math.inf, ()
+        for depths in itertools.product(range(depth), repeat=len(drafters)):
+            gained = sum(map(max, free, free, *(columns[k_d] for columns, k_d in zip(reach, depths))))  # free twice: max of ≥ 2
+            value = gained - rate * sum(self._fixed_rows[d][k_d] for d, k_d in zip(drafters, depths))
+            if value > best:
+                best, limits = value, depths
+        caps = dict(zip(drafters, limits))
+        return [_best([line[: caps.get(m, depth - 1) + 1] for m, line in enumerate(t)]) for t in tables]
+
+
+def _best(table: list[list[float]]) -> tuple[int, int]:
+    """(method or NONE, k) of the largest score of ``table`` [M][≤ J + 1] (first of equals, in
+    (method, k) order; k = 0: none)."""
+    best, pick = -math.inf, (NONE, 0)
+    for m, line in enumerate(table):
+        for k, score in enumerate(line):
+            if score > best:
+                best, pick = score, ((m if k > 0 else NONE), k)
+    return pick
 
 
 def _sigmoid(z: float) -> float:
@@ -293,10 +338,8 @@ class LearnedPolicy:
                 alone = chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs),
                                        chooser.shift_for(obs))
                 return [alone] * len(observed)
-            rows = [(features(o, methods), o.ngram_offer, chooser.theta_for(o), chooser.shift_for(o))
-                    for o in observed]
-            method, k = chooser.choose_group(*map(np.asarray, zip(*rows)))
-            return list(zip(method.tolist(), k.tolist()))
+            return chooser.choose_group([features(o, methods) for o in observed], [o.ngram_offer for o in observed],
+                                        [chooser.theta_for(o) for o in observed], [chooser.shift_for(o) for o in observed])
 
         return decide
 

@@ -23,8 +23,7 @@ never hands out the record) and the engine from live tokens
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -32,8 +31,7 @@ MEMORY = 4  # past steps an observation lists one by one
 NONE = -1  # the method index of a step that proposes nothing
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """One past step: ``method`` (index into the policy's methods, :data:`NONE` for none), ``k``
     proposed, ``emitted`` tokens, ``ngram_offer`` = the tokens n-gram lookup offered at that step,
     ``ngram_matched`` = how many of the emitted tokens its proposal matched (their common prefix:
@@ -49,9 +47,10 @@ class Outcome:
     draft_prob: float | None = None
 
 
-@dataclass(frozen=True)
-class Observation:
-    """What an engine knows before the step at ``pos`` (see the module docstring)."""
+class Observation(NamedTuple):
+    """What an engine knows before the step at ``pos`` (see the module docstring). Named tuples,
+    this and :class:`Outcome`: immutable, and built for every sequence at every step of an
+    engine at a fraction of a frozen dataclass's cost."""
 
     pos: int
     prompt_len: int

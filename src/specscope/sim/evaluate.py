@@ -8,7 +8,10 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
 - gap closed = (learned − best fixed) / (oracle-switch − best fixed).
 
 :func:`leave_one_out` fits on every dataset but one and judges on the one held out, under each
-cost model in turn (fitted for and judged by it).
+cost model in turn (fitted for and judged by it). Beside it, the same fit over every dataset,
+the held-out one included (``learned_seen``, ``gap_closed_seen``): what the policy loses by not
+having seen the workload — the share of the gap that the workload's own statistics would close,
+against the share that needs more than these features know.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ def candidate_policies(methods: tuple[str, ...], learned: str | None, records: S
     return policies + ([learned] if learned else [])
 
 
-def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup") -> list[dict]:
-    """One line per dataset × batch size (see the module docstring); speedups by ``metric``."""
+def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", seen: str | None = None) -> list[dict]:
+    """One line per dataset × batch size (see the module docstring); speedups by ``metric``
+    (``seen``: a second learned policy, fitted on data that included the dataset judged)."""
     cells: dict[tuple[str, int], dict[tuple[str, str], float]] = {}
     for row in rows:
         cells.setdefault((row.dataset, row.batch_size), {})[(row.acc, row.policy)] = getattr(row, metric)
@@ -59,9 +63,12 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup") 
                 line["oracle_combined"] = v
             elif learned is not None and policy == learned:
                 line["learned"] = v
-        if "learned" in line and "oracle_switch" in line:
-            room = line["oracle_switch"] - line["best_fixed_speedup"]
-            line["gap_closed"] = (line["learned"] - line["best_fixed_speedup"]) / room if room > 0 else float("nan")
+            elif seen is not None and policy == seen:
+                line["learned_seen"] = v
+        for name, gap in (("learned", "gap_closed"), ("learned_seen", "gap_closed_seen")):
+            if name in line and "oracle_switch" in line:
+                room = line["oracle_switch"] - line["best_fixed_speedup"]
+                line[gap] = (line[name] - line["best_fixed_speedup"]) / room if room > 0 else float("nan")
         table.append(line)
     return table
 
@@ -70,21 +77,29 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                   config: SimConfig, workdir: Path) -> list[dict]:
     """For every dataset and every cost model of ``costs``: fit on the other datasets under that
     cost model (at ``config.batch_sizes``), write the policy to ``workdir``, and judge it on the
-    held-out dataset under the same cost model — a policy is fitted for the engine it runs on."""
+    held-out dataset under the same cost model — a policy is fitted for the engine it runs on —
+    beside the policy fitted on every dataset (``learned_seen``)."""
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:
         by_dataset.setdefault(record.dataset or "trace", []).append(record)
+    seen = [_write(fit_policy(records, methods, cost, config.batch_sizes, sources=list(by_dataset)),
+                   workdir / f"policy-all-{index}.json") for index, cost in enumerate(costs)]
     table = []
     for held_out, members in by_dataset.items():
         training = [r for name, group in by_dataset.items() if name != held_out for r in group]
         for index, cost in enumerate(costs):
             document = fit_policy(training, methods, cost, config.batch_sizes,
                                   sources=[name for name in by_dataset if name != held_out])
-            path = workdir / f"policy-without-{held_out}-{index}.json"
-            path.write_text(json.dumps(document) + "\n", encoding="utf-8")
-            learned = f"learned:{path}"
-            rows = simulate(members, [*methods, COMBINED], candidate_policies(methods, learned, members), cost, config)
-            for line in judge(rows, learned):
+            learned = _write(document, workdir / f"policy-without-{held_out}-{index}.json")
+            policies = candidate_policies(methods, learned, members) + [seen[index]]
+            rows = simulate(members, [*methods, COMBINED], policies, cost, config)
+            for line in judge(rows, learned, seen=seen[index]):
                 table.append({"cost_model": cost.name, "fitted_on": "+".join(document["training"]["sources"]),
                               **line})
     return table
+
+
+def _write(document: dict, path: Path) -> str:
+    """Write a policy document to ``path``; its ``learned:`` policy name."""
+    path.write_text(json.dumps(document) + "\n", encoding="utf-8")
+    return f"learned:{path}"
