@@ -31,20 +31,21 @@ def test_oracle_switch_takes_the_longer_acc_len_and_proposes_nothing_where_both_
 
 def test_catch_up_counts_the_positions_the_drafter_did_not_see():
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
-    # eagle's first step at pos 4: positions 1..3 came from n-gram (3); next at 8: it saw up to 6 → 2
-    assert catch_up(plan, 1).tolist() == [0, 3, 0, 0, 2]
+    # eagle's first step at pos 4 reads the prompt (5) and positions 1..3, which came from n-gram
+    # (3); next at 8: it saw up to 6 → 2
+    assert catch_up(plan, 1).tolist() == [0, 8, 0, 0, 2]
     chain = causal_plan([record(NGRAM, EAGLE)], METHODS, lambda b: lambda seen: [(1, 1)] * len(seen), 8)
-    assert set(chain.method.tolist()) == {1} and not catch_up(chain, 1).any()
+    assert set(chain.method.tolist()) == {1} and catch_up(chain, 1).tolist() == [5] + [0] * (len(chain.pos) - 1)
 
 
 def test_switch_pricing_charges_each_proposer_its_drafting_and_the_catch_up():
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
     split = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS), 1).time_split
     # verify 1 + 0.1·(k+1): 1.3 + 1.2 + 1.1 + 1.1 + 1.2; n-gram 0.1 × 1.3; eagle (0.5 + 0.01·2) twice
-    # plus its catch-up 0.2 × (3 + 2); prefill: target 1 + 0.1·5, eagle's 0.2·5
+    # plus its catch-up 0.2 × (5 + 3 + 2): the prompt waits for its first step; prefill: the target's 1 + 0.1·5
     assert split["verification"] == pytest.approx(5.9)
-    assert split["drafting"] == pytest.approx(0.13 + 2 * 0.52 + 0.2 * 5)
-    assert split["prefill"] == pytest.approx(2.5)
+    assert split["drafting"] == pytest.approx(0.13 + 2 * 0.52 + 0.2 * 10)
+    assert split["prefill"] == pytest.approx(1.5)
 
 
 def test_a_causal_policy_pays_the_lookup_at_every_step():
@@ -52,7 +53,7 @@ def test_a_causal_policy_pays_the_lookup_at_every_step():
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
     every = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 1).time_split
     # n-gram 0.1 × the verify time of all five steps (1.3 + 1.2 + 1.1 + 1.1 + 1.2), not of its one step
-    assert every["drafting"] == pytest.approx(0.1 * 5.9 + 2 * 0.52 + 0.2 * 5)
+    assert every["drafting"] == pytest.approx(0.1 * 5.9 + 2 * 0.52 + 0.2 * 10)
 
 
 def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():
@@ -90,11 +91,39 @@ def test_the_judgement_replays_the_fixed_ks_the_traces_hold():
     assert fixed == ["fixed:1", "fixed:2"]  # n-gram's longest acc_len is 3: k ≤ 2 for both proposers
 
 
+def test_the_gap_closed_is_judged_only_where_oracle_switch_beats_the_best_fixed_policy():
+    """Best fixed 2.0 (k = 2 of n-gram), learned 2.1: oracle-switch 2.5 leaves a gap of 0.5, of
+    which 0.1 / 0.5 = 0.2 is closed; oracle-switch 2.01 (0.5 % above the best fixed) and 1.9
+    (below it) leave none to judge."""
+    from specscope.sim.evaluate import judge
+    from specscope.sim.grid import SimRow
+
+    def rows(switch: float) -> list:
+        cells = [("ngram", "fixed:1", 1.5), ("ngram", "fixed:2", 2.0), ("eagle", "fixed:1", 1.8),
+                 ("ngram+eagle", "oracle-switch:ngram+eagle", switch), ("ngram+eagle", "learned:p.json", 2.1)]
+        return [SimRow("d", acc, policy, 1, "mixed", v, v, v, 1.0, 1.0, 1.0, 0.5, 1.5, 3)
+                for acc, policy, v in cells]
+
+    line = judge(rows(2.5), "learned:p.json")[0]
+    assert line["best_fixed"] == "ngram fixed:2" and line["gap_closed"] == pytest.approx(0.2)
+    assert np.isnan(judge(rows(2.01), "learned:p.json")[0]["gap_closed"])
+    assert np.isnan(judge(rows(1.9), "learned:p.json")[0]["gap_closed"])
+
+
+def test_a_record_capped_at_k_is_what_a_trace_of_depth_k_holds():
+    rec = record(NGRAM, [5, 1, 2, 4, 1, 1, 1, 1, 1])
+    capped = rec.capped(2)
+    assert capped.k_max == 2 and capped.acc_len("eagle").tolist() == [3, 1, 2, 3, 1, 1, 1, 1, 1]
+    assert capped.proposers["ngram"].draft_len.max() <= 2 and capped.acc_len("ngram").max() <= 3
+    assert np.array_equal(capped.output_token_ids, rec.output_token_ids)
+
+
 def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k_among_them():
     """Two requests decoded together, EAGLE proposing k = 1 for one and 3 for the other, every
     draft rejected (two steps each): each iteration EAGLE drafts both rows to k = 3, 0.5 + 0.01 · 4,
     as the engine runs a causal policy (an oracle's plan keeps the mean k's 0.5 + 0.01 · 3), and
-    verifies 2 + 4 tokens: 1 + 0.1 · 6."""
+    verifies 2 + 4 tokens: 1 + 0.1 · 6. Its first iteration also reads both prompts (5 tokens
+    each), priced as its prefill: 0.2 · 10."""
     from specscope.sim.mixed import predict_mixed
 
     records = [record([1, 1, 1], [1, 1, 1], rid=r) for r in "ab"]
@@ -102,7 +131,7 @@ def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k
     assert plan.proposed.tolist() == [1, 1, 3, 3]
     split = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
     lookups = 2 * 0.1 * (1 + 0.1 * 6)  # n-gram's share: every row, every step
-    assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 4) + lookups)
+    assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 4) + lookups + 0.2 * 10)
     assert split["verification"] == pytest.approx(2 * (1 + 0.1 * 6))
     optimistic = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
-    assert optimistic["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 3))
+    assert optimistic["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 3) + 0.2 * 10)

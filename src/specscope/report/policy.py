@@ -3,7 +3,10 @@ choices it makes along a few outputs.
 
 ``policy_section`` simulates the traces under the policy and the policies it is judged against
 (:mod:`specscope.sim.evaluate`) and walks :data:`EXAMPLES` requests with it at the smallest batch
-size; the two figures draw those.
+size; the two figures draw those. Everything is judged within the policy's deepest k (the
+traces capped there, :meth:`~specscope.trace.schema.TraceRecord.capped`): fixed ks and oracles
+that propose more than the policy may would set it against drafting it was kept from — a
+policy fitted with ``--max-k`` at the k its cost model was measured at.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     """The judgement table (one line per dataset × batch size) and the example walks."""
     policy = load_policy(path)
     learned = f"learned:{path}"
+    records = [record.capped(policy.depth) for record in records]
     rows = simulate(records, [*policy.methods, COMBINED] if len(policy.methods) == 2 else list(policy.methods),
                     candidate_policies(policy.methods, learned, records), cost,
                     SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed,
@@ -68,7 +72,11 @@ def gap_figure(table: Sequence[dict]) -> plt.Figure:
     for i, b in enumerate(sizes):
         values = [next((l.get("gap_closed", np.nan) for l in table if l["dataset"] == d and l["batch_size"] == b),
                        np.nan) for d in datasets]
-        ax.bar(np.arange(len(datasets)) + i * width, values, width, label=f"B={b}", color=CYCLE[i % len(CYCLE)])
+        where = np.arange(len(datasets)) + i * width
+        ax.bar(where, values, width, label=f"B={b}", color=CYCLE[i % len(CYCLE)])
+        for x, value in zip(where, values):
+            if np.isnan(value):  # oracle-switch does not beat the best fixed policy there: no gap to close
+                ax.text(x, 0.0, "no gap", rotation=90, ha="center", va="bottom", fontsize=8, color="grey")
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
     ax.set_xticks(np.arange(len(datasets)) + 0.4 - width / 2, datasets)

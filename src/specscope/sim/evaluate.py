@@ -5,7 +5,9 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
 - best fixed = the best ``fixed:k`` of any single proposer, k chosen in hindsight;
 - adaptive = the better proposer under ``adaptive``; oracle per proposer;
 - oracle-switch (the causal ceiling, drafting charged) and oracle-combined (the paper's);
-- gap closed = (learned − best fixed) / (oracle-switch − best fixed).
+- gap closed = (learned − best fixed) / (oracle-switch − best fixed), undefined (NaN) where
+  oracle-switch beats the best fixed policy by less than :data:`MIN_ROOM` of it: a ratio over
+  a gap that small says nothing (over a gap of 0.0004× it read −1677).
 
 :func:`leave_one_out` fits on every dataset but one and judges on the one held out, under each
 cost model in turn (fitted for and judged by it). Beside it, the same fit over every dataset,
@@ -26,6 +28,7 @@ from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate, traced_k_m
 from specscope.trace.schema import TraceRecord
 
 FIXED_KS = (1, 2, 3, 4, 5, 6, 8, 10)
+MIN_ROOM = 0.01  # the gap closed is judged where oracle-switch beats the best fixed by this share of it
 
 
 def candidate_policies(methods: tuple[str, ...], learned: str | None, records: Sequence[TraceRecord]) -> list[str]:
@@ -68,7 +71,8 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", 
         for name, gap in (("learned", "gap_closed"), ("learned_seen", "gap_closed_seen")):
             if name in line and "oracle_switch" in line:
                 room = line["oracle_switch"] - line["best_fixed_speedup"]
-                line[gap] = (line[name] - line["best_fixed_speedup"]) / room if room > 0 else float("nan")
+                enough = room > MIN_ROOM * line["best_fixed_speedup"]
+                line[gap] = (line[name] - line["best_fixed_speedup"]) / room if enough else float("nan")
         table.append(line)
     return table
 

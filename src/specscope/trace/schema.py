@@ -34,7 +34,7 @@ On disk (JSON Lines, one request a line)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -58,6 +58,15 @@ class ProposerTrace:
             draft_len=None if self.draft_len is None else self.draft_len[:length],
             draft_prob=None if self.draft_prob is None else self.draft_prob[:length],
             tree_rank=None if self.tree_rank is None else self.tree_rank[:length],
+        )
+
+    def capped(self, k: int) -> "ProposerTrace":
+        """As a proposer offering at most ``k`` tokens would show it: acc_len ≤ k + 1, draft_len ≤ k."""
+        return ProposerTrace(
+            acc_len=np.minimum(self.acc_len, k + 1),
+            draft_len=None if self.draft_len is None else np.minimum(self.draft_len, k),
+            draft_prob=self.draft_prob,
+            tree_rank=self.tree_rank,
         )
 
     def to_json(self) -> dict:
@@ -94,6 +103,11 @@ class TraceRecord:
     def acc_len(self, proposer: str) -> np.ndarray:
         """``acc_len`` of ``proposer`` ([G] int32)."""
         return self.proposers[proposer].acc_len
+
+    def capped(self, k: int) -> "TraceRecord":
+        """This record as a trace of depth ``k`` would hold it (:meth:`ProposerTrace.capped`)."""
+        return replace(self, proposers={name: trace.capped(k) for name, trace in self.proposers.items()},
+                       k_max=k if self.k_max is None else min(self.k_max, k))
 
     def to_json(self) -> dict:
         out: dict = {"schema": SCHEMA_VERSION, "id": self.id}
