@@ -366,3 +366,13 @@ def test_step_prices_split_a_drafters_cost_into_its_part_per_row_and_the_batchs(
     seconds, fixed = step_seconds(per_row, ("ngram", "eagle"), 2, 0.0, 2)
     assert np.allclose(seconds[1], 1.0 + 0.02 * 2 * (k + 1) + 0.1 + np.where(k > 0, 0.2, 0.0))
     assert np.allclose(fixed[1], np.where(k > 0, 0.2 + 0.05 * (k + 1), 0.0))
+
+
+def test_discrimination_is_near_one_where_the_features_know_the_next_step(policy_file):
+    """On the toy workload EAGLE's first draft is rejected exactly where n-gram offers (a feature)
+    and accepted elsewhere; n-gram, where it offers, is always accepted (one outcome: no AUC)."""
+    from specscope.sim.evaluate import discrimination
+
+    rows = {r["method"]: r for r in discrimination(workload(1), load_policy(policy_file))}
+    assert rows["eagle"]["steps"] > 100 and rows["eagle"]["auc"] > 0.95
+    assert rows["ngram"]["observed"] == 1.0 and np.isnan(rows["ngram"]["auc"])

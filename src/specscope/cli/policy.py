@@ -155,7 +155,22 @@ def run_explain(args: argparse.Namespace) -> int:
                  for m in document["models"]])
     if args.traces:
         show_decisions(policy, args)
+        show_discrimination(policy, args)
     return 0
+
+
+def show_discrimination(policy, args: argparse.Namespace) -> None:
+    """How well the policy's features tell an accepted first draft from a rejected one on
+    ``args.traces`` (:func:`~specscope.sim.evaluate.discrimination`)."""
+    from specscope.sim.evaluate import discrimination
+
+    args.lengths = "own"
+    rows = discrimination(read_trace_args(args), policy)
+    print_table("first draft accepted, predicted along the policy's own walk (B = 1) against the traces: "
+                "AUC 0.5 = its features know nothing of the next step, 1 = everything",
+                ["method", "steps", "predicted", "observed", "AUC"],
+                [[r["method"], str(r["steps"]), f"{r['predicted']:.3f}", f"{r['observed']:.3f}", f"{r['auc']:.3f}"]
+                 for r in rows])
 
 
 def show_decisions(policy, args: argparse.Namespace) -> None:

@@ -13,7 +13,9 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
 cost model in turn (fitted for and judged by it). Beside it, the same fit over every dataset,
 the held-out one included (``learned_seen``, ``gap_closed_seen``): what the policy loses by not
 having seen the workload — the share of the gap that the workload's own statistics would close,
-against the share that needs more than these features know.
+against the share that needs more than these features know. :func:`discrimination` measures
+how well the policy's acceptance model tells an accepted first draft from a rejected one along
+its own walk: what its features know of the next step.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from specscope.costmodel.base import CostModel
+from specscope.policy.learned import LearnedPolicy, features
 from specscope.sim.fit import fit_policy
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate, traced_k_max
+from specscope.sim.switching import causal_plan
 from specscope.trace.schema import TraceRecord
 
 FIXED_KS = (1, 2, 3, 4, 5, 6, 8, 10)
@@ -107,3 +113,34 @@ def _write(document: dict, path: Path) -> str:
     """Write a policy document to ``path``; its ``learned:`` policy name."""
     path.write_text(json.dumps(document) + "\n", encoding="utf-8")
     return f"learned:{path}"
+
+
+def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> list[dict]:
+    """Per method, along the policy's own walk of ``records`` at batch size 1: at every step
+    where the method could draft (n-gram: where it offers a token), the model's P(acc_len ≥ 2)
+    — its first draft accepted — against the trace's truth there (read after the walk, never by
+    the policy): steps, mean predicted, observed rate, and the AUC (0.5: the features tell
+    nothing of the next step; 1: everything; ``nan`` where one outcome never occurs)."""
+    from sklearn.metrics import roc_auc_score
+
+    chooser, decide, seen = policy.chooser(1), policy.decide_for(1), []
+
+    def spy(observed):
+        seen.extend(observed)
+        return decide(observed)
+
+    plan = causal_plan(records, policy.methods, lambda b: spy, policy.depth)
+    rows = []
+    for m, name in enumerate(policy.methods):
+        predicted, truth = [], []
+        for obs, r, pos in zip(seen, plan.request_of_step.tolist(), plan.pos.tolist()):
+            if name == "ngram" and obs.ngram_offer == 0:
+                continue
+            x, shift = features(obs, policy.methods), chooser.shift_for(obs)
+            predicted.append(chooser.row_scores(x, max(obs.ngram_offer, 1), 0.0, shift)[m][1] - 1.0)
+            truth.append(int(records[r].acc_len(name)[pos - 1] >= 2))
+        both = 0 < sum(truth) < len(truth)
+        rows.append({"method": name, "steps": len(truth), "predicted": float(np.mean(predicted)) if truth else float("nan"),
+                     "observed": float(np.mean(truth)) if truth else float("nan"),
+                     "auc": float(roc_auc_score(truth, predicted)) if both else float("nan")})
+    return rows
