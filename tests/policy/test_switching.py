@@ -135,3 +135,23 @@ def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k
     assert split["verification"] == pytest.approx(2 * (1 + 0.1 * 6))
     optimistic = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
     assert optimistic["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 3) + 0.2 * 10)
+
+
+def test_in_mixed_mode_a_causal_policys_drafter_catches_its_rows_up_in_one_padded_chunk():
+    """Two requests with prompts of 5 and 9 tokens decoded together, EAGLE k = 1 at every step,
+    every draft rejected: the first iteration reads both prompts in one chunk as wide as the
+    longer, 2 · 9 tokens at 0.2 each (the engine pads the rows of one forward), where an oracle's
+    plan is priced the 5 + 9 it reads."""
+    from dataclasses import replace
+
+    from specscope.sim.mixed import predict_mixed
+
+    records = [record([1, 1, 1], [1, 1, 1], rid="a"),
+               replace(record([1, 1, 1], [1, 1, 1], rid="b"), prompt_token_ids=np.arange(1, 10, dtype=np.int64))]
+    plan = causal_plan(records, METHODS, lambda b: lambda seen: [(1, 1)] * len(seen), 8, 2, together=True)
+    lookups = 2 * 0.1 * (1 + 0.1 * 4)  # two iterations verifying 2 + 2 tokens
+    eagle = 2 * (0.5 + 0.01 * 2)
+    causal = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
+    assert causal["drafting"] == pytest.approx(eagle + lookups + 0.2 * 18)
+    optimistic = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
+    assert optimistic["drafting"] == pytest.approx(eagle + 0.2 * 14)

@@ -51,3 +51,20 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     second = capsys.readouterr().out
     assert "already done" in second and "measure " not in second and "policy  fitted" not in second
     assert {str(p): p.stat().st_mtime_ns for p in kept} == before
+
+
+def test_the_policy_keeps_the_drafter_measured_fastest_over_every_cell(tmp_path):
+    """EAGLE 1.2× and 1.1×, MTP 1.3× and 1.0× (geometric means 1.149 and 1.140; a tree cell of
+    MTP at 2× is not a chain): EAGLE. With MTP's second cell at 1.05×: MTP (1.168)."""
+    from specscope.analysis.measured import MeasuredCell
+    from specscope.study.config import StudyConfig
+
+    config = StudyConfig(model_dir=tmp_path, workloads=[], out_dir=tmp_path, drafters={"mtp": tmp_path, "eagle": tmp_path})
+
+    def cells(mtp_second: float) -> list:
+        return [MeasuredCell("w", "eagle", 3, 1, 1.2), MeasuredCell("w", "eagle", 3, 4, 1.1),
+                MeasuredCell("w", "mtp", 3, 1, 1.3), MeasuredCell("w", "mtp", 3, 4, mtp_second),
+                MeasuredCell("w", "mtp", 3, 1, 2.0, tree="2x1x1"), MeasuredCell("w", "ngram", 3, 1, 3.0)]
+
+    assert config.policy_methods(cells(1.0)) == ("ngram", "eagle")
+    assert config.policy_methods(cells(1.05)) == ("ngram", "mtp")

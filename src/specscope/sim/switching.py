@@ -28,7 +28,9 @@ nothing). The engine feeds them to the drafter as it feeds a prompt, so an itera
 tokens (all its requests together) are priced as one drafter prefill over them
 (``Drafting.prefill_time``: a roofline forward over them; a fitted model's per-prompt-token
 drafter cost, zero in the paper's models, which charge no drafter prefill); no drafter is
-charged at the prefill.
+charged at the prefill. A causal policy's rows catch up in one chunk as wide as the longest
+catch-up among them (the engine pads the rows of one forward): rows × the longest; the oracles
+keep the sum.
 """
 
 from __future__ import annotations
@@ -184,8 +186,12 @@ class SwitchDrafting:
             proposing = mine & (plan.proposed > 0)
             if self.causal and not self.stateful(index):  # it looks up for every request
                 mine = proposing = np.ones_like(mine)
-            caught_up.append(aggregate(catch_up(plan, index).astype(float)) if self.stateful(index) else None)
             tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
+            if self.stateful(index):
+                behind = catch_up(plan, index).astype(float)
+                caught_up.append(aggregate(mine.astype(float)) * deepest(behind) if self.causal else aggregate(behind))
+            else:
+                caught_up.append(None)
             loads.append(StepLoad(
                 batched_tokens=aggregate(tokens),
                 kv_tokens=aggregate(np.where(mine, plan.prompt_len[plan.request_of_step] + plan.pos, 0).astype(float)),

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
+import numpy as np
+
+from specscope.analysis.measured import MeasuredCell
 from specscope.methods import method, of_kind
 from specscope.trees import TreeShape
 
@@ -61,14 +65,20 @@ class StudyConfig:
         ranked = [m for m in TREE_DRAFTER_PREFERENCE if m in self.drafters]
         return next((m for m in [*ranked, *self.drafters] if method(m).drafts_trees_on("specscope")), None)
 
-    @property
-    def policy_methods(self) -> tuple[str, ...] | None:
-        """What the study's learned policy chooses between: n-gram and one model drafter (the
-        tree drafter's preference order, else the first); ``None`` without both."""
-        ranked = [m for m in TREE_DRAFTER_PREFERENCE if m in self.drafters] + list(self.drafters)
+    def policy_methods(self, measured: Sequence[MeasuredCell]) -> tuple[str, str] | None:
+        """What the study's learned policy chooses between: n-gram and the one model drafter an
+        engine running it keeps beside n-gram — the drafter whose measured chains were fastest
+        over every workload and batch size (geometric mean of their speedups; ties in the tree
+        drafter's preference order); ``None`` without n-gram or a drafter."""
+        ranked = list(dict.fromkeys([*(m for m in TREE_DRAFTER_PREFERENCE if m in self.drafters), *self.drafters]))
         if "ngram" not in self.lookups or not ranked:
             return None
-        return ("ngram", ranked[0])
+
+        def speed(drafter: str) -> float:
+            mine = [c.measured_speedup for c in measured if c.method == drafter and c.tree is None]
+            return float(np.exp(np.mean(np.log(mine)))) if mine else 0.0
+
+        return ("ngram", max(ranked, key=speed))  # max keeps the first of equals
 
     @property
     def policy_path(self) -> Path:

@@ -6,7 +6,8 @@
    method and each tree with the tree drafter (``measured/<workload>__<method>.json``,
    ``…__<method>-tree-<shape>.json`` and ``….steps.jsonl``, per cell);
 3. fit — the linear cost model fitted to all measured steps (``costmodel.json``);
-4. policy — a learned policy over n-gram and a model drafter fitted to the traces under that
+4. policy — a learned policy over n-gram and the model drafter measured fastest (over every
+   workload and batch size: the one an engine would keep beside n-gram) fitted to the traces under that
    cost model at the study's batch sizes, proposing at most the measured k (its drafting cost
    was measured there and no further; ``policy.json``), and measured with the reference
    engine switching per step (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from
@@ -130,7 +131,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     from specscope.sim.fit import fit_policy
     from specscope.trace import load_traces
 
-    methods = config.policy_methods
+    methods = config.policy_methods(measured)
     if methods is None:
         return []
     if not config.policy_path.exists():
