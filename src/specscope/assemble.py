@@ -35,7 +35,7 @@ def build_proposer(target: "Transformer", method: str, config: ProposerConfig,
         return None if method == NO_SD else create_proposer(config, target)
     drafter = policy.drafter(config.draft_dir)
     members = [create_proposer(ProposerConfig(m, policy.depth, config.max_batch_size, config.max_seq_len,
-                                              config.draft_dir if m == drafter else None, lazy=True), target)
+                                              config.draft_dir if m == drafter else None), target)
                for m in policy.methods]
     lookup = members[policy.methods.index("ngram")] if "ngram" in policy.methods else create_proposer(
         ProposerConfig("ngram", policy.depth, config.max_batch_size, config.max_seq_len), target)

@@ -64,24 +64,6 @@ def test_greedy_sd_equals_plain_greedy(llama_dir, draft_dir, reference, method, 
     assert stats.num_accepted_tokens == sum(stats.num_accepted_tokens_per_pos)
 
 
-@pytest.mark.parametrize("method", ["draft", "self-draft"])
-def test_a_lazy_draft_model_reads_the_prompt_at_its_first_proposal_and_drafts_alike(llama_dir, draft_dir, method):
-    """A lazy drafter (a learned policy's member) runs nothing at the prefill and drafts exactly
-    what an eager one drafts: the same output, the same acceptance per position."""
-    from specscope.engine.proposer_api import ProposerConfig
-    from specscope.proposers import create_proposer
-
-    draft = {"draft": draft_dir, "self-draft": llama_dir}[method]
-    target = load_engine(llama_dir, "none", max_batch_size=4, max_seq_len=128)[0].target
-    stats = []
-    for lazy in (False, True):
-        config = ProposerConfig("draft", 3, 4, Engine.cache_capacity(128, 3), draft, lazy=lazy)
-        engine = Engine(target, create_proposer(config, target), 3, 4, 128)
-        generate(engine, 4)
-        stats.append((engine.stats.num_accepted_tokens_per_pos, engine.stats.num_drafts))
-    assert stats[0] == stats[1] and stats[0][1] > 0
-
-
 def test_plain_batches_equal_batch_one(llama_dir, reference):
     engine, _ = load_engine(llama_dir, "none", max_batch_size=8, max_seq_len=128)
     assert generate(engine, 8) == reference

@@ -31,21 +31,20 @@ def test_oracle_switch_takes_the_longer_acc_len_and_proposes_nothing_where_both_
 
 def test_catch_up_counts_the_positions_the_drafter_did_not_see():
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
-    # eagle's first step at pos 4 reads the prompt (5) and positions 1..3, which came from n-gram
-    # (3); next at 8: it saw up to 6 → 2
-    assert catch_up(plan, 1).tolist() == [0, 8, 0, 0, 2]
+    # eagle's first step at pos 4: positions 1..3 came from n-gram (3); next at 8: it saw up to 6 → 2
+    assert catch_up(plan, 1).tolist() == [0, 3, 0, 0, 2]
     chain = causal_plan([record(NGRAM, EAGLE)], METHODS, lambda b: lambda seen: [(1, 1)] * len(seen), 8)
-    assert set(chain.method.tolist()) == {1} and catch_up(chain, 1).tolist() == [5] + [0] * (len(chain.pos) - 1)
+    assert set(chain.method.tolist()) == {1} and not catch_up(chain, 1).any()
 
 
 def test_switch_pricing_charges_each_proposer_its_drafting_and_the_catch_up():
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
     split = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS), 1).time_split
     # verify 1 + 0.1·(k+1): 1.3 + 1.2 + 1.1 + 1.1 + 1.2; n-gram 0.1 × 1.3; eagle (0.5 + 0.01·2) twice
-    # plus its catch-up 0.2 × (5 + 3 + 2): the prompt waits for its first step; prefill: the target's 1 + 0.1·5
+    # plus its catch-up 0.2 × (3 + 2); prefill: target 1 + 0.1·5, eagle's 0.2·5
     assert split["verification"] == pytest.approx(5.9)
-    assert split["drafting"] == pytest.approx(0.13 + 2 * 0.52 + 0.2 * 10)
-    assert split["prefill"] == pytest.approx(1.5)
+    assert split["drafting"] == pytest.approx(0.13 + 2 * 0.52 + 0.2 * 5)
+    assert split["prefill"] == pytest.approx(2.5)
 
 
 def test_a_causal_policy_pays_the_lookup_at_every_step():
@@ -53,7 +52,7 @@ def test_a_causal_policy_pays_the_lookup_at_every_step():
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
     every = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 1).time_split
     # n-gram 0.1 × the verify time of all five steps (1.3 + 1.2 + 1.1 + 1.1 + 1.2), not of its one step
-    assert every["drafting"] == pytest.approx(0.1 * 5.9 + 2 * 0.52 + 0.2 * 10)
+    assert every["drafting"] == pytest.approx(0.1 * 5.9 + 2 * 0.52 + 0.2 * 5)
 
 
 def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():
@@ -122,8 +121,7 @@ def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k
     """Two requests decoded together, EAGLE proposing k = 1 for one and 3 for the other, every
     draft rejected (two steps each): each iteration EAGLE drafts both rows to k = 3, 0.5 + 0.01 · 4,
     as the engine runs a causal policy (an oracle's plan keeps the mean k's 0.5 + 0.01 · 3), and
-    verifies 2 + 4 tokens: 1 + 0.1 · 6. Its first iteration also reads both prompts (5 tokens
-    each), priced as its prefill: 0.2 · 10."""
+    verifies 2 + 4 tokens: 1 + 0.1 · 6."""
     from specscope.sim.mixed import predict_mixed
 
     records = [record([1, 1, 1], [1, 1, 1], rid=r) for r in "ab"]
@@ -131,27 +129,34 @@ def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k
     assert plan.proposed.tolist() == [1, 1, 3, 3]
     split = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
     lookups = 2 * 0.1 * (1 + 0.1 * 6)  # n-gram's share: every row, every step
-    assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 4) + lookups + 0.2 * 10)
+    assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 4) + lookups)
     assert split["verification"] == pytest.approx(2 * (1 + 0.1 * 6))
     optimistic = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
-    assert optimistic["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 3) + 0.2 * 10)
+    assert optimistic["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 3))
 
 
 def test_in_mixed_mode_a_causal_policys_drafter_catches_its_rows_up_in_one_padded_chunk():
-    """Two requests with prompts of 5 and 9 tokens decoded together, EAGLE k = 1 at every step,
-    every draft rejected: the first iteration reads both prompts in one chunk as wide as the
-    longer, 2 · 9 tokens at 0.2 each (the engine pads the rows of one forward), where an oracle's
-    plan is priced the 5 + 9 it reads."""
+    """Two requests decoded together, every draft rejected: a (prompt 5) drafts EAGLE k = 1 at
+    both steps; b (prompt 9) proposes nothing at its first step, then EAGLE k = 1, catching up 1
+    position. The second iteration's chunk is as wide as the longer catch-up for both rows,
+    2 · 1 tokens at 0.2 each (the engine pads the rows of one forward), where an oracle's plan is
+    priced the 1 it reads. EAGLE drafts a alone (0.5 + 0.01 · 2), then both (the same), and the
+    causal policy looks up n-gram for both rows at each step: 0.1 × (1 + 0.1 · 3) and
+    0.1 × (1 + 0.1 · 4)."""
     from dataclasses import replace
 
     from specscope.sim.mixed import predict_mixed
 
     records = [record([1, 1, 1], [1, 1, 1], rid="a"),
                replace(record([1, 1, 1], [1, 1, 1], rid="b"), prompt_token_ids=np.arange(1, 10, dtype=np.int64))]
-    plan = causal_plan(records, METHODS, lambda b: lambda seen: [(1, 1)] * len(seen), 8, 2, together=True)
-    lookups = 2 * 0.1 * (1 + 0.1 * 4)  # two iterations verifying 2 + 2 tokens
+
+    def decide(observed):
+        return [(NONE, 0) if o.prompt_len == 9 and o.num_steps == 0 else (1, 1) for o in observed]
+
+    plan = causal_plan(records, METHODS, lambda b: decide, 8, 2, together=True)
+    assert catch_up(plan, 1).tolist() == [0, 0, 0, 1]
     eagle = 2 * (0.5 + 0.01 * 2)
     causal = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
-    assert causal["drafting"] == pytest.approx(eagle + lookups + 0.2 * 18)
+    assert causal["drafting"] == pytest.approx(eagle + 0.1 * 1.3 + 0.1 * 1.4 + 0.2 * 2)
     optimistic = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
-    assert optimistic["drafting"] == pytest.approx(eagle + 0.2 * 14)
+    assert optimistic["drafting"] == pytest.approx(eagle + 0.2 * 1)

@@ -74,9 +74,7 @@ def agreeing_prefix(proposal: Sequence[int], truth: Sequence[int]) -> int:
 class ProposerConfig:
     """Everything a factory may need. ``max_seq_len`` is the per-sequence KV capacity the
     engine uses (positions ``0..max_seq_len-1``); ``draft_dir`` is the draft model or head
-    checkpoint; ``min_n``/``max_n`` bound the n-gram proposer's match length; ``lazy``: a model
-    drafter reads a prompt when it first drafts for the sequence, not at its prefill (a learned
-    policy's member: a sequence that never calls on it costs it nothing)."""
+    checkpoint; ``min_n``/``max_n`` bound the n-gram proposer's match length."""
 
     method: str
     k: int
@@ -85,7 +83,6 @@ class ProposerConfig:
     draft_dir: Path | None = None
     min_n: int = NGRAM_MIN_N
     max_n: int = NGRAM_MAX_N
-    lazy: bool = False
 
 
 @dataclass

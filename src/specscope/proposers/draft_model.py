@@ -59,19 +59,15 @@ class DraftModelProposer:
             draft.config, config.max_batch_size, config.max_seq_len, draft.dtype, draft.device
         )
         self.valid = [0] * config.max_batch_size
-        self.lazy = config.lazy  # the prompt waits for the first proposal (ProposerConfig)
 
     @torch.no_grad()
     def observe(self, target_pass: TargetPass) -> None:
-        if target_pass.prefill and not self.lazy:  # the draft's own prefill over the prompts
+        if target_pass.prefill:  # the draft's own prefill over the prompts
             tokens = self._embeddable(target_pass.tokens)
             positions = torch.arange(tokens.shape[1], device=tokens.device)[None, :].expand_as(tokens)
             self.draft(tokens, positions, self.cache, target_pass.slots, kv_len=tokens.shape[1])
         for slot, start, n in zip(target_pass.slots, target_pass.start, target_pass.num_committed):
-            if target_pass.prefill:
-                self.valid[slot] = 0 if self.lazy else start + n
-            else:
-                self.valid[slot] = min(self.valid[slot], start + n)
+            self.valid[slot] = start + n if target_pass.prefill else min(self.valid[slot], start + n)
 
     def _catch_up(self, slots: list[int], histories: list[list[int]]) -> torch.Tensor:
         """Feed each row's committed tokens the cache lacks (``history[valid:]``, right-padded)

@@ -15,8 +15,7 @@ combines the token ``x[p+1]`` with the target's hidden state ``h[p]`` (the state
 After a prompt's prefill the chunk would be the whole prompt; the entries ``0..P-2`` only need
 prompt tokens, so they are run right away when the prefill is observed (the head's own
 prefill, timed as prefill as the draft model's is) and only entry ``P-1``, which pairs the first
-generated token, waits for the first proposal — unless the proposer is ``lazy``
-(:class:`~specscope.engine.proposer_api.ProposerConfig`): then the whole prompt waits for it.
+generated token, waits for the first proposal.
 
 The head keeps a one-layer KV cache indexed by position, like the target's: entries written for
 drafts that are later rejected lie at positions the next chunk overwrites.
@@ -223,12 +222,11 @@ class HeadProposer:
             head.config, config.max_batch_size, config.max_seq_len, target.dtype, target.device
         )
         self.pending: dict[int, tuple[int, list[torch.Tensor]]] = {}
-        self.lazy = config.lazy
 
     @torch.no_grad()
     def observe(self, target_pass: TargetPass) -> None:
         fused = self.head.fuse(target_pass.hidden)  # [batch, T, hidden]
-        head_prefill = target_pass.prefill and fused.shape[1] > 1 and not self.lazy
+        head_prefill = target_pass.prefill and fused.shape[1] > 1
         if head_prefill:  # entries 0..P-2; shorter rows write padding that later chunks overwrite
             width = fused.shape[1] - 1
             positions = torch.arange(width, device=fused.device)[None, :].expand(len(target_pass.slots), -1)
@@ -240,8 +238,8 @@ class HeadProposer:
             states = fused[row, first:n]  # [n - first, hidden]
             if slot in self.pending and not target_pass.prefill:  # no draft since: catch up later
                 self.pending[slot][1].append(states.clone())  # a copy: the pass's whole tensor is not kept
-            else:  # a lazy prefill's states are copied: the pass's whole tensor is not kept
-                self.pending[slot] = (start + first, [states.clone() if target_pass.prefill and self.lazy else states])
+            else:
+                self.pending[slot] = (start + first, [states])
 
     def _chunk(
         self, request: ProposeInput

@@ -13,8 +13,7 @@ and every row's proposal is cut to its own k; a row that chose none proposes not
 Every member observes every target pass, so a model drafter stays current: an EAGLE head's
 pending hidden states accumulate over the steps it sat out and its next draft runs them in one
 forward (it catches up, as :mod:`specscope.sim.switching` prices it); a draft model feeds the
-tokens its cache lacks. The members are lazy (``ProposerConfig.lazy``): a drafter reads a prompt
-at its first draft for the sequence, so a sequence that never calls on it costs it nothing. The n-gram lookup runs for every row every step: its offer and its
+tokens its cache lacks. The n-gram lookup runs for every row every step: its offer and its
 agreement with what the step emitted are features. Verification is the engine's, so the output
 is what no-SD decoding gives under greedy decoding, whatever the policy picks.
 """

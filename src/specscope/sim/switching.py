@@ -21,14 +21,15 @@ should be (priced at the deepest k, gsm8k's oracle-switch at roofline B = 8 fell
 k = 3: 1.51× against 1.58×). A model drafter
 keeps a state (an EAGLE head reads the target's hidden state at every position): before its next
 step it **catches up** the positions emitted by other proposers' steps since its last one,
-catch-up = pos − (the position after the request's previous step with that drafter; at its
-first, 1 − prompt length: the engine brings a switching member's state up to date only when it
-drafts, so its first step reads the prompt too and a request that never calls on it costs it
-nothing). The engine feeds them to the drafter as it feeds a prompt, so an iteration's catch-up
-tokens (all its requests together) are priced as one drafter prefill over them
-(``Drafting.prefill_time``: a roofline forward over them; a fitted model's per-prompt-token
-drafter cost, zero in the paper's models, which charge no drafter prefill); no drafter is
-charged at the prefill. A causal policy's rows catch up in one chunk as wide as the longest
+catch-up = pos − (the position after the request's previous step with that drafter; 1 when
+none: its prefill covered the prompt and the first token). The engine feeds them to the drafter
+as it feeds a prompt, so an iteration's catch-up tokens (all its requests together) are priced
+as one drafter prefill over them (``Drafting.prefill_time``: a roofline forward over them; a
+fitted model's per-prompt-token drafter cost, zero in the paper's models, which charge no
+drafter prefill). Every model drafter among the methods pays its prefill on every prompt (a
+drafter that read a prompt only at its first draft, measured on the reference engine, lost
+more than it saved: that first read pads every row of the drafter's forward to the prompt's
+width). A causal policy's rows catch up in one chunk as wide as the longest
 catch-up among them (the engine pads the rows of one forward): rows × the longest; the oracles
 keep the sum.
 """
@@ -139,15 +140,14 @@ def _switch_plan(parts, records: Sequence[TraceRecord], methods: tuple[str, ...]
 
 
 def catch_up(plan: Plan, method: int) -> np.ndarray:
-    """[S] positions the drafter ``method`` reads beyond k + 1 at each of its steps (0 elsewhere):
-    its first step for a request reads the prompt too."""
+    """[S] positions the drafter ``method`` reads beyond k + 1 at each of its steps (0 elsewhere)."""
     out = np.zeros(len(plan.pos), dtype=np.int64)
     for r in range(len(plan.prompt_len)):
         lo, hi = plan.offsets[r], plan.offsets[r + 1]
         mine = np.flatnonzero(plan.method[lo:hi] == method) + lo
         if mine.size == 0:
             continue
-        seen = np.concatenate([[1 - plan.prompt_len[r]], plan.pos[mine[:-1]] + plan.emitted[mine[:-1]]])
+        seen = np.concatenate([[1], plan.pos[mine[:-1]] + plan.emitted[mine[:-1]]])
         out[mine] = plan.pos[mine] - seen
     return out
 
@@ -202,9 +202,8 @@ class SwitchDrafting:
         return BoundSwitch(self, loads, caught_up)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
-        """Nothing: a switching plan's model drafter reads a prompt when it first drafts for the
-        request (its catch-up), not at the prefill — a request that never calls on it costs it nothing."""
-        return np.zeros_like(np.asarray(prompt_tokens, dtype=float))
+        return sum((d.prefill_time(prompt_tokens) for d in self.draftings),
+                   np.zeros_like(np.asarray(prompt_tokens, dtype=float)))
 
     def to_json(self) -> dict:
         return {"kind": "switch", **{m: d.to_json() for m, d in zip(self.methods, self.draftings)}}
