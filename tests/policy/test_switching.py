@@ -138,9 +138,9 @@ def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k
 def test_in_mixed_mode_a_causal_policys_drafter_catches_its_rows_up_in_one_padded_chunk():
     """Two requests decoded together, every draft rejected: a (prompt 5) drafts EAGLE k = 1 at
     both steps; b (prompt 9) proposes nothing at its first step, then EAGLE k = 1, catching up 1
-    position. The second iteration's chunk is as wide as the longer catch-up for both rows,
-    2 · 1 tokens at 0.2 each (the engine pads the rows of one forward), where an oracle's plan is
-    priced the 1 it reads. EAGLE drafts a alone (0.5 + 0.01 · 2), then both (the same), and the
+    position. On an engine that pads the rows of one forward, the second iteration's chunk is as
+    wide as the longer catch-up for both rows, 2 · 1 tokens at 0.2 each; on one that packs them,
+    and for an oracle's plan, the 1 it reads. EAGLE drafts a alone (0.5 + 0.01 · 2), then both (the same), and the
     causal policy looks up n-gram for both rows at each step: 0.1 × (1 + 0.1 · 3) and
     0.1 × (1 + 0.1 · 4)."""
     from dataclasses import replace
@@ -156,7 +156,10 @@ def test_in_mixed_mode_a_causal_policys_drafter_catches_its_rows_up_in_one_padde
     plan = causal_plan(records, METHODS, lambda b: decide, 8, 2, together=True)
     assert catch_up(plan, 1).tolist() == [0, 0, 0, 1]
     eagle = 2 * (0.5 + 0.01 * 2)
-    causal = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
-    assert causal["drafting"] == pytest.approx(eagle + 0.1 * 1.3 + 0.1 * 1.4 + 0.2 * 2)
-    optimistic = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
+    padding = replace(COST, pads_verification=True)  # b's first step verifies 2 padded tokens: 1 + 0.1 · 4
+    causal = predict_mixed(plan, padding, SwitchDrafting.of(padding, METHODS, causal=True), 2).time_split
+    assert causal["drafting"] == pytest.approx(eagle + 0.1 * 1.4 + 0.1 * 1.4 + 0.2 * 2)
+    packed = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
+    assert packed["drafting"] == pytest.approx(eagle + 0.1 * 1.3 + 0.1 * 1.4 + 0.2 * 1)  # an engine that packs rows
+    optimistic = predict_mixed(plan, padding, SwitchDrafting.of(padding, METHODS), 2).time_split
     assert optimistic["drafting"] == pytest.approx(eagle + 0.2 * 1)

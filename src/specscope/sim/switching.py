@@ -29,9 +29,10 @@ fitted model's per-prompt-token drafter cost, zero in the paper's models, which 
 drafter prefill). Every model drafter among the methods pays its prefill on every prompt (a
 drafter that read a prompt only at its first draft, measured on the reference engine, lost
 more than it saved: that first read pads every row of the drafter's forward to the prompt's
-width). A causal policy's rows catch up in one chunk as wide as the longest
-catch-up among them (the engine pads the rows of one forward): rows × the longest; the oracles
-keep the sum.
+width). On an engine that pads the rows of one forward (the cost model's
+``pads_verification``: specscope's reference engine), a causal policy's rows catch up in one
+chunk as wide as the longest catch-up among them: rows × the longest; elsewhere, and for the
+oracles, the sum.
 """
 
 from __future__ import annotations
@@ -159,14 +160,16 @@ class SwitchDrafting:
     methods: tuple[str, ...]
     draftings: tuple[Drafting, ...]
     causal: bool = False  # priced as the engine runs a causal policy (module docstring)
+    pads: bool = False  # the engine pads the rows of one forward (the cost model's pads_verification)
 
     @classmethod
     def of(cls, cost: CostModel, methods: tuple[str, ...], causal: bool = False) -> "SwitchDrafting":
         """``methods``' drafting under ``cost``; ``causal``: as the engine runs a causal policy, a
-        model drafter's passes run to the deepest k among its rows (:class:`DeepestPasses`)."""
+        model drafter's passes run to the deepest k among its rows (:class:`DeepestPasses`), and,
+        on an engine that pads its forwards, its catch-up to the widest among them."""
         draftings = tuple(DeepestPasses(cost.drafting_for(m)) if causal and method_named(m).kind != "lookup"
                           else cost.drafting_for(m) for m in methods)
-        return cls(methods, draftings, causal)
+        return cls(methods, draftings, causal, cost.pads_verification)
 
     def stateful(self, index: int) -> bool:
         """Whether the proposer keeps a state that must follow every position (a model)."""
@@ -189,7 +192,8 @@ class SwitchDrafting:
             tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
             if self.stateful(index):
                 behind = catch_up(plan, index).astype(float)
-                caught_up.append(aggregate(mine.astype(float)) * deepest(behind) if self.causal else aggregate(behind))
+                padded = self.causal and self.pads
+                caught_up.append(aggregate(mine.astype(float)) * deepest(behind) if padded else aggregate(behind))
             else:
                 caught_up.append(None)
             loads.append(StepLoad(
