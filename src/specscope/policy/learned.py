@@ -8,7 +8,7 @@ P(acc_len_m ≥ j) = Π_{i=2}^{j} h_m,i. Evidence that raises one token's odds r
 one's, so the model reaches long accepted runs (a repetition loop's n-gram drafts) that few
 training steps show at each single j. A step of m proposing k then emits in expectation
 E[e] = 1 + Σ_{j=2}^{k+1} P(acc_len_m ≥ j) (n-gram: k at most what it offers now).
-The request's own record shifts every hazard logit of m by one offset (:meth:`Chooser.shift`): the
+The request's own record shifts every hazard logit of m by one offset (:meth:`Chooser.shift_for`): the
 log-odds of the draft tokens it accepted against those the training data's acceptance per depth
 expects of the same tokens, weighted by how many it has — a request-level random effect, so a
 workload whose acceptance the training data never showed (a repetition loop, a drafter better or
