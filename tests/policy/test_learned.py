@@ -376,3 +376,18 @@ def test_discrimination_is_near_one_where_the_features_know_the_next_step(policy
     rows = {r["method"]: r for r in discrimination(workload(1), load_policy(policy_file))}
     assert rows["eagle"]["steps"] > 100 and rows["eagle"]["auc"] > 0.95
     assert rows["ngram"]["observed"] == 1.0 and np.isnan(rows["ngram"]["auc"])
+
+
+def test_without_scikit_learn_fitting_is_a_one_line_error(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    from specscope.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "sklearn" else real(name, *a))
+    traces = tmp_path / "t.jsonl"
+    traces.write_text("".join(json.dumps(r.to_json()) + "\n" for r in workload(0, count=2)))
+    assert main(["policy", "fit", str(traces), "--acc", "ngram,eagle", "--cost-model", "h100-llama3.1-8b",
+                 "-o", str(tmp_path / "p.json")]) == 2
+    assert capsys.readouterr().err.strip().endswith("pip install 'specscope[policy]'")
+    assert not (tmp_path / "p.json").exists()

@@ -78,12 +78,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     explain.set_defaults(run=run_explain)
 
 
+def need_scikit_learn() -> None:
+    """Fitting or judging a policy needs scikit-learn (the ``policy`` extra): a one-line error without it."""
+    import importlib.util
+
+    if importlib.util.find_spec("sklearn") is None:
+        raise SpecscopeError("policy: fitting and judging a policy needs scikit-learn: pip install 'specscope[policy]'")
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.sim.fit import fit_policy
 
     if len(set(args.acc)) != len(args.acc) or "combined" in args.acc:
         raise SpecscopeError(f"--acc: expected distinct proposer names, got {','.join(args.acc)}")
+    need_scikit_learn()
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k)
@@ -104,6 +113,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from specscope.sim.evaluate import leave_one_out
     from specscope.sim.grid import SimConfig
 
+    need_scikit_learn()
     views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
     records = read_trace_args(args)
     datasets = {r.dataset or "trace" for r in records}
@@ -164,6 +174,7 @@ def show_discrimination(policy, args: argparse.Namespace) -> None:
     ``args.traces`` (:func:`~specscope.sim.evaluate.discrimination`)."""
     from specscope.sim.evaluate import discrimination
 
+    need_scikit_learn()
     args.lengths = "own"
     rows = discrimination(read_trace_args(args), policy)
     print_table("first draft accepted, predicted along the policy's own walk (B = 1) against the traces: "
