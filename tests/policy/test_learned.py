@@ -357,13 +357,13 @@ def test_step_prices_split_a_drafters_cost_into_its_part_per_row_and_the_batchs(
 
     k = np.arange(3)
     for b in (1, 2):
-        seconds, fixed = step_seconds(COST, ("ngram", "eagle"), 2, 0.0, b)
+        seconds, fixed, _ = step_seconds(COST, ("ngram", "eagle"), 2, 0.0, b)
         verify = 1.0 + 0.02 * b * (k + 1)
         assert np.allclose(seconds[0], verify + 0.1 + np.where(k > 0, 0.01 * verify, 0.0))
         assert np.allclose(seconds[1], verify + 0.1)
         assert np.allclose(fixed, [[0, 0, 0], np.where(k > 0, 0.2 + 0.05 * (k + 1), 0.0)])
     per_row = replace(COST, drafting={**COST.drafting, "eagle": LinearDrafting(0.2, 0.05, 0.0, c_req=0.1)})
-    seconds, fixed = step_seconds(per_row, ("ngram", "eagle"), 2, 0.0, 2)
+    seconds, fixed, _ = step_seconds(per_row, ("ngram", "eagle"), 2, 0.0, 2)
     assert np.allclose(seconds[1], 1.0 + 0.02 * 2 * (k + 1) + 0.1 + np.where(k > 0, 0.2, 0.0))
     assert np.allclose(fixed[1], np.where(k > 0, 0.2 + 0.05 * (k + 1), 0.0))
 
@@ -391,3 +391,22 @@ def test_without_scikit_learn_fitting_is_a_one_line_error(monkeypatch, tmp_path,
                  "-o", str(tmp_path / "p.json")]) == 2
     assert capsys.readouterr().err.strip().endswith("pip install 'specscope[policy]'")
     assert not (tmp_path / "p.json").exists()
+
+
+def test_on_an_engine_that_pads_a_group_weighs_the_width_every_row_verifies():
+    """One method (n-gram), J = 2, hazards 1/2 (gain 1, 1.5, 1.75 for k = 0, 1, 2), B = 2, θ = 1,
+    the whole price verification: 1.0, 1.2, 1.4 for a batch of k = 0, 1, 2. Row 0 is offered 2,
+    row 1 nothing. Packed, row 0 takes k = 2 (1.75 − 1.4 beats 1.5 − 1.2 and 1 − 1). Padded, both
+    rows verify the widest: w = 0 is worth 1 + 1 − 2 · 1.0 = 0, w = 1 2.5 − 2.4 = 0.1, w = 2
+    2.75 − 2.8 = −0.05: row 0 takes k = 1."""
+    from specscope.policy.learned import Chooser
+
+    verify = np.array([1.0, 1.2, 1.4])
+
+    def group(pads: bool) -> list:
+        chooser = Chooser(np.zeros((1, 0)), np.zeros((1, 2)), verify[None, :], 0, np.full((1, 2), 0.5),
+                          np.zeros((1, 3)), batch_size=2, verify=verify, pads=pads)
+        return chooser.choose_group([[], []], [2, 0], [1.0, 1.0], [[0.0], [0.0]])
+
+    assert group(pads=False) == [(0, 2), (-1, 0)]
+    assert group(pads=True) == [(0, 1), (-1, 0)]

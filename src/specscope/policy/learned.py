@@ -30,11 +30,13 @@ the request's own drafting reaches. (A prior of the throughput reached on the tr
 carried n-gram-rich workloads' rate to math, where it asked more of EAGLE than any step gives.)
 At a batch size the file was not fitted for, the nearest fitted one (log scale) decides.
 
-The file (``"schema": "specscope.policy/4"``) holds ``methods``, ``features`` (name →
+The file (``"schema": "specscope.policy/5"``) holds ``methods``, ``features`` (name →
 definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
 (b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), and
-``models``: per batch size ``seconds`` [M][J + 1] (the price per row) and ``fixed``
-[M][J + 1] (F_B: the batch's once-per-iteration drafting; 0 for a lookup and at k = 0); plain
+``models``: per batch size ``seconds`` [M][J + 1] (the price per row), ``fixed``
+[M][J + 1] (F_B: the batch's once-per-iteration drafting; 0 for a lookup and at k = 0) and
+``verify`` [J + 1] (the verification part of the price), and ``pads`` (the cost model's engine
+verifies every row at the batch's widest proposal: its group then weighs each width); plain
 numbers only.
 """
 
@@ -54,7 +56,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngram_judged
 
-SCHEMA = "specscope.policy/4"  # /4: a drafter's fixed drafting per batch apart (refit files of /1 … /3)
+SCHEMA = "specscope.policy/5"  # /5: verification apart, for engines that pad (refit files of /1 … /4)
 LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
 PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
@@ -122,6 +124,8 @@ class Chooser:
     base_rate: np.ndarray  # [M, J] each method's acceptance of draft tokens at depth j over the training data
     fixed: np.ndarray  # [M, J + 1] F_B: the drafting a batch pays once when m drafts to depth k (0: lookups, k = 0)
     batch_size: int = 1  # B of the prices
+    verify: np.ndarray | None = None  # [J + 1] the step's verification at B copies proposing k (part of seconds)
+    pads: bool = False  # the engine verifies every row at the batch's widest proposal (needs verify)
 
     def __post_init__(self) -> None:  # constants of every decision, computed once
         depth = self.seconds.shape[1]  # J + 1
@@ -137,8 +141,8 @@ class Chooser:
         # plain lists for what a request alone pays per step (choose, theta_for, shift): at this
         # size an array operation's fixed cost exceeds its arithmetic many times over
         object.__setattr__(self, "_alone_rows", list(zip(self.weights.tolist(), self.bias.tolist(), alone.tolist())))
-        object.__setattr__(self, "_batch_rows", list(zip(self.weights.tolist(), self.bias.tolist(),
-                                                         self.seconds.tolist())))
+        own = self.seconds - self.verify if self.pads else self.seconds  # padded: the batch's width is priced apart
+        object.__setattr__(self, "_batch_rows", list(zip(self.weights.tolist(), self.bias.tolist(), own.tolist())))
         object.__setattr__(self, "_fixed_rows", self.fixed.tolist())
         object.__setattr__(self, "_prices", {m: row for m, row in enumerate(alone.tolist())} | {NONE: alone[0].tolist()})
         object.__setattr__(self, "_base_rows", self.base_rate.tolist())
@@ -188,9 +192,11 @@ class Chooser:
         """The rows of one iteration decided together (x [B][F], offer [B], θ [B], shift [B][M]):
         (method or NONE, k) per row. Each model drafter d runs to a depth k_d (0: not at all) for
         the whole batch, paying F_B(d, k_d) once at B·mean(θ); each row then takes its best
-        (method, k) with k ≤ k_d of each drafter. Up to :data:`PLAIN_ROWS` rows in plain Python
-        (:meth:`_choose_rows`), more vectorised (:meth:`_choose_arrays`): the same rule."""
-        if len(x) <= PLAIN_ROWS:
+        (method, k) with k ≤ k_d of each drafter. On an engine that pads (``pads``) the batch also
+        verifies every row at its widest proposal w, priced once at the rows' θ: each w is weighed
+        and the rows keep k ≤ w. Up to :data:`PLAIN_ROWS` rows, and on an engine that pads, in plain
+        Python (:meth:`_choose_rows`), more rows vectorised (:meth:`_choose_arrays`): the same rule."""
+        if len(x) <= PLAIN_ROWS or self.pads:
             tables = [self.row_scores(*row) for row in zip(x, offer, theta, shift)]
             return self._choose_rows(tables, sum(theta) / len(theta))
         return self._choose_arrays(*map(np.asarray, (x, offer, theta, shift)))
@@ -250,20 +256,25 @@ class Chooser:
 
     def _choose_rows(self, tables: list[list[list[float]]], theta: float) -> list[tuple[int, int]]:
         """:meth:`choose_group` in plain Python over the rows' :meth:`row_scores` (``theta``: their
-        mean θ): every combination of the drafters' depths k_d, each row taking its best within
-        them — the best of what needs no drafter, or a drafter's best k ≤ k_d."""
+        mean θ): every batch width w (an engine that pads; else the deepest k) and combination of
+        the drafters' depths k_d ≤ w, each row taking its best within them — the best of what
+        needs no drafter, or a drafter's best k ≤ k_d."""
         drafters, depth = self._drafters, self.seconds.shape[1]
-        free = [max(line[0] if m in drafters else max(line) for m, line in enumerate(t)) for t in tables]
-        reach = [list(zip(*([-math.inf, *itertools.accumulate(t[d][1:], max)] for t in tables)))
-                 for d in drafters]  # [D][J + 1][B]: each row's best k ≤ k_d of drafter d
-        rate, best, limits = self.batch_size * theta, -math.inf, ()
-        for depths in itertools.product(range(depth), repeat=len(drafters)):
-            gained = sum(map(max, free, free, *(columns[k_d] for columns, k_d in zip(reach, depths))))  # free twice: max of ≥ 2
-            value = gained - rate * sum(self._fixed_rows[d][k_d] for d, k_d in zip(drafters, depths))
-            if value > best:
-                best, limits = value, depths
-        caps = dict(zip(drafters, limits))
-        return [_best([line[: caps.get(m, depth - 1) + 1] for m, line in enumerate(t)]) for t in tables]
+        rate, best, limits = self.batch_size * theta, -math.inf, (depth - 1, ())
+        for w in range(depth) if self.pads else [depth - 1]:
+            capped = [[line[: w + 1] for line in t] for t in tables]
+            free = [max(line[0] if m in drafters else max(line) for m, line in enumerate(t)) for t in capped]
+            reach = [list(zip(*([-math.inf, *itertools.accumulate(t[d][1:], max)] for t in capped)))
+                     for d in drafters]  # [D][w + 1][B]: each row's best k ≤ k_d of drafter d
+            width = len(tables) * theta * self.verify[w] if self.pads else 0.0  # every row waits for it
+            for depths in itertools.product(range(w + 1), repeat=len(drafters)):
+                gained = sum(map(max, free, free, *(columns[k_d] for columns, k_d in zip(reach, depths))))  # free twice: max of ≥ 2
+                value = gained - width - rate * sum(self._fixed_rows[d][k_d] for d, k_d in zip(drafters, depths))
+                if value > best:
+                    best, limits = value, (w, depths)
+        w, depths = limits
+        caps = dict(zip(drafters, depths))
+        return [_best([line[: caps.get(m, w) + 1] for m, line in enumerate(t)]) for t in tables]
 
 
 def _best(table: list[list[float]]) -> tuple[int, int]:
@@ -377,16 +388,20 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
                          f"(rates in (0, 1)) and {width} means and positive scales")
     weights = coef / scale
     bias = intercept - (weights @ mean)[:, None]
-    choosers = {}
+    choosers, pads = {}, document["pads"]
+    if not isinstance(pads, bool):
+        raise ValueError(f"pads: expected true or false, got {pads!r}")
     for model in document["models"]:
         b = int(model["batch_size"])
         seconds, fixed = np.asarray(model["seconds"], dtype=float), np.asarray(model["fixed"], dtype=float)
+        verify = np.asarray(model["verify"], dtype=float)
         shape = (len(methods), intercept.shape[1] + 1)
-        if b < 1 or seconds.shape != shape or fixed.shape != shape or not np.all(fixed >= 0):
-            raise ValueError(f"model for batch size {b}: expected batch size >= 1, and seconds and fixed "
-                             f"[{shape[0]}][{shape[1]}] (fixed >= 0)")
+        if b < 1 or seconds.shape != shape or fixed.shape != shape or not np.all(fixed >= 0) \
+                or verify.shape != shape[1:] or not np.all((verify >= 0) & (verify <= seconds)):
+            raise ValueError(f"model for batch size {b}: expected batch size >= 1, seconds and fixed "
+                             f"[{shape[0]}][{shape[1]}] (fixed >= 0) and verify [{shape[1]}] (0 <= verify <= seconds)")
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
-                              base_rate, fixed, b)
+                              base_rate, fixed, b, verify, pads)
     if not choosers or not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)):
         raise ValueError("no models, or non-finite coefficients")
     return choosers

@@ -77,9 +77,10 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
 
 
 def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float,
-                 batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """(seconds [M, depth + 1], fixed [M, depth + 1]) of a step of each method proposing
-    k = 0 … depth at ``batch_size`` copies with ``kv`` cached tokens each (k = 0: no drafting).
+                 batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(seconds [M, depth + 1], fixed [M, depth + 1], verify [depth + 1]) of a step of each method
+    proposing k = 0 … depth at ``batch_size`` copies with ``kv`` cached tokens each (k = 0: no
+    drafting); ``verify`` is the verification part of ``seconds``, the same for every method.
     A step that leaves a model drafter among ``methods`` idle (no drafting, or a lookup's) is
     charged that drafter's catch-up on its k + 1 tokens, which its next step pays
     (:mod:`specscope.sim.switching`). A model drafter's drafting D_k(n) of n rows at k splits into
@@ -110,7 +111,7 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
         rows.append(priced.verification + priced.overhead
                     + np.where(k > 0, priced.drafting - shared + left, idle))
         fixed.append(np.where(k > 0, shared, 0.0))
-    return np.stack(rows), np.stack(fixed)
+    return np.stack(rows), np.stack(fixed), priced.verification
 
 
 def hazard_rows(acc: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -177,7 +178,8 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     depth = max(1, min([J_MAX, measured, *declared, *([max_k] if max_k is not None else [])]))
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
-                      "cost_model": cost.describe(), "batch_sizes": list(batch_sizes)}
+                      "cost_model": cost.describe(), "batch_sizes": list(batch_sizes),
+                      "pads": bool(cost.pads_verification)}
     xs, accs, kvs, chooser = [], [], [], None
     for _ in range(ROUNDS):
         more = collect(records, methods, depth, rng, chooser)
@@ -189,8 +191,9 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         kv = float(np.median(kvs))
         document["models"] = []
         for b in batch_sizes:
-            seconds, fixed = step_seconds(cost, methods, depth, kv, b)
-            document["models"].append({"batch_size": b, "seconds": seconds.tolist(), "fixed": fixed.tolist()})
+            seconds, fixed, verify = step_seconds(cost, methods, depth, kv, b)
+            document["models"].append({"batch_size": b, "seconds": seconds.tolist(), "fixed": fixed.tolist(),
+                                       "verify": verify.tolist()})
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed}
