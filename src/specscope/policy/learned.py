@@ -22,8 +22,11 @@ passes: its weights read once per pass). A request alone (batch 1, or the simula
 B copies of it) pays both; the requests of one engine iteration are decided **together**
 (:meth:`Chooser.choose_group`): the drafter runs for the iteration, to depth k_d, only if what
 the rows that take it gain pays F_B(m, k_d) at the batch's rate — Σ_rows (E[e] − θ·T) −
-B·mean(θ)·F_B — otherwise no row drafts with it. θ (tokens one second of step
-time is worth: Dinkelbach's parameter for maximising the ratio Σe / ΣT) is the request's own
+B·mean(θ)·F_B — otherwise no row drafts with it. On an engine that pads its forwards (the
+cost model's ``pads_verification``), every row verifies the batch's widest proposal w: the
+group weighs each w, its verification priced once at the rows' θ, and the rows keep k ≤ w.
+θ (tokens one second of step time is worth: Dinkelbach's parameter for maximising the ratio
+Σe / ΣT) is the request's own
 ratio so far, Σ emitted / Σ T_B of its steps, as if it had first run :data:`PRIOR_STEPS` steps
 without SD: it starts at the no-SD rate, the rate any drafting must beat, and rises with what
 the request's own drafting reaches. (A prior of the throughput reached on the training data
