@@ -92,11 +92,7 @@ def test_the_reports_policy_section_walks_traces_deeper_than_the_policy(tmp_path
 def test_a_policy_deeper_than_the_traces_walks_them_within_their_depth(policy_file):
     """The fixture's policy proposes up to k = 6; traces recorded to k_max = 3 (acc_len ≤ 4) are
     walked to k ≤ 3, the request's record (and its shift) over those depths alone."""
-    from dataclasses import replace
-
-    shallow = [replace(r, k_max=3, proposers={m: replace(p, acc_len=np.minimum(p.acc_len, 4),
-                                                          draft_len=None if p.draft_len is None else np.minimum(p.draft_len, 3))
-                                              for m, p in r.proposers.items()}) for r in workload(1)[:8]]
+    shallow = [r.capped(3) for r in workload(1)[:8]]
     rows = simulate(shallow, ["ngram", "eagle"], [f"learned:{policy_file}", "fixed:3"], COST,
                     SimConfig(mode="mixed", batch_sizes=(1, 4)))
     assert len(rows) == 6 and all(r.speedup > 0 for r in rows)
@@ -152,7 +148,6 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows)
                   chooser.fixed + chooser.fixed[1], batch_size=8)  # both methods pay a fixed part
     tables = [two.row_scores(*row) for row in zip(*args)]
     assert two._choose_rows(tables, float(theta.mean())) == two._choose_arrays(x, offers, theta, shift)
-    assert chooser.choose_group(*args) == chooser._choose_arrays(x, offers, theta, shift)
 
 
 def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_file):

@@ -307,7 +307,7 @@ class LearnedPolicy:
     methods: tuple[str, ...]
     choosers: dict[int, Chooser]
     document: dict
-    _nearest: dict[int, Chooser] = field(default_factory=dict, compare=False, repr=False)  # chooser() by batch size
+    _decisions: dict[int, Decide] = field(default_factory=dict, compare=False, repr=False)  # decide_for by batch size
 
     @property
     def depth(self) -> int:
@@ -331,31 +331,30 @@ class LearnedPolicy:
         return models[0] if models else None
 
     def chooser(self, batch_size: int) -> Chooser:
-        """The rule of the fitted batch size nearest ``batch_size`` (log scale), found once per size
-        (an engine asks at every step)."""
-        if batch_size not in self._nearest:
-            nearest = min(self.choosers, key=lambda b: (abs(math.log(b) - math.log(batch_size)), b))
-            self._nearest[batch_size] = self.choosers[nearest]
-        return self._nearest[batch_size]
+        """The rule of the fitted batch size nearest ``batch_size`` (log scale)."""
+        nearest = min(self.choosers, key=lambda b: (abs(math.log(b) - math.log(batch_size)), b))
+        return self.choosers[nearest]
 
     def decide_for(self, batch_size: int) -> Decide:
-        """The decision at ``batch_size``: observations of the rows of one engine iteration →
-        their (method, k), decided together as the engine decides them
-        (:meth:`Chooser.choose_group`). Copies of one observation (the simulator's paper mode:
-        B copies of a request), or one row at batch 1, decide alone: B identical rows choose
-        alike, paying the batch's part of the drafting among them."""
+        """The decision at ``batch_size`` (made once per size: an engine asks at every step):
+        observations of the rows of one engine iteration → their (method, k), decided together as
+        the engine decides them (:meth:`Chooser.choose_group`). Copies of one observation (the
+        simulator's paper mode: B copies of a request), or one row at batch 1, decide alone: B
+        identical rows choose alike, paying the batch's part of the drafting among them."""
+        if batch_size in self._decisions:
+            return self._decisions[batch_size]
         chooser, methods = self.chooser(batch_size), self.methods
+
+        def inputs(obs: Observation) -> tuple:
+            return features(obs, methods), obs.ngram_offer, chooser.theta_for(obs), chooser.shift_for(obs)
 
         def decide(observed: Sequence[Observation]) -> list[tuple[int, int]]:
             obs = observed[0]
             if all(other is obs for other in observed) and (len(observed) > 1 or chooser.batch_size == 1):
-                alone = chooser.choose(features(obs, methods), obs.ngram_offer, chooser.theta_for(obs),
-                                       chooser.shift_for(obs))
-                return [alone] * len(observed)
-            return chooser.choose_group([features(o, methods) for o in observed], [o.ngram_offer for o in observed],
-                                        [chooser.theta_for(o) for o in observed], [chooser.shift_for(o) for o in observed])
+                return [chooser.choose(*inputs(obs))] * len(observed)
+            return chooser.choose_group(*zip(*map(inputs, observed)))
 
-        return decide
+        return self._decisions.setdefault(batch_size, decide)
 
 
 def load_policy(path: str | Path) -> LearnedPolicy:

@@ -7,8 +7,9 @@ lookup's offer now, the prompt overlap, and its own past steps (what each emitte
 how many of the emitted tokens n-gram's proposal matched; the model drafter's probability of
 its first draft) — and asks the policy's decision at the running batch size
 (:meth:`~specscope.policy.learned.LearnedPolicy.decide_for`, the one the simulator asks: a
-request alone in plain Python, a batch's rows together, vectorised). Then each member proposes for the rows that chose it, with the deepest k among them,
-and every row's proposal is cut to its own k; a row that chose none proposes nothing.
+batch's rows decide together). Then each member proposes for the rows that chose it, with the
+deepest k among them, and every row's proposal is cut to its own k; a row that chose none
+proposes nothing.
 
 Every member observes every target pass, so a model drafter stays current: an EAGLE head's
 pending hidden states accumulate over the steps it sat out and its next draft runs them in one
@@ -27,7 +28,7 @@ import torch
 
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass, agreeing_prefix
 from specscope.policy.learned import LEARNED, LearnedPolicy
-from specscope.policy.observation import NONE, Decide, History, Observation, OverlapCounter, Outcome
+from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
 from specscope.proposers.ngram import NgramProposer
 
 
@@ -72,7 +73,6 @@ class SwitchingProposer:
         self.hidden_layers = readers[0].hidden_layers if readers else ()
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
         self._sequences: dict[int, _Sequence] = {}
-        self._decide: dict[int, Decide] = {}  # the policy's decision per batch size
 
     def observe(self, target_pass: TargetPass) -> None:
         for member in self.members:
@@ -88,10 +88,8 @@ class SwitchingProposer:
         batch, device = len(request.slots), request.last_tokens.device
         found = self.lookup.find(request.histories, self.depth)
         offers = [len(row) for row in found]
-        ngram_rows = [row + [0] * (self.depth - len(row)) for row in found]
-        decide = self._decide.get(batch) or self._decide.setdefault(batch, self.policy.decide_for(batch))
-        choices = decide([self._observe(slot, history, offer)
-                          for slot, history, offer in zip(request.slots, request.histories, offers)])
+        choices = self.policy.decide_for(batch)([self._observe(slot, history, offer) for slot, history, offer
+                                                 in zip(request.slots, request.histories, offers)])
         method, k = [], []  # plain lists: per-row array operations cost more than they save
         for (m, d), offer in zip(choices, offers):
             d = min(d, self.depth, offer) if m == self._ngram else min(d, self.depth)
@@ -106,7 +104,7 @@ class SwitchingProposer:
                 continue
             if index == self._ngram:
                 for row in rows:
-                    drafted[row] = ngram_rows[row]
+                    drafted[row][: offers[row]] = found[row]
                 continue
             proposal = member.propose(_subset(request, rows, max(k[row] for row in rows), confidence=True))
             for row, draft, value in zip(rows, proposal.tokens[:, : self.depth].tolist(),
@@ -124,7 +122,7 @@ class SwitchingProposer:
                 probs[rows, : member_probs.shape[1]] = member_probs
         for row, slot in enumerate(request.slots):
             state = self._sequences[slot]
-            state.step = (method[row], k[row], len(request.histories[row]), ngram_rows[row][: offers[row]])
+            state.step = (method[row], k[row], len(request.histories[row]), found[row])
             state.prob = first_prob[row]
         return Proposal(tokens, draft_len, probs)
 

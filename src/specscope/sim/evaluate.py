@@ -130,14 +130,16 @@ def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> lis
         return decide(observed)
 
     plan = causal_plan(records, policy.methods, lambda b: spy, policy.depth)
+    first = [[line[1] - 1.0 for line in chooser.row_scores(features(obs, policy.methods), max(obs.ngram_offer, 1),
+                                                             0.0, chooser.shift_for(obs))]
+             for obs in seen]  # [steps][M]: at θ = 0, k = 1 scores 1 + P(acc_len ≥ 2)
     rows = []
     for m, name in enumerate(policy.methods):
         predicted, truth = [], []
-        for obs, r, pos in zip(seen, plan.request_of_step.tolist(), plan.pos.tolist()):
+        for obs, scores, r, pos in zip(seen, first, plan.request_of_step.tolist(), plan.pos.tolist()):
             if name == "ngram" and obs.ngram_offer == 0:
                 continue
-            x, shift = features(obs, policy.methods), chooser.shift_for(obs)
-            predicted.append(chooser.row_scores(x, max(obs.ngram_offer, 1), 0.0, shift)[m][1] - 1.0)
+            predicted.append(scores[m])
             truth.append(int(records[r].acc_len(name)[pos - 1] >= 2))
         both = 0 < sum(truth) < len(truth)
         rows.append({"method": name, "steps": len(truth), "predicted": float(np.mean(predicted)) if truth else float("nan"),

@@ -107,11 +107,9 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
     next iteration) and each iteration's running requests are decided together at their count,
     as an engine's policy decides its batch."""
     walks = [_Walk(record, methods, k_max) for record in records]
-    rules: dict[int, Decide] = {}
 
     def decide(observed: list) -> list[tuple[int, int]]:
-        b = len(observed)
-        return (rules.get(b) or rules.setdefault(b, decide_for(b)))(observed)
+        return decide_for(len(observed))(observed)
 
     if not together:
         for walk in walks:
@@ -190,18 +188,18 @@ class SwitchDrafting:
             if self.causal and not self.stateful(index):  # it looks up for every request
                 mine = proposing = np.ones_like(mine)
             tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
+            rows = aggregate(mine.astype(float))
             if self.stateful(index):
                 behind = catch_up(plan, index).astype(float)
-                padded = self.causal and self.pads
-                caught_up.append(aggregate(mine.astype(float)) * deepest(behind) if padded else aggregate(behind))
+                caught_up.append(rows * deepest(behind) if self.causal and self.pads else aggregate(behind))
             else:
                 caught_up.append(None)
             loads.append(StepLoad(
                 batched_tokens=aggregate(tokens),
                 kv_tokens=aggregate(np.where(mine, plan.prompt_len[plan.request_of_step] + plan.pos, 0).astype(float)),
-                num_running=aggregate(mine.astype(float)),
+                num_running=rows,
                 num_proposing=aggregate(proposing.astype(float)),
-                padded_tokens=aggregate(mine.astype(float)) * deepest(tokens),
+                padded_tokens=rows * deepest(tokens),
             ))
         return BoundSwitch(self, loads, caught_up)
 

@@ -62,12 +62,8 @@ class ProposerTrace:
 
     def capped(self, k: int) -> "ProposerTrace":
         """As a proposer offering at most ``k`` tokens would show it: acc_len ≤ k + 1, draft_len ≤ k."""
-        return ProposerTrace(
-            acc_len=np.minimum(self.acc_len, k + 1),
-            draft_len=None if self.draft_len is None else np.minimum(self.draft_len, k),
-            draft_prob=self.draft_prob,
-            tree_rank=self.tree_rank,
-        )
+        return replace(self, acc_len=np.minimum(self.acc_len, k + 1),
+                       draft_len=None if self.draft_len is None else np.minimum(self.draft_len, k))
 
     def to_json(self) -> dict:
         out: dict = {"acc_len": self.acc_len.tolist()}
