@@ -11,9 +11,9 @@ fitted here on the paper's gsm8k trace (a few seconds), the observations come fr
 Last, what the switching proposer costs per step inside the reference engine at batch 1 and 8
 (a policy over n-gram and EAGLE, k ≤ 3, fitted on the same trace, run by the bundled target and
 EAGLE head on the bundled math workload): its work outside the members' proposals. Code run
-right after a forward pass pays more than the same code alone (the first array operation of a
-step took 54 µs there, the same one right after it 3.7 µs, alone 1.6 µs), so this figure, not
-the micro-benchmarks above, is what an engine pays.
+right after a forward pass pays more than the same code repeated at once (on 2026-12-01 the
+decision of one row took 43 µs there and 15 µs repeated), so this figure, not the
+micro-benchmarks above, is what an engine pays.
 
     python benchmarks/bench_policy.py [--traces-dir ../shared/paper] [--repeats 5]
 """
