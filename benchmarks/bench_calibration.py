@@ -63,7 +63,7 @@ def write_config(out: Path, workload: Path, max_tokens: int) -> Path:
     path.write_text(
         f'output = "sweep"\nworkloads = ["{workload}"]\nmethods = ["none", {", ".join(map(json.dumps, METHODS))}]\n'
         f"k = [1, 2, 4]\nbatch_sizes = [1, 4, 8]\nmax_tokens = {max_tokens}\nignore_eos = false\n"
-        'baselines = "paired"\n'
+        'baselines = "interleaved"\n'
         "launch_timeout_s = 300\n"
         f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{model_dir("target")}"\n'
         f"drafts = {{ {drafts} }}\n"

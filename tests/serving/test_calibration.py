@@ -146,3 +146,51 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
     steps = tmp_path / "steps.jsonl"  # every server of the sweep appended its engine's steps
     assert main(["costmodel", "fit", str(steps), "-o", str(tmp_path / "inside.json")]) == 0
     assert {json.loads(line)["method"] for line in steps.read_text().splitlines()} == {"none", "ngram"}
+
+
+@pytest.mark.slow
+def test_interleaved_pairs_against_a_real_server(tmp_path, tiny_model, capsys):
+    """Interleaved baselines: each pair's two servers take turns over segments (A B, B A, A B),
+    every cell counts its own segments, a pair resumes as a pair, and the calibration replays
+    each segment on its own."""
+    from specscope.backends.openai.sweep import read_cells, run_sweep
+    from specscope.backends.openai.sweep_config import load_sweep_config
+    from specscope.cli import main
+
+    write_workload(tmp_path / "a.jsonl", 6, seed=5)
+    (tmp_path / "sweep.toml").write_text(
+        'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [1]\nbatch_sizes = [1, 2]\n'
+        'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\nbaselines = "interleaved"\nsegments = 3\n'
+        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n')
+    config = load_sweep_config(tmp_path / "sweep.toml")
+    assert run_sweep(config).failed == 0
+    records = read_cells(config.output)
+    assert len(records) == 4
+    for record in records.values():
+        timeline = record["timeline"]
+        assert [r["segment"] for r in timeline] == [0, 0, 1, 1, 2, 2]
+        assert record["result"]["duration_s"] < record["finished_at"] - record["started_at"]  # its own segments only
+        assert record["result"]["throughput"] == pytest.approx(72 / record["result"]["duration_s"])
+    for b in (1, 2):  # the none server ran segment 0 first and 1 last: the SD server's two ran back to back
+        base, sd = (next(r for r in records.values() if r["key"]["batch_size"] == b and r["key"]["method"] == m)
+                    for m in ("none", "ngram"))
+
+        def pause(record):  # from the end of segment 0 to the first send of segment 1
+            end = max(r["sent_ms"] + r["chunk_ms"][-1] for r in record["timeline"] if r["segment"] == 0)
+            return min(r["sent_ms"] for r in record["timeline"] if r["segment"] == 1) - end
+
+        assert pause(base) > pause(sd) + 5
+    rerun = next(i for i, r in records.items() if r["key"]["method"] == "ngram" and r["key"]["batch_size"] == 2)
+    (config.output / "cells" / f"{rerun}.json").unlink()
+    outcome = run_sweep(config)
+    assert (outcome.ran, outcome.failed) == (2, 0)  # the pair again, not its SD cell alone
+    again = read_cells(config.output)
+    moved = {i for i in records if i != rerun and again[i]["started_at"] != records[i]["started_at"]}
+    assert len(moved) == 1 and again[moved.pop()]["key"]["baseline_for"] == "ngram k=1"  # its none cell
+    trace = tmp_path / "a.trace.jsonl"
+    assert main(["trace", "--model", str(tiny_model), "--proposers", "ngram", "--workload", str(tmp_path / "a.jsonl"),
+                 "--max-tokens", "12", "--k-max", "4", "-o", str(trace)]) == 0
+    assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--traces", str(trace), "--validate",
+                 "-o", str(tmp_path / "engine.json")]) == 0
+    with open(config.output / "calibration.csv") as handle:
+        assert sorted(r["batch_size"] for r in csv.DictReader(handle)) == ["1", "2"]

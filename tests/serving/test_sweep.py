@@ -73,18 +73,43 @@ def test_paired_baselines_run_right_before_their_sd_cell(tmp_path):
     cells = plan_cells(paired)
     sd = [c for c in cells if c.method != "none"]
     assert len(cells) == 2 * len(sd) == 32  # one none cell per SD cell, no shared ones
-    for i in range(0, len(cells), 4):  # per server: the none cells of its workloads, then its cells
-        before, after = cells[i : i + 2], cells[i + 2 : i + 4]
-        assert [c.method for c in before] == ["none", "none"] and all(c.method != "none" for c in after)
-        assert [(c.baseline_for, c.batch_size, c.workload) for c in before] == [
-            (c.server, c.batch_size, c.workload) for c in after]
-    assert cells[2].server == "ngram k=1" and cells[0].labels()["baseline_for"] == "ngram k=1"
+    for before, after in zip(cells[::2], cells[1::2]):  # every SD cell right after its own none cell
+        assert before.method == "none" and after.method != "none"
+        assert (before.baseline_for, before.batch_size, before.workload) == (after.server, after.batch_size, after.workload)
+    assert cells[1].server == "ngram k=1" and cells[0].labels()["baseline_for"] == "ngram k=1"
+    assert [c.workload for c in cells[:4]] == ["a.jsonl", "a.jsonl", "b.jsonl", "b.jsonl"]
     ids = [c.cell_id(paired) for c in cells]
     assert len(set(ids)) == len(ids)
     shared_ids = {c.cell_id(shared) for c in plan_cells(shared)}
     assert {c.cell_id(paired) for c in sd} <= shared_ids  # an SD cell's id does not depend on its baseline
-    with pytest.raises(SpecscopeError, match="baselines.*'shared' or 'paired'"):
+    with pytest.raises(SpecscopeError, match="baselines.*'shared', 'paired', 'interleaved'"):
         load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "each"')))
+
+
+def test_interleaved_baselines_are_new_cells_and_segments_are_checked(tmp_path):
+    def config(extra: str):
+        return load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", "max_tokens = 8\n" + extra)))
+
+    paired, interleaved = config('baselines = "paired"'), config('baselines = "interleaved"\nsegments = 4')
+    assert interleaved.segments == 4 and config('baselines = "interleaved"').segments == 10
+    assert [(c.method, c.baseline_for) for c in plan_cells(interleaved)] == [
+        (c.method, c.baseline_for) for c in plan_cells(paired)]  # the same pairs, in the same order
+    ids = {c.cell_id(interleaved) for c in plan_cells(interleaved)}
+    assert len(ids) == 32 and not ids & {c.cell_id(paired) for c in plan_cells(paired)}  # measured apart: new ids
+    assert ids.isdisjoint({c.cell_id(config('baselines = "interleaved"\nsegments = 5')) for c in plan_cells(interleaved)})
+    with pytest.raises(SpecscopeError, match="field 'segments'.*only with baselines = 'interleaved'"):
+        config('baselines = "paired"\nsegments = 4')
+    with pytest.raises(SpecscopeError, match="field 'segments'"):
+        config('baselines = "interleaved"\nsegments = 1')
+
+
+def test_an_interleaved_sd_cell_without_its_none_cell_is_failed_not_measured_alone(tmp_path):
+    from specscope.backends.openai.sweep import run_group
+
+    config = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved"')))
+    lone = plan_cells(config)[1]  # an SD cell; its none cell is plan_cells(config)[0]
+    [record] = run_group(config, [lone])
+    assert record["status"] == "failed" and "its none cell was measured apart" in record["reason"]
 
 
 @pytest.mark.parametrize(
@@ -234,6 +259,13 @@ def test_launched_methods_that_learn_get_a_server_per_cell(tmp_path):
     config = load_sweep_config(write_config(tmp_path, text))
     keys = {}
     for cell in plan_cells(config):
-        keys.setdefault(cell.method, set()).add(_server_key(cell))
+        keys.setdefault(cell.method, set()).add(_server_key(config, cell))
     assert len(keys["ngram"]) == 2 * 2 * 2  # k x batch sizes x workloads: one server per cell
     assert len(keys["eagle3"]) == 2 * 2  # k x batch sizes: shared by the workloads
+    config = load_sweep_config(write_config(tmp_path, text.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved"')))
+    groups = {}
+    for cell in plan_cells(config):
+        groups.setdefault(_server_key(config, cell), []).append(cell)
+    sizes = sorted((g[1].method, len(g)) for g in groups.values())  # an interleaved pair's two servers: one group
+    assert sizes == [("eagle3", 4)] * 4 + [("ngram", 2)] * 8
+    assert all([c.method for c in g][::2] == ["none"] * (len(g) // 2) for g in groups.values())

@@ -6,7 +6,9 @@ predicts the one left out, for every SD cell: the held-out cell's own requests (
 ids and output lengths) are replayed from the traces of its workload (records whose
 ``dataset`` is the workload file's stem; a repeat ``id#n`` reads ``id``) under ``fixed:k`` or
 ``tree:SHAPE``, in mixed mode at the cell's batch size, against the no-SD replay of the same
-requests. Measured speedup = the cell's throughput / its ``none`` cell's (same workload and
+requests. A cell measured in segments (interleaved baselines: each segment a closed-loop run of
+its own, ramp-up and drain included) is replayed segment by segment, its throughput their
+tokens over their summed time, as measured. Measured speedup = the cell's throughput / its ``none`` cell's (same workload and
 batch size; with paired baselines, the one run right before it); error_pct = 100 · (predicted −
 measured) / measured.
 """
@@ -93,10 +95,17 @@ def predict_speedup(model: LinearCostModel, cell: CellRun, traces: dict[str, dic
     records = _requests(cell, traces)
     policy = parse_policy(f"tree:{cell.tree.name}" if cell.tree is not None else f"fixed:{cell.k}")
     config = SimConfig(mode="mixed", batch_sizes=(cell.batch_size,), guess_no_match=False)
-    plan = plan_for(records, cell.method, policy, config, Path(cell.workload).stem)
-    sd = predict_mixed(plan, model, model.drafting_for(cell.method), cell.batch_size)
-    base = predict_mixed(baseline_plan(plan.output_len, plan.prompt_len), model, None, cell.batch_size)
-    return sd.throughput / base.throughput
+    segments: dict[int, list[TraceRecord]] = {}
+    for request, record in zip(cell.timeline, records):
+        segments.setdefault(request.get("segment", 0), []).append(record)
+    seconds = {"sd": 0.0, "base": 0.0}
+    for part in segments.values():
+        plan = plan_for(part, cell.method, policy, config, Path(cell.workload).stem)
+        tokens = float(plan.output_len.sum())
+        seconds["sd"] += tokens / predict_mixed(plan, model, model.drafting_for(cell.method), cell.batch_size).throughput
+        base = predict_mixed(baseline_plan(plan.output_len, plan.prompt_len), model, None, cell.batch_size)
+        seconds["base"] += tokens / base.throughput
+    return seconds["base"] / seconds["sd"]
 
 
 def index_traces(records: Sequence[TraceRecord]) -> dict[str, dict[str, TraceRecord]]:

@@ -80,12 +80,14 @@ class LoadResult:
     duration_s: float
     results: list[RequestResult]
     started_s: float = 0.0  # time.perf_counter() at the first send
+    segment_of: tuple[int, ...] | None = None  # per result, its segment (a run made of segments, :func:`joined`)
 
     def timeline(self) -> list[dict[str, object]]:
         """Per request, compactly (milliseconds rounded to 0.01): ``id``, ``sent_ms`` after the run's
         start, ``prompt_tokens``, ``output_tokens``, ``chunk_ms`` (chunk arrivals after the
-        request was sent) and ``chunk_tokens`` (``None`` where the server sent no ``token_ids``)."""
-        return [
+        request was sent) and ``chunk_tokens`` (``None`` where the server sent no ``token_ids``);
+        in a run made of segments also ``segment`` (its index, from 0)."""
+        rows = [
             {
                 "id": r.id,
                 "sent_ms": round(1e3 * (r.sent_s - self.started_s), 2),
@@ -96,6 +98,10 @@ class LoadResult:
             }
             for r in self.results
         ]
+        if self.segment_of is not None:
+            for row, segment in zip(rows, self.segment_of):
+                row["segment"] = segment
+        return rows
 
     @property
     def failed(self) -> list[RequestResult]:
@@ -325,3 +331,16 @@ def run_load(config: ClientConfig, prompts: list[Prompt], concurrency: int) -> L
             future.result()
     duration = time.perf_counter() - start
     return LoadResult(concurrency, duration, [r for r in results if r is not None], start)
+
+
+def joined(segments: list[LoadResult]) -> LoadResult:
+    """One run made of ``segments`` (closed-loop runs of one server, one after another, other
+    work between them): its duration is theirs summed, so its throughput counts only the time the
+    server was loaded; every request keeps its send time, and its segment's index."""
+    return LoadResult(
+        segments[0].concurrency,
+        sum(s.duration_s for s in segments),
+        [r for s in segments for r in s.results],
+        segments[0].started_s,
+        tuple(i for i, s in enumerate(segments) for _ in s.results),
+    )

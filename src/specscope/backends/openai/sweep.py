@@ -17,7 +17,8 @@ A failure (connection refused, HTTP 5xx, a timeout, a malformed stream, a server
 start, a server check) is recorded in the cell's file with ``status: "failed"`` and a ``reason``, and the sweep
 goes on. Launched servers are started once per (engine, method, k, batch size) for all the
 workloads that still need them (once per cell for methods that learn), and stopped before the
-next.
+next; with ``baselines = "interleaved"`` an SD server and its ``none`` server run at once, and
+a pair's two cells are measured together (:func:`_run_interleaved`) or, resumed, again together.
 
 After the cells, ``OUTPUT/results.csv`` and ``results.json`` list every cell with ``speedup``
 against the ``none`` cell of the same engine, batch size and workload; ``measured.json`` holds
@@ -28,6 +29,7 @@ names, for each engine, workload and batch size, the method and k with the highe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -36,11 +38,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from specscope.backends.openai.bench import ServingBenchConfig, bench_row
-from specscope.backends.openai.launchers import ServerProcess, command_for, learns_across_requests
-from specscope.backends.openai.measure import measure_load
-from specscope.backends.openai.prompts import read_prompts, select_prompts, warmup_prompt
+from specscope.backends.openai.client import LoadResult
+from specscope.backends.openai.launchers import ServerProcess, command_for, free_port, learns_across_requests
+from specscope.backends.openai.measure import measure_interleaved, measure_load
+from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts, warmup_prompt
 from specscope.backends.openai.verify import ServerCheckError, check_server
 from specscope.backends.openai.sweep_config import (
+    INTERLEAVED,
     Cell,
     SweepConfig,
     describe,
@@ -90,12 +94,26 @@ def read_cells(output: Path) -> dict[str, dict]:
     return cells
 
 
-def _server_key(cell: Cell) -> tuple:
-    """Cells with one key share a server; a launched method that learns gets one per cell."""
-    key = (cell.engine.name, cell.method, cell.k, cell.tree, cell.batch_size, cell.baseline_for)
-    if cell.engine.launch is not None and learns_across_requests(cell.engine.launch, cell.method):
+def _server_key(config: SweepConfig, cell: Cell) -> tuple:
+    """Cells with one key share a server (an interleaved pair: its two servers); a launched
+    method that learns gets one per cell."""
+    if _interleaved(config, cell):
+        key, method = _pair_key(cell)[:3], (cell.baseline_for or cell.server).split()[0]  # the pair's SD method
+    else:
+        key, method = (cell.engine.name, cell.method, cell.k, cell.tree, cell.batch_size, cell.baseline_for), cell.method
+    if cell.engine.launch is not None and learns_across_requests(cell.engine.launch, method):
         return (*key, cell.workload)
     return key
+
+
+def _interleaved(config: SweepConfig, cell: Cell) -> bool:
+    """Whether ``cell`` is half of an interleaved pair (launched engines only)."""
+    return config.baselines == INTERLEAVED and cell.engine.launch is not None
+
+
+def _pair_key(cell: Cell) -> tuple:
+    """The same for an interleaved pair's two cells: engine, SD server, batch size, workload."""
+    return (cell.engine.name, cell.baseline_for or cell.server, cell.batch_size, cell.workload)
 
 
 def serving_config(config: SweepConfig, cell: Cell) -> ServingBenchConfig:
@@ -161,29 +179,75 @@ def write_record(config: SweepConfig, record: dict) -> None:
     log.info("cell %s %s: %s", record["cell_id"], record["status"], record["reason"] or "")
 
 
-def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: str | None, reused: bool) -> dict:
-    """Measure ``cell`` on the server at ``url`` (``engine``: its kind, when known; ``reused``:
-    whether it served other cells' requests before); its record."""
-    started = time.time()
+def _prompts(config: SweepConfig, cell: Cell) -> tuple[list[Prompt], Prompt, bool]:
+    """``cell``'s requests, its warm-up prompt, and whether that prompt is also measured."""
     bench = serving_config(config, cell)
-    try:
-        workload = read_prompts(bench.workload)
-        prompts = select_prompts(workload, bench.num_requests)
-        warmup, warmup_measured = warmup_prompt(workload, bench.num_requests)
-        row, load = measure_load(bench.client(url), prompts, cell.batch_size, warmup)
-    except SpecscopeError as error:
-        return _record(config, cell, "failed", str(error), None, started)
-    except Exception as error:  # a bug or an unforeseen answer: record it, keep sweeping
-        log.exception("cell %s", cell.cell_id(config))
-        return _record(config, cell, "failed", f"internal error: {type(error).__name__}: {error}", None, started)
-    learns = learns_across_requests(engine, cell.method) and (reused or warmup_measured)
+    workload = read_prompts(bench.workload)
+    return (select_prompts(workload, bench.num_requests), *warmup_prompt(workload, bench.num_requests))
+
+
+def _measured(config: SweepConfig, cell: Cell, row: dict, load: LoadResult, verified: str, engine: str | None,
+              learns: bool, started: float) -> dict:
+    """The ok record of ``cell``, measured as ``row`` by the run ``load``."""
+    learns = learns_across_requests(engine, cell.method) and learns
     record = _record(config, cell, "ok", None, {**row, "verified": verified, "learns_across_requests": learns}, started)
     return {**record, TIMELINE: load.timeline()}
 
 
+def _failed(config: SweepConfig, cells: list[Cell], error: Exception, started: float) -> list[dict]:
+    """The failed records of ``cells``, whose run raised ``error``."""
+    if isinstance(error, SpecscopeError):
+        reason = str(error)
+    else:  # a bug or an unforeseen answer: record it, keep sweeping
+        log.exception("cell %s", cells[-1].cell_id(config))
+        reason = f"internal error: {type(error).__name__}: {error}"
+    return [_record(config, cell, "failed", reason, None, started) for cell in cells]
+
+
+def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: str | None, reused: bool) -> dict:
+    """Measure ``cell`` on the server at ``url`` (``engine``: its kind, when known; ``reused``:
+    whether it served other cells' requests before); its record."""
+    started = time.time()
+    try:
+        prompts, warmup, warmup_measured = _prompts(config, cell)
+        row, load = measure_load(serving_config(config, cell).client(url), prompts, cell.batch_size, warmup)
+    except Exception as error:
+        return _failed(config, [cell], error, started)[0]
+    return _measured(config, cell, row, load, verified, engine, reused or warmup_measured, started)
+
+
+def _run_pair(config: SweepConfig, pair: tuple[Cell, Cell], servers: list[tuple[str, str]], reused: bool) -> list[dict]:
+    """Measure an interleaved pair (its ``none`` cell and SD cell) on ``servers`` ((url, what
+    was verified) of each); their records."""
+    started = time.time()
+    try:
+        prompts, warmup, warmup_measured = _prompts(config, pair[1])
+        if len(prompts) < config.segments:
+            raise SpecscopeError(f"{len(prompts)} requests cannot be cut into segments = {config.segments}")
+        clients = [serving_config(config, cell).client(url) for cell, (url, _) in zip(pair, servers)]
+        measured = measure_interleaved(clients, prompts, pair[1].batch_size, config.segments, warmup)
+    except Exception as error:
+        return _failed(config, list(pair), error, started)
+    return [_measured(config, cell, row, load, verified, pair[0].engine.launch, reused or warmup_measured, started)
+            for cell, (row, load), (_, verified) in zip(pair, measured, servers)]
+
+
+@contextlib.contextmanager
+def _launched(config: SweepConfig, cell: Cell, port: int | None = None) -> Iterator[tuple[str, str]]:
+    """``cell``'s server, launched (on ``port`` if given) and checked: (its url, what was verified)."""
+    spec = replace(serving_config(config, cell).launch_spec(cell.method, cell.batch_size), tree=cell.tree)
+    if port is not None:
+        spec = replace(spec, port=port)
+    shape = f"-{cell.tree.name}" if cell.tree is not None else ""
+    log_path = config.output / "logs" / f"{cell.engine.name}-{cell.method}-k{cell.k}{shape}-b{cell.batch_size}.log"
+    with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
+        yield spec.url, check_server(spec.url, cell.method, cell.k, None, config.idle_timeout_s)[1]
+
+
 def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
-    """Run ``cells`` (sharing one server) against a running or freshly launched server; yields
-    each cell's record as it finishes (the server stops when the generator ends or is closed)."""
+    """Run ``cells`` (sharing one server, or an interleaved pair's two) against a running or
+    freshly launched server; yields each cell's record as it finishes (the server stops when the
+    generator ends or is closed)."""
     engine, first = cells[0].engine, cells[0]
     started = time.time()
     if engine.url is not None:
@@ -196,19 +260,52 @@ def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
         for cell in cells:
             yield _run_cell(config, cell, engine.url, verified, view.engine, reused=True)
         return
+    if config.baselines == INTERLEAVED:
+        yield from _run_interleaved(config, cells)
+        return
     finished: list[Cell] = []
     try:
-        spec = replace(serving_config(config, first).launch_spec(first.method, first.batch_size), tree=first.tree)
-        shape = f"-{first.tree.name}" if first.tree is not None else ""
-        log_path = config.output / "logs" / f"{engine.name}-{first.method}-k{first.k}{shape}-b{first.batch_size}.log"
-        with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
-            _, verified = check_server(spec.url, first.method, first.k, None, config.idle_timeout_s)
+        with _launched(config, first) as (url, verified):
             for cell in cells:
-                yield _run_cell(config, cell, spec.url, verified, engine.launch, reused=cell is not first)
+                yield _run_cell(config, cell, url, verified, engine.launch, reused=cell is not first)
                 finished.append(cell)
     except SpecscopeError as error:
         stage = "server check" if isinstance(error, ServerCheckError) else "launch failed"
         for cell in cells[len(finished) :]:
+            yield _record(config, cell, "failed", f"{stage}: {error}", None, started)
+
+
+def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
+    """An interleaved group: its ``none`` and SD cells in pairs, one pair per workload (in
+    :func:`plan_cells`' order, the ``none`` cell first), measured on two servers launched at
+    once. An SD cell whose ``none`` cell is not in the group (it ran in an earlier attempt) is
+    failed: a pair is measured together or not at all."""
+    started, pairs, lone = time.time(), [], []
+    for cell in cells:
+        if cell.method == NO_SD:
+            pairs.append([cell])
+        elif pairs and len(pairs[-1]) == 1 and pairs[-1][0].workload == cell.workload:
+            pairs[-1].append(cell)
+        else:
+            lone.append(cell)
+    for cell in lone:
+        yield _record(config, cell, "failed", "interleaved: its none cell was measured apart; rerun with "
+                      "--retry-failed to measure the pair again", None, started)
+    pairs = [tuple(p) for p in pairs if len(p) == 2]
+    if not pairs:
+        return
+    finished = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            ports = (free_port() if pairs[0][0].engine.port is not None else None, None)  # not both on the engine's port
+            servers = [stack.enter_context(_launched(config, cell, port)) for cell, port in zip(pairs[0], ports)]
+            for pair in pairs:
+                for record in _run_pair(config, pair, servers, reused=pair is not pairs[0]):
+                    yield record
+                    finished += 1
+    except SpecscopeError as error:
+        stage = "server check" if isinstance(error, ServerCheckError) else "launch failed"
+        for cell in [c for pair in pairs for c in pair][finished:]:
             yield _record(config, cell, "failed", f"{stage}: {error}", None, started)
 
 
@@ -238,9 +335,12 @@ def run_sweep(
         if c.cell_id(config) not in recorded
         or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
     ]
+    redo = {_pair_key(c) for c in pending if _interleaved(config, c)}  # a pair is measured together or not at all
+    ids = {c.cell_id(config) for c in pending}
+    pending = [c for c in cells if c.cell_id(config) in ids or (_interleaved(config, c) and _pair_key(c) in redo)]
     groups: dict[tuple, list[Cell]] = {}
     for cell in pending:
-        groups.setdefault(_server_key(cell), []).append(cell)
+        groups.setdefault(_server_key(config, cell), []).append(cell)
     rows = None
     group_of = {c.cell_id(config): key for key, group in groups.items() for c in group}
     left = {key: len(group) for key, group in groups.items()}

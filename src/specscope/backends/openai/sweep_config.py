@@ -43,7 +43,17 @@ cell. With ``"paired"`` each SD cell gets its own ``none`` cell, run right befor
 engine, batch size and workload; its ``baseline_for`` names the SD server it pairs with, e.g.
 ``ngram k=3``): on a machine whose speed drifts over minutes (a shared VM measured 6–9 % apart
 on the same cell), a ratio of two runs taken back to back is what is worth trusting, at the
-price of one more server run per SD cell.
+price of one more server run per SD cell. With ``"interleaved"`` (launched engines) the pair's
+two servers run at once and take turns: the requests are cut into ``segments`` consecutive
+parts (default 10), each run on the ``none`` server and on the SD server, the order reversed
+every other part (:func:`~specscope.backends.openai.measure.measure_interleaved`); each cell's
+throughput counts its own segments' time only. On a machine whose speed wanders over seconds
+(a 2-core VM measured ±15 % from one second to the next, half of it carried into the next
+second) the two cells of a pair then see nearly the same machine: the ``none`` cell of one
+launched server, run three times back to back, read 240–413 tokens/s at batch 1, while the ratio
+of an interleaved pair (n-gram k = 2, batch 4), measured three times, read 1.42–1.45. A
+segment's requests ramp up and drain on their own, as the calibration's prediction replays
+them (:mod:`specscope.backends.openai.calibration`).
 """
 
 from __future__ import annotations
@@ -62,6 +72,9 @@ from specscope.errors import SpecscopeError, where
 from specscope.fileio import check_output_dir, read_toml_object
 from specscope.methods import ENGINES, NO_SD, method, names
 from specscope.trees import TreeShape
+
+INTERLEAVED = "interleaved"
+BASELINES = ("shared", "paired", INTERLEAVED)  # how SD cells get their none cells (module docstring)
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,8 @@ class SweepConfig:
     prompt_lookup_min: int = DEFAULTS.prompt_lookup_min
     prompt_lookup_max: int = DEFAULTS.prompt_lookup_max
     mtp_method: str = DEFAULTS.mtp_method
-    baselines: str = "shared"  # or "paired" (module docstring)
+    baselines: str = "shared"  # or "paired", "interleaved" (module docstring)
+    segments: int = 10  # parts an interleaved pair's requests are cut into
 
     def workload_path(self, name: str) -> Path:
         """A workload's file, relative to the configuration file's directory."""
@@ -156,6 +170,8 @@ class Cell:
             settings["mtp_method"] = config.mtp_method
         tree = {"tree": [list(p) for p in self.tree.paths]} if self.tree is not None else {}  # chain ids unchanged
         pair = {"baseline_for": self.baseline_for} if self.baseline_for is not None else {}  # shared ids unchanged
+        if config.baselines == INTERLEAVED and self.engine.url is None:  # measured differently: new ids
+            pair.update(baselines=INTERLEAVED, segments=config.segments)
         return {
             "engine": engine,
             "method": self.method,
@@ -323,9 +339,14 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         if name in data:
             values[name] = _check(path, name, data[name], kind, what)
     if "baselines" in data:
-        if data["baselines"] not in ("shared", "paired"):
-            raise SpecscopeError(f"{where(path, field='baselines')}: expected 'shared' or 'paired', got {data['baselines']!r}")
+        if data["baselines"] not in BASELINES:
+            raise SpecscopeError(f"{where(path, field='baselines')}: expected one of {', '.join(map(repr, BASELINES))}, "
+                                 f"got {data['baselines']!r}")
         values["baselines"] = data["baselines"]
+    if "segments" in data:
+        if values.get("baselines") != INTERLEAVED:
+            raise SpecscopeError(f"{where(path, field='segments')}: only with baselines = {INTERLEAVED!r}")
+        values["segments"] = _value(path, "segments", data["segments"], validate.integer, low=2)
     config = SweepConfig(**values)
     if config.prompt_lookup_min > config.prompt_lookup_max:
         raise SpecscopeError(
@@ -369,8 +390,8 @@ def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
 
 
 def plan_cells(config: SweepConfig) -> list[Cell]:
-    """All cells, grouped so that cells sharing one launched server are adjacent; with paired
-    baselines, each SD cell right after its own ``none`` cell (module docstring)."""
+    """All cells, grouped so that cells sharing one launched server are adjacent; with paired or
+    interleaved baselines, each SD cell right after its own ``none`` cell (module docstring)."""
     cells = []
     for engine in config.engines:
         if engine.url is not None:
@@ -382,15 +403,15 @@ def plan_cells(config: SweepConfig) -> list[Cell]:
                 for server in ([(m, 0, None)] if m == NO_SD else
                                [(m, k, None) for k in config.k] + [(m, t.nodes, t) for t in config.trees])
             ]
-        paired = config.baselines == "paired" and engine.url is None
+        paired = config.baselines in ("paired", INTERLEAVED) and engine.url is None
         for served, k, tree in servers:
             if paired and served == NO_SD:
                 continue  # every SD cell brings its own
             for batch_size in config.batch_sizes:
-                sd = [Cell(engine, served, k, batch_size, w, tree) for w in config.workloads]
-                if paired:
-                    cells += [Cell(engine, NO_SD, 0, batch_size, c.workload, baseline_for=c.server) for c in sd]
-                cells += sd
+                for cell in [Cell(engine, served, k, batch_size, w, tree) for w in config.workloads]:
+                    if paired:
+                        cells.append(Cell(engine, NO_SD, 0, batch_size, cell.workload, baseline_for=cell.server))
+                    cells.append(cell)
     return cells
 
 
