@@ -87,6 +87,7 @@ def mean_terms(model: LinearCostModel, steps: list[dict]) -> dict[str, float]:
         terms[f"{method}.c_fixed"] = drafting.c_fixed
         terms[f"{method}.c_tok"] = drafting.c_tok * width
         terms[f"{method}.c_req"] = drafting.c_req * np.mean([s["batch_size"] for s in mine])
+        terms[f"{method}.c_batched"] = drafting.c_batched * np.mean([s["tokens_verified"] for s in mine])
     return terms
 
 

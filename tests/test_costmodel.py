@@ -131,3 +131,17 @@ def test_drafting_per_pass_trees_and_chains():
     linear = LinearDrafting(c_fixed=1.0, c_tok=0.5, c_kv=0.0)
     assert linear.time(chain, chain.batched_tokens).tolist() == [1.0 + 0.5 * 4]
     assert linear.time(tree, tree.batched_tokens).tolist() == [1.0 + 0.5 * (1 + 2 + 4 + 1)]
+
+
+def test_linear_drafting_per_batched_draft_token():
+    """c_batched prices every running sequence's k + 1 (a drafter whose passes cost more with each
+    row): 4 rows proposing k = 3 pay 1 + 0.5·4 + 0.1·4·4; it survives the model file."""
+    from specscope.costmodel.base import LinearDrafting
+    from specscope.costmodel.linear import LinearCostModel, linear_from_json
+
+    running, kv = np.array([4.0, 0.0]), np.array([4000.0, 0.0])
+    chain = StepLoad(np.array([16.0, 0.0]), kv, running, running, np.array([16.0, 0.0]))
+    linear = LinearDrafting(c_fixed=1.0, c_tok=0.5, c_kv=0.0, c_batched=0.1)
+    assert linear.time(chain, chain.batched_tokens).tolist() == [pytest.approx(1.0 + 0.5 * 4 + 0.1 * 4 * 4), 0.0]
+    model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, drafting={"draft": linear})
+    assert linear_from_json(json.loads(json.dumps(model.describe())), "m.json").drafting_for("draft") == linear

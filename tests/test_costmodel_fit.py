@@ -185,7 +185,7 @@ def test_fit_refuses_fewer_steps_than_coefficients(tmp_path, capsys):
     lines += [step(i, "ngram", 2, 1, 10 * i, 0.015, draft=1e-4) for i in range(3)]
     records.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert main(["costmodel", "fit", str(records), "-o", str(out)]) == 2
-    assert "drafting of 'ngram': 3 measured points for 5 coefficients" in capsys.readouterr().err
+    assert "drafting of 'ngram': 3 measured points for 6 coefficients" in capsys.readouterr().err
 
 
 def test_fitted_model_reads_back_and_goes_to_stdout(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -14,16 +15,19 @@ from specscope.costmodel.calibrate import CellRun, cell_gaps, fit_cells
 from specscope.errors import SpecscopeError
 
 FORWARD = dict(c_fixed=2e-3, c_tok=1e-4, c_kv=2e-6, c_req=3e-4)
-DRAFT = dict(c_fixed=5e-4, c_tok=4e-4)
+DRAFT = dict(c_fixed=5e-4, c_tok=4e-4, c_batched=1e-4)
 
 
 def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30) -> CellRun:
     """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
-    k + 1 tokens per request; a step that admits requests prefills them in a second forward."""
+    k + 1 tokens per request; a step that admits requests prefills them in a second forward.
+    Output lengths vary around ``output`` (request i: output + 3·(i mod 3)), so requests are
+    admitted while others decode."""
     w = 1 if method == "none" else k + 1
+    lengths = [output + 3 * (i % 3) for i in range(requests)]
     slots: list[dict] = []
     waiting = list(range(requests))
-    timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompt, "output_tokens": output,
+    timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompt, "output_tokens": lengths[i],
                  "chunk_ms": [], "chunk_tokens": []} for i in range(requests)]
     now = 0.0
     while waiting or slots:
@@ -36,12 +40,12 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
         if n:
             step += FORWARD["c_fixed"] + FORWARD["c_tok"] * n * w + FORWARD["c_kv"] * cached + FORWARD["c_req"] * n
             if method != "none":
-                step += DRAFT["c_fixed"] + DRAFT["c_tok"] * w
+                step += DRAFT["c_fixed"] + DRAFT["c_tok"] * w + DRAFT["c_batched"] * n * w
         if admitted:
             step += FORWARD["c_fixed"] + FORWARD["c_tok"] * prompt * len(admitted) + FORWARD["c_req"] * len(admitted)
         now += step
         for s in slots:
-            emit = min(w, output - s["done"])
+            emit = min(w, lengths[s["r"]] - s["done"])
             s["done"] += emit
             timeline[s["r"]]["chunk_ms"].append(round(1e3 * now, 4))
             timeline[s["r"]]["chunk_tokens"].append(emit)
@@ -50,25 +54,45 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
             timeline[s["r"]]["chunk_ms"].append(round(1e3 * now, 4))
             timeline[s["r"]]["chunk_tokens"].append(1)
             timeline[s["r"]]["sent_ms"] = 0.0
-        finished = [s for s in slots if s["done"] >= output]
-        slots = [s for s in slots if s["done"] < output] + admitted
-        for s in finished:  # the client sends the next request at once: admitted next step
-            timeline[s["r"]]["chunk_ms"] = timeline[s["r"]]["chunk_ms"]
+        slots = [s for s in slots if s["done"] < lengths[s["r"]]] + admitted  # the finished: replaced next step
     for request in timeline:  # chunk times after the request was sent (all sent at 0 here)
         request["chunk_ms"] = [t - request["sent_ms"] for t in request["chunk_ms"]]
     draft_tokens = None if method == "none" else k * sum(len(r["chunk_ms"]) - 1 for r in timeline)
     return CellRun(f"{method}{k}b{batch}", method, k, None, batch, "w.jsonl", 1.0, draft_tokens, timeline, {})
 
 
-def test_fit_recovers_the_engine_that_made_the_timelines():
-    cells = [simulated_cell("none", 0, b) for b in (1, 2, 4)]
-    cells += [simulated_cell("draft", k, b) for k in (2, 4) for b in (1, 2, 4)]
-    model = fit_cells(cells)
+def assert_recovered(model) -> None:
     for name, value in FORWARD.items():
         assert getattr(model, name) == pytest.approx(value, rel=0.05), name
     drafting = model.drafting_for("draft")
-    assert drafting.c_fixed == pytest.approx(DRAFT["c_fixed"], rel=0.05)
-    assert drafting.c_tok == pytest.approx(DRAFT["c_tok"], rel=0.05)
+    for name, value in DRAFT.items():
+        assert getattr(drafting, name) == pytest.approx(value, rel=0.05), name
+
+
+def test_fit_recovers_the_engine_that_made_the_timelines():
+    cells = [simulated_cell("none", 0, b) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b) for k in (2, 4) for b in (1, 2, 4)]
+    assert_recovered(fit_cells(cells))
+
+
+def slowed(cell: CellRun, factor: float, pair: str | None) -> CellRun:
+    """``cell`` as measured on a machine ``factor`` times slower, in ``pair``."""
+    timeline = [{**r, "sent_ms": r["sent_ms"] * factor, "chunk_ms": [t * factor for t in r["chunk_ms"]]}
+                for r in cell.timeline]
+    return replace(cell, cell_id=f"{cell.cell_id}-{pair}", timeline=timeline, pair=pair)
+
+
+def test_each_pair_is_fitted_at_the_speed_its_none_cell_shows():
+    """Pairs (a none cell and the SD cell measured beside it) on a machine whose speed differs
+    from pair to pair: the none cell tells each pair's speed, and the fit recovers the engine (at
+    the median speed of each batch size's pairs); without the pairs it cannot."""
+    cells = []
+    for i, (k, b) in enumerate((k, b) for k in (2, 4) for b in (1, 2, 4)):
+        factor = (0.85, 1.3, 0.9, 1.15, 0.7, 1.1)[i]  # 1 at the median of each batch size's pairs
+        cells += [slowed(simulated_cell("none", 0, b), factor, f"p{i}"), slowed(simulated_cell("draft", k, b), factor, f"p{i}")]
+    assert_recovered(fit_cells(cells))
+    with pytest.raises(AssertionError):
+        assert_recovered(fit_cells([replace(c, pair=None) for c in cells]))
 
 
 def test_servers_that_batch_steps_per_chunk_are_refused():

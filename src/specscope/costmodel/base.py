@@ -94,9 +94,11 @@ class FractionDrafting:
 class LinearDrafting:
     """Model drafting, once per step:
     ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens + c_req·num_running + c_multi·[num_running > 1]
-    + c_tree·[tree step]`` seconds (``c_multi``: the drafter's forwards batch more than one
-    sequence, see :mod:`specscope.costmodel.linear`; ``c_tree``: what a tree step adds whatever its
-    size — top-b expansion, tree masks, compaction of the accepted path), and
+    + c_tree·[tree step] + c_batched·num_running·mean(k+1)`` seconds (``c_multi``: the drafter's
+    forwards batch more than one sequence, see :mod:`specscope.costmodel.linear`; ``c_tree``: what
+    a tree step adds whatever its size — top-b expansion, tree masks, compaction of the accepted
+    path; ``c_batched``: per draft token of the whole batch — a drafter whose k passes each cost
+    more with every row they carry, as on a CPU, where one pass over n rows costs a + b·n), and
     ``c_prefill·prompt_tokens`` for the drafter's prefill. The paper's fitted EAGLE model has only the first three terms. A tree step's
     ``k + 1`` is the tokens its passes read per sequence plus one (:func:`draft_tokens_per_sequence`)."""
 
@@ -107,13 +109,14 @@ class LinearDrafting:
     c_prefill: float = 0.0
     c_multi: float = 0.0
     c_tree: float = 0.0
+    c_batched: float = 0.0
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         running = load.num_running > 0
         per_request = draft_tokens_per_sequence(load)  # mean k + 1
         seconds = (self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens
                    + self.c_req * load.num_running + self.c_multi * (load.num_running > 1)
-                   + self.c_tree * bool(load.draft_widths))
+                   + self.c_tree * bool(load.draft_widths) + self.c_batched * load.num_running * per_request)
         return np.where(running, seconds, 0.0)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
@@ -121,7 +124,8 @@ class LinearDrafting:
 
     def to_json(self) -> dict:
         return {"kind": "linear", "c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv,
-                "c_req": self.c_req, "c_prefill": self.c_prefill, "c_multi": self.c_multi, "c_tree": self.c_tree}
+                "c_req": self.c_req, "c_prefill": self.c_prefill, "c_multi": self.c_multi, "c_tree": self.c_tree,
+                "c_batched": self.c_batched}
 
 
 class CostModel(Protocol):

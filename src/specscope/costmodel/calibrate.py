@@ -27,15 +27,28 @@ nodes + 1). Then
 
 with forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]``
 (:class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
-``c_fixed``, so ``overhead_s`` = 0) and drafting = ``c_fixed + c_tok·w + c_req·n + c_prefill·P``
-(:class:`~specscope.costmodel.base.LinearDrafting`). The two are fitted alternately
-(until converged, at most :data:`ROUNDS` times; the first target fit uses the no-SD cells
-alone; on timelines made by an exact linear engine it recovers the coefficients) with
-:func:`~specscope.costmodel.fit.nonnegative_relative_fit`, every error relative to the mean gap
-of its cell: cells of small and large steps weigh alike, and within a cell the fit matches the
-mean gap — what throughput depends on. (Weighing each gap by itself instead fits the typical gap
-of a right-skewed cell and underestimated the mean one by 15–20 % at batch 4 and 8 on
-``specscope serve``.)
+``c_fixed``, so ``overhead_s`` = 0) and drafting = ``c_fixed + c_tok·w + c_req·n + c_prefill·P +
+c_batched·n·w`` (the last: the batch's draft tokens, for a drafter whose passes cost more with
+every row they carry)
+(:class:`~specscope.costmodel.base.LinearDrafting`). The forward and every method's drafting
+are fitted together, as one non-negative least-squares problem (``scipy.optimize.nnls``; on
+timelines made by an exact linear engine it recovers the coefficients), every error relative to
+the mean gap of its cell: cells of small and large steps weigh alike, and within a cell the fit
+matches the mean gap — what throughput depends on. (Weighing each gap by itself instead fits the
+typical gap of a right-skewed cell and underestimated the mean one by 15–20 % at batch 4 and 8 on
+``specscope serve``. Fitting the forward and the drafting alternately, as this module once did,
+crawls along the valley where the forward's per-token term and a drafter's per-batched-token
+term trade places: on such exact timelines it stopped at twice the true per-token cost.)
+
+**Machine speed, per pair.** A shared machine's speed wanders by ±15 % over seconds, so cells
+measured minutes apart saw different machines. A ``none`` cell and the SD cell measured beside
+it (paired or interleaved baselines: same ``pair``) saw the same one, and the ``none`` cell
+tells how fast it was: its mean gap over the fitted forward's prediction, relative to the
+median of that ratio over the pairs of its batch size (:func:`pair_speeds`). Both cells' gaps
+are divided by it and the model refitted, :data:`DRIFT_ROUNDS` times at most. On the 27-cell
+sweep of ``benchmarks/bench_calibration.py`` (interleaved) this took the leave-one-out error
+from a median of 5.5 % and a worst of 31.6 % to 3.9 % and 11.7 %: the ``none`` cells' mean gaps
+at one batch size had spread ±20 % around the fit, which the drafting terms had absorbed.
 The first chunk (queueing and prefill) is not a gap. A chunk the client read together with
 another (arrivals closer than 0.2× the cell's median gap: it was sent before the client caught
 up) arrived late, so gaps count only between two chunks each read alone. Gaps over 3× their cell's median (for steps
@@ -53,20 +66,20 @@ reconstruction (mean tokens per step, mean gap) for every cell.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
+import scipy.optimize
 
 from specscope.costmodel.base import LinearDrafting
-from specscope.costmodel.fit import nonnegative_relative_fit
 from specscope.costmodel.linear import FittedCell, LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.trees import TreeShape
 
-ROUNDS = 200  # at most this many alternating target / drafting fits
-CONVERGED = 1e-5  # ... stopping once no forward coefficient moves by more than this (relative)
+DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
+CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
 STALL = 3.0  # a gap over STALL × its cell's median is a stall, left out
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
@@ -87,6 +100,7 @@ class CellRun:
     timeline: list[dict]
     server_means: dict[str, float | None]  # HISTOGRAMS fields of the row
     baseline_for: str | None = None  # a paired none cell: the SD server it was run for
+    pair: str | None = None  # shared by a none cell and the SD cell it was measured beside (paired, interleaved)
 
 
 @dataclass
@@ -109,7 +123,8 @@ class Gaps:
         return np.column_stack([self.forwards, self.tokens, self.cached, self.sequences, self.multi])
 
     def drafting_features(self) -> np.ndarray:
-        return np.column_stack([np.ones_like(self.width), self.width, self.running, self.prefill])
+        return np.column_stack([np.ones_like(self.width), self.width, self.running, self.prefill,
+                                self.running * self.width])
 
     def select(self, mask: np.ndarray) -> "Gaps":
         return Gaps(**{name: value[mask] for name, value in vars(self).items()})
@@ -190,38 +205,64 @@ def _concat(parts: Sequence[Gaps]) -> Gaps:
 
 
 def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostModel:
-    """Fit the forward and every method's drafting to ``cells`` (module docstring)."""
+    """Fit the forward and every method's drafting to ``cells`` (module docstring), the gaps of
+    each pair of cells measured side by side divided by the pair's speed (:func:`pair_speeds`)."""
     if not any(c.method == NO_SD for c in cells):
         raise SpecscopeError("calibration: no successful 'none' cell (the sweep needs baselines to fit the forward)")
-    gaps = _concat([cell_gaps(c) for c in cells])
-    methods = sorted(set(gaps.method.tolist()) - {NO_SD})
-    plain = gaps.method == NO_SD
-    target = nonnegative_relative_fit(gaps.select(plain).target_features(), gaps.seconds[plain], "target forward",
-                                      gaps.scale[plain])
-    drafting = {m: np.zeros(4) for m in methods}
-    for _ in range(ROUNDS):
-        forward = gaps.target_features() @ target
-        for m in methods:
-            mine = gaps.method == m
-            drafting[m] = nonnegative_relative_fit(gaps.select(mine).drafting_features(),
-                                                   gaps.seconds[mine] - forward[mine], f"drafting of {m!r}",
-                                                   gaps.scale[mine])
-        drafted = np.zeros_like(gaps.seconds)
-        for m in methods:
-            mine = gaps.method == m
-            drafted[mine] = gaps.select(mine).drafting_features() @ drafting[m]
-        previous, target = target, nonnegative_relative_fit(gaps.target_features(), gaps.seconds - drafted,
-                                                            "target forward", gaps.scale)
-        if np.all(np.abs(target - previous) <= CONVERGED * np.maximum(np.abs(target), 1e-12)):
+    parts = [cell_gaps(c) for c in cells]
+    speed = np.ones(len(cells))
+    for _ in range(DRIFT_ROUNDS + 1):
+        target, drafting = _fit(_concat([_slowed(g, 1 / s) for g, s in zip(parts, speed)]))
+        previous, speed = speed, pair_speeds(cells, parts, target)
+        if np.allclose(speed, previous, rtol=CONVERGED):
             break
     c_fixed, c_tok, c_kv, c_req, c_multi = map(float, target)
     return LinearCostModel(
         name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi,
         drafting={m: LinearDrafting(c_fixed=float(d[0]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2]),
-                                    c_prefill=float(d[3])) for m, d in drafting.items()},
+                                    c_prefill=float(d[3]), c_batched=float(d[4])) for m, d in drafting.items()},
         fitted_cells=tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None)
                            for c in cells),
     )
+
+
+def pair_speeds(cells: Sequence[CellRun], parts: Sequence[Gaps], target: np.ndarray) -> np.ndarray:
+    """[cells] how slow the machine was for each pair of cells measured side by side (a ``none``
+    cell and its SD cell: same ``pair``): the ``none`` cell's mean gap over what the forward
+    ``target`` predicts for it, relative to the median of that ratio over the pairs of its batch
+    size (a ratio relative to every pair could absorb how cost grows with the batch); 1 for a
+    cell measured apart."""
+    ratio = {c.pair: g.seconds.mean() / (g.target_features() @ target).mean()
+             for c, g in zip(cells, parts) if c.method == NO_SD and c.pair is not None and len(g.seconds)}
+    batch = {c.pair: c.batch_size for c in cells if c.pair in ratio}
+    typical = {b: float(np.median([r for p, r in ratio.items() if batch[p] == b])) for b in set(batch.values())}
+    return np.array([ratio[c.pair] / typical[batch[c.pair]] if c.pair in ratio else 1.0 for c in cells])
+
+
+def _slowed(gaps: Gaps, factor: float) -> Gaps:
+    """``gaps`` with their seconds (and the scale they are weighed by) times ``factor``."""
+    return replace(gaps, seconds=gaps.seconds * factor, scale=gaps.scale * factor)
+
+
+def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The forward's coefficients [5] and each method's drafting [4 + 1], fitted together to
+    ``gaps`` (module docstring): one non-negative least-squares problem over the forward's
+    columns (every gap) and each method's drafting columns (its gaps, 0 elsewhere), every
+    error relative to its cell's mean gap."""
+    methods = sorted(set(gaps.method.tolist()) - {NO_SD})
+    blocks = [gaps.target_features()]
+    for m in methods:
+        mine = gaps.method == m
+        if mine.sum() < blocks[0].shape[1]:
+            raise SpecscopeError(f"calibration: drafting of {m!r}: {int(mine.sum())} chunk gaps for "
+                                 f"{blocks[0].shape[1]} coefficients (measure more of its requests)")
+        blocks.append(gaps.drafting_features() * mine[:, None])
+    a = np.hstack(blocks) / gaps.scale[:, None]
+    norm = np.linalg.norm(a, axis=0)
+    norm[norm == 0] = 1.0  # a column that is 0 everywhere (no prefill seen) keeps a coefficient of 0
+    coef = scipy.optimize.nnls(a / norm, gaps.seconds / gaps.scale, maxiter=50 * a.shape[1])[0] / norm
+    width = blocks[0].shape[1]
+    return coef[:width], {m: coef[width * (i + 1): width * (i + 2)] for i, m in enumerate(methods)}
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:

@@ -11,7 +11,8 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
   and that plain-step overhead — ``draft_s`` plus the extra sampling and bookkeeping of
   checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·batch_size +
-  c_multi·[batch_size > 1]``, charged on every step: the reference engine runs its lookup or
+  c_multi·[batch_size > 1] + c_batched·batch_size·(k + 1)`` (the last: a drafter's passes cost
+  more with every row they carry), charged on every step: the reference engine runs its lookup or
   drafter for every request on every step, matched or not (the paper's n-gram fraction
   describes vLLM, not this engine). ``k + 1`` is what the simulator prices
   (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`): ``tokens_verified /
@@ -215,9 +216,10 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
         step = np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in mine])
-        columns = [_design(per_request, draft_kv), running, running > 1] + ([tree] if tree.any() else [])
-        coef = nonnegative_relative_fit(np.column_stack(columns), extra, f"drafting of {method!r}", step)
+        columns = [_design(per_request, draft_kv), running, running > 1, running * per_request]
+        coef = nonnegative_relative_fit(np.column_stack(columns + ([tree] if tree.any() else [])), extra,
+                                        f"drafting of {method!r}", step)
         drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
             [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]),
-            c_tree=float(coef[5]) if tree.any() else 0.0)
+            c_batched=float(coef[5]), c_tree=float(coef[6]) if tree.any() else 0.0)
     return replace(forward, overhead_s=overhead, drafting=drafting)

@@ -103,7 +103,7 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
 
 
 FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_multi may be left out
-LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree")  # the first 3 required
+LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched")  # the first 3 required
 
 
 def _coefficients(spec: Fields, required: Sequence[str], optional: Sequence[str]) -> dict[str, float]:

@@ -39,8 +39,9 @@ COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup",
 
 
 def read_sweep(sweep_dir: Path) -> list[CellRun]:
-    """The successful cells of ``sweep_dir``; an error if one has no timeline (a sweep
-    recorded before timelines existed) or none succeeded."""
+    """The successful cells of ``sweep_dir``, a ``none`` cell and the SD cell it was measured
+    beside sharing a ``pair``; an error if one has no timeline (a sweep recorded before
+    timelines existed) or none succeeded."""
     if not (sweep_dir / "cells").is_dir():
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no cells/ folder (expected a `specscope sweep` output)")
     runs = []
@@ -57,7 +58,14 @@ def read_sweep(sweep_dir: Path) -> list[CellRun]:
                             {name: result.get(name) for name in HISTOGRAMS.values()}, key.get("baseline_for")))
     if not runs:
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no successful cell")
-    return runs
+    twins = {_pair(r, r.baseline_for) for r in runs if r.method == NO_SD and r.baseline_for is not None}
+    return [replace(r, pair=_pair(r, r.baseline_for or server_label(r.method, r.k, r.tree))) if
+            _pair(r, r.baseline_for or server_label(r.method, r.k, r.tree)) in twins else r for r in runs]
+
+
+def _pair(run: CellRun, server: str) -> str:
+    """What a paired or interleaved ``none`` cell and its SD cell share: workload, batch size, SD server."""
+    return f"{run.workload} B={run.batch_size} {server}"
 
 
 def _widths(paths: list[list[int]]) -> list[int]:
