@@ -6,8 +6,10 @@ loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) 
 
 The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload; methods
 ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells) and no SD at each
-batch size, each run right before its SD cell (``baselines = "paired"``: this machine's speed
-drifts by 6–9 % over minutes, which a shared baseline would put into every speedup). Prints:
+batch size, each measured beside its SD cell (``baselines = "interleaved"``, 10 segments: this
+machine's speed wanders by ±15 % over seconds, which a baseline run at another time would put
+into the speedup; the fit also divides each pair's gaps by the speed its ``none`` cell shows).
+Prints:
 
 - leave-one-out validation (``--validate``): every SD cell predicted from a fit without it,
   from its requests' traces; median and worst |error| (goals: ≤ 5 % and ≤ 10 %);

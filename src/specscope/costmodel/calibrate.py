@@ -20,7 +20,10 @@ over the cached ``Σ (prompt + tokens received by m)``; requests whose first chu
 within half a gap of the step's end were prefilled in it (``P`` prompt tokens, ``n_p`` prompts:
 one more forward). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
 counters (the mean proposal, so n-gram steps that found nothing count), at most k + 1 (a tree:
-nodes + 1). Then
+nodes + 1). A request running alone verifies more than one token only on the steps it proposed:
+with the drafts counter (vLLM's ``vllm:spec_decode_num_drafts``, which ``specscope serve``
+exports too) its step counts as a multi-token forward with that share (n-gram, which found
+nothing on about half the steps of the bundled code workload at k = 4), without it always. Then
 
     gap = forward(n·w + P, cached, n + n_p)  [+ a second forward's fixed cost when P > 0]
           + drafting_method(w, n, P)
@@ -101,6 +104,7 @@ class CellRun:
     server_means: dict[str, float | None]  # HISTOGRAMS fields of the row
     baseline_for: str | None = None  # a paired none cell: the SD server it was run for
     pair: str | None = None  # shared by a none cell and the SD cell it was measured beside (paired, interleaved)
+    num_drafts: int | None = None  # request-steps that proposed (vLLM's spec_decode_num_drafts; None: not exported)
 
 
 @dataclass
@@ -159,11 +163,12 @@ def cell_gaps(cell: CellRun) -> Gaps:
         raise SpecscopeError(f"{_where(cell)}: {100 * np.mean(decode > width_max):.0f} % of chunks carry more than "
                              f"{width_max} tokens: the server streams several steps per chunk; calibrate with "
                              "one chunk per step (--stream-interval 1)")
-    width = 1.0
+    width, proposing = 1.0, 0.0  # tokens verified per running request; share of its steps that proposed
     if cell.method != NO_SD:
         steps = sum(len(t) - 1 for t in times)
         drafts = cell.k if cell.num_draft_tokens is None or steps == 0 else min(cell.num_draft_tokens / steps, cell.k)
         width = 1.0 + drafts
+        proposing = 1.0 if cell.num_drafts is None or steps == 0 else min(cell.num_drafts / steps, 1.0)
     first = np.array([t[0] for t in times])
     last = np.array([t[-1] for t in times])
     prompt = np.array(prompts, dtype=float)
@@ -182,7 +187,7 @@ def cell_gaps(cell: CellRun) -> Gaps:
     has_prefill = p_tokens > 0
     gaps = Gaps(seconds=end - start, tokens=n * width + p_tokens, cached=(running * (prompt[None, :] + received)).sum(1),
                 sequences=n + prefilled.sum(axis=1), forwards=1.0 + has_prefill,
-                multi=(n * width > 1).astype(float) + (p_tokens > 1), width=np.full_like(n, width), running=n,
+                multi=np.where(n > 1, 1.0, n * proposing) + (p_tokens > 1), width=np.full_like(n, width), running=n,
                 prefill=p_tokens, method=np.full(len(n), cell.method, dtype=object), scale=np.zeros(len(n)))
     keep = np.ones(len(n), dtype=bool)
     for flag in (False, True):

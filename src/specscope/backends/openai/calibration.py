@@ -55,7 +55,8 @@ def read_sweep(sweep_dir: Path) -> list[CellRun]:
         tree = TreeShape.parse("x".join(map(str, _widths(key["tree"])))) if key.get("tree") else None
         runs.append(CellRun(cell_id, key["method"], key["k"], tree, key["batch_size"], key["workload"],
                             result["throughput"], result.get("num_draft_tokens"), record[TIMELINE],
-                            {name: result.get(name) for name in HISTOGRAMS.values()}, key.get("baseline_for")))
+                            {name: result.get(name) for name in HISTOGRAMS.values()}, key.get("baseline_for"),
+                            num_drafts=result.get("num_drafts")))
     if not runs:
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no successful cell")
     twins = {_pair(r, r.baseline_for) for r in runs if r.method == NO_SD and r.baseline_for is not None}
