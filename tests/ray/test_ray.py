@@ -125,6 +125,8 @@ def test_group_resources_from_tensor_parallel_size_and_config(tmp_path):
     assert group_resources(spec("specscope", ["--threads", "1"])) == {"num_gpus": 0, "num_cpus": 1, "resources": {}}
     assert group_resources(spec("vllm", ["--tp", "2"], {"GPU": 3, "CPU": 4})) == {
         "num_gpus": 3, "num_cpus": 4, "resources": {}}
+    assert group_resources(spec("vllm", ["--tp", "2"], {"H100": 1}), servers=2) == {  # an interleaved pair
+        "num_gpus": 4, "num_cpus": 2, "resources": {"H100": 2}}
     with pytest.raises(SpecscopeError, match="tensor-parallel size, got 'two'"):
         group_resources(spec("vllm", ["--tensor-parallel-size", "two"]))
 

@@ -97,7 +97,7 @@ def read_cells(output: Path) -> dict[str, dict]:
 def _server_key(config: SweepConfig, cell: Cell) -> tuple:
     """Cells with one key share a server (an interleaved pair: its two servers); a launched
     method that learns gets one per cell."""
-    if _interleaved(config, cell):
+    if in_pair(config, cell):
         key, method = _pair_key(cell)[:3], (cell.baseline_for or cell.server).split()[0]  # the pair's SD method
     else:
         key, method = (cell.engine.name, cell.method, cell.k, cell.tree, cell.batch_size, cell.baseline_for), cell.method
@@ -106,8 +106,9 @@ def _server_key(config: SweepConfig, cell: Cell) -> tuple:
     return key
 
 
-def _interleaved(config: SweepConfig, cell: Cell) -> bool:
-    """Whether ``cell`` is half of an interleaved pair (launched engines only)."""
+def in_pair(config: SweepConfig, cell: Cell) -> bool:
+    """Whether ``cell`` is half of an interleaved pair (launched engines only): its group runs
+    two servers at once."""
     return config.baselines == INTERLEAVED and cell.engine.launch is not None
 
 
@@ -335,9 +336,9 @@ def run_sweep(
         if c.cell_id(config) not in recorded
         or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
     ]
-    redo = {_pair_key(c) for c in pending if _interleaved(config, c)}  # a pair is measured together or not at all
+    redo = {_pair_key(c) for c in pending if in_pair(config, c)}  # a pair is measured together or not at all
     ids = {c.cell_id(config) for c in pending}
-    pending = [c for c in cells if c.cell_id(config) in ids or (_interleaved(config, c) and _pair_key(c) in redo)]
+    pending = [c for c in cells if c.cell_id(config) in ids or (in_pair(config, c) and _pair_key(c) in redo)]
     groups: dict[tuple, list[Cell]] = {}
     for cell in pending:
         groups.setdefault(_server_key(config, cell), []).append(cell)

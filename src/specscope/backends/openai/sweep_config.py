@@ -53,7 +53,9 @@ second) the two cells of a pair then see nearly the same machine: the ``none`` c
 launched server, run three times back to back, read 240–413 tokens/s at batch 1, while the ratio
 of an interleaved pair (n-gram k = 2, batch 4), measured three times, read 1.42–1.45. A
 segment's requests ramp up and drain on their own, as the calibration's prediction replays
-them (:mod:`specscope.backends.openai.calibration`).
+them (:mod:`specscope.backends.openai.calibration`). The two servers are up at once (idle in
+turn): on a GPU give each room (vLLM: ``--gpu-memory-utilization`` under one half), and with
+``--ray`` a pair's group reserves its engine's resources twice.
 """
 
 from __future__ import annotations
