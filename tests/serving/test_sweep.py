@@ -101,6 +101,8 @@ def test_interleaved_baselines_are_new_cells_and_segments_are_checked(tmp_path):
         config('baselines = "paired"\nsegments = 4')
     with pytest.raises(SpecscopeError, match="field 'segments'"):
         config('baselines = "interleaved"\nsegments = 1')
+    with pytest.raises(SpecscopeError, match=r"field 'segments': expected at most num_requests \(3\), got 4"):
+        config('baselines = "interleaved"\nsegments = 4\nnum_requests = 3')
 
 
 def test_an_interleaved_sd_cell_without_its_none_cell_is_failed_not_measured_alone(tmp_path):

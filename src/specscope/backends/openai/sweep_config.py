@@ -350,6 +350,9 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             raise SpecscopeError(f"{where(path, field='segments')}: only with baselines = {INTERLEAVED!r}")
         values["segments"] = _value(path, "segments", data["segments"], validate.integer, low=2)
     config = SweepConfig(**values)
+    if config.baselines == INTERLEAVED and config.num_requests is not None and config.segments > config.num_requests:
+        raise SpecscopeError(f"{where(path, field='segments')}: expected at most num_requests "
+                             f"({config.num_requests}), got {config.segments}")
     if config.prompt_lookup_min > config.prompt_lookup_max:
         raise SpecscopeError(
             f"{where(path, field='prompt_lookup_min')}: expected <= prompt_lookup_max "
