@@ -109,9 +109,11 @@ def test_an_interleaved_sd_cell_without_its_none_cell_is_failed_not_measured_alo
     from specscope.backends.openai.sweep import run_group
 
     config = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved"')))
-    lone = plan_cells(config)[1]  # an SD cell; its none cell is plan_cells(config)[0]
-    [record] = run_group(config, [lone])
-    assert record["status"] == "failed" and "its none cell was measured apart" in record["reason"]
+    cells = plan_cells(config)  # an SD cell right after its none cell
+    for lone in ([cells[1]], [cells[0]], [cells[1], cells[0]]):  # no pair in the right order: none measured
+        records = list(run_group(config, lone))
+        assert [r["cell_id"] for r in records] == [c.cell_id(config) for c in lone]
+        assert all(r["status"] == "failed" and "its partner was measured apart" in r["reason"] for r in records)
 
 
 @pytest.mark.parametrize(

@@ -279,34 +279,36 @@ def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
 def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
     """An interleaved group: its ``none`` and SD cells in pairs, one pair per workload (in
     :func:`plan_cells`' order, the ``none`` cell first), measured on two servers launched at
-    once. An SD cell whose ``none`` cell is not in the group (it ran in an earlier attempt) is
-    failed: a pair is measured together or not at all."""
-    started, pairs, lone = time.time(), [], []
-    for cell in cells:
-        if cell.method == NO_SD:
-            pairs.append([cell])
-        elif pairs and len(pairs[-1]) == 1 and pairs[-1][0].workload == cell.workload:
-            pairs[-1].append(cell)
+    once; records in the cells' order. A cell whose partner is not next to it in the group (it
+    ran in an earlier attempt) is failed: a pair is measured together or not at all."""
+    started, units, i = time.time(), [], 0
+    while i < len(cells):
+        pair = cells[i : i + 2]
+        if len(pair) == 2 and pair[0].method == NO_SD != pair[1].method and pair[0].workload == pair[1].workload:
+            units.append(tuple(pair))
         else:
-            lone.append(cell)
-    for cell in lone:
-        yield _record(config, cell, "failed", "interleaved: its none cell was measured apart; rerun with "
-                      "--retry-failed to measure the pair again", None, started)
-    pairs = [tuple(p) for p in pairs if len(p) == 2]
-    if not pairs:
-        return
-    finished = 0
+            units.append((cells[i],))
+        i += len(units[-1])
+    pairs = [unit for unit in units if len(unit) == 2]
+    done = 0
     try:
         with contextlib.ExitStack() as stack:
-            ports = (free_port() if pairs[0][0].engine.port is not None else None, None)  # not both on the engine's port
-            servers = [stack.enter_context(_launched(config, cell, port)) for cell, port in zip(pairs[0], ports)]
-            for pair in pairs:
-                for record in _run_pair(config, pair, servers, reused=pair is not pairs[0]):
+            servers = None
+            for unit in units:
+                if len(unit) == 1:
+                    done += 1
+                    yield _record(config, unit[0], "failed", "interleaved: its partner was measured apart; rerun with "
+                                  "--retry-failed to measure the pair again", None, started)
+                    continue
+                if servers is None:
+                    ports = (free_port() if unit[0].engine.port is not None else None, None)  # not both on one port
+                    servers = [stack.enter_context(_launched(config, cell, port)) for cell, port in zip(unit, ports)]
+                for record in _run_pair(config, unit, servers, reused=unit is not pairs[0]):
+                    done += 1
                     yield record
-                    finished += 1
     except SpecscopeError as error:
         stage = "server check" if isinstance(error, ServerCheckError) else "launch failed"
-        for cell in [c for pair in pairs for c in pair][finished:]:
+        for cell in cells[done:]:
             yield _record(config, cell, "failed", f"{stage}: {error}", None, started)
 
 
