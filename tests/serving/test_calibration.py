@@ -211,6 +211,10 @@ def test_interleaved_pairs_against_a_real_server(tmp_path, tiny_model, capsys):
     again = read_cells(config.output)
     moved = {i for i in records if i != rerun and again[i]["started_at"] != records[i]["started_at"]}
     assert len(moved) == 1 and again[moved.pop()]["key"]["baseline_for"] == "ngram k=1"  # its none cell
+    from specscope.backends.openai.calibration import read_sweep
+
+    runs = read_sweep(config.output)  # each none cell and its SD cell: one pair, whose speed the fit reads
+    assert len({r.pair for r in runs}) == 2 and all(r.pair is not None for r in runs)
     trace = tmp_path / "a.trace.jsonl"
     assert main(["trace", "--model", str(tiny_model), "--proposers", "ngram", "--workload", str(tmp_path / "a.jsonl"),
                  "--max-tokens", "12", "--k-max", "4", "-o", str(trace)]) == 0

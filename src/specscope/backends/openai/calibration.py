@@ -8,9 +8,9 @@ ids and output lengths) are replayed from the traces of its workload (records wh
 ``tree:SHAPE``, in mixed mode at the cell's batch size, against the no-SD replay of the same
 requests. A cell measured in segments (interleaved baselines: each segment a closed-loop run of
 its own, ramp-up and drain included) is replayed segment by segment, its throughput their
-tokens over their summed time, as measured. Measured speedup = the cell's throughput / its ``none`` cell's (same workload and
-batch size; with paired baselines, the one run right before it); error_pct = 100 · (predicted −
-measured) / measured.
+tokens over their summed time, as measured. Measured speedup = the cell's throughput / its
+``none`` cell's (same workload and batch size; with paired or interleaved baselines, the one
+measured beside it); error_pct = 100 · (predicted − measured) / measured.
 """
 
 from __future__ import annotations
@@ -60,8 +60,11 @@ def read_sweep(sweep_dir: Path) -> list[CellRun]:
     if not runs:
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no successful cell")
     twins = {_pair(r, r.baseline_for) for r in runs if r.method == NO_SD and r.baseline_for is not None}
-    return [replace(r, pair=_pair(r, r.baseline_for or server_label(r.method, r.k, r.tree))) if
-            _pair(r, r.baseline_for or server_label(r.method, r.k, r.tree)) in twins else r for r in runs]
+    for i, run in enumerate(runs):
+        pair = _pair(run, run.baseline_for or server_label(run.method, run.k, run.tree))
+        if pair in twins:  # a paired none cell, or an SD cell whose none cell succeeded
+            runs[i] = replace(run, pair=pair)
+    return runs
 
 
 def _pair(run: CellRun, server: str) -> str:
