@@ -119,6 +119,46 @@ def test_openai_bench_with_baseline_url(tiny_model, tmp_path):
         assert row["mean_acceptance_length"] >= 1 and row["baseline_tpot_p50_s"] > 0
 
 
+def test_openai_bench_interleaves_the_two_servers_in_segments(tiny_model, tmp_path, capsys):
+    """--segments 3: the no-SD and SD servers take turns over three parts of the requests; each
+    row counts its own server's time, and its counters cover all its requests."""
+    from specscope.cli import build_parser, main
+    from specscope.cli.bench import bench_config, run_bench
+
+    plain = start_server(tiny_model, "none", max_batch_size=2)
+    ngram = start_server(tiny_model, "ngram", k=3, max_batch_size=2)
+    workload = str(write_workload(tmp_path / "w.jsonl", 6))
+    base = ["bench", "--backend", "openai", "--url", ngram.url, "--method", "ngram", "--k", "3", "--workload",
+            workload, "--max-tokens", "8", "--ignore-eos", "--batch-sizes", "2", "--segments", "3"]
+    try:
+        [row] = [r.flat() for r in run_bench(bench_config(build_parser().parse_args(
+            base + ["--baseline-url", plain.url]))).rows]
+        assert main(base) == 2  # nothing to interleave with
+        assert "--segments" in capsys.readouterr().err
+    finally:
+        plain.close()
+        ngram.close()
+    assert row["speedup"] == pytest.approx(row["throughput"] / row["baseline_throughput"])
+    assert row["output_tokens"] == 6 * 8 and row["num_requests"] == 6
+    assert row["num_drafts"] > 0
+
+
+def test_launched_servers_interleaved(tiny_model, tmp_path):
+    """--launch with --segments: both servers launched at once, each row checked and measured."""
+    from specscope.cli import build_parser
+    from specscope.cli.bench import bench_config, run_bench
+
+    args = build_parser().parse_args(
+        ["bench", "--backend", "openai", "--launch", "specscope", "--model", str(tiny_model), "--method", "ngram",
+         "--k", "2", "--workload", str(write_workload(tmp_path / "w.jsonl", 4)), "--max-tokens", "8",
+         "--ignore-eos", "--batch-sizes", "1", "--segments", "2", "--engine-args=--threads 1",
+         "--log-dir", str(tmp_path / "logs")])
+    [row] = [r.flat() for r in run_bench(bench_config(args)).rows]
+    assert row["speedup"] == pytest.approx(row["throughput"] / row["baseline_throughput"])
+    assert row["verified"].startswith("verified: SD on, k=2") and row["baseline_verified"].startswith("verified: SD off")
+    assert len(list((tmp_path / "logs").glob("*.log"))) == 2
+
+
 def test_server_check_reads_k_and_sd_from_real_servers(tiny_model, fake_server):
     from specscope.backends.openai.verify import ServerCheckError, check_server, inspect_server
 

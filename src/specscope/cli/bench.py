@@ -179,7 +179,10 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             idle_timeout_s=args.idle_timeout,
             launch_timeout_s=args.launch_timeout,
             log_dir=args.log_dir,
+            segments=args.segments,
         )
+    if args.segments != 1:
+        raise SpecscopeError("--segments: only with --backend openai (the reference engine runs no-SD and SD in lockstep)")
     if args.model is None:
         raise SpecscopeError("--model: required with --backend reference")
     return BenchConfig(

@@ -9,6 +9,11 @@ Two ways to get servers:
   an SD server are started with concurrency limit B (``--max-num-seqs``), measured and stopped
   (see :mod:`~specscope.backends.openai.launchers`).
 
+With ``--segments N`` (N > 1) the no-SD and SD servers are up at once and take turns over N
+consecutive parts of the requests (A B, B A, …): on a machine whose speed wanders over seconds
+both see nearly the same machine (:func:`~specscope.backends.openai.measure.measure_interleaved`;
+why: :mod:`~specscope.backends.openai.sweep_config`, "Baselines").
+
 Each row holds the reference bench's fields (``method``, ``k``, ``batch_size``, ``throughput``,
 ``baseline_throughput``, ``speedup``, ``acceptance_rate``, ``mean_acceptance_length``), the
 vLLM counter deltas (``num_drafts``, ``num_draft_tokens``, ``num_accepted_tokens``, …), and
@@ -18,10 +23,12 @@ latency percentiles (``ttft_p50_s``, ``tpot_p50_s``, ``itl_p50_s``, …, and ``b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator
 
 from specscope.backends import BenchConfig, BenchResult, BenchRow
 from specscope.backends.openai.client import ClientConfig
@@ -34,7 +41,7 @@ from specscope.backends.openai.launchers import (
     free_port,
     learns_across_requests,
 )
-from specscope.backends.openai.measure import measure
+from specscope.backends.openai.measure import measure, measure_interleaved
 from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts, warmup_prompt
 from specscope.backends.openai.verify import check_server
 from specscope import validate
@@ -108,6 +115,11 @@ def add_openai_bench_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--log-dir", type=Path, help="where launched servers write their logs (default: a temp dir)"
     )
+    group.add_argument(
+        "--segments", type=POSITIVE, default=1,
+        help="> 1: run the no-SD and SD servers at once, taking turns over this many parts of the requests "
+             "(A B, B A, ...), so both see the same machine (default 1: one run each)",
+    )
 
 
 @dataclass(frozen=True)
@@ -140,6 +152,7 @@ class ServingBenchConfig:
     idle_timeout_s: float = DEFAULTS.idle_timeout_s
     launch_timeout_s: float = DEFAULTS.launch_timeout_s
     log_dir: Path | None = None  # where launched servers log (None: a temporary folder)
+    segments: int = 1  # > 1: no-SD and SD servers interleaved over this many parts of the requests
 
     def client(self, url: str) -> ClientConfig:
         """How to send this bench's requests to the server at ``url``."""
@@ -190,16 +203,24 @@ def _launch_specs(config: ServingBenchConfig) -> list[tuple[LaunchSpec, LaunchSp
     return [(config.launch_spec(NO_SD, b), config.launch_spec(config.method, b)) for b in config.batch_sizes]
 
 
-def _launched(
-    config: ServingBenchConfig, spec: LaunchSpec, prompts: list[Prompt], warmup: Prompt, log_dir: Path
-) -> dict:
-    """Start ``spec``'s server, check it shows what ``spec`` asks, measure, stop it."""
+@contextlib.contextmanager
+def _launched(config: ServingBenchConfig, spec: LaunchSpec, log_dir: Path) -> Iterator[str]:
+    """``spec``'s server, started and checked to show what ``spec`` asks (what was verified);
+    stopped on leaving."""
     log_path = log_dir / f"{spec.engine}-{spec.method}-k{spec.k}-b{spec.batch_size}.log"
     with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
         k = spec.k if spec.method != NO_SD else 0
-        _, verified = check_server(spec.url, spec.method, k, config.model_name, config.idle_timeout_s)
-        row = measure(config.client(spec.url), prompts, spec.batch_size, warmup)
-    return {**row, "verified": verified}
+        yield check_server(spec.url, spec.method, k, config.model_name, config.idle_timeout_s)[1]
+
+
+def _measure(config: ServingBenchConfig, urls: list[str], batch_size: int, prompts: list[Prompt],
+             warmup: Prompt) -> list[dict]:
+    """One row per server of ``urls`` at ``batch_size``: one after another, or with ``segments``
+    > 1 interleaved (:func:`~specscope.backends.openai.measure.measure_interleaved`)."""
+    clients = [config.client(url) for url in urls]
+    if config.segments > 1:
+        return [row for row, _ in measure_interleaved(clients, prompts, batch_size, config.segments, warmup)]
+    return [measure(client, prompts, batch_size, warmup) for client in clients]
 
 
 def run_bench(config: ServingBenchConfig) -> BenchResult:
@@ -208,9 +229,13 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
     steps are not visible: ``records`` stays empty."""
     if bool(config.url) == bool(config.launch):
         raise SpecscopeError("--backend openai: give exactly one of --url and --launch")
+    if config.segments > 1 and config.url and not config.baseline_url:
+        raise SpecscopeError("--segments: interleaves a no-SD and an SD server; give --baseline-url (or --launch)")
     specs = _launch_specs(config) if config.launch else None
     workload = read_prompts(config.workload)
     prompts = select_prompts(workload, config.num_requests)
+    if config.segments > len(prompts):
+        raise SpecscopeError(f"--segments: {len(prompts)} requests cannot be cut into {config.segments} segments")
     warmup, warmup_measured = warmup_prompt(workload, config.num_requests)
     k = config.k if config.method != NO_SD else 0
     rows = []
@@ -225,16 +250,31 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
         if learns:
             log.warning(LEARNS_NOTE, config.method, config.url)
         for batch_size in config.batch_sizes:
-            baseline = (
-                {**measure(config.client(config.baseline_url), prompts, batch_size, warmup),
-                 "verified": baseline_verified}
-                if config.baseline_url
-                else None
-            )
-            row = measure(config.client(config.url), prompts, batch_size, warmup)
-            rows.append(bench_row(config.method, k, {**row, "verified": verified, "learns_across_requests": learns},
+            measured = _measure(config, [u for u in (config.baseline_url, config.url) if u], batch_size, prompts, warmup)
+            baseline = {**measured[0], "verified": baseline_verified} if config.baseline_url else None
+            rows.append(bench_row(config.method, k, {**measured[-1], "verified": verified, "learns_across_requests": learns},
                                   baseline))
         return BenchResult(rows)
+    learns = learns_across_requests(config.launch, config.method) and warmup_measured
+    if learns:
+        log.warning(WARMUP_NOTE, config.method)
+    with tempfile.TemporaryDirectory(prefix="specscope-logs-") as tmp:
+        log_dir = config.log_dir or Path(tmp)
+        for baseline_spec, spec in specs:
+            if config.segments > 1:  # both servers up at once, taking turns
+                with contextlib.ExitStack() as stack:
+                    spec = replace(spec, port=free_port()) if spec.port == baseline_spec.port else spec
+                    checks = [stack.enter_context(_launched(config, s, log_dir)) for s in (baseline_spec, spec)]
+                    measured = _measure(config, [baseline_spec.url, spec.url], spec.batch_size, prompts, warmup)
+            else:  # one after the other
+                checks, measured = [], []
+                for s in (baseline_spec, spec):
+                    with _launched(config, s, log_dir) as check:
+                        checks.append(check)
+                        measured += _measure(config, [s.url], s.batch_size, prompts, warmup)
+            baseline, row = ({**m, "verified": v} for m, v in zip(measured, checks))
+            rows.append(bench_row(config.method, k, {**row, "learns_across_requests": learns}, baseline))
+    return BenchResult(rows)
     learns = learns_across_requests(config.launch, config.method) and warmup_measured
     if learns:
         log.warning(WARMUP_NOTE, config.method)
