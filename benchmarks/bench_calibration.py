@@ -13,7 +13,8 @@ Prints:
 
 - leave-one-out validation (``--validate``): every SD cell predicted from a fit without it,
   from its requests' traces; median and worst |error| (goals: ≤ 5 % and ≤ 10 %);
-- the coefficients of both fits and their relative differences (goal: within 15 %). The two
+- the coefficients of both fits and their relative differences (goal: within 15 %), and each
+  part's terms summed at the mean step (the forward; each method's drafting). The two
   fits price the same step differently: the black-box forward's ``c_fixed`` holds everything a
   step costs once (the in-engine fit keeps sampling and bookkeeping apart, as ``overhead_s``),
   so it is set against ``c_fixed + overhead_s``; a coefficient is compared where it carries at
@@ -149,6 +150,12 @@ def main() -> None:
             verdict = f"{100 * (values[0] - values[1]) / values[1]:+.1f} %" if values[1] else "inside 0"
         print(f"{name:<16}{values[0]:>12.3g}{values[1]:>12.3g}{100 * share:>7.1f}%{verdict:>12}")
     print(f"material coefficients within 15 %: {sum(d <= 0.15 for d in differences)}/{len(differences)}")
+    groups = {"forward": lambda name: "." not in name}
+    groups.update({m: (lambda name, m=m: name.startswith(f"{m}.")) for m in models[1].drafting})
+    sums = {group: [sum(v for name, v in c.items() if member(name)) for c in contributions]
+            for group, member in groups.items()}
+    print("at the mean step, each part's terms together (outside vs inside): " + ", ".join(
+        f"{group} {1e3 * a:.2f} vs {1e3 * b:.2f} ms ({100 * (a - b) / b:+.1f} %)" for group, (a, b) in sums.items()))
     whatif(out, trace)
 
 
