@@ -179,7 +179,7 @@ def whatif(out: Path, trace: Path) -> None:
             raise SystemExit(f"specscope {' '.join(command)} failed")
     with open(out / "report" / "whatif.csv") as handle:
         rows = list(csv.DictReader(handle))
-    print(f"\nwhat if (fit: k ∈ {{2, 4}}, B ∈ {{1, 8}}): predicted best per batch size; measured check where measured")
+    print("\nwhat if (fit: k ∈ {2, 4}, B ∈ {1, 8}): predicted best per batch size; measured check where measured")
     for row in rows:
         check = "" if not row["measured_best"] else (
             f"  measured best {row['measured_best']} ({float(row['measured_speedup']):.2f}), predicted among "
