@@ -11,7 +11,7 @@ Example::
     max_tokens = 128
     ignore_eos = true
     num_requests = 64                  # default: each workload's length
-    baselines = "paired"               # default "shared" (see below)
+    baselines = "paired"               # default "shared"; or "interleaved", with segments (see below)
 
     [[engines]]
     name = "vllm"
