@@ -255,19 +255,20 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     columns (every gap) and each method's drafting columns (its gaps, 0 elsewhere), every
     error relative to its cell's mean gap."""
     methods = sorted(set(gaps.method.tolist()) - {NO_SD})
-    blocks = [gaps.target_features()]
+    forward, drafting = gaps.target_features(), gaps.drafting_features()
+    blocks = [forward]
     for m in methods:
         mine = gaps.method == m
-        if mine.sum() < blocks[0].shape[1]:
+        if mine.sum() < drafting.shape[1]:
             raise SpecscopeError(f"calibration: drafting of {m!r}: {int(mine.sum())} chunk gaps for "
-                                 f"{blocks[0].shape[1]} coefficients (measure more of its requests)")
-        blocks.append(gaps.drafting_features() * mine[:, None])
+                                 f"{drafting.shape[1]} coefficients (measure more of its requests)")
+        blocks.append(drafting * mine[:, None])
     a = np.hstack(blocks) / gaps.scale[:, None]
     norm = np.linalg.norm(a, axis=0)
     norm[norm == 0] = 1.0  # a column that is 0 everywhere (no prefill seen) keeps a coefficient of 0
     coef = scipy.optimize.nnls(a / norm, gaps.seconds / gaps.scale, maxiter=50 * a.shape[1])[0] / norm
-    width = blocks[0].shape[1]
-    return coef[:width], {m: coef[width * (i + 1): width * (i + 2)] for i, m in enumerate(methods)}
+    start, width = forward.shape[1], drafting.shape[1]
+    return coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)}
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:

@@ -116,7 +116,7 @@ def add_openai_bench_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-dir", type=Path, help="where launched servers write their logs (default: a temp dir)"
     )
     group.add_argument(
-        "--segments", type=POSITIVE, default=1,
+        "--segments", type=POSITIVE, default=ServingBenchConfig.segments,
         help="> 1: run the no-SD and SD servers at once, taking turns over this many parts of the requests "
              "(A B, B A, ...), so both see the same machine (default 1: one run each)",
     )
@@ -204,13 +204,16 @@ def _launch_specs(config: ServingBenchConfig) -> list[tuple[LaunchSpec, LaunchSp
 
 
 @contextlib.contextmanager
-def _launched(config: ServingBenchConfig, spec: LaunchSpec, log_dir: Path) -> Iterator[str]:
-    """``spec``'s server, started and checked to show what ``spec`` asks (what was verified);
-    stopped on leaving."""
-    log_path = log_dir / f"{spec.engine}-{spec.method}-k{spec.k}-b{spec.batch_size}.log"
+def launched(config: ServingBenchConfig, spec: LaunchSpec, log_path: Path) -> Iterator[str]:
+    """``spec``'s server, started (logging to ``log_path``) and checked to show what ``spec``
+    asks: what was verified; stopped on leaving."""
     with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
         k = spec.k if spec.method != NO_SD else 0
         yield check_server(spec.url, spec.method, k, config.model_name, config.idle_timeout_s)[1]
+
+
+def _log_path(log_dir: Path, spec: LaunchSpec) -> Path:
+    return log_dir / f"{spec.engine}-{spec.method}-k{spec.k}-b{spec.batch_size}.log"
 
 
 def _measure(config: ServingBenchConfig, urls: list[str], batch_size: int, prompts: list[Prompt],
@@ -264,24 +267,14 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
             if config.segments > 1:  # both servers up at once, taking turns
                 with contextlib.ExitStack() as stack:
                     spec = replace(spec, port=free_port()) if spec.port == baseline_spec.port else spec
-                    checks = [stack.enter_context(_launched(config, s, log_dir)) for s in (baseline_spec, spec)]
+                    checks = [stack.enter_context(launched(config, s, _log_path(log_dir, s))) for s in (baseline_spec, spec)]
                     measured = _measure(config, [baseline_spec.url, spec.url], spec.batch_size, prompts, warmup)
             else:  # one after the other
                 checks, measured = [], []
                 for s in (baseline_spec, spec):
-                    with _launched(config, s, log_dir) as check:
+                    with launched(config, s, _log_path(log_dir, s)) as check:
                         checks.append(check)
                         measured += _measure(config, [s.url], s.batch_size, prompts, warmup)
             baseline, row = ({**m, "verified": v} for m, v in zip(measured, checks))
-            rows.append(bench_row(config.method, k, {**row, "learns_across_requests": learns}, baseline))
-    return BenchResult(rows)
-    learns = learns_across_requests(config.launch, config.method) and warmup_measured
-    if learns:
-        log.warning(WARMUP_NOTE, config.method)
-    with tempfile.TemporaryDirectory(prefix="specscope-logs-") as tmp:
-        log_dir = config.log_dir or Path(tmp)
-        for baseline_spec, spec in specs:
-            baseline = _launched(config, baseline_spec, prompts, warmup, log_dir)
-            row = _launched(config, spec, prompts, warmup, log_dir)
             rows.append(bench_row(config.method, k, {**row, "learns_across_requests": learns}, baseline))
     return BenchResult(rows)

@@ -37,9 +37,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
-from specscope.backends.openai.bench import ServingBenchConfig, bench_row
+from specscope.backends.openai.bench import ServingBenchConfig, bench_row, launched
 from specscope.backends.openai.client import LoadResult
-from specscope.backends.openai.launchers import ServerProcess, command_for, free_port, learns_across_requests
+from specscope.backends.openai.launchers import free_port, learns_across_requests
 from specscope.backends.openai.measure import measure_interleaved, measure_load
 from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts, warmup_prompt
 from specscope.backends.openai.verify import ServerCheckError, check_server
@@ -236,13 +236,22 @@ def _run_pair(config: SweepConfig, pair: tuple[Cell, Cell], servers: list[tuple[
 @contextlib.contextmanager
 def _launched(config: SweepConfig, cell: Cell, port: int | None = None) -> Iterator[tuple[str, str]]:
     """``cell``'s server, launched (on ``port`` if given) and checked: (its url, what was verified)."""
-    spec = replace(serving_config(config, cell).launch_spec(cell.method, cell.batch_size), tree=cell.tree)
+    bench = serving_config(config, cell)
+    spec = replace(bench.launch_spec(cell.method, cell.batch_size), tree=cell.tree)
     if port is not None:
         spec = replace(spec, port=port)
     shape = f"-{cell.tree.name}" if cell.tree is not None else ""
     log_path = config.output / "logs" / f"{cell.engine.name}-{cell.method}-k{cell.k}{shape}-b{cell.batch_size}.log"
-    with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
-        yield spec.url, check_server(spec.url, cell.method, cell.k, None, config.idle_timeout_s)[1]
+    with launched(bench, spec, log_path) as verified:
+        yield spec.url, verified
+
+
+def _unfinished(config: SweepConfig, cells: list[Cell], error: SpecscopeError, started: float) -> Iterator[dict]:
+    """The failed records of ``cells``, left unmeasured when their server failed to start or
+    its check failed with ``error``."""
+    stage = "server check" if isinstance(error, ServerCheckError) else "launch failed"
+    for cell in cells:
+        yield _record(config, cell, "failed", f"{stage}: {error}", None, started)
 
 
 def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
@@ -271,9 +280,7 @@ def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
                 yield _run_cell(config, cell, url, verified, engine.launch, reused=cell is not first)
                 finished.append(cell)
     except SpecscopeError as error:
-        stage = "server check" if isinstance(error, ServerCheckError) else "launch failed"
-        for cell in cells[len(finished) :]:
-            yield _record(config, cell, "failed", f"{stage}: {error}", None, started)
+        yield from _unfinished(config, cells[len(finished) :], error, started)
 
 
 def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
@@ -307,9 +314,7 @@ def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
                     done += 1
                     yield record
     except SpecscopeError as error:
-        stage = "server check" if isinstance(error, ServerCheckError) else "launch failed"
-        for cell in cells[done:]:
-            yield _record(config, cell, "failed", f"{stage}: {error}", None, started)
+        yield from _unfinished(config, cells[done:], error, started)
 
 
 def run_groups_here(config: SweepConfig, groups: list[list[Cell]]) -> Iterator[dict]:
