@@ -10,7 +10,8 @@ features — over 64 requests of the trace decoding two tokens a step. The polic
 fitted here on the paper's gsm8k trace (a few seconds), the observations come from walking it.
 Last, what the switching proposer costs per step inside the reference engine at batch 1 and 8
 (a policy over n-gram and EAGLE, k ≤ 3, fitted on the same trace, run by the bundled target and
-EAGLE head on the bundled math workload): its work outside the members' proposals. Code run
+EAGLE head on the bundled math workload): the policy's own work, beyond the n-gram lookup and the
+members' proposals (the step records' ``policy_s``, which the simulator prices). Code run
 right after a forward pass pays more than the same code repeated at once (on 2026-12-01 the
 decision of one row took 43 µs there and 15 µs repeated), so this figure, not the
 micro-benchmarks above, is what an engine pays.
@@ -71,15 +72,14 @@ def engine_bookkeeping(records, policy: LearnedPolicy, steps: int = 40) -> tuple
 
 
 def in_engine_us(document: dict, batch_size: int, workdir: Path) -> float:
-    """µs per step the engine's switching proposer spends outside its members' proposals — the
-    observations, features, θ, shift, decision and merging, as an engine pays them right after
-    its forward passes — timed inside the reference engine (bundled target and EAGLE head,
-    bundled math workload, greedy) at ``batch_size``."""
+    """µs per step the engine's switching proposer spends on the policy's own work — the
+    observations, features, θ, shift, decision and merging, beyond the n-gram lookup and the
+    members' proposals, as an engine pays them right after its forward passes: the mean of its
+    step records' ``policy_s`` (what the simulator prices), inside the reference engine (bundled
+    target and EAGLE head, bundled math workload, greedy) at ``batch_size``."""
     from specscope.backends import BenchConfig
     from specscope.backends.reference import run_bench
-    from specscope.policy.learned import LEARNED
-    from specscope.proposers.heads import HeadProposer
-    from specscope.proposers.ngram import NgramProposer
+    from specscope.methods import LEARNED
     from specscope.workloads.bundled import bundled_path
     from specscope.zoo.shipped import model_dir
 
@@ -88,29 +88,11 @@ def in_engine_us(document: dict, batch_size: int, workdir: Path) -> float:
     torch.set_num_threads(1)  # as `specscope bench --threads 1`: the bundled models gain nothing from more
     path = workdir / "policy.json"
     path.write_text(json.dumps(document))
-    spent = {"switching": 0.0, "members": 0.0, "steps": 0}
-    originals = {cls: cls.propose for cls in (SwitchingProposer, NgramProposer, HeadProposer)}
-
-    def timed(cls, key):
-        def propose(self, request):
-            start = time.perf_counter()
-            try:
-                return originals[cls](self, request)
-            finally:
-                spent[key] += time.perf_counter() - start
-                spent["steps"] += key == "switching"
-        return propose
-
-    for cls in originals:
-        cls.propose = timed(cls, "switching" if cls is SwitchingProposer else "members")
-    try:
-        run_bench(BenchConfig(model_dir=model_dir("target"), workload=bundled_path("math"), method=LEARNED,
-                              draft_dir=model_dir("eagle"), k=3, batch_sizes=(batch_size,), max_tokens=48,
-                              policy=path, repeats=1))
-    finally:
-        for cls, propose in originals.items():
-            cls.propose = propose
-    return 1e6 * (spent["switching"] - spent["members"]) / spent["steps"]
+    result = run_bench(BenchConfig(model_dir=model_dir("target"), workload=bundled_path("math"), method=LEARNED,
+                                   draft_dir=model_dir("eagle"), k=3, batch_sizes=(batch_size,), max_tokens=48,
+                                   policy=path, repeats=1))
+    work = [r.policy_s for r in result.records if r.method == LEARNED and r.tokens_verified]
+    return 1e6 * statistics.mean(work)
 
 
 def per_call_us(fn, calls: int, repeats: int) -> float:

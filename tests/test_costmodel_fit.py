@@ -62,6 +62,36 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
     assert resolve_cost_model(str(out)).drafting_for("draft").c_kv == pytest.approx(1e-8, rel=1e-5)
 
 
+def test_a_policys_own_work_is_fitted_from_its_policy_s_alone(tmp_path):
+    """The steps of an engine running a policy file (method ``learned``) give the drafting entry
+    ``learned`` from ``policy_s`` = 0.1 ms + 0.02 ms per running request, whatever else their
+    drafting cost (the proposers', priced from their own runs)."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.fit import fit_linear
+
+    records = tmp_path / "steps.jsonl"
+    synthetic_records(records)
+    learned = []
+    for i, batch in enumerate([1, 2, 4, 8] * 5):
+        work = 1e-4 + 2e-5 * batch
+        verify = 0.002 + 1e-4 * 4 * batch + 2e-7 * 100 * batch + 5e-5 * batch + 3e-4  # the forward above
+        learned.append({**step(i, "learned", 3, batch, 100 * batch, verify, draft=0.003 + work), "policy_s": work})
+    with records.open("a") as handle:
+        handle.write("".join(json.dumps(line) + "\n" for line in learned))
+    model, _ = fit_linear(read_steps([records]))
+    work = model.drafting_for("learned")
+    assert (work.c_fixed, work.c_req, work.c_tok, work.c_batched) == (
+        pytest.approx(1e-4, rel=1e-6), pytest.approx(2e-5, rel=1e-6), 0.0, 0.0)
+    assert model.drafting_for("draft").c_fixed == pytest.approx(0.001, rel=1e-6)  # the others as before
+
+
+def test_a_policy_s_beyond_draft_s_is_refused(tmp_path, capsys):
+    bad = tmp_path / "steps.jsonl"
+    bad.write_text(json.dumps({**step(0, "learned", 2, 1, 0, 0.01, draft=0.001), "policy_s": 0.002}) + "\n")
+    assert main(["costmodel", "fit", str(bad), "-o", str(tmp_path / "m.json")]) == 2
+    assert "steps.jsonl:1: field 'policy_s': expected at most draft_s (0.001)" in capsys.readouterr().err
+
+
 def test_fit_refuses_bad_records(tmp_path, capsys):
     bad = tmp_path / "steps.jsonl"
     bad.write_text(json.dumps(step(0, "none", 0, 1, 0, 0.01)) + "\n{\n")

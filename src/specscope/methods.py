@@ -6,7 +6,8 @@ method, the memory model and the zoo are read from :data:`METHODS`; nothing else
 method names. The implementations stay where they are: each proposer module registers itself
 (:mod:`specscope.proposers.registry`), each memory model lives in
 :mod:`specscope.costmodel.memory`. :data:`NO_SD` (``none``) is the baseline without
-speculation; it is not a method of the table.
+speculation; it is not a method of the table, nor is :data:`LEARNED` (``learned``), an engine
+switching per step between methods as a policy file says.
 
 Fields of :class:`Method`:
 
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from specscope.errors import SpecscopeError
 
 NO_SD = "none"  # the method name of a run without speculative decoding
+LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 ENGINES = ("vllm", "sglang", "specscope")  # the serving engines specscope launches
 KINDS = ("lookup", "draft model", "head")
 

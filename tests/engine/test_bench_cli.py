@@ -40,6 +40,7 @@ RECORD_FIELDS = {
     "prefill_s",
     "prefill_requests",
     "tree",
+    "policy_s",
 }
 
 

@@ -114,6 +114,20 @@ def test_greedy_output_is_the_targets_and_the_head_catches_up(setup):
             assert row == reference_drafts(head.head, target, history)[: len(row)]
 
 
+def test_step_records_tell_the_policys_own_work_apart(setup):
+    """``policy_s``: the switching proposer's time beyond its lookup and members, a part of every
+    step's drafting; an engine without a policy records 0."""
+    target, head_dir, policy_path, _ = setup
+    prompts = [p * 3 for p in prompts_of((4, 5), seed=2)]
+    engine = switching_engine(target, head_dir, policy_path, len(prompts))
+    run(engine, prompts, 12)
+    decode = [r for r in engine.step_records if r.tokens_verified]
+    assert decode and all(0 < r.policy_s <= r.draft_s for r in decode)
+    plain = Engine(target, None, K, 2, MAX_SEQ_LEN)
+    run(plain, prompts, 4)
+    assert all(r.policy_s == 0.0 for r in plain.step_records)
+
+
 def test_sampled_requests_run(setup):
     target, head_dir, policy_path, _ = setup
     engine = switching_engine(target, head_dir, policy_path, 2)

@@ -55,6 +55,21 @@ def test_a_causal_policy_pays_the_lookup_at_every_step():
     assert every["drafting"] == pytest.approx(0.1 * 5.9 + 2 * 0.52 + 0.2 * 5)
 
 
+def test_a_causal_policys_own_work_is_charged_on_every_step_where_the_cost_model_knows_it():
+    """The cost model's ``learned`` entry (the engine's policy_s, fitted) for every running
+    request at every step; a model without it charges nothing; the oracles never pay it."""
+    plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
+    work = LinearDrafting(c_fixed=0.03, c_tok=0.0, c_kv=0.0, c_req=0.02)
+    priced = LinearCostModel("toy+policy", 1.0, 0.1, 0.0, 0.0, drafting={**COST.drafting, "learned": work})
+    without = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 1).time_split
+    with_work = predict_paper(plan, priced, SwitchDrafting.of(priced, METHODS, causal=True), 1).time_split
+    assert with_work["drafting"] - without["drafting"] == pytest.approx(5 * (0.03 + 0.02 * 1))  # five steps, B = 1
+    assert with_work["verification"] == pytest.approx(without["verification"])
+    oracle = predict_paper(plan, priced, SwitchDrafting.of(priced, METHODS), 1).time_split
+    assert oracle["drafting"] == pytest.approx(predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS), 1)
+                                               .time_split["drafting"])
+
+
 def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():
     offer = [2, 0, 0, 0, 1, 0, 0, 0, 0]
     plan = causal_plan([record(NGRAM, EAGLE, offer=offer)], METHODS, lambda b: lambda seen: [(0, 5)] * len(seen), 8)

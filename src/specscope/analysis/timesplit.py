@@ -49,7 +49,10 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     values.update({name: fields.number(name, low=0.0) for name in _TIME_FIELDS})
     prompts = fields.integer("prefill_requests", optional=True)
     tree = fields.text("tree", optional=True)
-    return MeasuredStep(method=method, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
+    policy = fields.number("policy_s", default=0.0, low=0.0)  # absent in records before it existed
+    if policy > values["draft_s"]:
+        raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
+    return MeasuredStep(method=method, policy_s=policy, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
                         prefill_requests=(1 if values["prefill_tokens"] else 0) if prompts is None else prompts,
                         tree=None if tree is None else fields.check("tree", parse_tree, tree).name, **values)
 

@@ -23,8 +23,8 @@ from specscope.cli._common import (
     write_rows,
 )
 from specscope.errors import SpecscopeError
-from specscope.methods import names
-from specscope.policy.learned import LEARNED, load_policy
+from specscope.methods import LEARNED, names
+from specscope.policy.learned import load_policy
 from specscope.trees import parse_tree
 
 DEFAULTS = {

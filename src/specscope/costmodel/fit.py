@@ -21,6 +21,11 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
   forward over the same prompt tokens, as ``c_prefill·prefill_tokens``;
+- a policy's own work (the steps of an engine running a policy file, method ``learned``): its
+  ``policy_s`` as ``c_fixed + c_req·batch_size`` (:func:`fit_policy_work`; the drafting entry
+  ``learned``, which the simulator charges a causal policy on every step beside its proposers'
+  drafting, :class:`~specscope.sim.switching.SwitchDrafting`). The rest of such a step's drafting
+  is its proposers', priced from their own runs;
 - the engine verifies a rectangular batch (every request padded to the longest proposal), so
   the fitted model has ``pads_verification=True``.
 
@@ -53,6 +58,7 @@ import numpy as np
 from specscope.costmodel.base import Drafting, LinearDrafting, StepLoad, draft_tokens_per_sequence
 from specscope.costmodel.linear import LinearCostModel
 from specscope.costmodel.steps import NO_SD, MeasuredStep
+from specscope.methods import LEARNED
 from specscope.errors import SpecscopeError
 from specscope.trees import TreeShape
 
@@ -136,7 +142,7 @@ def _slowed(step: MeasuredStep, factor: float) -> MeasuredStep:
     """``step`` with every measured time multiplied by ``factor``."""
     return replace(step, draft_s=step.draft_s * factor, verify_s=step.verify_s * factor,
                    sample_s=step.sample_s * factor, overhead_s=step.overhead_s * factor,
-                   prefill_s=step.prefill_s * factor)
+                   prefill_s=step.prefill_s * factor, policy_s=step.policy_s * factor)
 
 
 def _repeats(steps: Sequence[MeasuredStep]) -> np.ndarray:
@@ -197,6 +203,24 @@ def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
     return out
 
 
+def with_policy_work(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> LinearCostModel:
+    """``model`` with the drafting entry ``learned``: a policy's own work, fitted from the decode
+    steps among ``steps`` of an engine running a policy file (``model`` as it is without any)."""
+    learned = [s for s in _decode_and_prefill(steps)[0] if s.method == LEARNED]
+    return replace(model, drafting={**model.drafting, LEARNED: fit_policy_work(learned)}) if learned else model
+
+
+def fit_policy_work(steps: Sequence[MeasuredStep]) -> LinearDrafting:
+    """A policy's own work per step, ``policy_s ≈ c_fixed + c_req·batch_size`` (≥ 0; errors
+    relative to the whole step, as a drafting's), from the steps of an engine running it."""
+    running = np.array([s.batch_size for s in steps], dtype=float)
+    work = np.array([s.policy_s for s in steps])
+    step = np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in steps])
+    c_fixed, c_req = nonnegative_relative_fit(np.column_stack([np.ones_like(running), running]), work,
+                                              "a policy's own work", step)
+    return LinearDrafting(float(c_fixed), 0.0, 0.0, c_req=float(c_req))
+
+
 def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
     """One fit of every coefficient (see the module docstring), on times as given."""
     decode, prefill = _decode_and_prefill(steps)
@@ -208,7 +232,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
     plain = [s for s in decode if s.method == NO_SD] or decode
     overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
     drafting: dict[str, Drafting] = {}
-    for method in sorted({s.method for s in decode} - {NO_SD}):
+    for method in sorted({s.method for s in decode} - {NO_SD, LEARNED}):
         mine = [s for s in decode if s.method == method]
         per_request = _draft_tokens(mine)
         draft_kv = np.array([s.kv_tokens for s in mine])
@@ -222,4 +246,4 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
             [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]),
             c_batched=float(coef[5]), c_tree=float(coef[6]) if tree.any() else 0.0)
-    return replace(forward, overhead_s=overhead, drafting=drafting)
+    return with_policy_work(replace(forward, overhead_s=overhead, drafting=drafting), decode)

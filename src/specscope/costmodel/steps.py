@@ -24,7 +24,10 @@ class StepRecord:
     (batch × (max draft_len + 1); a tree step: batch × (nodes + 1)); ``tokens_emitted``: per
     request, in batch order (prefill's first token included); ``overhead_s`` = step wall time −
     the four measured phases; ``tree``: the static tree the step drafted and verified
-    (:class:`specscope.trees.TreeShape` name, ``None`` for a chain of ``k``)."""
+    (:class:`specscope.trees.TreeShape` name, ``None`` for a chain of ``k``); ``policy_s``: the
+    part of ``draft_s`` that was a policy's own work — an engine running a policy file
+    (``method`` :data:`~specscope.methods.LEARNED`): its observations, decision and bookkeeping,
+    beyond what its proposers drafted and looked up (0 for every other method)."""
 
     step: int
     method: str
@@ -41,6 +44,7 @@ class StepRecord:
     prefill_s: float
     prefill_requests: int = 0  # prompts the step prefilled (``prefill_tokens`` in all)
     tree: str | None = None
+    policy_s: float = 0.0
 
     def to_json(self) -> str:
         """The record as one JSON line (no newline)."""

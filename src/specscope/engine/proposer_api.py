@@ -197,3 +197,13 @@ class Proposer(Protocol):
     def propose(self, request: ProposeInput) -> Proposal: ...
 
     def release(self, slot: int) -> None: ...
+
+
+@runtime_checkable
+class PolicyTimed(Protocol):
+    """A proposer that runs a policy over other proposers and tells which part of its time was
+    the policy's own work (the step record's ``policy_s``)."""
+
+    def take_policy_seconds(self) -> float:
+        """Seconds of the policy's own work since the last call (then restarts from 0)."""
+        ...

@@ -29,7 +29,7 @@ from specscope.engine.step import prefill, sd_step
 from specscope.engine.timing import PhaseClock
 from specscope.engine.tree_step import tree_step
 from specscope.errors import SpecscopeError
-from specscope.engine.proposer_api import Proposer, TreeDrafting
+from specscope.engine.proposer_api import PolicyTimed, Proposer, TreeDrafting
 from specscope.methods import NO_SD
 from specscope.trees import TreeShape
 
@@ -135,6 +135,7 @@ class Engine:
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         self.eos_token_ids = frozenset(eos_token_ids)
         self.method = proposer.name if proposer is not None else NO_SD
+        self._policy_timed = proposer if isinstance(proposer, PolicyTimed) else None
         self.cache = KVCache(
             target.config,
             max_batch_size,
@@ -285,6 +286,7 @@ class Engine:
                 prefill_requests=len(fresh),
                 prefill_s=seconds["prefill"],
                 tree=None if self.tree is None else self.tree.name,
+                policy_s=0.0 if self._policy_timed is None else self._policy_timed.take_policy_seconds(),
             )
         )
         outputs = []

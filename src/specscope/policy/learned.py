@@ -60,7 +60,6 @@ from specscope.methods import method as method_named
 from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngram_judged
 
 SCHEMA = "specscope.policy/5"  # /5: verification apart, for engines that pad (refit files of /1 … /4)
-LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
 PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
 PLAIN_ROWS = 16  # a group of at most this many rows decides in plain Python (array code's fixed cost dominates)

@@ -17,17 +17,25 @@ forward (it catches up, as :mod:`specscope.sim.switching` prices it); a draft mo
 tokens its cache lacks. The n-gram lookup runs for every row every step: its offer and its
 agreement with what the step emitted are features. Verification is the engine's, so the output
 is what no-SD decoding gives under greedy decoding, whatever the policy picks.
+
+The policy's own work — everything in :meth:`SwitchingProposer.propose` beyond the lookup and
+the members' proposals: observations, features, decision, merging — is timed apart
+(:meth:`~SwitchingProposer.take_policy_seconds`, the step record's ``policy_s``), so that a cost
+model can price it (:mod:`specscope.costmodel.fit`) where the lookup and drafting are priced
+from their own runs.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass, agreeing_prefix
-from specscope.policy.learned import LEARNED, LearnedPolicy
+from specscope.methods import LEARNED
+from specscope.policy.learned import LearnedPolicy
 from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
 from specscope.proposers.ngram import NgramProposer
 
@@ -73,6 +81,12 @@ class SwitchingProposer:
         self.hidden_layers = readers[0].hidden_layers if readers else ()
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
         self._sequences: dict[int, _Sequence] = {}
+        self._policy_seconds = 0.0
+
+    def take_policy_seconds(self) -> float:
+        """Seconds of the policy's own work since the last call (module docstring)."""
+        seconds, self._policy_seconds = self._policy_seconds, 0.0
+        return seconds
 
     def observe(self, target_pass: TargetPass) -> None:
         for member in self.members:
@@ -85,8 +99,10 @@ class SwitchingProposer:
 
     @torch.no_grad()
     def propose(self, request: ProposeInput) -> Proposal:
+        start = time.perf_counter()
         batch, device = len(request.slots), request.last_tokens.device
         found = self.lookup.find(request.histories, self.depth)
+        members = time.perf_counter() - start  # the lookup's and the members' time: not the policy's
         offers = [len(row) for row in found]
         choices = self.policy.decide_for(batch)([self._observe(slot, history, offer) for slot, history, offer
                                                  in zip(request.slots, request.histories, offers)])
@@ -106,7 +122,10 @@ class SwitchingProposer:
                 for row in rows:
                     drafted[row][: offers[row]] = found[row]
                 continue
-            proposal = member.propose(_subset(request, rows, max(k[row] for row in rows), confidence=True))
+            subset = _subset(request, rows, max(k[row] for row in rows), confidence=True)
+            begun = time.perf_counter()
+            proposal = member.propose(subset)
+            members += time.perf_counter() - begun
             for row, draft, value in zip(rows, proposal.tokens[:, : self.depth].tolist(),
                                          proposal.confidence[:, 0].tolist()):
                 drafted[row][: len(draft)] = draft
@@ -124,6 +143,7 @@ class SwitchingProposer:
             state = self._sequences[slot]
             state.step = (method[row], k[row], len(request.histories[row]), found[row])
             state.prob = first_prob[row]
+        self._policy_seconds += time.perf_counter() - start - members
         return Proposal(tokens, draft_len, probs)
 
     def _observe(self, slot: int, history: list[int], offer: int) -> Observation:

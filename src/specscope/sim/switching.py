@@ -33,6 +33,12 @@ width). On an engine that pads the rows of one forward (the cost model's
 ``pads_verification``: specscope's reference engine), a causal policy's rows catch up in one
 chunk as wide as the longest catch-up among them: rows × the longest; elsewhere, and for the
 oracles, the sum.
+
+A causal policy's own work (observations, decision, bookkeeping: what an engine spends on the
+policy beyond its proposers) is charged on every step for every running request where the cost
+model has a ``learned`` drafting entry — fitted from an engine's step records
+(:func:`~specscope.costmodel.fit.fit_policy_work`); the paper's model and the rooflines have
+none, and charge nothing for it.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ import numpy as np
 
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
 from specscope.errors import SpecscopeError
-from specscope.methods import method as method_named
+from specscope.methods import LEARNED, method as method_named
 from specscope.policy.observation import NONE, Decide
 from specscope.sim.observe import Observer
 from specscope.sim.plan import Plan, concat_steps, visit
@@ -159,6 +165,7 @@ class SwitchDrafting:
     draftings: tuple[Drafting, ...]
     causal: bool = False  # priced as the engine runs a causal policy (module docstring)
     pads: bool = False  # the engine pads the rows of one forward (the cost model's pads_verification)
+    policy: Drafting | None = None  # a causal policy's own work per step (None: not priced)
 
     @classmethod
     def of(cls, cost: CostModel, methods: tuple[str, ...], causal: bool = False) -> "SwitchDrafting":
@@ -167,7 +174,13 @@ class SwitchDrafting:
         on an engine that pads its forwards, its catch-up to the widest among them."""
         draftings = tuple(DeepestPasses(cost.drafting_for(m)) if causal and method_named(m).kind != "lookup"
                           else cost.drafting_for(m) for m in methods)
-        return cls(methods, draftings, causal, cost.pads_verification)
+        policy = None
+        if causal:
+            try:
+                policy = cost.drafting_for(LEARNED)
+            except SpecscopeError:  # the cost model does not know the policy's work
+                policy = None
+        return cls(methods, draftings, causal, cost.pads_verification, policy)
 
     def stateful(self, index: int) -> bool:
         """Whether the proposer keeps a state that must follow every position (a model)."""
@@ -208,7 +221,8 @@ class SwitchDrafting:
                    np.zeros_like(np.asarray(prompt_tokens, dtype=float)))
 
     def to_json(self) -> dict:
-        return {"kind": "switch", **{m: d.to_json() for m, d in zip(self.methods, self.draftings)}}
+        policy = {} if self.policy is None else {LEARNED: self.policy.to_json()}
+        return {"kind": "switch", **{m: d.to_json() for m, d in zip(self.methods, self.draftings)}, **policy}
 
 
 @dataclass(frozen=True)
@@ -227,6 +241,8 @@ class BoundSwitch:
             total = total + drafting.time(mine, verify_time * share)
             if tokens is not None:
                 total = total + drafting.prefill_time(tokens)
+        if self.switch.policy is not None:
+            total = total + self.switch.policy.time(load, verify_time)
         return total
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:

@@ -16,7 +16,8 @@ from typing import Sequence
 
 from specscope.analysis.measured import MeasuredCell
 from specscope.costmodel.base import CostModel
-from specscope.policy.learned import LEARNED, load_policy
+from specscope.methods import LEARNED
+from specscope.policy.learned import load_policy
 from specscope.sim.grid import SimConfig, simulate
 from specscope.trace.schema import TraceRecord
 

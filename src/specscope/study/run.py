@@ -13,6 +13,8 @@
    engine switching per step (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from
    the steps the cost model is fitted to);
 5. fidelity — simulated vs measured speedup, chain, tree and learned cells (``fidelity.csv``);
+   the learned cells with the policy's own work priced, fitted from their step records
+   (:func:`~specscope.costmodel.fit.with_policy_work`), as the chains' drafting is from theirs;
 6. replay — the traces against other cost models (``replay_<name>.csv``), the trees against
    the chain of their depth with each one's crossover batch size (``replay_<name>_trees.csv``);
 7. report — ``index.html`` with every figure, the fidelity table, the measured time split and
@@ -127,7 +129,8 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     """Fit the learned policy (once) and measure it on every workload (module docstring)."""
     from specscope.backends import BenchConfig
     from specscope.backends.reference import run_bench
-    from specscope.policy.learned import LEARNED, load_policy
+    from specscope.methods import LEARNED
+    from specscope.policy.learned import load_policy
     from specscope.sim.fit import fit_policy
     from specscope.trace import load_traces
 
@@ -166,14 +169,19 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
 
 def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[MeasuredCell],
                    cost, say: Callable[[str], None]) -> list[MeasuredCell]:
-    from specscope.policy.learned import LEARNED
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.fit import with_policy_work
+    from specscope.methods import LEARNED
     from specscope.trace import load_traces
 
     rows: list[MeasuredCell] = []
     policy = config.policy_path if config.policy_path.exists() else None
+    learned_cost = with_policy_work(cost, read_steps(sorted(config.learned_dir.glob("*.steps.jsonl"))))
     for trace in traces:
         records, _ = load_traces([trace])
-        rows += with_simulated(records, [c for c in measured if c.dataset == _stem(trace)], cost, policy)
+        mine = [c for c in measured if c.dataset == _stem(trace)]
+        rows += with_simulated(records, [c for c in mine if c.method != LEARNED], cost)
+        rows += with_simulated(records, [c for c in mine if c.method == LEARNED], learned_cost, policy)
     write_rows(config.out_dir / "fidelity.csv", [r.flat() for r in rows])
     groups = (("chain", [r for r in rows if r.tree is None and r.method != LEARNED]),
               ("tree", [r for r in rows if r.tree]), ("learned", [r for r in rows if r.method == LEARNED]))
