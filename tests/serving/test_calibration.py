@@ -107,6 +107,30 @@ def test_servers_that_batch_steps_per_chunk_are_refused():
         cell_gaps(cell)
 
 
+def segmented(method: str, segments: list[tuple[float, int]]) -> CellRun:
+    """A cell measured in segments: each (seconds, tokens) one request sent at the segment's start."""
+    timeline, start = [], 0.0
+    for index, (seconds, tokens) in enumerate(segments):
+        timeline.append({"id": f"r{index}", "sent_ms": start, "prompt_tokens": 10, "output_tokens": tokens,
+                         "chunk_ms": [1e3 * seconds / 2, 1e3 * seconds], "chunk_tokens": [1, tokens - 1],
+                         "segment": index})
+        start += 1e3 * seconds + 500.0  # the other server's segment in between
+    return CellRun(method, method, 2 if method != "none" else 0, None, 1, "w.jsonl", 1.0, None, timeline, {})
+
+
+def test_a_measured_speedup_carries_the_spread_of_its_segments():
+    """Segment speedups 1.2, 1.5, 1.8 (SD 60, 75, 90 tokens/s against 50 each): mean 1.5,
+    standard deviation 0.3, standard error 0.3 / √3 = 0.1732, relative 11.55 %."""
+    from specscope.backends.openai.calibration import measured_se_pct, segment_speedups
+
+    sd = segmented("ngram", [(1.0, 60), (2.0, 150), (1.0, 90)])
+    base = segmented("none", [(2.0, 100), (1.0, 50), (3.0, 150)])
+    assert segment_speedups(sd, base) == pytest.approx([1.2, 1.5, 1.8])
+    assert measured_se_pct(sd, base) == pytest.approx(100 * 0.3 / 3 ** 0.5 / 1.5)
+    plain = replace(sd, timeline=[{**r, "segment": None} for r in sd.timeline])  # measured in one run
+    assert segment_speedups(plain, base) == [] and measured_se_pct(plain, base) is None
+
+
 def test_old_sweep_without_timelines_is_refused(tmp_path, capsys):
     from specscope.cli import main
 
@@ -221,4 +245,7 @@ def test_interleaved_pairs_against_a_real_server(tmp_path, tiny_model, capsys):
     assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--traces", str(trace), "--validate",
                  "-o", str(tmp_path / "engine.json")]) == 0
     with open(config.output / "calibration.csv") as handle:
-        assert sorted(r["batch_size"] for r in csv.DictReader(handle)) == ["1", "2"]
+        rows = list(csv.DictReader(handle))
+    assert sorted(r["batch_size"] for r in rows) == ["1", "2"]
+    assert all(float(r["measured_se_pct"]) > 0 for r in rows)  # three segments each: their spread
+    assert "errors within two of their cell's" in capsys.readouterr().out

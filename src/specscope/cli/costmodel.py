@@ -112,6 +112,12 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
         errors = np.abs([row["error_pct"] for row in rows])
         print(f"validation over {len(rows)} held-out SD cells: median |error| {np.median(errors):.1f} %, "
               f"worst {errors.max():.1f} %; wrote {csv}", file=out)
+        noise = [(abs(row["error_pct"]), row["measured_se_pct"]) for row in rows if row["measured_se_pct"] is not None]
+        if noise:
+            within = sum(error <= 2 * se for error, se in noise)
+            print(f"the measurements' own uncertainty (measured_se_pct, from their segments): median "
+                  f"{np.median([se for _, se in noise]):.1f} %; {within} of {len(noise)} errors within two of "
+                  "their cell's", file=out)
     if not to_stdout(output):
         print(f"wrote {output}")
     return 0

@@ -11,11 +11,20 @@ its own, ramp-up and drain included) is replayed segment by segment, its through
 tokens over their summed time, as measured. Measured speedup = the cell's throughput / its
 ``none`` cell's (same workload and batch size; with paired or interleaved baselines, the one
 measured beside it); error_pct = 100 · (predicted − measured) / measured.
+
+How far a measurement itself can be trusted: a pair measured in segments (interleaved
+baselines) measured one speedup per segment — the SD server's tokens per second over that
+segment's requests against the ``none`` server's over the same requests, moments apart — and
+``measured_se_pct`` is the relative standard error of their mean, their spread / √segments
+(:func:`measured_se_pct`; empty for cells measured otherwise). An error within about two of
+them is what the measurement alone can explain: on a 2-core machine whose speed wanders by
+±15 % from one second to the next, a cell of a few seconds per server carries 2.5–4.5 %.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
@@ -35,7 +44,8 @@ from specscope.trace.schema import TraceRecord
 from specscope.trees import TreeShape
 
 log = logging.getLogger(__name__)
-COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "tree", "workload")
+COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct", "tree",
+           "workload")
 
 
 def read_sweep(sweep_dir: Path) -> list[CellRun]:
@@ -120,6 +130,35 @@ def predict_speedup(model: LinearCostModel, cell: CellRun, traces: dict[str, dic
     return seconds["base"] / seconds["sd"]
 
 
+def segment_speedups(cell: CellRun, base: CellRun) -> list[float]:
+    """The speedup each segment measured (``cell``'s tokens per second over a segment's requests
+    against ``base``'s over the same segment; a segment's time runs from its first request sent to
+    its last chunk): one per segment both cells ran, none unless both were measured in segments."""
+    rates = []
+    for run in (cell, base):
+        spans: dict[int, list[float]] = {}
+        for request in run.timeline:
+            if request.get("segment") is None or not request["chunk_ms"]:
+                return []
+            span = spans.setdefault(request["segment"], [math.inf, -math.inf, 0.0])
+            span[0] = min(span[0], request["sent_ms"])
+            span[1] = max(span[1], request["sent_ms"] + request["chunk_ms"][-1])
+            span[2] += request["output_tokens"]
+        rates.append({segment: tokens / (end - start) for segment, (start, end, tokens) in spans.items() if end > start})
+    return [rates[0][s] / rates[1][s] for s in sorted(rates[0]) if s in rates[1]]
+
+
+def measured_se_pct(cell: CellRun, base: CellRun) -> float | None:
+    """The relative standard error of ``cell``'s measured speedup in %: the standard deviation of
+    its :func:`segment_speedups` over √segments, over their mean (None below two segments)."""
+    ratios = segment_speedups(cell, base)
+    if len(ratios) < 2:
+        return None
+    mean = sum(ratios) / len(ratios)
+    spread = math.sqrt(sum((r - mean) ** 2 for r in ratios) / (len(ratios) - 1))
+    return 100 * spread / math.sqrt(len(ratios)) / mean
+
+
 def index_traces(records: Sequence[TraceRecord]) -> dict[str, dict[str, TraceRecord]]:
     """Trace records by dataset, then id."""
     traces: dict[str, dict[str, TraceRecord]] = {}
@@ -147,7 +186,12 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> list[d
         rows.append({"method": held.method, "k": held.k, "batch_size": held.batch_size,
                      "measured_speedup": round(measured, 4), "predicted_speedup": round(predicted, 4),
                      "error_pct": round(100 * (predicted - measured) / measured, 2),
+                     "measured_se_pct": _rounded(measured_se_pct(held, base)),
                      "tree": held.tree.name if held.tree is not None else None, "workload": held.workload})
     if not rows:
         raise SpecscopeError("--validate: no SD cell with a 'none' cell of the same workload and batch size")
     return rows
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
