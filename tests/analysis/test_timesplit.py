@@ -36,10 +36,14 @@ def test_measured_split_sums_per_method_k_and_batch(tmp_path):
         step(step=1),
         "",
         step(step=0, method="ngram", k=5, draft_s=0.0001),
+        step(step=0, method="learned", draft_s=0.003, policy_s=0.0005),
+        step(step=1, method="learned", draft_s=0.003, policy_s=0.0007),
     ])
     steps = read_steps([path])
-    assert len(steps) == 3
-    eagle, ngram = measured_split(steps)
+    assert len(steps) == 5
+    eagle, ngram, learned = measured_split(steps)
+    assert (eagle["policy_s"], learned["policy_s"]) == (0.0, pytest.approx(0.0012))  # a part of drafting
+    assert learned["drafting_s"] == pytest.approx(0.006)
     assert (eagle["method"], eagle["k"], eagle["batch_size"], eagle["runs"], eagle["steps"]) == ("eagle", 3, 2, 1, 2)
     assert eagle["tokens_emitted"] == 8
     assert eagle["prefill_s"] == pytest.approx(0.02)

@@ -18,7 +18,8 @@ labels each run with its peak ``batch_size`` (the batch size it was configured w
 had enough requests). The measured split sums, per method × k × peak batch size over all
 matching runs: ``prefill`` = prefill_s, ``drafting`` = draft_s, ``verification`` = verify_s,
 ``overhead`` = sample_s + overhead_s (the simulator's overhead covers sampling too);
-``sampling`` is also kept apart. Shares are phase / total. Runs without SD (method
+``sampling`` is also kept apart, and so is ``policy`` (policy_s: the part of drafting that was
+a learned policy's own work, 0 for every other method). Shares are phase / total. Runs without SD (method
 :data:`NO_SD`) are listed with k = 0.
 """
 
@@ -102,7 +103,8 @@ def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
         first = members[0]
         method, k = first.method if first.tree is None else f"{first.method} tree:{first.tree}", first.k
         key = (method, 0 if method == NO_SD else k, max(s.batch_size for s in members))
-        g = groups.setdefault(key, {**{p: 0.0 for p in PHASES}, "sampling": 0.0, "runs": 0, "steps": 0, "tokens": 0})
+        g = groups.setdefault(key, {**{p: 0.0 for p in PHASES}, "sampling": 0.0, "policy": 0.0, "runs": 0, "steps": 0,
+                                    "tokens": 0})
         g["runs"] += 1
         for s in members:
             g["prefill"] += s.prefill_s
@@ -110,6 +112,7 @@ def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
             g["verification"] += s.verify_s
             g["overhead"] += s.sample_s + s.overhead_s
             g["sampling"] += s.sample_s
+            g["policy"] += s.policy_s
             g["steps"] += 1
             g["tokens"] += sum(s.tokens_emitted)
     out = []
@@ -118,5 +121,6 @@ def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
         out.append({"source": "measured", "method": method, "k": k, "batch_size": batch_size,
                     "runs": int(g["runs"]), "steps": int(g["steps"]), "tokens_emitted": int(g["tokens"]),
                     "tokens_per_s": g["tokens"] / total if total else 0.0,
-                    **{f"{p}_s": g[p] for p in PHASES}, "sampling_s": g["sampling"], **_shares(g)})
+                    **{f"{p}_s": g[p] for p in PHASES}, "sampling_s": g["sampling"], "policy_s": g["policy"],
+                    **_shares(g)})
     return out
