@@ -43,7 +43,7 @@ import numpy as np
 
 from specscope.cli import main as specscope
 from specscope.costmodel.linear import LinearCostModel, linear_from_json
-from specscope.workloads.bundled import bundled_path
+from specscope.workloads.bundled import bundled_records
 from specscope.zoo.shipped import model_dir
 
 METHODS = ("ngram", "draft", "eagle")
@@ -54,10 +54,11 @@ MATERIAL = 0.05  # a term compared when it carries this share of the mean step i
 
 def write_workload(out: Path, num_requests: int) -> Path:
     """The first ``num_requests`` requests of the bundled code-editing workload (``code.jsonl``:
-    the traces' dataset is the file's stem, as the sweep's workload)."""
+    the traces' dataset is the file's stem, as the sweep's workload); beyond the 100 it ships,
+    generated on by its own generator (the first 100 are the shipped ones)."""
     path = out / "code.jsonl"
-    lines = bundled_path("code").read_text().splitlines()[:num_requests]
-    path.write_text("".join(line + "\n" for line in lines))
+    records = bundled_records("code", num_requests)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
     return path
 
 
@@ -108,8 +109,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("specscope-calibration"))
     parser.add_argument("--num-requests", type=int, default=100,
-                        help="requests per cell (the workload has 100): a cell of 16 lasts 0.5-2 s, short "
-                             "enough for this machine's bursts to move its throughput by a third")
+                        help="requests per cell (the bundled workload ships 100; more are generated): a cell of 16 "
+                             "lasts 0.5-2 s, short enough for this machine's bursts to move its throughput by a "
+                             "third; each measured speedup's standard error shrinks as 1/sqrt(requests)")
     parser.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args()
     out = args.out.resolve()
