@@ -41,6 +41,8 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed \w+ k=3: [\d.]+x\)", first)
     assert json.loads((out / "policy.json").read_text())["methods"] == ["ngram", "draft"]
     assert all(row["greedy_match"] for row in json.loads((out / "learned" / "echo.json").read_text()))
+    work = json.loads((out / "costmodel.json").read_text())["drafting"]["learned"]  # the policy's own work, priced
+    assert work["c_fixed"] + work["c_req"] > 0 and "the policy's own work per step" in first
     html = (out / "index.html").read_text()
     assert "Measured against simulated" in html and re.search(r"fig\d+_measured\.png", html)
     assert "Static tree vs chain" in html and "3x2x1x1" in html  # the study's trees in the report

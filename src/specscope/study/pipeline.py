@@ -11,6 +11,7 @@ from specscope.study.run import (
     fit_stage,
     measure_stage,
     policy_stage,
+    policy_work_stage,
     replay_stage,
     steps_files,
     trace_stage,
@@ -26,6 +27,7 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     measured = measure_stage(config, say)
     cost = fit_stage(config, say)
     learned = policy_stage(config, traces, measured, cost, say)
+    cost = policy_work_stage(config, cost, say)
     fidelity = fidelity_stage(config, traces, measured + learned, cost, say)
     replay_stage(config, traces, say)
     from specscope.study.report import study_report

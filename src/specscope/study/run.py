@@ -11,10 +11,10 @@
    cost model at the study's batch sizes, proposing at most the measured k (its drafting cost
    was measured there and no further; ``policy.json``), and measured with the reference
    engine switching per step (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from
-   the steps the cost model is fitted to);
+   the steps the cost model is fitted to); then the policy's own work per step is fitted from
+   those step records and added to ``costmodel.json`` as the drafting entry ``learned``
+   (:func:`policy_work_stage`), as the chains' drafting is fitted from theirs;
 5. fidelity — simulated vs measured speedup, chain, tree and learned cells (``fidelity.csv``);
-   the learned cells with the policy's own work priced, fitted from their step records
-   (:func:`~specscope.costmodel.fit.with_policy_work`), as the chains' drafting is from theirs;
 6. replay — the traces against other cost models (``replay_<name>.csv``), the trees against
    the chain of their depth with each one's crossover batch size (``replay_<name>_trees.csv``);
 7. report — ``index.html`` with every figure, the fidelity table, the measured time split and
@@ -167,21 +167,37 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     return cells
 
 
-def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[MeasuredCell],
-                   cost, say: Callable[[str], None]) -> list[MeasuredCell]:
+def policy_work_stage(config: StudyConfig, cost, say: Callable[[str], None]):
+    """``cost`` with the learned policy's own work per step (the drafting entry ``learned``,
+    :func:`~specscope.costmodel.fit.with_policy_work`) fitted from the learned cells' step
+    records, written back to ``costmodel.json``: every later simulation of the policy — the
+    fidelity stage, the report's policy section, a ``simulate`` with that file — prices it, and
+    fixed policies and oracles never read it. ``cost`` as it is without learned cells."""
     from specscope.analysis.timesplit import read_steps
     from specscope.costmodel.fit import with_policy_work
+    from specscope.methods import LEARNED
+
+    learned = sorted(config.learned_dir.glob("*.steps.jsonl"))
+    if not learned:
+        return cost
+    cost = with_policy_work(cost, read_steps(learned))
+    atomic_write_text(config.cost_model_path, json.dumps(cost.describe(), indent=1) + "\n")
+    work = cost.drafting_for(LEARNED)
+    say(f"fit     the policy's own work per step: {1e6 * work.c_fixed:.0f} µs + {1e6 * work.c_req:.0f} µs "
+        "per running request")
+    return cost
+
+
+def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[MeasuredCell],
+                   cost, say: Callable[[str], None]) -> list[MeasuredCell]:
     from specscope.methods import LEARNED
     from specscope.trace import load_traces
 
     rows: list[MeasuredCell] = []
     policy = config.policy_path if config.policy_path.exists() else None
-    learned_cost = with_policy_work(cost, read_steps(sorted(config.learned_dir.glob("*.steps.jsonl"))))
     for trace in traces:
         records, _ = load_traces([trace])
-        mine = [c for c in measured if c.dataset == _stem(trace)]
-        rows += with_simulated(records, [c for c in mine if c.method != LEARNED], cost)
-        rows += with_simulated(records, [c for c in mine if c.method == LEARNED], learned_cost, policy)
+        rows += with_simulated(records, [c for c in measured if c.dataset == _stem(trace)], cost, policy)
     write_rows(config.out_dir / "fidelity.csv", [r.flat() for r in rows])
     groups = (("chain", [r for r in rows if r.tree is None and r.method != LEARNED]),
               ("tree", [r for r in rows if r.tree]), ("learned", [r for r in rows if r.method == LEARNED]))
