@@ -105,6 +105,18 @@ def test_interleaved_baselines_are_new_cells_and_segments_are_checked(tmp_path):
         config('baselines = "interleaved"\nsegments = 4\nnum_requests = 3')
 
 
+def test_fewer_requests_than_segments_are_refused_before_any_request():
+    """Interleaving cuts the requests into segments: two requests cannot make three (the servers,
+    here unreachable, are never asked)."""
+    from specscope.backends.openai.client import ClientConfig
+    from specscope.backends.openai.measure import MeasureError, measure_interleaved
+    from specscope.workloads.jsonl import Prompt
+
+    prompts = [Prompt("a", text="x"), Prompt("b", text="y")]
+    with pytest.raises(MeasureError, match="2 requests cannot be cut into 3 segments"):
+        measure_interleaved([ClientConfig(refused_url())] * 2, prompts, 1, 3)
+
+
 def test_an_interleaved_sd_cell_without_its_none_cell_is_failed_not_measured_alone(tmp_path):
     from specscope.backends.openai.sweep import run_group
 

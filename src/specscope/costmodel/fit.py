@@ -58,8 +58,8 @@ import numpy as np
 from specscope.costmodel.base import Drafting, LinearDrafting, StepLoad, draft_tokens_per_sequence
 from specscope.costmodel.linear import LinearCostModel
 from specscope.costmodel.steps import NO_SD, MeasuredStep
-from specscope.methods import LEARNED
 from specscope.errors import SpecscopeError
+from specscope.methods import LEARNED
 from specscope.trees import TreeShape
 
 DRIFT_ROUNDS = 3  # fits, each after re-estimating the speed factor of every repeat
@@ -203,6 +203,11 @@ def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
     return out
 
 
+def _step_seconds(steps: Sequence[MeasuredStep]) -> np.ndarray:
+    """[steps] each decode step's whole time: what a drafting's error is measured against."""
+    return np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in steps])
+
+
 def with_policy_work(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> LinearCostModel:
     """``model`` with the drafting entry ``learned``: a policy's own work, fitted from the decode
     steps among ``steps`` of an engine running a policy file (``model`` as it is without any)."""
@@ -215,9 +220,8 @@ def fit_policy_work(steps: Sequence[MeasuredStep]) -> LinearDrafting:
     relative to the whole step, as a drafting's), from the steps of an engine running it."""
     running = np.array([s.batch_size for s in steps], dtype=float)
     work = np.array([s.policy_s for s in steps])
-    step = np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in steps])
     c_fixed, c_req = nonnegative_relative_fit(np.column_stack([np.ones_like(running), running]), work,
-                                              "a policy's own work", step)
+                                              "a policy's own work", _step_seconds(steps))
     return LinearDrafting(float(c_fixed), 0.0, 0.0, c_req=float(c_req))
 
 
@@ -239,10 +243,9 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         running = np.array([s.batch_size for s in mine], dtype=float)
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
-        step = np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in mine])
         columns = [_design(per_request, draft_kv), running, running > 1, running * per_request]
         coef = nonnegative_relative_fit(np.column_stack(columns + ([tree] if tree.any() else [])), extra,
-                                        f"drafting of {method!r}", step)
+                                        f"drafting of {method!r}", _step_seconds(mine))
         drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
             [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]),
             c_batched=float(coef[5]), c_tree=float(coef[6]) if tree.any() else 0.0)

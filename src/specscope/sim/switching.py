@@ -43,6 +43,7 @@ none, and charge nothing for it.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -176,10 +177,8 @@ class SwitchDrafting:
                           else cost.drafting_for(m) for m in methods)
         policy = None
         if causal:
-            try:
+            with contextlib.suppress(SpecscopeError):  # a cost model that does not know the policy's work
                 policy = cost.drafting_for(LEARNED)
-            except SpecscopeError:  # the cost model does not know the policy's work
-                policy = None
         return cls(methods, draftings, causal, cost.pads_verification, policy)
 
     def stateful(self, index: int) -> bool:

@@ -119,9 +119,13 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     from specscope.costmodel.fit import fit_linear
 
     model, quality = fit_linear(read_steps(steps_files(config)), name="fitted-" + config.model_dir.name)
-    atomic_write_text(config.cost_model_path, json.dumps(model.describe(), indent=1) + "\n")
+    _write_cost_model(config, model)
     say(f"fit     {quality.summary()}")
     return model
+
+
+def _write_cost_model(config: StudyConfig, model) -> None:
+    atomic_write_text(config.cost_model_path, json.dumps(model.describe(), indent=1) + "\n")
 
 
 def policy_stage(config: StudyConfig, traces: list[Path], measured: list[MeasuredCell], cost,
@@ -181,7 +185,7 @@ def policy_work_stage(config: StudyConfig, cost, say: Callable[[str], None]):
     if not learned:
         return cost
     cost = with_policy_work(cost, read_steps(learned))
-    atomic_write_text(config.cost_model_path, json.dumps(cost.describe(), indent=1) + "\n")
+    _write_cost_model(config, cost)
     work = cost.drafting_for(LEARNED)
     say(f"fit     the policy's own work per step: {1e6 * work.c_fixed:.0f} µs + {1e6 * work.c_req:.0f} µs "
         "per running request")

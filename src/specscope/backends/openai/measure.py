@@ -62,6 +62,8 @@ def measure_interleaved(
     reversed every other part (A B, B A, A B, …: a drift linear in time weighs on each alike).
     Each server's row counts its own segments only (:func:`~specscope.backends.openai.client.joined`),
     so a machine whose speed wanders over seconds slows every server's runs nearly alike."""
+    if segments > len(prompts):
+        raise MeasureError(f"{len(prompts)} requests cannot be cut into {segments} segments")
     runs = [_Measurement(config, warmup or prompts[0]) for config in configs]
     parts: list[list[LoadResult]] = [[] for _ in runs]
     for index in range(segments):

@@ -223,8 +223,6 @@ def _run_pair(config: SweepConfig, pair: tuple[Cell, Cell], servers: list[tuple[
     started = time.time()
     try:
         prompts, warmup, warmup_measured = _prompts(config, pair[1])
-        if len(prompts) < config.segments:
-            raise SpecscopeError(f"{len(prompts)} requests cannot be cut into segments = {config.segments}")
         clients = [serving_config(config, cell).client(url) for cell, (url, _) in zip(pair, servers)]
         measured = measure_interleaved(clients, prompts, pair[1].batch_size, config.segments, warmup)
     except Exception as error:
