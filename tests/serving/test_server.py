@@ -4,6 +4,7 @@ streamed and unstreamed answers agree; SD answers equal no-SD answers (greedy)."
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import re
 import socket
@@ -202,6 +203,38 @@ def test_step_records_are_appended_as_steps_end(tiny_model, tmp_path):
     assert {s.method for s in steps} == {"draft"} and all(s.k == 3 for s in steps)
     assert sum(sum(s.tokens_emitted) for s in steps) == 32
     assert [s.step for s in steps] == list(range(len(steps)))
+
+
+class SlowSink(io.StringIO):
+    """A step-records file whose every write takes ``WRITE_S`` seconds."""
+
+    WRITE_S = 0.05
+
+    def write(self, text: str) -> int:
+        time.sleep(self.WRITE_S)
+        return super().write(text)
+
+
+def test_the_loops_own_time_is_charged_to_the_next_step_not_idle_time(tiny_model):
+    """The serving loop's time between two steps (here: writing the last step's record, made
+    slow) lands in the next step's ``overhead_s``, so records cover every chunk gap; the first
+    step after the loop sat idle (between two requests) is not charged the idle time."""
+    sink = SlowSink()
+    running = start_server(tiny_model, "ngram", k=2, max_seq_len=64, step_records=sink)
+    try:
+        for _ in range(2):
+            assert post(running.url, {"prompt": PROMPT, "max_tokens": 6, "temperature": 0, "ignore_eos": True})[0] == 200
+            time.sleep(0.2)  # idle between the requests
+    finally:
+        running.close()
+    steps = [json.loads(line) for line in sink.getvalue().splitlines()]
+    firsts = [i for i, s in enumerate(steps) if s["prefill_tokens"] > 0]
+    assert len(firsts) == 2 and len(steps) > 4
+    for i, step in enumerate(steps):
+        if i in firsts:
+            assert step["overhead_s"] < SlowSink.WRITE_S  # after idle: nothing of the wait
+        else:
+            assert step["overhead_s"] >= SlowSink.WRITE_S  # the previous record's slow write
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,8 @@ class StepRecord:
     start of the step; ``tokens_verified``: positions the target scored in verification
     (batch × (max draft_len + 1); a tree step: batch × (nodes + 1)); ``tokens_emitted``: per
     request, in batch order (prefill's first token included); ``overhead_s`` = step wall time −
-    the four measured phases; ``tree``: the static tree the step drafted and verified
+    the four measured phases (in ``specscope serve``, plus the serving loop's own time before
+    the step: see :mod:`specscope.serve.engine_loop`); ``tree``: the static tree the step drafted and verified
     (:class:`specscope.trees.TreeShape` name, ``None`` for a chain of ``k``); ``policy_s``: the
     part of ``draft_s`` that was a policy's own work — an engine running a policy file
     (``method`` :data:`~specscope.methods.LEARNED`): its observations, decision and bookkeeping,
