@@ -6,9 +6,10 @@ loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) 
 
 The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload; methods
 ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells) and no SD at each
-batch size, each measured beside its SD cell (``baselines = "interleaved"``, 10 segments: this
-machine's speed wanders by ±15 % over seconds, which a baseline run at another time would put
-into the speedup; the fit also divides each pair's gaps by the speed its ``none`` cell shows).
+batch size, the ten servers of a batch size up at once and taking turns over 10 segments of the
+requests (``baselines = "interleaved-all"``): this machine's speed wanders by ±15 % over seconds
+and more over minutes, which cells measured at different times would carry into their speedups
+and into one another's fit.
 Prints:
 
 - leave-one-out validation (``--validate``): every SD cell predicted from a fit without it,
@@ -68,7 +69,7 @@ def write_config(out: Path, workload: Path, max_tokens: int) -> Path:
     path.write_text(
         f'output = "sweep"\nworkloads = ["{workload}"]\nmethods = ["none", {", ".join(map(json.dumps, METHODS))}]\n'
         f"k = [1, 2, 4]\nbatch_sizes = [1, 4, 8]\nmax_tokens = {max_tokens}\nignore_eos = false\n"
-        'baselines = "interleaved"\n'
+        'baselines = "interleaved-all"\n'
         "launch_timeout_s = 300\n"
         f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{model_dir("target")}"\n'
         f"drafts = {{ {drafts} }}\n"
@@ -171,8 +172,7 @@ def whatif(out: Path, trace: Path) -> None:
     small.mkdir(parents=True, exist_ok=True)
     for path in sorted((out / "sweep" / "cells").glob("*.json")):
         key = json.loads(path.read_text())["key"]
-        k = int(key["baseline_for"].split("k=")[1]) if key["method"] == "none" else key["k"]
-        if k in SMALL_K and key["batch_size"] in SMALL_B:
+        if (key["method"] == "none" or key["k"] in SMALL_K) and key["batch_size"] in SMALL_B:
             (small / path.name).write_text(path.read_text())
     model, policy = out / "whatif.json", out / "policy.json"
     for command in (["costmodel", "fit", "--from-sweep", str(small.parent), "-o", str(model)],

@@ -249,3 +249,50 @@ def test_interleaved_pairs_against_a_real_server(tmp_path, tiny_model, capsys):
     assert sorted(r["batch_size"] for r in rows) == ["1", "2"]
     assert all(float(r["measured_se_pct"]) > 0 for r in rows)  # three segments each: their spread
     assert "errors within two of their cell's" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_interleaved_all_against_a_real_server(tmp_path, tiny_model):
+    """``interleaved-all``: the none server and every SD server of a batch size take turns over
+    segments (A B C, C B A, A B C), each cell counting its own; deleting one cell's record reruns
+    its whole group; the calibration reads the shared none cell as every SD cell's baseline."""
+    from specscope.backends.openai.calibration import read_sweep
+    from specscope.backends.openai.sweep import read_cells, run_sweep
+    from specscope.backends.openai.sweep_config import load_sweep_config
+    from specscope.cli import main
+
+    write_workload(tmp_path / "a.jsonl", 6, seed=5)
+    (tmp_path / "sweep.toml").write_text(
+        'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [1, 2]\nbatch_sizes = [1]\n'
+        'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\nbaselines = "interleaved-all"\nsegments = 3\n'
+        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n')
+    config = load_sweep_config(tmp_path / "sweep.toml")
+    assert run_sweep(config).failed == 0
+    records = read_cells(config.output)
+    assert sorted((r["key"]["method"], r["key"]["k"]) for r in records.values()) == [("ngram", 1), ("ngram", 2),
+                                                                                     ("none", 0)]
+
+    def pause(record):  # from the end of segment 0 to the first send of segment 1 (one server's own clock)
+        end = max(r["sent_ms"] + r["chunk_ms"][-1] for r in record["timeline"] if r["segment"] == 0)
+        return min(r["sent_ms"] for r in record["timeline"] if r["segment"] == 1) - end
+
+    by_k = {r["key"]["k"]: r for r in records.values()}
+    for record in by_k.values():
+        assert [r["segment"] for r in record["timeline"]] == [0, 0, 1, 1, 2, 2]
+    # turns none, k=1, k=2 then k=2, k=1, none: between its two segments none waits for four runs of
+    # the others, k=1 for two, k=2 for none
+    assert pause(by_k[0]) > pause(by_k[1]) + 5 > pause(by_k[2]) + 10
+    rerun = next(i for i, r in records.items() if r["key"]["k"] == 2)
+    (config.output / "cells" / f"{rerun}.json").unlink()
+    outcome = run_sweep(config)
+    assert (outcome.ran, outcome.failed) == (3, 0)  # the whole group again
+    runs = read_sweep(config.output)
+    assert {r.method for r in runs} == {"none", "ngram"} and all(r.pair is None for r in runs)
+    trace = tmp_path / "a.trace.jsonl"
+    assert main(["trace", "--model", str(tiny_model), "--proposers", "ngram", "--workload", str(tmp_path / "a.jsonl"),
+                 "--max-tokens", "12", "--k-max", "4", "-o", str(trace)]) == 0
+    assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--traces", str(trace), "--validate",
+                 "-o", str(tmp_path / "engine.json")]) == 0
+    with open(config.output / "calibration.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted(r["k"] for r in rows) == ["1", "2"] and all(float(r["measured_se_pct"]) > 0 for r in rows)

@@ -125,7 +125,34 @@ def test_an_interleaved_sd_cell_without_its_none_cell_is_failed_not_measured_alo
     for lone in ([cells[1]], [cells[0]], [cells[1], cells[0]]):  # no pair in the right order: none measured
         records = list(run_group(config, lone))
         assert [r["cell_id"] for r in records] == [c.cell_id(config) for c in lone]
-        assert all(r["status"] == "failed" and "its partner was measured apart" in r["reason"] for r in records)
+        assert all(r["status"] == "failed" and "its partners were measured apart" in r["reason"] for r in records)
+
+
+def test_interleaved_all_groups_every_server_of_a_batch_size_and_workload(tmp_path):
+    """``interleaved-all``: per batch size and workload one shared ``none`` cell first, then every
+    SD cell; the group is one unit of servers (resources once per server), with new ids."""
+    from specscope.backends.openai.sweep import _server_key, group_servers
+
+    def config(extra: str):
+        return load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", "max_tokens = 8\n" + extra)))
+
+    shared, every = config(""), config('baselines = "interleaved-all"\nsegments = 4')
+    cells = plan_cells(every)
+    assert len(cells) == 4 * (1 + 4)  # (2 batch sizes x 2 workloads) x (none + 2 methods x 2 k)
+    groups: dict = {}
+    for cell in cells:
+        groups.setdefault(_server_key(every, cell), []).append(cell)
+    assert len(groups) == 4
+    for group in groups.values():
+        assert [(c.method, c.k) for c in group] == [("none", 0), ("ngram", 1), ("ngram", 3), ("eagle3", 1), ("eagle3", 3)]
+        assert len({(c.batch_size, c.workload) for c in group}) == 1 and group[0].baseline_for is None
+        assert group_servers(every, group) == 5
+    assert [group_servers(shared, [c]) for c in plan_cells(shared)[:1]] == [1]
+    ids = {c.cell_id(every) for c in cells}
+    assert len(ids) == 20 and not ids & {c.cell_id(shared) for c in plan_cells(shared)}  # measured apart: new ids
+    assert not ids & {c.cell_id(config('baselines = "interleaved"\nsegments = 4')) for c in cells}
+    with pytest.raises(SpecscopeError, match=r"field 'segments': expected at most num_requests \(3\), got 4"):
+        config('baselines = "interleaved-all"\nsegments = 4\nnum_requests = 3')
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import replace
 from typing import Iterator
 
-from specscope.backends.openai.sweep import GroupRunner, failed_record, in_pair, run_group
+from specscope.backends.openai.sweep import GroupRunner, failed_record, group_servers, run_group
 from specscope.backends.openai.sweep_config import Cell, EngineSpec, SweepConfig
 from specscope.distributed.cluster import MAX_RETRIES, placement, ray_session
 from specscope.errors import SpecscopeError, where
@@ -45,7 +45,7 @@ def group_resources(engine: EngineSpec, servers: int = 1) -> dict[str, object]:
     vLLM/SGLang server (0 for the CPU reference engine and for url engines), ``num_cpus`` = 1,
     both overridden by ``GPU``/``CPU`` in the engine's ``resources``, whose other entries (a GPU
     type, a node label) are Ray custom resources; every amount times ``servers``, the servers the
-    group runs at once (2 for an interleaved pair)."""
+    group runs at once (2 for an interleaved pair, one per cell of an ``interleaved-all`` group)."""
     custom = dict(engine.resources)
     gpus = tensor_parallel_size(engine) if engine.launch in ("vllm", "sglang") else 0
     gpus, cpus = custom.pop("GPU", gpus), custom.pop("CPU", 1)
@@ -120,7 +120,7 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
             raise SpecscopeError(f"{where(config.path, field=f'engines[{i}].args')}: {error}") from None
 
     def run(config: SweepConfig, groups: list[list[Cell]]) -> Iterator[dict]:
-        options = [group_resources(group[0].engine, 2 if in_pair(config, group[0]) else 1) for group in groups]
+        options = [group_resources(group[0].engine, group_servers(config, group)) for group in groups]
         # workers read workloads and write server logs at the driver's absolute paths
         config = replace(config, path=config.path.resolve(), output=config.output.resolve())
         with ray_session(address) as ray, SweepProgress(sum(map(len, groups))) as progress:

@@ -18,7 +18,8 @@ start, a server check) is recorded in the cell's file with ``status: "failed"`` 
 goes on. Launched servers are started once per (engine, method, k, batch size) for all the
 workloads that still need them (once per cell for methods that learn), and stopped before the
 next; with ``baselines = "interleaved"`` an SD server and its ``none`` server run at once, and
-a pair's two cells are measured together (:func:`_run_interleaved`) or, resumed, again together.
+a pair's two cells are measured together (:func:`_run_interleaved`) or, resumed, again together;
+with ``"interleaved-all"`` the same holds for all the servers of one batch size and workload.
 
 After the cells, ``OUTPUT/results.csv`` and ``results.json`` list every cell with ``speedup``
 against the ``none`` cell of the same engine, batch size and workload; ``measured.json`` holds
@@ -45,6 +46,8 @@ from specscope.backends.openai.prompts import Prompt, read_prompts, select_promp
 from specscope.backends.openai.verify import ServerCheckError, check_server
 from specscope.backends.openai.sweep_config import (
     INTERLEAVED,
+    INTERLEAVED_ALL,
+    INTERLEAVING,
     Cell,
     SweepConfig,
     describe,
@@ -95,10 +98,12 @@ def read_cells(output: Path) -> dict[str, dict]:
 
 
 def _server_key(config: SweepConfig, cell: Cell) -> tuple:
-    """Cells with one key share a server (an interleaved pair: its two servers); a launched
-    method that learns gets one per cell."""
-    if in_pair(config, cell):
-        key, method = _pair_key(cell)[:3], (cell.baseline_for or cell.server).split()[0]  # the pair's SD method
+    """Cells with one key share a server (an interleaved pair: its two servers; ``interleaved-all``:
+    the servers of one batch size and workload); a launched method that learns gets one per cell."""
+    if config.baselines == INTERLEAVED_ALL and interleaved(config, cell):
+        return _unit_key(config, cell)
+    if interleaved(config, cell):
+        key, method = _unit_key(config, cell)[:3], (cell.baseline_for or cell.server).split()[0]  # the pair's SD method
     else:
         key, method = (cell.engine.name, cell.method, cell.k, cell.tree, cell.batch_size, cell.baseline_for), cell.method
     if cell.engine.launch is not None and learns_across_requests(cell.engine.launch, method):
@@ -106,14 +111,24 @@ def _server_key(config: SweepConfig, cell: Cell) -> tuple:
     return key
 
 
-def in_pair(config: SweepConfig, cell: Cell) -> bool:
-    """Whether ``cell`` is half of an interleaved pair (launched engines only): its group runs
-    two servers at once."""
-    return config.baselines == INTERLEAVED and cell.engine.launch is not None
+def interleaved(config: SweepConfig, cell: Cell) -> bool:
+    """Whether ``cell`` is measured interleaved with others (launched engines only): half of a
+    pair, or one of an ``interleaved-all`` group."""
+    return config.baselines in INTERLEAVING and cell.engine.launch is not None
 
 
-def _pair_key(cell: Cell) -> tuple:
-    """The same for an interleaved pair's two cells: engine, SD server, batch size, workload."""
+def group_servers(config: SweepConfig, group: list[Cell]) -> int:
+    """How many servers ``group`` (cells sharing a :func:`_server_key`) runs at once."""
+    if not interleaved(config, group[0]):
+        return 1
+    return 2 if config.baselines == INTERLEAVED else len(group)
+
+
+def _unit_key(config: SweepConfig, cell: Cell) -> tuple:
+    """The same for the cells measured together: an interleaved pair's two (engine, SD server,
+    batch size, workload), an ``interleaved-all`` group's (engine, batch size, workload)."""
+    if config.baselines == INTERLEAVED_ALL:
+        return (cell.engine.name, cell.batch_size, cell.workload)
     return (cell.engine.name, cell.baseline_for or cell.server, cell.batch_size, cell.workload)
 
 
@@ -217,18 +232,19 @@ def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: 
     return _measured(config, cell, row, load, verified, engine, reused or warmup_measured, started)
 
 
-def _run_pair(config: SweepConfig, pair: tuple[Cell, Cell], servers: list[tuple[str, str]], reused: bool) -> list[dict]:
-    """Measure an interleaved pair (its ``none`` cell and SD cell) on ``servers`` ((url, what
-    was verified) of each); their records."""
+def _run_unit(config: SweepConfig, unit: tuple[Cell, ...], servers: list[tuple[str, str]], reused: bool) -> list[dict]:
+    """Measure cells interleaved (a pair, or an ``interleaved-all`` group: a ``none`` cell and SD
+    cells of one workload and batch size) on ``servers`` ((url, what was verified) of each);
+    their records."""
     started = time.time()
     try:
-        prompts, warmup, warmup_measured = _prompts(config, pair[1])
-        clients = [serving_config(config, cell).client(url) for cell, (url, _) in zip(pair, servers)]
-        measured = measure_interleaved(clients, prompts, pair[1].batch_size, config.segments, warmup)
+        prompts, warmup, warmup_measured = _prompts(config, unit[-1])
+        clients = [serving_config(config, cell).client(url) for cell, (url, _) in zip(unit, servers)]
+        measured = measure_interleaved(clients, prompts, unit[0].batch_size, config.segments, warmup)
     except Exception as error:
-        return _failed(config, list(pair), error, started)
-    return [_measured(config, cell, row, load, verified, pair[0].engine.launch, reused or warmup_measured, started)
-            for cell, (row, load), (_, verified) in zip(pair, measured, servers)]
+        return _failed(config, list(unit), error, started)
+    return [_measured(config, cell, row, load, verified, unit[0].engine.launch, reused or warmup_measured, started)
+            for cell, (row, load), (_, verified) in zip(unit, measured, servers)]
 
 
 @contextlib.contextmanager
@@ -268,7 +284,7 @@ def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
         for cell in cells:
             yield _run_cell(config, cell, engine.url, verified, view.engine, reused=True)
         return
-    if config.baselines == INTERLEAVED:
+    if config.baselines in INTERLEAVING:
         yield from _run_interleaved(config, cells)
         return
     finished: list[Cell] = []
@@ -281,20 +297,29 @@ def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
         yield from _unfinished(config, cells[len(finished) :], error, started)
 
 
-def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
-    """An interleaved group: its ``none`` and SD cells in pairs, one pair per workload (in
-    :func:`plan_cells`' order, the ``none`` cell first), measured on two servers launched at
-    once; records in the cells' order. A cell whose partner is not next to it in the group (it
-    ran in an earlier attempt) is failed: a pair is measured together or not at all."""
-    started, units, i = time.time(), [], 0
+def _units(config: SweepConfig, cells: list[Cell]) -> list[tuple[Cell, ...]]:
+    """An interleaved group's cells as the units measured together, in :func:`plan_cells`' order
+    (the ``none`` cell first): pairs, one per workload; or the whole ``interleaved-all`` group.
+    A cell without its partners next to it (they ran in an earlier attempt) is a unit alone."""
+    size = 2 if config.baselines == INTERLEAVED else len(cells)
+    units, i = [], 0
     while i < len(cells):
-        pair = cells[i : i + 2]
-        if len(pair) == 2 and pair[0].method == NO_SD != pair[1].method and pair[0].workload == pair[1].workload:
-            units.append(tuple(pair))
+        unit = cells[i : i + size]
+        if (len(unit) == size > 1 and unit[0].method == NO_SD and all(c.method != NO_SD for c in unit[1:])
+                and len({c.workload for c in unit}) == 1):
+            units.append(tuple(unit))
         else:
             units.append((cells[i],))
         i += len(units[-1])
-    pairs = [unit for unit in units if len(unit) == 2]
+    return units
+
+
+def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
+    """An interleaved group: its units (:func:`_units`) measured on servers launched at once,
+    one per cell of a unit; records in the cells' order. A cell alone is failed: a pair or
+    group is measured together or not at all."""
+    started, units = time.time(), _units(config, cells)
+    measured_units = [unit for unit in units if len(unit) > 1]
     done = 0
     try:
         with contextlib.ExitStack() as stack:
@@ -302,13 +327,14 @@ def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
             for unit in units:
                 if len(unit) == 1:
                     done += 1
-                    yield _record(config, unit[0], "failed", "interleaved: its partner was measured apart; rerun with "
-                                  "--retry-failed to measure the pair again", None, started)
+                    yield _record(config, unit[0], "failed", "interleaved: its partners were measured apart; rerun "
+                                  "with --retry-failed to measure them again", None, started)
                     continue
-                if servers is None:
-                    ports = (free_port() if unit[0].engine.port is not None else None, None)  # not both on one port
+                if servers is None:  # not two on one port: all but the last on a free one
+                    fixed = unit[0].engine.port is not None
+                    ports = [free_port() if fixed else None for _ in unit[1:]] + [None]
                     servers = [stack.enter_context(_launched(config, cell, port)) for cell, port in zip(unit, ports)]
-                for record in _run_pair(config, unit, servers, reused=unit is not pairs[0]):
+                for record in _run_unit(config, unit, servers, reused=unit is not measured_units[0]):
                     done += 1
                     yield record
     except SpecscopeError as error:
@@ -341,9 +367,9 @@ def run_sweep(
         if c.cell_id(config) not in recorded
         or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
     ]
-    redo = {_pair_key(c) for c in pending if in_pair(config, c)}  # a pair is measured together or not at all
+    redo = {_unit_key(config, c) for c in pending if interleaved(config, c)}  # measured together or not at all
     ids = {c.cell_id(config) for c in pending}
-    pending = [c for c in cells if c.cell_id(config) in ids or (in_pair(config, c) and _pair_key(c) in redo)]
+    pending = [c for c in cells if c.cell_id(config) in ids or (interleaved(config, c) and _unit_key(config, c) in redo)]
     groups: dict[tuple, list[Cell]] = {}
     for cell in pending:
         groups.setdefault(_server_key(config, cell), []).append(cell)

@@ -11,7 +11,7 @@ Example::
     max_tokens = 128
     ignore_eos = true
     num_requests = 64                  # default: each workload's length
-    baselines = "paired"               # default "shared"; or "interleaved", with segments (see below)
+    baselines = "paired"               # default "shared"; or "interleaved"/"interleaved-all", with segments (see below)
 
     [[engines]]
     name = "vllm"
@@ -55,7 +55,16 @@ of an interleaved pair (n-gram k = 2, batch 4), measured three times, read 1.42�
 segment's requests ramp up and drain on their own, as the calibration's prediction replays
 them (:mod:`specscope.backends.openai.calibration`). The two servers are up at once (idle in
 turn): on a GPU give each room (vLLM: ``--gpu-memory-utilization`` under one half), and with
-``--ray`` a pair's group reserves its engine's resources twice.
+``--ray`` a pair's group reserves its engine's resources twice. With ``"interleaved-all"``
+(launched engines) every server of one batch size and workload — one ``none`` server and one
+per SD method and k (or tree) — is up at once and they take turns the same way, segment by
+segment (A B … J, then J … A), against one shared ``none`` cell: every cell of the group is
+measured over the same minutes. On a machine whose speed also drifts over minutes that is what
+makes cells comparable with one another, not only with their own baseline: a calibration sweep
+of pairs (27 of them over 25 minutes on a 2-core VM) saw the ``none`` server's throughput at one
+batch size move by 1.6× from pair to pair, and the speedup of a pair depended on when it ran. A
+group is measured together or, resumed, again together; with ``--ray`` it reserves its engine's
+resources once per server.
 """
 
 from __future__ import annotations
@@ -75,8 +84,10 @@ from specscope.fileio import check_output_dir, read_toml_object
 from specscope.methods import ENGINES, NO_SD, method, names
 from specscope.trees import TreeShape
 
-INTERLEAVED = "interleaved"
-BASELINES = ("shared", "paired", INTERLEAVED)  # how SD cells get their none cells (module docstring)
+INTERLEAVED = "interleaved"  # each SD server beside its own none server, taking turns
+INTERLEAVED_ALL = "interleaved-all"  # every server of one batch size and workload, taking turns
+BASELINES = ("shared", "paired", INTERLEAVED, INTERLEAVED_ALL)  # how SD cells get their none cells (module docstring)
+INTERLEAVING = (INTERLEAVED, INTERLEAVED_ALL)
 
 
 @dataclass(frozen=True)
@@ -113,8 +124,8 @@ class SweepConfig:
     prompt_lookup_min: int = DEFAULTS.prompt_lookup_min
     prompt_lookup_max: int = DEFAULTS.prompt_lookup_max
     mtp_method: str = DEFAULTS.mtp_method
-    baselines: str = "shared"  # or "paired", "interleaved" (module docstring)
-    segments: int = 10  # parts an interleaved pair's requests are cut into
+    baselines: str = "shared"  # or "paired", "interleaved", "interleaved-all" (module docstring)
+    segments: int = 10  # parts the requests of interleaved servers are cut into
 
     def workload_path(self, name: str) -> Path:
         """A workload's file, relative to the configuration file's directory."""
@@ -172,8 +183,8 @@ class Cell:
             settings["mtp_method"] = config.mtp_method
         tree = {"tree": [list(p) for p in self.tree.paths]} if self.tree is not None else {}  # chain ids unchanged
         pair = {"baseline_for": self.baseline_for} if self.baseline_for is not None else {}  # shared ids unchanged
-        if config.baselines == INTERLEAVED and self.engine.url is None:  # measured differently: new ids
-            pair.update(baselines=INTERLEAVED, segments=config.segments)
+        if config.baselines in INTERLEAVING and self.engine.url is None:  # measured differently: new ids
+            pair.update(baselines=config.baselines, segments=config.segments)
         return {
             "engine": engine,
             "method": self.method,
@@ -346,11 +357,12 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
                                  f"got {data['baselines']!r}")
         values["baselines"] = data["baselines"]
     if "segments" in data:
-        if values.get("baselines") != INTERLEAVED:
-            raise SpecscopeError(f"{where(path, field='segments')}: only with baselines = {INTERLEAVED!r}")
+        if values.get("baselines") not in INTERLEAVING:
+            raise SpecscopeError(f"{where(path, field='segments')}: only with baselines = "
+                                 f"{' or '.join(map(repr, INTERLEAVING))}")
         values["segments"] = _value(path, "segments", data["segments"], validate.integer, low=2)
     config = SweepConfig(**values)
-    if config.baselines == INTERLEAVED and config.num_requests is not None and config.segments > config.num_requests:
+    if config.baselines in INTERLEAVING and config.num_requests is not None and config.segments > config.num_requests:
         raise SpecscopeError(f"{where(path, field='segments')}: expected at most num_requests "
                              f"({config.num_requests}), got {config.segments}")
     if config.prompt_lookup_min > config.prompt_lookup_max:
@@ -396,9 +408,14 @@ def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
 
 def plan_cells(config: SweepConfig) -> list[Cell]:
     """All cells, grouped so that cells sharing one launched server are adjacent; with paired or
-    interleaved baselines, each SD cell right after its own ``none`` cell (module docstring)."""
+    interleaved baselines, each SD cell right after its own ``none`` cell; with
+    ``interleaved-all``, the cells of one batch size and workload together, their ``none`` cell
+    first (module docstring)."""
     cells = []
     for engine in config.engines:
+        if config.baselines == INTERLEAVED_ALL and engine.url is None:
+            cells.extend(_all_interleaved(config, engine))
+            continue
         if engine.url is not None:
             servers = [(engine.method, engine.k, None)]
         else:
@@ -418,6 +435,16 @@ def plan_cells(config: SweepConfig) -> list[Cell]:
                         cells.append(Cell(engine, NO_SD, 0, batch_size, cell.workload, baseline_for=cell.server))
                     cells.append(cell)
     return cells
+
+
+def _all_interleaved(config: SweepConfig, engine: EngineSpec) -> list[Cell]:
+    """A launched engine's cells under ``interleaved-all``: per batch size and workload, its
+    ``none`` cell, then one cell per SD method and k (or tree)."""
+    servers = [server for m in config.methods if m != NO_SD
+               for server in [(m, k, None) for k in config.k] + [(m, t.nodes, t) for t in config.trees]]
+    return [cell for batch_size in config.batch_sizes for workload in config.workloads
+            for cell in [Cell(engine, NO_SD, 0, batch_size, workload)]
+            + [Cell(engine, m, k, batch_size, workload, tree) for m, k, tree in servers]]
 
 
 def describe(config: SweepConfig) -> dict[str, object]:
