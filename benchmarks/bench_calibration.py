@@ -157,6 +157,8 @@ def main() -> None:
             verdict = f"{100 * (values[0] - values[1]) / values[1]:+.1f} %" if values[1] else "inside 0"
         print(f"{name:<16}{values[0]:>12.3g}{values[1]:>12.3g}{100 * share:>7.1f}%{verdict:>12}")
     print(f"material coefficients within 15 %: {sum(d <= 0.15 for d in differences)}/{len(differences)}")
+    print(f"admit_s (outside only: a request's arrival holding up an idle engine, which step records do not "
+          f"see): {1e3 * models[0].admit_s:.2f} ms")
     groups = {"forward": lambda name: "." not in name}
     groups.update({m: (lambda name, m=m: name.startswith(f"{m}.")) for m in models[1].drafting})
     sums = {group: [sum(v for name, v in c.items() if member(name)) for c in contributions]

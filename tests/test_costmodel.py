@@ -145,3 +145,17 @@ def test_linear_drafting_per_batched_draft_token():
     assert linear.time(chain, chain.batched_tokens).tolist() == [pytest.approx(1.0 + 0.5 * 4 + 0.1 * 4 * 4), 0.0]
     model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, drafting={"draft": linear})
     assert linear_from_json(json.loads(json.dumps(model.describe())), "m.json").drafting_for("draft") == linear
+
+
+def test_admission_cost_survives_the_model_file_and_scales():
+    """``admit_s`` (a calibrated server's work on a request arriving to an idle engine) is
+    written only when set, read back, refused when negative, and scaled like every time."""
+    from specscope.costmodel.linear import LinearCostModel, linear_from_json
+    from specscope.errors import SpecscopeError
+
+    model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, admit_s=2e-3)
+    assert linear_from_json(json.loads(json.dumps(model.describe())), "m.json").admit_s == 2e-3
+    assert "admit_s" not in LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0).describe()
+    assert model.scaled(2.0).admit_s == 4e-3
+    with pytest.raises(SpecscopeError, match="admit_s"):
+        linear_from_json({**model.describe(), "admit_s": -1.0}, "m.json")

@@ -288,3 +288,21 @@ def test_tree_policy_runs_in_both_modes_and_refuses_traces_without_ranks():
         simulate([old], ["eagle"], ["tree:2x1"], TREE_COST, SimConfig(mode="paper", batch_sizes=(1,)))
     with pytest.raises(SpecscopeError, match=r"'tree:2x1x1' is 3 deep, but tree_rank was recorded to depth 2"):
         simulate(records, ["eagle"], ["tree:2x1x1"], TREE_COST, SimConfig(mode="paper", batch_sizes=(1,)))
+
+
+def test_a_requests_arrival_is_charged_where_the_engine_was_idle():
+    """``admit_s``: a server's work on an arriving request holds up an idle engine only. Three
+    requests of 2, 4 and 2 steps (no SD): at B = 1 each arrives to an idle engine (3 charges); at
+    B = 2 the first two arrive together to an idle engine (one charge) and the third is admitted
+    while the second still runs (none)."""
+    plan = baseline_plan([3, 5, 3], [10, 10, 10])  # steps after the prefill's token: 2, 4, 2
+    plain = LinearCostModel("plain", 1.0, 0.0, 0.0, 0.0)
+    admitting = LinearCostModel("admitting", 1.0, 0.0, 0.0, 0.0, admit_s=0.25)
+    for batch, charges in ((1, 3), (2, 1)):
+        extra = (predict_mixed(plan, admitting, None, batch).time_split["prefill"]
+                 - predict_mixed(plan, plain, None, batch).time_split["prefill"])
+        assert extra == pytest.approx(0.25 * charges)
+    # paper mode: every request's batch of copies starts alone
+    extra = (predict_paper(plan, admitting, None, 2).time_split["prefill"]
+             - predict_paper(plan, plain, None, 2).time_split["prefill"])
+    assert extra == pytest.approx(0.25 * 3)

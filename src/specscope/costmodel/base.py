@@ -8,6 +8,10 @@ asks the cost model for
   the KV cache (all running sequences together);
 - ``drafting_time(proposer, load, verify_time)``: the proposer's drafting for that step;
 - ``overhead_s``: engine overhead per step (scheduling, sampling, bookkeeping);
+- ``admit_s``: a server's work on arriving requests outside its engine's steps (parsing the HTTP
+  request, tokenizing the prompt) where the engine waits for it: in an iteration that admits
+  requests into an idle engine (every request at batch 1; a busy engine's steps overlap it).
+  0 in the paper's fit, the rooflines and fits to step records, which do not see it;
 - ``pads_verification``: whether the engine verifies a rectangular batch (every request padded
   to the longest proposal, as specscope's reference engine does) instead of Σ (k + 1) tokens.
 
@@ -133,6 +137,7 @@ class CostModel(Protocol):
 
     name: str
     overhead_s: float
+    admit_s: float
     pads_verification: bool
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,

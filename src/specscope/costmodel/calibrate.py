@@ -28,20 +28,32 @@ nothing on about half the steps of the bundled code workload at k = 4), without 
     gap = forward(n·w + P, cached, n + n_p)  [+ a second forward's fixed cost when P > 0]
           + drafting_method(w, n, P)
 
-with forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]``
+A request that started alone — sent while no other request of its cell was in flight, and no
+other sent before its first chunk (at batch 1, every request) — adds one more observation: its
+time to first chunk is the server's work on the arriving request outside the engine's steps
+(parsing, tokenizing: ``admit_s``, which only an idle engine waits for) and then a step that only
+prefills it:
+
+    first chunk = admit_s + forward(P, 0, 1) + drafting prefill(P)
+
+On ``specscope serve`` (bundled models, batch 1) the first chunk came 2.6 ms after the engine's
+own prefill step; without this term the fit fell 1–3 % short of every batch-1 cell's duration.
+
+In both, forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]``
 (:class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
 ``c_fixed``, so ``overhead_s`` = 0) and drafting = ``c_fixed + c_tok·w + c_req·n + c_prefill·P +
 c_batched·n·w`` (the last: the batch's draft tokens, for a drafter whose passes cost more with
 every row they carry)
-(:class:`~specscope.costmodel.base.LinearDrafting`). The forward and every method's drafting
-are fitted together, as one non-negative least-squares problem (``scipy.optimize.nnls``; on
-timelines made by an exact linear engine it recovers the coefficients), every error relative to
-the mean gap of its cell: cells of small and large steps weigh alike, and within a cell the fit
-matches the mean gap — what throughput depends on. (Weighing each gap by itself instead fits the
-typical gap of a right-skewed cell and underestimated the mean one by 15–20 % at batch 4 and 8 on
-``specscope serve``. Fitting the forward and the drafting alternately, as this module once did,
-crawls along the valley where the forward's per-token term and a drafter's per-batched-token
-term trade places: on such exact timelines it stopped at twice the true per-token cost.)
+(:class:`~specscope.costmodel.base.LinearDrafting`; its fixed cost only on steps that decode).
+The forward, ``admit_s`` and every method's drafting are fitted together, as one non-negative
+least-squares problem (``scipy.optimize.nnls``; on timelines made by an exact linear engine it
+recovers the coefficients), every error relative to the mean gap of its cell: cells of small and
+large steps weigh alike, and within a cell the fit matches the mean gap — what throughput
+depends on. (Weighing each gap by itself instead fits the typical gap of a right-skewed cell and
+underestimated the mean one by 15–20 % at batch 4 and 8 on ``specscope serve``. Fitting the
+forward and the drafting alternately, as this module once did, crawls along the valley where the
+forward's per-token term and a drafter's per-batched-token term trade places: on such exact
+timelines it stopped at twice the true per-token cost.)
 
 **Machine speed, per pair.** A shared machine's speed wanders by ±15 % over seconds, so cells
 measured minutes apart saw different machines. A ``none`` cell and the SD cell measured beside
@@ -52,10 +64,11 @@ are divided by it and the model refitted, :data:`DRIFT_ROUNDS` times at most. On
 sweep of ``benchmarks/bench_calibration.py`` (interleaved) this took the leave-one-out error
 from a median of 5.5 % and a worst of 31.6 % to 3.9 % and 11.7 %: the ``none`` cells' mean gaps
 at one batch size had spread ±20 % around the fit, which the drafting terms had absorbed.
-The first chunk (queueing and prefill) is not a gap. A chunk the client read together with
-another (arrivals closer than 0.2× the cell's median gap: it was sent before the client caught
-up) arrived late, so gaps count only between two chunks each read alone. Gaps over 3× their cell's median (for steps
-with or without a prefill apart) are stalls of the shared machine and left out.
+The first chunk (queueing and prefill) is not a gap; it is an observation only where the request
+started alone. A chunk the client read together with another (arrivals closer than 0.2× the
+cell's median gap: it was sent before the client caught up) arrived late, so gaps count only
+between two chunks each read alone. Gaps over 3× their cell's median (for steps with or without
+a prefill apart) are stalls of the shared machine and left out.
 
 **Servers that batch several steps per chunk** (``--stream-interval N > 1``) are detected and
 refused, not divided: a cell where over 5 % of the decode chunks carry more than ``w_max`` =
@@ -120,15 +133,15 @@ class Gaps:
     width: np.ndarray  # w
     running: np.ndarray  # n
     prefill: np.ndarray  # P
+    idle: np.ndarray  # 1 for a request's first chunk from an idle engine (its arrival's work: admit_s)
     method: np.ndarray  # [gaps] str
     scale: np.ndarray  # the mean gap of its cell: errors are weighed relative to it
 
     def target_features(self) -> np.ndarray:
-        return np.column_stack([self.forwards, self.tokens, self.cached, self.sequences, self.multi])
+        return np.column_stack([self.forwards, self.tokens, self.cached, self.sequences, self.multi, self.idle])
 
     def drafting_features(self) -> np.ndarray:
-        return np.column_stack([np.ones_like(self.width), self.width, self.running, self.prefill,
-                                self.running * self.width])
+        return np.column_stack([self.running > 0, self.width, self.running, self.prefill, self.running * self.width])
 
     def select(self, mask: np.ndarray) -> "Gaps":
         return Gaps(**{name: value[mask] for name, value in vars(self).items()})
@@ -184,19 +197,41 @@ def cell_gaps(cell: CellRun) -> Gaps:
     prefilled = (first[None, :] > mid[:, None]) & (first[None, :] <= (end + half)[:, None])
     n = running.sum(axis=1).astype(float)
     p_tokens = prefilled.astype(float) @ prompt
+    n_p = prefilled.sum(axis=1).astype(float)
     has_prefill = p_tokens > 0
     gaps = Gaps(seconds=end - start, tokens=n * width + p_tokens, cached=(running * (prompt[None, :] + received)).sum(1),
-                sequences=n + prefilled.sum(axis=1), forwards=1.0 + has_prefill,
+                sequences=n + n_p, forwards=1.0 + has_prefill,
                 multi=np.where(n > 1, 1.0, n * proposing) + (p_tokens > 1), width=np.full_like(n, width), running=n,
-                prefill=p_tokens, method=np.full(len(n), cell.method, dtype=object), scale=np.zeros(len(n)))
-    keep = np.ones(len(n), dtype=bool)
-    for flag in (False, True):
-        group = has_prefill == flag
+                prefill=p_tokens, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
+                scale=np.zeros(len(n)))
+    gaps = _concat([gaps, _first_chunks(cell, times, prompt)])
+    kind = np.concatenate([1.0 * has_prefill, np.full(len(gaps.seconds) - len(n), 2.0)])  # decode, +prefill, alone
+    keep = np.ones(len(kind), dtype=bool)
+    for flag in (0.0, 1.0, 2.0):
+        group = kind == flag
         if group.any():
             keep &= ~group | (gaps.seconds <= STALL * np.median(gaps.seconds[group]))
     gaps = gaps.select(keep)
     gaps.scale[:] = gaps.seconds.mean() if len(gaps.seconds) else 0.0
     return gaps
+
+
+def _first_chunks(cell: CellRun, times: list[np.ndarray], prompt: np.ndarray) -> Gaps:
+    """The time to first chunk of the requests that started alone — sent while no other request
+    of the cell was in flight, and none sent before their first chunk (at batch 1, all): the
+    server's work on the request before its first step, then a step that only prefills it."""
+    sent = np.array([r["sent_ms"] / 1e3 for r in cell.timeline])
+    first = np.array([t[0] for t in times])
+    last = np.array([t[-1] for t in times])
+    # [r, q]: request q in flight while r started (sent before r's first chunk, done after r was sent)
+    overlaps = (sent[None, :] <= first[:, None]) & (last[None, :] >= sent[:, None])
+    np.fill_diagonal(overlaps, False)
+    alone = ~overlaps.any(axis=1)
+    count = int(alone.sum())
+    zero, one = np.zeros(count), np.ones(count)
+    return Gaps(seconds=(first - sent)[alone], tokens=prompt[alone], cached=zero, sequences=one, forwards=one,
+                multi=1.0 * (prompt[alone] > 1), width=zero, running=zero, prefill=prompt[alone], idle=one,
+                method=np.full(count, cell.method, dtype=object), scale=zero.copy())
 
 
 def _alone(times: np.ndarray, together: float) -> np.ndarray:
@@ -221,9 +256,9 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
         previous, speed = speed, pair_speeds(cells, parts, target)
         if np.allclose(speed, previous, rtol=CONVERGED):
             break
-    c_fixed, c_tok, c_kv, c_req, c_multi = map(float, target)
+    c_fixed, c_tok, c_kv, c_req, c_multi, admit_s = map(float, target)
     return LinearCostModel(
-        name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi,
+        name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s,
         drafting={m: LinearDrafting(c_fixed=float(d[0]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2]),
                                     c_prefill=float(d[3]), c_batched=float(d[4])) for m, d in drafting.items()},
         fitted_cells=tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None)
@@ -250,7 +285,7 @@ def _slowed(gaps: Gaps, factor: float) -> Gaps:
 
 
 def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The forward's coefficients [5] and each method's drafting [4 + 1], fitted together to
+    """The forward's coefficients [5] and ``admit_s`` [1], and each method's drafting [5], fitted together to
     ``gaps`` (module docstring): one non-negative least-squares problem over the forward's
     columns (every gap) and each method's drafting columns (its gaps, 0 elsewhere), every
     error relative to its cell's mean gap."""

@@ -56,6 +56,7 @@ class LinearCostModel:
     c_req: float = 0.0  # seconds per running sequence
     c_multi: float = 0.0  # seconds added to a forward of more than one token in all
     fitted_cells: tuple[FittedCell, ...] = ()  # a calibrated model: the sweep cells it was fitted to
+    admit_s: float = 0.0  # seconds a request's arrival holds up an idle engine (costmodel.base)
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
@@ -79,6 +80,7 @@ class LinearCostModel:
             "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req,
                         "c_multi": self.c_multi},
             "overhead_s": self.overhead_s,
+            **({"admit_s": self.admit_s} if self.admit_s else {}),
             "pads_verification": self.pads_verification,
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
             **({"fitted_cells": [asdict(c) for c in self.fitted_cells]} if self.fitted_cells else {}),
@@ -88,7 +90,7 @@ class LinearCostModel:
 def _times(model, factor: float):
     """``model`` (a dataclass) with every ``c_*`` coefficient and ``overhead_s`` times ``factor``."""
     return replace(model, **{f.name: getattr(model, f.name) * factor for f in fields(model)
-                             if f.name.startswith("c_") or f.name == "overhead_s"})
+                             if f.name.startswith("c_") or f.name in ("overhead_s", "admit_s")})
 
 
 def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: str) -> Drafting:
@@ -129,7 +131,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     ``label``, also its name when it has none): every field known, every coefficient finite
     and >= 0, the forward not free (some coefficient > 0)."""
     spec = Fields(obj, label)
-    spec.only(["kind", "name", "forward", "overhead_s", "pads_verification", "drafting", "fitted_cells"])
+    spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells"])
     forward = spec.child("forward")
     forward.only(FORWARD_TERMS)
     terms = _coefficients(forward, FORWARD_TERMS[:3], FORWARD_TERMS[3:])
@@ -139,6 +141,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     return LinearCostModel(
         name=spec.text("name", optional=True) or label,
         overhead_s=spec.number("overhead_s", default=0.0, low=0.0),
+        admit_s=spec.number("admit_s", default=0.0, low=0.0),
         drafting={} if drafting is None else {name: drafting_from_json(drafting.child(name)) for name in drafting.obj},
         pads_verification=spec.boolean("pads_verification", False),
         fitted_cells=tuple(FittedCell.from_json(Fields(cell, label, prefix=f"fitted_cells[{i}]"))

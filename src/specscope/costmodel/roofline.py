@@ -94,6 +94,7 @@ class RooflineCostModel:
     hw: Hardware
     target: ModelShape
     overhead_s: float = 1.2e-3
+    admit_s: float = 0.0  # a roofline prices the engine's steps only
     eff: Efficiency = field(default_factory=Efficiency)
     drafting: dict[str, Drafting] = field(default_factory=dict)
     pads_verification: bool = False

@@ -68,7 +68,8 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         draft_widths=plan.draft_widths,
     )
     priced = price_steps(cost, drafting, load)
-    prefill = prefill_time(cost, drafting, per_iteration(plan.prompt_len, admit), per_iteration(None, admit))  # [T]
+    admitted = per_iteration(None, admit)  # [T]
+    prefill = prefill_time(cost, drafting, per_iteration(plan.prompt_len, admit), admitted, running == admitted)  # [T]
     total = prefill + priced.total  # [T]
     ends = np.cumsum(total)
     starts = ends - total

@@ -369,7 +369,8 @@ def run_sweep(
     ]
     redo = {_unit_key(config, c) for c in pending if interleaved(config, c)}  # measured together or not at all
     ids = {c.cell_id(config) for c in pending}
-    pending = [c for c in cells if c.cell_id(config) in ids or (interleaved(config, c) and _unit_key(config, c) in redo)]
+    pending = [c for c in cells
+               if c.cell_id(config) in ids or (interleaved(config, c) and _unit_key(config, c) in redo)]
     groups: dict[tuple, list[Cell]] = {}
     for cell in pending:
         groups.setdefault(_server_key(config, cell), []).append(cell)
