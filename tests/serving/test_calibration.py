@@ -79,6 +79,44 @@ def test_fit_recovers_the_engine_that_made_the_timelines():
     assert_recovered(fit_cells(cells))
 
 
+def simulated_steps(method: str, k: int, batch: int, run: int) -> list:
+    """Step records of an engine whose steps cost exactly FORWARD (+ DRAFT), the time spread over
+    the phases in any way (a whole-step fit reads their sum); every tenth step also prefills a
+    30-token prompt in a second forward."""
+    from specscope.costmodel.steps import MeasuredStep
+
+    w = 1 if method == "none" else k + 1
+    steps = []
+    for i in range(40):
+        kv = batch * (30 + i)
+        seconds = FORWARD["c_fixed"] + FORWARD["c_tok"] * batch * w + FORWARD["c_kv"] * kv + FORWARD["c_req"] * batch
+        if method != "none":
+            seconds += DRAFT["c_fixed"] + DRAFT["c_tok"] * w + DRAFT["c_batched"] * batch * w
+        prefill = 30 if i % 10 == 9 else 0
+        if prefill:
+            seconds += FORWARD["c_fixed"] + FORWARD["c_tok"] * prefill + FORWARD["c_req"]
+        steps.append(MeasuredStep(i, method, k, batch + (prefill > 0), batch * w, [w] * batch, draft_s=0.25 * seconds,
+                                  verify_s=0.7 * seconds, sample_s=0.0, overhead_s=0.05 * seconds, kv_tokens=kv,
+                                  prefill_tokens=prefill, prefill_s=0.0, prefill_requests=int(prefill > 0), run=run))
+    return steps
+
+
+def test_whole_step_fit_of_records_recovers_the_same_engine():
+    """``costmodel fit RECORDS --whole-steps``: the sweep's model fitted to step records' whole
+    steps recovers the engine that wrote them, however a step's time was split into phases."""
+    from specscope.costmodel.calibrate import fit_steps
+
+    steps = [s for run, (m, k, b) in enumerate([("none", 0, b) for b in (1, 2, 4)] +
+                                               [("draft", k, b) for k in (2, 4) for b in (1, 2, 4)])
+             for s in simulated_steps(m, k, b, run)]
+    model = fit_steps(steps)
+    assert model.admit_s == 0.0
+    for name, value in FORWARD.items():
+        assert getattr(model, name) == pytest.approx(value, rel=0.05), name
+    for name, value in DRAFT.items():
+        assert getattr(model.drafting_for("draft"), name) == pytest.approx(value, rel=0.05), name
+
+
 def slowed(cell: CellRun, factor: float, pair: str | None) -> CellRun:
     """``cell`` as measured on a machine ``factor`` times slower, in ``pair``."""
     timeline = [{**r, "sent_ms": r["sent_ms"] * factor, "chunk_ms": [t * factor for t in r["chunk_ms"]]}
@@ -198,6 +236,30 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
     steps = tmp_path / "steps.jsonl"  # every server of the sweep appended its engine's steps
     assert main(["costmodel", "fit", str(steps), "-o", str(tmp_path / "inside.json")]) == 0
     assert {json.loads(line)["method"] for line in steps.read_text().splitlines()} == {"none", "ngram"}
+    assert main(["costmodel", "fit", str(steps), "--whole-steps", "-o", str(tmp_path / "whole.json")]) == 0
+    whole = linear_from_json(json.loads((tmp_path / "whole.json").read_text()), "whole.json")
+    assert whole.c_fixed + whole.c_tok > 0 and set(whole.drafting) == {"ngram"} and whole.admit_s == 0
+    with open(config.output / "coefficients.csv") as handle:  # each term's spread over the held-out fits
+        spread = {row["term"]: row for row in csv.DictReader(handle)}
+    assert float(spread["c_fixed"]["fitted"]) == pytest.approx(model.c_fixed)
+    assert all(float(row["jackknife_se"]) >= 0 for row in spread.values()) and "ngram.c_batched" in spread
+    capsys.readouterr()
+    assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--whole-steps", "-o",
+                 str(tmp_path / "x.json")]) != 0
+    assert "--whole-steps goes with step RECORDS" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+def test_coefficient_spread_is_the_jackknife_over_the_held_out_fits():
+    """Three held-out fits with c_fixed 1, 2, 3: mean 2, Σ (θ − θ̄)² = 2, √(2/3 · 2) = 1.1547; a
+    term every fit has at 0 has no spread and no relative one."""
+    from specscope.backends.openai.calibration import coefficient_spread
+    from specscope.costmodel.linear import LinearCostModel
+
+    fits = [LinearCostModel("f", value, 1e-5, 0.0, 0.0) for value in (1.0, 2.0, 3.0)]
+    rows = {row["term"]: row for row in coefficient_spread(LinearCostModel("m", 2.0, 1e-5, 0.0, 0.0), fits)}
+    assert rows["c_fixed"]["jackknife_se"] == pytest.approx(np.sqrt(4 / 3))
+    assert rows["c_fixed"]["relative_se_pct"] == pytest.approx(57.7)
+    assert rows["c_tok"]["jackknife_se"] == 0.0 and rows["c_kv"]["relative_se_pct"] is None
 
 
 @pytest.mark.slow

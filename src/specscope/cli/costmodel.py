@@ -28,9 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="fit to the chunk timelines of a `specscope sweep` output instead (any server)")
     fit.add_argument("--traces", nargs="+", default=(), metavar="TRACE",
                      help="traces of the sweep's workloads (dataset = workload file stem), for --validate")
+    fit.add_argument("--whole-steps", action="store_true",
+                     help="with RECORDS: fit the model a sweep's fit fits, to each record's whole step (what a "
+                          "chunk gap spans), instead of the forward and drafting phase by phase: the records' "
+                          "side of a calibration's comparison")
     fit.add_argument("--validate", action="store_true",
                      help="with --from-sweep: predict every SD cell from a fit without it; writes "
-                          "SWEEP_DIR/calibration.csv")
+                          "SWEEP_DIR/calibration.csv, and each coefficient's spread over those fits to "
+                          "SWEEP_DIR/coefficients.csv")
     fit.add_argument("-o", "--output", required=True, type=check_output_file,
                      help="write the fitted model (JSON) here (- for standard output)")
     fit.add_argument("--name", default=None, help="name of the fitted model (default: the output's stem, "
@@ -67,12 +72,23 @@ def run_fit(args: argparse.Namespace) -> int:
         raise SpecscopeError("costmodel fit: give step RECORDS or --from-sweep SWEEP_DIR (one of the two)")
     if args.from_sweep is None and (args.validate or args.traces):
         raise SpecscopeError("--validate and --traces go with --from-sweep")
+    if args.from_sweep is not None and args.whole_steps:
+        raise SpecscopeError("--whole-steps goes with step RECORDS (a sweep's fit is of whole steps already)")
     if args.validate and not args.traces:
         raise SpecscopeError("--validate: needs --traces of the sweep's workloads")
     output = Path(args.output)
     name = args.name or ("fitted" if to_stdout(output) else output.stem)
     if args.from_sweep is not None:
         return _fit_sweep(args, output, name)
+    if args.whole_steps:
+        from specscope.costmodel.calibrate import fit_steps
+
+        text = json.dumps(fit_steps(read_steps(args.records), name).describe(), indent=1)
+        atomic_write_text(output, text + "\n")
+        if not to_stdout(output):
+            print(text)
+            print(f"wrote {output}")
+        return 0
     model, quality = fit_linear(read_steps(args.records), name=name)
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
@@ -87,7 +103,7 @@ def run_fit(args: argparse.Namespace) -> int:
 
 def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     """``--from-sweep``: fit, print the histogram cross-check, and validate when asked."""
-    from specscope.backends.openai.calibration import COLUMNS, read_sweep, validate
+    from specscope.backends.openai.calibration import COLUMNS, SPREAD_COLUMNS, coefficient_spread, read_sweep, validate
     from specscope.cli._common import atomic_write_text
     from specscope.costmodel.calibrate import cross_check, fit_cells
     from specscope.fileio import write_rows
@@ -105,7 +121,7 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     print_table("cross-check: the fit's reconstruction beside the server's histograms (- : not exported)",
                 list(check[0]), [[_cell(v) for v in row.values()] for row in check], file=out)
     if args.validate:
-        rows = validate(cells, records)
+        rows, fits = validate(cells, records)
         csv = args.from_sweep / "calibration.csv"
         write_rows(csv, rows)
         print_table("held-out cells", list(COLUMNS), [[_cell(row[c]) for c in COLUMNS] for row in rows], file=out)
@@ -118,6 +134,12 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
             print(f"the measurements' own uncertainty (measured_se_pct, from their segments): median "
                   f"{np.median([se for _, se in noise]):.1f} %; {within} of {len(noise)} errors within two of "
                   "their cell's", file=out)
+        spread = coefficient_spread(model, fits)
+        write_rows(args.from_sweep / "coefficients.csv", spread)
+        print_table("coefficients and how firmly the sweep pins them down (jackknife over the held-out fits; "
+                    f"wrote {args.from_sweep / 'coefficients.csv'})", list(SPREAD_COLUMNS),
+                    [[_cell(row[c]) for c in SPREAD_COLUMNS] for row in spread if row["fitted"] or row["jackknife_se"]],
+                    file=out)
     if not to_stdout(output):
         print(f"wrote {output}")
     return 0

@@ -90,6 +90,7 @@ import scipy.optimize
 
 from specscope.costmodel.base import LinearDrafting
 from specscope.costmodel.linear import FittedCell, LinearCostModel
+from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.trees import TreeShape
@@ -205,14 +206,48 @@ def cell_gaps(cell: CellRun) -> Gaps:
                 prefill=p_tokens, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
                 scale=np.zeros(len(n)))
     gaps = _concat([gaps, _first_chunks(cell, times, prompt)])
-    kind = np.concatenate([1.0 * has_prefill, np.full(len(gaps.seconds) - len(n), 2.0)])  # decode, +prefill, alone
-    keep = np.ones(len(kind), dtype=bool)
-    for flag in (0.0, 1.0, 2.0):
-        group = kind == flag
-        if group.any():
-            keep &= ~group | (gaps.seconds <= STALL * np.median(gaps.seconds[group]))
-    gaps = gaps.select(keep)
+    kind = np.concatenate([1 * has_prefill, np.full(len(gaps.seconds) - len(n), 2)])  # decode, +prefill, alone
+    gaps = gaps.select(_not_stalled(gaps.seconds, kind))
     gaps.scale[:] = gaps.seconds.mean() if len(gaps.seconds) else 0.0
+    return gaps
+
+
+def _not_stalled(seconds: np.ndarray, kind: np.ndarray) -> np.ndarray:
+    """[gaps] False for a stall: over :data:`STALL` × the median of its ``kind``."""
+    keep = np.ones(len(seconds), dtype=bool)
+    for value in np.unique(kind):
+        group = kind == value
+        keep &= ~group | (seconds <= STALL * np.median(seconds[group]))
+    return keep
+
+
+def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
+    """An engine's own step records as the observations a sweep makes from outside: each step's
+    whole time (prefill, drafting, verification, sampling, overhead: what a chunk gap spans) and
+    its exact load — ``n`` = the rows that decoded (``batch_size − prefill_requests``), each
+    verifying ``w = tokens_verified / n``; stalls left out as from a cell, every error weighed
+    relative to the mean step of its run."""
+    decoding = [s for s in steps if s.batch_size > 0]
+    if not decoding:
+        raise SpecscopeError("costmodel fit --whole-steps: no step with a running request")
+
+    def column(read) -> np.ndarray:
+        return np.array([read(s) for s in decoding], dtype=float)
+
+    n = column(lambda s: s.batch_size - s.prefill_requests)
+    verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_tokens)
+    width = np.divide(verified, n, out=np.zeros_like(n), where=n > 0)
+    gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.draft_s + s.verify_s + s.sample_s + s.overhead_s),
+                tokens=verified + prefill, cached=column(lambda s: s.kv_tokens), sequences=column(lambda s: s.batch_size),
+                forwards=1.0 * (n > 0) + (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
+                running=n, prefill=prefill, idle=np.zeros(len(n)),
+                method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))
+    run = column(lambda s: s.run)
+    keep = _not_stalled(gaps.seconds, 3 * run + (prefill > 0) + (n == 0))
+    gaps, run = gaps.select(keep), run[keep]
+    for value in np.unique(run):
+        mine = run == value
+        gaps.scale[mine] = gaps.seconds[mine].mean()
     return gaps
 
 
@@ -256,13 +291,27 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
         previous, speed = speed, pair_speeds(cells, parts, target)
         if np.allclose(speed, previous, rtol=CONVERGED):
             break
+    fitted = tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None) for c in cells)
+    return _model(name, target, drafting, fitted)
+
+
+def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> LinearCostModel:
+    """The model :func:`fit_cells` fits, fitted to an engine's own step records, whole steps
+    (:func:`step_gaps`): what the sweep's fit should find for the engine that wrote them, term by
+    term (``admit_s``, which step records do not see, stays 0)."""
+    target, drafting = _fit(step_gaps(steps))
+    return _model(name, target, drafting, ())
+
+
+def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray],
+           fitted: tuple[FittedCell, ...]) -> LinearCostModel:
+    """The cost model of :func:`_fit`'s coefficients."""
     c_fixed, c_tok, c_kv, c_req, c_multi, admit_s = map(float, target)
     return LinearCostModel(
         name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s,
         drafting={m: LinearDrafting(c_fixed=float(d[0]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2]),
                                     c_prefill=float(d[3]), c_batched=float(d[4])) for m, d in drafting.items()},
-        fitted_cells=tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None)
-                           for c in cells),
+        fitted_cells=fitted,
     )
 
 

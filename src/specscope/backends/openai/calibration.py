@@ -29,11 +29,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from specscope.backends.openai.metrics import HISTOGRAMS
 from specscope.backends.openai.sweep import TIMELINE, read_cells
 from specscope.backends.openai.sweep_config import server_label
 from specscope.costmodel.calibrate import CellRun, fit_cells
-from specscope.costmodel.linear import LinearCostModel
+from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.sim.grid import SimConfig, plan_for
@@ -46,6 +48,8 @@ from specscope.trees import TreeShape
 log = logging.getLogger(__name__)
 COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct", "tree",
            "workload")
+SPREAD_COLUMNS = ("term", "fitted", "jackknife_se", "relative_se_pct")  # SWEEP_DIR/coefficients.csv
+DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # what a calibration fits of a drafter
 
 
 def read_sweep(sweep_dir: Path) -> list[CellRun]:
@@ -167,11 +171,13 @@ def index_traces(records: Sequence[TraceRecord]) -> dict[str, dict[str, TraceRec
     return traces
 
 
-def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> list[dict[str, object]]:
-    """Leave-one-out over the SD cells that have a ``none`` cell: one row each (:data:`COLUMNS`)."""
+def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[list[dict[str, object]],
+                                                                             list[LinearCostModel]]:
+    """Leave-one-out over the SD cells that have a ``none`` cell: one row each (:data:`COLUMNS`),
+    and the fit that left each out."""
     traces = index_traces(records)
     baselines = {(c.workload, c.batch_size, c.baseline_for): c for c in cells if c.method == NO_SD}
-    rows = []
+    rows, fits = [], []
     for held in cells:
         where = (held.workload, held.batch_size)
         base = baselines.get((*where, server_label(held.method, held.k, held.tree))) or baselines.get((*where, None))
@@ -182,7 +188,8 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> list[d
             raise SpecscopeError(f"--validate: {held.method!r} has one cell only; leaving it out leaves no "
                                  "drafting to fit (measure at least two of each method)")
         measured = held.throughput / base.throughput
-        predicted = predict_speedup(fit_cells(others), held, traces)
+        fits.append(fit_cells(others))
+        predicted = predict_speedup(fits[-1], held, traces)
         rows.append({"method": held.method, "k": held.k, "batch_size": held.batch_size,
                      "measured_speedup": round(measured, 4), "predicted_speedup": round(predicted, 4),
                      "error_pct": round(100 * (predicted - measured) / measured, 2),
@@ -190,6 +197,29 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> list[d
                      "tree": held.tree.name if held.tree is not None else None, "workload": held.workload})
     if not rows:
         raise SpecscopeError("--validate: no SD cell with a 'none' cell of the same workload and batch size")
+    return rows, fits
+
+
+def terms(model: LinearCostModel) -> dict[str, float]:
+    """A calibrated model's fitted terms by name: the forward's, ``admit_s``, ``METHOD.TERM``."""
+    named = {name: getattr(model, name) for name in (*FORWARD_TERMS, "admit_s")}
+    for method, drafting in model.drafting.items():
+        named.update({f"{method}.{name}": getattr(drafting, name) for name in DRAFTING_TERMS})
+    return named
+
+
+def coefficient_spread(model: LinearCostModel, fits: Sequence[LinearCostModel]) -> list[dict[str, object]]:
+    """Per term (:data:`SPREAD_COLUMNS`): ``model``'s value and its jackknife standard error over
+    the leave-one-out ``fits`` (n of them), √((n − 1)/n · Σ (θ_i − θ̄)²): how firmly the sweep
+    pins the term down. Terms that trade places with another (a cost per cached token and one
+    per request, over prompts of one length) show a large one."""
+    values = {name: np.array([terms(fit)[name] for fit in fits]) for name in terms(model)}
+    rows = []
+    for name, fitted in terms(model).items():
+        spread = values[name]
+        se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2)))
+        rows.append({"term": name, "fitted": fitted, "jackknife_se": se,
+                     "relative_se_pct": round(100 * se / fitted, 1) if fitted else None})
     return rows
 
 
