@@ -3,6 +3,7 @@ loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) 
 (the same servers' own step records, ``serve --step-records``), side by side.
 
     python benchmarks/bench_calibration.py [--out DIR] [--num-requests N] [--max-tokens N] [--context C]
+                                           [--segments S]
 
 The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload (with
 ``--context 3``, the default, request i's prompt follows the prompts of the i mod 4 requests
@@ -76,13 +77,13 @@ def write_workload(out: Path, num_requests: int, context: int) -> Path:
     return path
 
 
-def write_config(out: Path, workload: Path, max_tokens: int) -> Path:
+def write_config(out: Path, workload: Path, max_tokens: int, segments: int) -> Path:
     drafts = ", ".join(f'{m} = "{model_dir(m)}"' for m in METHODS if m != "ngram")
     path = out / "sweep.toml"
     path.write_text(
         f'output = "sweep"\nworkloads = ["{workload}"]\nmethods = ["none", {", ".join(map(json.dumps, METHODS))}]\n'
         f"k = [1, 2, 4]\nbatch_sizes = [1, 4, 8]\nmax_tokens = {max_tokens}\nignore_eos = false\n"
-        'baselines = "interleaved-all"\n'
+        f'baselines = "interleaved-all"\nsegments = {segments}\n'
         "launch_timeout_s = 300\n"
         f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{model_dir("target")}"\n'
         f"drafts = {{ {drafts} }}\n"
@@ -125,6 +126,9 @@ def main() -> None:
                              "lasts 0.5-2 s, short enough for this machine's bursts to move its throughput by a "
                              "third; each measured speedup's standard error shrinks as 1/sqrt(requests)")
     parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--segments", type=int, default=10,
+                        help="turns the servers of a batch size take over the requests (more: each cell's no-SD "
+                             "segment nearer in time to its own; keep requests / segments >= the largest batch)")
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "
                              "each): cached tokens that vary apart from the batch")
@@ -132,7 +136,7 @@ def main() -> None:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     workload = write_workload(out, args.num_requests, args.context)
-    config = write_config(out, workload, args.max_tokens)
+    config = write_config(out, workload, args.max_tokens, args.segments)
     if specscope(["sweep", str(config), "--retry-failed"]) != 0:
         raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
     trace = out / "code.trace.jsonl"
