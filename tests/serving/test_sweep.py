@@ -153,6 +153,9 @@ def test_interleaved_all_groups_every_server_of_a_batch_size_and_workload(tmp_pa
     assert not ids & {c.cell_id(config('baselines = "interleaved"\nsegments = 4')) for c in cells}
     with pytest.raises(SpecscopeError, match=r"field 'segments': expected at most num_requests \(3\), got 4"):
         config('baselines = "interleaved-all"\nsegments = 4\nnum_requests = 3')
+    alone = load_sweep_config(write_config(tmp_path, GRID.replace('"none", "ngram", "eagle3"', '"none"').replace(
+        "max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved-all"')))
+    assert plan_cells(alone) == []  # a none cell comes with the SD cells it is measured beside, as with pairs
 
 
 @pytest.mark.parametrize(

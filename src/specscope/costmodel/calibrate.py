@@ -123,7 +123,8 @@ class CellRun:
 
 @dataclass
 class Gaps:
-    """The chunk gaps of cells (arrays [gaps]): seconds, and the load of the step each spans."""
+    """Observed step times (arrays [gaps]) and the load of the step each spans: chunk gaps, first
+    chunks of requests that started alone, or an engine's step records (:func:`step_gaps`)."""
 
     seconds: np.ndarray
     tokens: np.ndarray  # n·w + P

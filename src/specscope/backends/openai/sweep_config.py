@@ -439,9 +439,12 @@ def plan_cells(config: SweepConfig) -> list[Cell]:
 
 def _all_interleaved(config: SweepConfig, engine: EngineSpec) -> list[Cell]:
     """A launched engine's cells under ``interleaved-all``: per batch size and workload, its
-    ``none`` cell, then one cell per SD method and k (or tree)."""
+    ``none`` cell, then one cell per SD method and k (or tree); none without an SD method (as with
+    pairs, a ``none`` cell comes with the SD cells it is measured beside)."""
     servers = [server for m in config.methods if m != NO_SD
                for server in [(m, k, None) for k in config.k] + [(m, t.nodes, t) for t in config.trees]]
+    if not servers:
+        return []
     return [cell for batch_size in config.batch_sizes for workload in config.workloads
             for cell in [Cell(engine, NO_SD, 0, batch_size, workload)]
             + [Cell(engine, m, k, batch_size, workload, tree) for m, k, tree in servers]]
