@@ -25,10 +25,13 @@ Prints:
   luck), and each
   part's terms summed at the mean step (the forward; each method's drafting). Inside is the
   same model fitted to the records' whole steps (``costmodel fit --whole-steps``), not the
-  phase-by-phase fit of ``costmodel fit`` alone: in a server the HTTP handler threads' work on
-  each step's chunks runs beside whichever phase comes first and lands in it (over the same
-  minutes, a 16-token verification at batch 8 took 4.2 ms in the draft model's servers and
-  5.7 ms in n-gram's), so per-phase coefficients differ from any whole-step fit by construction.
+  phase-by-phase fit of ``costmodel fit`` alone: the work on each step's chunks (the server's
+  HTTP threads, the client beside it on this 2-core machine) runs beside whichever phase comes
+  first and slows it (over the same minutes, a 16-token verification at batch 8 took 4.2 ms in the
+  draft model's servers and 5.7 ms in n-gram's; a server's no-SD step at batch 4 took 1.28–1.38×
+  the engine's own alone, three paired runs, while its engine thread held the Python GIL 94 % of
+  the 14 % of the time anyone did), so per-phase coefficients differ from any whole-step fit by
+  construction.
   A coefficient is compared where it carries at least :data:`MATERIAL` of the mean step in
   either fit (a term worth less is within timer noise and left out, said so in the output).
 
