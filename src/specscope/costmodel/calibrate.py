@@ -345,7 +345,7 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     for m in methods:
         mine = gaps.method == m
         if mine.sum() < drafting.shape[1]:
-            raise SpecscopeError(f"calibration: drafting of {m!r}: {int(mine.sum())} chunk gaps for "
+            raise SpecscopeError(f"calibration: drafting of {m!r}: {int(mine.sum())} observed steps for "
                                  f"{drafting.shape[1]} coefficients (measure more of its requests)")
         blocks.append(drafting * mine[:, None])
     a = np.hstack(blocks) / gaps.scale[:, None]
