@@ -262,21 +262,45 @@ def test_coefficient_spread_is_the_jackknife_over_the_held_out_fits():
     assert rows["c_tok"]["jackknife_se"] == 0.0 and rows["c_kv"]["relative_se_pct"] is None
 
 
+def interleaved_sweep(tmp_path, tiny_model, baselines: str, k: str, batch_sizes: str):
+    """A 6-request sweep of ``specscope serve`` (none and n-gram) with ``baselines``, 3 segments."""
+    from specscope.backends.openai.sweep_config import load_sweep_config
+
+    write_workload(tmp_path / "a.jsonl", 6, seed=5)
+    (tmp_path / "sweep.toml").write_text(
+        f'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = {k}\nbatch_sizes = {batch_sizes}\n'
+        f'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\nbaselines = "{baselines}"\nsegments = 3\n'
+        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n')
+    return load_sweep_config(tmp_path / "sweep.toml")
+
+
+def pause(record: dict) -> float:
+    """ms from the end of a cell's segment 0 to the first send of its segment 1 (its server's own clock)."""
+    end = max(r["sent_ms"] + r["chunk_ms"][-1] for r in record["timeline"] if r["segment"] == 0)
+    return min(r["sent_ms"] for r in record["timeline"] if r["segment"] == 1) - end
+
+
+def validated_rows(tmp_path, tiny_model, output) -> list[dict]:
+    """Trace the sweep's workload with n-gram, fit ``output`` with --validate: calibration.csv's rows."""
+    from specscope.cli import main
+
+    trace = tmp_path / "a.trace.jsonl"
+    assert main(["trace", "--model", str(tiny_model), "--proposers", "ngram", "--workload", str(tmp_path / "a.jsonl"),
+                 "--max-tokens", "12", "--k-max", "4", "-o", str(trace)]) == 0
+    assert main(["costmodel", "fit", "--from-sweep", str(output), "--traces", str(trace), "--validate",
+                 "-o", str(tmp_path / "engine.json")]) == 0
+    with open(output / "calibration.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
 @pytest.mark.slow
 def test_interleaved_pairs_against_a_real_server(tmp_path, tiny_model, capsys):
     """Interleaved baselines: each pair's two servers take turns over segments (A B, B A, A B),
     every cell counts its own segments, a pair resumes as a pair, and the calibration replays
     each segment on its own."""
     from specscope.backends.openai.sweep import read_cells, run_sweep
-    from specscope.backends.openai.sweep_config import load_sweep_config
-    from specscope.cli import main
 
-    write_workload(tmp_path / "a.jsonl", 6, seed=5)
-    (tmp_path / "sweep.toml").write_text(
-        'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [1]\nbatch_sizes = [1, 2]\n'
-        'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\nbaselines = "interleaved"\nsegments = 3\n'
-        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n')
-    config = load_sweep_config(tmp_path / "sweep.toml")
+    config = interleaved_sweep(tmp_path, tiny_model, "interleaved", "[1]", "[1, 2]")
     assert run_sweep(config).failed == 0
     records = read_cells(config.output)
     assert len(records) == 4
@@ -288,11 +312,6 @@ def test_interleaved_pairs_against_a_real_server(tmp_path, tiny_model, capsys):
     for b in (1, 2):  # the none server ran segment 0 first and 1 last: the SD server's two ran back to back
         base, sd = (next(r for r in records.values() if r["key"]["batch_size"] == b and r["key"]["method"] == m)
                     for m in ("none", "ngram"))
-
-        def pause(record):  # from the end of segment 0 to the first send of segment 1
-            end = max(r["sent_ms"] + r["chunk_ms"][-1] for r in record["timeline"] if r["segment"] == 0)
-            return min(r["sent_ms"] for r in record["timeline"] if r["segment"] == 1) - end
-
         assert pause(base) > pause(sd) + 5
     rerun = next(i for i, r in records.items() if r["key"]["method"] == "ngram" and r["key"]["batch_size"] == 2)
     (config.output / "cells" / f"{rerun}.json").unlink()
@@ -305,13 +324,7 @@ def test_interleaved_pairs_against_a_real_server(tmp_path, tiny_model, capsys):
 
     runs = read_sweep(config.output)  # each none cell and its SD cell: one pair, whose speed the fit reads
     assert len({r.pair for r in runs}) == 2 and all(r.pair is not None for r in runs)
-    trace = tmp_path / "a.trace.jsonl"
-    assert main(["trace", "--model", str(tiny_model), "--proposers", "ngram", "--workload", str(tmp_path / "a.jsonl"),
-                 "--max-tokens", "12", "--k-max", "4", "-o", str(trace)]) == 0
-    assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--traces", str(trace), "--validate",
-                 "-o", str(tmp_path / "engine.json")]) == 0
-    with open(config.output / "calibration.csv") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = validated_rows(tmp_path, tiny_model, config.output)
     assert sorted(r["batch_size"] for r in rows) == ["1", "2"]
     assert all(float(r["measured_se_pct"]) > 0 for r in rows)  # three segments each: their spread
     assert "errors within two of their cell's" in capsys.readouterr().out
@@ -324,24 +337,12 @@ def test_interleaved_all_against_a_real_server(tmp_path, tiny_model):
     its whole group; the calibration reads the shared none cell as every SD cell's baseline."""
     from specscope.backends.openai.calibration import read_sweep
     from specscope.backends.openai.sweep import read_cells, run_sweep
-    from specscope.backends.openai.sweep_config import load_sweep_config
-    from specscope.cli import main
 
-    write_workload(tmp_path / "a.jsonl", 6, seed=5)
-    (tmp_path / "sweep.toml").write_text(
-        'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [1, 2]\nbatch_sizes = [1]\n'
-        'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\nbaselines = "interleaved-all"\nsegments = 3\n'
-        f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n')
-    config = load_sweep_config(tmp_path / "sweep.toml")
+    config = interleaved_sweep(tmp_path, tiny_model, "interleaved-all", "[1, 2]", "[1]")
     assert run_sweep(config).failed == 0
     records = read_cells(config.output)
     assert sorted((r["key"]["method"], r["key"]["k"]) for r in records.values()) == [("ngram", 1), ("ngram", 2),
                                                                                      ("none", 0)]
-
-    def pause(record):  # from the end of segment 0 to the first send of segment 1 (one server's own clock)
-        end = max(r["sent_ms"] + r["chunk_ms"][-1] for r in record["timeline"] if r["segment"] == 0)
-        return min(r["sent_ms"] for r in record["timeline"] if r["segment"] == 1) - end
-
     by_k = {r["key"]["k"]: r for r in records.values()}
     for record in by_k.values():
         assert [r["segment"] for r in record["timeline"]] == [0, 0, 1, 1, 2, 2]
@@ -354,11 +355,5 @@ def test_interleaved_all_against_a_real_server(tmp_path, tiny_model):
     assert (outcome.ran, outcome.failed) == (3, 0)  # the whole group again
     runs = read_sweep(config.output)
     assert {r.method for r in runs} == {"none", "ngram"} and all(r.pair is None for r in runs)
-    trace = tmp_path / "a.trace.jsonl"
-    assert main(["trace", "--model", str(tiny_model), "--proposers", "ngram", "--workload", str(tmp_path / "a.jsonl"),
-                 "--max-tokens", "12", "--k-max", "4", "-o", str(trace)]) == 0
-    assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--traces", str(trace), "--validate",
-                 "-o", str(tmp_path / "engine.json")]) == 0
-    with open(config.output / "calibration.csv") as handle:
-        rows = list(csv.DictReader(handle))
+    rows = validated_rows(tmp_path, tiny_model, config.output)
     assert sorted(r["k"] for r in rows) == ["1", "2"] and all(float(r["measured_se_pct"]) > 0 for r in rows)
