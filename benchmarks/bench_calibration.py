@@ -54,6 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specscope.backends.openai.sweep_config import SweepConfig
 from specscope.cli import main as specscope
 from specscope.costmodel.linear import LinearCostModel, linear_from_json
 from specscope.workloads.bundled import bundled_records
@@ -74,8 +75,10 @@ def write_workload(out: Path, num_requests: int, context: int) -> Path:
     number of requests in it (else a cost per cached token and one per request trade places)."""
     path = out / "code.jsonl"
     records = bundled_records("code", num_requests)
-    records = [{**r, "prompt": "\n\n".join([records[(i - j) % len(records)]["prompt"] for j in range(i % (context + 1), 0, -1)]
-                                            + [r["prompt"]])} for i, r in enumerate(records)]
+    prompts = [record["prompt"] for record in records]  # as shipped, before any gets context
+    for i, record in enumerate(records):
+        before = [prompts[(i - j) % len(prompts)] for j in range(i % (context + 1), 0, -1)]
+        record["prompt"] = "\n\n".join(before + [prompts[i]])
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
     return path
 
@@ -129,7 +132,7 @@ def main() -> None:
                              "lasts 0.5-2 s, short enough for this machine's bursts to move its throughput by a "
                              "third; each measured speedup's standard error shrinks as 1/sqrt(requests)")
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--segments", type=int, default=10,
+    parser.add_argument("--segments", type=int, default=SweepConfig.segments,
                         help="turns the servers of a batch size take over the requests (more: each cell's no-SD "
                              "segment nearer in time to its own; keep requests / segments >= the largest batch)")
     parser.add_argument("--context", type=int, default=3,

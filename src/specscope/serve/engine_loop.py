@@ -8,17 +8,17 @@ a dict replaced after every step *before* the step's tokens are handed out, so a
 has seen its last token and then scrapes ``/metrics`` sees counters that include that step.
 If ``step()`` raises, the loop steps each running request alone (``step(only=...)``): a
 request whose own step raises again ends with 500 and is aborted, the others go on, and the
-server keeps serving. With a ``step_records`` file, every step's :class:`~specscope.costmodel.steps.StepRecord` is
-appended to it as one JSON line as soon as the step ends (``specscope serve --step-records``:
-the engine's own timing of the steps a black-box calibration sees from outside). So that a
-step's record covers all the time between two steps, as a client's chunk gap does, the loop's
-own time before a step — handing out the previous step's tokens, writing records, admitting
-requests; not time spent idle — is added to that step's ``overhead_s`` (on the bundled models
-0.1–0.4 ms a step, more with more requests). Only when the engine cannot even abort a request
-(its state is no longer trustworthy) does every job fail and the loop stop; the server then
-answers 503. A job whose client went away, or whose output reached a stop string, is cancelled
-(:meth:`EngineLoop.cancel`): dropped from the queue, or aborted in the engine before the next
-step, so it stops taking batch slots.
+server keeps serving. With a ``step_records`` file, every step's
+:class:`~specscope.costmodel.steps.StepRecord` is appended to it as one JSON line as soon as the
+step ends (``specscope serve --step-records``: the engine's own timing of the steps a black-box
+calibration sees from outside). So that a step's record covers all the time between two steps,
+as a client's chunk gap does, the loop's own time before a step — handing out the previous
+step's tokens, writing records, admitting requests; not time spent idle — is added to that
+step's ``overhead_s`` (on the bundled models 0.1–0.4 ms a step, more with more requests). Only
+when the engine cannot even abort a request (its state is no longer trustworthy) does every job
+fail and the loop stop; the server then answers 503. A job whose client went away, or whose
+output reached a stop string, is cancelled (:meth:`EngineLoop.cancel`): dropped from the queue,
+or aborted in the engine before the next step, so it stops taking batch slots.
 """
 
 from __future__ import annotations

@@ -182,9 +182,9 @@ def policy_work_stage(config: StudyConfig, cost, say: Callable[[str], None]):
     from specscope.methods import LEARNED
 
     learned = sorted(config.learned_dir.glob("*.steps.jsonl"))
-    if not learned:
+    cost = with_policy_work(cost, read_steps(learned)) if learned else cost
+    if LEARNED not in cost.drafting:  # no learned cell measured a decode step
         return cost
-    cost = with_policy_work(cost, read_steps(learned))
     _write_cost_model(config, cost)
     work = cost.drafting_for(LEARNED)
     say(f"fit     the policy's own work per step: {1e6 * work.c_fixed:.0f} µs + {1e6 * work.c_req:.0f} µs "
