@@ -10,10 +10,10 @@ The cells: the bundled target, ``--threads 1``, on the bundled code-editing work
 before it: prompts of 50–260 tokens, so that a step's cached tokens vary apart from its batch and
 a cost per cached token and one per request can be told apart); methods
 ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells) and no SD at each
-batch size, the ten servers of a batch size up at once and taking turns over 10 segments of the
-requests (``baselines = "interleaved-all"``): this machine's speed wanders by ±15 % over seconds
-and more over minutes, which cells measured at different times would carry into their speedups
-and into one another's fit.
+batch size, all 30 cells taking turns over 10 segments of the requests on ten servers up at once,
+one per method and k serving every batch size (``baselines = "interleaved-all"``): this machine's
+speed wanders by ±15 % over seconds and more over minutes, which cells measured at different times
+would carry into their speedups and into one another's fit.
 Prints:
 
 - leave-one-out validation (``--validate``): every SD cell predicted from a fit without it,
@@ -133,7 +133,7 @@ def main() -> None:
                              "third; each measured speedup's standard error shrinks as 1/sqrt(requests)")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--segments", type=int, default=SweepConfig.segments,
-                        help="turns the servers of a batch size take over the requests (more: each cell's no-SD "
+                        help="turns the cells take over the requests (more: each cell's no-SD "
                              "segment nearer in time to its own; keep requests / segments >= the largest batch)")
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "

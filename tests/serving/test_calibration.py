@@ -332,28 +332,35 @@ def test_interleaved_pairs_against_a_real_server(tmp_path, tiny_model, capsys):
 
 @pytest.mark.slow
 def test_interleaved_all_against_a_real_server(tmp_path, tiny_model):
-    """``interleaved-all``: the none server and every SD server of a batch size take turns over
-    segments (A B C, C B A, A B C), each cell counting its own; deleting one cell's record reruns
-    its whole group; the calibration reads the shared none cell as every SD cell's baseline."""
+    """``interleaved-all``: a workload's cells (none and n-gram, each at batch sizes 1 and 2) take
+    turns over segments (A B C D, D C B A, A B C D) on two servers, one per method serving both
+    batch sizes; each cell counts its own segments, and its server's spec-decode counters around
+    them only; deleting one cell's record reruns the whole workload; the calibration reads each
+    batch size's none cell as its SD cell's baseline."""
     from specscope.backends.openai.calibration import read_sweep
     from specscope.backends.openai.sweep import read_cells, run_sweep
 
-    config = interleaved_sweep(tmp_path, tiny_model, "interleaved-all", "[1, 2]", "[1]")
+    config = interleaved_sweep(tmp_path, tiny_model, "interleaved-all", "[1]", "[1, 2]")
     assert run_sweep(config).failed == 0
+    assert sorted(p.name for p in (config.output / "logs").iterdir()) == ["ref-ngram-k1-b2.log", "ref-none-k0-b2.log"]
     records = read_cells(config.output)
-    assert sorted((r["key"]["method"], r["key"]["k"]) for r in records.values()) == [("ngram", 1), ("ngram", 2),
-                                                                                     ("none", 0)]
-    by_k = {r["key"]["k"]: r for r in records.values()}
-    for record in by_k.values():
+    turn = {(r["key"]["batch_size"], r["key"]["method"]): r for r in records.values()}
+    assert sorted(turn) == [(1, "ngram"), (1, "none"), (2, "ngram"), (2, "none")]
+    for record in records.values():
         assert [r["segment"] for r in record["timeline"]] == [0, 0, 1, 1, 2, 2]
-    # turns none, k=1, k=2 then k=2, k=1, none: between its two segments none waits for four runs of
-    # the others, k=1 for two, k=2 for none
-    assert pause(by_k[0]) > pause(by_k[1]) + 5 > pause(by_k[2]) + 10
-    rerun = next(i for i, r in records.items() if r["key"]["k"] == 2)
+        result = record["result"]
+        if record["key"]["method"] == "ngram":  # a step's chunk: 1 token + those accepted, the cell's own only
+            accepted = sum(sum(r["chunk_tokens"]) - len(r["chunk_tokens"]) for r in record["timeline"])
+            assert result["num_accepted_tokens"] == accepted and result["num_drafts"] > 0
+    # between its two segments the first cell waits for six runs of the others, the second for
+    # four, the third for two, the last for none
+    pauses = [pause(turn[cell]) for cell in [(1, "none"), (1, "ngram"), (2, "none"), (2, "ngram")]]
+    assert pauses[0] > pauses[1] + 5 > pauses[2] + 10 > pauses[3] + 15
+    rerun = next(i for i, r in records.items() if r["key"]["batch_size"] == 2 and r["key"]["method"] == "ngram")
     (config.output / "cells" / f"{rerun}.json").unlink()
     outcome = run_sweep(config)
-    assert (outcome.ran, outcome.failed) == (3, 0)  # the whole group again
+    assert (outcome.ran, outcome.failed) == (4, 0)  # the whole workload again
     runs = read_sweep(config.output)
     assert {r.method for r in runs} == {"none", "ngram"} and all(r.pair is None for r in runs)
     rows = validated_rows(tmp_path, tiny_model, config.output)
-    assert sorted(r["k"] for r in rows) == ["1", "2"] and all(float(r["measured_se_pct"]) > 0 for r in rows)
+    assert sorted(r["batch_size"] for r in rows) == ["1", "2"] and all(float(r["measured_se_pct"]) > 0 for r in rows)

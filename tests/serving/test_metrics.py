@@ -143,3 +143,22 @@ def test_histogram_means_over_a_run():
     assert means["server_iteration_tokens_mean"] == pytest.approx(300.0 / 20.0)
     assert means["server_inter_token_latency_mean_s"] == pytest.approx(0.6 / 200.0)
     assert histogram_means(after, after)["server_iteration_tokens_mean"] is None  # no step in between
+
+
+def test_a_run_in_parts_counts_only_its_parts():
+    """A server that served another run between this run's two parts: the counters and histograms
+    of the parts alone are summed (10 + 5 drafts, not the 40 between the first and last scrape)."""
+    from specscope.backends.openai.metrics import histogram_means, summed
+
+    first = (MetricsSnapshot(0, 0, 0, {0: 0}, True, histograms={"vllm:iteration_tokens_total": [0.0, 0.0]}),
+             MetricsSnapshot(10, 30, 12, {0: 8}, True, histograms={"vllm:iteration_tokens_total": [40.0, 10.0]}))
+    second = (MetricsSnapshot(35, 90, 40, {0: 30, 1: 4}, True, histograms={"vllm:iteration_tokens_total": [100.0, 30.0]}),
+              MetricsSnapshot(40, 100, 43, {0: 32, 1: 5}, True, sglang_accept_length=1.5,
+                              histograms={"vllm:iteration_tokens_total": [120.0, 35.0]}))
+    before, after = summed([first, second])
+    d = delta(before, after)
+    assert (d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens) == (15, 40, 15)
+    assert d.num_accepted_tokens_per_pos == [10, 1] and d.sglang_accept_length == 1.5
+    assert histogram_means(before, after)["server_iteration_tokens_mean"] == pytest.approx(60.0 / 15.0)
+    with pytest.raises(SpecscopeError, match="went down"):
+        summed([first, (second[1], second[0])])

@@ -114,7 +114,7 @@ def test_fewer_requests_than_segments_are_refused_before_any_request():
 
     prompts = [Prompt("a", text="x"), Prompt("b", text="y")]
     with pytest.raises(MeasureError, match="2 requests cannot be cut into 3 segments"):
-        measure_interleaved([ClientConfig(refused_url())] * 2, prompts, 1, 3)
+        measure_interleaved([ClientConfig(refused_url())] * 2, prompts, [1, 1], 3)
 
 
 def test_an_interleaved_sd_cell_without_its_none_cell_is_failed_not_measured_alone(tmp_path):
@@ -128,10 +128,11 @@ def test_an_interleaved_sd_cell_without_its_none_cell_is_failed_not_measured_alo
         assert all(r["status"] == "failed" and "its partners were measured apart" in r["reason"] for r in records)
 
 
-def test_interleaved_all_groups_every_server_of_a_batch_size_and_workload(tmp_path):
-    """``interleaved-all``: per batch size and workload one shared ``none`` cell first, then every
-    SD cell; the group is one unit of servers (resources once per server), with new ids."""
-    from specscope.backends.openai.sweep import _server_key, group_servers
+def test_interleaved_all_groups_every_cell_of_a_workload(tmp_path):
+    """``interleaved-all``: per workload, at each batch size one shared ``none`` cell first, then
+    every SD cell; the group is one unit of servers, one per method and k for every batch size
+    (resources once per server), with new ids that name the servers' batch size."""
+    from specscope.backends.openai.sweep import _complete, _server_key, _units, group_servers
 
     def config(extra: str):
         return load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", "max_tokens = 8\n" + extra)))
@@ -142,15 +143,19 @@ def test_interleaved_all_groups_every_server_of_a_batch_size_and_workload(tmp_pa
     groups: dict = {}
     for cell in cells:
         groups.setdefault(_server_key(every, cell), []).append(cell)
-    assert len(groups) == 4
+    assert len(groups) == 2
     for group in groups.values():
-        assert [(c.method, c.k) for c in group] == [("none", 0), ("ngram", 1), ("ngram", 3), ("eagle3", 1), ("eagle3", 3)]
-        assert len({(c.batch_size, c.workload) for c in group}) == 1 and group[0].baseline_for is None
-        assert group_servers(every, group) == 5
+        assert [(c.batch_size, c.method, c.k) for c in group] == [
+            (b, m, k) for b in (1, 2) for m, k in [("none", 0), ("ngram", 1), ("ngram", 3), ("eagle3", 1), ("eagle3", 3)]]
+        assert len({c.workload for c in group}) == 1 and group[0].baseline_for is None
+        assert group_servers(every, group) == 5 and _units(every, group) == [tuple(group)]
+        assert not _complete(group[1:]) and not _complete(group[:5] + group[6:]) and not _complete(group[:1] + group[5:])
+        assert _units(every, group[1:]) == [(c,) for c in group[1:]]  # without its none cell: each alone (failed)
     assert [group_servers(shared, [c]) for c in plan_cells(shared)[:1]] == [1]
     ids = {c.cell_id(every) for c in cells}
     assert len(ids) == 20 and not ids & {c.cell_id(shared) for c in plan_cells(shared)}  # measured apart: new ids
     assert not ids & {c.cell_id(config('baselines = "interleaved"\nsegments = 4')) for c in cells}
+    assert all(c.key(every)["server_batch_size"] == 2 for c in cells)
     with pytest.raises(SpecscopeError, match=r"field 'segments': expected at most num_requests \(3\), got 4"):
         config('baselines = "interleaved-all"\nsegments = 4\nnum_requests = 3')
     alone = load_sweep_config(write_config(tmp_path, GRID.replace('"none", "ngram", "eagle3"', '"none"').replace(

@@ -49,36 +49,37 @@ def measure_load(
     config: ClientConfig, prompts: list[Prompt], concurrency: int, warmup: Prompt | None = None
 ) -> tuple[dict[str, object], LoadResult]:
     """:func:`measure`'s row, and the run itself."""
-    run = _Measurement(config, warmup or prompts[0])
-    return run.finish(run_load(run.config, prompts, concurrency))
+    run = _Measurement(config, warmup or prompts[0], concurrency)
+    run.run(prompts)
+    return run.finish()
 
 
 def measure_interleaved(
-    configs: list[ClientConfig], prompts: list[Prompt], concurrency: int, segments: int,
+    configs: list[ClientConfig], prompts: list[Prompt], concurrencies: list[int], segments: int,
     warmup: Prompt | None = None,
 ) -> list[tuple[dict[str, object], LoadResult]]:
-    """:func:`measure_load` on every server of ``configs`` at once, interleaved: ``prompts`` cut
-    into ``segments`` consecutive parts, each part run on every server in turn, the order
-    reversed every other part (A B, B A, A B, …: a drift linear in time weighs on each alike).
-    Each server's row counts its own segments only (:func:`~specscope.backends.openai.client.joined`),
-    so a machine whose speed wanders over seconds slows every server's runs nearly alike."""
+    """:func:`measure_load` of every run of ``configs`` (a server each, at ``concurrencies``; two
+    runs may share a server) at once, interleaved: ``prompts`` cut into ``segments`` consecutive
+    parts, each part run by every run in turn, the order reversed every other part (A B, B A,
+    A B, …: a drift linear in time weighs on each alike). Each run's row counts its own segments
+    only (:func:`~specscope.backends.openai.client.joined`; its server's counters scraped around
+    each of them), so a machine whose speed wanders over seconds slows every run nearly alike."""
     if segments > len(prompts):
         raise MeasureError(f"{len(prompts)} requests cannot be cut into {segments} segments")
-    runs = [_Measurement(config, warmup or prompts[0]) for config in configs]
-    parts: list[list[LoadResult]] = [[] for _ in runs]
+    runs = [_Measurement(config, warmup or prompts[0], c) for config, c in zip(configs, concurrencies, strict=True)]
     for index in range(segments):
         part = prompts[index * len(prompts) // segments : (index + 1) * len(prompts) // segments]
-        order = range(len(runs)) if index % 2 == 0 else reversed(range(len(runs)))
-        for i in order:
-            parts[i].append(run_load(runs[i].config, part, concurrency))
-    return [run.finish(joined(loads)) for run, loads in zip(runs, parts)]
+        for i in range(len(runs)) if index % 2 == 0 else reversed(range(len(runs))):
+            runs[i].run(part)
+    return [run.finish() for run in runs]
 
 
 class _Measurement:
-    """One server's measured run: warmed up and its metrics scraped when made, its row made
-    from the load (:meth:`finish`)."""
+    """One measured run on one server: warmed up when made; its parts run (:meth:`run`) with the
+    server's ``/metrics`` scraped around each, so that runs sharing a server between parts count
+    only their own; its row made from them all (:meth:`finish`)."""
 
-    def __init__(self, config: ClientConfig, warmup: Prompt) -> None:
+    def __init__(self, config: ClientConfig, warmup: Prompt, concurrency: int) -> None:
         if config.model is None:
             try:
                 config = replace(config, model=served_model(config.url, config.idle_timeout_s))
@@ -87,37 +88,49 @@ class _Measurement:
         warmed = stream_completion(replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens)), warmup)
         if warmed.error is not None:
             raise MeasureError(f"warm-up request failed: {warmed.error}")
-        self.config, self.metrics_error = config, None
-        try:
-            self.before = metrics.scrape(config.url, config.idle_timeout_s)
-        except SpecscopeError as error:
-            self.before, self.metrics_error = None, str(error)
+        self.config, self.concurrency = config, concurrency
+        self.loads: list[LoadResult] = []
+        self.spans: list[tuple[metrics.MetricsSnapshot, metrics.MetricsSnapshot]] = []  # scrapes around each part
+        self.metrics_error: str | None = None
 
-    def finish(self, load: LoadResult) -> tuple[dict[str, object], LoadResult]:
-        """The row of ``load`` (this server's), with the metrics' deltas since the warm-up."""
+    def run(self, prompts: list[Prompt]) -> None:
+        """One part: ``prompts`` at this run's concurrency, between two scrapes."""
+        before = self._scrape()
+        self.loads.append(run_load(self.config, prompts, self.concurrency))
+        after = self._scrape()
+        if before is not None and after is not None:
+            self.spans.append((before, after))
+
+    def _scrape(self) -> metrics.MetricsSnapshot | None:
+        """The server's metrics now; ``None`` once a scrape failed (the counts would be partial)."""
+        if self.metrics_error is None:
+            try:
+                return metrics.scrape(self.config.url, self.config.idle_timeout_s)
+            except SpecscopeError as error:
+                self.metrics_error = str(error)
+        return None
+
+    def finish(self) -> tuple[dict[str, object], LoadResult]:
+        """The row of this run's parts (one load; :func:`joined` when there were several), with
+        the metrics' deltas summed over them."""
+        load = self.loads[0] if len(self.loads) == 1 else joined(self.loads)
         if load.failed:
             first = load.failed[0]
             raise MeasureError(
                 f"{len(load.failed)}/{len(load.results)} requests failed; first ({first.id}): {first.error}"
             )
-        before, metrics_error = self.before, self.metrics_error
+        metrics_error = self.metrics_error
         row = {"model_name": self.config.model, **load.summary()}
         row.update({name: None for name in metrics.SpecDecodeDelta(0, 0, 0, []).as_row()})
         row["acceptance_source"] = None
         row.update({name: None for name in metrics.HISTOGRAMS.values()})
-        if before is not None:
-            try:
-                after = metrics.scrape(self.config.url, self.config.idle_timeout_s)
-            except SpecscopeError as error:
-                after, metrics_error = None, str(error)
-            if after is not None:
-                row.update(metrics.histogram_means(before, after))
-            if after is not None and after.has_spec_decode:
+        if metrics_error is None:
+            before, after = metrics.summed(self.spans)
+            row.update(metrics.histogram_means(before, after))
+            if after.has_spec_decode:
                 row.update(metrics.delta(before, after).as_row())
                 row["acceptance_source"] = "vllm counters, delta over the run"
-            elif after is not None and (
-                after.sglang_accept_length is not None or after.sglang_accept_rate is not None
-            ):
+            elif after.sglang_accept_length is not None or after.sglang_accept_rate is not None:
                 row.update(
                     acceptance_rate=after.sglang_accept_rate,
                     mean_acceptance_length=after.sglang_accept_length,
@@ -125,7 +138,7 @@ class _Measurement:
                     sglang_spec_accept_length=after.sglang_accept_length,
                 )
                 row["acceptance_source"] = "sglang gauges, last logging interval"
-        if metrics_error:
+        else:
             log.warning("no spec-decode metrics: %s", metrics_error)
         row["metrics_error"] = metrics_error
         return row, load

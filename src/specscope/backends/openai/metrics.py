@@ -210,6 +210,30 @@ def histogram_means(before: MetricsSnapshot, after: MetricsSnapshot) -> dict[str
     return means
 
 
+def summed(spans: list[tuple[MetricsSnapshot, MetricsSnapshot]]) -> tuple[MetricsSnapshot, MetricsSnapshot]:
+    """(before, after) scrapes around each part of a run → one (zero, total) pair whose
+    :func:`delta` and :func:`histogram_means` are those of the parts together (a server that
+    served other runs between the parts: only the parts count). The SGLang gauges, the engine and
+    whether the counters exist are the last scrape's; a counter that went down within a part is
+    refused as in :func:`delta`."""
+    total = MetricsSnapshot()
+    for before, after in spans:
+        delta(before, after)  # refuses a restart
+        total.num_drafts += after.num_drafts - before.num_drafts
+        total.num_draft_tokens += after.num_draft_tokens - before.num_draft_tokens
+        total.num_accepted_tokens += after.num_accepted_tokens - before.num_accepted_tokens
+        for pos, count in after.accepted_per_pos.items():
+            total.accepted_per_pos[pos] = total.accepted_per_pos.get(pos, 0.0) + count - before.accepted_per_pos.get(pos, 0.0)
+        for name, (value, count) in after.histograms.items():
+            old_value, old_count = before.histograms.get(name, (0.0, 0.0))
+            kept = total.histograms.setdefault(name, [0.0, 0.0])
+            kept[0] += value - old_value
+            kept[1] += count - old_count
+        total.has_spec_decode, total.engine = after.has_spec_decode, after.engine
+        total.sglang_accept_length, total.sglang_accept_rate = after.sglang_accept_length, after.sglang_accept_rate
+    return MetricsSnapshot(), total
+
+
 def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> SpecDecodeDelta:
     """``after - before`` for the counters; the SGLang gauges as read in ``after``.
 

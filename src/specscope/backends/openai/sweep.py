@@ -19,7 +19,8 @@ goes on. Launched servers are started once per (engine, method, k, batch size) f
 workloads that still need them (once per cell for methods that learn), and stopped before the
 next; with ``baselines = "interleaved"`` an SD server and its ``none`` server run at once, and
 a pair's two cells are measured together (:func:`_run_interleaved`) or, resumed, again together;
-with ``"interleaved-all"`` the same holds for all the servers of one batch size and workload.
+with ``"interleaved-all"`` the same holds for all the cells of one workload, its servers (one per
+method and k, launched for the largest batch size) serving every batch size.
 
 After the cells, ``OUTPUT/results.csv`` and ``results.json`` list every cell with ``speedup``
 against the ``none`` cell of the same engine, batch size and workload; ``measured.json`` holds
@@ -31,6 +32,7 @@ names, for each engine, workload and batch size, the method and k with the highe
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import logging
 import time
@@ -99,7 +101,7 @@ def read_cells(output: Path) -> dict[str, dict]:
 
 def _server_key(config: SweepConfig, cell: Cell) -> tuple:
     """Cells with one key share a server (an interleaved pair: its two servers; ``interleaved-all``:
-    the servers of one batch size and workload); a launched method that learns gets one per cell."""
+    the servers of one workload); a launched method that learns gets one per cell."""
     if config.baselines == INTERLEAVED_ALL and interleaved(config, cell):
         return _unit_key(config, cell)
     if interleaved(config, cell):
@@ -121,14 +123,23 @@ def group_servers(config: SweepConfig, group: list[Cell]) -> int:
     """How many servers ``group`` (cells sharing a :func:`_server_key`) runs at once."""
     if not interleaved(config, group[0]):
         return 1
-    return 2 if config.baselines == INTERLEAVED else len(group)
+    return 2 if config.baselines == INTERLEAVED else len({_server_of(c) for c in group})
+
+
+def _server_of(cell: Cell) -> tuple:
+    """Which server of an ``interleaved-all`` group serves ``cell``: one per method and k (or
+    tree) for every batch size, but one per cell for a launched method that learns across
+    requests (a cell must not inherit another's learning)."""
+    if learns_across_requests(cell.engine.launch, cell.method):
+        return (cell.server, cell.batch_size)
+    return (cell.server,)
 
 
 def _unit_key(config: SweepConfig, cell: Cell) -> tuple:
     """The same for the cells measured together: an interleaved pair's two (engine, SD server,
-    batch size, workload), an ``interleaved-all`` group's (engine, batch size, workload)."""
+    batch size, workload), an ``interleaved-all`` group's (engine, workload)."""
     if config.baselines == INTERLEAVED_ALL:
-        return (cell.engine.name, cell.batch_size, cell.workload)
+        return (cell.engine.name, cell.workload)
     return (cell.engine.name, cell.baseline_for or cell.server, cell.batch_size, cell.workload)
 
 
@@ -233,14 +244,14 @@ def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: 
 
 
 def _run_unit(config: SweepConfig, unit: tuple[Cell, ...], servers: list[tuple[str, str]], reused: bool) -> list[dict]:
-    """Measure cells interleaved (a pair, or an ``interleaved-all`` group: a ``none`` cell and SD
-    cells of one workload and batch size) on ``servers`` ((url, what was verified) of each);
-    their records."""
+    """Measure cells interleaved (a pair, or an ``interleaved-all`` group: per batch size a ``none``
+    cell and SD cells, of one workload) on ``servers`` ((url, what was verified) of each cell's
+    server), each at its batch size; their records."""
     started = time.time()
     try:
         prompts, warmup, warmup_measured = _prompts(config, unit[-1])
         clients = [serving_config(config, cell).client(url) for cell, (url, _) in zip(unit, servers)]
-        measured = measure_interleaved(clients, prompts, unit[0].batch_size, config.segments, warmup)
+        measured = measure_interleaved(clients, prompts, [c.batch_size for c in unit], config.segments, warmup)
     except Exception as error:
         return _failed(config, list(unit), error, started)
     return [_measured(config, cell, row, load, verified, unit[0].engine.launch, reused or warmup_measured, started)
@@ -298,43 +309,57 @@ def run_group(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
 
 
 def _units(config: SweepConfig, cells: list[Cell]) -> list[tuple[Cell, ...]]:
-    """An interleaved group's cells as the units measured together, in :func:`plan_cells`' order
-    (the ``none`` cell first): pairs, one per workload; or the whole ``interleaved-all`` group.
-    A cell without its partners next to it (they ran in an earlier attempt) is a unit alone."""
-    size = 2 if config.baselines == INTERLEAVED else len(cells)
+    """An interleaved group's cells as the units measured together, in :func:`plan_cells`' order:
+    pairs (a ``none`` cell, then its SD cell), one per workload; or the whole ``interleaved-all``
+    group (one workload; at every batch size a ``none`` cell first, then SD cells). A cell without
+    its partners next to it (they ran in an earlier attempt) is a unit alone."""
+    if config.baselines == INTERLEAVED_ALL:
+        return [tuple(cells)] if _complete(cells) else [(cell,) for cell in cells]
     units, i = [], 0
     while i < len(cells):
-        unit = cells[i : i + size]
-        if (len(unit) == size > 1 and unit[0].method == NO_SD and all(c.method != NO_SD for c in unit[1:])
-                and len({c.workload for c in unit}) == 1):
-            units.append(tuple(unit))
-        else:
-            units.append((cells[i],))
+        unit = cells[i : i + 2]
+        units.append(tuple(unit) if _complete(unit) else (cells[i],))
         i += len(units[-1])
     return units
 
 
+def _complete(cells: list[Cell]) -> bool:
+    """Whether ``cells`` are of one workload and, per batch size in turn, a ``none`` cell and then
+    at least one SD cell."""
+    runs = [list(run) for _, run in itertools.groupby(cells, key=lambda c: c.batch_size)]
+    return (len({c.workload for c in cells}) == 1 and len({run[0].batch_size for run in runs}) == len(runs)
+            and all(len(run) > 1 and run[0].method == NO_SD and all(c.method != NO_SD for c in run[1:])
+                    for run in runs))
+
+
 def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
-    """An interleaved group: its units (:func:`_units`) measured on servers launched at once,
-    one per cell of a unit; records in the cells' order. A cell alone is failed: a pair or
-    group is measured together or not at all."""
+    """An interleaved group: its units (:func:`_units`) measured on servers launched at once (a
+    pair's two; an ``interleaved-all`` group's one per :func:`_server_of`, for its largest batch
+    size); records in the cells' order. A cell alone is failed: a pair or group is measured
+    together or not at all."""
     started, units = time.time(), _units(config, cells)
     measured_units = [unit for unit in units if len(unit) > 1]
     done = 0
     try:
         with contextlib.ExitStack() as stack:
-            servers = None
+            servers: dict[tuple, tuple[str, str]] = {}
             for unit in units:
                 if len(unit) == 1:
                     done += 1
                     yield _record(config, unit[0], "failed", "interleaved: its partners were measured apart; rerun "
                                   "with --retry-failed to measure them again", None, started)
                     continue
-                if servers is None:  # not two on one port: all but the last on a free one
+                if not servers:  # not two on one port: all but the last on a free one
+                    largest = max(c.batch_size for c in unit)
+                    first: dict[tuple, Cell] = {}  # each server's first cell
+                    for cell in unit:
+                        first.setdefault(_server_of(cell), cell)
                     fixed = unit[0].engine.port is not None
-                    ports = [free_port() if fixed else None for _ in unit[1:]] + [None]
-                    servers = [stack.enter_context(_launched(config, cell, port)) for cell, port in zip(unit, ports)]
-                for record in _run_unit(config, unit, servers, reused=unit is not measured_units[0]):
+                    for n, (key, cell) in enumerate(first.items()):
+                        port = free_port() if fixed and n < len(first) - 1 else None
+                        servers[key] = stack.enter_context(_launched(config, replace(cell, batch_size=largest), port))
+                for record in _run_unit(config, unit, [servers[_server_of(c)] for c in unit],
+                                        reused=unit is not measured_units[0]):
                     done += 1
                     yield record
     except SpecscopeError as error:

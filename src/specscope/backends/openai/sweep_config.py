@@ -56,15 +56,19 @@ segment's requests ramp up and drain on their own, as the calibration's predicti
 them (:mod:`specscope.backends.openai.calibration`). The two servers are up at once (idle in
 turn): on a GPU give each room (vLLM: ``--gpu-memory-utilization`` under one half), and with
 ``--ray`` a pair's group reserves its engine's resources twice. With ``"interleaved-all"``
-(launched engines) every server of one batch size and workload — one ``none`` server and one
-per SD method and k (or tree) — is up at once and they take turns the same way, segment by
-segment (A B … J, then J … A), against one shared ``none`` cell: every cell of the group is
-measured over the same minutes. On a machine whose speed also drifts over minutes that is what
-makes cells comparable with one another, not only with their own baseline: a calibration sweep
-of pairs (27 of them over 25 minutes on a 2-core VM) saw the ``none`` server's throughput at one
-batch size move by 1.6× from pair to pair, and the speedup of a pair depended on when it ran. A
-group is measured together or, resumed, again together; with ``--ray`` it reserves its engine's
-resources once per server.
+(launched engines) every cell of one workload is measured over the same minutes: one ``none``
+server and one per SD method and k (or tree), each launched for the sweep's largest batch size,
+are up at once, and every cell — each server at each batch size, one ``none`` cell per batch
+size shared by its SD cells — takes its turn the same way, segment by segment (A B … Z, then
+Z … A). On a machine whose speed also drifts over minutes that is what makes cells comparable
+with one another, not only with their own baseline: a calibration sweep of pairs (27 of them
+over 25 minutes on a 2-core VM) saw the ``none`` server's throughput at one batch size move by
+1.6× from pair to pair, and the speedup of a pair depended on when it ran; with the servers of
+one batch size taking turns, the batch sizes still ran minutes apart, and a fit shared across
+them leaned the error of one batch size's cells (its mean moved −1 … −8 % between three
+sweeps) onto the others'. A server serving several cells counts each cell's spec-decode counters
+around that cell's own segments. A workload's cells are measured together or, resumed, again
+together; with ``--ray`` they reserve their engine's resources once per server.
 """
 
 from __future__ import annotations
@@ -85,7 +89,7 @@ from specscope.methods import ENGINES, NO_SD, method, names
 from specscope.trees import TreeShape
 
 INTERLEAVED = "interleaved"  # each SD server beside its own none server, taking turns
-INTERLEAVED_ALL = "interleaved-all"  # every server of one batch size and workload, taking turns
+INTERLEAVED_ALL = "interleaved-all"  # every cell of one workload, its servers up at once, taking turns
 BASELINES = ("shared", "paired", INTERLEAVED, INTERLEAVED_ALL)  # how SD cells get their none cells (module docstring)
 INTERLEAVING = (INTERLEAVED, INTERLEAVED_ALL)
 
@@ -185,6 +189,8 @@ class Cell:
         pair = {"baseline_for": self.baseline_for} if self.baseline_for is not None else {}  # shared ids unchanged
         if config.baselines in INTERLEAVING and self.engine.url is None:  # measured differently: new ids
             pair.update(baselines=config.baselines, segments=config.segments)
+        if config.baselines == INTERLEAVED_ALL and self.engine.url is None:  # its server's batch size
+            pair["server_batch_size"] = max(config.batch_sizes)
         return {
             "engine": engine,
             "method": self.method,
@@ -409,7 +415,7 @@ def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
 def plan_cells(config: SweepConfig) -> list[Cell]:
     """All cells, grouped so that cells sharing one launched server are adjacent; with paired or
     interleaved baselines, each SD cell right after its own ``none`` cell; with
-    ``interleaved-all``, the cells of one batch size and workload together, their ``none`` cell
+    ``interleaved-all``, the cells of one workload together, per batch size its ``none`` cell
     first (module docstring)."""
     cells = []
     for engine in config.engines:
@@ -438,14 +444,14 @@ def plan_cells(config: SweepConfig) -> list[Cell]:
 
 
 def _all_interleaved(config: SweepConfig, engine: EngineSpec) -> list[Cell]:
-    """A launched engine's cells under ``interleaved-all``: per batch size and workload, its
+    """A launched engine's cells under ``interleaved-all``: per workload and batch size, its
     ``none`` cell, then one cell per SD method and k (or tree); none without an SD method (as with
     pairs, a ``none`` cell comes with the SD cells it is measured beside)."""
     servers = [server for m in config.methods if m != NO_SD
                for server in [(m, k, None) for k in config.k] + [(m, t.nodes, t) for t in config.trees]]
     if not servers:
         return []
-    return [cell for batch_size in config.batch_sizes for workload in config.workloads
+    return [cell for workload in config.workloads for batch_size in config.batch_sizes
             for cell in [Cell(engine, NO_SD, 0, batch_size, workload)]
             + [Cell(engine, m, k, batch_size, workload, tree) for m, k, tree in servers]]
 
