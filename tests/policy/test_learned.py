@@ -13,7 +13,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.sim.evaluate import judge
 from specscope.sim.grid import SimConfig, simulate
-from specscope.policy.learned import feature_names, features, load_policy
+from specscope.policy.learned import PLAIN_ROWS, feature_names, features, load_policy
 
 pytest.importorskip("sklearn")
 
@@ -265,6 +265,36 @@ def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_reque
     obs = history.observation(4, 4, np.zeros(8, dtype=np.int64), 0, 0.0)
     # PRIOR_STEPS no-SD steps (1 token, 1 s each), then 3 tokens emitted in 4 s
     assert chooser.theta_for(obs) == pytest.approx((PRIOR_STEPS + 3) / (PRIOR_STEPS * 1.0 + 4))
+
+
+def test_theta_is_capped_by_the_best_ratio_any_action_is_predicted_to_reach():
+    """One model drafter, hazards 1/2 (E[e] = 1, 1.5, 1.75 for k = 0, 1, 2), prices 1, 1.4, 2.2 s:
+    the best ratio is k = 1's, 1.5 / 1.4. A request whose own rate so far is θ = 2 (its first
+    steps accepted more than any step is now predicted to) would score every action below zero
+    and take the one losing the least time, none (1 − 2 = −1 against 1.5 − 2.8 = −1.3); capped at
+    1.5 / 1.4 it takes k = 1 (score 0 against none's −1/14), alone, in a group, and over arrays."""
+    from specscope.policy.learned import Chooser
+
+    seconds = np.array([[1.0, 1.4, 2.2]])
+    chooser = Chooser(np.zeros((1, 0)), np.zeros((1, 2)), seconds, ngram=-1, base_rate=np.full((1, 2), 0.5),
+                      fixed=np.zeros((1, 3)), batch_size=2)
+    gains = chooser.row_gains([], 0, [0.0])
+    assert np.allclose(gains, [[1.0, 1.5, 1.75]])
+    assert chooser.capped(gains, 2.0) == pytest.approx(1.5 / 1.4)
+    assert chooser.capped(gains, 0.5) == 0.5  # below the best ratio: the request's own rate
+    assert _best_at(chooser, gains, 2.0) == (-1, 0)  # what the uncapped rule would do
+    assert chooser.choose([], 0, 2.0, [0.0]) == (0, 1)
+    rows = PLAIN_ROWS + 1
+    assert chooser.choose_group([[]] * 2, [0] * 2, [2.0] * 2, [[0.0]] * 2) == [(0, 1)] * 2
+    assert chooser.choose_group(np.zeros((rows, 0)), np.zeros(rows, dtype=int), np.full(rows, 2.0),
+                                np.zeros((rows, 1))) == [(0, 1)] * rows  # the arrays' path
+
+
+def _best_at(chooser, gains, theta):
+    """The (method, k) the rule picks at ``theta`` without the cap."""
+    from specscope.policy.learned import _best
+
+    return _best([[g - theta * p for g, p in zip(line, price)] for line, price in zip(gains, chooser.seconds.tolist())])
 
 
 def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_depth():

@@ -130,9 +130,9 @@ def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> lis
         return decide(observed)
 
     plan = causal_plan(records, policy.methods, lambda b: spy, policy.depth)
-    first = [[line[1] - 1.0 for line in chooser.row_scores(features(obs, policy.methods), max(obs.ngram_offer, 1),
-                                                             0.0, chooser.shift_for(obs))]
-             for obs in seen]  # [steps][M]: at θ = 0, k = 1 scores 1 + P(acc_len ≥ 2)
+    first = [[line[1] - 1.0 for line in chooser.row_gains(features(obs, policy.methods), max(obs.ngram_offer, 1),
+                                                            chooser.shift_for(obs))]
+             for obs in seen]  # [steps][M]: k = 1 emits 1 + P(acc_len ≥ 2)
     rows = []
     for m, name in enumerate(policy.methods):
         predicted, truth = [], []
