@@ -41,10 +41,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verbs = parser.add_subparsers(dest="policy_verb", metavar="ACTION", required=True)
     fit = verbs.add_parser(
         "fit", help="fit a causal per-step policy (method and k) to traces under a cost model",
-        description="Label every position with the action (proposer or none, and k) that pays best "
-                    "under the cost model at each batch size, then fit a logistic model from what an "
-                    "engine knows before the step (see specscope.sim.fit). Use the file with "
-                    "`simulate --policies learned:FILE`.")
+        description="Walk the traces as a causal policy would, fit per proposer a logistic model of "
+                    "each draft token's acceptance from what an engine knows before the step, and price "
+                    "every (proposer, k) under the cost model at each batch size; the policy then picks "
+                    "the step with the most expected tokens for its time (see specscope.sim.fit and "
+                    "specscope.policy.learned). Use the file with `simulate --policies learned:FILE`.")
     add_trace_options(fit)
     add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
