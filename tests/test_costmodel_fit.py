@@ -203,6 +203,34 @@ def test_prefill_points_count_their_prompts(tmp_path):
     assert read_steps([old])[0].prefill_requests == 1
 
 
+def test_prefill_points_count_the_positions_of_prompts_padded_to_the_longest(tmp_path):
+    """The reference engine prefills the prompts of one step right-padded to the longest: a step
+    of 3 prompts of 20, 40 and 60 tokens (120 in all, ``prefill_width`` 60) costs the forward over
+    3 × 60 = 180 positions, and the fit recovers the forward from such steps exactly."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.fit import fit_linear
+
+    def forward(tokens, cached, rows):
+        return 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-4 * rows
+
+    lines = []
+    for i in range(40):
+        batch, kv = 1 + i % 8, 200 + 37 * i
+        prompts, width = 1 + i % 4, 30 + 10 * (i % 5)
+        tokens = width + sum(width - 10 * (j + 1) for j in range(prompts - 1))  # the longest, then shorter ones
+        lines.append({**step(i, "none", 0, batch, kv, forward(batch, kv, batch), prefill_tokens=tokens,
+                             prefill=forward(prompts * width, 0, prompts)), "tokens_verified": batch,
+                      "prefill_requests": prompts, "prefill_width": width})
+    records = tmp_path / "steps.jsonl"
+    records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    steps = read_steps([records])
+    assert steps[2].prefill_positions == 3 * 50 and steps[2].prefill_tokens == 50 + 40 + 30
+    model, quality = fit_linear(steps)
+    assert (model.c_fixed, model.c_tok, model.c_req) == (
+        pytest.approx(0.002, rel=1e-6), pytest.approx(1e-4, rel=1e-6), pytest.approx(5e-4, rel=1e-6))
+    assert model.pads_verification and quality.median_rel_error < 1e-6
+
+
 def test_fit_refuses_fewer_steps_than_coefficients(tmp_path, capsys):
     records = tmp_path / "steps.jsonl"
     lines = [step(i, "none", 0, 1, 10 * i, 0.01 + 1e-3 * i) for i in range(4)]

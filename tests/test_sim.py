@@ -306,3 +306,16 @@ def test_a_requests_arrival_is_charged_where_the_engine_was_idle():
     extra = (predict_paper(plan, admitting, None, 2).time_split["prefill"]
              - predict_paper(plan, plain, None, 2).time_split["prefill"])
     assert extra == pytest.approx(0.25 * 3)
+
+
+def test_an_engine_that_pads_prefills_the_prompts_arriving_together_at_the_longest():
+    """No SD, two slots, prompts of 10 and 30 tokens arriving together, a third of 20 admitted
+    alone later (c_fixed 1, c_tok 0.1 per position): the first prefill covers 2 × 30 = 60
+    positions on an engine that pads (7.0 s) and 40 tokens on one that does not (5.0 s); the third's
+    20 either way (3.0 s)."""
+    plan = baseline_plan([3, 5, 3], [10, 30, 20])  # steps after the prefill's token: 2, 4, 2
+    cost = dict(c_fixed=1.0, c_tok=0.1, c_kv=0.0, overhead_s=0.0)
+    padded = predict_mixed(plan, LinearCostModel("pads", **cost, pads_verification=True), None, 2)
+    summed = predict_mixed(plan, LinearCostModel("sums", **cost), None, 2)
+    assert padded.time_split["prefill"] == pytest.approx(7.0 + 3.0)
+    assert summed.time_split["prefill"] == pytest.approx(5.0 + 3.0)

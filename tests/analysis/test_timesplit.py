@@ -80,6 +80,8 @@ def test_runs_are_labelled_by_their_peak_batch(tmp_path):
     (json.dumps(step(batch_size=True)), r"steps.jsonl:2: field 'batch_size': expected an integer"),
     (json.dumps(step(method="")), r"steps.jsonl:2: field 'method': expected a non-empty string"),
     (json.dumps(step(prefill_requests=-1)), r"steps.jsonl:2: field 'prefill_requests': expected an integer >= 0"),
+    (json.dumps(step(prefill_tokens=40, prefill_requests=2, prefill_width=10)),
+     r"steps.jsonl:2: field 'prefill_width': expected the longest of the prompts of prefill_tokens \(40\), got 10"),
     ("[1, 2]", r"steps.jsonl:2: expected a JSON object"),
 ])
 def test_bad_step_lines_name_file_line_and_field(tmp_path, line, message):

@@ -41,6 +41,7 @@ RECORD_FIELDS = {
     "prefill_requests",
     "tree",
     "policy_s",
+    "prefill_width",
 }
 
 

@@ -85,6 +85,7 @@ def test_step_records_and_stop_conditions(llama_dir):
     )
     record = engine.step_records[0]
     assert record.prefill_tokens == 11 and record.kv_tokens == 0 and record.batch_size == 2
+    assert (record.prefill_requests, record.prefill_width, record.prefill_positions) == (2, 8, 16)  # padded to 8
     assert record.tokens_emitted == [1, 1] and record.prefill_s > 0  # the prefill's token alone
     assert record.verify_s == 0 and record.tokens_verified == 0
     assert engine.num_running() == 1 and engine.has_capacity()

@@ -49,12 +49,18 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     values: dict = {name: fields.integer(name) for name in _INT_FIELDS}
     values.update({name: fields.number(name, low=0.0) for name in _TIME_FIELDS})
     prompts = fields.integer("prefill_requests", optional=True)
+    width = fields.integer("prefill_width", optional=True)  # absent in records before it existed
     tree = fields.text("tree", optional=True)
     policy = fields.number("policy_s", default=0.0, low=0.0)  # absent in records before it existed
+    if width is not None and not (width == 0 == values["prefill_tokens"] or width <= values["prefill_tokens"]
+                                  <= width * ((1 if prompts is None else prompts) or 1)):
+        raise fields.error("prefill_width", f"expected the longest of the prompts of prefill_tokens "
+                           f"({values['prefill_tokens']}), got {width}")
     if policy > values["draft_s"]:
         raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
     return MeasuredStep(method=method, policy_s=policy, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
                         prefill_requests=(1 if values["prefill_tokens"] else 0) if prompts is None else prompts,
+                        prefill_width=0 if width is None else width,
                         tree=None if tree is None else fields.check("tree", parse_tree, tree).name, **values)
 
 

@@ -12,8 +12,10 @@ asks the cost model for
   request, tokenizing the prompt) where the engine waits for it: in an iteration that admits
   requests into an idle engine (every request at batch 1; a busy engine's steps overlap it).
   0 in the paper's fit, the rooflines and fits to step records, which do not see it;
-- ``pads_verification``: whether the engine verifies a rectangular batch (every request padded
-  to the longest proposal, as specscope's reference engine does) instead of Σ (k + 1) tokens.
+- ``pads_verification``: whether the engine runs rectangular batches, as specscope's reference
+  engine does: it verifies every request padded to the longest proposal instead of Σ (k + 1)
+  tokens, and prefills the prompts that arrive together padded to the longest (prompts × the
+  longest, instead of their sum).
 
 Drafting models, one per proposer:
 

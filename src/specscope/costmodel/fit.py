@@ -4,8 +4,9 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
 
 - target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens +
   c_req·batch_size + c_multi·[tokens_verified > 1]``, plus one point
-  ``prefill_s ≈ c_fixed + c_tok·prefill_tokens + c_req·prefill_requests + c_multi`` per no-SD
-  step that prefilled;
+  ``prefill_s ≈ c_fixed + c_tok·positions + c_req·prefill_requests + c_multi`` per no-SD
+  step that prefilled, ``positions`` = its prompts right-padded to the longest, as the engine
+  batches them (``prefill_requests × prefill_width``; the prompt tokens in records without a width);
 - overhead per step: the mean of ``sample_s + overhead_s`` over the steps without SD (the
   simulator's overhead covers sampling and bookkeeping);
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
@@ -20,14 +21,15 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   ``depth`` drafter passes read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
   step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
-  forward over the same prompt tokens, as ``c_prefill·prefill_tokens``;
+  forward over the same positions, as ``c_prefill·positions``;
 - a policy's own work (the steps of an engine running a policy file, method ``learned``): its
   ``policy_s`` as ``c_fixed + c_req·batch_size`` (:func:`fit_policy_work`; the drafting entry
   ``learned``, which the simulator charges a causal policy on every step beside its proposers'
   drafting, :class:`~specscope.sim.switching.SwitchDrafting`). The rest of such a step's drafting
   is its proposers', priced from their own runs;
-- the engine verifies a rectangular batch (every request padded to the longest proposal), so
-  the fitted model has ``pads_verification=True``.
+- the engine verifies a rectangular batch (every request padded to the longest proposal) and
+  prefills one (every prompt padded to the longest), so the fitted model has
+  ``pads_verification=True``.
 
 Shared machines drift: the same step can run 1.5× slower for seconds at a time. The reference
 engine runs no-SD and SD in lockstep (:mod:`specscope.backends.reference`), so a no-SD run and
@@ -115,7 +117,7 @@ def _drafter_prefill(steps: Sequence[MeasuredStep], target: LinearCostModel) -> 
     0 without prefill steps)."""
     if not steps:
         return 0.0
-    tokens = np.array([s.prefill_tokens for s in steps], dtype=float)
+    tokens = np.array([s.prefill_positions for s in steps], dtype=float)
     prompts = np.array([max(s.prefill_requests, 1) for s in steps], dtype=float)
     times = np.array([s.prefill_s for s in steps])
     extra = times - target.forward_time(tokens, np.zeros_like(tokens), prompts)
@@ -179,7 +181,7 @@ def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredSt
     """The target-forward points: batched tokens, cached tokens, sequences and seconds [n]
     (every verify forward, and the prefills of no-SD runs; see the module docstring)."""
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
-    batched = np.array([s.tokens_verified for s in decode] + [s.prefill_tokens for s in target_prefill])
+    batched = np.array([s.tokens_verified for s in decode] + [s.prefill_positions for s in target_prefill])
     kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
     rows = np.array([s.batch_size for s in decode] + [max(s.prefill_requests, 1) for s in target_prefill],
                     dtype=float)

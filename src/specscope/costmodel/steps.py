@@ -46,6 +46,14 @@ class StepRecord:
     prefill_requests: int = 0  # prompts the step prefilled (``prefill_tokens`` in all)
     tree: str | None = None
     policy_s: float = 0.0
+    prefill_width: int = 0  # the longest prompt it prefilled (0: none, or a record from before the field)
+
+    @property
+    def prefill_positions(self) -> int:
+        """Positions the prefill forward covered: its prompts right-padded to the longest
+        (``prefill_requests × prefill_width``), as the reference engine batches them; the prompt
+        tokens themselves in a record without a width."""
+        return self.prefill_requests * self.prefill_width if self.prefill_width else self.prefill_tokens
 
     def to_json(self) -> str:
         """The record as one JSON line (no newline)."""

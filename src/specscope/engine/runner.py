@@ -284,6 +284,7 @@ class Engine:
                 kv_tokens=kv_tokens,
                 prefill_tokens=sum(s.prompt_len for s in fresh),
                 prefill_requests=len(fresh),
+                prefill_width=max((s.prompt_len for s in fresh), default=0),
                 prefill_s=seconds["prefill"],
                 tree=None if self.tree is None else self.tree.name,
                 policy_s=0.0 if self._policy_timed is None else self._policy_timed.take_policy_seconds(),

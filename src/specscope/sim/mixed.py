@@ -2,7 +2,9 @@
 
 Requests are admitted in order into ``B`` slots; when one finishes, the next waiting request
 takes its slot at the next iteration. An iteration first prefills the requests admitted in it
-(one forward over their prompts with an empty cache, plus one overhead), then runs one step for
+(one forward over their prompts with an empty cache — on an engine that pads, the cost model's
+``pads_verification``, over each prompt right-padded to the longest — plus one overhead), then
+runs one step for
 every running request: the verify forward covers each request's k + 1 tokens (1 when it
 proposes nothing) with all their cached tokens, drafting is charged per the proposer's model,
 plus one overhead. Because a request's steps do not depend on its batch-mates (greedy
@@ -69,7 +71,13 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     )
     priced = price_steps(cost, drafting, load)
     admitted = per_iteration(None, admit)  # [T]
-    prefill = prefill_time(cost, drafting, per_iteration(plan.prompt_len, admit), admitted, running == admitted)  # [T]
+    if cost.pads_verification:  # the prompts admitted together, right-padded to the longest
+        widest = np.zeros(horizon)
+        np.maximum.at(widest, admit, plan.prompt_len)
+        prompt_tokens = admitted * widest
+    else:
+        prompt_tokens = per_iteration(plan.prompt_len, admit)
+    prefill = prefill_time(cost, drafting, prompt_tokens, admitted, running == admitted)  # [T]
     total = prefill + priced.total  # [T]
     ends = np.cumsum(total)
     starts = ends - total
