@@ -52,15 +52,15 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     width = fields.integer("prefill_width", optional=True)  # absent in records before it existed
     tree = fields.text("tree", optional=True)
     policy = fields.number("policy_s", default=0.0, low=0.0)  # absent in records before it existed
-    if width is not None and not (width == 0 == values["prefill_tokens"] or width <= values["prefill_tokens"]
-                                  <= width * ((1 if prompts is None else prompts) or 1)):
-        raise fields.error("prefill_width", f"expected the longest of the prompts of prefill_tokens "
-                           f"({values['prefill_tokens']}), got {width}")
+    tokens = values["prefill_tokens"]
+    prompts = (1 if tokens else 0) if prompts is None else prompts
+    if width is not None and not (tokens == width == 0 or width <= tokens <= prompts * width):  # the longest prompt
+        raise fields.error("prefill_width", f"expected the longest of the prompts of prefill_tokens ({tokens}), "
+                           f"got {width}")
     if policy > values["draft_s"]:
         raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
     return MeasuredStep(method=method, policy_s=policy, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
-                        prefill_requests=(1 if values["prefill_tokens"] else 0) if prompts is None else prompts,
-                        prefill_width=0 if width is None else width,
+                        prefill_requests=prompts, prefill_width=0 if width is None else width,
                         tree=None if tree is None else fields.check("tree", parse_tree, tree).name, **values)
 
 

@@ -238,7 +238,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     n = column(lambda s: s.batch_size - s.prefill_requests)
     verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_tokens)
     width = np.divide(verified, n, out=np.zeros_like(n), where=n > 0)
-    gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.draft_s + s.verify_s + s.sample_s + s.overhead_s),
+    gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
                 tokens=verified + prefill, cached=column(lambda s: s.kv_tokens), sequences=column(lambda s: s.batch_size),
                 forwards=1.0 * (n > 0) + (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
                 running=n, prefill=prefill, idle=np.zeros(len(n)),

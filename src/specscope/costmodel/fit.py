@@ -207,7 +207,7 @@ def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
 
 def _step_seconds(steps: Sequence[MeasuredStep]) -> np.ndarray:
     """[steps] each decode step's whole time: what a drafting's error is measured against."""
-    return np.array([s.verify_s + s.draft_s + s.sample_s + s.overhead_s for s in steps])
+    return np.array([s.decode_s for s in steps])
 
 
 def with_policy_work(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> LinearCostModel:

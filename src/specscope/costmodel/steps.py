@@ -49,6 +49,11 @@ class StepRecord:
     prefill_width: int = 0  # the longest prompt it prefilled (0: none, or a record from before the field)
 
     @property
+    def decode_s(self) -> float:
+        """The step's time beyond its prefill: drafting, verification, sampling and overhead."""
+        return self.draft_s + self.verify_s + self.sample_s + self.overhead_s
+
+    @property
     def prefill_positions(self) -> int:
         """Positions the prefill forward covered: its prompts right-padded to the longest
         (``prefill_requests × prefill_width``), as the reference engine batches them; the prompt

@@ -45,7 +45,7 @@ def group_resources(engine: EngineSpec, servers: int = 1) -> dict[str, object]:
     vLLM/SGLang server (0 for the CPU reference engine and for url engines), ``num_cpus`` = 1,
     both overridden by ``GPU``/``CPU`` in the engine's ``resources``, whose other entries (a GPU
     type, a node label) are Ray custom resources; every amount times ``servers``, the servers the
-    group runs at once (2 for an interleaved pair, one per cell of an ``interleaved-all`` group)."""
+    group runs at once (2 for an interleaved pair, one per method and k of an ``interleaved-all`` group)."""
     custom = dict(engine.resources)
     gpus = tensor_parallel_size(engine) if engine.launch in ("vllm", "sglang") else 0
     gpus, cpus = custom.pop("GPU", gpus), custom.pop("CPU", 1)

@@ -152,7 +152,8 @@ class Chooser:
         object.__setattr__(self, "_batch_rows", list(zip(self.weights.tolist(), self.bias.tolist(), own.tolist())))
         object.__setattr__(self, "_fixed_rows", self.fixed.tolist())
         object.__setattr__(self, "_alone_prices", alone.tolist())
-        object.__setattr__(self, "_prices", {m: row for m, row in enumerate(alone.tolist())} | {NONE: alone[0].tolist()})
+        object.__setattr__(self, "_batch_prices", own.tolist())
+        object.__setattr__(self, "_prices", dict(enumerate(self._alone_prices)) | {NONE: self._alone_prices[0]})
         object.__setattr__(self, "_base_rows", self.base_rate.tolist())
 
     def theta_for(self, obs: Observation) -> float:
@@ -198,7 +199,8 @@ class Chooser:
     def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int], theta: Sequence[float],
                      shift: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
         """The rows of one iteration decided together (x [B][F], offer [B], θ [B], shift [B][M];
-        each θ :meth:`capped` by its row's own best ratio): (method or NONE, k) per row. Each model drafter d runs to a depth k_d (0: not at all) for
+        each θ :meth:`capped` by its row's own best ratio): (method or NONE, k) per row. Each model
+        drafter d runs to a depth k_d (0: not at all) for
         the whole batch, paying F_B(d, k_d) once at B·mean(θ); each row then takes its best
         (method, k) with k ≤ k_d of each drafter. On an engine that pads (``pads``) the batch also
         verifies every row at its widest proposal w, priced once at the rows' θ: each w is weighed
@@ -207,8 +209,7 @@ class Chooser:
         if len(x) <= PLAIN_ROWS or self.pads:
             gains = [self.row_gains(row, o, sh) for row, o, sh in zip(x, offer, shift)]
             theta = [self.capped(table, t) for table, t in zip(gains, theta)]
-            prices = [price for _, _, price in self._batch_rows]
-            tables = [[[g - t * p for g, p in zip(line, price)] for line, price in zip(table, prices)]
+            tables = [[[g - t * p for g, p in zip(line, price)] for line, price in zip(table, self._batch_prices)]
                       for table, t in zip(gains, theta)]
             return self._choose_rows(tables, sum(theta) / len(theta))
         return self._choose_arrays(*map(np.asarray, (x, offer, theta, shift)))
@@ -278,17 +279,17 @@ class Chooser:
         pick = _best(table)
         if table[max(pick[0], 0)][pick[1]] > 0:
             return pick
-        ratios = [[g / p if p > 0 else math.inf for g, p in zip(line, price)]
-                  for line, price in zip(self.row_gains(x, offer, shift), self._alone_prices)]
-        return _best(ratios)
+        return _best(self._ratios(self.row_gains(x, offer, shift)))
 
     def capped(self, gains: list[list[float]], theta: float) -> float:
         """``theta``, at most the best ratio E[e] / T_B (the price alone) of any (method, k) in
         ``gains`` ([M][J + 1], :meth:`row_gains`)."""
-        if max(g - theta * p for line, price in zip(gains, self._alone_prices) for g, p in zip(line, price)) > 0:
-            return theta  # some action beats θ: the cap does not bind
-        return max(g / p if p > 0 else math.inf for line, price in zip(gains, self._alone_prices)
-                   for g, p in zip(line, price))
+        return min(theta, max(map(max, self._ratios(gains))))
+
+    def _ratios(self, gains: list[list[float]]) -> list[list[float]]:
+        """[M][J + 1] E[e] / T_B of every (method, k) at its price alone (a free one: ∞)."""
+        return [[g / p if p > 0 else math.inf for g, p in zip(line, price)]
+                for line, price in zip(gains, self._alone_prices)]
 
     def _choose_rows(self, tables: list[list[list[float]]], theta: float) -> list[tuple[int, int]]:
         """:meth:`choose_group` in plain Python over the rows' :meth:`row_scores` (``theta``: their

@@ -52,9 +52,9 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     def per_iteration(weights: np.ndarray | None, index: np.ndarray = iteration) -> np.ndarray:
         return np.bincount(index, weights, minlength=horizon).astype(float)
 
-    def deepest(values: np.ndarray) -> np.ndarray:
+    def deepest(values: np.ndarray, index: np.ndarray = iteration) -> np.ndarray:
         out = np.zeros(horizon)
-        np.maximum.at(out, iteration, values)
+        np.maximum.at(out, index, values)
         return out
 
     if isinstance(drafting, SwitchDrafting):
@@ -72,9 +72,7 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     priced = price_steps(cost, drafting, load)
     admitted = per_iteration(None, admit)  # [T]
     if cost.pads_verification:  # the prompts admitted together, right-padded to the longest
-        widest = np.zeros(horizon)
-        np.maximum.at(widest, admit, plan.prompt_len)
-        prompt_tokens = admitted * widest
+        prompt_tokens = admitted * deepest(plan.prompt_len, admit)
     else:
         prompt_tokens = per_iteration(plan.prompt_len, admit)
     prefill = prefill_time(cost, drafting, prompt_tokens, admitted, running == admitted)  # [T]

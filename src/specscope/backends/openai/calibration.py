@@ -213,10 +213,10 @@ def coefficient_spread(model: LinearCostModel, fits: Sequence[LinearCostModel]) 
     the leave-one-out ``fits`` (n of them), √((n − 1)/n · Σ (θ_i − θ̄)²): how firmly the sweep
     pins the term down. Terms that trade places with another (a cost per cached token and one
     per request, over prompts of one length) show a large one."""
-    values = {name: np.array([terms(fit)[name] for fit in fits]) for name in terms(model)}
+    held_out = [terms(fit) for fit in fits]
     rows = []
     for name, fitted in terms(model).items():
-        spread = values[name]
+        spread = np.array([named[name] for named in held_out])
         se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2)))
         rows.append({"term": name, "fitted": fitted, "jackknife_se": se,
                      "relative_se_pct": round(100 * se / fitted, 1) if fitted else None})

@@ -60,13 +60,12 @@ turn): on a GPU give each room (vLLM: ``--gpu-memory-utilization`` under one hal
 server and one per SD method and k (or tree), each launched for the sweep's largest batch size,
 are up at once, and every cell — each server at each batch size, one ``none`` cell per batch
 size shared by its SD cells — takes its turn the same way, segment by segment (A B … Z, then
-Z … A). On a machine whose speed also drifts over minutes that is what makes cells comparable
+Z … A). On a machine whose speed also drifts over minutes that is meant to make cells comparable
 with one another, not only with their own baseline: a calibration sweep of pairs (27 of them
 over 25 minutes on a 2-core VM) saw the ``none`` server's throughput at one batch size move by
-1.6× from pair to pair, and the speedup of a pair depended on when it ran; with the servers of
-one batch size taking turns, the batch sizes still ran minutes apart, and a fit shared across
-them leaned the error of one batch size's cells (its mean moved −1 … −8 % between three
-sweeps) onto the others'. A server serving several cells counts each cell's spec-decode counters
+1.6× from pair to pair, and the speedup of a pair depended on when it ran. (Three calibration
+sweeps of this design on that VM did not predict better than five that took turns within each
+batch size only: README, "Calibrate to your engine".) A server serving several cells counts each cell's spec-decode counters
 around that cell's own segments. A workload's cells are measured together or, resumed, again
 together; with ``--ray`` they reserve their engine's resources once per server.
 """
@@ -425,12 +424,7 @@ def plan_cells(config: SweepConfig) -> list[Cell]:
         if engine.url is not None:
             servers = [(engine.method, engine.k, None)]
         else:
-            servers = [
-                server
-                for m in config.methods
-                for server in ([(m, 0, None)] if m == NO_SD else
-                               [(m, k, None) for k in config.k] + [(m, t.nodes, t) for t in config.trees])
-            ]
+            servers = [server for m in config.methods for server in _servers_of(config, m)]
         paired = config.baselines in ("paired", INTERLEAVED) and engine.url is None
         for served, k, tree in servers:
             if paired and served == NO_SD:
@@ -447,13 +441,20 @@ def _all_interleaved(config: SweepConfig, engine: EngineSpec) -> list[Cell]:
     """A launched engine's cells under ``interleaved-all``: per workload and batch size, its
     ``none`` cell, then one cell per SD method and k (or tree); none without an SD method (as with
     pairs, a ``none`` cell comes with the SD cells it is measured beside)."""
-    servers = [server for m in config.methods if m != NO_SD
-               for server in [(m, k, None) for k in config.k] + [(m, t.nodes, t) for t in config.trees]]
+    servers = [server for m in config.methods if m != NO_SD for server in _servers_of(config, m)]
     if not servers:
         return []
     return [cell for workload in config.workloads for batch_size in config.batch_sizes
             for cell in [Cell(engine, NO_SD, 0, batch_size, workload)]
             + [Cell(engine, m, k, batch_size, workload, tree) for m, k, tree in servers]]
+
+
+def _servers_of(config: SweepConfig, method_name: str) -> list[tuple[str, int, TreeShape | None]]:
+    """(method, k, tree) of each server a launched engine runs for ``method_name``: ``none`` once
+    (k = 0); an SD method at each k, then at each tree (k: its node count)."""
+    if method_name == NO_SD:
+        return [(NO_SD, 0, None)]
+    return [(method_name, k, None) for k in config.k] + [(method_name, t.nodes, t) for t in config.trees]
 
 
 def describe(config: SweepConfig) -> dict[str, object]:
