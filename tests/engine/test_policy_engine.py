@@ -98,7 +98,10 @@ def test_greedy_output_is_the_targets_and_the_head_catches_up(setup):
 
     def recording_choice(request):
         proposal = choose(request)
-        chosen.append({slot: switching._sequences[slot].step[0] for slot in request.slots})
+        steps = [switching._sequences[slot].step for slot in request.slots]
+        chosen.append({slot: step[0] for slot, step in zip(request.slots, steps)})
+        assert proposal.draft_len.tolist() == [step[1] for step in steps]  # each row proposes the k it chose
+        assert proposal.tokens.shape[1] >= max(step[1] for step in steps)
         return proposal
 
     head.propose, switching.propose = recording_head, recording_choice
@@ -108,6 +111,8 @@ def test_greedy_output_is_the_targets_and_the_head_catches_up(setup):
     skipped = any(step_a.get(s) != 1 and step_b.get(s) == 1 for step_a, step_b in zip(chosen, chosen[1:])
                   for s in step_b)
     assert skipped, "some EAGLE step must follow a step without the head (a catch-up)"
+    assert any(set(step.values()) == {1} for step in chosen), "some step drafts every row with the head alone"
+    assert any(len(set(step.values())) > 1 for step in chosen), "some step merges rows of different proposers"
     assert calls
     for histories, drafts in calls:  # every draft the head made, after any catch-up, is exact
         for history, row in zip(histories, drafts):

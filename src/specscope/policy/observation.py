@@ -3,8 +3,8 @@
 A causal policy decides, before each step, which proposer runs (or none) and k, from what an
 engine knows at that moment and nothing else:
 
-- ``pos`` (output tokens so far), ``prompt_len`` and ``tokens`` (a read-only copy of prompt +
-  output[:pos], the tokens emitted so far);
+- ``pos`` (output tokens so far), ``prompt_len`` and ``tokens`` (prompt + output[:pos], the
+  tokens emitted so far, as a tuple: a copy nothing can change);
 - ``ngram_offer``: how many tokens n-gram lookup offers now (0: no match; at most the policy's
   deepest k), computed from the tokens so far;
 - ``prompt_overlap``: the share of output trigrams so far (those ending before ``pos - 1``) that
@@ -54,7 +54,7 @@ class Observation(NamedTuple):
 
     pos: int
     prompt_len: int
-    tokens: np.ndarray  # [prompt_len + pos] read-only copy
+    tokens: tuple[int, ...]  # [prompt_len + pos] prompt + output so far
     ngram_offer: int
     prompt_overlap: float
     steps: tuple[Outcome, ...]  # the last MEMORY steps, oldest first
@@ -122,9 +122,9 @@ class History:
         self._actions[action] = self._actions.get(action, 0) + 1
         self._frozen = None
 
-    def observation(self, pos: int, prompt_len: int, tokens: np.ndarray, ngram_offer: int,
+    def observation(self, pos: int, prompt_len: int, tokens: tuple[int, ...], ngram_offer: int,
                     overlap: float) -> Observation:
-        """The observation before the step at ``pos`` (``tokens``: read-only prompt + output[:pos])."""
+        """The observation before the step at ``pos`` (``tokens``: prompt + output[:pos])."""
         if self._frozen is None:
             self._frozen = (tuple(map(tuple, self._judged)), tuple(map(tuple, self._accepted)),
                             tuple((m, k, n) for (m, k), n in self._actions.items()))

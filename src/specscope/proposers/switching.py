@@ -28,9 +28,8 @@ from their own runs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
-import numpy as np
 import torch
 
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass, agreeing_prefix
@@ -49,20 +48,6 @@ class _Sequence:
     overlap: OverlapCounter
     step: tuple[int, int, int, list[int]] | None = None  # last step: method, k, its pos, n-gram's proposal
     prob: float | None = None  # the drafter's first-draft probability at that step
-    buffer: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # tokens so far, grown
-    length: int = 0
-
-    def tokens(self, history: list[int]) -> np.ndarray:
-        """A read-only view of ``history`` (prompt + output so far), copying only its new tokens."""
-        if len(history) > len(self.buffer):
-            grown = np.zeros(max(2 * len(self.buffer), len(history), 64), dtype=np.int64)
-            grown[: self.length] = self.buffer[: self.length]
-            self.buffer = grown
-        self.buffer[self.length : len(history)] = history[self.length :]
-        self.length = len(history)
-        view = self.buffer[: self.length]
-        view.flags.writeable = False
-        return view
 
 
 class SwitchingProposer:
@@ -111,6 +96,29 @@ class SwitchingProposer:
             d = min(d, self.depth, offer) if m == self._ngram else min(d, self.depth)
             method.append(m if d > 0 else NONE)
             k.append(d)
+        if method[0] not in (NONE, self._ngram) and method.count(method[0]) == batch:  # one model drafter, every row
+            begun = time.perf_counter()
+            proposal = self.members[method[0]].propose(replace(request, k=max(k), want_confidence=True))
+            members += time.perf_counter() - begun
+            first_prob = proposal.confidence[:, 0].tolist()
+            tokens, probs = proposal.tokens, proposal.probs
+            draft_len = proposal.draft_len if min(k) == max(k) else torch.tensor(k, dtype=torch.long, device=device)
+        else:
+            tokens, draft_len, probs, first_prob, seconds = self._merge(request, method, k, found)
+            members += seconds
+        for row, slot in enumerate(request.slots):
+            state = self._sequences[slot]
+            state.step = (method[row], k[row], len(request.histories[row]), found[row])
+            state.prob = first_prob[row]
+        self._policy_seconds += time.perf_counter() - start - members
+        return Proposal(tokens, draft_len, probs)
+
+    def _merge(self, request: ProposeInput, method: list[int], k: list[int], found: list[list[int]]) -> tuple:
+        """Rows that chose different proposers (or none): each member proposes for its rows, with
+        the deepest k among them, and the proposals are merged into tokens [batch, depth], draft_len
+        [batch] and probs (None under greedy decoding), plus each row's first-draft probability
+        and the seconds the members took."""
+        batch, device, seconds = len(request.slots), request.last_tokens.device, 0.0
         drafted = [[0] * self.depth for _ in range(batch)]  # [batch][depth] draft tokens
         probs, probs_of = None, {}
         first_prob: list[float | None] = [None] * batch
@@ -120,12 +128,12 @@ class SwitchingProposer:
                 continue
             if index == self._ngram:
                 for row in rows:
-                    drafted[row][: offers[row]] = found[row]
+                    drafted[row][: len(found[row])] = found[row]
                 continue
             subset = _subset(request, rows, max(k[row] for row in rows), confidence=True)
             begun = time.perf_counter()
             proposal = member.propose(subset)
-            members += time.perf_counter() - begun
+            seconds += time.perf_counter() - begun
             for row, draft, value in zip(rows, proposal.tokens[:, : self.depth].tolist(),
                                          proposal.confidence[:, 0].tolist()):
                 drafted[row][: len(draft)] = draft
@@ -139,12 +147,7 @@ class SwitchingProposer:
             probs = torch.zeros(batch, self.depth, vocab, device=device).scatter_(-1, tokens[:, :, None], 1.0)
             for rows, member_probs in probs_of.values():
                 probs[rows, : member_probs.shape[1]] = member_probs
-        for row, slot in enumerate(request.slots):
-            state = self._sequences[slot]
-            state.step = (method[row], k[row], len(request.histories[row]), found[row])
-            state.prob = first_prob[row]
-        self._policy_seconds += time.perf_counter() - start - members
-        return Proposal(tokens, draft_len, probs)
+        return tokens, draft_len, probs, first_prob, seconds
 
     def _observe(self, slot: int, history: list[int], offer: int) -> Observation:
         """The observation of the sequence in ``slot`` before this step, after recording what its
@@ -158,8 +161,7 @@ class SwitchingProposer:
             emitted = history[before:]
             state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), len(ngram),
                                          agreeing_prefix(ngram, emitted), state.prob if method != NONE else None))
-        tokens = state.tokens(history)
-        return state.history.observation(len(history) - state.prompt_len, state.prompt_len, tokens, offer,
+        return state.history.observation(len(history) - state.prompt_len, state.prompt_len, tuple(history), offer,
                                          state.overlap.value(history))
 
 

@@ -26,6 +26,7 @@ class Observer:
         self._methods = methods
         self._prompt = record.prompt_token_ids
         self._output = record.output_token_ids
+        self._tokens = tuple(self._prompt.tolist() + self._output.tolist())  # sliced per step: an immutable copy
         ngram = record.proposers.get("ngram")
         if ngram is not None and ngram.draft_len is not None:
             offer = ngram.draft_len
@@ -45,9 +46,8 @@ class Observer:
 
     def observe(self, pos: int) -> Observation:
         """The observation before the step at ``pos``."""
-        tokens = np.concatenate([self._prompt, self._output[:pos]])
-        tokens.flags.writeable = False
-        return self._history.observation(pos, len(self._prompt), tokens, self._offer[pos - 1],
+        return self._history.observation(pos, len(self._prompt), self._tokens[: len(self._prompt) + pos],
+                                         self._offer[pos - 1],
                                          self._overlap[pos - 1])
 
     def step(self, pos: int, method: int, k: int) -> int:
