@@ -3,7 +3,7 @@ loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) 
 (the same servers' own step records, ``serve --step-records``), side by side.
 
     python benchmarks/bench_calibration.py [--out DIR] [--num-requests N] [--max-tokens N] [--context C]
-                                           [--segments S]
+                                           [--segments S] [--replicas R]
 
 The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload (with
 ``--context 3``, the default, request i's prompt follows the prompts of the i mod 4 requests
@@ -13,7 +13,10 @@ ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells)
 batch size, all 30 cells taking turns over 10 segments of the requests on ten servers up at once,
 one per method and k serving every batch size (``baselines = "interleaved-all"``): this machine's
 speed wanders by ±15 % over seconds and more over minutes, which cells measured at different times
-would carry into their speedups and into one another's fit.
+would carry into their speedups and into one another's fit. With ``--replicas R`` every server
+runs as R processes taking the segments in turn (``replicas = R``): processes of one engine keep
+speeds a few per cent apart for as long as they live, and one ``none`` process's offset enters
+every speedup of its workload.
 Prints:
 
 - leave-one-out validation (``--validate``): every SD cell predicted from a fit without it,
@@ -83,13 +86,13 @@ def write_workload(out: Path, num_requests: int, context: int) -> Path:
     return path
 
 
-def write_config(out: Path, workload: Path, max_tokens: int, segments: int) -> Path:
+def write_config(out: Path, workload: Path, max_tokens: int, segments: int, replicas: int) -> Path:
     drafts = ", ".join(f'{m} = "{model_dir(m)}"' for m in METHODS if m != "ngram")
     path = out / "sweep.toml"
     path.write_text(
         f'output = "sweep"\nworkloads = ["{workload}"]\nmethods = ["none", {", ".join(map(json.dumps, METHODS))}]\n'
         f"k = [1, 2, 4]\nbatch_sizes = [1, 4, 8]\nmax_tokens = {max_tokens}\nignore_eos = false\n"
-        f'baselines = "interleaved-all"\nsegments = {segments}\n'
+        f'baselines = "interleaved-all"\nsegments = {segments}\nreplicas = {replicas}\n'
         "launch_timeout_s = 300\n"
         f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{model_dir("target")}"\n'
         f"drafts = {{ {drafts} }}\n"
@@ -135,6 +138,8 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=SweepConfig.segments,
                         help="turns the cells take over the requests (more: each cell's no-SD "
                              "segment nearer in time to its own; keep requests / segments >= the largest batch)")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="processes per server, taking the segments in turn (their speed offsets averaged)")
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "
                              "each): cached tokens that vary apart from the batch")
@@ -142,7 +147,7 @@ def main() -> None:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     workload = write_workload(out, args.num_requests, args.context)
-    config = write_config(out, workload, args.max_tokens, args.segments)
+    config = write_config(out, workload, args.max_tokens, args.segments, args.replicas)
     if specscope(["sweep", str(config), "--retry-failed"]) != 0:
         raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
     trace = out / "code.trace.jsonl"

@@ -262,14 +262,38 @@ def test_coefficient_spread_is_the_jackknife_over_the_held_out_fits():
     assert rows["c_tok"]["jackknife_se"] == 0.0 and rows["c_kv"]["relative_se_pct"] is None
 
 
-def interleaved_sweep(tmp_path, tiny_model, baselines: str, k: str, batch_sizes: str):
-    """A 6-request sweep of ``specscope serve`` (none and n-gram) with ``baselines``, 3 segments."""
+@pytest.mark.slow
+def test_replicas_against_a_real_server(tmp_path, tiny_model):
+    """``replicas = 2``: each server of an ``interleaved-all`` workload runs as two processes (a
+    log each), every cell is measured whole over its segments, with new ids, and calibrates."""
+    from specscope.backends.openai.sweep import read_cells, run_sweep
+    from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
+
+    config = interleaved_sweep(tmp_path, tiny_model, "interleaved-all", "[1]", "[1, 2]", "replicas = 2\n")
+    assert run_sweep(config).failed == 0
+    assert sorted(p.name for p in (config.output / "logs").iterdir()) == [
+        f"ref-{m}-b2-r{r}.log" for m in ("ngram-k1", "none-k0") for r in (0, 1)]
+    records = read_cells(config.output)
+    assert len(records) == 4 and all(r["key"]["replicas"] == 2 for r in records.values())
+    for record in records.values():
+        assert [r["segment"] for r in record["timeline"]] == [0, 0, 1, 1, 2, 2]
+        assert record["result"]["output_tokens"] == 72
+    one = load_sweep_config(tmp_path / "sweep.toml")
+    (tmp_path / "sweep.toml").write_text((tmp_path / "sweep.toml").read_text().replace("replicas = 2\n", ""))
+    assert not {c.cell_id(load_sweep_config(tmp_path / "sweep.toml")) for c in plan_cells(one)} & set(records)
+    rows = validated_rows(tmp_path, tiny_model, config.output)
+    assert sorted(r["batch_size"] for r in rows) == ["1", "2"]
+
+
+def interleaved_sweep(tmp_path, tiny_model, baselines: str, k: str, batch_sizes: str, extra: str = ""):
+    """A 6-request sweep of ``specscope serve`` (none and n-gram) with ``baselines``, 3 segments
+    (and ``extra`` lines)."""
     from specscope.backends.openai.sweep_config import load_sweep_config
 
     write_workload(tmp_path / "a.jsonl", 6, seed=5)
     (tmp_path / "sweep.toml").write_text(
         f'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = {k}\nbatch_sizes = {batch_sizes}\n'
-        f'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\nbaselines = "{baselines}"\nsegments = 3\n'
+        f'max_tokens = 12\nignore_eos = true\nlaunch_timeout_s = 120\nbaselines = "{baselines}"\nsegments = 3\n{extra}'
         f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{tiny_model}"\nargs = ["--threads", "1"]\n')
     return load_sweep_config(tmp_path / "sweep.toml")
 

@@ -67,6 +67,22 @@ def test_load_records_each_failure_and_measure_refuses_partial_runs(fake_server)
         measure(ClientConfig(refused_url()), [PROMPT], 1)
 
 
+def test_interleaved_replicas_take_the_segments_in_turn(fake_server):
+    """Run A on two processes, run B on one; 8 requests in 4 segments of 2: A's replica 0 serves
+    segments 0 and 2, replica 1 segments 1 and 3 (each: 1 warm-up + 4 requests), B's one all
+    eight (+ 1); A's counters are its own requests' only, summed over both processes (3 drafts
+    each: 24), though each process counts its warm-up too."""
+    from specscope.backends.openai.measure import measure_interleaved
+
+    a0, a1, b0 = fake_server(), fake_server(), fake_server()
+    (row_a, load_a), (row_b, _) = measure_interleaved(
+        [[ClientConfig(a0.url, "fake"), ClientConfig(a1.url, "fake")], [ClientConfig(b0.url, "fake")]],
+        [PROMPT] * 8, [1, 1], 4)
+    assert (a0.completions, a1.completions, b0.completions) == (5, 5, 9)
+    assert load_a.segment_of == (0, 0, 1, 1, 2, 2, 3, 3)
+    assert row_a["num_drafts"] == 24 and row_b["num_drafts"] == 24 and row_a["num_failed"] == 0
+
+
 @pytest.mark.parametrize(
     "style, source, alpha, tau",
     [

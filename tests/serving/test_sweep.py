@@ -152,6 +152,8 @@ def test_interleaved_all_groups_every_cell_of_a_workload(tmp_path):
         assert not _complete(group[1:]) and not _complete(group[:5] + group[6:]) and not _complete(group[:1] + group[5:])
         assert _units(every, group[1:]) == [(c,) for c in group[1:]]  # without its none cell: each alone (failed)
     assert [group_servers(shared, [c]) for c in plan_cells(shared)[:1]] == [1]
+    twice = config('baselines = "interleaved-all"\nsegments = 4\nreplicas = 2')  # two processes a server
+    assert group_servers(twice, [c for c in plan_cells(twice) if c.workload == "a.jsonl"]) == 10
     ids = {c.cell_id(every) for c in cells}
     assert len(ids) == 20 and not ids & {c.cell_id(shared) for c in plan_cells(shared)}  # measured apart: new ids
     assert not ids & {c.cell_id(config('baselines = "interleaved"\nsegments = 4')) for c in cells}
@@ -182,6 +184,10 @@ def test_interleaved_all_groups_every_cell_of_a_workload(tmp_path):
         (lambda t: t + "\nbogus = 1\n", "unknown field"),
         (lambda t: t.replace("[[engines]]", "[[engine]]"), "unknown field"),
         (lambda t: t + "[[", "invalid TOML"),
+        (lambda t: t.replace("max_tokens = 8", "max_tokens = 8\nreplicas = 2"), r"field 'replicas': only with baselines"),
+        (lambda t: t.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved-all"\nsegments = 2\nreplicas = 3'),
+         r"field 'replicas': expected at most segments \(2\), got 3"),
+        (lambda t: t.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved"\nreplicas = 0'), "replicas"),
     ],
 )
 def test_config_errors_name_the_field(tmp_path, edit, match):

@@ -222,7 +222,8 @@ def _measure(config: ServingBenchConfig, urls: list[str], batch_size: int, promp
     > 1 interleaved (:func:`~specscope.backends.openai.measure.measure_interleaved`)."""
     clients = [config.client(url) for url in urls]
     if config.segments > 1:
-        measured = measure_interleaved(clients, prompts, [batch_size] * len(clients), config.segments, warmup)
+        measured = measure_interleaved([[c] for c in clients], prompts, [batch_size] * len(clients), config.segments,
+                                       warmup)
         return [row for row, _ in measured]
     return [measure(client, prompts, batch_size, warmup) for client in clients]
 

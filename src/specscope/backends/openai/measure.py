@@ -49,37 +49,48 @@ def measure_load(
     config: ClientConfig, prompts: list[Prompt], concurrency: int, warmup: Prompt | None = None
 ) -> tuple[dict[str, object], LoadResult]:
     """:func:`measure`'s row, and the run itself."""
-    run = _Measurement(config, warmup or prompts[0], concurrency)
+    run = _Measurement([config], warmup or prompts[0], concurrency)
     run.run(prompts)
     return run.finish()
 
 
 def measure_interleaved(
-    configs: list[ClientConfig], prompts: list[Prompt], concurrencies: list[int], segments: int,
+    replicas: list[list[ClientConfig]], prompts: list[Prompt], concurrencies: list[int], segments: int,
     warmup: Prompt | None = None,
 ) -> list[tuple[dict[str, object], LoadResult]]:
-    """:func:`measure_load` of every run of ``configs`` (a server each, at ``concurrencies``; two
-    runs may share a server) at once, interleaved: ``prompts`` cut into ``segments`` consecutive
-    parts, each part run by every run in turn, the order reversed every other part (A B, B A,
-    A B, …: a drift linear in time weighs on each alike). Each run's row counts its own segments
-    only (:func:`~specscope.backends.openai.client.joined`; its server's counters scraped around
+    """:func:`measure_load` of every run (a server each, given as its replicas: one client per
+    process; at ``concurrencies``; two runs may share a server) at once, interleaved: ``prompts``
+    cut into ``segments`` consecutive parts, each part run by every run in turn, the order
+    reversed every other part (A B, B A, A B, …: a drift linear in time weighs on each alike),
+    part i on replica i mod R of each run. Each run's row counts its own segments only
+    (:func:`~specscope.backends.openai.client.joined`; its server's counters scraped around
     each of them), so a machine whose speed wanders over seconds slows every run nearly alike."""
     if segments > len(prompts):
         raise MeasureError(f"{len(prompts)} requests cannot be cut into {segments} segments")
-    runs = [_Measurement(config, warmup or prompts[0], c) for config, c in zip(configs, concurrencies, strict=True)]
+    runs = [_Measurement(configs, warmup or prompts[0], c) for configs, c in zip(replicas, concurrencies, strict=True)]
     for index in range(segments):
         part = prompts[index * len(prompts) // segments : (index + 1) * len(prompts) // segments]
         for i in range(len(runs)) if index % 2 == 0 else reversed(range(len(runs))):
-            runs[i].run(part)
+            runs[i].run(part, index)
     return [run.finish() for run in runs]
 
 
 class _Measurement:
-    """One measured run on one server: warmed up when made; its parts run (:meth:`run`) with the
-    server's ``/metrics`` scraped around each, so that runs sharing a server between parts count
-    only their own; its row made from them all (:meth:`finish`)."""
+    """One measured run on one server (one or more processes: its replicas, each warmed up when
+    made); its parts run (:meth:`run`) with the serving replica's ``/metrics`` scraped around each,
+    so that runs sharing a server between parts count only their own; its row made from them all
+    (:meth:`finish`)."""
 
-    def __init__(self, config: ClientConfig, warmup: Prompt, concurrency: int) -> None:
+    def __init__(self, replicas: list[ClientConfig], warmup: Prompt, concurrency: int) -> None:
+        self.replicas = [self._warmed(config, warmup) for config in replicas]
+        self.config, self.concurrency = self.replicas[0], concurrency
+        self.loads: list[LoadResult] = []
+        self.spans: list[tuple[metrics.MetricsSnapshot, metrics.MetricsSnapshot]] = []  # scrapes around each part
+        self.metrics_error: str | None = None
+
+    @staticmethod
+    def _warmed(config: ClientConfig, warmup: Prompt) -> ClientConfig:
+        """``config`` with its served model named, after one warm-up request to its server."""
         if config.model is None:
             try:
                 config = replace(config, model=served_model(config.url, config.idle_timeout_s))
@@ -88,24 +99,23 @@ class _Measurement:
         warmed = stream_completion(replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens)), warmup)
         if warmed.error is not None:
             raise MeasureError(f"warm-up request failed: {warmed.error}")
-        self.config, self.concurrency = config, concurrency
-        self.loads: list[LoadResult] = []
-        self.spans: list[tuple[metrics.MetricsSnapshot, metrics.MetricsSnapshot]] = []  # scrapes around each part
-        self.metrics_error: str | None = None
+        return config
 
-    def run(self, prompts: list[Prompt]) -> None:
-        """One part: ``prompts`` at this run's concurrency, between two scrapes."""
-        before = self._scrape()
-        self.loads.append(run_load(self.config, prompts, self.concurrency))
-        after = self._scrape()
+    def run(self, prompts: list[Prompt], index: int = 0) -> None:
+        """Part ``index``: ``prompts`` at this run's concurrency on replica index mod R, between
+        two scrapes of it."""
+        config = self.replicas[index % len(self.replicas)]
+        before = self._scrape(config)
+        self.loads.append(run_load(config, prompts, self.concurrency))
+        after = self._scrape(config)
         if before is not None and after is not None:
             self.spans.append((before, after))
 
-    def _scrape(self) -> metrics.MetricsSnapshot | None:
-        """The server's metrics now; ``None`` once a scrape failed (the counts would be partial)."""
+    def _scrape(self, config: ClientConfig) -> metrics.MetricsSnapshot | None:
+        """The metrics of ``config``'s server now; ``None`` once a scrape failed (the counts would be partial)."""
         if self.metrics_error is None:
             try:
-                return metrics.scrape(self.config.url, self.config.idle_timeout_s)
+                return metrics.scrape(config.url, config.idle_timeout_s)
             except SpecscopeError as error:
                 self.metrics_error = str(error)
         return None

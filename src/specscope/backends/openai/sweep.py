@@ -123,7 +123,7 @@ def group_servers(config: SweepConfig, group: list[Cell]) -> int:
     """How many servers ``group`` (cells sharing a :func:`_server_key`) runs at once."""
     if not interleaved(config, group[0]):
         return 1
-    return 2 if config.baselines == INTERLEAVED else len({_server_of(c) for c in group})
+    return config.replicas * (2 if config.baselines == INTERLEAVED else len({_server_of(c) for c in group}))
 
 
 def _server_of(cell: Cell) -> tuple:
@@ -243,30 +243,37 @@ def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: 
     return _measured(config, cell, row, load, verified, engine, reused or warmup_measured, started)
 
 
-def _run_unit(config: SweepConfig, unit: tuple[Cell, ...], servers: list[tuple[str, str]], reused: bool) -> list[dict]:
+def _run_unit(config: SweepConfig, unit: tuple[Cell, ...], servers: list[list[tuple[str, str]]],
+              reused: bool) -> list[dict]:
     """Measure cells interleaved (a pair, or an ``interleaved-all`` group: per batch size a ``none``
-    cell and SD cells, of one workload) on ``servers`` ((url, what was verified) of each cell's
-    server), each at its batch size; their records."""
+    cell and SD cells, of one workload) on ``servers`` (each cell's server: (url, what was
+    verified) of each of its replicas), each at its batch size; their records."""
     started = time.time()
     try:
         prompts, warmup, warmup_measured = _prompts(config, unit[-1])
-        clients = [serving_config(config, cell).client(url) for cell, (url, _) in zip(unit, servers)]
+        clients = [[serving_config(config, cell).client(url) for url, _ in replicas]
+                   for cell, replicas in zip(unit, servers)]
         measured = measure_interleaved(clients, prompts, [c.batch_size for c in unit], config.segments, warmup)
     except Exception as error:
         return _failed(config, list(unit), error, started)
-    return [_measured(config, cell, row, load, verified, unit[0].engine.launch, reused or warmup_measured, started)
-            for cell, (row, load), (_, verified) in zip(unit, measured, servers)]
+    return [_measured(config, cell, row, load, replicas[0][1], unit[0].engine.launch, reused or warmup_measured,
+                      started)
+            for cell, (row, load), replicas in zip(unit, measured, servers)]
 
 
 @contextlib.contextmanager
-def _launched(config: SweepConfig, cell: Cell, port: int | None = None) -> Iterator[tuple[str, str]]:
-    """``cell``'s server, launched (on ``port`` if given) and checked: (its url, what was verified)."""
+def _launched(config: SweepConfig, cell: Cell, port: int | None = None, replica: int | None = None
+              ) -> Iterator[tuple[str, str]]:
+    """``cell``'s server, launched (on ``port`` if given) and checked: (its url, what was
+    verified); ``replica``: which of its server's processes (its log's name says so)."""
     bench = serving_config(config, cell)
     spec = replace(bench.launch_spec(cell.method, cell.batch_size), tree=cell.tree)
     if port is not None:
         spec = replace(spec, port=port)
     shape = f"-{cell.tree.name}" if cell.tree is not None else ""
-    log_path = config.output / "logs" / f"{cell.engine.name}-{cell.method}-k{cell.k}{shape}-b{cell.batch_size}.log"
+    process = f"-r{replica}" if replica is not None else ""
+    log_path = (config.output / "logs"
+                / f"{cell.engine.name}-{cell.method}-k{cell.k}{shape}-b{cell.batch_size}{process}.log")
     with launched(bench, spec, log_path) as verified:
         yield spec.url, verified
 
@@ -335,14 +342,14 @@ def _complete(cells: list[Cell]) -> bool:
 def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
     """An interleaved group: its units (:func:`_units`) measured on servers launched at once (a
     pair's two; an ``interleaved-all`` group's one per :func:`_server_of`, for its largest batch
-    size); records in the cells' order. A cell alone is failed: a pair or group is measured
+    size; each as ``config.replicas`` processes); records in the cells' order. A cell alone is failed: a pair or group is measured
     together or not at all."""
     started, units = time.time(), _units(config, cells)
     measured_units = [unit for unit in units if len(unit) > 1]
     done = 0
     try:
         with contextlib.ExitStack() as stack:
-            servers: dict[tuple, tuple[str, str]] = {}
+            servers: dict[tuple, list[tuple[str, str]]] = {}
             for unit in units:
                 if len(unit) == 1:
                     done += 1
@@ -355,9 +362,12 @@ def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
                     for cell in unit:
                         first.setdefault(_server_of(cell), cell)
                     fixed = unit[0].engine.port is not None
-                    for n, (key, cell) in enumerate(first.items()):
-                        port = free_port() if fixed and n < len(first) - 1 else None
-                        servers[key] = stack.enter_context(_launched(config, replace(cell, batch_size=largest), port))
+                    processes = [(key, cell, r) for key, cell in first.items() for r in range(config.replicas)]
+                    for n, (key, cell, r) in enumerate(processes):
+                        port = free_port() if fixed and n < len(processes) - 1 else None
+                        replica = r if config.replicas > 1 else None
+                        servers.setdefault(key, []).append(
+                            stack.enter_context(_launched(config, replace(cell, batch_size=largest), port, replica)))
                 for record in _run_unit(config, unit, [servers[_server_of(c)] for c in unit],
                                         reused=unit is not measured_units[0]):
                     done += 1

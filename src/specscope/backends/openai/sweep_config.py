@@ -129,6 +129,7 @@ class SweepConfig:
     mtp_method: str = DEFAULTS.mtp_method
     baselines: str = "shared"  # or "paired", "interleaved", "interleaved-all" (module docstring)
     segments: int = 10  # parts the requests of interleaved servers are cut into
+    replicas: int = 1  # processes launched per interleaved server, taking the segments in turn
 
     def workload_path(self, name: str) -> Path:
         """A workload's file, relative to the configuration file's directory."""
@@ -188,6 +189,8 @@ class Cell:
         pair = {"baseline_for": self.baseline_for} if self.baseline_for is not None else {}  # shared ids unchanged
         if config.baselines in INTERLEAVING and self.engine.url is None:  # measured differently: new ids
             pair.update(baselines=config.baselines, segments=config.segments)
+            if config.replicas > 1:  # ids of one process per server unchanged
+                pair["replicas"] = config.replicas
         if config.baselines == INTERLEAVED_ALL and self.engine.url is None:  # its server's batch size
             pair["server_batch_size"] = max(config.batch_sizes)
         return {
@@ -366,7 +369,15 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             raise SpecscopeError(f"{where(path, field='segments')}: only with baselines = "
                                  f"{' or '.join(map(repr, INTERLEAVING))}")
         values["segments"] = _value(path, "segments", data["segments"], validate.integer, low=2)
+    if "replicas" in data:
+        if values.get("baselines") not in INTERLEAVING:
+            raise SpecscopeError(f"{where(path, field='replicas')}: only with baselines = "
+                                 f"{' or '.join(map(repr, INTERLEAVING))}")
+        values["replicas"] = _value(path, "replicas", data["replicas"], validate.integer, low=1)
     config = SweepConfig(**values)
+    if config.replicas > config.segments:
+        raise SpecscopeError(f"{where(path, field='replicas')}: expected at most segments ({config.segments}), "
+                             f"got {config.replicas} (a replica that takes no segment measures nothing)")
     if config.baselines in INTERLEAVING and config.num_requests is not None and config.segments > config.num_requests:
         raise SpecscopeError(f"{where(path, field='segments')}: expected at most num_requests "
                              f"({config.num_requests}), got {config.segments}")
