@@ -68,6 +68,16 @@ sweeps of this design on that VM did not predict better than five that took turn
 batch size only: README, "Calibrate to your engine".) A server serving several cells counts each cell's spec-decode counters
 around that cell's own segments. A workload's cells are measured together or, resumed, again
 together; with ``--ray`` they reserve their engine's resources once per server.
+
+**Replicas.** With ``replicas = R`` (interleaved baselines, launched engines) every server is
+launched as R processes and segment i of every cell runs on replica i mod R: a cell's throughput
+then averages the speeds of R processes (``--ray`` reserves R times the resources). Processes of
+one engine differ in speed for as long as they live: four ``none`` servers of the reference
+engine, up at once and taking turns over the same 12 rounds on a 2-core VM, took 3.11, 3.13,
+3.23 and 3.29 ms (medians) for the same one-token forward — and one ``none`` server's offset is
+carried into the speedup of every SD cell that shares it. (One calibration sweep with
+``replicas = 2`` on that VM did not predict better than those with one process a server:
+README, "Calibrate to your engine".)
 """
 
 from __future__ import annotations
