@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import scipy.special
 
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
@@ -140,6 +141,8 @@ class Chooser:
         if self.ngram != NONE:  # n-gram proposing more than it offers would propose just its offer
             beyond[:, self.ngram][np.arange(depth)[None, :] > np.arange(depth)[:, None]] = -np.inf
         alone = self.seconds + self.fixed  # a request that drafts alone pays the batch's part too
+        with np.errstate(divide="ignore"):  # a free action (price 0): an infinite ratio, no cap
+            object.__setattr__(self, "_per_second", 1.0 / alone)  # [M, J + 1]
         object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M]
         object.__setattr__(self, "_cumulate", np.triu(np.ones((depth - 1, depth)), 1))  # [J, J + 1]
         object.__setattr__(self, "_running", np.triu(np.ones((depth - 1, depth - 1))))  # [J, J]: Σ_{i ≤ j}
@@ -183,18 +186,20 @@ class Chooser:
     def _gain(self, logits: np.ndarray) -> np.ndarray:
         """Hazard logits [..., M, J] → Σ_{j ≤ k+1} P(acc_len ≥ j) [..., M, J + 1] (column 0: 0):
         log P(acc_len ≥ j) = Σ_{i ≤ j} log σ(logit_i), one matrix product."""
-        log_h = -np.logaddexp(0.0, -logits)  # log σ, exact for any logit
-        return np.exp(log_h @ self._running) @ self._cumulate
+        return np.exp(scipy.special.log_expit(logits) @ self._running) @ self._cumulate  # log σ: exact for any logit
+
+    def gains(self, x: np.ndarray, offer: np.ndarray, shift: np.ndarray) -> np.ndarray:
+        """x [B, F], offer [B] (at most J), shift [B, M] → E[e] [B, M, J + 1] of (method, k) (k = 0:
+        none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j); n-gram proposing more than it offers: −∞ (it would
+        propose just its offer, a candidate already)."""
+        gain = self._gain((x @ self._weights_t + shift)[:, :, None] + self.bias)
+        gain += self._base[offer]
+        return gain
 
     def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float, shift: np.ndarray) -> np.ndarray:
-        """x [B, F], offer [B] (at most J), θ [B] or one, shift [B, M] → score [B, M, J + 1] of
-        (method, k) (k = 0: none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) − θ · seconds per row (the
-        batch's part of the drafting apart); n-gram proposing more than it offers scores −∞ (it
-        would propose just its offer, a candidate already)."""
-        score = self._gain((x @ self._weights_t + shift)[:, :, None] + self.bias)
-        score += self._base[offer]
-        score -= np.reshape(theta, (-1, 1, 1)) * self.seconds
-        return score
+        """θ [B] or one, the rest as :meth:`gains` → score [B, M, J + 1] = E[e] − θ · seconds per row
+        (the batch's part of the drafting apart)."""
+        return self.gains(x, offer, shift) - np.reshape(theta, (-1, 1, 1)) * self.seconds
 
     def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int], theta: Sequence[float],
                      shift: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
@@ -219,9 +224,8 @@ class Chooser:
         """:meth:`choose_group` over arrays: the k_d of every drafter but the last are enumerated,
         the last's are compared at once."""
         depth = self.seconds.shape[1]
-        gain = self.scores(x, np.minimum(offer, depth - 1), 0.0, shift)  # [B, M, J + 1]
-        with np.errstate(divide="ignore"):  # a free action (price 0): no cap
-            ratio = gain / (self.seconds + self.fixed)
+        gain = self.gains(x, np.minimum(offer, depth - 1), shift)  # [B, M, J + 1]
+        ratio = gain * self._per_second  # E[e] / T_B alone
         theta = np.minimum(theta, ratio.reshape(len(x), -1).max(axis=1))  # capped
         score = gain - theta[:, None, None] * self.seconds
         rate = self.batch_size * float(theta.mean())  # the batch's tokens per second of batch time
@@ -230,11 +234,10 @@ class Chooser:
             *others, last = self._drafters
             best, limits = -np.inf, ()
             for depths in itertools.product(range(depth), repeat=len(others)):
-                mask = np.ones_like(allowed)
+                masked = score.copy()
                 for d, k_d in zip(others, depths):
-                    mask[d, k_d + 1:] = False
+                    masked[:, d, k_d + 1:] = -np.inf
                 paid = sum(self.fixed[d, k_d] for d, k_d in zip(others, depths))
-                masked = np.where(mask, score, -np.inf)
                 deepest = np.maximum.accumulate(masked[:, last, 1:], axis=1)  # [B, J]: best k ≤ k_d of last
                 masked[:, last, 1:] = -np.inf
                 without = masked.reshape(len(x), -1).max(axis=1)  # [B]: best without the last drafter
