@@ -154,6 +154,7 @@ class Chooser:
         own = self.seconds - self.verify if self.pads else self.seconds  # padded: the batch's width is priced apart
         object.__setattr__(self, "_batch_rows", list(zip(self.weights.tolist(), self.bias.tolist(), own.tolist())))
         object.__setattr__(self, "_fixed_rows", self.fixed.tolist())
+        object.__setattr__(self, "_verify", None if self.verify is None else self.verify.tolist())
         object.__setattr__(self, "_alone_prices", alone.tolist())
         object.__setattr__(self, "_batch_prices", own.tolist())
         object.__setattr__(self, "_prices", dict(enumerate(self._alone_prices)) | {NONE: self._alone_prices[0]})
@@ -300,13 +301,18 @@ class Chooser:
         the drafters' depths k_d ≤ w, each row taking its best within them — the best of what
         needs no drafter, or a drafter's best k ≤ k_d."""
         drafters, depth = self._drafters, self.seconds.shape[1]
+        others = [m for m in range(len(self._fixed_rows)) if m not in drafters]
         rate, best, limits = self.batch_size * theta, -math.inf, (depth - 1, ())
+        free_upto, reach_rows = [], []  # per row, whatever the width: [J + 1] each
+        for t in tables:
+            zero = max(line[0] for line in t)  # none (every method's column 0)
+            free = [zero, *(max(t[m][k] for m in others) for k in range(1, depth))] if others else [zero] * depth
+            free_upto.append(list(itertools.accumulate(free, max)))  # its best needing no drafter, k ≤ w
+            reach_rows.append([[-math.inf, *itertools.accumulate(t[d][1:], max)] for d in drafters])  # best k ≤ k_d
+        reach = [list(zip(*(row[i] for row in reach_rows))) for i in range(len(drafters))]  # [D][J + 1][B]
         for w in range(depth) if self.pads else [depth - 1]:
-            capped = [[line[: w + 1] for line in t] for t in tables]
-            free = [max(line[0] if m in drafters else max(line) for m, line in enumerate(t)) for t in capped]
-            reach = [list(zip(*([-math.inf, *itertools.accumulate(t[d][1:], max)] for t in capped)))
-                     for d in drafters]  # [D][w + 1][B]: each row's best k ≤ k_d of drafter d
-            width = len(tables) * theta * self.verify[w] if self.pads else 0.0  # every row waits for it
+            free = [upto[w] for upto in free_upto]
+            width = len(tables) * theta * self._verify[w] if self.pads else 0.0  # every row waits for it
             for depths in itertools.product(range(w + 1), repeat=len(drafters)):
                 gained = sum(map(max, free, free, *(columns[k_d] for columns, k_d in zip(reach, depths))))  # free twice: max of ≥ 2
                 value = gained - width - rate * sum(self._fixed_rows[d][k_d] for d, k_d in zip(drafters, depths))
