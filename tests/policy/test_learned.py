@@ -435,3 +435,36 @@ def test_on_an_engine_that_pads_a_group_weighs_the_width_every_row_verifies():
 
     assert group(pads=False) == [(0, 2), (-1, 0)]
     assert group(pads=True) == [(0, 1), (-1, 0)]
+
+
+@pytest.mark.parametrize("pads", [False, True])
+def test_a_groups_plain_python_decision_is_the_best_of_every_assignment(pads):
+    """Random groups of up to 3 rows over n-gram (method 0) and a model drafter (method 1), J = 2:
+    the rows' (method, k) that :meth:`Chooser._choose_rows` picks reach the best value over every
+    assignment of an action to each row, found by brute force: Σ row scores − B·θ·verify[w] (a
+    padding engine: w the widest k) − B·θ·F[k_d] (k_d the drafter's deepest k)."""
+    import itertools
+
+    from specscope.policy.learned import Chooser
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        rows, theta = int(rng.integers(1, 4)), float(rng.uniform(0.1, 1.0))
+        verify = np.cumsum(rng.uniform(0.1, 1.0, 3))
+        fixed = np.array([[0.0, 0.0, 0.0], [0.0, *np.sort(rng.uniform(0, 1, 2))]])
+        chooser = Chooser(np.zeros((2, 0)), np.zeros((2, 2)), np.tile(verify + 1, (2, 1)), 0, np.full((2, 2), 0.5),
+                          fixed, rows, verify, pads)
+        tables = [rng.normal(size=(2, 3)).tolist() for _ in range(rows)]
+        for t in tables:
+            t[1][0] = t[0][0]  # none: one action, whichever method's column holds it
+
+        def value(picks) -> float:
+            ks = [k for _, k in picks]
+            drafted = [k for m, k in picks if m == 1]
+            return (sum(tables[r][max(m, 0)][k] for r, (m, k) in enumerate(picks))
+                    - (rows * theta * verify[max(ks)] if pads else 0.0)
+                    - rows * theta * fixed[1][max(drafted, default=0)])
+
+        actions = [(-1, 0), (0, 1), (0, 2), (1, 1), (1, 2)]
+        best = max(value(picks) for picks in itertools.product(actions, repeat=rows))
+        assert value(chooser._choose_rows(tables, theta)) == pytest.approx(best)
