@@ -67,6 +67,7 @@ from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngra
 
 SCHEMA = "specscope.policy/5"  # /5: verification apart, for engines that pad (refit files of /1 … /4)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
+NO_STEPS = (0.0,) * (4 * MEMORY)  # the past steps' features before a request has taken them
 PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
 PLAIN_ROWS = 16  # a group of at most this many rows decides in plain Python (array code's fixed cost dominates)
 PRIOR_TOKENS = 16  # a request's own acceptance record weighs as much as the model's after this many tokens judged
@@ -98,16 +99,15 @@ def feature_names(methods: tuple[str, ...]) -> dict[str, str]:
 def features(obs: Observation, methods: tuple[str, ...]) -> list[float]:
     """The feature vector of ``obs`` (order of :func:`feature_names`)."""
     recent = obs.steps[::-1]
-    matched = sum(o.ngram_matched for o in recent)
+    steps, matched, judged = [], 0, 0  # the last MEMORY steps' block; n-gram's agreement over them
+    for o in recent:
+        matched += o.ngram_matched
+        judged += ngram_judged(o)
+        proposed = o.k > 0
+        steps += (float(o.emitted), float(o.ngram_matched), float(proposed and o.emitted == o.k + 1),
+                  float(proposed and o.emitted <= o.k))
     x = [math.log1p(obs.pos), math.log1p(obs.prompt_len), float(obs.ngram_offer), float(obs.ngram_offer > 0),
-         obs.prompt_overlap, _log_odds(matched, sum(ngram_judged(o) for o in recent))]
-    for j in range(MEMORY):
-        if j < len(recent):
-            o = recent[j]
-            x += [float(o.emitted), float(o.ngram_matched), float(o.k > 0 and o.emitted == o.k + 1),
-                  float(o.k > 0 and o.emitted <= o.k)]
-        else:
-            x += [0.0, 0.0, 0.0, 0.0]
+         obs.prompt_overlap, _log_odds(matched, judged), *steps, *NO_STEPS[len(steps):]]
     last = recent[0].method if recent else NONE
     for i in range(len(methods)):
         x += [float(last == i), math.log1p(obs.steps_by_method[i])]
