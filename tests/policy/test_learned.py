@@ -142,7 +142,8 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows)
     offers, theta, shift = rng.integers(0, 9, rows), rng.uniform(0.5, 3.0, rows), rng.normal(size=(rows, 2))
     args = (x.tolist(), offers.tolist(), theta.tolist(), shift.tolist())
     tables = [chooser.row_scores(*row) for row in zip(*args)]
-    assert np.allclose(tables, chooser.scores(x, np.minimum(offers, chooser.seconds.shape[1] - 1), theta, shift))
+    gains = chooser.gains(x, np.minimum(offers, chooser.seconds.shape[1] - 1), shift)
+    assert np.allclose(tables, gains - theta[:, None, None] * chooser.seconds)
     assert chooser._choose_rows(tables, float(theta.mean())) == chooser._choose_arrays(x, offers, theta, shift)
     two = Chooser(chooser.weights, chooser.bias, chooser.seconds, -1, chooser.base_rate,
                   chooser.fixed + chooser.fixed[1], batch_size=8)  # both methods pay a fixed part
@@ -253,16 +254,16 @@ def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_reque
     seconds = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]])
     chooser = Chooser(weights, bias, seconds, ngram=-1, base_rate=np.full((2, 2), 0.5), fixed=np.zeros((2, 3)))
     none = np.zeros((1, 2))
-    score = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0, none)[0]
+    score = chooser.gains(np.array([[0.0]]), np.array([0]), none)[0]
     assert np.allclose(score[0], [1.0, 1.5, 1.75])  # hazards 1/2, 1/2: 1, 1 + 1/2, 1 + 1/2 + 1/4
     assert np.allclose(score[1], [1.0, 1.5, 1.5 + 0.5 * 0.75])
-    assert np.allclose(chooser.scores(np.array([[0.0]]), np.array([0]), 0.5, none)[0], score - 0.5 * seconds)
-    shifted = chooser.scores(np.array([[0.0]]), np.array([0]), 0.0, np.array([[np.log(3.0), 0.0]]))[0]
+    assert np.allclose(chooser.row_scores([0.0], 0, 0.5, [0.0, 0.0]), score - 0.5 * seconds)
+    shifted = chooser.gains(np.array([[0.0]]), np.array([0]), np.array([[np.log(3.0), 0.0]]))[0]
     assert np.allclose(shifted[0], [1.0, 1.75, 1.75 + 0.75 ** 2])  # a shift of ln 3 on every hazard: 1/2 → 3/4
     history = History(2, 2)
     history.record(Outcome(1, 2, 2, 0, 0))  # eagle k = 2 emitted 2: priced 3 s
     history.record(Outcome(-1, 0, 1, 0, 0))  # none: priced 1 s
-    obs = history.observation(4, 4, np.zeros(8, dtype=np.int64), 0, 0.0)
+    obs = history.observation(4, 4, (0,) * 8, 0, 0.0)
     # PRIOR_STEPS no-SD steps (1 token, 1 s each), then 3 tokens emitted in 4 s
     assert chooser.theta_for(obs) == pytest.approx((PRIOR_STEPS + 3) / (PRIOR_STEPS * 1.0 + 4))
 
@@ -309,7 +310,7 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
     history = History(2, 2, lookup=0)
     history.record(Outcome(1, 2, 3, 2, 1))
     history.record(Outcome(1, 2, 1, 0, 0))
-    obs = history.observation(5, 4, np.zeros(9, dtype=np.int64), 0, 0.0)
+    obs = history.observation(5, 4, (0,) * 9, 0, 0.0)
     assert obs.judged == ((1, 1), (2, 1)) and obs.accepted == ((1, 0), (1, 1))
     rates = np.array([[0.5, 0.5], [0.5, 0.25]])
     chooser = Chooser(np.zeros((2, 1)), np.zeros((2, 2)), np.ones((2, 3)), 0, rates, np.zeros((2, 3)))

@@ -197,11 +197,6 @@ class Chooser:
         gain += self._base[offer]
         return gain
 
-    def scores(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray | float, shift: np.ndarray) -> np.ndarray:
-        """θ [B] or one, the rest as :meth:`gains` → score [B, M, J + 1] = E[e] − θ · seconds per row
-        (the batch's part of the drafting apart)."""
-        return self.gains(x, offer, shift) - np.reshape(theta, (-1, 1, 1)) * self.seconds
-
     def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int], theta: Sequence[float],
                      shift: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
         """The rows of one iteration decided together (x [B][F], offer [B], θ [B], shift [B][M];
@@ -254,8 +249,8 @@ class Chooser:
 
     def row_scores(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float],
                    alone: bool = False) -> list[list[float]]:
-        """One row of :meth:`scores` in plain Python: [M][J + 1] (``alone``: the batch's part of the
-        drafting added to the price, as a request alone pays it)."""
+        """One row's scores E[e] − θ · seconds per row (:meth:`gains`, in plain Python): [M][J + 1]
+        (``alone``: the batch's part of the drafting added to the price, as a request alone pays it)."""
         table = []
         depth = self.seconds.shape[1] - 1  # J
         for m, (weights, bias, price) in enumerate(self._alone_rows if alone else self._batch_rows):

@@ -9,7 +9,8 @@ its first draft) — and asks the policy's decision at the running batch size
 (:meth:`~specscope.policy.learned.LearnedPolicy.decide_for`, the one the simulator asks: a
 batch's rows decide together). Then each member proposes for the rows that chose it, with the
 deepest k among them, and every row's proposal is cut to its own k; a row that chose none
-proposes nothing.
+proposes nothing. (A step where every row drafts with one model drafter passes that drafter's
+proposal through: nothing to merge.)
 
 Every member observes every target pass, so a model drafter stays current: an EAGLE head's
 pending hidden states accumulate over the steps it sat out and its next draft runs them in one
@@ -113,7 +114,8 @@ class SwitchingProposer:
         self._policy_seconds += time.perf_counter() - start - members
         return Proposal(tokens, draft_len, probs)
 
-    def _merge(self, request: ProposeInput, method: list[int], k: list[int], found: list[list[int]]) -> tuple:
+    def _merge(self, request: ProposeInput, method: list[int], k: list[int], found: list[list[int]]
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[float | None], float]:
         """Rows that chose different proposers (or none): each member proposes for its rows, with
         the deepest k among them, and the proposals are merged into tokens [batch, depth], draft_len
         [batch] and probs (None under greedy decoding), plus each row's first-draft probability
