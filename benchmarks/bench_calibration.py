@@ -138,7 +138,7 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=SweepConfig.segments,
                         help="turns the cells take over the requests (more: each cell's no-SD "
                              "segment nearer in time to its own; keep requests / segments >= the largest batch)")
-    parser.add_argument("--replicas", type=int, default=1,
+    parser.add_argument("--replicas", type=int, default=SweepConfig.replicas,
                         help="processes per server, taking the segments in turn (their speed offsets averaged)")
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "

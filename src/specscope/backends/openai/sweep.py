@@ -342,8 +342,8 @@ def _complete(cells: list[Cell]) -> bool:
 def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
     """An interleaved group: its units (:func:`_units`) measured on servers launched at once (a
     pair's two; an ``interleaved-all`` group's one per :func:`_server_of`, for its largest batch
-    size; each as ``config.replicas`` processes); records in the cells' order. A cell alone is failed: a pair or group is measured
-    together or not at all."""
+    size; each as ``config.replicas`` processes); records in the cells' order. A cell alone is
+    failed: a pair or group is measured together or not at all."""
     started, units = time.time(), _units(config, cells)
     measured_units = [unit for unit in units if len(unit) > 1]
     done = 0

@@ -65,9 +65,10 @@ with one another, not only with their own baseline: a calibration sweep of pairs
 over 25 minutes on a 2-core VM) saw the ``none`` server's throughput at one batch size move by
 1.6× from pair to pair, and the speedup of a pair depended on when it ran. (Three calibration
 sweeps of this design on that VM did not predict better than five that took turns within each
-batch size only: README, "Calibrate to your engine".) A server serving several cells counts each cell's spec-decode counters
-around that cell's own segments. A workload's cells are measured together or, resumed, again
-together; with ``--ray`` they reserve their engine's resources once per server.
+batch size only: README, "Calibrate to your engine".) A server serving several cells counts each
+cell's spec-decode counters around that cell's own segments. A workload's cells are measured
+together or, resumed, again together; with ``--ray`` they reserve their engine's resources once
+per server.
 
 **Replicas.** With ``replicas = R`` (interleaved baselines, launched engines) every server is
 launched as R processes and segment i of every cell runs on replica i mod R: a cell's throughput
