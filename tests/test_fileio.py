@@ -46,6 +46,17 @@ def test_regular_file_is_replaced_atomically(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
 
 
+def test_a_symbolic_link_stays_and_its_target_gets_the_file(tmp_path):
+    (tmp_path / "kept").mkdir()
+    target, link = tmp_path / "kept" / "t.csv", tmp_path / "link.csv"
+    target.write_text("old\n")
+    link.symlink_to(target)
+    write_rows(link, [{"a": 1}])
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "a\n1\n"
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["t.csv"]  # no temporary file left
+
+
 def test_dash_is_stdout(capsys):
     write_rows("-", [{"policy": "fixed:3", "speedup": 1.5}])
     assert capsys.readouterr().out == "policy,speedup\nfixed:3,1.5\n"

@@ -89,7 +89,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     A regular file (or a new path) gets a temporary file, fsync, rename and fsync of the
     directory: readers never see half a file and a finished write survives a crash. ``-`` is
     standard output; a character device or FIFO (``/dev/null``, ``/dev/stdout``) is written in
-    place, because renaming over it would replace the device for every other program.
+    place, because renaming over it would replace the device for every other program; a symbolic
+    link keeps pointing where it did, at the new file.
     """
     path = check_output_file(path)
     if str(path) == STDOUT:
@@ -100,6 +101,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         with open(path, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)
         return
+    path = Path(os.path.realpath(path))  # a symbolic link stays: the file it points to is replaced
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)

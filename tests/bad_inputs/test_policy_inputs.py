@@ -30,7 +30,22 @@ def policy_file(methods: tuple[str, ...]) -> str:
                                                   "fixed": [[0.0] * 3] * m, "verify": [0.5, 0.6, 0.7]}]})
 
 
+def altered(change) -> dict[str, str]:
+    """The traces and a policy file over n-gram and EAGLE after ``change(document)``."""
+    document = json.loads(policy_file(("ngram", "eagle")))
+    change(document)
+    return {**TRACES, "p.json": json.dumps(document)}
+
+
+def one_token(rid: str) -> str:
+    return json.dumps({"schema": "specscope.trace/1", "id": rid, "dataset": "d", "k_max": 6,
+                       "prompt_token_ids": [1, 2], "output_token_ids": [5],
+                       "proposers": {"ngram": {"acc_len": [1]}, "eagle": {"acc_len": [1]}}}) + "\n"
+
+
 EAGLE_POLICY = {"p.json": policy_file(("ngram", "eagle")), "m/keep.txt": "", "w.jsonl": ""}
+NGRAM_POLICY = {"p.json": policy_file(("ngram",)), "m/keep.txt": "", "w.jsonl": ""}
+TWO_DATASETS = {"t.jsonl": own("a") + own("b"), "u.jsonl": own("c", "e") + own("d", "e")}
 TWO_DRAFTERS = {"p.json": policy_file(("draft", "eagle")), "m/keep.txt": ""}
 NOT_A_POLICY = {**TRACES, "p.json": json.dumps({"schema": "specscope.trace/1"})}
 SIM = ["simulate", "t.jsonl", "--batch-sizes", "1", "--policies"]
@@ -71,6 +86,44 @@ CASES = [
          r"one model drafter beside n-gram", files=TWO_DRAFTERS),
     Case("report-bad-policy", ["report", "t.jsonl", "-o", "out", "--policy", "p.json"], r"p\.json",
          files=NOT_A_POLICY),
+    Case("fit-combined", ["policy", "fit", "t.jsonl", "--acc", "combined,ngram", "-o", "p.json"],
+         r"--acc: 'combined'", files=TRACES),
+    Case("fit-repeated-batch-size", ["policy", "fit", "t.jsonl", "--batch-sizes", "1,1", "-o", "p.json"],
+         r"--batch-sizes: expected distinct", files=TRACES),
+    Case("fit-no-steps", ["policy", "fit", "t.jsonl", "-o", "p.json"], r"no step to learn from",
+         files={"t.jsonl": one_token("a") + one_token("b")}),
+    Case("fit-output-is-input", ["policy", "fit", "t.jsonl", "-o", "t.jsonl"], r"-o t\.jsonl: is also an input",
+         files=TRACES),
+    Case("evaluate-repeated-acc", ["policy", "evaluate", "t.jsonl", "u.jsonl", "--acc", "ngram,ngram"], r"--acc",
+         files=TWO_DATASETS),
+    Case("evaluate-one-proposer", ["policy", "evaluate", "t.jsonl", "u.jsonl", "--acc", "ngram"],
+         r"--acc: expected 2 proposers", files=TWO_DATASETS),
+    Case("evaluate-batch-too-large", ["policy", "evaluate", "t.jsonl", "u.jsonl", "--batch-sizes", "8", "-o", "e.csv"],
+         r"--batch-sizes: mixed mode", files=TWO_DATASETS),
+    Case("policy-free-step", [*SIM, "learned:p.json"], r"p\.json.*batch size 1",
+         files=altered(lambda d: d["models"][0].update(seconds=[[0.0, 1.1, 1.2]] * 2, verify=[0.0, 0.6, 0.7]))),
+    Case("policy-features-mismatch", ["policy", "explain", "p.json"], r"p\.json.*features",
+         files=altered(lambda d: d.update(methods=["eagle", "ngram"]))),
+    Case("policy-features-missing", ["policy", "explain", "p.json"], r"p\.json.*missing field 'features'",
+         files=altered(lambda d: d.pop("features"))),
+    Case("policy-no-depth", [*SIM, "learned:p.json"], r"p\.json.*J >= 1",
+         files=altered(lambda d: d.update(intercept=[[], []], base_rate=[[], []], models=[
+             {"batch_size": 1, "seconds": [[1.0]] * 2, "fixed": [[0.0]] * 2, "verify": [0.5]}]))),
+    Case("policy-unknown-method", ["policy", "explain", "p.json"], r"p\.json: field 'methods': unknown method 'foo'",
+         files=altered(lambda d: d.update(methods=["ngram", "foo"]))),
+    Case("policy-batch-size-float", ["policy", "explain", "p.json"], r"p\.json.*batch_size 1\.5",
+         files=altered(lambda d: d["models"][0].update(batch_size=1.5))),
+    Case("policy-batch-size-twice", ["policy", "explain", "p.json"], r"p\.json.*batch_size 1",
+         files=altered(lambda d: d["models"].append(dict(d["models"][0])))),
+    Case("policy-models-not-a-list", ["policy", "explain", "p.json"], r"p\.json.*models",
+         files=altered(lambda d: d.update(models="ab"))),
+    Case("explain-traces-missing", ["policy", "explain", "p.json", "--traces", "none.jsonl"], r"none\.jsonl",
+         files={"p.json": policy_file(("ngram", "eagle"))}),
+    Case("bench-policy-with-method", ["bench", "--model", "m", "--workload", "w.jsonl", "--policy", "p.json",
+                                      "--method", "mtp"], r"--method: not used with --policy", files=EAGLE_POLICY),
+    Case("bench-policy-lookups-with-draft", ["bench", "--model", "m", "--workload", "w.jsonl", "--policy", "p.json",
+                                             "--draft", "m"], r"--draft: p\.json runs no model drafter",
+         files=NGRAM_POLICY),
 ]
 
 

@@ -322,7 +322,7 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(schema="other"), "expected a policy file"),
     (lambda d: d.pop("coef"), "malformed policy file"),
-    (lambda d: d["models"][0].update(batch_size=0), "batch size"),
+    (lambda d: d["models"][0].update(batch_size=0), "batch_size 0"),
     (lambda d: d.update(scale=[0.0] * len(d["scale"])), "positive scales"),
 ])
 def test_a_malformed_file_is_one_line_naming_it(policy_file, tmp_path, edit, message):
@@ -417,6 +417,18 @@ def test_without_scikit_learn_fitting_is_a_one_line_error(monkeypatch, tmp_path,
                  "-o", str(tmp_path / "p.json")]) == 2
     assert capsys.readouterr().err.strip().endswith("pip install 'specscope[policy]'")
     assert not (tmp_path / "p.json").exists()
+
+
+def test_fit_to_standard_output_writes_the_policy_alone(tmp_path, capsys):
+    """``-o -``: standard output carries the JSON and nothing else (the summary line is for files)."""
+    from specscope.cli import main
+    from specscope.policy.learned import SCHEMA
+
+    traces = tmp_path / "t.jsonl"
+    traces.write_text("".join(json.dumps(r.to_json()) + "\n" for r in workload(0, count=2)))
+    assert main(["policy", "fit", str(traces), "--acc", "ngram,eagle", "--cost-model", "h100-llama3.1-8b",
+                 "--batch-sizes", "1", "-o", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["schema"] == SCHEMA
 
 
 def test_on_an_engine_that_pads_a_group_weighs_the_width_every_row_verifies():

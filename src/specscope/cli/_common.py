@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Iterable, TextIO
@@ -103,11 +104,22 @@ def read_trace_args(args: argparse.Namespace) -> list:
     reported on stderr (one line per file)."""
     from specscope.trace import load_traces
 
+    refuse_overwriting(getattr(args, "output", None), args.traces)
     records, reports = load_traces(args.traces, lengths=args.lengths)
     for report in reports:
         if report.mismatched_records:
             print(f"note: {report.summary()}", file=sys.stderr)
     return records
+
+
+def refuse_overwriting(output: object, inputs: Iterable[str | Path], option: str = "-o") -> None:
+    """Refuse an ``output`` file that is one of the ``inputs``: writing it would replace what the
+    run reads (a device or standard output is never an input)."""
+    if output is None or to_stdout(output) or not Path(output).is_file():
+        return
+    for path in inputs:
+        if Path(path).is_file() and os.path.samefile(output, path):
+            raise SpecscopeError(f"{option} {output}: is also an input ({path}); write the result elsewhere")
 
 
 def model_dir_arg(path: str | Path) -> Path:

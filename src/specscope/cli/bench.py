@@ -60,8 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--method",
-        default=DEFAULTS["method"],
-        help=f"proposer ({', '.join(METHODS)}; others registered by plugins)",
+        help=f"proposer ({', '.join(METHODS)}; others registered by plugins; default {DEFAULTS['method']})",
     )
     parser.add_argument(
         "--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory"
@@ -146,11 +145,13 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
     if args.policy is not None:
         if args.backend == OPENAI:
             raise SpecscopeError("--policy: only with --backend reference (the engine runs the policy)")
+        if args.method is not None:
+            raise SpecscopeError("--method: not used with --policy (the policy chooses the method and k)")
         policy = load_policy(args.policy)
         policy.drafter(args.draft)  # a missing checkpoint is refused before the model loads
     shared = dict(
         workload=args.workload,
-        method=args.method if policy is None else LEARNED,
+        method=LEARNED if policy is not None else DEFAULTS["method"] if args.method is None else args.method,
         k=policy.depth if policy is not None else args.tree.depth if args.tree is not None
         else DEFAULTS["k"] if args.k is None else args.k,
         batch_sizes=tuple(args.batch_sizes),

@@ -87,18 +87,31 @@ def need_scikit_learn() -> None:
         raise SpecscopeError("policy: fitting and judging a policy needs scikit-learn: pip install 'specscope[policy]'")
 
 
+def check_proposers(acc: list[str], count: int | None = None) -> None:
+    """``--acc`` as a policy's proposers: distinct, none of them the traces' ``combined`` series,
+    and ``count`` of them where the verb needs that many."""
+    if "combined" in acc:
+        raise SpecscopeError("--acc: 'combined' is the traces' best-of series, not a proposer a policy can run")
+    if len(set(acc)) != len(acc):
+        raise SpecscopeError(f"--acc: expected distinct proposer names, got {','.join(acc)}")
+    if count is not None and len(acc) != count:
+        raise SpecscopeError(f"--acc: expected {count} proposers (the ceiling oracle-switch:A+B chooses between two), "
+                             f"got {','.join(acc)}")
+
+
 def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.sim.fit import fit_policy
 
-    if len(set(args.acc)) != len(args.acc) or "combined" in args.acc:
-        raise SpecscopeError(f"--acc: expected distinct proposer names, got {','.join(args.acc)}")
+    check_proposers(args.acc)
+    if len(set(args.batch_sizes)) != len(args.batch_sizes):
+        raise SpecscopeError(f"--batch-sizes: expected distinct batch sizes, got {','.join(map(str, args.batch_sizes))}")
     need_scikit_learn()
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k)
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
-    if args.output != "-":
+    if not to_stdout(args.output):
         training = document["training"]
         print(f"wrote {args.output}: {len(document['models'])} models ({','.join(map(str, args.batch_sizes))}) "
               f"over {len(document['features'])} features, from {training['steps']} steps of "
@@ -114,12 +127,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from specscope.sim.evaluate import leave_one_out
     from specscope.sim.grid import SimConfig
 
+    check_proposers(args.acc, count=2)
     need_scikit_learn()
     views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
     records = read_trace_args(args)
-    datasets = {r.dataset or "trace" for r in records}
-    if len(datasets) < 2:
-        raise SpecscopeError(f"leave-one-out needs at least two datasets; the traces hold {len(datasets)}")
+    sizes: dict[str, int] = {}
+    for record in records:
+        sizes[record.dataset or "trace"] = sizes.get(record.dataset or "trace", 0) + 1
+    if len(sizes) < 2:
+        raise SpecscopeError(f"leave-one-out needs at least two datasets; the traces hold {len(sizes)}")
+    if args.mode == "mixed" and min(args.batch_sizes) > max(sizes.values()):
+        raise SpecscopeError(f"--batch-sizes: mixed mode runs B distinct requests at once; the largest dataset "
+                             f"holds {max(sizes.values())}, fewer than every batch size given")
     config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="skip",
                        combined=tuple(args.acc) if len(args.acc) == 2 else None)
     with tempfile.TemporaryDirectory() as folder:
@@ -143,6 +162,7 @@ def run_explain(args: argparse.Namespace) -> int:
 
     policy = load_policy(args.policy)
     document = policy.document
+    traces = read_traces_for(policy, args) if args.traces else None
     names = list(document["features"])
     weights = np.abs(np.asarray(document["coef"], dtype=float))  # [M, F] hazard slopes on standardised features
     order = np.argsort(-weights.sum(axis=0))
@@ -164,44 +184,58 @@ def run_explain(args: argparse.Namespace) -> int:
                 [[str(m["batch_size"]), f"{1e3 * m['seconds'][0][0]:.2f}",
                   *["/".join(f"{1e3 * row[k]:.2f}" for k in ks) for row in [*m["seconds"], *(m["fixed"][i] for i in drafters)]]]
                  for m in document["models"]])
-    if args.traces:
-        show_decisions(policy, args)
-        show_discrimination(policy, args)
+    if traces is not None:
+        show_decisions(policy, traces[0][0])
+        show_discrimination(policy, traces[1])
     return 0
 
 
-def show_discrimination(policy, args: argparse.Namespace) -> None:
+def read_traces_for(policy, args: argparse.Namespace) -> tuple[list, list]:
+    """``args.traces`` read before anything is printed, as the two views ``explain`` shows: cut to
+    the policy's methods' common length (the decisions along the first record), and whole (the
+    discrimination); an error if the first record lacks one of the policy's methods."""
+    need_scikit_learn()
+    args.lengths = "common"
+    common = read_trace_args(args)
+    missing = [m for m in policy.methods if m not in common[0].proposers]
+    if missing:
+        raise SpecscopeError(f"--traces: record {common[0].id!r} has no {missing[0]!r} trace")
+    args.lengths = "own"
+    return common, read_trace_args(args)
+
+
+def show_discrimination(policy, records: list) -> None:
     """How well the policy's features tell an accepted first draft from a rejected one on
-    ``args.traces`` (:func:`~specscope.sim.evaluate.discrimination`)."""
+    ``records`` (:func:`~specscope.sim.evaluate.discrimination`)."""
     from specscope.sim.evaluate import discrimination
 
-    need_scikit_learn()
-    args.lengths = "own"
-    rows = discrimination(read_trace_args(args), policy)
+    rows = discrimination(records, policy)
     print_table("first draft accepted, predicted along the policy's own walk (B = 1) against the traces: "
                 "AUC 0.5 = its features know nothing of the next step, 1 = everything",
                 ["method", "steps", "predicted", "observed", "AUC"],
-                [[r["method"], str(r["steps"]), f"{r['predicted']:.3f}", f"{r['observed']:.3f}", f"{r['auc']:.3f}"]
+                [[r["method"], str(r["steps"]), *(_figure(r[c]) for c in ("predicted", "observed", "auc"))]
                  for r in rows])
 
 
-def show_decisions(policy, args: argparse.Namespace) -> None:
-    """The policy's choices along the first record of ``args.traces``, per batch size."""
+def _figure(value: float) -> str | None:
+    """A share or an AUC to 3 decimals; None (shown as -) where there was nothing to measure."""
+    return None if np.isnan(value) else f"{value:.3f}"
+
+
+def show_decisions(policy, record) -> None:
+    """The policy's choices along ``record`` (cut to its methods' common length), per batch size."""
     from specscope.policy.observation import NONE
     from specscope.sim.observe import Observer
     from specscope.sim.switching import common_length
 
-    args.lengths = "common"
-    record = read_trace_args(args)[0]
-    missing = [m for m in policy.methods if m not in record.proposers]
-    if missing:
-        raise SpecscopeError(f"--traces: record {record.id!r} has no {missing[0]!r} trace")
-    rows = []
+    rows, length = [], common_length(record, policy.methods)
     for b in policy.choosers:
         decide = policy.decide_for(b)
-        observer = Observer(record, policy.methods, common_length(record, policy.methods), policy.depth)
+        observer = Observer(record, policy.methods, length, policy.depth)
         p = 1
         for _ in range(EXAMPLE_STEPS):
+            if p >= length:  # the record's output ends: no more steps
+                break
             obs = observer.observe(p)
             m, k = decide([obs] * b)[0]  # B copies of the record, as the simulator's paper mode
             offer = None if m == NONE else observer.offer(m, p)
@@ -210,6 +244,4 @@ def show_decisions(policy, args: argparse.Namespace) -> None:
             rows.append([str(b), str(p), str(obs.ngram_offer), "none" if m == NONE or k == 0 else policy.methods[m],
                          str(k), str(emitted)])
             p += emitted
-            if p >= common_length(record, policy.methods):
-                break
     print_table(f"decisions along record {record.id!r}", ["B", "pos", "n-gram offer", "method", "k", "emitted"], rows)

@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
                         help="proposers whose traces to replay; 'combined' for oracle-combined (default: ngram,eagle)")
     parser.add_argument("--policies", type=str_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
-                        help="fixed:k, adaptive, oracle, oracle-combined:A+B, tree:SHAPE (a static tree "
-                             "such as tree:2x2x1, replayed from traces taken with `trace --trees`) "
+                        help="fixed:k, adaptive, oracle, oracle-combined:A+B, oracle-switch:A+B (its drafting "
+                             "charged), tree:SHAPE (a static tree such as tree:2x2x1, replayed from traces taken "
+                             "with `trace --trees`), learned:FILE (a `policy fit` file) "
                              "(default: fixed:1,fixed:3,fixed:5,oracle)")
     parser.add_argument("--batch-sizes", type=int_list, default=None,
                         help="default " + ",".join(map(str, DEFAULTS.batch_sizes)) + " (in mixed mode, those "

@@ -366,6 +366,9 @@ class LearnedPolicy:
                                  "model drafter beside n-gram (its checkpoint: --draft)")
         if models and draft_dir is None:
             raise SpecscopeError(f"--policy: {self.path} runs {models[0]}: give its checkpoint with --draft DIR")
+        if not models and draft_dir is not None:
+            raise SpecscopeError(f"--draft: {self.path} runs no model drafter ({', '.join(self.methods)}): "
+                                 "leave --draft out")
         return models[0] if models else None
 
     def chooser(self, batch_size: int) -> Chooser:
@@ -407,41 +410,68 @@ def load_policy(path: str | Path) -> LearnedPolicy:
         raise SpecscopeError(f"{path}: expected a policy file with \"schema\": {SCHEMA!r} "
                              "(made by `specscope policy fit`)")
     try:
-        methods = tuple(str(m) for m in document["methods"])
+        methods = _methods(document["methods"])
         choosers = choosers_from_json(document, methods)
-    except (KeyError, TypeError, ValueError) as error:
+    except KeyError as error:
+        raise SpecscopeError(f"{path}: malformed policy file: missing field {error.args[0]!r}") from None
+    except (TypeError, ValueError) as error:
         raise SpecscopeError(f"{path}: malformed policy file: {error}") from None
+    except SpecscopeError as error:
+        raise SpecscopeError(f"{path}: field 'methods': {error}") from None
     return LearnedPolicy(str(path), methods, choosers, document)
+
+
+def _methods(value: object) -> tuple[str, ...]:
+    """A policy file's ``methods``: distinct names of known proposers (SpecscopeError otherwise)."""
+    if not isinstance(value, list) or not value or not all(isinstance(m, str) for m in value):
+        raise SpecscopeError(f"expected a list of proposer names, got {value!r}")
+    for name in value:
+        method_named(name)  # an unknown name: a one-line error listing the known ones
+    if len(set(value)) != len(value):
+        raise SpecscopeError(f"expected distinct proposers, got {', '.join(value)}")
+    return tuple(value)
 
 
 def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:
     """The decision rule per batch size of a policy document (ValueError when malformed)."""
-    width = len(feature_names(methods))
+    names = feature_names(methods)
+    if not isinstance(document["features"], dict) or list(document["features"]) != list(names):
+        raise ValueError(f"features: expected the {len(names)} features of {', '.join(methods)} "
+                         f"({', '.join(list(names)[:3])}, …), in order")
+    width = len(names)
     coef = np.asarray(document["coef"], dtype=float)  # [M, F]
     intercept = np.asarray(document["intercept"], dtype=float)  # [M, J]
     base_rate = np.asarray(document["base_rate"], dtype=float)  # [M, J]
     scale, mean = np.asarray(document["scale"], dtype=float), np.asarray(document["mean"], dtype=float)
     if coef.shape != (len(methods), width) or intercept.ndim != 2 or intercept.shape[0] != len(methods) \
-            or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0) \
+            or intercept.shape[1] < 1 or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0) \
             or base_rate.shape != intercept.shape or not np.all((base_rate > 0) & (base_rate < 1)):
         raise ValueError(f"expected coef [{len(methods)}][{width}], intercept and base_rate [{len(methods)}][J] "
-                         f"(rates in (0, 1)) and {width} means and positive scales")
-    weights = coef / scale
-    bias = intercept - (weights @ mean)[:, None]
-    choosers, pads = {}, document["pads"]
+                         f"(J >= 1, rates in (0, 1)) and {width} means and positive scales")
+    with np.errstate(all="ignore"):  # overflow to ±inf is refused below
+        weights = coef / scale
+        bias = intercept - (weights @ mean)[:, None]
+    if not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)):
+        raise ValueError("non-finite coefficients")
+    pads, models = document["pads"], document["models"]
     if not isinstance(pads, bool):
         raise ValueError(f"pads: expected true or false, got {pads!r}")
-    for model in document["models"]:
-        b = int(model["batch_size"])
+    if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
+        raise ValueError("models: expected a non-empty list of objects, one per batch size")
+    choosers = {}
+    for model in models:
+        b = model["batch_size"]
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1 or b in choosers:
+            raise ValueError(f"models: batch_size {b!r}: expected an integer >= 1, once")
         seconds, fixed = np.asarray(model["seconds"], dtype=float), np.asarray(model["fixed"], dtype=float)
         verify = np.asarray(model["verify"], dtype=float)
         shape = (len(methods), intercept.shape[1] + 1)
-        if b < 1 or seconds.shape != shape or fixed.shape != shape or not np.all(fixed >= 0) \
-                or verify.shape != shape[1:] or not np.all((verify >= 0) & (verify <= seconds)):
-            raise ValueError(f"model for batch size {b}: expected batch size >= 1, seconds and fixed "
-                             f"[{shape[0]}][{shape[1]}] (fixed >= 0) and verify [{shape[1]}] (0 <= verify <= seconds)")
+        if seconds.shape != shape or fixed.shape != shape or verify.shape != shape[1:] \
+                or not np.all(np.isfinite(seconds) & (seconds >= 0)) or not np.all(seconds[:, 0] > 0) \
+                or not np.all(np.isfinite(fixed) & (fixed >= 0)) or not np.all((verify >= 0) & (verify <= seconds)):
+            raise ValueError(f"model for batch size {b}: expected seconds and fixed [{shape[0]}][{shape[1]}] "
+                             f"(finite, >= 0; a step without drafting > 0) and verify [{shape[1]}] "
+                             "(0 <= verify <= seconds)")
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
                               base_rate, fixed, b, verify, pads)
-    if not choosers or not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)):
-        raise ValueError("no models, or non-finite coefficients")
     return choosers
