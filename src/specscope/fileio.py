@@ -97,6 +97,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    try:
+        _write_durably(path, text)
+    except OSError as error:
+        raise SpecscopeError(f"{path}: cannot write ({error.strerror or error})") from None
+
+
+def _write_durably(path: Path, text: str) -> None:
+    """:func:`atomic_write_text` to a path (not standard output)."""
     if path.exists() and not path.is_file():
         with open(path, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)

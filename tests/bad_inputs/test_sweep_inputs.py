@@ -72,6 +72,20 @@ CASES = [
     Case("cell-file-bad-status", ["sweep", "s.toml"], r"0123456789abcdef\.json: not a cell record",
          {**config(), CELL: json.dumps({"cell_id": "x", "key": {}, "status": "maybe", "reason": None,
                                         "started_at": 0, "finished_at": 0, "result": None})}),
+    Case("k-twice", DRY, r"field 'k': 2 is listed twice", config("k = [2, 2]\n")),
+    Case("method-twice", DRY, r"field 'methods': 'ngram' is listed twice", config('methods = ["none", "ngram", "ngram"]\n')),
+    Case("workload-twice", DRY, r"field 'workloads': 'w\.jsonl' is listed twice",
+         config(base='output = "out"\nworkloads = ["w.jsonl", "w.jsonl"]\n')),
+    Case("workload-missing", DRY, r"field 'workloads\[0\]': nope\.jsonl: cannot read",
+         config(base='output = "out"\nworkloads = ["nope.jsonl"]\n')),
+    Case("segments-beyond-the-workload", DRY, r"field 'segments': expected at most the requests of w\.jsonl \(1\)",
+         config('methods = ["none", "ngram"]\nbaselines = "interleaved"\nsegments = 4\n')),
+    Case("only-none", DRY, r"s\.toml: plans no cell",
+         {**config('methods = ["none"]\nbaselines = "interleaved-all"\nsegments = 2\n'), "w.jsonl": WORKLOAD + WORKLOAD.replace('"a"', '"b"')}),
+    Case("launched-engine-with-k", DRY, r"engines\[0\]: method and k describe a server given by url",
+         config(engine=ENGINE + "k = 3\n")),
+    Case("drafts-of-no-drafter", DRY, r"engines\[0\]\.drafts\.ngram: expected a method that drafts with a checkpoint",
+         config(engine=ENGINE + 'drafts = { ngram = "x" }\n')),
 ]
 
 

@@ -35,6 +35,13 @@ drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
 """
 
 
+def enough_for_segments(tmp_path: Path) -> None:
+    """Workloads a.jsonl and b.jsonl of 12 requests each: enough for ten segments (interleaving's
+    default), where :func:`write_config`'s own have three."""
+    for name in ("a.jsonl", "b.jsonl"):
+        write_workload(tmp_path / name, 12, seed=len(name) + ord(name[0]))
+
+
 def write_config(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "sweep.toml"
     path.write_text(text)
@@ -90,6 +97,8 @@ def test_interleaved_baselines_are_new_cells_and_segments_are_checked(tmp_path):
     def config(extra: str):
         return load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", "max_tokens = 8\n" + extra)))
 
+    enough_for_segments(tmp_path)
+
     paired, interleaved = config('baselines = "paired"'), config('baselines = "interleaved"\nsegments = 4')
     assert interleaved.segments == 4 and config('baselines = "interleaved"').segments == 10
     assert [(c.method, c.baseline_for) for c in plan_cells(interleaved)] == [
@@ -103,6 +112,9 @@ def test_interleaved_baselines_are_new_cells_and_segments_are_checked(tmp_path):
         config('baselines = "interleaved"\nsegments = 1')
     with pytest.raises(SpecscopeError, match=r"field 'segments': expected at most num_requests \(3\), got 4"):
         config('baselines = "interleaved"\nsegments = 4\nnum_requests = 3')
+    write_workload(tmp_path / "b.jsonl", 3, seed=1)  # without num_requests: the workload's own requests
+    with pytest.raises(SpecscopeError, match=r"field 'segments': expected at most the requests of b\.jsonl \(3\), got 4"):
+        config('baselines = "interleaved"\nsegments = 4')
 
 
 def test_fewer_requests_than_segments_are_refused_before_any_request():
@@ -120,6 +132,8 @@ def test_fewer_requests_than_segments_are_refused_before_any_request():
 def test_an_interleaved_sd_cell_without_its_none_cell_is_failed_not_measured_alone(tmp_path):
     from specscope.backends.openai.sweep import run_group
 
+    enough_for_segments(tmp_path)
+
     config = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved"')))
     cells = plan_cells(config)  # an SD cell right after its none cell
     for lone in ([cells[1]], [cells[0]], [cells[1], cells[0]]):  # no pair in the right order: none measured
@@ -133,6 +147,8 @@ def test_interleaved_all_groups_every_cell_of_a_workload(tmp_path):
     every SD cell; the group is one unit of servers, one per method and k for every batch size
     (resources once per server), with new ids that name the servers' batch size."""
     from specscope.backends.openai.sweep import _complete, _server_key, _units, group_servers
+
+    enough_for_segments(tmp_path)
 
     def config(extra: str):
         return load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", "max_tokens = 8\n" + extra)))
@@ -160,9 +176,9 @@ def test_interleaved_all_groups_every_cell_of_a_workload(tmp_path):
     assert all(c.key(every)["server_batch_size"] == 2 for c in cells)
     with pytest.raises(SpecscopeError, match=r"field 'segments': expected at most num_requests \(3\), got 4"):
         config('baselines = "interleaved-all"\nsegments = 4\nnum_requests = 3')
-    alone = load_sweep_config(write_config(tmp_path, GRID.replace('"none", "ngram", "eagle3"', '"none"').replace(
-        "max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved-all"')))
-    assert plan_cells(alone) == []  # a none cell comes with the SD cells it is measured beside, as with pairs
+    with pytest.raises(SpecscopeError, match="plans no cell"):  # a none cell comes with the SD cells it is
+        load_sweep_config(write_config(tmp_path, GRID.replace('"none", "ngram", "eagle3"', '"none"').replace(  # measured
+            "max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved-all"')))  # beside, as with pairs: none here
 
 
 @pytest.mark.parametrize(
@@ -319,6 +335,7 @@ def test_launched_methods_that_learn_get_a_server_per_cell(tmp_path):
         keys.setdefault(cell.method, set()).add(_server_key(config, cell))
     assert len(keys["ngram"]) == 2 * 2 * 2  # k x batch sizes x workloads: one server per cell
     assert len(keys["eagle3"]) == 2 * 2  # k x batch sizes: shared by the workloads
+    enough_for_segments(tmp_path)
     config = load_sweep_config(write_config(tmp_path, text.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "interleaved"')))
     groups = {}
     for cell in plan_cells(config):

@@ -54,6 +54,9 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     policy = fields.number("policy_s", default=0.0, low=0.0)  # absent in records before it existed
     tokens = values["prefill_tokens"]
     prompts = (1 if tokens else 0) if prompts is None else prompts
+    if not 0 <= prompts <= values["batch_size"]:
+        raise fields.error("prefill_requests", f"expected 0 … batch_size ({values['batch_size']}): the requests "
+                           f"prefilled are among the step's, got {prompts}")
     if width is not None and not (tokens == width == 0 or width <= tokens <= prompts * width):  # the longest prompt
         raise fields.error("prefill_width", f"expected the longest of the prompts of prefill_tokens ({tokens}), "
                            f"got {width}")

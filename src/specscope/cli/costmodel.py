@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specscope.cli._common import check_output_file, print_table, to_stdout
+from specscope.cli._common import check_output_file, check_table_output, print_table, refuse_overwriting, to_stdout
 from specscope.errors import SpecscopeError
 
 
@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="fit to the chunk timelines of a `specscope sweep` output instead (any server)")
     fit.add_argument("--traces", nargs="+", default=(), metavar="TRACE",
                      help="traces of the sweep's workloads (dataset = workload file stem), for --validate")
+    fit.add_argument("--engine", metavar="NAME",
+                     help="with --from-sweep: the engine whose cells to fit (needed when the sweep measured several)")
     fit.add_argument("--whole-steps", action="store_true",
                      help="with RECORDS: fit the model a sweep's fit fits, to each record's whole step (what a "
                           "chunk gap spans), instead of the forward and drafting phase by phase: the records' "
@@ -70,14 +72,23 @@ def run_fit(args: argparse.Namespace) -> int:
 
     if (args.from_sweep is None) == (not args.records):
         raise SpecscopeError("costmodel fit: give step RECORDS or --from-sweep SWEEP_DIR (one of the two)")
-    if args.from_sweep is None and (args.validate or args.traces):
-        raise SpecscopeError("--validate and --traces go with --from-sweep")
+    if args.from_sweep is None and (args.validate or args.traces or args.engine):
+        raise SpecscopeError("--validate, --traces and --engine go with --from-sweep")
+    if args.traces and not args.validate:
+        raise SpecscopeError("--traces: only read by --validate (the fit itself reads the sweep alone)")
     if args.from_sweep is not None and args.whole_steps:
         raise SpecscopeError("--whole-steps goes with step RECORDS (a sweep's fit is of whole steps already)")
     if args.validate and not args.traces:
         raise SpecscopeError("--validate: needs --traces of the sweep's workloads")
     output = Path(args.output)
     name = args.name or ("fitted" if to_stdout(output) else output.stem)
+    written = [args.from_sweep / n for n in ("calibration.csv", "coefficients.csv")] if args.validate else []
+    for path in written:  # what --validate writes, checked before any work
+        check_table_output(path)
+        if not to_stdout(output) and output.resolve() == path.resolve():
+            raise SpecscopeError(f"-o {output}: --validate writes its table there; write the model elsewhere")
+    refuse_overwriting(output, [*args.records, *args.traces, *written,
+                                *(sorted((args.from_sweep / "cells").glob("*.json")) if args.from_sweep else [])])
     if args.from_sweep is not None:
         return _fit_sweep(args, output, name)
     if args.whole_steps:
@@ -109,9 +120,9 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     from specscope.fileio import write_rows
     from specscope.trace.load import load_traces
 
-    cells = read_sweep(args.from_sweep)
-    records = load_traces(args.traces)[0] if args.validate else []
+    cells = read_sweep(args.from_sweep, args.engine)
     model = fit_cells(cells, name)
+    rows, fits = validate(cells, load_traces(args.traces)[0]) if args.validate else ([], [])  # before any write
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
     out = sys.stderr if to_stdout(output) else sys.stdout
@@ -121,7 +132,6 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     print_table("cross-check: the fit's reconstruction beside the server's histograms (- : not exported)",
                 list(check[0]), [[_cell(v) for v in row.values()] for row in check], file=out)
     if args.validate:
-        rows, fits = validate(cells, records)
         csv = args.from_sweep / "calibration.csv"
         write_rows(csv, rows)
         print_table("held-out cells", list(COLUMNS), [[_cell(row[c]) for c in COLUMNS] for row in rows], file=out)

@@ -173,6 +173,9 @@ def cell_gaps(cell: CellRun) -> Gaps:
         times.append((request["sent_ms"] + chunk_ms) / 1e3)
         tokens.append(np.cumsum(counts))
         prompts.append(request["prompt_tokens"])
+    if sum(len(t) - 1 for t in times) == 0:
+        raise SpecscopeError(f"{_where(cell)}: no request streamed more than one chunk: no step to fit "
+                             "(the fit reads the gaps between a request's chunks)")
     decode = np.concatenate([np.diff(np.concatenate([[0.0], t]))[1:] for t in tokens])
     if decode.size and np.mean(decode > width_max + 1e-9) > BATCHED_SHARE:
         raise SpecscopeError(f"{_where(cell)}: {100 * np.mean(decode > width_max):.0f} % of chunks carry more than "
@@ -191,6 +194,9 @@ def cell_gaps(cell: CellRun) -> Gaps:
     end = np.concatenate([t[1:] for t in times])
     together = NEAR * np.median(end - start)  # chunks closer than this were read together
     alone = np.concatenate([_alone(t, together)[:-1] & _alone(t, together)[1:] for t in times])  # [gaps]
+    if not alone.any():
+        raise SpecscopeError(f"{_where(cell)}: every chunk arrived with another (within {NEAR} of the median gap): "
+                             "no gap between two chunks read alone to fit")
     start, end = start[alone], end[alone]
     mid, half = (start + end) / 2, (end - start) / 2
     running = (first[None, :] < mid[:, None]) & (last[None, :] >= mid[:, None])  # [gaps, requests]
@@ -249,6 +255,9 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     for value in np.unique(run):
         mine = run == value
         gaps.scale[mine] = gaps.seconds[mine].mean()
+        if gaps.scale[mine][0] <= 0:
+            raise SpecscopeError(f"step records: every step of run {int(value) + 1} took 0 s (prefill_s and the "
+                                 "decode phases): nothing to fit")
     return gaps
 
 
@@ -349,6 +358,9 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray]]:
                                  f"{drafting.shape[1]} coefficients (measure more of its requests)")
         blocks.append(drafting * mine[:, None])
     a = np.hstack(blocks) / gaps.scale[:, None]
+    if len(a) < a.shape[1]:
+        raise SpecscopeError(f"calibration: {len(a)} observed steps for {a.shape[1]} coefficients (the forward's "
+                             f"and each method's drafting: measure more requests)")
     norm = np.linalg.norm(a, axis=0)
     norm[norm == 0] = 1.0  # a column that is 0 everywhere (no prefill seen) keeps a coefficient of 0
     coef = scipy.optimize.nnls(a / norm, gaps.seconds / gaps.scale, maxiter=50 * a.shape[1])[0] / norm

@@ -60,6 +60,9 @@ def resolve_cost_model(spec: str) -> CostModel:
     path = Path(spec)
     if path.is_file():
         return _from_file(path)
+    if path.is_dir():
+        raise SpecscopeError(f"cost model {spec!r}: is a directory (expected a preset, roofline:GPU:MODEL or a "
+                             "JSON/TOML file)")
     raise SpecscopeError(
         f"cost model {spec!r}: not a preset ({', '.join(PRESETS)}), not roofline:GPU:MODEL, "
         "and no such file"

@@ -116,7 +116,7 @@ def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> in
     return max(int(r.proposers[p].acc_len.max()) for r in records for p in proposers) - 1
 
 
-def _check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
+def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
     """Refuse a policy that proposes more drafts than the trace measured."""
     if policy.max_k is None or policy.combined:
         return
@@ -262,7 +262,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
         members = _sample(members, config)
         for acc, policy in pairs:
             _check(members, acc, policy, dataset)
-            _check_k(members, acc, policy, dataset)
+            check_k(members, acc, policy, dataset)
             drafting_of(cost, acc, policy)  # a missing one is an error
         groups.append((dataset, members, _feasible(config.batch_sizes, len(members), dataset, config)))
     rows: list[SimRow] = []

@@ -23,6 +23,7 @@ them is what the measurement alone can explain: on a 2-core machine whose speed 
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from dataclasses import replace
@@ -37,13 +38,15 @@ from specscope.backends.openai.sweep_config import server_label
 from specscope.costmodel.calibrate import CellRun, fit_cells
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.errors import SpecscopeError
-from specscope.methods import NO_SD
-from specscope.sim.grid import SimConfig, plan_for
+from specscope.fileio import read_text
+from specscope.methods import NO_SD, method as method_named
+from specscope.sim.grid import SimConfig, check_k, plan_for
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.plan import baseline_plan
 from specscope.sim.policies import parse_policy
 from specscope.trace.schema import TraceRecord
 from specscope.trees import TreeShape
+from specscope.validate import K_MAX_LIMIT, Invalid, check, integer, number
 
 log = logging.getLogger(__name__)
 COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct", "tree",
@@ -52,33 +55,141 @@ SPREAD_COLUMNS = ("term", "fitted", "jackknife_se", "relative_se_pct")  # SWEEP_
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # what a calibration fits of a drafter
 
 
-def read_sweep(sweep_dir: Path) -> list[CellRun]:
-    """The successful cells of ``sweep_dir``, a ``none`` cell and the SD cell it was measured
-    beside sharing a ``pair``; an error if one has no timeline (a sweep recorded before
-    timelines existed) or none succeeded."""
+def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
+    """The successful cells of ``sweep_dir`` of one engine (``engine``: its name; needed when the
+    sweep measured several), a ``none`` cell and the SD cell it was measured beside sharing a
+    ``pair``. Only the cells its ``results.json`` lists count: those of the configuration that
+    ran last (records of an earlier configuration stay in ``cells/`` for a later resume). An
+    error names the file, the request and the field of a record the fit cannot read — one with
+    no timeline (a sweep recorded before timelines existed), a copied one (its ``cell_id`` is not
+    its file's name), a value out of range — or says that none succeeded."""
     if not (sweep_dir / "cells").is_dir():
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no cells/ folder (expected a `specscope sweep` output)")
-    runs = []
+    listed = _listed(sweep_dir)
+    runs, engines = [], set()
     for cell_id, record in read_cells(sweep_dir).items():
-        if record["status"] != "ok":
+        if record["status"] != "ok" or (listed is not None and cell_id not in listed):
             continue
+        path = sweep_dir / "cells" / f"{cell_id}.json"
         if TIMELINE not in record:
-            raise SpecscopeError(f"{sweep_dir / 'cells' / (cell_id + '.json')}: no per-request chunk timeline "
-                                 "(recorded by an older specscope sweep); rerun the sweep into a new folder")
-        key, result = record["key"], record["result"]
-        tree = TreeShape.parse("x".join(map(str, _widths(key["tree"])))) if key.get("tree") else None
-        runs.append(CellRun(cell_id, key["method"], key["k"], tree, key["batch_size"], key["workload"],
-                            result["throughput"], result.get("num_draft_tokens"), record[TIMELINE],
-                            {name: result.get(name) for name in HISTOGRAMS.values()}, key.get("baseline_for"),
-                            num_drafts=result.get("num_drafts")))
+            raise SpecscopeError(f"{path}: no per-request chunk timeline (recorded by an older specscope sweep); "
+                                 "rerun the sweep into a new folder")
+        name = _engine_name(path, record)
+        engines.add(name)
+        if engine is None or name == engine:
+            runs.append(_cell_run(path, record))
+    if engine is None and len(engines) > 1:
+        raise SpecscopeError(f"--from-sweep {sweep_dir}: cells of engines {', '.join(sorted(engines))}; a cost model "
+                             "describes one: choose it with --engine NAME")
     if not runs:
-        raise SpecscopeError(f"--from-sweep {sweep_dir}: no successful cell")
+        raise SpecscopeError(f"--from-sweep {sweep_dir}: no successful cell"
+                             + (f" of engine {engine!r} (have: {', '.join(sorted(engines)) or 'none'})" if engine else ""))
     twins = {_pair(r, r.baseline_for) for r in runs if r.method == NO_SD and r.baseline_for is not None}
     for i, run in enumerate(runs):
         pair = _pair(run, run.baseline_for or server_label(run.method, run.k, run.tree))
         if pair in twins:  # a paired none cell, or an SD cell whose none cell succeeded
             runs[i] = replace(run, pair=pair)
     return runs
+
+
+def _listed(sweep_dir: Path) -> set[str] | None:
+    """The cell ids ``results.json`` lists (the last configuration's cells); None without the file
+    (a sweep that has not finished a group: every record counts)."""
+    path = sweep_dir / "results.json"
+    if not path.exists():
+        return None
+    try:
+        rows = json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("cell_id"), str) for r in rows):
+        raise SpecscopeError(f"{path}: expected the sweep's result rows, each with a cell_id")
+    return {r["cell_id"] for r in rows}
+
+
+def _engine_name(path: Path, record: dict) -> str:
+    engine = record["key"].get("engine") if isinstance(record["key"], dict) else None
+    if not isinstance(engine, dict) or not isinstance(engine.get("name"), str):
+        raise SpecscopeError(f"{path}: field 'key.engine.name': expected the engine's name")
+    return engine["name"]
+
+
+def _cell_run(path: Path, record: dict) -> CellRun:
+    """An ok cell record as the fit reads it, every field it uses checked."""
+    key, result, timeline = record["key"], record["result"], record[TIMELINE]
+    if record["cell_id"] != path.stem:
+        raise SpecscopeError(f"{path}: field 'cell_id': {record['cell_id']!r} is not the file's name (a copied "
+                             "record would count twice)")
+    if not isinstance(result, dict):
+        raise SpecscopeError(f"{path}: field 'result': expected the cell's measured figures")
+
+    def field(label: str, rule, value: object, **bounds: object):
+        return check(f"{path}: field {label!r}", rule, value, **bounds)
+
+    def optional(label: str, rule, value: object, **bounds: object):
+        return None if value is None else field(label, rule, value, **bounds)
+
+    method = key.get("method")
+    if method != NO_SD:
+        try:
+            method_named(method if isinstance(method, str) else repr(method))
+        except SpecscopeError as error:
+            raise SpecscopeError(f"{path}: field 'key.method': {error}") from None
+    tree = None
+    if key.get("tree"):
+        try:
+            tree = TreeShape.parse("x".join(map(str, _widths(key["tree"]))))
+        except (Invalid, SpecscopeError, TypeError, ValueError) as error:
+            raise SpecscopeError(f"{path}: field 'key.tree': expected a static tree's node paths ({error})") from None
+    k = field("key.k", integer, key.get("k"), low=0 if method == NO_SD else 1, high=K_MAX_LIMIT
+              if tree is None else None)
+    if not isinstance(key.get("workload"), str):
+        raise SpecscopeError(f"{path}: field 'key.workload': expected the workload's path")
+    if not isinstance(timeline, list) or not timeline:
+        raise SpecscopeError(f"{path}: field {TIMELINE!r}: expected one entry per request")
+    for i, request in enumerate(timeline):
+        _check_request(path, i, request)
+    return CellRun(path.stem, method, k, tree, field("key.batch_size", integer, key.get("batch_size"), low=1),
+                   key["workload"], field("result.throughput", number, result.get("throughput"), low=0.0,
+                                          low_open=True),
+                   optional("result.num_draft_tokens", integer, result.get("num_draft_tokens"), low=0),
+                   timeline, {name: optional(f"result.{name}", number, result.get(name), low=0.0)
+                              for name in HISTOGRAMS.values()},
+                   key.get("baseline_for"),
+                   num_drafts=optional("result.num_drafts", integer, result.get("num_drafts"), low=0))
+
+
+def _check_request(path: Path, index: int, request: object) -> None:
+    """One request of a cell's timeline: its id, sent time, chunk times (from the send, in
+    order), tokens per chunk (as many as chunks), prompt and output lengths, segment."""
+    where = f"{path}: {TIMELINE}[{index}]"
+    if not isinstance(request, dict) or not isinstance(request.get("id"), str):
+        raise SpecscopeError(f"{where}: expected a request with an id")
+    where = f"{where} (request {request['id']!r})"
+
+    def field(name: str, rule, **bounds: object):
+        return check(f"{where}: field {name!r}", rule, request.get(name), **bounds)
+
+    field("sent_ms", number, low=0.0)
+    for name in ("prompt_tokens", "output_tokens"):
+        if request.get(name) is not None:
+            field(name, integer, low=0)
+    chunks = request.get("chunk_ms")
+    if not isinstance(chunks, list):
+        raise SpecscopeError(f"{where}: field 'chunk_ms': expected a list of times")
+    times = [check(f"{where}: field 'chunk_ms[{j}]'", number, t, low=0.0) for j, t in enumerate(chunks)]
+    if any(b < a for a, b in zip(times, times[1:])):
+        raise SpecscopeError(f"{where}: field 'chunk_ms': expected times in the order the chunks came")
+    counts = request.get("chunk_tokens")
+    if counts is not None:
+        if not isinstance(counts, list) or len(counts) != len(chunks):
+            raise SpecscopeError(f"{where}: field 'chunk_tokens': expected one count per chunk ({len(chunks)})")
+        for j, count in enumerate(counts):
+            check(f"{where}: field 'chunk_tokens[{j}]'", integer, count, low=0)
+    elif request.get("output_tokens") is None:
+        raise SpecscopeError(f"{where}: expected chunk_tokens or output_tokens (the tokens each chunk carried)")
+    if request.get("segment") is not None:
+        field("segment", integer, low=0)
 
 
 def _pair(run: CellRun, server: str) -> str:
@@ -171,22 +282,66 @@ def index_traces(records: Sequence[TraceRecord]) -> dict[str, dict[str, TraceRec
     return traces
 
 
-def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[list[dict[str, object]],
-                                                                             list[LinearCostModel]]:
-    """Leave-one-out over the SD cells that have a ``none`` cell: one row each (:data:`COLUMNS`),
-    and the fit that left each out."""
-    traces = index_traces(records)
+def held_out(cells: Sequence[CellRun]) -> list[tuple[CellRun, CellRun]]:
+    """The SD cells a validation holds out, each with its ``none`` cell (same workload and batch
+    size; with paired or interleaved baselines, the one measured beside it); SD cells without
+    one are left out, each named in a warning."""
     baselines = {(c.workload, c.batch_size, c.baseline_for): c for c in cells if c.method == NO_SD}
-    rows, fits = [], []
+    pairs = []
     for held in cells:
+        if held.method == NO_SD:
+            continue
         where = (held.workload, held.batch_size)
         base = baselines.get((*where, server_label(held.method, held.k, held.tree))) or baselines.get((*where, None))
-        if held.method == NO_SD or base is None:
-            continue
-        others = [c for c in cells if c is not held]
-        if not any(c.method == held.method for c in others):
+        if base is None:
+            log.warning("--validate: %s has no 'none' cell of its workload and batch size: not held out",
+                        _where_label(held))
+        else:
+            pairs.append((held, base))
+    if not pairs:
+        raise SpecscopeError("--validate: no SD cell with a 'none' cell of the same workload and batch size")
+    return pairs
+
+
+def _where_label(cell: CellRun) -> str:
+    return f"cell {cell.cell_id} ({server_label(cell.method, cell.k, cell.tree)}, B={cell.batch_size})"
+
+
+def check_traces(pairs: Sequence[tuple[CellRun, CellRun]], records: Sequence[TraceRecord]
+                 ) -> dict[str, dict[str, TraceRecord]]:
+    """The traces by dataset and id, checked against every held-out cell of ``pairs`` before any
+    fit: each request found, traced as long as the sweep ran it and as deep as the cell's k
+    (a deeper k would be extrapolated); prompts whose traced length differs from what the server
+    counted are named in a warning (another tokenization or chat template than the trace's)."""
+    traces, differ, cells = index_traces(records), [], 0
+    for held, _ in pairs:
+        requests = _requests(held, traces)
+        policy = parse_policy(f"tree:{held.tree.name}" if held.tree is not None else f"fixed:{held.k}")
+        check_k(requests, held.method, policy, Path(held.workload).stem)
+        apart = [abs(r.prompt_len - q["prompt_tokens"]) for r, q in zip(requests, held.timeline)
+                 if q.get("prompt_tokens") is not None and r.prompt_len != q["prompt_tokens"]]
+        differ, cells = differ + apart, cells + bool(apart)
+    if differ:
+        log.warning("--traces: in %d of %d held-out cells, %d prompts were traced at another length than the server "
+                    "counted (up to %d tokens apart: another tokenizer or chat template?)", cells, len(pairs),
+                    len(differ), max(differ))
+    return traces
+
+
+def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[list[dict[str, object]],
+                                                                             list[LinearCostModel]]:
+    """Leave-one-out over the SD cells that have a ``none`` cell (:func:`held_out`): one row each
+    (:data:`COLUMNS`), and the fit that left each out; the traces are checked first
+    (:func:`check_traces`)."""
+    pairs = held_out(cells)
+    traces = check_traces(pairs, records)
+    for held, _ in pairs:
+        if sum(c.method == held.method for c in cells) < 2:
             raise SpecscopeError(f"--validate: {held.method!r} has one cell only; leaving it out leaves no "
                                  "drafting to fit (measure at least two of each method)")
+    rows, fits = [], []
+    for held, base in pairs:
+        others = [c for c in cells if c is not held]
         measured = held.throughput / base.throughput
         fits.append(fit_cells(others))
         predicted = predict_speedup(fits[-1], held, traces)
@@ -195,8 +350,6 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[
                      "error_pct": round(100 * (predicted - measured) / measured, 2),
                      "measured_se_pct": _rounded(measured_se_pct(held, base)),
                      "tree": held.tree.name if held.tree is not None else None, "workload": held.workload})
-    if not rows:
-        raise SpecscopeError("--validate: no SD cell with a 'none' cell of the same workload and batch size")
     return rows, fits
 
 

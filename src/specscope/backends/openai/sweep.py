@@ -393,7 +393,10 @@ def run_sweep(
     """Run every cell not yet recorded (and failed ones with ``retry_failed``), writing each
     record as ``run_groups`` yields it."""
     recorded = read_cells(config.output)  # a bad record is refused before anything is written
-    (config.output / "cells").mkdir(parents=True, exist_ok=True)
+    try:
+        (config.output / "cells").mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SpecscopeError(f"{config.output}: cannot make the sweep's folder ({error.strerror or error})") from None
     atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
     cells = plan_cells(config)
     pending = [

@@ -93,6 +93,7 @@ from specscope import validate
 from specscope.backends.openai.bench import DEFAULTS
 from specscope.backends.openai.client import ClientConfig
 from specscope.backends.openai.launchers import VLLM_GENERIC_MTP, check_tree, needs_draft
+from specscope.backends.openai.prompts import read_prompts, select_prompts
 from specscope.errors import SpecscopeError, where
 from specscope.fileio import check_output_dir, read_toml_object
 from specscope.methods import ENGINES, NO_SD, method, names
@@ -260,7 +261,16 @@ def _value(path: Path, name: str, value: object, rule, **bounds) -> object:
 def _int_list(path: Path, name: str, value: object, **bounds: int) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise SpecscopeError(f"{where(path, field=name)}: expected a non-empty list of integers")
-    return tuple(_value(path, f"{name}[{i}]", v, validate.integer, **bounds) for i, v in enumerate(value))
+    return _distinct(path, name, tuple(_value(path, f"{name}[{i}]", v, validate.integer, **bounds)
+                                       for i, v in enumerate(value)))
+
+
+def _distinct(path: Path, name: str, values: tuple) -> tuple:
+    """``values``, refused when one repeats (its cell would be planned twice and recorded once)."""
+    repeated = [v for i, v in enumerate(values) if v in values[:i]]
+    if repeated:
+        raise SpecscopeError(f"{where(path, field=name)}: {repeated[0]!r} is listed twice")
+    return values
 
 
 def _engine(path: Path, index: int, table: object) -> EngineSpec:
@@ -278,6 +288,9 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
         raise SpecscopeError(f"{path}: {at}.launch: expected one of {', '.join(ENGINES)}, got {launch!r}")
     if launch is not None and not isinstance(table.get("model"), str):
         raise SpecscopeError(f"{path}: {at}.model: a launched engine needs a model (name or directory)")
+    if launch is not None and ("method" in table or "k" in table):
+        raise SpecscopeError(f"{path}: {at}: method and k describe a server given by url; a launched engine "
+                             "runs the sweep's methods and k")
     if url is not None:
         _check(path, f"{at}.url", url, str, "http://HOST:PORT")
         served = _check(path, f"{at}.method", table.get("method"), str, "the method the server runs")
@@ -290,6 +303,10 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
     drafts = table.get("drafts", {})
     if not isinstance(drafts, dict) or any(not isinstance(v, str) for v in drafts.values()):
         raise SpecscopeError(f'{path}: {at}.drafts: expected a table of method = "draft model"')
+    for drafter in drafts:
+        if drafter not in names(baseline=False) or not method(drafter).needs_checkpoint:
+            raise SpecscopeError(f"{path}: {at}.drafts.{drafter}: expected a method that drafts with a checkpoint "
+                                 f"({', '.join(m for m in names(baseline=False) if method(m).needs_checkpoint)})")
     args = table.get("args", [])
     if not isinstance(args, list) or any(not isinstance(a, str) for a in args):
         raise SpecscopeError(f"{path}: {at}.args: expected a list of strings")
@@ -333,7 +350,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     workloads = data.get("workloads")
     if not isinstance(workloads, list) or not workloads or any(not isinstance(w, str) for w in workloads):
         raise SpecscopeError(f"{path}: field 'workloads': expected a non-empty list of files")
-    values["workloads"] = tuple(workloads)
+    values["workloads"] = _distinct(path, "workloads", tuple(workloads))
     engines = data.get("engines")
     if not isinstance(engines, list) or not engines:
         raise SpecscopeError(f"{path}: expected at least one [[engines]] table")
@@ -345,7 +362,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         methods = data["methods"]
         if not isinstance(methods, list) or not methods or any(m not in names() for m in methods):
             raise SpecscopeError(f"{path}: field 'methods': expected a list among {', '.join(names())}")
-        values["methods"] = tuple(methods)
+        values["methods"] = _distinct(path, "methods", tuple(methods))
     if "k" in data:
         values["k"] = _int_list(path, "k", data["k"], low=1, high=validate.K_MAX_LIMIT)
     if "trees" in data:
@@ -392,6 +409,17 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     if config.baselines in INTERLEAVING and config.num_requests is not None and config.segments > config.num_requests:
         raise SpecscopeError(f"{where(path, field='segments')}: expected at most num_requests "
                              f"({config.num_requests}), got {config.segments}")
+    if not plan_cells(config):
+        raise SpecscopeError(f"{path}: plans no cell (methods {', '.join(config.methods)} with baselines = "
+                             f"{config.baselines!r}: a sweep measures SD methods against 'none')")
+    for i, name in enumerate(config.workloads):
+        try:
+            requests = len(select_prompts(read_prompts(config.workload_path(name)), config.num_requests))
+        except SpecscopeError as error:
+            raise SpecscopeError(f"{where(path, field=f'workloads[{i}]')}: {error}") from None
+        if config.baselines in INTERLEAVING and config.segments > requests:
+            raise SpecscopeError(f"{where(path, field='segments')}: expected at most the requests of {name} "
+                                 f"({requests}), got {config.segments}")
     if config.prompt_lookup_min > config.prompt_lookup_max:
         raise SpecscopeError(
             f"{where(path, field='prompt_lookup_min')}: expected <= prompt_lookup_max "

@@ -1,0 +1,128 @@
+"""Bad inputs of `specscope costmodel fit` against a sweep (``--from-sweep``, ``--validate``,
+``--engine``) and against step records (``--whole-steps``): a record, a trace or an output the
+calibration cannot use is refused in one line naming the file and field, before anything is
+written (an earlier model at ``-o`` stays as it was)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from harness import Case, check, run_cli
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # the simulated engine's timelines
+from calibration_helpers import simulated_cell  # noqa: E402
+
+CELLS = [simulated_cell(m, k, b) for m, k in (("none", 0), ("ngram", 1), ("ngram", 2)) for b in (1, 2)]
+HELD = "ngram2b1"  # the record the cases alter: an SD cell at batch 1
+
+
+def record(cell, engine: str = "ref") -> dict:
+    """A sweep's record of ``cell`` (as `specscope sweep` writes it, the fields the fit reads)."""
+    key = {"engine": {"name": engine}, "method": cell.method, "k": cell.k, "batch_size": cell.batch_size,
+           "workload": "w.jsonl"}
+    return {"cell_id": cell.cell_id, "key": key, "status": "ok", "reason": None, "started_at": 0.0,
+            "finished_at": 1.0, "result": {"throughput": 100.0 + cell.k, "num_draft_tokens": cell.num_draft_tokens},
+            "timeline": cell.timeline}
+
+
+def trace(k_max: int = 4, leave_out: str | None = None) -> str:
+    """Traces of the simulated requests (dataset ``w``: the workload's stem), n-gram rejecting all."""
+    lines = []
+    for request in CELLS[0].timeline:
+        if request["id"] == leave_out:
+            continue
+        output = request["output_tokens"]
+        lines.append(json.dumps({"schema": "specscope.trace/1", "id": request["id"], "dataset": "w", "k_max": k_max,
+                                 "prompt_token_ids": [1] * request["prompt_tokens"], "output_token_ids": [5] * output,
+                                 "proposers": {"ngram": {"acc_len": [1] * output}}}) + "\n")
+    return "".join(lines)
+
+
+def sweep(change=None, results: bool = True, extra: dict | None = None) -> dict[str, str]:
+    """A sweep folder ``S`` of the six cells (``change(record)`` applied to :data:`HELD`'s), its
+    ``results.json`` (unless ``results`` is false), traces ``t.jsonl`` and an earlier model ``m.json``."""
+    files = {"t.jsonl": trace(), "m.json": '{"earlier": "model"}\n', **(extra or {})}
+    for cell in CELLS:
+        data = json.loads(json.dumps(record(cell)))  # a copy: the cases change theirs alone
+        if cell.cell_id == HELD and change is not None:
+            change(data)
+        files[f"S/cells/{cell.cell_id}.json"] = json.dumps(data)
+    if results:
+        files["S/results.json"] = json.dumps([{"cell_id": c.cell_id} for c in CELLS])
+    return files
+
+
+def step(index: int, seconds: float = 0.004, **fields) -> str:
+    """One step record of a no-SD engine at batch 1 (``seconds`` its verification)."""
+    return json.dumps({"step": index, "method": "none", "k": 1, "batch_size": 1, "tokens_verified": 1,
+                       "tokens_emitted": [1], "draft_s": 0.0, "verify_s": seconds, "sample_s": 0.0, "overhead_s": 0.0,
+                       "kv_tokens": 30 + index, "prefill_tokens": 0, "prefill_s": 0.0, **fields}) + "\n"
+
+
+FIT = ["costmodel", "fit", "--from-sweep", "S", "-o", "m.json"]
+VALIDATE = [*FIT, "--traces", "t.jsonl", "--validate"]
+CELL = rf"S/cells/{HELD}\.json"
+REQUEST = rf"{CELL}: timeline\[0\] \(request 'r0'\)"
+
+CASES = [
+    Case("chunk-time-nan", FIT, rf"{REQUEST}: field 'chunk_ms\[3\]': expected a finite number",
+         sweep(lambda d: d["timeline"][0]["chunk_ms"].__setitem__(3, float("nan")))),
+    Case("chunk-times-out-of-order", FIT, rf"{REQUEST}: field 'chunk_ms': expected times in the order",
+         sweep(lambda d: d["timeline"][0]["chunk_ms"].reverse())),
+    Case("chunk-tokens-short", FIT, rf"{REQUEST}: field 'chunk_tokens': expected one count per chunk",
+         sweep(lambda d: d["timeline"][0].update(chunk_tokens=[1, 2]))),
+    Case("sent-time-text", FIT, rf"{REQUEST}: field 'sent_ms': expected a number",
+         sweep(lambda d: d["timeline"][0].update(sent_ms="abc"))),
+    Case("draft-tokens-negative", FIT, rf"{CELL}: field 'result\.num_draft_tokens': expected an integer >= 0",
+         sweep(lambda d: d["result"].update(num_draft_tokens=-500))),
+    Case("batch-size-zero", FIT, rf"{CELL}: field 'key\.batch_size': expected an integer >= 1",
+         sweep(lambda d: d["key"].update(batch_size=0))),
+    Case("method-missing", FIT, rf"{CELL}: field 'key\.method'", sweep(lambda d: d["key"].pop("method"))),
+    Case("timeline-empty", FIT, rf"{CELL}: field 'timeline'", sweep(lambda d: d.update(timeline=[]))),
+    Case("result-missing", FIT, rf"{CELL}: field 'result'", sweep(lambda d: d.update(result=None))),
+    Case("record-copied", FIT, r"S/cells/0000000000000000\.json: field 'cell_id'",
+         sweep(results=False, extra={"S/cells/0000000000000000.json": json.dumps(record(CELLS[2]))})),
+    Case("no-gap-read-alone", FIT, rf"cell {HELD} .*: every chunk arrived with another",
+         sweep(lambda d: d.update(timeline=[{**r, "chunk_ms": [1.0] * len(r["chunk_ms"])} for r in d["timeline"]]))),
+    Case("engines-mixed", FIT, r"cells of engines other, ref.*--engine NAME",
+         sweep(lambda d: d["key"].update(engine={"name": "other"}))),
+    Case("engine-unknown", [*FIT, "--engine", "x"], r"no successful cell of engine 'x' \(have: ref\)", sweep()),
+    Case("output-is-a-cell", [*FIT[:-1], f"S/cells/{HELD}.json"], r"is also an input", sweep()),
+    Case("output-is-the-table", [*VALIDATE[:-4], "S/calibration.csv", "--traces", "t.jsonl", "--validate"],
+         r"--validate writes its table there", sweep()),
+    Case("table-path-is-a-folder", VALIDATE, r"S/calibration\.csv: is a directory",
+         sweep(extra={"S/calibration.csv/keep.txt": ""})),
+    Case("traces-without-validate", [*FIT, "--traces", "t.jsonl"], r"--traces: only read by --validate", sweep()),
+    Case("validate-request-not-traced", VALIDATE, r"--traces: dataset 'w' has no request 'r5'",
+         {**sweep(), "t.jsonl": trace(leave_out="r5")}),
+    Case("validate-trace-too-shallow", VALIDATE, r"policy 'fixed:2' proposes k = 2, above the trace's k_max = 1",
+         {**sweep(), "t.jsonl": trace(k_max=1)}),
+    Case("steps-zero-time", ["costmodel", "fit", "s.jsonl", "--whole-steps", "-o", "m.json"],
+         r"every step of run 2 took 0 s",
+         {"s.jsonl": "".join(step(i) for i in range(1, 30)) + "".join(step(i, 0.0) for i in range(0, 3))}),
+    Case("steps-too-few", ["costmodel", "fit", "s.jsonl", "--whole-steps", "-o", "m.json"],
+         r"3 observed steps for 6 coefficients", {"s.jsonl": "".join(step(i) for i in range(1, 4))}),
+    Case("steps-prefill-beyond-batch", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
+         r"s\.jsonl:2: field 'prefill_requests'",
+         {"s.jsonl": step(1) + step(2, prefill_requests=50) + step(3)}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused(case, tmp_path, monkeypatch):
+    check(case, tmp_path, monkeypatch)
+
+
+def test_the_unaltered_sweep_fits_and_validates(tmp_path, monkeypatch):
+    """The cases' folder itself is sound: each case fails on its one change alone."""
+    for name, text in sweep().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    outcome = run_cli(VALIDATE)
+    assert outcome.status == 0, outcome.stderr
+    assert json.loads((tmp_path / "m.json").read_text())["kind"] == "linear"
+    assert len((tmp_path / "S" / "calibration.csv").read_text().splitlines()) == 1 + 4  # a row per SD cell
