@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 import sys
 import tempfile
@@ -140,8 +141,10 @@ def csv_safe(value: object) -> object:
 
 
 def write_rows(path: str | Path, rows: Iterable[Mapping[str, object]]) -> None:
-    """Write rows as CSV (``.csv``, ``-`` or a device) or a JSON list (``.json``), by the suffix."""
-    rows = list(rows)
+    """Write rows as CSV (``.csv``, ``-`` or a device) or a JSON list (``.json``), by the suffix;
+    a value that is not a number (NaN: undefined) is an empty cell, ``null`` in JSON."""
+    rows = [{key: None if isinstance(value, float) and math.isnan(value) else value for key, value in row.items()}
+            for row in rows]
     path = check_table_output(path)
     if path.suffix == ".json":
         atomic_write_text(path, json.dumps(rows, indent=1, default=float) + "\n")

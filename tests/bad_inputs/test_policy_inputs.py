@@ -76,6 +76,8 @@ CASES = [
          r"--k", files=NOT_A_POLICY),
     Case("serve-policy-with-method", ["serve", "--model", "m", "--policy", "p.json", "--method", "ngram"],
          r"--method: not used with --policy", files={**NOT_A_POLICY, "m/keep.txt": ""}),
+    Case("serve-policy-with-method-none", ["serve", "--model", "m", "--policy", "p.json", "--method", "none"],
+         r"--method: not used with --policy", files={**NOT_A_POLICY, "m/keep.txt": ""}),
     Case("serve-policy-not-a-policy", ["serve", "--model", "m", "--policy", "p.json"],
          r"p\.json.*expected a policy file", files={**NOT_A_POLICY, "m/keep.txt": ""}),
     Case("serve-policy-without-draft", ["serve", "--model", "m", "--policy", "p.json"],

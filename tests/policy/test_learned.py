@@ -89,13 +89,14 @@ def test_the_reports_policy_section_walks_traces_deeper_than_the_policy(tmp_path
     assert choices and all(c.k.max() <= 3 for c in choices)
 
 
-def test_a_policy_deeper_than_the_traces_walks_them_within_their_depth(policy_file):
-    """The fixture's policy proposes up to k = 6; traces recorded to k_max = 3 (acc_len ≤ 4) are
-    walked to k ≤ 3, the request's record (and its shift) over those depths alone."""
+def test_a_policy_deeper_than_the_traces_is_refused_as_a_fixed_k_would_be(policy_file):
+    """The fixture's policy proposes up to k = 6; traces recorded to k_max = 3 (acc_len ≤ 4) cannot
+    say what its k = 4 … 6 steps would emit: refused (walking it within k ≤ 3 would judge another
+    policy than the file's), with the --max-k that fits them."""
     shallow = [r.capped(3) for r in workload(1)[:8]]
-    rows = simulate(shallow, ["ngram", "eagle"], [f"learned:{policy_file}", "fixed:3"], COST,
-                    SimConfig(mode="mixed", batch_sizes=(1, 4)))
-    assert len(rows) == 6 and all(r.speedup > 0 for r in rows)
+    with pytest.raises(SpecscopeError, match=r"proposes k = 6, above the trace's k_max = 3 \(fit it with --max-k 3\)"):
+        simulate(shallow, ["ngram", "eagle"], [f"learned:{policy_file}", "fixed:3"], COST,
+                 SimConfig(mode="mixed", batch_sizes=(1, 4)))
 
 
 def test_on_an_unseen_workload_it_beats_every_fixed_policy_and_closes_most_of_the_gap(policy_file):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
-from specscope.analysis.measured import MeasuredCell
+from dataclasses import replace
+
+from specscope.analysis.measured import MeasuredCell, simulated_for
 from specscope.costmodel.linear import FittedCell, LinearCostModel, linear_from_json
-from specscope.report.answer import answer_rows
 from specscope.report.whatif import whatif_figure, whatif_rows, whatif_summary
 from specscope.sim.grid import SimRow
 
@@ -16,8 +17,9 @@ def row(acc: str, policy: str, batch: int, speedup: float) -> SimRow:
     return SimRow("code", acc, policy, batch, "mixed", speedup, speedup, 1.0, 1.0, 1.0, 1.0, 0.5, 1.5, 4)
 
 
-ROWS = [  # B=1: ngram k=4 is best overall, k=2 best among the measured; B=4: nothing pays
+ROWS = [  # B=1: ngram k=4 is best among what an engine runs, k=2 best among the measured; B=4: nothing pays
     row("ngram", "fixed:2", 1, 1.5), row("ngram", "fixed:4", 1, 1.8), row("eagle", "fixed:2", 1, 1.3),
+    row("ngram", "adaptive", 1, 1.9), row("ngram", "oracle", 1, 2.5),  # no engine runs these as configured
     row("ngram", "fixed:2", 4, 0.9), row("ngram", "fixed:4", 4, 0.8), row("eagle", "fixed:2", 4, 0.95),
 ]
 FITTED = (FittedCell("ngram", 2, 1, "/runs/code.jsonl"), FittedCell("eagle", 2, 1, "/runs/code.jsonl"))
@@ -25,8 +27,11 @@ FITTED = (FittedCell("ngram", 2, 1, "/runs/code.jsonl"), FittedCell("eagle", 2, 
 
 def test_predicted_winner_against_the_measured_one():
     measured = [MeasuredCell("code", "ngram", 2, 1, 1.45), MeasuredCell("code", "eagle", 2, 1, 1.6),
-                MeasuredCell("code", "ngram", 2, 4, 0.97), MeasuredCell("code", "eagle", 2, 4, 0.9)]
-    one, four = whatif_rows(answer_rows(ROWS), ROWS, measured, FITTED)
+                MeasuredCell("code", "ngram", 2, 4, 0.97), MeasuredCell("code", "eagle", 2, 4, 0.9),
+                MeasuredCell("code", "ngram", 12, 1, 3.0)]  # k = 12: not simulated, so not checked
+    measured = [replace(c, simulated_speedup=simulated_for(c, ROWS)) for c in measured]
+    assert measured[-1].simulated_speedup is None and measured[0].simulated_speedup == 1.5
+    one, four = whatif_rows(ROWS, measured, FITTED)
     assert (one.in_fit, one.predicted_best, one.predicted_speedup) == (True, "ngram fixed:4", 1.8)
     assert (one.measured_best, one.measured_speedup, one.measured_in_fit) == ("eagle fixed:2", 1.6, True)
     assert (one.predicted_among_measured, one.agree) == ("ngram fixed:2", False)
@@ -40,8 +45,8 @@ def test_predicted_winner_against_the_measured_one():
 
 
 def test_not_calibrated_or_not_measured():
-    assert whatif_rows(answer_rows(ROWS), ROWS, [], ()) == []  # a model not fitted to a sweep: no section
-    rows = whatif_rows(answer_rows(ROWS), ROWS, [], FITTED)
+    assert whatif_rows(ROWS, [], ()) == []  # a model not fitted to a sweep: no section
+    rows = whatif_rows(ROWS, [], FITTED)
     assert [r.agree for r in rows] == [None, None] and whatif_summary(rows) is None
 
 

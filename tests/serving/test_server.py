@@ -408,6 +408,29 @@ def test_a_broken_engine_fails_requests_and_health(tiny_model):
         running.close()
 
 
+def test_a_client_that_leaves_before_its_whole_answer_is_aborted(tiny_model):
+    """Without streaming nothing is written before the end, yet a client that hangs up is noticed
+    within a moment: the engine aborts the request long before its max_tokens ("abort")."""
+    running = start_server(tiny_model, max_seq_len=512)
+    try:
+        loop = running.server.loop
+        parts = urllib.parse.urlsplit(running.url)
+        body = json.dumps({"prompt": PROMPT, "max_tokens": 480, "temperature": 0, "ignore_eos": True}).encode()
+        sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.monotonic() + 30
+        while not loop.snapshot["generation_tokens"] and time.monotonic() < deadline:  # it runs
+            time.sleep(0.005)
+        sock.close()
+        while loop.snapshot["num_running"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop.snapshot["num_running"] == 0 and loop.snapshot["success_abort"] == 1
+        assert loop.snapshot["generation_tokens"] < 480
+    finally:
+        running.close()
+
+
 def test_client_that_goes_away_is_aborted(tiny_model):
     """A streaming client that hangs up mid-answer frees its batch slot: the engine aborts the
     request long before its max_tokens, and /metrics counts it as finished by "abort"."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from specscope.errors import SpecscopeError
+from specscope.methods import NO_SD
 from specscope.fileio import read_text
 from specscope.trace.fields import Fields
 from specscope.trees import TreeShape, parse_tree
@@ -70,8 +71,9 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
 
 def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
     """Cells from bench output files (`specscope bench -o x.json`, a sweep's ``measured.json``,
-    a study's ``measured/*.json``): each a non-empty JSON list of bench rows."""
-    cells = []
+    a study's ``measured/*.json``): each a non-empty JSON list of bench rows, of one engine (a
+    row's ``engine``, where it has one), each cell (workload, method, k or tree, batch size) once."""
+    cells, engines, seen = [], {}, {}
     for path in map(Path, paths):
         try:
             rows = json.loads(read_text(path))
@@ -81,8 +83,34 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
             raise SpecscopeError(f"{path}: invalid JSON (nested too deeply)") from None
         if not isinstance(rows, list) or not rows:
             raise SpecscopeError(f"{path}: expected a non-empty JSON list of bench results")
-        cells += [parse_bench_row(row, path, i) for i, row in enumerate(rows)]
+        for i, row in enumerate(rows):
+            cell = parse_bench_row(row, path, i)
+            where = f"{path}: item {i}"
+            if isinstance(row.get("engine"), str):
+                engines.setdefault(row["engine"], where)
+            key = (Path(cell.dataset).stem, cell.method, cell.tree or cell.k, cell.batch_size)
+            if key in seen:
+                raise SpecscopeError(f"{where}: the cell {cell.label} k={cell.k} B={cell.batch_size} of "
+                                     f"{key[0]} was measured already ({seen[key]}); give each cell once")
+            seen[key] = where
+            cells.append(cell)
+    if len(engines) > 1:
+        raise SpecscopeError(f"--measured: cells of engines {', '.join(sorted(engines))} ({'; '.join(engines.values())}); "
+                             "a report checks one engine's cells against one cost model")
     return cells
+
+
+def simulated_for(cell: MeasuredCell, rows: Sequence) -> float | None:
+    """The simulated speedup of ``cell``'s own configuration among ``rows`` (:class:`~specscope.sim.grid.SimRow`:
+    its workload's stem, its batch size, ``fixed:k`` or ``tree:SHAPE`` of its method; 1 for no SD),
+    ``None`` where the rows hold no such cell."""
+    if cell.method == NO_SD:
+        return 1.0 if any(r.dataset == Path(cell.dataset).stem and r.batch_size == cell.batch_size for r in rows) \
+            else None
+    policy = f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}"
+    found = [r.speedup for r in rows if r.dataset == Path(cell.dataset).stem and r.batch_size == cell.batch_size
+             and r.acc == cell.method and r.policy == policy]
+    return found[0] if found else None
 
 
 def winners(cells: Sequence[MeasuredCell]) -> list[MeasuredCell]:

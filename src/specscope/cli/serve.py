@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model", required=True, type=Path, metavar="DIR", help="target: config.json + *.safetensors"
     )
     parser.add_argument(
-        "--method", default=NO_SD, help=f"proposer: {', '.join(names('specscope'))} ({NO_SD}: no SD)"
+        "--method", help=f"proposer: {', '.join(names('specscope'))} ({NO_SD}: no SD, the default)"
     )
     parser.add_argument("--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory")
     parser.add_argument("--k", type=int, help="proposal length k (default: the engine's)")
@@ -106,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise SpecscopeError(f"--port: expected 0..65535, got {args.port}")
     if args.policy is not None:
-        given = [flag for flag, value in (("--method", args.method != NO_SD), ("--k", args.k is not None),
+        given = [flag for flag, value in (("--method", args.method is not None), ("--k", args.k is not None),
                                           ("--tree", args.tree is not None)) if value]
         if given:
             raise SpecscopeError(f"{given[0]}: not used with --policy (the policy chooses the method and k)")
         load_policy(args.policy).drafter(args.draft)  # a bad file or a missing checkpoint: before the model loads
-    elif args.draft is not None and args.method == NO_SD:
+    elif args.draft is not None and args.method in (None, NO_SD):
         raise SpecscopeError(f"--draft: only used with an SD --method ({', '.join(WITH_DRAFT)})")
     if args.tree is not None and args.k is not None:
         raise SpecscopeError(f"--k: not used with --tree (the tree {args.tree.name} drafts {args.tree.depth} deep)")
@@ -130,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     given = {name: getattr(args, name) for name in ENGINE_FLAGS if getattr(args, name) is not None}
     chat_template = load_chat_template(args.model)
-    engine, tokenizer = load_engine(args.model, method=args.method, draft_dir=args.draft, policy=args.policy, **given)
+    engine, tokenizer = load_engine(args.model, method=args.method or NO_SD, draft_dir=args.draft, policy=args.policy,
+                                    **given)
     name = args.served_model_name or args.model.resolve().name
     records = open_appended(args.step_records, "--step-records") if args.step_records is not None else None
     server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template, records)

@@ -9,7 +9,7 @@ cannot price, no pair of proposers to compare) are left empty and named in ``not
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,7 @@ from specscope.analysis.acceptance import (
     request_means,
 )
 from specscope.analysis.bound_points import BoundPoint, bound_points
-from specscope.analysis.measured import MeasuredCell
+from specscope.analysis.measured import MeasuredCell, simulated_for
 from specscope.analysis.overlap import BleuRow, OverlapRow, bleu_scores, overlap_speedups, request_bleu
 from specscope.analysis.position import ProfileRow, position_profiles
 from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
@@ -117,8 +117,17 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                                                                config.sim)
         data.notes.extend(tree_notes)
         data.tree_answer = tree_answer(data.trees)
+    data.measured = [c if c.simulated_speedup is not None  # a study's cells come simulated on their own requests
+                     else replace(c, simulated_speedup=simulated_for(c, data.rows + data.tree_rows)) for c in data.measured]
+    unmatched = [c for c in data.measured if c.simulated_speedup is None]
+    if unmatched:
+        data.notes.append(f"{len(unmatched)} of {len(data.measured)} measured cells have no simulated counterpart in "
+                          "this report (another workload than the traces', a batch size not simulated, or a method, "
+                          "k or tree the traces do not reach), so nothing checks them: " + ", ".join(
+                              f"{c.dataset} {c.label} k={c.k} B={c.batch_size}" for c in unmatched[:5])
+                          + (", …" if len(unmatched) > 5 else ""))
     if isinstance(cost, LinearCostModel):
-        data.whatif = whatif_rows(data.answer, data.rows + data.tree_rows, data.measured, cost.fitted_cells)
+        data.whatif = whatif_rows(data.rows + data.tree_rows, data.measured, cost.fitted_cells)
     advance(PHASES[2])
 
     ov = config.overlap
@@ -154,11 +163,16 @@ def _priceable(cost: CostModel, names: Sequence[str], notes: list[str]) -> list[
 
 def _tail_notes(records: Sequence[TraceRecord], config: ReportConfig) -> list[str]:
     """Mixed mode counts the drain at the end of a run, when the few longest requests decode
-    alone; say so where a dataset has outputs far longer than its median."""
+    alone; say so where a dataset has outputs far longer than its median, and where it has fewer
+    requests than a batch size (that batch size is left out for it)."""
     if config.sim.mode != "mixed" or max(config.sim.batch_sizes) == 1:
         return []
     notes = []
     for dataset, members in by_dataset(records).items():
+        over = [b for b in config.sim.batch_sizes if b > len(members)]
+        if over:
+            notes.append(f"{dataset}: {len(members)} requests, so batch sizes {', '.join(map(str, over))} are left "
+                         "out for it (mixed mode decodes B distinct requests; --mode paper replays B copies of each)")
         lengths = np.array([r.output_len for r in members])
         median = float(np.median(lengths))
         long = int(np.count_nonzero(lengths > TAIL_FACTOR * median))

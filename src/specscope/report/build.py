@@ -1,7 +1,11 @@
 """Write the report: ``analyse`` the traces, then ``render`` every table, figure and index.html.
 
 What goes in it is listed in :mod:`specscope.report.catalogue`; this module only writes. The
-output folder is made after every input has been read, so a refused input leaves nothing behind.
+output folder is made after every input has been read, so a refused input leaves nothing behind;
+every file the report writes is checked first (none may be a folder or one of the inputs). A
+report written into a folder that holds an earlier one removes the files the earlier one wrote and
+this one does not (a figure no longer drawn), read from its manifest, ``.specscope-report``; files
+it did not write stay.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from pathlib import Path
 
 from specscope.analysis.measured import MeasuredCell, winners
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, write_rows
+from specscope.fileio import atomic_write_text, check_output_file, write_rows
 from specscope.progress import LazyProgress
 from specscope.report.analyse import PHASES, ReportData, analyse
 from specscope.report.catalogue import FIGURES, TABLES
@@ -23,6 +27,8 @@ from specscope.report.style import figure_style, save
 from specscope.report.whatif import WhatIfRow, whatif_summary
 
 log = logging.getLogger(__name__)
+INDEX = "index.html"
+MANIFEST = ".specscope-report"  # the files the last report wrote into its folder, one name a line
 
 
 @dataclass
@@ -38,9 +44,35 @@ def build_report(traces: Sequence[str | Path], out_dir: str | Path, config: Repo
     """Write ``out_dir``/index.html, one PNG per figure and one CSV per table (``config``:
     :class:`ReportConfig` defaults when None)."""
     config = config if config is not None else ReportConfig()
+    check_outputs(Path(out_dir), [*traces, *config.steps, *([config.policy] if config.policy else []),
+                                  *([config.cost_model] if Path(config.cost_model).is_file() else [])])
     with LazyProgress("report: reading traces", len(PHASES) + len(FIGURES) + 1) as bar:
         data = analyse(traces, config, lambda phase: bar.advance(description=f"report: {phase}"))
         return render_report(data, Path(out_dir), lambda what: bar.advance(description=f"report: {what}"))
+
+
+def check_outputs(out: Path, inputs: Sequence[str | Path]) -> None:
+    """Before any work: every file the report may write into ``out`` (index.html, the tables, the
+    figures) can be written, and none of them is one of its ``inputs``."""
+    names = [INDEX, MANIFEST, *(spec.filename for spec in TABLES)]
+    written = [out / name for name in names] + sorted(out.glob("fig*_*.png"))
+    for path in written:
+        check_output_file(path)
+    for given in map(Path, inputs):
+        if given.is_file() and any(p.is_file() and p.samefile(given) for p in written):
+            raise SpecscopeError(f"-o {out}: the report writes {given.name} there, an input of this run; "
+                                 "write the report to another folder")
+
+
+def _clear_previous(out: Path, writing: set[str]) -> None:
+    """Remove what the previous report in ``out`` wrote (its :data:`MANIFEST` lists it) and this
+    one does not: a figure or table it no longer draws would sit there as if it were current."""
+    manifest = out / MANIFEST
+    if not manifest.is_file():
+        return
+    for name in manifest.read_text(encoding="utf-8").splitlines():
+        if name and name not in writing and "/" not in name and (out / name).is_file():
+            (out / name).unlink()
 
 
 def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = lambda what: None) -> ReportResult:
@@ -70,8 +102,11 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
             path = save(spec.draw(data), out / filename)
         figures.append(FigureEntry(number, spec.title(data), spec.sentence(data), path.read_bytes(), filename))
         advance(spec.slug)
-    index = out / "index.html"
+    index = out / INDEX
     atomic_write_text(index, render(_page(data, figures, tables, notes)))
+    writing = {INDEX, *(p.name for p in tables), *(f.filename for f in figures)}
+    _clear_previous(out, writing)
+    atomic_write_text(out / MANIFEST, "".join(f"{name}\n" for name in sorted(writing)))
     advance("done")
     log.info("wrote %s with %d figures and %d tables", index, len(figures), len(tables))
     return ReportResult(index, [out / f.filename for f in figures], tables, notes)
@@ -86,7 +121,8 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
                    s.mean_output_len] for s in data.singles]
     pair_rows = [[p.dataset, f"{p.a} vs {p.b}", p.positions, p.a_beats_b, p.b_beats_a, p.ties] for p in data.pairs]
     return Page(
-        traces=data.traces, cost_model=data.cost.name, mode=config.sim.mode,
+        traces=data.traces, cost_model=data.cost.name + (f" (from {config.cost_model})" if Path(config.cost_model).is_file()
+                                                         else ""), mode=config.sim.mode,
         batch_sizes=config.sim.batch_sizes, answer=data.answer, figures=figures,
         tables=[
             ("Acceptance length per request (mean acc_len of each request, then statistics)",
@@ -98,10 +134,25 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
             *_measured_tables(data.measured),
             *_whatif_table(data.whatif),
         ],
-        load_summaries=[r.summary() for r in data.load_reports], notes=notes,
+        load_summaries=[r.summary() for r in data.load_reports] + _other_inputs(data), notes=notes,
         csv_files=[p.name for p in tables], largest_k=max(config.ks) if config.ks else None,
         tree_lines=data.tree_answer,
     )
+
+
+def _other_inputs(data: ReportData) -> list[str]:
+    """The inputs beside the traces, one line each: the cost model, the step records, the
+    measured cells, the policy."""
+    config = data.config
+    lines = [f"cost model: {data.cost.name}" + (f" read from {config.cost_model}" if Path(config.cost_model).is_file()
+                                                else " (built in)")]
+    if config.steps:
+        lines.append(f"step records: {', '.join(map(str, config.steps))}")
+    if data.measured:
+        lines.append(f"measured cells: {len(data.measured)} (--measured)")
+    if config.policy:
+        lines.append(f"learned policy: {config.policy}")
+    return lines
 
 
 def _measured_tables(cells: Sequence[MeasuredCell]) -> list[tuple[str, list[str], list[list[object]]]]:

@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 from specscope.report import figures as F
 from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
-from specscope.report.policy import choices_figure, gap_figure
+from specscope.report.policy import choices_figure, gap_figure, policy_label
 from specscope.report.whatif import whatif_figure
 from specscope.sim.evaluate import MIN_ROOM
 
@@ -151,7 +151,8 @@ FIGURES = [
         lambda d: "Gap closed = (learned − best fixed) / (oracle-switch − best fixed), all within the "
                   "policy's deepest k. A bar above 0 beats the best fixed policy (k chosen in hindsight); at 1 "
                   "it matches oracle-switch, the ceiling of a causal policy; \"no gap\": oracle-switch beats the best "
-                  f"fixed policy there by less than {MIN_ROOM:.0%} of it, too little to divide by (policy.csv has the speedups).",
+                  f"fixed policy there by less than {MIN_ROOM:.0%} of it, too little to divide by (policy.csv has the "
+                  "speedups). " + policy_label(d.config.policy, d.cost),
         lambda d: gap_figure(d.policy_table),
         lambda d: None if d.policy_table else "no learned policy was given (--policy)",
     ),
@@ -159,7 +160,8 @@ FIGURES = [
         "policy_choices",
         lambda d: "The learned policy's choices along a few outputs",
         lambda d: "Markers are its steps (colour = proposer, height = k + 1) over each proposer's acc_len: "
-                  "check that it switches to n-gram in the dark bursts and proposes little where both are pale.",
+                  "check that it switches to n-gram in the dark bursts and proposes little where both are pale "
+                  f"(each request walked alone, at batch size {min(d.config.sim.batch_sizes)}).",
         lambda d: choices_figure(d.policy_choices),
         lambda d: None if d.policy_choices else "no learned policy was given (--policy)",
     ),

@@ -241,20 +241,23 @@ def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0
 
 def measured_figure(cells: Sequence) -> plt.Figure:
     """Figure 9: measured speedup (solid, markers) and the simulator's prediction for the same
-    runs (dashed), per dataset panel, a colour per method."""
+    runs (dashed, where every point of the line was simulated), per dataset panel, a line and
+    colour per configuration (method and k, or method and tree)."""
+    def config(cell) -> str:
+        return cell.label if cell.tree is not None else f"{cell.method} k={cell.k}"
+
     datasets = _unique(c.dataset for c in cells)
-    colours = colour_for(_unique(c.label for c in cells))
+    colours = colour_for(_unique(config(c) for c in cells))
     fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
     for ax, dataset in zip(axes, datasets):
         mine = [c for c in cells if c.dataset == dataset]
-        for method in _unique(c.label for c in mine):
-            line = sorted((c for c in mine if c.label == method), key=lambda c: c.batch_size)
+        for name in _unique(config(c) for c in mine):
+            line = sorted((c for c in mine if config(c) == name), key=lambda c: c.batch_size)
             x = [c.batch_size for c in line]
-            ax.plot(x, [c.measured_speedup for c in line], marker="o", color=colours[method],
-                    label=f"{method} k={line[0].k} measured")
+            ax.plot(x, [c.measured_speedup for c in line], marker="o", color=colours[name], label=f"{name} measured")
             if all(c.simulated_speedup is not None for c in line):
-                ax.plot(x, [c.simulated_speedup for c in line], linestyle="--", color=colours[method],
-                        label=f"{method} simulated")
+                ax.plot(x, [c.simulated_speedup for c in line], linestyle="--", color=colours[name],
+                        label=f"{name} simulated")
         ax.axhline(1.0, color="black", linewidth=0.8)
         batch_axis(ax, sorted({c.batch_size for c in mine}))
         ax.set_title(dataset)

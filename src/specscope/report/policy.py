@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from specscope.costmodel.base import CostModel
+from specscope.errors import SpecscopeError
+from specscope.methods import LEARNED
 from specscope.report.style import CYCLE, panel_grid, plt
 from specscope.sim.evaluate import candidate_policies, judge
 from specscope.sim.grid import COMBINED, SimConfig, simulate
@@ -61,6 +63,24 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
         choices.append(PolicyChoices(record.id, {m: record.acc_len(m)[:g] for m in policy.methods},
                                      plan.pos, names, plan.proposed))
     return table, choices
+
+
+def policy_label(path: str, cost: CostModel) -> str:
+    """What produced the section's numbers: the policy file, the methods it chooses between, the
+    cost model and batch sizes it was fitted for (a batch size between them takes the nearest
+    one's rule), and whether the report's cost model prices the policy's own work per step."""
+    policy = load_policy(path)
+    fitted = policy.document.get("cost_model", {})
+    sizes = ", ".join(map(str, sorted(policy.choosers)))
+    try:
+        cost.drafting_for(LEARNED)
+        work = "its own work per step priced from the engine's measured policy_s"
+    except SpecscopeError:
+        work = (f"its own work per step not priced ({cost.name} has no '{LEARNED}' entry: `costmodel fit` makes one "
+                "from the step records of an engine running the policy)")
+    return (f"Policy {path} over {'+'.join(policy.methods)}, fitted for {fitted.get('name', 'an unnamed cost model')} "
+            f"at batch sizes {sizes} (others take the nearest one's rule), proposing at most k = {policy.depth}; "
+            f"judged here under {cost.name}, {work}.")
 
 
 def gap_figure(table: Sequence[dict]) -> plt.Figure:

@@ -6,13 +6,14 @@ simulates with it — every k, tree, adaptive, oracle and learned policy, every 
 prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
 
 - ``in_fit``: whether the fit saw any cell of this batch size (``False``: pure prediction);
-- ``predicted_best``: the realisable policy with the highest simulated speedup (as the headline,
-  :func:`~specscope.report.answer.answer_rows`; no SD when nothing beats 1);
+- ``predicted_best``: the configuration an engine runs — a fixed k or a static tree of any
+  proposer — with the highest simulated speedup (no SD when nothing beats 1);
 - where ``--measured`` cells exist at this dataset (a measured cell's workload file stem) and
-  batch size, the **measured check**: the measured winner (no SD, speedup 1, always a candidate), and the
-  predicted winner *among the configurations that were measured* (a check can only rank what it
-  ran), with ``agree`` = the two name the same method, k and tree. ``measured_in_fit``: whether
-  the winner's own cell was one the model was fitted to.
+  batch size and the report simulates them (:attr:`MeasuredCell.simulated_speedup`), the
+  **measured check**: the measured winner among them (no SD, speedup 1, always a candidate), and
+  the predicted winner *among the configurations that were measured* (a check can only rank what
+  it ran), with ``agree`` = the two name the same method, k and tree. ``measured_in_fit``:
+  whether the winner's own cell was one the model was fitted to.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ from pathlib import Path
 from specscope.analysis.measured import MeasuredCell
 from specscope.costmodel.linear import FittedCell
 from specscope.methods import NO_SD
-from specscope.report.answer import AnswerRow
 from specscope.report.style import batch_axis, colour_for, panel_grid, plt
 from specscope.sim.grid import COMBINED, SimRow
+
+RUNNABLE = ("fixed:", "tree:")  # the policies an engine runs as configured: a chain of k, a static tree
 
 
 @dataclass
@@ -57,36 +59,29 @@ def _config(cell: MeasuredCell) -> str:
     return f"{cell.method} " + (f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}")
 
 
-def _predicted(cell: MeasuredCell, rows: Sequence[SimRow]) -> float | None:
-    """The simulated speedup of ``cell``'s configuration (1 for ``none``; ``None``: not simulated)."""
-    if cell.method == NO_SD:
-        return 1.0
-    policy = f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}"
-    found = [r.speedup for r in rows if r.acc == cell.method and r.policy == policy]
-    return found[0] if found else None
-
-
 def _fitted(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
     return any(f.method == cell.method and f.batch_size == cell.batch_size and Path(f.workload).stem == cell.dataset
                and (f.tree or None) == (cell.tree or None) and (f.tree is not None or f.k == cell.k) for f in fitted)
 
 
-def whatif_rows(answer: Sequence[AnswerRow], rows: Sequence[SimRow], measured: Sequence[MeasuredCell],
-                fitted: Sequence[FittedCell]) -> list[WhatIfRow]:
-    """One row per headline row (module docstring); empty when the model is not calibrated."""
+def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell]
+                ) -> list[WhatIfRow]:
+    """One row per simulated dataset × batch size (module docstring); empty when the model is
+    not calibrated."""
     if not fitted:
         return []
     fitted_sizes = {f.batch_size for f in fitted}
     out = []
-    for head in answer:
-        best = (head.best_acc, head.best_policy, head.best_speedup) if head.best_speedup > 1 else (NO_SD, "", 1.0)
-        row = WhatIfRow(head.dataset, head.batch_size, head.batch_size in fitted_sizes,
-                        f"{best[0]} {best[1]}".strip(), best[2])
-        here = [r for r in rows if r.dataset == head.dataset and r.batch_size == head.batch_size]
-        cells = [c for c in measured if Path(c.dataset).stem == head.dataset and c.batch_size == head.batch_size]
-        priced = [(c, p) for c in cells if (p := _predicted(c, here)) is not None]
+    for dataset, b in dict.fromkeys((r.dataset, r.batch_size) for r in rows):
+        runnable = [r for r in rows if r.dataset == dataset and r.batch_size == b and r.acc != COMBINED
+                    and r.policy.startswith(RUNNABLE)]
+        best = max(runnable, key=lambda r: r.speedup, default=None)
+        row = WhatIfRow(dataset, b, b in fitted_sizes, *((f"{best.acc} {best.policy}", best.speedup)
+                                                          if best is not None and best.speedup > 1 else (NO_SD, 1.0)))
+        priced = [(c, c.simulated_speedup) for c in measured if Path(c.dataset).stem == dataset
+                  and c.batch_size == b and c.simulated_speedup is not None]
         if priced:  # no SD is always a candidate: speedup 1, measured or not
-            priced.append((MeasuredCell(head.dataset, NO_SD, 0, head.batch_size, 1.0), 1.0))
+            priced.append((MeasuredCell(dataset, NO_SD, 0, b, 1.0), 1.0))
             winner = max((c for c, _ in priced), key=lambda c: c.measured_speedup)
             pick, speedup = max(priced, key=lambda cp: cp[1])
             row.measured_best, row.measured_speedup = _config(winner), winner.measured_speedup
@@ -132,8 +127,7 @@ def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitt
                 ax.annotate(r.policy.removeprefix("fixed:"), (r.batch_size, r.speedup), fontsize=7,
                             textcoords="offset points", xytext=(0, 4), ha="center", color=colour)
             for cell in (c for c in measured if Path(c.dataset).stem == dataset and c.method == proposer):
-                here = [r for r in rows if r.dataset == dataset and r.batch_size == cell.batch_size]
-                predicted = _predicted(cell, here)
+                predicted = cell.simulated_speedup
                 if predicted is None:
                     continue
                 ax.plot([cell.batch_size], [cell.measured_speedup], marker="o", linestyle="none", color=colour,

@@ -15,7 +15,9 @@ Fields of both POST routes:
 - ``temperature`` (default 1.0): finite, >= 0; below 1e-5 is greedy, other values below 0.01
   are raised to 0.01 (vLLM's rule). ``top_p`` in (0, 1]; ``top_k`` (0 or -1: off);
   ``min_p`` in [0, 1]; ``seed`` in [0, 2^64): the request's own generator, so its output does
-  not depend on other requests in flight.
+  not depend on other requests in flight — except under ``serve --policy``, whose rows of one
+  step choose method and k together: the draws a step takes then depend on the batch it shares,
+  and a seeded request's output on the requests beside it (its distribution does not change).
 - ``stop``: a string or a list of strings; the output ends before the first one, which is not
   returned (``finish_reason`` "stop", ``stop_reason`` the string). ``stop_token_ids``: tokens
   that end the output (returned). ``min_tokens``: stop and end-of-sequence tokens are

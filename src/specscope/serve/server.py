@@ -17,6 +17,9 @@ import itertools
 import json
 import logging
 import queue
+import select
+import socket
+import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
@@ -33,6 +36,7 @@ from specscope.serve.protocol import ApiError, GenerationRequest
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
 EVENT_POLL_S = 1.0
+GONE_POLL_S = 0.05  # how often a non-streamed answer checks that its client is still connected
 
 
 class CompletionServer(ThreadingHTTPServer):
@@ -264,7 +268,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
         reason (the stop string, or the stop token id from ``stop_token_ids``)."""
         output = OutputText(self.server.tokenizer, request.stop)
         while True:
-            event = self._next_event(job)
+            event = self._next_event(job, watch=not request.stream)
             if event.error is not None:
                 raise event.error
             piece = output.add(event.token_ids, final=event.finish_reason is not None)
@@ -327,15 +331,32 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.wfile.write(protocol.sse(payload))
         self.wfile.flush()
 
-    def _next_event(self, job: Job) -> JobEvent:
+    def _next_event(self, job: Job, watch: bool = False) -> JobEvent:
+        """``job``'s next event; with ``watch`` (an answer sent only at the end, so no write would
+        notice a client that left) a closed connection raises ConnectionResetError, so that the
+        job is aborted at once instead of running to its max_tokens."""
         while True:
+            if watch and time.monotonic() - getattr(self, "_checked", 0.0) >= GONE_POLL_S:
+                self._checked = time.monotonic()  # at most every GONE_POLL_S, however often events come
+                if self._client_gone():
+                    raise ConnectionResetError("the client closed the connection")
             try:
-                return job.events.get(timeout=EVENT_POLL_S)
+                return job.events.get(timeout=GONE_POLL_S if watch else EVENT_POLL_S)
             except queue.Empty:
                 if not self.server.loop.alive():
                     return JobEvent(
                         [], error=ApiError(503, f"engine unavailable: {self.server.loop.failure}")
                     )
+
+
+    def _client_gone(self) -> bool:
+        """Whether the client closed its connection: the socket reads as ended (a client sends
+        nothing more after its request, so a readable socket with no byte is a hang-up)."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:  # reset by the peer
+            return True
 
 
 ROUTES = ("/v1/completions", "/v1/chat/completions")

@@ -117,19 +117,22 @@ def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> in
 
 
 def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
-    """Refuse a policy that proposes more drafts than the trace measured."""
-    if policy.max_k is None or policy.combined:
+    """Refuse a policy that proposes more drafts than the trace measured: a ``fixed:k`` above its
+    k_max, or a learned policy whose deepest k is (its walk would stop at the trace's depth)."""
+    limit = policy.max_k if policy.max_k is not None else policy.depth
+    if limit is None or policy.combined:
         return
-    k_max = traced_k_max(records, [acc])
-    if policy.max_k <= k_max:
+    k_max = traced_k_max(records, list(policy.switch) if policy.switch else [acc])
+    if limit <= k_max:
         return
     if any(r.k_max is not None for r in records):
         measured = f"the trace's k_max = {k_max}"
     else:
         measured = (f"{k_max}, the largest acc_len − 1 in the trace (k_max not recorded: the trace cannot "
                     "tell what more drafts would have given beyond what it recorded)")
+    refit = f" (fit it with --max-k {k_max})" if policy.switch else ""
     raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} proposes "
-                         f"k = {policy.max_k}, above {measured}")
+                         f"k = {limit}, above {measured}{refit}")
 
 
 def _feasible(batch_sizes: Sequence[int], requests: int, dataset: str, config: SimConfig) -> list[int]:

@@ -31,13 +31,16 @@ import re
 import statistics
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from specscope.analysis.measured import MeasuredCell, read_bench_results
 from specscope.fileio import atomic_write_text, write_rows
 from specscope.study.config import StudyConfig
 from specscope.study.fidelity import with_simulated
 from specscope.trees import TreeShape
+
+if TYPE_CHECKING:
+    from specscope.backends import BenchResult
 
 log = logging.getLogger(__name__)
 FIDELITY_TOLERANCE_PCT = 10.0  # a cell is "within" when |simulated − measured| ≤ this % of measured
@@ -102,12 +105,19 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
                                     draft_dir=config.drafters.get(method), k=config.k if tree is None else tree.depth,
                                     batch_sizes=config.batch_sizes, max_tokens=config.max_tokens, tree=tree)
                 result = run_bench(bench)
-                atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
-                atomic_write_text(out, json.dumps([r.flat() for r in result.rows], indent=1) + "\n")
+                write_measured(out, result, workload)
                 done = ", ".join(f"B={r.batch_size}: {r.speedup:.2f}x" for r in result.rows)
                 say(f"measure {_stem(workload)} {label}: {done}")
             cells += [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
     return cells
+
+
+def write_measured(out: Path, result: BenchResult, workload: Path) -> None:
+    """A measured run's step records (``OUT.steps.jsonl``), then its rows (``OUT``, last: a resumed
+    study reruns a run whose rows are missing), each row naming its workload for `report --measured`."""
+    atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
+    rows = [{**r.flat(), "workload": _stem(workload)} for r in result.rows]
+    atomic_write_text(out, json.dumps(rows, indent=1) + "\n")
 
 
 def steps_files(config: StudyConfig) -> list[Path]:
@@ -156,9 +166,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
             bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=LEARNED,
                                 draft_dir=config.drafters[methods[1]], k=policy.depth, batch_sizes=config.batch_sizes,
                                 max_tokens=config.max_tokens, policy=config.policy_path)
-            result = run_bench(bench)
-            atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
-            atomic_write_text(out, json.dumps([r.flat() for r in result.rows], indent=1) + "\n")
+            write_measured(out, run_bench(bench), workload)
         mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
         fixed = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
         parts = []
