@@ -45,3 +45,37 @@ def test_report_cli_errors(synthetic_traces, tmp_path, capsys):
     taken.write_text("")
     assert main(["report", str(synthetic_traces[0]), "-o", str(taken)]) == 2
     assert "exists and is not a directory" in capsys.readouterr().err
+
+
+def test_measured_cells_are_checked_against_the_reports_own_simulation(synthetic_traces, tmp_path, capsys):
+    """Bench rows of the traces' workload get the report's simulated speedup for the same method,
+    k and batch size (a cell it cannot simulate — k beyond the traces — is named in a note); a
+    second report into the folder removes the files of the first that it does not write."""
+    measured = tmp_path / "m.json"
+    measured.write_text(json.dumps([{"workload": "chat.jsonl", "method": "ngram", "k": 2, "batch_size": 1, "speedup": 1.3},
+                                    {"workload": "chat.jsonl", "method": "ngram", "k": 60, "batch_size": 1, "speedup": 2.0}]))
+    out = tmp_path / "out"
+    base = ["report", str(synthetic_traces[0]), "--batch-sizes", "1,8", "--ks", "2,4", "-o", str(out)]
+    assert main([*base, "--measured", str(measured)]) == 0
+    assert "1 of 2 measured cells have no simulated counterpart" in capsys.readouterr().err
+    with (out / "measured.csv").open() as handle:
+        rows = {r["k"]: r for r in csv.DictReader(handle)}
+    with (out / "speedup.csv").open() as handle:
+        simulated = next(float(r["speedup"]) for r in csv.DictReader(handle)
+                         if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:2", "1"))
+    assert float(rows["2"]["simulated_speedup"]) == simulated and rows["60"]["simulated_speedup"] == ""
+    assert (out / "measured.csv").exists() and any(out.glob("fig*_measured.png"))
+    (out / "mine.txt").write_text("kept")
+    assert main(base) == 0
+    assert not (out / "measured.csv").exists() and not any(out.glob("fig*_measured.png"))
+    assert (out / "mine.txt").read_text() == "kept"  # not the report's: left alone
+
+
+def test_report_refuses_to_write_over_its_inputs(synthetic_traces, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    trace = out / "stats.csv"  # a trace under the name of a table the report writes
+    trace.write_bytes(synthetic_traces[0].read_bytes())
+    assert main(["report", str(trace), "--batch-sizes", "1", "-o", str(out)]) == 2
+    assert "the report writes stats.csv there, an input of this run" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["stats.csv"] and trace.read_bytes() == synthetic_traces[0].read_bytes()

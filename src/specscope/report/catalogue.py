@@ -119,6 +119,8 @@ FIGURES = [
         lambda d: "Compare the drafting slice across proposers, and how the verification and prefill "
                   "slices change with batch size.",
         lambda d: F.timesplit_figure(d.predicted, d.config.timesplit_policy, d.measured_split),
+        lambda d: None if d.measured_split or any(r["policy"] == d.config.timesplit_policy for r in d.predicted)
+        else f"it shows {d.config.timesplit_policy}, which was not simulated (--ks)",
     ),
     FigureSpec(
         "bound",
