@@ -241,28 +241,32 @@ def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0
 
 def measured_figure(cells: Sequence) -> plt.Figure:
     """Figure 9: measured speedup (solid, markers) and the simulator's prediction for the same
-    runs (dashed, where every point of the line was simulated), per dataset panel, a line and
-    colour per configuration (method and k, or method and tree)."""
+    runs (dashed, where every point of the line was simulated), per dataset panel, a line per
+    configuration: colour = method, marker = k (or tree); the legend below the panels."""
     def config(cell) -> str:
         return cell.label if cell.tree is not None else f"{cell.method} k={cell.k}"
 
     datasets = _unique(c.dataset for c in cells)
-    colours = colour_for(_unique(config(c) for c in cells))
+    colours = colour_for(_unique(c.method for c in cells))
+    shapes = {shape: MARKERS[i % len(MARKERS)] for i, shape in enumerate(_unique(c.tree or c.k for c in cells))}
     fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
+    handles: dict[str, object] = {}
     for ax, dataset in zip(axes, datasets):
         mine = [c for c in cells if c.dataset == dataset]
         for name in _unique(config(c) for c in mine):
             line = sorted((c for c in mine if config(c) == name), key=lambda c: c.batch_size)
-            x = [c.batch_size for c in line]
-            ax.plot(x, [c.measured_speedup for c in line], marker="o", color=colours[name], label=f"{name} measured")
+            x, colour = [c.batch_size for c in line], colours[line[0].method]
+            handles[name] = ax.plot(x, [c.measured_speedup for c in line], marker=shapes[line[0].tree or line[0].k],
+                                    color=colour, label=name)[0]
             if all(c.simulated_speedup is not None for c in line):
-                ax.plot(x, [c.simulated_speedup for c in line], linestyle="--", color=colours[name],
-                        label=f"{name} simulated")
+                handles["dashed: simulated"] = ax.plot(x, [c.simulated_speedup for c in line], linestyle="--",
+                                                       color=colour, label="dashed: simulated")[0]
         ax.axhline(1.0, color="black", linewidth=0.8)
         batch_axis(ax, sorted({c.batch_size for c in mine}))
         ax.set_title(dataset)
         ax.set_ylabel("speedup over no SD")
-        ax.legend(loc="best")
+    order = [name for name in handles if name != "dashed: simulated"] + [n for n in handles if n == "dashed: simulated"]
+    fig.legend([handles[n] for n in order], order, loc="outside lower center", ncol=min(4, len(order)), frameon=False)
     return fig
 
 

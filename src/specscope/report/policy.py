@@ -119,7 +119,9 @@ def choices_figure(choices: Sequence[PolicyChoices]) -> plt.Figure:
         for i, name in enumerate([*methods, "none"]):
             mine = walk.method == name
             ax.scatter(walk.pos[mine], walk.k[mine] + 1, s=14, label=name, color=CYCLE[i % len(CYCLE)])
-        ax.set_title(f"request {walk.request}: background rows = acc_len of {', '.join(methods)} (dark = long)")
+        ax.set_ylim(0, top + 0.6)  # a step at the top stays whole
+        ax.set_title(f"request {walk.request}: background rows = acc_len of {', '.join(methods)}, bottom to top "
+                     "(dark = long)")
         ax.set_xlabel("output position")
         ax.set_ylabel("k + 1 proposed")
         ax.legend(loc="upper right", fontsize="small")

@@ -49,10 +49,11 @@ def figure_style() -> Iterator[None]:
 
 
 def save(fig: plt.Figure, path: Path) -> Path:
-    """Write ``fig`` as PNG and free it."""
+    """Write ``fig`` as PNG and free it (cropped to what it draws: a legend wider than a single
+    panel is kept whole)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    fig.savefig(path, format="png", bbox_inches="tight")
     plt.close(fig)
     return path
 
