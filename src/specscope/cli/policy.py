@@ -185,23 +185,21 @@ def run_explain(args: argparse.Namespace) -> int:
                   *["/".join(f"{1e3 * row[k]:.2f}" for k in ks) for row in [*m["seconds"], *(m["fixed"][i] for i in drafters)]]]
                  for m in document["models"]])
     if traces is not None:
-        show_decisions(policy, traces[0][0])
-        show_discrimination(policy, traces[1])
+        show_decisions(policy, traces[0])
+        show_discrimination(policy, traces)
     return 0
 
 
-def read_traces_for(policy, args: argparse.Namespace) -> tuple[list, list]:
-    """``args.traces`` read before anything is printed, as the two views ``explain`` shows: cut to
-    the policy's methods' common length (the decisions along the first record), and whole (the
-    discrimination); an error if the first record lacks one of the policy's methods."""
+def read_traces_for(policy, args: argparse.Namespace) -> list:
+    """``args.traces`` read (each proposer's acc_len whole) before anything is printed; an error
+    if the first record lacks one of the policy's methods."""
     need_scikit_learn()
-    args.lengths = "common"
-    common = read_trace_args(args)
-    missing = [m for m in policy.methods if m not in common[0].proposers]
-    if missing:
-        raise SpecscopeError(f"--traces: record {common[0].id!r} has no {missing[0]!r} trace")
     args.lengths = "own"
-    return common, read_trace_args(args)
+    records = read_trace_args(args)
+    missing = [m for m in policy.methods if m not in records[0].proposers]
+    if missing:
+        raise SpecscopeError(f"--traces: record {records[0].id!r} has no {missing[0]!r} trace")
+    return records
 
 
 def show_discrimination(policy, records: list) -> None:
@@ -223,7 +221,7 @@ def _figure(value: float) -> str | None:
 
 
 def show_decisions(policy, record) -> None:
-    """The policy's choices along ``record`` (cut to its methods' common length), per batch size."""
+    """The policy's choices along ``record`` (within its methods' common length), per batch size."""
     from specscope.policy.observation import NONE
     from specscope.sim.observe import Observer
     from specscope.sim.switching import common_length
