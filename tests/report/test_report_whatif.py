@@ -32,7 +32,7 @@ def test_predicted_winner_against_the_measured_one():
     measured = [replace(c, simulated_speedup=simulated_for(c, ROWS)) for c in measured]
     assert measured[-1].simulated_speedup is None and measured[0].simulated_speedup == 1.5
     one, four = whatif_rows(ROWS, measured, FITTED)
-    assert (one.in_fit, one.predicted_best, one.predicted_speedup) == (True, "ngram fixed:4", 1.8)
+    assert (one.in_fit, one.predicted_best, one.predicted_speedup, one.best_in_fit) == (True, "ngram fixed:4", 1.8, False)
     assert (one.measured_best, one.measured_speedup, one.measured_in_fit) == ("eagle fixed:2", 1.6, True)
     assert (one.predicted_among_measured, one.agree) == ("ngram fixed:2", False)
     # B=4 was never fitted; nothing beats 1 there, measured or predicted: no SD wins both ways

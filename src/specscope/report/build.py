@@ -175,9 +175,10 @@ def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[
         return []
     summary = whatif_summary(rows)
     return [(f"What if: the calibrated model's best per batch size, and the measured check{': ' + summary if summary else ''}",
-             ["workload", "batch size", "batch size in fit", "predicted best", "predicted", "measured best",
-              "measured", "predicted best of the measured", "agree"],
-             [[r.dataset, r.batch_size, "yes" if r.in_fit else "no", r.predicted_best, r.predicted_speedup,
+             ["workload", "batch size", "batch size in fit", "predicted best", "its k or tree in fit", "predicted",
+              "measured best", "measured", "predicted best of the measured", "agree"],
+             [[r.dataset, r.batch_size, "yes" if r.in_fit else "no", r.predicted_best,
+               "" if r.best_in_fit is None else ("yes" if r.best_in_fit else "no"), r.predicted_speedup,
                r.measured_best or "", "" if r.measured_speedup is None else r.measured_speedup,
                r.predicted_among_measured or "", "" if r.agree is None else ("yes" if r.agree else "no")]
               for r in rows])]

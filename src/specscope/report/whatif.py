@@ -6,6 +6,8 @@ simulates with it — every k, tree, adaptive, oracle and learned policy, every 
 prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
 
 - ``in_fit``: whether the fit saw any cell of this batch size (``False``: pure prediction);
+- ``best_in_fit``: whether it saw the predicted best's own configuration (method and k, or
+  tree) at any batch size (``False``: that drafting cost is extrapolated from other ks);
 - ``predicted_best``: the configuration an engine runs — a fixed k or a static tree of any
   proposer — with the highest simulated speedup (no SD when nothing beats 1);
 - where ``--measured`` cells exist at this dataset (a measured cell's workload file stem) and
@@ -40,6 +42,7 @@ class WhatIfRow:
     in_fit: bool
     predicted_best: str
     predicted_speedup: float
+    best_in_fit: bool | None = None  # None: no SD is the best
     measured_best: str | None = None
     measured_speedup: float | None = None
     measured_in_fit: bool | None = None
@@ -78,6 +81,9 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
         best = max(runnable, key=lambda r: r.speedup, default=None)
         row = WhatIfRow(dataset, b, b in fitted_sizes, *((f"{best.acc} {best.policy}", best.speedup)
                                                           if best is not None and best.speedup > 1 else (NO_SD, 1.0)))
+        if row.predicted_best != NO_SD:
+            row.best_in_fit = any(f.method == best.acc and (f"tree:{f.tree}" if f.tree else f"fixed:{f.k}") == best.policy
+                                  for f in fitted)
         priced = [(c, c.simulated_speedup) for c in measured if Path(c.dataset).stem == dataset
                   and c.batch_size == b and c.simulated_speedup is not None]
         if priced:  # no SD is always a candidate: speedup 1, measured or not
