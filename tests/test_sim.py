@@ -174,6 +174,34 @@ def test_combined_takes_the_longer_acc_len_over_the_common_length():
     assert row.mean_acceptance_length == pytest.approx(4 / 3)
 
 
+def test_combined_pays_the_lookups_drafting_whichever_proposer_is_named_first():
+    """The paper's oracle-combined charges every step n-gram's drafting (10 % of the forward here),
+    never the model drafter's (0.2 s a step): the same speedup for ngram+eagle and eagle+ngram,
+    above the one that charges EAGLE's drafting on every step."""
+    r = TraceRecord("c", np.arange(4), np.arange(6), {
+        "ngram": ProposerTrace(np.array([1, 4, 1, 1, 1, 1], dtype=np.int32)),
+        "eagle": ProposerTrace(np.array([2, 1, 1, 1, 1], dtype=np.int32)),
+    }, k_max=20, dataset="d")
+    rows = simulate([r], ["combined"], ["oracle-combined:ngram+eagle", "oracle-combined:eagle+ngram"], COST,
+                    SimConfig(batch_sizes=(1,)))
+    plan = make_plan([np.maximum(r.acc_len("ngram")[:5], r.acc_len("eagle"))], [4], parse_policy("oracle"), 20)
+    charged = predict_paper(plan, COST, COST.drafting_for("eagle"), 1)
+    baseline = predict_paper(baseline_plan(plan.output_len, plan.prompt_len), COST, None, 1)
+    assert rows[0].speedup == pytest.approx(rows[1].speedup, rel=1e-12)
+    assert rows[0].speedup > charged.throughput / baseline.throughput
+
+
+def test_no_step_emits_past_the_output_and_steady_state_at_batch_one_is_the_whole_run():
+    """A trace's acc_len may reach one token past the output's end (the bonus token after its last
+    token); the step emits only what the output has left, so at batch 1 (no ramp-up, no drain)
+    the steady-state speedup is the whole run's."""
+    r = record([3, 1, 1, 3, 2, 1, 2, 2], rid="end", proposer="eagle")  # at pos 7: 2 drafts accepted, 1 token left
+    (row,) = simulate([r], ["eagle"], ["fixed:2"], COST, SimConfig(mode="mixed", batch_sizes=(1,)))
+    plan = make_plan([r.acc_len("eagle")], [10], parse_policy("fixed:2"), k_max=20)
+    assert plan.pos.tolist()[-1] == 7 and plan.emitted.tolist()[-1] == 1 and plan.emitted.sum() == 8 - 1
+    assert row.steady_speedup == pytest.approx(row.speedup)
+
+
 def test_replay_statistics():
     (row,) = simulate([record(ACC, draft_len=[20] * 8)], ["ngram"], ["fixed:3"], COST, SimConfig(batch_sizes=(1,)))
     # Steps propose 3 and 3 drafts, emit 3 and 4: α = (2 + 3) / 6, τ = 7 / 2.
@@ -262,16 +290,18 @@ def test_tree_policy_plan_and_pricing_hand_computed():
     assert (policy.tree.nodes, policy.tree.draft_pass_widths) == (4, (1, 2))
     from specscope.sim.grid import plan_for
     plan = plan_for([TREE_RECORD], "eagle", policy, SimConfig(mode="paper"), "d")
-    assert plan.pos.tolist() == [1] and plan.proposed.tolist() == [4] and plan.emitted.tolist() == [3]
+    # the tree accepts 2 drafts at pos 1 (acc_len 3), but the 3-token output has 2 tokens left
+    assert plan.pos.tolist() == [1] and plan.proposed.tolist() == [4] and plan.emitted.tolist() == [2]
     assert plan.draft_widths == (1, 2)
     # Paper mode, B = 2: verify 2·5 = 10 tokens: 1 + 0.1·10 = 2.0 s; drafting reads 1 + 2 tokens
     # per sequence over its passes: 0.5 + 0.01·(3 + 1) = 0.54 s; prefill 2·10 tokens: 1 + 2 = 3 s.
     sd = predict_paper(plan, TREE_COST, TREE_COST.drafting_for("eagle"), 2)
     assert sd.time_split == pytest.approx({"prefill": 3.0, "drafting": 0.54, "verification": 2.0, "overhead": 0.0})
     assert sd.throughput == pytest.approx(2 * 3 / 5.54)
-    # The chain of depth 2 rejects at pos 1 (rank 1), then at pos 2 takes both drafts (ranks 0, 0).
+    # The chain of depth 2 rejects at pos 1 (rank 1), then at pos 2 would take both drafts (ranks
+    # 0, 0) but one output token is left.
     chain = plan_for([TREE_RECORD], "eagle", parse_policy("fixed:2"), SimConfig(mode="paper"), "d")
-    assert chain.emitted.tolist() == [1, 3] and chain.draft_widths == ()
+    assert chain.emitted.tolist() == [1, 1] and chain.draft_widths == ()
     # Mixed mode gives the tree step the same price (one request: nothing else differs).
     mixed = predict_mixed(plan, TREE_COST, TREE_COST.drafting_for("eagle"), 1)
     assert mixed.time_split["drafting"] == pytest.approx(0.54)

@@ -232,10 +232,15 @@ def _check_tree(records: Sequence[TraceRecord], acc: str, policy: Policy, datase
 
 def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchDrafting:
     """What ``policy``'s steps draft with: the switching policy's proposers (a causal one priced
-    as the engine runs it), oracle-combined's first (the paper's rule), else ``acc``'s."""
+    as the engine runs it); for oracle-combined the lookup's of its pair (the paper's rule: every
+    step pays n-gram's drafting, whichever proposer it takes — optimistic), the first-named's when
+    neither is a lookup; else ``acc``'s."""
     if policy.switch is not None:
         return SwitchDrafting.of(cost, policy.switch, causal=policy.decide_for is not None)
-    return cost.drafting_for(policy.combined[0] if policy.combined else acc)
+    if policy.combined:
+        lookups = [m for m in policy.combined if m in {lookup.name for lookup in of_kind("lookup")}]
+        return cost.drafting_for((lookups or list(policy.combined))[0])
+    return cost.drafting_for(acc)
 
 
 def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:

@@ -2,8 +2,9 @@
 
 Indexing follows the paper's simulator: after prefill one output token exists, so a request
 starts at position ``pos = 1``; the step at ``pos`` reads ``acc_len[pos − 1]`` (the entry of its
-last input token), proposes ``k`` tokens and emits ``min(acc_len[pos − 1], k + 1)``; the walk
-stops once ``pos >= G``. A request of G output tokens without SD takes G − 1 steps of one token.
+last input token), proposes ``k`` tokens and emits ``min(acc_len[pos − 1], k + 1, G − pos)``
+(no token past the output's end, which a trace's acc_len may reach beyond); the walk stops once
+``pos >= G``. A request of G output tokens without SD takes G − 1 steps of one token.
 
 A plan depends on the trace and the policy only, never on the batch: batching changes what a
 step costs, not what it emits (greedy decoding). So a plan is computed once and priced for
@@ -94,7 +95,7 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
     if draft_len is None and match_prob is not None:  # an oracle proposes 0 there anyway
         unmatched = (acc_at == 1) & (rng.random(pos.shape[0]) >= match_prob)
         proposed = np.where(unmatched, 0, proposed)
-    emitted = np.minimum(acc_at, proposed + 1).astype(np.int64)
+    emitted = np.minimum(np.minimum(acc_at, proposed + 1), len(acc_len) - pos).astype(np.int64)  # not past the output
     return pos, proposed, emitted
 
 

@@ -4,10 +4,12 @@ Definitions (one place; everything else refers here):
 
 - ``output_token_ids[i]`` is the target's (greedy) output token at output position ``i``,
   ``0 <= i < G`` where ``G`` is the output length.
-- ``acc_len[i]`` ("generation length") is the number of tokens one SD step emits when it starts
-  with ``i`` output tokens already generated: accepted drafts + 1 (the bonus or recovered
-  token), measured teacher-forced with ``k_max`` drafts, so ``1 <= acc_len[i] <= k_max + 1``.
-  A step that proposes ``k`` tokens at position ``i`` emits ``min(acc_len[i], k + 1)``.
+- ``acc_len[i]`` ("generation length") is the number of tokens one SD step emits when its
+  newest input token is ``output_token_ids[i]`` (``i + 1`` output tokens already generated, the
+  paper's indexing): accepted drafts + 1 (the bonus or recovered token), measured teacher-forced
+  with ``k_max`` drafts, so ``1 <= acc_len[i] <= k_max + 1``. A step that proposes ``k``
+  tokens there emits ``min(acc_len[i], k + 1)`` (:mod:`specscope.sim.plan`: the step at ``pos``
+  generated tokens reads ``acc_len[pos − 1]``).
 - ``draft_len[i]`` (optional) is how many tokens the proposer actually offers at ``i``
   (n-gram offers 0 when no n-gram matches: that step costs no drafting and emits 1 token).
   ``acc_len[i] <= draft_len[i] + 1`` always.
