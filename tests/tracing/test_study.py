@@ -53,6 +53,23 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     second = capsys.readouterr().out
     assert "already done" in second and "measure " not in second and "policy  fitted" not in second
     assert {str(p): p.stat().st_mtime_ns for p in kept} == before
+    # other settings would mix their results with these: refused before any work, nothing changed
+    other = [a if a != "1,2" else "1,4" for a in argv]
+    assert main(other) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "batch_sizes [1, 2] → [1, 4]" in err[0], err
+    assert {str(p): p.stat().st_mtime_ns for p in kept} == before
+    # a refitted policy.json: the learned cells measured with the old one are measured again
+    policy = json.loads((out / "policy.json").read_text())
+    policy["training"]["seed"] = 1  # another file, as a refit after remeasured cells would give
+    (out / "policy.json").write_text(json.dumps(policy))
+    assert main(argv) == 0
+    assert "measured with another policy.json: measuring again" in capsys.readouterr().out
+    # a folder that is not a study's is not written into
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "costmodel.json").write_text("{}")
+    assert main([*argv[:-1], str(tmp_path / "mine")]) == 2
+    assert "holds no study.json" in capsys.readouterr().err and (tmp_path / "mine" / "costmodel.json").read_text() == "{}"
 
 
 def test_the_policy_keeps_the_drafter_measured_fastest_over_every_cell(tmp_path):

@@ -53,20 +53,35 @@ def run(args: argparse.Namespace) -> int:
     if args.k > args.k_max:
         raise SpecscopeError(f"--k {args.k}: above --k-max {args.k_max} (the traces could not tell what "
                              f"{args.k} drafts accept)")
+    if len(set(args.batch_sizes)) != len(args.batch_sizes):
+        raise SpecscopeError(f"--batch-sizes: expected distinct batch sizes, got {','.join(map(str, args.batch_sizes))}")
     torch.set_num_threads(args.threads)
     if args.model is None:
         from specscope.study.bundled import bundled_study
 
+        given = [f"--{name}" for name in ("workload", *DRAFTERS) if getattr(args, name)]
+        if given:
+            raise SpecscopeError(f"{given[0]}: only with --model (without it the study runs the bundled models on the "
+                                 "bundled workloads)")
         config = bundled_study(args.output)
     else:
         if not args.workload:
             raise SpecscopeError("--workload: required with --model")
         drafters = {m: model_dir_arg(getattr(args, m)) for m in DRAFTERS if getattr(args, m)}
+        stems = [w.name.removesuffix(".jsonl") for w in args.workload]
+        if len(set(stems)) != len(stems):
+            raise SpecscopeError(f"--workload: two workloads named {next(s for s in stems if stems.count(s) > 1)!r}; "
+                                 "a study names its results by the workload's file name")
         config = StudyConfig(model_dir_arg(args.model), list(args.workload), args.output, drafters)
     config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
+    config.threads = args.threads
     config.max_tokens = args.max_tokens
     if args.requests is not None:
         config.requests = args.requests
     config.replay_cost_models = tuple(args.replay) or config.replay_cost_models
+    from specscope.costmodel.registry import resolve_cost_model
+
+    for spec in args.replay:  # a bad one is refused before the study's hours of work
+        resolve_cost_model(spec)
     run_study(config, print)
     return 0

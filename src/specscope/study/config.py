@@ -46,6 +46,18 @@ class StudyConfig:
     requests: int | None = None  # the first N requests of each workload (None: all)
     replay_cost_models: tuple[str, ...] = ()
     trees: tuple[TreeShape, ...] = STUDY_TREES
+    threads: int = 1  # torch CPU threads the measured runs used
+
+    def settings(self) -> dict:
+        """What decides the study's results (``study.json``): a resume with others would mix them."""
+        return {"schema": "specscope.study/1", "workloads": [w.name for w in self.workloads],
+                "drafters": sorted(self.drafters), "batch_sizes": list(self.batch_sizes), "k": self.k,
+                "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
+                "trees": [t.name for t in self.trees], "threads": self.threads}
+
+    @property
+    def settings_path(self) -> Path:
+        return self.out_dir / "study.json"
 
     @property
     def lookups(self) -> list[str]:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Callable
 
+from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text, read_json_object
 from specscope.study.config import StudyConfig
 from specscope.study.run import (
     fidelity_stage,
@@ -20,7 +23,7 @@ from specscope.study.run import (
 
 def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     """Run every stage; ``say`` receives one line per finished piece of work."""
-    config.out_dir.mkdir(parents=True, exist_ok=True)
+    check_resume(config)
     if config.requests is not None:
         config.workloads = [first_requests(w, config.requests, config.out_dir / "workloads") for w in config.workloads]
     traces = trace_stage(config, say)
@@ -34,3 +37,27 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
 
     index = study_report(config, traces, fidelity, steps_files(config))
     say(f"report  {index}")
+
+
+def check_resume(config: StudyConfig) -> None:
+    """Make the output folder ready, or refuse before any work: a folder that holds a study with
+    other settings (its ``study.json``: batch sizes, k, workloads, …) would mix their results; a
+    folder that holds other files but no ``study.json`` is not a study's, and its files would be
+    overwritten. Then record the settings, so that an interrupted study resumes."""
+    out, path = config.out_dir, config.settings_path
+    settings = json.loads(json.dumps(config.settings()))  # as read back: lists, not tuples
+    if path.is_file():
+        old = read_json_object(path, "a study's settings (a JSON object)")
+        changed = [f"{key} {old.get(key)} → {settings.get(key)}" for key in settings if old.get(key) != settings.get(key)]
+        if changed:
+            raise SpecscopeError(f"{out}: holds a study with other settings ({'; '.join(changed)}): resuming would mix "
+                                 "their results; study into another folder (-o), or delete this one to start over")
+        return
+    if out.is_dir() and any(out.iterdir()):
+        raise SpecscopeError(f"{out}: not empty and holds no study.json (not a study folder made by specscope, or one "
+                             "from before it kept its settings): its files would be overwritten; choose another -o")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SpecscopeError(f"{out}: cannot make the study's folder ({error.strerror or error})") from None
+    atomic_write_text(path, json.dumps(settings, indent=1) + "\n")

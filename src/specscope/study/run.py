@@ -25,6 +25,7 @@ Interrupt it at any point and rerun the same command: finished work is kept.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -112,11 +113,12 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
     return cells
 
 
-def write_measured(out: Path, result: BenchResult, workload: Path) -> None:
+def write_measured(out: Path, result: BenchResult, workload: Path, labels: dict | None = None) -> None:
     """A measured run's step records (``OUT.steps.jsonl``), then its rows (``OUT``, last: a resumed
-    study reruns a run whose rows are missing), each row naming its workload for `report --measured`."""
+    study reruns a run whose rows are missing), each row naming its workload for `report --measured`
+    (and ``labels``: a learned run's policy file hash)."""
     atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
-    rows = [{**r.flat(), "workload": _stem(workload)} for r in result.rows]
+    rows = [{**r.flat(), "workload": _stem(workload), **(labels or {})} for r in result.rows]
     atomic_write_text(out, json.dumps(rows, indent=1) + "\n")
 
 
@@ -158,22 +160,27 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         say(f"policy  fitted over {'+'.join(methods)} at B={','.join(map(str, config.batch_sizes))}: "
             f"{document['training']['steps']} steps of {document['training']['requests']} requests")
     policy = load_policy(config.policy_path)
+    stamp = hashlib.sha256(config.policy_path.read_bytes()).hexdigest()[:16]  # the cells name the policy they ran
     config.learned_dir.mkdir(parents=True, exist_ok=True)
     cells = []
     for workload in config.workloads:
         out = config.learned_dir / f"{_stem(workload)}.json"
+        if out.exists() and any(row.get("policy_sha256") != stamp for row in json.loads(out.read_text())):
+            say(f"learned {_stem(workload)}: measured with another policy.json: measuring again")
+            out.unlink()
         if not out.exists():
             bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=LEARNED,
                                 draft_dir=config.drafters[methods[1]], k=policy.depth, batch_sizes=config.batch_sizes,
                                 max_tokens=config.max_tokens, policy=config.policy_path)
-            write_measured(out, run_bench(bench), workload)
+            write_measured(out, run_bench(bench), workload, {"policy_sha256": stamp})
         mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
         fixed = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
         parts = []
         for cell in mine:
-            best = max((c for c in fixed if c.batch_size == cell.batch_size), key=lambda c: c.measured_speedup)
-            parts.append(f"B={cell.batch_size}: {cell.measured_speedup:.2f}x (best fixed {best.method} k={best.k}: "
-                         f"{best.measured_speedup:.2f}x)")
+            best = max((c for c in fixed if c.batch_size == cell.batch_size), key=lambda c: c.measured_speedup,
+                       default=None)
+            parts.append(f"B={cell.batch_size}: {cell.measured_speedup:.2f}x" + ("" if best is None else
+                         f" (best fixed {best.method} k={best.k}: {best.measured_speedup:.2f}x)"))
         say(f"learned {_stem(workload)}: " + ", ".join(parts))
         cells += mine
     return cells
