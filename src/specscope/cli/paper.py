@@ -89,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if reference:
         print(f"largest difference from the paper's figures: {worst:.3f} "
-              f"(the figures were read by eye to ±0.02; oracle-combined is optimistic: choosing "
-              f"and drafting are taken as free)", file=out)
+              f"(the figures were read by eye to ±0.02; oracle-combined is optimistic: choosing is "
+              f"free and every step pays only n-gram's lookup)", file=out)
     if args.output:
         write_rows(args.output, cells)
         print(f"wrote {len(cells)} cells to {args.output}", file=out)

@@ -6,7 +6,7 @@ to the oracle.
 - ``oracle``: the best single-proposer ``oracle`` cell (no verification wasted);
   ``gap`` = oracle speedup − best speedup;
 - ``combined``: the ``oracle-combined`` cell when simulated — optimistic, since choosing the
-  proposer and drafting with both are taken as free.
+  proposer is taken as free and every step pays only the lookup's drafting (the paper's rule).
 
 With trees (:mod:`specscope.report.trees`), one more line per dataset × proposer × tree: up to
 which batch size the tree beats the chain of its depth.

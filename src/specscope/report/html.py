@@ -116,7 +116,8 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None) -> s
                      f"<table><thead><tr>{head_html}</tr></thead><tbody>{''.join(body)}</tbody></table>")
     parts.append(
         '<p class="small">* oracle-combined takes, at every step, whichever proposer would emit more, '
-        "proposing exactly what will be accepted; choosing and drafting with both are taken as free, "
+        "proposing exactly what will be accepted; choosing is taken as free and every step pays only n-gram's "
+        "lookup (the paper's rule), "
         "so the number is optimistic — an upper bound, not something a real system reaches. "
         "oracle: one proposer, proposing exactly what will be accepted (no wasted verification)."
         + (f" † the largest k tried ({largest_k}); a longer one may do better (--ks)." if largest_k else "")
