@@ -45,6 +45,10 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
                    config: SimConfig) -> tuple[list[dict], list[PolicyChoices]]:
     """The judgement table (one line per dataset × batch size) and the example walks."""
     policy = load_policy(path)
+    missing = [m for m in policy.methods if any(m not in r.proposers for r in records)]
+    if missing:
+        raise SpecscopeError(f"--policy {path}: chooses {missing[0]!r}, which the traces do not record for every "
+                             f"request (its methods: {', '.join(policy.methods)})")
     learned = f"learned:{path}"
     records = [record.capped(policy.depth) for record in records]
     rows = simulate(records, [*policy.methods, COMBINED] if len(policy.methods) == 2 else list(policy.methods),
