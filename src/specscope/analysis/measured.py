@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from specscope.errors import SpecscopeError
-from specscope.methods import NO_SD
 from specscope.fileio import read_text
+from specscope.methods import NO_SD
 from specscope.trace.fields import Fields
 from specscope.trees import TreeShape, parse_tree
 
@@ -104,13 +104,11 @@ def simulated_for(cell: MeasuredCell, rows: Sequence) -> float | None:
     """The simulated speedup of ``cell``'s own configuration among ``rows`` (:class:`~specscope.sim.grid.SimRow`:
     its workload's stem, its batch size, ``fixed:k`` or ``tree:SHAPE`` of its method; 1 for no SD),
     ``None`` where the rows hold no such cell."""
+    dataset, policy = Path(cell.dataset).stem, f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}"
+    here = [r for r in rows if r.dataset == dataset and r.batch_size == cell.batch_size]
     if cell.method == NO_SD:
-        return 1.0 if any(r.dataset == Path(cell.dataset).stem and r.batch_size == cell.batch_size for r in rows) \
-            else None
-    policy = f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}"
-    found = [r.speedup for r in rows if r.dataset == Path(cell.dataset).stem and r.batch_size == cell.batch_size
-             and r.acc == cell.method and r.policy == policy]
-    return found[0] if found else None
+        return 1.0 if here else None
+    return next((r.speedup for r in here if r.acc == cell.method and r.policy == policy), None)
 
 
 def winners(cells: Sequence[MeasuredCell]) -> list[MeasuredCell]:

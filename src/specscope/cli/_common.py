@@ -23,13 +23,16 @@ from specscope.fileio import (  # noqa: F401  (atomic_write_text, write_rows: re
 
 
 def int_list(text: str) -> list[int]:
-    """Parse ``"1,8,16"`` into ``[1, 8, 16]``: positive integers (argparse type)."""
+    """Parse ``"1,8,16"`` into ``[1, 8, 16]``: distinct positive integers (argparse type; a
+    repeated batch size or k would be run twice and recorded once)."""
     try:
         values = [validate.integer(part, low=1) for part in text.split(",") if part.strip()]
     except validate.Invalid as error:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers: {error}") from None
     if not values:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers, got {text!r}")
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"expected distinct values, got {text!r}")
     return values
 
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 
 import numpy as np
@@ -104,8 +105,6 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.sim.fit import fit_policy
 
     check_proposers(args.acc)
-    if len(set(args.batch_sizes)) != len(args.batch_sizes):
-        raise SpecscopeError(f"--batch-sizes: expected distinct batch sizes, got {','.join(map(str, args.batch_sizes))}")
     need_scikit_learn()
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
@@ -131,9 +130,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     need_scikit_learn()
     views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
     records = read_trace_args(args)
-    sizes: dict[str, int] = {}
-    for record in records:
-        sizes[record.dataset or "trace"] = sizes.get(record.dataset or "trace", 0) + 1
+    sizes = collections.Counter(record.dataset or "trace" for record in records)  # requests per dataset
     if len(sizes) < 2:
         raise SpecscopeError(f"leave-one-out needs at least two datasets; the traces hold {len(sizes)}")
     if args.mode == "mixed" and min(args.batch_sizes) > max(sizes.values()):

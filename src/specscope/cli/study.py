@@ -53,8 +53,6 @@ def run(args: argparse.Namespace) -> int:
     if args.k > args.k_max:
         raise SpecscopeError(f"--k {args.k}: above --k-max {args.k_max} (the traces could not tell what "
                              f"{args.k} drafts accept)")
-    if len(set(args.batch_sizes)) != len(args.batch_sizes):
-        raise SpecscopeError(f"--batch-sizes: expected distinct batch sizes, got {','.join(map(str, args.batch_sizes))}")
     torch.set_num_threads(args.threads)
     if args.model is None:
         from specscope.study.bundled import bundled_study

@@ -121,8 +121,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
                    s.mean_output_len] for s in data.singles]
     pair_rows = [[p.dataset, f"{p.a} vs {p.b}", p.positions, p.a_beats_b, p.b_beats_a, p.ties] for p in data.pairs]
     return Page(
-        traces=data.traces, cost_model=data.cost.name + (f" (from {config.cost_model})" if Path(config.cost_model).is_file()
-                                                         else ""), mode=config.sim.mode,
+        traces=data.traces, cost_model=_cost_label(data), mode=config.sim.mode,
         batch_sizes=config.sim.batch_sizes, answer=data.answer, figures=figures,
         tables=[
             ("Acceptance length per request (mean acc_len of each request, then statistics)",
@@ -140,12 +139,17 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
     )
 
 
+def _cost_label(data: ReportData) -> str:
+    """The cost model's name, and the file it was read from (a name alone can be any file's)."""
+    spec = data.config.cost_model
+    return data.cost.name + (f" (from {spec})" if Path(spec).is_file() else "")
+
+
 def _other_inputs(data: ReportData) -> list[str]:
     """The inputs beside the traces, one line each: the cost model, the step records, the
     measured cells, the policy."""
     config = data.config
-    lines = [f"cost model: {data.cost.name}" + (f" read from {config.cost_model}" if Path(config.cost_model).is_file()
-                                                else " (built in)")]
+    lines = [f"cost model: {_cost_label(data)}"]
     if config.steps:
         lines.append(f"step records: {', '.join(map(str, config.steps))}")
     if data.measured:

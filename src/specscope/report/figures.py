@@ -265,8 +265,10 @@ def measured_figure(cells: Sequence) -> plt.Figure:
         batch_axis(ax, sorted({c.batch_size for c in mine}))
         ax.set_title(dataset)
         ax.set_ylabel("speedup over no SD")
-    order = [name for name in handles if name != "dashed: simulated"] + [n for n in handles if n == "dashed: simulated"]
-    fig.legend([handles[n] for n in order], order, loc="outside lower center", ncol=min(4, len(order)), frameon=False)
+    if "dashed: simulated" in handles:  # last in the legend
+        handles["dashed: simulated"] = handles.pop("dashed: simulated")
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=min(4, len(handles)),
+               frameon=False)
     return fig
 
 

@@ -106,6 +106,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
     server: CompletionServer
     timeout = 30  # seconds a client may take to send its request
     server_version = "specscope"
+    _checked = 0.0  # when a non-streamed answer last checked that its client is still there
 
     def log_message(self, format: str, *args) -> None:
         log.debug("%s %s", self.address_string(), format % args)
@@ -338,7 +339,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
         notice a client that left) a closed connection raises ConnectionResetError, so that the
         job is aborted at once instead of running to its max_tokens."""
         while True:
-            if watch and time.monotonic() - getattr(self, "_checked", 0.0) >= GONE_POLL_S:
+            if watch and time.monotonic() - self._checked >= GONE_POLL_S:
                 self._checked = time.monotonic()  # at most every GONE_POLL_S, however often events come
                 if self._client_gone():
                     raise ConnectionResetError("the client closed the connection")
@@ -349,7 +350,6 @@ class CompletionHandler(BaseHTTPRequestHandler):
                     return JobEvent(
                         [], error=ApiError(503, f"engine unavailable: {self.server.loop.failure}")
                     )
-
 
     def _client_gone(self) -> bool:
         """Whether the client closed its connection: the socket reads as ended (a client sends
