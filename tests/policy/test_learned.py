@@ -52,6 +52,19 @@ def test_the_file_is_plain_numbers_with_its_features_defined(policy_file):
     assert np.asarray(document["intercept"]).shape == (2, 6)  # j = 2 … 7, the longest acc_len measured
 
 
+def test_a_feature_constant_in_training_carries_no_weight(policy_file):
+    """Every training prompt has one length: log_prompt is constant, its float std rounding
+    (~1e-16). Standardised by that, it was fitted on noise (slopes of 10^16 against offsets of
+    10^16): a prompt of any other length decided at random."""
+    from specscope.policy.learned import choosers_from_json
+
+    document = json.loads(policy_file.read_text())
+    column = list(document["features"]).index("log_prompt")
+    assert document["scale"][column] == 1.0
+    chooser = choosers_from_json(document, ("ngram", "eagle"))[1]
+    assert np.abs(chooser.weights[:, column]).max() < 1e-6 and np.abs(chooser.bias).max() < 100
+
+
 def test_max_k_caps_the_longest_proposal():
     from specscope.policy.learned import choosers_from_json
     from specscope.sim.fit import fit_policy
@@ -132,9 +145,11 @@ def test_without_a_fixed_drafting_cost_a_group_decides_row_by_row_and_the_neares
 
 
 @pytest.mark.parametrize("rows", [4, 16, 17, 40])
-def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows):
+def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows, monkeypatch):
     """The group rule in plain Python (up to PLAIN_ROWS rows) and over arrays (more) agree, on
-    random rows of the fitted policy at B = 8 and on a chooser with two model drafters."""
+    random rows of the fitted policy at B = 8 (θ up to 3 tokens a second: the cap binds for some
+    rows) and on a chooser with two model drafters."""
+    import specscope.policy.learned as learned
     from specscope.policy.learned import Chooser
 
     chooser = load_policy(policy_file).chooser(8)
@@ -145,11 +160,13 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows)
     tables = [chooser.row_scores(*row) for row in zip(*args)]
     gains = chooser.gains(x, np.minimum(offers, chooser.seconds.shape[1] - 1), shift)
     assert np.allclose(tables, gains - theta[:, None, None] * chooser.seconds)
-    assert chooser._choose_rows(tables, float(theta.mean())) == chooser._choose_arrays(x, offers, theta, shift)
     two = Chooser(chooser.weights, chooser.bias, chooser.seconds, -1, chooser.base_rate,
                   chooser.fixed + chooser.fixed[1], batch_size=8)  # both methods pay a fixed part
-    tables = [two.row_scores(*row) for row in zip(*args)]
-    assert two._choose_rows(tables, float(theta.mean())) == two._choose_arrays(x, offers, theta, shift)
+    for rule in (chooser, two):
+        monkeypatch.setattr(learned, "PLAIN_ROWS", rows)
+        plain = rule.choose_group(*args)
+        monkeypatch.setattr(learned, "PLAIN_ROWS", 0)
+        assert rule.choose_group(*args) == plain
 
 
 def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_file):

@@ -323,10 +323,10 @@ def _best(table: list[list[float]]) -> tuple[int, int]:
     (method, k) order; k = 0: none)."""
     best, pick = -math.inf, (NONE, 0)
     for m, line in enumerate(table):
-        for k, score in enumerate(line):
-            if score > best:
-                best, pick = score, ((m if k > 0 else NONE), k)
-    return pick
+        top = max(line)
+        if top > best:
+            best, pick = top, (m, line.index(top))
+    return (pick[0] if pick[1] > 0 else NONE), pick[1]
 
 
 def _sigmoid(z: float) -> float:

@@ -138,7 +138,7 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
         keep = rng.choice(len(xs), MAX_ROWS, replace=False)
         xs, accs, limits = xs[keep], accs[keep], limits[keep]
     mean, scale = xs.mean(axis=0), xs.std(axis=0)
-    scale = np.where(scale > 0, scale, 1.0)
+    scale = np.where(np.ptp(xs, axis=0) > 0, scale, 1.0)  # a constant feature (its std: rounding, ~1e-16) stays 0
     z = (xs - mean) / scale
     methods = accs.shape[1]
     coef, intercept, base = np.zeros((methods, xs.shape[1])), np.zeros((methods, depth)), np.zeros((methods, depth))
