@@ -25,7 +25,7 @@ def policy_file(methods: tuple[str, ...]) -> str:
     width, m = len(feature_names(methods)), len(methods)
     return json.dumps({"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                        "mean": [0.0] * width, "scale": [1.0] * width, "coef": [[0.0] * width] * m,
-                       "intercept": [[0.0] * 2] * m, "base_rate": [[0.5] * 2] * m,
+                       "intercept": [[0.0] * 2] * m, "base_rate": [[0.5] * 2] * m, "span": [[0.0, 0.0]] * m,
                        "pads": False, "models": [{"batch_size": 1, "seconds": [[1.0, 1.1, 1.2]] * m,
                                                   "fixed": [[0.0] * 3] * m, "verify": [0.5, 0.6, 0.7]}]})
 

@@ -65,6 +65,59 @@ def test_a_feature_constant_in_training_carries_no_weight(policy_file):
     assert np.abs(chooser.weights[:, column]).max() < 1e-6 and np.abs(chooser.bias).max() < 100
 
 
+def test_a_feature_far_outside_training_moves_no_prediction_past_the_training_span():
+    """Prompts of 5 tokens and one of 6: log_prompt varies a little, so it keeps a slope on its
+    tiny scale. At a 100k-token prompt that slope alone moved EAGLE's logit by tens (predicted
+    acceptance 1.000 against 0.6 observed); held to its training span, a prediction stays within
+    those of the training steps."""
+    from dataclasses import replace
+
+    from specscope.policy.learned import choosers_from_json
+    from specscope.sim.fit import fit_policy
+    from specscope.sim.observe import Observer
+
+    records = workload(0)
+    records[0] = replace(records[0], prompt_token_ids=np.arange(1, 7, dtype=np.int64))
+    document = fit_policy(records, ("ngram", "eagle"), COST, [1])
+    chooser, methods = choosers_from_json(document, ("ngram", "eagle"))[1], ("ngram", "eagle")
+    column = list(document["features"]).index("log_prompt")
+    assert np.abs(np.asarray(document["coef"])[:, column]).max() > 0  # a real slope, on a tiny scale
+    for o in (Observer(r, methods, 60, 6).observe(p) for r in records[:4] for p in (1, 30)):
+        x = features(o, methods)
+        far = [chooser.row_gains([*x[:column], float(np.log1p(n)), *x[column + 1:]], 8, [0.0, 0.0])
+               for n in (100_000, 10_000_000)]
+        assert far[0] == far[1]  # past the span: held at its edge (the slope alone added 40 and 59)
+    edge = chooser.span[1, 1] + chooser.bias[1]  # EAGLE's hazard logits at the span's top, j = 2 … J + 1
+    reach = np.cumprod(1.0 / (1.0 + np.exp(-edge)))  # P(acc_len ≥ j)
+    assert np.allclose(far[0][1], np.concatenate([[1.0], 1.0 + np.cumsum(reach)]))
+    assert far[0][1][-1] < 1.0 + len(reach) - 0.5  # unbounded, every draft was "accepted"
+
+
+def test_a_method_that_accepted_everything_in_training_still_follows_a_request_that_rejects():
+    """EAGLE accepted every draft in training: its hazards were set to σ(20), past the reach of
+    any request's record, and a workload where it accepts nothing drafted k = J at every step
+    (0.76× where not drafting is 1.00×). Its offsets are now its smoothed rate's log-odds, and a
+    request whose drafts are all rejected stops drafting once its record outweighs them (here
+    after some 40–60 rejections: training said 0.999)."""
+    from specscope.sim.fit import fit_policy
+
+    accepting = [record([1] * 60, [7] * 60, rid=f"a{i}", offer=[0] * 60, dataset="a") for i in range(6)]
+    rejecting = [record([1] * 120, [1] * 120, rid=f"r{i}", offer=[0] * 120, dataset="r") for i in range(6)]
+    path_document = fit_policy(accepting, ("ngram", "eagle"), COST, [1])
+    from specscope.policy.learned import choosers_from_json
+    from specscope.sim.switching import causal_plan
+
+    policy_choosers = choosers_from_json(path_document, ("ngram", "eagle"))
+    from specscope.policy.learned import LearnedPolicy
+
+    policy = LearnedPolicy("p", ("ngram", "eagle"), policy_choosers, path_document)
+    plan = causal_plan(rejecting, policy.methods, policy.decide_for, policy.depth)
+    steps = plan.steps_per_request
+    drafted = (plan.proposed > 0).reshape(len(rejecting), -1) if len(set(steps)) == 1 else None
+    assert drafted is not None and drafted[:, :3].any()  # it tries, as training says it should
+    assert not drafted[:, 80:].any()  # and stops once its record outweighs training (±20: it never did)
+
+
 def test_max_k_caps_the_longest_proposal():
     from specscope.policy.learned import choosers_from_json
     from specscope.sim.fit import fit_policy
@@ -171,8 +224,8 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows,
 
 def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_file):
     """``decide_for(b)`` (what the engine's switching proposer and the simulator ask) on the rows
-    of an iteration is ``choose_group`` on their features, θ and shift, a lone row at B = 8 included; B copies of
-    one observation (paper mode) decide as the request alone (``choose``)."""
+    of an iteration is ``choose_group`` on their features, θ and shift; a lone row at B = 8, and B
+    copies of one observation (paper mode), decide as the request alone (``choose``)."""
     from specscope.sim.observe import Observer
 
     policy = load_policy(policy_file)
@@ -190,9 +243,9 @@ def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_f
 
     decide = policy.decide_for(8)
     assert decide(observed) == engine(observed)
-    lone = [obs for obs in observed if engine([obs]) != [alone(obs)]]  # a lone row of B = 8 pays 8·θ·F
-    assert lone, "no observation tells a lone row from a request alone"
-    assert decide(lone[:1]) == engine(lone[:1])
+    # a lone row left of a batch of 8 pays the drafter's batch part at its own rate, θ·F, as a
+    # request alone does (it was charged 8·θ·F: the last rows of a batch stopped drafting)
+    assert all(decide([obs]) == engine([obs]) == [alone(obs)] for obs in observed)
     assert all(decide([obs] * 8) == [alone(obs)] * 8 for obs in observed)
 
 
@@ -387,6 +440,19 @@ def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):
     for line in table:
         room = line["oracle_switch"] - line["best_fixed_speedup"]
         assert line["gap_closed_seen"] == pytest.approx((line["learned_seen"] - line["best_fixed_speedup"]) / room)
+
+
+def test_leave_one_out_judges_a_shallower_dataset_within_its_own_depth(tmp_path):
+    """A dataset traced to k_max 2 beside one traced to 8: each held-out policy proposes at most
+    what its dataset was traced to (it was refused: 'proposes k = 6, above the trace's k_max')."""
+    from specscope.sim.evaluate import leave_one_out
+
+    shallow = [r.capped(2) for r in workload(1, count=6, g=40)]
+    table = leave_one_out(workload(0, count=6, g=40) + shallow, ("ngram", "eagle"), [COST],
+                          SimConfig(mode="paper", batch_sizes=(1,)), tmp_path)
+    assert {line["dataset"] for line in table} == {"w0", "w1"}
+    assert np.asarray(json.loads((tmp_path / "policy-without-w1-0.json").read_text())["intercept"]).shape[1] == 2
+    assert all(np.isfinite(line["learned"]) for line in table)
 
 
 def test_step_prices_split_a_drafters_cost_into_its_part_per_row_and_the_batchs():

@@ -21,8 +21,9 @@ part per row and a part F_B(m, k) the batch pays once, whichever rows draft (an 
 passes: its weights read once per pass). A request alone (batch 1, or the simulator's paper mode:
 B copies of it) pays both; the requests of one engine iteration are decided **together**
 (:meth:`Chooser.choose_group`): the drafter runs for the iteration, to depth k_d, only if what
-the rows that take it gain pays F_B(m, k_d) at the batch's rate — Σ_rows (E[e] − θ·T) −
-B·mean(θ)·F_B — otherwise no row drafts with it. On an engine that pads its forwards (the
+the rows that take it gain pays F_B(m, k_d) at the rows' rate — Σ_rows (E[e] − θ·T) −
+Σ_rows θ · F_B (the rows present: a batch's last few rows do not pay at the full batch's rate)
+— otherwise no row drafts with it. On an engine that pads its forwards (the
 cost model's ``pads_verification``), every row verifies the batch's widest proposal w: the
 group weighs each w, its verification priced once at the rows' θ, and the rows keep k ≤ w.
 θ (tokens one second of step time is worth: Dinkelbach's parameter for maximising the ratio
@@ -38,9 +39,14 @@ steps accepted everything (a rate no later step is predicted to reach) would sto
 carried n-gram-rich workloads' rate to math, where it asked more of EAGLE than any step gives.)
 At a batch size the file was not fitted for, the nearest fitted one (log scale) decides.
 
-The file (``"schema": "specscope.policy/5"``) holds ``methods``, ``features`` (name →
+The slope term w_m · x is held within its span over the training steps (``span``): a feature far
+outside what training showed (a 100k-token prompt after prompts of 1000) cannot push a
+prediction past the most confident one the data supported.
+
+The file (``"schema": "specscope.policy/6"``) holds ``methods``, ``features`` (name →
 definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
-(b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), and
+(b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), ``span``
+[M][2] (the least and greatest coef_m · z over the training steps, z the standardised features), and
 ``models``: per batch size ``seconds`` [M][J + 1] (the price per row), ``fixed``
 [M][J + 1] (F_B: the batch's once-per-iteration drafting; 0 for a lookup and at k = 0) and
 ``verify`` [J + 1] (the verification part of the price), and ``pads`` (the cost model's engine
@@ -65,7 +71,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngram_judged
 
-SCHEMA = "specscope.policy/5"  # /5: verification apart, for engines that pad (refit files of /1 … /4)
+SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
 NO_STEPS = (0.0,) * (4 * MEMORY)  # the past steps' features before a request has taken them
 PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
@@ -134,6 +140,7 @@ class Chooser:
     batch_size: int = 1  # B of the prices
     verify: np.ndarray | None = None  # [J + 1] the step's verification at B copies proposing k (part of seconds)
     pads: bool = False  # the engine verifies every row at the batch's widest proposal (needs verify)
+    span: np.ndarray | None = None  # [M, 2] least and greatest w_m · x over the training steps (None: unbounded)
 
     def __post_init__(self) -> None:  # constants of every decision, computed once
         depth = self.seconds.shape[1]  # J + 1
@@ -150,6 +157,10 @@ class Chooser:
         object.__setattr__(self, "_drafters", np.flatnonzero(self.fixed.any(axis=1)).tolist())
         # plain lists for what a request alone pays per step (choose, theta_for, shift): at this
         # size an array operation's fixed cost exceeds its arithmetic many times over
+        span = np.tile([-math.inf, math.inf], (len(self.weights), 1)) if self.span is None else self.span
+        object.__setattr__(self, "_low", span[:, 0])
+        object.__setattr__(self, "_high", span[:, 1])
+        object.__setattr__(self, "_spans", span.tolist())
         object.__setattr__(self, "_alone_rows", list(zip(self.weights.tolist(), self.bias.tolist(), alone.tolist())))
         own = self.seconds - self.verify if self.pads else self.seconds  # padded: the batch's width is priced apart
         object.__setattr__(self, "_batch_rows", list(zip(self.weights.tolist(), self.bias.tolist(), own.tolist())))
@@ -193,7 +204,7 @@ class Chooser:
         """x [B, F], offer [B] (at most J), shift [B, M] → E[e] [B, M, J + 1] of (method, k) (k = 0:
         none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j); n-gram proposing more than it offers: −∞ (it would
         propose just its offer, a candidate already)."""
-        gain = self._gain((x @ self._weights_t + shift)[:, :, None] + self.bias)
+        gain = self._gain((np.clip(x @ self._weights_t, self._low, self._high) + shift)[:, :, None] + self.bias)
         gain += self._base[offer]
         return gain
 
@@ -202,7 +213,7 @@ class Chooser:
         """The rows of one iteration decided together (x [B][F], offer [B], θ [B], shift [B][M];
         each θ :meth:`capped` by its row's own best ratio): (method or NONE, k) per row. Each model
         drafter d runs to a depth k_d (0: not at all) for
-        the whole batch, paying F_B(d, k_d) once at B·mean(θ); each row then takes its best
+        the whole batch, paying F_B(d, k_d) once at the rows' summed θ; each row then takes its best
         (method, k) with k ≤ k_d of each drafter. On an engine that pads (``pads``) the batch also
         verifies every row at its widest proposal w, priced once at the rows' θ: each w is weighed
         and the rows keep k ≤ w. Up to :data:`PLAIN_ROWS` rows, and on an engine that pads, in plain
@@ -224,7 +235,7 @@ class Chooser:
         ratio = gain * self._per_second  # E[e] / T_B alone
         theta = np.minimum(theta, ratio.reshape(len(x), -1).max(axis=1))  # capped
         score = gain - theta[:, None, None] * self.seconds
-        rate = self.batch_size * float(theta.mean())  # the batch's tokens per second of batch time
+        rate = float(theta.sum())  # the rows' tokens per second of batch time
         allowed = np.ones(score.shape[1:], dtype=bool)
         if self._drafters:
             *others, last = self._drafters
@@ -254,7 +265,8 @@ class Chooser:
         table = []
         depth = self.seconds.shape[1] - 1  # J
         for m, (weights, bias, price) in enumerate(self._alone_rows if alone else self._batch_rows):
-            logit = sum(map(operator.mul, weights, x)) + shift[m]
+            low, high = self._spans[m]
+            logit = min(max(sum(map(operator.mul, weights, x)), low), high) + shift[m]
             top = min(offer, depth) if m == self.ngram else depth
             line, survive, gain = [1.0 - theta * price[0]], 1.0, 1.0  # P(acc_len ≥ j + 1), 1 + Σ of them
             for k in range(1, top + 1):
@@ -297,7 +309,7 @@ class Chooser:
         needs no drafter, or a drafter's best k ≤ k_d."""
         drafters, depth = self._drafters, self.seconds.shape[1]
         others = [m for m in range(len(self._fixed_rows)) if m not in drafters]
-        rate, best, limits = self.batch_size * theta, -math.inf, (depth - 1, ())
+        rate, best, limits = len(tables) * theta, -math.inf, (depth - 1, ())
         free_upto, reach_rows = [], []  # per row, whatever the width: [J + 1] each
         for t in tables:
             zero = max(line[0] for line in t)  # none (every method's column 0)
@@ -442,16 +454,20 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     coef = np.asarray(document["coef"], dtype=float)  # [M, F]
     intercept = np.asarray(document["intercept"], dtype=float)  # [M, J]
     base_rate = np.asarray(document["base_rate"], dtype=float)  # [M, J]
+    span = np.asarray(document["span"], dtype=float)  # [M, 2] of coef · z, z the standardised features
     scale, mean = np.asarray(document["scale"], dtype=float), np.asarray(document["mean"], dtype=float)
     if coef.shape != (len(methods), width) or intercept.ndim != 2 or intercept.shape[0] != len(methods) \
             or intercept.shape[1] < 1 or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0) \
-            or base_rate.shape != intercept.shape or not np.all((base_rate > 0) & (base_rate < 1)):
+            or base_rate.shape != intercept.shape or not np.all((base_rate > 0) & (base_rate < 1)) \
+            or span.shape != (len(methods), 2) or not np.all(span[:, 0] <= span[:, 1]):
         raise ValueError(f"expected coef [{len(methods)}][{width}], intercept and base_rate [{len(methods)}][J] "
-                         f"(J >= 1, rates in (0, 1)) and {width} means and positive scales")
+                         f"(J >= 1, rates in (0, 1)), span [{len(methods)}][2] (least <= greatest) "
+                         f"and {width} means and positive scales")
     with np.errstate(all="ignore"):  # overflow to ±inf is refused below
         weights = coef / scale
         bias = intercept - (weights @ mean)[:, None]
-    if not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)):
+        span = span + (weights @ mean)[:, None]  # coef · z = weights · x − weights · mean
+    if not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)) or not np.all(np.isfinite(span)):
         raise ValueError("non-finite coefficients")
     pads, models = document["pads"], document["models"]
     if not isinstance(pads, bool):
@@ -473,5 +489,5 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
                              f"(finite, >= 0; a step without drafting > 0) and verify [{shape[1]}] "
                              "(0 <= verify <= seconds)")
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
-                              base_rate, fixed, b, verify, pads)
+                              base_rate, fixed, b, verify, pads, span)
     return choosers

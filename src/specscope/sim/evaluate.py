@@ -10,7 +10,8 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
   a gap that small says nothing (over a gap of 0.0004× it read −1677).
 
 :func:`leave_one_out` fits on every dataset but one and judges on the one held out, under each
-cost model in turn (fitted for and judged by it). Beside it, the same fit over every dataset,
+cost model in turn (fitted for and judged by it), proposing at most the k the held-out dataset
+was traced to. Beside it, the same fit over every dataset,
 the held-out one included (``learned_seen``, ``gap_closed_seen``): what the policy loses by not
 having seen the workload — the share of the gap that the workload's own statistics would close,
 against the share that needs more than these features know. :func:`discrimination` measures
@@ -92,13 +93,15 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:
         by_dataset.setdefault(record.dataset or "trace", []).append(record)
-    seen = [_write(fit_policy(records, methods, cost, config.batch_sizes, sources=list(by_dataset)),
-                   workdir / f"policy-all-{index}.json") for index, cost in enumerate(costs)]
+    depth = {name: traced_k_max(group, methods) for name, group in by_dataset.items()}  # each is judged within its own
+    seen = [_write(fit_policy(records, methods, cost, config.batch_sizes, sources=list(by_dataset),
+                              max_k=min(depth.values())), workdir / f"policy-all-{index}.json")
+            for index, cost in enumerate(costs)]
     table = []
     for held_out, members in by_dataset.items():
         training = [r for name, group in by_dataset.items() if name != held_out for r in group]
         for index, cost in enumerate(costs):
-            document = fit_policy(training, methods, cost, config.batch_sizes,
+            document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out],
                                   sources=[name for name in by_dataset if name != held_out])
             learned = _write(document, workdir / f"policy-without-{held_out}-{index}.json")
             policies = candidate_policies(methods, learned, members) + [seen[index]]

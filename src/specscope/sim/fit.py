@@ -24,6 +24,7 @@ import time
 from typing import Sequence
 
 import numpy as np
+import scipy.special
 
 from specscope.costmodel.base import CostModel, StepLoad
 from specscope.errors import SpecscopeError
@@ -127,10 +128,12 @@ def hazard_rows(acc: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: int,
                    rng: np.random.Generator) -> dict:
-    """mean, scale [F], coef [M][F] and intercept [M][J] of the hazard model (module docstring
-    of :mod:`specscope.policy.learned`): per method, one logistic regression of [acc_len ≥ j] on
-    the standardised features and a one-hot of j over the rows of :func:`hazard_rows`
-    (``limits`` [N, M]: the deepest k each method could have proposed at each step)."""
+    """mean, scale [F], coef [M][F], intercept [M][J], base_rate [M][J] and span [M][2] of the
+    hazard model (module docstring of :mod:`specscope.policy.learned`): per method, one logistic
+    regression of [acc_len ≥ j] on the standardised features and a one-hot of j over the rows of
+    :func:`hazard_rows` (``limits`` [N, M]: the deepest k each method could have proposed at each
+    step); a method whose judged tokens were all accepted (or none) gets no slopes and the
+    log-odds of its smoothed rate per depth."""
     from sklearn.linear_model import LogisticRegression
     from threadpoolctl import threadpool_limits
 
@@ -145,19 +148,20 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
     for m in range(methods):
         step, j, y = hazard_rows(accs[:, m], limits[:, m])
         base[m] = (np.bincount(j, y, minlength=depth) + 0.5) / (np.bincount(j, minlength=depth) + 1.0)
-        if y.all() or not y.any():  # every (no) judged token accepted: a constant, clipped off ±∞
-            intercept[m] = 20.0 if y.size and y.all() else -20.0
-            continue
-        rows = np.hstack([z[step], np.eye(depth)[j]])
-        model = LogisticRegression(C=1.0, max_iter=300, fit_intercept=False)
-        with threadpool_limits(1):  # BLAS threads on these small matrices only contend
-            model.fit(rows, y)
-        coef[m], intercept[m] = model.coef_[0, : xs.shape[1]], model.coef_[0, xs.shape[1]:]
+        if y.all() or not y.any():  # every (no) judged token accepted: the smoothed rate's log-odds, which
+            intercept[m] = scipy.special.logit(base[m])  # a request's own record can move (±20 it could not)
+        else:
+            rows = np.hstack([z[step], np.eye(depth)[j]])
+            model = LogisticRegression(C=1.0, max_iter=300, fit_intercept=False)
+            with threadpool_limits(1):  # BLAS threads on these small matrices only contend
+                model.fit(rows, y)
+            coef[m], intercept[m] = model.coef_[0, : xs.shape[1]], model.coef_[0, xs.shape[1]:]
         unseen = np.bincount(j, minlength=depth) == 0  # a j no step reached keeps the deepest seen offset
-        if unseen.any():
+        if unseen.any() and not unseen.all():
             intercept[m, unseen] = intercept[m, np.flatnonzero(~unseen).max()]
+    slopes = z @ coef.T  # [N, M]: coef_m · z of every step
     return {"mean": mean.tolist(), "scale": scale.tolist(), "coef": coef.tolist(), "intercept": intercept.tolist(),
-            "base_rate": base.tolist()}
+            "base_rate": base.tolist(), "span": np.stack([slopes.min(axis=0), slopes.max(axis=0)], axis=1).tolist()}
 
 
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,

@@ -4,8 +4,11 @@ A switching plan records, per step, the proposer that ran (``Plan.method``: an i
 ``Plan.methods``, :data:`~specscope.policy.observation.NONE` when the step proposes nothing).
 
 - ``oracle-switch:a+b`` (:func:`oracle_switch_plan`): at every step the proposer with the longer
-  acc_len there proposes exactly acc_len − 1 (ties: the first named; acc_len = 1 for both: none).
-  Its drafting is charged, unlike ``oracle-combined``'s: the realistic ceiling of a causal policy.
+  acc_len there proposes exactly acc_len − 1 (ties: a lookup such as n-gram before a model drafter,
+  then the first named; acc_len = 1 for both: none). Its drafting is charged, unlike
+  ``oracle-combined``'s: the realistic ceiling of a causal policy — a ceiling of tokens per step,
+  not a bound on speed: it never weighs a step's price, so where a model drafter's step costs
+  more than its extra tokens are worth, a policy that weighs prices can beat it.
 - a causal policy (:func:`causal_plan`): the simulator walks the trace, hands the policy an
   :class:`~specscope.policy.observation.Observation` before every step and applies its (method, k);
   in mixed mode the requests of one iteration are walked in lockstep and decided together.
@@ -66,14 +69,15 @@ def common_length(record: TraceRecord, methods: Sequence[str]) -> int:
 
 def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
     """Walk every request under oracle-switch (see the module docstring)."""
+    preference = sorted(range(len(methods)), key=lambda i: method_named(methods[i]).kind != "lookup")
     parts = []
     for record in records:
         g = common_length(record, methods)
-        acc = np.stack([record.acc_len(m)[:g] for m in methods])  # [M, G]
+        acc = np.stack([record.acc_len(methods[i])[:g] for i in preference])  # [M, G], the cheaper first
         best = acc.max(axis=0)
         pos = np.asarray(visit(best.tolist()), dtype=np.int64)
         emitted = best[pos - 1].astype(np.int64)
-        chosen = np.where(emitted > 1, acc.argmax(axis=0)[pos - 1], NONE)
+        chosen = np.where(emitted > 1, np.asarray(preference)[acc.argmax(axis=0)[pos - 1]], NONE)
         parts.append((pos, emitted - 1, emitted, chosen))
     return _switch_plan(parts, records, methods)
 
