@@ -82,7 +82,11 @@ def test_costmodel_show_cli(capsys):
 
 @pytest.mark.parametrize("content, message", [
     ({"forward": {"c_fixed": -1e-3, "c_tok": 0, "c_kv": 0}}, "field 'forward.c_fixed': expected a number >= 0"),
-    ({"forward": {"c_fixed": 0, "c_tok": 0, "c_kv": 0, "c_req": 0}}, "field 'forward': every coefficient is 0"),
+    ({"forward": {"c_fixed": 0, "c_tok": 0, "c_kv": 0, "c_req": 0}}, "field 'forward': c_fixed, c_tok and c_req are all 0"),
+    # a forward of only cached tokens or only the multi-token term: a one-token step over an empty
+    # cache is free (speedups of nan, throughputs of Infinity in the JSON written)
+    ({"forward": {"c_fixed": 0, "c_tok": 0, "c_kv": 1e-6}}, "field 'forward': c_fixed, c_tok and c_req are all 0"),
+    ({"forward": {"c_fixed": 0, "c_tok": 0, "c_kv": 0, "c_multi": 1e-3}}, r"field 'forward': .* \(a one-token forward over an empty cache"),
     ({"forward": {"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0}, "pads_verification": "yes"},
      "field 'pads_verification': expected true or false"),
     ({"forward": {"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0}, "overhead_s": -1}, "field 'overhead_s': expected a number >= 0"),

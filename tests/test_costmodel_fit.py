@@ -62,6 +62,49 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
     assert resolve_cost_model(str(out)).drafting_for("draft").c_kv == pytest.approx(1e-8, rel=1e-5)
 
 
+def test_terms_the_records_cannot_tell_apart_stay_0_and_are_named(tmp_path, capsys):
+    """Every step at batch size 1: the fixed, per-token and per-sequence costs never vary apart
+    (least squares split 2.4 ms evenly among them: a 512-token forward priced at 820 ms against
+    207). The first carries their joint cost, the others are 0, and the model file and a note
+    name them (and c_multi, never seen: every step verified one token)."""
+    records, out = tmp_path / "steps.jsonl", tmp_path / "fitted.json"
+    lines = [step(i, "none", 0, 1, 100 + 40 * i, 0.002 + 1e-4 + 3e-4 + 2e-6 * (100 + 40 * i)) for i in range(30)]
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["costmodel", "fit", str(records), "-o", str(out)]) == 0
+    model = json.loads(out.read_text())
+    assert model["forward"]["c_fixed"] == pytest.approx(0.0024, rel=1e-6)
+    assert model["forward"]["c_kv"] == pytest.approx(2e-6, rel=1e-6)
+    assert model["forward"]["c_tok"] == model["forward"]["c_req"] == model["forward"]["c_multi"] == 0.0
+    assert model["not_separated"] == ["c_fixed", "c_tok", "c_req", "c_multi"]
+    assert "cannot tell c_fixed, c_tok, c_req, c_multi apart" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("whole", [[], ["--whole-steps"]])
+def test_a_cache_of_one_length_leaves_the_cost_on_the_fixed_term(tmp_path, whole):
+    """Every step at batch size 1 over 100 cached tokens: the whole-step fit put all 2.6 ms on
+    the cached tokens (c_fixed 0: a forward over an empty cache was free, 656 ms at 8000) and
+    the file it wrote was refused when read. The forward's first term carries it now."""
+    from specscope.costmodel.registry import resolve_cost_model
+
+    records, out = tmp_path / "steps.jsonl", tmp_path / "fitted.json"
+    lines = [step(i, "none", 0, 1, 100, 0.0024 + 2e-6 * 100) for i in range(30)]
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["costmodel", "fit", str(records), *whole, "-o", str(out)]) == 0
+    model = resolve_cost_model(str(out))
+    whole_step = 0.0026 + (0.001 if whole else 0.0)  # a whole step holds its sampling and overhead, 1 ms
+    assert model.c_fixed == pytest.approx(whole_step, rel=1e-6) and model.c_kv == 0.0
+    assert "c_kv" in model.not_separated
+
+
+def test_unseparated_names_columns_of_zeros_and_those_in_a_dependence():
+    from specscope.costmodel.fit import unseparated
+
+    ones, ramp = np.ones(6), np.arange(6.0)
+    columns = np.column_stack([ones, ramp, 3 * ones, np.zeros(6), ramp ** 2])
+    assert unseparated(columns, "abcde") == ["a", "c", "d"]
+    assert unseparated(np.column_stack([ones, ramp, ramp ** 2]), "abc") == []
+
+
 def test_a_policys_own_work_is_fitted_from_its_policy_s_alone(tmp_path):
     """The steps of an engine running a policy file (method ``learned``) give the drafting entry
     ``learned`` from ``policy_s`` = 0.1 ms + 0.02 ms per running request, whatever else their

@@ -30,6 +30,24 @@ def test_fit_recovers_the_engine_that_made_the_timelines():
     assert_recovered(fit_cells(cells))
 
 
+def test_a_sweep_at_one_batch_size_names_the_terms_it_cannot_separate():
+    """Every cell at batch size 1: a cost per running sequence never varies apart from the fixed
+    one, nor the drafter's per-row terms from its fixed and per-token ones. The fit is as exact
+    as before; the model and coefficients.csv name the terms whose split is arbitrary (every
+    held-out fit made the same arbitrary choice: a jackknife error of 0 for terms it could not
+    measure, which read as pinned down)."""
+    from specscope.backends.openai.calibration import coefficient_spread
+
+    cells = [simulated_cell("none", 0, 1)] + [simulated_cell("draft", k, 1) for k in (1, 2, 4)]
+    model = fit_cells(cells)
+    assert {"c_fixed", "c_req", "draft.c_req", "draft.c_batched"} <= set(model.not_separated)
+    assert "c_kv" not in model.not_separated  # the cache grows apart from everything else
+    rows = {row["term"]: row for row in coefficient_spread(model, [model, model])}
+    assert rows["c_req"]["separated"] is False and rows["c_kv"]["separated"] is True
+    both = fit_cells(cells + [simulated_cell("none", 0, 4), simulated_cell("draft", 2, 4)])
+    assert "c_req" not in both.not_separated  # a second batch size separates it
+
+
 def simulated_steps(method: str, k: int, batch: int, run: int) -> list:
     """Step records of an engine whose steps cost exactly FORWARD (+ DRAFT), the time spread over
     the phases in any way (a whole-step fit reads their sum); every tenth step also prefills a

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from specscope.cli._common import check_output_file, check_table_output, print_table, refuse_overwriting, to_stdout
+from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 
 
@@ -94,8 +95,10 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.whole_steps:
         from specscope.costmodel.calibrate import fit_steps
 
-        text = json.dumps(fit_steps(read_steps(args.records), name).describe(), indent=1)
+        model = fit_steps(read_steps(args.records), name)
+        text = json.dumps(model.describe(), indent=1)
         atomic_write_text(output, text + "\n")
+        note_unseparated(model)
         if not to_stdout(output):
             print(text)
             print(f"wrote {output}")
@@ -103,6 +106,7 @@ def run_fit(args: argparse.Namespace) -> int:
     model, quality = fit_linear(read_steps(args.records), name=name)
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
+    note_unseparated(model)
     if to_stdout(output):
         print(quality.summary(), file=sys.stderr)
         return 0
@@ -125,6 +129,7 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     rows, fits = validate(cells, load_traces(args.traces)[0]) if args.validate else ([], [])  # before any write
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
+    note_unseparated(model)
     out = sys.stderr if to_stdout(output) else sys.stdout
     if not to_stdout(output):
         print(text)
@@ -148,11 +153,21 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
         write_rows(args.from_sweep / "coefficients.csv", spread)
         print_table("coefficients and how firmly the sweep pins them down (jackknife over the held-out fits; "
                     f"wrote {args.from_sweep / 'coefficients.csv'})", list(SPREAD_COLUMNS),
-                    [[_cell(row[c]) for c in SPREAD_COLUMNS] for row in spread if row["fitted"] or row["jackknife_se"]],
+                    [[_cell(row[c]) for c in SPREAD_COLUMNS] for row in spread
+                     if row["fitted"] or row["jackknife_se"] or not row["separated"]],
                     file=out)
     if not to_stdout(output):
         print(f"wrote {output}")
     return 0
+
+
+def note_unseparated(model: LinearCostModel) -> None:
+    """A note on stderr naming the terms the fit's data could not tell apart."""
+    if model.not_separated:
+        print(f"note: {model.name}: the data cannot tell {', '.join(model.not_separated)} apart (unmeasured, or "
+              "varying only together: their joint cost is fitted, its split among them is arbitrary): measure other "
+              "batch sizes, ks, context lengths or prefills to separate them, or price only loads like those "
+              "measured", file=sys.stderr)
 
 
 def _cell(value: object) -> str:

@@ -89,7 +89,8 @@ import numpy as np
 import scipy.optimize
 
 from specscope.costmodel.base import LinearDrafting
-from specscope.costmodel.linear import FittedCell, LinearCostModel
+from specscope.costmodel.fit import unseparated
+from specscope.costmodel.linear import FORWARD_TERMS, FittedCell, LinearCostModel
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
@@ -99,6 +100,8 @@ DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
 STALL = 3.0  # a gap over STALL × its cell's median is a stall, left out
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
+TARGET_TERMS = (*FORWARD_TERMS, "admit_s")  # the columns of Gaps.target_features
+DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
 
 
@@ -297,31 +300,31 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
     parts = [cell_gaps(c) for c in cells]
     speed = np.ones(len(cells))
     for _ in range(DRIFT_ROUNDS + 1):
-        target, drafting = _fit(_concat([_slowed(g, 1 / s) for g, s in zip(parts, speed)]))
+        target, drafting, untold = _fit(_concat([_slowed(g, 1 / s) for g, s in zip(parts, speed)]))
         previous, speed = speed, pair_speeds(cells, parts, target)
         if np.allclose(speed, previous, rtol=CONVERGED):
             break
     fitted = tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None) for c in cells)
-    return _model(name, target, drafting, fitted)
+    return _model(name, target, drafting, untold, fitted)
 
 
 def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> LinearCostModel:
     """The model :func:`fit_cells` fits, fitted to an engine's own step records, whole steps
     (:func:`step_gaps`): what the sweep's fit should find for the engine that wrote them, term by
     term (``admit_s``, which step records do not see, stays 0)."""
-    target, drafting = _fit(step_gaps(steps))
-    return _model(name, target, drafting, ())
+    target, drafting, untold = _fit(step_gaps(steps))
+    return _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"))  # never seen here
 
 
-def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray],
-           fitted: tuple[FittedCell, ...]) -> LinearCostModel:
+def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untold: tuple[str, ...],
+           fitted: tuple[FittedCell, ...] = ()) -> LinearCostModel:
     """The cost model of :func:`_fit`'s coefficients."""
     c_fixed, c_tok, c_kv, c_req, c_multi, admit_s = map(float, target)
     return LinearCostModel(
         name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s,
         drafting={m: LinearDrafting(c_fixed=float(d[0]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2]),
                                     c_prefill=float(d[3]), c_batched=float(d[4])) for m, d in drafting.items()},
-        fitted_cells=fitted,
+        fitted_cells=fitted, not_separated=untold,
     )
 
 
@@ -343,11 +346,15 @@ def _slowed(gaps: Gaps, factor: float) -> Gaps:
     return replace(gaps, seconds=gaps.seconds * factor, scale=gaps.scale * factor)
 
 
-def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
     """The forward's coefficients [5] and ``admit_s`` [1], and each method's drafting [5], fitted together to
     ``gaps`` (module docstring): one non-negative least-squares problem over the forward's
     columns (every gap) and each method's drafting columns (its gaps, 0 elsewhere), every
-    error relative to its cell's mean gap."""
+    error relative to its cell's mean gap; and the terms (``TERM``, ``METHOD.TERM``) the gaps
+    cannot tell apart (:func:`~specscope.costmodel.fit.unseparated`), of which the first ones
+    (the forward's before a drafter's, in the order of the columns) carry their joint cost and
+    the later ones are 0 wherever that fits as well: a fixed cost rather than none and one per
+    cached token over prompts of one length."""
     methods = sorted(set(gaps.method.tolist()) - {NO_SD})
     forward, drafting = gaps.target_features(), gaps.drafting_features()
     blocks = [forward]
@@ -363,9 +370,28 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray]]:
                              f"and each method's drafting: measure more requests)")
     norm = np.linalg.norm(a, axis=0)
     norm[norm == 0] = 1.0  # a column that is 0 everywhere (no prefill seen) keeps a coefficient of 0
-    coef = scipy.optimize.nnls(a / norm, gaps.seconds / gaps.scale, maxiter=50 * a.shape[1])[0] / norm
+    target = gaps.seconds / gaps.scale
+
+    def solve(use: np.ndarray) -> tuple[np.ndarray, float]:
+        coef = np.zeros(a.shape[1])
+        coef[use], residual = scipy.optimize.nnls(a[:, use] / norm[use], target, maxiter=50 * a.shape[1])
+        return coef / norm, residual
+
+    names = [*TARGET_TERMS, *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS)]
+    untold = unseparated(a, names)
+    use = np.ones(a.shape[1], dtype=bool)
+    coef, residual = solve(use)
+    for name in reversed(untold):  # among terms it cannot tell apart, the first ones carry their joint cost
+        trial = use.copy()
+        trial[names.index(name)] = False
+        if not trial.any():
+            break
+        fewer, left = solve(trial)
+        if left <= residual * (1 + 1e-9) + 1e-12:
+            use, coef, residual = trial, fewer, left
     start, width = forward.shape[1], drafting.shape[1]
-    return coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)}
+    return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
+            tuple(untold))
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:

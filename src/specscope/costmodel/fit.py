@@ -58,13 +58,14 @@ from typing import Sequence
 import numpy as np
 
 from specscope.costmodel.base import Drafting, LinearDrafting, StepLoad, draft_tokens_per_sequence
-from specscope.costmodel.linear import LinearCostModel
+from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.costmodel.steps import NO_SD, MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED
 from specscope.trees import TreeShape
 
 DRIFT_ROUNDS = 3  # fits, each after re-estimating the speed factor of every repeat
+DRAFTING_COLUMNS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi", "c_batched", "c_tree")  # _fit_once's, in order
 
 
 @dataclass
@@ -84,10 +85,31 @@ class FitQuality:
                 f"{self.fastest_repeat:.2f}–{self.slowest_repeat:.2f}× the median repeat's time; normalised)")
 
 
+SEPARABLE = 1e-9  # singular values below this share of the largest (columns scaled to norm 1): a dependence
+
+
+def unseparated(features: np.ndarray, names: Sequence[str]) -> list[str]:
+    """The ``names`` of the columns of ``features`` [n, len(names)] the points cannot tell apart
+    from the others: a column of zeros, or one in a linear dependence among the columns (every
+    step at batch size 1 makes the cost per sequence a copy of the fixed cost). A fit can put
+    their joint cost on any of them: their split says nothing."""
+    norm = np.linalg.norm(features, axis=0)
+    seen = norm > 0
+    involved = ~seen
+    if seen.any():
+        _, values, vectors = np.linalg.svd(features[:, seen] / norm[seen], full_matrices=False)
+        null = vectors[values < SEPARABLE * values.max()]
+        involved[np.flatnonzero(seen)] = (np.abs(null) > 1e-6).any(axis=0)
+    return [name for name, untold in zip(names, involved) if untold]
+
+
 def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray, what: str,
                              scale: np.ndarray | None = None) -> np.ndarray:
     """Coefficients ≥ 0 minimising Σ ((features @ coef − t) / s)²; features [n, m], times [n],
-    scale s [n] (default: the times themselves). Fewer points than coefficients (n < m) would
+    scale s [n] (default: the times themselves). Only subsets of linearly independent columns are
+    solved (the best non-negative fit is reached on one of them): among terms the points cannot
+    tell apart (:func:`unseparated`) the first carries their joint cost and the others stay 0 —
+    least squares over all of them split it evenly. Fewer points than coefficients (n < m) would
     fit exactly and report no error: refused, naming ``what`` is fitted."""
     if len(times) < features.shape[1]:
         raise SpecscopeError(f"cost-model fit: {what}: {len(times)} measured points for {features.shape[1]} "
@@ -95,8 +117,11 @@ def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray, what: str,
     weights = 1.0 / np.maximum(times if scale is None else scale, 1e-12)
     a, b = features * weights[:, None], times * weights
     best, best_error = np.zeros(features.shape[1]), np.inf
+    unit = a / np.maximum(np.linalg.norm(a, axis=0), 1e-300)
     for size in range(1, features.shape[1] + 1):
         for subset in combinations(range(features.shape[1]), size):
+            if np.linalg.matrix_rank(unit[:, subset]) < size:
+                continue
             coef_subset, *_ = np.linalg.lstsq(a[:, subset], b, rcond=None)
             if np.any(coef_subset < 0):
                 continue
@@ -233,6 +258,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
     batched, kv, rows, times = _forward_points(decode, prefill)
     features = np.column_stack([_design(batched, kv), rows, batched > 1])
     c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times, "target forward"))
+    untold = unseparated(features, FORWARD_TERMS)
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
                               c_multi=c_multi)
     plain = [s for s in decode if s.method == NO_SD] or decode
@@ -246,9 +272,11 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
         columns = [_design(per_request, draft_kv), running, running > 1, running * per_request]
-        coef = nonnegative_relative_fit(np.column_stack(columns + ([tree] if tree.any() else [])), extra,
-                                        f"drafting of {method!r}", _step_seconds(mine))
+        design = np.column_stack(columns + ([tree] if tree.any() else []))
+        coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", _step_seconds(mine))
+        untold += [f"{method}.{term}" for term in unseparated(design, DRAFTING_COLUMNS)]
         drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
             [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]),
             c_batched=float(coef[5]), c_tree=float(coef[6]) if tree.any() else 0.0)
-    return with_policy_work(replace(forward, overhead_s=overhead, drafting=drafting), decode)
+    return with_policy_work(replace(forward, overhead_s=overhead, drafting=drafting, not_separated=tuple(untold)),
+                            decode)

@@ -57,6 +57,7 @@ class LinearCostModel:
     c_multi: float = 0.0  # seconds added to a forward of more than one token in all
     fitted_cells: tuple[FittedCell, ...] = ()  # a calibrated model: the sweep cells it was fitted to
     admit_s: float = 0.0  # seconds a request's arrival holds up an idle engine (costmodel.base)
+    not_separated: tuple[str, ...] = ()  # a fitted model: terms its data could not tell apart (their split arbitrary)
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
@@ -84,6 +85,7 @@ class LinearCostModel:
             "pads_verification": self.pads_verification,
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
             **({"fitted_cells": [asdict(c) for c in self.fitted_cells]} if self.fitted_cells else {}),
+            **({"not_separated": list(self.not_separated)} if self.not_separated else {}),
         }
 
 
@@ -129,14 +131,17 @@ def drafting_from_json(spec: Fields) -> Drafting:
 def linear_from_json(obj: object, label: str) -> LinearCostModel:
     """Parse the ``describe()`` form of a linear cost model (a JSON or TOML file named
     ``label``, also its name when it has none): every field known, every coefficient finite
-    and >= 0, the forward not free (some coefficient > 0)."""
+    and >= 0, no forward free (c_fixed + c_tok + c_req > 0: a forward of one token over an empty
+    cache takes some time)."""
     spec = Fields(obj, label)
-    spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells"])
+    spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
+               "not_separated"])
     forward = spec.child("forward")
     forward.only(FORWARD_TERMS)
     terms = _coefficients(forward, FORWARD_TERMS[:3], FORWARD_TERMS[3:])
-    if not any(terms.values()):
-        raise spec.error("forward", "every coefficient is 0 (a forward would take no time)")
+    if terms["c_fixed"] + terms["c_tok"] + terms.get("c_req", 0.0) <= 0:
+        raise spec.error("forward", "c_fixed, c_tok and c_req are all 0 (a one-token forward over an empty "
+                                    "cache would take no time)")
     drafting = spec.child("drafting", optional=True)
     return LinearCostModel(
         name=spec.text("name", optional=True) or label,
@@ -146,8 +151,17 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         pads_verification=spec.boolean("pads_verification", False),
         fitted_cells=tuple(FittedCell.from_json(Fields(cell, label, prefix=f"fitted_cells[{i}]"))
                            for i, cell in enumerate(_list(spec, "fitted_cells"))),
+        not_separated=tuple(_names(spec, "not_separated")),
         **terms,
     )
+
+
+def _names(spec: Fields, name: str) -> list[str]:
+    """The optional JSON list of strings ``name``."""
+    values = _list(spec, name)
+    if not all(isinstance(v, str) for v in values):
+        raise spec.error(spec.name(name), "expected a list of term names")
+    return values
 
 
 def _list(spec: Fields, name: str) -> list:

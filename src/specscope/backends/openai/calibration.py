@@ -35,7 +35,7 @@ import numpy as np
 from specscope.backends.openai.metrics import HISTOGRAMS
 from specscope.backends.openai.sweep import TIMELINE, read_cells
 from specscope.backends.openai.sweep_config import server_label
-from specscope.costmodel.calibrate import CellRun, fit_cells
+from specscope.costmodel.calibrate import DRAFTING_TERMS, CellRun, fit_cells
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_text
@@ -51,8 +51,7 @@ from specscope.validate import K_MAX_LIMIT, Invalid, check, integer, number
 log = logging.getLogger(__name__)
 COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct", "tree",
            "workload")
-SPREAD_COLUMNS = ("term", "fitted", "jackknife_se", "relative_se_pct")  # SWEEP_DIR/coefficients.csv
-DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # what a calibration fits of a drafter
+SPREAD_COLUMNS = ("term", "fitted", "jackknife_se", "relative_se_pct", "separated")  # SWEEP_DIR/coefficients.csv
 
 
 def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
@@ -365,14 +364,16 @@ def coefficient_spread(model: LinearCostModel, fits: Sequence[LinearCostModel]) 
     """Per term (:data:`SPREAD_COLUMNS`): ``model``'s value and its jackknife standard error over
     the leave-one-out ``fits`` (n of them), √((n − 1)/n · Σ (θ_i − θ̄)²): how firmly the sweep
     pins the term down. Terms that trade places with another (a cost per cached token and one
-    per request, over prompts of one length) show a large one."""
+    per request, over prompts of one length) show a large one; a term the sweep cannot tell
+    apart at all is fitted 0 in every fit (``separated`` false: its SE of 0 says nothing)."""
     held_out = [terms(fit) for fit in fits]
     rows = []
     for name, fitted in terms(model).items():
         spread = np.array([named[name] for named in held_out])
         se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2)))
         rows.append({"term": name, "fitted": fitted, "jackknife_se": se,
-                     "relative_se_pct": round(100 * se / fitted, 1) if fitted else None})
+                     "relative_se_pct": round(100 * se / fitted, 1) if fitted else None,
+                     "separated": name not in model.not_separated})
     return rows
 
 
