@@ -93,3 +93,26 @@ def test_hostile_names_appear_in_tables(synthetic_report):
         rows = list(csv.DictReader(handle))
     assert HOSTILE_ID in {r["id"] for r in rows}
     assert HOSTILE_DATASET in {r["dataset"] for r in rows}
+
+
+def test_a_report_held_to_a_depth_simulates_no_deeper_proposal(tmp_path):
+    """``depth``: what a cost model measured no deeper than may price. Every simulated walk —
+    fixed, adaptive (which grows to the traces' k_max) and the oracles — stays within it, as on
+    the traces cut to that depth; the acceptance analyses keep the whole traces."""
+    from report_fixtures import synthetic_records
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig, simulate
+    from specscope.trace.load import load_traces, write_traces
+
+    path = tmp_path / "chat.jsonl"
+    write_traces(path, synthetic_records("chat", 12, seed=3))
+    config = ReportConfig(sim=SimConfig(mode="mixed", batch_sizes=(1, 4)), trees=()).held_to(2, "measured to 2")
+    assert config.ks == (1, 2) and config.overlap.lookup_policies == ("fixed:2",) and config.bound_k == 2
+    data = analyse([str(path)], config)
+    cut = [r.capped(2) for r in load_traces([path], lengths="own")[0]]
+    expected = simulate(cut, ["ngram", "eagle"], ["fixed:1", "fixed:2", "adaptive", "oracle"], data.cost, config.sim)
+    assert {(r.acc, r.policy, r.batch_size): r.speedup for r in data.rows if r.policy != "oracle-combined:ngram+eagle"} \
+        == {(r.acc, r.policy, r.batch_size): r.speedup for r in expected}
+    assert max(int(r.proposers["eagle"].acc_len.max()) for r in data.records) > 3  # the analyses read all of it

@@ -88,6 +88,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     steps = read_steps(config.steps) if config.steps else []
     records, reports = load_traces(traces, lengths="common")
     sim_records, _ = load_traces(traces, lengths="own")
+    if config.depth is not None:
+        sim_records = [r.capped(config.depth) for r in sim_records]
     names = proposer_names(records)
     notes: list[str] = []
     simulated = _priceable(cost, names, notes)

@@ -135,6 +135,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
         ],
         load_summaries=[r.summary() for r in data.load_reports] + _other_inputs(data), notes=notes,
         csv_files=[p.name for p in tables], largest_k=max(config.ks) if config.ks else None,
+        longer_k=config.longer_k,
         tree_lines=data.tree_answer,
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specscope.analysis.overlap import OverlapConfig
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
@@ -17,6 +17,9 @@ class ReportConfig:
     cost_model: str = DEFAULT_COST_MODEL
     sim: SimConfig = field(default_factory=SimConfig)  # mode, batch sizes, seed
     ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)  # fixed:k searched for the best policy
+    longer_k: str = "a longer one may do better (--ks)"  # what the answer says where its best is the largest k
+    depth: int | None = None  # every simulated proposal at most this deep (adaptive's, the oracles'): a cost
+    # model measured no deeper (None: as deep as the traces)
     adaptive: bool = True
     figure_policies: tuple[str, ...] = ("fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle")
     timesplit_policy: str = "fixed:3"
@@ -26,6 +29,20 @@ class ReportConfig:
     measured: tuple = ()  # MeasuredCell rows (specscope.analysis.measured): figure 9 and the advisor line
     trees: tuple[str, ...] = ("2x2x1", "3x2x1x1")  # static trees set against the chain of their depth
     policy: str | None = None  # a learned policy file (specscope policy fit) judged on the traces
+
+    def held_to(self, depth: int, why: str) -> "ReportConfig":
+        """This configuration with every proposal at most ``depth`` deep (:attr:`depth`): its fixed
+        ks, the figures', the overlap's and the time split's fixed policies and the bound's k brought
+        within it; ``why`` is what the answer says of a longer k."""
+        def within(policies: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(f"fixed:{min(int(p.split(':')[1]), depth)}" if p.startswith("fixed:") else p
+                                       for p in policies))
+
+        return replace(self, depth=depth, longer_k=why, ks=tuple(k for k in self.ks if k <= depth) or (depth,),
+                       figure_policies=within(self.figure_policies), timesplit_policy=within((self.timesplit_policy,))[0],
+                       bound_k=min(self.bound_k, depth),
+                       overlap=replace(self.overlap, lookup_policies=within(self.overlap.lookup_policies),
+                                       reference_policy=within((self.overlap.reference_policy,))[0]))
 
     @property
     def policies(self) -> list[str]:

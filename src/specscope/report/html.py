@@ -60,6 +60,7 @@ class Page:
     notes: Sequence[str] = ()
     csv_files: Sequence[str] = ()
     largest_k: int | None = None  # the largest fixed k searched: a best policy there may want more
+    longer_k: str = ""  # what the page says of a longer k
     tree_lines: Sequence[str] = ()  # tree vs chain, one line each
 
 
@@ -87,7 +88,7 @@ def _speedup(value: float) -> str:
     return f'<span class="{css}">{value:.2f}×</span>'
 
 
-def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None) -> str:
+def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, longer_k: str = "") -> str:
     """Per dataset: a one-line verdict, then batch size × best policy, speedup, oracle gap.
     A best ``fixed:<largest_k>`` is flagged: a longer k, not searched, might do better."""
     parts = []
@@ -120,7 +121,7 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None) -> s
         "lookup (the paper's rule), "
         "so the number is optimistic — an upper bound, not something a real system reaches. "
         "oracle: one proposer, proposing exactly what will be accepted (no wasted verification)."
-        + (f" † the largest k tried ({largest_k}); a longer one may do better (--ks)." if largest_k else "")
+        + (f" † the largest k tried ({largest_k}); {esc(longer_k)}." if largest_k else "")
         + "</p>")
     return "".join(parts)
 
@@ -150,7 +151,7 @@ def render(page: Page) -> str:
 <h1>Does speculative decoding pay off here?</h1>
 <p class="meta">{esc(meta)}</p>
 <h2>The answer</h2>
-{answer_section(page.answer, page.largest_k)}
+{answer_section(page.answer, page.largest_k, page.longer_k)}
 {"".join(f"<p>{esc(line)}.</p>" for line in page.tree_lines)}
 {notes}
 <h2>Figures</h2>

@@ -1,6 +1,9 @@
 """The study's report: the issue-2 report over the study's traces, with its fitted cost model,
 the measured steps (time split), measured vs simulated speedups (the measured figure), and the
-study's trees against the chains of their depth (the tree figure and its crossover)."""
+study's trees against the chains of their depth (the tree figure and its crossover). Every
+proposal it simulates stops at the depth the study measured (its chains' k, its trees' depth):
+the fitted cost model is not extrapolated to chains it never ran (the study's traces reach
+k_max, which the replay tables price under other engines' cost models)."""
 
 from __future__ import annotations
 
@@ -18,11 +21,16 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
                  steps: Sequence[Path]) -> Path:
     from specscope.report.build import build_report
 
+    deepest = max([config.k, *(tree.depth for tree in config.trees)])  # the drafting its cost model measured
     report = dataclasses.replace(
         ReportConfig(), cost_model=str(config.cost_model_path),
         sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
         ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
         trees=tuple(tree.name for tree in config.trees),
         policy=str(config.policy_path) if config.policy_path.exists() else None,
-    )
+    ).held_to(deepest, f"the study measured chains of k = {config.k} and trees {deepest} deep, and its fitted cost "
+                       f"model prices no deeper proposal: every policy here, adaptive and the oracles too, proposes "
+                       f"at most {deepest} (measure longer chains with study --k; the replay_*.csv tables go to "
+                       f"k = {config.k_max} under other engines' cost models)")
     return build_report([str(t) for t in traces], config.out_dir, report).index
+
