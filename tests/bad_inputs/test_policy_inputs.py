@@ -115,6 +115,10 @@ CASES = [
     Case("policy-no-depth", [*SIM, "learned:p.json"], r"p\.json.*J >= 1",
          files=altered(lambda d: d.update(intercept=[[], []], base_rate=[[], []], models=[
              {"batch_size": 1, "seconds": [[1.0]] * 2, "fixed": [[0.0]] * 2, "verify": [0.5]}]))),
+    Case("policy-span-reversed", [*SIM, "learned:p.json"], r"p\.json.*span \[2\]\[2\] \(least <= greatest\)",
+         files=altered(lambda d: d.update(span=[[1.0, -1.0]] * 2))),
+    Case("policy-span-missing", ["policy", "explain", "p.json"], r"p\.json.*missing field 'span'",
+         files=altered(lambda d: d.pop("span"))),
     Case("policy-unknown-method", ["policy", "explain", "p.json"], r"p\.json: field 'methods': unknown method 'foo'",
          files=altered(lambda d: d.update(methods=["ngram", "foo"]))),
     Case("policy-batch-size-float", ["policy", "explain", "p.json"], r"p\.json.*batch_size 1\.5",
