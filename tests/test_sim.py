@@ -202,6 +202,21 @@ def test_no_step_emits_past_the_output_and_steady_state_at_batch_one_is_the_whol
     assert row.steady_speedup == pytest.approx(row.speedup)
 
 
+def test_steady_state_leaves_out_the_first_iteration_that_fills_the_batch():
+    """Four requests at B = 4: iteration 0 prefills all four at once (ramp-up). With prompts of
+    2000 tokens that iteration outweighed the rest and the steady speedup read 0.98× where the
+    whole run's was 1.67× (128 requests of 80 tokens at B = 128). Left out, steady state is the
+    decode iterations with all four running, by hand: under fixed:3 every step emits 4 tokens
+    (acc_len 4 everywhere) over the baseline's 1."""
+    acc = [4] * 13  # G = 13: fixed:3 takes steps at pos 1, 5, 9 (then 13 >= G); no SD takes 12
+    records = [record(acc, prompt_len=2000, rid=f"r{i}", proposer="eagle") for i in range(4)]
+    (row,) = simulate(records, ["eagle"], ["fixed:3"], COST, SimConfig(mode="mixed", batch_sizes=(4,)))
+    kv = lambda pos: 4 * (2000 + pos)  # noqa: E731 — the batch's cached tokens at a step at pos
+    base = [1.0 + 0.1 * 4 + 0.01 * kv(p) + 0.5 for p in range(2, 13)]  # iterations 1 … 11: pos 2 … 12
+    sd = [1.0 + 0.1 * 16 + 0.01 * kv(p) + 0.5 + 0.2 for p in (5, 9)]  # iterations 1, 2
+    assert row.steady_speedup == pytest.approx((8 * 4 / sum(sd)) / (11 * 4 / sum(base)))
+
+
 def test_replay_statistics():
     (row,) = simulate([record(ACC, draft_len=[20] * 8)], ["ngram"], ["fixed:3"], COST, SimConfig(batch_sizes=(1,)))
     # Steps propose 3 and 3 drafts, emit 3 and 4: α = (2 + 3) / 6, τ = 7 / 2.

@@ -57,3 +57,18 @@ def test_library_calls_refuse_what_the_bound_cannot_mean():
         optimal_k(0.5, 0.1, 10**9)
     with pytest.raises(SpecscopeError, match="c: expected a finite number"):
         optimal_k(0.5, float("nan"))
+
+
+def test_bound_names_the_best_k_among_those_it_shows(capsys):
+    """α 0.99, c 0.001: the speedup still grows at k = 30; the best k is the last shown (it was
+    searched to 20 whatever the table showed: "best k 20, 18.65" beside k = 30's 25.99)."""
+    from specscope.cli import main
+
+    assert main(["bound", "--alpha", "0.99", "--c", "0.001", "--k-max", "30"]) == 0
+    row = capsys.readouterr().out.splitlines()
+    cells = [c.strip() for c in next(line for line in row if "given" in line).split("│") if c.strip()]
+    assert cells[-2:] == ["30", cells[-3]]  # best k, best speedup = the k = 30 cell
+    assert main(["bound", "--alpha", "0.99", "--c", "0.001", "--k-max", "3"]) == 0
+    cells = [c.strip() for c in next(line for line in capsys.readouterr().out.splitlines() if "given" in line).split("│")
+             if c.strip()]
+    assert cells[-2] == "3"

@@ -116,3 +116,22 @@ def test_a_report_held_to_a_depth_simulates_no_deeper_proposal(tmp_path):
     assert {(r.acc, r.policy, r.batch_size): r.speedup for r in data.rows if r.policy != "oracle-combined:ngram+eagle"} \
         == {(r.acc, r.policy, r.batch_size): r.speedup for r in expected}
     assert max(int(r.proposers["eagle"].acc_len.max()) for r in data.records) > 3  # the analyses read all of it
+
+
+def test_a_report_on_shallow_traces_holds_itself_to_their_depth(tmp_path):
+    """Traces recorded to k_max 2 with the report's defaults (--ks 1–8, the overlap's fixed:3 and
+    fixed:5, the time split's fixed:3): every part is held to k = 2 and the answer says why (the
+    report refused every trace of k_max < 5, whatever --ks said)."""
+    from report_fixtures import synthetic_records
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+
+    path = tmp_path / "chat.jsonl"
+    write_traces(path, [r.capped(2) for r in synthetic_records("chat", 12, seed=4)])
+    data = analyse([str(path)], ReportConfig(sim=SimConfig(mode="mixed", batch_sizes=(1, 4)), trees=()))
+    assert data.config.ks == (1, 2) and data.config.deepest == 2
+    assert data.config.longer_k == "the traces were recorded to k_max = 2"
+    assert {r.policy for r in data.rows} >= {"fixed:1", "fixed:2", "adaptive", "oracle"}

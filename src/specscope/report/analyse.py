@@ -34,7 +34,7 @@ from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import COMBINED, SimRow, simulate
+from specscope.sim.grid import COMBINED, SimRow, simulate, traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
@@ -80,6 +80,19 @@ class ReportData:
     notes: list[str] = field(default_factory=list)
 
 
+def _within_traces(config: ReportConfig, records: Sequence[TraceRecord]) -> ReportConfig:
+    """``config`` held to the depth the shallowest dataset was traced to, where it would simulate
+    deeper (its overlap and time-split policies, fixed:3 and fixed:5, refused every trace of
+    k_max < 5 whatever --ks said)."""
+    groups: dict[str, list[TraceRecord]] = {}
+    for record in records:
+        groups.setdefault(record.dataset or "trace", []).append(record)
+    depth = min(traced_k_max(group, sorted(group[0].proposers)) for group in groups.values())
+    if depth >= config.deepest:
+        return config
+    return config.held_to(min(depth, config.depth or depth), f"the traces were recorded to k_max = {depth}")
+
+
 def analyse(traces: Sequence[str | Path], config: ReportConfig,
             advance: Callable[[str], None] = lambda phase: None) -> ReportData:
     """Read every input (a bad one is refused before anything is computed), then compute every
@@ -88,6 +101,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     steps = read_steps(config.steps) if config.steps else []
     records, reports = load_traces(traces, lengths="common")
     sim_records, _ = load_traces(traces, lengths="own")
+    config = _within_traces(config, sim_records)
     if config.depth is not None:
         sim_records = [r.capped(config.depth) for r in sim_records]
     names = proposer_names(records)

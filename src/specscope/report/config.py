@@ -30,6 +30,13 @@ class ReportConfig:
     trees: tuple[str, ...] = ("2x2x1", "3x2x1x1")  # static trees set against the chain of their depth
     policy: str | None = None  # a learned policy file (specscope policy fit) judged on the traces
 
+    @property
+    def deepest(self) -> int:
+        """The deepest fixed k any part of the report simulates."""
+        fixed = [*self.figure_policies, *self.overlap.lookup_policies, self.overlap.reference_policy,
+                 self.timesplit_policy]
+        return max([*self.ks, self.bound_k, *(int(p.split(":")[1]) for p in fixed if p.startswith("fixed:"))])
+
     def held_to(self, depth: int, why: str) -> "ReportConfig":
         """This configuration with every proposal at most ``depth`` deep (:attr:`depth`): its fixed
         ks, the figures', the overlap's and the time split's fixed policies and the bound's k brought

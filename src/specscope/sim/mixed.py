@@ -82,6 +82,7 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     last = admit + np.maximum(n_steps - 1, 0)
     latency = ends[last] - starts[admit]  # [R]
     full = running >= min(batch_size, len(n_steps))  # [T]
+    full[0] &= admitted[0] <= 1  # the first iteration filling B > 1 slots (B prefills at once) is ramp-up
     emitted = per_iteration(plan.emitted)  # [T]
     return Prediction(
         throughput=float(plan.output_len.sum() / ends[-1]),
