@@ -217,6 +217,15 @@ def test_steady_state_leaves_out_the_first_iteration_that_fills_the_batch():
     assert row.steady_speedup == pytest.approx((8 * 4 / sum(sd)) / (11 * 4 / sum(base)))
 
 
+def test_an_oracle_combined_named_without_acc_combined_is_simulated_not_dropped():
+    """``--acc eagle --policies fixed:3,oracle-combined:ngram+eagle``: the oracle-combined row was
+    left out without a word (oracle-switch, named the same way, was kept)."""
+    r = TraceRecord("r", np.arange(10), np.arange(8), {"ngram": ProposerTrace(ACC), "eagle": ProposerTrace(ACC[::-1])},
+                    k_max=20, dataset="d")
+    rows = simulate([r], ["eagle"], ["fixed:3", "oracle-combined:ngram+eagle"], COST, SimConfig(batch_sizes=(1,)))
+    assert [(row.acc, row.policy) for row in rows] == [("eagle", "fixed:3"), ("combined", "oracle-combined:ngram+eagle")]
+
+
 def test_replay_statistics():
     (row,) = simulate([record(ACC, draft_len=[20] * 8)], ["ngram"], ["fixed:3"], COST, SimConfig(batch_sizes=(1,)))
     # Steps propose 3 and 3 drafts, emit 3 and 4: α = (2 + 3) / 6, τ = 7 / 2.

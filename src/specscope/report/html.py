@@ -20,6 +20,7 @@ CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1200px;
        padding: 0 1rem; color: #1a1a1a; line-height: 1.45; }
 h1 { margin-bottom: .2rem; } .meta { color: #555; margin-top: 0; }
+h1, h2, h3, p, td, th { overflow-wrap: anywhere; }
 table { border-collapse: collapse; margin: .6rem 0 1.2rem; font-size: .9rem; }
 th, td { border-bottom: 1px solid #ddd; padding: .25rem .6rem; text-align: right; }
 th:first-child, td:first-child, td.text { text-align: left; }
@@ -120,7 +121,9 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
         "proposing exactly what will be accepted; choosing is taken as free and every step pays only n-gram's "
         "lookup (the paper's rule), "
         "so the number is optimistic — an upper bound, not something a real system reaches. "
-        "oracle: one proposer, proposing exactly what will be accepted (no wasted verification)."
+        "oracle: one proposer, proposing exactly what will be accepted (no wasted verification) — the best "
+        "k at every step it reaches, not a bound on speed: a fixed k lands on other positions and can come "
+        "out ahead (a negative gap)."
         + (f" † the largest k tried ({largest_k}); {esc(longer_k)}." if largest_k else "")
         + "</p>")
     return "".join(parts)

@@ -245,14 +245,16 @@ def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchD
 
 
 def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:
-    """The (acc, policy) pairs that make sense: ``combined`` goes with oracle-combined only; a
-    switching policy makes one cell whatever ``accs``, its acc naming its proposers (``a+b``)."""
-    pairs = [(acc, p) for acc in accs for p in policies
-             if p.switch is None and (acc == COMBINED) == bool(p.combined)]
+    """The (acc, policy) pairs that make sense: each proposer of ``accs`` with each one-proposer
+    policy; oracle-combined and a switching policy make one cell each whatever ``accs`` (acc
+    ``combined``, and ``a+b`` naming a switching policy's proposers) — an oracle-combined named
+    without ``--acc combined`` was left out without a word."""
+    pairs = [(acc, p) for acc in accs if acc != COMBINED for p in policies if p.switch is None and not p.combined]
+    pairs += [(COMBINED, p) for p in policies if p.combined]
     pairs += [("+".join(p.switch), p) for p in policies if p.switch is not None]
     if not pairs:
-        raise SpecscopeError("no valid acc × policy pair: use --acc combined with oracle-combined, "
-                             "and proposer names with the other policies")
+        raise SpecscopeError("no valid acc × policy pair: name proposers with --acc for fixed:k, adaptive and "
+                             "oracle ('combined' goes with oracle-combined only)")
     return pairs
 
 
