@@ -226,6 +226,17 @@ def test_an_oracle_combined_named_without_acc_combined_is_simulated_not_dropped(
     assert [(row.acc, row.policy) for row in rows] == [("eagle", "fixed:3"), ("combined", "oracle-combined:ngram+eagle")]
 
 
+def test_requests_of_one_token_take_their_slot_for_their_prefill():
+    """Outputs of one token (the prefill's): no decode step, but the prefill holds a slot for an
+    iteration. At B = 1 two such requests are prefilled one after the other (they were prefilled
+    together, whatever B: 2 / 0.018 s where 2 / 0.028 s is right), and τ has no step to average."""
+    one = [TraceRecord(f"r{i}", np.arange(10), np.arange(1), {"eagle": ProposerTrace(np.array([1], dtype=np.int32))},
+                       k_max=4, dataset="d") for i in range(2)]
+    (row,) = simulate(one, ["eagle"], ["fixed:1"], COST, SimConfig(mode="mixed", batch_sizes=(1,)))
+    prefill = 1.0 + 0.1 * 10 + 0.5  # c_fixed + c_tok · 10 prompt tokens + overhead
+    assert row.throughput == pytest.approx(2 / (2 * prefill)) and np.isnan(row.mean_acceptance_length)
+
+
 def test_replay_statistics():
     (row,) = simulate([record(ACC, draft_len=[20] * 8)], ["ngram"], ["fixed:3"], COST, SimConfig(batch_sizes=(1,)))
     # Steps propose 3 and 3 drafts, emit 3 and 4: α = (2 + 3) / 6, τ = 7 / 2.

@@ -292,7 +292,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         base = baselines.setdefault(key, baseline_plan(plan.output_len, plan.prompt_len))
                         proposed = plan.proposed.sum()
                         alpha = float((plan.emitted - 1).sum() / proposed) if proposed else 0.0
-                        tau = float(plan.emitted.mean()) if len(plan.emitted) else 0.0
+                        tau = float(plan.emitted.mean()) if len(plan.emitted) else float("nan")  # no step: none
                     sd = predict(plan, cost, drafting, b)
                     base_pred = baseline_predictions.get((key, b))
                     if base_pred is None:

@@ -29,14 +29,17 @@ from specscope.sim.switching import SwitchDrafting
 
 
 def admission_iterations(steps_per_request: np.ndarray, batch_size: int) -> np.ndarray:
-    """[R] the iteration at which each request is admitted (FIFO into ``batch_size`` slots)."""
+    """[R] the iteration at which each request is admitted (FIFO into ``batch_size`` slots); a
+    request holds its slot for its steps, and one iteration at least: its prefill's (a request
+    whose output is its prefill's one token used to free its slot at once, so every such request
+    was prefilled in the first iteration, whatever the batch size)."""
     free = [0] * min(batch_size, max(len(steps_per_request), 1))
     heapq.heapify(free)
     admit = np.empty(len(steps_per_request), dtype=np.int64)
     for r, n in enumerate(steps_per_request.tolist()):
         start = heapq.heappop(free)
         admit[r] = start
-        heapq.heappush(free, start + n)
+        heapq.heappush(free, start + max(n, 1))
     return admit
 
 
