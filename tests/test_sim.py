@@ -62,7 +62,7 @@ def test_model_drafting_is_charged_on_every_step():
 
 def test_admission_is_fifo_into_free_slots():
     assert admission_iterations(np.array([3, 1, 2, 2]), 2).tolist() == [0, 0, 1, 3]
-    assert admission_iterations(np.array([0, 2]), 1).tolist() == [0, 0]
+    assert admission_iterations(np.array([0, 2]), 1).tolist() == [0, 1]  # a prefill alone holds its slot too
 
 
 def test_mixed_mode_hand_computed_two_requests_one_slot():
