@@ -22,3 +22,13 @@ def test_cap_cuts_and_blocks_average_ignoring_nan(monkeypatch):
     assert grid.shape == (2, 2)
     assert grid[0].tolist() == [2.0, 15.0]  # position 5 and beyond are cut
     assert grid[1].tolist() == [5.0, 4.0]
+
+
+def test_a_long_dataset_name_is_cut_in_figures_only():
+    """A 300-character dataset name made figures 4500 px wide, their labels overlapping: figures
+    show its first 39 characters and an ellipsis (tables and the page keep all of it)."""
+    from specscope.report.style import NAME_WIDTH, short
+
+    assert short("code") == "code"
+    long = "x" * 300
+    assert len(short(long)) == NAME_WIDTH and short(long).endswith("…") and short(long)[:-1] == long[: NAME_WIDTH - 1]

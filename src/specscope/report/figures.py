@@ -25,6 +25,7 @@ from specscope.report.style import (
     panel_grid,
     plain_log_axis,
     plt,
+    short,
 )
 from specscope.sim.grid import COMBINED, SimRow
 from specscope.theory.bound import expected_speedup
@@ -63,7 +64,7 @@ def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figur
             handles[label] = ax.plot(x, y, label=label, **style)[0]
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
         batch_axis(ax, sorted({r.batch_size for r in mine}))
-        ax.set_title(dataset)
+        ax.set_title(short(dataset))
         ax.set_ylabel("speedup over no SD")
     # Column-major legend: one column per proposer (the combined oracle last).
     per_column = max(1, len([p for p in policies if any(r.policy == p for r in rows)]))
@@ -103,7 +104,7 @@ def profile_figure(rows: Sequence[ProfileRow], min_requests: int = 5) -> plt.Fig
                 else:
                     ax.set_xlabel("fraction of the output")
                 ax.set_ylabel("mean acc_len")
-                ax.set_title(f"{dataset} · {proposer} · by {axis}")
+                ax.set_title(f"{short(dataset)} · {proposer} · by {axis}")
                 if a == 0 and ax.lines:
                     ax.legend(title="output length", loc="best")
     return fig
@@ -133,7 +134,7 @@ def request_box_figure(means: Sequence[dict]) -> plt.Figure:
         if box["boxes"]:
             box["boxes"][0].set_label(proposer)
     ax.set_xticks(range(len(datasets)))
-    ax.set_xticklabels(datasets)
+    ax.set_xticklabels([short(d) for d in datasets])
     ax.set_ylabel("per-request mean acc_len")
     ax.legend(title="proposer", loc="upper right")
     return fig
@@ -169,7 +170,7 @@ def overlap_figure(rows: Sequence[OverlapRow], lookup: str, reference: str, refe
         ax.set_yticklabels([f"{b} (n={counts[b]})" for b in bins])
         ax.set_xlabel("batch size")
         ax.set_ylabel("BLEU-4 prompt vs output")
-        ax.set_title(f"{dataset} · {lookup} {policy} vs {reference} {reference_policy}")
+        ax.set_title(f"{short(dataset)} · {lookup} {policy} vs {reference} {reference_policy}")
         ax.set_facecolor(MISSING)
         ax.grid(False)
     if image is not None:
@@ -197,7 +198,7 @@ def timesplit_figure(predicted: Sequence[dict], policy: str, measured: Sequence[
         ax.set_xticklabels(labels, fontsize=7, rotation=90 if len(cell) > 8 else 0)
         ax.set_ylim(0, 1)
         ax.set_ylabel("share of time")
-        ax.set_title(title if title.startswith("measured") else f"{title} · {policy} (predicted)")
+        ax.set_title(title if title.startswith("measured") else f"{short(title)} · {policy} (predicted)")
         ax.grid(False)
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=len(PHASES), frameon=False)
@@ -226,7 +227,7 @@ def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0
         for p in mine:
             y = expected_speedup(p.alpha, ks, p.c)
             ax.plot(ks, y, color=colours[p.dataset], linewidth=2.2,
-                    label=f"{p.dataset}: α={p.alpha:.2f}, c={p.c:.3f}")
+                    label=f"{short(p.dataset)}: α={p.alpha:.2f}, c={p.c:.3f}")
             ax.plot([p.best_k], [p.best_speedup], marker="*", markersize=14, color=colours[p.dataset],
                     markeredgecolor="black")
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
@@ -263,7 +264,7 @@ def measured_figure(cells: Sequence) -> plt.Figure:
                                                        color=colour, label="dashed: simulated")[0]
         ax.axhline(1.0, color="black", linewidth=0.8)
         batch_axis(ax, sorted({c.batch_size for c in mine}))
-        ax.set_title(dataset)
+        ax.set_title(short(dataset))
         ax.set_ylabel("speedup over no SD")
     if "dashed: simulated" in handles:  # last in the legend
         handles["dashed: simulated"] = handles.pop("dashed: simulated")
@@ -301,7 +302,7 @@ def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
                 ax.annotate(text, (t.crossover, at), xytext=(4, 6), textcoords="offset points", fontsize=8)
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
         batch_axis(ax, sorted({r.batch_size for r in rows if r.dataset == dataset}))
-        ax.set_title(f"{dataset} · {proposer}")
+        ax.set_title(f"{short(dataset)} · {proposer}")
         ax.set_ylabel("speedup over no SD")
         ax.legend(loc="best", fontsize=8)
     return fig

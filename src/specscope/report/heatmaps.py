@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.colors import PowerNorm, TwoSlopeNorm
 
 from specscope.analysis.acceptance import by_dataset, k_max_of
-from specscope.report.style import DIVERGING, MISSING, SEQUENTIAL, plt
+from specscope.report.style import DIVERGING, MISSING, SEQUENTIAL, plt, short
 from specscope.trace.schema import TraceRecord
 
 MAX_COLUMNS = 700
@@ -79,7 +79,7 @@ def acceptance_heatmap(records: Sequence[TraceRecord], proposers: Sequence[str])
                 ax.set_visible(False)
                 continue
             grid = acc_matrix([r.acc_len(proposer) for r in having], cap)
-            title = f"{dataset} · {proposer} ({len(having)} requests)"
+            title = f"{short(dataset)} · {proposer} ({len(having)} requests)"
             image = _draw(ax, grid, cap, title, cmap=SEQUENTIAL, norm=norm)
     if image is not None:
         bar = fig.colorbar(image, ax=axes, label="acc_len (tokens emitted per step)", fraction=0.03)
@@ -106,7 +106,7 @@ def difference_heatmap(records: Sequence[TraceRecord], a: str, b: str, limit: fl
             n = min(len(first), len(second))
             diffs.append(first[:n].astype(float) - second[:n])
         grid = acc_matrix(diffs, cap)
-        image = _draw(ax, grid, cap, f"{dataset} · {a} − {b}", cmap=DIVERGING, norm=norm)
+        image = _draw(ax, grid, cap, f"{short(dataset)} · {a} − {b}", cmap=DIVERGING, norm=norm)
     if image is not None:
         fig.colorbar(image, ax=list(axes[0]), label=f"acc_len({a}) − acc_len({b})", fraction=0.03, extend="both")
     return fig

@@ -23,6 +23,7 @@ OKABE_ITO = {
 CYCLE = ("#E69F00", "#0072B2", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 PHASE_COLOURS = {"prefill": "#CC79A7", "drafting": "#E69F00", "verification": "#0072B2",
                  "overhead": "#009E73"}
+NAME_WIDTH = 40  # characters of a dataset's name a figure shows (the page and the tables show all of it)
 SEQUENTIAL = "viridis"  # perceptually uniform, colour-blind safe
 MISSING = "#d0d0d0"  # background where a request has no position (past its end)
 DIVERGING = "PuOr"  # colour-blind safe diverging map
@@ -86,3 +87,9 @@ def plain_log_axis(axis) -> None:
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 3.0)))
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axis.set_minor_formatter(FuncFormatter(lambda value, _: ""))
+
+
+def short(name: str) -> str:
+    """``name`` cut to :data:`NAME_WIDTH` characters, ``…`` marking the cut (a 300-character
+    dataset name made figures 4500 px wide with their labels overlapping)."""
+    return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"

@@ -27,7 +27,7 @@ from pathlib import Path
 from specscope.analysis.measured import MeasuredCell
 from specscope.costmodel.linear import FittedCell
 from specscope.methods import NO_SD
-from specscope.report.style import batch_axis, colour_for, panel_grid, plt
+from specscope.report.style import batch_axis, colour_for, panel_grid, plt, short
 from specscope.sim.grid import COMBINED, SimRow
 
 RUNNABLE = ("fixed:", "tree:")  # the policies an engine runs as configured: a chain of k, a static tree
@@ -144,6 +144,6 @@ def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitt
         ax.axhline(1.0, color="black", linewidth=0.8)
         batch_axis(ax, sorted({r.batch_size for r in rows}))
         ax.set_ylabel("speedup over no SD")
-        ax.set_title(dataset)
+        ax.set_title(short(dataset))
         ax.legend(loc="best", title="circles: measured k (filled: in the fit); dashes: predicted")
     return fig
