@@ -44,6 +44,8 @@ CASES = [
     Case("report-steps-bad-line", ["report", "t.jsonl", "-o", "out", "--steps", "steps.jsonl"], r"steps\.jsonl:1",
          {**WITH_TRACE, "steps.jsonl": "garbage\n"}),
     Case("study-k-zero", ["study", "--k", "0"], r"--k: expected an integer >= 1"),
+    Case("study-batch-above-requests", ["study", "--requests", "2"],
+         r"--batch-sizes: 8 is above the 2 requests the study uses of \S+code\.jsonl"),
     Case("study-k-above-k-max", ["study", "--k", "5", "--k-max", "3"], r"--k 5: above --k-max 3"),
     Case("study-threads-text", ["study", "--threads", "two"], r"--threads.*'two'"),
     Case("study-o-is-a-file", ["study", "-o", "taken.txt"], r"taken\.txt: exists and is not a directory", WITH_FILE),

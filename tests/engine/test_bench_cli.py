@@ -170,6 +170,15 @@ def test_bench_table_and_user_errors(llama_dir, workload, tmp_path, capsys):
         assert "no CUDA device" in capsys.readouterr().err
 
 
+def test_bench_refuses_a_batch_of_more_distinct_requests_than_the_workload_has(llama_dir, workload, capsys):
+    """Five requests at --batch-sizes 16: at most five ever ran together, yet the row said batch
+    size 16. Refused, naming the workload; replicate batching (B copies of each) may go past it."""
+    base = ["bench", "--model", str(llama_dir), "--method", "ngram", "--workload", str(workload), "--max-tokens", "2"]
+    assert main([*base, "--batch-sizes", "1,16"]) == 2
+    assert "--batch-sizes: 16 is above the 5 requests of" in capsys.readouterr().err
+    assert main([*base, "--batch-sizes", "6", "--batching", "replicate", "--repeats", "1"]) == 0
+
+
 @pytest.mark.parametrize(
     "line,match",
     [

@@ -17,8 +17,11 @@ TABLE = [
     (([1, 2, 3, 4, 5, 6], 3, 3, 7), []),
     # suffix [1 2 3] occurred once: propose what followed it
     (([1, 2, 3, 9, 8, 7, 1, 2, 3], 3, 3, 7), [9, 8, 7]),
-    # several occurrences: the most recent one wins
-    (([1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3], 2, 3, 7), [5, 1]),
+    # several occurrences: the earliest one wins, as in vLLM's proposer
+    (([1, 2, 3, 4, 1, 2, 3, 5, 1, 2, 3], 2, 3, 7), [4, 1]),
+    # a run of one token: its earliest occurrence of the longest match offers the whole run (the
+    # most recent one offered a single token, whatever k: k > 1 gained nothing in a repetition loop)
+    (([5, 6] + [9] * 12, 4, 3, 7), [9, 9, 9, 9]),
     # the longest n wins over a more recent shorter match
     (([7, 1, 2, 3, 4, 0, 1, 2, 3, 5, 7, 1, 2, 3], 2, 3, 7), [4, 0]),
     # match at the very end: the continuation is cut by the end of the history
@@ -32,8 +35,8 @@ TABLE = [
     (([1, 2, 9, 1, 2], 2, 2, 7), [9, 1]),
     # history shorter than min_n + 1
     (([1, 2, 3], 3, 3, 7), []),
-    # max_n = 2: only the suffix [3 4] is tried (a 3-gram would find 6); its most recent match
-    (([2, 3, 4, 6, 3, 4, 7, 2, 3, 4], 1, 2, 2), [7]),
+    # max_n = 2: only the suffix [3 4] is tried (a 3-gram would find 6 as well); its earliest match
+    (([2, 3, 4, 6, 3, 4, 7, 2, 3, 4], 1, 2, 2), [6]),
 ]
 
 
@@ -63,7 +66,7 @@ def brute_force(history: list[int], k: int, min_n: int, max_n: int) -> list[int]
     for n in range(max_n, min_n - 1, -1):
         if n >= len(history):
             continue
-        for j in range(len(history) - n - 1, -1, -1):
+        for j in range(len(history) - n):
             if history[j : j + n] == history[-n:]:
                 return history[j + n : j + n + k]
     return []

@@ -134,6 +134,11 @@ def run_bench(config: BenchConfig) -> BenchResult:
                 f"{config.workload}: request {request.id!r}: token ids must be below "
                 f"the vocabulary size {vocab}"
             )
+    too_many = [b for b in config.batch_sizes if b > len(requests)] if config.batching == "distinct" else []
+    if too_many:  # at most len(requests) ever run together: the row would carry a batch size it never ran
+        raise SpecscopeError(f"--batch-sizes: {too_many[0]} is above the {len(requests)} requests of "
+                             f"{config.workload} (distinct requests fill at most {len(requests)} slots; "
+                             "--batching replicate runs B copies of each)")
     max_seq_len = max(len(r.prompt_token_ids) for r in requests) + config.max_tokens
     slots = max(config.batch_sizes)
     eos = load_eos_token_ids(config.model_dir)

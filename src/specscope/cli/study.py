@@ -76,6 +76,15 @@ def run(args: argparse.Namespace) -> int:
     config.max_tokens = args.max_tokens
     if args.requests is not None:
         config.requests = args.requests
+    for workload in config.workloads:  # its measured batches fill with distinct requests
+        try:
+            lines = sum(1 for line in workload.read_text(encoding="utf-8").splitlines() if line.strip())
+        except (OSError, UnicodeDecodeError) as error:
+            raise SpecscopeError(f"{workload}: cannot read the workload: {error}") from None
+        requests = min(lines, config.requests or lines)
+        if max(config.batch_sizes) > requests:
+            raise SpecscopeError(f"--batch-sizes: {max(config.batch_sizes)} is above the {requests} requests the study "
+                                 f"uses of {workload} (a batch of distinct requests cannot be filled)")
     config.replay_cost_models = tuple(args.replay) or config.replay_cost_models
     from specscope.costmodel.registry import resolve_cost_model
 

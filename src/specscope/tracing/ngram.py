@@ -1,11 +1,11 @@
 """n-gram (prompt lookup) acceptance at every output position, in one linear pass.
 
 The proposer's match rule (:mod:`specscope.proposers.ngram`): with history ``h`` ending in its
-newest token, for n from max_n down to min_n find the most recent earlier start ``j``
+newest token, for n from max_n down to min_n find the earliest start ``j``
 (``j + n < len(h)``) with ``h[j:j+n] == h[-n:]`` and propose ``h[j+n : j+n+k]``.
 
 Instead of searching the history at every position (quadratic), one dictionary per n maps each
-n-gram to its most recent eligible start. When the history grows to length L, the n-grams that
+n-gram to its earliest eligible start. When the history grows to length L, the n-grams that
 end at index L − 2 become eligible (their continuation exists); the query is then
 max_n − min_n + 1 dictionary look-ups. Each position costs O(max_n + k_max): linear overall.
 
@@ -30,7 +30,7 @@ def ngram_trace(prompt: Sequence[int], output: Sequence[int], k_max: int,
     """acc_len and draft_len of the n-gram proposer at every output position ([G] each)."""
     h = [int(t) for t in prompt] + [int(t) for t in output]
     p, g = len(prompt), len(output)
-    last_start: list[dict[tuple[int, ...], int]] = [dict() for _ in range(max_n + 1)]
+    first_start: list[dict[tuple[int, ...], int]] = [dict() for _ in range(max_n + 1)]
     acc_len = np.ones(g, dtype=np.int32)
     draft_len = np.zeros(g, dtype=np.int32)
     for length in range(1, len(h) + 1):
@@ -38,12 +38,12 @@ def ngram_trace(prompt: Sequence[int], output: Sequence[int], k_max: int,
         for n in range(min_n, max_n + 1):
             start = end - n + 1
             if start >= 0:
-                last_start[n][tuple(h[start : end + 1])] = start
+                first_start[n].setdefault(tuple(h[start : end + 1]), start)
         i = length - p - 1  # output position whose step reads this history
         if i < 0:
             continue
         for n in range(min(max_n, length - 1), min_n - 1, -1):
-            j = last_start[n].get(tuple(h[length - n : length]))
+            j = first_start[n].get(tuple(h[length - n : length]))
             if j is None:
                 continue
             proposal = h[j + n : min(j + n + k_max, length)]
