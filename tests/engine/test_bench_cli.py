@@ -235,6 +235,8 @@ def test_bench_text_workload_with_tokenizer_and_sampling(llama_dir, tmp_path, ca
                 "5",
                 "--batch-sizes",
                 "1,2",
+                "--batching",
+                "replicate",  # one request: a batch of 2 is two copies of it
                 "--temperature",
                 "0.7",
                 "--seed",

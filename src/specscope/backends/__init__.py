@@ -36,6 +36,7 @@ class BenchConfig:
     draft_dir: Path | None = None
     k: int = 3
     batch_sizes: tuple[int, ...] = (1, 4, 8)
+    batch_sizes_given: bool = True  # False: the defaults, of which those above the requests are left out
     max_tokens: int = 128
     batching: str = "distinct"
     dtype: str = "float32"

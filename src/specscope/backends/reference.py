@@ -135,10 +135,14 @@ def run_bench(config: BenchConfig) -> BenchResult:
                 f"the vocabulary size {vocab}"
             )
     too_many = [b for b in config.batch_sizes if b > len(requests)] if config.batching == "distinct" else []
-    if too_many:  # at most len(requests) ever run together: the row would carry a batch size it never ran
+    if too_many and config.batch_sizes_given:  # at most len(requests) run together: a row would say otherwise
         raise SpecscopeError(f"--batch-sizes: {too_many[0]} is above the {len(requests)} requests of "
                              f"{config.workload} (distinct requests fill at most {len(requests)} slots; "
                              "--batching replicate runs B copies of each)")
+    if too_many:
+        log.warning("batch sizes %s left out: %s has %d requests", ",".join(map(str, too_many)), config.workload,
+                    len(requests))
+        config = replace(config, batch_sizes=tuple(b for b in config.batch_sizes if b <= len(requests)))
     max_seq_len = max(len(r.prompt_token_ids) for r in requests) + config.max_tokens
     slots = max(config.batch_sizes)
     eos = load_eos_token_ids(config.model_dir)

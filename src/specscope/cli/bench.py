@@ -83,8 +83,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--batch-sizes",
         type=int_list,
-        default=list(DEFAULTS["batch_sizes"]),
-        help="comma list (default 1,4,8)",
+        default=None,
+        help="comma list (default 1,4,8, less those above the workload's distinct requests)",
     )
     parser.add_argument(
         "--workload",
@@ -154,7 +154,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         method=LEARNED if policy is not None else DEFAULTS["method"] if args.method is None else args.method,
         k=policy.depth if policy is not None else args.tree.depth if args.tree is not None
         else DEFAULTS["k"] if args.k is None else args.k,
-        batch_sizes=tuple(args.batch_sizes),
+        batch_sizes=tuple(args.batch_sizes or DEFAULTS["batch_sizes"]),
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
         temperature=args.temperature,
@@ -188,6 +188,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         raise SpecscopeError("--model: required with --backend reference")
     return BenchConfig(
         **shared,
+        batch_sizes_given=args.batch_sizes is not None,
         model_dir=Path(args.model),
         draft_dir=args.draft,
         batching=args.batching,
