@@ -135,3 +135,13 @@ def test_a_report_on_shallow_traces_holds_itself_to_their_depth(tmp_path):
     assert data.config.ks == (1, 2) and data.config.deepest == 2
     assert data.config.longer_k == "the traces were recorded to k_max = 2"
     assert {r.policy for r in data.rows} >= {"fixed:1", "fixed:2", "adaptive", "oracle"}
+
+
+def test_the_answer_explains_the_dagger_only_where_a_row_carries_it():
+    from specscope.report.answer import AnswerRow
+    from specscope.report.html import answer_section
+
+    row = AnswerRow("d", 1, "eagle", "fixed:3", 1.5, "eagle", 1.6, 0.1, None)
+    assert "†" not in answer_section([row], largest_k=8, longer_k="a longer one may do better (--ks)")
+    edge = answer_section([row], largest_k=3, longer_k="a longer one may do better (--ks)")
+    assert "fixed:3 †" in edge and "† the largest k tried (3); a longer one may do better (--ks)." in edge

@@ -124,7 +124,8 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
         "oracle: one proposer, proposing exactly what will be accepted (no wasted verification) — the best "
         "k at every step it reaches, not a bound on speed: a fixed k lands on other positions and can come "
         "out ahead (a negative gap)."
-        + (f" † the largest k tried ({largest_k}); {esc(longer_k)}." if largest_k else "")
+        + (f" † the largest k tried ({largest_k}); {esc(longer_k)}."
+           if largest_k is not None and any(r.best_policy == f"fixed:{largest_k}" for r in rows) else "")
         + "</p>")
     return "".join(parts)
 
