@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import TextIO
 
@@ -23,7 +24,7 @@ from specscope.cli._common import (
     write_rows,
 )
 from specscope.errors import SpecscopeError
-from specscope.methods import LEARNED, names
+from specscope.methods import LEARNED, NO_SD, names
 from specscope.policy.learned import load_policy
 from specscope.trees import parse_tree
 
@@ -239,6 +240,10 @@ def run(args: argparse.Namespace) -> int:
         _print_openai_table(result.rows, out)
     else:
         _print_table(result.rows, out)
+    idle = [row.batch_size for row in result.rows if row.method != NO_SD and row.details.get("num_drafts") == 0]
+    if idle:
+        print(f"note: B={','.join(map(str, idle))}: no SD step proposed a draft (no n-gram match, or every output "
+              "ended at its first token), so the speedup measures running SD for nothing", file=sys.stderr)
     return 0
 
 
