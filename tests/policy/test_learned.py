@@ -98,7 +98,7 @@ def test_a_method_that_accepted_everything_in_training_still_follows_a_request_t
     any request's record, and a workload where it accepts nothing drafted k = J at every step
     (0.76× where not drafting is 1.00×). Its offsets are now its smoothed rate's log-odds, and a
     request whose drafts are all rejected stops drafting once its record outweighs them (here
-    after some 40–60 rejections: training said 0.999)."""
+    after 56 rejections here: training said 0.999)."""
     from specscope.sim.fit import fit_policy
 
     accepting = [record([1] * 60, [7] * 60, rid=f"a{i}", offer=[0] * 60, dataset="a") for i in range(6)]

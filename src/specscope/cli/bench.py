@@ -85,7 +85,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--batch-sizes",
         type=int_list,
         default=None,
-        help="comma list (default 1,4,8, less those above the workload's distinct requests)",
+        help=f"comma list (default {','.join(map(str, DEFAULTS['batch_sizes']))}, less those above the workload's "
+             "distinct requests)",
     )
     parser.add_argument(
         "--workload",

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
 
     from specscope.errors import SpecscopeError
     from specscope.study.pipeline import run_study
+    from specscope.workloads.jsonl import read_prompts
 
     if args.k > args.k_max:
         raise SpecscopeError(f"--k {args.k}: above --k-max {args.k_max} (the traces could not tell what "
@@ -77,11 +78,8 @@ def run(args: argparse.Namespace) -> int:
     if args.requests is not None:
         config.requests = args.requests
     for workload in config.workloads:  # its measured batches fill with distinct requests
-        try:
-            lines = sum(1 for line in workload.read_text(encoding="utf-8").splitlines() if line.strip())
-        except (OSError, UnicodeDecodeError) as error:
-            raise SpecscopeError(f"{workload}: cannot read the workload: {error}") from None
-        requests = min(lines, config.requests or lines)
+        prompts = len(read_prompts(workload))
+        requests = min(prompts, config.requests or prompts)
         if max(config.batch_sizes) > requests:
             raise SpecscopeError(f"--batch-sizes: {max(config.batch_sizes)} is above the {requests} requests the study "
                                  f"uses of {workload} (a batch of distinct requests cannot be filled)")

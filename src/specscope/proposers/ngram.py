@@ -34,9 +34,10 @@ def lookup(history: list[int] | np.ndarray, k: int, min_n: int = NGRAM_MIN_N, ma
     the list's own search); from the earliest on, each candidate's match length is the run of
     tokens agreeing with the history's end, at most ``max_n``; a longer one replaces the best, so
     ties keep the earliest (in a run of one repeated token the most recent occurrence is followed
-    by one token, the earliest by the whole run: vLLM offers k there). Plain Python on purpose: an engine calls this for every
-    sequence at every step, and there array code's fixed cost per call dominated (in the
-    reference engine, 118 µs against 9 µs per call, measured on the bundled math workload).
+    by one token, the earliest by the whole run: vLLM offers k there). Plain Python on purpose:
+    an engine calls this for every sequence at every step, and there array code's fixed cost per
+    call dominated (in the reference engine, 118 µs against 9 µs per call, measured on the
+    bundled math workload).
     """
     h = history if isinstance(history, list) else list(history)
     size = len(h)

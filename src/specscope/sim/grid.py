@@ -30,7 +30,6 @@ from specscope.trace.schema import TraceRecord
 log = logging.getLogger(__name__)
 
 COMBINED = "combined"
-LOOKUPS = frozenset(m.name for m in of_kind("lookup"))  # proposers that draft by lookup (no model)
 # Proposers that look tokens up (and may find nothing), as opposed to model drafters.
 LOOKUP_PROPOSERS = frozenset(m.name for m in of_kind("lookup"))
 # The paper's guessed n-gram match probability where acc_len = 1 (shared/paper/README.md).
@@ -239,7 +238,7 @@ def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchD
     if policy.switch is not None:
         return SwitchDrafting.of(cost, policy.switch, causal=policy.decide_for is not None)
     if policy.combined:
-        lookups = [m for m in policy.combined if m in LOOKUPS]
+        lookups = [m for m in policy.combined if m in LOOKUP_PROPOSERS]
         return cost.drafting_for((lookups or list(policy.combined))[0])
     return cost.drafting_for(acc)
 

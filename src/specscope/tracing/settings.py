@@ -14,8 +14,9 @@ A fingerprint is a SHA-256 of ``config.json`` and of the names and sizes of the 
 
 A resume whose settings differ is refused, naming the first differing setting, unless the
 caller starts over (``--overwrite``). Models are compared by path as well as fingerprint (names
-and sizes of the weight files cannot tell a retrained checkpoint of the same shape). A trace file with records but no settings file (written
-before settings were kept) is refused the same way: nothing tells what it was traced with.
+and sizes of the weight files cannot tell a retrained checkpoint of the same shape). A trace
+file with records but no settings file (written before settings were kept) is refused the same
+way: nothing tells what it was traced with.
 """
 
 from __future__ import annotations
@@ -67,11 +68,11 @@ def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
             raise SpecscopeError(f"{output}: holds traces but no settings file {sidecar.name} (traced by an older "
                                  "specscope?): cannot tell whether resuming would mix runs; start over (`trace "
                                  "--overwrite`, or delete the file) or trace into another file")
-        old, new = read_json_object(sidecar, "trace settings (a JSON object)"), settings
-        for key in sorted(set(old) | set(new)):
-            if old.get(key) != new.get(key):
+        old = read_json_object(sidecar, "trace settings (a JSON object)")
+        for key in sorted(set(old) | set(settings)):
+            if old.get(key) != settings.get(key):
                 raise SpecscopeError(f"{output}: traced with other settings: {key} was {_show(old.get(key))}, now "
-                                     f"{_show(new.get(key))}; start over (`trace --overwrite`, or delete the file) or "
+                                     f"{_show(settings.get(key))}; start over (`trace --overwrite`, or delete the file) or "
                                      "trace into another file")
         return
     if output.is_file():
