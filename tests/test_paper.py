@@ -60,3 +60,24 @@ def test_paper_command(paper, capsys):
     out = capsys.readouterr().out
     worst = float(out.split("largest difference from the paper's figures: ")[1].split()[0])
     assert worst <= 0.02
+
+
+def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
+    """Another model's gsm8k traces beside the paper's: each keeps its own rows, and only the file
+    named as the paper's (``llama3.1-8b_gsm8k``) is compared with the figures; alone, the other
+    is compared with nothing, and the run says so instead of claiming a difference of 0."""
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 8, "prompt_token_ids": [1, 2],
+              "output_token_ids": [5, 6, 7, 8], "proposers": {"ngram": {"acc_len": [2, 1, 2, 1]},
+                                                              "eagle": {"acc_len": [3, 1, 2, 1]}}}
+    (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps(record) + "\n")
+    (tmp_path / "figures_gsm8k_sharegpt.csv").write_text("acc,dataset,policy,bs1\nngram,gsm8k,fixed1,1.00\n")
+    assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "no cell compared with figures_gsm8k_sharegpt.csv" in out and "largest difference" not in out
+    (tmp_path / "llama3.1-8b_gsm8k.jsonl").write_text(json.dumps({**record, "id": "b"}) + "\n")
+    assert main(["paper", "--traces-dir", str(tmp_path), "-o", str(tmp_path / "cells.csv")]) == 0
+    assert "largest difference from the paper's figures" in capsys.readouterr().out
+    with open(tmp_path / "cells.csv", encoding="utf-8") as handle:
+        compared = {(r["dataset"], r["paper_speedup"]) for r in csv.DictReader(handle)
+                    if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:1", "1")}
+    assert compared == {("llama3.1-8b_gsm8k", "1.0"), ("qwen3-8b_gsm8k", "")}

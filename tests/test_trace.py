@@ -118,6 +118,21 @@ def test_inspect_and_convert(tmp_path, capsys):
     assert report.format == "specscope" and records[0].k_max == 20 and records[1].output_len == 2
 
 
+def test_inspect_says_where_k_max_is_missing(tmp_path, capsys):
+    """One record declares k_max 1, the other none but accepted 9 drafts: the file has no k_max,
+    and the table says what is known instead of reporting the one that was declared."""
+    declared = {"schema": "specscope.trace/1", "id": "a", "k_max": 1, "prompt_token_ids": [1],
+                "output_token_ids": [5, 6], "proposers": {"ngram": {"acc_len": [2, 1]}}}
+    missing = {**declared, "id": "b", "k_max": None, "output_token_ids": list(range(5, 15)),
+               "proposers": {"ngram": {"acc_len": [10] + [1] * 9}}}
+    path = write_lines(tmp_path / "t.jsonl", [declared, missing])
+    assert main(["traces", "inspect", "--format", "json", str(path)]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)
+    assert (summary["k_max"], summary["k_max_declared"], summary["k_max_missing"]) == (None, [1], 1)
+    assert main(["traces", "inspect", str(path)]) == 0
+    assert "not recorded in 1 of 2 records (others: 1; max accepted drafts seen: 9)" in capsys.readouterr().out
+
+
 def test_invalid_utf8_and_empty_files_name_the_file(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes((write_lines(tmp_path / "ok.jsonl", [bench_record()]).read_text() + "\xff\n").encode("latin-1"))

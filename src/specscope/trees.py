@@ -195,11 +195,18 @@ def chain(k: int) -> TreeShape:
 
 def parse_tree_list(text: str) -> tuple[TreeShape, ...]:
     """``--trees``: a comma list of branching shapes (``2x2x1,4x2x2x1``), each at most
-    :data:`specscope.validate.K_MAX_LIMIT` deep."""
+    :data:`specscope.validate.K_MAX_LIMIT` deep and its children's ranks below the traces' rank cap
+    (:data:`~specscope.trace.schema.TREE_RANK_CAP`: a rank stored there is "that or worse", so a
+    wider tree could not be replayed)."""
+    from specscope.trace.schema import TREE_RANK_CAP
+
     trees = tuple(TreeShape.parse(part) for part in text.split(",") if part.strip())
     if not trees:
         raise Invalid(f"expected a comma list of trees such as 2x2x1,4x2x2x1, got {text!r}")
     deep = next((tree for tree in trees if tree.depth > validate.K_MAX_LIMIT), None)
     if deep is not None:
         raise Invalid(f"expected trees at most {validate.K_MAX_LIMIT} deep, got {deep.name} of depth {deep.depth}")
+    wide = next((tree for tree in trees if tree.max_rank >= TREE_RANK_CAP), None)
+    if wide is not None:
+        raise Invalid(f"expected trees at most {TREE_RANK_CAP} children wide (the traces' rank cap), got {wide.name}")
     return trees

@@ -52,6 +52,12 @@ def test_pair_shares(two):
     assert pair.ties == pytest.approx(1 / 6)
 
 
+def test_a_pair_without_common_positions_has_no_shares(record):
+    """n-gram in one request, EAGLE in the other: no position to compare, so no share (not 0 %)."""
+    _, (pair,) = acceptance_stats([record("a", "x", [1], ngram=[2, 1]), record("b", "x", [1], eagle=[1, 3])])
+    assert (pair.positions, pair.a_beats_b, pair.b_beats_a, pair.ties) == (0, None, None, None)
+
+
 def test_pairs_use_the_common_prefix_and_datasets_stay_apart(record):
     records = [
         record("a", "x", [1], output=[7, 7, 7], ngram=[4, 4, 4], eagle=[1, 9]),

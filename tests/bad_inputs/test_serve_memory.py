@@ -27,6 +27,10 @@ CASES = [
     Case("memory-negative-hidden", ["memory", "--target", "c.json"], r"c\.json.*hidden_size",
          {"c.json": json.dumps({**CONFIG, "hidden_size": -64})}),
     Case("memory-config-not-json", ["memory", "--target", "c.json"], r"c\.json:1", {"c.json": "{hidden_size: 1"}),
+    Case("memory-mixture-of-experts", ["memory", "--target", "c.json"], r"c\.json: field 'num_local_experts': a mixture of experts",
+         {"c.json": json.dumps({**CONFIG, "num_local_experts": 8})}),
+    Case("memory-latent-attention", ["memory", "--target", "c.json"], r"c\.json: field 'kv_lora_rank': latent attention",
+         {"c.json": json.dumps({**CONFIG, "kv_lora_rank": 512})}),
     Case("memory-dtype-bytes", ["memory", "--target", "llama3.1-8b", "--dtype-bytes", "3"], r"--dtype-bytes"),
 ]
 

@@ -134,6 +134,10 @@ def test_the_gap_closed_is_judged_only_where_oracle_switch_beats_the_best_fixed_
 
     line = judge(rows(2.5), "learned:p.json")[0]
     assert line["best_fixed"] == "ngram fixed:2" and line["gap_closed"] == pytest.approx(0.2)
+    adaptive = [SimRow("d", acc, "adaptive", 1, "mixed", v, v, v, 1.0, 1.0, 1.0, 0.5, 1.5, 3)
+                for acc, v in (("ngram", 1.6), ("eagle", 1.7))]
+    line = judge(rows(2.5) + adaptive, "learned:p.json")[0]
+    assert (line["adaptive"], line["adaptive_acc"]) == (1.7, "eagle")  # the better proposer's, named
     assert np.isnan(judge(rows(2.01), "learned:p.json")[0]["gap_closed"])
     assert np.isnan(judge(rows(1.9), "learned:p.json")[0]["gap_closed"])
 

@@ -90,9 +90,9 @@ class PairStats:
     a: str
     b: str
     positions: int
-    a_beats_b: float
-    b_beats_a: float
-    ties: float
+    a_beats_b: float | None  # shares of the common positions; None without any
+    b_beats_a: float | None
+    ties: float | None
 
     def flat(self) -> dict:
         return asdict(self)
@@ -124,7 +124,7 @@ def pair_stats(dataset: str, records: Sequence[TraceRecord], a: str, b: str) -> 
         wins += int(np.count_nonzero(first[:n] > second[:n]))
         losses += int(np.count_nonzero(first[:n] < second[:n]))
         total += n
-    share = (lambda x: x / total) if total else (lambda x: 0.0)
+    share = (lambda x: x / total) if total else (lambda x: None)  # no common position: no share
     return PairStats(dataset, a, b, total, share(wins), share(losses), share(total - wins - losses))
 
 

@@ -47,15 +47,17 @@ def _words(ids: np.ndarray) -> str:
 
 
 def bleu_scores(records: Sequence[TraceRecord]) -> np.ndarray:
-    """BLEU-4 of each record's output against its prompt, in [0, 1] ([records] float64)."""
+    """BLEU-4 of each record's output against its prompt, in [0, 1] ([records] float64; sacrebleu's
+    percentage over 100, which rounding can put a few ulps past 1 for an output equal to its
+    prompt)."""
     from sacrebleu.metrics import BLEU
 
     bleu = BLEU(tokenize="none", effective_order=True)
-    return np.array([
+    return np.clip([
         bleu.sentence_score(_words(r.output_token_ids), [_words(r.prompt_token_ids)]).score / 100.0
         if r.prompt_len else 0.0
         for r in records
-    ])
+    ], 0.0, 1.0)
 
 
 def bin_index(scores: np.ndarray, edges: Sequence[float] = BLEU_EDGES) -> np.ndarray:

@@ -107,7 +107,7 @@ def read_trace_args(args: argparse.Namespace) -> list:
     reported on stderr (one line per file)."""
     from specscope.trace import load_traces
 
-    refuse_overwriting(getattr(args, "output", None), args.traces)
+    refuse_clashes(output_options(args), args.traces)
     records, reports = load_traces(args.traces, lengths=args.lengths)
     for report in reports:
         if report.mismatched_records:
@@ -123,6 +123,27 @@ def refuse_overwriting(output: object, inputs: Iterable[str | Path], option: str
     for path in inputs:
         if Path(path).is_file() and os.path.samefile(output, path):
             raise SpecscopeError(f"{option} {output}: is also an input ({path}); write the result elsewhere")
+
+
+def output_options(args: argparse.Namespace) -> dict[str, object]:
+    """The files ``args`` writes, by option: ``-o`` and every ``--…-output`` given."""
+    return {("-o" if name == "output" else "--" + name.replace("_", "-")): value for name, value in vars(args).items()
+            if (name == "output" or name.endswith("_output")) and value is not None}
+
+
+def refuse_clashes(outputs: dict[str, object], inputs: Iterable[str | Path]) -> None:
+    """Refuse an output (option → path; None: not given) that is one of the ``inputs``, or two
+    outputs naming one file (the second would replace the first). Standard output and devices are
+    never a clash."""
+    seen: dict[str, str] = {}
+    for option, path in outputs.items():
+        refuse_overwriting(path, inputs, option)
+        if path is None or to_stdout(path) or (Path(path).exists() and not Path(path).is_file()):
+            continue
+        where = os.path.realpath(path)
+        if where in seen:
+            raise SpecscopeError(f"{option} {path}: also given to {seen[where]}; write each output to its own file")
+        seen[where] = option
 
 
 def model_dir_arg(path: str | Path) -> Path:

@@ -157,6 +157,8 @@ def _evaluated(line: dict, column: str) -> str | None:
     """One cell of the evaluate table: 2 decimals, ``no gap`` for an undefined gap closed."""
     if column not in line:
         return None
+    if column == "adaptive":
+        return f"{line[column]:.2f} {line['adaptive_acc']}"
     return "no gap" if np.isnan(line[column]) else f"{line[column]:.2f}"
 
 

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         print_table(
             "head to head: share of common positions where each proposer emits more",
             ["dataset", "a", "b", "positions", "a > b", "b > a", "ties"],
-            [[p.dataset, p.a, p.b, p.positions, f"{p.a_beats_b:.1%}", f"{p.b_beats_a:.1%}", f"{p.ties:.1%}"]
+            [[p.dataset, p.a, p.b, p.positions, *(None if v is None else f"{v:.1%}" for v in (p.a_beats_b, p.b_beats_a, p.ties))]
              for p in pairs],
             file=out,
         )

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope import validate
-from specscope.cli._common import check_output_file, print_table, to_stdout
+from specscope.cli._common import check_output_file, print_table, refuse_clashes, to_stdout
 from specscope.trees import TreeShape, parse_tree_list
 
 
@@ -59,6 +59,7 @@ def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
     records = list(iter_file(path, report, lengths="own"))
     proposers = sorted({name for r in records for name in r.proposers})
     declared = {r.k_max for r in records if r.k_max is not None}
+    undeclared = sum(r.k_max is None for r in records)
     observed = max(int(t.acc_len.max()) for r in records for t in r.proposers.values()) - 1
     return {
         "file": path,
@@ -66,7 +67,9 @@ def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
         "requests": report.records,
         "positions": int(sum(r.output_len for r in records)),
         "proposers": proposers,
-        "k_max": max(declared) if declared else None,
+        "k_max": max(declared) if declared and not undeclared else None,  # None unless every record has one
+        "k_max_declared": sorted(declared),
+        "k_max_missing": undeclared,
         "max_accepted": observed,
         "draft_len": sorted({n for r in records for n, t in r.proposers.items() if t.draft_len is not None}),
         "mismatched_records": report.mismatched_records,
@@ -76,6 +79,17 @@ def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
         "datasets": sorted({r.dataset for r in records}),
         "tree_mean_acc_len": tree_means(records, trees or [TreeShape.parse(t) for t in requested_trees(Path(path))]),
     }
+
+
+def _k_max_text(summary: dict) -> str:
+    """The k_max cell of an inspected file: its k_max, or what is known where records lack it."""
+    if summary["k_max"] is not None:
+        return str(summary["k_max"])
+    seen = f"max accepted drafts seen: {summary['max_accepted']}"
+    if not summary["k_max_declared"]:
+        return f"not recorded ({seen})"
+    declared = ", ".join(map(str, summary["k_max_declared"]))
+    return f"not recorded in {summary['k_max_missing']} of {summary['requests']} records (others: {declared}; {seen})"
 
 
 def run_inspect(args: argparse.Namespace) -> int:
@@ -91,7 +105,7 @@ def run_inspect(args: argparse.Namespace) -> int:
             ["requests", str(s["requests"])],
             ["output positions", str(s["positions"])],
             ["proposers", ", ".join(s["proposers"])],
-            ["k_max", str(s["k_max"]) if s["k_max"] is not None else f"not recorded (max accepted drafts seen: {s['max_accepted']})"],
+            ["k_max", _k_max_text(s)],
             ["draft_len recorded for", ", ".join(s["draft_len"]) or "none"],
             ["acc_len length ≠ output", f"{s['mismatched_records']} records ({mismatch})"],
             ["mean prompt length", f"{s['mean_prompt_len']:.1f}"],
@@ -107,6 +121,7 @@ def run_convert(args: argparse.Namespace) -> int:
     from specscope.trace import load_traces
     from specscope.trace.load import write_traces
 
+    refuse_clashes({"-o": args.output}, args.traces)
     records, reports = load_traces(args.traces, lengths="common")
     for record in records:
         if record.k_max is None and args.k_max is not None:

@@ -45,7 +45,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscope.cli._common import atomic_write_text
+    from specscope.cli._common import atomic_write_text, refuse_clashes
     from specscope.errors import SpecscopeError
     from specscope.workloads.bundled import bundled_prompts
     from specscope.workloads.chat import ChatTemplate, load_chat_template
@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dataset in DATASETS:
         if not args.source:
             raise SpecscopeError(f"--source: {args.dataset} needs a local file in its format, or 'hub'")
+        refuse_clashes({"-o": args.output}, [args.source])
         count = (lambda text: len(tokenizer.encode(text, add_special_tokens=False).ids)) if tokenizer else None
         prompts, report = load_prompts(args.dataset, args.source, args.n, args.seed, count)
         note = report.summary()

@@ -14,6 +14,13 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import read_json_object
 from specscope.trace.fields import Fields
 
+UNPRICED = {  # config.json fields of layers a ModelShape cannot price → what they declare
+    "num_local_experts": "a mixture of experts",  # Mixtral
+    "num_experts": "a mixture of experts",  # Qwen2-MoE, Qwen3-MoE
+    "n_routed_experts": "a mixture of experts",  # DeepSeek-V2/V3
+    "kv_lora_rank": "latent attention (a compressed KV cache)",  # DeepSeek-V2/V3
+}
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -85,8 +92,14 @@ class ModelShape:
     def from_hf_config(cls, config: dict, name: str = "hf-config") -> "ModelShape":
         """Build a shape from a Hugging Face ``config.json`` dictionary (``name``: where it came
         from, for errors). Sizes are positive integers; the query heads split evenly into the
-        KV heads; without ``head_dim``, hidden_size splits evenly into the heads."""
+        KV heads; without ``head_dim``, hidden_size splits evenly into the heads. A mixture of
+        experts or latent attention (:data:`UNPRICED`) is refused."""
         spec = Fields(config, name)
+        for key, what in UNPRICED.items():
+            value = config.get(key)
+            if value is not None and not isinstance(value, bool) and value != 0 and value != 1:
+                raise spec.error(key, f"{what} (got {value!r}): this shape prices dense layers and multi-head "
+                                      "attention only, so its weight and KV bytes would be wrong")
         size = {key: spec.integer(key, minimum=1) for key in
                 ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size")}
         heads = size["num_attention_heads"]

@@ -3,7 +3,7 @@
 For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulate`):
 
 - best fixed = the best ``fixed:k`` of any single proposer, k chosen in hindsight;
-- adaptive = the better proposer under ``adaptive``; oracle per proposer;
+- adaptive = the better proposer under ``adaptive`` (named in ``adaptive_acc``); oracle per proposer;
 - oracle-switch (the causal ceiling, drafting charged) and oracle-combined (the paper's);
 - gap closed = (learned − best fixed) / (oracle-switch − best fixed), undefined (NaN) where
   oracle-switch beats the best fixed policy by less than :data:`MIN_ROOM` of it: a ratio over
@@ -62,8 +62,9 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", 
         line = {"dataset": dataset, "batch_size": b, "best_fixed": f"{best_key[0]} {best_key[1]}",
                 "best_fixed_speedup": fixed[best_key]}
         adaptive = {key: v for key, v in values.items() if key[1] == "adaptive"}
-        if adaptive:
-            line["adaptive"] = max(adaptive.values())
+        if adaptive:  # the better proposer's, named
+            best_adaptive = max(adaptive, key=adaptive.get)
+            line["adaptive"], line["adaptive_acc"] = adaptive[best_adaptive], best_adaptive[0]
         for (acc, policy), v in values.items():
             if policy == "oracle":
                 line[f"oracle_{acc}"] = v

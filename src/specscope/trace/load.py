@@ -114,6 +114,10 @@ def _proposer(fields: Fields, name: str, obj: object, k_max: int | None, output_
         draft_prob = fields.float_matrix(f"{label}.draft_prob", obj["draft_prob"])
         if draft_prob.shape[0] != acc_len.shape[0]:
             raise fields.error(f"{label}.draft_prob", "expected one row per acc_len entry")
+        known = draft_prob[~np.isnan(draft_prob)]
+        if known.size and not ((known >= 0) & (known <= 1)).all():
+            bad = known[~((known >= 0) & (known <= 1))][0]
+            raise fields.error(f"{label}.draft_prob", f"expected probabilities in [0, 1] or null, got {bad:g}")
     tree_rank = None
     if obj.get("tree_rank") is not None:
         tree_rank = fields.int_matrix(f"{label}.tree_rank", obj["tree_rank"], np.int16, low=-1, high=TREE_RANK_CAP)

@@ -214,7 +214,7 @@ def read_rows(path: Path) -> Iterator[Row]:
     path = Path(path)
     suffix = path.suffix.lower()
     if not path.is_file():
-        raise SpecscopeError(f"{path}: no such file")
+        raise SpecscopeError(f"{path}: " + ("is a directory (expected a dataset file)" if path.is_dir() else "no such file"))
     if suffix == ".parquet":
         yield from _parquet_rows(path)
         return
