@@ -1,7 +1,7 @@
 """Scaling of ``specscope sweep --ray``: a 16-cell sweep on a local Ray instance with 2 CPU
 workers against 1 worker (goal: ≥ 1.6× on a 2-core machine with CPU-bound cells).
 
-    python benchmarks/bench_ray_sweep.py [--max-tokens 48] [--num-requests 4]
+    python benchmarks/bench_ray_sweep.py [--max-tokens 48] [--num-requests 8]
 
 The cells: the bundled target model served by ``specscope serve --threads 1`` (CPU-bound),
 methods none and ngram (k = 2) × batch sizes 1, 2, 4, 8 × two bundled workloads: 8 groups of
@@ -59,7 +59,7 @@ def sweep_seconds(workers: int, max_tokens: int, num_requests: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--num-requests", type=int, default=4)
+    parser.add_argument("--num-requests", type=int, default=8)  # at least the largest batch size
     args = parser.parse_args()
     one = sweep_seconds(1, args.max_tokens, args.num_requests)
     two = sweep_seconds(2, args.max_tokens, args.num_requests)

@@ -30,6 +30,7 @@ from specscope import validate
 from specscope.validate import Invalid
 
 MAX_TREE_NODES = 256  # far past any useful tree (EAGLE-2 uses ~60), below a typo's
+TREE_RANK_CAP = 63  # traces cap a draft's rank among its siblings here: a rank past it is stored as the cap
 
 
 @dataclass(frozen=True)
@@ -196,10 +197,8 @@ def chain(k: int) -> TreeShape:
 def parse_tree_list(text: str) -> tuple[TreeShape, ...]:
     """``--trees``: a comma list of branching shapes (``2x2x1,4x2x2x1``), each at most
     :data:`specscope.validate.K_MAX_LIMIT` deep and its children's ranks below the traces' rank cap
-    (:data:`~specscope.trace.schema.TREE_RANK_CAP`: a rank stored there is "that or worse", so a
-    wider tree could not be replayed)."""
-    from specscope.trace.schema import TREE_RANK_CAP
-
+    (:data:`TREE_RANK_CAP`: a rank stored there is "that or worse", so a wider tree could not be
+    replayed)."""
     trees = tuple(TreeShape.parse(part) for part in text.split(",") if part.strip())
     if not trees:
         raise Invalid(f"expected a comma list of trees such as 2x2x1,4x2x2x1, got {text!r}")

@@ -80,7 +80,7 @@ def test_serve_user_errors():
 
 
 def test_sweep_dry_run_and_bad_config(tmp_path):
-    write_workload(tmp_path / "a.jsonl", 2)
+    write_workload(tmp_path / "a.jsonl", 8)  # B = 8 needs 8 requests at once
     config = tmp_path / "s.toml"
     config.write_text(
         'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "ngram"]\nk = [2, 4]\n'
@@ -134,3 +134,17 @@ def test_bench_openai_backend_through_the_cli(tiny_model, tmp_path, capsys):
                 "mean_acceptance_length", "num_drafts", "num_draft_tokens", "num_accepted_tokens"} <= set(row)
         assert row["speedup"] > 0 and row["num_draft_tokens"] >= row["num_accepted_tokens"]
     assert main(["bench", "--workload", str(workload)]) == 2  # the reference backend needs --model
+
+
+def test_sweep_names_the_sd_cells_that_proposed_no_draft():
+    """A cell whose server counted no draft measured SD doing nothing (its speedup is noise
+    around 1): named; one with drafts, a failed one, the baseline and one whose counters are
+    unknown are not."""
+    from specscope.cli.sweep import idle_cells
+
+    rows = [{"method": "none", "k": 0, "batch_size": 1, "status": "ok", "num_drafts": 0},
+            {"method": "ngram", "k": 2, "batch_size": 1, "status": "ok", "num_drafts": 0},
+            {"method": "ngram", "k": 2, "batch_size": 4, "status": "ok", "num_drafts": 17},
+            {"method": "ngram", "k": 4, "batch_size": 1, "status": "failed", "num_drafts": 0},
+            {"method": "eagle", "k": 2, "batch_size": 1, "status": "ok", "num_drafts": None}]
+    assert idle_cells(rows) == ["ngram k=2 B=1"]

@@ -150,6 +150,8 @@ def test_specscope_command():
     assert command[1:4] == ["-m", "specscope", "serve"]
     assert _flag(command, "--method") == "draft" and _flag(command, "--draft") == "/d"
     assert _flag(command, "--max-batch-size") == "4" and _flag(command, "--host") == "127.0.0.1"
+    baseline = command_for(LaunchSpec("specscope", "/m", k=2, batch_size=4, port=1234))
+    assert _flag(baseline, "--method") == "none" and "--k" not in baseline  # serve refuses a k without SD
 
 
 @pytest.mark.parametrize(

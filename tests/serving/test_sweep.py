@@ -36,10 +36,10 @@ drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
 
 
 def enough_for_segments(tmp_path: Path) -> None:
-    """Workloads a.jsonl and b.jsonl of 12 requests each: enough for ten segments (interleaving's
-    default), where :func:`write_config`'s own have three."""
+    """Workloads a.jsonl and b.jsonl of 20 requests each: enough for ten segments (interleaving's
+    default) of two (the grid's largest batch size), where :func:`write_config`'s own have three."""
     for name in ("a.jsonl", "b.jsonl"):
-        write_workload(tmp_path / name, 12, seed=len(name) + ord(name[0]))
+        write_workload(tmp_path / name, 20, seed=len(name) + ord(name[0]))
 
 
 def write_config(tmp_path: Path, text: str) -> Path:

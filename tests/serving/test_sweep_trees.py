@@ -28,7 +28,7 @@ drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
 
 
 def write_config(tmp_path: Path, text: str) -> Path:
-    write_workload(tmp_path / "a.jsonl", 2)
+    write_workload(tmp_path / "a.jsonl", 4)  # B = 4 needs 4 requests at once
     path = tmp_path / "sweep.toml"
     path.write_text(text)
     return path

@@ -157,6 +157,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         k=policy.depth if policy is not None else args.tree.depth if args.tree is not None
         else DEFAULTS["k"] if args.k is None else args.k,
         batch_sizes=tuple(args.batch_sizes or DEFAULTS["batch_sizes"]),
+        batch_sizes_given=args.batch_sizes is not None,
         max_tokens=args.max_tokens,
         ignore_eos=args.ignore_eos,
         temperature=args.temperature,
@@ -190,7 +191,6 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         raise SpecscopeError("--model: required with --backend reference")
     return BenchConfig(
         **shared,
-        batch_sizes_given=args.batch_sizes is not None,
         model_dir=Path(args.model),
         draft_dir=args.draft,
         batching=args.batching,

@@ -111,8 +111,11 @@ def run(args: argparse.Namespace) -> int:
         if given:
             raise SpecscopeError(f"{given[0]}: not used with --policy (the policy chooses the method and k)")
         load_policy(args.policy).drafter(args.draft)  # a bad file or a missing checkpoint: before the model loads
-    elif args.draft is not None and args.method in (None, NO_SD):
-        raise SpecscopeError(f"--draft: only used with an SD --method ({', '.join(WITH_DRAFT)})")
+    elif args.draft is not None and args.method not in WITH_DRAFT and (args.method or NO_SD) in (NO_SD, *names()):
+        raise SpecscopeError(f"--draft: only used with a method that reads a checkpoint ({', '.join(WITH_DRAFT)}), "
+                             f"not {args.method or NO_SD}")
+    if args.k is not None and args.method in (None, NO_SD) and args.policy is None:
+        raise SpecscopeError(f"--k: only used with an SD --method (without one, {NO_SD}, nothing is proposed)")
     if args.tree is not None and args.k is not None:
         raise SpecscopeError(f"--k: not used with --tree (the tree {args.tree.name} drafts {args.tree.depth} deep)")
     if args.step_records is not None:  # refused before a model is loaded; opened once it is

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specscope.cli._common import print_table
 from specscope.distributed.cluster import ray_address
+from specscope.methods import NO_SD
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,7 +68,17 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1, default=str))
     else:
         _print_table(rows, args.dry_run)
+    idle = idle_cells(rows)
+    if idle:
+        print(f"note: SD proposed no draft in {', '.join(idle)} (no n-gram match, or every output ended at its "
+              "first token): their speedup measures running SD for nothing", file=sys.stderr)
     return 1 if not args.dry_run and any(r.get("status") == "failed" for r in rows) else 0
+
+
+def idle_cells(rows: list[dict]) -> list[str]:
+    """The measured SD cells whose server counted no draft (``num_drafts`` 0; unknown: not listed)."""
+    return [f"{r['method']} k={r['k']} B={r['batch_size']}" for r in rows
+            if r.get("status") == "ok" and r.get("method") != NO_SD and r.get("num_drafts") == 0]
 
 
 def _print_table(rows: list[dict], dry_run: bool) -> None:

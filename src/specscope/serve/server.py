@@ -123,7 +123,12 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(payload).encode())
 
     def _send_error(self, error: ApiError) -> None:
-        self._send(error.status, error.body())
+        """Answer ``error``; a client that has gone by then (it sent less than it announced, and
+        left) is noted, not a traceback."""
+        try:
+            self._send(error.status, error.body())
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("client %s went away before its error (%d) was sent", self.address_string(), error.status)
 
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """http.server's own errors (a malformed request line, too many headers, an unknown

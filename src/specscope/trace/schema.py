@@ -40,8 +40,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from specscope.trees import TREE_RANK_CAP  # noqa: F401  (re-exported: tree_rank entries are capped here)
+
 SCHEMA_VERSION = "specscope.trace/1"
-TREE_RANK_CAP = 63  # tree_rank entries are capped here: a rank past it is stored as the cap
 
 
 @dataclass

@@ -41,7 +41,7 @@ from specscope.backends.openai.launchers import (
     free_port,
     learns_across_requests,
 )
-from specscope.backends.openai.measure import measure, measure_interleaved
+from specscope.backends.openai.measure import in_flight, measure, measure_interleaved
 from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts, warmup_prompt
 from specscope.backends.openai.verify import check_server
 from specscope import validate
@@ -133,6 +133,7 @@ class ServingBenchConfig:
     method: str = BenchConfig.method
     k: int = BenchConfig.k
     batch_sizes: tuple[int, ...] = BenchConfig.batch_sizes
+    batch_sizes_given: bool = True  # False: the defaults, of which those above the requests in flight are left out
     max_tokens: int = BenchConfig.max_tokens
     ignore_eos: bool = BenchConfig.ignore_eos
     temperature: float = BenchConfig.temperature
@@ -236,11 +237,19 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
         raise SpecscopeError("--backend openai: give exactly one of --url and --launch")
     if config.segments > 1 and config.url and not config.baseline_url:
         raise SpecscopeError("--segments: interleaves a no-SD and an SD server; give --baseline-url (or --launch)")
-    specs = _launch_specs(config) if config.launch else None
     workload = read_prompts(config.workload)
     prompts = select_prompts(workload, config.num_requests)
     if config.segments > len(prompts):
         raise SpecscopeError(f"--segments: {len(prompts)} requests cannot be cut into {config.segments} segments")
+    at_once, runs = in_flight(len(prompts), config.segments)
+    too_many = [b for b in config.batch_sizes if b > at_once]
+    if too_many and config.batch_sizes_given:  # a row would claim a concurrency it never reached
+        raise SpecscopeError(f"--batch-sizes: {too_many[0]} is above the requests in flight at once ({runs})")
+    if too_many:
+        log.warning("batch sizes %s left out: at most %d requests in flight at once (%s)",
+                    ",".join(map(str, too_many)), at_once, runs)
+        config = replace(config, batch_sizes=tuple(b for b in config.batch_sizes if b <= at_once))
+    specs = _launch_specs(config) if config.launch else None
     warmup, warmup_measured = warmup_prompt(workload, config.num_requests)
     k = config.k if config.method != NO_SD else 0
     rows = []

@@ -135,11 +135,14 @@ def _cell_run(path: Path, record: dict) -> CellRun:
         except SpecscopeError as error:
             raise SpecscopeError(f"{path}: field 'key.method': {error}") from None
     tree = None
-    if key.get("tree"):
+    if key.get("tree") is not None:
         try:
-            tree = TreeShape.parse("x".join(map(str, _widths(key["tree"]))))
-        except (Invalid, SpecscopeError, TypeError, ValueError) as error:
+            tree = TreeShape.from_paths(key["tree"])
+        except Invalid as error:
             raise SpecscopeError(f"{path}: field 'key.tree': expected a static tree's node paths ({error})") from None
+        if tree.branching is None or TreeShape.from_branching(tree.branching) != tree:
+            raise SpecscopeError(f"{path}: field 'key.tree': expected a static tree's node paths (the same branching "
+                                 f"at every node of a depth), got {tree.name}")
     k = field("key.k", integer, key.get("k"), low=0 if method == NO_SD else 1, high=K_MAX_LIMIT
               if tree is None else None)
     if not isinstance(key.get("workload"), str):
@@ -170,9 +173,9 @@ def _check_request(path: Path, index: int, request: object) -> None:
         return check(f"{where}: field {name!r}", rule, request.get(name), **bounds)
 
     field("sent_ms", number, low=0.0)
-    for name in ("prompt_tokens", "output_tokens"):
-        if request.get(name) is not None:
-            field(name, integer, low=0)
+    field("output_tokens", integer, low=0)
+    if request.get("prompt_tokens") is not None:
+        field("prompt_tokens", integer, low=0)
     chunks = request.get("chunk_ms")
     if not isinstance(chunks, list):
         raise SpecscopeError(f"{where}: field 'chunk_ms': expected a list of times")
@@ -185,8 +188,6 @@ def _check_request(path: Path, index: int, request: object) -> None:
             raise SpecscopeError(f"{where}: field 'chunk_tokens': expected one count per chunk ({len(chunks)})")
         for j, count in enumerate(counts):
             check(f"{where}: field 'chunk_tokens[{j}]'", integer, count, low=0)
-    elif request.get("output_tokens") is None:
-        raise SpecscopeError(f"{where}: expected chunk_tokens or output_tokens (the tokens each chunk carried)")
     if request.get("segment") is not None:
         field("segment", integer, low=0)
 
@@ -194,12 +195,6 @@ def _check_request(path: Path, index: int, request: object) -> None:
 def _pair(run: CellRun, server: str) -> str:
     """What a paired or interleaved ``none`` cell and its SD cell share: workload, batch size, SD server."""
     return f"{run.workload} B={run.batch_size} {server}"
-
-
-def _widths(paths: list[list[int]]) -> list[int]:
-    """A tree's branching per depth from its node paths (as a cell key stores them)."""
-    counts = [sum(1 for p in paths if len(p) == d + 1) for d in range(max(len(p) for p in paths))]
-    return [counts[0]] + [counts[d] // counts[d - 1] for d in range(1, len(counts))]
 
 
 def _requests(cell: CellRun, traces: dict[str, dict[str, TraceRecord]]) -> list[TraceRecord]:

@@ -303,8 +303,10 @@ def sglang_ngram_flags(spec: LaunchSpec, version: str | None) -> list[str]:
 
 def specscope_command(spec: LaunchSpec) -> list[str]:
     """``specscope serve`` for ``spec``; a tree goes as ``--tree SHAPE`` (branching per depth,
-    or the list of paths for any other tree) in place of ``--k``."""
-    if spec.tree is None:
+    or the list of paths for any other tree) in place of ``--k``; no SD takes neither."""
+    if spec.method == NO_SD:
+        drafts = []
+    elif spec.tree is None:
         drafts = ["--k", str(spec.k)]
     else:
         drafts = ["--tree", spec.tree.name if _full_tree(spec.tree) else str(list(spec.tree.paths))]

@@ -37,6 +37,15 @@ class MeasureError(SpecscopeError):
     """The run failed; the message is the reason (connection refused, HTTP 500, timeout, …)."""
 
 
+def in_flight(requests: int, segments: int = 1) -> tuple[int, str]:
+    """The most requests a run over ``requests`` keeps in flight at once — all of them, or cut
+    into ``segments`` (:func:`measure_interleaved`'s cut) the smallest segment's — and those words.
+    A batch size above it would label a run with a concurrency it never reached."""
+    if segments > 1:
+        return requests // segments, f"segments of {requests // segments}"
+    return requests, f"{requests} requests in all"
+
+
 def measure(
     config: ClientConfig, prompts: list[Prompt], concurrency: int, warmup: Prompt | None = None
 ) -> dict[str, object]:

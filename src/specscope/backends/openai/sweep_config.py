@@ -93,6 +93,7 @@ from specscope import validate
 from specscope.backends.openai.bench import DEFAULTS
 from specscope.backends.openai.client import ClientConfig
 from specscope.backends.openai.launchers import VLLM_GENERIC_MTP, check_tree, needs_draft
+from specscope.backends.openai.measure import in_flight
 from specscope.backends.openai.prompts import read_prompts, select_prompts
 from specscope.errors import SpecscopeError, where
 from specscope.fileio import check_output_dir, read_toml_object
@@ -351,6 +352,11 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     if not isinstance(workloads, list) or not workloads or any(not isinstance(w, str) for w in workloads):
         raise SpecscopeError(f"{path}: field 'workloads': expected a non-empty list of files")
     values["workloads"] = _distinct(path, "workloads", tuple(workloads))
+    stems = [Path(w).stem for w in workloads]
+    clash = next((w for i, w in enumerate(workloads) if stems[i] in stems[:i]), None)
+    if clash is not None:  # a workload's rows, traces and results go by its name
+        raise SpecscopeError(f"{where(path, field='workloads')}: {clash!r} has the name {Path(clash).stem!r} of an "
+                             "earlier workload; rename one (results are kept by workload name)")
     engines = data.get("engines")
     if not isinstance(engines, list) or not engines:
         raise SpecscopeError(f"{path}: expected at least one [[engines]] table")
@@ -420,6 +426,11 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         if config.baselines in INTERLEAVING and config.segments > requests:
             raise SpecscopeError(f"{where(path, field='segments')}: expected at most the requests of {name} "
                                  f"({requests}), got {config.segments}")
+        at_once, runs = in_flight(requests, config.segments if config.baselines in INTERLEAVING else 1)
+        if max(config.batch_sizes) > at_once:
+            raise SpecscopeError(f"{where(path, field='batch_sizes')}: {max(config.batch_sizes)} is above the requests "
+                                 f"{name} keeps in flight at once ({runs}): the cell would be labelled with a "
+                                 "concurrency it never reached")
     if config.prompt_lookup_min > config.prompt_lookup_max:
         raise SpecscopeError(
             f"{where(path, field='prompt_lookup_min')}: expected <= prompt_lookup_max "
