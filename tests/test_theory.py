@@ -30,6 +30,23 @@ def test_estimate_alpha_truncated_geometric_mle():
     assert estimate_alpha([np.array([1, 3, 21])], 20) == pytest.approx(22 / 24)
 
 
+def test_estimate_alpha_truncates_each_trace_at_its_own_k_max():
+    """Two requests that accepted every draft, one traced to k_max 4 (acc_len 5), one to 20
+    (acc_len 21): no rejection anywhere, α = 1. Truncated at the larger k_max for both, the
+    first's 4 accepted drafts would count as a rejection: 24 / 25."""
+    from specscope.analysis.acceptance import k_max_each
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    def record(rid: str, acc: int, k_max: int | None) -> TraceRecord:
+        return TraceRecord(rid, np.array([1]), np.array([5]), {"eagle": ProposerTrace(np.array([acc], dtype=np.int32))},
+                           k_max=k_max)
+
+    acc_lens = [np.array([5]), np.array([21])]
+    assert estimate_alpha(acc_lens, [4, 20]) == 1.0
+    assert estimate_alpha(acc_lens, 20) == pytest.approx(24 / 25)
+    records = [record("a", 5, 4), record("b", 21, None), record("c", 3, None)]
+    assert k_max_each(records, "eagle") == [4, 20, 20]  # undeclared: the largest seen among them
+
 def test_estimate_c_from_the_paper_model():
     # One request, 1000 cached tokens, k = 3: EAGLE step / (3 × plain forward).
     drafting = 2.37768493e-09 * 1000 + 8.41429603e-07 * 4 + 2.13526175e-03

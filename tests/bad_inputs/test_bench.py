@@ -53,6 +53,8 @@ CASES = [
          r"--port.*<= 65535", WORKLOAD),
     Case("openai-url-and-launch", [*OPENAI, "--url", "{plain}", "--launch", "vllm"], r"exactly one of --url and --launch",
          WORKLOAD),
+    Case("openai-url-port-past-65535", [*OPENAI, "--url", "http://127.0.0.1:99999"],
+         r"--url: expected http://HOST:PORT \(a port 0\.\.65535\), got 'http://127\.0\.0\.1:99999'", WORKLOAD),
     Case("openai-url-not-http", [*OPENAI, "--url", "ftp://host"], r"--url: expected http://HOST:PORT", WORKLOAD),
     Case("openai-url-refused", [*OPENAI, "--url", "{refused}"], r"http://127\.0\.0\.1:\d+: connection refused",
          WORKLOAD),

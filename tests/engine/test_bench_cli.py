@@ -103,7 +103,7 @@ def test_bench_json_output_records_and_csv(llama_dir, workload, tmp_path, capsys
     assert [s.method for s in steps] == [r["method"] for r in records] and steps[-1].run > steps[0].run == 0
     (tmp_path / "r.json").write_text(json.dumps(rows))
     cells = read_bench_results([tmp_path / "r.json"])  # the rows read back as measured cells
-    assert [(c.dataset, c.method, c.k, c.batch_size) for c in cells] == [("r", "draft", 2, 1), ("r", "draft", 2, 4)]
+    assert [(c.dataset, c.method, c.k, c.batch_size) for c in cells] == [("w", "draft", 2, 1), ("w", "draft", 2, 4)]
     assert [c.measured_speedup for c in cells] == pytest.approx([r["speedup"] for r in rows])
 
 

@@ -36,10 +36,13 @@ def test_measured_acceptance_equals_engine_counters_at_concurrency_32(ngram_serv
     assert d.num_accepted_tokens == stats.num_accepted_tokens > 0
     assert d.num_accepted_tokens_per_pos == list(stats.num_accepted_tokens_per_pos)
     assert d.acceptance_rate == pytest.approx(stats.acceptance_rate())
-    assert d.mean_acceptance_length == pytest.approx(1 + stats.num_accepted_tokens / stats.num_drafts)
+    assert d.drafting_acceptance_length == pytest.approx(1 + stats.num_accepted_tokens / stats.num_drafts)
     assert max(r.batch_size for r in engine.step_records) >= 16  # requests really were batched
     summary = load.summary()
     assert summary["num_failed"] == 0 and summary["output_tokens"] == 32 * 48
+    # τ from the stream: the tokens after each request's first over its chunks after the first, one
+    # per engine step (the engine's own τ also counts the few tokens its last steps emitted past max_tokens)
+    assert summary["mean_acceptance_length"] == pytest.approx(32 * 47 / stats.num_request_steps)
     assert summary["throughput"] > 0 and 0 < summary["ttft_p50_s"] <= summary["ttft_p99_s"]
     assert summary["tpot_p50_s"] > 0 and summary["itl_p50_s"] > 0
 

@@ -95,7 +95,18 @@ def test_acceptance_sources(fake_server, style, source, alpha, tau):
     row = measure(ClientConfig(fake_server("ok", metrics=style).url), [PROMPT] * 3, 2)
     assert row["acceptance_source"] == source and row["num_failed"] == 0 and row["output_tokens"] == 24
     assert row["acceptance_rate"] == (pytest.approx(alpha) if alpha else None)
-    assert row["mean_acceptance_length"] == (pytest.approx(tau) if tau else None)
+    assert row["drafting_acceptance_length"] == (pytest.approx(tau) if tau else None)
+    assert row["mean_acceptance_length"] >= 1  # τ, from the stream whatever the server's counters
     assert (row["metrics_error"] is not None) == (style == "none")
     if style == "vllm":
         assert (row["num_drafts"], row["num_draft_tokens"], row["num_accepted_tokens"]) == (9, 18, 12)
+
+
+def test_an_error_page_is_named_on_one_line():
+    """A server that is not an OpenAI one answers with an HTML page: its text, on one line."""
+    from specscope.backends.openai.client import _error_message
+
+    page = b"<!DOCTYPE HTML>\n<html>\n  <head><title>Error response</title></head>\n  <body>404</body>\n</html>\n"
+    message = _error_message(404, page)
+    assert message.startswith("HTTP 404: <!DOCTYPE HTML> <html> <head>") and "\n" not in message
+    assert _error_message(400, b'{"error": {"message": "bad k"}}') == "HTTP 400: bad k"

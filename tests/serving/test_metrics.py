@@ -65,7 +65,7 @@ def test_delta_and_derived_rates():
     assert (d.num_drafts, d.num_draft_tokens, d.num_accepted_tokens) == (10, 30, 15)
     assert d.num_accepted_tokens_per_pos == [9, 5, 1]
     assert d.acceptance_rate == pytest.approx(15 / 30)
-    assert d.mean_acceptance_length == pytest.approx(1 + 15 / 10)
+    assert d.drafting_acceptance_length == pytest.approx(1 + 15 / 10)
     assert d.per_position_rates() == pytest.approx([0.9, 0.5, 0.1])
     assert d.conditional_rates() == pytest.approx([9 / 10, 5 / 9, 1 / 5])
     assert d.sglang_accept_length == 2.0
@@ -80,7 +80,7 @@ def test_positions_that_appear_only_after():
 
 def test_no_drafts_gives_none_not_zero_division():
     d = SpecDecodeDelta(0, 0, 0, [0, 0])
-    assert d.acceptance_rate is None and d.mean_acceptance_length is None
+    assert d.acceptance_rate is None and d.drafting_acceptance_length is None
     assert d.conditional_rates() == [None, None]
 
 

@@ -51,6 +51,16 @@ def k_max_of(records: Sequence[TraceRecord], proposer: str) -> int:
     return max(int(r.proposers[proposer].acc_len.max()) for r in records if proposer in r.proposers) - 1
 
 
+def k_max_each(records: Sequence[TraceRecord], proposer: str) -> list[int]:
+    """Each record's ``k_max`` (of those holding ``proposer``): its declared one, else the largest
+    observed acc_len − 1 among the records that declare none. A draft accepted at a record's own
+    k_max was not rejected, whatever another record's k_max."""
+    holding = [r for r in records if proposer in r.proposers]
+    undeclared = [r for r in holding if r.k_max is None]
+    fallback = max((int(r.proposers[proposer].acc_len.max()) for r in undeclared), default=1) - 1
+    return [fallback if r.k_max is None else r.k_max for r in holding]
+
+
 def _five(values: np.ndarray) -> dict[str, float]:
     p5, median, p95 = np.percentile(values, [5, 50, 95])
     return {"mean": float(values.mean()), "median": float(median), "std": float(values.std()),

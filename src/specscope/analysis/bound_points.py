@@ -1,7 +1,7 @@
 """The measured (α, c) of each dataset × proposer, placed on the closed-form bound.
 
-α is :func:`specscope.theory.bound.estimate_alpha` over the dataset's acc_len traces (with the
-declared k_max, else the largest observed acc_len − 1); c is
+α is :func:`specscope.theory.bound.estimate_alpha` over the dataset's acc_len traces (each
+record's declared k_max, else the largest observed acc_len − 1: :func:`k_max_each`); c is
 :func:`specscope.theory.bound.estimate_c` from the cost model at ``batch_size`` requests each
 proposing ``k`` tokens, with the dataset's typical context: mean prompt length + half the mean
 output length. The optimum is :func:`specscope.theory.bound.optimal_k` up to that k_max.
@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specscope.analysis.acceptance import by_dataset, k_max_of, proposer_names
+from specscope.analysis.acceptance import by_dataset, k_max_each, k_max_of, proposer_names
 from specscope.costmodel.base import CostModel
 from specscope.theory.bound import estimate_alpha, estimate_c, optimal_k
 from specscope.trace.schema import TraceRecord
@@ -46,7 +46,8 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
             if proposer not in proposers:
                 continue
             k_max = k_max_of(members, proposer)
-            alpha = estimate_alpha([r.acc_len(proposer) for r in members if proposer in r.proposers], k_max)
+            alpha = estimate_alpha([r.acc_len(proposer) for r in members if proposer in r.proposers],
+                                   k_max_each(members, proposer))
             c = estimate_c(cost, proposer, k, batch_size, context)
             best_k, best = optimal_k(alpha, c, k_max)
             points.append(BoundPoint(dataset, proposer, alpha, c, k_max, batch_size, context, best_k, best))

@@ -17,9 +17,10 @@ from typing import Iterable, Sequence
 
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_text
-from specscope.methods import NO_SD
+from specscope.methods import LEARNED, NO_SD, method as method_named
 from specscope.trace.fields import Fields
 from specscope.trees import TreeShape, parse_tree
+from specscope.validate import Invalid
 
 
 @dataclass
@@ -53,16 +54,31 @@ class MeasuredCell:
         return {**asdict(self), **shape, "error_pct": self.error_pct}
 
 
+def _sd_method(name: str) -> str:
+    """``name``, a method that speculates, or a learned policy (a cell's no-SD run is its
+    baseline, not a cell)."""
+    if name == NO_SD:
+        raise Invalid(f"expected an SD method ({NO_SD} is each cell's baseline, not a cell)")
+    if name == LEARNED:
+        return name
+    try:
+        method_named(name)
+    except SpecscopeError as error:
+        raise Invalid(str(error)) from None
+    return name
+
+
 def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
-    ``method``, ``k``, ``batch_size``, ``speedup`` > 0, optionally ``tree`` (a static tree);
+    ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
+    ``tree`` (a static tree);
     the dataset is its ``workload`` field, else the file's stem."""
     fields = Fields(obj, f"{path}: item {index}")
     tree = fields.text("tree", optional=True)
     return MeasuredCell(
         dataset=fields.text("workload", optional=True) or path.stem,
-        method=fields.text("method"),
-        k=fields.integer("k"),
+        method=fields.check("method", _sd_method, fields.text("method")),
+        k=fields.integer("k", minimum=1),
         batch_size=fields.integer("batch_size", minimum=1),
         measured_speedup=fields.number("speedup", low=0.0, low_open=True),
         tree=None if tree is None else fields.check("tree", parse_tree, tree).name,

@@ -230,7 +230,8 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     result = run_bench(config)
-    rows = [row.flat() for row in result.rows]
+    # the workload's name, as its traces' dataset and a study's rows name it: what `report --measured` matches
+    rows = [{**row.flat(), "workload": Path(config.workload).stem} for row in result.rows]
     if args.output:
         write_rows(args.output, rows)
     if args.records:

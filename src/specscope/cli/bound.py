@@ -36,6 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specscope.analysis.acceptance import k_max_each
     from specscope.theory.bound import estimate_alpha, estimate_c, expected_speedup
 
     cases: list[tuple[str, float, float]] = []
@@ -50,9 +51,8 @@ def run(args: argparse.Namespace) -> int:
         for name in names:
             if any(name not in r.proposers for r in records):
                 raise SpecscopeError(f"proposer {name!r} is not in every trace record")
-            k_max = max((r.k_max for r in records if r.k_max), default=None) or \
-                max(int(r.acc_len(name).max()) for r in records) - 1
-            alpha = estimate_alpha([r.acc_len(name) for r in records], k_max) if args.alpha is None else args.alpha
+            alpha = estimate_alpha([r.acc_len(name) for r in records], k_max_each(records, name)) \
+                if args.alpha is None else args.alpha
             c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c
             cases.append((name, alpha, c))
     elif args.alpha is not None and args.c is not None:

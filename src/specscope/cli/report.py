@@ -8,6 +8,7 @@ import sys
 
 from specscope import validate
 from specscope.cli._common import check_output_dir, int_list, str_list
+from specscope.errors import SpecscopeError
 from specscope.report.config import ReportConfig
 from specscope.sim.grid import SimConfig
 from specscope.trees import parse_tree_list
@@ -34,9 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--ks", type=int_list, default=list(DEFAULTS.ks),
                         help="fixed:k policies searched for the best one (default "
                              + ",".join(map(str, DEFAULTS.ks)) + ")")
-    parser.add_argument("--figure-policies", type=str_list, default=list(DEFAULTS.figure_policies),
-                        help="policies drawn in the speedup figure (default "
-                             + ",".join(DEFAULTS.figure_policies) + ")")
+    parser.add_argument("--figure-policies", type=str_list, default=None,
+                        help="policies drawn in the speedup figure, among fixed:k of --ks, adaptive and oracle "
+                             "(default " + ",".join(DEFAULTS.figure_policies) + ", those simulated)")
     parser.add_argument("--steps", action="append", default=list(DEFAULTS.steps), metavar="FILE",
                         help="measured per-step records (JSON Lines) for the time-split figure; repeatable")
     parser.add_argument("--measured", action="append", default=[], metavar="FILE",
@@ -64,8 +65,13 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.measured import read_bench_results
     from specscope.report.build import build_report
 
+    simulated = {*(f"fixed:{k}" for k in args.ks), "adaptive", "oracle"}
+    unknown = [p for p in args.figure_policies or () if p not in simulated]
+    if unknown:  # the figure draws what the report simulates; another name would be left out unseen
+        raise SpecscopeError(f"--figure-policies: {unknown[0]!r} is not a policy the report simulates "
+                             f"(fixed:k of --ks, adaptive, oracle)")
     config = dataclasses.replace(
-        DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks), figure_policies=tuple(args.figure_policies),
+        DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks), figure_policies=tuple(args.figure_policies or DEFAULTS.figure_policies),
         steps=tuple(args.steps), measured=tuple(read_bench_results(args.measured)),
         trees=DEFAULTS.trees if args.trees is None else tuple(t.name for t in args.trees),
         sim=SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed), policy=args.policy,

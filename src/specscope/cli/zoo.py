@@ -17,7 +17,14 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     from specscope import validate
+    from specscope.errors import SpecscopeError
     from specscope.fileio import check_output_dir, check_output_file
+
+    def check_json_output(text: str) -> Path:
+        path = check_output_file(text)
+        if str(path) != "-" and path.suffix != ".json" and (path.is_file() or not path.exists()):
+            raise SpecscopeError(f"{path}: expected a .json output file (the results are JSON), or -")
+        return path
 
     count = validate.arg(validate.integer, low=1)
     parser = subparsers.add_parser("zoo", help="train or evaluate the bundled models")
@@ -31,9 +38,10 @@ def register(subparsers) -> None:
     evaluate = verbs.add_parser("evaluate", help="accuracy, distinct-4 and each proposer's α on the bundled tasks")
     evaluate.add_argument("--zoo", type=Path, help="zoo folder (default: the shipped models)")
     evaluate.add_argument("--n", type=count, default=25, help="requests per task (default %(default)s)")
-    evaluate.add_argument("--k", type=count, default=4, help="proposal length for α (default %(default)s)")
+    evaluate.add_argument("--k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=4,
+                          help=f"proposal length for α, 1..{validate.K_MAX_LIMIT} (default %(default)s)")
     evaluate.add_argument("--threads", type=count, default=1, help="torch CPU threads (default %(default)s)")
-    evaluate.add_argument("-o", "--output", type=check_output_file, help="also write the results as JSON")
+    evaluate.add_argument("-o", "--output", type=check_json_output, help="also write the results as JSON (a .json file)")
     evaluate.set_defaults(run=run_evaluate)
 
 

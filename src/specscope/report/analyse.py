@@ -8,6 +8,7 @@ cannot price, no pair of proposers to compare) are left empty and named in ``not
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -120,6 +121,11 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     advance(PHASES[1])
 
     data.rows = simulate(sim_records, simulated, config.policies, cost, config.sim)
+    if not data.rows:  # every batch size above every dataset's requests (mixed mode): nothing to draw
+        largest = max(Counter(r.dataset or "trace" for r in sim_records).values())
+        raise SpecscopeError(f"--batch-sizes: {','.join(map(str, config.sim.batch_sizes))}: every one is above the "
+                             f"requests of every dataset here (the largest holds {largest}; mixed mode decodes B "
+                             "distinct requests, --mode paper B copies of each)")
     if data.pair and all(p in simulated for p in data.pair):
         combined = f"oracle-combined:{data.pair[0]}+{data.pair[1]}"
         data.rows += simulate(sim_records, [COMBINED], [combined], cost, config.sim)

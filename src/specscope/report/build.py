@@ -53,15 +53,21 @@ def build_report(traces: Sequence[str | Path], out_dir: str | Path, config: Repo
 
 def check_outputs(out: Path, inputs: Sequence[str | Path]) -> None:
     """Before any work: every file the report may write into ``out`` (index.html, the tables, the
-    figures) can be written, and none of them is one of its ``inputs``."""
+    figures) can be written, is not a file of the user's (a report's folder lists its own in
+    :data:`MANIFEST`) and is not one of its ``inputs``."""
     names = [INDEX, MANIFEST, *(spec.filename for spec in TABLES)]
     written = [out / name for name in names] + sorted(out.glob("fig*_*.png"))
-    for path in written:
-        check_output_file(path)
+    manifest = out / MANIFEST
+    ours = set(manifest.read_text(encoding="utf-8").splitlines()) if manifest.is_file() else set()
     for given in map(Path, inputs):
         if given.is_file() and any(p.is_file() and p.samefile(given) for p in written):
             raise SpecscopeError(f"-o {out}: the report writes {given.name} there, an input of this run; "
                                  "write the report to another folder")
+    for path in written:
+        check_output_file(path)
+        if path.is_file() and path != manifest and path.name not in ours:
+            raise SpecscopeError(f"-o {out}: holds {path.name}, which no report wrote there (its {MANIFEST} does not "
+                                 "list it): writing the report would replace it; write the report to another folder")
 
 
 def _clear_previous(out: Path, writing: set[str]) -> None:

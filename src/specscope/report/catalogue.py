@@ -125,8 +125,9 @@ FIGURES = [
     FigureSpec(
         "bound",
         lambda d: "Closed-form bound",
-        lambda d: "Each star is the best k the i.i.d. model predicts for the measured α and c; where the "
-                  "curve is flat, k matters little, where it falls, a long k costs more than it gains.",
+        lambda d: "Each star is the best k the i.i.d. model predicts for the measured α and c, up to the k "
+                  "its traces recorded (where its curve stops); where the curve is flat, k matters little, "
+                  "where it falls, a long k costs more than it gains.",
         lambda d: F.bound_figure(d.points),
     ),
     FigureSpec(

@@ -208,8 +208,8 @@ def timesplit_figure(predicted: Sequence[dict], policy: str, measured: Sequence[
 def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9),
                  k_max: int = 12) -> plt.Figure:
     """Figure 8: closed-form E[speedup] vs k for a grid of α at each proposer's c (thin grey
-    lines, labelled), with each dataset's measured α drawn in colour and its optimum starred;
-    k runs to ``k_max`` or further when an optimum lies beyond it."""
+    lines, labelled), with each dataset's measured α drawn in colour to the k its traces recorded
+    and its optimum there starred; k runs to ``k_max`` or further when an optimum lies beyond it."""
     k_max = max([k_max, *[p.best_k for p in points]])
     proposers = _unique(p.proposer for p in points)
     datasets = _unique(p.dataset for p in points)
@@ -225,8 +225,9 @@ def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0
             ax.annotate(f"α={alpha:g}", (ks[-1], y[-1]), fontsize=7, color="dimgrey",
                         xytext=(3, 0), textcoords="offset points", va="center")
         for p in mine:
-            y = expected_speedup(p.alpha, ks, p.c)
-            ax.plot(ks, y, color=colours[p.dataset], linewidth=2.2,
+            traced = ks[ks <= p.k_max]  # the star is the best of these: the curve stops where the traces do
+            y = expected_speedup(p.alpha, traced, p.c)
+            ax.plot(traced, y, color=colours[p.dataset], linewidth=2.2,
                     label=f"{short(p.dataset)}: α={p.alpha:.2f}, c={p.c:.3f}")
             ax.plot([p.best_k], [p.best_speedup], marker="*", markersize=14, color=colours[p.dataset],
                     markeredgecolor="black")
@@ -240,10 +241,14 @@ def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0
     return fig
 
 
+SIMULATED = "dashed, hollow: simulated"  # the measured figure's legend entry for the simulator's points
+
+
 def measured_figure(cells: Sequence) -> plt.Figure:
     """Figure 9: measured speedup (solid, markers) and the simulator's prediction for the same
-    runs (dashed, where every point of the line was simulated), per dataset panel, a line per
-    configuration: colour = method, marker = k (or tree); the legend below the panels."""
+    runs (dashed, hollow markers: every point simulated, a lone one too; a gap where a run was
+    not), per dataset panel, a line per configuration: colour = method, marker = k (or tree); the
+    legend below the panels."""
     def config(cell) -> str:
         return cell.label if cell.tree is not None else f"{cell.method} k={cell.k}"
 
@@ -257,17 +262,18 @@ def measured_figure(cells: Sequence) -> plt.Figure:
         for name in _unique(config(c) for c in mine):
             line = sorted((c for c in mine if config(c) == name), key=lambda c: c.batch_size)
             x, colour = [c.batch_size for c in line], colours[line[0].method]
-            handles[name] = ax.plot(x, [c.measured_speedup for c in line], marker=shapes[line[0].tree or line[0].k],
-                                    color=colour, label=name)[0]
-            if all(c.simulated_speedup is not None for c in line):
-                handles["dashed: simulated"] = ax.plot(x, [c.simulated_speedup for c in line], linestyle="--",
-                                                       color=colour, label="dashed: simulated")[0]
+            marker = shapes[line[0].tree or line[0].k]
+            handles[name] = ax.plot(x, [c.measured_speedup for c in line], marker=marker, color=colour, label=name)[0]
+            simulated = [np.nan if c.simulated_speedup is None else c.simulated_speedup for c in line]
+            if not np.isnan(simulated).all():
+                handles[SIMULATED] = ax.plot(x, simulated, linestyle="--", marker=marker, markerfacecolor="none",
+                                             color=colour, label=SIMULATED)[0]
         ax.axhline(1.0, color="black", linewidth=0.8)
         batch_axis(ax, sorted({c.batch_size for c in mine}))
         ax.set_title(short(dataset))
         ax.set_ylabel("speedup over no SD")
-    if "dashed: simulated" in handles:  # last in the legend
-        handles["dashed: simulated"] = handles.pop("dashed: simulated")
+    if SIMULATED in handles:  # last in the legend
+        handles[SIMULATED] = handles.pop(SIMULATED)
     fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=min(4, len(handles)),
                frameon=False)
     return fig

@@ -46,15 +46,17 @@ def optimal_k(alpha: float, c: float, k_max: int = 20) -> tuple[int, float]:
     return int(ks[best]), float(values[best])
 
 
-def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int) -> float:
+def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int]) -> float:
     """Maximum-likelihood α from teacher-forced acc_len traces under the i.i.d. model.
 
-    At each position a = acc_len − 1 drafts were accepted out of k_max; under i.i.d.
-    acceptance that is a geometric count truncated at k_max: a successes, plus one failure
-    when a < k_max. The MLE is α = Σ a / (Σ a + #{a < k_max}).
+    At each position a = acc_len − 1 drafts were accepted out of k_max (one for all the arrays,
+    or each array's own); under i.i.d. acceptance that is a geometric count truncated at k_max:
+    a successes, plus one failure when a < k_max. The MLE is α = Σ a / (Σ a + #{a < k_max}).
     """
+    limits = [k_max] * len(acc_lens) if np.isscalar(k_max) else list(k_max)
     accepted = np.concatenate([np.asarray(a, dtype=np.int64) - 1 for a in acc_lens])
-    failures = int(np.count_nonzero(accepted < k_max))
+    caps = np.concatenate([np.full(len(a), limit, dtype=np.int64) for a, limit in zip(acc_lens, limits)])
+    failures = int(np.count_nonzero(accepted < caps))
     total = int(accepted.sum())
     return total / (total + failures) if total + failures else 0.0
 

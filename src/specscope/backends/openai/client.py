@@ -113,6 +113,7 @@ class LoadResult:
 
         ok = [r for r in self.results if r.error is None]
         tokens = sum(r.output_tokens for r in ok)
+        steps = sum(len(r.chunk_s) - 1 for r in ok if r.chunk_s)  # chunks after the first: the prefill's token
         row: dict[str, object] = {
             "batch_size": self.concurrency,
             "num_requests": len(self.results),
@@ -121,6 +122,9 @@ class LoadResult:
             "duration_s": self.duration_s,
             "throughput": tokens / self.duration_s if self.duration_s > 0 else None,
             "request_throughput": len(ok) / self.duration_s if self.duration_s > 0 else None,
+            # τ = emitted tokens / steps, each chunk after the first one step (as vLLM and specscope
+            # serve stream); a server streaming several steps per chunk reads higher
+            "mean_acceptance_length": sum(r.output_tokens - 1 for r in ok if r.chunk_s) / steps if steps else None,
         }
         tpot = [
             (r.latency_s - r.ttft_s) / (r.output_tokens - 1)
@@ -144,15 +148,19 @@ class StreamError(Exception):
 
 def _connection(url: str, timeout_s: float) -> tuple[http.client.HTTPConnection, str]:
     parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecscopeError(f"--url: expected http://HOST:PORT, got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or past 65535
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
+        raise SpecscopeError(f"--url: expected http://HOST:PORT (a port 0..65535), got {url!r}")
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    return cls(parts.hostname, parts.port, timeout=timeout_s), parts.path.rstrip("/")
+    return cls(parts.hostname, port, timeout=timeout_s), parts.path.rstrip("/")
 
 
 def _error_message(status: int, body: bytes) -> str:
     """``HTTP 400: message`` from an OpenAI-style (``{"error": {"message"}}``) or vLLM-style
-    (``{"message"}``) error body, else the body's start."""
+    (``{"message"}``) error body, else the body's start on one line (an HTML page's, say)."""
     text = body.decode("utf-8", errors="replace")
     try:
         payload = json.loads(text)
@@ -160,7 +168,7 @@ def _error_message(status: int, body: bytes) -> str:
             payload["error"]["message"] if isinstance(payload.get("error"), dict) else payload["message"]
         )
     except (ValueError, KeyError, TypeError, AttributeError):
-        message = text.strip()[:200]
+        message = " ".join(text.split())[:200]
     return f"HTTP {status}: {message}"
 
 

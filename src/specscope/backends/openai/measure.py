@@ -152,7 +152,7 @@ class _Measurement:
             elif after.sglang_accept_length is not None or after.sglang_accept_rate is not None:
                 row.update(
                     acceptance_rate=after.sglang_accept_rate,
-                    mean_acceptance_length=after.sglang_accept_length,
+                    drafting_acceptance_length=after.sglang_accept_length,
                     sglang_spec_accept_rate=after.sglang_accept_rate,
                     sglang_spec_accept_length=after.sglang_accept_length,
                 )

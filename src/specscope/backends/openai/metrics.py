@@ -99,8 +99,10 @@ class SpecDecodeDelta:
         return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else None
 
     @property
-    def mean_acceptance_length(self) -> float | None:
-        """τ = 1 + accepted / drafts (vLLM's definition); ``None`` without drafts."""
+    def drafting_acceptance_length(self) -> float | None:
+        """1 + accepted / drafts: tokens per step over the steps that drafted (vLLM's "mean
+        acceptance length"); ``None`` without drafts. Not τ, which counts every step (a step where
+        n-gram found no match emits 1): the client measures τ from the stream."""
         return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else None
 
     def per_position_rates(self) -> list[float | None]:
@@ -124,7 +126,7 @@ class SpecDecodeDelta:
             "num_accepted_tokens": self.num_accepted_tokens,
             "num_accepted_tokens_per_pos": self.num_accepted_tokens_per_pos,
             "acceptance_rate": self.acceptance_rate,
-            "mean_acceptance_length": self.mean_acceptance_length,
+            "drafting_acceptance_length": self.drafting_acceptance_length,
             "per_position_acceptance_rate": self.per_position_rates(),
             "conditional_acceptance_rate": self.conditional_rates(),
             "sglang_spec_accept_length": self.sglang_accept_length,
