@@ -145,3 +145,14 @@ def test_the_answer_explains_the_dagger_only_where_a_row_carries_it():
     assert "†" not in answer_section([row], largest_k=8, longer_k="a longer one may do better (--ks)")
     edge = answer_section([row], largest_k=3, longer_k="a longer one may do better (--ks)")
     assert "fixed:3 †" in edge and "† the largest k tried (3); a longer one may do better (--ks)." in edge
+
+
+def test_the_answer_shows_oracle_combined_only_where_a_pair_was_combined():
+    """One proposer: no oracle-combined cell, so neither its column nor its footnote."""
+    from specscope.report.answer import AnswerRow
+    from specscope.report.html import answer_section
+
+    alone = AnswerRow("d", 1, "eagle", "fixed:3", 1.5, "eagle", 1.6, 0.1, None)
+    assert "oracle-combined" not in answer_section([alone])
+    paired = answer_section([AnswerRow("d", 1, "eagle", "fixed:3", 1.5, "eagle", 1.6, 0.1, 2.4)])
+    assert "oracle-combined*" in paired and "* oracle-combined takes" in paired and "2.400" in paired

@@ -93,6 +93,7 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
     """Per dataset: a one-line verdict, then batch size × best policy, speedup, oracle gap.
     A best ``fixed:<largest_k>`` is flagged: a longer k, not searched, might do better."""
     parts = []
+    combined = any(r.combined_speedup is not None for r in rows)  # a pair to combine: the column and its note
     for dataset in dict.fromkeys(r.dataset for r in rows):
         mine = [r for r in rows if r.dataset == dataset]
         paying = [r for r in mine if r.best_speedup > 1.0]
@@ -104,24 +105,25 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
             stop = min(r.batch_size for r in mine if r.best_speedup <= 1.0)
             verdict = f"SD pays up to batch {max(r.batch_size for r in paying)}; from batch {stop} on, run without it."
         head = ["batch size", "best proposer", "policy", "speedup", "oracle (best proposer)",
-                "oracle speedup", "gap to oracle", "oracle-combined*"]
+                "oracle speedup", "gap to oracle", *(["oracle-combined*"] if combined else [])]
         body = []
         for r in mine:
             edge = largest_k is not None and r.best_policy == f"fixed:{largest_k}"
             policy = esc(r.best_policy) + (" †" if edge else "")
             cells = [str(r.batch_size), esc(r.best_acc), policy, _speedup(r.best_speedup),
                      esc(_fmt(r.oracle_acc)), esc(_fmt(r.oracle_speedup)),
-                     esc("–" if r.gap is None else f"{r.gap:+.3f}"), esc(_fmt(r.combined_speedup))]
+                     esc("–" if r.gap is None else f"{r.gap:+.3f}"), *([esc(_fmt(r.combined_speedup))] if combined else [])]
             body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         head_html = "".join(f"<th>{esc(h)}</th>" for h in head)
         parts.append(f"<h3>{esc(dataset)}</h3><p>{esc(verdict)}</p>"
                      f"<table><thead><tr>{head_html}</tr></thead><tbody>{''.join(body)}</tbody></table>")
     parts.append(
-        '<p class="small">* oracle-combined takes, at every step, whichever proposer would emit more, '
-        "proposing exactly what will be accepted; choosing is taken as free and every step pays only n-gram's "
-        "lookup (the paper's rule), "
-        "so the number is optimistic — an upper bound, not something a real system reaches. "
-        "oracle: one proposer, proposing exactly what will be accepted (no wasted verification) — the best "
+        '<p class="small">'
+        + ("* oracle-combined takes, at every step, whichever proposer would emit more, "
+           "proposing exactly what will be accepted; choosing is taken as free and every step pays only n-gram's "
+           "lookup (the paper's rule), "
+           "so the number is optimistic — an upper bound, not something a real system reaches. " if combined else "")
+        + "oracle: one proposer, proposing exactly what will be accepted (no wasted verification) — the best "
         "k at every step it reaches, not a bound on speed: a fixed k lands on other positions and can come "
         "out ahead (a negative gap)."
         + (f" † the largest k tried ({largest_k}); {esc(longer_k)}."
