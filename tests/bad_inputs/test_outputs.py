@@ -71,6 +71,8 @@ CASES = [
     Case("study-batch-above-requests", ["study", "--requests", "2"],
          r"--batch-sizes: 8 is above the 2 requests the study uses of \S+code\.jsonl"),
     Case("study-k-above-k-max", ["study", "--k", "5", "--k-max", "3"], r"--k 5: above --k-max 3"),
+    Case("study-k-max-past-the-limit", ["study", "--k-max", "100"], r"--k-max: expected an integer <= 64"),
+    Case("study-max-tokens-one", ["study", "--max-tokens", "1"], r"--max-tokens: expected an integer >= 2"),
     Case("study-threads-text", ["study", "--threads", "two"], r"--threads.*'two'"),
     Case("study-o-is-a-file", ["study", "-o", "taken.txt"], r"taken\.txt: exists and is not a directory", WITH_FILE),
     Case("study-workload-without-model", ["study", "--workload", "w.jsonl"], r"--workload: only with --model"),

@@ -4,6 +4,7 @@ simulate's reading): each refused in one line naming the file:line or the field.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from harness import Case, check
@@ -22,6 +23,7 @@ def own(rid="a", acc=(1, 2, 1), k_max=4, **proposer) -> str:
 
 
 GOOD = {"t.jsonl": bench("a") + bench("b", (2, 1, 1))}
+ZOO_TARGET = str(Path(__file__).parents[2] / "src" / "specscope" / "data" / "zoo" / "target")
 TRACE = ["trace", "--model", "m", "--proposers", "ngram", "--workload", "w.jsonl", "-o", "out.jsonl"]
 
 CASES = [
@@ -82,6 +84,10 @@ CASES = [
          files=GOOD),
     Case("convert-k-max-below-recorded", ["traces", "convert", "t.jsonl", "-o", "o.jsonl", "--k-max", "1"],
          r"--k-max: 1 is below what request 'a'", files={"t.jsonl": bench(acc=(3, 1, 1))}),
+    Case("trace-max-tokens-past-the-positions", ["trace", "--model", ZOO_TARGET, "--proposers", "ngram", "--workload",
+                                                 "w.jsonl", "-o", "out.jsonl", "--max-tokens", "5000"],
+         r"--max-tokens 5000: the longest prompt \(3 tokens\) and 5000 output tokens exceed the 1024 positions",
+         files={"w.jsonl": json.dumps({"id": "a", "prompt_token_ids": [4, 5, 6]}) + "\n"}),
     Case("trace-k-max-huge", [*TRACE, "--k-max", "1000000000"], r"argument --k-max: expected an integer <= 64"),
     Case("trace-k-max-1e9-text", [*TRACE, "--k-max", "1e9"], r"argument --k-max: expected an integer"),
     Case("trace-max-tokens-zero", [*TRACE, "--max-tokens", "0"], r"argument --max-tokens"),

@@ -156,3 +156,30 @@ def test_the_answer_shows_oracle_combined_only_where_a_pair_was_combined():
     assert "oracle-combined" not in answer_section([alone])
     paired = answer_section([AnswerRow("d", 1, "eagle", "fixed:3", 1.5, "eagle", 1.6, 0.1, 2.4)])
     assert "oracle-combined*" in paired and "* oracle-combined takes" in paired and "2.400" in paired
+
+
+def test_an_interrupted_report_runs_again_into_its_folder(synthetic_traces, tmp_path, monkeypatch):
+    """Stopped after its tables (Ctrl-C in the first figure), the report is run again into the
+    same folder: its half-written files are its own (listed in its manifest as they were
+    written), not a user's it would refuse to replace."""
+    import dataclasses
+
+    from specscope.report import figures
+    from specscope.report.build import MANIFEST, build_report
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+
+    config = dataclasses.replace(ReportConfig(), ks=(1, 3), sim=SimConfig(mode="paper", batch_sizes=(1, 8)))
+    out = tmp_path / "out"
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    drawn = figures.speedup_figure
+    monkeypatch.setattr(figures, "speedup_figure", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        build_report(synthetic_traces, out, config)
+    assert (out / "speedup.csv").is_file() and "speedup.csv" in (out / MANIFEST).read_text()
+    monkeypatch.setattr(figures, "speedup_figure", drawn)
+    result = build_report(synthetic_traces, out, config)
+    assert result.index.is_file() and (out / "fig1_speedup.png").is_file()

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("matplotlib")
 
+from specscope.errors import SpecscopeError  # noqa: E402
 from specscope.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.slow  # the end-to-end study
@@ -87,3 +88,31 @@ def test_the_policy_keeps_the_drafter_measured_fastest_over_every_cell(tmp_path)
 
     assert config.policy_methods(cells(1.0)) == ("ngram", "eagle")
     assert config.policy_methods(cells(1.05)) == ("ngram", "mtp")
+
+
+def test_a_study_refused_before_its_first_result_takes_new_settings(tmp_path):
+    """A folder holding only the settings (and the workloads' copies, which follow them) of a
+    study that was refused at once takes corrected settings; one holding a result does not."""
+    from specscope.study.config import StudyConfig
+    from specscope.study.pipeline import check_resume
+
+    out = tmp_path / "study"
+    first = StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={})
+    check_resume(first)
+    first.workloads_dir.mkdir()
+    corrected = StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={})
+    corrected.max_tokens = first.max_tokens // 2
+    check_resume(corrected)  # nothing measured yet: nothing to mix
+    assert json.loads(first.settings_path.read_text())["max_tokens"] == corrected.max_tokens
+    (out / "traces").mkdir()
+    again = StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={})
+    with pytest.raises(SpecscopeError, match="holds a study with other settings"):
+        check_resume(again)
+
+
+def test_the_replay_asks_no_k_beyond_the_traces():
+    from specscope.study.run import replay_policies
+
+    assert replay_policies(20) == ["fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle"]
+    assert replay_policies(4) == ["fixed:1", "fixed:3", "fixed:4", "adaptive", "oracle"]
+    assert replay_policies(1) == ["fixed:1", "adaptive", "oracle"]

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
+from specscope.engine.config import check_max_tokens
 from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
@@ -144,6 +145,7 @@ def run_bench(config: BenchConfig) -> BenchResult:
                     len(requests))
         config = replace(config, batch_sizes=tuple(b for b in config.batch_sizes if b <= len(requests)))
     max_seq_len = max(len(r.prompt_token_ids) for r in requests) + config.max_tokens
+    check_max_tokens(config.model_dir, max_seq_len - config.max_tokens, config.max_tokens)
     slots = max(config.batch_sizes)
     eos = load_eos_token_ids(config.model_dir)
     baseline = Engine(target, None, config.k, slots, max_seq_len, eos)

@@ -30,8 +30,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-sizes", type=int_list, default=list(defaults.batch_sizes))
     count = validate.arg(validate.integer, low=1)
     parser.add_argument("--k", type=count, default=defaults.k, help="drafts per step in the measured runs")
-    parser.add_argument("--k-max", type=count, default=defaults.k_max, help="drafts per position in the traces")
-    parser.add_argument("--max-tokens", type=count, default=defaults.max_tokens)
+    parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
+                        default=defaults.k_max, help=f"drafts per position in the traces (at most {validate.K_MAX_LIMIT})")
+    parser.add_argument("--max-tokens", type=validate.arg(validate.integer, low=2), default=defaults.max_tokens,
+                        help="output tokens per request, at least 2 (a one-token output takes no SD step)")
     parser.add_argument("--requests", type=count, default=None,
                         help=f"use the first N requests of each workload (bundled default: {BUNDLED_REQUESTS})")
     parser.add_argument("--replay", action="append", default=[], metavar="COST_MODEL",

@@ -143,6 +143,16 @@ class ModelConfig:
         return cls.from_hf(read_json_object(path), str(path))
 
 
+def check_max_tokens(model_dir: Path, longest_prompt: int, max_tokens: int) -> None:
+    """Refuse ``--max-tokens`` where the longest prompt and ``max_tokens`` outputs would not fit the
+    model's positions (``max_position_embeddings``), before any model is loaded."""
+    limit = ModelConfig.from_dir(model_dir).max_position_embeddings
+    if limit is not None and longest_prompt + max_tokens > limit:
+        raise SpecscopeError(f"--max-tokens {max_tokens}: the longest prompt ({longest_prompt} tokens) and "
+                             f"{max_tokens} output tokens exceed the {limit} positions of {model_dir} "
+                             f"(max_position_embeddings); at most {max(limit - longest_prompt, 0)}")
+
+
 def _rope_from_hf(data: dict, source: str) -> RopeConfig:
     """Read RoPE settings from ``rope_parameters`` (transformers 5) or ``rope_theta`` +
     ``rope_scaling`` (older files, and most checkpoints on the hub)."""

@@ -83,16 +83,27 @@ def _clear_previous(out: Path, writing: set[str]) -> None:
 
 def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = lambda what: None) -> ReportResult:
     """Write ``data`` into ``out``: the tables of ``TABLES``, the figures of ``FIGURES`` that can
-    be drawn (numbered in page order; the others are named in the notes), and index.html."""
+    be drawn (numbered in page order; the others are named in the notes), and index.html. Each
+    file is listed in :data:`MANIFEST` before it is written, so that an interrupted report's files
+    are still its own when it is run again."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecscopeError(f"{out}: cannot create the output directory ({error.strerror})") from None
+    manifest = out / MANIFEST
+    claimed = set(manifest.read_text(encoding="utf-8").splitlines()) if manifest.is_file() else set()
+
+    def claim(name: str) -> Path:
+        if name not in claimed:
+            claimed.add(name)
+            atomic_write_text(manifest, "".join(f"{n}\n" for n in sorted(claimed)))
+        return out / name
+
     tables = []
     for spec in TABLES:
         rows = spec.rows(data)
         if rows is not None:
-            write_rows(out / spec.filename, rows)
+            write_rows(claim(spec.filename), rows)
             tables.append(out / spec.filename)
     notes = list(data.notes)
     figures: list[FigureEntry] = []
@@ -105,14 +116,14 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
         number = len(figures) + 1
         filename = f"fig{number}_{spec.slug}.png"
         with figure_style():
-            path = save(spec.draw(data), out / filename)
+            path = save(spec.draw(data), claim(filename))
         figures.append(FigureEntry(number, spec.title(data), spec.sentence(data), path.read_bytes(), filename))
         advance(spec.slug)
-    index = out / INDEX
+    index = claim(INDEX)
     atomic_write_text(index, render(_page(data, figures, tables, notes)))
     writing = {INDEX, *(p.name for p in tables), *(f.filename for f in figures)}
     _clear_previous(out, writing)
-    atomic_write_text(out / MANIFEST, "".join(f"{name}\n" for name in sorted(writing)))
+    atomic_write_text(manifest, "".join(f"{name}\n" for name in sorted(writing)))
     advance("done")
     log.info("wrote %s with %d figures and %d tables", index, len(figures), len(tables))
     return ReportResult(index, [out / f.filename for f in figures], tables, notes)

@@ -61,8 +61,10 @@ def compare_trees(records: Sequence[TraceRecord], depths: dict[str, int], trees:
     notes: list[str] = []
     for proposer, recorded in depths.items():
         kept = [t for t in trees if t.depth <= min(recorded, k_max)]
-        notes.extend(f"tree {t.name} not simulated for {proposer}: {t.depth} deep, but its traces reach depth "
-                     f"{min(recorded, k_max)} (re-trace with --trees {t.name})" for t in trees if t not in kept)
+        notes.extend(f"tree {t.name} not simulated for {proposer}: {t.depth} deep, but "
+                     + (f"its traces reach depth {recorded} (re-trace with --trees {t.name})" if recorded < t.depth
+                        else f"the traces' k_max is {k_max}, so no chain of its depth to set it against")
+                     for t in trees if t not in kept)
         if not kept:
             continue
         chains = [f"fixed:{k}" for k in range(1, max(t.depth for t in kept) + 1)]

@@ -93,6 +93,11 @@ class StudyConfig:
         return ("ngram", max(ranked, key=speed))  # max keeps the first of equals
 
     @property
+    def workloads_dir(self) -> Path:
+        """Where the study keeps its copies of the workloads' first ``requests`` requests."""
+        return self.out_dir / "workloads"
+
+    @property
     def policy_path(self) -> Path:
         return self.out_dir / "policy.json"
 

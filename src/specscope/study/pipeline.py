@@ -25,7 +25,7 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     """Run every stage; ``say`` receives one line per finished piece of work."""
     check_resume(config)
     if config.requests is not None:
-        config.workloads = [first_requests(w, config.requests, config.out_dir / "workloads") for w in config.workloads]
+        config.workloads = [first_requests(w, config.requests, config.workloads_dir) for w in config.workloads]
     traces = trace_stage(config, say)
     measured = measure_stage(config, say)
     cost = fit_stage(config, say)
@@ -43,17 +43,20 @@ def check_resume(config: StudyConfig) -> None:
     """Make the output folder ready, or refuse before any work: a folder that holds a study with
     other settings (its ``study.json``: batch sizes, k, workloads, …) would mix their results; a
     folder that holds other files but no ``study.json`` is not a study's, and its files would be
-    overwritten. Then record the settings, so that an interrupted study resumes."""
+    overwritten; one that holds only its settings (a study refused before its first result) takes
+    the new ones. Then record the settings, so that an interrupted study resumes."""
     out, path = config.out_dir, config.settings_path
     settings = json.loads(json.dumps(config.settings()))  # as read back: lists, not tuples
     if path.is_file():
         old = read_json_object(path, "a study's settings (a JSON object)")
         changed = [f"{key} {old.get(key)} → {settings.get(key)}" for key in settings if old.get(key) != settings.get(key)]
-        if changed:
+        produced = [p for p in out.iterdir() if p not in (path, config.workloads_dir)]  # the copies follow the settings
+        if changed and produced:  # settings alone (its first stage refused): nothing to mix
             raise SpecscopeError(f"{out}: holds a study with other settings ({'; '.join(changed)}): resuming would mix "
                                  "their results; study into another folder (-o), or delete this one to start over")
-        return
-    if out.is_dir() and any(out.iterdir()):
+        if not changed:
+            return
+    elif out.is_dir() and any(out.iterdir()):
         raise SpecscopeError(f"{out}: not empty and holds no study.json (not a study folder made by specscope, or one "
                              "from before it kept its settings): its files would be overwritten; choose another -o")
     try:

@@ -21,14 +21,16 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
                  steps: Sequence[Path]) -> Path:
     from specscope.report.build import build_report
 
-    deepest = max([config.k, *(tree.depth for tree in config.trees)])  # the drafting its cost model measured
+    trees = config.trees if config.tree_drafter else ()  # measured only with a drafter that drafts trees
+    deepest = max([config.k, *(tree.depth for tree in trees)])  # the drafting its cost model measured
+    measured = f"chains of k = {config.k}" + (f" and trees {max(t.depth for t in trees)} deep" if trees else "")
     report = dataclasses.replace(
         ReportConfig(), cost_model=str(config.cost_model_path),
         sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
         ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
-        trees=tuple(tree.name for tree in config.trees),
+        trees=tuple(tree.name for tree in trees),
         policy=str(config.policy_path) if config.policy_path.exists() else None,
-    ).held_to(deepest, f"the study measured chains of k = {config.k} and trees {deepest} deep, and its fitted cost "
+    ).held_to(deepest, f"the study measured {measured}, and its fitted cost "
                        f"model prices no deeper proposal: every policy here, adaptive and the oracles too, proposes "
                        f"at most {deepest} (measure longer chains with study --k; the replay_*.csv tables go to "
                        f"k = {config.k_max} under other engines' cost models)")

@@ -229,6 +229,13 @@ def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[Measu
     return rows
 
 
+def replay_policies(k_max: int) -> list[str]:
+    """:data:`REPLAY_POLICIES` with each fixed k held to the traces' ``k_max`` (no replay asks
+    what they did not record)."""
+    return list(dict.fromkeys(f"fixed:{min(int(p.split(':')[1]), k_max)}" if p.startswith("fixed:") else p
+                              for p in REPLAY_POLICIES))
+
+
 def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list]:
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.sim.grid import SimConfig, simulate
@@ -239,7 +246,7 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     for spec in config.replay_cost_models:
         cost = resolve_cost_model(spec)
         accs = [m for m in config.methods if _can_price(cost, m)]
-        rows = simulate(records, accs, list(REPLAY_POLICIES), cost,
+        rows = simulate(records, accs, replay_policies(config.k_max), cost,
                         SimConfig(mode="mixed", batch_sizes=REPLAY_BATCH_SIZES))
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
         write_rows(config.out_dir / f"replay_{name}.csv", [r.flat() for r in rows])
@@ -267,7 +274,7 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say)
         parts = [f"{t.tree} ({t.nodes} nodes) vs chain {t.chain}: "
                  + ("below it at every batch size" if t.beats_up_to is None
                     else f"crossover B={t.crossover}" if t.crossover is not None
-                    else f"beats it up to B={TREE_REPLAY_BATCH_SIZES[-1]}, no crossover")
+                    else f"beats it up to B={t.beats_up_to}, no crossover")
                  for t in trees if t.dataset == dataset]
         say(f"crossover {spec} {dataset} ({drafter}): " + "; ".join(parts))
 

@@ -19,6 +19,7 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import read_jsonl
 from specscope.methods import NAMES, method
 from specscope.progress import LazyProgress
+from specscope.engine.config import check_max_tokens
 from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
 from specscope.trace.schema import TraceRecord
@@ -200,6 +201,8 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     depth = tree_depth(specs, trees)
     if depth and any(spec.lookup for spec in specs):
         log.warning("--trees: n-gram proposes no tree; its records get no tree_rank")
+    if requests:  # before anything is written
+        check_max_tokens(model_dir, max(len(r.prompt_token_ids) for r in requests), max_tokens)
     output.parent.mkdir(parents=True, exist_ok=True)
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees)
     check_resume(output, settings, overwrite)
