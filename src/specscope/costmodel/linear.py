@@ -110,10 +110,14 @@ FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_
 LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched")  # the first 3 required
 
 
+MAX_COEFFICIENT_S = 3600.0  # an hour for one token, row or step: beyond it a typo, and sums overflow to inf
+
+
 def _coefficients(spec: Fields, required: Sequence[str], optional: Sequence[str]) -> dict[str, float]:
-    """Seconds coefficients: finite and >= 0 (``optional`` ones default to 0)."""
-    return {**{name: spec.number(name, low=0.0) for name in required},
-            **{name: spec.number(name, default=0.0, low=0.0) for name in optional}}
+    """Seconds coefficients: finite, >= 0 and at most :data:`MAX_COEFFICIENT_S` (``optional`` ones
+    default to 0)."""
+    return {**{name: spec.number(name, low=0.0, high=MAX_COEFFICIENT_S) for name in required},
+            **{name: spec.number(name, default=0.0, low=0.0, high=MAX_COEFFICIENT_S) for name in optional}}
 
 
 def drafting_from_json(spec: Fields) -> Drafting:
@@ -121,7 +125,7 @@ def drafting_from_json(spec: Fields) -> Drafting:
     kind = spec.get("kind")
     if kind == "fraction":
         spec.only(["kind", "ratio"])
-        return FractionDrafting(spec.number("ratio", low=0.0))
+        return FractionDrafting(spec.number("ratio", low=0.0, high=MAX_COEFFICIENT_S))
     if kind == "linear":
         spec.only(["kind", *LINEAR_DRAFTING_TERMS])
         return LinearDrafting(**_coefficients(spec, LINEAR_DRAFTING_TERMS[:3], LINEAR_DRAFTING_TERMS[3:]))
@@ -145,8 +149,8 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     drafting = spec.child("drafting", optional=True)
     return LinearCostModel(
         name=spec.text("name", optional=True) or label,
-        overhead_s=spec.number("overhead_s", default=0.0, low=0.0),
-        admit_s=spec.number("admit_s", default=0.0, low=0.0),
+        overhead_s=spec.number("overhead_s", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
+        admit_s=spec.number("admit_s", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
         drafting={} if drafting is None else {name: drafting_from_json(drafting.child(name)) for name in drafting.obj},
         pads_verification=spec.boolean("pads_verification", False),
         fitted_cells=tuple(FittedCell.from_json(Fields(cell, label, prefix=f"fitted_cells[{i}]"))
