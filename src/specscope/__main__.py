@@ -2,6 +2,10 @@
 
 import sys
 
-from specscope.cli import main
+try:
+    from specscope.cli import main
+except KeyboardInterrupt:  # Ctrl-C while Python still imports: nothing has started
+    print("specscope: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

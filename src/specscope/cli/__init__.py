@@ -44,8 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     try:
+        parser = build_parser()  # imports every verb: a Ctrl-C may land here too
         args = parser.parse_args(argv)  # output paths are checked here, before any work
         logging.basicConfig(
             level=logging.DEBUG if args.verbose else logging.WARNING,
