@@ -59,6 +59,14 @@ def check_output_dir(path: str | Path) -> Path:
     return path
 
 
+def refuse_foreign_folder(folder: Path, marker: str, what: str) -> None:
+    """Refuse an output ``folder`` that holds files but not ``marker`` (what a run of ``what``
+    leaves there, a file or a folder): a run would replace files it did not write."""
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / marker).exists():
+        raise SpecscopeError(f"{folder}: not empty and holds no {marker} (no {what} here): its files would be "
+                             f"replaced; write the {what} into an empty or new folder")
+
+
 def _existing_ancestor(path: Path) -> Path:
     """The nearest of ``path`` and its parents that exists."""
     path = path.absolute()
@@ -161,9 +169,20 @@ def write_rows(path: str | Path, rows: Iterable[Mapping[str, object]]) -> None:
 
 def check_table_output(path: str | Path) -> Path:
     """An ``-o`` for a table (see :func:`write_rows`), checked before the work starts."""
+    return _check_suffix(path, (".csv", ".json"), "a .csv or .json output file")
+
+
+def check_json_output(path: str | Path) -> Path:
+    """An ``-o`` for a JSON document, checked before the work starts."""
+    return _check_suffix(path, (".json",), "a .json output file")
+
+
+def _check_suffix(path: str | Path, suffixes: tuple[str, ...], what: str) -> Path:
+    """``path`` checked as :func:`check_output_file`, a new or regular file ending in one of
+    ``suffixes`` (``-``, standard output, and a device such as ``/dev/null`` need none)."""
     path = check_output_file(path)
-    if path.suffix not in (".csv", ".json", "") and (path.is_file() or not path.exists()):
-        raise SpecscopeError(f"{path}: expected a .csv or .json output file (or - for standard output)")
+    if path.suffix not in (*suffixes, "") and (path.is_file() or not path.exists()):
+        raise SpecscopeError(f"{path}: expected {what} (or - for standard output)")
     return path
 
 

@@ -59,7 +59,7 @@ CASES = [
     Case("openai-url-refused", [*OPENAI, "--url", "{refused}"], r"http://127\.0\.0\.1:\d+: connection refused",
          WORKLOAD),
     Case("openai-batch-size-above-the-requests", [*OPENAI[:-1], "1,2", "--url", "{plain}"],
-         r"--batch-sizes: 2 is above the requests in flight at once \(1 requests in all\)", WORKLOAD),
+         r"--batch-sizes: 2 is above the 1 requests in flight at once \(1 requests in all\)", WORKLOAD),
     Case("openai-wrong-k", [*OPENAI, "--url", "{ngram}", "--method", "eagle", "--k", "5"],
          r"--k 5: the server at http://\S+ shows k=3 \(3 'position' series", WORKLOAD),
     Case("openai-none-against-sd", [*OPENAI, "--url", "{ngram}", "--method", "none"],

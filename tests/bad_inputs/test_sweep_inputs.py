@@ -90,7 +90,7 @@ CASES = [
     Case("workloads-of-one-name", DRY, r"field 'workloads': 'b/w\.jsonl' has the name 'w' of an earlier workload",
          {**config(base='output = "out"\nworkloads = ["a/w.jsonl", "b/w.jsonl"]\n'), "a/w.jsonl": WORKLOAD,
           "b/w.jsonl": WORKLOAD}),
-    Case("output-folder-not-a-sweep", ["sweep", "s.toml"], r"out: not empty and holds no sweep \(no cells/ folder\)",
+    Case("output-folder-not-a-sweep", ["sweep", "s.toml"], r"out: not empty and holds no cells/ \(no sweep here\)",
          {**config(), "out/results.csv": "mine\n"}),
     Case("only-none", DRY, r"s\.toml: plans no cell",
          {**config('methods = ["none"]\nbaselines = "interleaved-all"\nsegments = 2\n'), "w.jsonl": WORKLOAD + WORKLOAD.replace('"a"', '"b"')}),

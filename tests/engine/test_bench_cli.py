@@ -175,7 +175,8 @@ def test_bench_refuses_a_batch_of_more_distinct_requests_than_the_workload_has(l
     size 16. Refused, naming the workload; replicate batching (B copies of each) may go past it."""
     base = ["bench", "--model", str(llama_dir), "--method", "ngram", "--workload", str(workload), "--max-tokens", "2"]
     assert main([*base, "--batch-sizes", "1,16"]) == 2
-    assert "--batch-sizes: 16 is above the 5 requests of" in capsys.readouterr().err
+    assert ("--batch-sizes: 16 is above the 5 requests in flight at once (the 5 distinct requests of "
+            f"{workload};") in capsys.readouterr().err
     assert main([*base, "--batch-sizes", "6", "--batching", "replicate", "--repeats", "1"]) == 0
     capsys.readouterr()
     assert main([*base, "--max-tokens", "1", "--batch-sizes", "1", "--repeats", "1"]) == 0  # the prefill's token only

@@ -111,8 +111,9 @@ def test_a_study_refused_before_its_first_result_takes_new_settings(tmp_path):
 
 
 def test_the_replay_asks_no_k_beyond_the_traces():
-    from specscope.study.run import replay_policies
+    from specscope.sim.policies import held_to
+    from specscope.study.run import REPLAY_POLICIES
 
-    assert replay_policies(20) == ["fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle"]
-    assert replay_policies(4) == ["fixed:1", "fixed:3", "fixed:4", "adaptive", "oracle"]
-    assert replay_policies(1) == ["fixed:1", "adaptive", "oracle"]
+    assert held_to(REPLAY_POLICIES, 20) == ("fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle")
+    assert held_to(REPLAY_POLICIES, 4) == ("fixed:1", "fixed:3", "fixed:4", "adaptive", "oracle")
+    assert held_to(REPLAY_POLICIES, 1) == ("fixed:1", "adaptive", "oracle")

@@ -10,11 +10,17 @@ when picked, so heavy libraries load only for the backend a user runs.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import logging
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
+from specscope.errors import SpecscopeError
 from specscope.costmodel.steps import StepRecord
 from specscope.trees import TreeShape
+
+log = logging.getLogger(__name__)
+C = TypeVar("C")  # a bench configuration: BenchConfig, or the openai backend's
 
 BATCHING = ("distinct", "replicate")
 
@@ -49,6 +55,20 @@ class BenchConfig:
     repeats: int = 3  # each batch size runs no-SD and SD this many times (see the backend)
     tree: TreeShape | None = None
     policy: Path | None = None  # a learned policy file: SD switches proposer per step (method "learned")
+
+
+def fill_batch_sizes(config: C, at_once: int, why: str) -> C:
+    """``config`` (a bench configuration) with batch sizes no run can fill left out: at most
+    ``at_once`` requests are in flight (``why`` says which), so a row at a larger B would name a
+    concurrency it never reached. Batch sizes the user gave are refused instead; the defaults
+    above it are dropped with a warning."""
+    too_many = [b for b in config.batch_sizes if b > at_once]
+    if too_many and config.batch_sizes_given:
+        raise SpecscopeError(f"--batch-sizes: {too_many[0]} is above the {at_once} requests in flight at once ({why})")
+    if too_many:
+        log.warning("batch sizes %s left out: at most %d requests in flight at once (%s)",
+                    ",".join(map(str, too_many)), at_once, why)
+    return replace(config, batch_sizes=tuple(b for b in config.batch_sizes if b <= at_once))
 
 
 @dataclass

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
+from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow, fill_batch_sizes
 from specscope.engine.config import check_max_tokens
 from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.runner import Engine, SamplingParams
@@ -135,15 +135,9 @@ def run_bench(config: BenchConfig) -> BenchResult:
                 f"{config.workload}: request {request.id!r}: token ids must be below "
                 f"the vocabulary size {vocab}"
             )
-    too_many = [b for b in config.batch_sizes if b > len(requests)] if config.batching == "distinct" else []
-    if too_many and config.batch_sizes_given:  # at most len(requests) run together: a row would say otherwise
-        raise SpecscopeError(f"--batch-sizes: {too_many[0]} is above the {len(requests)} requests of "
-                             f"{config.workload} (distinct requests fill at most {len(requests)} slots; "
-                             "--batching replicate runs B copies of each)")
-    if too_many:
-        log.warning("batch sizes %s left out: %s has %d requests", ",".join(map(str, too_many)), config.workload,
-                    len(requests))
-        config = replace(config, batch_sizes=tuple(b for b in config.batch_sizes if b <= len(requests)))
+    if config.batching == "distinct":
+        config = fill_batch_sizes(config, len(requests), f"the {len(requests)} distinct requests of {config.workload}; "
+                                  "--batching replicate runs B copies of each")
     max_seq_len = max(len(r.prompt_token_ids) for r in requests) + config.max_tokens
     check_max_tokens(config.model_dir, max_seq_len - config.max_tokens, config.max_tokens)
     slots = max(config.batch_sizes)

@@ -70,9 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def best_k(alpha: float, c: float, k_max: int) -> list[str]:
-    """The table's last two cells: the best k among those it shows (1 … ``k_max``) and its speedup
-    (it searched to 20 whatever the table showed: a "best" below a cell of the same row at
-    --k-max 30, a best k of 7 for a trace recorded to k_max 1)."""
+    """The table's last two cells: the best k among those it shows (1 … ``k_max``) and its speedup."""
     from specscope.theory.bound import optimal_k
 
     k, speedup = optimal_k(alpha, c, k_max)

@@ -57,9 +57,9 @@ def read_reference(path: Path) -> dict[tuple[str, str, str, int], float]:
                     policy = "oracle-combined:ngram+eagle"
                 for column, value in row.items():
                     if column and column.startswith("bs"):
-                        cells[(row["acc"], row["dataset"], policy, int(column[2:]))] = float(value)
-                        if not math.isfinite(cells[(row["acc"], row["dataset"], policy, int(column[2:]))]):
+                        if not math.isfinite(speedup := float(value)):
                             raise ValueError(f"{column} = {value}: not a finite number")
+                        cells[(row["acc"], row["dataset"], policy, int(column[2:]))] = speedup
     except (KeyError, ValueError, TypeError) as error:
         raise SpecscopeError(f"{path}:{line}: expected columns acc, dataset, policy and bsN numbers ({error})") from None
     except UnicodeDecodeError as error:

@@ -65,17 +65,17 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.measured import read_bench_results
     from specscope.report.build import build_report
 
-    simulated = {*(f"fixed:{k}" for k in args.ks), "adaptive", "oracle"}
-    unknown = [p for p in args.figure_policies or () if p not in simulated]
-    if unknown:  # the figure draws what the report simulates; another name would be left out unseen
-        raise SpecscopeError(f"--figure-policies: {unknown[0]!r} is not a policy the report simulates "
-                             f"(fixed:k of --ks, adaptive, oracle)")
     config = dataclasses.replace(
-        DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks), figure_policies=tuple(args.figure_policies or DEFAULTS.figure_policies),
+        DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks),
+        figure_policies=tuple(args.figure_policies or DEFAULTS.figure_policies),
         steps=tuple(args.steps), measured=tuple(read_bench_results(args.measured)),
         trees=DEFAULTS.trees if args.trees is None else tuple(t.name for t in args.trees),
         sim=SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed), policy=args.policy,
     )
+    unknown = [p for p in args.figure_policies or () if p not in config.policies]
+    if unknown:  # the figure draws what the report simulates; another name would be left out unseen
+        raise SpecscopeError(f"--figure-policies: {unknown[0]!r} is not a policy the report simulates "
+                             f"({', '.join(config.policies)})")
     result = build_report(args.traces, args.output, config)
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)

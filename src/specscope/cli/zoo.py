@@ -17,14 +17,7 @@ from pathlib import Path
 
 def register(subparsers) -> None:
     from specscope import validate
-    from specscope.errors import SpecscopeError
-    from specscope.fileio import check_output_dir, check_output_file
-
-    def check_json_output(text: str) -> Path:
-        path = check_output_file(text)
-        if str(path) != "-" and path.suffix != ".json" and (path.is_file() or not path.exists()):
-            raise SpecscopeError(f"{path}: expected a .json output file (the results are JSON), or -")
-        return path
+    from specscope.fileio import check_json_output, check_output_dir
 
     count = validate.arg(validate.integer, low=1)
     parser = subparsers.add_parser("zoo", help="train or evaluate the bundled models")

@@ -82,9 +82,8 @@ class ReportData:
 
 
 def _within_traces(config: ReportConfig, records: Sequence[TraceRecord]) -> ReportConfig:
-    """``config`` held to the depth the shallowest dataset was traced to, where it would simulate
-    deeper (its overlap and time-split policies, fixed:3 and fixed:5, refused every trace of
-    k_max < 5 whatever --ks said)."""
+    """``config`` held to the depth the shallowest dataset was traced to, where any part of it
+    (the ks, the figures', overlap's and time split's fixed policies) would simulate deeper."""
     groups: dict[str, list[TraceRecord]] = {}
     for record in records:
         groups.setdefault(record.dataset or "trace", []).append(record)

@@ -57,8 +57,7 @@ def check_outputs(out: Path, inputs: Sequence[str | Path]) -> None:
     :data:`MANIFEST`) and is not one of its ``inputs``."""
     names = [INDEX, MANIFEST, *(spec.filename for spec in TABLES)]
     written = [out / name for name in names] + sorted(out.glob("fig*_*.png"))
-    manifest = out / MANIFEST
-    ours = set(manifest.read_text(encoding="utf-8").splitlines()) if manifest.is_file() else set()
+    manifest, ours = out / MANIFEST, _listed(out)
     for given in map(Path, inputs):
         if given.is_file() and any(p.is_file() and p.samefile(given) for p in written):
             raise SpecscopeError(f"-o {out}: the report writes {given.name} there, an input of this run; "
@@ -70,13 +69,21 @@ def check_outputs(out: Path, inputs: Sequence[str | Path]) -> None:
                                  "list it): writing the report would replace it; write the report to another folder")
 
 
+def _listed(out: Path) -> set[str]:
+    """The names the :data:`MANIFEST` of ``out`` lists (none without one)."""
+    manifest = out / MANIFEST
+    return set(manifest.read_text(encoding="utf-8").splitlines()) if manifest.is_file() else set()
+
+
+def _list(out: Path, names: set[str]) -> None:
+    """Write ``names`` as the :data:`MANIFEST` of ``out``."""
+    atomic_write_text(out / MANIFEST, "".join(f"{name}\n" for name in sorted(names)))
+
+
 def _clear_previous(out: Path, writing: set[str]) -> None:
     """Remove what the previous report in ``out`` wrote (its :data:`MANIFEST` lists it) and this
     one does not: a figure or table it no longer draws would sit there as if it were current."""
-    manifest = out / MANIFEST
-    if not manifest.is_file():
-        return
-    for name in manifest.read_text(encoding="utf-8").splitlines():
+    for name in _listed(out):
         if name and name not in writing and "/" not in name and (out / name).is_file():
             (out / name).unlink()
 
@@ -90,13 +97,12 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecscopeError(f"{out}: cannot create the output directory ({error.strerror})") from None
-    manifest = out / MANIFEST
-    claimed = set(manifest.read_text(encoding="utf-8").splitlines()) if manifest.is_file() else set()
+    claimed = _listed(out)
 
     def claim(name: str) -> Path:
         if name not in claimed:
             claimed.add(name)
-            atomic_write_text(manifest, "".join(f"{n}\n" for n in sorted(claimed)))
+            _list(out, claimed)
         return out / name
 
     tables = []
@@ -123,7 +129,7 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
     atomic_write_text(index, render(_page(data, figures, tables, notes)))
     writing = {INDEX, *(p.name for p in tables), *(f.filename for f in figures)}
     _clear_previous(out, writing)
-    atomic_write_text(manifest, "".join(f"{name}\n" for name in sorted(writing)))
+    _list(out, writing)
     advance("done")
     log.info("wrote %s with %d figures and %d tables", index, len(figures), len(tables))
     return ReportResult(index, [out / f.filename for f in figures], tables, notes)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from specscope.analysis.overlap import OverlapConfig
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig
+from specscope.sim.policies import held_to
 
 
 
@@ -41,15 +42,11 @@ class ReportConfig:
         """This configuration with every proposal at most ``depth`` deep (:attr:`depth`): its fixed
         ks, the figures', the overlap's and the time split's fixed policies and the bound's k brought
         within it; ``why`` is what the answer says of a longer k."""
-        def within(policies: tuple[str, ...]) -> tuple[str, ...]:
-            return tuple(dict.fromkeys(f"fixed:{min(int(p.split(':')[1]), depth)}" if p.startswith("fixed:") else p
-                                       for p in policies))
-
         return replace(self, depth=depth, longer_k=why, ks=tuple(k for k in self.ks if k <= depth) or (depth,),
-                       figure_policies=within(self.figure_policies), timesplit_policy=within((self.timesplit_policy,))[0],
-                       bound_k=min(self.bound_k, depth),
-                       overlap=replace(self.overlap, lookup_policies=within(self.overlap.lookup_policies),
-                                       reference_policy=within((self.overlap.reference_policy,))[0]))
+                       figure_policies=held_to(self.figure_policies, depth),
+                       timesplit_policy=held_to((self.timesplit_policy,), depth)[0], bound_k=min(self.bound_k, depth),
+                       overlap=replace(self.overlap, lookup_policies=held_to(self.overlap.lookup_policies, depth),
+                                       reference_policy=held_to((self.overlap.reference_policy,), depth)[0]))
 
     @property
     def policies(self) -> list[str]:

@@ -112,7 +112,8 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
             policy = esc(r.best_policy) + (" †" if edge else "")
             cells = [str(r.batch_size), esc(r.best_acc), policy, _speedup(r.best_speedup),
                      esc(_fmt(r.oracle_acc)), esc(_fmt(r.oracle_speedup)),
-                     esc("–" if r.gap is None else f"{r.gap:+.3f}"), *([esc(_fmt(r.combined_speedup))] if combined else [])]
+                     esc("–" if r.gap is None else f"{r.gap:+.3f}"),
+                     *([esc(_fmt(r.combined_speedup))] if combined else [])]
             body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         head_html = "".join(f"<th>{esc(h)}</th>" for h in head)
         parts.append(f"<h3>{esc(dataset)}</h3><p>{esc(verdict)}</p>"

@@ -90,6 +90,6 @@ def plain_log_axis(axis) -> None:
 
 
 def short(name: str) -> str:
-    """``name`` cut to :data:`NAME_WIDTH` characters, ``…`` marking the cut (a 300-character
-    dataset name made figures 4500 px wide with their labels overlapping)."""
+    """``name`` cut to :data:`NAME_WIDTH` characters, ``…`` marking the cut: a figure's titles and
+    labels stay within its panels whatever the dataset's name."""
     return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"

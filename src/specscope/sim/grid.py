@@ -246,8 +246,7 @@ def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchD
 def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:
     """The (acc, policy) pairs that make sense: each proposer of ``accs`` with each one-proposer
     policy; oracle-combined and a switching policy make one cell each whatever ``accs`` (acc
-    ``combined``, and ``a+b`` naming a switching policy's proposers) — an oracle-combined named
-    without ``--acc combined`` was left out without a word."""
+    ``combined``, and ``a+b`` naming a switching policy's proposers), named or not in ``accs``."""
     pairs = [(acc, p) for acc in accs if acc != COMBINED for p in policies if p.switch is None and not p.combined]
     pairs += [(COMBINED, p) for p in policies if p.combined]
     pairs += [("+".join(p.switch), p) for p in policies if p.switch is not None]

@@ -30,9 +30,8 @@ from specscope.sim.switching import SwitchDrafting
 
 def admission_iterations(steps_per_request: np.ndarray, batch_size: int) -> np.ndarray:
     """[R] the iteration at which each request is admitted (FIFO into ``batch_size`` slots); a
-    request holds its slot for its steps, and one iteration at least: its prefill's (a request
-    whose output is its prefill's one token used to free its slot at once, so every such request
-    was prefilled in the first iteration, whatever the batch size)."""
+    request holds its slot for its steps, and one iteration at least: its prefill's (an output of
+    one token, the prefill's, takes no step but still a slot)."""
     free = [0] * min(batch_size, max(len(steps_per_request), 1))
     heapq.heapify(free)
     admit = np.empty(len(steps_per_request), dtype=np.int64)

@@ -23,7 +23,7 @@ registry :data:`POLICIES`:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -157,6 +157,13 @@ POLICIES: dict[str, Callable[[str], Policy]] = {
     "learned": _learned,
     "tree": _tree,
 }
+
+
+def held_to(policies: Sequence[str], depth: int) -> tuple[str, ...]:
+    """``policies`` with each ``fixed:k`` proposing at most ``depth`` (``fixed:min(k, depth)``),
+    the others as they are; a repeat that makes is dropped, order kept."""
+    return tuple(dict.fromkeys(f"fixed:{min(int(p.split(':')[1]), depth)}" if p.startswith("fixed:") else p
+                               for p in policies))
 
 
 def parse_policy(text: str, default_combined: tuple[str, str] | None = None) -> Policy:

@@ -229,16 +229,10 @@ def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[Measu
     return rows
 
 
-def replay_policies(k_max: int) -> list[str]:
-    """:data:`REPLAY_POLICIES` with each fixed k held to the traces' ``k_max`` (no replay asks
-    what they did not record)."""
-    return list(dict.fromkeys(f"fixed:{min(int(p.split(':')[1]), k_max)}" if p.startswith("fixed:") else p
-                              for p in REPLAY_POLICIES))
-
-
 def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list]:
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.sim.grid import SimConfig, simulate
+    from specscope.sim.policies import held_to
     from specscope.trace import load_traces
 
     replays = {}
@@ -246,7 +240,7 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     for spec in config.replay_cost_models:
         cost = resolve_cost_model(spec)
         accs = [m for m in config.methods if _can_price(cost, m)]
-        rows = simulate(records, accs, replay_policies(config.k_max), cost,
+        rows = simulate(records, accs, list(held_to(REPLAY_POLICIES, config.k_max)), cost,  # asks nothing untraced
                         SimConfig(mode="mixed", batch_sizes=REPLAY_BATCH_SIZES))
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
         write_rows(config.out_dir / f"replay_{name}.csv", [r.flat() for r in rows])

@@ -31,8 +31,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text
+from specscope.fileio import atomic_write_text, refuse_foreign_folder
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.progress import LazyProgress
@@ -203,9 +202,7 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
     torch.set_num_threads(config.threads)
     out_dir = Path(out_dir)
     record_path = out_dir / "training.json"
-    if out_dir.is_dir() and any(out_dir.iterdir()) and not record_path.is_file():
-        raise SpecscopeError(f"{out_dir}: not empty and holds no training.json (no zoo trained here): training "
-                             "would replace its files; train into an empty or new folder")
+    refuse_foreign_folder(out_dir, record_path.name, "zoo")
     done = json.loads(record_path.read_text(encoding="utf-8"))["stages"] if record_path.is_file() else {}
     keys = stage_keys(config)
     corpus = [text for task in config.tasks for ex in tasks.generate(task, config.tokenizer_corpus, config.seed + 1)

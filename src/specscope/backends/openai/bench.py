@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
-from specscope.backends import BenchConfig, BenchResult, BenchRow
+from specscope.backends import BenchConfig, BenchResult, BenchRow, fill_batch_sizes
 from specscope.backends.openai.client import ClientConfig
 from specscope.backends.openai.launchers import (
     DEFAULT_LAUNCH_TIMEOUT_S,
@@ -241,14 +241,7 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
     prompts = select_prompts(workload, config.num_requests)
     if config.segments > len(prompts):
         raise SpecscopeError(f"--segments: {len(prompts)} requests cannot be cut into {config.segments} segments")
-    at_once, runs = in_flight(len(prompts), config.segments)
-    too_many = [b for b in config.batch_sizes if b > at_once]
-    if too_many and config.batch_sizes_given:  # a row would claim a concurrency it never reached
-        raise SpecscopeError(f"--batch-sizes: {too_many[0]} is above the requests in flight at once ({runs})")
-    if too_many:
-        log.warning("batch sizes %s left out: at most %d requests in flight at once (%s)",
-                    ",".join(map(str, too_many)), at_once, runs)
-        config = replace(config, batch_sizes=tuple(b for b in config.batch_sizes if b <= at_once))
+    config = fill_batch_sizes(config, *in_flight(len(prompts), config.segments))
     specs = _launch_specs(config) if config.launch else None
     warmup, warmup_measured = warmup_prompt(workload, config.num_requests)
     k = config.k if config.method != NO_SD else 0

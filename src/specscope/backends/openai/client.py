@@ -113,7 +113,8 @@ class LoadResult:
 
         ok = [r for r in self.results if r.error is None]
         tokens = sum(r.output_tokens for r in ok)
-        steps = sum(len(r.chunk_s) - 1 for r in ok if r.chunk_s)  # chunks after the first: the prefill's token
+        streamed = [r for r in ok if r.chunk_s]
+        steps = sum(len(r.chunk_s) - 1 for r in streamed)  # chunks after the first: the prefill's token
         row: dict[str, object] = {
             "batch_size": self.concurrency,
             "num_requests": len(self.results),
@@ -124,7 +125,7 @@ class LoadResult:
             "request_throughput": len(ok) / self.duration_s if self.duration_s > 0 else None,
             # τ = emitted tokens / steps, each chunk after the first one step (as vLLM and specscope
             # serve stream); a server streaming several steps per chunk reads higher
-            "mean_acceptance_length": sum(r.output_tokens - 1 for r in ok if r.chunk_s) / steps if steps else None,
+            "mean_acceptance_length": sum(r.output_tokens - 1 for r in streamed) / steps if steps else None,
         }
         tpot = [
             (r.latency_s - r.ttft_s) / (r.output_tokens - 1)
@@ -149,11 +150,11 @@ class StreamError(Exception):
 def _connection(url: str, timeout_s: float) -> tuple[http.client.HTTPConnection, str]:
     parts = urllib.parse.urlsplit(url)
     try:
-        port = parts.port
-    except ValueError:  # not a number, or past 65535
-        port = -1
-    if parts.scheme not in ("http", "https") or not parts.hostname or port == -1:
-        raise SpecscopeError(f"--url: expected http://HOST:PORT (a port 0..65535), got {url!r}")
+        port = parts.port  # ValueError: not a number, or past 65535
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(parts.scheme)
+    except ValueError:
+        raise SpecscopeError(f"--url: expected http://HOST:PORT (a port 0..65535), got {url!r}") from None
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     return cls(parts.hostname, port, timeout=timeout_s), parts.path.rstrip("/")
 

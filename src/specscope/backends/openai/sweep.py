@@ -57,7 +57,7 @@ from specscope.backends.openai.sweep_config import (
 )
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
-from specscope.fileio import atomic_write_text
+from specscope.fileio import atomic_write_text, refuse_foreign_folder
 
 log = logging.getLogger(__name__)
 CELL_LABELS = ("engine", "workload", "method", "k", "tree", "tree_nodes", "tree_depth", "baseline_for", "status", "reason",
@@ -387,20 +387,12 @@ GroupRunner = Callable[[SweepConfig, list[list[Cell]]], Iterator[dict]]
 in any order, as it finishes; it writes nothing (e.g. :mod:`specscope.backends.openai.ray_executor`)."""
 
 
-def _refuse_foreign(folder: Path) -> None:
-    """Refuse an output folder that holds files but no sweep (no ``cells/``): the sweep would
-    replace what it did not write (``config.json``, ``results.csv``, ``winners.csv`` …)."""
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / "cells").is_dir():
-        raise SpecscopeError(f"{folder}: not empty and holds no sweep (no cells/ folder): its files would be "
-                             "replaced; give the sweep an empty or new output folder")
-
-
 def run_sweep(
     config: SweepConfig, retry_failed: bool = False, run_groups: GroupRunner = run_groups_here
 ) -> SweepOutcome:
     """Run every cell not yet recorded (and failed ones with ``retry_failed``), writing each
     record as ``run_groups`` yields it."""
-    _refuse_foreign(config.output)
+    refuse_foreign_folder(config.output, "cells/", "sweep")  # it writes config.json, results.csv, winners.csv …
     recorded = read_cells(config.output)  # a bad record is refused before anything is written
     try:
         (config.output / "cells").mkdir(parents=True, exist_ok=True)
