@@ -9,10 +9,14 @@ verbs' ``run`` functions so that ``specscope --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import pkgutil
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from typing import NoReturn
 
 from specscope import __version__
@@ -44,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    with _noting_interrupts() as interrupted:
+        return _run(argv, interrupted)
+
+
+def _run(argv: list[str] | None, interrupted: list[int]) -> int:
     try:
         parser = build_parser()  # imports every verb: a Ctrl-C may land here too
         args = parser.parse_args(argv)  # output paths are checked here, before any work
@@ -56,7 +65,37 @@ def main(argv: list[str] | None = None) -> int:
         print(f"specscope: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("specscope: interrupted (finished work is kept; rerun to resume)", file=sys.stderr)
-        return 130
+        return _interrupted()
     except BrokenPipeError:
         return 0
+    except Exception:
+        if interrupted:  # a Ctrl-C inside an extension module's import: numpy raises ImportError
+            return _interrupted()
+        raise
+
+
+def _interrupted() -> int:
+    print("specscope: interrupted (finished work is kept; rerun to resume)", file=sys.stderr)
+    return 130
+
+
+@contextlib.contextmanager
+def _noting_interrupts() -> Iterator[list[int]]:
+    """Python's own Ctrl-C (raise KeyboardInterrupt), each noted in the list given: an extension
+    module interrupted while it imports (numpy, torch: the verbs import them) raises another error
+    instead. Only the main thread can set a signal handler; elsewhere nothing is noted."""
+    noted: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        noted.append(signum)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield noted
+        return
+    signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

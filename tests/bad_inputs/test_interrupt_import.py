@@ -1,0 +1,33 @@
+"""A Ctrl-C while `python -m specscope` still imports: one line, exit 130, no traceback — also
+when it lands inside an extension module's import, which numpy turns into an ImportError."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# Sends SIGINT to itself as the named module starts importing, then runs `python -m specscope`
+# (datetime: imported by numpy's C extension as it initialises, which turns the interrupt there
+# into an ImportError). to itself as the named module starts importing, then runs `python -m specscope`.
+INTERRUPT_AT = """
+import importlib.abc, os, runpy, signal, sys
+TARGET = sys.argv[1]
+class Interrupt(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET:
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["specscope", "--help"]
+runpy.run_module("specscope", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("module", ["specscope.cli", "numpy", "datetime"])
+def test_interrupt_while_importing(module):
+    done = subprocess.run([sys.executable, "-c", INTERRUPT_AT, module], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert done.stderr.startswith("specscope: interrupted") and done.stderr.count("\n") == 1, done.stderr[-2000:]
