@@ -10,7 +10,7 @@ import pytest
 
 # Sends SIGINT to itself as the named module starts importing, then runs `python -m specscope`
 # (datetime: imported by numpy's C extension as it initialises, which turns the interrupt there
-# into an ImportError). to itself as the named module starts importing, then runs `python -m specscope`.
+# into an ImportError).
 INTERRUPT_AT = """
 import importlib.abc, os, runpy, signal, sys
 TARGET = sys.argv[1]
