@@ -178,3 +178,25 @@ def test_tree_rank_round_trips_and_old_records_have_none(tmp_path):
     np.testing.assert_array_equal(back.proposers["eagle"].tree_rank, ranks)
     assert back.proposers["ngram"].tree_rank is None
     assert back.proposers["eagle"].truncated(2).tree_rank.tolist() == ranks[:2].tolist()
+
+
+def test_tree_rank_that_tells_another_chain_is_counted_and_ngram_ranks_refused(tmp_path, caplog):
+    """A greedy chain's acc_len is 1 + the leading zero ranks (up to k_max): a position where
+    the file says otherwise is counted and warned about; a lookup proposer carries no tree."""
+    ranks = np.array([[0, 0, 5], [0, 1, 0], [2, 0, 0], [0, -1, -1]], dtype=np.int16)
+    acc = np.array([3, 2, 1, 2], dtype=np.int32)  # agrees at every position (k_max 2: min(acc, 3))
+    rec = TraceRecord("r", np.array([1]), np.array([5, 6, 7, 8]), {"eagle": ProposerTrace(acc, tree_rank=ranks)},
+                      k_max=2, dataset="d")
+    write_traces(tmp_path / "ok.jsonl", [rec])
+    _, (report,) = load_traces([tmp_path / "ok.jsonl"])
+    assert report.rank_disagreements == 0
+    rec.proposers["eagle"] = ProposerTrace(np.array([1, 3, 1, 2], dtype=np.int32), tree_rank=ranks)
+    write_traces(tmp_path / "bad.jsonl", [rec])
+    (back,), (report,) = load_traces([tmp_path / "bad.jsonl"])
+    assert report.rank_disagreements == 2 and "2 positions where tree_rank gives another greedy chain" in caplog.text
+    assert back.proposers["eagle"].acc_len.tolist() == [1, 3, 1, 2]  # kept as written
+    line = json.loads((tmp_path / "ok.jsonl").read_text())
+    line["proposers"]["ngram"] = {"acc_len": [1, 1, 1, 1], "tree_rank": [[0], [0], [0], [0]]}
+    (tmp_path / "ngram.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(SpecscopeError, match=r"ngram\.jsonl:1: field 'proposers\.ngram\.tree_rank': ngram drafts by lookup"):
+        load_traces([tmp_path / "ngram.jsonl"])

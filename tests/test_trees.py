@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from specscope.trees import TreeShape, chain
-from specscope.validate import Invalid
+from specscope.trees import TreeShape, chain, parse_tree, parse_tree_list
+from specscope.validate import Invalid, split_list
 
 
 def test_branching_per_depth():
@@ -22,9 +22,23 @@ def test_paths_form_and_its_name():
     assert (tree.nodes, tree.depth, tree.widths, tree.branching) == (3, 2, (2, 1), None)
     assert tree.name == "paths:0;1;0.0"
     assert TreeShape.parse("[[0], [1], [0, 0], [1, 0]]").name == "2x1"  # a full tree is named by its branching
+    assert TreeShape.parse(tree.name) == tree  # a result row's name reads back (report --measured, costmodel fit)
 
 
-@pytest.mark.parametrize("text", ["", "0x2", "2x", "[(0, 0)]", "[]", "[(-1,)]", "20x20", "nonsense"])
+def test_tree_lists_and_limits():
+    """--trees: a list of paths is one item whatever its commas; repeats and trees deeper than
+    any k (64) are refused, as --tree's one tree is."""
+    trees = parse_tree_list("2x1, [(0,), (1,), (0, 0)],paths:0;0.0")
+    assert [t.name for t in trees] == ["2x1", "paths:0;1;0.0", "1x1"]
+    for text, message in [("2x2,[[0],[1],[0,0],[0,1],[1,0],[1,1]]", "2x2 twice"), ("1x" * 64 + "1", "at most 64 deep")]:
+        with pytest.raises(Invalid, match=message):
+            parse_tree_list(text)
+    with pytest.raises(Invalid, match="at most 64 deep"):
+        parse_tree("1x" * 64 + "1")
+    assert split_list(" a, tree:[(0,), (1,)] ,,b ") == ["a", "tree:[(0,), (1,)]", "b"]
+
+
+@pytest.mark.parametrize("text", ["", "0x2", "2x", "[(0, 0)]", "[]", "[(-1,)]", "20x20", "nonsense", "paths:", "paths:0;1.5"])
 def test_bad_trees_are_refused(text):
     with pytest.raises(Invalid):
         TreeShape.parse(text)

@@ -42,11 +42,14 @@ class TreeShape:
 
     @classmethod
     def parse(cls, text: str) -> TreeShape:
-        """``"2x2x1"`` (branching per depth) or a Python/JSON list of paths ``"[(0,), (0, 0)]"``."""
+        """``"2x2x1"`` (branching per depth), a Python/JSON list of paths ``"[(0,), (0, 0)]"``, or
+        an irregular tree's :attr:`name` ``"paths:0;1;0.0"`` (its paths, ranks joined by dots)."""
         text = text.strip()
         if re.fullmatch(r"\d+(x\d+)*", text):
             branching = tuple(validate.integer(part, low=1) for part in text.split("x"))
             return cls.from_branching(branching)
+        if re.fullmatch(r"paths:\d+(\.\d+)*(;\d+(\.\d+)*)*", text):
+            return cls.from_paths([[int(rank) for rank in path.split(".")] for path in text[6:].split(";")])
         try:
             paths = ast.literal_eval(text)
         except (ValueError, SyntaxError):
@@ -185,8 +188,12 @@ class TreeShape:
 
 
 def parse_tree(text: str) -> TreeShape:
-    """:meth:`TreeShape.parse` for argparse (``type=validate.arg(parse_tree)``) and configs."""
-    return TreeShape.parse(text)
+    """:meth:`TreeShape.parse` for argparse (``type=validate.arg(parse_tree)``) and configs: at
+    most :data:`specscope.validate.K_MAX_LIMIT` deep, as any k."""
+    tree = TreeShape.parse(text)
+    if tree.depth > validate.K_MAX_LIMIT:
+        raise Invalid(f"expected a tree at most {validate.K_MAX_LIMIT} deep, got {tree.name} of depth {tree.depth}")
+    return tree
 
 
 def chain(k: int) -> TreeShape:
@@ -199,13 +206,13 @@ def parse_tree_list(text: str) -> tuple[TreeShape, ...]:
     :data:`specscope.validate.K_MAX_LIMIT` deep and its children's ranks below the traces' rank cap
     (:data:`TREE_RANK_CAP`: a rank stored there is "that or worse", so a wider tree could not be
     replayed)."""
-    trees = tuple(TreeShape.parse(part) for part in text.split(",") if part.strip())
+    trees = tuple(parse_tree(part) for part in validate.split_list(text))
     if not trees:
         raise Invalid(f"expected a comma list of trees such as 2x2x1,4x2x2x1, got {text!r}")
-    deep = next((tree for tree in trees if tree.depth > validate.K_MAX_LIMIT), None)
-    if deep is not None:
-        raise Invalid(f"expected trees at most {validate.K_MAX_LIMIT} deep, got {deep.name} of depth {deep.depth}")
     wide = next((tree for tree in trees if tree.max_rank >= TREE_RANK_CAP), None)
     if wide is not None:
         raise Invalid(f"expected trees at most {TREE_RANK_CAP} children wide (the traces' rank cap), got {wide.name}")
+    repeated = next((tree for i, tree in enumerate(trees) if tree in trees[:i]), None)
+    if repeated is not None:
+        raise Invalid(f"expected distinct trees, got {repeated.name} twice")
     return trees

@@ -94,6 +94,20 @@ def temperature(value: object) -> float:
     return number(value, low=0.0)
 
 
+def split_list(text: str) -> list[str]:
+    """``"a,b,[(0,), (1,)]"`` → ``["a", "b", "[(0,), (1,)]"]``: the comma-separated parts of
+    ``text``, stripped, empty ones left out; a comma inside brackets (a tree's list of paths) does
+    not split."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += (char in "([{") - (char in ")]}")
+        if char == "," and depth <= 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [part.strip() for part in parts if part.strip()]
+
+
 def arg(check: Callable[..., T], **bounds: object) -> Callable[[str], T]:
     """An argparse ``type=`` that applies ``check(text, **bounds)``; argparse names the option
     in its error, e.g. ``arg(integer, low=1)`` for a positive count."""

@@ -29,7 +29,7 @@ TRACE = ["trace", "--model", "m", "--proposers", "ngram", "--workload", "w.jsonl
 CASES = [
     Case("inspect-tree-not-a-shape", ["traces", "inspect", "t.jsonl", "--trees", "2x"], r"argument --trees: expected a tree",
          files=GOOD),
-    Case("trace-trees-too-deep", [*TRACE, "--trees", "x".join(["1"] * 65)], r"argument --trees: expected trees at most 64 "
+    Case("trace-trees-too-deep", [*TRACE, "--trees", "x".join(["1"] * 65)], r"argument --trees: expected a tree at most 64 "
          r"deep, got 1x1.* of depth 65"),
     Case("trace-trees-only-ngram", [*TRACE, "--trees", "2x2x1"], r"--trees: n-gram proposes no tree",
          files={"w.jsonl": '{"id": "a", "prompt_token_ids": [1, 2]}\n'}),

@@ -4,6 +4,7 @@ that carry tree_rank."""
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -52,7 +53,26 @@ def test_trees_table_matches_the_ranks(tree_report):
         chain_acc = float(row["chain_mean_acc_len"])
         assert float(row["chain_acc_per_verified"]) == pytest.approx(chain_acc / (tree.depth + 1))
         assert float(row["mean_acc_len"]) > float(row["chain_mean_acc_len"])  # ranks 1 and 2 are in the tree
-    assert any("tree 4x2x2x2x1 not simulated for eagle: 5 deep" in note for note in result.notes)
+    assert any("tree 4x2x2x2x1 not simulated for math (eagle): 5 deep" in note for note in result.notes)
+
+
+def test_a_dataset_without_tree_rank_leaves_the_others_trees(tmp_path):
+    """A dataset traced without --trees (and one traced shallower) beside one with ranks: the
+    trees are compared where the ranks reach, and the report says where they are not."""
+    chat = [replace(r, dataset="chat", proposers={"eagle": ProposerTrace(r.proposers["eagle"].acc_len)})
+            for r in ranked_records(6, 1)]
+    short = [replace(r, dataset="code", proposers={"eagle": replace(r.proposers["eagle"],
+                                                                    tree_rank=r.proposers["eagle"].tree_rank[:, :3])})
+             for r in ranked_records(6, 2)]
+    write_traces(tmp_path / "t.jsonl", ranked_records(8, 0) + chat + short)
+    config = ReportConfig(cost_model="roofline:h100:llama3.1-8b", ks=(1, 2, 3, 4), trees=("2x1x1", "3x2x1x1"),
+                          sim=SimConfig(mode="paper", batch_sizes=(1, 8)))
+    result = build_report([tmp_path / "t.jsonl"], tmp_path / "out", config)
+    rows = list(csv.DictReader((tmp_path / "out" / "trees.csv").open()))
+    assert [(r["dataset"], r["tree"]) for r in rows] == [("math", "2x1x1"), ("math", "3x2x1x1"), ("code", "2x1x1")]
+    assert any("tree vs chain: not for chat, whose traces carry no tree_rank" in note for note in result.notes)
+    assert any("tree 3x2x1x1 not simulated for code (eagle): 4 deep, but its traces reach depth 3" in note
+               for note in result.notes)
 
 
 def test_tree_figure_and_answer_follow_the_speedups(tree_report):

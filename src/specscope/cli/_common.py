@@ -37,8 +37,9 @@ def int_list(text: str) -> list[int]:
 
 
 def str_list(text: str) -> list[str]:
-    """Parse ``"fixed:1,oracle"`` into ``["fixed:1", "oracle"]`` (argparse type)."""
-    values = [part.strip() for part in text.split(",") if part.strip()]
+    """Parse ``"fixed:1,oracle"`` into ``["fixed:1", "oracle"]`` (argparse type; a tree's list of
+    paths, ``tree:[(0,), (1,)]``, is one item)."""
+    values = validate.split_list(text)
     if not values:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
     return values

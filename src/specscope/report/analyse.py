@@ -137,6 +137,10 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         data.tree_rows, data.trees, tree_notes = compare_trees(sim_records, depths, trees, max(config.ks), cost,
                                                                config.sim)
         data.notes.extend(tree_notes)
+        without = [d for d in dict.fromkeys(r.dataset or "trace" for r in sim_records) if d not in {d for d, _ in depths}]
+        if without:
+            data.notes.append(f"tree vs chain: not for {', '.join(without)}, whose traces carry no tree_rank "
+                              "(trace with --trees)")
         data.tree_answer = tree_answer(data.trees)
     data.measured = [c if c.simulated_speedup is not None  # a study's cells come simulated on their own requests
                      else replace(c, simulated_speedup=simulated_for(c, data.rows + data.tree_rows)) for c in data.measured]

@@ -45,37 +45,42 @@ class TreeRow:
         return asdict(self)
 
 
-def tree_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dict[str, int]:
-    """Proposers whose every record has ``tree_rank``, with the depth all of them reach."""
-    return {name: min(r.proposers[name].tree_rank.shape[1] for r in records) for name in proposers
-            if all(name in r.proposers and r.proposers[name].tree_rank is not None for r in records)}
+def tree_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dict[tuple[str, str], int]:
+    """(dataset, proposer) → the depth every record of the dataset reaches in the proposer's
+    ``tree_rank``, where every one of them has it."""
+    by_dataset: dict[str, list[TraceRecord]] = {}
+    for r in records:
+        by_dataset.setdefault(r.dataset or "trace", []).append(r)
+    return {(dataset, name): min(r.proposers[name].tree_rank.shape[1] for r in mine)
+            for dataset, mine in by_dataset.items() for name in proposers
+            if all(name in r.proposers and r.proposers[name].tree_rank is not None for r in mine)}
 
 
-def compare_trees(records: Sequence[TraceRecord], depths: dict[str, int], trees: Sequence[TreeShape],
+def compare_trees(records: Sequence[TraceRecord], depths: dict[tuple[str, str], int], trees: Sequence[TreeShape],
                   k_max: int, cost: CostModel, config: SimConfig) -> tuple[list[SimRow], list[TreeRow], list[str]]:
-    """Simulate every tree and the chains ``fixed:1..D`` of the proposers in ``depths``; returns
-    the simulated rows, one :class:`TreeRow` per dataset × proposer × tree, and notes naming
-    the trees left out (deeper than the ranks recorded, or than ``k_max``)."""
+    """Simulate every tree and the chains ``fixed:1..D`` of each dataset × proposer in ``depths``
+    (:func:`tree_depths`) whose chains reach D (``k_max``: the deepest chain there is to compare);
+    returns the simulated rows, one :class:`TreeRow` per dataset × proposer × tree, and notes
+    naming the trees left out (deeper than the ranks recorded, or than ``k_max``)."""
     rows: list[SimRow] = []
     summary: list[TreeRow] = []
     notes: list[str] = []
-    for proposer, recorded in depths.items():
+    for (dataset, proposer), recorded in depths.items():
         kept = [t for t in trees if t.depth <= min(recorded, k_max)]
-        notes.extend(f"tree {t.name} not simulated for {proposer}: {t.depth} deep, but "
+        notes.extend(f"tree {t.name} not simulated for {dataset} ({proposer}): {t.depth} deep, but "
                      + (f"its traces reach depth {recorded} (re-trace with --trees {t.name})" if recorded < t.depth
-                        else f"the traces' k_max is {k_max}, so no chain of its depth to set it against")
+                        else f"the chains compared stop at k = {k_max}, so none of its depth to set it against")
                      for t in trees if t not in kept)
         if not kept:
             continue
+        mine = [r for r in records if (r.dataset or "trace") == dataset]
         chains = [f"fixed:{k}" for k in range(1, max(t.depth for t in kept) + 1)]
-        mine = simulate(records, [proposer], chains + [f"tree:{t.name}" for t in kept], cost, config)
-        rows.extend(mine)
-        for dataset in dict.fromkeys(r.dataset for r in mine):
-            ranks = np.concatenate([r.proposers[proposer].tree_rank[:, :recorded] for r in records
-                                    if (r.dataset or "trace") == dataset])
-            for tree in kept:
-                summary.append(_summarise(dataset, proposer, tree, ranks,
-                                          [r for r in mine if r.dataset == dataset]))
+        simulated = simulate(mine, [proposer], chains + [f"tree:{t.name}" for t in kept], cost, config)
+        rows.extend(simulated)
+        if not simulated:  # every batch size above the dataset's requests
+            continue
+        ranks = np.concatenate([r.proposers[proposer].tree_rank[:, :recorded] for r in mine])
+        summary.extend(_summarise(dataset, proposer, tree, ranks, simulated) for tree in kept)
     return rows, summary, notes
 
 

@@ -33,7 +33,7 @@ from specscope.methods import method
 from specscope.policy.learned import load_policy
 from specscope.policy.observation import Decide
 from specscope.trace.schema import TREE_RANK_CAP
-from specscope.trees import TreeShape
+from specscope.trees import TreeShape, parse_tree
 
 
 class PolicyState(Protocol):
@@ -140,11 +140,12 @@ def _learned(argument: str) -> Policy:
 
 def _tree(argument: str) -> Policy:
     try:
-        shape = TreeShape.parse(argument)
-        validate.integer(shape.max_rank, high=TREE_RANK_CAP - 1)
+        shape = parse_tree(argument)
+        if shape.max_rank >= TREE_RANK_CAP:
+            raise validate.Invalid(f"{shape.name} has a node with {shape.max_rank + 1} children")
     except validate.Invalid as error:
         raise SpecscopeError(f"policy 'tree:{argument}': expected tree:SHAPE with SHAPE a static tree such as "
-                             f"2x2x1 (child ranks below {TREE_RANK_CAP}, the traces' rank cap): {error}") from None
+                             f"2x2x1 (at most {TREE_RANK_CAP} children a node, the traces' rank cap): {error}") from None
     return Policy(f"tree:{shape.name}", by_position=lambda acc: np.full_like(acc, shape.nodes), tree=shape)
 
 

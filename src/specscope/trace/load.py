@@ -35,6 +35,7 @@ import numpy as np
 from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, read_jsonl
+from specscope.methods import of_kind
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord
 
@@ -46,6 +47,8 @@ SPECDECODE_BENCH_PROPOSERS = {
     "acc": "default",
 }
 
+
+LOOKUPS = {m.name for m in of_kind("lookup")}  # proposers without a tree: their tree_rank is refused
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +69,13 @@ class LoadReport:
     mismatches_by_proposer: dict[str, int] = field(default_factory=dict)
     empty_outputs: int = 0  # records with an empty output (and empty arrays), skipped
     duplicates: int = 0  # repeats of a request (same id and content), dropped
+    rank_disagreements: int = 0  # positions whose tree_rank gives another greedy chain than acc_len (kept)
 
     def summary(self) -> str:
         return self._lengths() + "".join(
             f"; {count} {what}" for count, what in ((self.empty_outputs, "records with an empty output skipped"),
-                                                   (self.duplicates, "duplicate records dropped")) if count)
+                                                   (self.duplicates, "duplicate records dropped"),
+                                                   (self.rank_disagreements, RANKS_DISAGREE)) if count)
 
     def _lengths(self) -> str:
         if not self.mismatched_records:
@@ -123,6 +128,9 @@ def _proposer(fields: Fields, name: str, obj: object, k_max: int | None, output_
         tree_rank = fields.int_matrix(f"{label}.tree_rank", obj["tree_rank"], np.int16, low=-1, high=TREE_RANK_CAP)
         if tree_rank.shape[0] != acc_len.shape[0]:
             raise fields.error(f"{label}.tree_rank", "expected one row per acc_len entry")
+        if name in LOOKUPS:
+            raise fields.error(f"{label}.tree_rank", f"{name} drafts by lookup and proposes no tree: expected "
+                                                     "tree_rank of model proposers only")
     return ProposerTrace(acc_len=acc_len, draft_len=draft_len, draft_prob=draft_prob, tree_rank=tree_rank)
 
 
@@ -222,16 +230,38 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
             report.duplicates += 1
             continue
         seen[key] = (location, record)
+        report.rank_disagreements += rank_disagreements(record)
         report.records += 1
         report.positions += record.output_len
         yield record
     if report.empty_outputs:
         log.warning("%s: %d records with an empty output skipped", path, report.empty_outputs)
+    if report.rank_disagreements:
+        log.warning("%s: %d positions %s", path, report.rank_disagreements, RANKS_DISAGREE)
     if repeats:
         more = f" ({len(repeats)} duplicates in all)" if len(repeats) > 1 else ""
         log.warning("%s: dropped%s", repeats[0], more)
     if report.records == 0 and not report.duplicates:
         raise SpecscopeError(f"{path}: no trace records found")
+
+
+RANKS_DISAGREE = ("where tree_rank gives another greedy chain than acc_len (1 + its leading zero ranks, up to k_max): "
+                  "its tree results are not those of the drafts it traced")
+
+
+def rank_disagreements(record: TraceRecord) -> int:
+    """Positions where a proposer's ``tree_rank`` and its ``acc_len`` tell different greedy
+    chains: min(acc_len, d + 1) ≠ 1 + the leading zero ranks of the first d depths, d the depth
+    both reach (``k_max`` and the ranks'). A tracer writes both from one greedy rollout; a
+    disagreement is a corrupted or mismatched file, or a near tie the two rollouts broke apart."""
+    count = 0
+    for trace in record.proposers.values():
+        if trace.tree_rank is None or not trace.tree_rank.shape[1]:
+            continue
+        depth = min(trace.tree_rank.shape[1], record.k_max or trace.tree_rank.shape[1])
+        leading = 1 + np.cumprod(trace.tree_rank[:, :depth] == 0, axis=1).sum(axis=1)
+        count += int(np.count_nonzero(np.minimum(trace.acc_len, depth + 1) != leading))
+    return count
 
 
 def same_record(a: TraceRecord, b: TraceRecord) -> bool:
