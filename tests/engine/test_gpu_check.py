@@ -19,7 +19,10 @@ def test_gpu_check_tiny_smoke(tmp_path, capsys):
     assert len(result["cost_model"]["points"]) == 9
     assert {r["draft"] for r in result["sd"]} == {"none", "self-draft", "first-1-layers"}
     self_draft = [r for r in result["sd"] if r["draft"] == "self-draft"]
-    assert all(r["acceptance_rate"] == 1.0 and r["mean_acceptance_length"] == 4.0 for r in self_draft)
+    new_tokens = runpy.run_path(str(SCRIPT))["TINY"]["new_tokens"]  # k = 3: every step emits 4, the last of a
+    steps = -(-(new_tokens - 1) // 4)  # request up to max_tokens (the prefill emits the first token)
+    assert all(r["acceptance_rate"] == 1.0 and r["mean_acceptance_length"] == (new_tokens - 1) / steps
+               for r in self_draft)
     from specscope.costmodel.linear import linear_from_json
 
     fitted = linear_from_json(json.loads(cost_model.read_text()), str(cost_model))

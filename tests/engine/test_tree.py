@@ -68,9 +68,11 @@ def test_greedy_tree_sd_with_heads_equals_plain_greedy(kind, batch, shape, targe
 def test_self_draft_tree_accepts_the_full_depth(llama_dir):
     tree = TreeShape.parse("2x2x1")
     engine, _ = load_engine(llama_dir, "draft", llama_dir, max_batch_size=4, max_seq_len=128, tree=tree)
-    generate(engine, 4)
+    outputs = generate(engine, 4)
     stats = engine.stats
-    assert stats.mean_acceptance_length() == tree.depth + 1
+    after_prefill = [len(tokens) - 1 for tokens in outputs.values()]  # the prefill emits the first token
+    assert stats.num_emitted_tokens == sum(after_prefill)  # τ counts what the requests kept: the last step
+    assert stats.num_request_steps == sum(-(-n // (tree.depth + 1)) for n in after_prefill)  # is cut short
     assert stats.num_accepted_tokens_per_pos == [stats.num_drafts] * tree.depth
     assert stats.num_draft_tokens == stats.num_drafts * tree.nodes
 

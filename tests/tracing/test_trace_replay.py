@@ -115,6 +115,12 @@ def test_resume_with_other_settings_is_refused_unless_overwrite(traced, target_a
     settings_path(copy).unlink()  # traces without their settings: nothing tells what they were traced with
     assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40"]) == 2
     assert "no settings file" in capsys.readouterr().err
+    mine = tmp_path / "mine.txt"  # a user's file, not traces: kept even with --overwrite
+    mine.write_text("precious\n")
+    for extra in ([], ["--overwrite"]):
+        assert main([*base[:-1], str(mine), "--proposers", "ngram", "--k-max", "6", "--max-tokens", "40", *extra]) == 2
+        assert "exists and holds no trace records" in capsys.readouterr().err
+        assert mine.read_text() == "precious\n" and not settings_path(mine).exists()
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,10 @@ Statistics are kept apart from exporters: :class:`StepRecord` (defined in
 - ``num_draft_tokens``: draft tokens offered; ``num_accepted_tokens``: drafts accepted;
 - ``num_accepted_tokens_per_pos[i]``: drafts accepted at position ``i`` (0-based) of a proposal;
 - ``num_request_steps``: request-steps, including those that offered nothing;
-- ``num_emitted_tokens``: tokens the steps emitted (accepted + one bonus/recovered each),
-  counted before any truncation at a stop token or ``max_tokens``.
+- ``num_emitted_tokens``: tokens the steps emitted (accepted + one bonus/recovered each) that
+  the requests kept: a step that reached EOS or ``max_tokens`` counts the tokens up to it (its
+  drafts accepted beyond it still count in ``num_accepted_tokens``, as verification accepted
+  them), as a trace's acc_len stops at the output's end and a client counts what it received.
 
 α (acceptance rate) = num_accepted_tokens / num_draft_tokens; τ (mean acceptance length) =
 num_emitted_tokens / num_request_steps.
@@ -39,10 +41,11 @@ class SpecDecodeStats:
         if not self.num_accepted_tokens_per_pos:
             self.num_accepted_tokens_per_pos = [0] * self.k
 
-    def observe(self, draft_len: int, accepted: int) -> None:
-        """Count one request-step that offered ``draft_len`` drafts and accepted ``accepted``."""
+    def observe(self, draft_len: int, accepted: int, kept: int) -> None:
+        """Count one request-step that offered ``draft_len`` drafts, accepted ``accepted`` and
+        emitted ``kept`` tokens to its request (at most ``accepted`` + 1)."""
         self.num_request_steps += 1
-        self.num_emitted_tokens += accepted + 1
+        self.num_emitted_tokens += kept
         if draft_len:
             self.num_drafts += 1
             self.num_draft_tokens += draft_len

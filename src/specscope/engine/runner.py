@@ -265,8 +265,8 @@ class Engine:
             for seq, tokens, offered, accepted in zip(
                 active, result.emitted, result.draft_len, result.accepted
             ):
-                self.stats.observe(offered, accepted)
                 self._append(seq, tokens)
+                self.stats.observe(offered, accepted, len(seq.new_tokens))
         wall = clock.now() - begin
         seconds = clock.seconds
         self.step_records.append(
