@@ -183,3 +183,15 @@ def test_an_interrupted_report_runs_again_into_its_folder(synthetic_traces, tmp_
     monkeypatch.setattr(figures, "speedup_figure", drawn)
     result = build_report(synthetic_traces, out, config)
     assert result.index.is_file() and (out / "fig1_speedup.png").is_file()
+
+
+def test_the_overlap_note_names_the_proposer_the_cost_model_cannot_price():
+    from types import SimpleNamespace
+
+    from specscope.report.catalogue import _no_overlap
+    from specscope.report.config import ReportConfig
+
+    data = SimpleNamespace(config=ReportConfig(), overlap=[], names=["ngram", "eagle"], simulated=["eagle"])
+    assert _no_overlap(data) == "it compares proposers 'ngram' and 'eagle', and the cost model prices no ngram"
+    data.names, data.simulated = ["eagle"], ["eagle"]
+    assert _no_overlap(data).endswith("the traces have eagle")

@@ -63,6 +63,10 @@ def _no_overlap(data: ReportData) -> str | None:
     ov = data.config.overlap
     if data.overlap:
         return None
+    unpriced = [name for name in (ov.lookup, ov.reference) if name in data.names and name not in data.simulated]
+    if unpriced:
+        return (f"it compares proposers {ov.lookup!r} and {ov.reference!r}, and the cost model prices no "
+                f"{' or '.join(unpriced)}")
     return f"it compares proposers {ov.lookup!r} and {ov.reference!r}; the traces have {', '.join(data.names)}"
 
 
