@@ -254,6 +254,8 @@ def test_bench_text_workload_with_tokenizer_and_sampling(llama_dir, tmp_path, ca
     rows = json.loads(capsys.readouterr().out)
     assert [r["greedy_match"] for r in rows] == [None, None]  # sampling: no token-for-token check
     assert all(r["generated_tokens"] > 0 for r in rows)
+    assert all((r["temperature"], r["seed"], r["max_tokens"], r["top_p"], r["top_k"], r["ignore_eos"])
+               == (0.7, 3, 5, 1.0, 0, False) for r in rows)  # each row says how its outputs were made
 
 
 def test_openai_engine_args_with_bad_quoting_is_one_line(workload, capsys):

@@ -230,8 +230,11 @@ def run(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     result = run_bench(config)
-    # the workload's name, as its traces' dataset and a study's rows name it: what `report --measured` matches
-    rows = [{**row.flat(), "workload": Path(config.workload).stem} for row in result.rows]
+    # the workload's name, as its traces' dataset and a study's rows name it: what `report --measured` matches;
+    # and how its outputs were made (a sampled row measures other outputs than a greedy one)
+    made = {name: getattr(config, name) for name in ("max_tokens", "ignore_eos", "temperature", "top_p", "top_k", "seed")
+            if hasattr(config, name)}
+    rows = [{**row.flat(), "workload": Path(config.workload).stem, **made} for row in result.rows]
     if args.output:
         write_rows(args.output, rows)
     if args.records:
