@@ -11,9 +11,13 @@ from specscope.cli import main
 
 
 def step(i, method, k, batch, kv, verify, draft=0.0, prefill_tokens=0, prefill=0.0):
-    return {"step": i, "method": method, "k": k, "batch_size": batch, "tokens_verified": batch * (k + 1),
-            "tokens_emitted": [1] * batch, "draft_s": draft, "verify_s": verify, "sample_s": 0.0002,
-            "overhead_s": 0.0008, "kv_tokens": kv, "prefill_tokens": prefill_tokens, "prefill_s": prefill}
+    """A step record of ``batch`` requests decoding, and one more arriving when it prefills (its
+    first token comes from the prefill alone: it is running, but neither drafted for nor verified)."""
+    fresh = int(prefill_tokens > 0)
+    return {"step": i, "method": method, "k": k, "batch_size": batch + fresh, "tokens_verified": batch * (k + 1),
+            "tokens_emitted": [1] * (batch + fresh), "draft_s": draft, "verify_s": verify, "sample_s": 0.0002,
+            "overhead_s": 0.0008, "kv_tokens": kv, "prefill_tokens": prefill_tokens, "prefill_s": prefill,
+            "prefill_requests": fresh}
 
 
 def synthetic_records(path):
@@ -234,7 +238,7 @@ def test_prefill_points_count_their_prompts(tmp_path):
         prompts = 1 + i % 4
         lines.append({**step(i, "none", 0, batch, kv, forward(batch, kv, batch), prefill_tokens=60 * prompts,
                              prefill=forward(60 * prompts, 0, prompts)), "tokens_verified": batch,
-                      "prefill_requests": prompts})
+                      "batch_size": batch + prompts, "tokens_emitted": [1] * (batch + prompts), "prefill_requests": prompts})
     records = tmp_path / "steps.jsonl"
     records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     model, quality = fit_linear(read_steps([records]))
@@ -263,7 +267,8 @@ def test_prefill_points_count_the_positions_of_prompts_padded_to_the_longest(tmp
         tokens = width + sum(width - 10 * (j + 1) for j in range(prompts - 1))  # the longest, then shorter ones
         lines.append({**step(i, "none", 0, batch, kv, forward(batch, kv, batch), prefill_tokens=tokens,
                              prefill=forward(prompts * width, 0, prompts)), "tokens_verified": batch,
-                      "prefill_requests": prompts, "prefill_width": width})
+                      "batch_size": batch + prompts, "tokens_emitted": [1] * (batch + prompts), "prefill_requests": prompts,
+                      "prefill_width": width})
     records = tmp_path / "steps.jsonl"
     records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     steps = read_steps([records])

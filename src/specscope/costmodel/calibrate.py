@@ -244,7 +244,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     def column(read) -> np.ndarray:
         return np.array([read(s) for s in decoding], dtype=float)
 
-    n = column(lambda s: s.batch_size - s.prefill_requests)
+    n = column(lambda s: s.decoded)
     verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_tokens)
     width = np.divide(verified, n, out=np.zeros_like(n), where=n > 0)
     gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),

@@ -3,7 +3,8 @@
 From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
 
 - target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens +
-  c_req·batch_size + c_multi·[tokens_verified > 1]``, plus one point
+  c_req·decoded + c_multi·[tokens_verified > 1]`` (``decoded``: the requests it verified, the
+  running ones less those the step prefilled, which get their first token alone), plus one point
   ``prefill_s ≈ c_fixed + c_tok·positions + c_req·prefill_requests + c_multi`` per no-SD
   step that prefilled, ``positions`` = its prompts right-padded to the longest, as the engine
   batches them (``prefill_requests × prefill_width``; the prompt tokens in records without a width);
@@ -11,19 +12,19 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   simulator's overhead covers sampling and bookkeeping);
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
   and that plain-step overhead — ``draft_s`` plus the extra sampling and bookkeeping of
-  checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·batch_size +
-  c_multi·[batch_size > 1] + c_batched·batch_size·(k + 1)`` (the last: a drafter's passes cost
+  checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·decoded +
+  c_multi·[decoded > 1] + c_batched·decoded·(k + 1)`` (the last: a drafter's passes cost
   more with every row they carry), charged on every step: the reference engine runs its lookup or
   drafter for every request on every step, matched or not (the paper's n-gram fraction
   describes vLLM, not this engine). ``k + 1`` is what the simulator prices
   (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`): ``tokens_verified /
-  batch_size`` for a chain; for a tree step (its record names the tree) the tokens its
+  decoded`` for a chain; for a tree step (its record names the tree) the tokens its
   ``depth`` drafter passes read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
   step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
   forward over the same positions, as ``c_prefill·positions``;
 - a policy's own work (the steps of an engine running a policy file, method ``learned``): its
-  ``policy_s`` as ``c_fixed + c_req·batch_size`` (:func:`fit_policy_work`; the drafting entry
+  ``policy_s`` as ``c_fixed + c_req·decoded`` (:func:`fit_policy_work`; the drafting entry
   ``learned``, which the simulator charges a causal policy on every step beside its proposers'
   drafting, :class:`~specscope.sim.switching.SwitchDrafting`). The rest of such a step's drafting
   is its proposers', priced from their own runs;
@@ -183,9 +184,9 @@ def _repeats(steps: Sequence[MeasuredStep]) -> np.ndarray:
 def _speed_factors(steps: Sequence[MeasuredStep], repeat: np.ndarray, model: LinearCostModel) -> np.ndarray:
     """[steps] measured / predicted verify time, median over each repeat, over the median of the
     repeats with the same batch size (a repeat's largest ``batch_size``)."""
-    decode = np.array([s.batch_size > 0 and s.verify_s > 0 and s.prefill_tokens == 0 for s in steps])
+    decode = np.array([s.decoded > 0 and s.verify_s > 0 and s.prefill_tokens == 0 for s in steps])
     measured = np.array([s.verify_s for s in steps])
-    shapes = np.array([[s.tokens_verified, s.kv_tokens, s.batch_size] for s in steps], dtype=float).reshape(-1, 3)
+    shapes = np.array([[s.tokens_verified, s.kv_tokens, s.decoded] for s in steps], dtype=float).reshape(-1, 3)
     ratio = measured / np.maximum(model.forward_time(*shapes.T), 1e-12)
     size: dict[int, int] = {}
     for r, s in zip(repeat.tolist(), steps):
@@ -198,7 +199,7 @@ def _speed_factors(steps: Sequence[MeasuredStep], repeat: np.ndarray, model: Lin
 
 def _decode_and_prefill(steps: Sequence[MeasuredStep]) -> tuple[list[MeasuredStep], list[MeasuredStep]]:
     """The steps with a verify forward, and the steps that prefilled."""
-    return ([s for s in steps if s.batch_size > 0 and s.verify_s > 0],
+    return ([s for s in steps if s.decoded > 0 and s.verify_s > 0],
             [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0])
 
 
@@ -208,7 +209,7 @@ def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredSt
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
     batched = np.array([s.tokens_verified for s in decode] + [s.prefill_positions for s in target_prefill])
     kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
-    rows = np.array([s.batch_size for s in decode] + [max(s.prefill_requests, 1) for s in target_prefill],
+    rows = np.array([s.decoded for s in decode] + [max(s.prefill_requests, 1) for s in target_prefill],
                     dtype=float)
     times = np.array([s.verify_s for s in decode] + [s.prefill_s for s in target_prefill])
     return batched, kv, rows, times
@@ -217,13 +218,13 @@ def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredSt
 def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
     """[steps] the drafter's tokens per sequence over each step's passes, plus one, as the
     simulator prices them (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`) given
-    the step's tree (its pass widths) or chain (``tokens_verified / batch_size``)."""
+    the step's tree (its pass widths) or chain (``tokens_verified / decoded``)."""
     out = np.zeros(len(steps))
     trees = np.array([s.tree or "" for s in steps])
     for tree in dict.fromkeys(trees.tolist()):
         at = trees == tree
         verified = np.array([s.tokens_verified for s, here in zip(steps, at) if here], dtype=float)
-        running = np.array([s.batch_size for s, here in zip(steps, at) if here], dtype=float)
+        running = np.array([s.decoded for s, here in zip(steps, at) if here], dtype=float)
         widths = TreeShape.parse(tree).draft_pass_widths if tree else ()
         out[at] = draft_tokens_per_sequence(StepLoad(verified, np.zeros_like(verified), running, running,
                                                      verified, widths))
@@ -243,9 +244,9 @@ def with_policy_work(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> L
 
 
 def fit_policy_work(steps: Sequence[MeasuredStep]) -> LinearDrafting:
-    """A policy's own work per step, ``policy_s ≈ c_fixed + c_req·batch_size`` (≥ 0; errors
+    """A policy's own work per step, ``policy_s ≈ c_fixed + c_req·decoded`` (≥ 0; errors
     relative to the whole step, as a drafting's), from the steps of an engine running it."""
-    running = np.array([s.batch_size for s in steps], dtype=float)
+    running = np.array([s.decoded for s in steps], dtype=float)
     work = np.array([s.policy_s for s in steps])
     c_fixed, c_req = nonnegative_relative_fit(np.column_stack([np.ones_like(running), running]), work,
                                               "a policy's own work", _step_seconds(steps))
@@ -268,7 +269,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         mine = [s for s in decode if s.method == method]
         per_request = _draft_tokens(mine)
         draft_kv = np.array([s.kv_tokens for s in mine])
-        running = np.array([s.batch_size for s in mine], dtype=float)
+        running = np.array([s.decoded for s in mine], dtype=float)
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
         columns = [_design(per_request, draft_kv), running, running > 1, running * per_request]

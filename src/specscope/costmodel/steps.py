@@ -54,6 +54,12 @@ class StepRecord:
         return self.draft_s + self.verify_s + self.sample_s + self.overhead_s
 
     @property
+    def decoded(self) -> int:
+        """Requests the step drafted for and verified: those running less those it prefilled
+        (a fresh request gets its first token from the prefill alone)."""
+        return self.batch_size - self.prefill_requests
+
+    @property
     def prefill_positions(self) -> int:
         """Positions the prefill forward covered: its prompts right-padded to the longest
         (``prefill_requests × prefill_width``), as the reference engine batches them; the prompt
