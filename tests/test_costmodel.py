@@ -100,7 +100,15 @@ def test_costmodel_show_cli(capsys):
     ({"forward": {"c_fixed": 1e-3, "c_tok": 0, "c_kv": 0}, "drafting": {"eagle": {"kind": "tree"}}},
      "field 'drafting.eagle.kind': expected 'fraction' or 'linear'"),
     ({"kind": "roofline", "gpu": "h100", "model": "llama3.1-8b", "efficiency": {"compute": 0}},
-     "field 'efficiency.compute': expected a number > 0"),
+     r"field 'efficiency.compute': expected a number >= 0\.001"),
+    # finite but absurd: every forward inf, and simulate divided by it (ZeroDivisionError)
+    ({"kind": "roofline", "gpu": "h100", "model": "llama3.1-8b", "efficiency": {"weights": 1e-320}},
+     r"field 'efficiency.weights': expected a number >= 0\.001"),
+    ({"kind": "roofline", "gpu": "h100", "model": "llama3.1-8b", "overhead_s": 1e308},
+     r"field 'overhead_s': expected a number <= 3600\.0"),
+    ({"kind": "roofline", "gpu": 100, "model": "llama3.1-8b"}, "field 'gpu': unknown GPU '100'"),
+    ({"kind": "roofline", "gpu": "h100", "model": "llama3.1-8b", "draft_model": "zzz"},
+     "field 'draft_model': zzz: not a model preset"),
     ({"kind": "roofline", "gpu": "h100", "model": "llama3.1-8b", "drafting": {"ngram": {"kind": "fraction", "ratio": 0.5}}},
      "field 'drafting': differs from what the model shapes give"),
 ])
@@ -112,12 +120,20 @@ def test_cost_model_files_are_validated_field_by_field(tmp_path, content, messag
 
 
 def test_roofline_description_reads_back(tmp_path):
+    """What `costmodel show --format json` writes reads back as the same model, its draft model too."""
     model = resolve_cost_model("roofline:h200:qwen3-8b:qwen3-0.6b")
-    shown = {key: value for key, value in model.describe().items()}
-    shown["model"], shown["draft_model"] = "qwen3-8b", "qwen3-0.6b"
     path = tmp_path / "r.json"
-    path.write_text(json.dumps(shown))
-    assert resolve_cost_model(str(path)).describe()["drafting"] == model.describe()["drafting"]
+    path.write_text(json.dumps(model.describe()))
+    assert model.describe()["draft_model"] == "qwen3-0.6b"
+    assert resolve_cost_model(str(path)).describe() == model.describe()  # its name too
+
+
+def test_a_config_json_of_absurd_sizes_is_refused(tmp_path):
+    config = {"hidden_size": 10**30, "num_attention_heads": 32, "num_hidden_layers": 2, "intermediate_size": 100,
+              "vocab_size": 100}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(SpecscopeError, match=r"config\.json: field 'hidden_size': expected an integer <= 16777216"):
+        resolve_cost_model(f"roofline:h100:{tmp_path / 'config.json'}")
 
 
 def test_drafting_per_pass_trees_and_chains():

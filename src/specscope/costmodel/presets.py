@@ -14,6 +14,7 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import read_json_object
 from specscope.trace.fields import Fields
 
+MAX_SIZE = 1 << 24  # any size of a config.json (hidden, layers, heads, vocab): beyond it a typo whose bytes overflow
 UNPRICED = {  # config.json fields of layers a ModelShape cannot price → what they declare
     "num_local_experts": "a mixture of experts",  # Mixtral
     "num_experts": "a mixture of experts",  # Qwen2-MoE, Qwen3-MoE
@@ -100,13 +101,13 @@ class ModelShape:
             if value is not None and not isinstance(value, bool) and value != 0 and value != 1:
                 raise spec.error(key, f"{what} (got {value!r}): this shape prices dense layers and multi-head "
                                       "attention only, so its weight and KV bytes would be wrong")
-        size = {key: spec.integer(key, minimum=1) for key in
+        size = {key: spec.integer(key, minimum=1, maximum=MAX_SIZE) for key in
                 ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size")}
         heads = size["num_attention_heads"]
-        kv_heads = spec.integer("num_key_value_heads", optional=True, minimum=1) or heads
+        kv_heads = spec.integer("num_key_value_heads", optional=True, minimum=1, maximum=MAX_SIZE) or heads
         if heads % kv_heads:
             raise spec.error("num_key_value_heads", f"expected a divisor of num_attention_heads = {heads}, got {kv_heads}")
-        head_dim = spec.integer("head_dim", optional=True, minimum=1)
+        head_dim = spec.integer("head_dim", optional=True, minimum=1, maximum=MAX_SIZE)
         if head_dim is None:
             if size["hidden_size"] % heads:
                 raise spec.error("num_attention_heads", f"expected a divisor of hidden_size = {size['hidden_size']} "

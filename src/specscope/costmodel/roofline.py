@@ -20,13 +20,20 @@ running request; a tree step as one forward per pass over that pass's width per 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from typing import Callable, TypeVar
 
 import numpy as np
 
 from specscope.costmodel.base import Drafting, StepLoad
-from specscope.costmodel.linear import PAPER_NGRAM, drafting_lookup
+from specscope.costmodel.linear import MAX_COEFFICIENT_S, PAPER_NGRAM, drafting_lookup
 from specscope.costmodel.presets import Hardware, ModelShape, hardware
+from specscope.errors import SpecscopeError
 from specscope.trace.fields import Fields
+
+T = TypeVar("T")
+
+
+MIN_EFFICIENCY = 1e-3  # a thousandth of a data-sheet peak: below it a typo (1e-320 made every forward inf)
 
 
 @dataclass(frozen=True)
@@ -129,6 +136,8 @@ class RooflineCostModel:
             "model": self.target.name,
             "efficiency": {"weights": self.eff.weights, "kv": self.eff.kv, "compute": self.eff.compute},
             "overhead_s": self.overhead_s,
+            **({"draft_model": self.drafting["draft"].shape.name} if isinstance(self.drafting.get("draft"), RooflineDrafting)
+               else {}),
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
         }
 
@@ -142,14 +151,22 @@ def roofline_from_json(spec: Fields, default_name: str) -> RooflineCostModel:
     shares = {}
     if efficiency is not None:
         efficiency.only([f.name for f in fields(Efficiency)])
-        shares = {name: efficiency.number(name, low=0.0, low_open=True, high=1.0) for name in efficiency.obj}
+        shares = {name: efficiency.number(name, low=MIN_EFFICIENCY, high=1.0) for name in efficiency.obj}
     model = RooflineCostModel(
-        name=spec.text("name", optional=True) or default_name, hw=hardware(spec.text("gpu")),
-        target=ModelShape.resolve(spec.text("model")), eff=Efficiency(**shares),
-        overhead_s=spec.number("overhead_s", default=RooflineCostModel.overhead_s, low=0.0))
+        name=spec.text("name", optional=True) or default_name, hw=_located(spec, "gpu", hardware),
+        target=_located(spec, "model", ModelShape.resolve), eff=Efficiency(**shares),
+        overhead_s=spec.number("overhead_s", default=RooflineCostModel.overhead_s, low=0.0, high=MAX_COEFFICIENT_S))
     if spec.obj.get("draft_model") is not None:
-        model = model.with_draft_model(ModelShape.resolve(spec.text("draft_model")))
+        model = model.with_draft_model(_located(spec, "draft_model", ModelShape.resolve))
     if spec.has("drafting") and spec.obj["drafting"] != model.describe()["drafting"]:
         raise spec.error("drafting", "differs from what the model shapes give (a roofline derives its "
                                      "drafting; change model or draft_model instead)")
     return model
+
+
+def _located(spec: Fields, name: str, read: Callable[[str], T]) -> T:
+    """``read`` the text field ``name``; what it refuses names the file and the field."""
+    try:
+        return read(spec.text(name))
+    except SpecscopeError as error:
+        raise spec.error(name, str(error)) from None
