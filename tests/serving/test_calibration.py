@@ -78,7 +78,8 @@ def test_whole_step_fit_of_records_recovers_the_same_engine():
     steps = [s for run, (m, k, b) in enumerate([("none", 0, b) for b in (1, 2, 4)] +
                                                [("draft", k, b) for k in (2, 4) for b in (1, 2, 4)])
              for s in simulated_steps(m, k, b, run)]
-    model = fit_steps(steps)
+    model, summary = fit_steps(steps)
+    assert summary.startswith(f"whole-step fit over {len(steps)} steps (0 stalls")
     assert model.admit_s == 0.0
     for name, value in FORWARD.items():
         assert getattr(model, name) == pytest.approx(value, rel=0.05), name

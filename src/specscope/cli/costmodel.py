@@ -95,13 +95,16 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.whole_steps:
         from specscope.costmodel.calibrate import fit_steps
 
-        model = fit_steps(read_steps(args.records), name)
+        model, summary = fit_steps(read_steps(args.records), name)
         text = json.dumps(model.describe(), indent=1)
         atomic_write_text(output, text + "\n")
         note_unseparated(model)
-        if not to_stdout(output):
-            print(text)
-            print(f"wrote {output}")
+        if to_stdout(output):
+            print(summary, file=sys.stderr)
+            return 0
+        print(text)
+        print(summary)
+        print(f"wrote {output}")
         return 0
     model, quality = fit_linear(read_steps(args.records), name=name)
     text = json.dumps(model.describe(), indent=1)

@@ -308,12 +308,24 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
     return _model(name, target, drafting, untold, fitted)
 
 
-def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> LinearCostModel:
+def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[LinearCostModel, str]:
     """The model :func:`fit_cells` fits, fitted to an engine's own step records, whole steps
     (:func:`step_gaps`): what the sweep's fit should find for the engine that wrote them, term by
-    term (``admit_s``, which step records do not see, stays 0)."""
-    target, drafting, untold = _fit(step_gaps(steps))
-    return _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"))  # never seen here
+    term (``admit_s``, which step records do not see, stays 0); and one line for the user: the
+    steps fitted, the stalls left out, and the fit's median and 90th-percentile error relative
+    to each step."""
+    gaps = step_gaps(steps)
+    target, drafting, untold = _fit(gaps)
+    predicted = gaps.target_features() @ target
+    for method, coef in drafting.items():
+        mine = gaps.method == method
+        predicted[mine] += gaps.drafting_features()[mine] @ coef
+    error = np.abs(predicted - gaps.seconds) / gaps.seconds
+    stalls = sum(s.batch_size > 0 for s in steps) - len(gaps.seconds)
+    summary = (f"whole-step fit over {len(gaps.seconds)} steps ({stalls} stalls over {STALL:g}× their run's median "
+               f"left out): median relative error {100 * np.median(error):.1f} %, 90th percentile "
+               f"{100 * np.percentile(error, 90):.1f} %")
+    return _model(name, target, drafting, tuple(term for term in untold if term != "admit_s")), summary  # never seen here
 
 
 def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untold: tuple[str, ...],
