@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -302,6 +304,21 @@ def test_simulate_writes_the_table_to_stdout(tmp_path, capsys):
                  "-o", "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("dataset,acc,policy,batch_size") and len(lines) == 1 + 4  # the CSV alone
+    assert lines[0].endswith(",cost_model") and lines[1].endswith(",h100-llama3.1-8b")  # what priced each cell
+
+
+def test_a_cost_model_file_is_named_with_its_file(tmp_path, capsys):
+    """A file may call itself after a preset and hold other numbers: its rows and title say which file."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [record(ACC, rid=f"r{i}") for i in range(2)])
+    (tmp_path / "mine.json").write_text(json.dumps({"name": "h100-llama3.1-8b", "forward": {
+        "c_fixed": 0.01, "c_tok": 0.0, "c_kv": 0.0}, "drafting": {"ngram": {"kind": "fraction", "ratio": 0.1}}}))
+    spec = str(tmp_path / "mine.json")
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram", "--policies", "fixed:1", "--batch-sizes", "1",
+                 "--cost-model", spec, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["cost_model"] == f"h100-llama3.1-8b (from {spec})"
 
 
 def ranked(ranks, prompt_len=10, rid="r"):

@@ -40,8 +40,9 @@ def run(args: argparse.Namespace) -> int:
     from specscope.theory.bound import estimate_alpha, estimate_c, expected_speedup
 
     cases: list[tuple[str, float, float]] = []
+    source = "α and c given"
     if args.traces:
-        from specscope.costmodel.registry import resolve_cost_model
+        from specscope.costmodel.registry import cost_label, resolve_cost_model
         from specscope.trace import load_traces
 
         records, _ = load_traces(args.traces, lengths="own")
@@ -55,13 +56,17 @@ def run(args: argparse.Namespace) -> int:
                 if args.alpha is None else args.alpha
             c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c
             cases.append((name, alpha, c))
+        source = ", ".join(filter(None, [
+            "α given" if args.alpha is not None else "α from the traces",
+            "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at k = {args.k}, "
+                                               f"B = {args.batch_size}, context {context:.0f}"]))
     elif args.alpha is not None and args.c is not None:
         cases.append(("given", args.alpha, args.c))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")
     ks = list(range(1, args.k_max + 1))
     print_table(
-        "closed-form E[speedup] (i.i.d. acceptance)",
+        f"closed-form E[speedup] (i.i.d. acceptance; {source})",
         ["proposer", "α", "c", *[f"k={k}" for k in ks], "best k", "best"],
         [[label, f"{alpha:.3f}", f"{c:.4f}", *[f"{v:.2f}" for v in expected_speedup(alpha, np.array(ks), c)],
           *best_k(alpha, c, args.k_max)] for label, alpha, c in cases],

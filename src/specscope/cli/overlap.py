@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.overlap import bleu_scores, overlap_speedups, request_bleu
-    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.costmodel.registry import cost_label, resolve_cost_model
 
     out = human_stream(args.output, args.bleu_output)
     cost = resolve_cost_model(args.cost_model)
@@ -65,14 +65,14 @@ def run(args: argparse.Namespace) -> int:
         lines.setdefault((row.dataset, row.bin, row.requests, row.policy), {})[row.batch_size] = row.relative_speedup
     print_table(
         f"relative speedup of {args.lookup} over {args.reference} {args.reference_policy} "
-        f"per BLEU-4 bin ({args.mode} mode, cost model {cost.name})",
+        f"per BLEU-4 bin ({args.mode} mode, cost model {cost_label(args.cost_model, cost)})",
         ["dataset", "BLEU-4", "requests", "policy", *[f"B={b}" for b in args.batch_sizes]],
         [[d, b, str(n), p, *["–" if math.isnan(v[s]) else f"{v[s]:+.1%}" for s in args.batch_sizes]]
          for (d, b, n, p), v in lines.items()],
         file=out,
     )
     if args.output:
-        write_rows(args.output, [r.flat() for r in rows])
+        write_rows(args.output, [{**r.flat(), "cost_model": cost_label(args.cost_model, cost)} for r in rows])
         print(f"wrote {len(rows)} rows to {args.output}", file=out)
     if args.bleu_output:
         write_rows(args.bleu_output, [r.flat() for r in request_bleu(records, scores, config.edges)])

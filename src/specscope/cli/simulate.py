@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.grid import simulate
 
     cost = resolve_cost_model(args.cost_model)
@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
         oversize="skip" if args.batch_sizes is None else "refuse",
     )
     rows = simulate(records, args.acc, args.policies, cost, config)
-    cells = [row.flat() for row in rows]
+    label = cost_label(args.cost_model, cost)
+    cells = [{**row.flat(), "cost_model": label} for row in rows]
     if args.output:
         write_rows(args.output, cells)
     if to_stdout(args.output):
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         print()
         return 0
     sizes = sorted({row.batch_size for row in rows}, key=config.batch_sizes.index)
-    show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {cost.name})")
+    show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {label})")
     if args.mode == "mixed" and max(sizes) > 1:
         show_speedups(rows, sizes, "steady-state speedup (only iterations with a full batch: "
                                               "no ramp-up, no drain of the longest requests)", "steady_speedup")

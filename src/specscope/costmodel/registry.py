@@ -67,3 +67,9 @@ def resolve_cost_model(spec: str) -> CostModel:
         f"cost model {spec!r}: not a preset ({', '.join(PRESETS)}), not roofline:GPU:MODEL, "
         "and no such file"
     )
+
+
+def cost_label(spec: str, model: CostModel) -> str:
+    """What a result says priced it: the model's name, and the file it came from where that is
+    not the name (a file may call itself ``h100-llama3.1-8b`` and hold other numbers)."""
+    return model.name if spec == model.name else f"{model.name} (from {spec})"
