@@ -354,3 +354,17 @@ def test_tree_steps_are_fitted_as_the_simulator_prices_them(tmp_path):
     priced = price_steps(model, eagle, load)
     measured = forward(verified[0], kv, batch) + drafting(17, kv) + tree_extra + 0.001  # + sampling, overhead
     assert float(priced.total[0]) == pytest.approx(measured, rel=1e-5)
+
+
+def test_a_fit_that_misses_its_steps_says_so(tmp_path, capsys):
+    """Steps 1–8× apart at one load (a machine under other load): the fit is written, and a
+    warning says its median error and that what it predicts may mislead."""
+    rng = np.random.default_rng(1)
+    lines = [step(i, "none", 0, 1 + i % 4, 100, 0.004 * float(rng.choice([1, 2, 4, 8]))) for i in range(40)]
+    (tmp_path / "s.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["costmodel", "fit", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "m.json")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: the forward fit misses its median step by" in err and (tmp_path / "m.json").is_file()
+    synthetic_records(tmp_path / "exact.jsonl")
+    assert main(["costmodel", "fit", str(tmp_path / "exact.jsonl"), "-o", str(tmp_path / "e.json")]) == 0
+    assert "warning" not in capsys.readouterr().err

@@ -15,6 +15,8 @@ from specscope.cli._common import check_output_file, check_table_output, print_t
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 
+POOR_FIT = 0.2  # a fit whose median step error is above this share is reported as poor
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("costmodel", help="show cost models, or fit one to measured steps")
@@ -110,6 +112,10 @@ def run_fit(args: argparse.Namespace) -> int:
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
     note_unseparated(model)
+    if quality.median_rel_error > POOR_FIT:
+        print(f"specscope: warning: the forward fit misses its median step by {100 * quality.median_rel_error:.0f} % "
+              f"(above {100 * POOR_FIT:.0f} %): the steps vary beyond what its terms explain (other load on the "
+              "machine?), and what it predicts may mislead; measure again on a quiet machine", file=sys.stderr)
     if to_stdout(output):
         print(quality.summary(), file=sys.stderr)
         return 0
