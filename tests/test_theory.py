@@ -90,3 +90,19 @@ def test_bound_names_the_best_k_among_those_it_shows(capsys):
     cells = [c.strip() for c in next(line for line in capsys.readouterr().out.splitlines() if "│ given" in line).split("│")
              if c.strip()]
     assert cells[-2] == "3"
+
+
+def test_bound_from_traces_shows_no_k_beyond_their_depth(tmp_path, capsys):
+    """Traces of k_max 2, every draft accepted: α = 1 says nothing of k = 3 … 10 beyond the
+    i.i.d. law, so the table stops at 2 and says why."""
+    from specscope.cli import main
+    from specscope.trace import ProposerTrace, TraceRecord
+    from specscope.trace.load import write_traces
+
+    records = [TraceRecord(f"r{i}", np.arange(5), np.arange(20), {"eagle": ProposerTrace(np.full(20, 3, np.int32))},
+                           k_max=2, dataset="d") for i in range(3)]
+    write_traces(tmp_path / "t.jsonl", records)
+    assert main(["bound", str(tmp_path / "t.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "note: k above 2 not shown: the traces' α was measured on proposals of at most k_max = 2" in out
+    assert "k=2" in out and "k=3" not in out

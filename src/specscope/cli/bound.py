@@ -41,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
     cases: list[tuple[str, float, float]] = []
     source = "α and c given"
+    top, traced = args.k_max, []  # the largest k shown; the depth each proposer's α was measured to
     if args.traces:
         from specscope.costmodel.registry import cost_label, resolve_cost_model
         from specscope.trace import load_traces
@@ -54,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
                 raise SpecscopeError(f"proposer {name!r} is not in every trace record")
             alpha = estimate_alpha([r.acc_len(name) for r in records], k_max_each(records, name)) \
                 if args.alpha is None else args.alpha
+            if args.alpha is None:
+                traced.append(max(k_max_each(records, name)))
             c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c
             cases.append((name, alpha, c))
         source = ", ".join(filter(None, [
@@ -64,12 +67,15 @@ def run(args: argparse.Namespace) -> int:
         cases.append(("given", args.alpha, args.c))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")
-    ks = list(range(1, args.k_max + 1))
+    if traced and max(traced) < top:  # α from proposals no longer than that: beyond, the i.i.d. law alone
+        top = max(traced)
+        print(f"note: k above {top} not shown: the traces' α was measured on proposals of at most k_max = {top}")
+    ks = list(range(1, top + 1))
     print_table(
         f"closed-form E[speedup] (i.i.d. acceptance; {source})",
         ["proposer", "α", "c", *[f"k={k}" for k in ks], "best k", "best"],
         [[label, f"{alpha:.3f}", f"{c:.4f}", *[f"{v:.2f}" for v in expected_speedup(alpha, np.array(ks), c)],
-          *best_k(alpha, c, args.k_max)] for label, alpha, c in cases],
+          *best_k(alpha, c, top)] for label, alpha, c in cases],
     )
     return 0
 
