@@ -25,6 +25,9 @@ CASES = [
          config()),
     Case("ray-workers-without-ray", ["trace", "--model", "m", "--proposers", "ngram", "--workload", "w.jsonl",
                                      "-o", "t.jsonl", "--ray-workers", "2"], r"--ray-workers: needs --ray", config()),
+    Case("ray-port-out-of-range", ["sweep", "s.toml", "--ray", "127.0.0.1:99999"],
+         r"--ray: '127\.0\.0\.1:99999': expected a port in 1 … 65535, got 99999", config()),
+    Case("ray-port-zero", ["sweep", "s.toml", "--ray", "ray://head:0"], r"expected a port in 1 … 65535, got 0", config()),
 ]
 
 
@@ -39,3 +42,33 @@ def test_without_ray_says_how_to_install_it(verb, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     check(Case("no-ray", [*verb, "--ray", "local"], r"^specscope: error: --ray: Ray is not installed; install it with: "
                r"pip install 'specscope\[ray\]'$", config()), tmp_path, monkeypatch)
+
+
+def test_an_address_where_nothing_listens_is_refused_at_once():
+    """Ray retries such an address for many minutes, printing pages of its logs: one line instead."""
+    import socket
+    import time
+
+    from specscope.distributed.cluster import ray_session
+    from specscope.errors import SpecscopeError
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    started = time.monotonic()
+    with pytest.raises(SpecscopeError, match=rf"--ray: cannot connect to Ray at '127\.0\.0\.1:{port}': nothing answers"):
+        with ray_session(f"127.0.0.1:{port}"):
+            pass
+    assert time.monotonic() - started < 10
+
+
+def test_a_group_no_node_can_hold_is_found():
+    from specscope.distributed.cluster import feasible, largest_node
+
+    nodes = [{"Alive": True, "Resources": {"CPU": 2.0, "node:1.2.3.4": 1.0}},
+             {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}}]
+    assert feasible({"num_cpus": 2, "num_gpus": 0, "resources": {}}, nodes)
+    assert not feasible({"num_cpus": 4, "num_gpus": 0, "resources": {}}, nodes)  # 2 + 2 on two nodes is not one
+    assert not feasible({"num_cpus": 1, "num_gpus": 1, "resources": {}}, nodes)  # the GPU node is gone
+    assert not feasible({"num_cpus": 1, "num_gpus": 0, "resources": {"H100": 1}}, nodes)
+    assert largest_node(nodes) == "CPU 2"

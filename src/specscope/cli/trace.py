@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     from specscope.cli._common import model_dir_arg
     from specscope.distributed.trace import ray_batch_mapper
-    from specscope.engine.loading import load_tokenizer
+    from specscope.engine.loading import load_tokenizer, parse_device, parse_dtype, resolve_device
     from specscope.tracing.run import ProposerSpec, trace_here, trace_workload, tree_depth
     from specscope.workloads.jsonl import read_workload
 
@@ -75,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise SpecscopeError("--ray-workers: needs --ray ADDRESS")
     specs = ProposerSpec.parse_list(args.proposers)
     tree_depth(specs, args.trees)  # refused before any model is read
+    parse_dtype(args.dtype)  # here, not on a Ray worker: one line, before anything is written
+    (parse_device if args.ray else resolve_device)(args.device)  # a cluster's workers may have the GPUs
     model = model_dir_arg(args.model)
     for spec in specs:
         if spec.path is not None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
+import socket
+import sys
 from typing import Iterator
 
 from specscope.errors import SpecscopeError
@@ -13,6 +16,7 @@ from specscope.errors import SpecscopeError
 log = logging.getLogger(__name__)
 INSTALL_HINT = "--ray: Ray is not installed; install it with: pip install 'specscope[ray]'"
 MAX_RETRIES = 3  # restarts of a lost worker (and retries of its unfinished call), then its cells fail
+CONNECT_TIMEOUT_S = 5.0  # how long a HOST:PORT may take to accept a connection
 
 
 def require_ray():
@@ -32,7 +36,47 @@ def ray_address(text: str) -> str:
         raise SpecscopeError(INSTALL_HINT)
     if not text.strip():
         raise SpecscopeError("--ray: expected local, auto or a cluster address (HOST:PORT or ray://HOST:PORT)")
+    port = _host_port(text)
+    if port is not None and not 1 <= port[1] <= 65535:
+        raise SpecscopeError(f"--ray: {text!r}: expected a port in 1 … 65535, got {port[1]}")
     return text
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of ``HOST:PORT`` or ``ray://HOST:PORT``; None for ``local``, ``auto`` and the like."""
+    match = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(-?\d+)", address.strip())
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def _reachable(address: str) -> None:
+    """Refuse at once, in one line, a ``HOST:PORT`` where nothing listens (Ray itself retries
+    for many minutes, printing pages of its own logs)."""
+    host_port = _host_port(address)
+    if host_port is None:
+        return
+    try:
+        socket.create_connection(host_port, timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        raise SpecscopeError(f"--ray: cannot connect to Ray at {address!r}: nothing answers at "
+                             f"{host_port[0]}:{host_port[1]} ({error.strerror or error}); is the head running?") from None
+
+
+def feasible(option: dict, nodes: list[dict]) -> bool:
+    """Whether one of ``nodes`` (``ray.nodes()``: alive ones with their ``Resources``) holds every
+    resource ``option`` asks for (``num_cpus``, ``num_gpus``, ``resources``) at once."""
+    need = {"CPU": option.get("num_cpus", 1), "GPU": option.get("num_gpus", 0), **option.get("resources", {})}
+    return any(all(node["Resources"].get(name, 0) >= amount for name, amount in need.items() if amount)
+               for node in nodes if node.get("Alive"))
+
+
+def largest_node(nodes: list[dict]) -> str:
+    """The resources of the cluster's largest alive node, for a message."""
+    alive = [node["Resources"] for node in nodes if node.get("Alive")]
+    if not alive:
+        return "no node alive"
+    biggest = max(alive, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)))
+    return ", ".join(f"{name} {amount:g}" for name, amount in sorted(biggest.items())
+                     if not name.startswith(("node:", "memory", "object_store_memory")))
 
 
 @contextlib.contextmanager
@@ -43,16 +87,18 @@ def ray_session(address: str) -> Iterator[object]:
     if ray.is_initialized():
         yield ray
         return
-    try:
-        context = ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    except (ConnectionError, ValueError, RuntimeError) as error:
-        raise SpecscopeError(f"--ray: cannot connect to Ray at {address!r}: {str(error).splitlines()[0]}") from None
-    if getattr(context, "dashboard_url", None):
-        log.warning("Ray dashboard: http://%s", context.dashboard_url)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
+    _reachable(address)
+    with contextlib.redirect_stdout(sys.stderr):  # Ray prints its workers' errors: not into our output
+        try:
+            context = ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, ValueError, RuntimeError) as error:
+            raise SpecscopeError(f"--ray: cannot connect to Ray at {address!r}: {str(error).splitlines()[0]}") from None
+        if getattr(context, "dashboard_url", None):
+            log.warning("Ray dashboard: http://%s", context.dashboard_url)
+        try:
+            yield ray
+        finally:
+            ray.shutdown()
 
 
 def placement() -> dict[str, object]:
@@ -63,3 +109,15 @@ def placement() -> dict[str, object]:
 
     context = ray.get_runtime_context()
     return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+
+def worker_failure(what: str, error: BaseException) -> str:
+    """One line for a Ray error: the :class:`SpecscopeError` a worker raised, as it said it (Ray
+    wraps it in task and actor errors), else ``what`` failed and Ray's first line."""
+    cause = error
+    while isinstance(getattr(cause, "cause", None), BaseException):
+        cause = cause.cause
+    if isinstance(cause, SpecscopeError):
+        return str(cause)
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    return f"--ray: {what} failed: {lines[0] if lines else type(error).__name__}"

@@ -15,15 +15,18 @@ Where each cell ran is appended to ``OUTPUT/ray-placement.jsonl`` (``cell_id``, 
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from dataclasses import replace
 from typing import Iterator
 
 from specscope.backends.openai.sweep import GroupRunner, failed_record, group_servers, run_group
 from specscope.backends.openai.sweep_config import Cell, EngineSpec, SweepConfig
-from specscope.distributed.cluster import MAX_RETRIES, placement, ray_session
+from specscope.distributed.cluster import MAX_RETRIES, feasible, largest_node, placement, ray_session
 from specscope.errors import SpecscopeError, where
 from specscope.progress import LazyProgress
+
+log = logging.getLogger(__name__)
 
 TP_FLAGS = ("--tensor-parallel-size", "-tp", "--tp", "--tp-size")  # vLLM, SGLang
 
@@ -123,7 +126,18 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
         options = [group_resources(group[0].engine, group_servers(config, group)) for group in groups]
         # workers read workloads and write server logs at the driver's absolute paths
         config = replace(config, path=config.path.resolve(), output=config.output.resolve())
+        if not groups:  # every cell already done: no cluster to start
+            return
         with ray_session(address) as ray, SweepProgress(sum(map(len, groups))) as progress:
+            nodes = ray.nodes()
+            for group, option in zip(groups, options):
+                if not feasible(option, nodes):
+                    message = (f"{where(config.path, field='engines')}: engine {group[0].engine.name!r} runs its "
+                               f"servers with {_needs(option)} on one node; the cluster's largest node has "
+                               f"{largest_node(nodes)}")
+                    if address == "local":  # nothing will ever join it
+                        raise SpecscopeError(message)
+                    log.warning("%s: waiting for such a node to join (Ctrl-C to stop)", message)
             actor_class = ray.remote(GroupActor)
             actors, calls = {}, {}
             for g, (group, option) in enumerate(zip(groups, options)):
@@ -158,6 +172,12 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                     del actors[g]  # its last handle: Ray ends the actor and frees its resources
 
     return run
+
+
+def _needs(option: dict) -> str:
+    """What a group's actor asks of one node, for a message."""
+    needs = {"CPU": option.get("num_cpus", 1), "GPU": option.get("num_gpus", 0), **option.get("resources", {})}
+    return ", ".join(f"{name} {amount:g}" for name, amount in needs.items() if amount)
 
 
 def _append_placement(config: SweepConfig, cell_id: str, place: dict[str, object]) -> None:

@@ -8,11 +8,15 @@ one-process run writes, resumable per request. A lost replica is restarted and i
 
 from __future__ import annotations
 
+import logging
 from typing import Iterator, Sequence
 
-from specscope.distributed.cluster import MAX_RETRIES, ray_session
+from specscope.distributed.cluster import MAX_RETRIES, ray_session, worker_failure
+from specscope.errors import SpecscopeError
 from specscope.trace.schema import TraceRecord
 from specscope.tracing.run import BatchMapper, Tracer, TraceJob
+
+log = logging.getLogger(__name__)
 
 
 def ray_batch_mapper(address: str, workers: int | None = None) -> BatchMapper:
@@ -24,11 +28,21 @@ def ray_batch_mapper(address: str, workers: int | None = None) -> BatchMapper:
             from ray.util import ActorPool
 
             gpu = job.device.startswith("cuda")
-            slots = int(ray.cluster_resources().get("GPU" if gpu else "CPU", 1))
-            count = max(1, min(workers or slots, len(chunks)))
+            unit = "GPU" if gpu else "CPU"
+            slots = int(ray.cluster_resources().get(unit, 0))
+            if not slots:
+                raise SpecscopeError(f"--ray {address}: the cluster offers no {unit} for a trace replica "
+                                     f"(--device {job.device})")
+            if workers and workers > slots:  # a replica beyond them would wait for a slot forever
+                log.warning("--ray-workers %d: the cluster offers %d %ss; running %d replicas", workers, slots, unit,
+                            slots)
+            count = max(1, min(workers or slots, slots, len(chunks)))
             replica = ray.remote(Tracer).options(num_gpus=int(gpu), num_cpus=0 if gpu else 1,
                                                  max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES)
             pool = ActorPool([replica.remote(job) for _ in range(count)])
-            yield from pool.map(lambda actor, chunk: actor.trace.remote(chunk), chunks)
+            try:
+                yield from pool.map(lambda actor, chunk: actor.trace.remote(chunk), chunks)
+            except ray.exceptions.RayError as error:
+                raise SpecscopeError(worker_failure("a trace replica", error)) from None
 
     return run

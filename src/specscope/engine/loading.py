@@ -30,12 +30,17 @@ def parse_dtype(name: str) -> torch.dtype:
     return DTYPES[name]
 
 
-def resolve_device(name: str) -> torch.device:
-    """``cpu``, ``cuda`` or ``cuda:N`` as a device, checking that CUDA is there when asked."""
+def parse_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N`` as a device (whether this machine has it: :func:`resolve_device`)."""
     try:
-        device = torch.device(name)
+        return torch.device(name)
     except RuntimeError:
         raise SpecscopeError(f"--device: expected cpu or cuda[:N], got {name!r}") from None
+
+
+def resolve_device(name: str) -> torch.device:
+    """``cpu``, ``cuda`` or ``cuda:N`` as a device, checking that CUDA is there when asked."""
+    device = parse_device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SpecscopeError("--device cuda: no CUDA device is available")
     if device.type == "cuda" and device.index is None:
