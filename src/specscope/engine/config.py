@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specscope.fileio import read_json_object
+from specscope import validate
 from specscope.errors import SpecscopeError
+from specscope.fileio import read_json_object
 
 if TYPE_CHECKING:
     import torch
@@ -83,16 +84,9 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, data: dict, source: str = "config.json") -> "ModelConfig":
-        """Build from a parsed HF ``config.json`` (``source`` names it in error messages)."""
-
-        def need(key: str, kind: type = int):
-            if key not in data:
-                raise SpecscopeError(f"{source}: field '{key}': missing")
-            value = data[key]
-            if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise SpecscopeError(f"{source}: field '{key}': expected a positive integer")
-            return value
-
+        """Build from a parsed HF ``config.json`` (``source`` names it in error messages): sizes
+        are positive integers, ``rms_norm_eps`` and the RoPE numbers positive, flags true or false."""
+        read = _Reader(data, source)
         model_type = data.get("model_type")
         if model_type not in MODEL_TYPES:
             raise SpecscopeError(
@@ -101,36 +95,42 @@ class ModelConfig:
             )
         if data.get("hidden_act", "silu") != "silu":
             raise SpecscopeError(f"{source}: field 'hidden_act': expected 'silu'")
-        hidden = need("hidden_size")
-        heads = need("num_attention_heads")
-        head_dim = data.get("head_dim") or hidden // heads
-        kv_heads = data.get("num_key_value_heads") or heads
-        if not isinstance(kv_heads, int) or kv_heads < 1 or heads % kv_heads:
+        hidden = read.size("hidden_size")
+        heads = read.size("num_attention_heads")
+        head_dim = read.size("head_dim", default=0)
+        if not head_dim:
+            if hidden % heads:
+                raise SpecscopeError(f"{source}: field 'num_attention_heads': expected a divisor of hidden_size "
+                                     f"({hidden}) where no head_dim is given, got {heads}")
+            head_dim = hidden // heads
+        kv_heads = read.size("num_key_value_heads", default=heads)
+        if heads % kv_heads:
             raise SpecscopeError(
                 f"{source}: field 'num_key_value_heads': expected a positive divisor of "
                 f"num_attention_heads ({heads}), got {kv_heads!r}"
             )
-        window = data.get("sliding_window")
-        if model_type in ("qwen2", "qwen3") and not data.get("use_sliding_window", False):
+        window = read.size("sliding_window", default=0) or None
+        if model_type in ("qwen2", "qwen3") and not read.flag("use_sliding_window"):
             window = None
+        bias = read.flag("attention_bias")
         return cls(
             model_type=model_type,
-            vocab_size=need("vocab_size"),
+            vocab_size=read.size("vocab_size"),
             hidden_size=hidden,
-            intermediate_size=need("intermediate_size"),
-            num_layers=need("num_hidden_layers"),
+            intermediate_size=read.size("intermediate_size"),
+            num_layers=read.size("num_hidden_layers"),
             num_heads=heads,
             num_kv_heads=kv_heads,
             head_dim=head_dim,
-            rms_norm_eps=float(data.get("rms_norm_eps", 1e-6)),
+            rms_norm_eps=read.positive("rms_norm_eps", 1e-6),
             rope=_rope_from_hf(data, source),
-            tie_word_embeddings=bool(data.get("tie_word_embeddings", False)),
-            qkv_bias=model_type == "qwen2" or bool(data.get("attention_bias", False)),
-            o_bias=model_type != "qwen2" and bool(data.get("attention_bias", False)),
-            mlp_bias=bool(data.get("mlp_bias", False)),
+            tie_word_embeddings=read.flag("tie_word_embeddings"),
+            qkv_bias=model_type == "qwen2" or bias,
+            o_bias=model_type != "qwen2" and bias,
+            mlp_bias=read.flag("mlp_bias"),
             qk_norm=model_type == "qwen3",
             sliding_window=window,
-            max_position_embeddings=need("max_position_embeddings") if "max_position_embeddings" in data else None,
+            max_position_embeddings=read.size("max_position_embeddings", default=0) or None,
         )
 
     @classmethod
@@ -156,10 +156,10 @@ def check_max_tokens(model_dir: Path, longest_prompt: int, max_tokens: int) -> N
 def _rope_from_hf(data: dict, source: str) -> RopeConfig:
     """Read RoPE settings from ``rope_parameters`` (transformers 5) or ``rope_theta`` +
     ``rope_scaling`` (older files, and most checkpoints on the hub)."""
-    params = dict(data.get("rope_parameters") or {})
-    scaling = data.get("rope_scaling") or {}
-    params = {**scaling, **params}
-    theta = float(params.get("rope_theta", data.get("rope_theta", 10000.0)))
+    for key in ("rope_parameters", "rope_scaling"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise SpecscopeError(f"{source}: field {key!r}: expected an object, got {data[key]!r}")
+    params = {**(data.get("rope_scaling") or {}), **(data.get("rope_parameters") or {})}
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ROPE_TYPES:
         raise SpecscopeError(
@@ -167,13 +167,54 @@ def _rope_from_hf(data: dict, source: str) -> RopeConfig:
             f"(expected one of {', '.join(ROPE_TYPES)})"
         )
     defaults = RopeConfig()
+    inside = "rope_parameters" if data.get("rope_parameters") else "rope_scaling"  # where params came from
+    read = _Reader({"rope_theta": data.get("rope_theta"), **params}, source, f"{inside}.",
+                   top=() if "rope_theta" in params else ("rope_theta",))
     return RopeConfig(
-        theta=theta,
+        theta=read.positive("rope_theta", defaults.theta),
         rope_type=rope_type,
-        factor=float(params.get("factor", defaults.factor)),
-        low_freq_factor=float(params.get("low_freq_factor", defaults.low_freq_factor)),
-        high_freq_factor=float(params.get("high_freq_factor", defaults.high_freq_factor)),
-        original_max_position_embeddings=int(
-            params.get("original_max_position_embeddings", defaults.original_max_position_embeddings)
-        ),
+        factor=read.positive("factor", defaults.factor),
+        low_freq_factor=read.positive("low_freq_factor", defaults.low_freq_factor),
+        high_freq_factor=read.positive("high_freq_factor", defaults.high_freq_factor),
+        original_max_position_embeddings=read.size("original_max_position_embeddings",
+                                                    default=defaults.original_max_position_embeddings),
     )
+
+
+class _Reader:
+    """Fields of a ``config.json`` object, each checked; an error names ``source`` and the field."""
+
+    def __init__(self, data: dict, source: str, prefix: str = "", top: tuple[str, ...] = ()) -> None:
+        self.data, self.source, self.prefix, self.top = data, source, prefix, top  # top: keys without the prefix
+
+    def _label(self, key: str) -> str:
+        return f"{self.source}: field '{'' if key in self.top else self.prefix}{key}'"
+
+    def size(self, key: str, default: int | None = None) -> int:
+        """A positive integer; ``default`` where absent or null (``None``: required)."""
+        value = self.data.get(key)
+        if value is None:
+            if default is None:
+                raise SpecscopeError(f"{self._label(key)}: missing")
+            return default
+        if isinstance(value, str):  # a size written as text is a typo, not a number
+            raise SpecscopeError(f"{self._label(key)}: expected a positive integer, got {value!r}")
+        return validate.check(self._label(key), validate.integer, value, low=1)
+
+    def positive(self, key: str, default: float) -> float:
+        """A finite number > 0; ``default`` where absent or null."""
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if isinstance(value, str):
+            raise SpecscopeError(f"{self._label(key)}: expected a positive number, got {value!r}")
+        return validate.check(self._label(key), validate.number, value, low=0.0, low_open=True)
+
+    def flag(self, key: str) -> bool:
+        """true or false; false where absent or null."""
+        value = self.data.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise SpecscopeError(f"{self._label(key)}: expected true or false, got {value!r}")
+        return value

@@ -59,6 +59,8 @@ def weight_files(model_dir: Path) -> list[Path]:
             raise SpecscopeError(
                 f"{index}: expected a JSON object with 'weight_map' ({error})"
             ) from None
+        if not isinstance(weight_map, dict) or not all(isinstance(f, str) and f for f in weight_map.values()):
+            raise SpecscopeError(f"{index}: field 'weight_map': expected an object of tensor name → shard file name")
         files = [model_dir / name for name in sorted(set(weight_map.values()))]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
@@ -84,14 +86,20 @@ def load_state_dict(
     from safetensors.torch import load_file
 
     state: dict[str, torch.Tensor] = {}
+    found: dict[str, Path] = {}  # tensor name → the file that held it
     for path in weight_files(model_dir):
         try:
             tensors = load_file(str(path), device=str(device))
         except (SafetensorError, OSError) as error:
             raise SpecscopeError(f"{path}: not a readable safetensors file ({error})") from None
         for name, tensor in tensors.items():
-            if not name.endswith(IGNORED_KEYS):
-                state[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+            if name.endswith(IGNORED_KEYS):
+                continue
+            if name in found:  # one would silently replace the other
+                raise SpecscopeError(f"{path}: weight {name!r} is also in {found[name].name}: expected each "
+                                     "weight in one file (a stray copy in the folder?)")
+            found[name] = path
+            state[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
     return state
 
 
@@ -105,7 +113,11 @@ def load_model(
         model = Transformer(config)
     expected = set(model.state_dict())
     if config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
+        head, embedding = state.pop("lm_head.weight", None), state.get("model.embed_tokens.weight")
+        if head is not None and (embedding is None or head.shape != embedding.shape or not torch.equal(head, embedding)):
+            raise SpecscopeError(f"{model_dir}: config.json ties the LM head to the embeddings (tie_word_embeddings), "
+                                 "but the weights hold an lm_head.weight of its own: set tie_word_embeddings to false "
+                                 "to use it")
         expected.discard("lm_head.weight")
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)
@@ -117,6 +129,8 @@ def load_model(
         )
     for name, tensor in state.items():
         want = model.get_parameter(name).shape
+        if not tensor.is_floating_point():
+            raise SpecscopeError(f"{model_dir}: weight {name!r} is {tensor.dtype}: expected a floating-point tensor")
         if tensor.shape != want:
             raise SpecscopeError(
                 f"{model_dir}: weight {name!r} has shape {tuple(tensor.shape)}, "
@@ -141,8 +155,13 @@ def load_eos_token_ids(model_dir: Path) -> list[int]:
         path = Path(model_dir) / name
         if path.is_file():
             value = read_json_object(path).get("eos_token_id")
-            if value is not None:
-                return [value] if isinstance(value, int) else [int(v) for v in value]
+            if value is None:
+                continue
+            ids = value if isinstance(value, list) else [value]
+            if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+                raise SpecscopeError(f"{path}: field 'eos_token_id': expected a token id or a list of token ids "
+                                     f"(integers >= 0), got {value!r}")
+            return ids
     return []
 
 

@@ -1,0 +1,81 @@
+"""A checkpoint that is not what its config.json says is refused in one line naming the file
+and field: values of the wrong type or sign, weights in two files, integer weights, an LM head
+that config.json ties away, malformed end-of-sequence ids and shard indexes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from specscope.engine.loading import load_eos_token_ids, load_model
+from specscope.errors import SpecscopeError
+
+CONFIG_CASES = [
+    ({"rms_norm_eps": "abc"}, "field 'rms_norm_eps': expected a positive number, got 'abc'"),
+    ({"rms_norm_eps": -1}, "field 'rms_norm_eps': expected a number > 0"),  # NaN logits, reported as a clean run
+    ({"rope_parameters": {"rope_theta": 0}}, "field 'rope_parameters.rope_theta': expected a number > 0"),
+    ({"rope_parameters": None, "rope_theta": "big"}, "field 'rope_theta': expected a positive number"),
+    ({"rope_scaling": [1, 2]}, "field 'rope_scaling': expected an object"),
+    ({"rope_parameters": None, "rope_scaling": {"rope_type": "linear", "factor": "x"}}, "field 'rope_scaling.factor': expected a positive number"),
+    ({"head_dim": "32"}, "field 'head_dim': expected a positive integer, got '32'"),
+    ({"head_dim": -32}, "field 'head_dim': expected an integer >= 1"),
+    ({"num_key_value_heads": 0}, "field 'num_key_value_heads': expected an integer >= 1"),
+    ({"tie_word_embeddings": "false"}, "field 'tie_word_embeddings': expected true or false, got 'false'"),
+]
+
+
+def edited(source, tmp_path, **changes):
+    """A copy of the checkpoint ``source`` with ``changes`` made to its config.json."""
+    target = tmp_path / "model"
+    shutil.copytree(source, target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, **changes}))
+    return target
+
+
+@pytest.mark.parametrize("changes, message", CONFIG_CASES, ids=[f"{next(iter(c))}-{i}" for i, (c, _) in enumerate(CONFIG_CASES)])
+def test_config_values_are_checked(llama_dir, tmp_path, changes, message):
+    with pytest.raises(SpecscopeError, match=rf"config\.json: {message}"):
+        load_model(edited(llama_dir, tmp_path, **changes))
+
+
+def test_a_weight_in_two_files_is_refused(llama_dir, tmp_path):
+    model = edited(llama_dir, tmp_path)
+    save_file({"model.norm.weight": torch.full((64,), 7.0)}, str(model / "zz_extra.safetensors"))
+    with pytest.raises(SpecscopeError, match=r"zz_extra\.safetensors: weight 'model\.norm\.weight' is also in model\.safetensors"):
+        load_model(model)
+
+
+def test_integer_weights_are_refused(llama_dir, tmp_path):
+    model = edited(llama_dir, tmp_path)
+    state = load_file(str(model / "model.safetensors"))
+    state["model.norm.weight"] = state["model.norm.weight"].to(torch.int32)
+    save_file(state, str(model / "model.safetensors"))
+    with pytest.raises(SpecscopeError, match=r"weight 'model\.norm\.weight' is torch\.int32: expected a floating-point"):
+        load_model(model)
+
+
+def test_a_head_of_its_own_is_not_tied_away(llama_dir, tmp_path):
+    """tie_word_embeddings true beside an lm_head.weight that differs from the embeddings:
+    transformers keeps both; tying would silently drop the head (argmax agreement 0 %)."""
+    with pytest.raises(SpecscopeError, match=r"hold an lm_head\.weight of its own: set tie_word_embeddings to false"):
+        load_model(edited(llama_dir, tmp_path, tie_word_embeddings=True))
+
+
+@pytest.mark.parametrize("value", ["<|end|>", 1.5, True, [1, "2"], -1, []])
+def test_eos_token_ids_are_checked(llama_dir, tmp_path, value):
+    model = edited(llama_dir, tmp_path)
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": value}))
+    with pytest.raises(SpecscopeError, match=r"generation_config\.json: field 'eos_token_id': expected a token id"):
+        load_eos_token_ids(model)
+
+
+def test_a_shard_index_of_another_shape_is_refused(llama_dir, tmp_path):
+    model = edited(llama_dir, tmp_path)
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["model.safetensors"]}))
+    with pytest.raises(SpecscopeError, match=r"index\.json: field 'weight_map': expected an object"):
+        load_model(model)
