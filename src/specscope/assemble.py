@@ -10,7 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specscope.engine.loading import load_eos_token_ids, load_model, load_tokenizer, parse_dtype, resolve_device
+from specscope.engine.loading import (
+    check_same_tokenizer,
+    load_eos_token_ids,
+    load_model,
+    load_tokenizer,
+    parse_dtype,
+    resolve_device,
+)
 from specscope.engine.proposer_api import Proposer, ProposerConfig
 from specscope.engine.runner import DEFAULT_MAX_SEQ_LEN, Engine
 from specscope.methods import NO_SD
@@ -63,6 +70,8 @@ def load_engine(
     policy decides (``method`` and ``k`` are ignored; :func:`build_proposer`)."""
     model_dir = Path(model_dir)
     torch_device = resolve_device(device)
+    if draft_dir is not None:
+        check_same_tokenizer(model_dir, Path(draft_dir))
     target = load_model(model_dir, parse_dtype(dtype), torch_device)
     if max_seq_len is None:
         max_seq_len = target.config.max_position_embeddings or DEFAULT_MAX_SEQ_LEN

@@ -79,3 +79,19 @@ def test_a_shard_index_of_another_shape_is_refused(llama_dir, tmp_path):
     (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["model.safetensors"]}))
     with pytest.raises(SpecscopeError, match=r"index\.json: field 'weight_map': expected an object"):
         load_model(model)
+
+
+def test_a_drafter_with_another_tokenizer_is_refused(tmp_path):
+    """Two token ids swapped in the draft's tokenizer.json (same size): its drafts would mean
+    other tokens; padding or added tokens only one side has are no conflict."""
+    from tokenizers import Tokenizer, models
+
+    from specscope.engine.loading import check_same_tokenizer
+
+    words = {f"w{i}": i for i in range(10)}
+    for name, vocab in (("target", words), ("padded", {**words, "<pad>": 10}), ("swapped", {**words, "w1": 2, "w2": 1})):
+        (tmp_path / name).mkdir()
+        Tokenizer(models.WordLevel(vocab, unk_token="w0")).save(str(tmp_path / name / "tokenizer.json"))
+    check_same_tokenizer(tmp_path / "target", tmp_path / "padded")
+    with pytest.raises(SpecscopeError, match=r"swapped/tokenizer\.json: 2 tokens have other ids than in .*target/tokenizer"):
+        check_same_tokenizer(tmp_path / "target", tmp_path / "swapped")

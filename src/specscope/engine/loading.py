@@ -176,3 +176,18 @@ def load_tokenizer(model_dir: Path):
         return Tokenizer.from_file(str(path))
     except Exception as error:  # the tokenizers library raises a bare Exception on bad files
         raise SpecscopeError(f"{path}: not a readable tokenizer ({error})") from None
+
+
+def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> None:
+    """Refuse a drafter whose ``tokenizer.json`` gives a token another id than the target's does
+    (where both have one): its drafts would be other tokens than it means. Tokens only one of them
+    has (added or padding tokens) are no conflict."""
+    target, draft = load_tokenizer(target_dir), load_tokenizer(draft_dir)
+    if target is None or draft is None:
+        return
+    theirs = draft.get_vocab()
+    moved = [token for token, index in target.get_vocab().items() if theirs.get(token, index) != index]
+    if moved:
+        raise SpecscopeError(f"{Path(draft_dir) / 'tokenizer.json'}: {len(moved)} tokens have other ids than in "
+                             f"{Path(target_dir) / 'tokenizer.json'} (e.g. {moved[0]!r}): a drafter must share the "
+                             "target's tokenizer")

@@ -136,11 +136,20 @@ class Tracer:
     """One model replica: loads the target and its proposers once, then traces batch after batch."""
 
     def __init__(self, job: TraceJob) -> None:
-        from specscope.engine.loading import load_eos_token_ids, load_model, parse_dtype, resolve_device
+        from specscope.engine.loading import (
+            check_same_tokenizer,
+            load_eos_token_ids,
+            load_model,
+            parse_dtype,
+            resolve_device,
+        )
         from specscope.engine.runner import Engine
         from specscope.proposers import ProposerConfig, create_proposer
 
         self.job = job
+        for spec in job.specs:
+            if spec.path is not None:
+                check_same_tokenizer(job.model_dir, spec.path)
         self.target = load_model(job.model_dir, parse_dtype(job.dtype), resolve_device(job.device))
         eos = load_eos_token_ids(job.model_dir)
         self.generator = Engine(self.target, None, 1, job.batch_size, job.max_seq_len, eos)
