@@ -28,6 +28,8 @@ OPENAI = ["bench", "--backend", "openai", "--workload", "w.jsonl", "--max-tokens
 
 CASES = [
     Case("temperature-nan", [*REF, "--temperature", "nan"], r"--temperature.*finite.*nan", WORKLOAD),
+    Case("draft-with-lookup", [*REF, "--method", "ngram", "--draft", "taken"],
+         r"--draft: only used with a method that reads a checkpoint .*not ngram", WITH_DIR),
     Case("temperature-inf", [*REF, "--temperature", "inf"], r"--temperature.*finite", WORKLOAD),
     Case("temperature-negative", [*REF, "--temperature", "-0.5"], r"--temperature.*>= 0", WORKLOAD),
     Case("top-p-zero", [*REF, "--top-p", "0"], r"--top-p.*> 0", WORKLOAD),

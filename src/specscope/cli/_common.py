@@ -153,3 +153,14 @@ def model_dir_arg(path: str | Path) -> Path:
     if not (path / "config.json").is_file():
         raise SpecscopeError(f"{path}: no config.json (expected a Hugging Face model directory)")
     return path
+
+
+def refuse_unused_draft(draft: object, method: str | None) -> None:
+    """``--draft`` beside a reference-engine method that reads no checkpoint (none, n-gram) would
+    be silently ignored: refused. An unknown method is left to its own error."""
+    from specscope.methods import METHODS, NO_SD, names
+
+    with_draft = tuple(m.name for m in METHODS if m.reference and m.needs_checkpoint)
+    if draft is not None and method not in with_draft and (method or NO_SD) in (NO_SD, *names()):
+        raise SpecscopeError(f"--draft: only used with a method that reads a checkpoint ({', '.join(with_draft)}), "
+                             f"not {method or NO_SD}")

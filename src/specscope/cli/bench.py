@@ -21,6 +21,7 @@ from specscope.cli._common import (
     human_stream,
     int_list,
     print_table,
+    refuse_unused_draft,
     write_rows,
 )
 from specscope.errors import SpecscopeError
@@ -189,6 +190,8 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         raise SpecscopeError("--segments: only with --backend openai (the reference engine runs no-SD and SD in lockstep)")
     if args.model is None:
         raise SpecscopeError("--model: required with --backend reference")
+    if policy is None:
+        refuse_unused_draft(args.draft, shared["method"])
     return BenchConfig(
         **shared,
         model_dir=Path(args.model),

@@ -7,16 +7,16 @@ import sys
 from pathlib import Path
 
 from specscope import validate
+from specscope.cli._common import refuse_unused_draft
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_output_file, open_appended
-from specscope.methods import METHODS, NO_SD, names
+from specscope.methods import NO_SD, names
 from specscope.policy.learned import load_policy
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
 from specscope.serve.protocol import DEFAULT_PORT
 from specscope.trees import parse_tree
 
 ENGINE_FLAGS = ("k", "max_batch_size", "max_seq_len", "dtype", "device", "tree")  # omitted: load_engine's defaults
-WITH_DRAFT = tuple(m.name for m in METHODS if m.reference and m.needs_checkpoint)  # methods that read --draft
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -111,9 +111,8 @@ def run(args: argparse.Namespace) -> int:
         if given:
             raise SpecscopeError(f"{given[0]}: not used with --policy (the policy chooses the method and k)")
         load_policy(args.policy).drafter(args.draft)  # a bad file or a missing checkpoint: before the model loads
-    elif args.draft is not None and args.method not in WITH_DRAFT and (args.method or NO_SD) in (NO_SD, *names()):
-        raise SpecscopeError(f"--draft: only used with a method that reads a checkpoint ({', '.join(WITH_DRAFT)}), "
-                             f"not {args.method or NO_SD}")
+    else:
+        refuse_unused_draft(args.draft, args.method)
     if args.k is not None and args.method in (None, NO_SD) and args.policy is None:
         raise SpecscopeError(f"--k: only used with an SD --method (without one, {NO_SD}, nothing is proposed)")
     if args.tree is not None and args.k is not None:
