@@ -28,6 +28,7 @@ OPENAI = ["bench", "--backend", "openai", "--workload", "w.jsonl", "--max-tokens
 
 CASES = [
     Case("temperature-nan", [*REF, "--temperature", "nan"], r"--temperature.*finite.*nan", WORKLOAD),
+    Case("device-meta", [*REF, "--device", "meta"], r"--device: expected cpu or cuda\[:N\], got 'meta'", WITH_DIR),
     Case("draft-with-lookup", [*REF, "--method", "ngram", "--draft", "taken"],
          r"--draft: only used with a method that reads a checkpoint .*not ngram", WITH_DIR),
     Case("temperature-inf", [*REF, "--temperature", "inf"], r"--temperature.*finite", WORKLOAD),

@@ -33,9 +33,12 @@ def parse_dtype(name: str) -> torch.dtype:
 def parse_device(name: str) -> torch.device:
     """``cpu``, ``cuda`` or ``cuda:N`` as a device (whether this machine has it: :func:`resolve_device`)."""
     try:
-        return torch.device(name)
+        device = torch.device(name)
     except RuntimeError:
-        raise SpecscopeError(f"--device: expected cpu or cuda[:N], got {name!r}") from None
+        device = None
+    if device is None or device.type not in ("cpu", "cuda") or (device.type == "cpu" and device.index not in (None, 0)):
+        raise SpecscopeError(f"--device: expected cpu or cuda[:N], got {name!r}")
+    return device
 
 
 def resolve_device(name: str) -> torch.device:
