@@ -104,5 +104,15 @@ def test_bound_from_traces_shows_no_k_beyond_their_depth(tmp_path, capsys):
     write_traces(tmp_path / "t.jsonl", records)
     assert main(["bound", str(tmp_path / "t.jsonl")]) == 0
     out = capsys.readouterr().out
-    assert "note: k above 2 not shown: the traces' α was measured on proposals of at most k_max = 2" in out
+    assert "note: eagle: k above 2 not shown: its α was measured on proposals of at most k_max = 2" in out
     assert "k=2" in out and "k=3" not in out
+    acc = {"eagle": np.full(20, 3, np.int32), "ngram": np.tile(np.array([1, 7], np.int32), 10)}
+    undeclared = [TraceRecord(f"r{i}", np.arange(5), np.arange(20), {n: ProposerTrace(a) for n, a in acc.items()},
+                              dataset="d") for i in range(3)]  # no k_max: each proposer's depth is its longest acc_len − 1
+    write_traces(tmp_path / "d.jsonl", undeclared)
+    assert main(["bound", str(tmp_path / "d.jsonl"), "--k-max", "4"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[4:-1]] for line in out.splitlines()
+            if "│ eagle" in line or "│ ngram" in line}
+    assert rows["eagle"][2:4] == ["–", "–"] and rows["eagle"][4] == "2"  # k = 3, 4 not shown; best k within 2
+    assert "–" not in rows["ngram"]  # traced to 6: every k up to --k-max 4

@@ -21,8 +21,9 @@ def step(**overrides) -> dict:
     base = {"step": 0, "method": "eagle", "k": 3, "batch_size": 2, "tokens_verified": 8,
             "tokens_emitted": [2, 4], "draft_s": 0.002, "verify_s": 0.010, "sample_s": 0.001,
             "overhead_s": 0.002, "kv_tokens": 100, "prefill_tokens": 0, "prefill_s": 0.0}
-    if "batch_size" in overrides and "tokens_emitted" not in overrides:
-        base["tokens_emitted"] = [1] * overrides["batch_size"] if isinstance(overrides["batch_size"], int) else []
+    if "batch_size" in overrides and isinstance(overrides["batch_size"], int):  # its rows' counts to match
+        base["tokens_emitted"] = [1] * overrides["batch_size"]
+        base["tokens_verified"] = 4 * overrides["batch_size"]  # k = 3: four tokens a row
     base.update(overrides)
     return base
 

@@ -60,9 +60,9 @@ def test_integer_weights_are_refused(llama_dir, tmp_path):
 
 
 def test_a_head_of_its_own_is_not_tied_away(llama_dir, tmp_path):
-    """tie_word_embeddings true beside an lm_head.weight that differs from the embeddings:
-    transformers keeps both; tying would silently drop the head (argmax agreement 0 %)."""
-    with pytest.raises(SpecscopeError, match=r"hold an lm_head\.weight of its own: set tie_word_embeddings to false"):
+    """tie_word_embeddings true beside an lm_head.weight that differs from the embeddings: vLLM ties
+    it away, transformers 5 keeps it (argmax agreement between the two: 0 %); neither silently."""
+    with pytest.raises(SpecscopeError, match=r"hold another lm_head\.weight, which engines treat apart"):
         load_model(edited(llama_dir, tmp_path, tie_word_embeddings=True))
 
 
@@ -89,9 +89,13 @@ def test_a_drafter_with_another_tokenizer_is_refused(tmp_path):
     from specscope.engine.loading import check_same_tokenizer
 
     words = {f"w{i}": i for i in range(10)}
-    for name, vocab in (("target", words), ("padded", {**words, "<pad>": 10}), ("swapped", {**words, "w1": 2, "w2": 1})):
+    renamed = {**{w: i for w, i in words.items() if w != "w1"}, "zz": 1}  # id 1 means another token
+    for name, vocab in (("target", words), ("padded", {**words, "<pad>": 10}), ("swapped", {**words, "w1": 2, "w2": 1}),
+                        ("renamed", renamed)):
         (tmp_path / name).mkdir()
         Tokenizer(models.WordLevel(vocab, unk_token="w0")).save(str(tmp_path / name / "tokenizer.json"))
     check_same_tokenizer(tmp_path / "target", tmp_path / "padded")
-    with pytest.raises(SpecscopeError, match=r"swapped/tokenizer\.json: 2 tokens have other ids than in .*target/tokenizer"):
+    with pytest.raises(SpecscopeError, match=r"swapped/tokenizer\.json: 2 tokens differ in id or meaning from .*target/"):
         check_same_tokenizer(tmp_path / "target", tmp_path / "swapped")
+    with pytest.raises(SpecscopeError, match=r"renamed/tokenizer\.json: 1 tokens differ in id or meaning .*'w1'"):
+        check_same_tokenizer(tmp_path / "target", tmp_path / "renamed")

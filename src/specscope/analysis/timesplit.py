@@ -62,29 +62,35 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
                            f"got {width}")
     if policy > values["draft_s"]:
         raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
-    _check_consistent(fields, values, prompts)
     if tree is not None and method == NO_SD:
         raise fields.error("tree", "expected none on a step without SD (method none)")
-    emitted = fields.int_array("tokens_emitted", low=0).tolist()
-    if len(emitted) != values["batch_size"]:
-        raise fields.error("tokens_emitted", f"expected one count per running request (batch_size "
-                                             f"{values['batch_size']}), got {len(emitted)}")
-    return MeasuredStep(method=method, policy_s=policy, tokens_emitted=emitted,
+    step = MeasuredStep(method=method, policy_s=policy, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
                         prefill_requests=prompts, prefill_width=0 if width is None else width,
                         tree=None if tree is None else fields.check("tree", parse_tree, tree).name, **values)
+    _check_consistent(fields, step)
+    return step
 
 
-def _check_consistent(fields: Fields, values: dict, prompts: int) -> None:
-    """A phase's time and its work go together: a verify forward over tokens takes time, and
-    only requests that decoded (not those the step prefilled) verify; a prefill likewise."""
-    decoded = values["batch_size"] - prompts
-    if values["tokens_verified"] and not decoded:
+def _check_consistent(fields: Fields, step: MeasuredStep) -> None:
+    """A step's work and times go together: each request it decoded (:attr:`MeasuredStep.decoded`,
+    not those it prefilled) verifies at least one token and a verification takes time; a prefill
+    reads prompts and takes time; one emitted count per running request."""
+    if len(step.tokens_emitted) != step.batch_size:
+        raise fields.error("tokens_emitted", f"expected one count per running request (batch_size "
+                                             f"{step.batch_size}), got {len(step.tokens_emitted)}")
+    if not step.decoded and step.tokens_verified:
         raise fields.error("tokens_verified", f"expected 0: every running request was prefilled in this step "
-                                              f"(prefill_requests = batch_size = {prompts}), none verified")
+                                              f"(prefill_requests = batch_size = {step.prefill_requests}), none verified")
+    if step.tokens_verified < step.decoded:
+        raise fields.error("tokens_verified", f"expected at least one per request it decoded ({step.decoded}: batch_size "
+                                              f"less prefill_requests), got {step.tokens_verified}")
+    if bool(step.prefill_requests) != bool(step.prefill_tokens):
+        raise fields.error("prefill_requests", f"expected requests exactly where prefill_tokens > 0, got "
+                                               f"{step.prefill_requests} with prefill_tokens {step.prefill_tokens}")
     for work, time in (("tokens_verified", "verify_s"), ("prefill_tokens", "prefill_s")):
-        if bool(values[work]) != bool(values[time]):
-            raise fields.error(time, f"expected a time > 0 exactly where {work} > 0, got {values[time]:g} with "
-                                     f"{work} {values[work]}")
+        if bool(getattr(step, work)) != bool(getattr(step, time)):
+            raise fields.error(time, f"expected a time > 0 exactly where {work} > 0, got {getattr(step, time):g} "
+                                     f"with {work} {getattr(step, work)}")
 
 
 def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:

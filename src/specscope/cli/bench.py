@@ -235,8 +235,8 @@ def run(args: argparse.Namespace) -> int:
     result = run_bench(config)
     # the workload's name, as its traces' dataset and a study's rows name it: what `report --measured` matches;
     # and how its outputs were made (a sampled row measures other outputs than a greedy one)
-    made = {name: getattr(config, name) for name in ("max_tokens", "ignore_eos", "temperature", "top_p", "top_k", "seed")
-            if hasattr(config, name)}
+    sampled = ("top_p", "top_k", "seed") if isinstance(config, BenchConfig) else ()  # a server's bench sends no others
+    made = {name: getattr(config, name) for name in ("max_tokens", "ignore_eos", "temperature", *sampled)}
     rows = [{**row.flat(), "workload": Path(config.workload).stem, **made} for row in result.rows]
     if args.output:
         write_rows(args.output, rows)

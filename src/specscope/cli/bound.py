@@ -39,9 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import k_max_each
     from specscope.theory.bound import estimate_alpha, estimate_c, expected_speedup
 
-    cases: list[tuple[str, float, float]] = []
+    cases: list[tuple[str, float, float, int]] = []  # proposer, α, c, the deepest k its row shows
     source = "α and c given"
-    top, traced = args.k_max, []  # the largest k shown; the depth each proposer's α was measured to
     if args.traces:
         from specscope.costmodel.registry import cost_label, resolve_cost_model
         from specscope.trace import load_traces
@@ -53,29 +52,31 @@ def run(args: argparse.Namespace) -> int:
         for name in names:
             if any(name not in r.proposers for r in records):
                 raise SpecscopeError(f"proposer {name!r} is not in every trace record")
-            alpha = estimate_alpha([r.acc_len(name) for r in records], k_max_each(records, name)) \
-                if args.alpha is None else args.alpha
-            if args.alpha is None:
-                traced.append(max(k_max_each(records, name)))
+            depth = args.k_max
+            alpha = args.alpha
+            if alpha is None:  # α from proposals no longer than its records' k_max: beyond, the i.i.d. law alone
+                alpha = estimate_alpha([r.acc_len(name) for r in records], k_max_each(records, name))
+                depth = min(depth, min(k_max_each(records, name)))
+                if depth < args.k_max:
+                    print(f"note: {name}: k above {depth} not shown: its α was measured on proposals of at most "
+                          f"k_max = {depth}")
             c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c
-            cases.append((name, alpha, c))
+            cases.append((name, alpha, c, depth))
         source = ", ".join(filter(None, [
             "α given" if args.alpha is not None else "α from the traces",
             "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at k = {args.k}, "
                                                f"B = {args.batch_size}, context {context:.0f}"]))
     elif args.alpha is not None and args.c is not None:
-        cases.append(("given", args.alpha, args.c))
+        cases.append(("given", args.alpha, args.c, args.k_max))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")
-    if traced and max(traced) < top:  # α from proposals no longer than that: beyond, the i.i.d. law alone
-        top = max(traced)
-        print(f"note: k above {top} not shown: the traces' α was measured on proposals of at most k_max = {top}")
-    ks = list(range(1, top + 1))
+    ks = list(range(1, max(depth for *_, depth in cases) + 1))
     print_table(
         f"closed-form E[speedup] (i.i.d. acceptance; {source})",
         ["proposer", "α", "c", *[f"k={k}" for k in ks], "best k", "best"],
-        [[label, f"{alpha:.3f}", f"{c:.4f}", *[f"{v:.2f}" for v in expected_speedup(alpha, np.array(ks), c)],
-          *best_k(alpha, c, top)] for label, alpha, c in cases],
+        [[label, f"{alpha:.3f}", f"{c:.4f}",
+          *[f"{v:.2f}" if k <= depth else "–" for k, v in zip(ks, expected_speedup(alpha, np.array(ks), c))],
+          *best_k(alpha, c, depth)] for label, alpha, c, depth in cases],
     )
     return 0
 

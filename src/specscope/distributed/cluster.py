@@ -43,9 +43,10 @@ def ray_address(text: str) -> str:
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
-    """(host, port) of ``HOST:PORT`` or ``ray://HOST:PORT``; None for ``local``, ``auto`` and the like."""
-    match = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(-?\d+)", address.strip())
-    return (match.group(1), int(match.group(2))) if match else None
+    """(host, port) of ``HOST:PORT`` or ``ray://HOST:PORT`` (an IPv6 host in brackets, ``[::1]:6379``);
+    None for ``local``, ``auto`` and anything else."""
+    match = re.fullmatch(r"(?:ray://)?(?:\[([^\[\]/]+)\]|([^:\[\]/]+)):(-?\d+)", address.strip())
+    return (match.group(1) or match.group(2), int(match.group(3))) if match else None
 
 
 def _reachable(address: str) -> None:
@@ -111,13 +112,13 @@ def placement() -> dict[str, object]:
     return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
 
 
-def worker_failure(what: str, error: BaseException) -> str:
+def worker_failure(error: BaseException) -> str:
     """One line for a Ray error: the :class:`SpecscopeError` a worker raised, as it said it (Ray
-    wraps it in task and actor errors), else ``what`` failed and Ray's first line."""
+    wraps it in task and actor errors), else Ray's first line."""
     cause = error
     while isinstance(getattr(cause, "cause", None), BaseException):
         cause = cause.cause
     if isinstance(cause, SpecscopeError):
         return str(cause)
     lines = [line for line in str(error).splitlines() if line.strip()]
-    return f"--ray: {what} failed: {lines[0] if lines else type(error).__name__}"
+    return lines[0] if lines else type(error).__name__

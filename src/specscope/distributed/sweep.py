@@ -22,7 +22,7 @@ from typing import Iterator
 
 from specscope.backends.openai.sweep import GroupRunner, failed_record, group_servers, run_group
 from specscope.backends.openai.sweep_config import Cell, EngineSpec, SweepConfig
-from specscope.distributed.cluster import MAX_RETRIES, feasible, largest_node, placement, ray_session
+from specscope.distributed.cluster import MAX_RETRIES, feasible, largest_node, placement, ray_session, worker_failure
 from specscope.errors import SpecscopeError, where
 from specscope.progress import LazyProgress
 
@@ -154,7 +154,7 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                 except ray.exceptions.RayError as error:
                     if index is None:
                         continue  # a group whose actor died before saying where it runs
-                    value = (failed_record(config, groups[g][index], f"ray: worker lost: {_first_line(error)}"), None)
+                    value = (failed_record(config, groups[g][index], f"ray: worker lost: {worker_failure(error)}"), None)
                 if index is None:
                     progress.update(g, node_label(value))
                     continue
@@ -183,8 +183,3 @@ def _needs(option: dict) -> str:
 def _append_placement(config: SweepConfig, cell_id: str, place: dict[str, object]) -> None:
     with (config.output / "ray-placement.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"cell_id": cell_id, **place}) + "\n")
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__

@@ -43,6 +43,6 @@ def ray_batch_mapper(address: str, workers: int | None = None) -> BatchMapper:
             try:
                 yield from pool.map(lambda actor, chunk: actor.trace.remote(chunk), chunks)
             except ray.exceptions.RayError as error:
-                raise SpecscopeError(worker_failure("a trace replica", error)) from None
+                raise SpecscopeError(f"--ray: a trace replica failed: {worker_failure(error)}") from None
 
     return run

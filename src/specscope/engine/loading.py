@@ -45,7 +45,9 @@ def resolve_device(name: str) -> torch.device:
     """``cpu``, ``cuda`` or ``cuda:N`` as a device, checking that CUDA is there when asked."""
     device = parse_device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SpecscopeError("--device cuda: no CUDA device is available")
+        raise SpecscopeError(f"--device {name}: no CUDA device is available")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise SpecscopeError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA devices (cuda:0 …)")
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
@@ -119,8 +121,9 @@ def load_model(
         head, embedding = state.pop("lm_head.weight", None), state.get("model.embed_tokens.weight")
         if head is not None and (embedding is None or head.shape != embedding.shape or not torch.equal(head, embedding)):
             raise SpecscopeError(f"{model_dir}: config.json ties the LM head to the embeddings (tie_word_embeddings), "
-                                 "but the weights hold an lm_head.weight of its own: set tie_word_embeddings to false "
-                                 "to use it")
+                                 "but the weights hold another lm_head.weight, which engines treat apart (vLLM ties it "
+                                 "away, transformers 5 keeps it): set tie_word_embeddings to false to use it, or remove "
+                                 "it to tie")
         expected.discard("lm_head.weight")
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)
@@ -182,15 +185,17 @@ def load_tokenizer(model_dir: Path):
 
 
 def check_same_tokenizer(target_dir: Path, draft_dir: Path) -> None:
-    """Refuse a drafter whose ``tokenizer.json`` gives a token another id than the target's does
-    (where both have one): its drafts would be other tokens than it means. Tokens only one of them
-    has (added or padding tokens) are no conflict."""
+    """Refuse a drafter whose ``tokenizer.json`` gives a token another id than the target's, or an
+    id another token (where both have one): its drafts would be other tokens than it means. Ids
+    and tokens only one of them has (added or padding tokens) are no conflict."""
     target, draft = load_tokenizer(target_dir), load_tokenizer(draft_dir)
     if target is None or draft is None:
         return
-    theirs = draft.get_vocab()
-    moved = [token for token, index in target.get_vocab().items() if theirs.get(token, index) != index]
+    ours, theirs = target.get_vocab(), draft.get_vocab()
+    meaning = {index: token for token, index in theirs.items()}  # the draft's id → token
+    moved = [token for token, index in ours.items()
+             if theirs.get(token, index) != index or meaning.get(index, token) != token]
     if moved:
-        raise SpecscopeError(f"{Path(draft_dir) / 'tokenizer.json'}: {len(moved)} tokens have other ids than in "
+        raise SpecscopeError(f"{Path(draft_dir) / 'tokenizer.json'}: {len(moved)} tokens differ in id or meaning from "
                              f"{Path(target_dir) / 'tokenizer.json'} (e.g. {moved[0]!r}): a drafter must share the "
                              "target's tokenizer")

@@ -137,10 +137,14 @@ class Eagle3Head(Head):
         config = layer_config(head_dir, data, target)
         vocab = config.vocab_size
         draft_vocab = data.get("draft_vocab_size") or vocab
-        if not isinstance(draft_vocab, int) or not 0 < draft_vocab <= vocab:
+        if not isinstance(draft_vocab, int) or isinstance(draft_vocab, bool) or not 0 < draft_vocab <= vocab:
             raise SpecscopeError(
                 f"{source}: field 'draft_vocab_size': expected an integer in 1..{vocab}"
             )
+        norm_before_residual = data.get("norm_before_residual") or False
+        if not isinstance(norm_before_residual, bool):
+            raise SpecscopeError(f"{source}: field 'norm_before_residual': expected true or false, "
+                                 f"got {norm_before_residual!r}")
         layers = aux_layers(data, target.config.num_layers, source)
         state = read_weights(head_dir, target)
         state["d2t"] = check_vocab_maps(state, draft_vocab, vocab, Path(head_dir))
@@ -149,7 +153,7 @@ class Eagle3Head(Head):
                 config,
                 layers,
                 draft_vocab,
-                bool(data.get("norm_before_residual", False)),
+                norm_before_residual,
                 "embed_tokens.weight" in state,
             )
         load_weights(head, state, Path(head_dir))

@@ -180,6 +180,8 @@ def load_weights(head: Head, state: dict[str, torch.Tensor], source: Path) -> No
                 f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, the config implies "
                 f"{tuple(expected[name].shape)}"
             )
+        if expected[name].is_floating_point() and not tensor.is_floating_point():  # d2t/t2d maps are integers
+            raise SpecscopeError(f"{source}: tensor {name!r} is {tensor.dtype}: expected a floating-point tensor")
     head.load_state_dict(state, assign=True)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specscope.costmodel.registry import cost_label
 from specscope.analysis.measured import MeasuredCell, winners
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_output_file, write_rows
@@ -164,9 +165,8 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
 
 
 def _cost_label(data: ReportData) -> str:
-    """The cost model's name, and the file it was read from (a name alone can be any file's)."""
-    spec = data.config.cost_model
-    return data.cost.name + (f" (from {spec})" if Path(spec).is_file() else "")
+    """The cost model's name, and the file it was read from (:func:`~specscope.costmodel.registry.cost_label`)."""
+    return cost_label(data.config.cost_model, data.cost)
 
 
 def _other_inputs(data: ReportData) -> list[str]:
