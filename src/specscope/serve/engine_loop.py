@@ -222,8 +222,13 @@ class EngineLoop:
                 log.exception("request %s failed", request_id)
                 with self._cond:
                     job = self._running.pop(request_id)
+                try:  # before the answer: a client that sees its 500 sees /health as the loop left it
+                    self.engine.abort_request(request_id)
+                except Exception:  # the engine cannot even abort it: every job fails, the loop stops
+                    with self._cond:
+                        self._running[request_id] = job
+                    raise
                 job.events.put(JobEvent([], error=ApiError(500, f"engine failure: {_describe(error)}")))
-                self.engine.abort_request(request_id)  # raising here stops the loop: _fail_all
         return outputs
 
     def _fail_all(self, reason: str) -> None:
