@@ -81,3 +81,21 @@ def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
         compared = {(r["dataset"], r["paper_speedup"]) for r in csv.DictReader(handle)
                     if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:1", "1")}
     assert compared == {("llama3.1-8b_gsm8k", "1.0"), ("qwen3-8b_gsm8k", "")}
+
+
+def test_a_folder_of_other_traces_replays_what_each_holds(tmp_path, capsys):
+    """A dataset traced with n-gram alone, one with EAGLE-3 in place of EAGLE, and a workload file
+    in the folder: each dataset replays the proposers it holds, and notes say what was left out."""
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 8, "prompt_token_ids": [1, 2],
+              "output_token_ids": [5, 6, 7, 8], "proposers": {"ngram": {"acc_len": [2, 1, 2, 1]}}}
+    (tmp_path / "qwen3-8b_cnn.jsonl").write_text(json.dumps(record) + "\n")
+    record["proposers"]["eagle3"] = {"acc_len": [3, 1, 2, 1]}
+    (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps(record) + "\n")
+    (tmp_path / "workload.jsonl").write_text(json.dumps({"id": "w", "prompt": "hello"}) + "\n")
+    assert main(["paper", "--traces-dir", str(tmp_path), "-o", str(tmp_path / "cells.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "note: workload.jsonl left out: its first record is no trace" in out
+    assert "note: dataset 'qwen3-8b_cnn': its traces do not all hold proposer 'eagle'" in out
+    with open(tmp_path / "cells.csv", encoding="utf-8") as handle:
+        cells = {(r["dataset"], r["acc"]) for r in csv.DictReader(handle)}
+    assert cells == {("qwen3-8b_cnn", "ngram"), ("qwen3-8b_gsm8k", "ngram")}

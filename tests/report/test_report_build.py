@@ -195,3 +195,36 @@ def test_the_overlap_note_names_the_proposer_the_cost_model_cannot_price():
     assert _no_overlap(data) == "it compares proposers 'ngram' and 'eagle', and the cost model prices no ngram"
     data.names, data.simulated = ["eagle"], ["eagle"]
     assert _no_overlap(data).endswith("the traces have eagle")
+
+
+def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):
+    """One dataset traced with n-gram and EAGLE-3 beside one with n-gram and EAGLE: each is
+    simulated with the proposers it holds (a note for the rest), and the overlap figure sets
+    n-gram against EAGLE-3 where there is no EAGLE to set it against."""
+    import numpy as np
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    rng = np.random.default_rng(0)
+
+    def records(dataset, model):
+        return [TraceRecord(f"r{i}", rng.integers(0, 50, 20), rng.integers(0, 50, 60),
+                            {"ngram": ProposerTrace(rng.integers(1, 4, 60).astype(np.int32)),
+                             model: ProposerTrace(rng.integers(1, 6, 60).astype(np.int32))}, k_max=5, dataset=dataset)
+                for i in range(6)]
+
+    write_traces(tmp_path / "a.jsonl", records("chat", "eagle"))
+    write_traces(tmp_path / "b.jsonl", records("code", "eagle3"))
+    config = ReportConfig(cost_model="roofline:h100:llama3.1-8b", ks=(1, 2, 3), sim=SimConfig(mode="paper", batch_sizes=(1, 8)))
+    data = analyse([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], config)
+    cells = {(r.dataset, r.acc) for r in data.rows}
+    assert {("chat", "eagle"), ("code", "eagle3"), ("chat", "ngram"), ("code", "ngram")} <= cells
+    assert not {("chat", "eagle3"), ("code", "eagle")} & cells
+    assert any("dataset 'code': its traces do not all hold proposer 'eagle'" in note for note in data.notes)
+    assert data.config.overlap.reference == "eagle" and {r.dataset for r in data.overlap} == {"chat"}
+    data = analyse([tmp_path / "b.jsonl"], config)
+    assert data.config.overlap.reference == "eagle3" and data.overlap  # drawn: n-gram against EAGLE-3

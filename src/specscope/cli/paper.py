@@ -71,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import H100_LLAMA31_8B
     from specscope.sim.grid import SimConfig, simulate
     from specscope.trace import load_traces
+    from specscope.trace.load import holds_traces
 
     if not args.traces_dir:
         raise SpecscopeError(f"no paper traces: pass --traces-dir or set ${ENV}; {WHERE}")
@@ -78,14 +79,20 @@ def run(args: argparse.Namespace) -> int:
     folder = Path(args.traces_dir)
     if not folder.is_dir():
         raise SpecscopeError(f"{folder}: not a directory (--traces-dir); {WHERE}")
-    files = sorted(folder.glob("*.jsonl"))
+    found = sorted(folder.glob("*.jsonl"))
+    files = [f for f in found if holds_traces(f)]  # a workload or notes beside the traces are no traces
     if not files:
         raise SpecscopeError(f"{folder}: no *.jsonl trace files; {WHERE}")
+    for other in sorted(set(found) - set(files)):
+        print(f"note: {other.name} left out: its first record is no trace", file=out)
     refuse_clashes({"-o": args.output}, [*files, folder / REFERENCE])
     reference = read_reference(folder / REFERENCE) if (folder / REFERENCE).is_file() else {}
     records, _ = load_traces(files, lengths="own")
     config = SimConfig(mode="paper", combined=("ngram", "eagle"))
-    rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B, config)
+    missing: list[str] = []  # a dataset traced without n-gram or EAGLE replays what it holds
+    rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B, config, missing=missing)
+    for note in missing:
+        print(f"note: {note}", file=out)
     table: dict[tuple[str, str, str], list[str]] = {}
     cells, differences = [], []
     for row in rows:

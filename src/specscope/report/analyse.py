@@ -25,7 +25,7 @@ from specscope.analysis.acceptance import (
 )
 from specscope.analysis.bound_points import BoundPoint, bound_points
 from specscope.analysis.measured import MeasuredCell, simulated_for
-from specscope.analysis.overlap import BleuRow, OverlapRow, bleu_scores, overlap_speedups, request_bleu
+from specscope.analysis.overlap import BleuRow, OverlapConfig, OverlapRow, bleu_scores, overlap_speedups, request_bleu
 from specscope.analysis.position import ProfileRow, position_profiles
 from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
 from specscope.costmodel.base import CostModel
@@ -35,7 +35,7 @@ from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import COMBINED, SimRow, simulate, traced_k_max
+from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, simulate, traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
@@ -119,7 +119,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.profile = position_profiles(records)
     advance(PHASES[1])
 
-    data.rows = simulate(sim_records, simulated, config.policies, cost, config.sim)
+    data.rows = simulate(sim_records, simulated, config.policies, cost, config.sim, missing=data.notes)
     if not data.rows:  # every batch size above every dataset's requests (mixed mode): nothing to draw
         largest = max(Counter(r.dataset or "trace" for r in sim_records).values())
         raise SpecscopeError(f"--batch-sizes: {','.join(map(str, config.sim.batch_sizes))}: every one is above the "
@@ -127,7 +127,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                              "distinct requests, --mode paper B copies of each)")
     if data.pair and all(p in simulated for p in data.pair):
         combined = f"oracle-combined:{data.pair[0]}+{data.pair[1]}"
-        data.rows += simulate(sim_records, [COMBINED], [combined], cost, config.sim)
+        data.rows += simulate(sim_records, [COMBINED], [combined], cost, config.sim, missing=data.notes)
     data.answer = answer_rows(data.rows)
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
@@ -155,11 +155,14 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         data.whatif = whatif_rows(data.rows + data.tree_rows, data.measured, cost.fitted_cells)
     advance(PHASES[2])
 
-    ov = config.overlap
+    ov = _overlap_pair(config.overlap, simulated)
+    data.config = replace(data.config, overlap=ov)  # the figure and its notes name the pair compared
     scores = bleu_scores(sim_records)
     data.bleu = request_bleu(sim_records, scores, ov.edges)
-    if ov.lookup in simulated and ov.reference in simulated:
-        data.overlap = overlap_speedups(sim_records, cost, config.sim, ov, scores)
+    both = np.array([ov.lookup in r.proposers and ov.reference in r.proposers for r in sim_records])
+    if ov.lookup in simulated and ov.reference in simulated and both.any():  # the datasets that hold the pair
+        data.overlap = overlap_speedups([r for r, held in zip(sim_records, both) if held], cost, config.sim, ov,
+                                        scores[both])
     advance(PHASES[3])
 
     data.predicted = predicted_split(data.rows)
@@ -167,6 +170,15 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.points = bound_points(records, cost, simulated, min(config.sim.batch_sizes), config.bound_k)
     advance(PHASES[4])
     return data
+
+
+def _overlap_pair(overlap: OverlapConfig, simulated: Sequence[str]) -> OverlapConfig:
+    """The overlap comparison's pair: its lookup against its reference model proposer, or, where
+    the traces hold no such reference (EAGLE-3 or MTP traces), the first model proposer they hold."""
+    if overlap.reference in simulated:
+        return overlap
+    models = [name for name in simulated if name not in LOOKUP_PROPOSERS and name != overlap.lookup]
+    return replace(overlap, reference=models[0]) if models else overlap
 
 
 def _pair(names: Sequence[str]) -> tuple[str, str] | None:

@@ -200,6 +200,19 @@ def causal_walk(records: Sequence[TraceRecord], policy: Policy, k_max: int, batc
     return causal_plan(records, policy.switch, policy.decide_for, k_max, batch_size, together=mode != "paper")
 
 
+def _held(records: Sequence[TraceRecord], pairs: list[tuple[str, Policy]], dataset: str,
+          missing: list[str]) -> list[tuple[str, Policy]]:
+    """The cells whose proposers every record of ``dataset`` holds; one note in ``missing`` per
+    proposer it lacks."""
+    lacking = sorted({name for acc, policy in pairs for name in policy.combined or policy.switch or (acc,)
+                      if any(name not in r.proposers for r in records)})
+    for name in lacking:
+        missing.append(f"dataset {dataset!r}: its traces do not all hold proposer {name!r}, so its cells with "
+                       f"{name} are left out")
+    return [(acc, policy) for acc, policy in pairs
+            if not set(policy.combined or policy.switch or (acc,)) & set(lacking)]
+
+
 def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
     needed = policy.combined or policy.switch or (acc,)
     for name in needed:
@@ -258,29 +271,32 @@ def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Po
 
 def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequence[str],
              cost: CostModel, config: SimConfig,
-             on_row: Callable[[SimRow], None] | None = None) -> list[SimRow]:
-    """Simulate every dataset × acc × policy × batch size; rows in that order."""
+             on_row: Callable[[SimRow], None] | None = None, missing: list[str] | None = None) -> list[SimRow]:
+    """Simulate every dataset × acc × policy × batch size; rows in that order. A dataset whose
+    records lack a proposer a cell needs is refused, or, given a ``missing`` list (a report over
+    datasets traced with different proposers), has that cell left out and a note added there."""
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:
         by_dataset.setdefault(record.dataset or "trace", []).append(record)
     parsed = [parse_policy(p, config.combined) for p in policies]
     pairs = cells(accs, parsed)
     predict = predict_paper if config.mode == "paper" else predict_mixed
-    groups = []  # (dataset, its sampled requests, its batch sizes): all checked before any work
+    groups = []  # (dataset, its sampled requests, its cells, its batch sizes): all checked before any work
     for dataset, members in by_dataset.items():
         members = _sample(members, config)
-        for acc, policy in pairs:
+        mine = pairs if missing is None else _held(members, pairs, dataset, missing)
+        for acc, policy in mine:
             _check(members, acc, policy, dataset)
             check_k(members, acc, policy, dataset)
             drafting_of(cost, acc, policy)  # a missing one is an error
-        groups.append((dataset, members, _feasible(config.batch_sizes, len(members), dataset, config)))
+        groups.append((dataset, members, mine, _feasible(config.batch_sizes, len(members), dataset, config)))
     rows: list[SimRow] = []
-    total = len(pairs) * sum(len(sizes) for _, _, sizes in groups)
+    total = sum(len(mine) * len(sizes) for _, _, mine, sizes in groups)
     with LazyProgress(f"simulating ({config.mode} mode)", total) as bar:
-        for dataset, members, sizes in groups:
+        for dataset, members, mine, sizes in groups:
             baselines: dict[tuple[int, ...], Plan] = {}
             baseline_predictions: dict[tuple[tuple[int, ...], int], Prediction] = {}
-            for acc, policy in pairs:
+            for acc, policy in mine:
                 drafting = drafting_of(cost, acc, policy)
                 plan = None
                 for b in sizes:

@@ -264,6 +264,17 @@ def rank_disagreements(record: TraceRecord) -> int:
     return count
 
 
+def holds_traces(path: Path) -> bool:
+    """Whether the first line of ``path`` that is not blank is a trace record (either format)."""
+    with Path(path).open("rb") as lines:
+        first = next((line for line in lines if line.strip()), b"")
+    try:
+        record = json.loads(first)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(record, dict) and (record.get("schema") == SCHEMA_VERSION or "generated_token_ids" in record)
+
+
 def same_record(a: TraceRecord, b: TraceRecord) -> bool:
     """Whether two records hold the same request, outputs and traces (NaN equals NaN)."""
     def equal(x: np.ndarray | None, y: np.ndarray | None) -> bool:

@@ -29,7 +29,7 @@ from typing import Sequence
 
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, read_json_object
-from specscope.trace.schema import SCHEMA_VERSION
+from specscope.trace.load import holds_traces
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -65,7 +65,7 @@ def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
     the settings. Nothing is changed when it refuses."""
     sidecar = settings_path(output)
     has_records = output.is_file() and output.read_bytes().strip() != b""
-    if has_records and not sidecar.is_file() and not _holds_traces(output):
+    if has_records and not sidecar.is_file() and not holds_traces(output):
         raise SpecscopeError(f"{output}: exists and holds no trace records (nor a settings file "
                              f"{sidecar.name} beside it): specscope replaces only traces; trace into another file")
     if has_records and not overwrite:
@@ -83,17 +83,6 @@ def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
     if output.is_file():
         output.unlink()
     atomic_write_text(sidecar, json.dumps(settings, indent=1) + "\n")
-
-
-def _holds_traces(output: Path) -> bool:
-    """Whether the first line of ``output`` that is not blank is a trace record (either format)."""
-    with output.open("rb") as lines:
-        first = next((line for line in lines if line.strip()), b"")
-    try:
-        record = json.loads(first)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return False
-    return isinstance(record, dict) and (record.get("schema") == SCHEMA_VERSION or "generated_token_ids" in record)
 
 
 def requested_trees(output: Path) -> list[str]:
