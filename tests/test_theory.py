@@ -116,3 +116,23 @@ def test_bound_from_traces_shows_no_k_beyond_their_depth(tmp_path, capsys):
             if "│ eagle" in line or "│ ngram" in line}
     assert rows["eagle"][2:4] == ["–", "–"] and rows["eagle"][4] == "2"  # k = 3, 4 not shown; best k within 2
     assert "–" not in rows["ngram"]  # traced to 6: every k up to --k-max 4
+
+
+def test_bound_takes_each_proposer_from_the_records_that_hold_it(tmp_path, capsys):
+    """Two files, one traced with n-gram only, one with n-gram and EAGLE-3: a row for each
+    proposer, in whichever order the files come (the first record alone had decided)."""
+    from specscope.cli import main
+    from specscope.trace import ProposerTrace, TraceRecord
+    from specscope.trace.load import write_traces
+
+    def records(dataset, names):
+        return [TraceRecord(f"r{i}", np.arange(5), np.arange(20), {n: ProposerTrace(np.full(20, 2, np.int32))
+                                                                   for n in names}, k_max=4, dataset=dataset)
+                for i in range(3)]
+
+    write_traces(tmp_path / "a.jsonl", records("a", ["ngram"]))
+    write_traces(tmp_path / "b.jsonl", records("b", ["ngram", "eagle3"]))
+    for files in (["a.jsonl", "b.jsonl"], ["b.jsonl", "a.jsonl"]):
+        assert main(["bound", *(str(tmp_path / f) for f in files)]) == 0
+        out = capsys.readouterr().out
+        assert "│ eagle3" in out and "│ ngram" in out and "note: eagle3: α from the 3 of 6 records that hold it" in out

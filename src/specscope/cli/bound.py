@@ -47,16 +47,20 @@ def run(args: argparse.Namespace) -> int:
 
         records, _ = load_traces(args.traces, lengths="own")
         cost = resolve_cost_model(args.cost_model)
-        names = [args.acc] if args.acc else sorted(records[0].proposers)
+        names = [args.acc] if args.acc else sorted({name for r in records for name in r.proposers})
         context = args.context if args.context is not None else float(np.mean([r.prompt_len + r.output_len / 2 for r in records]))
         for name in names:
-            if any(name not in r.proposers for r in records):
-                raise SpecscopeError(f"proposer {name!r} is not in every trace record")
+            holding = [r for r in records if name in r.proposers]
+            if not holding:
+                raise SpecscopeError(f"--acc: proposer {name!r} is in no trace record (they hold "
+                                     f"{', '.join(sorted({n for r in records for n in r.proposers}))})")
+            if len(holding) < len(records) and args.alpha is None:
+                print(f"note: {name}: α from the {len(holding)} of {len(records)} records that hold it")
             depth = args.k_max
             alpha = args.alpha
             if alpha is None:  # α from proposals no longer than its records' k_max: beyond, the i.i.d. law alone
-                alpha = estimate_alpha([r.acc_len(name) for r in records], k_max_each(records, name))
-                depth = min(depth, min(k_max_each(records, name)))
+                alpha = estimate_alpha([r.acc_len(name) for r in holding], k_max_each(holding, name))
+                depth = min(depth, min(k_max_each(holding, name)))
                 if depth < args.k_max:
                     print(f"note: {name}: k above {depth} not shown: its α was measured on proposals of at most "
                           f"k_max = {depth}")
