@@ -200,3 +200,15 @@ def test_tree_rank_that_tells_another_chain_is_counted_and_ngram_ranks_refused(t
     (tmp_path / "ngram.jsonl").write_text(json.dumps(line) + "\n")
     with pytest.raises(SpecscopeError, match=r"ngram\.jsonl:1: field 'proposers\.ngram\.tree_rank': ngram drafts by lookup"):
         load_traces([tmp_path / "ngram.jsonl"])
+
+
+def test_two_files_that_name_one_dataset_are_warned_about(tmp_path, caplog):
+    """llama/gsm8k.jsonl and qwen/gsm8k.jsonl: records without a dataset field take the file's
+    name, so the two read as one dataset; a warning names both files."""
+    for model in ("llama", "qwen"):
+        (tmp_path / model).mkdir()
+        write_traces(tmp_path / model / "gsm8k.jsonl", [TraceRecord(f"{model}-r", np.array([1]), np.array([5, 6]),
+                                                                    {"ngram": ProposerTrace(np.array([1, 1], np.int32))})])
+    records, _ = load_traces([tmp_path / "llama" / "gsm8k.jsonl", tmp_path / "qwen" / "gsm8k.jsonl"])
+    assert {r.dataset for r in records} == {"gsm8k"}
+    assert "llama/gsm8k.jsonl and" in caplog.text and "both name dataset 'gsm8k'" in caplog.text

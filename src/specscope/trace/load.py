@@ -69,6 +69,7 @@ class LoadReport:
     mismatches_by_proposer: dict[str, int] = field(default_factory=dict)
     empty_outputs: int = 0  # records with an empty output (and empty arrays), skipped
     duplicates: int = 0  # repeats of a request (same id and content), dropped
+    named_by_file: bool = False  # some record took its dataset from the file's name (it has no "dataset")
     rank_disagreements: int = 0  # positions whose tree_rank gives another greedy chain than acc_len (kept)
 
     def summary(self) -> str:
@@ -213,6 +214,7 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
             report.format = fmt
         if record.dataset is None:
             record.dataset = path.stem
+            report.named_by_file = True
         location = f"{path}:{line_number}"
         if record.output_len == 0:
             report.empty_outputs += 1
@@ -297,10 +299,16 @@ def load_traces(paths: Iterable[str | Path], lengths: str = "common"
     records: list[TraceRecord] = []
     reports: list[LoadReport] = []
     seen: dict[tuple[str, str], tuple[str, TraceRecord]] = {}
+    named: dict[str, Path] = {}  # dataset → the file whose name gave it
     for path in paths:
         report = LoadReport(str(path), lengths)
         records.extend(iter_file(path, report, lengths, seen))
         reports.append(report)
+        stem = Path(path).stem
+        if report.named_by_file and named.setdefault(stem, Path(path)) != Path(path):
+            log.warning("%s and %s both name dataset %r (their records have no \"dataset\"): read as one dataset; "
+                        "rename one file, or give its records a dataset field, to keep them apart", named[stem], path,
+                        stem)
     return records, reports
 
 
