@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 
 import numpy as np
@@ -401,3 +403,18 @@ def test_an_engine_that_pads_prefills_the_prompts_arriving_together_at_the_longe
     summed = predict_mixed(plan, LinearCostModel("sums", **cost), None, 2)
     assert padded.time_split["prefill"] == pytest.approx(7.0 + 3.0)
     assert summed.time_split["prefill"] == pytest.approx(5.0 + 3.0)
+
+
+def test_the_no_match_guess_is_said_where_it_decides(tmp_path, capsys):
+    """n-gram traces without draft_len: a dataset named like one of the paper's takes its guessed
+    match probability, and the run says so; any other name takes none, and nothing is said."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    for name in ("qwen3-8b_cnn", "qwen3-8b_notes"):
+        write_traces(tmp_path / f"{name}.jsonl", [replace(record(ACC, rid=f"r{i}"), dataset=None) for i in range(2)])
+        assert main(["simulate", str(tmp_path / f"{name}.jsonl"), "--acc", "ngram", "--policies", "fixed:1",
+                     "--batch-sizes", "1"]) == 0
+        out = capsys.readouterr().out
+        said = "with probability 0.4 (the paper's guess for its cnn traces)" in out
+        assert said == (name == "qwen3-8b_cnn"), out

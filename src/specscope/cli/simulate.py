@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import cost_label, resolve_cost_model
-    from specscope.sim.grid import simulate
+    from specscope.sim.grid import no_match_notes, simulate
 
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
@@ -84,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
         json.dump(cells, sys.stdout, indent=1)
         print()
         return 0
+    for note in no_match_notes(records, args.acc, config):
+        print(f"note: {note}")
     sizes = sorted({row.batch_size for row in rows}, key=config.batch_sizes.index)
     show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {label})")
     if args.mode == "mixed" and max(sizes) > 1:

@@ -35,7 +35,7 @@ from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, simulate, traced_k_max
+from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, no_match_notes, simulate, traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
@@ -112,6 +112,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
                       _pair(names), notes=notes, measured=list(config.measured))
     data.notes.extend(_tail_notes(sim_records, config))
+    data.notes.extend(no_match_notes(sim_records, simulated, config.sim))
     advance(PHASES[0])
 
     data.singles, data.pairs = acceptance_stats(records)

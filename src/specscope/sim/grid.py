@@ -107,6 +107,24 @@ def match_prob_for(dataset: str, config: SimConfig) -> float | None:
     return None
 
 
+def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: SimConfig) -> list[str]:
+    """One line per dataset × lookup proposer whose steps the no-match guess decides (its records
+    keep no draft_len, and a guess applies: ``--match-prob``, or the paper's for a dataset named
+    like one of its four): what was assumed, so that a result never rests on a file's name unsaid."""
+    notes = []
+    datasets = dict.fromkeys(r.dataset or "trace" for r in records)
+    for dataset in datasets if config.guess_no_match else ():
+        prob = match_prob_for(dataset, config)
+        mine = [r for r in records if (r.dataset or "trace") == dataset]
+        for acc in (a for a in accs if a in LOOKUP_PROPOSERS):
+            if prob is not None and any(acc in r.proposers and r.proposers[acc].draft_len is None for r in mine):
+                source = "--match-prob" if config.match_prob is not None else \
+                    f"the paper's guess for its {next(n for n in PAPER_MATCH_PROB if n in dataset.lower())} traces"
+                notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len, so a step that accepted nothing is "
+                             f"taken to have found a match (and paid its drafting) with probability {prob:g} ({source})")
+    return notes
+
+
 def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
     """The deepest k the records of ``proposers`` were traced at: their declared k_max, else the
     longest acc_len seen − 1."""
