@@ -212,3 +212,20 @@ def test_two_files_that_name_one_dataset_are_warned_about(tmp_path, caplog):
     records, _ = load_traces([tmp_path / "llama" / "gsm8k.jsonl", tmp_path / "qwen" / "gsm8k.jsonl"])
     assert {r.dataset for r in records} == {"gsm8k"}
     assert "llama/gsm8k.jsonl and" in caplog.text and "both name dataset 'gsm8k'" in caplog.text
+
+
+def test_convert_renames_a_proposer_after_its_method(tmp_path, capsys):
+    """A SpecDecode-Bench file's single 'acc' field reads as proposer 'default', which no cost model
+    prices (the error says how to name it); `traces convert --rename default=mtp` names it."""
+    line = {"generated_token_ids": [5, 6, 7], "prompt_token_ids": [1], "acc": {"acc_len": [2, 1, 1]}, "id": "a"}
+    (tmp_path / "acc.jsonl").write_text(json.dumps(line) + "\n")
+    assert main(["simulate", str(tmp_path / "acc.jsonl"), "--acc", "default", "--policies", "fixed:1"]) == 2
+    assert "traces convert --rename default=METHOD" in capsys.readouterr().err
+    assert main(["traces", "convert", str(tmp_path / "acc.jsonl"), "--rename", "default=mtp", "-o",
+                 str(tmp_path / "mtp.jsonl")]) == 0
+    (record,), _ = load_traces([tmp_path / "mtp.jsonl"])
+    assert list(record.proposers) == ["mtp"] and record.proposers["mtp"].acc_len.tolist() == [2, 1, 1]
+    with pytest.raises(SystemExit) as exit_:  # argparse refuses it, before anything is read
+        main(["traces", "convert", str(tmp_path / "acc.jsonl"), "--rename", "default=bogus", "-o", str(tmp_path / "x.jsonl")])
+    assert exit_.value.code == 2 and "unknown method 'bogus'" in capsys.readouterr().err
+    assert not (tmp_path / "x.jsonl").exists()

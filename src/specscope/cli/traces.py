@@ -13,6 +13,7 @@ import numpy as np
 
 from specscope import validate
 from specscope.cli._common import check_output_file, print_table, refuse_clashes, to_stdout
+from specscope.errors import SpecscopeError
 from specscope.trees import TreeShape, parse_tree_list
 
 
@@ -33,7 +34,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     convert.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                          default=None, help="k_max to record when the input has none (at least the "
                                             "largest acc_len − 1 seen)")
+    convert.add_argument("--rename", type=renaming, action="append", default=[], metavar="OLD=NEW",
+                         help="name a proposer after its method (repeatable), e.g. default=mtp: a SpecDecode-Bench "
+                              "file's single 'acc' field reads as proposer 'default', which no cost model prices")
     convert.set_defaults(run=run_convert)
+
+
+def renaming(text: str) -> tuple[str, str]:
+    """``OLD=NEW`` (argparse type): two proposer names, NEW a known method."""
+    from specscope.methods import method
+
+    old, sep, new = text.partition("=")
+    if not sep or not old.strip() or not new.strip():
+        raise argparse.ArgumentTypeError(f"expected OLD=NEW, got {text!r}")
+    try:
+        method(new.strip())
+    except SpecscopeError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return old.strip(), new.strip()
 
 
 def tree_means(records: list, trees: Sequence[TreeShape]) -> dict[str, dict[str, float | None]]:
@@ -117,13 +135,20 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from specscope.errors import SpecscopeError
     from specscope.trace import load_traces
     from specscope.trace.load import write_traces
 
     refuse_clashes({"-o": args.output}, args.traces)
     records, reports = load_traces(args.traces, lengths="common")
+    renames = dict(args.rename)
+    for old in renames:
+        if not any(old in r.proposers for r in records):
+            raise SpecscopeError(f"--rename {old}={renames[old]}: no record holds proposer {old!r}")
     for record in records:
+        clash = [new for old, new in renames.items() if old in record.proposers and new in record.proposers]
+        if clash:
+            raise SpecscopeError(f"--rename: request {record.id!r} already holds proposer {clash[0]!r}")
+        record.proposers = {renames.get(name, name): trace for name, trace in record.proposers.items()}
         if record.k_max is None and args.k_max is not None:
             longest = max(int(t.acc_len.max()) for t in record.proposers.values())
             if longest > args.k_max + 1:

@@ -101,8 +101,10 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
         return drafting[proposer]
     except KeyError:
         known = ", ".join(sorted(drafting)) or "none"
+        hint = ("; a trace's SpecDecode-Bench 'acc' field reads as proposer 'default': name its method with "
+                "`specscope traces convert --rename default=METHOD`") if proposer == "default" else ""
         raise SpecscopeError(
-            f"cost model {model_name!r} has no drafting model for proposer {proposer!r} (has: {known})"
+            f"cost model {model_name!r} has no drafting model for proposer {proposer!r} (has: {known}){hint}"
         ) from None
 
 
