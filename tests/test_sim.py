@@ -417,3 +417,17 @@ def test_the_no_match_guess_is_said_where_it_decides(tmp_path, capsys):
         out = capsys.readouterr().out
         said = "with probability 0.4 (the paper's guess for its cnn traces)" in out
         assert said == (name == "qwen3-8b_cnn"), out
+
+
+def test_bare_oracle_combined_pairs_ngram_with_the_model_proposer_held(tmp_path, capsys):
+    """n-gram and EAGLE-3 traces: a bare oracle-combined pairs them (EAGLE first where held)."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    two = [TraceRecord(f"r{i}", np.arange(10), np.arange(len(ACC)), {"ngram": ProposerTrace(np.asarray(ACC, np.int32)),
+                                                                      "eagle3": ProposerTrace(np.asarray(ACC, np.int32))},
+                       k_max=20, dataset="d") for i in range(2)]
+    write_traces(tmp_path / "t.jsonl", two)
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "combined", "--policies", "oracle-combined",
+                 "--batch-sizes", "1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["policy"] == "oracle-combined:ngram+eagle3"

@@ -62,11 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import cost_label, resolve_cost_model
-    from specscope.sim.grid import no_match_notes, simulate
+    from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, no_match_notes, simulate
 
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
-    combined = tuple(name for name in ("ngram", "eagle") if name in records[0].proposers)
+    held = set.intersection(*(set(r.proposers) for r in records))  # every record's: a pair each can replay
+    models = sorted(held - LOOKUP_PROPOSERS - {COMBINED}, key=lambda name: name != "eagle")  # EAGLE first
+    combined = ("ngram", models[0]) if "ngram" in held and models else ()
     config = SimConfig(
         mode=args.mode, batch_sizes=tuple(args.batch_sizes or DEFAULTS.batch_sizes), seed=args.seed,
         sample=args.sample, match_prob=args.match_prob, guess_no_match=not args.no_guess,
