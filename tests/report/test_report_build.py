@@ -156,6 +156,9 @@ def test_the_answer_shows_oracle_combined_only_where_a_pair_was_combined():
     assert "oracle-combined" not in answer_section([alone])
     paired = answer_section([AnswerRow("d", 1, "eagle", "fixed:3", 1.5, "eagle", 1.6, 0.1, 2.4)])
     assert "oracle-combined*" in paired and "* oracle-combined takes" in paired and "2.400" in paired
+    named = answer_section([AnswerRow("d", 1, "eagle3", "fixed:3", 1.5, "eagle3", 1.6, 0.1, 2.4,
+                                      "oracle-combined:ngram+eagle3")])
+    assert "oracle-combined:ngram+eagle3*" in named  # the column names the pair it combined
 
 
 def test_an_interrupted_report_runs_again_into_its_folder(synthetic_traces, tmp_path, monkeypatch):

@@ -32,6 +32,7 @@ class AnswerRow:
     oracle_speedup: float | None
     gap: float | None
     combined_speedup: float | None
+    combined_policy: str | None = None  # the pair it combined: oracle-combined:A+B
 
     def flat(self) -> dict:
         return asdict(self)
@@ -53,12 +54,12 @@ def answer_rows(rows: Sequence[SimRow]) -> list[AnswerRow]:
         best = max(real, key=lambda r: r.speedup)
         oracles = [r for r in cell if r.acc != COMBINED and r.policy == "oracle"]
         oracle = max(oracles, key=lambda r: r.speedup) if oracles else None
-        combined = [r for r in cell if r.acc == COMBINED]
+        combined = max((r for r in cell if r.acc == COMBINED), key=lambda r: r.speedup, default=None)
         out.append(AnswerRow(
             dataset, batch_size, best.acc, best.policy, best.speedup,
             oracle.acc if oracle else None, oracle.speedup if oracle else None,
             oracle.speedup - best.speedup if oracle else None,
-            max(r.speedup for r in combined) if combined else None,
+            combined.speedup if combined else None, combined.policy if combined else None,
         ))
     return out
 

@@ -104,8 +104,9 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
         else:
             stop = min(r.batch_size for r in mine if r.best_speedup <= 1.0)
             verdict = f"SD pays up to batch {max(r.batch_size for r in paying)}; from batch {stop} on, run without it."
+        pair = next((r.combined_policy for r in mine if r.combined_policy), "oracle-combined")
         head = ["batch size", "best proposer", "policy", "speedup", "oracle (best proposer)",
-                "oracle speedup", "gap to oracle", *(["oracle-combined*"] if combined else [])]
+                "oracle speedup", "gap to oracle", *([f"{pair}*"] if combined else [])]
         body = []
         for r in mine:
             edge = largest_k is not None and r.best_policy == f"fixed:{largest_k}"
