@@ -299,3 +299,24 @@ def test_bench_tree_errors_are_one_line(llama_dir, workload, capsys, extra, mess
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
+def test_a_seeded_sampled_bench_is_reproducible(llama_dir, tmp_path):
+    """--batching replicate --seed: B copies of one request, each with a seed of its own drawn from
+    --seed by its engine (one seed for all had made the B samples one sample B times); the same seed,
+    the same run."""
+    from specscope.backends import BenchConfig
+    from specscope.backends.reference import run_bench
+
+    workload = write_workload(tmp_path / "w.jsonl", [{"id": "a", "prompt_token_ids": [4, 5, 6, 7]}])
+    config = BenchConfig(model_dir=llama_dir, workload=workload, method="ngram", batch_sizes=(4,), max_tokens=12,
+                         batching="replicate", temperature=1.0, seed=3, repeats=1)
+    rows = [run_bench(config).rows[0] for _ in range(2)]
+    assert rows[0].details["generated_tokens"] == rows[1].details["generated_tokens"]
+    assert rows[0].acceptance_rate == rows[1].acceptance_rate  # reproducible
+    from specscope.assemble import load_engine
+    from specscope.engine.sampling import SamplingParams
+
+    engine, _ = load_engine(llama_dir, "none", max_batch_size=4, max_seq_len=64)  # requests without a seed of
+    copies = engine.generate([(f"c{i}", [4, 5, 6, 7]) for i in range(4)], 12, 4, SamplingParams(1.0))  # their own
+    assert len({tuple(tokens) for tokens in copies.values()}) > 1  # sample apart

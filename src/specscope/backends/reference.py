@@ -142,15 +142,16 @@ def run_bench(config: BenchConfig) -> BenchResult:
     check_max_tokens(config.model_dir, max_seq_len - config.max_tokens, config.max_tokens)
     slots = max(config.batch_sizes)
     eos = load_eos_token_ids(config.model_dir)
-    baseline = Engine(target, None, config.k, slots, max_seq_len, eos)
+    seed = 0 if config.seed is None else config.seed  # each request draws its own seed from it, both engines alike:
+    baseline = Engine(target, None, config.k, slots, max_seq_len, eos, seed=seed)  # copies of one request sample apart
     engine = baseline
     policy = load_policy(config.policy) if config.policy is not None else None
     if config.method != NO_SD:
         capacity = Engine.cache_capacity(max_seq_len, config.k, config.tree)
         proposer_config = ProposerConfig(config.method, config.k, slots, capacity, config.draft_dir)
         proposer = build_proposer(target, config.method, proposer_config, policy)
-        engine = Engine(target, proposer, config.k, slots, max_seq_len, eos, tree=config.tree)
-    sampling = SamplingParams(config.temperature, config.top_p, config.top_k, config.seed)
+        engine = Engine(target, proposer, config.k, slots, max_seq_len, eos, seed=seed, tree=config.tree)
+    sampling = SamplingParams(config.temperature, config.top_p, config.top_k)
     engines = [baseline] if engine is baseline else [baseline, engine]
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
     _lockstep(engines, [WorkloadRequest("warmup", requests[0].prompt_token_ids)], 1, warmup, sampling)

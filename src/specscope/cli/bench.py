@@ -119,7 +119,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--top-k", type=validate.arg(validate.integer, low=0), default=DEFAULTS["top_k"])
     parser.add_argument(
-        "--seed", type=validate.arg(validate.seed), default=DEFAULTS["seed"], help="per-request sampling seed"
+        "--seed", type=validate.arg(validate.seed), default=DEFAULTS["seed"],
+        help="sampling seed: each request draws its own from it, the same in the no-SD and the SD run "
+             "(copies of one request under --batching replicate sample apart)",
     )
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=DEFAULTS["dtype"])
     parser.add_argument(
