@@ -368,3 +368,16 @@ def test_a_fit_that_misses_its_steps_says_so(tmp_path, capsys):
     synthetic_records(tmp_path / "exact.jsonl")
     assert main(["costmodel", "fit", str(tmp_path / "exact.jsonl"), "-o", str(tmp_path / "e.json")]) == 0
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_fitted_model_knows_what_it_measured(tmp_path):
+    """The records' largest k and decoded batch go into the model file; a use past them is named."""
+    from specscope.costmodel.registry import resolve_cost_model
+
+    synthetic_records(tmp_path / "s.jsonl")  # k 1 … 4, 1 … 8 requests decoding
+    assert main(["costmodel", "fit", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["measured"] == {"k": 4, "batch_size": 8}
+    model = resolve_cost_model(str(tmp_path / "m.json"))
+    assert model.beyond_measured([1, 4], [1, 8]) is None
+    assert model.beyond_measured([5], [64]) == ("cost model 'm' was fitted to steps of k <= 4 and batch size <= 8; "
+                                                "k up to 5 and batch sizes up to 64 extrapolate its lines")

@@ -61,6 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, no_match_notes, simulate
 
@@ -88,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for note in no_match_notes(records, args.acc, config):
         print(f"note: {note}")
+    fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
+    past = cost.beyond_measured(fixed, config.batch_sizes) if isinstance(cost, LinearCostModel) else None
+    if past:
+        print(f"note: {past}")
     sizes = sorted({row.batch_size for row in rows}, key=config.batch_sizes.index)
     show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {label})")
     if args.mode == "mixed" and max(sizes) > 1:

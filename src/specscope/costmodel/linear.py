@@ -58,6 +58,7 @@ class LinearCostModel:
     fitted_cells: tuple[FittedCell, ...] = ()  # a calibrated model: the sweep cells it was fitted to
     admit_s: float = 0.0  # seconds a request's arrival holds up an idle engine (costmodel.base)
     not_separated: tuple[str, ...] = ()  # a fitted model: terms its data could not tell apart (their split arbitrary)
+    measured: tuple[int, int] | None = None  # a model fitted to step records: the largest k and batch size they held
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
@@ -86,7 +87,23 @@ class LinearCostModel:
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
             **({"fitted_cells": [asdict(c) for c in self.fitted_cells]} if self.fitted_cells else {}),
             **({"not_separated": list(self.not_separated)} if self.not_separated else {}),
+            **({"measured": {"k": self.measured[0], "batch_size": self.measured[1]}} if self.measured else {}),
         }
+
+    def beyond_measured(self, ks: Sequence[int], batch_sizes: Sequence[int]) -> str | None:
+        """A note where ``ks`` or ``batch_sizes`` reach past what a fitted model measured (its step
+        records' largest k and batch size, or its sweep's cells): there it extrapolates a line."""
+        seen = self.measured or ((max(c.k for c in self.fitted_cells), max(c.batch_size for c in self.fitted_cells))
+                                 if self.fitted_cells else None)
+        if seen is None:
+            return None
+        past = []
+        if ks and max(ks) > seen[0]:
+            past.append(f"k up to {max(ks)}")
+        if batch_sizes and max(batch_sizes) > seen[1]:
+            past.append(f"batch sizes up to {max(batch_sizes)}")
+        return (f"cost model {self.name!r} was fitted to steps of k <= {seen[0]} and batch size <= {seen[1]}; "
+                f"{' and '.join(past)} extrapolate its lines") if past else None
 
 
 def _times(model, factor: float):
@@ -141,7 +158,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     cache takes some time)."""
     spec = Fields(obj, label)
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
-               "not_separated"])
+               "not_separated", "measured"])
     forward = spec.child("forward")
     forward.only(FORWARD_TERMS)
     terms = _coefficients(forward, FORWARD_TERMS[:3], FORWARD_TERMS[3:])
@@ -158,8 +175,18 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         fitted_cells=tuple(FittedCell.from_json(Fields(cell, label, prefix=f"fitted_cells[{i}]"))
                            for i, cell in enumerate(_list(spec, "fitted_cells"))),
         not_separated=tuple(_names(spec, "not_separated")),
+        measured=_measured(spec),
         **terms,
     )
+
+
+def _measured(spec: Fields) -> tuple[int, int] | None:
+    """The optional ``measured`` object: the largest k and batch size of the steps fitted."""
+    measured = spec.child("measured", optional=True)
+    if measured is None:
+        return None
+    measured.only(["k", "batch_size"])
+    return measured.integer("k"), measured.integer("batch_size", minimum=1)
 
 
 def _names(spec: Fields, name: str) -> list[str]:

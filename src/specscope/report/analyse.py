@@ -113,6 +113,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                       _pair(names), notes=notes, measured=list(config.measured))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim))
+    past = cost.beyond_measured(config.ks, config.sim.batch_sizes) if isinstance(cost, LinearCostModel) else None
+    data.notes.extend([past] if past else [])
     advance(PHASES[0])
 
     data.singles, data.pairs = acceptance_stats(records)
