@@ -35,6 +35,7 @@ class Observer:
         self._offer = np.minimum(offer[:length], k_max).tolist()
         self._ngram_acc = None if ngram is None else ngram.acc_len[:length].tolist()
         self._overlap = prompt_overlap(self._prompt, self._output).tolist()
+        self._length = length
         self._acc = [record.acc_len(m)[:length].tolist() for m in methods]
         self._prob = [None if record.proposers[m].draft_prob is None or m == "ngram"
                       else record.proposers[m].draft_prob for m in methods]
@@ -52,8 +53,9 @@ class Observer:
 
     def step(self, pos: int, method: int, k: int) -> int:
         """Run the step at ``pos`` (``method`` proposing ``k``; NONE or k = 0: nothing) and
-        record its censored outcome; returns the tokens it emitted."""
-        emitted = 1 if method == NONE or k == 0 else min(self._acc[method][pos - 1], k + 1)
+        record its censored outcome; returns the tokens it emitted (never past the output's end,
+        as every walk: :func:`~specscope.sim.plan.walk_request`)."""
+        emitted = 1 if method == NONE or k == 0 else min(self._acc[method][pos - 1], k + 1, self._length - pos)
         offer = self._offer[pos - 1]
         matched = 0 if self._ngram_acc is None else min(self._ngram_acc[pos - 1] - 1, emitted, offer)
         prob = None

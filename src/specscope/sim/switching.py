@@ -76,7 +76,7 @@ def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...])
         acc = np.stack([record.acc_len(methods[i])[:g] for i in preference])  # [M, G], the cheaper first
         best = acc.max(axis=0)
         pos = np.asarray(visit(best.tolist()), dtype=np.int64)
-        emitted = best[pos - 1].astype(np.int64)
+        emitted = np.minimum(best[pos - 1], g - pos).astype(np.int64)  # not past the output, as every walk
         chosen = np.where(emitted > 1, np.asarray(preference)[acc.argmax(axis=0)[pos - 1]], NONE)
         parts.append((pos, emitted - 1, emitted, chosen))
     return _switch_plan(parts, records, methods)
