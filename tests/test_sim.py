@@ -431,3 +431,14 @@ def test_bare_oracle_combined_pairs_ngram_with_the_model_proposer_held(tmp_path,
     assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "combined", "--policies", "oracle-combined",
                  "--batch-sizes", "1", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)[0]["policy"] == "oracle-combined:ngram+eagle3"
+
+
+def test_a_batch_that_never_fills_says_why_its_steady_speedup_is_nan(tmp_path, capsys):
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    short = [record([1, 1], rid=f"s{i}") for i in range(3)]  # two-token outputs: a batch of 3 never fills
+    write_traces(tmp_path / "t.jsonl", short)
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram", "--policies", "fixed:1",
+                 "--batch-sizes", "1,3"]) == 0
+    assert "note: steady-state speedup nan at B=3: no iteration ran a full batch" in capsys.readouterr().out

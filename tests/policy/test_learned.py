@@ -565,3 +565,15 @@ def test_a_groups_plain_python_decision_is_the_best_of_every_assignment(pads):
         actions = [(-1, 0), (0, 1), (0, 2), (1, 1), (1, 2)]
         best = max(value(picks) for picks in itertools.product(actions, repeat=rows))
         assert value(chooser._choose_rows(tables, theta)) == pytest.approx(best)
+
+
+def test_a_policy_priced_by_another_cost_model_than_its_own_says_so(policy_file):
+    """Fitted for the toy model: its choices weigh the toy's prices. Simulated under the paper's
+    fit, a note says so; under its own, nothing is said."""
+    from specscope.sim.policies import learned_cost_notes
+
+    learned = f"learned:{policy_file}"
+    assert learned_cost_notes([learned, "fixed:3"], "toy") == []
+    (note,) = learned_cost_notes([learned], "h100-llama3.1-8b")
+    assert note == (f"{learned}: fitted for cost model 'toy', whose prices its choices weigh; its steps are priced "
+                    "here by 'h100-llama3.1-8b'")

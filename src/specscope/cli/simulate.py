@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import json
 import sys
 
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, no_match_notes, simulate
+    from specscope.sim.policies import learned_cost_notes
 
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
@@ -91,13 +93,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
     past = cost.beyond_measured(fixed, config.batch_sizes) if isinstance(cost, LinearCostModel) else None
-    if past:
-        print(f"note: {past}")
+    for note in ([past] if past else []) + learned_cost_notes(args.policies, cost.name):
+        print(f"note: {note}")
     sizes = sorted({row.batch_size for row in rows}, key=config.batch_sizes.index)
     show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {label})")
     if args.mode == "mixed" and max(sizes) > 1:
         show_speedups(rows, sizes, "steady-state speedup (only iterations with a full batch: "
                                               "no ramp-up, no drain of the longest requests)", "steady_speedup")
+        never = sorted({row.batch_size for row in rows if math.isnan(row.steady_speedup)})
+        if never:
+            print(f"note: steady-state speedup nan at B={','.join(map(str, never))}: no iteration ran a full "
+                  "batch there (requests ended before the batch filled)")
     if args.output:
         print(f"wrote {len(rows)} cells to {args.output}")
     return 0

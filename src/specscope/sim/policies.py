@@ -163,6 +163,21 @@ POLICIES: dict[str, Callable[[str], Policy]] = {
 }
 
 
+def learned_cost_notes(policies: Sequence[str], cost_name: str) -> list[str]:
+    """One line per ``learned:FILE`` policy fitted for another cost model than ``cost_name``: its
+    choices weigh that model's prices, whatever the model that prices its steps here."""
+    notes = []
+    for text in policies:
+        kind, _, argument = text.strip().partition(":")
+        if kind != "learned" or not argument:
+            continue
+        fitted = (load_policy(argument).document.get("cost_model") or {}).get("name")
+        if fitted and fitted != cost_name:
+            notes.append(f"{text}: fitted for cost model {fitted!r}, whose prices its choices weigh; its steps are "
+                         f"priced here by {cost_name!r}")
+    return notes
+
+
 def held_to(policies: Sequence[str], depth: int) -> tuple[str, ...]:
     """``policies`` with each ``fixed:k`` proposing at most ``depth`` (``fixed:min(k, depth)``),
     the others as they are; a repeat that makes is dropped, order kept."""
