@@ -60,9 +60,10 @@ def test_integer_weights_are_refused(llama_dir, tmp_path):
 
 
 def test_a_head_of_its_own_is_not_tied_away(llama_dir, tmp_path):
-    """tie_word_embeddings true beside an lm_head.weight that differs from the embeddings: vLLM ties
-    it away, transformers 5 keeps it (argmax agreement between the two: 0 %); neither silently."""
-    with pytest.raises(SpecscopeError, match=r"hold another lm_head\.weight, which engines treat apart"):
+    """tie_word_embeddings true beside an lm_head.weight that differs from the embeddings: tying
+    would drop the head without a word (the probe's argmax agreement with the untied model: 0 %)."""
+    with pytest.raises(SpecscopeError, match=r"hold another lm_head\.weight, which tying would drop: set "
+                                             r"tie_word_embeddings to false to use it, or remove it to tie"):
         load_model(edited(llama_dir, tmp_path, tie_word_embeddings=True))
 
 

@@ -47,13 +47,13 @@ def run(args: argparse.Namespace) -> int:
 
         records, _ = load_traces(args.traces, lengths="own")
         cost = resolve_cost_model(args.cost_model)
-        names = [args.acc] if args.acc else sorted({name for r in records for name in r.proposers})
+        held = sorted({name for r in records for name in r.proposers})
+        names = [args.acc] if args.acc else held
         context = args.context if args.context is not None else float(np.mean([r.prompt_len + r.output_len / 2 for r in records]))
         for name in names:
             holding = [r for r in records if name in r.proposers]
             if not holding:
-                raise SpecscopeError(f"--acc: proposer {name!r} is in no trace record (they hold "
-                                     f"{', '.join(sorted({n for r in records for n in r.proposers}))})")
+                raise SpecscopeError(f"--acc: proposer {name!r} is in no trace record (they hold {', '.join(held)})")
             if len(holding) < len(records) and args.alpha is None:
                 print(f"note: {name}: α from the {len(holding)} of {len(records)} records that hold it")
             depth = args.k_max

@@ -159,10 +159,10 @@ def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Lin
     for _ in range(DRIFT_ROUNDS - 1):
         factors = _speed_factors(steps, repeat, model)
         model = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
-    decode = _decode_and_prefill(steps)[0]
+    decode, prefill = _decode_and_prefill(steps)
     model = replace(model, measured=(max((s.k for s in decode if s.method != NO_SD), default=0),
                                      max((s.decoded for s in decode), default=1)))
-    batched, kv, rows, times = _forward_points(*_decode_and_prefill(steps))
+    batched, kv, rows, times = _forward_points(decode, prefill)
     rel = np.abs(model.forward_time(batched, kv, rows) - times) / times
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)),
                          float(factors.max(initial=1.0)), float(factors.min(initial=1.0)))

@@ -62,11 +62,17 @@ def _reachable(address: str) -> None:
                              f"{host_port[0]}:{host_port[1]} ({error.strerror or error}); is the head running?") from None
 
 
+def needs(option: dict) -> dict[str, float]:
+    """What an actor's Ray ``option`` (``num_cpus``, ``num_gpus``, ``resources``) asks of one node,
+    by resource name (those it asks none of left out)."""
+    wanted = {"CPU": option.get("num_cpus", 1), "GPU": option.get("num_gpus", 0), **option.get("resources", {})}
+    return {name: amount for name, amount in wanted.items() if amount}
+
+
 def feasible(option: dict, nodes: list[dict]) -> bool:
     """Whether one of ``nodes`` (``ray.nodes()``: alive ones with their ``Resources``) holds every
-    resource ``option`` asks for (``num_cpus``, ``num_gpus``, ``resources``) at once."""
-    need = {"CPU": option.get("num_cpus", 1), "GPU": option.get("num_gpus", 0), **option.get("resources", {})}
-    return any(all(node["Resources"].get(name, 0) >= amount for name, amount in need.items() if amount)
+    resource ``option`` asks for at once."""
+    return any(all(node["Resources"].get(name, 0) >= amount for name, amount in needs(option).items())
                for node in nodes if node.get("Alive"))
 
 

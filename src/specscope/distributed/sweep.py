@@ -22,7 +22,15 @@ from typing import Iterator
 
 from specscope.backends.openai.sweep import GroupRunner, failed_record, group_servers, run_group
 from specscope.backends.openai.sweep_config import Cell, EngineSpec, SweepConfig
-from specscope.distributed.cluster import MAX_RETRIES, feasible, largest_node, placement, ray_session, worker_failure
+from specscope.distributed.cluster import (
+    MAX_RETRIES,
+    feasible,
+    largest_node,
+    needs,
+    placement,
+    ray_session,
+    worker_failure,
+)
 from specscope.errors import SpecscopeError, where
 from specscope.progress import LazyProgress
 
@@ -133,7 +141,7 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
             for group, option in zip(groups, options):
                 if not feasible(option, nodes):
                     message = (f"{where(config.path, field='engines')}: engine {group[0].engine.name!r} runs its "
-                               f"servers with {_needs(option)} on one node; the cluster's largest node has "
+                               f"servers with {', '.join(f'{n} {a:g}' for n, a in needs(option).items())} on one node; the cluster's largest node has "
                                f"{largest_node(nodes)}")
                     if address == "local":  # nothing will ever join it
                         raise SpecscopeError(message)
@@ -172,12 +180,6 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                     del actors[g]  # its last handle: Ray ends the actor and frees its resources
 
     return run
-
-
-def _needs(option: dict) -> str:
-    """What a group's actor asks of one node, for a message."""
-    needs = {"CPU": option.get("num_cpus", 1), "GPU": option.get("num_gpus", 0), **option.get("resources", {})}
-    return ", ".join(f"{name} {amount:g}" for name, amount in needs.items() if amount)
 
 
 def _append_placement(config: SweepConfig, cell_id: str, place: dict[str, object]) -> None:

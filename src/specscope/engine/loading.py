@@ -121,9 +121,8 @@ def load_model(
         head, embedding = state.pop("lm_head.weight", None), state.get("model.embed_tokens.weight")
         if head is not None and (embedding is None or head.shape != embedding.shape or not torch.equal(head, embedding)):
             raise SpecscopeError(f"{model_dir}: config.json ties the LM head to the embeddings (tie_word_embeddings), "
-                                 "but the weights hold another lm_head.weight, which engines treat apart (vLLM ties it "
-                                 "away, transformers 5 keeps it): set tie_word_embeddings to false to use it, or remove "
-                                 "it to tie")
+                                 "but the weights hold another lm_head.weight, which tying would drop: set "
+                                 "tie_word_embeddings to false to use it, or remove it to tie")
         expected.discard("lm_head.weight")
     missing = sorted(expected - set(state))
     unexpected = sorted(set(state) - expected)

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from specscope.analysis.acceptance import by_dataset
 from specscope.costmodel.base import CostModel
 from specscope.sim.grid import SimConfig, SimRow, simulate
 from specscope.trace.schema import TraceRecord
@@ -48,11 +49,8 @@ class TreeRow:
 def tree_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dict[tuple[str, str], int]:
     """(dataset, proposer) → the depth every record of the dataset reaches in the proposer's
     ``tree_rank``, where every one of them has it."""
-    by_dataset: dict[str, list[TraceRecord]] = {}
-    for r in records:
-        by_dataset.setdefault(r.dataset or "trace", []).append(r)
     return {(dataset, name): min(r.proposers[name].tree_rank.shape[1] for r in mine)
-            for dataset, mine in by_dataset.items() for name in proposers
+            for dataset, mine in by_dataset(records).items() for name in proposers
             if all(name in r.proposers and r.proposers[name].tree_rank is not None for r in mine)}
 
 
@@ -65,6 +63,7 @@ def compare_trees(records: Sequence[TraceRecord], depths: dict[tuple[str, str], 
     rows: list[SimRow] = []
     summary: list[TreeRow] = []
     notes: list[str] = []
+    datasets = by_dataset(records)
     for (dataset, proposer), recorded in depths.items():
         kept = [t for t in trees if t.depth <= min(recorded, k_max)]
         notes.extend(f"tree {t.name} not simulated for {dataset} ({proposer}): {t.depth} deep, but "
@@ -73,7 +72,7 @@ def compare_trees(records: Sequence[TraceRecord], depths: dict[tuple[str, str], 
                      for t in trees if t not in kept)
         if not kept:
             continue
-        mine = [r for r in records if (r.dataset or "trace") == dataset]
+        mine = datasets[dataset]
         chains = [f"fixed:{k}" for k in range(1, max(t.depth for t in kept) + 1)]
         simulated = simulate(mine, [proposer], chains + [f"tree:{t.name}" for t in kept], cost, config)
         rows.extend(simulated)

@@ -222,18 +222,22 @@ def _held(records: Sequence[TraceRecord], pairs: list[tuple[str, Policy]], datas
           missing: list[str]) -> list[tuple[str, Policy]]:
     """The cells whose proposers every record of ``dataset`` holds; one note in ``missing`` per
     proposer it lacks."""
-    lacking = sorted({name for acc, policy in pairs for name in policy.combined or policy.switch or (acc,)
+    lacking = sorted({name for acc, policy in pairs for name in _needed(acc, policy)
                       if any(name not in r.proposers for r in records)})
     for name in lacking:
         missing.append(f"dataset {dataset!r}: its traces do not all hold proposer {name!r}, so its cells with "
                        f"{name} are left out")
     return [(acc, policy) for acc, policy in pairs
-            if not set(policy.combined or policy.switch or (acc,)) & set(lacking)]
+            if not set(_needed(acc, policy)) & set(lacking)]
+
+
+def _needed(acc: str, policy: Policy) -> tuple[str, ...]:
+    """The proposers whose traces a cell replays: a combined or switching policy's, else ``acc``."""
+    return policy.combined or policy.switch or (acc,)
 
 
 def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
-    needed = policy.combined or policy.switch or (acc,)
-    for name in needed:
+    for name in _needed(acc, policy):
         missing = [r.id for r in records if name not in r.proposers]
         if missing:
             raise SpecscopeError(
