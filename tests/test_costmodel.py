@@ -183,3 +183,46 @@ def test_admission_cost_survives_the_model_file_and_scales():
     assert model.scaled(2.0).admit_s == 4e-3
     with pytest.raises(SpecscopeError, match="admit_s"):
         linear_from_json({**model.describe(), "admit_s": -1.0}, "m.json")
+
+
+def test_a_prefill_position_has_its_own_price_where_one_was_fitted():
+    """``c_prompt`` prices a prefill's positions (c_fixed + c_prompt·positions + c_req·prompts +
+    c_multi), a verification's tokens keep c_tok; without it a prefill is the forward it always
+    was. It survives the model file, is written only when set, and scales like every time."""
+    from specscope.costmodel.linear import LinearCostModel, linear_from_json
+
+    plain = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, c_req=2e-4, c_multi=1e-4)
+    model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, c_req=2e-4, c_multi=1e-4, c_prompt=3e-5)
+    positions, prompts = np.array([200.0, 1.0]), np.array([2.0, 1.0])
+    assert model.prefill_forward_time(positions, prompts).tolist() == pytest.approx(
+        [1e-3 + 3e-5 * 200 + 2e-4 * 2 + 1e-4, 1e-3 + 3e-5 + 2e-4])
+    assert plain.prefill_forward_time(positions, prompts).tolist() == pytest.approx(
+        plain.forward_time(positions, np.zeros(2), prompts).tolist())
+    assert model.forward_time(positions, np.zeros(2), prompts).tolist() == pytest.approx(
+        plain.forward_time(positions, np.zeros(2), prompts).tolist())
+    assert "c_prompt" not in plain.describe()["forward"]
+    back = linear_from_json(json.loads(json.dumps(model.describe())), "m.json")
+    assert back.c_prompt == 3e-5 and linear_from_json(plain.describe(), "m.json").c_prompt is None
+    assert model.scaled(2.0).c_prompt == 6e-5 and plain.scaled(2.0).c_prompt is None
+    with pytest.raises(SpecscopeError, match=r"m.json: field 'forward.c_prompt': expected a number >= 0"):
+        linear_from_json({**model.describe(), "forward": {**model.describe()["forward"], "c_prompt": -1e-5}}, "m.json")
+
+
+def test_a_drafting_may_start_below_zero_in_its_k_plus_one_form():
+    """Drafting per proposed token, ``(c_fixed + c_tok) + c_tok·k``: c_fixed may lie below 0 down to
+    −c_tok (and c_req down to −c_batched) — a drafter of k passes at 0.56 ms each and 0.32 ms
+    besides has c_fixed = −0.24 ms — and never below, where k = 0 would cost less than nothing."""
+    from specscope.costmodel.base import LinearDrafting
+    from specscope.costmodel.linear import LinearCostModel, linear_from_json
+
+    passes = LinearDrafting(c_fixed=-0.24e-3, c_tok=0.56e-3, c_kv=0.0, c_req=-0.05e-3, c_batched=0.1e-3)
+    running = np.array([1.0, 4.0])
+    load = StepLoad(running * 2, np.zeros(2), running, running, running * 2)  # k = 1
+    assert passes.time(load, np.zeros(2)).tolist() == pytest.approx([0.32e-3 + 0.56e-3 + 0.05e-3 + 0.1e-3,
+                                                                       0.32e-3 + 0.56e-3 + 4 * (0.05e-3 + 0.1e-3)])
+    model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, drafting={"draft": passes})
+    assert linear_from_json(json.loads(json.dumps(model.describe())), "m.json").drafting_for("draft") == passes
+    for name, value, floor in (("c_fixed", -0.6e-3, "-0.00056"), ("c_req", -0.2e-3, "-0.0001")):
+        spec = {**model.describe(), "drafting": {"draft": {**passes.to_json(), name: value}}}
+        with pytest.raises(SpecscopeError, match=rf"field 'drafting.draft.{name}': expected a number >= {floor}"):
+            linear_from_json(spec, "m.json")

@@ -6,22 +6,28 @@ from __future__ import annotations
 
 from specscope.costmodel.calibrate import CellRun
 
-FORWARD = dict(c_fixed=2e-3, c_tok=1e-4, c_kv=2e-6, c_req=3e-4)
+FORWARD = dict(c_fixed=2e-3, c_tok=1e-4, c_kv=2e-6, c_req=3e-4, c_prompt=6e-5)  # c_prompt: a prefill's position
 DRAFT = dict(c_fixed=5e-4, c_tok=4e-4, c_batched=1e-4)
 ADMIT = 1.5e-3  # a request's arrival holds up an idle engine this long (parsing, tokenizing)
 
 
-def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30) -> CellRun:
+def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30,
+                   pads: bool = False, lengths: list[int] | None = None) -> CellRun:
     """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
     k + 1 tokens per request; a step that admits requests prefills them in a second forward, after
     ADMIT when the engine was idle. A request is sent when a slot frees (at the end of the step
     that finished the one before it). Output lengths vary around ``output`` (request i:
-    output + 3·(i mod 3)), so requests are admitted while others decode."""
+    output + 3·(i mod 3)), so requests are admitted while others decode; prompt lengths too
+    (prompt + 10·(i mod 4)), so a prefill's positions vary apart from its prompts. ``pads``: the
+    engine prefills the prompts it admits together right-padded to the longest (as ``specscope
+    serve`` does; the cell says so). ``lengths``: the output lengths instead."""
     w = 1 if method == "none" else k + 1
-    lengths = [output + 3 * (i % 3) for i in range(requests)]
+    lengths = lengths or [output + 3 * (i % 3) for i in range(requests)]
+    requests = len(lengths)
+    prompts = [prompt + 10 * (i % 4) for i in range(requests)]
     slots: list[dict] = []
     waiting = list(range(requests))
-    timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompt, "output_tokens": lengths[i],
+    timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompts[i], "output_tokens": lengths[i],
                  "chunk_ms": [], "chunk_tokens": []} for i in range(requests)]
     now = 0.0
     while waiting or slots:
@@ -29,14 +35,16 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
         while waiting and len(slots) + len(admitted) < batch:
             admitted.append({"r": waiting.pop(0), "done": 0})
         n = len(slots)
-        cached = sum(prompt + s["done"] for s in slots)
+        cached = sum(prompts[s["r"]] + s["done"] for s in slots)
         step = 0.0
         if n:
             step += FORWARD["c_fixed"] + FORWARD["c_tok"] * n * w + FORWARD["c_kv"] * cached + FORWARD["c_req"] * n
             if method != "none":
                 step += DRAFT["c_fixed"] + DRAFT["c_tok"] * w + DRAFT["c_batched"] * n * w
         if admitted:
-            step += FORWARD["c_fixed"] + FORWARD["c_tok"] * prompt * len(admitted) + FORWARD["c_req"] * len(admitted)
+            positions = (len(admitted) * max(prompts[s["r"]] for s in admitted) if pads
+                         else sum(prompts[s["r"]] for s in admitted))
+            step += FORWARD["c_fixed"] + FORWARD["c_prompt"] * positions + FORWARD["c_req"] * len(admitted)
             step += ADMIT if not n else 0.0
         sent, now = now, now + step
         for s in slots:
@@ -53,4 +61,5 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
     for request in timeline:  # chunk times after the request was sent
         request["chunk_ms"] = [t - request["sent_ms"] for t in request["chunk_ms"]]
     draft_tokens = None if method == "none" else k * sum(len(r["chunk_ms"]) - 1 for r in timeline)
-    return CellRun(f"{method}{k}b{batch}", method, k, None, batch, "w.jsonl", 1.0, draft_tokens, timeline, {})
+    return CellRun(f"{method}{k}b{batch}", method, k, None, batch, "w.jsonl", 1.0, draft_tokens, timeline, {},
+                   pads=pads)

@@ -51,7 +51,7 @@ def test_a_sweep_at_one_batch_size_names_the_terms_it_cannot_separate():
 def simulated_steps(method: str, k: int, batch: int, run: int) -> list:
     """Step records of an engine whose steps cost exactly FORWARD (+ DRAFT), the time spread over
     the phases in any way (a whole-step fit reads their sum); every tenth step also prefills a
-    30-token prompt in a second forward."""
+    prompt of 30 + 7·(i mod 3) tokens (at c_prompt) in a second forward."""
     from specscope.costmodel.steps import MeasuredStep
 
     w = 1 if method == "none" else k + 1
@@ -61,9 +61,9 @@ def simulated_steps(method: str, k: int, batch: int, run: int) -> list:
         seconds = FORWARD["c_fixed"] + FORWARD["c_tok"] * batch * w + FORWARD["c_kv"] * kv + FORWARD["c_req"] * batch
         if method != "none":
             seconds += DRAFT["c_fixed"] + DRAFT["c_tok"] * w + DRAFT["c_batched"] * batch * w
-        prefill = 30 if i % 10 == 9 else 0
+        prefill = 30 + 7 * (i % 3) if i % 10 == 9 else 0
         if prefill:
-            seconds += FORWARD["c_fixed"] + FORWARD["c_tok"] * prefill + FORWARD["c_req"]
+            seconds += FORWARD["c_fixed"] + FORWARD["c_prompt"] * prefill + FORWARD["c_req"]
         steps.append(MeasuredStep(i, method, k, batch + (prefill > 0), batch * w, [w] * batch, draft_s=0.25 * seconds,
                                   verify_s=0.7 * seconds, sample_s=0.0, overhead_s=0.05 * seconds, kv_tokens=kv,
                                   prefill_tokens=prefill, prefill_s=0.0, prefill_requests=int(prefill > 0), run=run))
@@ -358,3 +358,28 @@ def test_interleaved_all_against_a_real_server(tmp_path, tiny_model):
     assert {r.method for r in runs} == {"none", "ngram"} and all(r.pair is None for r in runs)
     rows = validated_rows(tmp_path, tiny_model, config.output)
     assert sorted(r["batch_size"] for r in rows) == ["1", "2"] and all(float(r["measured_se_pct"]) > 0 for r in rows)
+
+
+def test_an_engine_that_pads_its_prefills_is_fitted_as_one():
+    """``specscope serve`` prefills the prompts it admits together right-padded to the longest. A
+    sweep of such an engine (its cells say so: launched as specscope) is fitted with those padded
+    positions — the engine recovered, and a model that pads — where reading the same timelines as
+    an engine that does not pad misses the engine."""
+    cells = [simulated_cell("none", 0, b, pads=True) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b, pads=True) for k in (2, 4) for b in (1, 2, 4)]
+    model = fit_cells(cells)
+    assert_recovered(model)
+    assert model.pads_verification
+    unpadded = fit_cells([replace(c, pads=False) for c in cells])
+    assert not unpadded.pads_verification
+    with pytest.raises(AssertionError):
+        assert_recovered(unpadded)
+
+
+def test_a_gap_that_prefills_many_prompts_is_no_stall():
+    """Seven requests that finish together are replaced together, and the eighth's gap spans their
+    prefill: four times the gaps that prefill one prompt (22–37 ms against 96 ms), judged per
+    prefilled position (against their median it read as a stall and was left out)."""
+    lengths = [60] + [20] * 7 + [25, 30, 35, 40, 45, 50, 55] * 3
+    gaps = cell_gaps(simulated_cell("none", 0, 8, lengths=lengths, prompt=200))
+    assert (gaps.sequences - gaps.running).max() == 7  # the gap with the seven prefills is kept

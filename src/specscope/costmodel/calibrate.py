@@ -17,15 +17,20 @@ Its midpoint ``m`` fixes the step's load, from every request of the cell (times 
 run's start): the running requests are those whose first chunk came before ``m`` and whose last
 came at or after it (``n``); each verifies ``w`` tokens, so the forward covers ``n·w`` tokens
 over the cached ``Σ (prompt + tokens received by m)``; requests whose first chunk arrives
-within half a gap of the step's end were prefilled in it (``P`` prompt tokens, ``n_p`` prompts:
-one more forward). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
+within half a gap of the step's end were prefilled in it (``n_p`` prompts over ``P`` positions —
+their tokens, or ``n_p`` × the longest where the engine pads, as ``specscope serve`` does: one
+more forward). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
 counters (the mean proposal, so n-gram steps that found nothing count), at most k + 1 (a tree:
 nodes + 1). A request running alone verifies more than one token only on the steps it proposed:
 with the drafts counter (vLLM's ``vllm:spec_decode_num_drafts``, which ``specscope serve``
 exports too) its step counts as a multi-token forward with that share (n-gram, which found
-nothing on about half the steps of the bundled code workload at k = 4), without it always. Then
+nothing on about half the steps of the bundled code workload at k = 4), without it always. An
+engine that pads (``specscope serve``: the cell's engine was launched as specscope) verifies every
+row at the batch's widest proposal: ``n·(1 + d·(1 − (1 − p)^n))`` tokens, ``d`` the drafts of a row
+that proposes and ``p`` the share of rows' steps that propose (``n·w`` where every row proposes).
+Then
 
-    gap = forward(n·w + P, cached, n + n_p)  [+ a second forward's fixed cost when P > 0]
+    gap = forward(n·w, cached, n + n_p) + prefill(P)  [+ a second forward's fixed cost when P > 0]
           + drafting_method(w, n, P)
 
 A request that started alone — sent while no other request of its cell was in flight, and no
@@ -34,16 +39,22 @@ time to first chunk is the server's work on the arriving request outside the eng
 (parsing, tokenizing: ``admit_s``, which only an idle engine waits for) and then a step that only
 prefills it:
 
-    first chunk = admit_s + forward(P, 0, 1) + drafting prefill(P)
+    first chunk = admit_s + forward(0, 0, 1) + prefill(P) + drafting prefill(P)
 
 On ``specscope serve`` (bundled models, batch 1) the first chunk came 2.6 ms after the engine's
 own prefill step; without this term the fit fell 1–3 % short of every batch-1 cell's duration.
 
 In both, forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]``
-(:class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
-``c_fixed``, so ``overhead_s`` = 0) and drafting = ``c_fixed + c_tok·w + c_req·n + c_prefill·P +
-c_batched·n·w`` (the last: the batch's draft tokens, for a drafter whose passes cost more with
-every row they carry)
+and prefill = ``c_prompt·P`` (a prompt's position has its own price, as a prefill runs other
+kernels than a verification of a few tokens a row: on ``specscope serve`` 0.042 ms a position,
+the forward's 0.043 ms per prompt token seen from outside, against 0.010–0.036 ms per verified
+token; :class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
+``c_fixed``, so ``overhead_s`` = 0) and drafting = ``c_fixed + c_tok·(w − 1) + c_req·n +
+c_prefill·P + c_batched·n·(w − 1)`` — per proposed token (a drafter's k passes), each term ≥ 0,
+written in the model's ``k + 1`` form (whose ``c_fixed`` and ``c_req`` may then lie below 0; in
+that form, with its terms ≥ 0, a drafter's cost at k = 0 could not be below its cost per pass, and
+the fit priced the bundled draft model's k = 1 steps 0.13 ms high and k = 4 low) — the last term
+the batch's draft tokens, for a drafter whose passes cost more with every row they carry
 (:class:`~specscope.costmodel.base.LinearDrafting`; its fixed cost only on steps that decode).
 The forward, ``admit_s`` and every method's drafting are fitted together, as one non-negative
 least-squares problem (``scipy.optimize.nnls``; on timelines made by an exact linear engine it
@@ -68,7 +79,10 @@ The first chunk (queueing and prefill) is not a gap; it is an observation only w
 started alone. A chunk the client read together with another (arrivals closer than 0.2× the
 cell's median gap: it was sent before the client caught up) arrived late, so gaps count only
 between two chunks each read alone. Gaps over 3× their cell's median (for steps with or without
-a prefill apart) are stalls of the shared machine and left out.
+a prefill apart; a gap that prefills per prefilled position) are stalls of the shared machine and
+left out. (Judged whole, every gap over seven prompts that arrived together was one: the fit
+never saw a large prefill, priced a position at 0.033 ms where the engine took 0.054 ms per
+position of its padded seven-prompt prefills, and predicted the batch-8 cells 16–24 % short.)
 
 **Servers that batch several steps per chunk** (``--stream-interval N > 1``) are detected and
 refused, not divided: a cell where over 5 % of the decode chunks carry more than ``w_max`` =
@@ -100,7 +114,7 @@ DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
 STALL = 3.0  # a gap over STALL × its cell's median is a stall, left out
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
-TARGET_TERMS = (*FORWARD_TERMS, "admit_s")  # the columns of Gaps.target_features
+TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "admit_s")  # the columns of Gaps.target_features
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
 
@@ -122,6 +136,7 @@ class CellRun:
     baseline_for: str | None = None  # a paired none cell: the SD server it was run for
     pair: str | None = None  # shared by a none cell and the SD cell it was measured beside (paired, interleaved)
     num_drafts: int | None = None  # request-steps that proposed (vLLM's spec_decode_num_drafts; None: not exported)
+    pads: bool = False  # the engine runs rectangular batches (specscope serve; vLLM and SGLang do not)
 
 
 @dataclass
@@ -130,23 +145,25 @@ class Gaps:
     chunks of requests that started alone, or an engine's step records (:func:`step_gaps`)."""
 
     seconds: np.ndarray
-    tokens: np.ndarray  # n·w + P
+    tokens: np.ndarray  # n·w: the tokens the step verifies
     cached: np.ndarray
     sequences: np.ndarray  # n + n_p
     forwards: np.ndarray  # 1, or 2 with a prefill
     multi: np.ndarray  # forwards of more than one token
     width: np.ndarray  # w
     running: np.ndarray  # n
-    prefill: np.ndarray  # P
+    prefill: np.ndarray  # P: the positions it prefills
     idle: np.ndarray  # 1 for a request's first chunk from an idle engine (its arrival's work: admit_s)
     method: np.ndarray  # [gaps] str
     scale: np.ndarray  # the mean gap of its cell: errors are weighed relative to it
 
     def target_features(self) -> np.ndarray:
-        return np.column_stack([self.forwards, self.tokens, self.cached, self.sequences, self.multi, self.idle])
+        return np.column_stack([self.forwards, self.tokens, self.cached, self.sequences, self.multi, self.prefill,
+                                self.idle])
 
     def drafting_features(self) -> np.ndarray:
-        return np.column_stack([self.running > 0, self.width, self.running, self.prefill, self.running * self.width])
+        proposed = np.where(self.running > 0, self.width - 1, 0.0)  # tokens each running row proposed
+        return np.column_stack([self.running > 0, proposed, self.running, self.prefill, self.running * proposed])
 
     def select(self, mask: np.ndarray) -> "Gaps":
         return Gaps(**{name: value[mask] for name, value in vars(self).items()})
@@ -207,23 +224,36 @@ def cell_gaps(cell: CellRun) -> Gaps:
                                 for t, c in zip(times, tokens)])  # [gaps, requests]
     prefilled = (first[None, :] > mid[:, None]) & (first[None, :] <= (end + half)[:, None])
     n = running.sum(axis=1).astype(float)
-    p_tokens = prefilled.astype(float) @ prompt
     n_p = prefilled.sum(axis=1).astype(float)
+    p_tokens = n_p * np.where(prefilled, prompt[None, :], 0.0).max(axis=1, initial=0.0) if cell.pads \
+        else prefilled.astype(float) @ prompt  # a rectangular prefill pads its prompts to the longest
     has_prefill = p_tokens > 0
-    gaps = Gaps(seconds=end - start, tokens=n * width + p_tokens, cached=(running * (prompt[None, :] + received)).sum(1),
-                sequences=n + n_p, forwards=1.0 + has_prefill,
+    gaps = Gaps(seconds=end - start, tokens=n * _widest(width, proposing, n) if cell.pads else n * width,
+                cached=(running * (prompt[None, :] + received)).sum(1), sequences=n + n_p, forwards=1.0 + has_prefill,
                 multi=np.where(n > 1, 1.0, n * proposing) + (p_tokens > 1), width=np.full_like(n, width), running=n,
                 prefill=p_tokens, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
                 scale=np.zeros(len(n)))
     gaps = _concat([gaps, _first_chunks(cell, times, prompt)])
     kind = np.concatenate([1 * has_prefill, np.full(len(gaps.seconds) - len(n), 2)])  # decode, +prefill, alone
-    gaps = gaps.select(_not_stalled(gaps.seconds, kind))
+    gaps = gaps.select(_not_stalled(gaps.seconds / np.where(kind == 1, gaps.prefill, 1.0), kind))
     gaps.scale[:] = gaps.seconds.mean() if len(gaps.seconds) else 0.0
     return gaps
 
 
+def _widest(width: float, proposing: float, rows: np.ndarray) -> np.ndarray:
+    """[gaps] the expected widest row of a step of ``rows`` running requests, each verifying
+    ``width`` tokens on average and proposing on a share ``proposing`` of its steps (an engine
+    that pads verifies every row at the widest): ``1 + d·(1 − (1 − p)^n)`` with ``d`` the drafts of
+    a row that proposes — ``width`` itself where every row proposes (a model drafter) or runs
+    alone."""
+    if proposing <= 0 or proposing >= 1:
+        return np.full_like(rows, width)
+    return 1.0 + (width - 1.0) / proposing * (1.0 - (1.0 - proposing) ** rows)
+
+
 def _not_stalled(seconds: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """[gaps] False for a stall: over :data:`STALL` × the median of its ``kind``."""
+    """[gaps] False for a stall: over :data:`STALL` × the median of its ``kind`` (a gap that
+    prefills is judged per prefilled position: seven prompts prefilled together are no stall)."""
     keep = np.ones(len(seconds), dtype=bool)
     for value in np.unique(kind):
         group = kind == value
@@ -245,10 +275,10 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
         return np.array([read(s) for s in decoding], dtype=float)
 
     n = column(lambda s: s.decoded)
-    verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_tokens)
+    verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_positions)
     width = np.divide(verified, n, out=np.zeros_like(n), where=n > 0)
     gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
-                tokens=verified + prefill, cached=column(lambda s: s.kv_tokens), sequences=column(lambda s: s.batch_size),
+                tokens=verified, cached=column(lambda s: s.kv_tokens), sequences=column(lambda s: s.batch_size),
                 forwards=1.0 * (n > 0) + (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
                 running=n, prefill=prefill, idle=np.zeros(len(n)),
                 method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))
@@ -277,7 +307,7 @@ def _first_chunks(cell: CellRun, times: list[np.ndarray], prompt: np.ndarray) ->
     alone = ~overlaps.any(axis=1)
     count = int(alone.sum())
     zero, one = np.zeros(count), np.ones(count)
-    return Gaps(seconds=(first - sent)[alone], tokens=prompt[alone], cached=zero, sequences=one, forwards=one,
+    return Gaps(seconds=(first - sent)[alone], tokens=zero, cached=zero, sequences=one, forwards=one,
                 multi=1.0 * (prompt[alone] > 1), width=zero, running=zero, prefill=prompt[alone], idle=one,
                 method=np.full(count, cell.method, dtype=object), scale=zero.copy())
 
@@ -305,7 +335,7 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
         if np.allclose(speed, previous, rtol=CONVERGED):
             break
     fitted = tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None) for c in cells)
-    return _model(name, target, drafting, untold, fitted)
+    return _model(name, target, drafting, untold, any(c.pads for c in cells), fitted)
 
 
 def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[LinearCostModel, str]:
@@ -325,16 +355,18 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Line
     summary = (f"whole-step fit over {len(gaps.seconds)} steps ({stalls} stalls over {STALL:g}× their run's median "
                f"left out): median relative error {100 * np.median(error):.1f} %, 90th percentile "
                f"{100 * np.percentile(error, 90):.1f} %")
-    return _model(name, target, drafting, tuple(term for term in untold if term != "admit_s")), summary  # never seen here
+    return _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"), True), summary  # never seen here
 
 
-def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untold: tuple[str, ...],
+def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untold: tuple[str, ...], pads: bool,
            fitted: tuple[FittedCell, ...] = ()) -> LinearCostModel:
-    """The cost model of :func:`_fit`'s coefficients."""
-    c_fixed, c_tok, c_kv, c_req, c_multi, admit_s = map(float, target)
+    """The cost model of :func:`_fit`'s coefficients (``pads``: of an engine that runs rectangular
+    batches; a prompt's position priced as a verified token where no prefill told them apart)."""
+    c_fixed, c_tok, c_kv, c_req, c_multi, c_prompt, admit_s = map(float, target)
     return LinearCostModel(
-        name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s,
-        drafting={m: LinearDrafting(c_fixed=float(d[0]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2]),
+        name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s, pads_verification=pads,
+        c_prompt=None if "c_prompt" in untold else c_prompt,
+        drafting={m: LinearDrafting(c_fixed=float(d[0] - d[1]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2] - d[4]),
                                     c_prefill=float(d[3]), c_batched=float(d[4])) for m, d in drafting.items()},
         fitted_cells=fitted, not_separated=untold,
     )

@@ -14,7 +14,9 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   and that plain-step overhead — ``draft_s`` plus the extra sampling and bookkeeping of
   checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·decoded +
   c_multi·[decoded > 1] + c_batched·decoded·(k + 1)`` (the last: a drafter's passes cost
-  more with every row they carry), charged on every step: the reference engine runs its lookup or
+  more with every row they carry), fitted per proposed token (``k``, each term ≥ 0: a drafter
+  of k passes costs a pass per token and a little besides, which the ``k + 1`` form writes with
+  a ``c_fixed`` and ``c_req`` below 0), charged on every step: the reference engine runs its lookup or
   drafter for every request on every step, matched or not (the paper's n-gram fraction
   describes vLLM, not this engine). ``k + 1`` is what the simulator prices
   (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`): ``tokens_verified /
@@ -275,12 +277,14 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         running = np.array([s.decoded for s in mine], dtype=float)
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
-        columns = [_design(per_request, draft_kv), running, running > 1, running * per_request]
+        proposed = per_request - 1  # each term >= 0 per proposed token: at k = 0 a drafting costs >= 0
+        columns = [_design(proposed, draft_kv), running, running > 1, running * proposed]
         design = np.column_stack(columns + ([tree] if tree.any() else []))
         coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", _step_seconds(mine))
         untold += [f"{method}.{term}" for term in unseparated(design, DRAFTING_COLUMNS)]
-        drafting[method] = LinearDrafting(*map(float, coef[:4]), c_prefill=_drafter_prefill(
-            [s for s in prefill if s.method == method], forward), c_multi=float(coef[4]),
-            c_batched=float(coef[5]), c_tree=float(coef[6]) if tree.any() else 0.0)
+        c_fixed, c_tok, c_kv, c_req, c_multi, c_batched = map(float, coef[:6])
+        drafting[method] = LinearDrafting(c_fixed - c_tok, c_tok, c_kv, c_req - c_batched, c_prefill=_drafter_prefill(
+            [s for s in prefill if s.method == method], forward), c_multi=c_multi,
+            c_batched=c_batched, c_tree=float(coef[6]) if tree.any() else 0.0)
     return with_policy_work(replace(forward, overhead_s=overhead, drafting=drafting, not_separated=tuple(untold)),
                             decode)

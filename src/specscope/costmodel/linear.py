@@ -8,6 +8,15 @@ fit`` fits to measured step records, where they can show up: ``c_req``, a cost p
 forward of more than one token in all — on a CPU the matmuls switch from matrix-vector to
 matrix-matrix kernels there (the bundled target, one sequence with 100 cached tokens: 1 token
 2.97 ms, 2 tokens 3.25, 4 tokens 3.63, 8 tokens 3.65).
+
+A prefill — a forward over whole prompts, with an empty cache — costs
+``c_fixed + c_prompt·positions + c_req·prompts + c_multi·[positions > 1]``: the same forward with
+its own cost per position where a fit measured one (``c_prompt``; else ``c_tok``, as in the
+paper's fit). A calibration to a served engine fits it (``costmodel fit --from-sweep``): on
+``specscope serve`` a prompt's position cost 0.042 ms, a verified token 0.010 ms (2026-12-02).
+A fit to step records keeps one line through verifications and prefills: fitted apart there (a
+study's records, 2026-12-02), its trees at batch 8 went from 3.8 % to 9.3 % under their measured
+speedups on average and its chains' worst error from 8.9 % to 10.1 %.
 """
 
 from __future__ import annotations
@@ -59,12 +68,19 @@ class LinearCostModel:
     admit_s: float = 0.0  # seconds a request's arrival holds up an idle engine (costmodel.base)
     not_separated: tuple[str, ...] = ()  # a fitted model: terms its data could not tell apart (their split arbitrary)
     measured: tuple[int, int] | None = None  # a model fitted to step records: the largest k and batch size they held
+    c_prompt: float | None = None  # seconds per position of a prefill forward (None: c_tok)
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
         batched, running = np.asarray(batched_tokens), np.asarray(num_running)
         return (self.c_fixed + self.c_tok * batched + self.c_kv * np.asarray(kv_tokens)
                 + self.c_req * running + self.c_multi * (batched > 1))
+
+    def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
+        positions = np.asarray(prompt_tokens)
+        per_position = self.c_tok if self.c_prompt is None else self.c_prompt
+        return (self.c_fixed + per_position * positions + self.c_req * np.asarray(num_prompts)
+                + self.c_multi * (positions > 1))
 
     def drafting_for(self, proposer: str) -> Drafting:
         return drafting_lookup(self.name, self.drafting, proposer)
@@ -80,7 +96,7 @@ class LinearCostModel:
             "kind": "linear",
             "name": self.name,
             "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req,
-                        "c_multi": self.c_multi},
+                        "c_multi": self.c_multi, **({} if self.c_prompt is None else {"c_prompt": self.c_prompt})},
             "overhead_s": self.overhead_s,
             **({"admit_s": self.admit_s} if self.admit_s else {}),
             "pads_verification": self.pads_verification,
@@ -109,7 +125,8 @@ class LinearCostModel:
 def _times(model, factor: float):
     """``model`` (a dataclass) with every ``c_*`` coefficient and ``overhead_s`` times ``factor``."""
     return replace(model, **{f.name: getattr(model, f.name) * factor for f in fields(model)
-                             if f.name.startswith("c_") or f.name in ("overhead_s", "admit_s")})
+                             if (f.name.startswith("c_") or f.name in ("overhead_s", "admit_s"))
+                             and getattr(model, f.name) is not None})
 
 
 def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: str) -> Drafting:
@@ -129,6 +146,7 @@ FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_
 LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched")  # the first 3 required
 
 
+PER_PROPOSAL = {"c_fixed": ("c_tok", True), "c_req": ("c_batched", False)}  # may be below 0, down to −slope
 MAX_COEFFICIENT_S = 3600.0  # an hour for one token, row or step: beyond it a typo, and sums overflow to inf
 
 
@@ -147,7 +165,13 @@ def drafting_from_json(spec: Fields) -> Drafting:
         return FractionDrafting(spec.number("ratio", low=0.0, high=MAX_COEFFICIENT_S))
     if kind == "linear":
         spec.only(["kind", *LINEAR_DRAFTING_TERMS])
-        return LinearDrafting(**_coefficients(spec, LINEAR_DRAFTING_TERMS[:3], LINEAR_DRAFTING_TERMS[3:]))
+        rest = [name for name in LINEAR_DRAFTING_TERMS if name not in PER_PROPOSAL]
+        terms = _coefficients(spec, [name for name in rest if name in LINEAR_DRAFTING_TERMS[:3]],
+                              [name for name in rest if name not in LINEAR_DRAFTING_TERMS[:3]])
+        for name, (slope, required) in PER_PROPOSAL.items():  # at least 0 at k = 0: >= −slope
+            terms[name] = spec.number(name, default=None if required else 0.0, low=-terms[slope],
+                                      high=MAX_COEFFICIENT_S)
+        return LinearDrafting(**terms)
     raise spec.error(spec.name("kind"), f"expected 'fraction' or 'linear', got {kind!r}")
 
 
@@ -160,8 +184,10 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
                "not_separated", "measured"])
     forward = spec.child("forward")
-    forward.only(FORWARD_TERMS)
+    forward.only([*FORWARD_TERMS, "c_prompt"])
     terms = _coefficients(forward, FORWARD_TERMS[:3], FORWARD_TERMS[3:])
+    c_prompt = (forward.number("c_prompt", low=0.0, high=MAX_COEFFICIENT_S) if "c_prompt" in forward.obj
+                else None)
     if terms["c_fixed"] + terms["c_tok"] + terms.get("c_req", 0.0) <= 0:
         raise spec.error("forward", "c_fixed, c_tok and c_req are all 0 (a one-token forward over an empty "
                                     "cache would take no time)")
@@ -176,6 +202,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
                            for i, cell in enumerate(_list(spec, "fitted_cells"))),
         not_separated=tuple(_names(spec, "not_separated")),
         measured=_measured(spec),
+        c_prompt=c_prompt,
         **terms,
     )
 

@@ -125,6 +125,10 @@ class RooflineCostModel:
         """``num_running`` does not matter on a roofline: weights, FLOPs and cache bytes do."""
         return roofline_forward(self.target, self.hw, self.eff, batched_tokens, kv_tokens)
 
+    def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
+        """A forward over the prompts' positions with an empty cache."""
+        return self.forward_time(prompt_tokens, np.zeros_like(np.asarray(prompt_tokens, dtype=float)), num_prompts)
+
     def drafting_for(self, proposer: str) -> Drafting:
         return drafting_lookup(self.name, self.drafting, proposer)
 

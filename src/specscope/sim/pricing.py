@@ -78,7 +78,7 @@ def prefill_time(cost: CostModel, drafting: Drafting | None, prompt_tokens: np.n
     cache, plus one step of overhead, plus the drafter's own prefill (``drafting=None``: no SD),
     plus ``admit_s`` where the prompts arrive to an idle engine (``from_idle``, bool)."""
     prompt_tokens = np.asarray(prompt_tokens, dtype=float)
-    seconds = (cost.forward_time(prompt_tokens, np.zeros_like(prompt_tokens), num_prompts) + cost.overhead_s
+    seconds = (cost.prefill_forward_time(prompt_tokens, num_prompts) + cost.overhead_s
                + cost.admit_s * np.asarray(from_idle, dtype=float))
     if drafting is not None:
         seconds = seconds + drafting.prefill_time(prompt_tokens)

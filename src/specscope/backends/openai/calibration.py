@@ -158,7 +158,8 @@ def _cell_run(path: Path, record: dict) -> CellRun:
                    timeline, {name: optional(f"result.{name}", number, result.get(name), low=0.0)
                               for name in HISTOGRAMS.values()},
                    key.get("baseline_for"),
-                   num_drafts=optional("result.num_drafts", integer, result.get("num_drafts"), low=0))
+                   num_drafts=optional("result.num_drafts", integer, result.get("num_drafts"), low=0),
+                   pads=key["engine"].get("launch") == "specscope")
 
 
 def _check_request(path: Path, index: int, request: object) -> None:
@@ -350,6 +351,7 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[
 def terms(model: LinearCostModel) -> dict[str, float]:
     """A calibrated model's fitted terms by name: the forward's, ``admit_s``, ``METHOD.TERM``."""
     named = {name: getattr(model, name) for name in (*FORWARD_TERMS, "admit_s")}
+    named["c_prompt"] = model.c_tok if model.c_prompt is None else model.c_prompt
     for method, drafting in model.drafting.items():
         named.update({f"{method}.{name}": getattr(drafting, name) for name in DRAFTING_TERMS})
     return named
