@@ -103,13 +103,16 @@ def write_config(out: Path, workload: Path, max_tokens: int, segments: int, repl
 
 def mean_terms(model: LinearCostModel, steps: list[dict]) -> dict[str, float]:
     """Each coefficient's contribution to the mean step of ``steps`` (seconds): the forward's
-    terms over the decode steps, each drafting's over its method's steps."""
+    terms over the decode steps, each drafting's over its method's steps, and ``c_prompt`` the
+    prefills' positions spread over the decode steps."""
     decode = [s for s in steps if s["batch_size"] > 0 and s["prefill_tokens"] == 0]
     verified = np.array([s["tokens_verified"] for s in decode], dtype=float)
+    positions = sum(s["prefill_requests"] * (s.get("prefill_width") or 0) or s["prefill_tokens"] for s in steps)
     terms = {"c_fixed": model.c_fixed, "c_tok": model.c_tok * verified.mean(),
              "c_kv": model.c_kv * np.mean([s["kv_tokens"] for s in decode]),
              "c_req": model.c_req * np.mean([s["batch_size"] for s in decode]),
-             "c_multi": model.c_multi * np.mean(verified > 1)}
+             "c_multi": model.c_multi * np.mean(verified > 1),
+             "c_prompt": (model.c_tok if model.c_prompt is None else model.c_prompt) * positions / len(decode)}
     for method, drafting in model.drafting.items():
         mine = [s for s in decode if s["method"] == method]
         width = np.mean([s["tokens_verified"] / s["batch_size"] for s in mine])
@@ -124,6 +127,8 @@ def coefficient(model: LinearCostModel, name: str) -> float:
     if "." in name:
         method, field = name.split(".")
         return getattr(model.drafting[method], field)
+    if name == "c_prompt" and model.c_prompt is None:
+        return model.c_tok
     return getattr(model, name)
 
 
