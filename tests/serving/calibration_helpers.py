@@ -12,19 +12,19 @@ ADMIT = 1.5e-3  # a request's arrival holds up an idle engine this long (parsing
 
 
 def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30,
-                   pads: bool = False, lengths: list[int] | None = None) -> CellRun:
+                   pads: bool = False, lengths: list[int] | None = None, prompt_step: int = 10) -> CellRun:
     """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
     k + 1 tokens per request; a step that admits requests prefills them in a second forward, after
     ADMIT when the engine was idle. A request is sent when a slot frees (at the end of the step
     that finished the one before it). Output lengths vary around ``output`` (request i:
     output + 3·(i mod 3)), so requests are admitted while others decode; prompt lengths too
-    (prompt + 10·(i mod 4)), so a prefill's positions vary apart from its prompts. ``pads``: the
+    (prompt + prompt_step·(i mod 4)), so a prefill's positions vary apart from its prompts. ``pads``: the
     engine prefills the prompts it admits together right-padded to the longest (as ``specscope
     serve`` does; the cell says so). ``lengths``: the output lengths instead."""
     w = 1 if method == "none" else k + 1
     lengths = lengths or [output + 3 * (i % 3) for i in range(requests)]
     requests = len(lengths)
-    prompts = [prompt + 10 * (i % 4) for i in range(requests)]
+    prompts = [prompt + prompt_step * (i % 4) for i in range(requests)]
     slots: list[dict] = []
     waiting = list(range(requests))
     timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompts[i], "output_tokens": lengths[i],

@@ -383,3 +383,32 @@ def test_a_gap_that_prefills_many_prompts_is_no_stall():
     lengths = [60] + [20] * 7 + [25, 30, 35, 40, 45, 50, 55] * 3
     gaps = cell_gaps(simulated_cell("none", 0, 8, lengths=lengths, prompt=200))
     assert (gaps.sequences - gaps.running).max() == 7  # the gap with the seven prefills is kept
+
+
+def test_prompts_of_one_length_keep_the_prefill_price_the_fit_found():
+    """Every prompt 30 tokens: a prefill's positions never vary apart from its prompts, so
+    ``c_prompt`` is one of the terms the sweep cannot tell apart — and still the model file must
+    price a prefill as the fit did (it had dropped the fitted price for c_tok's, 2–4× too dear)."""
+    cells = [simulated_cell("none", 0, b, prompt_step=0) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b, prompt_step=0) for k in (2, 4) for b in (1, 2, 4)]
+    model = fit_cells(cells)
+    assert "c_prompt" in model.not_separated
+    truth = FORWARD["c_fixed"] + FORWARD["c_prompt"] * 120 + FORWARD["c_req"] * 4
+    assert float(model.prefill_forward_time(np.array([120.0]), np.array([4.0]))[0]) == pytest.approx(truth, rel=0.01)
+
+
+def test_no_gap_of_an_exact_engine_is_a_stall_whatever_its_prompt(monkeypatch):
+    """Prompts of 8 to 599 tokens on an engine without stalls: no gap that prefills a short
+    prompt (judged per position it looked 10× dear) nor a first chunk of a long one (judged whole,
+    3× the median) is left out."""
+    from specscope.costmodel import calibrate
+
+    cells = [simulated_cell("none", 0, b, requests=24, prompt=8, prompt_step=197) for b in (1, 4)]
+    for cell in cells[0].timeline, cells[1].timeline:  # each request sent a moment after a slot freed
+        for request in cell:
+            request["sent_ms"] += 0.01
+            request["chunk_ms"] = [t - 0.01 for t in request["chunk_ms"]]
+    kept = [len(cell_gaps(c).seconds) for c in cells]
+    monkeypatch.setattr(calibrate, "STALL", np.inf)
+    assert kept == [len(cell_gaps(c).seconds) for c in cells]
+    assert cell_gaps(cells[0]).idle.sum() > 12  # the first chunks of long prompts among them

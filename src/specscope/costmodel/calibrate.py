@@ -79,10 +79,11 @@ The first chunk (queueing and prefill) is not a gap; it is an observation only w
 started alone. A chunk the client read together with another (arrivals closer than 0.2× the
 cell's median gap: it was sent before the client caught up) arrived late, so gaps count only
 between two chunks each read alone. Gaps over 3× their cell's median (for steps with or without
-a prefill apart; a gap that prefills per prefilled position) are stalls of the shared machine and
-left out. (Judged whole, every gap over seven prompts that arrived together was one: the fit
-never saw a large prefill, priced a position at 0.033 ms where the engine took 0.054 ms per
-position of its padded seven-prompt prefills, and predicted the batch-8 cells 16–24 % short.)
+a prefill apart; gaps that prefill, and first chunks, against a line through their prefilled
+positions) are stalls of the shared machine and left out. (Judged against the median alone,
+every gap over seven prompts that arrived together was one: the fit never saw a large prefill,
+priced a position at 0.033 ms where the engine took 0.054 ms per position of its padded
+seven-prompt prefills, and predicted the batch-8 cells 16–24 % short.)
 
 **Servers that batch several steps per chunk** (``--stream-interval N > 1``) are detected and
 refused, not divided: a cell where over 5 % of the decode chunks carry more than ``w_max`` =
@@ -235,7 +236,7 @@ def cell_gaps(cell: CellRun) -> Gaps:
                 scale=np.zeros(len(n)))
     gaps = _concat([gaps, _first_chunks(cell, times, prompt)])
     kind = np.concatenate([1 * has_prefill, np.full(len(gaps.seconds) - len(n), 2)])  # decode, +prefill, alone
-    gaps = gaps.select(_not_stalled(gaps.seconds / np.where(kind == 1, gaps.prefill, 1.0), kind))
+    gaps = gaps.select(_not_stalled(gaps.seconds, kind, gaps.prefill))
     gaps.scale[:] = gaps.seconds.mean() if len(gaps.seconds) else 0.0
     return gaps
 
@@ -251,13 +252,24 @@ def _widest(width: float, proposing: float, rows: np.ndarray) -> np.ndarray:
     return 1.0 + (width - 1.0) / proposing * (1.0 - (1.0 - proposing) ** rows)
 
 
-def _not_stalled(seconds: np.ndarray, kind: np.ndarray) -> np.ndarray:
-    """[gaps] False for a stall: over :data:`STALL` × the median of its ``kind`` (a gap that
-    prefills is judged per prefilled position: seven prompts prefilled together are no stall)."""
+def _not_stalled(seconds: np.ndarray, kind: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """[gaps] False for a stall: over :data:`STALL` × what is typical of its ``kind`` — the median,
+    or where the prefilled positions ``size`` vary within the kind, a line through them fitted
+    twice (the second time without the first one's stalls): a gap that prefills seven prompts, or
+    one long prompt, is no stall, nor one that prefills a short prompt."""
     keep = np.ones(len(seconds), dtype=bool)
     for value in np.unique(kind):
         group = kind == value
-        keep &= ~group | (seconds <= STALL * np.median(seconds[group]))
+        typical = np.full(int(group.sum()), np.median(seconds[group]))
+        if np.ptp(size[group]) > 0:
+            mine = np.ones(int(group.sum()), dtype=bool)
+            for _ in range(2):
+                slope, intercept = np.polyfit(size[group][mine], seconds[group][mine], 1) if mine.sum() > 2 else (0, 0)
+                line = intercept + slope * size[group]
+                if slope < 0 or (line <= 0).any():
+                    break
+                typical, mine = line, seconds[group] <= STALL * line
+        keep[group] = seconds[group] <= STALL * typical
     return keep
 
 
@@ -283,7 +295,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
                 running=n, prefill=prefill, idle=np.zeros(len(n)),
                 method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))
     run = column(lambda s: s.run)
-    keep = _not_stalled(gaps.seconds, 3 * run + (prefill > 0) + (n == 0))
+    keep = _not_stalled(gaps.seconds, 3 * run + (prefill > 0) + (n == 0), prefill)
     gaps, run = gaps.select(keep), run[keep]
     for value in np.unique(run):
         mine = run == value
@@ -335,7 +347,8 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
         if np.allclose(speed, previous, rtol=CONVERGED):
             break
     fitted = tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None) for c in cells)
-    return _model(name, target, drafting, untold, any(c.pads for c in cells), fitted)
+    return _model(name, target, drafting, untold, any(c.pads for c in cells), any(g.prefill.any() for g in parts),
+                  fitted)
 
 
 def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[LinearCostModel, str]:
@@ -352,20 +365,26 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Line
         predicted[mine] += gaps.drafting_features()[mine] @ coef
     error = np.abs(predicted - gaps.seconds) / gaps.seconds
     stalls = sum(s.batch_size > 0 for s in steps) - len(gaps.seconds)
-    summary = (f"whole-step fit over {len(gaps.seconds)} steps ({stalls} stalls over {STALL:g}× their run's median "
-               f"left out): median relative error {100 * np.median(error):.1f} %, 90th percentile "
+    summary = (f"whole-step fit over {len(gaps.seconds)} steps ({stalls} stalls over {STALL:g}× their run's typical "
+               f"step left out): median relative error {100 * np.median(error):.1f} %, 90th percentile "
                f"{100 * np.percentile(error, 90):.1f} %")
-    return _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"), True), summary  # never seen here
+    model = _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"),  # never seen here
+                   True, bool(gaps.prefill.any()))
+    decoded = [s for s in steps if s.decoded > 0]
+    return replace(model, measured=(max((s.k for s in decoded if s.method != NO_SD), default=0),
+                                    max((s.decoded for s in decoded), default=1))), summary
 
 
 def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untold: tuple[str, ...], pads: bool,
-           fitted: tuple[FittedCell, ...] = ()) -> LinearCostModel:
+           prefilled: bool, fitted: tuple[FittedCell, ...] = ()) -> LinearCostModel:
     """The cost model of :func:`_fit`'s coefficients (``pads``: of an engine that runs rectangular
-    batches; a prompt's position priced as a verified token where no prefill told them apart)."""
+    batches; ``prefilled``: whether the fit saw a prefill — without one a prompt's position is
+    priced as a verified token; with one at its fitted price, even where it could not be told
+    apart from other terms, which then carry the rest of its cost)."""
     c_fixed, c_tok, c_kv, c_req, c_multi, c_prompt, admit_s = map(float, target)
     return LinearCostModel(
         name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s, pads_verification=pads,
-        c_prompt=None if "c_prompt" in untold else c_prompt,
+        c_prompt=c_prompt if prefilled else None,
         drafting={m: LinearDrafting(c_fixed=float(d[0] - d[1]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2] - d[4]),
                                     c_prefill=float(d[3]), c_batched=float(d[4])) for m, d in drafting.items()},
         fitted_cells=fitted, not_separated=untold,

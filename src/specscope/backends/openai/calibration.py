@@ -369,7 +369,7 @@ def coefficient_spread(model: LinearCostModel, fits: Sequence[LinearCostModel]) 
         spread = np.array([named[name] for named in held_out])
         se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2)))
         rows.append({"term": name, "fitted": fitted, "jackknife_se": se,
-                     "relative_se_pct": round(100 * se / fitted, 1) if fitted else None,
+                     "relative_se_pct": round(100 * se / abs(fitted), 1) if fitted else None,
                      "separated": name not in model.not_separated})
     return rows
 
