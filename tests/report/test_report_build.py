@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import base64
 import csv
 import html
@@ -231,3 +233,6 @@ def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):
     assert data.config.overlap.reference == "eagle" and {r.dataset for r in data.overlap} == {"chat"}
     data = analyse([tmp_path / "b.jsonl"], config)
     assert data.config.overlap.reference == "eagle3" and data.overlap  # drawn: n-gram against EAGLE-3
+    data = analyse([tmp_path / "b.jsonl"], replace(config, ks=(1, 2, 7, 9)))  # traced to k_max = 5
+    assert data.config.ks == (1, 2) and "fixed:7, fixed:9 not simulated: the traces were recorded to k_max = 5" \
+        in data.notes

@@ -114,7 +114,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"largest difference from the paper's figures: {max(differences):.3f} over {len(differences)} cells "
               f"(the figures were read by eye to ±0.02; oracle-combined is optimistic: choosing is "
               f"free and every step pays only n-gram's lookup)", file=out)
-    elif reference:
+    elif not reference:
+        print(f"note: no cell compared with the paper's figures: {folder} holds no {REFERENCE} (the speedups "
+              "read off the paper's Figures 10 and 12, one row per acc, dataset, policy and batch size)", file=out)
+    else:
         print(f"note: no cell compared with {REFERENCE}: it holds the paper's Llama-3.1-8B figures, and no "
               f"dataset here is one of its ({', '.join(sorted({d for _, d, _, _ in reference}))}, as named "
               f"{' or '.join(p + 'DATASET' for p in PAPER_MODEL)})", file=out)

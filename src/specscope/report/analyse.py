@@ -102,7 +102,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     steps = read_steps(config.steps) if config.steps else []
     records, reports = load_traces(traces, lengths="common")
     sim_records, _ = load_traces(traces, lengths="own")
-    config = _within_traces(config, sim_records)
+    asked, config = config.ks, _within_traces(config, sim_records)
     if config.depth is not None:
         sim_records = [r.capped(config.depth) for r in sim_records]
     names = proposer_names(records)
@@ -112,6 +112,9 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}")
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
                       _pair(names), notes=notes, measured=list(config.measured))
+    deeper = [f"fixed:{k}" for k in asked if k not in config.ks]
+    if deeper:
+        data.notes.append(f"{', '.join(deeper)} not simulated: {config.longer_k}")
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim))
     past = cost.beyond_measured(config.ks, config.sim.batch_sizes) if isinstance(cost, LinearCostModel) else None
