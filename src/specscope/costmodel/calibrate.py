@@ -278,7 +278,12 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     whole time (prefill, drafting, verification, sampling, overhead: what a chunk gap spans) and
     its exact load — ``n`` = the rows that decoded (``batch_size − prefill_requests``), each
     verifying ``w = tokens_verified / n``; stalls left out as from a cell, every error weighed
-    relative to the mean step of its run."""
+    relative to the mean step of its run, and each step counted as often as a sweep sees it: once
+    per request it ends a chunk of (``batch_size``). Counted once each, a run at batch 1 had eight
+    times the weight of one at batch 8 over the same tokens, and where the linear model cannot fit
+    every batch size alike the two fits split the costs apart (on one sweep: per token +292 %, the
+    drafters' per batched token −44 and −56 % against the sweep's fit; counted as a sweep counts,
+    +3 %, +9 % and +3 %)."""
     decoding = [s for s in steps if s.batch_size > 0]
     if not decoding:
         raise SpecscopeError("costmodel fit --whole-steps: no step with a running request")
@@ -299,7 +304,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     gaps, run = gaps.select(keep), run[keep]
     for value in np.unique(run):
         mine = run == value
-        gaps.scale[mine] = gaps.seconds[mine].mean()
+        gaps.scale[mine] = gaps.seconds[mine].mean() / np.sqrt(gaps.sequences[mine])  # seen once per request
         if gaps.scale[mine][0] <= 0:
             raise SpecscopeError(f"step records: every step of run {int(value) + 1} took 0 s (prefill_s and the "
                                  "decode phases): nothing to fit")
