@@ -46,9 +46,9 @@ own prefill step; without this term the fit fell 1–3 % short of every batch-1 
 
 In both, forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]``
 and prefill = ``c_prompt·P`` (a prompt's position has its own price, as a prefill runs other
-kernels than a verification of a few tokens a row: on ``specscope serve`` 0.042 ms a position,
-the forward's 0.043 ms per prompt token seen from outside, against 0.010–0.036 ms per verified
-token; :class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
+kernels than a verification of a few tokens a row: on ``specscope serve`` 0.042–0.052 ms a
+position, where a first chunk seen from outside grew by 0.041–0.044 ms per prompt token, against
+0–0.058 ms per verified token; :class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
 ``c_fixed``, so ``overhead_s`` = 0) and drafting = ``c_fixed + c_tok·(w − 1) + c_req·n +
 c_prefill·P + c_batched·n·(w − 1)`` — per proposed token (a drafter's k passes), each term ≥ 0,
 written in the model's ``k + 1`` form (whose ``c_fixed`` and ``c_req`` may then lie below 0; in

@@ -13,7 +13,8 @@ A prefill — a forward over whole prompts, with an empty cache — costs
 ``c_fixed + c_prompt·positions + c_req·prompts + c_multi·[positions > 1]``: the same forward with
 its own cost per position where a fit measured one (``c_prompt``; else ``c_tok``, as in the
 paper's fit). A calibration to a served engine fits it (``costmodel fit --from-sweep``): on
-``specscope serve`` a prompt's position cost 0.042 ms, a verified token 0.010 ms (2026-12-02).
+``specscope serve`` a prompt's position cost 0.042–0.052 ms, a verified token 0–0.058 ms (four
+sweeps, 2026-12-02: the per-token cost trades with the per-request one).
 A fit to step records keeps one line through verifications and prefills: fitted apart there (a
 study's records, 2026-12-02), its trees at batch 8 went from 3.8 % to 9.3 % under their measured
 speedups on average and its chains' worst error from 8.9 % to 10.1 %.
@@ -165,9 +166,7 @@ def drafting_from_json(spec: Fields) -> Drafting:
         return FractionDrafting(spec.number("ratio", low=0.0, high=MAX_COEFFICIENT_S))
     if kind == "linear":
         spec.only(["kind", *LINEAR_DRAFTING_TERMS])
-        rest = [name for name in LINEAR_DRAFTING_TERMS if name not in PER_PROPOSAL]
-        terms = _coefficients(spec, [name for name in rest if name in LINEAR_DRAFTING_TERMS[:3]],
-                              [name for name in rest if name not in LINEAR_DRAFTING_TERMS[:3]])
+        terms = _coefficients(spec, ["c_tok", "c_kv"], ["c_prefill", "c_multi", "c_tree", "c_batched"])
         for name, (slope, required) in PER_PROPOSAL.items():  # at least 0 at k = 0: >= −slope
             terms[name] = spec.number(name, default=None if required else 0.0, low=-terms[slope],
                                       high=MAX_COEFFICIENT_S)
