@@ -113,20 +113,24 @@ def mean_terms(model: LinearCostModel, steps: list[dict]) -> dict[str, float]:
              "c_req": model.c_req * np.mean([s["batch_size"] for s in decode]),
              "c_multi": model.c_multi * np.mean(verified > 1),
              "c_prompt": (model.c_tok if model.c_prompt is None else model.c_prompt) * positions / len(decode)}
-    for method, drafting in model.drafting.items():
+    for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
         mine = [s for s in decode if s["method"] == method]
-        width = np.mean([s["tokens_verified"] / s["batch_size"] for s in mine])
-        terms[f"{method}.c_fixed"] = drafting.c_fixed
-        terms[f"{method}.c_tok"] = drafting.c_tok * width
-        terms[f"{method}.c_req"] = drafting.c_req * np.mean([s["batch_size"] for s in mine])
-        terms[f"{method}.c_batched"] = drafting.c_batched * np.mean([s["tokens_verified"] for s in mine])
+        proposed = np.mean([s["tokens_verified"] / s["batch_size"] - 1 for s in mine])
+        rows = np.mean([s["batch_size"] for s in mine])
+        terms[f"{method}.c_fixed"] = coefficient(model, f"{method}.c_fixed")
+        terms[f"{method}.c_tok"] = drafting.c_tok * proposed
+        terms[f"{method}.c_req"] = coefficient(model, f"{method}.c_req") * rows
+        terms[f"{method}.c_batched"] = drafting.c_batched * rows * proposed
     return terms
 
 
 def coefficient(model: LinearCostModel, name: str) -> float:
+    """A term's value; a drafting's as fitted, per proposed token (its ``c_fixed`` and ``c_req``
+    at k = 0, as ``coefficients.csv`` gives them)."""
     if "." in name:
         method, field = name.split(".")
-        return getattr(model.drafting[method], field)
+        drafting = model.drafting[method]
+        return getattr(drafting, field) + {"c_fixed": drafting.c_tok, "c_req": drafting.c_batched}.get(field, 0.0)
     if name == "c_prompt" and model.c_prompt is None:
         return model.c_tok
     return getattr(model, name)
@@ -181,19 +185,20 @@ def main() -> None:
     contributions = [mean_terms(m, steps) for m in models]
     with open(out / "sweep" / "coefficients.csv") as handle:
         spread = {row["term"]: float(row["jackknife_se"]) for row in csv.DictReader(handle)}
-    print(f"\ncoefficients: from the sweep (outside, ± its jackknife standard error over the held-out fits) vs "
+    print(f"\ncoefficients (a drafting's as fitted, per proposed token: its c_fixed and c_req at k = 0): "
+          f"from the sweep (outside, ± its jackknife standard error over the held-out fits) vs "
           f"from the engine's step records, whole steps (inside); mean step {1e3 * step_mean:.2f} ms\n"
           f"{'term':<16}{'outside':>12}{'± se':>10}{'inside':>12}{'share':>8}{'difference':>12}")
     differences = []
     for name in contributions[1]:
         values = [coefficient(m, name) for m in models]
-        share = max(c.get(name, 0.0) for c in contributions) / step_mean
+        share = max(abs(c.get(name, 0.0)) for c in contributions) / step_mean
         if share < MATERIAL:
             verdict = "immaterial"
         else:
-            differences.append((abs(values[0] - values[1]) / values[1] if values[1] else float("inf"),
+            differences.append((abs(values[0] - values[1]) / abs(values[1]) if values[1] else float("inf"),
                                 abs(values[0] - values[1]) <= 2 * spread[name]))
-            verdict = f"{100 * (values[0] - values[1]) / values[1]:+.1f} %" if values[1] else "inside 0"
+            verdict = f"{100 * (values[0] - values[1]) / abs(values[1]):+.1f} %" if values[1] else "inside 0"
         print(f"{name:<16}{values[0]:>12.3g}{spread[name]:>10.2g}{values[1]:>12.3g}{100 * share:>7.1f}%{verdict:>12}")
     print(f"material coefficients within 15 %: {sum(d <= 0.15 for d, _ in differences)}/{len(differences)}; "
           f"within two of the sweep's own standard errors: {sum(near for _, near in differences)}/{len(differences)}")

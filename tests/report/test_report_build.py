@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import base64
 import csv
 import html
 import re
+from dataclasses import replace
 
 import pytest
 from report_fixtures import HOSTILE_DATASET, HOSTILE_ID

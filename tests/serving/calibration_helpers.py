@@ -12,7 +12,8 @@ ADMIT = 1.5e-3  # a request's arrival holds up an idle engine this long (parsing
 
 
 def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30,
-                   pads: bool = False, lengths: list[int] | None = None, prompt_step: int = 10) -> CellRun:
+                   pads: bool = False, lengths: list[int] | None = None, prompt_step: int = 10,
+                   draft: dict[str, float] = DRAFT) -> CellRun:
     """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
     k + 1 tokens per request; a step that admits requests prefills them in a second forward, after
     ADMIT when the engine was idle. A request is sent when a slot frees (at the end of the step
@@ -20,7 +21,8 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
     output + 3·(i mod 3)), so requests are admitted while others decode; prompt lengths too
     (prompt + prompt_step·(i mod 4)), so a prefill's positions vary apart from its prompts. ``pads``: the
     engine prefills the prompts it admits together right-padded to the longest (as ``specscope
-    serve`` does; the cell says so). ``lengths``: the output lengths instead."""
+    serve`` does; the cell says so). ``lengths``: the output lengths instead; ``draft``: the
+    drafting's coefficients instead of DRAFT's."""
     w = 1 if method == "none" else k + 1
     lengths = lengths or [output + 3 * (i % 3) for i in range(requests)]
     requests = len(lengths)
@@ -40,7 +42,7 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
         if n:
             step += FORWARD["c_fixed"] + FORWARD["c_tok"] * n * w + FORWARD["c_kv"] * cached + FORWARD["c_req"] * n
             if method != "none":
-                step += DRAFT["c_fixed"] + DRAFT["c_tok"] * w + DRAFT["c_batched"] * n * w
+                step += draft["c_fixed"] + draft["c_tok"] * w + draft["c_batched"] * n * w
         if admitted:
             positions = (len(admitted) * max(prompts[s["r"]] for s in admitted) if pads
                          else sum(prompts[s["r"]] for s in admitted))

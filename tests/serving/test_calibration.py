@@ -48,7 +48,7 @@ def test_a_sweep_at_one_batch_size_names_the_terms_it_cannot_separate():
     assert "c_req" not in both.not_separated  # a second batch size separates it
 
 
-def simulated_steps(method: str, k: int, batch: int, run: int) -> list:
+def simulated_steps(method: str, k: int, batch: int, run: int, draft: dict[str, float] = DRAFT) -> list:
     """Step records of an engine whose steps cost exactly FORWARD (+ DRAFT), the time spread over
     the phases in any way (a whole-step fit reads their sum); every tenth step also prefills a
     prompt of 30 + 7·(i mod 3) tokens (at c_prompt) in a second forward."""
@@ -60,7 +60,7 @@ def simulated_steps(method: str, k: int, batch: int, run: int) -> list:
         kv = batch * (30 + i)
         seconds = FORWARD["c_fixed"] + FORWARD["c_tok"] * batch * w + FORWARD["c_kv"] * kv + FORWARD["c_req"] * batch
         if method != "none":
-            seconds += DRAFT["c_fixed"] + DRAFT["c_tok"] * w + DRAFT["c_batched"] * batch * w
+            seconds += draft["c_fixed"] + draft["c_tok"] * w + draft["c_batched"] * batch * w
         prefill = 30 + 7 * (i % 3) if i % 10 == 9 else 0
         if prefill:
             seconds += FORWARD["c_fixed"] + FORWARD["c_prompt"] * prefill + FORWARD["c_req"]
@@ -412,3 +412,31 @@ def test_no_gap_of_an_exact_engine_is_a_stall_whatever_its_prompt(monkeypatch):
     monkeypatch.setattr(calibrate, "STALL", np.inf)
     assert kept == [len(cell_gaps(c).seconds) for c in cells]
     assert cell_gaps(cells[0]).idle.sum() > 12  # the first chunks of long prompts among them
+
+
+def test_a_drafter_whose_passes_cost_more_than_its_start_is_recovered():
+    """A drafter of k passes at 0.5 ms each and 0.3 ms besides: ``c_fixed + c_tok·(k + 1)`` with a
+    c_fixed of −0.2 ms. The fits work per proposed token (terms ≥ 0) and recover it, from chunk
+    timelines and from step records alike (a fit of the k + 1 form with terms ≥ 0 cannot)."""
+    from specscope.costmodel.calibrate import fit_steps
+
+    passes = dict(c_fixed=-2e-4, c_tok=5e-4, c_batched=1e-4)
+    cells = [simulated_cell("none", 0, b) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b, draft=passes) for k in (1, 2, 4) for b in (1, 2, 4)]
+    drafting = fit_cells(cells).drafting_for("draft")
+    for name, value in passes.items():
+        assert getattr(drafting, name) == pytest.approx(value, rel=0.05, abs=1e-6), name
+    steps = [s for run, (k, b) in enumerate((k, b) for k in (0, 1, 2, 4) for b in (1, 2, 4))
+             for s in simulated_steps("draft" if k else "none", k, b, run, passes)]
+    drafting = fit_steps(steps)[0].drafting_for("draft")
+    for name, value in passes.items():
+        assert getattr(drafting, name) == pytest.approx(value, rel=0.05, abs=1e-6), name
+
+
+def test_the_widest_row_an_engine_that_pads_verifies():
+    """n rows that each propose on a share p of their steps, d drafts when they do: the widest
+    row verifies 1 + d·(1 − (1 − p)^n) tokens in expectation; rows that always propose, w."""
+    from specscope.costmodel.calibrate import _widest
+
+    assert _widest(2.0, 0.5, np.array([1.0, 2.0, 8.0])).tolist() == pytest.approx([2.0, 2.5, 1 + 2 * (1 - 0.5 ** 8)])
+    assert _widest(3.0, 1.0, np.array([1.0, 8.0])).tolist() == [3.0, 3.0]

@@ -92,7 +92,8 @@ k + 1 tokens (nodes + 1; 1 without SD), or, without token ids, whose mean tokens
 
 **Cross-check.** Where the server exports vLLM's ``vllm:iteration_tokens_total`` and
 ``vllm:inter_token_latency_seconds`` histograms, their run means are printed beside the fit's
-reconstruction (mean tokens per step, mean gap) for every cell.
+reconstruction (mean tokens per step — verified and prefilled, as vLLM counts an iteration's —
+and mean gap, over the chunk gaps) for every cell.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ from specscope.trees import TreeShape
 
 DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
-STALL = 3.0  # a gap over STALL × its cell's median is a stall, left out
+STALL = 3.0  # a gap over STALL × the typical gap of its kind is a stall, left out (see _not_stalled)
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
 TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "admit_s")  # the columns of Gaps.target_features
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
@@ -279,7 +280,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     its exact load — ``n`` = the rows that decoded (``batch_size − prefill_requests``), each
     verifying ``w = tokens_verified / n``; stalls left out as from a cell, every error weighed
     relative to the mean step of its run, and each step counted as often as a sweep sees it: once
-    per request it ends a chunk of (``batch_size``). Counted once each, a run at batch 1 had eight
+    per request it decodes a chunk for (``n``; a prefill-only step once). Counted once each, a run at batch 1 had eight
     times the weight of one at batch 8 over the same tokens, and where the linear model cannot fit
     every batch size alike the two fits split the costs apart (on one sweep: per token +292 %, the
     drafters' per batched token −44 and −56 % against the sweep's fit; counted as a sweep counts,
@@ -304,7 +305,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     gaps, run = gaps.select(keep), run[keep]
     for value in np.unique(run):
         mine = run == value
-        gaps.scale[mine] = gaps.seconds[mine].mean() / np.sqrt(gaps.sequences[mine])  # seen once per request
+        gaps.scale[mine] = gaps.seconds[mine].mean() / np.sqrt(np.maximum(gaps.running[mine], 1))  # once a row
         if gaps.scale[mine][0] <= 0:
             raise SpecscopeError(f"step records: every step of run {int(value) + 1} took 0 s (prefill_s and the "
                                  "decode phases): nothing to fit")
@@ -415,10 +416,11 @@ def _slowed(gaps: Gaps, factor: float) -> Gaps:
 
 
 def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
-    """The forward's coefficients [5] and ``admit_s`` [1], and each method's drafting [5], fitted together to
-    ``gaps`` (module docstring): one non-negative least-squares problem over the forward's
-    columns (every gap) and each method's drafting columns (its gaps, 0 elsewhere), every
-    error relative to its cell's mean gap; and the terms (``TERM``, ``METHOD.TERM``) the gaps
+    """The forward's coefficients [5], ``c_prompt`` [1] and ``admit_s`` [1], and each method's drafting
+    [5, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
+    least-squares problem over the forward's columns (every gap) and each method's drafting columns
+    (its gaps, 0 elsewhere), every error relative to its ``scale`` (its cell's mean gap; a step
+    record's, its run's mean step over √ its rows); and the terms (``TERM``, ``METHOD.TERM``) the gaps
     cannot tell apart (:func:`~specscope.costmodel.fit.unseparated`), of which the first ones
     (the forward's before a drafter's, in the order of the columns) carry their joint cost and
     the later ones are 0 wherever that fits as well: a fixed cost rather than none and one per
@@ -467,10 +469,11 @@ def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:
     rows = []
     for cell in cells:
         gaps = cell_gaps(cell)
+        steps = gaps.select(gaps.idle == 0)  # the engine's steps, each seen as a chunk gap
         rows.append({"method": cell.method, "k": cell.k, "batch_size": cell.batch_size,
-                     "tokens_per_step": float(np.mean(gaps.tokens)),
+                     "tokens_per_step": float(np.mean(steps.tokens + steps.prefill)),
                      "server_tokens_per_step": cell.server_means.get("server_iteration_tokens_mean"),
-                     "gap_ms": 1e3 * float(np.mean(gaps.seconds)),
+                     "gap_ms": 1e3 * float(np.mean(steps.seconds)),
                      "server_itl_ms": None if cell.server_means.get("server_inter_token_latency_mean_s") is None
                      else 1e3 * cell.server_means["server_inter_token_latency_mean_s"]})
     return rows

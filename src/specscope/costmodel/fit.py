@@ -148,7 +148,7 @@ def _drafter_prefill(steps: Sequence[MeasuredStep], target: LinearCostModel) -> 
     tokens = np.array([s.prefill_positions for s in steps], dtype=float)
     prompts = np.array([max(s.prefill_requests, 1) for s in steps], dtype=float)
     times = np.array([s.prefill_s for s in steps])
-    extra = times - target.forward_time(tokens, np.zeros_like(tokens), prompts)
+    extra = times - target.prefill_forward_time(tokens, prompts)
     return float(nonnegative_relative_fit(tokens[:, None], extra, "the drafter's prefill", times)[0])
 
 

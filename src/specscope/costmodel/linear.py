@@ -15,8 +15,9 @@ its own cost per position where a fit measured one (``c_prompt``; else ``c_tok``
 paper's fit). A calibration to a served engine fits it (``costmodel fit --from-sweep``): on
 ``specscope serve`` a prompt's position cost 0.042–0.052 ms, a verified token 0–0.058 ms (four
 sweeps, 2026-12-02: the per-token cost trades with the per-request one).
-A fit to step records keeps one line through verifications and prefills: fitted apart there (a
-study's records, 2026-12-02), its trees at batch 8 went from 3.8 % to 9.3 % under their measured
+The phase-by-phase fit to step records (``costmodel fit RECORDS``) keeps one line through
+verifications and prefills (``--whole-steps``, the like-for-like comparison for a sweep, fits
+``c_prompt`` as a sweep does): fitted apart there (a study's records, 2026-12-02), its trees at batch 8 went from 3.8 % to 9.3 % under their measured
 speedups on average and its chains' worst error from 8.9 % to 10.1 %.
 """
 
@@ -168,8 +169,11 @@ def drafting_from_json(spec: Fields) -> Drafting:
         spec.only(["kind", *LINEAR_DRAFTING_TERMS])
         terms = _coefficients(spec, ["c_tok", "c_kv"], ["c_prefill", "c_multi", "c_tree", "c_batched"])
         for name, (slope, required) in PER_PROPOSAL.items():  # at least 0 at k = 0: >= −slope
-            terms[name] = spec.number(name, default=None if required else 0.0, low=-terms[slope],
-                                      high=MAX_COEFFICIENT_S)
+            try:
+                terms[name] = spec.number(name, default=None if required else 0.0, low=-terms[slope],
+                                          high=MAX_COEFFICIENT_S)
+            except SpecscopeError as error:
+                raise SpecscopeError(f"{error} (−{slope}: a drafting proposing nothing costs at least 0)") from None
         return LinearDrafting(**terms)
     raise spec.error(spec.name("kind"), f"expected 'fraction' or 'linear', got {kind!r}")
 
@@ -177,7 +181,7 @@ def drafting_from_json(spec: Fields) -> Drafting:
 def linear_from_json(obj: object, label: str) -> LinearCostModel:
     """Parse the ``describe()`` form of a linear cost model (a JSON or TOML file named
     ``label``, also its name when it has none): every field known, every coefficient finite
-    and >= 0, no forward free (c_fixed + c_tok + c_req > 0: a forward of one token over an empty
+    and >= 0 (a drafting's ``c_fixed`` and ``c_req`` down to −``c_tok`` and −``c_batched``), no forward free (c_fixed + c_tok + c_req > 0: a forward of one token over an empty
     cache takes some time)."""
     spec = Fields(obj, label)
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",

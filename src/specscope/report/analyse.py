@@ -112,9 +112,10 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}")
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
                       _pair(names), notes=notes, measured=list(config.measured))
-    deeper = [f"fixed:{k}" for k in asked if k not in config.ks]
+    deeper, instead = [f"fixed:{k}" for k in asked if k not in config.ks], set(config.ks) - set(asked)
     if deeper:
-        data.notes.append(f"{', '.join(deeper)} not simulated: {config.longer_k}")
+        data.notes.append(f"{', '.join(deeper)} not simulated: {config.longer_k}"
+                          + "".join(f"; fixed:{k} in their place" for k in sorted(instead)))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim))
     past = cost.beyond_measured(config.ks, config.sim.batch_sizes) if isinstance(cost, LinearCostModel) else None
