@@ -55,6 +55,7 @@ def test_sweep_cli_places_cells_by_resources_and_resumes_after_driver_sigkill(ra
     assert sorted(r["cell_id"] for r in rows) == sorted(engine_of)
     assert all(r["status"] == "ok" and r["throughput"] > 0 for r in rows), [r["reason"] for r in rows]
     assert all(r["speedup"] is not None for r in rows if r["method"] == "ngram")
+    assert all(r["servers_sharing_node"] == 0 for r in rows)  # one engine a node, its groups one at a time
 
 
 def test_a_killed_worker_reruns_its_cell_and_every_cell_appears_once(ray_cluster, tmp_path):
@@ -141,3 +142,19 @@ def test_progress_counts_done_failed_and_running_per_node():
         progress.update(1, "10.0.0.3/cccccc", {"status": "ok"})  # restarted elsewhere
         assert progress.bar.description == "sweep: 1 failed, 2 running on 10.0.0.1/aaaaaa ×1, 10.0.0.3/cccccc ×1"
         assert progress.bar.done == 2
+
+
+def test_each_cell_says_how_many_other_servers_shared_its_node():
+    """Groups on one node share its cores: a cell counts the other groups whose servers were up on
+    its node while it ran (from its group's placement or previous cell to its end); a group gone
+    before the cell began, or on another node, does not count."""
+    from specscope.distributed.sweep import NodeShare
+
+    share = NodeShare()
+    share.up(0, "n1", 0.0)
+    share.up(1, "n1", 1.0)
+    share.up(2, "n2", 1.0)
+    assert share.cell_ended(1, "n1", 2.0, last=True) == 1  # group 0 up all along
+    assert share.cell_ended(2, "n2", 3.0, last=False) == 0  # alone on its node
+    assert share.cell_ended(0, "n1", 4.0, last=False) == 1  # group 1 was up until 2.0, this cell since 0.0
+    assert share.cell_ended(0, "n1", 5.0, last=True) == 0  # this cell ran 4.0-5.0: group 1 was gone

@@ -9,13 +9,16 @@ on a fresh server, finished cells are not repeated, and every cell's record arri
 whose worker is lost for good is recorded as failed (``--retry-failed`` reruns it).
 
 Where each cell ran is appended to ``OUTPUT/ray-placement.jsonl`` (``cell_id``, ``node_id``,
-``node_ip``, ``pid``).
+``node_ip``, ``pid``), and each measured cell's result says how many other groups' servers were up
+on its node while it ran (``servers_sharing_node``, :class:`NodeShare`): groups that fit one node
+at once share its cores, and their throughputs carry that contention.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from collections import Counter
 from dataclasses import replace
 from typing import Iterator
@@ -115,6 +118,29 @@ class SweepProgress:
         self.bar.advance(int(record is not None), f"sweep: {self.failed} failed, {running}")
 
 
+class NodeShare:
+    """Which group held a server on which node, over which span of the driver's clock: the other
+    groups' servers up on a cell's node while it ran (from the group's placement, or its previous
+    cell's end, to the cell's end) — those that shared its node's cores."""
+
+    def __init__(self) -> None:
+        self.spans: dict[int, list] = {}  # group -> [node, up since, down at (None: still up)]
+        self.last: dict[int, float] = {}  # group -> when its last cell ended
+
+    def up(self, group: int, node: str, now: float) -> None:
+        self.spans.setdefault(group, [node, now, None])[0] = node
+
+    def cell_ended(self, group: int, node: str, now: float, last: bool) -> int:
+        """The other groups' servers up on ``node`` while ``group``'s cell ran, up to ``now``."""
+        self.up(group, node, now)
+        since = self.last.get(group, self.spans[group][1])
+        self.last[group] = now
+        if last:
+            self.spans[group][2] = now
+        return sum(1 for other, (where, start, end) in self.spans.items()
+                   if other != group and where == node and start <= now and (end is None or end >= since))
+
+
 def node_label(place: dict[str, object]) -> str:
     """``IP/node`` (the node id's first 6 hex digits: several nodes may share an IP)."""
     return f"{place['node_ip']}/{str(place['node_id'])[:6]}"
@@ -153,7 +179,7 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                                                 max_task_retries=MAX_RETRIES).remote(config, group)
                 calls[actors[g].where.remote()] = (g, None)
                 calls.update({actors[g].run.remote(i): (g, i) for i in range(len(group))})
-            left = {g: len(group) for g, group in enumerate(groups)}
+            left, sharing = {g: len(group) for g, group in enumerate(groups)}, NodeShare()
             while calls:
                 [ready], _ = ray.wait(list(calls), num_returns=1)
                 g, index = calls.pop(ready)
@@ -165,6 +191,7 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                     value = (failed_record(config, groups[g][index], f"ray: worker lost: {worker_failure(error)}"), None)
                 if index is None:
                     progress.update(g, node_label(value))
+                    sharing.up(g, node_label(value), time.monotonic())
                     continue
                 record, place = value
                 expected = groups[g][index].cell_id(config)
@@ -174,6 +201,9 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                 left[g] -= 1
                 if place is not None:
                     _append_placement(config, expected, place)
+                    shared = sharing.cell_ended(g, node_label(place), time.monotonic(), last=not left[g])
+                    if isinstance(record.get("result"), dict):
+                        record = {**record, "result": {**record["result"], "servers_sharing_node": shared}}
                 yield record
                 progress.update(g, node_label(place) if place else None, record, group_done=not left[g])
                 if not left[g]:
