@@ -112,6 +112,7 @@ def mean_terms(model: LinearCostModel, steps: list[dict]) -> dict[str, float]:
              "c_kv": model.c_kv * np.mean([s["kv_tokens"] for s in decode]),
              "c_req": model.c_req * np.mean([s["batch_size"] for s in decode]),
              "c_multi": model.c_multi * np.mean(verified > 1),
+             "c_batch": model.c_batch * np.mean([s["batch_size"] > 1 for s in decode]),
              "c_prompt": (model.c_tok if model.c_prompt is None else model.c_prompt) * positions / len(decode)}
     for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
         mine = [s for s in decode if s["method"] == method]

@@ -226,3 +226,20 @@ def test_a_drafting_may_start_below_zero_in_its_k_plus_one_form():
         spec = {**model.describe(), "drafting": {"draft": {**passes.to_json(), name: value}}}
         with pytest.raises(SpecscopeError, match=rf"field 'drafting.draft.{name}': expected a number >= {floor}"):
             linear_from_json(spec, "m.json")
+
+
+def test_a_forward_over_several_sequences_may_cost_a_step_more():
+    """``c_batch`` is added to a forward over more than one sequence (a verification of several
+    rows, a prefill of several prompts), never to one row's, however many tokens it verifies; it
+    survives the model file and is written only when set."""
+    from specscope.costmodel.linear import LinearCostModel, linear_from_json
+
+    model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, c_batch=4e-4)
+    rows = np.array([1.0, 1.0, 2.0])
+    tokens = np.array([1.0, 5.0, 2.0])
+    assert model.forward_time(tokens, np.zeros(3), rows).tolist() == pytest.approx(
+        [1e-3 + 1e-5, 1e-3 + 5e-5, 1e-3 + 2e-5 + 4e-4])
+    assert model.prefill_forward_time(np.array([30.0, 60.0]), np.array([1.0, 2.0])).tolist() == pytest.approx(
+        [1e-3 + 3e-4, 1e-3 + 6e-4 + 4e-4])
+    assert linear_from_json(json.loads(json.dumps(model.describe())), "m.json").c_batch == 4e-4
+    assert "c_batch" not in LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0).describe()["forward"]

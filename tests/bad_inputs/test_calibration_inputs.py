@@ -131,7 +131,7 @@ CASES = [
     Case("steps-tree-without-sd", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
          r"s\.jsonl:1: field 'tree': expected none on a step without SD", {"s.jsonl": step(1, tree="2x1")}),
     Case("steps-too-few", ["costmodel", "fit", "s.jsonl", "--whole-steps", "-o", "m.json"],
-         r"3 observed steps for 7 coefficients", {"s.jsonl": "".join(step(i) for i in range(1, 4))}),
+         r"3 observed steps for 8 coefficients", {"s.jsonl": "".join(step(i) for i in range(1, 4))}),
     Case("steps-prefill-beyond-batch", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
          r"s\.jsonl:2: field 'prefill_requests'",
          {"s.jsonl": step(1) + step(2, prefill_requests=50) + step(3)}),

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from specscope.costmodel.calibrate import CellRun
 
-FORWARD = dict(c_fixed=2e-3, c_tok=1e-4, c_kv=2e-6, c_req=3e-4, c_prompt=6e-5)  # c_prompt: a prefill's position
+FORWARD = dict(c_fixed=2e-3, c_tok=1e-4, c_kv=2e-6, c_req=3e-4, c_prompt=6e-5,  # c_prompt: a prefill's position
+               c_batch=4e-4)  # c_batch: a forward over more than one sequence
 DRAFT = dict(c_fixed=5e-4, c_tok=4e-4, c_batched=1e-4)
 ADMIT = 1.5e-3  # a request's arrival holds up an idle engine this long (parsing, tokenizing)
 
@@ -40,13 +41,15 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
         cached = sum(prompts[s["r"]] + s["done"] for s in slots)
         step = 0.0
         if n:
-            step += FORWARD["c_fixed"] + FORWARD["c_tok"] * n * w + FORWARD["c_kv"] * cached + FORWARD["c_req"] * n
+            step += (FORWARD["c_fixed"] + FORWARD["c_tok"] * n * w + FORWARD["c_kv"] * cached + FORWARD["c_req"] * n
+                     + FORWARD["c_batch"] * (n > 1))
             if method != "none":
                 step += draft["c_fixed"] + draft["c_tok"] * w + draft["c_batched"] * n * w
         if admitted:
             positions = (len(admitted) * max(prompts[s["r"]] for s in admitted) if pads
                          else sum(prompts[s["r"]] for s in admitted))
-            step += FORWARD["c_fixed"] + FORWARD["c_prompt"] * positions + FORWARD["c_req"] * len(admitted)
+            step += (FORWARD["c_fixed"] + FORWARD["c_prompt"] * positions + FORWARD["c_req"] * len(admitted)
+                     + FORWARD["c_batch"] * (len(admitted) > 1))
             step += ADMIT if not n else 0.0
         sent, now = now, now + step
         for s in slots:

@@ -58,7 +58,8 @@ def simulated_steps(method: str, k: int, batch: int, run: int, draft: dict[str, 
     steps = []
     for i in range(40):
         kv = batch * (30 + i)
-        seconds = FORWARD["c_fixed"] + FORWARD["c_tok"] * batch * w + FORWARD["c_kv"] * kv + FORWARD["c_req"] * batch
+        seconds = (FORWARD["c_fixed"] + FORWARD["c_tok"] * batch * w + FORWARD["c_kv"] * kv + FORWARD["c_req"] * batch
+                   + FORWARD["c_batch"] * (batch > 1))
         if method != "none":
             seconds += draft["c_fixed"] + draft["c_tok"] * w + draft["c_batched"] * batch * w
         prefill = 30 + 7 * (i % 3) if i % 10 == 9 else 0
@@ -393,7 +394,7 @@ def test_prompts_of_one_length_keep_the_prefill_price_the_fit_found():
     cells += [simulated_cell("draft", k, b, prompt_step=0) for k in (2, 4) for b in (1, 2, 4)]
     model = fit_cells(cells)
     assert "c_prompt" in model.not_separated
-    truth = FORWARD["c_fixed"] + FORWARD["c_prompt"] * 120 + FORWARD["c_req"] * 4
+    truth = FORWARD["c_fixed"] + FORWARD["c_prompt"] * 120 + FORWARD["c_req"] * 4 + FORWARD["c_batch"]
     assert float(model.prefill_forward_time(np.array([120.0]), np.array([4.0]))[0]) == pytest.approx(truth, rel=0.01)
 
 

@@ -44,8 +44,9 @@ prefills it:
 On ``specscope serve`` (bundled models, batch 1) the first chunk came 2.6 ms after the engine's
 own prefill step; without this term the fit fell 1–3 % short of every batch-1 cell's duration.
 
-In both, forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]``
-and prefill = ``c_prompt·P`` (a prompt's position has its own price, as a prefill runs other
+In both, forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]
++ c_batch·[sequences > 1]`` (a forward over several sequences: see
+:mod:`~specscope.costmodel.linear`) and prefill = ``c_prompt·P`` (a prompt's position has its own price, as a prefill runs other
 kernels than a verification of a few tokens a row: on ``specscope serve`` 0.042–0.052 ms a
 position, where a first chunk seen from outside grew by 0.041–0.044 ms per prompt token, against
 0–0.058 ms per verified token; :class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
@@ -116,7 +117,7 @@ DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
 STALL = 3.0  # a gap over STALL × the typical gap of its kind is a stall, left out (see _not_stalled)
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
-TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "admit_s")  # the columns of Gaps.target_features
+TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s")  # the columns of Gaps.target_features
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
 
@@ -160,8 +161,9 @@ class Gaps:
     scale: np.ndarray  # the mean gap of its cell: errors are weighed relative to it
 
     def target_features(self) -> np.ndarray:
+        batches = 1.0 * (self.running > 1) + ((self.sequences - self.running) > 1)  # forwards of several sequences
         return np.column_stack([self.forwards, self.tokens, self.cached, self.sequences, self.multi, self.prefill,
-                                self.idle])
+                                batches, self.idle])
 
     def drafting_features(self) -> np.ndarray:
         proposed = np.where(self.running > 0, self.width - 1, 0.0)  # tokens each running row proposed
@@ -387,10 +389,10 @@ def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untol
     batches; ``prefilled``: whether the fit saw a prefill — without one a prompt's position is
     priced as a verified token; with one at its fitted price, even where it could not be told
     apart from other terms, which then carry the rest of its cost)."""
-    c_fixed, c_tok, c_kv, c_req, c_multi, c_prompt, admit_s = map(float, target)
+    c_fixed, c_tok, c_kv, c_req, c_multi, c_prompt, c_batch, admit_s = map(float, target)
     return LinearCostModel(
         name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s, pads_verification=pads,
-        c_prompt=c_prompt if prefilled else None,
+        c_prompt=c_prompt if prefilled else None, c_batch=c_batch,
         drafting={m: LinearDrafting(c_fixed=float(d[0] - d[1]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2] - d[4]),
                                     c_prefill=float(d[3]), c_batched=float(d[4])) for m, d in drafting.items()},
         fitted_cells=fitted, not_separated=untold,
@@ -416,7 +418,7 @@ def _slowed(gaps: Gaps, factor: float) -> Gaps:
 
 
 def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
-    """The forward's coefficients [5], ``c_prompt`` [1] and ``admit_s`` [1], and each method's drafting
+    """The forward's coefficients [5], ``c_prompt``, ``c_batch`` and ``admit_s`` [1 each], and each method's drafting
     [5, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
     least-squares problem over the forward's columns (every gap) and each method's drafting columns
     (its gaps, 0 elsewhere), every error relative to its ``scale`` (its cell's mean gap; a step

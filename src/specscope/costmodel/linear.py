@@ -7,7 +7,11 @@ fit`` fits to measured step records, where they can show up: ``c_req``, a cost p
 (cache indexing, masks, per-row bookkeeping of a small engine); ``c_multi``, a fixed cost of a
 forward of more than one token in all — on a CPU the matmuls switch from matrix-vector to
 matrix-matrix kernels there (the bundled target, one sequence with 100 cached tokens: 1 token
-2.97 ms, 2 tokens 3.25, 4 tokens 3.63, 8 tokens 3.65).
+2.97 ms, 2 tokens 3.25, 4 tokens 3.63, 8 tokens 3.65). A calibration to a served engine may add
+``c_batch·[running > 1]``, a fixed cost of a forward over more than one sequence: on ``specscope
+serve`` a batch-1 step verifying five tokens took no longer than one verifying one, while going from
+one sequence to four cost more per sequence than from four to eight (chunk gaps of 1.79, 3.13 and
+3.89 ms at B = 1, 4, 8 without SD); without it the batch-1 cells' speedups came out 3–5 % low.
 
 A prefill — a forward over whole prompts, with an empty cache — costs
 ``c_fixed + c_prompt·positions + c_req·prompts + c_multi·[positions > 1]``: the same forward with
@@ -71,18 +75,19 @@ class LinearCostModel:
     not_separated: tuple[str, ...] = ()  # a fitted model: terms its data could not tell apart (their split arbitrary)
     measured: tuple[int, int] | None = None  # a model fitted to step records: the largest k and batch size they held
     c_prompt: float | None = None  # seconds per position of a prefill forward (None: c_tok)
+    c_batch: float = 0.0  # seconds added to a forward over more than one sequence
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
         batched, running = np.asarray(batched_tokens), np.asarray(num_running)
         return (self.c_fixed + self.c_tok * batched + self.c_kv * np.asarray(kv_tokens)
-                + self.c_req * running + self.c_multi * (batched > 1))
+                + self.c_req * running + self.c_multi * (batched > 1) + self.c_batch * (running > 1))
 
     def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
-        positions = np.asarray(prompt_tokens)
+        positions, prompts = np.asarray(prompt_tokens), np.asarray(num_prompts)
         per_position = self.c_tok if self.c_prompt is None else self.c_prompt
-        return (self.c_fixed + per_position * positions + self.c_req * np.asarray(num_prompts)
-                + self.c_multi * (positions > 1))
+        return (self.c_fixed + per_position * positions + self.c_req * prompts
+                + self.c_multi * (positions > 1) + self.c_batch * (prompts > 1))
 
     def drafting_for(self, proposer: str) -> Drafting:
         return drafting_lookup(self.name, self.drafting, proposer)
@@ -98,7 +103,8 @@ class LinearCostModel:
             "kind": "linear",
             "name": self.name,
             "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req,
-                        "c_multi": self.c_multi, **({} if self.c_prompt is None else {"c_prompt": self.c_prompt})},
+                        "c_multi": self.c_multi, **({} if self.c_prompt is None else {"c_prompt": self.c_prompt}),
+                        **({"c_batch": self.c_batch} if self.c_batch else {})},
             "overhead_s": self.overhead_s,
             **({"admit_s": self.admit_s} if self.admit_s else {}),
             "pads_verification": self.pads_verification,
@@ -187,7 +193,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
                "not_separated", "measured"])
     forward = spec.child("forward")
-    forward.only([*FORWARD_TERMS, "c_prompt"])
+    forward.only([*FORWARD_TERMS, "c_prompt", "c_batch"])
     terms = _coefficients(forward, FORWARD_TERMS[:3], FORWARD_TERMS[3:])
     c_prompt = (forward.number("c_prompt", low=0.0, high=MAX_COEFFICIENT_S) if "c_prompt" in forward.obj
                 else None)
@@ -206,6 +212,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         not_separated=tuple(_names(spec, "not_separated")),
         measured=_measured(spec),
         c_prompt=c_prompt,
+        c_batch=forward.number("c_batch", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
         **terms,
     )
 

@@ -350,12 +350,13 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[
 
 def terms(model: LinearCostModel) -> dict[str, float]:
     """A calibrated model's fitted terms by name: the forward's, ``c_prompt`` (``c_tok`` where
-    no prefill was seen), ``admit_s``, and ``METHOD.TERM`` as the drafting was fitted, per
+    no prefill was seen), ``c_batch``, ``admit_s``, and ``METHOD.TERM`` as the drafting was fitted, per
     proposed token — its ``c_fixed`` and ``c_req`` at k = 0 (the model file's ``k + 1`` form
     plus ``c_tok`` and ``c_batched``), the names :func:`~specscope.costmodel.calibrate._fit`
     reports as not separated."""
     named = {name: getattr(model, name) for name in (*FORWARD_TERMS, "admit_s")}
     named["c_prompt"] = model.c_tok if model.c_prompt is None else model.c_prompt
+    named["c_batch"] = model.c_batch
     for method, drafting in model.drafting.items():
         named.update({f"{method}.{name}": getattr(drafting, name) for name in DRAFTING_TERMS})
         named[f"{method}.c_fixed"] += drafting.c_tok
