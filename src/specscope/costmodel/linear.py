@@ -11,7 +11,8 @@ matrix-matrix kernels there (the bundled target, one sequence with 100 cached to
 ``c_batch·[running > 1]``, a fixed cost of a forward over more than one sequence: on ``specscope
 serve`` a batch-1 step verifying five tokens took no longer than one verifying one, while going from
 one sequence to four cost more per sequence than from four to eight (chunk gaps of 1.79, 3.13 and
-3.89 ms at B = 1, 4, 8 without SD); without it the batch-1 cells' speedups came out 3–5 % low.
+3.89 ms at B = 1, 4, 8 without SD); without it the batch-1 cells' speedups came out 3–5 % low on
+average in four sweeps, with it 1–4 % (2026-12-02).
 
 A prefill — a forward over whole prompts, with an empty cache — costs
 ``c_fixed + c_prompt·positions + c_req·prompts + c_multi·[positions > 1]``: the same forward with
