@@ -57,9 +57,11 @@ from pathlib import Path
 
 import numpy as np
 
+from specscope.analysis.timesplit import read_steps
 from specscope.backends.openai.sweep_config import SweepConfig
 from specscope.cli import main as specscope
 from specscope.costmodel.linear import LinearCostModel, linear_from_json
+from specscope.costmodel.steps import MeasuredStep
 from specscope.workloads.bundled import bundled_records
 from specscope.zoo.shipped import model_dir
 
@@ -101,27 +103,25 @@ def write_config(out: Path, workload: Path, max_tokens: int, segments: int, repl
     return path
 
 
-def mean_terms(model: LinearCostModel, steps: list[dict]) -> dict[str, float]:
+def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, float]:
     """Each coefficient's contribution to the mean step of ``steps`` (seconds): the forward's
     terms over the decode steps, each drafting's over its method's steps, and ``c_prompt`` the
     prefills' positions spread over the decode steps."""
-    decode = [s for s in steps if s["batch_size"] > 0 and s["prefill_tokens"] == 0]
-    verified = np.array([s["tokens_verified"] for s in decode], dtype=float)
-    positions = sum(s["prefill_requests"] * (s.get("prefill_width") or 0) or s["prefill_tokens"] for s in steps)
+    decode = [s for s in steps if s.batch_size > 0 and s.prefill_tokens == 0]
+    verified = np.array([s.tokens_verified for s in decode], dtype=float)
     terms = {"c_fixed": model.c_fixed, "c_tok": model.c_tok * verified.mean(),
-             "c_kv": model.c_kv * np.mean([s["kv_tokens"] for s in decode]),
-             "c_req": model.c_req * np.mean([s["batch_size"] for s in decode]),
+             "c_kv": model.c_kv * np.mean([s.kv_tokens for s in decode]),
+             "c_req": model.c_req * np.mean([s.batch_size for s in decode]),
              "c_multi": model.c_multi * np.mean(verified > 1),
-             "c_batch": model.c_batch * np.mean([s["batch_size"] > 1 for s in decode]),
-             "c_prompt": (model.c_tok if model.c_prompt is None else model.c_prompt) * positions / len(decode)}
+             "c_batch": model.c_batch * np.mean([s.batch_size > 1 for s in decode]),
+             "c_prompt": model.prompt_price * sum(s.prefill_positions for s in steps) / len(decode)}
     for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
-        mine = [s for s in decode if s["method"] == method]
-        proposed = np.mean([s["tokens_verified"] / s["batch_size"] - 1 for s in mine])
-        rows = np.mean([s["batch_size"] for s in mine])
-        terms[f"{method}.c_fixed"] = coefficient(model, f"{method}.c_fixed")
-        terms[f"{method}.c_tok"] = drafting.c_tok * proposed
-        terms[f"{method}.c_req"] = coefficient(model, f"{method}.c_req") * rows
-        terms[f"{method}.c_batched"] = drafting.c_batched * rows * proposed
+        mine = [s for s in decode if s.method == method]
+        proposed = np.mean([s.tokens_verified / s.batch_size - 1 for s in mine])
+        rows = np.mean([s.batch_size for s in mine])
+        start = drafting.at_no_proposal()
+        terms.update({f"{method}.c_fixed": start["c_fixed"], f"{method}.c_tok": drafting.c_tok * proposed,
+                      f"{method}.c_req": start["c_req"] * rows, f"{method}.c_batched": drafting.c_batched * rows * proposed})
     return terms
 
 
@@ -131,10 +131,8 @@ def coefficient(model: LinearCostModel, name: str) -> float:
     if "." in name:
         method, field = name.split(".")
         drafting = model.drafting[method]
-        return getattr(drafting, field) + {"c_fixed": drafting.c_tok, "c_req": drafting.c_batched}.get(field, 0.0)
-    if name == "c_prompt" and model.c_prompt is None:
-        return model.c_tok
-    return getattr(model, name)
+        return drafting.at_no_proposal().get(field, getattr(drafting, field))
+    return model.prompt_price if name == "c_prompt" else getattr(model, name)
 
 
 def main() -> None:
@@ -180,9 +178,8 @@ def main() -> None:
           f"worst {errors.max():.1f} % (goal ≤ 10); the measured speedups' own standard errors (their segments' "
           f"spread): median {np.median(se):.1f} %, {int(np.sum(errors <= 2 * se))} of {len(errors)} errors within two")
     models = [linear_from_json(json.loads(p.read_text()), p.name) for p in (outside, inside)]
-    steps = [json.loads(line) for line in (out / "steps.jsonl").read_text().splitlines()]
-    step_mean = float(np.mean([s["verify_s"] + s["draft_s"] + s["sample_s"] + s["overhead_s"] for s in steps
-                               if s["batch_size"] > 0 and s["prefill_tokens"] == 0]))
+    steps = read_steps([out / "steps.jsonl"])
+    step_mean = float(np.mean([s.decode_s for s in steps if s.batch_size > 0 and s.prefill_tokens == 0]))
     contributions = [mean_terms(m, steps) for m in models]
     with open(out / "sweep" / "coefficients.csv") as handle:
         spread = {row["term"]: float(row["jackknife_se"]) for row in csv.DictReader(handle)}

@@ -127,6 +127,17 @@ class LinearDrafting:
     c_tree: float = 0.0
     c_batched: float = 0.0
 
+    @classmethod
+    def per_proposed_token(cls, c_fixed: float, c_tok: float, c_req: float, c_batched: float,
+                           **terms: float) -> "LinearDrafting":
+        """The drafting whose cost at k proposed tokens is ``c_fixed + c_tok·k + (c_req +
+        c_batched·k)·rows`` (+ ``terms``), written in the ``k + 1`` form."""
+        return cls(c_fixed=c_fixed - c_tok, c_tok=c_tok, c_req=c_req - c_batched, c_batched=c_batched, **terms)
+
+    def at_no_proposal(self) -> dict[str, float]:
+        """``c_fixed`` and ``c_req`` per proposed token: what a step and a row cost at k = 0."""
+        return {"c_fixed": self.c_fixed + self.c_tok, "c_req": self.c_req + self.c_batched}
+
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         running = load.num_running > 0
         per_request = draft_tokens_per_sequence(load)  # mean k + 1

@@ -106,7 +106,7 @@ import numpy as np
 import scipy.optimize
 
 from specscope.costmodel.base import LinearDrafting
-from specscope.costmodel.fit import unseparated
+from specscope.costmodel.fit import measured_extent, unseparated
 from specscope.costmodel.linear import FORWARD_TERMS, FittedCell, LinearCostModel
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
@@ -378,9 +378,7 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Line
                f"{100 * np.percentile(error, 90):.1f} %")
     model = _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"),  # never seen here
                    True, bool(gaps.prefill.any()))
-    decoded = [s for s in steps if s.decoded > 0]
-    return replace(model, measured=(max((s.k for s in decoded if s.method != NO_SD), default=0),
-                                    max((s.decoded for s in decoded), default=1))), summary
+    return replace(model, measured=measured_extent([s for s in steps if s.decoded > 0])), summary
 
 
 def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untold: tuple[str, ...], pads: bool,
@@ -393,8 +391,8 @@ def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untol
     return LinearCostModel(
         name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s, pads_verification=pads,
         c_prompt=c_prompt if prefilled else None, c_batch=c_batch,
-        drafting={m: LinearDrafting(c_fixed=float(d[0] - d[1]), c_tok=float(d[1]), c_kv=0.0, c_req=float(d[2] - d[4]),
-                                    c_prefill=float(d[3]), c_batched=float(d[4])) for m, d in drafting.items()},
+        drafting={m: LinearDrafting.per_proposed_token(*map(float, (d[0], d[1], d[2], d[4])), c_kv=0.0,
+                                                       c_prefill=float(d[3])) for m, d in drafting.items()},
         fitted_cells=fitted, not_separated=untold,
     )
 

@@ -162,13 +162,18 @@ def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Lin
         factors = _speed_factors(steps, repeat, model)
         model = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
     decode, prefill = _decode_and_prefill(steps)
-    model = replace(model, measured=(max((s.k for s in decode if s.method != NO_SD), default=0),
-                                     max((s.decoded for s in decode), default=1)))
+    model = replace(model, measured=measured_extent(decode))
     batched, kv, rows, times = _forward_points(decode, prefill)
     rel = np.abs(model.forward_time(batched, kv, rows) - times) / times
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)),
                          float(factors.max(initial=1.0)), float(factors.min(initial=1.0)))
     return model, quality
+
+
+def measured_extent(decode: Sequence[MeasuredStep]) -> tuple[int, int]:
+    """The largest k of the SD steps among ``decode`` (steps that verified) and the most rows any
+    of them decoded: how far a model fitted to them has seen (``LinearCostModel.measured``)."""
+    return (max((s.k for s in decode if s.method != NO_SD), default=0), max((s.decoded for s in decode), default=1))
 
 
 def _slowed(step: MeasuredStep, factor: float) -> MeasuredStep:
@@ -283,8 +288,8 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", _step_seconds(mine))
         untold += [f"{method}.{term}" for term in unseparated(design, DRAFTING_COLUMNS)]
         c_fixed, c_tok, c_kv, c_req, c_multi, c_batched = map(float, coef[:6])
-        drafting[method] = LinearDrafting(c_fixed - c_tok, c_tok, c_kv, c_req - c_batched, c_prefill=_drafter_prefill(
-            [s for s in prefill if s.method == method], forward), c_multi=c_multi,
-            c_batched=c_batched, c_tree=float(coef[6]) if tree.any() else 0.0)
+        drafting[method] = LinearDrafting.per_proposed_token(
+            c_fixed, c_tok, c_req, c_batched, c_kv=c_kv, c_multi=c_multi, c_tree=float(coef[6]) if tree.any() else 0.0,
+            c_prefill=_drafter_prefill([s for s in prefill if s.method == method], forward))
     return with_policy_work(replace(forward, overhead_s=overhead, drafting=drafting, not_separated=tuple(untold)),
                             decode)

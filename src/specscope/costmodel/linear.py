@@ -84,10 +84,14 @@ class LinearCostModel:
         return (self.c_fixed + self.c_tok * batched + self.c_kv * np.asarray(kv_tokens)
                 + self.c_req * running + self.c_multi * (batched > 1) + self.c_batch * (running > 1))
 
+    @property
+    def prompt_price(self) -> float:
+        """Seconds per position of a prefill: ``c_prompt``, or ``c_tok`` where none was fitted."""
+        return self.c_tok if self.c_prompt is None else self.c_prompt
+
     def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
         positions, prompts = np.asarray(prompt_tokens), np.asarray(num_prompts)
-        per_position = self.c_tok if self.c_prompt is None else self.c_prompt
-        return (self.c_fixed + per_position * positions + self.c_req * prompts
+        return (self.c_fixed + self.prompt_price * positions + self.c_req * prompts
                 + self.c_multi * (positions > 1) + self.c_batch * (prompts > 1))
 
     def drafting_for(self, proposer: str) -> Drafting:
@@ -195,7 +199,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
                "not_separated", "measured"])
     forward = spec.child("forward")
     forward.only([*FORWARD_TERMS, "c_prompt", "c_batch"])
-    terms = _coefficients(forward, FORWARD_TERMS[:3], FORWARD_TERMS[3:])
+    terms = _coefficients(forward, FORWARD_TERMS[:3], [*FORWARD_TERMS[3:], "c_batch"])
     c_prompt = (forward.number("c_prompt", low=0.0, high=MAX_COEFFICIENT_S) if "c_prompt" in forward.obj
                 else None)
     if terms["c_fixed"] + terms["c_tok"] + terms.get("c_req", 0.0) <= 0:
@@ -213,7 +217,6 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         not_separated=tuple(_names(spec, "not_separated")),
         measured=_measured(spec),
         c_prompt=c_prompt,
-        c_batch=forward.number("c_batch", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
         **terms,
     )
 

@@ -355,12 +355,10 @@ def terms(model: LinearCostModel) -> dict[str, float]:
     plus ``c_tok`` and ``c_batched``), the names :func:`~specscope.costmodel.calibrate._fit`
     reports as not separated."""
     named = {name: getattr(model, name) for name in (*FORWARD_TERMS, "admit_s")}
-    named["c_prompt"] = model.c_tok if model.c_prompt is None else model.c_prompt
-    named["c_batch"] = model.c_batch
+    named.update(c_prompt=model.prompt_price, c_batch=model.c_batch)
     for method, drafting in model.drafting.items():
-        named.update({f"{method}.{name}": getattr(drafting, name) for name in DRAFTING_TERMS})
-        named[f"{method}.c_fixed"] += drafting.c_tok
-        named[f"{method}.c_req"] += drafting.c_batched
+        fitted = {**{name: getattr(drafting, name) for name in DRAFTING_TERMS}, **drafting.at_no_proposal()}
+        named.update({f"{method}.{name}": value for name, value in fitted.items()})
     return named
 
 
