@@ -106,7 +106,8 @@ def write_config(out: Path, workload: Path, max_tokens: int, segments: int, repl
 def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, float]:
     """Each coefficient's contribution to the mean step of ``steps`` (seconds): the forward's
     terms over the decode steps, each drafting's over its method's steps, and ``c_prompt`` the
-    prefills' positions spread over the decode steps."""
+    prefills' positions spread over the decode steps (a drafting's ``c_prefill`` its method's over its
+    method's)."""
     decode = [s for s in steps if s.batch_size > 0 and s.prefill_tokens == 0]
     verified = np.array([s.tokens_verified for s in decode], dtype=float)
     terms = {"c_fixed": model.c_fixed, "c_tok": model.c_tok * verified.mean(),
@@ -117,11 +118,13 @@ def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, f
              "c_prompt": model.prompt_price * sum(s.prefill_positions for s in steps) / len(decode)}
     for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
         mine = [s for s in decode if s.method == method]
-        proposed = np.mean([s.tokens_verified / s.batch_size - 1 for s in mine])
-        rows = np.mean([s.batch_size for s in mine])
+        proposed = np.mean([s.batched_tokens / s.decoded - 1 for s in mine])  # each row at the k it proposed
+        rows = np.mean([s.decoded for s in mine])
+        prompts = sum(s.prefill_positions for s in steps if s.method == method)
         start = drafting.at_no_proposal()
         terms.update({f"{method}.c_fixed": start["c_fixed"], f"{method}.c_tok": drafting.c_tok * proposed,
-                      f"{method}.c_req": start["c_req"] * rows, f"{method}.c_batched": drafting.c_batched * rows * proposed})
+                      f"{method}.c_req": start["c_req"] * rows, f"{method}.c_batched": drafting.c_batched * rows * proposed,
+                      f"{method}.c_prefill": drafting.c_prefill * prompts / len(mine)})
     return terms
 
 
@@ -173,10 +176,12 @@ def main() -> None:
     with open(out / "sweep" / "calibration.csv") as handle:
         rows = list(csv.DictReader(handle))
     errors = np.array([abs(float(r["error_pct"])) for r in rows])
-    se = np.array([float(r["measured_se_pct"]) for r in rows])
+    noise = [(abs(float(r["error_pct"])), float(r["measured_se_pct"])) for r in rows if r["measured_se_pct"]]
+    spread_note = (f"median {np.median([se for _, se in noise]):.1f} %, {sum(e <= 2 * se for e, se in noise)} of "
+                   f"{len(noise)} errors within two" if noise else "none measured (a cell of one segment has none)")
     print(f"\nleave-one-out over {len(errors)} SD cells: median |error| {np.median(errors):.1f} % (goal ≤ 5), "
           f"worst {errors.max():.1f} % (goal ≤ 10); the measured speedups' own standard errors (their segments' "
-          f"spread): median {np.median(se):.1f} %, {int(np.sum(errors <= 2 * se))} of {len(errors)} errors within two")
+          f"spread): {spread_note}")
     models = [linear_from_json(json.loads(p.read_text()), p.name) for p in (outside, inside)]
     steps = read_steps([out / "steps.jsonl"])
     step_mean = float(np.mean([s.decode_s for s in steps if s.batch_size > 0 and s.prefill_tokens == 0]))

@@ -381,3 +381,65 @@ def test_a_fitted_model_knows_what_it_measured(tmp_path):
     assert model.beyond_measured([1, 4], [1, 8]) is None
     assert model.beyond_measured([5], [64]) == ("cost model 'm' was fitted to steps of k <= 4 and batch size <= 8; "
                                                 "k up to 5 and batch sizes up to 64 extrapolate its lines")
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_drafting_is_fitted_on_each_rows_own_proposal(tmp_path, whole):
+    """n-gram steps at batch 2, 4 and 8 where one row proposes k and the others none: the
+    verification pads every row to k + 1, but the lookup's drafting grows with the tokens the rows
+    proposed (5e-5 s each; the simulator prices a row at the k it proposed). Fitted from
+    ``tokens_proposed``, a step of 4 rows proposing 3, 0, 0, 0 costs 1e-4 s more than one
+    proposing 1, 0, 0, 0, as generated; a record without the field takes every row at the widest
+    (4 × 3 tokens against 4 × 1) and misses that by half or more."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.base import StepLoad
+    from specscope.costmodel.calibrate import fit_steps
+    from specscope.costmodel.fit import fit_linear
+
+    lines = []
+    for i in range(48):
+        k, batch, kv = 1 + i % 4, (2, 4, 8)[i % 3], 100 + 10 * i
+        lines.append(step(i, "none", 0, batch, kv, 0.002 + 1e-4 * batch + 2e-7 * kv))
+        verify = 0.002 + 1e-4 * batch * (k + 1) + 2e-7 * kv
+        lines.append({**step(i, "ngram", k, batch, kv, verify, draft=2e-4 + 5e-5 * k), "tokens_proposed": k})
+    records = tmp_path / "steps.jsonl"
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fit = (lambda steps: fit_steps(steps)[0]) if whole else (lambda steps: fit_linear(steps)[0])
+
+    def k_part(model) -> float:
+        drafting, one = model.drafting_for("ngram"), np.ones(1)
+        load = lambda k: StepLoad(np.array([k + 4.0]), 0 * one, 4 * one, one, 4 * (k + 1.0) * one)
+        return float(drafting.time(load(3), 0 * one)[0] - drafting.time(load(1), 0 * one)[0])
+
+    assert k_part(fit(read_steps([records]))) == pytest.approx(1e-4, rel=1e-3)
+    for line in lines:
+        line.pop("tokens_proposed", None)  # the none steps have none
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert k_part(fit(read_steps([records]))) < 0.5e-4
+
+
+def test_a_whole_step_fit_gives_a_policy_only_its_own_work(tmp_path):
+    """``--whole-steps`` over an engine running a policy file: the entry ``learned`` is the
+    policy's own work (``policy_s``), as in the phase fit, not its proposers' drafting too (which
+    the simulator charges apart: before, 0.3 ms of proposers' drafting was charged twice)."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.calibrate import fit_steps
+
+    records = tmp_path / "steps.jsonl"
+    synthetic_records(records)
+    learned = [{**step(i, "learned", 3, batch, 100, 0.004, draft=3e-4 + 1e-4 + 2e-5 * batch), "policy_s": 1e-4 + 2e-5 * batch}
+               for i, batch in enumerate([1, 2, 4, 8] * 5)]
+    with records.open("a") as handle:
+        handle.write("".join(json.dumps(line) + "\n" for line in learned))
+    work = fit_steps(read_steps([records]))[0].drafting_for("learned")
+    assert (work.c_fixed, work.c_req) == (pytest.approx(1e-4, rel=1e-6), pytest.approx(2e-5, rel=1e-6))
+    only = tmp_path / "only.jsonl"
+    only.write_text("".join(json.dumps(line) + "\n" for line in learned))
+    assert main(["costmodel", "fit", str(only), "--whole-steps", "-o", str(tmp_path / "m.json")]) == 2
+
+
+def test_a_proposal_beyond_the_verified_tokens_is_refused(tmp_path, capsys):
+    bad = tmp_path / "steps.jsonl"
+    bad.write_text(json.dumps({**step(0, "ngram", 2, 2, 0, 0.01, draft=0.001), "tokens_proposed": 5}) + "\n")
+    assert main(["costmodel", "fit", str(bad), "-o", str(tmp_path / "m.json")]) == 2
+    assert "steps.jsonl:1: field 'tokens_proposed': expected 0 … 4" in capsys.readouterr().err

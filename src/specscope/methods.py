@@ -94,6 +94,14 @@ NAMES: tuple[str, ...] = tuple(m.name for m in METHODS)
 _BY_NAME = {m.name: m for m in METHODS}
 
 
+def proposal_label(method_name: str, k: int, tree: str | None = None) -> str:
+    """What a run of ``method_name`` proposes: ``ngram k=3``, ``eagle tree=2x1x1`` (``tree``: a
+    static tree's name), ``none``."""
+    if method_name == NO_SD:
+        return NO_SD
+    return f"{method_name} tree={tree}" if tree else f"{method_name} k={k}"
+
+
 def method(name: str) -> Method:
     """The method called ``name``; an unknown name is a one-line error listing the known ones."""
     found = _BY_NAME.get(name)

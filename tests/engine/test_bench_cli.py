@@ -42,6 +42,7 @@ RECORD_FIELDS = {
     "tree",
     "policy_s",
     "prefill_width",
+    "tokens_proposed",
 }
 
 

@@ -87,14 +87,16 @@ def test_step_records_and_stop_conditions(llama_dir):
     assert record.prefill_tokens == 11 and record.kv_tokens == 0 and record.batch_size == 2
     assert (record.prefill_requests, record.prefill_width, record.prefill_positions) == (2, 8, 16)  # padded to 8
     assert record.tokens_emitted == [1, 1] and record.prefill_s > 0  # the prefill's token alone
-    assert record.verify_s == 0 and record.tokens_verified == 0
+    assert record.verify_s == 0 and record.tokens_verified == 0 and record.tokens_proposed == 0
     assert engine.num_running() == 1 and engine.has_capacity()
     total = sum(len(o.new_token_ids) for o in first if o.request_id == "b")
     assert total == 1
     while engine.num_running():
         outs = engine.step()
         total += len(outs[0].new_token_ids)
-        assert engine.step_records[-1].kv_tokens >= 3  # b's prompt at least
+        last = engine.step_records[-1]
+        assert last.kv_tokens >= 3  # b's prompt at least
+        assert last.tokens_proposed == last.tokens_verified - 1 == last.batched_tokens - 1  # one row, at its own k
     assert total == 5 and outs[0].finish_reason == "length"
     # a stop token ends the request and is the last token returned
     engine.eos_token_ids = frozenset(range(VOCAB))
@@ -162,3 +164,20 @@ def test_qwen3_greedy_sd_equals_plain_greedy(qwen3_dir):
     sd, _ = load_engine(qwen3_dir, "draft", qwen3_dir, k=3, max_batch_size=4, max_seq_len=128)
     assert generate(sd, 4) == generate(plain, 4)
     assert sd.stats.acceptance_rate() == 1.0
+
+
+def test_step_records_count_each_rows_own_proposal(llama_dir):
+    """An n-gram step where one row finds a match and the other none verifies both at the widest
+    (``tokens_verified`` = 2 × (k + 1)) but proposes only the matching row's drafts:
+    ``tokens_proposed`` is Σ draft_len, what a drafting is priced by."""
+    engine, _ = load_engine(llama_dir, "ngram", k=3, max_batch_size=2, max_seq_len=64)
+    engine.eos_token_ids = frozenset()
+    engine.add_request("repeats", [5, 6, 7, 8] * 4, max_tokens=6)
+    engine.add_request("plain", [9, 10, 11, 12, 13], max_tokens=6)
+    while engine.num_running():
+        engine.step()
+    decoded = [r for r in engine.step_records if r.tokens_verified]
+    assert all(r.tokens_proposed <= r.tokens_verified - r.decoded for r in decoded)
+    assert all(r.batched_tokens == r.tokens_proposed + r.decoded for r in decoded)
+    uneven = [r for r in decoded if r.decoded == 2 and r.tokens_proposed < r.tokens_verified - 2]
+    assert uneven and all(r.tokens_proposed > 0 for r in uneven)

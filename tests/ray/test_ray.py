@@ -145,16 +145,27 @@ def test_progress_counts_done_failed_and_running_per_node():
 
 
 def test_each_cell_says_how_many_other_servers_shared_its_node():
-    """Groups on one node share its cores: a cell counts the other groups whose servers were up on
-    its node while it ran (from its group's placement or previous cell to its end); a group gone
-    before the cell began, or on another node, does not count."""
+    """Groups on one node share its cores: a cell counts the servers of the other groups up on
+    its node while it ran (from its group's placement or previous cell to its end; group 1 runs
+    three servers at once); a group gone before the cell began, or on another node, does not
+    count, nor does a group whose last cell failed once it is down, nor a group's old node once
+    Ray restarted it elsewhere."""
     from specscope.distributed.sweep import NodeShare
 
-    share = NodeShare()
+    share = NodeShare([1, 3, 1, 1])
     share.up(0, "n1", 0.0)
     share.up(1, "n1", 1.0)
     share.up(2, "n2", 1.0)
-    assert share.cell_ended(1, "n1", 2.0, last=True) == 1  # group 0 up all along
-    assert share.cell_ended(2, "n2", 3.0, last=False) == 0  # alone on its node
-    assert share.cell_ended(0, "n1", 4.0, last=False) == 1  # group 1 was up until 2.0, this cell since 0.0
-    assert share.cell_ended(0, "n1", 5.0, last=True) == 0  # this cell ran 4.0-5.0: group 1 was gone
+    assert share.cell_ended(1, "n1", 2.0) == 1  # group 0 up all along
+    share.down(1, 2.0)
+    assert share.cell_ended(2, "n2", 3.0) == 0  # alone on its node
+    assert share.cell_ended(0, "n1", 4.0) == 3  # group 1's three servers were up until 2.0, this cell since 0.0
+    assert share.cell_ended(0, "n1", 5.0) == 0  # this cell ran 4.0-5.0: group 1 was gone
+    share.up(3, "n1", 5.5)
+    share.down(3, 6.0)  # its only cell failed: no placement, no cell_ended
+    assert share.cell_ended(0, "n1", 7.0) == 1  # up 5.5-6.0, within this cell's 5.0-7.0
+    assert share.cell_ended(0, "n1", 8.0) == 0  # group 3 stays down
+    share.up(2, "n1", 8.5)  # group 2 restarted on n1: gone from n2
+    share.up(3, "n2", 9.0)
+    assert share.cell_ended(3, "n2", 10.0) == 0  # group 2 left n2 at 8.5, before this cell's 9.0
+    assert share.cell_ended(2, "n1", 10.0) == 1  # group 0, still up on n1

@@ -9,7 +9,8 @@ Measured: per-step records of an engine run, JSON Lines, one step a line::
      "prefill_requests": 0}
 
 (``prefill_requests``, the prompts a step prefilled, may be missing: it is then taken as 1 for
-a step that prefilled and 0 otherwise.)
+a step that prefilled and 0 otherwise. ``tokens_proposed``, the draft tokens its rows proposed,
+may be missing too: every row is then taken at the widest, ``tokens_verified``.)
 
 A step's ``batch_size`` is the number of requests running in that step, which varies as
 requests finish and are admitted. So the reader cuts the records into runs — a run starts at
@@ -52,6 +53,7 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     width = fields.integer("prefill_width", optional=True)  # absent in records before it existed
     tree = fields.text("tree", optional=True)
     policy = fields.number("policy_s", default=0.0, low=0.0)  # absent in records before it existed
+    proposed = fields.integer("tokens_proposed", optional=True)  # absent in records before it existed
     tokens = values["prefill_tokens"]
     prompts = (1 if tokens else 0) if prompts is None else prompts
     if not 0 <= prompts <= values["batch_size"]:
@@ -64,7 +66,7 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
         raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
     if tree is not None and method == NO_SD:
         raise fields.error("tree", "expected none on a step without SD (method none)")
-    step = MeasuredStep(method=method, policy_s=policy, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
+    step = MeasuredStep(method=method, policy_s=policy, tokens_proposed=proposed, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
                         prefill_requests=prompts, prefill_width=0 if width is None else width,
                         tree=None if tree is None else fields.check("tree", parse_tree, tree).name, **values)
     _check_consistent(fields, step)
@@ -84,6 +86,9 @@ def _check_consistent(fields: Fields, step: MeasuredStep) -> None:
     if step.tokens_verified < step.decoded:
         raise fields.error("tokens_verified", f"expected at least one per request it decoded ({step.decoded}: batch_size "
                                               f"less prefill_requests), got {step.tokens_verified}")
+    if step.tokens_proposed is not None and not 0 <= step.tokens_proposed <= step.tokens_verified - step.decoded:
+        raise fields.error("tokens_proposed", f"expected 0 … {step.tokens_verified - step.decoded}: at most "
+                                              f"tokens_verified less one per request decoded, got {step.tokens_proposed}")
     if bool(step.prefill_requests) != bool(step.prefill_tokens):
         raise fields.error("prefill_requests", f"expected requests exactly where prefill_tokens > 0, got "
                                                f"{step.prefill_requests} with prefill_tokens {step.prefill_tokens}")

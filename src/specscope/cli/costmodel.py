@@ -98,29 +98,21 @@ def run_fit(args: argparse.Namespace) -> int:
         from specscope.costmodel.calibrate import fit_steps
 
         model, summary = fit_steps(read_steps(args.records), name)
-        text = json.dumps(model.describe(), indent=1)
-        atomic_write_text(output, text + "\n")
-        note_unseparated(model)
-        if to_stdout(output):
-            print(summary, file=sys.stderr)
-            return 0
-        print(text)
-        print(summary)
-        print(f"wrote {output}")
-        return 0
-    model, quality = fit_linear(read_steps(args.records), name=name)
+    else:
+        model, quality = fit_linear(read_steps(args.records), name=name)
+        summary = quality.summary()
+        if quality.median_rel_error > POOR_FIT:
+            print(f"specscope: warning: the forward fit misses its median step by {100 * quality.median_rel_error:.0f} % "
+                  f"(above {100 * POOR_FIT:.0f} %): the steps vary beyond what its terms explain (other load on the "
+                  "machine?), and what it predicts may mislead; measure again on a quiet machine", file=sys.stderr)
     text = json.dumps(model.describe(), indent=1)
     atomic_write_text(output, text + "\n")
     note_unseparated(model)
-    if quality.median_rel_error > POOR_FIT:
-        print(f"specscope: warning: the forward fit misses its median step by {100 * quality.median_rel_error:.0f} % "
-              f"(above {100 * POOR_FIT:.0f} %): the steps vary beyond what its terms explain (other load on the "
-              "machine?), and what it predicts may mislead; measure again on a quiet machine", file=sys.stderr)
     if to_stdout(output):
-        print(quality.summary(), file=sys.stderr)
+        print(summary, file=sys.stderr)
         return 0
     print(text)
-    print(quality.summary())
+    print(summary)
     print(f"wrote {output}")
     return 0
 

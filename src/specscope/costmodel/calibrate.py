@@ -45,8 +45,8 @@ On ``specscope serve`` (bundled models, batch 1) the first chunk came 2.6 ms aft
 own prefill step; without this term the fit fell 1–3 % short of every batch-1 cell's duration.
 
 In both, forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]
-+ c_batch·[sequences > 1]`` (a forward over several sequences: see
-:mod:`~specscope.costmodel.linear`) and prefill = ``c_prompt·P`` (a prompt's position has its own price, as a prefill runs other
++ c_batch·([n > 1] + [n_p > 1])`` (``c_batch`` once for each forward over several sequences — the
+verification of ``n`` rows, the prefill of ``n_p`` prompts: see :mod:`~specscope.costmodel.linear`) and prefill = ``c_prompt·P`` (a prompt's position has its own price, as a prefill runs other
 kernels than a verification of a few tokens a row: on ``specscope serve`` 0.042–0.052 ms a
 position, where a first chunk seen from outside grew by 0.041–0.044 ms per prompt token, against
 0–0.058 ms per verified token; :class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
@@ -58,8 +58,8 @@ the fit priced the bundled draft model's k = 1 steps 0.13 ms high and k = 4 low)
 the batch's draft tokens, for a drafter whose passes cost more with every row they carry
 (:class:`~specscope.costmodel.base.LinearDrafting`; its fixed cost only on steps that decode).
 The forward, ``admit_s`` and every method's drafting are fitted together, as one non-negative
-least-squares problem (``scipy.optimize.nnls``; on timelines made by an exact linear engine it
-recovers the coefficients), every error relative to the mean gap of its cell: cells of small and
+least-squares problem (:func:`~specscope.costmodel.fit.nonnegative_least_squares`; on timelines
+made by an exact linear engine it recovers the coefficients), every error relative to the mean gap of its cell: cells of small and
 large steps weigh alike, and within a cell the fit matches the mean gap — what throughput
 depends on. (Weighing each gap by itself instead fits the typical gap of a right-skewed cell and
 underestimated the mean one by 15–20 % at batch 4 and 8 on ``specscope serve``. Fitting the
@@ -103,14 +103,13 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 import numpy as np
-import scipy.optimize
 
 from specscope.costmodel.base import LinearDrafting
-from specscope.costmodel.fit import measured_extent, unseparated
+from specscope.costmodel.fit import measured_extent, nonnegative_least_squares, unseparated, with_policy_work
 from specscope.costmodel.linear import FORWARD_TERMS, FittedCell, LinearCostModel
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
-from specscope.methods import NO_SD
+from specscope.methods import LEARNED, NO_SD, proposal_label
 from specscope.trees import TreeShape
 
 DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
@@ -140,6 +139,16 @@ class CellRun:
     pair: str | None = None  # shared by a none cell and the SD cell it was measured beside (paired, interleaved)
     num_drafts: int | None = None  # request-steps that proposed (vLLM's spec_decode_num_drafts; None: not exported)
     pads: bool = False  # the engine runs rectangular batches (specscope serve; vLLM and SGLang do not)
+
+    @property
+    def proposal(self) -> str:
+        """What it proposes: ``ngram k=3``, ``eagle tree=2x1x1``, ``none``."""
+        return proposal_label(self.method, self.k, self.tree.name if self.tree is not None else None)
+
+    @property
+    def label(self) -> str:
+        """How messages name it: ``cell ID (ngram k=3, B=8)``."""
+        return f"cell {self.cell_id} ({self.proposal}, B={self.batch_size})"
 
 
 @dataclass
@@ -173,11 +182,6 @@ class Gaps:
         return Gaps(**{name: value[mask] for name, value in vars(self).items()})
 
 
-def _where(cell: CellRun) -> str:
-    label = cell.tree.name if cell.tree is not None else f"k={cell.k}"
-    return f"cell {cell.cell_id} ({cell.method} {label} B={cell.batch_size})"
-
-
 def cell_gaps(cell: CellRun) -> Gaps:
     """The steady-state chunk gaps of one cell and the load of each (module docstring)."""
     width_max = 1 if cell.method == NO_SD else cell.k + 1
@@ -185,12 +189,12 @@ def cell_gaps(cell: CellRun) -> Gaps:
     for request in cell.timeline:
         chunk_ms = np.asarray(request["chunk_ms"], dtype=float)
         if len(chunk_ms) == 0 or request["prompt_tokens"] is None:
-            raise SpecscopeError(f"{_where(cell)}: request {request['id']} has no chunks or no prompt length")
+            raise SpecscopeError(f"{cell.label}: request {request['id']} has no chunks or no prompt length")
         counts = request["chunk_tokens"]
         if counts is None:
             mean = request["output_tokens"] / len(chunk_ms)
             if mean > width_max + 1e-9:
-                raise SpecscopeError(f"{_where(cell)}: {mean:.2f} tokens per chunk, above {width_max} per step: "
+                raise SpecscopeError(f"{cell.label}: {mean:.2f} tokens per chunk, above {width_max} per step: "
                                      "the server streams several steps per chunk; calibrate with one chunk per "
                                      "step (--stream-interval 1)")
             counts = [mean] * len(chunk_ms)
@@ -198,11 +202,11 @@ def cell_gaps(cell: CellRun) -> Gaps:
         tokens.append(np.cumsum(counts))
         prompts.append(request["prompt_tokens"])
     if sum(len(t) - 1 for t in times) == 0:
-        raise SpecscopeError(f"{_where(cell)}: no request streamed more than one chunk: no step to fit "
+        raise SpecscopeError(f"{cell.label}: no request streamed more than one chunk: no step to fit "
                              "(the fit reads the gaps between a request's chunks)")
     decode = np.concatenate([np.diff(np.concatenate([[0.0], t]))[1:] for t in tokens])
     if decode.size and np.mean(decode > width_max + 1e-9) > BATCHED_SHARE:
-        raise SpecscopeError(f"{_where(cell)}: {100 * np.mean(decode > width_max):.0f} % of chunks carry more than "
+        raise SpecscopeError(f"{cell.label}: {100 * np.mean(decode > width_max):.0f} % of chunks carry more than "
                              f"{width_max} tokens: the server streams several steps per chunk; calibrate with "
                              "one chunk per step (--stream-interval 1)")
     width, proposing = 1.0, 0.0  # tokens verified per running request; share of its steps that proposed
@@ -219,7 +223,7 @@ def cell_gaps(cell: CellRun) -> Gaps:
     together = NEAR * np.median(end - start)  # chunks closer than this were read together
     alone = np.concatenate([_alone(t, together)[:-1] & _alone(t, together)[1:] for t in times])  # [gaps]
     if not alone.any():
-        raise SpecscopeError(f"{_where(cell)}: every chunk arrived with another (within {NEAR} of the median gap): "
+        raise SpecscopeError(f"{cell.label}: every chunk arrived with another (within {NEAR} of the median gap): "
                              "no gap between two chunks read alone to fit")
     start, end = start[alone], end[alone]
     mid, half = (start + end) / 2, (end - start) / 2
@@ -279,8 +283,10 @@ def _not_stalled(seconds: np.ndarray, kind: np.ndarray, size: np.ndarray) -> np.
 def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     """An engine's own step records as the observations a sweep makes from outside: each step's
     whole time (prefill, drafting, verification, sampling, overhead: what a chunk gap spans) and
-    its exact load — ``n`` = the rows that decoded (``batch_size − prefill_requests``), each
-    verifying ``w = tokens_verified / n``; stalls left out as from a cell, every error weighed
+    its exact load — ``n`` = the rows that decoded (``batch_size − prefill_requests``), verifying
+    ``tokens_verified`` together, each having proposed ``w − 1`` on average
+    (:attr:`~specscope.costmodel.steps.StepRecord.batched_tokens` / ``n``, as a sweep reads a
+    cell's mean proposal from the draft-token counter); stalls left out as from a cell, every error weighed
     relative to the mean step of its run, and each step counted as often as a sweep sees it: once
     per request it decodes a chunk for (``n``; a prefill-only step once). Counted once each, a run at batch 1 had eight
     times the weight of one at batch 8 over the same tokens, and where the linear model cannot fit
@@ -296,7 +302,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
 
     n = column(lambda s: s.decoded)
     verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_positions)
-    width = np.divide(verified, n, out=np.zeros_like(n), where=n > 0)
+    width = np.divide(column(lambda s: s.batched_tokens), n, out=np.zeros_like(n), where=n > 0)
     gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
                 tokens=verified, cached=column(lambda s: s.kv_tokens), sequences=column(lambda s: s.batch_size),
                 forwards=1.0 * (n > 0) + (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
@@ -364,21 +370,28 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Line
     (:func:`step_gaps`): what the sweep's fit should find for the engine that wrote them, term by
     term (``admit_s``, which step records do not see, stays 0); and one line for the user: the
     steps fitted, the stalls left out, and the fit's median and 90th-percentile error relative
-    to each step."""
-    gaps = step_gaps(steps)
+    to each step. Steps of an engine running a policy file (method ``learned``) give only the
+    policy's own work (:func:`~specscope.costmodel.fit.with_policy_work`, as in the phase fit): the
+    rest of their drafting is their proposers', fitted from those proposers' own runs."""
+    fitted = [s for s in steps if s.method != LEARNED]
+    if steps and not fitted:
+        raise SpecscopeError("costmodel fit --whole-steps: every step ran a policy file (method learned): give the "
+                             "step records of runs without one too (no SD, and each of the policy's proposers)")
+    gaps = step_gaps(fitted)
     target, drafting, untold = _fit(gaps)
     predicted = gaps.target_features() @ target
     for method, coef in drafting.items():
         mine = gaps.method == method
         predicted[mine] += gaps.drafting_features()[mine] @ coef
     error = np.abs(predicted - gaps.seconds) / gaps.seconds
-    stalls = sum(s.batch_size > 0 for s in steps) - len(gaps.seconds)
+    stalls = sum(s.batch_size > 0 for s in fitted) - len(gaps.seconds)
     summary = (f"whole-step fit over {len(gaps.seconds)} steps ({stalls} stalls over {STALL:g}× their run's typical "
                f"step left out): median relative error {100 * np.median(error):.1f} %, 90th percentile "
                f"{100 * np.percentile(error, 90):.1f} %")
     model = _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"),  # never seen here
                    True, bool(gaps.prefill.any()))
-    return replace(model, measured=measured_extent([s for s in steps if s.decoded > 0])), summary
+    model = replace(model, measured=measured_extent([s for s in steps if s.decoded > 0]))
+    return with_policy_work(model, steps), summary
 
 
 def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untold: tuple[str, ...], pads: bool,
@@ -387,12 +400,14 @@ def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untol
     batches; ``prefilled``: whether the fit saw a prefill — without one a prompt's position is
     priced as a verified token; with one at its fitted price, even where it could not be told
     apart from other terms, which then carry the rest of its cost)."""
-    c_fixed, c_tok, c_kv, c_req, c_multi, c_prompt, c_batch, admit_s = map(float, target)
+    forward = dict(zip(TARGET_TERMS, map(float, target)))
+    terms = {m: dict(zip(DRAFTING_TERMS, map(float, d))) for m, d in drafting.items()}
     return LinearCostModel(
-        name, c_fixed, c_tok, c_kv, 0.0, c_req=c_req, c_multi=c_multi, admit_s=admit_s, pads_verification=pads,
-        c_prompt=c_prompt if prefilled else None, c_batch=c_batch,
-        drafting={m: LinearDrafting.per_proposed_token(*map(float, (d[0], d[1], d[2], d[4])), c_kv=0.0,
-                                                       c_prefill=float(d[3])) for m, d in drafting.items()},
+        name, forward["c_fixed"], forward["c_tok"], forward["c_kv"], 0.0, c_req=forward["c_req"],
+        c_multi=forward["c_multi"], admit_s=forward["admit_s"], pads_verification=pads,
+        c_prompt=forward["c_prompt"] if prefilled else None, c_batch=forward["c_batch"],
+        drafting={m: LinearDrafting.per_proposed_token(d["c_fixed"], d["c_tok"], d["c_req"], d["c_batched"], c_kv=0.0,
+                                                       c_prefill=d["c_prefill"]) for m, d in terms.items()},
         fitted_cells=fitted, not_separated=untold,
     )
 
@@ -438,30 +453,11 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]
     if len(a) < a.shape[1]:
         raise SpecscopeError(f"calibration: {len(a)} observed steps for {a.shape[1]} coefficients (the forward's "
                              f"and each method's drafting: measure more requests)")
-    norm = np.linalg.norm(a, axis=0)
-    norm[norm == 0] = 1.0  # a column that is 0 everywhere (no prefill seen) keeps a coefficient of 0
-    target = gaps.seconds / gaps.scale
-
-    def solve(use: np.ndarray) -> tuple[np.ndarray, float]:
-        coef = np.zeros(a.shape[1])
-        coef[use], residual = scipy.optimize.nnls(a[:, use] / norm[use], target, maxiter=50 * a.shape[1])
-        return coef / norm, residual
-
     names = [*TARGET_TERMS, *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS)]
-    untold = unseparated(a, names)
-    use = np.ones(a.shape[1], dtype=bool)
-    coef, residual = solve(use)
-    for name in reversed(untold):  # among terms it cannot tell apart, the first ones carry their joint cost
-        trial = use.copy()
-        trial[names.index(name)] = False
-        if not trial.any():
-            break
-        fewer, left = solve(trial)
-        if left <= residual * (1 + 1e-9) + 1e-12:
-            use, coef, residual = trial, fewer, left
+    coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
     start, width = forward.shape[1], drafting.shape[1]
     return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
-            tuple(untold))
+            tuple(unseparated(a, names)))
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:

@@ -19,8 +19,10 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   a ``c_fixed`` and ``c_req`` below 0), charged on every step: the reference engine runs its lookup or
   drafter for every request on every step, matched or not (the paper's n-gram fraction
   describes vLLM, not this engine). ``k + 1`` is what the simulator prices
-  (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`): ``tokens_verified /
-  decoded`` for a chain; for a tree step (its record names the tree) the tokens its
+  (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`): the rows' mean ``k + 1`` for
+  a chain (:attr:`~specscope.costmodel.steps.StepRecord.batched_tokens` / ``decoded``: each row
+  at the k it proposed — an n-gram row that found nothing at 1 — where the verification pads
+  every row to the widest); for a tree step (its record names the tree) the tokens its
   ``depth`` drafter passes read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
   step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
@@ -41,13 +43,12 @@ the SD run after it (one *repeat*; records with a ``run`` index, as
 therefore estimates one speed factor per repeat — the median of measured / predicted verify
 time over its steps, relative to the median repeat *of the same batch size* (a bench runs each
 repeat at one batch size, so a factor relative to all repeats could absorb how cost grows with
-the batch) — divides that repeat's times by it, and refits, :data:`DRIFT_ROUNDS` times: shapes
+the batch) — divides that repeat's times by it, and refits (:data:`DRIFT_FITS` fits in all): shapes
 are compared within a repeat, not across slowdowns. The reported fit error is measured on the
 raw times.
 
 Each linear fit minimises the squared error *relative to the step's time* (times span orders
-of magnitude) with non-negative coefficients: every subset of the terms is solved by least
-squares and the best feasible one kept (a handful of terms, so a few small solves). A drafting
+of magnitude) with non-negative coefficients (:func:`nonnegative_least_squares`). A drafting
 cost is measured relative to its whole step, not to itself: the extra cost of a step can be
 near zero or, by timer noise, negative, and must not weigh more for that.
 """
@@ -55,10 +56,10 @@ near zero or, by timer noise, negative, and must not weigh more for that.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from itertools import combinations
 from typing import Sequence
 
 import numpy as np
+import scipy.optimize
 
 from specscope.costmodel.base import Drafting, LinearDrafting, StepLoad, draft_tokens_per_sequence
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
@@ -67,7 +68,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED
 from specscope.trees import TreeShape
 
-DRIFT_ROUNDS = 3  # fits, each after re-estimating the speed factor of every repeat
+DRIFT_FITS = 3  # fits in all: the first on raw times, each later one after re-estimating every repeat's speed
 DRAFTING_COLUMNS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi", "c_batched", "c_tree")  # _fit_once's, in order
 
 
@@ -106,34 +107,43 @@ def unseparated(features: np.ndarray, names: Sequence[str]) -> list[str]:
     return [name for name, untold in zip(names, involved) if untold]
 
 
+def nonnegative_least_squares(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Coefficients ≥ 0 minimising |a @ coef − b|² (a [n, m], b [n]; scipy's NNLS on columns
+    scaled to norm 1). Among the columns the points cannot tell apart (:func:`unseparated`) the
+    first ones carry their joint cost and the later ones are 0 wherever that fits as well (a
+    fixed cost rather than none; least squares over all of them would split it evenly)."""
+    norm = np.linalg.norm(a, axis=0)
+    norm[norm == 0] = 1.0  # a column that is 0 everywhere keeps a coefficient of 0
+
+    def solve(use: np.ndarray) -> tuple[np.ndarray, float]:
+        coef = np.zeros(a.shape[1])
+        coef[use], residual = scipy.optimize.nnls(a[:, use] / norm[use], b, maxiter=50 * a.shape[1])
+        return coef / norm, residual
+
+    use = np.ones(a.shape[1], dtype=bool)
+    coef, residual = solve(use)
+    for column in reversed(unseparated(a, range(a.shape[1]))):
+        trial = use.copy()
+        trial[column] = False
+        if not trial.any():
+            break
+        fewer, left = solve(trial)
+        if left <= residual * (1 + 1e-9) + 1e-12:
+            use, coef, residual = trial, fewer, left
+    return coef
+
+
 def nonnegative_relative_fit(features: np.ndarray, times: np.ndarray, what: str,
                              scale: np.ndarray | None = None) -> np.ndarray:
     """Coefficients ≥ 0 minimising Σ ((features @ coef − t) / s)²; features [n, m], times [n],
-    scale s [n] (default: the times themselves). Only subsets of linearly independent columns are
-    solved (the best non-negative fit is reached on one of them): among terms the points cannot
-    tell apart (:func:`unseparated`) the first carries their joint cost and the others stay 0 —
-    least squares over all of them split it evenly. Fewer points than coefficients (n < m) would
-    fit exactly and report no error: refused, naming ``what`` is fitted."""
+    scale s [n] (default: the times themselves), by :func:`nonnegative_least_squares`. Fewer
+    points than coefficients (n < m) would fit exactly and report no error: refused, naming
+    ``what`` is fitted."""
     if len(times) < features.shape[1]:
         raise SpecscopeError(f"cost-model fit: {what}: {len(times)} measured points for {features.shape[1]} "
                              f"coefficients (expected at least {features.shape[1]})")
     weights = 1.0 / np.maximum(times if scale is None else scale, 1e-12)
-    a, b = features * weights[:, None], times * weights
-    best, best_error = np.zeros(features.shape[1]), np.inf
-    unit = a / np.maximum(np.linalg.norm(a, axis=0), 1e-300)
-    for size in range(1, features.shape[1] + 1):
-        for subset in combinations(range(features.shape[1]), size):
-            if np.linalg.matrix_rank(unit[:, subset]) < size:
-                continue
-            coef_subset, *_ = np.linalg.lstsq(a[:, subset], b, rcond=None)
-            if np.any(coef_subset < 0):
-                continue
-            coef = np.zeros(features.shape[1])
-            coef[list(subset)] = coef_subset
-            error = float(np.sum((a @ coef - b) ** 2))
-            if error < best_error:
-                best, best_error = coef, error
-    return best
+    return nonnegative_least_squares(features * weights[:, None], times * weights)
 
 
 def _design(batched: np.ndarray, kv: np.ndarray) -> np.ndarray:
@@ -158,7 +168,7 @@ def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Lin
     repeat = _repeats(steps)
     factors = np.ones(len(steps))
     model = _fit_once(steps, name)
-    for _ in range(DRIFT_ROUNDS - 1):
+    for _ in range(DRIFT_FITS - 1):
         factors = _speed_factors(steps, repeat, model)
         model = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
     decode, prefill = _decode_and_prefill(steps)
@@ -228,16 +238,16 @@ def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredSt
 def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
     """[steps] the drafter's tokens per sequence over each step's passes, plus one, as the
     simulator prices them (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`) given
-    the step's tree (its pass widths) or chain (``tokens_verified / decoded``)."""
+    the step's tree (its pass widths) or chain (``batched_tokens / decoded``)."""
     out = np.zeros(len(steps))
     trees = np.array([s.tree or "" for s in steps])
     for tree in dict.fromkeys(trees.tolist()):
         at = trees == tree
-        verified = np.array([s.tokens_verified for s, here in zip(steps, at) if here], dtype=float)
+        batched = np.array([s.batched_tokens for s, here in zip(steps, at) if here], dtype=float)
         running = np.array([s.decoded for s, here in zip(steps, at) if here], dtype=float)
         widths = TreeShape.parse(tree).draft_pass_widths if tree else ()
-        out[at] = draft_tokens_per_sequence(StepLoad(verified, np.zeros_like(verified), running, running,
-                                                     verified, widths))
+        out[at] = draft_tokens_per_sequence(StepLoad(batched, np.zeros_like(batched), running, running,
+                                                     batched, widths))
     return out
 
 

@@ -28,7 +28,9 @@ class StepRecord:
     (:class:`specscope.trees.TreeShape` name, ``None`` for a chain of ``k``); ``policy_s``: the
     part of ``draft_s`` that was a policy's own work — an engine running a policy file
     (``method`` :data:`~specscope.methods.LEARNED`): its observations, decision and bookkeeping,
-    beyond what its proposers drafted and looked up (0 for every other method)."""
+    beyond what its proposers drafted and looked up (0 for every other method);
+    ``tokens_proposed``: the draft tokens its rows proposed, Σ draft_len (``None`` in records from
+    before the field: then every row is taken at the widest, :attr:`batched_tokens`)."""
 
     step: int
     method: str
@@ -47,6 +49,7 @@ class StepRecord:
     tree: str | None = None
     policy_s: float = 0.0
     prefill_width: int = 0  # the longest prompt it prefilled (0: none, or a record from before the field)
+    tokens_proposed: int | None = None
 
     @property
     def decode_s(self) -> float:
@@ -58,6 +61,13 @@ class StepRecord:
         """Requests the step drafted for and verified: those running less those it prefilled
         (a fresh request gets its first token from the prefill alone)."""
         return self.batch_size - self.prefill_requests
+
+    @property
+    def batched_tokens(self) -> int:
+        """Σ (k + 1) over the rows it decoded, each at the k it proposed (the simulator's
+        :attr:`~specscope.costmodel.base.StepLoad.batched_tokens`, what a drafting is priced by);
+        ``tokens_verified``, every row at the widest, in a record without ``tokens_proposed``."""
+        return self.tokens_verified if self.tokens_proposed is None else self.tokens_proposed + self.decoded
 
     @property
     def prefill_positions(self) -> int:

@@ -9,8 +9,8 @@ on a fresh server, finished cells are not repeated, and every cell's record arri
 whose worker is lost for good is recorded as failed (``--retry-failed`` reruns it).
 
 Where each cell ran is appended to ``OUTPUT/ray-placement.jsonl`` (``cell_id``, ``node_id``,
-``node_ip``, ``pid``), and each measured cell's result says how many other groups' servers were up
-on its node while it ran (``servers_sharing_node``, :class:`NodeShare`): groups that fit one node
+``node_ip``, ``pid``), and each measured cell's result says how many servers of other groups were
+up on its node while it ran (``servers_sharing_node``, :class:`NodeShare`): groups that fit one node
 at once share its cores, and their throughputs carry that contention.
 """
 
@@ -119,26 +119,38 @@ class SweepProgress:
 
 
 class NodeShare:
-    """Which group held a server on which node, over which span of the driver's clock: the other
-    groups' servers up on a cell's node while it ran (from the group's placement, or its previous
-    cell's end, to the cell's end) — those that shared its node's cores."""
+    """Which group held its servers (``servers[g]`` of them, up at once) on which node, over which
+    spans of the driver's clock: the other groups' servers up on a cell's node while it ran (from
+    its group's placement on that node, or its previous cell's end, to the cell's end) — those
+    that shared its node's cores."""
 
-    def __init__(self) -> None:
-        self.spans: dict[int, list] = {}  # group -> [node, up since, down at (None: still up)]
+    def __init__(self, servers: list[int]) -> None:
+        self.servers = servers
+        self.spans: dict[int, list[list]] = {}  # group -> [[node, up since, down at (None: still up)], ...]
         self.last: dict[int, float] = {}  # group -> when its last cell ended
 
     def up(self, group: int, node: str, now: float) -> None:
-        self.spans.setdefault(group, [node, now, None])[0] = node
+        """``group``'s servers are up on ``node`` (a restarted group on another node: down on its old one)."""
+        spans = self.spans.setdefault(group, [])
+        if spans and spans[-1][2] is None:
+            if spans[-1][0] == node:
+                return
+            spans[-1][2] = now
+        spans.append([node, now, None])
 
-    def cell_ended(self, group: int, node: str, now: float, last: bool) -> int:
+    def down(self, group: int, now: float) -> None:
+        """``group``'s servers stopped (its last cell ended, or its worker was lost)."""
+        spans = self.spans.get(group)
+        if spans and spans[-1][2] is None:
+            spans[-1][2] = now
+
+    def cell_ended(self, group: int, node: str, now: float) -> int:
         """The other groups' servers up on ``node`` while ``group``'s cell ran, up to ``now``."""
         self.up(group, node, now)
-        since = self.last.get(group, self.spans[group][1])
+        since = max(self.last.get(group, self.spans[group][-1][1]), self.spans[group][-1][1])
         self.last[group] = now
-        if last:
-            self.spans[group][2] = now
-        return sum(1 for other, (where, start, end) in self.spans.items()
-                   if other != group and where == node and start <= now and (end is None or end >= since))
+        return sum(self.servers[other] for other, spans in self.spans.items() if other != group
+                   for where, start, end in spans if where == node and start <= now and (end is None or end >= since))
 
 
 def node_label(place: dict[str, object]) -> str:
@@ -179,7 +191,8 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                                                 max_task_retries=MAX_RETRIES).remote(config, group)
                 calls[actors[g].where.remote()] = (g, None)
                 calls.update({actors[g].run.remote(i): (g, i) for i in range(len(group))})
-            left, sharing = {g: len(group) for g, group in enumerate(groups)}, NodeShare()
+            left = {g: len(group) for g, group in enumerate(groups)}
+            sharing = NodeShare([group_servers(config, group) for group in groups])
             while calls:
                 [ready], _ = ray.wait(list(calls), num_returns=1)
                 g, index = calls.pop(ready)
@@ -201,9 +214,11 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                 left[g] -= 1
                 if place is not None:
                     _append_placement(config, expected, place)
-                    shared = sharing.cell_ended(g, node_label(place), time.monotonic(), last=not left[g])
+                    shared = sharing.cell_ended(g, node_label(place), time.monotonic())
                     if isinstance(record.get("result"), dict):
                         record = {**record, "result": {**record["result"], "servers_sharing_node": shared}}
+                if not left[g]:
+                    sharing.down(g, time.monotonic())
                 yield record
                 progress.update(g, node_label(place) if place else None, record, group_done=not left[g])
                 if not left[g]:

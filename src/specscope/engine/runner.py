@@ -254,14 +254,14 @@ class Engine:
             for seq, token in zip(fresh, first):
                 seq.prefilled = True
                 self._append(seq, [token])
-        verified = 0
+        verified = proposed = 0
         if active:
             slots, histories, sampling = [s.slot for s in active], [s.history for s in active], self._sampling(active)
             if self.tree is None:
                 result = sd_step(self.target, self.cache, self.proposer, slots, histories, self.k, sampling, clock)
             else:
                 result = tree_step(self.target, self.cache, self.proposer, slots, histories, self.tree, sampling, clock)
-            verified = result.tokens_verified
+            verified, proposed = result.tokens_verified, sum(result.draft_len)
             for seq, tokens, offered, accepted in zip(
                 active, result.emitted, result.draft_len, result.accepted
             ):
@@ -288,6 +288,7 @@ class Engine:
                 prefill_s=seconds["prefill"],
                 tree=None if self.tree is None else self.tree.name,
                 policy_s=0.0 if self._policy_timed is None else self._policy_timed.take_policy_seconds(),
+                tokens_proposed=proposed,
             )
         )
         outputs = []

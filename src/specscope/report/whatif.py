@@ -29,6 +29,7 @@ from specscope.costmodel.linear import FittedCell
 from specscope.methods import NO_SD
 from specscope.report.style import batch_axis, colour_for, panel_grid, plt, short
 from specscope.sim.grid import COMBINED, SimRow
+from specscope.sim.policies import configured_policy
 
 RUNNABLE = ("fixed:", "tree:")  # the policies an engine runs as configured: a chain of k, a static tree
 
@@ -59,7 +60,7 @@ def _config(cell: MeasuredCell) -> str:
     or ``METHOD tree:SHAPE``."""
     if cell.method == NO_SD:
         return NO_SD
-    return f"{cell.method} " + (f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}")
+    return f"{cell.method} {configured_policy(cell.k, cell.tree)}"
 
 
 def _fitted(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
@@ -82,7 +83,7 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
         row = WhatIfRow(dataset, b, b in fitted_sizes, *((f"{best.acc} {best.policy}", best.speedup)
                                                           if best is not None and best.speedup > 1 else (NO_SD, 1.0)))
         if row.predicted_best != NO_SD:
-            row.best_in_fit = any(f.method == best.acc and (f"tree:{f.tree}" if f.tree else f"fixed:{f.k}") == best.policy
+            row.best_in_fit = any(f.method == best.acc and configured_policy(f.k, f.tree) == best.policy
                                   for f in fitted)
         priced = [(c, c.simulated_speedup) for c in measured if Path(c.dataset).stem == dataset
                   and c.batch_size == b and c.simulated_speedup is not None]

@@ -185,6 +185,12 @@ def held_to(policies: Sequence[str], depth: int) -> tuple[str, ...]:
                                for p in policies))
 
 
+def configured_policy(k: int, tree: str | None = None) -> str:
+    """The policy an engine configured with a chain of ``k`` or the static tree named ``tree``
+    runs: ``fixed:k`` or ``tree:SHAPE``."""
+    return f"tree:{tree}" if tree else f"fixed:{k}"
+
+
 def parse_policy(text: str, default_combined: tuple[str, str] | None = None) -> Policy:
     """Build a policy from its name; bare ``oracle-combined`` uses ``default_combined``."""
     kind, _, argument = text.strip().partition(":")

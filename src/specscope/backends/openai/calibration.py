@@ -34,7 +34,6 @@ import numpy as np
 
 from specscope.backends.openai.metrics import HISTOGRAMS
 from specscope.backends.openai.sweep import TIMELINE, read_cells
-from specscope.backends.openai.sweep_config import server_label
 from specscope.costmodel.calibrate import DRAFTING_TERMS, CellRun, fit_cells
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.errors import SpecscopeError
@@ -43,7 +42,7 @@ from specscope.methods import NO_SD, method as method_named
 from specscope.sim.grid import SimConfig, check_k, plan_for
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.plan import baseline_plan
-from specscope.sim.policies import parse_policy
+from specscope.sim.policies import configured_policy, parse_policy
 from specscope.trace.schema import TraceRecord
 from specscope.trees import TreeShape
 from specscope.validate import K_MAX_LIMIT, Invalid, check, integer, number
@@ -85,7 +84,7 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
                              + (f" of engine {engine!r} (have: {', '.join(sorted(engines)) or 'none'})" if engine else ""))
     twins = {_pair(r, r.baseline_for) for r in runs if r.method == NO_SD and r.baseline_for is not None}
     for i, run in enumerate(runs):
-        pair = _pair(run, run.baseline_for or server_label(run.method, run.k, run.tree))
+        pair = _pair(run, run.baseline_for or run.proposal)
         if pair in twins:  # a paired none cell, or an SD cell whose none cell succeeded
             runs[i] = replace(run, pair=pair)
     return runs
@@ -225,7 +224,7 @@ def _requests(cell: CellRun, traces: dict[str, dict[str, TraceRecord]]) -> list[
 def predict_speedup(model: LinearCostModel, cell: CellRun, traces: dict[str, dict[str, TraceRecord]]) -> float:
     """The speedup ``model`` predicts for ``cell`` (module docstring)."""
     records = _requests(cell, traces)
-    policy = parse_policy(f"tree:{cell.tree.name}" if cell.tree is not None else f"fixed:{cell.k}")
+    policy = parse_policy(configured_policy(cell.k, cell.tree.name if cell.tree is not None else None))
     config = SimConfig(mode="mixed", batch_sizes=(cell.batch_size,), guess_no_match=False)
     segments: dict[int, list[TraceRecord]] = {}
     for request, record in zip(cell.timeline, records):
@@ -287,19 +286,15 @@ def held_out(cells: Sequence[CellRun]) -> list[tuple[CellRun, CellRun]]:
         if held.method == NO_SD:
             continue
         where = (held.workload, held.batch_size)
-        base = baselines.get((*where, server_label(held.method, held.k, held.tree))) or baselines.get((*where, None))
+        base = baselines.get((*where, held.proposal)) or baselines.get((*where, None))
         if base is None:
             log.warning("--validate: %s has no 'none' cell of its workload and batch size: not held out",
-                        _where_label(held))
+                        held.label)
         else:
             pairs.append((held, base))
     if not pairs:
         raise SpecscopeError("--validate: no SD cell with a 'none' cell of the same workload and batch size")
     return pairs
-
-
-def _where_label(cell: CellRun) -> str:
-    return f"cell {cell.cell_id} ({server_label(cell.method, cell.k, cell.tree)}, B={cell.batch_size})"
 
 
 def check_traces(pairs: Sequence[tuple[CellRun, CellRun]], records: Sequence[TraceRecord]
@@ -311,7 +306,7 @@ def check_traces(pairs: Sequence[tuple[CellRun, CellRun]], records: Sequence[Tra
     traces, differ, cells = index_traces(records), [], 0
     for held, _ in pairs:
         requests = _requests(held, traces)
-        policy = parse_policy(f"tree:{held.tree.name}" if held.tree is not None else f"fixed:{held.k}")
+        policy = parse_policy(configured_policy(held.k, held.tree.name if held.tree is not None else None))
         check_k(requests, held.method, policy, Path(held.workload).stem)
         apart = [abs(r.prompt_len - q["prompt_tokens"]) for r, q in zip(requests, held.timeline)
                  if q.get("prompt_tokens") is not None and r.prompt_len != q["prompt_tokens"]]
@@ -368,10 +363,10 @@ def coefficient_spread(model: LinearCostModel, fits: Sequence[LinearCostModel]) 
     pins the term down. Terms that trade places with another (a cost per cached token and one
     per request, over prompts of one length) show a large one; a term the sweep cannot tell
     apart at all is fitted 0 in every fit (``separated`` false: its SE of 0 says nothing)."""
-    held_out = [terms(fit) for fit in fits]
+    without_one = [terms(fit) for fit in fits]
     rows = []
     for name, fitted in terms(model).items():
-        spread = np.array([named[name] for named in held_out])
+        spread = np.array([named[name] for named in without_one])
         se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2)))
         rows.append({"term": name, "fitted": fitted, "jackknife_se": se,
                      "relative_se_pct": round(100 * se / abs(fitted), 1) if fitted else None,

@@ -97,7 +97,7 @@ from specscope.backends.openai.measure import in_flight
 from specscope.backends.openai.prompts import read_prompts, select_prompts
 from specscope.errors import SpecscopeError, where
 from specscope.fileio import check_output_dir, read_toml_object
-from specscope.methods import ENGINES, NO_SD, method, names
+from specscope.methods import ENGINES, NO_SD, method, names, proposal_label
 from specscope.trees import TreeShape
 
 INTERLEAVED = "interleaved"  # each SD server beside its own none server, taking turns
@@ -149,14 +149,6 @@ class SweepConfig:
         return self.path.parent / name
 
 
-def server_label(method_name: str, k: int, tree: TreeShape | None) -> str:
-    """The method and proposal a cell serves: ``ngram k=3``, ``eagle tree=2x1x1``, ``none``
-    (what a paired ``none`` cell's ``baseline_for`` names)."""
-    if method_name == NO_SD:
-        return NO_SD
-    return f"{method_name} tree={tree.name}" if tree is not None else f"{method_name} k={k}"
-
-
 @dataclass(frozen=True)
 class Cell:
     engine: EngineSpec
@@ -169,7 +161,7 @@ class Cell:
 
     @property
     def server(self) -> str:
-        return server_label(self.method, self.k, self.tree)
+        return proposal_label(self.method, self.k, self.tree.name if self.tree else None)
 
     def labels(self) -> dict[str, object]:
         """What a result row says about the cell."""
