@@ -26,7 +26,7 @@ def policy_file(methods: tuple[str, ...]) -> str:
     return json.dumps({"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                        "mean": [0.0] * width, "scale": [1.0] * width, "coef": [[0.0] * width] * m,
                        "intercept": [[0.0] * 2] * m, "base_rate": [[0.5] * 2] * m, "span": [[0.0, 0.0]] * m,
-                       "pads": False, "models": [{"batch_size": 1, "seconds": [[1.0, 1.1, 1.2]] * m,
+                       "pads": False, "cost_model": {"kind": "linear", "name": "toy"}, "models": [{"batch_size": 1, "seconds": [[1.0, 1.1, 1.2]] * m,
                                                   "fixed": [[0.0] * 3] * m, "verify": [0.5, 0.6, 0.7]}]})
 
 
@@ -51,6 +51,22 @@ NOT_A_POLICY = {**TRACES, "p.json": json.dumps({"schema": "specscope.trace/1"})}
 SIM = ["simulate", "t.jsonl", "--batch-sizes", "1", "--policies"]
 
 CASES = [
+    Case("policy-cost-model-not-an-object", ["simulate", "t.jsonl", "--policies", "learned:p.json", "-o", "s.csv"],
+         r"p\.json: malformed policy file: cost_model: expected the cost model it was fitted for",
+         files=altered(lambda d: d.update(cost_model="garbage"))),
+    Case("policy-batch-sizes-not-its-models", ["policy", "explain", "p.json"],
+         r"p\.json: malformed policy file: batch_sizes: expected those of its models, \[1\], got \[1, 8\]",
+         files=altered(lambda d: d.update(batch_sizes=[1, 8]))),
+    Case("policy-batch-size-absurd", ["policy", "explain", "p.json"],
+         r"p\.json: malformed policy file: models: batch_size 100000000000: expected an integer in 1 … 65536",
+         files=altered(lambda d: d["models"][0].update(batch_size=10**11))),
+    Case("fit-batch-size-absurd", ["policy", "fit", "t.jsonl", "--batch-sizes", "100000000000", "-o", "p.json"],
+         r"argument --batch-sizes: .*expected an integer <= 65536", files=TRACES),
+    Case("report-policy-deeper-than-the-traces", ["report", "t.jsonl", "--policy", "p.json", "-o", "out"],
+         r"dataset 'd', proposer 'ngram': policy 'learned:p\.json' proposes k = 8, above the trace's k_max = 6",
+         files=altered(lambda d: (d.update(intercept=[[0.0] * 8] * 2, base_rate=[[0.5] * 8] * 2),
+                                  d["models"][0].update(seconds=[[1.0] * 9] * 2, fixed=[[0.0] * 9] * 2,
+                                                        verify=[0.5] * 9)))),
     Case("fit-repeated-acc", ["policy", "fit", "t.jsonl", "--acc", "ngram,ngram", "-o", "p.json"], r"--acc",
          files=TRACES),
     Case("fit-unknown-proposer", ["policy", "fit", "t.jsonl", "--acc", "ngram,mtp", "-o", "p.json"],

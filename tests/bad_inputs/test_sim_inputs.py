@@ -38,6 +38,12 @@ def step(i: int) -> str:
 
 
 CASES = [
+    Case("batch-size-absurd", [*SIM[:-1], "100000", "--mode", "paper"], r"argument --batch-sizes: .*expected an integer <= 65536",
+         files=TRACES),
+    Case("k-beyond-the-shallowest-record", [*SIM[:-3], "fixed:4", "--batch-sizes", "1"],
+         r"policy 'fixed:4' proposes k = 4, above 2, the depth all its records were traced to \(their k_max differ\)",
+         files={"t.jsonl": own("a", 2).replace("[2, 3, 1, 1]", "[2, 3, 1, 1]").replace("[1, 2, 1, 1]", "[1, 2, 1, 1]")
+                + own("b", 8)}),
     Case("sample-zero", [*SIM, "--sample", "0"], r"argument --sample: expected an integer >= 1", files=TRACES),
     Case("match-prob-above-one", [*SIM, "--match-prob", "1.5"], r"argument --match-prob: expected a number <= 1", files=TRACES),
     Case("match-prob-negative", [*SIM, "--match-prob", "-0.1"], r"argument --match-prob", files=TRACES),

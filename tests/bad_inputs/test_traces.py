@@ -27,6 +27,17 @@ ZOO_TARGET = str(Path(__file__).parents[2] / "src" / "specscope" / "data" / "zoo
 TRACE = ["trace", "--model", "m", "--proposers", "ngram", "--workload", "w.jsonl", "-o", "out.jsonl"]
 
 CASES = [
+    Case("inspect-empty-prompt", ["traces", "inspect", "t.jsonl"],
+         r"t\.jsonl:2: field 'prompt_token_ids': expected at least one token, got \[\]",
+         files={"t.jsonl": bench("a") + bench("b").replace('"prompt_token_ids": [1, 2]', '"prompt_token_ids": []')}),
+    Case("own-misspelt-field", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'k_mx': unknown field",
+         files={"t.jsonl": own().replace('"k_max"', '"k_mx"')}),
+    Case("own-misspelt-proposer-field", ["traces", "inspect", "t.jsonl"],
+         r"t\.jsonl:1: field 'proposers\.ngram\.draft_lenn': unknown field \(expected acc_len, draft_len",
+         files={"t.jsonl": own(draft_lenn=[0, 1, 0])}),
+    Case("bench-unknown-proposer", ["traces", "inspect", "t.jsonl"],
+         r"t\.jsonl:1: field 'acc_eagle_3': unknown proposer \(expected acc_ngram, acc_eagle",
+         files={"t.jsonl": bench(acc_eagle_3={"acc_len": [1, 1, 1]})}),
     Case("inspect-tree-not-a-shape", ["traces", "inspect", "t.jsonl", "--trees", "2x"], r"argument --trees: expected a tree",
          files=GOOD),
     Case("trace-trees-too-deep", [*TRACE, "--trees", "x".join(["1"] * 65)], r"argument --trees: expected a tree at most 64 "

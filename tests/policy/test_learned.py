@@ -568,12 +568,20 @@ def test_a_groups_plain_python_decision_is_the_best_of_every_assignment(pads):
 
 
 def test_a_policy_priced_by_another_cost_model_than_its_own_says_so(policy_file):
-    """Fitted for the toy model: its choices weigh the toy's prices. Simulated under the paper's
-    fit, a note says so; under its own, nothing is said."""
-    from specscope.sim.policies import learned_cost_notes
+    """Fitted for the toy model at B = 1 and 8: its choices weigh the toy's prices. Simulated
+    under the paper's fit, a note says so, and so does one under a model named "toy" with other
+    coefficients; under its own, nothing is said. At B = 32 it decides by B = 8's rule, said too."""
+    from dataclasses import replace
+
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.sim.policies import learned_notes
 
     learned = f"learned:{policy_file}"
-    assert learned_cost_notes([learned, "fixed:3"], "toy") == []
-    (note,) = learned_cost_notes([learned], "h100-llama3.1-8b")
+    assert learned_notes([learned, "fixed:3"], COST, [1, 8]) == []
+    (note,) = learned_notes([learned], resolve_cost_model("h100-llama3.1-8b"), [1])
     assert note == (f"{learned}: fitted for cost model 'toy', whose prices its choices weigh; its steps are priced "
                     "here by 'h100-llama3.1-8b'")
+    (note,) = learned_notes([learned], replace(COST, c_fixed=2 * COST.c_fixed), [8])
+    assert "fitted for cost model 'toy' (other coefficients than the one of that name here)" in note
+    (note,) = learned_notes([learned], COST, [1, 32])
+    assert note == f"{learned} was fitted at batch sizes 1, 8: at B=32 it decides by B=8's rule"

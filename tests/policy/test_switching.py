@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from policy_traces import record
@@ -149,6 +151,8 @@ def test_a_record_capped_at_k_is_what_a_trace_of_depth_k_holds():
     assert capped.k_max == 2 and capped.acc_len("eagle").tolist() == [3, 1, 2, 3, 1, 1, 1, 1, 1]
     assert capped.proposers["ngram"].draft_len.max() <= 2 and capped.acc_len("ngram").max() <= 3
     assert np.array_equal(capped.output_token_ids, rec.output_token_ids)
+    undeclared = replace(rec, k_max=None).capped(20)  # how deep it was traced stays unknown: 20 is not invented
+    assert undeclared.k_max is None and undeclared.acc_len("eagle").tolist() == rec.acc_len("eagle").tolist()
 
 
 def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k_among_them():

@@ -22,11 +22,11 @@ from specscope.fileio import (  # noqa: F401  (atomic_write_text, write_rows: re
 )
 
 
-def int_list(text: str) -> list[int]:
-    """Parse ``"1,8,16"`` into ``[1, 8, 16]``: distinct positive integers (argparse type; a
-    repeated batch size or k would be run twice and recorded once)."""
+def int_list(text: str, high: int | None = None) -> list[int]:
+    """Parse ``"1,8,16"`` into ``[1, 8, 16]``: distinct positive integers, at most ``high``
+    (argparse type; a repeated batch size or k would be run twice and recorded once)."""
     try:
-        values = [validate.integer(part, low=1) for part in text.split(",") if part.strip()]
+        values = [validate.integer(part, low=1, high=high) for part in text.split(",") if part.strip()]
     except validate.Invalid as error:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers: {error}") from None
     if not values:
@@ -34,6 +34,11 @@ def int_list(text: str) -> list[int]:
     if len(set(values)) != len(values):
         raise argparse.ArgumentTypeError(f"expected distinct values, got {text!r}")
     return values
+
+
+def batch_size_list(text: str) -> list[int]:
+    """``--batch-sizes``: :func:`int_list`, each at most :data:`~specscope.validate.MAX_BATCH_SIZE`."""
+    return int_list(text, high=validate.MAX_BATCH_SIZE)
 
 
 def str_list(text: str) -> list[str]:

@@ -19,7 +19,7 @@ from specscope.cli._common import (
     atomic_write_text,
     check_output_file,
     human_stream,
-    int_list,
+    batch_size_list,
     print_table,
     refuse_unused_draft,
     write_rows,
@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--batch-sizes",
-        type=int_list,
+        type=batch_size_list,
         default=None,
         help=f"comma list (default {','.join(map(str, DEFAULTS['batch_sizes']))}, less those above the workload's "
              "distinct requests)",

@@ -11,7 +11,7 @@ from specscope.cli._common import (
     add_trace_options,
     human_stream,
     read_trace_args,
-    int_list,
+    batch_size_list,
     print_table,
     str_list,
     write_rows,
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"reference proposer (default {DEFAULTS.reference})")
     parser.add_argument("--reference-policy", default=DEFAULTS.reference_policy,
                         help=f"its policy (default {DEFAULTS.reference_policy})")
-    parser.add_argument("--batch-sizes", type=int_list, default=list(SIM.batch_sizes))
+    parser.add_argument("--batch-sizes", type=batch_size_list, default=list(SIM.batch_sizes))
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
                         help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     parser.add_argument("--mode", choices=("paper", "mixed"), default=OverlapConfig.mode,

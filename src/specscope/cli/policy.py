@@ -14,7 +14,7 @@ from specscope.cli._common import (
     add_table_output,
     add_trace_options,
     check_output_file,
-    int_list,
+    batch_size_list,
     print_table,
     read_trace_args,
     str_list,
@@ -33,7 +33,7 @@ def add_policy_options(parser: argparse.ArgumentParser, cost_help: str) -> None:
     parser.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
                         help="proposers the policy chooses between (default: ngram,eagle)")
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL, help=cost_help)
-    parser.add_argument("--batch-sizes", type=int_list, default=[1, 8, 64],
+    parser.add_argument("--batch-sizes", type=batch_size_list, default=[1, 8, 64],
                         help="one model per batch size (default: 1,8,64)")
 
 

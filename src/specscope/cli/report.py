@@ -7,7 +7,7 @@ import dataclasses
 import sys
 
 from specscope import validate
-from specscope.cli._common import check_output_dir, int_list, str_list
+from specscope.cli._common import check_output_dir, batch_size_list, int_list, str_list
 from specscope.errors import SpecscopeError
 from specscope.report.config import ReportConfig
 from specscope.sim.grid import SimConfig
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="output directory (made if missing)")
     parser.add_argument("--cost-model", default=DEFAULTS.cost_model,
                         help=f"preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file (default {DEFAULTS.cost_model})")
-    parser.add_argument("--batch-sizes", type=int_list, default=list(DEFAULTS.sim.batch_sizes),
+    parser.add_argument("--batch-sizes", type=batch_size_list, default=list(DEFAULTS.sim.batch_sizes),
                         help="default " + ",".join(map(str, DEFAULTS.sim.batch_sizes)))
     parser.add_argument("--mode", choices=("paper", "mixed"), default=DEFAULTS.sim.mode,
                         help=f"simulator mode (default {DEFAULTS.sim.mode})")

@@ -11,7 +11,7 @@ from specscope import validate
 from specscope.cli._common import (
     add_table_output,
     add_trace_options,
-    int_list,
+    batch_size_list,
     print_table,
     read_trace_args,
     str_list,
@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "charged), tree:SHAPE (a static tree such as tree:2x2x1, replayed from traces taken "
                              "with `trace --trees`), learned:FILE (a `policy fit` file) "
                              "(default: fixed:1,fixed:3,fixed:5,oracle)")
-    parser.add_argument("--batch-sizes", type=int_list, default=None,
+    parser.add_argument("--batch-sizes", type=batch_size_list, default=None,
                         help="default " + ",".join(map(str, DEFAULTS.batch_sizes)) + " (in mixed mode, those "
                              "above a dataset's request count are left out with a warning; given ones "
                              "above it are refused)")
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, no_match_notes, simulate
-    from specscope.sim.policies import learned_cost_notes
+    from specscope.sim.policies import learned_notes
 
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
@@ -81,20 +81,21 @@ def run(args: argparse.Namespace) -> int:
     rows = simulate(records, args.acc, args.policies, cost, config)
     label = cost_label(args.cost_model, cost)
     cells = [{**row.flat(), "cost_model": label} for row in rows]
+    fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
+    past = cost.beyond_measured(fixed, config.batch_sizes) if isinstance(cost, LinearCostModel) else None
+    notes = [*no_match_notes(records, args.acc, config), *([past] if past else []),
+             *learned_notes(args.policies, cost, config.batch_sizes)]
     if args.output:
         write_rows(args.output, cells)
+    quiet = to_stdout(args.output) or args.format == "json"  # stdout holds the cells: notes go to stderr
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr if quiet else sys.stdout)
     if to_stdout(args.output):
         return 0
     if args.format == "json":
         json.dump(cells, sys.stdout, indent=1)
         print()
         return 0
-    for note in no_match_notes(records, args.acc, config):
-        print(f"note: {note}")
-    fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
-    past = cost.beyond_measured(fixed, config.batch_sizes) if isinstance(cost, LinearCostModel) else None
-    for note in ([past] if past else []) + learned_cost_notes(args.policies, cost.name):
-        print(f"note: {note}")
     sizes = sorted({row.batch_size for row in rows}, key=config.batch_sizes.index)
     show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {label})")
     if args.mode == "mixed" and max(sizes) > 1:

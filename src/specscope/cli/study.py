@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from specscope import validate
-from specscope.cli._common import check_output_dir, int_list, model_dir_arg
+from specscope.cli._common import batch_size_list, check_output_dir, model_dir_arg
 from specscope.methods import METHODS
 from specscope.study.config import BUNDLED_REQUESTS, StudyConfig
 
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for method in DRAFTERS:
         parser.add_argument(f"--{method}", type=Path, help=f"{method} checkpoint directory")
     parser.add_argument("--workload", type=Path, action="append", help="workload JSON Lines (repeatable)")
-    parser.add_argument("--batch-sizes", type=int_list, default=list(defaults.batch_sizes))
+    parser.add_argument("--batch-sizes", type=batch_size_list, default=list(defaults.batch_sizes))
     count = validate.arg(validate.integer, low=1)
     parser.add_argument("--k", type=count, default=defaults.k, help="drafts per step in the measured runs")
     parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),

@@ -85,7 +85,7 @@ def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
         "requests": report.records,
         "positions": int(sum(r.output_len for r in records)),
         "proposers": proposers,
-        "k_max": max(declared) if declared and not undeclared else None,  # None unless every record has one
+        "k_max": min(declared) if declared and not undeclared else None,  # the depth every record was traced to
         "k_max_declared": sorted(declared),
         "k_max_missing": undeclared,
         "max_accepted": observed,
@@ -101,6 +101,9 @@ def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
 
 def _k_max_text(summary: dict) -> str:
     """The k_max cell of an inspected file: its k_max, or what is known where records lack it."""
+    if summary["k_max"] is not None and len(summary["k_max_declared"]) > 1:
+        return (f"{summary['k_max']} (its records were traced to {', '.join(map(str, summary['k_max_declared']))}: "
+                "a replay goes no deeper than the shallowest)")
     if summary["k_max"] is not None:
         return str(summary["k_max"])
     seen = f"max accepted drafts seen: {summary['max_accepted']}"

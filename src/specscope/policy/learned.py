@@ -70,6 +70,7 @@ import scipy.special
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngram_judged
+from specscope.validate import MAX_BATCH_SIZE
 
 SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
@@ -383,6 +384,17 @@ class LearnedPolicy:
                                  "leave --draft out")
         return models[0] if models else None
 
+    def rule_notes(self, batch_sizes: Sequence[int]) -> list[str]:
+        """One line per batch size among ``batch_sizes`` the policy was not fitted for: whose rule
+        it decides by there (:meth:`chooser`)."""
+        notes = []
+        for b in batch_sizes:
+            nearest = self.chooser(b).batch_size
+            if nearest != b:
+                notes.append(f"learned:{self.path} was fitted at batch sizes {', '.join(map(str, sorted(self.choosers)))}"
+                             f": at B={b} it decides by B={nearest}'s rule")
+        return notes
+
     def chooser(self, batch_size: int) -> Chooser:
         """The rule of the fitted batch size nearest ``batch_size`` (log scale)."""
         nearest = min(self.choosers, key=lambda b: (abs(math.log(b) - math.log(batch_size)), b))
@@ -424,6 +436,13 @@ def load_policy(path: str | Path) -> LearnedPolicy:
     try:
         methods = _methods(document["methods"])
         choosers = choosers_from_json(document, methods)
+        fitted = document["cost_model"]
+        if not isinstance(fitted, dict) or not isinstance(fitted.get("name"), str):
+            raise ValueError(f"cost_model: expected the cost model it was fitted for (an object with a name), "
+                             f"got {fitted!r:.40}")
+        if document.get("batch_sizes", sorted(choosers)) != sorted(choosers):
+            raise ValueError(f"batch_sizes: expected those of its models, {sorted(choosers)}, got "
+                             f"{document['batch_sizes']!r:.40}")
     except KeyError as error:
         raise SpecscopeError(f"{path}: malformed policy file: missing field {error.args[0]!r}") from None
     except (TypeError, ValueError) as error:
@@ -477,8 +496,8 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     choosers = {}
     for model in models:
         b = model["batch_size"]
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1 or b in choosers:
-            raise ValueError(f"models: batch_size {b!r}: expected an integer >= 1, once")
+        if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH_SIZE or b in choosers:
+            raise ValueError(f"models: batch_size {b!r}: expected an integer in 1 … {MAX_BATCH_SIZE}, once")
         seconds, fixed = np.asarray(model["seconds"], dtype=float), np.asarray(model["fixed"], dtype=float)
         verify = np.asarray(model["verify"], dtype=float)
         shape = (len(methods), intercept.shape[1] + 1)

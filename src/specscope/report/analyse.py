@@ -41,7 +41,7 @@ from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
 from specscope.report.trees import TreeRow, compare_trees, tree_depths
 from specscope.report.whatif import WhatIfRow, whatif_rows
-from specscope.sim.policies import learned_cost_notes
+from specscope.sim.policies import learned_notes
 from specscope.trees import TreeShape
 
 TAIL_FACTOR = 8  # outputs this many times the median make the mixed-mode drain worth a note
@@ -139,7 +139,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.answer = answer_rows(data.rows)
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
-        data.notes.extend(learned_cost_notes([f"learned:{config.policy}"], cost.name))
+        data.notes.extend(learned_notes([f"learned:{config.policy}"], cost, config.sim.batch_sizes))
     depths = tree_depths(sim_records, simulated)
     if depths:
         trees = [TreeShape.parse(t) for t in config.trees]

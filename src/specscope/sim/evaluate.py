@@ -4,7 +4,8 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
 
 - best fixed = the best ``fixed:k`` of any single proposer, k chosen in hindsight;
 - adaptive = the better proposer under ``adaptive`` (named in ``adaptive_acc``); oracle per proposer;
-- oracle-switch (the causal ceiling, drafting charged) and oracle-combined (the paper's);
+- oracle-switch (the causal ceiling, drafting charged; of a policy over one method, that method's
+  oracle) and oracle-combined (the paper's);
 - gap closed = (learned − best fixed) / (oracle-switch − best fixed), undefined (NaN) where
   oracle-switch beats the best fixed policy by less than :data:`MIN_ROOM` of it: a ratio over
   a gap that small says nothing (over a gap of 0.0004× it read −1677).
@@ -43,9 +44,9 @@ def candidate_policies(methods: tuple[str, ...], learned: str | None, records: S
     the fixed ks of :data:`FIXED_KS` that the records were traced deep enough to replay."""
     pair = "+".join(methods)
     deepest = min(traced_k_max(records, [m]) for m in methods)
-    policies = [f"fixed:{k}" for k in FIXED_KS if k <= deepest] + ["adaptive", "oracle", f"oracle-switch:{pair}"]
-    if len(methods) == 2:
-        policies.append(f"oracle-combined:{pair}")
+    policies = [f"fixed:{k}" for k in FIXED_KS if k <= deepest] + ["adaptive", "oracle"]
+    if len(methods) == 2:  # one method's oracle, which charges its drafting, is its own oracle-switch
+        policies += [f"oracle-switch:{pair}", f"oracle-combined:{pair}"]
     return policies + ([learned] if learned else [])
 
 
@@ -76,9 +77,11 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", 
                 line["learned"] = v
             elif seen is not None and policy == seen:
                 line["learned_seen"] = v
+        oracles = [v for key, v in line.items() if key.startswith("oracle_") and key != "oracle_combined"]
+        ceiling = line.get("oracle_switch", oracles[0] if len(oracles) == 1 else None)  # one method: its oracle
         for name, gap in (("learned", "gap_closed"), ("learned_seen", "gap_closed_seen")):
-            if name in line and "oracle_switch" in line:
-                room = line["oracle_switch"] - line["best_fixed_speedup"]
+            if name in line and ceiling is not None:
+                room = ceiling - line["best_fixed_speedup"]
                 enough = room > MIN_ROOM * line["best_fixed_speedup"]
                 line[gap] = (line[name] - line["best_fixed_speedup"]) / room if enough else float("nan")
         table.append(line)

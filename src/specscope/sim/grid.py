@@ -63,7 +63,7 @@ class SimConfig:
         if self.match_prob is not None:
             validate.check("match_prob", validate.probability, self.match_prob)
         for b in self.batch_sizes:
-            validate.check("batch_sizes", validate.integer, b, low=1)
+            validate.check("batch_sizes", validate.integer, b, low=1, high=validate.MAX_BATCH_SIZE)
 
 
 PAPER_SAMPLE = 300
@@ -126,12 +126,14 @@ def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: 
 
 
 def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
-    """The deepest k the records of ``proposers`` were traced at: their declared k_max, else the
-    longest acc_len seen − 1."""
+    """The deepest k every record of ``proposers`` was traced at: the smallest declared k_max (a
+    record traced to 2 says nothing of a third draft, whatever the others were traced to); for
+    records that declare none, the longest acc_len seen among them − 1."""
     declared = [r.k_max for r in records if r.k_max is not None]
-    if declared:
-        return max(declared)
-    return max(int(r.proposers[p].acc_len.max()) for r in records for p in proposers) - 1
+    undeclared = [r for r in records if r.k_max is None]
+    if undeclared:
+        declared.append(max(int(r.proposers[p].acc_len.max()) for r in undeclared for p in proposers) - 1)
+    return min(declared)
 
 
 def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
@@ -143,7 +145,9 @@ def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: s
     k_max = traced_k_max(records, list(policy.switch) if policy.switch else [acc])
     if limit <= k_max:
         return
-    if any(r.k_max is not None for r in records):
+    if len({r.k_max for r in records}) > 1:
+        measured = f"{k_max}, the depth all its records were traced to (their k_max differ)"
+    elif records[0].k_max is not None:
         measured = f"the trace's k_max = {k_max}"
     else:
         measured = (f"{k_max}, the largest acc_len − 1 in the trace (k_max not recorded: the trace cannot "

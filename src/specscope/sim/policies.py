@@ -28,6 +28,7 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from specscope import validate
+from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
 from specscope.methods import method
 from specscope.policy.learned import load_policy
@@ -163,18 +164,24 @@ POLICIES: dict[str, Callable[[str], Policy]] = {
 }
 
 
-def learned_cost_notes(policies: Sequence[str], cost_name: str) -> list[str]:
-    """One line per ``learned:FILE`` policy fitted for another cost model than ``cost_name``: its
-    choices weigh that model's prices, whatever the model that prices its steps here."""
+def learned_notes(policies: Sequence[str], cost: CostModel, batch_sizes: Sequence[int]) -> list[str]:
+    """One line per ``learned:FILE`` policy fitted for other prices than ``cost``'s (its choices
+    weigh those, whatever the model that prices its steps here; a model of the same name with
+    other coefficients counts as other prices), and one per batch size it was not fitted for
+    (:meth:`~specscope.policy.learned.LearnedPolicy.rule_notes`)."""
     notes = []
     for text in policies:
         kind, _, argument = text.strip().partition(":")
         if kind != "learned" or not argument:
             continue
-        fitted = (load_policy(argument).document.get("cost_model") or {}).get("name")
-        if fitted and fitted != cost_name:
-            notes.append(f"{text}: fitted for cost model {fitted!r}, whose prices its choices weigh; its steps are "
-                         f"priced here by {cost_name!r}")
+        policy = load_policy(argument)
+        fitted = policy.document["cost_model"]
+        if fitted != cost.describe():
+            other = f"cost model {fitted['name']!r}" + (" (other coefficients than the one of that name here)"
+                                                         if fitted["name"] == cost.name else "")
+            notes.append(f"{text}: fitted for {other}, whose prices its choices weigh; its steps are priced here by "
+                         f"{cost.name!r}")
+        notes.extend(policy.rule_notes(batch_sizes))
     return notes
 
 

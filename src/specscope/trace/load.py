@@ -48,6 +48,8 @@ SPECDECODE_BENCH_PROPOSERS = {
 }
 
 
+PROPOSER_FIELDS = ("acc_len", "draft_len", "draft_prob", "tree_rank")  # a proposer trace's, in either format
+RECORD_FIELDS = ("schema", "id", "dataset", "k_max", "prompt_token_ids", "output_token_ids", "proposers")  # own format
 LOOKUPS = {m.name for m in of_kind("lookup")}  # proposers without a tree: their tree_rank is refused
 
 log = logging.getLogger(__name__)
@@ -101,6 +103,9 @@ def _proposer(fields: Fields, name: str, obj: object, k_max: int | None, output_
         raise fields.error(label, f"expected an object with 'acc_len', got {type(obj).__name__}")
     if "acc_len" not in obj:
         raise fields.error(f"{label}.acc_len", "missing")
+    unknown = [key for key in obj if key not in PROPOSER_FIELDS]
+    if unknown:  # a misspelt field's data would be dropped unsaid
+        raise fields.error(f"{label}.{unknown[0]}", f"unknown field (expected {', '.join(PROPOSER_FIELDS)})")
     longest = validate.K_MAX_LIMIT if k_max is None else k_max
     note = f" (k_max = {k_max})" if k_max else f" (k_max not recorded; specscope's limit is {validate.K_MAX_LIMIT})"
     acc_len = fields.int_array(f"{label}.acc_len", obj["acc_len"], np.int32, low=1, high=longest + 1, note=note)
@@ -145,9 +150,15 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
         raw = fields.get("proposers")
         if not isinstance(raw, dict) or not raw:
             raise fields.error("proposers", "expected a non-empty object of proposer traces")
+        unknown = [key for key in fields.obj if key not in RECORD_FIELDS]
+        if unknown:  # a misspelt field (k_mx) would be dropped unsaid
+            raise fields.error(unknown[0], f"unknown field (expected {', '.join(RECORD_FIELDS)})")
     elif fields.has("generated_token_ids"):
         output_field, fmt = "generated_token_ids", "specdecode-bench"
         raw = {key: fields.obj[key] for key in SPECDECODE_BENCH_PROPOSERS if fields.has(key)}
+        unknown = [key for key in fields.obj if key.startswith("acc") and key not in SPECDECODE_BENCH_PROPOSERS]
+        if unknown:  # a proposer under another name would be dropped unsaid
+            raise fields.error(unknown[0], f"unknown proposer (expected {', '.join(SPECDECODE_BENCH_PROPOSERS)})")
         if not raw:
             raise fields.error(
                 "acc_ngram", "missing: expected at least one of " + ", ".join(SPECDECODE_BENCH_PROPOSERS)
@@ -161,9 +172,12 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
     output = fields.int_array(output_field, low=0)
     names = SPECDECODE_BENCH_PROPOSERS if fmt == "specdecode-bench" else {key: key for key in raw}
     proposers = {names[key]: _proposer(fields, key, value, k_max, output.size) for key, value in raw.items()}
+    prompt = fields.int_array("prompt_token_ids", low=0)
+    if not prompt.size:  # a request starts from at least one token: its prefill emits the first output token
+        raise fields.error("prompt_token_ids", "expected at least one token, got []")
     record = TraceRecord(
         id=fields.text("id"),
-        prompt_token_ids=fields.int_array("prompt_token_ids", low=0),
+        prompt_token_ids=prompt,
         output_token_ids=output,
         proposers=proposers,
         k_max=k_max,

@@ -104,9 +104,11 @@ class TraceRecord:
         return self.proposers[proposer].acc_len
 
     def capped(self, k: int) -> "TraceRecord":
-        """This record as a trace of depth ``k`` would hold it (:meth:`ProposerTrace.capped`)."""
+        """This record as a trace of depth ``k`` would hold it (:meth:`ProposerTrace.capped`); a
+        record that declares no k_max still declares none (how deep it was traced stays unknown:
+        ``k`` may be deeper)."""
         return replace(self, proposers={name: trace.capped(k) for name, trace in self.proposers.items()},
-                       k_max=k if self.k_max is None else min(self.k_max, k))
+                       k_max=None if self.k_max is None else min(self.k_max, k))
 
     def to_json(self) -> dict:
         out: dict = {"schema": SCHEMA_VERSION, "id": self.id}
