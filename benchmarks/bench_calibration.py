@@ -240,7 +240,8 @@ def whatif(out: Path, trace: Path) -> None:
     for row in rows:
         check = "" if not row["measured_best"] else (
             f"  measured best {row['measured_best']} ({float(row['measured_speedup']):.2f}), predicted among "
-            f"measured {row['predicted_among_measured']}: {'agree' if row['agree'] == 'True' else 'DISAGREE'}")
+            f"measured {row['predicted_among_measured']}: "
+            f"{ {'True': 'agree', 'False': 'DISAGREE'}.get(row['agree'], 'not checked (its winner not simulated)')}")
         print(f"B={row['batch_size']:>3} {'(in fit)' if row['in_fit'] == 'True' else '        '} "
               f"{row['predicted_best']:<22} {float(row['predicted_speedup']):.2f}{check}")
 

@@ -383,6 +383,22 @@ def test_a_fitted_model_knows_what_it_measured(tmp_path):
                                                 "k up to 5 and batch sizes up to 64 extrapolate its lines")
 
 
+def test_a_sweeps_model_judges_each_method_by_its_own_cells():
+    """Fitted to a sweep where the draft model ran only at k = 1 and B = 4 (and EAGLE at k = 1, 2
+    and a 6-node tree, B = 1 … 8): draft at k = 4 or B = 1 is named, EAGLE at k = 6 too (a tree's
+    nodes are no chain's k); what each measured is not."""
+    from specscope.costmodel.linear import FittedCell, LinearCostModel
+
+    cells = (FittedCell("none", 0, 1, "w"), FittedCell("draft", 1, 4, "w"), FittedCell("eagle", 1, 1, "w"),
+             FittedCell("eagle", 2, 8, "w"), FittedCell("eagle", 6, 8, "w", tree="2x1x1"))
+    model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, fitted_cells=cells)
+    assert model.beyond_measured([1], [4], ["draft"]) is None
+    assert model.beyond_measured([2], [1, 8], ["eagle"]) is None
+    assert model.beyond_measured([4], [1, 4], ["draft", "eagle"]) == (
+        "cost model 'm' was fitted to a sweep's cells; draft at k up to 4 (chains measured at k <= 1) and batch sizes "
+        "1-4 (measured 4-4); eagle at k up to 4 (chains measured at k <= 2): there it extrapolates its lines")
+
+
 @pytest.mark.parametrize("whole", [False, True])
 def test_drafting_is_fitted_on_each_rows_own_proposal(tmp_path, whole):
     """n-gram steps at batch 2, 4 and 8 where one row proposes k and the others none: the

@@ -28,7 +28,7 @@ FITTED = (FittedCell("ngram", 2, 1, "/runs/code.jsonl"), FittedCell("eagle", 2, 
 def test_predicted_winner_against_the_measured_one():
     measured = [MeasuredCell("code", "ngram", 2, 1, 1.45), MeasuredCell("code", "eagle", 2, 1, 1.6),
                 MeasuredCell("code", "ngram", 2, 4, 0.97), MeasuredCell("code", "eagle", 2, 4, 0.9),
-                MeasuredCell("code", "ngram", 12, 1, 3.0)]  # k = 12: not simulated, so not checked
+                MeasuredCell("code", "ngram", 12, 1, 1.2)]  # k = 12: not simulated, and no winner
     measured = [replace(c, simulated_speedup=simulated_for(c, ROWS)) for c in measured]
     assert measured[-1].simulated_speedup is None and measured[0].simulated_speedup == 1.5
     one, four = whatif_rows(ROWS, measured, FITTED)
@@ -42,6 +42,12 @@ def test_predicted_winner_against_the_measured_one():
                                            "measured one 1/1 at batch sizes not in the fit (B=4); 0/1 at batch "
                                            "sizes in the fit (B=1).")
     whatif_figure(ROWS, measured, FITTED)  # draws without error
+    # A k = 12 cell that won, measured but never simulated: the winner is named, the check not made
+    measured[-1] = replace(measured[-1], measured_speedup=3.0)
+    one, four = whatif_rows(ROWS, measured, FITTED)
+    assert (one.measured_best, one.measured_speedup, one.measured_in_fit, one.agree) == ("ngram fixed:12", 3.0, False, None)
+    assert whatif_summary([one, four]) == ("The predicted winner among the measured configurations is the "
+                                           "measured one 1/1 at batch sizes not in the fit (B=4).")
 
 
 def test_not_calibrated_or_not_measured():

@@ -90,8 +90,9 @@ def run_fit(args: argparse.Namespace) -> int:
         check_table_output(path)
         if not to_stdout(output) and output.resolve() == path.resolve():
             raise SpecscopeError(f"-o {output}: --validate writes its table there; write the model elsewhere")
-    refuse_overwriting(output, [*args.records, *args.traces, *written,
-                                *(sorted((args.from_sweep / "cells").glob("*.json")) if args.from_sweep else [])])
+    if args.from_sweep is not None:
+        _refuse_inside_sweep(output, args.from_sweep)
+    refuse_overwriting(output, [*args.records, *args.traces, *written])
     if args.from_sweep is not None:
         return _fit_sweep(args, output, name)
     if args.whole_steps:
@@ -105,7 +106,7 @@ def run_fit(args: argparse.Namespace) -> int:
             print(f"specscope: warning: the forward fit misses its median step by {100 * quality.median_rel_error:.0f} % "
                   f"(above {100 * POOR_FIT:.0f} %): the steps vary beyond what its terms explain (other load on the "
                   "machine?), and what it predicts may mislead; measure again on a quiet machine", file=sys.stderr)
-    text = json.dumps(model.describe(), indent=1)
+    text = _usable(model)
     atomic_write_text(output, text + "\n")
     note_unseparated(model)
     if to_stdout(output):
@@ -115,6 +116,36 @@ def run_fit(args: argparse.Namespace) -> int:
     print(summary)
     print(f"wrote {output}")
     return 0
+
+
+def _usable(model) -> str:
+    """``model`` as the JSON file it is written to, once the reader accepts it (a fit whose
+    measurements leave a forward free would write a file every later command refuses)."""
+    from specscope.costmodel.linear import linear_from_json
+
+    text = json.dumps(model.describe(), indent=1)
+    try:
+        linear_from_json(json.loads(text), model.name)
+    except SpecscopeError as error:
+        raise SpecscopeError(f"costmodel fit: the measurements give a model no simulation can use ({error}); measure "
+                             "steps of more sizes (batch sizes, proposal lengths) so that its terms can be told apart"
+                             ) from None
+    return text
+
+
+def _refuse_inside_sweep(output: Path, sweep: Path) -> None:
+    """Refuse an ``output`` the sweep wrote (its results, configuration, placements) or one in its
+    cells/ or logs/ folder: the fit reads them, and a later fit or resume would read the model."""
+    from specscope.backends.openai.sweep import SWEEP_FILES, SWEEP_FOLDERS
+
+    if to_stdout(output) or (output.exists() and not output.is_file()):
+        return
+    where = output.resolve()
+    for folder in SWEEP_FOLDERS:
+        if where.is_relative_to((sweep / folder).resolve()):
+            raise SpecscopeError(f"-o {output}: inside the sweep's {folder}/ folder, which the sweep writes and the fit "
+                                 "reads; write the model elsewhere")
+    refuse_overwriting(output, [sweep / name for name in SWEEP_FILES])
 
 
 def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
@@ -128,7 +159,7 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     cells = read_sweep(args.from_sweep, args.engine)
     model = fit_cells(cells, name)
     rows, fits = validate(cells, load_traces(args.traces)[0]) if args.validate else ([], [])  # before any write
-    text = json.dumps(model.describe(), indent=1)
+    text = _usable(model)
     atomic_write_text(output, text + "\n")
     note_unseparated(model)
     out = sys.stderr if to_stdout(output) else sys.stdout

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     label = cost_label(args.cost_model, cost)
     cells = [{**row.flat(), "cost_model": label} for row in rows]
     fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
-    past = cost.beyond_measured(fixed, config.batch_sizes) if isinstance(cost, LinearCostModel) else None
+    past = cost.beyond_measured(fixed, config.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) else None
     notes = [*no_match_notes(records, args.acc, config), *([past] if past else []),
              *learned_notes(args.policies, cost, config.batch_sizes)]
     if args.output:

@@ -147,8 +147,8 @@ class CellRun:
 
     @property
     def label(self) -> str:
-        """How messages name it: ``cell ID (ngram k=3, B=8)``."""
-        return f"cell {self.cell_id} ({self.proposal}, B={self.batch_size})"
+        """How messages name it: its file in the sweep, ``cells/ID.json (ngram k=3, B=8)``."""
+        return f"cells/{self.cell_id}.json ({self.proposal}, B={self.batch_size})"
 
 
 @dataclass
@@ -188,9 +188,9 @@ def cell_gaps(cell: CellRun) -> Gaps:
     times, tokens, prompts = [], [], []
     for request in cell.timeline:
         chunk_ms = np.asarray(request["chunk_ms"], dtype=float)
-        if len(chunk_ms) == 0 or request["prompt_tokens"] is None:
+        if len(chunk_ms) == 0 or request.get("prompt_tokens") is None:
             raise SpecscopeError(f"{cell.label}: request {request['id']} has no chunks or no prompt length")
-        counts = request["chunk_tokens"]
+        counts = request.get("chunk_tokens")
         if counts is None:
             mean = request["output_tokens"] / len(chunk_ms)
             if mean > width_max + 1e-9:

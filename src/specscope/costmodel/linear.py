@@ -35,6 +35,7 @@ import numpy as np
 
 from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
 from specscope.errors import SpecscopeError
+from specscope.methods import NO_SD
 from specscope.trace.fields import Fields
 
 
@@ -119,13 +120,29 @@ class LinearCostModel:
             **({"measured": {"k": self.measured[0], "batch_size": self.measured[1]}} if self.measured else {}),
         }
 
-    def beyond_measured(self, ks: Sequence[int], batch_sizes: Sequence[int]) -> str | None:
-        """A note where ``ks`` or ``batch_sizes`` reach past what a fitted model measured (its step
-        records' largest k and batch size, or its sweep's cells): there it extrapolates a line."""
-        seen = self.measured or ((max(c.k for c in self.fitted_cells), max(c.batch_size for c in self.fitted_cells))
-                                 if self.fitted_cells else None)
-        if seen is None:
+    def beyond_measured(self, ks: Sequence[int], batch_sizes: Sequence[int], methods: Sequence[str] = ()) -> str | None:
+        """A note where ``ks`` or ``batch_sizes`` reach past what a fitted model measured: there it
+        extrapolates a line. A sweep's model (``fitted_cells``) judges each of ``methods`` by its
+        own chain cells (a tree's nodes are no chain's k) and batch sizes below the least measured
+        too; a step-record fit (``measured``) by the largest k and batch size of its steps."""
+        if self.fitted_cells:
+            past = []
+            fitted = sorted({c.method for c in self.fitted_cells} - {NO_SD})
+            for method in [m for m in methods if m in fitted] if methods else fitted:
+                mine = [c for c in self.fitted_cells if c.method == method]
+                chains = [c.k for c in mine if c.tree is None]
+                sizes = [c.batch_size for c in mine]
+                beyond = [f"k up to {max(ks)} (chains measured at k <= {max(chains)})" if chains and ks and
+                          max(ks) > max(chains) else "",
+                          f"batch sizes {min(batch_sizes)}-{max(batch_sizes)} (measured {min(sizes)}-{max(sizes)})"
+                          if batch_sizes and (min(batch_sizes) < min(sizes) or max(batch_sizes) > max(sizes)) else ""]
+                if any(beyond):
+                    past.append(f"{method} at {' and '.join(b for b in beyond if b)}")
+            return (f"cost model {self.name!r} was fitted to a sweep's cells; {'; '.join(past)}: there it extrapolates "
+                    "its lines") if past else None
+        if self.measured is None:
             return None
+        seen = self.measured
         past = []
         if ks and max(ks) > seen[0]:
             past.append(f"k up to {max(ks)}")

@@ -118,7 +118,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                           + "".join(f"; fixed:{k} in their place" for k in sorted(instead)))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim))
-    past = cost.beyond_measured(config.ks, config.sim.batch_sizes) if isinstance(cost, LinearCostModel) else None
+    past = cost.beyond_measured(config.ks, config.sim.batch_sizes, names) if isinstance(cost, LinearCostModel) else None
     data.notes.extend([past] if past else [])
     advance(PHASES[0])
 

@@ -198,6 +198,13 @@ def _measured_tables(cells: Sequence[MeasuredCell]) -> list[tuple[str, list[str]
     ]
 
 
+def _agree(row: WhatIfRow) -> str:
+    """The what-if table's verdict: yes, no, not checked (the measured winner was not simulated), or blank."""
+    if row.agree is None:
+        return "not checked: its winner was not simulated" if row.measured_best is not None else ""
+    return "yes" if row.agree else "no"
+
+
 def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[list[object]]]]:
     if not rows:
         return []
@@ -208,7 +215,7 @@ def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[
              [[r.dataset, r.batch_size, "yes" if r.in_fit else "no", r.predicted_best,
                "" if r.best_in_fit is None else ("yes" if r.best_in_fit else "no"), r.predicted_speedup,
                r.measured_best or "", "" if r.measured_speedup is None else r.measured_speedup,
-               r.predicted_among_measured or "", "" if r.agree is None else ("yes" if r.agree else "no")]
+               r.predicted_among_measured or "", _agree(r)]
               for r in rows])]
 
 

@@ -12,9 +12,11 @@ prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
   proposer — with the highest simulated speedup (no SD when nothing beats 1);
 - where ``--measured`` cells exist at this dataset (a measured cell's workload file stem) and
   batch size and the report simulates them (:attr:`MeasuredCell.simulated_speedup`), the
-  **measured check**: the measured winner among them (no SD, speedup 1, always a candidate), and
-  the predicted winner *among the configurations that were measured* (a check can only rank what
-  it ran), with ``agree`` = the two name the same method, k and tree. ``measured_in_fit``:
+  **measured check**: the measured winner among every measured cell there (no SD, speedup 1,
+  always a candidate), and the predicted winner *among the configurations that were measured and
+  simulated* (a check can only rank what it ran), with ``agree`` = the two name the same method,
+  k and tree (``None``, not checked, where the measured winner is a configuration the report did
+  not simulate, such as a k beyond its ``--ks``). ``measured_in_fit``:
   whether the winner's own cell was one the model was fitted to.
 """
 
@@ -85,16 +87,18 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
         if row.predicted_best != NO_SD:
             row.best_in_fit = any(f.method == best.acc and configured_policy(f.k, f.tree) == best.policy
                                   for f in fitted)
-        priced = [(c, c.simulated_speedup) for c in measured if Path(c.dataset).stem == dataset
-                  and c.batch_size == b and c.simulated_speedup is not None]
+        here = [c for c in measured if Path(c.dataset).stem == dataset and c.batch_size == b]
+        priced = [(c, c.simulated_speedup) for c in here if c.simulated_speedup is not None]
         if priced:  # no SD is always a candidate: speedup 1, measured or not
-            priced.append((MeasuredCell(dataset, NO_SD, 0, b, 1.0), 1.0))
-            winner = max((c for c, _ in priced), key=lambda c: c.measured_speedup)
+            none = MeasuredCell(dataset, NO_SD, 0, b, 1.0)
+            priced.append((none, 1.0))
+            winner = max([*here, none], key=lambda c: c.measured_speedup)  # over every measured cell
             pick, speedup = max(priced, key=lambda cp: cp[1])
             row.measured_best, row.measured_speedup = _config(winner), winner.measured_speedup
             row.measured_in_fit = winner.method != NO_SD and _fitted(winner, fitted)
             row.predicted_among_measured, row.predicted_among_measured_speedup = _config(pick), speedup
-            row.agree = _config(pick) == _config(winner)
+            checked = any(c is winner for c, _ in priced)  # else the winner was not simulated: nothing to rank
+            row.agree = _config(pick) == _config(winner) if checked else None
         out.append(row)
     return out
 

@@ -64,9 +64,13 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
     if not (sweep_dir / "cells").is_dir():
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no cells/ folder (expected a `specscope sweep` output)")
     listed = _listed(sweep_dir)
-    runs, engines = [], set()
-    for cell_id, record in read_cells(sweep_dir).items():
-        if record["status"] != "ok" or (listed is not None and cell_id not in listed):
+    runs, engines, failed = [], set(), []
+    records = read_cells(sweep_dir)
+    for cell_id, record in records.items():
+        if listed is not None and cell_id not in listed:
+            continue
+        if record["status"] != "ok":
+            failed.append(cell_id)
             continue
         path = sweep_dir / "cells" / f"{cell_id}.json"
         if TIMELINE not in record:
@@ -76,6 +80,12 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
         engines.add(name)
         if engine is None or name == engine:
             runs.append(_cell_run(path, record))
+    missing = sorted((listed or set()) - set(records))
+    for what, ids in (("failed (not fitted; `sweep --retry-failed` reruns them)", failed),
+                      ("listed in results.json but missing from cells/ (not fitted)", missing)):
+        if ids:
+            log.warning("--from-sweep %s: %d cells %s: %s", sweep_dir, len(ids), what,
+                        ", ".join(ids[:5]) + (", …" if len(ids) > 5 else ""))
     if engine is None and len(engines) > 1:
         raise SpecscopeError(f"--from-sweep {sweep_dir}: cells of engines {', '.join(sorted(engines))}; a cost model "
                              "describes one: choose it with --engine NAME")
@@ -188,6 +198,9 @@ def _check_request(path: Path, index: int, request: object) -> None:
             raise SpecscopeError(f"{where}: field 'chunk_tokens': expected one count per chunk ({len(chunks)})")
         for j, count in enumerate(counts):
             check(f"{where}: field 'chunk_tokens[{j}]'", integer, count, low=0)
+        if sum(counts) != request["output_tokens"]:
+            raise SpecscopeError(f"{where}: field 'chunk_tokens': expected counts adding up to output_tokens "
+                                 f"({request['output_tokens']}), got {sum(counts)}")
     if request.get("segment") is not None:
         field("segment", integer, low=0)
 
@@ -233,9 +246,13 @@ def predict_speedup(model: LinearCostModel, cell: CellRun, traces: dict[str, dic
     for part in segments.values():
         plan = plan_for(part, cell.method, policy, config, Path(cell.workload).stem)
         tokens = float(plan.output_len.sum())
+        if not tokens:  # a segment whose requests emitted nothing: no time to predict
+            continue
         seconds["sd"] += tokens / predict_mixed(plan, model, model.drafting_for(cell.method), cell.batch_size).throughput
         base = predict_mixed(baseline_plan(plan.output_len, plan.prompt_len), model, None, cell.batch_size)
         seconds["base"] += tokens / base.throughput
+    if not seconds["sd"]:
+        raise SpecscopeError(f"{cell.label}: its requests emitted no output token: no speedup to predict")
     return seconds["base"] / seconds["sd"]
 
 
@@ -253,7 +270,8 @@ def segment_speedups(cell: CellRun, base: CellRun) -> list[float]:
             span[0] = min(span[0], request["sent_ms"])
             span[1] = max(span[1], request["sent_ms"] + request["chunk_ms"][-1])
             span[2] += request["output_tokens"]
-        rates.append({segment: tokens / (end - start) for segment, (start, end, tokens) in spans.items() if end > start})
+        rates.append({segment: tokens / (end - start) for segment, (start, end, tokens) in spans.items()
+                      if end > start and tokens > 0})  # a segment that emitted nothing measured no rate
     return [rates[0][s] / rates[1][s] for s in sorted(rates[0]) if s in rates[1]]
 
 

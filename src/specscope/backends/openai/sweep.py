@@ -64,6 +64,9 @@ CELL_LABELS = ("engine", "workload", "method", "k", "tree", "tree_nodes", "tree_
                "cell_id")  # a result row's, beside the bench row
 RECORD_FIELDS = ("cell_id", "key", "status", "reason", "started_at", "finished_at", "result")
 TIMELINE = "timeline"  # an ok cell's per-request chunk timeline (LoadResult.timeline); absent in old sweeps
+# what a sweep writes in its output folder, and reads back when it resumes (ray-placement.jsonl: under --ray)
+SWEEP_FILES = ("config.json", "results.json", "results.csv", "measured.json", "winners.csv", "ray-placement.jsonl")
+SWEEP_FOLDERS = ("cells", "logs")
 
 
 @dataclass
