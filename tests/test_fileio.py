@@ -46,6 +46,19 @@ def test_regular_file_is_replaced_atomically(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.csv"]
 
 
+def test_a_replaced_file_keeps_its_permissions_and_a_read_only_one_is_refused(tmp_path):
+    """A 0600 file came back 0644 (a new file's usual mode); a file no one may write was replaced."""
+    private = tmp_path / "private.csv"
+    private.write_text("old\n")
+    private.chmod(0o600)
+    atomic_write_text(private, "new\n")
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600 and private.read_text() == "new\n"
+    private.chmod(0o444)
+    with pytest.raises(SpecscopeError, match="read-only"):
+        atomic_write_text(private, "newer\n")
+    assert private.read_text() == "new\n"
+
+
 def test_a_symbolic_link_stays_and_its_target_gets_the_file(tmp_path):
     (tmp_path / "kept").mkdir()
     target, link = tmp_path / "kept" / "t.csv", tmp_path / "link.csv"

@@ -7,6 +7,7 @@ import io
 import json
 import math
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -119,11 +120,17 @@ def _write_durably(path: Path, text: str) -> None:
             handle.write(text)
         return
     path = Path(os.path.realpath(path))  # a symbolic link stays: the file it points to is replaced
+    if path.is_file() and not (path.stat().st_mode & 0o222 and os.access(path, os.W_OK)):  # root may write anywhere
+        raise SpecscopeError(f"{path}: read-only; make it writable or write elsewhere")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
-    os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
+    if path.is_file():  # a file replaced keeps its permissions
+        mode = stat.S_IMODE(path.stat().st_mode)
+    else:  # mkstemp makes 0600; give a new file the usual permissions
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    os.fchmod(fd, mode)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)

@@ -17,7 +17,9 @@ from specscope.cli._common import (
     write_rows,
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
-from specscope.sim.grid import SimConfig
+from specscope.errors import SpecscopeError
+from specscope.sim.grid import SimConfig, check_k_by_dataset
+from specscope.sim.policies import parse_policy
 
 DEFAULTS = OverlapConfig()
 SIM = SimConfig()
@@ -59,6 +61,13 @@ def run(args: argparse.Namespace) -> int:
                            reference=args.reference, reference_policy=args.reference_policy, mode=args.mode)
     sim = SimConfig(batch_sizes=tuple(args.batch_sizes))  # overlap_speedups sets config.mode
     scores = bleu_scores(records)
+    for option, proposer, policies in (("--lookup-policies", args.lookup, args.lookup_policies),
+                                       ("--reference-policy", args.reference, [args.reference_policy])):
+        for policy in policies:  # a default k deeper than the traces: name the option that sets it
+            try:
+                check_k_by_dataset(records, proposer, parse_policy(policy))
+            except SpecscopeError as error:
+                raise SpecscopeError(f"{option}: {error}") from None
     rows = overlap_speedups(records, cost, sim, config, scores)
     lines: dict[tuple[str, str, int, str], dict[int, float]] = {}
     for row in rows:

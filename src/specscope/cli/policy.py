@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import sys
 
 import numpy as np
 
@@ -26,6 +27,8 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text
 
 EXAMPLE_STEPS = 4  # explain: decisions shown along the first record's steps
+FEW_STEPS = 200  # fit: below this many training steps, a warning (a policy of ~27 features learned from noise)
+FEW_JUDGED = 30  # explain: an AUC over fewer first drafts than this is not shown
 
 
 def add_policy_options(parser: argparse.ArgumentParser, cost_help: str) -> None:
@@ -110,6 +113,14 @@ def run_fit(args: argparse.Namespace) -> int:
     records = read_trace_args(args)
     document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k)
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
+    depth, training = len(document["intercept"][0]), document["training"]
+    if args.max_k is not None and args.max_k > depth:
+        print(f"note: --max-k {args.max_k}: the traces reach k = {depth}; the policy proposes at most that",
+              file=sys.stderr)
+    if training["steps"] < FEW_STEPS:
+        print(f"specscope: warning: the policy learned from {training['steps']} steps of {training['requests']} "
+              f"requests, too few to weigh {len(document['features'])} features: trace more requests",
+              file=sys.stderr)
     if not to_stdout(args.output):
         training = document["training"]
         print(f"wrote {args.output}: {len(document['models'])} models ({','.join(map(str, args.batch_sizes))}) "
@@ -128,6 +139,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     check_proposers(args.acc, count=2)
     need_scikit_learn()
+    if args.cost_model in args.view:
+        raise SpecscopeError(f"--view {args.cost_model}: already the --cost-model (it would be judged twice)")
     views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
     records = read_trace_args(args)
     sizes = collections.Counter(record.dataset or "trace" for record in records)  # requests per dataset
@@ -205,6 +218,10 @@ def read_traces_for(policy, args: argparse.Namespace) -> list:
     missing = [m for m in policy.methods if m not in records[0].proposers]
     if missing:
         raise SpecscopeError(f"--traces: record {records[0].id!r} has no {missing[0]!r} trace")
+    from specscope.sim.grid import check_k_by_dataset
+    from specscope.sim.policies import parse_policy
+
+    check_k_by_dataset(records, policy.methods[0], parse_policy(f"learned:{policy.path}"))  # its walk goes no deeper
     return records
 
 
@@ -215,10 +232,10 @@ def show_discrimination(policy, records: list) -> None:
 
     rows = discrimination(records, policy)
     print_table("first draft accepted, predicted along the policy's own walk (B = 1) against the traces: "
-                "AUC 0.5 = its features know nothing of the next step, 1 = everything",
+                f"AUC 0.5 = its features know nothing of the next step, 1 = everything; not shown below {FEW_JUDGED} steps",
                 ["method", "steps", "predicted", "observed", "AUC"],
-                [[r["method"], str(r["steps"]), *(_figure(r[c]) for c in ("predicted", "observed", "auc"))]
-                 for r in rows])
+                [[r["method"], str(r["steps"]), *(_figure(r[c]) for c in ("predicted", "observed")),
+                  _figure(r["auc"]) if r["steps"] >= FEW_JUDGED else None] for r in rows])
 
 
 def _figure(value: float) -> str | None:

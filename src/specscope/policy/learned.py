@@ -74,6 +74,9 @@ from specscope.validate import MAX_BATCH_SIZE
 
 SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
 NO_PROB = -1.0  # draft_prob feature where no drafter's probability is known
+FIELDS = ("schema", "methods", "features", "cost_model", "batch_sizes", "pads", "mean", "scale", "coef", "intercept",
+          "base_rate", "span", "models", "training")  # a policy file's, as `policy fit` writes them
+MAX_STEP_S = 3600.0  # a step's price in a policy file: at most an hour (a typo's 1e300 is refused)
 NO_STEPS = (0.0,) * (4 * MEMORY)  # the past steps' features before a request has taken them
 PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
 PLAIN_ROWS = 16  # a group of at most this many rows decides in plain Python (array code's fixed cost dominates)
@@ -463,18 +466,29 @@ def _methods(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _numbers(document: dict, name: str, where: str = "") -> np.ndarray:
+    """``document[name]``, a (nested) list of numbers, as a float array (ValueError naming it otherwise)."""
+    try:
+        return np.asarray(document[name], dtype=float)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}{name}: expected a list (of equal-length lists) of numbers") from None
+
+
 def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:
     """The decision rule per batch size of a policy document (ValueError when malformed)."""
     names = feature_names(methods)
     if not isinstance(document["features"], dict) or list(document["features"]) != list(names):
         raise ValueError(f"features: expected the {len(names)} features of {', '.join(methods)} "
                          f"({', '.join(list(names)[:3])}, …), in order")
+    unknown = sorted(set(document) - set(FIELDS))
+    if unknown:
+        raise ValueError(f"{unknown[0]}: unknown field (expected {', '.join(FIELDS)})")
     width = len(names)
-    coef = np.asarray(document["coef"], dtype=float)  # [M, F]
-    intercept = np.asarray(document["intercept"], dtype=float)  # [M, J]
-    base_rate = np.asarray(document["base_rate"], dtype=float)  # [M, J]
-    span = np.asarray(document["span"], dtype=float)  # [M, 2] of coef · z, z the standardised features
-    scale, mean = np.asarray(document["scale"], dtype=float), np.asarray(document["mean"], dtype=float)
+    coef = _numbers(document, "coef")  # [M, F]
+    intercept = _numbers(document, "intercept")  # [M, J]
+    base_rate = _numbers(document, "base_rate")  # [M, J]
+    span = _numbers(document, "span")  # [M, 2] of coef · z, z the standardised features
+    scale, mean = _numbers(document, "scale"), _numbers(document, "mean")
     if coef.shape != (len(methods), width) or intercept.ndim != 2 or intercept.shape[0] != len(methods) \
             or intercept.shape[1] < 1 or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0) \
             or base_rate.shape != intercept.shape or not np.all((base_rate > 0) & (base_rate < 1)) \
@@ -486,8 +500,11 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
         weights = coef / scale
         bias = intercept - (weights @ mean)[:, None]
         span = span + (weights @ mean)[:, None]  # coef · z = weights · x − weights · mean
+    for name, value in (("coef", coef), ("scale", scale), ("mean", mean), ("intercept", intercept), ("span", span)):
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"{name}: expected finite numbers")
     if not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)) or not np.all(np.isfinite(span)):
-        raise ValueError("non-finite coefficients")
+        raise ValueError("coef, scale and mean: too large together (their products overflow)")
     pads, models = document["pads"], document["models"]
     if not isinstance(pads, bool):
         raise ValueError(f"pads: expected true or false, got {pads!r}")
@@ -498,14 +515,13 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
         b = model["batch_size"]
         if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH_SIZE or b in choosers:
             raise ValueError(f"models: batch_size {b!r}: expected an integer in 1 … {MAX_BATCH_SIZE}, once")
-        seconds, fixed = np.asarray(model["seconds"], dtype=float), np.asarray(model["fixed"], dtype=float)
-        verify = np.asarray(model["verify"], dtype=float)
+        seconds, fixed, verify = (_numbers(model, name, f"models: batch size {b}: ") for name in ("seconds", "fixed", "verify"))
         shape = (len(methods), intercept.shape[1] + 1)
         if seconds.shape != shape or fixed.shape != shape or verify.shape != shape[1:] \
-                or not np.all(np.isfinite(seconds) & (seconds >= 0)) or not np.all(seconds[:, 0] > 0) \
-                or not np.all(np.isfinite(fixed) & (fixed >= 0)) or not np.all((verify >= 0) & (verify <= seconds)):
+                or not np.all((seconds >= 0) & (seconds <= MAX_STEP_S)) or not np.all(seconds[:, 0] > 0) \
+                or not np.all((fixed >= 0) & (fixed <= MAX_STEP_S)) or not np.all((verify >= 0) & (verify <= seconds)):
             raise ValueError(f"model for batch size {b}: expected seconds and fixed [{shape[0]}][{shape[1]}] "
-                             f"(finite, >= 0; a step without drafting > 0) and verify [{shape[1]}] "
+                             f"(0 … {MAX_STEP_S:g} s; a step without drafting > 0) and verify [{shape[1]}] "
                              "(0 <= verify <= seconds)")
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
                               base_rate, fixed, b, verify, pads, span)

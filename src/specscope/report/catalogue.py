@@ -36,22 +36,27 @@ class FigureSpec:
     missing: Callable[[ReportData], str | None] = lambda data: None  # why it cannot be drawn
 
 
+def _priced(data: ReportData, rows: list[dict] | None, **labels: object) -> list[dict] | None:
+    """``rows`` labelled with the cost model that priced them (and ``labels``); None stays None."""
+    return None if rows is None else [{**row, "cost_model": data.cost.name, **labels} for row in rows]
+
+
 TABLES = [
     TableSpec("stats.csv", lambda d: [s.flat() for s in d.singles]),
     TableSpec("pairs.csv", lambda d: [p.flat() for p in d.pairs]),
     TableSpec("request_means.csv", lambda d: d.means),
     TableSpec("position_profile.csv", lambda d: [r.flat() for r in d.profile]),
-    TableSpec("speedup.csv", lambda d: [r.flat() for r in d.rows]),
-    TableSpec("answer.csv", lambda d: [a.flat() for a in d.answer]),
+    TableSpec("speedup.csv", lambda d: _priced(d, [r.flat() for r in d.rows])),
+    TableSpec("answer.csv", lambda d: _priced(d, [a.flat() for a in d.answer])),
     TableSpec("bleu.csv", lambda d: [r.flat() for r in d.bleu]),
     TableSpec("overlap.csv", lambda d: [r.flat() for r in d.overlap] if d.overlap else None),
     TableSpec("timesplit.csv", lambda d: d.predicted + d.measured_split),
     TableSpec("bound.csv", lambda d: [p.flat() for p in d.points]),
     TableSpec("measured.csv", lambda d: [c.flat() for c in d.measured] if d.measured else None),
     TableSpec("trees.csv", lambda d: [t.flat() for t in d.trees] if d.trees else None),
-    TableSpec("tree_speedup.csv", lambda d: [r.flat() for r in d.tree_rows] if d.trees else None),
-    TableSpec("policy.csv", lambda d: d.policy_table or None),
-    TableSpec("whatif.csv", lambda d: [r.flat() for r in d.whatif] or None),
+    TableSpec("tree_speedup.csv", lambda d: _priced(d, [r.flat() for r in d.tree_rows] if d.trees else None)),
+    TableSpec("policy.csv", lambda d: _priced(d, d.policy_table or None, policy=d.config.policy)),
+    TableSpec("whatif.csv", lambda d: _priced(d, [r.flat() for r in d.whatif] or None)),
 ]
 
 

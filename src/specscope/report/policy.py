@@ -21,7 +21,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED
 from specscope.report.style import CYCLE, panel_grid, plt
 from specscope.sim.evaluate import candidate_policies, judge
-from specscope.sim.grid import COMBINED, SimConfig, check_k, simulate
+from specscope.sim.grid import COMBINED, SimConfig, check_k_by_dataset, simulate
 from specscope.sim.policies import parse_policy
 from specscope.policy.learned import load_policy
 from specscope.policy.observation import NONE
@@ -51,11 +51,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
         raise SpecscopeError(f"--policy {path}: chooses {missing[0]!r}, which the traces do not record for every "
                              f"request (its methods: {', '.join(policy.methods)})")
     learned = f"learned:{path}"
-    by_dataset: dict[str, list[TraceRecord]] = {}
-    for record in records:
-        by_dataset.setdefault(record.dataset or "trace", []).append(record)
-    for dataset, group in by_dataset.items():  # a policy deeper than the traces is refused, as simulate does
-        check_k(group, policy.methods[0], parse_policy(learned), dataset)
+    check_k_by_dataset(records, policy.methods[0], parse_policy(learned))  # refused deeper than the traces, as in simulate
     records = [record.capped(policy.depth) for record in records]
     rows = simulate(records, [*policy.methods, COMBINED] if len(policy.methods) == 2 else list(policy.methods),
                     candidate_policies(policy.methods, learned, records), cost,

@@ -30,6 +30,9 @@ from specscope.trace.schema import TraceRecord
 log = logging.getLogger(__name__)
 
 COMBINED = "combined"
+OPTIMISTIC = ("oracle-combined is optimistic, as the paper's: it knows every step's acceptance, choosing is free and "
+              "every step pays only n-gram's drafting (an upper bound; oracle-switch charges the drafting of the "
+              "proposer it picks)")
 # Proposers that look tokens up (and may find nothing), as opposed to model drafters.
 LOOKUP_PROPOSERS = frozenset(m.name for m in of_kind("lookup"))
 # The paper's guessed n-gram match probability where acc_len = 1 (shared/paper/README.md).
@@ -84,7 +87,7 @@ class SimRow:
     baseline_throughput: float
     latency_per_token: float
     baseline_latency_per_token: float
-    acceptance_rate: float
+    acceptance_rate: float  # α = accepted / proposed drafts; NaN where nothing was proposed
     mean_acceptance_length: float
     requests: int
     time_split: dict[str, float] = field(default_factory=dict)
@@ -134,6 +137,15 @@ def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> in
     if undeclared:
         declared.append(max(int(r.proposers[p].acc_len.max()) for r in undeclared for p in proposers) - 1)
     return min(declared)
+
+
+def check_k_by_dataset(records: Sequence[TraceRecord], acc: str, policy: Policy) -> None:
+    """:func:`check_k` for the records of each dataset among ``records``."""
+    by_dataset: dict[str, list[TraceRecord]] = {}
+    for record in records:
+        by_dataset.setdefault(record.dataset or "trace", []).append(record)
+    for dataset, group in by_dataset.items():
+        check_k(group, acc, policy, dataset)
 
 
 def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
@@ -331,7 +343,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         key = tuple(plan.output_len.tolist())
                         base = baselines.setdefault(key, baseline_plan(plan.output_len, plan.prompt_len))
                         proposed = plan.proposed.sum()
-                        alpha = float((plan.emitted - 1).sum() / proposed) if proposed else 0.0
+                        alpha = float((plan.emitted - 1).sum() / proposed) if proposed else float("nan")
                         tau = float(plan.emitted.mean()) if len(plan.emitted) else float("nan")  # no step: none
                     sd = predict(plan, cost, drafting, b)
                     base_pred = baseline_predictions.get((key, b))
