@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from specscope.costmodel.steps import NO_SD, MeasuredStep
+from specscope.methods import LEARNED, names as method_names
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_jsonl
 from specscope.sim.grid import SimRow
@@ -45,8 +46,9 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     """One step record of a JSON Lines file (``run`` still 0); errors name ``path:line: field``."""
     fields = Fields(obj, path, line)
     method = fields.text("method")
-    if not method:
-        raise fields.error("method", "expected a non-empty string")
+    if method not in (NO_SD, LEARNED, *method_names(baseline=False)):  # else a drafting under a name nothing prices
+        raise fields.error("method", f"expected {NO_SD}, {LEARNED} or a proposer ({', '.join(method_names(baseline=False))}), "
+                                     f"got {method!r}")
     values: dict = {name: fields.integer(name) for name in _INT_FIELDS}
     values.update({name: fields.number(name, low=0.0) for name in _TIME_FIELDS})
     prompts = fields.integer("prefill_requests", optional=True)

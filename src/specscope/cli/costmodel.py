@@ -182,7 +182,7 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
                   f"{np.median([se for _, se in noise]):.1f} %; {within} of {len(noise)} errors within two of "
                   "their cell's", file=out)
         spread = coefficient_spread(model, fits)
-        write_rows(args.from_sweep / "coefficients.csv", spread)
+        write_rows(args.from_sweep / "coefficients.csv", [{**row, "engine": cells[0].engine} for row in spread])
         print_table("coefficients and how firmly the sweep pins them down (jackknife over the held-out fits; "
                     f"wrote {args.from_sweep / 'coefficients.csv'})", list(SPREAD_COLUMNS),
                     [[_cell(row[c]) for c in SPREAD_COLUMNS] for row in spread

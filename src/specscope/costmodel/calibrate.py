@@ -139,6 +139,7 @@ class CellRun:
     pair: str | None = None  # shared by a none cell and the SD cell it was measured beside (paired, interleaved)
     num_drafts: int | None = None  # request-steps that proposed (vLLM's spec_decode_num_drafts; None: not exported)
     pads: bool = False  # the engine runs rectangular batches (specscope serve; vLLM and SGLang do not)
+    engine: str = ""  # the sweep's name for the engine that served it
 
     @property
     def proposal(self) -> str:

@@ -37,6 +37,7 @@ from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.trace.fields import Fields
+from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,9 @@ class FittedCell:
     @classmethod
     def from_json(cls, spec: Fields) -> "FittedCell":
         spec.only(["method", "k", "batch_size", "workload", "tree"])
-        return cls(spec.text("method"), spec.integer("k"), spec.integer("batch_size", minimum=1),
-                   spec.text("workload"), spec.text("tree", optional=True))
+        tree = spec.text("tree", optional=True)
+        return cls(spec.text("method"), spec.integer("k", minimum=0, maximum=None if tree else K_MAX_LIMIT),
+                   spec.integer("batch_size", minimum=1, maximum=MAX_BATCH_SIZE), spec.text("workload"), tree)
 
 
 @dataclass

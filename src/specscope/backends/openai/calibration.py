@@ -49,7 +49,7 @@ from specscope.validate import K_MAX_LIMIT, Invalid, check, integer, number
 
 log = logging.getLogger(__name__)
 COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct", "tree",
-           "workload")
+           "workload", "engine")
 SPREAD_COLUMNS = ("term", "fitted", "jackknife_se", "relative_se_pct", "separated")  # SWEEP_DIR/coefficients.csv
 
 
@@ -154,6 +154,8 @@ def _cell_run(path: Path, record: dict) -> CellRun:
                                  f"at every node of a depth), got {tree.name}")
     k = field("key.k", integer, key.get("k"), low=0 if method == NO_SD else 1, high=K_MAX_LIMIT
               if tree is None else None)
+    if tree is not None and k != tree.nodes:
+        raise SpecscopeError(f"{path}: field 'key.k': expected the tree's node count ({tree.nodes}), got {k}")
     if not isinstance(key.get("workload"), str):
         raise SpecscopeError(f"{path}: field 'key.workload': expected the workload's path")
     if not isinstance(timeline, list) or not timeline:
@@ -168,7 +170,7 @@ def _cell_run(path: Path, record: dict) -> CellRun:
                               for name in HISTOGRAMS.values()},
                    key.get("baseline_for"),
                    num_drafts=optional("result.num_drafts", integer, result.get("num_drafts"), low=0),
-                   pads=key["engine"].get("launch") == "specscope")
+                   pads=key["engine"].get("launch") == "specscope", engine=_engine_name(path, record))
 
 
 def _check_request(path: Path, index: int, request: object) -> None:
@@ -351,13 +353,17 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[
     for held, base in pairs:
         others = [c for c in cells if c is not held]
         measured = held.throughput / base.throughput
-        fits.append(fit_cells(others))
+        try:
+            fits.append(fit_cells(others))
+        except SpecscopeError as error:
+            raise SpecscopeError(f"--validate: the fit without {held.label}: {error}") from None
         predicted = predict_speedup(fits[-1], held, traces)
         rows.append({"method": held.method, "k": held.k, "batch_size": held.batch_size,
                      "measured_speedup": round(measured, 4), "predicted_speedup": round(predicted, 4),
                      "error_pct": round(100 * (predicted - measured) / measured, 2),
                      "measured_se_pct": _rounded(measured_se_pct(held, base)),
-                     "tree": held.tree.name if held.tree is not None else None, "workload": held.workload})
+                     "tree": held.tree.name if held.tree is not None else None, "workload": held.workload,
+                     "engine": held.engine})
     return rows, fits
 
 
