@@ -73,3 +73,14 @@ def test_bad_policy_names(text):
 def test_policy_registry_names():
     assert parse_policy("oracle-combined", ("ngram", "eagle")).name == "oracle-combined:ngram+eagle"
     assert parse_policy("fixed:4").name == "fixed:4"
+
+
+def test_adaptive_learns_nothing_from_a_step_with_no_match():
+    """n-gram without draft_len, the paper's no-match guess at match_prob 0: the two steps where
+    acc_len = 1 propose nothing, and adaptive keeps its k = 5 (it had counted them as rejections,
+    shrunk to 3 and taken 6 steps instead of 5)."""
+    acc = np.array([1, 1] + [6] * 18)
+    pos, proposed, emitted = walk_request(acc, parse_policy("adaptive"), k_max=8, match_prob=0.0,
+                                          rng=np.random.default_rng(0))
+    assert list(zip(pos.tolist(), proposed.tolist(), emitted.tolist())) == [
+        (1, 0, 1), (2, 0, 1), (3, 5, 6), (9, 7, 6), (15, 6, 5)]  # 5 → 7 (all 6 accepted) → 6

@@ -13,7 +13,9 @@ every batch size and cost model.
 n-gram "no match": with ``draft_len`` in the trace, a step proposes ``min(k, draft_len)``.
 Without it, the paper's guess (shared/paper/README.md, step 7) may be applied: where
 ``acc_len = 1`` the step proposes nothing with probability ``1 − match_prob`` (an oracle
-proposes acc_len − 1 = 0 there in any case).
+proposes acc_len − 1 = 0 there in any case). A policy that learns from its steps (adaptive) draws
+this as it walks, so that a step which proposed nothing teaches it nothing (drawn after the walk,
+it had counted such a step as a rejection and shrunk k).
 """
 
 from __future__ import annotations
@@ -80,11 +82,14 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
         acc, offered = acc_len.tolist(), None if draft_len is None else draft_len.tolist()
         state = policy.new_state(k_max)
         steps: list[tuple[int, int]] = []
+        guess = draft_len is None and match_prob is not None
         p = 1
         while p < len(acc):
             k = state.propose(acc[p - 1])
             if offered is not None:
                 k = min(k, offered[p - 1])
+            elif guess and rng.random() >= match_prob and acc[p - 1] == 1:  # no match: the state sees no proposal
+                k = 0
             steps.append((p, k))
             e = min(acc[p - 1], k + 1)
             state.observe(k, e)
@@ -92,7 +97,7 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
         pos = np.asarray([s[0] for s in steps], dtype=np.int64)
         proposed = np.asarray([s[1] for s in steps], dtype=np.int64)
     acc_at = acc_len[pos - 1]
-    if draft_len is None and match_prob is not None:  # an oracle proposes 0 there anyway
+    if policy.by_position is not None and draft_len is None and match_prob is not None:  # an oracle: 0 there anyway
         unmatched = (acc_at == 1) & (rng.random(pos.shape[0]) >= match_prob)
         proposed = np.where(unmatched, 0, proposed)
     emitted = np.minimum(np.minimum(acc_at, proposed + 1), len(acc_len) - pos).astype(np.int64)  # not past the output
