@@ -210,3 +210,10 @@ def test_oracle_switch_and_oracle_combined_walk_the_same_steps_to_the_output_end
                     COST, SimConfig(mode="paper", batch_sizes=(1,)))
     taus = {row.policy.split(":")[0]: row.mean_acceptance_length for row in rows}
     assert taus["oracle-switch"] == pytest.approx(taus["oracle-combined"]) == pytest.approx(8 / 5)
+
+
+def test_oracle_switch_breaks_a_tie_at_the_outputs_end_by_what_each_would_emit():
+    """At pos 2 of 4 output tokens n-gram's acc_len is 2 and EAGLE's 5, but only 2 tokens are
+    left: both would emit 2, and the tie goes to the lookup (it went to EAGLE, by the uncapped 5)."""
+    plan = oracle_switch_plan([record([1, 2, 1, 1], [1, 5, 1, 1])], ("ngram", "eagle"))
+    assert (plan.pos.tolist(), plan.emitted.tolist(), plan.method.tolist()) == ([1, 2], [1, 2], [NONE, 0])

@@ -89,6 +89,8 @@ class _Adaptive:
 
 
 def _oracle_k(acc_len: np.ndarray) -> np.ndarray:
+    """[G] acc_len − 1, as the paper's simulator proposes it: also where the output ends first (its
+    α there is below 1; oracle-switch, a ceiling of this project's, proposes only what is emitted)."""
     return acc_len - 1
 
 

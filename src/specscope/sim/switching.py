@@ -77,7 +77,8 @@ def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...])
         best = acc.max(axis=0)
         pos = np.asarray(visit(best.tolist()), dtype=np.int64)
         emitted = np.minimum(best[pos - 1], g - pos).astype(np.int64)  # not past the output, as every walk
-        chosen = np.where(emitted > 1, np.asarray(preference)[acc.argmax(axis=0)[pos - 1]], NONE)
+        reach = np.minimum(acc[:, pos - 1], g - pos)  # [M, steps] what each would emit: ties to the cheaper
+        chosen = np.where(emitted > 1, np.asarray(preference)[reach.argmax(axis=0)], NONE)
         parts.append((pos, emitted - 1, emitted, chosen))
     return _switch_plan(parts, records, methods)
 
