@@ -1,19 +1,23 @@
 """Mixed mode: B distinct requests decode together under continuous batching.
 
 Requests are admitted in order into ``B`` slots; when one finishes, the next waiting request
-takes its slot at the next iteration. An iteration first prefills the requests admitted in it
-(one forward over their prompts with an empty cache — on an engine that pads, the cost model's
-``pads_verification``, over each prompt right-padded to the longest — plus one overhead), then
-runs one step for
-every running request: the verify forward covers each request's k + 1 tokens (1 when it
-proposes nothing) with all their cached tokens, drafting is charged per the proposer's model,
-plus one overhead. Because a request's steps do not depend on its batch-mates (greedy
-decoding), request r runs exactly its plan's ``n_r`` steps in consecutive iterations.
+takes its slot at the next iteration. As in an engine's step (the reference engine's, vLLM's),
+an iteration prefills the requests admitted in it — one forward over their prompts with an empty
+cache (on an engine that pads, the cost model's ``pads_verification``, over each prompt
+right-padded to the longest), which gives each its first output token — and runs one SD step for
+every request admitted before it: the verify forward covers each request's k + 1 tokens (1 when
+it proposes nothing) with all their cached tokens, drafting is charged per the proposer's model;
+one overhead per iteration. A request thus holds its slot for its prefill's iteration and then
+its steps. Because a request's steps do not depend on its batch-mates (greedy decoding),
+request r runs exactly its plan's ``n_r`` steps in the ``n_r`` iterations after its admission.
 
-Throughput = Σ G / makespan. Per-token latency = mean over requests of
-(finish − admission) / G. Steady throughput = tokens emitted in the iterations where all B slots
-are busy / their time: a closed run ends with a drain in which the few longest requests decode
-almost alone, which the plain throughput counts and a server under constant load never sees.
+Throughput = Σ G / makespan. Per-token latency = mean over requests of (finish − admission) / G.
+Steady throughput = tokens emitted / time over the iterations where all B slots decode, each
+request's prefill (its share of its iteration's prefill, and of that iteration's overhead where
+nothing else ran; its first token) spread evenly over its steps: a server under constant load
+pays a prefill per request, but a closed run starts with B prefills at once and ends with a drain
+in which the few longest requests decode almost alone, which the plain throughput counts and such
+a server never sees. (With identical requests it is the whole run's throughput.)
 """
 
 from __future__ import annotations
@@ -30,15 +34,15 @@ from specscope.sim.switching import SwitchDrafting
 
 def admission_iterations(steps_per_request: np.ndarray, batch_size: int) -> np.ndarray:
     """[R] the iteration at which each request is admitted (FIFO into ``batch_size`` slots); a
-    request holds its slot for its steps, and one iteration at least: its prefill's (an output of
-    one token, the prefill's, takes no step but still a slot)."""
+    request holds its slot for its prefill's iteration and its steps after it (an output of one
+    token, the prefill's, takes no step)."""
     free = [0] * min(batch_size, max(len(steps_per_request), 1))
     heapq.heapify(free)
     admit = np.empty(len(steps_per_request), dtype=np.int64)
     for r, n in enumerate(steps_per_request.tolist()):
         start = heapq.heappop(free)
         admit[r] = start
-        heapq.heappush(free, start + max(n, 1))
+        heapq.heappush(free, start + n + 1)
     return admit
 
 
@@ -48,7 +52,7 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     n_steps = plan.steps_per_request  # [R]
     admit = admission_iterations(n_steps, batch_size)  # [R]
     request = plan.request_of_step  # [S]
-    iteration = admit[request] + (np.arange(len(plan.pos)) - plan.offsets[request])  # [S]
+    iteration = admit[request] + 1 + (np.arange(len(plan.pos)) - plan.offsets[request])  # [S]: after its prefill
     horizon = int(max(iteration.max(initial=-1), admit.max(initial=0))) + 1
 
     def per_iteration(weights: np.ndarray | None, index: np.ndarray = iteration) -> np.ndarray:
@@ -77,23 +81,25 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         prompt_tokens = admitted * deepest(plan.prompt_len, admit)
     else:
         prompt_tokens = per_iteration(plan.prompt_len, admit)
-    prefill = prefill_time(cost, drafting, prompt_tokens, admitted, running == admitted)  # [T]
-    total = prefill + priced.total  # [T]
+    prefill = prefill_time(cost, drafting, prompt_tokens, admitted, running == 0)  # [T]: idle but for them
+    overhead = priced.overhead + np.where((running == 0) & (admitted > 0), cost.overhead_s, 0.0)  # one an iteration
+    total = prefill + priced.drafting + priced.verification + overhead  # [T]
     ends = np.cumsum(total)
     starts = ends - total
-    last = admit + np.maximum(n_steps - 1, 0)
-    latency = ends[last] - starts[admit]  # [R]
-    full = running >= min(batch_size, len(n_steps))  # [T]
-    full[0] &= admitted[0] <= 1  # the first iteration filling B > 1 slots (B prefills at once) is ramp-up
-    emitted = per_iteration(plan.emitted)  # [T]
+    latency = ends[admit + n_steps] - starts[admit]  # [R]: from its prefill to its last step
+    alone = total - priced.drafting - priced.verification - priced.overhead  # [T] prefill, and its overhead if alone
+    share = alone[admit] / admitted[admit] / np.maximum(n_steps, 1)  # [R] per step of the request
+    full = running >= min(batch_size, len(n_steps))  # [T] every slot decoding
+    tokens = per_iteration(plan.emitted + 1.0 / n_steps[request])  # [T] its first token spread too
+    seconds = total - alone + per_iteration(share[request])  # [T]
     return Prediction(
         throughput=float(plan.output_len.sum() / ends[-1]),
-        steady_throughput=float(emitted[full].sum() / total[full].sum()) if full.any() else float("nan"),
+        steady_throughput=float(tokens[full].sum() / seconds[full].sum()) if full.any() else float("nan"),
         latency_per_token=float(np.mean(latency / plan.output_len)),
         time_split={
             "prefill": float(prefill.sum()),
             "drafting": float(priced.drafting.sum()),
             "verification": float(priced.verification.sum()),
-            "overhead": float(priced.overhead.sum()),
+            "overhead": float(overhead.sum()),
         },
     )

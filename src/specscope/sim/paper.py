@@ -40,7 +40,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     per_request = {
         "drafting": np.bincount(request, priced.drafting, minlength=n),
         "verification": np.bincount(request, priced.verification, minlength=n),
-        "overhead": np.bincount(request, priced.overhead, minlength=n),
+        "overhead": np.bincount(request, priced.overhead, minlength=n) + cost.overhead_s,  # the prefill's step's too
     }
     latency = prefill + sum(per_request.values())  # [R]
     throughput = b * plan.output_len / latency  # [R]
