@@ -469,3 +469,14 @@ def test_admit_s_is_paid_wherever_prompts_reach_an_idle_engine():
                record([1, 1], prompt_len=10, rid="r1", proposer="eagle")]
     one, two = simulate(records, ["eagle"], ["fixed:1"], cost, SimConfig(mode="mixed", batch_sizes=(1, 2)))
     assert (one.time_split["prefill"], two.time_split["prefill"]) == (12.0, 6.0)  # 2 × (1 + 5); both at once
+
+
+def test_adaptive_with_a_model_drafter_pays_its_passes_to_the_deepest_row():
+    """Adaptive's rows propose different k in one iteration (B = 2): r0 takes k = 5, 7, 6 and r1
+    5, 4, 3. An engine's drafter passes serve every row, so they run to the deepest: drafting
+    c_tok·(k + 1) per step is 6 + 8 + 7 = 21 s (priced at the rows' mean k it was 18); an oracle
+    keeps the optimistic mean."""
+    cost = LinearCostModel("u", 1.0, 0.1, 0.0, 0.2, {"eagle": LinearDrafting(0.0, 1.0, 0.0)}, pads_verification=True)
+    records = [record([7] * 15, rid="r0", proposer="eagle"), record([1] * 4, rid="r1", proposer="eagle")]
+    (row,) = simulate(records, ["eagle"], ["adaptive"], cost, SimConfig(mode="mixed", batch_sizes=(2,)))
+    assert row.time_split["drafting"] == pytest.approx(21.0)

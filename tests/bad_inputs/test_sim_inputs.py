@@ -44,6 +44,9 @@ CASES = [
          r"policy 'fixed:4' proposes k = 4, above 2, the depth all its records were traced to \(their k_max differ\)",
          files={"t.jsonl": own("a", 2).replace("[2, 3, 1, 1]", "[2, 3, 1, 1]").replace("[1, 2, 1, 1]", "[1, 2, 1, 1]")
                 + own("b", 8)}),
+    Case("fixed-zero-is-no-sd", [*SIM[:-3], "fixed:0", "--batch-sizes", "1"],
+         r"policy 'fixed:0': expected fixed:k with k an integer in 1\.\.64 \(k = 0 proposes nothing: that is no SD",
+         files=TRACES),
     Case("sample-zero", [*SIM, "--sample", "0"], r"argument --sample: expected an integer >= 1", files=TRACES),
     Case("match-prob-above-one", [*SIM, "--match-prob", "1.5"], r"argument --match-prob: expected a number <= 1", files=TRACES),
     Case("match-prob-negative", [*SIM, "--match-prob", "-0.1"], r"argument --match-prob", files=TRACES),

@@ -23,7 +23,7 @@ from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
 from specscope.sim.plan import Plan, baseline_plan, make_plan
 from specscope.sim.policies import Policy, parse_policy
-from specscope.sim.pricing import Prediction
+from specscope.sim.pricing import DeepestPasses, Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
 from specscope.trace.schema import TraceRecord
 
@@ -285,13 +285,18 @@ def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchD
     """What ``policy``'s steps draft with: the switching policy's proposers (a causal one priced
     as the engine runs it); for oracle-combined the lookup's of its pair (the paper's rule: every
     step pays n-gram's drafting, whichever proposer it takes — optimistic), the first-named's when
-    neither is a lookup; else ``acc``'s."""
+    neither is a lookup; else ``acc``'s — a model drafter's passes run to the deepest k among a
+    step's rows (:class:`~specscope.sim.pricing.DeepestPasses`: adaptive's rows propose different
+    k), as an engine runs them, but an oracle's keep the optimistic mean of its rows' k."""
     if policy.switch is not None:
         return SwitchDrafting.of(cost, policy.switch, causal=policy.decide_for is not None)
     if policy.combined:
         lookups = [m for m in policy.combined if m in LOOKUP_PROPOSERS]
         return cost.drafting_for((lookups or list(policy.combined))[0])
-    return cost.drafting_for(acc)
+    drafting = cost.drafting_for(acc)
+    if acc in LOOKUP_PROPOSERS or acc == COMBINED or policy.name == "oracle":
+        return drafting
+    return DeepestPasses(drafting)
 
 
 def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:

@@ -96,10 +96,11 @@ def _oracle_k(acc_len: np.ndarray) -> np.ndarray:
 
 def _fixed(argument: str) -> Policy:
     try:
-        k = validate.integer(argument, low=0, high=validate.K_MAX_LIMIT)
+        k = validate.integer(argument, low=1, high=validate.K_MAX_LIMIT)
     except validate.Invalid as error:
         raise SpecscopeError(f"policy 'fixed:{argument}': expected fixed:k with k an integer in "
-                             f"0..{validate.K_MAX_LIMIT}: {error}") from None
+                             f"1..{validate.K_MAX_LIMIT} (k = 0 proposes nothing: that is no SD, the baseline "
+                             f"of every speedup): {error}") from None
     return Policy(f"fixed:{k}", by_position=lambda acc: np.full_like(acc, k), max_k=k)
 
 
