@@ -217,3 +217,26 @@ def test_oracle_switch_breaks_a_tie_at_the_outputs_end_by_what_each_would_emit()
     left: both would emit 2, and the tie goes to the lookup (it went to EAGLE, by the uncapped 5)."""
     plan = oracle_switch_plan([record([1, 2, 1, 1], [1, 5, 1, 1])], ("ngram", "eagle"))
     assert (plan.pos.tolist(), plan.emitted.tolist(), plan.method.tolist()) == ([1, 2], [1, 2], [NONE, 0])
+
+
+def test_a_causal_walk_decides_each_iterations_rows_as_mixed_mode_prices_them():
+    """The lockstep walk's groups are the iterations' decoding rows of the mixed-mode schedule: a
+    request is prefilled in the iteration it takes its slot and decodes from the next (it had been
+    decided with the others in its prefill's iteration, one iteration ahead of its pricing)."""
+    from specscope.sim.mixed import admission_iterations
+
+    records = [record([1] * g, [1] * g, rid=f"r{i}") for i, g in enumerate([6, 3, 1, 4, 5])]  # r2: one token
+    groups = []
+
+    def decide_for(batch):
+        def decide(observed):
+            groups.append(len(observed))
+            return [(NONE, 0)] * len(observed)
+        return decide
+
+    plan = causal_plan(records, ("ngram", "eagle"), decide_for, 4, batch_size=2, together=True)
+    steps = plan.steps_per_request
+    admit = admission_iterations(steps, 2)
+    iteration = admit[plan.request_of_step] + 1 + (np.arange(len(plan.pos)) - plan.offsets[plan.request_of_step])
+    running = np.bincount(iteration)
+    assert groups == running[running > 0].tolist()

@@ -116,8 +116,8 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
     false: batch 1, or paper mode's B copies of each request): each request by itself, decided at
     ``batch_size``. Together (mixed mode): the requests run in ``batch_size`` slots as
     :mod:`specscope.sim.mixed` schedules them (in order; a finished request's slot is taken at the
-    next iteration) and each iteration's running requests are decided together at their count,
-    as an engine's policy decides its batch."""
+    next iteration, where it is prefilled, and it decodes from the one after) and each iteration's
+    decoding requests are decided together at their count, as an engine's policy decides its batch."""
     walks = [_Walk(record, methods, k_max) for record in records]
 
     def decide(observed: list) -> list[tuple[int, int]]:
@@ -128,16 +128,17 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
             while not walk.done:
                 walk.take(*decide([walk.observe()] * batch_size)[0])  # B copies of it
     else:
-        waiting, running = iter(walks), []
+        waiting, running, fresh = iter(walks), [], []
         while True:
-            running = [w for w in running if not w.done]
-            while len(running) < batch_size and (walk := next(waiting, None)) is not None:
-                if not walk.done:
-                    running.append(walk)
-            if not running:
+            running = [w for w in running + fresh if not w.done]  # last iteration's prefills decode from now
+            fresh = []
+            while len(running) + len(fresh) < batch_size and (walk := next(waiting, None)) is not None:
+                fresh.append(walk)  # prefilled in this iteration, its slot taken (a one-token output's too)
+            if not running and not fresh:
                 break
-            for walk, choice in zip(running, decide([w.observe() for w in running])):
-                walk.take(*choice)
+            if running:
+                for walk, choice in zip(running, decide([w.observe() for w in running])):
+                    walk.take(*choice)
     parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 4).T) for w in walks]
     return _switch_plan(parts, records, methods)
 
