@@ -80,6 +80,16 @@ def test_top_k_and_top_p_filters():
     assert greedy.tolist() == [[1.0, 0.0, 0.0, 0.0]]
 
 
+def test_a_vanishing_top_p_keeps_the_top_token_and_an_infinite_logit_gives_no_nan():
+    """top_p = 1e-46 is 0 in float32: every token was dropped and the row's probabilities NaN
+    (HTTP 500); a repetition_penalty of 1e-40 divides a logit to +inf, with the same result."""
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    tiny = _batch(1, SamplingParams(temperature=1.0, top_p=1e-46)).probs(logits)
+    assert tiny.tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    infinite = _batch(1, SamplingParams(temperature=1.0)).probs(torch.tensor([[float("inf"), 0.0, float("inf"), -1.0]]))
+    assert torch.isfinite(infinite).all() and infinite.tolist() == [[0.5, 0.0, 0.5, 0.0]]
+
+
 def test_verify_greedy_equals_a_plain_loop():
     gen = torch.Generator().manual_seed(11)
     batch, m, vocab = 64, 5, 4

@@ -391,6 +391,45 @@ def test_a_failing_request_ends_alone_and_the_server_keeps_serving(tiny_model, s
         running.close()
 
 
+def test_a_failed_batch_step_leaves_a_seeded_requests_draws_as_they_were(tiny_model, servers):
+    """A batch step that draws from every row's generator and then fails (for its bad row) is
+    retried row by row; a seeded sampled request beside the bad one still gets the answer it gets
+    alone (2–5 of 16 differed: the failed step's draws had moved their generators)."""
+    import threading
+
+    import torch
+
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 1.0, "seed": 7, "ignore_eos": True}
+    expected = json.loads(post(servers[0].url, body)[1])["choices"][0]["token_ids"]
+    running = start_server(tiny_model, "ngram", max_batch_size=4, max_seq_len=64)
+    try:
+        engine, step = running.engine, running.engine.step
+
+        def poisoned_step(only=None):
+            rows = [s for s in engine._running if only is None or s.request_id in only]
+            if any(s.history[0] == 63 for s in rows):
+                for s in rows:  # the failed step drew before it failed
+                    torch.rand(3, generator=s.generator)
+                raise RuntimeError("device assert in this row")
+            return step(only=only)
+
+        engine.step = poisoned_step
+        answers = {}
+        threads = [
+            threading.Thread(target=lambda name=name, b=b: answers.__setitem__(name, post(running.url, b)))
+            for name, b in (("bad", {**body, "prompt": [63, 5, 6]}), ("good", body))
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert answers["bad"][0] == 500
+        status, data = answers["good"]
+        assert status == 200 and json.loads(data)["choices"][0]["token_ids"] == expected
+    finally:
+        running.close()
+
+
 def test_a_broken_engine_fails_requests_and_health(tiny_model):
     """When the engine cannot even abort a failed request, its state is lost: 500, then 503."""
     running = start_server(tiny_model, "none", max_batch_size=2, max_seq_len=64)

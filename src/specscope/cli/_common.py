@@ -134,6 +134,12 @@ def refuse_overwriting(output: object, inputs: Iterable[str | Path], option: str
             raise SpecscopeError(f"{option} {output}: is also an input ({path}); write the result elsewhere")
 
 
+def checkpoint_files(*folders: object) -> list[Path]:
+    """The files in each checkpoint folder given (``None`` skipped): what a run reads of them."""
+    return [path for folder in folders if folder is not None and Path(folder).is_dir()
+            for path in sorted(Path(folder).iterdir()) if path.is_file()]
+
+
 def output_options(args: argparse.Namespace) -> dict[str, object]:
     """The files ``args`` writes, by option: ``-o`` and every ``--…-output`` given."""
     return {("-o" if name == "output" else "--" + name.replace("_", "-")): value for name, value in vars(args).items()

@@ -18,7 +18,9 @@ from specscope.cli._common import (
     add_table_output,
     atomic_write_text,
     check_output_file,
+    checkpoint_files,
     human_stream,
+    refuse_clashes,
     batch_size_list,
     print_table,
     refuse_unused_draft,
@@ -229,6 +231,8 @@ def run_bench(config: BenchConfig | ServingBenchConfig) -> BenchResult:
 
 def run(args: argparse.Namespace) -> int:
     out = human_stream(args.output, args.records)
+    refuse_clashes({"-o": args.output, "--records": args.records}, [args.workload, *checkpoint_files(args.model, args.draft),
+                                          *([args.policy] if args.policy else [])])
     config = bench_config(args)
     if args.threads is not None and isinstance(config, BenchConfig):
         import torch

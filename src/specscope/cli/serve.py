@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from specscope import validate
-from specscope.cli._common import refuse_unused_draft
+from specscope.cli._common import checkpoint_files, refuse_overwriting, refuse_unused_draft
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_output_file, open_appended
 from specscope.methods import NO_SD, names
@@ -122,6 +122,8 @@ def run(args: argparse.Namespace) -> int:
             check_output_file(args.step_records)
         except SpecscopeError as error:
             raise SpecscopeError(f"--step-records: {error}") from None
+        inputs = [*checkpoint_files(args.model, args.draft), *([args.policy] if args.policy else [])]
+        refuse_overwriting(args.step_records, inputs, "--step-records")  # appended to: it would corrupt them
     import torch
 
     from specscope.assemble import load_engine

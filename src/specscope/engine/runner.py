@@ -303,6 +303,16 @@ class Engine:
             self._release(seq)
         return outputs
 
+    def generator_states(self) -> dict[str, torch.Tensor]:
+        """Each running request's generator state: a caller retrying a failed step restores them
+        (:meth:`restore_generators`), so that a seeded request draws as if the step had not run."""
+        return {s.request_id: s.generator.get_state() for s in self._running}
+
+    def restore_generators(self, states: dict[str, torch.Tensor]) -> None:
+        for s in self._running:
+            if s.request_id in states:
+                s.generator.set_state(states[s.request_id])
+
     def abort_request(self, request_id: str) -> bool:
         """Drop a running request (e.g. its client went away); ``False`` if it is not running."""
         for seq in self._running:

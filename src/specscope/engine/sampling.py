@@ -127,6 +127,8 @@ class BatchSampling:
         logits = logits.float()
         shape = (-1,) + (1,) * (logits.dim() - 1)
         logits = logits / self._temperature.view(shape)
+        # a tiny repetition_penalty or temperature overflows a logit to +inf: softmax would give NaN
+        logits = logits.nan_to_num(nan=float("-inf"), posinf=torch.finfo(logits.dtype).max)
         vocab = logits.shape[-1]
         if bool((self._min_p > 0).any()):
             probs = logits.softmax(-1)
@@ -145,6 +147,7 @@ class BatchSampling:
             sorted_probs = sorted_logits.softmax(-1)
             mass_before = sorted_probs.cumsum(-1) - sorted_probs  # mass of strictly better tokens
             drop_sorted = mass_before >= self._top_p.view(shape)
+            drop_sorted[..., 0] = False  # the top token stays, whatever top_p (1e-46 is 0 in float32), as in vLLM
             drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
             logits = logits.masked_fill(drop, float("-inf"))
         probs = logits.softmax(-1)

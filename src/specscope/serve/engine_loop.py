@@ -210,10 +210,12 @@ class EngineLoop:
     def _step(self) -> list[StepOutput]:
         """One engine step; when it raises, each running request steps alone and those whose
         own step raises end with 500 (see the module docstring)."""
+        states = self.engine.generator_states()
         try:
             return self.engine.step()
         except Exception:
             log.exception("engine step failed; stepping each request alone")
+            self.engine.restore_generators(states)  # the failed step's draws are not the requests' own
         outputs = []
         for request_id in list(self._running):
             try:

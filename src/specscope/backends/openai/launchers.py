@@ -69,6 +69,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass
@@ -385,6 +386,13 @@ class ServerProcess:
         self.stop()
 
     def start(self) -> None:
+        address = urllib.parse.urlsplit(self.url)
+        try:  # something already answers there: its health and numbers would pass for the launched server's
+            with socket.create_connection((address.hostname, address.port or 80), timeout=1.0):
+                raise LaunchError(f"{address.hostname}:{address.port} is taken: another process listens there, and it "
+                                  "would answer for the launched server (stop it, or choose another port)")
+        except OSError:
+            pass
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log.info("starting %s (log: %s)", " ".join(self.command), self.log_path)
         with open(self.log_path, "ab") as log_file:
