@@ -228,7 +228,9 @@ class FakeServer:
                 if fake.mode != "no_usage":
                     usage = {
                         "choices": [],
-                        "usage": {"prompt_tokens": 3, "completion_tokens": 8, "total_tokens": 11},
+                        "usage": {"prompt_tokens": 3, "total_tokens": 11,
+                                  "completion_tokens": {"negative_usage": -50, "bool_usage": True,
+                                                        "huge_usage": 10**30}.get(fake.mode, 8)},
                     }
                     self.wfile.write(f"data: {json.dumps(usage)}\n\n".encode())
                 with fake.lock:  # counted before [DONE], so a scrape after the response sees it

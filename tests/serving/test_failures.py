@@ -25,6 +25,9 @@ PROMPT = Prompt("p", token_ids=(3, 4, 5))
         ("badjson", "malformed stream: chunk is not JSON"),
         ("badchoices", "'choices' is not a list"),
         ("truncated", "closed before 'data: [DONE]'"),
+        ("negative_usage", "usage.completion_tokens = -50, expected an integer from the 0 tokens streamed"),
+        ("bool_usage", "usage.completion_tokens = True"),
+        ("huge_usage", "usage.completion_tokens = 1000000000000000000000000000000"),
     ],
 )
 def test_broken_servers(fake_server, mode, reason):

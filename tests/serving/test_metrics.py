@@ -89,6 +89,16 @@ def test_counter_going_down_is_an_error():
         delta(MetricsSnapshot(10, 30, 12, {}, True), MetricsSnapshot(2, 6, 1, {}, True))
 
 
+def test_counters_that_cannot_be_are_refused():
+    """A NaN, infinite or negative spec-decode sample (a traceback before), and more drafts
+    accepted than proposed (an α of 10 before), are the server's errors, not numbers."""
+    for value in ("NaN", "+Inf", "-3"):
+        with pytest.raises(SpecscopeError, match="expected a finite value >= 0"):
+            parse_metrics(f'vllm:spec_decode_num_drafts_total{{model_name="m"}} {value}\n')
+    with pytest.raises(SpecscopeError, match="30 draft tokens accepted of 3 proposed"):
+        delta(MetricsSnapshot(), MetricsSnapshot(1, 3, 30, {}, True))
+
+
 def test_malformed_text_and_bad_position_label():
     with pytest.raises(SpecscopeError, match="Prometheus"):
         parse_metrics('vllm:spec_decode_num_drafts_total{model_name="m" 3\n')

@@ -291,8 +291,13 @@ def _stream(config: ClientConfig, prompt: Prompt, result: RequestResult, start: 
             raise StreamError(
                 "malformed stream: no usage chunk with completion_tokens (stream_options.include_usage)"
             )
-        result.output_tokens = usage["completion_tokens"]
-        if isinstance(usage.get("prompt_tokens"), int):
+        tokens, streamed = usage["completion_tokens"], [n for n in result.chunk_tokens if n is not None]
+        if isinstance(tokens, bool) or not sum(streamed) <= tokens <= config.max_tokens:
+            raise StreamError(f"malformed stream: usage.completion_tokens = {tokens!r}, expected an integer from the "
+                              f"{sum(streamed)} tokens streamed to max_tokens ({config.max_tokens})")
+        result.output_tokens = tokens
+        if isinstance(usage.get("prompt_tokens"), int) and not isinstance(usage["prompt_tokens"], bool) \
+                and usage["prompt_tokens"] >= 0:
             result.prompt_tokens = usage["prompt_tokens"]
     finally:
         conn.close()

@@ -46,6 +46,8 @@ after the run, averaged over series, and marked as such (``sglang_*`` fields).
 
 from __future__ import annotations
 
+import math
+
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -155,6 +157,9 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         raise SpecscopeError(f"/metrics: not Prometheus text format ({error})") from None
     for sample in samples:
         name = _base_name(sample.name)
+        if not math.isfinite(sample.value) or sample.value < 0:  # a counter or histogram is a finite count or sum
+            if name.startswith(("vllm:", "sglang:")):
+                raise SpecscopeError(f"/metrics: {sample.name} = {sample.value}: expected a finite value >= 0")
         for suffix, slot in (("_sum", 0), ("_count", 1)):
             histogram = sample.name.removesuffix(suffix)
             if histogram != sample.name and histogram in HISTOGRAMS:
@@ -259,6 +264,9 @@ def delta(before: MetricsSnapshot, after: MetricsSnapshot) -> SpecDecodeDelta:
                 f"/metrics: counter {name} went down ({old:g} -> {new:g}); did the server restart?"
             )
     diff = {name: round(new - old) for name, (old, new) in pairs.items()}
+    if diff["num_accepted_tokens"] > diff["num_draft_tokens"]:
+        raise SpecscopeError(f"/metrics: {diff['num_accepted_tokens']} draft tokens accepted of {diff['num_draft_tokens']} "
+                             "proposed: the server's spec-decode counters contradict each other")
     width = positions[-1] + 1 if positions else 0
     return SpecDecodeDelta(
         num_drafts=diff["num_drafts"],
