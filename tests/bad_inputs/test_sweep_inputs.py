@@ -25,6 +25,10 @@ EAGLE3 = ENGINE + 'drafts = { eagle3 = "h" }\n'
 SGLANG = '\n[[engines]]\nname = "s"\nlaunch = "sglang"\nmodel = "m"\ndrafts = { eagle3 = "h" }\n'
 
 CASES = [
+    Case("engine-name-a-path", DRY, r"s\.toml: engines\[0\]\.name: expected letters, digits.*got '\.\./\.\./x'",
+         config(engine=ENGINE.replace('name = "v"', 'name = "../../x"'))),
+    Case("engine-args-set-the-cell", DRY, r"s\.toml: engines\[0\]\.args: --max-num-seqs is set by the sweep",
+         config(engine=ENGINE + 'args = ["--max-num-seqs", "1"]\n')),
     Case("temperature-nan", DRY, r"s\.toml: field 'temperature': expected a finite number, got nan",
          config("temperature = nan\n")),
     Case("temperature-inf", DRY, r"s\.toml: field 'temperature': expected a finite number", config("temperature = inf\n")),

@@ -343,3 +343,18 @@ def test_launched_methods_that_learn_get_a_server_per_cell(tmp_path):
     sizes = sorted((g[1].method, len(g)) for g in groups.values())  # an interleaved pair's two servers: one group
     assert sizes == [("eagle3", 4)] * 4 + [("ngram", 2)] * 8
     assert all([c.method for c in g][::2] == ["none"] * (len(g) // 2) for g in groups.values())
+
+
+def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path, fake_server):
+    """Two sweeps into one folder both ran every cell, each measured beside the other's load:
+    the folder's lock refuses the second while the first holds it, and frees it at the end."""
+    import fcntl
+
+    text = 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\nmethods = ["none"]\n'
+    config = load_sweep_config(write_config(tmp_path, text + url_engine("good", fake_server("ok").url)))
+    (config.output / "cells").mkdir(parents=True)
+    with open(config.output / "cells" / ".lock", "a") as held:  # the first sweep, still running
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(SpecscopeError, match="another sweep is running into this folder"):
+            run_sweep(config)
+    assert run_sweep(config).ran == 1  # the lock is gone with the first sweep

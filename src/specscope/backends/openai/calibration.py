@@ -125,11 +125,6 @@ def _engine_name(path: Path, record: dict) -> str:
 def _cell_run(path: Path, record: dict) -> CellRun:
     """An ok cell record as the fit reads it, every field it uses checked."""
     key, result, timeline = record["key"], record["result"], record[TIMELINE]
-    if record["cell_id"] != path.stem:
-        raise SpecscopeError(f"{path}: field 'cell_id': {record['cell_id']!r} is not the file's name (a copied "
-                             "record would count twice)")
-    if not isinstance(result, dict):
-        raise SpecscopeError(f"{path}: field 'result': expected the cell's measured figures")
 
     def field(label: str, rule, value: object, **bounds: object):
         return check(f"{path}: field {label!r}", rule, value, **bounds)

@@ -333,6 +333,15 @@ def specscope_command(spec: LaunchSpec) -> list[str]:
     return command + list(spec.extra_args)
 
 
+CONTROLLED_FLAGS = {  # what each launcher sets from the cell: an engine's own args may not set them too
+    "specscope": ("--model", "--method", "--k", "--tree", "--draft", "--policy", "--max-batch-size", "--host", "--port"),
+    "vllm": ("--host", "--port", "--max-num-seqs", "--speculative-config"),
+    "sglang": ("--model-path", "--host", "--port", "--max-running-requests", "--speculative-algorithm",
+               "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
+               "--speculative-num-draft-tokens"),
+}
+
+
 def command_for(spec: LaunchSpec) -> list[str]:
     return {"vllm": vllm_command, "sglang": sglang_command, "specscope": specscope_command}[spec.engine](spec)
 

@@ -32,6 +32,7 @@ names, for each engine, workload and batch size, the method and k with the highe
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import logging
@@ -98,6 +99,12 @@ def read_cells(output: Path) -> dict[str, dict]:
                 f"{path}: not a cell record (expected an object with {', '.join(RECORD_FIELDS)}); "
                 "remove it to rerun the cell"
             )
+        if record["cell_id"] != path.stem:
+            raise SpecscopeError(f"{path}: field 'cell_id': {record['cell_id']!r} is not the file's name (a copied "
+                                 "record would count twice); remove it to rerun the cell")
+        if record["status"] == "ok" and not isinstance((record["result"] or {}).get("throughput"), (int, float)):
+            raise SpecscopeError(f"{path}: field 'result': expected an ok cell's measured figures (a throughput); "
+                                 "remove it to rerun the cell")
         cells[path.stem] = record
     return cells
 
@@ -396,35 +403,37 @@ def run_sweep(
     """Run every cell not yet recorded (and failed ones with ``retry_failed``), writing each
     record as ``run_groups`` yields it."""
     refuse_foreign_folder(config.output, "cells/", "sweep")  # it writes config.json, results.csv, winners.csv …
-    recorded = read_cells(config.output)  # a bad record is refused before anything is written
+    read_cells(config.output)  # a bad record is refused before anything is written
     try:
         (config.output / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecscopeError(f"{config.output}: cannot make the sweep's folder ({error.strerror or error})") from None
-    atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
-    cells = plan_cells(config)
-    pending = [
-        c
-        for c in cells
-        if c.cell_id(config) not in recorded
-        or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
-    ]
-    redo = {_unit_key(config, c) for c in pending if interleaved(config, c)}  # measured together or not at all
-    ids = {c.cell_id(config) for c in pending}
-    pending = [c for c in cells
-               if c.cell_id(config) in ids or (interleaved(config, c) and _unit_key(config, c) in redo)]
-    groups: dict[tuple, list[Cell]] = {}
-    for cell in pending:
-        groups.setdefault(_server_key(config, cell), []).append(cell)
-    rows = None
-    group_of = {c.cell_id(config): key for key, group in groups.items() for c in group}
-    left = {key: len(group) for key, group in groups.items()}
-    for record in run_groups(config, list(groups.values())):
-        write_record(config, record)
-        left[group_of[record["cell_id"]]] -= 1
-        if not left[group_of[record["cell_id"]]]:
-            rows = results(config)  # the tables stay current while the sweep goes on
-    rows = results(config) if rows is None else rows
+    with _sweep_lock(config.output):  # two sweeps into one folder would measure each cell twice at once
+        recorded = read_cells(config.output)  # as the lock found them
+        atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
+        cells = plan_cells(config)
+        pending = [
+            c
+            for c in cells
+            if c.cell_id(config) not in recorded
+            or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
+        ]
+        redo = {_unit_key(config, c) for c in pending if interleaved(config, c)}  # measured together or not at all
+        ids = {c.cell_id(config) for c in pending}
+        pending = [c for c in cells
+                   if c.cell_id(config) in ids or (interleaved(config, c) and _unit_key(config, c) in redo)]
+        groups: dict[tuple, list[Cell]] = {}
+        for cell in pending:
+            groups.setdefault(_server_key(config, cell), []).append(cell)
+        rows = None
+        group_of = {c.cell_id(config): key for key, group in groups.items() for c in group}
+        left = {key: len(group) for key, group in groups.items()}
+        for record in run_groups(config, list(groups.values())):
+            write_record(config, record)
+            left[group_of[record["cell_id"]]] -= 1
+            if not left[group_of[record["cell_id"]]]:
+                rows = results(config)  # the tables stay current while the sweep goes on
+        rows = results(config) if rows is None else rows
     return SweepOutcome(
         total=len(cells),
         skipped=len(cells) - len(pending),
@@ -432,6 +441,19 @@ def run_sweep(
         failed=sum(1 for r in rows if r["status"] == "failed"),
         rows=rows,
     )
+
+
+@contextlib.contextmanager
+def _sweep_lock(output: Path) -> Iterator[None]:
+    """Hold ``output``'s sweep lock (``cells/.lock``, an advisory lock the system drops when the
+    process ends); another sweep holding it is an error."""
+    with open(output / "cells" / ".lock", "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SpecscopeError(f"{output}: another sweep is running into this folder (its cells would be measured "
+                                 "twice at once); wait for it to end, or write elsewhere") from None
+        yield
 
 
 def results(config: SweepConfig) -> list[dict]:

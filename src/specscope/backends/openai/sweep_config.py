@@ -83,6 +83,8 @@ README, "Calibrate to your engine".)
 
 from __future__ import annotations
 
+import re
+
 import functools
 import hashlib
 import json
@@ -92,7 +94,7 @@ from pathlib import Path
 from specscope import validate
 from specscope.backends.openai.bench import DEFAULTS
 from specscope.backends.openai.client import ClientConfig
-from specscope.backends.openai.launchers import VLLM_GENERIC_MTP, check_tree, needs_draft
+from specscope.backends.openai.launchers import CONTROLLED_FLAGS, VLLM_GENERIC_MTP, check_tree, needs_draft
 from specscope.backends.openai.measure import in_flight
 from specscope.backends.openai.prompts import read_prompts, select_prompts
 from specscope.errors import SpecscopeError, where
@@ -274,6 +276,9 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
     if unknown:
         raise SpecscopeError(f"{path}: {at}: unknown field(s) {', '.join(sorted(unknown))}")
     name = _check(path, f"{at}.name", table.get("name"), str, "a name")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):  # it names files (server logs) in the output folder
+        raise SpecscopeError(f"{path}: {at}.name: expected letters, digits, '.', '_' or '-' (it names log files), "
+                             f"got {name!r}")
     launch, url = table.get("launch"), table.get("url")
     if (launch is None) == (url is None):
         raise SpecscopeError(f"{path}: {at}: expected exactly one of 'launch' and 'url'")
@@ -303,6 +308,10 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
     args = table.get("args", [])
     if not isinstance(args, list) or any(not isinstance(a, str) for a in args):
         raise SpecscopeError(f"{path}: {at}.args: expected a list of strings")
+    controlled = [a for a in args if a.split("=")[0] in CONTROLLED_FLAGS.get(launch, ())]
+    if controlled:  # the server would run other than the cell it is recorded as
+        raise SpecscopeError(f"{path}: {at}.args: {controlled[0]} is set by the sweep from each cell (method, k, "
+                             "batch size, port); leave it out")
     port = table.get("port")
     if port is not None:
         _value(path, f"{at}.port", port, validate.integer, low=1, high=65535)
