@@ -27,6 +27,9 @@ REF = ["bench", "--model", "m", "--workload", "w.jsonl"]
 OPENAI = ["bench", "--backend", "openai", "--workload", "w.jsonl", "--max-tokens", "4", "--batch-sizes", "1"]
 
 CASES = [
+    Case("openai-top-p", ["bench", "--backend", "openai", "--url", "http://127.0.0.1:1", "--workload", "w.jsonl",
+                          "--top-p", "0.5"], r"--top-p: only with --backend reference", WORKLOAD),
+    Case("records-is-the-workload", [*REF, "--records", "w.jsonl"], r"--records w\.jsonl: is also an input", WORKLOAD),
     Case("temperature-nan", [*REF, "--temperature", "nan"], r"--temperature.*finite.*nan", WORKLOAD),
     Case("device-meta", [*REF, "--device", "meta"], r"--device: expected cpu or cuda\[:N\], got 'meta'", WITH_DIR),
     Case("draft-with-lookup", [*REF, "--method", "ngram", "--draft", "taken"],

@@ -146,6 +146,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+REFERENCE_ONLY = ("batching", "top_p", "top_k", "seed", "repeats", "dtype", "device")  # the reference engine's
+
+
 def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
     """The bench the flags ask for: the reference engine's or a serving engine's."""
     policy = None
@@ -170,6 +173,13 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
     if args.backend == OPENAI:
         if args.tree is not None:
             raise SpecscopeError("--tree: only with --backend reference (a sweep launches servers with trees)")
+        for name in REFERENCE_ONLY:  # the serving client has no such setting: said, not ignored
+            if getattr(args, name) != DEFAULTS[name]:
+                raise SpecscopeError(f"--{name.replace('_', '-')}: only with --backend reference (the server decides "
+                                     "it, or the client has no such setting)")
+        if args.threads is not None:
+            raise SpecscopeError("--threads: only with --backend reference (a launched server takes its own args: "
+                                 "--engine-args)")
         return ServingBenchConfig(
             **shared,
             url=args.url,
