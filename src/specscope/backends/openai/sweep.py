@@ -434,6 +434,11 @@ def run_sweep(
             if not left[group_of[record["cell_id"]]]:
                 rows = results(config)  # the tables stay current while the sweep goes on
         rows = results(config) if rows is None else rows
+    unpaired = sorted({r["engine"] for r in rows if r["status"] == "ok" and r["method"] != NO_SD and r.get("speedup") is None})
+    if unpaired:  # a speedup is a ratio to the same engine's no-SD throughput, which these never measured
+        log.warning("engines %s: SD cells without a successful 'none' cell of the same engine, workload and batch "
+                    "size get no speedup (a url engine serves one method: measure its baseline with `bench "
+                    "--baseline-url`, or launch the engine so the sweep runs both)", ", ".join(unpaired))
     return SweepOutcome(
         total=len(cells),
         skipped=len(cells) - len(pending),
@@ -489,6 +494,7 @@ def results(config: SweepConfig) -> list[dict]:
             where = (row["engine"], row["workload"], row["batch_size"])
             baseline = baselines.get((*where, server)) or baselines.get((*where, None))
             rows[i] = {**labels, **bench_row(row["method"], row["k"], measured, baseline).flat()}
+
     write_rows(config.output / "results.json", rows)
     write_rows(config.output / "results.csv", [_flat(r) for r in rows])
     measured = [
