@@ -76,7 +76,7 @@ def test_serve_user_errors():
         and "specscope: error: --model: /no/such/dir is not a directory" in result.stderr
     )
     result = run_cli("serve", "--model", ".", "--k", "0")
-    assert result.returncode == 2 and "--k: expected a positive integer" in result.stderr
+    assert result.returncode == 2 and "argument --k: expected an integer >= 1, got 0" in result.stderr
 
 
 def test_sweep_dry_run_and_bad_config(tmp_path):

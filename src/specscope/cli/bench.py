@@ -197,7 +197,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             request_timeout_s=args.request_timeout,
             idle_timeout_s=args.idle_timeout,
             launch_timeout_s=args.launch_timeout,
-            log_dir=args.log_dir,
+            log_dir=_log_dir(args.log_dir),
             segments=args.segments,
         )
     if args.segments != 1:
@@ -220,6 +220,13 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         tree=args.tree,
         policy=args.policy,
     )
+
+
+def _log_dir(path: Path | None) -> Path | None:
+    """``--log-dir``: a folder (made if missing), not a file."""
+    if path is not None and path.exists() and not path.is_dir():
+        raise SpecscopeError(f"--log-dir {path}: not a folder")
+    return path
 
 
 def _split_engine_args(text: str) -> tuple[str, ...]:

@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--method", help=f"proposer: {', '.join(names('specscope'))} ({NO_SD}: no SD, the default)"
     )
     parser.add_argument("--draft", type=Path, metavar="DIR", help="draft model or head checkpoint directory")
-    parser.add_argument("--k", type=int, help="proposal length k (default: the engine's)")
+    parser.add_argument("--k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
+                        help=f"proposal length k, 1..{validate.K_MAX_LIMIT} (default: the engine's)")
     parser.add_argument(
         "--tree",
         type=validate.arg(parse_tree),

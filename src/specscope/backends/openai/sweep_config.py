@@ -84,6 +84,7 @@ README, "Calibrate to your engine".)
 from __future__ import annotations
 
 import re
+import urllib.parse
 
 import functools
 import hashlib
@@ -291,6 +292,11 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
                              "runs the sweep's methods and k")
     if url is not None:
         _check(path, f"{at}.url", url, str, "http://HOST:PORT")
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.username \
+                or parts.path.strip("/"):
+            raise SpecscopeError(f"{path}: {at}.url: expected http://HOST:PORT (the server's root: no path, query "
+                                 f"or user), got {url!r}")
         served = _check(path, f"{at}.method", table.get("method"), str, "the method the server runs")
         if served not in names():
             raise SpecscopeError(
