@@ -47,3 +47,19 @@ def test_stop_strings_cut_the_text_whatever_the_event_sizes(seed):
         pieces.append(output.add(chunk, final=at >= len(ids)))
     assert "".join(p.text for p in pieces) == TEXT[:cut]
     assert [t for p in pieces for t in p.token_ids] == ids[:needed] and pieces[-1].stop == "naïve"
+
+
+def test_no_stop_string_ends_the_output_before_min_tokens():
+    """As in vLLM: a stop string met before the output has ``min_tokens`` tokens does not end it
+    (``stop: ["!"]`` with ``min_tokens: 6`` ended after 1 token); one completed later does."""
+    from specscope.serve.output import OutputText
+
+    tokenizer = tokenizers.Tokenizer.from_file(str(model_dir("target") / "tokenizer.json"))
+    ids = tokenizer.encode(TEXT, add_special_tokens=False).ids
+    needed = next(n for n in range(len(ids)) if "naïve" in tokenizer.decode(ids[:n]))
+    early = OutputText(tokenizer, ("naïve",), min_tokens=needed + 1)  # reached after the string was complete
+    pieces = [early.add([token], final=i == len(ids) - 1) for i, token in enumerate(ids)]
+    assert all(p.stop is None for p in pieces) and "".join(p.text for p in pieces) == tokenizer.decode(ids)
+    exact = OutputText(tokenizer, ("naïve",), min_tokens=needed)  # the token that completes it is the min_tokens-th
+    pieces = [exact.add([token], final=i == len(ids) - 1) for i, token in enumerate(ids[:needed])]
+    assert pieces[-1].stop == "naïve"

@@ -4,7 +4,9 @@
 send. Stop strings follow vLLM: the output ends just before the first occurrence of any of them
 (the string itself is not returned); its tokens end with the token that completed the string.
 While streaming, the last ``len(longest stop) - 1`` characters are held back until they can no
-longer begin a stop string, so text already sent never has to be taken back.
+longer begin a stop string, so text already sent never has to be taken back. Before the output
+has ``min_tokens`` tokens no stop string ends it (as in vLLM, which looks for them only from
+then on, in the text the latest token completed).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ class OutputText:
     """Text of one output. ``tokenizer``: a ``tokenizers.Tokenizer`` or ``None`` (then the text
     is empty and ``stop`` must be empty)."""
 
-    def __init__(self, tokenizer, stop: tuple[str, ...] = ()) -> None:
+    def __init__(self, tokenizer, stop: tuple[str, ...] = (), min_tokens: int = 0) -> None:
         self.decoder = IncrementalDecoder(tokenizer) if tokenizer is not None else None
         self.stop = stop
         self.hold = max((len(s) for s in stop), default=1) - 1
         self.text = ""  # decoded so far
         self.sent = 0  # characters of ``text`` already returned
+        self.min_tokens, self.tokens = min_tokens, 0
+        self.before_min = 0  # characters decoded before the output reached min_tokens: no stop string ends there
 
     def add(self, token_ids: list[int], final: bool) -> Piece:
         """The piece ``token_ids`` add; ``final``: the output ends with them."""
@@ -42,8 +46,12 @@ class OutputText:
         if not self.stop:
             return Piece(self.decoder.add(token_ids, final), list(token_ids))
         for i, token in enumerate(token_ids):
+            self.tokens += 1
             self.text += self.decoder.add([token], final and i == len(token_ids) - 1)
-            hits = [(self.text.find(s, self.sent), s) for s in self.stop]
+            if self.tokens < self.min_tokens:
+                self.before_min = len(self.text)  # a stop string must end after this
+                continue
+            hits = [(self.text.find(s, max(self.sent, self.before_min - len(s) + 1)), s) for s in self.stop]
             hits = [(at, s) for at, s in hits if at >= 0]
             if hits:
                 at, string = min(hits)

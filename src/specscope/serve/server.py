@@ -274,7 +274,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
     ) -> Iterator[tuple[Piece, str | None, str | int | None]]:
         """Per engine event: the piece to send, the finish reason (on the last) and the stop
         reason (the stop string, or the stop token id from ``stop_token_ids``)."""
-        output = OutputText(self.server.tokenizer, request.stop)
+        output = OutputText(self.server.tokenizer, request.stop, request.min_tokens)
         while True:
             event = self._next_event(job, watch=not request.stream)
             if event.error is not None:
