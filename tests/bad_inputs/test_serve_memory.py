@@ -17,7 +17,7 @@ CASES = [
          WITH_DIR),
     Case("serve-port-past-65535", ["serve", "--model", "empty", "--port", "70000"], r"--port: expected 0\.\.65535",
          WITH_DIR),
-    Case("serve-k-zero", ["serve", "--model", "empty", "--k", "0"], r"--k: expected a positive integer", WITH_DIR),
+    Case("serve-k-zero", ["serve", "--model", "empty", "--k", "0"], r"argument --k: expected an integer >= 1, got 0", WITH_DIR),
     Case("serve-k-without-sd", ["serve", "--model", "empty", "--method", "none", "--k", "5"],
          r"--k: only used with an SD --method", WITH_DIR),
     Case("serve-draft-of-a-lookup", ["serve", "--model", "empty", "--method", "ngram", "--draft", "empty"],
