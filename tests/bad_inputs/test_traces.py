@@ -30,6 +30,8 @@ CASES = [
     Case("inspect-empty-prompt", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:2: field 'prompt_token_ids': expected at least one token, got \[\]",
          files={"t.jsonl": bench("a") + bench("b").replace('"prompt_token_ids": [1, 2]', '"prompt_token_ids": []')}),
+    Case("key-given-twice", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: key 'k_max' given twice",
+         files={"t.jsonl": own().replace('"k_max": 4', '"k_max": 4, "k_max": 8')}),
     Case("own-misspelt-field", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'k_mx': unknown field",
          files={"t.jsonl": own().replace('"k_max"', '"k_mx"')}),
     Case("own-misspelt-proposer-field", ["traces", "inspect", "t.jsonl"],
