@@ -204,12 +204,27 @@ def read_text(path: str | Path) -> str:
         raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice (``json`` would keep the last silently)."""
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """``json``'s ``object_pairs_hook``: the object, or :class:`DuplicateKey` naming a key given twice."""
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    return obj
+
+
 def read_json_object(path: str | Path, what: str = "a JSON object") -> dict:
     """The JSON object in ``path``, or a one-line error naming the file (and line) and what
     was expected."""
     path = Path(path)
     try:
-        data = json.loads(read_text(path))
+        data = json.loads(read_text(path), object_pairs_hook=unique_keys)
+    except DuplicateKey as error:
+        raise SpecscopeError(f"{path}: key {error.args[0]!r} given twice (which one counts would be a guess)") from None
     except json.JSONDecodeError as error:
         raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
     if not isinstance(data, dict):
@@ -230,18 +245,6 @@ def read_toml_object(path: str | Path) -> dict:
         raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
 
 
-class DuplicateKey(ValueError):
-    """A JSON object names one key twice (``json`` would keep the last silently)."""
-
-
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
-    return obj
-
-
 def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Iterator[T]:
     """``parse(obj, path, line)`` for each non-blank line of the JSON Lines file ``path``, read
     as a stream; a line that is not UTF-8 or not JSON is a one-line error naming ``path:line``."""
@@ -259,7 +262,7 @@ def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Ite
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line, object_pairs_hook=_unique_keys)
+                obj = json.loads(line, object_pairs_hook=unique_keys)
             except DuplicateKey as error:
                 raise SpecscopeError(f"{path}:{number}: key {error.args[0]!r} given twice (which one counts would be a "
                                      "guess)") from None

@@ -60,6 +60,8 @@ CASES = [
     Case("policy-batch-size-absurd", ["policy", "explain", "p.json"],
          r"p\.json: malformed policy file: models: batch_size 100000000000: expected an integer in 1 … 65536",
          files=altered(lambda d: d["models"][0].update(batch_size=10**11))),
+    Case("policy-key-twice", ["policy", "explain", "p.json"], r"p\.json: key 'pads' given twice",
+         files={**TRACES, "p.json": policy_file(("ngram", "eagle")).replace('"pads": false', '"pads": false, "pads": true')}),
     Case("policy-unknown-field", ["policy", "explain", "p.json"], r"p\.json: malformed policy file: extra: unknown field",
          files=altered(lambda d: d.update(extra=1))),
     Case("policy-price-absurd", ["policy", "explain", "p.json"], r"model for batch size 1: expected seconds .*0 … 3600 s",

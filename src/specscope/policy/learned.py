@@ -68,6 +68,7 @@ import numpy as np
 import scipy.special
 
 from specscope.errors import SpecscopeError
+from specscope.fileio import DuplicateKey, unique_keys
 from specscope.methods import method as method_named
 from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngram_judged
 from specscope.validate import MAX_BATCH_SIZE
@@ -428,9 +429,11 @@ class LearnedPolicy:
 def load_policy(path: str | Path) -> LearnedPolicy:
     """Read a policy file; a missing or malformed one is a one-line error naming it."""
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
+        document = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
     except OSError as error:
         raise SpecscopeError(f"{path}: cannot read the policy file: {error.strerror}") from None
+    except DuplicateKey as error:
+        raise SpecscopeError(f"{path}: key {error.args[0]!r} given twice (which one counts would be a guess)") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise SpecscopeError(f"{path}: not a JSON policy file: {error}") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
