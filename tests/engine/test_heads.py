@@ -502,3 +502,39 @@ def test_pickle_heads_and_missing_directory_are_refused(tmp_path, target, random
     for kind in KINDS:
         with pytest.raises(SpecscopeError, match="--draft"):
             proposer_for(kind, None, target)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_failed_proposal_keeps_the_states_a_retry_needs(kind, target, repeat_heads):
+    """One transient failure inside the head's forward (an out-of-memory, say) had already dropped
+    every row's pending hidden states: the engine's retry of each row alone then failed for all
+    ('propose for slot N before any target pass'). Kept until a proposal succeeds, the retries
+    answer, and the output stays the target's."""
+    prompts = prompts_of((5, 11, 2), seed=4)
+    plain, _ = generate(target, None, prompts, max_tokens=12)
+    engine = Engine(target, proposer_for(kind, repeat_heads[kind], target, len(prompts)), K, len(prompts), MAX_SEQ_LEN)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, 12, SamplingParams(), ignore_eos=True)
+    outputs = {str(i): [] for i in range(len(prompts))}
+    for _ in range(2):
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+    head, calls = engine.proposer.head, []
+    forward = head.forward
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("transient")
+        return forward(*args, **kwargs)
+
+    head.forward = flaky
+    with pytest.raises(RuntimeError, match="transient"):
+        engine.step()
+    for request_id in list(outputs):  # as serve retries a failed step: each row alone
+        for out in engine.step(only={request_id}):
+            outputs[out.request_id] += out.new_token_ids
+    while engine.num_running():
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+    assert [outputs[str(i)] for i in range(len(prompts))] == plain

@@ -40,12 +40,13 @@ from specscope.serve.server import create_server  # noqa: E402
 METHODS = ("ngram", "eagle")
 
 
-def random_policy(path: Path, seed: int) -> Path:
-    """A policy file with random acceptance weights: its choices mix n-gram, EAGLE, none and k."""
+def random_policy(path: Path, seed: int, methods: tuple[str, str] = METHODS) -> Path:
+    """A policy file with random acceptance weights: its choices mix n-gram, the model drafter
+    (EAGLE unless ``methods`` says otherwise), none and k."""
     rng = np.random.default_rng(seed)
-    width = len(feature_names(METHODS))
+    width = len(feature_names(methods))
     document = {
-        "schema": SCHEMA, "methods": list(METHODS), "features": feature_names(METHODS),
+        "schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
         "mean": [0.0] * width, "scale": [1.0] * width,
         "coef": rng.normal(0, 1.0, (2, width)).tolist(), "intercept": rng.normal(0, 1.0, (2, K)).tolist(),
         "base_rate": rng.uniform(0.2, 0.8, (2, K)).tolist(), "span": [[-50.0, 50.0]] * 2,
@@ -195,3 +196,62 @@ def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_draft_model_member_catches_up_a_long_backlog_beside_a_full_row(tmp_path):
+    """n-gram and the bundled draft model: a row that sat the draft model out for many steps drafts
+    in the same step as a row near max_seq_len; the catch-up padded the short row past the draft's
+    cache (IndexError) in 6 of 20 random policies. Greedy output stays the target's."""
+    from specscope.policy.observation import NONE
+    from specscope.zoo.shipped import model_dir
+
+    limit = 128
+    engine, _ = load_engine(model_dir("target"), draft_dir=model_dir("draft"),
+                            policy=random_policy(tmp_path / "p.json", 1, ("ngram", "draft")),
+                            max_batch_size=2, max_seq_len=limit)
+    switching = engine.proposer
+
+    def decide(observations):  # the long row drafts every step, the short one only at the end
+        near = max(len(o.tokens) for o in observations) >= limit - 8
+        return [(1, 1) if o.prompt_len >= 60 else ((1, 3) if near else (NONE, 0)) for o in observations]
+
+    object.__setattr__(switching.policy, "decide_for", lambda batch: lambda observed: decide(observed))
+    short, long = list(range(5, 15)), [5 + i % 40 for i in range(60)]
+    plain, _ = load_engine(model_dir("target"), max_batch_size=2, max_seq_len=limit)
+    expected = [run(plain, [p], limit - len(p))[0] for p in (short, long)]
+    outputs = {}
+    for rid, prompt in (("0", short), ("1", long)):
+        engine.add_request(rid, prompt, limit - len(prompt), SamplingParams(), ignore_eos=True)
+        outputs[rid] = []
+    while engine.num_running():
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+    assert [outputs["0"], outputs["1"]] == expected
+
+
+def test_a_failed_step_records_each_rows_last_outcome_once(setup):
+    """A step that fails after the policy recorded each row's last outcome (a member raising, an
+    out-of-memory), retried row by row as serve does, recorded it twice: the policy's own counts
+    (steps, accepted drafts, θ) drifted. Recorded once, each row's history grows by one step."""
+    target, head_dir, policy_path, _ = setup
+    prompts = [p * 3 for p in prompts_of((4, 5, 3), seed=2)]
+    engine = switching_engine(target, head_dir, policy_path, len(prompts))
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, 20, SamplingParams(), ignore_eos=True)
+    engine.step()
+    engine.step()
+    switching = engine.proposer
+    steps = lambda: {slot: s.history.observation(0, 1, (0,), 0, 0.0).num_steps  # noqa: E731
+                     for slot, s in switching._sequences.items()}
+    before, decide_for = steps(), switching.policy.decide_for
+
+    def failing(observed):  # fails after the observations (and the records) were made
+        raise RuntimeError("transient")
+
+    object.__setattr__(switching.policy, "decide_for", lambda batch: failing)
+    with pytest.raises(RuntimeError, match="transient"):
+        engine.step()
+    object.__setattr__(switching.policy, "decide_for", decide_for)
+    for request in [s.request_id for s in engine._running]:
+        engine.step(only={request})
+    assert all(steps()[slot] == before[slot] + 1 for slot in before)

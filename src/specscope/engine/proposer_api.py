@@ -36,8 +36,10 @@ position of requests whose output is already known, computed all at once (the tr
 a proposer without it is traced through the three calls above, one position at a time).
 
 Rows of every call are in the same order within a step but slots may be any subset of
-``0..max_batch_size-1``. A sequence's prefill ``observe`` and its first ``propose`` happen in
-the same engine step. Time spent in ``observe`` counts as prefill after a prefill pass and as
+``0..max_batch_size-1``. A sequence's prefill ``observe`` comes in the engine step that
+prefills it, its first ``propose`` in the next (a fresh request gets its first token from the
+prefill alone). A ``propose`` may raise after reading a row's state; an engine may then ask again
+for that row alone, and the proposer must answer as if the failed call had not happened. Time spent in ``observe`` counts as prefill after a prefill pass and as
 drafting after a verification.
 
 The contract belongs to the engine, which calls it; proposers implement it and import it from

@@ -78,8 +78,10 @@ class DraftModelProposer:
         width = max(len(p) for p in pending)
         tokens = torch.tensor([p + [0] * (width - len(p)) for p in pending], device=device)
         tokens = self._embeddable(tokens)  # [batch, width]
-        positions = torch.tensor(starts, device=device)[:, None] + torch.arange(width, device=device)
-        hidden, _ = self.draft(tokens, positions, self.cache, slots, kv_len=max(starts) + width)
+        positions = (torch.tensor(starts, device=device)[:, None] + torch.arange(width, device=device)).clamp(
+            max=self.cache.capacity - 1)  # a short row's padding past its prefix: within the cache, never read
+        hidden, _ = self.draft(tokens, positions, self.cache, slots,
+                               kv_len=min(max(starts) + width, self.cache.capacity))
         last = torch.tensor([len(p) - 1 for p in pending], device=device)
         return hidden[torch.arange(len(slots), device=device), last]  # [batch, hidden]
 

@@ -258,7 +258,7 @@ class HeadProposer:
             n = len(history) - 1  # the newest token's position
             if slot not in self.pending:
                 raise RuntimeError(f"{self.name}: propose for slot {slot} before any target pass")
-            start, pieces = self.pending.pop(slot)
+            start, pieces = self.pending[slot]  # dropped once the proposal succeeds (:meth:`_consumed`)
             states = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
             if start + states.shape[0] != n:
                 raise RuntimeError(
@@ -301,6 +301,7 @@ class HeadProposer:
                     token[:, None], state[:, None], step_positions, self.cache, slots, kv_len + i
                 )
                 state = out[:, 0]
+        self._consumed(slots)
         return Proposal(
             torch.stack(drafts, 1),  # [batch, k]
             torch.full((len(slots),), k, dtype=torch.long, device=state.device),
@@ -322,9 +323,17 @@ class HeadProposer:
             return self.head(token, state, positions, self.cache, slots, 0, ctx=ctx)
 
         base = [len(h) - 2 for h in request.histories]
-        return TreeProposal(
+        proposal = TreeProposal(
             draft_tree(tree, root, base, step, self.head.logits, self.head.config, self.cache, slots)
         )
+        self._consumed(slots)
+        return proposal
+
+    def _consumed(self, slots: list[int]) -> None:
+        """Drop the hidden states a proposal read: only once it succeeded, so that a step that
+        fails (an engine retrying each row alone) finds them still there."""
+        for slot in slots:
+            self.pending.pop(slot, None)
 
     def release(self, slot: int) -> None:
         self.pending.pop(slot, None)

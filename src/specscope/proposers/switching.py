@@ -163,6 +163,7 @@ class SwitchingProposer:
             emitted = history[before:]
             state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), len(ngram),
                                          agreeing_prefix(ngram, emitted), state.prob if method != NONE else None))
+            state.step = None  # recorded: a failed step retried row by row must not record it again
         return state.history.observation(len(history) - state.prompt_len, state.prompt_len, tuple(history), offer,
                                          state.overlap.value(history))
 
