@@ -207,6 +207,9 @@ def read_text(path: str | Path) -> str:
 class DuplicateKey(ValueError):
     """A JSON object names one key twice (``json`` would keep the last silently)."""
 
+    def __str__(self) -> str:
+        return f"key {self.args[0]!r} given twice (which one counts would be a guess)"
+
 
 def unique_keys(pairs: list[tuple[str, object]]) -> dict:
     """``json``'s ``object_pairs_hook``: the object, or :class:`DuplicateKey` naming a key given twice."""
@@ -224,7 +227,7 @@ def read_json_object(path: str | Path, what: str = "a JSON object") -> dict:
     try:
         data = json.loads(read_text(path), object_pairs_hook=unique_keys)
     except DuplicateKey as error:
-        raise SpecscopeError(f"{path}: key {error.args[0]!r} given twice (which one counts would be a guess)") from None
+        raise SpecscopeError(f"{path}: {error}") from None
     except json.JSONDecodeError as error:
         raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
     if not isinstance(data, dict):
@@ -264,8 +267,7 @@ def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Ite
             try:
                 obj = json.loads(line, object_pairs_hook=unique_keys)
             except DuplicateKey as error:
-                raise SpecscopeError(f"{path}:{number}: key {error.args[0]!r} given twice (which one counts would be a "
-                                     "guess)") from None
+                raise SpecscopeError(f"{path}:{number}: {error}") from None
             except json.JSONDecodeError as error:
                 raise SpecscopeError(f"{path}:{number}: invalid JSON ({error.msg}, column {error.colno})") from None
             except RecursionError:

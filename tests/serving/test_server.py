@@ -355,11 +355,24 @@ def test_metrics_endpoint_names(servers):
     assert "spec_decode" not in get(plain.url, "/metrics")[1].decode()
 
 
+def beside_a_bad_request(url: str, body: dict) -> dict[str, tuple[int, bytes]]:
+    """``body`` and the same request with a prompt starting with token 63 (the one a poisoned step
+    fails), posted at once: each one's (status, data), by "good" and "bad"."""
+    import threading
+
+    answers = {}
+    threads = [threading.Thread(target=lambda name=name, b=b: answers.__setitem__(name, post(url, b)))
+               for name, b in (("bad", {**body, "prompt": [63, 5, 6]}), ("good", body))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return answers
+
+
 def test_a_failing_request_ends_alone_and_the_server_keeps_serving(tiny_model, servers):
     """A step that raises for one request (here: any step holding a prompt that starts with
     token 63) ends that request with 500; the request beside it gets its exact greedy answer."""
-    import threading
-
     body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "ignore_eos": True}
     expected = json.loads(post(servers[0].url, body)[1])["choices"][0]["token_ids"]
     running = start_server(tiny_model, "ngram", max_batch_size=4, max_seq_len=64)
@@ -372,15 +385,7 @@ def test_a_failing_request_ends_alone_and_the_server_keeps_serving(tiny_model, s
             return step(only=only)
 
         engine.step = poisoned_step
-        answers = {}
-        threads = [
-            threading.Thread(target=lambda name=name, b=b: answers.__setitem__(name, post(running.url, b)))
-            for name, b in (("bad", {**body, "prompt": [63, 5, 6]}), ("good", body))
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
+        answers = beside_a_bad_request(running.url, body)
         status, data = answers["bad"]
         assert status == 500 and "device assert in this row" in json.loads(data)["error"]["message"]
         status, data = answers["good"]
@@ -395,8 +400,6 @@ def test_a_failed_batch_step_leaves_a_seeded_requests_draws_as_they_were(tiny_mo
     """A batch step that draws from every row's generator and then fails (for its bad row) is
     retried row by row; a seeded sampled request beside the bad one still gets the answer it gets
     alone (2–5 of 16 differed: the failed step's draws had moved their generators)."""
-    import threading
-
     import torch
 
     body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 1.0, "seed": 7, "ignore_eos": True}
@@ -414,15 +417,7 @@ def test_a_failed_batch_step_leaves_a_seeded_requests_draws_as_they_were(tiny_mo
             return step(only=only)
 
         engine.step = poisoned_step
-        answers = {}
-        threads = [
-            threading.Thread(target=lambda name=name, b=b: answers.__setitem__(name, post(running.url, b)))
-            for name, b in (("bad", {**body, "prompt": [63, 5, 6]}), ("good", body))
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(60)
+        answers = beside_a_bad_request(running.url, body)
         assert answers["bad"][0] == 500
         status, data = answers["good"]
         assert status == 200 and json.loads(data)["choices"][0]["token_ids"] == expected

@@ -69,7 +69,7 @@ def read_reference(path: Path) -> dict[tuple[str, str, str, int], float]:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import H100_LLAMA31_8B
-    from specscope.sim.grid import SimConfig, simulate
+    from specscope.sim.grid import OPTIMISTIC, SimConfig, simulate
     from specscope.trace import load_traces
     from specscope.trace.load import holds_traces
 
@@ -112,8 +112,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if differences:
         print(f"largest difference from the paper's figures: {max(differences):.3f} over {len(differences)} cells "
-              f"(the figures were read by eye to ±0.02; oracle-combined is optimistic: choosing is "
-              f"free and every step pays only n-gram's lookup)", file=out)
+              f"(the figures were read by eye to ±0.02; {OPTIMISTIC})", file=out)
     elif not (folder / REFERENCE).is_file():
         print(f"note: no cell compared with the paper's figures: {folder} holds no {REFERENCE} (the speedups "
               "read off the paper's Figures 10 and 12, one row per acc, dataset, policy and batch size)", file=out)

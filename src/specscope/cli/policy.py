@@ -122,7 +122,6 @@ def run_fit(args: argparse.Namespace) -> int:
               f"requests, too few to weigh {len(document['features'])} features: trace more requests",
               file=sys.stderr)
     if not to_stdout(args.output):
-        training = document["training"]
         print(f"wrote {args.output}: {len(document['models'])} models ({','.join(map(str, args.batch_sizes))}) "
               f"over {len(document['features'])} features, from {training['steps']} steps of "
               f"{training['requests']} requests in {training['seconds']} s")

@@ -433,7 +433,7 @@ def load_policy(path: str | Path) -> LearnedPolicy:
     except OSError as error:
         raise SpecscopeError(f"{path}: cannot read the policy file: {error.strerror}") from None
     except DuplicateKey as error:
-        raise SpecscopeError(f"{path}: key {error.args[0]!r} given twice (which one counts would be a guess)") from None
+        raise SpecscopeError(f"{path}: {error}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise SpecscopeError(f"{path}: not a JSON policy file: {error}") from None
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:

@@ -82,16 +82,16 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     else:
         prompt_tokens = per_iteration(plan.prompt_len, admit)
     prefill = prefill_time(cost, drafting, prompt_tokens, admitted, running == 0)  # [T]: idle but for them
-    overhead = priced.overhead + np.where((running == 0) & (admitted > 0), cost.overhead_s, 0.0)  # one an iteration
-    total = prefill + priced.drafting + priced.verification + overhead  # [T]
+    lone = np.where((running == 0) & (admitted > 0), cost.overhead_s, 0.0)  # [T] an iteration that only prefills
+    admission = prefill + lone  # [T] what the iteration's admissions cost beyond its steps
+    total = admission + priced.total  # [T] (one overhead an iteration)
     ends = np.cumsum(total)
     starts = ends - total
     latency = ends[admit + n_steps] - starts[admit]  # [R]: from its prefill to its last step
-    alone = total - priced.drafting - priced.verification - priced.overhead  # [T] prefill, and its overhead if alone
-    share = alone[admit] / admitted[admit] / np.maximum(n_steps, 1)  # [R] per step of the request
+    share = admission[admit] / admitted[admit] / np.maximum(n_steps, 1)  # [R] per step of the request
     full = running >= min(batch_size, len(n_steps))  # [T] every slot decoding
     tokens = per_iteration(plan.emitted + 1.0 / n_steps[request])  # [T] its first token spread too
-    seconds = total - alone + per_iteration(share[request])  # [T]
+    seconds = priced.total + per_iteration(share[request])  # [T]
     return Prediction(
         throughput=float(plan.output_len.sum() / ends[-1]),
         steady_throughput=float(tokens[full].sum() / seconds[full].sum()) if full.any() else float("nan"),
@@ -100,6 +100,6 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
             "prefill": float(prefill.sum()),
             "drafting": float(priced.drafting.sum()),
             "verification": float(priced.verification.sum()),
-            "overhead": float(overhead.sum()),
+            "overhead": float((priced.overhead + lone).sum()),
         },
     )
