@@ -23,9 +23,40 @@ from specscope import __version__
 from specscope.errors import SpecscopeError
 
 
+class StoreOnce(argparse._StoreAction):
+    """argparse's ``store``, refusing an option given twice (argparse would keep the last value
+    silently: ``--k 3 … --k 4`` ran k = 4 where a user may have meant either)."""
+
+    given: object = None
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        if self.option_strings and self.given is not None:
+            parser.error(f"argument {argparse._get_action_name(self)}: given twice ({_shown(self.given)} "
+                         f"and {_shown(values)}); give it once")
+        self.given = values
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _shown(value: object) -> str:
+    """An option's parsed value as typed: a list comma-joined, a path as its text."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error in one line (``specscope VERB: error: argument --k: ...``)
-    and exit status 2, like every other error of the CLI; ``--help`` shows the usage."""
+    and exit status 2, like every other error of the CLI; ``--help`` shows the usage. An option
+    that takes a value may be given once (:class:`StoreOnce`)."""
+
+    def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*args, **kwargs)
+        self.register("action", None, StoreOnce)
+        self.register("action", "store", StoreOnce)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        for action in self._actions:
+            if isinstance(action, StoreOnce):
+                action.given = None
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
