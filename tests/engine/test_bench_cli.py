@@ -164,7 +164,8 @@ def test_bench_table_and_user_errors(llama_dir, workload, tmp_path, capsys):
     assert "unknown proposer" in capsys.readouterr().err
     big = write_workload(tmp_path / "big.jsonl", [{"id": "a", "prompt_token_ids": [1, 10_000]}])
     assert main(["bench", "--model", str(llama_dir), "--workload", str(big), "--max-tokens", "4"]) == 2
-    assert "below the vocabulary size" in capsys.readouterr().err
+    assert f"{big}:1: field 'prompt_token_ids': token id 10000 is not below the model's vocabulary size" \
+        in capsys.readouterr().err
     if not torch.cuda.is_available():
         args = ["bench", "--model", str(llama_dir), "--workload", str(workload), "--device", "cuda"]
         assert main(args) == 2

@@ -155,3 +155,19 @@ def test_tree_replay_predicts_engine_steps_and_tokens(tree_traced, target_and_dr
                 tokens.extend(out.new_token_ids)
         assert tokens == record.output_token_ids.tolist()
         assert engine.stats.num_request_steps == len(plan.pos), (record.id, shape)
+
+
+def test_a_prompt_token_outside_the_vocabulary_is_refused_before_anything_is_written(target_and_draft, tmp_path,
+                                                                                    capsys):
+    """Its third request out of the vocabulary: the first two were traced, then the run failed
+    at the engine with no file named. Now refused at its line, before any record or settings."""
+    target, _ = target_and_draft
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(json.dumps({"id": f"r{i}", "prompt_token_ids": [1, 2, 10**6 if i == 2 else 3]}) + "\n"
+                                for i in range(3)))
+    out = tmp_path / "t.jsonl"
+    assert main(["trace", "--model", str(target), "--workload", str(workload), "--proposers", "ngram",
+                 "--batch-size", "1", "--max-tokens", "4", "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{workload}:3: field 'prompt_token_ids': token id 1000000 is not below" in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["w.jsonl"]

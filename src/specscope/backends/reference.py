@@ -127,14 +127,7 @@ def run_bench(config: BenchConfig) -> BenchResult:
     if config.tree is not None and config.method == NO_SD:
         raise SpecscopeError(f"--tree: tree {config.tree.name} needs an SD method, got --method {NO_SD}")
     target = load_model(config.model_dir, parse_dtype(config.dtype), resolve_device(config.device))
-    requests = read_workload(config.workload, load_tokenizer(config.model_dir))
-    vocab = target.config.vocab_size
-    for request in requests:
-        if max(request.prompt_token_ids) >= vocab:
-            raise SpecscopeError(
-                f"{config.workload}: request {request.id!r}: token ids must be below "
-                f"the vocabulary size {vocab}"
-            )
+    requests = read_workload(config.workload, load_tokenizer(config.model_dir), target.config.vocab_size)
     if config.batching == "distinct":
         config = fill_batch_sizes(config, len(requests), f"the {len(requests)} distinct requests of {config.workload}; "
                                   "--batching replicate runs B copies of each")

@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     from specscope.cli._common import model_dir_arg
     from specscope.distributed.trace import ray_batch_mapper
+    from specscope.engine.config import ModelConfig
     from specscope.engine.loading import load_tokenizer, parse_device, parse_dtype, resolve_device
     from specscope.tracing.run import ProposerSpec, trace_here, trace_workload, tree_depth
     from specscope.workloads.jsonl import read_workload
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     for spec in specs:
         if spec.path is not None:
             model_dir_arg(spec.path)
-    requests = read_workload(args.workload, load_tokenizer(model))
+    requests = read_workload(args.workload, load_tokenizer(model), ModelConfig.from_dir(model).vocab_size)
     n_range = {name: value for name, value in (("min_n", args.min_n), ("max_n", args.max_n)) if value is not None}
     written = trace_workload(model, specs, requests, Path(args.output), k_max=args.k_max,
                              max_tokens=args.max_tokens, batch_size=args.batch_size,

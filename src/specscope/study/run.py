@@ -65,6 +65,7 @@ def first_requests(workload: Path, count: int, folder: Path) -> Path:
 
 
 def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
+    from specscope.engine.config import ModelConfig
     from specscope.engine.loading import load_tokenizer
     from specscope.tracing.run import ProposerSpec, trace_workload
     from specscope.workloads.jsonl import read_workload
@@ -76,7 +77,8 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
     paths = []
     for workload in config.workloads:
         out = config.trace_dir / f"{_stem(workload)}.jsonl"
-        written = trace_workload(config.model_dir, specs, read_workload(workload, tokenizer), out,
+        requests = read_workload(workload, tokenizer, ModelConfig.from_dir(config.model_dir).vocab_size)
+        written = trace_workload(config.model_dir, specs, requests, out,
                                  k_max=config.k_max, max_tokens=config.max_tokens, dataset=_stem(workload),
                                  trees=trees)
         say(f"trace   {_stem(workload)}: {written} requests traced" + ("" if written else " (already done)"))

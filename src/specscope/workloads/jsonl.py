@@ -51,10 +51,19 @@ def read_prompts(path: str | Path) -> list[Prompt]:
     return prompts
 
 
-def read_workload(path: str | Path, tokenizer=None) -> list[WorkloadRequest]:
+def read_workload(path: str | Path, tokenizer=None, vocab_size: int | None = None) -> list[WorkloadRequest]:
     """Read ``path`` as token ids; ``tokenizer`` (a ``tokenizers.Tokenizer``) is needed for
-    text prompts."""
-    return [_tokenize(prompt, Path(path), tokenizer) for prompt in read_prompts(path)]
+    text prompts. With ``vocab_size`` (the model's), a token id at or above it is refused at its
+    line, before any model runs."""
+    requests = []
+    for prompt in read_prompts(path):
+        request = _tokenize(prompt, Path(path), tokenizer)
+        if vocab_size is not None and max(request.prompt_token_ids) >= vocab_size:
+            field = "prompt_token_ids" if prompt.token_ids is not None else "prompt"
+            raise SpecscopeError(f"{where(Path(path), prompt.line, field)}: token id "
+                                 f"{max(request.prompt_token_ids)} is not below the model's vocabulary size {vocab_size}")
+        requests.append(request)
+    return requests
 
 
 def _parse(obj: object, path: Path, line: int) -> Prompt:
