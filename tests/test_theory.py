@@ -26,14 +26,21 @@ def test_optimal_k():
 
 
 def test_estimate_alpha_truncated_geometric_mle():
-    # accepted drafts a = [0, 2, 20] with k_max = 20: Σa = 22 successes, 2 failures (a < 20).
-    assert estimate_alpha([np.array([1, 3, 21])], 20) == pytest.approx(22 / 24)
+    # acc_len [1, 3, 1, 2, 1] of an output of 5, k_max = 2: caps min(2, 4 − i) = [2, 2, 2, 1, 0];
+    # accepted a = [0, 2, 0, 1, 0]: Σa = 3 successes, failures where a < cap: positions 0 and 2.
+    # Positions 3 and 4 accepted up to the output's end: cut off, not rejected (else 3 / 7).
+    assert estimate_alpha([np.array([1, 3, 1, 2, 1])], 2) == pytest.approx(3 / 5)
+
+
+def test_a_perfect_drafter_is_estimated_at_one_up_to_the_outputs_end():
+    perfect = np.minimum(21, 30 - np.arange(30))  # k_max 20, 30 tokens: the last 20 positions cut by the end
+    assert estimate_alpha([perfect], 20) == 1.0
 
 
 def test_estimate_alpha_truncates_each_trace_at_its_own_k_max():
-    """Two requests that accepted every draft, one traced to k_max 4 (acc_len 5), one to 20
-    (acc_len 21): no rejection anywhere, α = 1. Truncated at the larger k_max for both, the
-    first's 4 accepted drafts would count as a rejection: 24 / 25."""
+    """Two outputs of 10 whose drafts were all accepted, one traced to k_max 4 (acc_len 5 where
+    the output allows), one to 20: no rejection anywhere, α = 1. Truncated at the larger k_max for
+    both, the first's 4 accepted drafts at positions 0–4 would count as 5 rejections: 75 / 80."""
     from specscope.analysis.acceptance import k_max_each
     from specscope.trace.schema import ProposerTrace, TraceRecord
 
@@ -41,9 +48,10 @@ def test_estimate_alpha_truncates_each_trace_at_its_own_k_max():
         return TraceRecord(rid, np.array([1]), np.array([5]), {"eagle": ProposerTrace(np.array([acc], dtype=np.int32))},
                            k_max=k_max)
 
-    acc_lens = [np.array([5]), np.array([21])]
+    left = 10 - np.arange(10)
+    acc_lens = [np.minimum(5, left), np.minimum(21, left)]
     assert estimate_alpha(acc_lens, [4, 20]) == 1.0
-    assert estimate_alpha(acc_lens, 20) == pytest.approx(24 / 25)
+    assert estimate_alpha(acc_lens, 20) == pytest.approx(75 / 80)
     records = [record("a", 5, 4), record("b", 21, None), record("c", 3, None)]
     assert k_max_each(records, "eagle") == [4, 20, 20]  # undeclared: the largest seen among them
 
@@ -136,3 +144,18 @@ def test_bound_takes_each_proposer_from_the_records_that_hold_it(tmp_path, capsy
         assert main(["bound", *(str(tmp_path / f) for f in files)]) == 0
         out = capsys.readouterr().out
         assert "│ eagle3" in out and "│ ngram" in out and "note: eagle3: α from the 3 of 6 records that hold it" in out
+
+
+def test_the_reports_bound_points_stop_at_the_shallowest_records_depth_as_specscope_bound_does():
+    """Records traced to k_max 2 and 8: α says nothing of a third draft of the first, so the
+    report's optimum is sought up to k = 2, as `specscope bound` seeks it (it was sought up to 8)."""
+    from specscope.analysis.bound_points import bound_points
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    def record(rid: str, k_max: int) -> TraceRecord:
+        acc = np.minimum(k_max + 1, 12 - np.arange(12)).astype(np.int32)  # every draft accepted
+        return TraceRecord(rid, np.array([1]), np.arange(12), {"eagle": ProposerTrace(acc)}, dataset="d", k_max=k_max)
+
+    (point,) = bound_points([record("a", 2), record("b", 8)], resolve_cost_model("h100-llama3.1-8b"), ["eagle"], 1, 1)
+    assert point.k_max == 2 and point.best_k <= 2 and point.alpha == 1.0

@@ -57,3 +57,12 @@ def test_bad_files_are_one_line_errors(tmp_path, content, message):
 def test_winners_pick_the_fastest_cell_per_dataset_and_batch_size():
     cells = [MeasuredCell("code", m, 3, 1, s) for m, s in (("ngram", 1.2), ("eagle", 1.6), ("draft", 0.9))]
     assert [c.method for c in winners(cells)] == ["eagle"]
+
+
+def test_where_no_sd_cell_beats_no_sd_the_winner_is_no_sd():
+    """Every SD cell below 1× (or at it): the report's winners table named the best of them
+    (n-gram at 0.95×) where the what-if table, over the same cells, named no SD."""
+    cells = [MeasuredCell("code", "eagle", 3, 32, 0.82), MeasuredCell("code", "ngram", 3, 32, 0.95),
+             MeasuredCell("code", "ngram", 1, 8, 1.0), MeasuredCell("code", "ngram", 1, 1, 1.01)]
+    assert [(c.batch_size, c.method, c.measured_speedup) for c in winners(cells)] == [
+        (1, "ngram", 1.01), (8, "none", 1.0), (32, "none", 1.0)]

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specscope.analysis.acceptance import by_dataset, k_max_each, k_max_of, proposer_names
+from specscope.analysis.acceptance import by_dataset, k_max_each, proposer_names
 from specscope.costmodel.base import CostModel
 from specscope.theory.bound import estimate_alpha, estimate_c, optimal_k
 from specscope.trace.schema import TraceRecord
@@ -45,9 +45,9 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
         for proposer in proposer_names(members):
             if proposer not in proposers:
                 continue
-            k_max = k_max_of(members, proposer)
-            alpha = estimate_alpha([r.acc_len(proposer) for r in members if proposer in r.proposers],
-                                   k_max_each(members, proposer))
+            depths = k_max_each(members, proposer)
+            k_max = min(depths)  # as `specscope bound`: α says nothing of a proposal deeper than a record's k_max
+            alpha = estimate_alpha([r.acc_len(proposer) for r in members if proposer in r.proposers], depths)
             c = estimate_c(cost, proposer, k, batch_size, context)
             best_k, best = optimal_k(alpha, c, k_max)
             points.append(BoundPoint(dataset, proposer, alpha, c, k_max, batch_size, context, best_k, best))

@@ -127,11 +127,18 @@ def simulated_for(cell: MeasuredCell, rows: Sequence) -> float | None:
     return next((r.speedup for r in here if r.acc == cell.method and r.policy == policy), None)
 
 
+def winner(cells: Sequence[MeasuredCell], dataset: str, batch_size: int) -> MeasuredCell:
+    """The measured winner of one dataset and batch size among ``cells`` (of that dataset and
+    batch size): the fastest cell where it beats no SD, else no SD itself (speedup 1, measured or
+    not; a tie goes to it: SD that gains nothing is not worth running)."""
+    none = MeasuredCell(dataset, NO_SD, 0, batch_size, 1.0)
+    best = max(cells, key=lambda c: c.measured_speedup, default=none)
+    return best if best.measured_speedup > 1.0 else none
+
+
 def winners(cells: Sequence[MeasuredCell]) -> list[MeasuredCell]:
-    """Per dataset × batch size, the measured cell with the highest speedup."""
-    best: dict[tuple[str, int], MeasuredCell] = {}
+    """Per dataset × batch size, the measured :func:`winner`."""
+    groups: dict[tuple[str, int], list[MeasuredCell]] = {}
     for cell in cells:
-        key = (cell.dataset, cell.batch_size)
-        if key not in best or cell.measured_speedup > best[key].measured_speedup:
-            best[key] = cell
-    return [best[key] for key in sorted(best)]
+        groups.setdefault((cell.dataset, cell.batch_size), []).append(cell)
+    return [winner(groups[key], *key) for key in sorted(groups)]

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specscope.analysis.measured import MeasuredCell
+from specscope.analysis.measured import MeasuredCell, winner as measured_winner
 from specscope.costmodel.linear import FittedCell
 from specscope.methods import NO_SD
 from specscope.report.style import batch_axis, colour_for, panel_grid, plt, short
@@ -90,14 +90,13 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
         here = [c for c in measured if Path(c.dataset).stem == dataset and c.batch_size == b]
         priced = [(c, c.simulated_speedup) for c in here if c.simulated_speedup is not None]
         if priced:  # no SD is always a candidate: speedup 1, measured or not
-            none = MeasuredCell(dataset, NO_SD, 0, b, 1.0)
-            priced.append((none, 1.0))
-            winner = max([*here, none], key=lambda c: c.measured_speedup)  # over every measured cell
+            priced.append((MeasuredCell(dataset, NO_SD, 0, b, 1.0), 1.0))
+            winner = measured_winner(here, dataset, b)  # over every measured cell
             pick, speedup = max(priced, key=lambda cp: cp[1])
             row.measured_best, row.measured_speedup = _config(winner), winner.measured_speedup
             row.measured_in_fit = winner.method != NO_SD and _fitted(winner, fitted)
             row.predicted_among_measured, row.predicted_among_measured_speedup = _config(pick), speedup
-            checked = any(c is winner for c, _ in priced)  # else the winner was not simulated: nothing to rank
+            checked = winner.method == NO_SD or any(c is winner for c, _ in priced)  # else not simulated: no rank
             row.agree = _config(pick) == _config(winner) if checked else None
         out.append(row)
     return out

@@ -49,13 +49,16 @@ def optimal_k(alpha: float, c: float, k_max: int = 20) -> tuple[int, float]:
 def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int]) -> float:
     """Maximum-likelihood α from teacher-forced acc_len traces under the i.i.d. model.
 
-    At each position a = acc_len − 1 drafts were accepted out of k_max (one for all the arrays,
-    or each array's own); under i.i.d. acceptance that is a geometric count truncated at k_max:
-    a successes, plus one failure when a < k_max. The MLE is α = Σ a / (Σ a + #{a < k_max}).
+    At position i of an array of G a = acc_len − 1 drafts were accepted out of at most
+    cap = min(k_max, G − 1 − i) (k_max one for all the arrays, or each array's own; past the
+    output's end nothing is there to accept); under i.i.d. acceptance that is a geometric count
+    truncated at cap: a successes, plus one failure when a < cap. The MLE is
+    α = Σ a / (Σ a + #{a < cap}) — a drafter accepted to the output's end was cut off, not rejected.
     """
     limits = [k_max] * len(acc_lens) if np.isscalar(k_max) else list(k_max)
     accepted = np.concatenate([np.asarray(a, dtype=np.int64) - 1 for a in acc_lens])
-    caps = np.concatenate([np.full(len(a), limit, dtype=np.int64) for a, limit in zip(acc_lens, limits)])
+    caps = np.concatenate([np.minimum(limit, np.arange(len(a) - 1, -1, -1, dtype=np.int64))
+                           for a, limit in zip(acc_lens, limits)])
     failures = int(np.count_nonzero(accepted < caps))
     total = int(accepted.sum())
     return total / (total + failures) if total + failures else 0.0
