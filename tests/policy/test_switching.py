@@ -240,3 +240,31 @@ def test_a_causal_walk_decides_each_iterations_rows_as_mixed_mode_prices_them():
     iteration = admit[plan.request_of_step] + 1 + (np.arange(len(plan.pos)) - plan.offsets[plan.request_of_step])
     running = np.bincount(iteration)
     assert groups == running[running > 0].tolist()
+
+
+def test_a_judgement_replays_every_policy_on_the_tokens_the_switch_replays():
+    """An output of 10 whose acc_len arrays run 14 (the paper's traces hold such records): a fixed
+    policy replayed the proposer's whole array, oracle-switch the 10 positions every array and the
+    output cover, so the ceiling fell below EAGLE's own oracle (2.16× against 2.24×). Cut to the
+    common positions first, every policy replays the same 10 tokens and the ceiling bounds them."""
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.sim.evaluate import on_common_positions
+
+    long = replace(record([1] * 14, [4] * 14), output_token_ids=np.arange(10, 20, dtype=np.int64))
+    (cut,) = on_common_positions([long], METHODS)
+    assert cut.output_len == 10 and all(len(cut.acc_len(m)) == 10 for m in METHODS)
+    rows = simulate([cut], ["eagle"], ["fixed:3", "oracle", "oracle-switch:ngram+eagle"],
+                    resolve_cost_model("h100-llama3.1-8b"), SimConfig(mode="paper", batch_sizes=(1,)))
+    speedup = {r.policy: r.speedup for r in rows}
+    assert speedup["oracle-switch:ngram+eagle"] >= speedup["oracle"] - 1e-9 >= speedup["fixed:3"] - 1e-9
+
+
+def test_a_table_that_sets_switching_policies_beside_others_on_uneven_records_says_so():
+    from specscope.sim.grid import length_notes
+
+    even, uneven = record([1] * 10, [4] * 10, rid="a"), replace(record([1] * 14, [4] * 14, rid="b"),
+                                                                output_token_ids=np.arange(10, 20, dtype=np.int64))
+    assert length_notes([even, uneven], ["fixed:3", "oracle"]) == []
+    assert length_notes([even], ["fixed:3", "oracle-switch:ngram+eagle"]) == []
+    (note,) = length_notes([even, uneven], ["fixed:3", "oracle-switch:ngram+eagle"])
+    assert note.startswith("oracle-switch:ngram+eagle replays the positions") and "(1 of 2 records differ)" in note

@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("traces", nargs="*", metavar="TRACE")
     parser.add_argument("--acc", default=None, help="proposer to estimate α for (default: every one in the traces)")
     parser.add_argument("--alpha", type=validate.arg(validate.number, low=0.0, high=1.0, high_open=True),
-                        default=None, help="acceptance rate α in [0, 1)")
+                        default=None, help="the i.i.d. model's per-token acceptance probability α in [0, 1) (a "
+                                           "measured accepted/proposed rate at k is lower: (α − α^(k+1)) / ((1 − α)·k))")
     parser.add_argument("--c", type=validate.arg(validate.number, low=0.0), default=None,
                         help="draft/target forward time ratio c (>= 0)")
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL)
@@ -76,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
         raise SpecscopeError("give traces, or both --alpha and --c")
     ks = list(range(1, max(depth for *_, depth in cases) + 1))
     print_table(
-        f"closed-form E[speedup] (i.i.d. acceptance; {source})",
+        f"closed-form E[speedup] (i.i.d. acceptance: α is each draft's probability of acceptance, not "
+        f"accepted/proposed at one k; {source})",
         ["proposer", "α", "c", *[f"k={k}" for k in ks], "best k", "best"],
         [[label, f"{alpha:.3f}", f"{c:.4f}",
           *[f"{v:.2f}" if k <= depth else "–" for k, v in zip(ks, expected_speedup(alpha, np.array(ks), c))],

@@ -66,7 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "--view), fit a policy on the other datasets under that cost model and simulate the "
                     "held-out one under it: best fixed policy (k in hindsight), adaptive, learned, "
                     "oracles, oracle-switch, oracle-combined, and the gap closed = (learned - best fixed) "
-                    "/ (oracle-switch - best fixed); beside it, a policy fitted on every dataset, the held-out "
+                    "/ (oracle-switch - best fixed), every policy replaying the positions the output and each "
+                    "method's acc_len cover (a record's longer arrays are cut there, whatever --lengths); "
+                    "beside it, a policy fitted on every dataset, the held-out "
                     "one included (learned_seen, gap_closed_seen): what not having seen the workload costs.")
     add_trace_options(evaluate)
     add_policy_options(evaluate, "the cost model fitted for and judged by")

@@ -64,7 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
-    from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, no_match_notes, simulate
+    from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, length_notes, no_match_notes, simulate
     from specscope.sim.policies import learned_notes
 
     cost = resolve_cost_model(args.cost_model)
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     cells = [{**row.flat(), "cost_model": label} for row in rows]
     fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
     past = cost.beyond_measured(fixed, config.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) else None
-    notes = [*no_match_notes(records, args.acc, config), *([past] if past else []),
+    notes = [*no_match_notes(records, args.acc, config), *length_notes(records, args.policies), *([past] if past else []),
              *learned_notes(args.policies, cost, config.batch_sizes)]
     if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in args.acc:
         notes.append(OPTIMISTIC)

@@ -35,7 +35,7 @@ from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, no_match_notes, simulate, traced_k_max
+from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, length_notes, no_match_notes, simulate, traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
@@ -118,6 +118,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                           + "".join(f"; fixed:{k} in their place" for k in sorted(instead)))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim))
+    data.notes.extend(length_notes(sim_records, config.policies))
     past = cost.beyond_measured(config.ks, config.sim.batch_sizes, names) if isinstance(cost, LinearCostModel) else None
     data.notes.extend([past] if past else [])
     advance(PHASES[0])

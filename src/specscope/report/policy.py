@@ -20,7 +20,7 @@ from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED
 from specscope.report.style import CYCLE, panel_grid, plt
-from specscope.sim.evaluate import candidate_policies, judge
+from specscope.sim.evaluate import candidate_policies, judge, on_common_positions
 from specscope.sim.grid import COMBINED, SimConfig, check_k_by_dataset, simulate
 from specscope.sim.policies import parse_policy
 from specscope.policy.learned import load_policy
@@ -52,7 +52,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
                              f"request (its methods: {', '.join(policy.methods)})")
     learned = f"learned:{path}"
     check_k_by_dataset(records, policy.methods[0], parse_policy(learned))  # refused deeper than the traces, as in simulate
-    records = [record.capped(policy.depth) for record in records]
+    records = [record.capped(policy.depth) for record in on_common_positions(records, policy.methods)]
     rows = simulate(records, [*policy.methods, COMBINED] if len(policy.methods) == 2 else list(policy.methods),
                     candidate_policies(policy.methods, learned, records), cost,
                     SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed,

@@ -6,6 +6,10 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
 - adaptive = the better proposer under ``adaptive`` (named in ``adaptive_acc``); oracle per proposer;
 - oracle-switch (the causal ceiling, drafting charged; of a policy over one method, that method's
   oracle) and oracle-combined (the paper's);
+- every policy replays the same tokens: each record cut to the positions its output and every
+  method's acc_len cover (:func:`on_common_positions`; the switching walks read no further, and a
+  fixed policy replaying a proposer's longer array had been judged on other tokens than the
+  ceiling it was set against);
 - gap closed = (learned − best fixed) / (oracle-switch − best fixed), undefined (NaN) where
   oracle-switch beats the best fixed policy by less than :data:`MIN_ROOM` of it: a ratio over
   a gap that small says nothing (over a gap of 0.0004× it read −1677).
@@ -32,11 +36,16 @@ from specscope.costmodel.base import CostModel
 from specscope.policy.learned import LearnedPolicy, features
 from specscope.sim.fit import fit_policy
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate, traced_k_max
-from specscope.sim.switching import causal_plan
+from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord
 
 FIXED_KS = (1, 2, 3, 4, 5, 6, 8, 10)
 MIN_ROOM = 0.01  # the gap closed is judged where oracle-switch beats the best fixed by this share of it
+
+
+def on_common_positions(records: Sequence[TraceRecord], methods: Sequence[str]) -> list[TraceRecord]:
+    """``records``, each cut to :func:`~specscope.sim.switching.common_length` over ``methods``."""
+    return [record.truncated(common_length(record, methods)) for record in records]
 
 
 def candidate_policies(methods: tuple[str, ...], learned: str | None, records: Sequence[TraceRecord]) -> list[str]:
@@ -94,6 +103,7 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     cost model (at ``config.batch_sizes``), write the policy to ``workdir``, and judge it on the
     held-out dataset under the same cost model — a policy is fitted for the engine it runs on —
     beside the policy fitted on every dataset (``learned_seen``)."""
+    records = on_common_positions(records, methods)
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:
         by_dataset.setdefault(record.dataset or "trace", []).append(record)

@@ -87,7 +87,9 @@ class SimRow:
     baseline_throughput: float
     latency_per_token: float
     baseline_latency_per_token: float
-    acceptance_rate: float  # α = accepted / proposed drafts; NaN where nothing was proposed
+    acceptance_rate: float  # α = accepted / proposed drafts; NaN where nothing was proposed. Accepted up to the
+    # output's end, which a trace cannot see past: an engine's α (bench, serve, vLLM) also counts the drafts its last
+    # step accepted beyond max_tokens or EOS — at most k more per request (engine/records.py)
     mean_acceptance_length: float
     requests: int
     time_split: dict[str, float] = field(default_factory=dict)
@@ -126,6 +128,22 @@ def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: 
                 notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len, so a step that accepted nothing is "
                              f"taken to have found a match (and paid its drafting) with probability {prob:g} ({source})")
     return notes
+
+
+SWITCHING = ("oracle-switch:", "learned:")  # the policies that walk several proposers' arrays together
+
+
+def length_notes(records: Sequence[TraceRecord], policies: Sequence[str]) -> list[str]:
+    """A line where switching policies sit beside others on records whose acc_len arrays and
+    output differ in length (``--lengths own``): the switching ones replay the positions all of
+    them cover, the others each proposer's whole array — two sets of tokens in one table."""
+    switching = [p for p in policies if p.startswith(SWITCHING)]
+    uneven = sum(len({r.output_len, *(len(t.acc_len) for t in r.proposers.values())}) > 1 for r in records)
+    if not switching or len(switching) == len(policies) or not uneven:
+        return []
+    return [f"{', '.join(switching)} {'replays' if len(switching) == 1 else 'replay'} the positions the output and every proposer's acc_len cover, the other "
+            f"policies each proposer's whole array ({uneven} of {len(records)} records differ): --lengths common "
+            "replays one set of tokens for all"]
 
 
 def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:

@@ -201,9 +201,7 @@ def _align(record: TraceRecord, report: LoadReport, mode: str) -> TraceRecord:
     if mode == "own":
         return record
     report.dropped_positions += longest - common
-    record.output_token_ids = record.output_token_ids[:common]
-    record.proposers = {name: trace.truncated(common) for name, trace in record.proposers.items()}
-    return record
+    return record.truncated(common)
 
 
 def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str = "common",

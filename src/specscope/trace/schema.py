@@ -103,6 +103,11 @@ class TraceRecord:
         """``acc_len`` of ``proposer`` ([G] int32)."""
         return self.proposers[proposer].acc_len
 
+    def truncated(self, length: int) -> "TraceRecord":
+        """The first ``length`` positions of the output and of every proposer's arrays."""
+        return replace(self, output_token_ids=self.output_token_ids[:length],
+                       proposers={name: trace.truncated(length) for name, trace in self.proposers.items()})
+
     def capped(self, k: int) -> "TraceRecord":
         """This record as a trace of depth ``k`` would hold it (:meth:`ProposerTrace.capped`); a
         record that declares no k_max still declares none (how deep it was traced stays unknown:
