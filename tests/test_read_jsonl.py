@@ -31,6 +31,8 @@ def test_it_streams_lines_before_a_bad_one(tmp_path):
     (b'{"a": 1}\n\xff\xfe\n', r"x\.jsonl:2: not UTF-8 text \(byte 0 of the line\)$"),
     (b'\n\n{"a": 1', r"x\.jsonl:3: invalid JSON"),
     (b"[" * 100_000 + b"]" * 100_000, r"x\.jsonl:1: invalid JSON \(nested too deeply\)$"),
+    (b'{"a": ' + b"7" * 5000 + b"}\n", r"x\.jsonl:1: invalid JSON \(Exceeds the limit \(4300 digits\)"),
+    (b'{"id": "\\ud800"}\n', r"x\.jsonl:1: key 'id': a lone surrogate escape .* is not text$"),
 ])
 def test_bad_lines_are_one_line_errors_naming_file_and_line(tmp_path, content, message):
     path = tmp_path / "x.jsonl"

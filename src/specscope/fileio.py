@@ -211,25 +211,58 @@ class DuplicateKey(ValueError):
         return f"key {self.args[0]!r} given twice (which one counts would be a guess)"
 
 
+class BadText(ValueError):
+    """A JSON string that is not text: a lone surrogate escape (``"\\ud800"``), which no file or
+    terminal can hold (``json`` reads it; printing or writing it fails)."""
+
+    def __str__(self) -> str:
+        return f"key {self.args[0]!r}: a lone surrogate escape (\\ud800-\\udfff) is not text"
+
+
 def unique_keys(pairs: list[tuple[str, object]]) -> dict:
-    """``json``'s ``object_pairs_hook``: the object, or :class:`DuplicateKey` naming a key given twice."""
+    """``json``'s ``object_pairs_hook``: the object, or :class:`DuplicateKey` naming a key given
+    twice, or :class:`BadText` naming a key or a text value that holds a lone surrogate."""
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen: set[str] = set()
         raise DuplicateKey(next(key for key, _ in pairs if key in seen or seen.add(key)))
+    for key, value in pairs:
+        for text in (key, value) if isinstance(value, str) else (key,):
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise BadText(key) from None
     return obj
+
+
+def parse_json(text: str, path: str | Path, line: int | None = None) -> object:
+    """``text`` (all of ``path``, or its line ``line``) as JSON, each object's keys once and its
+    text valid (:func:`unique_keys`); anything else a one-line error naming ``path`` and the line."""
+    place = f"{path}:{line}" if line is not None else str(path)
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
+    except (DuplicateKey, BadText) as error:
+        raise SpecscopeError(f"{place}: {error}") from None
+    except json.JSONDecodeError as error:
+        if line is None:
+            raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+        raise SpecscopeError(f"{place}: invalid JSON ({error.msg}, column {error.colno})") from None
+    except RecursionError:
+        raise SpecscopeError(f"{place}: invalid JSON (nested too deeply)") from None
+    except ValueError as error:  # a number of more digits than Python converts (sys.get_int_max_str_digits)
+        raise SpecscopeError(f"{place}: invalid JSON ({str(error).split(':')[0]})") from None
+
+
+def read_json(path: str | Path) -> object:
+    """The JSON document in ``path`` (:func:`parse_json`)."""
+    return parse_json(read_text(path), path)
 
 
 def read_json_object(path: str | Path, what: str = "a JSON object") -> dict:
     """The JSON object in ``path``, or a one-line error naming the file (and line) and what
     was expected."""
-    path = Path(path)
-    try:
-        data = json.loads(read_text(path), object_pairs_hook=unique_keys)
-    except DuplicateKey as error:
-        raise SpecscopeError(f"{path}: {error}") from None
-    except json.JSONDecodeError as error:
-        raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+    data = read_json(path)
     if not isinstance(data, dict):
         raise SpecscopeError(f"{path}: expected {what}")
     return data
@@ -264,12 +297,4 @@ def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Ite
                 raise SpecscopeError(f"{path}:{number}: not UTF-8 text (byte {error.start} of the line)") from None
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line, object_pairs_hook=unique_keys)
-            except DuplicateKey as error:
-                raise SpecscopeError(f"{path}:{number}: {error}") from None
-            except json.JSONDecodeError as error:
-                raise SpecscopeError(f"{path}:{number}: invalid JSON ({error.msg}, column {error.colno})") from None
-            except RecursionError:
-                raise SpecscopeError(f"{path}:{number}: invalid JSON (nested too deeply)") from None
-            yield parse(obj, path, number)
+            yield parse(parse_json(line, path, number), path, number)

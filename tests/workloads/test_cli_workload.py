@@ -84,3 +84,14 @@ def test_double_special_tokens_are_flagged(tmp_path, model_dir, capsys):
     assert main(["workload", "make", "gsm8k", "--source", source, "--tokenizer", str(model_dir), "--token-ids",
                  "-o", str(tmp_path / "b.jsonl")]) == 0
     assert "use --token-ids" not in capsys.readouterr().out
+
+
+def test_a_csv_field_longer_than_csvs_own_limit_is_read_whole(tmp_path):
+    """csv refuses a field over 128 KiB by default (a traceback); a long article is one field."""
+    from specscope.cli import main
+
+    source = tmp_path / "g.csv"
+    source.write_text('question,answer\n"' + "word " * 40_000 + '",1\n', encoding="utf-8")
+    out = tmp_path / "w.jsonl"
+    assert main(["workload", "make", "gsm8k", "--source", str(source), "-o", str(out)]) == 0
+    assert len(json.loads(out.read_text().splitlines()[0])["prompt"]) >= 200_000 - 1

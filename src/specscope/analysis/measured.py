@@ -10,13 +10,12 @@ batch size, the measured cell with the highest speedup.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_text
+from specscope.fileio import read_json
 from specscope.methods import LEARNED, NO_SD, method as method_named
 from specscope.trace.fields import Fields
 from specscope.trees import TreeShape, parse_tree
@@ -91,12 +90,7 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
     row's ``engine``, where it has one), each cell (workload, method, k or tree, batch size) once."""
     cells, engines, seen = [], {}, {}
     for path in map(Path, paths):
-        try:
-            rows = json.loads(read_text(path))
-        except json.JSONDecodeError as error:
-            raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
-        except RecursionError:
-            raise SpecscopeError(f"{path}: invalid JSON (nested too deeply)") from None
+        rows = read_json(path)
         if not isinstance(rows, list) or not rows:
             raise SpecscopeError(f"{path}: expected a non-empty JSON list of bench results")
         for i, row in enumerate(rows):

@@ -6,13 +6,12 @@ arbitrary code. Convert them once with transformers' ``save_pretrained(safe_seri
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import torch
 
-from specscope.fileio import read_json_object
+from specscope.fileio import read_json, read_json_object
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.errors import SpecscopeError
@@ -59,8 +58,8 @@ def weight_files(model_dir: Path) -> list[Path]:
     index = model_dir / "model.safetensors.index.json"
     if index.is_file():
         try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as error:
+            weight_map = read_json(index)["weight_map"]
+        except (KeyError, TypeError) as error:
             raise SpecscopeError(
                 f"{index}: expected a JSON object with 'weight_map' ({error})"
             ) from None

@@ -57,7 +57,6 @@ numbers only.
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import operator
 from dataclasses import dataclass, field
@@ -68,7 +67,7 @@ import numpy as np
 import scipy.special
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import DuplicateKey, unique_keys
+from specscope.fileio import parse_json
 from specscope.methods import method as method_named
 from specscope.policy.observation import MEMORY, NONE, Decide, Observation, ngram_judged
 from specscope.validate import MAX_BATCH_SIZE
@@ -429,13 +428,12 @@ class LearnedPolicy:
 def load_policy(path: str | Path) -> LearnedPolicy:
     """Read a policy file; a missing or malformed one is a one-line error naming it."""
     try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"), object_pairs_hook=unique_keys)
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise SpecscopeError(f"{path}: cannot read the policy file: {error.strerror}") from None
-    except DuplicateKey as error:
-        raise SpecscopeError(f"{path}: {error}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except UnicodeDecodeError as error:
         raise SpecscopeError(f"{path}: not a JSON policy file: {error}") from None
+    document = parse_json(text, path)
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
         raise SpecscopeError(f"{path}: expected a policy file with \"schema\": {SCHEMA!r} "
                              "(made by `specscope policy fit`)")

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import random
 import re
 from collections import Counter
@@ -38,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specscope.errors import SpecscopeError, where
-from specscope.fileio import read_jsonl, read_text
+from specscope.fileio import parse_json, read_jsonl, read_text
 from specscope.trace.fields import Fields
 from specscope.workloads.tasks import CODE_SUFFIX, SUMMARY_PREFIX
 
@@ -224,18 +223,30 @@ def read_rows(path: Path) -> Iterator[Row]:
         return
     text = read_text(path)
     if suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise SpecscopeError(f"{where(path, error.lineno)}: invalid JSON ({error.msg})") from None
+        data = parse_json(text, path)
         if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
             raise SpecscopeError(f"{path}: expected a JSON list of objects")
         for index, item in enumerate(data):
             yield Row(index, item, f"{path}: item {index}")
     elif suffix == ".csv":
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        for index, item in enumerate(reader):
-            yield Row(index, item, where(path, reader.line_num))
+        csv.field_size_limit(len(text) + 1)  # a long article is one field: the file bounds it, not csv's 128 KiB
+        reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)  # an unclosed quote is an error
+        index, start = 0, 1
+        try:
+            reader.fieldnames  # the header line
+            while True:
+                start = reader.line_num + 1
+                item = next(reader, None)
+                if item is None:
+                    return
+                if None in item or None in item.values():  # csv's restkey / restval: a field too many or few
+                    given = sum(v is not None for k, v in item.items() if k is not None) + len(item.get(None, ()))
+                    raise SpecscopeError(f"{where(path, start)}: expected the header's {len(reader.fieldnames)} "
+                                         f"fields, got {given}")
+                yield Row(index, item, where(path, start))
+                index += 1
+        except csv.Error as error:
+            raise SpecscopeError(f"{where(path, start)}: not CSV ({error}, in the row that starts here)") from None
     else:
         raise SpecscopeError(f"{path}: expected a .jsonl, .json, .csv or .parquet file")
 

@@ -23,7 +23,6 @@ them is what the measurement alone can explain: on a 2-core machine whose speed 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import replace
@@ -37,7 +36,7 @@ from specscope.backends.openai.sweep import TIMELINE, read_cells
 from specscope.costmodel.calibrate import DRAFTING_TERMS, CellRun, fit_cells
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_text
+from specscope.fileio import read_json
 from specscope.methods import NO_SD, method as method_named
 from specscope.sim.grid import SimConfig, check_k, plan_for
 from specscope.sim.mixed import predict_mixed
@@ -106,10 +105,7 @@ def _listed(sweep_dir: Path) -> set[str] | None:
     path = sweep_dir / "results.json"
     if not path.exists():
         return None
-    try:
-        rows = json.loads(read_text(path))
-    except json.JSONDecodeError as error:
-        raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({error.msg})") from None
+    rows = read_json(path)
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("cell_id"), str) for r in rows):
         raise SpecscopeError(f"{path}: expected the sweep's result rows, each with a cell_id")
     return {r["cell_id"] for r in rows}
