@@ -81,7 +81,7 @@ def test_runs_are_labelled_by_their_peak_batch(tmp_path):
     (json.dumps({k: v for k, v in step().items() if k != "k"}), r"steps.jsonl:2: field 'k': missing"),
     (json.dumps(step(tokens_emitted=[1, "2"])), r"steps.jsonl:2: field 'tokens_emitted'"),
     (json.dumps(step(batch_size=True)), r"steps.jsonl:2: field 'batch_size': expected an integer"),
-    (json.dumps(step(method="")), r"steps.jsonl:2: field 'method': expected none, learned or a proposer"),
+    (json.dumps(step(method="")), r"steps.jsonl:2: field 'method': expected non-empty text"),
     (json.dumps(step(prefill_requests=-1)), r"steps.jsonl:2: field 'prefill_requests': expected an integer >= 0"),
     (json.dumps(step(prefill_tokens=40, prefill_requests=2, prefill_width=10)),
      r"steps.jsonl:2: field 'prefill_width': expected the longest of the prompts of prefill_tokens \(40\), got 10"),

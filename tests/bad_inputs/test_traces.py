@@ -40,6 +40,12 @@ CASES = [
     Case("bench-unknown-proposer", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'acc_eagle_3': unknown proposer \(expected acc_ngram, acc_eagle",
          files={"t.jsonl": bench(acc_eagle_3={"acc_len": [1, 1, 1]})}),
+    Case("bench-proposer-under-another-name", ["traces", "inspect", "t.jsonl"],
+         r"t\.jsonl:1: field 'medusa': unknown proposer \(expected acc_ngram",
+         files={"t.jsonl": bench(medusa={"acc_len": [1, 1, 1]})}),
+    Case("own-empty-dataset", ["traces", "inspect", "t.jsonl"],
+         r"t\.jsonl:1: field 'dataset': expected non-empty text",
+         files={"t.jsonl": own().replace('"k_max": 4', '"k_max": 4, "dataset": ""')}),
     Case("inspect-tree-not-a-shape", ["traces", "inspect", "t.jsonl", "--trees", "2x"], r"argument --trees: expected a tree",
          files=GOOD),
     Case("trace-trees-too-deep", [*TRACE, "--trees", "x".join(["1"] * 65)], r"argument --trees: expected a tree at most 64 "

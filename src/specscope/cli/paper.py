@@ -45,21 +45,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def read_reference(path: Path) -> dict[tuple[str, str, str, int], float]:
-    """Speedups read off the paper's figures: (acc, dataset, policy, batch size) -> speedup."""
-    cells, line = {}, 1
+    """Speedups read off the paper's figures: (acc, dataset, policy, batch size) -> speedup; each
+    cell once (a row given twice would let the last one win unsaid)."""
+    cells, first, line = {}, {}, 1
     try:
         with path.open(encoding="utf-8") as handle:
-            rows = csv.DictReader(line for line in handle if not line.startswith("#"))
-            for row in rows:
-                line = rows.line_num
-                policy = str(row.get("policy")).replace("fixed", "fixed:")
-                if row.get("acc") == "combined":
-                    policy = "oracle-combined:ngram+eagle"
-                for column, value in row.items():
-                    if column and column.startswith("bs"):
-                        if not math.isfinite(speedup := float(value)):
-                            raise ValueError(f"{column} = {value}: not a finite number")
-                        cells[(row["acc"], row["dataset"], policy, int(column[2:]))] = speedup
+            kept = [(number, text) for number, text in enumerate(handle, start=1) if not text.startswith("#")]
+        rows = csv.DictReader(text for _, text in kept)
+        for row in rows:
+            line = kept[rows.line_num - 1][0]  # the file's own line: the comments counted
+            policy = str(row.get("policy")).replace("fixed", "fixed:")
+            if row.get("acc") == "combined":
+                policy = "oracle-combined:ngram+eagle"
+            for column, value in row.items():
+                if column and column.startswith("bs"):
+                    if not math.isfinite(speedup := float(value)):
+                        raise ValueError(f"{column} = {value}: not a finite number")
+                    key = (row["acc"], row["dataset"], policy, int(column[2:]))
+                    if key in cells:
+                        raise SpecscopeError(f"{path}:{line}: {row['acc']} {row['dataset']} {row['policy']} is "
+                                             f"already on line {first[key]}")
+                    cells[key], first[key] = speedup, line
     except (KeyError, ValueError, TypeError) as error:
         raise SpecscopeError(f"{path}:{line}: expected columns acc, dataset, policy and bsN numbers ({error})") from None
     except UnicodeDecodeError as error:

@@ -156,7 +156,8 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
     elif fields.has("generated_token_ids"):
         output_field, fmt = "generated_token_ids", "specdecode-bench"
         raw = {key: fields.obj[key] for key in SPECDECODE_BENCH_PROPOSERS if fields.has(key)}
-        unknown = [key for key in fields.obj if key.startswith("acc") and key not in SPECDECODE_BENCH_PROPOSERS]
+        unknown = [key for key, value in fields.obj.items() if key not in SPECDECODE_BENCH_PROPOSERS
+                   and (key.startswith("acc") or isinstance(value, dict) and "acc_len" in value)]
         if unknown:  # a proposer under another name would be dropped unsaid
             raise fields.error(unknown[0], f"unknown proposer (expected {', '.join(SPECDECODE_BENCH_PROPOSERS)})")
         if not raw:

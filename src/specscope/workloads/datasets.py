@@ -229,7 +229,8 @@ def read_rows(path: Path) -> Iterator[Row]:
         for index, item in enumerate(data):
             yield Row(index, item, f"{path}: item {index}")
     elif suffix == ".csv":
-        csv.field_size_limit(len(text) + 1)  # a long article is one field: the file bounds it, not csv's 128 KiB
+        # a long article is one field: the file bounds it, not csv's 128 KiB (a process-wide limit: only raised)
+        csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
         reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)  # an unclosed quote is an error
         index, start = 0, 1
         try:

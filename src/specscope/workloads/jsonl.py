@@ -70,8 +70,6 @@ def _parse(obj: object, path: Path, line: int) -> Prompt:
     """One workload line (see the module docstring)."""
     fields = Fields(obj, path, line)
     rid = fields.text("id")
-    if not rid:
-        raise fields.error("id", "expected a non-empty string or an integer")
     if fields.has("prompt") == fields.has("prompt_token_ids"):
         raise fields.error(None, "expected exactly one of 'prompt' and 'prompt_token_ids'")
     if fields.has("prompt_token_ids"):
