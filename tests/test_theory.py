@@ -91,7 +91,7 @@ def test_bound_names_the_best_k_among_those_it_shows(capsys):
 
     assert main(["bound", "--alpha", "0.99", "--c", "0.001", "--k-max", "30"]) == 0
     row = capsys.readouterr().out.splitlines()
-    assert "(i.i.d. acceptance; α and c given)" in row[0]  # what the figures come from
+    assert "(i.i.d. acceptance, α per draft; α and c given)" in row[0]  # what the figures come from
     cells = [c.strip() for c in next(line for line in row if "│ given" in line).split("│") if c.strip()]
     assert cells[-2:] == ["30", cells[-3]]  # best k, best speedup = the k = 30 cell
     assert main(["bound", "--alpha", "0.99", "--c", "0.001", "--k-max", "3"]) == 0
@@ -120,6 +120,7 @@ def test_bound_from_traces_shows_no_k_beyond_their_depth(tmp_path, capsys):
     write_traces(tmp_path / "d.jsonl", undeclared)
     assert main(["bound", str(tmp_path / "d.jsonl"), "--k-max", "4"]) == 0
     out = capsys.readouterr().out
+    assert "at most k_max = 2, inferred from the longest acc_len seen (some records declare none)" in out
     rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[4:-1]] for line in out.splitlines()
             if "│ eagle" in line or "│ ngram" in line}
     assert rows["eagle"][2:4] == ["–", "–"] and rows["eagle"][4] == "2"  # k = 3, 4 not shown; best k within 2

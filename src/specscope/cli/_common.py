@@ -118,10 +118,16 @@ def read_trace_args(args: argparse.Namespace) -> list:
 
     refuse_clashes(output_options(args), args.traces)
     records, reports = load_traces(args.traces, lengths=args.lengths)
+    note_mismatches(reports)
+    return records
+
+
+def note_mismatches(reports: Iterable, file: TextIO = sys.stderr) -> None:
+    """One note per trace file whose acc_len arrays and outputs differ in length (DESIGN: counted
+    and reported, never silent), saying how they were handled."""
     for report in reports:
         if report.mismatched_records:
-            print(f"note: {report.summary()}", file=sys.stderr)
-    return records
+            print(f"note: {report.summary()}", file=file)
 
 
 def refuse_overwriting(output: object, inputs: Iterable[str | Path], option: str = "-o") -> None:

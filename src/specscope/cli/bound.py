@@ -7,7 +7,7 @@ import argparse
 import numpy as np
 
 from specscope import validate
-from specscope.cli._common import print_table
+from specscope.cli._common import note_mismatches, print_table
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.errors import SpecscopeError
 
@@ -26,8 +26,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--c", type=validate.arg(validate.number, low=0.0), default=None,
                         help="draft/target forward time ratio c (>= 0)")
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL)
-    parser.add_argument("--batch-size", type=validate.arg(validate.integer, low=1), default=1)
-    parser.add_argument("--context", type=validate.arg(validate.number, low=0.0), default=None,
+    parser.add_argument("--batch-size", type=validate.arg(validate.integer, low=1, high=validate.MAX_BATCH_SIZE),
+                        default=1)
+    parser.add_argument("--context", type=validate.arg(validate.number, low=0.0, high=validate.MAX_CONTEXT),
+                        default=None,
                         help="cached tokens per request for c (default: mean prompt + half the mean output)")
     k_range = validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT)
     parser.add_argument("--k", type=k_range, default=3, help="k at which c is measured (default 3)")
@@ -46,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         from specscope.costmodel.registry import cost_label, resolve_cost_model
         from specscope.trace import load_traces
 
-        records, _ = load_traces(args.traces, lengths="own")
+        records, reports = load_traces(args.traces, lengths="own")
+        note_mismatches(reports)
         cost = resolve_cost_model(args.cost_model)
         held = sorted({name for r in records for name in r.proposers})
         names = [args.acc] if args.acc else held
@@ -63,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
                 alpha = estimate_alpha([r.acc_len(name) for r in holding], k_max_each(holding, name))
                 depth = min(depth, min(k_max_each(holding, name)))
                 if depth < args.k_max:
-                    print(f"note: {name}: k above {depth} not shown: its α was measured on proposals of at most "
-                          f"k_max = {depth}")
+                    how = f"k_max = {depth}" if all(r.k_max is not None for r in holding) else \
+                        f"k_max = {depth}, inferred from the longest acc_len seen (some records declare none)"
+                    print(f"note: {name}: k above {depth} not shown: its α was measured on proposals of at most {how}")
             c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c
             cases.append((name, alpha, c, depth))
         source = ", ".join(filter(None, [
@@ -77,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecscopeError("give traces, or both --alpha and --c")
     ks = list(range(1, max(depth for *_, depth in cases) + 1))
     print_table(
-        f"closed-form E[speedup] (i.i.d. acceptance: α is each draft's probability of acceptance, not "
-        f"accepted/proposed at one k; {source})",
+        f"closed-form E[speedup] (i.i.d. acceptance, α per draft; {source})",
         ["proposer", "α", "c", *[f"k={k}" for k in ks], "best k", "best"],
         [[label, f"{alpha:.3f}", f"{c:.4f}",
           *[f"{v:.2f}" if k <= depth else "–" for k, v in zip(ks, expected_speedup(alpha, np.array(ks), c))],

@@ -50,6 +50,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
+def _holding_both(records: list, lookup: str, reference: str, out) -> list:
+    """The records that hold both proposers' traces; the others left out, said in a note; none is an error."""
+    held = [r for r in records if lookup in r.proposers and reference in r.proposers]
+    if not held:
+        present = sorted({name for r in records for name in r.proposers})
+        raise SpecscopeError(f"--lookup {lookup} --reference {reference}: no record holds both traces (the traces "
+                             f"hold {', '.join(present)})")
+    if len(held) < len(records):
+        print(f"note: {len(records) - len(held)} of {len(records)} records left out: they hold no {lookup} or no "
+              f"{reference} trace", file=out)
+    return held
+
+
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.overlap import bleu_scores, overlap_speedups, request_bleu
     from specscope.costmodel.registry import cost_label, resolve_cost_model
@@ -60,12 +73,17 @@ def run(args: argparse.Namespace) -> int:
     config = OverlapConfig(lookup=args.lookup, lookup_policies=tuple(args.lookup_policies),
                            reference=args.reference, reference_policy=args.reference_policy, mode=args.mode)
     sim = SimConfig(batch_sizes=tuple(args.batch_sizes))  # overlap_speedups sets config.mode
+    records = _holding_both(records, args.lookup, args.reference, out)
     scores = bleu_scores(records)
     for option, proposer, policies in (("--lookup-policies", args.lookup, args.lookup_policies),
                                        ("--reference-policy", args.reference, [args.reference_policy])):
         for policy in policies:  # a default k deeper than the traces: name the option that sets it
+            parsed = parse_policy(policy)
+            if parsed.combined or parsed.switch:
+                raise SpecscopeError(f"{option}: {policy} replays several proposers; overlap sets one proposer's "
+                                     f"policy against another's (fixed:k, adaptive, oracle)")
             try:
-                check_k_by_dataset(records, proposer, parse_policy(policy))
+                check_k_by_dataset(records, proposer, parsed)
             except SpecscopeError as error:
                 raise SpecscopeError(f"{option}: {error}") from None
     rows = overlap_speedups(records, cost, sim, config, scores)

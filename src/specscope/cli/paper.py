@@ -14,7 +14,7 @@ import math
 import os
 from pathlib import Path
 
-from specscope.cli._common import add_table_output, human_stream, print_table, refuse_clashes, write_rows
+from specscope.cli._common import add_table_output, human_stream, note_mismatches, print_table, refuse_clashes, write_rows
 from specscope.errors import SpecscopeError
 
 ENV = "SPECSCOPE_PAPER_DIR"
@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {other.name} left out: its first record is no trace", file=out)
     refuse_clashes({"-o": args.output}, [*files, folder / REFERENCE])
     reference = read_reference(folder / REFERENCE) if (folder / REFERENCE).is_file() else {}
-    records, _ = load_traces(files, lengths="own")
+    records, reports = load_traces(files, lengths="own")
+    note_mismatches(reports, out)
     config = SimConfig(mode="paper", combined=("ngram", "eagle"))
     missing: list[str] = []  # a dataset traced without n-gram or EAGLE replays what it holds
     rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B, config, missing=missing)
