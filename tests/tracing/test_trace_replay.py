@@ -171,3 +171,16 @@ def test_a_prompt_token_outside_the_vocabulary_is_refused_before_anything_is_wri
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{workload}:3: field 'prompt_token_ids': token id 1000000 is not below" in err[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["w.jsonl"]
+
+
+def test_a_users_file_where_the_settings_would_go_is_never_replaced(target_and_draft, tmp_path, capsys):
+    target, _ = target_and_draft
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"id": "r0", "prompt_token_ids": [1, 2, 3]}) + "\n")
+    mine = tmp_path / "t.jsonl.settings.json"
+    mine.write_text("hello\n")
+    for extra in ([], ["--overwrite"]):
+        assert main(["trace", "--model", str(target), "--workload", str(workload), "--proposers", "ngram",
+                     "--max-tokens", "4", "-o", str(tmp_path / "t.jsonl"), *extra]) == 2
+        assert "t.jsonl.settings.json: exists and holds no trace settings" in capsys.readouterr().err
+        assert mine.read_text() == "hello\n" and not (tmp_path / "t.jsonl").exists()

@@ -50,6 +50,8 @@ class ProposerSpec:
             spec = cls(name, Path(path) if path else None)
             if not spec.lookup and not path:
                 raise SpecscopeError(f"--proposers: {part!r}: expected METHOD=DIR for model proposers")
+            if any(other.name == spec.name for other in specs):  # a record keeps one trace per name
+                raise SpecscopeError(f"--proposers: {name!r} given twice; a record holds one trace per method")
             specs.append(spec)
         if not specs:
             raise SpecscopeError("--proposers: expected at least one proposer")

@@ -17,7 +17,8 @@ caller starts over (``--overwrite``). Models are compared by path as well as fin
 and sizes of the weight files cannot tell a retrained checkpoint of the same shape). A trace
 file with records but no settings file (written before settings were kept) is refused the same
 way: nothing tells what it was traced with. A file that holds something else (its first line no
-trace record, and no settings file beside it) is never replaced, not even with ``--overwrite``.
+trace record, and no settings file beside it) is never replaced, not even with ``--overwrite``; nor
+is a file at the settings file's path that holds no trace settings.
 """
 
 from __future__ import annotations
@@ -80,9 +81,22 @@ def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
                                      f"{_show(settings.get(key))}; start over (`trace --overwrite`, or delete the file) or "
                                      "trace into another file")
         return
+    if sidecar.exists() and not _ours(sidecar):
+        raise SpecscopeError(f"{sidecar}: exists and holds no trace settings: specscope replaces only its own; "
+                             "trace into another file")
     if output.is_file():
         output.unlink()
     atomic_write_text(sidecar, json.dumps(settings, indent=1) + "\n")
+
+
+def _ours(sidecar: Path) -> bool:
+    """Whether ``sidecar`` is a settings file a trace wrote (a JSON object naming the workload's
+    fingerprint and the proposers)."""
+    try:
+        old = read_json_object(sidecar)
+    except SpecscopeError:
+        return False
+    return {"workload", "proposers", "k_max"} <= set(old)
 
 
 def requested_trees(output: Path) -> list[str]:
