@@ -229,3 +229,27 @@ def test_convert_renames_a_proposer_after_its_method(tmp_path, capsys):
         main(["traces", "convert", str(tmp_path / "acc.jsonl"), "--rename", "default=bogus", "-o", str(tmp_path / "x.jsonl")])
     assert exit_.value.code == 2 and "unknown method 'bogus'" in capsys.readouterr().err
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_convert_keeps_every_array_whole_unless_asked_to_cut(tmp_path, capsys):
+    """The paper's files hold acc_len arrays longer or shorter than the output; a conversion cut
+    them to the common prefix (2034 positions of gsm8k) and `paper` on the copy gave other numbers."""
+    path = write_lines(tmp_path / "t.jsonl", [bench_record(0), bench_record(1, eagle=(2, 1))])
+    whole, cut = tmp_path / "whole.jsonl", tmp_path / "cut.jsonl"
+    assert main(["traces", "convert", str(path), "-o", str(whole)]) == 0
+    assert main(["traces", "convert", str(path), "-o", str(cut), "--lengths", "common"]) == 0
+    (_, kept), _ = load_traces([whole], lengths="own")
+    (_, shortened), _ = load_traces([cut], lengths="own")
+    assert kept.output_len == 4 and len(kept.acc_len("eagle")) == 2
+    assert shortened.output_len == 2 and len(shortened.acc_len("ngram")) == 2
+
+
+def test_convert_refuses_two_names_for_one_proposer_and_takes_a_swap(tmp_path, capsys):
+    path = write_lines(tmp_path / "t.jsonl", [bench_record(0)])
+    out = tmp_path / "o.jsonl"
+    assert main(["traces", "convert", str(path), "-o", str(out), "--rename", "eagle=mtp", "--rename", "eagle=draft"]) == 2
+    assert "--rename: 'eagle' renamed twice (eagle=mtp, eagle=draft)" in capsys.readouterr().err
+    assert main(["traces", "convert", str(path), "-o", str(out), "--rename", "eagle=ngram", "--rename", "ngram=eagle"]) == 0
+    (record,), _ = load_traces([out], lengths="own")
+    (original,), _ = load_traces([path], lengths="own")
+    assert record.acc_len("eagle").tolist() == original.acc_len("ngram").tolist()

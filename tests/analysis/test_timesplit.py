@@ -106,6 +106,14 @@ def test_empty_and_missing_files(tmp_path):
         read_steps([binary])
 
 
+def test_a_step_file_given_twice_is_refused(tmp_path, monkeypatch):
+    """`costmodel fit steps.jsonl ./steps.jsonl` fitted every step twice."""
+    path = write(tmp_path / "steps.jsonl", [step()])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecscopeError, match=r"^steps\.jsonl: given twice \(as .*steps\.jsonl\)"):
+        read_steps([path, "steps.jsonl"])
+
+
 def test_predicted_split_from_simulator_rows(record):
     records = [record(f"r{i}", "d", list(range(50)), k_max=10, eagle=[3] * 80, ngram=[1] * 80) for i in range(3)]
     rows = simulate(records, ["ngram", "eagle"], ["fixed:3"], H100_LLAMA31_8B, SimConfig(batch_sizes=(1, 3)))

@@ -26,6 +26,7 @@ a learned policy's own work, 0 for every other method). Shares are phase / total
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -102,9 +103,15 @@ def _check_consistent(fields: Fields, step: MeasuredStep) -> None:
 
 def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
     """Every step of every file (blank lines skipped), each labelled with its run (see the
-    module docstring); errors name file:line and field."""
+    module docstring); errors name file:line and field. A file given twice is refused (its steps
+    would count twice)."""
     steps: list[MeasuredStep] = []
-    for path in paths:
+    seen: list[Path] = []
+    for path in map(Path, paths):
+        twice = next((other for other in seen if path.is_file() and os.path.samefile(path, other)), None)
+        if twice is not None:
+            raise SpecscopeError(f"{path}: given twice (as {twice}): its steps would count twice")
+        seen.append(path)
         before = len(steps)
         for step in read_jsonl(path, parse_step):
             previous = steps[-1] if len(steps) > before else None

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope import validate
-from specscope.cli._common import check_output_file, print_table, refuse_clashes, to_stdout
+from specscope.cli._common import add_trace_options, check_output_file, print_table, refuse_clashes, to_stdout
 from specscope.errors import SpecscopeError
 from specscope.trees import TreeShape, parse_tree_list
 
@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "with, from its settings file)")
     inspect.set_defaults(run=run_inspect)
     convert = verbs.add_parser("convert", help="rewrite traces (any supported format) in specscope's schema")
-    convert.add_argument("traces", nargs="+", metavar="TRACE")
+    add_trace_options(convert, lengths="own")  # a faithful copy by default: every array whole
     convert.add_argument("-o", "--output", required=True, type=check_output_file,
                          help="output JSON Lines file (- for standard output)")
     convert.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
@@ -133,6 +133,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             ["mean output length", f"{s['mean_output_len']:.1f}"],
             *[[f"tree {tree} mean acc_len ({name})", "deeper than tree_rank" if mean is None else f"{mean:.3f}"]
               for name, means in s["tree_mean_acc_len"].items() for tree, mean in means.items()],
+            *([["trees", "no proposer recorded tree_rank (trace with --trees)"]]
+              if args.trees and not s["tree_mean_acc_len"] else []),
         ])
     return 0
 
@@ -142,15 +144,19 @@ def run_convert(args: argparse.Namespace) -> int:
     from specscope.trace.load import write_traces
 
     refuse_clashes({"-o": args.output}, args.traces)
-    records, reports = load_traces(args.traces, lengths="common")
+    records, reports = load_traces(args.traces, lengths=args.lengths)
     renames = dict(args.rename)
+    twice = next((old for i, (old, _) in enumerate(args.rename) if old in dict(args.rename[:i])), None)
+    if twice is not None:
+        raise SpecscopeError(f"--rename: {twice!r} renamed twice ({', '.join(f'{o}={n}' for o, n in args.rename if o == twice)})")
     for old in renames:
         if not any(old in r.proposers for r in records):
             raise SpecscopeError(f"--rename {old}={renames[old]}: no record holds proposer {old!r}")
     for record in records:
-        clash = [new for old, new in renames.items() if old in record.proposers and new in record.proposers]
-        if clash:
-            raise SpecscopeError(f"--rename: request {record.id!r} already holds proposer {clash[0]!r}")
+        named = [renames.get(name, name) for name in record.proposers]  # a swap (a=b, b=a) is fine
+        clash = next((name for i, name in enumerate(named) if name in named[:i]), None)
+        if clash is not None:
+            raise SpecscopeError(f"--rename: request {record.id!r} would hold proposer {clash!r} twice")
         record.proposers = {renames.get(name, name): trace for name, trace in record.proposers.items()}
         if record.k_max is None and args.k_max is not None:
             longest = max(int(t.acc_len.max()) for t in record.proposers.values())
