@@ -243,3 +243,15 @@ def test_a_forward_over_several_sequences_may_cost_a_step_more():
         [1e-3 + 3e-4, 1e-3 + 6e-4 + 4e-4])
     assert linear_from_json(json.loads(json.dumps(model.describe())), "m.json").c_batch == 4e-4
     assert "c_batch" not in LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0).describe()["forward"]
+
+
+def test_a_roofline_refuses_weights_beyond_its_one_gpus_memory():
+    """Llama-3-70B's 141 GB of BF16 weights on one 80 GB H100 were priced as if they fit."""
+    from specscope.costmodel.registry import resolve_cost_model
+
+    with pytest.raises(SpecscopeError, match=r"^roofline:h100:llama3-70b: the weights of llama3-70b take 141 GB in "
+                                             r"BF16, beyond one h100's 80 GB"):
+        resolve_cost_model("roofline:h100:llama3-70b")
+    with pytest.raises(SpecscopeError, match=r"llama3\.1-8b and llama3-70b take 157 GB"):
+        resolve_cost_model("roofline:h100:llama3.1-8b:llama3-70b")
+    assert resolve_cost_model("roofline:h100:llama3.1-8b:llama3.2-1b").name == "roofline:h100:llama3.1-8b:llama3.2-1b"

@@ -186,3 +186,18 @@ def test_report_api_without_cli():
     report = memory_report(ModelShape.resolve("llama3.1-8b"), "mtp")
     assert report.drafter.weight_bytes == 503_357_440
     assert report.kv_overhead_pct == pytest.approx(3.125)
+
+
+def test_biases_are_counted_where_the_config_has_them():
+    """Llama's attention_bias (q, k, v and o) and mlp_bias (gate, up, down), and Qwen2's q/k/v
+    biases, were left out of the parameter count unsaid. Per layer of Llama-3.1-8B's shape:
+    q 4096 + k 1024 + v 1024 + o 4096 + gate 14336 + up 14336 + down 4096."""
+    from specscope.costmodel.presets import ModelShape
+
+    config = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+              "intermediate_size": 14336, "vocab_size": 128256}
+    plain = ModelShape.from_hf_config(config).params()
+    assert plain == 8_030_261_248
+    assert ModelShape.from_hf_config({**config, "attention_bias": True, "mlp_bias": True}).params() - plain == \
+        32 * (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096)
+    assert ModelShape.from_hf_config({**config, "model_type": "qwen2"}).params() - plain == 32 * (4096 + 1024 + 1024)

@@ -49,7 +49,9 @@ class ModelShape:
 
     ``num_heads`` query heads and ``num_kv_heads`` key/value heads of ``head_dim`` each (GQA);
     a SwiGLU MLP of width ``intermediate_size``; the LM head shares the embedding when
-    ``tie_word_embeddings``; ``qk_norm`` adds RMSNorms over each query and key head (Qwen3).
+    ``tie_word_embeddings``; ``qk_norm`` adds RMSNorms over each query and key head (Qwen3);
+    ``qkv_bias``, ``o_bias`` and ``mlp_bias`` add the projections' biases (Qwen2: q, k and v;
+    ``attention_bias``: all four; ``mlp_bias``: the MLP's three).
     """
 
     name: str
@@ -62,14 +64,18 @@ class ModelShape:
     vocab_size: int
     tie_word_embeddings: bool = False
     qk_norm: bool = False
+    qkv_bias: bool = False
+    o_bias: bool = False
+    mlp_bias: bool = False
 
     def layer_params(self) -> int:
         """Parameters of one decoder layer: attention projections (and q/k norms), SwiGLU MLP,
-        two RMSNorms."""
-        h, d = self.hidden_size, self.head_dim
-        attention = h * self.num_heads * d + 2 * h * self.num_kv_heads * d + self.num_heads * d * h
-        mlp = 3 * h * self.intermediate_size
-        return attention + (2 * d if self.qk_norm else 0) + mlp + 2 * h
+        two RMSNorms, and the biases the shape has."""
+        h, d, f = self.hidden_size, self.head_dim, self.intermediate_size
+        qkv = self.num_heads * d + 2 * self.num_kv_heads * d  # output features of q, k and v
+        attention = h * qkv + self.num_heads * d * h
+        biases = (qkv if self.qkv_bias else 0) + (h if self.o_bias else 0) + (2 * f + h if self.mlp_bias else 0)
+        return attention + (2 * d if self.qk_norm else 0) + 3 * h * f + 2 * h + biases
 
     def params(self) -> int:
         """All parameters: embedding, layers, final norm and (untied) LM head."""
@@ -114,6 +120,7 @@ class ModelShape:
                                                         f"(no head_dim given), got {heads}")
             head_dim = size["hidden_size"] // heads
         model_type = spec.text("model_type", optional=True) or ""
+        attention_bias = spec.boolean("attention_bias", False)  # Llama's: q, k, v and o
         return cls(
             name=name,
             num_layers=size["num_hidden_layers"],
@@ -125,6 +132,9 @@ class ModelShape:
             vocab_size=size["vocab_size"],
             tie_word_embeddings=spec.boolean("tie_word_embeddings", False),
             qk_norm=model_type.startswith("qwen3"),
+            qkv_bias=attention_bias or model_type == "qwen2",  # Qwen2's q/k/v carry biases, whatever its config says
+            o_bias=attention_bias,
+            mlp_bias=spec.boolean("mlp_bias", False),
         )
 
     @classmethod

@@ -5,7 +5,7 @@ Accepted specs:
 - a preset name: ``h100-llama3.1-8b`` (the paper's fitted linear model);
 - ``roofline:GPU:MODEL`` — e.g. ``roofline:h200:llama3.1-8b``; MODEL may be a preset name or a
   path to an HF ``config.json``; an optional ``:DRAFT`` adds a ``draft`` proposer drafting with
-  that model (``roofline:h100:llama3-70b:llama3.2-1b``);
+  that model (``roofline:h100:llama3.1-8b:llama3.2-1b``); the weights must fit the one GPU;
 - a path to a ``.json`` or ``.toml`` file in the form ``specscope costmodel show`` prints.
 """
 

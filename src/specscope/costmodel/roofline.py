@@ -115,6 +115,18 @@ class RooflineCostModel:
             "mtp": head,
         }
         self.drafting = {**defaults, **self.drafting}
+        self._check_fits()
+
+    def _check_fits(self) -> None:
+        """Refuse weights (the target's, and a draft model's) beyond the GPU's memory: this
+        roofline prices one GPU, and a model split over several runs other kernels and traffic."""
+        draft = self.drafting.get("draft")  # a head (one layer) is left out: it shares the target's LM head
+        models = [self.target, *([draft.shape] if isinstance(draft, RooflineDrafting) else [])]
+        weights = sum(shape.weight_bytes() for shape in models)
+        if weights > self.hw.memory_bytes:
+            raise SpecscopeError(f"{self.name}: the weights of {' and '.join(s.name for s in models)} take "
+                                 f"{weights / 1e9:.0f} GB in BF16, beyond one {self.hw.name}'s {self.hw.memory_bytes / 1e9:.0f} "
+                                 "GB; this roofline prices a model on one GPU (no tensor parallelism)")
 
     def with_draft_model(self, draft: ModelShape) -> "RooflineCostModel":
         """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""
