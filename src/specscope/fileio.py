@@ -42,9 +42,15 @@ def check_output_file(path: str | Path) -> Path:
         raise SpecscopeError(f"{folder}: is not a directory (cannot write {path})")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise SpecscopeError(f"{folder}: not writable (cannot write {path})")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise SpecscopeError(f"{path}: not writable")
+    if path.is_file() and not _writable(path):
+        raise SpecscopeError(f"{path}: read-only; make it writable or write elsewhere")
     return path
+
+
+def _writable(path: Path) -> bool:
+    """A file its owner means to be written: a write bit set (root may write anywhere, but a file
+    marked read-only is kept so), and the process allowed to."""
+    return bool(path.stat().st_mode & 0o222) and os.access(path, os.W_OK)
 
 
 def check_output_dir(path: str | Path) -> Path:
@@ -120,7 +126,7 @@ def _write_durably(path: Path, text: str) -> None:
             handle.write(text)
         return
     path = Path(os.path.realpath(path))  # a symbolic link stays: the file it points to is replaced
-    if path.is_file() and not (path.stat().st_mode & 0o222 and os.access(path, os.W_OK)):  # root may write anywhere
+    if path.is_file() and not _writable(path):
         raise SpecscopeError(f"{path}: read-only; make it writable or write elsewhere")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
