@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str] | None, interrupted: list[int]) -> int:
+    args = None
     try:
         parser = build_parser()  # imports every verb: a Ctrl-C may land here too
         args = parser.parse_args(argv)  # output paths are checked here, before any work
@@ -96,17 +97,19 @@ def _run(argv: list[str] | None, interrupted: list[int]) -> int:
         print(f"specscope: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return _interrupted()
+        return _interrupted(args)
     except BrokenPipeError:
         return 0
     except Exception:
         if interrupted:  # a Ctrl-C inside an extension module's import: numpy raises ImportError
-            return _interrupted()
+            return _interrupted(args)
         raise
 
 
-def _interrupted() -> int:
-    print("specscope: interrupted (finished work is kept; rerun to resume)", file=sys.stderr)
+def _interrupted(args: argparse.Namespace | None) -> int:
+    """Exit status 130; a verb that resumes (``resumes=True`` in its defaults) says so."""
+    resumes = getattr(args, "resumes", False)
+    print("specscope: interrupted" + (" (finished work is kept; rerun to resume)" if resumes else ""), file=sys.stderr)
     return 130
 
 

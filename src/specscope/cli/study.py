@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="torch CPU threads (default 1: the bundled models are too small to gain from more, "
                              "and threads contending with other work make timings erratic)")
     parser.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-study"))
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, resumes=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="run each group of cells sharing a server as a Ray actor on the cluster at ADDRESS "
                              "(local: a Ray instance for this run; auto; HOST:PORT or ray://HOST:PORT); "
                              "this process still writes every result")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, resumes=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="model replicas with --ray (default: one per GPU with --device cuda, else per CPU)")
     parser.add_argument("--overwrite", action="store_true",
                         help="start over: discard traces in OUTPUT (needed when the settings changed)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, resumes=True)
 
 
 def run(args: argparse.Namespace) -> int:
