@@ -18,6 +18,7 @@ from pathlib import Path
 def register(subparsers) -> None:
     from specscope import validate
     from specscope.fileio import check_json_output, check_output_dir
+    from specscope.workloads.bundled import BUNDLED_SIZE
 
     count = validate.arg(validate.integer, low=1)
     parser = subparsers.add_parser("zoo", help="train or evaluate the bundled models")
@@ -30,7 +31,8 @@ def register(subparsers) -> None:
     train.set_defaults(run=run_train, resumes=True)
     evaluate = verbs.add_parser("evaluate", help="accuracy, distinct-4 and each proposer's α on the bundled tasks")
     evaluate.add_argument("--zoo", type=Path, help="zoo folder (default: the shipped models)")
-    evaluate.add_argument("--n", type=count, default=25, help="requests per task (default %(default)s)")
+    evaluate.add_argument("--n", type=validate.arg(validate.integer, low=1, high=BUNDLED_SIZE), default=25,
+                          help=f"requests per task, of the {BUNDLED_SIZE} each ships (default %(default)s)")
     evaluate.add_argument("--k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=4,
                           help=f"proposal length for α, 1..{validate.K_MAX_LIMIT} (default %(default)s)")
     evaluate.add_argument("--threads", type=count, default=1, help="torch CPU threads (default %(default)s)")
