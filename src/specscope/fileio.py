@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import fcntl
 import io
 import json
 import math
@@ -304,3 +306,21 @@ def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Ite
             if not line.strip():
                 continue
             yield parse(parse_json(line, path, number), path, number)
+
+
+@contextlib.contextmanager
+def exclusive(lock: Path, busy: str) -> Iterator[None]:
+    """Hold an advisory lock on the file ``lock`` (made if missing, and then removed at the end;
+    the system drops the lock when the process ends, however it ends); another process holding
+    it is the error ``busy``."""
+    made = not lock.exists()
+    with open(lock, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SpecscopeError(busy) from None
+        try:
+            yield
+        finally:
+            if made:
+                lock.unlink(missing_ok=True)

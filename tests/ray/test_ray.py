@@ -169,3 +169,23 @@ def test_each_cell_says_how_many_other_servers_shared_its_node():
     share.up(3, "n2", 9.0)
     assert share.cell_ended(3, "n2", 10.0) == 0  # group 2 left n2 at 8.5, before this cell's 9.0
     assert share.cell_ended(2, "n1", 10.0) == 1  # group 0, still up on n1
+
+
+def test_a_workers_failure_is_told_by_what_it_raised():
+    """Ray's header line (`ray::Tracer.trace() (pid=…)`, in colour) stood in for the error a
+    worker raised; an actor that failed to start keeps only the text of its traceback."""
+    from specscope.distributed.cluster import worker_failure
+    from specscope.errors import SpecscopeError
+
+    class TaskError(Exception):  # as Ray's RayTaskError: the worker's exception in .cause
+        def __init__(self, cause: BaseException) -> None:
+            super().__init__("\x1b[36mray::Tracer.trace()\x1b[39m (pid=7)")
+            self.cause = cause
+
+    assert worker_failure(TaskError(SpecscopeError("d: no config.json"))) == "d: no config.json"
+    assert worker_failure(TaskError(RuntimeError("boom\nand more"))) == "RuntimeError: boom"
+    died = ("The actor died because of an error raised in its creation task, \x1b[36mray::Tracer.__init__()\x1b[39m\n"
+            '  File "run.py", line 3, in __init__\n    raise\nspecscope.errors.SpecscopeError: d: no config.json')
+    assert worker_failure(Exception(died)) == "d: no config.json"
+    assert worker_failure(Exception("The actor died unexpectedly before finishing this task.\n\tpid: 9")) == \
+        "worker lost: The actor died unexpectedly before finishing this task."

@@ -118,13 +118,24 @@ def placement() -> dict[str, object]:
     return {"node_id": context.get_node_id(), "node_ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
 
 
+ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of Ray's messages
+RAISED = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(\w*(?:Error|Exception))(?:: (.*))?$")  # "module.TypeError: message"
+
+
 def worker_failure(error: BaseException) -> str:
-    """One line for a Ray error: the :class:`SpecscopeError` a worker raised, as it said it (Ray
-    wraps it in task and actor errors), else Ray's first line."""
+    """One line for a Ray error: what the worker raised — a :class:`SpecscopeError` as it said it,
+    another exception as ``Type: message`` (Ray wraps them in task errors, and an actor that failed
+    to start keeps only their text, its traceback's last line) — else ``worker lost:`` and Ray's
+    first line (a process or node that died)."""
     cause = error
     while isinstance(getattr(cause, "cause", None), BaseException):
         cause = cause.cause
     if isinstance(cause, SpecscopeError):
         return str(cause)
-    lines = [line for line in str(error).splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
+    if cause is not error:
+        return f"{type(cause).__name__}: {next(iter(str(cause).splitlines()), '')}"
+    lines = [ANSI.sub("", line).strip() for line in str(error).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if match := RAISED.match(line):
+            return match[2] if match[1] == "SpecscopeError" and match[2] else line
+    return "worker lost: " + (lines[0] if lines else type(error).__name__)

@@ -201,7 +201,7 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                 except ray.exceptions.RayError as error:
                     if index is None:
                         continue  # a group whose actor died before saying where it runs
-                    value = (failed_record(config, groups[g][index], f"ray: worker lost: {worker_failure(error)}"), None)
+                    value = (failed_record(config, groups[g][index], f"ray: {worker_failure(error)}"), None)
                 if index is None:
                     progress.update(g, node_label(value))
                     sharing.up(g, node_label(value), time.monotonic())

@@ -11,12 +11,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_jsonl
+from specscope.fileio import exclusive, read_jsonl
 from specscope.methods import NAMES, method
 from specscope.progress import LazyProgress
 from specscope.engine.config import check_max_tokens
@@ -216,20 +216,24 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
         check_max_tokens(model_dir, max(len(r.prompt_token_ids) for r in requests), max_tokens)
     output.parent.mkdir(parents=True, exist_ok=True)
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees)
-    check_resume(output, settings, overwrite)
-    finished = done_ids(output)
-    todo = [r for r in requests if r.id not in finished]
-    if finished:
-        log.info("%s: %d requests already traced, %d to go", output, len(finished), len(todo))
-    if not todo:
-        return 0
-    max_seq_len = max(len(r.prompt_token_ids) for r in todo) + max_tokens
-    job = TraceJob(model_dir.resolve(), tuple(specs), k_max, max_tokens, batch_size, dataset, min_n, max_n, dtype,
-                   device, depth, max_seq_len)
-    written = 0
-    with LazyProgress("tracing requests", len(todo)) as bar:
-        for records in map_batches(job, list(batches(todo, batch_size))):
-            append_records(output, records)
-            written += len(records)
-            bar.advance(len(records))
-    return written
+    with exclusive(output.with_name(output.name + ".lock"), f"{output}: another trace is writing into it (both "
+                   "would write every record); wait for it to end, or trace into another file"):
+        check_resume(output, settings, overwrite)
+        finished = done_ids(output)
+        todo = [r for r in requests if r.id not in finished]
+        if finished:
+            log.info("%s: %d requests already traced, %d to go", output, len(finished), len(todo))
+        if not todo:
+            return 0
+        max_seq_len = max(len(r.prompt_token_ids) for r in todo) + max_tokens
+        # absolute paths: a worker elsewhere (Ray) finds the checkpoints whatever its working folder
+        absolute = tuple(replace(spec, path=None if spec.path is None else spec.path.resolve()) for spec in specs)
+        job = TraceJob(model_dir.resolve(), absolute, k_max, max_tokens, batch_size, dataset, min_n, max_n, dtype,
+                       device, depth, max_seq_len)
+        written = 0
+        with LazyProgress("tracing requests", len(todo)) as bar:
+            for records in map_batches(job, list(batches(todo, batch_size))):
+                append_records(output, records)
+                written += len(records)
+                bar.advance(len(records))
+        return written

@@ -32,7 +32,6 @@ names, for each engine, workload and batch size, the method and k with the highe
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import json
 import logging
@@ -58,7 +57,7 @@ from specscope.backends.openai.sweep_config import (
 )
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
-from specscope.fileio import atomic_write_text, refuse_foreign_folder
+from specscope.fileio import atomic_write_text, exclusive, refuse_foreign_folder
 
 log = logging.getLogger(__name__)
 CELL_LABELS = ("engine", "workload", "method", "k", "tree", "tree_nodes", "tree_depth", "baseline_for", "status", "reason",
@@ -408,7 +407,8 @@ def run_sweep(
         (config.output / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecscopeError(f"{config.output}: cannot make the sweep's folder ({error.strerror or error})") from None
-    with _sweep_lock(config.output):  # two sweeps into one folder would measure each cell twice at once
+    with exclusive(config.output / "cells" / ".lock", f"{config.output}: another sweep is running into this folder (its "
+                   "cells would be measured twice at once); wait for it to end, or write elsewhere"):
         recorded = read_cells(config.output)  # as the lock found them
         atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
         cells = plan_cells(config)
@@ -446,19 +446,6 @@ def run_sweep(
         failed=sum(1 for r in rows if r["status"] == "failed"),
         rows=rows,
     )
-
-
-@contextlib.contextmanager
-def _sweep_lock(output: Path) -> Iterator[None]:
-    """Hold ``output``'s sweep lock (``cells/.lock``, an advisory lock the system drops when the
-    process ends); another sweep holding it is an error."""
-    with open(output / "cells" / ".lock", "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise SpecscopeError(f"{output}: another sweep is running into this folder (its cells would be measured "
-                                 "twice at once); wait for it to end, or write elsewhere") from None
-        yield
 
 
 def results(config: SweepConfig) -> list[dict]:
