@@ -74,6 +74,30 @@ def test_plan_and_stable_cell_ids(tmp_path):
     assert len(edited_ids & changed_ids) == 10
 
 
+def test_a_model_directory_is_read_beside_the_file_and_counts_by_its_checkpoint(tmp_path, monkeypatch):
+    """The same file run from two folders, each holding its own `mt/`, resumed the second with the
+    first's results (the id held the path as typed, resolved against the working folder)."""
+    (tmp_path / "conf").mkdir()
+    mine = tmp_path / "conf" / "mt"
+    mine.mkdir()
+    (mine / "config.json").write_text('{"hidden_size": 8}')
+    (mine / "model.safetensors").write_bytes(b"x" * 10)
+    text = GRID.replace('model = "meta-llama/Llama-3.1-8B-Instruct"', 'model = "mt"').replace('launch = "vllm"',
+                                                                                         'launch = "specscope"')
+    text = text.replace('methods = ["none", "ngram", "eagle3"]', 'methods = ["none", "ngram"]').replace(
+        'drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }\n', "")
+    path = write_config(tmp_path / "conf", text)
+    monkeypatch.chdir(tmp_path)  # elsewhere: the model is still the file's neighbour
+    config = load_sweep_config(path)
+    assert config.engines[0].model == str(mine.resolve())
+    ids = {c.cell_id(config) for c in plan_cells(config)}
+    (mine / "model.safetensors").write_bytes(b"x" * 11)  # another checkpoint in its place
+    from specscope.backends.openai import sweep_config
+
+    sweep_config._checkpoint.cache_clear()
+    assert not ids & {c.cell_id(config) for c in plan_cells(load_sweep_config(path))}
+
+
 def test_paired_baselines_run_right_before_their_sd_cell(tmp_path):
     shared = load_sweep_config(write_config(tmp_path, GRID))
     paired = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "paired"')))

@@ -8,6 +8,7 @@ with RoPE, a SwiGLU MLP and RMSNorm, optionally an LM head tied to the embedding
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,3 +219,18 @@ class _Reader:
         if not isinstance(value, bool):
             raise SpecscopeError(f"{self._label(key)}: expected true or false, got {value!r}")
         return value
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """SHA-256 of ``config.json`` and the names and sizes of the weight files of ``model_dir``."""
+    try:
+        digest = hashlib.sha256((model_dir / "config.json").read_bytes())
+    except OSError as error:
+        raise SpecscopeError(f"{model_dir}: cannot read config.json ({error.strerror}; expected a Hugging Face "
+                             "model directory)") from None
+    for path in sorted(p for p in model_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES):
+        digest.update(f"\n{path.name} {path.stat().st_size}".encode())
+    return digest.hexdigest()

@@ -19,11 +19,11 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import exclusive, read_jsonl
 from specscope.methods import NAMES, method
 from specscope.progress import LazyProgress
-from specscope.engine.config import check_max_tokens
+from specscope.engine.config import check_max_tokens, model_fingerprint
 from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
 from specscope.trace.schema import TraceRecord
-from specscope.tracing.settings import check_resume, model_fingerprint, requests_fingerprint
+from specscope.tracing.settings import check_resume, requests_fingerprint
 from specscope.trees import TreeShape
 
 log = logging.getLogger(__name__)

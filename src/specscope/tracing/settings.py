@@ -32,24 +32,9 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, read_json_object
 from specscope.trace.load import holds_traces
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin")
-
-
 def settings_path(output: Path) -> Path:
     """``<output>.settings.json``."""
     return output.with_name(output.name + ".settings.json")
-
-
-def model_fingerprint(model_dir: Path) -> str:
-    """SHA-256 of ``config.json`` and the names and sizes of the weight files of ``model_dir``."""
-    try:
-        digest = hashlib.sha256((model_dir / "config.json").read_bytes())
-    except OSError as error:
-        raise SpecscopeError(f"{model_dir}: cannot read config.json ({error.strerror}; expected a Hugging Face "
-                             "model directory)") from None
-    for path in sorted(p for p in model_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES):
-        digest.update(f"\n{path.name} {path.stat().st_size}".encode())
-    return digest.hexdigest()
 
 
 def requests_fingerprint(requests: Sequence) -> str:

@@ -16,7 +16,7 @@ Example::
     [[engines]]
     name = "vllm"
     launch = "vllm"                    # vllm | sglang | specscope
-    model = "meta-llama/Llama-3.1-8B-Instruct"
+    model = "meta-llama/Llama-3.1-8B-Instruct"  # a hub name, or a directory (relative to this file)
     drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
     args = ["--gpu-memory-utilization", "0.9"]
     resources = { "H100" = 1 }         # with --ray: Ray resources its server needs (GPU: its TP size)
@@ -35,7 +35,9 @@ count (drafts per step, what the server's per-position metrics show) and its row
 A tree for a method that cannot draft it on a launched engine is refused when the file is read
 (:func:`~specscope.backends.openai.launchers.check_tree`).
 A cell's id is a hash of everything that determines its result, so results of a changed
-configuration are never mistaken for results of the old one.
+configuration are never mistaken for results of the old one; a model or draft directory counts
+by its fingerprint too (config.json and its weight files' names and sizes), so another
+checkpoint in its place measures anew.
 
 **Baselines.** A speedup is an SD cell's throughput over a ``none`` cell's. With ``baselines =
 "shared"`` (the default) one ``none`` cell per engine, batch size and workload serves every SD
@@ -98,6 +100,7 @@ from specscope.backends.openai.client import ClientConfig
 from specscope.backends.openai.launchers import CONTROLLED_FLAGS, VLLM_GENERIC_MTP, check_tree, needs_draft
 from specscope.backends.openai.measure import in_flight
 from specscope.backends.openai.prompts import read_prompts, select_prompts
+from specscope.engine.config import model_fingerprint
 from specscope.errors import SpecscopeError, where
 from specscope.fileio import check_output_dir, read_toml_object
 from specscope.methods import ENGINES, NO_SD, method, names, proposal_label
@@ -174,13 +177,16 @@ class Cell:
 
     def key(self, config: SweepConfig) -> dict[str, object]:
         """Everything that determines this cell's result (JSON-ready)."""
+        draft = self.engine.drafts.get(self.method)
         engine = {
             "name": self.engine.name,
             "launch": self.engine.launch,
             "url": self.engine.url,
             "model": self.engine.model,
-            "draft": self.engine.drafts.get(self.method),
+            "draft": draft,
             "args": list(self.engine.args),
+            **{f"{what}_files": print_ for what, print_ in (("model", _checkpoint(self.engine.model)),
+                                                           ("draft", _checkpoint(draft))) if print_},
         }
         settings = {
             name: getattr(config, name)
@@ -216,6 +222,22 @@ class Cell:
     def cell_id(self, config: SweepConfig) -> str:
         text = json.dumps(self.key(config), sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _beside(path: Path, model: str) -> str:
+    """A model a launched engine loads: a directory relative to the configuration file ``path``
+    as its absolute path; anything else (a hub name) as given."""
+    local = path.parent / model
+    return str(local.resolve()) if local.is_dir() else model
+
+
+@functools.lru_cache(maxsize=64)
+def _checkpoint(model: str | None) -> str | None:
+    """The fingerprint of a model directory (:func:`~specscope.engine.config.model_fingerprint`:
+    another checkpoint in its place is another cell), None for a hub name."""
+    if model is None or not (Path(model) / "config.json").is_file():
+        return None
+    return model_fingerprint(Path(model))
 
 
 def _file_sha256(path: Path) -> str | None:
@@ -326,6 +348,9 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
         raise SpecscopeError(f'{path}: {at}.resources: expected a table of Ray resources such as {{ "H100" = 1 }}')
     for resource, amount in resources.items():
         _value(path, f"{at}.resources.{resource}", amount, validate.number, low=0.0)
+    if launch is not None:  # what the sweep launches: a directory named relative to this file, as the workloads
+        table = {**table, "model": _beside(path, table["model"])}
+        drafts = {drafter: _beside(path, checkpoint) for drafter, checkpoint in drafts.items()}
     return EngineSpec(
         name,
         launch,
