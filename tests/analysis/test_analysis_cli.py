@@ -62,4 +62,4 @@ def test_errors_are_one_line(traces, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("specscope: error:") and "bad.jsonl:2" in err and "\n" not in err
     assert main(["overlap", str(traces), "--reference", "draft"]) == 2
-    assert "proposer 'draft' missing" in capsys.readouterr().err
+    assert "--reference draft: no record holds both traces" in capsys.readouterr().err
