@@ -32,6 +32,7 @@ from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
+from specscope.progress import LazyProgress
 from specscope.workloads.jsonl import WorkloadRequest, read_workload
 
 if TYPE_CHECKING:
@@ -149,14 +150,16 @@ def run_bench(config: BenchConfig) -> BenchResult:
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
     _lockstep(engines, [WorkloadRequest("warmup", requests[0].prompt_token_ids)], 1, warmup, sampling)
     rows, records = [], []
-    for batch_size in config.batch_sizes:
-        pairs = []
-        for _ in range(config.repeats):
-            runs = _lockstep(engines, requests, batch_size, config, sampling)
-            records += [r for run in runs for r in run.records]
-            pairs.append((runs[0], runs[-1]))
-        base, sd = _median_pair(pairs)
-        rows.append(_row(config, batch_size, len(requests), base, sd, engine is not baseline, policy))
+    with LazyProgress("bench: runs (batch sizes × repeats)", len(config.batch_sizes) * config.repeats) as bar:
+        for batch_size in config.batch_sizes:
+            pairs = []
+            for _ in range(config.repeats):
+                runs = _lockstep(engines, requests, batch_size, config, sampling)
+                records += [r for run in runs for r in run.records]
+                pairs.append((runs[0], runs[-1]))
+                bar.advance(description=f"bench: B={batch_size}")
+            base, sd = _median_pair(pairs)
+            rows.append(_row(config, batch_size, len(requests), base, sd, engine is not baseline, policy))
     return BenchResult(rows, records)
 
 

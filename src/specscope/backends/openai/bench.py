@@ -47,6 +47,7 @@ from specscope.backends.openai.verify import check_server
 from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
+from specscope.progress import LazyProgress
 
 log = logging.getLogger(__name__)
 POSITIVE = validate.arg(validate.integer, low=1)
@@ -256,16 +257,20 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
         learns = learns_across_requests(view.engine, config.method)  # one server for every batch size
         if learns:
             log.warning(LEARNS_NOTE, config.method, config.url)
-        for batch_size in config.batch_sizes:
-            measured = _measure(config, [u for u in (config.baseline_url, config.url) if u], batch_size, prompts, warmup)
-            baseline = {**measured[0], "verified": baseline_verified} if config.baseline_url else None
-            rows.append(bench_row(config.method, k, {**measured[-1], "verified": verified, "learns_across_requests": learns},
-                                  baseline))
+        with LazyProgress("bench: batch sizes", len(config.batch_sizes)) as bar:
+            for batch_size in config.batch_sizes:
+                measured = _measure(config, [u for u in (config.baseline_url, config.url) if u], batch_size, prompts,
+                                    warmup)
+                baseline = {**measured[0], "verified": baseline_verified} if config.baseline_url else None
+                rows.append(bench_row(config.method, k, {**measured[-1], "verified": verified,
+                                                         "learns_across_requests": learns}, baseline))
+                bar.advance()
         return BenchResult(rows)
     learns = learns_across_requests(config.launch, config.method) and warmup_measured
     if learns:
         log.warning(WARMUP_NOTE, config.method)
-    with tempfile.TemporaryDirectory(prefix="specscope-logs-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="specscope-logs-") as tmp, \
+            LazyProgress("bench: batch sizes", len(specs)) as bar:
         log_dir = config.log_dir or Path(tmp)
         for baseline_spec, spec in specs:
             if config.segments > 1:  # both servers up at once, taking turns
@@ -281,4 +286,5 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
                         measured += _measure(config, [s.url], s.batch_size, prompts, warmup)
             baseline, row = ({**m, "verified": v} for m, v in zip(measured, checks))
             rows.append(bench_row(config.method, k, {**row, "learns_across_requests": learns}, baseline))
+            bar.advance()
     return BenchResult(rows)

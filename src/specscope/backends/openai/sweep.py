@@ -58,6 +58,7 @@ from specscope.backends.openai.sweep_config import (
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.fileio import atomic_write_text, exclusive, refuse_foreign_folder
+from specscope.progress import LazyProgress
 
 log = logging.getLogger(__name__)
 CELL_LABELS = ("engine", "workload", "method", "k", "tree", "tree_nodes", "tree_depth", "baseline_for", "status", "reason",
@@ -386,9 +387,13 @@ def _run_interleaved(config: SweepConfig, cells: list[Cell]) -> Iterator[dict]:
 
 
 def run_groups_here(config: SweepConfig, groups: list[list[Cell]]) -> Iterator[dict]:
-    """The default :data:`GroupRunner`: the groups one after another, in this process."""
-    for group in groups:
-        yield from run_group(config, group)
+    """The default :data:`GroupRunner`: the groups one after another, in this process (a bar on
+    a terminal once it takes a while: cells done of those to run)."""
+    with LazyProgress("sweep: cells", sum(len(group) for group in groups)) as bar:
+        for group in groups:
+            for record in run_group(config, group):
+                bar.advance()
+                yield record
 
 
 GroupRunner = Callable[[SweepConfig, list[list[Cell]]], Iterator[dict]]
