@@ -27,6 +27,8 @@ CASES = [
                                      "-o", "t.jsonl", "--ray-workers", "2"], r"--ray-workers: needs --ray", config()),
     Case("ray-port-out-of-range", ["sweep", "s.toml", "--ray", "127.0.0.1:99999"],
          r"--ray: '127\.0\.0\.1:99999': expected a port in 1 … 65535, got 99999", config()),
+    Case("ray-address-a-word", ["sweep", "s.toml", "--ray", "foo"],
+         r"--ray: 'foo': expected local, auto or a cluster address", config()),
     Case("ray-port-zero", ["sweep", "s.toml", "--ray", "ray://head:0"], r"expected a port in 1 … 65535, got 0", config()),
 ]
 

@@ -37,6 +37,9 @@ def ray_address(text: str) -> str:
     if not text.strip():
         raise SpecscopeError("--ray: expected local, auto or a cluster address (HOST:PORT or ray://HOST:PORT)")
     port = _host_port(text)
+    if port is None and text.strip() not in ("local", "auto"):  # Ray took 'foo' and failed only after setup
+        raise SpecscopeError(f"--ray: {text!r}: expected local, auto or a cluster address (HOST:PORT or "
+                             "ray://HOST:PORT)")
     if port is not None and not 1 <= port[1] <= 65535:
         raise SpecscopeError(f"--ray: {text!r}: expected a port in 1 … 65535, got {port[1]}")
     return text
