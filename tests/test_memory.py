@@ -146,7 +146,7 @@ def test_table_output(capsys):
         (None, "not a model preset"),
         ("{not json", "invalid JSON"),
         ('{"hidden_size": 64}', "field 'num_attention_heads': missing"),
-        ('{"hidden_size": "x", "num_attention_heads": 4}', "field 'hidden_size': expected an integer, got 'x'"),
+        ('{"hidden_size": "x", "num_attention_heads": 4}', "field 'hidden_size': expected an integer, got text 'x'"),
         ('{"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128, '
          '"vocab_size": 100, "num_key_value_heads": 3}', "field 'num_key_value_heads': expected a divisor"),
         ('{"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 128, '

@@ -79,13 +79,21 @@ class Fields:
     def integer(self, name: str, optional: bool = False, minimum: int = 0, maximum: int | None = None) -> int | None:
         if optional and self.obj.get(name) is None:
             return None
-        return self.check(name, validate.integer, self.get(name), low=minimum, high=maximum)
+        return self.check(name, validate.integer, self._not_text(name, "an integer"), low=minimum, high=maximum)
 
     def number(self, name: str, default: float | None = None, **bounds: object) -> float:
         """A finite number (``default`` when absent and a default is given)."""
         if default is not None and name not in self.obj:
             return default
-        return self.check(name, validate.number, self.get(name), **bounds)
+        return self.check(name, validate.number, self._not_text(name, "a number"), **bounds)
+
+    def _not_text(self, name: str, what: str) -> object:
+        """The field's value, refused if it is text: a file writes numbers as numbers (``"20"``
+        would pass the command line's parsers, which read text)."""
+        value = self.get(name)
+        if isinstance(value, str):
+            raise self.error(self.name(name), f"expected {what}, got text {value!r}")
+        return value
 
     def boolean(self, name: str, default: bool) -> bool:
         value = self.obj.get(name, default)
