@@ -207,3 +207,18 @@ def test_a_second_trace_into_the_same_file_is_refused_while_the_first_runs(targe
     out.unlink()
     assert main(argv) == 0  # a lock it made itself it removes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.jsonl.settings.json", "w.jsonl"]
+
+
+def test_starting_over_keeps_a_symbolic_link_a_link(target_and_draft, tmp_path):
+    target, _ = target_and_draft
+    workload = tmp_path / "w.jsonl"
+    workload.write_text(json.dumps({"id": "r0", "prompt_token_ids": [1, 2, 3]}) + "\n")
+    (tmp_path / "store").mkdir()
+    real, link = tmp_path / "store" / "t.jsonl", tmp_path / "t.jsonl"
+    real.write_text("")
+    link.symlink_to(real)
+    argv = ["trace", "--model", str(target), "--workload", str(workload), "--proposers", "ngram", "--max-tokens", "4",
+            "-o", str(link)]
+    assert main(argv) == 0
+    assert main([*argv[:-4], "--max-tokens", "3", "-o", str(link), "--overwrite"]) == 0
+    assert link.is_symlink() and len(real.read_text().splitlines()) == 1

@@ -70,7 +70,8 @@ def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
         raise SpecscopeError(f"{sidecar}: exists and holds no trace settings: specscope replaces only its own; "
                              "trace into another file")
     if output.is_file():
-        output.unlink()
+        with open(output, "r+b") as old_traces:  # emptied in place: a symbolic link stays one, and the mode stays
+            old_traces.truncate(0)
     atomic_write_text(sidecar, json.dumps(settings, indent=1) + "\n")
 
 
