@@ -539,3 +539,14 @@ def test_tree_sd_server_answers_like_no_sd(tiny_model, servers):
         assert engine.stats.mean_acceptance_length() == 19 / 5  # 20 tokens: 1 from the prefill, 4 + 4 + 4 + 4 + 3
     finally:
         tree_server.close()
+
+
+def test_a_chat_messages_name_reaches_the_template_as_vllm_passes_it():
+    from specscope.serve.protocol import ApiError, parse_chat_request
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi", "name": "ann"}]}
+    (message,) = parse_chat_request(json.dumps(body).encode(), "m").messages
+    assert message == {"role": "user", "content": "hi", "name": "ann"}
+    body["messages"][0]["name"] = 7
+    with pytest.raises(ApiError, match=r"'messages\[0\]': 'name' must be text"):
+        parse_chat_request(json.dumps(body).encode(), "m")

@@ -248,7 +248,10 @@ def _message(index: int, message: object) -> dict[str, str]:
         content = "\n".join(texts)
     if not isinstance(content, str):
         raise ApiError(400, f"{where}: 'content' must be text, got {content!r:.40}")
-    return {"role": role, "content": content}
+    name = message.get("name")  # the speaker's name, which a chat template may show (vLLM passes it on)
+    if name is not None and not isinstance(name, str):
+        raise ApiError(400, f"{where}: 'name' must be text, got {name!r:.40}")
+    return {"role": role, "content": content, **({"name": name} if name is not None else {})}
 
 
 def parse_chat_request(raw: bytes, served_model: str) -> GenerationRequest:
