@@ -249,9 +249,10 @@ def test_a_roofline_refuses_weights_beyond_its_one_gpus_memory():
     """Llama-3-70B's 141 GB of BF16 weights on one 80 GB H100 were priced as if they fit."""
     from specscope.costmodel.registry import resolve_cost_model
 
-    with pytest.raises(SpecscopeError, match=r"^roofline:h100:llama3-70b: the weights of llama3-70b take 141 GB in "
-                                             r"BF16, beyond one h100's 80 GB"):
+    with pytest.raises(SpecscopeError, match=r"^roofline:h100:llama3-70b: the weights of llama3-70b take 131\.4 GiB "
+                                             r"in BF16, beyond one h100's 80 GiB"):
         resolve_cost_model("roofline:h100:llama3-70b")
-    with pytest.raises(SpecscopeError, match=r"llama3\.1-8b and llama3-70b take 157 GB"):
+    with pytest.raises(SpecscopeError, match=r"llama3\.1-8b and llama3-70b take 146\.4 GiB"):
         resolve_cost_model("roofline:h100:llama3.1-8b:llama3-70b")
+    assert resolve_cost_model("roofline:h200:llama3-70b").hw.name == "h200"  # 131.4 of its 140 GiB
     assert resolve_cost_model("roofline:h100:llama3.1-8b:llama3.2-1b").name == "roofline:h100:llama3.1-8b:llama3.2-1b"

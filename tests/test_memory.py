@@ -201,3 +201,7 @@ def test_biases_are_counted_where_the_config_has_them():
     assert ModelShape.from_hf_config({**config, "attention_bias": True, "mlp_bias": True}).params() - plain == \
         32 * (4096 + 1024 + 1024 + 4096 + 14336 + 14336 + 4096)
     assert ModelShape.from_hf_config({**config, "model_type": "qwen2"}).params() - plain == 32 * (4096 + 1024 + 1024)
+    # Qwen2 builds no o bias whatever attention_bias says, as the engine and Hugging Face build it; null is false
+    assert ModelShape.from_hf_config({**config, "model_type": "qwen2", "attention_bias": True}).params() - plain == \
+        32 * (4096 + 1024 + 1024)
+    assert ModelShape.from_hf_config({**config, "attention_bias": None, "tie_word_embeddings": None}).params() == plain

@@ -21,6 +21,7 @@ from specscope.errors import SpecscopeError
 T = TypeVar("T")
 STDOUT = "-"  # ``-o -``: write the table to standard output
 CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs such a cell as a formula
+csv.field_size_limit(2**31 - 1)  # for every CSV read: a field (a long article) is bounded by its file, not by 128 KiB
 
 
 def check_output_file(path: str | Path) -> Path:
@@ -310,17 +311,13 @@ def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Ite
 
 @contextlib.contextmanager
 def exclusive(lock: Path, busy: str) -> Iterator[None]:
-    """Hold an advisory lock on the file ``lock`` (made if missing, and then removed at the end;
-    the system drops the lock when the process ends, however it ends); another process holding
-    it is the error ``busy``."""
-    made = not lock.exists()
+    """Hold an advisory lock on the file ``lock`` (made if missing, and kept: removing it would
+    let a process that opened it meanwhile lock a file no one else sees; the system drops the
+    lock when the process ends, however it ends); another process holding it is the error
+    ``busy``. A link to ``lock`` is the same file, and the same lock."""
     with open(lock, "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise SpecscopeError(busy) from None
-        try:
-            yield
-        finally:
-            if made:
-                lock.unlink(missing_ok=True)
+        yield

@@ -267,4 +267,5 @@ def test_a_table_that_sets_switching_policies_beside_others_on_uneven_records_sa
     assert length_notes([even, uneven], ["fixed:3", "oracle"]) == []
     assert length_notes([even], ["fixed:3", "oracle-switch:ngram+eagle"]) == []
     (note,) = length_notes([even, uneven], ["fixed:3", "oracle-switch:ngram+eagle"])
-    assert note.startswith("oracle-switch:ngram+eagle replays the positions") and "(1 of 2 records differ)" in note
+    assert length_notes([uneven], ["fixed:3", "oracle-combined:ngram+eagle"])  # it reads both arrays' common part
+    assert note.startswith("oracle-switch:ngram+eagle replays the positions its proposers") and "(1 of 2 records differ)" in note

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -317,7 +318,9 @@ def test_launched_specscope_servers(tmp_path, tiny_model):
         ngram["throughput"] / ngram["baseline_throughput"]
     )
     assert ngram["num_draft_tokens"] > 0 and ngram["acceptance_rate"] is not None
-    assert (config.output / "winners.csv").read_text().count("\n") == 2
+    with open(config.output / "winners.csv") as handle:
+        (won,) = list(csv.DictReader(handle))
+    assert won["method"] == ("ngram" if ngram["speedup"] > 1 else "none")  # the report's rule: above 1× its baseline
     from specscope.analysis.measured import read_bench_results
 
     [cell] = read_bench_results([config.output / "measured.json"])
@@ -382,3 +385,17 @@ def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path, fake_server):
         with pytest.raises(SpecscopeError, match="another sweep is running into this folder"):
             run_sweep(config)
     assert run_sweep(config).ran == 1  # the lock is gone with the first sweep
+
+
+def test_winners_follow_the_reports_rule_not_raw_throughput():
+    """With paired baselines raw throughputs are measured at other times: the winner was the
+    fastest row (a none cell at 100 tok/s) where n-gram ran 1.25× its own baseline."""
+    from specscope.backends.openai.sweep import _winner
+
+    row = {"engine": "e", "workload": "a.jsonl", "batch_size": 1, "status": "ok", "tree": None}
+    rows = [{**row, "method": "none", "k": 0, "throughput": 100.0, "speedup": None},
+            {**row, "method": "ngram", "k": 1, "throughput": 90.0, "speedup": 1.25},
+            {**row, "method": "eagle", "k": 3, "throughput": 95.0, "speedup": 1.1}]
+    assert _winner(rows)["method"] == "ngram"
+    rows[1]["speedup"], rows[2]["speedup"] = 0.9, 1.0
+    assert _winner(rows)["method"] == "none"

@@ -187,27 +187,27 @@ def test_a_users_file_where_the_settings_would_go_is_never_replaced(target_and_d
 
 
 def test_a_second_trace_into_the_same_file_is_refused_while_the_first_runs(target_and_draft, tmp_path, capsys):
-    """Two runs into one -o both wrote every record (each id twice; with other settings, mixed)."""
+    """Two runs into one -o both wrote every record (each id twice; with other settings, mixed);
+    the lock is the traces file itself, so a link to it is the same lock."""
     import fcntl
 
     target, _ = target_and_draft
     workload = tmp_path / "w.jsonl"
     workload.write_text(json.dumps({"id": "r0", "prompt_token_ids": [1, 2, 3]}) + "\n")
-    out = tmp_path / "t.jsonl"
+    out, link = tmp_path / "t.jsonl", tmp_path / "link.jsonl"
+    out.write_text("")
+    link.symlink_to(out)
     argv = ["trace", "--model", str(target), "--workload", str(workload), "--proposers", "ngram", "--max-tokens", "4",
-            "-o", str(out)]
-    with open(tmp_path / "t.jsonl.lock", "a") as held:  # the first trace, still running
+            "-o"]
+    with open(out, "a") as held:  # the first trace, still running
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert main(argv) == 2
-        assert "t.jsonl: another trace is writing into it" in capsys.readouterr().err
-        assert not out.exists()
-    assert main(argv) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.jsonl.lock", "t.jsonl.settings.json", "w.jsonl"]
-    (tmp_path / "t.jsonl.lock").unlink()
-    out.unlink()
-    assert main(argv) == 0  # a lock it made itself it removes
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.jsonl.settings.json", "w.jsonl"]
-
+        for path in (out, link):
+            assert main([*argv, str(path)]) == 2
+            assert f"{path}: another trace is writing into it" in capsys.readouterr().err
+        assert out.read_text() == ""
+    assert main([*argv, str(link)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "link.jsonl.settings.json", "t.jsonl", "w.jsonl"]
+    assert len(out.read_text().splitlines()) == 1
 
 def test_starting_over_keeps_a_symbolic_link_a_link(target_and_draft, tmp_path):
     target, _ = target_and_draft

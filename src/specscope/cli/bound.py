@@ -66,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
                 alpha = estimate_alpha([r.acc_len(name) for r in holding], k_max_each(holding, name))
                 depth = min(depth, min(k_max_each(holding, name)))
                 if depth < args.k_max:
-                    how = f"k_max = {depth}" if all(r.k_max is not None for r in holding) else \
+                    declared = [r.k_max for r in holding if r.k_max is not None]
+                    how = f"k_max = {depth}" if declared and min(declared) == depth else \
                         f"k_max = {depth}, inferred from the longest acc_len seen (some records declare none)"
                     print(f"note: {name}: k above {depth} not shown: its α was measured on proposals of at most {how}")
             c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c

@@ -78,11 +78,11 @@ def run(args: argparse.Namespace) -> int:
     for option, proposer, policies in (("--lookup-policies", args.lookup, args.lookup_policies),
                                        ("--reference-policy", args.reference, [args.reference_policy])):
         for policy in policies:  # a default k deeper than the traces: name the option that sets it
-            parsed = parse_policy(policy)
-            if parsed.combined or parsed.switch:
-                raise SpecscopeError(f"{option}: {policy} replays several proposers; overlap sets one proposer's "
-                                     f"policy against another's (fixed:k, adaptive, oracle)")
             try:
+                parsed = parse_policy(policy)
+                if parsed.combined or parsed.switch:
+                    raise SpecscopeError(f"{policy} replays several proposers; overlap sets one proposer's policy "
+                                         "against another's (fixed:k, adaptive, oracle)")
                 check_k_by_dataset(records, proposer, parsed)
             except SpecscopeError as error:
                 raise SpecscopeError(f"{option}: {error}") from None

@@ -36,11 +36,18 @@ class Hardware:
 HARDWARE: dict[str, Hardware] = {
     hw.name: hw
     for hw in (
-        Hardware("h100", 989e12, 3.35e12, 80e9),
-        Hardware("h200", 989e12, 4.8e12, 141e9),
-        Hardware("a100", 312e12, 2.04e12, 80e9),
+        Hardware("h100", 989e12, 3.35e12, 80 * 2**30),  # memory as nvidia-smi counts it: 80 GiB (81559 MiB)
+        Hardware("h200", 989e12, 4.8e12, 140 * 2**30),  # "141 GB": 143771 MiB
+        Hardware("a100", 312e12, 2.04e12, 80 * 2**30),
     )
 }
+
+
+def projection_biases(model_type: str, attention_bias: bool) -> tuple[bool, bool]:
+    """Whether a config's (q/k/v, o) projections carry biases: Qwen2's q/k/v always and its o
+    never, whatever ``attention_bias`` says (as Hugging Face builds it); else all four as
+    ``attention_bias`` says (Llama's)."""
+    return model_type == "qwen2" or attention_bias, model_type != "qwen2" and attention_bias
 
 
 @dataclass(frozen=True)
@@ -120,7 +127,7 @@ class ModelShape:
                                                         f"(no head_dim given), got {heads}")
             head_dim = size["hidden_size"] // heads
         model_type = spec.text("model_type", optional=True) or ""
-        attention_bias = spec.boolean("attention_bias", False)  # Llama's: q, k, v and o
+        qkv_bias, o_bias = projection_biases(model_type, spec.boolean("attention_bias", False))
         return cls(
             name=name,
             num_layers=size["num_hidden_layers"],
@@ -132,8 +139,8 @@ class ModelShape:
             vocab_size=size["vocab_size"],
             tie_word_embeddings=spec.boolean("tie_word_embeddings", False),
             qk_norm=model_type.startswith("qwen3"),
-            qkv_bias=attention_bias or model_type == "qwen2",  # Qwen2's q/k/v carry biases, whatever its config says
-            o_bias=attention_bias,
+            qkv_bias=qkv_bias,
+            o_bias=o_bias,
             mlp_bias=spec.boolean("mlp_bias", False),
         )
 

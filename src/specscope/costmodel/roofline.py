@@ -125,8 +125,9 @@ class RooflineCostModel:
         weights = sum(shape.weight_bytes() for shape in models)
         if weights > self.hw.memory_bytes:
             raise SpecscopeError(f"{self.name}: the weights of {' and '.join(s.name for s in models)} take "
-                                 f"{weights / 1e9:.0f} GB in BF16, beyond one {self.hw.name}'s {self.hw.memory_bytes / 1e9:.0f} "
-                                 "GB; this roofline prices a model on one GPU (no tensor parallelism)")
+                                 f"{weights / 2**30:.1f} GiB in BF16, beyond one {self.hw.name}'s "
+                                 f"{self.hw.memory_bytes / 2**30:.0f} GiB; this roofline prices a model on one GPU (no "
+                                 "tensor parallelism)")
 
     def with_draft_model(self, draft: ModelShape) -> "RooflineCostModel":
         """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""

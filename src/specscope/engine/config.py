@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specscope import validate
+from specscope.costmodel.presets import projection_biases
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_json_object
 
@@ -113,7 +114,7 @@ class ModelConfig:
         window = read.size("sliding_window", default=0) or None
         if model_type in ("qwen2", "qwen3") and not read.flag("use_sliding_window"):
             window = None
-        bias = read.flag("attention_bias")
+        qkv_bias, o_bias = projection_biases(model_type, read.flag("attention_bias"))
         return cls(
             model_type=model_type,
             vocab_size=read.size("vocab_size"),
@@ -126,8 +127,8 @@ class ModelConfig:
             rms_norm_eps=read.positive("rms_norm_eps", 1e-6),
             rope=_rope_from_hf(data, source),
             tie_word_embeddings=read.flag("tie_word_embeddings"),
-            qkv_bias=model_type == "qwen2" or bias,
-            o_bias=model_type != "qwen2" and bias,
+            qkv_bias=qkv_bias,
+            o_bias=o_bias,
             mlp_bias=read.flag("mlp_bias"),
             qk_norm=model_type == "qwen3",
             sliding_window=window,

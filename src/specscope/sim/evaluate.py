@@ -34,7 +34,7 @@ import numpy as np
 
 from specscope.costmodel.base import CostModel
 from specscope.policy.learned import LearnedPolicy, features
-from specscope.sim.fit import fit_policy
+from specscope.sim.fit import fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate, traced_k_max
 from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord
@@ -103,6 +103,7 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     cost model (at ``config.batch_sizes``), write the policy to ``workdir``, and judge it on the
     held-out dataset under the same cost model — a policy is fitted for the engine it runs on —
     beside the policy fitted on every dataset (``learned_seen``)."""
+    require_methods(records, methods)
     records = on_common_positions(records, methods)
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:

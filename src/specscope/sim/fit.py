@@ -164,6 +164,14 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
             "base_rate": base.tolist(), "span": np.stack([slopes.min(axis=0), slopes.max(axis=0)], axis=1).tolist()}
 
 
+def require_methods(records: Sequence[TraceRecord], methods: Sequence[str]) -> None:
+    """Refuse records that lack a trace of one of ``methods`` (a policy walks every one of them)."""
+    for m in methods:
+        missing = [r.id for r in records if m not in r.proposers]
+        if missing:
+            raise SpecscopeError(f"--acc: proposer {m!r} missing from {len(missing)} records (first id {missing[0]!r})")
+
+
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
                batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = (),
                max_k: int | None = None) -> dict:
@@ -171,10 +179,8 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     it proposes at most ``max_k`` (default: what the traces recorded, at most :data:`J_MAX`) —
     set it to the longest k the cost model was measured at, so that no choice rests on a
     drafting cost extrapolated past it."""
+    require_methods(records, methods)
     for m in methods:
-        missing = [r.id for r in records if m not in r.proposers]
-        if missing:
-            raise SpecscopeError(f"--acc: proposer {m!r} missing from {len(missing)} records (first id {missing[0]!r})")
         cost.drafting_for(m)
     started = time.perf_counter()
     declared = [r.k_max for r in records if r.k_max is not None]

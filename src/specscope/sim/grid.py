@@ -130,18 +130,19 @@ def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: 
     return notes
 
 
-SWITCHING = ("oracle-switch:", "learned:")  # the policies that walk several proposers' arrays together
+SEVERAL = ("oracle-switch:", "oracle-combined:", "learned:")  # the policies that read several proposers' arrays
 
 
 def length_notes(records: Sequence[TraceRecord], policies: Sequence[str]) -> list[str]:
-    """A line where switching policies sit beside others on records whose acc_len arrays and
-    output differ in length (``--lengths own``): the switching ones replay the positions all of
-    them cover, the others each proposer's whole array — two sets of tokens in one table."""
-    switching = [p for p in policies if p.startswith(SWITCHING)]
+    """A line where policies of several proposers sit beside others on records whose acc_len
+    arrays and output differ in length (``--lengths own``): they replay the positions their
+    arrays share (oracle-switch and learned: and the output), the others each proposer's whole
+    array — two sets of tokens in one table."""
+    switching = [p for p in policies if p.startswith(SEVERAL)]
     uneven = sum(len({r.output_len, *(len(t.acc_len) for t in r.proposers.values())}) > 1 for r in records)
     if not switching or len(switching) == len(policies) or not uneven:
         return []
-    return [f"{', '.join(switching)} {'replays' if len(switching) == 1 else 'replay'} the positions the output and every proposer's acc_len cover, the other "
+    return [f"{', '.join(switching)} {'replays' if len(switching) == 1 else 'replay'} the positions its proposers' acc_len share, the other "
             f"policies each proposer's whole array ({uneven} of {len(records)} records differ): --lengths common "
             "replays one set of tokens for all"]
 

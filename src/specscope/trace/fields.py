@@ -96,7 +96,9 @@ class Fields:
         return value
 
     def boolean(self, name: str, default: bool) -> bool:
-        value = self.obj.get(name, default)
+        """true or false; ``default`` where absent or null (as Hugging Face reads a config)."""
+        value = self.obj.get(name)
+        value = default if value is None else value
         if not isinstance(value, bool):
             raise self.error(self.name(name), f"expected true or false, got {value!r}")
         return value

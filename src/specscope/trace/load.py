@@ -34,7 +34,7 @@ import numpy as np
 
 from specscope import validate
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, parse_json, read_jsonl
+from specscope.fileio import atomic_write_text, read_jsonl
 from specscope.methods import of_kind
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord
@@ -281,11 +281,11 @@ def rank_disagreements(record: TraceRecord) -> int:
 
 def holds_traces(path: Path) -> bool:
     """Whether the first line of ``path`` that is not blank is a trace record (either format)."""
-    try:
+    try:  # leniently: a trace whose first record is broken is read, and refused where it breaks
         with Path(path).open("rb") as lines:
             first = next((line for line in lines if line.strip()), b"")
-        record = parse_json(first.decode("utf-8"), path)
-    except (OSError, UnicodeDecodeError, SpecscopeError):  # a folder, an unreadable or a foreign file
+        record = json.loads(first)
+    except (OSError, ValueError, RecursionError):  # a folder, an unreadable file, no JSON
         return False
     return isinstance(record, dict) and (record.get("schema") == SCHEMA_VERSION or "generated_token_ids" in record)
 

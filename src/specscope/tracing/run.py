@@ -216,8 +216,9 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
         check_max_tokens(model_dir, max(len(r.prompt_token_ids) for r in requests), max_tokens)
     output.parent.mkdir(parents=True, exist_ok=True)
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees)
-    with exclusive(output.with_name(output.name + ".lock"), f"{output}: another trace is writing into it (both "
-                   "would write every record); wait for it to end, or trace into another file"):
+    check_resume(output, settings, overwrite, dry_run=True)  # a refusal leaves nothing behind, not even the lock
+    with exclusive(output, f"{output}: another trace is writing into it (both would write every record); wait for "
+                           "it to end, or trace into another file"):  # the traces themselves: a link to them is them
         check_resume(output, settings, overwrite)
         finished = done_ids(output)
         todo = [r for r in requests if r.id not in finished]

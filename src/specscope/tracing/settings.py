@@ -45,10 +45,10 @@ def requests_fingerprint(requests: Sequence) -> str:
     return digest.hexdigest()
 
 
-def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
+def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = False) -> None:
     """Make ``output`` ready to trace into with ``settings``: refuse to resume a trace taken
     with other settings (unless ``overwrite``: then the old traces are removed), and record
-    the settings. Nothing is changed when it refuses."""
+    the settings. Nothing is changed when it refuses, or with ``dry_run`` (the checks alone)."""
     sidecar = settings_path(output)
     has_records = output.is_file() and output.read_bytes().strip() != b""
     if has_records and not sidecar.is_file() and not holds_traces(output):
@@ -69,6 +69,8 @@ def check_resume(output: Path, settings: dict, overwrite: bool) -> None:
     if sidecar.exists() and not _ours(sidecar):
         raise SpecscopeError(f"{sidecar}: exists and holds no trace settings: specscope replaces only its own; "
                              "trace into another file")
+    if dry_run:
+        return
     if output.is_file():
         with open(output, "r+b") as old_traces:  # emptied in place: a symbolic link stays one, and the mode stays
             old_traces.truncate(0)

@@ -229,27 +229,32 @@ def read_rows(path: Path) -> Iterator[Row]:
         for index, item in enumerate(data):
             yield Row(index, item, f"{path}: item {index}")
     elif suffix == ".csv":
-        # a long article is one field: the file bounds it, not csv's 128 KiB (a process-wide limit: only raised)
-        csv.field_size_limit(max(csv.field_size_limit(), len(text) + 1))
-        reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)  # an unclosed quote is an error
-        index, start = 0, 1
-        try:
-            reader.fieldnames  # the header line
-            while True:
-                start = reader.line_num + 1
-                item = next(reader, None)
-                if item is None:
-                    return
-                if None in item or None in item.values():  # csv's restkey / restval: a field too many or few
-                    given = sum(v is not None for k, v in item.items() if k is not None) + len(item.get(None, ()))
-                    raise SpecscopeError(f"{where(path, start)}: expected the header's {len(reader.fieldnames)} "
-                                         f"fields, got {given}")
-                yield Row(index, item, where(path, start))
-                index += 1
-        except csv.Error as error:
-            raise SpecscopeError(f"{where(path, start)}: not CSV ({error}, in the row that starts here)") from None
+        yield from _csv_rows(path, text)
     else:
         raise SpecscopeError(f"{path}: expected a .jsonl, .json, .csv or .parquet file")
+
+
+def _csv_rows(path: Path, text: str) -> Iterator[Row]:
+    """The rows of a CSV file after its header, each with the line it starts on (blank lines
+    skipped); an unclosed quote or a row of more or fewer fields than the header is an error
+    naming the line its row starts on."""
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)  # strict: an unclosed quote is an error
+    header, index, end = None, 0, 0
+    try:
+        for fields in reader:
+            start, end = end + 1, reader.line_num
+            if not fields:  # a blank line
+                continue
+            if header is None:
+                header = fields
+                continue
+            if len(fields) != len(header):
+                raise SpecscopeError(f"{where(path, start)}: expected the header's {len(header)} fields, got "
+                                     f"{len(fields)}")
+            yield Row(index, dict(zip(header, fields)), where(path, start))
+            index += 1
+    except csv.Error as error:
+        raise SpecscopeError(f"{where(path, end + 1)}: not CSV ({error}, in the row that starts here)") from None
 
 
 def _jsonl_row(obj: object, path: Path, line: int) -> Row:

@@ -57,6 +57,7 @@ from specscope.backends.openai.sweep_config import (
 )
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
+from specscope.analysis.measured import MeasuredCell, winner
 from specscope.fileio import atomic_write_text, exclusive, refuse_foreign_folder
 from specscope.progress import LazyProgress
 
@@ -495,11 +496,11 @@ def results(config: SweepConfig) -> list[dict]:
         if r["status"] == "ok" and r["method"] != NO_SD and r.get("speedup") is not None
     ]
     write_rows(config.output / "measured.json", measured)
-    best: dict[tuple, dict] = {}
+    groups: dict[tuple, list[dict]] = {}
     for row in rows:
-        key = (row["engine"], row["workload"], row["batch_size"])
-        if row["status"] == "ok" and (key not in best or row["throughput"] > best[key]["throughput"]):
-            best[key] = row
+        if row["status"] == "ok":
+            groups.setdefault((row["engine"], row["workload"], row["batch_size"]), []).append(row)
+    best = {key: _winner(group) for key, group in groups.items()}
     write_rows(
         config.output / "winners.csv",
         [
@@ -517,6 +518,24 @@ def results(config: SweepConfig) -> list[dict]:
         ],
     )
     return rows
+
+
+def _winner(rows: list[dict]) -> dict:
+    """The winning row of one engine, workload and batch size: the report's measured winner
+    (:func:`~specscope.analysis.measured.winner`: the fastest SD cell above 1× its own baseline,
+    else no SD); where no row has a speedup (a url engine measured without a baseline), the
+    highest throughput, the one thing measured."""
+    rated = [r for r in rows if r["method"] != NO_SD and r.get("speedup") is not None]
+    if not rated:
+        return max(rows, key=lambda r: r["throughput"])
+    cells = [MeasuredCell(r["workload"], r["method"], r["k"], r["batch_size"], r["speedup"], tree=r["tree"])
+             for r in rated]
+    won = winner(cells, rows[0]["workload"], rows[0]["batch_size"])
+    if won.method != NO_SD:
+        return rated[cells.index(won)]
+    baselines = [r for r in rows if r["method"] == NO_SD]
+    return baselines[0] if baselines else {**rated[0], "method": NO_SD, "k": 0, "tree": None, "speedup": 1.0,
+                                           "throughput": None}
 
 
 def _flat(row: dict) -> dict:
