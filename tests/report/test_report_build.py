@@ -235,3 +235,31 @@ def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):
     data = analyse([tmp_path / "b.jsonl"], replace(config, ks=(1, 2, 7, 9)))  # traced to k_max = 5
     assert data.config.ks == (1, 2) and "fixed:7, fixed:9 not simulated: the traces were recorded to k_max = 5" \
         in data.notes
+
+
+def test_a_record_without_one_proposer_and_ks_between_two_depths_still_report(tmp_path):
+    """A later record without EAGLE raised KeyError (only the first record's proposers were
+    looked up); a --ks between n-gram's depth (traced to 6) and EAGLE's (4) aborted the report
+    naming a k the user never gave. Held to the shallowest proposer, with a note."""
+    import numpy as np
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    def record(i, eagle=True):
+        proposers = {"ngram": ProposerTrace(np.array([7, 1, 1, 1, 1, 1, 1, 1], np.int32))}
+        if eagle:
+            proposers["eagle"] = ProposerTrace(np.array([5, 1, 2, 1, 3, 1, 1, 1], np.int32))
+        return TraceRecord(f"r{i}", np.arange(5), np.arange(8), proposers, dataset="d")
+
+    write_traces(tmp_path / "t.jsonl", [record(0), record(1), record(2, eagle=False)])
+    config = ReportConfig(ks=(1, 2, 5), sim=SimConfig(mode="paper", batch_sizes=(1,)), trees=())
+    data = analyse([tmp_path / "t.jsonl"], config)
+    assert {r.acc for r in data.rows} >= {"ngram"} and "eagle" not in {r.acc for r in data.rows}
+    write_traces(tmp_path / "u.jsonl", [record(0), record(1)])
+    data = analyse([tmp_path / "u.jsonl"], config)
+    assert data.config.ks == (1, 2) and any("fixed:5 not simulated: the traces were recorded to k_max = 4" in n
+                                             for n in data.notes)

@@ -83,12 +83,14 @@ class ReportData:
 
 
 def _within_traces(config: ReportConfig, records: Sequence[TraceRecord]) -> ReportConfig:
-    """``config`` held to the depth the shallowest dataset was traced to, where any part of it
-    (the ks, the figures', overlap's and time split's fixed policies) would simulate deeper."""
+    """``config`` held to the depth the shallowest dataset and proposer were traced to (of the
+    proposers every record of a dataset holds: the others' cells are left out), where any part of
+    it (the ks, the figures', overlap's and time split's fixed policies) would simulate deeper."""
     groups: dict[str, list[TraceRecord]] = {}
     for record in records:
         groups.setdefault(record.dataset or "trace", []).append(record)
-    depth = min(traced_k_max(group, sorted(group[0].proposers)) for group in groups.values())
+    depth = min((traced_k_max(group, [name]) for group in groups.values()
+                 for name in set.intersection(*(set(r.proposers) for r in group))), default=config.deepest)
     if depth >= config.deepest:
         return config
     return config.held_to(min(depth, config.depth or depth), f"the traces were recorded to k_max = {depth}")
