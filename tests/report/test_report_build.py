@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 from report_fixtures import HOSTILE_DATASET, HOSTILE_ID
 
+from specscope.errors import SpecscopeError
 from specscope.report.answer import answer_rows
 from specscope.sim.grid import SimRow
 
@@ -187,6 +188,25 @@ def test_an_interrupted_report_runs_again_into_its_folder(synthetic_traces, tmp_
     monkeypatch.setattr(figures, "speedup_figure", drawn)
     result = build_report(synthetic_traces, out, config)
     assert result.index.is_file() and (out / "fig1_speedup.png").is_file()
+    monkeypatch.setattr(figures, "speedup_figure", interrupted)  # a rerun stopped: no page beside its new tables
+    with pytest.raises(KeyboardInterrupt):
+        build_report(synthetic_traces, out, dataclasses.replace(config, sim=SimConfig(mode="paper", batch_sizes=(1,))))
+    assert not (out / "index.html").exists() and (out / "speedup.csv").is_file()
+
+
+def test_a_dangling_link_in_the_folder_is_not_written_through(synthetic_traces, tmp_path):
+    """A user's dangling link named stats.csv passed as no file: the report created its target,
+    outside the folder, and listed the link as its own."""
+    from specscope.report.build import build_report
+    from specscope.report.config import ReportConfig
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "stats.csv").symlink_to(elsewhere / "victim.csv")
+    with pytest.raises(SpecscopeError, match=r"holds stats\.csv, which no report wrote there"):
+        build_report(synthetic_traces, out, ReportConfig())
+    assert not list(elsewhere.iterdir())
 
 
 def test_the_overlap_note_names_the_proposer_the_cost_model_cannot_price():

@@ -65,7 +65,8 @@ def check_outputs(out: Path, inputs: Sequence[str | Path]) -> None:
                                  "write the report to another folder")
     for path in written:
         check_output_file(path)
-        if path.is_file() and path != manifest and path.name not in ours:
+        exists = path.is_file() or path.is_symlink()  # a dangling link too: writing would create its target
+        if exists and path != manifest and path.name not in ours:
             raise SpecscopeError(f"-o {out}: holds {path.name}, which no report wrote there (its {MANIFEST} does not "
                                  "list it): writing the report would replace it; write the report to another folder")
 
@@ -91,14 +92,16 @@ def _clear_previous(out: Path, writing: set[str]) -> None:
 
 def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = lambda what: None) -> ReportResult:
     """Write ``data`` into ``out``: the tables of ``TABLES``, the figures of ``FIGURES`` that can
-    be drawn (numbered in page order; the others are named in the notes), and index.html. Each
-    file is listed in :data:`MANIFEST` before it is written, so that an interrupted report's files
-    are still its own when it is run again."""
+    be drawn (numbered in page order; the others are named in the notes), and index.html, last
+    (the previous report's is removed first). Each file is listed in :data:`MANIFEST` before it is
+    written, so that an interrupted report's files are still its own when it is run again."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecscopeError(f"{out}: cannot create the output directory ({error.strerror})") from None
     claimed = _listed(out)
+    if INDEX in claimed and (out / INDEX).is_file():  # the last report's page goes first: interrupted, this run
+        (out / INDEX).unlink()  # leaves no page beside tables it does not show (index.html is written last)
 
     def claim(name: str) -> Path:
         if name not in claimed:
