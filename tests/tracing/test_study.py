@@ -117,3 +117,18 @@ def test_the_replay_asks_no_k_beyond_the_traces():
     assert held_to(REPLAY_POLICIES, 20) == ("fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle")
     assert held_to(REPLAY_POLICIES, 4) == ("fixed:1", "fixed:3", "fixed:4", "adaptive", "oracle")
     assert held_to(REPLAY_POLICIES, 1) == ("fixed:1", "adaptive", "oracle")
+
+
+def test_the_studys_copy_of_a_workload_splits_lines_as_the_reader_does(tmp_path):
+    """A prompt holding U+2028 (valid JSON) was split in two by str.splitlines: the study's copy
+    was invalid JSON, and blank lines skipped moved every later line number."""
+    from specscope.study.run import first_requests
+    from specscope.workloads.jsonl import read_prompts
+
+    workload = tmp_path / "w.jsonl"
+    lines = [json.dumps({"id": "a", "prompt": "x\u2028y"}, ensure_ascii=False), "", json.dumps({"id": "b", "prompt": "z"}),
+             json.dumps({"id": "c", "prompt": "q"})]
+    workload.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "copy").mkdir()
+    copy = first_requests(workload, 2, tmp_path / "copy")
+    assert [(p.id, p.line) for p in read_prompts(copy)] == [("a", 1), ("b", 3)]

@@ -55,10 +55,13 @@ def _stem(path: Path) -> str:
 
 
 def first_requests(workload: Path, count: int, folder: Path) -> Path:
-    """A copy of ``workload`` holding its first ``count`` requests (blank lines skipped)."""
-    lines = [line for line in workload.read_text(encoding="utf-8").splitlines() if line.strip()][:count]
+    """A copy of ``workload`` up to its ``count``-th request: lines split at newlines only, as the
+    JSON Lines reader splits them (U+2028 inside a prompt is text), blank ones kept, so that an
+    error in the copy names the line it has in ``workload``."""
+    lines = workload.read_text(encoding="utf-8").split("\n")
+    requests = [i for i, line in enumerate(lines) if line.strip()][:count]
     out = folder / workload.name
-    text = "".join(line + "\n" for line in lines)
+    text = "".join(line + "\n" for line in lines[:requests[-1] + 1]) if requests else ""
     if not out.exists() or out.read_text(encoding="utf-8") != text:
         atomic_write_text(out, text)
     return out
