@@ -585,3 +585,8 @@ def test_a_policy_priced_by_another_cost_model_than_its_own_says_so(policy_file)
     assert "fitted for cost model 'toy' (other coefficients than the one of that name here)" in note
     (note,) = learned_notes([learned], COST, [1, 32])
     assert note == f"{learned} was fitted at batch sizes 1, 8: at B=32 it decides by B=8's rule"
+    from specscope.costmodel.base import LinearDrafting
+
+    # the policy's own work, which a study adds to its cost model once the policy is fitted: no other prices
+    with_work = replace(COST, drafting={**COST.drafting, "learned": LinearDrafting(1e-4, 0.0, 0.0)})
+    assert learned_notes([learned], with_work, [1, 8]) == []

@@ -30,7 +30,7 @@ import numpy as np
 from specscope import validate
 from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
-from specscope.methods import method
+from specscope.methods import LEARNED, method
 from specscope.policy.learned import load_policy
 from specscope.policy.observation import Decide
 from specscope.trace.schema import TREE_RANK_CAP
@@ -179,13 +179,20 @@ def learned_notes(policies: Sequence[str], cost: CostModel, batch_sizes: Sequenc
             continue
         policy = load_policy(argument)
         fitted = policy.document["cost_model"]
-        if fitted != cost.describe():
+        if _choice_prices(fitted) != _choice_prices(cost.describe()):
             other = f"cost model {fitted['name']!r}" + (" (other coefficients than the one of that name here)"
                                                          if fitted["name"] == cost.name else "")
             notes.append(f"{text}: fitted for {other}, whose prices its choices weigh; its steps are priced here by "
                          f"{cost.name!r}")
         notes.extend(policy.rule_notes(batch_sizes))
     return notes
+
+
+def _choice_prices(described: dict) -> dict:
+    """A cost model's description without the policy's own work (drafting entry ``learned``),
+    which prices a policy's steps and none of its choices (a study adds it once the policy is fitted)."""
+    drafting = {m: d for m, d in described.get("drafting", {}).items() if m != LEARNED}
+    return {**described, "drafting": drafting}
 
 
 def held_to(policies: Sequence[str], depth: int) -> tuple[str, ...]:
