@@ -20,7 +20,7 @@ from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED
 from specscope.report.style import CYCLE, panel_grid, plt
-from specscope.sim.evaluate import candidate_policies, judge, on_common_positions
+from specscope.sim.evaluate import candidate_policies, judge, no_gap_reason, on_common_positions
 from specscope.sim.grid import COMBINED, SimConfig, check_k_by_dataset, simulate
 from specscope.sim.policies import parse_policy
 from specscope.policy.learned import load_policy
@@ -29,6 +29,7 @@ from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord
 
 EXAMPLES = 3  # requests whose per-step choices are drawn
+GAP_AXIS = 2.0  # the gap figure shows -2 … 2; a bar beyond is cut there, its value written at its end
 
 
 @dataclass
@@ -100,12 +101,18 @@ def gap_figure(table: Sequence[dict]) -> plt.Figure:
                        np.nan) for d in datasets]
         where = np.arange(len(datasets)) + (i - (len(sizes) - 1) / 2) * width  # bars centred on their dataset
         ax.bar(where, values, width, label=f"B={b}", color=CYCLE[i % len(CYCLE)])
-        for x, value in zip(where, values):
-            if np.isnan(value):  # oracle-switch beats the best fixed policy by under MIN_ROOM: no gap to close
-                ax.text(x, 0.0, "no gap", rotation=90, ha="center", va="bottom", fontsize=7, color="grey")
+        lines = [next((l for l in table if l["dataset"] == d and l["batch_size"] == b), None) for d in datasets]
+        for x, value, line in zip(where, values, lines):
+            if line is not None and np.isnan(value):  # a gap too small to divide by, or none: said which
+                ax.text(x, 0.0, no_gap_reason(line), rotation=90, ha="center", va="bottom", fontsize=7, color="grey")
+            elif abs(value) > GAP_AXIS:  # one bar over a gap just past MIN_ROOM would flatten every other
+                ax.text(x, np.sign(value) * GAP_AXIS, f"{value:+.1f}", ha="center",
+                        va="bottom" if value < 0 else "top", fontsize=7)  # inside the cut end
     ax.set_xlim(-0.5, len(datasets) - 0.5)
     ax.axhline(0.0, color="black", linewidth=0.8)
     ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+    low, high = ax.get_ylim()
+    ax.set_ylim(max(min(low, -0.1), -GAP_AXIS), min(max(high, 1.1), GAP_AXIS))
     ax.set_xticks(np.arange(len(datasets)), datasets)
     ax.set_ylabel("gap closed")
     ax.legend()

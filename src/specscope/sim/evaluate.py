@@ -97,6 +97,14 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", 
     return table
 
 
+def no_gap_reason(line: dict) -> str:
+    """Why a line of :func:`judge` has no gap closed: ``below`` where the ceiling lies below the
+    best fixed policy (its own drafting and catch-up cost more than choosing the longer acc_len
+    gains: a ceiling of tokens, not of speed), else ``no gap`` (above it by under :data:`MIN_ROOM`)."""
+    ceiling = line.get("oracle_switch")
+    return "below" if ceiling is not None and ceiling < line["best_fixed_speedup"] else "no gap"
+
+
 def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], costs: Sequence[CostModel],
                   config: SimConfig, workdir: Path) -> list[dict]:
     """For every dataset and every cost model of ``costs``: fit on the other datasets under that
