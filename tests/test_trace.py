@@ -253,3 +253,15 @@ def test_convert_refuses_two_names_for_one_proposer_and_takes_a_swap(tmp_path, c
     (record,), _ = load_traces([out], lengths="own")
     (original,), _ = load_traces([path], lengths="own")
     assert record.acc_len("eagle").tolist() == original.acc_len("ngram").tolist()
+
+
+def test_a_file_read_twice_counts_its_length_mismatches_once(tmp_path):
+    """The second copy's records are dropped as repeats; its summary said "1 of 0 records had
+    acc_len arrays of another length" of records it did not keep."""
+    path = write_lines(tmp_path / "t.jsonl", [bench_record(0), bench_record(1, eagle=(2, 1))])
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    (twin / "t.jsonl").write_bytes(path.read_bytes())
+    _, (first, second) = load_traces([path, twin / "t.jsonl"])
+    assert (first.mismatched_records, first.dropped_positions) == (1, 2)
+    assert (second.records, second.duplicates, second.mismatched_records, second.dropped_positions) == (0, 2, 0, 0)

@@ -187,22 +187,25 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
     return record, fmt
 
 
-def _align(record: TraceRecord, report: LoadReport, mode: str) -> TraceRecord:
-    """Count length mismatches; with ``lengths="common"`` cut the record to the common prefix
-    of its output and proposer arrays, with ``"own"`` keep every array whole."""
+def _align(record: TraceRecord, mode: str) -> tuple[TraceRecord, list[str], int]:
+    """With ``lengths="common"`` the record cut to the common prefix of its output and proposer
+    arrays, with ``"own"`` every array whole; and the proposers whose arrays differ in length from
+    the output, and the positions cut (for :func:`_count_alignment`, once the record is kept)."""
     lengths = {name: trace.acc_len.shape[0] for name, trace in record.proposers.items()}
     common = min([record.output_len, *lengths.values()])
     longest = max([record.output_len, *lengths.values()])
-    if common == longest:
-        return record
-    report.mismatched_records += 1
-    for name, length in lengths.items():
-        if length != record.output_len:
-            report.mismatches_by_proposer[name] = report.mismatches_by_proposer.get(name, 0) + 1
-    if mode == "own":
-        return record
-    report.dropped_positions += longest - common
-    return record.truncated(common)
+    mismatched = [name for name, length in lengths.items() if length != record.output_len]
+    if common == longest or mode == "own":
+        return record, mismatched, 0
+    return record.truncated(common), mismatched, longest - common
+
+
+def _count_alignment(report: LoadReport, mismatched: list[str], dropped: int) -> None:
+    """Count a kept record's length mismatches (:func:`_align`) in ``report``."""
+    report.mismatched_records += bool(mismatched)
+    for name in mismatched:
+        report.mismatches_by_proposer[name] = report.mismatches_by_proposer.get(name, 0) + 1
+    report.dropped_positions += dropped
 
 
 def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str = "common",
@@ -232,7 +235,7 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
         if record.output_len == 0:
             report.empty_outputs += 1
             continue
-        record = _align(record, report, lengths)
+        record, mismatched, dropped = _align(record, lengths)
         if record.output_len == 0:
             raise SpecscopeError(f"{location}: empty output after aligning acc_len arrays")
         key = (record.dataset, record.id)
@@ -245,6 +248,7 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
             report.duplicates += 1
             continue
         seen[key] = (location, record)
+        _count_alignment(report, mismatched, dropped)  # of the records kept: a repeat dropped counts nowhere
         report.rank_disagreements += rank_disagreements(record)
         report.records += 1
         report.positions += record.output_len
