@@ -132,3 +132,17 @@ def test_the_studys_copy_of_a_workload_splits_lines_as_the_reader_does(tmp_path)
     (tmp_path / "copy").mkdir()
     copy = first_requests(workload, 2, tmp_path / "copy")
     assert [(p.id, p.line) for p in read_prompts(copy)] == [("a", 1), ("b", 3)]
+
+
+def test_replays_keep_to_the_batch_sizes_the_workloads_can_fill():
+    """16 requests a workload: the replays asked for B = 32 and 128 too, each dropped with a
+    warning per dataset, and the tree crossover read "no crossover" past B = 16 unsimulated."""
+    from types import SimpleNamespace
+
+    from specscope.study.run import _fillable
+
+    records = [SimpleNamespace(dataset=d) for d in ("code", "math") for _ in range(16)]
+    said = []
+    assert _fillable((1, 8, 32, 128), records, said.append) == (1, 8)
+    assert said == ["replay  batch sizes 32,128 left out: a workload holds 16 requests (give more with --requests)"]
+    assert _fillable((1, 8), records, said.append) == (1, 8) and len(said) == 1

@@ -30,6 +30,7 @@ import json
 import logging
 import re
 import statistics
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -242,30 +243,42 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
 
     replays = {}
     records, _ = load_traces(traces, lengths="own")
+    sizes, tree_sizes = _fillable(REPLAY_BATCH_SIZES, records, say), _fillable(TREE_REPLAY_BATCH_SIZES, records, say)
     for spec in config.replay_cost_models:
         cost = resolve_cost_model(spec)
         accs = [m for m in config.methods if _can_price(cost, m)]
         rows = simulate(records, accs, list(held_to(REPLAY_POLICIES, config.k_max)), cost,  # asks nothing untraced
-                        SimConfig(mode="mixed", batch_sizes=REPLAY_BATCH_SIZES))
+                        SimConfig(mode="mixed", batch_sizes=sizes))
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
         write_rows(config.out_dir / f"replay_{name}.csv", [r.flat() for r in rows])
         replays[spec] = rows
         best = max(rows, key=lambda r: r.speedup if r.policy != "oracle" else 0)
         say(f"replay  {spec}: best non-oracle {best.acc} {best.policy} at B={best.batch_size}: {best.speedup:.2f}x")
         if config.tree_drafter and _can_price(cost, config.tree_drafter):
-            _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say)
+            _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say, tree_sizes)
     return replays
 
 
-def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say) -> None:
-    """The trees and the chains of their depth on ``cost``; one line per workload: where each
-    tree stops beating its chain (the crossover batch size)."""
+def _fillable(sizes: tuple[int, ...], records, say) -> tuple[int, ...]:
+    """The batch sizes of ``sizes`` every workload's requests can fill (mixed mode decodes B
+    distinct requests), the others said once."""
+    fewest = min(Counter(r.dataset for r in records).values())
+    kept = tuple(b for b in sizes if b <= fewest) or sizes[:1]
+    if len(kept) < len(sizes):
+        say(f"replay  batch sizes {','.join(str(b) for b in sizes if b not in kept)} left out: a workload holds "
+            f"{fewest} requests (give more with --requests)")
+    return kept
+
+
+def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say, sizes: tuple[int, ...]) -> None:
+    """The trees and the chains of their depth on ``cost`` at batch sizes ``sizes``; one line per
+    workload: where each tree stops beating its chain (the crossover batch size)."""
     from specscope.report.trees import compare_trees, tree_depths
     from specscope.sim.grid import SimConfig
 
     drafter = config.tree_drafter
     _, trees, notes = compare_trees(records, tree_depths(records, [drafter]), config.trees, config.k_max, cost,
-                                    SimConfig(mode="mixed", batch_sizes=TREE_REPLAY_BATCH_SIZES))
+                                    SimConfig(mode="mixed", batch_sizes=sizes))
     for note in notes:
         say(f"replay  {spec}: {note}")
     write_rows(out, [t.flat() for t in trees])
@@ -273,7 +286,7 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say)
         parts = [f"{t.tree} ({t.nodes} nodes) vs chain {t.chain}: "
                  + ("below it at every batch size" if t.beats_up_to is None
                     else f"crossover B={t.crossover}" if t.crossover is not None
-                    else f"beats it up to B={t.beats_up_to}, no crossover")
+                    else f"beats it up to B={t.beats_up_to}, the largest simulated: no crossover there")
                  for t in trees if t.dataset == dataset]
         say(f"crossover {spec} {dataset} ({drafter}): " + "; ".join(parts))
 
