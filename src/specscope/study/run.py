@@ -223,7 +223,7 @@ def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[Measu
     for trace in traces:
         records, _ = load_traces([trace])
         rows += with_simulated(records, [c for c in measured if c.dataset == _stem(trace)], cost, policy)
-    write_rows(config.out_dir / "fidelity.csv", [r.flat() for r in rows])
+    write_rows(config.out_dir / "fidelity.csv", [{**r.flat(), "cost_model": cost.name} for r in rows])
     groups = (("chain", [r for r in rows if r.tree is None and r.method != LEARNED]),
               ("tree", [r for r in rows if r.tree]), ("learned", [r for r in rows if r.method == LEARNED]))
     for what, mine in groups:
@@ -250,7 +250,7 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
         rows = simulate(records, accs, list(held_to(REPLAY_POLICIES, config.k_max)), cost,  # asks nothing untraced
                         SimConfig(mode="mixed", batch_sizes=sizes))
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
-        write_rows(config.out_dir / f"replay_{name}.csv", [r.flat() for r in rows])
+        write_rows(config.out_dir / f"replay_{name}.csv", [{**r.flat(), "cost_model": spec} for r in rows])
         replays[spec] = rows
         best = max(rows, key=lambda r: r.speedup if r.policy != "oracle" else 0)
         say(f"replay  {spec}: best non-oracle {best.acc} {best.policy} at B={best.batch_size}: {best.speedup:.2f}x")
@@ -281,7 +281,7 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say,
                                     SimConfig(mode="mixed", batch_sizes=sizes))
     for note in notes:
         say(f"replay  {spec}: {note}")
-    write_rows(out, [t.flat() for t in trees])
+    write_rows(out, [{**t.flat(), "cost_model": spec} for t in trees])
     for dataset in dict.fromkeys(t.dataset for t in trees):
         parts = [f"{t.tree} ({t.nodes} nodes) vs chain {t.chain}: "
                  + ("below it at every batch size" if t.beats_up_to is None
