@@ -23,14 +23,17 @@ from specscope import __version__
 from specscope.errors import SpecscopeError
 
 
+NOT_GIVEN = object()  # an option not yet seen in this parse (None may be a value)
+
+
 class StoreOnce(argparse._StoreAction):
     """argparse's ``store``, refusing an option given twice (argparse would keep the last value
     silently: ``--k 3 … --k 4`` ran k = 4 where a user may have meant either)."""
 
-    given: object = None
+    given: object = NOT_GIVEN
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
-        if self.option_strings and self.given is not None:
+        if self.option_strings and self.given is not NOT_GIVEN:
             parser.error(f"argument {argparse._get_action_name(self)}: given twice ({_shown(self.given)} "
                          f"and {_shown(values)}); give it once")
         self.given = values
@@ -55,7 +58,7 @@ class Parser(argparse.ArgumentParser):
     def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
         for action in self._actions:
             if isinstance(action, StoreOnce):
-                action.given = None
+                action.given = NOT_GIVEN
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
