@@ -146,3 +146,21 @@ def test_replays_keep_to_the_batch_sizes_the_workloads_can_fill():
     assert _fillable((1, 8, 32, 128), records, said.append) == (1, 8)
     assert said == ["replay  batch sizes 32,128 left out: a workload holds 16 requests (give more with --requests)"]
     assert _fillable((1, 8), records, said.append) == (1, 8) and len(said) == 1
+
+
+def test_a_replay_of_an_earlier_run_is_not_left_beside_this_runs(tmp_path):
+    """`--replay` is not a setting a resume compares: a replay another run asked for stayed in the
+    folder beside this run's, as if this run had made it."""
+    from types import SimpleNamespace
+
+    from specscope.study.run import replay_stage
+
+    (tmp_path / "replay_old_model.csv").write_text("stale\n")
+    (tmp_path / "replay_old_model_trees.csv").write_text("stale\n")
+    config = SimpleNamespace(replay_cost_models=(), out_dir=tmp_path)
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"schema": "specscope.trace/1", "id": "a", "dataset": "d", "k_max": 2,
+                                 "prompt_token_ids": [1], "output_token_ids": [2, 3],
+                                 "proposers": {"ngram": {"acc_len": [2, 1]}}}) + "\n")
+    assert replay_stage(config, [trace], lambda line: None) == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]

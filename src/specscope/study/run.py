@@ -242,6 +242,10 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     from specscope.trace import load_traces
 
     replays = {}
+    writes = {f"replay_{_replay_name(spec)}{part}.csv" for spec in config.replay_cost_models for part in ("", "_trees")}
+    for old in config.out_dir.glob("replay_*.csv"):  # an earlier run's --replay of other cost models: not this run's
+        if old.name not in writes:
+            old.unlink()
     records, _ = load_traces(traces, lengths="own")
     sizes, tree_sizes = _fillable(REPLAY_BATCH_SIZES, records, say), _fillable(TREE_REPLAY_BATCH_SIZES, records, say)
     for spec in config.replay_cost_models:
@@ -249,7 +253,7 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
         accs = [m for m in config.methods if _can_price(cost, m)]
         rows = simulate(records, accs, list(held_to(REPLAY_POLICIES, config.k_max)), cost,  # asks nothing untraced
                         SimConfig(mode="mixed", batch_sizes=sizes))
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
+        name = _replay_name(spec)
         write_rows(config.out_dir / f"replay_{name}.csv", [{**r.flat(), "cost_model": spec} for r in rows])
         replays[spec] = rows
         best = max(rows, key=lambda r: r.speedup if r.policy != "oracle" else 0)
@@ -257,6 +261,11 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
         if config.tree_drafter and _can_price(cost, config.tree_drafter):
             _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say, tree_sizes)
     return replays
+
+
+def _replay_name(spec: str) -> str:
+    """A replay's cost model as a file name's part (``replay_NAME.csv``)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
 
 
 def _fillable(sizes: tuple[int, ...], records, say) -> tuple[int, ...]:
