@@ -255,9 +255,8 @@ def parse_json(text: str, path: str | Path, line: int | None = None) -> object:
         raise SpecscopeError(f"{place}: {error}") from None
     except json.JSONDecodeError as error:
         message = error.msg.removesuffix(" at")  # "Invalid control character at": json then names the position
-        if line is None:
-            raise SpecscopeError(f"{path}:{error.lineno}: invalid JSON ({message}, column {error.colno})") from None
-        raise SpecscopeError(f"{place}: invalid JSON ({message}, column {error.colno})") from None
+        at = place if line is not None else f"{path}:{error.lineno}"
+        raise SpecscopeError(f"{at}: invalid JSON ({message}, column {error.colno})") from None
     except RecursionError:
         raise SpecscopeError(f"{place}: invalid JSON (nested too deeply)") from None
     except ValueError as error:  # a number of more digits than Python converts (sys.get_int_max_str_digits)

@@ -63,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
             depth = args.k_max
             alpha = args.alpha
             if alpha is None:  # α from proposals no longer than its records' k_max: beyond, the i.i.d. law alone
-                alpha = estimate_alpha([r.acc_len(name) for r in holding], k_max_each(holding, name))
-                depth = min(depth, min(k_max_each(holding, name)))
+                depths = k_max_each(holding, name)
+                alpha = estimate_alpha([r.acc_len(name) for r in holding], depths)
+                depth = min(depth, min(depths))
                 if depth < args.k_max:
                     declared = [r.k_max for r in holding if r.k_max is not None]
                     how = f"k_max = {depth}" if declared and min(declared) == depth else \

@@ -97,11 +97,10 @@ def gap_figure(table: Sequence[dict]) -> plt.Figure:
     fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(datasets), 3.4), layout="constrained")
     width = 0.8 / len(sizes)
     for i, b in enumerate(sizes):
-        values = [next((l.get("gap_closed", np.nan) for l in table if l["dataset"] == d and l["batch_size"] == b),
-                       np.nan) for d in datasets]
+        lines = [next((l for l in table if l["dataset"] == d and l["batch_size"] == b), None) for d in datasets]
+        values = [np.nan if line is None else line.get("gap_closed", np.nan) for line in lines]
         where = np.arange(len(datasets)) + (i - (len(sizes) - 1) / 2) * width  # bars centred on their dataset
         ax.bar(where, values, width, label=f"B={b}", color=CYCLE[i % len(CYCLE)])
-        lines = [next((l for l in table if l["dataset"] == d and l["batch_size"] == b), None) for d in datasets]
         for x, value, line in zip(where, values, lines):
             if line is not None and np.isnan(value):  # a gap too small to divide by, or none: said which
                 ax.text(x, 0.0, no_gap_reason(line), rotation=90, ha="center", va="bottom", fontsize=7, color="grey")

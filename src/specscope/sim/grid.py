@@ -139,12 +139,13 @@ def length_notes(records: Sequence[TraceRecord], policies: Sequence[str]) -> lis
     arrays share (oracle-switch and learned: and the output), the others each proposer's whole
     array — two sets of tokens in one table."""
     switching = [p for p in policies if p.startswith(SEVERAL)]
-    uneven = sum(len({r.output_len, *(len(t.acc_len) for t in r.proposers.values())}) > 1 for r in records)
+    uneven = sum(bool(r.uneven) for r in records)
     if not switching or len(switching) == len(policies) or not uneven:
         return []
-    return [f"{', '.join(switching)} {'replays' if len(switching) == 1 else 'replay'} the positions its proposers' acc_len share, the other "
-            f"policies each proposer's whole array ({uneven} of {len(records)} records differ): --lengths common "
-            "replays one set of tokens for all"]
+    verb = "replays" if len(switching) == 1 else "replay"
+    return [f"{', '.join(switching)} {verb} the positions its proposers' acc_len share, the other policies each "
+            f"proposer's whole array ({uneven} of {len(records)} records differ): --lengths common replays one set "
+            "of tokens for all"]
 
 
 def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:

@@ -191,12 +191,11 @@ def _align(record: TraceRecord, mode: str) -> tuple[TraceRecord, list[str], int]
     """With ``lengths="common"`` the record cut to the common prefix of its output and proposer
     arrays, with ``"own"`` every array whole; and the proposers whose arrays differ in length from
     the output, and the positions cut (for :func:`_count_alignment`, once the record is kept)."""
-    lengths = {name: trace.acc_len.shape[0] for name, trace in record.proposers.items()}
-    common = min([record.output_len, *lengths.values()])
-    longest = max([record.output_len, *lengths.values()])
-    mismatched = [name for name, length in lengths.items() if length != record.output_len]
-    if common == longest or mode == "own":
+    mismatched = record.uneven
+    if not mismatched or mode == "own":
         return record, mismatched, 0
+    lengths = [record.output_len, *(len(trace.acc_len) for trace in record.proposers.values())]
+    common, longest = min(lengths), max(lengths)
     return record.truncated(common), mismatched, longest - common
 
 

@@ -103,6 +103,12 @@ class TraceRecord:
         """``acc_len`` of ``proposer`` ([G] int32)."""
         return self.proposers[proposer].acc_len
 
+    @property
+    def uneven(self) -> list[str]:
+        """The proposers whose acc_len array is longer or shorter than the output (the paper's
+        traces hold such records)."""
+        return [name for name, trace in self.proposers.items() if len(trace.acc_len) != self.output_len]
+
     def truncated(self, length: int) -> "TraceRecord":
         """The first ``length`` positions of the output and of every proposer's arrays."""
         return replace(self, output_token_ids=self.output_token_ids[:length],

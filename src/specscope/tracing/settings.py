@@ -50,7 +50,7 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
     with other settings (unless ``overwrite``: then the old traces are removed), and record
     the settings. Nothing is changed when it refuses, or with ``dry_run`` (the checks alone)."""
     sidecar = settings_path(output)
-    has_records = output.is_file() and output.read_bytes().strip() != b""
+    has_records = output.is_file() and _holds_text(output)
     if has_records and not sidecar.is_file() and not holds_traces(output):
         raise SpecscopeError(f"{output}: exists and holds no trace records (nor a settings file "
                              f"{sidecar.name} beside it): specscope replaces only traces; trace into another file")
@@ -75,6 +75,16 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
         with open(output, "r+b") as old_traces:  # emptied in place: a symbolic link stays one, and the mode stays
             old_traces.truncate(0)
     atomic_write_text(sidecar, json.dumps(settings, indent=1) + "\n")
+
+
+def _holds_text(path: Path) -> bool:
+    """Whether ``path`` holds anything but whitespace, read only as far as the first of it (a
+    trace file may run to hundreds of megabytes, and a resume checks it twice)."""
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 16):
+            if chunk.strip():
+                return True
+    return False
 
 
 def _ours(sidecar: Path) -> bool:

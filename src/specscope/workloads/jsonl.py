@@ -58,10 +58,11 @@ def read_workload(path: str | Path, tokenizer=None, vocab_size: int | None = Non
     requests = []
     for prompt in read_prompts(path):
         request = _tokenize(prompt, Path(path), tokenizer)
-        if vocab_size is not None and max(request.prompt_token_ids) >= vocab_size:
+        largest = max(request.prompt_token_ids)
+        if vocab_size is not None and largest >= vocab_size:
             field = "prompt_token_ids" if prompt.token_ids is not None else "prompt"
-            raise SpecscopeError(f"{where(Path(path), prompt.line, field)}: token id "
-                                 f"{max(request.prompt_token_ids)} is not below the model's vocabulary size {vocab_size}")
+            raise SpecscopeError(f"{where(Path(path), prompt.line, field)}: token id {largest} is not below the "
+                                 f"model's vocabulary size {vocab_size}")
         requests.append(request)
     return requests
 
@@ -78,7 +79,7 @@ def _parse(obj: object, path: Path, line: int) -> Prompt:
             raise fields.error("prompt_token_ids", "expected a non-empty list of non-negative integers")
         return Prompt(rid, token_ids=tuple(ids.tolist()), line=line)
     text = fields.text("prompt")
-    if not isinstance(fields.get("prompt"), str) or not text:
+    if not isinstance(fields.get("prompt"), str):
         raise fields.error("prompt", "expected non-empty text")
     return Prompt(rid, text=text, line=line)
 
