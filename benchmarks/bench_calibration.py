@@ -241,7 +241,9 @@ def whatif(out: Path, trace: Path) -> None:
         check = "" if not row["measured_best"] else (
             f"  measured best {row['measured_best']} ({float(row['measured_speedup']):.2f}), predicted among "
             f"measured {row['predicted_among_measured']}: "
-            f"{ {'True': 'agree', 'False': 'DISAGREE'}.get(row['agree'], 'not checked (its winner not simulated)')}")
+            f"{ {'True': 'agree', 'False': 'DISAGREE'}.get(row['agree'], 'not checked (its winner not simulated)')}"
+            + (f", which measured {float(row['pick_measured_speedup']):.2f} ({float(row['lost_pct']):.1f} % lost)"
+               if row["agree"] == "False" else ""))
         print(f"B={row['batch_size']:>3} {'(in fit)' if row['in_fit'] == 'True' else '        '} "
               f"{row['predicted_best']:<22} {float(row['predicted_speedup']):.2f}{check}")
 

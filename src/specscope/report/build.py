@@ -214,11 +214,13 @@ def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[
     summary = whatif_summary(rows)
     return [(f"What if: the calibrated model's best per batch size, and the measured check{': ' + summary if summary else ''}",
              ["workload", "batch size", "batch size in fit", "predicted best", "its k or tree in fit", "predicted",
-              "measured best", "measured", "predicted best of the measured", "agree"],
+              "measured best", "measured", "predicted best of the measured", "its measured speedup",
+              "lost % (trusting the prediction)", "agree"],
              [[r.dataset, r.batch_size, "yes" if r.in_fit else "no", r.predicted_best,
                "" if r.best_in_fit is None else ("yes" if r.best_in_fit else "no"), r.predicted_speedup,
                r.measured_best or "", "" if r.measured_speedup is None else r.measured_speedup,
-               r.predicted_among_measured or "", _agree(r)]
+               r.predicted_among_measured or "", "" if r.pick_measured_speedup is None else r.pick_measured_speedup,
+               "" if r.lost_pct is None else f"{r.lost_pct:.1f}", _agree(r)]
               for r in rows])]
 
 

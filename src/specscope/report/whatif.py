@@ -17,7 +17,11 @@ prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
   simulated* (a check can only rank what it ran), with ``agree`` = the two name the same method,
   k and tree (``None``, not checked, where the measured winner is a configuration the report did
   not simulate, such as a k beyond its ``--ks``). ``measured_in_fit``:
-  whether the winner's own cell was one the model was fitted to.
+  whether the winner's own cell was one the model was fitted to. ``pick_measured_speedup`` is
+  what that predicted pick measured, and ``lost_pct`` = 100 · (winner's − pick's) / winner's
+  measured speedup: what trusting the prediction would have cost (0 where they agree). A miss
+  between two configurations that measured within a percent of each other is a tie the
+  measurement cannot split; a large ``lost_pct`` is a wrong prediction.
 """
 
 from __future__ import annotations
@@ -51,6 +55,8 @@ class WhatIfRow:
     measured_in_fit: bool | None = None
     predicted_among_measured: str | None = None
     predicted_among_measured_speedup: float | None = None
+    pick_measured_speedup: float | None = None
+    lost_pct: float | None = None
     agree: bool | None = None
 
     def flat(self) -> dict:
@@ -98,13 +104,16 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
             row.predicted_among_measured, row.predicted_among_measured_speedup = _config(pick), speedup
             checked = winner.method == NO_SD or any(c is winner for c, _ in priced)  # else not simulated: no rank
             row.agree = _config(pick) == _config(winner) if checked else None
+            if checked:
+                row.pick_measured_speedup = pick.measured_speedup
+                row.lost_pct = 100.0 * (winner.measured_speedup - pick.measured_speedup) / winner.measured_speedup
         out.append(row)
     return out
 
 
 def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
     """One sentence: how often the predicted winner matched the measured one, on batch sizes the
-    fit never saw and on those it did."""
+    fit never saw and on those it did, and the most a miss cost (``lost_pct``)."""
     checked = [r for r in rows if r.agree is not None]
     if not checked:
         return None
@@ -114,7 +123,17 @@ def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
         if group:
             sizes = ", ".join(f"B={r.batch_size}" for r in group)
             parts.append(f"{sum(r.agree for r in group)}/{len(group)} at batch sizes {label} ({sizes})")
-    return "The predicted winner among the measured configurations is the measured one " + "; ".join(parts) + "."
+    sentence = "The predicted winner among the measured configurations is the measured one " + "; ".join(parts)
+    misses = [r for r in checked if not r.agree]
+    if misses:
+        worst = max(misses, key=lambda r: r.lost_pct)
+        least = min(r.lost_pct for r in misses)
+        span = f"{worst.lost_pct:.1f} %" if len(misses) == 1 else f"{least:.1f}–{worst.lost_pct:.1f} %"
+        sentence += (f"; where not, the predicted pick measured {span} below the measured winner"
+                     f" ({'' if len(misses) == 1 else 'worst: '}{worst.predicted_among_measured} "
+                     f"{worst.pick_measured_speedup:.2f}× against {worst.measured_best} {worst.measured_speedup:.2f}× "
+                     f"at B={worst.batch_size}, {worst.dataset})")
+    return sentence + "."
 
 
 def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell]) -> plt.Figure:
