@@ -86,6 +86,28 @@ def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
         compared = {(r["dataset"], r["paper_speedup"]) for r in csv.DictReader(handle)
                     if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:1", "1")}
     assert compared == {("llama3.1-8b_gsm8k", "1.0"), ("qwen3-8b_gsm8k", "")}
+    # records that call their dataset "gsm8k" in a file another model's name: not the figures' either
+    (tmp_path / "llama3.1-8b_gsm8k.jsonl").unlink()
+    (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps({**record, "dataset": "gsm8k"}) + "\n")
+    assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "dataset 'gsm8k' not compared with the paper's figures: it comes from qwen3-8b_gsm8k.jsonl" in out
+    assert "largest difference" not in out
+
+
+def test_a_broken_file_or_one_with_no_cell_is_refused(tmp_path, capsys):
+    """A *.jsonl whose first line is no JSON is a broken trace, refused at its line (not left out as
+    another kind of file); traces whose records each lack one of n-gram and EAGLE leave no cell."""
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 8, "prompt_token_ids": [1, 2],
+              "output_token_ids": [5, 6, 7, 8], "proposers": {"ngram": {"acc_len": [2, 1, 2, 1]}}}
+    (tmp_path / "b.jsonl").write_text('\n{"schema": "specscope.tr\n')
+    (tmp_path / "a.jsonl").write_text(json.dumps(record) + "\n" + json.dumps(
+        {**record, "id": "b", "proposers": {"eagle": {"acc_len": [2, 1, 2, 1]}}}) + "\n")
+    assert main(["paper", "--traces-dir", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'b.jsonl'}:2: not JSON" in capsys.readouterr().err
+    (tmp_path / "b.jsonl").unlink()
+    assert main(["paper", "--traces-dir", str(tmp_path)]) == 2
+    assert "no cell to simulate: dataset 'a': its traces do not all hold proposer" in capsys.readouterr().err
 
 
 def test_a_folder_of_other_traces_replays_what_each_holds(tmp_path, capsys):

@@ -409,7 +409,8 @@ def test_an_engine_that_pads_prefills_the_prompts_arriving_together_at_the_longe
 
 def test_the_no_match_guess_is_said_where_it_decides(tmp_path, capsys):
     """n-gram traces without draft_len: a dataset named like one of the paper's takes its guessed
-    match probability, and the run says so; any other name takes none, and nothing is said."""
+    match probability, and the run says so; any other name takes none, and the run says that every
+    step there proposed."""
     from specscope.cli import main
     from specscope.trace.load import write_traces
 
@@ -420,6 +421,45 @@ def test_the_no_match_guess_is_said_where_it_decides(tmp_path, capsys):
         out = capsys.readouterr().out
         said = "with probability 0.4 (the paper's guess for its cnn traces)" in out
         assert said == (name == "qwen3-8b_cnn"), out
+        assert ("every step there is taken to have proposed (and paid its drafting) (no guess applies"
+                in out) == (name != "qwen3-8b_cnn"), out
+
+
+def test_each_record_keeps_its_own_draft_len_where_another_lacks_one(tmp_path, capsys):
+    """Records that did record draft_len are replayed by it even where another record of the
+    dataset did not: one whose n-gram never matched (draft_len 0 everywhere) pays no drafting."""
+    never = np.ones(8, dtype=np.int32)
+    config = SimConfig(mode="paper", batch_sizes=(1,), guess_no_match=False)
+    alone = simulate([record(never, rid="a", draft_len=np.zeros(8))], ["ngram"], ["fixed:3"], COST, config)
+    mixed = simulate([record(never, rid="a", draft_len=np.zeros(8)), record(never, rid="b")], ["ngram"],
+                     ["fixed:3"], COST, config)
+    lacking = simulate([record(never, rid="b")], ["ngram"], ["fixed:3"], COST, config)
+    assert alone[0].speedup == pytest.approx(1.0) and alone[0].time_split["drafting"] == 0.0
+    assert mixed[0].time_split["drafting"] == pytest.approx(lacking[0].time_split["drafting"])  # only b's steps
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [record(never, rid="a", draft_len=np.zeros(8)), record(never, rid="b")])
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram", "--policies", "fixed:3",
+                 "--batch-sizes", "1", "--match-prob", "0.5"]) == 0
+    assert "ngram recorded no draft_len in 1 of its 2 records (the others: their own)" in capsys.readouterr().out
+
+
+def test_json_output_is_strict_json_and_no_guess_refuses_a_match_prob(tmp_path, capsys):
+    """An undefined cell (no step proposed: no acceptance rate) is null on standard output as in a
+    file, whether asked by --format json or by -o - with it; --match-prob with --no-guess is refused."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    path = tmp_path / "t.jsonl"
+    write_traces(path, [record([1], rid=f"r{i}") for i in range(2)])  # one-token outputs: no step at all
+    for extra in ([], ["-o", "-"]):
+        assert main(["simulate", str(path), "--acc", "ngram", "--policies", "fixed:1", "--batch-sizes", "1",
+                     "--format", "json", *extra]) == 0
+        cells = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"bare {name}"))
+        assert cells[0]["acceptance_rate"] is None
+    assert main(["simulate", str(path), "--no-guess", "--match-prob", "0.5"]) == 2
+    assert "--no-guess never guesses" in capsys.readouterr().err
 
 
 def test_bare_oracle_combined_pairs_ngram_with_the_model_proposer_held(tmp_path, capsys):

@@ -164,6 +164,20 @@ def csv_safe(value: object) -> object:
     return value
 
 
+def json_text(value: object) -> str:
+    """``value`` as strict JSON text (indented, a final newline): a float that is not a number
+    (NaN: undefined) is ``null``, as no JSON reader takes a bare ``NaN``; numpy numbers as floats."""
+    def strict(v: object) -> object:
+        if isinstance(v, float):
+            return None if math.isnan(v) else v
+        if isinstance(v, Mapping):
+            return {key: strict(item) for key, item in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [strict(item) for item in v]
+        return v
+    return json.dumps(strict(value), indent=1, default=float, allow_nan=False) + "\n"
+
+
 def write_rows(path: str | Path, rows: Iterable[Mapping[str, object]]) -> None:
     """Write rows as CSV (``.csv``, ``-`` or a device) or a JSON list (``.json``), by the suffix;
     a value that is not a number (NaN: undefined) is an empty cell, ``null`` in JSON."""
@@ -171,7 +185,7 @@ def write_rows(path: str | Path, rows: Iterable[Mapping[str, object]]) -> None:
             for row in rows]
     path = check_table_output(path)
     if path.suffix == ".json":
-        atomic_write_text(path, json.dumps(rows, indent=1, default=float) + "\n")
+        atomic_write_text(path, json_text(rows))
         return
     fields: list[str] = []
     for row in rows:

@@ -14,6 +14,7 @@ import numpy as np
 from specscope.cli._common import check_output_file, check_table_output, print_table, refuse_overwriting, to_stdout
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
+from specscope.fileio import json_text
 
 POOR_FIT = 0.2  # a fit whose median step error is above this share is reported as poor
 
@@ -54,8 +55,7 @@ def run_show(args: argparse.Namespace) -> int:
     cost = resolve_cost_model(args.name)
     description = cost.describe()
     if args.format == "json":
-        json.dump(description, sys.stdout, indent=1)
-        print()
+        sys.stdout.write(json_text(description))
         return 0
     print(json.dumps(description, indent=1))
     batched = [1, 8, 32, 128, 512, 1024]

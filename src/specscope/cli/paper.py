@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
 from pathlib import Path
@@ -34,6 +35,34 @@ def paper_dataset(dataset: str) -> str | None:
         if name.startswith(prefix) and name[len(prefix):] in ("gsm8k", "sharegpt", "cnn", "instructcoder"):
             return name[len(prefix):]
     return None
+
+
+def _refuse_broken(path: Path) -> None:
+    """A ``*.jsonl`` beside the traces whose first line is no JSON at all is a broken file, not
+    another kind of file (a workload, notes): refused at that line rather than left out."""
+    with path.open("rb") as lines:
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                try:
+                    json.loads(line)
+                except (ValueError, RecursionError):
+                    raise SpecscopeError(f"{path}:{number}: not JSON (records are JSON objects, one a line)") from None
+                return
+
+
+def _foreign_files(files: list[Path], records: list, reports: list) -> dict[str, str]:
+    """Dataset → the name of a file holding some of its records whose own name is not the paper's
+    (``qwen3-8b_gsm8k.jsonl`` holding records of dataset ``gsm8k``): another model's traces, not
+    the figures', whatever their records call their dataset. ``records`` are in file order,
+    ``reports[i].records`` of them from ``files[i]``."""
+    foreign, start = {}, 0
+    for path, report in zip(files, reports):
+        if paper_dataset(path.stem) is None:
+            for record in records[start:start + report.records]:
+                if paper_dataset(record.dataset) is not None:  # its records claim a paper dataset
+                    foreign.setdefault(record.dataset, path.name)
+        start += report.records
+    return foreign
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,7 +104,7 @@ def read_reference(path: Path) -> dict[tuple[str, str, str, int], float]:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import H100_LLAMA31_8B
-    from specscope.sim.grid import OPTIMISTIC, SimConfig, simulate
+    from specscope.sim.grid import OPTIMISTIC, SimConfig, sample_notes, simulate
     from specscope.trace import load_traces
     from specscope.trace.load import holds_traces
 
@@ -90,20 +119,27 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         raise SpecscopeError(f"{folder}: no *.jsonl trace files; {WHERE}")
     for other in sorted(set(found) - set(files)):
+        _refuse_broken(other)
         print(f"note: {other.name} left out: its first record is no trace", file=out)
     refuse_clashes({"-o": args.output}, [*files, folder / REFERENCE])
     reference = read_reference(folder / REFERENCE) if (folder / REFERENCE).is_file() else {}
     records, reports = load_traces(files, lengths="own")
     note_mismatches(reports, out)
+    foreign = _foreign_files(files, records, reports) if reference else {}
+    for dataset, name in foreign.items():
+        print(f"note: dataset {dataset!r} not compared with the paper's figures: it comes from {name}, not a file "
+              f"named as the paper's traces ({' or '.join(p + 'DATASET' for p in PAPER_MODEL)}, or DATASET)", file=out)
     config = SimConfig(mode="paper", combined=("ngram", "eagle"))
     missing: list[str] = []  # a dataset traced without n-gram or EAGLE replays what it holds
     rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B, config, missing=missing)
-    for note in missing:
+    if not rows:
+        raise SpecscopeError(f"{folder}: no cell to simulate: " + "; ".join(missing))
+    for note in [*sample_notes(records, config, option=False), *missing]:
         print(f"note: {note}", file=out)
     table: dict[tuple[str, str, str], list[str]] = {}
     cells, differences = [], []
     for row in rows:
-        dataset = paper_dataset(row.dataset)
+        dataset = None if row.dataset in foreign else paper_dataset(row.dataset)
         paper = None if dataset is None else reference.get((row.acc, dataset, row.policy, row.batch_size))
         cell = f"{row.speedup:.2f}" + (f" ({paper:.2f})" if paper is not None else "")
         table.setdefault((row.dataset, row.acc, row.policy), []).append(cell)
@@ -123,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
     elif not (folder / REFERENCE).is_file():
         print(f"note: no cell compared with the paper's figures: {folder} holds no {REFERENCE} (the speedups "
               "read off the paper's Figures 10 and 12, one row per acc, dataset, policy and batch size)", file=out)
-    else:
+    elif not foreign:  # else the notes above said why
         print(f"note: no cell compared with {REFERENCE}: it holds the paper's Llama-3.1-8B figures, and no "
               f"dataset here is one of its ({', '.join(sorted({d for _, d, _, _ in reference}))}, as named "
               f"{' or '.join(p + 'DATASET' for p in PAPER_MODEL)})", file=out)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import json
 import sys
 
 from specscope import validate
@@ -20,6 +19,8 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig
+from specscope.fileio import json_text
+from specscope.errors import SpecscopeError
 
 DEFAULTS = SimConfig()
 
@@ -64,9 +65,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
-    from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, length_notes, no_match_notes, simulate
+    from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, length_notes, no_match_notes, sample_notes, simulate
     from specscope.sim.policies import learned_notes
 
+    if args.no_guess and args.match_prob is not None:
+        raise SpecscopeError("--match-prob: --no-guess never guesses n-gram's no-match; give one of the two")
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     held = set.intersection(*(set(r.proposers) for r in records))  # every record's: a pair each can replay
@@ -83,20 +86,19 @@ def run(args: argparse.Namespace) -> int:
     cells = [{**row.flat(), "cost_model": label} for row in rows]
     fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
     past = cost.beyond_measured(fixed, config.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) else None
-    notes = [*no_match_notes(records, args.acc, config), *length_notes(records, args.policies), *([past] if past else []),
+    notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies), *([past] if past else []),
              *learned_notes(args.policies, cost, config.batch_sizes)]
     if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in args.acc:
         notes.append(OPTIMISTIC)
-    if args.output:
+    if args.output and not (to_stdout(args.output) and args.format == "json"):  # - with json: the JSON below
         write_rows(args.output, cells)
     quiet = to_stdout(args.output) or args.format == "json"  # stdout holds the cells: notes go to stderr
     for note in notes:
         print(f"note: {note}", file=sys.stderr if quiet else sys.stdout)
-    if to_stdout(args.output):
-        return 0
     if args.format == "json":
-        json.dump(cells, sys.stdout, indent=1)
-        print()
+        sys.stdout.write(json_text(cells))
+        return 0
+    if to_stdout(args.output):
         return 0
     sizes = sorted({row.batch_size for row in rows}, key=config.batch_sizes.index)
     show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {label})")

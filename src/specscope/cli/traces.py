@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 
 from specscope import validate
 from specscope.cli._common import add_trace_options, check_output_file, print_table, refuse_clashes, to_stdout
+from specscope.fileio import json_text
 from specscope.errors import SpecscopeError
 from specscope.trees import TreeShape, parse_tree_list
 
@@ -116,8 +116,7 @@ def _k_max_text(summary: dict) -> str:
 def run_inspect(args: argparse.Namespace) -> int:
     summaries = [inspect_file(path, args.trees) for path in args.traces]
     if args.format == "json":
-        json.dump(summaries, sys.stdout, indent=1)
-        print()
+        sys.stdout.write(json_text(summaries))
         return 0
     for s in summaries:
         mismatch = ", ".join(f"{k} {v}" for k, v in s["mismatches_by_proposer"].items()) or "none"

@@ -35,7 +35,7 @@ from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, length_notes, no_match_notes, simulate, traced_k_max
+from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, length_notes, no_match_notes, sample_notes, simulate, traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
@@ -119,7 +119,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         data.notes.append(f"{', '.join(deeper)} not simulated: {config.longer_k}"
                           + "".join(f"; fixed:{k} in their place" for k in sorted(instead)))
     data.notes.extend(_tail_notes(sim_records, config))
-    data.notes.extend(no_match_notes(sim_records, simulated, config.sim))
+    data.notes.extend(sample_notes(sim_records, config.sim, option=False))
+    data.notes.extend(no_match_notes(sim_records, simulated, config.sim, option=False))
     data.notes.extend(length_notes(sim_records, config.policies))
     past = cost.beyond_measured(config.ks, config.sim.batch_sizes, names) if isinstance(cost, LinearCostModel) else None
     data.notes.extend([past] if past else [])
@@ -130,9 +131,12 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.profile = position_profiles(records)
     advance(PHASES[1])
 
+    before = len(data.notes)
     data.rows = simulate(sim_records, simulated, config.policies, cost, config.sim, missing=data.notes)
-    if not data.rows:  # every batch size above every dataset's requests (mixed mode): nothing to draw
+    if not data.rows:  # nothing to draw: no dataset holds its proposers in every record, or B is too large
         largest = max(Counter(r.dataset or "trace" for r in sim_records).values())
+        if data.notes[before:] and (config.sim.mode == "paper" or min(config.sim.batch_sizes) <= largest):
+            raise SpecscopeError("no cell to simulate: " + "; ".join(data.notes[before:]))
         raise SpecscopeError(f"--batch-sizes: {','.join(map(str, config.sim.batch_sizes))}: every one is above the "
                              f"requests of every dataset here (the largest holds {largest}; mixed mode decodes B "
                              "distinct requests, --mode paper B copies of each)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
@@ -112,21 +113,32 @@ def match_prob_for(dataset: str, config: SimConfig) -> float | None:
     return None
 
 
-def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: SimConfig) -> list[str]:
-    """One line per dataset × lookup proposer whose steps the no-match guess decides (its records
-    keep no draft_len, and a guess applies: ``--match-prob``, or the paper's for a dataset named
-    like one of its four): what was assumed, so that a result never rests on a file's name unsaid."""
+def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: SimConfig,
+                   option: bool = True) -> list[str]:
+    """One line per dataset × lookup proposer some of whose records keep no draft_len: what was
+    assumed there — the no-match guess (``--match-prob``, or the paper's for a dataset named like
+    one of its four), or, where none applies, that every step proposed — so that a result never
+    rests on a file's name or a missing field unsaid (``option``: naming ``--match-prob``)."""
     notes = []
-    datasets = dict.fromkeys(r.dataset or "trace" for r in records)
-    for dataset in datasets if config.guess_no_match else ():
-        prob = match_prob_for(dataset, config)
+    for dataset in dict.fromkeys(r.dataset or "trace" for r in records):
+        prob = match_prob_for(dataset, config) if config.guess_no_match else None
         mine = [r for r in records if (r.dataset or "trace") == dataset]
         for acc in (a for a in accs if a in LOOKUP_PROPOSERS):
-            if prob is not None and any(acc in r.proposers and r.proposers[acc].draft_len is None for r in mine):
-                source = "--match-prob" if config.match_prob is not None else \
-                    f"the paper's guess for its {next(n for n in PAPER_MATCH_PROB if n in dataset.lower())} traces"
-                notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len, so a step that accepted nothing is "
-                             f"taken to have found a match (and paid its drafting) with probability {prob:g} ({source})")
+            holding = [r for r in mine if acc in r.proposers]
+            lacking = sum(r.proposers[acc].draft_len is None for r in holding)
+            if not lacking:
+                continue
+            which = "" if lacking == len(holding) else f" in {lacking} of its {len(holding)} records (the others: their own)"
+            if prob is None:
+                why = "--no-guess" if not config.guess_no_match else \
+                    "no guess applies" + (": --match-prob sets one" if option else "")
+                notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len{which}, so every step there is taken "
+                             f"to have proposed (and paid its drafting) ({why})")
+                continue
+            source = "--match-prob" if config.match_prob is not None else \
+                f"the paper's guess for its {next(n for n in PAPER_MATCH_PROB if n in dataset.lower())} traces"
+            notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len{which}, so a step that accepted nothing "
+                         f"is taken to have found a match (and paid its drafting) with probability {prob:g} ({source})")
     return notes
 
 
@@ -204,8 +216,24 @@ def _feasible(batch_sizes: Sequence[int], requests: int, dataset: str, config: S
     return [b for b in batch_sizes if b <= requests]
 
 
+def sample_size(config: SimConfig) -> int | None:
+    """Requests drawn per dataset: ``--sample``, else the paper's 300 in paper mode (None: all)."""
+    return config.sample if config.sample is not None else (PAPER_SAMPLE if config.mode == "paper" else None)
+
+
+def sample_notes(records: Sequence[TraceRecord], config: SimConfig, option: bool = True) -> list[str]:
+    """One line per dataset holding more requests than are drawn from it: how many were replayed
+    (``option``: and the ``--sample`` that replays them all)."""
+    size = sample_size(config)
+    counts = Counter(r.dataset or "trace" for r in records)
+    why = "--sample" if config.sample is not None else "paper mode draws the paper's 300"
+    return [f"dataset {dataset!r}: {size} of its {count} requests drawn at random (seed {config.seed}; {why}"
+            + (f"; --sample {count} replays them all)" if option else ")")
+            for dataset, count in counts.items() if size is not None and count > size]
+
+
 def _sample(records: list[TraceRecord], config: SimConfig) -> list[TraceRecord]:
-    size = config.sample if config.sample is not None else (PAPER_SAMPLE if config.mode == "paper" else None)
+    size = sample_size(config)
     if size is None or len(records) <= size:
         return records
     # Python's random.sample, as the paper's simulator drew its requests (same seed, same set).
@@ -236,11 +264,10 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
             acc_lens.append(np.maximum(first[:common], second[:common]))
         return make_plan(acc_lens, prompt_lens, policy, traced_k_max(records, policy.combined), seed=config.seed)
     traces = [r.proposers[acc] for r in records]
-    draft_lens = [t.draft_len for t in traces]
     guess = config.guess_no_match and acc in LOOKUP_PROPOSERS
     return make_plan(
         [t.acc_len for t in traces], prompt_lens, policy, traced_k_max(records, [acc]),
-        draft_lens=draft_lens if all(d is not None for d in draft_lens) else None,
+        draft_lens=[t.draft_len for t in traces],  # each record's own; the guess only where one lacks it
         match_prob=match_prob_for(dataset, config) if guess else None,
         seed=config.seed,
     )
