@@ -590,3 +590,52 @@ def test_a_policy_priced_by_another_cost_model_than_its_own_says_so(policy_file)
     # the policy's own work, which a study adds to its cost model once the policy is fitted: no other prices
     with_work = replace(COST, drafting={**COST.drafting, "learned": LinearDrafting(1e-4, 0.0, 0.0)})
     assert learned_notes([learned], with_work, [1, 8]) == []
+
+def test_leave_one_out_says_where_the_held_out_policy_cannot_reach_its_datasets_depth(tmp_path):
+    """Training traced to k_max 2, the held-out dataset to 8: its policy proposes at most 2, and the
+    judgement says so (the best fixed k and the oracles there go deeper)."""
+    from specscope.sim.evaluate import leave_one_out
+
+    notes: list[str] = []
+    shallow = [r.capped(2) for r in workload(1, count=6, g=40)]
+    leave_one_out(workload(0, count=6, g=40) + shallow, ("ngram", "eagle"), [COST],
+                  SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
+    assert notes == ["held out 'w0': its policy proposes at most k = 2, as deep as its training traces reach, where "
+                     "'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can"]
+
+
+def test_a_switching_policy_goes_no_deeper_than_its_shallowest_proposer_was_traced():
+    """Records without k_max: the depth a trace can tell is each proposer's own largest acc_len − 1,
+    and a policy switching between two reaches no deeper than the shallower (here EAGLE's 2),
+    however far n-gram's acc_len reaches."""
+    from dataclasses import replace
+
+    from specscope.sim.plan import switch_k_max, traced_k_max
+
+    records = [replace(record([7, 1, 1, 7, 1, 1], [3, 2, 1, 3, 2, 1], rid=f"r{i}"), k_max=None) for i in range(2)]
+    assert traced_k_max(records, ["ngram"]) == 6 and switch_k_max(records, ["ngram", "eagle"]) == 2
+    from specscope.sim.fit import fit_policy
+
+    assert np.asarray(fit_policy(records, ("ngram", "eagle"), COST, [1])["intercept"]).shape[1] == 2  # nor its fit
+
+
+def test_explain_names_a_later_record_that_lacks_a_method(policy_file, tmp_path, capsys):
+    """`explain --traces` checks every record (a second one without n-gram was a KeyError)."""
+    from dataclasses import replace
+
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    first, second = workload(1)[:2]
+    write_traces(tmp_path / "t.jsonl", [first, replace(second, proposers={"eagle": second.proposers["eagle"]})])
+    assert main(["policy", "explain", str(policy_file), "--traces", str(tmp_path / "t.jsonl")]) == 2
+    assert "record '1-1' of dataset 'w1' has no 'ngram' trace (the policy chooses between ngram, eagle)" in \
+        capsys.readouterr().err
+
+
+def test_a_policy_over_three_proposers_has_no_ceiling_and_no_gap_figure():
+    from specscope.sim.evaluate import no_gap_reason
+
+    assert no_gap_reason({"best_fixed_speedup": 1.5}) == "no ceiling"
+    assert no_gap_reason({"best_fixed_speedup": 1.5, "oracle_switch": 1.4}) == "below"
+    assert no_gap_reason({"best_fixed_speedup": 1.5, "oracle_switch": 1.505}) == "no gap"

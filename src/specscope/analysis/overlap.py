@@ -21,7 +21,7 @@ import numpy as np
 
 from specscope.analysis.acceptance import by_dataset
 from specscope.costmodel.base import CostModel
-from specscope.sim.grid import SimConfig, simulate
+from specscope.sim.grid import SimConfig, oversize_notes, simulate
 from specscope.sim.policies import parse_policy
 from specscope.trace.schema import TraceRecord
 
@@ -112,12 +112,14 @@ def request_bleu(records: Sequence[TraceRecord], scores: np.ndarray | None = Non
 
 
 def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimConfig,
-                     config: OverlapConfig = OverlapConfig(), scores: np.ndarray | None = None
-                     ) -> list[OverlapRow]:
+                     config: OverlapConfig = OverlapConfig(), scores: np.ndarray | None = None,
+                     notes: list[str] | None = None) -> list[OverlapRow]:
     """Per dataset × BLEU bin × batch size × lookup policy: speedups from the simulator run on
     that bin's requests. Bins with no request are listed with ``requests = 0`` and NaN speedups.
     ``scores`` may pass precomputed :func:`bleu_scores` of ``records``. (The simulator
-    reports a proposer missing from some records.)"""
+    reports a proposer missing from some records.) In mixed mode a bin of fewer requests than a
+    batch size has NaN there; ``notes`` (where given) gets one line per such bin, said once for
+    both proposers' runs."""
     scores = bleu_scores(records) if scores is None else scores
     bins = bin_index(scores, config.edges)
     labelled: list[TraceRecord] = []
@@ -131,7 +133,9 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
         counts[(dataset, int(b))] = counts.get((dataset, int(b)), 0) + 1
         labelled.append(dataclasses.replace(record, dataset=label))
     # Simulate every request of a bin (paper mode would otherwise sample 300).
-    sim = dataclasses.replace(sim, sample=len(records), mode=config.mode)
+    sim = dataclasses.replace(sim, sample=len(records), mode=config.mode, oversize="said" if notes is not None else "skip")
+    if notes is not None:
+        notes.extend(oversize_notes(labelled, sim))
     speed: dict[tuple[str, int, str, str, int], float] = {}
     name = {p: parse_policy(p).name for p in (*config.lookup_policies, config.reference_policy)}
     lookup_rows = simulate(labelled, [config.lookup], sorted({name[p] for p in config.lookup_policies}), cost, sim)

@@ -99,10 +99,14 @@ def print_table(title: str, columns: list[str], rows: Iterable[Iterable[object]]
     Console(file=file, width=max(80, sum(widths) + 3 * len(widths) + 1)).print(table)
 
 
-def add_trace_options(parser: argparse.ArgumentParser, lengths: str = "own") -> None:
+def add_trace_options(parser: argparse.ArgumentParser, lengths: str = "own", choice: bool = True) -> None:
     """The trace-file arguments shared by verbs that read traces; ``lengths`` is the verb's
-    default ("own" for simulation, as the paper did; "common" for per-position analysis)."""
+    default ("own" for simulation, as the paper did; "common" for per-position analysis), and
+    the only way it reads them unless ``choice`` (a ``--lengths`` option)."""
     parser.add_argument("traces", nargs="+", metavar="TRACE", help="trace files (JSON Lines)")
+    if not choice:
+        parser.set_defaults(lengths=lengths)
+        return
     parser.add_argument(
         "--lengths", choices=LENGTHS, default=lengths,
         help="when a proposer's acc_len differs in length from the output: keep each array "

@@ -86,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
                 check_k_by_dataset(records, proposer, parsed)
             except SpecscopeError as error:
                 raise SpecscopeError(f"{option}: {error}") from None
-    rows = overlap_speedups(records, cost, sim, config, scores)
+    notes: list[str] = []
+    rows = overlap_speedups(records, cost, sim, config, scores, notes=notes)
+    for note in notes:
+        print(f"note: {note}", file=out)
     lines: dict[tuple[str, str, int, str], dict[int, float]] = {}
     for row in rows:
         lines.setdefault((row.dataset, row.bin, row.requests, row.policy), {})[row.batch_size] = row.relative_speedup

@@ -45,12 +45,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verbs = parser.add_subparsers(dest="policy_verb", metavar="ACTION", required=True)
     fit = verbs.add_parser(
         "fit", help="fit a causal per-step policy (method and k) to traces under a cost model",
-        description="Walk the traces as a causal policy would, fit per proposer a logistic model of "
+        description="Walk the traces as a causal policy would (over the positions the output and every "
+                    "proposer's acc_len cover: a record's longer arrays are cut there), fit per proposer a logistic model of "
                     "each draft token's acceptance from what an engine knows before the step, and price "
                     "every (proposer, k) under the cost model at each batch size; the policy then picks "
                     "the step with the most expected tokens for its time (see specscope.sim.fit and "
                     "specscope.policy.learned). Use the file with `simulate --policies learned:FILE`.")
-    add_trace_options(fit)
+    add_trace_options(fit, "common", choice=False)  # a walk of several proposers: the positions all of them cover
     add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
@@ -67,10 +68,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "held-out one under it: best fixed policy (k in hindsight), adaptive, learned, "
                     "oracles, oracle-switch, oracle-combined, and the gap closed = (learned - best fixed) "
                     "/ (oracle-switch - best fixed), every policy replaying the positions the output and each "
-                    "method's acc_len cover (a record's longer arrays are cut there, whatever --lengths); "
+                    "method's acc_len cover (a record's longer arrays are cut there); "
                     "beside it, a policy fitted on every dataset, the held-out "
                     "one included (learned_seen, gap_closed_seen): what not having seen the workload costs.")
-    add_trace_options(evaluate)
+    add_trace_options(evaluate, "common", choice=False)
     add_policy_options(evaluate, "the cost model fitted for and judged by")
     evaluate.add_argument("--view", type=str_list, default=[],
                           help="more cost models, each fitted for and judged by in turn (a policy is fitted "
@@ -136,7 +137,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.sim.evaluate import leave_one_out
-    from specscope.sim.grid import SimConfig
+    from specscope.sim.grid import SimConfig, oversize_notes
 
     check_proposers(args.acc, count=2)
     need_scikit_learn()
@@ -150,12 +151,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.mode == "mixed" and min(args.batch_sizes) > max(sizes.values()):
         raise SpecscopeError(f"--batch-sizes: mixed mode runs B distinct requests at once; the largest dataset "
                              f"holds {max(sizes.values())}, fewer than every batch size given")
-    config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="skip",
+    config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="said",
                        combined=tuple(args.acc) if len(args.acc) == 2 else None)
+    notes = oversize_notes(records, config)
     with tempfile.TemporaryDirectory() as folder:
-        table = leave_one_out(records, tuple(args.acc), views, config, Path(folder))
+        table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes)
     if args.output:
         write_rows(args.output, table)
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr if to_stdout(args.output) else sys.stdout)
     if to_stdout(args.output):
         return 0
     columns = ["best_fixed_speedup", "adaptive", "learned", *[f"oracle_{m}" for m in args.acc], "oracle_switch",
@@ -214,13 +218,15 @@ def run_explain(args: argparse.Namespace) -> int:
 
 def read_traces_for(policy, args: argparse.Namespace) -> list:
     """``args.traces`` read (each proposer's acc_len whole) before anything is printed; an error
-    if the first record lacks one of the policy's methods."""
+    naming the first record that lacks one of the policy's methods."""
     need_scikit_learn()
     args.lengths = "own"
     records = read_trace_args(args)
-    missing = [m for m in policy.methods if m not in records[0].proposers]
-    if missing:
-        raise SpecscopeError(f"--traces: record {records[0].id!r} has no {missing[0]!r} trace")
+    for record in records:
+        missing = [m for m in policy.methods if m not in record.proposers]
+        if missing:
+            raise SpecscopeError(f"--traces: record {record.id!r} of dataset {record.dataset!r} has no {missing[0]!r} "
+                                 f"trace (the policy chooses between {', '.join(policy.methods)})")
     from specscope.sim.grid import check_k_by_dataset
     from specscope.sim.policies import parse_policy
 

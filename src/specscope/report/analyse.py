@@ -35,7 +35,8 @@ from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, length_notes, no_match_notes, sample_notes, simulate, traced_k_max
+from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, length_notes, no_match_notes, sample_notes, simulate
+from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord

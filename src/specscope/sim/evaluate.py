@@ -35,7 +35,8 @@ import numpy as np
 from specscope.costmodel.base import CostModel
 from specscope.policy.learned import LearnedPolicy, features
 from specscope.sim.fit import fit_policy, require_methods
-from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate, traced_k_max
+from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
+from specscope.sim.plan import switch_k_max
 from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord
 
@@ -52,7 +53,7 @@ def candidate_policies(methods: tuple[str, ...], learned: str | None, records: S
     """The policies a judgement simulates on ``records`` (``learned``: a ``learned:FILE`` name):
     the fixed ks of :data:`FIXED_KS` that the records were traced deep enough to replay."""
     pair = "+".join(methods)
-    deepest = min(traced_k_max(records, [m]) for m in methods)
+    deepest = switch_k_max(records, methods)
     policies = [f"fixed:{k}" for k in FIXED_KS if k <= deepest] + ["adaptive", "oracle"]
     if len(methods) == 2:  # one method's oracle, which charges its drafting, is its own oracle-switch
         policies += [f"oracle-switch:{pair}", f"oracle-combined:{pair}"]
@@ -98,25 +99,30 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", 
 
 
 def no_gap_reason(line: dict) -> str:
-    """Why a line of :func:`judge` has no gap closed: ``below`` where the ceiling lies below the
-    best fixed policy (its own drafting and catch-up cost more than choosing the longer acc_len
-    gains: a ceiling of tokens, not of speed), else ``no gap`` (above it by under :data:`MIN_ROOM`)."""
+    """Why a line of :func:`judge` has no gap closed: ``no ceiling`` where no oracle-switch was
+    simulated (it switches between two proposers; a policy over more has none), ``below`` where
+    the ceiling lies below the best fixed policy (its own drafting and catch-up cost more than
+    choosing the longer acc_len gains: a ceiling of tokens, not of speed), else ``no gap`` (above
+    it by under :data:`MIN_ROOM`)."""
     ceiling = line.get("oracle_switch")
-    return "below" if ceiling is not None and ceiling < line["best_fixed_speedup"] else "no gap"
+    if ceiling is None:
+        return "no ceiling"
+    return "below" if ceiling < line["best_fixed_speedup"] else "no gap"
 
 
 def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], costs: Sequence[CostModel],
-                  config: SimConfig, workdir: Path) -> list[dict]:
+                  config: SimConfig, workdir: Path, notes: list[str] | None = None) -> list[dict]:
     """For every dataset and every cost model of ``costs``: fit on the other datasets under that
     cost model (at ``config.batch_sizes``), write the policy to ``workdir``, and judge it on the
     held-out dataset under the same cost model — a policy is fitted for the engine it runs on —
-    beside the policy fitted on every dataset (``learned_seen``)."""
+    beside the policy fitted on every dataset (``learned_seen``). ``notes`` gets a line for each
+    held-out dataset traced deeper than its training traces reach (its policy proposes no deeper)."""
     require_methods(records, methods)
     records = on_common_positions(records, methods)
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:
         by_dataset.setdefault(record.dataset or "trace", []).append(record)
-    depth = {name: traced_k_max(group, methods) for name, group in by_dataset.items()}  # each is judged within its own
+    depth = {name: switch_k_max(group, methods) for name, group in by_dataset.items()}  # each is judged within its own
     seen = [_write(fit_policy(records, methods, cost, config.batch_sizes, sources=list(by_dataset),
                               max_k=min(depth.values())), workdir / f"policy-all-{index}.json")
             for index, cost in enumerate(costs)]
@@ -126,6 +132,11 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
         for index, cost in enumerate(costs):
             document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out],
                                   sources=[name for name in by_dataset if name != held_out])
+            reach = len(document["intercept"][0])  # the held-out policy's deepest k
+            if notes is not None and index == 0 and reach < depth[held_out]:
+                notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach}, as deep as its "
+                             f"training traces reach, where {held_out!r} was traced to k = {depth[held_out]}: the "
+                             "best fixed k and the oracles there may go deeper than it can")
             learned = _write(document, workdir / f"policy-without-{held_out}-{index}.json")
             policies = candidate_policies(methods, learned, members) + [seen[index]]
             rows = simulate(members, [*methods, COMBINED], policies, cost, config)

@@ -32,6 +32,7 @@ from specscope.methods import method as method_named
 from specscope.policy.learned import SCHEMA, Chooser, choosers_from_json, feature_names, features
 from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
+from specscope.sim.plan import switch_k_max
 from specscope.sim.pricing import price_steps
 from specscope.sim.switching import common_length
 from specscope.trace.schema import TraceRecord
@@ -183,9 +184,8 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     for m in methods:
         cost.drafting_for(m)
     started = time.perf_counter()
-    declared = [r.k_max for r in records if r.k_max is not None]
-    measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1
-    depth = max(1, min([J_MAX, measured, *declared, *([max_k] if max_k is not None else [])]))
+    measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1  # no deeper than any step reached
+    depth = max(1, min([J_MAX, measured, switch_k_max(records, methods), *([max_k] if max_k is not None else [])]))
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                       "cost_model": cost.describe(), "batch_sizes": list(batch_sizes),

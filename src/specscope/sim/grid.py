@@ -22,7 +22,7 @@ from specscope.methods import of_kind
 from specscope.progress import LazyProgress
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
-from specscope.sim.plan import Plan, baseline_plan, make_plan
+from specscope.sim.plan import Plan, baseline_plan, make_plan, switch_k_max, traced_k_max
 from specscope.sim.policies import Policy, parse_policy
 from specscope.sim.pricing import DeepestPasses, Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
@@ -53,14 +53,15 @@ class SimConfig:
     guess_no_match: bool = True  # apply the guess where the trace has no draft_len
     combined: tuple[str, str] | None = None  # default pair for "oracle-combined"
     # Mixed mode, a batch size above a dataset's request count (B distinct requests cannot be
-    # filled): "skip" leaves that dataset's row out with a warning, "refuse" is an error.
+    # filled): "skip" leaves that dataset's row out with a warning, "said" without one (the caller
+    # says it once for all its runs), "refuse" is an error.
     oversize: str = "skip"
 
     def __post_init__(self) -> None:
         if self.mode not in ("paper", "mixed"):
             raise SpecscopeError(f"mode {self.mode!r}: expected 'paper' or 'mixed'")
-        if self.oversize not in ("skip", "refuse"):
-            raise SpecscopeError(f"oversize {self.oversize!r}: expected 'skip' or 'refuse'")
+        if self.oversize not in ("skip", "said", "refuse"):
+            raise SpecscopeError(f"oversize {self.oversize!r}: expected 'skip', 'said' or 'refuse'")
         validate.check("seed", validate.seed, self.seed)
         if self.sample is not None:
             validate.check("sample", validate.integer, self.sample, low=1)
@@ -160,17 +161,6 @@ def length_notes(records: Sequence[TraceRecord], policies: Sequence[str]) -> lis
             "of tokens for all"]
 
 
-def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
-    """The deepest k every record of ``proposers`` was traced at: the smallest declared k_max (a
-    record traced to 2 says nothing of a third draft, whatever the others were traced to); for
-    records that declare none, the longest acc_len seen among them − 1."""
-    declared = [r.k_max for r in records if r.k_max is not None]
-    undeclared = [r for r in records if r.k_max is None]
-    if undeclared:
-        declared.append(max(int(r.proposers[p].acc_len.max()) for r in undeclared for p in proposers) - 1)
-    return min(declared)
-
-
 def check_k_by_dataset(records: Sequence[TraceRecord], acc: str, policy: Policy) -> None:
     """:func:`check_k` for the records of each dataset among ``records``."""
     by_dataset: dict[str, list[TraceRecord]] = {}
@@ -186,7 +176,7 @@ def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: s
     limit = policy.max_k if policy.max_k is not None else policy.depth
     if limit is None or policy.combined:
         return
-    k_max = traced_k_max(records, list(policy.switch) if policy.switch else [acc])
+    k_max = switch_k_max(records, policy.switch) if policy.switch else traced_k_max(records, [acc])
     if limit <= k_max:
         return
     if len({r.k_max for r in records}) > 1:
@@ -210,7 +200,7 @@ def _feasible(batch_sizes: Sequence[int], requests: int, dataset: str, config: S
         raise SpecscopeError(f"--batch-sizes: dataset {dataset!r} has {requests} requests, fewer than batch "
                              f"size {over[0]} (mixed mode decodes B distinct requests; use batch sizes up to "
                              f"{requests}, or --mode paper)")
-    if over:
+    if over and config.oversize == "skip":
         log.warning("dataset %r has %d requests: batch sizes %s left out (mixed mode decodes B distinct requests)",
                     dataset, requests, ",".join(map(str, over)))
     return [b for b in batch_sizes if b <= requests]
@@ -219,6 +209,16 @@ def _feasible(batch_sizes: Sequence[int], requests: int, dataset: str, config: S
 def sample_size(config: SimConfig) -> int | None:
     """Requests drawn per dataset: ``--sample``, else the paper's 300 in paper mode (None: all)."""
     return config.sample if config.sample is not None else (PAPER_SAMPLE if config.mode == "paper" else None)
+
+
+def oversize_notes(records: Sequence[TraceRecord], config: SimConfig) -> list[str]:
+    """Mixed mode: one line per dataset holding fewer requests than some batch sizes, which it
+    cannot fill (their cells left out)."""
+    counts = Counter(r.dataset or "trace" for r in records)
+    return [f"dataset {name!r} holds {count} requests: B={','.join(map(str, over))} left out there (mixed mode "
+            "decodes B distinct requests; --mode paper B copies of each)"
+            for name, count in counts.items()
+            if config.mode == "mixed" and (over := [b for b in config.batch_sizes if b > count])]
 
 
 def sample_notes(records: Sequence[TraceRecord], config: SimConfig, option: bool = True) -> list[str]:
@@ -249,7 +249,7 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
     if policy.switch is not None:
         if policy.decide_for is None:
             return oracle_switch_plan(records, policy.switch)
-        k_max = traced_k_max(records, policy.switch)
+        k_max = switch_k_max(records, policy.switch)
         return causal_walk(records, policy, k_max if policy.depth is None else min(k_max, policy.depth),
                            batch_size, config.mode)
     if policy.tree is not None:
@@ -349,8 +349,16 @@ def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchD
 def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Policy]]:
     """The (acc, policy) pairs that make sense: each proposer of ``accs`` with each one-proposer
     policy; oracle-combined and a switching policy make one cell each whatever ``accs`` (acc
-    ``combined``, and ``a+b`` naming a switching policy's proposers), named or not in ``accs``."""
-    pairs = [(acc, p) for acc in accs if acc != COMBINED for p in policies if p.switch is None and not p.combined]
+    ``combined``, and ``a+b`` naming a switching policy's proposers), named or not in ``accs``.
+    A one-proposer policy with no proposer in ``accs``, or ``combined`` with no oracle-combined
+    policy, is refused: no cell would hold it."""
+    single = [p for p in policies if p.switch is None and not p.combined]
+    if single and accs and all(acc == COMBINED for acc in accs):
+        raise SpecscopeError(f"{single[0].name}: --acc names no proposer to replay it with ('combined' goes with "
+                             "oracle-combined only)")
+    if COMBINED in accs and not any(p.combined for p in policies):
+        raise SpecscopeError("--acc combined: goes with oracle-combined only, and no policy given is one")
+    pairs = [(acc, p) for acc in accs if acc != COMBINED for p in single]
     pairs += [(COMBINED, p) for p in policies if p.combined]
     pairs += [("+".join(p.switch), p) for p in policies if p.switch is not None]
     if not pairs:

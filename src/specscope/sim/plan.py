@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.sim.policies import Policy
+from specscope.trace.schema import TraceRecord
 
 
 @dataclass
@@ -143,3 +144,22 @@ def concat_steps(parts, prompt_lens, output_lens) -> Plan:
         prompt_len=np.asarray(prompt_lens, dtype=np.int64),
         output_len=np.asarray(output_lens, dtype=np.int64),
     )
+
+
+def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
+    """The deepest k every record of ``proposers`` was traced at: the smallest declared k_max (a
+    record traced to 2 says nothing of a third draft, whatever the others were traced to); for
+    records that declare none, the longest acc_len seen among them − 1."""
+    declared = [r.k_max for r in records if r.k_max is not None]
+    undeclared = [r for r in records if r.k_max is None]
+    if undeclared:
+        declared.append(max(int(r.proposers[p].acc_len.max()) for r in undeclared for p in proposers) - 1)
+    return min(declared)
+
+
+def switch_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
+    """The deepest k a policy switching between ``proposers`` can replay: the shallowest of their
+    own :func:`traced_k_max` — it proposes each at its own depth, and a trace that never saw one
+    proposer accept more than j drafts cannot tell what its (j + 1)-th would have given, however
+    far another proposer's acc_len reaches."""
+    return min(traced_k_max(records, [p]) for p in proposers)
