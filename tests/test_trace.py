@@ -265,3 +265,23 @@ def test_a_file_read_twice_counts_its_length_mismatches_once(tmp_path):
     _, (first, second) = load_traces([path, twin / "t.jsonl"])
     assert (first.mismatched_records, first.dropped_positions) == (1, 2)
     assert (second.records, second.duplicates, second.mismatched_records, second.dropped_positions) == (0, 2, 0, 0)
+
+
+def test_a_specdecode_bench_field_specscope_does_not_read_is_said_once_per_file(tmp_path, caplog):
+    """Upstream files may carry fields beyond the paper's (a category, the text): read, not refused,
+    and said once for the file; a near-miss of a field it reads (``k_mx``) is refused instead."""
+    import json
+
+    from specscope.errors import SpecscopeError
+    from specscope.trace import load_traces
+
+    line = {"id": "a", "prompt_token_ids": [1, 2], "generated_token_ids": [5, 6], "acc_ngram": {"acc_len": [1, 2]},
+            "category": "math", "output_token_ids": [5, 6]}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps({**line, "id": "b"}) + "\n")
+    records, reports = load_traces([path])
+    assert len(records) == 2 and list(reports[0].ignored_fields) == ["category", "output_token_ids"]
+    assert caplog.text.count("fields category, output_token_ids of its SpecDecode-Bench records not read") == 1
+    path.write_text(json.dumps({**line, "k_mx": 4}) + "\n")
+    with pytest.raises(SpecscopeError, match=r"t\.jsonl:1: field 'k_mx': unknown field \(did you mean 'k_max'\?\)"):
+        load_traces([path])

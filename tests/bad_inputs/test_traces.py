@@ -43,6 +43,9 @@ CASES = [
     Case("bench-proposer-under-another-name", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'medusa': unknown proposer \(expected acc_ngram",
          files={"t.jsonl": bench(medusa={"acc_len": [1, 1, 1]})}),
+    Case("bench-misspelt-field", ["traces", "inspect", "t.jsonl"],
+         r"t\.jsonl:1: field 'datset': unknown field \(did you mean 'dataset'\?\)",
+         files={"t.jsonl": bench(datset="gsm8k")}),
     Case("own-k-max-as-text", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'k_max': expected an integer, got "
          r"text '4'", files={"t.jsonl": own().replace('"k_max": 4', '"k_max": "4"')}),
     Case("own-empty-dataset", ["traces", "inspect", "t.jsonl"],

@@ -24,6 +24,7 @@ repeat with other content is refused naming both lines. A request is never count
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ SPECDECODE_BENCH_PROPOSERS = {
 
 PROPOSER_FIELDS = ("acc_len", "draft_len", "draft_prob", "tree_rank")  # a proposer trace's, in either format
 RECORD_FIELDS = ("schema", "id", "dataset", "k_max", "prompt_token_ids", "output_token_ids", "proposers")  # own format
+BENCH_FIELDS = ("id", "dataset", "k_max", "prompt_token_ids", "generated_token_ids", *SPECDECODE_BENCH_PROPOSERS)
 LOOKUPS = {m.name for m in of_kind("lookup")}  # proposers without a tree: their tree_rank is refused
 
 log = logging.getLogger(__name__)
@@ -73,6 +75,7 @@ class LoadReport:
     duplicates: int = 0  # repeats of a request (same id and content), dropped
     named_by_file: bool = False  # some record took its dataset from the file's name (it has no "dataset")
     rank_disagreements: int = 0  # positions whose tree_rank gives another greedy chain than acc_len (kept)
+    ignored_fields: dict[str, None] = field(default_factory=dict)  # SpecDecode-Bench fields not read, in order seen
 
     def summary(self) -> str:
         return self._lengths() + "".join(
@@ -160,6 +163,10 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
                    and (key.startswith("acc") or isinstance(value, dict) and "acc_len" in value)]
         if unknown:  # a proposer under another name would be dropped unsaid
             raise fields.error(unknown[0], f"unknown proposer (expected {', '.join(SPECDECODE_BENCH_PROPOSERS)})")
+        for key in bench_extras(fields.obj):  # a misspelt field (datset, k_mx) would be dropped unsaid
+            near = difflib.get_close_matches(key, [f for f in BENCH_FIELDS if f not in fields.obj], n=1, cutoff=0.75)
+            if near:
+                raise fields.error(key, f"unknown field (did you mean {near[0]!r}?)")
         if not raw:
             raise fields.error(
                 "acc_ngram", "missing: expected at least one of " + ", ".join(SPECDECODE_BENCH_PROPOSERS)
@@ -185,6 +192,12 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
         dataset=fields.text("dataset", optional=True),
     )
     return record, fmt
+
+
+def bench_extras(obj: dict) -> list[str]:
+    """The fields of a SpecDecode-Bench record specscope does not read (its files may carry more
+    than the paper's: they are said once per file, and a near-miss of a known one is refused)."""
+    return [key for key in obj if key not in BENCH_FIELDS] if "generated_token_ids" in obj and "schema" not in obj else []
 
 
 def _align(record: TraceRecord, mode: str) -> tuple[TraceRecord, list[str], int]:
@@ -221,8 +234,9 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
     report = report if report is not None else LoadReport(str(path), lengths)
     seen = {} if seen is None else seen
     repeats: list[str] = []
-    parsed = read_jsonl(path, lambda obj, where, line: (*parse_record(obj, where, line), line))
-    for record, fmt, line_number in parsed:
+    parsed = read_jsonl(path, lambda obj, where, line: (*parse_record(obj, where, line), line, bench_extras(obj)))
+    for record, fmt, line_number, extras in parsed:
+        report.ignored_fields.update(dict.fromkeys(extras))
         if report.format and report.format != fmt:
             report.format = "mixed"
         elif not report.format:
@@ -256,6 +270,9 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
         log.warning("%s: %d records with an empty output skipped", path, report.empty_outputs)
     if report.rank_disagreements:
         log.warning("%s: %d positions %s", path, report.rank_disagreements, RANKS_DISAGREE)
+    if report.ignored_fields:
+        log.warning("%s: field%s %s of its SpecDecode-Bench records not read (specscope reads %s)", path,
+                    "s" * (len(report.ignored_fields) > 1), ", ".join(report.ignored_fields), ", ".join(BENCH_FIELDS))
     if repeats:
         more = f" ({len(repeats)} duplicates in all)" if len(repeats) > 1 else ""
         log.warning("%s: dropped%s", repeats[0], more)
