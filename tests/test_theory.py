@@ -30,6 +30,20 @@ def test_estimate_alpha_truncated_geometric_mle():
     # accepted a = [0, 2, 0, 1, 0]: Σa = 3 successes, failures where a < cap: positions 0 and 2.
     # Positions 3 and 4 accepted up to the output's end: cut off, not rejected (else 3 / 7).
     assert estimate_alpha([np.array([1, 3, 1, 2, 1])], 2) == pytest.approx(3 / 5)
+    assert np.isnan(estimate_alpha([np.array([1]), np.array([1])], 4))  # one-token outputs: nothing to accept
+
+
+def test_bound_refuses_traces_that_say_nothing_of_alpha(tmp_path, capsys):
+    from specscope.cli import main
+    from specscope.trace import ProposerTrace, TraceRecord
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [TraceRecord(f"r{i}", np.arange(3), np.arange(1), {"ngram": ProposerTrace(
+        np.ones(1, dtype=np.int32))}, k_max=4, dataset="d") for i in range(2)])
+    assert main(["bound", str(tmp_path / "t.jsonl")]) == 2
+    captured = capsys.readouterr()
+    assert "ngram: no α: its records have no position with a draft to accept" in captured.out
+    assert "no proposer's α can be estimated from these traces (give --alpha)" in captured.err
 
 
 def test_a_perfect_drafter_is_estimated_at_one_up_to_the_outputs_end():

@@ -37,8 +37,9 @@ class BoundPoint:
 
 
 def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Sequence[str],
-                 batch_size: int, k: int) -> list[BoundPoint]:
-    """One point per dataset × proposer (of ``proposers``) present in the records."""
+                 batch_size: int, k: int, notes: list[str] | None = None) -> list[BoundPoint]:
+    """One point per dataset × proposer (of ``proposers``) present in the records, but where its
+    records hold no position with a draft to accept (no α: a line in ``notes``)."""
     points = []
     for dataset, members in by_dataset(records).items():
         context = float(np.mean([r.prompt_len + r.output_len / 2 for r in members]))
@@ -48,6 +49,10 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
             depths = k_max_each(members, proposer)
             k_max = min(depths)  # as `specscope bound`: α says nothing of a proposal deeper than a record's k_max
             alpha = estimate_alpha([r.acc_len(proposer) for r in members if proposer in r.proposers], depths)
+            if np.isnan(alpha):
+                if notes is not None:
+                    notes.append(f"bound: dataset {dataset!r}, {proposer}: no α (no position with a draft to accept)")
+                continue
             c = estimate_c(cost, proposer, k, batch_size, context)
             best_k, best = optimal_k(alpha, c, k_max)
             points.append(BoundPoint(dataset, proposer, alpha, c, k_max, batch_size, context, best_k, best))

@@ -65,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
             if alpha is None:  # α from proposals no longer than its records' k_max: beyond, the i.i.d. law alone
                 depths = k_max_each(holding, name)
                 alpha = estimate_alpha([r.acc_len(name) for r in holding], depths)
+                if np.isnan(alpha):
+                    print(f"note: {name}: no α: its records have no position with a draft to accept (every output "
+                          "is one token long)")
+                    continue
                 depth = min(depth, min(depths))
                 if depth < args.k_max:
                     declared = [r.k_max for r in holding if r.k_max is not None]
@@ -81,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
         cases.append(("given", args.alpha, args.c, args.k_max))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")
+    if not cases:
+        raise SpecscopeError("no proposer's α can be estimated from these traces (give --alpha)")
     ks = list(range(1, max(depth for *_, depth in cases) + 1))
     print_table(
         f"closed-form E[speedup] (i.i.d. acceptance, α per draft; {source})",

@@ -184,7 +184,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
 
     data.predicted = predicted_split(data.rows)
     data.measured_split = measured_split(steps)
-    data.points = bound_points(records, cost, simulated, min(config.sim.batch_sizes), config.bound_k)
+    data.points = bound_points(records, cost, simulated, min(config.sim.batch_sizes), config.bound_k, data.notes)
     advance(PHASES[4])
     return data
 

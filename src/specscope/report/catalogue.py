@@ -138,6 +138,7 @@ FIGURES = [
                   "its traces recorded (where its curve stops); where the curve is flat, k matters little, "
                   "where it falls, a long k costs more than it gains.",
         lambda d: F.bound_figure(d.points),
+        lambda d: None if d.points else "no proposer's α could be estimated (no position with a draft to accept)",
     ),
     FigureSpec(
         "tree_vs_chain",

@@ -54,6 +54,8 @@ def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int]) -
     output's end nothing is there to accept); under i.i.d. acceptance that is a geometric count
     truncated at cap: a successes, plus one failure when a < cap. The MLE is
     α = Σ a / (Σ a + #{a < cap}) — a drafter accepted to the output's end was cut off, not rejected.
+    NaN where no position had a draft to accept (every cap 0: outputs of one token): the traces
+    say nothing of α.
     """
     limits = [k_max] * len(acc_lens) if np.isscalar(k_max) else list(k_max)
     accepted = np.concatenate([np.asarray(a, dtype=np.int64) - 1 for a in acc_lens])
@@ -61,7 +63,7 @@ def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int]) -
                            for a, limit in zip(acc_lens, limits)])
     failures = int(np.count_nonzero(accepted < caps))
     total = int(accepted.sum())
-    return total / (total + failures) if total + failures else 0.0
+    return total / (total + failures) if total + failures else float("nan")
 
 
 def estimate_c(cost: CostModel, proposer: str, k: int, batch_size: int, context_len: float) -> float:
