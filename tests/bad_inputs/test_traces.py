@@ -46,6 +46,9 @@ CASES = [
     Case("bench-misspelt-field", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'datset': unknown field \(did you mean 'dataset'\?\)",
          files={"t.jsonl": bench(datset="gsm8k")}),
+    Case("convert-rename-a-tree-onto-a-lookup", ["traces", "convert", "t.jsonl", "--rename", "eagle=ngram", "-o", "o.jsonl"],
+         r"--rename eagle=ngram: request 'a' holds a tree_rank for 'eagle', and ngram drafts by lookup",
+         files={"t.jsonl": own().replace('"ngram": {', '"eagle": {"tree_rank": [[0], [0], [-1]], ')}),
     Case("own-k-max-as-text", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'k_max': expected an integer, got "
          r"text '4'", files={"t.jsonl": own().replace('"k_max": 4', '"k_max": "4"')}),
     Case("own-empty-dataset", ["traces", "inspect", "t.jsonl"],

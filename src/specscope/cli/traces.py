@@ -140,7 +140,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def run_convert(args: argparse.Namespace) -> int:
     from specscope.trace import load_traces
-    from specscope.trace.load import write_traces
+    from specscope.trace.load import LOOKUPS, write_traces
 
     refuse_clashes({"-o": args.output}, args.traces)
     records, reports = load_traces(args.traces, lengths=args.lengths)
@@ -157,6 +157,12 @@ def run_convert(args: argparse.Namespace) -> int:
         if clash is not None:
             raise SpecscopeError(f"--rename: request {record.id!r} would hold proposer {clash!r} twice")
         record.proposers = {renames.get(name, name): trace for name, trace in record.proposers.items()}
+        treed = next((name for name, trace in record.proposers.items() if name in LOOKUPS and trace.tree_rank is not None),
+                     None)
+        if treed is not None:  # the reader refuses it: a file it wrote must read back
+            old = next(o for o, n in renames.items() if n == treed)
+            raise SpecscopeError(f"--rename {old}={treed}: request {record.id!r} holds a tree_rank for {old!r}, and "
+                                 f"{treed} drafts by lookup and proposes no tree")
         if record.k_max is None and args.k_max is not None:
             longest = max(int(t.acc_len.max()) for t in record.proposers.values())
             if longest > args.k_max + 1:
