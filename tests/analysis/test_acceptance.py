@@ -80,3 +80,11 @@ def test_request_means(two):
     rows = request_means(two)
     assert [(r["id"], r["proposer"], r["mean_acc_len"]) for r in rows] == [
         ("r1", "ngram", 2.5), ("r1", "eagle", 2.0), ("r2", "ngram", 1.0), ("r2", "eagle", 2.0)]
+
+
+def test_a_proposers_row_counts_the_lengths_of_its_own_requests(record):
+    """A record without n-gram is no request of n-gram's row: not in its mean prompt or output."""
+    records = [record("r1", "d", [1, 2, 3], ngram=[1, 3, 1, 5], eagle=[2, 2, 2, 2]),
+               record("r2", "d", [1], eagle=[3, 1])]
+    ngram = next(s for s in acceptance_stats(records)[0] if s.proposer == "ngram")
+    assert (ngram.requests, ngram.mean_prompt_len, ngram.mean_output_len) == (1, 3.0, 4.0)

@@ -109,8 +109,10 @@ class PairStats:
 
 
 def proposer_stats(dataset: str, records: Sequence[TraceRecord], proposer: str) -> ProposerStats:
-    """Statistics of one proposer over one dataset's records."""
-    arrays = [r.proposers[proposer].acc_len for r in records if proposer in r.proposers]
+    """Statistics of one proposer over the records of one dataset that hold it (the mean prompt
+    and output lengths too: of the requests its row counts)."""
+    records = [r for r in records if proposer in r.proposers]
+    arrays = [r.proposers[proposer].acc_len for r in records]
     per_request = np.array([a.mean() for a in arrays], dtype=float)  # [requests]
     pooled = np.concatenate(arrays).astype(float)  # [positions]
     req, pos = _five(per_request), _five(pooled)
