@@ -174,3 +174,20 @@ def test_the_reports_bound_points_stop_at_the_shallowest_records_depth_as_specsc
 
     (point,) = bound_points([record("a", 2), record("b", 8)], resolve_cost_model("h100-llama3.1-8b"), ["eagle"], 1, 1)
     assert point.k_max == 2 and point.best_k <= 2 and point.alpha == 1.0
+
+
+def test_bound_leaves_out_a_proposer_its_cost_model_cannot_price(tmp_path, capsys):
+    """Every proposer held, none named: one the cost model has no drafting for (suffix under the
+    paper's H100 fit) is left out with a note, the others shown; named with --acc, it is refused."""
+    from specscope.cli import main
+    from specscope.trace import ProposerTrace, TraceRecord
+    from specscope.trace.load import write_traces
+
+    acc = np.array([2, 1, 3, 1, 1, 1], dtype=np.int32)
+    write_traces(tmp_path / "t.jsonl", [TraceRecord(f"r{i}", np.arange(3), np.arange(6), {
+        "ngram": ProposerTrace(acc), "suffix": ProposerTrace(acc)}, k_max=4, dataset="d") for i in range(2)])
+    assert main(["bound", str(tmp_path / "t.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "note: suffix left out: cost model 'h100-llama3.1-8b' has no drafting model for proposer 'suffix'" in out
+    assert "│ ngram" in out
+    assert main(["bound", str(tmp_path / "t.jsonl"), "--acc", "suffix"]) == 2

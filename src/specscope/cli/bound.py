@@ -58,6 +58,12 @@ def run(args: argparse.Namespace) -> int:
             holding = [r for r in records if name in r.proposers]
             if not holding:
                 raise SpecscopeError(f"--acc: proposer {name!r} is in no trace record (they hold {', '.join(held)})")
+            if args.c is None and not args.acc:  # every proposer held: one the cost model cannot price is left out
+                try:
+                    cost.drafting_for(name)
+                except SpecscopeError as error:
+                    print(f"note: {name} left out: {error}")
+                    continue
             if len(holding) < len(records) and args.alpha is None:
                 print(f"note: {name}: α from the {len(holding)} of {len(records)} records that hold it")
             depth = args.k_max

@@ -30,7 +30,7 @@ from specscope.analysis.position import ProfileRow, position_profiles
 from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
 from specscope.costmodel.base import CostModel
 from specscope.costmodel.linear import LinearCostModel
-from specscope.costmodel.registry import resolve_cost_model
+from specscope.costmodel.registry import cost_label, resolve_cost_model
 from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
@@ -81,6 +81,12 @@ class ReportData:
     policy_choices: list[PolicyChoices] = field(default_factory=list)
     whatif: list[WhatIfRow] = field(default_factory=list)  # a calibrated cost model's predictions, checked
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def cost_label(self) -> str:
+        """The cost model's name, and the file it was read from where it calls itself otherwise
+        (:func:`~specscope.costmodel.registry.cost_label`): what every priced table names."""
+        return cost_label(self.config.cost_model, self.cost)
 
 
 def _within_traces(config: ReportConfig, records: Sequence[TraceRecord]) -> ReportConfig:

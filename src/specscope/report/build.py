@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.costmodel.registry import cost_label
 from specscope.analysis.measured import MeasuredCell, winners
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_output_file, write_rows
@@ -148,7 +147,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
                    s.mean_output_len] for s in data.singles]
     pair_rows = [[p.dataset, f"{p.a} vs {p.b}", p.positions, p.a_beats_b, p.b_beats_a, p.ties] for p in data.pairs]
     return Page(
-        traces=data.traces, cost_model=_cost_label(data), mode=config.sim.mode,
+        traces=data.traces, cost_model=data.cost_label, mode=config.sim.mode,
         batch_sizes=config.sim.batch_sizes, answer=data.answer, figures=figures,
         tables=[
             ("Acceptance length per request (mean acc_len of each request, then statistics)",
@@ -167,16 +166,11 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
     )
 
 
-def _cost_label(data: ReportData) -> str:
-    """The cost model's name, and the file it was read from (:func:`~specscope.costmodel.registry.cost_label`)."""
-    return cost_label(data.config.cost_model, data.cost)
-
-
 def _other_inputs(data: ReportData) -> list[str]:
     """The inputs beside the traces, one line each: the cost model, the step records, the
     measured cells, the policy."""
     config = data.config
-    lines = [f"cost model: {_cost_label(data)}"]
+    lines = [f"cost model: {data.cost_label}"]
     if config.steps:
         lines.append(f"step records: {', '.join(map(str, config.steps))}")
     if data.measured:

@@ -38,7 +38,7 @@ class FigureSpec:
 
 def _priced(data: ReportData, rows: list[dict] | None, **labels: object) -> list[dict] | None:
     """``rows`` labelled with the cost model that priced them (and ``labels``); None stays None."""
-    return None if rows is None else [{**row, "cost_model": data.cost.name, **labels} for row in rows]
+    return None if rows is None else [{**row, "cost_model": data.cost_label, **labels} for row in rows]
 
 
 TABLES = [

@@ -122,8 +122,8 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
     parts.append(
         '<p class="small">'
         + ("* oracle-combined takes, at every step, whichever proposer would emit more, "
-           "proposing exactly what will be accepted; choosing is taken as free and every step pays only n-gram's "
-           "lookup (the paper's rule), "
+           "proposing exactly what will be accepted; choosing is taken as free and every step pays only one "
+           "proposer's drafting — the pair's lookup, n-gram in the paper (its rule), else the first-named — "
            "so the number is optimistic — an upper bound, not something a real system reaches. " if combined else "")
         + "oracle: one proposer, proposing exactly what will be accepted (no wasted verification) — the best "
         "k at every step it reaches, not a bound on speed: a fixed k lands on other positions and can come "

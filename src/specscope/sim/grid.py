@@ -32,8 +32,8 @@ log = logging.getLogger(__name__)
 
 COMBINED = "combined"
 OPTIMISTIC = ("oracle-combined is optimistic, as the paper's: it knows every step's acceptance, choosing is free and "
-              "every step pays only n-gram's drafting (an upper bound; oracle-switch charges the drafting of the "
-              "proposer it picks)")
+              "every step pays only one proposer's drafting — its pair's lookup (n-gram in the paper), else the "
+              "first-named (an upper bound; oracle-switch charges the drafting of the proposer it picks)")
 # Proposers that look tokens up (and may find nothing), as opposed to model drafters.
 LOOKUP_PROPOSERS = frozenset(m.name for m in of_kind("lookup"))
 # The paper's guessed n-gram match probability where acc_len = 1 (shared/paper/README.md).
