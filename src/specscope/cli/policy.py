@@ -108,6 +108,7 @@ def check_proposers(acc: list[str], count: int | None = None) -> None:
 
 def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import resolve_cost_model
+    from specscope.methods import method as method_named
     from specscope.sim.fit import fit_policy
 
     check_proposers(args.acc)
@@ -120,6 +121,12 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.max_k is not None and args.max_k > depth:
         print(f"note: --max-k {args.max_k}: the traces reach k = {depth}; the policy proposes at most that",
               file=sys.stderr)
+    drafters = [m for m in args.acc if method_named(m).kind != "lookup"]
+    if len(drafters) > 2:
+        print(f"specscope: warning: a policy over {len(drafters)} model drafters ({', '.join(drafters)}): each "
+              f"iteration of a batch weighs every combination of their depths ({depth + 1}^{len(drafters)} = "
+              f"{(depth + 1) ** len(drafters)}), so mixed-mode simulation is slow; the engine runs one model drafter "
+              "beside n-gram", file=sys.stderr)
     if training["steps"] < FEW_STEPS:
         print(f"specscope: warning: the policy learned from {training['steps']} steps of {training['requests']} "
               f"requests, too few to weigh {len(document['features'])} features: trace more requests",
