@@ -121,3 +121,17 @@ def test_cli_dev_null_output(paper):
     assert main(["paper", "--traces-dir", str(paper), "-o", os.devnull]) == 0
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
     assert not Path(os.devnull).is_file()
+
+
+def test_json_text_is_strict_json_for_any_number():
+    """NaN and ±∞ (Python's or numpy's) are null; numpy numbers are plain numbers; booleans stay."""
+    import json
+
+    import numpy as np
+
+    from specscope.fileio import json_text
+
+    text = json_text({"nan": np.float32("nan"), "inf": float("inf"), "k": np.int64(3), "x": [np.float32(1.5)],
+                      "ok": True, "none": None})
+    assert json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}")) == {
+        "nan": None, "inf": None, "k": 3, "x": [1.5], "ok": True, "none": None}

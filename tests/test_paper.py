@@ -106,8 +106,11 @@ def test_a_broken_file_or_one_with_no_cell_is_refused(tmp_path, capsys):
     assert main(["paper", "--traces-dir", str(tmp_path)]) == 2
     assert f"{tmp_path / 'b.jsonl'}:2: not JSON" in capsys.readouterr().err
     (tmp_path / "b.jsonl").unlink()
+    (tmp_path / "old.jsonl").mkdir()  # a folder named like a trace file: left out, as before
     assert main(["paper", "--traces-dir", str(tmp_path)]) == 2
-    assert "no cell to simulate: dataset 'a': its traces do not all hold proposer" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "old.jsonl left out" in captured.out
+    assert "no cell to simulate: dataset 'a': its traces do not all hold proposer" in captured.err
 
 
 def test_a_folder_of_other_traces_replays_what_each_holds(tmp_path, capsys):

@@ -421,7 +421,7 @@ def test_the_no_match_guess_is_said_where_it_decides(tmp_path, capsys):
         out = capsys.readouterr().out
         said = "with probability 0.4 (the paper's guess for its cnn traces)" in out
         assert said == (name == "qwen3-8b_cnn"), out
-        assert ("every step there is taken to have proposed (and paid its drafting) (no guess applies"
+        assert ("its fixed and adaptive steps there are taken to have proposed (and paid its drafting) (no guess applies"
                 in out) == (name != "qwen3-8b_cnn"), out
 
 

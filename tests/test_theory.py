@@ -43,7 +43,7 @@ def test_bound_refuses_traces_that_say_nothing_of_alpha(tmp_path, capsys):
     assert main(["bound", str(tmp_path / "t.jsonl")]) == 2
     captured = capsys.readouterr()
     assert "ngram: no α: its records have no position with a draft to accept" in captured.out
-    assert "no proposer's α can be estimated from these traces (give --alpha)" in captured.err
+    assert "no proposer left to bound: ngram: no α (no position with a draft to accept; give --alpha)" in captured.err
 
 
 def test_a_perfect_drafter_is_estimated_at_one_up_to_the_outputs_end():

@@ -8,6 +8,7 @@ import fcntl
 import io
 import json
 import math
+import numbers
 import os
 import stat
 import sys
@@ -165,11 +166,16 @@ def csv_safe(value: object) -> object:
 
 
 def json_text(value: object) -> str:
-    """``value`` as strict JSON text (indented, a final newline): a float that is not a number
-    (NaN: undefined) is ``null``, as no JSON reader takes a bare ``NaN``; numpy numbers as floats."""
+    """``value`` as strict JSON text (indented, a final newline): a number that is not finite
+    (NaN: undefined; ±∞) is ``null``, as no JSON reader takes a bare ``NaN`` or ``Infinity``;
+    numpy numbers as Python's."""
     def strict(v: object) -> object:
-        if isinstance(v, float):
-            return None if math.isnan(v) else v
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            return v
+        if isinstance(v, numbers.Integral):  # numpy's integers too
+            return int(v)
+        if isinstance(v, numbers.Real):  # numpy's floats too
+            return float(v) if math.isfinite(v) else None
         if isinstance(v, Mapping):
             return {key: strict(item) for key, item in v.items()}
         if isinstance(v, (list, tuple)):

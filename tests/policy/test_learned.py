@@ -600,8 +600,12 @@ def test_leave_one_out_says_where_the_held_out_policy_cannot_reach_its_datasets_
     shallow = [r.capped(2) for r in workload(1, count=6, g=40)]
     leave_one_out(workload(0, count=6, g=40) + shallow, ("ngram", "eagle"), [COST],
                   SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
-    assert notes == ["held out 'w0': its policy proposes at most k = 2, as deep as its training traces reach, where "
-                     "'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can"]
+    assert notes == ["held out 'w0': its policy proposes at most k = 2, the depth its training traces were traced "
+                     "to, where 'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can"]
+    notes.clear()  # traced to the same depth: nothing to say, whatever the longest acceptance seen
+    leave_one_out(workload(0, count=6, g=40) + workload(1, count=6, g=40), ("ngram", "eagle"), [COST],
+                  SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
+    assert notes == []
 
 
 def test_a_switching_policy_goes_no_deeper_than_its_shallowest_proposer_was_traced():
@@ -633,9 +637,31 @@ def test_explain_names_a_later_record_that_lacks_a_method(policy_file, tmp_path,
         capsys.readouterr().err
 
 
-def test_a_policy_over_three_proposers_has_no_ceiling_and_no_gap_figure():
+def test_a_policy_over_three_proposers_has_no_ceiling():
     from specscope.sim.evaluate import no_gap_reason
 
-    assert no_gap_reason({"best_fixed_speedup": 1.5}) == "no ceiling"
+    assert no_gap_reason({"best_fixed_speedup": 1.5, "oracle_ngram": 2.0, "oracle_eagle": 2.1,
+                          "oracle_eagle3": 1.9}) == "no ceiling"
+    assert no_gap_reason({"best_fixed_speedup": 1.5, "oracle_eagle": 1.505}) == "no gap"  # one method: its oracle
     assert no_gap_reason({"best_fixed_speedup": 1.5, "oracle_switch": 1.4}) == "below"
     assert no_gap_reason({"best_fixed_speedup": 1.5, "oracle_switch": 1.505}) == "no gap"
+
+
+def test_fit_reads_every_array_whole_and_says_what_its_walk_replays(tmp_path, capsys):
+    """A third proposer the policy does not choose between cuts nothing (its shorter arrays once cut
+    every record under `fit`), and the note says the walk keeps to the --acc proposers' positions."""
+    from dataclasses import replace
+
+    from specscope.cli import main
+    from specscope.sim.fit import fit_policy
+    from specscope.trace import ProposerTrace
+    from specscope.trace.load import write_traces
+
+    records = [replace(r, proposers={**r.proposers, "suffix": ProposerTrace(np.ones(10, dtype=np.int32))})
+               for r in workload(0, count=8, g=40)]
+    write_traces(tmp_path / "t.jsonl", records)
+    assert main(["policy", "fit", str(tmp_path / "t.jsonl"), "--batch-sizes", "1", "-o", str(tmp_path / "p.json")]) == 0
+    err = capsys.readouterr().err
+    assert "the walk replays the positions the output and the acc_len arrays of ngram, eagle cover" in err
+    fitted = json.loads((tmp_path / "p.json").read_text())["training"]["steps"]
+    assert fitted == fit_policy(workload(0, count=8, g=40), ("ngram", "eagle"), COST, [1])["training"]["steps"]

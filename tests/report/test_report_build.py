@@ -32,10 +32,10 @@ def test_every_figure_and_table_is_written(synthetic_report):
         answer = list(csv.DictReader(handle))
     assert len(answer) == 2 * 3  # datasets × batch sizes
     assert synthetic_report.notes == [
-        "dataset 'chat': ngram recorded no draft_len, so every step there is taken to have proposed (and paid its "
-        "drafting) (no guess applies)",
-        "dataset '<img src=x onerror=\"alert(2)\"> $x_1$ & co': ngram recorded no draft_len, so every step there is "
-        "taken to have proposed (and paid its drafting) (no guess applies)",
+        "dataset 'chat': ngram recorded no draft_len, so its fixed and adaptive steps there are taken to have "
+        "proposed (and paid its drafting) (no guess applies)",
+        "dataset '<img src=x onerror=\"alert(2)\"> $x_1$ & co': ngram recorded no draft_len, so its fixed and "
+        "adaptive steps there are taken to have proposed (and paid its drafting) (no guess applies)",
         "figure 'tree vs chain' not drawn: the traces carry no tree_rank (trace with --trees), or no tree fits the "
         "depth they recorded",
         "figure 'measured' not drawn: no measured runs were given (--measured)",

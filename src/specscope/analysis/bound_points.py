@@ -42,13 +42,14 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
     records hold no position with a draft to accept (no α: a line in ``notes``)."""
     points = []
     for dataset, members in by_dataset(records).items():
-        context = float(np.mean([r.prompt_len + r.output_len / 2 for r in members]))
         for proposer in proposer_names(members):
             if proposer not in proposers:
                 continue
-            depths = k_max_each(members, proposer)
+            holding = [r for r in members if proposer in r.proposers]  # α, c and the context: of the same requests
+            context = float(np.mean([r.prompt_len + r.output_len / 2 for r in holding]))
+            depths = k_max_each(holding, proposer)
             k_max = min(depths)  # as `specscope bound`: α says nothing of a proposal deeper than a record's k_max
-            alpha = estimate_alpha([r.acc_len(proposer) for r in members if proposer in r.proposers], depths)
+            alpha = estimate_alpha([r.acc_len(proposer) for r in holding], depths)
             if np.isnan(alpha):
                 if notes is not None:
                     notes.append(f"bound: dataset {dataset!r}, {proposer}: no α (no position with a draft to accept)")

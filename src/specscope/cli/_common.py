@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Iterable, TextIO
+from typing import Iterable, Sequence, TextIO
 
 from specscope import validate
 from specscope.errors import SpecscopeError
@@ -115,14 +115,22 @@ def add_trace_options(parser: argparse.ArgumentParser, lengths: str = "own", cho
     )
 
 
-def read_trace_args(args: argparse.Namespace) -> list:
+def read_trace_args(args: argparse.Namespace, walked: Sequence[str] = ()) -> list:
     """The records of ``args.traces`` read with ``args.lengths``; every length repair is
-    reported on stderr (one line per file)."""
+    reported on stderr (one line per file). ``walked``: the proposers a walk of several replays
+    together, over the positions the output and their acc_len arrays cover — what the note says."""
     from specscope.trace import load_traces
 
     refuse_clashes(output_options(args), args.traces)
     records, reports = load_traces(args.traces, lengths=args.lengths)
-    note_mismatches(reports)
+    if not walked:
+        note_mismatches(reports)
+    for report in reports if walked else ():
+        if report.mismatched_records:
+            detail = ", ".join(f"{k}: {v}" for k, v in sorted(report.mismatches_by_proposer.items()))
+            print(f"note: {report.path}: {report.mismatched_records} of {report.records} records had acc_len arrays of "
+                  f"another length than the output ({detail}); the walk replays the positions the output and the "
+                  f"acc_len arrays of {', '.join(walked)} cover", file=sys.stderr)
     return records
 
 

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         cost = resolve_cost_model(args.cost_model)
         held = sorted({name for r in records for name in r.proposers})
         names = [args.acc] if args.acc else held
-        context = args.context if args.context is not None else float(np.mean([r.prompt_len + r.output_len / 2 for r in records]))
+        contexts, left_out = [], []  # per proposer shown: the context its c was priced at; why others are not
         for name in names:
             holding = [r for r in records if name in r.proposers]
             if not holding:
@@ -62,37 +62,45 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     cost.drafting_for(name)
                 except SpecscopeError as error:
+                    left_out.append(f"{name}: {error}")
                     print(f"note: {name} left out: {error}")
                     continue
-            if len(holding) < len(records) and args.alpha is None:
-                print(f"note: {name}: α from the {len(holding)} of {len(records)} records that hold it")
             depth = args.k_max
             alpha = args.alpha
             if alpha is None:  # α from proposals no longer than its records' k_max: beyond, the i.i.d. law alone
                 depths = k_max_each(holding, name)
                 alpha = estimate_alpha([r.acc_len(name) for r in holding], depths)
                 if np.isnan(alpha):
+                    left_out.append(f"{name}: no α (no position with a draft to accept; give --alpha)")
                     print(f"note: {name}: no α: its records have no position with a draft to accept (every output "
                           "is one token long)")
                     continue
+                if len(holding) < len(records):
+                    print(f"note: {name}: α from the {len(holding)} of {len(records)} records that hold it")
                 depth = min(depth, min(depths))
                 if depth < args.k_max:
                     declared = [r.k_max for r in holding if r.k_max is not None]
                     how = f"k_max = {depth}" if declared and min(declared) == depth else \
                         f"k_max = {depth}, inferred from the longest acc_len seen (some records declare none)"
                     print(f"note: {name}: k above {depth} not shown: its α was measured on proposals of at most {how}")
+            context = args.context if args.context is not None else \
+                float(np.mean([r.prompt_len + r.output_len / 2 for r in holding]))  # of the requests its α is of
             c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c
             cases.append((name, alpha, c, depth))
+            contexts.append(context)
+        if not cases:
+            raise SpecscopeError("no proposer left to bound: " + "; ".join(left_out))
+        shown = f"context {contexts[0]:.0f}" if len(set(contexts)) == 1 else \
+            "context each proposer's records' mean prompt + half output (" + \
+            ", ".join(f"{name} {c:.0f}" for (name, *_), c in zip(cases, contexts)) + ")"
         source = ", ".join(filter(None, [
             "α given" if args.alpha is not None else "α from the traces",
             "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at k = {args.k}, "
-                                               f"B = {args.batch_size}, context {context:.0f}"]))
+                                               f"B = {args.batch_size}, {shown}"]))
     elif args.alpha is not None and args.c is not None:
         cases.append(("given", args.alpha, args.c, args.k_max))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")
-    if not cases:
-        raise SpecscopeError("no proposer's α can be estimated from these traces (give --alpha)")
     ks = list(range(1, max(depth for *_, depth in cases) + 1))
     print_table(
         f"closed-form E[speedup] (i.i.d. acceptance, α per draft; {source})",

@@ -18,7 +18,7 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.errors import SpecscopeError
-from specscope.sim.grid import SimConfig, check_k_by_dataset
+from specscope.sim.grid import SimConfig, check_k_by_dataset, no_match_notes
 from specscope.sim.policies import parse_policy
 
 DEFAULTS = OverlapConfig()
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                 check_k_by_dataset(records, proposer, parsed)
             except SpecscopeError as error:
                 raise SpecscopeError(f"{option}: {error}") from None
-    notes: list[str] = []
+    notes = no_match_notes(records, [args.lookup, args.reference], sim)
     rows = overlap_speedups(records, cost, sim, config, scores, notes=notes)
     for note in notes:
         print(f"note: {note}", file=out)

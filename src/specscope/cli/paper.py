@@ -39,15 +39,18 @@ def paper_dataset(dataset: str) -> str | None:
 
 def _refuse_broken(path: Path) -> None:
     """A ``*.jsonl`` beside the traces whose first line is no JSON at all is a broken file, not
-    another kind of file (a workload, notes): refused at that line rather than left out."""
-    with path.open("rb") as lines:
-        for number, line in enumerate(lines, start=1):
-            if line.strip():
-                try:
-                    json.loads(line)
-                except (ValueError, RecursionError):
-                    raise SpecscopeError(f"{path}:{number}: not JSON (records are JSON objects, one a line)") from None
-                return
+    another kind of file (a workload, notes): refused at that line rather than left out (a folder
+    or an unreadable file is left out)."""
+    try:
+        with path.open("rb") as lines:
+            first = next(((number, line) for number, line in enumerate(lines, start=1) if line.strip()), None)
+    except OSError:  # a folder, an unreadable file: no trace file, left out
+        return
+    if first is not None:
+        try:
+            json.loads(first[1])
+        except (ValueError, RecursionError):
+            raise SpecscopeError(f"{path}:{first[0]}: not JSON (records are JSON objects, one a line)") from None
 
 
 def _foreign_files(files: list[Path], records: list, reports: list) -> dict[str, str]:
@@ -104,7 +107,7 @@ def read_reference(path: Path) -> dict[tuple[str, str, str, int], float]:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import H100_LLAMA31_8B
-    from specscope.sim.grid import OPTIMISTIC, SimConfig, sample_notes, simulate
+    from specscope.sim.grid import OPTIMISTIC, SimConfig, no_match_notes, sample_notes, simulate
     from specscope.trace import load_traces
     from specscope.trace.load import holds_traces
 
@@ -134,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B, config, missing=missing)
     if not rows:
         raise SpecscopeError(f"{folder}: no cell to simulate: " + "; ".join(missing))
-    for note in [*sample_notes(records, config, option=False), *missing]:
+    for note in [*sample_notes(records, config, option=False), *no_match_notes(records, ["ngram"], config, option=False),
+                 *missing]:
         print(f"note: {note}", file=out)
     table: dict[tuple[str, str, str], list[str]] = {}
     cells, differences = [], []

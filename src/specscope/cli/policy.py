@@ -46,12 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit = verbs.add_parser(
         "fit", help="fit a causal per-step policy (method and k) to traces under a cost model",
         description="Walk the traces as a causal policy would (over the positions the output and every "
-                    "proposer's acc_len cover: a record's longer arrays are cut there), fit per proposer a logistic model of "
+                    "--acc proposer's acc_len cover: a record's longer arrays are cut there), fit per proposer a logistic model of "
                     "each draft token's acceptance from what an engine knows before the step, and price "
                     "every (proposer, k) under the cost model at each batch size; the policy then picks "
                     "the step with the most expected tokens for its time (see specscope.sim.fit and "
                     "specscope.policy.learned). Use the file with `simulate --policies learned:FILE`.")
-    add_trace_options(fit, "common", choice=False)  # a walk of several proposers: the positions all of them cover
+    add_trace_options(fit, choice=False)  # the walk itself keeps to the positions its proposers cover
     add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
@@ -71,7 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "method's acc_len cover (a record's longer arrays are cut there); "
                     "beside it, a policy fitted on every dataset, the held-out "
                     "one included (learned_seen, gap_closed_seen): what not having seen the workload costs.")
-    add_trace_options(evaluate, "common", choice=False)
+    add_trace_options(evaluate, choice=False)
     add_policy_options(evaluate, "the cost model fitted for and judged by")
     evaluate.add_argument("--view", type=str_list, default=[],
                           help="more cost models, each fitted for and judged by in turn (a policy is fitted "
@@ -114,7 +114,7 @@ def run_fit(args: argparse.Namespace) -> int:
     check_proposers(args.acc)
     need_scikit_learn()
     cost = resolve_cost_model(args.cost_model)
-    records = read_trace_args(args)
+    records = read_trace_args(args, walked=args.acc)
     document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k)
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
     depth, training = len(document["intercept"][0]), document["training"]
@@ -142,16 +142,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.evaluate import leave_one_out
-    from specscope.sim.grid import SimConfig, oversize_notes
+    from specscope.sim.grid import SimConfig, no_match_notes, oversize_notes
 
     check_proposers(args.acc, count=2)
     need_scikit_learn()
     if args.cost_model in args.view:
         raise SpecscopeError(f"--view {args.cost_model}: already the --cost-model (it would be judged twice)")
     views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
-    records = read_trace_args(args)
+    records = read_trace_args(args, walked=args.acc)
     sizes = collections.Counter(record.dataset or "trace" for record in records)  # requests per dataset
     if len(sizes) < 2:
         raise SpecscopeError(f"leave-one-out needs at least two datasets; the traces hold {len(sizes)}")
@@ -160,9 +160,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
                              f"holds {max(sizes.values())}, fewer than every batch size given")
     config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="said",
                        combined=tuple(args.acc) if len(args.acc) == 2 else None)
-    notes = oversize_notes(records, config)
+    notes = [*oversize_notes(records, config), *no_match_notes(records, args.acc, config)]
     with tempfile.TemporaryDirectory() as folder:
-        table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes)
+        table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes,
+                              labels=[cost_label(name, cost) for name, cost in zip((args.cost_model, *args.view), views)])
     if args.output:
         write_rows(args.output, table)
     for note in notes:

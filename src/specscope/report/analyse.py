@@ -38,7 +38,7 @@ from specscope.report.policy import PolicyChoices, policy_section
 from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, length_notes, no_match_notes, sample_notes, simulate
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
-from specscope.trace.load import LoadReport
+from specscope.trace.load import LoadReport, said_once
 from specscope.trace.schema import TraceRecord
 from specscope.report.trees import TreeRow, compare_trees, tree_depths
 from specscope.report.whatif import WhatIfRow, whatif_rows
@@ -110,7 +110,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     cost = resolve_cost_model(config.cost_model)
     steps = read_steps(config.steps) if config.steps else []
     records, reports = load_traces(traces, lengths="common")
-    sim_records, _ = load_traces(traces, lengths="own")
+    with said_once():  # the same files again, each array whole: what reading them warns was said above
+        sim_records, _ = load_traces(traces, lengths="own")
     asked, config = config.ks, _within_traces(config, sim_records)
     if config.depth is not None:
         sim_records = [r.capped(config.depth) for r in sim_records]
@@ -185,7 +186,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     both = np.array([ov.lookup in r.proposers and ov.reference in r.proposers for r in sim_records])
     if ov.lookup in simulated and ov.reference in simulated and both.any():  # the datasets that hold the pair
         data.overlap = overlap_speedups([r for r, held in zip(sim_records, both) if held], cost, config.sim, ov,
-                                        scores[both])
+                                        scores[both], notes=data.notes)
     advance(PHASES[3])
 
     data.predicted = predicted_split(data.rows)

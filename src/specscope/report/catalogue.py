@@ -18,7 +18,7 @@ from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
 from specscope.report.policy import choices_figure, gap_figure, policy_label
 from specscope.report.whatif import whatif_figure
-from specscope.sim.evaluate import MIN_ROOM
+from specscope.sim.evaluate import MIN_ROOM, ceiling_of
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ FIGURES = [
                   "speedups). " + policy_label(d.config.policy, d.cost),
         lambda d: gap_figure(d.policy_table),
         lambda d: ("no learned policy was given (--policy)" if not d.policy_table else None
-                   if any("oracle_switch" in line for line in d.policy_table) else
+                   if any(ceiling_of(line) is not None for line in d.policy_table) else
                    "the policy chooses between more than two proposers, and oracle-switch, the ceiling a gap "
                    "is measured to, switches between two"),
     ),

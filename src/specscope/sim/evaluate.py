@@ -87,8 +87,7 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", 
                 line["learned"] = v
             elif seen is not None and policy == seen:
                 line["learned_seen"] = v
-        oracles = [v for key, v in line.items() if key.startswith("oracle_") and key != "oracle_combined"]
-        ceiling = line.get("oracle_switch", oracles[0] if len(oracles) == 1 else None)  # one method: its oracle
+        ceiling = ceiling_of(line)
         for name, gap in (("learned", "gap_closed"), ("learned_seen", "gap_closed_seen")):
             if name in line and ceiling is not None:
                 room = ceiling - line["best_fixed_speedup"]
@@ -98,24 +97,33 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", 
     return table
 
 
+def ceiling_of(line: dict) -> float | None:
+    """The ceiling a line of :func:`judge` measures its gap to: oracle-switch, or for a policy of
+    one method that method's oracle; None for a policy over more than two (no oracle-switch)."""
+    oracles = [v for key, v in line.items() if key.startswith("oracle_") and key != "oracle_combined"]
+    return line.get("oracle_switch", oracles[0] if len(oracles) == 1 else None)
+
+
 def no_gap_reason(line: dict) -> str:
-    """Why a line of :func:`judge` has no gap closed: ``no ceiling`` where no oracle-switch was
-    simulated (it switches between two proposers; a policy over more has none), ``below`` where
-    the ceiling lies below the best fixed policy (its own drafting and catch-up cost more than
-    choosing the longer acc_len gains: a ceiling of tokens, not of speed), else ``no gap`` (above
-    it by under :data:`MIN_ROOM`)."""
-    ceiling = line.get("oracle_switch")
+    """Why a line of :func:`judge` has no gap closed: ``no ceiling`` where it has none
+    (:func:`ceiling_of`: a policy over more than two proposers), ``below`` where the ceiling lies
+    below the best fixed policy (its own drafting and catch-up cost more than choosing the longer
+    acc_len gains: a ceiling of tokens, not of speed), else ``no gap`` (above it by under
+    :data:`MIN_ROOM`)."""
+    ceiling = ceiling_of(line)
     if ceiling is None:
         return "no ceiling"
     return "below" if ceiling < line["best_fixed_speedup"] else "no gap"
 
 
 def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], costs: Sequence[CostModel],
-                  config: SimConfig, workdir: Path, notes: list[str] | None = None) -> list[dict]:
+                  config: SimConfig, workdir: Path, notes: list[str] | None = None,
+                  labels: Sequence[str] = ()) -> list[dict]:
     """For every dataset and every cost model of ``costs``: fit on the other datasets under that
     cost model (at ``config.batch_sizes``), write the policy to ``workdir``, and judge it on the
     held-out dataset under the same cost model — a policy is fitted for the engine it runs on —
-    beside the policy fitted on every dataset (``learned_seen``). ``notes`` gets a line for each
+    beside the policy fitted on every dataset (``learned_seen``); each line names its cost model by
+    ``labels`` where given (one per cost model: its file too). ``notes`` gets a line for each
     held-out dataset traced deeper than its training traces reach (its policy proposes no deeper)."""
     require_methods(records, methods)
     records = on_common_positions(records, methods)
@@ -132,16 +140,16 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
         for index, cost in enumerate(costs):
             document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out],
                                   sources=[name for name in by_dataset if name != held_out])
-            reach = len(document["intercept"][0])  # the held-out policy's deepest k
+            reach = switch_k_max(training, methods)  # how deep its training traces tell (J_MAX caps every fit)
             if notes is not None and index == 0 and reach < depth[held_out]:
-                notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach}, as deep as its "
-                             f"training traces reach, where {held_out!r} was traced to k = {depth[held_out]}: the "
-                             "best fixed k and the oracles there may go deeper than it can")
+                notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach}, the depth its "
+                             f"training traces were traced to, where {held_out!r} was traced to k = {depth[held_out]}: "
+                             "the best fixed k and the oracles there may go deeper than it can")
             learned = _write(document, workdir / f"policy-without-{held_out}-{index}.json")
             policies = candidate_policies(methods, learned, members) + [seen[index]]
             rows = simulate(members, [*methods, COMBINED], policies, cost, config)
             for line in judge(rows, learned, seen=seen[index]):
-                table.append({"cost_model": cost.name, "fitted_on": "+".join(document["training"]["sources"]),
+                table.append({"cost_model": labels[index] if labels else cost.name, "fitted_on": "+".join(document["training"]["sources"]),
                               **line})
     return table
 

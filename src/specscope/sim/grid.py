@@ -133,8 +133,8 @@ def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: 
             if prob is None:
                 why = "--no-guess" if not config.guess_no_match else \
                     "no guess applies" + (": --match-prob sets one" if option else "")
-                notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len{which}, so every step there is taken "
-                             f"to have proposed (and paid its drafting) ({why})")
+                notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len{which}, so its fixed and adaptive "
+                             f"steps there are taken to have proposed (and paid its drafting) ({why})")
                 continue
             source = "--match-prob" if config.match_prob is not None else \
                 f"the paper's guess for its {next(n for n in PAPER_MATCH_PROB if n in dataset.lower())} traces"
@@ -176,7 +176,9 @@ def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: s
     limit = policy.max_k if policy.max_k is not None else policy.depth
     if limit is None or policy.combined:
         return
-    k_max = switch_k_max(records, policy.switch) if policy.switch else traced_k_max(records, [acc])
+    if policy.switch:  # it proposes each proposer at its own depth: the shallowest one limits it
+        acc = min(policy.switch, key=lambda p: traced_k_max(records, [p]))
+    k_max = traced_k_max(records, [acc])
     if limit <= k_max:
         return
     if len({r.k_max for r in records}) > 1:
@@ -184,7 +186,7 @@ def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: s
     elif records[0].k_max is not None:
         measured = f"the trace's k_max = {k_max}"
     else:
-        measured = (f"{k_max}, the largest acc_len − 1 in the trace (k_max not recorded: the trace cannot "
+        measured = (f"{k_max}, the largest acc_len − 1 of {acc} in the trace (k_max not recorded: the trace cannot "
                     "tell what more drafts would have given beyond what it recorded)")
     refit = f" (fit it with --max-k {k_max})" if policy.switch else ""
     raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} proposes "

@@ -24,6 +24,7 @@ repeat with other content is refused naming both lines. A request is never count
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import logging
@@ -343,6 +344,17 @@ def load_traces(paths: Iterable[str | Path], lengths: str = "common"
                         "rename one file, or give its records a dataset field, to keep them apart", named[stem], path,
                         stem)
     return records, reports
+
+
+@contextlib.contextmanager
+def said_once() -> Iterator[None]:
+    """Files read a second time (another ``lengths``): their warnings, said at the first read, are
+    not repeated."""
+    log.disabled = True
+    try:
+        yield
+    finally:
+        log.disabled = False
 
 
 def write_traces(path: str | Path, records: Iterable[TraceRecord]) -> int:
