@@ -200,8 +200,10 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             log_dir=_log_dir(args.log_dir),
             segments=args.segments,
         )
-    if args.segments != 1:
-        raise SpecscopeError("--segments: only with --backend openai (the reference engine runs no-SD and SD in lockstep)")
+    given = next((dest for dest, default in _openai_defaults().items() if getattr(args, dest) != default), None)
+    if given is not None:  # the reference engine would run as if it were not given: a result not of what was asked
+        why = " (the reference engine runs no-SD and SD in lockstep)" if given == "segments" else ""
+        raise SpecscopeError(f"--{given.replace('_', '-')}: only with --backend openai{why}")
     if args.model is None:
         raise SpecscopeError("--model: required with --backend reference")
     if policy is None:
@@ -220,6 +222,13 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         tree=args.tree,
         policy=args.policy,
     )
+
+
+def _openai_defaults() -> dict[str, object]:
+    """The options of ``--backend openai`` alone, each with its default (one given otherwise is refused)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    add_openai_bench_arguments(parser)
+    return {action.dest: action.default for action in parser._actions}
 
 
 def _log_dir(path: Path | None) -> Path | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -125,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--step-records: {error}") from None
         inputs = [*checkpoint_files(args.model, args.draft), *([args.policy] if args.policy else [])]
         refuse_overwriting(args.step_records, inputs, "--step-records")  # appended to: it would corrupt them
+        _refuse_foreign(Path(args.step_records))
     import torch
 
     from specscope.assemble import load_engine
@@ -155,3 +157,24 @@ def run(args: argparse.Namespace) -> int:
         if records is not None:
             records.close()
     return 0
+
+
+def _refuse_foreign(path: Path) -> None:
+    """``--step-records`` is appended to: an existing file must be empty or hold step records (a
+    workload or another file given by mistake would get lines it cannot read)."""
+    if not path.is_file():
+        return
+    try:
+        with path.open("rb") as lines:
+            first = next(((number, line) for number, line in enumerate(lines, start=1) if line.strip()), None)
+    except OSError as error:
+        raise SpecscopeError(f"--step-records: {path}: cannot read ({error.strerror or error})") from None
+    if first is None:
+        return
+    try:
+        record = json.loads(first[1])
+    except (ValueError, RecursionError):
+        record = None
+    if not (isinstance(record, dict) and {"step", "tokens_verified", "tokens_emitted"} <= record.keys()):
+        raise SpecscopeError(f"--step-records: {path}:{first[0]}: exists and holds no step records; they are "
+                             "appended only to a new file or to earlier step records")

@@ -381,6 +381,7 @@ class ServerProcess:
         self.command, self.url, self.log_path = command, url, Path(log_path)
         self.health_timeout_s, self.stop_grace_s = health_timeout_s, stop_grace_s
         self.process: subprocess.Popen | None = None
+        self._log_start = 0  # where this launch's lines begin in its log (:meth:`start`)
 
     def __enter__(self) -> ServerProcess:
         self.start()
@@ -405,6 +406,7 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log.info("starting %s (log: %s)", " ".join(self.command), self.log_path)
         with open(self.log_path, "ab") as log_file:
+            self._log_start = log_file.tell()  # the log keeps earlier launches' lines: this one's start here
             try:
                 self.process = subprocess.Popen(
                     self.command,
@@ -418,8 +420,11 @@ class ServerProcess:
                 raise LaunchError(f"cannot start {self.command[0]!r}: {error.strerror or error}") from None
 
     def _log_tail(self, lines: int = 5) -> str:
+        """The last ``lines`` lines this launch wrote to its log (not an earlier launch's)."""
         try:
-            tail = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            with open(self.log_path, "rb") as log_file:
+                log_file.seek(self._log_start)
+                tail = log_file.read().decode("utf-8", errors="replace").splitlines()[-lines:]
         except OSError:
             return ""
         return " | ".join(line.strip() for line in tail if line.strip())
