@@ -139,6 +139,23 @@ CASES = [
     Case("zoo-train-o-is-a-file", ["zoo", "train", "-o", "taken.txt"], r"taken\.txt: exists and is not a directory",
          WITH_FILE),
     Case("unknown-verb", ["simulated"], r"invalid choice: 'simulated'"),
+    # engine-side verbs: what would be ignored, or would corrupt a user's file, is refused
+    Case("bench-reference-with-url", ["bench", "--model", "m", "--workload", "t.jsonl", "--url", "http://127.0.0.1:1"],
+         r"--url: only with --backend openai", WITH_TRACE),
+    Case("bench-reference-with-num-requests", ["bench", "--model", "m", "--workload", "t.jsonl", "--num-requests", "2"],
+         r"--num-requests: only with --backend openai", WITH_TRACE),
+    Case("serve-step-records-onto-a-workload", ["serve", "--model", "taken", "--step-records", "t.jsonl"],
+         r"--step-records: t\.jsonl:1: exists and holds no step records", WITH_DIR),
+    Case("trace-lookup-with-a-directory", ["trace", "--model", "m", "--proposers", "ngram=taken", "--workload", "t.jsonl",
+                                           "-o", "o.jsonl"], r"'ngram=taken': ngram looks tokens up and reads no checkpoint",
+         WITH_DIR),
+    Case("workload-tokenizer-not-a-directory", ["workload", "make", "code", "--n", "2", "--tokenizer", "taken.txt",
+                                                "-o", "w.jsonl"], r"--tokenizer: taken\.txt is not a directory", WITH_FILE),
+    Case("workload-tokenizer-holds-nothing", ["workload", "make", "code", "--n", "2", "--tokenizer", "taken",
+                                              "-o", "w.jsonl"], r"--tokenizer: taken holds neither a tokenizer\.json",
+         WITH_DIR),
+    Case("costmodel-fit-o-not-json", ["costmodel", "fit", "t.jsonl", "-o", "notes.txt"],
+         r"notes\.txt: expected a \.json output file", WITH_TRACE),
 ]
 
 

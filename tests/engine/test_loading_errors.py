@@ -75,6 +75,15 @@ def test_eos_token_ids_are_checked(llama_dir, tmp_path, value):
         load_eos_token_ids(model)
 
 
+def test_an_eos_token_id_outside_the_vocabulary_is_refused(llama_dir, tmp_path):
+    """An id past vocab_size is never sampled: every output would run to its token limit."""
+    model = edited(llama_dir, tmp_path)
+    vocab = json.loads((model / "config.json").read_text())["vocab_size"]
+    (model / "generation_config.json").write_text(json.dumps({"eos_token_id": [1, vocab]}))
+    with pytest.raises(SpecscopeError, match=rf"field 'eos_token_id': {vocab} is no token of the model \(vocab_size {vocab}"):
+        load_eos_token_ids(model)
+
+
 def test_a_shard_index_of_another_shape_is_refused(llama_dir, tmp_path):
     model = edited(llama_dir, tmp_path)
     (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["model.safetensors"]}))

@@ -87,6 +87,7 @@ def servers(tiny_model):
         ({"prompt": PROMPT, "seed": "x"}, None, 400, "'seed'"),
         ({"prompt": PROMPT, "stream": "yes"}, None, 400, "'stream'"),
         ({"prompt": PROMPT, "n": 2}, None, 400, "'n' is not supported"),
+        ({"prompt": PROMPT, "use_beam_search": True}, None, 400, "'use_beam_search' is not supported"),
         ({"prompt": PROMPT, "stop": ["\n"]}, None, 400, "'stop': stop strings need the model's tokenizer.json"),
         ({"prompt": PROMPT, "response_format": {"type": "json_object"}}, None, 400, "'response_format'"),
         ({"prompt": PROMPT, "stop_token_ids": [VOCAB]}, None, 400, "'stop_token_ids'"),

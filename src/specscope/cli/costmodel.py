@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specscope.cli._common import check_output_file, check_table_output, print_table, refuse_overwriting, to_stdout
+from specscope.cli._common import check_table_output, print_table, refuse_overwriting, to_stdout
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
-from specscope.fileio import json_text
+from specscope.fileio import check_json_output, json_text
 
 POOR_FIT = 0.2  # a fit whose median step error is above this share is reported as poor
 
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="with --from-sweep: predict every SD cell from a fit without it; writes "
                           "SWEEP_DIR/calibration.csv, and each coefficient's spread over those fits to "
                           "SWEEP_DIR/coefficients.csv")
-    fit.add_argument("-o", "--output", required=True, type=check_output_file,
+    fit.add_argument("-o", "--output", required=True, type=check_json_output,
                      help="write the fitted model (JSON) here (- for standard output)")
     fit.add_argument("--name", default=None, help="name of the fitted model (default: the output's stem, "
                                                   "'fitted' for standard output)")

@@ -57,11 +57,15 @@ def run(args: argparse.Namespace) -> int:
     if args.tokenizer is not None:
         from specscope.engine.loading import load_tokenizer
 
+        if not args.tokenizer.is_dir():
+            raise SpecscopeError(f"--tokenizer: {args.tokenizer} is not a directory (a model directory is expected)")
         tokenizer = load_tokenizer(args.tokenizer)
         if tokenizer is None and (args.token_ids or args.dataset == "sharegpt"):
             raise SpecscopeError(f"--tokenizer: {args.tokenizer}/tokenizer.json not found")
         if not args.no_chat_template:
             template = load_chat_template(args.tokenizer)
+        if tokenizer is None and template.source is None:  # a mistyped folder would drop the template unsaid
+            raise SpecscopeError(f"--tokenizer: {args.tokenizer} holds neither a tokenizer.json nor a chat template")
     if args.token_ids and tokenizer is None:
         raise SpecscopeError("--token-ids: needs --tokenizer DIR with a tokenizer.json")
     if args.dataset in DATASETS:

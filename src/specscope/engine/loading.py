@@ -154,7 +154,12 @@ def load_model(
 
 
 def load_eos_token_ids(model_dir: Path) -> list[int]:
-    """End-of-sequence ids from ``generation_config.json``, else ``config.json`` (int or list)."""
+    """End-of-sequence ids from ``generation_config.json``, else ``config.json`` (int or list),
+    each a token of the model's vocabulary (``config.json``'s ``vocab_size``): an id past it is
+    never sampled, and every output would run to its token limit."""
+    config = Path(model_dir) / "config.json"
+    vocab = read_json_object(config).get("vocab_size") if config.is_file() else None
+    vocab = vocab if isinstance(vocab, int) and not isinstance(vocab, bool) and vocab > 0 else None
     for name in ("generation_config.json", "config.json"):
         path = Path(model_dir) / name
         if path.is_file():
@@ -165,6 +170,10 @@ def load_eos_token_ids(model_dir: Path) -> list[int]:
             if not ids or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
                 raise SpecscopeError(f"{path}: field 'eos_token_id': expected a token id or a list of token ids "
                                      f"(integers >= 0), got {value!r}")
+            outside = [i for i in ids if vocab is not None and i >= vocab]
+            if outside:
+                raise SpecscopeError(f"{path}: field 'eos_token_id': {outside[0]} is no token of the model "
+                                     f"(vocab_size {vocab} in {config})")
             return ids
     return []
 

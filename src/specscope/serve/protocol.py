@@ -28,7 +28,8 @@ Fields of both POST routes:
 - Refused with 400 when set to anything but their neutral value (they would change the
   output and are not implemented): ``n``, ``best_of``, ``logprobs``, ``top_logprobs``,
   ``echo``, ``suffix``, ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
-  ``tools``, ``tool_choice``, ``response_format`` other than text.
+  ``tools``, ``tool_choice``, ``response_format`` other than text, and vLLM's ``use_beam_search``
+  and ``include_stop_str_in_output``.
 
 Completions: ``prompt`` is text, a list of token ids, or a one-element list of either. Chat:
 ``messages``, a non-empty list of ``{"role", "content"}`` (roles system, developer, user,
@@ -63,6 +64,8 @@ UNSUPPORTED = {
     "logit_bias": None,
     "tools": None,
     "tool_choice": None,
+    "use_beam_search": False,  # vLLM's extensions that change the output
+    "include_stop_str_in_output": False,
 }
 ROLES = ("system", "developer", "user", "assistant", "tool")
 

@@ -50,6 +50,9 @@ class ProposerSpec:
             spec = cls(name, Path(path) if path else None)
             if not spec.lookup and not path:
                 raise SpecscopeError(f"--proposers: {part!r}: expected METHOD=DIR for model proposers")
+            if spec.lookup and path:  # it would be dropped unsaid
+                raise SpecscopeError(f"--proposers: {part!r}: {name} looks tokens up and reads no checkpoint: give "
+                                     f"{name} alone")
             if any(other.name == spec.name for other in specs):  # a record keeps one trace per name
                 raise SpecscopeError(f"--proposers: {name!r} given twice; a record holds one trace per method")
             specs.append(spec)
