@@ -105,7 +105,7 @@ CASES = [
     Case("output-is-the-sweeps-results", [*FIT[:-1], "S/results.json"], r"S/results\.json: is also an input",
          sweep(), setup=lambda folder: (folder / "S" / "results.json").write_text("[]")),
     Case("output-is-the-table", [*VALIDATE[:-4], "S/calibration.csv", "--traces", "t.jsonl", "--validate"],
-         r"--validate writes its table there", sweep()),
+         r"S/calibration\.csv: expected a \.json output file", sweep()),
     Case("table-path-is-a-folder", VALIDATE, r"S/calibration\.csv: is a directory",
          sweep(extra={"S/calibration.csv/keep.txt": ""})),
     Case("traces-without-validate", [*FIT, "--traces", "t.jsonl"], r"--traces: only read by --validate", sweep()),
