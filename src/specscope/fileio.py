@@ -310,6 +310,13 @@ def read_toml_object(path: str | Path) -> dict:
         raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
 
 
+def first_line(path: str | Path) -> tuple[int, bytes] | None:
+    """The first line of ``path`` that is not blank, and its number (None: the file holds none).
+    An ``OSError`` (a folder, an unreadable file) passes to the caller, who knows what it means."""
+    with open(path, "rb") as lines:
+        return next(((number, line) for number, line in enumerate(lines, start=1) if line.strip()), None)
+
+
 def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Iterator[T]:
     """``parse(obj, path, line)`` for each non-blank line of the JSON Lines file ``path``, read
     as a stream; a line that is not UTF-8 or not JSON is a one-line error naming ``path:line``."""

@@ -123,23 +123,16 @@ def read_trace_args(args: argparse.Namespace, walked: Sequence[str] = ()) -> lis
 
     refuse_clashes(output_options(args), args.traces)
     records, reports = load_traces(args.traces, lengths=args.lengths)
-    if not walked:
-        note_mismatches(reports)
-    for report in reports if walked else ():
-        if report.mismatched_records:
-            detail = ", ".join(f"{k}: {v}" for k, v in sorted(report.mismatches_by_proposer.items()))
-            print(f"note: {report.path}: {report.mismatched_records} of {report.records} records had acc_len arrays of "
-                  f"another length than the output ({detail}); the walk replays the positions the output and the "
-                  f"acc_len arrays of {', '.join(walked)} cover", file=sys.stderr)
+    note_mismatches(reports, walked=walked)
     return records
 
 
-def note_mismatches(reports: Iterable, file: TextIO = sys.stderr) -> None:
+def note_mismatches(reports: Iterable, file: TextIO | None = None, walked: Sequence[str] = ()) -> None:
     """One note per trace file whose acc_len arrays and outputs differ in length (DESIGN: counted
-    and reported, never silent), saying how they were handled."""
+    and reported, never silent), saying how they were handled (``walked``: see ``LoadReport.summary``)."""
     for report in reports:
         if report.mismatched_records:
-            print(f"note: {report.summary()}", file=file)
+            print(f"note: {report.summary(walked)}", file=file or sys.stderr)  # standard error as it is now
 
 
 def refuse_overwriting(output: object, inputs: Iterable[str | Path], option: str = "-o") -> None:

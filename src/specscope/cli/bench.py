@@ -228,7 +228,7 @@ def _openai_defaults() -> dict[str, object]:
     """The options of ``--backend openai`` alone, each with its default (one given otherwise is refused)."""
     parser = argparse.ArgumentParser(add_help=False)
     add_openai_bench_arguments(parser)
-    return {action.dest: action.default for action in parser._actions}
+    return vars(parser.parse_args([]))
 
 
 def _log_dir(path: Path | None) -> Path | None:

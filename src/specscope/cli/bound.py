@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError("no proposer left to bound: " + "; ".join(left_out))
         shown = f"context {contexts[0]:.0f}" if len(set(contexts)) == 1 else \
             "context each proposer's records' mean prompt + half output (" + \
-            ", ".join(f"{name} {c:.0f}" for (name, *_), c in zip(cases, contexts)) + ")"
+            ", ".join(f"{name} {context:.0f}" for (name, *_), context in zip(cases, contexts)) + ")"
         source = ", ".join(filter(None, [
             "α given" if args.alpha is not None else "α from the traces",
             "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at k = {args.k}, "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specscope.cli._common import add_table_output, human_stream, note_mismatches, print_table, refuse_clashes, write_rows
 from specscope.errors import SpecscopeError
+from specscope.fileio import first_line
 
 ENV = "SPECSCOPE_PAPER_DIR"
 REFERENCE = "figures_gsm8k_sharegpt.csv"
@@ -42,8 +43,7 @@ def _refuse_broken(path: Path) -> None:
     another kind of file (a workload, notes): refused at that line rather than left out (a folder
     or an unreadable file is left out)."""
     try:
-        with path.open("rb") as lines:
-            first = next(((number, line) for number, line in enumerate(lines, start=1) if line.strip()), None)
+        first = first_line(path)
     except OSError:  # a folder, an unreadable file: no trace file, left out
         return
     if first is not None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from specscope import validate
 from specscope.cli._common import checkpoint_files, refuse_overwriting, refuse_unused_draft
 from specscope.errors import SpecscopeError
-from specscope.fileio import check_output_file, open_appended
+from specscope.fileio import check_output_file, first_line, open_appended
 from specscope.methods import NO_SD, names
 from specscope.policy.learned import load_policy
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
@@ -165,8 +165,7 @@ def _refuse_foreign(path: Path) -> None:
     if not path.is_file():
         return
     try:
-        with path.open("rb") as lines:
-            first = next(((number, line) for number, line in enumerate(lines, start=1) if line.strip()), None)
+        first = first_line(path)
     except OSError as error:
         raise SpecscopeError(f"--step-records: {path}: cannot read ({error.strerror or error})") from None
     if first is None:

@@ -30,13 +30,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
 from specscope import validate
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, read_jsonl
+from specscope.fileio import atomic_write_text, first_line, read_jsonl
 from specscope.methods import of_kind
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord
@@ -78,16 +78,23 @@ class LoadReport:
     rank_disagreements: int = 0  # positions whose tree_rank gives another greedy chain than acc_len (kept)
     ignored_fields: dict[str, None] = field(default_factory=dict)  # SpecDecode-Bench fields not read, in order seen
 
-    def summary(self) -> str:
-        return self._lengths() + "".join(
+    def summary(self, walked: Sequence[str] = ()) -> str:
+        """One line: the records read and how length mismatches were handled (``walked``: the
+        proposers a walk of several replays together, over the positions the output and their
+        acc_len arrays cover, whatever the file was read with)."""
+        return self._lengths(walked) + "".join(
             f"; {count} {what}" for count, what in ((self.empty_outputs, "records with an empty output skipped"),
                                                    (self.duplicates, "duplicate records dropped"),
                                                    (self.rank_disagreements, RANKS_DISAGREE)) if count)
 
-    def _lengths(self) -> str:
+    def _lengths(self, walked: Sequence[str] = ()) -> str:
         if not self.mismatched_records:
             return f"{self.path}: {self.records} records, no length mismatches"
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(self.mismatches_by_proposer.items()))
+        if walked:
+            return (f"{self.path}: {self.mismatched_records} of {self.records} records had acc_len arrays of another "
+                    f"length than the output ({detail}); the walk replays the positions the output and the acc_len "
+                    f"arrays of {', '.join(walked)} cover")
         if self.lengths == "own":
             return (
                 f"{self.path}: {self.mismatched_records} of {self.records} records had acc_len "
@@ -303,9 +310,7 @@ def rank_disagreements(record: TraceRecord) -> int:
 def holds_traces(path: Path) -> bool:
     """Whether the first line of ``path`` that is not blank is a trace record (either format)."""
     try:  # leniently: a trace whose first record is broken is read, and refused where it breaks
-        with Path(path).open("rb") as lines:
-            first = next((line for line in lines if line.strip()), b"")
-        record = json.loads(first)
+        record = json.loads((first_line(path) or (0, b""))[1])
     except (OSError, ValueError, RecursionError):  # a folder, an unreadable file, no JSON
         return False
     return isinstance(record, dict) and (record.get("schema") == SCHEMA_VERSION or "generated_token_ids" in record)
