@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from specscope.costmodel.registry import resolve_cost_model
-from specscope.policy.learned import LearnedPolicy, choosers_from_json, features
+from specscope.policy.features import features
+from specscope.policy.learned import LearnedPolicy, choosers_from_json
 from specscope.proposers.switching import SwitchingProposer
 from specscope.sim.fit import fit_policy
 from specscope.sim.switching import causal_plan

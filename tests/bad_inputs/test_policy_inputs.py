@@ -20,7 +20,8 @@ TRACES = {"t.jsonl": own("a") + own("b")}
 
 def policy_file(methods: tuple[str, ...]) -> str:
     """A well-formed policy file over ``methods`` (J = 2; every weight 0)."""
-    from specscope.policy.learned import SCHEMA, feature_names
+    from specscope.policy.features import feature_names
+    from specscope.policy.learned import SCHEMA
 
     width, m = len(feature_names(methods)), len(methods)
     return json.dumps({"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),

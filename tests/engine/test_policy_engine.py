@@ -33,7 +33,8 @@ from specscope.cli import main  # noqa: E402
 from specscope.engine.proposer_api import ProposerConfig  # noqa: E402
 from specscope.engine.runner import Engine, SamplingParams  # noqa: E402
 from specscope.errors import SpecscopeError  # noqa: E402
-from specscope.policy.learned import SCHEMA, feature_names, load_policy  # noqa: E402
+from specscope.policy.features import feature_names  # noqa: E402
+from specscope.policy.learned import SCHEMA, load_policy  # noqa: E402
 from specscope.policy.observation import OverlapCounter, prompt_overlap  # noqa: E402
 from specscope.serve.server import create_server  # noqa: E402
 

@@ -13,7 +13,9 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.sim.evaluate import judge
 from specscope.sim.grid import SimConfig, simulate
-from specscope.policy.learned import PLAIN_ROWS, feature_names, features, load_policy
+from specscope.policy.chooser import PLAIN_ROWS
+from specscope.policy.features import feature_names, features
+from specscope.policy.learned import load_policy
 
 pytest.importorskip("sklearn")
 
@@ -202,8 +204,8 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows,
     """The group rule in plain Python (up to PLAIN_ROWS rows) and over arrays (more) agree, on
     random rows of the fitted policy at B = 8 (θ up to 3 tokens a second: the cap binds for some
     rows) and on a chooser with two model drafters."""
-    import specscope.policy.learned as learned
-    from specscope.policy.learned import Chooser
+    import specscope.policy.chooser as chooser_module
+    from specscope.policy.chooser import Chooser
 
     chooser = load_policy(policy_file).chooser(8)
     rng = np.random.default_rng(rows)
@@ -216,9 +218,9 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows,
     two = Chooser(chooser.weights, chooser.bias, chooser.seconds, -1, chooser.base_rate,
                   chooser.fixed + chooser.fixed[1], batch_size=8)  # both methods pay a fixed part
     for rule in (chooser, two):
-        monkeypatch.setattr(learned, "PLAIN_ROWS", rows)
+        monkeypatch.setattr(chooser_module, "PLAIN_ROWS", rows)
         plain = rule.choose_group(*args)
-        monkeypatch.setattr(learned, "PLAIN_ROWS", 0)
+        monkeypatch.setattr(chooser_module, "PLAIN_ROWS", 0)
         assert rule.choose_group(*args) == plain
 
 
@@ -259,10 +261,10 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
     row 0 drafts k = 2 and row 1 none. With F = (0, 0.2, 0.5): k_d = 2 is worth −0.25, k_d = 1
     0.1: row 0 drafts k = 1. With F = (0, 0.3, 0.5): nothing pays, no row drafts — though alone,
     at θ = 1 and F charged once, row 0 would draft k = 2 (0.75 − 0.5 > 0)."""
-    from specscope.policy import learned
-    from specscope.policy.learned import Chooser
+    import specscope.policy.chooser as chooser_module
+    from specscope.policy.chooser import Chooser
 
-    monkeypatch.setattr(learned, "PLAIN_ROWS", plain_rows)
+    monkeypatch.setattr(chooser_module, "PLAIN_ROWS", plain_rows)
     bias = np.array([[-50.0, -50.0], [0.0, 0.0]])
     zeros = np.zeros((2, 3))
     x, offer, theta = np.zeros((2, 0)), np.array([0, 0]), np.array([1.0, 1.0])
@@ -286,10 +288,10 @@ def test_a_group_weighs_every_combination_of_two_drafters(monkeypatch, plain_row
     A alone, row 1 0.5 from B alone. Each drafter running costs the batch 2 · F. F = 0.2 each: both
     run (3 − 0.8 = 2.2 beats one's 2.5 − 0.4 and none's 2); F = 0.3 each: none (2 beats 1.9 and
     1.8); F_A = 0.2, F_B = 0.3: A alone (2.1 beats 1.9, 2.0 and 2)."""
-    from specscope.policy import learned
-    from specscope.policy.learned import Chooser
+    import specscope.policy.chooser as chooser_module
+    from specscope.policy.chooser import Chooser
 
-    monkeypatch.setattr(learned, "PLAIN_ROWS", plain_rows)
+    monkeypatch.setattr(chooser_module, "PLAIN_ROWS", plain_rows)
     x, offer, theta = np.zeros((2, 0)), np.array([0, 0]), np.array([1.0, 1.0])
     shift = np.array([[0.0, -50.0], [-50.0, 0.0]])
 
@@ -318,7 +320,7 @@ def test_hazard_rows_are_the_draft_tokens_judged():
 def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_request():
     """Two methods, one feature, J = 2: P(acc_len ≥ j) is the product of the hazards, E[e] adds
     them, and θ is the request's tokens over its steps' price after the prior's no-SD steps."""
-    from specscope.policy.learned import PRIOR_STEPS, Chooser
+    from specscope.policy.chooser import PRIOR_STEPS, Chooser
     from specscope.policy.observation import History, Outcome
 
     weights, bias = np.array([[0.0], [1.0]]), np.log(np.array([[1.0, 1.0], [1.0, 3.0]]))  # σ(ln r) = r / (1 + r)
@@ -345,7 +347,7 @@ def test_theta_is_capped_by_the_best_ratio_any_action_is_predicted_to_reach():
     steps accepted more than any step is now predicted to) would score every action below zero
     and take the one losing the least time, none (1 − 2 = −1 against 1.5 − 2.8 = −1.3); capped at
     1.5 / 1.4 it takes k = 1 (score 0 against none's −1/14), alone, in a group, and over arrays."""
-    from specscope.policy.learned import Chooser
+    from specscope.policy.chooser import Chooser
 
     seconds = np.array([[1.0, 1.4, 2.2]])
     chooser = Chooser(np.zeros((1, 0)), np.zeros((1, 2)), seconds, ngram=-1, base_rate=np.full((1, 2), 0.5),
@@ -364,7 +366,7 @@ def test_theta_is_capped_by_the_best_ratio_any_action_is_predicted_to_reach():
 
 def _best_at(chooser, gains, theta):
     """The (method, k) the rule picks at ``theta`` without the cap."""
-    from specscope.policy.learned import _best
+    from specscope.policy.chooser import _best
 
     return _best([[g - theta * p for g, p in zip(line, price)] for line, price in zip(gains, chooser.seconds.tolist())])
 
@@ -375,7 +377,7 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
     matched 1 of the 3 emitted (judged 2: the match and the miss), then offered nothing (judged
     none). Eagle: A = 2 of T = 3, the training rates (1/2, 1/4) expect E = 2·1/2 + 1/4 = 5/4:
     shift = 3/(3 + 16) · ln[(2.5 / 1.5) / (1.75 / 2.25)]."""
-    from specscope.policy.learned import PRIOR_TOKENS, Chooser
+    from specscope.policy.chooser import PRIOR_TOKENS, Chooser
     from specscope.policy.observation import History, Outcome
 
     history = History(2, 2, lookup=0)
@@ -521,7 +523,7 @@ def test_on_an_engine_that_pads_a_group_weighs_the_width_every_row_verifies():
     row 1 nothing. Packed, row 0 takes k = 2 (1.75 − 1.4 beats 1.5 − 1.2 and 1 − 1). Padded, both
     rows verify the widest: w = 0 is worth 1 + 1 − 2 · 1.0 = 0, w = 1 2.5 − 2.4 = 0.1, w = 2
     2.75 − 2.8 = −0.05: row 0 takes k = 1."""
-    from specscope.policy.learned import Chooser
+    from specscope.policy.chooser import Chooser
 
     verify = np.array([1.0, 1.2, 1.4])
 
@@ -542,7 +544,7 @@ def test_a_groups_plain_python_decision_is_the_best_of_every_assignment(pads):
     padding engine: w the widest k) − B·θ·F[k_d] (k_d the drafter's deepest k)."""
     import itertools
 
-    from specscope.policy.learned import Chooser
+    from specscope.policy.chooser import Chooser
 
     rng = np.random.default_rng(7)
     for _ in range(200):

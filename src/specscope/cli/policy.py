@@ -192,7 +192,8 @@ def _evaluated(line: dict, column: str) -> str | None:
 
 def run_explain(args: argparse.Namespace) -> int:
     from specscope.methods import method as method_named
-    from specscope.policy.learned import PRIOR_TOKENS, load_policy
+    from specscope.policy.chooser import PRIOR_TOKENS
+    from specscope.policy.learned import load_policy
 
     policy = load_policy(args.policy)
     document = policy.document

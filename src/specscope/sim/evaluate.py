@@ -33,7 +33,8 @@ from typing import Sequence
 import numpy as np
 
 from specscope.costmodel.base import CostModel
-from specscope.policy.learned import LearnedPolicy, features
+from specscope.policy.features import features
+from specscope.policy.learned import LearnedPolicy
 from specscope.sim.fit import fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
 from specscope.sim.plan import switch_k_max

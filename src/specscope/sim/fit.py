@@ -29,7 +29,9 @@ import scipy.special
 from specscope.costmodel.base import CostModel, StepLoad
 from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
-from specscope.policy.learned import SCHEMA, Chooser, choosers_from_json, feature_names, features
+from specscope.policy.chooser import Chooser
+from specscope.policy.features import feature_names, features
+from specscope.policy.learned import SCHEMA, choosers_from_json
 from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
 from specscope.sim.plan import switch_k_max
@@ -130,7 +132,7 @@ def hazard_rows(acc: np.ndarray, limit: np.ndarray) -> tuple[np.ndarray, np.ndar
 def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: int,
                    rng: np.random.Generator) -> dict:
     """mean, scale [F], coef [M][F], intercept [M][J], base_rate [M][J] and span [M][2] of the
-    hazard model (module docstring of :mod:`specscope.policy.learned`): per method, one logistic
+    hazard model (module docstring of :mod:`specscope.policy.chooser`): per method, one logistic
     regression of [acc_len ≥ j] on the standardised features and a one-hot of j over the rows of
     :func:`hazard_rows` (``limits`` [N, M]: the deepest k each method could have proposed at each
     step); a method whose judged tokens were all accepted (or none) gets no slopes and the

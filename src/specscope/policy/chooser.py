@@ -1,0 +1,288 @@
+"""A learned policy's decision rule at one batch size: :class:`Chooser`.
+
+The acceptance model (fitted by :mod:`specscope.sim.fit`) is a discrete-time hazard model: for
+every method m, one logistic regression over the standardised features
+(:func:`~specscope.policy.features.feature_names`)
+gives the probability that m's draft token j − 1 is accepted once the tokens before it were,
+h_m,j = σ(w_m · x + b_m,j), j = 2 … J + 1 — slopes shared by every j, an offset per j — so that
+P(acc_len_m ≥ j) = Π_{i=2}^{j} h_m,i. Evidence that raises one token's odds raises every later
+one's, so the model reaches long accepted runs (a repetition loop's n-gram drafts) that few
+training steps show at each single j. A step of m proposing k then emits in expectation
+E[e] = 1 + Σ_{j=2}^{k+1} P(acc_len_m ≥ j) (n-gram: k at most what it offers now).
+The request's own record shifts every hazard logit of m by one offset (:meth:`Chooser.shift_for`): the
+log-odds of the draft tokens it accepted against those the training data's acceptance per depth
+expects of the same tokens, weighted by how many it has — a request-level random effect, so a
+workload whose acceptance the training data never showed (a repetition loop, a drafter better or
+worse than in training) is followed within a few steps.
+The decision at batch size B is the (method, k) maximising E[e] − θ · T_B(method, k), where
+T_B is the step's price under the cost model at B copies of a request of the training data's
+median length so far (a step that leaves a model drafter idle is charged the catch-up its next
+step pays); k = 0 (no drafting) emits 1 at T_B(none). A model drafter's drafting splits into a
+part per row and a part F_B(m, k) the batch pays once, whichever rows draft (an EAGLE head's k
+passes: its weights read once per pass). A request alone (batch 1, or the simulator's paper mode:
+B copies of it) pays both; the requests of one engine iteration are decided **together**
+(:meth:`Chooser.choose_group`): the drafter runs for the iteration, to depth k_d, only if what
+the rows that take it gain pays F_B(m, k_d) at the rows' rate — Σ_rows (E[e] − θ·T) −
+Σ_rows θ · F_B (the rows present: a batch's last few rows do not pay at the full batch's rate)
+— otherwise no row drafts with it. On an engine that pads its forwards (the
+cost model's ``pads_verification``), every row verifies the batch's widest proposal w: the
+group weighs each w, its verification priced once at the rows' θ, and the rows keep k ≤ w.
+θ (tokens one second of step time is worth: Dinkelbach's parameter for maximising the ratio
+Σe / ΣT) is the request's own
+ratio so far, Σ emitted / Σ T_B of its steps, as if it had first run :data:`PRIOR_STEPS` steps
+without SD: it starts at the no-SD rate, the rate any drafting must beat, and rises with what
+the request's own drafting reaches — but never above the best ratio E[e] / T_B any action is
+predicted to reach now (:meth:`Chooser.capped`). Above it every action scores below zero and the
+rule would pick the one that loses the least time, not the most tokens: a request whose first
+steps accepted everything (a rate no later step is predicted to reach) would stop drafting at all
+(held-out math on the study's traces at B = 8: the batch drafted nothing in half its iterations,
+1.40× against the 1.69× of the capped θ). (A prior of the throughput reached on the training data
+carried n-gram-rich workloads' rate to math, where it asked more of EAGLE than any step gives.)
+
+The slope term w_m · x is held within its span over the training steps (``span``): a feature far
+outside what training showed (a 100k-token prompt after prompts of 1000) cannot push a
+prediction past the most confident one the data supported.
+
+The file (``"schema": "specscope.policy/6"``) holds ``methods``, ``features`` (name →
+definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
+(b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), ``span``
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import operator
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import scipy.special
+
+from specscope.policy.observation import NONE, Observation
+
+PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
+PLAIN_ROWS = 16  # a group of at most this many rows decides in plain Python (array code's fixed cost dominates)
+PRIOR_TOKENS = 16  # a request's own acceptance record weighs as much as the model's after this many tokens judged
+
+
+@dataclass(frozen=True)
+class Chooser:
+    """One batch size's decision rule over the shared acceptance model (see the module docstring)."""
+
+    weights: np.ndarray  # [M, F] hazard slopes, standardisation folded in
+    bias: np.ndarray  # [M, J] hazard offsets b_m,j, standardisation folded in
+    seconds: np.ndarray  # [M, J + 1] step seconds per row of method m proposing k = 0 … J (k = 0: none)
+    ngram: int  # index of n-gram among the methods (its k is capped at its offer); NONE if absent
+    base_rate: np.ndarray  # [M, J] each method's acceptance of draft tokens at depth j over the training data
+    fixed: np.ndarray  # [M, J + 1] F_B: the drafting a batch pays once when m drafts to depth k (0: lookups, k = 0)
+    batch_size: int = 1  # B of the prices
+    verify: np.ndarray | None = None  # [J + 1] the step's verification at B copies proposing k (part of seconds)
+    pads: bool = False  # the engine verifies every row at the batch's widest proposal (needs verify)
+    span: np.ndarray | None = None  # [M, 2] least and greatest w_m · x over the training steps (None: unbounded)
+
+    def __post_init__(self) -> None:  # constants of every decision, computed once
+        depth = self.seconds.shape[1]  # J + 1
+        beyond = np.zeros((depth, *self.seconds.shape))  # [J + 1 offers, M, J + 1]: 0, or −∞ where not offered
+        if self.ngram != NONE:  # n-gram proposing more than it offers would propose just its offer
+            beyond[:, self.ngram][np.arange(depth)[None, :] > np.arange(depth)[:, None]] = -np.inf
+        alone = self.seconds + self.fixed  # a request that drafts alone pays the batch's part too
+        with np.errstate(divide="ignore"):  # a free action (price 0): an infinite ratio, no cap
+            object.__setattr__(self, "_per_second", 1.0 / alone)  # [M, J + 1]
+        object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M]
+        object.__setattr__(self, "_cumulate", np.triu(np.ones((depth - 1, depth)), 1))  # [J, J + 1]
+        object.__setattr__(self, "_running", np.triu(np.ones((depth - 1, depth - 1))))  # [J, J]: Σ_{i ≤ j}
+        object.__setattr__(self, "_base", 1.0 + beyond)  # the score of any k before acceptance and time
+        object.__setattr__(self, "_drafters", np.flatnonzero(self.fixed.any(axis=1)).tolist())
+        # plain lists for what a request alone pays per step (choose, theta_for, shift): at this
+        # size an array operation's fixed cost exceeds its arithmetic many times over
+        span = np.tile([-math.inf, math.inf], (len(self.weights), 1)) if self.span is None else self.span
+        object.__setattr__(self, "_low", span[:, 0])
+        object.__setattr__(self, "_high", span[:, 1])
+        object.__setattr__(self, "_spans", span.tolist())
+        object.__setattr__(self, "_alone_rows", list(zip(self.weights.tolist(), self.bias.tolist(), alone.tolist())))
+        own = self.seconds - self.verify if self.pads else self.seconds  # padded: the batch's width is priced apart
+        object.__setattr__(self, "_batch_rows", list(zip(self.weights.tolist(), self.bias.tolist(), own.tolist())))
+        object.__setattr__(self, "_fixed_rows", self.fixed.tolist())
+        object.__setattr__(self, "_verify", None if self.verify is None else self.verify.tolist())
+        object.__setattr__(self, "_alone_prices", alone.tolist())
+        object.__setattr__(self, "_batch_prices", own.tolist())
+        object.__setattr__(self, "_prices", dict(enumerate(self._alone_prices)) | {NONE: self._alone_prices[0]})
+        object.__setattr__(self, "_base_rows", self.base_rate.tolist())
+
+    def theta_for(self, obs: Observation) -> float:
+        """θ for this request now (an online Dinkelbach step): what it emitted over what its
+        steps cost at this table's prices alone, after :data:`PRIOR_STEPS` no-SD steps (one
+        token each at the no-SD price)."""
+        prices = self._prices
+        spent = sum(steps * prices[m][k] for m, k, steps in obs.actions)
+        return (PRIOR_STEPS + obs.pos - 1) / (PRIOR_STEPS * prices[NONE][0] + spent)  # Σ emitted = pos − 1
+
+    def shift_for(self, obs: Observation) -> list[float]:
+        """[M] offsets of the hazard logits from ``obs``'s own acceptance record (the draft
+        tokens judged and accepted per method and depth,
+        :class:`~specscope.policy.observation.History`): the log-odds of its A accepted of T
+        judged less that of the E the training data's rates per depth expect of the same tokens,
+        (· + ½) / (T + 1) each, weighted T / (T + :data:`PRIOR_TOKENS`) — the model's prediction
+        until the request has a record, its own rate once it has a long one (a request-level
+        random effect). A walk shallower than the policy records fewer depths."""
+        offsets = []
+        for judged, accepted, rates in zip(obs.judged, obs.accepted, self._base_rows):
+            total, hits = sum(judged), sum(accepted)
+            expected = sum(map(operator.mul, judged, rates))
+            odds = (hits + 0.5) * (total + 0.5 - expected) / ((total + 0.5 - hits) * (expected + 0.5))
+            offsets.append(total / (total + PRIOR_TOKENS) * math.log(odds))
+        return offsets
+
+    def _gain(self, logits: np.ndarray) -> np.ndarray:
+        """Hazard logits [..., M, J] → Σ_{j ≤ k+1} P(acc_len ≥ j) [..., M, J + 1] (column 0: 0):
+        log P(acc_len ≥ j) = Σ_{i ≤ j} log σ(logit_i), one matrix product."""
+        return np.exp(scipy.special.log_expit(logits) @ self._running) @ self._cumulate  # log σ: exact for any logit
+
+    def gains(self, x: np.ndarray, offer: np.ndarray, shift: np.ndarray) -> np.ndarray:
+        """x [B, F], offer [B] (at most J), shift [B, M] → E[e] [B, M, J + 1] of (method, k) (k = 0:
+        none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j); n-gram proposing more than it offers: −∞ (it would
+        propose just its offer, a candidate already)."""
+        gain = self._gain((np.clip(x @ self._weights_t, self._low, self._high) + shift)[:, :, None] + self.bias)
+        gain += self._base[offer]
+        return gain
+
+    def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int], theta: Sequence[float],
+                     shift: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
+        """The rows of one iteration decided together (x [B][F], offer [B], θ [B], shift [B][M];
+        each θ :meth:`capped` by its row's own best ratio): (method or NONE, k) per row. Each model
+        drafter d runs to a depth k_d (0: not at all) for
+        the whole batch, paying F_B(d, k_d) once at the rows' summed θ; each row then takes its best
+        (method, k) with k ≤ k_d of each drafter. On an engine that pads (``pads``) the batch also
+        verifies every row at its widest proposal w, priced once at the rows' θ: each w is weighed
+        and the rows keep k ≤ w. Up to :data:`PLAIN_ROWS` rows, and on an engine that pads, in plain
+        Python (:meth:`_choose_rows`), more rows vectorised (:meth:`_choose_arrays`): the same rule."""
+        if len(x) <= PLAIN_ROWS or self.pads:
+            gains = [self.row_gains(row, o, sh) for row, o, sh in zip(x, offer, shift)]
+            theta = [self.capped(table, t) for table, t in zip(gains, theta)]
+            tables = [[[g - t * p for g, p in zip(line, price)] for line, price in zip(table, self._batch_prices)]
+                      for table, t in zip(gains, theta)]
+            return self._choose_rows(tables, sum(theta) / len(theta))
+        return self._choose_arrays(*map(np.asarray, (x, offer, theta, shift)))
+
+    def _choose_arrays(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray,
+                       shift: np.ndarray) -> list[tuple[int, int]]:
+        """:meth:`choose_group` over arrays: the k_d of every drafter but the last are enumerated,
+        the last's are compared at once."""
+        depth = self.seconds.shape[1]
+        gain = self.gains(x, np.minimum(offer, depth - 1), shift)  # [B, M, J + 1]
+        ratio = gain * self._per_second  # E[e] / T_B alone
+        theta = np.minimum(theta, ratio.reshape(len(x), -1).max(axis=1))  # capped
+        score = gain - theta[:, None, None] * self.seconds
+        rate = float(theta.sum())  # the rows' tokens per second of batch time
+        allowed = np.ones(score.shape[1:], dtype=bool)
+        if self._drafters:
+            *others, last = self._drafters
+            best, limits = -np.inf, ()
+            for depths in itertools.product(range(depth), repeat=len(others)):
+                masked = score.copy()
+                for d, k_d in zip(others, depths):
+                    masked[:, d, k_d + 1:] = -np.inf
+                paid = sum(self.fixed[d, k_d] for d, k_d in zip(others, depths))
+                deepest = np.maximum.accumulate(masked[:, last, 1:], axis=1)  # [B, J]: best k ≤ k_d of last
+                masked[:, last, 1:] = -np.inf
+                without = masked.reshape(len(x), -1).max(axis=1)  # [B]: best without the last drafter
+                value = np.concatenate([[without.sum()], np.maximum(without[:, None], deepest).sum(axis=0)])
+                value -= rate * (paid + self.fixed[last])  # [J + 1] over k_d of the last drafter
+                if value.max() > best:
+                    best, limits = float(value.max()), (*depths, int(value.argmax()))
+            for d, k_d in zip(self._drafters, limits):
+                allowed[d, k_d + 1:] = False
+        flat = np.where(allowed, score, -np.inf).reshape(len(x), -1).argmax(axis=1)
+        method, k = np.divmod(flat, depth)
+        return list(zip(np.where(k > 0, method, NONE).tolist(), k.tolist()))
+
+    def row_scores(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float],
+                   alone: bool = False) -> list[list[float]]:
+        """One row's scores E[e] − θ · seconds per row (:meth:`gains`, in plain Python): [M][J + 1]
+        (``alone``: the batch's part of the drafting added to the price, as a request alone pays it)."""
+        table = []
+        depth = self.seconds.shape[1] - 1  # J
+        for m, (weights, bias, price) in enumerate(self._alone_rows if alone else self._batch_rows):
+            low, high = self._spans[m]
+            logit = min(max(sum(map(operator.mul, weights, x)), low), high) + shift[m]
+            top = min(offer, depth) if m == self.ngram else depth
+            line, survive, gain = [1.0 - theta * price[0]], 1.0, 1.0  # P(acc_len ≥ j + 1), 1 + Σ of them
+            for k in range(1, top + 1):
+                survive *= _sigmoid(logit + bias[k - 1])
+                gain += survive
+                line.append(gain - theta * price[k])
+            table.append(line + [-math.inf] * (depth - top))
+        return table
+
+    def row_gains(self, x: Sequence[float], offer: int, shift: Sequence[float]) -> list[list[float]]:
+        """One row's expected tokens E[e] = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) of every (method, k),
+        [M][J + 1] (n-gram beyond its offer: −∞): :meth:`row_scores` at θ = 0."""
+        return self.row_scores(x, offer, 0.0, shift)
+
+    def choose(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float]) -> tuple[int, int]:
+        """(method index, k) for a request alone: the best of its :meth:`row_scores` at θ
+        :meth:`capped` (first of equals, in (method, k) order), the batch's part of the drafting
+        in its price. The cap binds only where no action scores above zero at θ; then the pick is
+        the action of the best ratio E[e] / T. Plain Python: an engine at batch 1 pays this every step."""
+        table = self.row_scores(x, offer, theta, shift, alone=True)
+        pick = _best(table)
+        if table[max(pick[0], 0)][pick[1]] > 0:
+            return pick
+        return _best(self._ratios(self.row_gains(x, offer, shift)))
+
+    def capped(self, gains: list[list[float]], theta: float) -> float:
+        """``theta``, at most the best ratio E[e] / T_B (the price alone) of any (method, k) in
+        ``gains`` ([M][J + 1], :meth:`row_gains`)."""
+        return min(theta, max(map(max, self._ratios(gains))))
+
+    def _ratios(self, gains: list[list[float]]) -> list[list[float]]:
+        """[M][J + 1] E[e] / T_B of every (method, k) at its price alone (a free one: ∞)."""
+        return [[g / p if p > 0 else math.inf for g, p in zip(line, price)]
+                for line, price in zip(gains, self._alone_prices)]
+
+    def _choose_rows(self, tables: list[list[list[float]]], theta: float) -> list[tuple[int, int]]:
+        """:meth:`choose_group` in plain Python over the rows' :meth:`row_scores` (``theta``: their
+        mean θ): every batch width w (an engine that pads; else the deepest k) and combination of
+        the drafters' depths k_d ≤ w, each row taking its best within them — the best of what
+        needs no drafter, or a drafter's best k ≤ k_d."""
+        drafters, depth = self._drafters, self.seconds.shape[1]
+        others = [m for m in range(len(self._fixed_rows)) if m not in drafters]
+        rate, best, limits = len(tables) * theta, -math.inf, (depth - 1, ())
+        free_upto, reach_rows = [], []  # per row, whatever the width: [J + 1] each
+        for t in tables:
+            zero = max(line[0] for line in t)  # none (every method's column 0)
+            free = [zero, *(max(t[m][k] for m in others) for k in range(1, depth))] if others else [zero] * depth
+            free_upto.append(list(itertools.accumulate(free, max)))  # its best needing no drafter, k ≤ w
+            reach_rows.append([[-math.inf, *itertools.accumulate(t[d][1:], max)] for d in drafters])  # best k ≤ k_d
+        reach = [list(zip(*(row[i] for row in reach_rows))) for i in range(len(drafters))]  # [D][J + 1][B]
+        for w in range(depth) if self.pads else [depth - 1]:
+            free = [upto[w] for upto in free_upto]
+            width = len(tables) * theta * self._verify[w] if self.pads else 0.0  # every row waits for it
+            for depths in itertools.product(range(w + 1), repeat=len(drafters)):
+                gained = sum(map(max, free, free, *(columns[k_d] for columns, k_d in zip(reach, depths))))  # free twice: max of ≥ 2
+                value = gained - width - rate * sum(self._fixed_rows[d][k_d] for d, k_d in zip(drafters, depths))
+                if value > best:
+                    best, limits = value, (w, depths)
+        w, depths = limits
+        caps = dict(zip(drafters, depths))
+        return [_best([line[: caps.get(m, w) + 1] for m, line in enumerate(t)]) for t in tables]
+
+
+def _best(table: list[list[float]]) -> tuple[int, int]:
+    """(method or NONE, k) of the largest score of ``table`` [M][≤ J + 1] (first of equals, in
+    (method, k) order; k = 0: none)."""
+    best, pick = -math.inf, (NONE, 0)
+    for m, line in enumerate(table):
+        top = max(line)
+        if top > best:
+            best, pick = top, (m, line.index(top))
+    return (pick[0] if pick[1] > 0 else NONE), pick[1]
+
+
+def _sigmoid(z: float) -> float:
+    """σ(z), without overflow for any z."""
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
