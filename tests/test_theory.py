@@ -42,8 +42,34 @@ def test_bound_refuses_traces_that_say_nothing_of_alpha(tmp_path, capsys):
         np.ones(1, dtype=np.int32))}, k_max=4, dataset="d") for i in range(2)])
     assert main(["bound", str(tmp_path / "t.jsonl")]) == 2
     captured = capsys.readouterr()
-    assert "ngram: no α: its records have no position with a draft to accept" in captured.out
-    assert "no proposer left to bound: ngram: no α (no position with a draft to accept; give --alpha)" in captured.err
+    assert "ngram: no α: no position of its records had a draft to judge" in captured.out
+    assert "no proposer left to bound: ngram: no α (no position of its records had a draft to judge: one-token " \
+           "outputs, or nothing offered; give --alpha)" in captured.err
+
+
+def test_estimate_alpha_judges_only_what_the_proposer_offered():
+    """draft_len [2, 0, 0, 1, 0] with acc_len [3, 1, 1, 2, 1] over an output of 5, k_max 4: caps
+    min(4, 4 − i, draft_len) = [2, 0, 0, 1, 0]; a = [2, 0, 0, 1, 0] reaches every cap — no
+    rejection, α = 1 (without draft_len the positions offering nothing were three rejections:
+    3 / 6)."""
+    acc, offered = np.array([3, 1, 1, 2, 1]), np.array([2, 0, 0, 1, 0])
+    assert estimate_alpha([acc], 4, [offered]) == 1.0
+    assert estimate_alpha([acc], 4) == pytest.approx(3 / 6)
+    assert np.isnan(estimate_alpha([np.ones(4, dtype=int)], 4, [np.zeros(4, dtype=int)]))  # nothing offered
+
+
+def test_a_trace_whose_every_first_draft_was_rejected_bounds_no_k():
+    """acc_len 1 everywhere and no k_max: a tracer proposes at least one draft, so every first
+    draft was rejected — any k replays alike (no depth inferred as 0, which refused fixed:1), and
+    its α is 0 (9 positions with room, none accepted)."""
+    from specscope.analysis.bound_points import traced_alpha
+    from specscope.sim.plan import traced_k_max
+    from specscope.trace import ProposerTrace, TraceRecord
+    from specscope.validate import K_MAX_LIMIT
+
+    records = [TraceRecord("r", np.arange(3), np.arange(10), {"ngram": ProposerTrace(np.ones(10, dtype=np.int32))})]
+    assert traced_k_max(records, ["ngram"]) == K_MAX_LIMIT
+    assert traced_alpha(records, "ngram") == (0.0, K_MAX_LIMIT)
 
 
 def test_a_perfect_drafter_is_estimated_at_one_up_to_the_outputs_end():

@@ -24,6 +24,7 @@ from itertools import combinations
 
 import numpy as np
 
+from specscope.sim.plan import traced_k_max
 from specscope.trace.schema import TraceRecord
 
 
@@ -52,12 +53,12 @@ def k_max_of(records: Sequence[TraceRecord], proposer: str) -> int:
 
 
 def k_max_each(records: Sequence[TraceRecord], proposer: str) -> list[int]:
-    """Each record's ``k_max`` (of those holding ``proposer``): its declared one, else the largest
-    observed acc_len − 1 among the records that declare none. A draft accepted at a record's own
-    k_max was not rejected, whatever another record's k_max."""
+    """Each record's ``k_max`` (of those holding ``proposer``): its declared one, else the depth
+    the records that declare none were traced to (:func:`~specscope.sim.plan.traced_k_max`). A
+    draft accepted at a record's own k_max was not rejected, whatever another record's k_max."""
     holding = [r for r in records if proposer in r.proposers]
     undeclared = [r for r in holding if r.k_max is None]
-    fallback = max((int(r.proposers[proposer].acc_len.max()) for r in undeclared), default=1) - 1
+    fallback = traced_k_max(undeclared, [proposer]) if undeclared else None
     return [fallback if r.k_max is None else r.k_max for r in holding]
 
 

@@ -36,6 +36,20 @@ class BoundPoint:
         return asdict(self)
 
 
+NO_ALPHA = "no position of its records had a draft to judge: one-token outputs, or nothing offered"
+
+
+def traced_alpha(holding: Sequence[TraceRecord], proposer: str) -> tuple[float, int]:
+    """α of ``proposer`` over ``holding`` (records that hold it, :func:`estimate_alpha`): each
+    position capped at its record's k_max (:func:`k_max_each`) and at what the proposer offered
+    there where the trace records it (draft_len); and the shallowest of those k_max, the deepest
+    k that α speaks for."""
+    depths = k_max_each(holding, proposer)
+    alpha = estimate_alpha([r.acc_len(proposer) for r in holding], depths,
+                           [r.proposers[proposer].draft_len for r in holding])
+    return alpha, min(depths)
+
+
 def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Sequence[str],
                  batch_size: int, k: int, notes: list[str] | None = None) -> list[BoundPoint]:
     """One point per dataset × proposer (of ``proposers``) present in the records, but where its
@@ -47,12 +61,10 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
                 continue
             holding = [r for r in members if proposer in r.proposers]  # α, c and the context: of the same requests
             context = float(np.mean([r.prompt_len + r.output_len / 2 for r in holding]))
-            depths = k_max_each(holding, proposer)
-            k_max = min(depths)  # as `specscope bound`: α says nothing of a proposal deeper than a record's k_max
-            alpha = estimate_alpha([r.acc_len(proposer) for r in holding], depths)
+            alpha, k_max = traced_alpha(holding, proposer)
             if np.isnan(alpha):
                 if notes is not None:
-                    notes.append(f"bound: dataset {dataset!r}, {proposer}: no α (no position with a draft to accept)")
+                    notes.append(f"bound: dataset {dataset!r}, {proposer}: no α ({NO_ALPHA})")
                 continue
             c = estimate_c(cost, proposer, k, batch_size, context)
             best_k, best = optimal_k(alpha, c, k_max)

@@ -39,8 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscope.analysis.acceptance import k_max_each
-    from specscope.theory.bound import estimate_alpha, estimate_c, expected_speedup
+    from specscope.analysis.bound_points import NO_ALPHA, traced_alpha
+    from specscope.theory.bound import estimate_c, expected_speedup
 
     cases: list[tuple[str, float, float, int]] = []  # proposer, α, c, the deepest k its row shows
     source = "α and c given"
@@ -68,16 +68,14 @@ def run(args: argparse.Namespace) -> int:
             depth = args.k_max
             alpha = args.alpha
             if alpha is None:  # α from proposals no longer than its records' k_max: beyond, the i.i.d. law alone
-                depths = k_max_each(holding, name)
-                alpha = estimate_alpha([r.acc_len(name) for r in holding], depths)
+                alpha, traced = traced_alpha(holding, name)
                 if np.isnan(alpha):
-                    left_out.append(f"{name}: no α (no position with a draft to accept; give --alpha)")
-                    print(f"note: {name}: no α: its records have no position with a draft to accept (every output "
-                          "is one token long)")
+                    left_out.append(f"{name}: no α ({NO_ALPHA}; give --alpha)")
+                    print(f"note: {name}: no α: {NO_ALPHA}")
                     continue
                 if len(holding) < len(records):
                     print(f"note: {name}: α from the {len(holding)} of {len(records)} records that hold it")
-                depth = min(depth, min(depths))
+                depth = min(depth, traced)
                 if depth < args.k_max:
                     declared = [r.k_max for r in holding if r.k_max is not None]
                     how = f"k_max = {depth}" if declared and min(declared) == depth else \

@@ -27,6 +27,7 @@ import numpy as np
 
 from specscope.sim.policies import Policy
 from specscope.trace.schema import TraceRecord
+from specscope.validate import K_MAX_LIMIT
 
 
 @dataclass
@@ -149,12 +150,16 @@ def concat_steps(parts, prompt_lens, output_lens) -> Plan:
 def traced_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:
     """The deepest k every record of ``proposers`` was traced at: the smallest declared k_max (a
     record traced to 2 says nothing of a third draft, whatever the others were traced to); for
-    records that declare none, the longest acc_len seen among them − 1."""
+    records that declare none, the longest acc_len seen among them − 1 — unless that is 1: a
+    tracer proposes at least one draft, so acc_len = 1 everywhere means every first draft was
+    rejected (or none offered), which any k replays alike (:data:`K_MAX_LIMIT` where nothing
+    else bounds it)."""
     declared = [r.k_max for r in records if r.k_max is not None]
     undeclared = [r for r in records if r.k_max is None]
-    if undeclared:
-        declared.append(max(int(r.proposers[p].acc_len.max()) for r in undeclared for p in proposers) - 1)
-    return min(declared)
+    longest = max((int(r.proposers[p].acc_len.max()) for r in undeclared for p in proposers), default=1)
+    if longest > 1:
+        declared.append(longest - 1)
+    return min(declared, default=K_MAX_LIMIT)
 
 
 def switch_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> int:

@@ -46,21 +46,26 @@ def optimal_k(alpha: float, c: float, k_max: int = 20) -> tuple[int, float]:
     return int(ks[best]), float(values[best])
 
 
-def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int]) -> float:
+def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int],
+                   draft_lens: Sequence[np.ndarray | None] | None = None) -> float:
     """Maximum-likelihood α from teacher-forced acc_len traces under the i.i.d. model.
 
     At position i of an array of G a = acc_len − 1 drafts were accepted out of at most
-    cap = min(k_max, G − 1 − i) (k_max one for all the arrays, or each array's own; past the
-    output's end nothing is there to accept); under i.i.d. acceptance that is a geometric count
-    truncated at cap: a successes, plus one failure when a < cap. The MLE is
-    α = Σ a / (Σ a + #{a < cap}) — a drafter accepted to the output's end was cut off, not rejected.
-    NaN where no position had a draft to accept (every cap 0: outputs of one token): the traces
-    say nothing of α.
+    cap = min(k_max, G − 1 − i, draft_len[i]) (k_max one for all the arrays, or each array's own;
+    past the output's end nothing is there to accept; draft_len where the trace records what the
+    proposer offered — a position it offered nothing has no draft to judge); under i.i.d.
+    acceptance that is a geometric count truncated at cap: a successes, plus one failure when
+    a < cap. The MLE is α = Σ a / (Σ a + #{a < cap}) — a drafter accepted to the output's end,
+    or to the end of its offer, was cut off, not rejected. NaN where no position had a draft to
+    accept (every cap 0: outputs of one token, or nothing offered): the traces say nothing of α.
     """
     limits = [k_max] * len(acc_lens) if np.isscalar(k_max) else list(k_max)
+    offers = [None] * len(acc_lens) if draft_lens is None else list(draft_lens)
     accepted = np.concatenate([np.asarray(a, dtype=np.int64) - 1 for a in acc_lens])
-    caps = np.concatenate([np.minimum(limit, np.arange(len(a) - 1, -1, -1, dtype=np.int64))
-                           for a, limit in zip(acc_lens, limits)])
+    caps = np.concatenate([np.minimum(limit, np.arange(len(a) - 1, -1, -1, dtype=np.int64)) if offer is None
+                           else np.minimum(np.minimum(limit, np.arange(len(a) - 1, -1, -1, dtype=np.int64)),
+                                           np.asarray(offer, dtype=np.int64))
+                           for a, limit, offer in zip(acc_lens, limits, offers)])
     failures = int(np.count_nonzero(accepted < caps))
     total = int(accepted.sum())
     return total / (total + failures) if total + failures else float("nan")
