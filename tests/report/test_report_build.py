@@ -139,7 +139,7 @@ def test_a_report_on_shallow_traces_holds_itself_to_their_depth(tmp_path):
     write_traces(path, [r.capped(2) for r in synthetic_records("chat", 12, seed=4)])
     data = analyse([str(path)], ReportConfig(sim=SimConfig(mode="mixed", batch_sizes=(1, 4)), trees=()))
     assert data.config.ks == (1, 2) and data.config.deepest == 2
-    assert data.config.longer_k == "the traces were recorded to k_max = 2"
+    assert data.config.longer_k == "the traces were recorded to k_max = 2" and data.edges["chat"][0] == 2
     assert {r.policy for r in data.rows} >= {"fixed:1", "fixed:2", "adaptive", "oracle"}
 
 
@@ -148,9 +148,12 @@ def test_the_answer_explains_the_dagger_only_where_a_row_carries_it():
     from specscope.report.html import answer_section
 
     row = AnswerRow("d", 1, "eagle", "fixed:3", 1.5, "eagle", 1.6, 0.1, None)
-    assert "†" not in answer_section([row], largest_k=8, longer_k="a longer one may do better (--ks)")
-    edge = answer_section([row], largest_k=3, longer_k="a longer one may do better (--ks)")
+    assert "†" not in answer_section([row], {"d": (8, "a longer one may do better (--ks)")})
+    edge = answer_section([row], {"d": (3, "a longer one may do better (--ks)")})
     assert "fixed:3 †" in edge and "† the largest k tried (3); a longer one may do better (--ks)." in edge
+    other = AnswerRow("e", 1, "eagle", "fixed:8", 1.5, "eagle", 1.6, 0.1, None)
+    both = answer_section([row, other], {"d": (3, "recorded to 3"), "e": (8, "a longer one (--ks)")})
+    assert "† the largest k tried (3 for d); recorded to 3." in both and "(8 for e); a longer one (--ks)." in both
 
 
 def test_the_answer_shows_oracle_combined_only_where_a_pair_was_combined():
@@ -285,5 +288,30 @@ def test_a_record_without_one_proposer_and_ks_between_two_depths_still_report(tm
     assert {r.acc for r in data.rows} >= {"ngram"} and "eagle" not in {r.acc for r in data.rows}
     write_traces(tmp_path / "u.jsonl", [record(0), record(1)])
     data = analyse([tmp_path / "u.jsonl"], config)
-    assert data.config.ks == (1, 2) and any("fixed:5 not simulated: the traces were recorded to k_max = 4" in n
-                                             for n in data.notes)
+    assert data.config.ks == (1, 2) and any("fixed:5 not simulated: the traces reach k = 4 (eagle's longest "
+                                             "acc_len − 1: k_max not recorded" in n for n in data.notes)
+
+
+def test_one_datasets_depth_never_limits_anothers(tmp_path):
+    """Probe: a report over a dataset traced to k_max 2 and one traced to 8 held both to 2 (the
+    deeper one's oracle cut, its best fixed:8 never tried, its note false). Each keeps its own
+    depth: the deep one is simulated to fixed:8 as it is alone, with the same numbers."""
+    from report_fixtures import synthetic_records
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+
+    shallow, deep = tmp_path / "shallow.jsonl", tmp_path / "deep.jsonl"
+    write_traces(shallow, [r.capped(2) for r in synthetic_records("chat", 12, seed=4)])
+    write_traces(deep, synthetic_records("code", 12, seed=5))
+    config = ReportConfig(sim=SimConfig(mode="mixed", batch_sizes=(1, 4)), trees=())
+    both, alone = analyse([str(shallow), str(deep)], config), analyse([str(deep)], config)
+    mine = {(r.acc, r.policy, r.batch_size): r.speedup for r in both.rows if r.dataset == "code"}
+    assert mine == {(r.acc, r.policy, r.batch_size): r.speedup for r in alone.rows}
+    assert "fixed:8" in {p for _, p, _ in mine} and both.edges["code"][0] == 8 and both.edges["chat"][0] == 2
+    assert {r.policy for r in both.rows if r.dataset == "chat"} == {"fixed:1", "fixed:2", "adaptive", "oracle",
+                                                                   "oracle-combined:ngram+eagle"}
+    assert any(n.startswith("dataset 'chat': fixed:3") for n in both.notes)
+    assert not any("dataset 'code'" in n and "not simulated" in n for n in both.notes)

@@ -80,6 +80,7 @@ class ReportData:
     policy_table: list[dict] = field(default_factory=list)  # the learned policy judged (--policy)
     policy_choices: list[PolicyChoices] = field(default_factory=list)
     whatif: list[WhatIfRow] = field(default_factory=list)  # a calibrated cost model's predictions, checked
+    edges: dict[str, tuple[int, str]] = field(default_factory=dict)  # per dataset: its largest k tried, and why
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -89,18 +90,29 @@ class ReportData:
         return cost_label(self.config.cost_model, self.cost)
 
 
-def _within_traces(config: ReportConfig, records: Sequence[TraceRecord]) -> ReportConfig:
-    """``config`` held to the depth the shallowest dataset and proposer were traced to (of the
-    proposers every record of a dataset holds: the others' cells are left out), where any part of
-    it (the ks, the figures', overlap's and time split's fixed policies) would simulate deeper."""
+def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> dict[str, ReportConfig]:
+    """Per dataset, ``config`` held to the depth the dataset's shallowest proposer was traced to
+    (of the proposers every record of it holds: the others' cells are left out), where any part
+    of it (the ks, the figures', overlap's and time split's fixed policies) would simulate deeper:
+    one dataset's depth never limits another's."""
     groups: dict[str, list[TraceRecord]] = {}
     for record in records:
         groups.setdefault(record.dataset or "trace", []).append(record)
-    depth = min((traced_k_max(group, [name]) for group in groups.values()
-                 for name in set.intersection(*(set(r.proposers) for r in group))), default=config.deepest)
-    if depth >= config.deepest:
-        return config
-    return config.held_to(min(depth, config.depth or depth), f"the traces were recorded to k_max = {depth}")
+    held = {}
+    for dataset, group in groups.items():
+        names = sorted(set.intersection(*(set(r.proposers) for r in group)))
+        depth, name = min(((traced_k_max(group, [n]), n) for n in names), default=(config.deepest, ""))
+        held[dataset] = config if depth >= config.deepest else \
+            config.held_to(min(depth, config.depth or depth), _recorded(group, name, depth))
+    return held
+
+
+def _recorded(group: Sequence[TraceRecord], proposer: str, depth: int) -> str:
+    """What a dataset's answer says of a k deeper than ``depth``, the depth ``proposer``'s traces reach."""
+    if all(r.k_max is not None for r in group):
+        return f"the traces were recorded to k_max = {depth}"
+    return (f"the traces reach k = {depth} ({proposer}'s longest acc_len − 1: k_max not recorded, they cannot tell "
+            "what more drafts would have given)")
 
 
 def analyse(traces: Sequence[str | Path], config: ReportConfig,
@@ -112,25 +124,29 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     records, reports = load_traces(traces, lengths="common")
     with said_once():  # the same files again, each array whole: what reading them warns was said above
         sim_records, _ = load_traces(traces, lengths="own")
-    asked, config = config.ks, _within_traces(config, sim_records)
-    if config.depth is not None:
-        sim_records = [r.capped(config.depth) for r in sim_records]
+    asked, held = config.ks, _held_per_dataset(config, sim_records)
+    sim_records = [r if held[r.dataset or "trace"].depth is None else r.capped(held[r.dataset or "trace"].depth)
+                   for r in sim_records]
+    config = min(held.values(), key=lambda c: c.deepest)  # the figures' policies: within every dataset's depth
     names = proposer_names(records)
     notes: list[str] = []
     simulated = _priceable(cost, names, notes)
     if not simulated:
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}")
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
-                      _pair(names), notes=notes, measured=list(config.measured))
-    deeper, instead = [f"fixed:{k}" for k in asked if k not in config.ks], set(config.ks) - set(asked)
-    if deeper:
-        data.notes.append(f"{', '.join(deeper)} not simulated: {config.longer_k}"
-                          + "".join(f"; fixed:{k} in their place" for k in sorted(instead)))
+                      _pair(names), notes=notes, measured=list(config.measured),
+                      edges={dataset: (max(c.ks), c.longer_k) for dataset, c in held.items()})
+    for dataset, mine in held.items():
+        deeper, instead = [f"fixed:{k}" for k in asked if k not in mine.ks], set(mine.ks) - set(asked)
+        if deeper:
+            data.notes.append(f"{'' if len(held) == 1 else f'dataset {dataset!r}: '}{', '.join(deeper)} not "
+                              f"simulated: {mine.longer_k}" + "".join(f"; fixed:{k} in their place" for k in sorted(instead)))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim, option=False))
     data.notes.extend(length_notes(sim_records, config.policies))
-    past = cost.beyond_measured(config.ks, config.sim.batch_sizes, names) if isinstance(cost, LinearCostModel) else None
+    every_k = sorted({k for c in held.values() for k in c.ks})
+    past = cost.beyond_measured(every_k, config.sim.batch_sizes, names) if isinstance(cost, LinearCostModel) else None
     data.notes.extend([past] if past else [])
     advance(PHASES[0])
 
@@ -140,7 +156,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     advance(PHASES[1])
 
     before = len(data.notes)
-    data.rows = simulate(sim_records, simulated, config.policies, cost, config.sim, missing=data.notes)
+    data.rows = _simulate_held(sim_records, held, simulated, cost, config, data.notes)
     if not data.rows:  # nothing to draw: no dataset holds its proposers in every record, or B is too large
         largest = max(Counter(r.dataset or "trace" for r in sim_records).values())
         if data.notes[before:] and (config.sim.mode == "paper" or min(config.sim.batch_sizes) <= largest):
@@ -194,6 +210,18 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.points = bound_points(records, cost, simulated, min(config.sim.batch_sizes), config.bound_k, data.notes)
     advance(PHASES[4])
     return data
+
+
+def _simulate_held(records: Sequence[TraceRecord], held: dict[str, ReportConfig], simulated: Sequence[str],
+                   cost: CostModel, config: ReportConfig, notes: list[str]) -> list[SimRow]:
+    """Every dataset's cells at its own depth (``held``: its policies), in the datasets' order."""
+    by_policies: dict[tuple[str, ...], list[TraceRecord]] = {}
+    for record in records:
+        by_policies.setdefault(tuple(held[record.dataset or "trace"].policies), []).append(record)
+    rows = [row for policies, group in by_policies.items()
+            for row in simulate(group, simulated, list(policies), cost, config.sim, missing=notes)]
+    order = {dataset: i for i, dataset in enumerate(held)}
+    return sorted(rows, key=lambda row: order[row.dataset])  # stable: each dataset's rows as simulate gave them
 
 
 def _overlap_pair(overlap: OverlapConfig, simulated: Sequence[str]) -> OverlapConfig:

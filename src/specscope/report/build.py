@@ -160,8 +160,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
             *_whatif_table(data.whatif),
         ],
         load_summaries=[r.summary() for r in data.load_reports] + _other_inputs(data), notes=notes,
-        csv_files=[p.name for p in tables], largest_k=max(config.ks) if config.ks else None,
-        longer_k=config.longer_k,
+        csv_files=[p.name for p in tables], edges=data.edges,
         tree_lines=data.tree_answer,
     )
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import base64
 import html
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from specscope import __version__
 from specscope.report.answer import AnswerRow
@@ -60,8 +60,8 @@ class Page:
     load_summaries: Sequence[str] = ()
     notes: Sequence[str] = ()
     csv_files: Sequence[str] = ()
-    largest_k: int | None = None  # the largest fixed k searched: a best policy there may want more
-    longer_k: str = ""  # what the page says of a longer k
+    edges: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # per dataset: the largest fixed k
+    # searched (a best policy there may want more) and what the page says of a longer one
     tree_lines: Sequence[str] = ()  # tree vs chain, one line each
 
 
@@ -89,9 +89,12 @@ def _speedup(value: float) -> str:
     return f'<span class="{css}">{value:.2f}×</span>'
 
 
-def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, longer_k: str = "") -> str:
+def answer_section(rows: Sequence[AnswerRow], edges: Mapping[str, tuple[int, str]] | None = None) -> str:
     """Per dataset: a one-line verdict, then batch size × best policy, speedup, oracle gap.
-    A best ``fixed:<largest_k>`` is flagged: a longer k, not searched, might do better."""
+    A best ``fixed:k`` at the dataset's largest k searched (``edges``: dataset → that k and what
+    to say of a longer one) is flagged: a longer k, not searched, might do better."""
+    edges = edges or {}
+    flagged: dict[tuple[int, str], list[str]] = {}  # (largest k, why) → the datasets whose best sits there
     parts = []
     combined = any(r.combined_speedup is not None for r in rows)  # a pair to combine: the column and its note
     for dataset in dict.fromkeys(r.dataset for r in rows):
@@ -109,7 +112,9 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
                 "oracle speedup", "gap to oracle", *([f"{pair}*"] if combined else [])]
         body = []
         for r in mine:
-            edge = largest_k is not None and r.best_policy == f"fixed:{largest_k}"
+            edge = dataset in edges and r.best_policy == f"fixed:{edges[dataset][0]}"
+            if edge and dataset not in flagged.setdefault(edges[dataset], []):
+                flagged[edges[dataset]].append(dataset)
             policy = esc(r.best_policy) + (" †" if edge else "")
             cells = [str(r.batch_size), esc(r.best_acc), policy, _speedup(r.best_speedup),
                      esc(_fmt(r.oracle_acc)), esc(_fmt(r.oracle_speedup)),
@@ -128,8 +133,8 @@ def answer_section(rows: Sequence[AnswerRow], largest_k: int | None = None, long
         + "oracle: one proposer, proposing exactly what will be accepted (no wasted verification) — the best "
         "k at every step it reaches, not a bound on speed: a fixed k lands on other positions and can come "
         "out ahead (a negative gap)."
-        + (f" † the largest k tried ({largest_k}); {esc(longer_k)}."
-           if largest_k is not None and any(r.best_policy == f"fixed:{largest_k}" for r in rows) else "")
+        + "".join(f" † the largest k tried ({k}{'' if len(set(edges.values())) == 1 else ' for ' + esc(', '.join(ds))}); "
+                  f"{esc(why)}." for (k, why), ds in flagged.items())
         + "</p>")
     return "".join(parts)
 
@@ -159,7 +164,7 @@ def render(page: Page) -> str:
 <h1>Does speculative decoding pay off here?</h1>
 <p class="meta">{esc(meta)}</p>
 <h2>The answer</h2>
-{answer_section(page.answer, page.largest_k, page.longer_k)}
+{answer_section(page.answer, page.edges)}
 {"".join(f"<p>{esc(line)}.</p>" for line in page.tree_lines)}
 {notes}
 <h2>Figures</h2>
