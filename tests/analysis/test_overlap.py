@@ -82,3 +82,24 @@ def test_request_bleu_rows_and_missing_proposer(record):
     with pytest.raises(SpecscopeError, match="proposer 'eagle' missing"):
         overlap_speedups([dataclasses.replace(records[0], proposers={"ngram": records[0].proposers["ngram"]})],
                          H100_LLAMA31_8B, SimConfig(batch_sizes=(1,)), OverlapConfig())
+
+
+def test_a_bin_replays_at_its_datasets_depth_not_its_own():
+    """Probe: without k_max, each BLEU bin inferred its own depth from its few requests: the bin
+    whose n-gram never accepted more than one draft refused fixed:3, which the dataset (n-gram
+    reaching 6 elsewhere) allows, and the error named the bin as a dataset."""
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    tokens = np.arange(100, 130)
+
+    def record(rid: str, prompt: np.ndarray, ngram: list[int]) -> TraceRecord:
+        acc = np.array(ngram + [1] * (30 - len(ngram)), dtype=np.int32)
+        return TraceRecord(rid, prompt, tokens, {"ngram": ProposerTrace(acc),
+                                                 "eagle": ProposerTrace(np.array([4] + [2] * 29, dtype=np.int32))},
+                           dataset="d")
+
+    copied, fresh = record("copied", tokens, [7, 1, 3]), record("fresh", np.arange(500, 540), [2, 1, 2])
+    rows = overlap_speedups([copied, fresh], H100_LLAMA31_8B, SimConfig(batch_sizes=(1,)))
+    assert {r.requests for r in rows if r.requests} == {1} and all(np.isfinite(r.lookup_speedup) for r in rows
+                                                                  if r.requests)

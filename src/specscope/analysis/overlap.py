@@ -22,6 +22,7 @@ import numpy as np
 from specscope.analysis.acceptance import by_dataset
 from specscope.costmodel.base import CostModel
 from specscope.sim.grid import SimConfig, oversize_notes, simulate
+from specscope.sim.plan import traced_k_max
 from specscope.sim.policies import parse_policy
 from specscope.trace.schema import TraceRecord
 
@@ -138,8 +139,10 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
         notes.extend(oversize_notes(labelled, sim))
     speed: dict[tuple[str, int, str, str, int], float] = {}
     name = {p: parse_policy(p).name for p in (*config.lookup_policies, config.reference_policy)}
-    lookup_rows = simulate(labelled, [config.lookup], sorted({name[p] for p in config.lookup_policies}), cost, sim)
-    reference_rows = simulate(labelled, [config.reference], [name[config.reference_policy]], cost, sim)
+    lookup_rows = simulate(_at_dataset_depth(labelled, keys, config.lookup), [config.lookup],
+                           sorted({name[p] for p in config.lookup_policies}), cost, sim)
+    reference_rows = simulate(_at_dataset_depth(labelled, keys, config.reference), [config.reference],
+                              [name[config.reference_policy]], cost, sim)
     for row in lookup_rows + reference_rows:  # only the cells the comparison reads
         dataset, b = keys[row.dataset]
         speed[(dataset, b, row.acc, row.policy, row.batch_size)] = row.speedup
@@ -155,3 +158,17 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
                         dataset, bin_label(b, config.edges), config.edges[b], config.edges[b + 1],
                         counts.get((dataset, b), 0), batch_size, name[policy], look, ref, look / ref - 1.0))
     return out
+
+
+def _at_dataset_depth(labelled: Sequence[TraceRecord], keys: dict[str, tuple[str, int]],
+                      proposer: str) -> list[TraceRecord]:
+    """``labelled`` (each record's dataset a bin's label, ``keys``: label → (dataset, bin)) with
+    the depth ``proposer`` was traced to over its whole dataset written into the records that
+    declare no k_max: a bin's few requests would infer their own, shallower one (refusing a k
+    the dataset reaches, and moving adaptive's cap from bin to bin)."""
+    members: dict[str, list[TraceRecord]] = {}
+    for record in labelled:
+        members.setdefault(keys[record.dataset][0], []).append(record)
+    depth = {dataset: traced_k_max(group, [proposer]) for dataset, group in members.items()}
+    return [record if record.k_max is not None else dataclasses.replace(record, k_max=depth[keys[record.dataset][0]])
+            for record in labelled]
