@@ -520,3 +520,15 @@ def test_adaptive_with_a_model_drafter_pays_its_passes_to_the_deepest_row():
     records = [record([7] * 15, rid="r0", proposer="eagle"), record([1] * 4, rid="r1", proposer="eagle")]
     (row,) = simulate(records, ["eagle"], ["adaptive"], cost, SimConfig(mode="mixed", batch_sizes=(2,)))
     assert row.time_split["drafting"] == pytest.approx(21.0)
+
+
+def test_a_cell_deeper_than_its_datasets_traces_is_refused_or_left_out_with_a_note():
+    """Alone, fixed:5 over a trace reaching k = 3 is refused; given a ``missing`` list (paper mode
+    over several files, the report), that one cell is left out and said, the others kept."""
+    shallow = [replace(record([4, 1, 2, 1, 3, 1, 1, 1], proposer="eagle"), k_max=None)]
+    with pytest.raises(SpecscopeError, match="fixed:5"):
+        simulate(shallow, ["eagle"], ["fixed:1", "fixed:5"], COST, SimConfig(mode="paper", batch_sizes=(1,)))
+    notes: list[str] = []
+    rows = simulate(shallow, ["eagle"], ["fixed:1", "fixed:5"], COST, SimConfig(mode="paper", batch_sizes=(1,)),
+                    missing=notes)
+    assert [r.policy for r in rows] == ["fixed:1"] and len(notes) == 1 and notes[0].endswith("that cell is left out")

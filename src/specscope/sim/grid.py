@@ -193,6 +193,16 @@ def check_k(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: s
                          f"k = {limit}, above {measured}{refit}")
 
 
+def _replayable(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str, notes: list[str]) -> bool:
+    """:func:`check_k`, its refusal a line in ``notes`` (the cell left out) instead of an error."""
+    try:
+        check_k(records, acc, policy, dataset)
+    except SpecscopeError as error:
+        notes.append(f"{error}: that cell is left out")
+        return False
+    return True
+
+
 def _feasible(batch_sizes: Sequence[int], requests: int, dataset: str, config: SimConfig) -> list[int]:
     """The batch sizes one dataset can fill (see :attr:`SimConfig.oversize`)."""
     if config.mode != "mixed":
@@ -373,8 +383,9 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
              cost: CostModel, config: SimConfig,
              on_row: Callable[[SimRow], None] | None = None, missing: list[str] | None = None) -> list[SimRow]:
     """Simulate every dataset × acc × policy × batch size; rows in that order. A dataset whose
-    records lack a proposer a cell needs is refused, or, given a ``missing`` list (a report over
-    datasets traced with different proposers), has that cell left out and a note added there."""
+    records lack a proposer a cell needs, or were traced shallower than a cell proposes, is
+    refused, or, given a ``missing`` list (a report over datasets traced with different proposers
+    or depths), has that cell left out and a note added there."""
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:
         by_dataset.setdefault(record.dataset or "trace", []).append(record)
@@ -387,8 +398,12 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
         mine = pairs if missing is None else _held(members, pairs, dataset, missing)
         for acc, policy in mine:
             _check(members, acc, policy, dataset)
-            check_k(members, acc, policy, dataset)
             drafting_of(cost, acc, policy)  # a missing one is an error
+        if missing is None:
+            for acc, policy in mine:
+                check_k(members, acc, policy, dataset)
+        else:  # a cell deeper than this dataset's traces is left out, said
+            mine = [(acc, policy) for acc, policy in mine if _replayable(members, acc, policy, dataset, missing)]
         groups.append((dataset, members, mine, _feasible(config.batch_sizes, len(members), dataset, config)))
     rows: list[SimRow] = []
     total = sum(len(mine) * len(sizes) for _, _, mine, sizes in groups)
