@@ -131,7 +131,7 @@ def test_bound_names_the_best_k_among_those_it_shows(capsys):
 
     assert main(["bound", "--alpha", "0.99", "--c", "0.001", "--k-max", "30"]) == 0
     row = capsys.readouterr().out.splitlines()
-    assert "(i.i.d. acceptance, α per draft; α and c given)" in row[0]  # what the figures come from
+    assert "(i.i.d. acceptance, α per draft; α and c given; best k: 0 = run without SD)" in " ".join(row[:2])
     cells = [c.strip() for c in next(line for line in row if "│ given" in line).split("│") if c.strip()]
     assert cells[-2:] == ["30", cells[-3]]  # best k, best speedup = the k = 30 cell
     assert main(["bound", "--alpha", "0.99", "--c", "0.001", "--k-max", "3"]) == 0
@@ -217,3 +217,36 @@ def test_bound_leaves_out_a_proposer_its_cost_model_cannot_price(tmp_path, capsy
     assert "note: suffix left out: cost model 'h100-llama3.1-8b' has no drafting model for proposer 'suffix'" in out
     assert "│ ngram" in out
     assert main(["bound", str(tmp_path / "t.jsonl"), "--acc", "suffix"]) == 2
+
+
+def test_bound_prices_c_at_every_k_so_the_best_k_does_not_depend_on_where_c_is_shown(tmp_path, capsys):
+    """Probe: c measured at --k and used for every k made the best k follow --k (the paper's
+    EAGLE, whose drafting is nearly the same at any k: best k 2 at --k 1, 4 at 3, 6 at 10).
+    Priced at each k, by hand with a drafting of 1 s per step and a forward of 1 s: c(1) = 1,
+    c(2) = 0.5; at α = 0.5, E = 1.5 / 2 = 0.75 and 1.75 / 2 = 0.875: neither pays (best k 0);
+    the table's speedups are the same whatever --k."""
+    import json
+
+    from specscope.cli import main
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.theory.bound import c_by_k, optimal_k
+    from specscope.trace import ProposerTrace, TraceRecord
+    from specscope.trace.load import write_traces
+
+    path = tmp_path / "flat.json"
+    zero = {"c_tok": 0.0, "c_kv": 0.0, "c_req": 0.0, "c_multi": 0.0}
+    path.write_text(json.dumps({"kind": "linear", "name": "flat", "forward": {"c_fixed": 1.0, **zero}, "overhead_s": 0.0,
+                                "drafting": {"eagle": {"kind": "linear", "c_fixed": 1.0, **zero, "c_prefill": 0.0,
+                                                       "c_tree": 0.0, "c_batched": 0.0}}}))
+    curve = c_by_k(resolve_cost_model(str(path)), "eagle", 2, 1, 0.0)
+    assert curve.tolist() == pytest.approx([1.0, 0.5])
+    assert optimal_k(0.5, curve, 2) == (0, 1.0)
+    records = [TraceRecord(f"r{i}", np.arange(5), np.arange(20), {"eagle": ProposerTrace(
+        np.tile(np.array([1, 3, 2], np.int32), 7)[:20])}, k_max=4, dataset="d") for i in range(3)]
+    write_traces(tmp_path / "t.jsonl", records)
+    speedups = []
+    for k in ("1", "3"):
+        assert main(["bound", str(tmp_path / "t.jsonl"), "--cost-model", str(path), "--k", k]) == 0
+        row = next(line for line in capsys.readouterr().out.splitlines() if "│ eagle" in line)
+        speedups.append([cell.strip() for cell in row.split("│")[4:-1]])
+    assert speedups[0] == speedups[1]

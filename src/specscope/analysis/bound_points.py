@@ -3,8 +3,10 @@
 α is :func:`specscope.theory.bound.estimate_alpha` over the dataset's acc_len traces (each
 record's declared k_max, else the largest observed acc_len − 1: :func:`k_max_each`); c is
 :func:`specscope.theory.bound.estimate_c` from the cost model at ``batch_size`` requests each
-proposing ``k`` tokens, with the dataset's typical context: mean prompt length + half the mean
-output length. The optimum is :func:`specscope.theory.bound.optimal_k` up to that k_max.
+proposing k tokens, with the dataset's typical context: mean prompt length + half the mean
+output length — at every k (``c_by_k``: a drafting cost per step makes c fall with k), and at
+``k`` for the table's ``c``. The optimum is :func:`specscope.theory.bound.optimal_k` over c(k)
+up to that k_max.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from specscope.analysis.acceptance import by_dataset, k_max_each, proposer_names
 from specscope.costmodel.base import CostModel
-from specscope.theory.bound import estimate_alpha, estimate_c, optimal_k
+from specscope.theory.bound import c_by_k, estimate_alpha, estimate_c, optimal_k
 from specscope.trace.schema import TraceRecord
 
 
@@ -31,11 +33,17 @@ class BoundPoint:
     context_len: float
     best_k: int
     best_speedup: float
+    c_k: int = 3  # the k at which ``c`` is priced (the table's column)
+    c_by_k: tuple[float, ...] = ()  # c at k = 1 … (at least CURVE_K of them): what each k of the curve pays
 
     def flat(self) -> dict:
-        return asdict(self)
+        """The CSV row: every field but the curve's c per k."""
+        row = asdict(self)
+        del row["c_by_k"]
+        return row
 
 
+CURVE_K = 12  # c is priced at least to this k: the bound figure draws every curve that far
 NO_ALPHA = "no position of its records had a draft to judge: one-token outputs, or nothing offered"
 
 
@@ -66,7 +74,8 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
                 if notes is not None:
                     notes.append(f"bound: dataset {dataset!r}, {proposer}: no α ({NO_ALPHA})")
                 continue
-            c = estimate_c(cost, proposer, k, batch_size, context)
-            best_k, best = optimal_k(alpha, c, k_max)
-            points.append(BoundPoint(dataset, proposer, alpha, c, k_max, batch_size, context, best_k, best))
+            curve = c_by_k(cost, proposer, max(k_max, CURVE_K), batch_size, context)
+            best_k, best = optimal_k(alpha, curve, k_max)
+            points.append(BoundPoint(dataset, proposer, alpha, estimate_c(cost, proposer, k, batch_size, context),
+                                     k_max, batch_size, context, best_k, best, k, tuple(curve.tolist())))
     return points

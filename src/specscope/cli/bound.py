@@ -40,9 +40,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.bound_points import NO_ALPHA, traced_alpha
-    from specscope.theory.bound import estimate_c, expected_speedup
+    from specscope.theory.bound import c_by_k, estimate_c, expected_speedup
 
-    cases: list[tuple[str, float, float, int]] = []  # proposer, α, c, the deepest k its row shows
+    cases: list[tuple[str, float, float, int, np.ndarray | None]] = []  # proposer, α, c at --k, the deepest k its
+    # row shows, and c at each k from the cost model (None: one c given for all)
     source = "α and c given"
     if args.traces:
         from specscope.costmodel.registry import cost_label, resolve_cost_model
@@ -83,8 +84,11 @@ def run(args: argparse.Namespace) -> int:
                     print(f"note: {name}: k above {depth} not shown: its α was measured on proposals of at most {how}")
             context = args.context if args.context is not None else \
                 float(np.mean([r.prompt_len + r.output_len / 2 for r in holding]))  # of the requests its α is of
-            c = estimate_c(cost, name, args.k, args.batch_size, context) if args.c is None else args.c
-            cases.append((name, alpha, c, depth))
+            if args.c is None:
+                cases.append((name, alpha, estimate_c(cost, name, args.k, args.batch_size, context), depth,
+                              c_by_k(cost, name, depth, args.batch_size, context)))
+            else:
+                cases.append((name, alpha, args.c, depth, None))
             contexts.append(context)
         if not cases:
             raise SpecscopeError("no proposer left to bound: " + "; ".join(left_out))
@@ -93,25 +97,27 @@ def run(args: argparse.Namespace) -> int:
             ", ".join(f"{name} {context:.0f}" for (name, *_), context in zip(cases, contexts)) + ")"
         source = ", ".join(filter(None, [
             "α given" if args.alpha is not None else "α from the traces",
-            "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at k = {args.k}, "
-                                               f"B = {args.batch_size}, {shown}"]))
+            "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at each "
+                                               f"k (column c: at k = {args.k}), B = {args.batch_size}, {shown}"]))
     elif args.alpha is not None and args.c is not None:
-        cases.append(("given", args.alpha, args.c, args.k_max))
+        cases.append(("given", args.alpha, args.c, args.k_max, None))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")
-    ks = list(range(1, max(depth for *_, depth in cases) + 1))
+    ks = np.arange(1, max(depth for *_, depth, _ in cases) + 1)
     print_table(
-        f"closed-form E[speedup] (i.i.d. acceptance, α per draft; {source})",
+        f"closed-form E[speedup] (i.i.d. acceptance, α per draft; {source}; best k: 0 = run without SD)",
         ["proposer", "α", "c", *[f"k={k}" for k in ks], "best k", "best"],
-        [[label, f"{alpha:.3f}", f"{c:.4f}",
-          *[f"{v:.2f}" if k <= depth else "–" for k, v in zip(ks, expected_speedup(alpha, np.array(ks), c))],
-          *best_k(alpha, c, depth)] for label, alpha, c, depth in cases],
+        [[label, f"{alpha:.3f}", f"{c + 0.0:.4f}",
+          *[f"{v:.2f}" for v in expected_speedup(alpha, ks[:depth], c if curve is None else curve)],
+          *["–"] * (len(ks) - depth),
+          *best_k(alpha, c if curve is None else curve, depth)] for label, alpha, c, depth, curve in cases],
     )
     return 0
 
 
-def best_k(alpha: float, c: float, k_max: int) -> list[str]:
-    """The table's last two cells: the best k among those it shows (1 … ``k_max``) and its speedup."""
+def best_k(alpha: float, c: float | np.ndarray, k_max: int) -> list[str]:
+    """The table's last two cells: the best k among those it shows (0 … ``k_max``, ``c`` one ratio
+    or c(k) for k = 1 … ``k_max``) and its speedup."""
     from specscope.theory.bound import optimal_k
 
     k, speedup = optimal_k(alpha, c, k_max)

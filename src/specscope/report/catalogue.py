@@ -134,9 +134,11 @@ FIGURES = [
     FigureSpec(
         "bound",
         lambda d: "Closed-form bound",
-        lambda d: "Each star is the best k the i.i.d. model predicts for the measured α and c, up to the k "
-                  "its traces recorded (where its curve stops); where the curve is flat, k matters little, "
-                  "where it falls, a long k costs more than it gains.",
+        lambda d: "Each star is the best k the i.i.d. model predicts for the measured α, with c priced at "
+                  "each k (a drafting cost paid once per step makes each draft cheaper as k grows), up to the k "
+                  "its traces recorded (where its curve stops; where no k_max is recorded, the longest "
+                  "acc_len − 1, which also counts those positions as cut off rather than rejected); where the "
+                  "curve is flat, k matters little, where it falls, a long k costs more than it gains.",
         lambda d: F.bound_figure(d.points),
         lambda d: None if d.points else "no proposer's α could be estimated (no position with a draft to accept)",
     ),

@@ -207,10 +207,11 @@ def timesplit_figure(predicted: Sequence[dict], policy: str, measured: Sequence[
 
 def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9),
                  k_max: int = 12) -> plt.Figure:
-    """Figure 8: closed-form E[speedup] vs k for a grid of α at each proposer's c (thin grey
-    lines, labelled), with each dataset's measured α drawn in colour to the k its traces recorded
-    and its optimum there starred; k runs to ``k_max`` or further when an optimum lies beyond it."""
-    k_max = max([k_max, *[p.best_k for p in points]])
+    """Figure 8: closed-form E[speedup] vs k for a grid of α at each proposer's c(k) (thin grey
+    lines, labelled; c at each k, as its drafting costs there), with each dataset's measured α
+    drawn in colour to the k its traces recorded and its optimum there starred; k runs to
+    ``k_max`` or further when an optimum lies beyond it."""
+    k_max = max([k_max, *[p.best_k for p in points], min(max(p.k_max for p in points), 32)])  # curves to their k_max
     proposers = _unique(p.proposer for p in points)
     datasets = _unique(p.dataset for p in points)
     colours = colour_for(datasets)
@@ -219,23 +220,26 @@ def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0
     for ax, proposer in zip(axes, proposers):
         mine = [p for p in points if p.proposer == proposer]
         c = float(np.mean([p.c for p in mine]))
+        reach = min(k_max, *(len(p.c_by_k) for p in mine))  # every point's c is priced to here
+        grid = ks[: reach + 1]
+        curve = np.concatenate([[0.0], np.mean([p.c_by_k[:reach] for p in mine], axis=0)])  # [reach + 1]
         for alpha in alphas:
-            y = expected_speedup(alpha, ks, c)
-            ax.plot(ks, y, color="grey", linewidth=0.9, alpha=0.8)
-            ax.annotate(f"α={alpha:g}", (ks[-1], y[-1]), fontsize=7, color="dimgrey",
+            y = expected_speedup(alpha, grid, curve)
+            ax.plot(grid, y, color="grey", linewidth=0.9, alpha=0.8)
+            ax.annotate(f"α={alpha:g}", (grid[-1], y[-1]), fontsize=7, color="dimgrey",
                         xytext=(3, 0), textcoords="offset points", va="center")
         for p in mine:
             traced = ks[ks <= p.k_max]  # the star is the best of these: the curve stops where the traces do
-            y = expected_speedup(p.alpha, traced, p.c)
+            y = expected_speedup(p.alpha, traced, np.concatenate([[0.0], p.c_by_k])[: len(traced)])
             ax.plot(traced, y, color=colours[p.dataset], linewidth=2.2,
-                    label=f"{short(p.dataset)}: α={p.alpha:.2f}, c={p.c:.3f}")
+                    label=f"{short(p.dataset)}: α={p.alpha:.2f}, c={p.c:.3f} at k={p.c_k}")
             ax.plot([p.best_k], [p.best_speedup], marker="*", markersize=14, color=colours[p.dataset],
                     markeredgecolor="black")
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("k (draft tokens per step)")
         ax.set_ylabel("E[speedup] (closed form)")
-        ax.set_title(f"{proposer} · c≈{c:.3f} at batch {mine[0].batch_size}")
+        ax.set_title(f"{proposer} · c≈{c:.3f} at k={mine[0].c_k}, batch {mine[0].batch_size} (curves: c at each k)")
         ax.set_xlim(0, k_max + 1.5)
         ax.legend(loc="upper left", fontsize=8)
     return fig

@@ -35,14 +35,22 @@ def expected_speedup(alpha: float | np.ndarray, k: int | np.ndarray, c: float | 
     return expected_tokens(alpha, k) / (np.asarray(k, dtype=float) * np.asarray(c, dtype=float) + 1.0)
 
 
-def optimal_k(alpha: float, c: float, k_max: int = 20) -> tuple[int, float]:
-    """The k in 0..k_max that maximises E[speedup] (k = 0 means no SD: speedup 1)."""
+def optimal_k(alpha: float, c: float | Sequence[float], k_max: int = 20) -> tuple[int, float]:
+    """The k in 0..k_max that maximises E[speedup] (k = 0 means no SD: speedup 1); ``c`` one
+    ratio for every k, or c(k) for k = 1 … (at least k_max of them: a cost model's drafting is
+    rarely linear in k). Of values equal to 1e-9 (a curve flat in floating point), the smallest k."""
     validate.check("alpha", validate.probability, alpha)
-    validate.check("c", validate.number, c, low=0.0)
     validate.check("k_max", validate.integer, k_max, low=0, high=validate.K_MAX_LIMIT)
     ks = np.arange(0, k_max + 1)
-    values = expected_speedup(alpha, ks, c)
-    best = int(np.argmax(values))
+    if np.isscalar(c):
+        validate.check("c", validate.number, c, low=0.0)
+        per_k = np.full(k_max + 1, float(c))
+    else:
+        per_k = np.concatenate([[0.0], np.asarray(c, dtype=float)[:k_max]])
+        if len(per_k) < k_max + 1 or not np.all(per_k >= 0):
+            raise ValueError(f"c: expected {k_max} ratios >= 0 (k = 1 … {k_max})")
+    values = expected_speedup(alpha, ks, per_k)
+    best = int(np.flatnonzero(values >= values.max() - 1e-9)[0])
     return int(ks[best]), float(values[best])
 
 
@@ -88,3 +96,9 @@ def estimate_c(cost: CostModel, proposer: str, k: int, batch_size: int, context_
     drafting = cost.drafting_for(proposer).time(load, verify)
     plain = cost.forward_time(np.array([b]), kv, np.array([b]))
     return float(drafting[0] / (max(k, 1) * plain[0]))
+
+
+def c_by_k(cost: CostModel, proposer: str, k_max: int, batch_size: int, context_len: float) -> np.ndarray:
+    """[k_max] :func:`estimate_c` at k = 1 … ``k_max``: the c each k pays (a drafting with a cost
+    per step, as EAGLE's in the paper's fit, makes c at k = 1 several times c at k = 10)."""
+    return np.array([estimate_c(cost, proposer, k, batch_size, context_len) for k in range(1, k_max + 1)])
