@@ -315,3 +315,31 @@ def test_one_datasets_depth_never_limits_anothers(tmp_path):
                                                                    "oracle-combined:ngram+eagle"}
     assert any(n.startswith("dataset 'chat': fixed:3") for n in both.notes)
     assert not any("dataset 'code'" in n and "not simulated" in n for n in both.notes)
+
+
+def test_a_report_never_replaces_or_removes_what_a_user_changed_or_wrote(synthetic_traces, tmp_path):
+    """Probe: a figure the last report wrote and the user annotated since was removed by the
+    next report (the manifest listed its name only); a user's fig3_mine.png was refused as one
+    the report 'would replace'; a report into a study's folder removed the study's measured and
+    policy tables. Now: a changed file refuses the run, a name the report never writes is left
+    alone, a study's folder is the study's."""
+    import dataclasses
+
+    from specscope.report.build import build_report
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+
+    config = dataclasses.replace(ReportConfig(), ks=(1, 3), sim=SimConfig(mode="paper", batch_sizes=(1,)))
+    out = tmp_path / "out"
+    first = build_report(synthetic_traces, out, config)
+    (out / "fig3_mine.png").write_bytes(b"mine")
+    first.figures[0].write_bytes(b"annotated")
+    with pytest.raises(SpecscopeError, match=rf"{first.figures[0].name} was changed since the report wrote it"):
+        build_report(synthetic_traces, out, config)
+    assert first.figures[0].read_bytes() == b"annotated"
+    first.figures[0].unlink()
+    build_report(synthetic_traces, out, config)  # its own files again, the user's beside them
+    assert (out / "fig3_mine.png").read_bytes() == b"mine"
+    (out / "study.json").write_text("{}")
+    with pytest.raises(SpecscopeError, match="holds a study"):
+        build_report(synthetic_traces, out, config)

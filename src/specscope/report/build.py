@@ -4,12 +4,15 @@ What goes in it is listed in :mod:`specscope.report.catalogue`; this module only
 output folder is made after every input has been read, so a refused input leaves nothing behind;
 every file the report writes is checked first (none may be a folder or one of the inputs). A
 report written into a folder that holds an earlier one removes the files the earlier one wrote and
-this one does not (a figure no longer drawn), read from its manifest, ``.specscope-report``; files
-it did not write stay.
+this one does not (a figure no longer drawn), read from its manifest, ``.specscope-report`` (each
+file's name and the SHA-256 of what it wrote); files it did not write stay, and a file it wrote
+but someone changed since is neither replaced nor removed: the report is refused. A folder
+holding a study (``study.json``) is the study's: only ``specscope study`` writes its report.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,7 +31,8 @@ from specscope.report.whatif import WhatIfRow, whatif_summary
 
 log = logging.getLogger(__name__)
 INDEX = "index.html"
-MANIFEST = ".specscope-report"  # the files the last report wrote into its folder, one name a line
+MANIFEST = ".specscope-report"  # the files the last report wrote into its folder: name, tab, SHA-256, a line each
+STUDY = "study.json"  # a study's folder holds it (specscope.study.config)
 
 
 @dataclass
@@ -39,24 +43,29 @@ class ReportResult:
     notes: list[str]
 
 
-def build_report(traces: Sequence[str | Path], out_dir: str | Path, config: ReportConfig | None = None
-                 ) -> ReportResult:
+def build_report(traces: Sequence[str | Path], out_dir: str | Path, config: ReportConfig | None = None,
+                 study: bool = False) -> ReportResult:
     """Write ``out_dir``/index.html, one PNG per figure and one CSV per table (``config``:
-    :class:`ReportConfig` defaults when None)."""
+    :class:`ReportConfig` defaults when None; ``study``: the study writes its own folder's report)."""
     config = config if config is not None else ReportConfig()
     check_outputs(Path(out_dir), [*traces, *config.steps, *([config.policy] if config.policy else []),
-                                  *([config.cost_model] if Path(config.cost_model).is_file() else [])])
+                                  *([config.cost_model] if Path(config.cost_model).is_file() else [])], study)
     with LazyProgress("report: reading traces", len(PHASES) + len(FIGURES) + 1) as bar:
         data = analyse(traces, config, lambda phase: bar.advance(description=f"report: {phase}"))
         return render_report(data, Path(out_dir), lambda what: bar.advance(description=f"report: {what}"))
 
 
-def check_outputs(out: Path, inputs: Sequence[str | Path]) -> None:
+def check_outputs(out: Path, inputs: Sequence[str | Path], study: bool = False) -> None:
     """Before any work: every file the report may write into ``out`` (index.html, the tables, the
     figures) can be written, is not a file of the user's (a report's folder lists its own in
-    :data:`MANIFEST`) and is not one of its ``inputs``."""
-    names = [INDEX, MANIFEST, *(spec.filename for spec in TABLES)]
-    written = [out / name for name in names] + sorted(out.glob("fig*_*.png"))
+    :data:`MANIFEST`, with what it wrote: a listed file changed since is the user's now) and is not
+    one of its ``inputs``; and ``out`` holds no study unless ``study`` (the study's own report)."""
+    if not study and (out / STUDY).is_file():
+        raise SpecscopeError(f"-o {out}: holds a study ({STUDY}), whose report `specscope study -o {out}` writes; "
+                             "write this report to another folder")
+    names = [INDEX, MANIFEST, *(spec.filename for spec in TABLES),
+             *(f"fig{n}_{spec.slug}.png" for n in range(1, len(FIGURES) + 1) for spec in FIGURES)]
+    written = [out / name for name in names]
     manifest, ours = out / MANIFEST, _listed(out)
     for given in map(Path, inputs):
         if given.is_file() and any(p.is_file() and p.samefile(given) for p in written):
@@ -68,17 +77,30 @@ def check_outputs(out: Path, inputs: Sequence[str | Path]) -> None:
         if exists and path != manifest and path.name not in ours:
             raise SpecscopeError(f"-o {out}: holds {path.name}, which no report wrote there (its {MANIFEST} does not "
                                  "list it): writing the report would replace it; write the report to another folder")
+    for name, digest in ours.items():
+        path = out / name
+        if digest is not None and "/" not in name and path.is_file() and _digest(path) != digest:
+            raise SpecscopeError(f"-o {out}: {name} was changed since the report wrote it: writing the report would "
+                                 "replace or remove it; move it away or write the report to another folder")
 
 
-def _listed(out: Path) -> set[str]:
-    """The names the :data:`MANIFEST` of ``out`` lists (none without one)."""
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _listed(out: Path) -> dict[str, str | None]:
+    """The names the :data:`MANIFEST` of ``out`` lists, each with the SHA-256 of what the report
+    wrote there (None: not yet written, or a manifest of names only); none without one."""
     manifest = out / MANIFEST
-    return set(manifest.read_text(encoding="utf-8").splitlines()) if manifest.is_file() else set()
+    if not manifest.is_file():
+        return {}
+    listed = (line.partition("\t") for line in manifest.read_text(encoding="utf-8").splitlines() if line)
+    return {name: digest or None for name, _, digest in listed}
 
 
-def _list(out: Path, names: set[str]) -> None:
-    """Write ``names`` as the :data:`MANIFEST` of ``out``."""
-    atomic_write_text(out / MANIFEST, "".join(f"{name}\n" for name in sorted(names)))
+def _list(out: Path, listed: dict[str, str | None]) -> None:
+    """Write ``listed`` (name → SHA-256 or None) as the :data:`MANIFEST` of ``out``."""
+    atomic_write_text(out / MANIFEST, "".join(f"{name}\t{listed[name] or ''}\n" for name in sorted(listed)))
 
 
 def _clear_previous(out: Path, writing: set[str]) -> None:
@@ -103,8 +125,8 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
         (out / INDEX).unlink()  # leaves no page beside tables it does not show (index.html is written last)
 
     def claim(name: str) -> Path:
-        if name not in claimed:
-            claimed.add(name)
+        if name not in claimed or claimed[name] is not None:  # listed, and no digest while it is rewritten
+            claimed[name] = None
             _list(out, claimed)
         return out / name
 
@@ -132,7 +154,7 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
     atomic_write_text(index, render(_page(data, figures, tables, notes)))
     writing = {INDEX, *(p.name for p in tables), *(f.filename for f in figures)}
     _clear_previous(out, writing)
-    _list(out, writing)
+    _list(out, {name: _digest(out / name) for name in writing})
     advance("done")
     log.info("wrote %s with %d figures and %d tables", index, len(figures), len(tables))
     return ReportResult(index, [out / f.filename for f in figures], tables, notes)

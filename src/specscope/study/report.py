@@ -34,4 +34,4 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
                        f"model prices no deeper proposal: every policy here, adaptive and the oracles too, proposes "
                        f"at most {deepest} (measure longer chains with study --k; the replay_*.csv tables go to "
                        f"k = {config.k_max} under other engines' cost models)")
-    return build_report([str(t) for t in traces], config.out_dir, report).index
+    return build_report([str(t) for t in traces], config.out_dir, report, study=True).index
