@@ -150,7 +150,7 @@ def test_drafting_per_pass_trees_and_chains():
     as_passes = StepLoad(chain.batched_tokens, kv, running, running, chain.padded_tokens, draft_widths=(1, 1, 1))
     assert head.time(as_passes, chain.batched_tokens) == pytest.approx(head.time(chain, chain.batched_tokens))
     tree = StepLoad(4 * np.array([11.0]), kv, running, running, 4 * np.array([11.0]), draft_widths=(1, 2, 4))
-    expected = sum(roofline_forward(head.shape, head.hw, head.eff, w * running, kv) for w in (1, 2, 4))
+    expected = sum(roofline_forward(head.net, head.hw, head.eff, w * running, kv) for w in (1, 2, 4))
     assert head.time(tree, tree.batched_tokens) == pytest.approx(expected)
     linear = LinearDrafting(c_fixed=1.0, c_tok=0.5, c_kv=0.0)
     assert linear.time(chain, chain.batched_tokens).tolist() == [1.0 + 0.5 * 4]
@@ -256,3 +256,23 @@ def test_a_roofline_refuses_weights_beyond_its_one_gpus_memory():
         resolve_cost_model("roofline:h100:llama3.1-8b:llama3-70b")
     assert resolve_cost_model("roofline:h200:llama3-70b").hw.name == "h200"  # 131.4 of its 140 GiB
     assert resolve_cost_model("roofline:h100:llama3.1-8b:llama3.2-1b").name == "roofline:h100:llama3.1-8b:llama3.2-1b"
+
+
+def test_a_roofline_streams_what_a_token_passes_through_and_prices_each_head_by_its_own_weights():
+    """Probe: every forward streamed the input embedding table (an untied 8B: +7 %), and EAGLE,
+    EAGLE-3 and MTP were one priced head — a decoder layer with a full-vocabulary embedding and LM
+    head, 2.54 GB a pass, above the whole Llama-3.2-1B. By hand for Llama-3.1-8B: the model
+    streams all its parameters but the embedding's 128256 × 4096; the EAGLE-3 head its 424,689,664
+    (as `memory` counts it, its own 32k LM head within); EAGLE-1 its 251,666,432 and the target's
+    LM head."""
+    from specscope.costmodel.presets import ModelShape
+    from specscope.costmodel.roofline import Streamed
+
+    llama = ModelShape.resolve("llama3.1-8b")
+    embedding = 128256 * 4096
+    assert Streamed.model(llama).weight_bytes == 2 * (8_030_261_248 - embedding)
+    assert Streamed.head(llama, "eagle3").weight_bytes == 2 * 424_689_664
+    assert Streamed.head(llama, "eagle").weight_bytes == 2 * (251_666_432 + embedding)
+    roofline = resolve_cost_model("roofline:h100:llama3.1-8b:llama3.2-1b")
+    passes = {name: roofline.drafting_for(name).net.weight_bytes for name in ("eagle", "eagle3", "mtp", "draft")}
+    assert passes["eagle3"] < passes["eagle"] < passes["draft"]

@@ -1,20 +1,28 @@
 """The roofline cost model: forward time from a GPU's peaks and a model's shape.
 
-    forward(batched, kv) = weight_bytes / (BW·e_weights)
+    forward(batched, kv) = streamed_bytes / (BW·e_weights)
                          + 2·matmul_params·batched / (FLOP/s·e_compute)
                          + kv·kv_bytes_per_token / (BW·e_kv)
 
 The three terms add (a decode step streams the weights, multiplies, and reads the cache one
-after another); attention FLOPs are left out (small next to the matmuls below ~32k context).
+after another; an additive model, not the max of its terms: it prices the ridge up to 2× above
+a strict roofline, which is what the paper's linear fit does too); attention FLOPs are left out
+(small next to the matmuls below ~32k context). The weights streamed are those a token passes
+through (:class:`Streamed`): the layers, the final norm and the LM head — not the input
+embedding table, of which a forward reads only its tokens' rows.
 Efficiency factors are the share of the data-sheet peak a real engine reaches; the defaults
-(0.82 of bandwidth for weights, 0.95 for KV reads, 0.75 of peak FLOP/s) put H100 +
+(0.77 of bandwidth for the weights streamed, 0.95 for KV reads, 0.75 of peak FLOP/s) put H100 +
 Llama-3.1-8B within 25 % of the paper's fitted linear model over batched tokens 1–1024 and
 KV 0–200k (``tests/test_costmodel.py`` checks it).
 
-Drafting: n-gram as a fraction of the verify time (as the paper measured); model drafters
-(``eagle``, ``eagle3``, ``mtp``: one decoder layer of the target's shape plus the LM head;
-``draft``: a whole draft model) as ``k`` sequential roofline forwards over one token per
-running request; a tree step as one forward per pass over that pass's width per request.
+Drafting: n-gram as a fraction of the verify time (as the paper measured); model drafters as
+``k`` sequential roofline forwards over one token per running request (a tree step: one forward
+per pass over that pass's width per request) of what they stream: ``draft`` a whole draft
+model; the heads their own weights as :mod:`specscope.costmodel.memory` counts them, plus the
+LM head they share with the target where they share it — ``eagle`` (EAGLE-1: fc 2h→h and one
+decoder layer, the target's LM head), ``eagle3`` (fc 3h→h, one 2h-input layer and its own LM
+head over a 32k draft vocabulary), ``mtp`` (eh_proj 2h→h and one decoder block, the target's
+LM head); each caches one layer's K and V.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ import numpy as np
 
 from specscope.costmodel.base import Drafting, StepLoad
 from specscope.costmodel.linear import MAX_COEFFICIENT_S, PAPER_NGRAM, drafting_lookup
+from specscope.costmodel.memory import EAGLE3_DRAFT_VOCAB_SIZE, eagle3_params, eagle_params, kv_bytes_per_layer, mtp_params
 from specscope.costmodel.presets import Hardware, ModelShape, hardware
 from specscope.errors import SpecscopeError
 from specscope.trace.fields import Fields
@@ -40,57 +49,82 @@ MIN_EFFICIENCY = 1e-3  # a thousandth of a data-sheet peak: below it a typo (1e-
 class Efficiency:
     """Shares of the data-sheet peaks reached in practice."""
 
-    weights: float = 0.82
+    weights: float = 0.77
     kv: float = 0.95
     compute: float = 0.75
 
 
-def roofline_forward(shape: ModelShape, hw: Hardware, eff: Efficiency, batched: np.ndarray,
-                     kv: np.ndarray, bytes_per_param: int = 2) -> np.ndarray:
-    """Seconds for one forward of ``shape`` on ``hw`` (see the module docstring)."""
-    weights = shape.weight_bytes(bytes_per_param) / (hw.mem_bandwidth * eff.weights)
-    compute = 2.0 * shape.matmul_params() * np.asarray(batched, dtype=float) / (hw.peak_flops * eff.compute)
-    cache = np.asarray(kv, dtype=float) * shape.kv_bytes_per_token(bytes_per_param) / (hw.mem_bandwidth * eff.kv)
+@dataclass(frozen=True)
+class Streamed:
+    """What one forward of a network costs a GPU per pass: ``weight_bytes`` streamed from memory,
+    ``matmul_params`` each token multiplies through, ``kv_bytes_per_token`` of cache it reads
+    per cached token."""
+
+    name: str
+    weight_bytes: float
+    matmul_params: float
+    kv_bytes_per_token: float
+
+    @classmethod
+    def model(cls, shape: ModelShape, bytes_per_param: int = 2) -> "Streamed":
+        """A whole model: its layers, final norm and LM head (tied or not, read once by the head's
+        matmul); the input embedding is read a row per token."""
+        return cls(shape.name, (shape.matmul_params() + shape.hidden_size) * bytes_per_param, shape.matmul_params(),
+                   shape.kv_bytes_per_token(bytes_per_param))
+
+    @classmethod
+    def head(cls, target: ModelShape, kind: str, bytes_per_param: int = 2) -> "Streamed":
+        """An EAGLE, EAGLE-3 or MTP head of ``target`` (module docstring): its own weights, and
+        the target's LM head where it shares it."""
+        shared_lm_head = target.vocab_size * target.hidden_size
+        params = {"eagle": eagle_params(target) + shared_lm_head,
+                  "eagle3": eagle3_params(target, EAGLE3_DRAFT_VOCAB_SIZE),
+                  "mtp": mtp_params(target) + shared_lm_head}[kind]
+        return cls(f"{target.name}-{kind}-head", params * bytes_per_param, params,
+                   kv_bytes_per_layer(target, bytes_per_param))
+
+
+def roofline_forward(net: Streamed, hw: Hardware, eff: Efficiency, batched: np.ndarray, kv: np.ndarray) -> np.ndarray:
+    """Seconds for one forward of ``net`` on ``hw`` (see the module docstring)."""
+    weights = net.weight_bytes / (hw.mem_bandwidth * eff.weights)
+    compute = 2.0 * net.matmul_params * np.asarray(batched, dtype=float) / (hw.peak_flops * eff.compute)
+    cache = np.asarray(kv, dtype=float) * net.kv_bytes_per_token / (hw.mem_bandwidth * eff.kv)
     return weights + compute + cache
 
 
-def head_shape(target: ModelShape) -> ModelShape:
-    """An EAGLE/MTP-style head: one decoder layer of the target's shape with its LM head."""
-    return ModelShape(f"{target.name}-head", 1, target.hidden_size, target.num_heads,
-                      target.num_kv_heads, target.head_dim, target.intermediate_size,
-                      target.vocab_size, target.tie_word_embeddings)
+HEADS = ("eagle", "eagle3", "mtp")  # the drafters a roofline prices as heads of its target
 
 
 @dataclass(frozen=True)
 class RooflineDrafting:
-    """A model drafter: mean k sequential forwards of ``shape`` over one token per request
+    """A model drafter: mean k sequential forwards of ``net`` over one token per request
     (a tree step: one forward per pass over ``width × num_running`` tokens), its cache as long
     as the target's (a draft model or a head sees every token), and one forward over each new
     prompt (its prefill)."""
 
-    shape: ModelShape
+    net: Streamed
     hw: Hardware
     eff: Efficiency
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         if load.draft_widths:
-            seconds = sum(roofline_forward(self.shape, self.hw, self.eff, width * load.num_running, load.kv_tokens)
+            seconds = sum(roofline_forward(self.net, self.hw, self.eff, width * load.num_running, load.kv_tokens)
                           for width in load.draft_widths)
         else:
             running = np.maximum(load.num_running, 1)
             mean_k = (load.batched_tokens - load.num_running) / running
-            one_pass = roofline_forward(self.shape, self.hw, self.eff, load.num_running, load.kv_tokens)
+            one_pass = roofline_forward(self.net, self.hw, self.eff, load.num_running, load.kv_tokens)
             seconds = np.maximum(mean_k, 1.0) * one_pass
         return np.where(load.num_running > 0, seconds, 0.0)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
-        """One forward of ``shape`` over the prompts, as the target's prefill."""
+        """One forward of ``net`` over the prompts, as the target's prefill."""
         prompt_tokens = np.asarray(prompt_tokens, dtype=float)
-        seconds = roofline_forward(self.shape, self.hw, self.eff, prompt_tokens, np.zeros_like(prompt_tokens))
+        seconds = roofline_forward(self.net, self.hw, self.eff, prompt_tokens, np.zeros_like(prompt_tokens))
         return np.where(prompt_tokens > 0, seconds, 0.0)
 
     def to_json(self) -> dict:
-        return {"kind": "roofline", "model": self.shape.name}
+        return {"kind": "roofline", "model": self.net.name}
 
 
 @dataclass
@@ -105,23 +139,18 @@ class RooflineCostModel:
     eff: Efficiency = field(default_factory=Efficiency)
     drafting: dict[str, Drafting] = field(default_factory=dict)
     pads_verification: bool = False
+    draft: ModelShape | None = None  # the draft model's shape (proposer ``draft``)
 
     def __post_init__(self) -> None:
-        head = RooflineDrafting(head_shape(self.target), self.hw, self.eff)
-        defaults: dict[str, Drafting] = {
-            "ngram": PAPER_NGRAM,
-            "eagle": head,
-            "eagle3": head,
-            "mtp": head,
-        }
+        defaults: dict[str, Drafting] = {"ngram": PAPER_NGRAM, **{kind: RooflineDrafting(
+            Streamed.head(self.target, kind), self.hw, self.eff) for kind in HEADS}}
         self.drafting = {**defaults, **self.drafting}
         self._check_fits()
 
     def _check_fits(self) -> None:
         """Refuse weights (the target's, and a draft model's) beyond the GPU's memory: this
         roofline prices one GPU, and a model split over several runs other kernels and traffic."""
-        draft = self.drafting.get("draft")  # a head (one layer) is left out: it shares the target's LM head
-        models = [self.target, *([draft.shape] if isinstance(draft, RooflineDrafting) else [])]
+        models = [self.target, *([self.draft] if self.draft is not None else [])]  # a head adds a layer: left out
         weights = sum(shape.weight_bytes() for shape in models)
         if weights > self.hw.memory_bytes:
             raise SpecscopeError(f"{self.name}: the weights of {' and '.join(s.name for s in models)} take "
@@ -131,12 +160,13 @@ class RooflineCostModel:
 
     def with_draft_model(self, draft: ModelShape) -> "RooflineCostModel":
         """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""
-        return replace(self, drafting=dict(self.drafting, draft=RooflineDrafting(draft, self.hw, self.eff)))
+        return replace(self, draft=draft, drafting=dict(self.drafting, draft=RooflineDrafting(Streamed.model(draft), self.hw,
+                                                                                           self.eff)))
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
         """``num_running`` does not matter on a roofline: weights, FLOPs and cache bytes do."""
-        return roofline_forward(self.target, self.hw, self.eff, batched_tokens, kv_tokens)
+        return roofline_forward(Streamed.model(self.target), self.hw, self.eff, batched_tokens, kv_tokens)
 
     def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
         """A forward over the prompts' positions with an empty cache."""
@@ -153,8 +183,7 @@ class RooflineCostModel:
             "model": self.target.name,
             "efficiency": {"weights": self.eff.weights, "kv": self.eff.kv, "compute": self.eff.compute},
             "overhead_s": self.overhead_s,
-            **({"draft_model": self.drafting["draft"].shape.name} if isinstance(self.drafting.get("draft"), RooflineDrafting)
-               else {}),
+            **({"draft_model": self.draft.name} if self.draft is not None else {}),
             "drafting": {name: d.to_json() for name, d in self.drafting.items()},
         }
 
