@@ -343,3 +343,37 @@ def test_a_report_never_replaces_or_removes_what_a_user_changed_or_wrote(synthet
     (out / "study.json").write_text("{}")
     with pytest.raises(SpecscopeError, match="holds a study"):
         build_report(synthetic_traces, out, config)
+
+
+def test_the_verdict_names_where_sd_pays_when_it_is_not_one_run_of_batch_sizes():
+    """Probe: speedups 0.80, 0.79, 1.38, 3.79 at B = 1, 2, 16, 64 read "SD pays up to batch 64;
+    from batch 1 on, run without it"."""
+    from specscope.report.answer import AnswerRow
+    from specscope.report.html import _verdict
+
+    def rows(*pairs):
+        return [AnswerRow("d", b, "ngram", "fixed:1", s, None, None, None, None) for b, s in pairs]
+
+    assert _verdict(rows((1, 0.8), (2, 0.79), (16, 1.38), (64, 3.79))) == \
+        "SD pays from batch 16 on; below it, run without it."
+    assert _verdict(rows((1, 1.5), (8, 0.9), (64, 1.2))) == "SD pays at batch 1, 64; at batch 8, run without it."
+    assert _verdict(rows((1, 1.5), (8, 0.9))) == "SD pays up to batch 1; from batch 8 on, run without it."
+
+
+def test_the_answer_names_the_steady_states_best_where_the_drain_decides_the_whole_run():
+    """Probe: in mixed mode the answer named n-gram adaptive at B = 128 from whole-run speedups
+    set by four long requests' drain, while at steady state EAGLE was best; the page never said
+    so. The steady state's best is named beside it where it is another cell."""
+    from specscope.report.answer import answer_rows
+    from specscope.sim.grid import SimRow
+
+    def row(acc, policy, speedup, steady):
+        return SimRow(dataset="d", acc=acc, policy=policy, batch_size=128, mode="mixed", speedup=speedup,
+                      steady_speedup=steady, throughput=1.0, baseline_throughput=1.0, latency_per_token=1.0,
+                      baseline_latency_per_token=1.0, acceptance_rate=0.5, mean_acceptance_length=2.0, requests=200)
+
+    (answer,) = answer_rows([row("ngram", "adaptive", 2.33, 1.14), row("eagle", "fixed:2", 1.30, 1.27)])
+    assert (answer.best_acc, answer.steady_acc, answer.steady_policy) == ("ngram", "eagle", "fixed:2")
+    assert (answer.steady_speedup, answer.best_steady_speedup) == (1.27, 1.14)
+    (same,) = answer_rows([row("ngram", "adaptive", 2.33, 1.50), row("eagle", "fixed:2", 1.30, 1.27)])
+    assert same.steady_acc is None

@@ -6,7 +6,11 @@ to the oracle.
 - ``oracle``: the best single-proposer ``oracle`` cell (no verification wasted);
   ``gap`` = oracle speedup − best speedup;
 - ``combined``: the ``oracle-combined`` cell when simulated — optimistic, since choosing the
-  proposer is taken as free and every step pays only the lookup's drafting (the paper's rule).
+  proposer is taken as free and every step pays only the lookup's drafting (the paper's rule);
+- ``steady``: in mixed mode, the realisable cell with the highest steady-state speedup (only
+  iterations with a full batch: what a server under constant load sees), where it is another
+  cell than ``best`` — whose whole-run speedup also holds the ramp-up and the drain of the
+  longest requests, which can decide the whole run at a large batch.
 
 With trees (:mod:`specscope.report.trees`), one more line per dataset × proposer × tree: up to
 which batch size the tree beats the chain of its depth.
@@ -33,6 +37,10 @@ class AnswerRow:
     gap: float | None
     combined_speedup: float | None
     combined_policy: str | None = None  # the pair it combined: oracle-combined:A+B
+    steady_acc: str | None = None  # mixed mode, where the steady state's best is another cell than best
+    steady_policy: str | None = None
+    steady_speedup: float | None = None  # that cell's steady-state speedup
+    best_steady_speedup: float | None = None  # best's own steady-state speedup, beside it
 
     def flat(self) -> dict:
         return asdict(self)
@@ -55,11 +63,14 @@ def answer_rows(rows: Sequence[SimRow]) -> list[AnswerRow]:
         oracles = [r for r in cell if r.acc != COMBINED and r.policy == "oracle"]
         oracle = max(oracles, key=lambda r: r.speedup) if oracles else None
         combined = max((r for r in cell if r.acc == COMBINED), key=lambda r: r.speedup, default=None)
+        steady = max(real, key=lambda r: r.steady_speedup) if best.mode == "mixed" else best
+        other = steady is not best and steady.steady_speedup > best.steady_speedup
         out.append(AnswerRow(
             dataset, batch_size, best.acc, best.policy, best.speedup,
             oracle.acc if oracle else None, oracle.speedup if oracle else None,
             oracle.speedup - best.speedup if oracle else None,
             combined.speedup if combined else None, combined.policy if combined else None,
+            *((steady.acc, steady.policy, steady.steady_speedup, best.steady_speedup) if other else ()),
         ))
     return out
 

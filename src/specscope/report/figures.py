@@ -22,6 +22,7 @@ from specscope.report.style import (
     PHASE_COLOURS,
     batch_axis,
     colour_for,
+    proposer_colours,
     panel_grid,
     plain_log_axis,
     plt,
@@ -42,7 +43,7 @@ def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figur
     (colour = proposer, marker = policy, oracles dashed, the combined oracle black dash-dot)."""
     rows = [r for r in rows if r.policy in policies or r.acc == COMBINED]
     datasets = _unique(r.dataset for r in rows)
-    colours = colour_for([a for a in _unique(r.acc for r in rows) if a != COMBINED])
+    colours = proposer_colours([a for a in _unique(r.acc for r in rows) if a != COMBINED])
     markers = {p: MARKERS[i % len(MARKERS)] for i, p in enumerate(p for p in policies if p != "oracle")}
     fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
     handles: dict[str, object] = {}
@@ -52,10 +53,11 @@ def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figur
             cell = sorted((r for r in mine if r.acc == acc and r.policy == policy), key=lambda r: r.batch_size)
             x, y = [r.batch_size for r in cell], [r.speedup for r in cell]
             if acc == COMBINED:
-                style = {"color": "black", "linestyle": "-.", "linewidth": 2.0, "marker": None}
+                style = {"color": "black", "linestyle": "-.", "linewidth": 2.0, "marker": "x", "markersize": 6}
                 label = f"{policy} (optimistic)"
             elif policy == "oracle":
-                style = {"color": colours[acc], "linestyle": "--", "linewidth": 2.0, "marker": None}
+                style = {"color": colours[acc], "linestyle": "--", "linewidth": 2.0, "marker": "D", "markersize": 4,
+                         "markerfacecolor": "none"}  # a marker: one batch size draws a point, not nothing
                 label = f"{acc} oracle"
             else:
                 style = {"color": colours[acc], "linestyle": "-", "linewidth": 1.4, "marker": markers.get(policy, "o"),
@@ -115,7 +117,7 @@ def request_box_figure(means: Sequence[dict]) -> plt.Figure:
     (colours); whiskers at the 5th/95th percentiles, means as white diamonds."""
     datasets = _unique(m["dataset"] for m in means)
     proposers = _unique(m["proposer"] for m in means)
-    colours = colour_for(proposers)
+    colours = proposer_colours(proposers)
     fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * len(datasets) * len(proposers) ** 0.5 + 2), 4.2),
                            layout="constrained")
     width = 0.8 / len(proposers)
@@ -257,7 +259,7 @@ def measured_figure(cells: Sequence) -> plt.Figure:
         return cell.label if cell.tree is not None else f"{cell.method} k={cell.k}"
 
     datasets = _unique(c.dataset for c in cells)
-    colours = colour_for(_unique(c.method for c in cells))
+    colours = proposer_colours(_unique(c.method for c in cells))
     shapes = {shape: MARKERS[i % len(MARKERS)] for i, shape in enumerate(_unique(c.tree or c.k for c in cells))}
     fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
     handles: dict[str, object] = {}

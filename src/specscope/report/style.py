@@ -43,6 +43,19 @@ def colour_for(names: Sequence[str]) -> dict[str, str]:
     return {name: CYCLE[i % (len(CYCLE) - 1)] for i, name in enumerate(names)}
 
 
+# A proposer keeps its colour in every figure and every report, whatever else is drawn beside it.
+PROPOSER_COLOURS = {"ngram": "#E69F00", "eagle": "#0072B2", "eagle3": "#56B4E9", "mtp": "#009E73",
+                    "draft": "#D55E00", "suffix": "#CC79A7"}
+
+
+def proposer_colours(names: Sequence[str]) -> dict[str, str]:
+    """Each proposer's own colour (:data:`PROPOSER_COLOURS`); other names (a custom proposer, the
+    learned policy) take the colours left, in order (black is kept for the combined oracle)."""
+    left = [c for c in CYCLE[:-1] if c not in {PROPOSER_COLOURS.get(n) for n in names}] or list(CYCLE[:-1])
+    others = [n for n in names if n not in PROPOSER_COLOURS]
+    return {name: PROPOSER_COLOURS.get(name) or left[others.index(name) % len(left)] for name in names}
+
+
 @contextmanager
 def figure_style() -> Iterator[None]:
     with matplotlib.rc_context(RC):

@@ -33,7 +33,7 @@ from pathlib import Path
 from specscope.analysis.measured import MeasuredCell, winner as measured_winner
 from specscope.costmodel.linear import FittedCell
 from specscope.methods import NO_SD
-from specscope.report.style import batch_axis, colour_for, panel_grid, plt, short
+from specscope.report.style import batch_axis, proposer_colours, panel_grid, plt, short
 from specscope.sim.grid import COMBINED, SimRow
 from specscope.sim.policies import configured_policy
 
@@ -143,7 +143,7 @@ def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitt
     speedup the model predicts for that same cell."""
     datasets = list(dict.fromkeys(r.dataset for r in rows))
     proposers = list(dict.fromkeys(r.acc for r in rows if r.acc != COMBINED))
-    colours = colour_for(proposers)
+    colours = proposer_colours(proposers)
     fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
     for ax, dataset in zip(axes, datasets):
         for proposer in proposers:
