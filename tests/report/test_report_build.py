@@ -377,3 +377,25 @@ def test_the_answer_names_the_steady_states_best_where_the_drain_decides_the_who
     assert (answer.steady_speedup, answer.best_steady_speedup) == (1.27, 1.14)
     (same,) = answer_rows([row("ngram", "adaptive", 2.33, 1.50), row("eagle", "fixed:2", 1.30, 1.27)])
     assert same.steady_acc is None
+
+
+def test_one_proposer_writes_no_head_to_head_and_the_page_is_titled_by_what_it_shows(tmp_path):
+    import dataclasses
+
+    """Probe: one proposer gave an empty head-to-head table and a 0-byte pairs.csv; every page
+    was titled 'specscope report'."""
+    from report_fixtures import synthetic_records
+
+    from specscope.report.build import build_report
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+
+    path = tmp_path / "one.jsonl"
+    write_traces(path, [dataclasses.replace(r, proposers={"ngram": r.proposers["ngram"]})
+                        for r in synthetic_records("chat", 8, seed=1)])
+    result = build_report([str(path)], tmp_path / "out", ReportConfig(sim=SimConfig(mode="paper", batch_sizes=(1,)),
+                                                                       trees=()))
+    page = result.index.read_text()
+    assert not (tmp_path / "out" / "pairs.csv").exists() and "Head to head" not in page
+    assert "<title>specscope report: chat · h100-llama3.1-8b</title>" in page

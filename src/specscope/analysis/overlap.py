@@ -98,6 +98,7 @@ class OverlapRow:
     lookup_speedup: float
     reference_speedup: float
     relative_speedup: float
+    mode: str = "paper"  # the simulator's mode (OverlapConfig.mode: paper by default, whatever else the run uses)
 
     def flat(self) -> dict:
         return asdict(self)
@@ -156,7 +157,8 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
                     look = speed.get((dataset, b, config.lookup, name[policy], batch_size), np.nan)
                     out.append(OverlapRow(
                         dataset, bin_label(b, config.edges), config.edges[b], config.edges[b + 1],
-                        counts.get((dataset, b), 0), batch_size, name[policy], look, ref, look / ref - 1.0))
+                        counts.get((dataset, b), 0), batch_size, name[policy], look, ref, look / ref - 1.0,
+                        config.mode))
     return out
 
 

@@ -174,15 +174,16 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
         tables=[
             ("Acceptance length per request (mean acc_len of each request, then statistics)",
              stats_header, stats_rows),
-            ("Head to head: share of positions where one proposer emits more",
-             ["dataset", "pair", "positions", "first wins", "second wins", "ties"], pair_rows),
+            *([("Head to head: share of positions where one proposer emits more",
+                ["dataset", "pair", "positions", "first wins", "second wins", "ties"], pair_rows)] if pair_rows else []),
             ("Requests with the lowest and highest mean acc_len",
              ["dataset", "proposer", "lowest id", "lowest", "highest id", "highest"], _extremes(data.means)),
             *_measured_tables(data.measured),
             *_whatif_table(data.whatif),
         ],
         load_summaries=[r.summary() for r in data.load_reports] + _other_inputs(data), notes=notes,
-        csv_files=[p.name for p in tables], edges=data.edges,
+        csv_files=[p.name for p in tables] + [name for name in config.beside
+                                              if tables and (tables[0].parent / name).is_file()], edges=data.edges,
         tree_lines=data.tree_answer,
     )
 

@@ -30,6 +30,7 @@ class ReportConfig:
     measured: tuple = ()  # MeasuredCell rows (specscope.analysis.measured): figure 9 and the advisor line
     trees: tuple[str, ...] = ("2x2x1", "3x2x1x1")  # static trees set against the chain of their depth
     policy: str | None = None  # a learned policy file (specscope policy fit) judged on the traces
+    beside: tuple[str, ...] = ()  # files of the output folder the page links beside its own tables (a study's)
 
     @property
     def deepest(self) -> int:

@@ -177,7 +177,7 @@ def render(page: Page) -> str:
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>specscope report</title><style>{CSS}</style></head>
+<title>specscope report: {esc(', '.join(dict.fromkeys(r.dataset for r in page.answer)) or 'traces')} · {esc(page.cost_model)}</title><style>{CSS}</style></head>
 <body>
 <h1>Does speculative decoding pay off here?</h1>
 <p class="meta">{esc(meta)}</p>

@@ -30,6 +30,7 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
         ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
         trees=tuple(tree.name for tree in trees),
         policy=str(config.policy_path) if config.policy_path.exists() else None,
+        beside=("fidelity.csv", *sorted(p.name for p in config.out_dir.glob("replay_*.csv"))),
     ).held_to(deepest, f"the study measured {measured}, and its fitted cost "
                        f"model prices no deeper proposal: every policy here, adaptive and the oracles too, proposes "
                        f"at most {deepest} (measure longer chains with study --k; the replay_*.csv tables go to "
