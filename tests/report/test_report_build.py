@@ -380,10 +380,10 @@ def test_the_answer_names_the_steady_states_best_where_the_drain_decides_the_who
 
 
 def test_one_proposer_writes_no_head_to_head_and_the_page_is_titled_by_what_it_shows(tmp_path):
-    import dataclasses
-
     """Probe: one proposer gave an empty head-to-head table and a 0-byte pairs.csv; every page
     was titled 'specscope report'."""
+    import dataclasses
+
     from report_fixtures import synthetic_records
 
     from specscope.report.build import build_report
