@@ -285,3 +285,29 @@ def test_a_specdecode_bench_field_specscope_does_not_read_is_said_once_per_file(
     path.write_text(json.dumps({**line, "k_mx": 4}) + "\n")
     with pytest.raises(SpecscopeError, match=r"t\.jsonl:1: field 'k_mx': unknown field \(did you mean 'k_max'\?\)"):
         load_traces([path])
+
+
+def test_specdecode_bench_files_hold_any_known_method_under_acc_method_and_may_open_with_a_bom(tmp_path):
+    """Probe: a SpecDecode-Bench file with acc_mtp, acc_eagle3 or acc_suffix could not be read
+    at all (unknown proposer), nor one whose first line a Windows tool opened with a BOM."""
+    import json
+
+    from specscope.trace import load_traces
+
+    row = {"id": "r", "prompt_token_ids": [1, 2], "generated_token_ids": [3, 4, 5],
+           "acc_mtp": {"acc_len": [2, 1, 1]}, "acc_suffix": {"acc_len": [1, 3, 1]}}
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(row).encode() + b"\n")
+    (record,), _ = load_traces([path])
+    assert set(record.proposers) == {"mtp", "suffix"} and record.acc_len("suffix").tolist() == [1, 3, 1]
+    path.write_text(json.dumps({**row, "acc_eagle3": {"acc_len": [1, 1, 1]}, "acc_eagle_three": {"acc_len": [1, 1, 1]}}))
+    with pytest.raises(SpecscopeError, match="one proposer under two fields"):
+        load_traces([path])
+
+
+def test_the_papers_no_match_guess_is_n_grams_not_suffix_decodings():
+    from specscope.sim.grid import SimConfig, match_prob_for
+
+    assert match_prob_for("qwen3-8b_gsm8k", SimConfig(), "ngram") == 0.2
+    assert match_prob_for("qwen3-8b_gsm8k", SimConfig(), "suffix") is None
+    assert match_prob_for("qwen3-8b_gsm8k", SimConfig(match_prob=0.5), "suffix") == 0.5

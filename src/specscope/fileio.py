@@ -310,16 +310,21 @@ def read_toml_object(path: str | Path) -> dict:
         raise SpecscopeError(f"{path}: invalid TOML ({error})") from None
 
 
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
+
+
 def first_line(path: str | Path) -> tuple[int, bytes] | None:
     """The first line of ``path`` that is not blank, and its number (None: the file holds none).
     An ``OSError`` (a folder, an unreadable file) passes to the caller, who knows what it means."""
     with open(path, "rb") as lines:
-        return next(((number, line) for number, line in enumerate(lines, start=1) if line.strip()), None)
+        return next(((number, line.removeprefix(BOM) if number == 1 else line)
+                     for number, line in enumerate(lines, start=1) if line.removeprefix(BOM).strip()), None)
 
 
 def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Iterator[T]:
     """``parse(obj, path, line)`` for each non-blank line of the JSON Lines file ``path``, read
-    as a stream; a line that is not UTF-8 or not JSON is a one-line error naming ``path:line``."""
+    as a stream (a UTF-8 byte-order mark opening the file, as some Windows tools write, is
+    skipped); a line that is not UTF-8 or not JSON is a one-line error naming ``path:line``."""
     path = Path(path)
     try:
         handle = open(path, "rb")
@@ -328,7 +333,7 @@ def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Ite
     with handle:
         for number, raw in enumerate(handle, start=1):
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as error:
                 raise SpecscopeError(f"{path}:{number}: not UTF-8 text (byte {error.start} of the line)") from None
             if not line.strip():

@@ -90,11 +90,13 @@ def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
         "k_max_missing": undeclared,
         "max_accepted": observed,
         "draft_len": sorted({n for r in records for n, t in r.proposers.items() if t.draft_len is not None}),
+        "draft_len_records": {n: [sum(r.proposers[n].draft_len is not None for r in records if n in r.proposers),
+                                  sum(n in r.proposers for r in records)] for n in proposers},  # [with it, holding]
         "mismatched_records": report.mismatched_records,
         "mismatches_by_proposer": report.mismatches_by_proposer,
         "mean_prompt_len": float(np.mean([r.prompt_len for r in records])),
         "mean_output_len": float(np.mean([r.output_len for r in records])),
-        "datasets": sorted({r.dataset for r in records}),
+        "datasets": sorted({r.dataset for r in records}, key=lambda d: (d is None, d or "")),
         "tree_mean_acc_len": tree_means(records, trees or [TreeShape.parse(t) for t in requested_trees(Path(path))]),
     }
 
@@ -126,7 +128,10 @@ def run_inspect(args: argparse.Namespace) -> int:
             ["output positions", str(s["positions"])],
             ["proposers", ", ".join(s["proposers"])],
             ["k_max", _k_max_text(s)],
-            ["draft_len recorded for", ", ".join(s["draft_len"]) or "none"],
+            ["datasets", ", ".join(d or "– (none named)" for d in s["datasets"])],
+            ["draft_len recorded for", ", ".join(
+                name + ("" if have == holding else f" ({have} of its {holding} records)")
+                for name, (have, holding) in s["draft_len_records"].items() if have) or "none"],
             ["acc_len length ≠ output", f"{s['mismatched_records']} records ({mismatch})"],
             ["mean prompt length", f"{s['mean_prompt_len']:.1f}"],
             ["mean output length", f"{s['mean_output_len']:.1f}"],

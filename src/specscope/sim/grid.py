@@ -104,10 +104,14 @@ class SimRow:
         return row
 
 
-def match_prob_for(dataset: str, config: SimConfig) -> float | None:
-    """The no-match guess for ``dataset``: the configured value, else the paper's table."""
+def match_prob_for(dataset: str, config: SimConfig, acc: str) -> float | None:
+    """The no-match guess for lookup proposer ``acc`` on ``dataset``: the configured value, else
+    the paper's table — for n-gram only, the proposer it was measured for (suffix decoding
+    matches at other rates)."""
     if config.match_prob is not None:
         return config.match_prob
+    if acc != "ngram":
+        return None
     for name, prob in PAPER_MATCH_PROB.items():
         if name in dataset.lower():
             return prob
@@ -122,9 +126,9 @@ def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: 
     rests on a file's name or a missing field unsaid (``option``: naming ``--match-prob``)."""
     notes = []
     for dataset in dict.fromkeys(r.dataset or "trace" for r in records):
-        prob = match_prob_for(dataset, config) if config.guess_no_match else None
         mine = [r for r in records if (r.dataset or "trace") == dataset]
         for acc in (a for a in accs if a in LOOKUP_PROPOSERS):
+            prob = match_prob_for(dataset, config, acc) if config.guess_no_match else None
             holding = [r for r in mine if acc in r.proposers]
             lacking = sum(r.proposers[acc].draft_len is None for r in holding)
             if not lacking:
@@ -280,7 +284,7 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
     return make_plan(
         [t.acc_len for t in traces], prompt_lens, policy, traced_k_max(records, [acc]),
         draft_lens=[t.draft_len for t in traces],  # each record's own; the guess only where one lacks it
-        match_prob=match_prob_for(dataset, config) if guess else None,
+        match_prob=match_prob_for(dataset, config, acc) if guess else None,
         seed=config.seed,
     )
 

@@ -4,7 +4,8 @@ Two formats are auto-detected per line:
 
 - specscope's own (``"schema": "specscope.trace/1"``, see :mod:`specscope.trace.schema`);
 - SpecDecode-Bench (the paper's public traces): ``generated_token_ids`` plus one or more of
-  ``acc_ngram``, ``acc_eagle``, ``acc_eagle_three`` or ``acc``, each ``{"acc_len": [...]}``.
+  ``acc_ngram``, ``acc_eagle``, ``acc_eagle_three`` or ``acc`` (or ``acc_<method>`` for any
+  method specscope knows: ``acc_mtp``, ``acc_eagle3``, ``acc_suffix``), each ``{"acc_len": [...]}``.
 
 Real files are messy: an ``acc_len`` array is sometimes a few entries longer or shorter than the
 output. The record is then cut to the common prefix of the output and every proposer's arrays,
@@ -37,7 +38,7 @@ import numpy as np
 from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, first_line, read_jsonl
-from specscope.methods import of_kind
+from specscope.methods import METHODS, of_kind
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord
 
@@ -53,6 +54,7 @@ SPECDECODE_BENCH_PROPOSERS = {
 PROPOSER_FIELDS = ("acc_len", "draft_len", "draft_prob", "tree_rank")  # a proposer trace's, in either format
 RECORD_FIELDS = ("schema", "id", "dataset", "k_max", "prompt_token_ids", "output_token_ids", "proposers")  # own format
 BENCH_FIELDS = ("id", "dataset", "k_max", "prompt_token_ids", "generated_token_ids", *SPECDECODE_BENCH_PROPOSERS)
+BENCH_METHODS = {f"acc_{m.name}": m.name for m in METHODS}  # acc_mtp, acc_eagle3, acc_suffix, …: the same layout
 LOOKUPS = {m.name for m in of_kind("lookup")}  # proposers without a tree: their tree_rank is refused
 
 log = logging.getLogger(__name__)
@@ -166,11 +168,12 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
             raise fields.error(unknown[0], f"unknown field (expected {', '.join(RECORD_FIELDS)})")
     elif fields.has("generated_token_ids"):
         output_field, fmt = "generated_token_ids", "specdecode-bench"
-        raw = {key: fields.obj[key] for key in SPECDECODE_BENCH_PROPOSERS if fields.has(key)}
-        unknown = [key for key, value in fields.obj.items() if key not in SPECDECODE_BENCH_PROPOSERS
+        raw = {key: fields.obj[key] for key in fields.obj if bench_proposer(key)}
+        unknown = [key for key, value in fields.obj.items() if not bench_proposer(key)
                    and (key.startswith("acc") or isinstance(value, dict) and "acc_len" in value)]
         if unknown:  # a proposer under another name would be dropped unsaid
-            raise fields.error(unknown[0], f"unknown proposer (expected {', '.join(SPECDECODE_BENCH_PROPOSERS)})")
+            raise fields.error(unknown[0], f"unknown proposer (expected {', '.join(SPECDECODE_BENCH_PROPOSERS)} or "
+                                           "acc_METHOD for a method specscope knows)")
         for key in bench_extras(fields.obj):  # a misspelt field (datset, k_mx) would be dropped unsaid
             near = difflib.get_close_matches(key, [f for f in BENCH_FIELDS if f not in fields.obj], n=1, cutoff=0.75)
             if near:
@@ -186,8 +189,10 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
         )
     k_max = fields.integer("k_max", optional=True, minimum=1, maximum=validate.K_MAX_LIMIT)
     output = fields.int_array(output_field, low=0)
-    names = SPECDECODE_BENCH_PROPOSERS if fmt == "specdecode-bench" else {key: key for key in raw}
-    proposers = {names[key]: _proposer(fields, key, value, k_max, output.size) for key, value in raw.items()}
+    proposers = {bench_proposer(key) if fmt == "specdecode-bench" else key: _proposer(fields, key, value, k_max, output.size)
+                 for key, value in raw.items()}
+    if len(proposers) < len(raw):  # acc_eagle_three beside acc_eagle3: one proposer twice
+        raise fields.error("acc_eagle_three", "one proposer under two fields (acc_eagle_three is acc_eagle3)")
     prompt = fields.int_array("prompt_token_ids", low=0)
     if not prompt.size:  # a request starts from at least one token: its prefill emits the first output token
         raise fields.error("prompt_token_ids", "expected at least one token, got []")
@@ -202,10 +207,17 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
     return record, fmt
 
 
+def bench_proposer(key: str) -> str | None:
+    """The proposer a SpecDecode-Bench field holds (:data:`SPECDECODE_BENCH_PROPOSERS`, or
+    ``acc_<method>`` for any method specscope knows); None for another field."""
+    return SPECDECODE_BENCH_PROPOSERS.get(key) or BENCH_METHODS.get(key)
+
+
 def bench_extras(obj: dict) -> list[str]:
     """The fields of a SpecDecode-Bench record specscope does not read (its files may carry more
     than the paper's: they are said once per file, and a near-miss of a known one is refused)."""
-    return [key for key in obj if key not in BENCH_FIELDS] if "generated_token_ids" in obj and "schema" not in obj else []
+    return [key for key in obj if key not in BENCH_FIELDS and not bench_proposer(key)] \
+        if "generated_token_ids" in obj and "schema" not in obj else []
 
 
 def _align(record: TraceRecord, mode: str) -> tuple[TraceRecord, list[str], int]:
