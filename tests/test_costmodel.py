@@ -276,3 +276,16 @@ def test_a_roofline_streams_what_a_token_passes_through_and_prices_each_head_by_
     roofline = resolve_cost_model("roofline:h100:llama3.1-8b:llama3.2-1b")
     passes = {name: roofline.drafting_for(name).net.weight_bytes for name in ("eagle", "eagle3", "mtp", "draft")}
     assert passes["eagle3"] < passes["eagle"] < passes["draft"]
+
+
+def test_a_cost_model_file_refuses_a_drafting_entry_no_proposer_has(tmp_path):
+    """Probe: a drafting entry 'eagel' was accepted, and simulating EAGLE then blamed the
+    preset whose name the file carried ('cost model h100-llama3.1-8b has no drafting model')."""
+    import json
+
+    described = resolve_cost_model("h100-llama3.1-8b").describe()
+    described["drafting"]["eagel"] = described["drafting"].pop("eagle")
+    path = tmp_path / "typo.json"
+    path.write_text(json.dumps(described))
+    with pytest.raises(SpecscopeError, match=r"typo\.json: field 'drafting\.eagel': unknown proposer"):
+        resolve_cost_model(str(path))

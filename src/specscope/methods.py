@@ -106,8 +106,15 @@ def method(name: str) -> Method:
     """The method called ``name``; an unknown name is a one-line error listing the known ones."""
     found = _BY_NAME.get(name)
     if found is None:
-        raise SpecscopeError(f"unknown method {name!r} (known: {', '.join(NAMES)})")
+        raise SpecscopeError(f"unknown method {name!r} (known: {', '.join(NAMES)}){default_hint(name)}")
     return found
+
+
+def default_hint(name: str) -> str:
+    """What to say of proposer ``name`` where a method is expected: the SpecDecode-Bench ``acc``
+    field reads as proposer ``default``, which no method is until it is renamed."""
+    return ("; a trace's SpecDecode-Bench 'acc' field reads as proposer 'default': name its method with "
+            "`specscope traces convert --rename default=METHOD`") if name == "default" else ""
 
 
 def names(engine: str | None = None, *, baseline: bool = True) -> tuple[str, ...]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
 from specscope.errors import SpecscopeError
-from specscope.methods import NO_SD
+from specscope.methods import LEARNED, NAMES as METHOD_NAMES, NO_SD, default_hint
 from specscope.trace.fields import Fields
 from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
 
@@ -167,10 +167,9 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
         return drafting[proposer]
     except KeyError:
         known = ", ".join(sorted(drafting)) or "none"
-        hint = ("; a trace's SpecDecode-Bench 'acc' field reads as proposer 'default': name its method with "
-                "`specscope traces convert --rename default=METHOD`") if proposer == "default" else ""
         raise SpecscopeError(
-            f"cost model {model_name!r} has no drafting model for proposer {proposer!r} (has: {known}){hint}"
+            f"cost model {model_name!r} has no drafting model for proposer {proposer!r} (has: {known})"
+            f"{default_hint(proposer)}"
         ) from None
 
 
@@ -229,7 +228,8 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         name=spec.text("name", optional=True) or label,
         overhead_s=spec.number("overhead_s", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
         admit_s=spec.number("admit_s", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
-        drafting={} if drafting is None else {name: drafting_from_json(drafting.child(name)) for name in drafting.obj},
+        drafting={} if drafting is None else {name: drafting_from_json(drafting.child(name)) for name in drafting.obj
+                                              if _known_drafter(drafting, name)},
         pads_verification=spec.boolean("pads_verification", False),
         fitted_cells=tuple(FittedCell.from_json(Fields(cell, label, prefix=f"fitted_cells[{i}]"))
                            for i, cell in enumerate(_list(spec, "fitted_cells"))),
@@ -277,3 +277,11 @@ H100_LLAMA31_8B = LinearCostModel(
     overhead_s=1.20683946e-03,
     drafting={"ngram": PAPER_NGRAM, "eagle": _PAPER_EAGLE, "eagle3": _PAPER_EAGLE},
 )
+
+
+def _known_drafter(drafting: Fields, name: str) -> bool:
+    """A drafting entry's name is a method's, or ``learned`` (a policy's own work); a misspelt one
+    (``eagel``) would leave its method unpriced, the file's own name then blamed."""
+    if name != LEARNED and name not in METHOD_NAMES:
+        raise drafting.error(drafting.name(name), f"unknown proposer (expected one of {', '.join(METHOD_NAMES)}, or {LEARNED})")
+    return True
