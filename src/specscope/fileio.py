@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import csv
 import fcntl
+import functools
+import hashlib
 import io
 import json
 import math
@@ -311,6 +313,28 @@ def read_toml_object(path: str | Path) -> dict:
 
 
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
+
+
+def file_sha256(path: str | Path) -> str | None:
+    """SHA-256 of the content of ``path``, read in chunks (a checkpoint may hold gigabytes) and
+    kept per size and modification time within a process (None if unreadable)."""
+    try:
+        info = Path(path).stat()
+    except OSError:
+        return None
+    return _sha256(Path(path).absolute(), info.st_mtime_ns, info.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _sha256(path: Path, mtime_ns: int, size: int) -> str | None:
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        return digest.hexdigest()
+    except OSError:
+        return None
 
 
 def first_line(path: str | Path) -> tuple[int, bytes] | None:

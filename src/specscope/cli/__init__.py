@@ -100,27 +100,29 @@ def _run(argv: list[str] | None, interrupted: list[int]) -> int:
         print(f"specscope: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        return _interrupted(args)
+        return _interrupted(args, interrupted)
     except BrokenPipeError:
         return 0
     except Exception:
         if interrupted:  # a Ctrl-C inside an extension module's import: numpy raises ImportError
-            return _interrupted(args)
+            return _interrupted(args, interrupted)
         raise
 
 
-def _interrupted(args: argparse.Namespace | None) -> int:
-    """Exit status 130; a verb that resumes (``resumes=True`` in its defaults) says so."""
+def _interrupted(args: argparse.Namespace | None, noted: list[int]) -> int:
+    """Exit status 128 + the signal (130 for Ctrl-C, 143 for SIGTERM, as a batch scheduler stops
+    a job); a verb that resumes (``resumes=True`` in its defaults) says so."""
     resumes = getattr(args, "resumes", False)
     print("specscope: interrupted" + (" (finished work is kept; rerun to resume)" if resumes else ""), file=sys.stderr)
-    return 130
+    return 128 + (noted[0] if noted else signal.SIGINT)
 
 
 @contextlib.contextmanager
 def _noting_interrupts() -> Iterator[list[int]]:
-    """Python's own Ctrl-C (raise KeyboardInterrupt), each noted in the list given: an extension
-    module interrupted while it imports (numpy, torch: the verbs import them) raises another error
-    instead. Only the main thread can set a signal handler; elsewhere nothing is noted."""
+    """Python's own Ctrl-C (raise KeyboardInterrupt), and SIGTERM alike, each noted in the list
+    given: an extension module interrupted while it imports (numpy, torch: the verbs import them)
+    raises another error instead. Only the main thread can set a signal handler; elsewhere nothing
+    is noted."""
     noted: list[int] = []
 
     def interrupt(signum: int, frame: object) -> None:
@@ -131,8 +133,13 @@ def _noting_interrupts() -> Iterator[list[int]]:
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         yield noted
         return
+    terminate = signal.getsignal(signal.SIGTERM)
     signal.signal(signal.SIGINT, interrupt)
+    if terminate is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, interrupt)
     try:
         yield noted
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        if terminate is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, terminate)

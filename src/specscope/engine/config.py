@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from specscope import validate
 from specscope.costmodel.presets import projection_biases
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json_object
+from specscope.fileio import file_sha256, read_json_object
 
 if TYPE_CHECKING:
     import torch
@@ -226,12 +226,13 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
 def model_fingerprint(model_dir: Path) -> str:
-    """SHA-256 of ``config.json`` and the names and sizes of the weight files of ``model_dir``."""
+    """SHA-256 of ``config.json`` and the names and contents of the weight files of ``model_dir``
+    (a model retrained into the same folder, its files the same size, is another model)."""
     try:
         digest = hashlib.sha256((model_dir / "config.json").read_bytes())
     except OSError as error:
         raise SpecscopeError(f"{model_dir}: cannot read config.json ({error.strerror}; expected a Hugging Face "
                              "model directory)") from None
     for path in sorted(p for p in model_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES):
-        digest.update(f"\n{path.name} {path.stat().st_size}".encode())
+        digest.update(f"\n{path.name} {file_sha256(path)}".encode())
     return digest.hexdigest()

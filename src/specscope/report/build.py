@@ -12,7 +12,6 @@ holding a study (``study.json``) is the study's: only ``specscope study`` writes
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from specscope.analysis.measured import MeasuredCell, winners
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, check_output_file, write_rows
+from specscope.fileio import atomic_write_text, check_output_file, file_sha256, write_rows
 from specscope.progress import LazyProgress
 from specscope.report.analyse import PHASES, ReportData, analyse
 from specscope.report.catalogue import FIGURES, TABLES
@@ -79,13 +78,9 @@ def check_outputs(out: Path, inputs: Sequence[str | Path], study: bool = False) 
                                  "list it): writing the report would replace it; write the report to another folder")
     for name, digest in ours.items():
         path = out / name
-        if digest is not None and "/" not in name and path.is_file() and _digest(path) != digest:
+        if digest is not None and "/" not in name and path.is_file() and file_sha256(path) != digest:
             raise SpecscopeError(f"-o {out}: {name} was changed since the report wrote it: writing the report would "
                                  "replace or remove it; move it away or write the report to another folder")
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _listed(out: Path) -> dict[str, str | None]:
@@ -154,7 +149,7 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
     atomic_write_text(index, render(_page(data, figures, tables, notes)))
     writing = {INDEX, *(p.name for p in tables), *(f.filename for f in figures)}
     _clear_previous(out, writing)
-    _list(out, {name: _digest(out / name) for name in writing})
+    _list(out, {name: file_sha256(out / name) for name in writing})
     advance("done")
     log.info("wrote %s with %d figures and %d tables", index, len(figures), len(tables))
     return ReportResult(index, [out / f.filename for f in figures], tables, notes)

@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.analysis.measured import MeasuredCell
+from specscope.fileio import file_sha256
 from specscope.methods import method, of_kind
 from specscope.trees import TreeShape
 
@@ -51,6 +52,7 @@ class StudyConfig:
     def settings(self) -> dict:
         """What decides the study's results (``study.json``): a resume with others would mix them."""
         return {"schema": "specscope.study/1", "workloads": [w.name for w in self.workloads],
+                "workload_sha256": [file_sha256(w) for w in self.workloads],
                 "drafters": sorted(self.drafters), "batch_sizes": list(self.batch_sizes), "k": self.k,
                 "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
                 "trees": [t.name for t in self.trees], "threads": self.threads}

@@ -6,7 +6,7 @@ import json
 from typing import Callable
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, read_json_object
+from specscope.fileio import atomic_write_text, exclusive, read_json_object
 from specscope.study.config import StudyConfig
 from specscope.study.run import (
     fidelity_stage,
@@ -21,9 +21,21 @@ from specscope.study.run import (
 )
 
 
+LOCK = ".study.lock"  # held while a study runs into its folder
+
+
 def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
-    """Run every stage; ``say`` receives one line per finished piece of work."""
+    """Run every stage; ``say`` receives one line per finished piece of work. One study at a
+    time writes into a folder (a second one would measure beside it, each timed under the other's
+    load, and replace its cells)."""
     check_resume(config)
+    with exclusive(config.out_dir / LOCK, f"{config.out_dir}: another study is running into this folder (both "
+                                          "would measure the same cells, each under the other's load); wait for it "
+                                          "to end, or study into another folder (-o)"):
+        _stages(config, say)
+
+
+def _stages(config: StudyConfig, say: Callable[[str], None]) -> None:
     if config.requests is not None:
         config.workloads = [first_requests(w, config.requests, config.workloads_dir) for w in config.workloads]
     traces = trace_stage(config, say)
@@ -49,8 +61,11 @@ def check_resume(config: StudyConfig) -> None:
     settings = json.loads(json.dumps(config.settings()))  # as read back: lists, not tuples
     if path.is_file():
         old = read_json_object(path, "a study's settings (a JSON object)")
-        changed = [f"{key} {old.get(key)} → {settings.get(key)}" for key in settings if old.get(key) != settings.get(key)]
-        produced = [p for p in out.iterdir() if p not in (path, config.workloads_dir)]  # the copies follow the settings
+        changed = [f"{key} {old.get(key)} → {settings.get(key)}" for key in settings
+                   if old.get(key) != settings.get(key) and (key in old or key != "workload_sha256")]  # a study of
+        # before the workloads' digests were kept: their names only
+        produced = [p for p in out.iterdir() if p not in (path, config.workloads_dir, out / LOCK)]  # the copies follow
+        # the settings
         if changed and produced:  # settings alone (its first stage refused): nothing to mix
             raise SpecscopeError(f"{out}: holds a study with other settings ({'; '.join(changed)}): resuming would mix "
                                  "their results; study into another folder (-o), or delete this one to start over")

@@ -242,10 +242,6 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     from specscope.trace import load_traces
 
     replays = {}
-    writes = {f"replay_{_replay_name(spec)}{part}.csv" for spec in config.replay_cost_models for part in ("", "_trees")}
-    for old in config.out_dir.glob("replay_*.csv"):  # an earlier run's --replay of other cost models: not this run's
-        if old.name not in writes:
-            old.unlink()
     records, _ = load_traces(traces, lengths="own")
     sizes, tree_sizes = _fillable(REPLAY_BATCH_SIZES, records, say), _fillable(TREE_REPLAY_BATCH_SIZES, records, say)
     for spec in config.replay_cost_models:

@@ -225,9 +225,15 @@ def _prompts(config: SweepConfig, cell: Cell) -> tuple[list[Prompt], Prompt, boo
 
 
 def _measured(config: SweepConfig, cell: Cell, row: dict, load: LoadResult, verified: str, engine: str | None,
-              learns: bool, started: float) -> dict:
-    """The ok record of ``cell``, measured as ``row`` by the run ``load``."""
+              learns: bool, started: float, key: dict) -> dict:
+    """The ok record of ``cell``, measured as ``row`` by the run ``load``; failed where its key
+    (``key``: as the run began — the workload's and the model's digests among it) changed
+    while it ran: it measured what its key no longer names, and a rerun would skip it."""
     learns = learns_across_requests(engine, cell.method) and learns
+    if cell.key(config) != key:
+        changed = ", ".join(name for name, value in key.items() if cell.key(config).get(name) != value)
+        return _record(config, cell, "failed", f"changed while the cell ran ({changed}): measure it again", None,
+                       started)
     record = _record(config, cell, "ok", None, {**row, "verified": verified, "learns_across_requests": learns}, started)
     return {**record, TIMELINE: load.timeline()}
 
@@ -245,13 +251,13 @@ def _failed(config: SweepConfig, cells: list[Cell], error: Exception, started: f
 def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: str | None, reused: bool) -> dict:
     """Measure ``cell`` on the server at ``url`` (``engine``: its kind, when known; ``reused``:
     whether it served other cells' requests before); its record."""
-    started = time.time()
+    started, key = time.time(), cell.key(config)
     try:
         prompts, warmup, warmup_measured = _prompts(config, cell)
         row, load = measure_load(serving_config(config, cell).client(url), prompts, cell.batch_size, warmup)
     except Exception as error:
         return _failed(config, [cell], error, started)[0]
-    return _measured(config, cell, row, load, verified, engine, reused or warmup_measured, started)
+    return _measured(config, cell, row, load, verified, engine, reused or warmup_measured, started, key)
 
 
 def _run_unit(config: SweepConfig, unit: tuple[Cell, ...], servers: list[list[tuple[str, str]]],
@@ -259,7 +265,7 @@ def _run_unit(config: SweepConfig, unit: tuple[Cell, ...], servers: list[list[tu
     """Measure cells interleaved (a pair, or an ``interleaved-all`` group: per batch size a ``none``
     cell and SD cells, of one workload) on ``servers`` (each cell's server: (url, what was
     verified) of each of its replicas), each at its batch size; their records."""
-    started = time.time()
+    started, keys = time.time(), [cell.key(config) for cell in unit]
     try:
         prompts, warmup, warmup_measured = _prompts(config, unit[-1])
         clients = [[serving_config(config, cell).client(url) for url, _ in replicas]
@@ -268,8 +274,8 @@ def _run_unit(config: SweepConfig, unit: tuple[Cell, ...], servers: list[list[tu
     except Exception as error:
         return _failed(config, list(unit), error, started)
     return [_measured(config, cell, row, load, replicas[0][1], unit[0].engine.launch, reused or warmup_measured,
-                      started)
-            for cell, (row, load), replicas in zip(unit, measured, servers)]
+                      started, key)
+            for cell, (row, load), replicas, key in zip(unit, measured, servers, keys)]
 
 
 @contextlib.contextmanager

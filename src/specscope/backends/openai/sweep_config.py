@@ -102,7 +102,7 @@ from specscope.backends.openai.measure import in_flight
 from specscope.backends.openai.prompts import read_prompts, select_prompts
 from specscope.engine.config import model_fingerprint
 from specscope.errors import SpecscopeError, where
-from specscope.fileio import check_output_dir, read_toml_object
+from specscope.fileio import check_output_dir, file_sha256, read_toml_object
 from specscope.methods import ENGINES, NO_SD, method, names, proposal_label
 from specscope.trees import TreeShape
 
@@ -215,7 +215,7 @@ class Cell:
             **pair,
             "batch_size": self.batch_size,
             "workload": self.workload,
-            "workload_sha256": _file_sha256(config.workload_path(self.workload)),
+            "workload_sha256": file_sha256(config.workload_path(self.workload)),
             **settings,
         }
 
@@ -238,23 +238,6 @@ def _checkpoint(model: str | None) -> str | None:
     if model is None or not (Path(model) / "config.json").is_file():
         return None
     return model_fingerprint(Path(model))
-
-
-def _file_sha256(path: Path) -> str | None:
-    """The file's content hash (``None`` if unreadable: the cell then fails when it runs)."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return _hash_file(path, stat.st_mtime_ns, stat.st_size)
-
-
-@functools.lru_cache(maxsize=256)
-def _hash_file(path: Path, mtime_ns: int, size: int) -> str | None:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return None
 
 
 def _check(path: Path, name: str, value: object, kind: type | tuple, what: str) -> object:
