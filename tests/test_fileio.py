@@ -135,3 +135,26 @@ def test_json_text_is_strict_json_for_any_number():
                       "ok": True, "none": None})
     assert json.loads(text, parse_constant=lambda name: pytest.fail(f"bare {name}")) == {
         "nan": None, "inf": None, "k": 3, "x": [1.5], "ok": True, "none": None}
+
+
+def test_an_output_replaces_only_what_specscope_writes(tmp_path):
+    """Probe: bench -o, --records, workload make -o and zoo evaluate -o replaced a user's notes or
+    spreadsheet without a word. A file that holds a table or records as specscope writes them
+    (a CSV header of names, JSON objects keyed by names) is replaced; anything else is refused;
+    an empty file, a new path, '-' and a device are written as ever."""
+    from specscope.fileio import check_user_output, write_rows
+
+    ours = tmp_path / "rows.csv"
+    write_rows(ours, [{"method": "ngram", "batch_size": 1, "speedup": 1.5}])
+    assert check_user_output(ours) == ours
+    (tmp_path / "rows.json").write_text('[\n {"method": "ngram", "k": 3}\n]\n')
+    assert check_user_output(tmp_path / "rows.json")
+    (tmp_path / "records.jsonl").write_text('{"batch_size": 1, "verify_s": 0.01}\n')
+    assert check_user_output(tmp_path / "records.jsonl")
+    for name, text in (("notes.csv", "my spreadsheet\n"), ("sheet.csv", "Total cost ($),Notes\n1,2\n"),
+                       ("notes.jsonl", "keep me\n"), ("notes.json", "not json")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(SpecscopeError, match="holds no table or records specscope writes"):
+            check_user_output(tmp_path / name)
+    (tmp_path / "empty.csv").write_text("")
+    assert check_user_output(tmp_path / "empty.csv") and check_user_output("-") and check_user_output("/dev/null")

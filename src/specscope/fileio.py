@@ -12,6 +12,7 @@ import json
 import math
 import numbers
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -216,12 +217,54 @@ def check_json_output(path: str | Path) -> Path:
 
 
 def _check_suffix(path: str | Path, suffixes: tuple[str, ...], what: str) -> Path:
-    """``path`` checked as :func:`check_output_file`, a new or regular file ending in one of
+    """``path`` checked as :func:`check_user_output`, a new or regular file ending in one of
     ``suffixes`` (``-``, standard output, and a device such as ``/dev/null`` need none)."""
-    path = check_output_file(path)
+    path = check_user_output(path)
     if path.suffix not in (*suffixes, "") and (path.is_file() or not path.exists()):
         raise SpecscopeError(f"{path}: expected {what} (or - for standard output)")
     return path
+
+
+def check_user_output(path: str | Path) -> Path:
+    """An output file the user names (``-o``), checked as :func:`check_output_file`; an existing
+    regular file that holds something is replaced only where it is what specscope writes — a
+    CSV table under a header of column names, or JSON (a document, or JSON Lines) whose objects'
+    keys are names — never a user's notes or spreadsheet (``-`` and devices are written as ever)."""
+    path = check_output_file(path)
+    if path.is_file() and path.stat().st_size and not _machine_written(path):
+        raise SpecscopeError(f"{path}: exists and holds no table or records specscope writes (its first line: "
+                             f"{_first_text(path)!r:.60}): it would be replaced; write elsewhere, or remove it first")
+    return path
+
+
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")  # a column or key name as specscope writes them
+
+
+def _machine_written(path: Path) -> bool:
+    """Whether ``path`` (a non-empty regular file) holds a specscope table or records: its first
+    line a CSV header of names, or a JSON value of objects keyed by names (the whole document for
+    ``.json``, the first line else)."""
+    text = _first_text(path)
+    if path.suffix == ".json":
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError):
+            return False
+    else:
+        if path.suffix == ".csv" or "," in text and not text.startswith(("{", "[")):
+            return all(NAME.fullmatch(cell.strip()) for cell in next(csv.reader([text])))
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return False
+    objects = value if isinstance(value, list) else [value]
+    return all(isinstance(o, dict) and all(NAME.fullmatch(k) for k in o) for o in objects)  # [] too: no rows
+
+
+def _first_text(path: Path) -> str:
+    """The first non-blank line of ``path`` as text (undecodable bytes replaced)."""
+    found = first_line(path)
+    return "" if found is None else found[1].decode("utf-8", errors="replace").strip()
 
 
 def read_text(path: str | Path) -> str:

@@ -18,6 +18,7 @@ from specscope.fileio import (  # noqa: F401  (atomic_write_text, write_rows: re
     check_output_dir,
     check_output_file,
     check_table_output,
+    check_user_output,
     write_rows,
 )
 

@@ -17,7 +17,7 @@ from specscope.backends.openai.bench import run_bench as run_serving_bench
 from specscope.cli._common import (
     add_table_output,
     atomic_write_text,
-    check_output_file,
+    check_user_output,
     checkpoint_files,
     human_stream,
     refuse_clashes,
@@ -140,7 +140,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=("table", "json"), default="table")
     add_table_output(parser, "the rows")
     parser.add_argument(
-        "--records", type=check_output_file, metavar="FILE", help="write per-step records (JSON Lines; - for standard output)"
+        "--records", type=check_user_output, metavar="FILE", help="write per-step records (JSON Lines; - for standard output)"
     )
     add_openai_bench_arguments(parser)
     parser.set_defaults(run=run)

@@ -14,7 +14,7 @@ from specscope import validate
 from specscope.cli._common import (
     add_table_output,
     add_trace_options,
-    check_output_file,
+    check_user_output,
     batch_size_list,
     print_table,
     read_trace_args,
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="the longest proposal the policy may make (default: what the traces recorded, at most "
                           "16); the longest k the cost model was measured at keeps its choices off extrapolated "
                           "drafting costs")
-    fit.add_argument("-o", "--output", required=True, type=check_output_file,
+    fit.add_argument("-o", "--output", required=True, type=check_user_output,
                      help="write the policy (JSON) here (- for standard output)")
     fit.set_defaults(run=run_fit)
     evaluate = verbs.add_parser(
