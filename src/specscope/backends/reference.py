@@ -109,9 +109,10 @@ def _lockstep(
     return runs
 
 
-def run_bench(config: BenchConfig) -> BenchResult:
+def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResult:
     """No-SD and SD (``config.method``; only no-SD for :data:`~specscope.methods.NO_SD`) at
-    each batch size."""
+    each batch size; each batch size's row and step records added to ``into`` (when given) as
+    it finishes, so that an interrupted run still has them."""
     from specscope.engine.loading import (
         load_eos_token_ids,
         load_model,
@@ -149,18 +150,19 @@ def run_bench(config: BenchConfig) -> BenchResult:
     engines = [baseline] if engine is baseline else [baseline, engine]
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
     _lockstep(engines, [WorkloadRequest("warmup", requests[0].prompt_token_ids)], 1, warmup, sampling)
-    rows, records = [], []
+    result = into if into is not None else BenchResult([])
     with LazyProgress("bench: runs (batch sizes × repeats)", len(config.batch_sizes) * config.repeats) as bar:
         for batch_size in config.batch_sizes:
-            pairs = []
+            pairs, records = [], []
             for _ in range(config.repeats):
                 runs = _lockstep(engines, requests, batch_size, config, sampling)
                 records += [r for run in runs for r in run.records]
                 pairs.append((runs[0], runs[-1]))
                 bar.advance(description=f"bench: B={batch_size}")
             base, sd = _median_pair(pairs)
-            rows.append(_row(config, batch_size, len(requests), base, sd, engine is not baseline, policy))
-    return BenchResult(rows, records)
+            result.records.extend(records)
+            result.rows.append(_row(config, batch_size, len(requests), base, sd, engine is not baseline, policy))
+    return result
 
 
 def _median_pair(pairs: list[tuple[_Run, _Run]]) -> tuple[_Run, _Run]:

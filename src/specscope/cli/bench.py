@@ -15,6 +15,7 @@ from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
 from specscope.backends.openai.bench import POSITIVE, ServingBenchConfig, add_openai_bench_arguments
 from specscope.backends.openai.bench import run_bench as run_serving_bench
 from specscope.cli._common import (
+    STDOUT,
     add_table_output,
     atomic_write_text,
     check_user_output,
@@ -246,13 +247,14 @@ def _split_engine_args(text: str) -> tuple[str, ...]:
         raise SpecscopeError(f"--engine-args: {error} in {text!r}") from None
 
 
-def run_bench(config: BenchConfig | ServingBenchConfig) -> BenchResult:
-    """``config``'s backend's ``run_bench`` (imported only when picked: torch for the reference)."""
+def run_bench(config: BenchConfig | ServingBenchConfig, into: BenchResult | None = None) -> BenchResult:
+    """``config``'s backend's ``run_bench`` (imported only when picked: torch for the reference),
+    each finished batch size added to ``into``."""
     if isinstance(config, ServingBenchConfig):
-        return run_serving_bench(config)
+        return run_serving_bench(config, into)
     from specscope.backends.reference import run_bench as run_reference
 
-    return run_reference(config)
+    return run_reference(config, into)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -264,16 +266,18 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    result = run_bench(config)
-    # the workload's name, as its traces' dataset and a study's rows name it: what `report --measured` matches;
-    # and how its outputs were made (a sampled row measures other outputs than a greedy one)
-    sampled = ("top_p", "top_k", "seed") if isinstance(config, BenchConfig) else ()  # a server's bench sends no others
-    made = {name: getattr(config, name) for name in ("max_tokens", "ignore_eos", "temperature", *sampled)}
-    rows = [{**row.flat(), "workload": Path(config.workload).stem, **made} for row in result.rows]
-    if args.output:
-        write_rows(args.output, rows)
-    if args.records:
-        atomic_write_text(args.records, "".join(record.to_json() + "\n" for record in result.records))
+    finished = BenchResult([])
+    try:
+        result = run_bench(config, finished)
+    except (KeyboardInterrupt, SpecscopeError):  # the batch sizes measured so far are kept, said
+        if finished.rows and (args.output or args.records):
+            _write(args, config, finished)
+            kept = " and ".join(str(p) for p in (args.output, args.records) if p and str(p) != STDOUT)
+            print(f"note: the {len(finished.rows)} batch size(s) finished (B="
+                  f"{','.join(str(row.batch_size) for row in finished.rows)}) are in {kept or 'standard output'}",
+                  file=sys.stderr)
+        raise
+    rows = _write(args, config, result)
     if args.format == "json":
         print(json.dumps(rows, indent=1), file=out)
     elif isinstance(config, ServingBenchConfig):
@@ -285,6 +289,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: B={','.join(map(str, idle))}: no SD step proposed a draft (no n-gram match, or every output "
               "ended at its first token), so the speedup measures running SD for nothing", file=sys.stderr)
     return 0
+
+
+def _write(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig, result: BenchResult) -> list[dict]:
+    """``result``'s rows, labelled with the workload (its name: what `report --measured` matches)
+    and how its outputs were made (a sampled row measures other outputs than a greedy one), written
+    to ``-o``, and its step records to ``--records``, where given; the rows."""
+    sampled = ("top_p", "top_k", "seed") if isinstance(config, BenchConfig) else ()  # a server's bench sends no others
+    made = {name: getattr(config, name) for name in ("max_tokens", "ignore_eos", "temperature", *sampled)}
+    rows = [{**row.flat(), "workload": Path(config.workload).stem, **made} for row in result.rows]
+    if args.output:
+        write_rows(args.output, rows)
+    if args.records:
+        atomic_write_text(args.records, "".join(record.to_json() + "\n" for record in result.records))
+    return rows
 
 
 def _print_table(rows: list[BenchRow], out: TextIO) -> None:

@@ -230,10 +230,11 @@ def _measure(config: ServingBenchConfig, urls: list[str], batch_size: int, promp
     return [measure(client, prompts, batch_size, warmup) for client in clients]
 
 
-def run_bench(config: ServingBenchConfig) -> BenchResult:
+def run_bench(config: ServingBenchConfig, into: BenchResult | None = None) -> BenchResult:
     """Measure no-SD and SD at every batch size; one row per batch size, labelled only with
-    what the servers do not contradict (:mod:`~specscope.backends.openai.verify`). The servers'
-    steps are not visible: ``records`` stays empty."""
+    what the servers do not contradict (:mod:`~specscope.backends.openai.verify`), added to
+    ``into`` (when given) as it finishes. The servers' steps are not visible: ``records`` stays
+    empty."""
     if bool(config.url) == bool(config.launch):
         raise SpecscopeError("--backend openai: give exactly one of --url and --launch")
     if config.segments > 1 and config.url and not config.baseline_url:
@@ -246,7 +247,8 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
     specs = _launch_specs(config) if config.launch else None
     warmup, warmup_measured = warmup_prompt(workload, config.num_requests)
     k = config.k if config.method != NO_SD else 0
-    rows = []
+    result = into if into is not None else BenchResult([])
+    rows = result.rows
     if specs is None:
         model = config.model_name or config.model
         view, verified = check_server(config.url, config.method, k, model, config.idle_timeout_s)
@@ -265,7 +267,7 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
                 rows.append(bench_row(config.method, k, {**measured[-1], "verified": verified,
                                                          "learns_across_requests": learns}, baseline))
                 bar.advance()
-        return BenchResult(rows)
+        return result
     learns = learns_across_requests(config.launch, config.method) and warmup_measured
     if learns:
         log.warning(WARMUP_NOTE, config.method)
@@ -287,4 +289,4 @@ def run_bench(config: ServingBenchConfig) -> BenchResult:
             baseline, row = ({**m, "verified": v} for m, v in zip(measured, checks))
             rows.append(bench_row(config.method, k, {**row, "learns_across_requests": learns}, baseline))
             bar.advance()
-    return BenchResult(rows)
+    return result

@@ -1,0 +1,32 @@
+"""An interrupted bench keeps the batch sizes it finished (probe: a Ctrl-C after B = 1 had
+finished lost it, and the step records with it)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specscope.backends import BenchResult
+
+
+def test_an_interrupted_bench_writes_the_batch_sizes_it_finished(tmp_path, monkeypatch, capsys):
+    import specscope.cli.bench as bench
+    from specscope.cli import main
+
+    def stops_after_the_first(config, into: BenchResult):
+        from specscope.backends.reference import run_bench
+
+        first = run_bench(dataclasses.replace(config, batch_sizes=config.batch_sizes[:1]), into)
+        assert first.rows
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_bench", stops_after_the_first)
+    from specscope.workloads.bundled import bundled_path
+    from specscope.zoo.shipped import model_dir
+
+    out, records = tmp_path / "rows.csv", tmp_path / "steps.jsonl"
+    code = main(["bench", "--backend", "reference", "--model", str(model_dir("target")), "--workload",
+                 str(bundled_path("code")), "--method", "ngram", "--k", "2", "--batch-sizes", "1,2", "--max-tokens",
+                 "8", "--repeats", "1", "-o", str(out), "--records", str(records)])
+    assert code == 130
+    assert out.read_text().count("\n") == 2 and records.read_text().strip()  # header + B = 1
+    assert "the 1 batch size(s) finished (B=1) are in" in capsys.readouterr().err
