@@ -551,3 +551,18 @@ def test_a_chat_messages_name_reaches_the_template_as_vllm_passes_it():
     body["messages"][0]["name"] = 7
     with pytest.raises(ApiError, match=r"'messages\[0\]': 'name' must be text"):
         parse_chat_request(json.dumps(body).encode(), "m")
+
+
+def test_step_records_cut_off_mid_line_lose_only_that_line(tmp_path, capsys):
+    """Probe: a server stopped while writing a record left a half line; the next server's first
+    record was glued to it and `costmodel fit` refused the whole file. The half line is dropped,
+    said, before anything is appended."""
+    from specscope.cli.serve import _refuse_foreign
+
+    path = tmp_path / "steps.jsonl"
+    whole = '{"step": 0, "tokens_verified": 2, "tokens_emitted": 1}\n'
+    path.write_text(whole * 3 + '{"step": 3, "tokens_ver')
+    _refuse_foreign(path)
+    assert path.read_text() == whole * 3 and "dropped its half-written last line (23 bytes)" in capsys.readouterr().err
+    _refuse_foreign(path)  # whole lines: nothing to drop
+    assert path.read_text() == whole * 3

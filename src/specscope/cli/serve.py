@@ -177,3 +177,24 @@ def _refuse_foreign(path: Path) -> None:
     if not (isinstance(record, dict) and {"step", "tokens_verified", "tokens_emitted"} <= record.keys()):
         raise SpecscopeError(f"--step-records: {path}:{first[0]}: exists and holds no step records; they are "
                              "appended only to a new file or to earlier step records")
+    _drop_half_line(path)
+
+
+def _drop_half_line(path: Path) -> None:
+    """Cut a half-written last line off step records (a server stopped while writing one): the
+    next record would be glued to it, and every record behind an unreadable line."""
+    with open(path, "rb+") as handle:
+        size = end = handle.seek(0, 2)
+        handle.seek(end - 1)
+        if handle.read(1) == b"\n":
+            return
+        while end > 0:  # back, a chunk at a time, to the last whole line's end
+            start = max(0, end - (1 << 16))
+            handle.seek(start)
+            cut = handle.read(end - start).rfind(b"\n")
+            if cut >= 0:
+                end = start + cut + 1
+                break
+            end = start
+        handle.truncate(end)
+    print(f"note: --step-records: {path}: dropped its half-written last line ({size - end} bytes)", file=sys.stderr)
