@@ -205,3 +205,34 @@ def test_biases_are_counted_where_the_config_has_them():
     assert ModelShape.from_hf_config({**config, "model_type": "qwen2", "attention_bias": True}).params() - plain == \
         32 * (4096 + 1024 + 1024)
     assert ModelShape.from_hf_config({**config, "attention_bias": None, "tie_word_embeddings": None}).params() == plain
+
+
+def test_configs_beside_llamas_dense_bf16_are_priced_as_they_are_or_refused(tmp_path):
+    """Probe: an FP8 Llama-3.1-8B was priced at 16.06 GB (8.03 by hand), a Gemma-2 config without
+    tie_word_embeddings as untied (+917 M parameters; transformers' default ties it), and a hybrid
+    Mamba model (Nemotron-H) or an ERNIE-4.5 mixture of experts as dense attention."""
+    import json
+
+    from specscope.costmodel.presets import ModelShape
+    from specscope.errors import SpecscopeError
+
+    llama = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+             "intermediate_size": 14336, "vocab_size": 128256, "model_type": "llama"}
+    assert ModelShape.from_hf_config({**llama, "torch_dtype": "float8_e4m3fn"}).weight_bytes() == 8_030_261_248
+    assert ModelShape.from_hf_config({**llama, "quantization_config": {"quant_method": "fp8"}}).weight_dtype_bytes == 1
+    assert ModelShape.from_hf_config({**llama, "torch_dtype": "bfloat16"}).weight_bytes() == 2 * 8_030_261_248
+    with pytest.raises(SpecscopeError, match="'gptq' quantized weights"):
+        ModelShape.from_hf_config({**llama, "quantization_config": {"quant_method": "gptq", "bits": 4}})
+    assert ModelShape.from_hf_config({**llama, "model_type": "gemma2"}).tie_word_embeddings
+    assert not ModelShape.from_hf_config({**llama, "model_type": "gemma2", "tie_word_embeddings": False}).tie_word_embeddings
+    for key, value in (("hybrid_override_pattern", "M-M*-"), ("moe_num_experts", 64), ("ssm_state_size", 128)):
+        with pytest.raises(SpecscopeError, match=f"field '{key}'"):
+            ModelShape.from_hf_config({**llama, key: value})
+    (tmp_path / "config.json").write_text(json.dumps({**llama, "torch_dtype": "float8_e4m3fn"}))
+    from specscope.costmodel.registry import resolve_cost_model
+
+    import numpy as np
+
+    fp8, bf16 = resolve_cost_model(f"roofline:h100:{tmp_path}"), resolve_cost_model("roofline:h100:llama3.1-8b")
+    one = (np.array([1.0]), np.array([0.0]), np.array([1.0]))
+    assert fp8.forward_time(*one)[0] < 0.6 * bf16.forward_time(*one)[0]  # half the weights streamed

@@ -40,8 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dtype-bytes",
         type=int,
         choices=(1, 2, 4),
-        default=DTYPE_BYTES,
-        help=f"bytes per weight and per cached value (default {DTYPE_BYTES}: BF16)",
+        default=None,
+        help=f"bytes per weight and per cached value (default: the target checkpoint's, 1 for an FP8 one, else "
+             f"{DTYPE_BYTES}: BF16)",
     )
     parser.add_argument(
         "--draft-vocab-size",
@@ -71,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                 f"got {args.draft_vocab_size}"
             )
         draft_vocab_size = args.draft_vocab_size
-    report = memory_report(target, kind, draft, args.dtype_bytes, draft_vocab_size)
+    report = memory_report(target, kind, draft, args.dtype_bytes or target.weight_dtype_bytes, draft_vocab_size)
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=1))
     else:

@@ -19,8 +19,14 @@ UNPRICED = {  # config.json fields of layers a ModelShape cannot price → what 
     "num_local_experts": "a mixture of experts",  # Mixtral
     "num_experts": "a mixture of experts",  # Qwen2-MoE, Qwen3-MoE
     "n_routed_experts": "a mixture of experts",  # DeepSeek-V2/V3
+    "moe_num_experts": "a mixture of experts",  # ERNIE-4.5
     "kv_lora_rank": "latent attention (a compressed KV cache)",  # DeepSeek-V2/V3
+    "hybrid_override_pattern": "state-space (Mamba) layers beside attention",  # Nemotron-H
+    "ssm_state_size": "state-space (Mamba) layers",  # Mamba, Jamba, Nemotron-H
+    "mamba_d_state": "state-space (Mamba) layers",  # Falcon-H1
 }
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")  # model types whose config omits tie_word_embeddings
+# when they tie (transformers' default for them is true; for Llama, Qwen, Mistral, Phi it is false)
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,7 @@ class ModelShape:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
+    weight_dtype_bytes: int = 2  # bytes per weight as the checkpoint stores them: 2 (BF16/FP16), 1 (FP8)
 
     def layer_params(self) -> int:
         """Parameters of one decoder layer: attention projections (and q/k norms), SwiGLU MLP,
@@ -94,9 +101,9 @@ class ModelShape:
         """Parameters that take part in a matmul per token (the embedding lookup does not)."""
         return self.num_layers * self.layer_params() + self.vocab_size * self.hidden_size
 
-    def weight_bytes(self, bytes_per_param: int = 2) -> int:
-        """Bytes of all weights at ``bytes_per_param`` (2 for BF16/FP16)."""
-        return self.params() * bytes_per_param
+    def weight_bytes(self, bytes_per_param: int | None = None) -> int:
+        """Bytes of all weights at ``bytes_per_param`` (default: the checkpoint's, :attr:`weight_dtype_bytes`)."""
+        return self.params() * (bytes_per_param or self.weight_dtype_bytes)
 
     def kv_bytes_per_token(self, bytes_per_value: int = 2) -> int:
         """Bytes of K and V cached for one token across all layers."""
@@ -137,11 +144,12 @@ class ModelShape:
             head_dim=head_dim,
             intermediate_size=size["intermediate_size"],
             vocab_size=size["vocab_size"],
-            tie_word_embeddings=spec.boolean("tie_word_embeddings", False),
+            tie_word_embeddings=spec.boolean("tie_word_embeddings", model_type in TIED_BY_DEFAULT),
             qk_norm=model_type.startswith("qwen3"),
             qkv_bias=qkv_bias,
             o_bias=o_bias,
             mlp_bias=spec.boolean("mlp_bias", False),
+            weight_dtype_bytes=_weight_bytes(spec),
         )
 
     @classmethod
@@ -179,3 +187,18 @@ def hardware(name: str) -> Hardware:
         return HARDWARE[name.lower()]
     except KeyError:
         raise SpecscopeError(f"unknown GPU {name!r}; expected one of {', '.join(HARDWARE)}") from None
+
+
+def _weight_bytes(spec: Fields) -> int:
+    """Bytes per weight of a checkpoint's ``config.json``: 1 where it is FP8 (``torch_dtype`` or
+    ``dtype`` float8_*, or an ``fp8`` quantization_config), else 2; another quantization (int4
+    GPTQ, AWQ, …) is refused: its packed weights and scales are not priced."""
+    quantization = spec.obj.get("quantization_config")
+    if isinstance(quantization, dict):
+        method = quantization.get("quant_method")
+        if method != "fp8":
+            raise spec.error("quantization_config", f"{method!r} quantized weights: this shape prices FP8 and 16-bit "
+                                                    "weights only, so its weight bytes would be wrong")
+        return 1
+    dtype = spec.obj.get("torch_dtype", spec.obj.get("dtype"))
+    return 1 if isinstance(dtype, str) and dtype.startswith("float8") else 2

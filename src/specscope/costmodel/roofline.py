@@ -66,11 +66,12 @@ class Streamed:
     kv_bytes_per_token: float
 
     @classmethod
-    def model(cls, shape: ModelShape, bytes_per_param: int = 2) -> "Streamed":
+    def model(cls, shape: ModelShape) -> "Streamed":
         """A whole model: its layers, final norm and LM head (tied or not, read once by the head's
-        matmul); the input embedding is read a row per token."""
-        return cls(shape.name, (shape.matmul_params() + shape.hidden_size) * bytes_per_param, shape.matmul_params(),
-                   shape.kv_bytes_per_token(bytes_per_param))
+        matmul) at the checkpoint's bytes per weight (FP8: 1); the input embedding is read a row per
+        token; its cache in 16 bits."""
+        return cls(shape.name, (shape.matmul_params() + shape.hidden_size) * shape.weight_dtype_bytes,
+                   shape.matmul_params(), shape.kv_bytes_per_token())
 
     @classmethod
     def head(cls, target: ModelShape, kind: str, bytes_per_param: int = 2) -> "Streamed":
