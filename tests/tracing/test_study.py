@@ -150,17 +150,22 @@ def test_replays_keep_to_the_batch_sizes_the_workloads_can_fill():
 
 def test_a_replay_of_an_earlier_run_is_not_left_beside_this_runs(tmp_path):
     """`--replay` is not a setting a resume compares: a replay another run asked for stayed in the
-    folder beside this run's, as if this run had made it."""
+    folder beside this run's, as if this run had made it. It is removed, said — and only what the
+    study wrote (its list): a user's replay_mine.csv there was removed too."""
     from types import SimpleNamespace
 
-    from specscope.study.run import replay_stage
+    from specscope.study.run import REPLAYS, replay_stage
 
     (tmp_path / "replay_old_model.csv").write_text("stale\n")
     (tmp_path / "replay_old_model_trees.csv").write_text("stale\n")
+    (tmp_path / REPLAYS).write_text("replay_old_model.csv\nreplay_old_model_trees.csv\n")
+    (tmp_path / "replay_mine.csv").write_text("mine\n")
     config = SimpleNamespace(replay_cost_models=(), out_dir=tmp_path)
     trace = tmp_path / "t.jsonl"
     trace.write_text(json.dumps({"schema": "specscope.trace/1", "id": "a", "dataset": "d", "k_max": 2,
                                  "prompt_token_ids": [1], "output_token_ids": [2, 3],
                                  "proposers": {"ngram": {"acc_len": [2, 1]}}}) + "\n")
-    assert replay_stage(config, [trace], lambda line: None) == {}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]
+    said = []
+    assert replay_stage(config, [trace], said.append) == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == [REPLAYS, "replay_mine.csv", "t.jsonl"]
+    assert said[0] == "replay  removed replay_old_model.csv: an earlier run's --replay, not asked for by this one"

@@ -15,6 +15,7 @@ from specscope.analysis.measured import MeasuredCell
 from specscope.report.config import ReportConfig
 from specscope.sim.grid import SimConfig
 from specscope.study.config import StudyConfig
+from specscope.study.run import replay_files
 
 
 def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence[MeasuredCell],
@@ -30,7 +31,7 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
         ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
         trees=tuple(tree.name for tree in trees),
         policy=str(config.policy_path) if config.policy_path.exists() else None,
-        beside=("fidelity.csv", *sorted(p.name for p in config.out_dir.glob("replay_*.csv"))),
+        beside=("fidelity.csv", *sorted(replay_files(config))),
     ).held_to(deepest, f"the study measured {measured}, and its fitted cost "
                        f"model prices no deeper proposal: every policy here, adaptive and the oracles too, proposes "
                        f"at most {deepest} (measure longer chains with study --k; the replay_*.csv tables go to "

@@ -235,6 +235,9 @@ def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[Measu
     return rows
 
 
+REPLAYS = ".replays"  # the replay tables the study wrote into its folder, one name a line
+
+
 def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list]:
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.sim.grid import SimConfig, simulate
@@ -242,6 +245,10 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     from specscope.trace import load_traces
 
     replays = {}
+    writes = {f"replay_{_replay_name(spec)}{part}.csv" for spec in config.replay_cost_models for part in ("", "_trees")}
+    for name in sorted(replay_files(config) - writes):  # an earlier run's --replay of other cost models: not this
+        (config.out_dir / name).unlink(missing_ok=True)  # run's, and never a file of the user's (not listed)
+        say(f"replay  removed {name}: an earlier run's --replay, not asked for by this one")
     records, _ = load_traces(traces, lengths="own")
     sizes, tree_sizes = _fillable(REPLAY_BATCH_SIZES, records, say), _fillable(TREE_REPLAY_BATCH_SIZES, records, say)
     for spec in config.replay_cost_models:
@@ -256,7 +263,15 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
         say(f"replay  {spec}: best non-oracle {best.acc} {best.policy} at B={best.batch_size}: {best.speedup:.2f}x")
         if config.tree_drafter and _can_price(cost, config.tree_drafter):
             _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say, tree_sizes)
+    atomic_write_text(config.out_dir / REPLAYS, "".join(f"{name}\n" for name in sorted(writes)
+                                                      if (config.out_dir / name).is_file()))
     return replays
+
+
+def replay_files(config: StudyConfig) -> set[str]:
+    """The replay tables the study wrote into its folder (its :data:`REPLAYS` list)."""
+    listed = config.out_dir / REPLAYS
+    return set(listed.read_text(encoding="utf-8").split()) if listed.is_file() else set()
 
 
 def _replay_name(spec: str) -> str:
