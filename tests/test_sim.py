@@ -532,3 +532,12 @@ def test_a_cell_deeper_than_its_datasets_traces_is_refused_or_left_out_with_a_no
     rows = simulate(shallow, ["eagle"], ["fixed:1", "fixed:5"], COST, SimConfig(mode="paper", batch_sizes=(1,)),
                     missing=notes)
     assert [r.policy for r in rows] == ["fixed:1"] and len(notes) == 1 and notes[0].endswith("that cell is left out")
+
+
+def test_at_batch_1_the_steady_state_is_the_whole_run_with_one_token_outputs_too():
+    """Probe: a one-token output takes no step, so its prefill and token fell out of the steady
+    state: at B = 1, 1.42× steady against 1.33× for the whole run, where they must agree."""
+    records = [replace(record(ACC, rid="a"), k_max=20), replace(record([1], rid="b"), k_max=20),
+               replace(record([2, 1, 3, 1], rid="c"), k_max=20)]
+    (row,) = simulate(records, ["ngram"], ["fixed:2"], COST, SimConfig(mode="mixed", batch_sizes=(1,)))
+    assert row.steady_speedup == pytest.approx(row.speedup)

@@ -35,6 +35,7 @@ from specscope.errors import SpecscopeError
 
 NO_SD = "none"  # the method name of a run without speculative decoding
 LEARNED = "learned"  # the method an engine running a policy file reports (step records, bench rows)
+BENCH_DEFAULT = "default"  # the proposer of a SpecDecode-Bench file's single ``acc`` field (no method named)
 ENGINES = ("vllm", "sglang", "specscope")  # the serving engines specscope launches
 KINDS = ("lookup", "draft model", "head")
 
@@ -114,7 +115,7 @@ def default_hint(name: str) -> str:
     """What to say of proposer ``name`` where a method is expected: the SpecDecode-Bench ``acc``
     field reads as proposer ``default``, which no method is until it is renamed."""
     return ("; a trace's SpecDecode-Bench 'acc' field reads as proposer 'default': name its method with "
-            "`specscope traces convert --rename default=METHOD`") if name == "default" else ""
+            "`specscope traces convert --rename default=METHOD`") if name == BENCH_DEFAULT else ""
 
 
 def names(engine: str | None = None, *, baseline: bool = True) -> tuple[str, ...]:

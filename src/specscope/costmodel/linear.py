@@ -35,7 +35,7 @@ import numpy as np
 
 from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
 from specscope.errors import SpecscopeError
-from specscope.methods import LEARNED, NAMES as METHOD_NAMES, NO_SD, default_hint
+from specscope.methods import BENCH_DEFAULT, LEARNED, NAMES as METHOD_NAMES, NO_SD, default_hint
 from specscope.trace.fields import Fields
 from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
 
@@ -280,8 +280,10 @@ H100_LLAMA31_8B = LinearCostModel(
 
 
 def _known_drafter(drafting: Fields, name: str) -> bool:
-    """A drafting entry's name is a method's, or ``learned`` (a policy's own work); a misspelt one
+    """A drafting entry's name is a method's, ``learned`` (a policy's own work) or ``default`` (the
+    proposer of a SpecDecode-Bench file's single ``acc`` field); a misspelt one
     (``eagel``) would leave its method unpriced, the file's own name then blamed."""
-    if name != LEARNED and name not in METHOD_NAMES:
-        raise drafting.error(drafting.name(name), f"unknown proposer (expected one of {', '.join(METHOD_NAMES)}, or {LEARNED})")
+    if name not in (LEARNED, BENCH_DEFAULT) and name not in METHOD_NAMES:
+        raise drafting.error(drafting.name(name), f"unknown proposer (expected one of {', '.join(METHOD_NAMES)}, "
+                                                  f"{LEARNED} or {BENCH_DEFAULT})")
     return True

@@ -14,7 +14,8 @@ request r runs exactly its plan's ``n_r`` steps in the ``n_r`` iterations after 
 Throughput = Σ G / makespan. Per-token latency = mean over requests of (finish − admission) / G.
 Steady throughput = tokens emitted / time over the iterations where all B slots decode, each
 request's prefill (its share of its iteration's prefill, and of that iteration's overhead where
-nothing else ran; its first token) spread evenly over its steps: a server under constant load
+nothing else ran; its first token) spread evenly over its steps (a one-token output, which takes
+no step, counted at the share of the run's steps that were steady): a server under constant load
 pays a prefill per request, but a closed run starts with B prefills at once and ends with a drain
 in which the few longest requests decode almost alone, which the plain throughput counts and such
 a server never sees. (With identical requests it is the whole run's throughput.)
@@ -92,9 +93,16 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     full = running >= min(batch_size, len(n_steps))  # [T] every slot decoding
     tokens = per_iteration(plan.emitted + 1.0 / n_steps[request])  # [T] its first token spread too
     seconds = priced.total + per_iteration(share[request])  # [T]
+    # A one-token output takes no step to spread its prefill over: it counts in the steady state at
+    # the share of the run's steps that were steady (all of them at batch 1).
+    lone_requests = n_steps == 0  # [R]
+    steady_share = float(full[iteration].mean()) if len(iteration) else 0.0
+    one_tokens = steady_share * float(lone_requests.sum())
+    one_seconds = steady_share * float((admission[admit] / admitted[admit])[lone_requests].sum())
+    steady = (tokens[full].sum() + one_tokens) / (seconds[full].sum() + one_seconds) if full.any() else float("nan")
     return Prediction(
         throughput=float(plan.output_len.sum() / ends[-1]),
-        steady_throughput=float(tokens[full].sum() / seconds[full].sum()) if full.any() else float("nan"),
+        steady_throughput=float(steady),
         latency_per_token=float(np.mean(latency / plan.output_len)),
         time_split={
             "prefill": float(prefill.sum()),

@@ -38,7 +38,7 @@ import numpy as np
 from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, first_line, read_jsonl
-from specscope.methods import METHODS, of_kind
+from specscope.methods import BENCH_DEFAULT, METHODS, of_kind
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord
 
@@ -47,7 +47,7 @@ SPECDECODE_BENCH_PROPOSERS = {
     "acc_ngram": "ngram",
     "acc_eagle": "eagle",
     "acc_eagle_three": "eagle3",
-    "acc": "default",
+    "acc": BENCH_DEFAULT,
 }
 
 
