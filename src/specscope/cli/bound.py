@@ -39,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specscope.analysis.acceptance import by_dataset
     from specscope.analysis.bound_points import NO_ALPHA, traced_alpha
     from specscope.theory.bound import c_by_k, estimate_c, expected_speedup
 
@@ -54,52 +55,64 @@ def run(args: argparse.Namespace) -> int:
         cost = resolve_cost_model(args.cost_model)
         held = sorted({name for r in records for name in r.proposers})
         names = [args.acc] if args.acc else held
-        contexts, left_out = [], []  # per proposer shown: the context its c was priced at; why others are not
+        contexts, left_out = [], []  # per row shown: the context its c was priced at; why others are not
         for name in names:
-            holding = [r for r in records if name in r.proposers]
-            if not holding:
+            if not any(name in r.proposers for r in records):
                 raise SpecscopeError(f"--acc: proposer {name!r} is in no trace record (they hold {', '.join(held)})")
-            if args.c is None and not args.acc:  # every proposer held: one the cost model cannot price is left out
-                try:
-                    cost.drafting_for(name)
-                except SpecscopeError as error:
-                    left_out.append(f"{name}: {error}")
-                    print(f"note: {name} left out: {error}")
+        groups = by_dataset(records)  # α is a dataset's: one row per dataset × proposer, as the report's bound.csv
+        for dataset, members in groups.items():
+            for name in names:
+                label = name if len(groups) == 1 else f"{dataset} · {name}"
+                holding = [r for r in members if name in r.proposers]
+                if not holding:
                     continue
-            depth = args.k_max
-            alpha = args.alpha
-            if alpha is None:  # α from proposals no longer than its records' k_max: beyond, the i.i.d. law alone
-                alpha, traced = traced_alpha(holding, name)
-                if np.isnan(alpha):
-                    left_out.append(f"{name}: no α ({NO_ALPHA}; give --alpha)")
-                    print(f"note: {name}: no α: {NO_ALPHA}")
-                    continue
-                if len(holding) < len(records):
-                    print(f"note: {name}: α from the {len(holding)} of {len(records)} records that hold it")
-                depth = min(depth, traced)
-                if depth < args.k_max:
-                    declared = [r.k_max for r in holding if r.k_max is not None]
-                    how = f"k_max = {depth}" if declared and min(declared) == depth else \
-                        f"k_max = {depth}, inferred from the longest acc_len seen (some records declare none)"
-                    print(f"note: {name}: k above {depth} not shown: its α was measured on proposals of at most {how}")
-            context = args.context if args.context is not None else \
-                float(np.mean([r.prompt_len + r.output_len / 2 for r in holding]))  # of the requests its α is of
-            if args.c is None:
-                cases.append((name, alpha, estimate_c(cost, name, args.k, args.batch_size, context), depth,
-                              c_by_k(cost, name, depth, args.batch_size, context)))
-            else:
-                cases.append((name, alpha, args.c, depth, None))
-            contexts.append(context)
+                if args.c is None and not args.acc:  # every proposer held: one the cost model cannot price is left out
+                    try:
+                        cost.drafting_for(name)
+                    except SpecscopeError as error:
+                        left_out.append(f"{label}: {error}")
+                        print(f"note: {label} left out: {error}")
+                        continue
+                depth = args.k_max
+                alpha = args.alpha
+                if alpha is None:  # α from proposals no longer than its records' k_max: beyond, the i.i.d. law alone
+                    alpha, traced = traced_alpha(holding, name)
+                    if np.isnan(alpha):
+                        left_out.append(f"{label}: no α ({NO_ALPHA}; give --alpha)")
+                        print(f"note: {label}: no α: {NO_ALPHA}")
+                        continue
+                    if len(holding) < len(members):
+                        print(f"note: {label}: α from the {len(holding)} of {len(members)} records that hold it")
+                    depth = min(depth, traced)
+                    if depth < args.k_max:
+                        declared = [r.k_max for r in holding if r.k_max is not None]
+                        how = f"k_max = {depth}" if declared and min(declared) == depth else \
+                            f"k_max = {depth}, inferred from the longest acc_len seen (some records declare none)"
+                        print(f"note: {label}: k above {depth} not shown: its α was measured on proposals of at "
+                              f"most {how}")
+                context = args.context if args.context is not None else \
+                    float(np.mean([r.prompt_len + r.output_len / 2 for r in holding]))  # of the requests its α is of
+                if args.c is None:
+                    cases.append((label, alpha, estimate_c(cost, name, args.k, args.batch_size, context), depth,
+                                  c_by_k(cost, name, depth, args.batch_size, context)))
+                else:
+                    cases.append((label, alpha, args.c, depth, None))
+                contexts.append(context)
         if not cases:
             raise SpecscopeError("no proposer left to bound: " + "; ".join(left_out))
         shown = f"context {contexts[0]:.0f}" if len(set(contexts)) == 1 else \
-            "context each proposer's records' mean prompt + half output (" + \
+            "context each row's records' mean prompt + half output (" + \
             ", ".join(f"{name} {context:.0f}" for (name, *_), context in zip(cases, contexts)) + ")"
         source = ", ".join(filter(None, [
             "α given" if args.alpha is not None else "α from the traces",
             "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at each "
                                                f"k (column c: at k = {args.k}), B = {args.batch_size}, {shown}"]))
     elif args.alpha is not None and args.c is not None:
+        unused = [flag for flag, value, default in (("--cost-model", args.cost_model, DEFAULT_COST_MODEL),
+                                                    ("--batch-size", args.batch_size, 1), ("--context", args.context, None),
+                                                    ("--k", args.k, 3), ("--acc", args.acc, None)) if value != default]
+        if unused:
+            raise SpecscopeError(f"{unused[0]}: not used with both --alpha and --c (it prices c or picks α from traces)")
         cases.append(("given", args.alpha, args.c, args.k_max, None))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")
