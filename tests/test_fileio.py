@@ -158,3 +158,19 @@ def test_an_output_replaces_only_what_specscope_writes(tmp_path):
             check_user_output(tmp_path / name)
     (tmp_path / "empty.csv").write_text("")
     assert check_user_output(tmp_path / "empty.csv") and check_user_output("-") and check_user_output("/dev/null")
+
+
+def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):
+    """Probe: writing to a full disk (here /dev/full, as standard output) raised a traceback."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full on this system")
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "specscope", "workload", "make", "code", "--n", "2", "-o", "-"],
+                                stdout=full, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "specscope: error: cannot write (No space left on device)" in result.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import logging
 import pkgutil
@@ -103,10 +104,19 @@ def _run(argv: list[str] | None, interrupted: list[int]) -> int:
         return _interrupted(args, interrupted)
     except BrokenPipeError:
         return 0
+    except OSError as error:
+        if error.errno not in FULL:  # a bug, or an unforeseen error: its traceback says where
+            raise
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"specscope: error: {where}cannot write ({error.strerror}); what was finished is kept", file=sys.stderr)
+        return 2
     except Exception:
         if interrupted:  # a Ctrl-C inside an extension module's import: numpy raises ImportError
             return _interrupted(args, interrupted)
         raise
+
+
+FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)  # a disk that took no more: said in one line
 
 
 def _interrupted(args: argparse.Namespace | None, noted: list[int]) -> int:

@@ -142,9 +142,10 @@ def run(args: argparse.Namespace) -> int:
     name = args.served_model_name or args.model.resolve().name
     records = open_appended(args.step_records, "--step-records") if args.step_records is not None else None
     server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template, records)
-    tree = f", tree {engine.tree.name}" if engine.tree is not None else ""
+    proposal = "" if engine.method == NO_SD else f", tree {engine.tree.name}" if engine.tree is not None else \
+        f", k={engine.k}"  # a server without SD proposes nothing
     print(
-        f"specscope serve: {name} ({engine.method}, k={engine.k}{tree}, max batch {engine.max_batch_size}, "
+        f"specscope serve: {name} ({engine.method}{proposal}, max batch {engine.max_batch_size}, "
         f"max_model_len {engine.max_seq_len}, chat template {'yes' if chat_template else 'no'}) "
         f"on {server.url}",
         file=sys.stderr,
