@@ -131,12 +131,12 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
         if rows is not None:
             write_rows(claim(spec.filename), rows)
             tables.append(out / spec.filename)
-    notes = list(data.notes)
+    notes, skipped = list(data.notes), []
     figures: list[FigureEntry] = []
     for spec in FIGURES:
         missing = spec.missing(data)
         if missing is not None:
-            notes.append(f"figure '{spec.slug.replace('_', ' ')}' not drawn: {missing}")
+            skipped.append((spec.slug.replace('_', ' '), missing))
             advance(spec.slug)
             continue
         number = len(figures) + 1
@@ -146,16 +146,18 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
         figures.append(FigureEntry(number, spec.title(data), spec.sentence(data), path.read_bytes(), filename))
         advance(spec.slug)
     index = claim(INDEX)
-    atomic_write_text(index, render(_page(data, figures, tables, notes)))
+    atomic_write_text(index, render(_page(data, figures, tables, notes, skipped)))
     writing = {INDEX, *(p.name for p in tables), *(f.filename for f in figures)}
     _clear_previous(out, writing)
     _list(out, {name: file_sha256(out / name) for name in writing})
     advance("done")
     log.info("wrote %s with %d figures and %d tables", index, len(figures), len(tables))
-    return ReportResult(index, [out / f.filename for f in figures], tables, notes)
+    return ReportResult(index, [out / f.filename for f in figures], tables,
+                        notes + [f"figure '{name}' not drawn: {why}" for name, why in skipped])
 
 
-def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], notes: list[str]) -> Page:
+def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], notes: list[str],
+          skipped: list[tuple[str, str]]) -> Page:
     config = data.config
     stats_header = ["dataset", "proposer", "requests", "positions", "mean", "median", "std", "p5", "p95",
                     "pooled mean", "mean prompt", "mean output"]
@@ -177,6 +179,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
             *_whatif_table(data.whatif),
         ],
         load_summaries=[r.summary() for r in data.load_reports] + _other_inputs(data), notes=notes,
+        skipped=[f"{name} ({why})" for name, why in skipped],
         csv_files=[p.name for p in tables] + [name for name in config.beside
                                               if tables and (tables[0].parent / name).is_file()], edges=data.edges,
         tree_lines=data.tree_answer,

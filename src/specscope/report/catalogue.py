@@ -75,6 +75,11 @@ def _no_overlap(data: ReportData) -> str | None:
     return f"it compares proposers {ov.lookup!r} and {ov.reference!r}; the traces have {', '.join(data.names)}"
 
 
+def _fitted(cost) -> bool:
+    """Whether ``cost`` was fitted to an engine's runs (its step records or a sweep)."""
+    return bool(getattr(cost, "measured", None) or getattr(cost, "fitted_cells", ()))
+
+
 def _drawn_policies(data) -> list[str]:
     """Figure 1's policies: the configured ones the simulation has, and every policy the answer
     names best somewhere (a best fixed:8 is drawn though fixed:8 is not among them)."""
@@ -170,7 +175,11 @@ FIGURES = [
         "measured",
         lambda d: "Measured speedup, and the simulator's prediction for the same runs",
         lambda d: "Solid lines are what the engine measured, dashed what the simulator predicted from the "
-                  "traces and the cost model: the gap between them is the simulator's error.",
+                  f"traces and the cost model ({d.cost_label}): "
+                  + ("the gap between them is the simulator's error, where that model was fitted to the same "
+                     "engine's runs." if _fitted(d.cost) else "this model was not fitted to an engine's runs (a "
+                     "preset or a roofline), so the gap holds how far its prices are from that engine's, not "
+                     "only the simulator's error: fit one with `costmodel fit`."),
         lambda d: F.measured_figure(d.measured),
         lambda d: None if d.measured else "no measured runs were given (--measured)",
     ),

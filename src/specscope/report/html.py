@@ -60,6 +60,7 @@ class Page:
     tables: Sequence[tuple[str, Sequence[str], Sequence[Sequence[object]]]] = ()  # (title, header, rows)
     load_summaries: Sequence[str] = ()
     notes: Sequence[str] = ()
+    skipped: Sequence[str] = ()  # figures not drawn, each "name (why)": optional inputs not given, mostly
     csv_files: Sequence[str] = ()
     edges: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # per dataset: the largest fixed k
     # searched (a best policy there may want more) and what the page says of a longer one
@@ -183,9 +184,10 @@ def render(page: Page) -> str:
 <p class="meta">{esc(meta)}</p>
 <h2>The answer</h2>
 {answer_section(page.answer, page.edges)}
-{"".join(f"<p>{esc(line)}.</p>" for line in page.tree_lines)}
+{("<h3>Trees against chains</h3>" + "".join(f"<p>{esc(line)}.</p>" for line in page.tree_lines)) if page.tree_lines else ""}
 {notes}
 <h2>Figures</h2>
+{f'<p class="small">Not drawn here: {esc("; ".join(page.skipped))}.</p>' if page.skipped else ""}
 {figures}
 <h2>Tables</h2>
 {tables}
