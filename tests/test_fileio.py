@@ -156,6 +156,8 @@ def test_an_output_replaces_only_what_specscope_writes(tmp_path):
         (tmp_path / name).write_text(text)
         with pytest.raises(SpecscopeError, match="holds no table or records specscope writes"):
             check_user_output(tmp_path / name)
+    (tmp_path / "lines.json").write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n')
+    assert check_user_output(tmp_path / "lines.json")  # JSON Lines under a .json name, as traces convert writes it
     (tmp_path / "empty.csv").write_text("")
     assert check_user_output(tmp_path / "empty.csv") and check_user_output("-") and check_user_output("/dev/null")
 

@@ -218,7 +218,12 @@ def test_configs_beside_llamas_dense_bf16_are_priced_as_they_are_or_refused(tmp_
 
     llama = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
              "intermediate_size": 14336, "vocab_size": 128256, "model_type": "llama"}
-    assert ModelShape.from_hf_config({**llama, "torch_dtype": "float8_e4m3fn"}).weight_bytes() == 8_030_261_248
+    vocab = 2 * 128256 * 4096  # embedding and LM head: 16-bit in an FP8 checkpoint
+    assert ModelShape.from_hf_config({**llama, "torch_dtype": "float8_e4m3fn"}).weight_bytes() == \
+        8_030_261_248 - vocab + 2 * vocab
+    for fp8 in ({"quant_method": "fbgemm_fp8"}, {"quant_method": "compressed-tensors", "config_groups": {
+            "group_0": {"weights": {"num_bits": 8, "type": "float"}}}}):
+        assert ModelShape.from_hf_config({**llama, "quantization_config": fp8}).weight_dtype_bytes == 1
     assert ModelShape.from_hf_config({**llama, "quantization_config": {"quant_method": "fp8"}}).weight_dtype_bytes == 1
     assert ModelShape.from_hf_config({**llama, "torch_dtype": "bfloat16"}).weight_bytes() == 2 * 8_030_261_248
     with pytest.raises(SpecscopeError, match="'gptq' quantized weights"):
@@ -236,3 +241,16 @@ def test_configs_beside_llamas_dense_bf16_are_priced_as_they_are_or_refused(tmp_
     fp8, bf16 = resolve_cost_model(f"roofline:h100:{tmp_path}"), resolve_cost_model("roofline:h100:llama3.1-8b")
     one = (np.array([1.0]), np.array([0.0]), np.array([1.0]))
     assert fp8.forward_time(*one)[0] < 0.6 * bf16.forward_time(*one)[0]  # half the weights streamed
+
+
+def test_an_fp8_target_keeps_a_16_bit_cache_and_head_unless_told(tmp_path, capsys):
+    """Review: --dtype-bytes defaulting to the FP8 checkpoint's 1 byte halved its KV cache and its
+    BF16 EAGLE head; only its layers are 8-bit."""
+    import json
+
+    config = {"hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 32,
+              "intermediate_size": 14336, "vocab_size": 128256, "quantization_config": {"quant_method": "fp8"}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out = run_json(capsys, "--target", str(tmp_path), "--eagle")
+    assert out["target"]["kv_bytes_per_token"] == 131_072 and out["drafter"]["weight_bytes"] == 2 * 251_666_432
+    assert out["target"]["weight_bytes"] == 8_030_261_248 + 2 * 128256 * 4096

@@ -233,7 +233,7 @@ def check_user_output(path: str | Path) -> Path:
     path = check_output_file(path)
     if path.is_file() and path.stat().st_size and not _machine_written(path):
         raise SpecscopeError(f"{path}: exists and holds no table or records specscope writes (its first line: "
-                             f"{_first_text(path)!r:.60}): it would be replaced; write elsewhere, or remove it first")
+                             f"{_first_text(path)[:60]!r}): it would be replaced; write elsewhere, or remove it first")
     return path
 
 
@@ -245,12 +245,13 @@ def _machine_written(path: Path) -> bool:
     line a CSV header of names, or a JSON value of objects keyed by names (the whole document for
     ``.json``, the first line else)."""
     text = _first_text(path)
+    value = None
     if path.suffix == ".json":
         try:
             value = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            return False
-    else:
+        except (OSError, UnicodeDecodeError, ValueError):  # JSON Lines under a .json name: its first line
+            value = None
+    if value is None:
         if path.suffix == ".csv" or "," in text and not text.startswith(("{", "[")):
             return all(NAME.fullmatch(cell.strip()) for cell in next(csv.reader([text])))
         try:
@@ -358,23 +359,35 @@ def read_toml_object(path: str | Path) -> dict:
 BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
 
 
-def file_sha256(path: str | Path) -> str | None:
-    """SHA-256 of the content of ``path``, read in chunks (a checkpoint may hold gigabytes) and
-    kept per size and modification time within a process (None if unreadable)."""
+SAMPLED_ABOVE = 64 << 20  # a file larger than this is fingerprinted by samples of its content
+SAMPLES = 256  # ... this many chunks of SAMPLE bytes, evenly spaced, and its size
+SAMPLE = 64 << 10
+
+
+def file_sha256(path: str | Path, sampled: bool = False) -> str | None:
+    """SHA-256 of the content of ``path``, kept per size and modification time within a process
+    (None if unreadable); ``sampled``: above :data:`SAMPLED_ABOVE` bytes, of its size and
+    :data:`SAMPLES` evenly spaced chunks only — a checkpoint's fingerprint, where reading 140 GB
+    of a 70B model's weights would take minutes, and weights trained again differ everywhere."""
     try:
         info = Path(path).stat()
     except OSError:
         return None
-    return _sha256(Path(path).absolute(), info.st_mtime_ns, info.st_size)
+    return _sha256(Path(path).absolute(), info.st_mtime_ns, info.st_size, sampled and info.st_size > SAMPLED_ABOVE)
 
 
 @functools.lru_cache(maxsize=256)
-def _sha256(path: Path, mtime_ns: int, size: int) -> str | None:
+def _sha256(path: Path, mtime_ns: int, size: int, sampled: bool) -> str | None:
     try:
-        digest = hashlib.sha256()
+        digest = hashlib.sha256(f"{size}\n".encode() if sampled else b"")
         with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
+            if sampled:
+                for index in range(SAMPLES):
+                    handle.seek(index * (size - SAMPLE) // (SAMPLES - 1))
+                    digest.update(handle.read(SAMPLE))
+            else:
+                for chunk in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(chunk)
         return digest.hexdigest()
     except OSError:
         return None

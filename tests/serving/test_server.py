@@ -566,3 +566,6 @@ def test_step_records_cut_off_mid_line_lose_only_that_line(tmp_path, capsys):
     assert path.read_text() == whole * 3 and "dropped its half-written last line (23 bytes)" in capsys.readouterr().err
     _refuse_foreign(path)  # whole lines: nothing to drop
     assert path.read_text() == whole * 3
+    path.write_text(whole * 2 + whole.strip())  # a whole record that lacks only its newline: kept, given one
+    _refuse_foreign(path)
+    assert path.read_text() == whole * 3

@@ -93,10 +93,10 @@ def test_a_model_directory_is_read_beside_the_file_and_counts_by_its_checkpoint(
     assert config.engines[0].model == str(mine.resolve())
     ids = {c.cell_id(config) for c in plan_cells(config)}
     (mine / "model.safetensors").write_bytes(b"x" * 11)  # another checkpoint in its place
-    from specscope.backends.openai import sweep_config
-
-    sweep_config._checkpoint.cache_clear()
     assert not ids & {c.cell_id(config) for c in plan_cells(load_sweep_config(path))}
+    before = {c.cell_id(config) for c in plan_cells(config)}
+    (mine / "model.safetensors").write_bytes(b"y" * 11)  # the same size, other weights: while a cell ran
+    assert not before & {c.cell_id(config) for c in plan_cells(config)}  # the same config object sees it
 
 
 def test_paired_baselines_run_right_before_their_sd_cell(tmp_path):

@@ -169,3 +169,21 @@ def test_a_replay_of_an_earlier_run_is_not_left_beside_this_runs(tmp_path):
     assert replay_stage(config, [trace], said.append) == {}
     assert sorted(p.name for p in tmp_path.iterdir()) == [REPLAYS, "replay_mine.csv", "t.jsonl"]
     assert said[0] == "replay  removed replay_old_model.csv: an earlier run's --replay, not asked for by this one"
+
+
+def test_a_second_study_into_a_running_ones_folder_is_refused_before_it_touches_its_settings(tmp_path):
+    """Probe and review: two studies into one folder measured at once, and the second, refused
+    only after its settings check, had already rewritten the first's study.json."""
+    from specscope.errors import SpecscopeError
+    from specscope.fileio import exclusive
+    from specscope.study.config import StudyConfig
+    from specscope.study.pipeline import LOCK, run_study
+
+    out = tmp_path / "study"
+    out.mkdir()
+    (out / "study.json").write_text('{"schema": "specscope.study/1", "k": 3}\n')
+    second = StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={}, k=2)
+    with exclusive(out / LOCK, "held"):  # as a running study holds it
+        with pytest.raises(SpecscopeError, match="another study is running into this folder"):
+            run_study(second, lambda line: None)
+    assert (out / "study.json").read_text() == '{"schema": "specscope.study/1", "k": 3}\n'

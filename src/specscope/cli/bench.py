@@ -269,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
     finished = BenchResult([])
     try:
         result = run_bench(config, finished)
-    except (KeyboardInterrupt, SpecscopeError):  # the batch sizes measured so far are kept, said
+    except BaseException:  # interrupted, refused or failed (a server gone, memory run out): what finished is kept
         if finished.rows and (args.output or args.records):
             _write(args, config, finished)
             kept = " and ".join(str(p) for p in (args.output, args.records) if p and str(p) != STDOUT)

@@ -41,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         choices=(1, 2, 4),
         default=None,
-        help=f"bytes per weight and per cached value (default: the target checkpoint's, 1 for an FP8 one, else "
-             f"{DTYPE_BYTES}: BF16)",
+        help=f"bytes per weight and per cached value (default: weights as each checkpoint stores them, FP8 "
+             f"layers at 1 byte, else {DTYPE_BYTES}; caches and heads at {DTYPE_BYTES})",
     )
     parser.add_argument(
         "--draft-vocab-size",
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
                 f"got {args.draft_vocab_size}"
             )
         draft_vocab_size = args.draft_vocab_size
-    report = memory_report(target, kind, draft, args.dtype_bytes or target.weight_dtype_bytes, draft_vocab_size)
+    report = memory_report(target, kind, draft, args.dtype_bytes, draft_vocab_size)
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=1))
     else:
@@ -84,7 +84,8 @@ def _print_table(report: MemoryReport) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"memory at {report.dtype_bytes} bytes per value")
+    table = Table(title=f"memory at {report.dtype_bytes} bytes per value" if report.dtype_bytes else
+                  "memory: weights as each checkpoint stores them (FP8 layers 1 byte, else 2), caches and heads at 2")
     columns = ("role", "model", "params", "weight bytes", "GiB", "KV bytes/token", "KV layers")
     for column in columns + ("shares with target",):
         table.add_column(column, no_wrap=True, justify="right" if column in columns[2:] else "left")

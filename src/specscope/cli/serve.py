@@ -198,6 +198,15 @@ def _drop_half_line(path: Path) -> None:
         handle.seek(end - 1)
         if handle.read(1) == b"\n":
             return
+        handle.seek(max(0, size - (1 << 16)))
+        tail = handle.read().rsplit(b"\n", 1)[-1]
+        try:  # a whole record that lacks only its newline keeps it
+            whole = isinstance(json.loads(tail), dict)
+        except ValueError:
+            whole = False
+        if whole:
+            handle.write(b"\n")
+            return
         while end > 0:  # back, a chunk at a time, to the last whole line's end
             start = max(0, end - (1 << 16))
             handle.seek(start)

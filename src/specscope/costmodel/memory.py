@@ -107,15 +107,16 @@ def mtp_params(target: ModelShape) -> int:
     return 2 * h + 2 * h * h + target.layer_params() + h
 
 
-def target_footprint(shape: ModelShape, dtype_bytes: int) -> Footprint:
-    """A model serving on its own (the target, or a separate draft checkpoint)."""
+def target_footprint(shape: ModelShape, dtype_bytes: int | None) -> Footprint:
+    """A model serving on its own (the target, or a separate draft checkpoint); ``dtype_bytes``
+    None: its weights as its checkpoint stores them (FP8 layers: 1 byte), its cache in 16 bits."""
     return Footprint(
         name=shape.name,
         kind="model",
         params=shape.params(),
         extra_bytes=0,
         num_kv_layers=shape.num_layers,
-        kv_bytes_per_token=shape.kv_bytes_per_token(dtype_bytes),
+        kv_bytes_per_token=shape.kv_bytes_per_token(dtype_bytes or DTYPE_BYTES),
         weight_bytes=shape.weight_bytes(dtype_bytes),
     )
 
@@ -203,7 +204,7 @@ class MemoryReport:
 
     target: Footprint
     drafter: Footprint | None
-    dtype_bytes: int
+    dtype_bytes: int | None  # None: each checkpoint's weights as stored, heads and caches in 16 bits
 
     @property
     def weight_overhead_pct(self) -> float | None:
@@ -231,13 +232,14 @@ def memory_report(
     target: ModelShape,
     kind: str | None = None,
     draft: ModelShape | None = None,
-    dtype_bytes: int = DTYPE_BYTES,
+    dtype_bytes: int | None = DTYPE_BYTES,
     draft_vocab_size: int = EAGLE3_DRAFT_VOCAB_SIZE,
 ) -> MemoryReport:
-    """Footprints of ``target`` and of its drafter of ``kind`` (None: no drafter)."""
-    drafter = (
-        None
-        if kind is None
-        else drafter_footprint(kind, target, draft, dtype_bytes, draft_vocab_size)
-    )
+    """Footprints of ``target`` and of its drafter of ``kind`` (None: no drafter); ``dtype_bytes``
+    None: each checkpoint's weights as it stores them, heads and caches in 16 bits."""
+    drafter = None
+    if kind == "draft" and dtype_bytes is None:
+        drafter = target_footprint(draft, None) if draft is not None else None
+    if kind is not None and drafter is None:
+        drafter = drafter_footprint(kind, target, draft, dtype_bytes or DTYPE_BYTES, draft_vocab_size)
     return MemoryReport(target_footprint(target, dtype_bytes), drafter, dtype_bytes)

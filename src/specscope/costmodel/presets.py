@@ -102,8 +102,13 @@ class ModelShape:
         return self.num_layers * self.layer_params() + self.vocab_size * self.hidden_size
 
     def weight_bytes(self, bytes_per_param: int | None = None) -> int:
-        """Bytes of all weights at ``bytes_per_param`` (default: the checkpoint's, :attr:`weight_dtype_bytes`)."""
-        return self.params() * (bytes_per_param or self.weight_dtype_bytes)
+        """Bytes of all weights at ``bytes_per_param``; by default as the checkpoint stores them —
+        its layers at :attr:`weight_dtype_bytes`, its embedding and LM head in 16 bits (an FP8
+        checkpoint keeps them so)."""
+        if bytes_per_param is not None:
+            return self.params() * bytes_per_param
+        vocab = self.params() - self.num_layers * self.layer_params() - self.hidden_size  # embedding (+ LM head)
+        return (self.params() - vocab) * self.weight_dtype_bytes + vocab * 2
 
     def kv_bytes_per_token(self, bytes_per_value: int = 2) -> int:
         """Bytes of K and V cached for one token across all layers."""
@@ -191,12 +196,17 @@ def hardware(name: str) -> Hardware:
 
 def _weight_bytes(spec: Fields) -> int:
     """Bytes per weight of a checkpoint's ``config.json``: 1 where it is FP8 (``torch_dtype`` or
-    ``dtype`` float8_*, or an ``fp8`` quantization_config), else 2; another quantization (int4
-    GPTQ, AWQ, …) is refused: its packed weights and scales are not priced."""
+    ``dtype`` float8_*, a quantization_config of ``fp8`` or ``fbgemm_fp8``, or ``compressed-tensors``
+    whose weights are 8-bit floats), else 2; another quantization (int4 GPTQ, AWQ, …) is refused:
+    its packed weights and scales are not priced. (FP8 matmuls are priced at the GPU's 16-bit peak.)"""
     quantization = spec.obj.get("quantization_config")
     if isinstance(quantization, dict):
         method = quantization.get("quant_method")
-        if method != "fp8":
+        groups = quantization.get("config_groups") if isinstance(quantization.get("config_groups"), dict) else {}
+        weights = [g.get("weights") for g in groups.values() if isinstance(g, dict)]
+        fp8 = method in ("fp8", "fbgemm_fp8") or method == "compressed-tensors" and bool(weights) and all(
+            isinstance(w, dict) and w.get("num_bits") == 8 and w.get("type") == "float" for w in weights)
+        if not fp8:
             raise spec.error("quantization_config", f"{method!r} quantized weights: this shape prices FP8 and 16-bit "
                                                     "weights only, so its weight bytes would be wrong")
         return 1

@@ -67,11 +67,13 @@ class Streamed:
 
     @classmethod
     def model(cls, shape: ModelShape) -> "Streamed":
-        """A whole model: its layers, final norm and LM head (tied or not, read once by the head's
-        matmul) at the checkpoint's bytes per weight (FP8: 1); the input embedding is read a row per
-        token; its cache in 16 bits."""
-        return cls(shape.name, (shape.matmul_params() + shape.hidden_size) * shape.weight_dtype_bytes,
-                   shape.matmul_params(), shape.kv_bytes_per_token())
+        """A whole model: its layers and final norm at the checkpoint's bytes per weight (FP8: 1)
+        and its LM head (tied or not, read once by the head's matmul) in 16 bits; the input
+        embedding is read a row per token; its cache in 16 bits."""
+        lm_head = shape.vocab_size * shape.hidden_size  # 16-bit in an FP8 checkpoint too
+        layers = shape.num_layers * shape.layer_params() + shape.hidden_size
+        return cls(shape.name, layers * shape.weight_dtype_bytes + lm_head * 2, shape.matmul_params(),
+                   shape.kv_bytes_per_token())
 
     @classmethod
     def head(cls, target: ModelShape, kind: str, bytes_per_param: int = 2) -> "Streamed":

@@ -227,12 +227,13 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 def model_fingerprint(model_dir: Path) -> str:
     """SHA-256 of ``config.json`` and the names and contents of the weight files of ``model_dir``
-    (a model retrained into the same folder, its files the same size, is another model)."""
+    (a model retrained into the same folder, its files the same size, is another model; a large
+    file's content by samples, :func:`~specscope.fileio.file_sha256`)."""
     try:
         digest = hashlib.sha256((model_dir / "config.json").read_bytes())
     except OSError as error:
         raise SpecscopeError(f"{model_dir}: cannot read config.json ({error.strerror}; expected a Hugging Face "
                              "model directory)") from None
     for path in sorted(p for p in model_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES):
-        digest.update(f"\n{path.name} {file_sha256(path)}".encode())
+        digest.update(f"\n{path.name} {file_sha256(path, sampled=True)}".encode())
     return digest.hexdigest()

@@ -28,10 +28,22 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     """Run every stage; ``say`` receives one line per finished piece of work. One study at a
     time writes into a folder (a second one would measure beside it, each timed under the other's
     load, and replace its cells)."""
-    check_resume(config)
-    with exclusive(config.out_dir / LOCK, f"{config.out_dir}: another study is running into this folder (both "
-                                          "would measure the same cells, each under the other's load); wait for it "
-                                          "to end, or study into another folder (-o)"):
+    out = config.out_dir
+    made = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SpecscopeError(f"{out}: cannot make the study's folder ({error.strerror or error})") from None
+    with exclusive(out / LOCK, f"{out}: another study is running into this folder (both would measure the same "
+                               "cells, each under the other's load); wait for it to end, or study into another "
+                               "folder (-o)"):
+        try:
+            check_resume(config)
+        except SpecscopeError:
+            if made:  # a refused run leaves nothing behind
+                (out / LOCK).unlink(missing_ok=True)
+                out.rmdir()
+            raise
         _stages(config, say)
 
 
@@ -69,9 +81,9 @@ def check_resume(config: StudyConfig) -> None:
         if changed and produced:  # settings alone (its first stage refused): nothing to mix
             raise SpecscopeError(f"{out}: holds a study with other settings ({'; '.join(changed)}): resuming would mix "
                                  "their results; study into another folder (-o), or delete this one to start over")
-        if not changed:
-            return
-    elif out.is_dir() and any(out.iterdir()):
+        if not changed and settings.keys() <= old.keys():
+            return  # (a study.json of before a setting was kept gets it written below)
+    elif out.is_dir() and any(p.name != LOCK for p in out.iterdir()):
         raise SpecscopeError(f"{out}: not empty and holds no study.json (not a study folder made by specscope, or one "
                              "from before it kept its settings): its files would be overwritten; choose another -o")
     try:

@@ -88,7 +88,6 @@ from __future__ import annotations
 import re
 import urllib.parse
 
-import functools
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
@@ -231,10 +230,10 @@ def _beside(path: Path, model: str) -> str:
     return str(local.resolve()) if local.is_dir() else model
 
 
-@functools.lru_cache(maxsize=64)
 def _checkpoint(model: str | None) -> str | None:
     """The fingerprint of a model directory (:func:`~specscope.engine.config.model_fingerprint`:
-    another checkpoint in its place is another cell), None for a hub name."""
+    another checkpoint in its place is another cell, also one put there while a cell ran — each
+    weight file's digest is kept per size and modification time), None for a hub name."""
     if model is None or not (Path(model) / "config.json").is_file():
         return None
     return model_fingerprint(Path(model))
