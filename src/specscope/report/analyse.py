@@ -174,8 +174,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     depths = tree_depths(sim_records, simulated)
     if depths:
         trees = [TreeShape.parse(t) for t in config.trees]
-        data.tree_rows, data.trees, tree_notes = compare_trees(sim_records, depths, trees, max(config.ks), cost,
-                                                               config.sim)
+        data.tree_rows, data.trees, tree_notes = compare_trees(sim_records, depths, trees,
+                                                               {d: max(c.ks) for d, c in held.items()}, cost, config.sim)
         data.notes.extend(tree_notes)
         without = [d for d in dict.fromkeys(r.dataset or "trace" for r in sim_records) if d not in {d for d, _ in depths}]
         if without:

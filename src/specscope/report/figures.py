@@ -30,6 +30,7 @@ from specscope.report.style import (
 )
 from specscope.sim.grid import COMBINED, SimRow
 from specscope.theory.bound import expected_speedup
+from specscope.validate import K_MAX_LIMIT
 
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">")
 
@@ -213,7 +214,8 @@ def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0
     lines, labelled; c at each k, as its drafting costs there), with each dataset's measured α
     drawn in colour to the k its traces recorded and its optimum there starred; k runs to
     ``k_max`` or further when an optimum lies beyond it."""
-    k_max = max([k_max, *[p.best_k for p in points], min(max(p.k_max for p in points), 32)])  # curves to their k_max
+    traced = [p.k_max for p in points if p.k_max < K_MAX_LIMIT]  # (every first draft rejected: no depth to draw)
+    k_max = max([k_max, *[p.best_k for p in points], min(max(traced, default=0), 32)])  # curves to their k_max
     proposers = _unique(p.proposer for p in points)
     datasets = _unique(p.dataset for p in points)
     colours = colour_for(datasets)

@@ -15,7 +15,7 @@ Per dataset × model proposer (with ``tree_rank`` in its traces) × tree of dept
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -55,9 +55,11 @@ def tree_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dic
 
 
 def compare_trees(records: Sequence[TraceRecord], depths: dict[tuple[str, str], int], trees: Sequence[TreeShape],
-                  k_max: int, cost: CostModel, config: SimConfig) -> tuple[list[SimRow], list[TreeRow], list[str]]:
+                  k_max: Mapping[str, int], cost: CostModel, config: SimConfig
+                  ) -> tuple[list[SimRow], list[TreeRow], list[str]]:
     """Simulate every tree and the chains ``fixed:1..D`` of each dataset × proposer in ``depths``
-    (:func:`tree_depths`) whose chains reach D (``k_max``: the deepest chain there is to compare);
+    (:func:`tree_depths`) whose chains reach D (``k_max``: per dataset, the deepest chain there is
+    to compare);
     returns the simulated rows, one :class:`TreeRow` per dataset × proposer × tree, and notes
     naming the trees left out (deeper than the ranks recorded, or than ``k_max``)."""
     rows: list[SimRow] = []
@@ -65,10 +67,11 @@ def compare_trees(records: Sequence[TraceRecord], depths: dict[tuple[str, str], 
     notes: list[str] = []
     datasets = by_dataset(records)
     for (dataset, proposer), recorded in depths.items():
-        kept = [t for t in trees if t.depth <= min(recorded, k_max)]
+        limit = k_max[dataset]
+        kept = [t for t in trees if t.depth <= min(recorded, limit)]
         notes.extend(f"tree {t.name} not simulated for {dataset} ({proposer}): {t.depth} deep, but "
                      + (f"its traces reach depth {recorded} (re-trace with --trees {t.name})" if recorded < t.depth
-                        else f"the chains compared stop at k = {k_max}, so none of its depth to set it against")
+                        else f"the chains compared stop at k = {limit}, so none of its depth to set it against")
                      for t in trees if t not in kept)
         if not kept:
             continue

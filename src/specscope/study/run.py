@@ -244,11 +244,12 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     from specscope.sim.policies import held_to
     from specscope.trace import load_traces
 
-    replays = {}
-    writes = {f"replay_{_replay_name(spec)}{part}.csv" for spec in config.replay_cost_models for part in ("", "_trees")}
-    for name in sorted(replay_files(config) - writes):  # an earlier run's --replay of other cost models: not this
-        (config.out_dir / name).unlink(missing_ok=True)  # run's, and never a file of the user's (not listed)
-        say(f"replay  removed {name}: an earlier run's --replay, not asked for by this one")
+    replays, earlier, written = {}, replay_files(config), []
+
+    def wrote(name: str) -> None:  # listed as it is written: an interrupted run's tables are the study's too
+        written.append(name)
+        atomic_write_text(config.out_dir / REPLAYS, "".join(f"{n}\n" for n in sorted(earlier | set(written))))
+
     records, _ = load_traces(traces, lengths="own")
     sizes, tree_sizes = _fillable(REPLAY_BATCH_SIZES, records, say), _fillable(TREE_REPLAY_BATCH_SIZES, records, say)
     for spec in config.replay_cost_models:
@@ -258,13 +259,18 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
                         SimConfig(mode="mixed", batch_sizes=sizes))
         name = _replay_name(spec)
         write_rows(config.out_dir / f"replay_{name}.csv", [{**r.flat(), "cost_model": spec} for r in rows])
+        wrote(f"replay_{name}.csv")
         replays[spec] = rows
         best = max(rows, key=lambda r: r.speedup if r.policy != "oracle" else 0)
         say(f"replay  {spec}: best non-oracle {best.acc} {best.policy} at B={best.batch_size}: {best.speedup:.2f}x")
         if config.tree_drafter and _can_price(cost, config.tree_drafter):
             _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say, tree_sizes)
-    atomic_write_text(config.out_dir / REPLAYS, "".join(f"{name}\n" for name in sorted(writes)
-                                                      if (config.out_dir / name).is_file()))
+            if (config.out_dir / f"replay_{name}_trees.csv").is_file():
+                wrote(f"replay_{name}_trees.csv")
+    for name in sorted(earlier - set(written)):  # an earlier run's --replay this one did not ask for (never a
+        (config.out_dir / name).unlink(missing_ok=True)  # file of the user's: only what the study listed)
+        say(f"replay  removed {name}: an earlier run's --replay, not asked for by this one")
+    atomic_write_text(config.out_dir / REPLAYS, "".join(f"{n}\n" for n in sorted(written)))
     return replays
 
 
@@ -297,7 +303,8 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say,
     from specscope.sim.grid import SimConfig
 
     drafter = config.tree_drafter
-    _, trees, notes = compare_trees(records, tree_depths(records, [drafter]), config.trees, config.k_max, cost,
+    depths = tree_depths(records, [drafter])
+    _, trees, notes = compare_trees(records, depths, config.trees, {d: config.k_max for d, _ in depths}, cost,
                                     SimConfig(mode="mixed", batch_sizes=sizes))
     for note in notes:
         say(f"replay  {spec}: {note}")
