@@ -29,7 +29,7 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     time writes into a folder (a second one would measure beside it, each timed under the other's
     load, and replace its cells)."""
     out = config.out_dir
-    made = not out.exists()
+    made, locked_before = not out.exists(), (out / LOCK).exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -39,9 +39,10 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
                                "folder (-o)"):
         try:
             check_resume(config)
-        except SpecscopeError:
-            if made:  # a refused run leaves nothing behind
+        except SpecscopeError:  # a refused run leaves nothing behind
+            if not locked_before:
                 (out / LOCK).unlink(missing_ok=True)
+            if made:
                 out.rmdir()
             raise
         _stages(config, say)
