@@ -150,14 +150,3 @@ def test_sweep_names_the_sd_cells_that_proposed_no_draft():
             {"method": "eagle", "k": 2, "batch_size": 1, "status": "ok", "num_drafts": None}]
     assert idle_cells(rows) == ["ngram k=2 B=1"]
 
-
-def test_two_servers_never_append_to_one_step_records_file(tiny_model, tmp_path, capsys):
-    """Probe: a second `serve --step-records` on a file a running server appends to was accepted;
-    their steps interleaved and `costmodel fit` read two engines as one."""
-    from specscope.cli import main
-    from specscope.fileio import exclusive
-
-    path = tmp_path / "steps.jsonl"
-    with exclusive(path, "held"):  # as a running server holds it
-        assert main(["serve", "--model", str(tiny_model), "--port", "0", "--step-records", str(path)]) == 2
-    assert "another server is appending to it" in capsys.readouterr().err

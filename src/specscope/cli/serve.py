@@ -10,7 +10,7 @@ from pathlib import Path
 from specscope import validate
 from specscope.cli._common import checkpoint_files, refuse_overwriting, refuse_unused_draft
 from specscope.errors import SpecscopeError
-from specscope.fileio import check_output_file, exclusive, first_line, open_appended
+from specscope.fileio import check_output_file, first_line, open_appended
 from specscope.methods import NO_SD, names
 from specscope.policy.learned import load_policy
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
@@ -127,15 +127,6 @@ def run(args: argparse.Namespace) -> int:
         inputs = [*checkpoint_files(args.model, args.draft), *([args.policy] if args.policy else [])]
         refuse_overwriting(args.step_records, inputs, "--step-records")  # appended to: it would corrupt them
         _refuse_foreign(Path(args.step_records))
-        busy = (f"--step-records: {args.step_records}: another server is appending to it (their steps would "
-                "interleave in one file, and a fit would read two engines as one); give each server its own file")
-        with exclusive(Path(args.step_records), busy):  # held while this server appends
-            return _serve(args)
-    return _serve(args)
-
-
-def _serve(args: argparse.Namespace) -> int:
-    """Load the engine and serve until stopped (``args`` checked)."""
     import torch
 
     from specscope.assemble import load_engine

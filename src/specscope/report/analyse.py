@@ -120,6 +120,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     """Read every input (a bad one is refused before anything is computed), then compute every
     part of the report; ``advance(phase)`` is called as each of :data:`PHASES` ends."""
     cost = resolve_cost_model(config.cost_model)
+    if config.sim.oversize == "skip":  # the batch sizes a dataset cannot fill are said once, as a note (_tail_notes)
+        config = replace(config, sim=replace(config.sim, oversize="said"))
     steps = read_steps(config.steps) if config.steps else []
     records, reports = load_traces(traces, lengths="common")
     with said_once():  # the same files again, each array whole: what reading them warns was said above
@@ -260,7 +262,8 @@ def _tail_notes(records: Sequence[TraceRecord], config: ReportConfig) -> list[st
     for dataset, members in by_dataset(records).items():
         over = [b for b in config.sim.batch_sizes if b > len(members)]
         if over:
-            notes.append(f"{dataset}: {len(members)} requests, so batch sizes {', '.join(map(str, over))} are left "
+            notes.append(f"{dataset}: {len(members)} request{'s' * (len(members) > 1)}, so batch sizes "
+                         f"{', '.join(map(str, over))} are left "
                          "out for it (mixed mode decodes B distinct requests; --mode paper replays B copies of each)")
         lengths = np.array([r.output_len for r in members])
         median = float(np.median(lengths))
