@@ -289,3 +289,22 @@ def test_a_cost_model_file_refuses_a_drafting_entry_no_proposer_has(tmp_path):
     path.write_text(json.dumps(described))
     with pytest.raises(SpecscopeError, match=r"typo\.json: field 'drafting\.eagel': unknown proposer"):
         resolve_cost_model(str(path))
+
+
+def test_a_roofline_file_reads_its_model_beside_itself_and_names_a_missing_kind(tmp_path, monkeypatch):
+    """Probe: a roofline file written by `costmodel show` with a relative config path worked only
+    from the folder it was written in; a file with gpu and model but no kind was read as linear
+    ('gpu: unknown field')."""
+    import json
+
+    (tmp_path / "cfg").mkdir()
+    (tmp_path / "cfg" / "config.json").write_text(json.dumps({
+        "hidden_size": 256, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 512,
+        "vocab_size": 1000}))
+    (tmp_path / "rl.json").write_text(json.dumps({"kind": "roofline", "gpu": "h100", "model": "cfg"}))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert resolve_cost_model(str(tmp_path / "rl.json")).target.num_layers == 2
+    (tmp_path / "nokind.json").write_text(json.dumps({"gpu": "h100", "model": "llama3.1-8b"}))
+    with pytest.raises(SpecscopeError, match=r"nokind\.json: field 'kind': missing: a file with 'gpu' and 'model' is a roofline"):
+        resolve_cost_model(str(tmp_path / "nokind.json"))

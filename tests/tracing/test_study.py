@@ -187,3 +187,17 @@ def test_a_second_study_into_a_running_ones_folder_is_refused_before_it_touches_
         with pytest.raises(SpecscopeError, match="another study is running into this folder"):
             run_study(second, lambda line: None)
     assert (out / "study.json").read_text() == '{"schema": "specscope.study/1", "k": 3}\n'
+
+
+def test_a_folder_whose_study_json_is_no_studys_is_not_taken_over(tmp_path):
+    """Probe: any JSON object named study.json (even {}) made a folder a study's to write into."""
+    from specscope.errors import SpecscopeError
+    from specscope.study.config import StudyConfig
+    from specscope.study.pipeline import run_study
+
+    out = tmp_path / "theirs"
+    out.mkdir()
+    (out / "study.json").write_text("{}\n")
+    with pytest.raises(SpecscopeError, match="holds no study's settings"):
+        run_study(StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={}), lambda line: None)
+    assert sorted(p.name for p in out.iterdir()) == ["study.json"]

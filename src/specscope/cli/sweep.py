@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         rows = outcome.rows
         print(
             f"specscope sweep: {outcome.total} cells, {outcome.skipped} already done, {outcome.ran} run, "
-            f"{outcome.failed} failed; results in {config.output}",
+            f"{outcome.failed} failed{'' if not outcome.failed or args.retry_failed else ' (kept as failed: rerun with --retry-failed to measure them again)'}"
+            f"; results in {config.output}",
             file=sys.stderr,
         )
     if args.format == "json":

@@ -43,6 +43,8 @@ def _from_file(path: Path) -> CostModel:
     else:
         obj = read_json_object(path, "a cost model (a JSON object)")
     spec = Fields(obj, path)
+    if "kind" not in obj and {"gpu", "model"} & obj.keys():
+        raise spec.error("kind", "missing: a file with 'gpu' and 'model' is a roofline: add kind = \"roofline\"")
     kind = spec.obj.get("kind", "linear")
     if kind == "linear":
         return linear_from_json(obj, str(path))

@@ -28,6 +28,7 @@ LM head); each caches one layer's K and V.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
 from typing import Callable, TypeVar
 
 import numpy as np
@@ -203,14 +204,24 @@ def roofline_from_json(spec: Fields, default_name: str) -> RooflineCostModel:
         shares = {name: efficiency.number(name, low=MIN_EFFICIENCY, high=1.0) for name in efficiency.obj}
     model = RooflineCostModel(
         name=spec.text("name", optional=True) or default_name, hw=_located(spec, "gpu", hardware),
-        target=_located(spec, "model", ModelShape.resolve), eff=Efficiency(**shares),
+        target=_located(spec, "model", _beside_file(spec)), eff=Efficiency(**shares),
         overhead_s=spec.number("overhead_s", default=RooflineCostModel.overhead_s, low=0.0, high=MAX_COEFFICIENT_S))
     if spec.obj.get("draft_model") is not None:
-        model = model.with_draft_model(_located(spec, "draft_model", ModelShape.resolve))
+        model = model.with_draft_model(_located(spec, "draft_model", _beside_file(spec)))
     if spec.has("drafting") and spec.obj["drafting"] != model.describe()["drafting"]:
         raise spec.error("drafting", "differs from what the model shapes give (a roofline derives its "
                                      "drafting; change model or draft_model instead)")
     return model
+
+
+def _beside_file(spec: Fields) -> Callable[[str], ModelShape]:
+    """:meth:`ModelShape.resolve` where a relative config path not found from here is read beside
+    the cost model's file (a file written by ``costmodel show`` elsewhere keeps working)."""
+    def resolve(text: str) -> ModelShape:
+        beside = Path(str(spec.path)).parent / text
+        return ModelShape.resolve(beside if not Path(text).is_absolute() and not Path(text).exists()
+                                  and beside.exists() else text)
+    return resolve
 
 
 def _located(spec: Fields, name: str, read: Callable[[str], T]) -> T:

@@ -74,6 +74,9 @@ def check_resume(config: StudyConfig) -> None:
     settings = json.loads(json.dumps(config.settings()))  # as read back: lists, not tuples
     if path.is_file():
         old = read_json_object(path, "a study's settings (a JSON object)")
+        if old.get("schema") != settings["schema"]:
+            raise SpecscopeError(f"{path}: holds no study's settings (its schema: {old.get('schema')!r}, expected "
+                                 f"{settings['schema']!r}): not a study folder specscope made; choose another -o")
         changed = [f"{key} {old.get(key)} → {settings.get(key)}" for key in settings
                    if old.get(key) != settings.get(key) and (key in old or key != "workload_sha256")]  # a study of
         # before the workloads' digests were kept: their names only
