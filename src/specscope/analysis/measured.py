@@ -90,7 +90,11 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
     row's ``engine``, where it has one), each cell (workload, method, k or tree, batch size) once."""
     cells, engines, seen = [], {}, {}
     for path in map(Path, paths):
-        rows = read_json(path)
+        try:
+            rows = read_json(path)
+        except SpecscopeError as error:  # JSON Lines (a trace, step records) is not one document
+            raise SpecscopeError(f"{error}: expected a bench result file, one JSON list of rows (`specscope bench "
+                                 "-o x.json`, a sweep's measured.json, a study's measured/*.json)") from None
         if not isinstance(rows, list) or not rows:
             raise SpecscopeError(f"{path}: expected a non-empty JSON list of bench results")
         for i, row in enumerate(rows):
