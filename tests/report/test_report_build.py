@@ -399,3 +399,26 @@ def test_one_proposer_writes_no_head_to_head_and_the_page_is_titled_by_what_it_s
     page = result.index.read_text()
     assert not (tmp_path / "out" / "pairs.csv").exists() and "Head to head" not in page
     assert "<title>specscope report: chat · h100-llama3.1-8b</title>" in page
+
+
+def test_each_dataset_is_combined_with_its_own_pair(tmp_path):
+    """Probe: a dataset traced with n-gram and EAGLE-3 beside one traced with n-gram and EAGLE got
+    no oracle-combined cell (the first pair, n-gram + EAGLE, was the only one), and nothing said so."""
+    import dataclasses
+
+    from report_fixtures import synthetic_records
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+
+    three = [dataclasses.replace(r, proposers={"ngram": r.proposers["ngram"], "eagle3": r.proposers["eagle"]})
+             for r in synthetic_records("code", 8, seed=2)]
+    write_traces(tmp_path / "a.jsonl", synthetic_records("chat", 8, seed=1))
+    write_traces(tmp_path / "b.jsonl", three)
+    data = analyse([str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")],
+                   ReportConfig(sim=SimConfig(mode="paper", batch_sizes=(1,)), trees=()))
+    assert {(a.dataset, a.combined_policy) for a in data.answer} == {("chat", "oracle-combined:ngram+eagle"),
+                                                                     ("code", "oracle-combined:ngram+eagle3")}
+    assert any(n.startswith("overlap: code left out") for n in data.notes)

@@ -166,9 +166,9 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         raise SpecscopeError(f"--batch-sizes: {','.join(map(str, config.sim.batch_sizes))}: every one is above the "
                              f"requests of every dataset here (the largest holds {largest}; mixed mode decodes B "
                              "distinct requests, --mode paper B copies of each)")
-    if data.pair and all(p in simulated for p in data.pair):
-        combined = f"oracle-combined:{data.pair[0]}+{data.pair[1]}"
-        data.rows += simulate(sim_records, [COMBINED], [combined], cost, config.sim, missing=data.notes)
+    for pair, members in _pairs_by_dataset(sim_records, simulated).items():  # each dataset its own pair
+        data.rows += simulate(members, [COMBINED], [f"oracle-combined:{pair[0]}+{pair[1]}"], cost, config.sim,
+                              missing=data.notes)
     data.answer = answer_rows(data.rows)
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
@@ -205,6 +205,11 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     if ov.lookup in simulated and ov.reference in simulated and both.any():  # the datasets that hold the pair
         data.overlap = overlap_speedups([r for r, held in zip(sim_records, both) if held], cost, config.sim, ov,
                                         scores[both], notes=data.notes)
+        without = [d for d, members in by_dataset(sim_records).items()
+                   if not any(ov.lookup in r.proposers and ov.reference in r.proposers for r in members)]
+        if without:
+            data.notes.append(f"overlap: {', '.join(without)} left out: it compares {ov.lookup} with {ov.reference}, "
+                              "which their traces do not both hold")
     advance(PHASES[3])
 
     data.predicted = predicted_split(data.rows)
@@ -233,6 +238,19 @@ def _overlap_pair(overlap: OverlapConfig, simulated: Sequence[str]) -> OverlapCo
         return overlap
     models = [name for name in simulated if name not in LOOKUP_PROPOSERS and name != overlap.lookup]
     return replace(overlap, reference=models[0]) if models else overlap
+
+
+def _pairs_by_dataset(records: Sequence[TraceRecord], simulated: Sequence[str]) -> dict[tuple[str, str], list]:
+    """The records of each dataset under the pair oracle-combined takes for it (:func:`_pair` of
+    the priced proposers every record of it holds): a dataset traced with n-gram and EAGLE-3 gets
+    its own pair, not left out for lacking the first dataset's EAGLE."""
+    grouped: dict[tuple[str, str], list] = {}
+    for members in by_dataset(records).values():
+        held = [n for n in simulated if all(n in r.proposers for r in members)]
+        pair = _pair(held)
+        if pair is not None:
+            grouped.setdefault(pair, []).extend(members)
+    return grouped
 
 
 def _pair(names: Sequence[str]) -> tuple[str, str] | None:
