@@ -3,6 +3,7 @@ finished lost it, and the step records with it)."""
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 
 from specscope.backends import BenchResult
@@ -29,4 +30,6 @@ def test_an_interrupted_bench_writes_the_batch_sizes_it_finished(tmp_path, monke
                  "8", "--repeats", "1", "-o", str(out), "--records", str(records)])
     assert code == 130
     assert out.read_text().count("\n") == 2 and records.read_text().strip()  # header + B = 1
+    (named,) = csv.DictReader(out.read_text().splitlines())  # what ran: two checkpoints' rows were alike
+    assert (named["model"], named["draft"], named["repeats"]) == ("target", "", "1")
     assert "the 1 batch size(s) finished (B=1) are in" in capsys.readouterr().err
