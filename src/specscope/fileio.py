@@ -397,8 +397,11 @@ def first_line(path: str | Path) -> tuple[int, bytes] | None:
     """The first line of ``path`` that is not blank, and its number (None: the file holds none).
     An ``OSError`` (a folder, an unreadable file) passes to the caller, who knows what it means."""
     with open(path, "rb") as lines:
-        return next(((number, line.removeprefix(BOM) if number == 1 else line)
-                     for number, line in enumerate(lines, start=1) if line.removeprefix(BOM).strip()), None)
+        for number, line in enumerate(lines, start=1):
+            line = line.removeprefix(BOM) if number == 1 else line
+            if line.strip():
+                return number, line
+    return None
 
 
 def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Iterator[T]:

@@ -186,19 +186,7 @@ def _drop_half_line(path: Path) -> None:
     next record would be glued to it, and every record behind an unreadable line."""
     with open(path, "rb+") as handle:
         size = end = handle.seek(0, 2)
-        handle.seek(end - 1)
-        if handle.read(1) == b"\n":
-            return
-        handle.seek(max(0, size - (1 << 16)))
-        tail = handle.read().rsplit(b"\n", 1)[-1]
-        try:  # a whole record that lacks only its newline keeps it
-            whole = isinstance(json.loads(tail), dict)
-        except ValueError:
-            whole = False
-        if whole:
-            handle.write(b"\n")
-            return
-        while end > 0:  # back, a chunk at a time, to the last whole line's end
+        while end > 0:  # back, a chunk at a time, to the end of the last whole line
             start = max(0, end - (1 << 16))
             handle.seek(start)
             cut = handle.read(end - start).rfind(b"\n")
@@ -206,5 +194,15 @@ def _drop_half_line(path: Path) -> None:
                 end = start + cut + 1
                 break
             end = start
+        if end == size:  # it ends with a newline
+            return
+        handle.seek(end)
+        try:  # a whole record that lacks only its newline keeps it
+            whole = isinstance(json.loads(handle.read()), dict)
+        except ValueError:
+            whole = False
+        if whole:
+            handle.write(b"\n")
+            return
         handle.truncate(end)
     print(f"note: --step-records: {path}: dropped its half-written last line ({size - end} bytes)", file=sys.stderr)

@@ -228,8 +228,8 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         name=spec.text("name", optional=True) or label,
         overhead_s=spec.number("overhead_s", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
         admit_s=spec.number("admit_s", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
-        drafting={} if drafting is None else {name: drafting_from_json(drafting.child(name)) for name in drafting.obj
-                                              if _known_drafter(drafting, name)},
+        drafting={} if drafting is None else {name: drafting_from_json(drafting.child(name))
+                                              for name in _drafter_names(drafting)},
         pads_verification=spec.boolean("pads_verification", False),
         fitted_cells=tuple(FittedCell.from_json(Fields(cell, label, prefix=f"fitted_cells[{i}]"))
                            for i, cell in enumerate(_list(spec, "fitted_cells"))),
@@ -279,11 +279,12 @@ H100_LLAMA31_8B = LinearCostModel(
 )
 
 
-def _known_drafter(drafting: Fields, name: str) -> bool:
-    """A drafting entry's name is a method's, ``learned`` (a policy's own work) or ``default`` (the
-    proposer of a SpecDecode-Bench file's single ``acc`` field); a misspelt one
-    (``eagel``) would leave its method unpriced, the file's own name then blamed."""
-    if name not in (LEARNED, BENCH_DEFAULT) and name not in METHOD_NAMES:
-        raise drafting.error(drafting.name(name), f"unknown proposer (expected one of {', '.join(METHOD_NAMES)}, "
-                                                  f"{LEARNED} or {BENCH_DEFAULT})")
-    return True
+def _drafter_names(drafting: Fields) -> list[str]:
+    """The drafting entries' names, each a method's, ``learned`` (a policy's own work) or ``default``
+    (the proposer of a SpecDecode-Bench file's single ``acc`` field); a misspelt one (``eagel``)
+    would leave its method unpriced, the file's own name then blamed."""
+    for name in drafting.obj:
+        if name not in (LEARNED, BENCH_DEFAULT) and name not in METHOD_NAMES:
+            raise drafting.error(drafting.name(name), f"unknown proposer (expected one of {', '.join(METHOD_NAMES)}, "
+                                                      f"{LEARNED} or {BENCH_DEFAULT})")
+    return list(drafting.obj)

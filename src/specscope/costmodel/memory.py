@@ -34,9 +34,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specscope.costmodel.presets import ModelShape
+from specscope.costmodel.presets import BF16_BYTES, ModelShape
 
-DTYPE_BYTES = 2  # BF16 / FP16
+DTYPE_BYTES = BF16_BYTES  # the default: BF16 / FP16
 EAGLE3_DRAFT_VOCAB_SIZE = 32000  # draft_vocab_size of the published EAGLE-3 heads
 D2T_BYTES_PER_ENTRY = 8  # d2t is stored as int64
 
@@ -126,9 +126,11 @@ def _head(
     kind: str,
     params: int,
     shared: tuple[str, ...],
-    dtype_bytes: int,
+    dtype_bytes: int | None,
     extra_bytes: int = 0,
 ) -> Footprint:
+    """A head's footprint at ``dtype_bytes`` (None: 16 bits, as heads are published)."""
+    dtype_bytes = dtype_bytes or DTYPE_BYTES
     return Footprint(
         name=f"{kind} head for {target.name}",
         kind=kind,
@@ -141,22 +143,22 @@ def _head(
     )
 
 
-def _draft_model(target: ModelShape, draft: ModelShape | None, dtype_bytes: int, draft_vocab_size: int) -> Footprint:
+def _draft_model(target: ModelShape, draft: ModelShape | None, dtype_bytes: int | None, draft_vocab_size: int) -> Footprint:
     if draft is None:
         raise ValueError("a draft-model drafter needs the draft's shape")
     return target_footprint(draft, dtype_bytes)
 
 
-def _eagle(target: ModelShape, draft: ModelShape | None, dtype_bytes: int, draft_vocab_size: int) -> Footprint:
+def _eagle(target: ModelShape, draft: ModelShape | None, dtype_bytes: int | None, draft_vocab_size: int) -> Footprint:
     return _head(target, "eagle", eagle_params(target), ("embedding", "lm_head"), dtype_bytes)
 
 
-def _eagle3(target: ModelShape, draft: ModelShape | None, dtype_bytes: int, draft_vocab_size: int) -> Footprint:
+def _eagle3(target: ModelShape, draft: ModelShape | None, dtype_bytes: int | None, draft_vocab_size: int) -> Footprint:
     return _head(target, "eagle3", eagle3_params(target, draft_vocab_size), ("embedding",), dtype_bytes,
                  extra_bytes=D2T_BYTES_PER_ENTRY * draft_vocab_size)
 
 
-def _mtp(target: ModelShape, draft: ModelShape | None, dtype_bytes: int, draft_vocab_size: int) -> Footprint:
+def _mtp(target: ModelShape, draft: ModelShape | None, dtype_bytes: int | None, draft_vocab_size: int) -> Footprint:
     return _head(target, "mtp", mtp_params(target), ("embedding", "lm_head"), dtype_bytes)
 
 
@@ -185,10 +187,11 @@ def drafter_footprint(
     kind: str,
     target: ModelShape,
     draft: ModelShape | None,
-    dtype_bytes: int,
+    dtype_bytes: int | None,
     draft_vocab_size: int,
 ) -> Footprint:
-    """The drafter of memory model ``kind`` (one of :data:`DRAFTERS`) for ``target``.
+    """The drafter of memory model ``kind`` (one of :data:`DRAFTERS`) for ``target`` (``dtype_bytes``
+    None: a draft checkpoint's weights as it stores them, a head's in 16 bits).
 
     ``draft`` is the separate checkpoint's shape (``kind == "draft"`` only); the heads are
     derived from the target's shape.
@@ -237,9 +240,5 @@ def memory_report(
 ) -> MemoryReport:
     """Footprints of ``target`` and of its drafter of ``kind`` (None: no drafter); ``dtype_bytes``
     None: each checkpoint's weights as it stores them, heads and caches in 16 bits."""
-    drafter = None
-    if kind == "draft" and dtype_bytes is None:
-        drafter = target_footprint(draft, None) if draft is not None else None
-    if kind is not None and drafter is None:
-        drafter = drafter_footprint(kind, target, draft, dtype_bytes or DTYPE_BYTES, draft_vocab_size)
+    drafter = None if kind is None else drafter_footprint(kind, target, draft, dtype_bytes, draft_vocab_size)
     return MemoryReport(target_footprint(target, dtype_bytes), drafter, dtype_bytes)

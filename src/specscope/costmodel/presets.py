@@ -25,6 +25,7 @@ UNPRICED = {  # config.json fields of layers a ModelShape cannot price → what 
     "ssm_state_size": "state-space (Mamba) layers",  # Mamba, Jamba, Nemotron-H
     "mamba_d_state": "state-space (Mamba) layers",  # Falcon-H1
 }
+BF16_BYTES = 2  # bytes of a 16-bit value (BF16/FP16): a weight's by default, a cached value's
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")  # model types whose config omits tie_word_embeddings
 # when they tie (transformers' default for them is true; for Llama, Qwen, Mistral, Phi it is false)
 
@@ -80,7 +81,7 @@ class ModelShape:
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
-    weight_dtype_bytes: int = 2  # bytes per weight as the checkpoint stores them: 2 (BF16/FP16), 1 (FP8)
+    weight_dtype_bytes: int = BF16_BYTES  # bytes per weight as the checkpoint stores them: 2 (BF16/FP16), 1 (FP8)
 
     def layer_params(self) -> int:
         """Parameters of one decoder layer: attention projections (and q/k norms), SwiGLU MLP,
@@ -107,10 +108,10 @@ class ModelShape:
         checkpoint keeps them so)."""
         if bytes_per_param is not None:
             return self.params() * bytes_per_param
-        vocab = self.params() - self.num_layers * self.layer_params() - self.hidden_size  # embedding (+ LM head)
-        return (self.params() - vocab) * self.weight_dtype_bytes + vocab * 2
+        vocab = self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)  # embedding (+ LM head)
+        return (self.params() - vocab) * self.weight_dtype_bytes + vocab * BF16_BYTES
 
-    def kv_bytes_per_token(self, bytes_per_value: int = 2) -> int:
+    def kv_bytes_per_token(self, bytes_per_value: int = BF16_BYTES) -> int:
         """Bytes of K and V cached for one token across all layers."""
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * bytes_per_value
 
@@ -211,4 +212,4 @@ def _weight_bytes(spec: Fields) -> int:
                                                     "weights only, so its weight bytes would be wrong")
         return 1
     dtype = spec.obj.get("torch_dtype", spec.obj.get("dtype"))
-    return 1 if isinstance(dtype, str) and dtype.startswith("float8") else 2
+    return 1 if isinstance(dtype, str) and dtype.startswith("float8") else BF16_BYTES

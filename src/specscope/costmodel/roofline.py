@@ -36,7 +36,7 @@ import numpy as np
 from specscope.costmodel.base import Drafting, StepLoad
 from specscope.costmodel.linear import MAX_COEFFICIENT_S, PAPER_NGRAM, drafting_lookup
 from specscope.costmodel.memory import EAGLE3_DRAFT_VOCAB_SIZE, eagle3_params, eagle_params, kv_bytes_per_layer, mtp_params
-from specscope.costmodel.presets import Hardware, ModelShape, hardware
+from specscope.costmodel.presets import BF16_BYTES, Hardware, ModelShape, hardware
 from specscope.errors import SpecscopeError
 from specscope.trace.fields import Fields
 
@@ -71,21 +71,18 @@ class Streamed:
         """A whole model: its layers and final norm at the checkpoint's bytes per weight (FP8: 1)
         and its LM head (tied or not, read once by the head's matmul) in 16 bits; the input
         embedding is read a row per token; its cache in 16 bits."""
-        lm_head = shape.vocab_size * shape.hidden_size  # 16-bit in an FP8 checkpoint too
-        layers = shape.num_layers * shape.layer_params() + shape.hidden_size
-        return cls(shape.name, layers * shape.weight_dtype_bytes + lm_head * 2, shape.matmul_params(),
-                   shape.kv_bytes_per_token())
+        embedding = 0 if shape.tie_word_embeddings else shape.vocab_size * shape.hidden_size * BF16_BYTES
+        return cls(shape.name, shape.weight_bytes() - embedding, shape.matmul_params(), shape.kv_bytes_per_token())
 
     @classmethod
-    def head(cls, target: ModelShape, kind: str, bytes_per_param: int = 2) -> "Streamed":
+    def head(cls, target: ModelShape, kind: str) -> "Streamed":
         """An EAGLE, EAGLE-3 or MTP head of ``target`` (module docstring): its own weights, and
-        the target's LM head where it shares it."""
+        the target's LM head where it shares it, in 16 bits."""
         shared_lm_head = target.vocab_size * target.hidden_size
         params = {"eagle": eagle_params(target) + shared_lm_head,
                   "eagle3": eagle3_params(target, EAGLE3_DRAFT_VOCAB_SIZE),
                   "mtp": mtp_params(target) + shared_lm_head}[kind]
-        return cls(f"{target.name}-{kind}-head", params * bytes_per_param, params,
-                   kv_bytes_per_layer(target, bytes_per_param))
+        return cls(f"{target.name}-{kind}-head", params * BF16_BYTES, params, kv_bytes_per_layer(target, BF16_BYTES))
 
 
 def roofline_forward(net: Streamed, hw: Hardware, eff: Efficiency, batched: np.ndarray, kv: np.ndarray) -> np.ndarray:
@@ -146,6 +143,7 @@ class RooflineCostModel:
     draft: ModelShape | None = None  # the draft model's shape (proposer ``draft``)
 
     def __post_init__(self) -> None:
+        self._target = Streamed.model(self.target)  # what every forward streams: computed once
         defaults: dict[str, Drafting] = {"ngram": PAPER_NGRAM, **{kind: RooflineDrafting(
             Streamed.head(self.target, kind), self.hw, self.eff) for kind in HEADS}}
         self.drafting = {**defaults, **self.drafting}
@@ -170,7 +168,7 @@ class RooflineCostModel:
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
         """``num_running`` does not matter on a roofline: weights, FLOPs and cache bytes do."""
-        return roofline_forward(Streamed.model(self.target), self.hw, self.eff, batched_tokens, kv_tokens)
+        return roofline_forward(self._target, self.hw, self.eff, batched_tokens, kv_tokens)
 
     def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
         """A forward over the prompts' positions with an empty cache."""

@@ -95,11 +95,8 @@ def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> d
     (of the proposers every record of it holds: the others' cells are left out), where any part
     of it (the ks, the figures', overlap's and time split's fixed policies) would simulate deeper:
     one dataset's depth never limits another's."""
-    groups: dict[str, list[TraceRecord]] = {}
-    for record in records:
-        groups.setdefault(record.dataset or "trace", []).append(record)
     held = {}
-    for dataset, group in groups.items():
+    for dataset, group in by_dataset(records).items():
         names = sorted(set.intersection(*(set(r.proposers) for r in group)))
         depth, name = min(((traced_k_max(group, [n]), n) for n in names), default=(config.deepest, ""))
         held[dataset] = config if depth >= config.deepest else \

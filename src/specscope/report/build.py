@@ -146,7 +146,8 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
         figures.append(FigureEntry(number, spec.title(data), spec.sentence(data), path.read_bytes(), filename))
         advance(spec.slug)
     index = claim(INDEX)
-    atomic_write_text(index, render(_page(data, figures, tables, notes, skipped)))
+    beside = [name for name in data.config.beside if (out / name).is_file()]  # a study's own tables there
+    atomic_write_text(index, render(_page(data, figures, tables + [out / name for name in beside], notes, skipped)))
     writing = {INDEX, *(p.name for p in tables), *(f.filename for f in figures)}
     _clear_previous(out, writing)
     _list(out, {name: file_sha256(out / name) for name in writing})
@@ -180,8 +181,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
         ],
         load_summaries=[r.summary() for r in data.load_reports] + _other_inputs(data), notes=notes,
         skipped=[f"{name} ({why})" for name, why in skipped],
-        csv_files=[p.name for p in tables] + [name for name in config.beside
-                                              if tables and (tables[0].parent / name).is_file()], edges=data.edges,
+        csv_files=[p.name for p in tables], edges=data.edges,
         tree_lines=data.tree_answer,
     )
 

@@ -77,9 +77,9 @@ def check_resume(config: StudyConfig) -> None:
         if old.get("schema") != settings["schema"]:
             raise SpecscopeError(f"{path}: holds no study's settings (its schema: {old.get('schema')!r}, expected "
                                  f"{settings['schema']!r}): not a study folder specscope made; choose another -o")
-        changed = [f"{key} {old.get(key)} → {settings.get(key)}" for key in settings
-                   if old.get(key) != settings.get(key) and (key in old or key != "workload_sha256")]  # a study of
-        # before the workloads' digests were kept: their names only
+        changed = [f"{key} {old[key]} → {settings[key]}" for key in settings
+                   if key in old and old[key] != settings[key]]  # a key it lacks (a study of before that setting was
+        # kept, such as the workloads' digests) is written below, not compared
         produced = [p for p in out.iterdir() if p not in (path, config.workloads_dir, out / LOCK)]  # the copies follow
         # the settings
         if changed and produced:  # settings alone (its first stage refused): nothing to mix

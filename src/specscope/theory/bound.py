@@ -70,10 +70,11 @@ def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int],
     limits = [k_max] * len(acc_lens) if np.isscalar(k_max) else list(k_max)
     offers = [None] * len(acc_lens) if draft_lens is None else list(draft_lens)
     accepted = np.concatenate([np.asarray(a, dtype=np.int64) - 1 for a in acc_lens])
-    caps = np.concatenate([np.minimum(limit, np.arange(len(a) - 1, -1, -1, dtype=np.int64)) if offer is None
-                           else np.minimum(np.minimum(limit, np.arange(len(a) - 1, -1, -1, dtype=np.int64)),
-                                           np.asarray(offer, dtype=np.int64))
-                           for a, limit, offer in zip(acc_lens, limits, offers)])
+    caps = []
+    for a, limit, offer in zip(acc_lens, limits, offers):
+        cap = np.minimum(limit, np.arange(len(a) - 1, -1, -1, dtype=np.int64))  # [G] within k_max and the output
+        caps.append(cap if offer is None else np.minimum(cap, np.asarray(offer, dtype=np.int64)))
+    caps = np.concatenate(caps)
     failures = int(np.count_nonzero(accepted < caps))
     total = int(accepted.sum())
     return total / (total + failures) if total + failures else float("nan")

@@ -230,8 +230,9 @@ def _measured(config: SweepConfig, cell: Cell, row: dict, load: LoadResult, veri
     (``key``: as the run began — the workload's and the model's digests among it) changed
     while it ran: it measured what its key no longer names, and a rerun would skip it."""
     learns = learns_across_requests(engine, cell.method) and learns
-    if cell.key(config) != key:
-        changed = ", ".join(name for name, value in key.items() if cell.key(config).get(name) != value)
+    now = cell.key(config)
+    if now != key:
+        changed = ", ".join(name for name, value in key.items() if now.get(name) != value)
         return _record(config, cell, "failed", f"changed while the cell ran ({changed}): measure it again", None,
                        started)
     record = _record(config, cell, "ok", None, {**row, "verified": verified, "learns_across_requests": learns}, started)
