@@ -115,6 +115,11 @@ def test_resume_with_other_settings_is_refused_unless_overwrite(traced, target_a
     settings_path(copy).unlink()  # traces without their settings: nothing tells what they were traced with
     assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40"]) == 2
     assert "no settings file" in capsys.readouterr().err
+    settings_path(copy).write_text('{"model": "/x", "k_m')  # a damaged settings file: refused, then --overwrite starts over
+    assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40"]) == 2
+    assert "holds no trace settings (damaged?)" in capsys.readouterr().err
+    assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40", "--overwrite"]) == 0
+    assert json.loads(settings_path(copy).read_text())["k_max"] == 6
     mine = tmp_path / "mine.txt"  # a user's file, not traces: kept even with --overwrite
     mine.write_text("precious\n")
     for extra in ([], ["--overwrite"]):

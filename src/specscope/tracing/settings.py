@@ -9,16 +9,18 @@
 - ``trees`` (only when ``--trees`` was given) — the requested tree shapes; ``tree_rank`` is
   recorded to the deepest of them, and ``traces inspect`` replays each.
 
-A fingerprint is a SHA-256 of ``config.json`` and of the names and sizes of the weight files
-(``*.safetensors``, ``*.bin``): a copied model keeps it, a retrained or other one does not.
+A fingerprint is a SHA-256 of ``config.json`` and of the weight files' contents
+(:func:`specscope.engine.config.model_fingerprint`): a copied model keeps it, a retrained or
+other one does not.
 
 A resume whose settings differ is refused, naming the first differing setting, unless the
-caller starts over (``--overwrite``). Models are compared by path as well as fingerprint (names
-and sizes of the weight files cannot tell a retrained checkpoint of the same shape). A trace
-file with records but no settings file (written before settings were kept) is refused the same
-way: nothing tells what it was traced with. A file that holds something else (its first line no
-trace record, and no settings file beside it) is never replaced, not even with ``--overwrite``; nor
-is a file at the settings file's path that holds no trace settings.
+caller starts over (``--overwrite``). Models are compared by path as well as fingerprint. A
+trace file with records but no settings file (written before settings were kept), or with one
+that no longer reads as settings, is refused the same way: nothing tells what it was traced
+with. A file that holds something else (its first line no trace record, and no settings file
+beside it) is never replaced, not even with ``--overwrite``; nor is a file at the settings
+file's path that holds no trace settings, unless ``--overwrite`` starts over a trace file that
+holds trace records (its settings file damaged).
 """
 
 from __future__ import annotations
@@ -59,6 +61,9 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
             raise SpecscopeError(f"{output}: holds traces but no settings file {sidecar.name} (traced by an older "
                                  "specscope?): cannot tell whether resuming would mix runs; start over (`trace "
                                  "--overwrite`, or delete the file) or trace into another file")
+        if not _ours(sidecar):
+            raise SpecscopeError(f"{sidecar}: holds no trace settings (damaged?): cannot tell what {output.name} was "
+                                 "traced with; start over (`trace --overwrite`) or trace into another file")
         old = read_json_object(sidecar, "trace settings (a JSON object)")
         for key in sorted(set(old) | set(settings)):
             if old.get(key) != settings.get(key):
@@ -66,7 +71,7 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
                                      f"{_show(settings.get(key))}; start over (`trace --overwrite`, or delete the file) or "
                                      "trace into another file")
         return
-    if sidecar.exists() and not _ours(sidecar):
+    if sidecar.exists() and not _ours(sidecar) and not (overwrite and has_records and holds_traces(output)):
         raise SpecscopeError(f"{sidecar}: exists and holds no trace settings: specscope replaces only its own; "
                              "trace into another file")
     if dry_run:
