@@ -66,6 +66,14 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     (out / "policy.json").write_text(json.dumps(policy))
     assert main(argv) == 0
     assert "measured with another policy.json: measuring again" in capsys.readouterr().out
+    # a run's step records cut short (the fit and fidelity table would change unsaid): refused, named
+    steps = out / "measured" / "echo__ngram.steps.jsonl"
+    whole = steps.read_text()
+    steps.write_text("".join(whole.splitlines(keepends=True)[:3]))
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "echo__ngram.steps.jsonl: holds 3 step records, its run recorded" in err[0], err
+    steps.write_text(whole)
     # a folder that is not a study's is not written into
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "costmodel.json").write_text("{}")

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from specscope.analysis.measured import MeasuredCell, read_bench_results
-from specscope.fileio import atomic_write_text, write_rows
+from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text, read_json, write_rows
 from specscope.study.config import StudyConfig
 from specscope.study.fidelity import with_simulated
 from specscope.trees import TreeShape
@@ -121,15 +122,37 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
 
 def write_measured(out: Path, result: BenchResult, workload: Path, labels: dict | None = None) -> None:
     """A measured run's step records (``OUT.steps.jsonl``), then its rows (``OUT``, last: a resumed
-    study reruns a run whose rows are missing), each row naming its workload for `report --measured`
-    (and ``labels``: a learned run's policy file hash)."""
+    study reruns a run whose rows are missing), each row naming its workload for `report --measured`,
+    the number of step records written beside it (``step_records``: a resume checks it, see
+    :func:`checked_steps`) and ``labels`` (a learned run's policy file hash)."""
     atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
-    rows = [{**r.flat(), "workload": _stem(workload), **(labels or {})} for r in result.rows]
+    rows = [{**r.flat(), "workload": _stem(workload), "step_records": len(result.records), **(labels or {})}
+            for r in result.rows]
     atomic_write_text(out, json.dumps(rows, indent=1) + "\n")
 
 
+def checked_steps(folder: Path) -> list[Path]:
+    """The step-record files of ``folder``'s measured runs, each checked against the count its
+    run's rows recorded (a file cut short, or one whose rows are gone, would change the fit and
+    the fidelity table unsaid). Runs written before the count was kept are taken as they are."""
+    files = sorted(folder.glob("*.steps.jsonl"))
+    for steps in files:
+        rows_file = steps.with_name(steps.name.removesuffix(".steps.jsonl") + ".json")
+        if not rows_file.is_file():
+            raise SpecscopeError(f"{steps}: step records of a run whose rows ({rows_file.name}) are missing; "
+                                 "delete it to measure that run again")
+        rows = read_json(rows_file)
+        expected = {row.get("step_records") for row in rows if isinstance(row, dict)} if isinstance(rows, list) else {None}
+        with open(steps, "rb") as handle:
+            held = sum(1 for line in handle if line.strip())
+        if expected != {None} and expected != {held}:
+            raise SpecscopeError(f"{steps}: holds {held} step records, its run recorded {'/'.join(map(str, expected))} "
+                                 f"({rows_file.name}); delete both to measure that run again")
+    return files
+
+
 def steps_files(config: StudyConfig) -> list[Path]:
-    return sorted(config.measure_dir.glob("*.steps.jsonl"))
+    return checked_steps(config.measure_dir)
 
 
 def fit_stage(config: StudyConfig, say: Callable[[str], None]):
@@ -202,7 +225,7 @@ def policy_work_stage(config: StudyConfig, cost, say: Callable[[str], None]):
     from specscope.costmodel.fit import with_policy_work
     from specscope.methods import LEARNED
 
-    learned = sorted(config.learned_dir.glob("*.steps.jsonl"))
+    learned = checked_steps(config.learned_dir)
     cost = with_policy_work(cost, read_steps(learned)) if learned else cost
     if LEARNED not in cost.drafting:  # no learned cell measured a decode step
         return cost
