@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from serving_helpers import refused_url, write_workload
 
-from specscope.backends.openai.sweep import read_cells, run_sweep
+from specscope.backends.openai.sweep import failed_record, read_cells, run_sweep
 from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
 from specscope.errors import SpecscopeError
 
@@ -114,6 +114,22 @@ def test_paired_baselines_run_right_before_their_sd_cell(tmp_path):
     assert len(set(ids)) == len(ids)
     shared_ids = {c.cell_id(shared) for c in plan_cells(shared)}
     assert {c.cell_id(paired) for c in sd} <= shared_ids  # an SD cell's id does not depend on its baseline
+    ran = []
+
+    def runner(config, groups):  # records every cell failed, as a server that never started would
+        for group in groups:
+            for cell in group:
+                ran.append(cell)
+                yield failed_record(config, cell, "not run: a test")
+
+    assert run_sweep(shared, run_groups=runner).ran == 20
+    ran.clear()  # a shared sweep's SD cells are no pair to none cells measured now: measured again with them
+    assert run_sweep(paired, run_groups=runner).ran == 32 and {c.cell_id(paired) for c in ran} == set(ids)
+    pair = {c.cell_id(paired) for c in cells[2:4]}
+    for name in pair:  # an interrupted pair: both of it again, nothing else
+        (paired.output / "cells" / f"{name}.json").unlink()
+    ran.clear()
+    assert run_sweep(paired, run_groups=runner).ran == 2 and {c.cell_id(paired) for c in ran} == pair
     with pytest.raises(SpecscopeError, match="baselines.*'shared', 'paired', 'interleaved'"):
         load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "each"')))
 

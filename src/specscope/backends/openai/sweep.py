@@ -130,6 +130,14 @@ def interleaved(config: SweepConfig, cell: Cell) -> bool:
     return config.baselines in INTERLEAVING and cell.engine.launch is not None
 
 
+def measured_together(config: SweepConfig, cell: Cell) -> bool:
+    """Whether ``cell`` is measured only together with others, and so measured again with them when
+    one of them is missing: an interleaved cell, or half of a back-to-back pair (``paired``, a
+    launched engine: an SD cell recorded by a shared run, or before an interruption, is no pair to
+    a ``none`` cell measured later)."""
+    return interleaved(config, cell) or (config.baselines == "paired" and cell.engine.url is None)
+
+
 def group_servers(config: SweepConfig, group: list[Cell]) -> int:
     """How many servers ``group`` (cells sharing a :func:`_server_key`) runs at once."""
     if not interleaved(config, group[0]):
@@ -147,8 +155,8 @@ def _server_of(cell: Cell) -> tuple:
 
 
 def _unit_key(config: SweepConfig, cell: Cell) -> tuple:
-    """The same for the cells measured together: an interleaved pair's two (engine, SD server,
-    batch size, workload), an ``interleaved-all`` group's (engine, workload)."""
+    """The same for the cells measured together: a pair's two (engine, SD server, batch size,
+    workload), an ``interleaved-all`` group's (engine, workload)."""
     if config.baselines == INTERLEAVED_ALL:
         return (cell.engine.name, cell.workload)
     return (cell.engine.name, cell.baseline_for or cell.server, cell.batch_size, cell.workload)
@@ -431,10 +439,10 @@ def run_sweep(
             if c.cell_id(config) not in recorded
             or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
         ]
-        redo = {_unit_key(config, c) for c in pending if interleaved(config, c)}  # measured together or not at all
+        redo = {_unit_key(config, c) for c in pending if measured_together(config, c)}  # together or not at all
         ids = {c.cell_id(config) for c in pending}
         pending = [c for c in cells
-                   if c.cell_id(config) in ids or (interleaved(config, c) and _unit_key(config, c) in redo)]
+                   if c.cell_id(config) in ids or (measured_together(config, c) and _unit_key(config, c) in redo)]
         groups: dict[tuple, list[Cell]] = {}
         for cell in pending:
             groups.setdefault(_server_key(config, cell), []).append(cell)

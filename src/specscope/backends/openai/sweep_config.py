@@ -36,7 +36,7 @@ A tree for a method that cannot draft it on a launched engine is refused when th
 (:func:`~specscope.backends.openai.launchers.check_tree`).
 A cell's id is a hash of everything that determines its result, so results of a changed
 configuration are never mistaken for results of the old one; a model or draft directory counts
-by its fingerprint too (config.json and its weight files' names and sizes), so another
+by its fingerprint too (config.json and its weight files' contents), so another
 checkpoint in its place measures anew.
 
 **Baselines.** A speedup is an SD cell's throughput over a ``none`` cell's. With ``baselines =
@@ -45,7 +45,9 @@ cell. With ``"paired"`` each SD cell gets its own ``none`` cell, run right befor
 engine, batch size and workload; its ``baseline_for`` names the SD server it pairs with, e.g.
 ``ngram k=3``): on a machine whose speed drifts over minutes (a shared VM measured 6–9 % apart
 on the same cell), a ratio of two runs taken back to back is what is worth trusting, at the
-price of one more server run per SD cell. With ``"interleaved"`` (launched engines) the pair's
+price of one more server run per SD cell; a pair is measured again together when either half is
+missing (an SD cell recorded by a shared sweep, or by a run interrupted between the two, is no
+pair to a ``none`` cell measured later). With ``"interleaved"`` (launched engines) the pair's
 two servers run at once and take turns: the requests are cut into ``segments`` consecutive
 parts (default 10), each run on the ``none`` server and on the SD server, the order reversed
 every other part (:func:`~specscope.backends.openai.measure.measure_interleaved`); each cell's
