@@ -415,3 +415,31 @@ def test_winners_follow_the_reports_rule_not_raw_throughput():
     assert _winner(rows)["method"] == "ngram"
     rows[1]["speedup"], rows[2]["speedup"] = 0.9, 1.0
     assert _winner(rows)["method"] == "none"
+
+
+def test_a_sweeps_outputs_are_checked_before_its_first_cell_and_a_refused_start_leaves_nothing(tmp_path):
+    config = load_sweep_config(write_config(tmp_path, GRID))
+    ran = []
+
+    def runner(config, groups):
+        ran.append(groups)
+        yield from ()
+
+    (config.output / "cells").mkdir(parents=True)  # an empty cells/ beside a user's own table: not replaced
+    (config.output / "results.csv").write_text("my notes, not a table\n")
+    with pytest.raises(SpecscopeError, match="results.csv: exists and holds no table"):
+        run_sweep(config, run_groups=runner)
+    (config.output / "results.csv").unlink()
+    (config.output / "winners.csv").mkdir()  # found after the first cell, once
+    with pytest.raises(SpecscopeError, match="winners.csv: is a directory"):
+        run_sweep(config, run_groups=runner)
+    assert not ran and (config.output / "winners.csv").is_dir()
+
+    def unreachable(config, groups):  # a cluster that cannot be reached: the folder the run made goes
+        raise SpecscopeError("cannot connect")
+        yield
+
+    fresh = load_sweep_config(write_config(tmp_path, GRID.replace('output = "out"', 'output = "new"')))
+    with pytest.raises(SpecscopeError, match="cannot connect"):
+        run_sweep(fresh, run_groups=unreachable)
+    assert not fresh.output.exists()

@@ -35,6 +35,7 @@ import contextlib
 import itertools
 import json
 import logging
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -58,7 +59,7 @@ from specscope.backends.openai.sweep_config import (
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.analysis.measured import MeasuredCell, winner
-from specscope.fileio import atomic_write_text, exclusive, refuse_foreign_folder
+from specscope.fileio import atomic_write_text, check_user_output, exclusive, refuse_foreign_folder
 from specscope.progress import LazyProgress
 
 log = logging.getLogger(__name__)
@@ -424,10 +425,22 @@ def run_sweep(
     record as ``run_groups`` yields it."""
     refuse_foreign_folder(config.output, "cells/", "sweep")  # it writes config.json, results.csv, winners.csv …
     read_cells(config.output)  # a bad record is refused before anything is written
+    for name in SWEEP_FILES:  # checked before any cell is measured, not when the tables are written
+        check_user_output(config.output / name)
+    made = not config.output.exists()
     try:
         (config.output / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecscopeError(f"{config.output}: cannot make the sweep's folder ({error.strerror or error})") from None
+    try:
+        return _run_sweep(config, retry_failed, run_groups)
+    except SpecscopeError:
+        if made and not any((config.output / "cells").glob("*.json")):  # refused before a cell: leave nothing
+            shutil.rmtree(config.output, ignore_errors=True)
+        raise
+
+
+def _run_sweep(config: SweepConfig, retry_failed: bool, run_groups: GroupRunner) -> SweepOutcome:
     with exclusive(config.output / "cells" / ".lock", f"{config.output}: another sweep is running into this folder (its "
                    "cells would be measured twice at once); wait for it to end, or write elsewhere"):
         recorded = read_cells(config.output)  # as the lock found them
