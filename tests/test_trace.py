@@ -57,7 +57,9 @@ def test_length_mismatch_common_prefix_is_counted(tmp_path):
     records, (report,) = load_traces([path])
     assert report.mismatched_records == 2
     assert report.mismatches_by_proposer == {"eagle": 2}
-    assert report.dropped_positions == 2 + 2  # record 1 loses 2 output positions, record 2 two acc_len entries
+    assert report.dropped_positions == 2  # record 1 loses 2 output positions, record 2 two acc_len entries past its end
+    assert report.surplus_entries == 2
+    assert "dropping 2 output positions and 2 acc_len entries beyond the output" in report.summary()
     assert [r.output_len for r in records] == [4, 2, 4]
     assert all(len(t.acc_len) == r.output_len for r in records for t in r.proposers.values())
     assert "2 of 3 records" in report.summary()

@@ -72,7 +72,8 @@ class LoadReport:
     records: int = 0
     positions: int = 0
     mismatched_records: int = 0  # records whose arrays differed in length
-    dropped_positions: int = 0  # positions cut to reach the common prefix
+    dropped_positions: int = 0  # output positions cut to reach the common prefix
+    surplus_entries: int = 0  # acc_len entries beyond the output's end, cut with them
     mismatches_by_proposer: dict[str, int] = field(default_factory=dict)
     empty_outputs: int = 0  # records with an empty output (and empty arrays), skipped
     duplicates: int = 0  # repeats of a request (same id and content), dropped
@@ -106,7 +107,8 @@ class LoadReport:
         return (
             f"{self.path}: {self.mismatched_records} of {self.records} records had acc_len "
             f"arrays of another length than the output ({detail}); cut to the common prefix, "
-            f"dropping {self.dropped_positions} positions"
+            f"dropping {self.dropped_positions} output positions"
+            + (f" and {self.surplus_entries} acc_len entries beyond the output" if self.surplus_entries else "")
         )
 
 
@@ -220,24 +222,26 @@ def bench_extras(obj: dict) -> list[str]:
         if "generated_token_ids" in obj and "schema" not in obj else []
 
 
-def _align(record: TraceRecord, mode: str) -> tuple[TraceRecord, list[str], int]:
+def _align(record: TraceRecord, mode: str) -> tuple[TraceRecord, list[str], tuple[int, int]]:
     """With ``lengths="common"`` the record cut to the common prefix of its output and proposer
     arrays, with ``"own"`` every array whole; and the proposers whose arrays differ in length from
-    the output, and the positions cut (for :func:`_count_alignment`, once the record is kept)."""
+    the output, and what was cut: output positions, and acc_len entries beyond the output's end
+    (for :func:`_count_alignment`, once the record is kept)."""
     mismatched = record.uneven
     if not mismatched or mode == "own":
-        return record, mismatched, 0
-    lengths = [record.output_len, *(len(trace.acc_len) for trace in record.proposers.values())]
-    common, longest = min(lengths), max(lengths)
-    return record.truncated(common), mismatched, longest - common
+        return record, mismatched, (0, 0)
+    longest = max(len(trace.acc_len) for trace in record.proposers.values())
+    common = min(record.output_len, *(len(trace.acc_len) for trace in record.proposers.values()))
+    return record.truncated(common), mismatched, (record.output_len - common, max(0, longest - record.output_len))
 
 
-def _count_alignment(report: LoadReport, mismatched: list[str], dropped: int) -> None:
+def _count_alignment(report: LoadReport, mismatched: list[str], cut: tuple[int, int]) -> None:
     """Count a kept record's length mismatches (:func:`_align`) in ``report``."""
     report.mismatched_records += bool(mismatched)
     for name in mismatched:
         report.mismatches_by_proposer[name] = report.mismatches_by_proposer.get(name, 0) + 1
-    report.dropped_positions += dropped
+    report.dropped_positions += cut[0]
+    report.surplus_entries += cut[1]
 
 
 def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str = "common",
@@ -268,7 +272,7 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
         if record.output_len == 0:
             report.empty_outputs += 1
             continue
-        record, mismatched, dropped = _align(record, lengths)
+        record, mismatched, cut = _align(record, lengths)
         if record.output_len == 0:
             raise SpecscopeError(f"{location}: empty output after aligning acc_len arrays")
         key = (record.dataset, record.id)
@@ -281,7 +285,7 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
             report.duplicates += 1
             continue
         seen[key] = (location, record)
-        _count_alignment(report, mismatched, dropped)  # of the records kept: a repeat dropped counts nowhere
+        _count_alignment(report, mismatched, cut)  # of the records kept: a repeat dropped counts nowhere
         report.rank_disagreements += rank_disagreements(record)
         report.records += 1
         report.positions += record.output_len
