@@ -31,7 +31,11 @@ def test_every_figure_and_table_is_written(synthetic_report):
     with (synthetic_report.index.parent / "answer.csv").open() as handle:
         answer = list(csv.DictReader(handle))
     assert len(answer) == 2 * 3  # datasets × batch sizes
+    few = [f"dataset {name!r}: only {n} requests ({g} output positions): its speedups, α and verdict rest on these "
+           "alone; a few requests more or fewer may move them (the paper's datasets hold about 300)"
+           for name, n, g in (("chat", 24, 3605), ('<img src=x onerror="alert(2)"> $x_1$ & co', 12, 3265))]
     assert synthetic_report.notes == [
+        *few,
         "dataset 'chat': ngram recorded no draft_len, so its fixed and adaptive steps there are taken to have "
         "proposed (and paid its drafting) (no guess applies)",
         "dataset '<img src=x onerror=\"alert(2)\"> $x_1$ & co': ngram recorded no draft_len, so its fixed and "
@@ -141,6 +145,8 @@ def test_a_report_on_shallow_traces_holds_itself_to_their_depth(tmp_path):
     assert data.config.ks == (1, 2) and data.config.deepest == 2
     assert data.config.longer_k == "the traces were recorded to k_max = 2" and data.edges["chat"][0] == 2
     assert {r.policy for r in data.rows} >= {"fixed:1", "fixed:2", "adaptive", "oracle"}
+    positions = sum(r.output_len for r in data.records)  # 12 requests: the note says its numbers stand on them alone
+    assert f"dataset 'chat': only 12 requests ({positions} output positions): its speedups" in " ".join(data.notes)
 
 
 def test_the_answer_explains_the_dagger_only_where_a_row_carries_it():

@@ -46,6 +46,7 @@ from specscope.sim.policies import learned_notes
 from specscope.trees import TreeShape
 
 TAIL_FACTOR = 8  # outputs this many times the median make the mixed-mode drain worth a note
+FEW_REQUESTS = 30  # a dataset of fewer requests gets a note: its numbers rest on few outputs
 PHASES = ("reading traces", "acceptance statistics", "simulating", "prompt/output overlap", "time split and bound")
 
 
@@ -140,6 +141,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         if deeper:
             data.notes.append(f"{'' if len(held) == 1 else f'dataset {dataset!r}: '}{', '.join(deeper)} not "
                               f"simulated: {mine.longer_k}" + "".join(f"; fixed:{k} in their place" for k in sorted(instead)))
+    data.notes.extend(_few_notes(sim_records))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim, option=False))
@@ -265,6 +267,19 @@ def _priceable(cost: CostModel, names: Sequence[str], notes: list[str]) -> list[
         except SpecscopeError as error:
             notes.append(f"not simulated: {error}")
     return kept
+
+
+def _few_notes(records: Sequence[TraceRecord]) -> list[str]:
+    """A note for each dataset of fewer than :data:`FEW_REQUESTS` requests: its speedups, α and
+    verdict stand on that many outputs."""
+    notes = []
+    for dataset, members in by_dataset(records).items():
+        if len(members) < FEW_REQUESTS:
+            positions = sum(r.output_len for r in members)
+            notes.append(f"dataset {dataset!r}: only {len(members)} request{'s' * (len(members) > 1)} ({positions} output "
+                         f"positions): its speedups, α and verdict rest on these alone; a few requests more or "
+                         f"fewer may move them (the paper's datasets hold about 300)")
+    return notes
 
 
 def _tail_notes(records: Sequence[TraceRecord], config: ReportConfig) -> list[str]:
