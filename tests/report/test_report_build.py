@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import csv
 import html
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from report_fixtures import HOSTILE_DATASET, HOSTILE_ID
@@ -49,8 +51,10 @@ def test_every_figure_and_table_is_written(synthetic_report):
         "--from-sweep)"]
 
 
-def test_page_is_self_contained(synthetic_report):
+def test_page_is_self_contained(synthetic_report, synthetic_traces):
     page = synthetic_report.index.read_text(encoding="utf-8")
+    for trace in map(Path, synthetic_traces):  # each input by its absolute path and digest: the page travels
+        assert f"{trace.resolve()} (SHA-256 {hashlib.sha256(trace.read_bytes()).hexdigest()[:12]})" in page
     sources = re.findall(r'<img src="([^"]*)"', page)
     assert len(sources) == 8
     assert all(s.startswith("data:image/png;base64,") for s in sources)
