@@ -117,7 +117,9 @@ FIGURES = [
         "position_profile",
         lambda d: "Acceptance along the output, by output length",
         lambda d: "Check whether acc_len grows along a generation and drops in the last few percent of the "
-                  "output, and whether long outputs behave differently from short ones.",
+                  "output, and whether long outputs behave differently from short ones. A bin that fewer than "
+                  f"{F.PROFILE_MIN_REQUESTS} requests of its group reach is not drawn (position_profile.csv keeps "
+                  "it, with its counts); a tail that few more requests reach still moves with each of them.",
         lambda d: F.profile_figure(d.profile),
     ),
     FigureSpec(

@@ -76,7 +76,10 @@ def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figur
     return fig
 
 
-def profile_figure(rows: Sequence[ProfileRow], min_requests: int = 5) -> plt.Figure:
+PROFILE_MIN_REQUESTS = 5  # a position bin reached by fewer requests of its group is not drawn
+
+
+def profile_figure(rows: Sequence[ProfileRow], min_requests: int = PROFILE_MIN_REQUESTS) -> plt.Figure:
     """Figure 4: mean acc_len along the output per length group; per dataset, two panels per
     proposer (by position, log axis; by fraction of the output). Bins that fewer than
     ``min_requests`` requests reach are not drawn (they stay in the CSV)."""
