@@ -106,7 +106,8 @@ def test_a_tree_that_never_beats_its_chain_is_not_labelled_with_a_crossover():
     rows = [row(p, b, s) for p, values in (("fixed:3", (1.5, 1.3)), ("tree:2x1x1", (1.2, 1.0)))
             for b, s in zip((1, 8), values)]
     never = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, None, 1)
-    labels = [t.get_text() for t in tree_figure(rows, [never]).axes[0].texts]
-    assert labels == ["below its chain throughout"]
+    ax = tree_figure(rows, [never]).axes[0]  # no crossover to mark: the legend says so, no cross, no label
+    assert not ax.texts and len(ax.lines) == 3  # the tree, its chain, the no-SD line
+    assert "tree:2x1x1 (6 nodes; below its chain throughout)" in [t.get_text() for t in ax.get_legend().get_texts()]
     beats = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8)
     assert [t.get_text() for t in tree_figure(rows, [beats]).axes[0].texts] == ["crossover B=8"]

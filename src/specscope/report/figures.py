@@ -80,39 +80,35 @@ PROFILE_MIN_REQUESTS = 5  # a position bin reached by fewer requests of its grou
 
 
 def profile_figure(rows: Sequence[ProfileRow], min_requests: int = PROFILE_MIN_REQUESTS) -> plt.Figure:
-    """Figure 4: mean acc_len along the output per length group; per dataset, two panels per
-    proposer (by position, log axis; by fraction of the output). Bins that fewer than
+    """Figure 4: mean acc_len along the output per length group; two panels per dataset ×
+    proposer (by position, log axis; by fraction of the output), four a row. Bins that fewer than
     ``min_requests`` requests reach are not drawn (they stay in the CSV)."""
-    datasets = _unique(r.dataset for r in rows)
-    proposers = _unique(r.proposer for r in rows)
-    ncols = 2 * len(proposers)
-    fig, axes = plt.subplots(len(datasets), ncols, figsize=(4.2 * ncols, 3.4 * len(datasets)), squeeze=False,
-                             layout="constrained")
-    for i, dataset in enumerate(datasets):
+    panels = _unique((r.dataset, r.proposer) for r in rows)
+    fig, axes = panel_grid(2 * len(panels), 4, 4.2, 3.4)  # two proposers a row: many stay legible
+    for i, (dataset, proposer) in enumerate(panels):
         groups = _unique(r.group for r in rows if r.dataset == dataset)
         colours = {g: CYCLE[j % len(CYCLE)] for j, g in enumerate(groups)}
-        for j, proposer in enumerate(proposers):
-            for a, axis in enumerate(("position", "fraction")):
-                ax = axes[i][2 * j + a]
-                for group in groups:
-                    key = (dataset, proposer, group, axis)
-                    cell = [r for r in rows if (r.dataset, r.proposer, r.group, r.axis) == key]
-                    if not cell:
-                        continue
-                    requests = cell[0].group_requests
-                    cell = [r for r in cell if r.requests >= min(min_requests, requests)]
-                    ax.plot([(r.x_lo + r.x_hi) / 2 for r in cell], [r.mean_acc_len for r in cell],
-                            color=colours[group], linewidth=1.5, label=f"{group} ({requests} req.)")
-                if axis == "position":
-                    ax.set_xscale("log")
-                    plain_log_axis(ax.xaxis)
-                    ax.set_xlabel("output position (tokens, log scale)")
-                else:
-                    ax.set_xlabel("fraction of the output")
-                ax.set_ylabel("mean acc_len")
-                ax.set_title(f"{short(dataset)} · {proposer} · by {axis}")
-                if a == 0 and ax.lines:
-                    ax.legend(title="output length", loc="best")
+        for a, axis in enumerate(("position", "fraction")):
+            ax = axes[2 * i + a]
+            for group in groups:
+                key = (dataset, proposer, group, axis)
+                cell = [r for r in rows if (r.dataset, r.proposer, r.group, r.axis) == key]
+                if not cell:
+                    continue
+                requests = cell[0].group_requests
+                cell = [r for r in cell if r.requests >= min(min_requests, requests)]
+                ax.plot([(r.x_lo + r.x_hi) / 2 for r in cell], [r.mean_acc_len for r in cell],
+                        color=colours[group], linewidth=1.5, label=f"{group} ({requests} req.)")
+            if axis == "position":
+                ax.set_xscale("log")
+                plain_log_axis(ax.xaxis)
+                ax.set_xlabel("output position (tokens, log scale)")
+            else:
+                ax.set_xlabel("fraction of the output")
+            ax.set_ylabel("mean acc_len")
+            ax.set_title(f"{short(dataset)} · {proposer} · by {axis}")
+            if a == 0 and ax.lines:
+                ax.legend(title="output length", loc="best")
     return fig
 
 
@@ -293,30 +289,31 @@ def measured_figure(cells: Sequence) -> plt.Figure:
 def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
     """Tree vs chain: speedup vs batch size, a panel per dataset × proposer, a line per tree
     and one per chain ``fixed:D`` it is compared with (dashed); each tree's crossover (the first
-    batch size where it no longer beats its chain) is marked with a cross, labelled "below its
-    chain throughout" when that is the smallest batch size simulated and it never beat it."""
+    batch size where it no longer beats its chain) is marked with a cross; a tree that never beat
+    it has no crossover to mark, and says "below its chain throughout" in the legend."""
     panels = _unique((t.dataset, t.proposer) for t in trees)
     fig, axes = panel_grid(len(panels), 2, 6.0, 4.2, sharey=True)
     for ax, (dataset, proposer) in zip(axes, panels):
         mine = [t for t in trees if (t.dataset, t.proposer) == (dataset, proposer)]
-        nodes = {f"tree:{t.tree}": t.nodes for t in mine}
+        nodes = {f"tree:{t.tree}": f"{t.nodes} nodes" + ("" if t.crossover is None or t.beats_up_to is not None
+                                                          else "; below its chain throughout") for t in mine}
         policies = _unique([*nodes, *(t.chain for t in mine)])
         colours = colour_for(policies)
         for policy in policies:
             cell = sorted((r for r in rows if (r.dataset, r.acc, r.policy) == (dataset, proposer, policy)),
                           key=lambda r: r.batch_size)
             chained = policy.startswith("fixed:")
-            label = f"chain {policy}" if chained else f"{policy} ({nodes[policy]} nodes)"
+            label = f"chain {policy}" if chained else f"{policy} ({nodes[policy]})"
             ax.plot([r.batch_size for r in cell], [r.speedup for r in cell], color=colours[policy],
                     linestyle="--" if chained else "-", marker=None if chained else "o", markersize=5, label=label)
         for t in mine:
-            if t.crossover is not None:
+            if t.crossover is not None and t.beats_up_to is not None:
                 at = next(r.speedup for r in rows if (r.dataset, r.acc, r.policy, r.batch_size)
                           == (dataset, proposer, f"tree:{t.tree}", t.crossover))
                 ax.plot([t.crossover], [at], marker="X", markersize=12, color=colours[f"tree:{t.tree}"],
                         markeredgecolor="black", linestyle="none")
-                text = f"crossover B={t.crossover}" if t.beats_up_to is not None else "below its chain throughout"
-                ax.annotate(text, (t.crossover, at), xytext=(4, 6), textcoords="offset points", fontsize=8)
+                ax.annotate(f"crossover B={t.crossover}", (t.crossover, at), xytext=(4, 6),
+                            textcoords="offset points", fontsize=8)
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
         batch_axis(ax, sorted({r.batch_size for r in rows if r.dataset == dataset}))
         ax.set_title(f"{short(dataset)} · {proposer}")

@@ -15,7 +15,7 @@ import numpy as np
 from matplotlib.colors import PowerNorm, TwoSlopeNorm
 
 from specscope.analysis.acceptance import by_dataset, k_max_of
-from specscope.report.style import DIVERGING, MISSING, SEQUENTIAL, plt, short
+from specscope.report.style import DIVERGING, MISSING, SEQUENTIAL, panel_grid, plt, short
 from specscope.trace.schema import TraceRecord
 
 MAX_COLUMNS = 700
@@ -60,27 +60,21 @@ def _draw(ax, grid: np.ndarray, cap: int, title: str, **style):
 
 
 def acceptance_heatmap(records: Sequence[TraceRecord], proposers: Sequence[str]) -> plt.Figure:
-    """Figure 2: a panel per dataset (rows) × proposer (columns); colour = acc_len (power-scaled
+    """Figure 2: a panel per dataset × proposer, two a row; colour = acc_len (power-scaled
     so both the common 1–4 range and the long bursts up to k_max + 1 stay visible)."""
     groups = by_dataset(records)
-    fig, axes = plt.subplots(len(groups), len(proposers), figsize=(6.2 * len(proposers), 4.0 * len(groups)),
-                             squeeze=False, layout="constrained")
-    top = max(k_max_of(members, p) for members in groups.values() for p in proposers
-              if any(p in r.proposers for r in members)) + 1
+    panels = [(dataset, proposer) for dataset, members in groups.items() for proposer in proposers
+              if any(proposer in r.proposers for r in members)]
+    fig, axes = panel_grid(len(panels), 2, 6.2, 4.0)  # two a row: many datasets × proposers stay legible
+    top = max(k_max_of(groups[dataset], p) for dataset, p in panels) + 1
     norm = PowerNorm(gamma=0.5, vmin=1, vmax=top)
     image = None
-    for i, (dataset, members) in enumerate(groups.items()):
-        ordered = _sorted(members)
-        cap = position_cap(ordered)
-        for j, proposer in enumerate(proposers):
-            ax = axes[i][j]
-            having = [r for r in ordered if proposer in r.proposers]
-            if not having:
-                ax.set_visible(False)
-                continue
-            grid = acc_matrix([r.acc_len(proposer) for r in having], cap)
-            title = f"{short(dataset)} · {proposer} ({len(having)} requests)"
-            image = _draw(ax, grid, cap, title, cmap=SEQUENTIAL, norm=norm)
+    for ax, (dataset, proposer) in zip(axes, panels):
+        ordered = _sorted(groups[dataset])
+        having = [r for r in ordered if proposer in r.proposers]
+        grid = acc_matrix([r.acc_len(proposer) for r in having], position_cap(ordered))
+        title = f"{short(dataset)} · {proposer} ({len(having)} requests)"
+        image = _draw(ax, grid, position_cap(ordered), title, cmap=SEQUENTIAL, norm=norm)
     if image is not None:
         bar = fig.colorbar(image, ax=axes, label="acc_len (tokens emitted per step)", fraction=0.03)
         bar.set_ticks([t for t in (1, 2, 3, 5, 8, 12, 16, 21) if t <= top])
@@ -91,10 +85,10 @@ def difference_heatmap(records: Sequence[TraceRecord], a: str, b: str, limit: fl
     """Figure 3: acc_len of ``a`` − acc_len of ``b`` over their common positions, a panel per
     dataset; diverging colours centred on 0, clipped at ±``limit``."""
     groups = by_dataset(records)
-    fig, axes = plt.subplots(1, len(groups), figsize=(6.2 * len(groups), 4.2), squeeze=False, layout="constrained")
+    fig, axes = panel_grid(len(groups), 2, 6.2, 4.2)
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit)
     image = None
-    for ax, (dataset, members) in zip(axes[0], groups.items()):
+    for ax, (dataset, members) in zip(axes, groups.items()):
         ordered = [r for r in _sorted(members) if a in r.proposers and b in r.proposers]
         if not ordered:
             ax.set_visible(False)
@@ -108,5 +102,5 @@ def difference_heatmap(records: Sequence[TraceRecord], a: str, b: str, limit: fl
         grid = acc_matrix(diffs, cap)
         image = _draw(ax, grid, cap, f"{short(dataset)} · {a} − {b}", cmap=DIVERGING, norm=norm)
     if image is not None:
-        fig.colorbar(image, ax=list(axes[0]), label=f"acc_len({a}) − acc_len({b})", fraction=0.03, extend="both")
+        fig.colorbar(image, ax=axes, label=f"acc_len({a}) − acc_len({b})", fraction=0.03, extend="both")
     return fig
