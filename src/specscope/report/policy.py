@@ -18,8 +18,9 @@ import numpy as np
 
 from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
-from specscope.methods import LEARNED
-from specscope.report.style import CYCLE, panel_grid, plt
+from specscope.methods import LEARNED, NO_SD
+from specscope.analysis.acceptance import by_dataset
+from specscope.report.style import CYCLE, SEQUENTIAL, plt, proposer_colours, short
 from specscope.sim.evaluate import candidate_policies, judge, no_gap_reason, on_common_positions
 from specscope.sim.grid import COMBINED, SimConfig, check_k_by_dataset, simulate
 from specscope.sim.policies import parse_policy
@@ -28,7 +29,8 @@ from specscope.policy.observation import NONE
 from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord
 
-EXAMPLES = 3  # requests whose per-step choices are drawn
+EXAMPLES = 3  # requests whose per-step choices are drawn (one per dataset, up to MAX_EXAMPLES, where several)
+MAX_EXAMPLES = 4
 GAP_AXIS = 2.0  # the gap figure shows -2 … 2; a bar beyond is cut there, its value written at its end
 
 
@@ -36,10 +38,11 @@ GAP_AXIS = 2.0  # the gap figure shows -2 … 2; a bar beyond is cut there, its 
 class PolicyChoices:
     """One request walked by the policy: each method's acc_len [G] and the steps' (pos, method, k)."""
 
+    dataset: str
     request: str
     acc: dict[str, np.ndarray]
     pos: np.ndarray
-    method: np.ndarray  # names ("none" where nothing was proposed)
+    method: np.ndarray  # names (NO_SD where nothing was proposed)
     k: np.ndarray
 
 
@@ -59,17 +62,26 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
                     SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed,
                               combined=policy.methods if len(policy.methods) == 2 else None))
     table = judge(rows, learned)
-    examples = sorted(records, key=lambda r: r.output_len)[len(records) // 2:][:EXAMPLES]
+    examples = _examples(records)
     traced = max(int(r.acc_len(m).max()) for r in examples for m in policy.methods) - 1
     k_max = min(traced, policy.depth)  # the walk offers and records no deeper than the policy proposes
     choices, smallest = [], min(config.batch_sizes)
     for record in examples:
         plan = causal_plan([record], policy.methods, policy.decide_for, k_max, smallest)
-        names = np.asarray([policy.methods[m] if m != NONE else "none" for m in plan.method.tolist()])
+        names = np.asarray([policy.methods[m] if m != NONE else NO_SD for m in plan.method.tolist()])
         g = common_length(record, policy.methods)
-        choices.append(PolicyChoices(record.id, {m: record.acc_len(m)[:g] for m in policy.methods},
+        choices.append(PolicyChoices(record.dataset or "trace", record.id, {m: record.acc_len(m)[:g] for m in policy.methods},
                                      plan.pos, names, plan.proposed))
     return table, choices
+
+
+def _examples(records: Sequence[TraceRecord]) -> list[TraceRecord]:
+    """The requests whose walks are drawn: each dataset's request of median output length (up to
+    :data:`MAX_EXAMPLES` datasets), or, with one dataset, :data:`EXAMPLES` from its median up."""
+    groups = by_dataset(records)
+    if len(groups) == 1:
+        return sorted(records, key=lambda r: r.output_len)[len(records) // 2:][:EXAMPLES]
+    return [sorted(m, key=lambda r: r.output_len)[len(m) // 2] for m in list(groups.values())[:MAX_EXAMPLES]]
 
 
 def policy_label(path: str, cost: CostModel) -> str:
@@ -119,22 +131,31 @@ def gap_figure(table: Sequence[dict]) -> plt.Figure:
 
 
 def choices_figure(choices: Sequence[PolicyChoices]) -> plt.Figure:
-    """Per request: each method's acc_len along the output as a heat strip, and the policy's
-    steps drawn over it (marker = method, height = k + 1)."""
-    fig, axes = panel_grid(len(choices), 1, 9.0, 2.6)
-    for ax, walk in zip(axes, choices):
+    """Per request two strips over its output positions: each method's acc_len (a heat strip, a
+    row per method), and below it the policy's steps (marker colour = method, height = k + 1)."""
+    fig, axes = plt.subplots(2 * len(choices), 1, figsize=(9.0, 3.4 * len(choices)),
+                             height_ratios=[1, 2] * len(choices), squeeze=False, layout="constrained")
+    top = max(float(np.max(list(walk.acc.values()))) for walk in choices)
+    for i, walk in enumerate(choices):
+        strip, ax = axes[2 * i][0], axes[2 * i + 1][0]
         methods = list(walk.acc)
-        grid = np.stack([walk.acc[m] for m in methods]).astype(float)
-        top = float(max(grid.max(), (walk.k + 1).max(initial=1)))
-        ax.imshow(grid, aspect="auto", origin="lower", cmap="Greys", alpha=0.6, interpolation="nearest",
-                  extent=(0, grid.shape[1], 0, top))
-        for i, name in enumerate([*methods, "none"]):
+        colours = {**proposer_colours(methods), NO_SD: "#999999"}
+        grid = np.stack([walk.acc[m] for m in methods]).astype(float)  # [methods, G]
+        image = strip.imshow(grid, aspect="auto", origin="lower", cmap=SEQUENTIAL, interpolation="nearest",
+                             extent=(0, grid.shape[1], -0.5, len(methods) - 0.5), vmin=1, vmax=top)
+        strip.set_yticks(range(len(methods)), methods)
+        strip.grid(False)
+        strip.set_title(f"{short(walk.dataset)} · request {walk.request}: each method's acc_len (above), the "
+                        "policy's steps (below)")
+        fig.colorbar(image, ax=strip, label="acc_len", fraction=0.03)
+        ax.sharex(strip)
+        for name in [*methods, NO_SD]:
             mine = walk.method == name
-            ax.scatter(walk.pos[mine], walk.k[mine] + 1, s=14, label=name, color=CYCLE[i % len(CYCLE)])
-        ax.set_ylim(0, top + 0.6)  # a step at the top stays whole
-        ax.set_title(f"request {walk.request}: background rows = acc_len of {', '.join(methods)}, bottom to top "
-                     "(dark = long)")
+            if mine.any():
+                ax.scatter(walk.pos[mine], walk.k[mine] + 1, s=14, color=colours[name],
+                           label="no drafting" if name == NO_SD else name)
+        ax.set_ylim(0, float((walk.k + 1).max(initial=1)) + 0.6)  # a step at the top stays whole
         ax.set_xlabel("output position")
         ax.set_ylabel("k + 1 proposed")
-        ax.legend(loc="upper right", fontsize="small")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")  # beside, over no step
     return fig
