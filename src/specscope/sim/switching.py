@@ -4,8 +4,9 @@ A switching plan records, per step, the proposer that ran (``Plan.method``: an i
 ``Plan.methods``, :data:`~specscope.policy.observation.NONE` when the step proposes nothing).
 
 - ``oracle-switch:a+b`` (:func:`oracle_switch_plan`): at every step the proposer with the longer
-  acc_len there proposes exactly acc_len − 1 (ties: a lookup such as n-gram before a model drafter,
-  then the first named; acc_len = 1 for both: none). Its drafting is charged, unlike
+  acc_len there proposes exactly acc_len − 1, also at the last step, where what it emits stops at the
+  output's end, as ``oracle`` and ``oracle-combined`` do (ties: a lookup such as n-gram before a model
+  drafter, then the first named; acc_len = 1 for both: none). Its drafting is charged, unlike
   ``oracle-combined``'s: the realistic ceiling of a causal policy — a ceiling of tokens per step,
   not a bound on speed: it never weighs a step's price, so where a model drafter's step costs
   more than its extra tokens are worth, a policy that weighs prices can beat it.
@@ -76,10 +77,10 @@ def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...])
         acc = np.stack([record.acc_len(methods[i])[:g] for i in preference])  # [M, G], the cheaper first
         best = acc.max(axis=0)
         pos = np.asarray(visit(best.tolist()), dtype=np.int64)
+        proposed = (best[pos - 1] - 1).astype(np.int64)  # exactly acc_len − 1, as every oracle, to the last step
         emitted = np.minimum(best[pos - 1], g - pos).astype(np.int64)  # not past the output, as every walk
-        reach = np.minimum(acc[:, pos - 1], g - pos)  # [M, steps] what each would emit: ties to the cheaper
-        chosen = np.where(emitted > 1, np.asarray(preference)[reach.argmax(axis=0)], NONE)
-        parts.append((pos, emitted - 1, emitted, chosen))
+        chosen = np.where(proposed > 0, np.asarray(preference)[acc[:, pos - 1].argmax(axis=0)], NONE)  # ties: cheaper
+        parts.append((pos, proposed, emitted, chosen))
     return _switch_plan(parts, records, methods)
 
 
