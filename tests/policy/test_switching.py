@@ -109,17 +109,22 @@ def test_grid_rows_name_the_switching_proposers_and_with_cheap_drafting_oracle_s
         assert next(r.speedup for r in switch if r.batch_size == b) > best_fixed
 
 
-def test_the_judgement_replays_the_fixed_ks_the_traces_hold():
+def test_the_judgement_replays_every_fixed_k_each_method_was_traced_to():
     """Traces without a declared k_max (the paper's) are as deep as their longest acc_len; a
-    request that never accepted anything does not make them shallower."""
+    request that never accepted anything does not make them shallower; each method is judged at
+    its own depth (EAGLE's fixed k had been capped at n-gram's, and every k beyond 10 left out)."""
     from dataclasses import replace
 
-    from specscope.sim.evaluate import candidate_policies
+    from specscope.sim.evaluate import judged_rows
 
     flat = replace(record([1] * 9, [1] * 9, rid="flat"), k_max=None)
-    deep = replace(record(NGRAM, [5, 1, 1, 1, 1, 1, 1, 1, 1], rid="deep"), k_max=None)
-    fixed = [p for p in candidate_policies(METHODS, None, [flat, deep]) if p.startswith("fixed:")]
-    assert fixed == ["fixed:1", "fixed:2"]  # n-gram's longest acc_len is 3: k ≤ 2 for both proposers
+    deep = replace(record(NGRAM, [1, 1, 1, 1, 1, 1, 1, 1, 13] + [1] * 3, rid="deep"), k_max=None)
+    rows = judged_rows([flat, deep], METHODS, [], COST, SimConfig(batch_sizes=(1,)))
+    fixed = {(r.acc, r.policy) for r in rows if r.policy.startswith("fixed:")}
+    assert fixed == {("ngram", "fixed:1"), ("ngram", "fixed:2")} | {("eagle", f"fixed:{k}") for k in range(1, 13)}
+    nothing = replace(flat, proposers={m: replace(t, acc_len=np.ones(9, np.int32)) for m, t in flat.proposers.items()})
+    assert {r.policy for r in judged_rows([nothing], METHODS, [], COST, SimConfig(batch_sizes=(1,)))
+            if r.policy.startswith("fixed:")} == {"fixed:1"}  # accepting nothing, every k replays alike
 
 
 def test_the_gap_closed_is_judged_only_where_oracle_switch_beats_the_best_fixed_policy():

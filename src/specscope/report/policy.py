@@ -21,8 +21,8 @@ from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD
 from specscope.analysis.acceptance import by_dataset
 from specscope.report.style import CYCLE, SEQUENTIAL, plt, proposer_colours, short
-from specscope.sim.evaluate import candidate_policies, judge, no_gap_reason, on_common_positions
-from specscope.sim.grid import COMBINED, SimConfig, check_k_by_dataset, simulate
+from specscope.sim.evaluate import judge, judged_rows, no_gap_reason, on_common_positions
+from specscope.sim.grid import SimConfig, check_k_by_dataset
 from specscope.sim.policies import parse_policy
 from specscope.policy.learned import load_policy
 from specscope.policy.observation import NONE
@@ -57,10 +57,8 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     learned = f"learned:{path}"
     check_k_by_dataset(records, policy.methods[0], parse_policy(learned))  # refused deeper than the traces, as in simulate
     records = [record.capped(policy.depth) for record in on_common_positions(records, policy.methods)]
-    rows = simulate(records, [*policy.methods, COMBINED] if len(policy.methods) == 2 else list(policy.methods),
-                    candidate_policies(policy.methods, learned, records), cost,
-                    SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed,
-                              combined=policy.methods if len(policy.methods) == 2 else None))
+    rows = judged_rows(records, policy.methods, [learned], cost,
+                       SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed))
     table = judge(rows, learned)
     examples = _examples(records)
     traced = max(int(r.acc_len(m).max()) for r in examples for m in policy.methods) - 1

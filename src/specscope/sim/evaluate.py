@@ -2,7 +2,8 @@
 
 For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulate`):
 
-- best fixed = the best ``fixed:k`` of any single proposer, k chosen in hindsight;
+- best fixed = the best ``fixed:k`` of any single proposer, k chosen in hindsight among every k
+  its traces reach (:func:`judged_rows`);
 - adaptive = the better proposer under ``adaptive`` (named in ``adaptive_acc``); oracle per proposer;
 - oracle-switch (the causal ceiling, drafting charged; of a policy over one method, that method's
   oracle) and oracle-combined (the paper's);
@@ -27,6 +28,7 @@ its own walk: what its features know of the next step.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
@@ -37,11 +39,10 @@ from specscope.policy.features import features
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.fit import fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
-from specscope.sim.plan import switch_k_max
+from specscope.sim.plan import switch_k_max, traced_k_max
 from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord
 
-FIXED_KS = (1, 2, 3, 4, 5, 6, 8, 10)
 MIN_ROOM = 0.01  # the gap closed is judged where oracle-switch beats the best fixed by this share of it
 
 
@@ -50,15 +51,24 @@ def on_common_positions(records: Sequence[TraceRecord], methods: Sequence[str]) 
     return [record.truncated(common_length(record, methods)) for record in records]
 
 
-def candidate_policies(methods: tuple[str, ...], learned: str | None, records: Sequence[TraceRecord]) -> list[str]:
-    """The policies a judgement simulates on ``records`` (``learned``: a ``learned:FILE`` name):
-    the fixed ks of :data:`FIXED_KS` that the records were traced deep enough to replay."""
+def judged_rows(records: Sequence[TraceRecord], methods: tuple[str, ...], learned: Sequence[str],
+                cost: CostModel, config: SimConfig) -> list[SimRow]:
+    """The rows a judgement reads (``learned``: ``learned:FILE`` names): every ``fixed:k`` of each
+    method, k from 1 to the depth that method was traced to (:func:`~specscope.sim.plan.traced_k_max`:
+    the best fixed k in hindsight is searched among all of them, each method at its own depth,
+    whatever another method's traces reach); ``adaptive`` and ``oracle`` of each; with two methods
+    oracle-switch and oracle-combined; and the learned policies."""
     pair = "+".join(methods)
-    deepest = switch_k_max(records, methods)
-    policies = [f"fixed:{k}" for k in FIXED_KS if k <= deepest] + ["adaptive", "oracle"]
+    shared = ["adaptive", "oracle", *learned]
     if len(methods) == 2:  # one method's oracle, which charges its drafting, is its own oracle-switch
-        policies += [f"oracle-switch:{pair}", f"oracle-combined:{pair}"]
-    return policies + ([learned] if learned else [])
+        shared += [f"oracle-switch:{pair}", f"oracle-combined:{pair}"]
+    combined = replace(config, combined=methods if len(methods) == 2 else None)
+    rows = simulate(records, [*methods, COMBINED] if len(methods) == 2 else list(methods), shared, cost, combined)
+    for method in methods:
+        accepts = any(int(r.acc_len(method).max(initial=1)) > 1 for r in records)
+        ks = range(1, traced_k_max(records, [method]) + 1) if accepts else [1]  # else any k replays alike
+        rows += simulate(records, [method], [f"fixed:{k}" for k in ks], cost, replace(config, combined=None))
+    return rows
 
 
 def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", seen: str | None = None) -> list[dict]:
@@ -147,8 +157,7 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                              f"training traces were traced to, where {held_out!r} was traced to k = {depth[held_out]}: "
                              "the best fixed k and the oracles there may go deeper than it can")
             learned = _write(document, workdir / f"policy-without-{held_out}-{index}.json")
-            policies = candidate_policies(methods, learned, members) + [seen[index]]
-            rows = simulate(members, [*methods, COMBINED], policies, cost, config)
+            rows = judged_rows(members, methods, [learned, seen[index]], cost, config)
             for line in judge(rows, learned, seen=seen[index]):
                 table.append({"cost_model": labels[index] if labels else cost.name, "fitted_on": "+".join(document["training"]["sources"]),
                               **line})
