@@ -112,9 +112,8 @@ def run_fit(args: argparse.Namespace) -> int:
     if to_stdout(output):
         print(summary, file=sys.stderr)
         return 0
-    print(text)
     print(summary)
-    print(f"wrote {output}")
+    print(f"wrote {output} (`specscope costmodel show {output}` prints it)")
     return 0
 
 
@@ -163,8 +162,6 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     atomic_write_text(output, text + "\n")
     note_unseparated(model)
     out = sys.stderr if to_stdout(output) else sys.stdout
-    if not to_stdout(output):
-        print(text)
     check = cross_check(cells)
     print_table("cross-check: the fit's reconstruction beside the server's histograms (- : not exported)",
                 list(check[0]), [[_cell(v) for v in row.values()] for row in check], file=out)
@@ -189,7 +186,7 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
                      if row["fitted"] or row["jackknife_se"] or not row["separated"]],
                     file=out)
     if not to_stdout(output):
-        print(f"wrote {output}")
+        print(f"wrote {output} (`specscope costmodel show {output}` prints it)")
     return 0
 
 
