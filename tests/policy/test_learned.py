@@ -667,3 +667,18 @@ def test_fit_reads_every_array_whole_and_says_what_its_walk_replays(tmp_path, ca
     assert "the walk replays the positions the output and the acc_len arrays of ngram, eagle cover" in err
     fitted = json.loads((tmp_path / "p.json").read_text())["training"]["steps"]
     assert fitted == fit_policy(workload(0, count=8, g=40), ("ngram", "eagle"), COST, [1])["training"]["steps"]
+
+
+def test_the_evaluate_verdict_counts_cells_and_pools_the_gap_closed():
+    """Cells at or above the best fixed k: 1 of 3. The gap closed pooled over the two cells with
+    a gap: (0.1 − 0.05) / (0.5 + 2.0) = 2.0 %, where the cells' own are 20 % and −2.5 % (median
+    8.75 %); the third cell's gap (0.005 over 1.0) is under the guard and counts nowhere."""
+    from specscope.cli.policy import _verdict
+
+    def line(best, learned, switch, gap):
+        return {"best_fixed_speedup": best, "learned": learned, "oracle_switch": switch, "gap_closed": gap}
+
+    lines = [line(2.0, 2.1, 2.5, 0.2), line(1.0, 0.9, 1.005, float("nan")), line(1.5, 1.45, 3.5, -0.025)]
+    assert _verdict("cm", lines) == ("cm: learned at or above the best fixed k in 1 of 3 cells; 2.0 % of the gap to "
+                                     "oracle-switch closed, pooled over the 2 cells that have one (median of the "
+                                     "cells' own: 8.8 %)")
