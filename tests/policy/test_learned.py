@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -682,3 +683,14 @@ def test_the_evaluate_verdict_counts_cells_and_pools_the_gap_closed():
     assert _verdict("cm", lines) == ("cm: learned at or above the best fixed k in 1 of 3 cells; 2.0 % of the gap to "
                                      "oracle-switch closed, pooled over the 2 cells that have one (median of the "
                                      "cells' own: 8.8 %)")
+
+
+def test_a_policy_fitted_on_datasets_of_two_depths_proposes_no_deeper_than_the_shallower():
+    """Its default depth is what every dataset was traced to, so it replays on each of the traces
+    it was fitted on (fitted at the deeper one's depth, `simulate` refused it on the other)."""
+    from specscope.sim.fit import fit_policy
+
+    shallow = [replace(r, k_max=None) for r in (r.capped(2) for r in workload(1, count=6, g=40))]
+    deep = [replace(r, k_max=None) for r in workload(0, count=6, g=40)]
+    document = fit_policy(deep + shallow, ("ngram", "eagle"), COST, (1,))
+    assert np.asarray(document["intercept"]).shape[1] == 2

@@ -55,9 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
-                     help="the longest proposal the policy may make (default: what the traces recorded, at most "
-                          "16); the longest k the cost model was measured at keeps its choices off extrapolated "
-                          "drafting costs")
+                     help="the longest proposal the policy may make (default: the depth every dataset of the "
+                          "traces was traced to, at most 16; the cost model is not consulted: give the longest k a "
+                          "fitted cost model was measured at, to keep its choices off extrapolated drafting costs)")
     fit.add_argument("-o", "--output", required=True, type=check_user_output,
                      help="write the policy (JSON) here (- for standard output)")
     fit.set_defaults(run=run_fit)
@@ -109,7 +109,8 @@ def check_proposers(acc: list[str], count: int | None = None) -> None:
 def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.methods import method as method_named
-    from specscope.sim.fit import fit_policy
+    from specscope.costmodel.linear import LinearCostModel
+    from specscope.sim.fit import J_MAX, fit_policy
 
     check_proposers(args.acc)
     need_scikit_learn()
@@ -119,7 +120,12 @@ def run_fit(args: argparse.Namespace) -> int:
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
     depth, training = len(document["intercept"][0]), document["training"]
     if args.max_k is not None and args.max_k > depth:
-        print(f"note: --max-k {args.max_k}: the traces reach k = {depth}; the policy proposes at most that",
+        print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, what every dataset of the traces "
+              f"was traced to (and at most {J_MAX})", file=sys.stderr)
+    past = cost.beyond_measured(range(1, depth + 1), args.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) \
+        else None
+    if past:
+        print(f"note: {past}; the policy may propose up to k = {depth} (--max-k keeps it within what was measured)",
               file=sys.stderr)
     drafters = [m for m in args.acc if method_named(m).kind != "lookup"]
     if len(drafters) > 2:

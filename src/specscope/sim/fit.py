@@ -179,15 +179,19 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
                batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = (),
                max_k: int | None = None) -> dict:
     """The policy file's JSON object (:mod:`specscope.policy.learned`) fitted on ``records``;
-    it proposes at most ``max_k`` (default: what the traces recorded, at most :data:`J_MAX`) —
-    set it to the longest k the cost model was measured at, so that no choice rests on a
-    drafting cost extrapolated past it."""
+    it proposes at most ``max_k`` (default: the depth every dataset among ``records`` was traced to,
+    so that it replays on each of them, at most :data:`J_MAX`) — set it to the longest k the cost
+    model was measured at, so that no choice rests on a drafting cost extrapolated past it."""
     require_methods(records, methods)
     for m in methods:
         cost.drafting_for(m)
     started = time.perf_counter()
     measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1  # no deeper than any step reached
-    depth = max(1, min([J_MAX, measured, switch_k_max(records, methods), *([max_k] if max_k is not None else [])]))
+    datasets: dict[str, list[TraceRecord]] = {}
+    for record in records:
+        datasets.setdefault(record.dataset or "trace", []).append(record)
+    traced = min(switch_k_max(group, methods) for group in datasets.values())  # replayable on every dataset it saw
+    depth = max(1, min([J_MAX, measured, traced, *([max_k] if max_k is not None else [])]))
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                       "cost_model": cost.describe(), "batch_sizes": list(batch_sizes),
