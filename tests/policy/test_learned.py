@@ -690,7 +690,7 @@ def test_a_policy_fitted_on_datasets_of_two_depths_proposes_no_deeper_than_the_s
     it was fitted on (fitted at the deeper one's depth, `simulate` refused it on the other)."""
     from specscope.sim.fit import fit_policy
 
-    shallow = [replace(r, k_max=None) for r in (r.capped(2) for r in workload(1, count=6, g=40))]
-    deep = [replace(r, k_max=None) for r in workload(0, count=6, g=40)]
+    shallow = [replace(r, k_max=None) for r in (r.capped(1) for r in workload(1, count=6, g=40))]  # depth 1
+    deep = [replace(r, k_max=None) for r in workload(0, count=6, g=40)]  # n-gram's 6, EAGLE's 2
     document = fit_policy(deep + shallow, ("ngram", "eagle"), COST, (1,))
-    assert np.asarray(document["intercept"]).shape[1] == 2
+    assert np.asarray(document["intercept"]).shape[1] == 1
