@@ -111,3 +111,19 @@ def test_a_tree_that_never_beats_its_chain_is_not_labelled_with_a_crossover():
     assert "tree:2x1x1 (6 nodes; below its chain throughout)" in [t.get_text() for t in ax.get_legend().get_texts()]
     beats = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8)
     assert [t.get_text() for t in tree_figure(rows, [beats]).axes[0].texts] == ["crossover B=8"]
+
+
+def test_a_report_sets_the_trees_a_trace_was_taken_with_against_their_chains(tmp_path):
+    """`trace --trees 2x1x1,3x1` keeps them in the settings file; the report took its own default
+    (2x2x1, 3x2x1x1) and never showed the 2x1x1 that was traced."""
+    import json
+
+    from specscope.cli.report import traced_trees
+    from specscope.report.config import ReportConfig
+
+    first, second, bare = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    (tmp_path / "a.jsonl.settings.json").write_text(json.dumps({"trees": ["2x1x1", "3x1"]}))
+    (tmp_path / "b.jsonl.settings.json").write_text(json.dumps({"trees": ["3x1", "2x2"]}))
+    assert traced_trees([str(first), str(second), str(bare)]) == ("2x1x1", "3x1", "2x2")
+    (tmp_path / "b.jsonl.settings.json").write_text('{"trees": ["3x1"')  # damaged: names nothing
+    assert traced_trees([str(second), str(bare)]) == ReportConfig().trees

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import sys
+from pathlib import Path
 
 from specscope import validate
 from specscope.cli._common import check_output_dir, batch_size_list, int_list, str_list
@@ -45,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "measured winner per workload and batch size; repeatable")
     parser.add_argument("--trees", type=validate.arg(parse_tree_list), default=None,
                         help="static trees set against the chain of their depth when the traces carry "
-                             "tree_rank (default " + ",".join(DEFAULTS.trees) + ")")
+                             "tree_rank (default: the trees the traces were taken with, from their settings "
+                             "files; else " + ",".join(DEFAULTS.trees) + ")")
     parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.sim.seed)
     parser.add_argument("--policy", default=None, metavar="FILE", type=policy_file,
                         help="a learned policy (`specscope policy fit`): judged against fixed policies and "
@@ -61,6 +64,18 @@ def policy_file(path: str) -> str:
     return path
 
 
+def traced_trees(traces: list[str]) -> tuple[str, ...]:
+    """The trees the traces were taken with (``trace --trees``, kept in their settings files), in
+    order, each once; :data:`DEFAULTS`' where none names any."""
+    from specscope.tracing.settings import requested_trees
+
+    named: dict[str, None] = {}
+    for trace in traces:
+        with contextlib.suppress(SpecscopeError):  # a settings file that does not read names none
+            named.update(dict.fromkeys(requested_trees(Path(trace))))
+    return tuple(named) or DEFAULTS.trees
+
+
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.measured import read_bench_results
     from specscope.report.build import build_report
@@ -69,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks),
         figure_policies=tuple(args.figure_policies or DEFAULTS.figure_policies),
         steps=tuple(args.steps), measured=tuple(read_bench_results(args.measured)),
-        trees=DEFAULTS.trees if args.trees is None else tuple(t.name for t in args.trees),
+        trees=traced_trees(args.traces) if args.trees is None else tuple(t.name for t in args.trees),
         sim=SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed), policy=args.policy,
     )
     unknown = [p for p in args.figure_policies or () if p not in config.policies]
