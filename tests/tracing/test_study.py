@@ -151,9 +151,10 @@ def test_replays_keep_to_the_batch_sizes_the_workloads_can_fill():
 
     records = [SimpleNamespace(dataset=d) for d in ("code", "math") for _ in range(16)]
     said = []
-    assert _fillable((1, 8, 32, 128), records, said.append) == (1, 8)
-    assert said == ["replay  batch sizes 32,128 left out: a workload holds 16 requests (give more with --requests)"]
-    assert _fillable((1, 8), records, said.append) == (1, 8) and len(said) == 1
+    assert _fillable("chain", (1, 8, 32, 128), records, said.append) == (1, 8)
+    assert said == ["replay  chain replay at batch sizes 1,8,32,128: 32,128 left out, a workload holds 16 requests "
+                    "(give more with --requests)"]
+    assert _fillable("tree", (1, 8), records, said.append) == (1, 8) and len(said) == 1
 
 
 def test_a_replay_of_an_earlier_run_is_not_left_beside_this_runs(tmp_path):

@@ -10,7 +10,7 @@ from specscope.cli._common import batch_size_list, check_output_dir, model_dir_a
 from specscope.methods import METHODS
 from specscope.study.config import BUNDLED_REQUESTS, StudyConfig
 
-DEFAULTS_DOC = "with no --model: the bundled models and workloads"
+DEFAULTS_DOC = "With no --model: the bundled models and workloads"
 DRAFTERS = tuple(m.name for m in METHODS if m.reference and m.needs_checkpoint)  # a --NAME DIR flag each
 
 
@@ -27,13 +27,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for method in DRAFTERS:
         parser.add_argument(f"--{method}", type=Path, help=f"{method} checkpoint directory")
     parser.add_argument("--workload", type=Path, action="append", help="workload JSON Lines (repeatable)")
-    parser.add_argument("--batch-sizes", type=batch_size_list, default=list(defaults.batch_sizes))
+    parser.add_argument("--batch-sizes", type=batch_size_list, default=list(defaults.batch_sizes),
+                        help=f"batch sizes measured and simulated (default {','.join(map(str, defaults.batch_sizes))})")
     count = validate.arg(validate.integer, low=1)
-    parser.add_argument("--k", type=count, default=defaults.k, help="drafts per step in the measured runs")
+    parser.add_argument("--k", type=count, default=defaults.k, help=f"drafts per step in the measured runs (default {defaults.k})")
     parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
-                        default=defaults.k_max, help=f"drafts per position in the traces (at most {validate.K_MAX_LIMIT})")
+                        default=defaults.k_max, help=f"drafts per position in the traces (default {defaults.k_max}, at most {validate.K_MAX_LIMIT})")
     parser.add_argument("--max-tokens", type=validate.arg(validate.integer, low=2), default=defaults.max_tokens,
-                        help="output tokens per request, at least 2 (a one-token output takes no SD step)")
+                        help=f"output tokens per request (default {defaults.max_tokens}; at least 2: a one-token output "
+                             "takes no SD step)")
     parser.add_argument("--requests", type=count, default=None,
                         help=f"use the first N requests of each workload (bundled default: {BUNDLED_REQUESTS})")
     parser.add_argument("--replay", action="append", default=[], metavar="COST_MODEL",
@@ -42,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=count, default=1,
                         help="torch CPU threads (default 1: the bundled models are too small to gain from more, "
                              "and threads contending with other work make timings erratic)")
-    parser.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-study"))
+    parser.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-study"),
+                        help="the study's folder (default specscope-study; rerun into it to resume)")
     parser.set_defaults(run=run, resumes=True)
 
 

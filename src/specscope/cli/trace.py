@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from specscope import validate
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     if args.ray_workers and not args.ray:
         raise SpecscopeError("--ray-workers: needs --ray ADDRESS")
     specs = ProposerSpec.parse_list(args.proposers)
-    tree_depth(specs, args.trees)  # refused before any model is read
+    if tree_depth(specs, args.trees) and any(spec.lookup for spec in specs):  # refused before any model is read
+        print("note: --trees: n-gram proposes no tree; its records get no tree_rank", file=sys.stderr)
     parse_dtype(args.dtype)  # here, not on a Ray worker: one line, before anything is written
     (parse_device if args.ray else resolve_device)(args.device)  # a cluster's workers may have the GPUs
     model = model_dir_arg(args.model)

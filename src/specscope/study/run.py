@@ -274,7 +274,8 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
         atomic_write_text(config.out_dir / REPLAYS, "".join(f"{n}\n" for n in sorted(earlier | set(written))))
 
     records, _ = load_traces(traces, lengths="own")
-    sizes, tree_sizes = _fillable(REPLAY_BATCH_SIZES, records, say), _fillable(TREE_REPLAY_BATCH_SIZES, records, say)
+    sizes = _fillable("chain", REPLAY_BATCH_SIZES, records, say)
+    tree_sizes = _fillable("tree", TREE_REPLAY_BATCH_SIZES, records, say)
     for spec in config.replay_cost_models:
         cost = resolve_cost_model(spec)
         accs = [m for m in config.methods if _can_price(cost, m)]
@@ -308,14 +309,15 @@ def _replay_name(spec: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", spec)
 
 
-def _fillable(sizes: tuple[int, ...], records, say) -> tuple[int, ...]:
-    """The batch sizes of ``sizes`` every workload's requests can fill (mixed mode decodes B
-    distinct requests), the others said once."""
+def _fillable(what: str, sizes: tuple[int, ...], records, say) -> tuple[int, ...]:
+    """The batch sizes of ``sizes`` (the ``what`` replay's) every workload's requests can fill
+    (mixed mode decodes B distinct requests), the others said once."""
     fewest = min(Counter(r.dataset for r in records).values())
     kept = tuple(b for b in sizes if b <= fewest) or sizes[:1]
     if len(kept) < len(sizes):
-        say(f"replay  batch sizes {','.join(str(b) for b in sizes if b not in kept)} left out: a workload holds "
-            f"{fewest} requests (give more with --requests)")
+        say(f"replay  {what} replay at batch sizes {','.join(map(str, sizes))}: "
+            f"{','.join(str(b) for b in sizes if b not in kept)} left out, a workload holds {fewest} requests "
+            "(give more with --requests)")
     return kept
 
 

@@ -213,8 +213,6 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     formed here, in the workload's order, and ``map_batches`` traces them (this process is the
     only writer of ``output``), so a sharded run writes the same bytes as a local one."""
     depth = tree_depth(specs, trees)
-    if depth and any(spec.lookup for spec in specs):
-        log.warning("--trees: n-gram proposes no tree; its records get no tree_rank")
     if requests:  # before anything is written
         check_max_tokens(model_dir, max(len(r.prompt_token_ids) for r in requests), max_tokens)
     output.parent.mkdir(parents=True, exist_ok=True)
