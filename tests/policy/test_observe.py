@@ -96,3 +96,21 @@ def test_prompt_overlap_counts_output_trigrams_found_in_the_prompt():
     output = np.array([1, 2, 3, 9, 2, 3, 4])
     # trigrams ending at 2: (1,2,3) yes; 3: (2,3,9) no; 4: (3,9,2) no; 5: (9,2,3) no; 6: (2,3,4) yes
     assert prompt_overlap(prompt, output).tolist() == [0, 0, 0, 1, 0.5, 1 / 3, 0.25]
+
+
+def test_a_trace_whose_ngram_accepts_where_specscopes_lookup_offers_nothing_is_named():
+    """Without draft_len a learned policy's n-gram offer is specscope's lookup over the tokens;
+    where the trace's n-gram (another rule) accepted drafts the lookup cannot offer, the policy's
+    n-gram was cut to nothing while fixed k replayed it in full (1.07× against its oracle's
+    4.45×), unsaid. Tokens 10, 11, … never repeat: the lookup offers nothing anywhere."""
+    from dataclasses import replace
+
+    from policy_traces import record
+
+    from specscope.sim.observe import offer_notes
+
+    traced = record([3, 1, 2, 1, 1], [1] * 5)
+    bare = replace(traced, proposers={**traced.proposers, "ngram": replace(traced.proposers["ngram"], draft_len=None)})
+    (note,) = offer_notes([bare])
+    assert note.startswith("dataset 'd': at 2 of the 2 positions where the trace's n-gram accepted drafts")
+    assert offer_notes([traced]) == []  # its own draft_len is the offer: nothing recomputed

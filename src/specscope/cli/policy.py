@@ -111,6 +111,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.methods import method as method_named
     from specscope.costmodel.linear import LinearCostModel
     from specscope.sim.fit import J_MAX, fit_policy
+    from specscope.sim.observe import offer_notes
 
     check_proposers(args.acc)
     need_scikit_learn()
@@ -119,6 +120,8 @@ def run_fit(args: argparse.Namespace) -> int:
     document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k)
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
     depth, training = len(document["intercept"][0]), document["training"]
+    for note in offer_notes(records):
+        print(f"note: {note}", file=sys.stderr)
     if args.max_k is not None and args.max_k > depth:
         print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, what every dataset of the traces "
               f"was traced to (and at most {J_MAX})", file=sys.stderr)
@@ -151,6 +154,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.evaluate import leave_one_out
     from specscope.sim.grid import SimConfig, no_match_notes, oversize_notes
+    from specscope.sim.observe import offer_notes
 
     check_proposers(args.acc, count=2)
     need_scikit_learn()
@@ -166,7 +170,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
                              f"holds {max(sizes.values())}, fewer than every batch size given")
     config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="said",
                        combined=tuple(args.acc) if len(args.acc) == 2 else None)
-    notes = [*oversize_notes(records, config), *no_match_notes(records, args.acc, config)]
+    notes = [*oversize_notes(records, config), *no_match_notes(records, args.acc, config), *offer_notes(records)]
     with tempfile.TemporaryDirectory() as folder:
         table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes,
                               labels=[cost_label(name, cost) for name, cost in zip((args.cost_model, *args.view), views)])
@@ -264,9 +268,12 @@ def read_traces_for(policy, args: argparse.Namespace) -> list:
             raise SpecscopeError(f"--traces: record {record.id!r} of dataset {record.dataset!r} has no {missing[0]!r} "
                                  f"trace (the policy chooses between {', '.join(policy.methods)})")
     from specscope.sim.grid import check_k_by_dataset
+    from specscope.sim.observe import offer_notes
     from specscope.sim.policies import parse_policy
 
     check_k_by_dataset(records, policy.methods[0], parse_policy(f"learned:{policy.path}"))  # its walk goes no deeper
+    for note in offer_notes(records):
+        print(f"note: {note}", file=sys.stderr)
     return records
 
 

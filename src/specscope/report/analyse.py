@@ -42,6 +42,7 @@ from specscope.trace.load import LoadReport, said_once
 from specscope.trace.schema import TraceRecord
 from specscope.report.trees import TreeRow, compare_trees, tree_depths
 from specscope.report.whatif import WhatIfRow, whatif_rows
+from specscope.sim.observe import offer_notes
 from specscope.sim.policies import learned_notes
 from specscope.trees import TreeShape
 
@@ -172,6 +173,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
         data.notes.extend(learned_notes([f"learned:{config.policy}"], cost, config.sim.batch_sizes))
+        data.notes.extend(offer_notes(sim_records))
     depths = tree_depths(sim_records, simulated)
     if depths:
         trees = [TreeShape.parse(t) for t in config.trees]

@@ -10,10 +10,13 @@ reads only prompt + output[:i+1]), capped at the policy's deepest k as the engin
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import numpy as np
 
 from specscope.policy.observation import NONE, History, Observation, Outcome, prompt_overlap
 from specscope.trace.schema import TraceRecord
+from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.tracing.ngram import ngram_trace
 
 
@@ -64,3 +67,26 @@ class Observer:
             prob = None if np.isnan(value) else value
         self._history.record(Outcome(method if k > 0 else NONE, k, emitted, offer, matched, prob))
         return emitted
+
+
+def offer_notes(records: Sequence[TraceRecord]) -> list[str]:
+    """A line per dataset whose n-gram records no ``draft_len``, where the trace's n-gram accepted
+    more drafts than specscope's lookup over the same tokens offers: a causal policy's n-gram
+    offer is that lookup (:class:`Observer`), so there its n-gram steps are cut short, while
+    fixed k, adaptive and the oracles replay the trace's acc_len in full (another n-gram rule or
+    other n than specscope's :func:`~specscope.tracing.ngram.ngram_trace`)."""
+    counts: dict[str, list[int]] = {}
+    for record in records:
+        ngram = record.proposers.get("ngram")
+        if ngram is None or ngram.draft_len is not None:
+            continue
+        accepted = ngram.acc_len[: record.output_len] - 1  # [G'] drafts the trace's n-gram had accepted
+        offer = ngram_trace(record.prompt_token_ids, record.output_token_ids, int(accepted.max(initial=0))).draft_len
+        mine = counts.setdefault(record.dataset or "trace", [0, 0])
+        mine[0] += int(np.count_nonzero(accepted > offer[: accepted.size]))
+        mine[1] += int(np.count_nonzero(accepted > 0))
+    return [f"dataset {dataset!r}: at {short} of the {total} positions where the trace's n-gram accepted drafts, "
+            "specscope's lookup over the same tokens offers fewer (n-gram recorded no draft_len, so a learned "
+            "policy's n-gram offer is that lookup): there its n-gram steps are cut short while fixed k, adaptive and "
+            "the oracles replay the trace in full — the trace's n-gram is another rule than specscope's (n "
+            f"{NGRAM_MIN_N}–{NGRAM_MAX_N}, the earliest occurrence)" for dataset, (short, total) in counts.items() if short]
