@@ -694,3 +694,16 @@ def test_a_policy_fitted_on_datasets_of_two_depths_proposes_no_deeper_than_the_s
     deep = [replace(r, k_max=None) for r in workload(0, count=6, g=40)]  # n-gram's 6, EAGLE's 2
     document = fit_policy(deep + shallow, ("ngram", "eagle"), COST, (1,))
     assert np.asarray(document["intercept"]).shape[1] == 1
+
+
+def test_an_engine_running_a_policy_is_told_what_it_was_fitted_for(policy_file):
+    """bench --policy and serve --policy said nothing where simulate notes a policy fitted for
+    other prices and other batch sizes."""
+    from specscope.policy.learned import load_policy, policy_notes
+
+    policy = load_policy(policy_file)
+    bench = policy_notes(policy, [1, 16])
+    assert len(bench) == 2 and "weigh the prices of cost model 'toy'" in bench[0]
+    assert bench[1].endswith("was fitted at batch sizes 1, 8: at B=16 it decides by B=8's rule")
+    served = policy_notes(policy, None)
+    assert served[1].endswith("was fitted at batch sizes 1, 8: an iteration of other rows decides by the nearest one's rule")

@@ -29,7 +29,7 @@ from specscope.cli._common import (
 )
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD, names
-from specscope.policy.learned import load_policy
+from specscope.policy.learned import load_policy, policy_notes
 from specscope.trees import parse_tree
 
 DEFAULTS = {
@@ -160,6 +160,8 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             raise SpecscopeError("--method: not used with --policy (the policy chooses the method and k)")
         policy = load_policy(args.policy)
         policy.drafter(args.draft)  # a missing checkpoint is refused before the model loads
+        for note in policy_notes(policy, args.batch_sizes or DEFAULTS["batch_sizes"]):
+            print(f"note: {note}", file=sys.stderr)
     shared = dict(
         workload=args.workload,
         method=LEARNED if policy is not None else DEFAULTS["method"] if args.method is None else args.method,
@@ -319,7 +321,8 @@ def _print_table(rows: list[BenchRow], out: TextIO) -> None:
         total = sum(row.details[p] for p in SPLIT) or 1.0
         split = "/".join(f"{100 * row.details[p] / total:.0f}" for p in SPLIT)
         tree = "" if row.tree is None else f"{row.tree.name} ({row.tree.nodes} nodes, depth {row.tree.depth})"
-        lines.append([row.method, row.k, tree, row.batch_size, row.throughput, row.baseline_throughput,
+        policy = row.details.get("policy")  # a learned policy chose the method and k at every step, up to k
+        lines.append([policy or row.method, f"≤{row.k}" if policy else row.k, tree, row.batch_size, row.throughput, row.baseline_throughput,
                       row.speedup, row.acceptance_rate, row.mean_acceptance_length, split,
                       row.details["greedy_match"]])
     print_table("throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %", columns, lines, file=out)

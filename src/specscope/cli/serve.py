@@ -12,7 +12,7 @@ from specscope.cli._common import checkpoint_files, refuse_overwriting, refuse_u
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_output_file, first_line, open_appended
 from specscope.methods import NO_SD, names
-from specscope.policy.learned import load_policy
+from specscope.policy.learned import load_policy, policy_notes
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
 from specscope.serve.protocol import DEFAULT_PORT
 from specscope.trees import parse_tree
@@ -112,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
                                           ("--tree", args.tree is not None)) if value]
         if given:
             raise SpecscopeError(f"{given[0]}: not used with --policy (the policy chooses the method and k)")
-        load_policy(args.policy).drafter(args.draft)  # a bad file or a missing checkpoint: before the model loads
+        policy = load_policy(args.policy)
+        policy.drafter(args.draft)  # a bad file or a missing checkpoint: before the model loads
+        for note in policy_notes(policy, None):
+            print(f"note: {note}", file=sys.stderr)
     else:
         refuse_unused_draft(args.draft, args.method)
     if args.k is not None and args.method in (None, NO_SD) and args.policy is None:
@@ -144,8 +147,9 @@ def run(args: argparse.Namespace) -> int:
     server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template, records)
     proposal = "" if engine.method == NO_SD else f", tree {engine.tree.name}" if engine.tree is not None else \
         f", k={engine.k}"  # a server without SD proposes nothing
+    method = load_policy(args.policy).label + f", k ≤ {engine.k}" if args.policy is not None else engine.method + proposal
     print(
-        f"specscope serve: {name} ({engine.method}{proposal}, max batch {engine.max_batch_size}, "
+        f"specscope serve: {name} ({method}, max batch {engine.max_batch_size}, "
         f"max_model_len {engine.max_seq_len}, chat template {'yes' if chat_template else 'no'}) "
         f"on {server.url}",
         file=sys.stderr,

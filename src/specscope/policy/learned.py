@@ -212,3 +212,17 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
                               base_rate, fixed, b, verify, pads, span)
     return choosers
+
+
+def policy_notes(policy: LearnedPolicy, batch_sizes: Sequence[int] | None) -> list[str]:
+    """What an engine running ``policy`` at ``batch_sizes`` should be told: the cost model whose
+    prices its choices weigh (fitted for another engine, it weighs that engine's), and the batch
+    sizes it was not fitted for (:meth:`LearnedPolicy.rule_notes`; None: a server, whose
+    iterations run any number of rows — one line for all)."""
+    fitted = policy.document.get("cost_model", {}).get("name", "an unnamed cost model")
+    sizes = ", ".join(map(str, sorted(policy.choosers)))
+    return [f"{policy.label}: its choices weigh the prices of cost model {fitted!r}, whatever this engine's are (a "
+            "policy fitted with a cost model of this engine, `costmodel fit` of its step records, weighs its own)",
+            *(policy.rule_notes(batch_sizes) if batch_sizes is not None else
+              [f"{policy.label} was fitted at batch sizes {sizes}: an iteration of other rows decides by the nearest "
+               "one's rule"])]
