@@ -120,8 +120,10 @@ def load_policy(path: str | Path) -> LearnedPolicy:
         raise SpecscopeError(f"{path}: not a JSON policy file: {error}") from None
     document = parse_json(text, path)
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        raise SpecscopeError(f"{path}: expected a policy file with \"schema\": {SCHEMA!r} "
-                             "(made by `specscope policy fit`)")
+        found = document.get("schema") if isinstance(document, dict) else None
+        raise SpecscopeError(f"{path}: expected a policy file with \"schema\": {SCHEMA!r} (made by `specscope "
+                             "policy fit`), got " + (f"{found!r}: made by another specscope; fit it again"
+                                                     if isinstance(found, str) else "none"))
     try:
         methods = _methods(document["methods"])
         choosers = choosers_from_json(document, methods)
@@ -129,9 +131,13 @@ def load_policy(path: str | Path) -> LearnedPolicy:
         if not isinstance(fitted, dict) or not isinstance(fitted.get("name"), str):
             raise ValueError(f"cost_model: expected the cost model it was fitted for (an object with a name), "
                              f"got {fitted!r:.40}")
-        if document.get("batch_sizes", sorted(choosers)) != sorted(choosers):
+        if document["batch_sizes"] != sorted(choosers):
             raise ValueError(f"batch_sizes: expected those of its models, {sorted(choosers)}, got "
                              f"{document['batch_sizes']!r:.40}")
+        training = document["training"]
+        if not isinstance(training, dict) or not isinstance(training.get("sources"), list):
+            raise ValueError(f"training: expected what it was fitted on (an object with its sources), got "
+                             f"{training!r:.40}")
     except KeyError as error:
         raise SpecscopeError(f"{path}: malformed policy file: missing field {error.args[0]!r}") from None
     except (TypeError, ValueError) as error:
@@ -153,11 +159,30 @@ def _methods(value: object) -> tuple[str, ...]:
 
 
 def _numbers(document: dict, name: str, where: str = "") -> np.ndarray:
-    """``document[name]``, a (nested) list of numbers, as a float array (ValueError naming it otherwise)."""
+    """``document[name]``, a (nested) list of numbers, as a float array (ValueError naming it
+    otherwise: a number written as text, or true/false, is no number, as in a trace file)."""
+    if name not in document:
+        raise ValueError(f"{where}{name}: missing")
+
+    def plain(value: object) -> bool:
+        if isinstance(value, list):
+            return all(plain(item) for item in value)
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
     try:
+        if not plain(document[name]):
+            raise ValueError
         return np.asarray(document[name], dtype=float)
     except (TypeError, ValueError):
-        raise ValueError(f"{where}{name}: expected a list (of equal-length lists) of numbers") from None
+        raise ValueError(f"{where}{name}: expected a list (of equal-length lists) of numbers, written as "
+                         "numbers") from None
+
+
+def _check(name: str, array: np.ndarray, shape: str, fits: bool, what: str = "") -> None:
+    """ValueError naming ``name`` where ``array`` is not of ``shape`` (``fits`` false)."""
+    if not fits:
+        raise ValueError(f"{name}: expected {shape}{what}, got shape {list(array.shape)}"
+                         + ("" if array.size > 64 else f": {array.tolist()}"))
 
 
 def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:
@@ -175,13 +200,18 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     base_rate = _numbers(document, "base_rate")  # [M, J]
     span = _numbers(document, "span")  # [M, 2] of coef · z, z the standardised features
     scale, mean = _numbers(document, "scale"), _numbers(document, "mean")
-    if coef.shape != (len(methods), width) or intercept.ndim != 2 or intercept.shape[0] != len(methods) \
-            or intercept.shape[1] < 1 or scale.shape != (width,) or mean.shape != (width,) or not np.all(scale > 0) \
-            or base_rate.shape != intercept.shape or not np.all((base_rate > 0) & (base_rate < 1)) \
-            or span.shape != (len(methods), 2) or not np.all(span[:, 0] <= span[:, 1]):
-        raise ValueError(f"expected coef [{len(methods)}][{width}], intercept and base_rate [{len(methods)}][J] "
-                         f"(J >= 1, rates in (0, 1)), span [{len(methods)}][2] (least <= greatest) "
-                         f"and {width} means and positive scales")
+    m = len(methods)
+    _check("coef", coef, f"[{m}][{width}]", coef.shape == (m, width))
+    _check("intercept", intercept, f"[{m}][J], J >= 1", intercept.ndim == 2 and intercept.shape[0] == m
+           and intercept.shape[1] >= 1)
+    _check("base_rate", base_rate, f"[{m}][{intercept.shape[1]}]", base_rate.shape == intercept.shape,
+           ", rates in (0, 1)")
+    _check("base_rate", base_rate, "rates", bool(np.all((base_rate > 0) & (base_rate < 1))), " in (0, 1)")
+    _check("span", span, f"[{m}][2]", span.shape == (m, 2))
+    _check("span", span, "[least, greatest] pairs", bool(np.all(span[:, 0] <= span[:, 1])), ", least <= greatest")
+    _check("mean", mean, f"[{width}]", mean.shape == (width,))
+    _check("scale", scale, f"[{width}]", scale.shape == (width,))
+    _check("scale", scale, "scales", bool(np.all(scale > 0)), " above 0")
     with np.errstate(all="ignore"):  # overflow to ±inf is refused below
         weights = coef / scale
         bias = intercept - (weights @ mean)[:, None]
@@ -197,16 +227,17 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
         raise ValueError("models: expected a non-empty list of objects, one per batch size")
     choosers = {}
-    for model in models:
-        b = model["batch_size"]
+    for i, model in enumerate(models):
+        b = model.get("batch_size")
         if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH_SIZE or b in choosers:
-            raise ValueError(f"models: batch_size {b!r}: expected an integer in 1 … {MAX_BATCH_SIZE}, once")
-        seconds, fixed, verify = (_numbers(model, name, f"models: batch size {b}: ") for name in ("seconds", "fixed", "verify"))
+            raise ValueError(f"models[{i}].batch_size: expected an integer in 1 … {MAX_BATCH_SIZE}, once, got {b!r}")
+        seconds, fixed, verify = (_numbers(model, name, f"models[{i}] (batch size {b}): ")
+                                  for name in ("seconds", "fixed", "verify"))
         shape = (len(methods), intercept.shape[1] + 1)
         if seconds.shape != shape or fixed.shape != shape or verify.shape != shape[1:] \
                 or not np.all((seconds >= 0) & (seconds <= MAX_STEP_S)) or not np.all(seconds[:, 0] > 0) \
                 or not np.all((fixed >= 0) & (fixed <= MAX_STEP_S)) or not np.all((verify >= 0) & (verify <= seconds)):
-            raise ValueError(f"model for batch size {b}: expected seconds and fixed [{shape[0]}][{shape[1]}] "
+            raise ValueError(f"models[{i}] (batch size {b}): expected seconds and fixed [{shape[0]}][{shape[1]}] "
                              f"(0 … {MAX_STEP_S:g} s; a step without drafting > 0) and verify [{shape[1]}] "
                              "(0 <= verify <= seconds)")
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
