@@ -396,7 +396,7 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(schema="other"), "expected a policy file"),
     (lambda d: d.pop("coef"), "malformed policy file"),
-    (lambda d: d["models"][0].update(batch_size=0), "batch_size 0"),
+    (lambda d: d["models"][0].update(batch_size=0), r"models\[0\]\.batch_size: .* got 0"),
     (lambda d: d.update(scale=[0.0] * len(d["scale"])), "positive scales"),
 ])
 def test_a_malformed_file_is_one_line_naming_it(policy_file, tmp_path, edit, message):

@@ -178,11 +178,17 @@ def _numbers(document: dict, name: str, where: str = "") -> np.ndarray:
                          "numbers") from None
 
 
-def _check(name: str, array: np.ndarray, shape: str, fits: bool, what: str = "") -> None:
+def _shape(name: str, array: np.ndarray, shape: str, fits: bool) -> None:
     """ValueError naming ``name`` where ``array`` is not of ``shape`` (``fits`` false)."""
     if not fits:
-        raise ValueError(f"{name}: expected {shape}{what}, got shape {list(array.shape)}"
-                         + ("" if array.size > 64 else f": {array.tolist()}"))
+        raise ValueError(f"{name}: expected {shape}, got shape {list(array.shape)}")
+
+
+def _values(name: str, array: np.ndarray, what: str, hold: bool) -> None:
+    """ValueError naming ``name`` where its values are not ``what`` (``hold`` false)."""
+    if not hold:
+        shown = np.array2string(array.ravel(), threshold=8, precision=4)
+        raise ValueError(f"{name}: expected {what}, got {shown}")
 
 
 def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:
@@ -201,17 +207,16 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     span = _numbers(document, "span")  # [M, 2] of coef · z, z the standardised features
     scale, mean = _numbers(document, "scale"), _numbers(document, "mean")
     m = len(methods)
-    _check("coef", coef, f"[{m}][{width}]", coef.shape == (m, width))
-    _check("intercept", intercept, f"[{m}][J], J >= 1", intercept.ndim == 2 and intercept.shape[0] == m
+    _shape("coef", coef, f"[{m}][{width}]", coef.shape == (m, width))
+    _shape("intercept", intercept, f"[{m}][J], J >= 1", intercept.ndim == 2 and intercept.shape[0] == m
            and intercept.shape[1] >= 1)
-    _check("base_rate", base_rate, f"[{m}][{intercept.shape[1]}]", base_rate.shape == intercept.shape,
-           ", rates in (0, 1)")
-    _check("base_rate", base_rate, "rates", bool(np.all((base_rate > 0) & (base_rate < 1))), " in (0, 1)")
-    _check("span", span, f"[{m}][2]", span.shape == (m, 2))
-    _check("span", span, "[least, greatest] pairs", bool(np.all(span[:, 0] <= span[:, 1])), ", least <= greatest")
-    _check("mean", mean, f"[{width}]", mean.shape == (width,))
-    _check("scale", scale, f"[{width}]", scale.shape == (width,))
-    _check("scale", scale, "scales", bool(np.all(scale > 0)), " above 0")
+    _shape("base_rate", base_rate, f"[{m}][{intercept.shape[1]}]", base_rate.shape == intercept.shape)
+    _values("base_rate", base_rate, "rates in (0, 1)", bool(np.all((base_rate > 0) & (base_rate < 1))))
+    _shape("span", span, f"[{m}][2]", span.shape == (m, 2))
+    _values("span", span, "[least, greatest] pairs, least <= greatest", bool(np.all(span[:, 0] <= span[:, 1])))
+    _shape("mean", mean, f"[{width}]", mean.shape == (width,))
+    _shape("scale", scale, f"[{width}]", scale.shape == (width,))
+    _values("scale", scale, "positive scales", bool(np.all(scale > 0)))
     with np.errstate(all="ignore"):  # overflow to ±inf is refused below
         weights = coef / scale
         bias = intercept - (weights @ mean)[:, None]
