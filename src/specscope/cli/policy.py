@@ -186,6 +186,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
                 "fixed k by less than 1 %; below: oracle-switch is below it)", ["cost model", "held out", "B", "best fixed", *columns],
                 [[line["cost_model"], line["dataset"], str(line["batch_size"]), line["best_fixed"],
                   *[_evaluated(line, c) for c in columns]] for line in table])
+    folds = {line["dataset"]: line["fitted_on"] for line in table}
+    print("each held-out dataset's policy was fitted on the others: "
+          + "; ".join(f"{held} on {fitted}" for held, fitted in folds.items()))
     for view in dict.fromkeys(line["cost_model"] for line in table):
         print(_verdict(view, [line for line in table if line["cost_model"] == view]))
     return 0
@@ -229,6 +232,11 @@ def run_explain(args: argparse.Namespace) -> int:
     policy = load_policy(args.policy)
     document = policy.document
     traces = read_traces_for(policy, args) if args.traces else None
+    training = document["training"]
+    print(f"{policy.label}: fitted for cost model {document['cost_model']['name']!r} at batch sizes "
+          f"{', '.join(map(str, sorted(policy.choosers)))}, on {', '.join(map(str, training['sources'])) or 'unnamed traces'}"
+          + (f" ({training['steps']} steps of {training['requests']} requests)" if {'steps', 'requests'} <= set(training)
+             else "") + f"; it proposes at most k = {policy.depth}")
     names = list(document["features"])
     weights = np.abs(np.asarray(document["coef"], dtype=float))  # [M, F] hazard slopes on standardised features
     order = np.argsort(-weights.sum(axis=0))
@@ -243,8 +251,9 @@ def run_explain(args: argparse.Namespace) -> int:
                 ["method", *[f"j={k}" for k in ks]], [[m, *[f"{rates[i, k - 1]:.2f}" for k in ks]]
                                                      for i, m in enumerate(policy.methods)])
     drafters = [i for i, m in enumerate(policy.methods) if method_named(m).kind != "lookup"]
-    print_table("per batch size: step seconds per row (ms) at the median kv, and the drafting a batch pays "
-                "once when a model drafter drafts (ms); θ starts at the no-SD rate",
+    print_table(f"per batch size, priced by {document['cost_model']['name']!r}: step seconds per row (ms) at the "
+                "median kv, and the drafting a batch pays once when a model drafter drafts (ms); θ starts at the "
+                "no-SD rate",
                 ["B", "none", *[f"{m} k={'/'.join(map(str, ks))}" for m in policy.methods],
                  *[f"{policy.methods[i]} once" for i in drafters]],
                 [[str(m["batch_size"]), f"{1e3 * m['seconds'][0][0]:.2f}",

@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.costmodel.base import CostModel
+from specscope.errors import SpecscopeError
 from specscope.policy.features import features
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.fit import fit_policy, require_methods
@@ -149,8 +150,11 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     for held_out, members in by_dataset.items():
         training = [r for name, group in by_dataset.items() if name != held_out for r in group]
         for index, cost in enumerate(costs):
-            document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out],
-                                  sources=[name for name in by_dataset if name != held_out])
+            sources = [name for name in by_dataset if name != held_out]
+            try:
+                document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out], sources=sources)
+            except SpecscopeError as error:  # which fold could not be fitted
+                raise SpecscopeError(f"held out {held_out!r}, fitting on {'+'.join(sources)}: {error}") from None
             reach = switch_k_max(training, methods)  # how deep its training traces tell (J_MAX caps every fit)
             if notes is not None and index == 0 and reach < depth[held_out]:
                 notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach}, the depth its "

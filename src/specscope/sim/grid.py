@@ -319,8 +319,9 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
     for name in _needed(acc, policy):
         missing = [r.id for r in records if name not in r.proposers]
         if missing:
+            asks = "" if name == acc else f" (policy {policy.name!r} replays it)"
             raise SpecscopeError(
-                f"dataset {dataset!r}: proposer {name!r} missing from {len(missing)} records "
+                f"dataset {dataset!r}: proposer {name!r}{asks} missing from {len(missing)} records "
                 f"(first id {missing[0]!r}); available: {', '.join(sorted(records[0].proposers))}"
             )
     if policy.tree is not None:
