@@ -82,7 +82,7 @@ CASES = [
          files={"t.jsonl": RANKED["t.jsonl"].replace("[[0, 1], ", "[")}),
     Case("combined-names-absent-proposer", ["simulate", "t.jsonl", "--acc", "combined", "--policies",
                                             "oracle-combined:ngram+medusa", "--batch-sizes", "1"],
-         r"proposer 'medusa' missing from 2 records", files=TRACES),
+         r"proposer 'medusa' \(policy 'oracle-combined:ngram\+medusa' replays it\) missing from 2 records", files=TRACES),
     Case("acc-absent-proposer", [*SIM[:3], "draft", *SIM[4:]], r"proposer 'draft' missing", files=TRACES),
     Case("output-is-directory", [*SIM, "-o", "d"], r"d: is a directory", files=TRACES,
          setup=lambda folder: (folder / "d").mkdir()),
