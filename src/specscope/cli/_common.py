@@ -112,7 +112,7 @@ def add_trace_options(parser: argparse.ArgumentParser, lengths: str = "own", cho
         "--lengths", choices=LENGTHS, default=lengths,
         help="when a proposer's acc_len differs in length from the output: keep each array "
              "whole, as the paper's simulator did (own), or cut the record to the common prefix "
-             "(common); either way the mismatches are reported",
+             f"(common); either way the mismatches are reported (default: {lengths})",
     )
 
 

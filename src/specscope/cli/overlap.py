@@ -44,7 +44,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
                         help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     parser.add_argument("--mode", choices=("paper", "mixed"), default=OverlapConfig.mode,
-                        help="simulator mode (default paper: per request, see OverlapConfig)")
+                        help="simulator mode (default paper, unlike simulate and report: a BLEU bin holds a few "
+                             "requests, and paper mode replays each as B copies of itself, so every bin fills every "
+                             "batch size; mixed runs a bin's distinct requests together)")
     add_table_output(parser, "the bin × batch size rows")
     add_table_output(parser, "each request's BLEU-4", "--bleu-output")
     parser.set_defaults(run=run)

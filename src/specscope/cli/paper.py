@@ -169,5 +169,5 @@ def run(args: argparse.Namespace) -> int:
               f"{' or '.join(p + 'DATASET' for p in PAPER_MODEL)})", file=out)
     if args.output:
         write_rows(args.output, cells)
-        print(f"wrote {len(cells)} cells to {args.output}", file=out)
+        print(f"wrote {len(cells)} cell{'s' * (len(cells) != 1)} to {args.output}", file=out)
     return 0

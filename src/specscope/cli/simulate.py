@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: steady-state speedup nan at B={','.join(map(str, never))}: no iteration ran a full "
                   "batch there (requests ended before the batch filled)")
     if args.output:
-        print(f"wrote {len(rows)} cells to {args.output}")
+        print(f"wrote {len(rows)} cell{'s' * (len(rows) != 1)} to {args.output}")
     return 0
 
 
