@@ -31,3 +31,18 @@ def test_interrupt_while_importing(module):
     done = subprocess.run([sys.executable, "-c", INTERRUPT_AT, module], capture_output=True, text=True, timeout=120)
     assert done.returncode == 130, done.stderr[-2000:]
     assert done.stderr.startswith("specscope: interrupted") and done.stderr.count("\n") == 1, done.stderr[-2000:]
+
+
+def test_an_interrupt_says_what_the_verb_keeps(capsys):
+    """A verb that keeps less than all its finished work says what (an interleaved-all sweep
+    measures a workload's cells again whole; zoo train starts the stage it was in over)."""
+    import argparse
+
+    from specscope.cli import _interrupted
+
+    assert _interrupted(argparse.Namespace(resumes=True), []) == 130
+    assert "(finished work is kept; rerun to resume)" in capsys.readouterr().err
+    _interrupted(argparse.Namespace(resumes="finished stages are kept; the interrupted stage starts over"), [15])
+    assert "(finished stages are kept; the interrupted stage starts over; rerun to resume)" in capsys.readouterr().err
+    _interrupted(argparse.Namespace(), [])
+    assert capsys.readouterr().err == "specscope: interrupted\n"

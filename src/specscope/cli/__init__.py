@@ -121,9 +121,11 @@ FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO)  # a di
 
 def _interrupted(args: argparse.Namespace | None, noted: list[int]) -> int:
     """Exit status 128 + the signal (130 for Ctrl-C, 143 for SIGTERM, as a batch scheduler stops
-    a job); a verb that resumes (``resumes=True`` in its defaults) says so."""
+    a job); a verb that resumes (``resumes`` in its defaults: True, or what it keeps, in words)
+    says so."""
     resumes = getattr(args, "resumes", False)
-    print("specscope: interrupted" + (" (finished work is kept; rerun to resume)" if resumes else ""), file=sys.stderr)
+    kept = resumes if isinstance(resumes, str) else "finished work is kept"
+    print("specscope: interrupted" + (f" ({kept}; rerun to resume)" if resumes else ""), file=sys.stderr)
     return 128 + (noted[0] if noted else signal.SIGINT)
 
 

@@ -38,9 +38,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.backends.openai.sweep import read_cells, run_sweep
-    from specscope.backends.openai.sweep_config import load_sweep_config, plan_cells
+    from specscope.backends.openai.sweep_config import INTERLEAVED_ALL, load_sweep_config, plan_cells
 
     config = load_sweep_config(args.config)
+    if config.baselines != "shared":  # what an interrupt keeps, said then (cli._interrupted)
+        args.resumes = ("finished cells are kept; a workload's cells, measured together, are measured again whole"
+                        if config.baselines == INTERLEAVED_ALL else
+                        "finished cells are kept; a pair with a half missing is measured again whole")
     if args.dry_run:
         recorded = read_cells(config.output) if (config.output / "cells").is_dir() else {}
         rows = [

@@ -28,7 +28,7 @@ def register(subparsers) -> None:
                        help="folder for target/, draft/, eagle/, mtp/ (default %(default)s)")
     train.add_argument("--quick", action="store_true", help="tiny shapes and a few steps (a smoke test)")
     train.add_argument("--threads", type=count, help="torch CPU threads (default: the training config's)")
-    train.set_defaults(run=run_train, resumes=True)
+    train.set_defaults(run=run_train, resumes="finished stages are kept; the interrupted stage starts over")
     evaluate = verbs.add_parser("evaluate", help="accuracy, distinct-4 and each proposer's α on the bundled tasks")
     evaluate.add_argument("--zoo", type=Path, help="zoo folder (default: the shipped models)")
     evaluate.add_argument("--n", type=validate.arg(validate.integer, low=1, high=BUNDLED_SIZE), default=25,
