@@ -308,3 +308,24 @@ def test_a_roofline_file_reads_its_model_beside_itself_and_names_a_missing_kind(
     (tmp_path / "nokind.json").write_text(json.dumps({"gpu": "h100", "model": "llama3.1-8b"}))
     with pytest.raises(SpecscopeError, match=r"nokind\.json: field 'kind': missing: a file with 'gpu' and 'model' is a roofline"):
         resolve_cost_model(str(tmp_path / "nokind.json"))
+
+
+def test_a_roofline_says_where_the_kv_cache_outgrows_the_gpu():
+    """H100 (80 GiB) beside Llama-3.1-8B's weights (~15 GiB) holds about 533k tokens of its KV
+    cache (128 KiB a token): paper mode's 128 copies of an 8k-token ShareGPT output need twice that.
+    The notes name the batch sizes past it; a fitted linear model, which knows no memory, says nothing."""
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.sim.grid import SimRow, capacity_notes
+
+    roofline = resolve_cost_model("roofline:h100:llama3.1-8b")
+    room = roofline.kv_capacity_tokens()
+    free = 80 * 2**30 - roofline.target.weight_bytes()
+    assert room == pytest.approx(free / (2 * 32 * 8 * 128 * 2))
+
+    def row(b, peak):
+        return SimRow("chat", "eagle", "fixed:3", b, "paper", 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5, 2.0, 10, peak)
+
+    rows = [row(1, 9e3), row(64, 0.6 * room), row(128, 2.0 * room), row(256, 4.0 * room)]
+    (note,) = capacity_notes(rows, roofline)
+    assert note.startswith("dataset 'chat': at batch sizes 128, 256 the KV cache holds up to")
+    assert capacity_notes(rows, resolve_cost_model("h100-llama3.1-8b")) == []

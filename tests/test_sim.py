@@ -45,6 +45,7 @@ def test_paper_mode_hand_computed_batch_one():
     latency = 2.5 + (1.41 + 0.141 + 0.5) + (1.54 + 0.154 + 0.5)
     assert sd.throughput == pytest.approx(8 / latency)
     assert sd.time_split == pytest.approx({"prefill": 2.0, "drafting": 0.295, "verification": 2.95, "overhead": 1.5})
+    assert sd.peak_kv_tokens == 14 + 4  # the step at pos 4: 14 cached, 4 verified
     # Without SD: 7 steps at pos 1..7, forward = 1.2 + 0.01·pos, plus overheads and prefill.
     base = predict_paper(baseline_plan([8], [10]), COST, None, 1)
     assert base.throughput == pytest.approx(8 / (2.5 + 7 * 1.2 + 0.01 * 28 + 7 * 0.5))
@@ -55,6 +56,7 @@ def test_paper_mode_hand_computed_batch_two():
     sd = predict_paper(oracle_plan(), COST, COST.drafting_for("ngram"), 2)
     latency = (3.0 + 0.5) + (1.82 + 0.182 + 0.5) + (2.08 + 0.208 + 0.5)
     assert sd.throughput == pytest.approx(16 / latency)
+    assert sd.peak_kv_tokens == 2 * (14 + 4)
 
 
 def test_model_drafting_is_charged_on_every_step():
@@ -85,6 +87,7 @@ def test_mixed_mode_two_slots_share_steps():
     mixed = predict_mixed(plan, COST, COST.drafting_for("ngram"), 2)
     together = predict_paper(oracle_plan(), COST, COST.drafting_for("ngram"), 2)
     assert mixed.throughput == pytest.approx(together.throughput)  # 2·G / the same latency
+    assert mixed.peak_kv_tokens == together.peak_kv_tokens == 2 * (14 + 4)
 
 
 acc_strategy = st.lists(st.integers(1, 6), min_size=2, max_size=60)

@@ -65,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
-    from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, length_notes, no_match_notes, sample_notes, simulate
+    from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, capacity_notes, length_notes, no_match_notes,
+                                    sample_notes, simulate)
     from specscope.sim.observe import offer_notes
     from specscope.sim.policies import learned_notes
 
@@ -88,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
     past = cost.beyond_measured(fixed, config.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) else None
     notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies), *([past] if past else []),
-             *learned_notes(args.policies, cost, config.batch_sizes),
+             *learned_notes(args.policies, cost, config.batch_sizes), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]
     if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in args.acc:
         notes.append(OPTIMISTIC)

@@ -160,6 +160,15 @@ class RooflineCostModel:
                                  f"{self.hw.memory_bytes / 2**30:.0f} GiB; this roofline prices a model on one GPU (no "
                                  "tensor parallelism)")
 
+    def kv_capacity_tokens(self) -> float:
+        """How many tokens of the target's KV cache fit beside the weights (the target's, a draft
+        model's) in the GPU's memory; activations, a head's layer and its cache, and an engine's
+        reserve (vLLM keeps 10 % free by default) are left out, so an engine holds fewer."""
+        models = [self.target, *([self.draft] if self.draft is not None else [])]
+        free = self.hw.memory_bytes - sum(shape.weight_bytes() for shape in models)
+        per_token = self.target.kv_bytes_per_token() + (self.draft.kv_bytes_per_token() if self.draft else 0)
+        return free / per_token
+
     def with_draft_model(self, draft: ModelShape) -> "RooflineCostModel":
         """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""
         return replace(self, draft=draft, drafting=dict(self.drafting, draft=RooflineDrafting(Streamed.model(draft), self.hw,

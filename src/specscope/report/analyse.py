@@ -35,7 +35,8 @@ from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import COMBINED, LOOKUP_PROPOSERS, SimRow, length_notes, no_match_notes, sample_notes, simulate
+from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, SimRow, capacity_notes, length_notes, no_match_notes,
+                                sample_notes, simulate)
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport, said_once
@@ -170,6 +171,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         data.rows += simulate(members, [COMBINED], [f"oracle-combined:{pair[0]}+{pair[1]}"], cost, config.sim,
                               missing=data.notes)
     data.answer = answer_rows(data.rows)
+    data.notes.extend(capacity_notes(data.rows, cost))
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
         data.notes.extend(learned_notes([f"learned:{config.policy}"], cost, config.sim.batch_sizes))

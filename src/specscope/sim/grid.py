@@ -17,6 +17,7 @@ import numpy as np
 
 from specscope import validate
 from specscope.costmodel.base import CostModel, Drafting
+from specscope.costmodel.roofline import RooflineCostModel
 from specscope.errors import SpecscopeError
 from specscope.methods import of_kind
 from specscope.progress import LazyProgress
@@ -94,6 +95,7 @@ class SimRow:
     # step accepted beyond max_tokens or EOS — at most k more per request (engine/records.py)
     mean_acceptance_length: float
     requests: int
+    peak_kv_tokens: float = float("nan")  # the most tokens the KV cache held at once, with SD
     time_split: dict[str, float] = field(default_factory=dict)
 
     def flat(self) -> dict:
@@ -102,6 +104,26 @@ class SimRow:
         split = row.pop("time_split")
         row.update({f"time_{phase}_s": seconds for phase, seconds in split.items()})
         return row
+
+
+def capacity_notes(rows: Sequence[SimRow], cost: CostModel) -> list[str]:
+    """A line per dataset whose cells cache more tokens at once than fit beside the weights in
+    the GPU's memory, where ``cost`` is a roofline (the only cost model that knows a GPU's
+    memory): an engine would preempt sequences or run fewer at once, which the simulator does
+    not price — those cells are optimistic."""
+    if not isinstance(cost, RooflineCostModel):
+        return []
+    room = cost.kv_capacity_tokens()
+    notes = []
+    for dataset in dict.fromkeys(row.dataset for row in rows):
+        over = sorted({row.batch_size for row in rows if row.dataset == dataset and row.peak_kv_tokens > room})
+        if over:
+            peak = max(row.peak_kv_tokens for row in rows if row.dataset == dataset)
+            notes.append(f"dataset {dataset!r}: at batch size{'s' * (len(over) > 1)} {', '.join(map(str, over))} the "
+                         f"KV cache holds up to {peak:,.0f} tokens, where {cost.hw.name}'s memory holds {room:,.0f} "
+                         f"beside the weights ({cost.name}): an engine would preempt or run fewer requests at once, "
+                         "which is not priced — those cells are optimistic")
+    return notes
 
 
 def match_prob_for(dataset: str, config: SimConfig, acc: str) -> float | None:
@@ -439,7 +461,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         latency_per_token=sd.latency_per_token,
                         baseline_latency_per_token=base_pred.latency_per_token,
                         acceptance_rate=alpha, mean_acceptance_length=tau,
-                        requests=len(members), time_split=sd.time_split,
+                        requests=len(members), peak_kv_tokens=sd.peak_kv_tokens, time_split=sd.time_split,
                     )
                     rows.append(row)
                     if on_row:

@@ -19,13 +19,16 @@ class Prediction:
     ``latency_per_token`` is the mean over requests of (finish − admission) / G;
     ``time_split`` holds seconds per phase (:data:`PHASES`), summed over the run;
     ``steady_throughput`` counts only the iterations in which the batch is full (mixed mode:
-    the run without its ramp-up and drain; equal to ``throughput`` in paper mode).
+    the run without its ramp-up and drain; equal to ``throughput`` in paper mode);
+    ``peak_kv_tokens`` the most tokens in the KV cache in any step.
     """
 
     throughput: float
     latency_per_token: float
     time_split: dict[str, float]
     steady_throughput: float
+    peak_kv_tokens: float = float("nan")  # the most tokens cached at once: every running sequence's
+    # prompt and output so far, and the tokens a step verifies
 
 
 @dataclass
