@@ -176,3 +176,18 @@ def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "specscope: error: cannot write (No space left on device)" in result.stderr
+
+
+def test_progress_writes_a_plain_line_to_a_log_once_a_minute(monkeypatch, capsys):
+    """Where stderr is no terminal (nohup, CI) the bar is never drawn: a 100-request trace said
+    nothing for minutes. Now a plain line, once work has run LOG_EVERY seconds, and every
+    LOG_EVERY seconds after."""
+    from specscope import progress
+
+    clock = iter([0.0, 10.0, 61.0, 90.0, 125.0])
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    with progress.LazyProgress("tracing requests", 4) as bar:  # stderr is captured: no terminal
+        for _ in range(4):
+            bar.advance()
+    assert capsys.readouterr().err.splitlines() == ["tracing requests: 2 of 4 done, 61 s",
+                                                    "tracing requests: 4 of 4 done, 125 s"]
