@@ -266,7 +266,8 @@ def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):
     assert {("chat", "eagle"), ("code", "eagle3"), ("chat", "ngram"), ("code", "ngram")} <= cells
     assert not {("chat", "eagle3"), ("code", "eagle")} & cells
     assert any("dataset 'code': its traces do not all hold proposer 'eagle'" in note for note in data.notes)
-    assert data.config.overlap.reference == "eagle" and {r.dataset for r in data.overlap} == {"chat"}
+    assert data.config.overlap.reference == "eagle"
+    assert {(r.dataset, r.reference) for r in data.overlap} == {("chat", "eagle"), ("code", "eagle3")}
     data = analyse([tmp_path / "b.jsonl"], config)
     assert data.config.overlap.reference == "eagle3" and data.overlap  # drawn: n-gram against EAGLE-3
     data = analyse([tmp_path / "b.jsonl"], replace(config, ks=(1, 2, 7, 9)))  # traced to k_max = 5
@@ -431,4 +432,6 @@ def test_each_dataset_is_combined_with_its_own_pair(tmp_path):
                    ReportConfig(sim=SimConfig(mode="paper", batch_sizes=(1,)), trees=()))
     assert {(a.dataset, a.combined_policy) for a in data.answer} == {("chat", "oracle-combined:ngram+eagle"),
                                                                      ("code", "oracle-combined:ngram+eagle3")}
-    assert any(n.startswith("overlap: code left out") for n in data.notes)
+    # the overlap comparison too: n-gram against each dataset's own model proposer (code had been left out)
+    assert {(r.dataset, r.reference) for r in data.overlap} == {("chat", "eagle"), ("code", "eagle3")}
+    assert not any(n.startswith("overlap:") for n in data.notes)

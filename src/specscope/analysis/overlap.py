@@ -99,6 +99,7 @@ class OverlapRow:
     reference_speedup: float
     relative_speedup: float
     mode: str = "paper"  # the simulator's mode (OverlapConfig.mode: paper by default, whatever else the run uses)
+    reference: str = ""  # the model proposer the lookup is set against (OverlapConfig.reference)
 
     def flat(self) -> dict:
         return asdict(self)
@@ -158,7 +159,7 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
                     out.append(OverlapRow(
                         dataset, bin_label(b, config.edges), config.edges[b], config.edges[b + 1],
                         counts.get((dataset, b), 0), batch_size, name[policy], look, ref, look / ref - 1.0,
-                        config.mode))
+                        config.mode, config.reference))
     return out
 
 

@@ -200,19 +200,20 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         data.whatif = whatif_rows(data.rows + data.tree_rows, data.measured, cost.fitted_cells)
     advance(PHASES[2])
 
-    ov = _overlap_pair(config.overlap, simulated)
-    data.config = replace(data.config, overlap=ov)  # the figure and its notes name the pair compared
+    ov = config.overlap
+    references = _overlap_references(sim_records, ov, simulated)  # each dataset its own model proposer
+    if references and ov.reference not in references.values():  # the figure and its notes name one compared
+        data.config = replace(data.config, overlap=replace(ov, reference=next(iter(references.values()))))
     scores = bleu_scores(sim_records)
     data.bleu = request_bleu(sim_records, scores, ov.edges)
-    both = np.array([ov.lookup in r.proposers and ov.reference in r.proposers for r in sim_records])
-    if ov.lookup in simulated and ov.reference in simulated and both.any():  # the datasets that hold the pair
-        data.overlap = overlap_speedups([r for r, held in zip(sim_records, both) if held], cost, config.sim, ov,
-                                        scores[both], notes=data.notes)
-        without = [d for d, members in by_dataset(sim_records).items()
-                   if not any(ov.lookup in r.proposers and ov.reference in r.proposers for r in members)]
-        if without:
-            data.notes.append(f"overlap: {', '.join(without)} left out: it compares {ov.lookup} with {ov.reference}, "
-                              "which their traces do not both hold")
+    for reference in dict.fromkeys(references.values()):
+        mine = np.array([references.get(r.dataset or "trace") == reference for r in sim_records])
+        data.overlap += overlap_speedups([r for r, held in zip(sim_records, mine) if held], cost, config.sim,
+                                         replace(ov, reference=reference), scores[mine], notes=data.notes)
+    without = [d for d in by_dataset(sim_records) if d not in references]
+    if data.overlap and without:
+        data.notes.append(f"overlap: {', '.join(without)} left out: it compares {ov.lookup} with a model proposer, "
+                          "which their traces do not both hold")
     advance(PHASES[3])
 
     data.predicted = predicted_split(data.rows)
@@ -234,13 +235,18 @@ def _simulate_held(records: Sequence[TraceRecord], held: dict[str, ReportConfig]
     return sorted(rows, key=lambda row: order[row.dataset])  # stable: each dataset's rows as simulate gave them
 
 
-def _overlap_pair(overlap: OverlapConfig, simulated: Sequence[str]) -> OverlapConfig:
-    """The overlap comparison's pair: its lookup against its reference model proposer, or, where
-    the traces hold no such reference (EAGLE-3 or MTP traces), the first model proposer they hold."""
-    if overlap.reference in simulated:
-        return overlap
-    models = [name for name in simulated if name not in LOOKUP_PROPOSERS and name != overlap.lookup]
-    return replace(overlap, reference=models[0]) if models else overlap
+def _overlap_references(records: Sequence[TraceRecord], ov: OverlapConfig, simulated: Sequence[str]) -> dict[str, str]:
+    """Each dataset's reference for the overlap comparison: ``ov.reference`` where every record
+    of it holds that and the lookup, else the first other model proposer they all hold (a dataset
+    traced with EAGLE-3 beside one with EAGLE was left out); a dataset without the lookup or any
+    model proposer is not listed."""
+    chosen = {}
+    for dataset, members in by_dataset(records).items():
+        held = [n for n in simulated if all(n in r.proposers for r in members)]
+        models = [n for n in held if n not in LOOKUP_PROPOSERS and n != ov.lookup]
+        if ov.lookup in held and models:
+            chosen[dataset] = ov.reference if ov.reference in models else models[0]
+    return chosen
 
 
 def _pairs_by_dataset(records: Sequence[TraceRecord], simulated: Sequence[str]) -> dict[tuple[str, str], list]:

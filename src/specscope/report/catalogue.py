@@ -131,16 +131,15 @@ FIGURES = [
     ),
     FigureSpec(
         "overlap",
-        lambda d: f"{d.config.overlap.lookup} vs {d.config.overlap.reference} by prompt/output overlap "
-                  f"({d.config.overlap.mode} mode)",
+        lambda d: f"{d.config.overlap.lookup} vs {' / '.join(dict.fromkeys(r.reference for r in d.overlap))} by "
+                  f"prompt/output overlap ({d.config.overlap.mode} mode)",
         lambda d: f"Read across a row: where {d.config.overlap.lookup} wins (positive percentages), and whether its "
                   "edge follows how much the output copies the prompt (BLEU-4) and how it moves as the batch grows "
                   f"(the paper found it winning only at high BLEU-4, its edge fading with the batch). Simulated in "
                   f"{d.config.overlap.mode} mode"
                   + (" (B copies of each request: a bin holds few requests, whose drain would decide mixed mode)"
                      if d.config.overlap.mode == "paper" else "") + ".",
-        lambda d: F.overlap_figure(d.overlap, d.config.overlap.lookup, d.config.overlap.reference,
-                                   d.config.overlap.reference_policy),
+        lambda d: F.overlap_figure(d.overlap, d.config.overlap.lookup, d.config.overlap.reference_policy),
         _no_overlap,
     ),
     FigureSpec(
