@@ -439,7 +439,7 @@ def test_a_sweeps_outputs_are_checked_before_its_first_cell_and_a_refused_start_
         raise SpecscopeError("cannot connect")
         yield
 
-    fresh = load_sweep_config(write_config(tmp_path, GRID.replace('output = "out"', 'output = "new"')))
+    fresh = load_sweep_config(write_config(tmp_path, GRID.replace('output = "out"', 'output = "runs/2026/new"')))
     with pytest.raises(SpecscopeError, match="cannot connect"):
         run_sweep(fresh, run_groups=unreachable)
-    assert not fresh.output.exists()
+    assert not (tmp_path / "runs").exists()  # the parents it made go too

@@ -120,10 +120,11 @@ def load_policy(path: str | Path) -> LearnedPolicy:
         raise SpecscopeError(f"{path}: not a JSON policy file: {error}") from None
     document = parse_json(text, path)
     if not isinstance(document, dict) or document.get("schema") != SCHEMA:
-        found = document.get("schema") if isinstance(document, dict) else None
+        found = (f"{document['schema']!r}" + (": made by another specscope; fit it again"
+                                              if str(document["schema"]).startswith("specscope.policy/") else "")
+                 if isinstance(document, dict) and "schema" in document else "none")
         raise SpecscopeError(f"{path}: expected a policy file with \"schema\": {SCHEMA!r} (made by `specscope "
-                             "policy fit`), got " + (f"{found!r}: made by another specscope; fit it again"
-                                                     if isinstance(found, str) else "none"))
+                             f"policy fit`), got {found}")
     try:
         methods = _methods(document["methods"])
         choosers = choosers_from_json(document, methods)
@@ -131,7 +132,8 @@ def load_policy(path: str | Path) -> LearnedPolicy:
         if not isinstance(fitted, dict) or not isinstance(fitted.get("name"), str):
             raise ValueError(f"cost_model: expected the cost model it was fitted for (an object with a name), "
                              f"got {fitted!r:.40}")
-        if document["batch_sizes"] != sorted(choosers):
+        sizes = document["batch_sizes"]
+        if not isinstance(sizes, list) or any(type(b) is not int for b in sizes) or sizes != sorted(choosers):
             raise ValueError(f"batch_sizes: expected those of its models, {sorted(choosers)}, got "
                              f"{document['batch_sizes']!r:.40}")
         training = document["training"]

@@ -142,11 +142,12 @@ def checked_steps(folder: Path) -> list[Path]:
             raise SpecscopeError(f"{steps}: step records of a run whose rows ({rows_file.name}) are missing; "
                                  "delete it to measure that run again")
         rows = read_json(rows_file)
-        expected = {row.get("step_records") for row in rows if isinstance(row, dict)} if isinstance(rows, list) else {None}
+        expected = ({row.get("step_records") for row in rows if isinstance(row, dict)} if isinstance(rows, list)
+                    else set()) or {None}  # no rows: nothing recorded to check against (its reader refuses them)
         with open(steps, "rb") as handle:
             held = sum(1 for line in handle if line.strip())
         if expected != {None} and expected != {held}:
-            raise SpecscopeError(f"{steps}: holds {held} step records, its run recorded {'/'.join(map(str, expected))} "
+            raise SpecscopeError(f"{steps}: holds {held} step record{'s' * (held != 1)}, its run recorded {'/'.join(map(str, expected))} "
                                  f"({rows_file.name}); delete both to measure that run again")
     return files
 

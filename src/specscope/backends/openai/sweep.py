@@ -427,7 +427,7 @@ def run_sweep(
     read_cells(config.output)  # a bad record is refused before anything is written
     for name in SWEEP_FILES:  # checked before any cell is measured, not when the tables are written
         check_user_output(config.output / name)
-    made = not config.output.exists()
+    made = _first_missing(config.output)  # the outermost folder this run makes (None: the output exists)
     try:
         (config.output / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -435,9 +435,19 @@ def run_sweep(
     try:
         return _run_sweep(config, retry_failed, run_groups)
     except SpecscopeError:
-        if made and not any((config.output / "cells").glob("*.json")):  # refused before a cell: leave nothing
-            shutil.rmtree(config.output, ignore_errors=True)
+        if made is not None and not any((config.output / "cells").glob("*.json")):  # refused before a cell:
+            shutil.rmtree(made, ignore_errors=True)  # leave nothing, parents it made included
         raise
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost of ``path`` and its parents that does not exist yet (None where ``path`` does)."""
+    missing = None
+    for folder in [path, *path.absolute().parents]:
+        if folder.exists():
+            return missing
+        missing = folder
+    return missing
 
 
 def _run_sweep(config: SweepConfig, retry_failed: bool, run_groups: GroupRunner) -> SweepOutcome:
