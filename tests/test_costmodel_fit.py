@@ -42,6 +42,8 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
     records, out = tmp_path / "steps.jsonl", tmp_path / "fitted.json"
     synthetic_records(records)
     assert main(["costmodel", "fit", str(records), "-o", str(out)]) == 0
+    said = capsys.readouterr().out  # a summary and where the model went, not the model itself
+    assert f"wrote {out}" in said and '"forward"' not in said
     model = json.loads(out.read_text())
     assert model["forward"]["c_fixed"] == pytest.approx(0.002, rel=1e-6)
     assert model["forward"]["c_tok"] == pytest.approx(1e-4, rel=1e-6)
@@ -60,7 +62,7 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
         pytest.approx(0.001, rel=1e-6), pytest.approx(3e-5, rel=1e-6), pytest.approx(1e-8, rel=1e-5),
         pytest.approx(4e-6, rel=1e-5))
     assert ngram["c_prefill"] == 0.0  # the lookup's prefill costs nothing beyond the target's
-    assert "median relative error 0.0 %" in capsys.readouterr().out
+    assert "median relative error 0.0 %" in said
     # The fitted file is a cost model the simulator accepts.
     from specscope.costmodel.registry import resolve_cost_model
     assert resolve_cost_model(str(out)).drafting_for("draft").c_kv == pytest.approx(1e-8, rel=1e-5)

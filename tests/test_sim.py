@@ -544,3 +544,16 @@ def test_at_batch_1_the_steady_state_is_the_whole_run_with_one_token_outputs_too
                replace(record([2, 1, 3, 1], rid="c"), k_max=20)]
     (row,) = simulate(records, ["ngram"], ["fixed:2"], COST, SimConfig(mode="mixed", batch_sizes=(1,)))
     assert row.steady_speedup == pytest.approx(row.speedup)
+
+
+def test_simulate_says_where_a_rooflines_kv_cache_outgrows_the_gpu(tmp_path, capsys):
+    """1024 copies of a request of 1000 prompt and 8 output tokens cache about 1.03M tokens; an
+    H100 holds about 533k of Llama-3.1-8B's beside its weights: the run says so, B = 1 does not."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [record(ACC, prompt_len=1000)])
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram", "--policies", "fixed:1", "--mode", "paper",
+                 "--batch-sizes", "1,1024", "--cost-model", "roofline:h100:llama3.1-8b", "--no-guess"]) == 0
+    out = capsys.readouterr().out
+    assert "note: dataset 'd': at batch size 1024 the KV cache holds up to" in out and "batch sizes 1," not in out

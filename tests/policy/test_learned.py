@@ -707,3 +707,23 @@ def test_an_engine_running_a_policy_is_told_what_it_was_fitted_for(policy_file):
     assert bench[1].endswith("was fitted at batch sizes 1, 8: at B=16 it decides by B=8's rule")
     served = policy_notes(policy, None)
     assert served[1].endswith("was fitted at batch sizes 1, 8: an iteration of other rows decides by the nearest one's rule")
+
+
+def test_the_policy_choices_walk_one_request_of_each_dataset(tmp_path):
+    """All three walks the report drew were of one dataset (the median-length requests overall)."""
+    from specscope.report.policy import _examples
+
+    two = workload(0, count=5, g=40) + workload(1, count=5, g=40)
+    assert [r.dataset for r in _examples(two)] == ["w0", "w1"]
+    assert len(_examples(workload(0, count=5, g=40))) == 3  # one dataset: three of it
+
+
+def test_a_fold_that_cannot_be_fitted_is_named(tmp_path):
+    """`policy evaluate` said only "policy fit: no step to learn from in 5 records", naming neither
+    the verb's fold nor the dataset held out."""
+    from specscope.sim.evaluate import leave_one_out
+
+    one_token = [replace(r, dataset="tiny") for r in (record([2], [2], rid=f"t{i}") for i in range(3))]
+    with pytest.raises(SpecscopeError, match=r"held out 'w0', fitting on tiny: policy fit: no step to learn from"):
+        leave_one_out(workload(0, count=4, g=40) + one_token, ("ngram", "eagle"), [COST],
+                      SimConfig(mode="paper", batch_sizes=(1,)), tmp_path)

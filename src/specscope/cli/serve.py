@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
     if not 0 <= args.port <= 65535:
         raise SpecscopeError(f"--port: expected 0..65535, got {args.port}")
+    policy = None
     if args.policy is not None:
         given = [flag for flag, value in (("--method", args.method is not None), ("--k", args.k is not None),
                                           ("--tree", args.tree is not None)) if value]
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
     server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template, records)
     proposal = "" if engine.method == NO_SD else f", tree {engine.tree.name}" if engine.tree is not None else \
         f", k={engine.k}"  # a server without SD proposes nothing
-    method = load_policy(args.policy).label + f", k ≤ {engine.k}" if args.policy is not None else engine.method + proposal
+    method = policy.label + f", k ≤ {engine.k}" if policy is not None else engine.method + proposal
     print(
         f"specscope serve: {name} ({method}, max batch {engine.max_batch_size}, "
         f"max_model_len {engine.max_seq_len}, chat template {'yes' if chat_template else 'no'}) "

@@ -40,7 +40,7 @@ from specscope.policy.features import features
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.fit import fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
-from specscope.sim.plan import switch_k_max, traced_k_max
+from specscope.sim.plan import dataset_depths, switch_k_max, traced_k_max
 from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord
 
@@ -142,7 +142,7 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     by_dataset: dict[str, list[TraceRecord]] = {}
     for record in records:
         by_dataset.setdefault(record.dataset or "trace", []).append(record)
-    depth = {name: switch_k_max(group, methods) for name, group in by_dataset.items()}  # each is judged within its own
+    depth = dataset_depths(records, methods)  # each is judged within its own
     seen = [_write(fit_policy(records, methods, cost, config.batch_sizes, sources=list(by_dataset),
                               max_k=min(depth.values())), workdir / f"policy-all-{index}.json")
             for index, cost in enumerate(costs)]

@@ -34,7 +34,7 @@ from specscope.policy.features import feature_names, features
 from specscope.policy.learned import SCHEMA, choosers_from_json
 from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
-from specscope.sim.plan import switch_k_max
+from specscope.sim.plan import dataset_depths
 from specscope.sim.pricing import price_steps
 from specscope.sim.switching import common_length
 from specscope.trace.schema import TraceRecord
@@ -187,10 +187,7 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         cost.drafting_for(m)
     started = time.perf_counter()
     measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1  # no deeper than any step reached
-    datasets: dict[str, list[TraceRecord]] = {}
-    for record in records:
-        datasets.setdefault(record.dataset or "trace", []).append(record)
-    traced = min(switch_k_max(group, methods) for group in datasets.values())  # replayable on every dataset it saw
+    traced = min(dataset_depths(records, methods).values())  # replayable on every dataset it saw
     depth = max(1, min([J_MAX, measured, traced, *([max_k] if max_k is not None else [])]))
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),

@@ -168,3 +168,12 @@ def switch_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> in
     proposer accept more than j drafts cannot tell what its (j + 1)-th would have given, however
     far another proposer's acc_len reaches."""
     return min(traced_k_max(records, [p]) for p in proposers)
+
+
+def dataset_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dict[str, int]:
+    """Each dataset's :func:`switch_k_max` (a dataset judged within its own depth; a policy fitted
+    over several replays on each of them only within the shallowest)."""
+    groups: dict[str, list[TraceRecord]] = {}
+    for record in records:
+        groups.setdefault(record.dataset or "trace", []).append(record)
+    return {name: switch_k_max(group, proposers) for name, group in groups.items()}
