@@ -147,7 +147,7 @@ def test_a_report_on_shallow_traces_holds_itself_to_their_depth(tmp_path):
     write_traces(path, [r.capped(2) for r in synthetic_records("chat", 12, seed=4)])
     data = analyse([str(path)], ReportConfig(sim=SimConfig(mode="mixed", batch_sizes=(1, 4)), trees=()))
     assert data.config.ks == (1, 2) and data.config.deepest == 2
-    assert data.config.longer_k == "the traces were recorded to k_max = 2" and data.edges["chat"][0] == 2
+    assert data.config.longer_k == "the traces were recorded to k_max = 2" and data.edges[("chat", "eagle")][0] == 2
     assert {r.policy for r in data.rows} >= {"fixed:1", "fixed:2", "adaptive", "oracle"}
     positions = sum(r.output_len for r in data.records)  # 12 requests: the note says its numbers stand on them alone
     assert f"dataset 'chat': only 12 requests ({positions} output positions): its speedups" in " ".join(data.notes)
@@ -158,12 +158,14 @@ def test_the_answer_explains_the_dagger_only_where_a_row_carries_it():
     from specscope.report.html import answer_section
 
     row = AnswerRow("d", 1, "eagle", "fixed:3", 1.5, "eagle", 1.6, 0.1, None)
-    assert "†" not in answer_section([row], {"d": (8, "a longer one may do better (--ks)")})
-    edge = answer_section([row], {"d": (3, "a longer one may do better (--ks)")})
+    assert "†" not in answer_section([row], {("d", "eagle"): (8, "a longer one may do better (--ks)")})
+    assert "†" not in answer_section([row], {("d", "ngram"): (3, "n-gram's own depth")})  # another proposer's
+    edge = answer_section([row], {("d", "eagle"): (3, "a longer one may do better (--ks)")})
     assert "fixed:3 †" in edge and "† the largest k tried (3); a longer one may do better (--ks)." in edge
     other = AnswerRow("e", 1, "eagle", "fixed:8", 1.5, "eagle", 1.6, 0.1, None)
-    both = answer_section([row, other], {"d": (3, "recorded to 3"), "e": (8, "a longer one (--ks)")})
-    assert "† the largest k tried (3 for d); recorded to 3." in both and "(8 for e); a longer one (--ks)." in both
+    both = answer_section([row, other], {("d", "eagle"): (3, "recorded to 3"), ("e", "eagle"): (8, "a longer one (--ks)")})
+    assert "† the largest k tried (3 for d · eagle); recorded to 3." in both
+    assert "(8 for e · eagle); a longer one (--ks)." in both
 
 
 def test_the_answer_shows_oracle_combined_only_where_a_pair_was_combined():
@@ -321,7 +323,7 @@ def test_one_datasets_depth_never_limits_anothers(tmp_path):
     both, alone = analyse([str(shallow), str(deep)], config), analyse([str(deep)], config)
     mine = {(r.acc, r.policy, r.batch_size): r.speedup for r in both.rows if r.dataset == "code"}
     assert mine == {(r.acc, r.policy, r.batch_size): r.speedup for r in alone.rows}
-    assert "fixed:8" in {p for _, p, _ in mine} and both.edges["code"][0] == 8 and both.edges["chat"][0] == 2
+    assert "fixed:8" in {p for _, p, _ in mine} and both.edges[("code", "eagle")][0] == 8 and both.edges[("chat", "ngram")][0] == 2
     assert {r.policy for r in both.rows if r.dataset == "chat"} == {"fixed:1", "fixed:2", "adaptive", "oracle",
                                                                    "oracle-combined:ngram+eagle"}
     assert any(n.startswith("dataset 'chat': fixed:3") for n in both.notes)
@@ -435,3 +437,33 @@ def test_each_dataset_is_combined_with_its_own_pair(tmp_path):
     # the overlap comparison too: n-gram against each dataset's own model proposer (code had been left out)
     assert {(r.dataset, r.reference) for r in data.overlap} == {("chat", "eagle"), ("code", "eagle3")}
     assert not any(n.startswith("overlap:") for n in data.notes)
+
+
+def test_each_proposer_keeps_its_own_depth_where_no_k_max_was_recorded(tmp_path):
+    """Probe: traces without k_max whose n-gram never accepted more than 3 drafts capped EAGLE,
+    whose acc_len reaches 9, at k = 3 too: its oracle and best fixed k came out below what
+    `simulate` gives on the same file, and nothing said EAGLE was cut. Each proposer now keeps
+    its own depth, and the note names n-gram alone."""
+    import numpy as np
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig, simulate
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    rng = np.random.default_rng(3)
+    records = [TraceRecord(f"r{i}", rng.integers(0, 50, 20), rng.integers(0, 50, 80),
+                           {"ngram": ProposerTrace(rng.integers(1, 5, 80).astype(np.int32)),
+                            "eagle": ProposerTrace(rng.integers(1, 10, 80).astype(np.int32))}, k_max=None, dataset="d")
+               for i in range(6)]
+    write_traces(tmp_path / "d.jsonl", records)
+    config = ReportConfig(ks=(1, 2, 3, 5, 8), sim=SimConfig(mode="paper", batch_sizes=(1, 8)), trees=())
+    data = analyse([tmp_path / "d.jsonl"], config)
+    mine = {(r.acc, r.policy, r.batch_size): r.speedup for r in data.rows}
+    alone = simulate(records, ["eagle"], ["fixed:8", "oracle"], data.cost, SimConfig(mode="paper", batch_sizes=(1, 8)))
+    assert all(mine[("eagle", r.policy, r.batch_size)] == pytest.approx(r.speedup) for r in alone)
+    assert {p for a, p, _ in mine if a == "ngram"} == {"fixed:1", "fixed:2", "fixed:3", "adaptive", "oracle"}
+    assert [n for n in data.notes if "not simulated" in n] == [
+        "ngram: fixed:5, fixed:8 not simulated: the traces reach k = 3 (ngram's longest acc_len − 1: k_max not "
+        "recorded, they cannot tell what more drafts would have given)"]

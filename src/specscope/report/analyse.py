@@ -83,7 +83,8 @@ class ReportData:
     policy_table: list[dict] = field(default_factory=list)  # the learned policy judged (--policy)
     policy_choices: list[PolicyChoices] = field(default_factory=list)
     whatif: list[WhatIfRow] = field(default_factory=list)  # a calibrated cost model's predictions, checked
-    edges: dict[str, tuple[int, str]] = field(default_factory=dict)  # per dataset: its largest k tried, and why
+    edges: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # per dataset and proposer: its
+    # largest k tried, and why no longer
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -93,18 +94,48 @@ class ReportData:
         return cost_label(self.config.cost_model, self.cost)
 
 
-def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> dict[str, ReportConfig]:
-    """Per dataset, ``config`` held to the depth the dataset's shallowest proposer was traced to
-    (of the proposers every record of it holds: the others' cells are left out), where any part
-    of it (the ks, the figures', overlap's and time split's fixed policies) would simulate deeper:
-    one dataset's depth never limits another's."""
+def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> dict[tuple[str, str], ReportConfig]:
+    """Per dataset and proposer every record of it holds, ``config`` held to the depth that
+    proposer was traced to there, where any part of it (the ks, the figures', overlap's and time
+    split's fixed policies) would simulate deeper: one proposer's depth never limits another's
+    (EAGLE had been cut to n-gram's inferred depth, its oracle 2.10× where simulate gives 2.17×),
+    nor one dataset's another's."""
     held = {}
     for dataset, group in by_dataset(records).items():
-        names = sorted(set.intersection(*(set(r.proposers) for r in group)))
-        depth, name = min(((traced_k_max(group, [n]), n) for n in names), default=(config.deepest, ""))
-        held[dataset] = config if depth >= config.deepest else \
-            config.held_to(min(depth, config.depth or depth), _recorded(group, name, depth))
+        for name in sorted(set.intersection(*(set(r.proposers) for r in group))):
+            depth = traced_k_max(group, [name])
+            held[(dataset, name)] = config if depth >= config.deepest else \
+                config.held_to(min(depth, config.depth or depth), _recorded(group, name, depth))
     return held
+
+
+def _depth_notes(held: dict[tuple[str, str], ReportConfig], asked: Sequence[int]) -> list[str]:
+    """A line per dataset and depth where ks asked for were not simulated: their proposers named
+    where the dataset's proposers were traced to different depths, the dataset where several are."""
+    several = len({dataset for dataset, _ in held}) > 1
+    said: dict[tuple[str, tuple[int, ...], str], list[str]] = {}  # (dataset, ks, why) → its proposers
+    for (dataset, name), mine in held.items():
+        if any(k not in mine.ks for k in asked):
+            said.setdefault((dataset, mine.ks, mine.longer_k), []).append(name)
+    notes = []
+    for (dataset, ks, why), names in said.items():
+        whole = len(names) == sum(d == dataset for d, _ in held)  # every proposer of the dataset alike
+        where = ", ".join([*([f"dataset {dataset!r}"] if several else []), *([] if whole else names)])
+        notes.append(f"{where + ': ' if where else ''}{', '.join(f'fixed:{k}' for k in asked if k not in ks)} not "
+                     f"simulated: {why}" + "".join(f"; fixed:{k} in their place" for k in sorted(set(ks) - set(asked))))
+    return notes
+
+
+def _capped(record: TraceRecord, held: dict[tuple[str, str], ReportConfig]) -> TraceRecord:
+    """``record`` with each proposer's arrays capped at its held depth (:func:`_held_per_dataset`)."""
+    dataset = record.dataset or "trace"
+    caps = {name: held[(dataset, name)].depth for name in record.proposers
+            if (dataset, name) in held and held[(dataset, name)].depth is not None}
+    if not caps:
+        return record
+    proposers = {name: trace.capped(caps[name]) if name in caps else trace for name, trace in record.proposers.items()}
+    k_max = None if record.k_max is None else min(record.k_max, max(caps.values()))  # declared: one depth for all
+    return replace(record, proposers=proposers, k_max=k_max)
 
 
 def _recorded(group: Sequence[TraceRecord], proposer: str, depth: int) -> str:
@@ -127,9 +158,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     with said_once():  # the same files again, each array whole: what reading them warns was said above
         sim_records, _ = load_traces(traces, lengths="own")
     asked, held = config.ks, _held_per_dataset(config, sim_records)
-    sim_records = [r if held[r.dataset or "trace"].depth is None else r.capped(held[r.dataset or "trace"].depth)
-                   for r in sim_records]
-    config = min(held.values(), key=lambda c: c.deepest)  # the figures' policies: within every dataset's depth
+    sim_records = [_capped(r, held) for r in sim_records]
+    config = min(held.values(), key=lambda c: c.deepest, default=config)  # the figures': within every depth
     names = proposer_names(records)
     notes: list[str] = []
     simulated = _priceable(cost, names, notes)
@@ -137,12 +167,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}")
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
                       _pair(names), notes=notes, measured=list(config.measured),
-                      edges={dataset: (max(c.ks), c.longer_k) for dataset, c in held.items()})
-    for dataset, mine in held.items():
-        deeper, instead = [f"fixed:{k}" for k in asked if k not in mine.ks], set(mine.ks) - set(asked)
-        if deeper:
-            data.notes.append(f"{'' if len(held) == 1 else f'dataset {dataset!r}: '}{', '.join(deeper)} not "
-                              f"simulated: {mine.longer_k}" + "".join(f"; fixed:{k} in their place" for k in sorted(instead)))
+                      edges={key: (max(c.ks), c.longer_k) for key, c in held.items()})
+    data.notes.extend(_depth_notes(held, asked))
     data.notes.extend(_few_notes(sim_records))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))
@@ -180,7 +206,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     if depths:
         trees = [TreeShape.parse(t) for t in config.trees]
         data.tree_rows, data.trees, tree_notes = compare_trees(sim_records, depths, trees,
-                                                               {d: max(c.ks) for d, c in held.items()}, cost, config.sim)
+                                                               {key: max(c.ks) for key, c in held.items()}, cost, config.sim)
         data.notes.extend(tree_notes)
         without = [d for d in dict.fromkeys(r.dataset or "trace" for r in sim_records) if d not in {d for d, _ in depths}]
         if without:
@@ -223,16 +249,16 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     return data
 
 
-def _simulate_held(records: Sequence[TraceRecord], held: dict[str, ReportConfig], simulated: Sequence[str],
+def _simulate_held(records: Sequence[TraceRecord], held: dict[tuple[str, str], ReportConfig], simulated: Sequence[str],
                    cost: CostModel, config: ReportConfig, notes: list[str]) -> list[SimRow]:
-    """Every dataset's cells at its own depth (``held``: its policies), in the datasets' order."""
-    by_policies: dict[tuple[str, ...], list[TraceRecord]] = {}
-    for record in records:
-        by_policies.setdefault(tuple(held[record.dataset or "trace"].policies), []).append(record)
-    rows = [row for policies, group in by_policies.items()
-            for row in simulate(group, simulated, list(policies), cost, config.sim, missing=notes)]
-    order = {dataset: i for i, dataset in enumerate(held)}
-    return sorted(rows, key=lambda row: order[row.dataset])  # stable: each dataset's rows as simulate gave them
+    """Every dataset's cells, each proposer at its own depth (``held``: its policies), in the
+    datasets' order; a proposer some records lack is left out by the simulator, said in ``notes``."""
+    rows = []
+    for dataset, members in by_dataset(records).items():
+        for name in simulated:
+            policies = held.get((dataset, name), config).policies
+            rows += simulate(members, [name], policies, cost, config.sim, missing=notes)
+    return rows
 
 
 def _overlap_references(records: Sequence[TraceRecord], ov: OverlapConfig, simulated: Sequence[str]) -> dict[str, str]:

@@ -62,8 +62,8 @@ class Page:
     notes: Sequence[str] = ()
     skipped: Sequence[str] = ()  # figures not drawn, each "name (why)": optional inputs not given, mostly
     csv_files: Sequence[str] = ()
-    edges: Mapping[str, tuple[int, str]] = field(default_factory=dict)  # per dataset: the largest fixed k
-    # searched (a best policy there may want more) and what the page says of a longer one
+    edges: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # per dataset and proposer:
+    # the largest fixed k searched (a best policy there may want more) and what the page says of a longer one
     tree_lines: Sequence[str] = ()  # tree vs chain, one line each
 
 
@@ -91,12 +91,13 @@ def _speedup(value: float) -> str:
     return f'<span class="{css}">{value:.2f}×</span>'
 
 
-def answer_section(rows: Sequence[AnswerRow], edges: Mapping[str, tuple[int, str]] | None = None) -> str:
+def answer_section(rows: Sequence[AnswerRow], edges: Mapping[tuple[str, str], tuple[int, str]] | None = None) -> str:
     """Per dataset: a one-line verdict, then batch size × best policy, speedup, oracle gap.
-    A best ``fixed:k`` at the dataset's largest k searched (``edges``: dataset → that k and what
-    to say of a longer one) is flagged: a longer k, not searched, might do better."""
+    A best ``fixed:k`` at the largest k searched for its dataset and proposer (``edges``: (dataset,
+    proposer) → that k and what to say of a longer one) is flagged: a longer k, not searched,
+    might do better."""
     edges = edges or {}
-    flagged: dict[tuple[int, str], list[str]] = {}  # (largest k, why) → the datasets whose best sits there
+    flagged: dict[tuple[int, str], list[str]] = {}  # (largest k, why) → the datasets · proposers whose best sits there
     parts = []
     combined = any(r.combined_speedup is not None for r in rows)  # a pair to combine: the column and its note
     steady = any(r.steady_acc is not None for r in rows)  # a steady state that ranks otherwise: its column
@@ -109,9 +110,10 @@ def answer_section(rows: Sequence[AnswerRow], edges: Mapping[str, tuple[int, str
                 *(["best at steady state‡"] if steady else [])]
         body = []
         for r in mine:
-            edge = dataset in edges and r.best_policy == f"fixed:{edges[dataset][0]}"
-            if edge and dataset not in flagged.setdefault(edges[dataset], []):
-                flagged[edges[dataset]].append(dataset)
+            key = (dataset, r.best_acc)
+            edge = key in edges and r.best_policy == f"fixed:{edges[key][0]}"
+            if edge and f"{dataset} · {r.best_acc}" not in flagged.setdefault(edges[key], []):
+                flagged[edges[key]].append(f"{dataset} · {r.best_acc}")
             policy = esc(r.best_policy) + (" †" if edge else "")
             cells = [str(r.batch_size), esc(r.best_acc), policy, _speedup(r.best_speedup),
                      esc(_fmt(r.oracle_acc)), esc(_fmt(r.oracle_speedup)),

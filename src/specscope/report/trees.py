@@ -55,11 +55,11 @@ def tree_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dic
 
 
 def compare_trees(records: Sequence[TraceRecord], depths: dict[tuple[str, str], int], trees: Sequence[TreeShape],
-                  k_max: Mapping[str, int], cost: CostModel, config: SimConfig
+                  k_max: Mapping[tuple[str, str], int], cost: CostModel, config: SimConfig
                   ) -> tuple[list[SimRow], list[TreeRow], list[str]]:
     """Simulate every tree and the chains ``fixed:1..D`` of each dataset × proposer in ``depths``
-    (:func:`tree_depths`) whose chains reach D (``k_max``: per dataset, the deepest chain there is
-    to compare);
+    (:func:`tree_depths`) whose chains reach D (``k_max``: per dataset and proposer, the deepest
+    chain there is to compare);
     returns the simulated rows, one :class:`TreeRow` per dataset × proposer × tree, and notes
     naming the trees left out (deeper than the ranks recorded, or than ``k_max``)."""
     rows: list[SimRow] = []
@@ -67,7 +67,7 @@ def compare_trees(records: Sequence[TraceRecord], depths: dict[tuple[str, str], 
     notes: list[str] = []
     datasets = by_dataset(records)
     for (dataset, proposer), recorded in depths.items():
-        limit = k_max[dataset]
+        limit = k_max.get((dataset, proposer), 0)
         kept = [t for t in trees if t.depth <= min(recorded, limit)]
         notes.extend(f"tree {t.name} not simulated for {dataset} ({proposer}): {t.depth} deep, but "
                      + (f"its traces reach depth {recorded} (re-trace with --trees {t.name})" if recorded < t.depth
