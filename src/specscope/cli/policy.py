@@ -112,6 +112,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import LinearCostModel
     from specscope.sim.fit import J_MAX, fit_policy
     from specscope.sim.observe import offer_notes
+    from specscope.sim.plan import dataset_depths
 
     check_proposers(args.acc)
     need_scikit_learn()
@@ -125,6 +126,12 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.max_k is not None and args.max_k > depth:
         print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, what every dataset of the traces "
               f"was traced to (and at most {J_MAX})", file=sys.stderr)
+    own = {m: min(dataset_depths(records, [m]).values()) for m in args.acc}  # each method's own depth
+    if args.max_k is None and depth < min(J_MAX, max(own.values())):
+        shallow = min(own, key=own.get)
+        print(f"note: the policy proposes at most k = {depth} with every method: {shallow}'s traces reach no "
+              f"deeper (a policy switching between proposers replays each within the shallowest), where "
+              + ", ".join(f"{m}'s reach {own[m]}" for m in args.acc if own[m] > depth), file=sys.stderr)
     past = cost.beyond_measured(range(1, depth + 1), args.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) \
         else None
     if past:
@@ -141,7 +148,7 @@ def run_fit(args: argparse.Namespace) -> int:
               f"requests, too few to weigh {len(document['features'])} features: trace more requests",
               file=sys.stderr)
     if not to_stdout(args.output):
-        print(f"wrote {args.output}: {len(document['models'])} models ({','.join(map(str, args.batch_sizes))}) "
+        print(f"wrote {args.output}: {len(document['models'])} model{'s' * (len(document['models']) != 1)} ({','.join(map(str, args.batch_sizes))}) "
               f"over {len(document['features'])} features, from {training['steps']} steps of "
               f"{training['requests']} requests in {training['seconds']} s")
     return 0
