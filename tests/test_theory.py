@@ -105,7 +105,9 @@ def test_estimate_c_from_the_paper_model():
 def test_bound_cli(capsys):
     assert main(["bound", "--alpha", "0.7", "--c", "0.05"]) == 0
     out = capsys.readouterr().out
-    assert "E[speedup]" in out and "2.35" in out
+    assert "E[speedup]" in out and "2.35" in out and "largest shown" not in out  # best k 5 of 10
+    assert main(["bound", "--alpha", "0.95", "--c", "0.001"]) == 0  # still rising at k = 10: said
+    assert "note: given: the best k is the largest shown (10); the bound may keep rising" in capsys.readouterr().out
     for option, value in (("--alpha", "1.5"), ("--alpha", "1"), ("--c", "nan"), ("--c", "-0.1"),
                           ("--batch-size", "0"), ("--k-max", "65"), ("--k", "0")):
         with pytest.raises(SystemExit) as stop:  # argparse: one line naming the option

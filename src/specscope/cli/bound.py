@@ -125,6 +125,13 @@ def run(args: argparse.Namespace) -> int:
           *["–"] * (len(ks) - depth),
           *best_k(alpha, c if curve is None else curve, depth)] for label, alpha, c, depth, curve in cases],
     )
+    from specscope.theory.bound import optimal_k
+
+    edge = [label for label, alpha, c, depth, curve in cases
+            if depth == args.k_max and optimal_k(alpha, c if curve is None else curve, depth)[0] == depth]
+    if edge:
+        print(f"note: {', '.join(edge)}: the best k is the largest shown ({args.k_max}); the bound may keep rising past "
+              "it (--k-max)")
     return 0
 
 
