@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
@@ -128,16 +129,15 @@ def capacity_notes(rows: Sequence[SimRow], cost: CostModel) -> list[str]:
 
 def match_prob_for(dataset: str, config: SimConfig, acc: str) -> float | None:
     """The no-match guess for lookup proposer ``acc`` on ``dataset``: the configured value, else
-    the paper's table — for n-gram only, the proposer it was measured for (suffix decoding
-    matches at other rates)."""
+    the paper's table where a word of the dataset's name is one of its datasets (``cnn`` in
+    ``qwen3-8b_cnn``, not in ``rcnn_eval``) — for n-gram only, the proposer it was measured for
+    (suffix decoding matches at other rates)."""
     if config.match_prob is not None:
         return config.match_prob
     if acc != "ngram":
         return None
-    for name, prob in PAPER_MATCH_PROB.items():
-        if name in dataset.lower():
-            return prob
-    return None
+    words = set(re.split(r"[^a-z0-9]+", dataset.lower()))
+    return next((prob for name, prob in PAPER_MATCH_PROB.items() if name in words), None)
 
 
 def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: SimConfig,
