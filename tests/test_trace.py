@@ -135,6 +135,16 @@ def test_inspect_says_where_k_max_is_missing(tmp_path, capsys):
     assert "not recorded in 1 of 2 records (others: 1; max accepted drafts seen: 9)" in capsys.readouterr().out
 
 
+def test_inspect_counts_the_records_a_proposer_is_missing_from(tmp_path, capsys):
+    """5 of 40 records without n-gram were listed as "eagle, ngram", while stats counted 35 and
+    simulate refused the file."""
+    lines = [bench_record(i) for i in range(8)]
+    for line in lines[::4]:
+        del line["acc_ngram"]
+    assert main(["traces", "inspect", str(write_lines(tmp_path / "t.jsonl", lines))]) == 0
+    assert "eagle, ngram (in 6 of the records)" in capsys.readouterr().out
+
+
 def test_invalid_utf8_and_empty_files_name_the_file(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes((write_lines(tmp_path / "ok.jsonl", [bench_record()]).read_text() + "\xff\n").encode("latin-1"))

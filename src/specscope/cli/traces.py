@@ -126,7 +126,8 @@ def run_inspect(args: argparse.Namespace) -> int:
             ["format", s["format"]],
             ["requests", str(s["requests"])],
             ["output positions", str(s["positions"])],
-            ["proposers", ", ".join(s["proposers"])],
+            ["proposers", ", ".join(name + ("" if holding == s["requests"] else f" (in {holding} of the records)")
+                                   for name, (_, holding) in s["draft_len_records"].items())],
             ["k_max", _k_max_text(s)],
             ["datasets", ", ".join(d or "– (none named)" for d in s["datasets"])],
             ["draft_len recorded for", ", ".join(
