@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verbs = parser.add_subparsers(dest="costmodel_verb", metavar="ACTION", required=True)
     show = verbs.add_parser("show", help="constants and example forward times of a cost model")
     show.add_argument("name", help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
-    show.add_argument("--format", choices=("table", "json"), default="table")
+    show.add_argument("--format", choices=("table", "json"), default="table",
+                      help="table (default): its constants as JSON, then the target's forward time by tokens and "
+                           "cached tokens; json: the constants alone (a file every --cost-model reads)")
     show.set_defaults(run=run_show)
     fit = verbs.add_parser("fit", help="fit the linear cost model to measured step records, or to a sweep")
     fit.add_argument("records", nargs="*", metavar="RECORDS", help="step records (JSON Lines) of engine runs")
