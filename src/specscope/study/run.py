@@ -330,7 +330,7 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say,
 
     drafter = config.tree_drafter
     depths = tree_depths(records, [drafter])
-    _, trees, notes = compare_trees(records, depths, config.trees, {d: config.k_max for d, _ in depths}, cost,
+    _, trees, notes = compare_trees(records, depths, config.trees, {key: config.k_max for key in depths}, cost,
                                     SimConfig(mode="mixed", batch_sizes=sizes))
     for note in notes:
         say(f"replay  {spec}: {note}")
