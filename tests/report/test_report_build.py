@@ -33,9 +33,9 @@ def test_every_figure_and_table_is_written(synthetic_report):
     with (synthetic_report.index.parent / "answer.csv").open() as handle:
         answer = list(csv.DictReader(handle))
     assert len(answer) == 2 * 3  # datasets × batch sizes
-    few = [f"dataset {name!r}: only {n} requests ({g} output positions): its speedups, α and verdict rest on these "
-           "alone; a few requests more or fewer may move them (the paper's datasets hold about 300)"
-           for name, n, g in (("chat", 24, 3605), ('<img src=x onerror="alert(2)"> $x_1$ & co', 12, 3265))]
+    few = ["dataset 'chat': only 24 requests (3605 output positions); dataset '<img src=x onerror=\"alert(2)\"> "
+           "$x_1$ & co': only 12 requests (3265 output positions): their speedups, α and verdict rest on these alone; "
+           "a few requests more or fewer may move them (the paper's datasets hold about 300)"]
     assert synthetic_report.notes == [
         *few,
         "dataset 'chat': ngram recorded no draft_len, so its fixed and adaptive steps there are taken to have "

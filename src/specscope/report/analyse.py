@@ -306,16 +306,16 @@ def _priceable(cost: CostModel, names: Sequence[str], notes: list[str]) -> list[
 
 
 def _few_notes(records: Sequence[TraceRecord]) -> list[str]:
-    """A note for each dataset of fewer than :data:`FEW_REQUESTS` requests: its speedups, α and
-    verdict stand on that many outputs."""
-    notes = []
-    for dataset, members in by_dataset(records).items():
-        if len(members) < FEW_REQUESTS:
-            positions = sum(r.output_len for r in members)
-            notes.append(f"dataset {dataset!r}: only {len(members)} request{'s' * (len(members) > 1)} ({positions} output "
-                         f"positions): its speedups, α and verdict rest on these alone; a few requests more or "
-                         f"fewer may move them (the paper's datasets hold about 300)")
-    return notes
+    """One note naming every dataset of fewer than :data:`FEW_REQUESTS` requests: its speedups, α
+    and verdict stand on that many outputs."""
+    few = [(dataset, len(members), sum(r.output_len for r in members))
+           for dataset, members in by_dataset(records).items() if len(members) < FEW_REQUESTS]
+    if not few:
+        return []
+    listed = "; ".join(f"dataset {dataset!r}: only {n} request{'s' * (n > 1)} ({positions} output positions)"
+                       for dataset, n, positions in few)
+    return [f"{listed}: {'its' if len(few) == 1 else 'their'} speedups, α and verdict rest on these alone; a few "
+            "requests more or fewer may move them (the paper's datasets hold about 300)"]
 
 
 def _tail_notes(records: Sequence[TraceRecord], config: ReportConfig) -> list[str]:
