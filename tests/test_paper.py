@@ -130,3 +130,13 @@ def test_a_folder_of_other_traces_replays_what_each_holds(tmp_path, capsys):
     with open(tmp_path / "cells.csv", encoding="utf-8") as handle:
         cells = {(r["dataset"], r["acc"]) for r in csv.DictReader(handle)}
     assert cells == {("qwen3-8b_cnn", "ngram"), ("qwen3-8b_gsm8k", "ngram")}
+
+
+def test_the_optimistic_note_comes_with_oracle_combined_cells_only(tmp_path, capsys):
+    """Traces of n-gram alone: no oracle-combined cell is shown, so nothing to call optimistic."""
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 8, "prompt_token_ids": [1, 2],
+              "output_token_ids": [5, 6, 7, 8], "proposers": {"ngram": {"acc_len": [2, 1, 2, 1]}}}
+    (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "oracle-combined:" not in out and "note: oracle-combined is optimistic" not in out

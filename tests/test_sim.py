@@ -560,10 +560,11 @@ def test_simulate_says_where_a_rooflines_kv_cache_outgrows_the_gpu(tmp_path, cap
 
 
 def test_the_papers_no_match_guess_goes_by_a_word_of_the_datasets_name():
-    """'rcnn_eval' took cnn's 0.4 (a substring); a dataset named with cnn as one of its words keeps it."""
+    """'rcnn_eval' took cnn's 0.4 (a substring); a word that starts with one of the paper's datasets keeps it."""
     from specscope.sim.grid import match_prob_for
 
     guesses = {name: match_prob_for(name, SimConfig(), "ngram")
-               for name in ("qwen3-8b_cnn", "rcnn_eval", "combined_instructcoder", "llama3.1-8b_sharegpt", "gsm8k")}
+               for name in ("qwen3-8b_cnn", "rcnn_eval", "combined_instructcoder", "llama3.1-8b_sharegpt", "gsm8k",
+                            "ShareGPT52K", "cnndm")}
     assert guesses == {"qwen3-8b_cnn": 0.4, "rcnn_eval": None, "combined_instructcoder": 0.8,
-                       "llama3.1-8b_sharegpt": 0.2, "gsm8k": 0.2}
+                       "llama3.1-8b_sharegpt": 0.2, "gsm8k": 0.2, "ShareGPT52K": 0.2, "cnndm": 0.4}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -108,6 +110,17 @@ def test_bound_cli(capsys):
     assert "E[speedup]" in out and "2.35" in out and "largest shown" not in out  # best k 5 of 10
     assert main(["bound", "--alpha", "0.95", "--c", "0.001"]) == 0  # still rising at k = 10: said
     assert "note: given: the best k is the largest shown (10); the bound may keep rising" in capsys.readouterr().out
+
+
+def test_bound_says_nothing_of_a_larger_k_max_where_the_traces_end_at_the_tables_edge(tmp_path, capsys):
+    """Traces recorded to k_max 10, every draft accepted: the best k is 10, the traces' end — a
+    larger --k-max shows nothing more (the note told the user to raise it)."""
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 10, "prompt_token_ids": [1],
+              "output_token_ids": list(range(5, 27)), "proposers": {"ngram": {"acc_len": [11, 1] * 11}}}
+    (tmp_path / "t.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["bound", str(tmp_path / "t.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "largest shown" not in out
     for option, value in (("--alpha", "1.5"), ("--alpha", "1"), ("--c", "nan"), ("--c", "-0.1"),
                           ("--batch-size", "0"), ("--k-max", "65"), ("--k", "0")):
         with pytest.raises(SystemExit) as stop:  # argparse: one line naming the option

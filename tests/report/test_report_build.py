@@ -301,8 +301,9 @@ def test_a_record_without_one_proposer_and_ks_between_two_depths_still_report(tm
     assert {r.acc for r in data.rows} >= {"ngram"} and "eagle" not in {r.acc for r in data.rows}
     write_traces(tmp_path / "u.jsonl", [record(0), record(1)])
     data = analyse([tmp_path / "u.jsonl"], config)
-    assert data.config.ks == (1, 2) and any("fixed:5 not simulated: the traces reach k = 4 (eagle's longest "
-                                             "acc_len − 1: k_max not recorded" in n for n in data.notes)
+    assert data.config.ks == (1, 2) and any("eagle: fixed:5 not simulated: the traces reach k = 4 (the proposer's "
+                                             "longest acc_len − 1: k_max not recorded" in n for n in data.notes)
+    assert ("ngram", "fixed:5", 1) in {(r.acc, r.policy, r.batch_size) for r in data.rows}  # n-gram's own depth, 6
 
 
 def test_one_datasets_depth_never_limits_anothers(tmp_path):
@@ -465,5 +466,34 @@ def test_each_proposer_keeps_its_own_depth_where_no_k_max_was_recorded(tmp_path)
     assert all(mine[("eagle", r.policy, r.batch_size)] == pytest.approx(r.speedup) for r in alone)
     assert {p for a, p, _ in mine if a == "ngram"} == {"fixed:1", "fixed:2", "fixed:3", "adaptive", "oracle"}
     assert [n for n in data.notes if "not simulated" in n] == [
-        "ngram: fixed:5, fixed:8 not simulated: the traces reach k = 3 (ngram's longest acc_len − 1: k_max not "
+        "ngram: fixed:5, fixed:8 not simulated: the traces reach k = 3 (the proposer's longest acc_len − 1: k_max not "
         "recorded, they cannot tell what more drafts would have given)"]
+
+
+def test_records_with_and_without_k_max_keep_a_deep_proposers_depth(tmp_path):
+    """Review: records declaring k_max 10 beside records declaring none, where n-gram's longest
+    acc_len is 4 and EAGLE's 9: capping the declared records' k_max at n-gram's 3 cut EAGLE to 3
+    too (its fixed:5 and fixed:8 left out with a false note)."""
+    import numpy as np
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    def record(i, k_max):
+        return TraceRecord(f"r{i}", np.arange(5), np.arange(8),
+                           {"ngram": ProposerTrace(np.array([4, 1, 1, 2, 1, 1, 1, 1], np.int32)),
+                            "eagle": ProposerTrace(np.array([9, 1, 2, 1, 3, 1, 1, 1], np.int32))}, k_max=k_max,
+                           dataset="d")
+
+    write_traces(tmp_path / "t.jsonl", [record(0, 10), record(1, 10), record(2, None), record(3, None)])
+    data = analyse([tmp_path / "t.jsonl"], ReportConfig(ks=(1, 2, 3, 5, 8), sim=SimConfig(mode="paper", batch_sizes=(1,)),
+                                                        trees=()))
+    cells = {(r.acc, r.policy) for r in data.rows}
+    assert {("eagle", "fixed:5"), ("eagle", "fixed:8")} <= cells and ("ngram", "fixed:5") not in cells
+    assert [n for n in data.notes if "not simulated" in n] == [
+        "ngram: fixed:5, fixed:8 not simulated: the traces reach k = 3 (the proposer's longest acc_len − 1: k_max not "
+        "recorded, they cannot tell what more drafts would have given)"]
+    assert not any("left out" in n for n in data.notes)

@@ -41,11 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import by_dataset
     from specscope.analysis.bound_points import NO_ALPHA, traced_alpha
-    from specscope.theory.bound import c_by_k, estimate_c, expected_speedup
+    from specscope.theory.bound import c_by_k, estimate_c, expected_speedup, optimal_k
 
     cases: list[tuple[str, float, float, int, np.ndarray | None]] = []  # proposer, α, c at --k, the deepest k its
     # row shows, and c at each k from the cost model (None: one c given for all)
     source = "α and c given"
+    at_trace_depth: set[str] = set()  # rows whose traces end at the table's last k
     if args.traces:
         from specscope.costmodel.registry import cost_label, resolve_cost_model
         from specscope.trace import load_traces
@@ -84,6 +85,8 @@ def run(args: argparse.Namespace) -> int:
                     if len(holding) < len(members):
                         print(f"note: {label}: α from the {len(holding)} of {len(members)} records that hold it")
                     depth = min(depth, traced)
+                    if traced <= args.k_max:  # the traces, not the table, end it: a larger --k-max shows no more
+                        at_trace_depth.add(label)
                     if depth < args.k_max:
                         declared = [r.k_max for r in holding if r.k_max is not None]
                         how = f"k_max = {depth}" if declared and min(declared) == depth else \
@@ -125,10 +128,8 @@ def run(args: argparse.Namespace) -> int:
           *["–"] * (len(ks) - depth),
           *best_k(alpha, c if curve is None else curve, depth)] for label, alpha, c, depth, curve in cases],
     )
-    from specscope.theory.bound import optimal_k
-
-    edge = [label for label, alpha, c, depth, curve in cases
-            if depth == args.k_max and optimal_k(alpha, c if curve is None else curve, depth)[0] == depth]
+    edge = [label for label, alpha, c, depth, curve in cases if label not in at_trace_depth
+            and depth == args.k_max and optimal_k(alpha, c if curve is None else curve, depth)[0] == depth]
     if edge:
         print(f"note: {', '.join(edge)}: the best k is the largest shown ({args.k_max}); the bound may keep rising past "
               "it (--k-max)")

@@ -127,8 +127,8 @@ def run_fit(args: argparse.Namespace) -> int:
         print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, what every dataset of the traces "
               f"was traced to (and at most {J_MAX})", file=sys.stderr)
     own = {m: min(dataset_depths(records, [m]).values()) for m in args.acc}  # each method's own depth
-    if args.max_k is None and depth < min(J_MAX, max(own.values())):
-        shallow = min(own, key=own.get)
+    shallow = min(own, key=own.get)
+    if args.max_k is None and own[shallow] == depth < min(J_MAX, max(own.values())):
         print(f"note: the policy proposes at most k = {depth} with every method: {shallow}'s traces reach no "
               f"deeper (a policy switching between proposers replays each within the shallowest), where "
               + ", ".join(f"{m}'s reach {own[m]}" for m in args.acc if own[m] > depth), file=sys.stderr)

@@ -105,14 +105,13 @@ def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> d
         for name in sorted(set.intersection(*(set(r.proposers) for r in group))):
             depth = traced_k_max(group, [name])
             held[(dataset, name)] = config if depth >= config.deepest else \
-                config.held_to(min(depth, config.depth or depth), _recorded(group, name, depth))
+                config.held_to(min(depth, config.depth or depth), _recorded(group, depth))
     return held
 
 
-def _depth_notes(held: dict[tuple[str, str], ReportConfig], asked: Sequence[int]) -> list[str]:
+def _depth_notes(held: dict[tuple[str, str], ReportConfig], asked: Sequence[int], several: bool) -> list[str]:
     """A line per dataset and depth where ks asked for were not simulated: their proposers named
-    where the dataset's proposers were traced to different depths, the dataset where several are."""
-    several = len({dataset for dataset, _ in held}) > 1
+    where the dataset's proposers were traced to different depths, the dataset where ``several``."""
     said: dict[tuple[str, tuple[int, ...], str], list[str]] = {}  # (dataset, ks, why) → its proposers
     for (dataset, name), mine in held.items():
         if any(k not in mine.ks for k in asked):
@@ -134,16 +133,18 @@ def _capped(record: TraceRecord, held: dict[tuple[str, str], ReportConfig]) -> T
     if not caps:
         return record
     proposers = {name: trace.capped(caps[name]) if name in caps else trace for name, trace in record.proposers.items()}
-    k_max = None if record.k_max is None else min(record.k_max, max(caps.values()))  # declared: one depth for all
+    limits = [caps.get(name, record.k_max) for name in record.proposers]  # an uncapped proposer keeps the record's
+    k_max = None if record.k_max is None else min(record.k_max, max(limits))  # declared: one depth for all
     return replace(record, proposers=proposers, k_max=k_max)
 
 
-def _recorded(group: Sequence[TraceRecord], proposer: str, depth: int) -> str:
-    """What a dataset's answer says of a k deeper than ``depth``, the depth ``proposer``'s traces reach."""
+def _recorded(group: Sequence[TraceRecord], depth: int) -> str:
+    """What a dataset's answer says of a k deeper than ``depth``, the depth a proposer's traces reach
+    (the note and the answer's † name the proposer)."""
     if all(r.k_max is not None for r in group):
         return f"the traces were recorded to k_max = {depth}"
-    return (f"the traces reach k = {depth} ({proposer}'s longest acc_len − 1: k_max not recorded, they cannot tell "
-            "what more drafts would have given)")
+    return (f"the traces reach k = {depth} (the proposer's longest acc_len − 1: k_max not recorded, they cannot "
+            "tell what more drafts would have given)")
 
 
 def analyse(traces: Sequence[str | Path], config: ReportConfig,
@@ -168,7 +169,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
                       _pair(names), notes=notes, measured=list(config.measured),
                       edges={key: (max(c.ks), c.longer_k) for key, c in held.items()})
-    data.notes.extend(_depth_notes(held, asked))
+    data.notes.extend(_depth_notes(held, asked, len(by_dataset(sim_records)) > 1))
     data.notes.extend(_few_notes(sim_records))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))

@@ -129,15 +129,15 @@ def capacity_notes(rows: Sequence[SimRow], cost: CostModel) -> list[str]:
 
 def match_prob_for(dataset: str, config: SimConfig, acc: str) -> float | None:
     """The no-match guess for lookup proposer ``acc`` on ``dataset``: the configured value, else
-    the paper's table where a word of the dataset's name is one of its datasets (``cnn`` in
-    ``qwen3-8b_cnn``, not in ``rcnn_eval``) — for n-gram only, the proposer it was measured for
+    the paper's table where a word of the dataset's name starts with one of its datasets (``cnn`` in
+    ``qwen3-8b_cnn`` and ``cnndm``, not in ``rcnn_eval``; ``sharegpt`` in ``ShareGPT52K``) — for n-gram only, the proposer it was measured for
     (suffix decoding matches at other rates)."""
     if config.match_prob is not None:
         return config.match_prob
     if acc != "ngram":
         return None
-    words = set(re.split(r"[^a-z0-9]+", dataset.lower()))
-    return next((prob for name, prob in PAPER_MATCH_PROB.items() if name in words), None)
+    words = re.split(r"[^a-z0-9]+", dataset.lower())
+    return next((prob for name, prob in PAPER_MATCH_PROB.items() if any(w.startswith(name) for w in words)), None)
 
 
 def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: SimConfig,
