@@ -161,7 +161,7 @@ def test_the_answer_explains_the_dagger_only_where_a_row_carries_it():
     assert "†" not in answer_section([row], {("d", "eagle"): (8, "a longer one may do better (--ks)")})
     assert "†" not in answer_section([row], {("d", "ngram"): (3, "n-gram's own depth")})  # another proposer's
     edge = answer_section([row], {("d", "eagle"): (3, "a longer one may do better (--ks)")})
-    assert "fixed:3 †" in edge and "† the largest k tried (3); a longer one may do better (--ks)." in edge
+    assert "fixed:3\u00a0†" in edge and "† the largest k tried (3); a longer one may do better (--ks)." in edge
     other = AnswerRow("e", 1, "eagle", "fixed:8", 1.5, "eagle", 1.6, 0.1, None)
     both = answer_section([row, other], {("d", "eagle"): (3, "recorded to 3"), ("e", "eagle"): (8, "a longer one (--ks)")})
     assert "† the largest k tried (3 for d · eagle); recorded to 3." in both

@@ -87,8 +87,9 @@ def test_tree_figure_and_answer_follow_the_speedups(tree_report):
         up_to = row["beats_up_to"]
         if up_to:
             assert all(beats[: sizes.index(int(up_to)) + 1])
-            assert (f"tree {row['tree']} ({row['nodes']} nodes) beats the chain of depth {row['depth']} "
-                    f"up to batch {up_to}") in html
+            header = f"{row['tree']} ({row['nodes']} nodes) beats fixed:{row['depth']}"
+            said = f"up to B={up_to}" if row["crossover"] else f"at every B, to {up_to}"
+            assert header in html and f"<td class=text>{said}</td>" in html
         else:
             assert not beats[0]
         if row["crossover"]:

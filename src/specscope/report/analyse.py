@@ -79,7 +79,8 @@ class ReportData:
     measured: list[MeasuredCell] = field(default_factory=list)
     tree_rows: list[SimRow] = field(default_factory=list)  # trees and chains fixed:1..depth
     trees: list[TreeRow] = field(default_factory=list)  # one per dataset × proposer × tree
-    tree_answer: list[str] = field(default_factory=list)  # one line per dataset × proposer × tree
+    tree_answer: tuple[list[str], list[list[str]]] = field(default_factory=lambda: ([], []))  # header, a row
+    # per dataset × drafter
     policy_table: list[dict] = field(default_factory=list)  # the learned policy judged (--policy)
     policy_choices: list[PolicyChoices] = field(default_factory=list)
     whatif: list[WhatIfRow] = field(default_factory=list)  # a calibrated cost model's predictions, checked

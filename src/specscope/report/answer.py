@@ -75,16 +75,16 @@ def answer_rows(rows: Sequence[SimRow]) -> list[AnswerRow]:
     return out
 
 
-def tree_answer(rows: Sequence[TreeRow]) -> list[str]:
-    """``dataset (proposer): tree SHAPE beats the chain of depth D up to batch B, not beyond``."""
-    lines = []
+def tree_answer(rows: Sequence[TreeRow]) -> tuple[list[str], list[list[str]]]:
+    """A table: a row per dataset × drafter, a column per tree (against the chain of its depth),
+    each cell up to which batch size the tree beats that chain (``up to B=8``, ``never``, ``at
+    every B, to 64``; ``–`` where it was not simulated)."""
+    trees = list(dict.fromkeys((r.tree, r.nodes, r.depth) for r in rows))
+    header = ["dataset", "drafter", *[f"{tree} ({nodes} nodes) beats fixed:{depth}" for tree, nodes, depth in trees]]
+    cells: dict[tuple[str, str], dict[str, str]] = {}
     for r in rows:
-        head = f"{r.dataset} ({r.proposer}): tree {r.tree} ({r.nodes} nodes)"
-        if r.beats_up_to is None:
-            lines.append(f"{head} does not beat the chain of depth {r.depth} at any batch size simulated")
-        elif r.crossover is None:
-            lines.append(f"{head} beats the chain of depth {r.depth} at every batch size simulated "
-                         f"(up to {r.beats_up_to})")
-        else:
-            lines.append(f"{head} beats the chain of depth {r.depth} up to batch {r.beats_up_to}, not beyond")
-    return lines
+        cells.setdefault((r.dataset, r.proposer), {})[r.tree] = (
+            "never" if r.beats_up_to is None else f"at every B, to {r.beats_up_to}" if r.crossover is None
+            else f"up to B={r.beats_up_to}")
+    return header, [[dataset, proposer, *[mine.get(tree, "–") for tree, _, _ in trees]]
+                    for (dataset, proposer), mine in cells.items()]

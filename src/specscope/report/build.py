@@ -182,7 +182,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
         load_summaries=[r.summary() for r in data.load_reports] + _other_inputs(data), notes=notes,
         skipped=[f"{name} ({why})" for name, why in skipped],
         csv_files=[p.name for p in tables], edges=data.edges,
-        tree_lines=data.tree_answer,
+        trees=data.tree_answer,
     )
 
 

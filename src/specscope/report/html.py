@@ -64,7 +64,7 @@ class Page:
     csv_files: Sequence[str] = ()
     edges: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # per dataset and proposer:
     # the largest fixed k searched (a best policy there may want more) and what the page says of a longer one
-    tree_lines: Sequence[str] = ()  # tree vs chain, one line each
+    trees: tuple[Sequence[str], Sequence[Sequence[str]]] = ((), ())  # tree vs chain: header, rows
 
 
 def _fmt(value: object) -> str:
@@ -114,7 +114,7 @@ def answer_section(rows: Sequence[AnswerRow], edges: Mapping[tuple[str, str], tu
             edge = key in edges and r.best_policy == f"fixed:{edges[key][0]}"
             if edge and f"{dataset} · {r.best_acc}" not in flagged.setdefault(edges[key], []):
                 flagged[edges[key]].append(f"{dataset} · {r.best_acc}")
-            policy = esc(r.best_policy) + (" †" if edge else "")
+            policy = esc(r.best_policy) + ("\u00a0†" if edge else "")  # kept on the policy's line
             cells = [str(r.batch_size), esc(r.best_acc), policy, _speedup(r.best_speedup),
                      esc(_fmt(r.oracle_acc)), esc(_fmt(r.oracle_speedup)),
                      esc("–" if r.gap is None else f"{r.gap:+.3f}"),
@@ -186,7 +186,8 @@ def render(page: Page) -> str:
 <p class="meta">{esc(meta)}</p>
 <h2>The answer</h2>
 {answer_section(page.answer, page.edges)}
-{("<h3>Trees against chains</h3>" + "".join(f"<p>{esc(line)}.</p>" for line in page.tree_lines)) if page.tree_lines else ""}
+{("<h3>Trees against chains</h3><p>Up to which batch size each static tree beats the chain of its depth "
+  "(the figure below draws both).</p>" + table(*page.trees)) if page.trees[1] else ""}
 {notes}
 <h2>Figures</h2>
 {f'<p class="small">Not drawn here: {esc("; ".join(page.skipped))}.</p>' if page.skipped else ""}
