@@ -465,6 +465,7 @@ def test_each_proposer_keeps_its_own_depth_where_no_k_max_was_recorded(tmp_path)
     alone = simulate(records, ["eagle"], ["fixed:8", "oracle"], data.cost, SimConfig(mode="paper", batch_sizes=(1, 8)))
     assert all(mine[("eagle", r.policy, r.batch_size)] == pytest.approx(r.speedup) for r in alone)
     assert {p for a, p, _ in mine if a == "ngram"} == {"fixed:1", "fixed:2", "fixed:3", "adaptive", "oracle"}
+    assert data.figure_policies == ("fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle")  # EAGLE's fixed:5 drawn
     assert [n for n in data.notes if "not simulated" in n] == [
         "ngram: fixed:5, fixed:8 not simulated: the traces reach k = 3 (the proposer's longest acc_len − 1: k_max not "
         "recorded, they cannot tell what more drafts would have given)"]

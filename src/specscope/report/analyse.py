@@ -9,7 +9,7 @@ cannot price, no pair of proposers to compare) are left empty and named in ``not
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -84,6 +84,7 @@ class ReportData:
     policy_table: list[dict] = field(default_factory=list)  # the learned policy judged (--policy)
     policy_choices: list[PolicyChoices] = field(default_factory=list)
     whatif: list[WhatIfRow] = field(default_factory=list)  # a calibrated cost model's predictions, checked
+    figure_policies: tuple[str, ...] = ()  # figure 1's configured policies, each proposer's within its own depth
     edges: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # per dataset and proposer: its
     # largest k tried, and why no longer
     notes: list[str] = field(default_factory=list)
@@ -108,6 +109,13 @@ def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> d
             held[(dataset, name)] = config if depth >= config.deepest else \
                 config.held_to(min(depth, config.depth or depth), _recorded(group, depth))
     return held
+
+
+def _union(lists: Iterable[Sequence[str]]) -> tuple[str, ...]:
+    """The policies of ``lists``, each once: the fixed ks by k, then the others in the order first seen."""
+    seen = list(dict.fromkeys(p for policies in lists for p in policies))
+    return tuple(sorted(seen, key=lambda p: (0, int(p.split(":")[1]), 0) if p.startswith("fixed:")
+                        else (1, 0, seen.index(p))))
 
 
 def _depth_notes(held: dict[tuple[str, str], ReportConfig], asked: Sequence[int], several: bool) -> list[str]:
@@ -169,7 +177,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}")
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
                       _pair(names), notes=notes, measured=list(config.measured),
-                      edges={key: (max(c.ks), c.longer_k) for key, c in held.items()})
+                      edges={key: (max(c.ks), c.longer_k) for key, c in held.items()},
+                      figure_policies=_union(c.figure_policies for c in held.values()))
     data.notes.extend(_depth_notes(held, asked, len(by_dataset(sim_records)) > 1))
     data.notes.extend(_few_notes(sim_records))
     data.notes.extend(_tail_notes(sim_records, config))

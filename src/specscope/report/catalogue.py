@@ -83,8 +83,8 @@ def _fitted(cost) -> bool:
 def _drawn_policies(data) -> list[str]:
     """Figure 1's policies: the configured ones the simulation has, and every policy the answer
     names best somewhere (a best fixed:8 is drawn though fixed:8 is not among them)."""
-    simulated = {r.policy for r in data.rows}
-    return list(dict.fromkeys([*(p for p in data.config.figure_policies if p in simulated),
+    simulated = {r.policy for r in data.rows}  # a proposer traced deeper than another draws its deeper ones too
+    return list(dict.fromkeys([*(p for p in data.figure_policies or data.config.figure_policies if p in simulated),
                                *(r.best_policy for r in data.answer)]))
 
 
