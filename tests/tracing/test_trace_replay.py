@@ -89,6 +89,21 @@ def test_trace_resumes_without_redoing_or_losing(traced, target_and_draft, tmp_p
     assert {json.loads(line)["id"]: json.loads(line) for line in resumed} == {json.loads(l)["id"]: json.loads(l) for l in lines}
 
 
+def test_a_resume_refuses_a_record_of_no_request_of_the_workload(traced, target_and_draft, tmp_path, capsys):
+    """A record whose id the workload does not hold (edited in by hand) was kept beside the rest."""
+    out, workload = traced
+    target, draft = target_and_draft
+    lines = out.read_text().splitlines()
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(lines[0] + "\n" + lines[1].replace('"id":"r1"', '"id":"r9"') + "\n")
+    settings_path(edited).write_bytes(settings_path(out).read_bytes())
+    before = edited.read_bytes()
+    assert main(["trace", "--model", str(target), "--proposers", f"ngram,draft={draft}", "--workload", str(workload),
+                 "--k-max", "6", "--max-tokens", "40", "--batch-size", "2", "-o", str(edited)]) == 2
+    assert "holds a record of 'r9', which is no request of the workload" in capsys.readouterr().err
+    assert edited.read_bytes() == before
+
+
 def test_resume_with_other_settings_is_refused_unless_overwrite(traced, target_and_draft, tmp_path, capsys):
     out, workload = traced
     target, draft = target_and_draft

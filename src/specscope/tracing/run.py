@@ -222,6 +222,11 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
                            "it to end, or trace into another file"):  # the traces themselves: a link to them is them
         check_resume(output, settings, overwrite)
         finished = done_ids(output)
+        foreign = sorted(finished - {str(r.id) for r in requests})
+        if foreign:  # its settings pin this workload: a record of no request of it was put there by other hands
+            raise SpecscopeError(f"{output}: holds a record of {foreign[0]!r}, which is no request of the workload "
+                                 f"its settings name ({len(foreign)} such); start over (`trace --overwrite`) or "
+                                 "trace into another file")
         todo = [r for r in requests if r.id not in finished]
         if finished:
             log.info("%s: %d requests already traced, %d to go", output, len(finished), len(todo))
