@@ -25,15 +25,7 @@ from itertools import combinations
 import numpy as np
 
 from specscope.sim.plan import traced_k_max
-from specscope.trace.schema import TraceRecord
-
-
-def by_dataset(records: Iterable[TraceRecord]) -> dict[str, list[TraceRecord]]:
-    """Records grouped by ``dataset`` (file stem when the records name none), in file order."""
-    groups: dict[str, list[TraceRecord]] = {}
-    for record in records:
-        groups.setdefault(record.dataset or "trace", []).append(record)
-    return groups
+from specscope.trace.schema import TraceRecord, by_dataset  # noqa: F401  (by_dataset: re-exported)
 
 
 def proposer_names(records: Iterable[TraceRecord]) -> list[str]:

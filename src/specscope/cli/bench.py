@@ -160,8 +160,6 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             raise SpecscopeError("--method: not used with --policy (the policy chooses the method and k)")
         policy = load_policy(args.policy)
         policy.drafter(args.draft)  # a missing checkpoint is refused before the model loads
-        for note in policy_notes(policy, args.batch_sizes or DEFAULTS["batch_sizes"]):
-            print(f"note: {note}", file=sys.stderr)
     shared = dict(
         workload=args.workload,
         method=LEARNED if policy is not None else DEFAULTS["method"] if args.method is None else args.method,
@@ -173,6 +171,8 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         ignore_eos=args.ignore_eos,
         temperature=args.temperature,
     )
+    for note in policy_notes(policy, shared["batch_sizes"]) if policy is not None else ():
+        print(f"note: {note}", file=sys.stderr)
     if args.backend == OPENAI:
         if args.tree is not None:
             raise SpecscopeError("--tree: only with --backend reference (a sweep launches servers with trees)")
@@ -322,7 +322,8 @@ def _print_table(rows: list[BenchRow], out: TextIO) -> None:
         split = "/".join(f"{100 * row.details[p] / total:.0f}" for p in SPLIT)
         tree = "" if row.tree is None else f"{row.tree.name} ({row.tree.nodes} nodes, depth {row.tree.depth})"
         policy = row.details.get("policy")  # a learned policy chose the method and k at every step, up to k
-        lines.append([policy or row.method, f"≤{row.k}" if policy else row.k, tree, row.batch_size, row.throughput, row.baseline_throughput,
+        lines.append([policy or row.method, f"≤{row.k}" if policy else row.k, tree, row.batch_size, row.throughput,
+                      row.baseline_throughput,
                       row.speedup, row.acceptance_rate, row.mean_acceptance_length, split,
                       row.details["greedy_match"]])
     print_table("throughput = generated tokens/s; speedup = SD / no-SD; SD time split in %", columns, lines, file=out)

@@ -148,7 +148,8 @@ def run_fit(args: argparse.Namespace) -> int:
               f"requests, too few to weigh {len(document['features'])} features: trace more requests",
               file=sys.stderr)
     if not to_stdout(args.output):
-        print(f"wrote {args.output}: {len(document['models'])} model{'s' * (len(document['models']) != 1)} ({','.join(map(str, args.batch_sizes))}) "
+        models = len(document["models"])
+        print(f"wrote {args.output}: {models} model{'s' * (models != 1)} ({','.join(map(str, args.batch_sizes))}) "
               f"over {len(document['features'])} features, from {training['steps']} steps of "
               f"{training['requests']} requests in {training['seconds']} s")
     return 0
@@ -240,10 +241,11 @@ def run_explain(args: argparse.Namespace) -> int:
     document = policy.document
     traces = read_traces_for(policy, args) if args.traces else None
     training = document["training"]
+    sources = ", ".join(map(str, training["sources"])) or "unnamed traces"
+    counted = f" ({training['steps']} steps of {training['requests']} requests)" \
+        if {"steps", "requests"} <= set(training) else ""
     print(f"{policy.label}: fitted for cost model {document['cost_model']['name']!r} at batch sizes "
-          f"{', '.join(map(str, sorted(policy.choosers)))}, on {', '.join(map(str, training['sources'])) or 'unnamed traces'}"
-          + (f" ({training['steps']} steps of {training['requests']} requests)" if {'steps', 'requests'} <= set(training)
-             else "") + f"; it proposes at most k = {policy.depth}")
+          f"{', '.join(map(str, sorted(policy.choosers)))}, on {sources}{counted}; it proposes at most k = {policy.depth}")
     names = list(document["features"])
     weights = np.abs(np.asarray(document["coef"], dtype=float))  # [M, F] hazard slopes on standardised features
     order = np.argsort(-weights.sum(axis=0))

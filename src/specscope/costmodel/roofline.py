@@ -149,10 +149,15 @@ class RooflineCostModel:
         self.drafting = {**defaults, **self.drafting}
         self._check_fits()
 
+    @property
+    def _models(self) -> list[ModelShape]:
+        """The models on the GPU: the target, and a draft model (a head adds a layer: left out)."""
+        return [self.target, *([self.draft] if self.draft is not None else [])]
+
     def _check_fits(self) -> None:
         """Refuse weights (the target's, and a draft model's) beyond the GPU's memory: this
         roofline prices one GPU, and a model split over several runs other kernels and traffic."""
-        models = [self.target, *([self.draft] if self.draft is not None else [])]  # a head adds a layer: left out
+        models = self._models
         weights = sum(shape.weight_bytes() for shape in models)
         if weights > self.hw.memory_bytes:
             raise SpecscopeError(f"{self.name}: the weights of {' and '.join(s.name for s in models)} take "
@@ -164,10 +169,8 @@ class RooflineCostModel:
         """How many tokens of the target's KV cache fit beside the weights (the target's, a draft
         model's) in the GPU's memory; activations, a head's layer and its cache, and an engine's
         reserve (vLLM keeps 10 % free by default) are left out, so an engine holds fewer."""
-        models = [self.target, *([self.draft] if self.draft is not None else [])]
-        free = self.hw.memory_bytes - sum(shape.weight_bytes() for shape in models)
-        per_token = self.target.kv_bytes_per_token() + (self.draft.kv_bytes_per_token() if self.draft else 0)
-        return free / per_token
+        free = self.hw.memory_bytes - sum(shape.weight_bytes() for shape in self._models)
+        return free / sum(shape.kv_bytes_per_token() for shape in self._models)
 
     def with_draft_model(self, draft: ModelShape) -> "RooflineCostModel":
         """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""

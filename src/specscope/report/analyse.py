@@ -114,8 +114,7 @@ def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> d
 def _union(lists: Iterable[Sequence[str]]) -> tuple[str, ...]:
     """The policies of ``lists``, each once: the fixed ks by k, then the others in the order first seen."""
     seen = list(dict.fromkeys(p for policies in lists for p in policies))
-    return tuple(sorted(seen, key=lambda p: (0, int(p.split(":")[1]), 0) if p.startswith("fixed:")
-                        else (1, 0, seen.index(p))))
+    return tuple(sorted(seen, key=lambda p: (0, int(p.split(":")[1])) if p.startswith("fixed:") else (1, seen.index(p))))
 
 
 def _depth_notes(held: dict[tuple[str, str], ReportConfig], asked: Sequence[int], several: bool) -> list[str]:
@@ -279,7 +278,7 @@ def _overlap_references(records: Sequence[TraceRecord], ov: OverlapConfig, simul
     model proposer is not listed."""
     chosen = {}
     for dataset, members in by_dataset(records).items():
-        held = [n for n in simulated if all(n in r.proposers for r in members)]
+        held = _held_by_all(members, simulated)
         models = [n for n in held if n not in LOOKUP_PROPOSERS and n != ov.lookup]
         if ov.lookup in held and models:
             chosen[dataset] = ov.reference if ov.reference in models else models[0]
@@ -292,11 +291,15 @@ def _pairs_by_dataset(records: Sequence[TraceRecord], simulated: Sequence[str]) 
     its own pair, not left out for lacking the first dataset's EAGLE."""
     grouped: dict[tuple[str, str], list] = {}
     for members in by_dataset(records).values():
-        held = [n for n in simulated if all(n in r.proposers for r in members)]
-        pair = _pair(held)
+        pair = _pair(_held_by_all(members, simulated))
         if pair is not None:
             grouped.setdefault(pair, []).extend(members)
     return grouped
+
+
+def _held_by_all(members: Sequence[TraceRecord], names: Sequence[str]) -> list[str]:
+    """The proposers of ``names`` every record of ``members`` holds, in the order of ``names``."""
+    return [n for n in names if all(n in r.proposers for r in members)]
 
 
 def _pair(names: Sequence[str]) -> tuple[str, str] | None:

@@ -42,7 +42,7 @@ from specscope.sim.fit import fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
 from specscope.sim.plan import dataset_depths, switch_k_max, traced_k_max
 from specscope.sim.switching import causal_plan, common_length
-from specscope.trace.schema import TraceRecord
+from specscope.trace.schema import TraceRecord, by_dataset
 
 MIN_ROOM = 0.01  # the gap closed is judged where oracle-switch beats the best fixed by this share of it
 
@@ -139,18 +139,16 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     held-out dataset traced deeper than its training traces reach (its policy proposes no deeper)."""
     require_methods(records, methods)
     records = on_common_positions(records, methods)
-    by_dataset: dict[str, list[TraceRecord]] = {}
-    for record in records:
-        by_dataset.setdefault(record.dataset or "trace", []).append(record)
+    datasets = by_dataset(records)
     depth = dataset_depths(records, methods)  # each is judged within its own
-    seen = [_write(fit_policy(records, methods, cost, config.batch_sizes, sources=list(by_dataset),
+    seen = [_write(fit_policy(records, methods, cost, config.batch_sizes, sources=list(datasets),
                               max_k=min(depth.values())), workdir / f"policy-all-{index}.json")
             for index, cost in enumerate(costs)]
     table = []
-    for held_out, members in by_dataset.items():
-        training = [r for name, group in by_dataset.items() if name != held_out for r in group]
+    for held_out, members in datasets.items():
+        training = [r for name, group in datasets.items() if name != held_out for r in group]
         for index, cost in enumerate(costs):
-            sources = [name for name in by_dataset if name != held_out]
+            sources = [name for name in datasets if name != held_out]
             try:
                 document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out], sources=sources)
             except SpecscopeError as error:  # which fold could not be fitted

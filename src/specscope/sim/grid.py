@@ -28,7 +28,7 @@ from specscope.sim.plan import Plan, baseline_plan, make_plan, switch_k_max, tra
 from specscope.sim.policies import Policy, parse_policy
 from specscope.sim.pricing import DeepestPasses, Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
-from specscope.trace.schema import TraceRecord
+from specscope.trace.schema import TraceRecord, by_dataset
 
 log = logging.getLogger(__name__)
 
@@ -129,9 +129,9 @@ def capacity_notes(rows: Sequence[SimRow], cost: CostModel) -> list[str]:
 
 def match_prob_for(dataset: str, config: SimConfig, acc: str) -> float | None:
     """The no-match guess for lookup proposer ``acc`` on ``dataset``: the configured value, else
-    the paper's table where a word of the dataset's name starts with one of its datasets (``cnn`` in
-    ``qwen3-8b_cnn`` and ``cnndm``, not in ``rcnn_eval``; ``sharegpt`` in ``ShareGPT52K``) — for n-gram only, the proposer it was measured for
-    (suffix decoding matches at other rates)."""
+    the paper's table where a word of the dataset's name starts with one of its datasets (``cnn``
+    in ``qwen3-8b_cnn`` and ``cnndm``, not in ``rcnn_eval``; ``sharegpt`` in ``ShareGPT52K``) — for
+    n-gram only, the proposer it was measured for (suffix decoding matches at other rates)."""
     if config.match_prob is not None:
         return config.match_prob
     if acc != "ngram":
@@ -189,10 +189,7 @@ def length_notes(records: Sequence[TraceRecord], policies: Sequence[str]) -> lis
 
 def check_k_by_dataset(records: Sequence[TraceRecord], acc: str, policy: Policy) -> None:
     """:func:`check_k` for the records of each dataset among ``records``."""
-    by_dataset: dict[str, list[TraceRecord]] = {}
-    for record in records:
-        by_dataset.setdefault(record.dataset or "trace", []).append(record)
-    for dataset, group in by_dataset.items():
+    for dataset, group in by_dataset(records).items():
         check_k(group, acc, policy, dataset)
 
 
@@ -413,14 +410,11 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
     records lack a proposer a cell needs, or were traced shallower than a cell proposes, is
     refused, or, given a ``missing`` list (a report over datasets traced with different proposers
     or depths), has that cell left out and a note added there."""
-    by_dataset: dict[str, list[TraceRecord]] = {}
-    for record in records:
-        by_dataset.setdefault(record.dataset or "trace", []).append(record)
     parsed = [parse_policy(p, config.combined) for p in policies]
     pairs = cells(accs, parsed)
     predict = predict_paper if config.mode == "paper" else predict_mixed
     groups = []  # (dataset, its sampled requests, its cells, its batch sizes): all checked before any work
-    for dataset, members in by_dataset.items():
+    for dataset, members in by_dataset(records).items():
         members = _sample(members, config)
         mine = pairs if missing is None else _held(members, pairs, dataset, missing)
         for acc, policy in mine:

@@ -48,7 +48,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     return Prediction(
         throughput=float(throughput.mean()),
         steady_throughput=float(throughput.mean()),
-        peak_kv_tokens=float((load.kv_tokens + load.batched_tokens).max(initial=0.0)),
+        peak_kv_tokens=load.peak_cached(),
         latency_per_token=float(np.mean(latency / plan.output_len)),
         time_split=split,
     )

@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.sim.policies import Policy
-from specscope.trace.schema import TraceRecord
+from specscope.trace.schema import TraceRecord, by_dataset
 from specscope.validate import K_MAX_LIMIT
 
 
@@ -173,7 +173,4 @@ def switch_k_max(records: Sequence[TraceRecord], proposers: Sequence[str]) -> in
 def dataset_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dict[str, int]:
     """Each dataset's :func:`switch_k_max` (a dataset judged within its own depth; a policy fitted
     over several replays on each of them only within the shallowest)."""
-    groups: dict[str, list[TraceRecord]] = {}
-    for record in records:
-        groups.setdefault(record.dataset or "trace", []).append(record)
-    return {name: switch_k_max(group, proposers) for name, group in groups.items()}
+    return {name: switch_k_max(group, proposers) for name, group in by_dataset(records).items()}

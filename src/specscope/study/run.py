@@ -147,8 +147,9 @@ def checked_steps(folder: Path) -> list[Path]:
         with open(steps, "rb") as handle:
             held = sum(1 for line in handle if line.strip())
         if expected != {None} and expected != {held}:
-            raise SpecscopeError(f"{steps}: holds {held} step record{'s' * (held != 1)}, its run recorded {'/'.join(map(str, expected))} "
-                                 f"({rows_file.name}); delete both to measure that run again")
+            raise SpecscopeError(f"{steps}: holds {held} step record{'s' * (held != 1)}, its run recorded "
+                                 f"{'/'.join(map(str, expected))} ({rows_file.name}); delete both to measure that run "
+                                 "again")
     return files
 
 

@@ -36,6 +36,7 @@ On disk (JSON Lines, one request a line)::
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -131,3 +132,11 @@ class TraceRecord:
         out["output_token_ids"] = self.output_token_ids.tolist()
         out["proposers"] = {name: trace.to_json() for name, trace in self.proposers.items()}
         return out
+
+
+def by_dataset(records: Iterable[TraceRecord]) -> dict[str, list[TraceRecord]]:
+    """Records grouped by ``dataset`` (file stem when the records name none), in file order."""
+    groups: dict[str, list[TraceRecord]] = {}
+    for record in records:
+        groups.setdefault(record.dataset or "trace", []).append(record)
+    return groups
