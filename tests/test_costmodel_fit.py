@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from specscope.cli import main
+from specscope.version import code_version
 
 
 def step(i, method, k, batch, kv, verify, draft=0.0, prefill_tokens=0, prefill=0.0):
@@ -63,6 +64,7 @@ def test_fit_recovers_the_generating_model(tmp_path, capsys):
         pytest.approx(4e-6, rel=1e-5))
     assert ngram["c_prefill"] == 0.0  # the lookup's prefill costs nothing beyond the target's
     assert "median relative error 0.0 %" in said
+    assert model["made_by"] == code_version()  # the code that fitted it
     # The fitted file is a cost model the simulator accepts.
     from specscope.costmodel.registry import resolve_cost_model
     assert resolve_cost_model(str(out)).drafting_for("draft").c_kv == pytest.approx(1e-8, rel=1e-5)

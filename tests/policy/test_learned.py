@@ -13,6 +13,7 @@ from specscope.costmodel.base import FractionDrafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.sim.evaluate import judge
+from specscope.version import code_version
 from specscope.sim.grid import SimConfig, simulate
 from specscope.policy.chooser import PLAIN_ROWS
 from specscope.policy.features import feature_names, features
@@ -53,6 +54,7 @@ def test_the_file_is_plain_numbers_with_its_features_defined(policy_file):
     assert [m["batch_size"] for m in document["models"]] == [1, 8]
     assert np.asarray(document["coef"]).shape == (2, len(document["features"]))  # hazard slopes, one set per method
     assert np.asarray(document["intercept"]).shape == (2, 6)  # j = 2 … 7, the longest acc_len measured
+    assert document["training"]["made_by"] == code_version()  # the code that fitted it
 
 
 def test_a_feature_constant_in_training_carries_no_weight(policy_file):

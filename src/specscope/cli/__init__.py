@@ -20,7 +20,6 @@ import threading
 from collections.abc import Iterator
 from typing import NoReturn
 
-from specscope import __version__
 from specscope.errors import SpecscopeError
 
 
@@ -39,6 +38,17 @@ class StoreOnce(argparse._StoreAction):
                          f"and {_shown(values)}); give it once")
         self.given = values
         super().__call__(parser, namespace, values, option_string)
+
+
+class Version(argparse.Action):
+    """``--version``: the code's version and, run from a git checkout, its commit
+    (:func:`specscope.version.code_version`, asked only when the option is given)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # type: ignore[override]
+        from specscope.version import code_version
+
+        print(code_version())
+        parser.exit()
 
 
 def _shown(value: object) -> str:
@@ -71,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="specscope",
         description="Does speculative decoding pay off for my model, workload and batch size?",
     )
-    parser.add_argument("--version", action="version", version=f"specscope {__version__}")
+    parser.add_argument("--version", action=Version, nargs=0, help="show specscope's version (and its git commit) and exit")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):

@@ -244,8 +244,10 @@ def run_explain(args: argparse.Namespace) -> int:
     sources = ", ".join(map(str, training["sources"])) or "unnamed traces"
     counted = f" ({training['steps']} steps of {training['requests']} requests)" \
         if {"steps", "requests"} <= set(training) else ""
+    made = f" by {training['made_by']}" if isinstance(training.get("made_by"), str) else ""
     print(f"{policy.label}: fitted for cost model {document['cost_model']['name']!r} at batch sizes "
-          f"{', '.join(map(str, sorted(policy.choosers)))}, on {sources}{counted}; it proposes at most k = {policy.depth}")
+          f"{', '.join(map(str, sorted(policy.choosers)))}, on {sources}{counted}{made}; it proposes at most "
+          f"k = {policy.depth}")
     names = list(document["features"])
     weights = np.abs(np.asarray(document["coef"], dtype=float))  # [M, F] hazard slopes on standardised features
     order = np.argsort(-weights.sum(axis=0))

@@ -111,6 +111,7 @@ from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD, proposal_label
 from specscope.trees import TreeShape
+from specscope.version import code_version
 
 DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
@@ -409,7 +410,7 @@ def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untol
         c_prompt=forward["c_prompt"] if prefilled else None, c_batch=forward["c_batch"],
         drafting={m: LinearDrafting.per_proposed_token(d["c_fixed"], d["c_tok"], d["c_req"], d["c_batched"], c_kv=0.0,
                                                        c_prefill=d["c_prefill"]) for m, d in terms.items()},
-        fitted_cells=fitted, not_separated=untold,
+        fitted_cells=fitted, not_separated=untold, made_by=code_version(),
     )
 
 

@@ -67,6 +67,7 @@ from specscope.costmodel.steps import NO_SD, MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED
 from specscope.trees import TreeShape
+from specscope.version import code_version
 
 DRIFT_FITS = 3  # fits in all: the first on raw times, each later one after re-estimating every repeat's speed
 DRAFTING_COLUMNS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi", "c_batched", "c_tree")  # _fit_once's, in order
@@ -281,7 +282,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
     c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times, "target forward"))
     untold = unseparated(features, FORWARD_TERMS)
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
-                              c_multi=c_multi)
+                              c_multi=c_multi, made_by=code_version())
     plain = [s for s in decode if s.method == NO_SD] or decode
     overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
     drafting: dict[str, Drafting] = {}

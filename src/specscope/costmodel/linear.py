@@ -80,6 +80,7 @@ class LinearCostModel:
     measured: tuple[int, int] | None = None  # a model fitted to step records: the largest k and batch size they held
     c_prompt: float | None = None  # seconds per position of a prefill forward (None: c_tok)
     c_batch: float = 0.0  # seconds added to a forward over more than one sequence
+    made_by: str = ""  # a fitted model: the code that fitted it (specscope.version.code_version)
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
@@ -120,6 +121,7 @@ class LinearCostModel:
             **({"fitted_cells": [asdict(c) for c in self.fitted_cells]} if self.fitted_cells else {}),
             **({"not_separated": list(self.not_separated)} if self.not_separated else {}),
             **({"measured": {"k": self.measured[0], "batch_size": self.measured[1]}} if self.measured else {}),
+            **({"made_by": self.made_by} if self.made_by else {}),
         }
 
     def beyond_measured(self, ks: Sequence[int], batch_sizes: Sequence[int], methods: Sequence[str] = ()) -> str | None:
@@ -214,7 +216,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     cache takes some time)."""
     spec = Fields(obj, label)
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
-               "not_separated", "measured"])
+               "not_separated", "measured", "made_by"])
     forward = spec.child("forward")
     forward.only([*FORWARD_TERMS, "c_prompt", "c_batch"])
     terms = _coefficients(forward, FORWARD_TERMS[:3], [*FORWARD_TERMS[3:], "c_batch"])
@@ -236,6 +238,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         not_separated=tuple(_names(spec, "not_separated")),
         measured=_measured(spec),
         c_prompt=c_prompt,
+        made_by=spec.text("made_by", optional=True) or "",
         **terms,
     )
 

@@ -38,6 +38,7 @@ from specscope.sim.plan import dataset_depths
 from specscope.sim.pricing import price_steps
 from specscope.sim.switching import common_length
 from specscope.trace.schema import TraceRecord
+from specscope.version import code_version
 
 J_MAX = 16  # the longest proposal a learned policy makes
 FOLLOW = 0.5  # share of first-round steps that follow the oracle-switch
@@ -212,5 +213,6 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
                                        "verify": verify.tolist()})
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
-                            "seconds": round(time.perf_counter() - started, 1), "seed": seed}
+                            "seconds": round(time.perf_counter() - started, 1), "seed": seed,
+                            "made_by": code_version()}
     return document

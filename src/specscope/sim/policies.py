@@ -189,10 +189,11 @@ def learned_notes(policies: Sequence[str], cost: CostModel, batch_sizes: Sequenc
 
 
 def _choice_prices(described: dict) -> dict:
-    """A cost model's description without the policy's own work (drafting entry ``learned``),
-    which prices a policy's steps and none of its choices (a study adds it once the policy is fitted)."""
+    """A cost model's prices without the policy's own work (drafting entry ``learned``), which
+    prices a policy's steps and none of its choices (a study adds it once the policy is fitted),
+    and without the code that fitted it (``made_by``)."""
     drafting = {m: d for m, d in described.get("drafting", {}).items() if m != LEARNED}
-    return {**described, "drafting": drafting}
+    return {**{key: value for key, value in described.items() if key != "made_by"}, "drafting": drafting}
 
 
 def held_to(policies: Sequence[str], depth: int) -> tuple[str, ...]:
