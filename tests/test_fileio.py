@@ -137,29 +137,55 @@ def test_json_text_is_strict_json_for_any_number():
         "nan": None, "inf": None, "k": 3, "x": [1.5], "ok": True, "none": None}
 
 
-def test_an_output_replaces_only_what_specscope_writes(tmp_path):
-    """Probe: bench -o, --records, workload make -o and zoo evaluate -o replaced a user's notes or
-    spreadsheet without a word. A file that holds a table or records as specscope writes them
-    (a CSV header of names, JSON objects keyed by names) is replaced; anything else is refused;
-    an empty file, a new path, '-' and a device are written as ever."""
-    from specscope.fileio import check_user_output, write_rows
+def test_an_output_replaces_only_what_specscope_wrote_there(tmp_path):
+    """Probes: bench -o, --records, workload make -o and zoo evaluate -o replaced a user's notes or
+    spreadsheet without a word; then a user's CSV whose header was all names (`name,score`) and a
+    model's config.json (an object keyed by names) passed for a specscope table and were
+    replaced. A file the user names is replaced only where specscope wrote it there and no one
+    changed it since (the folder's ledger lists its SHA-256); an empty file, a new path, '-' and a
+    device are written as ever."""
+    from specscope.fileio import atomic_write_text, check_user_output, write_rows
+    from specscope.written import LEDGER
 
-    ours = tmp_path / "rows.csv"
+    ours = check_user_output(tmp_path / "rows.csv")  # a new path, as `-o` checks it
     write_rows(ours, [{"method": "ngram", "batch_size": 1, "speedup": 1.5}])
-    assert check_user_output(ours) == ours
+    assert check_user_output(ours) == ours  # a rerun replaces its own table
+    (tmp_path / "link.csv").symlink_to(ours)
+    assert check_user_output(tmp_path / "link.csv")  # a link to it is the same file
+    for name, text in (("sheet.csv", "name,score\nalice,3\n"), ("config.json", '{"architectures": ["Llama"]}\n'),
+                       ("notes.jsonl", "keep me\n"), ("records.jsonl", '{"batch_size": 1, "verify_s": 0.01}\n')):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(SpecscopeError, match="specscope did not write it there"):
+            check_user_output(tmp_path / name)
+    ours.write_text(ours.read_text() + "ngram,8,1.2\n")  # edited by hand since
+    with pytest.raises(SpecscopeError, match="or it was changed since"):
+        check_user_output(ours)
+    policy = check_user_output(tmp_path / "policy.json")
+    atomic_write_text(policy, '{"schema": "x"}\n')
+    (tmp_path / LEDGER).write_text("not json")  # a ledger damaged by hand lists nothing: refused, not lost
+    with pytest.raises(SpecscopeError, match="specscope did not write it there"):
+        check_user_output(policy)
+    (tmp_path / "empty.csv").write_text("")
+    assert check_user_output(tmp_path / "empty.csv") and check_user_output("-") and check_user_output("/dev/null")
+
+
+def test_a_table_in_a_folder_specscope_keeps_is_replaced_where_it_holds_a_table(tmp_path):
+    """A sweep's own tables (its folder is specscope's by the sweep's rules, also one an older
+    specscope wrote): a CSV header of names or JSON objects keyed by names is replaced; anything
+    else there is refused."""
+    from specscope.fileio import check_kept_table
+
+    (tmp_path / "rows.csv").write_text("method,batch_size,speedup\nngram,1,1.5\n")
+    assert check_kept_table(tmp_path / "rows.csv")
     (tmp_path / "rows.json").write_text('[\n {"method": "ngram", "k": 3}\n]\n')
-    assert check_user_output(tmp_path / "rows.json")
-    (tmp_path / "records.jsonl").write_text('{"batch_size": 1, "verify_s": 0.01}\n')
-    assert check_user_output(tmp_path / "records.jsonl")
+    assert check_kept_table(tmp_path / "rows.json")
+    (tmp_path / "lines.json").write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n')
+    assert check_kept_table(tmp_path / "lines.json")  # JSON Lines under a .json name
     for name, text in (("notes.csv", "my spreadsheet\n"), ("sheet.csv", "Total cost ($),Notes\n1,2\n"),
                        ("notes.jsonl", "keep me\n"), ("notes.json", "not json")):
         (tmp_path / name).write_text(text)
         with pytest.raises(SpecscopeError, match="holds no table or records specscope writes"):
-            check_user_output(tmp_path / name)
-    (tmp_path / "lines.json").write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y"}\n')
-    assert check_user_output(tmp_path / "lines.json")  # JSON Lines under a .json name, as traces convert writes it
-    (tmp_path / "empty.csv").write_text("")
-    assert check_user_output(tmp_path / "empty.csv") and check_user_output("-") and check_user_output("/dev/null")
+            check_kept_table(tmp_path / name)
 
 
 def test_a_full_disk_is_one_line_not_a_traceback(tmp_path):

@@ -19,6 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Mapping, TextIO, TypeVar
 
+from specscope import written
 from specscope.errors import SpecscopeError
 
 
@@ -124,6 +125,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         _write_durably(path, text)
     except OSError as error:
         raise SpecscopeError(f"{path}: cannot write ({error.strerror or error})") from None
+    written.record(path, text)
 
 
 def _write_durably(path: Path, text: str) -> None:
@@ -192,7 +194,7 @@ def write_rows(path: str | Path, rows: Iterable[Mapping[str, object]]) -> None:
     a value that is not a number (NaN: undefined) is an empty cell, ``null`` in JSON."""
     rows = [{key: None if isinstance(value, float) and math.isnan(value) else value for key, value in row.items()}
             for row in rows]
-    path = check_table_output(path)
+    path = _check_suffix(path, (".csv", ".json"), "a .csv or .json output file", check_kept_table)
     if path.suffix == ".json":
         atomic_write_text(path, json_text(rows))
         return
@@ -216,10 +218,12 @@ def check_json_output(path: str | Path) -> Path:
     return _check_suffix(path, (".json",), "a .json output file")
 
 
-def _check_suffix(path: str | Path, suffixes: tuple[str, ...], what: str) -> Path:
-    """``path`` checked as :func:`check_user_output`, a new or regular file ending in one of
-    ``suffixes`` (``-``, standard output, and a device such as ``/dev/null`` need none)."""
-    path = check_user_output(path)
+def _check_suffix(path: str | Path, suffixes: tuple[str, ...], what: str,
+                  check: Callable[[str | Path], Path] | None = None) -> Path:
+    """``path`` checked by ``check`` (default :func:`check_user_output`), a new or regular file
+    ending in one of ``suffixes`` (``-``, standard output, and a device such as ``/dev/null``
+    need none)."""
+    path = (check or check_user_output)(path)
     if path.suffix not in (*suffixes, "") and (path.is_file() or not path.exists()):
         raise SpecscopeError(f"{path}: expected {what} (or - for standard output)")
     return path
@@ -227,9 +231,25 @@ def _check_suffix(path: str | Path, suffixes: tuple[str, ...], what: str) -> Pat
 
 def check_user_output(path: str | Path) -> Path:
     """An output file the user names (``-o``), checked as :func:`check_output_file`; an existing
-    regular file that holds something is replaced only where it is what specscope writes — a
-    CSV table under a header of column names, or JSON (a document, or JSON Lines) whose objects'
-    keys are names — never a user's notes or spreadsheet (``-`` and devices are written as ever)."""
+    regular file that holds something is replaced only where specscope wrote it there and no one
+    changed it since (:mod:`specscope.written`) — never a user's notes, spreadsheet or config
+    (``-`` and devices are written as ever). What is written there is then listed."""
+    path = check_output_file(path)
+    if str(path) == STDOUT or path.exists() and not path.is_file():
+        return path
+    if path.stat().st_size if path.is_file() else 0:
+        if not written.listed(path, file_sha256(path)):
+            raise SpecscopeError(f"{path}: exists, and specscope did not write it there (or it was changed since): "
+                                 f"it would be replaced; write elsewhere, or remove it first")
+    written.claim(path)
+    return path
+
+
+def check_kept_table(path: str | Path) -> Path:
+    """A table inside a folder specscope keeps (a sweep's: its rules make the folder specscope's),
+    checked as :func:`check_output_file`; an existing regular file that holds something is
+    replaced only where it holds what specscope writes — a CSV table under a header of column
+    names, or JSON (a document, or JSON Lines) whose objects' keys are names."""
     path = check_output_file(path)
     if path.is_file() and path.stat().st_size and not _machine_written(path):
         raise SpecscopeError(f"{path}: exists and holds no table or records specscope writes (its first line: "

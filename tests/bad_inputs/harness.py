@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -31,6 +32,21 @@ class Case:
     files: dict[str, str | bytes] = field(default_factory=dict)
     setup: Callable[[Path], None] | None = None
     untouched: tuple[str, ...] = ()  # paths outside the folder that must not change
+
+
+def written_by_specscope(files: dict[str, str | bytes], *names: str) -> dict[str, str | bytes]:
+    """``files`` with ``names`` listed in their folders' ledgers as files specscope wrote (an
+    output that may replace them, where the check of interest is another)."""
+    from specscope.written import LEDGER
+
+    ledgers: dict[str, dict[str, str]] = {}
+    for name in names:
+        content = files[name]
+        data = content.encode() if isinstance(content, str) else content
+        folder, _, base = name.rpartition("/")
+        ledgers.setdefault(folder, {})[base] = hashlib.sha256(data).hexdigest()
+    return {**files, **{f"{folder}/{LEDGER}" if folder else LEDGER: json.dumps(entries)
+                        for folder, entries in ledgers.items()}}
 
 
 @dataclass(frozen=True)

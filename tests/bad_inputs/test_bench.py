@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from harness import Case, check
+from harness import Case, check, written_by_specscope
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # the serving tests' helpers
 from serving_helpers import refused_url, start_server, write_tiny_model  # noqa: E402
@@ -29,7 +29,8 @@ OPENAI = ["bench", "--backend", "openai", "--workload", "w.jsonl", "--max-tokens
 CASES = [
     Case("openai-top-p", ["bench", "--backend", "openai", "--url", "http://127.0.0.1:1", "--workload", "w.jsonl",
                           "--top-p", "0.5"], r"--top-p: only with --backend reference", WORKLOAD),
-    Case("records-is-the-workload", [*REF, "--records", "w.jsonl"], r"--records w\.jsonl: is also an input", WORKLOAD),
+    Case("records-is-the-workload", [*REF, "--records", "w.jsonl"], r"--records w\.jsonl: is also an input",
+         written_by_specscope(WORKLOAD, "w.jsonl")),
     Case("temperature-nan", [*REF, "--temperature", "nan"], r"--temperature.*finite.*nan", WORKLOAD),
     Case("device-meta", [*REF, "--device", "meta"], r"--device: expected cpu or cuda\[:N\], got 'meta'", WITH_DIR),
     Case("draft-with-lookup", [*REF, "--method", "ngram", "--draft", "taken"],

@@ -5,12 +5,15 @@ written (an earlier model at ``-o`` stays as it was)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from harness import Case, check, run_cli
+from harness import Case, check, run_cli, written_by_specscope
+
+from specscope.written import LEDGER
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # the simulated engine's timelines
 from calibration_helpers import simulated_cell  # noqa: E402
@@ -43,8 +46,11 @@ def trace(k_max: int = 4, leave_out: str | None = None) -> str:
 
 def sweep(change=None, results: bool = True, extra: dict | None = None) -> dict[str, str]:
     """A sweep folder ``S`` of the six cells (``change(record)`` applied to :data:`HELD`'s), its
-    ``results.json`` (unless ``results`` is false), traces ``t.jsonl`` and an earlier model ``m.json``."""
-    files = {"t.jsonl": trace(), "m.json": '{"earlier": "model"}\n', **(extra or {})}
+    ``results.json`` (unless ``results`` is false), traces ``t.jsonl`` and an earlier model ``m.json``
+    (listed as specscope's: a run may replace it, a refused one leaves it as it was)."""
+    earlier = '{"earlier": "model"}\n'
+    files = {"t.jsonl": trace(), "m.json": earlier, **(extra or {}),
+             LEDGER: json.dumps({"m.json": hashlib.sha256(earlier.encode()).hexdigest()})}
     for cell in CELLS:
         data = json.loads(json.dumps(record(cell)))  # a copy: the cases change theirs alone
         if cell.cell_id == HELD and change is not None:
@@ -100,10 +106,11 @@ CASES = [
     Case("engines-mixed", FIT, r"cells of engines other, ref.*--engine NAME",
          sweep(lambda d: d["key"].update(engine={"name": "other"}))),
     Case("engine-unknown", [*FIT, "--engine", "x"], r"no successful cell of engine 'x' \(have: ref\)", sweep()),
-    Case("output-is-a-cell", [*FIT[:-1], f"S/cells/{HELD}.json"], r"inside the sweep's cells/ folder", sweep()),
+    Case("output-is-a-cell", [*FIT[:-1], f"S/cells/{HELD}.json"], r"inside the sweep's cells/ folder",
+         written_by_specscope(sweep(), f"S/cells/{HELD}.json")),
     Case("output-new-in-cells", [*FIT[:-1], "S/cells/engine.json"], r"inside the sweep's cells/ folder", sweep()),
     Case("output-is-the-sweeps-results", [*FIT[:-1], "S/results.json"], r"S/results\.json: is also an input",
-         sweep(), setup=lambda folder: (folder / "S" / "results.json").write_text("[]")),
+         written_by_specscope({**sweep(), "S/results.json": "[]"}, "S/results.json")),
     Case("output-is-the-table", [*VALIDATE[:-4], "S/calibration.csv", "--traces", "t.jsonl", "--validate"],
          r"S/calibration\.csv: expected a \.json output file", sweep()),
     Case("table-path-is-a-folder", VALIDATE, r"S/calibration\.csv: is a directory",

@@ -7,7 +7,7 @@ import json
 import os
 
 import pytest
-from harness import Case, check
+from harness import Case, check, written_by_specscope
 
 TRACE = json.dumps({
     "schema": "specscope.trace/1", "id": "r1", "dataset": "d", "k_max": 4,
@@ -30,7 +30,7 @@ CASES = [
     Case("stats-two-outputs-one-file", ["stats", "t.jsonl", "-o", "rows.csv", "--pairs-output", "./rows.csv"],
          r"--pairs-output \S*rows\.csv: also given to -o", WITH_TRACE),
     Case("stats-pairs-output-is-an-input", ["stats", "t.json", "--pairs-output", "t.json"],
-         r"--pairs-output t\.json: is also an input", {"t.json": TRACE}),
+         r"--pairs-output t\.json: is also an input", written_by_specscope({"t.json": TRACE}, "t.json")),
     Case("overlap-two-outputs-one-file", ["overlap", "t.jsonl", "-o", "rows.csv", "--bleu-output", "rows.csv"],
          r"--bleu-output rows\.csv: also given to -o", WITH_TRACE),
     Case("overlap-batch-size-zero", ["overlap", "t.jsonl", "--batch-sizes", "1,0"], r"--batch-sizes", WITH_TRACE),
@@ -58,7 +58,8 @@ CASES = [
     Case("paper-empty-dir", ["paper", "--traces-dir", "taken"], r"taken: no \*\.jsonl trace files", WITH_DIR),
     Case("paper-o-is-the-reference", ["paper", "--traces-dir", "p", "-o", "p/figures_gsm8k_sharegpt.csv"],
          r"-o p/figures_gsm8k_sharegpt\.csv: is also an input",
-         {"p/llama3.1-8b_gsm8k.jsonl": TRACE, "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\n"}),
+         written_by_specscope({"p/llama3.1-8b_gsm8k.jsonl": TRACE, "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\n"},
+                              "p/figures_gsm8k_sharegpt.csv")),
     Case("paper-reference-not-finite", ["paper", "--traces-dir", "p"], r"p/figures_gsm8k_sharegpt\.csv:2: .*not a finite number",
          {"p/llama3.1-8b_gsm8k.jsonl": TRACE,
           "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\nngram,gsm8k,fixed1,nan\n"}),
@@ -113,7 +114,8 @@ CASES = [
     Case("workload-seed-float", ["workload", "make", "code", "--seed", "1.5", "-o", "w.jsonl"], r"--seed.*'1\.5'"),
     Case("workload-o-directory", ["workload", "make", "code", "-o", "taken"], r"taken: is a directory", WITH_DIR),
     Case("workload-o-is-its-source", ["workload", "make", "gsm8k", "--source", "g.jsonl", "-o", "g.jsonl"],
-         r"-o g\.jsonl: is also an input", {"g.jsonl": json.dumps({"question": "q", "answer": "a"}) + "\n"}),
+         r"-o g\.jsonl: is also an input",
+         written_by_specscope({"g.jsonl": json.dumps({"question": "q", "answer": "a"}) + "\n"}, "g.jsonl")),
     Case("workload-source-directory", ["workload", "make", "gsm8k", "--source", "taken", "-o", "w.jsonl"],
          r"taken: is a directory \(expected a dataset file\)", WITH_DIR),
     Case("workload-json-source-key-twice", ["workload", "make", "gsm8k", "--source", "g.json", "-o", "w.jsonl"],
@@ -156,6 +158,16 @@ CASES = [
          WITH_DIR),
     Case("costmodel-fit-o-not-json", ["costmodel", "fit", "t.jsonl", "-o", "notes.txt"],
          r"notes\.txt: expected a \.json output file", WITH_TRACE),
+    # Probe: a user's CSV whose header is all names, and a model's config.json (an object keyed by
+    # names), passed for a table specscope writes and were replaced.
+    Case("simulate-o-a-users-spreadsheet", ["simulate", "t.jsonl", "-o", "sheet.csv"],
+         r"sheet\.csv: exists, and specscope did not write it there", {**WITH_TRACE, "sheet.csv": "name,score\nalice,3\n"}),
+    Case("costmodel-fit-o-a-models-config", ["costmodel", "fit", "t.jsonl", "-o", "m/config.json"],
+         r"m/config\.json: exists, and specscope did not write it there",
+         {**WITH_TRACE, "m/config.json": '{"architectures": ["LlamaForCausalLM"], "hidden_size": 64}\n'}),
+    Case("stats-o-a-table-edited-since", ["stats", "t.jsonl", "-o", "rows.csv"], r"rows\.csv: .*changed since",
+         {**written_by_specscope({"rows.csv": "dataset,proposer\nd,ngram\n"}, "rows.csv"),
+          **WITH_TRACE, "rows.csv": "dataset,proposer\nd,ngram\nmy,row\n"}),
 ]
 
 

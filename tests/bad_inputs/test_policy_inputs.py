@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from harness import Case, check
+from harness import Case, check, written_by_specscope
 
 
 def own(rid: str, dataset: str = "d") -> str:
@@ -131,7 +131,7 @@ CASES = [
     Case("fit-no-steps", ["policy", "fit", "t.jsonl", "-o", "p.json"], r"no step to learn from",
          files={"t.jsonl": one_token("a") + one_token("b")}),
     Case("fit-output-is-input", ["policy", "fit", "t.jsonl", "-o", "t.jsonl"], r"-o t\.jsonl: is also an input",
-         files=TRACES),
+         files=written_by_specscope(TRACES, "t.jsonl")),
     Case("evaluate-repeated-acc", ["policy", "evaluate", "t.jsonl", "u.jsonl", "--acc", "ngram,ngram"], r"--acc",
          files=TWO_DATASETS),
     Case("evaluate-one-proposer", ["policy", "evaluate", "t.jsonl", "u.jsonl", "--acc", "ngram"],

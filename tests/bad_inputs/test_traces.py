@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from harness import Case, check
+from harness import Case, check, written_by_specscope
 
 
 def bench(rid="a", acc=(1, 2, 1), output=(5, 6, 7), **extra) -> str:
@@ -98,7 +98,7 @@ CASES = [
     Case("convert-output-is-directory", ["traces", "convert", "t.jsonl", "-o", "d"], r"d: is a directory",
          files=GOOD, setup=lambda folder: (folder / "d").mkdir()),
     Case("convert-output-is-its-input", ["traces", "convert", "t.jsonl", "-o", "t.jsonl"],
-         r"-o t\.jsonl: is also an input", files=GOOD),
+         r"-o t\.jsonl: is also an input", files=written_by_specscope(GOOD, "t.jsonl")),
     Case("draft-prob-infinite", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'proposers\.ngram\.draft_prob': expected probabilities in \[0, 1\] or null, got inf",
          files={"t.jsonl": own(draft_prob=[[0.5], [1e400], [None]])}),

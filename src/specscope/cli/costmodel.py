@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from specscope.cli._common import check_table_output, print_table, refuse_overwriting, to_stdout
+from specscope.cli._common import print_table, refuse_overwriting, to_stdout
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
-from specscope.fileio import check_json_output, json_text
+from specscope.fileio import check_json_output, check_kept_table, json_text
 
 POOR_FIT = 0.2  # a fit whose median step error is above this share is reported as poor
 
@@ -88,8 +88,8 @@ def run_fit(args: argparse.Namespace) -> int:
     output = Path(args.output)
     name = args.name or ("fitted" if to_stdout(output) else output.stem)
     written = [args.from_sweep / n for n in ("calibration.csv", "coefficients.csv")] if args.validate else []
-    for path in written:  # what --validate writes, checked before any work
-        check_table_output(path)
+    for path in written:  # what --validate writes into the sweep's folder, checked before any work
+        check_kept_table(path)
         if not to_stdout(output) and output.resolve() == path.resolve():
             raise SpecscopeError(f"-o {output}: --validate writes its table there; write the model elsewhere")
     if args.from_sweep is not None:

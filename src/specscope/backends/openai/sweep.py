@@ -59,7 +59,7 @@ from specscope.backends.openai.sweep_config import (
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.analysis.measured import MeasuredCell, winner
-from specscope.fileio import atomic_write_text, check_user_output, exclusive, refuse_foreign_folder
+from specscope.fileio import atomic_write_text, check_kept_table, exclusive, refuse_foreign_folder
 from specscope.progress import LazyProgress
 
 log = logging.getLogger(__name__)
@@ -426,7 +426,7 @@ def run_sweep(
     refuse_foreign_folder(config.output, "cells/", "sweep")  # it writes config.json, results.csv, winners.csv …
     read_cells(config.output)  # a bad record is refused before anything is written
     for name in SWEEP_FILES:  # checked before any cell is measured, not when the tables are written
-        check_user_output(config.output / name)
+        check_kept_table(config.output / name)
     made = _first_missing(config.output)  # the outermost folder this run makes (None: the output exists)
     try:
         (config.output / "cells").mkdir(parents=True, exist_ok=True)
