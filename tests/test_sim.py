@@ -379,6 +379,19 @@ def test_tree_policy_runs_in_both_modes_and_refuses_traces_without_ranks():
         simulate(records, ["eagle"], ["tree:2x1x1"], TREE_COST, SimConfig(mode="paper", batch_sizes=(1,)))
 
 
+def test_a_lookup_beside_a_model_proposer_gets_no_tree_cell():
+    """Probe: `simulate --policies fixed:3,tree:2x1x1` with the default --acc ngram,eagle refused
+    the whole run (n-gram drafts no tree), its fixed cells too. n-gram now gets its fixed cells
+    and EAGLE both; n-gram alone with a tree is still refused."""
+    with_ngram = [replace(r, proposers={**r.proposers, "ngram": ProposerTrace(r.acc_len("eagle"))})
+                  for r in (TREE_RECORD, ranked([[0, 1], [0, 0], [-1, -1]], rid="s"))]
+    cost = replace(TREE_COST, drafting={**TREE_COST.drafting, "ngram": LinearDrafting(0.0, 0.0, 0.0)})
+    rows = simulate(with_ngram, ["ngram", "eagle"], ["fixed:2", "tree:2x1"], cost, SimConfig(mode="paper", batch_sizes=(1,)))
+    assert [(r.acc, r.policy) for r in rows] == [("ngram", "fixed:2"), ("eagle", "fixed:2"), ("eagle", "tree:2x1")]
+    with pytest.raises(SpecscopeError, match=r"proposer 'ngram': policy 'tree:2x1' needs a model proposer"):
+        simulate(with_ngram, ["ngram"], ["tree:2x1"], cost, SimConfig(mode="paper", batch_sizes=(1,)))
+
+
 def test_a_requests_arrival_is_charged_where_the_engine_was_idle():
     """``admit_s``: a server's work on an arriving request holds up an idle engine only. Three
     requests of 2, 4 and 2 steps (no SD): at B = 1 each arrives to an idle engine (3 charges); at

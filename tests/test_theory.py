@@ -33,6 +33,9 @@ def test_estimate_alpha_truncated_geometric_mle():
     # Positions 3 and 4 accepted up to the output's end: cut off, not rejected (else 3 / 7).
     assert estimate_alpha([np.array([1, 3, 1, 2, 1])], 2) == pytest.approx(3 / 5)
     assert np.isnan(estimate_alpha([np.array([1]), np.array([1])], 4))  # one-token outputs: nothing to accept
+    # Probe: an array that records acceptance past its end (the paper's last entries: acc_len 2
+    # where no draft is left to judge) counted those drafts as successes (4 / 6 here): capped, 3 / 5.
+    assert estimate_alpha([np.array([1, 3, 1, 2, 2])], 2) == pytest.approx(3 / 5)
 
 
 def test_bound_refuses_traces_that_say_nothing_of_alpha(tmp_path, capsys):

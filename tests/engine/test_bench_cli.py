@@ -131,7 +131,9 @@ def test_bench_method_none_runs_the_baseline_only(llama_dir, workload, tmp_path,
     assert [(r["method"], r["speedup"], r["acceptance_rate"], r["greedy_match"]) for r in rows] == [
         ("none", 1.0, None, None)
     ] * 2
-    assert {json.loads(line)["method"] for line in records.read_text().splitlines()} == {"none"}
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    assert {r["method"] for r in lines} == {"none"}
+    assert all(r["draft_s"] == 0 for r in lines)  # probe: building the empty proposal was timed as drafting
 
 
 def test_bench_table_and_user_errors(llama_dir, workload, tmp_path, capsys):

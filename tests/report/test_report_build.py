@@ -42,8 +42,8 @@ def test_every_figure_and_table_is_written(synthetic_report):
         "proposed (and paid its drafting) (no guess applies)",
         "dataset '<img src=x onerror=\"alert(2)\"> $x_1$ & co': ngram recorded no draft_len, so its fixed and "
         "adaptive steps there are taken to have proposed (and paid its drafting) (no guess applies)",
-        "figure 'tree vs chain' not drawn: the traces carry no tree_rank (trace with --trees), or no tree fits the "
-        "depth they recorded",
+        "figure 'tree vs chain' not drawn: no tree was simulated: the traces carry no tree_rank (trace with "
+        "--trees), or each tree is deeper than the ranks they recorded or the chains compared (the notes say which)",
         "figure 'measured' not drawn: no measured runs were given (--measured)",
         "figure 'policy gap' not drawn: no learned policy was given (--policy)",
         "figure 'policy choices' not drawn: no learned policy was given (--policy)",

@@ -63,7 +63,7 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     # a replay on a GPU's cost model: its chains and trees, and where each tree stops beating its chain
     assert main([*argv, "--replay", "roofline:h100:llama3.1-8b:llama3.2-1b"]) == 0
     replayed = capsys.readouterr().out
-    assert re.search(r"crossover roofline:h100:llama3.1-8b:llama3.2-1b echo \(draft\): 2x1x1 \(6 nodes\) vs chain "
+    assert re.search(r"crossover roofline:h100:llama3.1-8b:llama3.2-1b echo \(draft, whole-run speedup\): 2x1x1 \(6 nodes\) vs chain "
                      r"fixed:3: ", replayed), replayed
     assert "chains compared stop at k = 0" not in replayed  # they had: the trees' chains keyed by dataset alone
     # a refitted policy.json: the learned cells measured with the old one are measured again

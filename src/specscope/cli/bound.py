@@ -107,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
             "context each row's records' mean prompt + half output (" + \
             ", ".join(f"{name} {context:.0f}" for (name, *_), context in zip(cases, contexts)) + ")"
         source = ", ".join(filter(None, [
-            "α given" if args.alpha is not None else "α from the traces",
+            "α given" if args.alpha is not None else "α from the traces (the i.i.d. rate that fits their acc_len "
+            "best, not a policy's accepted/proposed)",
             "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at each "
                                                f"k (column c: at k = {args.k}), B = {args.batch_size}, {shown}"]))
     elif args.alpha is not None and args.c is not None:

@@ -83,13 +83,13 @@ def sd_step(
     positions = [len(h) - 1 for h in histories]  # position of each row's newest token
     last = torch.tensor([h[-1] for h in histories], device=device)  # [batch]
     start = torch.tensor(positions, device=device)  # [batch]
-    with clock.phase("draft"):
-        if proposer is None:
-            empty = torch.zeros(batch, 0, dtype=torch.long, device=device)
-            proposal = Proposal(empty, torch.zeros(batch, dtype=torch.long, device=device))
-        else:
+    if proposer is None:  # no SD: nothing drafted, and no drafting time recorded
+        proposal = Proposal(torch.zeros(batch, 0, dtype=torch.long, device=device),
+                            torch.zeros(batch, dtype=torch.long, device=device))
+    else:
+        with clock.phase("draft"):
             proposal = proposer.propose(ProposeInput(slots, last, start, histories, k, sampling))
-        draft_len = proposal.draft_len.tolist()
+    draft_len = proposal.draft_len.tolist()
     m = max(draft_len)  # verify only as many positions as the longest proposal needs
     drafts = proposal.tokens[:, :m]  # [batch, m]
     with clock.phase("verify"):

@@ -167,7 +167,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     with said_once():  # the same files again, each array whole: what reading them warns was said above
         sim_records, _ = load_traces(traces, lengths="own")
     asked, held = config.ks, _held_per_dataset(config, sim_records)
-    sim_records = [_capped(r, held) for r in sim_records]
+    whole, sim_records = sim_records, [_capped(r, held) for r in sim_records]
     config = min(held.values(), key=lambda c: c.deepest, default=config)  # the figures': within every depth
     names = proposer_names(records)
     notes: list[str] = []
@@ -206,7 +206,6 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     for pair, members in _pairs_by_dataset(sim_records, simulated).items():  # each dataset its own pair
         data.rows += simulate(members, [COMBINED], [f"oracle-combined:{pair[0]}+{pair[1]}"], cost, config.sim,
                               missing=data.notes)
-    data.answer = answer_rows(data.rows)
     data.notes.extend(capacity_notes(data.rows, cost))
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
@@ -223,6 +222,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
             data.notes.append(f"tree vs chain: not for {', '.join(without)}, whose traces carry no tree_rank "
                               "(trace with --trees)")
         data.tree_answer = tree_answer(data.trees)
+    data.answer = answer_rows(data.rows + [r for r in data.tree_rows if r.policy.startswith("tree:")])
     data.measured = [c if c.simulated_speedup is not None  # a study's cells come simulated on their own requests
                      else replace(c, simulated_speedup=simulated_for(c, data.rows + data.tree_rows)) for c in data.measured]
     unmatched = [c for c in data.measured if c.simulated_speedup is None]
@@ -254,7 +254,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
 
     data.predicted = predicted_split(data.rows)
     data.measured_split = measured_split(steps)
-    data.points = bound_points(records, cost, simulated, min(config.sim.batch_sizes), config.bound_k, data.notes)
+    data.points = bound_points(whole, cost, simulated, min(config.sim.batch_sizes), config.bound_k,
+                               data.notes)  # each array whole, as `specscope bound` reads them
     advance(PHASES[4])
     return data
 

@@ -2,7 +2,8 @@
 to the oracle.
 
 - ``best``: the simulated cell with the highest speedup among realisable policies (everything
-  but ``oracle`` and ``oracle-combined``), over every proposer;
+  but ``oracle`` and ``oracle-combined``: the static trees the traces reach too), over every
+  proposer;
 - ``oracle``: the best single-proposer ``oracle`` cell (no verification wasted);
   ``gap`` = oracle speedup − best speedup;
 - ``combined``: the ``oracle-combined`` cell when simulated — optimistic, since choosing the

@@ -169,8 +169,9 @@ FIGURES = [
                   "tree's line falls below the chain of its depth (the marked crossover) — past it, batch "
                   "size makes the extra verification cost more than the extra acceptance gives.",
         lambda d: F.tree_figure(d.tree_rows, d.trees),
-        lambda d: None if d.trees else "the traces carry no tree_rank (trace with --trees), or no tree fits "
-                                       "the depth they recorded",
+        lambda d: None if d.trees else "no tree was simulated: the traces carry no tree_rank (trace with "
+                                       "--trees), or each tree is deeper than the ranks they recorded or the "
+                                       "chains compared (the notes say which)",
     ),
     FigureSpec(
         "measured",

@@ -132,8 +132,8 @@ def answer_section(rows: Sequence[AnswerRow], edges: Mapping[tuple[str, str], tu
            "proposer's drafting — the pair's lookup, n-gram in the paper (its rule), else the first-named — "
            "so the number is optimistic — an upper bound, not something a real system reaches. " if combined else "")
         + "oracle: one proposer, proposing exactly what will be accepted (no wasted verification) — the best "
-        "k at every step it reaches, not a bound on speed: a fixed k lands on other positions and can come "
-        "out ahead (a negative gap)."
+        "k at every step it reaches, not a bound on speed: a fixed k lands on other positions, and a token "
+        "tree tries several tokens at a depth, so either can come out ahead (a negative gap)."
         + (" ‡ mixed mode's whole-run speedup includes the ramp-up and the drain of the longest requests; at "
            "steady state (only iterations with a full batch: what a server under constant load sees) another "
            "policy ranks first where this column names it, with the best's own steady-state speedup beside it."
@@ -186,8 +186,9 @@ def render(page: Page) -> str:
 <p class="meta">{esc(meta)}</p>
 <h2>The answer</h2>
 {answer_section(page.answer, page.edges)}
-{("<h3>Trees against chains</h3><p>Up to which batch size each static tree beats the chain of its depth "
-  "(the figure below draws both).</p>" + table(*page.trees)) if page.trees[1] else ""}
+{("<h3>Trees against chains</h3><p>Up to which batch size each static tree beats the chain of its depth, "
+  "by whole-run speedup (the figure below draws both; tree_speedup.csv holds the steady-state speedups too)."
+  "</p>" + table(*page.trees)) if page.trees[1] else ""}
 {notes}
 <h2>Figures</h2>
 {f'<p class="small">Not drawn here: {esc("; ".join(page.skipped))}.</p>' if page.skipped else ""}

@@ -2,13 +2,14 @@
 
 Per dataset × model proposer (with ``tree_rank`` in its traces) × tree of depth D:
 
-- ``mean_acc_len`` — tokens per step, pooled over output positions (:meth:`TreeShape.acc_len`);
+- ``mean_acc_len`` — the tree's acc_len (:meth:`TreeShape.acc_len`) averaged over output
+  positions (not per step: a step starts only where the last one ended);
   ``chain_mean_acc_len`` — the same for the chain of depth D (``fixed:D``), from the same ranks;
 - ``acc_per_verified`` — mean acc_len / (nodes + 1): tokens emitted per token verified, the
   closed-form view of what a tree trades against batch size (verification grows with nodes,
   and at large batch verification is paid per token); ``chain_acc_per_verified`` likewise with
   D + 1 verified tokens;
-- ``beats_up_to`` — the largest simulated batch size up to which the tree's speedup beats the
+- ``beats_up_to`` — the largest simulated batch size up to which the tree's (whole-run) speedup beats the
   chain's (``fixed:D``) at every batch size (None: not even at the smallest); ``crossover`` — the
   first batch size where it does not (None: it beats at every one simulated).
 """

@@ -386,15 +386,18 @@ def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Po
     """The (acc, policy) pairs that make sense: each proposer of ``accs`` with each one-proposer
     policy; oracle-combined and a switching policy make one cell each whatever ``accs`` (acc
     ``combined``, and ``a+b`` naming a switching policy's proposers), named or not in ``accs``.
-    A one-proposer policy with no proposer in ``accs``, or ``combined`` with no oracle-combined
-    policy, is refused: no cell would hold it."""
+    A tree goes with each model proposer of ``accs`` (a lookup drafts no tree: n-gram beside
+    EAGLE gets no tree cell). A one-proposer policy with no proposer in ``accs`` to run it, or
+    ``combined`` with no oracle-combined policy, is refused: no cell would hold it."""
     single = [p for p in policies if p.switch is None and not p.combined]
     if single and accs and all(acc == COMBINED for acc in accs):
         raise SpecscopeError(f"{single[0].name}: --acc names no proposer to replay it with ('combined' goes with "
                              "oracle-combined only)")
     if COMBINED in accs and not any(p.combined for p in policies):
         raise SpecscopeError("--acc combined: goes with oracle-combined only, and no policy given is one")
-    pairs = [(acc, p) for acc in accs if acc != COMBINED for p in single]
+    drafters = [acc for acc in accs if acc != COMBINED and acc not in LOOKUP_PROPOSERS]
+    pairs = [(acc, p) for acc in accs if acc != COMBINED for p in single
+             if p.tree is None or acc in drafters or not drafters]  # lookups alone: refused by _check_tree
     pairs += [(COMBINED, p) for p in policies if p.combined]
     pairs += [("+".join(p.switch), p) for p in policies if p.switch is not None]
     if not pairs:

@@ -342,7 +342,7 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say,
                     else f"crossover B={t.crossover}" if t.crossover is not None
                     else f"beats it up to B={t.beats_up_to}, the largest simulated: no crossover there")
                  for t in trees if t.dataset == dataset]
-        say(f"crossover {spec} {dataset} ({drafter}): " + "; ".join(parts))
+        say(f"crossover {spec} {dataset} ({drafter}, whole-run speedup): " + "; ".join(parts))
 
 
 def _can_price(cost, method: str) -> bool:

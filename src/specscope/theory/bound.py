@@ -62,8 +62,9 @@ def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int],
     cap = min(k_max, G − 1 − i, draft_len[i]) (k_max one for all the arrays, or each array's own;
     past the output's end nothing is there to accept; draft_len where the trace records what the
     proposer offered — a position it offered nothing has no draft to judge); under i.i.d.
-    acceptance that is a geometric count truncated at cap: a successes, plus one failure when
-    a < cap. The MLE is α = Σ a / (Σ a + #{a < cap}) — a drafter accepted to the output's end,
+    acceptance that is a geometric count truncated at cap: min(a, cap) successes (an array a few
+    entries longer than its output, as the paper's are, records acceptance past it), plus one
+    failure when a < cap. The MLE is α = Σ a / (Σ a + #{a < cap}) — a drafter accepted to the output's end,
     or to the end of its offer, was cut off, not rejected. NaN where no position had a draft to
     accept (every cap 0: outputs of one token, or nothing offered): the traces say nothing of α.
     """
@@ -75,6 +76,7 @@ def estimate_alpha(acc_lens: Sequence[np.ndarray], k_max: int | Sequence[int],
         cap = np.minimum(limit, np.arange(len(a) - 1, -1, -1, dtype=np.int64))  # [G] within k_max and the output
         caps.append(cap if offer is None else np.minimum(cap, np.asarray(offer, dtype=np.int64)))
     caps = np.concatenate(caps)
+    accepted = np.minimum(accepted, caps)  # an array past its output (or its offer) judged no draft there
     failures = int(np.count_nonzero(accepted < caps))
     total = int(accepted.sum())
     return total / (total + failures) if total + failures else float("nan")
