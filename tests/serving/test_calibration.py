@@ -203,6 +203,7 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
         assert predicted > 0 and float(row["error_pct"]) == pytest.approx(100 * (predicted - measured) / measured,
                                                                             abs=0.05)
     assert "median |error|" in out and "cross-check" in out
+    assert "┃ workload ┃" in out  # each cell's row names its workload (a sweep of two had twin rows)
     assert model.fitted_cells and {c.method for c in model.fitted_cells} == {"none", "ngram"}
     steps = tmp_path / "steps.jsonl"  # every server of the sweep appended its engine's steps
     assert main(["costmodel", "fit", str(steps), "-o", str(tmp_path / "inside.json")]) == 0

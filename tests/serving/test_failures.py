@@ -70,6 +70,49 @@ def test_load_records_each_failure_and_measure_refuses_partial_runs(fake_server)
         measure(ClientConfig(refused_url()), [PROMPT], 1)
 
 
+def test_an_interrupted_load_sends_no_more_requests(monkeypatch):
+    """Probe: Ctrl-C during a sweep's cell left its workers sending every remaining request (4 more
+    requests of 600 tokens, 8.7 s) before the interrupt went on. Interrupted, the load takes no
+    next request: those in flight end, and the interrupt goes on."""
+    from specscope.backends.openai import client
+
+    sent = []
+
+    def slow(config, prompt):
+        sent.append(prompt)
+        if len(sent) == 1:
+            raise KeyboardInterrupt
+        time.sleep(0.05)
+        return None
+
+    monkeypatch.setattr(client, "stream_completion", slow)
+    with pytest.raises(KeyboardInterrupt):
+        run_load(ClientConfig("http://127.0.0.1:9", "fake"), [PROMPT] * 40, concurrency=2)
+    assert len(sent) <= 3  # the interrupted one, and at most one more from each other worker
+
+
+def test_a_server_running_fewer_requests_than_the_batch_is_no_measurement_at_it():
+    """Probe: a url engine whose server ran at most 4 requests at once was recorded at batch size 8
+    (the other 4 waited in its queue). Eight requests sent together, streamed by the server four
+    at a time: the run is refused at B = 8; the same timeline is a measurement at B = 4."""
+    from specscope.backends.openai.client import LoadResult, RequestResult
+    from specscope.backends.openai.measure import _Measurement
+
+    results = [RequestResult(f"r{i}", output_tokens=3, sent_s=0.0, chunk_s=[t, t + 0.5, t + 1.0], chunk_tokens=[1] * 3)
+               for i, t in enumerate([1.0] * 4 + [3.0] * 4)]
+    load = LoadResult(8, 5.0, results)
+    assert load.peak_streaming() == (4, 8)
+    for concurrency, refused in ((8, True), (4, False)):
+        run = object.__new__(_Measurement)
+        run.config, run.concurrency, run.loads, run.spans = ClientConfig("http://x", "m"), concurrency, [load], []
+        run.metrics_error = "not scraped"
+        if refused:
+            with pytest.raises(MeasureError, match="ran at most 4 requests at once where 8 were sent together"):
+                run.finish()
+        else:
+            assert run.finish()[1] is load  # four at once where four were sent: a measurement
+
+
 def test_interleaved_replicas_take_the_segments_in_turn(fake_server):
     """Run A on two processes, run B on one; 8 requests in 4 segments of 2: A's replica 0 serves
     segments 0 and 2, replica 1 segments 1 and 3 (each: 1 warm-up + 4 requests), B's one all

@@ -463,12 +463,14 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:
-    """Per cell: the fit's mean tokens per step and mean gap beside the server's histograms."""
+    """Per cell (its workload, method, k, tree and batch size): the fit's mean tokens per step and
+    mean gap beside the server's histograms."""
     rows = []
     for cell in cells:
         gaps = cell_gaps(cell)
         steps = gaps.select(gaps.idle == 0)  # the engine's steps, each seen as a chunk gap
-        rows.append({"method": cell.method, "k": cell.k, "batch_size": cell.batch_size,
+        rows.append({"workload": cell.workload, "method": cell.method, "k": cell.k,
+                     "tree": cell.tree.name if cell.tree is not None else "-", "batch_size": cell.batch_size,
                      "tokens_per_step": float(np.mean(steps.tokens + steps.prefill)),
                      "server_tokens_per_step": cell.server_means.get("server_iteration_tokens_mean"),
                      "gap_ms": 1e3 * float(np.mean(steps.seconds)),

@@ -107,6 +107,19 @@ class LoadResult:
     def failed(self) -> list[RequestResult]:
         return [r for r in self.results if r.error is not None]
 
+    def peak_streaming(self) -> tuple[int, int]:
+        """The most requests streaming at once — each from its first token-bearing chunk until its
+        last: what the server held running, however many the client had sent — and how many
+        requests that counts (those of two chunks or more: a one-chunk answer spans no time)."""
+        spans = [(r.sent_s + r.chunk_s[0], r.sent_s + r.chunk_s[-1]) for r in self.results
+                 if r.error is None and len(r.chunk_s) > 1]
+        events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])  # an end first on ties
+        running = peak = 0
+        for _, change in events:
+            running += change
+            peak = max(peak, running)
+        return peak, len(spans)
+
     def summary(self) -> dict[str, object]:
         """Throughput and latency percentiles over the successful requests."""
         import numpy as np
@@ -322,16 +335,18 @@ def _decode_chunk(payload: bytes) -> dict:
 
 
 def run_load(config: ClientConfig, prompts: list[Prompt], concurrency: int) -> LoadResult:
-    """Send ``prompts`` in a closed loop with ``concurrency`` requests in flight."""
+    """Send ``prompts`` in a closed loop with ``concurrency`` requests in flight. Interrupted
+    (Ctrl-C), it sends no more: the requests in flight end, and the interrupt goes on."""
     if concurrency < 1:
         raise SpecscopeError(f"concurrency: expected >= 1, got {concurrency}")
     results: list[RequestResult | None] = [None] * len(prompts)
     lock = threading.Lock()
+    stopping = threading.Event()
     next_index = 0
 
     def worker() -> None:
         nonlocal next_index
-        while True:
+        while not stopping.is_set():
             with lock:
                 index = next_index
                 next_index += 1
@@ -341,8 +356,12 @@ def run_load(config: ClientConfig, prompts: list[Prompt], concurrency: int) -> L
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="load") as pool:
-        for future in [pool.submit(worker) for _ in range(min(concurrency, len(prompts)))]:
-            future.result()
+        try:
+            for future in [pool.submit(worker) for _ in range(min(concurrency, len(prompts)))]:
+                future.result()
+        except BaseException:  # an interrupt: the workers take no next request
+            stopping.set()
+            raise
     duration = time.perf_counter() - start
     return LoadResult(concurrency, duration, [r for r in results if r is not None], start)
 

@@ -138,6 +138,11 @@ class _Measurement:
             raise MeasureError(
                 f"{len(load.failed)}/{len(load.results)} requests failed; first ({first.id}): {first.error}"
             )
+        peak, spanned = load.peak_streaming()
+        if spanned >= self.concurrency and peak < self.concurrency:
+            raise MeasureError(f"the server ran at most {peak} requests at once where {self.concurrency} were sent "
+                               f"together (its largest batch is smaller?): no measurement at batch size "
+                               f"{self.concurrency}")
         metrics_error = self.metrics_error
         row = {"model_name": self.config.model, **load.summary()}
         row.update({name: None for name in metrics.SpecDecodeDelta(0, 0, 0, []).as_row()})
