@@ -101,7 +101,7 @@ def test_a_server_running_fewer_requests_than_the_batch_is_no_measurement_at_it(
     results = [RequestResult(f"r{i}", output_tokens=3, sent_s=0.0, chunk_s=[t, t + 0.5, t + 1.0], chunk_tokens=[1] * 3)
                for i, t in enumerate([1.0] * 4 + [3.0] * 4)]
     load = LoadResult(8, 5.0, results)
-    assert load.peak_streaming() == (4, 8)
+    assert load.peak_streaming() == (4, 8, 1.0)
     for concurrency, refused in ((8, True), (4, False)):
         run = object.__new__(_Measurement)
         run.config, run.concurrency, run.loads, run.spans = ClientConfig("http://x", "m"), concurrency, [load], []

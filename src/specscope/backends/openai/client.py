@@ -107,10 +107,11 @@ class LoadResult:
     def failed(self) -> list[RequestResult]:
         return [r for r in self.results if r.error is not None]
 
-    def peak_streaming(self) -> tuple[int, int]:
+    def peak_streaming(self) -> tuple[int, int, float]:
         """The most requests streaming at once — each from its first token-bearing chunk until its
-        last: what the server held running, however many the client had sent — and how many
-        requests that counts (those of two chunks or more: a one-chunk answer spans no time)."""
+        last: what the server held running, however many the client had sent — how many requests
+        that counts (those of two chunks or more: a one-chunk answer spans no time), and their
+        median span in seconds (spans of a few milliseconds overlap or not by thread scheduling)."""
         spans = [(r.sent_s + r.chunk_s[0], r.sent_s + r.chunk_s[-1]) for r in self.results
                  if r.error is None and len(r.chunk_s) > 1]
         events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])  # an end first on ties
@@ -118,7 +119,8 @@ class LoadResult:
         for _, change in events:
             running += change
             peak = max(peak, running)
-        return peak, len(spans)
+        median = sorted(end - start for start, end in spans)[len(spans) // 2] if spans else 0.0
+        return peak, len(spans), median
 
     def summary(self) -> dict[str, object]:
         """Throughput and latency percentiles over the successful requests."""

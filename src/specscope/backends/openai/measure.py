@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 WARMUP_TOKENS = 8
 
 
+STREAMING_S = 0.05  # requests streaming this long (median) tell a server's batch; shorter ones may not overlap
+
+
 class MeasureError(SpecscopeError):
     """The run failed; the message is the reason (connection refused, HTTP 500, timeout, …)."""
 
@@ -138,8 +141,8 @@ class _Measurement:
             raise MeasureError(
                 f"{len(load.failed)}/{len(load.results)} requests failed; first ({first.id}): {first.error}"
             )
-        peak, spanned = load.peak_streaming()
-        if spanned >= self.concurrency and peak < self.concurrency:
+        peak, spanned, span_s = load.peak_streaming()
+        if spanned >= self.concurrency and span_s >= STREAMING_S and peak < self.concurrency:
             raise MeasureError(f"the server ran at most {peak} requests at once where {self.concurrency} were sent "
                                f"together (its largest batch is smaller?): no measurement at batch size "
                                f"{self.concurrency}")
