@@ -84,9 +84,11 @@ def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
     assert main(["paper", "--traces-dir", str(tmp_path), "-o", str(tmp_path / "cells.csv")]) == 0
     assert "largest difference from the paper's figures" in capsys.readouterr().out
     with open(tmp_path / "cells.csv", encoding="utf-8") as handle:
-        compared = {(r["dataset"], r["paper_speedup"]) for r in csv.DictReader(handle)
-                    if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:1", "1")}
+        cells = list(csv.DictReader(handle))
+    compared = {(r["dataset"], r["paper_speedup"]) for r in cells
+                if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:1", "1")}
     assert compared == {("llama3.1-8b_gsm8k", "1.0"), ("qwen3-8b_gsm8k", "")}
+    assert {r["cost_model"] for r in cells} == {"h100-llama3.1-8b"}  # each row names what priced it
     # records that call their dataset "gsm8k" in a file another model's name: not the figures' either
     (tmp_path / "llama3.1-8b_gsm8k.jsonl").unlink()
     (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps({**record, "dataset": "gsm8k"}) + "\n")

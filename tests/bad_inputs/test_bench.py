@@ -32,6 +32,7 @@ CASES = [
     Case("records-is-the-workload", [*REF, "--records", "w.jsonl"], r"--records w\.jsonl: is also an input",
          written_by_specscope(WORKLOAD, "w.jsonl")),
     Case("temperature-nan", [*REF, "--temperature", "nan"], r"--temperature.*finite.*nan", WORKLOAD),
+    Case("k-without-sd", [*REF, "--method", "none", "--k", "3"], r"--k: only used with an SD --method", WORKLOAD),
     Case("device-meta", [*REF, "--device", "meta"], r"--device: expected cpu or cuda\[:N\], got 'meta'", WITH_DIR),
     Case("draft-with-lookup", [*REF, "--method", "ngram", "--draft", "taken"],
          r"--draft: only used with a method that reads a checkpoint .*not ngram", WITH_DIR),

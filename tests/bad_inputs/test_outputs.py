@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from harness import Case, check, written_by_specscope
@@ -17,6 +18,7 @@ TRACE = json.dumps({
 WITH_TRACE = {"t.jsonl": TRACE}
 WITH_DIR = {**WITH_TRACE, "taken/keep.txt": "mine"}
 WITH_FILE = {**WITH_TRACE, "taken.txt": "mine"}
+ZOO_TARGET = Path(__file__).resolve().parents[2] / "src" / "specscope" / "data" / "zoo" / "target"
 
 CASES = [
     Case("stats-o-directory", ["stats", "t.jsonl", "-o", "taken"], r"taken: is a directory", WITH_DIR),
@@ -108,6 +110,12 @@ CASES = [
          r"--workload: two workloads named 'w'"),
     Case("study-replay-unknown", ["study", "--replay", "roofline:h999:x"], r"h999"),
     Case("study-folder-not-a-study", ["study", "-o", "."], r"not empty and holds no study\.json", WITH_FILE),
+    # Probe: a study refused for a bad request named its copy (s9/workloads/w.jsonl:1) and left the
+    # folder it made (its settings, the copy, its lock) behind.
+    Case("study-bad-request-names-the-users-file", ["study", "--model", str(ZOO_TARGET), "--workload", "w.jsonl",
+                                                    "--requests", "1", "--batch-sizes", "1", "-o", "s9"],
+         r"error: w\.jsonl:1: .*not below the model's vocabulary size",
+         {"w.jsonl": json.dumps({"id": "a", "prompt_token_ids": [5, 999999]}) + "\n"}),
     Case("study-model-without-config", ["study", "--model", "taken", "--workload", "t.jsonl"],
          r"taken: no config\.json", WITH_DIR),
     Case("workload-n-zero", ["workload", "make", "code", "--n", "0", "-o", "w.jsonl"], r"--n"),

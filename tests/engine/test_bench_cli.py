@@ -128,12 +128,13 @@ def test_bench_method_none_runs_the_baseline_only(llama_dir, workload, tmp_path,
         == 0
     )
     rows = json.loads(capsys.readouterr().out)
-    assert [(r["method"], r["speedup"], r["acceptance_rate"], r["greedy_match"]) for r in rows] == [
-        ("none", 1.0, None, None)
-    ] * 2
+    assert [(r["method"], r["k"], r["speedup"], r["acceptance_rate"], r["greedy_match"]) for r in rows] == [
+        ("none", 0, 1.0, None, None)
+    ] * 2  # k = 0: its rows said k = 3 (the default) of a run that proposed nothing
     lines = [json.loads(line) for line in records.read_text().splitlines()]
     assert {r["method"] for r in lines} == {"none"}
-    assert all(r["draft_s"] == 0 for r in lines)  # probe: building the empty proposal was timed as drafting
+    assert all(r["draft_s"] == 0 and r["k"] == 0 for r in lines)  # probe: the empty proposal's building was
+    # timed as drafting, and the records said k = 3
 
 
 def test_bench_table_and_user_errors(llama_dir, workload, tmp_path, capsys):

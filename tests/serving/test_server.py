@@ -306,10 +306,12 @@ def test_stop_strings_end_the_output_before_them(chat_server, stream):
         text, tokens = last["text"], last["token_ids"]
     assert text == full["text"][:cut] and tokens == full["token_ids"][:tokens_needed]
     assert last["finish_reason"] == "stop" and last["stop_reason"] == stop
-    deadline = time.monotonic() + 30  # the engine aborts the request before its next step
-    while loop.snapshot["success_stop"] == before and time.monotonic() < deadline:
+    assert loop.snapshot["success_stop"] == before + 1  # counted once its client has the answer (probe: it
+    # was counted only when the engine aborted it, after one more step, so /metrics read then lacked it)
+    deadline = time.monotonic() + 30  # the engine aborts the request at its next iteration
+    while loop.snapshot["num_running"] and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert loop.snapshot["success_stop"] == before + 1 and loop.snapshot["num_running"] == 0
+    assert loop.snapshot["success_stop"] == before + 1 and loop.snapshot["num_running"] == 0  # and once only
 
 
 def test_stop_token_ids_and_min_tokens(servers):
@@ -494,6 +496,41 @@ def test_client_that_goes_away_is_aborted(tiny_model):
         assert loop.snapshot["generation_tokens"] < 480
         metrics = get(running.url, "/metrics")[1].decode()
         assert re.search(r'vllm:request_success_total\{[^}]*finished_reason="abort"[^}]*\} 1\.0', metrics), metrics
+    finally:
+        running.close()
+
+
+def test_a_streaming_client_that_leaves_while_queued_leaves_the_queue(tiny_model):
+    """Probe: a streamed request whose client hung up while it waited for a batch slot was noticed
+    only once admitted (writes notice a stream's client, and none came before its first tokens):
+    it took a slot and ran a step or two. Now it leaves the queue within a moment, as a plain
+    request does, while the request ahead of it runs on."""
+    running = start_server(tiny_model, max_seq_len=512, max_batch_size=1)
+    parts = urllib.parse.urlsplit(running.url)
+
+    def send(stream):
+        body = json.dumps({"prompt": PROMPT, "max_tokens": 480, "temperature": 0, "ignore_eos": True,
+                           "stream": stream}).encode()
+        sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        return sock
+
+    try:
+        loop = running.server.loop
+        ahead = send(stream=False)
+        deadline = time.monotonic() + 30
+        while not loop.snapshot["generation_tokens"] and time.monotonic() < deadline:  # it runs, the slot taken
+            time.sleep(0.005)
+        queued = send(stream=True)
+        while not loop.snapshot["num_waiting"] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        queued.close()
+        while loop.snapshot["num_waiting"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert loop.snapshot["num_waiting"] == 0 and loop.snapshot["success_abort"] == 1
+        assert loop.snapshot["num_running"] == 1  # the request ahead runs on
+        ahead.close()
     finally:
         running.close()
 

@@ -200,7 +200,7 @@ def _row(
     }
     return BenchRow(
         method=config.method,
-        k=config.k,
+        k=0 if config.method == NO_SD else config.k,  # a run that proposed nothing
         batch_size=batch_size,
         throughput=sd.generated / sd.seconds,
         baseline_throughput=base.generated / base.seconds,

@@ -160,6 +160,8 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             raise SpecscopeError("--method: not used with --policy (the policy chooses the method and k)")
         policy = load_policy(args.policy)
         policy.drafter(args.draft)  # a missing checkpoint is refused before the model loads
+    if args.method == NO_SD and args.k is not None:  # its rows would say k = K of a run that proposed nothing
+        raise SpecscopeError(f"--k: only used with an SD --method (with {NO_SD}, nothing is proposed)")
     shared = dict(
         workload=args.workload,
         method=LEARNED if policy is not None else DEFAULTS["method"] if args.method is None else args.method,

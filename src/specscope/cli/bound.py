@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
     # row shows, and c at each k from the cost model (None: one c given for all)
     source = "α and c given"
     at_trace_depth: set[str] = set()  # rows whose traces end at the table's last k
+    if args.traces and args.alpha is not None and args.c is not None:  # the rows would carry the traces' names only
+        raise SpecscopeError("TRACES: not used with both --alpha and --c (the traces give α, the cost model c); "
+                             "give traces, or both numbers")
     if args.traces:
         from specscope.costmodel.registry import cost_label, resolve_cost_model
         from specscope.trace import load_traces

@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
         table.setdefault((row.dataset, row.acc, row.policy), []).append(cell)
         if paper is not None:
             differences.append(abs(row.speedup - paper))
-        cells.append({**row.flat(), "paper_speedup": paper})
+        cells.append({**row.flat(), "cost_model": H100_LLAMA31_8B.name, "paper_speedup": paper})
     batch_sizes = list(config.batch_sizes)
     print_table(
         "speedup over no SD, paper mode, H100 cost model" + (" — ours (paper's figure)" if differences else ""),

@@ -273,7 +273,7 @@ class Engine:
             StepRecord(
                 step=len(self.step_records),
                 method=self.method,
-                k=self.k,
+                k=self.k if self.proposer is not None else 0,  # no SD proposes nothing
                 batch_size=len(running),
                 tokens_verified=verified,
                 tokens_emitted=[len(s.new_tokens) for s in running],

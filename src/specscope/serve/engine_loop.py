@@ -115,7 +115,12 @@ class EngineLoop:
                 self._totals[f"success_{reason}"] += 1
                 self.snapshot = self._snapshot()
             elif job.request_id in self._running:
-                self._cancelled[job.request_id] = reason  # counted when aborted: it may finish first
+                if self._cancelled.get(job.request_id) == "stop":  # counted already (its client left after)
+                    return
+                self._cancelled[job.request_id] = reason  # an abort is counted when aborted: it may finish first
+                if reason == "stop":  # its client has its answer: counted now, where /metrics read next shows it
+                    self._totals["success_stop"] += 1
+                    self.snapshot = self._snapshot()
             elif reason == "stop" and job.finish_reason not in (None, "stop"):  # it ran on past its
                 self._totals[f"success_{job.finish_reason}"] -= 1  # stop string to the end first
                 self._totals["success_stop"] += 1
@@ -127,7 +132,8 @@ class EngineLoop:
         for request_id, reason in self._cancelled.items():
             if self._running.pop(request_id, None) is not None:
                 self.engine.abort_request(request_id)
-                self._totals[f"success_{reason}"] += 1
+                if reason != "stop":  # a stop was counted when its client had its answer
+                    self._totals[f"success_{reason}"] += 1
         self._cancelled.clear()
 
     def _snapshot(self) -> dict:
@@ -186,7 +192,8 @@ class EngineLoop:
                         if out.finished:  # a stop string seen before the end counts as stop
                             stopped = self._cancelled.pop(out.request_id, None) == "stop"
                             reason = "stop" if stopped else out.finish_reason
-                            self._totals[f"success_{reason}"] += 1
+                            if not stopped:  # a stop was counted when its client had its answer
+                                self._totals[f"success_{reason}"] += 1
                             self._running.pop(out.request_id).finish_reason = reason
                     self.snapshot = self._snapshot()
                 for job, out in delivered:

@@ -275,8 +275,10 @@ class CompletionHandler(BaseHTTPRequestHandler):
         """Per engine event: the piece to send, the finish reason (on the last) and the stop
         reason (the stop string, or the stop token id from ``stop_token_ids``)."""
         output = OutputText(self.server.tokenizer, request.stop, request.min_tokens)
+        heard = False  # a stream's writes notice a client that left; before its first event (queued) none come
         while True:
-            event = self._next_event(job, watch=not request.stream)
+            event = self._next_event(job, watch=not request.stream or not heard)
+            heard = True
             if event.error is not None:
                 raise event.error
             piece = output.add(event.token_ids, final=event.finish_reason is not None)
@@ -340,9 +342,10 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _next_event(self, job: Job, watch: bool = False) -> JobEvent:
-        """``job``'s next event; with ``watch`` (an answer sent only at the end, so no write would
-        notice a client that left) a closed connection raises ConnectionResetError, so that the
-        job is aborted at once instead of running to its max_tokens."""
+        """``job``'s next event; with ``watch`` (an answer sent only at the end, or a stream still
+        waiting for its first tokens, so no write would notice a client that left) a closed
+        connection raises ConnectionResetError, so that the job is aborted at once instead of
+        taking a batch slot and running to its max_tokens."""
         while True:
             if watch and time.monotonic() - self._checked >= GONE_POLL_S:
                 self._checked = time.monotonic()  # at most every GONE_POLL_S, however often events come

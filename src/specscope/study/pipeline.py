@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from typing import Callable
 
 from specscope.errors import SpecscopeError
@@ -10,7 +11,6 @@ from specscope.fileio import atomic_write_text, exclusive, read_json_object
 from specscope.study.config import StudyConfig
 from specscope.study.run import (
     fidelity_stage,
-    first_requests,
     fit_stage,
     measure_stage,
     policy_stage,
@@ -18,6 +18,7 @@ from specscope.study.run import (
     replay_stage,
     steps_files,
     trace_stage,
+    workloads_stage,
 )
 
 
@@ -39,18 +40,17 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
                                "folder (-o)"):
         try:
             check_resume(config)
+            config.workloads = workloads_stage(config)
         except SpecscopeError:  # a refused run leaves nothing behind
-            if not locked_before:
+            if made:  # every file in it is this run's: its settings, the workloads' copies, the lock
+                shutil.rmtree(out)
+            elif not locked_before:
                 (out / LOCK).unlink(missing_ok=True)
-            if made:
-                out.rmdir()
             raise
         _stages(config, say)
 
 
 def _stages(config: StudyConfig, say: Callable[[str], None]) -> None:
-    if config.requests is not None:
-        config.workloads = [first_requests(w, config.requests, config.workloads_dir) for w in config.workloads]
     traces = trace_stage(config, say)
     measured = measure_stage(config, say)
     cost = fit_stage(config, say)

@@ -69,6 +69,26 @@ def first_requests(workload: Path, count: int, folder: Path) -> Path:
     return out
 
 
+def workloads_stage(config: StudyConfig) -> list[Path]:
+    """The workloads the study runs — each cut to its first ``config.requests`` requests (a copy in
+    the study's folder) — each read as the engine reads it, before any work: a bad request is
+    named by the user's file and line, not the copy's."""
+    from specscope.engine.config import ModelConfig
+    from specscope.engine.loading import load_tokenizer
+    from specscope.workloads.jsonl import read_workload
+
+    tokenizer, vocab = load_tokenizer(config.model_dir), ModelConfig.from_dir(config.model_dir).vocab_size
+    used = []
+    for workload in config.workloads:
+        copy = workload if config.requests is None else first_requests(workload, config.requests, config.workloads_dir)
+        try:
+            read_workload(copy, tokenizer, vocab)
+        except SpecscopeError as error:
+            raise SpecscopeError(str(error).replace(str(copy), str(workload))) from None
+        used.append(copy)
+    return used
+
+
 def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
     from specscope.engine.config import ModelConfig
     from specscope.engine.loading import load_tokenizer
