@@ -270,11 +270,14 @@ def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):
     assert any("dataset 'code': its traces do not all hold proposer 'eagle'" in note for note in data.notes)
     assert data.config.overlap.reference == "eagle"
     assert {(r.dataset, r.reference) for r in data.overlap} == {("chat", "eagle"), ("code", "eagle3")}
+    from specscope.report.catalogue import _pair_title
+    assert _pair_title(data) == f"Where {data.pair[0]} beats {data.pair[1]} (not for code: no record there holds " \
+        "both)"  # probe: its panel was left blank, unsaid
     data = analyse([tmp_path / "b.jsonl"], config)
     assert data.config.overlap.reference == "eagle3" and data.overlap  # drawn: n-gram against EAGLE-3
     data = analyse([tmp_path / "b.jsonl"], replace(config, ks=(1, 2, 7, 9)))  # traced to k_max = 5
-    assert data.config.ks == (1, 2) and "fixed:7, fixed:9 not simulated: the traces were recorded to k_max = 5" \
-        in data.notes
+    assert data.config.ks == (1, 2, 5) and "fixed:7, fixed:9 not simulated: the traces were recorded to k_max = 5; " \
+        "fixed:5 in their place" in data.notes  # probe: the deepest k that fits was not tried
 
 
 def test_a_record_without_one_proposer_and_ks_between_two_depths_still_report(tmp_path):
@@ -301,8 +304,8 @@ def test_a_record_without_one_proposer_and_ks_between_two_depths_still_report(tm
     assert {r.acc for r in data.rows} >= {"ngram"} and "eagle" not in {r.acc for r in data.rows}
     write_traces(tmp_path / "u.jsonl", [record(0), record(1)])
     data = analyse([tmp_path / "u.jsonl"], config)
-    assert data.config.ks == (1, 2) and any("eagle: fixed:5 not simulated: the traces reach k = 4 (the proposer's "
-                                             "longest acc_len − 1: k_max not recorded" in n for n in data.notes)
+    assert data.config.ks == (1, 2, 4) and any("eagle: fixed:5 not simulated: the traces reach k = 4 (the proposer's "
+                                                "longest acc_len − 1: k_max not recorded" in n for n in data.notes)
     assert ("ngram", "fixed:5", 1) in {(r.acc, r.policy, r.batch_size) for r in data.rows}  # n-gram's own depth, 6
 
 
@@ -329,6 +332,34 @@ def test_one_datasets_depth_never_limits_anothers(tmp_path):
                                                                    "oracle-combined:ngram+eagle"}
     assert any(n.startswith("dataset 'chat': fixed:3") for n in both.notes)
     assert not any("dataset 'code'" in n and "not simulated" in n for n in both.notes)
+
+
+def test_records_of_one_dataset_traced_to_two_depths_keep_their_oracle_whatever_the_ks(tmp_path):
+    """Probe: a dataset whose records were traced to k_max 6 and 10 had every array cut to 6 when
+    the report simulated past 6 (its default --ks 1–8), and whole with --ks 1–6: n-gram's oracle
+    2.39× or 2.71× by --ks (simulate: 2.71×), the gap to it 0.04 or 0.36. The arrays stay whole;
+    the fixed ks stop at 6, fixed:6 tried in place of 7 and 8, and the answer's † says the traces
+    end there rather than that a longer k may do better."""
+    from report_fixtures import synthetic_records
+
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig, simulate
+    from specscope.trace.load import load_traces, write_traces
+
+    path = tmp_path / "mixed.jsonl"
+    records = synthetic_records("chat", 12, seed=6)
+    write_traces(path, [r.capped(6) if i % 3 == 0 else r for i, r in enumerate(records)])
+    sim = SimConfig(mode="paper", batch_sizes=(1, 8))
+    oracles = [{(r.acc, r.batch_size): r.speedup for r in analyse([str(path)], ReportConfig(ks=ks, sim=sim, trees=())).rows
+                if r.policy == "oracle"} for ks in ((1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6, 7, 8))]
+    expected = simulate(load_traces([path], lengths="own")[0], ["ngram", "eagle"], ["oracle"],
+                        resolve_cost_model(ReportConfig().cost_model), sim)
+    assert oracles[0] == oracles[1] == {(r.acc, r.batch_size): r.speedup for r in expected}
+    data = analyse([str(path)], ReportConfig(ks=(1, 3, 8), sim=sim, trees=()))
+    assert data.config.ks == (1, 3, 6)  # the deepest k that fits, in place of 8
+    assert data.edges[("chat", "ngram")] == (6, "the traces were recorded to k_max = 6")
 
 
 def test_a_report_never_replaces_or_removes_what_a_user_changed_or_wrote(synthetic_traces, tmp_path):

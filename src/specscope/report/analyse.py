@@ -101,13 +101,16 @@ def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> d
     proposer was traced to there, where any part of it (the ks, the figures', overlap's and time
     split's fixed policies) would simulate deeper: one proposer's depth never limits another's
     (EAGLE had been cut to n-gram's inferred depth, its oracle 2.10× where simulate gives 2.17×),
-    nor one dataset's another's."""
+    nor one dataset's another's. The traces' arrays are not cut to that depth: an oracle reaches
+    each record's own depth, as simulate's does (cut at a dataset's shallowest record, its oracle
+    moved with --ks). Where the largest k simulated reaches that depth, the answer's † says the
+    traces end there, not that a longer k may do better."""
     held = {}
     for dataset, group in by_dataset(records).items():
         for name in sorted(set.intersection(*(set(r.proposers) for r in group))):
-            depth = traced_k_max(group, [name])
-            held[(dataset, name)] = config if depth >= config.deepest else \
-                config.held_to(min(depth, config.depth or depth), _recorded(group, depth))
+            depth, why = traced_k_max(group, [name]), _recorded(group, traced_k_max(group, [name]))
+            mine = config if depth >= config.deepest else config.held_to(min(depth, config.depth or depth), why)
+            held[(dataset, name)] = replace(mine, longer_k=why if max(mine.ks) >= depth else config.longer_k)
     return held
 
 
@@ -133,19 +136,6 @@ def _depth_notes(held: dict[tuple[str, str], ReportConfig], asked: Sequence[int]
     return notes
 
 
-def _capped(record: TraceRecord, held: dict[tuple[str, str], ReportConfig]) -> TraceRecord:
-    """``record`` with each proposer's arrays capped at its held depth (:func:`_held_per_dataset`)."""
-    dataset = record.dataset or "trace"
-    caps = {name: held[(dataset, name)].depth for name in record.proposers
-            if (dataset, name) in held and held[(dataset, name)].depth is not None}
-    if not caps:
-        return record
-    proposers = {name: trace.capped(caps[name]) if name in caps else trace for name, trace in record.proposers.items()}
-    limits = [caps.get(name, record.k_max) for name in record.proposers]  # an uncapped proposer keeps the record's
-    k_max = None if record.k_max is None else min(record.k_max, max(limits))  # declared: one depth for all
-    return replace(record, proposers=proposers, k_max=k_max)
-
-
 def _recorded(group: Sequence[TraceRecord], depth: int) -> str:
     """What a dataset's answer says of a k deeper than ``depth``, the depth a proposer's traces reach
     (the note and the answer's † name the proposer)."""
@@ -166,9 +156,12 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     records, reports = load_traces(traces, lengths="common")
     with said_once():  # the same files again, each array whole: what reading them warns was said above
         sim_records, _ = load_traces(traces, lengths="own")
+    whole = sim_records  # each array whole: the bound's α, as `specscope bound` reads them
+    if config.depth is not None:  # a depth the cost model was measured to: no walk (oracles too) prices deeper
+        sim_records = [r.capped(config.depth) for r in sim_records]
     asked, held = config.ks, _held_per_dataset(config, sim_records)
-    whole, sim_records = sim_records, [_capped(r, held) for r in sim_records]
-    config = min(held.values(), key=lambda c: c.deepest, default=config)  # the figures': within every depth
+    shallowest = min(held, key=lambda key: held[key].deepest, default=None)
+    overlap_asked, config = config.overlap, held[shallowest] if shallowest else config  # overlap's: within every depth
     names = proposer_names(records)
     notes: list[str] = []
     simulated = _priceable(cost, names, notes)
@@ -179,6 +172,10 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                       edges={key: (max(c.ks), c.longer_k) for key, c in held.items()},
                       figure_policies=_union(c.figure_policies for c in held.values()))
     data.notes.extend(_depth_notes(held, asked, len(by_dataset(sim_records)) > 1))
+    if config.overlap != overlap_asked:  # one policy set compares every dataset's bins
+        data.notes.append(f"overlap: n-gram's policies {', '.join(config.overlap.lookup_policies)} and the "
+                          f"reference's {config.overlap.reference_policy} for every dataset, within the depth of "
+                          f"{shallowest[0]!r} · {shallowest[1]} ({held[shallowest].depth}), the shallowest here")
     data.notes.extend(_few_notes(sim_records))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))
@@ -254,8 +251,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
 
     data.predicted = predicted_split(data.rows)
     data.measured_split = measured_split(steps)
-    data.points = bound_points(whole, cost, simulated, min(config.sim.batch_sizes), config.bound_k,
-                               data.notes)  # each array whole, as `specscope bound` reads them
+    data.points = bound_points(whole, cost, simulated, min(config.sim.batch_sizes), config.bound_k, data.notes)
     advance(PHASES[4])
     return data
 

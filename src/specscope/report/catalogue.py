@@ -19,6 +19,7 @@ from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
 from specscope.report.policy import choices_figure, gap_figure, policy_label
 from specscope.report.whatif import whatif_figure
 from specscope.sim.evaluate import MIN_ROOM, ceiling_of
+from specscope.trace.schema import by_dataset
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,23 @@ TABLES = [
 
 
 def _no_pair(data: ReportData) -> str | None:
-    return None if data.pair else "the traces hold a single proposer"
+    if not data.pair:
+        return "the traces hold a single proposer"
+    return None if len(_without_pair(data)) < len(by_dataset(data.records)) else \
+        f"no record holds both {data.pair[0]} and {data.pair[1]}"
+
+
+def _without_pair(data: ReportData) -> list[str]:
+    """The datasets no record of which holds both proposers of the report's pair."""
+    return [dataset for dataset, members in by_dataset(data.records).items()
+            if not any(set(data.pair) <= set(r.proposers) for r in members)]
+
+
+def _pair_title(data: ReportData) -> str:
+    """Figure 3's title: the pair, and the datasets it leaves out."""
+    left = _without_pair(data)
+    return f"Where {data.pair[0]} beats {data.pair[1]}" + (
+        f" (not for {', '.join(left)}: no record there holds both)" if left else "")
 
 
 def _no_overlap(data: ReportData) -> str | None:
@@ -107,7 +124,7 @@ FIGURES = [
     ),
     FigureSpec(
         "difference_heatmap",
-        lambda d: f"Where {d.pair[0]} beats {d.pair[1]}",
+        _pair_title,
         lambda d: f"One colour marks positions where {d.pair[0]} emits more than {d.pair[1]}, the other the "
                   "reverse; white is a tie — check whether either wins in bursts or everywhere.",
         lambda d: difference_heatmap(d.records, *d.pair),

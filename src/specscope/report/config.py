@@ -42,8 +42,11 @@ class ReportConfig:
     def held_to(self, depth: int, why: str) -> "ReportConfig":
         """This configuration with every proposal at most ``depth`` deep (:attr:`depth`): its fixed
         ks, the figures', the overlap's and the time split's fixed policies and the bound's k brought
-        within it; ``why`` is what the answer says of a longer k."""
-        return replace(self, depth=depth, longer_k=why, ks=tuple(k for k in self.ks if k <= depth) or (depth,),
+        within it (a k asked past it replaced by ``depth`` itself, the deepest there is to try);
+        ``why`` is what the answer says of a longer k."""
+        kept = tuple(k for k in self.ks if k <= depth)
+        ks = kept + ((depth,) if depth not in kept and any(k > depth for k in self.ks) else ())
+        return replace(self, depth=depth, longer_k=why, ks=ks,
                        figure_policies=held_to(self.figure_policies, depth),
                        timesplit_policy=held_to((self.timesplit_policy,), depth)[0], bound_k=min(self.bound_k, depth),
                        overlap=replace(self.overlap, lookup_policies=held_to(self.overlap.lookup_policies, depth),

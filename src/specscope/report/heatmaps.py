@@ -83,8 +83,10 @@ def acceptance_heatmap(records: Sequence[TraceRecord], proposers: Sequence[str])
 
 def difference_heatmap(records: Sequence[TraceRecord], a: str, b: str, limit: float = 10.0) -> plt.Figure:
     """Figure 3: acc_len of ``a`` − acc_len of ``b`` over their common positions, a panel per
-    dataset; diverging colours centred on 0, clipped at ±``limit``."""
-    groups = by_dataset(records)
+    dataset whose records hold both (the others get none); diverging colours centred on 0,
+    clipped at ±``limit``."""
+    groups = {dataset: members for dataset, members in by_dataset(records).items()
+              if any(a in r.proposers and b in r.proposers for r in members)}
     fig, axes = panel_grid(len(groups), 2, 6.2, 4.2)
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit)
     image = None

@@ -130,7 +130,8 @@ def answer_section(rows: Sequence[AnswerRow], edges: Mapping[tuple[str, str], tu
         + ("* oracle-combined takes, at every step, whichever proposer would emit more, "
            "proposing exactly what will be accepted; choosing is taken as free and every step pays only one "
            "proposer's drafting — the pair's lookup, n-gram in the paper (its rule), else the first-named — "
-           "so the number is optimistic — an upper bound, not something a real system reaches. " if combined else "")
+           "so the number is optimistic — not something a real system reaches (though, like the oracle below, it "
+           "is no bound on speed: on very short outputs a fixed k can come out ahead). " if combined else "")
         + "oracle: one proposer, proposing exactly what will be accepted (no wasted verification) — the best "
         "k at every step it reaches, not a bound on speed: a fixed k lands on other positions, and a token "
         "tree tries several tokens at a depth, so either can come out ahead (a negative gap)."
