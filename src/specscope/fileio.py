@@ -218,6 +218,11 @@ def check_json_output(path: str | Path) -> Path:
     return _check_suffix(path, (".json",), "a .json output file")
 
 
+def check_jsonl_output(path: str | Path) -> Path:
+    """An ``-o`` for JSON Lines (a workload), checked before the work starts."""
+    return _check_suffix(path, (".jsonl",), "a .jsonl output file")
+
+
 def _check_suffix(path: str | Path, suffixes: tuple[str, ...], what: str,
                   check: Callable[[str | Path], Path] | None = None) -> Path:
     """``path`` checked by ``check`` (default :func:`check_user_output`), a new or regular file

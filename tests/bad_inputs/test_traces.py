@@ -54,6 +54,9 @@ CASES = [
     Case("own-empty-dataset", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'dataset': expected non-empty text",
          files={"t.jsonl": own().replace('"k_max": 4', '"k_max": 4, "dataset": ""')}),
+    Case("own-blank-dataset", ["traces", "inspect", "t.jsonl"],
+         r"t\.jsonl:1: field 'dataset': expected non-empty text, got '   '",
+         files={"t.jsonl": own().replace('"k_max": 4', '"k_max": 4, "dataset": "   "')}),
     Case("inspect-tree-not-a-shape", ["traces", "inspect", "t.jsonl", "--trees", "2x"], r"argument --trees: expected a tree",
          files=GOOD),
     Case("trace-trees-too-deep", [*TRACE, "--trees", "x".join(["1"] * 65)], r"argument --trees: expected a tree at most 64 "

@@ -14,7 +14,6 @@ from specscope import validate
 from specscope.cli._common import (
     add_table_output,
     add_trace_options,
-    check_user_output,
     batch_size_list,
     print_table,
     read_trace_args,
@@ -24,7 +23,7 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text
+from specscope.fileio import atomic_write_text, check_json_output
 
 EXAMPLE_STEPS = 4  # explain: decisions shown along the first record's steps
 FEW_STEPS = 200  # fit: below this many training steps, a warning (a policy of ~27 features learned from noise)
@@ -58,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="the longest proposal the policy may make (default: the depth every dataset of the "
                           "traces was traced to, at most 16; the cost model is not consulted: give the longest k a "
                           "fitted cost model was measured at, to keep its choices off extrapolated drafting costs)")
-    fit.add_argument("-o", "--output", required=True, type=check_user_output,
+    fit.add_argument("-o", "--output", required=True, type=check_json_output,
                      help="write the policy (JSON) here (- for standard output)")
     fit.set_defaults(run=run_fit)
     evaluate = verbs.add_parser(

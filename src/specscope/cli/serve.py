@@ -101,6 +101,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if not args.model.is_dir():
         raise SpecscopeError(f"--model: {args.model} is not a directory")
+    if args.served_model_name is not None and not args.served_model_name.strip():
+        raise SpecscopeError(f"--served-model-name: expected a non-blank name, got {args.served_model_name!r}")
     for name in ("k", "max_batch_size", "max_waiting", "threads", "max_seq_len"):
         value = getattr(args, name)
         if value is not None and value < 1:

@@ -22,6 +22,13 @@ def trace_output(text: str) -> Path:
     return path
 
 
+def _name(text: str) -> str:
+    """``--dataset``: a name the records carry (blank, they would name no dataset)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a non-blank name, got {text!r}")
+    return text
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "trace", help="record per-position acceptance of proposers on a workload (teacher-forced)",
@@ -38,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=20)
     parser.add_argument("--max-tokens", type=positive, default=256)
     parser.add_argument("--batch-size", type=positive, default=8, help="requests traced together")
-    parser.add_argument("--dataset", default=None, help="dataset name in the records (default: workload file stem)")
+    parser.add_argument("--dataset", type=_name, default=None,
+                        help="dataset name in the records (default: workload file stem)")
     parser.add_argument("--min-n", type=positive, help="shortest n-gram matched (default: the n-gram proposer's)")
     parser.add_argument("--max-n", type=positive, help="longest n-gram matched (default: the n-gram proposer's)")
     parser.add_argument("--dtype", default="float32")

@@ -21,7 +21,7 @@ DEFAULT_N = 300  # the paper sampled 300 requests per dataset
 
 def register(subparsers) -> None:
     from specscope import validate
-    from specscope.fileio import check_user_output
+    from specscope.fileio import check_jsonl_output
     from specscope.workloads.datasets import DATASETS, PAPER_SEED
     from specscope.workloads.tasks import TASKS
 
@@ -41,7 +41,7 @@ def register(subparsers) -> None:
                       help="model directory: chat template and tokenizer.json (token counts, --token-ids)")
     make.add_argument("--no-chat-template", action="store_true", help="with --tokenizer: keep the raw prompt")
     make.add_argument("--token-ids", action="store_true", help="write prompt_token_ids (needs --tokenizer)")
-    make.add_argument("-o", "--output", type=check_user_output, required=True, help="workload file to write (.jsonl)")
+    make.add_argument("-o", "--output", type=check_jsonl_output, required=True, help="workload file to write (.jsonl)")
     make.set_defaults(run=run)
 
 

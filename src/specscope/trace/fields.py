@@ -72,8 +72,8 @@ class Fields:
         value = self.get(name)
         if isinstance(value, bool) or not isinstance(value, (str, int)):
             raise self.error(self.name(name), f"expected a string, got {type(value).__name__}")
-        if value == "":  # a name, an id, a label: "" would be shown as nothing, or taken for absent
-            raise self.error(self.name(name), "expected non-empty text, got \"\"")
+        if not str(value).strip():  # a name, an id, a label: "" or "  " would be shown as nothing, or taken for absent
+            raise self.error(self.name(name), f"expected non-empty text, got {value!r}")
         return str(value)
 
     def integer(self, name: str, optional: bool = False, minimum: int = 0, maximum: int | None = None) -> int | None:
