@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -310,8 +311,19 @@ def test_a_roofline_file_reads_its_model_beside_itself_and_names_a_missing_kind(
         resolve_cost_model(str(tmp_path / "nokind.json"))
 
 
+def test_a_draft_model_of_another_vocabulary_is_refused():
+    """Probe: Qwen3-0.6B was accepted as Llama-3.1-8B's draft model (151936 tokens against 128256):
+    it cannot draft for it. A vocabulary a few padding rows short is the target's (vLLM's rule)."""
+    with pytest.raises(SpecscopeError, match="draft model 'qwen3-0.6b': its vocabulary of 151936 tokens is not "
+                                             "the target 'llama3.1-8b''s 128256"):
+        resolve_cost_model("roofline:h100:llama3.1-8b:qwen3-0.6b")
+    target = resolve_cost_model("roofline:h100:qwen3-8b")
+    padded = replace(ModelShape.resolve("qwen3-0.6b"), vocab_size=target.target.vocab_size - 128)
+    assert target.with_draft_model(padded).drafting_for("draft")
+
+
 def test_a_roofline_says_where_the_kv_cache_outgrows_the_gpu():
-    """H100 (80 GiB) beside Llama-3.1-8B's weights (~15 GiB) holds about 533k tokens of its KV
+    """H100 (81559 MiB, as nvidia-smi counts it) beside Llama-3.1-8B's weights (~15 GiB) holds about 530k tokens of its KV
     cache (128 KiB a token): paper mode's 128 copies of an 8k-token ShareGPT output need twice that.
     The notes name the batch sizes past it; a fitted linear model, which knows no memory, says nothing."""
     from specscope.costmodel.registry import resolve_cost_model
@@ -319,7 +331,7 @@ def test_a_roofline_says_where_the_kv_cache_outgrows_the_gpu():
 
     roofline = resolve_cost_model("roofline:h100:llama3.1-8b")
     room = roofline.kv_capacity_tokens()
-    free = 80 * 2**30 - roofline.target.weight_bytes()
+    free = 81559 * 2**20 - roofline.target.weight_bytes()
     assert room == pytest.approx(free / (2 * 32 * 8 * 128 * 2))
 
     def row(b, peak):

@@ -371,7 +371,20 @@ def test_a_fit_that_misses_its_steps_says_so(tmp_path, capsys):
     assert "warning: the forward fit misses its median step by" in err and (tmp_path / "m.json").is_file()
     synthetic_records(tmp_path / "exact.jsonl")
     assert main(["costmodel", "fit", str(tmp_path / "exact.jsonl"), "-o", str(tmp_path / "e.json")]) == 0
-    assert "warning" not in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "warning" not in captured.err and "drafting, median error as a share of its steps' time: draft 0.0 %, " \
+        "ngram 0.0 %" in captured.out
+    # Probe: the draft model's drafting times scattered 0.2–3× (the forward exact) fitted its terms 20× off
+    # under "median relative error 0.0 %" and no warning: its own error is said, and warned of.
+    rng = np.random.default_rng(2)
+    lines = [json.loads(line) for line in (tmp_path / "exact.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["method"] == "draft":
+            line["draft_s"] *= float(rng.choice([0.2, 3.0]))
+    (tmp_path / "scattered.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["costmodel", "fit", str(tmp_path / "scattered.jsonl"), "-o", str(tmp_path / "d.json")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: draft's drafting fit misses by" in err and "forward fit misses" not in err
 
 
 def test_a_fitted_model_knows_what_it_measured(tmp_path):

@@ -117,7 +117,8 @@ def test_resume_with_other_settings_is_refused_unless_overwrite(traced, target_a
     for changed, named in ((["--proposers", f"ngram,draft={draft}", "--k-max", "5", "--max-tokens", "40"], "k_max was 6, now 5"),
                            (["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40"], "proposers was"),
                            (["--proposers", f"ngram,draft={draft}", "--k-max", "6", "--max-tokens", "30"], "max_tokens was 40, now 30"),
-                           (["--proposers", f"ngram,draft={target}", "--k-max", "6", "--max-tokens", "40"], "proposers was")):
+                           (["--proposers", f"ngram,draft={target}", "--k-max", "6", "--max-tokens", "40"],
+                            f"proposers[1] was \"draft={draft}")):  # probe: the whole list, cut, read the same twice
         capsys.readouterr()
         assert main(base + changed) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -17,6 +17,8 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import check_json_output, check_kept_table, json_text
 
 POOR_FIT = 0.2  # a fit whose median step error is above this share is reported as poor
+POOR_DRAFTING = 0.1  # ... a drafting fit whose median error is above this share of its steps' time (a whole
+# step's price moves with it: 10 % of a step moves a speedup by as much)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -104,10 +106,16 @@ def run_fit(args: argparse.Namespace) -> int:
     else:
         model, quality = fit_linear(read_steps(args.records), name=name)
         summary = quality.summary()
-        if quality.median_rel_error > POOR_FIT:
-            print(f"specscope: warning: the forward fit misses its median step by {100 * quality.median_rel_error:.0f} % "
-                  f"(above {100 * POOR_FIT:.0f} %): the steps vary beyond what its terms explain (other load on the "
-                  "machine?), and what it predicts may mislead; measure again on a quiet machine", file=sys.stderr)
+        worst = quality.worst_drafting
+        poor = [f"the forward fit misses its median step by {100 * quality.median_rel_error:.0f} % (above "
+                f"{100 * POOR_FIT:.0f} %)"] if quality.median_rel_error > POOR_FIT else []
+        if worst is not None and worst[1] > POOR_DRAFTING:
+            poor.append(f"{worst[0]}'s drafting fit misses by {100 * worst[1]:.0f} % of its median step (above "
+                        f"{100 * POOR_DRAFTING:.0f} %)")
+        if poor:
+            print(f"specscope: warning: {' and '.join(poor)}: the steps vary beyond "
+                  "what its terms explain (other load on the machine?), and what it predicts may mislead; measure "
+                  "again on a quiet machine", file=sys.stderr)
     text = _usable(model)
     atomic_write_text(output, text + "\n")
     note_unseparated(model)

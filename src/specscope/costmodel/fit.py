@@ -55,7 +55,7 @@ near zero or, by timer noise, negative, and must not weigh more for that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -75,19 +75,30 @@ DRAFTING_COLUMNS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi", "c_batched",
 
 @dataclass
 class FitQuality:
-    """Median and 90th-percentile relative error of the fitted forward time over its points."""
+    """Median and 90th-percentile relative error of the fitted forward time over its points, and
+    per drafting method the median error of its fitted drafting time as a share of its steps'
+    time (a drafting that fits badly would pass unseen behind a forward that fits well)."""
 
     points: int
     median_rel_error: float
     p90_rel_error: float
     slowest_repeat: float = 1.0  # time factor of the slowest repeat, relative to the median one
     fastest_repeat: float = 1.0
+    drafting: dict[str, float] = field(default_factory=dict)  # method → median |error| / step time
+
+    @property
+    def worst_drafting(self) -> tuple[str, float] | None:
+        """The drafting method that fits worst, and its median error (None: no drafting fitted)."""
+        return max(self.drafting.items(), key=lambda item: item[1], default=None)
 
     def summary(self) -> str:
         """One line for the user."""
+        drafting = "; drafting, median error as a share of its steps' time: " + ", ".join(
+            f"{m} {100 * e:.1f} %" for m, e in self.drafting.items()) if self.drafting else ""
         return (f"forward fit over {self.points} points: median relative error {100 * self.median_rel_error:.1f} %, "
                 f"90th percentile {100 * self.p90_rel_error:.1f} % (drift: repeats took "
-                f"{self.fastest_repeat:.2f}–{self.slowest_repeat:.2f}× the median repeat's time; normalised)")
+                f"{self.fastest_repeat:.2f}–{self.slowest_repeat:.2f}× the median repeat's time; normalised)"
+                + drafting)
 
 
 SEPARABLE = 1e-9  # singular values below this share of the largest (columns scaled to norm 1): a dependence
@@ -168,16 +179,16 @@ def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Lin
     module docstring)."""
     repeat = _repeats(steps)
     factors = np.ones(len(steps))
-    model = _fit_once(steps, name)
+    model, drafting = _fit_once(steps, name)
     for _ in range(DRIFT_FITS - 1):
         factors = _speed_factors(steps, repeat, model)
-        model = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
+        model, drafting = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
     decode, prefill = _decode_and_prefill(steps)
     model = replace(model, measured=measured_extent(decode))
     batched, kv, rows, times = _forward_points(decode, prefill)
     rel = np.abs(model.forward_time(batched, kv, rows) - times) / times
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)),
-                         float(factors.max(initial=1.0)), float(factors.min(initial=1.0)))
+                         float(factors.max(initial=1.0)), float(factors.min(initial=1.0)), drafting)
     return model, quality
 
 
@@ -274,8 +285,9 @@ def fit_policy_work(steps: Sequence[MeasuredStep]) -> LinearDrafting:
     return LinearDrafting(float(c_fixed), 0.0, 0.0, c_req=float(c_req))
 
 
-def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
-    """One fit of every coefficient (see the module docstring), on times as given."""
+def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel, dict[str, float]]:
+    """One fit of every coefficient (see the module docstring), on times as given; and per
+    drafting method the median |error| of its fitted drafting time over its steps' time."""
     decode, prefill = _decode_and_prefill(steps)
     batched, kv, rows, times = _forward_points(decode, prefill)
     features = np.column_stack([_design(batched, kv), rows, batched > 1])
@@ -286,6 +298,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
     plain = [s for s in decode if s.method == NO_SD] or decode
     overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
     drafting: dict[str, Drafting] = {}
+    errors: dict[str, float] = {}
     for method in sorted({s.method for s in decode} - {NO_SD, LEARNED}):
         mine = [s for s in decode if s.method == method]
         per_request = _draft_tokens(mine)
@@ -296,11 +309,13 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> LinearCostModel:
         proposed = per_request - 1  # each term >= 0 per proposed token: at k = 0 a drafting costs >= 0
         columns = [_design(proposed, draft_kv), running, running > 1, running * proposed]
         design = np.column_stack(columns + ([tree] if tree.any() else []))
-        coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", _step_seconds(mine))
+        seconds = _step_seconds(mine)
+        coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", seconds)
+        errors[method] = float(np.median(np.abs(design @ coef - extra) / seconds))
         untold += [f"{method}.{term}" for term in unseparated(design, DRAFTING_COLUMNS)]
         c_fixed, c_tok, c_kv, c_req, c_multi, c_batched = map(float, coef[:6])
         drafting[method] = LinearDrafting.per_proposed_token(
             c_fixed, c_tok, c_req, c_batched, c_kv=c_kv, c_multi=c_multi, c_tree=float(coef[6]) if tree.any() else 0.0,
             c_prefill=_drafter_prefill([s for s in prefill if s.method == method], forward))
     return with_policy_work(replace(forward, overhead_s=overhead, drafting=drafting, not_separated=tuple(untold)),
-                            decode)
+                            decode), errors

@@ -152,8 +152,13 @@ class LinearCostModel:
             past.append(f"k up to {max(ks)}")
         if batch_sizes and max(batch_sizes) > seen[1]:
             past.append(f"batch sizes up to {max(batch_sizes)}")
+        untold = [t for t in self.not_separated if "." not in t or not methods or t.split(".")[0] in methods]
+        said = [f"{' and '.join(past)} extrapolate its lines"] if past else []
+        if untold:  # steps of one k (or one batch size): the split, and so any other k's (size's) price, is a guess
+            said.append(f"its steps could not tell {', '.join(untold)} apart, so a k or batch size they did not "
+                        "hold is priced on an arbitrary split of their cost")
         return (f"cost model {self.name!r} was fitted to steps of k <= {seen[0]} and batch size <= {seen[1]}; "
-                f"{' and '.join(past)} extrapolate its lines") if past else None
+                + "; ".join(said)) if said else None
 
 
 def _times(model, factor: float):

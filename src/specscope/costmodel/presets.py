@@ -43,9 +43,9 @@ class Hardware:
 HARDWARE: dict[str, Hardware] = {
     hw.name: hw
     for hw in (
-        Hardware("h100", 989e12, 3.35e12, 80 * 2**30),  # memory as nvidia-smi counts it: 80 GiB (81559 MiB)
-        Hardware("h200", 989e12, 4.8e12, 140 * 2**30),  # "141 GB": 143771 MiB
-        Hardware("a100", 312e12, 2.04e12, 80 * 2**30),
+        Hardware("h100", 989e12, 3.35e12, 81559 * 2**20),  # memory as nvidia-smi counts it: "80 GB", 81559 MiB
+        Hardware("h200", 989e12, 4.8e12, 143771 * 2**20),  # "141 GB": 143771 MiB
+        Hardware("a100", 312e12, 2.04e12, 81920 * 2**20),  # "80 GB": 81920 MiB
     )
 }
 

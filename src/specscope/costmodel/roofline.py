@@ -85,6 +85,9 @@ class Streamed:
         return cls(f"{target.name}-{kind}-head", params * BF16_BYTES, params, kv_bytes_per_layer(target, BF16_BYTES))
 
 
+VOCAB_PADDING = 128  # a draft model's vocabulary may be this many rows short of the target's (padding)
+
+
 def roofline_forward(net: Streamed, hw: Hardware, eff: Efficiency, batched: np.ndarray, kv: np.ndarray) -> np.ndarray:
     """Seconds for one forward of ``net`` on ``hw`` (see the module docstring)."""
     weights = net.weight_bytes / (hw.mem_bandwidth * eff.weights)
@@ -173,7 +176,13 @@ class RooflineCostModel:
         return free / sum(shape.kv_bytes_per_token() for shape in self._models)
 
     def with_draft_model(self, draft: ModelShape) -> "RooflineCostModel":
-        """The same model with a ``draft`` proposer that runs ``draft`` autoregressively."""
+        """The same model with a ``draft`` proposer that runs ``draft`` autoregressively; a draft
+        model proposes the target's tokens, so its vocabulary is the target's, less at most
+        :data:`VOCAB_PADDING` rows of padding (Qwen2.5-0.5B's 151936 beside 7B's 152064, as vLLM allows)."""
+        if not 0 <= self.target.vocab_size - draft.vocab_size <= VOCAB_PADDING:
+            raise SpecscopeError(f"draft model {draft.name!r}: its vocabulary of {draft.vocab_size} tokens is not the "
+                                 f"target {self.target.name!r}'s {self.target.vocab_size}: it cannot draft for it (a "
+                                 "draft model shares the target's tokenizer)")
         return replace(self, draft=draft, drafting=dict(self.drafting, draft=RooflineDrafting(Streamed.model(draft), self.hw,
                                                                                            self.eff)))
 

@@ -67,8 +67,9 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
         old = read_json_object(sidecar, "trace settings (a JSON object)")
         for key in sorted(set(old) | set(settings)):
             if old.get(key) != settings.get(key):
-                raise SpecscopeError(f"{output}: traced with other settings: {key} was {_show(old.get(key))}, now "
-                                     f"{_show(settings.get(key))}; start over (`trace --overwrite`, or delete the file) or "
+                was, now, where = _differing(old.get(key), settings.get(key))
+                raise SpecscopeError(f"{output}: traced with other settings: {key}{where} was {_show(was)}, now "
+                                     f"{_show(now)}; start over (`trace --overwrite`, or delete the file) or "
                                      "trace into another file")
         return
     if sidecar.exists() and not _ours(sidecar) and not (overwrite and has_records and holds_traces(output)):
@@ -108,6 +109,15 @@ def requested_trees(output: Path) -> list[str]:
     if not sidecar.is_file():
         return []
     return list(read_json_object(sidecar, "trace settings (a JSON object)").get("trees") or [])
+
+
+def _differing(old: object, new: object) -> tuple[object, object, str]:
+    """Where two settings' values differ: two lists of one length by their first differing entry
+    (``[2]``: the third; a long list cut to 80 characters showed the same start twice), else whole."""
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        index = next(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
+        return old[index], new[index], f"[{index}]"
+    return old, new, ""
 
 
 def _show(value: object) -> str:
