@@ -86,6 +86,12 @@ def test_runs_are_labelled_by_their_peak_batch(tmp_path):
     (json.dumps(step(prefill_tokens=40, prefill_requests=2, prefill_width=10)),
      r"steps.jsonl:2: field 'prefill_width': expected the longest of the prompts of prefill_tokens \(40\), got 10"),
     ("[1, 2]", r"steps.jsonl:2: expected a JSON object"),
+    (json.dumps(step(choices=[["eagle", 3], ["ngram", 1]])), r"steps.jsonl:2: field 'choices': expected none on a "
+                                                             r"step of method 'eagle'"),
+    (json.dumps(step(method="learned", choices=[["eagle", 3]])), r"field 'choices': expected one per running request"),
+    (json.dumps(step(method="learned", choices=[["eagle", 0], None])), r"field 'choices': expected per request null "
+                                                                       r"or \[method, k\]"),
+    (json.dumps(step(method="learned", choices=[["bogus", 2], None])), r"field 'choices': expected per request null"),
 ])
 def test_bad_step_lines_name_file_line_and_field(tmp_path, line, message):
     path = write(tmp_path / "steps.jsonl", [step(), line])

@@ -43,6 +43,7 @@ RECORD_FIELDS = {
     "policy_s",
     "prefill_width",
     "tokens_proposed",
+    "choices",
 }
 
 

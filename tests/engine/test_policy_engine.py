@@ -131,9 +131,14 @@ def test_step_records_tell_the_policys_own_work_apart(setup):
     run(engine, prompts, 12)
     decode = [r for r in engine.step_records if r.tokens_verified]
     assert decode and all(0 < r.policy_s <= r.draft_s for r in decode)
+    # Probe: every step was recorded "learned, k = depth", what each row took nowhere: now its choices
+    for r in engine.step_records:
+        assert len(r.choices) == r.batch_size and sum(c is None for c in r.choices) == r.prefill_requests
+        assert sum(c[1] for c in r.choices if c is not None) == r.tokens_proposed  # what the rows proposed
+        assert all(c is None or c[0] in ("none", "ngram", "eagle") for c in r.choices)
     plain = Engine(target, None, K, 2, MAX_SEQ_LEN)
     run(plain, prompts, 4)
-    assert all(r.policy_s == 0.0 for r in plain.step_records)
+    assert all(r.policy_s == 0.0 and r.choices is None for r in plain.step_records)
 
 
 def test_sampled_requests_run(setup):

@@ -26,6 +26,7 @@ a learned policy's own work, 0 for every other method). Shares are phase / total
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -69,11 +70,31 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
         raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
     if tree is not None and method == NO_SD:
         raise fields.error("tree", "expected none on a step without SD (method none)")
-    step = MeasuredStep(method=method, policy_s=policy, tokens_proposed=proposed, tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
+    step = MeasuredStep(method=method, policy_s=policy, tokens_proposed=proposed, choices=_choices(fields, method),
+                        tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
                         prefill_requests=prompts, prefill_width=0 if width is None else width,
                         tree=None if tree is None else fields.check("tree", parse_tree, tree).name, **values)
     _check_consistent(fields, step)
     return step
+
+
+def _choices(fields: Fields, method: str) -> list[list | None] | None:
+    """A policy step's ``choices`` (:class:`StepRecord`): per request null or [method, k], a
+    method the policy can choose (or none) and k >= 0; a record without them (another method, or
+    from before the field) has none."""
+    choices = fields.obj.get("choices")
+    if choices is None:
+        return None
+    if method != LEARNED:
+        raise fields.error("choices", f"expected none on a step of method {method!r}: only a policy ({LEARNED}) "
+                                      "chooses per request")
+    names = (NO_SD, *method_names(baseline=False))
+    if not isinstance(choices, list) or not all(
+            c is None or (isinstance(c, list) and len(c) == 2 and c[0] in names and type(c[1]) is int and c[1] >= 0
+                          and (c[1] == 0) == (c[0] == NO_SD)) for c in choices):
+        raise fields.error("choices", f"expected per request null or [method, k] ({', '.join(names)}; k >= 1, "
+                                      f"none with 0), got {json.dumps(choices)[:60]}")
+    return choices
 
 
 def _check_consistent(fields: Fields, step: MeasuredStep) -> None:
@@ -83,6 +104,9 @@ def _check_consistent(fields: Fields, step: MeasuredStep) -> None:
     if len(step.tokens_emitted) != step.batch_size:
         raise fields.error("tokens_emitted", f"expected one count per running request (batch_size "
                                              f"{step.batch_size}), got {len(step.tokens_emitted)}")
+    if step.choices is not None and len(step.choices) != step.batch_size:
+        raise fields.error("choices", f"expected one per running request (batch_size {step.batch_size}), got "
+                                      f"{len(step.choices)}")
     if not step.decoded and step.tokens_verified:
         raise fields.error("tokens_verified", f"expected 0: every running request was prefilled in this step "
                                               f"(prefill_requests = batch_size = {step.prefill_requests}), none verified")

@@ -30,7 +30,10 @@ class StepRecord:
     (``method`` :data:`~specscope.methods.LEARNED`): its observations, decision and bookkeeping,
     beyond what its proposers drafted and looked up (0 for every other method);
     ``tokens_proposed``: the draft tokens its rows proposed, Σ draft_len (``None`` in records from
-    before the field: then every row is taken at the widest, :attr:`batched_tokens`)."""
+    before the field: then every row is taken at the widest, :attr:`batched_tokens`);
+    ``choices``: where a policy chose per row (method :data:`~specscope.methods.LEARNED`, whose
+    ``k`` is the deepest it may propose), each running request's ``[method, k]`` in batch order
+    (``["none", 0]``: it drafted nothing; ``None`` for a request the step prefilled), else ``None``."""
 
     step: int
     method: str
@@ -50,6 +53,7 @@ class StepRecord:
     policy_s: float = 0.0
     prefill_width: int = 0  # the longest prompt it prefilled (0: none, or a record from before the field)
     tokens_proposed: int | None = None
+    choices: list[list | None] | None = None  # [batch_size]: [method, k] per request (a policy's), None if prefilled
 
     @property
     def decode_s(self) -> float:

@@ -204,8 +204,14 @@ class Proposer(Protocol):
 @runtime_checkable
 class PolicyTimed(Protocol):
     """A proposer that runs a policy over other proposers and tells which part of its time was
-    the policy's own work (the step record's ``policy_s``)."""
+    the policy's own work (the step record's ``policy_s``), and what it chose for each row (its
+    ``choices``)."""
 
     def take_policy_seconds(self) -> float:
         """Seconds of the policy's own work since the last call (then restarts from 0)."""
+        ...
+
+    def take_choices(self) -> dict[int, tuple[str, int]]:
+        """Slot → (method, k) of each row at its last proposal since the last call (then
+        forgotten): ``("none", 0)`` where it drafted nothing."""
         ...

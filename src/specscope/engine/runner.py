@@ -229,6 +229,11 @@ class Engine:
             [s.constraints() for s in seqs],
         )
 
+    def _choices(self, running: list) -> list[list | None]:
+        """What the policy chose for each of ``running`` this step (``StepRecord.choices``)."""
+        taken = self._policy_timed.take_choices()
+        return [list(taken[s.slot]) if s.slot in taken else None for s in running]
+
     def step(self, only: set[str] | None = None) -> list[StepOutput]:
         """Prefill new requests, run one step for all running ones (``only``: just these ids),
         return their new tokens."""
@@ -289,6 +294,7 @@ class Engine:
                 tree=None if self.tree is None else self.tree.name,
                 policy_s=0.0 if self._policy_timed is None else self._policy_timed.take_policy_seconds(),
                 tokens_proposed=proposed,
+                choices=None if self._policy_timed is None else self._choices(running),
             )
         )
         outputs = []

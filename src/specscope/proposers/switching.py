@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass, agreeing_prefix
-from specscope.methods import LEARNED
+from specscope.methods import LEARNED, NO_SD
 from specscope.policy.learned import LearnedPolicy
 from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
 from specscope.proposers.ngram import NgramProposer
@@ -68,11 +68,18 @@ class SwitchingProposer:
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
         self._sequences: dict[int, _Sequence] = {}
         self._policy_seconds = 0.0
+        self._choices: dict[int, tuple[str, int]] = {}
 
     def take_policy_seconds(self) -> float:
         """Seconds of the policy's own work since the last call (module docstring)."""
         seconds, self._policy_seconds = self._policy_seconds, 0.0
         return seconds
+
+    def take_choices(self) -> dict[int, tuple[str, int]]:
+        """Slot → (method, k) each row took at its last proposal since the last call (``none``, 0:
+        it drafted nothing); then forgotten."""
+        choices, self._choices = self._choices, {}
+        return choices
 
     def observe(self, target_pass: TargetPass) -> None:
         for member in self.members:
@@ -107,10 +114,12 @@ class SwitchingProposer:
         else:
             tokens, draft_len, probs, first_prob, seconds = self._merge(request, method, k, found)
             members += seconds
+        names = self.policy.methods
         for row, slot in enumerate(request.slots):
             state = self._sequences[slot]
             state.step = (method[row], k[row], len(request.histories[row]), found[row])
             state.prob = first_prob[row]
+            self._choices[slot] = (NO_SD, 0) if method[row] == NONE else (names[method[row]], k[row])
         self._policy_seconds += time.perf_counter() - start - members
         return Proposal(tokens, draft_len, probs)
 
