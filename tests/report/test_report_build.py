@@ -130,6 +130,8 @@ def test_a_report_held_to_a_depth_simulates_no_deeper_proposal(tmp_path):
     assert {(r.acc, r.policy, r.batch_size): r.speedup for r in data.rows if r.policy != "oracle-combined:ngram+eagle"} \
         == {(r.acc, r.policy, r.batch_size): r.speedup for r in expected}
     assert max(int(r.proposers["eagle"].acc_len.max()) for r in data.records) > 3  # the analyses read all of it
+    # probe: the answer's † said "the traces were recorded to k_max = 2" of traces recorded to 10
+    assert data.edges[("chat", "eagle")] == (2, "measured to 2")
 
 
 def test_a_report_on_shallow_traces_holds_itself_to_their_depth(tmp_path):

@@ -38,6 +38,9 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
                                                    ("draft", "3x2x1x1", "21"), ("learned", "", ""))
         for b in ("1", "2")}
     assert all(r["simulated_speedup"] and r["error_pct"] for r in rows)
+    # probe: a learned row said "learned, k = 3" alone: it names its policy file, methods and hash
+    assert all(r["policy"] == "learned:policy.json (ngram+draft)" and len(r["policy_sha256"]) == 16
+               for r in rows if r["method"] == "learned")
     assert "fidelity tree cells" in first and "fidelity learned cells" in first
     assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed \w+ k=3: [\d.]+x\)", first)
     assert json.loads((out / "policy.json").read_text())["methods"] == ["ngram", "draft"]
@@ -104,24 +107,34 @@ def test_the_policy_keeps_the_drafter_measured_fastest_over_every_cell(tmp_path)
     assert config.policy_methods(cells(1.05)) == ("ngram", "mtp")
 
 
-def test_a_study_refused_before_its_first_result_takes_new_settings(tmp_path):
+def test_a_study_refused_before_its_first_result_takes_new_settings(target_and_draft, tmp_path):
     """A folder holding only the settings (and the workloads' copies, which follow them) of a
-    study that was refused at once takes corrected settings; one holding a result does not."""
+    study that was refused at once takes corrected settings; one holding a result does not —
+    nor does it take another checkpoint under a drafter's name (probe: a drafter changed, its
+    traces redone, kept the cells measured with the old one: fidelity 8/12 within 10 %, not 12/12)."""
+    import shutil
+
     from specscope.study.config import StudyConfig
     from specscope.study.pipeline import check_resume
 
+    target, draft = target_and_draft
     out = tmp_path / "study"
-    first = StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={})
+    first = StudyConfig(model_dir=target, workloads=[], out_dir=out, drafters={"draft": draft})
     check_resume(first)
     first.workloads_dir.mkdir()
-    corrected = StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={})
+    corrected = StudyConfig(model_dir=target, workloads=[], out_dir=out, drafters={"draft": draft})
     corrected.max_tokens = first.max_tokens // 2
     check_resume(corrected)  # nothing measured yet: nothing to mix
     assert json.loads(first.settings_path.read_text())["max_tokens"] == corrected.max_tokens
     (out / "traces").mkdir()
-    again = StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={})
+    again = StudyConfig(model_dir=target, workloads=[], out_dir=out, drafters={"draft": draft})
     with pytest.raises(SpecscopeError, match="holds a study with other settings"):
         check_resume(again)
+    other = tmp_path / "other-draft"
+    shutil.copytree(target, other)  # another checkpoint under the name 'draft'
+    with pytest.raises(SpecscopeError, match="holds a study with other settings .*drafter_sha256"):
+        check_resume(StudyConfig(model_dir=target, workloads=[], out_dir=out, drafters={"draft": other},
+                                 max_tokens=corrected.max_tokens))
 
 
 def test_the_replay_asks_no_k_beyond_the_traces():
@@ -186,6 +199,25 @@ def test_a_replay_of_an_earlier_run_is_not_left_beside_this_runs(tmp_path):
     assert "replay  removed replay_old_model.csv: an earlier run's --replay, not asked for by this one" in said
 
 
+def test_a_replay_names_the_drafters_its_cost_model_cannot_price(tmp_path):
+    """Probe: the paper's fit prices no MTP head: the study's replay on it left MTP out (the best
+    drafter the study measured), unsaid, and named its best 'best non-oracle'."""
+    from types import SimpleNamespace
+
+    from specscope.study.run import replay_stage
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"schema": "specscope.trace/1", "id": i, "dataset": "d", "k_max": 2,
+                                         "prompt_token_ids": [1], "output_token_ids": [2, 3, 4],
+                                         "proposers": {"ngram": {"acc_len": [2, 1, 1]}, "mtp": {"acc_len": [3, 2, 1]}}})
+                         + "\n" for i in ("a", "b")))
+    config = SimpleNamespace(replay_cost_models=("h100-llama3.1-8b",), out_dir=tmp_path, methods=["ngram", "mtp"],
+                             k_max=2, tree_drafter=None)
+    said = []
+    replay_stage(config, [trace], said.append)
+    assert "replay  h100-llama3.1-8b: mtp left out: the cost model prices no drafting of it" in said
+
+
 def test_a_second_study_into_a_running_ones_folder_is_refused_before_it_touches_its_settings(tmp_path):
     """Probe and review: two studies into one folder measured at once, and the second, refused
     only after its settings check, had already rewritten the first's study.json."""
@@ -204,7 +236,7 @@ def test_a_second_study_into_a_running_ones_folder_is_refused_before_it_touches_
     assert (out / "study.json").read_text() == '{"schema": "specscope.study/1", "k": 3}\n'
 
 
-def test_a_folder_whose_study_json_is_no_studys_is_not_taken_over(tmp_path):
+def test_a_folder_whose_study_json_is_no_studys_is_not_taken_over(target_and_draft, tmp_path):
     """Probe: any JSON object named study.json (even {}) made a folder a study's to write into."""
     from specscope.errors import SpecscopeError
     from specscope.study.config import StudyConfig
@@ -214,5 +246,5 @@ def test_a_folder_whose_study_json_is_no_studys_is_not_taken_over(tmp_path):
     out.mkdir()
     (out / "study.json").write_text("{}\n")
     with pytest.raises(SpecscopeError, match="holds no study's settings"):
-        run_study(StudyConfig(model_dir=tmp_path, workloads=[], out_dir=out, drafters={}), lambda line: None)
+        run_study(StudyConfig(model_dir=target_and_draft[0], workloads=[], out_dir=out, drafters={}), lambda line: None)
     assert sorted(p.name for p in out.iterdir()) == ["study.json"]

@@ -33,10 +33,15 @@ class MeasuredCell:
     measured_speedup: float
     simulated_speedup: float | None = None
     tree: str | None = None
+    policy: str | None = None  # a learned cell's policy: its file and methods, as the bench row names it
+    policy_sha256: str | None = None  # ... and the start of that file's SHA-256
 
     @property
     def label(self) -> str:
-        """``method`` for a chain, ``method tree:SHAPE`` for a tree: what a figure's line is."""
+        """``method`` for a chain, ``method tree:SHAPE`` for a tree, a learned cell's policy (its
+        file and methods) where the row names it: what a figure's line and a table's row say."""
+        if self.policy is not None:
+            return self.policy
         return self.method if self.tree is None else f"{self.method} tree:{self.tree}"
 
     @property
@@ -70,17 +75,20 @@ def _sd_method(name: str) -> str:
 def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
     ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
-    ``tree`` (a static tree);
+    ``tree`` (a static tree), and a learned cell's ``policy`` and ``policy_sha256``;
     the dataset is its ``workload`` field, else the file's stem."""
     fields = Fields(obj, f"{path}: item {index}")
     tree = fields.text("tree", optional=True)
+    method = fields.check("method", _sd_method, fields.text("method"))
     return MeasuredCell(
         dataset=fields.text("workload", optional=True) or path.stem,
-        method=fields.check("method", _sd_method, fields.text("method")),
+        method=method,
         k=fields.integer("k", minimum=1),
         batch_size=fields.integer("batch_size", minimum=1),
         measured_speedup=fields.number("speedup", low=0.0, low_open=True),
         tree=None if tree is None else fields.check("tree", parse_tree, tree).name,
+        policy=fields.text("policy", optional=True) if method == LEARNED else None,
+        policy_sha256=fields.text("policy_sha256", optional=True) if method == LEARNED else None,
     )
 
 

@@ -33,7 +33,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.costmodel.registry import cost_label, resolve_cost_model
 from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
-from specscope.report.config import ReportConfig
+from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
 from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, SimRow, capacity_notes, length_notes, no_match_notes,
                                 sample_notes, simulate)
@@ -108,9 +108,10 @@ def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> d
     held = {}
     for dataset, group in by_dataset(records).items():
         for name in sorted(set.intersection(*(set(r.proposers) for r in group))):
-            depth, why = traced_k_max(group, [name]), _recorded(group, traced_k_max(group, [name]))
+            depth = traced_k_max(group, [name])  # (records cut to config.depth: at most it)
+            why = config.longer_k if config.depth is not None and depth >= config.depth else _recorded(group, depth)
             mine = config if depth >= config.deepest else config.held_to(min(depth, config.depth or depth), why)
-            held[(dataset, name)] = replace(mine, longer_k=why if max(mine.ks) >= depth else config.longer_k)
+            held[(dataset, name)] = replace(mine, longer_k=why if max(mine.ks) >= depth else LONGER_K)
     return held
 
 

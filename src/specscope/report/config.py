@@ -9,6 +9,7 @@ from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig
 from specscope.sim.policies import held_to
 
+LONGER_K = "a longer one may do better (--ks)"  # the answer's † where nothing holds the ks to a depth
 
 
 @dataclass
@@ -18,7 +19,7 @@ class ReportConfig:
     cost_model: str = DEFAULT_COST_MODEL
     sim: SimConfig = field(default_factory=SimConfig)  # mode, batch sizes, seed
     ks: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)  # fixed:k searched for the best policy
-    longer_k: str = "a longer one may do better (--ks)"  # what the answer says where its best is the largest k
+    longer_k: str = LONGER_K  # what the answer says where its best is the largest k
     depth: int | None = None  # every simulated proposal at most this deep (adaptive's, the oracles'): a cost
     # model measured no deeper (None: as deep as the traces)
     adaptive: bool = True

@@ -9,6 +9,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.analysis.measured import MeasuredCell
+from specscope.engine.config import model_fingerprint
 from specscope.fileio import file_sha256
 from specscope.methods import method, of_kind
 from specscope.trees import TreeShape
@@ -50,9 +51,13 @@ class StudyConfig:
     threads: int = 1  # torch CPU threads the measured runs used
 
     def settings(self) -> dict:
-        """What decides the study's results (``study.json``): a resume with others would mix them."""
+        """What decides the study's results (``study.json``): a resume with others would mix them
+        (the checkpoints by their fingerprints: a drafter trained again into its folder, or another
+        one under its name, would leave cells measured with the old one beside traces of the new)."""
         return {"schema": "specscope.study/1", "workloads": [w.name for w in self.workloads],
                 "workload_sha256": [file_sha256(w) for w in self.workloads],
+                "model_sha256": model_fingerprint(self.model_dir)[:16],
+                "drafter_sha256": {name: model_fingerprint(path)[:16] for name, path in sorted(self.drafters.items())},
                 "drafters": sorted(self.drafters), "batch_sizes": list(self.batch_sizes), "k": self.k,
                 "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
                 "trees": [t.name for t in self.trees], "threads": self.threads}

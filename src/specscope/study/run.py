@@ -301,6 +301,10 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     for spec in config.replay_cost_models:
         cost = resolve_cost_model(spec)
         accs = [m for m in config.methods if _can_price(cost, m)]
+        left = [m for m in config.methods if m not in accs]
+        if left:  # its best is then the best of the others: said, not left for the reader to miss
+            say(f"replay  {spec}: {', '.join(left)} left out: the cost model prices no drafting of "
+                f"{'them' if len(left) > 1 else 'it'}")
         rows = simulate(records, accs, list(held_to(REPLAY_POLICIES, config.k_max)), cost,  # asks nothing untraced
                         SimConfig(mode="mixed", batch_sizes=sizes))
         name = _replay_name(spec)
