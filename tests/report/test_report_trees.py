@@ -143,3 +143,19 @@ def test_a_report_sets_the_trees_a_trace_was_taken_with_against_their_chains(tmp
     assert traced_trees([str(first), str(second), str(bare)]) == ("2x1x1", "3x1", "2x2")
     (tmp_path / "b.jsonl.settings.json").write_text('{"trees": ["3x1"')  # damaged: names nothing
     assert traced_trees([str(second), str(bare)]) == ReportConfig().trees
+
+
+def test_a_study_sets_only_its_measured_drafters_trees_against_chains(tmp_path):
+    """Probe: a study measured trees with EAGLE alone, yet its report set MTP's and the draft
+    model's trees against chains too, priced with a tree cost its fit never measured (0).
+    ``tree_drafters`` keeps the comparison to the drafters named."""
+    from specscope.report.analyse import analyse
+
+    records = [replace(r, proposers={**r.proposers, "mtp": r.proposers["eagle"]}) for r in ranked_records(6, 1)]
+    write_traces(tmp_path / "math.jsonl", records)
+    config = ReportConfig(cost_model="roofline:h100:llama3.1-8b", ks=(1, 2, 3), trees=("2x1x1",),
+                          sim=SimConfig(mode="paper", batch_sizes=(1, 8)))
+    assert {t.proposer for t in analyse([tmp_path / "math.jsonl"], config).trees} == {"eagle", "mtp"}
+    kept = analyse([tmp_path / "math.jsonl"], replace(config, tree_drafters=("eagle",)))
+    assert {t.proposer for t in kept.trees} == {"eagle"} and {r.acc for r in kept.tree_rows} == {"eagle"}
+

@@ -209,7 +209,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
         data.notes.extend(learned_notes([f"learned:{config.policy}"], cost, config.sim.batch_sizes))
         data.notes.extend(offer_notes(sim_records))
-    depths = tree_depths(sim_records, simulated)
+    depths = {key: depth for key, depth in tree_depths(sim_records, simulated).items()
+              if config.tree_drafters is None or key[1] in config.tree_drafters}
     if depths:
         trees = [TreeShape.parse(t) for t in config.trees]
         data.tree_rows, data.trees, tree_notes = compare_trees(sim_records, depths, trees,

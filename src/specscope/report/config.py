@@ -30,6 +30,8 @@ class ReportConfig:
     steps: tuple[str, ...] = ()  # measured per-step records (JSON Lines) for the time split
     measured: tuple = ()  # MeasuredCell rows (specscope.analysis.measured): figure 9 and the advisor line
     trees: tuple[str, ...] = ("2x2x1", "3x2x1x1")  # static trees set against the chain of their depth
+    tree_drafters: tuple[str, ...] | None = None  # the proposers whose trees are set against chains (None: each
+    # whose traces hold ranks; a study's: the one drafter its trees were measured with, the others' unpriced)
     policy: str | None = None  # a learned policy file (specscope policy fit) judged on the traces
     beside: tuple[str, ...] = ()  # files of the output folder the page links beside its own tables (a study's)
 

@@ -29,7 +29,7 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
         ReportConfig(), cost_model=str(config.cost_model_path),
         sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
         ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
-        trees=tuple(tree.name for tree in trees),
+        trees=tuple(tree.name for tree in trees), tree_drafters=(config.tree_drafter,) if trees else None,
         policy=str(config.policy_path) if config.policy_path.exists() else None,
         beside=("fidelity.csv", *sorted(replay_files(config))),
     ).held_to(deepest, f"the study measured {measured}, and its fitted cost "
