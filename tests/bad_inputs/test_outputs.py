@@ -109,6 +109,10 @@ CASES = [
     Case("study-workloads-of-one-name", ["study", "--model", ".", "--workload", "a/w.jsonl", "--workload", "b/w.jsonl"],
          r"--workload: two workloads named 'w'"),
     Case("study-replay-unknown", ["study", "--replay", "roofline:h999:x"], r"h999"),
+    Case("study-replay-twice", ["study", "--replay", "h100-llama3.1-8b", "--replay", "h100-llama3.1-8b"],
+         r"--replay h100-llama3\.1-8b: given twice"),
+    Case("overlap-reference-is-the-lookup", ["overlap", "t.jsonl", "--lookup", "eagle", "--reference", "eagle"],
+         r"--reference eagle: the same proposer as --lookup", WITH_TRACE),
     Case("study-folder-not-a-study", ["study", "-o", "."], r"not empty and holds no study\.json", WITH_FILE),
     # Probe: a study refused for a bad request named its copy (s9/workloads/w.jsonl:1) and left the
     # folder it made (its settings, the copy, its lock) behind.

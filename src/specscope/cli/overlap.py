@@ -69,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.overlap import bleu_scores, overlap_speedups, request_bleu
     from specscope.costmodel.registry import cost_label, resolve_cost_model
 
+    if args.lookup == args.reference:  # n-gram's speedup over itself: 1 in every bin, a comparison of nothing
+        raise SpecscopeError(f"--reference {args.reference}: the same proposer as --lookup; name another to compare "
+                             "with")
     out = human_stream(args.output, args.bleu_output)
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
