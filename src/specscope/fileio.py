@@ -242,6 +242,9 @@ def check_user_output(path: str | Path) -> Path:
     path = check_output_file(path)
     if str(path) == STDOUT or path.exists() and not path.is_file():
         return path
+    if Path(os.path.realpath(path)).name == written.LEDGER:  # the table would become the folder's ledger
+        raise SpecscopeError(f"{path}: the name of the folder's record of what specscope wrote there; choose "
+                             "another name")
     if path.stat().st_size if path.is_file() else 0:
         if not written.listed(path, file_sha256(path)):
             raise SpecscopeError(f"{path}: exists, and specscope did not write it there (or it was changed since): "

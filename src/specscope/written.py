@@ -53,8 +53,12 @@ def record(path: Path, text: str) -> None:
 
 
 def _read(ledger: Path) -> dict[str, str]:
+    """The ledger's entries, read under a shared lock (:func:`record` rewrites it in place under
+    an exclusive one: read unlocked, a half-written ledger listed nothing)."""
     try:
-        return _parse(ledger.read_text(encoding="utf-8"))
+        with open(ledger, encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            return _parse(handle.read())
     except (OSError, UnicodeDecodeError):
         return {}
 

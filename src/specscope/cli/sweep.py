@@ -73,11 +73,24 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1, default=str))
     else:
         _print_table(rows, args.dry_run)
+    crowded = crowded_cells(rows)
+    if crowded:
+        print(f"note: fewer requests streamed at once than were sent in {', '.join(crowded)}: a server whose "
+              "largest batch is smaller queues the rest (vLLM's max_num_seqs), and these cells measured that batch, "
+              "not theirs; or its prefills, long beside short outputs, spread them (peak_streaming in results.csv)",
+              file=sys.stderr)
     idle = idle_cells(rows)
     if idle:
         print(f"note: SD proposed no draft in {', '.join(idle)} (no n-gram match, or every output ended at its "
               "first token): their speedup measures running SD for nothing", file=sys.stderr)
     return 1 if not args.dry_run and any(r.get("status") == "failed" for r in rows) else 0
+
+
+def crowded_cells(rows: list[dict]) -> list[str]:
+    """The measured cells in which fewer requests streamed at once than their batch size
+    (``peak_streaming``; unknown: not listed)."""
+    return [f"{r['method']} k={r['k']} B={r['batch_size']} (at most {r['peak_streaming']})" for r in rows
+            if r.get("status") == "ok" and r.get("peak_streaming") is not None and r["peak_streaming"] < r["batch_size"]]
 
 
 def idle_cells(rows: list[dict]) -> list[str]:
