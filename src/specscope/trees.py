@@ -212,7 +212,7 @@ def parse_tree_list(text: str) -> tuple[TreeShape, ...]:
     wide = next((tree for tree in trees if tree.max_rank >= TREE_RANK_CAP), None)
     if wide is not None:
         raise Invalid(f"expected trees at most {TREE_RANK_CAP} children wide (the traces' rank cap), got {wide.name}")
-    repeated = next((tree for i, tree in enumerate(trees) if tree in trees[:i]), None)
+    repeated = validate.first_repeat(trees)
     if repeated is not None:
         raise Invalid(f"expected distinct trees, got {repeated.name} twice")
     return trees

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -106,6 +106,11 @@ def split_list(text: str) -> list[str]:
             start = i + 1
     parts.append(text[start:])
     return [part.strip() for part in parts if part.strip()]
+
+
+def first_repeat(values: Sequence[T]) -> T | None:
+    """The first of ``values`` equal to one before it (``None``: they are distinct)."""
+    return next((value for i, value in enumerate(values) if value in values[:i]), None)
 
 
 def arg(check: Callable[..., T], **bounds: object) -> Callable[[str], T]:

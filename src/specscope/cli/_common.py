@@ -48,7 +48,7 @@ def str_list(text: str) -> list[str]:
     values = validate.split_list(text)
     if not values:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-    repeated = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    repeated = validate.first_repeat(values)
     if repeated is not None:  # run twice, it would be recorded twice and shown once
         raise argparse.ArgumentTypeError(f"expected distinct values, got {repeated!r} twice in {text!r}")
     return values

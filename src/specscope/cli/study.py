@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         if max(config.batch_sizes) > requests:
             raise SpecscopeError(f"--batch-sizes: {max(config.batch_sizes)} is above the {requests} requests the study "
                                  f"uses of {workload} (a batch of distinct requests cannot be filled)")
-    twice = next((spec for i, spec in enumerate(args.replay) if spec in args.replay[:i]), None)
+    twice = validate.first_repeat(args.replay)
     if twice is not None:  # replayed twice, its table written twice over
         raise SpecscopeError(f"--replay {twice}: given twice; give each cost model once")
     config.replay_cost_models = tuple(args.replay) or config.replay_cost_models

@@ -89,14 +89,19 @@ def run(args: argparse.Namespace) -> int:
 def crowded_cells(rows: list[dict]) -> list[str]:
     """The measured cells in which fewer requests streamed at once than their batch size
     (``peak_streaming``; unknown: not listed)."""
-    return [f"{r['method']} k={r['k']} B={r['batch_size']} (at most {r['peak_streaming']})" for r in rows
+    return [f"{_cell(r)} (at most {r['peak_streaming']})" for r in rows
             if r.get("status") == "ok" and r.get("peak_streaming") is not None and r["peak_streaming"] < r["batch_size"]]
 
 
 def idle_cells(rows: list[dict]) -> list[str]:
     """The measured SD cells whose server counted no draft (``num_drafts`` 0; unknown: not listed)."""
-    return [f"{r['method']} k={r['k']} B={r['batch_size']}" for r in rows
+    return [_cell(r) for r in rows
             if r.get("status") == "ok" and r.get("method") != NO_SD and r.get("num_drafts") == 0]
+
+
+def _cell(row: dict) -> str:
+    """A result row as a note names its cell: ``ngram k=3 B=8``."""
+    return f"{row['method']} k={row['k']} B={row['batch_size']}"
 
 
 def _print_table(rows: list[dict], dry_run: bool) -> None:

@@ -159,7 +159,7 @@ def run_convert(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--rename {old}={renames[old]}: no record holds proposer {old!r}")
     for record in records:
         named = [renames.get(name, name) for name in record.proposers]  # a swap (a=b, b=a) is fine
-        clash = next((name for i, name in enumerate(named) if name in named[:i]), None)
+        clash = validate.first_repeat(named)
         if clash is not None:
             raise SpecscopeError(f"--rename: request {record.id!r} would hold proposer {clash!r} twice")
         record.proposers = {renames.get(name, name): trace for name, trace in record.proposers.items()}

@@ -414,10 +414,12 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
     refused, or, given a ``missing`` list (a report over datasets traced with different proposers
     or depths), has that cell left out and a note added there."""
     parsed = [parse_policy(p, config.combined) for p in policies]
-    twice = next(((j, i) for i, p in enumerate(parsed) for j in range(i) if parsed[j].name == p.name), None)
-    if twice:  # fixed:03 beside fixed:3: one policy, its rows recorded twice
-        raise SpecscopeError(f"policies {policies[twice[0]]!r} and {policies[twice[1]]!r} are one policy, "
-                             f"{parsed[twice[1]].name!r}: give it once")
+    names = [p.name for p in parsed]
+    twice = validate.first_repeat(names)
+    if twice is not None:  # fixed:03 beside fixed:3: one policy, its rows recorded twice
+        first = names.index(twice)
+        raise SpecscopeError(f"policies {policies[first]!r} and {policies[names.index(twice, first + 1)]!r} are one "
+                             f"policy, {twice!r}: give it once")
     pairs = cells(accs, parsed)
     predict = predict_paper if config.mode == "paper" else predict_mixed
     groups = []  # (dataset, its sampled requests, its cells, its batch sizes): all checked before any work

@@ -269,9 +269,9 @@ def _int_list(path: Path, name: str, value: object, **bounds: int) -> tuple[int,
 
 def _distinct(path: Path, name: str, values: tuple) -> tuple:
     """``values``, refused when one repeats (its cell would be planned twice and recorded once)."""
-    repeated = [v for i, v in enumerate(values) if v in values[:i]]
-    if repeated:
-        raise SpecscopeError(f"{where(path, field=name)}: {repeated[0]!r} is listed twice")
+    repeated = validate.first_repeat(values)
+    if repeated is not None:
+        raise SpecscopeError(f"{where(path, field=name)}: {repeated!r} is listed twice")
     return values
 
 
