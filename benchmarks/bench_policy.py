@@ -65,7 +65,7 @@ def engine_bookkeeping(records, policy: LearnedPolicy, steps: int = 40) -> tuple
         for step in range(steps):
             for slot, (record, history) in enumerate(zip(requests, histories)):
                 obs = proposer._observe(slot, history, 2)
-                features(obs, METHODS), chooser.theta_for(obs), chooser.shift_for(obs)
+                features(obs, METHODS), chooser.shift_for(obs)
                 proposer._sequences[slot].step = (0, 2, len(history), [])
                 history += record.output_token_ids[len(history) - record.prompt_len:][:2].tolist()
 
@@ -74,7 +74,7 @@ def engine_bookkeeping(records, policy: LearnedPolicy, steps: int = 40) -> tuple
 
 def in_engine_us(document: dict, batch_size: int, workdir: Path) -> float:
     """µs per step the engine's switching proposer spends on the policy's own work — the
-    observations, features, θ, shift, decision and merging, beyond the n-gram lookup and the
+    observations, features, shift, decision and merging, beyond the n-gram lookup and the
     members' proposals, as an engine pays them right after its forward passes: the mean of its
     step records' ``policy_s`` (what the simulator prices), inside the reference engine (bundled
     target and EAGLE head, bundled math workload, greedy) at ``batch_size``."""
@@ -126,26 +126,24 @@ def main() -> None:
 
     x = np.asarray([features(obs, METHODS) for obs in seen[:64]])
     offers = np.asarray([obs.ngram_offer for obs in seen[:64]])
-    theta = np.asarray([batch.theta_for(obs) for obs in seen[:64]])
     shift = np.asarray([batch.shift_for(obs) for obs in seen[:64]])
     rounds = 200
 
     def batched():
         for _ in range(rounds):
-            batch.choose_group(x, offers, theta, shift)
+            batch.choose_group(x, offers, shift)
 
-    def batch_features():  # what the engine computes per sequence before the model: features, θ, shift
+    def batch_features():  # what the engine computes per sequence before the model: features, shift
         for obs in seen[:64]:
             features(obs, METHODS)
-            batch.theta_for(obs)
             batch.shift_for(obs)
 
     walk, calls = engine_bookkeeping(records, policy)
     results = {
         "batch 1, per step": per_call_us(single, len(seen), args.repeats),
         "batch 64, per sequence (model)": per_call_us(batched, rounds * 64, args.repeats),
-        "batch 64, per sequence (features, θ, shift)": per_call_us(batch_features, 64, args.repeats),
-        "engine, per sequence (bookkeeping + features, θ, shift)": per_call_us(walk, calls, args.repeats),
+        "batch 64, per sequence (features, shift)": per_call_us(batch_features, 64, args.repeats),
+        "engine, per sequence (bookkeeping + features, shift)": per_call_us(walk, calls, args.repeats),
     }
     engine_policy = fit_policy(records, METHODS, resolve_cost_model("roofline:h100:llama3.1-8b"), [1, 8], max_k=3)
     with tempfile.TemporaryDirectory() as workdir:

@@ -66,8 +66,10 @@ CASES = [
          files={**TRACES, "p.json": policy_file(("ngram", "eagle")).replace('"pads": false', '"pads": false, "pads": true')}),
     Case("policy-unknown-field", ["policy", "explain", "p.json"], r"p\.json: malformed policy file: extra: unknown field",
          files=altered(lambda d: d.update(extra=1))),
-    Case("policy-price-absurd", ["policy", "explain", "p.json"], r"models\[0\] \(batch size 1\): expected seconds .*0 … 3600 s",
+    Case("policy-price-absurd", ["policy", "explain", "p.json"], r"models\[0\] \(batch size 1\): expected seconds .*at most 3600",
          files=altered(lambda d: d["models"][0]["seconds"][0].__setitem__(1, 1e300))),
+    Case("policy-price-free", ["policy", "explain", "p.json"], r"models\[0\] \(batch size 1\): expected seconds .*above 0",
+         files=altered(lambda d: d["models"][0]["seconds"][0].__setitem__(1, 0.0))),  # a step takes time: a ratio needs it
     Case("policy-coef-ragged", ["policy", "explain", "p.json"],
          r"p\.json: malformed policy file: coef: expected a list \(of equal-length lists\) of numbers",
          files=altered(lambda d: d.update(coef=[[0.0], [0.0, 1.0]]))),

@@ -189,35 +189,32 @@ def test_without_a_fixed_drafting_cost_a_group_decides_row_by_row_and_the_neares
     rng = np.random.default_rng(0)
     x = rng.normal(size=(16, len(policy.document["features"])))
     offers = rng.integers(0, 9, 16)
-    theta = rng.uniform(0.5, 3.0, 16)
     shift = rng.normal(size=(16, 2))
-    decided = chooser.choose_group(x, offers, theta, shift)
-    assert [chooser.choose(row.tolist(), int(o), float(t), u) for row, o, t, u in zip(x, offers, theta, shift)] \
-        == decided
+    decided = chooser.choose_group(x, offers, shift)
+    assert [chooser.choose(row.tolist(), int(o), u) for row, o, u in zip(x, offers, shift)] == decided
     assert all(k <= o for (m, k), o in zip(decided, offers) if m == 0)  # n-gram never past its offer
     extreme = x * 1e4  # hazard logits of ±10^4: no overflow, the same decisions both ways
-    assert [chooser.choose(row.tolist(), int(o), float(t), u) for row, o, t, u in zip(extreme, offers, theta, shift)] \
-        == chooser.choose_group(extreme, offers, theta, shift)
-    decided = fitted.choose_group(x, offers, theta, shift)
+    assert [chooser.choose(row.tolist(), int(o), u) for row, o, u in zip(extreme, offers, shift)] \
+        == chooser.choose_group(extreme, offers, shift)
+    decided = fitted.choose_group(x, offers, shift)
     assert all(k <= o for (m, k), o in zip(decided, offers) if m == 0)
 
 
 @pytest.mark.parametrize("rows", [4, 16, 17, 40])
 def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows, monkeypatch):
     """The group rule in plain Python (up to PLAIN_ROWS rows) and over arrays (more) agree, on
-    random rows of the fitted policy at B = 8 (θ up to 3 tokens a second: the cap binds for some
-    rows) and on a chooser with two model drafters."""
+    random rows of the fitted policy at B = 8 and on a chooser with two model drafters; a row's
+    expected tokens in plain Python are those over arrays."""
     import specscope.policy.chooser as chooser_module
     from specscope.policy.chooser import Chooser
 
     chooser = load_policy(policy_file).chooser(8)
     rng = np.random.default_rng(rows)
     x = rng.normal(size=(rows, chooser.weights.shape[1]))
-    offers, theta, shift = rng.integers(0, 9, rows), rng.uniform(0.5, 3.0, rows), rng.normal(size=(rows, 2))
-    args = (x.tolist(), offers.tolist(), theta.tolist(), shift.tolist())
-    tables = [chooser.row_scores(*row) for row in zip(*args)]
-    gains = chooser.gains(x, np.minimum(offers, chooser.seconds.shape[1] - 1), shift)
-    assert np.allclose(tables, gains - theta[:, None, None] * chooser.seconds)
+    offers, shift = rng.integers(0, 9, rows), rng.normal(size=(rows, 2))
+    args = (x.tolist(), offers.tolist(), shift.tolist())
+    tables = [chooser.row_gains(*row) for row in zip(*args)]
+    assert np.allclose(tables, chooser.gains(x, np.minimum(offers, chooser.seconds.shape[1] - 1), shift))
     two = Chooser(chooser.weights, chooser.bias, chooser.seconds, -1, chooser.base_rate,
                   chooser.fixed + chooser.fixed[1], batch_size=8)  # both methods pay a fixed part
     for rule in (chooser, two):
@@ -229,7 +226,7 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows,
 
 def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_file):
     """``decide_for(b)`` (what the engine's switching proposer and the simulator ask) on the rows
-    of an iteration is ``choose_group`` on their features, θ and shift; a lone row at B = 8, and B
+    of an iteration is ``choose_group`` on their features, offers and shifts; a lone row at B = 8, and B
     copies of one observation (paper mode), decide as the request alone (``choose``)."""
     from specscope.sim.observe import Observer
 
@@ -240,11 +237,10 @@ def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_f
 
     def engine(rows):
         return chooser.choose_group([features(o, policy.methods) for o in rows], [o.ngram_offer for o in rows],
-                                    [chooser.theta_for(o) for o in rows], [chooser.shift_for(o) for o in rows])
+                                    [chooser.shift_for(o) for o in rows])
 
     def alone(obs):
-        return chooser.choose(features(obs, policy.methods), obs.ngram_offer, chooser.theta_for(obs),
-                              chooser.shift_for(obs))
+        return chooser.choose(features(obs, policy.methods), obs.ngram_offer, chooser.shift_for(obs))
 
     decide = policy.decide_for(8)
     assert decide(observed) == engine(observed)
@@ -256,56 +252,58 @@ def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_f
 
 @pytest.mark.parametrize("plain_rows", [0, 64])  # vectorised, and in plain Python
 def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_pays_for(monkeypatch, plain_rows):
-    """Two methods (0 n-gram, 1 a model drafter), no features, J = 2, B = 2, θ = 1 for both
-    rows, prices 0 per row: a score is then 1 + E[accepted]. Every n-gram hazard is σ(−∞) = 0
-    (n-gram gains nothing; −50 stands for −∞). The drafter's hazards are 1/2, 1/2 for row 0
-    (shift 0) and 0 for row 1 (shift −∞): row 0 gains 0.5 at k = 1 and 0.75 at k = 2, row 1 nothing. F = (0, 0.2, 0.3)
-    is paid at B·mean(θ) = 2: k_d = 1 is worth 0.5 − 0.4 = 0.1, k_d = 2 0.75 − 0.6 = 0.15, so
-    row 0 drafts k = 2 and row 1 none. With F = (0, 0.2, 0.5): k_d = 2 is worth −0.25, k_d = 1
-    0.1: row 0 drafts k = 1. With F = (0, 0.3, 0.5): nothing pays, no row drafts — though alone,
-    at θ = 1 and F charged once, row 0 would draft k = 2 (0.75 − 0.5 > 0)."""
+    """Two methods (0 n-gram, 1 a model drafter), no features, J = 2, B = 2, every step 1 s per
+    row. Every n-gram hazard is σ(−∞) = 0 (n-gram gains nothing; −50 stands for −∞). The drafter's
+    hazards are 1/2, 1/2 for row 0 (shift 0) and 0 for row 1 (shift −∞): E[e] = 1, 1.5, 1.75 for
+    row 0 at k = 0, 1, 2, 1 for row 1. θ is a row's best ratio alone, F included: row 1's is none's,
+    1. F = (0, 0.2, 0.3): θ_0 = 1.75 / 1.3; a group's value Σ_rows (E[e] − θ) − (θ_0 + 1)·F(k_d) is
+    −0.346, −0.315, −0.300 for k_d = 0, 1, 2: row 0 drafts k = 2, row 1 none. F = (0, 0.2, 0.5):
+    θ_0 = 1.5 / 1.2, values −0.25, −0.2, −0.625: row 0 drafts k = 1. F = (0, 0.3, 0.5): θ_0 =
+    1.75 / 1.5, values −0.167, −0.317, −0.5: no row drafts — though alone, F paid by it, row 0
+    would draft k = 2 (its best ratio)."""
     import specscope.policy.chooser as chooser_module
     from specscope.policy.chooser import Chooser
 
     monkeypatch.setattr(chooser_module, "PLAIN_ROWS", plain_rows)
     bias = np.array([[-50.0, -50.0], [0.0, 0.0]])
     zeros = np.zeros((2, 3))
-    x, offer, theta = np.zeros((2, 0)), np.array([0, 0]), np.array([1.0, 1.0])
+    x, offer = np.zeros((2, 0)), np.array([0, 0])
     shift = np.array([[0.0, 0.0], [0.0, -50.0]])
 
     def group(fixed):
-        chooser = Chooser(np.zeros((2, 0)), bias, zeros, 0, np.full((2, 2), 0.5),
+        chooser = Chooser(np.zeros((2, 0)), bias, np.ones((2, 3)), 0, np.full((2, 2), 0.5),
                           np.array([[0.0, 0.0, 0.0], fixed]), batch_size=2)
-        return chooser.choose_group(x, offer, theta, shift), chooser
+        return chooser.choose_group(x, offer, shift), chooser
 
     assert group([0.0, 0.2, 0.3])[0] == [(1, 2), (-1, 0)]
     assert group([0.0, 0.2, 0.5])[0] == [(1, 1), (-1, 0)]
     decided, chooser = group([0.0, 0.3, 0.5])
     assert decided == [(-1, 0), (-1, 0)]
-    assert chooser.choose([], 0, 1.0, shift[0]) == (1, 2)
+    assert chooser.choose([], 0, shift[0]) == (1, 2)
 
 
 @pytest.mark.parametrize("plain_rows", [0, 64])  # vectorised, and in plain Python
 def test_a_group_weighs_every_combination_of_two_drafters(monkeypatch, plain_rows):
-    """Two model drafters A and B, J = 1, prices 0 per row, θ = 1, B = 2: row 0 gains 0.5 from
-    A alone, row 1 0.5 from B alone. Each drafter running costs the batch 2 · F. F = 0.2 each: both
-    run (3 − 0.8 = 2.2 beats one's 2.5 − 0.4 and none's 2); F = 0.3 each: none (2 beats 1.9 and
-    1.8); F_A = 0.2, F_B = 0.3: A alone (2.1 beats 1.9, 2.0 and 2)."""
+    """Two model drafters A and B, J = 1, every step 1 s per row, B = 2: row 0 gains 0.5 from A
+    alone (E[e] = 1.5), row 1 0.5 from B alone; a row's θ is its best ratio alone, max(1, 1.5 /
+    (1 + F)), and a drafter running costs the batch (θ_0 + θ_1)·F. F = 0.1 each: both run (values
+    −0.27 both, −0.5 one, −0.73 none); F = 0.3 each: none (−0.31 none, −0.5 one, −0.69 both);
+    F_A = 0.1, F_B = 0.3: A alone (−0.27 A, −0.52 none, −0.52 both, −0.77 B)."""
     import specscope.policy.chooser as chooser_module
     from specscope.policy.chooser import Chooser
 
     monkeypatch.setattr(chooser_module, "PLAIN_ROWS", plain_rows)
-    x, offer, theta = np.zeros((2, 0)), np.array([0, 0]), np.array([1.0, 1.0])
+    x, offer = np.zeros((2, 0)), np.array([0, 0])
     shift = np.array([[0.0, -50.0], [-50.0, 0.0]])
 
     def group(f_a, f_b):
-        chooser = Chooser(np.zeros((2, 0)), np.zeros((2, 1)), np.zeros((2, 2)), -1, np.full((2, 1), 0.5),
+        chooser = Chooser(np.zeros((2, 0)), np.zeros((2, 1)), np.ones((2, 2)), -1, np.full((2, 1), 0.5),
                           np.array([[0.0, f_a], [0.0, f_b]]), batch_size=2)
-        return chooser.choose_group(x, offer, theta, shift)
+        return chooser.choose_group(x, offer, shift)
 
-    assert group(0.2, 0.2) == [(0, 1), (1, 1)]
+    assert group(0.1, 0.1) == [(0, 1), (1, 1)]
     assert group(0.3, 0.3) == [(-1, 0), (-1, 0)]
-    assert group(0.2, 0.3) == [(0, 1), (-1, 0)]
+    assert group(0.1, 0.3) == [(0, 1), (-1, 0)]
 
 
 def test_hazard_rows_are_the_draft_tokens_judged():
@@ -320,11 +318,10 @@ def test_hazard_rows_are_the_draft_tokens_judged():
     assert accepted.tolist() == [False, True, True, False] + [True] * 16 + [True]
 
 
-def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_request():
+def test_the_hazard_model_multiplies_into_acceptance():
     """Two methods, one feature, J = 2: P(acc_len ≥ j) is the product of the hazards, E[e] adds
-    them, and θ is the request's tokens over its steps' price after the prior's no-SD steps."""
-    from specscope.policy.chooser import PRIOR_STEPS, Chooser
-    from specscope.policy.observation import History, Outcome
+    them (over arrays and in plain Python alike), and a shift moves every hazard logit."""
+    from specscope.policy.chooser import Chooser
 
     weights, bias = np.array([[0.0], [1.0]]), np.log(np.array([[1.0, 1.0], [1.0, 3.0]]))  # σ(ln r) = r / (1 + r)
     seconds = np.array([[1.0, 1.0, 1.0], [1.0, 2.0, 3.0]])
@@ -333,45 +330,26 @@ def test_the_hazard_model_multiplies_into_acceptance_and_theta_follows_the_reque
     score = chooser.gains(np.array([[0.0]]), np.array([0]), none)[0]
     assert np.allclose(score[0], [1.0, 1.5, 1.75])  # hazards 1/2, 1/2: 1, 1 + 1/2, 1 + 1/2 + 1/4
     assert np.allclose(score[1], [1.0, 1.5, 1.5 + 0.5 * 0.75])
-    assert np.allclose(chooser.row_scores([0.0], 0, 0.5, [0.0, 0.0]), score - 0.5 * seconds)
+    assert np.allclose(chooser.row_gains([0.0], 0, [0.0, 0.0]), score)
     shifted = chooser.gains(np.array([[0.0]]), np.array([0]), np.array([[np.log(3.0), 0.0]]))[0]
     assert np.allclose(shifted[0], [1.0, 1.75, 1.75 + 0.75 ** 2])  # a shift of ln 3 on every hazard: 1/2 → 3/4
-    history = History(2, 2)
-    history.record(Outcome(1, 2, 2, 0, 0))  # eagle k = 2 emitted 2: priced 3 s
-    history.record(Outcome(-1, 0, 1, 0, 0))  # none: priced 1 s
-    obs = history.observation(4, 4, (0,) * 8, 0, 0.0)
-    # PRIOR_STEPS no-SD steps (1 token, 1 s each), then 3 tokens emitted in 4 s
-    assert chooser.theta_for(obs) == pytest.approx((PRIOR_STEPS + 3) / (PRIOR_STEPS * 1.0 + 4))
 
 
-def test_theta_is_capped_by_the_best_ratio_any_action_is_predicted_to_reach():
+def test_a_request_takes_the_best_ratio_alone_and_in_a_group():
     """One model drafter, hazards 1/2 (E[e] = 1, 1.5, 1.75 for k = 0, 1, 2), prices 1, 1.4, 2.2 s:
-    the best ratio is k = 1's, 1.5 / 1.4. A request whose own rate so far is θ = 2 (its first
-    steps accepted more than any step is now predicted to) would score every action below zero
-    and take the one losing the least time, none (1 − 2 = −1 against 1.5 − 2.8 = −1.3); capped at
-    1.5 / 1.4 it takes k = 1 (score 0 against none's −1/14), alone, in a group, and over arrays."""
-    from specscope.policy.chooser import Chooser
+    ratios 1, 1.071, 0.795 — k = 1, though k = 2 emits more; alone, in a group of two (plain
+    Python) and of PLAIN_ROWS + 1 (arrays). Priced 1, 1.4, 1.5 s, k = 2's ratio 1.167 wins; a
+    drafter whose every k costs more than its tokens (1, 1.6, 1.8: 0.94, 0.97) is not run."""
+    from specscope.policy.chooser import PLAIN_ROWS, Chooser
 
-    seconds = np.array([[1.0, 1.4, 2.2]])
-    chooser = Chooser(np.zeros((1, 0)), np.zeros((1, 2)), seconds, ngram=-1, base_rate=np.full((1, 2), 0.5),
-                      fixed=np.zeros((1, 3)), batch_size=2)
-    gains = chooser.row_gains([], 0, [0.0])
-    assert np.allclose(gains, [[1.0, 1.5, 1.75]])
-    assert chooser.capped(gains, 2.0) == pytest.approx(1.5 / 1.4)
-    assert chooser.capped(gains, 0.5) == 0.5  # below the best ratio: the request's own rate
-    assert _best_at(chooser, gains, 2.0) == (-1, 0)  # what the uncapped rule would do
-    assert chooser.choose([], 0, 2.0, [0.0]) == (0, 1)
     rows = PLAIN_ROWS + 1
-    assert chooser.choose_group([[]] * 2, [0] * 2, [2.0] * 2, [[0.0]] * 2) == [(0, 1)] * 2
-    assert chooser.choose_group(np.zeros((rows, 0)), np.zeros(rows, dtype=int), np.full(rows, 2.0),
-                                np.zeros((rows, 1))) == [(0, 1)] * rows  # the arrays' path
-
-
-def _best_at(chooser, gains, theta):
-    """The (method, k) the rule picks at ``theta`` without the cap."""
-    from specscope.policy.chooser import _best
-
-    return _best([[g - theta * p for g, p in zip(line, price)] for line, price in zip(gains, chooser.seconds.tolist())])
+    for prices, pick in (([1.0, 1.4, 2.2], (0, 1)), ([1.0, 1.4, 1.5], (0, 2)), ([1.0, 1.6, 1.8], (-1, 0))):
+        chooser = Chooser(np.zeros((1, 0)), np.zeros((1, 2)), np.array([prices]), ngram=-1,
+                          base_rate=np.full((1, 2), 0.5), fixed=np.zeros((1, 3)), batch_size=2)
+        assert np.allclose(chooser.row_gains([], 0, [0.0]), [[1.0, 1.5, 1.75]])
+        assert chooser.choose([], 0, [0.0]) == pick
+        assert chooser.choose_group([[]] * 2, [0] * 2, [[0.0]] * 2) == [pick] * 2
+        assert chooser.choose_group(np.zeros((rows, 0)), np.zeros(rows, dtype=int), np.zeros((rows, 1))) == [pick] * rows
 
 
 def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_depth():
@@ -413,7 +391,7 @@ def test_a_malformed_file_is_one_line_naming_it(policy_file, tmp_path, edit, mes
 
 def test_explain_names_the_weighty_features_and_walks_a_trace(policy_file, tmp_path, capsys):
     """`policy explain FILE --traces T`: the features by weight, the training acceptance per depth,
-    θ and prices per batch size, and decisions along the first record (deeper-traced than the
+    the rule and prices per batch size, and decisions along the first record (deeper-traced than the
     policy: its walk stops at J)."""
     from specscope.cli import main
     from specscope.trace.load import write_traces
@@ -422,7 +400,7 @@ def test_explain_names_the_weighty_features_and_walks_a_trace(policy_file, tmp_p
     write_traces(traces, workload(1)[:1])
     assert main(["policy", "explain", str(policy_file), "--traces", str(traces)]) == 0
     out = capsys.readouterr().out
-    assert "ngram_offer" in out and "θ" in out and "decisions along record '1-0'" in out
+    assert "ngram_offer" in out and "best expected tokens per second" in " ".join(out.split()) and "decisions along record '1-0'" in out
     assert "acceptance of draft token j in" in out  # the reference of the request-level shift
 
 
@@ -521,19 +499,20 @@ def test_fit_to_standard_output_writes_the_policy_alone(tmp_path, capsys):
 
 
 def test_on_an_engine_that_pads_a_group_weighs_the_width_every_row_verifies():
-    """One method (n-gram), J = 2, hazards 1/2 (gain 1, 1.5, 1.75 for k = 0, 1, 2), B = 2, θ = 1,
-    the whole price verification: 1.0, 1.2, 1.4 for a batch of k = 0, 1, 2. Row 0 is offered 2,
-    row 1 nothing. Packed, row 0 takes k = 2 (1.75 − 1.4 beats 1.5 − 1.2 and 1 − 1). Padded, both
-    rows verify the widest: w = 0 is worth 1 + 1 − 2 · 1.0 = 0, w = 1 2.5 − 2.4 = 0.1, w = 2
-    2.75 − 2.8 = −0.05: row 0 takes k = 1."""
+    """One method (n-gram), J = 2, hazards 1/2 (gain 1, 1.5, 1.75 for k = 0, 1, 2), B = 2, the whole
+    price verification: 1.0, 1.2, 1.35 for a batch of k = 0, 1, 2. Row 0 is offered 2, row 1
+    nothing. Packed, row 0 takes its best ratio, k = 2 (1.75 / 1.35 = 1.296 beats 1.25 and 1).
+    Padded, both rows verify the widest, at the rows' θ summed (row 0's best ratio and row 1's,
+    none's 1: 2.296): w = 0 is worth 1 + 1 − 2.296 = −0.30, w = 1 2.5 − 2.296 · 1.2 = −0.26, w = 2
+    2.75 − 2.296 · 1.35 = −0.35: row 0 takes k = 1."""
     from specscope.policy.chooser import Chooser
 
-    verify = np.array([1.0, 1.2, 1.4])
+    verify = np.array([1.0, 1.2, 1.35])
 
     def group(pads: bool) -> list:
         chooser = Chooser(np.zeros((1, 0)), np.zeros((1, 2)), verify[None, :], 0, np.full((1, 2), 0.5),
                           np.zeros((1, 3)), batch_size=2, verify=verify, pads=pads)
-        return chooser.choose_group([[], []], [2, 0], [1.0, 1.0], [[0.0], [0.0]])
+        return chooser.choose_group([[], []], [2, 0], [[0.0], [0.0]])
 
     assert group(pads=False) == [(0, 2), (-1, 0)]
     assert group(pads=True) == [(0, 1), (-1, 0)]

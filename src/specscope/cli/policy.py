@@ -262,8 +262,8 @@ def run_explain(args: argparse.Namespace) -> int:
                                                      for i, m in enumerate(policy.methods)])
     drafters = [i for i, m in enumerate(policy.methods) if method_named(m).kind != "lookup"]
     print_table(f"per batch size, priced by {document['cost_model']['name']!r}: step seconds per row (ms) at the "
-                "median kv, and the drafting a batch pays once when a model drafter drafts (ms); θ starts at the "
-                "no-SD rate",
+                "median kv, and the drafting a batch pays once when a model drafter drafts (ms); a step takes the best "
+                "expected tokens per second of its price (alone: the row's and the batch's once-paid part)",
                 ["B", "none", *[f"{m} k={'/'.join(map(str, ks))}" for m in policy.methods],
                  *[f"{policy.methods[i]} once" for i in drafters]],
                 [[str(m["batch_size"]), f"{1e3 * m['seconds'][0][0]:.2f}",

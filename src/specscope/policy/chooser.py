@@ -14,30 +14,29 @@ log-odds of the draft tokens it accepted against those the training data's accep
 expects of the same tokens, weighted by how many it has — a request-level random effect, so a
 workload whose acceptance the training data never showed (a repetition loop, a drafter better or
 worse than in training) is followed within a few steps.
-The decision at batch size B is the (method, k) maximising E[e] − θ · T_B(method, k), where
-T_B is the step's price under the cost model at B copies of a request of the training data's
+The decision at batch size B is the (method, k) of the best predicted ratio E[e] / T_B(method, k),
+where T_B is the step's price under the cost model at B copies of a request of the training data's
 median length so far (a step that leaves a model drafter idle is charged the catch-up its next
-step pays); k = 0 (no drafting) emits 1 at T_B(none). A model drafter's drafting splits into a
-part per row and a part F_B(m, k) the batch pays once, whichever rows draft (an EAGLE head's k
-passes: its weights read once per pass). A request alone (batch 1, or the simulator's paper mode:
-B copies of it) pays both; the requests of one engine iteration are decided **together**
-(:meth:`Chooser.choose_group`): the drafter runs for the iteration, to depth k_d, only if what
-the rows that take it gain pays F_B(m, k_d) at the rows' rate — Σ_rows (E[e] − θ·T) −
-Σ_rows θ · F_B (the rows present: a batch's last few rows do not pay at the full batch's rate)
-— otherwise no row drafts with it. On an engine that pads its forwards (the
-cost model's ``pads_verification``), every row verifies the batch's widest proposal w: the
-group weighs each w, its verification priced once at the rows' θ, and the rows keep k ≤ w.
-θ (tokens one second of step time is worth: Dinkelbach's parameter for maximising the ratio
-Σe / ΣT) is the request's own
-ratio so far, Σ emitted / Σ T_B of its steps, as if it had first run :data:`PRIOR_STEPS` steps
-without SD: it starts at the no-SD rate, the rate any drafting must beat, and rises with what
-the request's own drafting reaches — but never above the best ratio E[e] / T_B any action is
-predicted to reach now (:meth:`Chooser.capped`). Above it every action scores below zero and the
-rule would pick the one that loses the least time, not the most tokens: a request whose first
-steps accepted everything (a rate no later step is predicted to reach) would stop drafting at all
-(held-out math on the study's traces at B = 8: the batch drafted nothing in half its iterations,
-1.40× against the 1.69× of the capped θ). (A prior of the throughput reached on the training data
-carried n-gram-rich workloads' rate to math, where it asked more of EAGLE than any step gives.)
+step pays); k = 0 (no drafting) emits 1 at T_B(none), the ratio any drafting must beat. A model
+drafter's drafting splits into a part per row and a part F_B(m, k) the batch pays once, whichever
+rows draft (an EAGLE head's k passes: its weights read once per pass). A request alone (batch 1,
+or the simulator's paper mode: B copies of it) pays both; the requests of one engine iteration
+are decided **together** (:meth:`Chooser.choose_group`), each row's actions scored
+E[e] − θ·T at θ = its own best ratio (so that its best action scores 0 and every other one what
+it loses against it): the drafter runs for the iteration, to depth k_d, only if what the rows that
+take it gain pays F_B(m, k_d) at the rows' rate — Σ_rows (E[e] − θ·T) − Σ_rows θ · F_B (the rows
+present: a batch's last few rows do not pay at the full batch's rate) — otherwise no row drafts
+with it. On an engine that pads its forwards (the cost model's ``pads_verification``), every row
+verifies the batch's widest proposal w: the group weighs each w, its verification priced once at
+the rows' θ, and the rows keep k ≤ w.
+(θ is Dinkelbach's parameter for maximising the ratio Σe / ΣT. Earlier rules set it to the
+request's own ratio so far, after 32 no-SD steps, capped at the best ratio now: starting at the
+no-SD rate, it took longer k than the steps' ratio paid for — on the paper's traces, held out,
+3 of 6 cells at or above the best fixed k under the roofline and 25.6 % of the gap closed
+(29.8 % under the paper's fit), against 4 of 6 and 27.5 % (32.0 %) for the best ratio, which
+was at or above the old rule in 10 of the 12 cells. Its prior of the throughput reached on the
+training data carried n-gram-rich workloads' rate to math, where it asked more of EAGLE than any
+step gives.)
 
 The slope term w_m · x is held within its span over the training steps (``span``): a feature far
 outside what training showed (a 100k-token prompt after prompts of 1000) cannot push a
@@ -61,7 +60,6 @@ import scipy.special
 
 from specscope.policy.observation import NONE, Observation
 
-PRIOR_STEPS = 32  # θ starts as if the request had run this many no-SD steps
 PLAIN_ROWS = 16  # a group of at most this many rows decides in plain Python (array code's fixed cost dominates)
 PRIOR_TOKENS = 16  # a request's own acceptance record weighs as much as the model's after this many tokens judged
 
@@ -87,36 +85,25 @@ class Chooser:
         if self.ngram != NONE:  # n-gram proposing more than it offers would propose just its offer
             beyond[:, self.ngram][np.arange(depth)[None, :] > np.arange(depth)[:, None]] = -np.inf
         alone = self.seconds + self.fixed  # a request that drafts alone pays the batch's part too
-        with np.errstate(divide="ignore"):  # a free action (price 0): an infinite ratio, no cap
-            object.__setattr__(self, "_per_second", 1.0 / alone)  # [M, J + 1]
+        object.__setattr__(self, "_per_second", 1.0 / alone)  # [M, J + 1] (every price > 0: the file's check)
         object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M]
         object.__setattr__(self, "_cumulate", np.triu(np.ones((depth - 1, depth)), 1))  # [J, J + 1]
         object.__setattr__(self, "_running", np.triu(np.ones((depth - 1, depth - 1))))  # [J, J]: Σ_{i ≤ j}
         object.__setattr__(self, "_base", 1.0 + beyond)  # the score of any k before acceptance and time
         object.__setattr__(self, "_drafters", np.flatnonzero(self.fixed.any(axis=1)).tolist())
-        # plain lists for what a request alone pays per step (choose, theta_for, shift): at this
+        # plain lists for what a request alone pays per step (choose, shift): at this
         # size an array operation's fixed cost exceeds its arithmetic many times over
         span = np.tile([-math.inf, math.inf], (len(self.weights), 1)) if self.span is None else self.span
         object.__setattr__(self, "_low", span[:, 0])
         object.__setattr__(self, "_high", span[:, 1])
         object.__setattr__(self, "_spans", span.tolist())
-        object.__setattr__(self, "_alone_rows", list(zip(self.weights.tolist(), self.bias.tolist(), alone.tolist())))
+        object.__setattr__(self, "_rows", list(zip(self.weights.tolist(), self.bias.tolist())))
         own = self.seconds - self.verify if self.pads else self.seconds  # padded: the batch's width is priced apart
-        object.__setattr__(self, "_batch_rows", list(zip(self.weights.tolist(), self.bias.tolist(), own.tolist())))
         object.__setattr__(self, "_fixed_rows", self.fixed.tolist())
         object.__setattr__(self, "_verify", None if self.verify is None else self.verify.tolist())
-        object.__setattr__(self, "_alone_prices", alone.tolist())
+        object.__setattr__(self, "_alone_rates", self._per_second.tolist())
         object.__setattr__(self, "_batch_prices", own.tolist())
-        object.__setattr__(self, "_prices", dict(enumerate(self._alone_prices)) | {NONE: self._alone_prices[0]})
         object.__setattr__(self, "_base_rows", self.base_rate.tolist())
-
-    def theta_for(self, obs: Observation) -> float:
-        """θ for this request now (an online Dinkelbach step): what it emitted over what its
-        steps cost at this table's prices alone, after :data:`PRIOR_STEPS` no-SD steps (one
-        token each at the no-SD price)."""
-        prices = self._prices
-        spent = sum(steps * prices[m][k] for m, k, steps in obs.actions)
-        return (PRIOR_STEPS + obs.pos - 1) / (PRIOR_STEPS * prices[NONE][0] + spent)  # Σ emitted = pos − 1
 
     def shift_for(self, obs: Observation) -> list[float]:
         """[M] offsets of the hazard logits from ``obs``'s own acceptance record (the draft
@@ -147,11 +134,11 @@ class Chooser:
         gain += self._base[offer]
         return gain
 
-    def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int], theta: Sequence[float],
+    def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int],
                      shift: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
-        """The rows of one iteration decided together (x [B][F], offer [B], θ [B], shift [B][M];
-        each θ :meth:`capped` by its row's own best ratio): (method or NONE, k) per row. Each model
-        drafter d runs to a depth k_d (0: not at all) for
+        """The rows of one iteration decided together (x [B][F], offer [B], shift [B][M]; each row's
+        θ its own best ratio E[e] / T_B alone): (method or NONE, k) per row. Each model drafter d
+        runs to a depth k_d (0: not at all) for
         the whole batch, paying F_B(d, k_d) once at the rows' summed θ; each row then takes its best
         (method, k) with k ≤ k_d of each drafter. On an engine that pads (``pads``) the batch also
         verifies every row at its widest proposal w, priced once at the rows' θ: each w is weighed
@@ -159,20 +146,19 @@ class Chooser:
         Python (:meth:`_choose_rows`), more rows vectorised (:meth:`_choose_arrays`): the same rule."""
         if len(x) <= PLAIN_ROWS or self.pads:
             gains = [self.row_gains(row, o, sh) for row, o, sh in zip(x, offer, shift)]
-            theta = [self.capped(table, t) for table, t in zip(gains, theta)]
+            theta = [max(map(max, self._ratios(table))) for table in gains]
             tables = [[[g - t * p for g, p in zip(line, price)] for line, price in zip(table, self._batch_prices)]
                       for table, t in zip(gains, theta)]
             return self._choose_rows(tables, sum(theta) / len(theta))
-        return self._choose_arrays(*map(np.asarray, (x, offer, theta, shift)))
+        return self._choose_arrays(*map(np.asarray, (x, offer, shift)))
 
-    def _choose_arrays(self, x: np.ndarray, offer: np.ndarray, theta: np.ndarray,
-                       shift: np.ndarray) -> list[tuple[int, int]]:
+    def _choose_arrays(self, x: np.ndarray, offer: np.ndarray, shift: np.ndarray) -> list[tuple[int, int]]:
         """:meth:`choose_group` over arrays: the k_d of every drafter but the last are enumerated,
         the last's are compared at once."""
         depth = self.seconds.shape[1]
         gain = self.gains(x, np.minimum(offer, depth - 1), shift)  # [B, M, J + 1]
         ratio = gain * self._per_second  # E[e] / T_B alone
-        theta = np.minimum(theta, ratio.reshape(len(x), -1).max(axis=1))  # capped
+        theta = ratio.reshape(len(x), -1).max(axis=1)  # each row's best ratio
         score = gain - theta[:, None, None] * self.seconds
         rate = float(theta.sum())  # the rows' tokens per second of batch time
         allowed = np.ones(score.shape[1:], dtype=bool)
@@ -197,49 +183,32 @@ class Chooser:
         method, k = np.divmod(flat, depth)
         return list(zip(np.where(k > 0, method, NONE).tolist(), k.tolist()))
 
-    def row_scores(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float],
-                   alone: bool = False) -> list[list[float]]:
-        """One row's scores E[e] − θ · seconds per row (:meth:`gains`, in plain Python): [M][J + 1]
-        (``alone``: the batch's part of the drafting added to the price, as a request alone pays it)."""
+    def row_gains(self, x: Sequence[float], offer: int, shift: Sequence[float]) -> list[list[float]]:
+        """One row's expected tokens E[e] = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) of every (method, k),
+        [M][J + 1] (:meth:`gains` in plain Python; n-gram beyond its offer: −∞)."""
         table = []
         depth = self.seconds.shape[1] - 1  # J
-        for m, (weights, bias, price) in enumerate(self._alone_rows if alone else self._batch_rows):
+        for m, (weights, bias) in enumerate(self._rows):
             low, high = self._spans[m]
             logit = min(max(sum(map(operator.mul, weights, x)), low), high) + shift[m]
             top = min(offer, depth) if m == self.ngram else depth
-            line, survive, gain = [1.0 - theta * price[0]], 1.0, 1.0  # P(acc_len ≥ j + 1), 1 + Σ of them
+            line, survive, gain = [1.0], 1.0, 1.0  # P(acc_len ≥ j + 1), 1 + Σ of them
             for k in range(1, top + 1):
                 survive *= _sigmoid(logit + bias[k - 1])
                 gain += survive
-                line.append(gain - theta * price[k])
+                line.append(gain)
             table.append(line + [-math.inf] * (depth - top))
         return table
 
-    def row_gains(self, x: Sequence[float], offer: int, shift: Sequence[float]) -> list[list[float]]:
-        """One row's expected tokens E[e] = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) of every (method, k),
-        [M][J + 1] (n-gram beyond its offer: −∞): :meth:`row_scores` at θ = 0."""
-        return self.row_scores(x, offer, 0.0, shift)
-
-    def choose(self, x: Sequence[float], offer: int, theta: float, shift: Sequence[float]) -> tuple[int, int]:
-        """(method index, k) for a request alone: the best of its :meth:`row_scores` at θ
-        :meth:`capped` (first of equals, in (method, k) order), the batch's part of the drafting
-        in its price. The cap binds only where no action scores above zero at θ; then the pick is
-        the action of the best ratio E[e] / T. Plain Python: an engine at batch 1 pays this every step."""
-        table = self.row_scores(x, offer, theta, shift, alone=True)
-        pick = _best(table)
-        if table[max(pick[0], 0)][pick[1]] > 0:
-            return pick
+    def choose(self, x: Sequence[float], offer: int, shift: Sequence[float]) -> tuple[int, int]:
+        """(method index, k) for a request alone: the best ratio E[e] / T_B of its
+        :meth:`row_gains`, the batch's part of the drafting in its price (first of equals, in
+        (method, k) order). Plain Python: an engine at batch 1 pays this every step."""
         return _best(self._ratios(self.row_gains(x, offer, shift)))
 
-    def capped(self, gains: list[list[float]], theta: float) -> float:
-        """``theta``, at most the best ratio E[e] / T_B (the price alone) of any (method, k) in
-        ``gains`` ([M][J + 1], :meth:`row_gains`)."""
-        return min(theta, max(map(max, self._ratios(gains))))
-
     def _ratios(self, gains: list[list[float]]) -> list[list[float]]:
-        """[M][J + 1] E[e] / T_B of every (method, k) at its price alone (a free one: ∞)."""
-        return [[g / p if p > 0 else math.inf for g, p in zip(line, price)]
-                for line, price in zip(gains, self._alone_prices)]
+        """[M][J + 1] E[e] / T_B of every (method, k) at its price alone."""
+        return [[g * r for g, r in zip(line, rates)] for line, rates in zip(gains, self._alone_rates)]
 
     def _choose_rows(self, tables: list[list[list[float]]], theta: float) -> list[tuple[int, int]]:
         """:meth:`choose_group` in plain Python over the rows' :meth:`row_scores` (``theta``: their

@@ -99,7 +99,7 @@ class LearnedPolicy:
         chooser, methods = self.chooser(batch_size), self.methods
 
         def inputs(obs: Observation) -> tuple:
-            return features(obs, methods), obs.ngram_offer, chooser.theta_for(obs), chooser.shift_for(obs)
+            return features(obs, methods), obs.ngram_offer, chooser.shift_for(obs)
 
         def decide(observed: Sequence[Observation]) -> list[tuple[int, int]]:
             obs = observed[0]
@@ -242,10 +242,10 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
                                   for name in ("seconds", "fixed", "verify"))
         shape = (len(methods), intercept.shape[1] + 1)
         if seconds.shape != shape or fixed.shape != shape or verify.shape != shape[1:] \
-                or not np.all((seconds >= 0) & (seconds <= MAX_STEP_S)) or not np.all(seconds[:, 0] > 0) \
+                or not np.all((seconds > 0) & (seconds <= MAX_STEP_S)) \
                 or not np.all((fixed >= 0) & (fixed <= MAX_STEP_S)) or not np.all((verify >= 0) & (verify <= seconds)):
             raise ValueError(f"models[{i}] (batch size {b}): expected seconds and fixed [{shape[0]}][{shape[1]}] "
-                             f"(0 … {MAX_STEP_S:g} s; a step without drafting > 0) and verify [{shape[1]}] "
+                             f"(seconds above 0, at most {MAX_STEP_S:g}; fixed 0 … {MAX_STEP_S:g}) and verify [{shape[1]}] "
                              "(0 <= verify <= seconds)")
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
                               base_rate, fixed, b, verify, pads, span)

@@ -13,7 +13,7 @@ engine knows at that moment and nothing else:
   k reveals only min(acc_len, k + 1)), plus running totals over all its steps (:class:`History`):
   per method the steps it ran, per method and draft-token depth the tokens judged and
   accepted (a model drafter's on its own steps, n-gram's agreement with the emitted tokens on
-  every step), and how often it took each (method, k).
+  every step).
 
 Two builders fill it: the simulator from a trace (:class:`specscope.sim.observe.Observer`, which
 never hands out the record) and the engine from live tokens
@@ -62,7 +62,6 @@ class Observation(NamedTuple):
     steps_by_method: tuple[int, ...]  # steps each method ran so far
     judged: tuple[tuple[int, ...], ...]  # [M][depth] draft tokens at depth j = 1 … depth judged so far (History)
     accepted: tuple[tuple[int, ...], ...]  # [M][depth] of those, accepted
-    actions: tuple[tuple[int, int, int], ...]  # (method or NONE, k, steps) for every action taken so far
 
 
 def ngram_judged(outcome: Outcome) -> int:
@@ -103,8 +102,7 @@ class History:
         self._lookup = lookup
         self._judged = [[0] * depth for _ in range(methods)]
         self._accepted = [[0] * depth for _ in range(methods)]
-        self._actions: dict[tuple[int, int], int] = {}
-        self._frozen: tuple | None = None  # (judged, accepted, actions) as tuples, until the next record
+        self._frozen: tuple | None = None  # (judged, accepted) as tuples, until the next record
 
     def record(self, outcome: Outcome) -> None:
         """Add the step just taken (its method is :data:`NONE` when it proposed nothing)."""
@@ -118,21 +116,18 @@ class History:
         if self._lookup != NONE:
             _count_up(self._judged[self._lookup], ngram_judged(outcome))
             _count_up(self._accepted[self._lookup], outcome.ngram_matched)
-        action = (method, outcome.k)
-        self._actions[action] = self._actions.get(action, 0) + 1
         self._frozen = None
 
     def observation(self, pos: int, prompt_len: int, tokens: tuple[int, ...], ngram_offer: int,
                     overlap: float) -> Observation:
         """The observation before the step at ``pos`` (``tokens``: prompt + output[:pos])."""
         if self._frozen is None:
-            self._frozen = (tuple(map(tuple, self._judged)), tuple(map(tuple, self._accepted)),
-                            tuple((m, k, n) for (m, k), n in self._actions.items()))
-        judged, accepted, actions = self._frozen
+            self._frozen = (tuple(map(tuple, self._judged)), tuple(map(tuple, self._accepted)))
+        judged, accepted = self._frozen
         return Observation(
             pos=pos, prompt_len=prompt_len, tokens=tokens, ngram_offer=ngram_offer, prompt_overlap=overlap,
             steps=tuple(self._steps[-MEMORY:]), num_steps=len(self._steps),
-            steps_by_method=tuple(self._count), judged=judged, accepted=accepted, actions=actions,
+            steps_by_method=tuple(self._count), judged=judged, accepted=accepted,
         )
 
 

@@ -66,7 +66,7 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             kvs.append(record.prompt_len + p)
             draw = rng.random()
             if chooser is not None and draw < 0.5:
-                m, k = chooser.choose(x, obs.ngram_offer, chooser.theta_for(obs), chooser.shift_for(obs))
+                m, k = chooser.choose(x, obs.ngram_offer, chooser.shift_for(obs))
             elif draw < FOLLOW:
                 m = int(np.argmax(truth))
                 k = min(truth[m] - 1, k_max)
