@@ -211,8 +211,8 @@ class Chooser:
         return [[g * r for g, r in zip(line, rates)] for line, rates in zip(gains, self._alone_rates)]
 
     def _choose_rows(self, tables: list[list[list[float]]], theta: float) -> list[tuple[int, int]]:
-        """:meth:`choose_group` in plain Python over the rows' :meth:`row_scores` (``theta``: their
-        mean θ): every batch width w (an engine that pads; else the deepest k) and combination of
+        """:meth:`choose_group` in plain Python over the rows' tables of E[e] − θ·T [M][J + 1]
+        (each row at its own θ; ``theta``: their mean): every batch width w (an engine that pads; else the deepest k) and combination of
         the drafters' depths k_d ≤ w, each row taking its best within them — the best of what
         needs no drafter, or a drafter's best k ≤ k_d."""
         drafters, depth = self._drafters, self.seconds.shape[1]
