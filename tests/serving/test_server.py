@@ -146,6 +146,16 @@ def test_stream_matches_non_stream_and_sd_matches_no_sd(servers):
     assert [t for e in sd_events[:-1] for t in e["choices"][0]["token_ids"]] == tokens
 
 
+def test_max_tokens_absent_is_16_and_null_is_the_rest_of_max_model_len(servers):
+    """Completions: no max_tokens generates OpenAI's 16; an explicit null, vLLM's reading, the
+    rest of max_model_len (64) after the prompt's 10 tokens."""
+    plain = servers[0]
+    body = {"prompt": PROMPT, "temperature": 0, "ignore_eos": True}
+    for extra, expected in (({}, 16), ({"max_tokens": None}, 64 - len(PROMPT))):
+        status, data = post(plain.url, {**body, **extra})
+        assert status == 200 and json.loads(data)["usage"]["completion_tokens"] == expected, extra
+
+
 def test_eos_stops_unless_ignored(servers):
     plain = servers[0]
     body = {"prompt": PROMPT, "max_tokens": 20, "temperature": 0}

@@ -27,6 +27,12 @@ def completion(body: object, path: str = "/v1/completions") -> bytes:
     return http("POST", path, json.dumps(body).encode())
 
 
+def chunked(body: bytes, headers: dict[str, str | None] | None = None) -> bytes:
+    """A POST /v1/completions whose body is sent as ``Transfer-Encoding: chunked``: ``body`` is
+    the chunked encoding itself."""
+    return http("POST", "/v1/completions", body, {"Content-Length": None, "Transfer-Encoding": "chunked", **(headers or {})})
+
+
 def raw(text: bytes, path: str = "/v1/completions") -> bytes:
     return http("POST", path, text)
 
@@ -116,8 +122,15 @@ CASES = [
     ("content-length-text", http("POST", "/v1/completions", b"{}", {"Content-Length": "ten"}), 400),
     ("content-length-missing", http("POST", "/v1/completions", b"{}", {"Content-Length": None}), 411),
     ("content-length-huge", http("POST", "/v1/completions", b"", {"Content-Length": str(10**12)}), 413),
-    ("chunked-body", http("POST", "/v1/completions", b"2\r\n{}\r\n0\r\n\r\n",
-                          {"Content-Length": None, "Transfer-Encoding": "chunked"}), 411),
+    ("chunked-body-without-prompt", chunked(b"2\r\n{}\r\n0\r\n\r\n"), 400),
+    ("chunked-size-not-hex", chunked(b"zz\r\n{}\r\n0\r\n\r\n"), 400),
+    ("chunked-size-signed", chunked(b"+2\r\n{}\r\n0\r\n\r\n"), 400),
+    ("chunked-size-huge", chunked(b"fffffffffff\r\n{}\r\n0\r\n\r\n"), 413),
+    ("chunked-chunk-without-crlf", chunked(b"2\r\n{}xx0\r\n\r\n"), 400),
+    ("chunked-ends-early", chunked(b"10\r\n{}"), 400),
+    ("chunked-no-last-chunk", chunked(b"2\r\n{}\r\n"), 400),
+    ("chunked-and-content-length", chunked(b"2\r\n{}\r\n0\r\n\r\n", {"Content-Length": "2"}), 400),
+    ("transfer-encoding-gzip", chunked(b"{}", {"Transfer-Encoding": "gzip", "Content-Length": "2"}), 501),
     ("method-put", http("PUT", "/v1/completions", b"{}"), 405),
     ("method-delete", http("DELETE", "/v1/models"), 405),
     ("method-patch", http("PATCH", CHAT, b"{}"), 405),
@@ -174,3 +187,17 @@ def test_hostile_request_then_the_server_still_serves(server, name, request_byte
     status, body = exchange(server.url, completion(NORMAL), hang_up=False)
     assert status == 200 and len(json.loads(body)["choices"][0]["token_ids"]) == 4
     assert exchange(server.url, http("GET", "/health"))[0] == 200
+
+
+def test_a_chunked_request_body_is_read_like_a_sized_one(server):
+    """A body sent in chunks (a chunk extension and a trailer included) generates what the same
+    body with a Content-Length does."""
+    body = json.dumps(NORMAL).encode()
+    parts = [body[:7], body[7:20], body[20:]]
+    encoded = b"".join(b"%x;note=1\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\nX-Trailer: y\r\n\r\n"
+    status, answer = exchange(server.url, chunked(encoded), hang_up=False)
+    assert status == 200, answer[:300]
+    status, sized = exchange(server.url, completion(NORMAL), hang_up=False)
+    assert status == 200
+    assert json.loads(answer)["choices"][0]["token_ids"] == json.loads(sized)["choices"][0]["token_ids"]
+    assert len(json.loads(answer)["choices"][0]["token_ids"]) == 4

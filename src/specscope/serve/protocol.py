@@ -9,9 +9,10 @@ a bad one gets 400 naming the field (``'temperature': expected a finite number .
 Fields of both POST routes:
 
 - ``model``: this server's model id, or absent (another id: 404).
-- ``max_tokens`` (chat also ``max_completion_tokens``): >= 1. Default 16 for completions, as
-  OpenAI's; for chat the rest of ``max_model_len`` after the prompt, as vLLM's. Prompt +
-  ``max_tokens`` may not exceed ``max_model_len`` (400).
+- ``max_tokens`` (chat also ``max_completion_tokens``): >= 1. Absent: 16 for completions, as
+  OpenAI's; for chat the rest of ``max_model_len`` after the prompt, as vLLM's. ``null``: the
+  rest of ``max_model_len`` on both routes (vLLM's reading). Prompt + ``max_tokens`` may not
+  exceed ``max_model_len`` (400).
 - ``temperature`` (default 1.0): finite, >= 0; below 1e-5 is greedy, other values below 0.01
   are raised to 0.01 (vLLM's rule). ``top_p`` in (0, 1]; ``top_k`` (0 or -1: off);
   ``min_p`` in [0, 1]; ``seed`` in [0, 2^64): the request's own generator, so its output does
@@ -50,7 +51,7 @@ from typing import Callable
 from specscope import validate
 
 DEFAULT_PORT = 8000  # vLLM's and specscope serve's
-DEFAULT_MAX_TOKENS = 16  # completions only (OpenAI's); chat takes the rest of max_model_len
+DEFAULT_MAX_TOKENS = 16  # completions without the field (OpenAI's); chat, and null, take the rest of max_model_len
 DEFAULT_TEMPERATURE = 1.0
 UNSUPPORTED = {
     "n": 1,
@@ -233,7 +234,8 @@ def parse_completion_request(raw: bytes, served_model: str) -> GenerationRequest
             "'prompt': expected non-empty text or a non-empty list of non-negative token ids "
             "(one prompt per request)",
         )
-    max_tokens = _max_tokens(body, "max_tokens", DEFAULT_MAX_TOKENS)
+    unlimited = "max_tokens" in body and body["max_tokens"] is None  # null: the rest of max_model_len
+    max_tokens = _max_tokens(body, "max_tokens", None if unlimited else DEFAULT_MAX_TOKENS)
     return GenerationRequest(text, ids, None, max_tokens, **common)
 
 

@@ -37,6 +37,9 @@ from specscope.serve.protocol import ApiError, GenerationRequest
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
+MAX_LINE_BYTES = 1024  # a chunked body's size or trailer line
+MAX_TRAILERS = 32  # a chunked body's trailer lines
+HEX_DIGITS = b"0123456789abcdefABCDEF"
 EVENT_POLL_S = 1.0
 GONE_POLL_S = 0.05  # how often a non-streamed answer checks that its client is still connected
 
@@ -184,9 +187,17 @@ class CompletionHandler(BaseHTTPRequestHandler):
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
     def _read_body(self) -> bytes:
-        length = self.headers.get("Content-Length")
+        """The request body: ``Content-Length`` bytes, or a ``Transfer-Encoding: chunked`` body
+        (:meth:`_read_chunks`); a request with both, or another transfer coding, is refused."""
+        length, coding = self.headers.get("Content-Length"), self.headers.get("Transfer-Encoding")
+        if coding is not None:
+            if coding.strip().lower() != "chunked":
+                raise ApiError(501, f"Transfer-Encoding {coding[:40]!r} not supported (only 'chunked')")
+            if length is not None:
+                raise ApiError(400, "both Content-Length and Transfer-Encoding given; send one")
+            return self._read_chunks()
         if length is None:
-            raise ApiError(411, "missing Content-Length")
+            raise ApiError(411, "missing Content-Length (or Transfer-Encoding: chunked)")
         try:
             size = int(length)
         except ValueError:
@@ -199,6 +210,33 @@ class CompletionHandler(BaseHTTPRequestHandler):
         if len(body) < size:
             raise ApiError(400, f"request body has {len(body)} bytes, Content-Length said {size}")
         return body
+
+    def _read_chunks(self) -> bytes:
+        """A chunked body (RFC 9112 §7.1): chunks of a hexadecimal size line (extensions after
+        ``;`` ignored), that many bytes and CRLF, ended by a chunk of size 0 and trailer lines
+        up to an empty one (ignored). At most :data:`MAX_BODY_BYTES` in all."""
+        body = bytearray()
+        while True:
+            line = self.rfile.readline(MAX_LINE_BYTES + 1)
+            size_text = line.split(b";", 1)[0].strip()
+            if len(line) > MAX_LINE_BYTES or not size_text or size_text.strip(HEX_DIGITS):
+                raise ApiError(400, f"bad chunk size line {line[:40]!r} (expected a hexadecimal size)")
+            size = int(size_text, 16)
+            if size == 0:
+                break
+            if len(body) + size > MAX_BODY_BYTES:
+                raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
+            chunk = self.rfile.read(size)
+            if len(chunk) < size or self.rfile.readline(3) != b"\r\n":
+                raise ApiError(400, f"chunk {len(body)}+{size}: the body ended early or a chunk lacks its CRLF")
+            body += chunk
+        for _ in range(MAX_TRAILERS + 1):
+            trailer = self.rfile.readline(MAX_LINE_BYTES + 1)
+            if trailer in (b"\r\n", b"\n"):
+                return bytes(body)
+            if not trailer:
+                raise ApiError(400, "chunked body ended before its last CRLF")
+        raise ApiError(400, f"chunked body has over {MAX_TRAILERS} trailer lines")
 
     # --- generation -----------------------------------------------------------------------
     def _prompt_ids(self, request: GenerationRequest) -> list[int]:
