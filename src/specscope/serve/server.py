@@ -6,7 +6,9 @@ Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (fields:
 ``GET /v1/models/{id}``, ``GET /health`` (200, or 503 once the engine loop has failed) and
 ``GET /metrics`` (:mod:`specscope.serve.exporter`). One thread per connection; the engine runs
 on its own thread (:class:`~specscope.serve.engine_loop.EngineLoop`). Bad requests get a 4xx
-JSON error naming the problem, and no request stops the server. ``max_model_len`` (prompt +
+JSON error naming the problem, and no request stops the server. A request body comes with a
+``Content-Length`` or ``Transfer-Encoding: chunked`` (as HTTP/1.1 clients stream one), at most
+8 MiB. ``max_model_len`` (prompt +
 output tokens) is the engine's ``max_seq_len``. Responses close the connection (HTTP/1.0). A
 client that closes its connection — or only its sending side — before its answer is complete is
 taken to have left, streamed or not: its request is aborted and frees its batch slot.
