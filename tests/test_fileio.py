@@ -4,6 +4,7 @@ place and never replaced; CSV cells never run as spreadsheet formulas."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import stat
 import threading
@@ -115,6 +116,33 @@ def test_cli_table_to_stdout_keeps_words_off_it(paper, capsys):
     rows = list(csv.DictReader(out.out.splitlines()))
     assert {row["proposer"] for row in rows} == {"ngram", "eagle"}
     assert "acc_len per request" in out.err
+
+
+@pytest.mark.parametrize("target", ["/dev/stdout", "out.csv"])
+def test_an_output_that_is_standard_output_is_written_in_place_and_words_go_to_stderr(tmp_path, target):
+    """``-o /dev/stdout`` with standard output redirected to a file (or ``-o`` naming that very
+    file) is standard output: the table is written into the file the shell opened — not renamed
+    over it, which would leave everything printed after it in the file replaced — and no words
+    land among its lines, as with ``-o -``."""
+    import subprocess
+    import sys
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"schema": "specscope.trace/1", "id": "a", "dataset": "d", "k_max": 6,
+                                 "prompt_token_ids": [1, 2, 3], "output_token_ids": [5, 6, 7, 8, 9],
+                                 "proposers": {"ngram": {"acc_len": [1, 2, 1, 1, 1]}}}) + "\n")
+    out = tmp_path / "out.csv"
+    with out.open("w") as handle:
+        inode = os.fstat(handle.fileno()).st_ino
+        result = subprocess.run([sys.executable, "-m", "specscope", "simulate", str(trace), "--acc", "ngram",
+                                 "--batch-sizes", "1", "-o", target], stdout=handle, stderr=subprocess.PIPE,
+                                text=True, cwd=tmp_path, check=False)
+    assert result.returncode == 0, result.stderr
+    assert os.stat(out).st_ino == inode  # the same file, written in place
+    rows = list(csv.DictReader(out.read_text().splitlines()))  # the table alone: no words among its lines
+    assert [row["policy"] for row in rows] == ["fixed:1", "fixed:3", "fixed:5", "oracle"]
+    assert all(None not in row and float(row["speedup"]) > 0 for row in rows)
+    assert "wrote" not in out.read_text()
 
 
 def test_cli_dev_null_output(paper):

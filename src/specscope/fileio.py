@@ -29,6 +29,22 @@ CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # a spreadsheet runs such 
 csv.field_size_limit(2**31 - 1)  # for every CSV read: a field (a long article) is bounded by its file, not by 128 KiB
 
 
+def is_stdout(path: object) -> bool:
+    """Whether writing ``path`` writes standard output: ``-``, or a path to the very file, pipe or
+    terminal standard output already is (``/dev/stdout``, or the file it is redirected to). Such
+    output is written in place — a rename over a redirected file would leave everything printed
+    after it in the file it replaced — and a verb's words then go to standard error."""
+    if path is None:
+        return False
+    if str(path) == STDOUT:
+        return True
+    try:
+        here, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no such path, or no real standard output (captured)
+        return False
+    return (here.st_dev, here.st_ino) == (out.st_dev, out.st_ino)
+
+
 def check_output_file(path: str | Path) -> Path:
     """``path`` as a file the user asked us to write, checked before any work starts.
 
@@ -37,7 +53,7 @@ def check_output_file(path: str | Path) -> Path:
     directory is refused. The folder it goes into must exist or be creatable, and be writable.
     """
     path = Path(path)
-    if str(path) == STDOUT:
+    if is_stdout(path):
         return path
     if path.is_dir():
         raise SpecscopeError(f"{path}: is a directory (expected a file to write)")
@@ -95,8 +111,8 @@ def open_appended(path: str | Path, what: str) -> TextIO:
     there is kept, never replaced), checked as :func:`check_output_file`; ``what`` names the
     option in the error."""
     path = Path(path)
-    if str(path) == STDOUT:
-        raise SpecscopeError(f"{what}: expected a file path, not '-'")
+    if is_stdout(path):
+        raise SpecscopeError(f"{what}: expected a file path, not standard output ({path})")
     try:
         check_output_file(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -117,7 +133,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     link keeps pointing where it did, at the new file.
     """
     path = check_output_file(path)
-    if str(path) == STDOUT:
+    if is_stdout(path):
         sys.stdout.write(text)
         sys.stdout.flush()
         return
@@ -240,7 +256,7 @@ def check_user_output(path: str | Path) -> Path:
     changed it since (:mod:`specscope.written`) — never a user's notes, spreadsheet or config
     (``-`` and devices are written as ever). What is written there is then listed."""
     path = check_output_file(path)
-    if str(path) == STDOUT or path.exists() and not path.is_file():
+    if is_stdout(path) or path.exists() and not path.is_file():
         return path
     if Path(os.path.realpath(path)).name == written.LEDGER:  # the table would become the folder's ledger
         raise SpecscopeError(f"{path}: the name of the folder's record of what specscope wrote there; choose "

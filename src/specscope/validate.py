@@ -73,9 +73,9 @@ def integer(value: object, *, low: int | None = None, high: int | None = None) -
     if isinstance(value, bool) or not isinstance(value, int):
         raise Invalid(f"expected an integer, got {_show(value)}")
     if low is not None and value < low:
-        raise Invalid(f"expected an integer >= {low}, got {value}")
+        raise Invalid(f"expected an integer >= {low}, got {_show(value)}")
     if high is not None and value > high:
-        raise Invalid(f"expected an integer <= {high}, got {value}")
+        raise Invalid(f"expected an integer <= {high}, got {_show(value)}")
     return value
 
 

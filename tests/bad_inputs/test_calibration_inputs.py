@@ -142,6 +142,23 @@ CASES = [
          r"s\.jsonl:1: field 'tree': expected none on a step without SD", {"s.jsonl": step(1, tree="2x1")}),
     Case("steps-too-few", ["costmodel", "fit", "s.jsonl", "--whole-steps", "-o", "m.json"],
          r"3 observed steps for 8 coefficients", {"s.jsonl": "".join(step(i) for i in range(1, 4))}),
+    Case("output-tokens-as-text", FIT, rf"{REQUEST}: field 'output_tokens': expected an integer, got text '44'",
+         sweep(lambda d: (d["timeline"][0].update(output_tokens="44"), [r.pop("chunk_tokens", None)
+                                                                         for r in d["timeline"]]))),
+    Case("chunk-tokens-as-text", FIT, rf"{REQUEST}: field 'chunk_tokens\[0\]': expected an integer, got text '1'",
+         sweep(lambda d: d["timeline"][0]["chunk_tokens"].__setitem__(0, "1"))),
+    Case("prompt-tokens-as-text", VALIDATE, rf"{REQUEST}: field 'prompt_tokens': expected an integer, got text",
+         sweep(lambda d: d["timeline"][0].update(prompt_tokens=str(d["timeline"][0]["prompt_tokens"])))),
+    Case("segment-as-text", VALIDATE, rf"{REQUEST}: field 'segment': expected an integer, got text '0'",
+         sweep(lambda d: d["timeline"][0].update(segment="0"))),
+    Case("prompt-tokens-beyond-any-context", FIT, rf"{REQUEST}: field 'prompt_tokens': expected an integer <= 10000000",
+         sweep(lambda d: d["timeline"][0].update(prompt_tokens=10**400))),
+    Case("table-is-a-link-to-a-users-file", VALIDATE, r"S/calibration\.csv: exists, and specscope did not write it",
+         sweep(extra={"mine.csv": "a,b\n1,2\n"}), setup=lambda folder: (folder / "S" / "calibration.csv").symlink_to(
+             folder / "mine.csv")),
+    Case("steps-kv-beyond-a-float", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
+         r"s\.jsonl:2: field 'kv_tokens': expected an integer <= 655360000000, got 1000000000000000000+…",
+         {"s.jsonl": step(1) + step(2, kv_tokens=10**400) + step(3)}),
     Case("steps-prefill-beyond-batch", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
          r"s\.jsonl:2: field 'prefill_requests'",
          {"s.jsonl": step(1) + step(2, prefill_requests=50) + step(3)}),
@@ -163,3 +180,18 @@ def test_the_unaltered_sweep_fits_and_validates(tmp_path, monkeypatch):
     assert outcome.status == 0, outcome.stderr
     assert json.loads((tmp_path / "m.json").read_text())["kind"] == "linear"
     assert len((tmp_path / "S" / "calibration.csv").read_text().splitlines()) == 1 + 4  # a row per SD cell
+
+
+def test_cells_a_results_file_does_not_list_are_said_to_be_left_out(tmp_path, monkeypatch, caplog):
+    """A sweep stopped before it listed every cell it measured: the fit says which cells it left
+    out (they are in cells/, not in results.json), never silently."""
+    files = sweep()
+    files["S/results.json"] = json.dumps([{"cell_id": c.cell_id} for c in CELLS if c.cell_id != HELD])
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    outcome = run_cli(FIT)
+    assert outcome.status == 0, outcome.stderr
+    assert "1 cells in cells/ but not listed in results.json (not fitted" in caplog.text
+    assert HELD in caplog.text

@@ -11,7 +11,7 @@ from harness import Case, check, written_by_specscope
 
 def own(rid: str, dataset: str = "d") -> str:
     return json.dumps({"schema": "specscope.trace/1", "id": rid, "dataset": dataset, "k_max": 6,
-                       "prompt_token_ids": [1, 2], "output_token_ids": [5, 6, 7, 8],
+                       "prompt_token_ids": [1, 2, ord(rid[0])], "output_token_ids": [5, 6, 7, 8],  # each its own request
                        "proposers": {"ngram": {"acc_len": [1, 2, 1, 1]}, "eagle": {"acc_len": [2, 3, 1, 1]}}}) + "\n"
 
 
@@ -51,6 +51,15 @@ TWO_DATASETS = {"t.jsonl": own("a") + own("b"), "u.jsonl": own("c", "e") + own("
 TWO_DRAFTERS = {"p.json": policy_file(("draft", "eagle")), "m/keep.txt": ""}
 NOT_A_POLICY = {**TRACES, "p.json": json.dumps({"schema": "specscope.trace/1"})}
 SIM = ["simulate", "t.jsonl", "--batch-sizes", "1", "--policies"]
+
+
+def _cost_model() -> str:
+    from specscope.costmodel.registry import resolve_cost_model
+
+    return json.dumps(resolve_cost_model("h100-llama3.1-8b").describe())
+
+
+COST_MODEL = _cost_model()  # a cost-model file a run reads (the paper's fit, written out)
 
 CASES = [
     Case("policy-cost-model-not-an-object", ["simulate", "t.jsonl", "--policies", "learned:p.json", "-o", "s.csv"],
@@ -187,6 +196,29 @@ CASES = [
          files={"p.json": policy_file(("ngram", "eagle"))}),
     Case("bench-policy-with-method", ["bench", "--model", "m", "--workload", "w.jsonl", "--policy", "p.json",
                                       "--method", "mtp"], r"--method: not used with --policy", files=EAGLE_POLICY),
+    Case("policy-integer-beyond-a-float", ["policy", "explain", "p.json"],
+         r"p\.json: malformed policy file: coef: expected finite numbers \(one is too large for a float\)",
+         files={**TRACES, "p.json": policy_file(("ngram", "eagle")).replace('"coef": [[0.0', '"coef": [[' + "9" * 400, 1)}),
+    Case("policy-coef-over-scale-overflows", ["policy", "explain", "p.json"],
+         r"p\.json: malformed policy file: coef, scale and mean: too large together",
+         files=altered(lambda d: (d["coef"][0].__setitem__(0, 1e308), d["scale"].__setitem__(0, 1e-308)))),
+    Case("policy-model-unknown-field", ["policy", "explain", "p.json"],
+         r"p\.json: malformed policy file: models\[0\] \(batch size 1\): verfiy: unknown field",
+         files=altered(lambda d: d["models"][0].update(verfiy=[0.5, 0.6, 0.7]))),
+    Case("simulate-output-is-its-policy", [*SIM, "learned:p.json", "-o", "p.json"], r"-o p\.json: is also an input",
+         files=written_by_specscope({**TRACES, "p.json": policy_file(("ngram", "eagle"))}, "p.json")),
+    Case("fit-output-is-its-cost-model", ["policy", "fit", "t.jsonl", "--cost-model", "cm.json", "-o", "cm.json"],
+         r"-o cm\.json: is also an input \(cm\.json\)",
+         files=written_by_specscope({**TRACES, "cm.json": COST_MODEL}, "cm.json")),
+    Case("evaluate-output-is-a-view", ["policy", "evaluate", "t.jsonl", "u.jsonl", "--view", "cm.json", "-o", "cm.json"],
+         r"-o cm\.json: is also an input \(cm\.json\)",
+         files=written_by_specscope({**TWO_DATASETS, "cm.json": COST_MODEL}, "cm.json")),
+    Case("evaluate-dataset-no-step", ["policy", "evaluate", "t.jsonl", "u.jsonl"],
+         r"dataset 'e': no request decodes past its first token",
+         files={**TWO_DATASETS, "u.jsonl": one_token("c").replace('"d"', '"e"')}),
+    Case("evaluate-dataset-a-copy", ["policy", "evaluate", "t.jsonl", "u.jsonl"],
+         r"dataset '.': every one of its 2 requests is also in another dataset",
+         files={**TWO_DATASETS, "u.jsonl": TWO_DATASETS["t.jsonl"].replace('"dataset": "d"', '"dataset": "e"')}),
     Case("bench-policy-lookups-with-draft", ["bench", "--model", "m", "--workload", "w.jsonl", "--policy", "p.json",
                                              "--draft", "m"], r"--draft: p\.json runs no model drafter",
          files=NGRAM_POLICY),

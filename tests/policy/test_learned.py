@@ -132,6 +132,19 @@ def test_max_k_caps_the_longest_proposal():
     assert choosers_from_json(document, ("ngram", "eagle"))[1].seconds.shape == (2, 4)
 
 
+def test_the_fit_does_not_depend_on_the_order_of_its_batch_sizes():
+    """`--batch-sizes 8,1` wrote a file its own loader refused (batch sizes out of order), and its
+    second round walked by B = 8's rule: the same fit as 1,8 now, in order."""
+    from specscope.policy.learned import choosers_from_json
+    from specscope.sim.fit import fit_policy
+
+    forward = fit_policy(workload(0)[:4], ("ngram", "eagle"), COST, [1, 8], max_k=3)
+    backward = fit_policy(workload(0)[:4], ("ngram", "eagle"), COST, [8, 1], max_k=3)
+    assert backward["batch_sizes"] == [1, 8] and [m["batch_size"] for m in backward["models"]] == [1, 8]
+    assert {k: v for k, v in backward.items() if k != "training"} == {k: v for k, v in forward.items() if k != "training"}
+    assert sorted(choosers_from_json(backward, ("ngram", "eagle"))) == [1, 8]
+
+
 def test_the_simulator_caps_ngram_offers_at_the_policys_depth_as_the_engine_does(tmp_path, monkeypatch):
     """The engine's n-gram lookup proposes at most the policy's deepest k, so the offer its
     features read is capped there; the simulator's walk must see the same offer (a trace

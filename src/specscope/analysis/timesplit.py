@@ -39,9 +39,12 @@ from specscope.sim.grid import SimRow
 from specscope.sim.pricing import PHASES
 from specscope.trace.fields import Fields
 from specscope.trees import parse_tree
+from specscope.validate import MAX_BATCH_SIZE, MAX_CONTEXT
 
 _INT_FIELDS = ("step", "k", "batch_size", "tokens_verified", "kv_tokens", "prefill_tokens")
 _TIME_FIELDS = ("draft_s", "verify_s", "sample_s", "overhead_s", "prefill_s")
+_MOST = {"batch_size": MAX_BATCH_SIZE, **dict.fromkeys(("tokens_verified", "kv_tokens", "prefill_tokens"),
+                                                       MAX_BATCH_SIZE * MAX_CONTEXT)}  # a step's counts at most
 
 
 def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
@@ -51,7 +54,7 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     if method not in (NO_SD, LEARNED, *method_names(baseline=False)):  # else a drafting under a name nothing prices
         raise fields.error("method", f"expected {NO_SD}, {LEARNED} or a proposer ({', '.join(method_names(baseline=False))}), "
                                      f"got {method!r}")
-    values: dict = {name: fields.integer(name) for name in _INT_FIELDS}
+    values: dict = {name: fields.integer(name, maximum=_MOST.get(name)) for name in _INT_FIELDS}
     values.update({name: fields.number(name, low=0.0) for name in _TIME_FIELDS})
     prompts = fields.integer("prefill_requests", optional=True)
     width = fields.integer("prefill_width", optional=True)  # absent in records before it existed

@@ -13,12 +13,12 @@ from specscope.errors import SpecscopeError
 
 from specscope.trace.load import LENGTHS
 from specscope.fileio import (  # noqa: F401  (atomic_write_text, write_rows: re-exported for the verbs)
-    STDOUT,
     atomic_write_text,
     check_output_dir,
     check_output_file,
     check_table_output,
     check_user_output,
+    is_stdout,
     write_rows,
 )
 
@@ -62,8 +62,9 @@ def add_table_output(parser: argparse.ArgumentParser, what: str, *flags: str) ->
 
 
 def to_stdout(path: object) -> bool:
-    """Whether an output option asks for standard output."""
-    return path is not None and str(path) == STDOUT
+    """Whether an output option asks for standard output (``-``, or a path to it:
+    :func:`~specscope.fileio.is_stdout`)."""
+    return is_stdout(path)
 
 
 def human_stream(*outputs: object) -> TextIO:
@@ -122,7 +123,7 @@ def read_trace_args(args: argparse.Namespace, walked: Sequence[str] = ()) -> lis
     together, over the positions the output and their acc_len arrays cover — what the note says."""
     from specscope.trace import load_traces
 
-    refuse_clashes(output_options(args), args.traces)
+    refuse_clashes(output_options(args), [*args.traces, *side_inputs(args)])
     records, reports = load_traces(args.traces, lengths=args.lengths)
     note_mismatches(reports, walked=walked)
     return records
@@ -150,6 +151,15 @@ def checkpoint_files(*folders: object) -> list[Path]:
     """The files in each checkpoint folder given (``None`` skipped): what a run reads of them."""
     return [path for folder in folders if folder is not None and Path(folder).is_dir()
             for path in sorted(Path(folder).iterdir()) if path.is_file()]
+
+
+def side_inputs(args: argparse.Namespace) -> list[str]:
+    """The files ``args`` reads besides its traces: a ``--cost-model`` or ``--view`` cost-model
+    file, and every ``learned:FILE`` policy among ``--policies`` (names of presets and rooflines
+    are no files, and are left out)."""
+    named = [getattr(args, "cost_model", None), *(getattr(args, "view", None) or [])]
+    named += [p.split(":", 1)[1] for p in getattr(args, "policies", None) or [] if p.startswith("learned:")]
+    return [path for path in named if isinstance(path, str) and Path(path).is_file()]
 
 
 def output_options(args: argparse.Namespace) -> dict[str, object]:

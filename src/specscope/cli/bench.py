@@ -15,12 +15,12 @@ from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
 from specscope.backends.openai.bench import POSITIVE, ServingBenchConfig, add_openai_bench_arguments
 from specscope.backends.openai.bench import run_bench as run_serving_bench
 from specscope.cli._common import (
-    STDOUT,
     add_table_output,
     atomic_write_text,
     check_user_output,
     checkpoint_files,
     human_stream,
+    is_stdout,
     refuse_clashes,
     batch_size_list,
     print_table,
@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:  # interrupted, refused or failed (a server gone, memory run out): what finished is kept
         if finished.rows and (args.output or args.records):
             _write(args, config, finished)
-            kept = " and ".join(str(p) for p in (args.output, args.records) if p and str(p) != STDOUT)
+            kept = " and ".join(str(p) for p in (args.output, args.records) if p and not is_stdout(p))
             print(f"note: the {len(finished.rows)} batch size(s) finished (B="
                   f"{','.join(str(row.batch_size) for row in finished.rows)}) are in {kept or 'standard output'}",
                   file=sys.stderr)

@@ -16,6 +16,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_json_output, check_kept_table, json_text
 
+VALIDATION_TABLES = ("calibration.csv", "coefficients.csv")  # what --validate writes into the sweep folder
 POOR_FIT = 0.2  # a fit whose median step error is above this share is reported as poor
 POOR_DRAFTING = 0.1  # ... a drafting fit whose median error is above this share of its steps' time (a whole
 # step's price moves with it: 10 % of a step moves a speedup by as much)
@@ -123,7 +124,7 @@ def run_fit(args: argparse.Namespace) -> int:
         print(summary, file=sys.stderr)
         return 0
     print(summary)
-    print(f"wrote {output} (`specscope costmodel show {output}` prints it)")
+    print(_wrote(output))
     return 0
 
 
@@ -140,6 +141,11 @@ def _usable(model) -> str:
                              "steps of more sizes (batch sizes, proposal lengths) so that its terms can be told apart"
                              ) from None
     return text
+
+
+def _wrote(output: Path) -> str:
+    """What a fit says it wrote (a device such as /dev/null has nothing to show)."""
+    return f"wrote {output}" + (f" (`specscope costmodel show {output}` prints it)" if output.is_file() else "")
 
 
 def _refuse_inside_sweep(output: Path, sweep: Path) -> None:
@@ -162,9 +168,12 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     from specscope.backends.openai.calibration import COLUMNS, SPREAD_COLUMNS, coefficient_spread, read_sweep, validate
     from specscope.cli._common import atomic_write_text
     from specscope.costmodel.calibrate import cross_check, fit_cells
-    from specscope.fileio import write_rows
+    from specscope.fileio import check_user_output, write_rows
     from specscope.trace.load import load_traces
 
+    if args.validate:  # the sweep folder's tables: replaced only where specscope wrote them (a link to a user's file is not)
+        for table in VALIDATION_TABLES:
+            check_user_output(args.from_sweep / table)
     cells = read_sweep(args.from_sweep, args.engine)
     model = fit_cells(cells, name)
     rows, fits = validate(cells, load_traces(args.traces)[0]) if args.validate else ([], [])  # before any write
@@ -176,7 +185,7 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     print_table("cross-check: the fit's reconstruction beside the server's histograms (- : not exported)",
                 list(check[0]), [[_cell(v) for v in row.values()] for row in check], file=out)
     if args.validate:
-        csv = args.from_sweep / "calibration.csv"
+        csv = args.from_sweep / VALIDATION_TABLES[0]
         write_rows(csv, rows)
         print_table("held-out cells", list(COLUMNS), [[_cell(row[c]) for c in COLUMNS] for row in rows], file=out)
         errors = np.abs([row["error_pct"] for row in rows])
@@ -189,14 +198,14 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
                   f"{np.median([se for _, se in noise]):.1f} %; {within} of {len(noise)} errors within two of "
                   "their cell's", file=out)
         spread = coefficient_spread(model, fits)
-        write_rows(args.from_sweep / "coefficients.csv", [{**row, "engine": cells[0].engine} for row in spread])
+        write_rows(args.from_sweep / VALIDATION_TABLES[1], [{**row, "engine": cells[0].engine} for row in spread])
         print_table("coefficients and how firmly the sweep pins them down (jackknife over the held-out fits; "
-                    f"wrote {args.from_sweep / 'coefficients.csv'})", list(SPREAD_COLUMNS),
+                    f"wrote {args.from_sweep / VALIDATION_TABLES[1]})", list(SPREAD_COLUMNS),
                     [[_cell(row[c]) for c in SPREAD_COLUMNS] for row in spread
                      if row["fitted"] or row["jackknife_se"] or not row["separated"]],
                     file=out)
     if not to_stdout(output):
-        print(f"wrote {output} (`specscope costmodel show {output}` prints it)")
+        print(_wrote(output))
     return 0
 
 

@@ -26,7 +26,6 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_json_output
 
 EXAMPLE_STEPS = 4  # explain: decisions shown along the first record's steps
-FEW_STEPS = 200  # fit: below this many training steps, a warning (a policy of ~27 features learned from noise)
 FEW_JUDGED = 30  # explain: an AUC over fewer first drafts than this is not shown
 
 
@@ -109,7 +108,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import resolve_cost_model
     from specscope.methods import method as method_named
     from specscope.costmodel.linear import LinearCostModel
-    from specscope.sim.fit import J_MAX, fit_policy
+    from specscope.sim.fit import FEW_STEPS, J_MAX, fit_policy
     from specscope.sim.observe import offer_notes
     from specscope.sim.plan import dataset_depths
 
@@ -154,12 +153,37 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def judgeable(records: list) -> list[str]:
+    """Refuse a dataset with no step to judge (every output one token or shorter: each policy
+    would read 1.00×) or whose every request another dataset also holds (the same prompt and
+    output: held out, it would be judged on what its policy was fitted on); a note for each
+    dataset that shares some of its requests so."""
+    from specscope.trace.schema import by_dataset
+
+    keys = {name: [(r.prompt_token_ids.tobytes(), r.output_token_ids.tobytes()) for r in group]
+            for name, group in by_dataset(records).items()}
+    notes = []
+    for name, group in by_dataset(records).items():
+        if all(r.output_len <= 1 for r in group):
+            raise SpecscopeError(f"dataset {name!r}: no request decodes past its first token: nothing to judge")
+        others = {key for other, listed in keys.items() if other != name for key in listed}
+        shared = sum(key in others for key in keys[name])
+        if shared == len(group):
+            raise SpecscopeError(f"dataset {name!r}: every one of its {shared} requests is also in another dataset "
+                                 "(same prompt and output): held out, it would be judged on its own training data")
+        if shared:
+            notes.append(f"dataset {name!r}: {shared} of its {len(group)} requests are also in another dataset (same "
+                         "prompt and output): held out, those are judged on data its policy was fitted on")
+    return notes
+
+
 def run_evaluate(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.evaluate import leave_one_out
+    from specscope.sim.fit import require_methods
     from specscope.sim.grid import SimConfig, no_match_notes, oversize_notes
     from specscope.sim.observe import offer_notes
 
@@ -172,12 +196,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
     sizes = collections.Counter(record.dataset or "trace" for record in records)  # requests per dataset
     if len(sizes) < 2:
         raise SpecscopeError(f"leave-one-out needs at least two datasets; the traces hold {len(sizes)}")
+    require_methods(records, args.acc)
+    shared = judgeable(records)
     if args.mode == "mixed" and min(args.batch_sizes) > max(sizes.values()):
         raise SpecscopeError(f"--batch-sizes: mixed mode runs B distinct requests at once; the largest dataset "
                              f"holds {max(sizes.values())}, fewer than every batch size given")
     config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="said",
                        combined=tuple(args.acc) if len(args.acc) == 2 else None)
-    notes = [*oversize_notes(records, config), *no_match_notes(records, args.acc, config), *offer_notes(records)]
+    notes = [*oversize_notes(records, config), *no_match_notes(records, args.acc, config), *offer_notes(records),
+             *shared]
     with tempfile.TemporaryDirectory() as folder:
         table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes,
                               labels=[cost_label(name, cost) for name, cost in zip((args.cost_model, *args.view), views)])

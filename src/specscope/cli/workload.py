@@ -47,7 +47,7 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.cli._common import atomic_write_text, refuse_clashes
-    from specscope.fileio import STDOUT
+    from specscope.fileio import is_stdout
     from specscope.errors import SpecscopeError
     from specscope.workloads.bundled import bundled_prompts
     from specscope.workloads.chat import ChatTemplate, load_chat_template
@@ -85,11 +85,11 @@ def run(args: argparse.Namespace) -> int:
     rows = to_rows(prompts, template, tokenizer if args.token_ids else None)
     lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]
     atomic_write_text(args.output, "".join(lines))
-    if tokenizer is not None:
+    if tokenizer is not None and not is_stdout(args.output):
         read_workload(args.output, tokenizer)  # the engine's reader accepts what was written
     shown = "no chat template" if template.source is None else f"chat template of {args.tokenizer}"
     print(f"wrote {len(lines)} requests to {args.output} ({note}; {shown})",
-          file=sys.stderr if args.output == STDOUT else sys.stdout)  # '-': the workload is standard output
+          file=sys.stderr if is_stdout(args.output) else sys.stdout)  # '-': the workload is standard output
     if tokenizer is not None and template.source is not None and not args.token_ids and \
             tokenizer.encode("x").ids != tokenizer.encode("x", add_special_tokens=False).ids:
         print(f"note: {args.tokenizer}'s tokenizer adds special tokens when it encodes text, so a text "

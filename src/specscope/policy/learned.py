@@ -35,6 +35,7 @@ from specscope.validate import MAX_BATCH_SIZE
 SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
 FIELDS = ("schema", "methods", "features", "cost_model", "batch_sizes", "pads", "mean", "scale", "coef", "intercept",
           "base_rate", "span", "models", "training")  # a policy file's, as `policy fit` writes them
+MODEL_FIELDS = ("batch_size", "seconds", "fixed", "verify")  # each of its models'
 MAX_STEP_S = 3600.0  # a step's price in a policy file: at most an hour (a typo's 1e300 is refused)
 
 
@@ -175,6 +176,8 @@ def _numbers(document: dict, name: str, where: str = "") -> np.ndarray:
         if not plain(document[name]):
             raise ValueError
         return np.asarray(document[name], dtype=float)
+    except OverflowError:  # an integer beyond a float's range (JSON has no limit)
+        raise ValueError(f"{where}{name}: expected finite numbers (one is too large for a float)") from None
     except (TypeError, ValueError):
         raise ValueError(f"{where}{name}: expected a list (of equal-length lists) of numbers, written as "
                          "numbers") from None
@@ -219,13 +222,13 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     _shape("mean", mean, f"[{width}]", mean.shape == (width,))
     _shape("scale", scale, f"[{width}]", scale.shape == (width,))
     _values("scale", scale, "positive scales", bool(np.all(scale > 0)))
+    for name, value in (("coef", coef), ("scale", scale), ("mean", mean), ("intercept", intercept), ("span", span)):
+        if not np.all(np.isfinite(value)):
+            raise ValueError(f"{name}: expected finite numbers")
     with np.errstate(all="ignore"):  # overflow to ±inf is refused below
         weights = coef / scale
         bias = intercept - (weights @ mean)[:, None]
         span = span + (weights @ mean)[:, None]  # coef · z = weights · x − weights · mean
-    for name, value in (("coef", coef), ("scale", scale), ("mean", mean), ("intercept", intercept), ("span", span)):
-        if not np.all(np.isfinite(value)):
-            raise ValueError(f"{name}: expected finite numbers")
     if not np.all(np.isfinite(weights)) or not np.all(np.isfinite(bias)) or not np.all(np.isfinite(span)):
         raise ValueError("coef, scale and mean: too large together (their products overflow)")
     pads, models = document["pads"], document["models"]
@@ -238,8 +241,12 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
         b = model.get("batch_size")
         if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH_SIZE or b in choosers:
             raise ValueError(f"models[{i}].batch_size: expected an integer in 1 … {MAX_BATCH_SIZE}, once, got {b!r}")
+        unknown = sorted(set(model) - set(MODEL_FIELDS))
+        if unknown:
+            raise ValueError(f"models[{i}] (batch size {b}): {unknown[0]}: unknown field (expected "
+                             f"{', '.join(MODEL_FIELDS)})")
         seconds, fixed, verify = (_numbers(model, name, f"models[{i}] (batch size {b}): ")
-                                  for name in ("seconds", "fixed", "verify"))
+                                  for name in MODEL_FIELDS[1:])
         shape = (len(methods), intercept.shape[1] + 1)
         if seconds.shape != shape or fixed.shape != shape or verify.shape != shape[1:] \
                 or not np.all((seconds > 0) & (seconds <= MAX_STEP_S)) \

@@ -38,7 +38,7 @@ from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
 from specscope.policy.features import features
 from specscope.policy.learned import LearnedPolicy
-from specscope.sim.fit import fit_policy, require_methods
+from specscope.sim.fit import FEW_STEPS, fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
 from specscope.sim.plan import dataset_depths, switch_k_max, traced_k_max
 from specscope.sim.switching import causal_plan, common_length
@@ -136,7 +136,8 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     held-out dataset under the same cost model — a policy is fitted for the engine it runs on —
     beside the policy fitted on every dataset (``learned_seen``); each line names its cost model by
     ``labels`` where given (one per cost model: its file too). ``notes`` gets a line for each
-    held-out dataset traced deeper than its training traces reach (its policy proposes no deeper)."""
+    held-out dataset traced deeper than its training traces reach (its policy proposes no deeper), and
+    for each whose policy learned from fewer than :data:`~specscope.sim.fit.FEW_STEPS` steps."""
     require_methods(records, methods)
     records = on_common_positions(records, methods)
     datasets = by_dataset(records)
@@ -153,6 +154,10 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                 document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out], sources=sources)
             except SpecscopeError as error:  # which fold could not be fitted
                 raise SpecscopeError(f"held out {held_out!r}, fitting on {'+'.join(sources)}: {error}") from None
+            steps = document["training"]["steps"]
+            if notes is not None and index == 0 and steps < FEW_STEPS:
+                notes.append(f"held out {held_out!r}: its policy learned from {steps} steps of {len(training)} requests "
+                             f"of {'+'.join(sources)}, too few to weigh {len(document['features'])} features")
             reach = switch_k_max(training, methods)  # how deep its training traces tell (J_MAX caps every fit)
             if notes is not None and index == 0 and reach < depth[held_out]:
                 notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach}, the depth its "

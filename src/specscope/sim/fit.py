@@ -44,6 +44,7 @@ J_MAX = 16  # the longest proposal a learned policy makes
 FOLLOW = 0.5  # share of first-round steps that follow the oracle-switch
 RUN = 4  # mean steps an exploring random action is kept for (so runs of one action are seen)
 ROUNDS = 2
+FEW_STEPS = 200  # below this many training steps a policy is said to be learned from too few (~27 features weighed)
 MAX_ROWS = 60_000  # training rows per regression (a uniform sample beyond)
 
 
@@ -186,6 +187,7 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     require_methods(records, methods)
     for m in methods:
         cost.drafting_for(m)
+    batch_sizes = sorted(batch_sizes)  # the file lists them in order; the second round walks by the smallest's rule
     started = time.perf_counter()
     measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1  # no deeper than any step reached
     traced = min(dataset_depths(records, methods).values())  # replayable on every dataset it saw

@@ -44,7 +44,7 @@ from specscope.sim.plan import baseline_plan
 from specscope.sim.policies import configured_policy, parse_policy
 from specscope.trace.schema import TraceRecord
 from specscope.trees import TreeShape
-from specscope.validate import K_MAX_LIMIT, Invalid, check, integer, number
+from specscope.validate import K_MAX_LIMIT, MAX_CONTEXT, Invalid, check, integer, number
 
 log = logging.getLogger(__name__)
 COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct", "tree",
@@ -63,10 +63,11 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
     if not (sweep_dir / "cells").is_dir():
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no cells/ folder (expected a `specscope sweep` output)")
     listed = _listed(sweep_dir)
-    runs, engines, failed = [], set(), []
+    runs, engines, failed, unlisted = [], set(), [], []
     records = read_cells(sweep_dir)
     for cell_id, record in records.items():
         if listed is not None and cell_id not in listed:
+            unlisted += [cell_id] if record.get("status") == "ok" else []
             continue
         if record["status"] != "ok":
             failed.append(cell_id)
@@ -81,7 +82,9 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
             runs.append(_cell_run(path, record))
     missing = sorted((listed or set()) - set(records))
     for what, ids in (("failed (not fitted; `sweep --retry-failed` reruns them)", failed),
-                      ("listed in results.json but missing from cells/ (not fitted)", missing)):
+                      ("listed in results.json but missing from cells/ (not fitted)", missing),
+                      ("in cells/ but not listed in results.json (not fitted: an earlier configuration's, or "
+                       "measured by a sweep stopped before it listed them; rerunning the sweep lists them)", unlisted)):
         if ids:
             log.warning("--from-sweep %s: %d cells %s: %s", sweep_dir, len(ids), what,
                         ", ".join(ids[:5]) + (", …" if len(ids) > 5 else ""))
@@ -123,7 +126,7 @@ def _cell_run(path: Path, record: dict) -> CellRun:
     key, result, timeline = record["key"], record["result"], record[TIMELINE]
 
     def field(label: str, rule, value: object, **bounds: object):
-        return check(f"{path}: field {label!r}", rule, value, **bounds)
+        return _stored(f"{path}: field {label!r}", rule, value, **bounds)
 
     def optional(label: str, rule, value: object, **bounds: object):
         return None if value is None else field(label, rule, value, **bounds)
@@ -173,16 +176,16 @@ def _check_request(path: Path, index: int, request: object) -> None:
     where = f"{where} (request {request['id']!r})"
 
     def field(name: str, rule, **bounds: object):
-        return check(f"{where}: field {name!r}", rule, request.get(name), **bounds)
+        return _stored(f"{where}: field {name!r}", rule, request.get(name), **bounds)
 
     field("sent_ms", number, low=0.0)
-    field("output_tokens", integer, low=0)
+    field("output_tokens", integer, low=0, high=MAX_CONTEXT)
     if request.get("prompt_tokens") is not None:
-        field("prompt_tokens", integer, low=0)
+        field("prompt_tokens", integer, low=0, high=MAX_CONTEXT)
     chunks = request.get("chunk_ms")
     if not isinstance(chunks, list):
         raise SpecscopeError(f"{where}: field 'chunk_ms': expected a list of times")
-    times = [check(f"{where}: field 'chunk_ms[{j}]'", number, t, low=0.0) for j, t in enumerate(chunks)]
+    times = [_stored(f"{where}: field 'chunk_ms[{j}]'", number, t, low=0.0) for j, t in enumerate(chunks)]
     if any(b < a for a, b in zip(times, times[1:])):
         raise SpecscopeError(f"{where}: field 'chunk_ms': expected times in the order the chunks came")
     counts = request.get("chunk_tokens")
@@ -190,12 +193,21 @@ def _check_request(path: Path, index: int, request: object) -> None:
         if not isinstance(counts, list) or len(counts) != len(chunks):
             raise SpecscopeError(f"{where}: field 'chunk_tokens': expected one count per chunk ({len(chunks)})")
         for j, count in enumerate(counts):
-            check(f"{where}: field 'chunk_tokens[{j}]'", integer, count, low=0)
+            _stored(f"{where}: field 'chunk_tokens[{j}]'", integer, count, low=0, high=MAX_CONTEXT)
         if sum(counts) != request["output_tokens"]:
             raise SpecscopeError(f"{where}: field 'chunk_tokens': expected counts adding up to output_tokens "
                                  f"({request['output_tokens']}), got {sum(counts)}")
     if request.get("segment") is not None:
         field("segment", integer, low=0)
+
+
+def _stored(label: str, rule, value: object, **bounds: object):
+    """``check(label, rule, value)`` for a value a file stores: text is refused — a file writes
+    numbers as numbers (``"44"`` would pass the command line's rules, which read text, and then be
+    text to the arithmetic that follows)."""
+    if isinstance(value, str):
+        raise SpecscopeError(f"{label}: expected {'an integer' if rule is integer else 'a number'}, got text {value!r}")
+    return check(label, rule, value, **bounds)
 
 
 def _pair(run: CellRun, server: str) -> str:
