@@ -111,8 +111,8 @@ def open_appended(path: str | Path, what: str) -> TextIO:
     there is kept, never replaced), checked as :func:`check_output_file`; ``what`` names the
     option in the error."""
     path = Path(path)
-    if is_stdout(path):
-        raise SpecscopeError(f"{what}: expected a file path, not standard output ({path})")
+    if str(path) == STDOUT:  # a log appended to: /dev/stdout (a device, a pipe, a file) is appended to as any file
+        raise SpecscopeError(f"{what}: expected a file path, not '-'")
     try:
         check_output_file(path)
         path.parent.mkdir(parents=True, exist_ok=True)

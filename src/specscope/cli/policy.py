@@ -160,10 +160,11 @@ def judgeable(records: list) -> list[str]:
     dataset that shares some of its requests so."""
     from specscope.trace.schema import by_dataset
 
+    datasets = by_dataset(records)
     keys = {name: [(r.prompt_token_ids.tobytes(), r.output_token_ids.tobytes()) for r in group]
-            for name, group in by_dataset(records).items()}
+            for name, group in datasets.items()}
     notes = []
-    for name, group in by_dataset(records).items():
+    for name, group in datasets.items():
         if all(r.output_len <= 1 for r in group):
             raise SpecscopeError(f"dataset {name!r}: no request decodes past its first token: nothing to judge")
         others = {key for other, listed in keys.items() if other != name for key in listed}
