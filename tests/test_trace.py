@@ -171,6 +171,29 @@ def test_duplicate_ids_dropped_when_same_refused_when_different(tmp_path, caplog
     assert len(records) == 2 and [r.duplicates for r in reports] == [1, 3]
 
 
+def test_a_repeat_is_compared_as_read_whatever_lengths_cuts(tmp_path):
+    """Two records of one id whose outputs differ past their acc_len arrays' end: cut to the common
+    length they looked alike, and under --lengths common one was dropped as "the same content". A
+    repeat is compared as the file holds it: other content, under either reading."""
+    first = bench_record(0, generated=(5, 6, 7, 8), ngram=(1, 2), eagle=(2, 1))
+    second = bench_record(0, generated=(5, 6, 9, 9), ngram=(1, 2), eagle=(2, 1))
+    path = write_lines(tmp_path / "d.jsonl", [first, second])
+    for lengths in ("common", "own"):
+        with pytest.raises(SpecscopeError, match=r"d\.jsonl:2: field 'id': request '0' .* with other content"):
+            load_traces([path], lengths=lengths)
+
+
+def test_one_read_gives_both_readings(tmp_path):
+    """``whole``: the records with every array whole, from the same read as the common cut — the
+    ``own`` reading, so a stream (a pipe, ``<(...)``) is read once."""
+    path = write_lines(tmp_path / "d.jsonl", [bench_record(0, ngram=(1, 2, 1, 1, 2)), bench_record(1)])
+    whole: list = []
+    cut, _ = load_traces([path], lengths="common", whole=whole)
+    own, _ = load_traces([path], lengths="own")
+    assert [len(r.acc_len("ngram")) for r in cut] == [4, 4]
+    assert [r.acc_len("ngram").tolist() for r in whole] == [r.acc_len("ngram").tolist() for r in own]
+
+
 def test_consistent_empty_output_is_skipped_and_counted(tmp_path, caplog):
     empty = json.dumps({"id": "e", "prompt_token_ids": [1], "generated_token_ids": [], "acc_ngram": {"acc_len": []}})
     path = write_lines(tmp_path / "t.jsonl", [bench_record(0), empty])

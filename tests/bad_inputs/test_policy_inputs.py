@@ -104,7 +104,7 @@ CASES = [
     Case("switch-one-proposer", [*SIM, "oracle-switch:ngram"], r"oracle-switch:A\+B", files=TRACES),
     Case("switch-unknown-method", [*SIM, "oracle-switch:ngram+foo"], r"unknown method 'foo'", files=TRACES),
     Case("evaluate-record-without-a-method", ["policy", "evaluate", "t.jsonl", "u.jsonl"],
-         r"--acc: proposer 'eagle' missing from 1 records \(first id 'd'\)",
+         r"--acc: proposer 'eagle' missing from 1 records \(first id 'd' of dataset 'e'\)",
          files={**TWO_DATASETS, "u.jsonl": own("c", "e") + own("d", "e").replace(', "eagle": {"acc_len": [2, 3, 1, 1]}', "")}),
     Case("evaluate-one-dataset", ["policy", "evaluate", "t.jsonl"], r"at least two datasets", files=TRACES),
     Case("explain-not-a-policy", ["policy", "explain", "p.json"], r"p\.json", files=NOT_A_POLICY),

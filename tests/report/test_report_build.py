@@ -155,6 +155,37 @@ def test_a_report_on_shallow_traces_holds_itself_to_their_depth(tmp_path):
     assert f"dataset 'chat': only 12 requests ({positions} output positions): its speedups" in " ".join(data.notes)
 
 
+def test_a_trace_read_from_a_pipe_is_read_once(tmp_path):
+    """A report read each trace twice (cut to common lengths, then whole): a pipe or ``<(...)``
+    was empty the second time, and refused as holding no records. One read gives both."""
+    import os
+    import threading
+
+    from report_fixtures import synthetic_records
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+
+    path = tmp_path / "chat.jsonl"
+    write_traces(path, [r.capped(2) for r in synthetic_records("chat", 12, seed=4)])
+    read, write = os.pipe()  # as the shell's <(...): /dev/fd/N, a pipe that empties as it is read
+
+    def feed() -> None:
+        with os.fdopen(write, "wb") as sink:
+            sink.write(path.read_bytes())
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        data = analyse([f"/dev/fd/{read}"], ReportConfig(sim=SimConfig(mode="mixed", batch_sizes=(1,)), trees=()))
+    finally:
+        writer.join()
+        os.close(read)
+    assert len(data.records) == len(data.sim_records) == 12 and {r.dataset for r in data.records} == {"chat"}
+
+
 def test_the_answer_explains_the_dagger_only_where_a_row_carries_it():
     from specscope.report.answer import AnswerRow
     from specscope.report.html import answer_section
@@ -236,10 +267,16 @@ def test_the_overlap_note_names_the_proposer_the_cost_model_cannot_price():
     from specscope.report.catalogue import _no_overlap
     from specscope.report.config import ReportConfig
 
-    data = SimpleNamespace(config=ReportConfig(), overlap=[], names=["ngram", "eagle"], simulated=["eagle"])
+    both, eagle = SimpleNamespace(proposers={"ngram": 0, "eagle": 0}), SimpleNamespace(proposers={"eagle": 0})
+    data = SimpleNamespace(config=ReportConfig(), overlap=[], names=["ngram", "eagle"], simulated=["eagle"],
+                           records=[both, both])
     assert _no_overlap(data) == "it compares proposers 'ngram' and 'eagle', and the cost model prices no ngram"
-    data.names, data.simulated = ["eagle"], ["eagle"]
+    data.names, data.simulated, data.records = ["eagle"], ["eagle"], [eagle, eagle]
     assert _no_overlap(data).endswith("the traces have eagle")
+    # both proposers among the traces', n-gram in some records only: said so, not "the traces have eagle, ngram"
+    data.names, data.simulated, data.records = ["ngram", "eagle"], ["ngram", "eagle"], [both, eagle, eagle]
+    assert _no_overlap(data) == ("it compares proposers 'ngram' and 'eagle', which every record of a dataset must "
+                                 "hold; 'ngram' is missing from 2 of the 3 records")
 
 
 def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):

@@ -39,7 +39,7 @@ from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, SimRow, capacity_not
                                 sample_notes, simulate)
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
-from specscope.trace.load import LoadReport, said_once
+from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
 from specscope.report.trees import TreeRow, compare_trees, tree_depths
 from specscope.report.whatif import WhatIfRow, whatif_rows
@@ -154,10 +154,9 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     if config.sim.oversize == "skip":  # the batch sizes a dataset cannot fill are said once, as a note (_tail_notes)
         config = replace(config, sim=replace(config.sim, oversize="said"))
     steps = read_steps(config.steps) if config.steps else []
-    records, reports = load_traces(traces, lengths="common")
-    with said_once():  # the same files again, each array whole: what reading them warns was said above
-        sim_records, _ = load_traces(traces, lengths="own")
-    whole = sim_records  # each array whole: the bound's α, as `specscope bound` reads them
+    whole: list[TraceRecord] = []  # each array whole, from the same read (a pipe is read once): the bound's α,
+    records, reports = load_traces(traces, lengths="common", whole=whole)  # as `specscope bound` reads them
+    sim_records = whole
     if config.depth is not None:  # a depth the cost model was measured to: no walk (oracles too) prices deeper
         sim_records = [r.capped(config.depth) for r in sim_records]
     asked, held = config.ks, _held_per_dataset(config, sim_records)

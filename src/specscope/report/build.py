@@ -89,7 +89,12 @@ def _listed(out: Path) -> dict[str, str | None]:
     manifest = out / MANIFEST
     if not manifest.is_file():
         return {}
-    listed = (line.partition("\t") for line in manifest.read_text(encoding="utf-8").splitlines() if line)
+    try:
+        text = manifest.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SpecscopeError(f"{manifest}: cannot read the report's record of what it wrote here ({error}); "
+                             "remove it, or write the report elsewhere") from None
+    listed = (line.partition("\t") for line in text.splitlines() if line)
     return {name: digest or None for name, _, digest in listed}
 
 
@@ -153,8 +158,9 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
     _list(out, {name: file_sha256(out / name) for name in writing})
     advance("done")
     log.info("wrote %s with %d figures and %d tables", index, len(figures), len(tables))
+    lengths = [r.summary() for r in data.load_reports if r.mismatched_records]  # as every verb that reads traces says
     return ReportResult(index, [out / f.filename for f in figures], tables,
-                        notes + [f"figure '{name}' not drawn: {why}" for name, why in skipped])
+                        lengths + notes + [f"figure '{name}' not drawn: {why}" for name, why in skipped])
 
 
 def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], notes: list[str],

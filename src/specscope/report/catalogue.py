@@ -89,6 +89,11 @@ def _no_overlap(data: ReportData) -> str | None:
     if unpriced:
         return (f"it compares proposers {ov.lookup!r} and {ov.reference!r}, and the cost model prices no "
                 f"{' or '.join(unpriced)}")
+    lacking = {name: sum(name not in r.proposers for r in data.records) for name in (ov.lookup, ov.reference)}
+    if all(name in data.names for name in lacking) and any(lacking.values()):  # each in some records, not all
+        return (f"it compares proposers {ov.lookup!r} and {ov.reference!r}, which every record of a dataset must "
+                "hold; " + ", ".join(f"{name!r} is missing from {count} of the {len(data.records)} records"
+                                     for name, count in lacking.items() if count))
     return f"it compares proposers {ov.lookup!r} and {ov.reference!r}; the traces have {', '.join(data.names)}"
 
 

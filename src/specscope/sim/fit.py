@@ -172,9 +172,10 @@ def fit_acceptance(xs: np.ndarray, accs: np.ndarray, limits: np.ndarray, depth: 
 def require_methods(records: Sequence[TraceRecord], methods: Sequence[str]) -> None:
     """Refuse records that lack a trace of one of ``methods`` (a policy walks every one of them)."""
     for m in methods:
-        missing = [r.id for r in records if m not in r.proposers]
+        missing = [r for r in records if m not in r.proposers]
         if missing:
-            raise SpecscopeError(f"--acc: proposer {m!r} missing from {len(missing)} records (first id {missing[0]!r})")
+            raise SpecscopeError(f"--acc: proposer {m!r} missing from {len(missing)} records (first id {missing[0].id!r} "
+                                 f"of dataset {missing[0].dataset!r})")
 
 
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,

@@ -25,7 +25,6 @@ repeat with other content is refused naming both lines. A request is never count
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import logging
@@ -245,15 +244,18 @@ def _count_alignment(report: LoadReport, mismatched: list[str], cut: tuple[int, 
 
 
 def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str = "common",
-              seen: dict[tuple[str, str], tuple[str, TraceRecord]] | None = None) -> Iterator[TraceRecord]:
+              seen: dict[tuple[str, str], tuple[str, TraceRecord]] | None = None,
+              whole: list[TraceRecord] | None = None) -> Iterator[TraceRecord]:
     """Stream the records of one JSON Lines file (blank lines are skipped); a file without
     records is an error.
 
     ``lengths``: "common" cuts each record to the common prefix of all its arrays (every
     proposer then aligns with the output position by position); "own" keeps each proposer's
     array whole, as the paper's simulator did (G of a proposer = len(acc_len)). ``seen`` maps
-    (dataset, id) to the location and record of requests already read (share it across files
-    read together); repeats are handled as the module docstring says."""
+    (dataset, id) to the location and record (as read, before any cut) of requests already read
+    (share it across files read together); repeats are handled as the module docstring says.
+    ``whole``: a list that gets each record yielded as the file holds it, every array whole (the
+    ``"own"`` reading of the same read: a stream is read once)."""
     path = Path(path)
     report = report if report is not None else LoadReport(str(path), lengths)
     seen = {} if seen is None else seen
@@ -272,19 +274,22 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
         if record.output_len == 0:
             report.empty_outputs += 1
             continue
+        read = record  # as the file holds it: a repeat is compared so, whatever --lengths cuts
         record, mismatched, cut = _align(record, lengths)
         if record.output_len == 0:
             raise SpecscopeError(f"{location}: empty output after aligning acc_len arrays")
         key = (record.dataset, record.id)
         if key in seen:
             first, earlier = seen[key]
-            if not same_record(earlier, record):
+            if not same_record(earlier, read):
                 raise SpecscopeError(f"{location}: field 'id': request {record.id!r} of dataset "
                                      f"{record.dataset!r} is already at {first} with other content")
             repeats.append(f"{location}: request {record.id!r} repeats {first} with the same content")
             report.duplicates += 1
             continue
-        seen[key] = (location, record)
+        seen[key] = (location, read)
+        if whole is not None:
+            whole.append(read)
         _count_alignment(report, mismatched, cut)  # of the records kept: a repeat dropped counts nowhere
         report.rank_disagreements += rank_disagreements(record)
         report.records += 1
@@ -347,17 +352,18 @@ def same_record(a: TraceRecord, b: TraceRecord) -> bool:
                     for p, q in ((a.proposers[n], b.proposers[n]) for n in a.proposers)))
 
 
-def load_traces(paths: Iterable[str | Path], lengths: str = "common"
+def load_traces(paths: Iterable[str | Path], lengths: str = "common", whole: list[TraceRecord] | None = None
                 ) -> tuple[list[TraceRecord], list[LoadReport]]:
     """Read every file; returns all records (in file order) and one report per file. A
-    request repeated across the files is handled as within one (see the module docstring)."""
+    request repeated across the files is handled as within one (see the module docstring).
+    ``whole``: a list that also gets every record with its arrays whole (see :func:`iter_file`)."""
     records: list[TraceRecord] = []
     reports: list[LoadReport] = []
     seen: dict[tuple[str, str], tuple[str, TraceRecord]] = {}
     named: dict[str, Path] = {}  # dataset → the file whose name gave it
     for path in paths:
         report = LoadReport(str(path), lengths)
-        records.extend(iter_file(path, report, lengths, seen))
+        records.extend(iter_file(path, report, lengths, seen, whole))
         reports.append(report)
         stem = Path(path).stem
         if report.named_by_file and named.setdefault(stem, Path(path)) != Path(path):
@@ -365,17 +371,6 @@ def load_traces(paths: Iterable[str | Path], lengths: str = "common"
                         "rename one file, or give its records a dataset field, to keep them apart", named[stem], path,
                         stem)
     return records, reports
-
-
-@contextlib.contextmanager
-def said_once() -> Iterator[None]:
-    """Files read a second time (another ``lengths``): their warnings, said at the first read, are
-    not repeated."""
-    log.disabled = True
-    try:
-        yield
-    finally:
-        log.disabled = False
 
 
 def write_traces(path: str | Path, records: Iterable[TraceRecord]) -> int:
