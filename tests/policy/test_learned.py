@@ -279,7 +279,6 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
 
     monkeypatch.setattr(chooser_module, "PLAIN_ROWS", plain_rows)
     bias = np.array([[-50.0, -50.0], [0.0, 0.0]])
-    zeros = np.zeros((2, 3))
     x, offer = np.zeros((2, 0)), np.array([0, 0])
     shift = np.array([[0.0, 0.0], [0.0, -50.0]])
 
