@@ -57,6 +57,28 @@ def test_the_file_is_plain_numbers_with_its_features_defined(policy_file):
     assert document["training"]["made_by"] == code_version()  # the code that fitted it
 
 
+def test_rows_name_the_policy_files_content_not_only_its_name(policy_file, tmp_path):
+    """A file fitted again in place runs under the same name; its rows' policy_sha256 (the start of
+    the file's SHA-256, as the study's measured cells carry it) tells the two apart."""
+    import hashlib
+
+    from specscope.sim.grid import SimConfig, simulate
+
+    path = tmp_path / "p.json"
+    path.write_bytes(policy_file.read_bytes())
+    config = SimConfig(mode="paper", batch_sizes=(1,))
+    (first,) = simulate(workload(1, count=4), ["ngram+eagle"], [f"learned:{path}"], COST, config)
+    (fixed,) = simulate(workload(1, count=4), ["eagle"], ["fixed:2"], COST, config)
+    assert first.policy_sha256 == hashlib.sha256(policy_file.read_bytes()).hexdigest()[:16]
+    assert fixed.policy_sha256 is None
+    document = json.loads(path.read_text())
+    document["training"]["seed"] = 1  # another fit, one name
+    path.write_text(json.dumps(document))
+    (second,) = simulate(workload(1, count=4), ["ngram+eagle"], [f"learned:{path}"], COST, config)
+    assert second.policy == first.policy and second.policy_sha256 != first.policy_sha256
+    assert "policy_sha256" in second.flat()
+
+
 def test_a_feature_constant_in_training_carries_no_weight(policy_file):
     """Every training prompt has one length: log_prompt is constant, its float std rounding
     (~1e-16). Standardised by that, it was fitted on noise (slopes of 10^16 against offsets of

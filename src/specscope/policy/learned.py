@@ -17,6 +17,7 @@ numbers only.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,7 @@ class LearnedPolicy:
     methods: tuple[str, ...]
     choosers: dict[int, Chooser]
     document: dict
+    sha256: str | None = None  # :func:`stamp` of the file it was read from
     _decisions: dict[int, Decide] = field(default_factory=dict, compare=False, repr=False)  # decide_for by batch size
 
     @property
@@ -114,7 +116,8 @@ class LearnedPolicy:
 def load_policy(path: str | Path) -> LearnedPolicy:
     """Read a policy file; a missing or malformed one is a one-line error naming it."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        data = Path(path).read_bytes()
+        text = data.decode("utf-8")
     except OSError as error:
         raise SpecscopeError(f"{path}: cannot read the policy file: {error.strerror}") from None
     except UnicodeDecodeError as error:
@@ -147,7 +150,13 @@ def load_policy(path: str | Path) -> LearnedPolicy:
         raise SpecscopeError(f"{path}: malformed policy file: {error}") from None
     except SpecscopeError as error:
         raise SpecscopeError(f"{path}: field 'methods': {error}") from None
-    return LearnedPolicy(str(path), methods, choosers, document)
+    return LearnedPolicy(str(path), methods, choosers, document, stamp(data))
+
+
+def stamp(data: bytes) -> str:
+    """What names a policy file's content in a result (its rows' ``policy_sha256``): the start of
+    its SHA-256 — a file fitted again in place runs under the same name, not the same stamp."""
+    return hashlib.sha256(data).hexdigest()[:16]
 
 
 def _methods(value: object) -> tuple[str, ...]:

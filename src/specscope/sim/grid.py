@@ -97,6 +97,7 @@ class SimRow:
     mean_acceptance_length: float
     requests: int
     peak_kv_tokens: float = float("nan")  # the most tokens the KV cache held at once, with SD
+    policy_sha256: str | None = None  # a learned policy's file content (its stamp): a file fitted again is told apart
     time_split: dict[str, float] = field(default_factory=dict)
 
     def flat(self) -> dict:
@@ -464,7 +465,8 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         latency_per_token=sd.latency_per_token,
                         baseline_latency_per_token=base_pred.latency_per_token,
                         acceptance_rate=alpha, mean_acceptance_length=tau,
-                        requests=len(members), peak_kv_tokens=sd.peak_kv_tokens, time_split=sd.time_split,
+                        requests=len(members), peak_kv_tokens=sd.peak_kv_tokens, policy_sha256=policy.sha256,
+                        time_split=sd.time_split,
                     )
                     rows.append(row)
                     if on_row:

@@ -67,6 +67,7 @@ class Policy:
     switch: tuple[str, ...] | None = None
     decide_for: Callable[[int], Decide] | None = None
     depth: int | None = None  # a learned policy's deepest k: its walk caps n-gram's offer there, as the engine does
+    sha256: str | None = None  # a learned policy's file content (policy.learned.stamp): what its rows name
 
 
 class _Adaptive:
@@ -142,7 +143,8 @@ def _learned(argument: str) -> Policy:
     if not argument:
         raise SpecscopeError("policy 'learned': expected learned:FILE, a file made by `specscope policy fit`")
     learned = load_policy(argument)
-    return Policy(f"learned:{argument}", switch=learned.methods, decide_for=learned.decide_for, depth=learned.depth)
+    return Policy(f"learned:{argument}", switch=learned.methods, decide_for=learned.decide_for, depth=learned.depth,
+                  sha256=learned.sha256)
 
 
 def _tree(argument: str) -> Policy:

@@ -25,7 +25,6 @@ Interrupt it at any point and rerun the same command: finished work is kept.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -211,7 +210,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         say(f"policy  fitted over {'+'.join(methods)} at B={','.join(map(str, config.batch_sizes))}: "
             f"{document['training']['steps']} steps of {document['training']['requests']} requests")
     policy = load_policy(config.policy_path)
-    stamp = hashlib.sha256(config.policy_path.read_bytes()).hexdigest()[:16]  # the cells name the policy they ran
+    stamp = policy.sha256  # the cells name the policy they ran
     config.learned_dir.mkdir(parents=True, exist_ok=True)
     cells = []
     for workload in config.workloads:
