@@ -148,6 +148,7 @@ def _show(value: object) -> str:
 K_MAX_LIMIT = 64  # the longest proposal length anywhere (k, k_max): far past any useful k, below a typo's
 MAX_BATCH_SIZE = 65536  # the most sequences at once anywhere: far past any engine's (vLLM's max_num_seqs: 256-1024)
 MAX_CONTEXT = 10_000_000  # the most cached tokens per request anywhere: past any model's positions
+MAX_REQUESTS = 1_000_000  # the most requests per measured run: past any benchmark's (a typo's 10^12 would fill memory)
 
 
 def integers(value: object, *, low: int | None = None, high: int | None = None) -> np.ndarray:

@@ -378,3 +378,13 @@ def test_server_dies_with_a_killed_launcher(tmp_path):
         time.sleep(0.05)
     os.kill(child, signal.SIGKILL)
     pytest.fail("the server outlived its killed launcher")
+
+
+def test_a_tree_servers_per_position_counters_are_checked_against_what_it_shows():
+    """The sweep checked a launched tree server's per-position counters against k = the tree's
+    node count; specscope serve shows one per depth of the accepted path (every tree cell of a
+    specscope engine failed its check), vLLM one per speculative token (its node count)."""
+    tree = TreeShape.parse("2x1")  # 4 nodes, depth 2
+    assert LaunchSpec("specscope", "target", method="eagle", draft="h", tree=tree).positions == 2
+    assert LaunchSpec("vllm", "target", method="eagle", draft="h", tree=tree).positions == 4
+    assert LaunchSpec("specscope", "target", method="eagle", k=3, draft="h").positions == 3

@@ -403,6 +403,25 @@ def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path, fake_server):
     assert run_sweep(config).ran == 1  # the lock is gone with the first sweep
 
 
+def test_a_sweep_refused_by_the_lock_leaves_the_folder_to_the_one_holding_it(tmp_path, fake_server, monkeypatch):
+    """Two sweeps started at once into a new folder both saw it missing; the one the lock refused
+    removed it — the other's cells/ and lock — as a refused run removes what it made. A run
+    refused the lock removes nothing."""
+    import fcntl
+
+    import specscope.backends.openai.sweep as sweep_module
+
+    text = 'output = "new/out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\nmethods = ["none"]\n'
+    config = load_sweep_config(write_config(tmp_path, text + url_engine("good", fake_server("ok").url)))
+    monkeypatch.setattr(sweep_module, "_first_missing", lambda path: tmp_path / "new")  # as both saw it
+    (config.output / "cells").mkdir(parents=True)
+    with open(config.output / "cells" / ".lock", "a") as held:  # the other sweep made it, and runs
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(SpecscopeError, match="another sweep is running into this folder"):
+            run_sweep(config)
+        assert (config.output / "cells" / ".lock").is_file()
+
+
 def test_winners_follow_the_reports_rule_not_raw_throughput():
     """With paired baselines raw throughputs are measured at other times: the winner was the
     fastest row (a none cell at 100 tok/s) where n-gram ran 1.25× its own baseline."""

@@ -88,7 +88,7 @@ def add_openai_bench_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--launch", choices=ENGINES, help="start the engine per batch size (no-SD, then SD)")
     group.add_argument("--model-name", help="model id sent in requests (default: the server's /v1/models)")
     group.add_argument(
-        "--num-requests", type=POSITIVE, help="requests per run (default: the workload's; cycles if more)"
+        "--num-requests", type=validate.arg(validate.integer, low=1, high=validate.MAX_REQUESTS), help="requests per run (default: the workload's; cycles if more)"
     )
     group.add_argument(
         "--port", type=validate.arg(validate.integer, low=1, high=65535), help="port for --launch (default: a free one)"
@@ -210,7 +210,7 @@ def launched(config: ServingBenchConfig, spec: LaunchSpec, log_path: Path) -> It
     """``spec``'s server, started (logging to ``log_path``) and checked to show what ``spec``
     asks: what was verified; stopped on leaving."""
     with ServerProcess(command_for(spec), spec.url, log_path, config.launch_timeout_s):
-        k = spec.k if spec.method != NO_SD else 0
+        k = spec.positions if spec.method != NO_SD else 0
         yield check_server(spec.url, spec.method, k, config.model_name, config.idle_timeout_s)[1]
 
 

@@ -124,6 +124,15 @@ class LaunchSpec:
     extra_args: tuple[str, ...] = ()
     tree: TreeShape | None = None
 
+    @property
+    def positions(self) -> int:
+        """The draft positions the server's per-position acceptance counters show (what a launched
+        server is checked against): k; for a tree, vLLM's ``num_speculative_tokens`` (its node
+        count) and specscope serve's accepted path (its depth)."""
+        if self.tree is None:
+            return self.k
+        return self.tree.depth if self.engine == "specscope" else self.tree.nodes
+
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise SpecscopeError(

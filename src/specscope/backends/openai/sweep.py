@@ -432,12 +432,14 @@ def run_sweep(
         (config.output / "cells").mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecscopeError(f"{config.output}: cannot make the sweep's folder ({error.strerror or error})") from None
-    try:
-        return _run_sweep(config, retry_failed, run_groups)
-    except SpecscopeError:
-        if made is not None and not any((config.output / "cells").glob("*.json")):  # refused before a cell:
-            shutil.rmtree(made, ignore_errors=True)  # leave nothing, parents it made included
-        raise
+    with exclusive(config.output / "cells" / ".lock", f"{config.output}: another sweep is running into this folder (its "
+                   "cells would be measured twice at once); wait for it to end, or write elsewhere"):
+        try:  # refused here, this run removes what it made — only while it holds the lock: a run refused the
+            return _run_sweep(config, retry_failed, run_groups)  # lock leaves the folder to the run that holds it
+        except SpecscopeError:
+            if made is not None and not any((config.output / "cells").glob("*.json")):  # refused before a cell:
+                shutil.rmtree(made, ignore_errors=True)  # leave nothing, parents it made included
+            raise
 
 
 def _first_missing(path: Path) -> Path | None:
@@ -451,33 +453,32 @@ def _first_missing(path: Path) -> Path | None:
 
 
 def _run_sweep(config: SweepConfig, retry_failed: bool, run_groups: GroupRunner) -> SweepOutcome:
-    with exclusive(config.output / "cells" / ".lock", f"{config.output}: another sweep is running into this folder (its "
-                   "cells would be measured twice at once); wait for it to end, or write elsewhere"):
-        recorded = read_cells(config.output)  # as the lock found them
-        atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
-        cells = plan_cells(config)
-        pending = [
-            c
-            for c in cells
-            if c.cell_id(config) not in recorded
-            or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
-        ]
-        redo = {_unit_key(config, c) for c in pending if measured_together(config, c)}  # together or not at all
-        ids = {c.cell_id(config) for c in pending}
-        pending = [c for c in cells
-                   if c.cell_id(config) in ids or (measured_together(config, c) and _unit_key(config, c) in redo)]
-        groups: dict[tuple, list[Cell]] = {}
-        for cell in pending:
-            groups.setdefault(_server_key(config, cell), []).append(cell)
-        rows = None
-        group_of = {c.cell_id(config): key for key, group in groups.items() for c in group}
-        left = {key: len(group) for key, group in groups.items()}
-        for record in run_groups(config, list(groups.values())):
-            write_record(config, record)
-            left[group_of[record["cell_id"]]] -= 1
-            if not left[group_of[record["cell_id"]]]:
-                rows = results(config)  # the tables stay current while the sweep goes on
-        rows = results(config) if rows is None else rows
+    """:func:`run_sweep` under its lock."""
+    recorded = read_cells(config.output)  # as the lock found them
+    atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
+    cells = plan_cells(config)
+    pending = [
+        c
+        for c in cells
+        if c.cell_id(config) not in recorded
+        or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
+    ]
+    redo = {_unit_key(config, c) for c in pending if measured_together(config, c)}  # together or not at all
+    ids = {c.cell_id(config) for c in pending}
+    pending = [c for c in cells
+               if c.cell_id(config) in ids or (measured_together(config, c) and _unit_key(config, c) in redo)]
+    groups: dict[tuple, list[Cell]] = {}
+    for cell in pending:
+        groups.setdefault(_server_key(config, cell), []).append(cell)
+    rows = None
+    group_of = {c.cell_id(config): key for key, group in groups.items() for c in group}
+    left = {key: len(group) for key, group in groups.items()}
+    for record in run_groups(config, list(groups.values())):
+        write_record(config, record)
+        left[group_of[record["cell_id"]]] -= 1
+        if not left[group_of[record["cell_id"]]]:
+            rows = results(config)  # the tables stay current while the sweep goes on
+    rows = results(config) if rows is None else rows
     unpaired = sorted({r["engine"] for r in rows if r["status"] == "ok" and r["method"] != NO_SD and r.get("speedup") is None})
     if unpaired:  # a speedup is a ratio to the same engine's no-SD throughput, which these never measured
         log.warning("engines %s: SD cells without a successful 'none' cell of the same engine, workload and batch "

@@ -395,7 +395,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     positive, seconds = (validate.integer, {"low": 1}), (validate.number, {"low": 0.0, "low_open": True})
     rules = {
         "max_tokens": positive,
-        "num_requests": positive,
+        "num_requests": (validate.integer, {"low": 1, "high": validate.MAX_REQUESTS}),
         "prompt_lookup_min": positive,
         "prompt_lookup_max": positive,
         "request_timeout_s": seconds,
@@ -484,6 +484,8 @@ def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
                 raise validate.Invalid(f"expected at most {validate.K_MAX_LIMIT} nodes, got {tree.nodes} in {text}")
         except validate.Invalid as error:
             raise SpecscopeError(f"{where(path, field=f'trees[{i}]')}: {error}") from None
+        if tree in trees:  # "2x1" and its paths written out are one tree: planned twice, recorded once
+            raise SpecscopeError(f"{where(path, field='trees')}: {tree.name!r} is listed twice")
         trees.append(tree)
     return tuple(trees)
 
