@@ -26,7 +26,17 @@ WITH_FILE = {**WORKLOAD, "taken.txt": "mine"}
 REF = ["bench", "--model", "m", "--workload", "w.jsonl"]
 OPENAI = ["bench", "--backend", "openai", "--workload", "w.jsonl", "--max-tokens", "4", "--batch-sizes", "1"]
 
+def _bundled_target() -> str:
+    from specscope.zoo.shipped import model_dir
+
+    return str(model_dir("target"))
+
+
+LONG_PROMPT = {"long.jsonl": json.dumps({"id": "a", "prompt_token_ids": [4] * 1100}) + "\n"}  # past its 1024 positions
+
 CASES = [
+    Case("prompt-alone-fills-the-positions", ["bench", "--model", _bundled_target(), "--workload", "long.jsonl"],
+         r"the longest prompt \(1100 tokens\) leaves no room for an output in the 1024 positions", LONG_PROMPT),
     Case("openai-top-p", ["bench", "--backend", "openai", "--url", "http://127.0.0.1:1", "--workload", "w.jsonl",
                           "--top-p", "0.5"], r"--top-p: only with --backend reference", WORKLOAD),
     Case("records-is-the-workload", [*REF, "--records", "w.jsonl"], r"--records w\.jsonl: is also an input",

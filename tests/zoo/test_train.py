@@ -112,6 +112,12 @@ def test_resume_keeps_finished_stages(quick_zoo, tmp_path):
     assert after["target"] == before["target"] and after["draft"] == before["draft"]
     assert after["eagle"] != before["eagle"] and after["mtp"] != before["mtp"]
     assert json.loads((out / "training.json").read_text())["config"]["head_steps"] == 3
+    # a stage whose folder was removed, or whose weights changed, since: trained again, not said to be kept
+    shutil.rmtree(out / "draft")
+    (out / "eagle" / "model.safetensors").write_bytes(b"not the weights")
+    train_zoo(out, replace(TrainConfig.quick(), head_steps=3), held_out=set())
+    assert load_model(out / "draft") is not None and (out / "eagle" / "model.safetensors").stat().st_size > 100
+    assert (out / "target" / "model.safetensors").stat().st_mtime_ns == before["target"]
 
 
 def test_distinct_4():

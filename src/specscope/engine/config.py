@@ -149,10 +149,13 @@ def check_max_tokens(model_dir: Path, longest_prompt: int, max_tokens: int) -> N
     """Refuse ``--max-tokens`` where the longest prompt and ``max_tokens`` outputs would not fit the
     model's positions (``max_position_embeddings``), before any model is loaded."""
     limit = ModelConfig.from_dir(model_dir).max_position_embeddings
+    if limit is not None and longest_prompt >= limit:  # no --max-tokens would do: the prompt is the problem
+        raise SpecscopeError(f"the longest prompt ({longest_prompt} tokens) leaves no room for an output in the {limit} "
+                             f"positions of {model_dir} (max_position_embeddings): shorten it, or leave it out")
     if limit is not None and longest_prompt + max_tokens > limit:
         raise SpecscopeError(f"--max-tokens {max_tokens}: the longest prompt ({longest_prompt} tokens) and "
                              f"{max_tokens} output tokens exceed the {limit} positions of {model_dir} "
-                             f"(max_position_embeddings); at most {max(limit - longest_prompt, 0)}")
+                             f"(max_position_embeddings); at most {limit - longest_prompt}")
 
 
 def _rope_from_hf(data: dict, source: str) -> RopeConfig:

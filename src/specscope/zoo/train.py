@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specscope.fileio import atomic_write_text, refuse_foreign_folder
+from specscope.errors import SpecscopeError
+from specscope.fileio import atomic_write_text, file_sha256, read_json_object, refuse_foreign_folder
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.progress import LazyProgress
@@ -44,6 +45,7 @@ from specscope.zoo.stream import IGNORE, Stream
 from specscope.zoo.tokenizer import END, PAD, save_tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
+WEIGHTS = "model.safetensors"  # each stage's weights (heads too: the published layout), in its folder
 
 def hf_config(shape: Shape, vocab_size: int, end_id: int, pad_id: int, **extra) -> dict:
     """A transformers ``LlamaConfig`` dictionary for ``shape``."""
@@ -166,7 +168,7 @@ def save_model(model: Transformer, hf: dict, out_dir: Path, tokenizer) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {n: t.detach().to(torch.float16).contiguous() for n, t in model.state_dict().items()
              if n != "lm_head.weight"}  # tied to model.embed_tokens.weight
-    save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    save_file(state, str(out_dir / WEIGHTS), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(hf, indent=1) + "\n", encoding="utf-8")
     generation = {"eos_token_id": hf["eos_token_id"], "pad_token_id": hf["pad_token_id"]}
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=1) + "\n", encoding="utf-8")
@@ -190,6 +192,18 @@ def stage_keys(config: TrainConfig) -> dict[str, dict]:
     return json.loads(json.dumps(keys))  # as training.json holds them (tuples become lists)
 
 
+def _finished_stages(record_path: Path) -> dict[str, dict]:
+    """The stages ``training.json`` records as finished (none without the file); a file that is
+    not one (hand-edited, or of something else) is a one-line error naming it."""
+    if not record_path.is_file():
+        return {}
+    stages = read_json_object(record_path, "a zoo's training record (an object)").get("stages")
+    if not isinstance(stages, dict) or not all(isinstance(stage, dict) for stage in stages.values()):
+        raise SpecscopeError(f"{record_path}: field 'stages': expected the finished stages, an object of objects "
+                             "(remove the file to train every stage again)")
+    return stages
+
+
 def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[str, float]:
     """Train and write ``out_dir/{target,draft,eagle,mtp}``; returns seconds and final losses.
 
@@ -203,7 +217,7 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
     out_dir = Path(out_dir)
     record_path = out_dir / "training.json"
     refuse_foreign_folder(out_dir, record_path.name, "zoo")
-    done = json.loads(record_path.read_text(encoding="utf-8"))["stages"] if record_path.is_file() else {}
+    done = _finished_stages(record_path)
     keys = stage_keys(config)
     corpus = [text for task in config.tasks for ex in tasks.generate(task, config.tokenizer_corpus, config.seed + 1)
               for text in (ex.prompt, ex.reference)]
@@ -216,12 +230,21 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
     layers = config.target.layers
 
     def finish(name: str, loss: float, started: float) -> None:
-        done[name] = {"key": keys[name], "loss": loss, "seconds": time.monotonic() - started}
+        done[name] = {"key": keys[name], "loss": loss, "seconds": time.monotonic() - started,
+                      "weights_sha256": file_sha256(out_dir / name / WEIGHTS)}
         atomic_write_text(record_path, json.dumps({"config": asdict(config), "stages": done}, indent=1) + "\n")
+
+    def kept(name: str) -> bool:
+        """A finished stage of this configuration whose weights are still those it wrote (a
+        folder removed or changed since is trained again)."""
+        stage, weights = done.get(name, {}), out_dir / name / WEIGHTS
+        recorded = stage.get("weights_sha256")  # absent in records written before it was kept
+        return stage.get("key") == keys[name] and (out_dir / name / "config.json").is_file() and weights.is_file() \
+            and (recorded is None or recorded == file_sha256(weights))
 
     for name, shape, steps, seed in (("target", config.target, config.target_steps, config.seed),
                                      ("draft", config.draft, config.draft_steps, config.seed + 1)):
-        if done.get(name, {}).get("key") == keys[name]:
+        if kept(name):
             log.info("%s: kept from %s", name, record_path)
             continue
         started = time.monotonic()
@@ -235,7 +258,7 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
     target = load_model(out_dir / "target")
     head_config = one_layer(ModelConfig.from_hf(target_hf))
     for name in ("eagle", "mtp"):
-        if done.get(name, {}).get("key") == keys[name]:
+        if kept(name):
             log.info("%s: kept from %s", name, record_path)
             continue
         started = time.monotonic()
