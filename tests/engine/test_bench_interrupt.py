@@ -32,4 +32,8 @@ def test_an_interrupted_bench_writes_the_batch_sizes_it_finished(tmp_path, monke
     assert out.read_text().count("\n") == 2 and records.read_text().strip()  # header + B = 1
     (named,) = csv.DictReader(out.read_text().splitlines())  # what ran: two checkpoints' rows were alike
     assert (named["model"], named["draft"], named["repeats"]) == ("target", "", "1")
+    from specscope.engine.config import model_fingerprint  # and which target, in which precision, where
+
+    assert named["model_files"] == model_fingerprint(model_dir("target"))[:16] and named["draft_files"] == ""
+    assert (named["dtype"], named["device"]) == ("float32", "cpu")
     assert "the 1 batch size(s) finished (B=1) are in" in capsys.readouterr().err

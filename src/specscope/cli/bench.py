@@ -298,13 +298,18 @@ def run(args: argparse.Namespace) -> int:
 def _write(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig, result: BenchResult) -> list[dict]:
     """``result``'s rows, labelled with the workload (its name: what `report --measured` matches),
     how its outputs were made (a sampled row measures other outputs than a greedy one) and the
-    model that made them (two checkpoints' rows were indistinguishable), written
+    model that made them (two checkpoints' rows were indistinguishable; the reference engine's:
+    each checkpoint's fingerprint, as a trace's settings keep it, the dtype and the device), written
     to ``-o``, and its step records to ``--records``, where given; the rows."""
     sampled = ("top_p", "top_k", "seed") if isinstance(config, BenchConfig) else ()  # a server's bench sends no others
     made = {name: getattr(config, name) for name in ("max_tokens", "ignore_eos", "temperature", *sampled)}
-    if isinstance(config, BenchConfig):  # what ran: the checkpoints (their folders' names) and the repeats
-        ran = {"model": Path(config.model_dir).name, "draft": config.draft_dir and Path(config.draft_dir).name,
-               "repeats": config.repeats}
+    if isinstance(config, BenchConfig):  # what ran: the checkpoints (their folders' names and contents), how, how often
+        from specscope.engine.config import model_fingerprint
+
+        ran = {"model": Path(config.model_dir).name, "model_files": model_fingerprint(Path(config.model_dir))[:16],
+               "draft": config.draft_dir and Path(config.draft_dir).name,
+               "draft_files": config.draft_dir and model_fingerprint(Path(config.draft_dir))[:16],
+               "dtype": config.dtype, "device": config.device, "repeats": config.repeats}
     else:
         ran = {"model": config.model_name or config.model}
     rows = [{**row.flat(), "workload": Path(config.workload).stem, **made, **ran} for row in result.rows]
