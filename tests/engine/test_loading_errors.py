@@ -59,6 +59,19 @@ def test_integer_weights_are_refused(llama_dir, tmp_path):
         load_model(model)
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_refused(llama_dir, tmp_path, value):
+    """A NaN weight ran: every logit NaN, every token 0, and bench still printed a normal row."""
+    model = edited(llama_dir, tmp_path)
+    state = load_file(str(model / "model.safetensors"))
+    state["model.norm.weight"] = state["model.norm.weight"].clone()
+    state["model.norm.weight"][3] = value
+    save_file(state, str(model / "model.safetensors"))
+    with pytest.raises(SpecscopeError, match=r"model\.safetensors: weight 'model\.norm\.weight' holds values that are "
+                                             r"not finite in torch\.float32"):
+        load_model(model)
+
+
 def test_a_head_of_its_own_is_not_tied_away(llama_dir, tmp_path):
     """tie_word_embeddings true beside an lm_head.weight that differs from the embeddings: tying
     would drop the head without a word (the probe's argmax agreement with the untied model: 0 %)."""

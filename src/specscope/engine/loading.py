@@ -104,6 +104,9 @@ def load_state_dict(
                                      "weight in one file (a stray copy in the folder?)")
             found[name] = path
             state[name] = tensor.to(dtype) if tensor.is_floating_point() else tensor
+            if state[name].is_floating_point() and not bool(torch.isfinite(state[name]).all()):  # its logits: NaN
+                raise SpecscopeError(f"{path}: weight {name!r} holds values that are not finite in {dtype} (NaN or "
+                                     "±inf: a corrupted or diverged checkpoint, or one too large for this dtype)")
     return state
 
 
