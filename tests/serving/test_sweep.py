@@ -403,6 +403,27 @@ def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path, fake_server):
     assert run_sweep(config).ran == 1  # the lock is gone with the first sweep
 
 
+def test_config_json_describes_the_tables_beside_it_when_a_run_stops_early(tmp_path, fake_server):
+    """config.json was rewritten as a run began, its tables only when a group finished: a run of
+    another configuration stopped before that left a config.json that disagreed with them."""
+    url = fake_server("ok").url
+    first = load_sweep_config(write_config(tmp_path, 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\n'
+                                                     'methods = ["none"]\nmax_tokens = 6\n' + url_engine("good", url)))
+    run_sweep(first)
+    before = {name: (first.output / name).read_bytes() for name in ("config.json", "results.json")}
+    second = load_sweep_config(write_config(tmp_path, 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\n'
+                                                      'methods = ["none"]\nmax_tokens = 12\n' + url_engine("good", url)))
+
+    def stopped(config, groups):
+        raise KeyboardInterrupt
+        yield  # a generator, as run_groups is
+
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(second, run_groups=stopped)
+    assert {name: (first.output / name).read_bytes() for name in before} == before
+    assert json.loads(before["config.json"])["max_tokens"] == 6
+
+
 def test_a_sweep_refused_by_the_lock_leaves_the_folder_to_the_one_holding_it(tmp_path, fake_server, monkeypatch):
     """Two sweeps started at once into a new folder both saw it missing; the one the lock refused
     removed it — the other's cells/ and lock — as a refused run removes what it made. A run

@@ -455,7 +455,6 @@ def _first_missing(path: Path) -> Path | None:
 def _run_sweep(config: SweepConfig, retry_failed: bool, run_groups: GroupRunner) -> SweepOutcome:
     """:func:`run_sweep` under its lock."""
     recorded = read_cells(config.output)  # as the lock found them
-    atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")
     cells = plan_cells(config)
     pending = [
         c
@@ -495,7 +494,8 @@ def _run_sweep(config: SweepConfig, retry_failed: bool, run_groups: GroupRunner)
 
 def results(config: SweepConfig) -> list[dict]:
     """One row per planned cell that has a record, with ``speedup`` against its ``none`` cell;
-    also written to ``results.json``/``results.csv``, ``measured.json`` and ``winners.csv``."""
+    also written to ``results.json``/``results.csv``, ``measured.json`` and ``winners.csv``, beside
+    ``config.json``, the configuration they describe."""
     from specscope.fileio import write_rows
 
     recorded = read_cells(config.output)
@@ -527,7 +527,8 @@ def results(config: SweepConfig) -> list[dict]:
             baseline = baselines.get((*where, server)) or baselines.get((*where, None))
             rows[i] = {**labels, **bench_row(row["method"], row["k"], measured, baseline).flat()}
 
-    write_rows(config.output / "results.json", rows)
+    atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")  # with its tables:
+    write_rows(config.output / "results.json", rows)  # a run stopped before they were written leaves both as they were
     write_rows(config.output / "results.csv", [_flat(r) for r in rows])
     measured = [
         {**r, "workload": Path(r["workload"]).stem}
