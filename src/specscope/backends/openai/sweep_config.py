@@ -94,6 +94,7 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Sequence
 
 from specscope import validate
 from specscope.backends.openai.bench import DEFAULTS
@@ -320,7 +321,7 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
     args = table.get("args", [])
     if not isinstance(args, list) or any(not isinstance(a, str) for a in args):
         raise SpecscopeError(f"{path}: {at}.args: expected a list of strings")
-    controlled = [a for a in args if a.split("=")[0] in CONTROLLED_FLAGS.get(launch, ())]
+    controlled = [a for a in args if _sets(a, CONTROLLED_FLAGS.get(launch, ()))]
     if controlled:  # the server would run other than the cell it is recorded as
         raise SpecscopeError(f"{path}: {at}.args: {controlled[0]} is set by the sweep from each cell (method, k, "
                              "batch size, port); leave it out")
@@ -471,6 +472,15 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
                         except SpecscopeError as error:
                             raise SpecscopeError(f"{where(path, field='trees')}: engine {engine.name!r}: {error}") from None
     return config
+
+
+def _sets(arg: str, flags: Sequence[str]) -> bool:
+    """Whether the command-line word ``arg`` sets one of ``flags`` as a server's parser reads it:
+    its name before any ``=``, underscores read as dashes (vLLM's and SGLang's parsers take
+    ``--max_num_seqs``), and a long option's unambiguous start as the option (argparse's
+    abbreviations: ``--max-batch`` is ``--max-batch-size``)."""
+    name = arg.split("=", 1)[0].replace("_", "-")
+    return name.startswith("--") and len(name) > 2 and any(flag.startswith(name) for flag in flags)
 
 
 def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
