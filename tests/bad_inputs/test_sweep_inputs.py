@@ -33,6 +33,8 @@ CASES = [
          config(engine=ENGINE + 'args = ["--max_num_seqs", "1"]\n')),  # vLLM's parser reads _ as -
     Case("engine-args-set-the-cell-abbreviated", DRY, r"engines\[0\]\.args: --max-batch=1 is set by the sweep",
          config(engine='\n[[engines]]\nname = "r"\nlaunch = "specscope"\nmodel = "m"\nargs = ["--max-batch=1"]\n')),
+    Case("url-port-past-65535", DRY, r"s\.toml: engines\[0\]\.url: expected http://HOST:PORT \(a port 0\.\.65535\), got "
+         r"'http://127\.0\.0\.1:99999'", config(engine=URL_ENGINE.replace("127.0.0.1:1", "127.0.0.1:99999"))),
     Case("url-without-scheme", DRY, r"s\.toml: engines\[0\]\.url: expected http://HOST:PORT .*got 'localhost:18231'",
          config(engine=URL_ENGINE.replace("http://127.0.0.1:1", "localhost:18231"))),
     Case("temperature-nan", DRY, r"s\.toml: field 'temperature': expected a finite number, got nan",

@@ -300,6 +300,10 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
     if url is not None:
         _check(path, f"{at}.url", url, str, "http://HOST:PORT")
         parts = urllib.parse.urlsplit(url)
+        try:
+            parts.port  # ValueError: not a number, or past 65535 (else refused only as each cell ran)
+        except ValueError:
+            raise SpecscopeError(f"{path}: {at}.url: expected http://HOST:PORT (a port 0..65535), got {url!r}") from None
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.username \
                 or parts.path.strip("/"):
             raise SpecscopeError(f"{path}: {at}.url: expected http://HOST:PORT (the server's root: no path, query "
