@@ -79,6 +79,14 @@ def integer(value: object, *, low: int | None = None, high: int | None = None) -
     return value
 
 
+def not_text(value: object, *, what: str) -> object:
+    """``value`` as a file stores a number: text is refused (``"44"`` would pass the command
+    line's rules, which read text, and then be text to the arithmetic that follows)."""
+    if isinstance(value, str):
+        raise Invalid(f"expected {what}, got text {value!r}")
+    return value
+
+
 def probability(value: object) -> float:
     """A number in [0, 1]."""
     return number(value, low=0.0, high=1.0)

@@ -29,14 +29,9 @@ present: a batch's last few rows do not pay at the full batch's rate) — otherw
 with it. On an engine that pads its forwards (the cost model's ``pads_verification``), every row
 verifies the batch's widest proposal w: the group weighs each w, its verification priced once at
 the rows' θ, and the rows keep k ≤ w.
-(θ is Dinkelbach's parameter for maximising the ratio Σe / ΣT. Earlier rules set it to the
-request's own ratio so far, after 32 no-SD steps, capped at the best ratio now: starting at the
-no-SD rate, it took longer k than the steps' ratio paid for — on the paper's traces, held out,
-3 of 6 cells at or above the best fixed k under the roofline and 25.6 % of the gap closed
-(29.8 % under the paper's fit), against 4 of 6 and 27.5 % (32.0 %) for the best ratio, which
-was at or above the old rule in 10 of the 12 cells. Its prior of the throughput reached on the
-training data carried n-gram-rich workloads' rate to math, where it asked more of EAGLE than any
-step gives.)
+(θ is Dinkelbach's parameter for maximising the ratio Σe / ΣT. An earlier rule set it to the
+request's own ratio so far, starting at the no-SD rate, and took longer k than the steps' ratio
+paid for: docs/learned-policy.md, "The best ratio replaces θ", has the measurements.)
 
 The slope term w_m · x is held within its span over the training steps (``span``): a feature far
 outside what training showed (a 100k-token prompt after prompts of 1000) cannot push a
@@ -212,9 +207,9 @@ class Chooser:
 
     def _choose_rows(self, tables: list[list[list[float]]], theta: float) -> list[tuple[int, int]]:
         """:meth:`choose_group` in plain Python over the rows' tables of E[e] − θ·T [M][J + 1]
-        (each row at its own θ; ``theta``: their mean): every batch width w (an engine that pads; else the deepest k) and combination of
-        the drafters' depths k_d ≤ w, each row taking its best within them — the best of what
-        needs no drafter, or a drafter's best k ≤ k_d."""
+        (each row at its own θ; ``theta``: their mean): every batch width w (an engine that pads;
+        else the deepest k) and combination of the drafters' depths k_d ≤ w, each row taking its
+        best within them — the best of what needs no drafter, or a drafter's best k ≤ k_d."""
         drafters, depth = self._drafters, self.seconds.shape[1]
         others = [m for m in range(len(self._fixed_rows)) if m not in drafters]
         rate, best, limits = len(tables) * theta, -math.inf, (depth - 1, ())

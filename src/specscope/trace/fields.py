@@ -90,10 +90,7 @@ class Fields:
     def _not_text(self, name: str, what: str) -> object:
         """The field's value, refused if it is text: a file writes numbers as numbers (``"20"``
         would pass the command line's parsers, which read text)."""
-        value = self.get(name)
-        if isinstance(value, str):
-            raise self.error(self.name(name), f"expected {what}, got text {value!r}")
-        return value
+        return self.check(name, validate.not_text, self.get(name), what=what)
 
     def boolean(self, name: str, default: bool) -> bool:
         """true or false; ``default`` where absent or null (as Hugging Face reads a config)."""

@@ -88,7 +88,8 @@ def add_openai_bench_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--launch", choices=ENGINES, help="start the engine per batch size (no-SD, then SD)")
     group.add_argument("--model-name", help="model id sent in requests (default: the server's /v1/models)")
     group.add_argument(
-        "--num-requests", type=validate.arg(validate.integer, low=1, high=validate.MAX_REQUESTS), help="requests per run (default: the workload's; cycles if more)"
+        "--num-requests", type=validate.arg(validate.integer, low=1, high=validate.MAX_REQUESTS),
+        help="requests per run (default: the workload's; cycles if more)"
     )
     group.add_argument(
         "--port", type=validate.arg(validate.integer, low=1, high=65535), help="port for --launch (default: a free one)"

@@ -44,7 +44,7 @@ from specscope.sim.plan import baseline_plan
 from specscope.sim.policies import configured_policy, parse_policy
 from specscope.trace.schema import TraceRecord
 from specscope.trees import TreeShape
-from specscope.validate import K_MAX_LIMIT, MAX_CONTEXT, Invalid, check, integer, number
+from specscope.validate import K_MAX_LIMIT, MAX_CONTEXT, Invalid, check, integer, not_text, number
 
 log = logging.getLogger(__name__)
 COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct", "tree",
@@ -202,12 +202,9 @@ def _check_request(path: Path, index: int, request: object) -> None:
 
 
 def _stored(label: str, rule, value: object, **bounds: object):
-    """``check(label, rule, value)`` for a value a file stores: text is refused — a file writes
-    numbers as numbers (``"44"`` would pass the command line's rules, which read text, and then be
-    text to the arithmetic that follows)."""
-    if isinstance(value, str):
-        raise SpecscopeError(f"{label}: expected {'an integer' if rule is integer else 'a number'}, got text {value!r}")
-    return check(label, rule, value, **bounds)
+    """``check(label, rule, value)`` for a value a cell record stores (:func:`~specscope.validate.not_text`)."""
+    return check(label, rule, check(label, not_text, value, what="an integer" if rule is integer else "a number"),
+                 **bounds)
 
 
 def _pair(run: CellRun, server: str) -> str:
