@@ -249,6 +249,26 @@ def test_two_files_that_name_one_dataset_are_warned_about(tmp_path, caplog):
     assert "llama/gsm8k.jsonl and" in caplog.text and "both name dataset 'gsm8k'" in caplog.text
 
 
+def test_a_pipe_that_names_its_records_is_warned_about(tmp_path, caplog):
+    """Read from a pipe (``<(...)`` gives ``/dev/fd/63``), records without a dataset field are named
+    after the pipe: a warning says so; a regular file's name is no news."""
+    import os
+    import threading
+
+    pipe = tmp_path / "63"
+    os.mkfifo(pipe)
+    text = json.dumps(bench_record()) + "\n"
+    writer = threading.Thread(target=pipe.write_text, args=(text,))
+    writer.start()
+    records, _ = load_traces([pipe])
+    writer.join()
+    assert [r.dataset for r in records] == ["63"]
+    assert "63 is no regular file (a pipe?)" in caplog.text and "give them a dataset field" in caplog.text
+    caplog.clear()
+    load_traces([write_lines(tmp_path / "gsm8k.jsonl", [bench_record()])])
+    assert "regular file" not in caplog.text
+
+
 def test_convert_renames_a_proposer_after_its_method(tmp_path, capsys):
     """A SpecDecode-Bench file's single 'acc' field reads as proposer 'default', which no cost model
     prices (the error says how to name it); `traces convert --rename default=mtp` names it."""

@@ -35,7 +35,10 @@ def test_tree_lists_and_limits():
             parse_tree_list(text)
     with pytest.raises(Invalid, match="at most 64 deep"):
         parse_tree("1x" * 64 + "1")
-    assert split_list(" a, tree:[(0,), (1,)] ,,b ") == ["a", "tree:[(0,), (1,)]", "b"]
+    assert split_list(" a, tree:[(0,), (1,)] , b ") == ["a", "tree:[(0,), (1,)]", "b"]
+    for text in (",1", "1,,8", "1,8,", "a, ,b"):  # a value left out is refused, not dropped
+        with pytest.raises(Invalid, match="is empty"):
+            split_list(text)
 
 
 @pytest.mark.parametrize("text", ["", "0x2", "2x", "[(0, 0)]", "[]", "[(-1,)]", "20x20", "nonsense", "paths:", "paths:0;1.5"])

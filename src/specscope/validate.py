@@ -104,8 +104,8 @@ def temperature(value: object) -> float:
 
 def split_list(text: str) -> list[str]:
     """``"a,b,[(0,), (1,)]"`` → ``["a", "b", "[(0,), (1,)]"]``: the comma-separated parts of
-    ``text``, stripped, empty ones left out; a comma inside brackets (a tree's list of paths) does
-    not split."""
+    ``text``, stripped; a comma inside brackets (a tree's list of paths) does not split. An empty
+    part (``",1"``, ``"1,,8"``: a value left out by mistake?) is refused, not dropped."""
     parts, depth, start = [], 0, 0
     for i, char in enumerate(text):
         depth += (char in "([{") - (char in ")]}")
@@ -113,7 +113,11 @@ def split_list(text: str) -> list[str]:
             parts.append(text[start:i])
             start = i + 1
     parts.append(text[start:])
-    return [part.strip() for part in parts if part.strip()]
+    parts = [part.strip() for part in parts]
+    if len(parts) > 1 and "" in parts:
+        raise Invalid(f"expected a value between every two commas, got {text!r} (entry {parts.index('') + 1} "
+                      "is empty)")
+    return [part for part in parts if part]
 
 
 def first_repeat(values: Sequence[T]) -> T | None:

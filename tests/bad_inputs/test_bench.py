@@ -32,11 +32,12 @@ def _bundled_target() -> str:
     return str(model_dir("target"))
 
 
-LONG_PROMPT = {"long.jsonl": json.dumps({"id": "a", "prompt_token_ids": [4] * 1100}) + "\n"}  # past its 1024 positions
+LONG_PROMPT = {"long.jsonl": json.dumps({"id": "short", "prompt_token_ids": [4] * 10}) + "\n"
+               + json.dumps({"id": "long-one", "prompt_token_ids": [4] * 1100}) + "\n"}  # past its 1024 positions
 
 CASES = [
     Case("prompt-alone-fills-the-positions", ["bench", "--model", _bundled_target(), "--workload", "long.jsonl"],
-         r"the longest prompt \(1100 tokens\) leaves no room for an output in the 1024 positions", LONG_PROMPT),
+         r"request 'long-one': its prompt \(1100 tokens\) leaves no room for an output in the 1024 positions", LONG_PROMPT),
     Case("openai-top-p", ["bench", "--backend", "openai", "--url", "http://127.0.0.1:1", "--workload", "w.jsonl",
                           "--top-p", "0.5"], r"--top-p: only with --backend reference", WORKLOAD),
     Case("records-is-the-workload", [*REF, "--records", "w.jsonl"], r"--records w\.jsonl: is also an input",

@@ -38,6 +38,10 @@ def step(i: int) -> str:
 
 
 CASES = [
+    Case("batch-size-left-out", [*SIM[:-1], "1,,8"], r"argument --batch-sizes: .*got '1,,8' \(entry 2 is empty\)",
+         files=TRACES),
+    Case("switch-pair-with-an-empty-name", [*SIM[:5], "oracle-switch:ngram++eagle", *SIM[6:]],
+         r"policy 'oracle-switch:ngram\+\+eagle': expected oracle-switch:A\+B with two proposers", files=TRACES),
     Case("batch-size-absurd", [*SIM[:-1], "100000", "--mode", "paper"], r"argument --batch-sizes: .*expected an integer <= 65536",
          files=TRACES),
     Case("k-beyond-the-shallowest-record", [*SIM[:-3], "fixed:4", "--batch-sizes", "1"],

@@ -37,6 +37,12 @@ CASES = [
          r"'http://127\.0\.0\.1:99999'", config(engine=URL_ENGINE.replace("127.0.0.1:1", "127.0.0.1:99999"))),
     Case("url-without-scheme", DRY, r"s\.toml: engines\[0\]\.url: expected http://HOST:PORT .*got 'localhost:18231'",
          config(engine=URL_ENGINE.replace("http://127.0.0.1:1", "localhost:18231"))),
+    Case("url-engine-with-args", DRY, r"s\.toml: engines\[0\]\.args: is for an engine the sweep launches; the server at "
+         r"http://127\.0\.0\.1:1 runs as it was started", config(engine=URL_ENGINE + 'k = 2\nargs = ["--x"]\n')),
+    Case("url-engine-with-drafts", DRY, r"engines\[0\]\.drafts: is for an engine the sweep launches",
+         config(engine=URL_ENGINE + 'k = 2\ndrafts = { eagle = "h" }\n')),
+    Case("url-engine-with-port", DRY, r"engines\[0\]\.port: is for an engine the sweep launches",
+         config(engine=URL_ENGINE + "k = 2\nport = 8001\n")),
     Case("temperature-nan", DRY, r"s\.toml: field 'temperature': expected a finite number, got nan",
          config("temperature = nan\n")),
     Case("temperature-inf", DRY, r"s\.toml: field 'temperature': expected a finite number", config("temperature = inf\n")),

@@ -116,7 +116,7 @@ CASES = [
          r"--k-max: 1 is below what request 'a'", files={"t.jsonl": bench(acc=(3, 1, 1))}),
     Case("trace-max-tokens-past-the-positions", ["trace", "--model", ZOO_TARGET, "--proposers", "ngram", "--workload",
                                                  "w.jsonl", "-o", "out.jsonl", "--max-tokens", "5000"],
-         r"--max-tokens 5000: the longest prompt \(3 tokens\) and 5000 output tokens exceed the 1024 positions",
+         r"--max-tokens 5000: the longest prompt \(request 'a', 3 tokens\) and 5000 output tokens exceed the 1024 positions",
          files={"w.jsonl": json.dumps({"id": "a", "prompt_token_ids": [4, 5, 6]}) + "\n"}),
     Case("trace-proposer-twice", ["trace", "--model", ZOO_TARGET, "--proposers", f"draft={ZOO_TARGET},draft={ZOO_TARGET}",
                                   "--workload", "w.jsonl", "-o", "out.jsonl"],

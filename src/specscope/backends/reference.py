@@ -134,7 +134,7 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
         config = fill_batch_sizes(config, len(requests), f"the {len(requests)} distinct requests of {config.workload}; "
                                   "--batching replicate runs B copies of each")
     max_seq_len = max(len(r.prompt_token_ids) for r in requests) + config.max_tokens
-    check_max_tokens(config.model_dir, max_seq_len - config.max_tokens, config.max_tokens)
+    check_max_tokens(config.model_dir, requests, config.max_tokens)
     slots = max(config.batch_sizes)
     eos = load_eos_token_ids(config.model_dir)
     seed = 0 if config.seed is None else config.seed  # each request draws its own seed from it, both engines alike:

@@ -27,7 +27,7 @@ def int_list(text: str, high: int | None = None) -> list[int]:
     """Parse ``"1,8,16"`` into ``[1, 8, 16]``: distinct positive integers, at most ``high``
     (argparse type; a repeated batch size or k would be run twice and recorded once)."""
     try:
-        values = [validate.integer(part, low=1, high=high) for part in text.split(",") if part.strip()]
+        values = [validate.integer(part, low=1, high=high) for part in validate.split_list(text)]
     except validate.Invalid as error:
         raise argparse.ArgumentTypeError(f"expected comma-separated positive integers: {error}") from None
     if not values:
@@ -45,7 +45,10 @@ def batch_size_list(text: str) -> list[int]:
 def str_list(text: str) -> list[str]:
     """Parse ``"fixed:1,oracle"`` into ``["fixed:1", "oracle"]`` (argparse type; a tree's list of
     paths, ``tree:[(0,), (1,)]``, is one item)."""
-    values = validate.split_list(text)
+    try:
+        values = validate.split_list(text)
+    except validate.Invalid as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
     if not values:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
     repeated = validate.first_repeat(values)

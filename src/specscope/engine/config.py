@@ -12,7 +12,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from specscope import validate
 from specscope.costmodel.presets import projection_biases
@@ -145,17 +145,23 @@ class ModelConfig:
         return cls.from_hf(read_json_object(path), str(path))
 
 
-def check_max_tokens(model_dir: Path, longest_prompt: int, max_tokens: int) -> None:
-    """Refuse ``--max-tokens`` where the longest prompt and ``max_tokens`` outputs would not fit the
-    model's positions (``max_position_embeddings``), before any model is loaded."""
+def check_max_tokens(model_dir: Path, requests: Sequence, max_tokens: int) -> None:
+    """Refuse ``--max-tokens`` where the longest of ``requests`` (objects with ``id`` and
+    ``prompt_token_ids``) and ``max_tokens`` outputs would not fit the model's positions
+    (``max_position_embeddings``), before any model is loaded; the error names that request."""
     limit = ModelConfig.from_dir(model_dir).max_position_embeddings
-    if limit is not None and longest_prompt >= limit:  # no --max-tokens would do: the prompt is the problem
-        raise SpecscopeError(f"the longest prompt ({longest_prompt} tokens) leaves no room for an output in the {limit} "
-                             f"positions of {model_dir} (max_position_embeddings): shorten it, or leave it out")
-    if limit is not None and longest_prompt + max_tokens > limit:
-        raise SpecscopeError(f"--max-tokens {max_tokens}: the longest prompt ({longest_prompt} tokens) and "
-                             f"{max_tokens} output tokens exceed the {limit} positions of {model_dir} "
-                             f"(max_position_embeddings); at most {limit - longest_prompt}")
+    if limit is None or not requests:
+        return
+    longest = max(requests, key=lambda request: len(request.prompt_token_ids))
+    size = len(longest.prompt_token_ids)
+    if size >= limit:  # no --max-tokens would do: the prompt is the problem
+        raise SpecscopeError(f"request {str(longest.id)!r}: its prompt ({size} tokens) leaves no room for an output "
+                             f"in the {limit} positions of {model_dir} (max_position_embeddings): shorten it, or leave "
+                             "it out")
+    if size + max_tokens > limit:
+        raise SpecscopeError(f"--max-tokens {max_tokens}: the longest prompt (request {str(longest.id)!r}, {size} "
+                             f"tokens) and {max_tokens} output tokens exceed the {limit} positions of {model_dir} "
+                             f"(max_position_embeddings); at most {limit - size}")
 
 
 def _rope_from_hf(data: dict, source: str) -> RopeConfig:

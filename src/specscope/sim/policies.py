@@ -123,11 +123,11 @@ def _oracle_combined(argument: str) -> Policy:
 
 
 def _pair(kind: str, argument: str) -> tuple[str, str]:
-    names = tuple(part for part in argument.split("+") if part)
+    names = tuple(argument.split("+"))
     if not argument:
         raise SpecscopeError(f"policy '{kind}': name its two proposers, {kind}:A+B (no default pair here: the "
                              "default is n-gram with EAGLE, or the first model proposer, where the traces hold both)")
-    if len(names) != 2 or names[0] == names[1]:
+    if len(names) != 2 or "" in names or names[0] == names[1]:
         raise SpecscopeError(f"policy '{kind}:{argument}': expected {kind}:A+B with two proposers")
     return names[0], names[1]
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import difflib
 import json
 import logging
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
@@ -243,6 +244,14 @@ def _count_alignment(report: LoadReport, mismatched: list[str], cut: tuple[int, 
     report.surplus_entries += cut[1]
 
 
+def _regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a pipe such as ``<(...)``'s ``/dev/fd/63``)."""
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
 def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str = "common",
               seen: dict[tuple[str, str], tuple[str, TraceRecord]] | None = None,
               whole: list[TraceRecord] | None = None) -> Iterator[TraceRecord]:
@@ -269,6 +278,9 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
             report.format = fmt
         if record.dataset is None:
             record.dataset = path.stem
+            if not report.named_by_file and not _regular(path):
+                log.warning("%s is no regular file (a pipe?): its records have no \"dataset\", so they are named "
+                            "%r after it; give them a dataset field to name them", path, path.stem)
             report.named_by_file = True
         location = f"{path}:{line_number}"
         if record.output_len == 0:

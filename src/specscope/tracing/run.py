@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.fileio import exclusive, read_jsonl
 from specscope.methods import NAMES, method
@@ -45,7 +46,11 @@ class ProposerSpec:
     @classmethod
     def parse_list(cls, text: str) -> list["ProposerSpec"]:
         specs = []
-        for part in (p.strip() for p in text.split(",") if p.strip()):
+        try:
+            parts = validate.split_list(text)
+        except validate.Invalid as error:
+            raise SpecscopeError(f"--proposers: {error}") from None
+        for part in parts:
             name, _, path = part.partition("=")
             spec = cls(name, Path(path) if path else None)
             if not spec.lookup and not path:
@@ -213,8 +218,7 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     formed here, in the workload's order, and ``map_batches`` traces them (this process is the
     only writer of ``output``), so a sharded run writes the same bytes as a local one."""
     depth = tree_depth(specs, trees)
-    if requests:  # before anything is written
-        check_max_tokens(model_dir, max(len(r.prompt_token_ids) for r in requests), max_tokens)
+    check_max_tokens(model_dir, requests, max_tokens)  # before anything is written
     output.parent.mkdir(parents=True, exist_ok=True)
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees)
     check_resume(output, settings, overwrite, dry_run=True)  # a refusal leaves nothing behind, not even the lock

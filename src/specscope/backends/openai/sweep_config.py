@@ -315,6 +315,10 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
             )
         if served != NO_SD:
             _value(path, f"{at}.k", table.get("k"), validate.integer, low=1, high=validate.K_MAX_LIMIT)
+    launched_only = [field for field in ("drafts", "args", "port") if url is not None and field in table]
+    if launched_only:  # the sweep starts no server here: what would they change?
+        raise SpecscopeError(f"{path}: {at}.{launched_only[0]}: is for an engine the sweep launches; the server at "
+                             f"{url} runs as it was started (give its options where you start it)")
     drafts = table.get("drafts", {})
     if not isinstance(drafts, dict) or any(not isinstance(v, str) for v in drafts.values()):
         raise SpecscopeError(f'{path}: {at}.drafts: expected a table of method = "draft model"')
