@@ -83,3 +83,27 @@ def test_rows_and_dry_run_carry_the_tree(tmp_path, capsys):
     dry = json.loads(capsys.readouterr().out)
     assert [(r["tree"], r["state"]) for r in dry if r["cell_id"] == record["cell_id"]] == [("2x2x1", "failed")]
     assert sum(r["tree"] is None for r in dry) == 2 + 4
+
+
+def test_dry_run_says_which_recorded_cells_a_run_measures_again(tmp_path, capsys):
+    """Paired baselines: a recorded SD cell whose ``none`` half is missing is measured again with
+    it, and the dry run says so (it showed plain ``ok``); with --retry-failed a failed cell too,
+    and its recorded half with it."""
+    config = load_sweep_config(write_config(tmp_path, 'baselines = "paired"\n' + GRID.replace('trees = ["2x2x1", "3x1"]\n', "")))
+    cells = plan_cells(config)
+    sd = next(c for c in cells if c.method == "eagle3" and c.batch_size == 1 and c.k == 1)
+    alone = next(c for c in cells if c.method == "eagle3" and c.batch_size == 4 and c.k == 3)
+    pair = [c for c in cells if sd.server in (c.server, c.baseline_for) and c.batch_size == 1]
+    [partner] = [c for c in cells if c.baseline_for == alone.server and c.batch_size == 4]
+    (config.output / "cells").mkdir(parents=True)
+    for cell, status in ((sd, "ok"), (alone, "failed"), (partner, "ok")):
+        (config.output / "cells" / f"{cell.cell_id(config)}.json").write_text(json.dumps(
+            {"cell_id": cell.cell_id(config), "key": cell.key(config), "status": status, "reason": None,
+             "started_at": 0.0, "finished_at": 0.0, "result": {"throughput": 1.0} if status == "ok" else None}))
+    states = {}
+    for extra in ([], ["--retry-failed"]):
+        assert main(["sweep", str(config.path), "--dry-run", "--format", "json", *extra]) == 0
+        states[bool(extra)] = {r["cell_id"]: r["state"] for r in json.loads(capsys.readouterr().out)}
+    assert len(pair) == 2 and [states[False][c.cell_id(config)] for c in pair].count("ok, measured again") == 1
+    assert [states[False][c.cell_id(config)] for c in (alone, partner)] == ["failed", "ok"]  # a whole pair
+    assert [states[True][c.cell_id(config)] for c in (alone, partner)] == ["failed, measured again", "ok, measured again"]

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscope.backends.openai.sweep import read_cells, run_sweep
+    from specscope.backends.openai.sweep import pending_cells, read_cells, run_sweep
     from specscope.backends.openai.sweep_config import INTERLEAVED_ALL, load_sweep_config, plan_cells
 
     config = load_sweep_config(args.config)
@@ -47,14 +47,11 @@ def run(args: argparse.Namespace) -> int:
                         "finished cells are kept; a pair with a half missing is measured again whole")
     if args.dry_run:
         recorded = read_cells(config.output) if (config.output / "cells").is_dir() else {}
-        rows = [
-            {
-                "cell_id": c.cell_id(config),
-                **c.labels(),
-                "state": recorded.get(c.cell_id(config), {}).get("status", "pending"),
-            }
-            for c in plan_cells(config)
-        ]
+        cells = plan_cells(config)
+        again = {c.cell_id(config) for c in pending_cells(config, cells, recorded, args.retry_failed)}
+        rows = [{"cell_id": c.cell_id(config), **c.labels(), "state": _state(recorded.get(c.cell_id(config)),
+                                                                             c.cell_id(config) in again)}
+                for c in cells]
     else:
         if args.ray:
             from specscope.distributed.sweep import ray_group_runner
@@ -84,6 +81,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: SD proposed no draft in {', '.join(idle)} (no n-gram match, or every output ended at its "
               "first token): their speedup measures running SD for nothing", file=sys.stderr)
     return 1 if not args.dry_run and any(r.get("status") == "failed" for r in rows) else 0
+
+
+def _state(record: dict | None, pending: bool) -> str:
+    """A cell's state in a dry run: ``pending``, its recorded status, or that status and
+    ``measured again`` where the run will measure it anew (a failed cell with --retry-failed; a
+    recorded cell measured together with a pending one)."""
+    if record is None:
+        return "pending"
+    return f"{record['status']}, measured again" if pending else record["status"]
 
 
 def crowded_cells(rows: list[dict]) -> list[str]:

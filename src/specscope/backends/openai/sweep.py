@@ -452,20 +452,20 @@ def _first_missing(path: Path) -> Path | None:
     return missing
 
 
+def pending_cells(config: SweepConfig, cells: list[Cell], recorded: dict[str, dict], retry_failed: bool) -> list[Cell]:
+    """The ``cells`` a run measures: those not ``recorded`` (failed ones too with ``retry_failed``),
+    and every cell measured together with one of them (a pair, an interleaved group: together or
+    not at all)."""
+    ids = {c.cell_id(config) for c in cells
+           if c.cell_id(config) not in recorded or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")}
+    redo = {_unit_key(config, c) for c in cells if c.cell_id(config) in ids and measured_together(config, c)}
+    return [c for c in cells if c.cell_id(config) in ids or (measured_together(config, c) and _unit_key(config, c) in redo)]
+
+
 def _run_sweep(config: SweepConfig, retry_failed: bool, run_groups: GroupRunner) -> SweepOutcome:
     """:func:`run_sweep` under its lock."""
-    recorded = read_cells(config.output)  # as the lock found them
     cells = plan_cells(config)
-    pending = [
-        c
-        for c in cells
-        if c.cell_id(config) not in recorded
-        or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")
-    ]
-    redo = {_unit_key(config, c) for c in pending if measured_together(config, c)}  # together or not at all
-    ids = {c.cell_id(config) for c in pending}
-    pending = [c for c in cells
-               if c.cell_id(config) in ids or (measured_together(config, c) and _unit_key(config, c) in redo)]
+    pending = pending_cells(config, cells, read_cells(config.output), retry_failed)  # as the lock found them
     groups: dict[tuple, list[Cell]] = {}
     for cell in pending:
         groups.setdefault(_server_key(config, cell), []).append(cell)
