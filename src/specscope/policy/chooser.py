@@ -48,10 +48,9 @@ import itertools
 import math
 import operator
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
-import scipy.special
 
 from specscope.policy.observation import NONE, Observation
 
@@ -82,8 +81,6 @@ class Chooser:
         alone = self.seconds + self.fixed  # a request that drafts alone pays the batch's part too
         object.__setattr__(self, "_per_second", 1.0 / alone)  # [M, J + 1] (every price > 0: the file's check)
         object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M]
-        object.__setattr__(self, "_cumulate", np.triu(np.ones((depth - 1, depth)), 1))  # [J, J + 1]
-        object.__setattr__(self, "_running", np.triu(np.ones((depth - 1, depth - 1))))  # [J, J]: Σ_{i ≤ j}
         object.__setattr__(self, "_base", 1.0 + beyond)  # the score of any k before acceptance and time
         object.__setattr__(self, "_drafters", np.flatnonzero(self.fixed.any(axis=1)).tolist())
         # plain lists for what a request alone pays per step (choose, shift): at this
@@ -118,14 +115,21 @@ class Chooser:
 
     def _gain(self, logits: np.ndarray) -> np.ndarray:
         """Hazard logits [..., M, J] → Σ_{j ≤ k+1} P(acc_len ≥ j) [..., M, J + 1] (column 0: 0):
-        log P(acc_len ≥ j) = Σ_{i ≤ j} log σ(logit_i), one matrix product."""
-        return np.exp(scipy.special.log_expit(logits) @ self._running) @ self._cumulate  # log σ: exact for any logit
+        P(acc_len ≥ j) = Π_{i ≤ j} σ(logit_i), σ(z) = 1 / (1 + e^−z) with z floored at −700 (as
+        :meth:`_lines`)."""
+        survive = np.exp(-np.maximum(logits, -700.0))
+        survive += 1.0
+        np.cumprod(np.reciprocal(survive, out=survive), axis=-1, out=survive)
+        gain = np.zeros((*logits.shape[:-1], logits.shape[-1] + 1))
+        np.cumsum(survive, axis=-1, out=gain[..., 1:])
+        return gain
 
     def gains(self, x: np.ndarray, offer: np.ndarray, shift: np.ndarray) -> np.ndarray:
         """x [B, F], offer [B] (at most J), shift [B, M] → E[e] [B, M, J + 1] of (method, k) (k = 0:
         none) = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j); n-gram proposing more than it offers: −∞ (it would
         propose just its offer, a candidate already)."""
-        gain = self._gain((np.clip(x @ self._weights_t, self._low, self._high) + shift)[:, :, None] + self.bias)
+        slope = np.minimum(np.maximum(x @ self._weights_t, self._low), self._high)  # np.clip: the same, slower
+        gain = self._gain((slope + shift)[:, :, None] + self.bias)
         gain += self._base[offer]
         return gain
 
@@ -156,7 +160,6 @@ class Chooser:
         theta = ratio.reshape(len(x), -1).max(axis=1)  # each row's best ratio
         score = gain - theta[:, None, None] * self.seconds
         rate = float(theta.sum())  # the rows' tokens per second of batch time
-        allowed = np.ones(score.shape[1:], dtype=bool)
         if self._drafters:
             *others, last = self._drafters
             best, limits = -np.inf, ()
@@ -170,36 +173,47 @@ class Chooser:
                 without = masked.reshape(len(x), -1).max(axis=1)  # [B]: best without the last drafter
                 value = np.concatenate([[without.sum()], np.maximum(without[:, None], deepest).sum(axis=0)])
                 value -= rate * (paid + self.fixed[last])  # [J + 1] over k_d of the last drafter
-                if value.max() > best:
-                    best, limits = float(value.max()), (*depths, int(value.argmax()))
+                top = int(value.argmax())
+                if value[top] > best:
+                    best, limits = float(value[top]), (*depths, top)
             for d, k_d in zip(self._drafters, limits):
-                allowed[d, k_d + 1:] = False
-        flat = np.where(allowed, score, -np.inf).reshape(len(x), -1).argmax(axis=1)
+                score[:, d, k_d + 1:] = -np.inf  # beyond the depth its drafter runs to
+        flat = score.reshape(len(x), -1).argmax(axis=1)
         method, k = np.divmod(flat, depth)
         return list(zip(np.where(k > 0, method, NONE).tolist(), k.tolist()))
 
     def row_gains(self, x: Sequence[float], offer: int, shift: Sequence[float]) -> list[list[float]]:
         """One row's expected tokens E[e] = 1 + Σ_{j ≤ k+1} P(acc_len ≥ j) of every (method, k),
         [M][J + 1] (:meth:`gains` in plain Python; n-gram beyond its offer: −∞)."""
-        table = []
         depth = self.seconds.shape[1] - 1  # J
+        return [line + [-math.inf] * (depth + 1 - len(line)) for line in self._lines(x, offer, shift)]
+
+    def _lines(self, x: Sequence[float], offer: int, shift: Sequence[float]) -> Iterator[list[float]]:
+        """Per method, E[e] of k = 0 … its top (J; n-gram: its offer) — :meth:`row_gains` unpadded.
+        σ(z) = 1 / (1 + e^−z), z floored at −700 (σ < 1e-304 there; e^700 is still a float)."""
+        depth, exp = self.seconds.shape[1] - 1, math.exp
         for m, (weights, bias) in enumerate(self._rows):
             low, high = self._spans[m]
             logit = min(max(sum(map(operator.mul, weights, x)), low), high) + shift[m]
-            top = min(offer, depth) if m == self.ngram else depth
             line, survive, gain = [1.0], 1.0, 1.0  # P(acc_len ≥ j + 1), 1 + Σ of them
-            for k in range(1, top + 1):
-                survive *= _sigmoid(logit + bias[k - 1])
+            for b in bias[:min(offer, depth) if m == self.ngram else depth]:
+                z = logit + b
+                survive /= 1.0 + exp(-z if z > -700.0 else 700.0)
                 gain += survive
                 line.append(gain)
-            table.append(line + [-math.inf] * (depth - top))
-        return table
+            yield line
 
     def choose(self, x: Sequence[float], offer: int, shift: Sequence[float]) -> tuple[int, int]:
         """(method index, k) for a request alone: the best ratio E[e] / T_B of its
         :meth:`row_gains`, the batch's part of the drafting in its price (first of equals, in
         (method, k) order). Plain Python: an engine at batch 1 pays this every step."""
-        return _best(self._ratios(self.row_gains(x, offer, shift)))
+        best, pick = -math.inf, (NONE, 0)
+        for m, (line, rates) in enumerate(zip(self._lines(x, offer, shift), self._alone_rates)):
+            ratios = list(map(operator.mul, line, rates))
+            top = max(ratios)
+            if top > best:
+                best, pick = top, (m, ratios.index(top))
+        return (pick[0] if pick[1] > 0 else NONE), pick[1]
 
     def _ratios(self, gains: list[list[float]]) -> list[list[float]]:
         """[M][J + 1] E[e] / T_B of every (method, k) at its price alone."""
@@ -242,11 +256,3 @@ def _best(table: list[list[float]]) -> tuple[int, int]:
         if top > best:
             best, pick = top, (m, line.index(top))
     return (pick[0] if pick[1] > 0 else NONE), pick[1]
-
-
-def _sigmoid(z: float) -> float:
-    """σ(z), without overflow for any z."""
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
