@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -492,6 +493,31 @@ def test_bare_oracle_combined_pairs_ngram_with_the_model_proposer_held(tmp_path,
     assert json.loads(capsys.readouterr().out)[0]["policy"] == "oracle-combined:ngram+eagle3"
 
 
+def test_bare_oracle_combined_takes_the_first_model_proposer_the_traces_name_in_every_process(tmp_path):
+    """n-gram, MTP and a draft model: the pair is n-gram + MTP (first named), whatever order a
+    process's string hashing gives a set (it changed from run to run)."""
+    import subprocess
+    import sys
+
+    from specscope.trace.load import write_traces
+
+    traces = {name: ProposerTrace(np.asarray(ACC, np.int32)) for name in ("ngram", "mtp", "draft")}
+    write_traces(tmp_path / "t.jsonl", [TraceRecord(f"r{i}", np.arange(10), np.arange(len(ACC)), traces, k_max=20,
+                                                    dataset="d") for i in range(2)])
+    cost = {"kind": "linear", "name": "toy", "forward": {"c_fixed": 0.01, "c_tok": 0.0, "c_kv": 0.0, "c_req": 0.0,
+                                                         "c_multi": 0.0}, "overhead_s": 0.0, "drafting": {
+        "ngram": {"kind": "fraction", "ratio": 0.0}, "mtp": {"kind": "fraction", "ratio": 0.1},
+        "draft": {"kind": "fraction", "ratio": 0.2}}}
+    (tmp_path / "cm.json").write_text(json.dumps(cost))
+    for seed in ("1", "2", "3"):
+        result = subprocess.run([sys.executable, "-m", "specscope", "simulate", str(tmp_path / "t.jsonl"), "--acc",
+                                 "combined", "--policies", "oracle-combined", "--cost-model", str(tmp_path / "cm.json"),
+                                 "--batch-sizes", "1", "--format", "json"], capture_output=True, text=True,
+                                env={**os.environ, "PYTHONHASHSEED": seed})
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)[0]["policy"] == "oracle-combined:ngram+mtp"
+
+
 def test_a_batch_that_never_fills_says_why_its_steady_speedup_is_nan(tmp_path, capsys):
     from specscope.cli import main
     from specscope.trace.load import write_traces
@@ -581,3 +607,17 @@ def test_the_papers_no_match_guess_goes_by_a_word_of_the_datasets_name():
                             "ShareGPT52K", "cnndm")}
     assert guesses == {"qwen3-8b_cnn": 0.4, "rcnn_eval": None, "combined_instructcoder": 0.8,
                        "llama3.1-8b_sharegpt": 0.2, "gsm8k": 0.2, "ShareGPT52K": 0.2, "cnndm": 0.4}
+
+
+def test_the_no_match_note_names_the_dataset_whose_guess_was_taken():
+    """'rcnn_instructcoder' takes instructcoder's 0.8 (a word starts with it); the note credited
+    cnn's traces (a substring of 'rcnn')."""
+    from specscope.sim.grid import no_match_notes
+
+    trace = TraceRecord("a", np.arange(4), np.arange(3), {"ngram": ProposerTrace(np.asarray([1, 2, 1], np.int32))},
+                        k_max=4, dataset="rcnn_instructcoder")
+    [note] = no_match_notes([trace], ["ngram"], SimConfig())
+    assert "with probability 0.8 (the paper's guess for its instructcoder traces)" in note
+    mine = TraceRecord("b", np.arange(4), np.arange(3), trace.proposers, k_max=4, dataset="mine")
+    [unguessed] = no_match_notes([mine], ["ngram"], SimConfig(), option=False)
+    assert unguessed.endswith("(no guess applies)")  # a verb without --match-prob names none

@@ -52,20 +52,21 @@ def test_own_schema_round_trips(tmp_path):
 
 
 def test_length_mismatch_common_prefix_is_counted(tmp_path):
-    lines = [bench_record(0), bench_record(1, eagle=(2, 1)), bench_record(2, eagle=(2, 1, 1, 1, 1, 1))]
+    lines = [bench_record(0), bench_record(1, eagle=(2, 1)), bench_record(2, eagle=(2, 1, 1, 1, 1, 1)),
+             bench_record(3, ngram=(1,) * 5, eagle=(1,) * 7)]  # 1 + 3 entries past the output: both arrays' count
     path = write_lines(tmp_path / "t.jsonl", lines)
     records, (report,) = load_traces([path])
-    assert report.mismatched_records == 2
-    assert report.mismatches_by_proposer == {"eagle": 2}
+    assert report.mismatched_records == 3
+    assert report.mismatches_by_proposer == {"eagle": 3, "ngram": 1}
     assert report.dropped_positions == 2  # record 1 loses 2 output positions, record 2 two acc_len entries past its end
-    assert report.surplus_entries == 2
-    assert "dropping 2 output positions and 2 acc_len entries beyond the output" in report.summary()
-    assert [r.output_len for r in records] == [4, 2, 4]
+    assert report.surplus_entries == 2 + 4
+    assert "dropping 2 output positions and 6 acc_len entries beyond the output" in report.summary()
+    assert [r.output_len for r in records] == [4, 2, 4, 4]
     assert all(len(t.acc_len) == r.output_len for r in records for t in r.proposers.values())
-    assert "2 of 3 records" in report.summary()
+    assert "3 of 4 records" in report.summary()
     own, (own_report,) = load_traces([path], lengths="own")
-    assert [len(r.acc_len("eagle")) for r in own] == [4, 2, 6]
-    assert own_report.dropped_positions == 0 and own_report.mismatched_records == 2
+    assert [len(r.acc_len("eagle")) for r in own] == [4, 2, 6, 7]
+    assert own_report.dropped_positions == 0 and own_report.mismatched_records == 3
 
 
 @pytest.mark.parametrize("line, message", [

@@ -38,6 +38,9 @@ def step(i: int) -> str:
 
 
 CASES = [
+    Case("proposer-missing-from-a-record", SIM[:2] + ["--acc", "eagle", "--batch-sizes", "1"],
+         r"dataset 't': proposer 'eagle' missing from 1 records \(first id 'b'\); held by every record: ngram$",
+         files={"t.jsonl": own("a") + own("b").replace(', "eagle": {"acc_len": [2, 3, 1, 1]}', "")}),
     Case("batch-size-left-out", [*SIM[:-1], "1,,8"], r"argument --batch-sizes: .*got '1,,8' \(entry 2 is empty\)",
          files=TRACES),
     Case("switch-pair-with-an-empty-name", [*SIM[:5], "oracle-switch:ngram++eagle", *SIM[6:]],

@@ -468,8 +468,21 @@ def test_leave_one_out_judges_a_shallower_dataset_within_its_own_depth(tmp_path)
     table = leave_one_out(workload(0, count=6, g=40) + shallow, ("ngram", "eagle"), [COST],
                           SimConfig(mode="paper", batch_sizes=(1,)), tmp_path)
     assert {line["dataset"] for line in table} == {"w0", "w1"}
-    assert np.asarray(json.loads((tmp_path / "policy-without-w1-0.json").read_text())["intercept"]).shape[1] == 2
+    assert np.asarray(json.loads((tmp_path / "policy-without-1-0.json").read_text())["intercept"]).shape[1] == 2
     assert all(np.isfinite(line["learned"]) for line in table)
+
+
+def test_leave_one_out_takes_any_dataset_name(tmp_path):
+    """A dataset named 'math/gsm8k', or 300 characters long: its fold's policy file is named by
+    its number (its name as a file name was a FileNotFoundError, or too long)."""
+    from dataclasses import replace
+
+    from specscope.sim.evaluate import leave_one_out
+
+    names = {"w0": "math/gsm8k", "w1": "x" * 300}
+    records = [replace(r, dataset=names[r.dataset]) for r in workload(0, count=6, g=40) + workload(1, count=6, g=40)]
+    table = leave_one_out(records, ("ngram", "eagle"), [COST], SimConfig(mode="paper", batch_sizes=(1,)), tmp_path)
+    assert {line["dataset"] for line in table} == set(names.values())
 
 
 def test_step_prices_split_a_drafters_cost_into_its_part_per_row_and_the_batchs():

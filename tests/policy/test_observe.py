@@ -114,3 +114,30 @@ def test_a_trace_whose_ngram_accepts_where_specscopes_lookup_offers_nothing_is_n
     (note,) = offer_notes([bare])
     assert note.startswith("dataset 'd': at 2 of the 2 positions where the trace's n-gram accepted drafts")
     assert offer_notes([traced]) == []  # its own draft_len is the offer: nothing recomputed
+
+
+def test_without_an_ngram_trace_its_agreement_is_the_lookups_as_in_an_engine():
+    """An EAGLE-only walk records n-gram's agreement from specscope's lookup over the tokens, as
+    the engine does, not 0 for a record without an n-gram trace (its features depended on that)."""
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    output = np.array([7, 8, 9, 7, 8, 9, 7, 8, 9, 7], dtype=np.int64)  # repeats: the lookup offers and matches
+    eagle = ProposerTrace(np.full(10, 2, dtype=np.int32))
+    lookup = {"ngram": ProposerTrace(np.array([1, 1, 1, 1, 1, 4, 4, 3, 2, 1], dtype=np.int32))}  # the lookup's acc_len
+    outcomes = []
+    for proposers in ({"eagle": eagle}, {"eagle": eagle, **lookup}):
+        rec = TraceRecord("r", np.arange(1, 4, dtype=np.int64), output, proposers, k_max=8)
+        observer = Observer(rec, ("eagle",), 10, 8)
+        for pos in (1, 3, 5, 7):
+            observer.step(pos, 0, 1)
+        outcomes.append([(o.ngram_offer, o.ngram_matched) for o in observer.observe(9).steps])
+    assert outcomes[0] == [(0, 0), (0, 0), (0, 0), (3, 2)] == outcomes[1]  # pos 7: 3 offered, 2 emitted, both matched
+
+
+def test_a_draft_prob_kept_for_no_draft_is_unknown():
+    """draft_prob of shape [G, 0] (valid: no draft's probability kept) reads as unknown, not an IndexError."""
+    rec = record(NGRAM, EAGLE)
+    rec.proposers["eagle"].draft_prob = np.zeros((len(NGRAM), 0), dtype=np.float32)
+    observer = Observer(rec, ("ngram", "eagle"), len(NGRAM), 8)
+    observer.step(3, 1, 1)
+    assert observer.observe(5).steps[-1].draft_prob is None

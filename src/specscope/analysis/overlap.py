@@ -23,7 +23,7 @@ from specscope.analysis.acceptance import by_dataset
 from specscope.costmodel.base import CostModel
 from specscope.sim.grid import SimConfig, oversize_notes, simulate
 from specscope.sim.plan import traced_k_max
-from specscope.sim.policies import parse_policy
+from specscope.sim.policies import parse_policies, parse_policy
 from specscope.trace.schema import TraceRecord
 
 BLEU_EDGES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -140,7 +140,8 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
     if notes is not None:
         notes.extend(oversize_notes(labelled, sim))
     speed: dict[tuple[str, int, str, str, int], float] = {}
-    name = {p: parse_policy(p).name for p in (*config.lookup_policies, config.reference_policy)}
+    name = {p: policy.name for p, policy in zip(config.lookup_policies, parse_policies(config.lookup_policies))}
+    name[config.reference_policy] = parse_policy(config.reference_policy).name
     lookup_rows = simulate(_at_dataset_depth(labelled, keys, config.lookup), [config.lookup],
                            sorted({name[p] for p in config.lookup_policies}), cost, sim)
     reference_rows = simulate(_at_dataset_depth(labelled, keys, config.reference), [config.reference],

@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
                 check_k_by_dataset(records, proposer, parsed)
             except SpecscopeError as error:
                 raise SpecscopeError(f"{option}: {error}") from None
-    notes = no_match_notes(records, [args.lookup, args.reference], sim)
+    notes = no_match_notes(records, [args.lookup, args.reference], sim, option=False)
     rows = overlap_speedups(records, cost, sim, config, scores, notes=notes)
     for note in notes:
         print(f"note: {note}", file=out)

@@ -14,10 +14,15 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 from specscope.cli._common import add_table_output, human_stream, note_mismatches, print_table, refuse_clashes, write_rows
 from specscope.errors import SpecscopeError
 from specscope.fileio import first_line
+
+if TYPE_CHECKING:
+    from specscope.sim.grid import SimRow
+    from specscope.trace.schema import TraceRecord
 
 ENV = "SPECSCOPE_PAPER_DIR"
 REFERENCE = "figures_gsm8k_sharegpt.csv"
@@ -105,9 +110,20 @@ def read_reference(path: Path) -> dict[tuple[str, str, str, int], float]:
     return cells
 
 
+def _length_notes(records: Sequence[TraceRecord], rows: Sequence[SimRow]) -> list[str]:
+    """:func:`~specscope.sim.grid.length_notes` of the policies that made rows, over the records of
+    the datasets where a policy of several proposers made one (a dataset without n-gram or EAGLE
+    makes no oracle-combined cell)."""
+    from specscope.sim.grid import SEVERAL, length_notes
+
+    several = {row.dataset for row in rows if row.policy.startswith(SEVERAL)}
+    made = {row.policy for row in rows}
+    return length_notes([r for r in records if r.dataset in several], [p for p in POLICIES if p in made])
+
+
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import H100_LLAMA31_8B
-    from specscope.sim.grid import OPTIMISTIC, SimConfig, length_notes, no_match_notes, sample_notes, simulate
+    from specscope.sim.grid import OPTIMISTIC, SimConfig, no_match_notes, sample_notes, simulate
     from specscope.trace import load_traces
     from specscope.trace.load import holds_traces
 
@@ -138,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise SpecscopeError(f"{folder}: no cell to simulate: " + "; ".join(missing))
     for note in [*sample_notes(records, config, option=False), *no_match_notes(records, ["ngram"], config, option=False),
-                 *length_notes(records, POLICIES), *missing]:
+                 *_length_notes(records, rows), *missing]:
         print(f"note: {note}", file=out)
     table: dict[tuple[str, str, str], list[str]] = {}
     cells, differences = [], []

@@ -204,7 +204,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
                              f"holds {max(sizes.values())}, fewer than every batch size given")
     config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="said",
                        combined=tuple(args.acc) if len(args.acc) == 2 else None)
-    notes = [*oversize_notes(records, config), *no_match_notes(records, args.acc, config), *offer_notes(records),
+    notes = [*oversize_notes(records, config), *no_match_notes(records, args.acc, config, option=False), *offer_notes(records),
              *shared]
     with tempfile.TemporaryDirectory() as folder:
         table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes,
@@ -298,7 +298,13 @@ def run_explain(args: argparse.Namespace) -> int:
                   *["/".join(f"{1e3 * row[k]:.2f}" for k in ks) for row in [*m["seconds"], *(m["fixed"][i] for i in drafters)]]]
                  for m in document["models"]])
     if traces is not None:
-        show_decisions(policy, traces[0])
+        from specscope.sim.switching import common_length
+
+        stepped = next((r for r in traces if common_length(r, policy.methods) > 1), None)  # a step after the first token
+        if stepped is None:
+            print("no decisions to show: every record's output is one token (a step decodes after the first)")
+        else:
+            show_decisions(policy, stepped)
         show_discrimination(policy, traces)
     return 0
 
@@ -343,7 +349,7 @@ def _figure(value: float) -> str | None:
 
 
 def show_decisions(policy, record) -> None:
-    """The policy's choices along ``record`` (within its methods' common length), per batch size."""
+    """The policy's choices along ``record`` (within its methods' common length, at least 2), per batch size."""
     from specscope.policy.observation import NONE
     from specscope.sim.observe import Observer
     from specscope.sim.switching import common_length

@@ -63,6 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from specscope.analysis.acceptance import proposer_names
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, capacity_notes, length_notes, no_match_notes,
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     held = set.intersection(*(set(r.proposers) for r in records))  # every record's: a pair each can replay
-    models = sorted(held - LOOKUP_PROPOSERS - {COMBINED}, key=lambda name: name != "eagle")  # EAGLE first
+    models = sorted((name for name in proposer_names(records) if name in held - LOOKUP_PROPOSERS - {COMBINED}),
+                    key=lambda name: name != "eagle")  # EAGLE first, then as the traces first name them
     combined = ("ngram", models[0]) if "ngram" in held and models else ()
     config = SimConfig(
         mode=args.mode, batch_sizes=tuple(args.batch_sizes or DEFAULTS.batch_sizes), seed=args.seed,

@@ -133,9 +133,10 @@ def load_policy(path: str | Path) -> LearnedPolicy:
         methods = _methods(document["methods"])
         choosers = choosers_from_json(document, methods)
         fitted = document["cost_model"]
-        if not isinstance(fitted, dict) or not isinstance(fitted.get("name"), str):
-            raise ValueError(f"cost_model: expected the cost model it was fitted for (an object with a name), "
-                             f"got {fitted!r:.40}")
+        if not isinstance(fitted, dict) or not isinstance(fitted.get("name"), str) \
+                or not isinstance(fitted.get("drafting", {}), dict):
+            raise ValueError(f"cost_model: expected the cost model it was fitted for (an object with a name, and "
+                             f"its drafting an object), got {fitted!r:.60}")
         sizes = document["batch_sizes"]
         if not isinstance(sizes, list) or any(type(b) is not int for b in sizes) or sizes != sorted(choosers):
             raise ValueError(f"batch_sizes: expected those of its models, {sorted(choosers)}, got "

@@ -172,10 +172,6 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                       edges={key: (max(c.ks), c.longer_k) for key, c in held.items()},
                       figure_policies=_union(c.figure_policies for c in held.values()))
     data.notes.extend(_depth_notes(held, asked, len(by_dataset(sim_records)) > 1))
-    if config.overlap != overlap_asked:  # one policy set compares every dataset's bins
-        data.notes.append(f"overlap: n-gram's policies {', '.join(config.overlap.lookup_policies)} and the "
-                          f"reference's {config.overlap.reference_policy} for every dataset, within the depth of "
-                          f"{shallowest[0]!r} · {shallowest[1]} ({held[shallowest].depth}), the shallowest here")
     data.notes.extend(_few_notes(sim_records))
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))
@@ -248,6 +244,10 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     if data.overlap and without:
         data.notes.append(f"overlap: {', '.join(without)} left out: it compares {ov.lookup} with a model proposer, "
                           "which their traces do not both hold")
+    if data.overlap and ov != overlap_asked:  # one policy set compares every dataset's bins
+        data.notes.append(f"overlap: n-gram's policies {', '.join(ov.lookup_policies)} and the reference's "
+                          f"{ov.reference_policy} for every dataset, within the depth of {shallowest[0]!r} · "
+                          f"{shallowest[1]} ({held[shallowest].depth}), the shallowest here")
     advance(PHASES[3])
 
     data.predicted = predicted_split(data.rows)

@@ -35,6 +35,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.costmodel.base import CostModel
+from specscope.validate import K_MAX_LIMIT
 from specscope.errors import SpecscopeError
 from specscope.policy.features import features
 from specscope.policy.learned import LearnedPolicy
@@ -159,11 +160,13 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                 notes.append(f"held out {held_out!r}: its policy learned from {steps} steps of {len(training)} requests "
                              f"of {'+'.join(sources)}, too few to weigh {len(document['features'])} features")
             reach = switch_k_max(training, methods)  # how deep its training traces tell (J_MAX caps every fit)
-            if notes is not None and index == 0 and reach < depth[held_out]:
+            bounded = depth[held_out] < K_MAX_LIMIT or any(r.k_max is not None for r in members)  # else any k alike
+            if notes is not None and index == 0 and reach < depth[held_out] and bounded:
                 notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach}, the depth its "
                              f"training traces were traced to, where {held_out!r} was traced to k = {depth[held_out]}: "
                              "the best fixed k and the oracles there may go deeper than it can")
-            learned = _write(document, workdir / f"policy-without-{held_out}-{index}.json")
+            number = list(datasets).index(held_out)  # not its name: a name may hold '/' or be long
+            learned = _write(document, workdir / f"policy-without-{number}-{index}.json")
             rows = judged_rows(members, methods, [learned, seen[index]], cost, config)
             for line in judge(rows, learned, seen=seen[index]):
                 table.append({"cost_model": labels[index] if labels else cost.name, "fitted_on": "+".join(document["training"]["sources"]),

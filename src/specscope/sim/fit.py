@@ -31,7 +31,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
-from specscope.policy.learned import SCHEMA, choosers_from_json
+from specscope.policy.learned import MAX_STEP_S, SCHEMA, choosers_from_json
 from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
 from specscope.sim.plan import dataset_depths
@@ -212,6 +212,10 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         document["models"] = []
         for b in batch_sizes:
             seconds, fixed, verify = step_seconds(cost, methods, depth, kv, b)
+            if not np.all(seconds + fixed <= MAX_STEP_S):  # NaN too: a policy file holds none of them
+                raise SpecscopeError(f"policy fit: cost model {cost.name!r} prices a step at batch size {b} at "
+                                     f"{np.nanmax(seconds + fixed):.4g} s, beyond the {MAX_STEP_S:g} s a policy "
+                                     "file holds: check its coefficients")
             document["models"].append({"batch_size": b, "seconds": seconds.tolist(), "fixed": fixed.tolist(),
                                        "verify": verify.tolist()})
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]

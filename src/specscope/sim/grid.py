@@ -25,7 +25,7 @@ from specscope.progress import LazyProgress
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
 from specscope.sim.plan import Plan, baseline_plan, make_plan, switch_k_max, traced_k_max
-from specscope.sim.policies import Policy, parse_policy
+from specscope.sim.policies import Policy, parse_policies, parse_policy
 from specscope.sim.pricing import DeepestPasses, Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
 from specscope.trace.schema import TraceRecord, by_dataset
@@ -137,8 +137,15 @@ def match_prob_for(dataset: str, config: SimConfig, acc: str) -> float | None:
         return config.match_prob
     if acc != "ngram":
         return None
+    named = paper_namesake(dataset)
+    return None if named is None else PAPER_MATCH_PROB[named]
+
+
+def paper_namesake(dataset: str) -> str | None:
+    """The paper's dataset (a key of :data:`PAPER_MATCH_PROB`) a word of ``dataset``'s name starts
+    with, if any (:func:`match_prob_for` takes its guess)."""
     words = re.split(r"[^a-z0-9]+", dataset.lower())
-    return next((prob for name, prob in PAPER_MATCH_PROB.items() if any(w.startswith(name) for w in words)), None)
+    return next((name for name in PAPER_MATCH_PROB if any(w.startswith(name) for w in words)), None)
 
 
 def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: SimConfig,
@@ -164,7 +171,7 @@ def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: 
                              f"steps there are taken to have proposed (and paid its drafting) ({why})")
                 continue
             source = "--match-prob" if config.match_prob is not None else \
-                f"the paper's guess for its {next(n for n in PAPER_MATCH_PROB if n in dataset.lower())} traces"
+                f"the paper's guess for its {paper_namesake(dataset)} traces"
             notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len{which}, so a step that accepted nothing "
                          f"is taken to have found a match (and paid its drafting) with probability {prob:g} ({source})")
     return notes
@@ -342,7 +349,8 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
             asks = "" if name == acc else f" (policy {policy.name!r} replays it)"
             raise SpecscopeError(
                 f"dataset {dataset!r}: proposer {name!r}{asks} missing from {len(missing)} records "
-                f"(first id {missing[0]!r}); available: {', '.join(sorted(records[0].proposers))}"
+                f"(first id {missing[0]!r}); held by every record: "
+                f"{', '.join(sorted(set.intersection(*(set(r.proposers) for r in records)))) or 'none'}"
             )
     if policy.tree is not None:
         _check_tree(records, acc, policy, dataset)
@@ -414,13 +422,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
     records lack a proposer a cell needs, or were traced shallower than a cell proposes, is
     refused, or, given a ``missing`` list (a report over datasets traced with different proposers
     or depths), has that cell left out and a note added there."""
-    parsed = [parse_policy(p, config.combined) for p in policies]
-    names = [p.name for p in parsed]
-    twice = validate.first_repeat(names)
-    if twice is not None:  # fixed:03 beside fixed:3: one policy, its rows recorded twice
-        first = names.index(twice)
-        raise SpecscopeError(f"policies {policies[first]!r} and {policies[names.index(twice, first + 1)]!r} are one "
-                             f"policy, {twice!r}: give it once")
+    parsed = parse_policies(policies, config.combined)
     pairs = cells(accs, parsed)
     predict = predict_paper if config.mode == "paper" else predict_mixed
     groups = []  # (dataset, its sampled requests, its cells, its batch sizes): all checked before any work

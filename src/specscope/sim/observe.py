@@ -5,7 +5,9 @@ The simulator keeps the trace; an observation holds plain numbers and a copy of 
 far, never a reference to the record or its arrays, so a future ``acc_len`` cannot be reached
 from it. ``ngram_offer`` is the trace's n-gram ``draft_len`` where recorded, else
 :func:`specscope.tracing.ngram.ngram_trace` over the tokens (its ``draft_len`` at position i
-reads only prompt + output[:i+1]), capped at the policy's deepest k as the engine's lookup is.
+reads only prompt + output[:i+1]), capped at the policy's deepest k as the engine's lookup is;
+where a record holds no n-gram trace, that lookup's agreement with the output is also n-gram's
+``ngram_matched`` (an engine computes it so, whatever the traces held).
 """
 
 from __future__ import annotations
@@ -31,16 +33,19 @@ class Observer:
         self._output = record.output_token_ids
         self._tokens = tuple(self._prompt.tolist() + self._output.tolist())  # sliced per step: an immutable copy
         ngram = record.proposers.get("ngram")
-        if ngram is not None and ngram.draft_len is not None:
-            offer = ngram.draft_len
+        if ngram is None or ngram.draft_len is None:
+            lookup = ngram_trace(self._prompt, self._output, k_max)
+            ngram = lookup if ngram is None else ngram  # no n-gram trace: its agreement is the lookup's, as an engine's
+            offer = lookup.draft_len
         else:
-            offer = ngram_trace(self._prompt, self._output, k_max).draft_len
+            offer = ngram.draft_len
         self._offer = np.minimum(offer[:length], k_max).tolist()
-        self._ngram_acc = None if ngram is None else ngram.acc_len[:length].tolist()
+        self._ngram_acc = ngram.acc_len[:length].tolist()
         self._overlap = prompt_overlap(self._prompt, self._output).tolist()
         self._length = length
         self._acc = [record.acc_len(m)[:length].tolist() for m in methods]
-        self._prob = [None if record.proposers[m].draft_prob is None or m == "ngram"
+        self._prob = [None if m == "ngram" or record.proposers[m].draft_prob is None
+                      or not record.proposers[m].draft_prob.shape[1]  # kept for no draft: unknown
                       else record.proposers[m].draft_prob for m in methods]
         self._history = History(len(methods), k_max, methods.index("ngram") if "ngram" in methods else NONE)
 
@@ -60,7 +65,7 @@ class Observer:
         as every walk: :func:`~specscope.sim.plan.walk_request`)."""
         emitted = 1 if method == NONE or k == 0 else min(self._acc[method][pos - 1], k + 1, self._length - pos)
         offer = self._offer[pos - 1]
-        matched = 0 if self._ngram_acc is None else min(self._ngram_acc[pos - 1] - 1, emitted, offer)
+        matched = min(self._ngram_acc[pos - 1] - 1, emitted, offer)
         prob = None
         if method != NONE and k > 0 and self._prob[method] is not None:
             value = float(self._prob[method][pos - 1, 0])

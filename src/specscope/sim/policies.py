@@ -211,6 +211,19 @@ def configured_policy(k: int, tree: str | None = None) -> str:
     return f"tree:{tree}" if tree else f"fixed:{k}"
 
 
+def parse_policies(texts: Sequence[str], combined: tuple[str, str] | None = None) -> list[Policy]:
+    """:func:`parse_policy` of each of ``texts``; two spellings of one policy (``fixed:03`` beside
+    ``fixed:3``) are refused: its rows would be recorded twice."""
+    parsed = [parse_policy(text, combined) for text in texts]
+    names = [policy.name for policy in parsed]
+    twice = validate.first_repeat(names)
+    if twice is not None:
+        first = names.index(twice)
+        raise SpecscopeError(f"policies {texts[first]!r} and {texts[names.index(twice, first + 1)]!r} are one "
+                             f"policy, {twice!r}: give it once")
+    return parsed
+
+
 def parse_policy(text: str, default_combined: tuple[str, str] | None = None) -> Policy:
     """Build a policy from its name; bare ``oracle-combined`` uses ``default_combined``."""
     kind, _, argument = text.strip().partition(":")

@@ -230,9 +230,10 @@ def _align(record: TraceRecord, mode: str) -> tuple[TraceRecord, list[str], tupl
     mismatched = record.uneven
     if not mismatched or mode == "own":
         return record, mismatched, (0, 0)
-    longest = max(len(trace.acc_len) for trace in record.proposers.values())
-    common = min(record.output_len, *(len(trace.acc_len) for trace in record.proposers.values()))
-    return record.truncated(common), mismatched, (record.output_len - common, max(0, longest - record.output_len))
+    lengths = [len(trace.acc_len) for trace in record.proposers.values()]
+    common = min(record.output_len, *lengths)
+    beyond = sum(max(0, length - record.output_len) for length in lengths)  # every array's entries past the output
+    return record.truncated(common), mismatched, (record.output_len - common, beyond)
 
 
 def _count_alignment(report: LoadReport, mismatched: list[str], cut: tuple[int, int]) -> None:
