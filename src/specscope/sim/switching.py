@@ -20,9 +20,12 @@ of the verify time is that of its proposing requests among all running ones). A 
 (``causal``) is priced as the engine runs it: the lookup runs for every running request at every
 step, whatever was chosen — its offer is a feature — and a model drafter drafts its rows to the
 deepest k among them, as the engine batches its passes. The oracles keep the cost model's price
-of their rows' mean k, as if each row's drafting stopped at its own k: optimistic, as a ceiling
+of the mean k, as if each row's drafting stopped at its own k: optimistic, as a ceiling
 should be (priced at the deepest k, gsm8k's oracle-switch at roofline B = 8 fell below EAGLE
-k = 3: 1.51× against 1.58×). A model drafter
+k = 3: 1.51× against 1.58×) — the mean over every running row of an iteration where the drafter
+drafts, the rows that chose another proposer counted as proposing 0, as a one-proposer
+``oracle`` counts its rows that propose 0 (over its own rows only, oracle-switch taking exactly
+EAGLE's oracle steps was priced 7 % below that oracle at roofline B = 8). A model drafter
 keeps a state (an EAGLE head reads the target's hidden state at every position): before its next
 step it **catches up** the positions emitted by other proposers' steps since its last one,
 catch-up = pos − (the position after the request's previous step with that drafter; 1 when
@@ -201,6 +204,7 @@ class SwitchDrafting:
         if plan.methods != self.methods:
             raise SpecscopeError(f"a plan switching between {plan.methods} priced with {self.methods}")
         loads, caught_up = [], []
+        every, kv = aggregate(None), (plan.prompt_len[plan.request_of_step] + plan.pos).astype(float)
         for index in range(len(self.methods)):
             mine = plan.method == index
             proposing = mine & (plan.proposed > 0)
@@ -208,18 +212,17 @@ class SwitchDrafting:
                 mine = proposing = np.ones_like(mine)
             tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
             rows = aggregate(mine.astype(float))
+            load = StepLoad(batched_tokens=aggregate(tokens), kv_tokens=aggregate(np.where(mine, kv, 0.0)),
+                            num_running=rows, num_proposing=aggregate(proposing.astype(float)),
+                            padded_tokens=rows * deepest(tokens))
             if self.stateful(index):
                 behind = catch_up(plan, index).astype(float)
                 caught_up.append(rows * deepest(behind) if self.causal and self.pads else aggregate(behind))
+                if not self.causal:  # an oracle: its mean k over every running row, as a one-proposer oracle's
+                    load = _over_every_row(load, every, aggregate(kv))
             else:
                 caught_up.append(None)
-            loads.append(StepLoad(
-                batched_tokens=aggregate(tokens),
-                kv_tokens=aggregate(np.where(mine, plan.prompt_len[plan.request_of_step] + plan.pos, 0).astype(float)),
-                num_running=rows,
-                num_proposing=aggregate(proposing.astype(float)),
-                padded_tokens=rows * deepest(tokens),
-            ))
+            loads.append(load)
         return BoundSwitch(self, loads, caught_up)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
@@ -229,6 +232,17 @@ class SwitchDrafting:
     def to_json(self) -> dict:
         policy = {} if self.policy is None else {LEARNED: self.policy.to_json()}
         return {"kind": "switch", **{m: d.to_json() for m, d in zip(self.methods, self.draftings)}, **policy}
+
+
+def _over_every_row(load: StepLoad, every: np.ndarray, kv: np.ndarray) -> StepLoad:
+    """A drafter's ``load`` (its own rows) where it drafts, spread over ``every`` row running
+    there (their cache ``kv``), the others as rows proposing 0: an oracle's drafting priced as a
+    one-proposer oracle's (the cost model's mean k over all running rows), so that a switch
+    taking one proposer's steps costs what that proposer's oracle does."""
+    drafts = load.num_running > 0
+    return StepLoad(batched_tokens=np.where(drafts, load.batched_tokens + every - load.num_running, 0.0),
+                    kv_tokens=np.where(drafts, kv, 0.0), num_running=np.where(drafts, every, 0.0),
+                    num_proposing=load.num_proposing, padded_tokens=load.padded_tokens)
 
 
 @dataclass(frozen=True)
