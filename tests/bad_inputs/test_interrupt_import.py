@@ -46,3 +46,27 @@ def test_an_interrupt_says_what_the_verb_keeps(capsys):
     assert "(finished stages are kept; the interrupted stage starts over; rerun to resume)" in capsys.readouterr().err
     _interrupted(argparse.Namespace(), [])
     assert capsys.readouterr().err == "specscope: interrupted\n"
+
+
+# A verb whose cleanup is still running when a second Ctrl-C comes (releasing a lock, torch
+# shutting its threads down): it printed the second KeyboardInterrupt's traceback.
+TWICE = """
+import os, signal, time
+from specscope.cli import _noting_interrupts
+with _noting_interrupts():
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        finally:
+            print("cleanup ran on", flush=True)
+"""
+
+
+def test_a_second_interrupt_while_the_first_unwinds_stops_at_once_without_a_traceback():
+    done = subprocess.run([sys.executable, "-c", TWICE], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130 and done.stdout == ""
+    assert done.stderr == "specscope: interrupted again: stopped at once, without cleaning up\n"

@@ -13,6 +13,7 @@ import contextlib
 import errno
 import importlib
 import logging
+import os
 import pkgutil
 import signal
 import sys
@@ -143,12 +144,16 @@ def _interrupted(args: argparse.Namespace | None, noted: list[int]) -> int:
 def _noting_interrupts() -> Iterator[list[int]]:
     """Python's own Ctrl-C (raise KeyboardInterrupt), and SIGTERM alike, each noted in the list
     given: an extension module interrupted while it imports (numpy, torch: the verbs import them)
-    raises another error instead. Only the main thread can set a signal handler; elsewhere nothing
-    is noted."""
+    raises another error instead. A second one while the first unwinds exits at once (its
+    KeyboardInterrupt inside a cleanup printed a traceback). Only the main thread can set a signal
+    handler; elsewhere nothing is noted."""
     noted: list[int] = []
 
     def interrupt(signum: int, frame: object) -> None:
         noted.append(signum)
+        if len(noted) > 1:  # again, while the first unwinds (locks, files, torch): stop now, no traceback
+            os.write(2, b"specscope: interrupted again: stopped at once, without cleaning up\n")
+            os._exit(128 + noted[0])
         raise KeyboardInterrupt
 
     if threading.current_thread() is not threading.main_thread() \
