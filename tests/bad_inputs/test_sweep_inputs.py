@@ -4,6 +4,7 @@ that cannot be used is refused in one line naming the file and field, before any
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from harness import Case, check
@@ -24,7 +25,14 @@ CELL = "out/cells/0123456789abcdef.json"
 EAGLE3 = ENGINE + 'drafts = { eagle3 = "h" }\n'
 SGLANG = '\n[[engines]]\nname = "s"\nlaunch = "sglang"\nmodel = "m"\ndrafts = { eagle3 = "h" }\n'
 
+ZOO_TARGET = str(Path(__file__).resolve().parents[2] / "src" / "specscope" / "data" / "zoo" / "target")
+LONG = json.dumps({"id": "long", "prompt_token_ids": [4] * 1020}) + "\n"  # the bundled target: 1024 positions
+
 CASES = [
+    Case("specscope-engine-prompt-and-max-tokens-past-its-positions", ["sweep", "s.toml"],
+         r"engine 'r', workload w\.jsonl: --max-tokens 8: the longest prompt \(request 'long', 1020 tokens\) and 8 "
+         r"output tokens exceed the 1024 positions", {"s.toml": BASE + "max_tokens = 8\n" + '\n[[engines]]\nname = "r"\n'
+                                                     f'launch = "specscope"\nmodel = "{ZOO_TARGET}"\n', "w.jsonl": LONG}),
     Case("engine-name-a-path", DRY, r"s\.toml: engines\[0\]\.name: expected letters, digits.*got '\.\./\.\./x'",
          config(engine=ENGINE.replace('name = "v"', 'name = "../../x"'))),
     Case("engine-args-set-the-cell", DRY, r"s\.toml: engines\[0\]\.args: --max-num-seqs is set by the sweep",

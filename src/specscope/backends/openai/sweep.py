@@ -39,7 +39,7 @@ import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 from specscope.backends.openai.bench import ServingBenchConfig, bench_row, launched
 from specscope.backends.openai.client import LoadResult
@@ -462,10 +462,31 @@ def pending_cells(config: SweepConfig, cells: list[Cell], recorded: dict[str, di
     return [c for c in cells if c.cell_id(config) in ids or (measured_together(config, c) and _unit_key(config, c) in redo)]
 
 
+def check_lengths(config: SweepConfig, cells: Sequence[Cell]) -> None:
+    """Before any server starts: the model of a launched specscope engine (a local checkpoint)
+    holds every workload's longest prompt (its tokens, before any chat template) and
+    ``max_tokens`` — else every cell would fail at its server, one by one."""
+    from specscope.engine.config import check_max_tokens
+    from specscope.engine.loading import load_tokenizer
+    from specscope.workloads.jsonl import read_workload
+
+    pairs = {(c.engine.name, c.workload): (c.engine, c.workload) for c in cells}  # an engine's tables: unhashable
+    for engine, workload in pairs.values():
+        model = Path(engine.model or "")
+        if engine.launch != "specscope" or not (model / "config.json").is_file():
+            continue
+        try:
+            requests = read_workload(config.workload_path(workload), load_tokenizer(model))[:config.num_requests]
+            check_max_tokens(model, requests, config.max_tokens)
+        except SpecscopeError as error:
+            raise SpecscopeError(f"engine {engine.name!r}, workload {workload}: {error}") from None
+
+
 def _run_sweep(config: SweepConfig, retry_failed: bool, run_groups: GroupRunner) -> SweepOutcome:
     """:func:`run_sweep` under its lock."""
     cells = plan_cells(config)
     pending = pending_cells(config, cells, read_cells(config.output), retry_failed)  # as the lock found them
+    check_lengths(config, pending)
     groups: dict[tuple, list[Cell]] = {}
     for cell in pending:
         groups.setdefault(_server_key(config, cell), []).append(cell)
