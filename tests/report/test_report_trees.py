@@ -15,6 +15,7 @@ from specscope.sim.grid import SimConfig
 from specscope.trace.load import write_traces
 from specscope.trace.schema import ProposerTrace, TraceRecord
 from specscope.trees import TreeShape
+from specscope.trees import TreeShape
 
 
 def ranked_records(n: int, seed: int) -> list[TraceRecord]:
@@ -84,6 +85,7 @@ def test_tree_figure_and_answer_follow_the_speedups(tree_report):
     sizes = (1, 8, 64)
     for row in csv.DictReader((out / "trees.csv").open()):
         beats = [speedup[(f"tree:{row['tree']}", b)] > speedup[(row["chain"], b)] for b in sizes]
+        assert row["beats_at"] == ",".join(str(b) for b, won in zip(sizes, beats) if won)
         up_to = row["beats_up_to"]
         if up_to:
             assert all(beats[: sizes.index(int(up_to)) + 1])
@@ -125,8 +127,31 @@ def test_a_tree_that_never_beats_its_chain_is_not_labelled_with_a_crossover():
     ax = tree_figure(rows, [never]).axes[0]  # no crossover to mark: the legend says so, no cross, no label
     assert not ax.texts and len(ax.lines) == 3  # the tree, its chain, the no-SD line
     assert "tree:2x1x1 (6 nodes; below its chain throughout)" in [t.get_text() for t in ax.get_legend().get_texts()]
-    beats = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8)
+    beats = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8, "1")
     assert [t.get_text() for t in tree_figure(rows, [beats]).axes[0].texts] == ["crossover B=8"]
+
+
+def test_a_tree_that_loses_at_a_small_batch_and_wins_at_a_larger_one_is_not_called_never():
+    """A review's study: 2x1x1 lost to fixed:3 at B = 1 (1.022 against 1.029) and won at B = 2
+    (1.004 against 0.960); the answer said 'never' and the figure 'below its chain throughout'."""
+    from specscope.report.answer import tree_answer
+    from specscope.report.figures import tree_figure
+    from specscope.report.trees import TreeRow, _summarise
+    from specscope.sim.grid import SimRow
+
+    def row(policy: str, batch: int, speedup: float) -> SimRow:
+        return SimRow("d", "eagle", policy, batch, "mixed", speedup, speedup, 1.0, 1.0, 1.0, 1.0, 0.5, 2.0, 4)
+
+    rows = [row(p, b, s) for p, values in (("fixed:3", (1.029, 0.960, 0.9, 0.8)), ("tree:2x1x1", (1.022, 1.004, 0.8, 0.85)))
+            for b, s in zip((1, 2, 4, 8), values)]
+    ranks = np.zeros((3, 3), dtype=np.int64)
+    late = _summarise("d", "eagle", TreeShape.parse("2x1x1"), ranks, rows)
+    assert (late.beats_up_to, late.crossover, late.beats_at, late.again) == (None, 1, "2,8", "2, 8")
+    assert tree_answer([late])[1] == [["d", "eagle", "at B=2, 8 only"]]
+    legend = [t.get_text() for t in tree_figure(rows, [late]).axes[0].get_legend().get_texts()]
+    assert "tree:2x1x1 (6 nodes)" in legend
+    back = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 2, "1,8")
+    assert tree_answer([back])[1] == [["d", "eagle", "up to B=1, again at B=8"]]
 
 
 def test_a_report_sets_the_trees_a_trace_was_taken_with_against_their_chains(tmp_path):

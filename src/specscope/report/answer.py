@@ -79,13 +79,15 @@ def answer_rows(rows: Sequence[SimRow]) -> list[AnswerRow]:
 def tree_answer(rows: Sequence[TreeRow]) -> tuple[list[str], list[list[str]]]:
     """A table: a row per dataset × drafter, a column per tree (against the chain of its depth),
     each cell up to which batch size the tree beats that chain (``up to B=8``, ``never``, ``at
-    every B, to 64``; ``–`` where it was not simulated)."""
+    every B, to 64``; ``at B=8 only`` and ``up to B=1, again at B=8`` where it wins past a batch
+    size it lost at; ``–`` where it was not simulated)."""
     trees = list(dict.fromkeys((r.tree, r.nodes, r.depth) for r in rows))
     header = ["dataset", "drafter", *[f"{tree} ({nodes} nodes) beats fixed:{depth}" for tree, nodes, depth in trees]]
     cells: dict[tuple[str, str], dict[str, str]] = {}
     for r in rows:
         cells.setdefault((r.dataset, r.proposer), {})[r.tree] = (
-            "never" if r.beats_up_to is None else f"at every B, to {r.beats_up_to}" if r.crossover is None
-            else f"up to B={r.beats_up_to}")
+            "never" if not r.beats_where else f"at B={r.again} only" if r.beats_up_to is None
+            else f"at every B, to {r.beats_up_to}" if r.crossover is None
+            else f"up to B={r.beats_up_to}" + (f", again at B={r.again}" if r.again else ""))
     return header, [[dataset, proposer, *[mine.get(tree, "–") for tree, _, _ in trees]]
                     for (dataset, proposer), mine in cells.items()]

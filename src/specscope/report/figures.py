@@ -297,8 +297,8 @@ def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
     fig, axes = panel_grid(len(panels), 2, 6.0, 4.2, sharey=True)
     for ax, (dataset, proposer) in zip(axes, panels):
         mine = [t for t in trees if (t.dataset, t.proposer) == (dataset, proposer)]
-        nodes = {f"tree:{t.tree}": f"{t.nodes} nodes" + ("" if t.crossover is None or t.beats_up_to is not None
-                                                          else "; below its chain throughout") for t in mine}
+        nodes = {f"tree:{t.tree}": f"{t.nodes} nodes" + ("; below its chain throughout" if not t.beats_where
+                                                          else "") for t in mine}
         policies = _unique([*nodes, *(t.chain for t in mine)])
         colours = colour_for(policies)
         for policy in policies:

@@ -11,7 +11,9 @@ Per dataset × model proposer (with ``tree_rank`` in its traces) × tree of dept
   D + 1 verified tokens;
 - ``beats_up_to`` — the largest simulated batch size up to which the tree's (whole-run) speedup beats the
   chain's (``fixed:D``) at every batch size (None: not even at the smallest); ``crossover`` — the
-  first batch size where it does not (None: it beats at every one simulated).
+  first batch size where it does not (None: it beats at every one simulated); ``beats_at`` — every
+  simulated batch size where it beats the chain, comma-separated ("": none), which need not be
+  the ones up to ``beats_up_to`` (a tree losing at B = 1 may win at B = 8).
 """
 
 from __future__ import annotations
@@ -42,6 +44,18 @@ class TreeRow:
     chain_acc_per_verified: float
     beats_up_to: int | None
     crossover: int | None
+    beats_at: str = ""
+
+    @property
+    def beats_where(self) -> list[int]:
+        """``beats_at`` as batch sizes."""
+        return [int(b) for b in self.beats_at.split(",") if b]
+
+    @property
+    def again(self) -> str:
+        """The batch sizes past ``beats_up_to`` (all, where it is None) at which the tree beats its
+        chain, comma-separated ("" none)."""
+        return ", ".join(str(b) for b in self.beats_where if self.beats_up_to is None or b > self.beats_up_to)
 
     def flat(self) -> dict:
         return asdict(self)
@@ -97,4 +111,5 @@ def _summarise(dataset: str, proposer: str, tree: TreeShape, ranks: np.ndarray, 
     chain_acc = float(chain(tree.depth).acc_len(ranks).mean())
     return TreeRow(dataset, proposer, tree.name, tree.nodes, tree.depth, chain_policy, tree_acc, chain_acc,
                    tree_acc / (tree.nodes + 1), chain_acc / (tree.depth + 1),
-                   sizes[losing - 1] if losing else None, sizes[losing] if losing < len(sizes) else None)
+                   sizes[losing - 1] if losing else None, sizes[losing] if losing < len(sizes) else None,
+                   ",".join(str(b) for b, won in zip(sizes, beats) if won))

@@ -361,8 +361,10 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say,
     write_rows(out, [{**t.flat(), "cost_model": spec} for t in trees])
     for dataset in dict.fromkeys(t.dataset for t in trees):
         parts = [f"{t.tree} ({t.nodes} nodes) vs chain {t.chain}: "
-                 + ("below it at every batch size" if t.beats_up_to is None
-                    else f"crossover B={t.crossover}" if t.crossover is not None
+                 + ("below it at every batch size" if not t.beats_where
+                    else f"above it at B={t.again} only" if t.beats_up_to is None
+                    else f"crossover B={t.crossover}" + (f", above it again at B={t.again}" if t.again else "")
+                    if t.crossover is not None
                     else f"beats it up to B={t.beats_up_to}, the largest simulated: no crossover there")
                  for t in trees if t.dataset == dataset]
         say(f"crossover {spec} {dataset} ({drafter}, whole-run speedup): " + "; ".join(parts))
