@@ -53,8 +53,14 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert "learned policy" in html  # the report's policy section
     kept = [*(out / "measured").iterdir(), *(out / "learned").iterdir(), out / "policy.json"]
     before = {str(p): p.stat().st_mtime_ns for p in kept}
+    settings = json.loads((out / "study.json").read_text())
+    assert len(settings["made_by"]) == 1  # the code that ran it, beside its settings
+    (out / "study.json").write_text(json.dumps({**settings, "made_by": ["specscope 0.0 (git 0000000)"]}))
     assert main(argv) == 0  # resumes: nothing traced, measured or fitted again
     second = capsys.readouterr().out
+    assert "note    this study was begun by specscope 0.0 (git 0000000): what those runs finished is kept as they made " \
+           "it; this run is specscope" in second  # resumed by other code: said, and recorded
+    assert json.loads((out / "study.json").read_text())["made_by"] == ["specscope 0.0 (git 0000000)", *settings["made_by"]]
     assert "already done" in second and "measure " not in second and "policy  fitted" not in second
     assert {str(p): p.stat().st_mtime_ns for p in kept} == before
     # other settings would mix their results with these: refused before any work, nothing changed
@@ -83,6 +89,17 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "echo__ngram.steps.jsonl: holds 3 step records, its run recorded" in err[0], err
     steps.write_text(whole)
+    # a report table edited by the user: refused before any stage (it was refused after the cost
+    # model, fidelity table and replays were rewritten, leaving the old page's links broken)
+    table = out / "speedup.csv"
+    table.write_text(table.read_text() + "mine\n")
+    settled = {name: (out / name).stat().st_mtime_ns for name in ("costmodel.json", "fidelity.csv", "index.html")}
+    assert main([*argv, "--replay", "roofline:a100:llama3.1-8b"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].endswith("speedup.csv was changed since the report wrote it: writing the report "
+                                             "would replace or remove it; move it away"), err
+    assert {name: (out / name).stat().st_mtime_ns for name in settled} == settled
+    assert not list(out.glob("replay_roofline_a100*"))
     # a folder that is not a study's is not written into
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "costmodel.json").write_text("{}")

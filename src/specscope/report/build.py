@@ -66,21 +66,22 @@ def check_outputs(out: Path, inputs: Sequence[str | Path], study: bool = False) 
              *(f"fig{n}_{spec.slug}.png" for n in range(1, len(FIGURES) + 1) for spec in FIGURES)]
     written = [out / name for name in names]
     manifest, ours = out / MANIFEST, _listed(out)
+    elsewhere = "" if study else " or write the report to another folder"  # a study's report is its folder's
     for given in map(Path, inputs):
         if given.is_file() and any(p.is_file() and p.samefile(given) for p in written):
             raise SpecscopeError(f"-o {out}: the report writes {given.name} there, an input of this run; "
-                                 "write the report to another folder")
+                                 f"move it away{elsewhere}")
     for path in written:
         check_output_file(path)
         exists = path.is_file() or path.is_symlink()  # a dangling link too: writing would create its target
         if exists and path != manifest and path.name not in ours:
             raise SpecscopeError(f"-o {out}: holds {path.name}, which no report wrote there (its {MANIFEST} does not "
-                                 "list it): writing the report would replace it; write the report to another folder")
+                                 f"list it): writing the report would replace it; move it away{elsewhere}")
     for name, digest in ours.items():
         path = out / name
         if digest is not None and "/" not in name and path.is_file() and file_sha256(path) != digest:
             raise SpecscopeError(f"-o {out}: {name} was changed since the report wrote it: writing the report would "
-                                 "replace or remove it; move it away or write the report to another folder")
+                                 f"replace or remove it; move it away{elsewhere}")
 
 
 def _listed(out: Path) -> dict[str, str | None]:

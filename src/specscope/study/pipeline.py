@@ -9,6 +9,7 @@ from typing import Callable
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, exclusive, read_json_object
 from specscope.study.config import StudyConfig
+from specscope.version import code_version
 from specscope.study.run import (
     fidelity_stage,
     fit_stage,
@@ -29,6 +30,8 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     """Run every stage; ``say`` receives one line per finished piece of work. One study at a
     time writes into a folder (a second one would measure beside it, each timed under the other's
     load, and replace its cells)."""
+    from specscope.report.build import check_outputs
+
     out = config.out_dir
     made, locked_before = not out.exists(), (out / LOCK).exists()
     try:
@@ -40,6 +43,7 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
                                "folder (-o)"):
         try:
             check_resume(config)
+            check_outputs(out, [], study=True)  # its report's files: refused now, not after every stage ran
             config.workloads = workloads_stage(config)
         except SpecscopeError:  # a refused run leaves nothing behind
             if made:  # every file in it is this run's: its settings, the workloads' copies, the lock
@@ -47,7 +51,25 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
             elif not locked_before:
                 (out / LOCK).unlink(missing_ok=True)
             raise
+        _record_version(config, say)
         _stages(config, say)
+
+
+def _record_version(config: StudyConfig, say: Callable[[str], None]) -> None:
+    """Add this run's code version to the study's ``made_by`` (in ``study.json``, beside its
+    settings, never compared with them); where an earlier run's differs, say that what it finished
+    is kept as it made it (a resumed study mixes the work of both; each file that records its maker,
+    policy.json, costmodel.json, the report, names its own)."""
+    path = config.settings_path
+    settings = read_json_object(path, "a study's settings (a JSON object)")
+    runs, now = settings.get("made_by", []), code_version()
+    if not isinstance(runs, list) or any(not isinstance(run, str) for run in runs):
+        raise SpecscopeError(f"{path}: field 'made_by': expected a list of code versions, got {runs!r:.60}")
+    if runs and runs[-1] != now:
+        say(f"note    this study was begun by {runs[0]}" + (f" and resumed by {', '.join(runs[1:])}" if runs[1:] else "")
+            + f": what those runs finished is kept as they made it; this run is {now}")
+    if not runs or runs[-1] != now:
+        atomic_write_text(path, json.dumps({**settings, "made_by": [*runs, now]}, indent=1) + "\n")
 
 
 def _stages(config: StudyConfig, say: Callable[[str], None]) -> None:

@@ -295,9 +295,10 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
         atomic_write_text(config.out_dir / REPLAYS, "".join(f"{n}\n" for n in sorted(earlier | set(written))))
 
     records, _ = load_traces(traces, lengths="own")
-    sizes = _fillable("chain", REPLAY_BATCH_SIZES, records, say)
-    tree_sizes = _fillable("tree", TREE_REPLAY_BATCH_SIZES, records, say)
-    for spec in config.replay_cost_models:
+    replaying = list(config.replay_cost_models)  # the batch sizes said only where a replay runs
+    sizes = _fillable("chain", REPLAY_BATCH_SIZES, records, say) if replaying else ()
+    tree_sizes = _fillable("tree", TREE_REPLAY_BATCH_SIZES, records, say) if replaying and config.tree_drafter else ()
+    for spec in replaying:
         cost = resolve_cost_model(spec)
         accs = [m for m in config.methods if _can_price(cost, m)]
         left = [m for m in config.methods if m not in accs]
@@ -311,7 +312,8 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
         wrote(f"replay_{name}.csv")
         replays[spec] = rows
         best = max(rows, key=lambda r: r.speedup if r.policy != "oracle" else 0)
-        say(f"replay  {spec}: best non-oracle {best.acc} {best.policy} at B={best.batch_size}: {best.speedup:.2f}x")
+        say(f"replay  {spec}: best non-oracle over every workload: {best.dataset} {best.acc} {best.policy} at "
+            f"B={best.batch_size}: {best.speedup:.2f}x")
         if config.tree_drafter and _can_price(cost, config.tree_drafter):
             _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say, tree_sizes)
             if (config.out_dir / f"replay_{name}_trees.csv").is_file():
