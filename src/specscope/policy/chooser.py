@@ -207,13 +207,8 @@ class Chooser:
         """(method index, k) for a request alone: the best ratio E[e] / T_B of its
         :meth:`row_gains`, the batch's part of the drafting in its price (first of equals, in
         (method, k) order). Plain Python: an engine at batch 1 pays this every step."""
-        best, pick = -math.inf, (NONE, 0)
-        for m, (line, rates) in enumerate(zip(self._lines(x, offer, shift), self._alone_rates)):
-            ratios = list(map(operator.mul, line, rates))
-            top = max(ratios)
-            if top > best:
-                best, pick = top, (m, ratios.index(top))
-        return (pick[0] if pick[1] > 0 else NONE), pick[1]
+        return _best([list(map(operator.mul, line, rates)) for line, rates in zip(self._lines(x, offer, shift),
+                                                                                   self._alone_rates)])
 
     def _ratios(self, gains: list[list[float]]) -> list[list[float]]:
         """[M][J + 1] E[e] / T_B of every (method, k) at its price alone."""
