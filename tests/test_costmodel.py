@@ -251,7 +251,7 @@ def test_a_roofline_refuses_weights_beyond_its_one_gpus_memory():
     from specscope.costmodel.registry import resolve_cost_model
 
     with pytest.raises(SpecscopeError, match=r"^roofline:h100:llama3-70b: the weights of llama3-70b take 131\.4 GiB "
-                                             r"in BF16, beyond one h100's 80 GiB"):
+                                             r"as their checkpoints store them \(BF16\), beyond one h100's 80 GiB"):
         resolve_cost_model("roofline:h100:llama3-70b")
     with pytest.raises(SpecscopeError, match=r"llama3\.1-8b and llama3-70b take 146\.4 GiB"):
         resolve_cost_model("roofline:h100:llama3.1-8b:llama3-70b")
@@ -341,3 +341,22 @@ def test_a_roofline_says_where_the_kv_cache_outgrows_the_gpu():
     (note,) = capacity_notes(rows, roofline)
     assert note.startswith("dataset 'chat': at batch sizes 128, 256 the KV cache holds up to")
     assert capacity_notes(rows, resolve_cost_model("h100-llama3.1-8b")) == []
+
+
+def test_a_roofline_written_with_a_relative_config_path_reads_from_anywhere(tmp_path, monkeypatch):
+    """`costmodel show roofline:h100:q --format json > sub/cm.json` kept "q/config.json", relative
+    to where it ran: read from another folder, the file was refused. The model's path is written whole."""
+    import json
+    import shutil
+
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.zoo.shipped import model_dir
+
+    shutil.copytree(model_dir("target"), tmp_path / "q")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    written = resolve_cost_model("roofline:h100:q").describe()
+    (tmp_path / "sub" / "cm.json").write_text(json.dumps(written))
+    monkeypatch.chdir(tmp_path / "sub")
+    again = resolve_cost_model(str(tmp_path / "sub" / "cm.json"))
+    assert again.describe()["model"] == str(tmp_path / "q" / "config.json") == written["model"]

@@ -277,3 +277,11 @@ def test_bound_refuses_what_it_would_ignore_with_alpha_and_c_given(capsys):
 
     assert main(["bound", "--alpha", "0.5", "--c", "0.1", "--cost-model", "bogus"]) == 2
     assert "--cost-model: not used with both --alpha and --c" in capsys.readouterr().err
+
+
+def test_expected_tokens_is_exact_near_alpha_one():
+    """α = 0.99999, k = 64: (1 − α^65) / (1 − α) = 64.979…, where a closeness test to 1 gave 65."""
+    from specscope.theory.bound import expected_tokens
+
+    assert float(expected_tokens(0.99999, 64)) == pytest.approx((1 - 0.99999 ** 65) / 1e-5, rel=1e-9)
+    assert float(expected_tokens(1.0, 64)) == 65.0 and float(expected_tokens(0.0, 64)) == 1.0

@@ -35,7 +35,7 @@ def write(path, steps: list[dict | str]) -> str:
 
 def test_measured_split_sums_per_method_k_and_batch(tmp_path):
     path = write(tmp_path / "steps.jsonl", [
-        step(step=0, prefill_tokens=40, prefill_s=0.02, tokens_emitted=[1, 1]),
+        step(step=0, prefill_tokens=40, prefill_s=0.02, tokens_emitted=[1, 1], tokens_verified=4),  # one row prefilled
         step(step=1),
         "",
         step(step=0, method="ngram", k=5, draft_s=0.0001),

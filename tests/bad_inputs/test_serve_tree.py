@@ -1,4 +1,4 @@
-"""Bad uses of `specscope serve --tree`, refused with one line before a port is bound."""
+"""Bad uses of `specscope serve --tree` (and of its lengths), refused with one line before a port is bound."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ CASES = [
                                "--tree", "2x2"], r"--k: not used with --tree"),
     Case("serve-tree-ngram", ["serve", "--model", TARGET, "--method", "ngram", "--tree", "2x2"],
          r"--tree: the 'ngram' method drafts chains only"),
+    Case("serve-max-seq-len-past-the-positions", ["serve", "--model", TARGET, "--max-seq-len", "2000"],
+         r"--max-seq-len 2000: exceeds the model's max_position_embeddings \(1024\)"),
     Case("serve-tree-without-sd", ["serve", "--model", TARGET, "--tree", "2x2"], r"--tree: tree 2x2 needs an SD method"),
 ]
 

@@ -122,6 +122,15 @@ CASES = [
          files={"m/config.json": json.dumps({**CONFIG, "num_key_value_heads": 3})}),
     Case("fit-fewer-steps-than-coefficients", ["costmodel", "fit", "s.jsonl", "-o", "fitted.json"],
          r"target forward: 3 measured points for 5 coefficients", files={"s.jsonl": step(0) + step(1) + step(2)}),
+    Case("fit-a-step-of-an-absurd-time", ["costmodel", "fit", "s.jsonl", "-o", "fitted.json"],
+         r"s\.jsonl:2: field 'sample_s': expected a number <= 3600", files={"s.jsonl": step(0) + step(1).replace(
+             '"sample_s": 0.0002', '"sample_s": 1e308') + step(2)}),  # it was a scipy traceback
+    Case("fit-a-step-verifying-more-than-its-k", ["costmodel", "fit", "s.jsonl", "-o", "fitted.json"],
+         r"s\.jsonl:2: field 'tokens_verified': expected at most k \+ 1 per request it decoded \(1 × 1\), got 1000",
+         files={"s.jsonl": step(0) + step(1).replace('"tokens_verified": 1', '"tokens_verified": 1000') + step(2)}),
+    Case("fit-a-step-of-an-absurd-k", ["costmodel", "fit", "s.jsonl", "-o", "fitted.json"],
+         r"s\.jsonl:1: field 'k': expected an integer <= 64", files={"s.jsonl": step(0).replace(
+             '"method": "none", "k": 0', '"method": "eagle", "k": 1000')}),
     Case("fit-output-is-directory", ["costmodel", "fit", "s.jsonl", "-o", "d"], r"d: is a directory",
          files={"s.jsonl": step(0)}, setup=lambda folder: (folder / "d").mkdir()),
     Case("bound-batch-size-zero", ["bound", "t.jsonl", "--batch-size", "0"], r"argument --batch-size", files=TRACES),

@@ -68,6 +68,13 @@ def servers(tiny_model):
     ngram.close()
 
 
+def test_neutral_values_of_unsupported_fields_are_taken(servers):
+    """n 1, echo false, logprobs false (chat's neutral value; it was refused), penalties 0 and 0.0."""
+    code, _ = post(servers[0].url, {"prompt": PROMPT, "max_tokens": 2, "n": 1, "echo": False, "logprobs": False,
+                                    "presence_penalty": 0, "frequency_penalty": 0.0})
+    assert code == 200
+
+
 @pytest.mark.parametrize(
     "body, raw, status, message",
     [
@@ -80,7 +87,12 @@ def servers(tiny_model):
         ({"prompt": PROMPT, "max_tokens": 0}, None, 400, "'max_tokens'"),
         ({"prompt": PROMPT, "max_tokens": "8"}, None, 400, "'max_tokens'"),
         ({"prompt": PROMPT, "max_tokens": 60}, None, 400, "exceeds the maximum sequence length (max_model_len) 64"),
-        ({"prompt": list(range(2, 62)) * 2, "max_tokens": 1}, None, 400, "exceeds"),
+        ({"prompt": list(range(2, 62)) * 2, "max_tokens": 1}, None, 400, "leaves no room for an output"),
+        ({"prompt": list(range(2, 62)) * 2, "max_tokens": None}, None, 400,  # it quoted a max_tokens of -56
+         "prompt (120 tokens) leaves no room for an output in the maximum sequence length (max_model_len) 64"),
+        ({"prompt": PROMPT, "n": True}, None, 400, "'n' is not supported"),  # true == 1 in Python: of its type
+        ({"prompt": PROMPT, "echo": 0}, None, 400, "'echo' is not supported"),
+        ({"prompt": PROMPT, "model": 5}, None, 400, "'model': expected a model name"),
         ({"prompt": PROMPT, "temperature": -1}, None, 400, "'temperature'"),
         ({"prompt": PROMPT, "top_p": 0}, None, 400, "'top_p'"),
         ({"prompt": PROMPT, "top_k": 1.5}, None, 400, "'top_k'"),

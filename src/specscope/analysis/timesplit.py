@@ -39,12 +39,13 @@ from specscope.sim.grid import SimRow
 from specscope.sim.pricing import PHASES
 from specscope.trace.fields import Fields
 from specscope.trees import parse_tree
-from specscope.validate import MAX_BATCH_SIZE, MAX_CONTEXT
+from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE, MAX_CONTEXT
 
 _INT_FIELDS = ("step", "k", "batch_size", "tokens_verified", "kv_tokens", "prefill_tokens")
 _TIME_FIELDS = ("draft_s", "verify_s", "sample_s", "overhead_s", "prefill_s")
-_MOST = {"batch_size": MAX_BATCH_SIZE, **dict.fromkeys(("tokens_verified", "kv_tokens", "prefill_tokens"),
+_MOST = {"k": K_MAX_LIMIT, "batch_size": MAX_BATCH_SIZE, **dict.fromkeys(("tokens_verified", "kv_tokens", "prefill_tokens"),
                                                        MAX_BATCH_SIZE * MAX_CONTEXT)}  # a step's counts at most
+MOST_S = 3600.0  # a phase of one step at most an hour: beyond it a typo, whose sums overflow a fit
 
 
 def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
@@ -54,12 +55,12 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     if method not in (NO_SD, LEARNED, *method_names(baseline=False)):  # else a drafting under a name nothing prices
         raise fields.error("method", f"expected {NO_SD}, {LEARNED} or a proposer ({', '.join(method_names(baseline=False))}), "
                                      f"got {method!r}")
-    values: dict = {name: fields.integer(name, maximum=_MOST.get(name)) for name in _INT_FIELDS}
-    values.update({name: fields.number(name, low=0.0) for name in _TIME_FIELDS})
+    values: dict = {name: fields.integer(name, maximum=_MOST.get(name)) for name in _INT_FIELDS}  # k: a tree's depth
+    values.update({name: fields.number(name, low=0.0, high=MOST_S) for name in _TIME_FIELDS})
     prompts = fields.integer("prefill_requests", optional=True)
     width = fields.integer("prefill_width", optional=True)  # absent in records before it existed
     tree = fields.text("tree", optional=True)
-    policy = fields.number("policy_s", default=0.0, low=0.0)  # absent in records before it existed
+    policy = fields.number("policy_s", default=0.0, low=0.0, high=MOST_S)  # absent in records before it existed
     proposed = fields.integer("tokens_proposed", optional=True)  # absent in records before it existed
     tokens = values["prefill_tokens"]
     prompts = (1 if tokens else 0) if prompts is None else prompts
@@ -113,6 +114,10 @@ def _check_consistent(fields: Fields, step: MeasuredStep) -> None:
     if not step.decoded and step.tokens_verified:
         raise fields.error("tokens_verified", f"expected 0: every running request was prefilled in this step "
                                               f"(prefill_requests = batch_size = {step.prefill_requests}), none verified")
+    width = parse_tree(step.tree).nodes + 1 if step.tree else step.k + 1  # a row verifies at most its drafts and one
+    if step.tokens_verified > step.decoded * width:
+        raise fields.error("tokens_verified", f"expected at most {'nodes' if step.tree else 'k'} + 1 per request it "
+                                              f"decoded ({step.decoded} × {width}), got {step.tokens_verified}")
     if step.tokens_verified < step.decoded:
         raise fields.error("tokens_verified", f"expected at least one per request it decoded ({step.decoded}: batch_size "
                                               f"less prefill_requests), got {step.tokens_verified}")

@@ -109,6 +109,13 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--{name.replace('_', '-')}: expected a positive integer, got {value}")
     if not 0 <= args.port <= 65535:
         raise SpecscopeError(f"--port: expected 0..65535, got {args.port}")
+    if args.max_seq_len is not None:  # before the model loads, naming the flag (the engine's check names none)
+        from specscope.engine.config import ModelConfig
+
+        limit = ModelConfig.from_dir(args.model).max_position_embeddings
+        if limit is not None and args.max_seq_len > limit:
+            raise SpecscopeError(f"--max-seq-len {args.max_seq_len}: exceeds the model's max_position_embeddings "
+                                 f"({limit})")
     policy = None
     if args.policy is not None:
         given = [flag for flag, value in (("--method", args.method is not None), ("--k", args.k is not None),

@@ -171,7 +171,7 @@ class ModelShape:
             raise SpecscopeError(
                 f"{key}: not a model preset ({', '.join(MODELS)}) nor a config.json file"
             )
-        return cls.from_hf_config(read_json_object(path), name=str(path))
+        return cls.from_hf_config(read_json_object(path), name=str(path.resolve()))  # read from anywhere
 
 
 

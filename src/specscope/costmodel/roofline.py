@@ -164,7 +164,9 @@ class RooflineCostModel:
         weights = sum(shape.weight_bytes() for shape in models)
         if weights > self.hw.memory_bytes:
             raise SpecscopeError(f"{self.name}: the weights of {' and '.join(s.name for s in models)} take "
-                                 f"{weights / 2**30:.1f} GiB in BF16, beyond one {self.hw.name}'s "
+                                 f"{weights / 2**30:.1f} GiB as their checkpoints store them ("
+                                 f"{' and '.join('FP8 layers' if s.weight_dtype_bytes == 1 else 'BF16' for s in models)})"
+                                 f", beyond one {self.hw.name}'s "
                                  f"{self.hw.memory_bytes / 2**30:.0f} GiB; this roofline prices a model on one GPU (no "
                                  "tensor parallelism)")
 

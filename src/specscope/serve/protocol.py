@@ -53,20 +53,20 @@ from specscope import validate
 DEFAULT_PORT = 8000  # vLLM's and specscope serve's
 DEFAULT_MAX_TOKENS = 16  # completions without the field (OpenAI's); chat, and null, take the rest of max_model_len
 DEFAULT_TEMPERATURE = 1.0
-UNSUPPORTED = {
-    "n": 1,
-    "best_of": 1,
-    "logprobs": None,
-    "top_logprobs": None,
-    "echo": False,
-    "suffix": None,
-    "presence_penalty": 0,
-    "frequency_penalty": 0,
-    "logit_bias": None,
-    "tools": None,
-    "tool_choice": None,
-    "use_beam_search": False,  # vLLM's extensions that change the output
-    "include_stop_str_in_output": False,
+UNSUPPORTED = {  # a field → its neutral values (null too): anything else is refused
+    "n": (1,),
+    "best_of": (1,),
+    "logprobs": (False,),  # chat's is a boolean, completions' a count
+    "top_logprobs": (),
+    "echo": (False,),
+    "suffix": (),
+    "presence_penalty": (0, 0.0),
+    "frequency_penalty": (0, 0.0),
+    "logit_bias": (),
+    "tools": (),
+    "tool_choice": (),
+    "use_beam_search": (False,),  # vLLM's extensions that change the output
+    "include_stop_str_in_output": (False,),
 }
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -181,10 +181,12 @@ def _response_format(value: object) -> None:
 def _common(body: dict, served_model: str) -> dict:
     """The fields shared by every route, checked."""
     model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise ApiError(400, f"'model': expected a model name (text), got {model!r:.40}")
     if model is not None and model != served_model:
         raise ApiError(404, f"model {str(model)[:80]!r} does not exist; this server serves {served_model!r}")
-    for name, neutral in UNSUPPORTED.items():
-        if name in body and body[name] not in (neutral, None):
+    for name, neutral in UNSUPPORTED.items():  # of its type: true is no n = 1, 0 no echo = false
+        if body.get(name) is not None and not any(type(body[name]) is type(n) and body[name] == n for n in neutral):
             raise ApiError(400, f"'{name}' is not supported by specscope serve (got {body[name]!r:.40})")
     _field(body, "response_format", _response_format, None)
     options = body.get("stream_options")

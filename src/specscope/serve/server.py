@@ -270,7 +270,10 @@ class CompletionHandler(BaseHTTPRequestHandler):
         server = self.server
         room = server.max_model_len - len(prompt_ids)
         max_tokens = request.max_tokens if request.max_tokens is not None else room
-        if max_tokens > room or room < 1:
+        if room < 1:  # no max_tokens would do (given or not): the prompt is the problem
+            raise ApiError(400, f"prompt ({len(prompt_ids)} tokens) leaves no room for an output in the maximum "
+                                f"sequence length (max_model_len) {server.max_model_len}")
+        if max_tokens > room:
             raise ApiError(
                 400,
                 f"prompt ({len(prompt_ids)} tokens) + max_tokens ({max_tokens}) exceeds the "

@@ -22,12 +22,15 @@ from specscope.costmodel.base import CostModel, StepLoad
 
 
 def expected_tokens(alpha: float | np.ndarray, k: int | np.ndarray) -> np.ndarray:
-    """Mean tokens one step emits: Σ_{j=0..k} α^j = (1 − α^(k+1)) / (1 − α)."""
+    """Mean tokens one step emits: Σ_{j=0..k} α^j = (1 − α^(k+1)) / (1 − α), k + 1 at α = 1;
+    1 − α^(k+1) taken as −expm1((k+1)·log α), exact near α = 1 too (a closeness test gave k + 1
+    for α = 0.99999: 65 where 64.98 is due at k = 64)."""
     alpha = np.asarray(alpha, dtype=float)
     k = np.asarray(k, dtype=float)
-    near_one = np.isclose(alpha, 1.0)
-    safe = np.where(near_one, 0.5, alpha)
-    return np.where(near_one, k + 1.0, (1.0 - safe ** (k + 1.0)) / (1.0 - safe))
+    one = alpha == 1.0
+    safe = np.where(one | (alpha <= 0.0), 0.5, alpha)  # α = 0: Σ = 1, from the power form below
+    ratio = -np.expm1((k + 1.0) * np.log(safe)) / (1.0 - safe)
+    return np.where(one, k + 1.0, np.where(alpha <= 0.0, 1.0, ratio))
 
 
 def expected_speedup(alpha: float | np.ndarray, k: int | np.ndarray, c: float | np.ndarray) -> np.ndarray:
