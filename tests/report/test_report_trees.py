@@ -127,7 +127,7 @@ def test_a_tree_that_never_beats_its_chain_is_not_labelled_with_a_crossover():
     ax = tree_figure(rows, [never]).axes[0]  # no crossover to mark: the legend says so, no cross, no label
     assert not ax.texts and len(ax.lines) == 3  # the tree, its chain, the no-SD line
     assert "tree:2x1x1 (6 nodes; below its chain throughout)" in [t.get_text() for t in ax.get_legend().get_texts()]
-    beats = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8, "1")
+    beats = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8, (1,))
     assert [t.get_text() for t in tree_figure(rows, [beats]).axes[0].texts] == ["crossover B=8"]
 
 
@@ -146,11 +146,11 @@ def test_a_tree_that_loses_at_a_small_batch_and_wins_at_a_larger_one_is_not_call
             for b, s in zip((1, 2, 4, 8), values)]
     ranks = np.zeros((3, 3), dtype=np.int64)
     late = _summarise("d", "eagle", TreeShape.parse("2x1x1"), ranks, rows)
-    assert (late.beats_up_to, late.crossover, late.beats_at, late.again) == (None, 1, "2,8", "2, 8")
+    assert (late.beats_up_to, late.crossover, late.beats_at, late.again) == (None, 1, (2, 8), "2, 8")
     assert tree_answer([late])[1] == [["d", "eagle", "at B=2, 8 only"]]
     legend = [t.get_text() for t in tree_figure(rows, [late]).axes[0].get_legend().get_texts()]
     assert "tree:2x1x1 (6 nodes)" in legend
-    back = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 2, "1,8")
+    back = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 2, (1, 8))
     assert tree_answer([back])[1] == [["d", "eagle", "up to B=1, again at B=8"]]
 
 

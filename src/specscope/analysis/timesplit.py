@@ -55,11 +55,12 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     if method not in (NO_SD, LEARNED, *method_names(baseline=False)):  # else a drafting under a name nothing prices
         raise fields.error("method", f"expected {NO_SD}, {LEARNED} or a proposer ({', '.join(method_names(baseline=False))}), "
                                      f"got {method!r}")
-    values: dict = {name: fields.integer(name, maximum=_MOST.get(name)) for name in _INT_FIELDS}  # k: a tree's depth
+    values: dict = {name: fields.integer(name, maximum=_MOST.get(name)) for name in _INT_FIELDS}
     values.update({name: fields.number(name, low=0.0, high=MOST_S) for name in _TIME_FIELDS})
     prompts = fields.integer("prefill_requests", optional=True)
     width = fields.integer("prefill_width", optional=True)  # absent in records before it existed
     tree = fields.text("tree", optional=True)
+    shape = None if tree is None else fields.check("tree", parse_tree, tree)
     policy = fields.number("policy_s", default=0.0, low=0.0, high=MOST_S)  # absent in records before it existed
     proposed = fields.integer("tokens_proposed", optional=True)  # absent in records before it existed
     tokens = values["prefill_tokens"]
@@ -77,8 +78,8 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     step = MeasuredStep(method=method, policy_s=policy, tokens_proposed=proposed, choices=_choices(fields, method),
                         tokens_emitted=fields.int_array("tokens_emitted", low=0).tolist(),
                         prefill_requests=prompts, prefill_width=0 if width is None else width,
-                        tree=None if tree is None else fields.check("tree", parse_tree, tree).name, **values)
-    _check_consistent(fields, step)
+                        tree=None if shape is None else shape.name, **values)
+    _check_consistent(fields, step, 1 + (step.k if shape is None else shape.nodes))
     return step
 
 
@@ -101,10 +102,11 @@ def _choices(fields: Fields, method: str) -> list[list | None] | None:
     return choices
 
 
-def _check_consistent(fields: Fields, step: MeasuredStep) -> None:
+def _check_consistent(fields: Fields, step: MeasuredStep, width: int) -> None:
     """A step's work and times go together: each request it decoded (:attr:`MeasuredStep.decoded`,
-    not those it prefilled) verifies at least one token and a verification takes time; a prefill
-    reads prompts and takes time; one emitted count per running request."""
+    not those it prefilled) verifies at least one token and at most ``width`` (k + 1; a tree step's
+    nodes + 1) and a verification takes time; a prefill reads prompts and takes time; one emitted
+    count per running request."""
     if len(step.tokens_emitted) != step.batch_size:
         raise fields.error("tokens_emitted", f"expected one count per running request (batch_size "
                                              f"{step.batch_size}), got {len(step.tokens_emitted)}")
@@ -114,8 +116,7 @@ def _check_consistent(fields: Fields, step: MeasuredStep) -> None:
     if not step.decoded and step.tokens_verified:
         raise fields.error("tokens_verified", f"expected 0: every running request was prefilled in this step "
                                               f"(prefill_requests = batch_size = {step.prefill_requests}), none verified")
-    width = parse_tree(step.tree).nodes + 1 if step.tree else step.k + 1  # a row verifies at most its drafts and one
-    if step.tokens_verified > step.decoded * width:
+    if step.tokens_verified > step.decoded * width:  # a row verifies at most its drafts (k, a tree's nodes) and one
         raise fields.error("tokens_verified", f"expected at most {'nodes' if step.tree else 'k'} + 1 per request it "
                                               f"decoded ({step.decoded} × {width}), got {step.tokens_verified}")
     if step.tokens_verified < step.decoded:

@@ -48,10 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         recorded = read_cells(config.output) if (config.output / "cells").is_dir() else {}
         cells = plan_cells(config)
-        again = {c.cell_id(config) for c in pending_cells(config, cells, recorded, args.retry_failed)}
-        rows = [{"cell_id": c.cell_id(config), **c.labels(), "state": _state(recorded.get(c.cell_id(config)),
-                                                                             c.cell_id(config) in again)}
-                for c in cells]
+        again = {id(c) for c in pending_cells(config, cells, recorded, args.retry_failed)}
+        rows = [{"cell_id": cid, **c.labels(), "state": _state(recorded.get(cid), id(c) in again)}
+                for c, cid in ((c, c.cell_id(config)) for c in cells)]
     else:
         if args.ray:
             from specscope.distributed.sweep import ray_group_runner

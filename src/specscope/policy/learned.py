@@ -247,6 +247,7 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     if not isinstance(models, list) or not models or not all(isinstance(m, dict) for m in models):
         raise ValueError("models: expected a non-empty list of objects, one per batch size")
     choosers = {}
+    lookups = [j for j, name in enumerate(methods) if method_named(name).kind == "lookup"]  # they draft nothing
     for i, model in enumerate(models):
         b = model.get("batch_size")
         if isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_BATCH_SIZE or b in choosers:
@@ -264,7 +265,6 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
             raise ValueError(f"models[{i}] (batch size {b}): expected seconds and fixed [{shape[0]}][{shape[1]}] "
                              f"(seconds above 0, at most {MAX_STEP_S:g}; fixed 0 … {MAX_STEP_S:g}) and verify [{shape[1]}] "
                              "(0 <= verify <= seconds)")
-        lookups = [j for j, name in enumerate(methods) if method_named(name).kind == "lookup"]
         if np.any(fixed[:, 0]) or np.any(fixed[lookups]):  # the chooser would count them as a drafting paid
             raise ValueError(f"models[{i}] (batch size {b}): fixed: expected 0 at k = 0 (first column) and in a "
                              f"lookup's row ({', '.join(methods[j] for j in lookups) or 'none here'}): nothing is "

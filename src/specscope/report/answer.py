@@ -86,7 +86,7 @@ def tree_answer(rows: Sequence[TreeRow]) -> tuple[list[str], list[list[str]]]:
     cells: dict[tuple[str, str], dict[str, str]] = {}
     for r in rows:
         cells.setdefault((r.dataset, r.proposer), {})[r.tree] = (
-            "never" if not r.beats_where else f"at B={r.again} only" if r.beats_up_to is None
+            "never" if not r.beats_at else f"at B={r.again} only" if r.beats_up_to is None
             else f"at every B, to {r.beats_up_to}" if r.crossover is None
             else f"up to B={r.beats_up_to}" + (f", again at B={r.again}" if r.again else ""))
     return header, [[dataset, proposer, *[mine.get(tree, "–") for tree, _, _ in trees]]

@@ -297,7 +297,7 @@ def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
     fig, axes = panel_grid(len(panels), 2, 6.0, 4.2, sharey=True)
     for ax, (dataset, proposer) in zip(axes, panels):
         mine = [t for t in trees if (t.dataset, t.proposer) == (dataset, proposer)]
-        nodes = {f"tree:{t.tree}": f"{t.nodes} nodes" + ("; below its chain throughout" if not t.beats_where
+        nodes = {f"tree:{t.tree}": f"{t.nodes} nodes" + ("; below its chain throughout" if not t.beats_at
                                                           else "") for t in mine}
         policies = _unique([*nodes, *(t.chain for t in mine)])
         colours = colour_for(policies)

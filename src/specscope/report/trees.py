@@ -12,7 +12,7 @@ Per dataset × model proposer (with ``tree_rank`` in its traces) × tree of dept
 - ``beats_up_to`` — the largest simulated batch size up to which the tree's (whole-run) speedup beats the
   chain's (``fixed:D``) at every batch size (None: not even at the smallest); ``crossover`` — the
   first batch size where it does not (None: it beats at every one simulated); ``beats_at`` — every
-  simulated batch size where it beats the chain, comma-separated ("": none), which need not be
+  simulated batch size where it beats the chain (comma-separated in a table), which need not be
   the ones up to ``beats_up_to`` (a tree losing at B = 1 may win at B = 8).
 """
 
@@ -44,21 +44,16 @@ class TreeRow:
     chain_acc_per_verified: float
     beats_up_to: int | None
     crossover: int | None
-    beats_at: str = ""
-
-    @property
-    def beats_where(self) -> list[int]:
-        """``beats_at`` as batch sizes."""
-        return [int(b) for b in self.beats_at.split(",") if b]
+    beats_at: tuple[int, ...] = ()
 
     @property
     def again(self) -> str:
         """The batch sizes past ``beats_up_to`` (all, where it is None) at which the tree beats its
         chain, comma-separated ("" none)."""
-        return ", ".join(str(b) for b in self.beats_where if self.beats_up_to is None or b > self.beats_up_to)
+        return ", ".join(str(b) for b in self.beats_at if self.beats_up_to is None or b > self.beats_up_to)
 
     def flat(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "beats_at": ",".join(map(str, self.beats_at))}
 
 
 def tree_depths(records: Sequence[TraceRecord], proposers: Sequence[str]) -> dict[tuple[str, str], int]:
@@ -112,4 +107,4 @@ def _summarise(dataset: str, proposer: str, tree: TreeShape, ranks: np.ndarray, 
     return TreeRow(dataset, proposer, tree.name, tree.nodes, tree.depth, chain_policy, tree_acc, chain_acc,
                    tree_acc / (tree.nodes + 1), chain_acc / (tree.depth + 1),
                    sizes[losing - 1] if losing else None, sizes[losing] if losing < len(sizes) else None,
-                   ",".join(str(b) for b, won in zip(sizes, beats) if won))
+                   tuple(b for b, won in zip(sizes, beats) if won))

@@ -35,7 +35,6 @@ from typing import Sequence
 import numpy as np
 
 from specscope.costmodel.base import CostModel
-from specscope.validate import K_MAX_LIMIT
 from specscope.errors import SpecscopeError
 from specscope.policy.features import features
 from specscope.policy.learned import LearnedPolicy
@@ -44,6 +43,7 @@ from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
 from specscope.sim.plan import dataset_depths, switch_k_max, traced_k_max
 from specscope.sim.switching import causal_plan, common_length
 from specscope.trace.schema import TraceRecord, by_dataset
+from specscope.validate import K_MAX_LIMIT
 
 MIN_ROOM = 0.01  # the gap closed is judged where oracle-switch beats the best fixed by this share of it
 
@@ -147,7 +147,7 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                               max_k=min(depth.values())), workdir / f"policy-all-{index}.json")
             for index, cost in enumerate(costs)]
     table = []
-    for held_out, members in datasets.items():
+    for number, (held_out, members) in enumerate(datasets.items()):  # a fold's files by number: a name may hold '/'
         training = [r for name, group in datasets.items() if name != held_out for r in group]
         for index, cost in enumerate(costs):
             sources = [name for name in datasets if name != held_out]
@@ -165,7 +165,6 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                 notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach}, the depth its "
                              f"training traces were traced to, where {held_out!r} was traced to k = {depth[held_out]}: "
                              "the best fixed k and the oracles there may go deeper than it can")
-            number = list(datasets).index(held_out)  # not its name: a name may hold '/' or be long
             learned = _write(document, workdir / f"policy-without-{number}-{index}.json")
             rows = judged_rows(members, methods, [learned, seen[index]], cost, config)
             for line in judge(rows, learned, seen=seen[index]):

@@ -363,7 +363,7 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say,
     write_rows(out, [{**t.flat(), "cost_model": spec} for t in trees])
     for dataset in dict.fromkeys(t.dataset for t in trees):
         parts = [f"{t.tree} ({t.nodes} nodes) vs chain {t.chain}: "
-                 + ("below it at every batch size" if not t.beats_where
+                 + ("below it at every batch size" if not t.beats_at
                     else f"above it at B={t.again} only" if t.beats_up_to is None
                     else f"crossover B={t.crossover}" + (f", above it again at B={t.again}" if t.again else "")
                     if t.crossover is not None

@@ -456,10 +456,10 @@ def pending_cells(config: SweepConfig, cells: list[Cell], recorded: dict[str, di
     """The ``cells`` a run measures: those not ``recorded`` (failed ones too with ``retry_failed``),
     and every cell measured together with one of them (a pair, an interleaved group: together or
     not at all)."""
-    ids = {c.cell_id(config) for c in cells
-           if c.cell_id(config) not in recorded or (retry_failed and recorded[c.cell_id(config)]["status"] == "failed")}
-    redo = {_unit_key(config, c) for c in cells if c.cell_id(config) in ids and measured_together(config, c)}
-    return [c for c in cells if c.cell_id(config) in ids or (measured_together(config, c) and _unit_key(config, c) in redo)]
+    ids = [c.cell_id(config) for c in cells]  # each once: a cell's key reads its workload's digest
+    todo = [cid not in recorded or (retry_failed and recorded[cid]["status"] == "failed") for cid in ids]
+    redo = {_unit_key(config, c) for c, due in zip(cells, todo) if due and measured_together(config, c)}
+    return [c for c, due in zip(cells, todo) if due or (measured_together(config, c) and _unit_key(config, c) in redo)]
 
 
 def check_lengths(config: SweepConfig, cells: Sequence[Cell]) -> None:
