@@ -81,6 +81,14 @@ def test_costmodel_show_cli(capsys):
     assert "target forward time" in capsys.readouterr().out
 
 
+def test_costmodel_show_gives_a_tiny_models_times_in_significant_digits(tmp_path, capsys):
+    model = tmp_path / "tiny.json"  # a 2 µs forward (it printed 0.00 ms in every cell)
+    model.write_text(json.dumps({"kind": "linear", "name": "tiny", "forward": {"c_fixed": 2e-6, "c_tok": 1e-8, "c_kv": 0}}))
+    assert main(["costmodel", "show", str(model)]) == 0
+    table = capsys.readouterr().out.split("target forward time")[1]
+    assert "0.00201" in table and "0.00 " not in table
+
+
 @pytest.mark.parametrize("content, message", [
     ({"forward": {"c_fixed": -1e-3, "c_tok": 0, "c_kv": 0}}, "field 'forward.c_fixed': expected a number >= 0"),
     ({"forward": {"c_fixed": 0, "c_tok": 0, "c_kv": 0, "c_req": 0}}, "field 'forward': c_fixed, c_tok and c_req are all 0"),

@@ -113,6 +113,8 @@ def test_bound_cli(capsys):
     assert "E[speedup]" in out and "2.35" in out and "largest shown" not in out  # best k 5 of 10
     assert main(["bound", "--alpha", "0.95", "--c", "0.001"]) == 0  # still rising at k = 10: said
     assert "note: given: the best k is the largest shown (10); the bound may keep rising" in capsys.readouterr().out
+    assert main(["bound", "--alpha", "0.7", "--c", "1e300"]) == 0  # c in significant digits, not 301 of them
+    assert "│ 1e+300 │" in capsys.readouterr().out
 
 
 def test_bound_says_nothing_of_a_larger_k_max_where_the_traces_end_at_the_tables_edge(tmp_path, capsys):

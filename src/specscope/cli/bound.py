@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     print_table(
         f"closed-form E[speedup] (i.i.d. acceptance, α per draft; {source}; best k: 0 = run without SD)",
         ["proposer", "α", "c", *[f"k={k}" for k in ks], "best k", "best"],
-        [[label, f"{alpha:.3f}", f"{c + 0.0:.4f}",
+        [[label, f"{alpha:.3f}", f"{c + 0.0:.4g}",
           *[f"{v:.2f}" for v in expected_speedup(alpha, ks[:depth], c if curve is None else curve)],
           *["–"] * (len(ks) - depth),
           *best_k(alpha, c if curve is None else curve, depth)] for label, alpha, c, depth, curve in cases],

@@ -66,11 +66,17 @@ def run_show(args: argparse.Namespace) -> int:
     batched = [1, 8, 32, 128, 512, 1024]
     kvs = [0, 8_000, 64_000, 200_000]
     decode = np.array(batched)  # one new token per sequence
-    rows = [[f"kv={kv}", *[f"{1e3 * t:.2f}" for t in cost.forward_time(decode, np.full(len(batched), kv), decode)]]
+    rows = [[f"kv={kv}", *[_milliseconds(t) for t in cost.forward_time(decode, np.full(len(batched), kv), decode)]]
             for kv in kvs]
     print_table(f"target forward time (ms) of {cost.name}, decoding one token per sequence",
                 ["cached tokens", *[f"{b} tok" for b in batched]], rows)
     return 0
+
+
+def _milliseconds(seconds: float) -> str:
+    """``seconds`` in ms, two decimals, or three significant digits below 0.1 ms (a tiny model's
+    forward is not 0.00)."""
+    return f"{1e3 * seconds:.2f}" if seconds >= 1e-4 else f"{1e3 * seconds:.3g}"
 
 
 def run_fit(args: argparse.Namespace) -> int:
