@@ -272,6 +272,11 @@ def test_bound_prices_c_at_every_k_so_the_best_k_does_not_depend_on_where_c_is_s
         row = next(line for line in capsys.readouterr().out.splitlines() if "│ eagle" in line)
         speedups.append([cell.strip() for cell in row.split("│")[4:-1]])
     assert speedups[0] == speedups[1]
+    # the title's context as computed: mean prompt 5 + half of 20 = 15, and a given 0.4 (printed 0)
+    assert main(["bound", str(tmp_path / "t.jsonl"), "--cost-model", str(path)]) == 0
+    assert "context 15;" in capsys.readouterr().out
+    assert main(["bound", str(tmp_path / "t.jsonl"), "--cost-model", str(path), "--context", "0.4"]) == 0
+    assert "context 0.4;" in capsys.readouterr().out
 
 
 def test_bound_refuses_what_it_would_ignore_with_alpha_and_c_given(capsys):

@@ -106,9 +106,9 @@ def run(args: argparse.Namespace) -> int:
                 contexts.append(context)
         if not cases:
             raise SpecscopeError("no proposer left to bound: " + "; ".join(left_out))
-        shown = f"context {contexts[0]:.0f}" if len(set(contexts)) == 1 else \
+        shown = f"context {contexts[0]:g}" if len(set(contexts)) == 1 else \
             "context each row's records' mean prompt + half output (" + \
-            ", ".join(f"{name} {context:.0f}" for (name, *_), context in zip(cases, contexts)) + ")"
+            ", ".join(f"{name} {context:g}" for (name, *_), context in zip(cases, contexts)) + ")"
         source = ", ".join(filter(None, [
             "α given" if args.alpha is not None else "α from the traces (the i.i.d. rate that fits their acc_len "
             "best, not a policy's accepted/proposed)",
