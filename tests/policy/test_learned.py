@@ -238,7 +238,8 @@ def test_without_a_fixed_drafting_cost_a_group_decides_row_by_row_and_the_neares
 @pytest.mark.parametrize("rows", [4, 16, 17, 40])
 def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows, monkeypatch):
     """The group rule in plain Python (up to PLAIN_ROWS rows) and over arrays (more) agree, on
-    random rows of the fitted policy at B = 8 and on a chooser with two model drafters; a row's
+    random rows of the fitted policy at B = 8 and on a chooser with two model drafters, each also
+    on an engine that pads (every batch width weighed); a row's
     expected tokens in plain Python are those over arrays."""
     import specscope.policy.chooser as chooser_module
     from specscope.policy.chooser import Chooser
@@ -252,7 +253,10 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows,
     assert np.allclose(tables, chooser.gains(x, np.minimum(offers, chooser.seconds.shape[1] - 1), shift))
     two = Chooser(chooser.weights, chooser.bias, chooser.seconds, -1, chooser.base_rate,
                   chooser.fixed + chooser.fixed[1], batch_size=8)  # both methods pay a fixed part
-    for rule in (chooser, two):
+    verify = np.linspace(0.2, 0.6, chooser.seconds.shape[1]) * chooser.seconds.min()
+    padded = [Chooser(rule.weights, rule.bias, rule.seconds, rule.ngram, rule.base_rate, rule.fixed, 8, verify, True)
+              for rule in (chooser, two)]  # every row verified at the batch's widest proposal
+    for rule in (chooser, two, *padded):
         monkeypatch.setattr(chooser_module, "PLAIN_ROWS", rows)
         plain = rule.choose_group(*args)
         monkeypatch.setattr(chooser_module, "PLAIN_ROWS", 0)

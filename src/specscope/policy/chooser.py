@@ -83,6 +83,7 @@ class Chooser:
         object.__setattr__(self, "_weights_t", np.ascontiguousarray(self.weights.T))  # [F, M]
         object.__setattr__(self, "_base", 1.0 + beyond)  # the score of any k before acceptance and time
         object.__setattr__(self, "_drafters", np.flatnonzero(self.fixed.any(axis=1)).tolist())
+        object.__setattr__(self, "_others", np.flatnonzero(~self.fixed.any(axis=1)).tolist())  # lookups: no batch part
         # plain lists for what a request alone pays per step (choose, shift): at this
         # size an array operation's fixed cost exceeds its arithmetic many times over
         span = np.tile([-math.inf, math.inf], (len(self.weights), 1)) if self.span is None else self.span
@@ -94,6 +95,7 @@ class Chooser:
         object.__setattr__(self, "_fixed_rows", self.fixed.tolist())
         object.__setattr__(self, "_verify", None if self.verify is None else self.verify.tolist())
         object.__setattr__(self, "_alone_rates", self._per_second.tolist())
+        object.__setattr__(self, "_own", own)  # [M, J + 1]
         object.__setattr__(self, "_batch_prices", own.tolist())
         object.__setattr__(self, "_base_rows", self.base_rate.tolist())
 
@@ -141,9 +143,9 @@ class Chooser:
         the whole batch, paying F_B(d, k_d) once at the rows' summed θ; each row then takes its best
         (method, k) with k ≤ k_d of each drafter. On an engine that pads (``pads``) the batch also
         verifies every row at its widest proposal w, priced once at the rows' θ: each w is weighed
-        and the rows keep k ≤ w. Up to :data:`PLAIN_ROWS` rows, and on an engine that pads, in plain
-        Python (:meth:`_choose_rows`), more rows vectorised (:meth:`_choose_arrays`): the same rule."""
-        if len(x) <= PLAIN_ROWS or self.pads:
+        and the rows keep k ≤ w. Up to :data:`PLAIN_ROWS` rows in plain Python
+        (:meth:`_choose_rows`), more rows vectorised (:meth:`_choose_arrays`): the same rule."""
+        if len(x) <= PLAIN_ROWS:
             gains = [self.row_gains(row, o, sh) for row, o, sh in zip(x, offer, shift)]
             theta = [max(map(max, self._ratios(table))) for table in gains]
             tables = [[[g - t * p for g, p in zip(line, price)] for line, price in zip(table, self._batch_prices)]
@@ -152,34 +154,39 @@ class Chooser:
         return self._choose_arrays(*map(np.asarray, (x, offer, shift)))
 
     def _choose_arrays(self, x: np.ndarray, offer: np.ndarray, shift: np.ndarray) -> list[tuple[int, int]]:
-        """:meth:`choose_group` over arrays: the k_d of every drafter but the last are enumerated,
-        the last's are compared at once."""
-        depth = self.seconds.shape[1]
+        """:meth:`choose_group` over arrays: the value of every batch width w (an engine that pads;
+        else only the deepest k) and combination of the drafters' depths k_d ≤ w at once, in the
+        order :meth:`_choose_rows` weighs them (first of equals)."""
+        depth, rows = self.seconds.shape[1], len(x)
         gain = self.gains(x, np.minimum(offer, depth - 1), shift)  # [B, M, J + 1]
-        ratio = gain * self._per_second  # E[e] / T_B alone
-        theta = ratio.reshape(len(x), -1).max(axis=1)  # each row's best ratio
-        score = gain - theta[:, None, None] * self.seconds
+        theta = (gain * self._per_second).reshape(rows, -1).max(axis=1)  # each row's best ratio alone
+        score = gain - theta[:, None, None] * self._own  # E[e] − θ·T (padded: T less the width's)
         rate = float(theta.sum())  # the rows' tokens per second of batch time
-        if self._drafters:
-            *others, last = self._drafters
-            best, limits = -np.inf, ()
-            for depths in itertools.product(range(depth), repeat=len(others)):
-                masked = score.copy()
-                for d, k_d in zip(others, depths):
-                    masked[:, d, k_d + 1:] = -np.inf
-                paid = sum(self.fixed[d, k_d] for d, k_d in zip(others, depths))
-                deepest = np.maximum.accumulate(masked[:, last, 1:], axis=1)  # [B, J]: best k ≤ k_d of last
-                masked[:, last, 1:] = -np.inf
-                without = masked.reshape(len(x), -1).max(axis=1)  # [B]: best without the last drafter
-                value = np.concatenate([[without.sum()], np.maximum(without[:, None], deepest).sum(axis=0)])
-                value -= rate * (paid + self.fixed[last])  # [J + 1] over k_d of the last drafter
-                top = int(value.argmax())
-                if value[top] > best:
-                    best, limits = float(value[top]), (*depths, top)
-            for d, k_d in zip(self._drafters, limits):
-                score[:, d, k_d + 1:] = -np.inf  # beyond the depth its drafter runs to
-        flat = score.reshape(len(x), -1).argmax(axis=1)
-        method, k = np.divmod(flat, depth)
+        widths = np.arange(depth) if self.pads else np.array([depth - 1])
+        # per row and k: its best needing no drafter with k ≤ w (none: any method's column 0), and
+        # each drafter's best with k ≤ k_d (−∞ at k_d = 0: it does not run)
+        zero = score[:, :, :1].max(axis=1)  # [B, 1]
+        free = np.maximum.accumulate(np.maximum(score[:, self._others].max(axis=1), zero), axis=1) if self._others \
+            else np.broadcast_to(zero, (rows, depth))
+        free = free[:, widths]  # [B, W]
+        reach = np.full((len(self._drafters), rows, depth), -np.inf)
+        reach[:, :, 1:] = np.maximum.accumulate(score[:, self._drafters, 1:], axis=2).transpose(1, 0, 2)
+        value = np.full((len(widths), *(depth,) * len(self._drafters)), -np.inf)  # [W, k_d of each drafter]
+        for depths in itertools.product(range(depth), repeat=len(self._drafters)):
+            fits = widths >= max(depths, default=0)  # a drafter runs no deeper than the width
+            best = free[:, fits]
+            for d, k_d in enumerate(depths):
+                best = np.maximum(best, reach[d, :, k_d, None])
+            paid = sum(self.fixed[d, k_d] for d, k_d in zip(self._drafters, depths))
+            value[(fits, *depths)] = best.sum(axis=0) - rate * paid
+        if self.pads:
+            value -= (rate * self.verify).reshape(-1, *(1,) * len(self._drafters))  # every row waits for the widest
+        w, *depths = np.unravel_index(int(value.argmax()), value.shape)
+        w = int(widths[w])
+        score = score[:, :, : w + 1]  # a view: the rows keep k ≤ w
+        for d, k_d in zip(self._drafters, depths):
+            score[:, d, k_d + 1:] = -np.inf  # beyond the depth its drafter runs to
+        method, k = np.divmod(score.reshape(rows, -1).argmax(axis=1), w + 1)
         return list(zip(np.where(k > 0, method, NONE).tolist(), k.tolist()))
 
     def row_gains(self, x: Sequence[float], offer: int, shift: Sequence[float]) -> list[list[float]]:
