@@ -195,3 +195,21 @@ def test_cells_a_results_file_does_not_list_are_said_to_be_left_out(tmp_path, mo
     assert outcome.status == 0, outcome.stderr
     assert "1 cells in cells/ but not listed in results.json (not fitted" in caplog.text
     assert HELD in caplog.text
+
+
+def test_failed_cells_of_another_engine_are_not_said_to_be_this_ones(tmp_path, monkeypatch, caplog):
+    """``--engine ref`` on a sweep where only engine 'other' failed a cell: no warning of failed
+    cells (it counted every engine's), while the fit without --engine says so."""
+    files = sweep()
+    failed = {**record(CELLS[0], engine="other"), "cell_id": "f" * 16, "status": "failed", "reason": "no server"}
+    files[f"S/cells/{'f' * 16}.json"] = json.dumps(failed)
+    files["S/results.json"] = json.dumps([{"cell_id": c.cell_id} for c in CELLS] + [{"cell_id": "f" * 16}])
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    outcome = run_cli([*FIT, "--engine", "ref"])
+    assert outcome.status == 0, outcome.stderr
+    assert "failed (not fitted" not in caplog.text
+    run_cli(FIT)  # every engine: the failed cell is named
+    assert f"1 cells failed (not fitted; `sweep --retry-failed` reruns them): {'f' * 16}" in caplog.text

@@ -27,12 +27,20 @@ SGLANG = '\n[[engines]]\nname = "s"\nlaunch = "sglang"\nmodel = "m"\ndrafts = { 
 
 ZOO_TARGET = str(Path(__file__).resolve().parents[2] / "src" / "specscope" / "data" / "zoo" / "target")
 LONG = json.dumps({"id": "long", "prompt_token_ids": [4] * 1020}) + "\n"  # the bundled target: 1024 positions
+SPECSCOPE = f'\n[[engines]]\nname = "r"\nlaunch = "specscope"\nmodel = "{ZOO_TARGET}"\n'
 
 CASES = [
     Case("specscope-engine-prompt-and-max-tokens-past-its-positions", ["sweep", "s.toml"],
-         r"engine 'r', workload w\.jsonl: --max-tokens 8: the longest prompt \(request 'long', 1020 tokens\) and 8 "
-         r"output tokens exceed the 1024 positions", {"s.toml": BASE + "max_tokens = 8\n" + '\n[[engines]]\nname = "r"\n'
-                                                     f'launch = "specscope"\nmodel = "{ZOO_TARGET}"\n', "w.jsonl": LONG}),
+         r"engine 'r', workload w\.jsonl: s\.toml: field 'max_tokens': 8: the longest prompt \(request 'long', 1020 "
+         r"tokens\) and 8 output tokens exceed the 1024 positions", {"s.toml": BASE + "max_tokens = 8\n" + SPECSCOPE,
+                                                                    "w.jsonl": LONG}),
+    Case("specscope-engine-past-its-positions-in-a-dry-run", DRY,  # it listed every cell as pending
+         r"engine 'r', workload w\.jsonl: s\.toml: field 'max_tokens': 8: the longest prompt",
+         {"s.toml": BASE + "max_tokens = 8\n" + SPECSCOPE, "w.jsonl": LONG}),
+    Case("specscope-engine-warm-up-prompt-past-its-positions", ["sweep", "s.toml"],  # every cell failed at its warm-up
+         r"engine 'r', workload w\.jsonl: request 'long': its prompt \(1100 tokens\) leaves no room",
+         {"s.toml": BASE + "max_tokens = 8\nnum_requests = 1\n" + SPECSCOPE,
+          "w.jsonl": WORKLOAD + json.dumps({"id": "long", "prompt_token_ids": [4] * 1100}) + "\n"}),
     Case("engine-name-a-path", DRY, r"s\.toml: engines\[0\]\.name: expected letters, digits.*got '\.\./\.\./x'",
          config(engine=ENGINE.replace('name = "v"', 'name = "../../x"'))),
     Case("engine-args-set-the-cell", DRY, r"s\.toml: engines\[0\]\.args: --max-num-seqs is set by the sweep",

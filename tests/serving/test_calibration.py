@@ -24,6 +24,23 @@ def assert_recovered(model) -> None:
         assert getattr(drafting, name) == pytest.approx(value, rel=0.05), name
 
 
+def test_a_repeat_maps_to_its_prompt_and_a_workload_id_that_looks_like_one_to_itself(tmp_path):
+    """A workload whose ids hold '#': ``x#1`` is its own prompt, not a repeat of ``x`` (the fit
+    read ``x``'s trace for it, predicting 1.51× where the same sweep relabelled gave 1.39×); a
+    cycle that would name a repeat like an existing id is refused, naming the file and line."""
+    from specscope.backends.openai.prompts import read_prompts, select_prompts, workload_id
+
+    path = tmp_path / "w.jsonl"
+    path.write_text('{"id": "x", "prompt": "a"}\n{"id": "x#1", "prompt": "b"}\n{"id": "z", "prompt": "c"}\n')
+    held = {"x", "x#1", "z"}
+    assert [workload_id(i, held) for i in ("x#1", "z#1", "x#1#2", "z#b")] == ["x#1", "z", "x#1", "z#b"]
+    prompts = read_prompts(path)
+    assert [p.id for p in select_prompts(prompts, 3, path)] == ["x", "x#1", "z"]
+    with pytest.raises(SpecscopeError, match=r"w\.jsonl:2: field 'id': 'x#1' is the name a sweep gives repeat 1 "
+                                             r"of 'x' \(line 1\)"):
+        select_prompts(prompts, 4, path)
+
+
 def test_fit_recovers_the_engine_that_made_the_timelines():
     cells = [simulated_cell("none", 0, b) for b in (1, 2, 4)]
     cells += [simulated_cell("draft", k, b) for k in (2, 4) for b in (1, 2, 4)]

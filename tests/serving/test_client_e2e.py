@@ -48,7 +48,8 @@ def test_measured_acceptance_equals_engine_counters_at_concurrency_32(ngram_serv
 
 
 def test_measure_row_and_cycled_prompts(ngram_server, tmp_path):
-    prompts = select_prompts(read_prompts(write_workload(tmp_path / "w.jsonl", 5)), 12)
+    path = write_workload(tmp_path / "w.jsonl", 5)
+    prompts = select_prompts(read_prompts(path), 12, path)
     assert [p.id for p in prompts][5:7] == ["r0#1", "r1#1"]
     row = measure(ClientConfig(ngram_server.url, max_tokens=16, ignore_eos=True), prompts, 4)
     stats = ngram_server.engine.stats

@@ -134,6 +134,22 @@ def test_paired_baselines_run_right_before_their_sd_cell(tmp_path):
         load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "each"')))
 
 
+def test_a_paired_none_cell_is_its_own_baseline_in_the_results(tmp_path):
+    """With paired baselines each none row is measured beside one SD server: its speedup is 1 and
+    its baseline itself, as a shared none row's (they were empty: looked up under 'none')."""
+    from specscope.backends.openai.sweep import results, write_record
+
+    config = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "paired"')))
+    for i, cell in enumerate(plan_cells(config)[:4]):
+        record = failed_record(config, cell, "")
+        write_record(config, {**record, "status": "ok", "reason": None, "result": {"throughput": 100.0 + 10 * i}})
+    rows = {(r["workload"], r["method"]): r for r in results(config)}  # n-gram k = 1 on a and b, each with its none
+    for workload, none, sd in (("a.jsonl", 100.0, 110.0), ("b.jsonl", 120.0, 130.0)):
+        assert rows[workload, "none"]["baseline_for"] == "ngram k=1" and rows[workload, "none"]["speedup"] == 1.0
+        assert rows[workload, "none"]["baseline_throughput"] == none
+        assert rows[workload, "ngram"]["speedup"] == pytest.approx(sd / none)
+
+
 def test_interleaved_baselines_are_new_cells_and_segments_are_checked(tmp_path):
     def config(extra: str):
         return load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", "max_tokens = 8\n" + extra)))

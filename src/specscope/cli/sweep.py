@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscope.backends.openai.sweep import pending_cells, read_cells, run_sweep
+    from specscope.backends.openai.sweep import check_lengths, pending_cells, read_cells, run_sweep
     from specscope.backends.openai.sweep_config import INTERLEAVED_ALL, load_sweep_config, plan_cells
 
     config = load_sweep_config(args.config)
@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         recorded = read_cells(config.output) if (config.output / "cells").is_dir() else {}
         cells = plan_cells(config)
-        again = {id(c) for c in pending_cells(config, cells, recorded, args.retry_failed)}
+        pending = pending_cells(config, cells, recorded, args.retry_failed)
+        check_lengths(config, pending)  # what the run refuses before any server starts
+        again = {id(c) for c in pending}
         rows = [{"cell_id": cid, **c.labels(), "state": _state(recorded.get(cid), id(c) in again)}
                 for c, cid in ((c, c.cell_id(config)) for c in cells)]
     else:
@@ -116,6 +118,8 @@ def _print_table(rows: list[dict], dry_run: bool) -> None:
         else ["engine", "method", "k", "tree", "batch_size", "workload", "status", "throughput", "speedup",
               "acceptance_rate", "mean_acceptance_length", "reason"]
     )
+    if any(row.get("baseline_for") for row in rows):  # paired none cells: which SD server each is measured beside
+        columns.insert(columns.index("workload") + 1, "baseline_for")
     print_table("sweep cells" + (" (dry run)" if dry_run else ""), columns,
                 [[row.get(name) for name in columns] for row in rows])
     learned = [row["cell_id"] for row in rows if row.get("learns_across_requests")]

@@ -145,10 +145,11 @@ class ModelConfig:
         return cls.from_hf(read_json_object(path), str(path))
 
 
-def check_max_tokens(model_dir: Path, requests: Sequence, max_tokens: int) -> None:
-    """Refuse ``--max-tokens`` where the longest of ``requests`` (objects with ``id`` and
-    ``prompt_token_ids``) and ``max_tokens`` outputs would not fit the model's positions
-    (``max_position_embeddings``), before any model is loaded; the error names that request."""
+def check_max_tokens(model_dir: Path, requests: Sequence, max_tokens: int, option: str = "--max-tokens") -> None:
+    """Refuse ``--max-tokens`` (``option``: how the user set it) where the longest of
+    ``requests`` (objects with ``id`` and ``prompt_token_ids``) and ``max_tokens`` outputs would
+    not fit the model's positions (``max_position_embeddings``), before any model is loaded;
+    the error names that request."""
     limit = ModelConfig.from_dir(model_dir).max_position_embeddings
     if limit is None or not requests:
         return
@@ -159,7 +160,7 @@ def check_max_tokens(model_dir: Path, requests: Sequence, max_tokens: int) -> No
                              f"in the {limit} positions of {model_dir} (max_position_embeddings): shorten it, or leave "
                              "it out")
     if size + max_tokens > limit:
-        raise SpecscopeError(f"--max-tokens {max_tokens}: the longest prompt (request {str(longest.id)!r}, {size} "
+        raise SpecscopeError(f"{option} {max_tokens}: the longest prompt (request {str(longest.id)!r}, {size} "
                              f"tokens) and {max_tokens} output tokens exceed the {limit} positions of {model_dir} "
                              f"(max_position_embeddings); at most {limit - size}")
 

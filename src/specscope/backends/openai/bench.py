@@ -241,7 +241,7 @@ def run_bench(config: ServingBenchConfig, into: BenchResult | None = None) -> Be
     if config.segments > 1 and config.url and not config.baseline_url:
         raise SpecscopeError("--segments: interleaves a no-SD and an SD server; give --baseline-url (or --launch)")
     workload = read_prompts(config.workload)
-    prompts = select_prompts(workload, config.num_requests)
+    prompts = select_prompts(workload, config.num_requests, config.workload)
     if config.segments > len(prompts):
         raise SpecscopeError(f"--segments: {len(prompts)} requests cannot be cut into {config.segments} segments")
     config = fill_batch_sizes(config, *in_flight(len(prompts), config.segments))

@@ -32,6 +32,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.backends.openai.metrics import HISTOGRAMS
+from specscope.backends.openai.prompts import workload_id
 from specscope.backends.openai.sweep import TIMELINE, read_cells
 from specscope.costmodel.calibrate import DRAFTING_TERMS, CellRun, fit_cells
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
@@ -69,10 +70,10 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
         if listed is not None and cell_id not in listed:
             unlisted += [cell_id] if record.get("status") == "ok" else []
             continue
-        if record["status"] != "ok":
-            failed.append(cell_id)
-            continue
         path = sweep_dir / "cells" / f"{cell_id}.json"
+        if record["status"] != "ok":
+            failed += [cell_id] if engine is None or _engine_name(path, record) == engine else []
+            continue
         if TIMELINE not in record:
             raise SpecscopeError(f"{path}: no per-request chunk timeline (recorded by an older specscope sweep); "
                                  "rerun the sweep into a new folder")
@@ -220,7 +221,7 @@ def _requests(cell: CellRun, traces: dict[str, dict[str, TraceRecord]]) -> list[
                              f"have: {', '.join(sorted(traces)) or 'none'}")
     records = []
     for request in cell.timeline:
-        record = traces[dataset].get(request["id"].split("#")[0])
+        record = traces[dataset].get(workload_id(request["id"], traces[dataset]))
         if record is None:
             raise SpecscopeError(f"--traces: dataset {dataset!r} has no request {request['id']!r}")
         if cell.method not in record.proposers:

@@ -56,7 +56,7 @@ from specscope.backends.openai.sweep_config import (
     describe,
     plan_cells,
 )
-from specscope.errors import SpecscopeError
+from specscope.errors import SpecscopeError, where
 from specscope.methods import NO_SD
 from specscope.analysis.measured import MeasuredCell, winner
 from specscope.fileio import atomic_write_text, check_kept_table, exclusive, refuse_foreign_folder
@@ -230,7 +230,7 @@ def _prompts(config: SweepConfig, cell: Cell) -> tuple[list[Prompt], Prompt, boo
     """``cell``'s requests, its warm-up prompt, and whether that prompt is also measured."""
     bench = serving_config(config, cell)
     workload = read_prompts(bench.workload)
-    return (select_prompts(workload, bench.num_requests), *warmup_prompt(workload, bench.num_requests))
+    return (select_prompts(workload, bench.num_requests, bench.workload), *warmup_prompt(workload, bench.num_requests))
 
 
 def _measured(config: SweepConfig, cell: Cell, row: dict, load: LoadResult, verified: str, engine: str | None,
@@ -463,9 +463,10 @@ def pending_cells(config: SweepConfig, cells: list[Cell], recorded: dict[str, di
 
 
 def check_lengths(config: SweepConfig, cells: Sequence[Cell]) -> None:
-    """Before any server starts: the model of a launched specscope engine (a local checkpoint)
-    holds every workload's longest prompt (its tokens, before any chat template) and
-    ``max_tokens`` — else every cell would fail at its server, one by one."""
+    """Before any server starts (and in a dry run): the model of a launched specscope engine (a
+    local checkpoint) holds the longest prompt a cell sends of each workload — its measured
+    requests and its warm-up, the next one (:func:`warmup_prompt`); their tokens, before any chat
+    template — and ``max_tokens``: else every cell would fail at its server, one by one."""
     from specscope.engine.config import check_max_tokens
     from specscope.engine.loading import load_tokenizer
     from specscope.workloads.jsonl import read_workload
@@ -476,8 +477,9 @@ def check_lengths(config: SweepConfig, cells: Sequence[Cell]) -> None:
         if engine.launch != "specscope" or not (model / "config.json").is_file():
             continue
         try:
-            requests = read_workload(config.workload_path(workload), load_tokenizer(model))[:config.num_requests]
-            check_max_tokens(model, requests, config.max_tokens)
+            requests = read_workload(config.workload_path(workload), load_tokenizer(model))
+            sent = requests if config.num_requests is None else requests[: config.num_requests + 1]  # + the warm-up
+            check_max_tokens(model, sent, config.max_tokens, option=f"{where(config.path, field='max_tokens')}:")
         except SpecscopeError as error:
             raise SpecscopeError(f"engine {engine.name!r}, workload {workload}: {error}") from None
 
@@ -545,7 +547,8 @@ def results(config: SweepConfig) -> list[dict]:
             labels = {name: row[name] for name in CELL_LABELS}
             measured = {name: value for name, value in row.items() if name not in labels}
             where = (row["engine"], row["workload"], row["batch_size"])
-            baseline = baselines.get((*where, server)) or baselines.get((*where, None))
+            pairs_with = row["baseline_for"] if row["method"] == NO_SD else server  # a paired none cell: its own pair
+            baseline = baselines.get((*where, pairs_with)) or baselines.get((*where, None))
             rows[i] = {**labels, **bench_row(row["method"], row["k"], measured, baseline).flat()}
 
     atomic_write_text(config.output / "config.json", json.dumps(describe(config), indent=1) + "\n")  # with its tables:

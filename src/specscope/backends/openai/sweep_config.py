@@ -445,7 +445,8 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
                              f"{config.baselines!r}: a sweep measures SD methods against 'none')")
     for i, name in enumerate(config.workloads):
         try:
-            requests = len(select_prompts(read_prompts(config.workload_path(name)), config.num_requests))
+            requests = len(select_prompts(read_prompts(config.workload_path(name)), config.num_requests,
+                                          config.workload_path(name)))
         except SpecscopeError as error:
             raise SpecscopeError(f"{where(path, field=f'workloads[{i}]')}: {error}") from None
         if config.baselines in INTERLEAVING and config.segments > requests:
