@@ -121,6 +121,19 @@ def test_inspect_and_convert(tmp_path, capsys):
     assert report.format == "specscope" and records[0].k_max == 20 and records[1].output_len == 2
 
 
+@pytest.mark.parametrize("settings, said", [
+    ('{"trees": ["2x0"]}', "field 'trees[0]': expected an integer >= 1, got 0"),  # a traceback
+    ('{"trees": "2x2"}', "field 'trees': expected a list of trees, got '2x2'"),  # read letter by letter
+    ("{oops", "invalid JSON"),  # the valid trace was refused
+])
+def test_inspect_reads_a_trace_whose_settings_name_no_trees_it_can_read(tmp_path, capsys, settings, said):
+    path = write_lines(tmp_path / "t.jsonl", [bench_record(0)])
+    (tmp_path / "t.jsonl.settings.json").write_text(settings)
+    assert main(["traces", "inspect", "--format", "json", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)[0]["requests"] == 1 and said in captured.err and "trees are not summarised" in captured.err
+
+
 def test_inspect_says_where_k_max_is_missing(tmp_path, capsys):
     """One record declares k_max 1, the other none but accepted 9 drafts: the file has no k_max,
     and the table says what is known instead of reporting the one that was declared."""

@@ -313,10 +313,11 @@ def _first_text(path: Path) -> str:
 
 
 def read_text(path: str | Path) -> str:
-    """The UTF-8 text of ``path``, or a one-line error naming the file (and the bad byte)."""
+    """The UTF-8 text of ``path`` (a leading byte-order mark, as Excel's "CSV UTF-8" writes,
+    left out, as :func:`read_jsonl` does), or a one-line error naming the file (and the bad byte)."""
     path = Path(path)
     try:
-        return path.read_bytes().decode("utf-8")
+        return path.read_bytes().decode("utf-8-sig")
     except OSError as error:
         raise SpecscopeError(f"{path}: cannot read ({error.strerror or error})") from None
     except UnicodeDecodeError as error:

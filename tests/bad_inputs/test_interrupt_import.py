@@ -46,6 +46,8 @@ def test_an_interrupt_says_what_the_verb_keeps(capsys):
     assert "(finished stages are kept; the interrupted stage starts over; rerun to resume)" in capsys.readouterr().err
     _interrupted(argparse.Namespace(), [])
     assert capsys.readouterr().err == "specscope: interrupted\n"
+    _interrupted(argparse.Namespace(resumes=True, overwrite=True), [])  # trace --overwrite rerun would start over
+    assert "(finished work is kept; rerun without --overwrite to resume)" in capsys.readouterr().err
 
 
 # A verb whose cleanup is still running when a second Ctrl-C comes (releasing a lock, torch

@@ -32,6 +32,9 @@ CASES = [
          files={"t.jsonl": bench("a") + bench("b").replace('"prompt_token_ids": [1, 2]', '"prompt_token_ids": []')}),
     Case("key-given-twice", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: key 'k_max' given twice",
          files={"t.jsonl": own().replace('"k_max": 4', '"k_max": 4, "k_max": 8')}),
+    Case("acc-len-null", ["stats", "t.jsonl"],  # it was "missing"
+         r"t\.jsonl:1: field 'proposers\.ngram\.acc_len': expected a list of integers, got None",
+         files={"t.jsonl": own().replace('"acc_len": [1, 2, 1]', '"acc_len": null')}),
     Case("own-misspelt-field", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'k_mx': unknown field",
          files={"t.jsonl": own().replace('"k_max"', '"k_mx"')}),
     Case("own-misspelt-proposer-field", ["traces", "inspect", "t.jsonl"],
@@ -118,6 +121,8 @@ CASES = [
                                                  "w.jsonl", "-o", "out.jsonl", "--max-tokens", "5000"],
          r"--max-tokens 5000: the longest prompt \(request 'a', 3 tokens\) and 5000 output tokens exceed the 1024 positions",
          files={"w.jsonl": json.dumps({"id": "a", "prompt_token_ids": [4, 5, 6]}) + "\n"}),
+    Case("trace-unknown-proposer", [*TRACE[:4], "foo=m", *TRACE[5:]],  # said as --method's, after the models were read
+         r"--proposers: 'foo=m': unknown proposer 'foo' \(known: draft, eagle, eagle3, mtp, ngram\)"),
     Case("trace-proposer-twice", ["trace", "--model", ZOO_TARGET, "--proposers", f"draft={ZOO_TARGET},draft={ZOO_TARGET}",
                                   "--workload", "w.jsonl", "-o", "out.jsonl"],
          r"--proposers: 'draft' given twice", files={"w.jsonl": json.dumps({"id": "a", "prompt_token_ids": [4]}) + "\n"}),
@@ -127,7 +132,13 @@ CASES = [
     Case("trace-batch-size-zero", [*TRACE, "--batch-size", "0"], r"argument --batch-size"),
     Case("trace-output-stdout", [*TRACE[:-1], "-"], r"-: expected a regular file"),
     Case("trace-output-directory", [*TRACE[:-1], "d"], r"d: is a directory", setup=lambda folder: (folder / "d").mkdir()),
-    Case("trace-min-n-above-max-n", [*TRACE, "--min-n", "3", "--max-n", "2"], r"--min-n: 3 is above --max-n 2"),
+    Case("trace-min-n-above-max-n", [*TRACE, "--min-n", "3", "--max-n", "2"], r"--min-n 3 is above --max-n 2: no n-gram"),
+    Case("trace-batch-size-past-any-engine", [*TRACE, "--batch-size", "100000"],  # sized caches of 100000 rows: 19 GB
+         r"argument --batch-size: expected an integer <= 65536"),
+    Case("trace-min-n-above-the-default-max-n", [*TRACE, "--min-n", "8"],  # every n-gram acc_len came out 1
+         r"--min-n 8 is above --max-n 7 \(--max-n's default\): no n-gram would match"),
+    Case("trace-max-n-below-the-default-min-n", [*TRACE, "--max-n", "2"],
+         r"--min-n 3 is above --max-n 2 \(--min-n's default\)"),
 ]
 
 

@@ -57,6 +57,16 @@ def test_make_bundled_without_source(tmp_path):
     assert len(written) == 7 and all(shipped[r["id"]]["prompt"] == r["prompt"] for r in written)
 
 
+def test_a_workload_to_standard_output_is_the_workload_alone(capsys):
+    """``-o -`` with more requested than a task ships: the note goes to stderr (it ended the
+    workload on stdout, whose next reader refused that line)."""
+    assert main(["workload", "make", "code", "--n", "1000", "-o", "-"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert all(json.loads(line)["id"] for line in lines) and len(lines) == len(read_bundled("code"))
+    assert f"note: 1000 requested, only {len(lines)} available" in captured.err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["gsm8k"], "--source: gsm8k needs a local file"),
     (["gsm8k", "--source", "missing.jsonl"], "missing.jsonl: no such file"),

@@ -87,6 +87,27 @@ def test_sampling_is_seeded_and_bounded():
     assert sorted(p.id for p in c) == ["instructcoder-0", "instructcoder-1", "instructcoder-2"]
 
 
+def test_a_byte_order_mark_is_no_part_of_the_first_field(tmp_path):
+    """Excel's "CSV UTF-8" starts with a BOM: the header read '\\ufeffquestion' (no 'question'
+    field), a JSON list was invalid JSON."""
+    csv_file, json_file = tmp_path / "g.csv", tmp_path / "g.json"
+    csv_file.write_bytes("\ufeffquestion,answer\nWhat is 2+2?,4\n".encode())
+    json_file.write_bytes('\ufeff[{"question": "How many?", "answer": "5"}]'.encode())
+    assert [p.prompt for p in load_prompts("gsm8k", csv_file, n=1)[0]] == ["What is 2+2?"]
+    assert [p.reference for p in load_prompts("gsm8k", json_file, n=1)[0]] == ["5"]
+
+
+def test_a_reference_is_kept_as_written_or_refused_never_dropped(tmp_path):
+    """A number is its text (as aime's answers were); a list is refused naming the line (both
+    were left out of the workload without a word)."""
+    path = tmp_path / "gsm8k.jsonl"
+    path.write_text('{"question": "q1", "answer": 42}\n{"question": "q2"}\n', encoding="utf-8")
+    assert [p.reference for p in load_prompts("gsm8k", path, n=2)[0]] == ["42", None]
+    path.write_text('{"question": "q1", "answer": 42}\n{"question": "q2", "answer": ["x"]}\n', encoding="utf-8")
+    with pytest.raises(SpecscopeError, match=r"gsm8k\.jsonl:2: field 'answer': expected text \(the reference output\), got list"):
+        load_prompts("gsm8k", path, n=2)
+
+
 def test_missing_field_names_file_and_line(tmp_path):
     bad = tmp_path / "gsm8k.jsonl"
     bad.write_text('{"question": "ok?"}\n{"query": "no question"}\n', encoding="utf-8")

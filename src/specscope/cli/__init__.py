@@ -136,7 +136,8 @@ def _interrupted(args: argparse.Namespace | None, noted: list[int]) -> int:
     says so."""
     resumes = getattr(args, "resumes", False)
     kept = resumes if isinstance(resumes, str) else "finished work is kept"
-    print("specscope: interrupted" + (f" ({kept}; rerun to resume)" if resumes else ""), file=sys.stderr)
+    again = "rerun without --overwrite to resume" if getattr(args, "overwrite", False) else "rerun to resume"  # it would start over
+    print("specscope: interrupted" + (f" ({kept}; {again})" if resumes else ""), file=sys.stderr)
     return 128 + (noted[0] if noted else signal.SIGINT)
 
 

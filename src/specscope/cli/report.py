@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import sys
 from pathlib import Path
@@ -71,8 +70,10 @@ def traced_trees(traces: list[str]) -> tuple[str, ...]:
 
     named: dict[str, None] = {}
     for trace in traces:
-        with contextlib.suppress(SpecscopeError):  # a settings file that does not read names none
+        try:
             named.update(dict.fromkeys(requested_trees(Path(trace))))
+        except SpecscopeError as error:  # a settings file that does not read names none, said
+            print(f"warning: {error}; its trees are not replayed", file=sys.stderr)
     return tuple(named) or DEFAULTS.trees
 
 

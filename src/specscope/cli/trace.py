@@ -44,7 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     positive = validate.arg(validate.integer, low=1)
     parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=20)
     parser.add_argument("--max-tokens", type=positive, default=256)
-    parser.add_argument("--batch-size", type=positive, default=8, help="requests traced together")
+    parser.add_argument("--batch-size", type=validate.arg(validate.integer, low=1, high=validate.MAX_BATCH_SIZE),
+                        default=8, help="requests traced together")
     parser.add_argument("--dataset", type=_name, default=None,
                         help="dataset name in the records (default: workload file stem)")
     parser.add_argument("--min-n", type=positive, help="shortest n-gram matched (default: the n-gram proposer's)")
@@ -73,14 +74,17 @@ def run(args: argparse.Namespace) -> int:
     from specscope.cli._common import model_dir_arg
     from specscope.distributed.trace import ray_batch_mapper
     from specscope.engine.config import ModelConfig
+    from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
     from specscope.engine.loading import load_tokenizer, parse_device, parse_dtype, resolve_device
     from specscope.tracing.run import ProposerSpec, trace_here, trace_workload, tree_depth
     from specscope.workloads.jsonl import read_workload
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.min_n and args.max_n and args.min_n > args.max_n:
-        raise SpecscopeError(f"--min-n: {args.min_n} is above --max-n {args.max_n}")
+    min_n, max_n = args.min_n or NGRAM_MIN_N, args.max_n or NGRAM_MAX_N  # one given: the other's default
+    if min_n > max_n:  # an empty range: every n-gram acc_len would be 1
+        default = "" if args.min_n and args.max_n else f" ({'--max-n' if args.min_n else '--min-n'}'s default)"
+        raise SpecscopeError(f"--min-n {min_n} is above --max-n {max_n}{default}: no n-gram would match")
     if args.ray_workers and not args.ray:
         raise SpecscopeError("--ray-workers: needs --ray ADDRESS")
     specs = ProposerSpec.parse_list(args.proposers)

@@ -67,11 +67,22 @@ def tree_means(records: list, trees: Sequence[TreeShape]) -> dict[str, dict[str,
     return out
 
 
+def _settings_trees(path: Path) -> list[TreeShape]:
+    """The trees ``path`` was traced with (its settings file); a settings file that does not read
+    names none, said on stderr: the trace itself is what is inspected."""
+    from specscope.tracing.settings import requested_trees
+
+    try:
+        return [TreeShape.parse(t) for t in requested_trees(path)]
+    except SpecscopeError as error:
+        print(f"warning: {error}; its trees are not summarised", file=sys.stderr)
+        return []
+
+
 def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
     """Summary of one trace file (with arrays kept whole, so mismatches are counted, not cut);
     ``trees`` default to those in the file's settings (``trace --trees``)."""
     from specscope.trace.load import LoadReport, iter_file
-    from specscope.tracing.settings import requested_trees
 
     report = LoadReport(path, "own")
     records = list(iter_file(path, report, lengths="own"))
@@ -97,7 +108,7 @@ def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
         "mean_prompt_len": float(np.mean([r.prompt_len for r in records])),
         "mean_output_len": float(np.mean([r.output_len for r in records])),
         "datasets": sorted({r.dataset for r in records}, key=lambda d: (d is None, d or "")),
-        "tree_mean_acc_len": tree_means(records, trees or [TreeShape.parse(t) for t in requested_trees(Path(path))]),
+        "tree_mean_acc_len": tree_means(records, trees or _settings_trees(Path(path))),
     }
 
 

@@ -88,12 +88,12 @@ def run(args: argparse.Namespace) -> int:
     if tokenizer is not None and not is_stdout(args.output):
         read_workload(args.output, tokenizer)  # the engine's reader accepts what was written
     shown = "no chat template" if template.source is None else f"chat template of {args.tokenizer}"
-    print(f"wrote {len(lines)} requests to {args.output} ({note}; {shown})",
-          file=sys.stderr if is_stdout(args.output) else sys.stdout)  # '-': the workload is standard output
+    said = sys.stderr if is_stdout(args.output) else sys.stdout  # '-': the workload is standard output
+    print(f"wrote {len(lines)} requests to {args.output} ({note}; {shown})", file=said)
     if tokenizer is not None and template.source is not None and not args.token_ids and \
             tokenizer.encode("x").ids != tokenizer.encode("x", add_special_tokens=False).ids:
         print(f"note: {args.tokenizer}'s tokenizer adds special tokens when it encodes text, so a text "
-              "prompt that already holds the chat template gets them twice; use --token-ids")
+              "prompt that already holds the chat template gets them twice; use --token-ids", file=said)
     if len(lines) < args.n:
-        print(f"note: {args.n} requested, only {len(lines)} available")
+        print(f"note: {args.n} requested, only {len(lines)} available", file=said)
     return 0

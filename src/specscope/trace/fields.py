@@ -15,6 +15,7 @@ from specscope import validate
 from specscope.errors import SpecscopeError, where
 
 T = TypeVar("T")
+LOOKED_UP = object()  # int_array's value when none is given: the field's own
 
 
 class Fields:
@@ -100,11 +101,11 @@ class Fields:
             raise self.error(self.name(name), f"expected true or false, got {value!r}")
         return value
 
-    def int_array(self, name: str, value: object = None, dtype=np.int64, low: int | None = None,
+    def int_array(self, name: str, value: object = LOOKED_UP, dtype=np.int64, low: int | None = None,
                   high: int | None = None, note: str = "") -> np.ndarray:
-        """A list of integers in [low, high] as a 1-D array (``value`` overrides the lookup of
-        ``name``, which is then only the label)."""
-        value = self.get(name) if value is None else value
+        """A list of integers in [low, high] as a 1-D array (``value``, given — null included —
+        overrides the lookup of ``name``, which is then only the label)."""
+        value = self.get(name) if value is LOOKED_UP else value
         return self.check(name, validate.integers, value, note, low=low, high=high).astype(dtype)
 
     def int_matrix(self, name: str, value: object, dtype=np.int64, low: int | None = None,

@@ -50,8 +50,13 @@ class ProposerSpec:
             parts = validate.split_list(text)
         except validate.Invalid as error:
             raise SpecscopeError(f"--proposers: {error}") from None
+        from specscope.proposers import PROPOSERS  # every method module, plugins' too
+
         for part in parts:
             name, _, path = part.partition("=")
+            if name not in PROPOSERS:  # before any model is read (it was said as --method's, after)
+                raise SpecscopeError(f"--proposers: {part!r}: unknown proposer {name!r} "
+                                     f"(known: {', '.join(sorted(PROPOSERS))})")
             spec = cls(name, Path(path) if path else None)
             if not spec.lookup and not path:
                 raise SpecscopeError(f"--proposers: {part!r}: expected METHOD=DIR for model proposers")
@@ -237,6 +242,7 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
         if not todo:
             return 0
         max_seq_len = max(len(r.prompt_token_ids) for r in todo) + max_tokens
+        batch_size = min(batch_size, len(todo))  # the caches hold no more rows than there are requests
         # absolute paths: a worker elsewhere (Ray) finds the checkpoints whatever its working folder
         absolute = tuple(replace(spec, path=None if spec.path is None else spec.path.resolve()) for spec in specs)
         job = TraceJob(model_dir.resolve(), absolute, k_max, max_tokens, batch_size, dataset, min_n, max_n, dtype,

@@ -104,11 +104,23 @@ def _ours(sidecar: Path) -> bool:
 
 
 def requested_trees(output: Path) -> list[str]:
-    """The tree shapes recorded in ``output``'s settings file ([] when none or no file)."""
+    """The tree shapes recorded in ``output``'s settings file ([] when none or no file); one that
+    is not a list of trees (:func:`~specscope.trees.parse_tree`) is a one-line error naming it."""
+    from specscope.trees import parse_tree
+    from specscope.validate import Invalid
+
     sidecar = settings_path(output)
     if not sidecar.is_file():
         return []
-    return list(read_json_object(sidecar, "trace settings (a JSON object)").get("trees") or [])
+    trees = read_json_object(sidecar, "trace settings (a JSON object)").get("trees") or []
+    if not isinstance(trees, list):
+        raise SpecscopeError(f"{sidecar}: field 'trees': expected a list of trees, got {trees!r}")
+    for i, tree in enumerate(trees):
+        try:
+            parse_tree(tree if isinstance(tree, str) else repr(tree))
+        except Invalid as error:
+            raise SpecscopeError(f"{sidecar}: field 'trees[{i}]': {error}") from None
+    return trees
 
 
 def _differing(old: object, new: object) -> tuple[object, object, str]:

@@ -101,12 +101,25 @@ def _need(row: Row, *names: str) -> str:
     raise SpecscopeError(f"{row.location}: field '{names[0]}': expected non-empty text")
 
 
+def _reference(row: Row, *names: str) -> str | None:
+    """The first of ``names`` present in the row, as text (a number as written): the reference
+    output; None where the row has none; anything else an error naming the field (it was left
+    out without a word)."""
+    for name in names:
+        value = row.data.get(name)
+        if value is None:
+            continue
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise SpecscopeError(f"{row.location}: field '{name}': expected text (the reference output), "
+                             f"got {type(value).__name__}")
+    return None
+
+
 def _instructcoder(row: Row, ctx: Context) -> Prompt:
     instruction = _need(row, "instruction")
     code = str(row.data.get("input") or "")
-    reference = row.data.get("output")
-    return Prompt(f"instructcoder-{row.index}", f"{code}\n\n{instruction} {CODE_SUFFIX}",
-                  reference if isinstance(reference, str) else None)
+    return Prompt(f"instructcoder-{row.index}", f"{code}\n\n{instruction} {CODE_SUFFIX}", _reference(row, "output"))
 
 
 def _sharegpt(row: Row, ctx: Context) -> Prompt | str:
@@ -130,14 +143,11 @@ def _sharegpt(row: Row, ctx: Context) -> Prompt | str:
 
 
 def _cnn(row: Row, ctx: Context) -> Prompt:
-    reference = row.data.get("highlights")
-    return Prompt(f"cnn_dailymail-{row.index}", SUMMARY_PREFIX + _need(row, "article"),
-                  reference if isinstance(reference, str) else None)
+    return Prompt(f"cnn_dailymail-{row.index}", SUMMARY_PREFIX + _need(row, "article"), _reference(row, "highlights"))
 
 
 def _gsm8k(row: Row, ctx: Context) -> Prompt:
-    reference = row.data.get("answer")
-    return Prompt(f"gsm8k-{row.index}", _need(row, "question"), reference if isinstance(reference, str) else None)
+    return Prompt(f"gsm8k-{row.index}", _need(row, "question"), _reference(row, "answer"))
 
 
 def _aime(row: Row, ctx: Context) -> Prompt | str:
@@ -152,8 +162,7 @@ def _aime(row: Row, ctx: Context) -> Prompt | str:
         raise SpecscopeError(f"{row.location}: field 'Year': expected a year (or a url/ID naming one)") from None
     if year not in AIME_YEARS:
         return f"problems from years other than {AIME_YEARS[0]}-{AIME_YEARS[-1]}"
-    answer = row.data.get("Answer", row.data.get("answer"))
-    return Prompt(f"aime-{row.index}", problem, None if answer is None else str(answer))
+    return Prompt(f"aime-{row.index}", problem, _reference(row, "Answer", "answer"))
 
 
 def _gpqa(row: Row, ctx: Context) -> Prompt:
