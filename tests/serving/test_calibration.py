@@ -65,6 +65,21 @@ def test_a_sweep_at_one_batch_size_names_the_terms_it_cannot_separate():
     assert "c_req" not in both.not_separated  # a second batch size separates it
 
 
+def test_a_forward_put_wholly_on_the_cache_is_refit_with_a_fixed_cost():
+    """Steps at batch 1 over caches of 55-64 tokens that cost 0.05 ms a cached token, nothing else:
+    the fit put the whole forward on c_kv, a model over an empty cache free, which the reader
+    refuses (a sweep at batch size 1 could not be fitted at all). Over caches of about one length
+    the two trade; the fixed cost carries it, and the cache term is named as not told apart."""
+    from specscope.costmodel.calibrate import fit_steps
+    from specscope.costmodel.steps import MeasuredStep
+
+    steps = [MeasuredStep(i, "none", 1, 1, 1, [1], draft_s=0.0, verify_s=5e-5 * (55 + i % 10), sample_s=0.0,
+                          overhead_s=0.0, kv_tokens=55 + i % 10, prefill_tokens=0, prefill_s=0.0, run=0) for i in range(40)]
+    model, _ = fit_steps(steps)
+    assert model.c_kv == 0.0 and "c_kv" in model.not_separated
+    assert model.c_fixed + model.c_tok + model.c_req == pytest.approx(5e-5 * 59.5, rel=0.02)  # the mean step
+
+
 def simulated_steps(method: str, k: int, batch: int, run: int, draft: dict[str, float] = DRAFT) -> list:
     """Step records of an engine whose steps cost exactly FORWARD (+ DRAFT), the time spread over
     the phases in any way (a whole-step fit reads their sum); every tenth step also prefills a

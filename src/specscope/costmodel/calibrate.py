@@ -441,7 +441,9 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]
     cannot tell apart (:func:`~specscope.costmodel.fit.unseparated`), of which the first ones
     (the forward's before a drafter's, in the order of the columns) carry their joint cost and
     the later ones are 0 wherever that fits as well: a fixed cost rather than none and one per
-    cached token over prompts of one length."""
+    cached token over prompts of one length. A fit that puts the whole forward on the cached
+    tokens (a forward over an empty cache free, a model no simulation can use: a sweep at one
+    batch size over caches of about one length, where the two trade) is refit without them."""
     methods = sorted(set(gaps.method.tolist()) - {NO_SD})
     forward, drafting = gaps.target_features(), gaps.drafting_features()
     blocks = [forward]
@@ -457,6 +459,10 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]
                              f"and each method's drafting: measure more requests)")
     names = [*TARGET_TERMS, *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS)]
     coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
+    kv, free = TARGET_TERMS.index("c_kv"), [TARGET_TERMS.index(t) for t in ("c_fixed", "c_tok", "c_req")]
+    if coef[kv] > 0 and not coef[free].any():  # the whole forward per cached token: one over an empty cache free
+        a[:, kv] = 0.0  # over the caches measured (one batch size, prompts alike) the two trade: the fixed cost it is
+        coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
     start, width = forward.shape[1], drafting.shape[1]
     return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
             tuple(unseparated(a, names)))
