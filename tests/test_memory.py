@@ -182,6 +182,17 @@ def test_drafter_flags_are_exclusive(capsys):
     assert exit_info.value.code == 2
 
 
+def test_an_eagle3_heads_draft_vocabulary_is_at_most_its_targets(capsys):
+    """The bundled target has 1024 tokens: its EAGLE-3 head was priced over the published heads'
+    32000 (weights 386 % of the target's, where --draft-vocab-size 32000 is refused); by hand,
+    fc 3h·h + a 2h-input layer + norms + 1024·h = 762,624 weights, 43.29 %."""
+    from specscope.zoo.shipped import model_dir
+
+    assert main(["memory", "--target", str(model_dir("target")), "--eagle3", "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["drafter"]["params"] == 762_624 and shown["weight_overhead_pct"] == pytest.approx(43.288, abs=1e-3)
+
+
 def test_report_api_without_cli():
     report = memory_report(ModelShape.resolve("llama3.1-8b"), "mtp")
     assert report.drafter.weight_bytes == 503_357_440

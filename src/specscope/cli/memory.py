@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--draft-vocab-size",
         type=int,
         metavar="N",
-        help=f"the EAGLE-3 head's draft vocabulary (default {EAGLE3_DRAFT_VOCAB_SIZE})",
+        help=f"the EAGLE-3 head's draft vocabulary (default {EAGLE3_DRAFT_VOCAB_SIZE}, at most the target's)",
     )
     parser.add_argument("--format", choices=("table", "json"), default="table")
     parser.set_defaults(run=run)
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     target = ModelShape.resolve(args.target)
     draft = ModelShape.resolve(args.draft) if args.draft else None
     kind = DRAFT_MODEL.memory_model if draft is not None else args.head
-    draft_vocab_size = EAGLE3_DRAFT_VOCAB_SIZE
+    draft_vocab_size = args.draft_vocab_size  # None: the published heads', at most the target's
     if args.draft_vocab_size is not None:
         if kind is None or not MEMORY_MODELS[kind].draft_vocab:
             with_vocab = [f"--{h.name}" for h in of_kind("head") if MEMORY_MODELS[h.memory_model].draft_vocab]
@@ -71,7 +71,6 @@ def run(args: argparse.Namespace) -> int:
                 f"--draft-vocab-size: expected 1..{target.vocab_size} (the target's vocabulary), "
                 f"got {args.draft_vocab_size}"
             )
-        draft_vocab_size = args.draft_vocab_size
     report = memory_report(target, kind, draft, args.dtype_bytes, draft_vocab_size)
     if args.format == "json":
         print(json.dumps(report.to_dict(), indent=1))

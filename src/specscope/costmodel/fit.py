@@ -43,7 +43,8 @@ the SD run after it (one *repeat*; records with a ``run`` index, as
 therefore estimates one speed factor per repeat — the median of measured / predicted verify
 time over its steps, relative to the median repeat *of the same batch size* (a bench runs each
 repeat at one batch size, so a factor relative to all repeats could absorb how cost grows with
-the batch) — divides that repeat's times by it, and refits (:data:`DRIFT_FITS` fits in all): shapes
+the batch) — divides that repeat's times by it, and refits until no repeat's factor moves
+(:data:`DRIFT_CONVERGED`; :data:`DRIFT_FITS` fits at most): shapes
 are compared within a repeat, not across slowdowns. The reported fit error is measured on the
 raw times.
 
@@ -69,7 +70,8 @@ from specscope.methods import LEARNED
 from specscope.trees import TreeShape
 from specscope.version import code_version
 
-DRIFT_FITS = 3  # fits in all: the first on raw times, each later one after re-estimating every repeat's speed
+DRIFT_FITS = 30  # fits at most: the first on raw times, each later one after re-estimating every repeat's speed,
+DRIFT_CONVERGED = 1e-5  # ... until no repeat's speed moves by more than this (relative)
 DRAFTING_COLUMNS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi", "c_batched", "c_tree")  # _fit_once's, in order
 
 
@@ -181,7 +183,9 @@ def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Lin
     factors = np.ones(len(steps))
     model, drafting = _fit_once(steps, name)
     for _ in range(DRIFT_FITS - 1):
-        factors = _speed_factors(steps, repeat, model)
+        previous, factors = factors, _speed_factors(steps, repeat, model)
+        if np.allclose(factors, previous, rtol=DRIFT_CONVERGED, atol=0.0):
+            break  # the last fit was made at these speeds (three fits left a slow repeat's cost 11 % off)
         model, drafting = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
     decode, prefill = _decode_and_prefill(steps)
     model = replace(model, measured=measured_extent(decode))

@@ -35,7 +35,7 @@ import numpy as np
 
 from specscope.costmodel.base import Drafting, StepLoad
 from specscope.costmodel.linear import MAX_COEFFICIENT_S, PAPER_NGRAM, drafting_lookup
-from specscope.costmodel.memory import EAGLE3_DRAFT_VOCAB_SIZE, eagle3_params, eagle_params, kv_bytes_per_layer, mtp_params
+from specscope.costmodel.memory import eagle3_draft_vocab, eagle3_params, eagle_params, kv_bytes_per_layer, mtp_params
 from specscope.costmodel.presets import BF16_BYTES, Hardware, ModelShape, hardware
 from specscope.errors import SpecscopeError
 from specscope.trace.fields import Fields
@@ -80,7 +80,7 @@ class Streamed:
         the target's LM head where it shares it, in 16 bits."""
         shared_lm_head = target.vocab_size * target.hidden_size
         params = {"eagle": eagle_params(target) + shared_lm_head,
-                  "eagle3": eagle3_params(target, EAGLE3_DRAFT_VOCAB_SIZE),
+                  "eagle3": eagle3_params(target, eagle3_draft_vocab(target)),
                   "mtp": mtp_params(target) + shared_lm_head}[kind]
         return cls(f"{target.name}-{kind}-head", params * BF16_BYTES, params, kv_bytes_per_layer(target, BF16_BYTES))
 
