@@ -73,6 +73,10 @@ def test_neutral_values_of_unsupported_fields_are_taken(servers):
     code, _ = post(servers[0].url, {"prompt": PROMPT, "max_tokens": 2, "n": 1, "echo": False, "logprobs": False,
                                     "presence_penalty": 0, "frequency_penalty": 0.0})
     assert code == 200
+    # the empty defaults some clients always send (they were refused)
+    code, data = post(servers[0].url, {"prompt": PROMPT, "max_tokens": 2, "logit_bias": {}, "tools": [],
+                                       "top_logprobs": 0, "suffix": "", "tool_choice": "none"})
+    assert code == 200, data
 
 
 @pytest.mark.parametrize(
@@ -105,6 +109,8 @@ def test_neutral_values_of_unsupported_fields_are_taken(servers):
         ({"prompt": PROMPT, "stop_token_ids": [VOCAB]}, None, 400, "'stop_token_ids'"),
         ({"prompt": "hello"}, None, 400, "no tokenizer.json"),
         ({"prompt": PROMPT, "model": "gpt-4"}, None, 404, "does not exist"),
+        ({"prompt": PROMPT, "stream_options": {"include_usage": True}}, None, 400,  # ignored unsaid
+         "'stream_options': only with \"stream\": true"),
     ],
 )
 def test_bad_requests_get_4xx_and_the_server_stays_up(servers, body, raw, status, message):
@@ -133,6 +139,55 @@ def test_body_limits_and_routes(servers):
     assert status == 200 and json.loads(data)["id"] == "tiny"
     assert get(url, "/v1/models/gpt-4")[0] == 404
     assert get(url, "/health")[0] == 200
+
+
+def test_http_framing_methods_and_request_targets(servers):
+    """A route's other method is 405, not 404; an answer to HEAD has no body; two different
+    Content-Lengths, or one int() reads but is no decimal number, are 400 (the first was taken,
+    '4_9' read as 49); a target in absolute form is its path (it was 404)."""
+    url = servers[0].url
+    parts = urllib.parse.urlsplit(url)
+    assert get(url, "/v1/completions")[0] == 405 and post(url, {}, path="/health")[0] == 405
+    assert post(url, {}, path="/v1/models")[0] == 405
+
+    def raw(request: bytes) -> bytes:
+        with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+            sock.sendall(request)
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+    head = raw(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert b" 405 " in head.split(b"\r\n")[0] and head.endswith(b"\r\n\r\n")  # headers, no body
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 2}).encode()
+    two = raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: %d\r\n\r\n%s"
+              % (len(body), body))
+    assert b" 400 " in two.split(b"\r\n")[0] and b"Content-Length given 2 times" in two
+    underscored = raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %s\r\n\r\n%s"
+                      % (f"{len(body) // 10}_{len(body) % 10}".encode(), body))
+    assert b" 400 " in underscored.split(b"\r\n")[0] and b"expected decimal digits" in underscored
+    absolute = raw(b"POST %s/v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s"
+                   % (url.encode(), len(body), body))
+    assert b" 200 " in absolute.split(b"\r\n")[0]
+
+
+def test_a_body_that_does_not_arrive_is_408_not_500(tiny_model, monkeypatch):
+    """A client announcing 33 bytes and sending 10: after the handler's timeout the answer was a
+    500 "internal error: TimeoutError" and a logged traceback."""
+    from specscope.serve.server import CompletionHandler
+
+    monkeypatch.setattr(CompletionHandler, "timeout", 0.5)
+    running = start_server(tiny_model, "none", max_batch_size=2, max_seq_len=64)
+    try:
+        parts = urllib.parse.urlsplit(running.url)
+        with socket.create_connection((parts.hostname, parts.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 33\r\n\r\n{\"prompt\":")
+            answer = b"".join(iter(lambda: sock.recv(65536), b""))
+        assert b" 408 " in answer.split(b"\r\n")[0] and b"did not arrive within 0.5 s" in answer
+        assert get(running.url, "/health")[0] == 200
+    finally:
+        running.close()
 
 
 def test_stream_matches_non_stream_and_sd_matches_no_sd(servers):
@@ -299,6 +354,52 @@ def test_chat_renders_the_template_and_streams_the_same_answer(chat_server):
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
     assert "".join(c["choices"][0]["delta"]["content"] for c in chunks) == message["content"]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length" and raw.endswith(b"data: [DONE]\n\n")
+
+
+def test_a_prompt_too_long_for_any_tokenisation_is_refused_untokenised(chat_server):
+    """More characters than max_model_len tokens of the longest token could hold: refused before
+    tokenising (a 6 MB prompt held every other request, /health too, for 8 s); chat's
+    max_completion_tokens does not hide a bad max_tokens beside it."""
+    server = chat_server.server
+    limit = 4 * server.token_chars * server.max_model_len
+    started = time.monotonic()
+    status, data = post(chat_server.url, {"prompt": "a" * (limit + 1), "max_tokens": 1})
+    assert status == 400 and f"{limit + 1} characters are more than" in json.loads(data)["error"]["message"]
+    assert time.monotonic() - started < 5
+    status, data = post(chat_server.url, {"messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 3,
+                                          "max_tokens": -5}, path="/v1/chat/completions")
+    assert status == 400 and "'max_tokens'" in json.loads(data)["error"]["message"]
+
+
+def test_a_stopping_server_ends_every_request_under_way_with_503(tiny_model):
+    """Requests running and queued when the server stops: each gets a 503 "server shutting down"
+    (a stream: an error event and [DONE]); they were cut off without a word, or got an empty reply."""
+    import threading
+
+    running = start_server(tiny_model, "none", max_batch_size=1, max_seq_len=64)
+    answers: dict[int, tuple[int, bytes]] = {}
+
+    def ask(i: int) -> None:
+        answers[i] = post(running.url, {"prompt": PROMPT, "max_tokens": 50, "ignore_eos": True, "stream": i % 2 == 1})
+
+    askers = [threading.Thread(target=ask, args=(i,)) for i in range(4)]
+    for asker in askers:
+        asker.start()
+    deadline = time.monotonic() + 10
+    while running.server.loop.snapshot["num_waiting"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)  # one running, the rest queued
+    running.close()
+    for asker in askers:
+        asker.join(10)
+    assert len(answers) == 4
+    for i, (status, data) in answers.items():
+        if i % 2 == 0 and status != 200:  # not streamed: a JSON error
+            assert status == 503 and "server shutting down" in json.loads(data)["error"]["message"]
+        elif i % 2 == 1 and status == 200 and b"shutting down" in data:  # streamed: the error, then [DONE]
+            assert data.rstrip().endswith(b"data: [DONE]")
+        elif status == 503:  # queued streams fail before their headers
+            assert b"shutting down" in data
+    assert any(b"shutting down" in data for _, data in answers.values())
 
 
 def test_chat_without_a_template_is_refused(servers):

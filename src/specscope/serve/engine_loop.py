@@ -87,11 +87,20 @@ class EngineLoop:
         self._thread.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop after the step under way; every job still running or waiting then ends with a 503
+        "server shutting down" (a stream's error event and [DONE]: a shutdown cut them off
+        without a word, and a non-streamed client got an empty reply)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         if self._thread.ident is not None:  # started
             self._thread.join(timeout_s)
+        with self._cond:
+            jobs = list(self._running.values()) + list(self._waiting)
+            self._running.clear()
+            self._waiting.clear()
+        for job in jobs:
+            job.events.put(JobEvent([], error=ApiError(503, "server shutting down")))
 
     def alive(self) -> bool:
         return self._thread.is_alive() and self.failure is None

@@ -25,8 +25,8 @@ Fields of both POST routes:
   suppressed until that many tokens are out. ``ignore_eos``. ``repetition_penalty`` (> 0,
   1 = off; vLLM's: over prompt and output tokens). ``response_format``: only
   ``{"type": "text"}``.
-- ``stream``, ``stream_options.include_usage``.
-- Refused with 400 when set to anything but their neutral value (they would change the
+- ``stream``, ``stream_options.include_usage`` (``stream_options`` only with ``stream`` true).
+- Refused with 400 when set to anything but their neutral value (1, false, 0, empty, "none": they would change the
   output and are not implemented): ``n``, ``best_of``, ``logprobs``, ``top_logprobs``,
   ``echo``, ``suffix``, ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
   ``tools``, ``tool_choice``, ``response_format`` other than text, and vLLM's ``use_beam_search``
@@ -57,14 +57,14 @@ UNSUPPORTED = {  # a field → its neutral values (null too): anything else is r
     "n": (1,),
     "best_of": (1,),
     "logprobs": (False,),  # chat's is a boolean, completions' a count
-    "top_logprobs": (),
+    "top_logprobs": (0,),
     "echo": (False,),
-    "suffix": (),
+    "suffix": ("",),
     "presence_penalty": (0, 0.0),
     "frequency_penalty": (0, 0.0),
-    "logit_bias": (),
-    "tools": (),
-    "tool_choice": (),
+    "logit_bias": ({},),  # clients that always send the empty defaults were refused
+    "tools": ([],),
+    "tool_choice": ("none",),
     "use_beam_search": (False,),  # vLLM's extensions that change the output
     "include_stop_str_in_output": (False,),
 }
@@ -192,6 +192,8 @@ def _common(body: dict, served_model: str) -> dict:
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise ApiError(400, "'stream_options': expected an object")
+    if options is not None and body.get("stream") is not True:  # as vLLM: it would be ignored unsaid
+        raise ApiError(400, "'stream_options': only with \"stream\": true")
     return {
         "temperature": _field(body, "temperature", _numeric(validate.temperature), DEFAULT_TEMPERATURE),
         "top_p": _field(body, "top_p", _numeric(validate.number, low=0.0, high=1.0, low_open=True), 1.0),
@@ -269,7 +271,8 @@ def parse_chat_request(raw: bytes, served_model: str) -> GenerationRequest:
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "'messages': expected a non-empty list of {\"role\", \"content\"} objects")
     parsed = tuple(_message(i, m) for i, m in enumerate(messages))
-    max_tokens = _max_tokens(body, "max_completion_tokens", None) or _max_tokens(body, "max_tokens", None)
+    completion, legacy = _max_tokens(body, "max_completion_tokens", None), _max_tokens(body, "max_tokens", None)
+    max_tokens = completion if completion is not None else legacy  # each checked (a bad one was hidden)
     return GenerationRequest(None, None, parsed, max_tokens, **common)
 
 

@@ -23,6 +23,7 @@ import logging
 import queue
 import select
 import socket
+import threading
 import time
 import urllib.parse
 import uuid
@@ -44,6 +45,8 @@ MAX_TRAILERS = 32  # a chunked body's trailer lines
 HEX_DIGITS = b"0123456789abcdefABCDEF"
 EVENT_POLL_S = 1.0
 GONE_POLL_S = 0.05  # how often a non-streamed answer checks that its client is still connected
+NORMALIZED = 4  # how far a tokenizer's normalisation may shorten a text (stripped accents), for a safe bound
+SHUTDOWN_GRACE_S = 2.0  # how long a stopping server waits for its handlers to send their last answers
 
 
 class CompletionServer(ThreadingHTTPServer):
@@ -61,11 +64,15 @@ class CompletionServer(ThreadingHTTPServer):
         model_name: str,
         chat_template: ChatTemplate | None = None,
     ) -> None:
+        self.answering, self.answers = threading.Condition(), 0  # POST handlers at work (server_close waits)
         self.loop, self.tokenizer, self.model_name = loop, tokenizer, model_name  # before binding:
         super().__init__(address, CompletionHandler)  # a failed bind calls server_close()
         self.chat_template = chat_template
         engine = loop.engine
         self.max_model_len: int = engine.max_seq_len
+        # the most characters one token holds (byte-level vocabularies: bytes): a text of more than
+        # NORMALIZED × this × max_model_len characters cannot fit, and is refused untokenised
+        self.token_chars = max(map(len, tokenizer.get_vocab(with_added_tokens=True)), default=1) if tokenizer else 1
         self.vocab_size: int = engine.target.config.vocab_size
         self.registry = exporter.make_registry(loop, model_name, spec_decode=engine.proposer is not None)
 
@@ -75,8 +82,14 @@ class CompletionServer(ThreadingHTTPServer):
         return f"http://{host}:{port}"
 
     def server_close(self) -> None:
+        """Stop listening, stop the engine (every job still under way gets a 503, :meth:`EngineLoop.stop`),
+        and give the handlers :data:`SHUTDOWN_GRACE_S` to send it (their threads die with the process)."""
         super().server_close()
         self.loop.stop()
+        deadline = time.monotonic() + SHUTDOWN_GRACE_S
+        with self.answering:
+            while self.answers and time.monotonic() < deadline:
+                self.answering.wait(deadline - time.monotonic())
 
 
 def create_server(
@@ -122,7 +135,14 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
+        if self.command != "HEAD":  # an answer to HEAD has no body (RFC 9110 §9.3.2)
+            self.wfile.write(body)
+
+    def _route(self) -> str:
+        """The request's path, without its query; a target in absolute form
+        (``http://host:port/v1/completions``, RFC 9112 §3.2.2) read as its path."""
+        target = urllib.parse.urlsplit(self.path) if "://" in self.path else None
+        return target.path if target is not None else self.path.split("?", 1)[0]
 
     def _send_json(self, status: int, payload: object) -> None:
         self._send(status, json.dumps(payload).encode())
@@ -146,9 +166,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
 
     # --- routes ---------------------------------------------------------------------------
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
+        path = self._route()
         server = self.server
-        if path == "/health":
+        if path in ROUTES:
+            self._not_allowed()
+        elif path == "/health":
             if server.loop.alive():
                 self._send(200, b"")
             else:
@@ -168,8 +190,21 @@ class CompletionHandler(BaseHTTPRequestHandler):
             self._send_error(ApiError(404, f"no route GET {path[:80]}"))
 
     def do_POST(self) -> None:
-        path = self.path.split("?", 1)[0]
+        server = self.server
+        with server.answering:
+            server.answers += 1
         try:
+            self._post()
+        finally:
+            with server.answering:
+                server.answers -= 1
+                server.answering.notify_all()
+
+    def _post(self) -> None:
+        path = self._route()
+        try:
+            if path in GET_ROUTES or path.startswith("/v1/models/"):
+                raise ApiError(405, f"method POST not allowed on {path[:80]} (GET it)")
             if path not in ROUTES:
                 raise ApiError(404, f"no route POST {path[:80]}")
             chat = path == "/v1/chat/completions"
@@ -177,21 +212,32 @@ class CompletionHandler(BaseHTTPRequestHandler):
             self._generate(parse(self._read_body(), self.server.model_name), chat)
         except ApiError as error:
             self._send_error(error)
-        except (BrokenPipeError, ConnectionResetError):
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):  # a stalled reader: its writes time out
             log.info("client %s went away", self.address_string())
         except Exception as error:  # a bug: answer 500, keep serving
             log.exception("request failed")
             self._send_error(ApiError(500, f"internal error: {type(error).__name__}: {error}"))
 
     def _not_allowed(self) -> None:
-        self._send_error(ApiError(405, f"method {self.command} not allowed on {self.path[:80]}"))
+        self._send_error(ApiError(405, f"method {str(self.command)[:20]} not allowed on {self._route()[:80]}"))
 
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
     def _read_body(self) -> bytes:
+        """The request body (:meth:`_read_sized`); one that does not arrive within
+        :attr:`timeout` is 408 (it was a 500 and a logged traceback)."""
+        try:
+            return self._read_sized()
+        except TimeoutError:
+            raise ApiError(408, f"the request body did not arrive within {self.timeout} s") from None
+
+    def _read_sized(self) -> bytes:
         """The request body: ``Content-Length`` bytes, or a ``Transfer-Encoding: chunked`` body
         (:meth:`_read_chunks`); a request with both, or another transfer coding, is refused."""
-        length, coding = self.headers.get("Content-Length"), self.headers.get("Transfer-Encoding")
+        lengths, coding = self.headers.get_all("Content-Length") or [], self.headers.get("Transfer-Encoding")
+        if len(set(lengths)) > 1:  # RFC 9112 §6.3: which one frames the body would be a guess
+            raise ApiError(400, f"Content-Length given {len(lengths)} times with different values")
+        length = lengths[0] if lengths else None
         if coding is not None:
             if coding.strip().lower() != "chunked":
                 raise ApiError(501, f"Transfer-Encoding {coding[:40]!r} not supported (only 'chunked')")
@@ -200,12 +246,9 @@ class CompletionHandler(BaseHTTPRequestHandler):
             return self._read_chunks()
         if length is None:
             raise ApiError(411, "missing Content-Length (or Transfer-Encoding: chunked)")
-        try:
-            size = int(length)
-        except ValueError:
-            raise ApiError(400, f"bad Content-Length {length[:40]!r}") from None
-        if size < 0:
-            raise ApiError(400, f"bad Content-Length {size}")
+        if not (length.strip().isascii() and length.strip().isdigit()):  # int() also took '4_9', ' +5', '٤'
+            raise ApiError(400, f"bad Content-Length {length[:40]!r} (expected decimal digits)")
+        size = int(length)
         if size > MAX_BODY_BYTES:
             raise ApiError(413, f"request body over {MAX_BODY_BYTES} bytes")
         body = self.rfile.read(size)
@@ -256,13 +299,23 @@ class CompletionHandler(BaseHTTPRequestHandler):
         if server.tokenizer is None:
             raise ApiError(400, "'prompt': this model directory has no tokenizer.json; send token ids")
         if request.messages is not None:
-            text = server.chat_template.render(list(request.messages))
-            ids = server.tokenizer.encode(text, add_special_tokens=False).ids
+            ids = self._encode(server.chat_template.render(list(request.messages)), special=False)
         else:
-            ids = server.tokenizer.encode(request.prompt_text).ids
+            ids = self._encode(request.prompt_text, special=True)
         if not ids:
             raise ApiError(400, "'prompt': tokenises to no tokens")
         return ids
+
+    def _encode(self, text: str, special: bool) -> list[int]:
+        """``text``'s token ids (``special``: with the tokenizer's special tokens), tokenised off the
+        GIL (``encode_batch``: a 6 MB prompt held every other request, /health too, for 8 s); a text
+        too long for max_model_len however it tokenises is refused without tokenising it."""
+        server = self.server
+        if len(text) > NORMALIZED * server.token_chars * server.max_model_len:
+            raise ApiError(400, f"'prompt': {len(text)} characters are more than the maximum sequence length "
+                                f"(max_model_len) {server.max_model_len} tokens can hold (a token holds at most "
+                                f"{server.token_chars} characters)")
+        return server.tokenizer.encode_batch([text], add_special_tokens=special)[0].ids
 
     def _job(self, request: GenerationRequest, prompt_ids: list[int]) -> Job:
         from specscope.engine.sampling import SamplingParams
@@ -308,8 +361,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.server.loop.submit(job)
         try:
             self._answer(request, job, len(prompt_ids), chat)
-        except (BrokenPipeError, ConnectionResetError):
-            self.server.loop.cancel(job)  # the client went away: free its batch slot
+        except (BrokenPipeError, ConnectionResetError, TimeoutError):
+            self.server.loop.cancel(job)  # the client went away (or stopped reading): free its batch slot
             raise
 
     def _pieces(
@@ -398,9 +451,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
                 return job.events.get(timeout=GONE_POLL_S if watch else EVENT_POLL_S)
             except queue.Empty:
                 if not self.server.loop.alive():
-                    return JobEvent(
-                        [], error=ApiError(503, f"engine unavailable: {self.server.loop.failure}")
-                    )
+                    reason = self.server.loop.failure or "server shutting down"
+                    return JobEvent([], error=ApiError(503, f"engine unavailable: {reason}"))
 
     def _client_gone(self) -> bool:
         """Whether the client closed its connection: the socket reads as ended (a client sends
@@ -412,4 +464,5 @@ class CompletionHandler(BaseHTTPRequestHandler):
             return True
 
 
-ROUTES = ("/v1/completions", "/v1/chat/completions")
+ROUTES = ("/v1/completions", "/v1/chat/completions")  # POST
+GET_ROUTES = ("/health", "/v1/models", "/metrics")
