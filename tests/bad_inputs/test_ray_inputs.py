@@ -6,7 +6,7 @@ import sys
 
 import pytest
 from harness import Case, check
-from test_sweep_inputs import config
+from test_sweep_inputs import ZOO_TARGET, config
 
 SWEEP_RAY = ["sweep", "s.toml", "--ray", "127.0.0.1:1"]
 CASES = [
@@ -30,6 +30,9 @@ CASES = [
     Case("ray-address-a-word", ["sweep", "s.toml", "--ray", "foo"],
          r"--ray: 'foo': expected local, auto or a cluster address", config()),
     Case("ray-port-zero", ["sweep", "s.toml", "--ray", "ray://head:0"], r"expected a port in 1 … 65535, got 0", config()),
+    Case("trace-ray-nothing-listens", ["trace", "--model", ZOO_TARGET, "--proposers", "ngram", "--workload", "w.jsonl",
+                                       "-o", "t.jsonl", "--max-tokens", "4", "--ray", "127.0.0.1:1"],  # it left t.jsonl
+         r"--ray: cannot connect to Ray at '127\.0\.0\.1:1': nothing answers", config()),  # and its settings, empty
 ]
 
 
@@ -61,6 +64,29 @@ def test_an_address_where_nothing_listens_is_refused_at_once():
     with pytest.raises(SpecscopeError, match=rf"--ray: cannot connect to Ray at '127\.0\.0\.1:{port}': nothing answers"):
         with ray_session(f"127.0.0.1:{port}"):
             pass
+    assert time.monotonic() - started < 10
+
+
+def test_an_address_where_no_ray_listens_is_refused_at_once():
+    """An HTTP/1 server (as the dashboard's port, which `ray start` prints) at the address: Ray
+    waited minutes, printing its logs; one line now, from the answer to HTTP/2's preface."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    from specscope.distributed.cluster import ray_session
+    from specscope.errors import SpecscopeError
+
+    web = HTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    address = f"127.0.0.1:{web.server_address[1]}"
+    started = time.monotonic()
+    try:
+        with pytest.raises(SpecscopeError, match=rf"--ray: '{address}': .* listens at {address}, not Ray's GCS"):
+            with ray_session(address):
+                pass
+    finally:
+        web.shutdown()
     assert time.monotonic() - started < 10
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import signal
 import socket
 import sys
+import threading
 from typing import Iterator
 
 from specscope.errors import SpecscopeError
@@ -52,17 +54,36 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return (match.group(1) or match.group(2), int(match.group(3))) if match else None
 
 
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5)  # + an empty SETTINGS frame
+
+
 def _reachable(address: str) -> None:
-    """Refuse at once, in one line, a ``HOST:PORT`` where nothing listens (Ray itself retries
-    for many minutes, printing pages of its own logs)."""
+    """Refuse at once, in one line, a ``HOST:PORT`` where nothing listens, or where what listens
+    is no gRPC server — Ray's GCS and client server are: to the HTTP/2 connection preface one
+    answers first with its own SETTINGS frame (RFC 9113 §3.4); the dashboard's port (8265, which
+    `ray start` prints) answers HTTP/1 (Ray itself retries for minutes, printing pages of its own
+    logs). With TLS (``RAY_USE_TLS``) only the connection is checked."""
+    import os
+
     host_port = _host_port(address)
     if host_port is None:
         return
+    where = f"{host_port[0]}:{host_port[1]}"
     try:
-        socket.create_connection(host_port, timeout=CONNECT_TIMEOUT_S).close()
+        with socket.create_connection(host_port, timeout=CONNECT_TIMEOUT_S) as connection:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            connection.sendall(HTTP2_PREFACE)
+            frame = connection.recv(9)
+    except TimeoutError:
+        frame = b""
     except OSError as error:
-        raise SpecscopeError(f"--ray: cannot connect to Ray at {address!r}: nothing answers at "
-                             f"{host_port[0]}:{host_port[1]} ({error.strerror or error}); is the head running?") from None
+        raise SpecscopeError(f"--ray: cannot connect to Ray at {address!r}: nothing answers at {where} "
+                             f"({error.strerror or error}); is the head running?") from None
+    if len(frame) < 4 or frame[3] != 0x04:  # no SETTINGS frame first: no gRPC server
+        seen = "an HTTP/1 server" if frame.startswith(b"HTTP/") else "something that is not a Ray cluster"
+        raise SpecscopeError(f"--ray: {address!r}: {seen} listens at {where}, not Ray's GCS (the address `ray start` "
+                             "prints after 'ray start --address=', port 6379 by default; not the dashboard's)")
 
 
 def needs(option: dict) -> dict[str, float]:
@@ -99,10 +120,14 @@ def ray_session(address: str) -> Iterator[object]:
         return
     _reachable(address)
     with contextlib.redirect_stdout(sys.stderr):  # Ray prints its workers' errors: not into our output
+        ours = signal.getsignal(signal.SIGTERM)  # ray.init puts its own in (a stack dump, exit 15)
         try:
             context = ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
         except (ConnectionError, ValueError, RuntimeError) as error:
             raise SpecscopeError(f"--ray: cannot connect to Ray at {address!r}: {str(error).splitlines()[0]}") from None
+        finally:
+            if threading.current_thread() is threading.main_thread():  # where handlers live
+                signal.signal(signal.SIGTERM, ours)  # a stop is an interrupt: finished work kept, exit 143
         if getattr(context, "dashboard_url", None):
             log.warning("Ray dashboard: http://%s", context.dashboard_url)
         try:

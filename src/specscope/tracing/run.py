@@ -8,6 +8,7 @@ other settings (model, proposers, k_max, ...) is refused (see :mod:`specscope.tr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,7 +25,7 @@ from specscope.engine.config import check_max_tokens, model_fingerprint
 from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
 from specscope.trace.schema import TraceRecord
-from specscope.tracing.settings import check_resume, requests_fingerprint
+from specscope.tracing.settings import check_resume, requests_fingerprint, settings_path
 from specscope.trees import TreeShape
 
 log = logging.getLogger(__name__)
@@ -212,6 +213,20 @@ def trace_here(job: TraceJob, chunks: list[Sequence]) -> Iterator[list[TraceReco
         yield tracer.trace(chunk)
 
 
+@contextlib.contextmanager
+def _unmade_if_empty(output: Path, made: list[Path]) -> Iterator[None]:
+    """On a failure (a Ray cluster refused, an interrupt) before ``output`` holds a record, remove
+    the files of ``made`` — those this run created: the empty trace and its settings (a refused
+    ``--ray`` run left both)."""
+    try:
+        yield
+    except BaseException:
+        if output.is_file() and output.stat().st_size == 0:
+            for path in made:
+                path.unlink(missing_ok=True)
+        raise
+
+
 def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequence, output: Path,
                    k_max: int = 20, max_tokens: int = 256, batch_size: int = 8, dataset: str | None = None,
                    min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N, dtype: str = "float32", device: str = "cpu",
@@ -227,8 +242,9 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     output.parent.mkdir(parents=True, exist_ok=True)
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees)
     check_resume(output, settings, overwrite, dry_run=True)  # a refusal leaves nothing behind, not even the lock
+    made = [path for path in (output, settings_path(output)) if not path.exists()]  # what a refused run removes
     with exclusive(output, f"{output}: another trace is writing into it (both would write every record); wait for "
-                           "it to end, or trace into another file"):  # the traces themselves: a link to them is them
+                           "it to end, or trace into another file"), _unmade_if_empty(output, made):
         check_resume(output, settings, overwrite)
         finished = done_ids(output)
         foreign = sorted(finished - {str(r.id) for r in requests})
