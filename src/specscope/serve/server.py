@@ -141,8 +141,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
     def _route(self) -> str:
         """The request's path, without its query; a target in absolute form
         (``http://host:port/v1/completions``, RFC 9112 §3.2.2) read as its path."""
-        target = urllib.parse.urlsplit(self.path) if "://" in self.path else None
-        return target.path if target is not None else self.path.split("?", 1)[0]
+        return urllib.parse.urlsplit(self.path).path
 
     def _send_json(self, status: int, payload: object) -> None:
         self._send(status, json.dumps(payload).encode())
