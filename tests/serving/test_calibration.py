@@ -234,7 +234,11 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
         measured, predicted = float(row["measured_speedup"]), float(row["predicted_speedup"])
         assert predicted > 0 and float(row["error_pct"]) == pytest.approx(100 * (predicted - measured) / measured,
                                                                             abs=0.05)
+        # the speedup's error is that of the SD cell's throughput over its none cell's, both from the same fit
+        sd, base = (1 + float(row[c]) / 100 for c in ("throughput_error_pct", "baseline_error_pct"))
+        assert 100 * (sd / base - 1) == pytest.approx(float(row["error_pct"]), abs=0.05)
     assert "median |error|" in out and "cross-check" in out
+    assert "their throughput, predicted against measured: median" in out and "their none cells'" in out
     assert "┃ workload ┃" in out  # each cell's row names its workload (a sweep of two had twin rows)
     assert model.fitted_cells and {c.method for c in model.fitted_cells} == {"none", "ngram"}
     steps = tmp_path / "steps.jsonl"  # every server of the sweep appended its engine's steps

@@ -197,6 +197,10 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
         errors = np.abs([row["error_pct"] for row in rows])
         print(f"validation over {len(rows)} held-out SD cells: median |error| {np.median(errors):.1f} %, "
               f"worst {errors.max():.1f} %; wrote {csv}", file=out)
+        for column, what in (("throughput_error_pct", "their throughput"), ("baseline_error_pct", "their none cells'")):
+            signed = np.array([row[column] for row in rows])
+            print(f"  {what}, predicted against measured: median {np.median(signed):+.1f} %, from {signed.min():+.1f} to "
+                  f"{signed.max():+.1f} %", file=out)
         noise = [(abs(row["error_pct"]), row["measured_se_pct"]) for row in rows if row["measured_se_pct"] is not None]
         if noise:
             within = sum(error <= 2 * se for error, se in noise)

@@ -10,7 +10,13 @@ requests. A cell measured in segments (interleaved baselines: each segment a clo
 its own, ramp-up and drain included) is replayed segment by segment, its throughput their
 tokens over their summed time, as measured. Measured speedup = the cell's throughput / its
 ``none`` cell's (same workload and batch size; with paired or interleaved baselines, the one
-measured beside it); error_pct = 100 · (predicted − measured) / measured.
+measured beside it); error_pct = 100 · (predicted − measured) / measured. The speedup is a ratio of
+two throughputs, whose own errors it hides where they agree: ``throughput_error_pct`` and
+``baseline_error_pct`` are the same fit's errors on the SD cell's tokens per second and on its
+``none`` cell's (the latter replayed over the held-out cell's requests), what a prediction of
+absolute throughput at an unmeasured batch size carries (docs/calibration.md, "Absolute
+throughput": on one sweep the ``none`` cells ran 11–14 % high at batch sizes 4 and 8 while the
+speedups were within 9 %).
 
 How far a measurement itself can be trusted: a pair measured in segments (interleaved
 baselines) measured one speedup per segment — the SD server's tokens per second over that
@@ -48,8 +54,8 @@ from specscope.trees import TreeShape
 from specscope.validate import K_MAX_LIMIT, MAX_CONTEXT, Invalid, check, integer, not_text, number
 
 log = logging.getLogger(__name__)
-COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct", "tree",
-           "workload", "engine")
+COLUMNS = ("method", "k", "batch_size", "measured_speedup", "predicted_speedup", "error_pct", "measured_se_pct",
+           "throughput_error_pct", "baseline_error_pct", "tree", "workload", "engine")
 SPREAD_COLUMNS = ("term", "fitted", "jackknife_se", "relative_se_pct", "separated")  # SWEEP_DIR/coefficients.csv
 
 
@@ -237,15 +243,17 @@ def _requests(cell: CellRun, traces: dict[str, dict[str, TraceRecord]]) -> list[
     return records
 
 
-def predict_speedup(model: LinearCostModel, cell: CellRun, traces: dict[str, dict[str, TraceRecord]]) -> float:
-    """The speedup ``model`` predicts for ``cell`` (module docstring)."""
+def predict_throughputs(model: LinearCostModel, cell: CellRun, traces: dict[str, dict[str, TraceRecord]]
+                        ) -> tuple[float, float]:
+    """The tokens per second ``model`` predicts for ``cell`` and for no SD over the same requests
+    (module docstring); their ratio is the predicted speedup."""
     records = _requests(cell, traces)
     policy = parse_policy(configured_policy(cell.k, cell.tree.name if cell.tree is not None else None))
     config = SimConfig(mode="mixed", batch_sizes=(cell.batch_size,), guess_no_match=False)
     segments: dict[int, list[TraceRecord]] = {}
     for request, record in zip(cell.timeline, records):
         segments.setdefault(request.get("segment", 0), []).append(record)
-    seconds = {"sd": 0.0, "base": 0.0}
+    seconds, tokens_in_all = {"sd": 0.0, "base": 0.0}, 0.0
     for part in segments.values():
         plan = plan_for(part, cell.method, policy, config, Path(cell.workload).stem)
         tokens = float(plan.output_len.sum())
@@ -254,9 +262,10 @@ def predict_speedup(model: LinearCostModel, cell: CellRun, traces: dict[str, dic
         seconds["sd"] += tokens / predict_mixed(plan, model, model.drafting_for(cell.method), cell.batch_size).throughput
         base = predict_mixed(baseline_plan(plan.output_len, plan.prompt_len), model, None, cell.batch_size)
         seconds["base"] += tokens / base.throughput
+        tokens_in_all += tokens
     if not seconds["sd"]:
         raise SpecscopeError(f"{cell.label}: its requests emitted no output token: no speedup to predict")
-    return seconds["base"] / seconds["sd"]
+    return tokens_in_all / seconds["sd"], tokens_in_all / seconds["base"]
 
 
 def segment_speedups(cell: CellRun, base: CellRun) -> list[float]:
@@ -358,14 +367,22 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[
             fits.append(fit_cells(others))
         except SpecscopeError as error:
             raise SpecscopeError(f"--validate: the fit without {held.label}: {error}") from None
-        predicted = predict_speedup(fits[-1], held, traces)
+        sd, no_sd = predict_throughputs(fits[-1], held, traces)
+        predicted = sd / no_sd
         rows.append({"method": held.method, "k": held.k, "batch_size": held.batch_size,
                      "measured_speedup": round(measured, 4), "predicted_speedup": round(predicted, 4),
-                     "error_pct": round(100 * (predicted - measured) / measured, 2),
+                     "error_pct": _error_pct(predicted, measured),
                      "measured_se_pct": _rounded(measured_se_pct(held, base)),
+                     "throughput_error_pct": _error_pct(sd, held.throughput),
+                     "baseline_error_pct": _error_pct(no_sd, base.throughput),
                      "tree": held.tree.name if held.tree is not None else None, "workload": held.workload,
                      "engine": held.engine})
     return rows, fits
+
+
+def _error_pct(predicted: float, measured: float) -> float:
+    """100 · (predicted − measured) / measured, to 0.01."""
+    return round(100 * (predicted - measured) / measured, 2)
 
 
 def terms(model: LinearCostModel) -> dict[str, float]:
