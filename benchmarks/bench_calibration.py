@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from specscope.analysis.timesplit import read_steps
+from specscope.backends.openai.calibration import terms
 from specscope.backends.openai.sweep_config import SweepConfig
 from specscope.cli import main as specscope
 from specscope.costmodel.linear import LinearCostModel, linear_from_json
@@ -105,37 +106,34 @@ def write_config(out: Path, workload: Path, max_tokens: int, segments: int, repl
 
 def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, float]:
     """Each coefficient's contribution to the mean step of ``steps`` (seconds): the forward's
-    terms over the decode steps, each drafting's over its method's steps, and ``c_prompt`` the
-    prefills' positions spread over the decode steps (a drafting's ``c_prefill`` its method's over its
+    terms over the decode steps, each drafting's over its method's steps, and ``c_prompt`` and
+    ``c_prompt_fixed`` the prefills' positions and forwards spread over the decode steps (a drafting's ``c_prefill`` its method's over its
     method's)."""
     decode = [s for s in steps if s.batch_size > 0 and s.prefill_tokens == 0]
     verified = np.array([s.tokens_verified for s in decode], dtype=float)
-    terms = {"c_fixed": model.c_fixed, "c_tok": model.c_tok * verified.mean(),
+    spent = {"c_fixed": model.c_fixed, "c_tok": model.c_tok * verified.mean(),
              "c_kv": model.c_kv * np.mean([s.kv_tokens for s in decode]),
              "c_req": model.c_req * np.mean([s.batch_size for s in decode]),
              "c_multi": model.c_multi * np.mean(verified > 1),
              "c_batch": model.c_batch * np.mean([s.batch_size > 1 for s in decode]),
-             "c_prompt": model.prompt_price * sum(s.prefill_positions for s in steps) / len(decode)}
+             "c_prompt": model.prompt_price * sum(s.prefill_positions for s in steps) / len(decode),
+             "c_prompt_fixed": terms(model)["c_prompt_fixed"] * sum(s.prefill_tokens > 0 for s in steps) / len(decode)}
     for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
         mine = [s for s in decode if s.method == method]
         proposed = np.mean([s.batched_tokens / s.decoded - 1 for s in mine])  # each row at the k it proposed
         rows = np.mean([s.decoded for s in mine])
         prompts = sum(s.prefill_positions for s in steps if s.method == method)
         start = drafting.at_no_proposal()
-        terms.update({f"{method}.c_fixed": start["c_fixed"], f"{method}.c_tok": drafting.c_tok * proposed,
+        spent.update({f"{method}.c_fixed": start["c_fixed"], f"{method}.c_tok": drafting.c_tok * proposed,
                       f"{method}.c_req": start["c_req"] * rows, f"{method}.c_batched": drafting.c_batched * rows * proposed,
                       f"{method}.c_prefill": drafting.c_prefill * prompts / len(mine)})
-    return terms
+    return spent
 
 
 def coefficient(model: LinearCostModel, name: str) -> float:
-    """A term's value; a drafting's as fitted, per proposed token (its ``c_fixed`` and ``c_req``
-    at k = 0, as ``coefficients.csv`` gives them)."""
-    if "." in name:
-        method, field = name.split(".")
-        drafting = model.drafting[method]
-        return drafting.at_no_proposal().get(field, getattr(drafting, field))
-    return model.prompt_price if name == "c_prompt" else getattr(model, name)
+    """A term's value as ``coefficients.csv`` gives it (:func:`terms`): a drafting's as fitted, per
+    proposed token (its ``c_fixed`` and ``c_req`` at k = 0)."""
+    return terms(model)[name]
 
 
 def main() -> None:

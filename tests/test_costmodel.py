@@ -217,6 +217,26 @@ def test_a_prefill_position_has_its_own_price_where_one_was_fitted():
         linear_from_json({**model.describe(), "forward": {**model.describe()["forward"], "c_prompt": -1e-5}}, "m.json")
 
 
+def test_a_prefill_forward_has_its_own_fixed_cost_where_one_was_fitted():
+    """``c_prompt_fixed`` replaces c_fixed in a prefill (a prefill of 2 prompts over 200 positions:
+    4 ms + 0.03·200 + 0.2·2 + 0.1 = 10.5 ms), not in a decode forward; it survives the model file,
+    is written only when set, scales, and a negative one is refused naming the field."""
+    from specscope.costmodel.linear import LinearCostModel, linear_from_json
+
+    model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, c_req=2e-4, c_multi=1e-4, c_prompt=3e-5, c_prompt_fixed=4e-3)
+    positions, prompts = np.array([200.0]), np.array([2.0])
+    assert model.prefill_forward_time(positions, prompts).tolist() == pytest.approx([10.5e-3])
+    assert model.forward_time(np.array([1.0]), np.zeros(1), np.ones(1)).tolist() == pytest.approx([1e-3 + 1e-5 + 2e-4])
+    back = linear_from_json(json.loads(json.dumps(model.describe())), "m.json")
+    assert back.c_prompt_fixed == 4e-3 and model.scaled(2.0).c_prompt_fixed == 8e-3
+    plain = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, c_prompt=3e-5)
+    assert "c_prompt_fixed" not in plain.describe()["forward"]
+    assert linear_from_json(plain.describe(), "m.json").c_prompt_fixed is None
+    with pytest.raises(SpecscopeError, match=r"m.json: field 'forward.c_prompt_fixed': expected a number >= 0"):
+        linear_from_json({**model.describe(), "forward": {**model.describe()["forward"], "c_prompt_fixed": -1.0}},
+                         "m.json")
+
+
 def test_a_drafting_may_start_below_zero_in_its_k_plus_one_form():
     """Drafting per proposed token, ``(c_fixed + c_tok) + c_tok·k``: c_fixed may lie below 0 down to
     −c_tok (and c_req down to −c_batched) — a drafter of k passes at 0.56 ms each and 0.32 ms

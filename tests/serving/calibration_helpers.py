@@ -7,6 +7,7 @@ from __future__ import annotations
 from specscope.costmodel.calibrate import CellRun
 
 FORWARD = dict(c_fixed=2e-3, c_tok=1e-4, c_kv=2e-6, c_req=3e-4, c_prompt=6e-5,  # c_prompt: a prefill's position
+               c_prompt_fixed=3.5e-3,  # c_prompt_fixed: a prefill forward's own fixed cost (not c_fixed's)
                c_batch=4e-4)  # c_batch: a forward over more than one sequence
 DRAFT = dict(c_fixed=5e-4, c_tok=4e-4, c_batched=1e-4)
 ADMIT = 1.5e-3  # a request's arrival holds up an idle engine this long (parsing, tokenizing)
@@ -16,7 +17,8 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
                    pads: bool = False, lengths: list[int] | None = None, prompt_step: int = 10,
                    draft: dict[str, float] = DRAFT) -> CellRun:
     """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
-    k + 1 tokens per request; a step that admits requests prefills them in a second forward, after
+    k + 1 tokens per request; a step that admits requests prefills them in a second forward (its
+fixed cost c_prompt_fixed), after
     ADMIT when the engine was idle. A request is sent when a slot frees (at the end of the step
     that finished the one before it). Output lengths vary around ``output`` (request i:
     output + 3·(i mod 3)), so requests are admitted while others decode; prompt lengths too
@@ -48,7 +50,7 @@ def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: 
         if admitted:
             positions = (len(admitted) * max(prompts[s["r"]] for s in admitted) if pads
                          else sum(prompts[s["r"]] for s in admitted))
-            step += (FORWARD["c_fixed"] + FORWARD["c_prompt"] * positions + FORWARD["c_req"] * len(admitted)
+            step += (FORWARD["c_prompt_fixed"] + FORWARD["c_prompt"] * positions + FORWARD["c_req"] * len(admitted)
                      + FORWARD["c_batch"] * (len(admitted) > 1))
             step += ADMIT if not n else 0.0
         sent, now = now, now + step

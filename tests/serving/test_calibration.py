@@ -82,8 +82,9 @@ def test_a_forward_put_wholly_on_the_cache_is_refit_with_a_fixed_cost():
 
 def simulated_steps(method: str, k: int, batch: int, run: int, draft: dict[str, float] = DRAFT) -> list:
     """Step records of an engine whose steps cost exactly FORWARD (+ DRAFT), the time spread over
-    the phases in any way (a whole-step fit reads their sum); every tenth step also prefills a
-    prompt of 30 + 7·(i mod 3) tokens (at c_prompt) in a second forward."""
+    the phases in any way (a whole-step fit reads their sum); every tenth step also prefills one or two
+    prompts (in turn) of 30 + 7·(i mod 3) tokens each in a second forward (c_prompt_fixed +
+    c_prompt a position + c_req a prompt: prompts of one count could not tell c_req from c_prompt_fixed)."""
     from specscope.costmodel.steps import MeasuredStep
 
     w = 1 if method == "none" else k + 1
@@ -94,12 +95,14 @@ def simulated_steps(method: str, k: int, batch: int, run: int, draft: dict[str, 
                    + FORWARD["c_batch"] * (batch > 1))
         if method != "none":
             seconds += draft["c_fixed"] + draft["c_tok"] * w + draft["c_batched"] * batch * w
-        prefill = 30 + 7 * (i % 3) if i % 10 == 9 else 0
+        prompts = 1 + (i // 10) % 2 if i % 10 == 9 else 0
+        prefill = prompts * (30 + 7 * (i % 3))
         if prefill:
-            seconds += FORWARD["c_fixed"] + FORWARD["c_prompt"] * prefill + FORWARD["c_req"]
-        steps.append(MeasuredStep(i, method, k, batch + (prefill > 0), batch * w, [w] * batch, draft_s=0.25 * seconds,
+            seconds += (FORWARD["c_prompt_fixed"] + FORWARD["c_prompt"] * prefill + FORWARD["c_req"] * prompts
+                        + FORWARD["c_batch"] * (prompts > 1))
+        steps.append(MeasuredStep(i, method, k, batch + prompts, batch * w, [w] * batch, draft_s=0.25 * seconds,
                                   verify_s=0.7 * seconds, sample_s=0.0, overhead_s=0.05 * seconds, kv_tokens=kv,
-                                  prefill_tokens=prefill, prefill_s=0.0, prefill_requests=int(prefill > 0), run=run))
+                                  prefill_tokens=prefill, prefill_s=0.0, prefill_requests=prompts, run=run))
     return steps
 
 
@@ -431,7 +434,7 @@ def test_prompts_of_one_length_keep_the_prefill_price_the_fit_found():
     cells += [simulated_cell("draft", k, b, prompt_step=0) for k in (2, 4) for b in (1, 2, 4)]
     model = fit_cells(cells)
     assert "c_prompt" in model.not_separated
-    truth = FORWARD["c_fixed"] + FORWARD["c_prompt"] * 120 + FORWARD["c_req"] * 4 + FORWARD["c_batch"]
+    truth = FORWARD["c_prompt_fixed"] + FORWARD["c_prompt"] * 120 + FORWARD["c_req"] * 4 + FORWARD["c_batch"]
     assert float(model.prefill_forward_time(np.array([120.0]), np.array([4.0]))[0]) == pytest.approx(truth, rel=0.01)
 
 

@@ -117,7 +117,7 @@ DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
 STALL = 3.0  # a gap over STALL × the typical gap of its kind is a stall, left out (see _not_stalled)
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
-TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s")  # the columns of Gaps.target_features
+TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s", "c_prompt_fixed")  # Gaps.target_features' columns
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
 
@@ -162,7 +162,8 @@ class Gaps:
     tokens: np.ndarray  # n·w: the tokens the step verifies
     cached: np.ndarray
     sequences: np.ndarray  # n + n_p
-    forwards: np.ndarray  # 1, or 2 with a prefill
+    decodes: np.ndarray  # 1 where a decode forward ran (0: a request's first chunk from an idle engine)
+    prefills: np.ndarray  # 1 where a prefill forward ran
     multi: np.ndarray  # forwards of more than one token
     width: np.ndarray  # w
     running: np.ndarray  # n
@@ -173,8 +174,8 @@ class Gaps:
 
     def target_features(self) -> np.ndarray:
         batches = 1.0 * (self.running > 1) + ((self.sequences - self.running) > 1)  # forwards of several sequences
-        return np.column_stack([self.forwards, self.tokens, self.cached, self.sequences, self.multi, self.prefill,
-                                batches, self.idle])
+        return np.column_stack([self.decodes, self.tokens, self.cached, self.sequences, self.multi, self.prefill,
+                                batches, self.idle, self.prefills])
 
     def drafting_features(self) -> np.ndarray:
         proposed = np.where(self.running > 0, self.width - 1, 0.0)  # tokens each running row proposed
@@ -239,7 +240,8 @@ def cell_gaps(cell: CellRun) -> Gaps:
         else prefilled.astype(float) @ prompt  # a rectangular prefill pads its prompts to the longest
     has_prefill = p_tokens > 0
     gaps = Gaps(seconds=end - start, tokens=n * _widest(width, proposing, n) if cell.pads else n * width,
-                cached=(running * (prompt[None, :] + received)).sum(1), sequences=n + n_p, forwards=1.0 + has_prefill,
+                cached=(running * (prompt[None, :] + received)).sum(1), sequences=n + n_p, decodes=np.ones_like(n),
+                prefills=1.0 * has_prefill,
                 multi=np.where(n > 1, 1.0, n * proposing) + (p_tokens > 1), width=np.full_like(n, width), running=n,
                 prefill=p_tokens, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
                 scale=np.zeros(len(n)))
@@ -307,7 +309,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     width = np.divide(column(lambda s: s.batched_tokens), n, out=np.zeros_like(n), where=n > 0)
     gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
                 tokens=verified, cached=column(lambda s: s.kv_tokens), sequences=column(lambda s: s.batch_size),
-                forwards=1.0 * (n > 0) + (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
+                decodes=1.0 * (n > 0), prefills=1.0 * (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
                 running=n, prefill=prefill, idle=np.zeros(len(n)),
                 method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))
     run = column(lambda s: s.run)
@@ -335,7 +337,7 @@ def _first_chunks(cell: CellRun, times: list[np.ndarray], prompt: np.ndarray) ->
     alone = ~overlaps.any(axis=1)
     count = int(alone.sum())
     zero, one = np.zeros(count), np.ones(count)
-    return Gaps(seconds=(first - sent)[alone], tokens=zero, cached=zero, sequences=one, forwards=one,
+    return Gaps(seconds=(first - sent)[alone], tokens=zero, cached=zero, sequences=one, decodes=zero, prefills=one,
                 multi=1.0 * (prompt[alone] > 1), width=zero, running=zero, prefill=prompt[alone], idle=one,
                 method=np.full(count, cell.method, dtype=object), scale=zero.copy())
 
@@ -408,6 +410,7 @@ def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untol
         name, forward["c_fixed"], forward["c_tok"], forward["c_kv"], 0.0, c_req=forward["c_req"],
         c_multi=forward["c_multi"], admit_s=forward["admit_s"], pads_verification=pads,
         c_prompt=forward["c_prompt"] if prefilled else None, c_batch=forward["c_batch"],
+        c_prompt_fixed=forward["c_prompt_fixed"] if prefilled else None,
         drafting={m: LinearDrafting.per_proposed_token(d["c_fixed"], d["c_tok"], d["c_req"], d["c_batched"], c_kv=0.0,
                                                        c_prefill=d["c_prefill"]) for m, d in terms.items()},
         fitted_cells=fitted, not_separated=untold, made_by=code_version(),
@@ -433,8 +436,8 @@ def _slowed(gaps: Gaps, factor: float) -> Gaps:
 
 
 def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
-    """The forward's coefficients [5], ``c_prompt``, ``c_batch`` and ``admit_s`` [1 each], and each method's drafting
-    [5, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
+    """The forward's coefficients [5], ``c_prompt``, ``c_batch``, ``admit_s`` and ``c_prompt_fixed`` [1 each], and each
+    method's drafting [5, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
     least-squares problem over the forward's columns (every gap) and each method's drafting columns
     (its gaps, 0 elsewhere), every error relative to its ``scale`` (its cell's mean gap; a step
     record's, its run's mean step over √ its rows); and the terms (``TERM``, ``METHOD.TERM``) the gaps

@@ -15,9 +15,14 @@ one sequence to four cost more per sequence than from four to eight (chunk gaps 
 average in four sweeps, with it 1–4 % (2026-12-02).
 
 A prefill — a forward over whole prompts, with an empty cache — costs
-``c_fixed + c_prompt·positions + c_req·prompts + c_multi·[positions > 1]``: the same forward with
-its own cost per position where a fit measured one (``c_prompt``; else ``c_tok``, as in the
-paper's fit). A calibration to a served engine fits it (``costmodel fit --from-sweep``): on
+``c_prompt_fixed + c_prompt·positions + c_req·prompts + c_multi·[positions > 1]``: the same forward
+with its own fixed cost and cost per position where a fit measured them (``c_prompt_fixed``, else
+``c_fixed``; ``c_prompt``, else ``c_tok``, as in the paper's fit). On ``specscope serve`` a prefill of
+one prompt alone took 6.8 ms + 0.061 ms a position in the server's own step records, where a decode
+forward's fixed cost was fitted at 3.1–3.5 ms (2026-12-04); a calibration that priced a prefill's
+fixed cost as ``c_fixed`` (and a request's first chunk from an idle engine as a decode forward
+plus its prefill) missed by up to 14–17 % on held-out cells of three sweeps, with its own term
+by up to 9–13 % (docs/calibration.md). A calibration to a served engine fits it (``costmodel fit --from-sweep``): on
 ``specscope serve`` a prompt's position cost 0.042–0.052 ms, a verified token 0–0.058 ms (four
 sweeps, 2026-12-02: the per-token cost trades with the per-request one).
 The phase-by-phase fit to step records (``costmodel fit RECORDS``) keeps one line through
@@ -79,6 +84,7 @@ class LinearCostModel:
     not_separated: tuple[str, ...] = ()  # a fitted model: terms its data could not tell apart (their split arbitrary)
     measured: tuple[int, int] | None = None  # a model fitted to step records: the largest k and batch size they held
     c_prompt: float | None = None  # seconds per position of a prefill forward (None: c_tok)
+    c_prompt_fixed: float | None = None  # seconds per prefill forward beside its positions (None: c_fixed)
     c_batch: float = 0.0  # seconds added to a forward over more than one sequence
     made_by: str = ""  # a fitted model: the code that fitted it (specscope.version.code_version)
 
@@ -95,7 +101,8 @@ class LinearCostModel:
 
     def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
         positions, prompts = np.asarray(prompt_tokens), np.asarray(num_prompts)
-        return (self.c_fixed + self.prompt_price * positions + self.c_req * prompts
+        fixed = self.c_fixed if self.c_prompt_fixed is None else self.c_prompt_fixed
+        return (fixed + self.prompt_price * positions + self.c_req * prompts
                 + self.c_multi * (positions > 1) + self.c_batch * (prompts > 1))
 
     def drafting_for(self, proposer: str) -> Drafting:
@@ -113,6 +120,7 @@ class LinearCostModel:
             "name": self.name,
             "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req,
                         "c_multi": self.c_multi, **({} if self.c_prompt is None else {"c_prompt": self.c_prompt}),
+                        **({} if self.c_prompt_fixed is None else {"c_prompt_fixed": self.c_prompt_fixed}),
                         **({"c_batch": self.c_batch} if self.c_batch else {})},
             "overhead_s": self.overhead_s,
             **({"admit_s": self.admit_s} if self.admit_s else {}),
@@ -223,10 +231,10 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
                "not_separated", "measured", "made_by"])
     forward = spec.child("forward")
-    forward.only([*FORWARD_TERMS, "c_prompt", "c_batch"])
+    forward.only([*FORWARD_TERMS, "c_prompt", "c_prompt_fixed", "c_batch"])
     terms = _coefficients(forward, FORWARD_TERMS[:3], [*FORWARD_TERMS[3:], "c_batch"])
-    c_prompt = (forward.number("c_prompt", low=0.0, high=MAX_COEFFICIENT_S) if "c_prompt" in forward.obj
-                else None)
+    c_prompt, c_prompt_fixed = (forward.number(name, low=0.0, high=MAX_COEFFICIENT_S) if name in forward.obj else None
+                                for name in ("c_prompt", "c_prompt_fixed"))
     if terms["c_fixed"] + terms["c_tok"] + terms.get("c_req", 0.0) <= 0:
         raise spec.error("forward", "c_fixed, c_tok and c_req are all 0 (a one-token forward over an empty "
                                     "cache would take no time)")
@@ -243,6 +251,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         not_separated=tuple(_names(spec, "not_separated")),
         measured=_measured(spec),
         c_prompt=c_prompt,
+        c_prompt_fixed=c_prompt_fixed,
         made_by=spec.text("made_by", optional=True) or "",
         **terms,
     )
