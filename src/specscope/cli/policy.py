@@ -147,7 +147,7 @@ def run_fit(args: argparse.Namespace) -> int:
               file=sys.stderr)
     if not to_stdout(args.output):
         models = len(document["models"])
-        print(f"wrote {args.output}: {models} model{'s' * (models != 1)} ({','.join(map(str, args.batch_sizes))}) "
+        print(f"wrote {args.output}: {models} model{'s' * (models != 1)} ({','.join(map(str, document['batch_sizes']))}) "
               f"over {len(document['features'])} features, from {training['steps']} steps of "
               f"{training['requests']} requests in {training['seconds']} s")
     return 0
@@ -185,7 +185,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.evaluate import leave_one_out
     from specscope.sim.fit import require_methods
-    from specscope.sim.grid import SimConfig, no_match_notes, oversize_notes
+    from specscope.sim.grid import SimConfig, no_match_notes, oversize_notes, sample_notes
     from specscope.sim.observe import offer_notes
 
     check_proposers(args.acc, count=2)
@@ -204,8 +204,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
                              f"holds {max(sizes.values())}, fewer than every batch size given")
     config = SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), oversize="said",
                        combined=tuple(args.acc) if len(args.acc) == 2 else None)
-    notes = [*oversize_notes(records, config), *no_match_notes(records, args.acc, config, option=False), *offer_notes(records),
-             *shared]
+    notes = [*oversize_notes(records, config), *sample_notes(records, config, option=False),
+             *no_match_notes(records, args.acc, config, option=False), *offer_notes(records), *shared]
     with tempfile.TemporaryDirectory() as folder:
         table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes,
                               labels=[cost_label(name, cost) for name, cost in zip((args.cost_model, *args.view), views)])

@@ -142,9 +142,11 @@ def load_policy(path: str | Path) -> LearnedPolicy:
             raise ValueError(f"batch_sizes: expected those of its models, {sorted(choosers)}, got "
                              f"{document['batch_sizes']!r:.40}")
         training = document["training"]
-        if not isinstance(training, dict) or not isinstance(training.get("sources"), list):
-            raise ValueError(f"training: expected what it was fitted on (an object with its sources), got "
-                             f"{training!r:.40}")
+        if not isinstance(training, dict) or not isinstance(training.get("sources"), list) or not all(
+                type(training[count]) is int and training[count] >= 0 for count in ("requests", "steps")
+                if count in training):
+            raise ValueError(f"training: expected what it was fitted on (an object with its sources, and its requests "
+                             f"and steps as counts), got {training!r:.60}")
     except KeyError as error:
         raise SpecscopeError(f"{path}: malformed policy file: missing field {error.args[0]!r}") from None
     except (TypeError, ValueError) as error:
@@ -209,9 +211,10 @@ def _values(name: str, array: np.ndarray, what: str, hold: bool) -> None:
 def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:
     """The decision rule per batch size of a policy document (ValueError when malformed)."""
     names = feature_names(methods)
-    if not isinstance(document["features"], dict) or list(document["features"]) != list(names):
+    if not isinstance(document["features"], dict) or list(document["features"]) != list(names) \
+            or not all(isinstance(text, str) for text in document["features"].values()):
         raise ValueError(f"features: expected the {len(names)} features of {', '.join(methods)} "
-                         f"({', '.join(list(names)[:3])}, …), in order")
+                         f"({', '.join(list(names)[:3])}, …), in order, each with its definition")
     unknown = sorted(set(document) - set(FIELDS))
     if unknown:
         raise ValueError(f"{unknown[0]}: unknown field (expected {', '.join(FIELDS)})")

@@ -36,7 +36,7 @@ from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
 from specscope.sim.plan import dataset_depths
 from specscope.sim.pricing import price_steps
-from specscope.sim.switching import common_length
+from specscope.sim.switching import catch_up_time, common_length
 from specscope.trace.schema import TraceRecord
 from specscope.version import code_version
 
@@ -88,8 +88,8 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     proposing k = 0 … depth at ``batch_size`` copies with ``kv`` cached tokens each (k = 0: no
     drafting); ``verify`` is the verification part of ``seconds``, the same for every method.
     A step that leaves a model drafter among ``methods`` idle (no drafting, or a lookup's) is
-    charged that drafter's catch-up on its k + 1 tokens, which its next step pays
-    (:mod:`specscope.sim.switching`). A model drafter's drafting D_k(n) of n rows at k splits into
+    charged that drafter's catch-up on its k + 1 tokens, which its next step pays (at what they add
+    to its forward, :func:`~specscope.sim.switching.catch_up_time`, as the simulator prices them). A model drafter's drafting D_k(n) of n rows at k splits into
     what a row adds, D_k(B + 1) − D_k(B), per row (in ``seconds``), and the rest, F_B(k) =
     D_k(B) − B·(D_k(B + 1) − D_k(B)) ≥ 0 (``fixed``), which the batch pays once whichever rows
     draft: a fitted model's c_fixed + c_tok·(k + 1), a roofline's weight reads."""
@@ -103,7 +103,7 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     b = float(batch_size)
     load = copies(b)
     models = [m for m in methods if method_named(m).kind != "lookup"]
-    catch_up = {d: cost.drafting_for(d).prefill_time(load.padded_tokens) for d in models}
+    catch_up = {d: catch_up_time(cost.drafting_for(d), load.padded_tokens) for d in models}
     idle = sum(catch_up.values(), np.zeros_like(k))  # a step proposing nothing leaves every model drafter
     rows, fixed = [], []
     for m in methods:
