@@ -388,3 +388,17 @@ def test_a_roofline_written_with_a_relative_config_path_reads_from_anywhere(tmp_
     monkeypatch.chdir(tmp_path / "sub")
     again = resolve_cost_model(str(tmp_path / "sub" / "cm.json"))
     assert again.describe()["model"] == str(tmp_path / "q" / "config.json") == written["model"]
+
+
+def test_costmodel_show_names_the_file_a_model_came_from(tmp_path, capsys, monkeypatch):
+    """A file may call itself ``h100-llama3.1-8b`` and hold other numbers: the table says which file
+    it read (as every result priced with it does), not only the name the file gives itself."""
+    from specscope.cli import main
+    from specscope.costmodel.linear import H100_LLAMA31_8B
+
+    fake = tmp_path / "fake.json"
+    fake.write_text(json.dumps({**H100_LLAMA31_8B.describe(), "forward": {
+        **H100_LLAMA31_8B.describe()["forward"], "c_fixed": 0.05}}))
+    monkeypatch.chdir(tmp_path)
+    assert main(["costmodel", "show", "fake.json"]) == 0
+    assert "target forward time (ms) of h100-llama3.1-8b (from fake.json)" in capsys.readouterr().out

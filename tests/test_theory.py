@@ -279,11 +279,22 @@ def test_bound_prices_c_at_every_k_so_the_best_k_does_not_depend_on_where_c_is_s
     assert "context 0.4;" in capsys.readouterr().out
 
 
-def test_bound_refuses_what_it_would_ignore_with_alpha_and_c_given(capsys):
+def test_bound_refuses_what_it_would_ignore_with_c_given(tmp_path, capsys):
+    """--c given, nothing is priced: a cost model, batch size, k or context beside it is refused,
+    with --alpha and with traces alike (with traces they were ignored, the output byte-identical)."""
     from specscope.cli import main
 
     assert main(["bound", "--alpha", "0.5", "--c", "0.1", "--cost-model", "bogus"]) == 2
-    assert "--cost-model: not used with both --alpha and --c" in capsys.readouterr().err
+    assert "--cost-model: not used with --c (it prices c or picks α from traces)" in capsys.readouterr().err
+    from specscope.trace import ProposerTrace, TraceRecord
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [TraceRecord("r", np.arange(5), np.arange(15), {"eagle": ProposerTrace(
+        np.tile(np.array([2, 1, 3], np.int32), 5))}, k_max=3, dataset="d")])
+    for extra in (["--batch-size", "64"], ["--k", "5"], ["--context", "1000"], ["--cost-model", "nosuch.json"]):
+        assert main(["bound", str(tmp_path / "t.jsonl"), "--c", "0.1", *extra]) == 2
+        assert f"{extra[0]}: not used with --c (it prices c)" in capsys.readouterr().err
+    assert main(["bound", str(tmp_path / "t.jsonl"), "--c", "0.1"]) == 0
 
 
 def test_expected_tokens_is_exact_near_alpha_one():

@@ -73,6 +73,8 @@ def test_relative_speedup_per_bin_matches_the_simulator_on_that_bin(record):
         assert r.lookup_speedup == pytest.approx(speed[("ngram", r.policy, r.batch_size)])
         assert r.reference_speedup == pytest.approx(speed[("eagle", "fixed:3", r.batch_size)])
         assert r.relative_speedup == pytest.approx(r.lookup_speedup / r.reference_speedup - 1)
+    # each row names what made both of its speedups (ngram fixed:3 and fixed:5 rows looked alike otherwise)
+    assert {(r.lookup, r.reference, r.reference_policy) for r in rows} == {("ngram", "eagle", "fixed:3")}
 
 
 def test_request_bleu_rows_and_missing_proposer(record):

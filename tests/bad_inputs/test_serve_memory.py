@@ -26,6 +26,8 @@ CASES = [
     Case("serve-step-records-directory", ["serve", "--model", "empty", "--step-records", "empty"],
          r"--step-records: empty: is a directory", WITH_DIR),
     Case("memory-unknown-preset", ["memory", "--target", "nonexistent-model"], r"nonexistent-model: not a model preset"),
+    Case("memory-draft-of-another-vocabulary", ["memory", "--target", "llama3.1-8b", "--draft", "qwen3-0.6b"],
+         r"draft model 'qwen3-0\.6b': its vocabulary of 151936 tokens is not the target 'llama3\.1-8b''s 128256"),
     Case("memory-heads-not-divisible", ["memory", "--target", "c.json"], r"c\.json.*num_key_value_heads",
          {"c.json": json.dumps({**CONFIG, "num_key_value_heads": 3})}),
     Case("memory-negative-hidden", ["memory", "--target", "c.json"], r"c\.json.*hidden_size",

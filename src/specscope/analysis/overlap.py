@@ -100,6 +100,8 @@ class OverlapRow:
     relative_speedup: float
     mode: str = "paper"  # the simulator's mode (OverlapConfig.mode: paper by default, whatever else the run uses)
     reference: str = ""  # the model proposer the lookup is set against (OverlapConfig.reference)
+    lookup: str = ""  # the lookup proposer whose speedup ``policy`` is (OverlapConfig.lookup)
+    reference_policy: str = ""  # the reference's policy (OverlapConfig.reference_policy)
 
     def flat(self) -> dict:
         return asdict(self)
@@ -160,7 +162,7 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
                     out.append(OverlapRow(
                         dataset, bin_label(b, config.edges), config.edges[b], config.edges[b + 1],
                         counts.get((dataset, b), 0), batch_size, name[policy], look, ref, look / ref - 1.0,
-                        config.mode, config.reference))
+                        config.mode, config.reference, config.lookup, name[config.reference_policy]))
     return out
 
 

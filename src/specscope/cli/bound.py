@@ -50,13 +50,21 @@ def run(args: argparse.Namespace) -> int:
     if args.traces and args.alpha is not None and args.c is not None:  # the rows would carry the traces' names only
         raise SpecscopeError("TRACES: not used with both --alpha and --c (the traces give α, the cost model c); "
                              "give traces, or both numbers")
+    if args.c is not None:  # c given: nothing is priced
+        unused = [flag for flag, value, default in (("--cost-model", args.cost_model, DEFAULT_COST_MODEL),
+                                                    ("--batch-size", args.batch_size, 1), ("--context", args.context, None),
+                                                    ("--k", args.k, 3), *([] if args.traces else [("--acc", args.acc, None)]))
+                  if value != default]
+        if unused:
+            raise SpecscopeError(f"{unused[0]}: not used with --c (it prices c" + ("" if args.traces else
+                                 " or picks α from traces") + ")")
     if args.traces:
         from specscope.costmodel.registry import cost_label, resolve_cost_model
         from specscope.trace import load_traces
 
         records, reports = load_traces(args.traces, lengths="own")
         note_mismatches(reports)
-        cost = resolve_cost_model(args.cost_model)
+        cost = resolve_cost_model(args.cost_model) if args.c is None else None
         held = sorted({name for r in records for name in r.proposers})
         names = [args.acc] if args.acc else held
         contexts, left_out = [], []  # per row shown: the context its c was priced at; why others are not
@@ -115,11 +123,6 @@ def run(args: argparse.Namespace) -> int:
             "c given" if args.c is not None else f"c from cost model {cost_label(args.cost_model, cost)} at each "
                                                f"k (column c: at k = {args.k}), B = {args.batch_size}, {shown}"]))
     elif args.alpha is not None and args.c is not None:
-        unused = [flag for flag, value, default in (("--cost-model", args.cost_model, DEFAULT_COST_MODEL),
-                                                    ("--batch-size", args.batch_size, 1), ("--context", args.context, None),
-                                                    ("--k", args.k, 3), ("--acc", args.acc, None)) if value != default]
-        if unused:
-            raise SpecscopeError(f"{unused[0]}: not used with both --alpha and --c (it prices c or picks α from traces)")
         cases.append(("given", args.alpha, args.c, args.k_max, None))
     else:
         raise SpecscopeError("give traces, or both --alpha and --c")

@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.costmodel.registry import cost_label, resolve_cost_model
 
     cost = resolve_cost_model(args.name)
     description = cost.describe()
@@ -68,7 +68,7 @@ def run_show(args: argparse.Namespace) -> int:
     decode = np.array(batched)  # one new token per sequence
     rows = [[f"kv={kv}", *[_milliseconds(t) for t in cost.forward_time(decode, np.full(len(batched), kv), decode)]]
             for kv in kvs]
-    print_table(f"target forward time (ms) of {cost.name}, decoding one token per sequence",
+    print_table(f"target forward time (ms) of {cost_label(args.name, cost)}, decoding one token per sequence",
                 ["cached tokens", *[f"{b} tok" for b in batched]], rows)
     return 0
 

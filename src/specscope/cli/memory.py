@@ -57,9 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.memory import memory_report
     from specscope.costmodel.presets import ModelShape
+    from specscope.costmodel.roofline import check_draft_vocab
 
     target = ModelShape.resolve(args.target)
     draft = ModelShape.resolve(args.draft) if args.draft else None
+    if draft is not None:
+        check_draft_vocab(target, draft)
     kind = DRAFT_MODEL.memory_model if draft is not None else args.head
     draft_vocab_size = args.draft_vocab_size  # None: the published heads', at most the target's
     if args.draft_vocab_size is not None:

@@ -382,7 +382,7 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Line
         raise SpecscopeError("costmodel fit --whole-steps: every step ran a policy file (method learned): give the "
                              "step records of runs without one too (no SD, and each of the policy's proposers)")
     gaps = step_gaps(fitted)
-    target, drafting, untold = _fit(gaps)
+    target, drafting, untold = _fit(gaps, "costmodel fit --whole-steps", "give more step records")
     predicted = gaps.target_features() @ target
     for method, coef in drafting.items():
         mine = gaps.method == method
@@ -435,7 +435,8 @@ def _slowed(gaps: Gaps, factor: float) -> Gaps:
     return replace(gaps, seconds=gaps.seconds * factor, scale=gaps.scale * factor)
 
 
-def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
+def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more requests"
+         ) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
     """The forward's coefficients [5], ``c_prompt``, ``c_batch``, ``admit_s`` and ``c_prompt_fixed`` [1 each], and each
     method's drafting [5, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
     least-squares problem over the forward's columns (every gap) and each method's drafting columns
@@ -453,13 +454,13 @@ def _fit(gaps: Gaps) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]
     for m in methods:
         mine = gaps.method == m
         if mine.sum() < drafting.shape[1]:
-            raise SpecscopeError(f"calibration: drafting of {m!r}: {int(mine.sum())} observed steps for "
-                                 f"{drafting.shape[1]} coefficients (measure more of its requests)")
+            raise SpecscopeError(f"{what}: drafting of {m!r}: {int(mine.sum())} observed steps for "
+                                 f"{drafting.shape[1]} coefficients ({more} of {m})")
         blocks.append(drafting * mine[:, None])
     a = np.hstack(blocks) / gaps.scale[:, None]
     if len(a) < a.shape[1]:
-        raise SpecscopeError(f"calibration: {len(a)} observed steps for {a.shape[1]} coefficients (the forward's "
-                             f"and each method's drafting: measure more requests)")
+        raise SpecscopeError(f"{what}: {len(a)} observed steps for {a.shape[1]} coefficients (the forward's "
+                             f"and each method's drafting: {more})")
     names = [*TARGET_TERMS, *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS)]
     coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
     kv, free = TARGET_TERMS.index("c_kv"), [TARGET_TERMS.index(t) for t in ("c_fixed", "c_tok", "c_req")]

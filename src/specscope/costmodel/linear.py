@@ -42,7 +42,8 @@ from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
 from specscope.errors import SpecscopeError
 from specscope.methods import BENCH_DEFAULT, LEARNED, NAMES as METHOD_NAMES, NO_SD, default_hint
 from specscope.trace.fields import Fields
-from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
+from specscope.trees import parse_tree
+from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE, Invalid
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,20 @@ class FittedCell:
 
     @classmethod
     def from_json(cls, spec: Fields) -> "FittedCell":
+        """A cell as ``describe()`` writes it: a known method (or ``none``), a tree that parses
+        (its node count its k), each number within what a sweep measures."""
         spec.only(["method", "k", "batch_size", "workload", "tree"])
+        name = spec.text("method")
+        if name != NO_SD and name not in METHOD_NAMES:
+            raise spec.error(spec.name("method"), f"expected a method ({', '.join((NO_SD, *METHOD_NAMES))}), got {name!r}")
         tree = spec.text("tree", optional=True)
-        return cls(spec.text("method"), spec.integer("k", minimum=0, maximum=None if tree else K_MAX_LIMIT),
-                   spec.integer("batch_size", minimum=1, maximum=MAX_BATCH_SIZE), spec.text("workload"), tree)
+        if tree is not None:
+            try:
+                nodes = parse_tree(tree).nodes
+            except (Invalid, SpecscopeError) as error:
+                raise spec.error(spec.name("tree"), str(error)) from None
+        k = spec.integer("k", minimum=0, maximum=K_MAX_LIMIT if tree is None else nodes)
+        return cls(name, k, spec.integer("batch_size", minimum=1, maximum=MAX_BATCH_SIZE), spec.text("workload"), tree)
 
 
 @dataclass
@@ -263,7 +274,7 @@ def _measured(spec: Fields) -> tuple[int, int] | None:
     if measured is None:
         return None
     measured.only(["k", "batch_size"])
-    return measured.integer("k"), measured.integer("batch_size", minimum=1)
+    return measured.integer("k", maximum=K_MAX_LIMIT), measured.integer("batch_size", minimum=1, maximum=MAX_BATCH_SIZE)
 
 
 def _names(spec: Fields, name: str) -> list[str]:

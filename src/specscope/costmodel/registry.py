@@ -38,7 +38,7 @@ def _roofline(spec: str) -> RooflineCostModel:
 
 def _from_file(path: Path) -> CostModel:
     """A cost model from a JSON or TOML file in the form ``costmodel show`` prints."""
-    if path.suffix == ".toml":
+    if path.suffix.lower() == ".toml":
         obj = read_toml_object(path)
     else:
         obj = read_json_object(path, "a cost model (a JSON object)")

@@ -181,10 +181,7 @@ class RooflineCostModel:
         """The same model with a ``draft`` proposer that runs ``draft`` autoregressively; a draft
         model proposes the target's tokens, so its vocabulary is the target's, less at most
         :data:`VOCAB_PADDING` rows of padding (Qwen2.5-0.5B's 151936 beside 7B's 152064, as vLLM allows)."""
-        if not 0 <= self.target.vocab_size - draft.vocab_size <= VOCAB_PADDING:
-            raise SpecscopeError(f"draft model {draft.name!r}: its vocabulary of {draft.vocab_size} tokens is not the "
-                                 f"target {self.target.name!r}'s {self.target.vocab_size}: it cannot draft for it (a "
-                                 "draft model shares the target's tokenizer)")
+        check_draft_vocab(self.target, draft)
         return replace(self, draft=draft, drafting=dict(self.drafting, draft=RooflineDrafting(Streamed.model(draft), self.hw,
                                                                                            self.eff)))
 
@@ -245,9 +242,19 @@ def _beside_file(spec: Fields) -> Callable[[str], ModelShape]:
     return resolve
 
 
+def check_draft_vocab(target: ModelShape, draft: ModelShape) -> None:
+    """A draft model proposes the target's tokens: its vocabulary is the target's, less at most
+    :data:`VOCAB_PADDING` rows of padding (SpecscopeError otherwise)."""
+    if not 0 <= target.vocab_size - draft.vocab_size <= VOCAB_PADDING:
+        raise SpecscopeError(f"draft model {draft.name!r}: its vocabulary of {draft.vocab_size} tokens is not the "
+                             f"target {target.name!r}'s {target.vocab_size}: it cannot draft for it (a "
+                             "draft model shares the target's tokenizer)")
+
+
 def _located(spec: Fields, name: str, read: Callable[[str], T]) -> T:
     """``read`` the text field ``name``; what it refuses names the file and the field."""
+    text = spec.text(name)  # its own error names the file and field already
     try:
-        return read(spec.text(name))
+        return read(text)
     except SpecscopeError as error:
         raise spec.error(name, str(error)) from None
