@@ -276,3 +276,17 @@ def test_progress_writes_a_plain_line_to_a_log_once_a_minute(monkeypatch, capsys
             bar.advance()
     assert capsys.readouterr().err.splitlines() == ["tracing requests: 2 of 4 done, 61 s",
                                                     "tracing requests: 4 of 4 done, 125 s"]
+
+
+def test_a_pipe_has_no_sha256(tmp_path):
+    """A trace read from a pipe has nothing left to hash afterwards: no fingerprint (the report's
+    page showed the SHA-256 of nothing, e3b0c442…, as the trace's), a regular file its own."""
+    import os
+
+    from specscope.fileio import file_sha256
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert file_sha256(fifo) is None
+    (tmp_path / "f").write_bytes(b"")
+    assert file_sha256(tmp_path / "f").startswith("e3b0c442")

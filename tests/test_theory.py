@@ -222,6 +222,10 @@ def test_the_reports_bound_points_stop_at_the_shallowest_records_depth_as_specsc
 
     (point,) = bound_points([record("a", 2), record("b", 8)], resolve_cost_model("h100-llama3.1-8b"), ["eagle"], 1, 1)
     assert point.k_max == 2 and point.best_k <= 2 and point.alpha == 1.0
+    # a run that held every proposal to k = 3 (a study) bounds no deeper: its best k was 8 and more
+    (deep,) = bound_points([record("b", 8)], resolve_cost_model("h100-llama3.1-8b"), ["eagle"], 1, 1)
+    (held,) = bound_points([record("b", 8)], resolve_cost_model("h100-llama3.1-8b"), ["eagle"], 1, 1, depth=3)
+    assert deep.best_k > 3 and (held.k_max, held.best_k) == (3, 3)
 
 
 def test_bound_leaves_out_a_proposer_its_cost_model_cannot_price(tmp_path, capsys):

@@ -258,9 +258,12 @@ def test_two_files_that_name_one_dataset_are_warned_about(tmp_path, caplog):
         (tmp_path / model).mkdir()
         write_traces(tmp_path / model / "gsm8k.jsonl", [TraceRecord(f"{model}-r", np.array([1]), np.array([5, 6]),
                                                                     {"ngram": ProposerTrace(np.array([1, 1], np.int32))})])
-    records, _ = load_traces([tmp_path / "llama" / "gsm8k.jsonl", tmp_path / "qwen" / "gsm8k.jsonl"])
+    records, reports = load_traces([tmp_path / "llama" / "gsm8k.jsonl", tmp_path / "qwen" / "gsm8k.jsonl"])
     assert {r.dataset for r in records} == {"gsm8k"}
     assert "llama/gsm8k.jsonl and" in caplog.text and "both name dataset 'gsm8k'" in caplog.text
+    # the second file's summary (a report's page lists them) says so too: a log line alone left the page silent
+    assert f"read as one dataset with {tmp_path / 'llama' / 'gsm8k.jsonl'}" in reports[1].summary()
+    assert "read as one dataset" not in reports[0].summary()
 
 
 def test_a_pipe_that_names_its_records_is_warned_about(tmp_path, caplog):

@@ -78,7 +78,10 @@ def _writable(path: Path) -> bool:
 
 
 def check_output_dir(path: str | Path) -> Path:
-    """``path`` as a folder to write results into (made if missing), checked before work starts."""
+    """``path`` as a folder to write results into (made if missing), checked before work starts
+    (an empty name — an unset shell variable — is no folder, not the current one)."""
+    if not str(path).strip():
+        raise SpecscopeError("-o: an empty name (expected an output directory; '.' for the current one)")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise SpecscopeError(f"{path}: exists and is not a directory (expected an output directory)")
@@ -411,12 +414,15 @@ SAMPLE = 64 << 10
 
 def file_sha256(path: str | Path, sampled: bool = False) -> str | None:
     """SHA-256 of the content of ``path``, kept per size and modification time within a process
-    (None if unreadable); ``sampled``: above :data:`SAMPLED_ABOVE` bytes, of its size and
+    (None if unreadable, or not a regular file: a pipe read once has nothing left to hash);
+    ``sampled``: above :data:`SAMPLED_ABOVE` bytes, of its size and
     :data:`SAMPLES` evenly spaced chunks only — a checkpoint's fingerprint, where reading 140 GB
     of a 70B model's weights would take minutes, and weights trained again differ everywhere."""
     try:
         info = Path(path).stat()
     except OSError:
+        return None
+    if not stat.S_ISREG(info.st_mode):
         return None
     return _sha256(Path(path).absolute(), info.st_mtime_ns, info.st_size, sampled and info.st_size > SAMPLED_ABOVE)
 

@@ -78,6 +78,8 @@ CASES = [
           "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\nngram,gsm8k,fixed1,1.1\nngram,gsm8k,fixed3,1.2\n"
                                           "ngram,gsm8k,fixed1,9.9\n"}),
     Case("paper-o-directory", ["paper", "--traces-dir", "taken", "-o", "taken"], r"taken: is a directory", WITH_DIR),
+    Case("report-o-empty", ["report", "t.jsonl", "-o", ""], r"-o: an empty name \(expected an output directory",
+         WITH_TRACE),
     Case("report-o-is-a-file", ["report", "t.jsonl", "-o", "taken.txt"], r"taken\.txt: exists and is not a directory",
          WITH_FILE),
     Case("report-o-holds-a-users-table", ["report", "t.jsonl", "-o", "mine"],

@@ -59,9 +59,11 @@ def traced_alpha(holding: Sequence[TraceRecord], proposer: str) -> tuple[float, 
 
 
 def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Sequence[str],
-                 batch_size: int, k: int, notes: list[str] | None = None) -> list[BoundPoint]:
+                 batch_size: int, k: int, notes: list[str] | None = None, depth: int | None = None) -> list[BoundPoint]:
     """One point per dataset × proposer (of ``proposers``) present in the records, but where its
-    records hold no position with a draft to accept (no α: a line in ``notes``)."""
+    records hold no position with a draft to accept (no α: a line in ``notes``); its best k at most
+    the depth its records were traced to, and at most ``depth`` where a run holds every proposal
+    within one (a study: the depth its engine ran)."""
     points = []
     for dataset, members in by_dataset(records).items():
         for proposer in proposer_names(members):
@@ -70,6 +72,7 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
             holding = [r for r in members if proposer in r.proposers]  # α, c and the context: of the same requests
             context = float(np.mean([r.prompt_len + r.output_len / 2 for r in holding]))
             alpha, k_max = traced_alpha(holding, proposer)
+            k_max = k_max if depth is None else min(k_max, depth)
             if np.isnan(alpha):
                 if notes is not None:
                     notes.append(f"bound: dataset {dataset!r}, {proposer}: no α ({NO_ALPHA})")

@@ -252,7 +252,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
 
     data.predicted = predicted_split(data.rows)
     data.measured_split = measured_split(steps)
-    data.points = bound_points(whole, cost, simulated, min(config.sim.batch_sizes), config.bound_k, data.notes)
+    data.points = bound_points(whole, cost, simulated, min(config.sim.batch_sizes), config.bound_k, data.notes,
+                               config.depth)
     advance(PHASES[4])
     return data
 

@@ -259,4 +259,5 @@ def _extremes(means: list[dict]) -> list[list[object]]:
 def _provenance(trace: str) -> str:
     """A trace file as the page names it: its absolute path and the start of its SHA-256 (the
     page is read elsewhere, and later: a relative path, or a file since changed, tells nothing)."""
-    return f"{Path(trace).resolve()} (SHA-256 {file_sha256(Path(trace))[:12]})"
+    digest = file_sha256(Path(trace))
+    return f"{Path(trace).resolve()} " + (f"(SHA-256 {digest[:12]})" if digest else "(not a regular file: no SHA-256)")

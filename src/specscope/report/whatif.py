@@ -72,7 +72,10 @@ def _config(cell: MeasuredCell) -> str:
 
 
 def _fitted(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
-    return any(f.method == cell.method and f.batch_size == cell.batch_size and Path(f.workload).stem == cell.dataset
+    """Whether ``cell`` is one the model was fitted to (workloads compared by their files' stems: a
+    bench names its workload by the path typed, ``code8.jsonl``)."""
+    return any(f.method == cell.method and f.batch_size == cell.batch_size
+               and Path(f.workload).stem == Path(cell.dataset).stem
                and (f.tree or None) == (cell.tree or None) and (f.tree is not None or f.k == cell.k) for f in fitted)
 
 

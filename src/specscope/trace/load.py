@@ -80,6 +80,7 @@ class LoadReport:
     named_by_file: bool = False  # some record took its dataset from the file's name (it has no "dataset")
     rank_disagreements: int = 0  # positions whose tree_rank gives another greedy chain than acc_len (kept)
     ignored_fields: dict[str, None] = field(default_factory=dict)  # SpecDecode-Bench fields not read, in order seen
+    merged_with: str = ""  # an earlier file of the same name whose dataset its records joined (neither names one)
 
     def summary(self, walked: Sequence[str] = ()) -> str:
         """One line: the records read and how length mismatches were handled (``walked``: the
@@ -88,7 +89,9 @@ class LoadReport:
         return self._lengths(walked) + "".join(
             f"; {count} {what}" for count, what in ((self.empty_outputs, "records with an empty output skipped"),
                                                    (self.duplicates, "duplicate records dropped"),
-                                                   (self.rank_disagreements, RANKS_DISAGREE)) if count)
+                                                   (self.rank_disagreements, RANKS_DISAGREE)) if count) + (
+            f"; read as one dataset with {self.merged_with} (the same file name, no \"dataset\" in their records)"
+            if self.merged_with else "")
 
     def _lengths(self, walked: Sequence[str] = ()) -> str:
         if not self.mismatched_records:
@@ -380,6 +383,7 @@ def load_traces(paths: Iterable[str | Path], lengths: str = "common", whole: lis
         reports.append(report)
         stem = Path(path).stem
         if report.named_by_file and named.setdefault(stem, Path(path)) != Path(path):
+            report.merged_with = str(named[stem])
             log.warning("%s and %s both name dataset %r (their records have no \"dataset\"): read as one dataset; "
                         "rename one file, or give its records a dataset field, to keep them apart", named[stem], path,
                         stem)
