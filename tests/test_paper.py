@@ -21,7 +21,7 @@ def grid(paper):
     records, _ = load_traces(sorted(paper.glob("*.jsonl")), lengths="own")
     rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B,
                     SimConfig(mode="paper", combined=("ngram", "eagle")))
-    return rows, read_reference(paper / "figures_gsm8k_sharegpt.csv")
+    return rows, read_reference(paper / "figures_gsm8k_sharegpt.csv", SimConfig().batch_sizes)
 
 
 def test_every_cell_matches_the_paper(grid):

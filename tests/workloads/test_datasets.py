@@ -35,6 +35,18 @@ def test_sharegpt_first_user_turn_and_filters_are_counted():
     assert haiku.reference == "Waves fold into foam"
 
 
+def test_a_sharegpt_reference_is_the_answer_not_the_users_next_message(tmp_path):
+    """The turn after the prompt is its reference only where the model wrote it: a user's second
+    message is no answer (it was taken as one)."""
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "x y z w v"},
+                                                   {"from": "human", "value": "again"}]},
+                                {"conversations": [{"from": "user", "value": "a b c d e"},
+                                                   {"from": "assistant", "value": "done"}]}]))
+    prompts, _ = load_prompts("sharegpt", path, n=10)
+    assert [(p.prompt, p.reference) for p in prompts] == [("x y z w v", None), ("a b c d e", "done")]
+
+
 def test_sharegpt_counts_with_the_given_tokenizer():
     _prompts, report = load_prompts("sharegpt", FIXTURES / "sharegpt.json", n=10, count_tokens=len)
     assert report.kept == 2  # in characters "hi" is still shorter than 4

@@ -9,6 +9,7 @@ paper's figures), prints each cell beside the paper's value.
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import json
 import math
@@ -29,6 +30,7 @@ REFERENCE = "figures_gsm8k_sharegpt.csv"
 WHERE = ("get them from the SpecDecode-Bench organisation's `simulator` repository, "
          "data/llama3.1-8B/combined_{gsm8k,sharegpt,instructcoder,cnn}.jsonl")
 POLICIES = ["fixed:1", "fixed:3", "fixed:5", "oracle", "oracle-combined:ngram+eagle"]
+PAPER_REQUESTS = 300  # the requests the paper's simulator drew from each dataset
 PAPER_MODEL = ("llama3.1-8b_", "combined_")  # the paper's Llama-3.1-8B traces: this folder's names, and upstream's
 
 
@@ -81,28 +83,50 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def read_reference(path: Path) -> dict[tuple[str, str, str, int], float]:
+def read_reference(path: Path, batch_sizes: Sequence[int]) -> dict[tuple[str, str, str, int], float]:
     """Speedups read off the paper's figures: (acc, dataset, policy, batch size) -> speedup; each
-    cell once (a row given twice would let the last one win unsaid)."""
+    cell once (a row given twice would let the last one win unsaid). Every row names a cell this
+    command simulates — acc ngram, eagle or combined (combined's policy: oracle), policy fixed1,
+    fixed3, fixed5 or oracle, one of the paper's datasets — and every column is one of them or a
+    batch size it simulates (``bsN``), each a positive number: a row or column it could not match
+    would be left out of the comparison unsaid, or compared with another cell."""
+    datasets = ("gsm8k", "sharegpt", "cnn", "instructcoder")
+    policies = {f"fixed{k}": f"fixed:{k}" for k in (1, 3, 5)} | {"oracle": "oracle"}
     cells, first, line = {}, {}, 1
     try:
         with path.open(encoding="utf-8") as handle:
             kept = [(number, text) for number, text in enumerate(handle, start=1) if not text.startswith("#")]
         rows = csv.DictReader(text for _, text in kept)
+        columns = [c for c in rows.fieldnames or [] if c not in ("acc", "dataset", "policy")]
+        for column in columns:
+            if not (column.startswith("bs") and column[2:].isdigit() and int(column[2:]) in batch_sizes):
+                raise SpecscopeError(f"{path}:{kept[0][0] if kept else 1}: column {column!r}: expected acc, dataset, "
+                                     f"policy and bsN for N in {', '.join(map(str, batch_sizes))}")
         for row in rows:
             line = kept[rows.line_num - 1][0]  # the file's own line: the comments counted
-            policy = str(row.get("policy")).replace("fixed", "fixed:")
-            if row.get("acc") == "combined":
-                policy = "oracle-combined:ngram+eagle"
-            for column, value in row.items():
-                if column and column.startswith("bs"):
-                    if not math.isfinite(speedup := float(value)):
-                        raise ValueError(f"{column} = {value}: not a finite number")
-                    key = (row["acc"], row["dataset"], policy, int(column[2:]))
-                    if key in cells:
-                        raise SpecscopeError(f"{path}:{line}: {row['acc']} {row['dataset']} {row['policy']} is "
-                                             f"already on line {first[key]}")
-                    cells[key], first[key] = speedup, line
+            if None in row:
+                raise ValueError(f"{len(row[None])} cells beyond the header's columns")
+            acc, dataset, policy = row["acc"], row["dataset"], row["policy"]
+            if acc not in ("ngram", "eagle", "combined"):
+                raise ValueError(f"acc {acc!r}: expected ngram, eagle or combined")
+            if dataset not in datasets:
+                raise ValueError(f"dataset {dataset!r}: expected one of the paper's, {', '.join(datasets)}")
+            allowed = ("oracle",) if acc == "combined" else tuple(policies)  # the paper's combined is an oracle
+            if policy not in allowed:
+                raise ValueError(f"policy {policy!r}: expected {', '.join(allowed)} for acc {acc}")
+            simulated = "oracle-combined:ngram+eagle" if acc == "combined" else policies[policy]
+            for column in columns:
+                value = row[column]
+                try:
+                    speedup = float(value)
+                except (TypeError, ValueError):
+                    raise ValueError(f"{column} = {value!r}: expected a number") from None
+                if not (math.isfinite(speedup) and speedup > 0):
+                    raise ValueError(f"{column} = {value}: expected a positive speedup")
+                key = (acc, dataset, simulated, int(column[2:]))
+                if key in cells:
+                    raise SpecscopeError(f"{path}:{line}: {acc} {dataset} {policy} is already on line {first[key]}")
+                cells[key], first[key] = speedup, line
     except (KeyError, ValueError, TypeError) as error:
         raise SpecscopeError(f"{path}:{line}: expected columns acc, dataset, policy and bsN numbers ({error})") from None
     except UnicodeDecodeError as error:
@@ -134,21 +158,22 @@ def run(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise SpecscopeError(f"{folder}: not a directory (--traces-dir); {WHERE}")
     found = sorted(folder.glob("*.jsonl"))
-    files = [f for f in found if holds_traces(f)]  # a workload or notes beside the traces are no traces
+    # a workload or notes beside the traces are no traces; a file named as one of the paper's is read (its errors said)
+    files = [f for f in found if paper_dataset(f.stem) is not None and f.is_file() or holds_traces(f)]
     if not files:
         raise SpecscopeError(f"{folder}: no *.jsonl trace files; {WHERE}")
     for other in sorted(set(found) - set(files)):
         _refuse_broken(other)
         print(f"note: {other.name} left out: its first record is no trace", file=out)
     refuse_clashes({"-o": args.output}, [*files, folder / REFERENCE])
-    reference = read_reference(folder / REFERENCE) if (folder / REFERENCE).is_file() else {}
+    config = SimConfig(mode="paper", combined=("ngram", "eagle"))
+    reference = read_reference(folder / REFERENCE, config.batch_sizes) if (folder / REFERENCE).is_file() else {}
     records, reports = load_traces(files, lengths="own")
     note_mismatches(reports, out)
     foreign = _foreign_files(files, records, reports) if reference else {}
     for dataset, name in foreign.items():
         print(f"note: dataset {dataset!r} not compared with the paper's figures: it comes from {name}, not a file "
               f"named as the paper's traces ({' or '.join(p + 'DATASET' for p in PAPER_MODEL)}, or DATASET)", file=out)
-    config = SimConfig(mode="paper", combined=("ngram", "eagle"))
     missing: list[str] = []  # a dataset traced without n-gram or EAGLE replays what it holds
     rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B, config, missing=missing)
     if not rows:
@@ -176,6 +201,11 @@ def run(args: argparse.Namespace) -> int:
     if differences:
         print(f"largest difference from the paper's figures: {max(differences):.3f} over {len(differences)} cells "
               "(the figures were read by eye to ±0.02)", file=out)
+        counts = collections.Counter(r.dataset for r in records)
+        for dataset in sorted({row.dataset for row in rows if row.dataset not in foreign and paper_dataset(row.dataset)}):
+            if counts[dataset] < PAPER_REQUESTS:
+                print(f"note: dataset {dataset!r} holds {counts[dataset]} requests, the paper's figures {PAPER_REQUESTS} "
+                      "drawn from its traces: its differences measure the sample as much as the simulator", file=out)
     elif not (folder / REFERENCE).is_file():
         print(f"note: no cell compared with the paper's figures: {folder} holds no {REFERENCE} (the speedups "
               "read off the paper's Figures 10 and 12, one row per acc, dataset, policy and batch size)", file=out)

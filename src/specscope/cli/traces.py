@@ -27,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="static trees whose mean acc_len to show (default: those the trace was taken "
                               "with, from its settings file)")
     inspect.set_defaults(run=run_inspect)
-    convert = verbs.add_parser("convert", help="rewrite traces (any supported format) in specscope's schema")
+    convert = verbs.add_parser("convert", help="rewrite traces (any supported format) in specscope's schema "
+                                               "(draft_prob to 6 decimals)")
     add_trace_options(convert, lengths="own")  # a faithful copy by default: every array whole
     convert.add_argument("-o", "--output", required=True, type=check_user_output,
                          help="output JSON Lines file (- for standard output)")
@@ -187,8 +188,13 @@ def run_convert(args: argparse.Namespace) -> int:
                                      f"dataset {record.dataset!r} recorded (acc_len {longest} = k {longest - 1} + 1)")
             record.k_max = args.k_max
     count = write_traces(args.output, records)
+    notes = sys.stderr if to_stdout(args.output) else sys.stdout
     for report in reports:  # on stderr when the records go to stdout
-        print(report.summary(), file=sys.stderr if to_stdout(args.output) else sys.stdout)
+        print(report.summary(), file=notes)
+    declared = [r for r in records if r.k_max is not None and r.k_max != args.k_max]
+    if args.k_max is not None and declared:
+        print(f"note: --k-max {args.k_max} applied to the records without one; {len(declared)} of {len(records)} "
+              f"declare their own (e.g. request {declared[0].id!r}: k_max = {declared[0].k_max}), kept", file=notes)
     if not to_stdout(args.output):
         print(f"wrote {count} records to {args.output}")
     return 0

@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--tokenizer: {args.tokenizer} holds neither a tokenizer.json nor a chat template")
     if args.token_ids and tokenizer is None:
         raise SpecscopeError("--token-ids: needs --tokenizer DIR with a tokenizer.json")
+    if args.no_chat_template and args.tokenizer is None:  # without a tokenizer no template applies: the flag says nothing
+        raise SpecscopeError("--no-chat-template: applies with --tokenizer DIR (without it prompts are kept raw)")
     if args.dataset in DATASETS:
         if not args.source:
             raise SpecscopeError(f"--source: {args.dataset} needs a local file in its format, or 'hub'")

@@ -120,13 +120,20 @@ class Fields:
         return np.stack(rows).astype(dtype) if rows else np.zeros((0, 0), dtype=dtype)
 
     def float_matrix(self, name: str, value: object) -> np.ndarray:
-        """A list of equal-length lists of numbers (null = NaN) as a 2-D float32 array."""
+        """A list of equal-length lists of numbers (null = NaN) as a 2-D float32 array; a number
+        written as text, or true/false, is no number (a broken row is named ``name[i]``)."""
+        if not isinstance(value, list) or not value or not all(isinstance(row, list) for row in value):
+            raise self.error(self.name(name), "expected a list of lists of numbers")
+        for i, row in enumerate(value):
+            wrong = next((v for v in row if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))),
+                         None)
+            if wrong is not None:
+                raise self.error(self.name(f"{name}[{i}]"), f"expected numbers (or null), got {wrong!r}")
+        if len({len(row) for row in value}) > 1:
+            raise self.error(self.name(name), f"expected rows of one length, got lengths "
+                                              f"{sorted({len(row) for row in value})}")
         try:
-            if isinstance(value, list):
-                value = [[np.nan if v is None else v for v in row] if isinstance(row, list) else row for row in value]
-            array = np.asarray(value, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise self.error(self.name(name), "expected a list of lists of numbers") from None
-        if array.ndim != 2:
-            raise self.error(self.name(name), "expected a list of equal-length lists of numbers")
-        return array
+            return np.asarray([[np.nan if v is None else v for v in row] for row in value], dtype=np.float32).reshape(
+                len(value), len(value[0]))
+        except OverflowError:
+            raise self.error(self.name(name), "expected numbers a float holds (one is too large)") from None

@@ -138,7 +138,9 @@ def _sharegpt(row: Row, ctx: Context) -> Prompt | str:
     length = ctx.count_tokens(prompt)
     if not SHAREGPT_MIN_TOKENS <= length <= SHAREGPT_MAX_TOKENS:
         return f"prompts outside {SHAREGPT_MIN_TOKENS}-{SHAREGPT_MAX_TOKENS} tokens"
-    reference = turns[first + 1]["value"] if first + 1 < len(turns) else None
+    answer = turns[first + 1] if first + 1 < len(turns) else None  # the model's answer, not the user's next message
+    reference = answer["value"] if answer is not None and answer["from"] in ("gpt", "assistant", "chatgpt", "bard",
+                                                                             "bing") else None
     return Prompt(f"sharegpt-{row.index}", prompt, reference)
 
 
