@@ -326,3 +326,23 @@ def test_a_seeded_sampled_bench_is_reproducible(llama_dir, tmp_path):
     engine, _ = load_engine(llama_dir, "none", max_batch_size=4, max_seq_len=64)  # requests without a seed of
     copies = engine.generate([(f"c{i}", [4, 5, 6, 7]) for i in range(4)], 12, 4, SamplingParams(1.0))  # their own
     assert len({tuple(tokens) for tokens in copies.values()}) > 1  # sample apart
+
+
+def test_the_reference_bench_refuses_a_draft_of_another_tokenizer(tmp_path, capsys):
+    """Two token ids swapped in the draft's tokenizer.json: `trace` refused it, `bench --backend
+    reference` ran it (exit 0, its drafts meaning other tokens)."""
+    import shutil
+
+    from specscope.workloads.bundled import bundled_path
+    from specscope.zoo.shipped import model_dir
+
+    draft = tmp_path / "draft"
+    shutil.copytree(model_dir("draft"), draft)
+    tokenizer = json.loads((draft / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    vocab["!"], vocab["<|assistant|>"] = vocab["<|assistant|>"], vocab["!"]
+    (draft / "tokenizer.json").write_text(json.dumps(tokenizer))
+    assert main(["bench", "--backend", "reference", "--model", str(model_dir("target")), "--method", "draft",
+                 "--draft", str(draft), "--workload", str(bundled_path("code")), "--max-tokens", "4",
+                 "--batch-sizes", "1", "-o", str(tmp_path / "r.json")]) == 2
+    assert "tokens differ in id or meaning" in capsys.readouterr().err

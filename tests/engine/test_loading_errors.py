@@ -25,6 +25,14 @@ CONFIG_CASES = [
     ({"head_dim": -32}, "field 'head_dim': expected an integer >= 1"),
     ({"num_key_value_heads": 0}, "field 'num_key_value_heads': expected an integer >= 1"),
     ({"tie_word_embeddings": "false"}, "field 'tie_word_embeddings': expected true or false, got 'false'"),
+    ({"vocab_size": 10 ** 30}, "field 'vocab_size': expected an integer <= 2147483647"),  # a torch traceback
+    ({"rope_parameters": None, "rope_scaling": {"rope_type": "linear"}},  # transformers refuses it; 1.0 was assumed
+     r"field 'rope_scaling.factor': missing \(rope type 'linear' needs factor\)"),
+    ({"rope_parameters": None, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                                "high_freq_factor": 4.0}},
+     "field 'rope_scaling.original_max_position_embeddings': missing"),
+    ({"rope_parameters": {"rope_type": "default"}, "rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+     "fields 'rope_scaling' and 'rope_parameters' disagree on 'rope_type'"),
 ]
 
 
@@ -122,3 +130,29 @@ def test_a_drafter_with_another_tokenizer_is_refused(tmp_path):
         check_same_tokenizer(tmp_path / "target", tmp_path / "swapped")
     with pytest.raises(SpecscopeError, match=r"renamed/tokenizer\.json: 1 tokens differ in id or meaning .*'w1'"):
         check_same_tokenizer(tmp_path / "target", tmp_path / "renamed")
+
+
+def test_a_draft_model_is_held_to_its_own_context_as_the_target_is(llama_dir, draft_dir, tmp_path):
+    """A draft model with a sliding window of 4 (mistral-style), or made for 8 positions, ran
+    with full attention over 128: another model than its checkpoint (logits off by 13 against
+    transformers). Refused as the target's own window and positions are."""
+    from specscope.assemble import load_engine
+
+    windowed = edited(draft_dir, tmp_path, sliding_window=4, model_type="mistral")
+    with pytest.raises(SpecscopeError, match=r"max_seq_len \d+ exceeds draft model .*'s sliding window \(4\)"):
+        load_engine(llama_dir, "draft", draft_dir=windowed, max_batch_size=1, max_seq_len=128)
+    short = edited(draft_dir, tmp_path / "short", max_position_embeddings=8)
+    with pytest.raises(SpecscopeError, match=r"max_seq_len \d+ exceeds draft model .*'s max_position_embeddings \(8\)"):
+        load_engine(llama_dir, "draft", draft_dir=short, max_batch_size=1, max_seq_len=128)
+
+
+def test_an_eagle3_config_of_another_shape_is_one_clear_error():
+    """``eagle_config`` as text (a traceback: 'str' object has no attribute 'get'), and true as a
+    layer index (read as 1)."""
+    from specscope.proposers.eagle3 import aux_layers
+
+    with pytest.raises(SpecscopeError, match=r"c\.json: field 'eagle_config': expected an object, got 'x'"):
+        aux_layers({"eagle_config": "x"}, 4, "c.json")
+    with pytest.raises(SpecscopeError, match=r"eagle_aux_hidden_state_layer_ids': expected three indices"):
+        aux_layers({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [True, 2, 1]}}, 4, "c.json")
+    assert aux_layers({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}, 4, "c.json") == (1, 2, 3)

@@ -114,6 +114,7 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
     each batch size; each batch size's row and step records added to ``into`` (when given) as
     it finishes, so that an interrupted run still has them."""
     from specscope.engine.loading import (
+        check_same_tokenizer,
         load_eos_token_ids,
         load_model,
         load_tokenizer,
@@ -128,6 +129,8 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
         raise SpecscopeError(f"--batching: expected distinct or replicate, got {config.batching!r}")
     if config.tree is not None and config.method == NO_SD:
         raise SpecscopeError(f"--tree: tree {config.tree.name} needs an SD method, got --method {NO_SD}")
+    if config.draft_dir is not None:
+        check_same_tokenizer(config.model_dir, config.draft_dir)
     target = load_model(config.model_dir, parse_dtype(config.dtype), resolve_device(config.device))
     requests = read_workload(config.workload, load_tokenizer(config.model_dir), target.config.vocab_size)
     if config.batching == "distinct":

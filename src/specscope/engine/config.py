@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 ROPE_TYPES = ("default", "linear", "llama3")
+MAX_SIZE = (1 << 31) - 1  # a config's sizes (vocabulary, widths, positions): beyond, a typo, not a model
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,12 @@ def _rope_from_hf(data: dict, source: str) -> RopeConfig:
     for key in ("rope_parameters", "rope_scaling"):
         if data.get(key) is not None and not isinstance(data[key], dict):
             raise SpecscopeError(f"{source}: field {key!r}: expected an object, got {data[key]!r}")
-    params = {**(data.get("rope_scaling") or {}), **(data.get("rope_parameters") or {})}
+    scaling, parameters = data.get("rope_scaling") or {}, data.get("rope_parameters") or {}
+    clash = next((key for key in scaling.keys() & parameters.keys() if scaling[key] != parameters[key]), None)
+    if clash is not None:  # transformers lets rope_scaling win, older readers rope_parameters: ambiguous
+        raise SpecscopeError(f"{source}: fields 'rope_scaling' and 'rope_parameters' disagree on {clash!r} "
+                             f"({scaling[clash]!r} against {parameters[clash]!r}): keep one of them")
+    params = {**scaling, **parameters}
     rope_type = params.get("rope_type", params.get("type", "default"))
     if rope_type not in ROPE_TYPES:
         raise SpecscopeError(
@@ -180,6 +186,12 @@ def _rope_from_hf(data: dict, source: str) -> RopeConfig:
         )
     defaults = RopeConfig()
     inside = "rope_parameters" if data.get("rope_parameters") else "rope_scaling"  # where params came from
+    needed = {"linear": ("factor",), "llama3": ("factor", "low_freq_factor", "high_freq_factor",
+                                                 "original_max_position_embeddings")}.get(rope_type, ())
+    missing = [key for key in needed if params.get(key) is None]
+    if missing:  # transformers refuses them too: a default would compute another model
+        raise SpecscopeError(f"{source}: field '{inside}.{missing[0]}': missing (rope type {rope_type!r} needs "
+                             f"{', '.join(needed)})")
     read = _Reader({"rope_theta": data.get("rope_theta"), **params}, source, f"{inside}.",
                    top=() if "rope_theta" in params else ("rope_theta",))
     return RopeConfig(
@@ -211,7 +223,7 @@ class _Reader:
             return default
         if isinstance(value, str):  # a size written as text is a typo, not a number
             raise SpecscopeError(f"{self._label(key)}: expected a positive integer, got {value!r}")
-        return validate.check(self._label(key), validate.integer, value, low=1)
+        return validate.check(self._label(key), validate.integer, value, low=1, high=MAX_SIZE)
 
     def positive(self, key: str, default: float) -> float:
         """A finite number > 0; ``default`` where absent or null."""
@@ -247,3 +259,16 @@ def model_fingerprint(model_dir: Path) -> str:
     for path in sorted(p for p in model_dir.iterdir() if p.suffix in WEIGHT_SUFFIXES):
         digest.update(f"\n{path.name} {file_sha256(path, sampled=True)}".encode())
     return digest.hexdigest()
+
+
+def check_context(config: ModelConfig, max_seq_len: int, what: str) -> None:
+    """Refuse sequences of ``max_seq_len`` positions that ``config`` (of ``what``: the target, a
+    draft model, a head) is not exact for: past its ``max_position_embeddings``, or past its
+    sliding window, which the engine does not implement (full attention past it computes another model)."""
+    limit = config.max_position_embeddings
+    if limit is not None and max_seq_len > limit:
+        raise SpecscopeError(f"engine: max_seq_len {max_seq_len} exceeds {what}'s max_position_embeddings ({limit})")
+    window = config.sliding_window
+    if window is not None and max_seq_len > window:
+        raise SpecscopeError(f"engine: max_seq_len {max_seq_len} exceeds {what}'s sliding window ({window}); "
+                             "sliding-window attention is not implemented, so only shorter sequences are exact")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specscope.engine.config import check_context
 from specscope.engine.constraints import RowConstraints
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import Transformer
@@ -118,17 +119,7 @@ class Engine:
                 "engine: expected k >= 1, max_batch_size >= 1, max_seq_len >= 2; "
                 f"got {k}, {max_batch_size}, {max_seq_len}"
             )
-        limit = target.config.max_position_embeddings
-        if limit is not None and max_seq_len > limit:
-            raise SpecscopeError(
-                f"engine: max_seq_len {max_seq_len} exceeds the model's max_position_embeddings ({limit})"
-            )
-        window = target.config.sliding_window
-        if window is not None and max_seq_len > window:
-            raise SpecscopeError(
-                f"engine: max_seq_len {max_seq_len} exceeds the model's sliding window ({window}); "
-                "sliding-window attention is not implemented, so only shorter sequences are exact"
-            )
+        check_context(target.config, max_seq_len, "the model")
         if tree is not None:
             check_tree(tree, k, proposer, target.config.vocab_size)
         self.target, self.proposer, self.k, self.tree = target, proposer, k, tree

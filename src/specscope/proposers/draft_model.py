@@ -19,6 +19,7 @@ import logging
 
 import torch
 
+from specscope.engine.config import check_context
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import load_model
 from specscope.engine.model import Transformer
@@ -54,6 +55,7 @@ class DraftModelProposer:
                 draft.config.vocab_size,
                 self.vocab_size,
             )
+        check_context(draft.config, config.max_seq_len, f"draft model {config.draft_dir}")
         self.draft = draft
         self.cache = KVCache(
             draft.config, config.max_batch_size, config.max_seq_len, draft.dtype, draft.device

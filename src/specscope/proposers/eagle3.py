@@ -162,7 +162,10 @@ class Eagle3Head(Head):
 
 def aux_layers(data: dict, num_layers: int, source: str) -> tuple[int, ...]:
     """The three target hidden-state indices the head fuses (config override or default)."""
-    layers = (data.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    config = data.get("eagle_config") or {}
+    if not isinstance(config, dict):
+        raise SpecscopeError(f"{source}: field 'eagle_config': expected an object, got {config!r:.40}")
+    layers = config.get("eagle_aux_hidden_state_layer_ids")
     if layers is None:
         if num_layers < 3:
             raise SpecscopeError(
@@ -173,7 +176,7 @@ def aux_layers(data: dict, num_layers: int, source: str) -> tuple[int, ...]:
     if (
         not isinstance(layers, list)
         or len(layers) != 3
-        or not all(isinstance(i, int) and 0 <= i <= num_layers for i in layers)
+        or not all(type(i) is int and 0 <= i <= num_layers for i in layers)  # true is no index
     ):
         raise SpecscopeError(
             f"{source}: field 'eagle_config.eagle_aux_hidden_state_layer_ids': expected three "

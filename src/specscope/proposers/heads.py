@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from specscope.engine.config import ModelConfig
+from specscope.engine.config import ModelConfig, check_context
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import load_state_dict
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
@@ -216,6 +216,7 @@ class HeadProposer:
     """
 
     def __init__(self, name: str, head: Head, config: ProposerConfig, target: Transformer) -> None:
+        check_context(head.config, config.max_seq_len, f"the {name} head {config.draft_dir}")
         self.name = name
         self.head = head
         self.hidden_layers = head.target_layers
