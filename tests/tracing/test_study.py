@@ -143,8 +143,12 @@ def test_a_study_refused_before_its_first_result_takes_new_settings(target_and_d
     corrected.max_tokens = first.max_tokens // 2
     check_resume(corrected)  # nothing measured yet: nothing to mix
     assert json.loads(first.settings_path.read_text())["max_tokens"] == corrected.max_tokens
-    (out / "traces").mkdir()
+    (out / "traces").mkdir()  # a stage refused before its first record made its folder, nothing in it
+    emptied = StudyConfig(model_dir=target, workloads=[], out_dir=out, drafters={"draft": draft})
+    check_resume(emptied)  # (it refused the corrected rerun: "holds a study with other settings")
+    (out / "traces" / "code.jsonl").write_text("{}\n")
     again = StudyConfig(model_dir=target, workloads=[], out_dir=out, drafters={"draft": draft})
+    again.max_tokens = corrected.max_tokens // 2
     with pytest.raises(SpecscopeError, match="holds a study with other settings"):
         check_resume(again)
     other = tmp_path / "other-draft"
@@ -265,3 +269,21 @@ def test_a_folder_whose_study_json_is_no_studys_is_not_taken_over(target_and_dra
     with pytest.raises(SpecscopeError, match="holds no study's settings"):
         run_study(StudyConfig(model_dir=target_and_draft[0], workloads=[], out_dir=out, drafters={}), lambda line: None)
     assert sorted(p.name for p in out.iterdir()) == ["study.json"]
+
+
+def test_a_study_refused_in_its_stages_before_a_result_leaves_nothing(tmp_path, capsys):
+    """Refused at the trace stage (a head given as the draft model; --max-tokens past the model's
+    positions): a folder the run made is gone, one that existed is left as it was found — a
+    corrected rerun starts (it was refused: "holds a study with other settings")."""
+    from specscope.cli import main
+    from specscope.workloads.bundled import bundled_path
+    from specscope.zoo.shipped import model_dir
+
+    common = ["study", "--model", str(model_dir("target")), "--workload", str(bundled_path("code")), "--requests", "4",
+              "--batch-sizes", "1,2"]
+    assert main([*common, "--max-tokens", "8", "--draft", str(model_dir("eagle")), "-o", str(tmp_path / "made")]) == 2
+    assert not (tmp_path / "made").exists()
+    (tmp_path / "found").mkdir()
+    assert main([*common, "--max-tokens", "100000", "--draft", str(model_dir("draft")), "-o", str(tmp_path / "found")]) == 2
+    assert "exceed the 1024 positions" in capsys.readouterr().err
+    assert list((tmp_path / "found").iterdir()) == []

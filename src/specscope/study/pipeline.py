@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 from typing import Callable
 
 from specscope.errors import SpecscopeError
@@ -33,7 +34,7 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     from specscope.report.build import check_outputs
 
     out = config.out_dir
-    made, locked_before = not out.exists(), (out / LOCK).exists()
+    made, locked_before, settled = not out.exists(), (out / LOCK).exists(), config.settings_path.is_file()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -45,14 +46,38 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
             check_resume(config)
             check_outputs(out, [], study=True)  # its report's files: refused now, not after every stage ran
             config.workloads = workloads_stage(config)
-        except SpecscopeError:  # a refused run leaves nothing behind
-            if made:  # every file in it is this run's: its settings, the workloads' copies, the lock
-                shutil.rmtree(out)
-            elif not locked_before:
-                (out / LOCK).unlink(missing_ok=True)
+            _record_version(config, say)
+            _stages(config, say)
+        except SpecscopeError:  # a run refused before its first result leaves nothing behind
+            if not produced(config):
+                _unmake(config, made, settled, locked_before)
             raise
-        _record_version(config, say)
-        _stages(config, say)
+
+
+def _unmake(config: StudyConfig, made: bool, settled: bool, locked_before: bool) -> None:
+    """Remove what a refused run made: the folder if it made it (every file in it is this run's:
+    its settings, the workloads' copies, empty stage folders, the lock), else its settings and
+    copies where it wrote the first ones, and its lock."""
+    out = config.out_dir
+    if made:
+        shutil.rmtree(out)
+        return
+    if not settled:
+        config.settings_path.unlink(missing_ok=True)
+        shutil.rmtree(config.workloads_dir, ignore_errors=True)
+        for empty in [p for p in out.iterdir() if p.is_dir() and not any(q.is_file() for q in p.rglob("*"))]:
+            shutil.rmtree(empty)
+    if not locked_before:
+        (out / LOCK).unlink(missing_ok=True)
+
+
+def produced(config: StudyConfig) -> list[Path]:
+    """What the study in ``config.out_dir`` has produced: every entry but its settings, the
+    workloads' copies (they follow the settings) and the lock, a folder only where it holds a file
+    (a stage that made its folder and was refused before its first record produced nothing)."""
+    out = config.out_dir
+    return [p for p in out.iterdir() if p not in (config.settings_path, config.workloads_dir, out / LOCK)
+            and (p.is_file() or p.is_dir() and any(q.is_file() for q in p.rglob("*")))]
 
 
 def _record_version(config: StudyConfig, say: Callable[[str], None]) -> None:
@@ -102,9 +127,7 @@ def check_resume(config: StudyConfig) -> None:
         changed = [f"{key} {old[key]} → {settings[key]}" for key in settings
                    if key in old and old[key] != settings[key]]  # a key it lacks (a study of before that setting was
         # kept, such as the workloads' digests) is written below, not compared
-        produced = [p for p in out.iterdir() if p not in (path, config.workloads_dir, out / LOCK)]  # the copies follow
-        # the settings
-        if changed and produced:  # settings alone (its first stage refused): nothing to mix
+        if changed and produced(config):  # settings alone (its first stage refused): nothing to mix
             raise SpecscopeError(f"{out}: holds a study with other settings ({'; '.join(changed)}): resuming would mix "
                                  "their results; study into another folder (-o), or delete this one to start over")
         if not changed and settings.keys() <= old.keys():

@@ -203,6 +203,10 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     methods = config.policy_methods(measured)
     if methods is None:
         return []
+    if config.policy_path.exists() and (kept := load_policy(config.policy_path).methods) != tuple(methods):
+        say(f"policy  policy.json chose between {'+'.join(kept)}; the measured chains now favour "
+            f"{'+'.join(methods)}: fitting it again")  # a cell measured again can change the fastest drafter
+        config.policy_path.unlink()
     if not config.policy_path.exists():
         document = fit_policy(load_traces(traces)[0], methods, cost, config.batch_sizes,
                               sources=[_stem(t) for t in traces], max_k=config.k)
