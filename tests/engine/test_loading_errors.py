@@ -156,3 +156,32 @@ def test_an_eagle3_config_of_another_shape_is_one_clear_error():
     with pytest.raises(SpecscopeError, match=r"eagle_aux_hidden_state_layer_ids': expected three indices"):
         aux_layers({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [True, 2, 1]}}, 4, "c.json")
     assert aux_layers({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 3]}}, 4, "c.json") == (1, 2, 3)
+
+
+def test_a_target_that_carries_its_mtp_module_loads_as_the_target(tmp_path):
+    """DeepSeek-V3 keeps its MTP module as layer N of the target's own checkpoint
+    (``num_nextn_predict_layers``): the target loads without it (it was refused: unexpected
+    model.layers.4.*), and the directory serves as the mtp proposer's too."""
+    import shutil
+
+    from specscope.zoo.shipped import model_dir
+
+    both = tmp_path / "both"
+    shutil.copytree(model_dir("target"), both)
+    shutil.copy(model_dir("mtp") / "config.json", both / "config.json")  # the target's, with num_nextn_predict_layers
+    shutil.copy(model_dir("mtp") / "model.safetensors", both / "mtp.safetensors")
+    alone, carrying = load_model(model_dir("target")), load_model(both)
+    tokens = torch.tensor([[5, 9, 14, 3]])
+    positions = torch.arange(4)[None, :]
+    assert torch.equal(alone(tokens, positions)[0], carrying(tokens, positions)[0])
+
+
+def test_weights_in_one_file_beside_a_shard_index_that_does_not_list_it_are_refused(llama_dir, tmp_path):
+    """transformers reads model.safetensors, this reader the index's shards: two sets of weights."""
+    model = edited(llama_dir, tmp_path)
+    shutil.copy(model / "model.safetensors", model / "model-00001-of-00001.safetensors")
+    names = load_file(model / "model.safetensors")
+    (model / "model.safetensors.index.json").write_text(json.dumps(
+        {"weight_map": {name: "model-00001-of-00001.safetensors" for name in names}}))
+    with pytest.raises(SpecscopeError, match=r"holds model\.safetensors beside a shard index that does not list it"):
+        load_model(model)

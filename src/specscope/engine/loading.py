@@ -69,6 +69,10 @@ def weight_files(model_dir: Path) -> list[Path]:
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise SpecscopeError(f"{index}: shard files missing: {', '.join(missing)}")
+        single = model_dir / "model.safetensors"
+        if single.is_file() and single not in files:  # transformers reads the single file, this index's shards
+            raise SpecscopeError(f"{model_dir}: holds model.safetensors beside a shard index that does not list it "
+                                 f"({index.name}): two sets of weights; remove one")
         return files
     files = sorted(model_dir.glob("*.safetensors"))
     if files:
@@ -110,12 +114,21 @@ def load_state_dict(
     return state
 
 
+def _predicts_next_n(model_dir: Path) -> bool:
+    """Whether ``model_dir``'s config declares an MTP module (``num_nextn_predict_layers`` >= 1)."""
+    count = read_json(Path(model_dir) / "config.json").get("num_nextn_predict_layers")
+    return type(count) is int and count >= 1
+
+
 def load_model(
     model_dir: Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
 ) -> Transformer:
     """Build the :class:`Transformer` described by ``model_dir/config.json`` with its weights."""
     config = ModelConfig.from_dir(model_dir)
     state = load_state_dict(model_dir, device, dtype)
+    module = f"model.layers.{config.num_layers}."  # a DeepSeek-style MTP module stored after the layers: the mtp proposer's
+    if any(name.startswith(module) for name in state) and _predicts_next_n(model_dir):
+        state = {name: tensor for name, tensor in state.items() if not name.startswith(module)}
     with torch.device("meta"):
         model = Transformer(config)
     expected = set(model.state_dict())
