@@ -49,20 +49,19 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
             _record_version(config, say)
             _stages(config, say)
         except SpecscopeError:  # a run refused before its first result leaves nothing behind
-            if not produced(config):
-                _unmake(config, made, settled, locked_before)
+            _unmake(config, made, settled, locked_before)
             raise
 
 
 def _unmake(config: StudyConfig, made: bool, settled: bool, locked_before: bool) -> None:
-    """Remove what a refused run made: the folder if it made it (every file in it is this run's:
-    its settings, the workloads' copies, empty stage folders, the lock), else its settings and
-    copies where it wrote the first ones, and its lock."""
+    """Remove what a refused run made: its lock; and where the folder holds no result yet, the
+    folder if it made it (every file in it is this run's: its settings, the workloads' copies,
+    empty stage folders), else its settings and copies where it wrote the first ones."""
     out = config.out_dir
-    if made:
+    if made and not produced(config):
         shutil.rmtree(out)
         return
-    if not settled:
+    if not settled and not produced(config):
         config.settings_path.unlink(missing_ok=True)
         shutil.rmtree(config.workloads_dir, ignore_errors=True)
         for empty in [p for p in out.iterdir() if p.is_dir() and not any(q.is_file() for q in p.rglob("*"))]:
