@@ -25,6 +25,7 @@ CONFIG_CASES = [
     ({"head_dim": -32}, "field 'head_dim': expected an integer >= 1"),
     ({"num_key_value_heads": 0}, "field 'num_key_value_heads': expected an integer >= 1"),
     ({"tie_word_embeddings": "false"}, "field 'tie_word_embeddings': expected true or false, got 'false'"),
+    ({"hidden_act": "gelu"}, r"field 'hidden_act': expected 'silu' \(or 'swish'\), got 'gelu'"),
     ({"vocab_size": 10 ** 30}, "field 'vocab_size': expected an integer <= 2147483647"),  # a torch traceback
     ({"rope_parameters": None, "rope_scaling": {"rope_type": "linear"}},  # transformers refuses it; 1.0 was assumed
      r"field 'rope_scaling.factor': missing \(rope type 'linear' needs factor\)"),

@@ -33,6 +33,7 @@ def test_every_figure_and_table_is_written(synthetic_report):
     with (synthetic_report.index.parent / "answer.csv").open() as handle:
         answer = list(csv.DictReader(handle))
     assert len(answer) == 2 * 3  # datasets × batch sizes
+    assert {(row["mode"], row["seed"]) for row in answer} == {("mixed", "42")}  # what drew the requests it rests on
     few = ["dataset 'chat': only 24 requests (3605 output positions); dataset '<img src=x onerror=\"alert(2)\"> "
            "$x_1$ & co': only 12 requests (3265 output positions): their speedups, α and verdict rest on these alone; "
            "a few requests more or fewer may move them (the paper's datasets hold about 300)"]

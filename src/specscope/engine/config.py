@@ -96,8 +96,9 @@ class ModelConfig:
                 f"{source}: field 'model_type': expected one of {', '.join(MODEL_TYPES)}, "
                 f"got {model_type!r}"
             )
-        if data.get("hidden_act", "silu") != "silu":
-            raise SpecscopeError(f"{source}: field 'hidden_act': expected 'silu'")
+        if data.get("hidden_act", "silu") not in ("silu", "swish"):  # transformers' two names of one function
+            raise SpecscopeError(f"{source}: field 'hidden_act': expected 'silu' (or 'swish'), got "
+                                 f"{data.get('hidden_act')!r}")
         hidden = read.size("hidden_size")
         heads = read.size("num_attention_heads")
         head_dim = read.size("head_dim", default=0)

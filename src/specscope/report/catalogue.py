@@ -48,7 +48,8 @@ TABLES = [
     TableSpec("request_means.csv", lambda d: d.means),
     TableSpec("position_profile.csv", lambda d: [r.flat() for r in d.profile]),
     TableSpec("speedup.csv", lambda d: _priced(d, [r.flat() for r in d.rows])),
-    TableSpec("answer.csv", lambda d: _priced(d, [a.flat() for a in d.answer])),
+    TableSpec("answer.csv", lambda d: _priced(d, [a.flat() for a in d.answer], mode=d.config.sim.mode,
+                                              seed=d.config.sim.seed)),  # paper mode's draw depends on the seed
     TableSpec("bleu.csv", lambda d: [r.flat() for r in d.bleu]),
     TableSpec("overlap.csv", lambda d: _priced(d, [r.flat() for r in d.overlap] if d.overlap else None)),
     TableSpec("timesplit.csv", lambda d: _priced(d, d.predicted) + [{**r, "cost_model": None} for r in d.measured_split]),
