@@ -100,6 +100,13 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
                                              "would replace or remove it; move it away"), err
     assert {name: (out / name).stat().st_mtime_ns for name in settled} == settled
     assert not list(out.glob("replay_roofline_a100*"))
+    table.write_text(table.read_text()[: -len("mine\n")])  # (its digest again)
+    fidelity = out / "fidelity.csv"  # the study's own table, edited: refused too (it was rewritten unsaid)
+    fidelity.write_text(fidelity.read_text() + "mine\n")
+    assert main(argv) == 2
+    assert "fidelity.csv: exists, and specscope did not write it there (or it was changed since)" in \
+        capsys.readouterr().err
+    assert fidelity.read_text().endswith("mine\n")
     # a folder that is not a study's is not written into
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "costmodel.json").write_text("{}")

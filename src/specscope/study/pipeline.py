@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, exclusive, read_json_object
+from specscope.fileio import atomic_write_text, check_user_output, exclusive, read_json_object
 from specscope.study.config import StudyConfig
 from specscope.version import code_version
 from specscope.study.run import (
@@ -45,6 +45,7 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
         try:
             check_resume(config)
             check_outputs(out, [], study=True)  # its report's files: refused now, not after every stage ran
+            check_user_output(out / "fidelity.csv")  # its own table: replaced only as it wrote it (not edited since)
             config.workloads = workloads_stage(config)
             _record_version(config, say)
             _stages(config, say)
