@@ -294,3 +294,22 @@ def test_a_study_refused_in_its_stages_before_a_result_leaves_nothing(tmp_path, 
     assert main([*common, "--max-tokens", "100000", "--draft", str(model_dir("draft")), "-o", str(tmp_path / "found")]) == 2
     assert "exceed the 1024 positions" in capsys.readouterr().err
     assert list((tmp_path / "found").iterdir()) == []
+
+
+def test_a_request_count_that_takes_every_request_is_the_study_without_one(tmp_path, monkeypatch):
+    """--requests 4 over a workload of 4 requests studies what no --requests does: the same
+    settings, so that resuming one as the other is no "other settings" refusal (it was)."""
+    import specscope.study.pipeline as pipeline
+    from specscope.cli import main
+    from specscope.workloads.bundled import bundled_path
+    from specscope.zoo.shipped import model_dir
+
+    workload = tmp_path / "w.jsonl"
+    workload.write_text("".join(bundled_path("code").read_text().splitlines(keepends=True)[:4]))
+    seen = []
+    monkeypatch.setattr(pipeline, "run_study", lambda config, say: seen.append(config.settings()))
+    common = ["study", "--model", str(model_dir("target")), "--workload", str(workload), "--batch-sizes", "1,2",
+              "-o", str(tmp_path / "s")]
+    assert main(common) == 0 and main([*common, "--requests", "4"]) == 0 and main([*common, "--requests", "9"]) == 0
+    assert seen[0] == seen[1] == seen[2] and seen[0]["requests"] is None
+    assert main([*common, "--requests", "3"]) == 0 and seen[3]["requests"] == 3

@@ -82,12 +82,14 @@ def run(args: argparse.Namespace) -> int:
     config.max_tokens = args.max_tokens
     if args.requests is not None:
         config.requests = args.requests
-    for workload in config.workloads:  # its measured batches fill with distinct requests
-        prompts = len(read_prompts(workload))
+    counts = {workload: len(read_prompts(workload)) for workload in config.workloads}
+    for workload, prompts in counts.items():  # its measured batches fill with distinct requests
         requests = min(prompts, config.requests or prompts)
         if max(config.batch_sizes) > requests:
             raise SpecscopeError(f"--batch-sizes: {max(config.batch_sizes)} is above the {requests} requests the study "
                                  f"uses of {workload} (a batch of distinct requests cannot be filled)")
+    if config.requests is not None and counts and config.requests >= max(counts.values()):
+        config.requests = None  # every request of every workload: the same study as one that names no count
     twice = validate.first_repeat(args.replay)
     if twice is not None:  # replayed twice, its table written twice over
         raise SpecscopeError(f"--replay {twice}: given twice; give each cost model once")
