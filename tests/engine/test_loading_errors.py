@@ -87,6 +87,12 @@ def test_a_head_of_its_own_is_not_tied_away(llama_dir, tmp_path):
     with pytest.raises(SpecscopeError, match=r"hold another lm_head\.weight, which tying would drop: set "
                                              r"tie_word_embeddings to false to use it, or remove it to tie"):
         load_model(edited(llama_dir, tmp_path, tie_word_embeddings=True))
+    # the head alone, no embedding: said as such (it read "hold another lm_head.weight")
+    model = tmp_path / "model"
+    weights = load_file(model / "model.safetensors")
+    save_file({n: t for n, t in weights.items() if n != "model.embed_tokens.weight"}, model / "model.safetensors")
+    with pytest.raises(SpecscopeError, match=r"hold lm_head\.weight but no model\.embed_tokens\.weight to tie it to"):
+        load_model(model)
 
 
 @pytest.mark.parametrize("value", ["<|end|>", 1.5, True, [1, "2"], -1, []])

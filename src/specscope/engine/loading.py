@@ -134,7 +134,10 @@ def load_model(
     expected = set(model.state_dict())
     if config.tie_word_embeddings:
         head, embedding = state.pop("lm_head.weight", None), state.get("model.embed_tokens.weight")
-        if head is not None and (embedding is None or head.shape != embedding.shape or not torch.equal(head, embedding)):
+        if head is not None and embedding is None:
+            raise SpecscopeError(f"{model_dir}: config.json ties the LM head to the embeddings (tie_word_embeddings), "
+                                 "and the weights hold lm_head.weight but no model.embed_tokens.weight to tie it to")
+        if head is not None and (head.shape != embedding.shape or not torch.equal(head, embedding)):
             raise SpecscopeError(f"{model_dir}: config.json ties the LM head to the embeddings (tie_word_embeddings), "
                                  "but the weights hold another lm_head.weight, which tying would drop: set "
                                  "tie_word_embeddings to false to use it, or remove it to tie")
