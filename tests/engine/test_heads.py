@@ -475,6 +475,7 @@ BAD_HEADS = [
         "distinct ids",
     ),
     ("eagle3", lambda t, c: c.update(draft_vocab_size=VOCAB + 1), "'draft_vocab_size'"),
+    ("eagle3", lambda t, c: c.update(draft_vocab_size=0), "'draft_vocab_size': expected an integer in 1..24, got 0"),
     (
         "eagle3",
         lambda t, c: c.update(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 2]}),

@@ -136,10 +136,11 @@ class Eagle3Head(Head):
             raise SpecscopeError(f"{source}: field 'num_hidden_layers': expected 1 (the midlayer)")
         config = layer_config(head_dir, data, target)
         vocab = config.vocab_size
-        draft_vocab = data.get("draft_vocab_size") or vocab
+        draft_vocab = data.get("draft_vocab_size")
+        draft_vocab = vocab if draft_vocab is None else draft_vocab  # absent: the target's (0 is no size)
         if not isinstance(draft_vocab, int) or isinstance(draft_vocab, bool) or not 0 < draft_vocab <= vocab:
             raise SpecscopeError(
-                f"{source}: field 'draft_vocab_size': expected an integer in 1..{vocab}"
+                f"{source}: field 'draft_vocab_size': expected an integer in 1..{vocab}, got {draft_vocab!r}"
             )
         norm_before_residual = data.get("norm_before_residual") or False
         if not isinstance(norm_before_residual, bool):
