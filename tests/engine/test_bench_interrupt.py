@@ -36,4 +36,10 @@ def test_an_interrupted_bench_writes_the_batch_sizes_it_finished(tmp_path, monke
 
     assert named["model_files"] == model_fingerprint(model_dir("target"))[:16] and named["draft_files"] == ""
     assert (named["dtype"], named["device"]) == ("float32", "cpu")
+    # and which workload's content, which code, the seed its requests drew from (none given: 0), no policy
+    from specscope.fileio import file_sha256
+    from specscope.version import code_version
+
+    assert named["workload_sha256"] == file_sha256(bundled_path("code"))[:16] and named["made_by"] == code_version()
+    assert (named["seed"], named["policy_sha256"], named["threads"]) == ("0", "", "")
     assert "the 1 batch size(s) finished (B=1) are in" in capsys.readouterr().err

@@ -301,18 +301,25 @@ def _write(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig, r
     model that made them (two checkpoints' rows were indistinguishable; the reference engine's:
     each checkpoint's fingerprint, as a trace's settings keep it, the dtype and the device), written
     to ``-o``, and its step records to ``--records``, where given; the rows."""
+    from specscope.fileio import file_sha256
+    from specscope.version import code_version
+
     sampled = ("top_p", "top_k", "seed") if isinstance(config, BenchConfig) else ()  # a server's bench sends no others
     made = {name: getattr(config, name) for name in ("max_tokens", "ignore_eos", "temperature", *sampled)}
     if isinstance(config, BenchConfig):  # what ran: the checkpoints (their folders' names and contents), how, how often
         from specscope.engine.config import model_fingerprint
+        from specscope.policy.learned import stamp
 
+        made["seed"] = 0 if config.seed is None else config.seed  # the engine's requests draw from seed 0 unless given
         ran = {"model": Path(config.model_dir).name, "model_files": model_fingerprint(Path(config.model_dir))[:16],
                "draft": config.draft_dir and Path(config.draft_dir).name,
                "draft_files": config.draft_dir and model_fingerprint(Path(config.draft_dir))[:16],
-               "dtype": config.dtype, "device": config.device, "repeats": config.repeats}
+               "policy_sha256": config.policy and stamp(Path(config.policy).read_bytes()),
+               "dtype": config.dtype, "device": config.device, "repeats": config.repeats, "threads": args.threads}
     else:
         ran = {"model": config.model_name or config.model}
-    rows = [{**row.flat(), "workload": Path(config.workload).stem, **made, **ran} for row in result.rows]
+    workload = {"workload": Path(config.workload).stem, "workload_sha256": (file_sha256(config.workload) or "")[:16]}
+    rows = [{**row.flat(), **workload, **made, **ran, "made_by": code_version()} for row in result.rows]
     if args.output:
         write_rows(args.output, rows)
     if args.records:
