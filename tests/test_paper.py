@@ -89,6 +89,9 @@ def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
                 if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:1", "1")}
     assert compared == {("llama3.1-8b_gsm8k", "1.0"), ("qwen3-8b_gsm8k", "")}
     assert {r["cost_model"] for r in cells} == {"h100-llama3.1-8b"}  # each row names what priced it
+    from specscope.version import code_version
+
+    assert {r["made_by"] for r in cells} == {code_version()}  # and the code that simulated it
     # records that call their dataset "gsm8k" in a file another model's name: not the figures' either
     (tmp_path / "llama3.1-8b_gsm8k.jsonl").unlink()
     (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps({**record, "dataset": "gsm8k"}) + "\n")

@@ -150,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
     from specscope.sim.grid import OPTIMISTIC, SimConfig, no_match_notes, sample_notes, simulate
     from specscope.trace import load_traces
     from specscope.trace.load import holds_traces
+    from specscope.version import code_version
 
     if not args.traces_dir:
         raise SpecscopeError(f"no paper traces: pass --traces-dir or set ${ENV}; {WHERE}")
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
                  *_length_notes(records, rows), *missing]:
         print(f"note: {note}", file=out)
     table: dict[tuple[str, str, str], list[str]] = {}
-    cells, differences = [], []
+    cells, differences, made_by = [], [], code_version()
     for row in rows:
         dataset = None if row.dataset in foreign else paper_dataset(row.dataset)
         paper = None if dataset is None else reference.get((row.acc, dataset, row.policy, row.batch_size))
@@ -190,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         table.setdefault((row.dataset, row.acc, row.policy), []).append(cell)
         if paper is not None:
             differences.append(abs(row.speedup - paper))
-        cells.append({**row.flat(), "cost_model": H100_LLAMA31_8B.name, "paper_speedup": paper})
+        cells.append({**row.flat(), "cost_model": H100_LLAMA31_8B.name, "paper_speedup": paper, "made_by": made_by})
     batch_sizes = list(config.batch_sizes)
     print_table(
         "speedup over no SD, paper mode, H100 cost model" + (" — ours (paper's figure)" if differences else ""),
