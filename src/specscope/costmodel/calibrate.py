@@ -30,23 +30,29 @@ row at the batch's widest proposal: ``n·(1 + d·(1 − (1 − p)^n))`` tokens, 
 that proposes and ``p`` the share of rows' steps that propose (``n·w`` where every row proposes).
 Then
 
-    gap = forward(n·w, cached, n + n_p) + prefill(P)  [+ a second forward's fixed cost when P > 0]
+    gap = forward(n·w, cached, n + n_p) + prefill(P)  [prefill(P) only when P > 0]
           + drafting_method(w, n, P)
 
 A request that started alone — sent while no other request of its cell was in flight, and no
 other sent before its first chunk (at batch 1, every request) — adds one more observation: its
 time to first chunk is the server's work on the arriving request outside the engine's steps
 (parsing, tokenizing: ``admit_s``, which only an idle engine waits for) and then a step that only
-prefills it:
+prefills it (no decode forward runs in it):
 
-    first chunk = admit_s + forward(0, 0, 1) + prefill(P) + drafting prefill(P)
+    first chunk = admit_s + prefill(P) + forward's per-sequence and multi-token terms for the one
+                  prompt + drafting prefill(P)
 
 On ``specscope serve`` (bundled models, batch 1) the first chunk came 2.6 ms after the engine's
 own prefill step; without this term the fit fell 1–3 % short of every batch-1 cell's duration.
 
 In both, forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]
 + c_batch·([n > 1] + [n_p > 1])`` (``c_batch`` once for each forward over several sequences — the
-verification of ``n`` rows, the prefill of ``n_p`` prompts: see :mod:`~specscope.costmodel.linear`) and prefill = ``c_prompt·P`` (a prompt's position has its own price, as a prefill runs other
+verification of ``n`` rows, the prefill of ``n_p`` prompts: see :mod:`~specscope.costmodel.linear`;
+``c_fixed`` only where a decode forward ran) and prefill = ``c_prompt_fixed + c_prompt·P`` (a
+prefill forward's own fixed cost: on ``specscope serve`` a prompt prefilled alone took 6.8 ms +
+0.061 ms a position in the server's step records beside a decode forward's 3.1–3.5 ms; priced at
+``c_fixed`` — the first chunk read as a decode forward plus its prefill — the held-out worst error of
+three sweeps was 14–17 %, 9–13 % with its own term, docs/calibration.md; and a prompt's position has its own price, as a prefill runs other
 kernels than a verification of a few tokens a row: on ``specscope serve`` 0.042–0.052 ms a
 position, where a first chunk seen from outside grew by 0.041–0.044 ms per prompt token, against
 0–0.058 ms per verified token; :class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
