@@ -10,7 +10,9 @@ Definitions (``acc_len`` as in :mod:`specscope.trace.schema`):
 - pooled statistics (``position_*``): the same five, over every position of every request
   (long requests weigh more).
 - ``mean_prompt_len`` / ``mean_output_len``: mean ``len(prompt_token_ids)`` /
-  ``len(output_token_ids)`` over the dataset's records.
+  ``len(output_token_ids)`` over the dataset's records that hold the proposer, as read (records
+  read with ``--lengths common`` are cut to the positions every array covers: the output read, not
+  the output generated).
 - for a pair (a, b): over the positions both arrays cover (the common prefix of each request),
   ``a_beats_b`` = share of positions with acc_len_a > acc_len_b, ``b_beats_a`` the reverse,
   ``ties`` = the rest; the three sum to 1.

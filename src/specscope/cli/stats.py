@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     print_table(
         "acc_len per request (mean of each request's acc_len, then over requests) and pooled over positions",
         ["dataset", "proposer", "requests", "positions", "mean", "median", "std", "p5", "p95",
-         "pooled mean", "pooled median", "pooled std", "mean prompt", "mean output"],
+         "pooled mean", "pooled median", "pooled std", "mean prompt", "mean output read"],
         [[s.dataset, s.proposer, s.requests, s.positions, s.request_mean, s.request_median, s.request_std,
           s.request_p5, s.request_p95, s.position_mean, s.position_median, s.position_std,
           f"{s.mean_prompt_len:.1f}", f"{s.mean_output_len:.1f}"] for s in singles],

@@ -168,7 +168,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
           skipped: list[tuple[str, str]]) -> Page:
     config = data.config
     stats_header = ["dataset", "proposer", "requests", "positions", "mean", "median", "std", "p5", "p95",
-                    "pooled mean", "mean prompt", "mean output"]
+                    "pooled mean", "mean prompt", "mean output read"]
     stats_rows = [[s.dataset, s.proposer, s.requests, s.positions, s.request_mean, s.request_median,
                    s.request_std, s.request_p5, s.request_p95, s.position_mean, s.mean_prompt_len,
                    s.mean_output_len] for s in data.singles]
