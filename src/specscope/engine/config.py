@@ -262,12 +262,14 @@ def model_fingerprint(model_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def check_context(config: ModelConfig, max_seq_len: int, what: str) -> None:
+def check_context(config: ModelConfig, max_seq_len: int, what: str, positions: bool = True) -> None:
     """Refuse sequences of ``max_seq_len`` positions that ``config`` (of ``what``: the target, a
-    draft model, a head) is not exact for: past its ``max_position_embeddings``, or past its
-    sliding window, which the engine does not implement (full attention past it computes another model)."""
+    draft model, a head) is not exact for: past its sliding window, which the engine does not
+    implement (full attention past it computes another model), and, with ``positions``, past its
+    ``max_position_embeddings`` (a drafter's few draft positions beyond the target's last are
+    checked by the target's verification, not here)."""
     limit = config.max_position_embeddings
-    if limit is not None and max_seq_len > limit:
+    if positions and limit is not None and max_seq_len > limit:
         raise SpecscopeError(f"engine: max_seq_len {max_seq_len} exceeds {what}'s max_position_embeddings ({limit})")
     window = config.sliding_window
     if window is not None and max_seq_len > window:

@@ -86,6 +86,12 @@ class ProposerConfig:
     min_n: int = NGRAM_MIN_N
     max_n: int = NGRAM_MAX_N
 
+    @property
+    def sequence_len(self) -> int:
+        """The longest sequence the engine runs: ``max_seq_len`` less the ``k + 1`` positions of
+        scratch a cache holds past it (:meth:`specscope.engine.runner.Engine.cache_capacity`)."""
+        return max(1, self.max_seq_len - self.k - 1)
+
 
 @dataclass
 class TargetPass:

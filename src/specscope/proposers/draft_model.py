@@ -55,7 +55,7 @@ class DraftModelProposer:
                 draft.config.vocab_size,
                 self.vocab_size,
             )
-        check_context(draft.config, config.max_seq_len, f"draft model {config.draft_dir}")
+        check_context(draft.config, config.sequence_len, f"draft model {config.draft_dir}", positions=False)
         self.draft = draft
         self.cache = KVCache(
             draft.config, config.max_batch_size, config.max_seq_len, draft.dtype, draft.device

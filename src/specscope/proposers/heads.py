@@ -216,7 +216,7 @@ class HeadProposer:
     """
 
     def __init__(self, name: str, head: Head, config: ProposerConfig, target: Transformer) -> None:
-        check_context(head.config, config.max_seq_len, f"the {name} head {config.draft_dir}")
+        check_context(head.config, config.sequence_len, f"the {name} head {config.draft_dir}", positions=False)
         self.name = name
         self.head = head
         self.hidden_layers = head.target_layers
