@@ -20,6 +20,13 @@ WITH_DIR = {**WITH_TRACE, "taken/keep.txt": "mine"}
 WITH_FILE = {**WITH_TRACE, "taken.txt": "mine"}
 ZOO_TARGET = Path(__file__).resolve().parents[2] / "src" / "specscope" / "data" / "zoo" / "target"
 
+
+def figures(name: str, where: str, text: str) -> Case:
+    """`paper` beside a figures CSV holding ``text``, refused at ``where`` (``LINE: …``) of it."""
+    return Case(f"paper-reference-{name}", ["paper", "--traces-dir", "p"], rf"p/figures_gsm8k_sharegpt\.csv:{where}",
+                {"p/llama3.1-8b_gsm8k.jsonl": TRACE, "p/figures_gsm8k_sharegpt.csv": text})
+
+
 CASES = [
     Case("stats-o-directory", ["stats", "t.jsonl", "-o", "taken"], r"taken: is a directory", WITH_DIR),
     Case("stats-o-suffix", ["stats", "t.jsonl", "-o", "rows.txt"], r"rows\.txt: expected a \.csv or \.json", WITH_TRACE),
@@ -65,30 +72,20 @@ CASES = [
          r"-o p/figures_gsm8k_sharegpt\.csv: is also an input",
          written_by_specscope({"p/llama3.1-8b_gsm8k.jsonl": TRACE, "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\n"},
                               "p/figures_gsm8k_sharegpt.csv")),
-    Case("paper-reference-not-finite", ["paper", "--traces-dir", "p"], r"p/figures_gsm8k_sharegpt\.csv:2: .*bs1 = nan: expected a positive speedup",
-         {"p/llama3.1-8b_gsm8k.jsonl": TRACE,
-          "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\nngram,gsm8k,fixed1,nan\n"}),
-    Case("paper-reference-line-counts-comments", ["paper", "--traces-dir", "p"],
-         r"p/figures_gsm8k_sharegpt\.csv:4: .*bs1 = 'abc': expected a number",
-         {"p/llama3.1-8b_gsm8k.jsonl": TRACE,
-          "p/figures_gsm8k_sharegpt.csv": "# read by eye\n# two comments\nacc,dataset,policy,bs1\nngram,gsm8k,fixed1,abc\n"}),
-    Case("paper-reference-combined-named-as-a-fixed-k", ["paper", "--traces-dir", "p"],
-         r"p/figures_gsm8k_sharegpt\.csv:2: .*policy 'fixed3': expected oracle for acc combined",
-         {"p/llama3.1-8b_gsm8k.jsonl": TRACE, "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\ncombined,gsm8k,fixed3,2.8\n"}),
-    Case("paper-reference-a-batch-size-not-simulated", ["paper", "--traces-dir", "p"],
-         r"p/figures_gsm8k_sharegpt\.csv:1: column 'bs7': expected acc, dataset, policy and bsN for N in 1, 8",
-         {"p/llama3.1-8b_gsm8k.jsonl": TRACE, "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs7\nngram,gsm8k,fixed1,1.1\n"}),
-    Case("paper-reference-misspelt-acc", ["paper", "--traces-dir", "p"],
-         r"p/figures_gsm8k_sharegpt\.csv:2: .*acc 'eagel': expected ngram, eagle or combined",
-         {"p/llama3.1-8b_gsm8k.jsonl": TRACE, "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\neagel,gsm8k,fixed1,1.1\n"}),
+    figures("not-finite", r"2: .*bs1 = nan: expected a positive speedup", "acc,dataset,policy,bs1\nngram,gsm8k,fixed1,nan\n"),
+    figures("line-counts-comments", r"4: .*bs1 = 'abc': expected a number",
+            "# read by eye\n# two comments\nacc,dataset,policy,bs1\nngram,gsm8k,fixed1,abc\n"),
+    figures("combined-named-as-a-fixed-k", r"2: .*policy 'fixed3': expected oracle for acc combined",
+            "acc,dataset,policy,bs1\ncombined,gsm8k,fixed3,2.8\n"),
+    figures("a-batch-size-not-simulated", r"1: column 'bs7': expected acc, dataset, policy and bsN for N in 1, 8",
+            "acc,dataset,policy,bs7\nngram,gsm8k,fixed1,1.1\n"),
+    figures("misspelt-acc", r"2: .*acc 'eagel': expected ngram, eagle or combined",
+            "acc,dataset,policy,bs1\neagel,gsm8k,fixed1,1.1\n"),
     Case("paper-trace-named-as-the-papers-with-a-broken-first-record", ["paper", "--traces-dir", "p"],
          r"p/llama3\.1-8b_sharegpt\.jsonl:1: field 'output_token_ids': missing",
          {"p/llama3.1-8b_gsm8k.jsonl": TRACE, "p/llama3.1-8b_sharegpt.jsonl": '{"id": "x", "prompt_token_ids": [1]}\n'}),
-    Case("paper-reference-row-twice", ["paper", "--traces-dir", "p"],
-         r"p/figures_gsm8k_sharegpt\.csv:4: ngram gsm8k fixed1 is already on line 2",
-         {"p/llama3.1-8b_gsm8k.jsonl": TRACE,
-          "p/figures_gsm8k_sharegpt.csv": "acc,dataset,policy,bs1\nngram,gsm8k,fixed1,1.1\nngram,gsm8k,fixed3,1.2\n"
-                                          "ngram,gsm8k,fixed1,9.9\n"}),
+    figures("row-twice", r"4: ngram gsm8k fixed1 is already on line 2",
+            "acc,dataset,policy,bs1\nngram,gsm8k,fixed1,1.1\nngram,gsm8k,fixed3,1.2\nngram,gsm8k,fixed1,9.9\n"),
     Case("paper-o-directory", ["paper", "--traces-dir", "taken", "-o", "taken"], r"taken: is a directory", WITH_DIR),
     Case("report-o-empty", ["report", "t.jsonl", "-o", ""], r"-o: an empty name \(expected an output directory",
          WITH_TRACE),

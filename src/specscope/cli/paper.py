@@ -30,6 +30,7 @@ REFERENCE = "figures_gsm8k_sharegpt.csv"
 WHERE = ("get them from the SpecDecode-Bench organisation's `simulator` repository, "
          "data/llama3.1-8B/combined_{gsm8k,sharegpt,instructcoder,cnn}.jsonl")
 POLICIES = ["fixed:1", "fixed:3", "fixed:5", "oracle", "oracle-combined:ngram+eagle"]
+PAPER_DATASETS = ("gsm8k", "sharegpt", "cnn", "instructcoder")  # the datasets of the paper's figures
 PAPER_REQUESTS = 300  # the requests the paper's simulator drew from each dataset
 PAPER_MODEL = ("llama3.1-8b_", "combined_")  # the paper's Llama-3.1-8B traces: this folder's names, and upstream's
 
@@ -40,7 +41,7 @@ def paper_dataset(dataset: str) -> str | None:
     the figures' (its own name, not a part of it, decides)."""
     name = dataset.lower()
     for prefix in ("", *PAPER_MODEL):
-        if name.startswith(prefix) and name[len(prefix):] in ("gsm8k", "sharegpt", "cnn", "instructcoder"):
+        if name.startswith(prefix) and name[len(prefix):] in PAPER_DATASETS:
             return name[len(prefix):]
     return None
 
@@ -90,8 +91,7 @@ def read_reference(path: Path, batch_sizes: Sequence[int]) -> dict[tuple[str, st
     fixed3, fixed5 or oracle, one of the paper's datasets — and every column is one of them or a
     batch size it simulates (``bsN``), each a positive number: a row or column it could not match
     would be left out of the comparison unsaid, or compared with another cell."""
-    datasets = ("gsm8k", "sharegpt", "cnn", "instructcoder")
-    policies = {f"fixed{k}": f"fixed:{k}" for k in (1, 3, 5)} | {"oracle": "oracle"}
+    policies = {p.replace(":", ""): p for p in POLICIES if not p.startswith("oracle-combined")}  # fixed1 → fixed:1
     cells, first, line = {}, {}, 1
     try:
         with path.open(encoding="utf-8") as handle:
@@ -109,8 +109,8 @@ def read_reference(path: Path, batch_sizes: Sequence[int]) -> dict[tuple[str, st
             acc, dataset, policy = row["acc"], row["dataset"], row["policy"]
             if acc not in ("ngram", "eagle", "combined"):
                 raise ValueError(f"acc {acc!r}: expected ngram, eagle or combined")
-            if dataset not in datasets:
-                raise ValueError(f"dataset {dataset!r}: expected one of the paper's, {', '.join(datasets)}")
+            if dataset not in PAPER_DATASETS:
+                raise ValueError(f"dataset {dataset!r}: expected one of the paper's, {', '.join(PAPER_DATASETS)}")
             allowed = ("oracle",) if acc == "combined" else tuple(policies)  # the paper's combined is an oracle
             if policy not in allowed:
                 raise ValueError(f"policy {policy!r}: expected {', '.join(allowed)} for acc {acc}")

@@ -110,10 +110,15 @@ class LinearCostModel:
         """Seconds per position of a prefill: ``c_prompt``, or ``c_tok`` where none was fitted."""
         return self.c_tok if self.c_prompt is None else self.c_prompt
 
+    @property
+    def prompt_fixed(self) -> float:
+        """Seconds of a prefill forward beside its positions: ``c_prompt_fixed``, or ``c_fixed`` where
+        none was fitted."""
+        return self.c_fixed if self.c_prompt_fixed is None else self.c_prompt_fixed
+
     def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
         positions, prompts = np.asarray(prompt_tokens), np.asarray(num_prompts)
-        fixed = self.c_fixed if self.c_prompt_fixed is None else self.c_prompt_fixed
-        return (fixed + self.prompt_price * positions + self.c_req * prompts
+        return (self.prompt_fixed + self.prompt_price * positions + self.c_req * prompts
                 + self.c_multi * (positions > 1) + self.c_batch * (prompts > 1))
 
     def drafting_for(self, proposer: str) -> Drafting:

@@ -89,7 +89,8 @@ class ProposerConfig:
     @property
     def sequence_len(self) -> int:
         """The longest sequence the engine runs: ``max_seq_len`` less the ``k + 1`` positions of
-        scratch a cache holds past it (:meth:`specscope.engine.runner.Engine.cache_capacity`)."""
+        scratch a chain's cache holds past it (:meth:`specscope.engine.runner.Engine.cache_capacity`;
+        a tree's holds ``nodes + 1``, so for a tree this is an upper bound)."""
         return max(1, self.max_seq_len - self.k - 1)
 
 

@@ -59,14 +59,15 @@ def _unmake(config: StudyConfig, made: bool, settled: bool, locked_before: bool)
     folder if it made it (every file in it is this run's: its settings, the workloads' copies,
     empty stage folders), else its settings and copies where it wrote the first ones."""
     out = config.out_dir
-    if made and not produced(config):
-        shutil.rmtree(out)
-        return
-    if not settled and not produced(config):
-        config.settings_path.unlink(missing_ok=True)
-        shutil.rmtree(config.workloads_dir, ignore_errors=True)
-        for empty in [p for p in out.iterdir() if p.is_dir() and not any(q.is_file() for q in p.rglob("*"))]:
-            shutil.rmtree(empty)
+    if not produced(config):
+        if made:
+            shutil.rmtree(out)
+            return
+        if not settled:
+            config.settings_path.unlink(missing_ok=True)
+            shutil.rmtree(config.workloads_dir, ignore_errors=True)
+            for empty in [p for p in out.iterdir() if p.is_dir() and not _holds_a_file(p)]:
+                shutil.rmtree(empty)
     if not locked_before:
         (out / LOCK).unlink(missing_ok=True)
 
@@ -77,7 +78,12 @@ def produced(config: StudyConfig) -> list[Path]:
     (a stage that made its folder and was refused before its first record produced nothing)."""
     out = config.out_dir
     return [p for p in out.iterdir() if p not in (config.settings_path, config.workloads_dir, out / LOCK)
-            and (p.is_file() or p.is_dir() and any(q.is_file() for q in p.rglob("*")))]
+            and (p.is_file() or p.is_dir() and _holds_a_file(p))]
+
+
+def _holds_a_file(folder: Path) -> bool:
+    """Whether ``folder`` or a folder in it holds a file."""
+    return any(path.is_file() for path in folder.rglob("*"))
 
 
 def _record_version(config: StudyConfig, say: Callable[[str], None]) -> None:

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 PAPER_SEED = 42  # the paper sampled its requests with this seed
 SHAREGPT_MIN_TOKENS, SHAREGPT_MAX_TOKENS = 4, 1024
+SHAREGPT_USER = ("human", "user")  # who writes a ShareGPT turn: the user ...
+SHAREGPT_MODEL = ("gpt", "assistant", "chatgpt", "bard", "bing")  # ... or the model (a reference is its turn)
 AIME_YEARS = (2022, 2023, 2024)
 GPQA_TEMPLATE = ("What is the correct answer to this question: {question}\n\nChoices:\n{choices}\n\n"
                  'Format your response as follows: "The correct answer is (insert answer here)"')
@@ -131,7 +133,7 @@ def _sharegpt(row: Row, ctx: Context) -> Prompt | str:
         raise SpecscopeError(f"{row.location}: field 'conversations': expected a list of {{\"from\", \"value\"}} objects")
     if len(turns) < 2:
         return "conversations with fewer than 2 turns"
-    first = next((i for i, t in enumerate(turns) if t["from"] in ("human", "user")), None)
+    first = next((i for i, t in enumerate(turns) if t["from"] in SHAREGPT_USER), None)
     if first is None:
         return "conversations without a user turn"
     prompt = turns[first]["value"]
@@ -139,8 +141,7 @@ def _sharegpt(row: Row, ctx: Context) -> Prompt | str:
     if not SHAREGPT_MIN_TOKENS <= length <= SHAREGPT_MAX_TOKENS:
         return f"prompts outside {SHAREGPT_MIN_TOKENS}-{SHAREGPT_MAX_TOKENS} tokens"
     answer = turns[first + 1] if first + 1 < len(turns) else None  # the model's answer, not the user's next message
-    reference = answer["value"] if answer is not None and answer["from"] in ("gpt", "assistant", "chatgpt", "bard",
-                                                                             "bing") else None
+    reference = answer["value"] if answer is not None and answer["from"] in SHAREGPT_MODEL else None
     return Prompt(f"sharegpt-{row.index}", prompt, reference)
 
 

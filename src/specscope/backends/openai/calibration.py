@@ -392,8 +392,7 @@ def terms(model: LinearCostModel) -> dict[str, float]:
     plus ``c_tok`` and ``c_batched``), the names :func:`~specscope.costmodel.calibrate._fit`
     reports as not separated."""
     named = {name: getattr(model, name) for name in (*FORWARD_TERMS, "admit_s")}
-    named.update(c_prompt=model.prompt_price, c_batch=model.c_batch,
-                 c_prompt_fixed=model.c_fixed if model.c_prompt_fixed is None else model.c_prompt_fixed)
+    named.update(c_prompt=model.prompt_price, c_batch=model.c_batch, c_prompt_fixed=model.prompt_fixed)
     for method, drafting in model.drafting.items():
         fitted = {**{name: getattr(drafting, name) for name in DRAFTING_TERMS}, **drafting.at_no_proposal()}
         named.update({f"{method}.{name}": value for name, value in fitted.items()})
