@@ -429,6 +429,24 @@ def test_a_fitted_model_knows_what_it_measured(tmp_path):
                                                 "k up to 5 and batch sizes up to 64 extrapolate its lines")
 
 
+def test_simulate_names_every_policy_that_asks_past_the_measured_k(tmp_path, capsys):
+    """Not only fixed:k: an oracle, adaptive or fixed:+k proposing past the k the steps held is
+    named too (only fixed:k was, by its spelling); one that stays within them is not."""
+    from specscope.trace import ProposerTrace, TraceRecord
+    from specscope.trace.load import write_traces
+
+    synthetic_records(tmp_path / "s.jsonl")  # k 1 … 4
+    assert main(["costmodel", "fit", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "m.json")]) == 0
+    acc = np.array([7, 1, 1, 2, 1, 1, 1, 1, 1, 1], dtype=np.int32)
+    write_traces(tmp_path / "t.jsonl", [TraceRecord("r", np.arange(5), np.arange(len(acc)), {"draft": ProposerTrace(acc)},
+                                                    k_max=8, dataset="d")])
+    for policy, past in (("oracle", True), ("adaptive", True), ("fixed:+6", True), ("fixed:2", False)):
+        capsys.readouterr()
+        assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "draft", "--policies", policy, "--batch-sizes", "1",
+                     "--cost-model", str(tmp_path / "m.json")]) == 0
+        assert ("was fitted to steps of k <= 4" in capsys.readouterr().out) == past, policy
+
+
 def test_a_sweeps_model_judges_each_method_by_its_own_cells():
     """Fitted to a sweep where the draft model ran only at k = 1 and B = 4 (and EAGLE at k = 1, 2
     and a 6-node tree, B = 1 … 8): draft at k = 4 or B = 1 is named, EAGLE at k = 6 too (a tree's

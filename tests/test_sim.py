@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 from dataclasses import replace
@@ -14,12 +15,14 @@ from hypothesis import strategies as st
 from specscope.costmodel.base import FractionDrafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
+from specscope.fileio import file_sha256
 from specscope.sim.grid import SimConfig, simulate
 from specscope.sim.mixed import admission_iterations, predict_mixed
 from specscope.sim.paper import predict_paper
 from specscope.sim.plan import baseline_plan, make_plan
 from specscope.sim.policies import parse_policy
 from specscope.trace import ProposerTrace, TraceRecord
+from specscope.version import code_version
 
 COST = LinearCostModel("hand", c_fixed=1.0, c_tok=0.1, c_kv=0.01, overhead_s=0.5,
                        drafting={"ngram": FractionDrafting(0.1), "eagle": LinearDrafting(0.2, 0.0, 0.0)})
@@ -312,7 +315,28 @@ def test_simulate_writes_the_table_to_stdout(tmp_path, capsys):
                  "-o", "-"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("dataset,acc,policy,batch_size") and len(lines) == 1 + 4  # the CSV alone
-    assert lines[0].endswith(",cost_model") and lines[1].endswith(",h100-llama3.1-8b")  # what priced each cell
+    cells = list(csv.DictReader(lines))
+    assert cells[0]["cost_model"] == "h100-llama3.1-8b"  # what priced each cell
+    assert cells[0]["traces"] == f"{path.resolve()} (SHA-256 {file_sha256(path)[:12]})"
+    assert cells[0]["made_by"] == code_version() and cells[0]["seed"] == "42" and cells[0]["lengths"] == "own"
+    assert [c["deepest_k"] for c in cells] == ["1", "1", str(max(ACC) - 1), str(max(ACC) - 1)]
+
+
+def test_a_cell_names_the_settings_that_moved_its_numbers(tmp_path, capsys):
+    """Two runs told apart only by --match-prob (or --no-guess) wrote rows of equal labels and
+    different speedups: each row names the no-match guess it was simulated under."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [record([1, 2, 1, 1, 1, 1], rid=f"r{i}") for i in range(2)])
+    rows = {}
+    for option in (["--match-prob", "0"], ["--match-prob", "1"], ["--no-guess"]):
+        assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram", "--policies", "fixed:1",
+                     "--batch-sizes", "1", "--format", "json", *option]) == 0
+        (cell,) = json.loads(capsys.readouterr().out)
+        rows[option[-1]] = (cell["match_prob"], cell["guess_no_match"], cell["speedup"])
+    assert rows["0"][:2] == (0.0, True) and rows["1"][:2] == (1.0, True) and rows["--no-guess"][:2] == (None, False)
+    assert rows["0"][2] != rows["1"][2]
 
 
 def test_a_cost_model_file_is_named_with_its_file(tmp_path, capsys):

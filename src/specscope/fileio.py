@@ -444,6 +444,13 @@ def _sha256(path: Path, mtime_ns: int, size: int, sampled: bool) -> str | None:
         return None
 
 
+def provenance(path: str | Path) -> str:
+    """A file as a result names it: its absolute path and the start of its SHA-256 (a result is
+    read elsewhere, and later: a relative path, or a file since changed, tells nothing)."""
+    digest = file_sha256(path)
+    return f"{Path(path).resolve()} " + (f"(SHA-256 {digest[:12]})" if digest else "(not a regular file: no SHA-256)")
+
+
 def first_line(path: str | Path) -> tuple[int, bytes] | None:
     """The first line of ``path`` that is not blank, and its number (None: the file holds none).
     An ``OSError`` (a folder, an unreadable file) passes to the caller, who knows what it means."""

@@ -19,7 +19,8 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig
-from specscope.fileio import json_text
+from specscope.fileio import json_text, provenance
+from specscope.version import code_version
 from specscope.errors import SpecscopeError
 
 DEFAULTS = SimConfig()
@@ -87,9 +88,12 @@ def run(args: argparse.Namespace) -> int:
     )
     rows = simulate(records, args.acc, args.policies, cost, config)
     label = cost_label(args.cost_model, cost)
-    cells = [{**row.flat(), "cost_model": label} for row in rows]
-    fixed = [int(p.split(":")[1]) for p in args.policies if p.startswith("fixed:") and p.split(":")[1].isdigit()]
-    past = cost.beyond_measured(fixed, config.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) else None
+    settings = {"cost_model": label, "seed": config.seed, "sample": config.sample, "match_prob": config.match_prob,
+                "guess_no_match": config.guess_no_match, "lengths": args.lengths,
+                "traces": "; ".join(map(provenance, args.traces)), "made_by": code_version()}
+    cells = [{**row.flat(), **settings} for row in rows]
+    chains = [row.deepest_k for row in rows if not row.policy.startswith("tree:")]  # a tree's nodes are no chain's k
+    past = cost.beyond_measured(chains, config.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) else None
     notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies), *([past] if past else []),
              *learned_notes(args.policies, cost, config.batch_sizes), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from specscope.analysis.measured import MeasuredCell, winners
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, check_output_file, file_sha256, write_rows
+from specscope.fileio import atomic_write_text, check_output_file, file_sha256, provenance, write_rows
 from specscope.progress import LazyProgress
 from specscope.report.analyse import PHASES, ReportData, analyse
 from specscope.report.catalogue import FIGURES, TABLES
@@ -174,7 +174,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
                    s.mean_output_len] for s in data.singles]
     pair_rows = [[p.dataset, f"{p.a} vs {p.b}", p.positions, p.a_beats_b, p.b_beats_a, p.ties] for p in data.pairs]
     return Page(
-        traces=[_provenance(t) for t in data.traces], cost_model=data.cost_label, mode=config.sim.mode,
+        traces=[provenance(t) for t in data.traces], cost_model=data.cost_label, mode=config.sim.mode,
         batch_sizes=config.sim.batch_sizes, answer=data.answer, figures=figures,
         tables=[
             ("Acceptance length per request (mean acc_len of each request, then statistics)",
@@ -254,10 +254,3 @@ def _extremes(means: list[dict]) -> list[list[object]]:
         high = max(mine, key=lambda m: m["mean_acc_len"])
         rows.append([dataset, proposer, low["id"], low["mean_acc_len"], high["id"], high["mean_acc_len"]])
     return rows
-
-
-def _provenance(trace: str) -> str:
-    """A trace file as the page names it: its absolute path and the start of its SHA-256 (the
-    page is read elsewhere, and later: a relative path, or a file since changed, tells nothing)."""
-    digest = file_sha256(Path(trace))
-    return f"{Path(trace).resolve()} " + (f"(SHA-256 {digest[:12]})" if digest else "(not a regular file: no SHA-256)")

@@ -98,6 +98,7 @@ class SimRow:
     requests: int
     peak_kv_tokens: float = float("nan")  # the most tokens the KV cache held at once, with SD
     policy_sha256: str | None = None  # a learned policy's file content (its stamp): a file fitted again is told apart
+    deepest_k: int = 0  # the most draft tokens one request's step proposed (a tree: its nodes)
     time_split: dict[str, float] = field(default_factory=dict)
 
     def flat(self) -> dict:
@@ -455,6 +456,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         proposed = plan.proposed.sum()
                         alpha = float((plan.emitted - 1).sum() / proposed) if proposed else float("nan")
                         tau = float(plan.emitted.mean()) if len(plan.emitted) else float("nan")  # no step: none
+                        deepest = int(plan.proposed.max(initial=0))
                     sd = predict(plan, cost, drafting, b)
                     base_pred = baseline_predictions.get((key, b))
                     if base_pred is None:
@@ -468,6 +470,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         baseline_latency_per_token=base_pred.latency_per_token,
                         acceptance_rate=alpha, mean_acceptance_length=tau,
                         requests=len(members), peak_kv_tokens=sd.peak_kv_tokens, policy_sha256=policy.sha256,
+                        deepest_k=deepest,
                         time_split=sd.time_split,
                     )
                     rows.append(row)

@@ -25,7 +25,13 @@ should be (priced at the deepest k, gsm8k's oracle-switch at roofline B = 8 fell
 k = 3: 1.51× against 1.58×) — the mean over every running row of an iteration where the drafter
 drafts, the rows that chose another proposer counted as proposing 0, as a one-proposer
 ``oracle`` counts its rows that propose 0 (over its own rows only, oracle-switch taking exactly
-EAGLE's oracle steps was priced 7 % below that oracle at roofline B = 8). A model drafter
+EAGLE's oracle steps was priced 7 % below that oracle at roofline B = 8). An iteration where no
+row drafts with a model drafter (every row proposes 0, or takes another proposer) does not run
+it, as a causal policy's engine does not, and its rows catch up at its next step; a one-proposer
+``oracle`` keeps the paper's price, its drafter paid at every step, k = 0 too. So a switch taking
+exactly one proposer's oracle steps costs what that oracle does where every iteration drafts,
+and less by the drafter's iterations that propose nothing (a request alone of acc_len 3, 1, 2,
+1, 1, 1 under the paper's fit: 1.39× against the oracle's 1.22×). A model drafter
 keeps a state (an EAGLE head reads the target's hidden state at every position): before its next
 step it **catches up** the positions emitted by other proposers' steps since its last one,
 catch-up = pos − (the position after the request's previous step with that drafter; 1 when
@@ -249,7 +255,8 @@ def _over_every_row(load: StepLoad, every: np.ndarray, kv: np.ndarray) -> StepLo
     """A drafter's ``load`` (its own rows) where it drafts, spread over ``every`` row running
     there (their cache ``kv``), the others as rows proposing 0: an oracle's drafting priced as a
     one-proposer oracle's (the cost model's mean k over all running rows), so that a switch
-    taking one proposer's steps costs what that proposer's oracle does."""
+    taking one proposer's steps costs what that proposer's oracle does at every iteration where
+    the drafter runs (where it does not, nothing: the module docstring)."""
     drafts = load.num_running > 0
     return StepLoad(batched_tokens=np.where(drafts, load.batched_tokens + every - load.num_running, 0.0),
                     kv_tokens=np.where(drafts, kv, 0.0), num_running=np.where(drafts, every, 0.0),
