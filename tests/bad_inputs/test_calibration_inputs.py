@@ -13,22 +13,28 @@ from pathlib import Path
 import pytest
 from harness import Case, check, run_cli, written_by_specscope
 
+from specscope.backends.openai.sweep_config import key_id
 from specscope.written import LEDGER
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # the simulated engine's timelines
 from calibration_helpers import simulated_cell  # noqa: E402
 
 CELLS = [simulated_cell(m, k, b) for m, k in (("none", 0), ("ngram", 1), ("ngram", 2)) for b in (1, 2)]
-HELD = "ngram2b1"  # the record the cases alter: an SD cell at batch 1
 
 
 def record(cell, engine: str = "ref") -> dict:
-    """A sweep's record of ``cell`` (as `specscope sweep` writes it, the fields the fit reads)."""
+    """A sweep's record of ``cell`` (as `specscope sweep` writes it, the fields the fit reads; its
+    id the key's, as the sweep makes it)."""
     key = {"engine": {"name": engine}, "method": cell.method, "k": cell.k, "batch_size": cell.batch_size,
            "workload": "w.jsonl"}
-    return {"cell_id": cell.cell_id, "key": key, "status": "ok", "reason": None, "started_at": 0.0,
-            "finished_at": 1.0, "result": {"throughput": 100.0 + cell.k, "num_draft_tokens": cell.num_draft_tokens},
-            "timeline": cell.timeline}
+    tokens = sum(r["output_tokens"] for r in cell.timeline)
+    return {"cell_id": key_id(key), "key": key, "status": "ok", "reason": None, "started_at": 0.0,
+            "finished_at": 1.0, "result": {"output_tokens": tokens, "duration_s": tokens / (100.0 + cell.k),
+                                           "throughput": 100.0 + cell.k, "num_draft_tokens": cell.num_draft_tokens},
+            "timeline": json.loads(json.dumps(cell.timeline))}  # a copy: a case changes its own alone
+
+
+HELD = record(CELLS[4])["cell_id"]  # the record the cases alter: an SD cell at batch 1 (n-gram, k = 2)
 
 
 def trace(k_max: int = 4, leave_out: str | None = None) -> str:
@@ -51,13 +57,27 @@ def sweep(change=None, results: bool = True, extra: dict | None = None) -> dict[
     earlier = '{"earlier": "model"}\n'
     files = {"t.jsonl": trace(), "m.json": earlier, **(extra or {}),
              LEDGER: json.dumps({"m.json": hashlib.sha256(earlier.encode()).hexdigest()})}
+    ids = []
     for cell in CELLS:
-        data = json.loads(json.dumps(record(cell)))  # a copy: the cases change theirs alone
-        if cell.cell_id == HELD and change is not None:
+        data = record(cell)
+        if data["cell_id"] == HELD and change is not None:
             change(data)
-        files[f"S/cells/{cell.cell_id}.json"] = json.dumps(data)
+            if isinstance(data.get("key"), dict):  # a key changed as a sweep would have made it: its id follows
+                data["cell_id"] = key_id(data["key"])
+        ids.append(data["cell_id"])
+        files[f"S/cells/{data['cell_id']}.json"] = json.dumps(data)
     if results:
-        files["S/results.json"] = json.dumps([{"cell_id": c.cell_id} for c in CELLS])
+        files["S/results.json"] = json.dumps([{"cell_id": cell_id} for cell_id in ids])
+    return files
+
+
+def edited(change) -> dict[str, str]:
+    """:func:`sweep` with ``change(record)`` applied to :data:`HELD`'s record in place: its id kept,
+    as a hand edit would leave it."""
+    files = sweep()
+    data = json.loads(files[f"S/cells/{HELD}.json"])
+    change(data)
+    files[f"S/cells/{HELD}.json"] = json.dumps(data)
     return files
 
 
@@ -70,7 +90,7 @@ def step(index: int, seconds: float = 0.004, **fields) -> str:
 
 FIT = ["costmodel", "fit", "--from-sweep", "S", "-o", "m.json"]
 VALIDATE = [*FIT, "--traces", "t.jsonl", "--validate"]
-CELL = rf"S/cells/{HELD}\.json"
+CELL = r"S/cells/[0-9a-f]{16}\.json"  # the altered cell (its key changed: another id)
 REQUEST = rf"{CELL}: timeline\[0\] \(request 'r0'\)"
 
 CASES = [
@@ -99,6 +119,15 @@ CASES = [
     Case("method-missing", FIT, rf"{CELL}: field 'key\.method'", sweep(lambda d: d["key"].pop("method"))),
     Case("timeline-empty", FIT, rf"{CELL}: field 'timeline'", sweep(lambda d: d.update(timeline=[]))),
     Case("result-missing", FIT, rf"{CELL}: field 'result'", sweep(lambda d: d.update(result=None))),
+    Case("prompt-tokens-missing", FIT, rf"{REQUEST}: field 'prompt_tokens': expected the prompt's length",
+         sweep(lambda d: d["timeline"][0].pop("prompt_tokens"))),
+    Case("chunks-none", FIT, rf"{REQUEST}: field 'chunk_ms': expected a list of times, one per streamed chunk",
+         sweep(lambda d: d["timeline"][0].update(chunk_ms=[], chunk_tokens=[]))),
+    Case("key-edited", FIT, rf"S/cells/{HELD}\.json: field 'key': not the key the cell's id was made of",
+         edited(lambda d: d["key"].update(batch_size=64))),
+    *(Case(f"throughput-{name}", FIT, rf"S/cells/{HELD}\.json: field 'result': expected an ok cell's measured figures",
+           edited(lambda d, v=value: d["result"].update(throughput=v)))
+      for name, value in (("negative", -5), ("boolean", True), ("nan", float("nan")), ("beyond-its-duration", 1e308))),
     Case("record-copied", FIT, r"S/cells/0000000000000000\.json: field 'cell_id'",
          sweep(results=False, extra={"S/cells/0000000000000000.json": json.dumps(record(CELLS[2]))})),
     Case("no-gap-read-alone", FIT, rf"cells/{HELD}\.json .*: every chunk arrived with another",
@@ -186,7 +215,7 @@ def test_cells_a_results_file_does_not_list_are_said_to_be_left_out(tmp_path, mo
     """A sweep stopped before it listed every cell it measured: the fit says which cells it left
     out (they are in cells/, not in results.json), never silently."""
     files = sweep()
-    files["S/results.json"] = json.dumps([{"cell_id": c.cell_id} for c in CELLS if c.cell_id != HELD])
+    files["S/results.json"] = json.dumps([{"cell_id": record(c)["cell_id"]} for c in CELLS if record(c)["cell_id"] != HELD])
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -201,9 +230,9 @@ def test_failed_cells_of_another_engine_are_not_said_to_be_this_ones(tmp_path, m
     """``--engine ref`` on a sweep where only engine 'other' failed a cell: no warning of failed
     cells (it counted every engine's), while the fit without --engine says so."""
     files = sweep()
-    failed = {**record(CELLS[0], engine="other"), "cell_id": "f" * 16, "status": "failed", "reason": "no server"}
-    files[f"S/cells/{'f' * 16}.json"] = json.dumps(failed)
-    files["S/results.json"] = json.dumps([{"cell_id": c.cell_id} for c in CELLS] + [{"cell_id": "f" * 16}])
+    failed = {**record(CELLS[0], engine="other"), "status": "failed", "reason": "no server"}
+    files[f"S/cells/{failed['cell_id']}.json"] = json.dumps(failed)
+    files["S/results.json"] = json.dumps([{"cell_id": record(c)["cell_id"]} for c in CELLS] + [{"cell_id": failed["cell_id"]}])
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
@@ -212,4 +241,4 @@ def test_failed_cells_of_another_engine_are_not_said_to_be_this_ones(tmp_path, m
     assert outcome.status == 0, outcome.stderr
     assert "failed (not fitted" not in caplog.text
     run_cli(FIT)  # every engine: the failed cell is named
-    assert f"1 cells failed (not fitted; `sweep --retry-failed` reruns them): {'f' * 16}" in caplog.text
+    assert f"1 cells failed (not fitted; `sweep --retry-failed` reruns them): {failed['cell_id']}" in caplog.text

@@ -193,6 +193,8 @@ def test_the_reports_policy_section_walks_traces_deeper_than_the_policy(tmp_path
     table, choices = policy_section(workload(1)[:8], str(path), COST, SimConfig(mode="mixed", batch_sizes=(1, 4)))
     assert sorted(line["batch_size"] for line in table) == [1, 4]
     assert choices and all(c.k.max() <= 3 for c in choices)
+    from specscope.policy.learned import stamp  # each line names the file's content and methods (policy.csv)
+    assert {(line["methods"], line["policy_sha256"]) for line in table} == {("ngram+eagle", stamp(path.read_bytes()))}
 
 
 def test_a_policy_deeper_than_the_traces_is_refused_as_a_fixed_k_would_be(policy_file):
@@ -378,7 +380,7 @@ def test_a_request_takes_the_best_ratio_alone_and_in_a_group():
     ratios 1, 1.071, 0.795 — k = 1, though k = 2 emits more; alone, in a group of two (plain
     Python) and of PLAIN_ROWS + 1 (arrays). Priced 1, 1.4, 1.5 s, k = 2's ratio 1.167 wins; a
     drafter whose every k costs more than its tokens (1, 1.6, 1.8: 0.94, 0.97) is not run."""
-    from specscope.policy.chooser import PLAIN_ROWS, Chooser
+    from specscope.policy.chooser import Chooser
 
     rows = PLAIN_ROWS + 1
     for prices, pick in (([1.0, 1.4, 2.2], (0, 1)), ([1.0, 1.4, 1.5], (0, 2)), ([1.0, 1.6, 1.8], (-1, 0))):

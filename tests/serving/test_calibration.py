@@ -182,10 +182,13 @@ def test_a_measured_speedup_carries_the_spread_of_its_segments():
 def test_old_sweep_without_timelines_is_refused(tmp_path, capsys):
     from specscope.cli import main
 
-    record = {"cell_id": "abc", "key": {"method": "none", "k": 0, "batch_size": 1, "workload": "a.jsonl"},
-              "status": "ok", "reason": None, "started_at": 0, "finished_at": 1, "result": {"throughput": 1.0}}
+    from specscope.backends.openai.sweep_config import key_id
+
+    key = {"method": "none", "k": 0, "batch_size": 1, "workload": "a.jsonl"}
+    record = {"cell_id": key_id(key), "key": key, "status": "ok", "reason": None, "started_at": 0, "finished_at": 1,
+              "result": {"output_tokens": 1, "duration_s": 1.0, "throughput": 1.0}}
     (tmp_path / "cells").mkdir()
-    (tmp_path / "cells" / "abc.json").write_text(json.dumps(record))
+    (tmp_path / "cells" / f"{key_id(key)}.json").write_text(json.dumps(record))
     assert main(["costmodel", "fit", "--from-sweep", str(tmp_path), "-o", str(tmp_path / "m.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no per-request chunk timeline" in err[0]

@@ -142,7 +142,8 @@ def test_body_limits_and_routes(servers):
 
 
 def test_http_framing_methods_and_request_targets(servers):
-    """A route's other method is 405, not 404; an answer to HEAD has no body; two different
+    """A route's other method is 405 (naming the methods it answers), not 404; HEAD answers as GET
+    without a body (it was 405); two different
     Content-Lengths, or one int() reads but is no decimal number, are 400 (the first was taken,
     '4_9' read as 49); a target in absolute form is its path (it was 404)."""
     url = servers[0].url
@@ -158,8 +159,13 @@ def test_http_framing_methods_and_request_targets(servers):
                 chunks.append(chunk)
             return b"".join(chunks)
 
-    head = raw(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n")
-    assert b" 405 " in head.split(b"\r\n")[0] and head.endswith(b"\r\n\r\n")  # headers, no body
+    head = raw(b"HEAD /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")  # GET's headers, no body
+    length = len(json.dumps({"object": "list", "data": [json.loads(get(url, "/v1/models")[1])["data"][0]]}).encode())
+    assert b" 200 " in head.split(b"\r\n")[0] and head.endswith(b"\r\n\r\n") and b"Content-Length: %d" % length in head
+    for request, allow in ((b"PUT /health", b"GET, HEAD"), (b"HEAD /v1/completions", b"POST"),
+                           (b"DELETE /v1/models/tiny", b"GET, HEAD")):  # a 405 names what the route answers
+        answer = raw(request + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+        assert b" 405 " in answer.split(b"\r\n")[0] and b"\r\nAllow: " + allow + b"\r\n" in answer, answer
     body = json.dumps({"prompt": PROMPT, "max_tokens": 2}).encode()
     two = raw(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: %d\r\n\r\n%s"
               % (len(body), body))
@@ -729,3 +735,28 @@ def test_step_records_cut_off_mid_line_lose_only_that_line(tmp_path, capsys):
     path.write_text(whole * 2 + whole.strip())  # a whole record that lacks only its newline: kept, given one
     _refuse_foreign(path)
     assert path.read_text() == whole * 3
+
+
+def test_jobs_waiting_for_free_slots_are_not_counted_as_queued():
+    """--max-waiting counts jobs queued beyond the batch's free slots: a burst of four at an idle
+    server of eight slots (max_waiting 1) was answered 200, 200, 503, 503 before the loop's turn."""
+    from types import SimpleNamespace
+
+    from specscope.engine.records import SpecDecodeStats
+    from specscope.engine.sampling import SamplingParams
+    from specscope.serve.engine_loop import EngineLoop, Job
+    from specscope.serve.protocol import ApiError
+
+    engine = SimpleNamespace(stats=SpecDecodeStats(k=1), slots=8)
+    engine.free_slots = lambda: engine.slots
+    loop = EngineLoop(engine, max_waiting=1)  # not started: every job stays waiting
+    jobs = [Job(f"r{i}", [1, 2], 4, SamplingParams(), False) for i in range(9)]
+    for job in jobs:
+        loop.submit(job)  # eight into free slots, one queued beyond them
+    with pytest.raises(ApiError, match="server busy: 1 requests already waiting"):
+        loop.submit(Job("r9", [1, 2], 4, SamplingParams(), False))
+    engine.slots = 0  # a full batch: the first waiting job is already one too many
+    busy = EngineLoop(engine, max_waiting=1)
+    busy.submit(jobs[0])
+    with pytest.raises(ApiError):
+        busy.submit(jobs[1])

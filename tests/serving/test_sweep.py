@@ -142,7 +142,7 @@ def test_a_paired_none_cell_is_its_own_baseline_in_the_results(tmp_path):
     config = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "paired"')))
     for i, cell in enumerate(plan_cells(config)[:4]):
         record = failed_record(config, cell, "")
-        write_record(config, {**record, "status": "ok", "reason": None, "result": {"throughput": 100.0 + 10 * i}})
+        write_record(config, {**record, "status": "ok", "reason": None, "result": {"output_tokens": 100, "duration_s": 100 / (100.0 + 10 * i), "throughput": 100.0 + 10 * i}})
     rows = {(r["workload"], r["method"]): r for r in results(config)}  # n-gram k = 1 on a and b, each with its none
     for workload, none, sd in (("a.jsonl", 100.0, 110.0), ("b.jsonl", 120.0, 130.0)):
         assert rows[workload, "none"]["baseline_for"] == "ngram k=1" and rows[workload, "none"]["speedup"] == 1.0

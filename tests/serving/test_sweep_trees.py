@@ -99,7 +99,7 @@ def test_dry_run_says_which_recorded_cells_a_run_measures_again(tmp_path, capsys
     for cell, status in ((sd, "ok"), (alone, "failed"), (partner, "ok")):
         (config.output / "cells" / f"{cell.cell_id(config)}.json").write_text(json.dumps(
             {"cell_id": cell.cell_id(config), "key": cell.key(config), "status": status, "reason": None,
-             "started_at": 0.0, "finished_at": 0.0, "result": {"throughput": 1.0} if status == "ok" else None}))
+             "started_at": 0.0, "finished_at": 0.0, "result": {"output_tokens": 1, "duration_s": 1.0, "throughput": 1.0} if status == "ok" else None}))
     states = {}
     for extra in ([], ["--retry-failed"]):
         assert main(["sweep", str(config.path), "--dry-run", "--format", "json", *extra]) == 0

@@ -190,9 +190,15 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     check_proposers(args.acc, count=2)
     need_scikit_learn()
-    if args.cost_model in args.view:
-        raise SpecscopeError(f"--view {args.cost_model}: already the --cost-model (it would be judged twice)")
     views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
+    prices = [json.dumps({key: value for key, value in cost.describe().items() if key != "name"}, sort_keys=True)
+              for cost in views]
+    twice = validate.first_repeat(prices)
+    if twice is not None:  # one model under two spellings (a preset and its file): judged twice, said as two
+        first = prices.index(twice)
+        names = (args.cost_model, *args.view)
+        raise SpecscopeError(f"--view {names[prices.index(twice, first + 1)]}: prices every step as {names[first]} "
+                             "does (it would be judged twice)")
     records = read_trace_args(args, walked=args.acc)
     sizes = collections.Counter(record.dataset or "trace" for record in records)  # requests per dataset
     if len(sizes) < 2:

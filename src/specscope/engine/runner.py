@@ -150,6 +150,10 @@ class Engine:
     def has_capacity(self) -> bool:
         return bool(self._free_slots)
 
+    def free_slots(self) -> int:
+        """Batch slots no running request holds."""
+        return len(self._free_slots)
+
     def num_running(self) -> int:
         return len(self._running)
 

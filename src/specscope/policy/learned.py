@@ -142,11 +142,12 @@ def load_policy(path: str | Path) -> LearnedPolicy:
             raise ValueError(f"batch_sizes: expected those of its models, {sorted(choosers)}, got "
                              f"{document['batch_sizes']!r:.40}")
         training = document["training"]
-        if not isinstance(training, dict) or not isinstance(training.get("sources"), list) or not all(
+        if not isinstance(training, dict) or not isinstance(training.get("sources"), list) \
+                or not all(isinstance(source, str) for source in training["sources"]) or not all(
                 type(training[count]) is int and training[count] >= 0 for count in ("requests", "steps")
-                if count in training):
-            raise ValueError(f"training: expected what it was fitted on (an object with its sources, and its requests "
-                             f"and steps as counts), got {training!r:.60}")
+                if count in training) or not isinstance(training.get("made_by", ""), str):
+            raise ValueError(f"training: expected what it was fitted on (an object with its sources' names, its "
+                             f"requests and steps as counts, and the code that fitted it as text), got {training!r:.60}")
     except KeyError as error:
         raise SpecscopeError(f"{path}: malformed policy file: missing field {error.args[0]!r}") from None
     except (TypeError, ValueError) as error:
@@ -215,6 +216,10 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
             or not all(isinstance(text, str) for text in document["features"].values()):
         raise ValueError(f"features: expected the {len(names)} features of {', '.join(methods)} "
                          f"({', '.join(list(names)[:3])}, …), in order, each with its definition")
+    for name, text in document["features"].items():  # a file states what its model reads: this code's reading
+        if text != names[name]:
+            raise ValueError(f"features.{name}: expected the definition this code computes, {names[name]!r}, "
+                             f"got {text!r:.80}")
     unknown = sorted(set(document) - set(FIELDS))
     if unknown:
         raise ValueError(f"{unknown[0]}: unknown field (expected {', '.join(FIELDS)})")

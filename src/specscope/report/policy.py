@@ -59,7 +59,8 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     records = [record.capped(policy.depth) for record in on_common_positions(records, policy.methods)]
     rows = judged_rows(records, policy.methods, [learned], cost,
                        SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed))
-    table = judge(rows, learned)
+    table = [{**row, "methods": "+".join(policy.methods), "policy_sha256": policy.sha256}  # a file refitted in place told apart
+             for row in judge(rows, learned)]
     examples = _examples(records)
     traced = max(int(r.acc_len(m).max()) for r in examples for m in policy.methods) - 1
     k_max = min(traced, policy.depth)  # the walk offers and records no deeper than the policy proposes

@@ -106,11 +106,13 @@ class EngineLoop:
         return self._thread.is_alive() and self.failure is None
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; 503 when the engine failed or the waiting queue is full."""
+        """Queue ``job``; 503 when the engine failed or ``max_waiting`` jobs already wait beyond the
+        batch's free slots (a job waiting for a free slot, until the loop's next turn, waits for no
+        one: a burst at an idle server was refused)."""
         with self._cond:
             if self.failure is not None or self._stopping:
                 raise ApiError(503, f"engine unavailable: {self.failure or 'shutting down'}")
-            if len(self._waiting) >= self.max_waiting:
+            if len(self._waiting) - self.engine.free_slots() >= self.max_waiting:
                 raise ApiError(503, f"server busy: {self.max_waiting} requests already waiting")
             self._waiting.append(job)
             self._cond.notify()

@@ -130,10 +130,13 @@ class CompletionHandler(BaseHTTPRequestHandler):
         log.debug("%s %s", self.address_string(), format % args)
 
     # --- plumbing -------------------------------------------------------------------------
-    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+    def _send(self, status: int, body: bytes, content_type: str = "application/json",
+              headers: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":  # an answer to HEAD has no body (RFC 9110 §9.3.2)
             self.wfile.write(body)
@@ -149,8 +152,9 @@ class CompletionHandler(BaseHTTPRequestHandler):
     def _send_error(self, error: ApiError) -> None:
         """Answer ``error``; a client that has gone by then (it sent less than it announced, and
         left) is noted, not a traceback."""
+        allow = {"Allow": _allowed(self._route())} if error.status == 405 else None  # RFC 9110 §15.5.6: a 405 says which
         try:
-            self._send(error.status, error.body())
+            self._send(error.status, error.body(), headers=allow)
         except (BrokenPipeError, ConnectionResetError):
             log.info("client %s went away before its error (%d) was sent", self.address_string(), error.status)
 
@@ -220,6 +224,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
     def _not_allowed(self) -> None:
         self._send_error(ApiError(405, f"method {str(self.command)[:20]} not allowed on {self._route()[:80]}"))
 
+    do_HEAD = do_GET  # GET's answer without its body (RFC 9110 §9.3.2: a general-purpose server supports HEAD)
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
     def _read_body(self) -> bytes:
@@ -465,3 +470,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
 
 ROUTES = ("/v1/completions", "/v1/chat/completions")  # POST
 GET_ROUTES = ("/health", "/v1/models", "/metrics")
+
+
+def _allowed(path: str) -> str:
+    """The methods ``path`` answers (a 405's ``Allow`` header)."""
+    return "POST" if path in ROUTES else "GET, HEAD"

@@ -187,11 +187,13 @@ def _check_request(path: Path, index: int, request: object) -> None:
 
     field("sent_ms", number, low=0.0)
     field("output_tokens", integer, low=0, high=MAX_CONTEXT)
-    if request.get("prompt_tokens") is not None:
-        field("prompt_tokens", integer, low=0, high=MAX_CONTEXT)
+    if request.get("prompt_tokens") is None:
+        raise SpecscopeError(f"{where}: field 'prompt_tokens': expected the prompt's length (the server's "
+                             "usage.prompt_tokens: the fit prices each prefill by it)")
+    field("prompt_tokens", integer, low=0, high=MAX_CONTEXT)
     chunks = request.get("chunk_ms")
-    if not isinstance(chunks, list):
-        raise SpecscopeError(f"{where}: field 'chunk_ms': expected a list of times")
+    if not isinstance(chunks, list) or not chunks:
+        raise SpecscopeError(f"{where}: field 'chunk_ms': expected a list of times, one per streamed chunk")
     times = [_stored(f"{where}: field 'chunk_ms[{j}]'", number, t, low=0.0) for j, t in enumerate(chunks)]
     if any(b < a for a, b in zip(times, times[1:])):
         raise SpecscopeError(f"{where}: field 'chunk_ms': expected times in the order the chunks came")

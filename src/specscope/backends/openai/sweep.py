@@ -35,6 +35,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import shutil
 import time
 from dataclasses import dataclass, replace
@@ -54,6 +55,7 @@ from specscope.backends.openai.sweep_config import (
     Cell,
     SweepConfig,
     describe,
+    key_id,
     plan_cells,
 )
 from specscope.errors import SpecscopeError, where
@@ -104,11 +106,25 @@ def read_cells(output: Path) -> dict[str, dict]:
         if record["cell_id"] != path.stem:
             raise SpecscopeError(f"{path}: field 'cell_id': {record['cell_id']!r} is not the file's name (a copied "
                                  "record would count twice); remove it to rerun the cell")
-        if record["status"] == "ok" and not isinstance((record["result"] or {}).get("throughput"), (int, float)):
-            raise SpecscopeError(f"{path}: field 'result': expected an ok cell's measured figures (a throughput); "
-                                 "remove it to rerun the cell")
+        if not isinstance(record["key"], dict) or key_id(record["key"]) != path.stem:
+            raise SpecscopeError(f"{path}: field 'key': not the key the cell's id was made of (an edited key would "
+                                 "stand for another measurement); remove it to rerun the cell")
+        if record["status"] == "ok":
+            _check_result(path, record["result"] or {})
         cells[path.stem] = record
     return cells
+
+
+def _check_result(path: Path, result: dict) -> None:
+    """An ok cell's figures as the sweep measured them: its output tokens over its duration, and
+    the throughput they make (a hand-edited throughput of −5 or 1e308 was published as a speedup)."""
+    tokens, seconds, throughput = (result.get(name) for name in ("output_tokens", "duration_s", "throughput"))
+    numbers = [v for v in (tokens, seconds, throughput) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) < 3 or not isinstance(tokens, int) or tokens < 0 or not 0 < seconds < float("inf") \
+            or not math.isclose(throughput, tokens / seconds, rel_tol=1e-9):
+        raise SpecscopeError(f"{path}: field 'result': expected an ok cell's measured figures (output_tokens, "
+                             "duration_s > 0, and throughput = output_tokens / duration_s), got "
+                             f"{tokens!r}, {seconds!r}, {throughput!r}; remove it to rerun the cell")
 
 
 def _server_key(config: SweepConfig, cell: Cell) -> tuple:

@@ -222,8 +222,12 @@ class Cell:
         }
 
     def cell_id(self, config: SweepConfig) -> str:
-        text = json.dumps(self.key(config), sort_keys=True)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return key_id(self.key(config))
+
+
+def key_id(key: dict) -> str:
+    """A cell's id: the start of the SHA-256 of its key (everything that makes it another measurement)."""
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _beside(path: Path, model: str) -> str:
