@@ -431,7 +431,8 @@ def test_a_fitted_model_knows_what_it_measured(tmp_path):
 
 def test_simulate_names_every_policy_that_asks_past_the_measured_k(tmp_path, capsys):
     """Not only fixed:k: an oracle, adaptive or fixed:+k proposing past the k the steps held is
-    named too (only fixed:k was, by its spelling); one that stays within them is not."""
+    named too (only fixed:k was, by its spelling); one that stays within them is not. So does
+    ``bound``, whose c is priced at every k it shows (it said nothing)."""
     from specscope.trace import ProposerTrace, TraceRecord
     from specscope.trace.load import write_traces
 
@@ -445,6 +446,10 @@ def test_simulate_names_every_policy_that_asks_past_the_measured_k(tmp_path, cap
         assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "draft", "--policies", policy, "--batch-sizes", "1",
                      "--cost-model", str(tmp_path / "m.json")]) == 0
         assert ("was fitted to steps of k <= 4" in capsys.readouterr().out) == past, policy
+    for size, past in (("64", True), ("2", True), ("4", False)):  # bound prices c at k = 1 … 6 (k = 6 past 4)
+        assert main(["bound", str(tmp_path / "t.jsonl"), "--acc", "draft", "--cost-model", str(tmp_path / "m.json"),
+                     "--batch-size", size, "--k-max", "6" if size != "4" else "4", "--k", "1"]) == 0
+        assert ("was fitted to steps of k <= 4" in capsys.readouterr().out) == past, size
 
 
 def test_a_sweeps_model_judges_each_method_by_its_own_cells():

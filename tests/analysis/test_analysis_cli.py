@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from specscope.cli import main
-from specscope.trace.load import write_traces
+from specscope.trace.load import load_traces, write_traces
 
 
 @pytest.fixture
@@ -52,7 +52,12 @@ def test_overlap_prints_and_writes(traces, tmp_path, capsys):
     top = [r for r in rows if r["bin"] == "0.8–1.0"]
     assert {r["requests"] for r in top} == {"4"} and all(float(r["relative_speedup"]) > 0 for r in top)
     with bleu.open() as handle:
-        assert len(list(csv.DictReader(handle))) == 8
+        scored = list(csv.DictReader(handle))
+    assert len(scored) == 8
+    outputs = {r.id: r.output_len for r in load_traces([traces])[0]}  # each row names the tokens it scored
+    assert {r["id"]: int(r["output_tokens"]) for r in scored} == outputs
+    assert main(["overlap", str(traces), "--batch-sizes", "1", "--mode", "paper", "--bleu-output", "-"]) == 0
+    assert "wrote" not in capsys.readouterr().err  # the rows are on standard output: "wrote 8 rows to -" said nothing
 
 
 def test_errors_are_one_line(traces, tmp_path, capsys):

@@ -1,7 +1,8 @@
 """Prompt/output overlap (BLEU-4) and how n-gram's advantage over EAGLE follows it.
 
-BLEU-4 of a request: sacrebleu's sentence BLEU with the output as hypothesis and the prompt as
-the single reference, on token ids (each id a word: ids joined by spaces, ``tokenize="none"``,
+BLEU-4 of a request: sacrebleu's sentence BLEU with the output read as hypothesis (the whole
+output, or under ``--lengths common`` the positions every acc_len array covers: a row's
+``output_tokens``) and the prompt as the single reference, on token ids (each id a word: ids joined by spaces, ``tokenize="none"``,
 ``effective_order=True``), divided by 100 so it lies in [0, 1]. A high score means the output
 repeats n-grams of the prompt, which is what prompt-lookup drafting (n-gram) can exploit.
 
@@ -73,12 +74,13 @@ def bin_label(i: int, edges: Sequence[float] = BLEU_EDGES) -> str:
 
 @dataclass
 class BleuRow:
-    """One request's BLEU-4 and bin."""
+    """One request's BLEU-4 and bin, and the output tokens it scored."""
 
     dataset: str
     id: str
     bleu: float
     bin: str
+    output_tokens: int
 
     def flat(self) -> dict:
         return asdict(self)
@@ -112,7 +114,7 @@ def request_bleu(records: Sequence[TraceRecord], scores: np.ndarray | None = Non
     """BLEU-4 and bin label per request (``scores``: precomputed :func:`bleu_scores`)."""
     scores = bleu_scores(records) if scores is None else scores
     bins = bin_index(scores, edges)
-    return [BleuRow(r.dataset or "trace", r.id, float(s), bin_label(int(b), edges))
+    return [BleuRow(r.dataset or "trace", r.id, float(s), bin_label(int(b), edges), r.output_len)
             for r, s, b in zip(records, scores, bins)]
 
 

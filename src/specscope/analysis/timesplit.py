@@ -26,12 +26,13 @@ a learned policy's own work, 0 for every other method). Shares are phase / total
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from specscope.costmodel.steps import NO_SD, MeasuredStep
+from specscope.costmodel.steps import NO_SD, MeasuredStep, StepRecord
 from specscope.methods import LEARNED, names as method_names
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_jsonl
@@ -45,12 +46,14 @@ _INT_FIELDS = ("step", "k", "batch_size", "tokens_verified", "kv_tokens", "prefi
 _TIME_FIELDS = ("draft_s", "verify_s", "sample_s", "overhead_s", "prefill_s")
 _MOST = {"k": K_MAX_LIMIT, "batch_size": MAX_BATCH_SIZE, **dict.fromkeys(("tokens_verified", "kv_tokens", "prefill_tokens"),
                                                        MAX_BATCH_SIZE * MAX_CONTEXT)}  # a step's counts at most
+STEP_FIELDS = tuple(f.name for f in dataclasses.fields(StepRecord))  # a record's, as an engine writes them
 MOST_S = 3600.0  # a phase of one step at most an hour: beyond it a typo, whose sums overflow a fit
 
 
 def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     """One step record of a JSON Lines file (``run`` still 0); errors name ``path:line: field``."""
     fields = Fields(obj, path, line)
+    fields.only(STEP_FIELDS)  # a misspelt optional field (tokens_propsed) would be read as absent
     method = fields.text("method")
     if method not in (NO_SD, LEARNED, *method_names(baseline=False)):  # else a drafting under a name nothing prices
         raise fields.error("method", f"expected {NO_SD}, {LEARNED} or a proposer ({', '.join(method_names(baseline=False))}), "

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"{unused[0]}: not used with --c (it prices c" + ("" if args.traces else
                                  " or picks α from traces") + ")")
     if args.traces:
+        from specscope.costmodel.linear import LinearCostModel
         from specscope.costmodel.registry import cost_label, resolve_cost_model
         from specscope.trace import load_traces
 
@@ -114,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
                 contexts.append(context)
         if not cases:
             raise SpecscopeError("no proposer left to bound: " + "; ".join(left_out))
+        if isinstance(cost, LinearCostModel):  # c priced at each k shown: a fitted model's lines past its steps said
+            past = cost.beyond_measured([max(args.k, *(depth for *_, depth, _ in cases))], [args.batch_size], names)
+            if past:
+                print(f"note: {past}")
         shown = f"context {contexts[0]:g}" if len(set(contexts)) == 1 else \
             "context each row's records' mean prompt + half output (" + \
             ", ".join(f"{name} {context:g}" for (name, *_), context in zip(cases, contexts)) + ")"

@@ -14,6 +14,7 @@ from specscope.cli._common import (
     batch_size_list,
     print_table,
     str_list,
+    to_stdout,
     write_rows,
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
@@ -108,8 +109,10 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.output:
         write_rows(args.output, [{**r.flat(), "cost_model": cost_label(args.cost_model, cost)} for r in rows])
-        print(f"wrote {len(rows)} rows to {args.output}", file=out)
+        if not to_stdout(args.output):
+            print(f"wrote {len(rows)} rows to {args.output}", file=out)
     if args.bleu_output:
         write_rows(args.bleu_output, [r.flat() for r in request_bleu(records, scores, config.edges)])
-        print(f"wrote {len(records)} rows to {args.bleu_output}", file=out)
+        if not to_stdout(args.bleu_output):
+            print(f"wrote {len(records)} rows to {args.bleu_output}", file=out)
     return 0

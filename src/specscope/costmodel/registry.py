@@ -30,10 +30,13 @@ def _roofline(spec: str) -> RooflineCostModel:
     parts = spec.split(":")
     if len(parts) not in (3, 4):
         raise SpecscopeError(f"cost model {spec!r}: expected roofline:GPU:MODEL[:DRAFT]")
-    model = RooflineCostModel(name=spec, hw=hardware(parts[1]), target=ModelShape.resolve(parts[2]))
-    if len(parts) == 4:
-        model = model.with_draft_model(ModelShape.resolve(parts[3]))
-    return model
+    hw, target = hardware(parts[1]), ModelShape.resolve(parts[2])
+    draft = ModelShape.resolve(parts[3]) if len(parts) == 4 else None
+    try:  # the weights beyond the GPU's memory; a draft model of another vocabulary
+        model = RooflineCostModel(name=spec, hw=hw, target=target)
+        return model if draft is None else model.with_draft_model(draft)
+    except SpecscopeError as error:
+        raise SpecscopeError(f"{spec}: {error}") from None
 
 
 def _from_file(path: Path) -> CostModel:

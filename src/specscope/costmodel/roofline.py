@@ -163,7 +163,7 @@ class RooflineCostModel:
         models = self._models
         weights = sum(shape.weight_bytes() for shape in models)
         if weights > self.hw.memory_bytes:
-            raise SpecscopeError(f"{self.name}: the weights of {' and '.join(s.name for s in models)} take "
+            raise SpecscopeError(f"the weights of {' and '.join(s.name for s in models)} take "
                                  f"{weights / 2**30:.1f} GiB as their checkpoints store them ("
                                  f"{' and '.join('FP8 layers' if s.weight_dtype_bytes == 1 else 'BF16' for s in models)})"
                                  f", beyond one {self.hw.name}'s "
@@ -220,12 +220,19 @@ def roofline_from_json(spec: Fields, default_name: str) -> RooflineCostModel:
     if efficiency is not None:
         efficiency.only([f.name for f in fields(Efficiency)])
         shares = {name: efficiency.number(name, low=MIN_EFFICIENCY, high=1.0) for name in efficiency.obj}
-    model = RooflineCostModel(
-        name=spec.text("name", optional=True) or default_name, hw=_located(spec, "gpu", hardware),
-        target=_located(spec, "model", _beside_file(spec)), eff=Efficiency(**shares),
-        overhead_s=spec.number("overhead_s", default=RooflineCostModel.overhead_s, low=0.0, high=MAX_COEFFICIENT_S))
+    hw, target = _located(spec, "gpu", hardware), _located(spec, "model", _beside_file(spec))
+    overhead = spec.number("overhead_s", default=RooflineCostModel.overhead_s, low=0.0, high=MAX_COEFFICIENT_S)
+    try:  # the weights beyond the GPU's memory
+        model = RooflineCostModel(name=spec.text("name", optional=True) or default_name, hw=hw, target=target,
+                                  eff=Efficiency(**shares), overhead_s=overhead)
+    except SpecscopeError as error:
+        raise spec.error("model", str(error)) from None
     if spec.obj.get("draft_model") is not None:
-        model = model.with_draft_model(_located(spec, "draft_model", _beside_file(spec)))
+        draft = _located(spec, "draft_model", _beside_file(spec))
+        try:  # another vocabulary; both models' weights beyond the GPU's memory
+            model = model.with_draft_model(draft)
+        except SpecscopeError as error:
+            raise spec.error("draft_model", str(error)) from None
     if spec.has("drafting") and spec.obj["drafting"] != model.describe()["drafting"]:
         raise spec.error("drafting", "differs from what the model shapes give (a roofline derives its "
                                      "drafting; change model or draft_model instead)")
