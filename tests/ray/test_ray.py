@@ -110,6 +110,31 @@ def test_sharded_trace_is_byte_identical_and_resumes(ray_cluster, tmp_path):
         trace_workload(ZOO / "target", specs, requests, sharded, map_batches=mapper, **{**settings, "k_max": 5})
 
 
+def test_a_replica_that_refuses_its_job_fails_the_trace_once_in_one_line(ray_cluster, tmp_path):
+    """A drafter of another tokenizer, refused on the worker: the trace stops with the refusal's
+    one line (Ray restarted the failed replica three times and printed its traceback each time)."""
+    import json
+    import shutil
+
+    from specscope.distributed.trace import ray_batch_mapper
+    from specscope.engine.loading import load_tokenizer
+    from specscope.tracing.run import ProposerSpec, trace_workload
+    from specscope.workloads.jsonl import read_workload
+
+    draft = tmp_path / "draft"
+    shutil.copytree(ZOO / "draft", draft)
+    tokenizer = json.loads((draft / "tokenizer.json").read_text())
+    vocab = tokenizer["model"]["vocab"]
+    (a, i), (b, j) = list(vocab.items())[10:12]
+    vocab[a], vocab[b] = j, i  # two tokens swap ids
+    (draft / "tokenizer.json").write_text(json.dumps(tokenizer))
+    requests = read_workload(WORKLOADS / "math.jsonl", load_tokenizer(ZOO / "target"))[:2]
+    with pytest.raises(SpecscopeError, match=r"^--ray: a trace replica refused: .*draft/tokenizer\.json: 2 tokens "
+                                             r"differ in id or meaning"):
+        trace_workload(ZOO / "target", [ProposerSpec("draft", draft)], requests, tmp_path / "t.jsonl", k_max=2,
+                       max_tokens=4, batch_size=2, map_batches=ray_batch_mapper(ray_cluster.address, workers=1))
+
+
 def test_group_resources_from_tensor_parallel_size_and_config(tmp_path):
     def spec(launch: str, args: list[str], resources: dict | None = None):
         text = (f'output = "out"\nworkloads = ["{WORKLOADS / "chat.jsonl"}"]\n[[engines]]\nname = "e"\n'

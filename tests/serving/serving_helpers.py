@@ -111,7 +111,7 @@ def start_server(
     step_records=None,
 ) -> RunningServer:
     from specscope.assemble import load_engine
-    from specscope.serve.chat import load_chat_template
+    from specscope.workloads.chat import load_chat_template
     from specscope.serve.server import create_server
 
     engine, tokenizer = load_engine(

@@ -43,11 +43,16 @@ def test_jinja_file_wins_and_named_lists(tmp_path):
 
 def test_broken_templates_are_one_line_errors(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{% for %}"}), encoding="utf-8")
-    with pytest.raises(SpecscopeError, match="tokenizer_config.json: chat template line 1"):
+    with pytest.raises(SpecscopeError, match="tokenizer_config.json: field 'chat_template': chat template line 1"):
         load_chat_template(tmp_path)
     raising = ChatTemplate("{{ raise_exception('only user/assistant roles') }}")
     with pytest.raises(SpecscopeError, match="only user/assistant roles"):
         raising.apply("x")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "{{ messages[0]['content'] + 1 }}"}),
+                                                    encoding="utf-8")
+    with pytest.raises(SpecscopeError, match=r"tokenizer_config\.json: field 'chat_template': the chat template failed "
+                                             r"\(TypeError: can only concatenate str"):  # its own code's error: a traceback
+        load_chat_template(tmp_path).apply("x")
     (tmp_path / "tokenizer_config.json").write_text("{oops", encoding="utf-8")
     with pytest.raises(SpecscopeError, match=r"tokenizer_config.json:1: invalid JSON"):
         load_chat_template(tmp_path)

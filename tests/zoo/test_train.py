@@ -118,6 +118,11 @@ def test_resume_keeps_finished_stages(quick_zoo, tmp_path):
     train_zoo(out, replace(TrainConfig.quick(), head_steps=3), held_out=set())
     assert load_model(out / "draft") is not None and (out / "eagle" / "model.safetensors").stat().st_size > 100
     assert (out / "target" / "model.safetensors").stat().st_mtime_ns == before["target"]
+    # its other files too: a tokenizer removed, a config emptied (kept, and the zoo unusable, before)
+    (out / "target" / "tokenizer.json").unlink()
+    (out / "draft" / "config.json").write_text("{}")
+    train_zoo(out, replace(TrainConfig.quick(), head_steps=3), held_out=set())
+    assert (out / "target" / "tokenizer.json").is_file() and load_model(out / "draft") is not None
 
 
 def test_distinct_4():

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from specscope.assemble import load_engine
-    from specscope.serve.chat import load_chat_template
+    from specscope.workloads.chat import load_chat_template
     from specscope.serve.server import create_server
 
     if args.threads is not None:

@@ -35,7 +35,7 @@ Fields of both POST routes:
 Completions: ``prompt`` is text, a list of token ids, or a one-element list of either. Chat:
 ``messages``, a non-empty list of ``{"role", "content"}`` (roles system, developer, user,
 assistant, tool; content text or a list of ``{"type": "text", "text"}`` parts), rendered with
-the model's chat template (:mod:`specscope.serve.chat`). Every choice carries ``token_ids``
+the model's chat template (:mod:`specscope.workloads.chat`). Every choice carries ``token_ids``
 besides the text (as vLLM's ``return_token_ids``). Errors are
 ``{"error": {"message", "type", "code"}}``.
 """

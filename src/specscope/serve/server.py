@@ -33,10 +33,10 @@ from typing import TextIO
 
 from specscope.errors import SpecscopeError
 from specscope.serve import exporter, protocol
-from specscope.serve.chat import ChatTemplate
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING, EngineLoop, Job, JobEvent
 from specscope.serve.output import OutputText, Piece
 from specscope.serve.protocol import ApiError, GenerationRequest
+from specscope.workloads.chat import ChatTemplate
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 << 20
@@ -67,7 +67,7 @@ class CompletionServer(ThreadingHTTPServer):
         self.answering, self.answers = threading.Condition(), 0  # POST handlers at work (server_close waits)
         self.loop, self.tokenizer, self.model_name = loop, tokenizer, model_name  # before binding:
         super().__init__(address, CompletionHandler)  # a failed bind calls server_close()
-        self.chat_template = chat_template
+        self.chat_template = chat_template if chat_template is not None and chat_template.source is not None else None
         engine = loop.engine
         self.max_model_len: int = engine.max_seq_len
         # the most characters one token holds (byte-level vocabularies: bytes): a text of more than
@@ -303,7 +303,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
         if server.tokenizer is None:
             raise ApiError(400, "'prompt': this model directory has no tokenizer.json; send token ids")
         if request.messages is not None:
-            ids = self._encode(server.chat_template.render(list(request.messages)), special=False)
+            try:
+                text = server.chat_template.render(list(request.messages))
+            except SpecscopeError as error:
+                raise ApiError(400, f"'messages': the model's chat template refused them ({error})") from None
+            ids = self._encode(text, special=False)
         else:
             ids = self._encode(request.prompt_text, special=True)
         if not ids:

@@ -1,17 +1,19 @@
-"""Apply a model's chat template to a user prompt, as transformers' ``apply_chat_template`` does.
+"""A model's chat template, rendered as transformers' ``apply_chat_template`` renders it: for a
+workload's prompts (one user turn) and for ``specscope serve``'s chat messages.
 
 The template is read from the model directory: ``chat_template.jinja`` if present, else the
 ``chat_template`` field of ``tokenizer_config.json`` (a string, or a list of named templates
 of which ``default`` is used). It is rendered with jinja2 in a sandbox with transformers'
 conventions: ``trim_blocks``/``lstrip_blocks``, ``messages=[{"role": "user", "content": ...}]``,
-``add_generation_prompt=True``, the ``bos_token``/``eos_token`` strings of the config, and
-``raise_exception``. A directory without a template gets the **plain fallback**: the prompt
-text unchanged (what a base model without chat tuning expects).
+``add_generation_prompt=True``, the ``bos_token``/``eos_token`` strings of the config,
+``raise_exception`` and a ``tojson`` filter. A directory without a template gets the **plain
+fallback**: the prompt text unchanged (what a base model without chat tuning expects).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,25 +23,29 @@ from specscope.errors import SpecscopeError
 
 @dataclass(frozen=True)
 class ChatTemplate:
-    """A jinja2 template (``None``: the plain fallback) and the special-token strings it uses."""
+    """A jinja2 template (``None``: the plain fallback), the special-token strings it uses, and
+    where it was read (what its errors name)."""
 
     source: str | None
     bos_token: str = ""
     eos_token: str = ""
+    origin: str = "chat template"
 
     def apply(self, prompt: str) -> str:
         """The text a model with this template sees for one user turn, ready for its answer."""
-        if self.source is None:
-            return prompt
-        import jinja2
+        return prompt if self.source is None else self.render([{"role": "user", "content": prompt}])
 
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The text a model with this template sees for ``messages``, ready for its answer. A
+        template is code: whatever it fails with on them (its ``raise_exception``, a ``TypeError``
+        of its own arithmetic) is a :class:`SpecscopeError` naming where it was read."""
         try:
-            return _compile(self.source).render(
-                messages=[{"role": "user", "content": prompt}], add_generation_prompt=True,
-                bos_token=self.bos_token, eos_token=self.eos_token,
-            )
-        except jinja2.exceptions.TemplateError as error:
-            raise SpecscopeError(f"chat template: {error}") from None
+            return _compile(self.source, self.origin).render(
+                messages=messages, add_generation_prompt=True, bos_token=self.bos_token, eos_token=self.eos_token)
+        except SpecscopeError:
+            raise
+        except Exception as error:  # noqa: BLE001 — any error the template's own code raises
+            raise SpecscopeError(f"{self.origin}: the chat template failed ({type(error).__name__}: {error})") from None
 
 
 def load_chat_template(model_dir: str | Path) -> ChatTemplate:
@@ -58,9 +64,11 @@ def load_chat_template(model_dir: str | Path) -> ChatTemplate:
         source = named["default"]
     if source is not None and not isinstance(source, str):
         raise SpecscopeError(f"{config_path}: field 'chat_template': expected a string")
+    origin = str(jinja_file) if jinja_file.is_file() else f"{config_path}: field 'chat_template'"
     if source is not None:
-        _compile(source, str(jinja_file if jinja_file.is_file() else config_path))
-    return ChatTemplate(source, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")))
+        _compile(source, origin)
+    return ChatTemplate(source or None, _token_text(config.get("bos_token")), _token_text(config.get("eos_token")),
+                        origin)
 
 
 def _token_text(value: object) -> str:
@@ -86,6 +94,7 @@ def _compile(source: str, origin: str = "chat template"):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
                                         extensions=["jinja2.ext.loopcontrols"])
     env.globals["raise_exception"] = raise_exception
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
     try:
         return env.from_string(source)
     except jinja2.exceptions.TemplateSyntaxError as error:

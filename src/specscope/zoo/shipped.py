@@ -14,6 +14,8 @@ from specscope.errors import SpecscopeError
 
 ZOO_DRAFTERS = ("draft", "eagle", "mtp")  # methods of specscope.methods whose checkpoint the zoo ships
 ZOO_MODELS = ("target", *ZOO_DRAFTERS)
+LANGUAGE_MODELS = ("target", "draft")  # the models with a tokenizer of their own (a head reads the target's)
+WEIGHTS = "model.safetensors"  # each model's weights (heads too: the published layout), in its folder
 
 
 def shipped_dir() -> Path:
@@ -26,6 +28,8 @@ def model_dir(name: str, zoo: Path | None = None) -> Path:
     if name not in ZOO_MODELS:
         raise SpecscopeError(f"unknown zoo model {name!r} (known: {', '.join(ZOO_MODELS)})")
     path = Path(zoo or shipped_dir()) / name
-    if not (path / "config.json").is_file():
-        raise SpecscopeError(f"{path}: zoo model missing; run 'specscope zoo train -o {path.parent}'")
+    needs = ("config.json", WEIGHTS, *(("tokenizer.json",) if name in LANGUAGE_MODELS else ()))  # a head: no tokenizer
+    missing = [file for file in needs if not (path / file).is_file()]
+    if missing:
+        raise SpecscopeError(f"{path / missing[0]}: zoo model incomplete; run 'specscope zoo train -o {path.parent}'")
     return path

@@ -41,11 +41,12 @@ from specscope.proposers.heads import Head, one_layer, save_head
 from specscope.proposers.mtp import MtpHead, published_name
 from specscope.workloads import tasks
 from specscope.zoo.config import Shape, TrainConfig
+from specscope.zoo.shipped import WEIGHTS
 from specscope.zoo.stream import IGNORE, Stream
 from specscope.zoo.tokenizer import END, PAD, save_tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
-WEIGHTS = "model.safetensors"  # each stage's weights (heads too: the published layout), in its folder
+
 
 def hf_config(shape: Shape, vocab_size: int, end_id: int, pad_id: int, **extra) -> dict:
     """A transformers ``LlamaConfig`` dictionary for ``shape``."""
@@ -231,16 +232,18 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
 
     def finish(name: str, loss: float, started: float) -> None:
         done[name] = {"key": keys[name], "loss": loss, "seconds": time.monotonic() - started,
-                      "weights_sha256": file_sha256(out_dir / name / WEIGHTS)}
+                      "files_sha256": {p.name: file_sha256(p) for p in sorted((out_dir / name).iterdir()) if p.is_file()}}
         atomic_write_text(record_path, json.dumps({"config": asdict(config), "stages": done}, indent=1) + "\n")
 
     def kept(name: str) -> bool:
-        """A finished stage of this configuration whose weights are still those it wrote (a
-        folder removed or changed since is trained again)."""
-        stage, weights = done.get(name, {}), out_dir / name / WEIGHTS
-        recorded = stage.get("weights_sha256")  # absent in records written before it was kept
-        return stage.get("key") == keys[name] and (out_dir / name / "config.json").is_file() and weights.is_file() \
-            and (recorded is None or recorded == file_sha256(weights))
+        """A finished stage of this configuration whose files are still those it wrote (a folder
+        removed, or a file of it changed or removed since — its tokenizer, its config — is trained
+        again; a record from before the files were kept names the weights alone, or nothing)."""
+        stage, folder = done.get(name, {}), out_dir / name
+        recorded = stage.get("files_sha256", {WEIGHTS: stage.get("weights_sha256"), "config.json": None})
+        return stage.get("key") == keys[name] and isinstance(recorded, dict) and all(
+            (folder / str(file)).is_file() and (digest is None or digest == file_sha256(folder / str(file)))
+            for file, digest in recorded.items())
 
     for name, shape, steps, seed in (("target", config.target, config.target_steps, config.seed),
                                      ("draft", config.draft, config.draft_steps, config.seed + 1)):
