@@ -92,6 +92,8 @@ def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
     from specscope.version import code_version
 
     assert {r["made_by"] for r in cells} == {code_version()}  # and the code that simulated it
+    assert {r["seed"] for r in cells} == {"42"}  # the seed of paper mode's draw, and the traces it drew from
+    assert all(f"{(tmp_path / 'llama3.1-8b_gsm8k.jsonl').resolve()} (SHA-256 " in r["traces"] for r in cells)
     # records that call their dataset "gsm8k" in a file another model's name: not the figures' either
     (tmp_path / "llama3.1-8b_gsm8k.jsonl").unlink()
     (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps({**record, "dataset": "gsm8k"}) + "\n")

@@ -65,6 +65,9 @@ def test_page_is_self_contained(synthetic_report, synthetic_traces):
     assert not re.search(r'(src|href)="(https?:)?//', page)
     assert "<link" not in page and "@import" not in page and "url(" not in page
     assert "default-src 'none'" in html.unescape(page)
+    assert "batch sizes 1, 8, 12 · seed 42" in html.unescape(page)  # the draws' seed: it moves n-gram's guessed cells
+    with (synthetic_report.index.parent / "speedup.csv").open(newline="") as handle:
+        assert {row["seed"] for row in csv.DictReader(handle)} == {"42"}
 
 
 def test_trace_strings_render_as_text(synthetic_report):

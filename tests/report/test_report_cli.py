@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import html
 import json
 
 from specscope.cli import main
@@ -65,6 +66,13 @@ def test_measured_cells_are_checked_against_the_reports_own_simulation(synthetic
                          if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:2", "1"))
     assert float(rows["2"]["simulated_speedup"]) == simulated and rows["60"]["simulated_speedup"] == ""
     assert (out / "measured.csv").exists() and any(out.glob("fig*_measured.png"))
+    assert "dashed what the simulator predicted" in (out / "index.html").read_text(encoding="utf-8")
+    measured.write_text(json.dumps([{"workload": "chat.jsonl", "method": "ngram", "k": 60, "batch_size": 1,
+                                     "speedup": 2.0}]))  # nothing simulated: no dashed line to describe
+    assert main([*(a if a != "1,8" else "1,8,60000" for a in base), "--measured", str(measured)]) == 0
+    page = html.unescape((out / "index.html").read_text(encoding="utf-8"))
+    assert "nothing was simulated for these runs" in page and "dashed what the simulator" not in page
+    assert "batch sizes 1, 8 (60000 left out: more than a dataset's requests)" in page
     (out / "mine.txt").write_text("kept")
     assert main(base) == 0
     assert not (out / "measured.csv").exists() and not any(out.glob("fig*_measured.png"))

@@ -313,3 +313,21 @@ def test_a_request_count_that_takes_every_request_is_the_study_without_one(tmp_p
     assert main(common) == 0 and main([*common, "--requests", "4"]) == 0 and main([*common, "--requests", "9"]) == 0
     assert seen[0] == seen[1] == seen[2] and seen[0]["requests"] is None
     assert main([*common, "--requests", "3"]) == 0 and seen[3]["requests"] == 3
+
+
+def test_a_fit_of_too_few_steps_says_which_study_options_measure_more(tmp_path):
+    """--requests 1 --max-tokens 2 traced and measured, then stopped at the fit with a message that
+    named no option of the study (no more steps could come from anything it said)."""
+    from types import SimpleNamespace
+
+    from specscope.study.run import fit_stage
+
+    steps = [{"step": i, "method": "none", "k": 0, "batch_size": 1, "tokens_verified": 1, "tokens_emitted": [1],
+              "draft_s": 0.0, "verify_s": 0.004, "sample_s": 0.0, "overhead_s": 0.0, "kv_tokens": 30 + i,
+              "prefill_tokens": 0, "prefill_s": 0.0} for i in range(2)]
+    (tmp_path / "w__none.steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
+    (tmp_path / "w__none.json").write_text(json.dumps([{"step_records": 2}]))
+    config = SimpleNamespace(measure_dir=tmp_path, model_dir=tmp_path / "target", cost_model_path=tmp_path / "m.json")
+    with pytest.raises(SpecscopeError, match=r"measured points for .* more --requests or a larger --max-tokens"):
+        fit_stage(config, print)
+    assert not (tmp_path / "m.json").exists()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from specscope.cli._common import add_table_output, human_stream, note_mismatches, print_table, refuse_clashes, write_rows
 from specscope.errors import SpecscopeError
-from specscope.fileio import first_line
+from specscope.fileio import first_line, provenance
 
 if TYPE_CHECKING:
     from specscope.sim.grid import SimRow
@@ -184,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=out)
     table: dict[tuple[str, str, str], list[str]] = {}
     cells, differences, made_by = [], [], code_version()
+    drawn = {"seed": config.seed, "traces": "; ".join(map(provenance, files))}  # paper mode's draw of 300: its seed
     for row in rows:
         dataset = None if row.dataset in foreign else paper_dataset(row.dataset)
         paper = None if dataset is None else reference.get((row.acc, dataset, row.policy, row.batch_size))
@@ -191,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
         table.setdefault((row.dataset, row.acc, row.policy), []).append(cell)
         if paper is not None:
             differences.append(abs(row.speedup - paper))
-        cells.append({**row.flat(), "cost_model": H100_LLAMA31_8B.name, "paper_speedup": paper, "made_by": made_by})
+        cells.append({**row.flat(), "cost_model": H100_LLAMA31_8B.name, "paper_speedup": paper, **drawn,
+                      "made_by": made_by})
     batch_sizes = list(config.batch_sizes)
     print_table(
         "speedup over no SD, paper mode, H100 cost model" + (" — ours (paper's figure)" if differences else ""),

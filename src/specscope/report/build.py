@@ -173,9 +173,11 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
                    s.request_std, s.request_p5, s.request_p95, s.position_mean, s.mean_prompt_len,
                    s.mean_output_len] for s in data.singles]
     pair_rows = [[p.dataset, f"{p.a} vs {p.b}", p.positions, p.a_beats_b, p.b_beats_a, p.ties] for p in data.pairs]
+    simulated = {row.batch_size for row in data.rows}
     return Page(
         traces=[provenance(t) for t in data.traces], cost_model=data.cost_label, mode=config.sim.mode,
-        batch_sizes=config.sim.batch_sizes, answer=data.answer, figures=figures,
+        batch_sizes=[b for b in config.sim.batch_sizes if b in simulated], seed=config.sim.seed,
+        left_out=[b for b in config.sim.batch_sizes if b not in simulated], answer=data.answer, figures=figures,
         tables=[
             ("Acceptance length per request (mean acc_len of each request, then statistics)",
              stats_header, stats_rows),

@@ -47,7 +47,7 @@ TABLES = [
     TableSpec("pairs.csv", lambda d: [p.flat() for p in d.pairs] or None),  # one proposer: nothing to pair
     TableSpec("request_means.csv", lambda d: d.means),
     TableSpec("position_profile.csv", lambda d: [r.flat() for r in d.profile]),
-    TableSpec("speedup.csv", lambda d: _priced(d, [r.flat() for r in d.rows])),
+    TableSpec("speedup.csv", lambda d: _priced(d, [r.flat() for r in d.rows], seed=d.config.sim.seed)),
     TableSpec("answer.csv", lambda d: _priced(d, [a.flat() for a in d.answer], mode=d.config.sim.mode,
                                               seed=d.config.sim.seed)),  # paper mode's draw depends on the seed
     TableSpec("bleu.csv", lambda d: [r.flat() for r in d.bleu]),
@@ -199,12 +199,15 @@ FIGURES = [
     FigureSpec(
         "measured",
         lambda d: "Measured speedup, and the simulator's prediction for the same runs",
-        lambda d: "Solid lines are what the engine measured, dashed what the simulator predicted from the "
-                  f"traces and the cost model ({d.cost_label}): "
-                  + ("the gap between them is the simulator's error, where that model was fitted to the same "
-                     "engine's runs." if _fitted(d.cost) else "this model was not fitted to an engine's runs (a "
-                     "preset or a roofline), so the gap holds how far its prices are from that engine's, not "
-                     "only the simulator's error: fit one with `costmodel fit`."),
+        lambda d: ("Solid lines are what the engine measured; nothing was simulated for these runs (the "
+                   "traces hold none of their cells: the notes say which)."
+                   if all(c.simulated_speedup is None for c in d.measured) else
+                   "Solid lines are what the engine measured, dashed what the simulator predicted from the "
+                   f"traces and the cost model ({d.cost_label}): "
+                   + ("the gap between them is the simulator's error, where that model was fitted to the same "
+                      "engine's runs." if _fitted(d.cost) else "this model was not fitted to an engine's runs (a "
+                      "preset or a roofline), so the gap holds how far its prices are from that engine's, not "
+                      "only the simulator's error: fit one with `costmodel fit`.")),
         lambda d: F.measured_figure(d.measured),
         lambda d: None if d.measured else "no measured runs were given (--measured)",
     ),

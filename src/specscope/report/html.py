@@ -54,7 +54,8 @@ class Page:
     traces: Sequence[str]
     cost_model: str
     mode: str
-    batch_sizes: Sequence[int]
+    batch_sizes: Sequence[int]  # those simulated
+    seed: int  # the simulator's (paper mode draws requests with it, n-gram's no-match guess is drawn with it)
     answer: Sequence[AnswerRow]
     figures: Sequence[FigureEntry]
     tables: Sequence[tuple[str, Sequence[str], Sequence[Sequence[object]]]] = ()  # (title, header, rows)
@@ -65,6 +66,7 @@ class Page:
     edges: Mapping[tuple[str, str], tuple[int, str]] = field(default_factory=dict)  # per dataset and proposer:
     # the largest fixed k searched (a best policy there may want more) and what the page says of a longer one
     trees: tuple[Sequence[str], Sequence[Sequence[str]]] = ((), ())  # tree vs chain: header, rows
+    left_out: Sequence[int] = ()  # batch sizes asked for and simulated for no dataset
 
 
 def _fmt(value: object) -> str:
@@ -176,7 +178,9 @@ def render(page: Page) -> str:
     loads = "".join(f"<li>{esc(s)}</li>" for s in page.load_summaries)
     csvs = " · ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in page.csv_files)
     meta = (f"Traces: {', '.join(page.traces)} · cost model {page.cost_model} · {page.mode} mode · "
-            f"batch sizes {', '.join(map(str, page.batch_sizes))}")
+            f"batch sizes {', '.join(map(str, page.batch_sizes))}"
+            + (f" ({', '.join(map(str, page.left_out))} left out: more than a dataset's requests)" if page.left_out
+               else "") + f" · seed {page.seed}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">

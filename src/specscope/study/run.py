@@ -180,7 +180,11 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     from specscope.analysis.timesplit import read_steps
     from specscope.costmodel.fit import fit_linear
 
-    model, quality = fit_linear(read_steps(steps_files(config)), name="fitted-" + config.model_dir.name)
+    try:
+        model, quality = fit_linear(read_steps(steps_files(config)), name="fitted-" + config.model_dir.name)
+    except SpecscopeError as error:  # its one refusal: too few steps for the terms; say what measures more
+        raise SpecscopeError(f"{error} (a study measures more steps with more --requests or a larger --max-tokens, "
+                             "in a new -o folder)") from None
     _write_cost_model(config, model)
     say(f"fit     {quality.summary()}")
     return model
