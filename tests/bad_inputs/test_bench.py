@@ -37,7 +37,8 @@ LONG_PROMPT = {"long.jsonl": json.dumps({"id": "short", "prompt_token_ids": [4] 
 
 CASES = [
     Case("prompt-alone-fills-the-positions", ["bench", "--model", _bundled_target(), "--workload", "long.jsonl"],
-         r"request 'long-one': its prompt \(1100 tokens\) leaves no room for an output in the 1024 positions", LONG_PROMPT),
+         r"long\.jsonl:2: field 'prompt_token_ids': request 'long-one': its prompt \(1100 tokens\) leaves no room for an "
+         r"output in the 1024 positions", LONG_PROMPT),
     Case("openai-top-p", ["bench", "--backend", "openai", "--url", "http://127.0.0.1:1", "--workload", "w.jsonl",
                           "--top-p", "0.5"], r"--top-p: only with --backend reference", WORKLOAD),
     Case("records-is-the-workload", [*REF, "--records", "w.jsonl"], r"--records w\.jsonl: is also an input",
@@ -61,6 +62,7 @@ CASES = [
     Case("o-under-a-file", [*REF, "-o", "taken.txt/rows.csv"], r"taken\.txt: is not a directory", WITH_FILE),
     Case("o-suffix", [*REF, "-o", "rows.txt"], r"rows\.txt: expected a \.csv or \.json", WORKLOAD),
     Case("records-directory", [*REF, "--records", "taken"], r"taken: is a directory", WITH_DIR),
+    Case("records-not-jsonl", [*REF, "--records", "steps.csv"], r"steps\.csv: expected a \.jsonl output file", WORKLOAD),
     Case("two-stdouts", [*REF, "-o", "-", "--records", "-"], r"only one output may be -", WORKLOAD),
     Case("openai-idle-timeout-zero", [*OPENAI, "--url", "{plain}", "--idle-timeout", "0"], r"--idle-timeout.*> 0",
          WORKLOAD),

@@ -38,7 +38,8 @@ CASES = [
          r"engine 'r', workload w\.jsonl: s\.toml: field 'max_tokens': 8: the longest prompt",
          {"s.toml": BASE + "max_tokens = 8\n" + SPECSCOPE, "w.jsonl": LONG}),
     Case("specscope-engine-warm-up-prompt-past-its-positions", ["sweep", "s.toml"],  # every cell failed at its warm-up
-         r"engine 'r', workload w\.jsonl: request 'long': its prompt \(1100 tokens\) leaves no room",
+         r"engine 'r', workload w\.jsonl: w\.jsonl:2: field 'prompt_token_ids': request 'long': its prompt \(1100 tokens\) "
+         r"leaves no room",
          {"s.toml": BASE + "max_tokens = 8\nnum_requests = 1\n" + SPECSCOPE,
           "w.jsonl": WORKLOAD + json.dumps({"id": "long", "prompt_token_ids": [4] * 1100}) + "\n"}),
     Case("engine-name-a-path", DRY, r"s\.toml: engines\[0\]\.name: expected letters, digits.*got '\.\./\.\./x'",

@@ -199,6 +199,8 @@ def test_bench_refuses_a_batch_of_more_distinct_requests_than_the_workload_has(l
         ('{"id": "x", "prompt_token_ids": [1, -2]}', ":2: field 'prompt_token_ids'"),
         ('{"id": "x"}', ":2: expected exactly one"),
         ('{"id": "a", "prompt_token_ids": [1]}', ":2: field 'id': 'a' already used on line 1"),
+        ('{"id": "x", "prompt": "hi", "max_tokens": 2}', ":2: field 'max_tokens': unknown field"),  # was ignored
+        ('{"id": "x", "prompt_ids": [1]}', ":2: field 'prompt_ids': unknown field"),
     ],
 )
 def test_workload_errors_name_file_and_line(tmp_path, line, match):
@@ -346,3 +348,17 @@ def test_the_reference_bench_refuses_a_draft_of_another_tokenizer(tmp_path, caps
                  "--draft", str(draft), "--workload", str(bundled_path("code")), "--max-tokens", "4",
                  "--batch-sizes", "1", "-o", str(tmp_path / "r.json")]) == 2
     assert "tokens differ in id or meaning" in capsys.readouterr().err
+
+
+def test_replicate_batching_compares_every_copy_with_no_sd():
+    """Only each request's first copy (#0) was compared: a difference in copy #1 read as greedy_match."""
+    from types import SimpleNamespace
+
+    from specscope.backends.reference import _row, _Run
+    from specscope.engine.records import SpecDecodeStats
+
+    config = SimpleNamespace(method="ngram", k=2, tree=None, batching="replicate", temperature=0.0)
+    base = _Run({"a#0": [1, 2], "a#1": [1, 2], "b#0": [3], "b#1": [3]}, 6, 1.0, [], SpecDecodeStats(k=2))
+    sd = _Run({"a#0": [1, 2], "a#1": [1, 9], "b#0": [3], "b#1": [3]}, 6, 0.5, [], SpecDecodeStats(k=2))
+    row = _row(config, 2, 2, base, sd, compare=True)
+    assert row.details["greedy_match"] is False and row.details["mismatched_requests"] == 1

@@ -102,10 +102,7 @@ def _lockstep(
         seconds[i] += engines[i].clock.now() - start
     runs = []
     for engine, out, sec in zip(engines, outputs, seconds):
-        generated = sum(len(t) for t in out.values())
-        if config.batching == "replicate":
-            out = {rid.rsplit("#", 1)[0]: tokens for rid, tokens in out.items() if rid.endswith("#0")}
-        runs.append(_Run(out, generated, sec, engine.step_records, engine.stats))
+        runs.append(_Run(out, sum(len(t) for t in out.values()), sec, engine.step_records, engine.stats))
     return runs
 
 
@@ -188,7 +185,9 @@ def _row(
 ) -> BenchRow:
     """One row (fields in the module docstring) from the two runs at ``batch_size``."""
     greedy = config.temperature == 0 and compare
-    mismatched = [rid for rid in base.outputs if base.outputs[rid] != sd.outputs.get(rid)]
+    mismatched = [rid for rid in base.outputs if base.outputs[rid] != sd.outputs.get(rid)]  # every copy compared
+    if config.batching == "replicate":  # a request counted once, whichever of its copies differ
+        mismatched = list(dict.fromkeys(rid.rsplit("#", 1)[0] for rid in mismatched))
     if greedy and mismatched:
         log.warning(
             "batch %d: SD output differs from no-SD output for %d requests (%s)",

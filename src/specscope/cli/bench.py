@@ -17,7 +17,6 @@ from specscope.backends.openai.bench import run_bench as run_serving_bench
 from specscope.cli._common import (
     add_table_output,
     atomic_write_text,
-    check_user_output,
     checkpoint_files,
     human_stream,
     is_stdout,
@@ -28,6 +27,7 @@ from specscope.cli._common import (
     write_rows,
 )
 from specscope.errors import SpecscopeError
+from specscope.fileio import check_jsonl_output
 from specscope.methods import LEARNED, NO_SD, names
 from specscope.policy.learned import load_policy, policy_notes
 from specscope.trees import parse_tree
@@ -141,7 +141,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=("table", "json"), default="table")
     add_table_output(parser, "the rows")
     parser.add_argument(
-        "--records", type=check_user_output, metavar="FILE", help="write per-step records (JSON Lines; - for standard output)"
+        "--records", type=check_jsonl_output, metavar="FILE",
+        help="write per-step records (a .jsonl file: JSON Lines; - for standard output)"
     )
     add_openai_bench_arguments(parser)
     parser.set_defaults(run=run)

@@ -149,16 +149,18 @@ class ModelConfig:
 
 def check_max_tokens(model_dir: Path, requests: Sequence, max_tokens: int, option: str = "--max-tokens") -> None:
     """Refuse ``--max-tokens`` (``option``: how the user set it) where the longest of
-    ``requests`` (objects with ``id`` and ``prompt_token_ids``) and ``max_tokens`` outputs would
-    not fit the model's positions (``max_position_embeddings``), before any model is loaded;
-    the error names that request."""
+    ``requests`` (objects with ``id`` and ``prompt_token_ids``, and maybe the ``source`` of a
+    workload's line) and ``max_tokens`` outputs would not fit the model's positions
+    (``max_position_embeddings``), before any model is loaded; the error names that request."""
     limit = ModelConfig.from_dir(model_dir).max_position_embeddings
     if limit is None or not requests:
         return
     longest = max(requests, key=lambda request: len(request.prompt_token_ids))
     size = len(longest.prompt_token_ids)
     if size >= limit:  # no --max-tokens would do: the prompt is the problem
-        raise SpecscopeError(f"request {str(longest.id)!r}: its prompt ({size} tokens) leaves no room for an output "
+        source = getattr(longest, "source", "")
+        raise SpecscopeError(f"{source + ': ' if source else ''}request {str(longest.id)!r}: its prompt ({size} "
+                             "tokens) leaves no room for an output "
                              f"in the {limit} positions of {model_dir} (max_position_embeddings): shorten it, or leave "
                              "it out")
     if size + max_tokens > limit:

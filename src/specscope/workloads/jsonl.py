@@ -2,8 +2,11 @@
 
 Each line is an object with ``id`` (string or integer) and either ``prompt`` (text, tokenised
 with the model directory's ``tokenizer.json``; no chat template is applied) or
-``prompt_token_ids`` (a non-empty list of non-negative integers). Blank lines are skipped;
-anything else that is wrong stops the read with ``file:line: field: what was expected``.
+``prompt_token_ids`` (a non-empty list of non-negative integers), and optionally what
+``workload make`` and the bundled workloads add: ``reference`` and ``answer`` (not read here).
+Any other field is refused: a request's own ``max_tokens`` or ``temperature``, or a misspelt
+``prompt_ids``, would be ignored unsaid. Blank lines are skipped; anything else that is wrong
+stops the read with ``file:line: field: what was expected``.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from specscope.fileio import read_jsonl
 from specscope.trace.fields import Fields
 
 
+FIELDS = ("id", "prompt", "prompt_token_ids", "reference", "answer")  # a workload line's
+
+
 @dataclass(frozen=True)
 class WorkloadRequest:
     id: str
     prompt_token_ids: list[int]
+    source: str = ""  # where its prompt stands: ``file:line: field 'prompt'`` (errors about it name it)
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ def read_workload(path: str | Path, tokenizer=None, vocab_size: int | None = Non
 def _parse(obj: object, path: Path, line: int) -> Prompt:
     """One workload line (see the module docstring)."""
     fields = Fields(obj, path, line)
+    fields.only(FIELDS)
     rid = fields.text("id")
     if fields.has("prompt") == fields.has("prompt_token_ids"):
         raise fields.error(None, "expected exactly one of 'prompt' and 'prompt_token_ids'")
@@ -86,7 +94,7 @@ def _parse(obj: object, path: Path, line: int) -> Prompt:
 
 def _tokenize(prompt: Prompt, path: Path, tokenizer) -> WorkloadRequest:
     if prompt.token_ids is not None:
-        return WorkloadRequest(prompt.id, list(prompt.token_ids))
+        return WorkloadRequest(prompt.id, list(prompt.token_ids), where(path, prompt.line, "prompt_token_ids"))
     if tokenizer is None:
         raise SpecscopeError(
             f"{where(path, prompt.line, 'prompt')}: text prompts need the model directory's tokenizer.json "
@@ -95,4 +103,4 @@ def _tokenize(prompt: Prompt, path: Path, tokenizer) -> WorkloadRequest:
     ids = tokenizer.encode(prompt.text).ids
     if not ids:
         raise SpecscopeError(f"{where(path, prompt.line, 'prompt')}: tokenises to no tokens")
-    return WorkloadRequest(prompt.id, ids)
+    return WorkloadRequest(prompt.id, ids, where(path, prompt.line, "prompt"))
