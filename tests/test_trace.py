@@ -51,17 +51,6 @@ def test_own_schema_round_trips(tmp_path):
     assert '"draft_prob":[[0.5,0.25],[0.1,null],[0.9,0.8]]' in path.read_text()
 
 
-def test_draft_probabilities_round_trip_exactly(tmp_path):
-    """A probability below a millionth, or with more than six decimals, reads back as the same float32."""
-    probs = np.array([[3.2e-8, 0.123456789], [1e-30, 0.99999994]], dtype=np.float32)
-    record = TraceRecord(id="a", prompt_token_ids=np.array([1]), output_token_ids=np.array([3, 4]),
-                         proposers={"eagle": ProposerTrace(np.array([1, 2], dtype=np.int32), None, probs)})
-    path = tmp_path / "t.jsonl"
-    write_traces(path, [record])
-    (back,), _ = load_traces([path])
-    assert np.array_equal(back.proposers["eagle"].draft_prob, probs)
-
-
 def test_length_mismatch_common_prefix_is_counted(tmp_path):
     lines = [bench_record(0), bench_record(1, eagle=(2, 1)), bench_record(2, eagle=(2, 1, 1, 1, 1, 1)),
              bench_record(3, ngram=(1,) * 5, eagle=(1,) * 7)]  # 1 + 3 entries past the output: both arrays' count

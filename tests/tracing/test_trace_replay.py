@@ -15,6 +15,7 @@ from specscope.sim.plan import make_plan  # noqa: E402
 from specscope.sim.policies import parse_policy  # noqa: E402
 from specscope.trace import load_traces  # noqa: E402
 from specscope.tracing.settings import settings_path  # noqa: E402
+from specscope.version import code_version  # noqa: E402
 from specscope.trees import TreeShape  # noqa: E402
 
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7, 8, 5, 6], [9, 10, 11, 12, 13], [3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3, 4, 3]]
@@ -74,15 +75,19 @@ def test_traces_have_acceptance_and_align(traced):
         assert record.proposers["ngram"].draft_prob is None
 
 
-def test_trace_resumes_without_redoing_or_losing(traced, target_and_draft, tmp_path):
+def test_trace_resumes_without_redoing_or_losing(traced, target_and_draft, tmp_path, capsys):
     out, workload = traced
     target, draft = target_and_draft
     lines = out.read_text().splitlines()
     partial = tmp_path / "partial.jsonl"
     partial.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-write
-    settings_path(partial).write_bytes(settings_path(out).read_bytes())
+    settings = json.loads(settings_path(out).read_text())
+    assert settings["made_by"] == [code_version()]
+    settings_path(partial).write_text(json.dumps({**settings, "made_by": ["specscope 0.0.9"]}))  # traced by older code
     assert main(["trace", "--model", str(target), "--proposers", f"ngram,draft={draft}", "--workload", str(workload),
                  "--k-max", "6", "--max-tokens", "40", "--batch-size", "2", "-o", str(partial)]) == 0
+    assert f"resumed by {code_version()}; its earlier records by specscope 0.0.9" in capsys.readouterr().err
+    assert json.loads(settings_path(partial).read_text())["made_by"] == ["specscope 0.0.9", code_version()]
     resumed = partial.read_text().splitlines()
     assert len(resumed) == 3 and resumed[0] == lines[0]
     assert sorted(json.loads(line)["id"] for line in resumed) == ["r0", "r1", "r2"]

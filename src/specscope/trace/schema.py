@@ -73,9 +73,10 @@ class ProposerTrace:
         out: dict = {"acc_len": self.acc_len.tolist()}
         if self.draft_len is not None:
             out["draft_len"] = self.draft_len.tolist()
-        if self.draft_prob is not None:  # NaN (nothing offered there) as null; a value as the shortest decimal reading back to it
-            out["draft_prob"] = [[None if np.isnan(v) else float(str(v)) for v in row]
-                                 for row in self.draft_prob.astype(np.float32)]
+        if self.draft_prob is not None:  # NaN (nothing offered there) is written as null; 6 decimals: the last bits,
+            # which another batch's matmul shapes move, left out (a resumed trace almost always the bytes of one run whole)
+            rounded = np.round(self.draft_prob.astype(float), 6)
+            out["draft_prob"] = [[None if np.isnan(v) else v for v in row] for row in rounded.tolist()]
         if self.tree_rank is not None:
             out["tree_rank"] = self.tree_rank.tolist()
         return out

@@ -7,7 +7,10 @@
 - ``k_max``, ``max_tokens``, ``dtype``, ``dataset``, ``ngram_n`` (shortest and longest n-gram);
 - ``workload`` — a SHA-256 of the requests (ids and prompt token ids, in order);
 - ``trees`` (only when ``--trees`` was given) — the requested tree shapes; ``tree_rank`` is
-  recorded to the deepest of them, and ``traces inspect`` replays each.
+  recorded to the deepest of them, and ``traces inspect`` replays each;
+- ``made_by`` — the code versions (:func:`specscope.version.code_version`) that wrote its records,
+  in order: a resume by another adds itself (not refused: a commit seldom changes what is traced,
+  but the file says which code traced which part, and the resume says so).
 
 A fingerprint is a SHA-256 of ``config.json`` and of the weight files' contents
 (:func:`specscope.engine.config.model_fingerprint`): a copied model keeps it, a retrained or
@@ -27,12 +30,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from pathlib import Path
 from typing import Sequence
 
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, read_json_object
 from specscope.trace.load import holds_traces
+from specscope.version import code_version
+
+MADE_BY = "made_by"  # the code versions that wrote a trace's records (not a setting a resume must match)
+
 
 def settings_path(output: Path) -> Path:
     """``<output>.settings.json``."""
@@ -65,12 +73,17 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
             raise SpecscopeError(f"{sidecar}: holds no trace settings (damaged?): cannot tell what {output.name} was "
                                  "traced with; start over (`trace --overwrite`) or trace into another file")
         old = read_json_object(sidecar, "trace settings (a JSON object)")
-        for key in sorted(set(old) | set(settings)):
+        for key in sorted((set(old) | set(settings)) - {MADE_BY}):
             if old.get(key) != settings.get(key):
                 was, now, where = _differing(old.get(key), settings.get(key))
                 raise SpecscopeError(f"{output}: traced with other settings: {key}{where} was {_show(was)}, now "
                                      f"{_show(now)}; start over (`trace --overwrite`, or delete the file) or "
                                      "trace into another file")
+        versions = old.get(MADE_BY) if isinstance(old.get(MADE_BY), list) else []  # none: before it was kept
+        if code_version() not in versions and not dry_run:
+            print(f"note: {output}: resumed by {code_version()}; its earlier records by "
+                  f"{', '.join(map(str, versions)) or 'a specscope that did not say'}", file=sys.stderr)
+            atomic_write_text(sidecar, json.dumps({**old, MADE_BY: [*versions, code_version()]}, indent=1) + "\n")
         return
     if sidecar.exists() and not _ours(sidecar) and not (overwrite and has_records and holds_traces(output)):
         raise SpecscopeError(f"{sidecar}: exists and holds no trace settings: specscope replaces only its own; "
@@ -80,7 +93,7 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
     if output.is_file():
         with open(output, "r+b") as old_traces:  # emptied in place: a symbolic link stays one, and the mode stays
             old_traces.truncate(0)
-    atomic_write_text(sidecar, json.dumps(settings, indent=1) + "\n")
+    atomic_write_text(sidecar, json.dumps({**settings, MADE_BY: [code_version()]}, indent=1) + "\n")
 
 
 def _holds_text(path: Path) -> bool:
