@@ -169,16 +169,18 @@ class Chooser:
         free = np.maximum.accumulate(np.maximum(score[:, self._others].max(axis=1), zero), axis=1) if self._others \
             else np.broadcast_to(zero, (rows, depth))
         free = free[:, widths]  # [B, W]
-        reach = np.full((len(self._drafters), rows, depth), -np.inf)
-        reach[:, :, 1:] = np.maximum.accumulate(score[:, self._drafters, 1:], axis=2).transpose(1, 0, 2)
-        value = np.full((len(widths), *(depth,) * len(self._drafters)), -np.inf)  # [W, k_d of each drafter]
-        for depths in itertools.product(range(depth), repeat=len(self._drafters)):
-            fits = widths >= max(depths, default=0)  # a drafter runs no deeper than the width
-            best = free[:, fits]
-            for d, k_d in enumerate(depths):
-                best = np.maximum(best, reach[d, :, k_d, None])
-            paid = sum(self.fixed[d, k_d] for d, k_d in zip(self._drafters, depths))
-            value[(fits, *depths)] = best.sum(axis=0) - rate * paid
+        drafters = len(self._drafters)  # every combination of their depths at once: drafter d's k_d on axis d
+        best = free.reshape(rows, len(widths), *(1,) * drafters)  # [B, W, k_d of each drafter]: each row's best
+        paid, deepest = np.zeros((1,) * drafters), np.zeros((1,) * drafters, dtype=int)  # F_B summed; the largest k_d
+        for d, m in enumerate(self._drafters):
+            axis = tuple(depth if a == d else 1 for a in range(drafters))
+            reach = np.full((rows, depth), -np.inf)  # its best k ≤ k_d (k_d = 0: it does not run)
+            reach[:, 1:] = np.maximum.accumulate(score[:, m, 1:], axis=1)
+            best = np.maximum(best, reach.reshape(rows, 1, *axis))
+            paid = paid + self.fixed[m].reshape(axis)
+            deepest = np.maximum(deepest, np.arange(depth).reshape(axis))
+        value = best.sum(axis=0) - rate * paid  # [W, k_d of each drafter]
+        value[widths.reshape(-1, *(1,) * drafters) < deepest] = -np.inf  # a drafter runs no deeper than the width
         if self.pads:
             value -= (rate * self.verify).reshape(-1, *(1,) * len(self._drafters))  # every row waits for the widest
         w, *depths = np.unravel_index(int(value.argmax()), value.shape)
