@@ -168,3 +168,21 @@ def test_unsupported_trees_are_refused(llama_dir, method, draft, shape, message)
     with pytest.raises(SpecscopeError, match=message):
         load_engine(llama_dir, method, llama_dir if draft else None, max_batch_size=1, max_seq_len=32,
                     tree=TreeShape.parse(shape))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_trees_children_are_drafted_in_the_traces_rank_order(dtype):
+    """A node of rank r is the token ``rank_of`` calls rank r, ties by the smaller id: topk put the
+    larger of two tied ids first in bfloat16 on a CPU (scores 11, 10.5, 10.5 of ids 652, 646,
+    408: rank 1 drafted 646 where the trace's rank 1 was 408), and the replay credited a tree
+    with acceptances the engine never had. Zeros of either sign, and infinities, ordered too."""
+    from specscope.proposers.rollout import rank_of, ranked
+
+    scores = torch.zeros(1, 1, 1024, dtype=dtype)
+    scores[0, 0, [652, 646, 408]] = torch.tensor([11.0, 10.5, 10.5], dtype=dtype)
+    assert ranked(scores, 3).tolist() == [[[652, 408, 646]]]
+    generator = torch.Generator().manual_seed(0)
+    many = (torch.randn(3, 5, 300, generator=generator) * 3).round().to(dtype)  # many ties
+    many[0, 0, :5], many[0, 0, 5:9], many[1, 1, :3] = -0.0, 0.0, float("-inf")
+    order = ranked(many, 40)
+    assert all((rank_of(many, order[..., r]) == r).all() for r in range(40))

@@ -144,6 +144,19 @@ def roll_out(tree: RolloutTree, prefix_out: torch.Tensor, step: Step,
     return torch.cat(tokens, 1)[:, :count], torch.cat(confidence, 1)[:, :count]
 
 
+def ranked(scores: torch.Tensor, count: int) -> torch.Tensor:
+    """The ``count`` best tokens of ``scores`` [..., vocab] in rank order [..., count]: by score,
+    descending, and among equal scores the smaller id first — :func:`rank_of`'s order, which
+    ``topk`` does not keep (on a CPU in bfloat16 it put the larger of two tied ids first, and a
+    tree drafted another token than its trace's rank named). Exact: each score (a float32 holds
+    a bfloat16 or float16 exactly) as an integer of the same order, the id below it."""
+    values = scores.float() + 0.0  # −0.0 becomes +0.0: equal scores, equal keys
+    bits = values.view(torch.int32).to(torch.int64)
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # the floats' order, as signed integers
+    ids = torch.arange(scores.shape[-1], device=scores.device)
+    return ((ordered << 32) + (0xFFFFFFFF - ids)).topk(count, dim=-1).indices
+
+
 def rank_of(scores: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
     """The rank of ``token`` [batch, W] in ``scores`` [batch, W, vocab]: how many tokens score
     higher, or as high with a smaller id (0 exactly when ``scores.argmax(-1) == token``)."""

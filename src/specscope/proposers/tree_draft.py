@@ -18,7 +18,7 @@ import torch
 from specscope.engine.config import ModelConfig
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import AttentionContext
-from specscope.proposers.rollout import Step
+from specscope.proposers.rollout import Step, ranked
 from specscope.trees import TreeShape
 
 
@@ -50,7 +50,7 @@ def draft_tree(
         parent = parents[level.start : level.stop] - previous.start  # [W]: column in ``states``
         rank = ranks[level.start : level.stop]  # [W]
         most = max(path[-1] for path in tree.paths[level.start - 1 : level.stop - 1]) + 1
-        top = logits(states).topk(most, dim=-1).indices  # [batch, W_prev, most]
+        top = ranked(logits(states), most)  # [batch, W_prev, most]
         level_tokens = top[:, parent, rank]  # [batch, W]
         tokens.append(level_tokens)
         if depth < tree.depth:
