@@ -75,6 +75,11 @@ CASES = [
          files={**TRACES, "p.json": policy_file(("ngram", "eagle")).replace('"pads": false', '"pads": false, "pads": true')}),
     Case("policy-unknown-field", ["policy", "explain", "p.json"], r"p\.json: malformed policy file: extra: unknown field",
          files=altered(lambda d: d.update(extra=1))),
+    Case("policy-deeper-than-any-engine", ["policy", "explain", "p.json"],
+         r"p\.json: malformed policy file: intercept: expected \[2\]\[J\], 1 <= J <= 64",
+         files=altered(lambda d: [d.update(intercept=[[0.0] * 100] * 2, base_rate=[[0.5] * 100] * 2),
+                                  d["models"][0].update(seconds=[[1.0] * 101] * 2, fixed=[[0.0] * 101] * 2,
+                                                        verify=[0.5] * 101)])),
     Case("policy-file-twice", SIM + ["learned:p.json,learned:./p.json"],
          r"policies 'learned:p\.json' and 'learned:\./p\.json' read one policy file's content \(SHA-256 [0-9a-f]+\): "
          r"give it once", files=altered(lambda d: None)),

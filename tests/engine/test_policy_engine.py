@@ -34,7 +34,7 @@ from specscope.engine.proposer_api import ProposerConfig  # noqa: E402
 from specscope.engine.runner import Engine, SamplingParams  # noqa: E402
 from specscope.errors import SpecscopeError  # noqa: E402
 from specscope.policy.features import feature_names  # noqa: E402
-from specscope.policy.learned import SCHEMA, load_policy  # noqa: E402
+from specscope.policy.learned import SCHEMA, load_policy, stamp  # noqa: E402
 from specscope.policy.observation import OverlapCounter, prompt_overlap  # noqa: E402
 from specscope.serve.server import create_server  # noqa: E402
 
@@ -172,7 +172,7 @@ def test_overlap_counter_is_prompt_overlap_one_token_at_a_time():
         == pytest.approx(expected.tolist())
 
 
-def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys):
+def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys, monkeypatch):
     """``bench --policy``: rows labelled ``learned`` with the policy file and its methods, greedy
     output equal to no SD; ``serve --policy``: completions equal to the no-SD engine's."""
     target, head_dir, policy_path, target_dir = setup
@@ -184,6 +184,23 @@ def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [(r["method"], r["k"], r["batch_size"]) for r in rows] == [("learned", K, 1), ("learned", K, 3)]
     assert all(r["greedy_match"] and r["policy"] == "learned:policy.json (ngram+eagle)" for r in rows)
+    # rows name the content that ran: the file refitted (or removed) while it ran relabelled them (or lost them)
+    import specscope.policy.learned as learned_module
+
+    moved, loaded = tmp_path / "policy.json", learned_module.load_policy
+    moved.write_bytes(policy_path.read_bytes())
+
+    def load_then_remove(path):
+        policy = loaded(path)
+        Path(path).unlink()
+        return policy
+
+    monkeypatch.setattr(learned_module, "load_policy", load_then_remove)
+    assert main(["bench", "--model", str(target_dir), "--policy", str(moved), "--draft", str(head_dir),
+                 "--workload", str(workload), "--batch-sizes", "1", "--max-tokens", "6", "--repeats", "1",
+                 "-o", str(tmp_path / "rows.json")]) == 0
+    assert not moved.exists()
+    assert json.loads((tmp_path / "rows.json").read_text())[0]["policy_sha256"] == stamp(policy_path.read_bytes())
 
     engine, _ = load_engine(target_dir, draft_dir=head_dir, policy=policy_path, max_batch_size=2, max_seq_len=64)
     plain = run(Engine(target, None, K, 2, 64), prompts[:2], 10)

@@ -222,6 +222,7 @@ def _row(
             "greedy_match": (not mismatched) if greedy else None,
             "mismatched_requests": len(mismatched) if greedy else None,
             **({"policy": policy.label} if policy is not None else {}),
+            "policy_sha256": None if policy is None else policy.sha256,  # the content that ran (its rows' stamp)
         },
         tree=config.tree,
     )

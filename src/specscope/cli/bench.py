@@ -271,18 +271,18 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    finished = BenchResult([])
+    finished, labels = BenchResult([]), _labels(args, config)
     try:
         result = run_bench(config, finished)
     except BaseException:  # interrupted, refused or failed (a server gone, memory run out): what finished is kept
         if finished.rows and (args.output or args.records):
-            _write(args, config, finished)
+            _write(args, finished, labels)
             kept = " and ".join(str(p) for p in (args.output, args.records) if p and not is_stdout(p))
             print(f"note: the {len(finished.rows)} batch size(s) finished (B="
                   f"{','.join(str(row.batch_size) for row in finished.rows)}) are in {kept or 'standard output'}",
                   file=sys.stderr)
         raise
-    rows = _write(args, config, result)
+    rows = _write(args, result, labels)
     if args.format == "json":
         print(json.dumps(rows, indent=1), file=out)
     elif isinstance(config, ServingBenchConfig):
@@ -296,12 +296,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig, result: BenchResult) -> list[dict]:
-    """``result``'s rows, labelled with the workload (its name: what `report --measured` matches),
-    how its outputs were made (a sampled row measures other outputs than a greedy one) and the
-    model that made them (two checkpoints' rows were indistinguishable; the reference engine's:
-    each checkpoint's fingerprint, as a trace's settings keep it, the dtype and the device), written
-    to ``-o``, and its step records to ``--records``, where given; the rows."""
+def _labels(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig) -> dict:
+    """What every row is labelled with, read before the run (a file changed or removed while it
+    ran neither relabels nor loses its rows): the workload (its name: what `report --measured`
+    matches), how its outputs were made (a sampled row measures other outputs than a greedy one)
+    and the model that made them (two checkpoints' rows were indistinguishable; the reference
+    engine's: each checkpoint's fingerprint, as a trace's settings keep it, the dtype and the
+    device; a policy's content its rows carry, as the engine loaded it)."""
     from specscope.fileio import file_sha256
     from specscope.version import code_version
 
@@ -309,18 +310,22 @@ def _write(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig, r
     made = {name: getattr(config, name) for name in ("max_tokens", "ignore_eos", "temperature", *sampled)}
     if isinstance(config, BenchConfig):  # what ran: the checkpoints (their folders' names and contents), how, how often
         from specscope.engine.config import model_fingerprint
-        from specscope.policy.learned import stamp
 
         made["seed"] = 0 if config.seed is None else config.seed  # the engine's requests draw from seed 0 unless given
         ran = {"model": Path(config.model_dir).name, "model_files": model_fingerprint(Path(config.model_dir))[:16],
                "draft": config.draft_dir and Path(config.draft_dir).name,
                "draft_files": config.draft_dir and model_fingerprint(Path(config.draft_dir))[:16],
-               "policy_sha256": config.policy and stamp(Path(config.policy).read_bytes()),
                "dtype": config.dtype, "device": config.device, "repeats": config.repeats, "threads": args.threads}
     else:
         ran = {"model": config.model_name or config.model}
     workload = {"workload": Path(config.workload).stem, "workload_sha256": (file_sha256(config.workload) or "")[:16]}
-    rows = [{**row.flat(), **workload, **made, **ran, "made_by": code_version()} for row in result.rows]
+    return {**workload, **made, **ran, "made_by": code_version()}
+
+
+def _write(args: argparse.Namespace, result: BenchResult, labels: dict) -> list[dict]:
+    """``result``'s rows with ``labels`` (:func:`_labels`), written to ``-o``, and its step
+    records to ``--records``, where given; the rows."""
+    rows = [{**row.flat(), **labels} for row in result.rows]
     if args.output:
         write_rows(args.output, rows)
     if args.records:

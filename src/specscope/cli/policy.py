@@ -53,8 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
-                     help="the longest proposal the policy may make (default: the depth every dataset of the "
-                          "traces was traced to, at most 16; the cost model is not consulted: give the longest k a "
+                     help="the longest proposal the policy may make (default: the deepest k every dataset's "
+                          "traces can replay with each method — their k_max, and no deeper than the most drafts each "
+                          "accepted —, at most 16; the cost model is not consulted: give the longest k a "
                           "fitted cost model was measured at, to keep its choices off extrapolated drafting costs)")
     fit.add_argument("-o", "--output", required=True, type=check_json_output,
                      help="write the policy (JSON) here (- for standard output)")
@@ -122,8 +123,10 @@ def run_fit(args: argparse.Namespace) -> int:
     for note in offer_notes(records):
         print(f"note: {note}", file=sys.stderr)
     if args.max_k is not None and args.max_k > depth:
-        print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, what every dataset of the traces "
-              f"was traced to (and at most {J_MAX})", file=sys.stderr)
+        print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, the deepest k every dataset's "
+              f"traces can replay with each of {', '.join(args.acc)} (their k_max, and no deeper than the most drafts "
+              f"each accepted there: its acc_len never told what a further draft would give; at most {J_MAX})",
+              file=sys.stderr)
     own = {m: min(dataset_depths(records, [m]).values()) for m in args.acc}  # each method's own depth
     shallow = min(own, key=own.get)
     if args.max_k is None and own[shallow] == depth < min(J_MAX, max(own.values())):

@@ -31,7 +31,7 @@ from specscope.methods import method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
 from specscope.policy.observation import NONE, Decide, Observation
-from specscope.validate import MAX_BATCH_SIZE
+from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
 
 SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
 FIELDS = ("schema", "methods", "features", "cost_model", "batch_sizes", "pads", "mean", "scale", "coef", "intercept",
@@ -231,8 +231,8 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     scale, mean = _numbers(document, "scale"), _numbers(document, "mean")
     m = len(methods)
     _shape("coef", coef, f"[{m}][{width}]", coef.shape == (m, width))
-    _shape("intercept", intercept, f"[{m}][J], J >= 1", intercept.ndim == 2 and intercept.shape[0] == m
-           and intercept.shape[1] >= 1)
+    _shape("intercept", intercept, f"[{m}][J], 1 <= J <= {K_MAX_LIMIT} (the deepest k an engine proposes)",
+           intercept.ndim == 2 and intercept.shape[0] == m and 1 <= intercept.shape[1] <= K_MAX_LIMIT)
     _shape("base_rate", base_rate, f"[{m}][{intercept.shape[1]}]", base_rate.shape == intercept.shape)
     _values("base_rate", base_rate, "rates in (0, 1)", bool(np.all((base_rate > 0) & (base_rate < 1))))
     _shape("span", span, f"[{m}][2]", span.shape == (m, 2))
