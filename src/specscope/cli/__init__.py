@@ -90,7 +90,24 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         module = importlib.import_module(f"{__name__}.{info.name}")
         module.register(subparsers)
+    _say_defaults(parser)
     return parser
+
+
+def _say_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every option of ``parser`` and its verbs whose default is a number or a word says it in its
+    help, where the help does not already (a review counted two dozen options whose defaults
+    ``--help`` never showed, some with no help at all)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for verb in dict.fromkeys(action.choices.values()):  # an alias is the same parser
+                _say_defaults(verb)
+            continue
+        default, text = action.default, action.help or ""
+        if not action.option_strings or text == argparse.SUPPRESS or "default" in text or isinstance(default, bool) \
+                or not isinstance(default, (str, int, float)) or default in ("", argparse.SUPPRESS):
+            continue
+        action.help = f"{text} (default: %(default)s)" if text else "default: %(default)s"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,9 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                            "measured accepted/proposed rate at k is lower: (α − α^(k+1)) / ((1 − α)·k))")
     parser.add_argument("--c", type=validate.arg(validate.number, low=0.0), default=None,
                         help="draft/target forward time ratio c (>= 0)")
-    parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL)
+    parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
+                        help="what prices c at each k with traces: preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     parser.add_argument("--batch-size", type=validate.arg(validate.integer, low=1, high=validate.MAX_BATCH_SIZE),
-                        default=1)
+                        default=1, help="running requests c is priced at")
     parser.add_argument("--context", type=validate.arg(validate.number, low=0.0, high=validate.MAX_CONTEXT),
                         default=None,
                         help="cached tokens per request for c (default: mean prompt + half the mean output)")

@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "specscope.policy.learned). Use the file with `simulate --policies learned:FILE`.")
     add_trace_options(fit, choice=False)  # the walk itself keeps to the positions its proposers cover
     add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
-    fit.add_argument("--seed", type=validate.arg(validate.seed), default=0)
+    fit.add_argument("--seed", type=validate.arg(validate.seed), default=0, help="the walk's draws (n-gram's guessed no-match steps)")
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                      help="the longest proposal the policy may make (default: the deepest k every dataset's "
                           "traces can replay with each method — their k_max, and no deeper than the most drafts each "
@@ -75,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--view", type=str_list, default=[],
                           help="more cost models, each fitted for and judged by in turn (a policy is fitted "
                                "for the engine it runs on)")
-    evaluate.add_argument("--mode", choices=("paper", "mixed"), default="mixed")
+    evaluate.add_argument("--mode", choices=("paper", "mixed"), default="mixed",
+                          help="paper: B copies of one request; mixed: B distinct requests, continuously batched")
     add_table_output(evaluate, "one line per cost model × dataset × batch size")
     evaluate.set_defaults(run=run_evaluate)
     explain = verbs.add_parser("explain", help="the features a policy weighs most, and example decisions")

@@ -48,7 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="static trees set against the chain of their depth when the traces carry "
                              "tree_rank (default: the trees the traces were taken with, from their settings "
                              "files; else " + ",".join(DEFAULTS.trees) + ")")
-    parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.sim.seed)
+    parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.sim.seed,
+                        help="draws paper mode's requests and n-gram's guessed no-match steps")
     parser.add_argument("--policy", default=None, metavar="FILE", type=policy_file,
                         help="a learned policy (`specscope policy fit`): judged against fixed policies and "
                              "oracle-switch on these traces, with its choices along a few outputs")

@@ -49,8 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "above it are refused)")
     parser.add_argument("--cost-model", default=DEFAULT_COST_MODEL,
                         help="preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
-    parser.add_argument("--mode", choices=("paper", "mixed"), default=DEFAULTS.mode)
-    parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.seed)
+    parser.add_argument("--mode", choices=("paper", "mixed"), default=DEFAULTS.mode,
+                        help="paper: B copies of one request; mixed: B distinct requests, continuously batched")
+    parser.add_argument("--seed", type=validate.arg(validate.seed), default=DEFAULTS.seed,
+                        help="draws paper mode's requests and n-gram's guessed no-match steps")
     parser.add_argument("--sample", type=validate.arg(validate.integer, low=1), default=None,
                         help="requests drawn per dataset (default: 300 in paper mode, all in mixed mode)")
     parser.add_argument("--match-prob", type=validate.arg(validate.probability), default=None,
@@ -58,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "(default: the paper's per-dataset guess)")
     parser.add_argument("--no-guess", action="store_true",
                         help="never guess n-gram no-match: without draft_len every step proposes")
-    parser.add_argument("--format", choices=("table", "json"), default="table")
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="json: every cell on standard output")
     add_table_output(parser, "every cell")
     parser.set_defaults(run=run)
 

@@ -42,16 +42,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comma list: ngram, draft=DIR, eagle=DIR, eagle3=DIR, mtp=DIR")
     parser.add_argument("--workload", required=True, help="JSON Lines of {id, prompt} or {id, prompt_token_ids}")
     positive = validate.arg(validate.integer, low=1)
-    parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=20)
-    parser.add_argument("--max-tokens", type=positive, default=256)
+    parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), default=20,
+                        help="the most drafts a proposer offers per position (acc_len at most k_max + 1)")
+    parser.add_argument("--max-tokens", type=positive, default=256, help="output tokens per request")
     parser.add_argument("--batch-size", type=validate.arg(validate.integer, low=1, high=validate.MAX_BATCH_SIZE),
                         default=8, help="requests traced together")
     parser.add_argument("--dataset", type=_name, default=None,
                         help="dataset name in the records (default: workload file stem)")
     parser.add_argument("--min-n", type=positive, help="shortest n-gram matched (default: the n-gram proposer's)")
     parser.add_argument("--max-n", type=positive, help="longest n-gram matched (default: the n-gram proposer's)")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", help="the models' weights and activations (float32, bfloat16, float16)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--trees", type=validate.arg(parse_tree_list), default=(),
                         help="comma list of static trees (2x2x1,4x2x2x1): record each model proposer's "
                              "tree_rank deep enough to replay them (n-gram proposes no tree)")

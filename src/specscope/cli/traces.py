@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verbs = parser.add_subparsers(dest="traces_verb", metavar="ACTION", required=True)
     inspect = verbs.add_parser("inspect", help="requests, positions, proposers, k_max, length mismatches")
     inspect.add_argument("traces", nargs="+", metavar="TRACE")
-    inspect.add_argument("--format", choices=("table", "json"), default="table")
+    inspect.add_argument("--format", choices=("table", "json"), default="table", help="json: the summary on standard output")
     inspect.add_argument("--trees", type=validate.arg(parse_tree_list), default=(),
                          help="static trees whose mean acc_len to show (default: those the trace was taken "
                               "with, from its settings file)")

@@ -12,6 +12,13 @@ Example::
     ignore_eos = true
     num_requests = 64                  # default: each workload's length
     baselines = "paired"               # default "shared"; or "interleaved"/"interleaved-all", with segments (see below)
+    temperature = 0.0                  # default 0 (greedy)
+    prompt_lookup_min = 3              # n-gram's shortest and longest match (defaults 3 and 7, as `bench`)
+    prompt_lookup_max = 7
+    mtp_method = "mtp"                 # vLLM's MTP method name, for a launched vLLM's mtp cells
+    request_timeout_s = 600            # seconds per request, seconds without a byte, seconds for a
+    idle_timeout_s = 60                # launched server to become healthy (these three: the defaults)
+    launch_timeout_s = 900
 
     [[engines]]
     name = "vllm"
@@ -19,6 +26,7 @@ Example::
     model = "meta-llama/Llama-3.1-8B-Instruct"  # a hub name, or a directory (relative to this file)
     drafts = { eagle3 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" }
     args = ["--gpu-memory-utilization", "0.9"]
+    port = 8100                        # default: a free port per server (launched engines only)
     resources = { "H100" = 1 }         # with --ray: Ray resources its server needs (GPU: its TP size)
 
     [[engines]]                        # a server that is already running
