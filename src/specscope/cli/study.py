@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"use the first N requests of each workload (bundled default: {BUNDLED_REQUESTS})")
     parser.add_argument("--replay", action="append", default=[], metavar="COST_MODEL",
                         help="also replay the traces against this cost model (repeatable), e.g. "
-                             "roofline:h100:MODEL_DIR/config.json")
+                             "roofline:h100:MODEL_DIR/config.json (default: with no --model, the paper's H100 fit and "
+                             "an H100 roofline of the bundled target; with --model, none)")
     parser.add_argument("--threads", type=count, default=1,
                         help="torch CPU threads (default 1: the bundled models are too small to gain from more, "
                              "and threads contending with other work make timings erratic)")
