@@ -58,7 +58,10 @@ def test_measured_cells_are_checked_against_the_reports_own_simulation(synthetic
     out = tmp_path / "out"
     base = ["report", str(synthetic_traces[0]), "--batch-sizes", "1,8", "--ks", "2,4", "-o", str(out)]
     assert main([*base, "--measured", str(measured)]) == 0
-    assert "1 of 2 measured cells have no simulated counterpart" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "1 of 2 measured cells have no simulated counterpart" in err
+    assert "1 measured cells are set beside the simulation of the traces' dataset of their workload's name" in err
+    assert "compared in paper mode" not in err
     with (out / "measured.csv").open() as handle:
         rows = {r["k"]: r for r in csv.DictReader(handle)}
     with (out / "speedup.csv").open() as handle:

@@ -4,11 +4,15 @@ measured winner among the configurations measured, with what the fit saw marked.
 from __future__ import annotations
 
 import json
-
+import re
 from dataclasses import replace
 
+import pytest
+
 from specscope.analysis.measured import MeasuredCell, simulated_for
+from specscope.costmodel.base import LinearDrafting
 from specscope.costmodel.linear import FittedCell, LinearCostModel, linear_from_json
+from specscope.errors import SpecscopeError
 from specscope.report.whatif import whatif_figure, whatif_rows, whatif_summary
 from specscope.sim.grid import SimRow
 
@@ -66,7 +70,29 @@ def test_not_calibrated_or_not_measured():
 
 
 def test_fitted_cells_round_trip_through_the_model_file():
-    model = LinearCostModel("engine", 1e-3, 1e-5, 0.0, 0.0, fitted_cells=FITTED)
+    drafting = {m: LinearDrafting(1e-4, 1e-5, 0.0) for m in ("ngram", "eagle")}  # each fitted method priced
+    model = LinearCostModel("engine", 1e-3, 1e-5, 0.0, 0.0, drafting=drafting, fitted_cells=FITTED)
     again = linear_from_json(json.loads(json.dumps(model.describe())), "engine.json")
     assert again.fitted_cells == FITTED
+    for change, field in ((lambda d: d.pop("drafting"), "fitted_cells[0].method"),  # a model that prices none of them
+                          (lambda d: d.update(measured={"k": 2, "batch_size": 1}), "measured"),  # and step records
+                          (lambda d: d.update(not_separated=["eagel.c_fixed"]), "not_separated")):
+        document = json.loads(json.dumps(model.describe()))
+        change(document)
+        with pytest.raises(SpecscopeError, match=f"engine.json: field '{re.escape(field)}'"):
+            linear_from_json(document, "engine.json")
     assert "fitted_cells" not in LinearCostModel("plain", 1e-3, 0.0, 0.0, 0.0).describe()
+
+
+def test_measured_table_says_which_cells_the_model_was_fitted_to():
+    """measured.csv mixed in-sample and held-out errors unsaid: each row says ``in_fit`` where the
+    cost model was calibrated to a sweep (and nothing where it was not)."""
+    from types import SimpleNamespace
+
+    from specscope.report.catalogue import _fit_of
+
+    calibrated = SimpleNamespace(cost=LinearCostModel("engine", 1e-3, 1e-5, 0.0, 0.0, fitted_cells=FITTED))
+    assert _fit_of(calibrated, MeasuredCell("code", "ngram", 2, 1, 1.45)) == {"in_fit": True}
+    assert _fit_of(calibrated, MeasuredCell("code", "ngram", 3, 1, 1.45)) == {"in_fit": False}
+    plain = SimpleNamespace(cost=LinearCostModel("preset", 1e-3, 1e-5, 0.0, 0.0))
+    assert _fit_of(plain, MeasuredCell("code", "ngram", 2, 1, 1.45)) == {}

@@ -72,7 +72,10 @@ class FittedCell:
                 nodes = parse_tree(tree).nodes
             except (Invalid, SpecscopeError) as error:
                 raise spec.error(spec.name("tree"), str(error)) from None
-        k = spec.integer("k", minimum=0, maximum=K_MAX_LIMIT if tree is None else nodes)
+        if name == NO_SD and tree is not None:
+            raise spec.error(spec.name("tree"), "expected none on a cell without SD (method none)")
+        k = spec.integer("k", minimum=0 if name == NO_SD else 1, maximum=0 if name == NO_SD else
+                         K_MAX_LIMIT if tree is None else nodes)  # none proposes 0; an SD cell at least 1
         return cls(name, k, spec.integer("batch_size", minimum=1, maximum=MAX_BATCH_SIZE), spec.text("workload"), tree)
 
 
@@ -255,7 +258,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         raise spec.error("forward", "c_fixed, c_tok and c_req are all 0 (a one-token forward over an empty "
                                     "cache would take no time)")
     drafting = spec.child("drafting", optional=True)
-    return LinearCostModel(
+    model = LinearCostModel(
         name=spec.text("name", optional=True) or label,
         overhead_s=spec.number("overhead_s", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
         admit_s=spec.number("admit_s", default=0.0, low=0.0, high=MAX_COEFFICIENT_S),
@@ -271,6 +274,29 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         made_by=spec.text("made_by", optional=True) or "",
         **terms,
     )
+    _check_fitted(spec, model)
+    return model
+
+
+def _check_fitted(spec: Fields, model: LinearCostModel) -> None:
+    """What a fitted model says of its fit agrees with itself: fitted to step records
+    (``measured``) or to a sweep's cells (``fitted_cells``), not both; each fitted SD cell's method
+    priced by its ``drafting``; each term ``not_separated`` one it has (a forward term, or a
+    drafter's as ``METHOD.TERM``)."""
+    if model.measured is not None and model.fitted_cells:
+        raise spec.error("measured", "expected a model fitted to step records (measured) or to a sweep's cells "
+                                     "(fitted_cells), not both")
+    for i, cell in enumerate(model.fitted_cells):
+        if cell.method != NO_SD and cell.method not in model.drafting:
+            raise spec.error(f"fitted_cells[{i}].method", f"{cell.method!r} has no drafting entry: the model prices "
+                                                          "no cell of it, so it was fitted to none")
+    drafter_terms = {f.name for f in fields(LinearDrafting)}
+    for name in model.not_separated:
+        method, _, term = name.rpartition(".")
+        if (not method and term not in (*FORWARD_TERMS, "c_batch", "c_prompt", "c_prompt_fixed", "admit_s")) or \
+                (method and (method not in model.drafting or term not in drafter_terms)):
+            raise spec.error("not_separated", f"{name!r} is no term of this model (expected a forward term such as "
+                                              "c_fixed, or a drafting's as METHOD.TERM, e.g. eagle.c_fixed)")
 
 
 def _measured(spec: Fields) -> tuple[int, int] | None:

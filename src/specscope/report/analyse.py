@@ -217,6 +217,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                               "(trace with --trees)")
         data.tree_answer = tree_answer(data.trees)
     data.answer = answer_rows(data.rows + [r for r in data.tree_rows if r.policy.startswith("tree:")])
+    named = [c.simulated_speedup is None for c in data.measured]  # matched here by name (a study's come simulated)
     data.measured = [c if c.simulated_speedup is not None  # a study's cells come simulated on their own requests
                      else replace(c, simulated_speedup=simulated_for(c, data.rows + data.tree_rows)) for c in data.measured]
     unmatched = [c for c in data.measured if c.simulated_speedup is None]
@@ -226,6 +227,15 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                           "k or tree the traces do not reach), so nothing checks them: " + ", ".join(
                               f"{c.dataset} {c.label} k={c.k} B={c.batch_size}" for c in unmatched[:5])
                           + (", …" if len(unmatched) > 5 else ""))
+    matched = [c for c, by_name in zip(data.measured, named) if by_name and c.simulated_speedup is not None]
+    if matched:
+        data.notes.append(f"{len(matched)} measured cells are set beside the simulation of the traces' dataset of "
+                          "their workload's name (its file name): nothing more ties them, so a workload and traces "
+                          "of one name but other prompts would be compared unsaid")
+        if config.sim.mode == "paper":
+            data.notes.append("the measured cells are compared in paper mode (B copies of one request), where an "
+                              "engine serving requests ran B distinct ones, continuously batched (mixed mode, "
+                              "the default, replays that)")
     if isinstance(cost, LinearCostModel):
         data.whatif = whatif_rows(data.rows + data.tree_rows, data.measured, cost.fitted_cells)
     advance(PHASES[2])

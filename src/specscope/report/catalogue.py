@@ -17,7 +17,7 @@ from specscope.report import figures as F
 from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
 from specscope.report.policy import choices_figure, gap_figure, policy_label
-from specscope.report.whatif import whatif_figure
+from specscope.report.whatif import fitted_to, whatif_figure
 from specscope.sim.evaluate import MIN_ROOM, ceiling_of
 from specscope.trace.schema import by_dataset
 
@@ -42,6 +42,13 @@ def _priced(data: ReportData, rows: list[dict] | None, **labels: object) -> list
     return None if rows is None else [{**row, "cost_model": data.cost_label, **labels} for row in rows]
 
 
+def _fit_of(data: ReportData, cell) -> dict:
+    """``in_fit``, where the cost model was calibrated to a sweep: whether it was fitted to this very
+    cell (its error in-sample, not a prediction)."""
+    fitted = getattr(data.cost, "fitted_cells", ())
+    return {"in_fit": fitted_to(cell, fitted)} if fitted else {}
+
+
 TABLES = [
     TableSpec("stats.csv", lambda d: [s.flat() for s in d.singles]),
     TableSpec("pairs.csv", lambda d: [p.flat() for p in d.pairs] or None),  # one proposer: nothing to pair
@@ -54,7 +61,8 @@ TABLES = [
     TableSpec("overlap.csv", lambda d: _priced(d, [r.flat() for r in d.overlap] if d.overlap else None)),
     TableSpec("timesplit.csv", lambda d: _priced(d, d.predicted) + [{**r, "cost_model": None} for r in d.measured_split]),
     TableSpec("bound.csv", lambda d: _priced(d, [p.flat() for p in d.points])),  # c
-    TableSpec("measured.csv", lambda d: _priced(d, [c.flat() for c in d.measured] if d.measured else None)),
+    TableSpec("measured.csv", lambda d: _priced(d, [{**c.flat(), **_fit_of(d, c)} for c in d.measured]
+                                                if d.measured else None)),
     TableSpec("trees.csv", lambda d: _priced(d, [t.flat() for t in d.trees] if d.trees else None)),
     TableSpec("tree_speedup.csv", lambda d: _priced(d, [r.flat() for r in d.tree_rows] if d.trees else None)),
     TableSpec("policy.csv", lambda d: _priced(d, d.policy_table or None, policy=d.config.policy)),

@@ -71,7 +71,7 @@ def _config(cell: MeasuredCell) -> str:
     return f"{cell.method} {configured_policy(cell.k, cell.tree)}"
 
 
-def _fitted(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
+def fitted_to(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
     """Whether ``cell`` is one the model was fitted to (workloads compared by their files' stems: a
     bench names its workload by the path typed, ``code8.jsonl``)."""
     return any(f.method == cell.method and f.batch_size == cell.batch_size
@@ -103,7 +103,7 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
             winner = measured_winner(here, dataset, b)  # over every measured cell
             pick, speedup = max(priced, key=lambda cp: cp[1])
             row.measured_best, row.measured_speedup = _config(winner), winner.measured_speedup
-            row.measured_in_fit = winner.method != NO_SD and _fitted(winner, fitted)
+            row.measured_in_fit = winner.method != NO_SD and fitted_to(winner, fitted)
             row.predicted_among_measured, row.predicted_among_measured_speedup = _config(pick), speedup
             checked = winner.method == NO_SD or any(c is winner for c, _ in priced)  # else not simulated: no rank
             row.agree = _config(pick) == _config(winner) if checked else None
@@ -163,7 +163,7 @@ def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitt
                 if predicted is None:
                     continue
                 ax.plot([cell.batch_size], [cell.measured_speedup], marker="o", linestyle="none", color=colour,
-                        markerfacecolor=colour if _fitted(cell, fitted) else "white")
+                        markerfacecolor=colour if fitted_to(cell, fitted) else "white")
                 ax.plot([cell.batch_size], [predicted], marker="_", markersize=12, linestyle="none", color=colour)
                 ax.annotate(cell.tree or str(cell.k), (cell.batch_size, cell.measured_speedup), fontsize=7,
                             textcoords="offset points", xytext=(6, -3), color=colour)
