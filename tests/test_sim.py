@@ -550,7 +550,7 @@ def test_a_batch_that_never_fills_says_why_its_steady_speedup_is_nan(tmp_path, c
     write_traces(tmp_path / "t.jsonl", short)
     assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram", "--policies", "fixed:1",
                  "--batch-sizes", "1,3"]) == 0
-    assert "note: steady-state speedup nan at B=3: no iteration ran a full batch" in capsys.readouterr().out
+    assert "note: steady-state speedup nan at B=3: no iteration had every slot decoding" in capsys.readouterr().out
 
 
 def test_mixed_mode_decodes_a_request_from_the_step_after_its_prefill():
@@ -645,3 +645,15 @@ def test_the_no_match_note_names_the_dataset_whose_guess_was_taken():
     mine = TraceRecord("b", np.arange(4), np.arange(3), trace.proposers, k_max=4, dataset="mine")
     [unguessed] = no_match_notes([mine], ["ngram"], SimConfig(), option=False)
     assert unguessed.endswith("(no guess applies)")  # a verb without --match-prob names none
+
+
+def test_the_peak_cache_holds_the_prompts_an_iteration_prefills():
+    """r2's 40-token prompt, prefilled beside r0's last step at B = 2 (r0: 10 + 2 cached, 2 verified;
+    r1 done): 54 tokens at once, by hand; alone at B = 1, 40. The steps alone said 18 and 14 (the
+    roofline's memory note missed such cells). Paper mode: B copies of the longest prompt."""
+    cost = LinearCostModel("toy", 1.0, 0.1, 0.0, 0.0, drafting={"eagle": LinearDrafting(0.2, 0.0, 0.0)})
+    records = [record([1, 1, 1], 10, "r0", "eagle"), record([1, 1], 2, "r1", "eagle"), record([1], 40, "r2", "eagle")]
+    rows = simulate(records, ["eagle"], ["fixed:1"], cost, SimConfig(batch_sizes=(1, 2), oversize="refuse"))
+    assert [row.peak_kv_tokens for row in rows] == [40.0, 54.0]
+    (paper,) = simulate(records, ["eagle"], ["fixed:1"], cost, SimConfig(mode="paper", batch_sizes=(2,)))
+    assert paper.peak_kv_tokens == 2 * 40

@@ -118,8 +118,9 @@ def run(args: argparse.Namespace) -> int:
                                               "no ramp-up, no drain of the longest requests)", "steady_speedup")
         never = sorted({row.batch_size for row in rows if math.isnan(row.steady_speedup)})
         if never:
-            print(f"note: steady-state speedup nan at B={','.join(map(str, never))}: no iteration ran a full "
-                  "batch there (requests ended before the batch filled)")
+            print(f"note: steady-state speedup nan at B={','.join(map(str, never))}: no iteration had every slot "
+                  "decoding there (requests ended before the batch filled, or a one-token output held a slot for "
+                  "its prefill alone)")
     if args.output:
         print(f"wrote {len(rows)} cell{'s' * (len(rows) != 1)} to {args.output}")
     return 0

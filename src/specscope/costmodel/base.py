@@ -61,9 +61,10 @@ class StepLoad:
     padded_tokens: np.ndarray  # num_running × max (k+1): what an engine that pads the batch verifies
     draft_widths: tuple[int, ...] = ()  # a tree step's drafter pass widths per sequence; () = chains
 
-    def peak_cached(self) -> float:
-        """The most tokens the KV cache holds in any step: its cached tokens and those it verifies."""
-        return float((self.kv_tokens + self.batched_tokens).max(initial=0.0))
+    def peak_cached(self, prefilled: np.ndarray | float = 0.0) -> float:
+        """The most tokens the KV cache holds in any step: its cached tokens, those it verifies, and
+        the prompts prefilled beside them (``prefilled``: per step, or one number)."""
+        return float(np.max(self.kv_tokens + self.batched_tokens + prefilled, initial=0.0))
 
 
 def draft_tokens_per_sequence(load: StepLoad) -> np.ndarray:

@@ -103,7 +103,7 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     return Prediction(
         throughput=float(plan.output_len.sum() / ends[-1]),
         steady_throughput=float(steady),
-        peak_kv_tokens=load.peak_cached(),
+        peak_kv_tokens=load.peak_cached(per_iteration(plan.prompt_len, admit)),  # admitted prompts held too
         latency_per_token=float(np.mean(latency / plan.output_len)),
         time_split={
             "prefill": float(prefill.sum()),

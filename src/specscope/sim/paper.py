@@ -48,7 +48,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     return Prediction(
         throughput=float(throughput.mean()),
         steady_throughput=float(throughput.mean()),
-        peak_kv_tokens=load.peak_cached(),
+        peak_kv_tokens=max(load.peak_cached(), float(b * plan.prompt_len.max(initial=0))),  # a prefill alone too
         latency_per_token=float(np.mean(latency / plan.output_len)),
         time_split=split,
     )
