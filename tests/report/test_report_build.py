@@ -66,6 +66,8 @@ def test_page_is_self_contained(synthetic_report, synthetic_traces):
     assert "<link" not in page and "@import" not in page and "url(" not in page
     assert "default-src 'none'" in html.unescape(page)
     assert "batch sizes 1, 8, 12 · seed 42" in html.unescape(page)  # the draws' seed: it moves n-gram's guessed cells
+    for term in ("acc_len", "α", "τ (mean acceptance length)", "oracle-combined · oracle-switch"):  # defined on the page
+        assert f"<dt>{html.escape(term)}</dt>" in page
     with (synthetic_report.index.parent / "speedup.csv").open(newline="") as handle:
         assert {row["seed"] for row in csv.DictReader(handle)} == {"42"}
 

@@ -199,13 +199,14 @@ def _other_inputs(data: ReportData) -> list[str]:
     """The inputs beside the traces, one line each: the cost model, the step records, the
     measured cells, the policy."""
     config = data.config
-    lines = [f"cost model: {data.cost_label}"]
+    lines = [f"cost model: {data.cost_label}" + (f", {provenance(config.cost_model)}"
+                                                  if Path(config.cost_model).is_file() else "")]
     if config.steps:
-        lines.append(f"step records: {', '.join(map(str, config.steps))}")
+        lines.append(f"step records: {', '.join(map(provenance, config.steps))}")
     if data.measured:
         lines.append(f"measured cells: {len(data.measured)} (--measured)")
     if config.policy:
-        lines.append(f"learned policy: {config.policy}")
+        lines.append(f"learned policy: {provenance(config.policy)}")
     return lines
 
 

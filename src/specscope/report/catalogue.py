@@ -124,7 +124,9 @@ FIGURES = [
         "speedup",
         lambda d: f"Speedup vs batch size ({d.config.sim.mode} mode)",
         lambda d: "Look where each line crosses 1.0 (no SD), which k wins at small and at large batch, and how "
-                  f"far each proposer's best solid line stays below its dashed oracle. Drawn: "
+                  "far each proposer's best solid line sits from its dashed oracle (exact k at every step, its "
+                  "drafting paid at every step too: a bound on accepted tokens, not on speed — at large batch a "
+                  f"fixed k can beat it). Drawn: "
                   f"{', '.join(_drawn_policies(d))} (the figure's policies and the answer's best).",
         lambda d: F.speedup_figure(d.rows, _drawn_policies(d)),
     ),
@@ -239,7 +241,8 @@ FIGURES = [
         "policy_choices",
         lambda d: "The learned policy's choices along a few outputs",
         lambda d: "Markers are its steps (colour = proposer, height = k + 1) over each proposer's acc_len: "
-                  "check that it switches to n-gram in the dark bursts and proposes little where both are pale "
+                  "check that it switches to n-gram where n-gram's acc_len is bright (long) and proposes little "
+                  "where both are dark (short) "
                   f"(each request walked alone, at batch size {min(d.config.sim.batch_sizes)}).",
         lambda d: choices_figure(d.policy_choices),
         lambda d: None if d.policy_choices else "no learned policy was given (--policy)",

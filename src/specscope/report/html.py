@@ -170,6 +170,28 @@ def figure_html(entry: FigureEntry) -> str:
             f"{esc(entry.sentence)} <span class=small>({esc(entry.filename)})</span></figcaption></figure>")
 
 
+GLOSSARY = (  # DESIGN.md's vocabulary, one line each: what a newcomer needs to read the tables
+    ("k", "the draft tokens a proposer offers per step; the target verifies them and k + 1 positions in one forward"),
+    ("acc_len", "tokens a step emits: the accepted draft tokens plus the target's own next token (1 … k + 1)"),
+    ("α", "acceptance rate: accepted draft tokens over proposed ones"),
+    ("τ (mean acceptance length)", "tokens emitted per step, the mean acc_len"),
+    ("c", "the time of one draft token over the time of a target forward (the closed-form bound's cost ratio)"),
+    ("speedup", "throughput with SD over throughput without it, on the same requests and batch size (×)"),
+    ("fixed:k · adaptive", "propose k every step · start at 5, +2 after a step that accepted everything, −1 "
+                           "after a rejection"),
+    ("oracle", "propose exactly what will be accepted (acc_len − 1), the drafter still paid every step: a "
+               "ceiling of tokens per step"),
+    ("oracle-combined · oracle-switch", "per step the proposer that accepts more, its drafting free (the paper's) "
+                                        "· paid (the ceiling of a policy that switches)"),
+    ("mixed · paper mode", "B distinct requests, continuously batched (as a server runs) · B copies of one request "
+                           "(the paper's simulator)"),
+    ("steady state (‡)", "only the iterations with every batch slot decoding: no ramp-up, no drain"),
+    ("prefill · drafting · verification · overhead", "reading prompts · proposing drafts · the target's forward "
+                                                     "over them · sampling and the engine's own bookkeeping"),
+)
+TERMS = "".join(f"<dt>{esc(term)}</dt><dd>{esc(meaning)}</dd>" for term, meaning in GLOSSARY)
+
+
 def render(page: Page) -> str:
     """The whole page as a string."""
     notes = "".join(f'<div class="note">{esc(n)}</div>' for n in page.notes)
@@ -195,6 +217,7 @@ def render(page: Page) -> str:
   "by whole-run speedup (the figure below draws both; tree_speedup.csv holds the steady-state speedups too)."
   "</p>" + table(*page.trees)) if page.trees[1] else ""}
 {notes}
+<details><summary>The words this page uses</summary><dl class="small">{TERMS}</dl></details>
 <h2>Figures</h2>
 {f'<p class="small">Not drawn here: {esc("; ".join(page.skipped))}.</p>' if page.skipped else ""}
 {figures}
