@@ -464,8 +464,8 @@ def test_a_sweeps_model_judges_each_method_by_its_own_cells():
     assert model.beyond_measured([1], [4], ["draft"]) is None
     assert model.beyond_measured([2], [1, 8], ["eagle"]) is None
     assert model.beyond_measured([4], [1, 4], ["draft", "eagle"]) == (
-        "cost model 'm' was fitted to a sweep's cells; draft at k up to 4 (chains measured at k <= 1) and batch sizes "
-        "1-4 (measured 4-4); eagle at k up to 4 (chains measured at k <= 2): there it extrapolates its lines")
+        "cost model 'm' was fitted to a sweep's cells; draft at k up to 4 (chains fitted at k 1) and batch sizes "
+        "1-4 (fitted at 4); eagle at k up to 4 (chains fitted at k 1, 2): there it extrapolates its lines")
 
 
 @pytest.mark.parametrize("whole", [False, True])

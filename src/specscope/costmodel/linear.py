@@ -161,11 +161,12 @@ class LinearCostModel:
             fitted = sorted({c.method for c in self.fitted_cells} - {NO_SD})
             for method in [m for m in methods if m in fitted] if methods else fitted:
                 mine = [c for c in self.fitted_cells if c.method == method]
-                chains = [c.k for c in mine if c.tree is None]
-                sizes = [c.batch_size for c in mine]
-                beyond = [f"k up to {max(ks)} (chains measured at k <= {max(chains)})" if chains and ks and
+                chains = sorted({c.k for c in mine if c.tree is None})
+                sizes = sorted({c.batch_size for c in mine})
+                beyond = [f"k up to {max(ks)} (chains fitted at k {', '.join(map(str, chains))})" if chains and ks and
                           max(ks) > max(chains) else "",
-                          f"batch sizes {min(batch_sizes)}-{max(batch_sizes)} (measured {min(sizes)}-{max(sizes)})"
+                          f"batch sizes {min(batch_sizes)}-{max(batch_sizes)} (fitted at "
+                          f"{', '.join(map(str, sizes))})"
                           if batch_sizes and (min(batch_sizes) < min(sizes) or max(batch_sizes) > max(sizes)) else ""]
                 if any(beyond):
                     past.append(f"{method} at {' and '.join(b for b in beyond if b)}")

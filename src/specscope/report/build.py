@@ -236,7 +236,8 @@ def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[
     if not rows:
         return []
     summary = whatif_summary(rows)
-    return [(f"What if: the calibrated model's best per batch size, and the measured check{': ' + summary if summary else ''}",
+    return [(f"What if: the calibrated model's best configuration an engine runs (a fixed k or a static tree: the "
+             f"answer above may name adaptive) per batch size, and the measured check{': ' + summary if summary else ''}",
              ["workload", "batch size", "batch size in fit", "predicted best", "its k or tree in fit", "predicted",
               "measured best", "measured", "predicted best of the measured", "its measured speedup",
               "lost % (trusting the prediction)", "agree"],
