@@ -30,6 +30,9 @@ LONG = json.dumps({"id": "long", "prompt_token_ids": [4] * 1020}) + "\n"  # the 
 SPECSCOPE = f'\n[[engines]]\nname = "r"\nlaunch = "specscope"\nmodel = "{ZOO_TARGET}"\n'
 
 CASES = [
+    Case("fixed-port-with-ray", ["sweep", "s.toml", "--ray", "local"],
+         r"s\.toml: engine 'r': a fixed port with --ray .* leave 'port' out",
+         config(engine=SPECSCOPE + "port = 18431\n")),
     Case("specscope-engine-prompt-and-max-tokens-past-its-positions", ["sweep", "s.toml"],
          r"engine 'r', workload w\.jsonl: s\.toml: field 'max_tokens': 8: the longest prompt \(request 'long', 1020 "
          r"tokens\) and 8 output tokens exceed the 1024 positions", {"s.toml": BASE + "max_tokens = 8\n" + SPECSCOPE,

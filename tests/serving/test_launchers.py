@@ -388,3 +388,14 @@ def test_a_tree_servers_per_position_counters_are_checked_against_what_it_shows(
     assert LaunchSpec("specscope", "target", method="eagle", draft="h", tree=tree).positions == 2
     assert LaunchSpec("vllm", "target", method="eagle", draft="h", tree=tree).positions == 4
     assert LaunchSpec("specscope", "target", method="eagle", k=3, draft="h").positions == 3
+
+
+def test_a_log_folder_it_cannot_make_fails_the_launch_in_one_line(tmp_path):
+    """A file where the servers' log folder goes was a 39-line FileExistsError traceback (without
+    --ray; with it, a failed cell): a LaunchError, which fails the cell, said."""
+    from specscope.backends.openai.launchers import LaunchError, ServerProcess
+
+    (tmp_path / "logs").write_text("x")
+    server = ServerProcess(["true"], "http://127.0.0.1:1", tmp_path / "logs" / "r.log")
+    with pytest.raises(LaunchError, match=r"logs/r\.log: cannot write the server's log"):
+        server.start()

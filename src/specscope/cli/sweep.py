@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specscope.cli._common import print_table
 from specscope.distributed.cluster import ray_address
+from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 
 
@@ -45,7 +46,14 @@ def run(args: argparse.Namespace) -> int:
         args.resumes = ("finished cells are kept; a workload's cells, measured together, are measured again whole"
                         if config.baselines == INTERLEAVED_ALL else
                         "finished cells are kept; a pair with a half missing is measured again whole")
+    fixed = [engine.name for engine in config.engines if engine.launch is not None and engine.port is not None]
+    if args.ray and fixed:  # two groups on one node would launch there at once, one server answering for both
+        raise SpecscopeError(f"{config.path}: engine {fixed[0]!r}: a fixed port with --ray (groups that share a node "
+                             "run at once, and one's server would answer the other's cells); leave 'port' out")
     if args.dry_run:
+        if args.ray:
+            print("note: --ray: a dry run does not reach the cluster; its resources, and the engines' Ray settings, "
+                  "are checked when the sweep runs", file=sys.stderr)
         recorded = read_cells(config.output) if (config.output / "cells").is_dir() else {}
         cells = plan_cells(config)
         pending = pending_cells(config, cells, recorded, args.retry_failed)

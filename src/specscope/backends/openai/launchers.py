@@ -412,9 +412,13 @@ class ServerProcess:
                                   "would answer for the launched server (stop it, or choose another port)")
         except OSError:
             pass
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_file = open(self.log_path, "ab")
+        except OSError as error:  # a file where its folder goes, a folder it may not write: the cell fails, said
+            raise LaunchError(f"{self.log_path}: cannot write the server's log ({error.strerror or error})") from None
         log.info("starting %s (log: %s)", " ".join(self.command), self.log_path)
-        with open(self.log_path, "ab") as log_file:
+        with log_file:
             self._log_start = log_file.tell()  # the log keeps earlier launches' lines: this one's start here
             try:
                 self.process = subprocess.Popen(
