@@ -271,18 +271,18 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    finished, labels = BenchResult([]), _labels(args, config)
+    finished = BenchResult([])
     try:
         result = run_bench(config, finished)
     except BaseException:  # interrupted, refused or failed (a server gone, memory run out): what finished is kept
         if finished.rows and (args.output or args.records):
-            _write(args, finished, labels)
+            _write(args, config, finished)
             kept = " and ".join(str(p) for p in (args.output, args.records) if p and not is_stdout(p))
             print(f"note: the {len(finished.rows)} batch size(s) finished (B="
                   f"{','.join(str(row.batch_size) for row in finished.rows)}) are in {kept or 'standard output'}",
                   file=sys.stderr)
         raise
-    rows = _write(args, result, labels)
+    rows = _write(args, config, result)
     if args.format == "json":
         print(json.dumps(rows, indent=1), file=out)
     elif isinstance(config, ServingBenchConfig):
@@ -297,12 +297,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _labels(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig) -> dict:
-    """What every row is labelled with, read before the run (a file changed or removed while it
-    ran neither relabels nor loses its rows): the workload (its name: what `report --measured`
-    matches), how its outputs were made (a sampled row measures other outputs than a greedy one)
-    and the model that made them (two checkpoints' rows were indistinguishable; the reference
-    engine's: each checkpoint's fingerprint, as a trace's settings keep it, the dtype and the
-    device; a policy's content its rows carry, as the engine loaded it)."""
+    """What every row is labelled with: the workload (its name: what `report --measured` matches),
+    how its outputs were made (a sampled row measures other outputs than a greedy one) and the
+    model that made them (two checkpoints' rows were indistinguishable; the reference engine's:
+    each checkpoint's fingerprint, as a trace's settings keep it, the dtype and the device). A
+    policy's content is no label of the run's end: its rows carry the stamp of the file the
+    engine loaded (one refitted or removed while the bench ran relabelled or lost them)."""
     from specscope.fileio import file_sha256
     from specscope.version import code_version
 
@@ -322,9 +322,10 @@ def _labels(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig) 
     return {**workload, **made, **ran, "made_by": code_version()}
 
 
-def _write(args: argparse.Namespace, result: BenchResult, labels: dict) -> list[dict]:
-    """``result``'s rows with ``labels`` (:func:`_labels`), written to ``-o``, and its step
+def _write(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig, result: BenchResult) -> list[dict]:
+    """``result``'s rows with their labels (:func:`_labels`), written to ``-o``, and its step
     records to ``--records``, where given; the rows."""
+    labels = _labels(args, config)
     rows = [{**row.flat(), **labels} for row in result.rows]
     if args.output:
         write_rows(args.output, rows)
