@@ -108,7 +108,7 @@ def answer_section(rows: Sequence[AnswerRow], edges: Mapping[tuple[str, str], tu
         verdict = _verdict(mine)
         pair = next((r.combined_policy for r in mine if r.combined_policy), "oracle-combined")
         head = ["batch size", "best proposer", "policy", "speedup", "oracle (best proposer)",
-                "oracle speedup", "gap to oracle", *([f"{pair}*"] if combined else []),
+                "oracle speedup (×)", "gap to oracle (oracle − best, ×)", *([f"{pair}* (×)"] if combined else []),
                 *(["best at steady state‡"] if steady else [])]
         body = []
         for r in mine:
