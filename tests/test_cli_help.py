@@ -20,13 +20,12 @@ def test_every_option_with_a_default_says_it():
     bound's --k-max 10, simulate's --mode mixed), some with no help at all."""
     unsaid = []
     for parser in _parsers(build_parser()):
-        text = parser.format_help()
+        parser.format_help()  # every help string expands (a stray % would raise here)
         for action in parser._actions:
             default = action.default
             if action.option_strings and isinstance(default, (str, int, float)) and not isinstance(default, bool) \
                     and default not in ("", argparse.SUPPRESS) and (action.help or "").find("default") < 0:
                 unsaid.append(f"{parser.prog} {action.option_strings[-1]}")
-        assert "%(default)" not in text
     assert not unsaid, unsaid
     trace = next(p for p in _parsers(build_parser()) if p.prog.endswith(" trace"))
     assert "(default: 20)" in " ".join(trace.format_help().split())

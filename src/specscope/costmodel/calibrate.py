@@ -112,7 +112,7 @@ import numpy as np
 
 from specscope.costmodel.base import LinearDrafting
 from specscope.costmodel.fit import measured_extent, nonnegative_least_squares, unseparated, with_policy_work
-from specscope.costmodel.linear import FORWARD_TERMS, FittedCell, LinearCostModel
+from specscope.costmodel.linear import TARGET_TERMS, FittedCell, LinearCostModel  # TARGET_TERMS: Gaps.target_features' columns
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD, proposal_label
@@ -123,7 +123,6 @@ DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
 STALL = 3.0  # a gap over STALL × the typical gap of its kind is a stall, left out (see _not_stalled)
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
-TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s", "c_prompt_fixed")  # Gaps.target_features' columns
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
 

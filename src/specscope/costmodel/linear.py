@@ -209,6 +209,7 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
 
 
 FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_multi may be left out
+TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s", "c_prompt_fixed")  # every target term a fit names
 LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched")  # the first 3 required
 
 
@@ -294,7 +295,7 @@ def _check_fitted(spec: Fields, model: LinearCostModel) -> None:
     drafter_terms = {f.name for f in fields(LinearDrafting)}
     for name in model.not_separated:
         method, _, term = name.rpartition(".")
-        if (not method and term not in (*FORWARD_TERMS, "c_batch", "c_prompt", "c_prompt_fixed", "admit_s")) or \
+        if (not method and term not in TARGET_TERMS) or \
                 (method and (method not in model.drafting or term not in drafter_terms)):
             raise spec.error("not_separated", f"{name!r} is no term of this model (expected a forward term such as "
                                               "c_fixed, or a drafting's as METHOD.TERM, e.g. eagle.c_fixed)")

@@ -182,7 +182,7 @@ class Chooser:
         value = best.sum(axis=0) - rate * paid  # [W, k_d of each drafter]
         value[widths.reshape(-1, *(1,) * drafters) < deepest] = -np.inf  # a drafter runs no deeper than the width
         if self.pads:
-            value -= (rate * self.verify).reshape(-1, *(1,) * len(self._drafters))  # every row waits for the widest
+            value -= (rate * self.verify).reshape(-1, *(1,) * drafters)  # every row waits for the widest
         w, *depths = np.unravel_index(int(value.argmax()), value.shape)
         w = int(widths[w])
         score = score[:, :, : w + 1]  # a view: the rows keep k ≤ w

@@ -221,12 +221,12 @@ def parse_policies(texts: Sequence[str], combined: tuple[str, str] | None = None
         first = names.index(twice)
         raise SpecscopeError(f"policies {texts[first]!r} and {texts[names.index(twice, first + 1)]!r} are one "
                              f"policy, {twice!r}: give it once")
-    stamps = [policy.sha256 or f"{index}" for index, policy in enumerate(parsed)]  # a learned one's file content
-    twice = validate.first_repeat(stamps)
+    learned = [(text, policy.sha256) for text, policy in zip(texts, parsed) if policy.sha256]  # a file's content
+    twice = validate.first_repeat([stamp for _, stamp in learned])
     if twice is not None:
-        first = stamps.index(twice)
-        raise SpecscopeError(f"policies {texts[first]!r} and {texts[stamps.index(twice, first + 1)]!r} read one "
-                             f"policy file's content (SHA-256 {twice}): give it once")
+        first, again = (text for text, stamp in learned if stamp == twice)
+        raise SpecscopeError(f"policies {first!r} and {again!r} read one policy file's content (SHA-256 {twice}): "
+                             "give it once")
     return parsed
 
 

@@ -79,11 +79,11 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
                 raise SpecscopeError(f"{output}: traced with other settings: {key}{where} was {_show(was)}, now "
                                      f"{_show(now)}; start over (`trace --overwrite`, or delete the file) or "
                                      "trace into another file")
-        versions = old.get(MADE_BY) if isinstance(old.get(MADE_BY), list) else []  # none: before it was kept
-        if code_version() not in versions and not dry_run:
-            print(f"note: {output}: resumed by {code_version()}; its earlier records by "
+        versions, now = old.get(MADE_BY) if isinstance(old.get(MADE_BY), list) else [], code_version()  # []: none kept
+        if now not in versions and not dry_run:
+            print(f"note: {output}: resumed by {now}; its earlier records by "
                   f"{', '.join(map(str, versions)) or 'a specscope that did not say'}", file=sys.stderr)
-            atomic_write_text(sidecar, json.dumps({**old, MADE_BY: [*versions, code_version()]}, indent=1) + "\n")
+            atomic_write_text(sidecar, json.dumps({**old, MADE_BY: [*versions, now]}, indent=1) + "\n")
         return
     if sidecar.exists() and not _ours(sidecar) and not (overwrite and has_records and holds_traces(output)):
         raise SpecscopeError(f"{sidecar}: exists and holds no trace settings: specscope replaces only its own; "

@@ -119,9 +119,9 @@ def _check_result(path: Path, result: dict) -> None:
     """An ok cell's figures as the sweep measured them: its output tokens over its duration, and
     the throughput they make (a hand-edited throughput of −5 or 1e308 was published as a speedup)."""
     tokens, seconds, throughput = (result.get(name) for name in ("output_tokens", "duration_s", "throughput"))
-    numbers = [v for v in (tokens, seconds, throughput) if isinstance(v, (int, float)) and not isinstance(v, bool)]
-    if len(numbers) < 3 or not isinstance(tokens, int) or tokens < 0 or not 0 < seconds < float("inf") \
-            or not math.isclose(throughput, tokens / seconds, rel_tol=1e-9):
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (tokens, seconds, throughput))
+    if not (numbers and isinstance(tokens, int) and tokens >= 0 and 0 < seconds < math.inf
+            and math.isclose(throughput, tokens / seconds, rel_tol=1e-9)):
         raise SpecscopeError(f"{path}: field 'result': expected an ok cell's measured figures (output_tokens, "
                              "duration_s > 0, and throughput = output_tokens / duration_s), got "
                              f"{tokens!r}, {seconds!r}, {throughput!r}; remove it to rerun the cell")

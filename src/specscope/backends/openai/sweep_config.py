@@ -12,12 +12,12 @@ Example::
     ignore_eos = true
     num_requests = 64                  # default: each workload's length
     baselines = "paired"               # default "shared"; or "interleaved"/"interleaved-all", with segments (see below)
-    temperature = 0.0                  # default 0 (greedy)
-    prompt_lookup_min = 3              # n-gram's shortest and longest match (defaults 3 and 7, as `bench`)
+    temperature = 0.0                  # these: as `specscope bench`'s options (its --help gives the defaults)
+    prompt_lookup_min = 3              # n-gram's shortest and longest match
     prompt_lookup_max = 7
     mtp_method = "mtp"                 # vLLM's MTP method name, for a launched vLLM's mtp cells
     request_timeout_s = 600            # seconds per request, seconds without a byte, seconds for a
-    idle_timeout_s = 60                # launched server to become healthy (these three: the defaults)
+    idle_timeout_s = 60                # launched server to become healthy
     launch_timeout_s = 900
 
     [[engines]]
