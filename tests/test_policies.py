@@ -13,7 +13,7 @@ ACC = np.array([3, 1, 2, 4, 1, 1, 1, 1], dtype=np.int32)  # G = 8
 
 
 def walk(policy, acc=ACC, **kwargs):
-    pos, proposed, emitted = walk_request(acc, parse_policy(policy), k_max=20, **kwargs)
+    pos, proposed, emitted, _ = walk_request(acc, parse_policy(policy), k_max=20, **kwargs)
     return pos.tolist(), proposed.tolist(), emitted.tolist()
 
 
@@ -80,7 +80,7 @@ def test_adaptive_learns_nothing_from_a_step_with_no_match():
     acc_len = 1 propose nothing, and adaptive keeps its k = 5 (it had counted them as rejections,
     shrunk to 3 and taken 6 steps instead of 5)."""
     acc = np.array([1, 1] + [6] * 18)
-    pos, proposed, emitted = walk_request(acc, parse_policy("adaptive"), k_max=8, match_prob=0.0,
+    pos, proposed, emitted, _ = walk_request(acc, parse_policy("adaptive"), k_max=8, match_prob=0.0,
                                           rng=np.random.default_rng(0))
     assert list(zip(pos.tolist(), proposed.tolist(), emitted.tolist())) == [
         (1, 0, 1), (2, 0, 1), (3, 5, 6), (9, 7, 6), (15, 6, 5)]  # 5 → 7 (all 6 accepted) → 6

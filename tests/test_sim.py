@@ -257,6 +257,37 @@ def test_replay_statistics():
     assert row.mean_acceptance_length == pytest.approx(3.5)
 
 
+def test_a_last_step_cut_short_by_the_output_counts_every_draft_it_emitted():
+    """G = 3, acc_len 4 at pos 1: fixed:3 proposes 3 and emits the 2 tokens left, both accepted
+    drafts (the bonus would lie past the end): α = 2 / 3, not 1 / 3. G = 2, acc_len 2: fixed:1's
+    one draft is the last token, α = 1, not 0, as the bound's α estimator counts it. A
+    causal policy's walk counts alike."""
+    from specscope.sim.switching import causal_plan
+
+    rows = simulate([record([4, 1, 1], draft_len=[3] * 3)], ["ngram"], ["fixed:3", "oracle"], COST,
+                    SimConfig(batch_sizes=(1,)))
+    assert [r.acceptance_rate for r in rows] == pytest.approx([2 / 3, 2 / 3])  # the oracle proposes acc_len − 1
+    assert [r.mean_acceptance_length for r in rows] == [2.0, 2.0]
+    (row,) = simulate([record([2, 1], proposer="eagle")], ["eagle"], ["fixed:1"], COST, SimConfig(batch_sizes=(1,)))
+    assert row.acceptance_rate == 1.0
+    plan = causal_plan([record([4, 1, 1], proposer="eagle")], ("eagle",), lambda b: lambda seen: [(0, 3)] * len(seen), 8)
+    assert plan.accepted.tolist() == [2] and plan.emitted.tolist() == [2]
+
+
+def test_adaptive_capped_below_its_start_by_the_traces_depth_is_said():
+    """A trace without k_max whose longest acc_len is 2 was traced to k = 1: adaptive there is
+    fixed:1 (its start, 5, capped), which a note says; a trace declaring k_max = 20 needs none."""
+    from specscope.sim.grid import adaptive_notes
+
+    shallow = TraceRecord("a", np.arange(2), np.arange(6), {"eagle": ProposerTrace(np.array([2, 2, 1, 2, 2, 1]))},
+                          dataset="d")
+    (note,) = adaptive_notes([shallow], ["eagle"], ["adaptive", "fixed:1"])
+    assert "traced to k = 1 (its longest acc_len − 1), below adaptive's start k = 5" in note
+    assert adaptive_notes([shallow], ["eagle"], ["fixed:1"]) == []
+    assert adaptive_notes([replace(shallow, k_max=20)], ["eagle"], ["adaptive"]) == []
+    assert "(its k_max)" in adaptive_notes([replace(shallow, k_max=3)], ["eagle"], ["adaptive"])[0]
+
+
 def test_padded_verification_charges_the_longest_proposal_for_every_request():
     # Two requests in one batch: one proposes 3 drafts (verifies 4), one finds no match (1).
     plan = make_plan([np.array([1, 1], dtype=np.int32), np.array([1, 1], dtype=np.int32)], [10, 10],

@@ -30,6 +30,7 @@ def test_oracle_switch_takes_the_longer_acc_len_and_proposes_nothing_where_both_
     assert plan.emitted.tolist() == [3, 2, 1, 1, 1]
     assert plan.proposed.tolist() == [2, 1, 0, 0, 1]
     assert plan.method.tolist() == [0, 1, NONE, NONE, 1]
+    assert plan.accepted.tolist() == [2, 1, 0, 0, 1]  # the last step's one token is its accepted draft
 
 
 def test_oracle_switch_gives_a_tie_to_the_lookup_whichever_is_named_first():

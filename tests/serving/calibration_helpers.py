@@ -15,7 +15,7 @@ ADMIT = 1.5e-3  # a request's arrival holds up an idle engine this long (parsing
 
 def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30,
                    pads: bool = False, lengths: list[int] | None = None, prompt_step: int = 10,
-                   draft: dict[str, float] = DRAFT) -> CellRun:
+                   draft: dict[str, float] = DRAFT, proposing_every: int = 1, multi: float = 0.0) -> CellRun:
     """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
     k + 1 tokens per request; a step that admits requests prefills them in a second forward (its
 fixed cost c_prompt_fixed), after
@@ -25,7 +25,11 @@ fixed cost c_prompt_fixed), after
     (prompt + prompt_step·(i mod 4)), so a prefill's positions vary apart from its prompts. ``pads``: the
     engine prefills the prompts it admits together right-padded to the longest (as ``specscope
     serve`` does; the cell says so). ``lengths``: the output lengths instead; ``draft``: the
-    drafting's coefficients instead of DRAFT's."""
+    drafting's coefficients instead of DRAFT's. ``proposing_every`` p > 1: an n-gram-like drafter
+    whose row proposes k only on every p-th of its steps, emitting 2, …, k + 1, 2, … tokens on
+    those in turn (1 on the others, whose drafting costs its fixed cost alone), the draft counters
+    counting what it proposed; ``multi``: a forward of more than one token (a prefill too) costs this
+    more."""
     w = 1 if method == "none" else k + 1
     lengths = lengths or [output + 3 * (i % 3) for i in range(requests)]
     requests = len(lengths)
@@ -34,28 +38,35 @@ fixed cost c_prompt_fixed), after
     waiting = list(range(requests))
     timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompts[i], "output_tokens": lengths[i],
                  "chunk_ms": [], "chunk_tokens": []} for i in range(requests)]
-    now = 0.0
+    now, drafts = 0.0, 0
     while waiting or slots:
         admitted = []
         while waiting and len(slots) + len(admitted) < batch:
-            admitted.append({"r": waiting.pop(0), "done": 0})
+            admitted.append({"r": waiting.pop(0), "done": 0, "steps": 0})
         n = len(slots)
         cached = sum(prompts[s["r"]] + s["done"] for s in slots)
+        proposes = [s["steps"] % proposing_every == 0 for s in slots]
         step = 0.0
         if n:
-            step += (FORWARD["c_fixed"] + FORWARD["c_tok"] * n * w + FORWARD["c_kv"] * cached + FORWARD["c_req"] * n
-                     + FORWARD["c_batch"] * (n > 1))
-            if method != "none":
+            verified = n * w if proposing_every == 1 else sum(w if p else 1 for p in proposes)
+            step += (FORWARD["c_fixed"] + FORWARD["c_tok"] * verified + FORWARD["c_kv"] * cached
+                     + FORWARD["c_req"] * n + FORWARD["c_batch"] * (n > 1) + multi * (verified > 1))
+            if method != "none" and proposing_every == 1:
                 step += draft["c_fixed"] + draft["c_tok"] * w + draft["c_batched"] * n * w
+            elif method != "none":  # per proposed token, the fit's own form
+                step += draft["c_fixed"] + (draft["c_tok"] + draft["c_batched"] * n) * (verified - n) / n
         if admitted:
             positions = (len(admitted) * max(prompts[s["r"]] for s in admitted) if pads
                          else sum(prompts[s["r"]] for s in admitted))
             step += (FORWARD["c_prompt_fixed"] + FORWARD["c_prompt"] * positions + FORWARD["c_req"] * len(admitted)
-                     + FORWARD["c_batch"] * (len(admitted) > 1))
+                     + FORWARD["c_batch"] * (len(admitted) > 1) + multi * (positions > 1))
             step += ADMIT if not n else 0.0
         sent, now = now, now + step
-        for s in slots:
-            emit = min(w, lengths[s["r"]] - s["done"])
+        for s, proposed in zip(slots, proposes):
+            emit = w if proposing_every == 1 else 2 + (s["steps"] // proposing_every) % k if proposed else 1
+            emit = min(emit, lengths[s["r"]] - s["done"])
+            drafts += k * proposed if method != "none" else 0
+            s["steps"] += 1
             s["done"] += emit
             timeline[s["r"]]["chunk_ms"].append(round(1e3 * now, 4))
             timeline[s["r"]]["chunk_tokens"].append(emit)
@@ -67,6 +78,5 @@ fixed cost c_prompt_fixed), after
         slots = [s for s in slots if s["done"] < lengths[s["r"]]] + admitted  # the finished: replaced next step
     for request in timeline:  # chunk times after the request was sent
         request["chunk_ms"] = [t - request["sent_ms"] for t in request["chunk_ms"]]
-    draft_tokens = None if method == "none" else k * sum(len(r["chunk_ms"]) - 1 for r in timeline)
-    return CellRun(f"{method}{k}b{batch}", method, k, None, batch, "w.jsonl", 1.0, draft_tokens, timeline, {},
-                   pads=pads)
+    return CellRun(f"{method}{k}b{batch}", method, k, None, batch, "w.jsonl", 1.0, None if method == "none" else drafts,
+                   timeline, {}, pads=pads, num_drafts=None if method == "none" else drafts // max(k, 1))

@@ -484,3 +484,28 @@ def test_the_widest_row_an_engine_that_pads_verifies():
 
     assert _widest(2.0, 0.5, np.array([1.0, 2.0, 8.0])).tolist() == pytest.approx([2.0, 2.5, 1 + 2 * (1 - 0.5 ** 8)])
     assert _widest(3.0, 1.0, np.array([1.0, 8.0])).tolist() == [3.0, 3.0]
+
+
+def test_a_row_alone_is_a_multi_token_forward_only_on_the_steps_it_proposed():
+    """An n-gram-like drafter proposes on every other step, at every k alike; a forward of more
+    than one token costs 0.6 ms more. The cell's share of proposing steps is the same at each k,
+    so it cannot tell that cost from the drafter's fixed one (which it pays on every step); each
+    chunk's tokens can (a chunk of several tokens came from a step that proposed; here every
+    proposal has a draft accepted), and the fit recovers both. Where some proposals have none
+    accepted, the drafts counter says how many of the one-token chunks proposed."""
+    from specscope.costmodel.calibrate import _proposed
+
+    drafter = dict(c_fixed=2e-4, c_tok=3e-4, c_batched=0.0)
+    cells = [simulated_cell("none", 0, b, multi=6e-4) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b, multi=6e-4) for k in (2, 4) for b in (1, 2, 4)]
+    cells += [simulated_cell("ngram", k, 1, draft=drafter, proposing_every=2, multi=6e-4) for k in (1, 2, 4)]
+    model = fit_cells(cells)
+    assert model.c_multi == pytest.approx(6e-4, rel=0.05)
+    assert model.drafting_for("draft").c_fixed == pytest.approx(DRAFT["c_fixed"], rel=0.05)
+    fitted = model.drafting_for("ngram")  # written in the k + 1 form: its c_fixed is the start less one pass
+    assert fitted.c_fixed + fitted.c_tok == pytest.approx(drafter["c_fixed"], rel=0.05)
+    assert fitted.c_tok == pytest.approx(drafter["c_tok"], rel=0.05)
+    # a chunk of one token of a cell whose 10 drafting steps gave 4 chunks of several tokens: 6 of its 16 one-token chunks
+    cell = replace(cells[-1], num_drafts=10)
+    assert _proposed(cell, np.array([1.0] * 16 + [2.0, 3.0, 5.0, 4.0]), 0.5, True).tolist() == [6 / 16] * 16 + [1.0] * 4
+    assert _proposed(cell, np.ones(4), 0.5, False).tolist() == [0.5] * 4  # no token ids: the cell's share

@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import proposer_names
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
-    from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, capacity_notes, length_notes, no_match_notes,
-                                    sample_notes, simulate)
+    from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, adaptive_notes, capacity_notes, length_notes,
+                                    no_match_notes, sample_notes, simulate)
     from specscope.sim.observe import offer_notes
     from specscope.sim.policies import learned_notes
 
@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     cells = [{**row.flat(), **settings} for row in rows]
     chains = [row.deepest_k for row in rows if not row.policy.startswith("tree:")]  # a tree's nodes are no chain's k
     past = cost.beyond_measured(chains, config.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) else None
-    notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies), *([past] if past else []),
+    notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies),
+             *adaptive_notes(records, args.acc, args.policies), *([past] if past else []),
              *learned_notes(args.policies, cost, config.batch_sizes), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]
     if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in args.acc:

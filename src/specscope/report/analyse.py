@@ -35,8 +35,8 @@ from specscope.errors import SpecscopeError
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, SimRow, capacity_notes, length_notes, no_match_notes,
-                                sample_notes, simulate)
+from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, SimRow, adaptive_notes, capacity_notes, length_notes,
+                                no_match_notes, sample_notes, simulate)
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
@@ -177,6 +177,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim, option=False))
     data.notes.extend(length_notes(sim_records, config.policies))
+    data.notes.extend(adaptive_notes(sim_records, simulated, config.policies))
     every_k = sorted({k for c in held.values() for k in c.ks})
     past = cost.beyond_measured(every_k, config.sim.batch_sizes, names) if isinstance(cost, LinearCostModel) else None
     data.notes.extend([past] if past else [])

@@ -1,7 +1,8 @@
 """Simulate a grid: datasets × proposers ("acc") × policies × batch sizes.
 
 One row per cell (:class:`SimRow`). The replay statistics of a cell are defined as:
-acceptance rate α = Σ accepted drafts / Σ proposed drafts (accepted = emitted − 1) and mean
+acceptance rate α = Σ accepted drafts / Σ proposed drafts (accepted up to the output's end:
+``Plan.accepted``, emitted − 1 but at a last step cut short by it) and mean
 acceptance length τ = Σ emitted / steps (bonus included), over all steps of the plan.
 """
 
@@ -25,7 +26,7 @@ from specscope.progress import LazyProgress
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
 from specscope.sim.plan import Plan, baseline_plan, make_plan, switch_k_max, traced_k_max
-from specscope.sim.policies import Policy, parse_policies, parse_policy
+from specscope.sim.policies import ADAPTIVE_START, Policy, parse_policies
 from specscope.sim.pricing import DeepestPasses, Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
 from specscope.trace.schema import TraceRecord, by_dataset
@@ -175,6 +176,25 @@ def no_match_notes(records: Sequence[TraceRecord], accs: Sequence[str], config: 
                 f"the paper's guess for its {paper_namesake(dataset)} traces"
             notes.append(f"dataset {dataset!r}: {acc} recorded no draft_len{which}, so a step that accepted nothing "
                          f"is taken to have found a match (and paid its drafting) with probability {prob:g} ({source})")
+    return notes
+
+
+def adaptive_notes(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequence[str]) -> list[str]:
+    """One line per dataset × proposer whose traced depth is below adaptive's start (k = 5): there
+    adaptive starts at that depth and can grow no further (the trace cannot tell what a deeper
+    draft would have given), a policy other than the one its name promises — where a fixed:k
+    that deep is refused."""
+    if "adaptive" not in policies:
+        return []
+    notes = []
+    for dataset, mine in by_dataset(records).items():
+        for acc in accs:
+            holding = [r for r in mine if acc in r.proposers]
+            depth = traced_k_max(holding, [acc]) if holding else ADAPTIVE_START
+            if depth < ADAPTIVE_START:
+                source = "its k_max" if all(r.k_max is not None for r in holding) else "its longest acc_len − 1"
+                notes.append(f"dataset {dataset!r}: {acc} was traced to k = {depth} ({source}), below adaptive's start "
+                             f"k = {ADAPTIVE_START}: adaptive there starts at k = {depth} and grows no further")
     return notes
 
 
@@ -454,7 +474,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         key = tuple(plan.output_len.tolist())
                         base = baselines.setdefault(key, baseline_plan(plan.output_len, plan.prompt_len))
                         proposed = plan.proposed.sum()
-                        alpha = float((plan.emitted - 1).sum() / proposed) if proposed else float("nan")
+                        alpha = float(plan.accepted.sum() / proposed) if proposed else float("nan")
                         tau = float(plan.emitted.mean()) if len(plan.emitted) else float("nan")  # no step: none
                         deepest = int(plan.proposed.max(initial=0))
                     sd = predict(plan, cost, drafting, b)

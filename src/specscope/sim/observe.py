@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.policy.observation import NONE, History, Observation, Outcome, prompt_overlap
+from specscope.sim.plan import accepted_drafts
 from specscope.trace.schema import TraceRecord
 from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.tracing.ngram import ngram_trace
@@ -72,6 +73,13 @@ class Observer:
             prob = None if np.isnan(value) else value
         self._history.record(Outcome(method if k > 0 else NONE, k, emitted, offer, matched, prob))
         return emitted
+
+    def accepted(self, pos: int, method: int, k: int) -> int:
+        """The drafts the step at ``pos`` accepted up to the output's end (the simulator's α; a
+        policy never sees it: :func:`~specscope.sim.plan.accepted_drafts`)."""
+        if method == NONE or k == 0:
+            return 0
+        return int(accepted_drafts(self._acc[method][pos - 1], k, self._length - pos))
 
 
 def offer_notes(records: Sequence[TraceRecord]) -> list[str]:

@@ -37,7 +37,8 @@ class Plan:
     offsets: np.ndarray  # [R + 1] request r owns steps offsets[r]:offsets[r+1]
     pos: np.ndarray  # [S] output tokens generated before the step (>= 1)
     proposed: np.ndarray  # [S] draft tokens proposed (0: no drafting, verify 1 token)
-    emitted: np.ndarray  # [S] tokens the step emits (accepted drafts + 1)
+    emitted: np.ndarray  # [S] tokens the step emits (accepted drafts + 1, not past the output's end)
+    accepted: np.ndarray  # [S] drafts accepted up to the output's end: min(acc_len − 1, proposed, G − pos)
     prompt_len: np.ndarray  # [R]
     output_len: np.ndarray  # [R] G: output tokens, the prefill's first one included
     draft_widths: tuple[int, ...] = ()  # a tree's drafter pass widths per sequence; () = chains
@@ -71,8 +72,8 @@ def visit(emit: list[int]) -> list[int]:
 
 def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
                  draft_len: np.ndarray | None = None, match_prob: float | None = None,
-                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One request's steps: (pos, proposed, emitted), each [steps]."""
+                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One request's steps: (pos, proposed, emitted, accepted), each [steps] (:class:`Plan`)."""
     if policy.by_position is not None:
         wanted = policy.by_position(acc_len)  # [G]
         if draft_len is not None:
@@ -103,7 +104,15 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
         unmatched = (acc_at == 1) & (rng.random(pos.shape[0]) >= match_prob)
         proposed = np.where(unmatched, 0, proposed)
     emitted = np.minimum(np.minimum(acc_at, proposed + 1), len(acc_len) - pos).astype(np.int64)  # not past the output
-    return pos, proposed, emitted
+    return pos, proposed, emitted, accepted_drafts(acc_at, proposed, len(acc_len) - pos)
+
+
+def accepted_drafts(acc_at: np.ndarray, proposed: np.ndarray, left: np.ndarray | int) -> np.ndarray:
+    """[S] drafts each step accepted up to the output's end: min(acc_len − 1, proposed, left), with
+    ``left`` = G − pos the tokens still to come. A last step cut short by the output's end emits
+    accepted drafts only (its bonus or recovered token would lie past it), so ``emitted − 1``
+    would count one of them as rejected."""
+    return np.minimum(np.minimum(np.asarray(acc_at) - 1, proposed), left).astype(np.int64)
 
 
 def make_plan(acc_lens: Sequence[np.ndarray], prompt_lens: Sequence[int], policy: Policy,
@@ -127,12 +136,12 @@ def baseline_plan(output_lens: Sequence[int], prompt_lens: Sequence[int]) -> Pla
     parts = []
     for g in output_lens:
         pos = np.arange(1, g, dtype=np.int64)
-        parts.append((pos, np.zeros_like(pos), np.ones_like(pos)))
+        parts.append((pos, np.zeros_like(pos), np.ones_like(pos), np.zeros_like(pos)))
     return concat_steps(parts, prompt_lens, output_lens)
 
 
 def concat_steps(parts, prompt_lens, output_lens) -> Plan:
-    """One plan from per-request (pos, proposed, emitted) arrays."""
+    """One plan from per-request (pos, proposed, emitted, accepted) arrays."""
     counts = [len(p[0]) for p in parts]
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
@@ -142,6 +151,7 @@ def concat_steps(parts, prompt_lens, output_lens) -> Plan:
         pos=np.concatenate([p[0] for p in parts]) if parts else empty,
         proposed=np.concatenate([p[1] for p in parts]) if parts else empty,
         emitted=np.concatenate([p[2] for p in parts]) if parts else empty,
+        accepted=np.concatenate([p[3] for p in parts]) if parts else empty,
         prompt_len=np.asarray(prompt_lens, dtype=np.int64),
         output_len=np.asarray(output_lens, dtype=np.int64),
     )

@@ -70,8 +70,11 @@ class Policy:
     sha256: str | None = None  # a learned policy's file content (policy.learned.stamp): what its rows name
 
 
+ADAPTIVE_START = 5  # adaptive's first k (the paper's), capped at the trace's depth
+
+
 class _Adaptive:
-    START, GROW, SHRINK = 5, 2, 1
+    START, GROW, SHRINK = ADAPTIVE_START, 2, 1
 
     def __init__(self, k_max: int):
         self.k_max = k_max

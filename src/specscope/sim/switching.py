@@ -70,7 +70,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, method as method_named
 from specscope.policy.observation import NONE, Decide
 from specscope.sim.observe import Observer
-from specscope.sim.plan import Plan, concat_steps, visit
+from specscope.sim.plan import Plan, accepted_drafts, concat_steps, visit
 from specscope.sim.pricing import DeepestPasses
 from specscope.trace.schema import TraceRecord
 
@@ -92,7 +92,7 @@ def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...])
         proposed = (best[pos - 1] - 1).astype(np.int64)  # exactly acc_len − 1, as every oracle, to the last step
         emitted = np.minimum(best[pos - 1], g - pos).astype(np.int64)  # not past the output, as every walk
         chosen = np.where(proposed > 0, np.asarray(preference)[acc[:, pos - 1].argmax(axis=0)], NONE)  # ties: cheaper
-        parts.append((pos, proposed, emitted, chosen))
+        parts.append((pos, proposed, emitted, accepted_drafts(best[pos - 1], proposed, g - pos), chosen))
     return _switch_plan(parts, records, methods)
 
 
@@ -119,7 +119,7 @@ class _Walk:
             k = k if offer is None else min(k, offer)
         method = method if k > 0 else NONE
         emitted = self.observer.step(self.pos, method, k)
-        self.steps.append((self.pos, k, emitted, method))
+        self.steps.append((self.pos, k, emitted, self.observer.accepted(self.pos, method, k), method))
         self.pos += emitted
 
 
@@ -152,14 +152,14 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
             if running:
                 for walk, choice in zip(running, decide([w.observe() for w in running])):
                     walk.take(*choice)
-    parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 4).T) for w in walks]
+    parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 5).T) for w in walks]
     return _switch_plan(parts, records, methods)
 
 
 def _switch_plan(parts, records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
-    plan = concat_steps([p[:3] for p in parts], [r.prompt_len for r in records],
+    plan = concat_steps([p[:4] for p in parts], [r.prompt_len for r in records],
                         [common_length(r, methods) for r in records])
-    plan.method = np.concatenate([p[3] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    plan.method = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     plan.methods = methods
     return plan
 
