@@ -21,10 +21,17 @@ within half a gap of the step's end were prefilled in it (``n_p`` prompts over `
 their tokens, or ``n_p`` × the longest where the engine pads, as ``specscope serve`` does: one
 more forward). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
 counters (the mean proposal, so n-gram steps that found nothing count), at most k + 1 (a tree:
-nodes + 1). A request running alone verifies more than one token only on the steps it proposed:
-with the drafts counter (vLLM's ``vllm:spec_decode_num_drafts``, which ``specscope serve``
-exports too) its step counts as a multi-token forward with that share (n-gram, which found
-nothing on about half the steps of the bundled code workload at k = 4), without it always. An
+nodes + 1). A request running alone verifies more than one token only on the steps it proposed
+(n-gram found nothing on about half the steps of the bundled code workload), and its own chunk
+tells which did: one of several tokens had a draft accepted, so its step proposed; of the chunks
+of one token, the share ``(drafts − chunks of several tokens) / chunks of one token`` did (the
+drafts counter: vLLM's ``vllm:spec_decode_num_drafts``, which ``specscope serve`` exports too).
+Each such gap counts as a multi-token forward with that chance and verifies 1 + the mean
+proposal of a step that proposed times it (:func:`_proposed`); without token ids, every gap
+the cell's share of proposing steps, and without the counter, always. (The cell's share alone
+is the same at every k, so it could not tell a multi-token forward's cost from n-gram's own on
+every step: on three sweeps of ``specscope serve`` that read c_multi at +42 … +192 % of the
+engine's own step records; per chunk, +32 … +70 % or below the 5 % of a step compared.) An
 engine that pads (``specscope serve``: the cell's engine was launched as specscope) verifies every
 row at the batch's widest proposal: ``n·(1 + d·(1 − (1 − p)^n))`` tokens, ``d`` the drafts of a row
 that proposes and ``p`` the share of rows' steps that propose (``n·w`` where every row proposes).
