@@ -191,7 +191,7 @@ def test_fit_compares_shapes_within_a_repeat_under_drift(tmp_path):
                 batch, kv = int(rng.integers(1, 9)), int(rng.integers(100, 3000))
                 tokens = batch * (1 if method == "none" else k + 1)
                 extra = 0.0 if method == "none" else 0.001 + 1e-4 * batch
-                lines.append({**step(i, method, k, batch, kv, slowdown * forward(tokens, kv, batch),
+                lines.append({**step(i, method, 0 if method == "none" else k, batch, kv, slowdown * forward(tokens, kv, batch),
                                      draft=slowdown * extra), "tokens_verified": tokens,
                               "sample_s": 0.0002 * slowdown, "overhead_s": 0.0008 * slowdown})
     records = tmp_path / "steps.jsonl"
@@ -247,7 +247,7 @@ def test_drift_normalisation_does_not_absorb_batch_size_effects(tmp_path):
             tokens = batch * (1 if method == "none" else 4)
             for i in range(30):
                 verify = 0.002 + 1e-4 * tokens + 3e-5 * batch**2 + 1e-7 * (100 + i) * batch
-                lines.append({**step(i, method, 3, batch, (100 + i) * batch, verify,
+                lines.append({**step(i, method, 0 if method == "none" else 3, batch, (100 + i) * batch, verify,
                                      draft=0.0 if method == "none" else 0.001), "tokens_verified": tokens})
     records = tmp_path / "steps.jsonl"
     records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")

@@ -24,6 +24,9 @@ def step(**overrides) -> dict:
     if "batch_size" in overrides and isinstance(overrides["batch_size"], int):  # its rows' counts to match
         base["tokens_emitted"] = [1] * overrides["batch_size"]
         base["tokens_verified"] = 4 * overrides["batch_size"]  # k = 3: four tokens a row
+    if overrides.get("method") == "none":  # no SD: k 0, one token a row verified, nothing drafted
+        base.update(k=0, draft_s=0.0, tokens_verified=len(base["tokens_emitted"]),
+                    tokens_emitted=[1] * len(base["tokens_emitted"]))
     base.update(overrides)
     return base
 

@@ -83,7 +83,7 @@ def edited(change) -> dict[str, str]:
 
 def step(index: int, seconds: float = 0.004, **fields) -> str:
     """One step record of a no-SD engine at batch 1 (``seconds`` its verification)."""
-    return json.dumps({"step": index, "method": "none", "k": 1, "batch_size": 1, "tokens_verified": 1,
+    return json.dumps({"step": index, "method": "none", "k": 0, "batch_size": 1, "tokens_verified": 1,
                        "tokens_emitted": [1], "draft_s": 0.0, "verify_s": seconds, "sample_s": 0.0, "overhead_s": 0.0,
                        "kv_tokens": 30 + index, "prefill_tokens": 0, "prefill_s": 0.0, **fields}) + "\n"
 
@@ -170,6 +170,17 @@ CASES = [
     Case("steps-emitted-per-request", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
          r"s\.jsonl:1: field 'tokens_emitted': expected one count per running request \(batch_size 1\), got 2",
          {"s.jsonl": step(1, tokens_emitted=[1, 1])}),
+    Case("steps-emitted-beyond-a-step", ["report", "t.jsonl", "--steps", "s.jsonl", "-o", "r"],  # read as 33× the tokens
+         r"s\.jsonl:1: field 'tokens_emitted'.*each request emits 1 … k \+ 1 tokens in a step",
+         {"s.jsonl": step(1, method="ngram", k=3, tokens_verified=4, tokens_emitted=[99])}),
+    Case("steps-emitted-nothing", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
+         r"s\.jsonl:1: field 'tokens_emitted'.*each request emits 1 … k \+ 1 tokens in a step",
+         {"s.jsonl": step(1, tokens_emitted=[0])}),
+    Case("steps-none-that-drafted", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],  # the fit dropped it, the report kept it
+         r"s\.jsonl:1: field 'draft_s': expected 0 on a step without SD \(method none\), got 0.5",
+         {"s.jsonl": step(1, draft_s=0.5)}),
+    Case("steps-none-with-k", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
+         r"s\.jsonl:1: field 'k': expected 0 on a step without SD \(method none\), got 3", {"s.jsonl": step(1, k=3)}),
     Case("steps-tree-without-sd", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
          r"s\.jsonl:1: field 'tree': expected none on a step without SD", {"s.jsonl": step(1, tree="2x1")}),
     Case("steps-too-few", ["costmodel", "fit", "s.jsonl", "--whole-steps", "-o", "m.json"],
