@@ -244,6 +244,19 @@ def test_configs_beside_llamas_dense_bf16_are_priced_as_they_are_or_refused(tmp_
     for key, value in (("hybrid_override_pattern", "M-M*-"), ("moe_num_experts", 64), ("ssm_state_size", 128)):
         with pytest.raises(SpecscopeError, match=f"field '{key}'"):
             ModelShape.from_hf_config({**llama, key: value})
+    # a sliding window reads (and keeps) only its last positions: priced as full attention it was wrong past it
+    # (a Mistral of window 64 priced alike at a 20000-token context); switched off, or no layer sliding, it is dense
+    for window in ({"sliding_window": 64}, {"sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"]}):
+        with pytest.raises(SpecscopeError, match="field 'sliding_window': sliding-window attention"):
+            ModelShape.from_hf_config({**llama, **window})
+    for dense in ({"sliding_window": None}, {"model_type": "qwen2", "sliding_window": 131072},
+                  {"sliding_window": 4096, "use_sliding_window": False},
+                  {"sliding_window": 64, "layer_types": ["full_attention"] * 32}):
+        shape = ModelShape.from_hf_config({**llama, **dense})
+        assert shape == ModelShape.from_hf_config({**llama, "model_type": dense.get("model_type", "llama")})
+    with pytest.raises(SpecscopeError, match="field 'torch_dtype': expected a float8_\\* type or one of bfloat16"):
+        ModelShape.from_hf_config({**llama, "torch_dtype": "float17"})
+    assert ModelShape.from_hf_config({**llama, "torch_dtype": "float32"}).weight_dtype_bytes == 2  # served in 16 bits
     (tmp_path / "config.json").write_text(json.dumps({**llama, "torch_dtype": "float8_e4m3fn"}))
     from specscope.costmodel.registry import resolve_cost_model
 

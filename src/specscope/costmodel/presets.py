@@ -26,6 +26,7 @@ UNPRICED = {  # config.json fields of layers a ModelShape cannot price → what 
     "mamba_d_state": "state-space (Mamba) layers",  # Falcon-H1
 }
 BF16_BYTES = 2  # bytes of a 16-bit value (BF16/FP16): a weight's by default, a cached value's
+WIDE_DTYPES = ("bfloat16", "float16", "float32")  # a config's torch_dtype served in 16 bits (vLLM's --dtype auto)
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")  # model types whose config omits tie_word_embeddings
 # when they tie (transformers' default for them is true; for Llama, Qwen, Mistral, Phi it is false)
 
@@ -48,6 +49,19 @@ HARDWARE: dict[str, Hardware] = {
         Hardware("a100", 312e12, 2.04e12, 81920 * 2**20),  # "80 GB": 81920 MiB
     )
 }
+
+
+def slides(config: dict) -> bool:
+    """Whether some attention layer of a ``config.json`` reads only the last ``sliding_window``
+    positions: a window is set and not switched off (``use_sliding_window`` false, transformers'
+    default for Qwen2 and Qwen3), and, where ``layer_types`` lists the layers, one of them is
+    ``sliding_attention`` (Gemma 2 and 3 interleave them with full attention)."""
+    if not config.get("sliding_window"):
+        return False
+    if not config.get("use_sliding_window", config.get("model_type") not in ("qwen2", "qwen3")):
+        return False
+    types = config.get("layer_types")
+    return not isinstance(types, list) or "sliding_attention" in types
 
 
 def projection_biases(model_type: str, attention_bias: bool) -> tuple[bool, bool]:
@@ -127,6 +141,11 @@ class ModelShape:
             if value is not None and not isinstance(value, bool) and value != 0 and value != 1:
                 raise spec.error(key, f"{what} (got {value!r}): this shape prices dense layers and multi-head "
                                       "attention only, so its weight and KV bytes would be wrong")
+        spec.boolean("use_sliding_window", False)  # checked: a switch of the window (slides)
+        if slides(config):
+            raise spec.error("sliding_window", f"sliding-window attention (a window of {config['sliding_window']!r} "
+                                               "positions): this shape prices full attention, every cached token read "
+                                               "and kept, so past the window its KV reads and bytes would be wrong")
         size = {key: spec.integer(key, minimum=1, maximum=MAX_SIZE) for key in
                 ("hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size", "vocab_size")}
         heads = size["num_attention_heads"]
@@ -198,8 +217,10 @@ def hardware(name: str) -> Hardware:
 def _weight_bytes(spec: Fields) -> int:
     """Bytes per weight of a checkpoint's ``config.json``: 1 where it is FP8 (``torch_dtype`` or
     ``dtype`` float8_*, a quantization_config of ``fp8`` or ``fbgemm_fp8``, or ``compressed-tensors``
-    whose weights are 8-bit floats), else 2; another quantization (int4 GPTQ, AWQ, …) is refused:
-    its packed weights and scales are not priced. (FP8 matmuls are priced at the GPU's 16-bit peak.)"""
+    whose weights are 8-bit floats), else 2 — a float32 checkpoint too, which vLLM's ``--dtype auto``
+    serves in 16 bits; a dtype of another name, or another quantization (int4 GPTQ, AWQ, …), is
+    refused: its packed weights and scales are not priced. (FP8 matmuls are priced at the GPU's
+    16-bit peak.)"""
     quantization = spec.obj.get("quantization_config")
     if isinstance(quantization, dict):
         method = quantization.get("quant_method")
@@ -211,5 +232,8 @@ def _weight_bytes(spec: Fields) -> int:
             raise spec.error("quantization_config", f"{method!r} quantized weights: this shape prices FP8 and 16-bit "
                                                     "weights only, so its weight bytes would be wrong")
         return 1
-    dtype = spec.obj.get("torch_dtype", spec.obj.get("dtype"))
+    key = "torch_dtype" if "torch_dtype" in spec.obj else "dtype"
+    dtype = spec.obj.get(key)
+    if dtype is not None and not (isinstance(dtype, str) and (dtype.startswith("float8_") or dtype in WIDE_DTYPES)):
+        raise spec.error(key, f"expected a float8_* type or one of {', '.join(WIDE_DTYPES)}, got {dtype!r}")
     return 1 if isinstance(dtype, str) and dtype.startswith("float8") else BF16_BYTES

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from specscope import validate
-from specscope.costmodel.presets import projection_biases
+from specscope.costmodel.presets import projection_biases, slides
 from specscope.errors import SpecscopeError
 from specscope.fileio import file_sha256, read_json_object
 
@@ -113,9 +113,8 @@ class ModelConfig:
                 f"{source}: field 'num_key_value_heads': expected a positive divisor of "
                 f"num_attention_heads ({heads}), got {kv_heads!r}"
             )
-        window = read.size("sliding_window", default=0) or None
-        if model_type in ("qwen2", "qwen3") and not read.flag("use_sliding_window"):
-            window = None
+        read.flag("use_sliding_window")  # checked: a switch of the window (slides)
+        window = (read.size("sliding_window", default=0) or None) if slides(data) else None
         qkv_bias, o_bias = projection_biases(model_type, read.flag("attention_bias"))
         return cls(
             model_type=model_type,
