@@ -418,6 +418,13 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
     (lambda d: d.pop("coef"), "malformed policy file"),
     (lambda d: d["models"][0].update(batch_size=0), r"models\[0\]\.batch_size: .* got 0"),
     (lambda d: d.update(scale=[0.0] * len(d["scale"])), "positive scales"),
+    # the cost model it was fitted for, checked as a cost model file is (NaN, text, -5 or a bare name were read)
+    (lambda d: d["cost_model"]["forward"].update(c_fixed=-5), r"cost_model: field 'forward\.c_fixed': .*got -5"),
+    (lambda d: d["cost_model"]["forward"].update(c_fixed="abc"), r"cost_model: field 'forward\.c_fixed'"),
+    (lambda d: d.update(cost_model={"name": "toy"}), r"cost_model: field 'forward': missing"),
+    (lambda d: d.update(cost_model={"kind": "roofline", "name": "r", "gpu": "h100", "model": "m", "overhead_s": 0,
+                                    "efficiency": {"weights": 7}, "drafting": {}}),
+     r"cost_model: field 'efficiency\.weights'"),
 ])
 def test_a_malformed_file_is_one_line_naming_it(policy_file, tmp_path, edit, message):
     document = json.loads(policy_file.read_text())
@@ -763,3 +770,12 @@ def test_a_fold_that_cannot_be_fitted_is_named(tmp_path):
     with pytest.raises(SpecscopeError, match=r"held out 'w0', fitting on tiny: policy fit: no step to learn from"):
         leave_one_out(workload(0, count=4, g=40) + one_token, ("ngram", "eagle"), [COST],
                       SimConfig(mode="paper", batch_sizes=(1,)), tmp_path)
+
+
+def test_the_cost_model_a_policy_was_fitted_for_is_read_as_any_cost_model_describes_itself():
+    """A policy fitted for a roofline or a linear model carries its describe() form, which loads."""
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.policy.learned import _fitted_for
+
+    for name in ("roofline:h100:llama3.1-8b:llama3.2-1b", "roofline:a100:llama3.1-8b", "h100-llama3.1-8b"):
+        _fitted_for(resolve_cost_model(name).describe())

@@ -19,18 +19,21 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from specscope.costmodel.linear import MAX_COEFFICIENT_S, drafting_from_json, linear_from_json
+from specscope.costmodel.roofline import MIN_EFFICIENCY, Efficiency
 from specscope.errors import SpecscopeError
 from specscope.fileio import parse_json
 from specscope.methods import method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
 from specscope.policy.observation import NONE, Decide, Observation
+from specscope.trace.fields import Fields
 from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
 
 SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
@@ -132,11 +135,7 @@ def load_policy(path: str | Path) -> LearnedPolicy:
     try:
         methods = _methods(document["methods"])
         choosers = choosers_from_json(document, methods)
-        fitted = document["cost_model"]
-        if not isinstance(fitted, dict) or not isinstance(fitted.get("name"), str) \
-                or not isinstance(fitted.get("drafting", {}), dict):
-            raise ValueError(f"cost_model: expected the cost model it was fitted for (an object with a name, and "
-                             f"its drafting an object), got {fitted!r:.60}")
+        _fitted_for(document["cost_model"])
         sizes = document["batch_sizes"]
         if not isinstance(sizes, list) or any(type(b) is not int for b in sizes) or sizes != sorted(choosers):
             raise ValueError(f"batch_sizes: expected those of its models, {sorted(choosers)}, got "
@@ -153,8 +152,39 @@ def load_policy(path: str | Path) -> LearnedPolicy:
     except (TypeError, ValueError) as error:
         raise SpecscopeError(f"{path}: malformed policy file: {error}") from None
     except SpecscopeError as error:
-        raise SpecscopeError(f"{path}: field 'methods': {error}") from None
+        where = "" if str(error).startswith("cost_model") else "field 'methods': "
+        raise SpecscopeError(f"{path}: {where}{error}") from None
     return LearnedPolicy(str(path), methods, choosers, document, stamp(data))
+
+
+def _fitted_for(value: object) -> None:
+    """Check a policy file's ``cost_model``, the ``describe()`` form of the model whose prices its
+    choices weigh (notes compare it with the model a simulation prices by), as a cost model file
+    is checked: a linear one whole; a roofline's names, efficiency shares and drafting (its
+    ``model`` may be a config.json on the machine that fitted it, so it is not read here)."""
+    if not isinstance(value, dict) or value.get("kind", "linear") == "linear":
+        linear_from_json(value, "cost_model")
+        return
+    spec = Fields(value, "cost_model")
+    spec.only(["kind", "name", "gpu", "model", "draft_model", "efficiency", "overhead_s", "drafting"])
+    if spec.get("kind") != "roofline":
+        raise spec.error("kind", f"expected 'linear' or 'roofline', got {spec.get('kind')!r}")
+    for name in ("name", "gpu", "model"):
+        spec.text(name)
+    spec.text("draft_model", optional=True)
+    spec.number("overhead_s", low=0.0, high=MAX_COEFFICIENT_S)
+    efficiency = spec.child("efficiency")
+    efficiency.only([f.name for f in fields(Efficiency)])
+    for name in efficiency.obj:
+        efficiency.number(name, low=MIN_EFFICIENCY, high=1.0)
+    drafting = spec.child("drafting")
+    for name in drafting.obj:
+        entry = drafting.child(name)
+        if entry.get("kind") == "roofline":  # a head or draft model the roofline prices by its shape
+            entry.only(["kind", "model"])
+            entry.text("model")
+        else:
+            drafting_from_json(entry)
 
 
 def stamp(data: bytes) -> str:
