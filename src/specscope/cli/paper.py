@@ -94,7 +94,7 @@ def read_reference(path: Path, batch_sizes: Sequence[int]) -> dict[tuple[str, st
     policies = {p.replace(":", ""): p for p in POLICIES if not p.startswith("oracle-combined")}  # fixed1 → fixed:1
     cells, first, line = {}, {}, 1
     try:
-        with path.open(encoding="utf-8") as handle:
+        with path.open(encoding="utf-8-sig") as handle:  # a spreadsheet's byte-order mark, as traces allow
             kept = [(number, text) for number, text in enumerate(handle, start=1) if not text.startswith("#")]
         rows = csv.DictReader(text for _, text in kept)
         columns = [c for c in rows.fieldnames or [] if c not in ("acc", "dataset", "policy")]
@@ -127,10 +127,15 @@ def read_reference(path: Path, batch_sizes: Sequence[int]) -> dict[tuple[str, st
                 if key in cells:
                     raise SpecscopeError(f"{path}:{line}: {acc} {dataset} {policy} is already on line {first[key]}")
                 cells[key], first[key] = speedup, line
+    except UnicodeDecodeError as error:  # before ValueError, of which it is one
+        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
     except (KeyError, ValueError, TypeError) as error:
         raise SpecscopeError(f"{path}:{line}: expected columns acc, dataset, policy and bsN numbers ({error})") from None
-    except UnicodeDecodeError as error:
-        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    except OSError as error:
+        raise SpecscopeError(f"{path}: cannot read the paper's figures ({error.strerror})") from None
+    if not cells:
+        raise SpecscopeError(f"{path}: holds no figures (expected a header acc,dataset,policy,bs1,… and a row per "
+                             "acc, dataset and policy; remove the file to simulate without the comparison)")
     return cells
 
 
@@ -168,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {other.name} left out: its first record is no trace", file=out)
     refuse_clashes({"-o": args.output}, [*files, folder / REFERENCE])
     config = SimConfig(mode="paper", combined=("ngram", "eagle"))
-    reference = read_reference(folder / REFERENCE, config.batch_sizes) if (folder / REFERENCE).is_file() else {}
+    reference = read_reference(folder / REFERENCE, config.batch_sizes) if (folder / REFERENCE).exists() else {}
     records, reports = load_traces(files, lengths="own")
     note_mismatches(reports, out)
     foreign = _foreign_files(files, records, reports) if reference else {}
@@ -209,7 +214,7 @@ def run(args: argparse.Namespace) -> int:
             if counts[dataset] < PAPER_REQUESTS:
                 print(f"note: dataset {dataset!r} holds {counts[dataset]} requests, the paper's figures {PAPER_REQUESTS} "
                       "drawn from its traces: its differences measure the sample as much as the simulator", file=out)
-    elif not (folder / REFERENCE).is_file():
+    elif not reference:
         print(f"note: no cell compared with the paper's figures: {folder} holds no {REFERENCE} (the speedups "
               "read off the paper's Figures 10 and 12, one row per acc, dataset, policy and batch size)", file=out)
     elif not foreign:  # else the notes above said why
