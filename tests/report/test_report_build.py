@@ -250,6 +250,14 @@ def test_an_interrupted_report_runs_again_into_its_folder(synthetic_traces, tmp_
     with pytest.raises(KeyboardInterrupt):
         build_report(synthetic_traces, out, dataclasses.replace(config, sim=SimConfig(mode="paper", batch_sizes=(1,))))
     assert not (out / "index.html").exists() and (out / "speedup.csv").is_file()
+    # a table the user edits after the interruption is theirs: neither replaced nor removed (it was listed without
+    # its SHA-256 until the report's end, and a rerun overwrote the edit, or removed it where it no longer wrote it)
+    with (out / "speedup.csv").open("a") as handle:
+        handle.write("my conclusion\n")
+    monkeypatch.setattr(figures, "speedup_figure", drawn)
+    with pytest.raises(SpecscopeError, match="speedup.csv was changed since the report wrote it"):
+        build_report(synthetic_traces, out, config)
+    assert (out / "speedup.csv").read_text().endswith("my conclusion\n")
 
 
 def test_a_dangling_link_in_the_folder_is_not_written_through(synthetic_traces, tmp_path):

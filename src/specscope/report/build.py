@@ -116,7 +116,8 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
     """Write ``data`` into ``out``: the tables of ``TABLES``, the figures of ``FIGURES`` that can
     be drawn (numbered in page order; the others are named in the notes), and index.html, last
     (the previous report's is removed first). Each file is listed in :data:`MANIFEST` before it is
-    written, so that an interrupted report's files are still its own when it is run again."""
+    written, so that an interrupted report's files are still its own when it is run again, and with
+    its SHA-256 once written, so that one the user changed after an interruption is theirs."""
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -131,12 +132,17 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
             _list(out, claimed)
         return out / name
 
+    def wrote(path: Path) -> Path:
+        claimed[path.name] = file_sha256(path)
+        _list(out, claimed)
+        return path
+
     tables = []
     for spec in TABLES:
         rows = spec.rows(data)
         if rows is not None:
             write_rows(claim(spec.filename), rows)
-            tables.append(out / spec.filename)
+            tables.append(wrote(out / spec.filename))
     notes, skipped = list(data.notes), []
     figures: list[FigureEntry] = []
     for spec in FIGURES:
@@ -148,7 +154,7 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
         number = len(figures) + 1
         filename = f"fig{number}_{spec.slug}.png"
         with figure_style():
-            path = save(spec.draw(data), claim(filename))
+            path = wrote(save(spec.draw(data), claim(filename)))
         figures.append(FigureEntry(number, spec.title(data), spec.sentence(data), path.read_bytes(), filename))
         advance(spec.slug)
     index = claim(INDEX)
