@@ -200,8 +200,9 @@ def test_an_output_replaces_only_what_specscope_wrote_there(tmp_path):
 
 
 def test_a_ledger_read_while_another_run_records_lists_what_it_held(tmp_path):
-    """A review: the ledger is rewritten in place; read unlocked meanwhile it listed nothing, and a
-    rerun of a file specscope wrote was refused (8,543 of 20,000 reads). Reads take a shared lock."""
+    """A review: the ledger was rewritten in place; read meanwhile it listed nothing, and a rerun of
+    a file specscope wrote was refused (8,543 of 20,000 reads). It is replaced whole: a read sees
+    the old one or the new."""
     import hashlib
     import multiprocessing
 
@@ -218,11 +219,54 @@ def test_a_ledger_read_while_another_run_records_lists_what_it_held(tmp_path):
     assert misses == 0
 
 
-def _record_in_a_loop(folder, times):
+def test_an_interruption_around_a_write_leaves_the_file_and_the_ledger_ours(tmp_path, monkeypatch):
+    """A review: a Ctrl-C after a file's rename and before its ledger entry left a file the rerun
+    refused as a user's ("specscope did not write it there"); one while the ledger was truncated
+    and rewritten in place left it empty, and every file of the folder refused. The new content is
+    listed beside the old before the rename, and the ledger replaced whole."""
+    from specscope import written
+    from specscope.fileio import atomic_write_text, check_user_output
+
+    ours, other = check_user_output(tmp_path / "a.csv"), check_user_output(tmp_path / "b.csv")
+    atomic_write_text(ours, "first\n")
+    atomic_write_text(other, "kept\n")
+
+    def interrupted(path, text):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(written, "record", interrupted)  # between the rename and the entry
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(ours, "second\n")
+    monkeypatch.undo()
+    assert ours.read_text() == "second\n" and check_user_output(ours) == ours
+    monkeypatch.setattr(written.os, "replace", lambda *args: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # while the ledger is written
+        written.record(ours, "third\n")
+    monkeypatch.undo()
+    assert check_user_output(ours) == ours and check_user_output(other) == other
+    assert sorted(p.name for p in tmp_path.iterdir()) == [written.LEDGER, "a.csv", "b.csv"]  # no temporary left
+
+
+def test_two_runs_recording_into_one_ledger_keep_both_entries(tmp_path):
+    """The ledger is replaced whole under a lock: a run that waited for it locks the new one."""
+    import multiprocessing
+
+    from specscope import written
+
+    runs = [multiprocessing.get_context("fork").Process(target=_record_in_a_loop, args=(tmp_path, 100, name))
+            for name in ("b.csv", "c.csv")]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+    assert set(written._read(tmp_path / written.LEDGER)) == {"b.csv", "c.csv"}
+
+
+def _record_in_a_loop(folder, times, name="b.csv"):
     """Another run recording its writes into ``folder``'s ledger, ``times`` times over."""
     from specscope import written
 
-    path = folder / "b.csv"
+    path = folder / name
     written.claim(path)
     for i in range(times):
         written.record(path, f"{i}\n")

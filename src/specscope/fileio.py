@@ -140,6 +140,7 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
         return
+    written.expect(path, text)  # listed beside the old content first: an interruption leaves either one ours
     try:
         _write_durably(path, text)
     except OSError as error:
