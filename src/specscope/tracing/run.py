@@ -101,7 +101,7 @@ def batches(items: Sequence, size: int) -> Iterator[Sequence]:
 
 def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Sequence, k_max: int,
                    max_tokens: int, dataset: str | None, min_n: int, max_n: int, dtype: str,
-                   trees: Sequence[TreeShape] = ()) -> dict:
+                   trees: Sequence[TreeShape] = (), batch_size: int = 8) -> dict:
     """What decides the records' content (see :mod:`specscope.tracing.settings`); ``trees`` only
     when some were requested (so traces taken without them resume as before)."""
     return ({"trees": [tree.name for tree in trees]} if trees else {}) | {
@@ -115,6 +115,7 @@ def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Seq
         "dataset": dataset,
         "ngram_n": [min_n, max_n],
         "workload": requests_fingerprint(requests),
+        "batch_size": batch_size,
     }
 
 
@@ -240,7 +241,8 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     depth = tree_depth(specs, trees)
     check_max_tokens(model_dir, requests, max_tokens)  # before anything is written
     output.parent.mkdir(parents=True, exist_ok=True)
-    settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees)
+    settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees,
+                              batch_size)
     check_resume(output, settings, overwrite, dry_run=True)  # a refusal leaves nothing behind, not even the lock
     made = [path for path in (output, settings_path(output)) if not path.exists()]  # what a refused run removes
     with exclusive(output, f"{output}: another trace is writing into it (both would write every record); wait for "
@@ -252,21 +254,25 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
             raise SpecscopeError(f"{output}: holds a record of {foreign[0]!r}, which is no request of the workload "
                                  f"its settings name ({len(foreign)} such); start over (`trace --overwrite`) or "
                                  "trace into another file")
-        todo = [r for r in requests if r.id not in finished]
+        # batches fixed over the whole workload: a resume traces each unfinished one whole, as a run done whole
+        # did (a draft's probability moves in its last bits with the batch it was traced in), keeping what is new
+        pending = [chunk for chunk in batches(requests, batch_size) if any(str(r.id) not in finished for r in chunk)]
+        todo = [r for chunk in pending for r in chunk if str(r.id) not in finished]
         if finished:
             log.info("%s: %d requests already traced, %d to go", output, len(finished), len(todo))
         if not todo:
             return 0
-        max_seq_len = max(len(r.prompt_token_ids) for r in todo) + max_tokens
-        batch_size = min(batch_size, len(todo))  # the caches hold no more rows than there are requests
+        max_seq_len = max(len(r.prompt_token_ids) for chunk in pending for r in chunk) + max_tokens
+        batch_size = max(map(len, pending))  # the caches hold no more rows than a batch has requests
         # absolute paths: a worker elsewhere (Ray) finds the checkpoints whatever its working folder
         absolute = tuple(replace(spec, path=None if spec.path is None else spec.path.resolve()) for spec in specs)
         job = TraceJob(model_dir.resolve(), absolute, k_max, max_tokens, batch_size, dataset, min_n, max_n, dtype,
                        device, depth, max_seq_len)
         written = 0
         with LazyProgress("tracing requests", len(todo)) as bar:
-            for records in map_batches(job, list(batches(todo, batch_size))):
-                append_records(output, records)
-                written += len(records)
-                bar.advance(len(records))
+            for records in map_batches(job, pending):
+                new = [record for record in records if str(record.id) not in finished]
+                append_records(output, new)
+                written += len(new)
+                bar.advance(len(new))
         return written

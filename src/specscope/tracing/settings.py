@@ -6,6 +6,8 @@
 - ``proposers`` — each ``METHOD`` or ``METHOD=DIR`` with the fingerprint of DIR;
 - ``k_max``, ``max_tokens``, ``dtype``, ``dataset``, ``ngram_n`` (shortest and longest n-gram);
 - ``workload`` — a SHA-256 of the requests (ids and prompt token ids, in order);
+- ``batch_size`` — the requests traced together (a draft's probability moves in its last bits
+  with its batch's shapes); a trace from before it was kept resumes, and records it;
 - ``trees`` (only when ``--trees`` was given) — the requested tree shapes; ``tree_rank`` is
   recorded to the deepest of them, and ``traces inspect`` replays each;
 - ``made_by`` — the code versions (:func:`specscope.version.code_version`) that wrote its records,
@@ -40,6 +42,7 @@ from specscope.trace.load import holds_traces
 from specscope.version import code_version
 
 MADE_BY = "made_by"  # the code versions that wrote a trace's records (not a setting a resume must match)
+KEPT_SINCE = ("batch_size",)  # settings an older trace did not keep: its resume takes this run's, and records them
 
 
 def settings_path(output: Path) -> Path:
@@ -73,17 +76,20 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
             raise SpecscopeError(f"{sidecar}: holds no trace settings (damaged?): cannot tell what {output.name} was "
                                  "traced with; start over (`trace --overwrite`) or trace into another file")
         old = read_json_object(sidecar, "trace settings (a JSON object)")
-        for key in sorted((set(old) | set(settings)) - {MADE_BY}):
+        unkept = {key: settings[key] for key in KEPT_SINCE if key in settings and key not in old}
+        for key in sorted((set(old) | set(settings)) - {MADE_BY} - set(unkept)):
             if old.get(key) != settings.get(key):
                 was, now, where = _differing(old.get(key), settings.get(key))
                 raise SpecscopeError(f"{output}: traced with other settings: {key}{where} was {_show(was)}, now "
                                      f"{_show(now)}; start over (`trace --overwrite`, or delete the file) or "
                                      "trace into another file")
         versions, now = old.get(MADE_BY) if isinstance(old.get(MADE_BY), list) else [], code_version()  # []: none kept
-        if now not in versions and not dry_run:
-            print(f"note: {output}: resumed by {now}; its earlier records by "
-                  f"{', '.join(map(str, versions)) or 'a specscope that did not say'}", file=sys.stderr)
-            atomic_write_text(sidecar, json.dumps({**old, MADE_BY: [*versions, now]}, indent=1) + "\n")
+        if (now not in versions or unkept) and not dry_run:
+            if now not in versions:
+                print(f"note: {output}: resumed by {now}; its earlier records by "
+                      f"{', '.join(map(str, versions)) or 'a specscope that did not say'}", file=sys.stderr)
+            atomic_write_text(sidecar, json.dumps({**old, **unkept, MADE_BY: list(dict.fromkeys([*versions, now]))},
+                                                  indent=1) + "\n")
         return
     if sidecar.exists() and not _ours(sidecar) and not (overwrite and has_records and holds_traces(output)):
         raise SpecscopeError(f"{sidecar}: exists and holds no trace settings: specscope replaces only its own; "
