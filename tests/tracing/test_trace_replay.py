@@ -253,3 +253,24 @@ def test_starting_over_keeps_a_symbolic_link_a_link(target_and_draft, tmp_path):
     assert main(argv) == 0
     assert main([*argv[:-4], "--max-tokens", "3", "-o", str(link), "--overwrite"]) == 0
     assert link.is_symlink() and len(real.read_text().splitlines()) == 1
+
+
+def test_an_interrupt_before_the_first_record_leaves_no_folder_it_made(traced, target_and_draft, tmp_path):
+    """A review: `trace -o nd/sub/t.jsonl` stopped before its first record removed the empty trace
+    and its settings but left nd/sub behind."""
+    from specscope.tracing.run import ProposerSpec, trace_workload
+    from specscope.workloads.jsonl import read_workload
+
+    _, workload = traced
+    target, _ = target_and_draft
+
+    def interrupted(job, chunks):
+        raise KeyboardInterrupt
+        yield
+
+    (tmp_path / "kept").mkdir()
+    for output in (tmp_path / "nd" / "sub" / "t.jsonl", tmp_path / "kept" / "new" / "t.jsonl"):
+        with pytest.raises(KeyboardInterrupt):
+            trace_workload(target, ProposerSpec.parse_list("ngram"), read_workload(workload), output,
+                           max_tokens=8, map_batches=interrupted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"] and not any((tmp_path / "kept").iterdir())

@@ -217,14 +217,18 @@ def trace_here(job: TraceJob, chunks: list[Sequence]) -> Iterator[list[TraceReco
 @contextlib.contextmanager
 def _unmade_if_empty(output: Path, made: list[Path]) -> Iterator[None]:
     """On a failure (a Ray cluster refused, an interrupt) before ``output`` holds a record, remove
-    the files of ``made`` — those this run created: the empty trace and its settings (a refused
-    ``--ray`` run left both)."""
+    what of ``made`` this run created: the empty trace and its settings (a refused ``--ray`` run
+    left both), and the folders made for them (deepest first)."""
     try:
         yield
     except BaseException:
         if output.is_file() and output.stat().st_size == 0:
             for path in made:
-                path.unlink(missing_ok=True)
+                if path.is_dir():
+                    with contextlib.suppress(OSError):  # a folder something else was put into stays
+                        path.rmdir()
+                else:
+                    path.unlink(missing_ok=True)
         raise
 
 
@@ -240,11 +244,12 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     only writer of ``output``), so a sharded run writes the same bytes as a local one."""
     depth = tree_depth(specs, trees)
     check_max_tokens(model_dir, requests, max_tokens)  # before anything is written
-    output.parent.mkdir(parents=True, exist_ok=True)
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees,
                               batch_size)
     check_resume(output, settings, overwrite, dry_run=True)  # a refusal leaves nothing behind, not even the lock
-    made = [path for path in (output, settings_path(output)) if not path.exists()]  # what a refused run removes
+    folders = [folder for folder in (output.parent, *output.parent.parents) if not folder.exists()]  # made here
+    output.parent.mkdir(parents=True, exist_ok=True)
+    made = [path for path in (output, settings_path(output)) if not path.exists()] + folders  # a refused run removes
     with exclusive(output, f"{output}: another trace is writing into it (both would write every record); wait for "
                            "it to end, or trace into another file"), _unmade_if_empty(output, made):
         check_resume(output, settings, overwrite)
