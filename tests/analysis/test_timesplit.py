@@ -65,7 +65,8 @@ def test_measured_split_sums_per_method_k_and_batch(tmp_path):
 
 
 def test_runs_are_labelled_by_their_peak_batch(tmp_path):
-    """batch_size counts the running requests of a step; runs restart their step numbers."""
+    """batch_size counts the running requests of a step; runs restart their step numbers; the runs
+    of two files (two engines, two machines) are rows of their own, each naming its file."""
     first = write(tmp_path / "a.steps.jsonl", [
         step(step=0, method="none", batch_size=8), step(step=1, method="none", batch_size=8),
         step(step=2, method="none", batch_size=3),
@@ -74,8 +75,9 @@ def test_runs_are_labelled_by_their_peak_batch(tmp_path):
     ])
     second = write(tmp_path / "b.steps.jsonl", [step(step=5, batch_size=6), step(step=6, batch_size=8)])
     rows = measured_split(read_steps([first, second]))
-    assert [(r["method"], r["k"], r["batch_size"], r["runs"], r["steps"]) for r in rows] == [
-        ("none", 0, 8, 1, 3), ("eagle", 3, 8, 2, 5), ("eagle", 3, 16, 1, 2)]
+    assert [(r["steps_file"], r["method"], r["k"], r["batch_size"], r["runs"], r["steps"]) for r in rows] == [
+        (first, "none", 0, 8, 1, 3), (first, "eagle", 3, 8, 1, 3), (first, "eagle", 3, 16, 1, 2),
+        (second, "eagle", 3, 8, 1, 2)]
 
 
 @pytest.mark.parametrize("line, message", [

@@ -32,3 +32,17 @@ def test_a_long_dataset_name_is_cut_in_figures_only():
     assert short("code") == "code"
     long = "x" * 300
     assert len(short(long)) == NAME_WIDTH and short(long).endswith("…") and short(long)[:-1] == long[: NAME_WIDTH - 1]
+
+
+def test_measured_runs_of_several_step_files_are_bars_naming_their_file():
+    """Two engines' step records of one method, k and batch size: two bars, each naming its file
+    (their runs had been pooled into one row, their times summed)."""
+    from specscope.analysis.timesplit import PHASES
+    from specscope.report.figures import timesplit_figure
+
+    rows = [{"source": "measured", "steps_file": f"/runs/{name}.jsonl", "method": "eagle", "k": 3, "batch_size": 8,
+             **{f"{p}_share": 1 / len(PHASES) for p in PHASES}} for name in ("cpu", "gpu")]
+    fig = timesplit_figure([], "fixed:3", rows)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["eagle k=3\nB=8\ncpu.jsonl", "eagle k=3\nB=8\ngpu.jsonl"]
+    fig = timesplit_figure([], "fixed:3", rows[:1])
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["eagle k=3\nB=8"]

@@ -160,7 +160,7 @@ def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
             run = steps[-1].run if steps else -1
             new_run = previous is None or step.step <= previous.step or \
                 (step.method, step.k, step.tree) != (previous.method, previous.k, previous.tree)
-            step.run = run + 1 if new_run else run
+            step.run, step.source = run + 1 if new_run else run, str(path)
             steps.append(step)
         if len(steps) == before:
             raise SpecscopeError(f"{path}: no step records found")
@@ -184,8 +184,9 @@ def predicted_split(rows: Sequence[SimRow]) -> list[dict]:
 
 
 def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
-    """One row per method × k × peak batch size, in order of first appearance (a tree's runs
-    as method ``METHOD tree:SHAPE``)."""
+    """One row per file × method × k × peak batch size, in order of first appearance (a tree's
+    runs as method ``METHOD tree:SHAPE``; ``steps_file`` the file: runs of two files — two engines,
+    two machines — are not pooled into one row)."""
     runs: dict[int, list[MeasuredStep]] = {}
     for s in steps:
         runs.setdefault(s.run, []).append(s)
@@ -193,7 +194,7 @@ def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
     for members in runs.values():
         first = members[0]
         method, k = first.method if first.tree is None else f"{first.method} tree:{first.tree}", first.k
-        key = (method, 0 if method == NO_SD else k, max(s.batch_size for s in members))
+        key = (first.source, method, 0 if method == NO_SD else k, max(s.batch_size for s in members))
         g = groups.setdefault(key, {**{p: 0.0 for p in PHASES}, "sampling": 0.0, "policy": 0.0, "runs": 0, "steps": 0,
                                     "tokens": 0})
         g["runs"] += 1
@@ -207,9 +208,9 @@ def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
             g["steps"] += 1
             g["tokens"] += sum(s.tokens_emitted)
     out = []
-    for (method, k, batch_size), g in groups.items():
+    for (source, method, k, batch_size), g in groups.items():
         total = sum(g[p] for p in PHASES)
-        out.append({"source": "measured", "method": method, "k": k, "batch_size": batch_size,
+        out.append({"source": "measured", "steps_file": source, "method": method, "k": k, "batch_size": batch_size,
                     "runs": int(g["runs"]), "steps": int(g["steps"]), "tokens_emitted": int(g["tokens"]),
                     "tokens_per_s": g["tokens"] / total if total else 0.0,
                     **{f"{p}_s": g[p] for p in PHASES}, "sampling_s": g["sampling"], "policy_s": g["policy"],

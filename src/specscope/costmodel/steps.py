@@ -89,6 +89,8 @@ class StepRecord:
 class MeasuredStep(StepRecord):
     """A :class:`StepRecord` read back from a file, plus ``run``: which run of the file it
     belongs to (a run starts at the top of each file and wherever ``step`` does not increase or
-    ``method``/``k`` change; see :func:`specscope.analysis.timesplit.read_steps`)."""
+    ``method``/``k`` change; see :func:`specscope.analysis.timesplit.read_steps`), and ``source``:
+    the file it was read from."""
 
     run: int = 0
+    source: str = ""

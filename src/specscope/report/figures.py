@@ -7,6 +7,7 @@ Call them inside ``style.figure_style()``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 from matplotlib.ticker import MaxNLocator
@@ -184,15 +185,18 @@ def overlap_figure(rows: Sequence[OverlapRow], lookup: str, reference_policy: st
 
 def timesplit_figure(predicted: Sequence[dict], policy: str, measured: Sequence[dict] = ()) -> plt.Figure:
     """Figure 7: share of time per phase, stacked bars per proposer × batch size (a panel per
-    dataset, policy ``policy``), plus a panel of measured runs when given."""
+    dataset, policy ``policy``), plus a panel of measured runs when given (each bar naming its
+    step-records file where there are several)."""
     rows = [r for r in predicted if r["policy"] == policy]
+    several = len({r["steps_file"] for r in measured}) > 1
     panels = [(d, [r for r in rows if r["dataset"] == d]) for d in _unique(r["dataset"] for r in rows)]
     if measured:
         panels.append(("measured (engine step records)", list(measured)))
     fig, axes = panel_grid(len(panels), 2, 6.2, 4.0, sharey=True)
     for ax, (title, cell) in zip(axes, panels):
         labels = [("no SD" if r["method"] == NO_SD else r["method"]) + (f" k={r['k']}" if r.get("k") else "")
-                  + f"\nB={r['batch_size']}" for r in cell]
+                  + f"\nB={r['batch_size']}" + (f"\n{Path(r['steps_file']).name}" if several and "steps_file" in r else "")
+                  for r in cell]
         bottom = np.zeros(len(cell))
         for phase in PHASES:
             share = np.array([r[f"{phase}_share"] for r in cell])
