@@ -96,3 +96,19 @@ def test_measured_table_says_which_cells_the_model_was_fitted_to():
     assert _fit_of(calibrated, MeasuredCell("code", "ngram", 3, 1, 1.45)) == {"in_fit": False}
     plain = SimpleNamespace(cost=LinearCostModel("preset", 1e-3, 1e-5, 0.0, 0.0))
     assert _fit_of(plain, MeasuredCell("code", "ngram", 2, 1, 1.45)) == {}
+
+
+def test_a_batch_size_the_requests_barely_fill_names_the_steady_states_own_winner():
+    """At B = 64 over 100 requests the whole run is mostly ramp-up and drain: its winner (k = 4)
+    is not the steady state's (k = 2, every slot decoding, as on a loaded server), which the row
+    and the summary say; where they agree, or no iteration filled the batch, nothing is added."""
+    rows = [replace(row("ngram", "fixed:2", 64, 1.10), steady_speedup=1.30),
+            replace(row("ngram", "fixed:4", 64, 1.20), steady_speedup=1.05),
+            row("ngram", "fixed:2", 1, 1.5), row("ngram", "fixed:4", 1, 1.8),
+            replace(row("ngram", "fixed:2", 8, 1.2), steady_speedup=float("nan"))]
+    wide, one, eight = whatif_rows(rows, [], FITTED)
+    assert (wide.predicted_best, wide.steady_best, wide.steady_speedup) == ("ngram fixed:4", "ngram fixed:2", 1.30)
+    assert (one.steady_best, eight.steady_best) == ("ngram fixed:4", None)
+    assert whatif_summary([wide, one, eight]) == (
+        "At B=64 (code: ngram fixed:2 1.30×) the steady state (every slot decoding, as on a loaded server) has another "
+        "winner than the whole run: the traces' requests fill those batch sizes for part of their run only.")

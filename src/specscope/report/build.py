@@ -245,10 +245,11 @@ def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[
     return [(f"What if: the calibrated model's best configuration an engine runs (a fixed k or a static tree: the "
              f"answer above may name adaptive) per batch size, and the measured check{': ' + summary if summary else ''}",
              ["workload", "batch size", "batch size in fit", "predicted best", "its k or tree in fit", "predicted",
-              "measured best", "measured", "predicted best of the measured", "its measured speedup",
+              "steady-state best", "measured best", "measured", "predicted best of the measured", "its measured speedup",
               "lost % (trusting the prediction)", "agree"],
              [[r.dataset, r.batch_size, "yes" if r.in_fit else "no", r.predicted_best,
                "" if r.best_in_fit is None else ("yes" if r.best_in_fit else "no"), r.predicted_speedup,
+               "" if r.steady_best is None else f"{r.steady_best} ({r.steady_speedup:.2f})",
                r.measured_best or "", "" if r.measured_speedup is None else r.measured_speedup,
                r.predicted_among_measured or "", "" if r.pick_measured_speedup is None else r.pick_measured_speedup,
                "" if r.lost_pct is None else f"{r.lost_pct:.1f}", _agree(r)]

@@ -9,7 +9,11 @@ prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
 - ``best_in_fit``: whether it saw the predicted best's own configuration (method and k, or
   tree) at any batch size (``False``: that drafting cost is extrapolated from other ks);
 - ``predicted_best``: the configuration an engine runs — a fixed k or a static tree of any
-  proposer — with the highest simulated speedup (no SD when nothing beats 1);
+  proposer — with the highest simulated speedup (no SD when nothing beats 1), over the whole run
+  of the traces' requests, ramp-up and drain included (as a closed-loop sweep measures a cell);
+  ``steady_best``: the same by the steady-state speedup (only iterations with every slot
+  decoding: a loaded server's), None where no iteration had; the two differ where the requests
+  fill the batch for part of the run only, which the summary says;
 - where ``--measured`` cells exist at this dataset (a measured cell's workload file stem) and
   batch size and the report simulates them (:attr:`MeasuredCell.simulated_speedup`), the
   **measured check**: the measured winner among every measured cell there (no SD, speedup 1,
@@ -27,6 +31,7 @@ prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
 from __future__ import annotations
 
 from collections.abc import Sequence
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -50,6 +55,8 @@ class WhatIfRow:
     predicted_best: str
     predicted_speedup: float
     best_in_fit: bool | None = None  # None: no SD is the best
+    steady_best: str | None = None  # the winner in the steady state (None: no iteration had every slot decoding)
+    steady_speedup: float | None = None
     measured_best: str | None = None
     measured_speedup: float | None = None
     measured_in_fit: bool | None = None
@@ -96,6 +103,11 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
         if row.predicted_best != NO_SD:
             row.best_in_fit = any(f.method == best.acc and configured_policy(f.k, f.tree) == best.policy
                                   for f in fitted)
+        steady = [r for r in runnable if math.isfinite(r.steady_speedup)]
+        if steady:
+            top = max(steady, key=lambda r: r.steady_speedup)
+            row.steady_best, row.steady_speedup = ((f"{top.acc} {top.policy}", top.steady_speedup)
+                                                   if top.steady_speedup > 1 else (NO_SD, 1.0))
         here = [c for c in measured if Path(c.dataset).stem == dataset and c.batch_size == b]
         priced = [(c, c.simulated_speedup) for c in here if c.simulated_speedup is not None]
         if priced:  # no SD is always a candidate: speedup 1, measured or not
@@ -115,11 +127,17 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
 
 
 def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
-    """One sentence: how often the predicted winner matched the measured one, on batch sizes the
-    fit never saw and on those it did, and the most a miss cost (``lost_pct``)."""
+    """How often the predicted winner matched the measured one, on batch sizes the fit never saw
+    and on those it did, and the most a miss cost (``lost_pct``); and where the steady state's
+    winner is another."""
     checked = [r for r in rows if r.agree is not None]
+    apart = [r for r in rows if r.steady_best is not None and r.steady_best != r.predicted_best]
+    steady = "" if not apart else (
+        " At " + ", ".join(f"B={r.batch_size} ({r.dataset}: {r.steady_best} {r.steady_speedup:.2f}×)" for r in apart)
+        + " the steady state (every slot decoding, as on a loaded server) has another winner than the whole run: the"
+          " traces' requests fill those batch sizes for part of their run only.")
     if not checked:
-        return None
+        return steady.strip() or None
     parts = []
     for label, group in (("not in the fit", [r for r in checked if not r.in_fit]),
                          ("in the fit", [r for r in checked if r.in_fit])):
@@ -136,7 +154,7 @@ def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
                      f" ({'' if len(misses) == 1 else 'worst: '}{worst.predicted_among_measured} "
                      f"{worst.pick_measured_speedup:.2f}× against {worst.measured_best} {worst.measured_speedup:.2f}× "
                      f"at B={worst.batch_size}, {worst.dataset})")
-    return sentence + "."
+    return sentence + "." + steady
 
 
 def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell]) -> plt.Figure:
