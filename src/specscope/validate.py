@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from typing import Callable, Sequence, TypeVar
 
 import numpy as np
@@ -64,12 +65,12 @@ def number(
 
 
 def integer(value: object, *, low: int | None = None, high: int | None = None) -> int:
-    """``value`` as an int within [low, high]; text such as ``"8"`` is accepted, ``8.0`` is not."""
+    """``value`` as an int within [low, high]; text of ASCII digits such as ``"8"`` is accepted,
+    ``8.0``, ``1_000`` or ``٣`` (which Python's int reads) are not."""
     if isinstance(value, str):
-        try:
-            value = int(value.strip())
-        except ValueError:
-            raise Invalid(f"expected an integer, got {value!r}") from None
+        if not re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
+            raise Invalid(f"expected an integer, got {value!r}")
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise Invalid(f"expected an integer, got {_show(value)}")
     if low is not None and value < low:

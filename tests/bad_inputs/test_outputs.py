@@ -47,6 +47,11 @@ CASES = [
          r"policies 'fixed:3' and 'fixed:03' are one policy, 'fixed:3': give it once", WITH_TRACE),
     Case("overlap-batch-size-zero", ["overlap", "t.jsonl", "--batch-sizes", "1,0"], r"--batch-sizes", WITH_TRACE),
     Case("overlap-batch-size-text", ["overlap", "t.jsonl", "--batch-sizes", "1,x"], r"--batch-sizes.*'x'", WITH_TRACE),
+    # Python's int reads 1_000 and other scripts' digits: an integer option takes ASCII digits only
+    Case("overlap-batch-size-underscored", ["overlap", "t.jsonl", "--batch-sizes", "1_0"], r"--batch-sizes.*'1_0'",
+         WITH_TRACE),
+    Case("overlap-policy-k-in-other-digits", ["overlap", "t.jsonl", "--lookup-policies", "fixed:\u0663"],
+         r"policy 'fixed:\u0663': expected fixed:k with k an integer", WITH_TRACE),
     Case("overlap-lookup-not-in-the-traces", ["overlap", "t.jsonl", "--lookup", "foo"],
          r"--lookup foo --reference eagle: no record holds both traces \(the traces hold eagle, ngram\)", WITH_TRACE),
     Case("overlap-lookup-policy-of-two-proposers", ["overlap", "t.jsonl", "--lookup-policies", "oracle-combined:ngram+eagle"],
