@@ -18,6 +18,10 @@ def own(rid: str, dataset: str = "d") -> str:
 TRACES = {"t.jsonl": own("a") + own("b")}
 
 
+TOY = {"kind": "linear", "name": "toy", "forward": {"c_fixed": 0.01, "c_tok": 0.0, "c_kv": 0.0}, "overhead_s": 0.0,
+       "drafting": {}}  # the cost model a policy file names as the one it was fitted for
+
+
 def policy_file(methods: tuple[str, ...]) -> str:
     """A well-formed policy file over ``methods`` (J = 2; every weight 0)."""
     from specscope.policy.features import feature_names
@@ -27,7 +31,7 @@ def policy_file(methods: tuple[str, ...]) -> str:
     return json.dumps({"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                        "mean": [0.0] * width, "scale": [1.0] * width, "coef": [[0.0] * width] * m,
                        "intercept": [[0.0] * 2] * m, "base_rate": [[0.5] * 2] * m, "span": [[0.0, 0.0]] * m,
-                       "pads": False, "cost_model": {"kind": "linear", "name": "toy"}, "batch_sizes": [1],
+                       "pads": False, "cost_model": TOY, "batch_sizes": [1],
                        "training": {"sources": ["t.jsonl"]}, "models": [{"batch_size": 1, "seconds": [[1.0, 1.1, 1.2]] * m,
                                                   "fixed": [[0.0] * 3] * m, "verify": [0.5, 0.6, 0.7]}]})
 
@@ -63,7 +67,7 @@ COST_MODEL = _cost_model()  # a cost-model file a run reads (the paper's fit, wr
 
 CASES = [
     Case("policy-cost-model-not-an-object", ["simulate", "t.jsonl", "--policies", "learned:p.json", "-o", "s.csv"],
-         r"p\.json: malformed policy file: cost_model: expected the cost model it was fitted for",
+         r"p\.json: malformed policy file: cost_model: expected a JSON object, got str",
          files=altered(lambda d: d.update(cost_model="garbage"))),
     Case("policy-batch-sizes-not-its-models", ["policy", "explain", "p.json"],
          r"p\.json: malformed policy file: batch_sizes: expected those of its models, \[1\], got \[1, 8\]",
@@ -113,7 +117,7 @@ CASES = [
          r"p\.json: malformed policy file: models\[0\] \(batch size 1\): fixed: expected 0 at k = 0",
          files=altered(lambda d: d["models"][0].update(fixed=[[0.0, 0.0, 0.0], [0.1, 0.2, 0.3]]))),
     Case("policy-cost-model-drafting-a-list", SIM + ["learned:p.json"],
-         r"p\.json: malformed policy file: cost_model: expected .* its drafting an object",
+         r"p\.json: malformed policy file: cost_model: field 'drafting': expected a JSON object, got list",
          files=altered(lambda d: d["cost_model"].update(drafting=[1]))),
     Case("fit-cost-model-past-a-policy-files-prices", ["policy", "fit", "t.jsonl", "--cost-model", "cm.json",
                                                        "--batch-sizes", "1", "-o", "p.json"],

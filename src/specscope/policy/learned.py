@@ -152,7 +152,7 @@ def load_policy(path: str | Path) -> LearnedPolicy:
     except (TypeError, ValueError) as error:
         raise SpecscopeError(f"{path}: malformed policy file: {error}") from None
     except SpecscopeError as error:
-        where = "" if str(error).startswith("cost_model") else "field 'methods': "
+        where = "malformed policy file: " if str(error).startswith("cost_model") else "field 'methods': "
         raise SpecscopeError(f"{path}: {where}{error}") from None
     return LearnedPolicy(str(path), methods, choosers, document, stamp(data))
 
