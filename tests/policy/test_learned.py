@@ -779,3 +779,28 @@ def test_the_cost_model_a_policy_was_fitted_for_is_read_as_any_cost_model_descri
 
     for name in ("roofline:h100:llama3.1-8b:llama3.2-1b", "roofline:a100:llama3.1-8b", "h100-llama3.1-8b"):
         _fitted_for(resolve_cost_model(name).describe())
+
+
+def test_a_policy_is_no_deeper_than_the_positions_its_walks_replay(tmp_path):
+    """A review: records without k_max whose EAGLE arrays run past the output (as the paper's
+    traces hold) and reach acc_len 7 only there — the fit took depth 6 from the whole arrays, and
+    `report --policy` on the very traces it was fitted on refused it (its judgement replays the
+    positions output and arrays share, traced there to 4). The fit's depth is read from those
+    positions."""
+    from specscope.cli import main
+    from specscope.sim.fit import fit_policy
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace
+
+    records = []
+    for r in workload(0, count=6, g=40):
+        eagle = np.concatenate([r.acc_len("eagle"), [7, 1]])  # two positions past the output
+        records.append(replace(r, k_max=None, proposers={**r.proposers, "eagle": ProposerTrace(eagle.astype(np.int32))}))
+    within = min(int(r.acc_len(m)[: r.output_len].max()) - 1 for r in records for m in ("eagle",))
+    document = fit_policy(records, ("ngram", "eagle"), COST, [1])
+    assert np.asarray(document["intercept"]).shape[1] <= within < 6
+    traces, policy = tmp_path / "t.jsonl", tmp_path / "p.json"
+    write_traces(traces, records)
+    policy.write_text(json.dumps(document))
+    assert main(["report", str(traces), "--policy", str(policy), "--batch-sizes", "1", "--cost-model", "h100-llama3.1-8b",
+                 "-o", str(tmp_path / "r")]) == 0

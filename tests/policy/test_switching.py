@@ -259,7 +259,7 @@ def test_a_judgement_replays_every_policy_on_the_tokens_the_switch_replays():
     output cover, so the ceiling fell below EAGLE's own oracle (2.16× against 2.24×). Cut to the
     common positions first, every policy replays the same 10 tokens and the ceiling bounds them."""
     from specscope.costmodel.registry import resolve_cost_model
-    from specscope.sim.evaluate import on_common_positions
+    from specscope.sim.switching import on_common_positions
 
     long = replace(record([1] * 14, [4] * 14), output_token_ids=np.arange(10, 20, dtype=np.int64))
     (cut,) = on_common_positions([long], METHODS)

@@ -113,6 +113,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.sim.fit import FEW_STEPS, J_MAX, fit_policy
     from specscope.sim.observe import offer_notes
     from specscope.sim.plan import dataset_depths
+    from specscope.sim.switching import on_common_positions
 
     check_proposers(args.acc)
     need_scikit_learn()
@@ -128,7 +129,8 @@ def run_fit(args: argparse.Namespace) -> int:
               f"traces can replay with each of {', '.join(args.acc)} (their k_max, and no deeper than the most drafts "
               f"each accepted there: its acc_len never told what a further draft would give; at most {J_MAX})",
               file=sys.stderr)
-    own = {m: min(dataset_depths(records, [m]).values()) for m in args.acc}  # each method's own depth
+    replayed = on_common_positions(records, args.acc)  # the positions the policy's walks read
+    own = {m: min(dataset_depths(replayed, [m]).values()) for m in args.acc}  # each method's own depth
     shallow = min(own, key=own.get)
     if args.max_k is None and own[shallow] == depth < min(J_MAX, max(own.values())):
         print(f"note: the policy proposes at most k = {depth} with every method: {shallow}'s traces reach no "

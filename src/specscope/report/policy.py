@@ -21,7 +21,8 @@ from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD
 from specscope.analysis.acceptance import by_dataset
 from specscope.report.style import CYCLE, SEQUENTIAL, plt, proposer_colours, short
-from specscope.sim.evaluate import judge, judged_rows, no_gap_reason, on_common_positions
+from specscope.sim.evaluate import judge, judged_rows, no_gap_reason
+from specscope.sim.switching import on_common_positions
 from specscope.sim.grid import SimConfig, check_k_by_dataset
 from specscope.sim.policies import parse_policy
 from specscope.policy.learned import load_policy

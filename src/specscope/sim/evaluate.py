@@ -41,16 +41,11 @@ from specscope.policy.learned import LearnedPolicy
 from specscope.sim.fit import FEW_STEPS, fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
 from specscope.sim.plan import dataset_depths, switch_k_max, traced_k_max
-from specscope.sim.switching import causal_plan, common_length
+from specscope.sim.switching import causal_plan, on_common_positions
 from specscope.trace.schema import TraceRecord, by_dataset
 from specscope.validate import K_MAX_LIMIT
 
 MIN_ROOM = 0.01  # the gap closed is judged where oracle-switch beats the best fixed by this share of it
-
-
-def on_common_positions(records: Sequence[TraceRecord], methods: Sequence[str]) -> list[TraceRecord]:
-    """``records``, each cut to :func:`~specscope.sim.switching.common_length` over ``methods``."""
-    return [record.truncated(common_length(record, methods)) for record in records]
 
 
 def judged_rows(records: Sequence[TraceRecord], methods: tuple[str, ...], learned: Sequence[str],

@@ -36,7 +36,7 @@ from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
 from specscope.sim.plan import dataset_depths
 from specscope.sim.pricing import price_steps
-from specscope.sim.switching import catch_up_time, common_length
+from specscope.sim.switching import catch_up_time, common_length, on_common_positions
 from specscope.trace.schema import TraceRecord
 from specscope.version import code_version
 
@@ -191,7 +191,8 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     batch_sizes = sorted(batch_sizes)  # the file lists them in order; the second round walks by the smallest's rule
     started = time.perf_counter()
     measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1  # no deeper than any step reached
-    traced = min(dataset_depths(records, methods).values())  # replayable on every dataset it saw
+    # replayable on every dataset it saw, within the positions its walks read (a judgement's, a report's)
+    traced = min(dataset_depths(on_common_positions(records, methods), methods).values())
     depth = max(1, min([J_MAX, measured, traced, *([max_k] if max_k is not None else [])]))
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),

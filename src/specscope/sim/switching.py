@@ -80,6 +80,12 @@ def common_length(record: TraceRecord, methods: Sequence[str]) -> int:
     return min(record.output_len, *(len(record.acc_len(m)) for m in methods))
 
 
+def on_common_positions(records: Sequence[TraceRecord], methods: Sequence[str]) -> list[TraceRecord]:
+    """``records``, each cut to :func:`common_length` over ``methods``: the positions a switching
+    walk replays (a fit, a judgement and a report read the same ones)."""
+    return [record.truncated(common_length(record, methods)) for record in records]
+
+
 def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
     """Walk every request under oracle-switch (see the module docstring)."""
     preference = sorted(range(len(methods)), key=lambda i: method_named(methods[i]).kind != "lookup")
