@@ -804,3 +804,9 @@ def test_a_policy_is_no_deeper_than_the_positions_its_walks_replay(tmp_path):
     policy.write_text(json.dumps(document))
     assert main(["report", str(traces), "--policy", str(policy), "--batch-sizes", "1", "--cost-model", "h100-llama3.1-8b",
                  "-o", str(tmp_path / "r")]) == 0
+    # the page shows the policy's own speedups (only policy.csv held them), saying which positions they replay
+    import csv
+    (line,) = csv.DictReader((tmp_path / "r" / "policy.csv").open())
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert "The learned policy judged (speedups; replayed on the positions its output and both" in page
+    assert f"{float(line['learned']):.3f}" in page and f"{float(line['oracle_switch']):.3f}" in page

@@ -192,6 +192,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
             ("Requests with the lowest and highest mean acc_len",
              ["dataset", "proposer", "lowest id", "lowest", "highest id", "highest"], _extremes(data.means)),
             *_measured_tables(data.measured),
+            *_policy_table(data.policy_table),
             *_whatif_table(data.whatif),
         ],
         load_summaries=[r.summary() for r in data.load_reports] + _other_inputs(data), notes=notes,
@@ -236,6 +237,22 @@ def _agree(row: WhatIfRow) -> str:
     if row.agree is None:
         return "not checked: its winner was not simulated" if row.measured_best is not None else ""
     return "yes" if row.agree else "no"
+
+
+def _policy_table(lines: Sequence[dict]) -> list[tuple[str, list[str], list[list[object]]]]:
+    """The learned policy judged (``policy.csv``), as the page shows it."""
+    if not lines:
+        return []
+    methods = lines[0]["methods"].split("+")
+    return [("The learned policy judged (speedups; replayed on the positions its output and both proposers' acc_len "
+             "share, within its deepest k, so they may differ from the tables above, which replay each proposer's "
+             "whole array at any k): best fixed k chosen in hindsight, adaptive, each oracle, oracle-switch (the "
+             "ceiling for a causal policy), and the share of the gap to it closed",
+             ["dataset", "batch size", "best fixed", "its speedup", "adaptive", *(f"oracle {m}" for m in methods),
+              "oracle-switch", "learned", "gap closed"],
+             [[line["dataset"], line["batch_size"], line["best_fixed"], line["best_fixed_speedup"], line["adaptive"],
+               *(line[f"oracle_{m}"] for m in methods), line["oracle_switch"], line["learned"],
+               "" if line["gap_closed"] is None else f"{100 * line['gap_closed']:.0f} %"] for line in lines])]
 
 
 def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[list[object]]]]:
