@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     config = dataclasses.replace(
         DEFAULTS, cost_model=args.cost_model, ks=tuple(args.ks),
         figure_policies=tuple(args.figure_policies or DEFAULTS.figure_policies),
-        steps=tuple(args.steps), measured=tuple(read_bench_results(args.measured)),
+        steps=tuple(args.steps), measured=tuple(read_bench_results(args.measured)), measured_files=tuple(args.measured),
         trees=traced_trees(args.traces) if args.trees is None else tuple(t.name for t in args.trees),
         sim=SimConfig(mode=args.mode, batch_sizes=tuple(args.batch_sizes), seed=args.seed), policy=args.policy,
     )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 
+from specscope.fileio import provenance
 from specscope.report import figures as F
 from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
@@ -20,6 +21,7 @@ from specscope.report.policy import choices_figure, gap_figure, policy_label
 from specscope.report.whatif import fitted_to, whatif_figure
 from specscope.sim.evaluate import MIN_ROOM, ceiling_of
 from specscope.trace.schema import by_dataset
+from specscope.version import code_version
 
 
 @dataclass(frozen=True)
@@ -38,8 +40,11 @@ class FigureSpec:
 
 
 def _priced(data: ReportData, rows: list[dict] | None, **labels: object) -> list[dict] | None:
-    """``rows`` labelled with the cost model that priced them (and ``labels``); None stays None."""
-    return None if rows is None else [{**row, "cost_model": data.cost_label, **labels} for row in rows]
+    """``rows`` labelled with the cost model that priced them (and ``labels``), the traces they
+    replay and the code (a table copied out of its folder still says what produced it, as
+    ``simulate -o`` rows do); None stays None."""
+    made = {"traces": "; ".join(map(provenance, data.traces)), "made_by": code_version()}
+    return None if rows is None else [{**row, "cost_model": data.cost_label, **labels, **made} for row in rows]
 
 
 def _fit_of(data: ReportData, cell) -> dict:
