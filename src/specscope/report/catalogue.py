@@ -157,7 +157,8 @@ FIGURES = [
         lambda d: "Check whether acc_len grows along a generation and drops in the last few percent of the "
                   "output, and whether long outputs behave differently from short ones. A bin that fewer than "
                   f"{F.PROFILE_MIN_REQUESTS} requests of its group reach is not drawn (position_profile.csv keeps "
-                  "it, with its counts); a tail that few more requests reach still moves with each of them.",
+                  "it, with its counts), except in a group of fewer requests, whose bins all of them reach are "
+                  "(the legend gives each group's count); a tail that few requests reach moves with each of them.",
         lambda d: F.profile_figure(d.profile),
     ),
     FigureSpec(

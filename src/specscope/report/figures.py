@@ -83,7 +83,8 @@ PROFILE_MIN_REQUESTS = 5  # a position bin reached by fewer requests of its grou
 def profile_figure(rows: Sequence[ProfileRow], min_requests: int = PROFILE_MIN_REQUESTS) -> plt.Figure:
     """Figure 4: mean acc_len along the output per length group; two panels per dataset ×
     proposer (by position, log axis; by fraction of the output), four a row. Bins that fewer than
-    ``min_requests`` requests reach are not drawn (they stay in the CSV)."""
+    ``min_requests`` requests reach are not drawn (they stay in the CSV) — in a group of fewer, the
+    bins that all of them reach are."""
     panels = _unique((r.dataset, r.proposer) for r in rows)
     fig, axes = panel_grid(2 * len(panels), 4, 4.2, 3.4)  # two proposers a row: many stay legible
     for i, (dataset, proposer) in enumerate(panels):
