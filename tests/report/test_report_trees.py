@@ -128,7 +128,13 @@ def test_a_tree_that_never_beats_its_chain_is_not_labelled_with_a_crossover():
     assert not ax.texts and len(ax.lines) == 3  # the tree, its chain, the no-SD line
     assert "tree:2x1x1 (6 nodes; below its chain throughout)" in [t.get_text() for t in ax.get_legend().get_texts()]
     beats = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8, (1,))
-    assert [t.get_text() for t in tree_figure(rows, [beats]).axes[0].texts] == ["crossover B=8"]
+    assert [t.get_text() for t in tree_figure(rows, [beats]).axes[0].texts] == ["2x1x1: crossover B=8"]
+    # a second tree crossing at the same batch size: its label a line lower, not on top of the first's
+    rows += [row("tree:3x1x1", b, s) for b, s in zip((1, 8), (1.2, 1.0))]
+    other = TreeRow("d", "eagle", "3x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, 1, 8, (1,))
+    texts = tree_figure(rows, [beats, other]).axes[0].texts
+    assert [t.get_text() for t in texts] == ["2x1x1: crossover B=8", "3x1x1: crossover B=8"]
+    assert texts[0].xyann != texts[1].xyann
 
 
 def test_a_tree_that_loses_at_a_small_batch_and_wins_at_a_larger_one_is_not_called_never():

@@ -313,14 +313,17 @@ def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
             label = f"chain {policy}" if chained else f"{policy} ({nodes[policy]})"
             ax.plot([r.batch_size for r in cell], [r.speedup for r in cell], color=colours[policy],
                     linestyle="--" if chained else "-", marker=None if chained else "o", markersize=5, label=label)
+        marked = 0  # crossovers labelled so far: each label a line lower, in its tree's colour (two at one B met)
         for t in mine:
             if t.crossover is not None and t.beats_up_to is not None:
                 at = next(r.speedup for r in rows if (r.dataset, r.acc, r.policy, r.batch_size)
                           == (dataset, proposer, f"tree:{t.tree}", t.crossover))
-                ax.plot([t.crossover], [at], marker="X", markersize=12, color=colours[f"tree:{t.tree}"],
+                colour = colours[f"tree:{t.tree}"]
+                ax.plot([t.crossover], [at], marker="X", markersize=12 - 3 * marked, color=colour,
                         markeredgecolor="black", linestyle="none")
-                ax.annotate(f"crossover B={t.crossover}", (t.crossover, at), xytext=(4, 6),
-                            textcoords="offset points", fontsize=8)
+                ax.annotate(f"{t.tree}: crossover B={t.crossover}", (t.crossover, at), xytext=(6, 6 - 11 * marked),
+                            textcoords="offset points", fontsize=8, color=colour)
+                marked += 1
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
         batch_axis(ax, sorted({r.batch_size for r in rows if r.dataset == dataset}))
         ax.set_title(f"{short(dataset)} · {proposer}")
