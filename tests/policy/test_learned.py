@@ -810,3 +810,8 @@ def test_a_policy_is_no_deeper_than_the_positions_its_walks_replay(tmp_path):
     page = (tmp_path / "r" / "index.html").read_text()
     assert "The learned policy judged (speedups; replayed on the positions its output and both" in page
     assert f"{float(line['learned']):.3f}" in page and f"{float(line['oracle_switch']):.3f}" in page
+    # at the default batch sizes those above the 6 requests are left out: no note on the rule the policy takes there
+    assert main(["report", str(traces), "--policy", str(policy), "--cost-model", "h100-llama3.1-8b",
+                 "-o", str(tmp_path / "d")]) == 0
+    page = (tmp_path / "d" / "index.html").read_text()
+    assert "batch sizes 1 (8, 16, 32, 64, 128 left out" in page and "it decides by" not in page

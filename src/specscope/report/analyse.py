@@ -203,7 +203,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.notes.extend(capacity_notes(data.rows, cost))
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
-        data.notes.extend(learned_notes([f"learned:{config.policy}"], cost, config.sim.batch_sizes))
+        simulated_sizes = [b for b in config.sim.batch_sizes if any(row.batch_size == b for row in data.rows)]
+        data.notes.extend(learned_notes([f"learned:{config.policy}"], cost, simulated_sizes))  # not those left out
         data.notes.extend(offer_notes(sim_records))
     depths = {key: depth for key, depth in tree_depths(sim_records, simulated).items()
               if config.tree_drafters is None or key[1] in config.tree_drafters}
