@@ -165,7 +165,8 @@ FIGURES = [
         "request_boxplots",
         lambda d: "Per-request mean acc_len",
         lambda d: "The spread matters as much as the mean: wide boxes mean some requests gain a lot from SD "
-                  "and others nothing.",
+                  "and others nothing. Boxes span the middle half of the requests, whiskers the 5th to the 95th "
+                  "percentile, white diamonds the means.",
         lambda d: F.request_box_figure(d.means),
     ),
     FigureSpec(

@@ -181,8 +181,9 @@ GLOSSARY = (  # DESIGN.md's vocabulary, one line each: what a newcomer needs to 
                            "after a rejection"),
     ("oracle", "propose exactly what will be accepted (acc_len − 1), the drafter still paid every step: a "
                "ceiling of tokens per step"),
-    ("oracle-combined · oracle-switch", "per step the proposer that accepts more, its drafting free (the paper's) "
-                                        "· paid (the ceiling of a policy that switches)"),
+    ("oracle-combined · oracle-switch", "per step the proposer that accepts more, choosing free and only the "
+                                        "lookup's drafting paid (the paper's) · the chosen proposer's drafting paid "
+                                        "(the ceiling of a policy that switches)"),
     ("mixed · paper mode", "B distinct requests, continuously batched (as a server runs) · B copies of one request "
                            "(the paper's simulator)"),
     ("steady state (‡)", "only the iterations with every batch slot decoding: no ramp-up, no drain"),
