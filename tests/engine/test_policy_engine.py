@@ -51,7 +51,8 @@ def random_policy(path: Path, seed: int, methods: tuple[str, str] = METHODS) -> 
         "mean": [0.0] * width, "scale": [1.0] * width,
         "coef": rng.normal(0, 1.0, (2, width)).tolist(), "intercept": rng.normal(0, 1.0, (2, K)).tolist(),
         "base_rate": rng.uniform(0.2, 0.8, (2, K)).tolist(), "span": [[-50.0, 50.0]] * 2,
-        "pads": True, "cost_model": {"kind": "linear", "name": "random"}, "batch_sizes": [1, 4],
+        "pads": True, "cost_model": {"kind": "linear", "name": "random", "forward": {"c_fixed": 0.01, "c_tok": 0.0,
+                                                                                      "c_kv": 0.0}}, "batch_sizes": [1, 4],
         "training": {"sources": ["random"]},
         "models": [{"batch_size": b, "seconds": [[1.0, 1.1, 1.2, 1.3], [1.0, 1.05, 1.1, 1.15]],
                     "fixed": [[0.0] * 4, [0.0, 0.1, 0.2, 0.3]], "verify": [0.5, 0.55, 0.6, 0.65]}
