@@ -582,3 +582,12 @@ def test_records_with_and_without_k_max_keep_a_deep_proposers_depth(tmp_path):
         "ngram: fixed:5, fixed:8 not simulated: the traces reach k = 3 (the proposer's longest acc_len − 1: k_max not "
         "recorded, they cannot tell what more drafts would have given)"]
     assert not any("left out" in n for n in data.notes)
+
+
+def test_a_steady_state_lead_is_shown_with_the_decimals_that_tell_it_apart():
+    """A review: the steady-state column read "eagle fixed:5: 1.65× (best's 1.65×)" for 1.652
+    against 1.650, a tie to the eye where the column says the policy ranks first."""
+    from specscope.report.html import _apart
+
+    assert _apart(1.652, 1.650, "× (best's ", "×)") == "1.652× (best's 1.650×)"
+    assert _apart(1.70, 1.65, "× (best's ", "×)") == "1.70× (best's 1.65×)"

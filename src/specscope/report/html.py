@@ -88,6 +88,13 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
+def _apart(value: float, other: float, between: str, after: str) -> str:
+    """``value``, ``between``, ``other``, ``after`` at two decimals, or at as many more (up to four)
+    as show them apart: a lead that two decimals round away reads as a tie."""
+    digits = next((d for d in (2, 3, 4) if f"{value:.{d}f}" != f"{other:.{d}f}"), 4)
+    return f"{value:.{digits}f}{between}{other:.{digits}f}{after}"
+
+
 def _speedup(value: float) -> str:
     css = "good" if value > 1.0 else "bad"
     return f'<span class="{css}">{value:.2f}×</span>'
@@ -122,7 +129,7 @@ def answer_section(rows: Sequence[AnswerRow], edges: Mapping[tuple[str, str], tu
                      esc("–" if r.gap is None else f"{r.gap:+.3f}"),
                      *([esc(_fmt(r.combined_speedup))] if combined else []),
                      *([esc("–" if r.steady_acc is None else f"{r.steady_acc} {r.steady_policy}: "
-                            f"{r.steady_speedup:.2f}× (best's {r.best_steady_speedup:.2f}×)")] if steady else [])]
+                            + _apart(r.steady_speedup, r.best_steady_speedup, "× (best's ", "×)"))] if steady else [])]
             body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         head_html = "".join(f"<th>{esc(h)}</th>" for h in head)
         parts.append(f"<h3>{esc(dataset)}</h3><p>{esc(verdict)}</p>"
