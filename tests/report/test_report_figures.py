@@ -46,3 +46,22 @@ def test_measured_runs_of_several_step_files_are_bars_naming_their_file():
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["eagle k=3\nB=8\ncpu.jsonl", "eagle k=3\nB=8\ngpu.jsonl"]
     fig = timesplit_figure([], "fixed:3", rows[:1])
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["eagle k=3\nB=8"]
+
+
+def test_the_speedup_legend_keeps_one_column_per_proposer():
+    """A review: with EAGLE drawn at five policies and n-gram at two, the column-major legend put
+    n-gram's entries under EAGLE's; each proposer's column is padded to the longest."""
+    from specscope.report.figures import speedup_figure
+    from specscope.sim.grid import COMBINED, SimRow
+
+    def row(acc: str, policy: str, batch: int) -> SimRow:
+        return SimRow("d", acc, policy, batch, "mixed", 1.2, 1.2, 1.0, 1.0, 1.0, 1.0, 0.5, 1.5, 4)
+
+    policies = ["fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle"]
+    rows = [row("eagle", p, b) for p in policies for b in (1, 8)] + [row("ngram", p, b) for p in policies[:2] for b in (1, 8)]
+    rows += [row(COMBINED, "oracle-combined:ngram+eagle", b) for b in (1, 8)]
+    legend = speedup_figure(rows, policies).legends[0]
+    texts = [t.get_text() for t in legend.get_texts()]
+    assert legend._ncols == 3 and len(texts) == 15
+    assert texts[5:10] == ["ngram fixed:1", "ngram fixed:3", " ", " ", " "]  # the second column, n-gram's alone
+    assert texts[10] == "oracle-combined:ngram+eagle (optimistic)"

@@ -49,6 +49,7 @@ def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figur
     markers = {p: MARKERS[i % len(MARKERS)] for i, p in enumerate(p for p in policies if p != "oracle")}
     fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
     handles: dict[str, object] = {}
+    owner: dict[str, str] = {}  # each legend entry's proposer (its column)
     for ax, dataset in zip(axes, datasets):
         mine = [r for r in rows if r.dataset == dataset]
         for acc, policy in _unique((r.acc, r.policy) for r in mine):
@@ -66,14 +67,20 @@ def speedup_figure(rows: Sequence[SimRow], policies: Sequence[str]) -> plt.Figur
                              "markersize": 5}
                 label = f"{acc} {policy}"
             handles[label] = ax.plot(x, y, label=label, **style)[0]
+            owner[label] = acc
         ax.axhline(1.0, color="grey", linewidth=1, linestyle=":")
         batch_axis(ax, sorted({r.batch_size for r in mine}))
         ax.set_title(short(dataset))
         ax.set_ylabel("speedup over no SD")
-    # Column-major legend: one column per proposer (the combined oracle last).
-    per_column = max(1, len([p for p in policies if any(r.policy == p for r in rows)]))
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-               ncol=-(-len(handles) // per_column), frameon=False)
+    # Column-major legend: one column per proposer (the combined oracle last), each padded with blank
+    # entries to the longest, so that a proposer drawn at fewer policies does not spill into the next's column
+    groups = {acc: [label for label in handles if owner[label] == acc] for acc in _unique(owner.values())}
+    groups = dict(sorted(groups.items(), key=lambda item: item[0] == COMBINED))
+    per_column = max(map(len, groups.values()), default=1)
+    entries = [entry for labels in groups.values() for entry in [(handles[label], label) for label in labels]
+               + [(plt.Line2D([], [], alpha=0), " ")] * (per_column - len(labels))]
+    if entries:
+        fig.legend(*zip(*entries), loc="outside lower center", ncol=len(groups), frameon=False)
     return fig
 
 
