@@ -65,3 +65,18 @@ def test_the_speedup_legend_keeps_one_column_per_proposer():
     assert legend._ncols == 3 and len(texts) == 15
     assert texts[5:10] == ["ngram fixed:1", "ngram fixed:3", " ", " ", " "]  # the second column, n-gram's alone
     assert texts[10] == "oracle-combined:ngram+eagle (optimistic)"
+
+
+def test_the_bound_figures_datasets_wear_no_proposers_colour():
+    """A review: figure 8's panels are proposers and its lines datasets, drawn in n-gram's orange
+    and EAGLE's blue — in the n-gram panel ShareGPT read as EAGLE."""
+    from matplotlib.colors import to_hex
+
+    from specscope.analysis.bound_points import BoundPoint
+    from specscope.report.figures import bound_figure
+    from specscope.report.style import PROPOSER_COLOURS
+
+    points = [BoundPoint(d, p, 0.7, 0.1, 8, 1, 100.0, 4, 2.0, 3, (0.1,) * 12)
+              for d in ("gsm8k", "sharegpt") for p in ("ngram", "eagle")]
+    drawn = {to_hex(line.get_color()) for ax in bound_figure(points).axes for line in ax.lines if line.get_linewidth() > 2}
+    assert len(drawn) == 2 and not drawn & {c.lower() for c in PROPOSER_COLOURS.values()}

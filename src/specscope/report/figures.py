@@ -23,6 +23,7 @@ from specscope.report.style import (
     PHASE_COLOURS,
     batch_axis,
     colour_for,
+    dataset_colours,
     proposer_colours,
     panel_grid,
     plain_log_axis,
@@ -231,7 +232,7 @@ def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0
     k_max = max([k_max, *[p.best_k for p in points], min(max(traced, default=0), 32)])  # curves to their k_max
     proposers = _unique(p.proposer for p in points)
     datasets = _unique(p.dataset for p in points)
-    colours = colour_for(datasets)
+    colours = dataset_colours(datasets)  # the panels are proposers: their lines, datasets, in no proposer's colour
     fig, axes = panel_grid(len(proposers), 2, 6.0, 4.2)
     ks = np.arange(0, k_max + 1)
     for ax, proposer in zip(axes, proposers):

@@ -43,6 +43,16 @@ def colour_for(names: Sequence[str]) -> dict[str, str]:
     return {name: CYCLE[i % (len(CYCLE) - 1)] for i, name in enumerate(names)}
 
 
+# Datasets drawn beside the proposers' own colours take others (Paul Tol's muted scheme, colour-blind safe):
+# a dataset in n-gram's orange or EAGLE's blue read as that proposer.
+DATASET_CYCLE = ("#882255", "#44AA99", "#332288", "#999933", "#AA4499", "#117733", "#88CCEE", "#DDCC77")
+
+
+def dataset_colours(names: Sequence[str]) -> dict[str, str]:
+    """A stable colour per dataset, in order, none of them a proposer's."""
+    return {name: DATASET_CYCLE[i % len(DATASET_CYCLE)] for i, name in enumerate(names)}
+
+
 # A proposer keeps its colour in every figure and every report, whatever else is drawn beside it.
 PROPOSER_COLOURS = {"ngram": "#E69F00", "eagle": "#0072B2", "eagle3": "#56B4E9", "mtp": "#009E73",
                     "draft": "#D55E00", "suffix": "#CC79A7"}
