@@ -78,9 +78,9 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
         raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
     if tree is not None and method == NO_SD:
         raise fields.error("tree", "expected none on a step without SD (method none)")
-    for name in ("k", "draft_s", "tokens_proposed"):  # no SD drafts nothing (its k is 0 as an engine writes it)
-        if method == NO_SD and fields.obj.get(name):
-            raise fields.error(name, f"expected 0 on a step without SD (method none), got {fields.obj[name]}")
+    drafted = next((name for name in ("k", "draft_s", "tokens_proposed") if fields.obj.get(name)), None)
+    if method == NO_SD and drafted:  # no SD drafts nothing (its k is 0 as an engine writes it)
+        raise fields.error(drafted, f"expected 0 on a step without SD (method none), got {fields.obj[drafted]}")
     widest = 1 + (values["k"] if shape is None else shape.nodes)  # a row's tokens verified at most
     step = MeasuredStep(method=method, policy_s=policy, tokens_proposed=proposed, choices=_choices(fields, method),
                         tokens_emitted=fields.int_array("tokens_emitted", low=1, high=widest,

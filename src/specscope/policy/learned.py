@@ -135,7 +135,6 @@ def load_policy(path: str | Path) -> LearnedPolicy:
     try:
         methods = _methods(document["methods"])
         choosers = choosers_from_json(document, methods)
-        _fitted_for(document["cost_model"])
         sizes = document["batch_sizes"]
         if not isinstance(sizes, list) or any(type(b) is not int for b in sizes) or sizes != sorted(choosers):
             raise ValueError(f"batch_sizes: expected those of its models, {sorted(choosers)}, got "
@@ -152,8 +151,13 @@ def load_policy(path: str | Path) -> LearnedPolicy:
     except (TypeError, ValueError) as error:
         raise SpecscopeError(f"{path}: malformed policy file: {error}") from None
     except SpecscopeError as error:
-        where = "malformed policy file: " if str(error).startswith("cost_model") else "field 'methods': "
-        raise SpecscopeError(f"{path}: {where}{error}") from None
+        raise SpecscopeError(f"{path}: field 'methods': {error}") from None
+    if "cost_model" not in document:
+        raise SpecscopeError(f"{path}: malformed policy file: missing field 'cost_model'")
+    try:
+        _fitted_for(document["cost_model"])
+    except SpecscopeError as error:
+        raise SpecscopeError(f"{path}: malformed policy file: {error}") from None
     return LearnedPolicy(str(path), methods, choosers, document, stamp(data))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from specscope.costmodel.base import CostModel
 from specscope.costmodel.linear import LinearCostModel
 from specscope.costmodel.registry import cost_label, resolve_cost_model
 from specscope.errors import SpecscopeError
+from specscope.fileio import provenance
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
@@ -46,6 +48,7 @@ from specscope.report.whatif import WhatIfRow, whatif_rows
 from specscope.sim.observe import offer_notes
 from specscope.sim.policies import learned_notes
 from specscope.trees import TreeShape
+from specscope.version import code_version
 
 TAIL_FACTOR = 8  # outputs this many times the median make the mixed-mode drain worth a note
 FEW_REQUESTS = 30  # a dataset of fewer requests gets a note: its numbers rest on few outputs
@@ -94,6 +97,12 @@ class ReportData:
         """The cost model's name, and the file it was read from where it calls itself otherwise
         (:func:`~specscope.costmodel.registry.cost_label`): what every priced table names."""
         return cost_label(self.config.cost_model, self.cost)
+
+    @cached_property
+    def made(self) -> dict[str, str]:
+        """What produced its tables, as ``simulate -o`` rows name it: the traces (path and SHA-256)
+        and the code — read once, however many tables carry it."""
+        return {"traces": "; ".join(map(provenance, self.traces)), "made_by": code_version()}
 
 
 def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> dict[tuple[str, str], ReportConfig]:

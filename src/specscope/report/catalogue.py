@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 
-from specscope.fileio import provenance
 from specscope.report import figures as F
 from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
@@ -21,7 +20,6 @@ from specscope.report.policy import choices_figure, gap_figure, policy_label
 from specscope.report.whatif import fitted_to, whatif_figure
 from specscope.sim.evaluate import MIN_ROOM, ceiling_of
 from specscope.trace.schema import by_dataset
-from specscope.version import code_version
 
 
 @dataclass(frozen=True)
@@ -43,8 +41,7 @@ def _priced(data: ReportData, rows: list[dict] | None, **labels: object) -> list
     """``rows`` labelled with the cost model that priced them (and ``labels``), the traces they
     replay and the code (a table copied out of its folder still says what produced it, as
     ``simulate -o`` rows do); None stays None."""
-    made = {"traces": "; ".join(map(provenance, data.traces)), "made_by": code_version()}
-    return None if rows is None else [{**row, "cost_model": data.cost_label, **labels, **made} for row in rows]
+    return None if rows is None else [{**row, "cost_model": data.cost_label, **labels, **data.made} for row in rows]
 
 
 def _fit_of(data: ReportData, cell) -> dict:

@@ -30,8 +30,8 @@ prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 

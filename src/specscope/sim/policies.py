@@ -74,11 +74,11 @@ ADAPTIVE_START = 5  # adaptive's first k (the paper's), capped at the trace's de
 
 
 class _Adaptive:
-    START, GROW, SHRINK = ADAPTIVE_START, 2, 1
+    GROW, SHRINK = 2, 1
 
     def __init__(self, k_max: int):
         self.k_max = k_max
-        self.k = min(self.START, k_max)
+        self.k = min(ADAPTIVE_START, k_max)
 
     def propose(self, acc_len: int) -> int:
         return self.k
