@@ -277,16 +277,24 @@ def check(
         f"gpu_check on {label}: {'tiny' if args.tiny else 'Llama-3.1-8B shape'}, {dtype}, "
         f"torch {torch.__version__}"
     )
+    result: dict = {"device": label, "torch": torch.__version__}
+
+    def save() -> None:
+        """Write what is measured so far, so a failure in a later section keeps the earlier ones."""
+        result["seconds"] = time.perf_counter() - began
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1, default=float) + "\n")
+
     print("1. forward time vs batched tokens and KV tokens, fitted to the linear cost model")
-    result = {"device": label, "cost_model": fit_cost_model(model, grid)}
+    result["cost_model"] = fit_cost_model(model, grid)
+    save()
     print("2. batch-1 decode step vs the memory floor")
     result["memory_floor"] = memory_floor(model, grid)
+    save()
     print("3. SD throughput (greedy, k = 3), speedup vs no-SD at the same batch size")
     result["sd"] = sd_table(model, grid, deadline=began + BUDGET_S)
-    result["seconds"] = time.perf_counter() - began
+    save()
     print(f"done in {result['seconds']:.0f} s")
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1, default=float) + "\n")
     if args.cost_model:
         fit = result["cost_model"]
         overhead = next(r["overhead_s"] for r in result["sd"] if r["draft"] == "none")
