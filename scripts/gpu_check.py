@@ -5,7 +5,8 @@ H100/H200-class GPU:
 
 1. target forward time over a grid of batched tokens (1..1024) x tokens in the KV cache
    (0..64k), fitted by least squares to the paper's linear cost model
-   ``forward = c_kv·kv + c_tok·batched + c_fixed`` and printed beside the paper's H100 constants;
+   ``forward = c_kv·kv + c_tok·batched + c_fixed`` and printed beside the paper's H100 constants,
+   eager and (on a GPU) replayed as CUDA graphs, beside one kernel launch's time;
 2. the batch-1 decode step time against the memory floor (weight bytes / HBM bandwidth);
 3. no-SD and SD throughput (greedy, k = 3) with a self-draft (the target drafts for itself:
    every draft accepted, a full target forward per draft token) and a layer-truncated draft
@@ -130,31 +131,63 @@ def sync(device: torch.device) -> None:
 
 
 @torch.no_grad()
-def time_forward(model: Transformer, rows: int, per_row: int, cached: int, repeats: int) -> float:
-    """Median seconds of one forward of ``rows`` x ``per_row`` new tokens over ``cached`` tokens each."""
+def time_forward(
+    model: Transformer, rows: int, per_row: int, cached: int, repeats: int, graphed: bool = False
+) -> float:
+    """Median seconds of one forward of ``rows`` x ``per_row`` new tokens over ``cached`` tokens each.
+
+    ``graphed``: the forward captured once as a CUDA graph and replayed, so the time is the GPU's
+    own, without Python and kernel-launch overhead (what an engine's CUDA graphs remove)."""
     device = model.device
     cache = KVCache(model.config, rows, cached + per_row, model.dtype, device)
     tokens = torch.randint(0, model.config.vocab_size, (rows, per_row), device=device)
     positions = cached + torch.arange(per_row, device=device)[None].expand(rows, -1)
+
+    def forward() -> None:
+        model.logits(model(tokens, positions, cache, list(range(rows)), kv_len=cached + per_row)[0])
+
+    if graphed:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up off the default stream, as capture requires
+            forward()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            forward()
+        forward = graph.replay
     times = []
     for i in range(repeats + 2):  # two warm-ups
         sync(device)
         start = time.perf_counter()
-        model.logits(model(tokens, positions, cache, list(range(rows)), kv_len=cached + per_row)[0])
+        forward()
         sync(device)
         if i >= 2:
             times.append(time.perf_counter() - start)
-    del cache
     return statistics.median(times)
 
 
-def fit_cost_model(model: Transformer, grid: dict) -> dict:
+def launch_latency(device: torch.device, launches: int = 2000) -> float:
+    """Seconds per launch of the smallest kernel (a one-element add), launched back to back:
+    the floor under every operation of an eager forward."""
+    x = torch.zeros(1, device=device)
+    for _ in range(100):
+        x.add_(1)
+    sync(device)
+    start = time.perf_counter()
+    for _ in range(launches):
+        x.add_(1)
+    sync(device)
+    return (time.perf_counter() - start) / launches
+
+
+def fit_cost_model(model: Transformer, grid: dict, graphed: bool = False) -> dict:
     paper = H100_LLAMA31_8B
     points = []
     for batched in grid["batched"]:
         rows = min(batched, grid["rows_max"])
         for kv in grid["kv"]:
-            seconds = time_forward(model, rows, batched // rows, kv // rows, grid["repeats"])
+            seconds = time_forward(model, rows, batched // rows, kv // rows, grid["repeats"], graphed)
             points.append({"batched": batched, "kv": kv, "rows": rows, "seconds": seconds})
             print(
                 f"  forward  batched {batched:5d}  kv {kv:6d}  ({rows} rows)  {seconds * 1e3:9.3f} ms"
@@ -193,6 +226,13 @@ def memory_floor(model: Transformer, grid: dict) -> dict:
             f"{hw.mem_bandwidth / 1e12:.2f} TB/s = {floor * 1e3:.3f} ms floor; "
             f"achieved {floor / step:.0%} of bandwidth"
         )
+        try:
+            graphed = time_forward(model, 1, 1, grid["prompt_len"], grid["repeats"] * 4, graphed=True)
+        except RuntimeError as error:
+            print(f"  CUDA graph capture failed: {str(error).splitlines()[0]}")
+        else:
+            result.update(batch1_step_graphed_s=graphed, fraction_of_bandwidth_graphed=floor / graphed)
+            print(f"as a CUDA graph: {graphed * 1e3:.3f} ms, {floor / graphed:.0%} of bandwidth")
     else:
         print(
             f"batch-1 step {step * 1e3:.3f} ms; weights {weight_bytes / 1e6:.2f} MB "
@@ -288,6 +328,18 @@ def check(
     print("1. forward time vs batched tokens and KV tokens, fitted to the linear cost model")
     result["cost_model"] = fit_cost_model(model, grid)
     save()
+    if device.type == "cuda":
+        result["launch_s"] = launch_latency(device)
+        print(
+            f"1b. the same forwards replayed as CUDA graphs (the GPU's own time); one kernel launch "
+            f"takes {result['launch_s'] * 1e6:.1f} µs"
+        )
+        try:
+            result["cost_model_graphed"] = fit_cost_model(model, grid, graphed=True)
+        except RuntimeError as error:  # a capture this torch cannot make: the rest still runs
+            result["cost_model_graphed"] = {"error": str(error).splitlines()[0]}
+            print(f"  CUDA graph capture failed: {result['cost_model_graphed']['error']}")
+        save()
     print("2. batch-1 decode step vs the memory floor")
     result["memory_floor"] = memory_floor(model, grid)
     save()
