@@ -2,7 +2,7 @@
 loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) and from inside
 (the same servers' own step records, ``serve --step-records``), side by side.
 
-    python benchmarks/bench_calibration.py [--out DIR] [--num-requests N] [--max-tokens N] [--context C]
+    python benchmarks/bench_calibration.py [--out DIR] [--device D] [--num-requests N] [--max-tokens N] [--context C]
                                            [--segments S] [--replicas R]
 
 The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload (with
@@ -91,7 +91,7 @@ def write_workload(out: Path, num_requests: int, context: int) -> Path:
     return path
 
 
-def write_config(out: Path, workload: Path, max_tokens: int, segments: int, replicas: int) -> Path:
+def write_config(out: Path, workload: Path, max_tokens: int, segments: int, replicas: int, device: str) -> Path:
     drafts = ", ".join(f'{m} = "{model_dir(m)}"' for m in METHODS if m != "ngram")
     path = out / "sweep.toml"
     path.write_text(
@@ -101,7 +101,7 @@ def write_config(out: Path, workload: Path, max_tokens: int, segments: int, repl
         "launch_timeout_s = 300\n"
         f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{model_dir("target")}"\n'
         f"drafts = {{ {drafts} }}\n"
-        f'args = ["--threads", "1", "--step-records", "{out / "steps.jsonl"}"]\n'
+        f'args = ["--threads", "1", "--device", "{device}", "--step-records", "{out / "steps.jsonl"}"]\n'
     )
     return path
 
@@ -163,6 +163,9 @@ def main() -> None:
                              "segment nearer in time to its own; keep requests / segments >= the largest batch)")
     parser.add_argument("--replicas", type=int, default=SweepConfig.replicas,
                         help="processes per server, taking the segments in turn (their speed offsets averaged)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the servers and the tracer run (cpu, cuda, cuda:N): a GPU is another engine, "
+                             "its steps priced by kernel launches more than by arithmetic")
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "
                              "each): cached tokens that vary apart from the batch")
@@ -170,14 +173,14 @@ def main() -> None:
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     workload = write_workload(out, args.num_requests, args.context)
-    config = write_config(out, workload, args.max_tokens, args.segments, args.replicas)
+    config = write_config(out, workload, args.max_tokens, args.segments, args.replicas, args.device)
     if specscope(["sweep", str(config), "--retry-failed"]) != 0:
         raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
     trace = out / "code.trace.jsonl"
     proposers = ",".join(m if m == "ngram" else f"{m}={model_dir(m)}" for m in METHODS)
     if specscope(["trace", "--model", str(model_dir("target")), "--proposers", proposers, "--workload",
                   str(workload), "--max-tokens", str(args.max_tokens), "--k-max", "8",
-                  "--trees", TREES, "--threads", "2", "-o", str(trace)]) != 0:
+                  "--trees", TREES, "--threads", "2", "--device", args.device, "-o", str(trace)]) != 0:
         raise SystemExit("tracing failed")
     outside, inside = out / "engine-from-sweep.json", out / "engine-from-steps.json"
     for command in (["costmodel", "fit", "--from-sweep", str(out / "sweep"), "--traces", str(trace), "--validate",
