@@ -21,7 +21,7 @@ MIN_TARGET_EXACT_MATCH = {"code": 0.75, "math": 0.125, "summary": 0.5, "chat": 0
 MIN_TARGET_SIMILARITY = 0.85
 MIN_DRAFT_SIMILARITY = 0.5
 MIN_DISTINCT_4 = 0.9
-MIN_ALPHA = {"ngram": 0.4, "draft": 0.5, "eagle": 0.4, "mtp": 0.6}
+MIN_ALPHA = {"ngram": 0.4, "draft": 0.5, "eagle": 0.4, "mtp": 0.6, "eagle3": 0.3}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -64,13 +64,16 @@ def test_shipped_configs_are_what_the_trainer_writes():
     import json
 
     from specscope.zoo.config import TrainConfig
-    from specscope.zoo.train import hf_config, stage_keys
+    from specscope.zoo.train import eagle3_layers, hf_config, stage_keys
 
     config = TrainConfig()
     target = hf_config(config.target, config.vocab_size, 1, 0)
     expected = {"target": target, "draft": hf_config(config.draft, config.vocab_size, 1, 0),
                 "eagle": {**target, "num_hidden_layers": 1, "architectures": ["EagleLlamaForCausalLM"]},
-                "mtp": {**target, "num_nextn_predict_layers": 1}}
+                "mtp": {**target, "num_nextn_predict_layers": 1},
+                "eagle3": {**target, "num_hidden_layers": 1, "architectures": ["LlamaForCausalLMEagle3"],
+                           "draft_vocab_size": config.vocab_size,
+                           "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(eagle3_layers(config.target.layers))}}}
     for name, data in expected.items():
         assert json.loads((model_dir(name) / "config.json").read_text()) == data
     stages = json.loads((shipped_dir() / "training.json").read_text())["stages"]

@@ -37,16 +37,16 @@ def test_quick_training_is_complete(quick_zoo):
         for file in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                      "tokenizer_config.json"):
             assert (out / name / file).is_file()
-    for name in ("eagle", "mtp"):
+    for name in ("eagle", "mtp", "eagle3"):
         assert (out / name / "config.json").is_file() and (out / name / "model.safetensors").is_file()
     stages = json.loads((out / "training.json").read_text())["stages"]
-    assert sorted(stages) == ["draft", "eagle", "mtp", "target"]
+    assert sorted(stages) == ["draft", "eagle", "eagle3", "mtp", "target"]
     assert all(stage["loss"] > 0 for stage in stages.values())
 
 
 def test_training_is_reproducible(quick_zoo, tmp_path):
     train_zoo(tmp_path, TrainConfig.quick(), held_out=_held_out())
-    for name in ("target", "draft", "eagle", "mtp"):
+    for name in ("target", "draft", "eagle", "mtp", "eagle3"):
         assert (tmp_path / name / "model.safetensors").read_bytes() == (quick_zoo / name / "model.safetensors").read_bytes()
 
 
@@ -56,7 +56,7 @@ def _held_out() -> set[str]:
     return held_out_prompts()
 
 
-@pytest.mark.parametrize("method", ["draft", "eagle", "mtp"])
+@pytest.mark.parametrize("method", ["draft", "eagle", "mtp", "eagle3"])
 def test_every_proposer_loads_and_sd_is_lossless(quick_zoo, method):
     out = quick_zoo
     plain, tokenizer = load_engine(out / "target", "none", max_batch_size=2, max_seq_len=256)
@@ -106,11 +106,11 @@ def test_resume_keeps_finished_stages(quick_zoo, tmp_path):
 
     out = tmp_path / "zoo"
     shutil.copytree(quick_zoo, out)
-    before = {name: (out / name / "model.safetensors").stat().st_mtime_ns for name in ("target", "draft", "eagle", "mtp")}
+    before = {name: (out / name / "model.safetensors").stat().st_mtime_ns for name in ("target", "draft", "eagle", "mtp", "eagle3")}
     train_zoo(out, replace(TrainConfig.quick(), head_steps=3), held_out=set())
     after = {name: (out / name / "model.safetensors").stat().st_mtime_ns for name in before}
     assert after["target"] == before["target"] and after["draft"] == before["draft"]
-    assert after["eagle"] != before["eagle"] and after["mtp"] != before["mtp"]
+    assert all(after[name] != before[name] for name in ("eagle", "mtp", "eagle3"))
     assert json.loads((out / "training.json").read_text())["config"]["head_steps"] == 3
     # a stage whose folder was removed, or whose weights changed, since: trained again, not said to be kept
     shutil.rmtree(out / "draft")

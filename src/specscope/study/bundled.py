@@ -1,4 +1,4 @@
-"""The default study: the bundled models (target, draft, EAGLE head, MTP head) on the bundled
+"""The default study: the bundled models (target, draft, EAGLE, MTP and EAGLE-3 heads) on the bundled
 workloads (code editing, step-by-step arithmetic, extractive summaries, chat), on this CPU."""
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Where the shipped bundled models live: ``specscope/data/zoo/{target,draft,eagle,mtp}``.
+"""Where the shipped bundled models live: ``specscope/data/zoo/{target,draft,eagle,mtp,eagle3}``.
 
 ``target`` and ``draft`` are Llama checkpoints (with the tokenizer and chat template);
-``eagle`` is an EAGLE-1 head and ``mtp`` an MTP module for ``target`` (load them with
-``--method eagle`` / ``--method mtp`` and ``--draft DIR``).
+``eagle`` is an EAGLE-1 head, ``mtp`` an MTP module and ``eagle3`` an EAGLE-3 head for ``target``
+(load them with ``--method eagle`` / ``mtp`` / ``eagle3`` and ``--draft DIR``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from specscope.errors import SpecscopeError
 
-ZOO_DRAFTERS = ("draft", "eagle", "mtp")  # methods of specscope.methods whose checkpoint the zoo ships
+ZOO_DRAFTERS = ("draft", "eagle", "mtp", "eagle3")  # methods of specscope.methods whose checkpoint the zoo ships
 ZOO_MODELS = ("target", *ZOO_DRAFTERS)
 LANGUAGE_MODELS = ("target", "draft")  # the models with a tokenizer of their own (a head reads the target's)
 WEIGHTS = "model.safetensors"  # each model's weights (heads too: the published layout), in its folder

@@ -1,6 +1,6 @@
 """Train the bundled models ("zoo") from scratch on the synthetic tasks, reproducibly.
 
-Four checkpoints, all in Hugging Face layouts that :mod:`specscope.engine` and the proposers
+Five checkpoints, all in Hugging Face layouts that :mod:`specscope.engine` and the proposers
 load (written as float16 safetensors, ``torch_dtype: float16``):
 
 - ``target``: a Llama decoder (tied embedding) trained on the answers of :mod:`specscope.workloads.tasks`;
@@ -8,7 +8,10 @@ load (written as float16 safetensors, ``torch_dtype: float16``):
 - ``eagle``: an EAGLE-1 head (``fc`` 2h→h + one decoder layer without input norm, the target's
   LM head) trained on the frozen target's final hidden states;
 - ``mtp``: a DeepSeek-V3-style MTP module (``enorm``/``hnorm``/``eh_proj``/one block/
-  ``shared_head.norm``, the target's LM head), trained the same way.
+  ``shared_head.norm``, the target's LM head), trained the same way;
+- ``eagle3``: an EAGLE-3 head (``fc`` 3h→h over three of the target's hidden states, a midlayer
+  over [embedding; hidden], its own norm and LM head over the target's vocabulary), trained the
+  same way.
 
 The models are trained with the engine's own :class:`~specscope.engine.model.Transformer` and
 head modules (their parameter names are the published ones), so what is trained is exactly
@@ -37,6 +40,7 @@ from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.progress import LazyProgress
 from specscope.proposers.eagle import EagleHead
+from specscope.proposers.eagle3 import Eagle3Head
 from specscope.proposers.heads import Head, one_layer, save_head
 from specscope.proposers.mtp import MtpHead, published_name
 from specscope.workloads import tasks
@@ -133,15 +137,16 @@ def train_head(head: Head, target: Transformer, stream: Stream, steps: int,
     """Train ``head`` on the frozen target (see the module docstring); returns the final loss."""
     head.train()
     trainable = [p for p in head.parameters() if p.requires_grad]
-    layer = target.config.num_layers
 
     def loss_of(tokens, labels):
         with torch.no_grad():
-            hidden, _ = target(tokens, positions_for(tokens), hidden_layers=(layer,))  # [B, T, h]
+            hidden, read = target(tokens, positions_for(tokens), hidden_layers=head.target_layers)  # [B, T, h]
             greedy = target.logits(hidden).argmax(-1)  # [B, T]: the target's next token
-        # Entry p pairs token x[p+1] with h[p]; its output stands in for h[p+1] and predicts
-        # the target's token after x[p+1], i.e. greedy[p+1]; kept where the target answers.
-        inputs, states = tokens[:, 1:], hidden[:, :-1]  # [B, T-1], [B, T-1, h]
+        # Entry p pairs token x[p+1] with h[p] (the head's fusion of the target states it reads:
+        # EAGLE's and MTP's the final one as it is, EAGLE-3's three through its trained fc); its
+        # output stands in for h[p+1] and predicts the target's token after x[p+1], i.e.
+        # greedy[p+1]; kept where the target answers.
+        inputs, states = tokens[:, 1:], head.fuse([state[:, :-1] for state in read])  # [B, T-1], [B, T-1, h]
         wanted = labels[:, 1:] != IGNORE  # [B, T-1]
         goal = greedy[:, 1:][wanted]
         positions = positions_for(inputs)
@@ -161,6 +166,28 @@ def train_head(head: Head, target: Transformer, stream: Stream, steps: int,
     return loss
 
 
+def eagle3_layers(num_layers: int) -> tuple[int, int, int]:
+    """The target hidden-state indices the zoo's EAGLE-3 head fuses: low, middle and high, as the
+    published default ``(2, L // 2, L - 3)`` picks them in a deep model (in the zoo's 4-layer
+    target that default would read index 1 after index 2)."""
+    return (1, num_layers // 2, num_layers - 1)
+
+
+def _new_head(name: str, config: ModelConfig, target_hf: dict, layers: int) -> tuple[Head, dict]:
+    """An untrained head of zoo stage ``name`` for a target of ``layers`` layers, and the
+    ``config.json`` it is saved with (its published layout)."""
+    if name == "eagle":
+        return (EagleHead(config, layers, fc_bias=True, own_embedding=False),
+                {**target_hf, "num_hidden_layers": 1, "architectures": ["EagleLlamaForCausalLM"]})
+    if name == "mtp":
+        return (MtpHead(config, layers, own_embedding=False, own_head=False),
+                {**target_hf, "num_nextn_predict_layers": 1})
+    aux = eagle3_layers(layers)  # the target's vocabulary: a d2t of zeros
+    return (Eagle3Head(config, aux, config.vocab_size, norm_before_residual=False, own_embedding=False),
+            {**target_hf, "num_hidden_layers": 1, "architectures": ["LlamaForCausalLMEagle3"],
+             "draft_vocab_size": config.vocab_size, "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(aux)}})
+
+
 def save_model(model: Transformer, hf: dict, out_dir: Path, tokenizer) -> None:
     """``config.json``, ``generation_config.json``, float16 ``model.safetensors`` and the
     tokenizer files."""
@@ -177,7 +204,8 @@ def save_model(model: Transformer, hf: dict, out_dir: Path, tokenizer) -> None:
 
 
 def half(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    return {n: t.detach().to(torch.float16) for n, t in state.items()}
+    """Floating-point tensors as float16 (how the zoo ships); integer ones (EAGLE-3's ``d2t``) as they are."""
+    return {n: t.detach().to(torch.float16) if t.is_floating_point() else t.detach() for n, t in state.items()}
 
 
 def stage_keys(config: TrainConfig) -> dict[str, dict]:
@@ -189,7 +217,7 @@ def stage_keys(config: TrainConfig) -> dict[str, dict]:
     heads = {"target": target, "steps": config.head_steps, "lr": config.head_lr,
              "feature_weight": config.eagle_feature_weight}
     keys = {"target": target, "draft": {**shared, "shape": asdict(config.draft), "steps": config.draft_steps},
-            "eagle": heads, "mtp": heads}
+            "eagle": heads, "mtp": heads, "eagle3": heads}
     return json.loads(json.dumps(keys))  # as training.json holds them (tuples become lists)
 
 
@@ -206,7 +234,7 @@ def _finished_stages(record_path: Path) -> dict[str, dict]:
 
 
 def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[str, float]:
-    """Train and write ``out_dir/{target,draft,eagle,mtp}``; returns seconds and final losses.
+    """Train and write ``out_dir/{target,draft,eagle,mtp,eagle3}``; returns seconds and final losses.
 
     Resumable: ``out_dir/training.json`` records each finished stage with its key
     (:func:`stage_keys`); a rerun keeps those. Heads train on the target as saved (float16,
@@ -260,25 +288,20 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
         finish(name, loss, started)
     target = load_model(out_dir / "target")
     head_config = one_layer(ModelConfig.from_hf(target_hf))
-    for name in ("eagle", "mtp"):
+    for name in ("eagle", "mtp", "eagle3"):
         if kept(name):
             log.info("%s: kept from %s", name, record_path)
             continue
         started = time.monotonic()
         torch.manual_seed(config.seed + 2)
-        if name == "eagle":
-            head: Head = EagleHead(head_config, layers, fc_bias=True, own_embedding=False)
-        else:
-            head = MtpHead(head_config, layers, own_embedding=False, own_head=False)
+        head, hf = _new_head(name, head_config, target_hf, layers)
         init_weights_(head, 1, config.seed + 2)
         head.bind(target)
         loss = train_head(head, target, stream, config.head_steps, config, config.seed + 2,
                           feature_weight=config.eagle_feature_weight if name == "eagle" else 0.0)
-        if name == "eagle":
-            hf = {**target_hf, "num_hidden_layers": 1, "architectures": ["EagleLlamaForCausalLM"]}
-            save_head(out_dir / name, hf, half(head.state_dict()))
-        else:
-            hf = {**target_hf, "num_nextn_predict_layers": 1}
-            save_head(out_dir / name, hf, half({published_name(n, layers): t for n, t in head.state_dict().items()}))
+        state = head.state_dict()
+        if name == "mtp":
+            state = {published_name(n, layers): t for n, t in state.items()}
+        save_head(out_dir / name, hf, half(state))
         finish(name, loss, started)
     return {f"{name}_{field}": stage[field] for name, stage in done.items() for field in ("loss", "seconds")}
