@@ -383,3 +383,21 @@ def test_the_papers_no_match_guess_is_n_grams_not_suffix_decodings():
     assert match_prob_for("qwen3-8b_gsm8k", SimConfig(), "ngram") == 0.2
     assert match_prob_for("qwen3-8b_gsm8k", SimConfig(), "suffix") is None
     assert match_prob_for("qwen3-8b_gsm8k", SimConfig(match_prob=0.5), "suffix") == 0.5
+
+
+def test_a_walks_note_counts_the_positions_its_proposers_arrays_cover(tmp_path):
+    """Read whole, a record whose EAGLE array is 3 short of its 10-token output loses 3 positions to
+    a walk of n-gram and EAGLE and none to one of n-gram alone; cut to the common prefix, both lose 3."""
+    from specscope.trace.load import load_traces
+
+    rows = [{"id": "a", "prompt_token_ids": [5, 6], "generated_token_ids": list(range(10)),
+             "acc_ngram": {"acc_len": [1] * 10}, "acc_eagle": {"acc_len": [1] * 7}},
+            {"id": "b", "prompt_token_ids": [5, 6], "generated_token_ids": list(range(6)),
+             "acc_ngram": {"acc_len": [1] * 6}, "acc_eagle": {"acc_len": [1] * 6}}]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    (own,) = load_traces([path], lengths="own")[1]
+    assert own.walked_positions(("ngram", "eagle")) == (16, 13) and own.walked_positions(("ngram",)) == (16, 16)
+    assert own.summary(("ngram", "eagle")).endswith("cover: 13 of 16 output positions (81.2%)")
+    (common,) = load_traces([path], lengths="common")[1]
+    assert common.walked_positions(("ngram",)) == (16, 13)

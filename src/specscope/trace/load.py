@@ -75,6 +75,8 @@ class LoadReport:
     dropped_positions: int = 0  # output positions cut to reach the common prefix
     surplus_entries: int = 0  # acc_len entries beyond the output's end, cut with them
     mismatches_by_proposer: dict[str, int] = field(default_factory=dict)
+    mismatched_lengths: list[tuple[int, dict[str, int]]] = field(default_factory=list)  # such a record's output
+    # and acc_len lengths as the file holds them: what a walk of some of its proposers replays
     empty_outputs: int = 0  # records with an empty output (and empty arrays), skipped
     duplicates: int = 0  # repeats of a request (same id and content), dropped
     named_by_file: bool = False  # some record took its dataset from the file's name (it has no "dataset")
@@ -98,9 +100,11 @@ class LoadReport:
             return f"{self.path}: {self.records} records, no length mismatches"
         detail = ", ".join(f"{k}: {v}" for k, v in sorted(self.mismatches_by_proposer.items()))
         if walked:
+            total, replayed = self.walked_positions(walked)
             return (f"{self.path}: {self.mismatched_records} of {self.records} records had acc_len arrays of another "
                     f"length than the output ({detail}); the walk replays the positions the output and the acc_len "
-                    f"arrays of {', '.join(walked)} cover")
+                    f"arrays of {', '.join(walked)} cover: {replayed} of {total} output positions "
+                    f"({replayed / total:.1%})")
         if self.lengths == "own":
             return (
                 f"{self.path}: {self.mismatched_records} of {self.records} records had acc_len "
@@ -113,6 +117,18 @@ class LoadReport:
             f"dropping {self.dropped_positions} output positions"
             + (f" and {self.surplus_entries} acc_len entries beyond the output" if self.surplus_entries else "")
         )
+
+
+    def walked_positions(self, walked: Sequence[str]) -> tuple[int, int]:
+        """(output positions the file's kept records hold, those a walk of the ``walked``
+        proposers replays): each record's positions up to its shortest walked array, or the common
+        prefix ``lengths="common"`` cut it to."""
+        total = self.positions + self.dropped_positions
+        if self.lengths == "common":
+            return total, self.positions
+        short = sum(output - min([output, *(length for name, length in lengths.items() if name in walked)])
+                    for output, lengths in self.mismatched_lengths)
+        return total, total - short
 
 
 def _proposer(fields: Fields, name: str, obj: object, k_max: int | None, output_len: int) -> ProposerTrace:
@@ -239,9 +255,13 @@ def _align(record: TraceRecord, mode: str) -> tuple[TraceRecord, list[str], tupl
     return record.truncated(common), mismatched, (record.output_len - common, beyond)
 
 
-def _count_alignment(report: LoadReport, mismatched: list[str], cut: tuple[int, int]) -> None:
-    """Count a kept record's length mismatches (:func:`_align`) in ``report``."""
+def _count_alignment(report: LoadReport, read: TraceRecord, mismatched: list[str], cut: tuple[int, int]) -> None:
+    """Count a kept record's length mismatches (:func:`_align`; ``read``: the record as the file
+    holds it) in ``report``."""
     report.mismatched_records += bool(mismatched)
+    if mismatched:
+        report.mismatched_lengths.append(
+            (read.output_len, {name: len(trace.acc_len) for name, trace in read.proposers.items()}))
     for name in mismatched:
         report.mismatches_by_proposer[name] = report.mismatches_by_proposer.get(name, 0) + 1
     report.dropped_positions += cut[0]
@@ -306,7 +326,7 @@ def iter_file(path: str | Path, report: LoadReport | None = None, lengths: str =
         seen[key] = (location, read)
         if whole is not None:
             whole.append(read)
-        _count_alignment(report, mismatched, cut)  # of the records kept: a repeat dropped counts nowhere
+        _count_alignment(report, read, mismatched, cut)  # of the records kept: a repeat dropped counts nowhere
         report.rank_disagreements += rank_disagreements(record)
         report.records += 1
         report.positions += record.output_len
