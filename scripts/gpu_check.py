@@ -182,18 +182,32 @@ def launch_latency(device: torch.device, launches: int = 2000) -> float:
 
 
 def fit_cost_model(model: Transformer, grid: dict, graphed: bool = False) -> dict:
+    """Forward times over the grid and the linear model fitted to them. Graphed, a point whose
+    capture fails (a kernel this torch cannot capture, memory) is kept with its error and left
+    out of the fit; the points measured around it are not lost."""
     paper = H100_LLAMA31_8B
-    points = []
+    points, failed = [], []
     for batched in grid["batched"]:
         rows = min(batched, grid["rows_max"])
         for kv in grid["kv"]:
-            seconds = time_forward(model, rows, batched // rows, kv // rows, grid["repeats"], graphed)
-            points.append({"batched": batched, "kv": kv, "rows": rows, "seconds": seconds})
+            point = {"batched": batched, "kv": kv, "rows": rows}
+            try:
+                point["seconds"] = time_forward(model, rows, batched // rows, kv // rows, grid["repeats"], graphed)
+            except RuntimeError as error:
+                if not graphed:
+                    raise
+                failed.append({**point, "error": str(error).splitlines()[0]})
+                print(f"  forward  batched {batched:5d}  kv {kv:6d}  ({rows} rows)  capture failed: "
+                      f"{failed[-1]['error']}", flush=True)
+                continue
+            points.append(point)
             print(
-                f"  forward  batched {batched:5d}  kv {kv:6d}  ({rows} rows)  {seconds * 1e3:9.3f} ms"
+                f"  forward  batched {batched:5d}  kv {kv:6d}  ({rows} rows)  {point['seconds'] * 1e3:9.3f} ms"
                 f"   (paper H100 model: {paper.forward_time(batched, kv, rows) * 1e3:7.3f} ms)",
                 flush=True,
             )
+    if len(points) < 3:
+        return {"points": points, "failed": failed, "error": f"{len(points)} points measured: no fit of 3 terms"}
     a = np.array([[p["kv"], p["batched"], 1.0] for p in points])
     y = np.array([p["seconds"] for p in points])
     # least squares with coefficients >= 0, as every cost model must have (absolute error: scale 1)
@@ -204,6 +218,7 @@ def fit_cost_model(model: Transformer, grid: dict, graphed: bool = False) -> dic
     print(f"{'paper H100':10}{paper.c_kv:18.6e}{paper.c_tok:18.6e}{paper.c_fixed:16.6e}")
     return {
         "points": points,
+        "failed": failed,
         "c_kv": c_kv,
         "c_tok": c_tok,
         "c_fixed": c_fixed,
@@ -334,11 +349,7 @@ def check(
             f"1b. the same forwards replayed as CUDA graphs (the GPU's own time); one kernel launch "
             f"takes {result['launch_s'] * 1e6:.1f} µs"
         )
-        try:
-            result["cost_model_graphed"] = fit_cost_model(model, grid, graphed=True)
-        except RuntimeError as error:  # a capture this torch cannot make: the rest still runs
-            result["cost_model_graphed"] = {"error": str(error).splitlines()[0]}
-            print(f"  CUDA graph capture failed: {result['cost_model_graphed']['error']}")
+        result["cost_model_graphed"] = fit_cost_model(model, grid, graphed=True)
         save()
     print("2. batch-1 decode step vs the memory floor")
     result["memory_floor"] = memory_floor(model, grid)

@@ -27,3 +27,26 @@ def test_gpu_check_tiny_smoke(tmp_path, capsys):
 
     fitted = linear_from_json(json.loads(cost_model.read_text()), str(cost_model))
     assert fitted.c_fixed == result["cost_model"]["c_fixed"] and fitted.overhead_s > 0
+
+
+def test_a_failed_graph_capture_keeps_the_other_points():
+    """Graphed, a point whose capture fails is kept with its error and left out of the fit (one
+    failure once discarded every graphed point measured before it); eager, a failure is raised."""
+    import pytest
+
+    names = runpy.run_path(str(SCRIPT))
+    fit, tiny, grid = names["fit_cost_model"], names["tiny"], names["TINY"]
+    model = names["random_model"](tiny(), names["torch"].float32, names["torch"].device("cpu"))
+
+    def flaky(model, rows, per_row, cached, repeats, graphed=False):
+        if rows * per_row == 4 and cached == 0:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nmore")
+        return 1e-3 * (1 + rows * per_row) + 1e-6 * cached * rows
+
+    fit.__globals__["time_forward"] = flaky
+    result = fit(model, grid, graphed=True)
+    assert len(result["points"]) == 8 and result["failed"] == [
+        {"batched": 4, "kv": 0, "rows": 4, "error": "CUDA error: operation not permitted when stream is capturing"}]
+    assert result["c_fixed"] == pytest.approx(1e-3, rel=1e-6) and result["c_tok"] == pytest.approx(1e-3, rel=1e-6)
+    with pytest.raises(RuntimeError):
+        fit(model, grid)

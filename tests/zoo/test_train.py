@@ -130,3 +130,16 @@ def test_distinct_4():
     assert distinct_4([7, 7, 7, 7, 7, 7]) == pytest.approx(1 / 3)
     assert distinct_4([1, 2]) == 1.0
 
+
+
+def test_evaluate_finds_every_model_before_measuring_any(quick_zoo, tmp_path, capsys):
+    """A zoo trained before a stage existed (no eagle3/) is refused before anything is measured:
+    it once printed the models' table and three proposers' work, then stopped at the missing head."""
+    import shutil
+
+    old = tmp_path / "zoo"
+    shutil.copytree(quick_zoo, old)
+    shutil.rmtree(old / "eagle3")
+    assert main(["zoo", "evaluate", "--zoo", str(old), "--n", "1", "--k", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and f"{old / 'eagle3' / 'config.json'}: zoo model incomplete" in err

@@ -1,6 +1,6 @@
 """`specscope zoo train` and `specscope zoo evaluate`: the bundled models.
 
-``zoo train -o DIR`` trains the target, draft, EAGLE head and MTP head from scratch on the
+``zoo train -o DIR`` trains the target, draft, EAGLE, MTP and EAGLE-3 heads from scratch on the
 synthetic tasks (seeded; ``--quick``: a seconds-long smoke run with tiny shapes) and writes
 them as Hugging Face directories. To rebuild the shipped models:
 ``specscope zoo train -o src/specscope/data/zoo``. ``zoo evaluate`` prints per-task exact
@@ -23,9 +23,9 @@ def register(subparsers) -> None:
     count = validate.arg(validate.integer, low=1)
     parser = subparsers.add_parser("zoo", help="train or evaluate the bundled models")
     verbs = parser.add_subparsers(dest="zoo_verb", metavar="ACTION", required=True)
-    train = verbs.add_parser("train", help="train target, draft, EAGLE and MTP heads from scratch (seeded)")
+    train = verbs.add_parser("train", help="train target, draft, EAGLE, MTP and EAGLE-3 heads from scratch (seeded)")
     train.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-zoo"),
-                       help="folder for target/, draft/, eagle/, mtp/ (default %(default)s)")
+                       help="folder for target/, draft/, eagle/, mtp/, eagle3/ (default %(default)s)")
     train.add_argument("--quick", action="store_true", help="tiny shapes and a few steps (a smoke test)")
     train.add_argument("--threads", type=count, help="torch CPU threads (default: the training config's)")
     train.set_defaults(run=run_train, resumes="finished stages are kept; the interrupted stage starts over")
@@ -65,9 +65,11 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from specscope.cli._common import atomic_write_text, print_table
     from specscope.methods import method
     from specscope.zoo.evaluate import score_model, score_proposers
-    from specscope.zoo.shipped import ZOO_DRAFTERS, ZOO_MODELS
+    from specscope.zoo.shipped import ZOO_DRAFTERS, ZOO_MODELS, model_dir
 
     torch.set_num_threads(args.threads)
+    for name in ZOO_MODELS:  # every model found before any is measured (a zoo trained before a stage existed)
+        model_dir(name, args.zoo)
     language_models = [name for name in ZOO_MODELS if name not in ZOO_DRAFTERS or method(name).kind == "draft model"]
     models = [score for name in language_models for score in score_model(name, args.zoo, args.n)]
     print_table("exact match, similarity to the reference and distinct-4 per task (greedy)",

@@ -6,7 +6,7 @@
   (how close the misses are: 1.0 = identical);
 - **distinct-4**: distinct token 4-grams / token 4-grams of one output, averaged over outputs
   (a model that loops on a phrase scores low; an output shorter than 4 tokens counts as 1);
-- **α, τ** per proposer (``ngram``, ``draft``, ``eagle``, ``mtp``) and task, measured with the
+- **α, τ** per proposer (``ngram``, ``draft``, ``eagle``, ``eagle3``, ``mtp``) and task, measured with the
   reference engine at proposal length ``k`` (greedy), plus ``greedy_match``: whether SD output
   equalled the target's plain greedy output for every request.
 """
