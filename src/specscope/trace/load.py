@@ -118,7 +118,6 @@ class LoadReport:
             + (f" and {self.surplus_entries} acc_len entries beyond the output" if self.surplus_entries else "")
         )
 
-
     def walked_positions(self, walked: Sequence[str]) -> tuple[int, int]:
         """(output positions the file's kept records hold, those a walk of the ``walked``
         proposers replays): each record's positions up to its shortest walked array, or the common
