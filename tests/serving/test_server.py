@@ -104,6 +104,11 @@ def test_neutral_values_of_unsupported_fields_are_taken(servers):
         ({"prompt": PROMPT, "stream": "yes"}, None, 400, "'stream'"),
         ({"prompt": PROMPT, "n": 2}, None, 400, "'n' is not supported"),
         ({"prompt": PROMPT, "use_beam_search": True}, None, 400, "'use_beam_search' is not supported"),
+        # vLLM's extensions that change the output were answered 200 as if absent
+        ({"prompt": PROMPT, "allowed_token_ids": [5]}, None, 400, "'allowed_token_ids' is not supported"),
+        ({"prompt": PROMPT, "truncate_prompt_tokens": 2}, None, 400, "'truncate_prompt_tokens' is not supported"),
+        ({"prompt": PROMPT, "skip_special_tokens": False}, None, 400, "'skip_special_tokens' is not supported"),
+        ({"prompt": PROMPT, "guided_choice": ["yes", "no"]}, None, 400, "'guided_choice' is not supported"),
         ({"prompt": PROMPT, "stop": ["\n"]}, None, 400, "'stop': stop strings need the model's tokenizer.json"),
         ({"prompt": PROMPT, "response_format": {"type": "json_object"}}, None, 400, "'response_format'"),
         ({"prompt": PROMPT, "stop_token_ids": [VOCAB]}, None, 400, "'stop_token_ids'"),
@@ -119,6 +124,15 @@ def test_bad_requests_get_4xx_and_the_server_stays_up(servers, body, raw, status
     assert code == status
     assert message in json.loads(data)["error"]["message"]
     assert get(url, "/health")[0] == 200
+
+
+def test_the_neutral_values_of_refused_fields_pass(servers):
+    """Clients that send the defaults of vLLM's output-changing extensions are served as without them."""
+    url = servers[0].url
+    plain = json.loads(post(url, {"prompt": PROMPT, "max_tokens": 4, "temperature": 0})[1])["choices"][0]["token_ids"]
+    code, data = post(url, {"prompt": PROMPT, "max_tokens": 4, "temperature": 0, "allowed_token_ids": [], "skip_special_tokens": True,
+                            "chat_template_kwargs": {}, "guided_json": None})
+    assert code == 200 and json.loads(data)["choices"][0]["token_ids"] == plain
 
 
 def test_body_limits_and_routes(servers):

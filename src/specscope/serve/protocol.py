@@ -3,7 +3,7 @@ every route, and the answers' shapes.
 
 Routes: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models``,
 ``GET /v1/models/{id}``. A body is one JSON object (no ``NaN``/``Infinity`` literals, no lone
-surrogates); unknown fields are ignored. Values are checked with :mod:`specscope.validate`;
+surrogates); unknown fields are ignored, except those that would change the output (below). Values are checked with :mod:`specscope.validate`;
 a bad one gets 400 naming the field (``'temperature': expected a finite number ...``).
 
 Fields of both POST routes:
@@ -29,8 +29,13 @@ Fields of both POST routes:
 - Refused with 400 when set to anything but their neutral value (1, false, 0, empty, "none": they would change the
   output and are not implemented): ``n``, ``best_of``, ``logprobs``, ``top_logprobs``,
   ``echo``, ``suffix``, ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
-  ``tools``, ``tool_choice``, ``response_format`` other than text, and vLLM's ``use_beam_search``
-  and ``include_stop_str_in_output``.
+  ``tools``, ``tool_choice``, ``functions``, ``function_call``, ``response_format`` other than
+  text, and vLLM's extensions ``use_beam_search``, ``include_stop_str_in_output``,
+  ``allowed_token_ids``, ``bad_words``, ``logits_processors``, ``truncate_prompt_tokens``,
+  ``prompt_logprobs``, ``skip_special_tokens`` (the text skips them), the ``guided_*`` fields,
+  ``structured_outputs``, and chat's ``continue_final_message``, ``add_generation_prompt`` (true:
+  the template opens the assistant's turn), ``chat_template`` and ``chat_template_kwargs``. Other
+  unknown fields are ignored.
 
 Completions: ``prompt`` is text, a list of token ids, or a one-element list of either. Chat:
 ``messages``, a non-empty list of ``{"role", "content"}`` (roles system, developer, user,
@@ -65,8 +70,25 @@ UNSUPPORTED = {  # a field → its neutral values (null too): anything else is r
     "logit_bias": ({},),  # clients that always send the empty defaults were refused
     "tools": ([],),
     "tool_choice": ("none",),
-    "use_beam_search": (False,),  # vLLM's extensions that change the output
+    "functions": ([],),  # the deprecated form of tools
+    "function_call": ("none",),
+    "use_beam_search": (False,),  # vLLM's extensions that change the output (only null is neutral where none is listed)
     "include_stop_str_in_output": (False,),
+    "allowed_token_ids": ([],),
+    "bad_words": ([],),
+    "logits_processors": ([],),
+    "truncate_prompt_tokens": (),
+    "prompt_logprobs": (),
+    "skip_special_tokens": (True,),  # the text is decoded without special tokens
+    "guided_json": (),
+    "guided_regex": (),
+    "guided_choice": (),
+    "guided_grammar": (),
+    "structured_outputs": (),
+    "continue_final_message": (False,),  # chat: the template's rendering, as the server does it
+    "add_generation_prompt": (True,),
+    "chat_template": (),
+    "chat_template_kwargs": ({},),
 }
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
