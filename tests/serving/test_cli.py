@@ -30,7 +30,10 @@ def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     )
 
 
-def test_serve_process_answers_and_stops_on_sigterm(tiny_model):
+@pytest.mark.parametrize("sigint_ignored", [False, True])
+def test_serve_process_answers_and_stops_on_sigterm(tiny_model, sigint_ignored):
+    """Also when started where SIGINT is ignored (`serve ... &` from a script): SIGTERM was then left
+    to kill the server on the spot, its clients cut off without an answer."""
     process = subprocess.Popen(
         [
             sys.executable,
@@ -53,6 +56,7 @@ def test_serve_process_answers_and_stops_on_sigterm(tiny_model):
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None,
     )
     try:
         line = process.stderr.readline()  # printed once listening

@@ -174,17 +174,17 @@ def _noting_interrupts() -> Iterator[list[int]]:
             os._exit(128 + noted[0])
         raise KeyboardInterrupt
 
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    if threading.current_thread() is not threading.main_thread():
         yield noted
         return
-    terminate = signal.getsignal(signal.SIGTERM)
-    signal.signal(signal.SIGINT, interrupt)
-    if terminate is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, interrupt)
+    # each signal taken over only from its default: a SIGINT the shell ignores (a job started with
+    # `&` from a script) stays ignored, while SIGTERM still stops the run cleanly
+    own = [sig for sig, default in ((signal.SIGINT, signal.default_int_handler), (signal.SIGTERM, signal.SIG_DFL))
+           if signal.getsignal(sig) is default]
+    for sig in own:
+        signal.signal(sig, interrupt)
     try:
         yield noted
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        if terminate is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, terminate)
+        for sig in own:
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
