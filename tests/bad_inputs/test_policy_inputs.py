@@ -69,6 +69,11 @@ CASES = [
     Case("policy-cost-model-not-an-object", ["simulate", "t.jsonl", "--policies", "learned:p.json", "-o", "s.csv"],
          r"p\.json: malformed policy file: cost_model: expected a JSON object, got str",
          files=altered(lambda d: d.update(cost_model="garbage"))),
+    Case("policy-batch-sizes-a-bare-double-dash", ["policy", "fit", "t.jsonl", "--batch-sizes=--", "-o", "p.json"],
+         r"argument --batch-sizes: expected a value, got '--'", files=TRACES),  # argparse handed on [] (a traceback)
+    Case("policy-cost-model-without-a-name", ["policy", "explain", "p.json"],  # a KeyError's traceback in three verbs
+         r"p\.json: malformed policy file: cost_model: field 'name': missing",
+         files=altered(lambda d: d["cost_model"].pop("name"))),
     Case("policy-batch-sizes-not-its-models", ["policy", "explain", "p.json"],
          r"p\.json: malformed policy file: batch_sizes: expected those of its models, \[1\], got \[1, 8\]",
          files=altered(lambda d: d.update(batch_sizes=[1, 8]))),

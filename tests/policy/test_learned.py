@@ -816,3 +816,44 @@ def test_a_policy_is_no_deeper_than_the_positions_its_walks_replay(tmp_path):
                  "-o", str(tmp_path / "d")]) == 0
     page = (tmp_path / "d" / "index.html").read_text()
     assert "batch sizes 1 (8, 16, 32, 64, 128 left out" in page and "it decides by" not in page
+
+
+def test_simulate_notes_the_rule_only_at_batch_sizes_it_simulated(tmp_path, capsys):
+    """A review: at the default batch sizes a 6-request dataset leaves out 8 … 128, yet simulate
+    said which fitted rule the policy takes at B = 16, 32 and 128 (the report already did not)."""
+    from specscope.cli import main
+    from specscope.sim.fit import fit_policy
+    from specscope.trace.load import write_traces
+
+    records = workload(0, count=6, g=40)
+    traces, policy = tmp_path / "t.jsonl", tmp_path / "p.json"
+    write_traces(traces, records)
+    policy.write_text(json.dumps(fit_policy(records, ("ngram", "eagle"), COST, [1, 8])))
+    assert main(["simulate", str(traces), "--acc", "eagle", "--policies", f"learned:{policy}", "-o", "-"]) == 0
+    err = capsys.readouterr().err
+    assert "fitted for cost model 'toy'" in err and "it decides by" not in err  # B = 1 alone ran
+
+
+def test_the_choices_figure_walks_as_deep_as_the_judged_table(tmp_path):
+    """A review: the report's example walks took their depth from the examples' own acc_len (12 where
+    the dataset reaches 13), capping the offers and k below the policy the table judges."""
+    from specscope.report.policy import policy_section
+    from specscope.sim.fit import fit_policy
+    from specscope.sim.grid import SimConfig
+    from specscope.sim.switching import causal_plan
+    from specscope.trace.schema import ProposerTrace
+
+    records = [replace(r, proposers={m: ProposerTrace(np.minimum(t.acc_len, 3)) for m, t in r.proposers.items()})
+               for r in workload(0, count=6, g=40)]  # the examples (from the median up) reach k 2 alone
+    records[0] = replace(records[0], proposers={m: ProposerTrace(np.full(40, 7, dtype=np.int32))
+                                                for m in ("ngram", "eagle")})  # the dataset: k 6
+    policy = tmp_path / "p.json"
+    policy.write_text(json.dumps(fit_policy(records, ("ngram", "eagle"), COST, [1], max_k=6)))
+    _, choices = policy_section(records, str(policy), COST, SimConfig(batch_sizes=(1,)))
+    from specscope.policy.learned import load_policy
+
+    loaded = load_policy(policy)
+    for walk in choices:
+        (record,) = [r.capped(loaded.depth) for r in records if r.id == walk.request]
+        plan = causal_plan([record], loaded.methods, loaded.decide_for, loaded.depth, 1)
+        assert walk.pos.tolist() == plan.pos.tolist() and walk.k.tolist() == plan.proposed.tolist()

@@ -119,6 +119,10 @@ def _run(argv: list[str] | None, interrupted: list[int]) -> int:
     args = None
     try:
         parser = build_parser()  # imports every verb: a Ctrl-C may land here too
+        given = sys.argv[1:] if argv is None else argv
+        dashes = next((word for word in given if word.startswith("--") and word.endswith("=--")), None)
+        if dashes:  # argparse takes the value for the end of options and hands on no value at all ([] for a list)
+            parser.error(f"argument {dashes[:-3]}: expected a value, got '--'")
         args = parser.parse_args(argv)  # output paths are checked here, before any work
         logging.basicConfig(
             level=logging.DEBUG if args.verbose else logging.WARNING,

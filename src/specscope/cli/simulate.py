@@ -95,10 +95,11 @@ def run(args: argparse.Namespace) -> int:
                 "traces": "; ".join(map(provenance, args.traces)), "made_by": code_version()}
     cells = [{**row.flat(), **settings} for row in rows]
     chains = [row.deepest_k for row in rows if not row.policy.startswith("tree:")]  # a tree's nodes are no chain's k
-    past = cost.beyond_measured(chains, config.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) else None
+    simulated = sorted({row.batch_size for row in rows})  # the notes name these: not those left out
+    past = cost.beyond_measured(chains, simulated, args.acc) if isinstance(cost, LinearCostModel) else None
     notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies),
              *adaptive_notes(records, args.acc, args.policies), *([past] if past else []),
-             *learned_notes(args.policies, cost, config.batch_sizes), *capacity_notes(rows, cost),
+             *learned_notes(args.policies, cost, simulated), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]
     if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in args.acc:
         notes.append(OPTIMISTIC)

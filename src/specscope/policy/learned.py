@@ -168,6 +168,7 @@ def _fitted_for(value: object) -> None:
     ``model`` may be a config.json on the machine that fitted it, so it is not read here)."""
     if not isinstance(value, dict) or value.get("kind", "linear") == "linear":
         linear_from_json(value, "cost_model")
+        Fields(value, "cost_model").text("name")  # the policy's notes name the model (a file may omit it; fit writes it)
         return
     spec = Fields(value, "cost_model")
     spec.only(["kind", "name", "gpu", "model", "draft_model", "efficiency", "overhead_s", "drafting"])
@@ -321,7 +322,7 @@ def policy_notes(policy: LearnedPolicy, batch_sizes: Sequence[int] | None) -> li
     prices its choices weigh (fitted for another engine, it weighs that engine's), and the batch
     sizes it was not fitted for (:meth:`LearnedPolicy.rule_notes`; None: a server, whose
     iterations run any number of rows — one line for all)."""
-    fitted = policy.document.get("cost_model", {}).get("name", "an unnamed cost model")
+    fitted = policy.document["cost_model"]["name"]
     sizes = ", ".join(map(str, sorted(policy.choosers)))
     return [f"{policy.label}: its choices weigh the prices of cost model {fitted!r}, whatever this engine's are (a "
             "policy fitted with a cost model of this engine, `costmodel fit` of its step records, weighs its own)",

@@ -24,6 +24,7 @@ from specscope.report.style import CYCLE, SEQUENTIAL, plt, proposer_colours, sho
 from specscope.sim.evaluate import judge, judged_rows, no_gap_reason
 from specscope.sim.switching import on_common_positions
 from specscope.sim.grid import SimConfig, check_k_by_dataset
+from specscope.sim.plan import dataset_depths
 from specscope.sim.policies import parse_policy
 from specscope.policy.learned import load_policy
 from specscope.policy.observation import NONE
@@ -62,12 +63,12 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
                        SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed))
     table = [{**row, "methods": "+".join(policy.methods), "policy_sha256": policy.sha256}  # a file refitted in place told apart
              for row in judge(rows, learned)]
-    examples = _examples(records)
-    traced = max(int(r.acc_len(m).max()) for r in examples for m in policy.methods) - 1
-    k_max = min(traced, policy.depth)  # the walk offers and records no deeper than the policy proposes
+    # each example walked as deep as its dataset is in the table (the examples' own acc_len once capped it lower)
+    depths = dataset_depths(records, policy.methods)
     choices, smallest = [], min(config.batch_sizes)
-    for record in examples:
-        plan = causal_plan([record], policy.methods, policy.decide_for, k_max, smallest)
+    for record in _examples(records):
+        plan = causal_plan([record], policy.methods, policy.decide_for, min(depths[record.dataset], policy.depth),
+                           smallest)
         names = np.asarray([policy.methods[m] if m != NONE else NO_SD for m in plan.method.tolist()])
         g = common_length(record, policy.methods)
         choices.append(PolicyChoices(record.dataset or "trace", record.id, {m: record.acc_len(m)[:g] for m in policy.methods},

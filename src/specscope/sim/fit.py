@@ -204,7 +204,8 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         xs, accs, kvs = xs + more[0], accs + more[1], kvs + more[2]
         if not xs:
             raise SpecscopeError(f"policy fit: no step to learn from in {len(records)} records (a step decodes "
-                                 "after the first output token; every output here is one token or shorter)")
+                                 "after the first output token; every output here, cut to the positions its "
+                                 f"acc_len arrays of {', '.join(methods)} cover, is one token or shorter)")
         x, acc = np.asarray(xs), np.asarray(accs)
         offers = x[:, list(feature_names(methods)).index("ngram_offer")].astype(np.int64)
         limits = np.array([np.minimum(offers, depth) if m == "ngram" else np.full(len(x), depth) for m in methods]).T
