@@ -328,6 +328,7 @@ def test_a_fit_of_too_few_steps_says_which_study_options_measure_more(tmp_path):
     (tmp_path / "w__none.steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     (tmp_path / "w__none.json").write_text(json.dumps([{"step_records": 2}]))
     config = SimpleNamespace(measure_dir=tmp_path, model_dir=tmp_path / "target", cost_model_path=tmp_path / "m.json")
-    with pytest.raises(SpecscopeError, match=r"measured points for .* more --requests or a larger --max-tokens"):
+    with pytest.raises(SpecscopeError, match=r"study: fitting the cost model: 2 observed steps for .* more --requests or a larger "
+                                             r"--max-tokens"):
         fit_stage(config, print)
     assert not (tmp_path / "m.json").exists()

@@ -402,20 +402,22 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
                   fitted)
 
 
-def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[LinearCostModel, str]:
+def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
+              label: str = "costmodel fit --whole-steps") -> tuple[LinearCostModel, str]:
     """The model :func:`fit_cells` fits, fitted to an engine's own step records, whole steps
     (:func:`step_gaps`): what the sweep's fit should find for the engine that wrote them, term by
     term (``admit_s``, which step records do not see, stays 0); and one line for the user: the
     steps fitted, the stalls left out, and the fit's median and 90th-percentile error relative
     to each step. Steps of an engine running a policy file (method ``learned``) give only the
     policy's own work (:func:`~specscope.costmodel.fit.with_policy_work`, as in the phase fit): the
-    rest of their drafting is their proposers', fitted from those proposers' own runs."""
+    rest of their drafting is their proposers', fitted from those proposers' own runs. ``label``
+    starts its errors (what the user ran)."""
     fitted = [s for s in steps if s.method != LEARNED]
     if steps and not fitted:
-        raise SpecscopeError("costmodel fit --whole-steps: every step ran a policy file (method learned): give the "
+        raise SpecscopeError(f"{label}: every step ran a policy file (method learned): give the "
                              "step records of runs without one too (no SD, and each of the policy's proposers)")
     gaps = step_gaps(fitted)
-    target, drafting, untold = _fit(gaps, "costmodel fit --whole-steps", "give more step records")
+    target, drafting, untold = _fit(gaps, label, "give more step records")
     predicted = gaps.target_features() @ target
     for method, coef in drafting.items():
         mine = gaps.method == method

@@ -5,7 +5,7 @@
 2. measure — no-SD and SD throughput with the reference engine, chains of ``k`` for every
    method and each tree with the tree drafter (``measured/<workload>__<method>.json``,
    ``…__<method>-tree-<shape>.json`` and ``….steps.jsonl``, per cell);
-3. fit — the linear cost model fitted to all measured steps (``costmodel.json``);
+3. fit — the linear cost model fitted to all measured steps, whole (``costmodel.json``, :func:`fit_stage`);
 4. policy — a learned policy over n-gram and the model drafter measured fastest (over every
    workload and batch size: the one an engine would keep beside n-gram) fitted to the traces under that
    cost model at the study's batch sizes, proposing at most the measured k (its drafting cost
@@ -177,16 +177,24 @@ def steps_files(config: StudyConfig) -> list[Path]:
 
 
 def fit_stage(config: StudyConfig, say: Callable[[str], None]):
+    """The cost model fitted to the measured steps whole (``costmodel fit --whole-steps``): a
+    decode step's drafting, verification, sampling and overhead together, each method's drafting
+    terms taking what its steps cost beyond the forward. A verification right after a model
+    drafter's passes runs on the caches they filled and costs more than a no-SD forward of as many
+    tokens, which a phase-by-phase fit prices alike: in the study of 2026-12-04 (blocks of lockstep)
+    the phase fit put the chains at B = 4 5 % high on average (56 of 60 within 10 %, worst 12.9 %),
+    the whole-step fit 60 of 60 (worst 9.0 %)."""
     from specscope.analysis.timesplit import read_steps
-    from specscope.costmodel.fit import fit_linear
+    from specscope.costmodel.calibrate import fit_steps
 
     try:
-        model, quality = fit_linear(read_steps(steps_files(config)), name="fitted-" + config.model_dir.name)
+        model, summary = fit_steps(read_steps(steps_files(config)), name="fitted-" + config.model_dir.name,
+                                   label="study: fitting the cost model")
     except SpecscopeError as error:  # its one refusal: too few steps for the terms; say what measures more
         raise SpecscopeError(f"{error} (a study measures more steps with more --requests or a larger --max-tokens, "
                              "in a new -o folder)") from None
     _write_cost_model(config, model)
-    say(f"fit     {quality.summary()}")
+    say(f"fit     {summary}")
     return model
 
 
