@@ -2,8 +2,8 @@
 
 For each batch size B it runs the workload without SD and with SD on the same target weights,
 the two in lockstep by blocks (whichever has emitted fewer tokens steps on until it leads by
-:data:`BLOCK_TOKENS`, so drifts of the machine's speed hit both alike), ``repeats`` times, and reports the repeat with the median speedup as
-one row: ``method``, ``k``, the ``tree`` (its ``tree``, ``tree_nodes``, ``tree_depth`` when
+:data:`BLOCK_TOKENS`, so drifts of the machine's speed hit both alike), ``repeats`` times, and
+reports the repeat with the median speedup as one row: ``method``, ``k``, the ``tree`` (its ``tree``, ``tree_nodes``, ``tree_depth`` when
 the SD engine drafts a static tree), ``batch_size``, ``batching``, ``num_requests``,
 ``generated_tokens``, ``throughput`` and ``baseline_throughput`` (generated tokens per second
 of the run's own steps, prefill included), ``speedup`` = their ratio, ``acceptance_rate`` (α),
