@@ -87,13 +87,14 @@ def _lockstep(
 ) -> list[_Run]:
     """Run every engine over ``requests`` together, in lockstep by blocks: the engine that has
     emitted the fewest tokens steps next, and keeps stepping until it leads the others by
-    :data:`BLOCK_TOKENS`, so the engines stay within a block of one another over the workload
-    and a drift of the machine's speed (seconds-long slowdowns are common on shared CPUs) hits
-    them alike. Blocks, not single steps: a step right after another engine's runs on caches
-    that engine filled — alternating step by step, no-SD at batch 8 ran 15 % slower beside a
-    3x2x1x1 tree than alone (4 % beside EAGLE k = 3, 5 % beside MTP), which raised the measured
-    speedups by 4.7–12 %; in blocks of 256 tokens each engine ran within 1.5 % of its speed
-    alone. A run's seconds are the sum of its own steps."""
+    :data:`BLOCK_TOKENS` (after the first, a turn spans about twice that: it starts as far
+    behind), so the engines stay within a turn of one another over the workload and a drift of
+    the machine's speed (seconds-long slowdowns are common on shared CPUs) hits them alike.
+    Turns, not single steps: a step right after another engine's runs on caches that engine
+    filled — alternating step by step, no-SD at batch 8 ran 15 % slower beside a 3x2x1x1 tree
+    than alone (4 % beside EAGLE k = 3, 5 % beside MTP), which raised the measured speedups by
+    4.7–12 %; in turns to a 256-token lead each engine ran within 1.5 % of its speed alone. A
+    run's seconds are the sum of its own steps."""
     for engine in engines:
         engine.reset_stats()
     outputs: list[dict[str, list[int]]] = [{} for _ in engines]

@@ -317,7 +317,7 @@ def _not_stalled(seconds: np.ndarray, kind: np.ndarray, size: np.ndarray) -> np.
     return keep
 
 
-def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
+def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole-steps") -> Gaps:
     """An engine's own step records as the observations a sweep makes from outside: each step's
     whole time (prefill, drafting, verification, sampling, overhead: what a chunk gap spans) and
     its exact load — ``n`` = the rows that decoded (``batch_size − prefill_requests``), verifying
@@ -332,7 +332,7 @@ def step_gaps(steps: Sequence[MeasuredStep]) -> Gaps:
     +3 %, +9 % and +3 %)."""
     decoding = [s for s in steps if s.batch_size > 0]
     if not decoding:
-        raise SpecscopeError("costmodel fit --whole-steps: no step with a running request")
+        raise SpecscopeError(f"{label}: no step with a running request")
 
     def column(read) -> np.ndarray:
         return np.array([read(s) for s in decoding], dtype=float)
@@ -416,7 +416,7 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
     if steps and not fitted:
         raise SpecscopeError(f"{label}: every step ran a policy file (method learned): give the "
                              "step records of runs without one too (no SD, and each of the policy's proposers)")
-    gaps = step_gaps(fitted)
+    gaps = step_gaps(fitted, label)
     target, drafting, untold = _fit(gaps, label, "give more step records")
     predicted = gaps.target_features() @ target
     for method, coef in drafting.items():
