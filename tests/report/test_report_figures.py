@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from specscope.report import heatmaps
 from specscope.report.heatmaps import acc_matrix
@@ -46,6 +47,30 @@ def test_measured_runs_of_several_step_files_are_bars_naming_their_file():
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["eagle k=3\nB=8\ncpu.jsonl", "eagle k=3\nB=8\ngpu.jsonl"]
     fig = timesplit_figure([], "fixed:3", rows[:1])
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["eagle k=3\nB=8"]
+
+
+def test_a_studys_many_step_files_are_pooled_in_the_figure():
+    """A study's step records (a file per workload × method: 28 files, over 100 bars whose labels
+    ran into one another) are drawn as a bar per method × k × batch size, the panel naming how many
+    files it pools, each bar's shares those of the summed seconds."""
+    from specscope.analysis.timesplit import PHASES
+    from specscope.report.figures import MAX_MEASURED_BARS, timesplit_figure
+
+    def row(workload, method, b, drafting):
+        seconds = {"prefill": 0.1, "drafting": drafting, "verification": 1.0, "overhead": 0.1}
+        return {"source": "measured", "steps_file": f"/s/{workload}__{method}.steps.jsonl", "method": method,
+                "k": 3, "batch_size": b, **{f"{p}_s": seconds[p] for p in PHASES},
+                **{f"{p}_share": seconds[p] / sum(seconds.values()) for p in PHASES}}
+
+    rows = [row(w, m, b, d) for w, d in (("code", 0.2), ("math", 0.8)) for m in ("eagle", "mtp", "draft", "ngram")
+            for b in (1, 4, 8, 16)]
+    assert len(rows) > MAX_MEASURED_BARS
+    fig = timesplit_figure([], "fixed:3", rows)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert len(labels) == 16 and labels[0] == "eagle k=3\nB=1"
+    assert fig.axes[0].get_title() == "measured (engine step records, 8 files pooled)"
+    drafting = fig.axes[0].patches[16].get_height()  # the second phase's first bar: (0.2 + 0.8) / (2.4 + 1.0)
+    assert drafting == pytest.approx(1.0 / 3.4)
 
 
 def test_the_speedup_legend_keeps_one_column_per_proposer():

@@ -192,15 +192,25 @@ def overlap_figure(rows: Sequence[OverlapRow], lookup: str, reference_policy: st
     return fig
 
 
+MAX_MEASURED_BARS = 24  # more measured rows (a study's: a file per workload × method) are pooled over their files
+
+
 def timesplit_figure(predicted: Sequence[dict], policy: str, measured: Sequence[dict] = ()) -> plt.Figure:
     """Figure 7: share of time per phase, stacked bars per proposer × batch size (a panel per
     dataset, policy ``policy``), plus a panel of measured runs when given (each bar naming its
-    step-records file where there are several)."""
+    step-records file where there are several; beyond :data:`MAX_MEASURED_BARS` bars, a bar per
+    method × k × batch size pooling the files' seconds, the panel naming how many files —
+    timesplit.csv keeps each file's row)."""
     rows = [r for r in predicted if r["policy"] == policy]
-    several = len({r["steps_file"] for r in measured}) > 1
+    files = len({r["steps_file"] for r in measured})
+    several = files > 1
+    title = "measured (engine step records)"
+    if several and len(measured) > MAX_MEASURED_BARS:
+        measured, several = _pooled(measured), False
+        title = f"measured (engine step records, {files} files pooled)"
     panels = [(d, [r for r in rows if r["dataset"] == d]) for d in _unique(r["dataset"] for r in rows)]
     if measured:
-        panels.append(("measured (engine step records)", list(measured)))
+        panels.append((title, list(measured)))
     fig, axes = panel_grid(len(panels), 2, 6.2, 4.0, sharey=True)
     for ax, (title, cell) in zip(axes, panels):
         labels = [("no SD" if r["method"] == NO_SD else r["method"]) + (f" k={r['k']}" if r.get("k") else "")
@@ -220,6 +230,21 @@ def timesplit_figure(predicted: Sequence[dict], policy: str, measured: Sequence[
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=len(PHASES), frameon=False)
     return fig
+
+
+def _pooled(measured: Sequence[dict]) -> list[dict]:
+    """Measured time-split rows pooled over their files: one per method × k × batch size, in order
+    of first appearance, its shares of the summed seconds."""
+    pools: dict[tuple, dict] = {}
+    for r in measured:
+        pool = pools.setdefault((r["method"], r["k"], r["batch_size"]), {"method": r["method"], "k": r["k"],
+                                "batch_size": r["batch_size"], **{f"{p}_s": 0.0 for p in PHASES}})
+        for phase in PHASES:
+            pool[f"{phase}_s"] += r[f"{phase}_s"]
+    for pool in pools.values():
+        total = sum(pool[f"{p}_s"] for p in PHASES) or 1.0
+        pool.update({f"{p}_share": pool[f"{p}_s"] / total for p in PHASES})
+    return list(pools.values())
 
 
 def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9),
