@@ -167,6 +167,15 @@ def time_forward(
     return statistics.median(times)
 
 
+def graphed_time(model: Transformer, rows: int, per_row: int, cached: int, repeats: int) -> float | str:
+    """:func:`time_forward` replayed as a CUDA graph, or the capture's error (its first line) where
+    this torch cannot capture it: the check goes on without that point."""
+    try:
+        return time_forward(model, rows, per_row, cached, repeats, graphed=True)
+    except RuntimeError as error:
+        return str(error).splitlines()[0]
+
+
 def launch_latency(device: torch.device, launches: int = 2000) -> float:
     """Seconds per launch of the smallest kernel (a one-element add), launched back to back:
     the floor under every operation of an eager forward."""
@@ -191,15 +200,13 @@ def fit_cost_model(model: Transformer, grid: dict, graphed: bool = False) -> dic
         rows = min(batched, grid["rows_max"])
         for kv in grid["kv"]:
             point = {"batched": batched, "kv": kv, "rows": rows}
-            try:
-                point["seconds"] = time_forward(model, rows, batched // rows, kv // rows, grid["repeats"], graphed)
-            except RuntimeError as error:
-                if not graphed:
-                    raise
-                failed.append({**point, "error": str(error).splitlines()[0]})
-                print(f"  forward  batched {batched:5d}  kv {kv:6d}  ({rows} rows)  capture failed: "
-                      f"{failed[-1]['error']}", flush=True)
+            shape = (model, rows, batched // rows, kv // rows, grid["repeats"])
+            seconds = graphed_time(*shape) if graphed else time_forward(*shape)
+            if isinstance(seconds, str):
+                failed.append({**point, "error": seconds})
+                print(f"  forward  batched {batched:5d}  kv {kv:6d}  ({rows} rows)  capture failed: {seconds}", flush=True)
                 continue
+            point["seconds"] = seconds
             points.append(point)
             print(
                 f"  forward  batched {batched:5d}  kv {kv:6d}  ({rows} rows)  {point['seconds'] * 1e3:9.3f} ms"
@@ -241,10 +248,9 @@ def memory_floor(model: Transformer, grid: dict) -> dict:
             f"{hw.mem_bandwidth / 1e12:.2f} TB/s = {floor * 1e3:.3f} ms floor; "
             f"achieved {floor / step:.0%} of bandwidth"
         )
-        try:
-            graphed = time_forward(model, 1, 1, grid["prompt_len"], grid["repeats"] * 4, graphed=True)
-        except RuntimeError as error:
-            print(f"  CUDA graph capture failed: {str(error).splitlines()[0]}")
+        graphed = graphed_time(model, 1, 1, grid["prompt_len"], grid["repeats"] * 4)
+        if isinstance(graphed, str):
+            print(f"  CUDA graph capture failed: {graphed}")
         else:
             result.update(batch1_step_graphed_s=graphed, fraction_of_bandwidth_graphed=floor / graphed)
             print(f"as a CUDA graph: {graphed * 1e3:.3f} ms, {floor / graphed:.0%} of bandwidth")

@@ -528,3 +528,33 @@ def test_a_proposal_beyond_the_verified_tokens_is_refused(tmp_path, capsys):
     bad.write_text(json.dumps({**step(0, "ngram", 2, 2, 0, 0.01, draft=0.001), "tokens_proposed": 5}) + "\n")
     assert main(["costmodel", "fit", str(bad), "-o", str(tmp_path / "m.json")]) == 2
     assert "steps.jsonl:1: field 'tokens_proposed': expected 0 … 4" in capsys.readouterr().err
+
+
+def test_the_whole_step_fit_tells_the_engines_own_work_apart():
+    """A review: the whole-step fit prices a step's sampling and overhead inside its forward, so
+    the report's predicted time split showed no overhead beside a measured one that does. The
+    median of the decode steps' own work moves to overhead_s, every step keeping its price."""
+    from dataclasses import replace
+
+    from specscope.costmodel.linear import LinearCostModel
+    from specscope.costmodel.steps import MeasuredStep
+    from specscope.costmodel.calibrate import overhead_apart
+
+    def step(sample, overhead, prefill=0):
+        return MeasuredStep(step=0, method="none", k=0, batch_size=1, tokens_verified=0 if prefill else 1,
+                            tokens_emitted=[1], draft_s=0.0, verify_s=0.001, sample_s=sample, overhead_s=overhead,
+                            kv_tokens=10, prefill_tokens=prefill, prefill_s=0.002 if prefill else 0.0,
+                            prefill_requests=1 if prefill else 0, prefill_width=prefill)
+
+    whole = LinearCostModel("w", c_fixed=1e-3, c_tok=1e-5, c_kv=0.0, overhead_s=0.0, c_prompt_fixed=2e-3,
+                            pads_verification=True)
+    steps = [step(1e-4, 1e-4), step(1e-4, 2e-4), step(2e-4, 3e-4), step(5e-4, 5e-4, prefill=8)]
+    apart = overhead_apart(whole, steps)
+    assert apart.overhead_s == pytest.approx(3e-4) and apart.c_fixed == pytest.approx(7e-4)  # the decode steps' median
+    assert apart.c_prompt_fixed == pytest.approx(1.7e-3)
+    for model in (whole, apart):  # a decode step's and a prefill's whole price kept
+        assert model.forward_time(np.array([4]), np.array([10]), np.array([1]))[0] + model.overhead_s == \
+            pytest.approx(whole.forward_time(np.array([4]), np.array([10]), np.array([1]))[0])
+        assert model.prefill_forward_time(np.array([8]), np.array([1]))[0] + model.overhead_s == \
+            pytest.approx(whole.prefill_forward_time(np.array([8]), np.array([1]))[0])
+    assert overhead_apart(replace(whole, c_fixed=1e-4), steps).overhead_s == pytest.approx(1e-4)  # never below 0

@@ -92,9 +92,9 @@ def _lockstep(
     the machine's speed (seconds-long slowdowns are common on shared CPUs) hits them alike.
     Turns, not single steps: a step right after another engine's runs on caches that engine
     filled — alternating step by step, no-SD at batch 8 ran 15 % slower beside a 3x2x1x1 tree
-    than alone (4 % beside EAGLE k = 3, 5 % beside MTP), which raised the measured speedups by
-    4.7–12 %; in turns to a 256-token lead each engine ran within 1.5 % of its speed alone. A
-    run's seconds are the sum of its own steps."""
+    than alone (5 % beside EAGLE or MTP k = 3), which raised the measured speedups by 4.7–12.5 %;
+    in turns to a 256-token lead each engine ran within 0.6–3.7 % of its speed alone and the
+    speedups within 1.4 % of the engines' alone. A run's seconds are the sum of its own steps."""
     for engine in engines:
         engine.reset_stats()
     outputs: list[dict[str, list[int]]] = [{} for _ in engines]

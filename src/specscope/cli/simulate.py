@@ -18,7 +18,7 @@ from specscope.cli._common import (
     write_rows,
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
-from specscope.sim.grid import SimConfig
+from specscope.sim.grid import SimConfig, simulated_batch_sizes
 from specscope.fileio import json_text, provenance
 from specscope.version import code_version
 from specscope.errors import SpecscopeError
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
                 "traces": "; ".join(map(provenance, args.traces)), "made_by": code_version()}
     cells = [{**row.flat(), **settings} for row in rows]
     chains = [row.deepest_k for row in rows if not row.policy.startswith("tree:")]  # a tree's nodes are no chain's k
-    simulated = sorted({row.batch_size for row in rows})  # the notes name these: not those left out
+    simulated = simulated_batch_sizes(rows)
     past = cost.beyond_measured(chains, simulated, args.acc) if isinstance(cost, LinearCostModel) else None
     notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies),
              *adaptive_notes(records, args.acc, args.policies), *([past] if past else []),

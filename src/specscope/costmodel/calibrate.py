@@ -433,6 +433,23 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
     return with_policy_work(model, steps), summary
 
 
+def overhead_apart(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> LinearCostModel:
+    """A whole-step ``model`` (:func:`fit_steps`) with the engine's own work per step — sampling
+    and overhead, the median over the decode steps of ``steps`` of what their records time —
+    priced as ``overhead_s`` and taken out of the forward's fixed costs (a decode forward's
+    ``c_fixed``, a prefill's ``c_prompt_fixed``), so that every step keeps its price (a fixed cost
+    never below 0: at most that much is moved) and a predicted time split shows that work as the
+    records do. Not in :func:`fit_steps` itself: set beside a sweep's fit, whose chunk gaps
+    cannot tell it apart, its terms are compared as they are."""
+    decode = [s for s in steps if s.decoded > 0 and s.prefill_tokens == 0 and s.method != LEARNED]
+    if not decode:
+        return model
+    prefill = model.prompt_fixed
+    moved = min(float(np.median([s.sample_s + s.overhead_s for s in decode])), model.c_fixed, prefill)
+    return replace(model, overhead_s=model.overhead_s + moved, c_fixed=model.c_fixed - moved,
+                   c_prompt_fixed=prefill - moved)
+
+
 def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untold: tuple[str, ...], pads: bool,
            prefilled: bool, fitted: tuple[FittedCell, ...] = ()) -> LinearCostModel:
     """The cost model of :func:`_fit`'s coefficients (``pads``: of an engine that runs rectangular

@@ -38,7 +38,7 @@ from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
 from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, SimRow, adaptive_notes, capacity_notes, length_notes,
-                                no_match_notes, sample_notes, simulate)
+                                no_match_notes, sample_notes, simulate, simulated_batch_sizes)
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
@@ -212,8 +212,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.notes.extend(capacity_notes(data.rows, cost))
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)
-        simulated_sizes = [b for b in config.sim.batch_sizes if any(row.batch_size == b for row in data.rows)]
-        data.notes.extend(learned_notes([f"learned:{config.policy}"], cost, simulated_sizes))  # not those left out
+        data.notes.extend(learned_notes([f"learned:{config.policy}"], cost, simulated_batch_sizes(data.rows)))
         data.notes.extend(offer_notes(sim_records))
     depths = {key: depth for key, depth in tree_depths(sim_records, simulated).items()
               if config.tree_drafters is None or key[1] in config.tree_drafters}

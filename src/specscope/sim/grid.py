@@ -110,6 +110,11 @@ class SimRow:
         return row
 
 
+def simulated_batch_sizes(rows: Sequence[SimRow]) -> list[int]:
+    """The batch sizes ``rows`` simulated, in order: what notes may name (not those left out)."""
+    return sorted({row.batch_size for row in rows})
+
+
 def capacity_notes(rows: Sequence[SimRow], cost: CostModel) -> list[str]:
     """A line per dataset whose cells cache more tokens at once than fit beside the weights in
     the GPU's memory, where ``cost`` is a roofline (the only cost model that knows a GPU's

@@ -42,11 +42,7 @@ from specscope.study.fidelity import with_simulated
 from specscope.trees import TreeShape
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from specscope.backends import BenchResult
-    from specscope.costmodel.linear import LinearCostModel
-    from specscope.costmodel.steps import MeasuredStep
 
 log = logging.getLogger(__name__)
 FIDELITY_TOLERANCE_PCT = 10.0  # a cell is "within" when |simulated − measured| ≤ this % of measured
@@ -188,10 +184,10 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     tokens, which a phase-by-phase fit prices alike: in the study of 2026-12-04 (blocks of lockstep)
     the phase fit put the chains at B = 4 5 % high on average (56 of 60 within 10 %, worst 12.9 %),
     the whole-step fit 60 of 60 (worst 9.0 %). The engine's own work per step is then told apart
-    (:func:`overhead_apart`), so that the report's predicted time split shows it as the measured
+    (:func:`~specscope.costmodel.calibrate.overhead_apart`), so that the report's predicted time split shows it as the measured
     one does; a method's predicted drafting holds what its drafting costs the verification after it."""
     from specscope.analysis.timesplit import read_steps
-    from specscope.costmodel.calibrate import fit_steps
+    from specscope.costmodel.calibrate import fit_steps, overhead_apart
 
     try:
         steps = read_steps(steps_files(config))
@@ -204,22 +200,6 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     say(f"fit     {summary}")
     return model
 
-
-def overhead_apart(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> LinearCostModel:
-    """A whole-step ``model`` with the engine's own work per step — sampling and overhead, the
-    median over the decode steps of ``steps`` of what their records time — priced as
-    ``overhead_s`` and taken out of the forward's fixed costs (a decode forward's ``c_fixed``, a
-    prefill's ``c_prompt_fixed``), so that every step keeps its price (a fixed cost never below 0:
-    at most that much is moved)."""
-    from specscope.methods import LEARNED
-
-    decode = [s for s in steps if s.decoded > 0 and s.prefill_tokens == 0 and s.method != LEARNED]
-    if not decode:
-        return model
-    prefill = model.prompt_fixed
-    moved = min(statistics.median(s.sample_s + s.overhead_s for s in decode), model.c_fixed, prefill)
-    return replace(model, overhead_s=model.overhead_s + moved, c_fixed=model.c_fixed - moved,
-                   c_prompt_fixed=prefill - moved)
 
 
 def _write_cost_model(config: StudyConfig, model) -> None:
