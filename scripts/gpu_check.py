@@ -10,7 +10,12 @@ H100/H200-class GPU:
 2. the batch-1 decode step time against the memory floor (weight bytes / HBM bandwidth);
 3. no-SD and SD throughput (greedy, k = 3) with a self-draft (the target drafts for itself:
    every draft accepted, a full target forward per draft token) and a layer-truncated draft
-   (the target's first layers + its LM head) at batch 1, 8 and 32.
+   (the target's first layers + its LM head) at batch 1, 8 and 32;
+4. a learned policy's own work per step inside the engine (the step records' ``policy_s``:
+   observations, features, decision, merging) against the step's time, at the same batch sizes:
+   the engine switching per step and row between n-gram, the layer-truncated draft and no
+   drafting, by a policy fitted in place to synthetic traces under item 1's fitted cost model
+   (for timing: which choices it makes on random weights says nothing of a real workload).
 
 Eager PyTorch without CUDA graphs: at batch 1 kernel launches can dominate, which item 2 shows.
 ``--tiny`` runs the same code on a tiny random model on the CPU in seconds (a smoke test).
@@ -32,15 +37,21 @@ import numpy as np
 import torch
 from torch import nn
 
+from specscope.costmodel.base import FractionDrafting
 from specscope.costmodel.fit import nonnegative_relative_fit
-from specscope.costmodel.linear import H100_LLAMA31_8B, LinearCostModel
+from specscope.costmodel.linear import H100_LLAMA31_8B, PAPER_NGRAM, LinearCostModel
 from specscope.costmodel.presets import HARDWARE, MODELS
 from specscope.engine.config import ModelConfig, RopeConfig
 from specscope.engine.kv_cache import KVCache
 from specscope.engine.model import Transformer
 from specscope.engine.runner import Engine
 from specscope.engine.proposer_api import ProposerConfig
+from specscope.policy.learned import LearnedPolicy, choosers_from_json
 from specscope.proposers.draft_model import DraftModelProposer
+from specscope.proposers.ngram import NgramProposer
+from specscope.proposers.switching import SwitchingProposer
+from specscope.sim.fit import fit_policy
+from specscope.trace.schema import ProposerTrace, TraceRecord
 
 BUDGET_S = 360  # SD batch sizes still to run after this many seconds are skipped (limit: 8 min)
 FULL = dict(
@@ -262,12 +273,19 @@ def memory_floor(model: Transformer, grid: dict) -> dict:
     return result
 
 
-def throughput(target: Transformer, draft: Transformer | None, k: int, batch: int, grid: dict) -> dict:
+def throughput(target: Transformer, draft: Transformer | None, k: int, batch: int, grid: dict,
+               policy: LearnedPolicy | None = None) -> dict:
+    """Tokens per second of ``batch`` random prompts decoded greedily: no SD (``draft`` None),
+    SD with ``draft`` at ``k``, or, with ``policy``, the engine switching per row and step between
+    n-gram, ``draft`` and no drafting as ``policy`` decides (its own work per step measured too)."""
     max_len = grid["prompt_len"] + grid["new_tokens"]
     proposer = None
     if draft is not None:
-        config = ProposerConfig("draft", k, batch, Engine.cache_capacity(max_len, k))
-        proposer = DraftModelProposer(config, draft, target)
+        capacity = Engine.cache_capacity(max_len, k)
+        proposer = DraftModelProposer(ProposerConfig("draft", k, batch, capacity), draft, target)
+        if policy is not None:
+            ngram = NgramProposer(ProposerConfig("ngram", k, batch, capacity), target.device)
+            proposer = SwitchingProposer(policy, [ngram, proposer], ngram)
     engine = Engine(target, proposer, k, batch, max_len)
     gen = torch.Generator().manual_seed(batch)
     prompts = [
@@ -288,7 +306,7 @@ def throughput(target: Transformer, draft: Transformer | None, k: int, batch: in
     tokens, seconds = run(grid["new_tokens"])
     stats = engine.stats
     decode = [r for r in engine.step_records if not r.prefill_tokens]
-    return {
+    row = {
         "batch_size": batch,
         "tokens_per_s": tokens / seconds,
         "acceptance_rate": stats.acceptance_rate(),
@@ -296,6 +314,69 @@ def throughput(target: Transformer, draft: Transformer | None, k: int, batch: in
         # per decode step, everything but drafting and the target forward (as the paper's overhead)
         "overhead_s": statistics.median(r.sample_s + r.overhead_s for r in decode),
     }
+    if policy is not None:
+        row["policy_s"] = statistics.mean(r.policy_s for r in decode)
+        row["step_s"] = statistics.mean(r.decode_s for r in decode)
+        chosen = [c[0] for r in decode for c in r.choices or () if c is not None]
+        row["choices"] = {m: chosen.count(m) / len(chosen) for m in sorted(set(chosen))}
+    return row
+
+
+def synthetic_traces(vocab_size: int, grid: dict, requests: int = 48, seed: int = 0) -> list[TraceRecord]:
+    """Traces to fit a policy on where none can be traced (random weights): per request a draft
+    acceptance rate drawn from 0.3–0.9, per position an acc_len of the draft drawn geometric at that
+    rate (k_max 8); n-gram's acc_len from the tokens' own repeats: an offer of up to 8 known tokens that followed the
+    current token's last earlier occurrence, accepted as far as they match what follows."""
+    rng = np.random.default_rng(seed)
+    records = []
+    for i in range(requests):
+        prompt = rng.integers(0, vocab_size, grid["prompt_len"])
+        output = rng.integers(0, min(vocab_size, 64), grid["new_tokens"])  # a small alphabet: some repeats
+        alpha = rng.uniform(0.3, 0.9)
+        draft = 1 + np.minimum(rng.geometric(1 - alpha, output.size) - 1, 8)
+        tokens = np.concatenate([prompt, output])
+        offer, ngram = np.zeros(output.size, np.int32), np.ones(output.size, np.int32)
+        for p in range(output.size):
+            end = prompt.size + p  # the last token known before position p
+            earlier = np.flatnonzero(tokens[: end - 1] == tokens[end - 1])
+            if earlier.size:
+                follow = tokens[earlier[-1] + 1 : end][:8]  # known tokens only
+                offer[p] = follow.size
+                truth = tokens[end : end + follow.size]
+                ngram[p] = 1 + int(np.cumprod(follow[: truth.size] == truth).sum())
+        records.append(TraceRecord(
+            id=str(i), prompt_token_ids=prompt.astype(np.int64), output_token_ids=output.astype(np.int64),
+            proposers={"ngram": ProposerTrace(ngram, draft_len=offer), "draft": ProposerTrace(draft.astype(np.int32))},
+            k_max=8, dataset="synthetic"))
+    return records
+
+
+def policy_table(target: Transformer, fit: dict, grid: dict, deadline: float, k: int = 3) -> list[dict]:
+    """Item 4: a policy over n-gram and the layer-truncated draft, fitted to
+    :func:`synthetic_traces` under ``fit`` (item 1's forward; n-gram priced as the paper's, the
+    draft at its share of the target's layers per pass), run by the engine at each batch size:
+    its own work per step (``policy_s``) against the step's time."""
+    draft = truncated(target, grid["draft_layers"])
+    cost = LinearCostModel("gpu_check", fit["c_fixed"], fit["c_tok"], fit["c_kv"], 0.0, drafting={
+        "ngram": PAPER_NGRAM, "draft": FractionDrafting(grid["draft_layers"] / target.config.num_layers)})
+    methods = ("ngram", "draft")
+    started = time.perf_counter()
+    document = fit_policy(synthetic_traces(target.config.vocab_size, grid), methods, cost, grid["batch_sizes"], max_k=k)
+    print(f"  policy fitted in {time.perf_counter() - started:.1f} s")
+    policy = LearnedPolicy("synthetic.json", methods, choosers_from_json(document, methods), document)
+    rows = []
+    print(f"{'batch':>7}{'tok/s':>11}{'policy µs':>11}{'step ms':>9}{'share':>8}  choices")
+    for batch in grid["batch_sizes"]:
+        if time.perf_counter() > deadline:
+            print(f"  batch {batch}: skipped, the {BUDGET_S} s time budget is spent", flush=True)
+            continue
+        row = throughput(target, draft, k, batch, grid, policy)
+        row["policy_share"] = row["policy_s"] / row["step_s"]
+        rows.append(row)
+        mix = ", ".join(f"{m} {share:.0%}" for m, share in row["choices"].items())
+        print(f"{batch:7d}{row['tokens_per_s']:11.1f}{row['policy_s'] * 1e6:11.0f}{row['step_s'] * 1e3:9.2f}"
+              f"{row['policy_share']:8.1%}  {mix}", flush=True)
+    return rows
 
 
 def sd_table(target: Transformer, grid: dict, deadline: float, k: int = 3) -> list[dict]:
@@ -362,6 +443,9 @@ def check(
     save()
     print("3. SD throughput (greedy, k = 3), speedup vs no-SD at the same batch size")
     result["sd"] = sd_table(model, grid, deadline=began + BUDGET_S)
+    save()
+    print("4. a learned policy's own work per step in the engine (n-gram / draft / none per row)")
+    result["policy"] = policy_table(model, result["cost_model"], grid, deadline=began + BUDGET_S + 60)
     save()
     print(f"done in {result['seconds']:.0f} s")
     if args.cost_model:

@@ -23,6 +23,9 @@ def test_gpu_check_tiny_smoke(tmp_path, capsys):
     steps = -(-(new_tokens - 1) // 4)  # request up to max_tokens (the prefill emits the first token)
     assert all(r["acceptance_rate"] == 1.0 and r["mean_acceptance_length"] == (new_tokens - 1) / steps
                for r in self_draft)
+    policy = result["policy"]  # item 4: the learned policy's own work at each batch size
+    assert [r["batch_size"] for r in policy] == [1, 2]
+    assert all(r["policy_s"] > 0 and 0 < r["policy_share"] < 1 and sum(r["choices"].values()) == 1 for r in policy)
     from specscope.costmodel.linear import linear_from_json
 
     fitted = linear_from_json(json.loads(cost_model.read_text()), str(cost_model))
@@ -50,3 +53,24 @@ def test_a_failed_graph_capture_keeps_the_other_points():
     assert result["c_fixed"] == pytest.approx(1e-3, rel=1e-6) and result["c_tok"] == pytest.approx(1e-3, rel=1e-6)
     with pytest.raises(RuntimeError):
         fit(model, grid)
+
+
+def test_synthetic_traces_offer_what_the_tokens_repeat():
+    """The GPU check's synthetic n-gram acc_len: 1 + how far the tokens after the current token's
+    last earlier occurrence match what follows, never past the offer."""
+    import numpy as np
+
+    names = runpy.run_path(str(SCRIPT))
+    records = names["synthetic_traces"](50, {"prompt_len": 6, "new_tokens": 40}, requests=3)
+    for r in records:
+        tokens = np.concatenate([r.prompt_token_ids, r.output_token_ids])
+        ngram = r.proposers["ngram"]
+        for p in range(r.output_len):
+            end = r.prompt_len + p
+            earlier = [i for i in range(end - 1) if tokens[i] == tokens[end - 1]]
+            follow = list(tokens[earlier[-1] + 1:end][:8]) if earlier else []  # known tokens only
+            assert ngram.draft_len[p] == len(follow)
+            matched = 0
+            while matched < len(follow) and end + matched < tokens.size and follow[matched] == tokens[end + matched]:
+                matched += 1
+            assert ngram.acc_len[p] == 1 + matched
