@@ -20,6 +20,14 @@ def test_expected_speedup_hand_values():
     assert expected_speedup(0.0, 4, 0.0) == pytest.approx(1.0)
 
 
+def test_a_drafting_cost_past_a_float_gives_a_speedup_of_0_without_a_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # `bound --c 1e308` printed numpy's overflow warning
+        assert expected_speedup(0.5, 3, 1e308) == 0.0
+
+
 def test_optimal_k():
     k, value = optimal_k(0.8, 0.1)
     values = [float(expected_speedup(0.8, k, 0.1)) for k in range(21)]

@@ -325,7 +325,15 @@ def read_text(path: str | Path) -> str:
     except OSError as error:
         raise SpecscopeError(f"{path}: cannot read ({error.strerror or error})") from None
     except UnicodeDecodeError as error:
-        raise SpecscopeError(f"{path}: not UTF-8 text (byte {error.start})") from None
+        raise not_text(path, path.read_bytes()[:2], f"byte {error.start}") from None
+
+
+def not_text(path: str | Path, start: bytes, byte: str, line: int | None = None) -> SpecscopeError:
+    """The one-line error for bytes of ``path`` (at ``line``) that are not UTF-8 text: ``start``, the
+    file's first bytes, names a gzip file as one; else ``byte`` says where decoding failed."""
+    if start.startswith(b"\x1f\x8b"):
+        return SpecscopeError(f"{path}: gzip-compressed (decompress it first, e.g. gunzip -k {path})")
+    return SpecscopeError(f"{path}{'' if line is None else f':{line}'}: not UTF-8 text ({byte})")
 
 
 class DuplicateKey(ValueError):
@@ -477,7 +485,7 @@ def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Ite
             try:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as error:
-                raise SpecscopeError(f"{path}:{number}: not UTF-8 text (byte {error.start} of the line)") from None
+                raise not_text(path, raw if number == 1 else b"", f"byte {error.start} of the line", number) from None
             if not line.strip():
                 continue
             yield parse(parse_json(line, path, number), path, number)

@@ -100,6 +100,9 @@ CASES = [
          files={**TRACES, "c.json": linear({"c_fixed": -1, "c_tok": 0, "c_kv": 0})}),
     Case("cost-all-zero", ["costmodel", "show", "c.json"], r"c\.json: field 'forward': c_fixed, c_tok and c_req are all 0",
          files={"c.json": linear({"c_fixed": 0, "c_tok": 0, "c_kv": 0})}),
+    Case("cost-free-prefill", ["costmodel", "show", "c.json"],  # paper mode's speedup came out nan
+         r"c\.json: field 'forward': c_prompt_fixed, c_prompt and c_req price a prefill at 0",
+         files={"c.json": linear({"c_fixed": 1, "c_tok": 0, "c_kv": 0, "c_prompt": 0, "c_prompt_fixed": 0})}),
     Case("cost-nan", ["costmodel", "show", "c.json"], r"c\.json: field 'forward\.c_tok': expected a finite number",
          files={"c.json": '{"forward": {"c_fixed": 1e-3, "c_tok": NaN, "c_kv": 0}}'}),
     Case("cost-unknown-field", ["costmodel", "show", "c.json"], r"c\.json: field 'forward\.c_foo': unknown field",

@@ -114,6 +114,11 @@ CASES = [
     Case("draft-prob-true", ["traces", "convert", "t.jsonl", "-o", "o.jsonl"],
          r"t\.jsonl:1: field 'proposers\.ngram\.draft_prob\[0\]': expected numbers \(or null\), got True",
          files={"t.jsonl": own(draft_prob=[[True], [0.25], [None]])}),
+    Case("draft-prob-bare-nan", ["stats", "t.jsonl"],  # read as null ("nothing offered") once; null says that
+         r"t\.jsonl:1: field 'proposers\.ngram\.draft_prob\[1\]': expected numbers \(or null\), got nan",
+         files={"t.jsonl": own(draft_prob=[[0.5], [None], [0.5]]).replace("null", "NaN")}),
+    Case("gzip-trace", ["stats", "t.jsonl.gz"], r"t\.jsonl\.gz: gzip-compressed \(decompress it first",
+         files={"t.jsonl.gz": __import__("gzip").compress(own().encode())}),
     Case("draft-prob-above-one", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'proposers\.ngram\.draft_prob': expected probabilities in \[0, 1\] or null, got 7\.5",
          files={"t.jsonl": own(draft_prob=[[0.5], [7.5], [None]])}),

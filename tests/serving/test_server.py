@@ -231,6 +231,11 @@ def test_stream_matches_non_stream_and_sd_matches_no_sd(servers):
     sd_events = stream_events(ngram.url, body)
     assert sd_events[-1] == "[DONE]" and all("usage" not in e for e in sd_events[:-1])
     assert [t for e in sd_events[:-1] for t in e["choices"][0]["token_ids"]] == tokens
+    options = {"include_usage": True, "continuous_usage_stats": True}  # vLLM's: the usage so far on every chunk
+    events = stream_events(ngram.url, {**body, "max_tokens": 24.0, "stream_options": options})  # 24.0: vLLM's 24
+    counted = [sum(len(e["choices"][0]["token_ids"]) for e in events[: i + 1]) for i in range(len(events) - 2)]
+    assert [e["usage"]["completion_tokens"] for e in events[:-2]] == counted and counted[-1] == 24
+    assert events[-2]["usage"]["total_tokens"] == 34
 
 
 def test_max_tokens_absent_is_16_and_null_is_the_rest_of_max_model_len(servers):
@@ -466,6 +471,8 @@ def test_stop_token_ids_and_min_tokens(servers):
     choice = json.loads(post(url, {**body, "stop_token_ids": [stop]})[1])["choices"][0]
     assert choice["token_ids"] == full[: first + 1]
     assert choice["finish_reason"] == "stop" and choice["stop_reason"] == stop
+    before = json.loads(post(url, {**body, "max_tokens": first})[1])["choices"][0]["text"]
+    assert choice["text"] == before  # as vLLM: the stop token's text left out (it was returned)
     later = json.loads(post(url, {**body, "stop_token_ids": [stop], "min_tokens": 8})[1])["choices"][0]
     assert stop not in later["token_ids"][:8] and len(later["token_ids"]) > 8
     plain = json.loads(post(servers[0].url, {**body, "stop_token_ids": [stop], "min_tokens": 8})[1])

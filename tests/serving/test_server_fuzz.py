@@ -73,7 +73,6 @@ CASES = [
     ("max-tokens-negative", completion({**NORMAL, "max_tokens": -5}), 400),
     ("max-tokens-zero", completion({**NORMAL, "max_tokens": 0}), 400),
     ("max-tokens-huge", completion({**NORMAL, "max_tokens": 10**30}), 400),
-    ("max-tokens-float", completion({**NORMAL, "max_tokens": 3.0}), 400),
     ("max-completion-tokens-negative", chat(USER, max_completion_tokens=-1), 400),
     ("int-of-5000-digits", raw(b'{"prompt": [5], "seed": ' + b"9" * 5000 + b"}"), 400),
     ("prompt-past-max-model-len", completion({**NORMAL, "prompt": [5] * MAX_MODEL_LEN}), 400),
@@ -87,6 +86,12 @@ CASES = [
     ("prompt-bools", completion({**NORMAL, "prompt": [True, False]}), 400),
     ("prompt-missing", completion({"max_tokens": 4}), 400),
     ("unknown-model", completion({**NORMAL, "model": "gpt-4"}), 404),
+    ("empty-model-name", completion({**NORMAL, "model": ""}), 200),  # as vLLM: the served model
+    ("max-tokens-whole-float", completion({**NORMAL, "max_tokens": 4.0}), 200),  # as vLLM (pydantic)
+    ("max-tokens-fraction", completion({**NORMAL, "max_tokens": 4.5}), 400),
+    ("assistant-content-null", chat([{"role": "user", "content": "w5"}, {"role": "assistant", "content": None},
+                                     {"role": "user", "content": "w6"}]), 200),
+    ("user-content-null", chat([{"role": "user", "content": None}]), 400),
     ("messages-empty", chat([]), 400),
     ("messages-not-list", chat("hello"), 400),
     ("messages-missing", completion({"max_tokens": 4}, CHAT), 400),

@@ -247,7 +247,8 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     """Parse the ``describe()`` form of a linear cost model (a JSON or TOML file named
     ``label``, also its name when it has none): every field known, every coefficient finite
     and >= 0 (a drafting's ``c_fixed`` and ``c_req`` down to −``c_tok`` and −``c_batched``), no forward free (c_fixed + c_tok + c_req > 0: a forward of one token over an empty
-    cache takes some time)."""
+    cache takes some time; so does a prefill of a one-token prompt, priced by ``c_prompt_fixed`` and
+    ``c_prompt`` where given)."""
     spec = Fields(obj, label)
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
                "not_separated", "measured", "made_by"])
@@ -259,6 +260,12 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     if terms["c_fixed"] + terms["c_tok"] + terms.get("c_req", 0.0) <= 0:
         raise spec.error("forward", "c_fixed, c_tok and c_req are all 0 (a one-token forward over an empty "
                                     "cache would take no time)")
+    prefill = [terms["c_fixed"] if c_prompt_fixed is None else c_prompt_fixed,
+               terms["c_tok"] if c_prompt is None else c_prompt, terms.get("c_req", 0.0)]
+    if sum(prefill) <= 0:
+        raise spec.error("forward", "c_prompt_fixed, c_prompt and c_req price a prefill at 0 (a one-token prompt "
+                                    "would take no time; leave c_prompt_fixed and c_prompt out to price prefills "
+                                    "as c_fixed and c_tok)")
     drafting = spec.child("drafting", optional=True)
     model = LinearCostModel(
         name=spec.text("name", optional=True) or label,

@@ -25,7 +25,11 @@ Fields of both POST routes:
   suppressed until that many tokens are out. ``ignore_eos``. ``repetition_penalty`` (> 0,
   1 = off; vLLM's: over prompt and output tokens). ``response_format``: only
   ``{"type": "text"}``.
-- ``stream``, ``stream_options.include_usage`` (``stream_options`` only with ``stream`` true).
+- ``stream``, ``stream_options.include_usage`` (a last chunk with the usage) and
+  ``stream_options.continuous_usage_stats`` (with ``include_usage``: every chunk carries the usage so
+  far, as vLLM's) — ``stream_options`` only with ``stream`` true.
+- Integer fields take a whole number written as a float (``5.0``), as vLLM's do; an assistant
+  message's ``content`` may be null (read as empty).
 - Refused with 400 when set to anything but their neutral value (1, false, 0, empty, "none": they would change the
   output and are not implemented): ``n``, ``best_of``, ``logprobs``, ``top_logprobs``,
   ``echo``, ``suffix``, ``presence_penalty``, ``frequency_penalty``, ``logit_bias``,
@@ -127,6 +131,7 @@ class GenerationRequest:
     ignore_eos: bool
     stream: bool
     include_usage: bool
+    continuous_usage: bool  # every streamed chunk carries the usage so far
 
 
 def _reject_constant(name: str) -> float:
@@ -164,11 +169,14 @@ def _field(body: dict, name: str, check: Callable[[object], object], default: ob
 
 
 def _numeric(check: Callable[..., object], **bounds: object) -> Callable[[object], object]:
-    """``check`` for a JSON number: text such as ``"8"`` (which the CLI's rules accept) is not one."""
+    """``check`` for a JSON number: text such as ``"8"`` (which the CLI's rules accept) is not one;
+    a whole float such as ``5.0`` is taken as the integer."""
 
     def run(value: object) -> object:
         if isinstance(value, str):
             raise validate.Invalid(f"expected a number, got {value!r:.40}")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # a whole number written as a float: an integer to vLLM's (pydantic's) rules
         return check(value, **bounds)
 
     return run
@@ -205,7 +213,7 @@ def _common(body: dict, served_model: str) -> dict:
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise ApiError(400, f"'model': expected a model name (text), got {model!r:.40}")
-    if model is not None and model != served_model:
+    if model and model != served_model:  # as vLLM, an empty name is the served model
         raise ApiError(404, f"model {str(model)[:80]!r} does not exist; this server serves {served_model!r}")
     for name, neutral in UNSUPPORTED.items():  # of its type: true is no n = 1, 0 no echo = false
         if body.get(name) is not None and not any(type(body[name]) is type(n) and body[name] == n for n in neutral):
@@ -231,6 +239,8 @@ def _common(body: dict, served_model: str) -> dict:
         "ignore_eos": _field(body, "ignore_eos", _flag, False),
         "stream": _field(body, "stream", _flag, False),
         "include_usage": _field(options or {}, "include_usage", _flag, False),
+        "continuous_usage": _field(options or {}, "include_usage", _flag, False)
+        and _field(options or {}, "continuous_usage_stats", _flag, False),
     }
 
 
@@ -272,6 +282,8 @@ def _message(index: int, message: object) -> dict[str, str]:
     role, content = message.get("role"), message.get("content")
     if role not in ROLES:
         raise ApiError(400, f"{where}: 'role' must be one of {', '.join(ROLES)}, got {role!r:.40}")
+    if content is None and role == "assistant":  # an assistant turn that only called tools, to vLLM
+        content = ""
     if isinstance(content, list):
         texts = [p.get("text") if isinstance(p, dict) and p.get("type") == "text" else None for p in content]
         if not all(isinstance(t, str) for t in texts):

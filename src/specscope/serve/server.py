@@ -385,7 +385,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
             heard = True
             if event.error is not None:
                 raise event.error
-            piece = output.add(event.token_ids, final=event.finish_reason is not None)
+            piece = output.add(event.token_ids, final=event.finish_reason is not None,
+                               stop_token=event.finish_reason == "stop")  # EOS or stop_token_ids
             if piece.stop is not None:
                 self.server.loop.cancel(job, reason="stop")
                 yield piece, "stop", piece.stop
@@ -421,11 +422,15 @@ class CompletionHandler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache")
         self.end_headers()
         kind = "chat.completion.chunk" if chat else "text_completion"
+        count = 0
+
+        def so_far() -> dict | None:  # the usage on every chunk, where the client asked for it
+            return protocol.usage(prompt_len, count) if request.continuous_usage else None
+
         if chat:  # vLLM's first chat chunk: the role
             delta = {"role": "assistant", "content": ""}
             role = protocol.chat_choice("", [], None, delta=delta)
-            self._event(protocol.completion_object(cid, model, [role], kind=kind))
-        count = 0
+            self._event(protocol.completion_object(cid, model, [role], so_far(), kind=kind))
         try:
             for piece, finish, stop_reason in itertools.chain([first], pieces):
                 count += len(piece.token_ids)
@@ -434,7 +439,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
                     made = protocol.chat_choice("", piece.token_ids, finish, stop_reason, delta=delta)
                 else:
                     made = protocol.choice(piece.text, piece.token_ids, finish, stop_reason)
-                self._event(protocol.completion_object(cid, model, [made], kind=kind))
+                self._event(protocol.completion_object(cid, model, [made], so_far(), kind=kind))
         except ApiError as error:  # headers are out: report the error inside the stream
             self._event(json.loads(error.body()))
         if request.include_usage:

@@ -34,8 +34,9 @@ def expected_tokens(alpha: float | np.ndarray, k: int | np.ndarray) -> np.ndarra
 
 
 def expected_speedup(alpha: float | np.ndarray, k: int | np.ndarray, c: float | np.ndarray) -> np.ndarray:
-    """E[speedup](α, k, c) = (1 − α^(k+1)) / ((1 − α)(k·c + 1))."""
-    return expected_tokens(alpha, k) / (np.asarray(k, dtype=float) * np.asarray(c, dtype=float) + 1.0)
+    """E[speedup](α, k, c) = (1 − α^(k+1)) / ((1 − α)(k·c + 1)); 0 where k·c overflows a float."""
+    with np.errstate(over="ignore"):  # k·c = ∞: a speedup of 0, as the limit is
+        return expected_tokens(alpha, k) / (np.asarray(k, dtype=float) * np.asarray(c, dtype=float) + 1.0)
 
 
 def optimal_k(alpha: float, c: float | Sequence[float], k_max: int = 20) -> tuple[int, float]:

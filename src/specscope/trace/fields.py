@@ -121,12 +121,12 @@ class Fields:
 
     def float_matrix(self, name: str, value: object) -> np.ndarray:
         """A list of equal-length lists of numbers (null = NaN) as a 2-D float32 array; a number
-        written as text, or true/false, is no number (a broken row is named ``name[i]``)."""
+        written as text, true/false, or a bare NaN (write null) is no number (a broken row is named ``name[i]``)."""
         if not isinstance(value, list) or not value or not all(isinstance(row, list) for row in value):
             raise self.error(self.name(name), "expected a list of lists of numbers")
         for i, row in enumerate(value):
-            wrong = next((v for v in row if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))),
-                         None)
+            wrong = next((v for v in row if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                               or v != v)), None)  # a bare NaN: null says "none"
             if wrong is not None:
                 raise self.error(self.name(f"{name}[{i}]"), f"expected numbers (or null), got {wrong!r}")
         if len({len(row) for row in value}) > 1:
