@@ -233,9 +233,10 @@ def check_table_output(path: str | Path) -> Path:
     return _check_suffix(path, (".csv", ".json"), "a .csv or .json output file")
 
 
-def check_json_output(path: str | Path) -> Path:
-    """An ``-o`` for a JSON document, checked before the work starts."""
-    return _check_suffix(path, (".json",), "a .json output file")
+def check_json_output(path: str | Path, replaceable: bool = True) -> Path:
+    """An ``-o`` for a JSON document, checked before the work starts (``replaceable`` false: its
+    suffix only, the caller checking later whether it may be replaced, with a reason of its own first)."""
+    return _check_suffix(path, (".json",), "a .json output file", None if replaceable else Path)
 
 
 def check_jsonl_output(path: str | Path) -> Path:

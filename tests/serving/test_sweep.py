@@ -499,3 +499,25 @@ def test_a_sweeps_outputs_are_checked_before_its_first_cell_and_a_refused_start_
     with pytest.raises(SpecscopeError, match="cannot connect"):
         run_sweep(fresh, run_groups=unreachable)
     assert not (tmp_path / "runs").exists()  # the parents it made go too
+
+
+def test_url_engines_sharing_a_name_are_one_engine_with_its_none_server_as_baseline(tmp_path, fake_server):
+    """Servers already running, each started with one configuration (as vLLM fixes its speculative
+    config at start): their SD cells got no speedup, the none server being another engine, and no
+    fit could take both. Sharing a name they are one engine; a launched engine's name stays its own,
+    and two url servers of one name serving the same method and k are refused."""
+    base, sd = fake_server("ok", metrics="none").url, fake_server("ok").url  # 8 tokens a request, in 4 chunks
+    head = 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1, 2]\nmax_tokens = 8\n'
+    none = f'\n[[engines]]\nname = "ext"\nurl = "{base}"\nmethod = "none"\n'
+    config = load_sweep_config(write_config(tmp_path, head + none + url_engine("ext", sd)))
+    rows = run_sweep(config).rows
+    assert {(r["method"], r["batch_size"], r["status"]) for r in rows} == {
+        ("none", 1, "ok"), ("none", 2, "ok"), ("ngram", 1, "ok"), ("ngram", 2, "ok")}
+    for r in rows:
+        baseline = next(b for b in rows if b["method"] == "none" and b["batch_size"] == r["batch_size"])
+        assert r["speedup"] == pytest.approx(r["throughput"] / baseline["throughput"])
+    with pytest.raises(SpecscopeError, match=r"url engines named 'ext': two serve ngram k=3"):
+        load_sweep_config(write_config(tmp_path, head + none + url_engine("ext", sd) + url_engine("ext", base)))
+    launched = '\n[[engines]]\nname = "ext"\nlaunch = "specscope"\nmodel = "m"\n'
+    with pytest.raises(SpecscopeError, match=r"engine name 'ext' given 2 times: a launched engine's name must be unique"):
+        load_sweep_config(write_config(tmp_path, head + launched + url_engine("ext", sd)))

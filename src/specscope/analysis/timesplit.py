@@ -146,7 +146,8 @@ def _check_consistent(fields: Fields, step: MeasuredStep, width: int) -> None:
 def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
     """Every step of every file (blank lines skipped), each labelled with its run (see the
     module docstring); errors name file:line and field. A file given twice is refused (its steps
-    would count twice)."""
+    would count twice), and so is a line repeating the one before it (a copy would start a run of
+    its own: the fits' per-run drift and stall checks then see runs of one or two steps)."""
     steps: list[MeasuredStep] = []
     seen: list[Path] = []
     for path in map(Path, paths):
@@ -155,8 +156,11 @@ def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
             raise SpecscopeError(f"{path}: given twice (as {twice}): its steps would count twice")
         seen.append(path)
         before = len(steps)
-        for step in read_jsonl(path, parse_step):
+        for line, step in read_jsonl(path, lambda obj, at, number: (number, parse_step(obj, at, number))):
             previous = steps[-1] if len(steps) > before else None
+            if previous is not None and dataclasses.replace(step, run=previous.run, source=previous.source) == previous:
+                raise SpecscopeError(f"{path}:{line}: the same step record as the line before it (step {step.step}): "
+                                     "an engine writes each step once; remove the copy (it would cut its run in two)")
             run = steps[-1].run if steps else -1
             new_run = previous is None or step.step <= previous.step or \
                 (step.method, step.k, step.tree) != (previous.method, previous.k, previous.tree)

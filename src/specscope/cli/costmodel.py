@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 
@@ -14,7 +15,7 @@ import numpy as np
 from specscope.cli._common import print_table, refuse_overwriting, to_stdout
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
-from specscope.fileio import check_json_output, check_kept_table, json_text
+from specscope.fileio import check_json_output, check_kept_table, check_user_output, json_text
 
 VALIDATION_TABLES = ("calibration.csv", "coefficients.csv")  # what --validate writes into the sweep folder
 POOR_FIT = 0.2  # a fit whose median step error is above this share is reported as poor
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="with --from-sweep: predict every SD cell from a fit without it; writes "
                           "SWEEP_DIR/calibration.csv, and each coefficient's spread over those fits to "
                           "SWEEP_DIR/coefficients.csv")
-    fit.add_argument("-o", "--output", required=True, type=check_json_output,
+    fit.add_argument("-o", "--output", required=True, type=functools.partial(check_json_output, replaceable=False),
                      help="write the fitted model (JSON) here (- for standard output)")
     fit.add_argument("--name", default=None, help="name of the fitted model (default: the output's stem, "
                                                   "'fitted' for standard output)")
@@ -102,7 +103,8 @@ def run_fit(args: argparse.Namespace) -> int:
         if not to_stdout(output) and output.resolve() == path.resolve():
             raise SpecscopeError(f"-o {output}: --validate writes its table there; write the model elsewhere")
     if args.from_sweep is not None:
-        _refuse_inside_sweep(output, args.from_sweep)
+        _refuse_inside_sweep(output, args.from_sweep)  # the sweep's own files, named as such, before
+    check_user_output(output)  # any other file specscope did not write
     refuse_overwriting(output, [*args.records, *args.traces, *written])
     if args.from_sweep is not None:
         return _fit_sweep(args, output, name)
@@ -174,7 +176,7 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     from specscope.backends.openai.calibration import COLUMNS, SPREAD_COLUMNS, coefficient_spread, read_sweep, validate
     from specscope.cli._common import atomic_write_text
     from specscope.costmodel.calibrate import cross_check, fit_cells
-    from specscope.fileio import check_user_output, write_rows
+    from specscope.fileio import write_rows
     from specscope.trace.load import load_traces
 
     if args.validate:  # the sweep folder's tables: replaced only where specscope wrote them (a link to a user's file is not)

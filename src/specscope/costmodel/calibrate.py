@@ -389,7 +389,9 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
     """Fit the forward and every method's drafting to ``cells`` (module docstring), the gaps of
     each pair of cells measured side by side divided by the pair's speed (:func:`pair_speeds`)."""
     if not any(c.method == NO_SD for c in cells):
-        raise SpecscopeError("calibration: no successful 'none' cell (the sweep needs baselines to fit the forward)")
+        raise SpecscopeError("calibration: no successful 'none' cell (the sweep needs baselines to fit the forward; "
+                             "servers already running are one engine when their url engines share a name, one of "
+                             "them serving 'none')")
     parts = [cell_gaps(c) for c in cells]
     speed = np.ones(len(cells))
     for _ in range(DRIFT_ROUNDS + 1):

@@ -520,8 +520,8 @@ def _run_sweep(config: SweepConfig, retry_failed: bool, run_groups: GroupRunner)
     unpaired = sorted({r["engine"] for r in rows if r["status"] == "ok" and r["method"] != NO_SD and r.get("speedup") is None})
     if unpaired:  # a speedup is a ratio to the same engine's no-SD throughput, which these never measured
         log.warning("engines %s: SD cells without a successful 'none' cell of the same engine, workload and batch "
-                    "size get no speedup (a url engine serves one method: measure its baseline with `bench "
-                    "--baseline-url`, or launch the engine so the sweep runs both)", ", ".join(unpaired))
+                    "size get no speedup (a url engine serves one method: give a url engine serving 'none' the "
+                    "same name, or launch the engine so the sweep runs both)", ", ".join(unpaired))
     return SweepOutcome(
         total=len(cells),
         skipped=len(cells) - len(pending),

@@ -29,9 +29,13 @@ Example::
     port = 8100                        # default: a free port per server (launched engines only)
     resources = { "H100" = 1 }         # with --ray: Ray resources its server needs (GPU: its TP size)
 
-    [[engines]]                        # a server that is already running
+    [[engines]]                        # servers already running: one engine, a server per configuration
+    name = "external"                  # url engines may share a name (one method and k each): the SD
+    url = "http://127.0.0.1:8000"      # cells then take the none server's cells as their baselines,
+    method = "none"                    # and `costmodel fit --from-sweep --engine external` fits them all
+    [[engines]]
     name = "external"
-    url = "http://127.0.0.1:8000"
+    url = "http://127.0.0.1:8001"
     method = "ngram"                   # what it serves (a label; the sweep cannot change it)
     k = 3
 
@@ -398,9 +402,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
     if not isinstance(engines, list) or not engines:
         raise SpecscopeError(f"{path}: expected at least one [[engines]] table")
     values["engines"] = tuple(_engine(path, i, e) for i, e in enumerate(engines))
-    engine_names = [e.name for e in values["engines"]]
-    if len(set(engine_names)) != len(engine_names):
-        raise SpecscopeError(f"{path}: engine names must be unique, got {engine_names}")
+    _check_names(path, values["engines"])
     if "methods" in data:
         methods = data["methods"]
         if not isinstance(methods, list) or not methods or any(m not in names() for m in methods):
@@ -519,6 +521,25 @@ def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
             raise SpecscopeError(f"{where(path, field='trees')}: {tree.name!r} is listed twice")
         trees.append(tree)
     return tuple(trees)
+
+
+def _check_names(path: Path, engines: tuple[EngineSpec, ...]) -> None:
+    """Each launched engine has a name of its own; ``url`` engines may share one, each serving
+    another method and k: one engine (what a cost model describes) reached as several servers,
+    each started with one speculative configuration (vLLM and SGLang fix theirs at start), whose
+    SD cells take the ``none`` server's cells of the same name as their baselines."""
+    seen: dict[str, list[EngineSpec]] = {}
+    for engine in engines:
+        seen.setdefault(engine.name, []).append(engine)
+    for name, group in seen.items():
+        if len(group) > 1 and any(e.url is None for e in group):
+            raise SpecscopeError(f"{path}: engine name {name!r} given {len(group)} times: a launched engine's name "
+                                 "must be unique (only url engines share one, each serving another method and k)")
+        served = [(e.method, e.k) for e in group]
+        twice = next((m for m in served if served.count(m) > 1), None)
+        if twice is not None:
+            raise SpecscopeError(f"{path}: url engines named {name!r}: two serve {twice[0]}"
+                                 + (f" k={twice[1]}" if twice[0] != NO_SD else "") + " (one server per method and k)")
 
 
 def plan_cells(config: SweepConfig) -> list[Cell]:
