@@ -165,6 +165,31 @@ def test_a_study_refused_before_its_first_result_takes_new_settings(target_and_d
                                  max_tokens=corrected.max_tokens))
 
 
+def test_a_study_kept_before_device_and_dtype_were_settings_ran_on_the_cpu_in_float32(target_and_draft, tmp_path):
+    """study.json without device and dtype (every study before they were options) resumes as a
+    CPU float32 study and records them; the same folder is refused to a GPU or bfloat16 rerun."""
+    from specscope.study.config import StudyConfig
+    from specscope.study.pipeline import check_resume
+
+    target, _ = target_and_draft
+    out = tmp_path / "study"
+    config = StudyConfig(model_dir=target, workloads=[], out_dir=out)
+    check_resume(config)
+    settings = json.loads(config.settings_path.read_text())
+    assert (settings["device"], settings["dtype"]) == ("cpu", "float32")
+    del settings["device"], settings["dtype"]
+    config.settings_path.write_text(json.dumps(settings))
+    (out / "traces").mkdir()
+    (out / "traces" / "code.jsonl").write_text("{}\n")  # a result: nothing may mix with it
+    check_resume(config)
+    assert json.loads(config.settings_path.read_text())["device"] == "cpu"
+    config.settings_path.write_text(json.dumps(settings))
+    for device, dtype in (("cuda", "float32"), ("cpu", "bfloat16")):
+        other = StudyConfig(model_dir=target, workloads=[], out_dir=out, device=device, dtype=dtype)
+        with pytest.raises(SpecscopeError, match="holds a study with other settings"):
+            check_resume(other)
+
+
 def test_the_replay_asks_no_k_beyond_the_traces():
     from specscope.sim.policies import held_to
     from specscope.study.run import REPLAY_POLICIES
@@ -327,7 +352,8 @@ def test_a_fit_of_too_few_steps_says_which_study_options_measure_more(tmp_path):
               "prefill_tokens": 0, "prefill_s": 0.0} for i in range(2)]
     (tmp_path / "w__none.steps.jsonl").write_text("".join(json.dumps(s) + "\n" for s in steps))
     (tmp_path / "w__none.json").write_text(json.dumps([{"step_records": 2}]))
-    config = SimpleNamespace(measure_dir=tmp_path, model_dir=tmp_path / "target", cost_model_path=tmp_path / "m.json")
+    config = SimpleNamespace(measure_dir=tmp_path, model_dir=tmp_path / "target", cost_model_path=tmp_path / "m.json",
+                             device="cpu", dtype="float32")
     with pytest.raises(SpecscopeError, match=r"study: fitting the cost model: 2 observed steps for .* more --requests or a larger "
                                              r"--max-tokens"):
         fit_stage(config, print)

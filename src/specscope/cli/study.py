@@ -45,6 +45,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--threads", type=count, default=1,
                         help="torch CPU threads (default 1: the bundled models are too small to gain from more, "
                              "and threads contending with other work make timings erratic)")
+    parser.add_argument("--device", default=defaults.device,
+                        help=f"where the models run, traced and measured: cpu, cuda or cuda:N (default {defaults.device})")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=defaults.dtype,
+                        help=f"the models' weights and activations (default {defaults.dtype})")
     parser.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-study"),
                         help="the study's folder (default specscope-study; rerun into it to resume)")
     parser.set_defaults(run=run, resumes=True)
@@ -60,6 +64,9 @@ def run(args: argparse.Namespace) -> int:
     if args.k > args.k_max:
         raise SpecscopeError(f"--k {args.k}: above --k-max {args.k_max} (the traces could not tell what "
                              f"{args.k} drafts accept)")
+    from specscope.engine.loading import resolve_device
+
+    resolve_device(args.device)  # before any work: a machine without it is refused in one line
     torch.set_num_threads(args.threads)
     if args.model is None:
         from specscope.study.bundled import bundled_study
@@ -79,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
                                  "a study names its results by the workload's file name")
         config = StudyConfig(model_dir_arg(args.model), list(args.workload), args.output, drafters)
     config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
-    config.threads = args.threads
+    config.threads, config.device, config.dtype = args.threads, args.device, args.dtype
     config.max_tokens = args.max_tokens
     if args.requests is not None:
         config.requests = args.requests

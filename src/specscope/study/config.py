@@ -49,6 +49,8 @@ class StudyConfig:
     replay_cost_models: tuple[str, ...] = ()
     trees: tuple[TreeShape, ...] = STUDY_TREES
     threads: int = 1  # torch CPU threads the measured runs used
+    device: str = "cpu"  # where the models run (cpu, cuda, cuda:N): traces and measured runs alike
+    dtype: str = "float32"  # the models' weights and activations
 
     def settings(self) -> dict:
         """What decides the study's results (``study.json``): a resume with others would mix them
@@ -60,7 +62,8 @@ class StudyConfig:
                 "drafter_sha256": {name: model_fingerprint(path)[:16] for name, path in sorted(self.drafters.items())},
                 "drafters": sorted(self.drafters), "batch_sizes": sorted(self.batch_sizes), "k": self.k,
                 "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
-                "trees": [t.name for t in self.trees], "threads": self.threads}
+                "trees": [t.name for t in self.trees], "threads": self.threads, "device": self.device,
+                "dtype": self.dtype}
 
     @property
     def settings_path(self) -> Path:

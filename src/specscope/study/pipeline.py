@@ -25,6 +25,7 @@ from specscope.study.run import (
 
 
 LOCK = ".study.lock"  # held while a study runs into its folder
+FIXED_BEFORE = {"device": "cpu", "dtype": "float32"}  # what every study ran with before these were settings
 
 
 def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
@@ -130,8 +131,9 @@ def check_resume(config: StudyConfig) -> None:
         if old.get("schema") != settings["schema"]:
             raise SpecscopeError(f"{path}: holds no study's settings (its schema: {old.get('schema')!r}, expected "
                                  f"{settings['schema']!r}): not a study folder specscope made; choose another -o")
-        changed = [f"{key} {old[key]} → {settings[key]}" for key in settings
-                   if key in old and old[key] != settings[key]]  # a key it lacks (a study of before that setting was
+        ran = {**FIXED_BEFORE, **old}  # with the settings a study of before they were kept ran with
+        changed = [f"{key} {ran[key]} → {settings[key]}" for key in settings
+                   if key in ran and ran[key] != settings[key]]  # a key it lacks (a study of before that setting was
         # kept, such as the workloads' digests) is written below, not compared
         if changed and produced(config):  # settings alone (its first stage refused): nothing to mix
             raise SpecscopeError(f"{out}: holds a study with other settings ({'; '.join(changed)}): resuming would mix "

@@ -104,7 +104,7 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
         requests = read_workload(workload, tokenizer, ModelConfig.from_dir(config.model_dir).vocab_size)
         written = trace_workload(config.model_dir, specs, requests, out,
                                  k_max=config.k_max, max_tokens=config.max_tokens, dataset=_stem(workload),
-                                 trees=trees)
+                                 dtype=config.dtype, device=config.device, trees=trees)
         say(f"trace   {_stem(workload)}: {written} requests traced" + ("" if written else " (already done)"))
         paths.append(out)
     return paths
@@ -130,7 +130,8 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
             if not out.exists():
                 bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=method,
                                     draft_dir=config.drafters.get(method), k=config.k if tree is None else tree.depth,
-                                    batch_sizes=config.batch_sizes, max_tokens=config.max_tokens, tree=tree)
+                                    batch_sizes=config.batch_sizes, max_tokens=config.max_tokens, tree=tree,
+                                    dtype=config.dtype, device=config.device)
                 result = run_bench(bench)
                 write_measured(out, result, workload)
                 done = ", ".join(f"B={r.batch_size}: {r.speedup:.2f}x" for r in result.rows)
@@ -176,6 +177,14 @@ def steps_files(config: StudyConfig) -> list[Path]:
     return checked_steps(config.measure_dir)
 
 
+def engine_label(config: StudyConfig) -> str:
+    """What the fitted cost model's name adds to say where the engine ran: nothing on the CPU in
+    float32 (every study before these were settings), else ``-cuda-bfloat16`` and the like."""
+    if (config.device, config.dtype) == ("cpu", "float32"):
+        return ""
+    return f"-{config.device.replace(':', '')}-{config.dtype}"
+
+
 def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     """The cost model fitted to the measured steps whole (``costmodel fit --whole-steps``): a
     decode step's drafting, verification, sampling and overhead together, each method's drafting
@@ -191,7 +200,8 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
 
     try:
         steps = read_steps(steps_files(config))
-        model, summary = fit_steps(steps, name="fitted-" + config.model_dir.name, label="study: fitting the cost model")
+        model, summary = fit_steps(steps, name=f"fitted-{config.model_dir.name}" + engine_label(config),
+                                   label="study: fitting the cost model")
     except SpecscopeError as error:  # its one refusal: too few steps for the terms; say what measures more
         raise SpecscopeError(f"{error} (a study measures more steps with more --requests or a larger --max-tokens, "
                              "in a new -o folder)") from None
@@ -241,7 +251,8 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         if not out.exists():
             bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=LEARNED,
                                 draft_dir=config.drafters[methods[1]], k=policy.depth, batch_sizes=config.batch_sizes,
-                                max_tokens=config.max_tokens, policy=config.policy_path)
+                                max_tokens=config.max_tokens, policy=config.policy_path, dtype=config.dtype,
+                                device=config.device)
             write_measured(out, run_bench(bench), workload, {"policy_sha256": stamp})
         mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
         fixed = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
