@@ -809,7 +809,7 @@ def test_a_policy_is_no_deeper_than_the_positions_its_walks_replay(tmp_path):
     import csv
     (line,) = csv.DictReader((tmp_path / "r" / "policy.csv").open())
     page = (tmp_path / "r" / "index.html").read_text()
-    assert "The learned policy judged (speedups; replayed on the positions its output and both" in page
+    assert "The learned policy judged (speedups; replayed on the positions its output and all its proposers" in page
     assert f"{float(line['learned']):.3f}" in page and f"{float(line['oracle_switch']):.3f}" in page
     # at the default batch sizes those above the 6 requests are left out: no note on the rule the policy takes there
     assert main(["report", str(traces), "--policy", str(policy), "--cost-model", "h100-llama3.1-8b",
@@ -857,3 +857,31 @@ def test_the_choices_figure_walks_as_deep_as_the_judged_table(tmp_path):
         (record,) = [r.capped(loaded.depth) for r in records if r.id == walk.request]
         plan = causal_plan([record], loaded.methods, loaded.decide_for, loaded.depth, 1)
         assert walk.pos.tolist() == plan.pos.tolist() and walk.k.tolist() == plan.proposed.tolist()
+
+
+def test_the_reports_policy_table_takes_a_policy_of_one_proposer_and_says_why_no_gap(tmp_path):
+    """A review: `report --policy` raised KeyError 'oracle_switch' for a policy fitted over one
+    proposer (or three) — after writing every figure and table but the page — and printed "nan %"
+    where the gap closed is undefined. A one-proposer policy is judged against that proposer's
+    oracle; a policy whose ceiling is the best fixed k says "no gap", as `policy evaluate` does."""
+    from specscope.cli import main
+    from specscope.sim.fit import fit_policy
+    from specscope.trace.load import write_traces
+
+    traces = tmp_path / "t.jsonl"
+    write_traces(traces, workload(0, count=6, g=40))
+    for methods, name in ((("eagle",), "one"), (("ngram", "eagle"), "two")):
+        policy = tmp_path / f"{name}.json"
+        policy.write_text(json.dumps(fit_policy(workload(1, count=6, g=40), methods, COST, [1])))
+        assert main(["report", str(traces), "--policy", str(policy), "--batch-sizes", "1", "--cost-model",
+                     "h100-llama3.1-8b", "-o", str(tmp_path / name)]) == 0
+        page = (tmp_path / name / "index.html").read_text()
+        assert "nan %" not in page and "The learned policy judged" in page
+    assert "the ceiling (oracle eagle)" in (tmp_path / "one" / "index.html").read_text()
+    everything = [record([1] * 40, [7] * 40, rid=f"a{i}", offer=[0] * 40) for i in range(4)]  # eagle k = 6: the ceiling
+    write_traces(traces, everything)
+    policy = tmp_path / "all.json"
+    policy.write_text(json.dumps(fit_policy(everything, ("ngram", "eagle"), COST, [1])))
+    assert main(["report", str(traces), "--policy", str(policy), "--batch-sizes", "1", "--cost-model",
+                 "h100-llama3.1-8b", "-o", str(tmp_path / "all")]) == 0
+    assert "no gap" in (tmp_path / "all" / "index.html").read_text()

@@ -591,3 +591,27 @@ def test_a_steady_state_lead_is_shown_with_the_decimals_that_tell_it_apart():
 
     assert _apart(1.652, 1.650, "× (best's ", "×)") == "1.652× (best's 1.650×)"
     assert _apart(1.70, 1.65, "× (best's ", "×)") == "1.70× (best's 1.65×)"
+
+
+def test_outputs_of_one_token_leave_out_the_bound_table_and_still_draw_their_profile(tmp_path):
+    """A review: with no α to estimate (every output one token: no step) bound.csv was written
+    empty, without a header, and listed on the page; the position profile's one bin drew nothing
+    (a line of one point), its legend alone showing."""
+    import json
+
+    from specscope.analysis.position import position_profiles
+    from specscope.cli import main
+    from specscope.report.figures import profile_figure
+    from specscope.trace.load import load_traces
+
+    lines = [{"schema": "specscope.trace/1", "id": str(i), "dataset": "onetok", "k_max": 8,
+              "prompt_token_ids": [5 + i, 6, 7], "output_token_ids": [9],
+              "proposers": {"ngram": {"acc_len": [1 + i % 2]}, "eagle": {"acc_len": [4]}}} for i in range(12)]
+    (tmp_path / "one.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["report", str(tmp_path / "one.jsonl"), "-o", str(tmp_path / "r")]) == 0
+    assert not (tmp_path / "r" / "bound.csv").exists()
+    assert "bound.csv" not in (tmp_path / "r" / "index.html").read_text()
+    records, _ = load_traces([tmp_path / "one.jsonl"])
+    figure = profile_figure(position_profiles(records))
+    drawn = [line for ax in figure.axes for line in ax.get_lines()]
+    assert drawn and all(len(line.get_xdata()) == 1 and line.get_marker() == "o" for line in drawn)

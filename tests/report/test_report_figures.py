@@ -27,12 +27,16 @@ def test_cap_cuts_and_blocks_average_ignoring_nan(monkeypatch):
 
 def test_a_long_dataset_name_is_cut_in_figures_only():
     """A 300-character dataset name made figures 4500 px wide, their labels overlapping: figures
-    show its first 39 characters and an ellipsis (tables and the page keep all of it)."""
+    show its first and last characters around an ellipsis (tables and the page keep all of it).
+    Cut at the end, two runs' datasets sharing 39 characters were drawn under one name (a review:
+    ``…_run2025-01-15_gsm8k`` and ``…_sharegpt``, whose boxes could be swapped unseen)."""
     from specscope.report.style import NAME_WIDTH, short
 
-    assert short("code") == "code"
-    long = "x" * 300
-    assert len(short(long)) == NAME_WIDTH and short(long).endswith("…") and short(long)[:-1] == long[: NAME_WIDTH - 1]
+    assert short("code") == "code" and short("x" * NAME_WIDTH) == "x" * NAME_WIDTH
+    long = "a" * 150 + "b" * 150
+    assert len(short(long)) == NAME_WIDTH and short(long) == "a" * 19 + "…" + "b" * 20
+    runs = [f"llama3.1-8b-instruct_h100_run2025-01-15_{d}" for d in ("gsm8k", "sharegpt")]
+    assert short(runs[0]) != short(runs[1]) and short(runs[0]).endswith("_gsm8k")
 
 
 def test_measured_runs_of_several_step_files_are_bars_naming_their_file():

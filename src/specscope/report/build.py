@@ -13,6 +13,7 @@ holding a study (``study.json``) is the study's: only ``specscope study`` writes
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,16 +245,26 @@ def _policy_table(lines: Sequence[dict]) -> list[tuple[str, list[str], list[list
     """The learned policy judged (``policy.csv``), as the page shows it."""
     if not lines:
         return []
+    from specscope.sim.evaluate import ceiling_of, no_gap_reason
+
     methods = lines[0]["methods"].split("+")
-    return [("The learned policy judged (speedups; replayed on the positions its output and both proposers' acc_len "
-             "share, within its deepest k, so they may differ from the tables above, which replay each proposer's "
-             "whole array at any k): best fixed k chosen in hindsight, adaptive, each oracle, oracle-switch (the "
-             "ceiling for a causal policy), and the share of the gap to it closed",
+    switch = len(methods) == 2  # oracle-switch chooses between two proposers; one's ceiling is its oracle
+    ceiling = "oracle-switch (the ceiling for a causal policy)" if switch else (
+        f"the ceiling (oracle {methods[0]})" if len(methods) == 1 else "no ceiling (more than two proposers)")
+
+    def gap(line: dict) -> str:
+        value = line.get("gap_closed")
+        return no_gap_reason(line) if value is None or math.isnan(value) else f"{100 * value:.0f} %"
+
+    return [("The learned policy judged (speedups; replayed on the positions its output and all its proposers' "
+             "acc_len share, within its deepest k, so they may differ from the tables above, which replay each "
+             "proposer's whole array at any k): best fixed k chosen in hindsight, adaptive, each oracle, "
+             f"{ceiling}, and the share of the gap to it closed",
              ["dataset", "batch size", "best fixed", "its speedup", "adaptive", *(f"oracle {m}" for m in methods),
-              "oracle-switch", "learned", "gap closed"],
-             [[line["dataset"], line["batch_size"], line["best_fixed"], line["best_fixed_speedup"], line["adaptive"],
-               *(line[f"oracle_{m}"] for m in methods), line["oracle_switch"], line["learned"],
-               "" if line["gap_closed"] is None else f"{100 * line['gap_closed']:.0f} %"] for line in lines])]
+              *(["oracle-switch"] if switch else []), "learned", "gap closed"],
+             [[line["dataset"], line["batch_size"], line["best_fixed"], line["best_fixed_speedup"],
+               line.get("adaptive", ""), *(line[f"oracle_{m}"] for m in methods),
+               *([ceiling_of(line)] if switch else []), line["learned"], gap(line)] for line in lines])]
 
 
 def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[list[object]]]]:

@@ -62,7 +62,7 @@ TABLES = [
     TableSpec("bleu.csv", lambda d: [r.flat() for r in d.bleu]),
     TableSpec("overlap.csv", lambda d: _priced(d, [r.flat() for r in d.overlap] if d.overlap else None)),
     TableSpec("timesplit.csv", lambda d: _priced(d, d.predicted) + [{**r, "cost_model": None} for r in d.measured_split]),
-    TableSpec("bound.csv", lambda d: _priced(d, [p.flat() for p in d.points])),  # c
+    TableSpec("bound.csv", lambda d: _priced(d, [p.flat() for p in d.points] or None)),  # no α estimated: no table
     TableSpec("measured.csv", lambda d: _priced(d, [{**c.flat(), **_fit_of(d, c)} for c in d.measured]
                                                 if d.measured else None)),
     TableSpec("trees.csv", lambda d: _priced(d, [t.flat() for t in d.trees] if d.trees else None)),

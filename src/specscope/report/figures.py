@@ -108,7 +108,8 @@ def profile_figure(rows: Sequence[ProfileRow], min_requests: int = PROFILE_MIN_R
                 requests = cell[0].group_requests
                 cell = [r for r in cell if r.requests >= min(min_requests, requests)]
                 ax.plot([(r.x_lo + r.x_hi) / 2 for r in cell], [r.mean_acc_len for r in cell],
-                        color=colours[group], linewidth=1.5, label=f"{group} ({requests} req.)")
+                        color=colours[group], linewidth=1.5, label=f"{group} ({requests} req.)",
+                        marker="o" if len(cell) == 1 else None, markersize=4)  # one bin: a point, not nothing
             if axis == "position":
                 ax.set_xscale("log")
                 plain_log_axis(ax.xaxis)

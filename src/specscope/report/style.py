@@ -113,6 +113,10 @@ def plain_log_axis(axis) -> None:
 
 
 def short(name: str) -> str:
-    """``name`` cut to :data:`NAME_WIDTH` characters, ``…`` marking the cut: a figure's titles and
-    labels stay within its panels whatever the dataset's name."""
-    return name if len(name) <= NAME_WIDTH else name[: NAME_WIDTH - 1] + "…"
+    """``name`` cut to :data:`NAME_WIDTH` characters in its middle, ``…`` marking the cut: a figure's
+    titles and labels stay within its panels whatever the dataset's name, and names that share a
+    long prefix (a run's, a model's) keep the ends that tell them apart."""
+    if len(name) <= NAME_WIDTH:
+        return name
+    head = (NAME_WIDTH - 1) // 2
+    return name[:head] + "…" + name[len(name) - (NAME_WIDTH - 1 - head):]
