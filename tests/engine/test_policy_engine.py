@@ -280,3 +280,33 @@ def test_a_failed_step_records_each_rows_last_outcome_once(setup):
     for request in [s.request_id for s in engine._running]:
         engine.step(only={request})
     assert all(steps()[slot] == before[slot] + 1 for slot in before)
+
+
+def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):
+    """The engine's observation copied each row's whole history into a tuple at every step
+    (O(context): 12 µs a row at 8k tokens); it now holds a view of the live history, which shows
+    the tokens as they were when it was made, whatever the engine appends later."""
+    from specscope.policy.observation import TokensSoFar
+
+    target, head_dir, policy_path, _ = setup
+    prompts = [p * 3 for p in prompts_of((4, 5), seed=2)]
+    engine = switching_engine(target, head_dir, policy_path, len(prompts))
+    switching, seen = engine.proposer, []
+    decide_for = switching.policy.decide_for
+
+    def spying(batch):
+        decide = decide_for(batch)
+
+        def spy(observed):
+            seen.extend((obs, tuple(obs.tokens)) for obs in observed)
+            return decide(observed)
+
+        return spy
+
+    object.__setattr__(switching.policy, "decide_for", spying)
+    outputs = run(engine, prompts, 12)
+    assert len(seen) > 4
+    for obs, then in seen:
+        assert isinstance(obs.tokens, TokensSoFar) and obs.tokens == then and len(obs.tokens) == obs.prompt_len + obs.pos
+        full = next(p + o for p, o in zip(prompts, outputs) if list(then[: len(p)]) == p)
+        assert list(then) == full[: len(then)]

@@ -4,7 +4,8 @@ A causal policy decides, before each step, which proposer runs (or none) and k, 
 engine knows at that moment and nothing else:
 
 - ``pos`` (output tokens so far), ``prompt_len`` and ``tokens`` (prompt + output[:pos], the
-  tokens emitted so far, as a tuple: a copy nothing can change);
+  tokens emitted so far, read-only: a tuple in the simulator, a :class:`TokensSoFar` view of its
+  live history in the engine, which a tuple copy would cost O(context) at every step of every row);
 - ``ngram_offer``: how many tokens n-gram lookup offers now (0: no match; at most the policy's
   deepest k), computed from the tokens so far;
 - ``prompt_overlap``: the share of output trigrams so far (those ending before ``pos - 1``) that
@@ -23,7 +24,8 @@ never hands out the record) and the engine from live tokens
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Iterator
+from typing import Callable, NamedTuple, Sequence, overload
 
 import numpy as np
 
@@ -47,6 +49,45 @@ class Outcome(NamedTuple):
     draft_prob: float | None = None
 
 
+class TokensSoFar(Sequence[int]):
+    """The first ``length`` tokens of ``source``, a list that only grows (an engine's history of a
+    sequence: prompt, then each token as it is emitted), read-only and made in O(1): what they were
+    when it was made, whatever is appended later."""
+
+    __slots__ = ("_source", "_length")
+
+    def __init__(self, source: Sequence[int], length: int) -> None:
+        self._source, self._length = source, length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[int, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> int | tuple[int, ...]:
+        if isinstance(index, slice):
+            return tuple(self._source[i] for i in range(*index.indices(self._length)))
+        if not -self._length <= index < self._length:
+            raise IndexError("token index out of range")
+        return self._source[index % self._length]
+
+    def __iter__(self) -> Iterator[int]:
+        return (self._source[i] for i in range(self._length))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, (tuple, TokensSoFar)) and len(other) == self._length and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"TokensSoFar({list(self)!r})"
+
+
 class Observation(NamedTuple):
     """What an engine knows before the step at ``pos`` (see the module docstring). Named tuples,
     this and :class:`Outcome`: immutable, and built for every sequence at every step of an
@@ -54,7 +95,7 @@ class Observation(NamedTuple):
 
     pos: int
     prompt_len: int
-    tokens: tuple[int, ...]  # [prompt_len + pos] prompt + output so far
+    tokens: Sequence[int]  # [prompt_len + pos] prompt + output so far (a tuple, or a TokensSoFar view)
     ngram_offer: int
     prompt_overlap: float
     steps: tuple[Outcome, ...]  # the last MEMORY steps, oldest first
@@ -118,7 +159,7 @@ class History:
             _count_up(self._accepted[self._lookup], outcome.ngram_matched)
         self._frozen = None
 
-    def observation(self, pos: int, prompt_len: int, tokens: tuple[int, ...], ngram_offer: int,
+    def observation(self, pos: int, prompt_len: int, tokens: Sequence[int], ngram_offer: int,
                     overlap: float) -> Observation:
         """The observation before the step at ``pos`` (``tokens``: prompt + output[:pos])."""
         if self._frozen is None:

@@ -36,7 +36,7 @@ import torch
 from specscope.engine.proposer_api import Proposal, ProposeInput, Proposer, TargetPass, agreeing_prefix
 from specscope.methods import LEARNED, NO_SD
 from specscope.policy.learned import LearnedPolicy
-from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome
+from specscope.policy.observation import NONE, History, Observation, OverlapCounter, Outcome, TokensSoFar
 from specscope.proposers.ngram import NgramProposer
 
 
@@ -173,8 +173,8 @@ class SwitchingProposer:
             state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), len(ngram),
                                          agreeing_prefix(ngram, emitted), state.prob if method != NONE else None))
             state.step = None  # recorded: a failed step retried row by row must not record it again
-        return state.history.observation(len(history) - state.prompt_len, state.prompt_len, tuple(history), offer,
-                                         state.overlap.value(history))
+        return state.history.observation(len(history) - state.prompt_len, state.prompt_len,
+                                         TokensSoFar(history, len(history)), offer, state.overlap.value(history))
 
 
 def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = False) -> ProposeInput:
