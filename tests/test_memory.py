@@ -254,6 +254,15 @@ def test_configs_beside_llamas_dense_bf16_are_priced_as_they_are_or_refused(tmp_
                   {"sliding_window": 64, "layer_types": ["full_attention"] * 32}):
         shape = ModelShape.from_hf_config({**llama, **dense})
         assert shape == ModelShape.from_hf_config({**llama, "model_type": dense.get("model_type", "llama")})
+    # a window no shorter than the model's positions never slides (Phi-3-mini-128k: 262144 over 131072)
+    phi3 = {**llama, "model_type": "phi3", "sliding_window": 262144, "max_position_embeddings": 131072}
+    assert ModelShape.from_hf_config(phi3) == ModelShape.from_hf_config({**phi3, "sliding_window": None})
+    # a review: a two-matrix MLP (GPT-NeoX/Pythia, Phi-2) was priced as three (Pythia-6.9B: 9.0 B parameters, not
+    # 6.9 B), a vision-language model's tower left out: refused, naming the field
+    for other, field in (({"model_type": "gpt_neox"}, "model_type"), ({"model_type": "phi"}, "model_type"),
+                         ({"model_type": "qwen2_5_vl", "vision_config": {"depth": 32}}, "vision_config")):
+        with pytest.raises(SpecscopeError, match=f"field '{field}'"):
+            ModelShape.from_hf_config({**llama, **other})
     with pytest.raises(SpecscopeError, match="field 'torch_dtype': expected a float8_\\* type or one of bfloat16"):
         ModelShape.from_hf_config({**llama, "torch_dtype": "float17"})
     assert ModelShape.from_hf_config({**llama, "torch_dtype": "float32"}).weight_dtype_bytes == 2  # served in 16 bits

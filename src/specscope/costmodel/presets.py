@@ -27,6 +27,10 @@ UNPRICED = {  # config.json fields of layers a ModelShape cannot price → what 
 }
 BF16_BYTES = 2  # bytes of a 16-bit value (BF16/FP16): a weight's by default, a cached value's
 WIDE_DTYPES = ("bfloat16", "float16", "float32")  # a config's torch_dtype served in 16 bits (vLLM's --dtype auto)
+PRICED_TYPES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "granite", "gemma", "gemma2", "gemma3", "gemma3_text")
+# decoders whose layers this shape prices (attention, a gated MLP of three matrices, RMS norms); a config without
+# model_type is taken as Llama's. GPT-NeoX/Pythia, Phi-1/2, GPT-2, Falcon and the like have a two-matrix MLP (3·h·f
+# would price Pythia-6.9B at 9.0 B parameters, not 6.9 B), vision-language models a tower beside: both refused
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")  # model types whose config omits tie_word_embeddings
 # when they tie (transformers' default for them is true; for Llama, Qwen, Mistral, Phi it is false)
 
@@ -55,8 +59,12 @@ def slides(config: dict) -> bool:
     """Whether some attention layer of a ``config.json`` reads only the last ``sliding_window``
     positions: a window is set and not switched off (``use_sliding_window`` false, transformers'
     default for Qwen2 and Qwen3), and, where ``layer_types`` lists the layers, one of them is
-    ``sliding_attention`` (Gemma 2 and 3 interleave them with full attention)."""
-    if not config.get("sliding_window"):
+    ``sliding_attention`` (Gemma 2 and 3 interleave them with full attention). A window no shorter
+    than ``max_position_embeddings`` never slides (Phi-3-mini-128k's 262144 over 131072 positions)."""
+    window, positions = config.get("sliding_window"), config.get("max_position_embeddings")
+    if not window:
+        return False
+    if isinstance(window, int) and isinstance(positions, int) and window >= positions:
         return False
     if not config.get("use_sliding_window", config.get("model_type") not in ("qwen2", "qwen3")):
         return False
@@ -136,6 +144,15 @@ class ModelShape:
         KV heads; without ``head_dim``, hidden_size splits evenly into the heads. A mixture of
         experts or latent attention (:data:`UNPRICED`) is refused."""
         spec = Fields(config, name)
+        model_type = spec.text("model_type", optional=True) or ""
+        if "vision_config" in config or "text_config" in config:
+            raise spec.error("vision_config" if "vision_config" in config else "text_config",
+                             "a multimodal model: its vision tower is not priced (and its weights would be "
+                             "under-counted); give the language model's own config.json")
+        if model_type and model_type not in PRICED_TYPES:
+            raise spec.error("model_type", f"{model_type!r}: this shape prices decoders with a gated MLP of three "
+                                           f"matrices and RMS norms ({', '.join(PRICED_TYPES)}); other layers' "
+                                           "weights would be mispriced")
         for key, what in UNPRICED.items():
             value = config.get(key)
             if value is not None and not isinstance(value, bool) and value != 0 and value != 1:
@@ -158,7 +175,6 @@ class ModelShape:
                 raise spec.error("num_attention_heads", f"expected a divisor of hidden_size = {size['hidden_size']} "
                                                         f"(no head_dim given), got {heads}")
             head_dim = size["hidden_size"] // heads
-        model_type = spec.text("model_type", optional=True) or ""
         qkv_bias, o_bias = projection_biases(model_type, spec.boolean("attention_bias", False))
         return cls(
             name=name,
