@@ -136,6 +136,9 @@ def test_bench_method_none_runs_the_baseline_only(llama_dir, workload, tmp_path,
     assert {r["method"] for r in lines} == {"none"}
     assert all(r["draft_s"] == 0 and r["k"] == 0 for r in lines)  # probe: the empty proposal's building was
     # timed as drafting, and the records said k = 3
+    assert main([*args, "--max-tokens", "4", "--batch-sizes", "1", "--format", "json", "-o", "-"]) == 0
+    out = capsys.readouterr()  # a review: -o - with json wrote CSV to standard output, the JSON to standard error
+    assert json.loads(out.out)[0]["method"] == "none" and "method,k" not in out.out + out.err
 
 
 def test_bench_table_and_user_errors(llama_dir, workload, tmp_path, capsys):

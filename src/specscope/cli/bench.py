@@ -283,8 +283,8 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         raise
     rows = _write(args, config, result)
-    if args.format == "json":
-        print(json.dumps(rows, indent=1), file=out)
+    if args.format == "json":  # with -o -, the rows as JSON on standard output instead of the CSV (as simulate's)
+        print(json.dumps(rows, indent=1), file=sys.stdout if is_stdout(args.output) else out)
     elif isinstance(config, ServingBenchConfig):
         _print_openai_table(result.rows, out)
     else:
@@ -327,7 +327,7 @@ def _write(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig, r
     records to ``--records``, where given; the rows."""
     labels = _labels(args, config)
     rows = [{**row.flat(), **labels} for row in result.rows]
-    if args.output:
+    if args.output and not (is_stdout(args.output) and args.format == "json"):  # - with json: the JSON printed
         write_rows(args.output, rows)
     if args.records:
         atomic_write_text(args.records, "".join(record.to_json() + "\n" for record in result.records))
