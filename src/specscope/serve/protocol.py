@@ -21,10 +21,10 @@ Fields of both POST routes:
   and a seeded request's output on the requests beside it (its distribution does not change).
 - ``stop``: a string or a list of strings; the output ends before the first one, which is not
   returned (``finish_reason`` "stop", ``stop_reason`` the string). ``stop_token_ids``: tokens
-  that end the output (returned). ``min_tokens``: stop and end-of-sequence tokens are
-  suppressed until that many tokens are out. ``ignore_eos``. ``repetition_penalty`` (> 0,
-  1 = off; vLLM's: over prompt and output tokens). ``response_format``: only
-  ``{"type": "text"}``.
+  that end the output (the id returned among the tokens, its text not, as vLLM).
+  ``min_tokens``: stop and end-of-sequence tokens are suppressed until that many tokens are out,
+  and stop strings until after them. ``ignore_eos``. ``repetition_penalty`` (> 0, 1 = off; vLLM's:
+  over prompt and output tokens). ``response_format``: only ``{"type": "text"}``.
 - ``stream``, ``stream_options.include_usage`` (a last chunk with the usage) and
   ``stream_options.continuous_usage_stats`` (with ``include_usage``: every chunk carries the usage so
   far, as vLLM's) — ``stream_options`` only with ``stream`` true.
