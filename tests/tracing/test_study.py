@@ -303,6 +303,47 @@ def test_a_folder_whose_study_json_is_no_studys_is_not_taken_over(target_and_dra
     assert sorted(p.name for p in out.iterdir()) == ["study.json"]
 
 
+def test_a_folder_refused_as_no_studys_keeps_its_workloads_and_empty_folders(target_and_draft, tmp_path):
+    """A review: a folder holding only a workloads/ folder (the user's own workload in it) and an
+    empty folder was refused as no study's — and the refusal removed both, the workload with them.
+    A refused run removes only what it made; and a workload in the study's own workloads/ folder
+    is refused (its copy of the first requests would replace it)."""
+    from specscope.errors import SpecscopeError
+    from specscope.study.config import StudyConfig
+    from specscope.study.pipeline import run_study
+    from specscope.workloads.bundled import bundled_path
+
+    out = tmp_path / "proj"
+    (out / "workloads").mkdir(parents=True)
+    (out / "empty").mkdir()
+    mine = out / "workloads" / "mine.jsonl"
+    mine.write_text(bundled_path("code").read_text())
+    config = StudyConfig(model_dir=target_and_draft[0], workloads=[mine], out_dir=out, drafters={}, requests=2)
+    with pytest.raises(SpecscopeError, match="not empty and holds no study.json"):
+        run_study(config, lambda line: None)
+    assert sorted(p.name for p in out.rglob("*")) == ["empty", "mine.jsonl", "workloads"]
+    assert mine.read_text() == bundled_path("code").read_text()
+    from specscope.study.run import workloads_stage
+
+    with pytest.raises(SpecscopeError, match="in the study's workloads/ folder"):
+        workloads_stage(config)
+    assert mine.read_text() == bundled_path("code").read_text()
+
+
+def test_a_learned_runs_file_cut_short_is_refused_in_a_line(tmp_path):
+    """A review: a truncated learned/<workload>.json raised a JSONDecodeError traceback."""
+    from specscope.errors import SpecscopeError
+    from specscope.study.run import _rows
+
+    cut = tmp_path / "code.json"
+    cut.write_text('[{"method": "learned", "pol')
+    with pytest.raises(SpecscopeError, match=r"code\.json:1: invalid JSON"):
+        _rows(cut)
+    cut.write_text("[1]")
+    with pytest.raises(SpecscopeError, match="expected a measured run's rows"):
+        _rows(cut)
+
+
 def test_a_study_refused_in_its_stages_before_a_result_leaves_nothing(tmp_path, capsys):
     """Refused at the trace stage (a head given as the draft model; --max-tokens past the model's
     positions): a folder the run made is gone, one that existed is left as it was found — a

@@ -35,11 +35,12 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
     from specscope.report.build import check_outputs
 
     out = config.out_dir
-    made, locked_before, settled = not out.exists(), (out / LOCK).exists(), config.settings_path.is_file()
+    made, locked_before = not out.exists(), (out / LOCK).exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SpecscopeError(f"{out}: cannot make the study's folder ({error.strerror or error})") from None
+    found = set(out.iterdir())  # what was there before this run: a refused run removes only what it made
     with exclusive(out / LOCK, f"{out}: another study is running into this folder (both would measure the same "
                                "cells, each under the other's load); wait for it to end, or study into another "
                                "folder (-o)"):
@@ -51,24 +52,26 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
             _record_version(config, say)
             _stages(config, say)
         except SpecscopeError:  # a run refused before its first result leaves nothing behind
-            _unmake(config, made, settled, locked_before)
+            _unmake(config, made, found, locked_before)
             raise
 
 
-def _unmake(config: StudyConfig, made: bool, settled: bool, locked_before: bool) -> None:
+def _unmake(config: StudyConfig, made: bool, found: set[Path], locked_before: bool) -> None:
     """Remove what a refused run made: its lock; and where the folder holds no result yet, the
     folder if it made it (every file in it is this run's: its settings, the workloads' copies,
-    empty stage folders), else its settings and copies where it wrote the first ones."""
+    empty stage folders), else what it added beside ``found``, the entries there before it (its
+    settings, its workloads' folder and empty stage folders, where it made them; a folder refused
+    as no study's keeps every file and folder of its own)."""
     out = config.out_dir
     if not produced(config):
         if made:
             shutil.rmtree(out)
             return
-        if not settled:
-            config.settings_path.unlink(missing_ok=True)
-            shutil.rmtree(config.workloads_dir, ignore_errors=True)
-            for empty in [p for p in out.iterdir() if p.is_dir() and not _holds_a_file(p)]:
-                shutil.rmtree(empty)
+        for added in set(out.iterdir()) - found - {out / LOCK}:
+            if added.is_dir():
+                shutil.rmtree(added)
+            else:
+                added.unlink()
     if not locked_before:
         (out / LOCK).unlink(missing_ok=True)
 

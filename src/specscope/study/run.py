@@ -79,6 +79,10 @@ def workloads_stage(config: StudyConfig) -> list[Path]:
     tokenizer, vocab = load_tokenizer(config.model_dir), ModelConfig.from_dir(config.model_dir).vocab_size
     used = []
     for workload in config.workloads:
+        if config.requests is not None and (config.workloads_dir / workload.name).resolve() == workload.resolve():
+            raise SpecscopeError(f"--workload {workload}: in the study's workloads/ folder, where it keeps each "
+                                 f"workload's first {config.requests} requests: its copy would replace it; "
+                                 "keep the workload elsewhere")
         copy = workload if config.requests is None else first_requests(workload, config.requests, config.workloads_dir)
         try:
             read_workload(copy, tokenizer, vocab)
@@ -198,8 +202,8 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     from specscope.analysis.timesplit import read_steps
     from specscope.costmodel.calibrate import fit_steps, overhead_apart
 
+    steps = read_steps(steps_files(config))  # a damaged file is refused as it is: the advice below is not for it
     try:
-        steps = read_steps(steps_files(config))
         model, summary = fit_steps(steps, name=f"fitted-{config.model_dir.name}" + engine_label(config),
                                    label="study: fitting the cost model")
     except SpecscopeError as error:  # its one refusal: too few steps for the terms; say what measures more
@@ -209,7 +213,6 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     _write_cost_model(config, model)
     say(f"fit     {summary}")
     return model
-
 
 
 def _write_cost_model(config: StudyConfig, model) -> None:
@@ -245,7 +248,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     cells = []
     for workload in config.workloads:
         out = config.learned_dir / f"{_stem(workload)}.json"
-        if out.exists() and any(row.get("policy_sha256") != stamp for row in json.loads(out.read_text())):
+        if out.exists() and any(row.get("policy_sha256") != stamp for row in _rows(out)):
             say(f"learned {_stem(workload)}: measured with another policy.json: measuring again")
             out.unlink()
         if not out.exists():
@@ -265,6 +268,16 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         say(f"learned {_stem(workload)}: " + ", ".join(parts))
         cells += mine
     return cells
+
+
+def _rows(path: Path) -> list[dict]:
+    """A measured run's rows (``path``, as :func:`write_measured` wrote them), or a one-line error
+    naming the file: one cut short or edited is not read as a run."""
+    rows = read_json(path)
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise SpecscopeError(f"{path}: expected a measured run's rows (a JSON list of objects); delete it to "
+                             "measure that run again")
+    return rows
 
 
 def policy_work_stage(config: StudyConfig, cost, say: Callable[[str], None]):
