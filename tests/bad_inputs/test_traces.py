@@ -117,6 +117,8 @@ CASES = [
     Case("draft-prob-bare-nan", ["stats", "t.jsonl"],  # read as null ("nothing offered") once; null says that
          r"t\.jsonl:1: field 'proposers\.ngram\.draft_prob\[1\]': expected numbers \(or null\), got nan",
          files={"t.jsonl": own(draft_prob=[[0.5], [None], [0.5]]).replace("null", "NaN")}),
+    Case("convert-to-csv", ["traces", "convert", "t.jsonl", "-o", "out.csv"],  # it wrote JSON Lines there
+         r"out\.csv: expected a \.jsonl output file", files=GOOD),
     Case("gzip-trace", ["stats", "t.jsonl.gz"], r"t\.jsonl\.gz: gzip-compressed \(decompress it first",
          files={"t.jsonl.gz": __import__("gzip").compress(own().encode())}),
     Case("draft-prob-above-one", ["traces", "inspect", "t.jsonl"],

@@ -11,8 +11,8 @@ from typing import Sequence
 import numpy as np
 
 from specscope import validate
-from specscope.cli._common import add_trace_options, check_user_output, print_table, refuse_clashes, to_stdout
-from specscope.fileio import json_text
+from specscope.cli._common import add_trace_options, print_table, refuse_clashes, to_stdout
+from specscope.fileio import check_jsonl_output, json_text
 from specscope.errors import SpecscopeError
 from specscope.trees import TreeShape, parse_tree_list
 
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     convert = verbs.add_parser("convert", help="rewrite traces (any supported format) in specscope's schema "
                                                "(draft_prob to 6 decimals)")
     add_trace_options(convert, lengths="own")  # a faithful copy by default: every array whole
-    convert.add_argument("-o", "--output", required=True, type=check_user_output,
+    convert.add_argument("-o", "--output", required=True, type=check_jsonl_output,
                          help="output JSON Lines file (- for standard output)")
     convert.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                          default=None, help="k_max to record when the input has none (at least the "
