@@ -172,6 +172,31 @@ def test_drafting_fit_is_not_pulled_to_zero_by_near_zero_steps(tmp_path):
     assert lookup.c_fixed + lookup.c_tok + lookup.c_kv * 100 + lookup.c_req == pytest.approx(1e-4, rel=0.1)
 
 
+def test_a_runs_right_skewed_steps_are_priced_at_their_mean(tmp_path):
+    """A review: each point weighed by its own time, the fit matched a run's typical step, not its
+    mean — the reference engine's SD steps 5–11 % under their measured total. Weighed by its run's
+    mean, a run of identical loads whose steps take 2 ms, or 6 ms one time in ten (a stall; mean
+    2.4 ms), is priced at the mean (relative to each step's own time: 2.17 ms)."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.fit import fit_linear
+
+    lines = []
+    for run, batch in enumerate((1, 2, 4)):  # a run per batch size: its own scale
+        for i in range(50):
+            slow = i % 10 == 9
+            verify = (0.002 + 0.0005 * batch) * (3.0 if slow else 1.0)
+            lines.append(step(i, "none", 0, batch, 100 * (1 + i % 5), verify))
+    records = tmp_path / "steps.jsonl"
+    records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    steps = read_steps([records])
+    model, _ = fit_linear(steps)
+    for batch in (1, 2, 4):
+        mine = [s for s in steps if s.batch_size == batch]
+        predicted = model.forward_time(np.array([s.tokens_verified for s in mine]), np.array([s.kv_tokens for s in mine]),
+                                       np.array([s.decoded for s in mine], dtype=float))
+        assert predicted.sum() == pytest.approx(sum(s.verify_s for s in mine), rel=0.02)
+
+
 def test_fit_compares_shapes_within_a_repeat_under_drift(tmp_path):
     """Each lockstep repeat (a no-SD run and the SD run after it) ran on a machine slowed by its
     own factor, 0.8–1.7×. Fitted as they are, the steps give a wrong model; with one speed

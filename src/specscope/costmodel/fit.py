@@ -48,10 +48,15 @@ the batch) — divides that repeat's times by it, and refits until no repeat's f
 are compared within a repeat, not across slowdowns. The reported fit error is measured on the
 raw times.
 
-Each linear fit minimises the squared error *relative to the step's time* (times span orders
-of magnitude) with non-negative coefficients (:func:`nonnegative_least_squares`). A drafting
-cost is measured relative to its whole step, not to itself: the extra cost of a step can be
-near zero or, by timer noise, negative, and must not weigh more for that.
+Each linear fit minimises the squared error *relative to the mean time of the step's run*
+(times span orders of magnitude across batch sizes and prefills; within a run the fit then
+matches the mean step, which throughput depends on) with non-negative coefficients
+(:func:`nonnegative_least_squares`). Relative to each step's own time instead, it matched a
+right-skewed run's typical step: the reference engine's SD steps were priced 5–11 % under their
+measured total, its no-SD steps 3–6 % (a review, 2026-12-04; the whole-step fit,
+:func:`~specscope.costmodel.calibrate.fit_steps`, weighs by the run's mean too). A drafting
+cost is measured relative to its run's mean whole step, not to itself: the extra cost of a step
+can be near zero or, by timer noise, negative, and must not weigh more for that.
 """
 
 from __future__ import annotations
@@ -173,7 +178,15 @@ def _drafter_prefill(steps: Sequence[MeasuredStep], target: LinearCostModel) -> 
     prompts = np.array([max(s.prefill_requests, 1) for s in steps], dtype=float)
     times = np.array([s.prefill_s for s in steps])
     extra = times - target.prefill_forward_time(tokens, prompts)
-    return float(nonnegative_relative_fit(tokens[:, None], extra, "the drafter's prefill", times)[0])
+    return float(nonnegative_relative_fit(tokens[:, None], extra, "the drafter's prefill", run_means(steps, times))[0])
+
+
+def run_means(steps: Sequence[MeasuredStep], times: np.ndarray) -> np.ndarray:
+    """[n] each point's scale in a fit: the mean of ``times`` over the points of its step's run
+    (module docstring: a fit relative to it matches each run's mean step)."""
+    runs = np.array([s.run for s in steps])
+    means = {run: float(times[runs == run].mean()) for run in np.unique(runs).tolist()}
+    return np.array([means[run] for run in runs.tolist()])
 
 
 def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[LinearCostModel, FitQuality]:
@@ -189,7 +202,7 @@ def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Lin
         model, drafting = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
     decode, prefill = _decode_and_prefill(steps)
     model = replace(model, measured=measured_extent(decode))
-    batched, kv, rows, times = _forward_points(decode, prefill)
+    batched, kv, rows, times, _ = _forward_points(decode, prefill)
     rel = np.abs(model.forward_time(batched, kv, rows) - times) / times
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)),
                          float(factors.max(initial=1.0)), float(factors.min(initial=1.0)), drafting)
@@ -239,16 +252,19 @@ def _decode_and_prefill(steps: Sequence[MeasuredStep]) -> tuple[list[MeasuredSte
             [s for s in steps if s.prefill_tokens > 0 and s.prefill_s > 0])
 
 
-def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredStep]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The target-forward points: batched tokens, cached tokens, sequences and seconds [n]
-    (every verify forward, and the prefills of no-SD runs; see the module docstring)."""
+def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredStep]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The target-forward points: batched tokens, cached tokens, sequences, seconds and each
+    point's scale [n] (every verify forward, and the prefills of no-SD runs, each scaled by the
+    mean of its run's points of its kind: see the module docstring)."""
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
     batched = np.array([s.tokens_verified for s in decode] + [s.prefill_positions for s in target_prefill])
     kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
     rows = np.array([s.decoded for s in decode] + [max(s.prefill_requests, 1) for s in target_prefill],
                     dtype=float)
-    times = np.array([s.verify_s for s in decode] + [s.prefill_s for s in target_prefill])
-    return batched, kv, rows, times
+    verify, prefilled = np.array([s.verify_s for s in decode]), np.array([s.prefill_s for s in target_prefill])
+    scale = np.concatenate([run_means(decode, verify), run_means(target_prefill, prefilled)])
+    return batched, kv, rows, np.concatenate([verify, prefilled]), scale
 
 
 def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
@@ -281,11 +297,11 @@ def with_policy_work(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> L
 
 def fit_policy_work(steps: Sequence[MeasuredStep]) -> LinearDrafting:
     """A policy's own work per step, ``policy_s ≈ c_fixed + c_req·decoded`` (≥ 0; errors
-    relative to the whole step, as a drafting's), from the steps of an engine running it."""
+    relative to its run's mean whole step, as a drafting's), from the steps of an engine running it."""
     running = np.array([s.decoded for s in steps], dtype=float)
     work = np.array([s.policy_s for s in steps])
     c_fixed, c_req = nonnegative_relative_fit(np.column_stack([np.ones_like(running), running]), work,
-                                              "a policy's own work", _step_seconds(steps))
+                                              "a policy's own work", run_means(steps, _step_seconds(steps)))
     return LinearDrafting(float(c_fixed), 0.0, 0.0, c_req=float(c_req))
 
 
@@ -293,9 +309,9 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
     """One fit of every coefficient (see the module docstring), on times as given; and per
     drafting method the median |error| of its fitted drafting time over its steps' time."""
     decode, prefill = _decode_and_prefill(steps)
-    batched, kv, rows, times = _forward_points(decode, prefill)
+    batched, kv, rows, times, scale = _forward_points(decode, prefill)
     features = np.column_stack([_design(batched, kv), rows, batched > 1])
-    c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times, "target forward"))
+    c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times, "target forward", scale))
     untold = unseparated(features, FORWARD_TERMS)
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
                               c_multi=c_multi, made_by=code_version())
@@ -314,7 +330,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
         columns = [_design(proposed, draft_kv), running, running > 1, running * proposed]
         design = np.column_stack(columns + ([tree] if tree.any() else []))
         seconds = _step_seconds(mine)
-        coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", seconds)
+        coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", run_means(mine, seconds))
         errors[method] = float(np.median(np.abs(design @ coef - extra) / seconds))
         untold += [f"{method}.{term}" for term in unseparated(design, DRAFTING_COLUMNS)]
         c_fixed, c_tok, c_kv, c_req, c_multi, c_batched = map(float, coef[:6])
