@@ -33,6 +33,9 @@ CASES = [
     Case("fixed-port-with-ray", ["sweep", "s.toml", "--ray", "local"],
          r"s\.toml: engine 'r': a fixed port with --ray .* leave 'port' out",
          config(engine=SPECSCOPE + "port = 18431\n")),
+    Case("paired-with-ray", ["sweep", "s.toml", "--ray", "local"],  # a review: Ray ran each pair's halves at once
+         r's\.toml: baselines = "paired" with --ray: .* use "interleaved"',
+         config('methods = ["none", "ngram"]\nbaselines = "paired"\n', engine=SPECSCOPE)),
     Case("specscope-engine-prompt-and-max-tokens-past-its-positions", ["sweep", "s.toml"],
          r"engine 'r', workload w\.jsonl: s\.toml: field 'max_tokens': 8: the longest prompt \(request 'long', 1020 "
          r"tokens\) and 8 output tokens exceed the 1024 positions", {"s.toml": BASE + "max_tokens = 8\n" + SPECSCOPE,

@@ -399,3 +399,21 @@ def test_a_log_folder_it_cannot_make_fails_the_launch_in_one_line(tmp_path):
     server = ServerProcess(["true"], "http://127.0.0.1:1", tmp_path / "logs" / "r.log")
     with pytest.raises(LaunchError, match=r"logs/r\.log: cannot write the server's log"):
         server.start()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_server_whose_launcher_died_before_it_could_ask_for_the_parent_death_signal_exits():
+    """A launcher killed between the fork and the child's prctl (a Ray actor killed as it launched a
+    server) sends no signal ever: the child found its parent gone and ran on, an orphan server. The
+    child now checks its parent after asking, and exits where it is not the launcher."""
+    import functools
+    import os
+    import subprocess
+
+    from specscope.backends.openai.launchers import _die_with_parent
+
+    gone = subprocess.run([sys.executable, "-c", "import time; time.sleep(30)"], timeout=20,
+                          preexec_fn=functools.partial(_die_with_parent, os.getpid() + 10**6))
+    assert gone.returncode == 1  # not the launcher's child: it never ran the command
+    kept = subprocess.run([sys.executable, "-c", "pass"], timeout=20, preexec_fn=functools.partial(_die_with_parent, os.getpid()))
+    assert kept.returncode == 0

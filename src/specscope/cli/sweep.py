@@ -50,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
     if args.ray and fixed:  # two groups on one node would launch there at once, one server answering for both
         raise SpecscopeError(f"{config.path}: engine {fixed[0]!r}: a fixed port with --ray (groups that share a node "
                              "run at once, and one's server would answer the other's cells); leave 'port' out")
+    if args.ray and config.baselines == "paired" and any(engine.launch is not None for engine in config.engines):
+        raise SpecscopeError(f"{config.path}: baselines = \"paired\" with --ray: a pair's no-SD and SD cells are two "
+                             "groups, which Ray runs at once wherever they fit, not one right after the other, so "
+                             "each would be measured beside the other; use \"interleaved\" (a pair's two servers up "
+                             "together, taking turns) or \"shared\"")
     if args.dry_run:
         if args.ray:
             print("note: --ray: a dry run does not reach the cluster; its resources, and the engines' Ray settings, "

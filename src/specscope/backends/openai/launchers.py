@@ -58,6 +58,7 @@ leaves no server behind.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.metadata
 import json
 import logging
@@ -367,9 +368,13 @@ _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("lin
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """In the child, between fork and exec: ask Linux for SIGTERM when the parent exits."""
+def _die_with_parent(parent: int) -> None:
+    """In the child, between fork and exec: ask Linux for SIGTERM when the parent (``parent``, its
+    pid) exits — and exit at once where it already has, between the fork and this request, when no
+    signal will ever come (a Ray actor killed as it launched a server left that server running)."""
     _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 class LaunchError(SpecscopeError):
@@ -427,7 +432,7 @@ class ServerProcess:
                     stdout=log_file,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent if _PRCTL else None,  # noqa: PLW1509 (no lookups after fork)
+                    preexec_fn=functools.partial(_die_with_parent, os.getpid()) if _PRCTL else None,  # noqa: PLW1509
                 )
             except OSError as error:
                 raise LaunchError(f"cannot start {self.command[0]!r}: {error.strerror or error}") from None
