@@ -509,3 +509,21 @@ def test_a_row_alone_is_a_multi_token_forward_only_on_the_steps_it_proposed():
     cell = replace(cells[-1], num_drafts=10)
     assert _proposed(cell, np.array([1.0] * 16 + [2.0, 3.0, 5.0, 4.0]), 0.5, True).tolist() == [6 / 16] * 16 + [1.0] * 4
     assert _proposed(cell, np.ones(4), 0.5, False).tolist() == [0.5] * 4  # no token ids: the cell's share
+
+
+def test_the_cross_check_counts_an_iteration_as_vllm_does():
+    """A review: the cross-check set the fit's verified tokens per step (rejected drafts included)
+    beside vLLM's iteration tokens, which count the tokens requests emitted plus the prompts
+    prefilled. On an engine whose every step emits all k + 1 tokens of every row, the two agree
+    (but for the last steps, cut at the output's end);
+    on one whose n-gram row proposes only every third step (emitting 2, then 3, …), the emitted
+    count is the lower, and on a cell without SD they differ only by the prefilled first tokens."""
+    from specscope.costmodel.calibrate import cross_check
+
+    full, sparse, plain = (simulated_cell("eagle", 3, 4), simulated_cell("ngram", 3, 4, proposing_every=3),
+                           simulated_cell("none", 0, 4))
+    rows = {row["method"]: row for row in cross_check([full, sparse, plain])}
+    assert rows["eagle"]["emitted_per_step"] == pytest.approx(rows["eagle"]["verified_per_step"], rel=0.05)
+    assert rows["ngram"]["emitted_per_step"] < 0.9 * rows["ngram"]["verified_per_step"]
+    # a prefilled request's first token: counted by vLLM, verified by no one
+    assert 0 <= rows["none"]["emitted_per_step"] - rows["none"]["verified_per_step"] < 0.5

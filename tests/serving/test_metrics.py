@@ -56,6 +56,13 @@ def test_sglang_gauges_are_averaged_over_series():
     assert snap.sglang_accept_length == pytest.approx(3.0)
     assert snap.sglang_accept_rate == pytest.approx(0.4)
     assert not snap.has_spec_decode
+    # a review: SGLang's utilization gauge is -1 on a prefill server; a series it does not read
+    # refused the whole scrape, its acceptance with it
+    snap = parse_metrics('sglang:utilization{tp_rank="0"} -1.0\nvllm:cache_config_info{x="y"} NaN\n'
+                         'sglang:spec_accept_length{tp_rank="0"} 2.5\n')
+    assert snap.sglang_accept_length == 2.5
+    with pytest.raises(SpecscopeError, match="expected a finite value >= 0"):
+        parse_metrics('sglang:spec_accept_rate{tp_rank="0"} -1.0\n')
 
 
 def test_delta_and_derived_rates():

@@ -106,8 +106,11 @@ k + 1 tokens (nodes + 1; 1 without SD), or, without token ids, whose mean tokens
 
 **Cross-check.** Where the server exports vLLM's ``vllm:iteration_tokens_total`` and
 ``vllm:inter_token_latency_seconds`` histograms, their run means are printed beside the fit's
-reconstruction (mean tokens per step — verified and prefilled, as vLLM counts an iteration's —
-and mean gap, over the chunk gaps) for every cell.
+reconstruction for every cell: the mean gap over the chunk gaps, and the tokens per step two
+ways — verified and prefilled (the load the forward is priced on: rejected drafts included), and
+emitted and prefilled, which is how vLLM counts an iteration's tokens (the tokens its requests
+generated plus the prompts of those it prefilled; a review found the first set beside vLLM's,
+which reads lower on SD cells by the rejected drafts).
 """
 
 from __future__ import annotations
@@ -527,15 +530,24 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:
-    """Per cell (its workload, method, k, tree and batch size): the fit's mean tokens per step and
-    mean gap beside the server's histograms."""
+    """Per cell (its workload, method, k, tree and batch size): the fit's mean load per step — the
+    tokens it verifies and prefills (``verified_per_step``, what the forward is priced on), and
+    those counted as vLLM's ``vllm:iteration_tokens_total`` counts an iteration's, the tokens each
+    running request emitted plus the prompts prefilled and their first tokens
+    (``emitted_per_step``: the running rows × the cell's tokens per decode chunk; an engine that
+    pads counts its padded prompts here) — and the mean gap, beside the server's histograms."""
     rows = []
     for cell in cells:
         gaps = cell_gaps(cell)
         steps = gaps.select(gaps.idle == 0)  # the engine's steps, each seen as a chunk gap
+        chunks = [np.asarray(r.get("chunk_tokens") or [r["output_tokens"] / len(r["chunk_ms"])] * len(r["chunk_ms"]),
+                             dtype=float) for r in cell.timeline]
+        decoded = sum(c[1:].sum() for c in chunks) / max(sum(len(c) - 1 for c in chunks), 1)  # per decode chunk
+        prefilled = steps.sequences - steps.running
         rows.append({"workload": cell.workload, "method": cell.method, "k": cell.k,
                      "tree": cell.tree.name if cell.tree is not None else "-", "batch_size": cell.batch_size,
-                     "tokens_per_step": float(np.mean(steps.tokens + steps.prefill)),
+                     "verified_per_step": float(np.mean(steps.tokens + steps.prefill)),
+                     "emitted_per_step": float(np.mean(steps.running * decoded + prefilled + steps.prefill)),
                      "server_tokens_per_step": cell.server_means.get("server_iteration_tokens_mean"),
                      "gap_ms": 1e3 * float(np.mean(steps.seconds)),
                      "server_itl_ms": None if cell.server_means.get("server_inter_token_latency_mean_s") is None

@@ -155,11 +155,14 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
     except ValueError as error:
         raise SpecscopeError(f"/metrics: not Prometheus text format ({error})") from None
+    read = (VLLM_DRAFTS, VLLM_DRAFT_TOKENS, VLLM_ACCEPTED, VLLM_ACCEPTED_PER_POS)
     for sample in samples:
         name = _base_name(sample.name)
-        if not math.isfinite(sample.value) or sample.value < 0:  # a counter or histogram is a finite count or sum
-            if name.startswith(("vllm:", "sglang:")):
-                raise SpecscopeError(f"/metrics: {sample.name} = {sample.value}: expected a finite value >= 0")
+        histogram = next((sample.name.removesuffix(s) for s in ("_sum", "_count") if sample.name.endswith(s)), None)
+        if (name in read or histogram in HISTOGRAMS or sample.name in gauges) and not (
+                math.isfinite(sample.value) and sample.value >= 0):  # a count, a sum, an acceptance: finite, >= 0
+            raise SpecscopeError(f"/metrics: {sample.name} = {sample.value}: expected a finite value >= 0")
+        # (a series it does not read may hold anything: SGLang's utilization is -1 on a prefill server)
         for suffix, slot in (("_sum", 0), ("_count", 1)):
             histogram = sample.name.removesuffix(suffix)
             if histogram != sample.name and histogram in HISTOGRAMS:
