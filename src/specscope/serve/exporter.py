@@ -10,7 +10,8 @@ and, when the engine speculates, ``vllm:spec_decode_num_drafts``,
 ``position`` series for each draft position ``0..k-1`` from startup (zero counts included) and a
 server without SD none of the ``spec_decode`` series, so that a client can read SD on/off and k
 (:mod:`specscope.backends.openai.verify`). Gauges: ``vllm:num_requests_running``,
-``vllm:num_requests_waiting``. Every series carries ``model_name``.
+``vllm:num_requests_waiting``. Every series carries ``model_name`` and ``engine`` (``"0"``: vLLM's
+label for its one engine core; a data-parallel vLLM labels each rank's).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LABELS = ["model_name", "engine"]  # vLLM's on every series
 
 
 class EngineCollector:
@@ -29,15 +31,15 @@ class EngineCollector:
 
     def collect(self):
         s = self.loop.snapshot
-        name = [self.model_name]
+        name = [self.model_name, "0"]
 
         def counter(metric: str, doc: str, value: int) -> CounterMetricFamily:
-            family = CounterMetricFamily(metric, doc, labels=["model_name"])
+            family = CounterMetricFamily(metric, doc, labels=LABELS)
             family.add_metric(name, value)
             return family
 
         def gauge(metric: str, doc: str, value: int) -> GaugeMetricFamily:
-            family = GaugeMetricFamily(metric, doc, labels=["model_name"])
+            family = GaugeMetricFamily(metric, doc, labels=LABELS)
             family.add_metric(name, value)
             return family
 
@@ -48,7 +50,7 @@ class EngineCollector:
         success = CounterMetricFamily(
             "vllm:request_success",
             "Count of successfully processed requests.",
-            labels=["model_name", "finished_reason"],
+            labels=[*LABELS, "finished_reason"],
         )
         for reason in ("length", "stop", "abort"):
             success.add_metric(name + [reason], s.get(f"success_{reason}", 0))
@@ -69,7 +71,7 @@ class EngineCollector:
         per_pos = CounterMetricFamily(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
             "Accepted tokens per draft position.",
-            labels=["model_name", "position"],
+            labels=[*LABELS, "position"],
         )
         counts = s["num_accepted_tokens_per_pos"]
         for position in range(self.loop.engine.k):
