@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from specscope.errors import SpecscopeError
+from specscope.serve.histogram import INTER_TOKEN_LATENCY_BOUNDS, ITERATION_TOKENS_BOUNDS, Histogram
 from specscope.serve.protocol import ApiError
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class Job:
     ignore_eos: bool
     events: queue.Queue[JobEvent] = field(default_factory=queue.Queue)
     finish_reason: str | None = None  # as counted in the totals
+    last_token_at: float | None = None  # when its last tokens came out (None: none yet)
 
 
 class EngineLoop:
@@ -80,6 +82,10 @@ class EngineLoop:
         self._stopping = False
         self._totals = {"prompt_tokens": 0, "generation_tokens": 0, "success_length": 0, "success_stop": 0,
                         "success_abort": 0}
+        # as vLLM's: per step, the tokens its requests emitted plus the prompts of those it gave a first
+        # token; per request and step after its first, the seconds since its tokens before
+        self._iteration_tokens = Histogram(ITERATION_TOKENS_BOUNDS)
+        self._inter_token_latency = Histogram(INTER_TOKEN_LATENCY_BOUNDS)
         self.snapshot = self._snapshot()
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
 
@@ -156,8 +162,26 @@ class EngineLoop:
             "num_accepted_tokens_per_pos": list(stats.num_accepted_tokens_per_pos),
             "num_running": len(self._running),
             "num_waiting": len(self._waiting),
+            "iteration_tokens": self._iteration_tokens.copy(),
+            "inter_token_latency": self._inter_token_latency.copy(),
             **self._totals,
         }
+
+    def _observe(self, delivered: list, now: float) -> None:
+        """Add one step to the histograms (holding ``_cond``): its tokens as vLLM counts an
+        iteration's, and each request's time since its tokens before (its first tokens: none)."""
+        tokens = 0
+        for job, out in delivered:
+            if not out.new_token_ids:
+                continue
+            tokens += len(out.new_token_ids)
+            if job.last_token_at is None:
+                tokens += len(job.prompt_token_ids)
+            else:
+                self._inter_token_latency.observe(now - job.last_token_at)
+            job.last_token_at = now
+        if tokens:
+            self._iteration_tokens.observe(tokens)
 
     def _admit(self) -> None:
         """Move waiting jobs into the engine while it has free slots (holding ``_cond``)."""
@@ -198,6 +222,7 @@ class EngineLoop:
                 self._record_steps()
                 delivered = [(self._running[out.request_id], out) for out in outputs]
                 with self._cond:
+                    self._observe(delivered, stepped)
                     for _, out in delivered:
                         self._totals["generation_tokens"] += len(out.new_token_ids)
                         if out.finished:  # a stop string seen before the end counts as stop

@@ -10,14 +10,17 @@ and, when the engine speculates, ``vllm:spec_decode_num_drafts``,
 ``position`` series for each draft position ``0..k-1`` from startup (zero counts included) and a
 server without SD none of the ``spec_decode`` series, so that a client can read SD on/off and k
 (:mod:`specscope.backends.openai.verify`). Gauges: ``vllm:num_requests_running``,
-``vllm:num_requests_waiting``. Every series carries ``model_name`` and ``engine`` (``"0"``: vLLM's
+``vllm:num_requests_waiting``. Histograms (:mod:`specscope.serve.histogram`), as vLLM counts
+them: ``vllm:iteration_tokens_total`` (per engine step, the tokens its requests emitted plus the
+prompts of those it gave their first token) and ``vllm:inter_token_latency_seconds`` (per request
+and step after its first, the seconds since its tokens before). Every series carries ``model_name`` and ``engine`` (``"0"``: vLLM's
 label for its one engine core; a data-parallel vLLM labels each rank's).
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LABELS = ["model_name", "engine"]  # vLLM's on every series
@@ -61,6 +64,13 @@ class EngineCollector:
         yield gauge(
             "vllm:num_requests_waiting", "Number of requests waiting to be processed.", s["num_waiting"]
         )
+        for metric, doc, histogram in (
+                ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", s["iteration_tokens"]),
+                ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+                 s["inter_token_latency"])):
+            family = HistogramMetricFamily(metric, doc, labels=LABELS)
+            family.add_metric(name, histogram.cumulative(), histogram.total)
+            yield family
         if not self.spec_decode:
             return
         yield counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", s["num_drafts"])
