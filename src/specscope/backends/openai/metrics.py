@@ -163,10 +163,8 @@ def parse_metrics(text: str) -> MetricsSnapshot:
                 math.isfinite(sample.value) and sample.value >= 0):  # a count, a sum, an acceptance: finite, >= 0
             raise SpecscopeError(f"/metrics: {sample.name} = {sample.value}: expected a finite value >= 0")
         # (a series it does not read may hold anything: SGLang's utilization is -1 on a prefill server)
-        for suffix, slot in (("_sum", 0), ("_count", 1)):
-            histogram = sample.name.removesuffix(suffix)
-            if histogram != sample.name and histogram in HISTOGRAMS:
-                snapshot.histograms.setdefault(histogram, [0.0, 0.0])[slot] += sample.value
+        if histogram in HISTOGRAMS:  # [sum, count]
+            snapshot.histograms.setdefault(histogram, [0.0, 0.0])[sample.name.endswith("_count")] += sample.value
         if snapshot.engine is None and name.startswith(("vllm:", "sglang:")):
             snapshot.engine = name.split(":", 1)[0]
         if name == VLLM_DRAFTS:
