@@ -30,6 +30,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -366,10 +367,7 @@ def policy_table(target: Transformer, fit: dict, grid: dict, deadline: float, k:
     policy = LearnedPolicy("synthetic.json", methods, choosers_from_json(document, methods), document)
     rows = []
     print(f"{'batch':>7}{'tok/s':>11}{'policy µs':>11}{'step ms':>9}{'share':>8}  choices")
-    for batch in grid["batch_sizes"]:
-        if time.perf_counter() > deadline:
-            print(f"  batch {batch}: skipped, the {BUDGET_S} s time budget is spent", flush=True)
-            continue
+    for batch in in_time(grid["batch_sizes"], deadline):
         row = throughput(target, draft, k, batch, grid, policy)
         row["policy_share"] = row["policy_s"] / row["step_s"]
         rows.append(row)
@@ -379,9 +377,18 @@ def policy_table(target: Transformer, fit: dict, grid: dict, deadline: float, k:
     return rows
 
 
+def in_time(batch_sizes: tuple[int, ...], deadline: float) -> Iterator[int]:
+    """The batch sizes still to start by ``deadline`` (``time.perf_counter()`` seconds), each one
+    past it named as skipped, so the whole check stays within budget."""
+    for batch in batch_sizes:
+        if time.perf_counter() > deadline:
+            print(f"  batch {batch}: skipped, the {BUDGET_S} s time budget is spent", flush=True)
+            continue
+        yield batch
+
+
 def sd_table(target: Transformer, grid: dict, deadline: float, k: int = 3) -> list[dict]:
-    """No-SD and SD rows per batch size; batch sizes not started by ``deadline``
-    (``time.perf_counter()`` seconds) are skipped, so the whole check stays within budget."""
+    """No-SD and SD rows per batch size (those started by ``deadline``: :func:`in_time`)."""
     drafts = {
         "none": None,
         "self-draft": target,
@@ -389,10 +396,7 @@ def sd_table(target: Transformer, grid: dict, deadline: float, k: int = 3) -> li
     }
     rows = []
     print(f"{'draft':>18}{'batch':>7}{'tok/s':>11}{'speedup':>9}{'α':>7}{'τ':>7}")
-    for batch in grid["batch_sizes"]:
-        if time.perf_counter() > deadline:
-            print(f"  batch {batch}: skipped, the {BUDGET_S} s time budget is spent", flush=True)
-            continue
+    for batch in in_time(grid["batch_sizes"], deadline):
         base = None
         for name, draft in drafts.items():
             row = {"draft": name, "k": k, **throughput(target, draft, k, batch, grid)}

@@ -29,3 +29,10 @@ def test_every_option_with_a_default_says_it():
     assert not unsaid, unsaid
     trace = next(p for p in _parsers(build_parser()) if p.prog.endswith(" trace"))
     assert "(default: 20)" in " ".join(trace.format_help().split())
+
+
+def test_the_dtype_names_the_verbs_offer_are_the_engines():
+    from specscope.cli._common import DTYPE_NAMES
+    from specscope.engine.loading import DTYPES
+
+    assert DTYPE_NAMES == tuple(DTYPES)

@@ -22,6 +22,8 @@ from specscope.fileio import (  # noqa: F401  (atomic_write_text, write_rows: re
     write_rows,
 )
 
+DTYPE_NAMES = ("float32", "bfloat16", "float16")  # --dtype: engine.loading.DTYPES' names, without importing torch
+
 
 def int_list(text: str, high: int | None = None) -> list[int]:
     """Parse ``"1,8,16"`` into ``[1, 8, 16]``: distinct positive integers, at most ``high``

@@ -15,6 +15,7 @@ from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
 from specscope.backends.openai.bench import POSITIVE, ServingBenchConfig, add_openai_bench_arguments
 from specscope.backends.openai.bench import run_bench as run_serving_bench
 from specscope.cli._common import (
+    DTYPE_NAMES,
     add_table_output,
     atomic_write_text,
     checkpoint_files,
@@ -126,7 +127,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sampling seed: each request draws its own from it, the same in the no-SD and the SD run "
              "(copies of one request under --batching replicate sample apart)",
     )
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=DEFAULTS["dtype"])
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, default=DEFAULTS["dtype"])
     parser.add_argument(
         "--device", default=DEFAULTS["device"], help="cpu, cuda or cuda:N (default %(default)s)"
     )

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from specscope import validate
-from specscope.cli._common import checkpoint_files, refuse_overwriting, refuse_unused_draft
+from specscope.cli._common import DTYPE_NAMES, checkpoint_files, refuse_overwriting, refuse_unused_draft
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_output_file, first_line, open_appended
 from specscope.methods import NO_SD, names
@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--served-model-name", help="model id in the API (default: the directory's name)")
     parser.add_argument(
-        "--dtype", choices=("float32", "bfloat16", "float16"), help="weights (default: the engine's)"
+        "--dtype", choices=DTYPE_NAMES, help="weights (default: the engine's)"
     )
     parser.add_argument("--device", help="cpu, cuda or cuda:N (default: the engine's)")
     parser.add_argument(

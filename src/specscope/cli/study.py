@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from specscope import validate
-from specscope.cli._common import batch_size_list, check_output_dir, model_dir_arg
+from specscope.cli._common import DTYPE_NAMES, batch_size_list, check_output_dir, model_dir_arg
 from specscope.methods import METHODS
 from specscope.study.config import BUNDLED_REQUESTS, StudyConfig
 
@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "and threads contending with other work make timings erratic)")
     parser.add_argument("--device", default=defaults.device,
                         help=f"where the models run, traced and measured: cpu, cuda or cuda:N (default {defaults.device})")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=defaults.dtype,
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, default=defaults.dtype,
                         help=f"the models' weights and activations (default {defaults.dtype})")
     parser.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-study"),
                         help="the study's folder (default specscope-study; rerun into it to resume)")

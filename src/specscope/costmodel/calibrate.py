@@ -201,20 +201,26 @@ class Gaps:
         return Gaps(**{name: value[mask] for name, value in vars(self).items()})
 
 
+def chunk_counts(request: dict) -> np.ndarray:
+    """[chunks] the tokens each streamed chunk of a timeline's ``request`` carried: its recorded
+    counts, or, from a server that sent no token ids, the request's mean per chunk."""
+    counts = request.get("chunk_tokens")
+    if counts is None:
+        counts = [request["output_tokens"] / len(request["chunk_ms"])] * len(request["chunk_ms"])
+    return np.asarray(counts, dtype=float)
+
+
 def cell_gaps(cell: CellRun) -> Gaps:
     """The steady-state chunk gaps of one cell and the load of each (module docstring)."""
     width_max = 1 if cell.method == NO_SD else cell.k + 1
     times, tokens, prompts = [], [], []
     for request in cell.timeline:
         chunk_ms = np.asarray(request["chunk_ms"], dtype=float)  # ≥ 1 chunk, and a prompt length: read_sweep's check
-        counts = request.get("chunk_tokens")
-        if counts is None:
-            mean = request["output_tokens"] / len(chunk_ms)
-            if mean > width_max + 1e-9:
-                raise SpecscopeError(f"{cell.label}: {mean:.2f} tokens per chunk, above {width_max} per step: "
-                                     "the server streams several steps per chunk; calibrate with one chunk per "
-                                     "step (--stream-interval 1)")
-            counts = [mean] * len(chunk_ms)
+        counts = chunk_counts(request)
+        if request.get("chunk_tokens") is None and counts[0] > width_max + 1e-9:
+            raise SpecscopeError(f"{cell.label}: {counts[0]:.2f} tokens per chunk, above {width_max} per step: "
+                                 "the server streams several steps per chunk; calibrate with one chunk per "
+                                 "step (--stream-interval 1)")
         times.append((request["sent_ms"] + chunk_ms) / 1e3)
         tokens.append(np.cumsum(counts))
         prompts.append(request["prompt_tokens"])
@@ -546,8 +552,7 @@ def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:
     for cell in cells:
         gaps = cell_gaps(cell)
         steps = gaps.select(gaps.idle == 0)  # the engine's steps, each seen as a chunk gap
-        chunks = [np.asarray(r.get("chunk_tokens") or [r["output_tokens"] / len(r["chunk_ms"])] * len(r["chunk_ms"]),
-                             dtype=float) for r in cell.timeline]
+        chunks = [chunk_counts(request) for request in cell.timeline]
         decoded = sum(c[1:].sum() for c in chunks) / max(sum(len(c) - 1 for c in chunks), 1)  # per decode chunk
         prefilled = gaps.sequences - gaps.running  # every step, a request's first from an idle engine too
         rows.append({"workload": cell.workload, "method": cell.method, "k": cell.k,

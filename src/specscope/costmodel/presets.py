@@ -142,22 +142,23 @@ class ModelShape:
         """Build a shape from a Hugging Face ``config.json`` dictionary (``name``: where it came
         from, for errors). Sizes are positive integers; the query heads split evenly into the
         KV heads; without ``head_dim``, hidden_size splits evenly into the heads. A mixture of
-        experts or latent attention (:data:`UNPRICED`) is refused."""
+        experts or latent attention (:data:`UNPRICED`), a model type outside :data:`PRICED_TYPES`
+        and a multimodal model's config are refused."""
         spec = Fields(config, name)
         model_type = spec.text("model_type", optional=True) or ""
         if "vision_config" in config or "text_config" in config:
             raise spec.error("vision_config" if "vision_config" in config else "text_config",
                              "a multimodal model: its vision tower is not priced (and its weights would be "
                              "under-counted); give the language model's own config.json")
-        if model_type and model_type not in PRICED_TYPES:
-            raise spec.error("model_type", f"{model_type!r}: this shape prices decoders with a gated MLP of three "
-                                           f"matrices and RMS norms ({', '.join(PRICED_TYPES)}); other layers' "
-                                           "weights would be mispriced")
-        for key, what in UNPRICED.items():
+        for key, what in UNPRICED.items():  # named before the model type: the reason (Mixtral: its experts)
             value = config.get(key)
             if value is not None and not isinstance(value, bool) and value != 0 and value != 1:
                 raise spec.error(key, f"{what} (got {value!r}): this shape prices dense layers and multi-head "
                                       "attention only, so its weight and KV bytes would be wrong")
+        if model_type and model_type not in PRICED_TYPES:
+            raise spec.error("model_type", f"{model_type!r}: this shape prices decoders with a gated MLP of three "
+                                           f"matrices and RMS norms ({', '.join(PRICED_TYPES)}); other layers' "
+                                           "weights would be mispriced")
         spec.boolean("use_sliding_window", False)  # checked: a switch of the window (slides)
         if slides(config):
             raise spec.error("sliding_window", f"sliding-window attention (a window of {config['sliding_window']!r} "

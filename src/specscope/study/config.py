@@ -23,6 +23,7 @@ STUDY_TREES = (TreeShape.parse("2x1x1"), TreeShape.parse("3x2x1x1"))
 # the issue's tree numbers are about, so its crossover is the one a user can act on; its passes
 # (one decoder layer) are also the cheapest of the model drafters, so a tree's width costs least.
 TREE_DRAFTER_PREFERENCE = ("eagle", "eagle3", "mtp", "draft")
+BEFORE_KEPT = {"device": "cpu", "dtype": "float32"}  # where every study ran before these were settings: the defaults
 
 
 @dataclass
@@ -49,8 +50,8 @@ class StudyConfig:
     replay_cost_models: tuple[str, ...] = ()
     trees: tuple[TreeShape, ...] = STUDY_TREES
     threads: int = 1  # torch CPU threads the measured runs used
-    device: str = "cpu"  # where the models run (cpu, cuda, cuda:N): traces and measured runs alike
-    dtype: str = "float32"  # the models' weights and activations
+    device: str = BEFORE_KEPT["device"]  # where the models run (cpu, cuda, cuda:N): traces and measured runs alike
+    dtype: str = BEFORE_KEPT["dtype"]  # the models' weights and activations
 
     def settings(self) -> dict:
         """What decides the study's results (``study.json``): a resume with others would mix them

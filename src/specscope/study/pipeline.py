@@ -9,7 +9,7 @@ from typing import Callable
 
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_user_output, exclusive, read_json_object
-from specscope.study.config import StudyConfig
+from specscope.study.config import BEFORE_KEPT, StudyConfig
 from specscope.version import code_version
 from specscope.study.run import (
     fidelity_stage,
@@ -25,7 +25,6 @@ from specscope.study.run import (
 
 
 LOCK = ".study.lock"  # held while a study runs into its folder
-FIXED_BEFORE = {"device": "cpu", "dtype": "float32"}  # what every study ran with before these were settings
 
 
 def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
@@ -134,7 +133,7 @@ def check_resume(config: StudyConfig) -> None:
         if old.get("schema") != settings["schema"]:
             raise SpecscopeError(f"{path}: holds no study's settings (its schema: {old.get('schema')!r}, expected "
                                  f"{settings['schema']!r}): not a study folder specscope made; choose another -o")
-        ran = {**FIXED_BEFORE, **old}  # with the settings a study of before they were kept ran with
+        ran = {**BEFORE_KEPT, **old}  # with the settings a study of before they were kept ran with
         changed = [f"{key} {ran[key]} → {settings[key]}" for key in settings
                    if key in ran and ran[key] != settings[key]]  # a key it lacks (a study of before that setting was
         # kept, such as the workloads' digests) is written below, not compared

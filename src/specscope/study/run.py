@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Callable
 from specscope.analysis.measured import MeasuredCell, read_bench_results
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, read_json, write_rows
-from specscope.study.config import StudyConfig
+from specscope.study.config import BEFORE_KEPT, StudyConfig
 from specscope.study.fidelity import with_simulated
 from specscope.trees import TreeShape
 
@@ -184,7 +184,7 @@ def steps_files(config: StudyConfig) -> list[Path]:
 def engine_label(config: StudyConfig) -> str:
     """What the fitted cost model's name adds to say where the engine ran: nothing on the CPU in
     float32 (every study before these were settings), else ``-cuda-bfloat16`` and the like."""
-    if (config.device, config.dtype) == ("cpu", "float32"):
+    if {"device": config.device, "dtype": config.dtype} == BEFORE_KEPT:
         return ""
     return f"-{config.device.replace(':', '')}-{config.dtype}"
 
