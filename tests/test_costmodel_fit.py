@@ -583,3 +583,36 @@ def test_the_whole_step_fit_tells_the_engines_own_work_apart():
         assert model.prefill_forward_time(np.array([8]), np.array([1]))[0] + model.overhead_s == \
             pytest.approx(whole.prefill_forward_time(np.array([8]), np.array([1]))[0])
     assert overhead_apart(replace(whole, c_fixed=1e-4), steps).overhead_s == pytest.approx(1e-4)  # never below 0
+
+
+def test_an_engine_reading_a_rectangle_of_cache_is_recovered_from_the_longest(tmp_path):
+    """An engine whose attention reads every row's cache padded to the longest (the reference
+    engine's): steps timed by batch × the longest cache are recovered from records that carry
+    ``kv_longest``; the same records read as their summed caches are not."""
+    rng = np.random.default_rng(1)
+    lines = []
+    for i in range(80):
+        batch = int(rng.integers(1, 9))
+        caches = rng.integers(20, 2000, size=batch)
+        verify = 0.002 + 1.5e-4 * batch + 2e-7 * batch * caches.max() + 3e-4 * (batch > 1)  # per row: token, request
+        lines.append({**step(i, "none", 0, batch, int(caches.sum()), verify), "kv_longest": int(caches.max())})
+    records = tmp_path / "steps.jsonl"
+    records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
+    assert main(["costmodel", "fit", str(records), "-o", str(tmp_path / "padded.json")]) == 0
+    forward = json.loads((tmp_path / "padded.json").read_text())["forward"]
+    assert (forward["c_kv"], forward["c_tok"] + forward["c_req"]) == (pytest.approx(2e-7, rel=1e-6),
+                                                                       pytest.approx(1.5e-4, rel=1e-6))
+    records.write_text("\n".join(json.dumps({k: v for k, v in line.items() if k != "kv_longest"}) for line in lines))
+    assert main(["costmodel", "fit", str(records), "-o", str(tmp_path / "summed.json")]) == 0
+    assert json.loads((tmp_path / "summed.json").read_text())["forward"]["c_kv"] != pytest.approx(2e-7, rel=0.05)
+
+
+@pytest.mark.parametrize("extra, said", [(["--name", "  "], "--name '  ': expected non-empty text"),
+                                         ([], "the model takes its name from the file's, which is blank: give --name")])
+def test_a_blank_name_is_refused_before_the_fit(tmp_path, capsys, extra, said):
+    """A review: a blank --name (or -o stem) ran the whole fit, then blamed the measurements."""
+    records = tmp_path / "steps.jsonl"
+    synthetic_records(records)
+    out = tmp_path / ("m.json" if extra else " .json")
+    assert main(["costmodel", "fit", str(records), "-o", str(out), *extra]) == 2
+    assert said in capsys.readouterr().err and not out.exists()

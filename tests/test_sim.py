@@ -479,6 +479,20 @@ def test_an_engine_that_pads_prefills_the_prompts_arriving_together_at_the_longe
     assert summed.time_split["prefill"] == pytest.approx(5.0 + 3.0)
 
 
+def test_an_engine_that_pads_reads_every_row_cache_at_the_longest():
+    """No SD, two slots, prompts of 10 and 30 tokens decoding together and a third of 20 after the
+    first (c_fixed 1 s, c_kv 0.01 s per cached token): the steps' caches are (11, 31), (12, 32),
+    (33), (34, 21), (22) — 196 cached tokens in all, read as 2 × 31 + 2 × 32 + 33 + 2 × 34 + 22 =
+    249 by an engine whose attention reads a rectangle: 5 + 1.96 s against 5 + 2.49 s."""
+    plan = baseline_plan([3, 5, 3], [10, 30, 20])
+    cost = dict(c_fixed=1.0, c_tok=0.0, c_kv=0.01, overhead_s=0.0)
+    padded = predict_mixed(plan, LinearCostModel("pads", **cost, pads_verification=True), None, 2)
+    summed = predict_mixed(plan, LinearCostModel("sums", **cost), None, 2)
+    assert summed.time_split["verification"] == pytest.approx(5 + 1.96)
+    assert padded.time_split["verification"] == pytest.approx(5 + 2.49)
+    assert padded.peak_kv_tokens == summed.peak_kv_tokens  # what the cache holds is not what is read
+
+
 def test_the_no_match_guess_is_said_where_it_decides(tmp_path, capsys):
     """n-gram traces without draft_len: a dataset named like one of the paper's takes its guessed
     match probability, and the run says so; any other name takes none, and the run says that every
@@ -495,6 +509,11 @@ def test_the_no_match_guess_is_said_where_it_decides(tmp_path, capsys):
         assert said == (name == "qwen3-8b_cnn"), out
         assert ("its fixed and adaptive steps there are taken to have proposed (and paid its drafting) (no guess applies"
                 in out) == (name != "qwen3-8b_cnn"), out
+        # each row names the guess it replayed (a review: both rows said null, the option's value)
+        assert main(["simulate", str(tmp_path / f"{name}.jsonl"), "--acc", "ngram", "--policies", "fixed:1",
+                     "--batch-sizes", "1", "--format", "json"]) == 0
+        (row,) = json.loads(capsys.readouterr().out)
+        assert row["match_prob"] == (0.4 if name == "qwen3-8b_cnn" else None)
 
 
 def test_each_record_keeps_its_own_draft_len_where_another_lacks_one(tmp_path, capsys):

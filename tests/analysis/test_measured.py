@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
-from specscope.analysis.measured import MeasuredCell, read_bench_results, winners
+from specscope.analysis.measured import MeasuredCell, read_bench_results, simulated_for, winners
 from specscope.backends import BenchRow
 from specscope.errors import SpecscopeError
 
@@ -31,6 +32,18 @@ def test_written_rows_read_back_as_cells(tmp_path):
     assert [(c.dataset, c.method, c.k, c.batch_size) for c in cells] == [("code", "ngram", 3, 1), ("chat", "ngram", 3, 8)]
     assert [c.measured_speedup for c in cells] == pytest.approx([1.2, 0.9])
     assert all(c.simulated_speedup is None and c.error_pct is None for c in cells)
+
+
+def test_a_workload_names_its_dataset_as_traces_do(tmp_path):
+    """A bench row's workload is its file's stem already, dots and all (the paper's
+    ``llama3.1-8b_gsm8k``; ``gsm8k.v1`` beside ``gsm8k.v2``); a sweep's keeps the path
+    configured, whose stem names the dataset."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps([{**row(1, 1.2, 1.0).flat(), "workload": name}
+                                for name in ("llama3.1-8b_gsm8k", "gsm8k.v1", "gsm8k.v2", "/data/code.jsonl")]))
+    assert [c.dataset for c in read_bench_results([path])] == ["llama3.1-8b_gsm8k", "gsm8k.v1", "gsm8k.v2", "code"]
+    assert simulated_for(read_bench_results([path])[0], [SimpleNamespace(
+        dataset="llama3.1-8b_gsm8k", batch_size=1, acc="ngram", policy="fixed:3", speedup=1.25)]) == 1.25
 
 
 def test_error_pct_is_relative_to_the_measured_speedup():

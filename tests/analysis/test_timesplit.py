@@ -85,6 +85,8 @@ def test_runs_are_labelled_by_their_peak_batch(tmp_path):
     (json.dumps(step(verify_s=-1.0)), r"steps.jsonl:2: field 'verify_s': expected a number >= 0\.0, got -1\.0"),
     (json.dumps({k: v for k, v in step().items() if k != "k"}), r"steps.jsonl:2: field 'k': missing"),
     (json.dumps(step(tokens_emitted=[1, "2"])), r"steps.jsonl:2: field 'tokens_emitted'"),
+    (json.dumps(step(tokens_emitted=[1, 9])), r"field 'tokens_emitted': expected integers in \[1, 4\], got 9 at "
+                                              r"position 1 \(each request emits 1 … k \+ 1 tokens in a step\)$"),
     (json.dumps(step(batch_size=True)), r"steps.jsonl:2: field 'batch_size': expected an integer"),
     (json.dumps(step(method="")), r"steps.jsonl:2: field 'method': expected non-empty text"),
     (json.dumps(step(prefill_requests=-1)), r"steps.jsonl:2: field 'prefill_requests': expected an integer >= 0"),
@@ -97,11 +99,21 @@ def test_runs_are_labelled_by_their_peak_batch(tmp_path):
     (json.dumps(step(method="learned", choices=[["eagle", 0], None])), r"field 'choices': expected per request null "
                                                                        r"or \[method, k\]"),
     (json.dumps(step(method="learned", choices=[["bogus", 2], None])), r"field 'choices': expected per request null"),
+    (json.dumps(step(kv_longest=40)), r"steps.jsonl:2: field 'kv_longest': expected the longest cache of the 2 "
+                                      r"requests it decoded, whose caches hold kv_tokens \(100\): 50 … 100, got 40"),
+    (json.dumps(step(kv_longest=101)), r"field 'kv_longest': .* 50 … 100, got 101"),
 ])
 def test_bad_step_lines_name_file_line_and_field(tmp_path, line, message):
     path = write(tmp_path / "steps.jsonl", [step(), line])
     with pytest.raises(SpecscopeError, match=message):
         read_steps([path])
+
+
+def test_a_padded_read_of_the_cache_where_the_longest_is_recorded(tmp_path):
+    """Two rows holding 100 cached tokens, the longer 70: an attention over a rectangle reads
+    2 × 70 = 140; a record without the longest is read as its 100 cached tokens."""
+    recorded, old = read_steps([write(tmp_path / "steps.jsonl", [step(kv_longest=70), step(step=1)])])
+    assert (recorded.kv_read, old.kv_read) == (140, 100)
 
 
 def test_empty_and_missing_files(tmp_path):

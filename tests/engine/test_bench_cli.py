@@ -44,6 +44,7 @@ RECORD_FIELDS = {
     "prefill_width",
     "tokens_proposed",
     "choices",
+    "kv_longest",
 }
 
 

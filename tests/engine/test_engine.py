@@ -71,6 +71,19 @@ def test_plain_batches_equal_batch_one(llama_dir, reference):
     assert engine.stats.mean_acceptance_length() == 1.0
 
 
+def test_step_records_count_each_row_cache_and_the_longest(llama_dir):
+    """Two requests of prompts 8 and 3 decoding together: a step's kv_tokens is their caches' sum,
+    kv_longest the longer, and the record's kv_read the two rows padded to it."""
+    engine, _ = load_engine(llama_dir, "none", max_batch_size=4, max_seq_len=64)
+    engine.eos_token_ids = frozenset()
+    engine.add_request("a", [5, 6, 7, 5, 6, 7, 5, 6], max_tokens=4)
+    engine.add_request("b", [9, 10, 11], max_tokens=4)
+    engine.step()  # both prefilled, a first token each
+    engine.step()
+    record = engine.step_records[-1]  # the caches hold the prompts; each row's first token is its input
+    assert (record.decoded, record.kv_tokens, record.kv_longest, record.kv_read) == (2, 8 + 3, 8, 2 * 8)
+
+
 def test_step_records_and_stop_conditions(llama_dir):
     engine, _ = load_engine(llama_dir, "ngram", k=2, max_batch_size=4, max_seq_len=64)
     engine.eos_token_ids = frozenset()
@@ -95,7 +108,7 @@ def test_step_records_and_stop_conditions(llama_dir):
         outs = engine.step()
         total += len(outs[0].new_token_ids)
         last = engine.step_records[-1]
-        assert last.kv_tokens >= 3  # b's prompt at least
+        assert last.kv_tokens >= 3 and last.kv_longest == last.kv_tokens  # b's prompt at least; one row
         assert last.tokens_proposed == last.tokens_verified - 1 == last.batched_tokens - 1  # one row, at its own k
     assert total == 5 and outs[0].finish_reason == "length"
     # a stop token ends the request and is the last token returned

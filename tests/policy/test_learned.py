@@ -816,6 +816,15 @@ def test_a_policy_is_no_deeper_than_the_positions_its_walks_replay(tmp_path):
                  "-o", str(tmp_path / "d")]) == 0
     page = (tmp_path / "d" / "index.html").read_text()
     assert "batch sizes 1 (8, 16, 32, 64, 128 left out" in page and "it decides by" not in page
+    # a file calling itself by a preset's name is named as read, in the policy's caption too (a review)
+    from specscope.costmodel.registry import resolve_cost_model
+
+    named = tmp_path / "cm.json"
+    named.write_text(json.dumps(resolve_cost_model("h100-llama3.1-8b").describe()))
+    assert main(["report", str(traces), "--policy", str(policy), "--batch-sizes", "1", "--cost-model", str(named),
+                 "-o", str(tmp_path / "f")]) == 0
+    page = (tmp_path / "f" / "index.html").read_text()
+    assert f"judged here under h100-llama3.1-8b (from {named})" in page
 
 
 def test_simulate_notes_the_rule_only_at_batch_sizes_it_simulated(tmp_path, capsys):

@@ -615,3 +615,28 @@ def test_outputs_of_one_token_leave_out_the_bound_table_and_still_draw_their_pro
     figure = profile_figure(position_profiles(records))
     drawn = [line for ax in figure.axes for line in ax.get_lines()]
     assert drawn and all(len(line.get_xdata()) == 1 and line.get_marker() == "o" for line in drawn)
+
+
+def test_arrays_of_other_lengths_say_which_positions_each_policy_replays(tmp_path):
+    """A review: records whose EAGLE arrays run past the output. The report's oracle-combined
+    replays the positions its proposers' arrays share, the fixed ks each whole array — said, as
+    `simulate` says it; and the load's cut to the common prefix is the per-position analysis's."""
+    import numpy as np
+    from report_fixtures import synthetic_records
+
+    from specscope.report.build import build_report
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace
+
+    records = [replace(r, proposers={**r.proposers, "eagle": ProposerTrace(
+        np.concatenate([r.acc_len("eagle"), [3, 2]]).astype(np.int32))}) for r in synthetic_records("chat", 10, seed=3)]
+    write_traces(tmp_path / "chat.jsonl", records)
+    result = build_report([tmp_path / "chat.jsonl"], tmp_path / "r", ReportConfig(sim=SimConfig(batch_sizes=(1,))))
+    assert any(n.startswith("oracle-combined:ngram+eagle replays the positions its proposers' acc_len share, the "
+                            "other policies each proposer's whole array (10 of 10 records differ)") for n in result.notes)
+    assert any("cut to the common prefix" in n and n.endswith("in the per-position analysis (the simulation replays "
+                                                              "each proposer's whole array, oracle-combined the "
+                                                              "positions its proposers' arrays share)")
+               for n in result.notes)

@@ -23,8 +23,8 @@ fixed cost c_prompt_fixed), after
     that finished the one before it). Output lengths vary around ``output`` (request i:
     output + 3·(i mod 3)), so requests are admitted while others decode; prompt lengths too
     (prompt + prompt_step·(i mod 4)), so a prefill's positions vary apart from its prompts. ``pads``: the
-    engine prefills the prompts it admits together right-padded to the longest (as ``specscope
-    serve`` does; the cell says so). ``lengths``: the output lengths instead; ``draft``: the
+    engine prefills the prompts it admits together right-padded to the longest and its attention
+    reads every row's cache padded to the longest (as ``specscope serve`` does; the cell says so). ``lengths``: the output lengths instead; ``draft``: the
     drafting's coefficients instead of DRAFT's. ``proposing_every`` p > 1: an n-gram-like drafter
     whose row proposes k only on every p-th of its steps, emitting 2, …, k + 1, 2, … tokens on
     those in turn (1 on the others, whose drafting costs its fixed cost alone), the draft counters
@@ -44,7 +44,8 @@ fixed cost c_prompt_fixed), after
         while waiting and len(slots) + len(admitted) < batch:
             admitted.append({"r": waiting.pop(0), "done": 0, "steps": 0})
         n = len(slots)
-        cached = sum(prompts[s["r"]] + s["done"] for s in slots)
+        caches = [prompts[s["r"]] + s["done"] for s in slots]
+        cached = n * max(caches, default=0) if pads else sum(caches)  # a rectangle's keys: every row at the longest
         proposes = [s["steps"] % proposing_every == 0 for s in slots]
         step = 0.0
         if n:

@@ -72,16 +72,27 @@ def _sd_method(name: str) -> str:
     return name
 
 
+WORKLOAD_SUFFIXES = (".jsonl", ".json", ".gz")  # a workload named by its file
+
+
+def workload_name(workload: str) -> str:
+    """The dataset a measured ``workload`` names, as traces name theirs: a file's stem
+    (``/data/code.jsonl`` → ``code``: a sweep's cells keep the path configured), a name as it is
+    (``llama3.1-8b_gsm8k``: a bench row's workload is its file's stem already, and may hold dots)."""
+    path = Path(workload)
+    return path.stem if path.suffix in WORKLOAD_SUFFIXES or len(path.parts) > 1 else workload
+
+
 def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
     ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
     ``tree`` (a static tree), and a learned cell's ``policy`` and ``policy_sha256``;
-    the dataset is its ``workload`` field, else the file's stem."""
+    the dataset is its ``workload`` field (:func:`workload_name`), else the file's stem."""
     fields = Fields(obj, f"{path}: item {index}")
     tree = fields.text("tree", optional=True)
     method = fields.check("method", _sd_method, fields.text("method"))
     return MeasuredCell(
-        dataset=fields.text("workload", optional=True) or path.stem,
+        dataset=workload_name(fields.text("workload", optional=True) or path.stem),
         method=method,
         k=fields.integer("k", minimum=1),
         batch_size=fields.integer("batch_size", minimum=1),
@@ -110,7 +121,7 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
             where = f"{path}: item {i}"
             if isinstance(row.get("engine"), str):
                 engines.setdefault(row["engine"], where)
-            key = (Path(cell.dataset).stem, cell.method, cell.tree or cell.k, cell.batch_size)
+            key = (cell.dataset, cell.method, cell.tree or cell.k, cell.batch_size)
             if key in seen:
                 raise SpecscopeError(f"{where}: the cell {cell.label} k={cell.k} B={cell.batch_size} of "
                                      f"{key[0]} was measured already ({seen[key]}); give each cell once")
@@ -124,10 +135,10 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
 
 def simulated_for(cell: MeasuredCell, rows: Sequence) -> float | None:
     """The simulated speedup of ``cell``'s own configuration among ``rows`` (:class:`~specscope.sim.grid.SimRow`:
-    its workload's stem, its batch size, ``fixed:k`` or ``tree:SHAPE`` of its method; 1 for no SD),
+    its dataset, its batch size, ``fixed:k`` or ``tree:SHAPE`` of its method; 1 for no SD),
     ``None`` where the rows hold no such cell."""
-    dataset, policy = Path(cell.dataset).stem, f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}"
-    here = [r for r in rows if r.dataset == dataset and r.batch_size == cell.batch_size]
+    policy = f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}"
+    here = [r for r in rows if r.dataset == cell.dataset and r.batch_size == cell.batch_size]
     if cell.method == NO_SD:
         return 1.0 if here else None
     return next((r.speedup for r in here if r.acc == cell.method and r.policy == policy), None)

@@ -10,7 +10,9 @@ Measured: per-step records of an engine run, JSON Lines, one step a line::
 
 (``prefill_requests``, the prompts a step prefilled, may be missing: it is then taken as 1 for
 a step that prefilled and 0 otherwise. ``tokens_proposed``, the draft tokens its rows proposed,
-may be missing too: every row is then taken at the widest, ``tokens_verified``.)
+may be missing too: every row is then taken at the widest, ``tokens_verified``; and so may
+``kv_longest``, the longest cache among the rows a step decoded: its attention is then taken to
+read the cached tokens themselves, ``kv_tokens``, not every row padded to the longest.)
 
 A step's ``batch_size`` is the number of requests running in that step, which varies as
 requests finish and are admitted. So the reader cuts the records into runs — a run starts at
@@ -66,6 +68,7 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     shape = None if tree is None else fields.check("tree", parse_tree, tree)
     policy = fields.number("policy_s", default=0.0, low=0.0, high=MOST_S)  # absent in records before it existed
     proposed = fields.integer("tokens_proposed", optional=True)  # absent in records before it existed
+    longest = fields.integer("kv_longest", optional=True, maximum=MAX_CONTEXT)  # absent in records before it existed
     tokens = values["prefill_tokens"]
     prompts = (1 if tokens else 0) if prompts is None else prompts
     if not 0 <= prompts <= values["batch_size"]:
@@ -84,9 +87,10 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     widest = 1 + (values["k"] if shape is None else shape.nodes)  # a row's tokens verified at most
     step = MeasuredStep(method=method, policy_s=policy, tokens_proposed=proposed, choices=_choices(fields, method),
                         tokens_emitted=fields.int_array("tokens_emitted", low=1, high=widest,
-                                                        note=f"each request emits 1 … {'nodes' if shape else 'k'} + 1 "
-                                                             "tokens in a step").tolist(),
+                                                        note=f" (each request emits 1 … {'nodes' if shape else 'k'} + 1 "
+                                                             "tokens in a step)").tolist(),
                         prefill_requests=prompts, prefill_width=0 if width is None else width,
+                        kv_longest=0 if longest is None else longest,
                         tree=None if shape is None else shape.name, **values)
     _check_consistent(fields, step, widest)
     return step
@@ -134,6 +138,11 @@ def _check_consistent(fields: Fields, step: MeasuredStep, width: int) -> None:
     if step.tokens_proposed is not None and not 0 <= step.tokens_proposed <= step.tokens_verified - step.decoded:
         raise fields.error("tokens_proposed", f"expected 0 … {step.tokens_verified - step.decoded}: at most "
                                               f"tokens_verified less one per request decoded, got {step.tokens_proposed}")
+    if fields.obj.get("kv_longest") is not None and not step.kv_longest <= step.kv_tokens <= step.decoded * step.kv_longest:
+        least = -(-step.kv_tokens // max(step.decoded, 1))
+        raise fields.error("kv_longest", f"expected the longest cache of the {step.decoded} requests it decoded, whose "
+                                         f"caches hold kv_tokens ({step.kv_tokens}): {least} … {step.kv_tokens}, got "
+                                         f"{step.kv_longest}")
     if bool(step.prefill_requests) != bool(step.prefill_tokens):
         raise fields.error("prefill_requests", f"expected requests exactly where prefill_tokens > 0, got "
                                                f"{step.prefill_requests} with prefill_tokens {step.prefill_tokens}")

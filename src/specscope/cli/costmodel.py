@@ -97,6 +97,9 @@ def run_fit(args: argparse.Namespace) -> int:
         raise SpecscopeError("--validate: needs --traces of the sweep's workloads")
     output = Path(args.output)
     name = args.name or ("fitted" if to_stdout(output) else output.stem)
+    if not name.strip():  # checked before the fit, whose model would be refused for it
+        raise SpecscopeError(f"--name {args.name!r}: expected non-empty text" if args.name is not None else
+                             f"-o {output}: the model takes its name from the file's, which is blank: give --name")
     written = [args.from_sweep / n for n in ("calibration.csv", "coefficients.csv")] if args.validate else []
     for path in written:  # what --validate writes into the sweep's folder, checked before any work
         check_kept_table(path)

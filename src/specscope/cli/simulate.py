@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     )
     rows = simulate(records, args.acc, args.policies, cost, config)
     label = cost_label(args.cost_model, cost)
-    settings = {"cost_model": label, "seed": config.seed, "sample": config.sample, "match_prob": config.match_prob,
+    settings = {"cost_model": label, "seed": config.seed, "sample": config.sample,  # a row's own match_prob: its guess
                 "guess_no_match": config.guess_no_match, "lengths": args.lengths,
                 "traces": "; ".join(map(provenance, args.traces)), "made_by": code_version()}
     cells = [{**row.flat(), **settings} for row in rows]

@@ -17,8 +17,9 @@ asks the cost model for
   0 in the paper's fit, the rooflines and fits to step records, which do not see it;
 - ``pads_verification``: whether the engine runs rectangular batches, as specscope's reference
   engine does: it verifies every request padded to the longest proposal instead of Σ (k + 1)
-  tokens, and prefills the prompts that arrive together padded to the longest (prompts × the
-  longest, instead of their sum).
+  tokens, its attention reads every request's cache padded to the longest
+  (:meth:`StepLoad.cached_read`), and it prefills the prompts that arrive together padded to the
+  longest (prompts × the longest, instead of their sum).
 
 Drafting models, one per proposer:
 
@@ -60,6 +61,15 @@ class StepLoad:
     num_proposing: np.ndarray  # requests that proposed at least one draft token
     padded_tokens: np.ndarray  # num_running × max (k+1): what an engine that pads the batch verifies
     draft_widths: tuple[int, ...] = ()  # a tree step's drafter pass widths per sequence; () = chains
+    longest_cached: np.ndarray | None = None  # the longest cache among the running requests (None: all alike)
+
+    def cached_read(self, pads: bool) -> np.ndarray:
+        """[steps] the cached tokens a step's attention reads: ``kv_tokens``, or on an engine that
+        pads (``pads``) every running request's cache padded to the longest, ``num_running ×
+        longest_cached`` (the same where every request's cache is alike)."""
+        if not pads or self.longest_cached is None:
+            return self.kv_tokens
+        return self.num_running * self.longest_cached
 
     def peak_cached(self, prefilled: np.ndarray | float = 0.0) -> float:
         """The most tokens the KV cache holds in any step: its cached tokens, those it verifies, and

@@ -16,7 +16,8 @@ the fit on held-out cells.
 Its midpoint ``m`` fixes the step's load, from every request of the cell (times relative to the
 run's start): the running requests are those whose first chunk came before ``m`` and whose last
 came at or after it (``n``); each verifies ``w`` tokens, so the forward covers ``n·w`` tokens
-over the cached ``Σ (prompt + tokens received by m)``; requests whose first chunk arrives
+over the cached ``Σ (prompt + tokens received by m)`` (``n`` × the longest where the engine
+pads: its attention reads every row's cache padded to the longest); requests whose first chunk arrives
 within half a gap of the step's end were prefilled in it (``n_p`` prompts over ``P`` positions —
 their tokens, or ``n_p`` × the longest where the engine pads, as ``specscope serve`` does: one
 more forward). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
@@ -255,6 +256,7 @@ def cell_gaps(cell: CellRun) -> Gaps:
     received = np.column_stack([np.concatenate([[0.0], c])[np.searchsorted(t, mid, side="right")]
                                 for t, c in zip(times, tokens)])  # [gaps, requests]
     prefilled = (first[None, :] > mid[:, None]) & (first[None, :] <= (end + half)[:, None])
+    cache = running * (prompt[None, :] + received)  # [gaps, requests] each running request's cached tokens
     n = running.sum(axis=1).astype(float)
     n_p = prefilled.sum(axis=1).astype(float)
     # a request running alone: its own chunk tells whether its step proposed (widths and multi-token forwards per gap)
@@ -265,7 +267,7 @@ def cell_gaps(cell: CellRun) -> Gaps:
     has_prefill = p_tokens > 0
     gaps = Gaps(seconds=end - start,
                 tokens=np.where(n == 1, per_row, n * (_widest(width, proposing, n) if cell.pads else width)),
-                cached=(running * (prompt[None, :] + received)).sum(1), sequences=n + n_p, decodes=np.ones_like(n),
+                cached=n * cache.max(axis=1, initial=0.0) if cell.pads else cache.sum(axis=1), sequences=n + n_p, decodes=np.ones_like(n),
                 prefills=1.0 * has_prefill,
                 multi=np.where(n > 1, 1.0, n * chance[alone]) + (p_tokens > 1), width=per_row, running=n,
                 prefill=p_tokens, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
@@ -351,7 +353,7 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
     verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_positions)
     width = np.divide(column(lambda s: s.batched_tokens), n, out=np.zeros_like(n), where=n > 0)
     gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
-                tokens=verified, cached=column(lambda s: s.kv_tokens), sequences=column(lambda s: s.batch_size),
+                tokens=verified, cached=column(lambda s: s.kv_read), sequences=column(lambda s: s.batch_size),
                 decodes=1.0 * (n > 0), prefills=1.0 * (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
                 running=n, prefill=prefill, idle=np.zeros(len(n)),
                 method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))

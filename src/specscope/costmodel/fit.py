@@ -32,9 +32,10 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   ``learned``, which the simulator charges a causal policy on every step beside its proposers'
   drafting, :class:`~specscope.sim.switching.SwitchDrafting`). The rest of such a step's drafting
   is its proposers', priced from their own runs;
-- the engine verifies a rectangular batch (every request padded to the longest proposal) and
-  prefills one (every prompt padded to the longest), so the fitted model has
-  ``pads_verification=True``.
+- the engine verifies a rectangular batch (every request padded to the longest proposal, its
+  attention reading every row's cache padded to the longest: ``kv_tokens`` above is the record's
+  :attr:`~specscope.costmodel.steps.StepRecord.kv_read`) and prefills one (every prompt padded
+  to the longest), so the fitted model has ``pads_verification=True``.
 
 Shared machines drift: the same step can run 1.5× slower for seconds at a time. The reference
 engine runs no-SD and SD in lockstep (:mod:`specscope.backends.reference`), so a no-SD run and
@@ -235,7 +236,7 @@ def _speed_factors(steps: Sequence[MeasuredStep], repeat: np.ndarray, model: Lin
     repeats with the same batch size (a repeat's largest ``batch_size``)."""
     decode = np.array([s.decoded > 0 and s.verify_s > 0 and s.prefill_tokens == 0 for s in steps])
     measured = np.array([s.verify_s for s in steps])
-    shapes = np.array([[s.tokens_verified, s.kv_tokens, s.decoded] for s in steps], dtype=float).reshape(-1, 3)
+    shapes = np.array([[s.tokens_verified, s.kv_read, s.decoded] for s in steps], dtype=float).reshape(-1, 3)
     ratio = measured / np.maximum(model.forward_time(*shapes.T), 1e-12)
     size: dict[int, int] = {}
     for r, s in zip(repeat.tolist(), steps):
@@ -259,7 +260,7 @@ def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredSt
     mean of its run's points of its kind: see the module docstring)."""
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
     batched = np.array([s.tokens_verified for s in decode] + [s.prefill_positions for s in target_prefill])
-    kv = np.array([s.kv_tokens for s in decode] + [0] * len(target_prefill))
+    kv = np.array([s.kv_read for s in decode] + [0] * len(target_prefill))
     rows = np.array([s.decoded for s in decode] + [max(s.prefill_requests, 1) for s in target_prefill],
                     dtype=float)
     verify, prefilled = np.array([s.verify_s for s in decode]), np.array([s.prefill_s for s in target_prefill])
@@ -322,7 +323,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
     for method in sorted({s.method for s in decode} - {NO_SD, LEARNED}):
         mine = [s for s in decode if s.method == method]
         per_request = _draft_tokens(mine)
-        draft_kv = np.array([s.kv_tokens for s in mine])
+        draft_kv = np.array([s.kv_read for s in mine])
         running = np.array([s.decoded for s in mine], dtype=float)
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])

@@ -20,7 +20,8 @@ __all__ = ["NO_SD", "StepRecord", "MeasuredStep"]
 @dataclass
 class StepRecord:
     """One engine step. ``kv_tokens``: tokens in the KV cache of the running sequences at the
-    start of the step; ``tokens_verified``: positions the target scored in verification
+    start of the step (Σ over the rows it decoded); ``kv_longest``: the longest of those rows'
+    caches (0 in a record from before the field); ``tokens_verified``: positions the target scored in verification
     (batch × (max draft_len + 1); a tree step: batch × (nodes + 1)); ``tokens_emitted``: per
     request, in batch order (prefill's first token included); ``overhead_s`` = step wall time −
     the four measured phases (in ``specscope serve``, plus the serving loop's own time before
@@ -54,6 +55,7 @@ class StepRecord:
     prefill_width: int = 0  # the longest prompt it prefilled (0: none, or a record from before the field)
     tokens_proposed: int | None = None
     choices: list[list | None] | None = None  # [batch_size]: [method, k] per request (a policy's), None if prefilled
+    kv_longest: int = 0  # the longest cache among the rows it decoded (0: none, or a record from before the field)
 
     @property
     def decode_s(self) -> float:
@@ -79,6 +81,13 @@ class StepRecord:
         (``prefill_requests × prefill_width``), as the reference engine batches them; the prompt
         tokens themselves in a record without a width."""
         return self.prefill_requests * self.prefill_width if self.prefill_width else self.prefill_tokens
+
+    @property
+    def kv_read(self) -> int:
+        """Cached tokens its attention read: every row it decoded padded to the longest cache
+        (``decoded × kv_longest``), as the reference engine batches them (its keys form one
+        rectangle); ``kv_tokens``, the cached tokens themselves, in a record without the longest."""
+        return self.decoded * self.kv_longest if self.kv_longest else self.kv_tokens
 
     def to_json(self) -> str:
         """The record as one JSON line (no newline)."""

@@ -238,7 +238,7 @@ class Engine:
         clock = self.clock
         clock.reset()
         begin = clock.now()
-        kv_tokens = sum(self.cache.lengths[s.slot] for s in running if s.prefilled)
+        cached = [self.cache.lengths[s.slot] for s in running if s.prefilled]  # the rows it decodes
         active = [s for s in running if s.prefilled]  # fresh requests get their first token alone
         fresh = [s for s in running if not s.prefilled]
         if fresh:
@@ -281,7 +281,8 @@ class Engine:
                 verify_s=seconds["verify"],
                 sample_s=seconds["sample"],
                 overhead_s=max(0.0, wall - sum(seconds.values())),
-                kv_tokens=kv_tokens,
+                kv_tokens=sum(cached),
+                kv_longest=max(cached, default=0),
                 prefill_tokens=sum(s.prompt_len for s in fresh),
                 prefill_requests=len(fresh),
                 prefill_width=max((s.prompt_len for s in fresh), default=0),

@@ -185,7 +185,6 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim, option=False))
-    data.notes.extend(length_notes(sim_records, config.policies))
     data.notes.extend(adaptive_notes(sim_records, simulated, config.policies))
     every_k = sorted({k for c in held.values() for k in c.ks})
     past = cost.beyond_measured(every_k, config.sim.batch_sizes, names) if isinstance(cost, LinearCostModel) else None
@@ -206,9 +205,11 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         raise SpecscopeError(f"--batch-sizes: {','.join(map(str, config.sim.batch_sizes))}: every one is above the "
                              f"requests of every dataset here (the largest holds {largest}; mixed mode decodes B "
                              "distinct requests, --mode paper B copies of each)")
+    combined = []
     for pair, members in _pairs_by_dataset(sim_records, simulated).items():  # each dataset its own pair
-        data.rows += simulate(members, [COMBINED], [f"oracle-combined:{pair[0]}+{pair[1]}"], cost, config.sim,
-                              missing=data.notes)
+        combined.append(f"oracle-combined:{pair[0]}+{pair[1]}")
+        data.rows += simulate(members, [COMBINED], combined[-1:], cost, config.sim, missing=data.notes)
+    data.notes.extend(length_notes(sim_records, [*config.policies, *combined]))
     data.notes.extend(capacity_notes(data.rows, cost))
     if config.policy:
         data.policy_table, data.policy_choices = policy_section(sim_records, config.policy, cost, config.sim)

@@ -166,7 +166,9 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
     _list(out, {name: file_sha256(out / name) for name in writing})
     advance("done")
     log.info("wrote %s with %d figures and %d tables", index, len(figures), len(tables))
-    lengths = [r.summary() for r in data.load_reports if r.mismatched_records]  # as every verb that reads traces says
+    lengths = [f"{r.summary()} in the per-position analysis (the simulation replays each proposer's whole array, "
+               "oracle-combined the positions its proposers' arrays share)"
+               for r in data.load_reports if r.mismatched_records]  # as every verb that reads traces says, and where
     return ReportResult(index, [out / f.filename for f in figures], tables,
                         lengths + notes + [f"figure '{name}' not drawn: {why}" for name, why in skipped])
 

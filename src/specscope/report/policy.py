@@ -85,10 +85,11 @@ def _examples(records: Sequence[TraceRecord]) -> list[TraceRecord]:
     return [sorted(m, key=lambda r: r.output_len)[len(m) // 2] for m in list(groups.values())[:MAX_EXAMPLES]]
 
 
-def policy_label(path: str, cost: CostModel) -> str:
+def policy_label(path: str, cost: CostModel, label: str) -> str:
     """What produced the section's numbers: the policy file, the methods it chooses between, the
     cost model and batch sizes it was fitted for (a batch size between them takes the nearest
-    one's rule), and whether the report's cost model prices the policy's own work per step."""
+    one's rule), and whether the report's cost model (``cost``, named ``label`` as every priced
+    table names it) prices the policy's own work per step."""
     policy = load_policy(path)
     fitted = policy.document.get("cost_model", {})
     sizes = ", ".join(map(str, sorted(policy.choosers)))
@@ -96,11 +97,11 @@ def policy_label(path: str, cost: CostModel) -> str:
         cost.drafting_for(LEARNED)
         work = "its own work per step priced from the engine's measured policy_s"
     except SpecscopeError:
-        work = (f"its own work per step not priced ({cost.name} has no '{LEARNED}' entry: `costmodel fit` makes one "
+        work = (f"its own work per step not priced ({label} has no '{LEARNED}' entry: `costmodel fit` makes one "
                 "from the step records of an engine running the policy)")
     return (f"Policy {path} over {'+'.join(policy.methods)}, fitted for {fitted.get('name', 'an unnamed cost model')} "
             f"at batch sizes {sizes} (others take the nearest one's rule), proposing at most k = {policy.depth}; "
-            f"judged here under {cost.name}, {work}.")
+            f"judged here under {label}, {work}.")
 
 
 def gap_figure(table: Sequence[dict]) -> plt.Figure:

@@ -33,9 +33,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from specscope.analysis.measured import MeasuredCell, winner as measured_winner
+from specscope.analysis.measured import MeasuredCell, winner as measured_winner, workload_name
 from specscope.costmodel.linear import FittedCell
 from specscope.methods import NO_SD
 from specscope.report.style import batch_axis, proposer_colours, panel_grid, plt, short
@@ -79,10 +78,11 @@ def _config(cell: MeasuredCell) -> str:
 
 
 def fitted_to(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
-    """Whether ``cell`` is one the model was fitted to (workloads compared by their files' stems: a
-    bench names its workload by the path typed, ``code8.jsonl``)."""
+    """Whether ``cell`` is one the model was fitted to (workloads compared by the datasets they
+    name, :func:`~specscope.analysis.measured.workload_name`: a sweep's cells keep the path typed,
+    ``code8.jsonl``)."""
     return any(f.method == cell.method and f.batch_size == cell.batch_size
-               and Path(f.workload).stem == Path(cell.dataset).stem
+               and workload_name(f.workload) == cell.dataset
                and (f.tree or None) == (cell.tree or None) and (f.tree is not None or f.k == cell.k) for f in fitted)
 
 
@@ -108,7 +108,7 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
             top = max(steady, key=lambda r: r.steady_speedup)
             row.steady_best, row.steady_speedup = ((f"{top.acc} {top.policy}", top.steady_speedup)
                                                    if top.steady_speedup > 1 else (NO_SD, 1.0))
-        here = [c for c in measured if Path(c.dataset).stem == dataset and c.batch_size == b]
+        here = [c for c in measured if c.dataset == dataset and c.batch_size == b]
         priced = [(c, c.simulated_speedup) for c in here if c.simulated_speedup is not None]
         if priced:  # no SD is always a candidate: speedup 1, measured or not
             priced.append((MeasuredCell(dataset, NO_SD, 0, b, 1.0), 1.0))
@@ -176,7 +176,7 @@ def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitt
             for r in best:
                 ax.annotate(r.policy.removeprefix("fixed:"), (r.batch_size, r.speedup), fontsize=7,
                             textcoords="offset points", xytext=(0, 4), ha="center", color=colour)
-            for cell in (c for c in measured if Path(c.dataset).stem == dataset and c.method == proposer):
+            for cell in (c for c in measured if c.dataset == dataset and c.method == proposer):
                 predicted = cell.simulated_speedup
                 if predicted is None:
                     continue

@@ -98,6 +98,7 @@ class SimRow:
     mean_acceptance_length: float
     requests: int
     peak_kv_tokens: float = float("nan")  # the most tokens the KV cache held at once, with SD
+    match_prob: float | None = None  # the no-match guess its lookup steps replayed without draft_len (None: none)
     policy_sha256: str | None = None  # a learned policy's file content (its stamp): a file fitted again is told apart
     deepest_k: int = 0  # the most draft tokens one request's step proposed (a tree: its nodes)
     time_split: dict[str, float] = field(default_factory=dict)
@@ -333,13 +334,25 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
             acc_lens.append(np.maximum(first[:common], second[:common]))
         return make_plan(acc_lens, prompt_lens, policy, traced_k_max(records, policy.combined), seed=config.seed)
     traces = [r.proposers[acc] for r in records]
-    guess = config.guess_no_match and acc in LOOKUP_PROPOSERS
     return make_plan(
         [t.acc_len for t in traces], prompt_lens, policy, traced_k_max(records, [acc]),
         draft_lens=[t.draft_len for t in traces],  # each record's own; the guess only where one lacks it
-        match_prob=match_prob_for(dataset, config, acc) if guess else None,
+        match_prob=guessed_match_prob(records, acc, policy, config, dataset),
         seed=config.seed,
     )
+
+
+def guessed_match_prob(records: Sequence[TraceRecord], acc: str, policy: Policy, config: SimConfig,
+                       dataset: str) -> float | None:
+    """The no-match guess a chain of lookup proposer ``acc`` replays on ``records`` of ``dataset``
+    without a draft_len (:func:`match_prob_for`), ``None`` where none is guessed: every record
+    keeps its draft_len, the guess is off (``--no-guess``), the dataset has none, or the policy
+    is no chain of one proposer (a tree, an oracle of two, a switch)."""
+    if (not config.guess_no_match or acc not in LOOKUP_PROPOSERS or policy.switch is not None
+            or policy.tree is not None or policy.combined
+            or all(r.proposers[acc].draft_len is not None for r in records)):
+        return None
+    return match_prob_for(dataset, config, acc)
 
 
 def causal_walk(records: Sequence[TraceRecord], policy: Policy, k_max: int, batch_size: int, mode: str) -> Plan:
@@ -495,6 +508,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         baseline_latency_per_token=base_pred.latency_per_token,
                         acceptance_rate=alpha, mean_acceptance_length=tau,
                         requests=len(members), peak_kv_tokens=sd.peak_kv_tokens, policy_sha256=policy.sha256,
+                        match_prob=guessed_match_prob(members, acc, policy, config, dataset),
                         deepest_k=deepest,
                         time_split=sd.time_split,
                     )

@@ -68,13 +68,15 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         drafting = drafting.bind(plan, per_iteration, deepest)
     longest = deepest(plan.verify_tokens)  # [T] max (k+1) over running requests
     running = per_iteration(None)
+    cached = (plan.prompt_len[request] + plan.pos).astype(float)  # [S] each step's request's cache
     load = StepLoad(
         batched_tokens=per_iteration(plan.verify_tokens),
-        kv_tokens=per_iteration(plan.prompt_len[request] + plan.pos),
+        kv_tokens=per_iteration(cached),
         num_running=running,
         num_proposing=per_iteration(plan.proposed > 0),
         padded_tokens=running * longest,
         draft_widths=plan.draft_widths,
+        longest_cached=deepest(cached),
     )
     priced = price_steps(cost, drafting, load)
     admitted = per_iteration(None, admit)  # [T]

@@ -66,8 +66,10 @@ class DeepestPasses:
 
 def price_steps(cost: CostModel, drafting: Drafting | None, load: StepLoad) -> PricedSteps:
     """Verification = one target forward over the step's tokens; drafting per ``drafting``;
-    one overhead per step that has running requests. ``drafting=None`` means no SD."""
+    one overhead per step that has running requests. ``drafting=None`` means no SD. On an engine
+    that pads, the target and a drafter read every row's cache padded to the longest."""
     active = load.num_running > 0
+    load = replace(load, kv_tokens=load.cached_read(cost.pads_verification))
     verified = load.padded_tokens if cost.pads_verification else load.batched_tokens
     verification = np.where(active, cost.forward_time(verified, load.kv_tokens, load.num_running), 0.0)
     draft = np.zeros_like(verification) if drafting is None else drafting.time(load, verification)

@@ -48,7 +48,9 @@ more than it saved: that first read pads every row of the drafter's forward to t
 width). On an engine that pads the rows of one forward (the cost model's
 ``pads_verification``: specscope's reference engine), a causal policy's rows catch up in one
 chunk as wide as the longest catch-up among them: rows × the longest; elsewhere, and for the
-oracles, the sum.
+oracles, the sum. There, too, a drafter's attention reads the cache of every row it drafts for
+padded to the longest among them (the oracles' over every running row), as the target's does
+(:meth:`~specscope.costmodel.base.StepLoad.cached_read`).
 
 A causal policy's own work (observations, decision, bookkeeping: what an engine spends on the
 policy beyond its proposers) is charged on every step for every running request where the cost
@@ -228,6 +230,10 @@ class SwitchDrafting:
             raise SpecscopeError(f"a plan switching between {plan.methods} priced with {self.methods}")
         loads, caught_up = [], []
         every, kv = aggregate(None), (plan.prompt_len[plan.request_of_step] + plan.pos).astype(float)
+
+        def cached(rows: np.ndarray, mine: np.ndarray) -> np.ndarray:  # what a drafter's attention reads
+            return rows * deepest(np.where(mine, kv, 0.0)) if self.pads else aggregate(np.where(mine, kv, 0.0))
+
         for index in range(len(self.methods)):
             mine = plan.method == index
             proposing = mine & (plan.proposed > 0)
@@ -235,14 +241,14 @@ class SwitchDrafting:
                 mine = proposing = np.ones_like(mine)
             tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
             rows = aggregate(mine.astype(float))
-            load = StepLoad(batched_tokens=aggregate(tokens), kv_tokens=aggregate(np.where(mine, kv, 0.0)),
+            load = StepLoad(batched_tokens=aggregate(tokens), kv_tokens=cached(rows, mine),
                             num_running=rows, num_proposing=aggregate(proposing.astype(float)),
                             padded_tokens=rows * deepest(tokens))
             if self.stateful(index):
                 behind = catch_up(plan, index).astype(float)
                 caught_up.append(rows * deepest(behind) if self.causal and self.pads else aggregate(behind))
                 if not self.causal:  # an oracle: its mean k over every running row, as a one-proposer oracle's
-                    load = _over_every_row(load, every, aggregate(kv))
+                    load = _over_every_row(load, every, cached(every, np.ones_like(mine)))
             else:
                 caught_up.append(None)
             loads.append(load)
