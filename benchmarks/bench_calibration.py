@@ -114,7 +114,7 @@ def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, f
     decode = [s for s in steps if s.batch_size > 0 and s.prefill_tokens == 0]
     verified = np.array([s.tokens_verified for s in decode], dtype=float)
     spent = {"c_fixed": model.c_fixed, "c_tok": model.c_tok * verified.mean(),
-             "c_kv": model.c_kv * np.mean([s.kv_tokens for s in decode]),
+             "c_kv": model.c_kv * np.mean([s.kv_read for s in decode]),
              "c_req": model.c_req * np.mean([s.batch_size for s in decode]),
              "c_multi": model.c_multi * np.mean(verified > 1),
              "c_batch": model.c_batch * np.mean([s.batch_size > 1 for s in decode]),

@@ -616,3 +616,26 @@ def test_a_blank_name_is_refused_before_the_fit(tmp_path, capsys, extra, said):
     out = tmp_path / ("m.json" if extra else " .json")
     assert main(["costmodel", "fit", str(records), "-o", str(out), *extra]) == 2
     assert said in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.parametrize("whole", [[], ["--whole-steps"]])
+def test_a_prefill_attention_growing_with_the_square_of_its_prompts_is_recovered(tmp_path, whole):
+    """Prefills of 1–4 prompts padded to 20–800 positions, whose attention among their own
+    positions costs 2e-8 s per query–key pair (prompts × width²) beside 6e-5 s a position: both
+    fits recover the pair's price (the whole-step fit's within 2 %: it reads each step whole)."""
+    rng = np.random.default_rng(2)
+    lines = []
+    for i in range(120):
+        batch, kv, width, fresh = int(rng.integers(1, 5)), int(rng.integers(100, 3000)), 0, 0
+        line = step(i, "none", 0, batch, kv, 0.002 + 1e-4 * batch + 2e-7 * kv + 3e-4 * (batch > 1))
+        if i % 3 == 0:
+            fresh, width = int(rng.integers(1, 5)), int(rng.integers(20, 800))
+            positions = fresh * width
+            line.update(batch_size=batch + fresh, tokens_emitted=[1] * (batch + fresh), prefill_requests=fresh,
+                        prefill_width=width, prefill_tokens=positions - int(rng.integers(0, fresh)),
+                        prefill_s=0.002 + 1e-4 * positions + 3e-4 + 2e-8 * fresh * width ** 2)
+        lines.append(line)
+    records, out = tmp_path / "steps.jsonl", tmp_path / "fitted.json"
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert main(["costmodel", "fit", str(records), *whole, "-o", str(out)]) == 0
+    assert json.loads(out.read_text())["forward"]["c_prompt_kv"] == pytest.approx(2e-8, rel=0.02 if whole else 1e-6)

@@ -477,6 +477,12 @@ def test_an_engine_that_pads_prefills_the_prompts_arriving_together_at_the_longe
     summed = predict_mixed(plan, LinearCostModel("sums", **cost), None, 2)
     assert padded.time_split["prefill"] == pytest.approx(7.0 + 3.0)
     assert summed.time_split["prefill"] == pytest.approx(5.0 + 3.0)
+    # their attention among their own positions: 2 × 30² = 1800 pairs padded, 10² + 30² = 1000 not; 20² later
+    cost["c_prompt_kv"] = 1e-3
+    padded = predict_mixed(plan, LinearCostModel("pads", **cost, pads_verification=True), None, 2)
+    summed = predict_mixed(plan, LinearCostModel("sums", **cost), None, 2)
+    assert padded.time_split["prefill"] == pytest.approx(7.0 + 1.8 + 3.0 + 0.4)
+    assert summed.time_split["prefill"] == pytest.approx(5.0 + 1.0 + 3.0 + 0.4)
 
 
 def test_an_engine_that_pads_reads_every_row_cache_at_the_longest():

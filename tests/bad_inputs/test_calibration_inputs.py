@@ -184,7 +184,7 @@ CASES = [
     Case("steps-tree-without-sd", ["costmodel", "fit", "s.jsonl", "-o", "m.json"],
          r"s\.jsonl:1: field 'tree': expected none on a step without SD", {"s.jsonl": step(1, tree="2x1")}),
     Case("steps-too-few", ["costmodel", "fit", "s.jsonl", "--whole-steps", "-o", "m.json"],
-         r"costmodel fit --whole-steps: 3 observed steps for 9 coefficients .*give more step records", {"s.jsonl": "".join(step(i) for i in range(1, 4))}),
+         r"costmodel fit --whole-steps: 3 observed steps for 10 coefficients .*give more step records", {"s.jsonl": "".join(step(i) for i in range(1, 4))}),
     Case("output-tokens-as-text", FIT, rf"{REQUEST}: field 'output_tokens': expected an integer, got text '44'",
          sweep(lambda d: (d["timeline"][0].update(output_tokens="44"), [r.pop("chunk_tokens", None)
                                                                          for r in d["timeline"]]))),

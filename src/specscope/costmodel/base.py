@@ -6,9 +6,12 @@ asks the cost model for
 - ``forward_time(batched_tokens, kv_tokens, num_running)``: one target forward that processes
   ``batched_tokens`` new tokens of ``num_running`` sequences while ``kv_tokens`` tokens sit in
   the KV cache (all running sequences together);
-- ``prefill_forward_time(prompt_tokens, num_prompts)``: one target forward over
-  ``num_prompts`` new prompts of ``prompt_tokens`` positions in all, with an empty cache (a
-  fitted model may price a prompt's positions apart from verified tokens);
+- ``prefill_forward_time(prompt_tokens, num_prompts, prompt_pairs)``: one target forward over
+  ``num_prompts`` new prompts of ``prompt_tokens`` positions in all, with an empty cache, whose
+  attention computes ``prompt_pairs`` query–key pairs among them — Σ over the prompts of their
+  length², each at the longest on an engine that pads (a causal kernel computes about half of each
+  square; a fitted price per pair carries the half) — a fitted model may price a prompt's
+  positions apart from verified tokens, and those pairs;
 - ``drafting_time(proposer, load, verify_time)``: the proposer's drafting for that step;
 - ``overhead_s``: engine overhead per step (scheduling, sampling, bookkeeping);
 - ``admit_s``: a server's work on arriving requests outside its engine's steps (parsing the HTTP
@@ -181,7 +184,8 @@ class CostModel(Protocol):
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray: ...
 
-    def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray: ...
+    def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray,
+                             prompt_pairs: np.ndarray | float = 0.0) -> np.ndarray: ...
 
     def drafting_for(self, proposer: str) -> Drafting: ...
 

@@ -56,7 +56,10 @@ own prefill step; without this term the fit fell 1–3 % short of every batch-1 
 In both, forward = ``c_fixed + c_tok·tokens + c_kv·cached + c_req·sequences + c_multi·[tokens > 1]
 + c_batch·([n > 1] + [n_p > 1])`` (``c_batch`` once for each forward over several sequences — the
 verification of ``n`` rows, the prefill of ``n_p`` prompts: see :mod:`~specscope.costmodel.linear`;
-``c_fixed`` only where a decode forward ran) and prefill = ``c_prompt_fixed + c_prompt·P`` (a
+``c_fixed`` only where a decode forward ran) and prefill = ``c_prompt_fixed + c_prompt·P +
+c_prompt_kv·Q``, ``Q`` the query–key pairs of its attention among the prompts' positions (Σ
+prompt², ``n_p`` × the longest² where the engine pads; a step record's ``prefill_requests ×
+prefill_width²``) (a
 prefill forward's own fixed cost: on ``specscope serve`` a prompt prefilled alone took 6.8 ms +
 0.061 ms a position in the server's step records beside a decode forward's 3.1–3.5 ms; priced at
 ``c_fixed`` — the first chunk read as a decode forward plus its prefill — the held-out worst error of
@@ -185,6 +188,7 @@ class Gaps:
     width: np.ndarray  # w
     running: np.ndarray  # n
     prefill: np.ndarray  # P: the positions it prefills
+    pairs: np.ndarray  # the query–key pairs its prefill's attention computes (costmodel.base)
     idle: np.ndarray  # 1 for a request's first chunk from an idle engine (its arrival's work: admit_s)
     method: np.ndarray  # [gaps] str
     scale: np.ndarray  # the mean gap of its cell: errors are weighed relative to it
@@ -192,7 +196,7 @@ class Gaps:
     def target_features(self) -> np.ndarray:
         batches = 1.0 * (self.running > 1) + ((self.sequences - self.running) > 1)  # forwards of several sequences
         return np.column_stack([self.decodes, self.tokens, self.cached, self.sequences, self.multi, self.prefill,
-                                batches, self.idle, self.prefills])
+                                batches, self.idle, self.prefills, self.pairs])
 
     def drafting_features(self) -> np.ndarray:
         proposed = np.where(self.running > 0, self.width - 1, 0.0)  # tokens each running row proposed
@@ -262,15 +266,16 @@ def cell_gaps(cell: CellRun) -> Gaps:
     # a request running alone: its own chunk tells whether its step proposed (widths and multi-token forwards per gap)
     alone_width = 1.0 + (width - 1.0) / proposing * chance[alone] if proposing > 0 else np.ones(len(n))
     per_row = np.where(n == 1, alone_width, width)
-    p_tokens = n_p * np.where(prefilled, prompt[None, :], 0.0).max(axis=1, initial=0.0) if cell.pads \
-        else prefilled.astype(float) @ prompt  # a rectangular prefill pads its prompts to the longest
+    longest = np.where(prefilled, prompt[None, :], 0.0).max(axis=1, initial=0.0)
+    p_tokens = n_p * longest if cell.pads else prefilled.astype(float) @ prompt  # a rectangle pads to the longest
+    pairs = n_p * longest ** 2 if cell.pads else prefilled.astype(float) @ prompt ** 2
     has_prefill = p_tokens > 0
     gaps = Gaps(seconds=end - start,
                 tokens=np.where(n == 1, per_row, n * (_widest(width, proposing, n) if cell.pads else width)),
                 cached=n * cache.max(axis=1, initial=0.0) if cell.pads else cache.sum(axis=1), sequences=n + n_p, decodes=np.ones_like(n),
                 prefills=1.0 * has_prefill,
                 multi=np.where(n > 1, 1.0, n * chance[alone]) + (p_tokens > 1), width=per_row, running=n,
-                prefill=p_tokens, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
+                prefill=p_tokens, pairs=pairs, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
                 scale=np.zeros(len(n)))
     gaps = _concat([gaps, _first_chunks(cell, times, prompt)])
     kind = np.concatenate([1 * has_prefill, np.full(len(gaps.seconds) - len(n), 2)])  # decode, +prefill, alone
@@ -355,7 +360,7 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
     gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
                 tokens=verified, cached=column(lambda s: s.kv_read), sequences=column(lambda s: s.batch_size),
                 decodes=1.0 * (n > 0), prefills=1.0 * (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
-                running=n, prefill=prefill, idle=np.zeros(len(n)),
+                running=n, prefill=prefill, pairs=column(lambda s: s.prefill_pairs), idle=np.zeros(len(n)),
                 method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))
     run = column(lambda s: s.run)
     keep = _not_stalled(gaps.seconds, 3 * run + (prefill > 0) + (n == 0), prefill)
@@ -383,7 +388,8 @@ def _first_chunks(cell: CellRun, times: list[np.ndarray], prompt: np.ndarray) ->
     count = int(alone.sum())
     zero, one = np.zeros(count), np.ones(count)
     return Gaps(seconds=(first - sent)[alone], tokens=zero, cached=zero, sequences=one, decodes=zero, prefills=one,
-                multi=1.0 * (prompt[alone] > 1), width=zero, running=zero, prefill=prompt[alone], idle=one,
+                multi=1.0 * (prompt[alone] > 1), width=zero, running=zero, prefill=prompt[alone],
+                pairs=prompt[alone] ** 2, idle=one,
                 method=np.full(count, cell.method, dtype=object), scale=zero.copy())
 
 
@@ -476,7 +482,7 @@ def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untol
         name, forward["c_fixed"], forward["c_tok"], forward["c_kv"], 0.0, c_req=forward["c_req"],
         c_multi=forward["c_multi"], admit_s=forward["admit_s"], pads_verification=pads,
         c_prompt=forward["c_prompt"] if prefilled else None, c_batch=forward["c_batch"],
-        c_prompt_fixed=forward["c_prompt_fixed"] if prefilled else None,
+        c_prompt_fixed=forward["c_prompt_fixed"] if prefilled else None, c_prompt_kv=forward["c_prompt_kv"],
         drafting={m: LinearDrafting.per_proposed_token(d["c_fixed"], d["c_tok"], d["c_req"], d["c_batched"], c_kv=0.0,
                                                        c_prefill=d["c_prefill"]) for m, d in terms.items()},
         fitted_cells=fitted, not_separated=untold, made_by=code_version(),
@@ -503,12 +509,13 @@ def _slowed(gaps: Gaps, factor: float) -> Gaps:
 
 def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more requests"
          ) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
-    """The forward's coefficients [5], ``c_prompt``, ``c_batch``, ``admit_s`` and ``c_prompt_fixed`` [1 each], and each
+    """The forward's coefficients [5], ``c_prompt``, ``c_batch``, ``admit_s``, ``c_prompt_fixed`` and ``c_prompt_kv`` [1 each], and each
     method's drafting [5, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
     least-squares problem over the forward's columns (every gap) and each method's drafting columns
     (its gaps, 0 elsewhere), every error relative to its ``scale`` (its cell's mean gap; a step
     record's, its run's mean step over √ its rows); and the terms (``TERM``, ``METHOD.TERM``) the gaps
-    cannot tell apart (:func:`~specscope.costmodel.fit.unseparated`), of which the first ones
+    cannot tell apart (:func:`~specscope.costmodel.fit.unseparated`; a prefill's query–key pairs
+    among them are left out — priced at 0 — rather than blur the terms a sweep does pin), of which the first ones
     (the forward's before a drafter's, in the order of the columns) carry their joint cost and
     the later ones are 0 wherever that fits as well: a fixed cost rather than none and one per
     cached token over prompts of one length. A fit that puts the whole forward on the cached
@@ -528,6 +535,8 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
         raise SpecscopeError(f"{what}: {len(a)} observed steps for {a.shape[1]} coefficients (the forward's "
                              f"and each method's drafting: {more})")
     names = [*TARGET_TERMS, *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS)]
+    if "c_prompt_kv" in unseparated(a, names):  # prompts too alike for a square to differ from a line:
+        a[:, TARGET_TERMS.index("c_prompt_kv")] = 0.0  # priced per position alone (and named), the rest as before
     coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
     kv, free = TARGET_TERMS.index("c_kv"), [TARGET_TERMS.index(t) for t in ("c_fixed", "c_tok", "c_req")]
     if coef[kv] > 0 and not coef[free].any():  # the whole forward per cached token: one over an empty cache free

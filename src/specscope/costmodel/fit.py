@@ -5,9 +5,11 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
 - target forward: ``verify_s ≈ c_fixed + c_tok·tokens_verified + c_kv·kv_tokens +
   c_req·decoded + c_multi·[tokens_verified > 1]`` (``decoded``: the requests it verified, the
   running ones less those the step prefilled, which get their first token alone), plus one point
-  ``prefill_s ≈ c_fixed + c_tok·positions + c_req·prefill_requests + c_multi`` per no-SD
-  step that prefilled, ``positions`` = its prompts right-padded to the longest, as the engine
-  batches them (``prefill_requests × prefill_width``; the prompt tokens in records without a width);
+  ``prefill_s ≈ c_fixed + c_tok·positions + c_req·prefill_requests + c_multi + c_prompt_kv·pairs``
+  per no-SD step that prefilled, ``positions`` = its prompts right-padded to the longest, as the
+  engine batches them (``prefill_requests × prefill_width``; the prompt tokens in records without a
+  width), ``pairs`` its attention's query–key pairs among them
+  (:attr:`~specscope.costmodel.steps.StepRecord.prefill_pairs`: ``prefill_requests × prefill_width²``);
 - overhead per step: the mean of ``sample_s + overhead_s`` over the steps without SD (the
   simulator's overhead covers sampling and bookkeeping);
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
@@ -177,8 +179,9 @@ def _drafter_prefill(steps: Sequence[MeasuredStep], target: LinearCostModel) -> 
         return 0.0
     tokens = np.array([s.prefill_positions for s in steps], dtype=float)
     prompts = np.array([max(s.prefill_requests, 1) for s in steps], dtype=float)
+    pairs = np.array([s.prefill_pairs for s in steps], dtype=float)
     times = np.array([s.prefill_s for s in steps])
-    extra = times - target.prefill_forward_time(tokens, prompts)
+    extra = times - target.prefill_forward_time(tokens, prompts, pairs)
     return float(nonnegative_relative_fit(tokens[:, None], extra, "the drafter's prefill", run_means(steps, times))[0])
 
 
@@ -203,8 +206,8 @@ def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Lin
         model, drafting = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
     decode, prefill = _decode_and_prefill(steps)
     model = replace(model, measured=measured_extent(decode))
-    batched, kv, rows, times, _ = _forward_points(decode, prefill)
-    rel = np.abs(model.forward_time(batched, kv, rows) - times) / times
+    batched, kv, rows, pairs, times, _ = _forward_points(decode, prefill)
+    rel = np.abs(model.forward_time(batched, kv, rows) + model.c_prompt_kv * pairs - times) / times
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)),
                          float(factors.max(initial=1.0)), float(factors.min(initial=1.0)), drafting)
     return model, quality
@@ -254,18 +257,20 @@ def _decode_and_prefill(steps: Sequence[MeasuredStep]) -> tuple[list[MeasuredSte
 
 
 def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredStep]
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The target-forward points: batched tokens, cached tokens, sequences, seconds and each
-    point's scale [n] (every verify forward, and the prefills of no-SD runs, each scaled by the
-    mean of its run's points of its kind: see the module docstring)."""
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The target-forward points: batched tokens, cached tokens, sequences, a prefill's query–key
+    pairs (0 for a verification), seconds and each point's scale [n] (every verify forward, and
+    the prefills of no-SD runs, each scaled by the mean of its run's points of its kind: see the
+    module docstring)."""
     target_prefill = [s for s in prefill if s.method == NO_SD] or prefill  # SD prefills add the drafter's
     batched = np.array([s.tokens_verified for s in decode] + [s.prefill_positions for s in target_prefill])
     kv = np.array([s.kv_read for s in decode] + [0] * len(target_prefill))
     rows = np.array([s.decoded for s in decode] + [max(s.prefill_requests, 1) for s in target_prefill],
                     dtype=float)
+    pairs = np.array([0] * len(decode) + [s.prefill_pairs for s in target_prefill], dtype=float)
     verify, prefilled = np.array([s.verify_s for s in decode]), np.array([s.prefill_s for s in target_prefill])
     scale = np.concatenate([run_means(decode, verify), run_means(target_prefill, prefilled)])
-    return batched, kv, rows, np.concatenate([verify, prefilled]), scale
+    return batched, kv, rows, pairs, np.concatenate([verify, prefilled]), scale
 
 
 def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
@@ -310,12 +315,16 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
     """One fit of every coefficient (see the module docstring), on times as given; and per
     drafting method the median |error| of its fitted drafting time over its steps' time."""
     decode, prefill = _decode_and_prefill(steps)
-    batched, kv, rows, times, scale = _forward_points(decode, prefill)
-    features = np.column_stack([_design(batched, kv), rows, batched > 1])
-    c_fixed, c_tok, c_kv, c_req, c_multi = map(float, nonnegative_relative_fit(features, times, "target forward", scale))
-    untold = unseparated(features, FORWARD_TERMS)
+    batched, kv, rows, pairs, times, scale = _forward_points(decode, prefill)
+    features = np.column_stack([_design(batched, kv), rows, batched > 1, pairs])
+    if not pairs.any() or "c_prompt_kv" in unseparated(features, (*FORWARD_TERMS, "c_prompt_kv")):
+        features = features[:, :-1]  # no prefill, or prompts too alike for a square to differ from a line
+    c_fixed, c_tok, c_kv, c_req, c_multi, *pair = map(
+        float, nonnegative_relative_fit(features, times, "target forward", scale))
+    c_prompt_kv = pair[0] if pair else 0.0
+    untold = unseparated(features, FORWARD_TERMS) + (["c_prompt_kv"] if pairs.any() and not pair else [])
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
-                              c_multi=c_multi, made_by=code_version())
+                              c_multi=c_multi, c_prompt_kv=c_prompt_kv, made_by=code_version())
     plain = [s for s in decode if s.method == NO_SD] or decode
     overhead = float(np.mean([s.sample_s + s.overhead_s for s in plain])) if plain else 0.0
     drafting: dict[str, Drafting] = {}

@@ -15,7 +15,12 @@ one sequence to four cost more per sequence than from four to eight (chunk gaps 
 average in four sweeps, with it 1–4 % (2026-12-02).
 
 A prefill — a forward over whole prompts, with an empty cache — costs
-``c_prompt_fixed + c_prompt·positions + c_req·prompts + c_multi·[positions > 1]``: the same forward
+``c_prompt_fixed + c_prompt·positions + c_prompt_kv·pairs + c_req·prompts + c_multi·[positions > 1]``
+(``pairs``: the query–key pairs its attention computes among the prompts' own positions, Σ over
+prompts of their length², each padded to the longest on an engine that pads — a cost that grows
+with the square of a prompt, which a price per position cannot follow: on ``specscope serve`` with
+prompts of 50–520 tokens its batch-8 prefills took 1.5× a fit without it, 2026-12-04; 0 in the
+paper's fit, whose prompts were short beside its model): the same forward
 with its own fixed cost and cost per position where a fit measured them (``c_prompt_fixed``, else
 ``c_fixed``; ``c_prompt``, else ``c_tok``, as in the paper's fit). On ``specscope serve`` a prefill of
 one prompt alone took 6.8 ms + 0.061 ms a position in the server's own step records, where a decode
@@ -100,6 +105,7 @@ class LinearCostModel:
     c_prompt: float | None = None  # seconds per position of a prefill forward (None: c_tok)
     c_prompt_fixed: float | None = None  # seconds per prefill forward beside its positions (None: c_fixed)
     c_batch: float = 0.0  # seconds added to a forward over more than one sequence
+    c_prompt_kv: float = 0.0  # seconds per query–key pair of a prefill's attention among its prompts' positions
     made_by: str = ""  # a fitted model: the code that fitted it (specscope.version.code_version)
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
@@ -119,10 +125,11 @@ class LinearCostModel:
         none was fitted."""
         return self.c_fixed if self.c_prompt_fixed is None else self.c_prompt_fixed
 
-    def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
+    def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray,
+                             prompt_pairs: np.ndarray | float = 0.0) -> np.ndarray:
         positions, prompts = np.asarray(prompt_tokens), np.asarray(num_prompts)
-        return (self.prompt_fixed + self.prompt_price * positions + self.c_req * prompts
-                + self.c_multi * (positions > 1) + self.c_batch * (prompts > 1))
+        return (self.prompt_fixed + self.prompt_price * positions + self.c_prompt_kv * np.asarray(prompt_pairs)
+                + self.c_req * prompts + self.c_multi * (positions > 1) + self.c_batch * (prompts > 1))
 
     def drafting_for(self, proposer: str) -> Drafting:
         return drafting_lookup(self.name, self.drafting, proposer)
@@ -140,7 +147,8 @@ class LinearCostModel:
             "forward": {"c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv, "c_req": self.c_req,
                         "c_multi": self.c_multi, **({} if self.c_prompt is None else {"c_prompt": self.c_prompt}),
                         **({} if self.c_prompt_fixed is None else {"c_prompt_fixed": self.c_prompt_fixed}),
-                        **({"c_batch": self.c_batch} if self.c_batch else {})},
+                        **({"c_batch": self.c_batch} if self.c_batch else {}),
+                        **({"c_prompt_kv": self.c_prompt_kv} if self.c_prompt_kv else {})},
             "overhead_s": self.overhead_s,
             **({"admit_s": self.admit_s} if self.admit_s else {}),
             "pads_verification": self.pads_verification,
@@ -209,7 +217,7 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
 
 
 FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_multi may be left out
-TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s", "c_prompt_fixed")  # every target term a fit names
+TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s", "c_prompt_fixed", "c_prompt_kv")  # every target term a fit names
 LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched")  # the first 3 required
 
 
@@ -253,8 +261,8 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
                "not_separated", "measured", "made_by"])
     forward = spec.child("forward")
-    forward.only([*FORWARD_TERMS, "c_prompt", "c_prompt_fixed", "c_batch"])
-    terms = _coefficients(forward, FORWARD_TERMS[:3], [*FORWARD_TERMS[3:], "c_batch"])
+    forward.only([*FORWARD_TERMS, "c_prompt", "c_prompt_fixed", "c_batch", "c_prompt_kv"])
+    terms = _coefficients(forward, FORWARD_TERMS[:3], [*FORWARD_TERMS[3:], "c_batch", "c_prompt_kv"])
     c_prompt, c_prompt_fixed = (forward.number(name, low=0.0, high=MAX_COEFFICIENT_S) if name in forward.obj else None
                                 for name in ("c_prompt", "c_prompt_fixed"))
     if terms["c_fixed"] + terms["c_tok"] + terms.get("c_req", 0.0) <= 0:

@@ -190,8 +190,10 @@ class RooflineCostModel:
         """``num_running`` does not matter on a roofline: weights, FLOPs and cache bytes do."""
         return roofline_forward(self._target, self.hw, self.eff, batched_tokens, kv_tokens)
 
-    def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray) -> np.ndarray:
-        """A forward over the prompts' positions with an empty cache."""
+    def prefill_forward_time(self, prompt_tokens: np.ndarray, num_prompts: np.ndarray,
+                             prompt_pairs: np.ndarray | float = 0.0) -> np.ndarray:
+        """A forward over the prompts' positions with an empty cache (their attention among
+        themselves, ``prompt_pairs``, not priced: a roofline reads a cache, and a prefill has none)."""
         return self.forward_time(prompt_tokens, np.zeros_like(np.asarray(prompt_tokens, dtype=float)), num_prompts)
 
     def drafting_for(self, proposer: str) -> Drafting:

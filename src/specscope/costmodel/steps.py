@@ -83,6 +83,14 @@ class StepRecord:
         return self.prefill_requests * self.prefill_width if self.prefill_width else self.prefill_tokens
 
     @property
+    def prefill_pairs(self) -> int:
+        """Query–key pairs its prefill's attention computed among the prompts' positions: every
+        prompt right-padded to the longest, ``prefill_requests × prefill_width²``, as the reference
+        engine batches them; the prompt tokens squared in a record without a width (exact for one
+        prompt)."""
+        return self.prefill_requests * self.prefill_width ** 2 if self.prefill_width else self.prefill_tokens ** 2
+
+    @property
     def kv_read(self) -> int:
         """Cached tokens its attention read: every row it decoded padded to the longest cache
         (``decoded × kv_longest``), as the reference engine batches them (its keys form one

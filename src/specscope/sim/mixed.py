@@ -82,9 +82,11 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     admitted = per_iteration(None, admit)  # [T]
     if cost.pads_verification:  # the prompts admitted together, right-padded to the longest
         prompt_tokens = admitted * deepest(plan.prompt_len, admit)
+        pairs = admitted * deepest(plan.prompt_len, admit) ** 2
     else:
         prompt_tokens = per_iteration(plan.prompt_len, admit)
-    prefill = prefill_time(cost, drafting, prompt_tokens, admitted, running == 0)  # [T]: idle but for them
+        pairs = per_iteration(plan.prompt_len.astype(float) ** 2, admit)
+    prefill = prefill_time(cost, drafting, prompt_tokens, admitted, running == 0, pairs)  # [T]: idle but for them
     lone = np.where((running == 0) & (admitted > 0), cost.overhead_s, 0.0)  # [T] an iteration that only prefills
     admission = prefill + lone  # [T] what the iteration's admissions cost beyond its steps
     total = admission + priced.total  # [T] (one overhead an iteration)

@@ -36,7 +36,8 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     priced = price_steps(cost, drafting, load)
     n = len(plan.prompt_len)
     prefill = prefill_time(cost, drafting, b * plan.prompt_len, np.full(len(plan.prompt_len), b),
-                           np.ones(len(plan.prompt_len), dtype=bool))  # [R]: each batch of copies starts alone
+                           np.ones(len(plan.prompt_len), dtype=bool),  # [R]: each batch of copies starts alone
+                           b * plan.prompt_len.astype(float) ** 2)  # b copies of one prompt: nothing to pad
     per_request = {
         "drafting": np.bincount(request, priced.drafting, minlength=n),
         "verification": np.bincount(request, priced.verification, minlength=n),

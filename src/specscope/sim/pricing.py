@@ -78,13 +78,14 @@ def price_steps(cost: CostModel, drafting: Drafting | None, load: StepLoad) -> P
 
 
 def prefill_time(cost: CostModel, drafting: Drafting | None, prompt_tokens: np.ndarray,
-                 num_prompts: np.ndarray, from_idle: np.ndarray) -> np.ndarray:
+                 num_prompts: np.ndarray, from_idle: np.ndarray, pairs: np.ndarray | float = 0.0) -> np.ndarray:
     """One forward over ``num_prompts`` prompts of ``prompt_tokens`` tokens in all, with an empty
-    cache, plus the drafter's own prefill (``drafting=None``: no SD), plus ``admit_s`` where the
+    cache (its attention computing ``pairs`` query–key pairs among them: see
+    :mod:`specscope.costmodel.base`), plus the drafter's own prefill (``drafting=None``: no SD), plus ``admit_s`` where the
     prompts arrive to an idle engine (``from_idle``, bool). The step's overhead is the caller's
     (one a step, in the time split's overhead, as an engine's step records count it)."""
     prompt_tokens = np.asarray(prompt_tokens, dtype=float)
-    seconds = (cost.prefill_forward_time(prompt_tokens, num_prompts)
+    seconds = (cost.prefill_forward_time(prompt_tokens, num_prompts, pairs)
                + cost.admit_s * np.asarray(from_idle, dtype=float))
     if drafting is not None:
         seconds = seconds + drafting.prefill_time(prompt_tokens)
