@@ -64,6 +64,10 @@ CASES = [
          r"http://127\.0\.0\.1:1 runs as it was started", config(engine=URL_ENGINE + 'k = 2\nargs = ["--x"]\n')),
     Case("url-engine-with-drafts", DRY, r"engines\[0\]\.drafts: is for an engine the sweep launches",
          config(engine=URL_ENGINE + 'k = 2\ndrafts = { eagle = "h" }\n')),
+    Case("url-engine-model-not-text", DRY, r"s\.toml: field 'engines\[0\]\.model': expected the served model's "
+         r"name, got 5", config(engine=URL_ENGINE + "k = 2\nmodel = 5\n")),  # a traceback, in a review
+    Case("url-none-engine-with-k", DRY, r"s\.toml: engines\[0\]\.k: a server serving 'none' proposes nothing",
+         config(engine=URL_ENGINE.replace('"ngram"', '"none"') + "k = 3\n")),
     Case("url-engine-with-port", DRY, r"engines\[0\]\.port: is for an engine the sweep launches",
          config(engine=URL_ENGINE + "k = 2\nport = 8001\n")),
     Case("temperature-nan", DRY, r"s\.toml: field 'temperature': expected a finite number, got nan",

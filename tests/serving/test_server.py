@@ -8,6 +8,7 @@ import io
 import json
 import re
 import socket
+import threading
 import time
 import urllib.parse
 
@@ -73,6 +74,9 @@ def test_neutral_values_of_unsupported_fields_are_taken(servers):
     code, _ = post(servers[0].url, {"prompt": PROMPT, "max_tokens": 2, "n": 1, "echo": False, "logprobs": False,
                                     "presence_penalty": 0, "frequency_penalty": 0.0})
     assert code == 200
+    # whole numbers written as floats, as vLLM reads its integer fields (a review: refused)
+    code, data = post(servers[0].url, {"prompt": PROMPT, "max_tokens": 2, "n": 1.0, "best_of": 1.0, "top_logprobs": 0.0})
+    assert code == 200, data
     # the empty defaults some clients always send (they were refused)
     code, data = post(servers[0].url, {"prompt": PROMPT, "max_tokens": 2, "logit_bias": {}, "tools": [],
                                        "top_logprobs": 0, "suffix": "", "tool_choice": "none"})
@@ -261,6 +265,16 @@ def test_eos_stops_unless_ignored(servers):
         plain.engine.eos_token_ids = saved
     assert short["token_ids"] == tokens[: tokens.index(eos) + 1] and short["finish_reason"] == "stop"
     assert ignored["token_ids"] == tokens and ignored["finish_reason"] == "length"
+    # EOS listed in stop_token_ids too: as vLLM, EOS stops it first and gives no stop_reason (a review: it gave
+    # the token); ignored, the listed token stops it and is its reason
+    plain.engine.eos_token_ids = frozenset({eos})
+    try:
+        listed = json.loads(post(plain.url, {**body, "stop_token_ids": [eos]})[1])["choices"][0]
+        ignored = json.loads(post(plain.url, {**body, "stop_token_ids": [eos], "ignore_eos": True})[1])["choices"][0]
+    finally:
+        plain.engine.eos_token_ids = saved
+    assert (listed["finish_reason"], listed["stop_reason"]) == ("stop", None)
+    assert (ignored["finish_reason"], ignored["stop_reason"]) == ("stop", eos)
 
 
 def test_seeded_sampling_is_reproducible(servers):
@@ -460,6 +474,39 @@ def test_stop_strings_end_the_output_before_them(chat_server, stream):
     while loop.snapshot["num_running"] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert loop.snapshot["success_stop"] == before + 1 and loop.snapshot["num_running"] == 0  # and once only
+
+
+def test_a_stop_string_in_the_last_tokens_never_takes_a_count_back(chat_server):
+    """A review: a stop string completed by the last token max_tokens allows. The engine finished
+    the job (length) and the loop counted it; its handler found the stop string and moved the
+    count to stop — a /metrics read between saw success_length fall, which a counter never does.
+    A job with stop strings is counted once its handler has read its last tokens."""
+    url = chat_server.url
+    body = {"prompt": "w5 w6 w7 w8 w5 w6", "max_tokens": 20, "temperature": 0, "ignore_eos": True}
+    full = json.loads(post(url, body)[1])["choices"][0]
+    words = full["text"].split()
+    stop = " ".join(words[-2:])  # completed by the last token
+    needed = next(n for n in range(1, 21) if stop in " ".join(f"w{t}" for t in full["token_ids"][:n]))
+    loop, seen = chat_server.server.loop, []
+    before = dict(loop.snapshot)
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append((loop.snapshot["success_length"], loop.snapshot["success_stop"]))
+            time.sleep(0.0002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        last = json.loads(post(url, {**body, "max_tokens": needed, "stop": [stop]})[1])["choices"][0]
+    finally:
+        done.set()
+        watcher.join()
+    assert last["finish_reason"] == "stop" and last["stop_reason"] == stop
+    assert all(length == before["success_length"] for length, _ in seen)  # never counted as length
+    assert (loop.snapshot["success_length"], loop.snapshot["success_stop"]) == (before["success_length"],
+                                                                               before["success_stop"] + 1)
 
 
 def test_stop_token_ids_and_min_tokens(servers):

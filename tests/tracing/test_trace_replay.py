@@ -138,8 +138,12 @@ def test_resume_with_other_settings_is_refused_unless_overwrite(traced, target_a
     assert len(redone) == 3 and all(set(r["proposers"]) == {"ngram"} for r in redone)
     assert json.loads(settings_path(copy).read_text())["proposers"] == ["ngram"]
     settings_path(copy).unlink()  # traces without their settings: nothing tells what they were traced with
-    assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40", "--batch-size", "2"]) == 2
-    assert "no settings file" in capsys.readouterr().err
+    kept = copy.read_bytes()
+    for extra in ([], ["--overwrite"]):  # nor who wrote them: kept even with --overwrite (a review: a user's copy
+        # of the paper's traces was emptied)
+        assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40", "--batch-size", "2", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "no settings file" in err and "delete it yourself" in err and copy.read_bytes() == kept
     settings_path(copy).write_text('{"model": "/x", "k_m')  # a damaged settings file: refused, then --overwrite starts over
     assert main(base + ["--proposers", "ngram", "--k-max", "6", "--max-tokens", "40", "--batch-size", "2"]) == 2
     assert "holds no trace settings (damaged?)" in capsys.readouterr().err

@@ -61,7 +61,9 @@ class Job:
     sampling: SamplingParams
     ignore_eos: bool
     events: queue.Queue[JobEvent] = field(default_factory=queue.Queue)
-    finish_reason: str | None = None  # as counted in the totals
+    stop_strings: bool = False  # its handler reads its text for stop strings: its finish counted once read (settle)
+    finish_reason: str | None = None  # the engine's, or stop where its handler found a stop string
+    counted: bool = False  # its finish is in the totals (each job's once: a counter only rises)
     last_token_at: float | None = None  # when its last tokens came out (None: none yet)
 
 
@@ -129,28 +131,38 @@ class EngineLoop:
         with self._cond:
             if job in self._waiting:
                 self._waiting.remove(job)
-                self._totals[f"success_{reason}"] += 1
-                self.snapshot = self._snapshot()
+                self._count(job, reason)
             elif job.request_id in self._running:
                 if self._cancelled.get(job.request_id) == "stop":  # counted already (its client left after)
                     return
                 self._cancelled[job.request_id] = reason  # an abort is counted when aborted: it may finish first
                 if reason == "stop":  # its client has its answer: counted now, where /metrics read next shows it
-                    self._totals["success_stop"] += 1
-                    self.snapshot = self._snapshot()
-            elif reason == "stop" and job.finish_reason not in (None, "stop"):  # it ran on past its
-                self._totals[f"success_{job.finish_reason}"] -= 1  # stop string to the end first
-                self._totals["success_stop"] += 1
-                job.finish_reason = "stop"
-                self.snapshot = self._snapshot()
+                    self._count(job, reason)
+            else:  # finished: a stop string its handler found in its last tokens, or its client left before
+                self._count(job, "stop" if reason == "stop" else job.finish_reason)  # reading them
+
+    def settle(self, job: Job) -> None:
+        """Count a finished ``job`` whose handler read its last tokens and found no stop string in
+        them (a job with stop strings is counted once its handler has read them: counted at the
+        engine's finish, a stop string in its last tokens would take it back from ``length``)."""
+        with self._cond:
+            self._count(job, job.finish_reason)
+
+    def _count(self, job: Job, reason: str | None) -> None:
+        """Count ``job`` as finished for ``reason``, once (holding ``_cond``)."""
+        if job.counted or reason is None:
+            return
+        job.counted, job.finish_reason = True, reason
+        self._totals[f"success_{reason}"] += 1
+        self.snapshot = self._snapshot()
 
     def _abort_cancelled(self) -> None:
         """Abort the cancelled running jobs in the engine (holding ``_cond``)."""
         for request_id, reason in self._cancelled.items():
-            if self._running.pop(request_id, None) is not None:
+            job = self._running.pop(request_id, None)
+            if job is not None:
                 self.engine.abort_request(request_id)
-                if reason != "stop":  # a stop was counted when its client had its answer
-                    self._totals[f"success_{reason}"] += 1
+                self._count(job, reason)  # a stop was counted when its client had its answer
         self._cancelled.clear()
 
     def _snapshot(self) -> dict:
@@ -225,12 +237,13 @@ class EngineLoop:
                     self._observe(delivered, stepped)
                     for _, out in delivered:
                         self._totals["generation_tokens"] += len(out.new_token_ids)
-                        if out.finished:  # a stop string seen before the end counts as stop
+                        if out.finished:  # a stop string seen before the end counts as stop (counted then)
                             stopped = self._cancelled.pop(out.request_id, None) == "stop"
-                            reason = "stop" if stopped else out.finish_reason
-                            if not stopped:  # a stop was counted when its client had its answer
-                                self._totals[f"success_{reason}"] += 1
-                            self._running.pop(out.request_id).finish_reason = reason
+                            job = self._running.pop(out.request_id)
+                            if stopped or job.stop_strings:  # its handler reads its last tokens first (settle)
+                                job.finish_reason = job.finish_reason or out.finish_reason
+                            else:
+                                self._count(job, out.finish_reason)
                     self.snapshot = self._snapshot()
                 for job, out in delivered:
                     job.events.put(

@@ -208,6 +208,12 @@ def _response_format(value: object) -> None:
         raise validate.Invalid(f"only {{\"type\": \"text\"}} is supported, got {value!r:.60}")
 
 
+def _kind(value: object) -> type:
+    """A JSON value's kind for a neutral value's match: a number whether written 1 or 1.0 (as vLLM
+    reads integer fields), a boolean apart from the numbers it equals in Python."""
+    return float if type(value) in (int, float) else type(value)
+
+
 def _common(body: dict, served_model: str) -> dict:
     """The fields shared by every route, checked."""
     model = body.get("model")
@@ -215,8 +221,8 @@ def _common(body: dict, served_model: str) -> dict:
         raise ApiError(400, f"'model': expected a model name (text), got {model!r:.40}")
     if model and model != served_model:  # as vLLM, an empty name is the served model
         raise ApiError(404, f"model {str(model)[:80]!r} does not exist; this server serves {served_model!r}")
-    for name, neutral in UNSUPPORTED.items():  # of its type: true is no n = 1, 0 no echo = false
-        if body.get(name) is not None and not any(type(body[name]) is type(n) and body[name] == n for n in neutral):
+    for name, neutral in UNSUPPORTED.items():  # of its kind: true is no n = 1, 0 no echo = false; 1.0 is n = 1
+        if body.get(name) is not None and not any(_kind(body[name]) is _kind(n) and body[name] == n for n in neutral):
             raise ApiError(400, f"'{name}' is not supported by specscope serve (got {body[name]!r:.40})")
     _field(body, "response_format", _response_format, None)
     options = body.get("stream_options")

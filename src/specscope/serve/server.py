@@ -361,7 +361,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
             )
         except SpecscopeError as error:
             raise ApiError(400, str(error)) from None
-        return Job(uuid.uuid4().hex, prompt_ids, max_tokens, sampling, request.ignore_eos)
+        return Job(uuid.uuid4().hex, prompt_ids, max_tokens, sampling, request.ignore_eos, stop_strings=bool(request.stop))
 
     def _generate(self, request: GenerationRequest, chat: bool) -> None:
         prompt_ids = self._prompt_ids(request)
@@ -392,8 +392,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
                 yield piece, "stop", piece.stop
                 return
             finish = event.finish_reason
+            if finish is not None:
+                self.server.loop.settle(job)  # no stop string in its last tokens: its finish counts as the engine's
             last = event.token_ids[-1] if event.token_ids else None
-            stop_reason = last if finish == "stop" and last in request.stop_token_ids else None
+            eos = not request.ignore_eos and last in self.server.loop.engine.eos_token_ids  # as vLLM: EOS first,
+            stop_reason = last if finish == "stop" and last in request.stop_token_ids and not eos else None  # no reason
             yield piece, finish, stop_reason
             if finish is not None:
                 return

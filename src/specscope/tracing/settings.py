@@ -67,11 +67,11 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
     if has_records and not sidecar.is_file() and not holds_traces(output):
         raise SpecscopeError(f"{output}: exists and holds no trace records (nor a settings file "
                              f"{sidecar.name} beside it): specscope replaces only traces; trace into another file")
+    if has_records and not sidecar.is_file():  # not a trace this command wrote (or one it cannot vouch for): kept
+        raise SpecscopeError(f"{output}: holds traces but no settings file {sidecar.name}: specscope did not trace "
+                             "it here (or by a version that kept none), so it neither resumes nor replaces it; "
+                             "trace into another file, or delete it yourself")
     if has_records and not overwrite:
-        if not sidecar.is_file():
-            raise SpecscopeError(f"{output}: holds traces but no settings file {sidecar.name} (traced by an older "
-                                 "specscope?): cannot tell whether resuming would mix runs; start over (`trace "
-                                 "--overwrite`, or delete the file) or trace into another file")
         if not _ours(sidecar):
             raise SpecscopeError(f"{sidecar}: holds no trace settings (damaged?): cannot tell what {output.name} was "
                                  "traced with; start over (`trace --overwrite`) or trace into another file")

@@ -331,6 +331,10 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
             )
         if served != NO_SD:
             _value(path, f"{at}.k", table.get("k"), validate.integer, low=1, high=validate.K_MAX_LIMIT)
+        elif "k" in table:  # a none server proposes nothing: a k would be dropped unsaid
+            raise SpecscopeError(f"{path}: {at}.k: a server serving 'none' proposes nothing; leave k out")
+        if table.get("model") is not None:  # the model it serves, named in its requests
+            _check(path, f"{at}.model", table["model"], str, "the served model's name")
     launched_only = [field for field in ("drafts", "args", "port") if url is not None and field in table]
     if launched_only:  # the sweep starts no server here: what would they change?
         raise SpecscopeError(f"{path}: {at}.{launched_only[0]}: is for an engine the sweep launches; the server at "
