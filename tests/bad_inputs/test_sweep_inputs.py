@@ -142,6 +142,9 @@ CASES = [
           "b/w.jsonl": WORKLOAD}),
     Case("output-folder-not-a-sweep", ["sweep", "s.toml"], r"out: not empty and holds no cells/ \(no sweep here\)",
          {**config(), "out/results.csv": "mine\n"}),
+    Case("output-folder-of-the-users-with-a-cells-folder", ["sweep", "s.toml"], r"out/cells: holds 'cell1\.png', "
+         r"which no sweep writes there: not a sweep's folder", {**config(), "out/cells/cell1.png": "img\n",
+                                                                "out/config.json": '{"project": "mine"}\n'}),
     Case("only-none", DRY, r"s\.toml: plans no cell",
          {**config('methods = ["none"]\nbaselines = "interleaved-all"\nsegments = 2\n'), "w.jsonl": WORKLOAD + WORKLOAD.replace('"a"', '"b"')}),
     Case("launched-engine-with-k", DRY, r"engines\[0\]: method and k describe a server given by url",

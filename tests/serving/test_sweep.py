@@ -134,6 +134,24 @@ def test_paired_baselines_run_right_before_their_sd_cell(tmp_path):
         load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "each"')))
 
 
+def test_a_pair_whose_halves_were_not_measured_back_to_back_is_measured_again(tmp_path):
+    """A review: a paired sweep interrupted after a pair's none cell, a shared sweep recording the
+    SD cell, and the paired sweep resumed took the two as a pair (speedup published as paired). A
+    pair's halves are one when no other record began between them, the none cell first."""
+    from specscope.backends.openai.sweep import pending_cells
+
+    paired = load_sweep_config(write_config(tmp_path, GRID.replace("max_tokens = 8", 'max_tokens = 8\nbaselines = "paired"')))
+    cells = plan_cells(paired)
+    ids = [c.cell_id(paired) for c in cells]
+    starts = {cid: float(i) for i, cid in enumerate(ids)}  # every pair back to back, in the plan's order
+    recorded = {cid: {"started_at": t, "key": cells[ids.index(cid)].key(paired), "status": "ok"} for cid, t in starts.items()}
+    assert pending_cells(paired, cells, recorded, False) == []
+    moved = {**recorded, ids[3]: {**recorded[ids[3]], "started_at": 100.0}}  # pair 2's SD cell measured later
+    assert [c.cell_id(paired) for c in pending_cells(paired, cells, moved, False)] == ids[2:4]
+    swapped = {**recorded, ids[1]: {**recorded[ids[1]], "started_at": -1.0}}  # pair 1's SD cell before its none
+    assert [c.cell_id(paired) for c in pending_cells(paired, cells, swapped, False)] == ids[:2]
+
+
 def test_a_paired_none_cell_is_its_own_baseline_in_the_results(tmp_path):
     """With paired baselines each none row is measured beside one SD server: its speedup is 1 and
     its baseline itself, as a shared none row's (they were empty: looked up under 'none')."""

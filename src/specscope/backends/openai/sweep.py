@@ -440,6 +440,12 @@ def run_sweep(
     """Run every cell not yet recorded (and failed ones with ``retry_failed``), writing each
     record as ``run_groups`` yields it."""
     refuse_foreign_folder(config.output, "cells/", "sweep")  # it writes config.json, results.csv, winners.csv …
+    cells = config.output / "cells"
+    strangers = sorted(p.name for p in cells.iterdir() if not p.name.startswith(".") and p.suffix != ".json") \
+        if cells.is_dir() else []
+    if strangers:  # a folder of the user's that happens to hold a cells/ (a review: its files were replaced)
+        raise SpecscopeError(f"{cells}: holds {strangers[0]!r}, which no sweep writes there: not a sweep's folder, "
+                             "whose files would be replaced; write the sweep into an empty or new folder")
     read_cells(config.output)  # a bad record is refused before anything is written
     for name in SWEEP_FILES:  # checked before any cell is measured, not when the tables are written
         check_kept_table(config.output / name)
@@ -475,7 +481,37 @@ def pending_cells(config: SweepConfig, cells: list[Cell], recorded: dict[str, di
     ids = [c.cell_id(config) for c in cells]  # each once: a cell's key reads its workload's digest
     todo = [cid not in recorded or (retry_failed and recorded[cid]["status"] == "failed") for cid in ids]
     redo = {_unit_key(config, c) for c, due in zip(cells, todo) if due and measured_together(config, c)}
+    if config.baselines == "paired":  # both halves recorded, but not one after the other: no pair
+        redo |= _apart(config, [c for c, cid in zip(cells, ids) if measured_together(config, c) and cid in recorded],
+                       recorded)
     return [c for c, due in zip(cells, todo) if due or (measured_together(config, c) and _unit_key(config, c) in redo)]
+
+
+def _apart(config: SweepConfig, cells: list[Cell], recorded: dict[str, dict]) -> set[tuple]:
+    """The pairs (:func:`_unit_key`) among recorded paired ``cells`` whose halves were not measured
+    as a pair runs them: its server's ``none`` cells (one per workload), then its SD cells — a
+    record of anything else began between its ``none`` cell and its SD cell, or the SD cell came
+    first (an SD cell a shared run recorded, or one measured before an interruption, beside a
+    ``none`` cell measured later: its speedup would span the machine's drift between them)."""
+    def server(cell: Cell) -> tuple:  # the cells a pair's servers measure in one go
+        return cell.engine.name, cell.batch_size, cell.baseline_for or cell.server
+
+    mine = {cell.cell_id(config): server(cell) for cell in cells}
+    begun = sorted((r["started_at"], mine.get(cid)) for cid, r in recorded.items()
+                   if isinstance(r.get("started_at"), (int, float)))
+    units: dict[tuple, list[Cell]] = {}
+    for cell in cells:
+        units.setdefault(_unit_key(config, cell), []).append(cell)
+    apart = set()
+    for key, pair in units.items():
+        if len(pair) != 2:
+            continue
+        none, sd = sorted(pair, key=lambda c: c.method != NO_SD)
+        first, second = (recorded[c.cell_id(config)]["started_at"] for c in (none, sd))
+        others = [label for t, label in begun if first < t < second and label != server(sd)]
+        if second < first or others:
+            apart.add(key)
+    return apart
 
 
 def check_lengths(config: SweepConfig, cells: Sequence[Cell]) -> None:
