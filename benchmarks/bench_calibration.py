@@ -109,8 +109,8 @@ def write_config(out: Path, workload: Path, max_tokens: int, segments: int, repl
 def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, float]:
     """Each coefficient's contribution to the mean step of ``steps`` (seconds): the forward's
     terms over the decode steps, each drafting's over its method's steps, and ``c_prompt`` and
-    ``c_prompt_fixed`` the prefills' positions and forwards spread over the decode steps (a drafting's ``c_prefill`` its method's over its
-    method's)."""
+    ``c_prompt_fixed`` the prefills' positions and forwards spread over the decode steps, ``c_prompt_kv`` their
+    attention's query–key pairs (a drafting's ``c_prefill`` its method's over its method's)."""
     decode = [s for s in steps if s.batch_size > 0 and s.prefill_tokens == 0]
     verified = np.array([s.tokens_verified for s in decode], dtype=float)
     spent = {"c_fixed": model.c_fixed, "c_tok": model.c_tok * verified.mean(),
@@ -119,7 +119,8 @@ def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, f
              "c_multi": model.c_multi * np.mean(verified > 1),
              "c_batch": model.c_batch * np.mean([s.batch_size > 1 for s in decode]),
              "c_prompt": model.prompt_price * sum(s.prefill_positions for s in steps) / len(decode),
-             "c_prompt_fixed": terms(model)["c_prompt_fixed"] * sum(s.prefill_tokens > 0 for s in steps) / len(decode)}
+             "c_prompt_fixed": terms(model)["c_prompt_fixed"] * sum(s.prefill_tokens > 0 for s in steps) / len(decode),
+             "c_prompt_kv": model.c_prompt_kv * sum(s.prefill_pairs for s in steps) / len(decode)}
     for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
         mine = [s for s in decode if s.method == method]
         proposed = np.mean([s.batched_tokens / s.decoded - 1 for s in mine])  # each row at the k it proposed
