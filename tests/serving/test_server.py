@@ -846,3 +846,42 @@ def test_jobs_waiting_for_free_slots_are_not_counted_as_queued():
     busy.submit(jobs[0])
     with pytest.raises(ApiError):
         busy.submit(jobs[1])
+
+
+@pytest.mark.parametrize("stop_strings", [False, True])
+def test_a_job_whose_client_left_during_its_last_step_is_counted(stop_strings):
+    """A review: a job with stop strings waits for its handler to read its last tokens before it is
+    counted; when its client left during the step that finished it, no handler came, and it was
+    never counted. A job whose handler is gone is counted when the engine finishes it."""
+    import threading
+    from types import SimpleNamespace
+
+    from specscope.engine.records import SpecDecodeStats
+    from specscope.engine.runner import StepOutput
+    from specscope.engine.sampling import SamplingParams
+    from specscope.serve.engine_loop import EngineLoop, Job
+
+    stepping, finish, ids = threading.Event(), threading.Event(), []
+
+    def step(only=None):
+        stepping.set()
+        finish.wait(10)
+        return [StepOutput(rid, [7], True, "length") for rid in ids]
+
+    engine = SimpleNamespace(stats=SpecDecodeStats(k=1), step_records=[], free_slots=lambda: 4,
+                             has_capacity=lambda: True, add_request=lambda rid, *a, **k: ids.append(rid),
+                             abort_request=lambda rid: None, step=step, generator_states=lambda: None)
+    loop = EngineLoop(engine)
+    loop.start()
+    try:
+        job = Job("r1", [1, 2, 3], 1, SamplingParams(), False, stop_strings=stop_strings)
+        loop.submit(job)
+        assert stepping.wait(10)
+        loop.cancel(job)  # its client left (the handler's except), during the step that finishes it
+        finish.set()
+        deadline = time.monotonic() + 10
+        while not job.counted and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert job.counted and loop.snapshot["success_length"] == 1 and loop.snapshot["num_running"] == 0
+    finally:
+        loop.stop(1)

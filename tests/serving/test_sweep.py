@@ -150,6 +150,14 @@ def test_a_pair_whose_halves_were_not_measured_back_to_back_is_measured_again(tm
     assert [c.cell_id(paired) for c in pending_cells(paired, cells, moved, False)] == ids[2:4]
     swapped = {**recorded, ids[1]: {**recorded[ids[1]], "started_at": -1.0}}  # pair 1's SD cell before its none
     assert [c.cell_id(paired) for c in pending_cells(paired, cells, swapped, False)] == ids[:2]
+    # between pair 1's halves: the record of a cell no longer planned (its workload since edited), of the same
+    # server, is no other server's (a review: its pair was measured again); a shared none cell's is
+    stale = {**cells[0].key(paired), "workload_sha256": "edited"}
+    for baseline_for, pending in ((cells[0].baseline_for, []), (None, ids[:2])):
+        between = {**recorded, "old": {"started_at": 0.5, "key": {**stale, "baseline_for": baseline_for}, "status": "ok"}}
+        if baseline_for is None:
+            del between["old"]["key"]["baseline_for"]
+        assert [c.cell_id(paired) for c in pending_cells(paired, cells, between, False)] == pending
 
 
 def test_a_paired_none_cell_is_its_own_baseline_in_the_results(tmp_path):

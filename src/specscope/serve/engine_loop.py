@@ -238,12 +238,12 @@ class EngineLoop:
                     for _, out in delivered:
                         self._totals["generation_tokens"] += len(out.new_token_ids)
                         if out.finished:  # a stop string seen before the end counts as stop (counted then)
-                            stopped = self._cancelled.pop(out.request_id, None) == "stop"
+                            cancelled = self._cancelled.pop(out.request_id, None)
                             job = self._running.pop(out.request_id)
-                            if stopped or job.stop_strings:  # its handler reads its last tokens first (settle)
-                                job.finish_reason = job.finish_reason or out.finish_reason
-                            else:
-                                self._count(job, out.finish_reason)
+                            if cancelled is None and job.stop_strings:  # its handler reads its last tokens
+                                job.finish_reason = out.finish_reason  # first (settle)
+                            else:  # its handler gone (its client left), or no stop string to look for
+                                self._count(job, out.finish_reason)  # (a stop was counted when found)
                     self.snapshot = self._snapshot()
                 for job, out in delivered:
                     job.events.put(

@@ -59,7 +59,8 @@ from specscope.backends.openai.sweep_config import (
     plan_cells,
 )
 from specscope.errors import SpecscopeError, where
-from specscope.methods import NO_SD
+from specscope.methods import NO_SD, proposal_label
+from specscope.trees import TreeShape
 from specscope.analysis.measured import MeasuredCell, winner
 from specscope.fileio import atomic_write_text, check_kept_table, exclusive, refuse_foreign_folder
 from specscope.progress import LazyProgress
@@ -490,14 +491,11 @@ def pending_cells(config: SweepConfig, cells: list[Cell], recorded: dict[str, di
 def _apart(config: SweepConfig, cells: list[Cell], recorded: dict[str, dict]) -> set[tuple]:
     """The pairs (:func:`_unit_key`) among recorded paired ``cells`` whose halves were not measured
     as a pair runs them: its server's ``none`` cells (one per workload), then its SD cells — a
-    record of anything else began between its ``none`` cell and its SD cell, or the SD cell came
+    record of any other server began between its ``none`` cell and its SD cell (whatever its
+    cell: one of a workload since edited counts as the server it names), or the SD cell came
     first (an SD cell a shared run recorded, or one measured before an interruption, beside a
     ``none`` cell measured later: its speedup would span the machine's drift between them)."""
-    def server(cell: Cell) -> tuple:  # the cells a pair's servers measure in one go
-        return cell.engine.name, cell.batch_size, cell.baseline_for or cell.server
-
-    mine = {cell.cell_id(config): server(cell) for cell in cells}
-    begun = sorted((r["started_at"], mine.get(cid)) for cid, r in recorded.items()
+    begun = sorted((r["started_at"], _measured_by(r.get("key"))) for r in recorded.values()
                    if isinstance(r.get("started_at"), (int, float)))
     units: dict[tuple, list[Cell]] = {}
     for cell in cells:
@@ -508,10 +506,21 @@ def _apart(config: SweepConfig, cells: list[Cell], recorded: dict[str, dict]) ->
             continue
         none, sd = sorted(pair, key=lambda c: c.method != NO_SD)
         first, second = (recorded[c.cell_id(config)]["started_at"] for c in (none, sd))
-        others = [label for t, label in begun if first < t < second and label != server(sd)]
-        if second < first or others:
+        server = _measured_by(sd.key(config))
+        if second < first or any(first < t < second and by != server for t, by in begun):
             apart.add(key)
     return apart
+
+
+def _measured_by(key: object) -> tuple | None:
+    """The server a cell record's ``key`` was measured by, as a pair runs them: its engine, batch
+    size and SD server (a paired ``none`` cell's, the one it pairs with); None for a key that names none."""
+    try:
+        tree = key.get("tree")
+        own = proposal_label(key["method"], key["k"], TreeShape.from_paths(tree).name if tree else None)
+        return key["engine"]["name"], key["batch_size"], key.get("baseline_for") or own
+    except (AttributeError, KeyError, TypeError, ValueError):  # validate.Invalid is a ValueError
+        return None
 
 
 def check_lengths(config: SweepConfig, cells: Sequence[Cell]) -> None:
