@@ -640,3 +640,20 @@ def test_arrays_of_other_lengths_say_which_positions_each_policy_replays(tmp_pat
                                                               "each proposer's whole array, oracle-combined the "
                                                               "positions its proposers' arrays share)")
                for n in result.notes)
+
+
+def test_a_report_held_to_a_depth_says_how_deep_its_traces_went(tmp_path):
+    """A review: a study's report, held to the depth its cost model measured (4), said its traces of
+    k_max 10 "were traced to k = 4 (its k_max)". The depth it is held to is said as such."""
+    from report_fixtures import synthetic_records
+
+    from specscope.report.build import build_report
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "chat.jsonl", synthetic_records("chat", 8, seed=4))  # k_max 10
+    config = ReportConfig(sim=SimConfig(batch_sizes=(1,))).held_to(4, "the cost model measured k up to 4")
+    result = build_report([tmp_path / "chat.jsonl"], tmp_path / "r", config)
+    assert not any("was traced to k = 4" in note for note in result.notes)
+    assert "the cost model measured k up to 4" in (tmp_path / "r" / "index.html").read_text()

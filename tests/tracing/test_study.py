@@ -38,6 +38,7 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
                                                    ("draft", "3x2x1x1", "21"), ("learned", "", ""))
         for b in ("1", "2")}
     assert all(r["simulated_speedup"] and r["error_pct"] for r in rows)
+    assert {r["ran_on"] for r in rows} == {"cpu float32, 1 thread"}  # where the engine ran (a review: unsaid)
     # probe: a learned row said "learned, k = 3" alone: it names its policy file, methods and hash
     assert all(r["policy"] == "learned:policy.json (ngram+draft)" and len(r["policy_sha256"]) == 16
                for r in rows if r["method"] == "learned")
@@ -49,6 +50,7 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert work["c_fixed"] + work["c_req"] > 0 and "the policy's own work per step" in first
     html = (out / "index.html").read_text()
     assert "Measured against simulated" in html and re.search(r"fig\d+_measured\.png", html)
+    assert "what the engine measured (on cpu float32, 1 thread)" in html
     assert "Static tree vs chain" in html and "3x2x1x1" in html  # the study's trees in the report
     assert "learned policy" in html  # the report's policy section
     kept = [*(out / "measured").iterdir(), *(out / "learned").iterdir(), out / "policy.json"]

@@ -35,6 +35,7 @@ class MeasuredCell:
     tree: str | None = None
     policy: str | None = None  # a learned cell's policy: its file and methods, as the bench row names it
     policy_sha256: str | None = None  # ... and the start of that file's SHA-256
+    ran_on: str | None = None  # where the engine ran, as its row says (``cpu float32, 1 thread``; None: unsaid)
 
     @property
     def label(self) -> str:
@@ -86,7 +87,8 @@ def workload_name(workload: str) -> str:
 def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
     ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
-    ``tree`` (a static tree), and a learned cell's ``policy`` and ``policy_sha256``;
+    ``tree`` (a static tree), a learned cell's ``policy`` and ``policy_sha256``, and where the
+    engine ran (``device``, ``dtype``, ``threads``: the reference engine's rows say it);
     the dataset is its ``workload`` field (:func:`workload_name`), else the file's stem."""
     fields = Fields(obj, f"{path}: item {index}")
     tree = fields.text("tree", optional=True)
@@ -100,7 +102,19 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
         tree=None if tree is None else fields.check("tree", parse_tree, tree).name,
         policy=fields.text("policy", optional=True) if method == LEARNED else None,
         policy_sha256=fields.text("policy_sha256", optional=True) if method == LEARNED else None,
+        ran_on=_ran_on(fields),
     )
+
+
+def _ran_on(fields: Fields) -> str | None:
+    """Where a bench row's engine ran, from its ``device``, ``dtype`` and ``threads`` (those it
+    names): ``cpu float32, 1 thread``; None for a row that names none (a served engine's)."""
+    device, dtype = fields.text("device", optional=True), fields.text("dtype", optional=True)
+    threads = fields.integer("threads", optional=True, minimum=1)
+    said = " ".join(part for part in (device, dtype) if part)
+    if threads is not None:
+        said += f"{', ' if said else ''}{threads} thread{'s' if threads > 1 else ''}"
+    return said or None
 
 
 def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:

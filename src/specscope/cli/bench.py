@@ -292,8 +292,10 @@ def run(args: argparse.Namespace) -> int:
         _print_table(result.rows, out)
     idle = [row.batch_size for row in result.rows if row.method != NO_SD and row.details.get("num_drafts") == 0]
     if idle:
-        print(f"note: B={','.join(map(str, idle))}: no SD step proposed a draft (no n-gram match, or every output "
-              "ended at its first token), so the speedup measures running SD for nothing", file=sys.stderr)
+        why = "the policy chose to draft nothing" if args.policy is not None else \
+            "no n-gram match, or every output ended at its first token"
+        print(f"note: B={','.join(map(str, idle))}: no SD step proposed a draft ({why}), so the speedup measures "
+              "running SD for nothing", file=sys.stderr)
     return 0
 
 

@@ -185,7 +185,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     data.notes.extend(_tail_notes(sim_records, config))
     data.notes.extend(sample_notes(sim_records, config.sim, option=False))
     data.notes.extend(no_match_notes(sim_records, simulated, config.sim, option=False))
-    data.notes.extend(adaptive_notes(sim_records, simulated, config.policies))
+    data.notes.extend(adaptive_notes(whole, simulated, config.policies))  # as traced (a depth held to: said apart)
     every_k = sorted({k for c in held.values() for k in c.ks})
     past = cost.beyond_measured(every_k, config.sim.batch_sizes, names) if isinstance(cost, LinearCostModel) else None
     data.notes.extend([past] if past else [])

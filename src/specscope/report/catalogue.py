@@ -44,6 +44,14 @@ def _priced(data: ReportData, rows: list[dict] | None, **labels: object) -> list
     return None if rows is None else [{**row, "cost_model": data.cost_label, **labels, **data.made} for row in rows]
 
 
+def _ran_on(cells) -> str:
+    """Where the measured ``cells`` ran, for a caption: `` (on cpu float32, 1 thread)`` where their
+    rows say one place, `` (on cpu float32, 1 thread; cuda bfloat16, 1 thread)`` where several,
+    nothing where none says."""
+    places = list(dict.fromkeys(c.ran_on for c in cells if c.ran_on))
+    return f" (on {'; '.join(places)})" if places else ""
+
+
 def _fit_of(data: ReportData, cell) -> dict:
     """``in_fit``, where the cost model was calibrated to a sweep: whether it was fitted to this very
     cell (its error in-sample, not a prediction)."""
@@ -216,8 +224,8 @@ FIGURES = [
         lambda d: ("Solid lines are what the engine measured; nothing was simulated for these runs (the "
                    "traces hold none of their cells: the notes say which)."
                    if all(c.simulated_speedup is None for c in d.measured) else
-                   "Solid lines are what the engine measured, dashed what the simulator predicted from the "
-                   f"traces and the cost model ({d.cost_label}): "
+                   f"Solid lines are what the engine measured{_ran_on(d.measured)}, dashed what the simulator "
+                   f"predicted from the traces and the cost model ({d.cost_label}): "
                    + ("the gap between them is the simulator's error, where that model was fitted to the same "
                       "engine's runs." if _fitted(d.cost) else "this model was not fitted to an engine's runs (a "
                       "preset or a roofline), so the gap holds how far its prices are from that engine's, not "

@@ -137,20 +137,20 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
                                     batch_sizes=config.batch_sizes, max_tokens=config.max_tokens, tree=tree,
                                     dtype=config.dtype, device=config.device)
                 result = run_bench(bench)
-                write_measured(out, result, workload)
+                write_measured(out, result, workload, ran_on(config))
                 done = ", ".join(f"B={r.batch_size}: {r.speedup:.2f}x" for r in result.rows)
                 say(f"measure {_stem(workload)} {label}: {done}")
             cells += [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
     return cells
 
 
-def write_measured(out: Path, result: BenchResult, workload: Path, labels: dict | None = None) -> None:
+def write_measured(out: Path, result: BenchResult, workload: Path, labels: dict) -> None:
     """A measured run's step records (``OUT.steps.jsonl``), then its rows (``OUT``, last: a resumed
     study reruns a run whose rows are missing), each row naming its workload for `report --measured`,
     the number of step records written beside it (``step_records``: a resume checks it, see
-    :func:`checked_steps`) and ``labels`` (a learned run's policy file hash)."""
+    :func:`checked_steps`) and ``labels`` (where it ran: :func:`ran_on`; a learned run's policy file hash)."""
     atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
-    rows = [{**r.flat(), "workload": _stem(workload), "step_records": len(result.records), **(labels or {})}
+    rows = [{**r.flat(), "workload": _stem(workload), "step_records": len(result.records), **labels}
             for r in result.rows]
     atomic_write_text(out, json.dumps(rows, indent=1) + "\n")
 
@@ -179,6 +179,11 @@ def checked_steps(folder: Path) -> list[Path]:
 
 def steps_files(config: StudyConfig) -> list[Path]:
     return checked_steps(config.measure_dir)
+
+
+def ran_on(config: StudyConfig) -> dict[str, object]:
+    """Where the study's engine ran, as `bench` labels its rows: device, dtype, CPU threads."""
+    return {"device": config.device, "dtype": config.dtype, "threads": config.threads}
 
 
 def engine_label(config: StudyConfig) -> str:
@@ -256,7 +261,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
                                 draft_dir=config.drafters[methods[1]], k=policy.depth, batch_sizes=config.batch_sizes,
                                 max_tokens=config.max_tokens, policy=config.policy_path, dtype=config.dtype,
                                 device=config.device)
-            write_measured(out, run_bench(bench), workload, {"policy_sha256": stamp})
+            write_measured(out, run_bench(bench), workload, {**ran_on(config), "policy_sha256": stamp})
         mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
         fixed = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
         parts = []
