@@ -527,3 +527,18 @@ def test_the_cross_check_counts_an_iteration_as_vllm_does():
     assert rows["ngram"]["emitted_per_step"] < 0.9 * rows["ngram"]["verified_per_step"]
     # a prefilled request's first token: counted by vLLM, verified by no one
     assert 0 <= rows["none"]["emitted_per_step"] - rows["none"]["verified_per_step"] < 0.5
+
+
+def test_prompts_of_alike_lengths_price_no_square():
+    """A review: the README's small sweep (prompts of 50–60 tokens) put a prefill's whole cost on
+    its attention's query–key pairs in one fit of three (a one-token prompt free: the model was
+    refused) and part of it in another (a long prompt priced by an extrapolated square). Over
+    prompts within 2× of each other the pairs are not fitted (priced at 0, no split to name)."""
+    from specscope.costmodel.fit import square_told
+
+    assert not square_told(np.array([50.0, 0.0, 60.0]), np.array([2500.0, 0.0, 3600.0]))
+    assert square_told(np.array([30.0, 60.0]), np.array([900.0, 3600.0]))
+    cells = [simulated_cell("none", 0, b, prompt=50, prompt_step=3) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b, prompt=50, prompt_step=3) for k in (2, 4) for b in (1, 2, 4)]
+    model = fit_cells(cells)
+    assert model.c_prompt_kv == 0.0 and "c_prompt_kv" not in model.not_separated and model.prompt_price > 0

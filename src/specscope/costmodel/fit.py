@@ -80,6 +80,7 @@ from specscope.version import code_version
 
 DRIFT_FITS = 30  # fits at most: the first on raw times, each later one after re-estimating every repeat's speed,
 DRIFT_CONVERGED = 1e-5  # ... until no repeat's speed moves by more than this (relative)
+SQUARE_SPAN = 2.0  # a prefill's price per query-key pair fitted where its prompts' lengths span this ratio
 DRAFTING_COLUMNS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi", "c_batched", "c_tree")  # _fit_once's, in order
 
 
@@ -112,6 +113,16 @@ class FitQuality:
 
 
 SEPARABLE = 1e-9  # singular values below this share of the largest (columns scaled to norm 1): a dependence
+
+
+def square_told(positions: np.ndarray, pairs: np.ndarray) -> bool:
+    """Whether prefills over ``positions`` computing ``pairs`` query–key pairs (arrays [n]; 0 where
+    none) had prompts whose lengths (pairs / positions: each prompt's, padded where the engine
+    pads) span :data:`SQUARE_SPAN`: over narrower lengths a square is nearly a line, and a price per
+    pair fitted there would price a long prompt by an extrapolated square (a README sweep of
+    50–60-token prompts put a prefill's whole per-position cost on it)."""
+    lengths = pairs[positions > 0] / positions[positions > 0]
+    return bool(lengths.size) and lengths.max() >= SQUARE_SPAN * lengths.min()
 
 
 def unseparated(features: np.ndarray, names: Sequence[str]) -> list[str]:
@@ -317,12 +328,13 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
     decode, prefill = _decode_and_prefill(steps)
     batched, kv, rows, pairs, times, scale = _forward_points(decode, prefill)
     features = np.column_stack([_design(batched, kv), rows, batched > 1, pairs])
-    if not pairs.any() or "c_prompt_kv" in unseparated(features, (*FORWARD_TERMS, "c_prompt_kv")):
+    if not square_told(np.where(pairs > 0, batched, 0), pairs) \
+            or "c_prompt_kv" in unseparated(features, (*FORWARD_TERMS, "c_prompt_kv")):
         features = features[:, :-1]  # no prefill, or prompts too alike for a square to differ from a line
     c_fixed, c_tok, c_kv, c_req, c_multi, *pair = map(
         float, nonnegative_relative_fit(features, times, "target forward", scale))
     c_prompt_kv = pair[0] if pair else 0.0
-    untold = unseparated(features, FORWARD_TERMS) + (["c_prompt_kv"] if pairs.any() and not pair else [])
+    untold = unseparated(features, FORWARD_TERMS)  # a price per pair left out is 0, not a split
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
                               c_multi=c_multi, c_prompt_kv=c_prompt_kv, made_by=code_version())
     plain = [s for s in decode if s.method == NO_SD] or decode
