@@ -457,6 +457,15 @@ def rewrite(head_dir: Path, out_dir: Path, edit) -> Path:
     return out_dir
 
 
+def _prefixed_without_maps(tensors: dict, config: dict) -> None:
+    """Every tensor renamed ``model.*``, no d2t (a draft vocabulary the target's may leave it out):
+    the maps' check read 'fc.weight' before the layout's and raised a KeyError (a review)."""
+    renamed = {f"model.{name}": t for name, t in tensors.items() if name not in ("d2t", "t2d")}
+    tensors.clear()
+    tensors.update(renamed)
+    config.update(draft_vocab_size=VOCAB)
+
+
 BAD_HEADS = [
     ("eagle", lambda t, c: t.pop("fc.weight"), "missing ['fc.weight']"),
     ("eagle", lambda t, c: t.update(extra=torch.zeros(1)), "unexpected ['extra']"),
@@ -469,6 +478,7 @@ BAD_HEADS = [
     ("eagle", lambda t, c: c.update(hidden_size=16), "'hidden_size': 16 differs"),
     ("eagle3", lambda t, c: t.update(t2d=~t["t2d"]), "'t2d' and 'd2t' disagree"),
     ("eagle3", lambda t, c: t.pop("d2t"), "'d2t' missing"),
+    ("eagle3", _prefixed_without_maps, "tensors do not match the Eagle3Head layout: missing ['fc.weight'"),
     (
         "eagle3",
         lambda t, c: t.update(d2t=torch.zeros(DRAFT_VOCAB, dtype=torch.long) + VOCAB),

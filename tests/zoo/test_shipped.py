@@ -11,7 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from specscope.zoo.evaluate import score_model, score_proposers
+from specscope.zoo.evaluate import proposer_engines, score_model, score_proposers
 from specscope.zoo.shipped import ZOO_MODELS, model_dir, shipped_dir
 
 pytestmark = pytest.mark.slow  # the shipped models
@@ -52,7 +52,7 @@ def test_draft_is_a_weaker_but_working_model():
 
 
 def test_every_proposer_is_accepted_and_lossless():
-    scores = score_proposers(None, 2, k=4)
+    scores = score_proposers(None, 2, proposer_engines(None, k=4))
     for method, minimum in MIN_ALPHA.items():
         mine = [s for s in scores if s.method == method]
         assert all(s.greedy_match for s in mine), mine
@@ -78,3 +78,21 @@ def test_shipped_configs_are_what_the_trainer_writes():
         assert json.loads((model_dir(name) / "config.json").read_text()) == data
     stages = json.loads((shipped_dir() / "training.json").read_text())["stages"]
     assert {name: stage["key"] for name, stage in stages.items()} == stage_keys(config)
+
+
+def test_evaluate_refuses_a_broken_head_before_scoring_anything(tmp_path, capsys):
+    """A review: a head of another hidden size was refused only after the models were scored (12 s
+    and a table printed). Every engine is loaded first."""
+    import json
+    import shutil
+
+    from specscope.cli import main
+    from specscope.zoo.shipped import model_dir
+
+    zoo = tmp_path / "zoo"
+    shutil.copytree(model_dir("target").parent, zoo)
+    config = zoo / "eagle" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "hidden_size": 128}))
+    assert main(["zoo", "evaluate", "--zoo", str(zoo)]) == 2
+    said = capsys.readouterr()
+    assert "field 'hidden_size': 128 differs from the target's" in said.err and "exact match" not in said.out

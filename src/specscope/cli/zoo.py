@@ -64,19 +64,20 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     from specscope.cli._common import atomic_write_text, print_table
     from specscope.methods import method
-    from specscope.zoo.evaluate import score_model, score_proposers
+    from specscope.zoo.evaluate import proposer_engines, score_model, score_proposers
     from specscope.zoo.shipped import ZOO_DRAFTERS, ZOO_MODELS, model_dir
 
     torch.set_num_threads(args.threads)
     for name in ZOO_MODELS:  # every model found before any is measured (a zoo trained before a stage existed)
         model_dir(name, args.zoo)
+    engines = proposer_engines(args.zoo, args.k)  # and every head loaded: a broken one refused before any scoring
     language_models = [name for name in ZOO_MODELS if name not in ZOO_DRAFTERS or method(name).kind == "draft model"]
     models = [score for name in language_models for score in score_model(name, args.zoo, args.n)]
     print_table("exact match, similarity to the reference and distinct-4 per task (greedy)",
                 ["model", "task", "requests", "exact match", "similarity", "distinct-4", "output tokens"],
                 [[s.model, s.task, s.requests, s.exact_match, s.similarity, s.distinct_4, s.mean_output_tokens]
                  for s in models])
-    proposers = score_proposers(args.zoo, args.n, args.k)
+    proposers = score_proposers(args.zoo, args.n, engines)
     print_table(f"acceptance with the zoo target (k={args.k}, greedy)",
                 ["proposer", "task", "alpha", "tau", "SD output == greedy"],
                 [[p.method, p.task, "-" if p.acceptance_rate is None else p.acceptance_rate,

@@ -197,7 +197,8 @@ def check_vocab_maps(
             raise SpecscopeError(
                 f"{source}: tensor 'd2t' missing (needed when draft_vocab_size < vocab_size)"
             )
-        return torch.zeros(draft_vocab, dtype=torch.long, device=state["fc.weight"].device)
+        device = next(iter(state.values())).device if state else "cpu"  # any tensor's: names are checked after
+        return torch.zeros(draft_vocab, dtype=torch.long, device=device)
     if d2t.shape != (draft_vocab,) or d2t.is_floating_point():
         raise SpecscopeError(f"{source}: tensor 'd2t': expected integers of shape ({draft_vocab},)")
     ids = torch.arange(draft_vocab, device=d2t.device) + d2t.long()

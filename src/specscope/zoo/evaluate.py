@@ -92,17 +92,29 @@ def score_model(name: str, zoo: Path | None, n: int, batch_size: int = 8) -> lis
     return scores
 
 
-def score_proposers(zoo: Path | None, n: int, k: int, batch_size: int = 8,
-                    methods: tuple[str, ...] = PROPOSERS) -> list[ProposerScore]:
-    """α and τ of each proposer with the zoo target, per task (reference engine, greedy)."""
+def proposer_engines(zoo: Path | None, k: int, batch_size: int = 8,
+                     methods: tuple[str, ...] = PROPOSERS) -> dict[str, tuple]:
+    """The zoo target's engines, without SD (``none``) and with each proposer of ``methods`` at
+    ``k``, each ``(engine, tokenizer)``: loaded at once, so that a broken checkpoint is refused
+    before anything is scored."""
     target_dir = model_dir("target", zoo)
-    plain, tokenizer = load_engine(target_dir, NO_SD, max_batch_size=batch_size, max_seq_len=512)
-    per_task = {task: task_prompts(target_dir, tokenizer, task, n)[0] for task in TASKS}
+    engines = {NO_SD: load_engine(target_dir, NO_SD, max_batch_size=batch_size, max_seq_len=512)}
+    engines.update({name: load_engine(target_dir, name, model_dir(name, zoo) if method(name).needs_checkpoint else None,
+                                      k=k, max_batch_size=batch_size, max_seq_len=512) for name in methods})
+    return engines
+
+
+def score_proposers(zoo: Path | None, n: int, engines: dict[str, tuple]) -> list[ProposerScore]:
+    """α and τ of each proposer with the zoo target, per task (reference engine, greedy), from
+    :func:`proposer_engines`."""
+    plain, tokenizer = engines[NO_SD]
+    per_task = {task: task_prompts(model_dir("target", zoo), tokenizer, task, n)[0] for task in TASKS}
     expected = {task: decode_all(plain, prompts, MAX_TOKENS) for task, prompts in per_task.items()}
     scores = []
-    for name in methods:
-        draft = model_dir(name, zoo) if method(name).needs_checkpoint else None
-        engine, _ = load_engine(target_dir, name, draft, k=k, max_batch_size=batch_size, max_seq_len=512)
+    for name, (engine, _) in engines.items():
+        if name == NO_SD:
+            continue
+        k = engine.k
         for task, prompts in per_task.items():
             engine.reset_stats()
             outputs = decode_all(engine, prompts, MAX_TOKENS)
