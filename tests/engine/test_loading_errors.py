@@ -192,3 +192,22 @@ def test_weights_in_one_file_beside_a_shard_index_that_does_not_list_it_are_refu
         {"weight_map": {name: "model-00001-of-00001.safetensors" for name in names}}))
     with pytest.raises(SpecscopeError, match=r"holds model\.safetensors beside a shard index that does not list it"):
         load_model(model)
+
+
+def test_a_weight_of_another_shape_names_the_shard_that_holds_it(llama_dir, tmp_path):
+    """A review: a sharded checkpoint's bad tensor was named by its folder alone."""
+    model = edited(llama_dir, tmp_path)
+    state = load_file(str(model / "model.safetensors"))
+    (model / "model.safetensors").unlink()
+    names = sorted(state)
+    second = {name: state[name] for name in names[len(names) // 2:]}
+    second["model.norm.weight"] = torch.ones(7, 7)
+    save_file({name: state[name] for name in names[: len(names) // 2] if name != "model.norm.weight"},
+              str(model / "model-00001-of-00002.safetensors"))
+    save_file(second, str(model / "model-00002-of-00002.safetensors"))
+    shard = {**{name: "model-00001-of-00002.safetensors" for name in names[: len(names) // 2]},
+             **{name: "model-00002-of-00002.safetensors" for name in second}}
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": shard}))
+    with pytest.raises(SpecscopeError, match=r"model-00002-of-00002\.safetensors: weight 'model\.norm\.weight' has "
+                                             r"shape \(7, 7\)"):
+        load_model(model)

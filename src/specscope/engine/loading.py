@@ -114,6 +114,18 @@ def load_state_dict(
     return state
 
 
+def holding_file(model_dir: Path, name: str) -> Path:
+    """The weight file of ``model_dir`` that holds tensor ``name`` (its headers read), for an error
+    to name the shard at fault; ``model_dir`` itself where none holds it under that name."""
+    from safetensors import safe_open
+
+    for path in weight_files(model_dir):
+        with safe_open(str(path), "pt") as weights:
+            if name in weights.keys():
+                return path
+    return Path(model_dir)
+
+
 def _predicts_next_n(model_dir: Path) -> bool:
     """Whether ``model_dir``'s config declares an MTP module (``num_nextn_predict_layers`` >= 1)."""
     count = read_json(Path(model_dir) / "config.json").get("num_nextn_predict_layers")
@@ -153,10 +165,11 @@ def load_model(
     for name, tensor in state.items():
         want = model.get_parameter(name).shape
         if not tensor.is_floating_point():
-            raise SpecscopeError(f"{model_dir}: weight {name!r} is {tensor.dtype}: expected a floating-point tensor")
+            raise SpecscopeError(f"{holding_file(model_dir, name)}: weight {name!r} is {tensor.dtype}: expected a "
+                                 "floating-point tensor")
         if tensor.shape != want:
             raise SpecscopeError(
-                f"{model_dir}: weight {name!r} has shape {tuple(tensor.shape)}, "
+                f"{holding_file(model_dir, name)}: weight {name!r} has shape {tuple(tensor.shape)}, "
                 f"config implies {tuple(want)}"
             )
     model.load_state_dict(state, strict=False, assign=True)

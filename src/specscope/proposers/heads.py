@@ -33,7 +33,7 @@ from torch import nn
 
 from specscope.engine.config import ModelConfig, check_context
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.loading import load_state_dict
+from specscope.engine.loading import holding_file, load_state_dict
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_json_object
@@ -177,11 +177,12 @@ def load_weights(head: Head, state: dict[str, torch.Tensor], source: Path) -> No
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:
             raise SpecscopeError(
-                f"{source}: tensor {name!r} has shape {tuple(tensor.shape)}, the config implies "
+                f"{holding_file(source, name)}: tensor {name!r} has shape {tuple(tensor.shape)}, the config implies "
                 f"{tuple(expected[name].shape)}"
             )
         if expected[name].is_floating_point() and not tensor.is_floating_point():  # d2t/t2d maps are integers
-            raise SpecscopeError(f"{source}: tensor {name!r} is {tensor.dtype}: expected a floating-point tensor")
+            raise SpecscopeError(f"{holding_file(source, name)}: tensor {name!r} is {tensor.dtype}: expected a "
+                                 "floating-point tensor")
     head.load_state_dict(state, assign=True)
 
 
