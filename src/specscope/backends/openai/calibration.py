@@ -29,6 +29,8 @@ them is what the measurement alone can explain: on a 2-core machine whose speed 
 
 from __future__ import annotations
 
+import json
+
 import logging
 import math
 from dataclasses import replace
@@ -163,6 +165,8 @@ def _cell_run(path: Path, record: dict) -> CellRun:
         raise SpecscopeError(f"{path}: field {TIMELINE!r}: expected one entry per request")
     for i, request in enumerate(timeline):
         _check_request(path, i, request)
+    _check_whole(path, timeline, optional("result.num_requests", integer, result.get("num_requests"), low=1),
+                 optional("result.output_tokens", integer, result.get("output_tokens"), low=0))
     return CellRun(path.stem, method, k, tree, field("key.batch_size", integer, key.get("batch_size"), low=1),
                    key["workload"], field("result.throughput", number, result.get("throughput"), low=0.0,
                                           low_open=True),
@@ -172,6 +176,26 @@ def _cell_run(path: Path, record: dict) -> CellRun:
                    key.get("baseline_for"),
                    num_drafts=optional("result.num_drafts", integer, result.get("num_drafts"), low=0),
                    pads=key["engine"].get("launch") == "specscope", engine=_engine_name(path, record))
+
+
+def _check_whole(path: Path, timeline: list[dict], requests: int | None, tokens: int | None) -> None:
+    """A cell's timeline is the run its ``result`` measured: each request once, as many as it
+    counted and their output tokens its total (a cut or padded timeline fitted a run of other
+    requests beside a speedup of all of them, unsaid: a review)."""
+    seen: set[str] = set()
+    for request in timeline:
+        rid = json.dumps(request["id"])
+        if rid in seen:
+            raise SpecscopeError(f"{path}: field {TIMELINE!r}: request {request['id']!r} twice: expected each request "
+                                 "of the run once")
+        seen.add(rid)
+    total = sum(request["output_tokens"] for request in timeline)
+    if (requests is not None and requests != len(timeline)) or (tokens is not None and tokens != total):
+        measured = " and ".join(part for part in (f"{requests} requests" if requests is not None else "",
+                                                  f"{tokens} output tokens" if tokens is not None else "") if part)
+        raise SpecscopeError(f"{path}: field {TIMELINE!r}: {len(timeline)} requests of {total} output tokens, but "
+                             f"its result measured {measured}: expected the run's whole timeline (remove the "
+                             "record to measure the cell again)")
 
 
 def _check_request(path: Path, index: int, request: object) -> None:
