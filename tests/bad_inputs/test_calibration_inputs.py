@@ -143,6 +143,10 @@ CASES = [
     Case("output-is-a-cell", [*FIT[:-1], f"S/cells/{HELD}.json"], r"inside the sweep's cells/ folder",
          written_by_specscope(sweep(), f"S/cells/{HELD}.json")),
     Case("output-new-in-cells", [*FIT[:-1], "S/cells/engine.json"], r"inside the sweep's cells/ folder", sweep()),
+    Case("results-json-out-of-step", FIT, rf"S/results\.json: cell {HELD}: status 'failed', throughput None, where its "
+         rf"record {HELD}\.json says 'ok', .*: the table is out of step with cells/",  # a review: fitted unsaid
+         {**sweep(), "S/results.json": json.dumps([{"cell_id": record(c)["cell_id"], **(
+             {"status": "failed", "throughput": None} if record(c)["cell_id"] == HELD else {})} for c in CELLS])}),
     Case("output-is-the-sweeps-results", [*FIT[:-1], "S/results.json"], r"S/results\.json: is also an input",
          written_by_specscope({**sweep(), "S/results.json": "[]"}, "S/results.json")),
     Case("output-is-the-table", [*VALIDATE[:-4], "S/calibration.csv", "--traces", "t.jsonl", "--validate"],

@@ -79,6 +79,8 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
             unlisted += [cell_id] if record.get("status") == "ok" else []
             continue
         path = sweep_dir / "cells" / f"{cell_id}.json"
+        if listed is not None:
+            _check_listed(sweep_dir / "results.json", path, listed[cell_id], record)
         if record["status"] != "ok":
             failed += [cell_id] if engine is None or _engine_name(path, record) == engine else []
             continue
@@ -89,7 +91,7 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
         engines.add(name)
         if engine is None or name == engine:
             runs.append(_cell_run(path, record))
-    missing = sorted((listed or set()) - set(records))
+    missing = sorted(set(listed or ()) - set(records))
     for what, ids in (("failed (not fitted; `sweep --retry-failed` reruns them)", failed),
                       ("listed in results.json but missing from cells/ (not fitted)", missing),
                       ("in cells/ but not listed in results.json (not fitted: an earlier configuration's, or "
@@ -111,16 +113,31 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
     return runs
 
 
-def _listed(sweep_dir: Path) -> set[str] | None:
-    """The cell ids ``results.json`` lists (the last configuration's cells); None without the file
-    (a sweep that has not finished a group: every record counts)."""
+def _listed(sweep_dir: Path) -> dict[str, dict] | None:
+    """The rows ``results.json`` lists (the last configuration's cells), by cell id; None without
+    the file (a sweep that has not finished a group: every record counts)."""
     path = sweep_dir / "results.json"
     if not path.exists():
         return None
     rows = read_json(path)
     if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("cell_id"), str) for r in rows):
         raise SpecscopeError(f"{path}: expected the sweep's result rows, each with a cell_id")
-    return {r["cell_id"] for r in rows}
+    return {r["cell_id"]: r for r in rows}
+
+
+def _check_listed(results: Path, path: Path, row: dict, record: dict) -> None:
+    """``results.json``'s row of a cell says what its record says: its status, and an ok cell's
+    throughput (a row edited, or a table left from another run, published figures the fit never
+    read: a review)."""
+    said, kept = row.get("status", record.get("status")), record.get("status")  # what the row says, where it does
+    measured = (record.get("result") or {}).get("throughput")
+    throughput = row.get("throughput", measured)
+    same = isinstance(throughput, (int, float)) and isinstance(measured, (int, float)) \
+        and math.isclose(throughput, measured, rel_tol=1e-9)
+    if said != kept or (kept == "ok" and not same):
+        raise SpecscopeError(f"{results}: cell {row['cell_id']}: status {said!r}, throughput {throughput!r}, where its "
+                             f"record {path.name} says {kept!r}, {measured!r}: the table is out of step with cells/ "
+                             "(rerun `specscope sweep` on its config to write it again)")
 
 
 def _engine_name(path: Path, record: dict) -> str:
