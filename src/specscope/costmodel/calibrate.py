@@ -126,7 +126,7 @@ from typing import Sequence
 import numpy as np
 
 from specscope.costmodel.base import LinearDrafting
-from specscope.costmodel.fit import measured_extent, nonnegative_least_squares, square_told, unseparated, with_policy_work
+from specscope.costmodel.fit import measured_extent, nonnegative_least_squares, pairs_fitted, unseparated, with_policy_work
 from specscope.costmodel.linear import TARGET_TERMS, FittedCell, LinearCostModel  # TARGET_TERMS: Gaps.target_features' columns
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
@@ -535,11 +535,10 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
         raise SpecscopeError(f"{what}: {len(a)} observed steps for {a.shape[1]} coefficients (the forward's "
                              f"and each method's drafting: {more})")
     names = [*TARGET_TERMS, *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS)]
-    # prompts too alike for a square to differ from a line: priced per position alone (its pairs at 0)
-    if not square_told(gaps.prefill, gaps.pairs) or "c_prompt_kv" in unseparated(a, names):
-        a[:, TARGET_TERMS.index("c_prompt_kv")] = 0.0
-    coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
     pairs, prompt = TARGET_TERMS.index("c_prompt_kv"), [TARGET_TERMS.index(t) for t in ("c_prompt_fixed", "c_prompt", "c_req")]
+    if not pairs_fitted(a, names, gaps.prefill, gaps.pairs):
+        a[:, pairs] = 0.0
+    coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
     if coef[pairs] > 0 and not coef[prompt].any():  # a prefill wholly per pair: a one-token prompt free (a review:
         a[:, pairs] = 0.0  # the README's small sweep, 1 fit in 3): priced per position and prompt alone
         coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
@@ -549,7 +548,7 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
         coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
     start, width = forward.shape[1], drafting.shape[1]
     return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
-            tuple(name for name in unseparated(a, names) if not (name == "c_prompt_kv" and not a[:, pairs].any())))
+            tuple(name for name in unseparated(a, names) if name != "c_prompt_kv" or a[:, pairs].any()))
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:

@@ -125,6 +125,14 @@ def square_told(positions: np.ndarray, pairs: np.ndarray) -> bool:
     return bool(lengths.size) and lengths.max() >= SQUARE_SPAN * lengths.min()
 
 
+def pairs_fitted(features: np.ndarray, names: Sequence[str], positions: np.ndarray, pairs: np.ndarray) -> bool:
+    """Whether a fit over ``features`` (columns ``names``, ``c_prompt_kv`` among them) prices a
+    prefill's query–key pairs: its prompts span :data:`SQUARE_SPAN` (:func:`square_told`) and the
+    points tell the pairs' column apart from the others. Else the pairs are priced at 0 — not a
+    split of a joint cost, so not named as one."""
+    return square_told(positions, pairs) and "c_prompt_kv" not in unseparated(features, names)
+
+
 def unseparated(features: np.ndarray, names: Sequence[str]) -> list[str]:
     """The ``names`` of the columns of ``features`` [n, len(names)] the points cannot tell apart
     from the others: a column of zeros, or one in a linear dependence among the columns (every
@@ -328,13 +336,12 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
     decode, prefill = _decode_and_prefill(steps)
     batched, kv, rows, pairs, times, scale = _forward_points(decode, prefill)
     features = np.column_stack([_design(batched, kv), rows, batched > 1, pairs])
-    if not square_told(np.where(pairs > 0, batched, 0), pairs) \
-            or "c_prompt_kv" in unseparated(features, (*FORWARD_TERMS, "c_prompt_kv")):
-        features = features[:, :-1]  # no prefill, or prompts too alike for a square to differ from a line
+    if not pairs_fitted(features, (*FORWARD_TERMS, "c_prompt_kv"), np.where(pairs > 0, batched, 0), pairs):
+        features = features[:, :-1]
     c_fixed, c_tok, c_kv, c_req, c_multi, *pair = map(
         float, nonnegative_relative_fit(features, times, "target forward", scale))
     c_prompt_kv = pair[0] if pair else 0.0
-    untold = unseparated(features, FORWARD_TERMS)  # a price per pair left out is 0, not a split
+    untold = unseparated(features, FORWARD_TERMS)
     forward = LinearCostModel(name, c_fixed, c_tok, c_kv, 0.0, pads_verification=True, c_req=c_req,
                               c_multi=c_multi, c_prompt_kv=c_prompt_kv, made_by=code_version())
     plain = [s for s in decode if s.method == NO_SD] or decode

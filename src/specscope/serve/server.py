@@ -395,8 +395,8 @@ class CompletionHandler(BaseHTTPRequestHandler):
             if finish is not None:
                 self.server.loop.settle(job)  # no stop string in its last tokens: its finish counts as the engine's
             last = event.token_ids[-1] if event.token_ids else None
-            eos = not request.ignore_eos and last in self.server.loop.engine.eos_token_ids  # as vLLM: EOS first,
-            stop_reason = last if finish == "stop" and last in request.stop_token_ids and not eos else None  # no reason
+            stop_reason = last if finish == "stop" and last in request.stop_token_ids and (  # as vLLM: EOS first,
+                request.ignore_eos or last not in self.server.loop.engine.eos_token_ids) else None  # with no reason
             yield piece, finish, stop_reason
             if finish is not None:
                 return

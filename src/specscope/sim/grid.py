@@ -485,6 +485,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
             baseline_predictions: dict[tuple[tuple[int, ...], int], Prediction] = {}
             for acc, policy in mine:
                 drafting = drafting_of(cost, acc, policy)
+                guess = guessed_match_prob(members, acc, policy, config, dataset)  # the row says what it replayed
                 plan = None
                 for b in sizes:
                     if plan is None or policy.decide_for is not None:  # a causal policy decides per batch size
@@ -508,7 +509,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
                         baseline_latency_per_token=base_pred.latency_per_token,
                         acceptance_rate=alpha, mean_acceptance_length=tau,
                         requests=len(members), peak_kv_tokens=sd.peak_kv_tokens, policy_sha256=policy.sha256,
-                        match_prob=guessed_match_prob(members, acc, policy, config, dataset),
+                        match_prob=guess,
                         deepest_k=deepest,
                         time_split=sd.time_split,
                     )
