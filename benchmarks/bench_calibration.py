@@ -3,7 +3,7 @@ loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) 
 (the same servers' own step records, ``serve --step-records``), side by side.
 
     python benchmarks/bench_calibration.py [--out DIR] [--device D] [--num-requests N] [--max-tokens N] [--context C]
-                                           [--segments S] [--replicas R]
+                                           [--segments S] [--replicas R] [--refit]
 
 The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload (with
 ``--context 3``, the default, request i's prompt follows the prompts of the i mod 4 requests
@@ -170,19 +170,18 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "
                              "each): cached tokens that vary apart from the batch")
+    parser.add_argument("--refit", action="store_true",
+                        help="fit and compare again the sweep, step records and traces already in --out (this "
+                             "code's fits over an earlier run's measurements; nothing is measured)")
     args = parser.parse_args()
     out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    workload = write_workload(out, args.num_requests, args.context)
-    config = write_config(out, workload, args.max_tokens, args.segments, args.replicas, args.device)
-    if specscope(["sweep", str(config), "--retry-failed"]) != 0:
-        raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
     trace = out / "code.trace.jsonl"
-    proposers = ",".join(m if m == "ngram" else f"{m}={model_dir(m)}" for m in METHODS)
-    if specscope(["trace", "--model", str(model_dir("target")), "--proposers", proposers, "--workload",
-                  str(workload), "--max-tokens", str(args.max_tokens), "--k-max", "8",
-                  "--trees", TREES, "--threads", "2", "--device", args.device, "-o", str(trace)]) != 0:
-        raise SystemExit("tracing failed")
+    if args.refit:
+        missing = [p.name for p in (out / "sweep", out / "steps.jsonl", trace) if not p.exists()]
+        if missing:
+            raise SystemExit(f"--refit: {out} has no {', '.join(missing)} (run the benchmark there first)")
+    else:
+        measure(out, args)
     outside, inside = out / "engine-from-sweep.json", out / "engine-from-steps.json"
     for command in (["costmodel", "fit", "--from-sweep", str(out / "sweep"), "--traces", str(trace), "--validate",
                      "-o", str(outside)],
@@ -241,6 +240,20 @@ def main() -> None:
         f"{group} {1e3 * a:.2f} vs {1e3 * b:.2f} ms ({f'{100 * (a - b) / b:+.1f} %' if b else 'inside 0'})"
         for group, (a, b) in sums.items()))
     whatif(out, trace)
+
+
+def measure(out: Path, args: argparse.Namespace) -> None:
+    """The sweep (its servers writing their step records) and the traces of its workload, into ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    workload = write_workload(out, args.num_requests, args.context)
+    config = write_config(out, workload, args.max_tokens, args.segments, args.replicas, args.device)
+    if specscope(["sweep", str(config), "--retry-failed"]) != 0:
+        raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
+    proposers = ",".join(m if m == "ngram" else f"{m}={model_dir(m)}" for m in METHODS)
+    if specscope(["trace", "--model", str(model_dir("target")), "--proposers", proposers, "--workload",
+                  str(workload), "--max-tokens", str(args.max_tokens), "--k-max", "8",
+                  "--trees", TREES, "--threads", "2", "--device", args.device, "-o", str(out / "code.trace.jsonl")]) != 0:
+        raise SystemExit("tracing failed")
 
 
 def whatif(out: Path, trace: Path) -> None:

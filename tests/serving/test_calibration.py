@@ -542,3 +542,71 @@ def test_prompts_of_alike_lengths_price_no_square():
     cells += [simulated_cell("draft", k, b, prompt=50, prompt_step=3) for k in (2, 4) for b in (1, 2, 4)]
     model = fit_cells(cells)
     assert model.c_prompt_kv == 0.0 and "c_prompt_kv" not in model.not_separated and model.prompt_price > 0
+
+
+def late_read_cell() -> CellRun:
+    """A segment at B = 8 as ``specscope serve`` ran one (prompts of 51–749 tokens): request a
+    alone in the first step (its first chunk at 41.7 ms), the seven sent beside it prefilled
+    together in the next (0.44 s), their first chunks read 0–6 ms late by a client busy with eight
+    streams, then 6 ms decode steps; and a ninth request sent when the fastest finished."""
+    prompts = [433, 498, 563, 628, 684, 749, 51, 120]
+    firsts = [41.7, 484.4, 490.2, 490.2, 484.1, 488.7, 484.2, 488.1]
+    sent = [0.0, 0.3, 0.7, 2.6, 4.0, 4.3, 4.6, 4.9]
+    timeline = []
+    for i, (prompt, first, when) in enumerate(zip(prompts, firsts, sent)):
+        steps = [490.8 + 6.0 * s for s in range(12 if i else 13)]  # a's second chunk ends the big step
+        timeline.append({"id": f"r{i}", "sent_ms": when, "prompt_tokens": prompt, "output_tokens": 1 + len(steps),
+                         "chunk_ms": [t - when for t in [first, *steps]], "chunk_tokens": [1] * (1 + len(steps))})
+    timeline.append({"id": "r8", "sent_ms": 557.0, "prompt_tokens": 176, "output_tokens": 3,  # after r1 … r7 ended
+                     "chunk_ms": [t - 557.0 for t in (580.0, 586.0, 592.0)], "chunk_tokens": [1, 1, 1]})
+    return CellRun("late", "none", 0, None, 8, "w.jsonl", 1.0, None, timeline, {}, pads=True)
+
+
+def test_a_prompt_is_prefilled_in_one_step_of_each_running_request():
+    """Each gap spans the prefills of the requests it held up, no more: the big step's gap holds
+    the seven prompts sent beside request a (padded to the longest, 749), while a request's first
+    gap of 6 ms claims none of the prompts prefilled beside it whose first chunks the client read
+    late (before: four, 4 × 749 positions priced in 6 ms), nor does the big gap claim the request
+    sent after it ended whose first chunk came within half of it (before: its prompt too)."""
+    gaps = cell_gaps(late_read_cell())
+    prefilled = gaps.sequences - gaps.running
+    big = gaps.seconds > 0.1
+    assert big.sum() == 1 and prefilled[big][0] == 7 and gaps.prefill[big][0] == 7 * 749
+    assert prefilled[~big & (gaps.idle == 0)].max() == 0
+    assert gaps.pairs[big][0] == 7 * 749 ** 2
+
+
+def stalled_step(cell: CellRun, request: int, extra_ms: float) -> CellRun:
+    """``cell`` with the step that gave ``request`` its first chunk taking ``extra_ms`` longer:
+    every chunk read then or after, and every request sent after it began, that much later."""
+    at = cell.timeline[request]["sent_ms"] + cell.timeline[request]["chunk_ms"][0]
+    began = cell.timeline[request]["sent_ms"]
+    timeline = []
+    for r in cell.timeline:
+        times = [r["sent_ms"] + t for t in r["chunk_ms"]]
+        sent = r["sent_ms"] + (extra_ms if r["sent_ms"] > began else 0.0)
+        times = [t + (extra_ms if t >= at - 1e-9 else 0.0) for t in times]
+        timeline.append({**r, "sent_ms": sent, "chunk_ms": [t - sent for t in times]})
+    return replace(cell, timeline=timeline)
+
+
+def test_a_prefill_far_over_its_price_is_left_out_of_the_fit(monkeypatch):
+    """A prefill of several prompts that took 3.4× its price (on ``specscope serve`` each server's
+    first prefill of seven long prompts, once) passed the stall filter, which judges a gap against
+    a line through gaps of its kind, and its squared error outweighed a thousand steps: the engine
+    is recovered only once the gaps over 2× the first fit's price are left out and the model fitted
+    again."""
+    from specscope.costmodel import calibrate
+
+    cells = [simulated_cell("none", 0, b) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b) for k in (2, 4) for b in (1, 2, 4)]
+    base = cells[2].timeline
+    together = [i for i, r in enumerate(base) if r["sent_ms"] > 0  # admitted beside others, while others ran
+                and sum(q["sent_ms"] == r["sent_ms"] for q in base) > 1]
+    step = cells[2].timeline[together[0]]
+    seconds = step["chunk_ms"][0]  # its whole step: sent as it began
+    cells[2] = stalled_step(cells[2], together[0], 2.4 * seconds)
+    assert_recovered(fit_cells(cells))
+    monkeypatch.setattr(calibrate, "FITTED_STALL", np.inf)
+    with pytest.raises(AssertionError):
+        assert_recovered(fit_cells(cells))

@@ -18,7 +18,8 @@ run's start): the running requests are those whose first chunk came before ``m``
 came at or after it (``n``); each verifies ``w`` tokens, so the forward covers ``n·w`` tokens
 over the cached ``Σ (prompt + tokens received by m)`` (``n`` × the longest where the engine
 pads: its attention reads every row's cache padded to the longest); requests whose first chunk arrives
-within half a gap of the step's end were prefilled in it (``n_p`` prompts over ``P`` positions —
+within half a gap of the step's end, sent before the gap began, were prefilled in it (a request in
+the earliest such gap of each running request: ``n_p`` prompts over ``P`` positions —
 their tokens, or ``n_p`` × the longest where the engine pads, as ``specscope serve`` does: one
 more forward). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
 counters (the mean proposal, so n-gram steps that found nothing count), at most k + 1 (a tree:
@@ -137,6 +138,7 @@ from specscope.version import code_version
 DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
 STALL = 3.0  # a gap over STALL × the typical gap of its kind is a stall, left out (see _not_stalled)
+FITTED_STALL = 2.0  # ... and one over FITTED_STALL × its price in a first fit (see _without_stalls)
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
@@ -254,12 +256,15 @@ def cell_gaps(cell: CellRun) -> Gaps:
     if not alone.any():
         raise SpecscopeError(f"{cell.label}: every chunk arrived with another (within {NEAR} of the median gap): "
                              "no gap between two chunks read alone to fit")
+    sent = np.array([r["sent_ms"] / 1e3 for r in cell.timeline])
+    owner = np.repeat(np.arange(len(times)), [len(t) - 1 for t in times])  # [gaps] whose chunks bound each
+    prefilled = _prefilled(start, end, owner, sent, first, np.concatenate(times), np.median(end - start),
+                           together)[alone]
     start, end = start[alone], end[alone]
     mid, half = (start + end) / 2, (end - start) / 2
     running = (first[None, :] < mid[:, None]) & (last[None, :] >= mid[:, None])  # [gaps, requests]
     received = np.column_stack([np.concatenate([[0.0], c])[np.searchsorted(t, mid, side="right")]
                                 for t, c in zip(times, tokens)])  # [gaps, requests]
-    prefilled = (first[None, :] > mid[:, None]) & (first[None, :] <= (end + half)[:, None])
     cache = running * (prompt[None, :] + received)  # [gaps, requests] each running request's cached tokens
     n = running.sum(axis=1).astype(float)
     n_p = prefilled.sum(axis=1).astype(float)
@@ -282,6 +287,36 @@ def cell_gaps(cell: CellRun) -> Gaps:
     gaps = gaps.select(_not_stalled(gaps.seconds, kind, gaps.prefill))
     gaps.scale[:] = gaps.seconds.mean() if len(gaps.seconds) else 0.0
     return gaps
+
+
+def _prefilled(start: np.ndarray, end: np.ndarray, owner: np.ndarray, sent: np.ndarray, first: np.ndarray,
+               chunks: np.ndarray, typical: float, together: float) -> np.ndarray:
+    """[gaps, requests] whether each gap (from ``start`` to ``end``, between two chunks of request
+    ``owner``) spans the step that prefilled each request ``q``: one whose first chunk came after
+    the gap's midpoint and within half a gap of its end; which was sent before the gap began (or
+    within ``together``, the client's reading jitter, after it) and no earlier than a ``typical``
+    gap before its owner's prefill began (an engine admits every request waiting when a step
+    starts, so one waiting well before then was prefilled with the owner or before it; requests
+    sent a few ms apart may reach it in either order); and, of the owner's gaps that qualify, in
+    the earliest (a prompt is prefilled once). The owner's prefill began at the last chunk of the
+    cell read a ``typical`` gap or more before its own first chunk (a step's end), or when it was
+    sent, whichever is later. Without these checks, a gap that prefilled seven long prompts also
+    claimed the requests sent after it whose first chunks came within half of its 0.6 s, and a
+    request's first gap, of a few ms, the prompts prefilled beside it whose first chunks the client
+    read a few ms late: on a sweep with prompts of 50-750 tokens, 3 of 16 such gaps at B = 8 were
+    priced 30 times what they took, and the fit priced a prompt's query-key pairs a fifth of what
+    the engine's own step records show."""
+    mid, half = (start + end) / 2, (end - start) / 2
+    chunks = np.sort(chunks)
+    before = np.searchsorted(chunks, first - typical, side="left")  # [requests] chunks read a step before its first
+    began = np.maximum(sent, np.where(before > 0, chunks[np.maximum(before - 1, 0)], -np.inf))  # [requests]
+    claims = ((first[None, :] > mid[:, None]) & (first[None, :] <= (end + half)[:, None])
+              & (sent[None, :] <= start[:, None] + together) & (sent[None, :] > began[owner][:, None] - typical))
+    counted = np.cumsum(claims, axis=0)  # [gaps, requests] claims so far, over every owner's gaps in order
+    earlier = np.concatenate([np.zeros((1, claims.shape[1]), dtype=counted.dtype), counted[:-1]])
+    opening = np.concatenate([[True], owner[1:] != owner[:-1]])  # [gaps] the first gap of its owner
+    base = earlier[np.maximum.accumulate(np.where(opening, np.arange(len(owner)), 0))]  # claims before its owner's
+    return claims & (counted - base == 1)
 
 
 def _proposed(cell: CellRun, chunk_tokens: np.ndarray, proposing: float, known: bool) -> np.ndarray:
@@ -538,17 +573,30 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
     pairs, prompt = TARGET_TERMS.index("c_prompt_kv"), [TARGET_TERMS.index(t) for t in ("c_prompt_fixed", "c_prompt", "c_req")]
     if not pairs_fitted(a, names, gaps.prefill, gaps.pairs):
         a[:, pairs] = 0.0
-    coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
+    coef = _without_stalls(a, gaps.seconds / gaps.scale)
     if coef[pairs] > 0 and not coef[prompt].any():  # a prefill wholly per pair: a one-token prompt free (a review:
         a[:, pairs] = 0.0  # the README's small sweep, 1 fit in 3): priced per position and prompt alone
-        coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
+        coef = _without_stalls(a, gaps.seconds / gaps.scale)
     kv, free = TARGET_TERMS.index("c_kv"), [TARGET_TERMS.index(t) for t in ("c_fixed", "c_tok", "c_req")]
     if coef[kv] > 0 and not coef[free].any():  # the whole forward per cached token: one over an empty cache free
         a[:, kv] = 0.0  # over the caches measured (one batch size, prompts alike) the two trade: the fixed cost it is
-        coef = nonnegative_least_squares(a, gaps.seconds / gaps.scale)
+        coef = _without_stalls(a, gaps.seconds / gaps.scale)
     start, width = forward.shape[1], drafting.shape[1]
     return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
             tuple(name for name in unseparated(a, names) if name != "c_prompt_kv" or a[:, pairs].any()))
+
+
+def _without_stalls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """:func:`~specscope.costmodel.fit.nonnegative_least_squares` of ``a`` [gaps, terms] to ``b``
+    [gaps], fitted again without the gaps over :data:`FITTED_STALL` × what the first fit prices
+    them at: a stall the filter against what is typical of a gap's kind let through (a prefill
+    of seven prompts taking 3.4 × its price, once per server, the first time the machine gave it
+    that much memory), whose squared error would outweigh a thousand steps' own."""
+    coef = nonnegative_least_squares(a, b)
+    keep = b <= FITTED_STALL * (a @ coef)
+    if keep.all() or keep.sum() < a.shape[1]:
+        return coef
+    return nonnegative_least_squares(a[keep], b[keep])
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:
