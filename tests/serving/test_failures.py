@@ -118,8 +118,9 @@ def test_a_server_running_fewer_requests_than_the_batch_is_said():
 
 def test_interleaved_replicas_take_the_segments_in_turn(fake_server):
     """Run A on two processes, run B on one; 8 requests in 4 segments of 2: A's replica 0 serves
-    segments 0 and 2, replica 1 segments 1 and 3 (each: 1 warm-up + 4 requests), B's one all
-    eight (+ 1); A's counters are its own requests' only, summed over both processes (3 drafts
+    segments 0 and 2, replica 1 segments 1 and 3 (each: 2 warm-ups — a short one, then one as
+    long as the longest prompt per request the run keeps in flight — + 4 requests), B's one all
+    eight (+ 2); A's counters are its own requests' only, summed over both processes (3 drafts
     each: 24), though each process counts its warm-up too."""
     from specscope.backends.openai.measure import measure_interleaved
 
@@ -127,7 +128,7 @@ def test_interleaved_replicas_take_the_segments_in_turn(fake_server):
     (row_a, load_a), (row_b, _) = measure_interleaved(
         [[ClientConfig(a0.url, "fake"), ClientConfig(a1.url, "fake")], [ClientConfig(b0.url, "fake")]],
         [PROMPT] * 8, [1, 1], 4)
-    assert (a0.completions, a1.completions, b0.completions) == (5, 5, 9)
+    assert (a0.completions, a1.completions, b0.completions) == (6, 6, 10)
     assert load_a.segment_of == (0, 0, 1, 1, 2, 2, 3, 3)
     assert row_a["num_drafts"] == 24 and row_b["num_drafts"] == 24 and row_a["num_failed"] == 0
 
@@ -159,3 +160,19 @@ def test_an_error_page_is_named_on_one_line():
     message = _error_message(404, page)
     assert message.startswith("HTTP 404: <!DOCTYPE HTML> <html> <head>") and "\n" not in message
     assert _error_message(400, b'{"error": {"message": "bad k"}}') == "HTTP 400: bad k"
+
+
+def test_a_server_is_warmed_up_at_the_runs_largest_step(fake_server):
+    """Before a run is timed its server gets a short request, then as many requests at once as the
+    run keeps in flight, each as long as its longest prompt yet none of its prompts (the warm-up
+    prompt repeated: a server caching prefixes would serve a measured prompt from its cache)."""
+    from specscope.backends.openai.measure import measure_load, stretched
+
+    warm = Prompt("w", text="abc")
+    assert stretched(warm, Prompt("long", text="x" * 8)).text == "abcabcab"
+    assert stretched(Prompt("w", token_ids=(7, 8)), Prompt("long", token_ids=(1,) * 5)).token_ids == (7, 8, 7, 8, 7)
+    assert stretched(warm, Prompt("ids", token_ids=(1, 2))) == warm  # a text cannot be stretched to ids
+    server = fake_server()
+    prompts = [Prompt(f"p{i}", token_ids=(3,) * (i + 1)) for i in range(5)]
+    measure_load(ClientConfig(server.url, "fake"), prompts, 3, PROMPT)
+    assert server.completions == 1 + 3 + 5

@@ -355,8 +355,10 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path, fake_server):
     after = {p.name: p.read_bytes() for p in cells_dir.glob("*.json")}
     assert len(after) == 8
     assert all(after[name] == data for name, data in done_before.items())  # finished cells untouched
-    # each cell sends 1 warm-up + 4 requests; the second run ran exactly the cells not yet recorded
-    assert fake.completions - completions_before == (8 - len(done_before)) * 5
+    # each cell sends 1 + B warm-ups (B: its batch size) + 4 requests; the second run ran exactly the
+    # cells not yet recorded
+    rerun = [json.loads(data)["key"]["batch_size"] for name, data in after.items() if name not in done_before]
+    assert fake.completions - completions_before == sum(5 + b for b in rerun)
     assert all(json.loads(data)["status"] == "ok" for data in after.values())
     assert len(json.loads(second.stdout)) == 8
 

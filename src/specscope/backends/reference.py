@@ -160,7 +160,12 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
     sampling = SamplingParams(config.temperature, config.top_p, config.top_k)
     engines = [baseline] if engine is baseline else [baseline, engine]
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
-    _lockstep(engines, [WorkloadRequest("warmup", requests[0].prompt_token_ids)], 1, warmup, sampling)
+    longest, widest = max(requests, key=lambda r: len(r.prompt_token_ids)), max(config.batch_sizes)
+    # the largest step first (the longest prompt at the largest batch size), untimed: a process's first
+    # prefill of a size runs slower than the same prefill later (bundled target, seven prompts of 520
+    # tokens: 0.25 s, then 0.21 s; docs/calibration.md)
+    _lockstep(engines, [WorkloadRequest(f"warmup#{i}", longest.prompt_token_ids) for i in range(widest)], widest,
+              warmup, sampling)
     result = into if into is not None else BenchResult([])
     with LazyProgress("bench: runs (batch sizes × repeats)", len(config.batch_sizes) * config.repeats) as bar:
         for batch_size in config.batch_sizes:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Sequence
 
 from specscope.backends.openai import metrics
 from specscope.backends.openai.client import (
@@ -62,7 +63,7 @@ def measure_load(
     config: ClientConfig, prompts: list[Prompt], concurrency: int, warmup: Prompt | None = None
 ) -> tuple[dict[str, object], LoadResult]:
     """:func:`measure`'s row, and the run itself."""
-    run = _Measurement([config], warmup or prompts[0], concurrency)
+    run = _Measurement([config], warmup or prompts[0], concurrency, prompts)
     run.run(prompts)
     return run.finish()
 
@@ -80,7 +81,8 @@ def measure_interleaved(
     each of them), so a machine whose speed wanders over seconds slows every run nearly alike."""
     if segments > len(prompts):
         raise MeasureError(f"{len(prompts)} requests cannot be cut into {segments} segments")
-    runs = [_Measurement(configs, warmup or prompts[0], c) for configs, c in zip(replicas, concurrencies, strict=True)]
+    runs = [_Measurement(configs, warmup or prompts[0], c, prompts)
+            for configs, c in zip(replicas, concurrencies, strict=True)]
     for index in range(segments):
         part = prompts[index * len(prompts) // segments : (index + 1) * len(prompts) // segments]
         for i in range(len(runs)) if index % 2 == 0 else reversed(range(len(runs))):
@@ -88,30 +90,64 @@ def measure_interleaved(
     return [run.finish() for run in runs]
 
 
+def stretched(warmup: Prompt, longest: Prompt) -> Prompt:
+    """``warmup`` repeated to the length of ``longest`` (characters of a text prompt, ids of one
+    given as token ids): a prompt as long as the run's longest that is none of its prompts (a
+    server that caches prefixes would otherwise serve a measured prompt from its cache)."""
+    if warmup.text is not None and longest.text is not None and warmup.text:
+        size = len(longest.text)
+        return Prompt(warmup.id, text=(warmup.text * -(-size // len(warmup.text)))[:size])
+    if warmup.token_ids and longest.token_ids is not None:
+        size = len(longest.token_ids)
+        return Prompt(warmup.id, token_ids=(warmup.token_ids * -(-size // len(warmup.token_ids)))[:size])
+    return warmup
+
+
+def _size(prompt: Prompt) -> int:
+    return len(prompt.text) if prompt.text is not None else len(prompt.token_ids or ())
+
+
 class _Measurement:
     """One measured run on one server (one or more processes: its replicas, each warmed up when
     made); its parts run (:meth:`run`) with the serving replica's ``/metrics`` scraped around each,
     so that runs sharing a server between parts count only their own; its row made from them all
-    (:meth:`finish`)."""
+    (:meth:`finish`).
 
-    def __init__(self, replicas: list[ClientConfig], warmup: Prompt, concurrency: int) -> None:
-        self.replicas = [self._warmed(config, warmup) for config in replicas]
+    The warm-up: one short request, then the run's concurrency of them at once, each as long as
+    the run's longest prompt (:func:`stretched`), so that the server has met the largest step of
+    the run before it is timed. On ``specscope serve`` beside nine other servers on a 2-core
+    machine, each server's first prefill of seven long prompts took 2-4× what the same prefill
+    took later (the machine giving the process that much memory the first time), in the one or
+    two measured segments that met it first: its cells' speedups moved by up to 16 %."""
+
+    def __init__(self, replicas: list[ClientConfig], warmup: Prompt, concurrency: int,
+                 prompts: Sequence[Prompt] = ()) -> None:
+        largest = [stretched(warmup, max(prompts, key=_size))] * concurrency if prompts else []
+        self.replicas = [self._warmed(config, warmup, largest) for config in replicas]
         self.config, self.concurrency = self.replicas[0], concurrency
         self.loads: list[LoadResult] = []
         self.spans: list[tuple[metrics.MetricsSnapshot, metrics.MetricsSnapshot]] = []  # scrapes around each part
         self.metrics_error: str | None = None
 
     @staticmethod
-    def _warmed(config: ClientConfig, warmup: Prompt) -> ClientConfig:
-        """``config`` with its served model named, after one warm-up request to its server."""
+    def _warmed(config: ClientConfig, warmup: Prompt, largest: list[Prompt]) -> ClientConfig:
+        """``config`` with its served model named, after the warm-up (class docstring) of its
+        server: ``warmup``, then ``largest`` at once. A server that refuses the long ones (a
+        stretched text may hold more tokens than the prompt it copies the length of, past the
+        server's context) is warmed by the short request alone, and the log says so."""
         if config.model is None:
             try:
                 config = replace(config, model=served_model(config.url, config.idle_timeout_s))
             except StreamError as error:
                 raise MeasureError(f"{config.url}: {error}") from None
-        warmed = stream_completion(replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens)), warmup)
+        short = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens))
+        warmed = stream_completion(short, warmup)
         if warmed.error is not None:
             raise MeasureError(f"warm-up request failed: {warmed.error}")
+        failed = [r.error for r in run_load(short, largest, len(largest)).results if r.error is not None] if largest else []
+        if failed:
+            log.warning("%s: the warm-up at the run's concurrency with prompts as long as its longest failed (%s): "
+                        "warmed up by one short request", config.url, failed[0])
         return config
 
     def run(self, prompts: list[Prompt], index: int = 0) -> None:
