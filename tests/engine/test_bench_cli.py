@@ -366,3 +366,26 @@ def test_replicate_batching_compares_every_copy_with_no_sd():
     sd = _Run({"a#0": [1, 2], "a#1": [1, 9], "b#0": [3], "b#1": [3]}, 6, 0.5, [], SpecDecodeStats(k=2))
     row = _row(config, 2, 2, base, sd, compare=True)
     assert row.details["greedy_match"] is False and row.details["mismatched_requests"] == 1
+
+
+def test_the_bench_warms_up_on_its_largest_step(llama_dir, tmp_path, monkeypatch):
+    """Before it times anything, the reference bench runs its longest prompt at its largest batch
+    size (a process's first prefill of a size runs slower than the same prefill later), untimed."""
+    from specscope.backends import BenchConfig, reference
+
+    calls = []
+    lockstep = reference._lockstep
+
+    def recording(engines, requests, batch_size, config, sampling):
+        calls.append(([len(r.prompt_token_ids) for r in requests], batch_size, config.max_tokens))
+        return lockstep(engines, requests, batch_size, config, sampling)
+
+    monkeypatch.setattr(reference, "_lockstep", recording)
+    workload = write_workload(tmp_path / "w.jsonl", [{"id": "a", "prompt_token_ids": [4, 5, 6]},
+                                                      {"id": "b", "prompt_token_ids": [4, 5, 6, 7, 8, 9]},
+                                                      {"id": "c", "prompt_token_ids": [7, 8]}])
+    config = BenchConfig(model_dir=llama_dir, workload=workload, method="ngram", batch_sizes=(1, 3), max_tokens=12,
+                         repeats=1)
+    reference.run_bench(config)
+    assert calls[0] == ([6, 6, 6], 3, 8)  # the warm-up: the longest prompt, three at once, eight tokens
+    assert [c[1] for c in calls[1:]] == [1, 3] and calls[1][0] == [3, 6, 2]  # then the measured runs
