@@ -28,8 +28,8 @@ def fake_server():
     """A factory: ``fake_server("http500")``; every fake is closed after the test."""
     made = []
 
-    def make(mode: str = "ok", delay_s: float = 0.0, metrics: str = "vllm") -> FakeServer:
-        made.append(FakeServer(mode, delay_s, metrics))
+    def make(mode: str = "ok", delay_s: float = 0.0, metrics: str = "vllm", refuse=None) -> FakeServer:
+        made.append(FakeServer(mode, delay_s, metrics, refuse))
         return made[-1]
 
     yield make

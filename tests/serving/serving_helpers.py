@@ -141,11 +141,14 @@ class FakeServer:
     list), ``truncated`` (closes before ``[DONE]``) or ``hang`` (never answers until closed).
     ``metrics``: ``vllm`` (k = 3; per completed request: 3 drafts, 6 draft tokens, 4 accepted,
     accepted per position 2, 1, 1),
-    ``sglang`` (gauges: accept length 2.5, rate 0.75) or ``none`` (``/metrics`` answers 404)."""
+    ``sglang`` (gauges: accept length 2.5, rate 0.75) or ``none`` (``/metrics`` answers 404).
+    ``prompts`` records each completion request's arrival and prompt; ``refuse(prompt)`` true: the
+    request is answered 400, as a server refuses a prompt past its context."""
 
-    def __init__(self, mode: str = "ok", delay_s: float = 0.0, metrics: str = "vllm") -> None:
-        self.mode, self.delay_s, self.metrics = mode, delay_s, metrics
+    def __init__(self, mode: str = "ok", delay_s: float = 0.0, metrics: str = "vllm", refuse=None) -> None:
+        self.mode, self.delay_s, self.metrics, self.refuse = mode, delay_s, metrics, refuse
         self.completions = 0
+        self.prompts: list[tuple[float, object]] = []  # (arrival, prompt) of every completion request
         self.active = 0  # POST handlers still running
         self.lock = threading.Lock()
         self.release = threading.Event()
@@ -199,7 +202,12 @@ class FakeServer:
                         fake.active -= 1
 
             def _completion(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                prompt = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}").get("prompt")
+                with fake.lock:
+                    fake.prompts.append((time.monotonic(), prompt))
+                if fake.refuse is not None and fake.refuse(prompt):
+                    self._json(400, {"error": {"message": "prompt too long for this model's context"}})
+                    return
                 if fake.mode == "hang":
                     fake.release.wait(60)
                     return

@@ -576,6 +576,20 @@ def test_a_prompt_is_prefilled_in_one_step_of_each_running_request():
     assert gaps.pairs[big][0] == 7 * 749 ** 2
 
 
+def test_prompts_prefilled_together_and_read_late_are_no_later_gaps_prefill():
+    """Eight requests sent at once to an idle engine, prefilled in one step and their first chunks
+    read 0–6 ms late (a review: every request's first 6 ms gap claimed the four prompts read after
+    its own first chunk, as it did for two replacements sent together when two requests ended in
+    one step): no decode gap prefills anything."""
+    firsts = [484.4, 490.2, 490.2, 484.1, 488.7, 484.2, 488.1, 486.0]
+    timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": 400 + 40 * i, "output_tokens": 13,
+                 "chunk_ms": [first, *(490.8 + 6.0 * s for s in range(12))], "chunk_tokens": [1] * 13}
+                for i, first in enumerate(firsts)]
+    gaps = cell_gaps(CellRun("together", "none", 0, None, 8, "w.jsonl", 1.0, None, timeline, {}, pads=True))
+    decode = (gaps.seconds < 0.1) & (gaps.idle == 0)
+    assert decode.sum() > 50 and (gaps.sequences - gaps.running)[decode].max() == 0
+
+
 def stalled_step(cell: CellRun, request: int, extra_ms: float) -> CellRun:
     """``cell`` with the step that gave ``request`` its first chunk taking ``extra_ms`` longer:
     every chunk read then or after, and every request sent after it began, that much later."""

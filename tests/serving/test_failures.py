@@ -162,17 +162,24 @@ def test_an_error_page_is_named_on_one_line():
     assert _error_message(400, b'{"error": {"message": "bad k"}}') == "HTTP 400: bad k"
 
 
-def test_a_server_is_warmed_up_at_the_runs_largest_step(fake_server):
+def test_a_server_is_warmed_up_at_the_runs_largest_step(fake_server, caplog):
     """Before a run is timed its server gets a short request, then as many requests at once as the
     run keeps in flight, each as long as its longest prompt yet none of its prompts (the warm-up
-    prompt repeated: a server caching prefixes would serve a measured prompt from its cache)."""
+    prompt repeated: a server caching prefixes would serve a measured prompt from its cache); a
+    server that refuses those (past its context) is warmed by the short one, and the log says so."""
     from specscope.backends.openai.measure import measure_load, stretched
 
     warm = Prompt("w", text="abc")
-    assert stretched(warm, Prompt("long", text="x" * 8)).text == "abcabcab"
-    assert stretched(Prompt("w", token_ids=(7, 8)), Prompt("long", token_ids=(1,) * 5)).token_ids == (7, 8, 7, 8, 7)
-    assert stretched(warm, Prompt("ids", token_ids=(1, 2))) == warm  # a text cannot be stretched to ids
-    server = fake_server()
+    assert stretched(warm, [Prompt("long", text="x" * 8), Prompt("s", text="y")]).text == "abcabcab"
+    assert stretched(Prompt("w", token_ids=(7, 8)), [Prompt("long", token_ids=(1,) * 5)]).token_ids == (7, 8, 7, 8, 7)
+    assert stretched(warm, [Prompt("ids", token_ids=(1, 2))]) == warm  # no text prompt to take the length of
+    server = fake_server(delay_s=0.05)
     prompts = [Prompt(f"p{i}", token_ids=(3,) * (i + 1)) for i in range(5)]
     measure_load(ClientConfig(server.url, "fake"), prompts, 3, PROMPT)
-    assert server.completions == 1 + 3 + 5
+    short, *burst = server.prompts[:4]
+    assert short[1] == [3, 4, 5] and [p for _, p in burst] == [[3, 4, 5, 3, 4]] * 3  # PROMPT stretched to 5 ids
+    assert max(t for t, _ in burst) - min(t for t, _ in burst) < 0.1  # at once: each streams for 0.2 s
+    assert len(server.prompts) == 1 + 3 + 5
+    refusing = fake_server(refuse=lambda prompt: prompt[:3] == [3, 4, 5] and len(prompt) > 3)  # the stretched ones
+    measure_load(ClientConfig(refusing.url, "fake"), prompts[3:], 8, PROMPT)  # two in flight at most
+    assert len(refusing.prompts) == 1 + 2 + 2 and "warmed up by one short request" in caplog.text

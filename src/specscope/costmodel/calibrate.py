@@ -139,6 +139,7 @@ DRIFT_ROUNDS = 3  # refits, each after re-estimating every pair's speed
 CONVERGED = 1e-5  # ... stopping once no pair's speed moves by more than this (relative)
 STALL = 3.0  # a gap over STALL × the typical gap of its kind is a stall, left out (see _not_stalled)
 FITTED_STALL = 2.0  # ... and one over FITTED_STALL × its price in a first fit (see _without_stalls)
+STALL_SHARE = 0.01  # ... unless more than this share of the gaps are over it
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
@@ -297,8 +298,10 @@ def _prefilled(start: np.ndarray, end: np.ndarray, owner: np.ndarray, sent: np.n
     within ``together``, the client's reading jitter, after it) and no earlier than a ``typical``
     gap before its owner's prefill began (an engine admits every request waiting when a step
     starts, so one waiting well before then was prefilled with the owner or before it; requests
-    sent a few ms apart may reach it in either order); and, of the owner's gaps that qualify, in
-    the earliest (a prompt is prefilled once). The owner's prefill began at the last chunk of the
+    sent a few ms apart may reach it in either order), nor waiting then with its first chunk read
+    within a ``typical`` gap of the owner's (prefilled beside it, read late: requests sent at
+    once to an idle engine, or sent together when several ended in one step); and, of the
+    owner's gaps that qualify, in the earliest (a prompt is prefilled once). The owner's prefill began at the last chunk of the
     cell read a ``typical`` gap or more before its own first chunk (a step's end), or when it was
     sent, whichever is later. Without these checks, a gap that prefilled seven long prompts also
     claimed the requests sent after it whose first chunks came within half of its 0.6 s, and a
@@ -310,8 +313,11 @@ def _prefilled(start: np.ndarray, end: np.ndarray, owner: np.ndarray, sent: np.n
     chunks = np.sort(chunks)
     before = np.searchsorted(chunks, first - typical, side="left")  # [requests] chunks read a step before its first
     began = np.maximum(sent, np.where(before > 0, chunks[np.maximum(before - 1, 0)], -np.inf))  # [requests]
-    claims = ((first[None, :] > mid[:, None]) & (first[None, :] <= (end + half)[:, None])
-              & (sent[None, :] <= start[:, None] + together) & (sent[None, :] > began[owner][:, None] - typical))
+    waiting = sent[None, :] <= began[owner][:, None] + together  # [gaps, requests] q there when the owner's began
+    beside = waiting & (first[None, :] < first[owner][:, None] + typical + together)  # ... and its first chunk
+    claims = ((first[None, :] > mid[:, None]) & (first[None, :] <= (end + half)[:, None])  # read with the owner's
+              & (sent[None, :] <= start[:, None] + together) & (sent[None, :] > began[owner][:, None] - typical)
+              & ~beside)
     counted = np.cumsum(claims, axis=0)  # [gaps, requests] claims so far, over every owner's gaps in order
     earlier = np.concatenate([np.zeros((1, claims.shape[1]), dtype=counted.dtype), counted[:-1]])
     opening = np.concatenate([[True], owner[1:] != owner[:-1]])  # [gaps] the first gap of its owner
@@ -448,7 +454,7 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
     parts = [cell_gaps(c) for c in cells]
     speed = np.ones(len(cells))
     for _ in range(DRIFT_ROUNDS + 1):
-        target, drafting, untold = _fit(_concat([_slowed(g, 1 / s) for g, s in zip(parts, speed)]))
+        target, drafting, untold, _ = _fit(_concat([_slowed(g, 1 / s) for g, s in zip(parts, speed)]))
         previous, speed = speed, pair_speeds(cells, parts, target)
         if np.allclose(speed, previous, rtol=CONVERGED):
             break
@@ -472,16 +478,17 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
         raise SpecscopeError(f"{label}: every step ran a policy file (method learned): give the "
                              "step records of runs without one too (no SD, and each of the policy's proposers)")
     gaps = step_gaps(fitted, label)
-    target, drafting, untold = _fit(gaps, label, "give more step records")
+    target, drafting, untold, over = _fit(gaps, label, "give more step records")
     predicted = gaps.target_features() @ target
     for method, coef in drafting.items():
         mine = gaps.method == method
         predicted[mine] += gaps.drafting_features()[mine] @ coef
     error = np.abs(predicted - gaps.seconds) / gaps.seconds
     stalls = sum(s.batch_size > 0 for s in fitted) - len(gaps.seconds)
-    summary = (f"whole-step fit over {len(gaps.seconds)} steps ({stalls} stalls over {STALL:g}× their run's typical "
-               f"step left out): median relative error {100 * np.median(error):.1f} %, 90th percentile "
-               f"{100 * np.percentile(error, 90):.1f} %")
+    summary = (f"whole-step fit over {len(gaps.seconds) - over} steps ({stalls} stalls over {STALL:g}× their run's "
+               f"typical step and {over} over {FITTED_STALL:g}× a first fit's price left out): median relative error "
+               f"{100 * np.median(error):.1f} %, 90th percentile {100 * np.percentile(error, 90):.1f} % (over every "
+               "step but the first stalls)")
     model = _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"),  # never seen here
                    True, bool(gaps.prefill.any()))
     model = replace(model, measured=measured_extent([s for s in steps if s.decoded > 0]))
@@ -543,7 +550,7 @@ def _slowed(gaps: Gaps, factor: float) -> Gaps:
 
 
 def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more requests"
-         ) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...]]:
+         ) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...], int]:
     """The forward's coefficients [5], ``c_prompt``, ``c_batch``, ``admit_s``, ``c_prompt_fixed`` and ``c_prompt_kv`` [1 each], and each
     method's drafting [5, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
     least-squares problem over the forward's columns (every gap) and each method's drafting columns
@@ -555,7 +562,8 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
     the later ones are 0 wherever that fits as well: a fixed cost rather than none and one per
     cached token over prompts of one length. A fit that puts the whole forward on the cached
     tokens (a forward over an empty cache free, a model no simulation can use: a sweep at one
-    batch size over caches of about one length, where the two trade) is refit without them."""
+    batch size over caches of about one length, where the two trade) is refit without them. Last,
+    how many gaps it left out as stalls against a first fit (:func:`_without_stalls`)."""
     methods = sorted(set(gaps.method.tolist()) - {NO_SD})
     forward, drafting = gaps.target_features(), gaps.drafting_features()
     blocks = [forward]
@@ -573,30 +581,32 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
     pairs, prompt = TARGET_TERMS.index("c_prompt_kv"), [TARGET_TERMS.index(t) for t in ("c_prompt_fixed", "c_prompt", "c_req")]
     if not pairs_fitted(a, names, gaps.prefill, gaps.pairs):
         a[:, pairs] = 0.0
-    coef = _without_stalls(a, gaps.seconds / gaps.scale)
+    coef, over = _without_stalls(a, gaps.seconds / gaps.scale)
     if coef[pairs] > 0 and not coef[prompt].any():  # a prefill wholly per pair: a one-token prompt free (a review:
         a[:, pairs] = 0.0  # the README's small sweep, 1 fit in 3): priced per position and prompt alone
-        coef = _without_stalls(a, gaps.seconds / gaps.scale)
+        coef, over = _without_stalls(a, gaps.seconds / gaps.scale)
     kv, free = TARGET_TERMS.index("c_kv"), [TARGET_TERMS.index(t) for t in ("c_fixed", "c_tok", "c_req")]
     if coef[kv] > 0 and not coef[free].any():  # the whole forward per cached token: one over an empty cache free
         a[:, kv] = 0.0  # over the caches measured (one batch size, prompts alike) the two trade: the fixed cost it is
-        coef = _without_stalls(a, gaps.seconds / gaps.scale)
+        coef, over = _without_stalls(a, gaps.seconds / gaps.scale)
     start, width = forward.shape[1], drafting.shape[1]
     return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
-            tuple(name for name in unseparated(a, names) if name != "c_prompt_kv" or a[:, pairs].any()))
+            tuple(name for name in unseparated(a, names) if name != "c_prompt_kv" or a[:, pairs].any()), over)
 
 
-def _without_stalls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _without_stalls(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:
     """:func:`~specscope.costmodel.fit.nonnegative_least_squares` of ``a`` [gaps, terms] to ``b``
     [gaps], fitted again without the gaps over :data:`FITTED_STALL` × what the first fit prices
-    them at: a stall the filter against what is typical of a gap's kind let through (a prefill
-    of seven prompts taking 3.4 × its price, once per server, the first time the machine gave it
-    that much memory), whose squared error would outweigh a thousand steps' own."""
+    them at — a stall the filter against what is typical of a gap's kind let through (on
+    ``specscope serve`` beside nine other servers, a prefill of seven long prompts taking 2–4× its
+    price now and then), whose squared error would outweigh a thousand steps' own — and how many
+    were left out. Where more than :data:`STALL_SHARE` of the gaps are over, they are no stalls but
+    what the model cannot fit: the first fit stands, every gap in it."""
     coef = nonnegative_least_squares(a, b)
     keep = b <= FITTED_STALL * (a @ coef)
-    if keep.all() or keep.sum() < a.shape[1]:
-        return coef
-    return nonnegative_least_squares(a[keep], b[keep])
+    if keep.all() or np.mean(~keep) > STALL_SHARE:
+        return coef, 0
+    return nonnegative_least_squares(a[keep], b[keep]), int((~keep).sum())
 
 
 def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:

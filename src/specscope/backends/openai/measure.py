@@ -90,21 +90,19 @@ def measure_interleaved(
     return [run.finish() for run in runs]
 
 
-def stretched(warmup: Prompt, longest: Prompt) -> Prompt:
-    """``warmup`` repeated to the length of ``longest`` (characters of a text prompt, ids of one
-    given as token ids): a prompt as long as the run's longest that is none of its prompts (a
-    server that caches prefixes would otherwise serve a measured prompt from its cache)."""
-    if warmup.text is not None and longest.text is not None and warmup.text:
-        size = len(longest.text)
-        return Prompt(warmup.id, text=(warmup.text * -(-size // len(warmup.text)))[:size])
-    if warmup.token_ids and longest.token_ids is not None:
-        size = len(longest.token_ids)
-        return Prompt(warmup.id, token_ids=(warmup.token_ids * -(-size // len(warmup.token_ids)))[:size])
+def stretched(warmup: Prompt, prompts: Sequence[Prompt]) -> Prompt:
+    """``warmup`` repeated to the length of the longest of ``prompts`` given as it is (characters
+    of text prompts, ids of prompts given as token ids; ``warmup`` itself where none is): a prompt
+    as long as the run's longest that is none of its prompts unless the warm-up prompt is itself
+    measured (a server that caches prefixes would otherwise serve a measured prompt from its
+    cache)."""
+    if warmup.text:
+        size = max((len(p.text) for p in prompts if p.text is not None), default=0)
+        return Prompt(warmup.id, text=(warmup.text * -(-size // len(warmup.text)))[:size]) if size else warmup
+    if warmup.token_ids:
+        size = max((len(p.token_ids) for p in prompts if p.token_ids is not None), default=0)
+        return Prompt(warmup.id, token_ids=(warmup.token_ids * -(-size // len(warmup.token_ids)))[:size]) if size else warmup
     return warmup
-
-
-def _size(prompt: Prompt) -> int:
-    return len(prompt.text) if prompt.text is not None else len(prompt.token_ids or ())
 
 
 class _Measurement:
@@ -113,16 +111,16 @@ class _Measurement:
     so that runs sharing a server between parts count only their own; its row made from them all
     (:meth:`finish`).
 
-    The warm-up: one short request, then the run's concurrency of them at once, each as long as
-    the run's longest prompt (:func:`stretched`), so that the server has met the largest step of
-    the run before it is timed. On ``specscope serve`` beside nine other servers on a 2-core
+    The warm-up: one short request, then as many at once as the run keeps in flight (its
+    concurrency, at most its prompts), each as long as the run's longest prompt (:func:`stretched`),
+    so that the server has met the largest step of the run before it is timed. On ``specscope serve`` beside nine other servers on a 2-core
     machine, each server's first prefill of seven long prompts took 2-4× what the same prefill
     took later (the machine giving the process that much memory the first time), in the one or
     two measured segments that met it first: its cells' speedups moved by up to 16 %."""
 
     def __init__(self, replicas: list[ClientConfig], warmup: Prompt, concurrency: int,
                  prompts: Sequence[Prompt] = ()) -> None:
-        largest = [stretched(warmup, max(prompts, key=_size))] * concurrency if prompts else []
+        largest = [stretched(warmup, prompts)] * min(concurrency, len(prompts))
         self.replicas = [self._warmed(config, warmup, largest) for config in replicas]
         self.config, self.concurrency = self.replicas[0], concurrency
         self.loads: list[LoadResult] = []
