@@ -334,3 +334,18 @@ def test_a_pipe_has_no_sha256(tmp_path):
     assert file_sha256(fifo) is None
     (tmp_path / "f").write_bytes(b"")
     assert file_sha256(tmp_path / "f").startswith("e3b0c442")
+
+
+def test_a_checkpoint_written_by_safetensors_gets_the_usual_permissions(tmp_path):
+    """safetensors' save_file makes its file 0600; a head or model the project saves is readable
+    as any new file is under the umask (0644 under 022), as its config.json beside it."""
+    torch = pytest.importorskip("torch")
+    from specscope.proposers.heads import save_head
+
+    umask = os.umask(0o022)
+    try:
+        out = save_head(tmp_path / "head", {"hidden_size": 2}, {"w": torch.zeros(2)})
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((out / "model.safetensors").stat().st_mode) == 0o644
+    assert stat.S_IMODE((out / "config.json").stat().st_mode) == 0o644

@@ -148,6 +148,14 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     written.record(path, text)
 
 
+def usual_mode() -> int:
+    """The permissions a new file gets from ``open`` under the process's umask (0644 under 022):
+    for files a library writes 0600 (``tempfile.mkstemp``, safetensors' ``save_file``)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def _write_durably(path: Path, text: str) -> None:
     """:func:`atomic_write_text` to a path (not standard output)."""
     if path.exists() and not path.is_file():
@@ -159,13 +167,8 @@ def _write_durably(path: Path, text: str) -> None:
         raise SpecscopeError(f"{path}: read-only; make it writable or write elsewhere")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    if path.is_file():  # a file replaced keeps its permissions
-        mode = stat.S_IMODE(path.stat().st_mode)
-    else:  # mkstemp makes 0600; give a new file the usual permissions
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    os.fchmod(fd, mode)
+    # a file replaced keeps its permissions; mkstemp makes 0600: a new file gets the usual ones
+    os.fchmod(fd, stat.S_IMODE(path.stat().st_mode) if path.is_file() else usual_mode())
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)

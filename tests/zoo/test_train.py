@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import stat
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,6 +40,9 @@ def test_quick_training_is_complete(quick_zoo):
             assert (out / name / file).is_file()
     for name in ("eagle", "mtp", "eagle3"):
         assert (out / name / "config.json").is_file() and (out / name / "model.safetensors").is_file()
+    for name in ("target", "draft", "eagle", "mtp", "eagle3"):  # weights as readable as the config beside them
+        modes = [stat.S_IMODE((out / name / file).stat().st_mode) for file in ("config.json", "model.safetensors")]
+        assert modes[0] == modes[1], name
     stages = json.loads((out / "training.json").read_text())["stages"]
     assert sorted(stages) == ["draft", "eagle", "eagle3", "mtp", "target"]
     assert all(stage["loss"] > 0 for stage in stages.values())

@@ -24,6 +24,7 @@ drafts that are later rejected lie at positions the next chunk overwrites.
 from __future__ import annotations
 
 import json
+import os
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
@@ -36,7 +37,7 @@ from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import holding_file, load_state_dict
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json_object
+from specscope.fileio import read_json_object, usual_mode
 from specscope.engine.proposer_api import (
     Proposal,
     ProposeInput,
@@ -203,6 +204,7 @@ def save_head(out_dir: Path, config: dict, tensors: dict[str, torch.Tensor]) -> 
         {name: t.detach().contiguous() for name, t in tensors.items()},
         str(out_dir / "model.safetensors"),
     )
+    os.chmod(out_dir / "model.safetensors", usual_mode())  # save_file makes 0600: a checkpoint others may read
     return out_dir
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -35,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, file_sha256, read_json_object, refuse_foreign_folder
+from specscope.fileio import atomic_write_text, file_sha256, read_json_object, refuse_foreign_folder, usual_mode
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.progress import LazyProgress
@@ -197,6 +198,7 @@ def save_model(model: Transformer, hf: dict, out_dir: Path, tokenizer) -> None:
     state = {n: t.detach().to(torch.float16).contiguous() for n, t in model.state_dict().items()
              if n != "lm_head.weight"}  # tied to model.embed_tokens.weight
     save_file(state, str(out_dir / WEIGHTS), metadata={"format": "pt"})
+    os.chmod(out_dir / WEIGHTS, usual_mode())  # save_file makes 0600: a checkpoint others may read
     (out_dir / "config.json").write_text(json.dumps(hf, indent=1) + "\n", encoding="utf-8")
     generation = {"eos_token_id": hf["eos_token_id"], "pad_token_id": hf["pad_token_id"]}
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=1) + "\n", encoding="utf-8")
