@@ -179,8 +179,9 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     from specscope.backends.openai.calibration import COLUMNS, SPREAD_COLUMNS, coefficient_spread, read_sweep, validate
     from specscope.cli._common import atomic_write_text
     from specscope.costmodel.calibrate import cross_check, fit_cells
-    from specscope.fileio import write_rows
+    from specscope.fileio import file_sha256, write_rows
     from specscope.trace.load import load_traces
+    from specscope.version import code_version
 
     if args.validate:  # the sweep folder's tables: replaced only where specscope wrote them (a link to a user's file is not)
         for table in VALIDATION_TABLES:
@@ -197,7 +198,9 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
                 list(check[0]), [[_cell(v) for v in row.values()] for row in check], file=out)
     if args.validate:
         csv = args.from_sweep / VALIDATION_TABLES[0]
-        write_rows(csv, rows)
+        made = {"made_by": code_version(),  # what produced the tables: this code, over these traces' contents
+                "traces": " ".join(f"{Path(t).name}@{(file_sha256(t) or 'unreadable')[:12]}" for t in args.traces)}
+        write_rows(csv, [{**row, **made} for row in rows])
         print_table("held-out cells", list(COLUMNS), [[_cell(row[c]) for c in COLUMNS] for row in rows], file=out)
         errors = np.abs([row["error_pct"] for row in rows])
         print(f"validation over {len(rows)} held-out SD cells: median |error| {np.median(errors):.1f} %, "
@@ -213,7 +216,7 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
                   f"{np.median([se for _, se in noise]):.1f} %; {within} of {len(noise)} errors within two of "
                   "their cell's", file=out)
         spread = coefficient_spread(model, fits)
-        write_rows(args.from_sweep / VALIDATION_TABLES[1], [{**row, "engine": cells[0].engine} for row in spread])
+        write_rows(args.from_sweep / VALIDATION_TABLES[1], [{**row, "engine": cells[0].engine, **made} for row in spread])
         print_table("coefficients and how firmly the sweep pins them down (jackknife over the held-out fits; "
                     f"wrote {args.from_sweep / VALIDATION_TABLES[1]})", list(SPREAD_COLUMNS),
                     [[_cell(row[c]) for c in SPREAD_COLUMNS] for row in spread
