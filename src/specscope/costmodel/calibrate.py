@@ -21,7 +21,9 @@ pads: its attention reads every row's cache padded to the longest); requests who
 within half a gap of the step's end, sent before the gap began, were prefilled in it (a request in
 the earliest such gap of each running request: ``n_p`` prompts over ``P`` positions —
 their tokens, or ``n_p`` × the longest where the engine pads, as ``specscope serve`` does: one
-more forward). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
+more forward; this reads a server that admits every waiting request at its next step — its batch
+limit, vLLM's ``--max-num-seqs``, at or above the sweep's concurrency, as ``specscope sweep``
+launches its servers — and a request that waited for a free slot would be priced in no gap). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
 counters (the mean proposal, so n-gram steps that found nothing count), at most k + 1 (a tree:
 nodes + 1). A request running alone verifies more than one token only on the steps it proposed
 (n-gram found nothing on about half the steps of the bundled code workload), and its own chunk
