@@ -181,7 +181,7 @@ def main() -> None:
         if missing:
             raise SystemExit(f"--refit: {out} has no {', '.join(missing)} (run the benchmark there first)")
     else:
-        measure(out, args)
+        measure(out, trace, args)
     outside, inside = out / "engine-from-sweep.json", out / "engine-from-steps.json"
     for command in (["costmodel", "fit", "--from-sweep", str(out / "sweep"), "--traces", str(trace), "--validate",
                      "-o", str(outside)],
@@ -242,8 +242,8 @@ def main() -> None:
     whatif(out, trace)
 
 
-def measure(out: Path, args: argparse.Namespace) -> None:
-    """The sweep (its servers writing their step records) and the traces of its workload, into ``out``."""
+def measure(out: Path, trace: Path, args: argparse.Namespace) -> None:
+    """The sweep (its servers writing their step records) into ``out``, and the traces of its workload into ``trace``."""
     out.mkdir(parents=True, exist_ok=True)
     workload = write_workload(out, args.num_requests, args.context)
     config = write_config(out, workload, args.max_tokens, args.segments, args.replicas, args.device)
@@ -252,7 +252,7 @@ def measure(out: Path, args: argparse.Namespace) -> None:
     proposers = ",".join(m if m == "ngram" else f"{m}={model_dir(m)}" for m in METHODS)
     if specscope(["trace", "--model", str(model_dir("target")), "--proposers", proposers, "--workload",
                   str(workload), "--max-tokens", str(args.max_tokens), "--k-max", "8",
-                  "--trees", TREES, "--threads", "2", "--device", args.device, "-o", str(out / "code.trace.jsonl")]) != 0:
+                  "--trees", TREES, "--threads", "2", "--device", args.device, "-o", str(trace)]) != 0:
         raise SystemExit("tracing failed")
 
 

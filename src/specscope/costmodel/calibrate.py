@@ -17,17 +17,17 @@ Its midpoint ``m`` fixes the step's load, from every request of the cell (times 
 run's start): the running requests are those whose first chunk came before ``m`` and whose last
 came at or after it (``n``); each verifies ``w`` tokens, so the forward covers ``n·w`` tokens
 over the cached ``Σ (prompt + tokens received by m)`` (``n`` × the longest where the engine
-pads: its attention reads every row's cache padded to the longest); requests whose first chunk arrives
-within half a gap of the step's end, sent before the gap began, were prefilled in it (a request in
-the earliest such gap of each running request: ``n_p`` prompts over ``P`` positions —
-their tokens, or ``n_p`` × the longest where the engine pads, as ``specscope serve`` does: one
-more forward; this reads a server that admits every waiting request at its next step — its batch
+pads: its attention reads every row's cache padded to the longest). The requests it prefilled
+(:func:`_prefilled`: first chunk within half a gap of its end, sent before it began, once per
+running request; gaps the timing cannot tell left out) add one more forward: ``n_p`` prompts over
+``P`` positions — their tokens, or ``n_p`` × the longest where the engine pads, as ``specscope
+serve`` does. This reads a server that admits every waiting request at its next step — its batch
 limit, vLLM's ``--max-num-seqs``, at or above the sweep's concurrency, as ``specscope sweep``
-launches its servers — and a request that waited for a free slot would be priced in no gap). ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the
-counters (the mean proposal, so n-gram steps that found nothing count), at most k + 1 (a tree:
-nodes + 1). A request running alone verifies more than one token only on the steps it proposed
-(n-gram found nothing on about half the steps of the bundled code workload), and its own chunk
-tells which did: one of several tokens had a draft accepted, so its step proposed; of the chunks
+launches its servers; a request that waited for a free slot would be priced in no gap.
+``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the counters (the mean
+proposal, so n-gram steps that found nothing count), at most k + 1 (a tree: nodes + 1). A
+request running alone verifies more than one token only on the steps it proposed (n-gram found
+nothing on about half the steps of the bundled code workload), and its own chunk tells which did: one of several tokens had a draft accepted, so its step proposed; of the chunks
 of one token, the share ``(drafts − chunks of several tokens) / chunks of one token`` did (the
 drafts counter: vLLM's ``vllm:spec_decode_num_drafts``, which ``specscope serve`` exports too).
 Each such gap counts as a multi-token forward with that chance and verifies 1 + the mean
@@ -298,26 +298,29 @@ def cell_gaps(cell: CellRun) -> Gaps:
 
 def _prefilled(start: np.ndarray, end: np.ndarray, owner: np.ndarray, sent: np.ndarray, first: np.ndarray,
                chunks: np.ndarray, typical: float, together: float) -> tuple[np.ndarray, np.ndarray]:
-    """[gaps, requests] whether each gap (from ``start`` to ``end``, between two chunks of request
-    ``owner``) spans the step that prefilled each request ``q``: one whose first chunk came after
-    the gap's midpoint and within half a gap of its end; which was sent before the gap began (or
-    within ``together``, the client's reading jitter, after it) and no earlier than a ``typical``
-    gap before its owner's prefill began (an engine admits every request waiting when a step
-    starts, so one waiting well before then was prefilled with the owner or before it; requests
-    sent a few ms apart may reach it in either order), nor waiting then with its first chunk read
-    within a ``typical`` gap of the owner's (prefilled beside it, read late: requests sent at
-    once to an idle engine, or sent together when several ended in one step); and, of the
-    owner's gaps that qualify, in the earliest (a prompt is prefilled once). The owner's prefill began at the last chunk of the
-    cell read a ``typical`` gap or more before its own first chunk (a step's end), or when it was
-    sent, whichever is later. And [gaps] the gaps that cannot be told (left out of the fit): those
-    whose timing alone would count a prompt the rule "beside the owner" does not — read late
-    beside the owner, or prefilled one short step after it (a request that reached the engine
-    just after the owner's step began), time cannot tell apart. Without these checks, a gap that prefilled seven long prompts also
-    claimed the requests sent after it whose first chunks came within half of its 0.6 s, and a
-    request's first gap, of a few ms, the prompts prefilled beside it whose first chunks the client
-    read a few ms late: on a sweep with prompts of 50-750 tokens, 3 of 16 such gaps at B = 8 were
-    priced 30 times what they took, and the fit priced a prompt's query-key pairs a fifth of what
-    the engine's own step records show."""
+    """Which prompt each gap prefilled, and which gaps cannot be told.
+
+    A gap runs from ``start`` to ``end`` between two chunks of request ``owner``. It spans the step
+    that prefilled request ``q`` (the first array, [gaps, requests]) when:
+
+    - q's first chunk came after the gap's midpoint and within half a gap after its end;
+    - q was sent before the gap began (within ``together``, the client's reading jitter);
+    - q was sent no earlier than a ``typical`` gap before the owner's prefill began — an engine
+      admits every request waiting when a step starts, so one waiting well before then was
+      prefilled with the owner or before it (requests sent a few ms apart may arrive in either
+      order). The owner's prefill began at the last chunk of the cell read a ``typical`` gap or
+      more before its own first chunk (a step's end), or when it was sent, whichever is later;
+    - q was not waiting then with its first chunk read within a ``typical`` gap of the owner's
+      (prefilled beside it and read late);
+    - the gap is the owner's earliest that qualifies (a prompt is prefilled once).
+
+    The second array, [gaps], marks the gaps the timing cannot tell (left out of the fit): where
+    only the last rule keeps q out, q was either read late beside the owner or prefilled one short
+    step after it. Before these rules, on a sweep with prompts of 50–750 tokens, a gap that
+    prefilled seven long prompts also claimed requests sent after it, and a request's 6 ms first
+    gap the prompts read late beside it: 3 of 16 such gaps at B = 8 were priced 30× what they
+    took, and the fit priced a prompt's query–key pairs a fifth of what the engine's own step
+    records show."""
     mid, half = (start + end) / 2, (end - start) / 2
     chunks = np.sort(chunks)
     before = np.searchsorted(chunks, first - typical, side="left")  # [requests] chunks read a step before its first

@@ -7,11 +7,12 @@ arbitrary code. Convert them once with transformers' ``save_pretrained(safe_seri
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import torch
 
-from specscope.fileio import read_json, read_json_object
+from specscope.fileio import read_json, read_json_object, usual_mode
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.errors import SpecscopeError
@@ -112,6 +113,15 @@ def load_state_dict(
                 raise SpecscopeError(f"{path}: weight {name!r} holds values that are not finite in {dtype} (NaN or "
                                      "±inf: a corrupted or diverged checkpoint, or one too large for this dtype)")
     return state
+
+
+def save_weights(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> None:
+    """Write ``tensors`` to the safetensors file ``path``, readable as any new file under the
+    umask (safetensors' ``save_file`` makes it 0600: a checkpoint others could not load)."""
+    from safetensors.torch import save_file
+
+    save_file(tensors, str(path), metadata=metadata)
+    os.chmod(path, usual_mode())
 
 
 def holding_file(model_dir: Path, name: str) -> Path:

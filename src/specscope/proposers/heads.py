@@ -24,7 +24,6 @@ drafts that are later rejected lie at positions the next chunk overwrites.
 from __future__ import annotations
 
 import json
-import os
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
@@ -34,10 +33,10 @@ from torch import nn
 
 from specscope.engine.config import ModelConfig, check_context
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.loading import holding_file, load_state_dict
+from specscope.engine.loading import holding_file, load_state_dict, save_weights
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json_object, usual_mode
+from specscope.fileio import read_json_object
 from specscope.engine.proposer_api import (
     Proposal,
     ProposeInput,
@@ -195,16 +194,10 @@ def read_weights(head_dir: Path, target: Transformer) -> dict[str, torch.Tensor]
 
 def save_head(out_dir: Path, config: dict, tensors: dict[str, torch.Tensor]) -> Path:
     """Write ``config.json`` and ``model.safetensors`` (the published layout) to ``out_dir``."""
-    from safetensors.torch import save_file
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "config.json").write_text(json.dumps(config, indent=1) + "\n", encoding="utf-8")
-    save_file(
-        {name: t.detach().contiguous() for name, t in tensors.items()},
-        str(out_dir / "model.safetensors"),
-    )
-    os.chmod(out_dir / "model.safetensors", usual_mode())  # save_file makes 0600: a checkpoint others may read
+    save_weights(out_dir / "model.safetensors", {name: t.detach().contiguous() for name, t in tensors.items()})
     return out_dir
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -36,8 +35,9 @@ import torch
 import torch.nn.functional as F
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, file_sha256, read_json_object, refuse_foreign_folder, usual_mode
+from specscope.fileio import atomic_write_text, file_sha256, read_json_object, refuse_foreign_folder
 from specscope.engine.config import ModelConfig
+from specscope.engine.loading import save_weights
 from specscope.engine.model import Transformer
 from specscope.progress import LazyProgress
 from specscope.proposers.eagle import EagleHead
@@ -192,13 +192,10 @@ def _new_head(name: str, config: ModelConfig, target_hf: dict, layers: int) -> t
 def save_model(model: Transformer, hf: dict, out_dir: Path, tokenizer) -> None:
     """``config.json``, ``generation_config.json``, float16 ``model.safetensors`` and the
     tokenizer files."""
-    from safetensors.torch import save_file
-
     out_dir.mkdir(parents=True, exist_ok=True)
     state = {n: t.detach().to(torch.float16).contiguous() for n, t in model.state_dict().items()
              if n != "lm_head.weight"}  # tied to model.embed_tokens.weight
-    save_file(state, str(out_dir / WEIGHTS), metadata={"format": "pt"})
-    os.chmod(out_dir / WEIGHTS, usual_mode())  # save_file makes 0600: a checkpoint others may read
+    save_weights(out_dir / WEIGHTS, state, metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(hf, indent=1) + "\n", encoding="utf-8")
     generation = {"eos_token_id": hf["eos_token_id"], "pad_token_id": hf["pad_token_id"]}
     (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=1) + "\n", encoding="utf-8")

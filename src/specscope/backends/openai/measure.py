@@ -96,13 +96,10 @@ def stretched(warmup: Prompt, prompts: Sequence[Prompt]) -> Prompt:
     as long as the run's longest that is none of its prompts unless the warm-up prompt is itself
     measured (a server that caches prefixes would otherwise serve a measured prompt from its
     cache)."""
-    if warmup.text:
-        size = max((len(p.text) for p in prompts if p.text is not None), default=0)
-        return Prompt(warmup.id, text=(warmup.text * -(-size // len(warmup.text)))[:size]) if size else warmup
-    if warmup.token_ids:
-        size = max((len(p.token_ids) for p in prompts if p.token_ids is not None), default=0)
-        return Prompt(warmup.id, token_ids=(warmup.token_ids * -(-size // len(warmup.token_ids)))[:size]) if size else warmup
-    return warmup
+    kind = "text" if warmup.text else "token_ids" if warmup.token_ids else None
+    unit = getattr(warmup, kind) if kind else None
+    size = max((len(getattr(p, kind)) for p in prompts if getattr(p, kind) is not None), default=0) if kind else 0
+    return Prompt(warmup.id, **{kind: (unit * -(-size // len(unit)))[:size]}) if size else warmup
 
 
 class _Measurement:
@@ -113,10 +110,10 @@ class _Measurement:
 
     The warm-up: one short request, then as many at once as the run keeps in flight (its
     concurrency, at most its prompts), each as long as the run's longest prompt (:func:`stretched`),
-    so that the server has met the largest step of the run before it is timed. On ``specscope serve`` beside nine other servers on a 2-core
-    machine, each server's first prefill of seven long prompts took 2-4× what the same prefill
-    took later (the machine giving the process that much memory the first time), in the one or
-    two measured segments that met it first: its cells' speedups moved by up to 16 %."""
+    so that the server has met the largest step of the run before it is timed. (On ``specscope
+    serve`` beside nine other servers on a 2-core machine, each server's first prefills of seven
+    long prompts took 2–4× what the same prefills took later, in the measured segments that met
+    them: the fit predicted one such server's batch-8 throughput 23 % above what it measured.)"""
 
     def __init__(self, replicas: list[ClientConfig], warmup: Prompt, concurrency: int,
                  prompts: Sequence[Prompt] = ()) -> None:
@@ -142,7 +139,7 @@ class _Measurement:
         warmed = stream_completion(short, warmup)
         if warmed.error is not None:
             raise MeasureError(f"warm-up request failed: {warmed.error}")
-        failed = [r.error for r in run_load(short, largest, len(largest)).results if r.error is not None] if largest else []
+        failed = [r.error for r in run_load(short, largest, len(largest)).results if r.error] if largest else []
         if failed:
             log.warning("%s: the warm-up at the run's concurrency with prompts as long as its longest failed (%s): "
                         "warmed up by one short request", config.url, failed[0])
