@@ -13,7 +13,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.sim.grid import SimConfig, simulate
 from specscope.policy.observation import NONE
 from specscope.sim.paper import predict_paper
-from specscope.sim.switching import SwitchDrafting, catch_up, causal_plan, oracle_switch_plan
+from specscope.sim.switching import SwitchDrafting, catch_up, causal_plan, lookup_known_plan, oracle_switch_plan
 
 NGRAM = [3, 1, 1, 1, 2, 1, 1, 1, 1]
 EAGLE = [2, 1, 3, 2, 1, 1, 1, 2, 1]
@@ -149,6 +149,49 @@ def test_the_gap_closed_is_judged_only_where_oracle_switch_beats_the_best_fixed_
     assert (line["adaptive"], line["adaptive_acc"]) == (1.7, "eagle")  # the better proposer's, named
     assert np.isnan(judge(rows(2.01), "learned:p.json")[0]["gap_closed"])
     assert np.isnan(judge(rows(1.9), "learned:p.json")[0]["gap_closed"])
+
+
+def test_lookup_known_takes_the_lookups_exact_step_where_it_reaches_the_threshold_and_the_drafters_k_elsewhere():
+    for order in (METHODS, METHODS[::-1]):
+        ngram, eagle = order.index("ngram"), order.index("eagle")
+        plan = lookup_known_plan([record(NGRAM, EAGLE)], order, 2, 1)
+        # pos 1: n-gram 3 ≥ 2, exact → pos 4: n-gram 1, eagle k = 1 emits min(2, 2) → pos 6: eagle, 1
+        # → pos 7: eagle, 1 → pos 8: eagle k = 1, one token left of G = 9
+        assert plan.pos.tolist() == [1, 4, 6, 7, 8]
+        assert plan.proposed.tolist() == [2, 1, 1, 1, 1]
+        assert plan.emitted.tolist() == [3, 2, 1, 1, 1]
+        assert plan.accepted.tolist() == [2, 1, 0, 0, 1]
+        assert plan.method.tolist() == [ngram, eagle, eagle, eagle, eagle]
+    high = lookup_known_plan([record(NGRAM, EAGLE)], METHODS, 3, 2)  # n-gram's 2 at pos 5 stays below 3
+    assert high.pos.tolist() == [1, 4, 6, 7, 8] and high.method.tolist() == [0, 1, 1, 1, 1]
+    assert high.proposed.tolist() == [2, 2, 2, 2, 2] and high.emitted.tolist() == [3, 2, 1, 1, 1]
+
+
+def test_lookup_known_is_the_best_of_its_rules_in_hindsight_and_the_gap_closed_is_judged_against_it():
+    """Every rule (n-gram ≥ τ exactly, else EAGLE fixed:k; k up to EAGLE's depth, τ up to k + 1)
+    priced as the simulator prices oracle-switch; the best is kept with its rule, and the learned
+    policy's share of its gain over the best fixed policy is gap_closed_known."""
+    from specscope.sim.evaluate import judge, judged_rows, lookup_known
+    from specscope.sim.mixed import predict_mixed
+    from specscope.sim.plan import baseline_plan, traced_k_max
+
+    records = [record(NGRAM, EAGLE)]
+    config = SimConfig(mode="mixed", batch_sizes=(1,))
+    known = lookup_known(records, METHODS, COST, config, [("d", 1)])
+    depth = traced_k_max(records, ["eagle"])  # the record says it was traced to k = 8
+    plans = {(tau, k): lookup_known_plan(records, METHODS, tau, k) for k in range(1, depth + 1) for tau in range(2, k + 2)}
+    base = predict_mixed(baseline_plan(plans[(2, 1)].output_len, plans[(2, 1)].prompt_len), COST, None, 1).throughput
+    speedups = {rule: predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 1).throughput / base
+                for rule, plan in plans.items()}
+    tau, k = max(speedups, key=speedups.get)
+    assert known == {("d", 1): (pytest.approx(speedups[(tau, k)]), f"ngram ≥ {tau}, else eagle fixed:{k}")}
+    assert lookup_known(records, ("ngram", "suffix"), COST, config, [("d", 1)]) == {}  # two lookups: no yardstick
+    rows = judged_rows(records, METHODS, [], COST, config)
+    line = judge(rows, None, known={("d", 1): (2.5, "ngram ≥ 2, else eagle fixed:1")})[0]
+    assert "gap_closed_known" not in line and line["lookup_known"] == 2.5  # no learned policy, nothing closed
+    learned = replace(rows[0], acc="ngram+eagle", policy="learned:p.json", speedup=line["best_fixed_speedup"] + 0.1)
+    line = judge([*rows, learned], "learned:p.json", known={("d", 1): (line["best_fixed_speedup"] + 0.4, "")})[0]
+    assert line["gap_closed_known"] == pytest.approx(0.25)
 
 
 def test_a_record_capped_at_k_is_what_a_trace_of_depth_k_holds():

@@ -21,7 +21,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD
 from specscope.analysis.acceptance import by_dataset
 from specscope.report.style import CYCLE, SEQUENTIAL, plt, proposer_colours, short
-from specscope.sim.evaluate import judge, judged_rows, no_gap_reason
+from specscope.sim.evaluate import judge, judged_rows, lookup_known, no_gap_reason
 from specscope.sim.switching import on_common_positions
 from specscope.sim.grid import SimConfig, check_k_by_dataset
 from specscope.sim.plan import dataset_depths
@@ -59,10 +59,11 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     learned = f"learned:{path}"
     check_k_by_dataset(records, policy.methods[0], parse_policy(learned))  # refused deeper than the traces, as in simulate
     records = [record.capped(policy.depth) for record in on_common_positions(records, policy.methods)]
-    rows = judged_rows(records, policy.methods, [learned], cost,
-                       SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed))
+    judged = SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed)
+    rows = judged_rows(records, policy.methods, [learned], cost, judged)
+    known = lookup_known(records, policy.methods, cost, judged, sorted({(r.dataset, r.batch_size) for r in rows}))
     table = [{**row, "methods": "+".join(policy.methods), "policy_sha256": policy.sha256}  # a file refitted in place told apart
-             for row in judge(rows, learned)]
+             for row in judge(rows, learned, known=known)]
     # each example walked as deep as its dataset is in the table (the examples' own acc_len once capped it lower)
     depths = dataset_depths(records, policy.methods)
     choices, smallest = [], min(config.batch_sizes)

@@ -13,7 +13,16 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
   ceiling it was set against);
 - gap closed = (learned − best fixed) / (oracle-switch − best fixed), undefined (NaN) where
   oracle-switch beats the best fixed policy by less than :data:`MIN_ROOM` of it: a ratio over
-  a gap that small says nothing (over a gap of 0.0004× it read −1677).
+  a gap that small says nothing (over a gap of 0.0004× it read −1677);
+- lookup known (:func:`lookup_known`, a lookup and a model drafter): what exact knowledge of the
+  lookup's next step is worth with none of the drafter's — the best in hindsight of the plans
+  that propose exactly the lookup's acc_len − 1 wherever it is at least τ (≥ 2) and the drafter's
+  fixed k elsewhere, over every k the drafter was traced to and τ = 2 … k + 1 (a higher τ would
+  give the drafter steps the lookup's exact step beats: more tokens, no drafting), priced as
+  oracle-switch is. Not a ceiling: a causal policy that moves the drafter's k per request can pass
+  it. Its gap closed (``gap_closed_known``) is the learned policy's share of that yardstick's own
+  gain over the best fixed policy; what oracle-switch gains beyond it needs the drafter's
+  acceptance at each step;
 
 :func:`leave_one_out` fits on every dataset but one and judges on the one held out, under each
 cost model in turn (fitted for and judged by it), proposing at most the k the held-out dataset
@@ -39,9 +48,12 @@ from specscope.errors import SpecscopeError
 from specscope.policy.features import features
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.fit import FEW_STEPS, fit_policy, require_methods
-from specscope.sim.grid import COMBINED, SimConfig, SimRow, simulate
-from specscope.sim.plan import dataset_depths, switch_k_max, traced_k_max
-from specscope.sim.switching import causal_plan, on_common_positions
+from specscope.methods import method as method_named
+from specscope.sim.grid import COMBINED, SimConfig, SimRow, sampled, simulate
+from specscope.sim.mixed import predict_mixed
+from specscope.sim.paper import predict_paper
+from specscope.sim.plan import baseline_plan, dataset_depths, switch_k_max, traced_k_max
+from specscope.sim.switching import SwitchDrafting, causal_plan, lookup_known_plan, on_common_positions
 from specscope.trace.schema import TraceRecord, by_dataset
 from specscope.validate import K_MAX_LIMIT
 
@@ -68,12 +80,43 @@ def judged_rows(records: Sequence[TraceRecord], methods: tuple[str, ...], learne
     return rows
 
 
-def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", seen: str | None = None) -> list[dict]:
-    """One line per dataset × batch size (see the module docstring); speedups by ``metric``
-    (``seen``: a second learned policy, fitted on data that included the dataset judged)."""
+def lookup_known(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel, config: SimConfig,
+                 cells: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[float, str]]:
+    """The lookup-known yardstick (module docstring) of each (dataset, batch size) of ``cells``:
+    its speedup and the rule that reached it (``ngram ≥ 3, else eagle fixed:4``); none where
+    ``methods`` are not one lookup and one model drafter."""
+    kinds = [method_named(m).kind == "lookup" for m in methods]
+    if sorted(kinds) != [False, True]:
+        return {}
+    lookup, drafter = (methods[0], methods[1]) if kinds[0] else (methods[1], methods[0])
+    predict = predict_paper if config.mode == "paper" else predict_mixed
+    drafting = SwitchDrafting.of(cost, methods)
+    groups = {dataset: sampled(list(members), config) for dataset, members in by_dataset(records).items()}
+    known = {}
+    for dataset, b in cells:
+        members = groups[dataset]
+        best = (-np.inf, "")
+        base = None
+        for k in range(1, traced_k_max(members, [drafter]) + 1):
+            for at_least in range(2, k + 2):
+                plan = lookup_known_plan(members, methods, at_least, k)
+                if base is None:
+                    base = predict(baseline_plan(plan.output_len, plan.prompt_len), cost, None, b).throughput
+                speedup = predict(plan, cost, drafting, b).throughput / base
+                if speedup > best[0]:
+                    best = (speedup, f"{lookup} ≥ {at_least}, else {drafter} fixed:{k}")
+        known[(dataset, b)] = best
+    return known
+
+
+def judge(rows: Sequence[SimRow], learned: str | None, seen: str | None = None,
+          known: dict[tuple[str, int], tuple[float, str]] | None = None) -> list[dict]:
+    """One line per dataset × batch size (see the module docstring) of the rows' speedups
+    (``seen``: a second learned policy, fitted on data that included the dataset judged;
+    ``known``: :func:`lookup_known` of the cells)."""
     cells: dict[tuple[str, int], dict[tuple[str, str], float]] = {}
     for row in rows:
-        cells.setdefault((row.dataset, row.batch_size), {})[(row.acc, row.policy)] = getattr(row, metric)
+        cells.setdefault((row.dataset, row.batch_size), {})[(row.acc, row.policy)] = row.speedup
     table = []
     for (dataset, b), values in cells.items():
         fixed = {key: v for key, v in values.items() if key[1].startswith("fixed:")}
@@ -95,14 +138,22 @@ def judge(rows: Sequence[SimRow], learned: str | None, metric: str = "speedup", 
                 line["learned"] = v
             elif seen is not None and policy == seen:
                 line["learned_seen"] = v
+        if known and (dataset, b) in known:
+            line["lookup_known"], line["lookup_known_rule"] = known[(dataset, b)]
         ceiling = ceiling_of(line)
-        for name, gap in (("learned", "gap_closed"), ("learned_seen", "gap_closed_seen")):
-            if name in line and ceiling is not None:
-                room = ceiling - line["best_fixed_speedup"]
-                enough = room > MIN_ROOM * line["best_fixed_speedup"]
-                line[gap] = (line[name] - line["best_fixed_speedup"]) / room if enough else float("nan")
+        for name, gap, top in (("learned", "gap_closed", ceiling), ("learned_seen", "gap_closed_seen", ceiling),
+                               ("learned", "gap_closed_known", line.get("lookup_known"))):
+            if name in line and top is not None:
+                line[gap] = _closed(line[name], line["best_fixed_speedup"], top)
         table.append(line)
     return table
+
+
+def _closed(value: float, best_fixed: float, top: float) -> float:
+    """(value − best fixed) / (top − best fixed), NaN where top beats the best fixed policy by
+    less than :data:`MIN_ROOM` of it (or lies below it)."""
+    room = top - best_fixed
+    return (value - best_fixed) / room if room > MIN_ROOM * best_fixed else float("nan")
 
 
 def ceiling_of(line: dict) -> float | None:
@@ -162,7 +213,8 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                              "the best fixed k and the oracles there may go deeper than it can")
             learned = _write(document, workdir / f"policy-without-{number}-{index}.json")
             rows = judged_rows(members, methods, [learned, seen[index]], cost, config)
-            for line in judge(rows, learned, seen=seen[index]):
+            known = lookup_known(members, methods, cost, config, sorted({(r.dataset, r.batch_size) for r in rows}))
+            for line in judge(rows, learned, seen=seen[index], known=known):
                 table.append({"cost_model": labels[index] if labels else cost.name, "fitted_on": "+".join(document["training"]["sources"]),
                               **line})
     return table

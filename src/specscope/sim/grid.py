@@ -302,7 +302,8 @@ def sample_notes(records: Sequence[TraceRecord], config: SimConfig, option: bool
             for dataset, count in counts.items() if size is not None and count > size]
 
 
-def _sample(records: list[TraceRecord], config: SimConfig) -> list[TraceRecord]:
+def sampled(records: list[TraceRecord], config: SimConfig) -> list[TraceRecord]:
+    """The requests of one dataset a simulation replays (:func:`sample_size` of them)."""
     size = sample_size(config)
     if size is None or len(records) <= size:
         return records
@@ -466,7 +467,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
     predict = predict_paper if config.mode == "paper" else predict_mixed
     groups = []  # (dataset, its sampled requests, its cells, its batch sizes): all checked before any work
     for dataset, members in by_dataset(records).items():
-        members = _sample(members, config)
+        members = sampled(members, config)
         mine = pairs if missing is None else _held(members, pairs, dataset, missing)
         for acc, policy in mine:
             _check(members, acc, policy, dataset)

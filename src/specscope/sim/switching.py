@@ -91,16 +91,45 @@ def on_common_positions(records: Sequence[TraceRecord], methods: Sequence[str]) 
 def oracle_switch_plan(records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
     """Walk every request under oracle-switch (see the module docstring)."""
     preference = sorted(range(len(methods)), key=lambda i: method_named(methods[i]).kind != "lookup")
+
+    def choose(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ranked = acc[preference]  # [M, G], the cheaper first: ties go to it
+        return np.asarray(preference)[ranked.argmax(axis=0)], ranked.max(axis=0) - 1
+
+    return _positional_plan(records, methods, choose)
+
+
+def lookup_known_plan(records: Sequence[TraceRecord], methods: tuple[str, str], at_least: int, k: int) -> Plan:
+    """Walk every request under the lookup-known yardstick of a lookup and a model drafter
+    (:func:`specscope.sim.evaluate.lookup_known`): where the lookup's acc_len at the step is at
+    least ``at_least`` (≥ 2) it proposes exactly acc_len − 1, as an oracle; elsewhere the model
+    drafter proposes ``k``. It knows the lookup's next step and nothing of the drafter's."""
+    lookup = next(i for i, m in enumerate(methods) if method_named(m).kind == "lookup")
+
+    def choose(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        known = acc[lookup] >= at_least
+        return np.where(known, lookup, 1 - lookup), np.where(known, acc[lookup] - 1, k)
+
+    return _positional_plan(records, methods, choose)
+
+
+def _positional_plan(records: Sequence[TraceRecord], methods: tuple[str, ...],
+                     choose: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]) -> Plan:
+    """Walk every request under a rule that reads the trace at each position: ``choose`` maps the
+    methods' acc_len [M, G] to the proposer [G] and k [G] of a step at each position; a step emits
+    min(its proposer's acc_len, k + 1), not past the output's end, and proposes k to the last
+    step, as every oracle does (k = 0: none)."""
     parts = []
     for record in records:
         g = common_length(record, methods)
-        acc = np.stack([record.acc_len(methods[i])[:g] for i in preference])  # [M, G], the cheaper first
-        best = acc.max(axis=0)
-        pos = np.asarray(visit(best.tolist()), dtype=np.int64)
-        proposed = (best[pos - 1] - 1).astype(np.int64)  # exactly acc_len − 1, as every oracle, to the last step
-        emitted = np.minimum(best[pos - 1], g - pos).astype(np.int64)  # not past the output, as every walk
-        chosen = np.where(proposed > 0, np.asarray(preference)[acc[:, pos - 1].argmax(axis=0)], NONE)  # ties: cheaper
-        parts.append((pos, proposed, emitted, accepted_drafts(best[pos - 1], proposed, g - pos), chosen))
+        acc = np.stack([record.acc_len(m)[:g] for m in methods])  # [M, G]
+        chosen, k = choose(acc)
+        reach = np.minimum(acc[chosen, np.arange(g)], k + 1)
+        pos = np.asarray(visit(reach.tolist()), dtype=np.int64)
+        acc_at, proposed = acc[chosen[pos - 1], pos - 1], k[pos - 1].astype(np.int64)
+        emitted = np.minimum(reach[pos - 1], g - pos).astype(np.int64)  # not past the output, as every walk
+        parts.append((pos, proposed, emitted, accepted_drafts(acc_at, proposed, g - pos),
+                      np.where(proposed > 0, chosen[pos - 1], NONE)))
     return _switch_plan(parts, records, methods)
 
 
