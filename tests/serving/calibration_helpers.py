@@ -15,7 +15,8 @@ ADMIT = 1.5e-3  # a request's arrival holds up an idle engine this long (parsing
 
 def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30,
                    pads: bool = False, lengths: list[int] | None = None, prompt_step: int = 10,
-                   draft: dict[str, float] = DRAFT, proposing_every: int = 1, multi: float = 0.0) -> CellRun:
+                   draft: dict[str, float] = DRAFT, proposing_every: int = 1, multi: float = 0.0,
+                   limit: int | None = None) -> CellRun:
     """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
     k + 1 tokens per request; a step that admits requests prefills them in a second forward (its
 fixed cost c_prompt_fixed), after
@@ -29,20 +30,26 @@ fixed cost c_prompt_fixed), after
     whose row proposes k only on every p-th of its steps, emitting 2, …, k + 1, 2, … tokens on
     those in turn (1 on the others, whose drafting costs its fixed cost alone), the draft counters
     counting what it proposed; ``multi``: a forward of more than one token (a prefill too) costs this
-    more."""
+    more; ``limit``: the engine runs at most this many requests at once (default ``batch``), the
+    client's others waiting in its queue for a slot."""
     w = 1 if method == "none" else k + 1
+    limit = limit or batch
     lengths = lengths or [output + 3 * (i % 3) for i in range(requests)]
     requests = len(lengths)
     prompts = [prompt + prompt_step * (i % 4) for i in range(requests)]
     slots: list[dict] = []
     waiting = list(range(requests))
+    queue: list[int] = []  # sent, not yet admitted
     timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompts[i], "output_tokens": lengths[i],
                  "chunk_ms": [], "chunk_tokens": []} for i in range(requests)]
     now, drafts = 0.0, 0
-    while waiting or slots:
+    while waiting or queue or slots:
+        while waiting and len(slots) + len(queue) < batch:  # the client keeps `batch` requests in flight
+            queue.append(waiting.pop(0))
+            timeline[queue[-1]]["sent_ms"] = round(1e3 * now, 4)
         admitted = []
-        while waiting and len(slots) + len(admitted) < batch:
-            admitted.append({"r": waiting.pop(0), "done": 0, "steps": 0})
+        while queue and len(slots) + len(admitted) < limit:
+            admitted.append({"r": queue.pop(0), "done": 0, "steps": 0})
         n = len(slots)
         caches = [prompts[s["r"]] + s["done"] for s in slots]
         cached = n * max(caches, default=0) if pads else sum(caches)  # a rectangle's keys: every row at the longest
@@ -62,7 +69,7 @@ fixed cost c_prompt_fixed), after
             step += (FORWARD["c_prompt_fixed"] + FORWARD["c_prompt"] * positions + FORWARD["c_req"] * len(admitted)
                      + FORWARD["c_batch"] * (len(admitted) > 1) + multi * (positions > 1))
             step += ADMIT if not n else 0.0
-        sent, now = now, now + step
+        now += step
         for s, proposed in zip(slots, proposes):
             emit = w if proposing_every == 1 else 2 + (s["steps"] // proposing_every) % k if proposed else 1
             emit = min(emit, lengths[s["r"]] - s["done"])
@@ -75,7 +82,6 @@ fixed cost c_prompt_fixed), after
             s["done"] = 1
             timeline[s["r"]]["chunk_ms"].append(round(1e3 * now, 4))
             timeline[s["r"]]["chunk_tokens"].append(1)
-            timeline[s["r"]]["sent_ms"] = round(1e3 * sent, 4)
         slots = [s for s in slots if s["done"] < lengths[s["r"]]] + admitted  # the finished: replaced next step
     for request in timeline:  # chunk times after the request was sent
         request["chunk_ms"] = [t - request["sent_ms"] for t in request["chunk_ms"]]

@@ -155,6 +155,18 @@ def test_servers_that_batch_steps_per_chunk_are_refused():
         cell_gaps(cell)
 
 
+def test_a_server_whose_batch_limit_is_below_the_sweeps_concurrency_is_refused():
+    """Four requests in flight on an engine that runs two: the others wait for a slot through the
+    whole of a request's steps; the cell is refused, naming the limit seen and the concurrency.
+    The engine that runs all four is fitted (its requests wait through one step at most)."""
+    cell = simulated_cell("ngram", 2, 4, limit=2)
+    with pytest.raises(SpecscopeError, match=r"ran at most 2 of the 4 requests the sweep kept in flight at once.*"
+                                             r"waited through \d+ steps.*at least 4"):
+        cell_gaps(cell)
+    assert len(cell_gaps(simulated_cell("ngram", 2, 4)).seconds)
+    assert len(cell_gaps(simulated_cell("ngram", 2, 4, requests=3)).seconds)  # three in flight: all run at once
+
+
 def segmented(method: str, segments: list[tuple[float, int]]) -> CellRun:
     """A cell measured in segments: each (seconds, tokens) one request sent at the segment's start."""
     timeline, start = [], 0.0
@@ -265,6 +277,37 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
     assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--whole-steps", "-o",
                  str(tmp_path / "x.json")]) != 0
     assert "--whole-steps goes with step RECORDS" in capsys.readouterr().err and not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.slow
+def test_a_real_server_running_fewer_requests_than_the_sweep_keeps_in_flight_is_refused(tmp_path, tiny_model, capsys):
+    """Two servers already running (a url engine) that decode one request at a time, swept at
+    concurrency 2: the fit refuses the sweep in one line naming the cell, the limit it saw and the
+    concurrency, and writes nothing."""
+    from serving_helpers import start_server
+
+    from specscope.backends.openai.sweep import run_sweep
+    from specscope.backends.openai.sweep_config import load_sweep_config
+    from specscope.cli import main
+
+    write_workload(tmp_path / "a.jsonl", 4, seed=3)
+    baseline = start_server(tiny_model, method="none", max_batch_size=1)
+    sd = start_server(tiny_model, method="ngram", k=2, max_batch_size=1)
+    try:
+        (tmp_path / "sweep.toml").write_text(
+            'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [2]\nmax_tokens = 12\nignore_eos = true\n'
+            f'\n[[engines]]\nname = "ext"\nurl = "{baseline.url}"\nmethod = "none"\n'
+            f'\n[[engines]]\nname = "ext"\nurl = "{sd.url}"\nmethod = "ngram"\nk = 2\n')
+        config = load_sweep_config(tmp_path / "sweep.toml")
+        assert run_sweep(config).failed == 0
+    finally:
+        sd.close()
+        baseline.close()
+    capsys.readouterr()
+    assert main(["costmodel", "fit", "--from-sweep", str(config.output), "-o", str(tmp_path / "m.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "ran at most 1 of the 2 requests the sweep kept in flight at once" in err[0], err
+    assert "cells/" in err[0] and "at least 2" in err[0] and not (tmp_path / "m.json").exists()
 
 
 def test_coefficient_spread_is_the_jackknife_over_the_held_out_fits():

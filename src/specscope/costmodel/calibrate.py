@@ -23,7 +23,9 @@ running request; gaps the timing cannot tell left out) add one more forward: ``n
 ``P`` positions — their tokens, or ``n_p`` × the longest where the engine pads, as ``specscope
 serve`` does. This reads a server that admits every waiting request at its next step — its batch
 limit, vLLM's ``--max-num-seqs``, at or above the sweep's concurrency, as ``specscope sweep``
-launches its servers; a request that waited for a free slot would be priced in no gap.
+launches its servers; a request that waited for a free slot would be priced in no gap. A cell
+whose server ran fewer of its requests at once than the sweep kept in flight while one waited
+through several steps of another for its first chunk is refused (:func:`_check_batch_limit`).
 ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the counters (the mean
 proposal, so n-gram steps that found nothing count), at most k + 1 (a tree: nodes + 1). A
 request running alone verifies more than one token only on the steps it proposed (n-gram found
@@ -145,6 +147,7 @@ STALL_SHARE = 0.05  # ... unless more than this share of the gaps are over it
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
 DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
+WAITED = 3  # steps of another request one waited through for its first chunk: it waited for a free slot
 
 
 @dataclass
@@ -237,6 +240,7 @@ def cell_gaps(cell: CellRun) -> Gaps:
     if sum(len(t) - 1 for t in times) == 0:
         raise SpecscopeError(f"{cell.label}: no request streamed more than one chunk: no step to fit "
                              "(the fit reads the gaps between a request's chunks)")
+    _check_batch_limit(cell, times)
     decode = np.concatenate([np.diff(np.concatenate([[0.0], t]))[1:] for t in tokens])
     if decode.size and np.mean(decode > width_max + 1e-9) > BATCHED_SHARE:
         raise SpecscopeError(f"{cell.label}: {100 * np.mean(decode > width_max):.0f} % of chunks carry more than "
@@ -294,6 +298,36 @@ def cell_gaps(cell: CellRun) -> Gaps:
     gaps = gaps.select(_not_stalled(gaps.seconds, kind, gaps.prefill))
     gaps.scale[:] = gaps.seconds.mean() if len(gaps.seconds) else 0.0
     return gaps
+
+
+def _check_batch_limit(cell: CellRun, times: list[np.ndarray]) -> None:
+    """Refuse a cell whose server ran fewer requests at once than the sweep kept in flight
+    (``batch_size``, or its requests if fewer) while a request waited through :data:`WAITED`
+    or more chunks of another for its first: the server's batch limit lies below the sweep's
+    concurrency, and a request that waits for a free slot is priced in no gap (module docstring).
+    ``times`` [requests][chunks]: each request's chunk arrivals, in seconds from the run's start.
+    (An engine that admits every waiting request at its next step streams one chunk of each
+    running request, at most, before a new one's first: the step under way when it was sent.)"""
+    first = np.array([t[0] for t in times])
+    last = np.array([t[-1] for t in times])
+    chunks = np.concatenate(times)
+    most = int(((first[None, :] <= chunks[:, None]) & (last[None, :] >= chunks[:, None])).sum(axis=1).max())
+    flight = min(cell.batch_size, len(times))
+    if most >= flight:
+        return
+    sent = np.array([r["sent_ms"] / 1e3 for r in cell.timeline])
+    # per request, the most chunks of any one other request that arrived after it was sent, before its first
+    waited = np.max([np.searchsorted(t, first, side="left") - np.searchsorted(t, sent, side="right") for t in times],
+                    axis=0)
+    longest = int(waited.argmax())
+    if waited[longest] >= WAITED:
+        raise SpecscopeError(
+            f"{cell.label}: the server ran at most {most} of the {flight} requests the sweep kept in flight at once, "
+            f"and request {cell.timeline[longest].get('id', longest)!s} waited through {waited[longest]} steps of "
+            f"another for its first chunk: its batch limit is below the sweep's concurrency (a request waiting for "
+            f"a free slot is priced in no step); relaunch it with a limit of at least {flight} (vLLM --max-num-seqs, "
+            f"SGLang --max-running-requests, specscope serve --max-batch-size), or sweep at a concurrency of at most "
+            f"{most}")
 
 
 def _prefilled(start: np.ndarray, end: np.ndarray, owner: np.ndarray, sent: np.ndarray, first: np.ndarray,
