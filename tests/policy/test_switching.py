@@ -165,11 +165,16 @@ def test_lookup_known_takes_the_lookups_exact_step_where_it_reaches_the_threshol
     high = lookup_known_plan([record(NGRAM, EAGLE)], METHODS, 3, 2)  # n-gram's 2 at pos 5 stays below 3
     assert high.pos.tolist() == [1, 4, 6, 7, 8] and high.method.tolist() == [0, 1, 1, 1, 1]
     assert high.proposed.tolist() == [2, 2, 2, 2, 2] and high.emitted.tolist() == [3, 2, 1, 1, 1]
+    alone = lookup_known_plan([record(NGRAM, EAGLE)], METHODS[::-1], 2, 0)  # k = 0: the drafter never runs
+    assert alone.methods == ("ngram",) and alone.pos.tolist() == [1, 4, 5, 7, 8]
+    assert alone.proposed.tolist() == [2, 0, 1, 0, 0] and alone.emitted.tolist() == [3, 1, 2, 1, 1]
+    assert alone.method.tolist() == [0, NONE, 0, NONE, NONE]
 
 
 def test_lookup_known_is_the_best_of_its_rules_in_hindsight_and_the_gap_closed_is_judged_against_it():
-    """Every rule (n-gram ≥ τ exactly, else EAGLE fixed:k; k up to EAGLE's depth, τ up to k + 1)
-    priced as the simulator prices oracle-switch; the best is kept with its rule, and the learned
+    """Every rule (n-gram ≥ τ exactly, else EAGLE fixed:k; k up to EAGLE's depth, τ up to k + 1;
+    k = 0: nothing elsewhere, EAGLE never run) priced as the simulator prices oracle-switch; the
+    best is kept with its rule, and the learned
     policy's share of its gain over the best fixed policy is gap_closed_known."""
     from specscope.sim.evaluate import judge, judged_rows, lookup_known
     from specscope.sim.mixed import predict_mixed
@@ -179,12 +184,14 @@ def test_lookup_known_is_the_best_of_its_rules_in_hindsight_and_the_gap_closed_i
     config = SimConfig(mode="mixed", batch_sizes=(1,))
     known = lookup_known(records, METHODS, COST, config, [("d", 1)])
     depth = traced_k_max(records, ["eagle"])  # the record says it was traced to k = 8
-    plans = {(tau, k): lookup_known_plan(records, METHODS, tau, k) for k in range(1, depth + 1) for tau in range(2, k + 2)}
+    plans = {(tau, k): lookup_known_plan(records, METHODS, tau, k)
+             for k in range(depth + 1) for tau in range(2, max(k + 2, 3))}
     base = predict_mixed(baseline_plan(plans[(2, 1)].output_len, plans[(2, 1)].prompt_len), COST, None, 1).throughput
-    speedups = {rule: predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 1).throughput / base
+    speedups = {rule: predict_mixed(plan, COST, SwitchDrafting.of(COST, plan.methods), 1).throughput / base
                 for rule, plan in plans.items()}
     tau, k = max(speedups, key=speedups.get)
-    assert known == {("d", 1): (pytest.approx(speedups[(tau, k)]), f"ngram ≥ {tau}, else eagle fixed:{k}")}
+    assert (tau, k) == (2, 0)  # here EAGLE's steps cost more than they gain: n-gram's oracle alone is best
+    assert known == {("d", 1): (pytest.approx(speedups[(2, 0)]), "ngram ≥ 2, else none")}
     assert lookup_known(records, ("ngram", "suffix"), COST, config, [("d", 1)]) == {}  # two lookups: no yardstick
     rows = judged_rows(records, METHODS, [], COST, config)
     line = judge(rows, None, known={("d", 1): (2.5, "ngram ≥ 2, else eagle fixed:1")})[0]

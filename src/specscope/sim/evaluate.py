@@ -18,8 +18,8 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
   lookup's next step is worth with none of the drafter's — the best in hindsight of the plans
   that propose exactly the lookup's acc_len − 1 wherever it is at least τ (≥ 2) and the drafter's
   fixed k elsewhere, over every k the drafter was traced to and τ = 2 … k + 1 (a higher τ would
-  give the drafter steps the lookup's exact step beats: more tokens, no drafting), priced as
-  oracle-switch is. Not a ceiling: a causal policy that moves the drafter's k per request can pass
+  give the drafter steps the lookup's exact step beats: more tokens, no drafting), and k = 0
+  (nothing elsewhere, the drafter never run: the lookup's own oracle), priced as oracle-switch is. Not a ceiling: a causal policy that moves the drafter's k per request can pass
   it. Its gap closed (``gap_closed_known``) is the learned policy's share of that yardstick's own
   gain over the best fixed policy; what oracle-switch gains beyond it needs the drafter's
   acceptance at each step;
@@ -83,28 +83,28 @@ def judged_rows(records: Sequence[TraceRecord], methods: tuple[str, ...], learne
 def lookup_known(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel, config: SimConfig,
                  cells: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[float, str]]:
     """The lookup-known yardstick (module docstring) of each (dataset, batch size) of ``cells``:
-    its speedup and the rule that reached it (``ngram ≥ 3, else eagle fixed:4``); none where
+    its speedup and the rule that reached it (``ngram ≥ 3, else eagle fixed:4``, ``ngram ≥ 2, else
+    none``); none where
     ``methods`` are not one lookup and one model drafter."""
     kinds = [method_named(m).kind == "lookup" for m in methods]
     if sorted(kinds) != [False, True]:
         return {}
     lookup, drafter = (methods[0], methods[1]) if kinds[0] else (methods[1], methods[0])
     predict = predict_paper if config.mode == "paper" else predict_mixed
-    drafting = SwitchDrafting.of(cost, methods)
     groups = {dataset: sampled(list(members), config) for dataset, members in by_dataset(records).items()}
     known = {}
     for dataset, b in cells:
         members = groups[dataset]
         best = (-np.inf, "")
         base = None
-        for k in range(1, traced_k_max(members, [drafter]) + 1):
-            for at_least in range(2, k + 2):
+        for k in range(traced_k_max(members, [drafter]) + 1):
+            for at_least in range(2, k + 2 if k else 3):
                 plan = lookup_known_plan(members, methods, at_least, k)
                 if base is None:
                     base = predict(baseline_plan(plan.output_len, plan.prompt_len), cost, None, b).throughput
-                speedup = predict(plan, cost, drafting, b).throughput / base
+                speedup = predict(plan, cost, SwitchDrafting.of(cost, plan.methods), b).throughput / base
                 if speedup > best[0]:
-                    best = (speedup, f"{lookup} ≥ {at_least}, else {drafter} fixed:{k}")
+                    best = (speedup, f"{lookup} ≥ {at_least}, else " + (f"{drafter} fixed:{k}" if k else "none"))
         known[(dataset, b)] = best
     return known
 

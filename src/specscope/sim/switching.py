@@ -103,12 +103,16 @@ def lookup_known_plan(records: Sequence[TraceRecord], methods: tuple[str, str], 
     """Walk every request under the lookup-known yardstick of a lookup and a model drafter
     (:func:`specscope.sim.evaluate.lookup_known`): where the lookup's acc_len at the step is at
     least ``at_least`` (≥ 2) it proposes exactly acc_len − 1, as an oracle; elsewhere the model
-    drafter proposes ``k``. It knows the lookup's next step and nothing of the drafter's."""
+    drafter proposes ``k``. It knows the lookup's next step and nothing of the drafter's. With
+    k = 0 the drafter never runs: the plan is over the lookup alone (no drafter to prefill or
+    catch up), proposing nothing elsewhere."""
     lookup = next(i for i, m in enumerate(methods) if method_named(m).kind == "lookup")
+    if k == 0:
+        methods, lookup = (methods[lookup],), 0
 
     def choose(acc: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         known = acc[lookup] >= at_least
-        return np.where(known, lookup, 1 - lookup), np.where(known, acc[lookup] - 1, k)
+        return np.where(known, lookup, 1 - lookup if k else lookup), np.where(known, acc[lookup] - 1, k)
 
     return _positional_plan(records, methods, choose)
 
