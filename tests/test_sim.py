@@ -344,8 +344,10 @@ def test_simulate_writes_the_table_to_stdout(tmp_path, capsys):
     write_traces(path, [record(ACC, rid=f"r{i}") for i in range(2)])
     assert main(["simulate", str(path), "--acc", "ngram", "--policies", "fixed:1,oracle", "--batch-sizes", "1,2",
                  "-o", "-"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    streams = capsys.readouterr()
+    lines = streams.out.splitlines()
     assert lines[0].startswith("dataset,acc,policy,batch_size") and len(lines) == 1 + 4  # the CSV alone
+    assert "predicted speedup (mixed mode" in streams.err  # the printed table: on stderr, not lost
     cells = list(csv.DictReader(lines))
     assert cells[0]["cost_model"] == "h100-llama3.1-8b"  # what priced each cell
     assert cells[0]["traces"] == f"{path.resolve()} (SHA-256 {file_sha256(path)[:12]})"

@@ -729,6 +729,27 @@ def test_the_evaluate_verdict_counts_cells_and_pools_the_gap_closed():
                                      "cells' own: 8.8 %)")
 
 
+def test_evaluate_writes_its_rows_to_stdout_and_its_table_and_verdict_to_stderr(tmp_path, capsys):
+    """With -o - stdout holds the rows alone (CSV, the yardstick and its rule among the columns);
+    the printed table, the folds and the verdict go to stderr instead of nowhere."""
+    import csv
+    import io
+
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    for seed in (0, 1):  # each request its own output tokens (the same ones in two datasets would be refused)
+        write_traces(tmp_path / f"w{seed}.jsonl", [replace(r, output_token_ids=r.output_token_ids + 100 * i + 1000 * seed)
+                                                   for i, r in enumerate(workload(seed, count=6, g=40))])
+    assert main(["policy", "evaluate", str(tmp_path / "w0.jsonl"), str(tmp_path / "w1.jsonl"), "--batch-sizes", "1",
+                 "-o", "-"]) == 0
+    streams = capsys.readouterr()
+    rows = list(csv.DictReader(io.StringIO(streams.out)))
+    assert [r["dataset"] for r in rows] == ["w0", "w1"] and all(r["lookup_known_rule"] for r in rows)
+    assert all(float(r["lookup_known"]) >= float(r["best_fixed_speedup"]) for r in rows)
+    assert "leave one dataset out" in streams.err and "learned at or above the best fixed k in" in streams.err
+
+
 def test_a_policy_fitted_on_datasets_of_two_depths_proposes_no_deeper_than_the_shallower():
     """Its default depth is what every dataset was traced to, so it replays on each of the traces
     it was fitted on (fitted at the deeper one's depth, `simulate` refused it on the other)."""

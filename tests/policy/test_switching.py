@@ -201,6 +201,55 @@ def test_lookup_known_is_the_best_of_its_rules_in_hindsight_and_the_gap_closed_i
     assert line["gap_closed_known"] == pytest.approx(0.25)
 
 
+def test_lookup_known_walks_one_depth_of_a_drafter_that_never_accepts(monkeypatch):
+    """As judged_rows replays fixed:1 only of such a drafter (any k replays alike), the yardstick
+    walks k = 0 and 1 only, not the 64 depths a trace without k_max could hold (a review: 2081
+    plans per dataset and batch size, 197 s on gsm8k)."""
+    from specscope.sim import evaluate
+
+    recs = [replace(record(NGRAM * 5, [1] * 45, rid=str(i)), k_max=None) for i in range(3)]
+    walked = []
+    plan = evaluate.lookup_known_plan
+    monkeypatch.setattr(evaluate, "lookup_known_plan", lambda *a: walked.append(a[2:]) or plan(*a))
+    known = evaluate.lookup_known(recs, METHODS, COST, SimConfig(mode="mixed", batch_sizes=(1, 2)), [("d", 1), ("d", 2)])
+    assert sorted(set(walked)) == [(2, 0), (2, 1)] and set(known) == {("d", 1), ("d", 2)}
+
+
+def test_the_yardstick_is_never_below_the_best_fixed_policy_and_an_undefined_gap_says_so_alike():
+    """Knowing the lookup's next step, a policy may still run the best fixed chain (on an engine
+    that pads, exact proposals pad every row to the widest): where the rules searched fall below
+    it, the yardstick is the best fixed policy, named; the table and the page then say no gap."""
+    from specscope.cli.policy import _evaluated
+    from specscope.report.build import _known_gap
+    from specscope.sim.evaluate import judge
+    from specscope.sim.grid import SimRow
+
+    rows = [SimRow("d", acc, policy, 1, "mixed", v, v, v, 1.0, 1.0, 1.0, 0.5, 1.5, 3)
+            for acc, policy, v in (("ngram", "fixed:1", 2.0), ("ngram+eagle", "oracle-switch:ngram+eagle", 1.9),
+                                   ("ngram+eagle", "learned:p.json", 1.95))]
+    line = judge(rows, "learned:p.json", known={("d", 1): (1.8, "ngram ≥ 2, else none")})[0]
+    assert (line["lookup_known"], line["lookup_known_rule"]) == (2.0, "ngram fixed:1")
+    assert np.isnan(line["gap_closed_known"]) and _evaluated(line, "gap_closed_known") == _known_gap(line) == "no gap"
+    line = judge(rows, "learned:p.json", known={("d", 1): (2.1, "ngram ≥ 2, else none")})[0]
+    assert line["lookup_known_rule"] == "ngram ≥ 2, else none" and line["gap_closed_known"] == pytest.approx(-0.5)
+
+
+def test_the_verdict_weighs_the_yardstick_only_where_it_gains_and_says_where_it_passes_oracle_switch():
+    from specscope.cli.policy import _verdict
+    from specscope.sim.evaluate import _closed
+
+    def line(switch: float, known: float, learned: float) -> dict:
+        return {"best_fixed_speedup": 2.0, "oracle_switch": switch, "lookup_known": known, "learned": learned,
+                "gap_closed": _closed(learned, 2.0, switch)}
+
+    share = _verdict("v", [line(2.5, 2.2, 2.1), line(2.5, 2.2, 2.1)])
+    assert "gains 40.0 % of that gap; the learned policy gains 50.0 % of what it gains" in share
+    barely = _verdict("v", [line(2.5, 1.6, 2.1), line(2.5, 2.405, 2.05)])  # a pooled gain of 0.005 over 4.0
+    assert "lookup_known" not in barely and "%" in barely
+    passes = _verdict("v", [line(2.5, 2.8, 2.1)])
+    assert "gains more than oracle-switch (160.0 % of its gap)" in passes and "the rest of the gap" not in passes
+
+
 def test_a_record_capped_at_k_is_what_a_trace_of_depth_k_holds():
     rec = record(NGRAM, [5, 1, 2, 4, 1, 1, 1, 1, 1])
     capped = rec.capped(2)

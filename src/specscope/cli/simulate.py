@@ -105,31 +105,28 @@ def run(args: argparse.Namespace) -> int:
         notes.append(OPTIMISTIC)
     if args.output and not (to_stdout(args.output) and args.format == "json"):  # - with json: the JSON below
         write_rows(args.output, cells)
-    quiet = to_stdout(args.output) or args.format == "json"  # stdout holds the cells: notes go to stderr
+    out = sys.stderr if to_stdout(args.output) or args.format == "json" else sys.stdout  # stdout holding the cells
     for note in notes:
-        print(f"note: {note}", file=sys.stderr if quiet else sys.stdout)
+        print(f"note: {note}", file=out)
     if args.format == "json":
         sys.stdout.write(json_text(cells))
-        return 0
-    if to_stdout(args.output):
-        return 0
     sizes = sorted({row.batch_size for row in rows}, key=config.batch_sizes.index)
-    show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {label})")
+    show_speedups(rows, sizes, f"predicted speedup ({args.mode} mode, cost model {label})", file=out)
     if args.mode == "mixed" and max(sizes) > 1:
         show_speedups(rows, sizes, "steady-state speedup (only iterations with a full batch: "
-                                              "no ramp-up, no drain of the longest requests)", "steady_speedup")
+                                              "no ramp-up, no drain of the longest requests)", "steady_speedup", out)
         never = sorted({row.batch_size for row in rows if math.isnan(row.steady_speedup)})
         if never:
             print(f"note: steady-state speedup nan at B={','.join(map(str, never))}: no iteration had every slot "
                   "decoding there (requests ended before the batch filled, or a one-token output held a slot for "
-                  "its prefill alone)")
-    if args.output:
-        print(f"wrote {len(rows)} cell{'s' * (len(rows) != 1)} to {args.output}")
+                  "its prefill alone)", file=out)
+    if args.output and not to_stdout(args.output):
+        print(f"wrote {len(rows)} cell{'s' * (len(rows) != 1)} to {args.output}", file=out)
     return 0
 
 
-def show_speedups(rows, batch_sizes: list[int], title: str, metric: str = "speedup") -> None:
-    """One line per dataset × acc × policy, one column per batch size."""
+def show_speedups(rows, batch_sizes: list[int], title: str, metric: str = "speedup", file=None) -> None:
+    """One line per dataset × acc × policy, one column per batch size (to ``file``, default stdout)."""
     lines: dict[tuple[str, str, str], dict[int, float]] = {}
     for row in rows:
         lines.setdefault((row.dataset, row.acc, row.policy), {})[row.batch_size] = getattr(row, metric)
@@ -137,4 +134,5 @@ def show_speedups(rows, batch_sizes: list[int], title: str, metric: str = "speed
         title,
         ["dataset", "acc", "policy", *[f"B={b}" for b in batch_sizes]],
         [[*key, *[f"{values[b]:.2f}" if b in values else None for b in batch_sizes]] for key, values in lines.items()],
+        file=file,
     )

@@ -25,7 +25,8 @@ serve`` does. This reads a server that admits every waiting request at its next 
 limit, vLLM's ``--max-num-seqs``, at or above the sweep's concurrency, as ``specscope sweep``
 launches its servers; a request that waited for a free slot would be priced in no gap. A cell
 whose server ran fewer of its requests at once than the sweep kept in flight while one waited
-through several steps of another for its first chunk is refused (:func:`_check_batch_limit`).
+through several steps of another for its first chunk is refused (:func:`_check_batch_limit`: a
+batch limit below the concurrency, or a server that starts fewer prompts per step).
 ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the counters (the mean
 proposal, so n-gram steps that found nothing count), at most k + 1 (a tree: nodes + 1). A
 request running alone verifies more than one token only on the steps it proposed (n-gram found
@@ -303,31 +304,37 @@ def cell_gaps(cell: CellRun) -> Gaps:
 def _check_batch_limit(cell: CellRun, times: list[np.ndarray]) -> None:
     """Refuse a cell whose server ran fewer requests at once than the sweep kept in flight
     (``batch_size``, or its requests if fewer) while a request waited through :data:`WAITED`
-    or more chunks of another for its first: the server's batch limit lies below the sweep's
-    concurrency, and a request that waits for a free slot is priced in no gap (module docstring).
-    ``times`` [requests][chunks]: each request's chunk arrivals, in seconds from the run's start.
-    (An engine that admits every waiting request at its next step streams one chunk of each
-    running request, at most, before a new one's first: the step under way when it was sent.)"""
-    first = np.array([t[0] for t in times])
-    last = np.array([t[-1] for t in times])
+    or more chunks of another for its first: the server did not start a request in the step after
+    it arrived — a batch limit below the sweep's concurrency, or a limit on the prompts it
+    prefills per step, its KV cache's room, preemption — and a request waiting is priced in no
+    gap (module docstring). ``times`` [requests][chunks]: each request's chunk arrivals, in seconds
+    from the run's start. Either sign alone misleads: on ``specscope serve``, whose limit is the
+    sweep's, stalls and chunks read in bursts made requests wait through 4–11 chunks of another
+    while every cell ran its concurrency at once; and a cell of short outputs may never run all of
+    its requests at once, none of them waiting."""
+    first = np.sort([t[0] for t in times])
+    last = np.sort([t[-1] for t in times])
     chunks = np.concatenate(times)
-    most = int(((first[None, :] <= chunks[:, None]) & (last[None, :] >= chunks[:, None])).sum(axis=1).max())
+    # streaming at each chunk's arrival: first chunk by then, last not before (first ≤ last)
+    most = int((np.searchsorted(first, chunks, side="right") - np.searchsorted(last, chunks, side="left")).max())
     flight = min(cell.batch_size, len(times))
     if most >= flight:
         return
     sent = np.array([r["sent_ms"] / 1e3 for r in cell.timeline])
+    starts = np.array([t[0] for t in times])
     # per request, the most chunks of any one other request that arrived after it was sent, before its first
-    waited = np.max([np.searchsorted(t, first, side="left") - np.searchsorted(t, sent, side="right") for t in times],
+    waited = np.max([np.searchsorted(t, starts, side="left") - np.searchsorted(t, sent, side="right") for t in times],
                     axis=0)
     longest = int(waited.argmax())
     if waited[longest] >= WAITED:
         raise SpecscopeError(
             f"{cell.label}: the server ran at most {most} of the {flight} requests the sweep kept in flight at once, "
             f"and request {cell.timeline[longest].get('id', longest)!s} waited through {waited[longest]} steps of "
-            f"another for its first chunk: its batch limit is below the sweep's concurrency (a request waiting for "
-            f"a free slot is priced in no step); relaunch it with a limit of at least {flight} (vLLM --max-num-seqs, "
-            f"SGLang --max-running-requests, specscope serve --max-batch-size), or sweep at a concurrency of at most "
-            f"{most}")
+            "another for its first chunk: the server did not start requests as they came (a batch limit below the "
+            "sweep's concurrency, or a limit on the prompts it prefills per step, its KV cache's room, preemption), "
+            f"and a request waiting is priced in no step; relaunch it with a batch limit of at least {flight} (vLLM "
+            "--max-num-seqs, SGLang --max-running-requests, specscope serve --max-batch-size) and room for that many, "
+            f"or sweep at a concurrency of at most {most}")
 
 
 def _prefilled(start: np.ndarray, end: np.ndarray, owner: np.ndarray, sent: np.ndarray, first: np.ndarray,

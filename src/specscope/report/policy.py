@@ -59,7 +59,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     learned = f"learned:{path}"
     check_k_by_dataset(records, policy.methods[0], parse_policy(learned))  # refused deeper than the traces, as in simulate
     records = [record.capped(policy.depth) for record in on_common_positions(records, policy.methods)]
-    judged = SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed)
+    judged = SimConfig(mode=config.mode, batch_sizes=config.batch_sizes, seed=config.seed, oversize=config.oversize)
     rows = judged_rows(records, policy.methods, [learned], cost, judged)
     known = lookup_known(records, policy.methods, cost, judged, sorted({(r.dataset, r.batch_size) for r in rows}))
     table = [{**row, "methods": "+".join(policy.methods), "policy_sha256": policy.sha256}  # a file refitted in place told apart

@@ -19,7 +19,9 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
   that propose exactly the lookup's acc_len − 1 wherever it is at least τ (≥ 2) and the drafter's
   fixed k elsewhere, over every k the drafter was traced to and τ = 2 … k + 1 (a higher τ would
   give the drafter steps the lookup's exact step beats: more tokens, no drafting), and k = 0
-  (nothing elsewhere, the drafter never run: the lookup's own oracle), priced as oracle-switch is. Not a ceiling: a causal policy that moves the drafter's k per request can pass
+  (nothing elsewhere, the drafter never run: the lookup's own oracle), priced as oracle-switch is,
+  and never below the best fixed policy, which a policy that knows the lookup may run anyway (on
+  an engine that pads, the lookup's exact proposals pad every row to the widest). Not a ceiling: a causal policy that moves the drafter's k per request can pass
   it. Its gap closed (``gap_closed_known``) is the learned policy's share of that yardstick's own
   gain over the best fixed policy; what oracle-switch gains beyond it needs the drafter's
   acceptance at each step;
@@ -74,8 +76,7 @@ def judged_rows(records: Sequence[TraceRecord], methods: tuple[str, ...], learne
     combined = replace(config, combined=methods if len(methods) == 2 else None)
     rows = simulate(records, [*methods, COMBINED] if len(methods) == 2 else list(methods), shared, cost, combined)
     for method in methods:
-        accepts = any(int(r.acc_len(method).max(initial=1)) > 1 for r in records)
-        ks = range(1, traced_k_max(records, [method]) + 1) if accepts else [1]  # else any k replays alike
+        ks = range(1, judged_depth(records, method) + 1)
         rows += simulate(records, [method], [f"fixed:{k}" for k in ks], cost, replace(config, combined=None))
     return rows
 
@@ -84,29 +85,43 @@ def lookup_known(records: Sequence[TraceRecord], methods: tuple[str, ...], cost:
                  cells: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[float, str]]:
     """The lookup-known yardstick (module docstring) of each (dataset, batch size) of ``cells``:
     its speedup and the rule that reached it (``ngram ≥ 3, else eagle fixed:4``, ``ngram ≥ 2, else
-    none``); none where
-    ``methods`` are not one lookup and one model drafter."""
+    none``); none where ``methods`` are not one lookup and one model drafter. Each plan is walked
+    once and priced at every batch size of its dataset; ties go to the first rule, in the order
+    k = 0, 1, …, then τ = 2, 3, …"""
     kinds = [method_named(m).kind == "lookup" for m in methods]
     if sorted(kinds) != [False, True]:
         return {}
     lookup, drafter = (methods[0], methods[1]) if kinds[0] else (methods[1], methods[0])
     predict = predict_paper if config.mode == "paper" else predict_mixed
-    groups = {dataset: sampled(list(members), config) for dataset, members in by_dataset(records).items()}
-    known = {}
+    sizes: dict[str, list[int]] = {}
     for dataset, b in cells:
-        members = groups[dataset]
-        best = (-np.inf, "")
-        base = None
-        for k in range(traced_k_max(members, [drafter]) + 1):
+        sizes.setdefault(dataset, []).append(b)
+    groups = by_dataset(records)
+    known = {}
+    for dataset, batch_sizes in sizes.items():
+        members = on_common_positions(sampled(list(groups[dataset]), config), methods)  # the positions the rows replay
+        first = lookup_known_plan(members, methods, 2, 1)  # over both methods: the outputs every plan cuts to
+        base = {b: predict(baseline_plan(first.output_len, first.prompt_len), cost, None, b).throughput
+                for b in batch_sizes}
+        best = {b: (-np.inf, "") for b in batch_sizes}
+        for k in range(judged_depth(members, drafter) + 1):
             for at_least in range(2, k + 2 if k else 3):
                 plan = lookup_known_plan(members, methods, at_least, k)
-                if base is None:
-                    base = predict(baseline_plan(plan.output_len, plan.prompt_len), cost, None, b).throughput
-                speedup = predict(plan, cost, SwitchDrafting.of(cost, plan.methods), b).throughput / base
-                if speedup > best[0]:
-                    best = (speedup, f"{lookup} ≥ {at_least}, else " + (f"{drafter} fixed:{k}" if k else "none"))
-        known[(dataset, b)] = best
+                drafting = SwitchDrafting.of(cost, plan.methods)
+                for b in batch_sizes:
+                    speedup = predict(plan, cost, drafting, b).throughput / base[b]
+                    if speedup > best[b][0]:
+                        best[b] = (speedup, f"{lookup} ≥ {at_least}, else " + (f"{drafter} fixed:{k}" if k else "none"))
+        known.update({(dataset, b): value for b, value in best.items()})
     return known
+
+
+def judged_depth(records: Sequence[TraceRecord], method: str) -> int:
+    """The deepest fixed k of ``method`` a judgement replays: the depth it was traced to
+    (:func:`~specscope.sim.plan.traced_k_max`), or 1 where it never accepts a draft (then every
+    k replays alike, and a trace without k_max would be searched to 64)."""
+    accepts = any(int(r.acc_len(method).max(initial=1)) > 1 for r in records)
+    return traced_k_max(records, [method]) if accepts else 1
 
 
 def judge(rows: Sequence[SimRow], learned: str | None, seen: str | None = None,
@@ -138,8 +153,9 @@ def judge(rows: Sequence[SimRow], learned: str | None, seen: str | None = None,
                 line["learned"] = v
             elif seen is not None and policy == seen:
                 line["learned_seen"] = v
-        if known and (dataset, b) in known:
-            line["lookup_known"], line["lookup_known_rule"] = known[(dataset, b)]
+        if known and (dataset, b) in known:  # knowledge a policy may ignore: never below the best fixed policy
+            line["lookup_known"], line["lookup_known_rule"] = max(known[(dataset, b)], (fixed[best_key], line["best_fixed"]),
+                                                                  key=lambda pair: pair[0])
         ceiling = ceiling_of(line)
         for name, gap, top in (("learned", "gap_closed", ceiling), ("learned_seen", "gap_closed_seen", ceiling),
                                ("learned", "gap_closed_known", line.get("lookup_known"))):
