@@ -405,6 +405,24 @@ def test_an_undefined_gap_says_whether_the_ceiling_lies_below_the_best_fixed_pol
     assert ax.get_ylim()[0] >= -GAP_AXIS and {t.get_text() for t in ax.texts} >= {"below", "no gap", "-8.4"}
 
 
+def test_the_gap_figure_marks_how_far_knowing_the_lookup_reaches():
+    """A dash per bar at (lookup known − best fixed) / (oracle-switch − best fixed): 0.4 of the gap
+    here, and none for a cell without a gap closed (no dash where no bar)."""
+    import math
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from specscope.report.policy import gap_figure
+
+    line = {"dataset": "d", "batch_size": 1, "best_fixed_speedup": 2.0, "oracle_switch": 2.5, "learned": 2.1,
+            "gap_closed": 0.2, "lookup_known": 2.2}
+    flat = {**line, "batch_size": 8, "oracle_switch": 2.001, "gap_closed": math.nan}
+    collections = gap_figure([line, flat]).axes[0].collections  # one scatter of dashes per batch size
+    heights = [y for c in collections for y in c.get_offsets()[:, 1] if not np.ma.is_masked(y) and not np.isnan(y)]
+    assert [c.get_label() for c in collections].count("lookup known") == 1 and heights == [pytest.approx(0.4)]
+
+
 def test_oracle_switch_stays_under_oracle_combined_where_every_draft_is_accepted():
     """Both propose the longer acc_len − 1 at every step; oracle-combined charges only n-gram's
     drafting, so it is the upper bound (oracle-switch stopped its last step at the output's end,

@@ -242,7 +242,10 @@ FIGURES = [
                   f"the best fixed policy there by less than {MIN_ROOM:.0%} of it, too little to divide by; \"below\": "
                   "oracle-switch is below it (its drafting and catch-up cost more than choosing the longer acc_len "
                   "gains); a bar beyond ±2 is cut there, its value written at its end (policy.csv has the "
-                  "speedups). " + policy_label(d.config.policy, d.cost, d.cost_label),
+                  "speedups). A black dash, where the policy chooses between a lookup and a model drafter, marks "
+                  "how far knowing the lookup's next step reaches (lookup known: exact lookup steps, the drafter at "
+                  "one fixed k or none, chosen in hindsight): above it the rest of the gap needs the drafter's "
+                  "acceptance at each step. " + policy_label(d.config.policy, d.cost, d.cost_label),
         lambda d: gap_figure(d.policy_table),
         lambda d: ("no learned policy was given (--policy)" if not d.policy_table else None
                    if any(ceiling_of(line) is not None for line in d.policy_table) else

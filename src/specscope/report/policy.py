@@ -21,7 +21,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD
 from specscope.analysis.acceptance import by_dataset
 from specscope.report.style import CYCLE, SEQUENTIAL, plt, proposer_colours, short
-from specscope.sim.evaluate import judge, judged_rows, lookup_known, no_gap_reason
+from specscope.sim.evaluate import ceiling_of, judge, judged_rows, lookup_known, no_gap_reason
 from specscope.sim.switching import on_common_positions
 from specscope.sim.grid import SimConfig, check_k_by_dataset
 from specscope.sim.plan import dataset_depths
@@ -116,6 +116,9 @@ def gap_figure(table: Sequence[dict]) -> plt.Figure:
         values = [np.nan if line is None else line.get("gap_closed", np.nan) for line in lines]
         where = np.arange(len(datasets)) + (i - (len(sizes) - 1) / 2) * width  # bars centred on their dataset
         ax.bar(where, values, width, label=f"B={b}", color=CYCLE[i % len(CYCLE)])
+        known = [np.nan if line is None else _known_share(line) for line in lines]
+        ax.scatter(where, np.clip(known, -GAP_AXIS, GAP_AXIS), marker="_", s=(72 * width * 4) ** 2 / 16, color="black",
+                   linewidths=1.6, zorder=3, label="lookup known" if i == 0 and not np.all(np.isnan(known)) else None)
         for x, value, line in zip(where, values, lines):
             if line is not None and np.isnan(value):  # a gap too small to divide by, or none: said which
                 ax.text(x, 0.0, no_gap_reason(line), rotation=90, ha="center", va="bottom", fontsize=7, color="grey")
@@ -131,6 +134,15 @@ def gap_figure(table: Sequence[dict]) -> plt.Figure:
     ax.set_ylabel("gap closed")
     ax.legend()
     return fig
+
+
+def _known_share(line: dict) -> float:
+    """The lookup-known yardstick's own share of the gap to oracle-switch, (lookup known − best
+    fixed) / (oracle-switch − best fixed): where on the gap figure knowing the lookup's next step
+    reaches; NaN where the line has no yardstick or no gap closed."""
+    if "lookup_known" not in line or np.isnan(line.get("gap_closed", np.nan)):
+        return np.nan
+    return (line["lookup_known"] - line["best_fixed_speedup"]) / (ceiling_of(line) - line["best_fixed_speedup"])
 
 
 def choices_figure(choices: Sequence[PolicyChoices]) -> plt.Figure:
