@@ -739,8 +739,9 @@ def test_evaluate_writes_its_rows_to_stdout_and_its_table_and_verdict_to_stderr(
     from specscope.trace.load import write_traces
 
     for seed in (0, 1):  # each request its own output tokens (the same ones in two datasets would be refused)
-        write_traces(tmp_path / f"w{seed}.jsonl", [replace(r, output_token_ids=r.output_token_ids + 100 * i + 1000 * seed)
-                                                   for i, r in enumerate(workload(seed, count=6, g=40))])
+        own = [replace(r, output_token_ids=r.output_token_ids + 100 * i + 1000 * seed)
+               for i, r in enumerate(workload(seed, count=6, g=40))]
+        write_traces(tmp_path / f"w{seed}.jsonl", own)
     assert main(["policy", "evaluate", str(tmp_path / "w0.jsonl"), str(tmp_path / "w1.jsonl"), "--batch-sizes", "1",
                  "-o", "-"]) == 0
     streams = capsys.readouterr()

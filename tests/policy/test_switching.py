@@ -211,7 +211,8 @@ def test_lookup_known_walks_one_depth_of_a_drafter_that_never_accepts(monkeypatc
     walked = []
     plan = evaluate.lookup_known_plan
     monkeypatch.setattr(evaluate, "lookup_known_plan", lambda *a: walked.append(a[2:]) or plan(*a))
-    known = evaluate.lookup_known(recs, METHODS, COST, SimConfig(mode="mixed", batch_sizes=(1, 2)), [("d", 1), ("d", 2)])
+    config = SimConfig(mode="mixed", batch_sizes=(1, 2))
+    known = evaluate.lookup_known(recs, METHODS, COST, config, [("d", 1), ("d", 2)])
     assert sorted(set(walked)) == [(2, 0), (2, 1)] and set(known) == {("d", 1), ("d", 2)}
 
 

@@ -267,11 +267,12 @@ def _verdict(view: str, lines: list[dict]) -> str:
                  f"{len(gapped)} cells that have one (median of the cells' own: "
                  f"{100 * float(np.median([line['gap_closed'] for line in gapped])):.1f} %)")
         known = sum(line.get("lookup_known", np.nan) - line["best_fixed_speedup"] for line in gapped)
-        enough = known > MIN_ROOM * sum(line["best_fixed_speedup"] for line in gapped)  # NaN (a cell without it): not said
+        enough = known > MIN_ROOM * sum(line["best_fixed_speedup"] for line in gapped)  # NaN (a cell lacks it): no
         if enough and known < room:
-            text += (f". Knowing the lookup's next step exactly (lookup_known: the drafter at one fixed k, or not run) gains "
-                     f"{100 * known / room:.1f} % of that gap; the learned policy gains {100 * closed / known:.1f} % "
-                     "of what it gains; the rest of the gap needs the drafter's acceptance at each step")
+            text += (f". Knowing the lookup's next step exactly (lookup_known: the drafter at one fixed k, or not "
+                     f"run) gains {100 * known / room:.1f} % of that gap; the learned policy gains "
+                     f"{100 * closed / known:.1f} % of what it gains; the rest of the gap needs the drafter's "
+                     "acceptance at each step")
         elif enough:
             text += (f". Knowing the lookup's next step exactly (lookup_known) gains more than oracle-switch "
                      f"({100 * known / room:.1f} % of its gap): here knowing the lookup is worth more than the "

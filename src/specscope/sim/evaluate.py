@@ -16,14 +16,15 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
   a gap that small says nothing (over a gap of 0.0004× it read −1677);
 - lookup known (:func:`lookup_known`, a lookup and a model drafter): what exact knowledge of the
   lookup's next step is worth with none of the drafter's — the best in hindsight of the plans
-  that propose exactly the lookup's acc_len − 1 wherever it is at least τ (≥ 2) and the drafter's
-  fixed k elsewhere, over every k the drafter was traced to and τ = 2 … k + 1 (a higher τ would
-  give the drafter steps the lookup's exact step beats: more tokens, no drafting), and k = 0
-  (nothing elsewhere, the drafter never run: the lookup's own oracle), priced as oracle-switch is,
-  and never below the best fixed policy, which a policy that knows the lookup may run anyway (on
-  an engine that pads, the lookup's exact proposals pad every row to the widest). Not a ceiling: a causal policy that moves the drafter's k per request can pass
-  it. Its gap closed (``gap_closed_known``) is the learned policy's share of that yardstick's own
-  gain over the best fixed policy; what oracle-switch gains beyond it needs the drafter's
+  that propose exactly the lookup's acc_len − 1 wherever it is at least τ (≥ 2) and the
+  drafter's fixed k elsewhere, over every k the drafter was traced to and τ = 2 … k + 1 (a
+  higher τ would give the drafter steps the lookup's exact step beats: more tokens, no
+  drafting), and k = 0 (nothing elsewhere, the drafter never run: the lookup's own oracle),
+  priced as oracle-switch is, and never below the best fixed policy, which a policy that knows
+  the lookup may run anyway (on an engine that pads, the lookup's exact proposals pad every row
+  to the widest). Not a ceiling: a causal policy that moves the drafter's k per request can pass
+  it. Its gap closed (``gap_closed_known``) is the learned policy's share of that yardstick's
+  own gain over the best fixed policy; what oracle-switch gains beyond it needs the drafter's
   acceptance at each step;
 
 :func:`leave_one_out` fits on every dataset but one and judges on the one held out, under each
@@ -48,9 +49,9 @@ import numpy as np
 from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
 from specscope.policy.features import features
+from specscope.methods import method as method_named
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.fit import FEW_STEPS, fit_policy, require_methods
-from specscope.methods import method as method_named
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, sampled, simulate
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
@@ -111,7 +112,8 @@ def lookup_known(records: Sequence[TraceRecord], methods: tuple[str, ...], cost:
                 for b in batch_sizes:
                     speedup = predict(plan, cost, drafting, b).throughput / base[b]
                     if speedup > best[b][0]:
-                        best[b] = (speedup, f"{lookup} ≥ {at_least}, else " + (f"{drafter} fixed:{k}" if k else "none"))
+                        rule = f"{drafter} fixed:{k}" if k else "none"
+                        best[b] = (speedup, f"{lookup} ≥ {at_least}, else {rule}")
         known.update({(dataset, b): value for b, value in best.items()})
     return known
 
@@ -154,8 +156,8 @@ def judge(rows: Sequence[SimRow], learned: str | None, seen: str | None = None,
             elif seen is not None and policy == seen:
                 line["learned_seen"] = v
         if known and (dataset, b) in known:  # knowledge a policy may ignore: never below the best fixed policy
-            line["lookup_known"], line["lookup_known_rule"] = max(known[(dataset, b)], (fixed[best_key], line["best_fixed"]),
-                                                                  key=lambda pair: pair[0])
+            searched, fixed_best = known[(dataset, b)], (fixed[best_key], line["best_fixed"])
+            line["lookup_known"], line["lookup_known_rule"] = max(searched, fixed_best, key=lambda pair: pair[0])
         ceiling = ceiling_of(line)
         for name, gap, top in (("learned", "gap_closed", ceiling), ("learned_seen", "gap_closed_seen", ceiling),
                                ("learned", "gap_closed_known", line.get("lookup_known"))):
