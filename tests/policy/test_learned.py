@@ -714,6 +714,25 @@ def test_fit_reads_every_array_whole_and_says_what_its_walk_replays(tmp_path, ca
     assert fitted == fit_policy(workload(0, count=8, g=40), ("ngram", "eagle"), COST, [1])["training"]["steps"]
 
 
+def test_a_policy_file_whose_path_holds_a_comma_is_simulated_whole(policy_file, tmp_path, capsys):
+    """--policies splits on commas: a part naming no policy belongs to the learned:FILE before it."""
+    import shutil
+
+    from specscope.cli import main
+    from specscope.cli.simulate import policy_list
+    from specscope.trace.load import write_traces
+
+    assert policy_list("fixed:1,learned:a,b.json,oracle") == ["fixed:1", "learned:a,b.json", "oracle"]
+    assert policy_list("learned:a.json,fixed:2") == ["learned:a.json", "fixed:2"]
+    path = tmp_path / "runs,1" / "p.json"
+    path.parent.mkdir()
+    shutil.copy(policy_file, path)
+    write_traces(tmp_path / "t.jsonl", workload(0, count=4, g=40))
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram,eagle", "--policies", f"fixed:1,learned:{path}",
+                 "--batch-sizes", "1", "--cost-model", "h100-llama3.1-8b", "--format", "json"]) == 0
+    assert {row["policy"] for row in json.loads(capsys.readouterr().out)} >= {"fixed:1", f"learned:{path}"}
+
+
 def test_the_evaluate_verdict_counts_cells_and_pools_the_gap_closed():
     """Cells at or above the best fixed k: 1 of 3. The gap closed pooled over the two cells with
     a gap: (0.1 − 0.05) / (0.5 + 2.0) = 2.0 %, where the cells' own are 20 % and −2.5 % (median

@@ -19,6 +19,7 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig, simulated_batch_sizes
+from specscope.sim.policies import POLICIES
 from specscope.fileio import json_text, provenance
 from specscope.version import code_version
 from specscope.errors import SpecscopeError
@@ -38,10 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_trace_options(parser)
     parser.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
                         help="proposers whose traces to replay; 'combined' for oracle-combined (default: ngram,eagle)")
-    parser.add_argument("--policies", type=str_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
+    parser.add_argument("--policies", type=policy_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
                         help="fixed:k, adaptive, oracle, oracle-combined:A+B, oracle-switch:A+B (its drafting "
                              "charged), tree:SHAPE (a static tree such as tree:2x2x1, replayed from traces taken "
-                             "with `trace --trees`), learned:FILE (a `policy fit` file) "
+                             "with `trace --trees`), learned:FILE (a `policy fit` file; a comma in FILE is "
+                             "kept where what follows it names no policy) "
                              "(default: fixed:1,fixed:3,fixed:5,oracle)")
     parser.add_argument("--batch-sizes", type=batch_size_list, default=None,
                         help="default " + ",".join(map(str, DEFAULTS.batch_sizes)) + " (in mixed mode, those "
@@ -123,6 +125,18 @@ def run(args: argparse.Namespace) -> int:
     if args.output and not to_stdout(args.output):
         print(f"wrote {len(rows)} cell{'s' * (len(rows) != 1)} to {args.output}", file=out)
     return 0
+
+
+def policy_list(text: str) -> list[str]:
+    """``--policies``: :func:`str_list`, a ``learned:FILE`` whose path holds a comma kept whole
+    (``learned:runs/a,b.json``): a part that names no policy joins the ``learned:`` before it."""
+    joined: list[str] = []
+    for part in str_list(text):
+        if joined and joined[-1].startswith("learned:") and part.split(":", 1)[0] not in POLICIES:
+            joined[-1] += "," + part
+        else:
+            joined.append(part)
+    return joined
 
 
 def show_speedups(rows, batch_sizes: list[int], title: str, metric: str = "speedup", file=None) -> None:
