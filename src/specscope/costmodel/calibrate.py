@@ -30,8 +30,8 @@ batch limit below the concurrency, or a server that starts fewer prompts per ste
 ``w`` = 1 without SD; with SD ``1 + draft tokens / decode steps`` from the counters (the mean
 proposal, so n-gram steps that found nothing count), at most k + 1 (a tree: nodes + 1). A
 request running alone verifies more than one token only on the steps it proposed (n-gram found
-nothing on about half the steps of the bundled code workload), and its own chunk tells which did: one of several tokens had a draft accepted, so its step proposed; of the chunks
-of one token, the share ``(drafts − chunks of several tokens) / chunks of one token`` did (the
+nothing on about half the steps of the bundled code workload), and its own chunk tells which
+did: one of several tokens had a draft accepted, so its step proposed; of the chunks of one token, the share ``(drafts − chunks of several tokens) / chunks of one token`` did (the
 drafts counter: vLLM's ``vllm:spec_decode_num_drafts``, which ``specscope serve`` exports too).
 Each such gap counts as a multi-token forward with that chance and verifies 1 + the mean
 proposal of a step that proposed times it (:func:`_proposed`); without token ids, every gap
@@ -241,7 +241,10 @@ def cell_gaps(cell: CellRun) -> Gaps:
     if sum(len(t) - 1 for t in times) == 0:
         raise SpecscopeError(f"{cell.label}: no request streamed more than one chunk: no step to fit "
                              "(the fit reads the gaps between a request's chunks)")
-    _check_batch_limit(cell, times)
+    first = np.array([t[0] for t in times])
+    last = np.array([t[-1] for t in times])
+    sent = np.array([r["sent_ms"] / 1e3 for r in cell.timeline])
+    _check_batch_limit(cell, times, first, last, sent)
     decode = np.concatenate([np.diff(np.concatenate([[0.0], t]))[1:] for t in tokens])
     if decode.size and np.mean(decode > width_max + 1e-9) > BATCHED_SHARE:
         raise SpecscopeError(f"{cell.label}: {100 * np.mean(decode > width_max):.0f} % of chunks carry more than "
@@ -254,17 +257,14 @@ def cell_gaps(cell: CellRun) -> Gaps:
         width = 1.0 + drafts
         proposing = 1.0 if cell.num_drafts is None or steps == 0 else min(cell.num_drafts / steps, 1.0)
     chance = _proposed(cell, decode, proposing, all(r.get("chunk_tokens") is not None for r in cell.timeline))
-    first = np.array([t[0] for t in times])
-    last = np.array([t[-1] for t in times])
     prompt = np.array(prompts, dtype=float)
     start = np.concatenate([t[:-1] for t in times])
     end = np.concatenate([t[1:] for t in times])
     together = NEAR * np.median(end - start)  # chunks closer than this were read together
-    alone = np.concatenate([_alone(t, together)[:-1] & _alone(t, together)[1:] for t in times])  # [gaps]
+    alone = np.concatenate([read[:-1] & read[1:] for read in (_alone(t, together) for t in times)])  # [gaps]
     if not alone.any():
         raise SpecscopeError(f"{cell.label}: every chunk arrived with another (within {NEAR} of the median gap): "
                              "no gap between two chunks read alone to fit")
-    sent = np.array([r["sent_ms"] / 1e3 for r in cell.timeline])
     owner = np.repeat(np.arange(len(times)), [len(t) - 1 for t in times])  # [gaps] whose chunks bound each
     prefilled, unsure = _prefilled(start, end, owner, sent, first, np.concatenate(times), np.median(end - start),
                                    together)
@@ -301,29 +301,28 @@ def cell_gaps(cell: CellRun) -> Gaps:
     return gaps
 
 
-def _check_batch_limit(cell: CellRun, times: list[np.ndarray]) -> None:
+def _check_batch_limit(cell: CellRun, times: list[np.ndarray], first: np.ndarray, last: np.ndarray,
+                       sent: np.ndarray) -> None:
     """Refuse a cell whose server ran fewer requests at once than the sweep kept in flight
     (``batch_size``, or its requests if fewer) while a request waited through :data:`WAITED`
     or more chunks of another for its first: the server did not start a request in the step after
     it arrived — a batch limit below the sweep's concurrency, or a limit on the prompts it
     prefills per step, its KV cache's room, preemption — and a request waiting is priced in no
     gap (module docstring). ``times`` [requests][chunks]: each request's chunk arrivals, in seconds
-    from the run's start. Either sign alone misleads: on ``specscope serve``, whose limit is the
+    from the run's start; ``first``, ``last`` and ``sent`` [requests]: its first and last chunk's
+    and when it was sent. Either sign alone misleads: on ``specscope serve``, whose limit is the
     sweep's, stalls and chunks read in bursts made requests wait through 4–11 chunks of another
     while every cell ran its concurrency at once; and a cell of short outputs may never run all of
     its requests at once, none of them waiting."""
-    first = np.sort([t[0] for t in times])
-    last = np.sort([t[-1] for t in times])
     chunks = np.concatenate(times)
     # streaming at each chunk's arrival: first chunk by then, last not before (first ≤ last)
-    most = int((np.searchsorted(first, chunks, side="right") - np.searchsorted(last, chunks, side="left")).max())
+    most = int((np.searchsorted(np.sort(first), chunks, side="right")
+                - np.searchsorted(np.sort(last), chunks, side="left")).max())
     flight = min(cell.batch_size, len(times))
     if most >= flight:
         return
-    sent = np.array([r["sent_ms"] / 1e3 for r in cell.timeline])
-    starts = np.array([t[0] for t in times])
     # per request, the most chunks of any one other request that arrived after it was sent, before its first
-    waited = np.max([np.searchsorted(t, starts, side="left") - np.searchsorted(t, sent, side="right") for t in times],
+    waited = np.max([np.searchsorted(t, first, side="left") - np.searchsorted(t, sent, side="right") for t in times],
                     axis=0)
     longest = int(waited.argmax())
     if waited[longest] >= WAITED:

@@ -101,9 +101,8 @@ def lookup_known(records: Sequence[TraceRecord], methods: tuple[str, ...], cost:
     known = {}
     for dataset, batch_sizes in sizes.items():
         members = on_common_positions(sampled(list(groups[dataset]), config), methods)  # the positions the rows replay
-        first = lookup_known_plan(members, methods, 2, 1)  # over both methods: the outputs every plan cuts to
-        base = {b: predict(baseline_plan(first.output_len, first.prompt_len), cost, None, b).throughput
-                for b in batch_sizes}
+        no_sd = baseline_plan([r.output_len for r in members], [r.prompt_len for r in members])
+        base = {b: predict(no_sd, cost, None, b).throughput for b in batch_sizes}
         best = {b: (-np.inf, "") for b in batch_sizes}
         for k in range(judged_depth(members, drafter) + 1):
             for at_least in range(2, k + 2 if k else 3):
