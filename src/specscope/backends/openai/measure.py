@@ -110,10 +110,11 @@ class _Measurement:
 
     The warm-up: one short request, then as many at once as the run keeps in flight (its
     concurrency, at most its prompts), each as long as the run's longest prompt (:func:`stretched`),
-    so that the server has met the largest step of the run before it is timed. (On ``specscope
-    serve`` beside nine other servers on a 2-core machine, each server's first prefills of seven
-    long prompts took 2–4× what the same prefills took later, in the measured segments that met
-    them: the fit predicted one such server's batch-8 throughput 23 % above what it measured.)"""
+    so that the server has met the largest step of the run before it is timed. (Stop 49, on
+    ``specscope serve`` beside nine other servers on a 2-core machine, without this warm-up: each
+    server's first prefills of seven long prompts took 2–4× what the same prefills took later, in
+    the measured segments that met them; the fit predicted one such server's batch-8 throughput
+    23 % above what it measured.)"""
 
     def __init__(self, replicas: list[ClientConfig], warmup: Prompt, concurrency: int,
                  prompts: Sequence[Prompt] = ()) -> None:
