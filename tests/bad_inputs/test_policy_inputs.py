@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from harness import Case, check, written_by_specscope
+from harness import Case, check, run_cli, written_by_specscope
 
 
 def own(rid: str, dataset: str = "d") -> str:
@@ -138,8 +138,12 @@ CASES = [
                                                         verify=[0.5] * 9)))),
     Case("fit-repeated-acc", ["policy", "fit", "t.jsonl", "--acc", "ngram,ngram", "-o", "p.json"], r"--acc",
          files=TRACES),
-    Case("fit-unknown-proposer", ["policy", "fit", "t.jsonl", "--acc", "ngram,mtp", "-o", "p.json"],
-         r"--acc.*'mtp'", files=TRACES),
+    Case("fit-proposer-not-traced", ["policy", "fit", "t.jsonl", "--acc", "ngram,mtp", "--cost-model",
+                                     "roofline:h100:llama3.1-8b", "-o", "p.json"],
+         r"--acc: proposer 'mtp' missing from 2 records", files=TRACES),
+    Case("fit-proposer-not-priced", ["policy", "fit", "t.jsonl", "--acc", "ngram,mtp", "-o", "p.json"],
+         r"--cost-model h100-llama3\.1-8b: cost model 'h100-llama3\.1-8b' has no drafting model for proposer 'mtp'",
+         files=TRACES),
     Case("fit-bad-batch-size", ["policy", "fit", "t.jsonl", "--batch-sizes", "0", "-o", "p.json"], r"--batch-sizes",
          files=TRACES),
     Case("fit-max-k-zero", ["policy", "fit", "t.jsonl", "--max-k", "0", "-o", "p.json"], r"--max-k", files=TRACES),
@@ -268,6 +272,12 @@ CASES = [
     Case("evaluate-dataset-no-step", ["policy", "evaluate", "t.jsonl", "u.jsonl"],
          r"dataset 'e': no request decodes past its first token",
          files={**TWO_DATASETS, "u.jsonl": one_token("c").replace('"d"', '"e"')}),
+    Case("evaluate-view-prices-no-proposer", ["policy", "evaluate", "t.jsonl", "u.jsonl", "--acc", "ngram,mtp",
+                                              "--cost-model", "roofline:h100:llama3.1-8b", "--view", "h100-llama3.1-8b"],
+         r"--view h100-llama3\.1-8b: cost model 'h100-llama3\.1-8b' has no drafting model for proposer 'mtp'",
+         files=TWO_DATASETS),
+    Case("fit-acc-not-a-method", ["policy", "fit", "t.jsonl", "--acc", "ngram,foo", "-o", "p.json"],
+         r"--acc: unknown method 'foo' \(known: ", files=TRACES),
     Case("evaluate-dataset-a-copy", ["policy", "evaluate", "t.jsonl", "u.jsonl"],
          r"dataset '.': every one of its 2 requests is also in another dataset",
          files={**TWO_DATASETS, "u.jsonl": TWO_DATASETS["t.jsonl"].replace('"dataset": "d"', '"dataset": "e"')}),
@@ -280,3 +290,19 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_refused(case, tmp_path, monkeypatch):
     check(case, tmp_path, monkeypatch)
+
+
+def test_a_dataset_with_no_walked_step_is_refused(tmp_path, monkeypatch):
+    """A held-out dataset whose outputs are long but whose acc_len arrays cover one position has
+    no step a walk replays: refused (its row would be the prefill alone, counted in the verdict),
+    after the note that says what the walk replays."""
+    cut = TWO_DATASETS["u.jsonl"].replace('"eagle": {"acc_len": [2, 3, 1, 1]}', '"eagle": {"acc_len": [2]}')
+    for name, text in {**TWO_DATASETS, "u.jsonl": cut}.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    outcome = run_cli(["policy", "evaluate", "t.jsonl", "u.jsonl"])
+    lines = outcome.stderr.strip().splitlines()
+    assert outcome.status == 2 and "Traceback" not in outcome.stderr
+    assert lines[0].startswith("note: u.jsonl: 2 of 2 records had acc_len arrays of another length")
+    assert lines[-1] == ("specscope: error: dataset 'e': no request decodes past its first token within the positions "
+                         "its output and the acc_len arrays of ngram, eagle cover: nothing to judge")

@@ -130,6 +130,10 @@ def read_trace_args(args: argparse.Namespace, walked: Sequence[str] = ()) -> lis
 
     refuse_clashes(output_options(args), [*args.traces, *side_inputs(args)])
     records, reports = load_traces(args.traces, lengths=args.lengths)
+    if walked:  # every walked proposer traced before a note says what their walk replays
+        from specscope.sim.fit import require_methods
+
+        require_methods(records, walked)
     note_mismatches(reports, walked=walked)
     return records
 

@@ -99,15 +99,31 @@ def need_scikit_learn() -> None:
 
 
 def check_proposers(acc: list[str], count: int | None = None) -> None:
-    """``--acc`` as a policy's proposers: distinct, none of them the traces' ``combined`` series,
-    and ``count`` of them where the verb needs that many."""
+    """``--acc`` as a policy's proposers: known methods, distinct, none of them the traces'
+    ``combined`` series, and ``count`` of them where the verb needs that many."""
+    from specscope.methods import method as method_named
+
     if "combined" in acc:
         raise SpecscopeError("--acc: 'combined' is the traces' best-of series, not a proposer a policy can run")
+    for name in acc:
+        try:
+            method_named(name)
+        except SpecscopeError as error:
+            raise SpecscopeError(f"--acc: {error}") from None
     if len(set(acc)) != len(acc):
         raise SpecscopeError(f"--acc: expected distinct proposer names, got {','.join(acc)}")
     if count is not None and len(acc) != count:
         raise SpecscopeError(f"--acc: expected {count} proposers (the ceiling oracle-switch:A+B chooses between two), "
                              f"got {','.join(acc)}")
+
+
+def check_prices(option: str, name: str, cost, acc: list[str]) -> None:
+    """Refuse a cost model (given as ``option name``) that prices no drafting of a proposer of ``acc``."""
+    for proposer in acc:
+        try:
+            cost.drafting_for(proposer)
+        except SpecscopeError as error:
+            raise SpecscopeError(f"{option} {name}: {error}") from None
 
 
 def run_fit(args: argparse.Namespace) -> int:
@@ -118,10 +134,12 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.sim.observe import offer_notes
     from specscope.sim.plan import dataset_depths
     from specscope.sim.switching import on_common_positions
+    from specscope.validate import K_MAX_LIMIT
 
     check_proposers(args.acc)
     need_scikit_learn()
     cost = resolve_cost_model(args.cost_model)
+    check_prices("--cost-model", args.cost_model, cost, args.acc)
     records = read_trace_args(args, walked=args.acc)
     document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k)
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
@@ -139,7 +157,9 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.max_k is None and own[shallow] == depth < min(J_MAX, max(own.values())):
         print(f"note: the policy proposes at most k = {depth} with every method: {shallow}'s traces reach no "
               f"deeper (a policy switching between proposers replays each within the shallowest), where "
-              + ", ".join(f"{m}'s reach {own[m]}" for m in args.acc if own[m] > depth), file=sys.stderr)
+              + ", ".join(f"{m}'s reach {own[m]}" if own[m] < K_MAX_LIMIT else
+                          f"{m}'s traces bound no k (they declare no k_max and accept none of its drafts)"
+                          for m in args.acc if own[m] > depth), file=sys.stderr)
     past = cost.beyond_measured(range(1, depth + 1), args.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) \
         else None
     if past:
@@ -163,11 +183,13 @@ def run_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def judgeable(records: list) -> list[str]:
-    """Refuse a dataset with no step to judge (every output one token or shorter: each policy
-    would read 1.00×) or whose every request another dataset also holds (the same prompt and
-    output: held out, it would be judged on what its policy was fitted on); a note for each
-    dataset that shares some of its requests so."""
+def judgeable(records: list, acc: list[str]) -> list[str]:
+    """Refuse a dataset with no step to judge (every output one token or shorter once cut to the
+    positions the walks of ``acc`` replay: each policy would read its prefill alone) or whose
+    every request another dataset also holds (the same prompt and output: held out, it would be
+    judged on what its policy was fitted on); a note for each dataset that shares some of its
+    requests so."""
+    from specscope.sim.switching import common_length
     from specscope.trace.schema import by_dataset
 
     datasets = by_dataset(records)
@@ -175,8 +197,9 @@ def judgeable(records: list) -> list[str]:
             for name, group in datasets.items()}
     notes = []
     for name, group in datasets.items():
-        if all(r.output_len <= 1 for r in group):
-            raise SpecscopeError(f"dataset {name!r}: no request decodes past its first token: nothing to judge")
+        if all(common_length(r, acc) <= 1 for r in group):
+            raise SpecscopeError(f"dataset {name!r}: no request decodes past its first token within the positions its "
+                                 f"output and the acc_len arrays of {', '.join(acc)} cover: nothing to judge")
         others = {key for other, listed in keys.items() if other != name for key in listed}
         shared = sum(key in others for key in keys[name])
         if shared == len(group):
@@ -194,13 +217,14 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.sim.evaluate import leave_one_out
-    from specscope.sim.fit import require_methods
     from specscope.sim.grid import SimConfig, no_match_notes, oversize_notes, sample_notes
     from specscope.sim.observe import offer_notes
 
     check_proposers(args.acc, count=2)
     need_scikit_learn()
     views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
+    for option, name, cost in zip(("--cost-model", *["--view"] * len(args.view)), (args.cost_model, *args.view), views):
+        check_prices(option, name, cost, args.acc)
     prices = [json.dumps({key: value for key, value in cost.describe().items() if key != "name"}, sort_keys=True)
               for cost in views]
     twice = validate.first_repeat(prices)
@@ -213,8 +237,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     sizes = collections.Counter(record.dataset or "trace" for record in records)  # requests per dataset
     if len(sizes) < 2:
         raise SpecscopeError(f"leave-one-out needs at least two datasets; the traces hold {len(sizes)}")
-    require_methods(records, args.acc)
-    shared = judgeable(records)
+    shared = judgeable(records, args.acc)
     if args.mode == "mixed" and min(args.batch_sizes) > max(sizes.values()):
         raise SpecscopeError(f"--batch-sizes: mixed mode runs B distinct requests at once; the largest dataset "
                              f"holds {max(sizes.values())}, fewer than every batch size given")
