@@ -489,8 +489,29 @@ def test_a_sweeps_model_judges_each_method_by_its_own_cells():
     assert model.beyond_measured([1], [4], ["draft"]) is None
     assert model.beyond_measured([2], [1, 8], ["eagle"]) is None
     assert model.beyond_measured([4], [1, 4], ["draft", "eagle"]) == (
-        "cost model 'm' was fitted to a sweep's cells; draft at k up to 4 (chains fitted at k 1) and batch sizes "
-        "1-4 (fitted at 4); eagle at k up to 4 (chains fitted at k 1, 2): there it extrapolates its lines")
+        "cost model 'm' was fitted to a sweep's cells; draft at k 4 (chains fitted at k 1) and batch sizes "
+        "1-4 (fitted at 4); eagle at k 4 (chains fitted at k 1, 2): there it extrapolates its lines")
+
+
+def test_a_sweeps_model_names_a_k_below_its_cells_and_terms_it_could_not_separate():
+    """EAGLE fitted at k = 2 and 4 only: k = 1 is below its cells (a line extrapolated down), k = 3
+    between them is not. A model whose sweep could not tell EAGLE's terms apart (one k) names
+    them for any k — the split of their cost is arbitrary — but not for n-gram's cells alone."""
+    from specscope.costmodel.linear import FittedCell, LinearCostModel
+
+    cells = (FittedCell("none", 0, 1, "w"), FittedCell("eagle", 2, 1, "w"), FittedCell("eagle", 4, 1, "w"),
+             FittedCell("ngram", 2, 1, "w"), FittedCell("ngram", 4, 1, "w"))
+    model = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, fitted_cells=cells)
+    assert model.beyond_measured([3], [1], ["eagle"]) is None
+    assert model.beyond_measured([1, 2, 3], [1], ["eagle"]) == (
+        "cost model 'm' was fitted to a sweep's cells; eagle at k 1-3 (chains fitted at k 2, 4): there it "
+        "extrapolates its lines")
+    untold = LinearCostModel("m", 1e-3, 1e-5, 0.0, 0.0, fitted_cells=cells,
+                             not_separated=("eagle.c_fixed", "eagle.c_tok"))
+    assert untold.beyond_measured([3], [1], ["eagle"]) == (
+        "cost model 'm' was fitted to a sweep's cells; its data could not tell eagle.c_fixed, eagle.c_tok apart, so a "
+        "k or batch size it did not hold is priced on an arbitrary split of their cost")
+    assert untold.beyond_measured([3], [1], ["ngram"]) is None
 
 
 @pytest.mark.parametrize("whole", [False, True])

@@ -258,6 +258,17 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
     assert "median |error|" in out and "cross-check" in out
     assert "their throughput, predicted against measured: median" in out and "their none cells'" in out
     assert "┃ workload ┃" in out  # each cell's row names its workload (a sweep of two had twin rows)
+    other = tmp_path / "other"  # the same trace, its settings naming another target: another model's acceptance
+    other.mkdir()
+    settings = json.loads(trace.with_name(trace.name + ".settings.json").read_text())
+    (other / trace.name).write_bytes(trace.read_bytes())
+    (other / (trace.name + ".settings.json")).write_text(json.dumps({**settings, "model_files": "f" * 64}))
+    assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--traces", str(other / trace.name),
+                 "--validate", "-o", str(tmp_path / "other.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--traces {other / trace.name}: traced with another target (fingerprint ffffffffffff)" \
+        in err[0] and f"ran ({settings['model_files'][:12]})" in err[0]
+    assert not (tmp_path / "other.json").exists()
     assert model.fitted_cells and {c.method for c in model.fitted_cells} == {"none", "ngram"}
     steps = tmp_path / "steps.jsonl"  # every server of the sweep appended its engine's steps
     assert main(["costmodel", "fit", str(steps), "-o", str(tmp_path / "inside.json")]) == 0
@@ -698,3 +709,25 @@ def test_a_gap_whose_prefills_the_timing_cannot_tell_is_left_out():
     steps = told.idle == 0
     assert (told.sequences - told.running)[steps].tolist() == [1, 0, 1, 0, 0]  # a's and b's first gaps hold q's
     assert (unsure.idle == 0).sum() == 3 and (unsure.sequences - unsure.running)[unsure.idle == 0].max() == 0
+
+
+def test_a_trace_of_another_drafter_is_refused_and_one_kept_without_settings_is_read(tmp_path):
+    """The trace's settings fingerprint the drafter of the held-out cell's method: another checkpoint
+    than the cell's engine ran is refused before any fit; a trace without settings (traced
+    elsewhere), or a cell of a url engine (no fingerprints), is not compared."""
+    from specscope.backends.openai.calibration import check_traces
+    from specscope.tracing.settings import traced_checkpoints
+
+    trace = tmp_path / "w.trace.jsonl"
+    trace.write_text("")
+    assert traced_checkpoints(trace) == (None, {})
+    trace.with_name(trace.name + ".settings.json").write_text(json.dumps(
+        {"workload": "0" * 64, "k_max": 4, "dataset": "w", "model_files": "a" * 64,
+         "proposers": ["ngram", f"eagle={tmp_path / 'my head'} {'b' * 64}"]}))
+    assert traced_checkpoints(trace) == ("w", {"model": "a" * 64, "eagle": "b" * 64})
+    held = replace(simulated_cell("eagle", 2, 1), workload="w.jsonl", checkpoints={"model": "a" * 64, "draft": "c" * 64})
+    with pytest.raises(SpecscopeError, match=r"--traces t: traced with another eagle drafter \(fingerprint bbbbbbbbbbbb\) "
+                                             r"than cells/.* ran \(cccccccccccc\)"):
+        check_traces([(held, held)], [], {"w": ("t", traced_checkpoints(trace)[1])})
+    with pytest.raises(SpecscopeError, match=r"--traces: no records of dataset 'w'"):  # not compared: on to the requests
+        check_traces([(replace(held, checkpoints={}), held)], [], {"w": ("t", traced_checkpoints(trace)[1])})

@@ -174,6 +174,19 @@ def _refuse_inside_sweep(output: Path, sweep: Path) -> None:
     refuse_overwriting(output, [sweep / name for name in SWEEP_FILES])
 
 
+def traced_by(paths: list[str]) -> dict[str, tuple[str, dict[str, str]]]:
+    """Dataset → (trace file, the checkpoints its kept settings fingerprint), for the traces whose
+    settings name both (:func:`~specscope.tracing.settings.traced_checkpoints`)."""
+    from specscope.tracing.settings import traced_checkpoints
+
+    found = {}
+    for path in paths:
+        dataset, checkpoints = traced_checkpoints(Path(path))
+        if dataset is not None and checkpoints:
+            found.setdefault(dataset, (path, checkpoints))
+    return found
+
+
 def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     """``--from-sweep``: fit, print the histogram cross-check, and validate when asked."""
     from specscope.backends.openai.calibration import COLUMNS, SPREAD_COLUMNS, coefficient_spread, read_sweep, validate
@@ -188,7 +201,8 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
             check_user_output(args.from_sweep / table)
     cells = read_sweep(args.from_sweep, args.engine)
     model = fit_cells(cells, name)
-    rows, fits = validate(cells, load_traces(args.traces)[0]) if args.validate else ([], [])  # before any write
+    rows, fits = validate(cells, load_traces(args.traces)[0], traced_by(args.traces)) if args.validate \
+        else ([], [])  # before any write
     text = _usable(model)
     atomic_write_text(output, text + "\n")
     note_unseparated(model)

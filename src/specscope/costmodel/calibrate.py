@@ -126,7 +126,7 @@ histograms too, counted as vLLM counts them (:mod:`specscope.serve.histogram`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import numpy as np
@@ -170,6 +170,7 @@ class CellRun:
     num_drafts: int | None = None  # request-steps that proposed (vLLM's spec_decode_num_drafts; None: not exported)
     pads: bool = False  # the engine runs rectangular batches (specscope serve; vLLM and SGLang do not)
     engine: str = ""  # the sweep's name for the engine that served it
+    checkpoints: dict[str, str] = field(default_factory=dict)  # "model", "draft": fingerprints of the engine's local dirs
 
     @property
     def proposal(self) -> str:

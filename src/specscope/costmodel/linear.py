@@ -162,8 +162,13 @@ class LinearCostModel:
     def beyond_measured(self, ks: Sequence[int], batch_sizes: Sequence[int], methods: Sequence[str] = ()) -> str | None:
         """A note where ``ks`` or ``batch_sizes`` reach past what a fitted model measured: there it
         extrapolates a line. A sweep's model (``fitted_cells``) judges each of ``methods`` by its
-        own chain cells (a tree's nodes are no chain's k) and batch sizes below the least measured
-        too; a step-record fit (``measured``) by the largest k and batch size of its steps."""
+        own chain cells (a tree's nodes are no chain's k), below the least k and batch size it
+        measured too; a step-record fit (``measured``) by the largest k and batch size of its
+        steps. Either says which of its terms (of ``methods``, or the forward's) its data could
+        not tell apart: any k or batch size but those measured is priced on an arbitrary split."""
+        untold = [t for t in self.not_separated if "." not in t or not methods or t.split(".")[0] in methods]
+        split = (f"its data could not tell {', '.join(untold)} apart, so a k or batch size it did not hold is priced "
+                 "on an arbitrary split of their cost") if untold else ""
         if self.fitted_cells:
             past = []
             fitted = sorted({c.method for c in self.fitted_cells} - {NO_SD})
@@ -171,15 +176,15 @@ class LinearCostModel:
                 mine = [c for c in self.fitted_cells if c.method == method]
                 chains = sorted({c.k for c in mine if c.tree is None})
                 sizes = sorted({c.batch_size for c in mine})
-                beyond = [f"k up to {max(ks)} (chains fitted at k {', '.join(map(str, chains))})" if chains and ks and
-                          max(ks) > max(chains) else "",
-                          f"batch sizes {min(batch_sizes)}-{max(batch_sizes)} (fitted at "
-                          f"{', '.join(map(str, sizes))})"
+                beyond = [f"k {_span(ks)} (chains fitted at k {', '.join(map(str, chains))})"
+                          if chains and ks and (min(ks) < min(chains) or max(ks) > max(chains)) else "",
+                          f"batch sizes {_span(batch_sizes)} (fitted at {', '.join(map(str, sizes))})"
                           if batch_sizes and (min(batch_sizes) < min(sizes) or max(batch_sizes) > max(sizes)) else ""]
                 if any(beyond):
                     past.append(f"{method} at {' and '.join(b for b in beyond if b)}")
-            return (f"cost model {self.name!r} was fitted to a sweep's cells; {'; '.join(past)}: there it extrapolates "
-                    "its lines") if past else None
+            said = [f"{'; '.join(past)}: there it extrapolates its lines"] if past else []
+            return f"cost model {self.name!r} was fitted to a sweep's cells; " + "; ".join(said + [split] * bool(split)) \
+                if said or split else None
         if self.measured is None:
             return None
         seen = self.measured
@@ -188,13 +193,14 @@ class LinearCostModel:
             past.append(f"k up to {max(ks)}")
         if batch_sizes and max(batch_sizes) > seen[1]:
             past.append(f"batch sizes up to {max(batch_sizes)}")
-        untold = [t for t in self.not_separated if "." not in t or not methods or t.split(".")[0] in methods]
         said = [f"{' and '.join(past)} extrapolate its lines"] if past else []
-        if untold:  # steps of one k (or one batch size): the split, and so any other k's (size's) price, is a guess
-            said.append(f"its steps could not tell {', '.join(untold)} apart, so a k or batch size they did not "
-                        "hold is priced on an arbitrary split of their cost")
         return (f"cost model {self.name!r} was fitted to steps of k <= {seen[0]} and batch size <= {seen[1]}; "
-                + "; ".join(said)) if said else None
+                + "; ".join(said + [split] * bool(split))) if said or split else None
+
+
+def _span(values: Sequence[int]) -> str:
+    """``1-8``, or ``4`` where every value is one."""
+    return f"{min(values)}-{max(values)}" if min(values) < max(values) else f"{min(values)}"
 
 
 def _times(model, factor: float):

@@ -122,6 +122,23 @@ def _ours(sidecar: Path) -> bool:
     return {"workload", "proposers", "k_max"} <= set(old)
 
 
+def traced_checkpoints(output: Path) -> tuple[str | None, dict[str, str]]:
+    """The dataset a trace file's kept settings name, and the fingerprints of what traced it:
+    ``model`` (the target) and each model drafter's method (``eagle``: its checkpoint's); (None,
+    {}) where no settings are kept beside it (a trace from elsewhere)."""
+    sidecar = settings_path(Path(output))
+    if not sidecar.is_file() or not _ours(sidecar):
+        return None, {}
+    settings = read_json_object(sidecar)
+    found = {"model": settings["model_files"]} if isinstance(settings.get("model_files"), str) else {}
+    for entry in settings["proposers"] if isinstance(settings["proposers"], list) else []:
+        method, _, checkpoint = entry.partition("=") if isinstance(entry, str) else ("", "", "")
+        if " " in checkpoint:  # METHOD=DIR FINGERPRINT
+            found[method] = checkpoint.rsplit(" ", 1)[1]
+    dataset = settings.get("dataset")
+    return (dataset if isinstance(dataset, str) else None), found
+
+
 def requested_trees(output: Path) -> list[str]:
     """The tree shapes recorded in ``output``'s settings file ([] when none or no file); one that
     is not a list of trees (:func:`~specscope.trees.parse_tree`) is a one-line error naming it."""

@@ -192,7 +192,9 @@ def _cell_run(path: Path, record: dict) -> CellRun:
                               for name in HISTOGRAMS.values()},
                    key.get("baseline_for"),
                    num_drafts=optional("result.num_drafts", integer, result.get("num_drafts"), low=0),
-                   pads=key["engine"].get("launch") == "specscope", engine=_engine_name(path, record))
+                   pads=key["engine"].get("launch") == "specscope", engine=_engine_name(path, record),
+                   checkpoints={what: key["engine"][f"{what}_files"] for what in ("model", "draft")
+                                if isinstance(key["engine"].get(f"{what}_files"), str)})
 
 
 def _check_whole(path: Path, timeline: list[dict], requests: int | None, tokens: int | None) -> None:
@@ -370,14 +372,18 @@ def held_out(cells: Sequence[CellRun]) -> list[tuple[CellRun, CellRun]]:
     return pairs
 
 
-def check_traces(pairs: Sequence[tuple[CellRun, CellRun]], records: Sequence[TraceRecord]
-                 ) -> dict[str, dict[str, TraceRecord]]:
+def check_traces(pairs: Sequence[tuple[CellRun, CellRun]], records: Sequence[TraceRecord],
+                 traced_by: dict[str, tuple[str, dict[str, str]]] | None = None) -> dict[str, dict[str, TraceRecord]]:
     """The traces by dataset and id, checked against every held-out cell of ``pairs`` before any
-    fit: each request found, traced as long as the sweep ran it and as deep as the cell's k
-    (a deeper k would be extrapolated); prompts whose traced length differs from what the server
-    counted are named in a warning (another tokenization or chat template than the trace's)."""
+    fit: traced by the checkpoints the cell's engine ran (``traced_by``: dataset → the trace
+    file and the fingerprints its settings keep, :func:`~specscope.tracing.settings.traced_checkpoints`;
+    a url engine's or a hub model's cells keep none, and are not compared), each request found,
+    traced as long as the sweep ran it and as deep as the cell's k (a deeper k would be
+    extrapolated); prompts whose traced length differs from what the server counted are named in
+    a warning (another tokenization or chat template than the trace's)."""
     traces, differ, cells = index_traces(records), [], 0
     for held, _ in pairs:
+        _check_checkpoints(held, (traced_by or {}).get(Path(held.workload).stem))
         requests = _requests(held, traces)
         policy = parse_policy(configured_policy(held.k, held.tree.name if held.tree is not None else None))
         check_k(requests, held.method, policy, Path(held.workload).stem)
@@ -391,13 +397,29 @@ def check_traces(pairs: Sequence[tuple[CellRun, CellRun]], records: Sequence[Tra
     return traces
 
 
-def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord]) -> tuple[list[dict[str, object]],
-                                                                             list[LinearCostModel]]:
+def _check_checkpoints(held: CellRun, traced: tuple[str, dict[str, str]] | None) -> None:
+    """Refuse a trace whose target, or whose drafter of the held-out cell's method, is another
+    checkpoint than the cell's engine ran: its acceptance is another model's."""
+    if traced is None:
+        return
+    path, found = traced
+    for what, ran in held.checkpoints.items():
+        theirs = found.get("model" if what == "model" else held.method)
+        if theirs is not None and theirs != ran:
+            role = "target" if what == "model" else f"{held.method} drafter"
+            raise SpecscopeError(f"--traces {path}: traced with another {role} (fingerprint {theirs[:12]}) than "
+                                 f"{held.label} ran ({ran[:12]}): its acceptance would be priced as this engine's; "
+                                 "trace the workload with the models the sweep served")
+
+
+def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord],
+             traced_by: dict[str, tuple[str, dict[str, str]]] | None = None
+             ) -> tuple[list[dict[str, object]], list[LinearCostModel]]:
     """Leave-one-out over the SD cells that have a ``none`` cell (:func:`held_out`): one row each
     (:data:`COLUMNS`), and the fit that left each out; the traces are checked first
-    (:func:`check_traces`)."""
+    (:func:`check_traces`, ``traced_by`` its checkpoints by dataset)."""
     pairs = held_out(cells)
-    traces = check_traces(pairs, records)
+    traces = check_traces(pairs, records, traced_by)
     for held, _ in pairs:
         if sum(c.method == held.method for c in cells) < 2:
             raise SpecscopeError(f"--validate: {held.method!r} has one cell only; leaving it out leaves no "
