@@ -202,7 +202,7 @@ def main() -> None:
     step_mean = float(np.mean([s.decode_s for s in steps if s.batch_size > 0 and s.prefill_tokens == 0]))
     contributions = [mean_terms(m, steps) for m in models]
     with open(out / "sweep" / "coefficients.csv") as handle:
-        spread = {row["term"]: float(row["jackknife_se"]) for row in csv.DictReader(handle)}
+        spread = {row["term"]: float(row["jackknife_se"] or "nan") for row in csv.DictReader(handle)}  # nan: unseparated
     inside_se = inside_spread(steps, list(contributions[1]))
     print(f"\ncoefficients (a drafting's as fitted, per proposed token: its c_fixed and c_req at k = 0): "
           f"from the sweep (outside, ± its jackknife standard error over the held-out fits) vs "

@@ -28,9 +28,10 @@ def record(cell, engine: str = "ref") -> dict:
     key = {"engine": {"name": engine}, "method": cell.method, "k": cell.k, "batch_size": cell.batch_size,
            "workload": "w.jsonl"}
     tokens = sum(r["output_tokens"] for r in cell.timeline)
+    span = max(r["sent_ms"] + r["chunk_ms"][-1] for r in cell.timeline) - min(r["sent_ms"] for r in cell.timeline)
     return {"cell_id": key_id(key), "key": key, "status": "ok", "reason": None, "started_at": 0.0,
-            "finished_at": 1.0, "result": {"output_tokens": tokens, "duration_s": tokens / (100.0 + cell.k),
-                                           "throughput": 100.0 + cell.k, "num_draft_tokens": cell.num_draft_tokens},
+            "finished_at": 1.0, "result": {"output_tokens": tokens, "duration_s": span / 1000,
+                                           "throughput": tokens / (span / 1000), "num_draft_tokens": cell.num_draft_tokens},
             "timeline": json.loads(json.dumps(cell.timeline))}  # a copy: a case changes its own alone
 
 
@@ -112,6 +113,9 @@ CASES = [
          sweep(lambda d: d["key"].update(tree=[[0], [1], [0, 0]]))),
     Case("sent-time-text", FIT, rf"{REQUEST}: field 'sent_ms': expected a number",
          sweep(lambda d: d["timeline"][0].update(sent_ms="abc"))),
+    Case("sent-time-minutes-off", FIT, rf"{CELL}: field 'timeline': its requests' times span 100(\.[0-9]+)? s from the "
+         r"first send to the last chunk \(summed over its segments\), but its result measured [0-9.]+ s",
+         sweep(lambda d: d["timeline"][0].update(sent_ms=d["timeline"][0]["sent_ms"] + 1e5))),
     Case("draft-tokens-negative", FIT, rf"{CELL}: field 'result\.num_draft_tokens': expected an integer >= 0",
          sweep(lambda d: d["result"].update(num_draft_tokens=-500))),
     Case("batch-size-zero", FIT, rf"{CELL}: field 'key\.batch_size': expected an integer >= 1",
@@ -147,8 +151,11 @@ CASES = [
          rf"record {HELD}\.json says 'ok', .*: the table is out of step with cells/",  # a review: fitted unsaid
          {**sweep(), "S/results.json": json.dumps([{"cell_id": record(c)["cell_id"], **(
              {"status": "failed", "throughput": None} if record(c)["cell_id"] == HELD else {})} for c in CELLS])}),
-    Case("output-is-the-sweeps-results", [*FIT[:-1], "S/results.json"], r"S/results\.json: is also an input",
-         written_by_specscope({**sweep(), "S/results.json": "[]"}, "S/results.json")),
+    Case("output-is-the-sweeps-results", [*FIT[:-1], "S/results.json"], r"-o S/results\.json: the sweep's own "
+         r"results\.json, which the sweep writes and reads", written_by_specscope({**sweep(), "S/results.json": "[]"},
+                                                                                "S/results.json")),
+    Case("output-is-the-sweeps-absent-config", [*FIT[:-1], "S/config.json"], r"-o S/config\.json: the sweep's own "
+         r"config\.json", sweep()),
     Case("output-is-the-table", [*VALIDATE[:-4], "S/calibration.csv", "--traces", "t.jsonl", "--validate"],
          r"S/calibration\.csv: expected a \.json output file", sweep()),
     Case("table-path-is-a-folder", VALIDATE, r"S/calibration\.csv: is a directory",

@@ -61,6 +61,8 @@ def test_a_sweep_at_one_batch_size_names_the_terms_it_cannot_separate():
     assert "c_kv" not in model.not_separated  # the cache grows apart from everything else
     rows = {row["term"]: row for row in coefficient_spread(model, [model, model])}
     assert rows["c_req"]["separated"] is False and rows["c_kv"]["separated"] is True
+    assert rows["c_req"]["jackknife_se"] is None and rows["c_req"]["relative_se_pct"] is None  # no spread to read
+    assert rows["c_kv"]["jackknife_se"] == 0.0  # the same fit twice: a spread of 0, measured
     both = fit_cells(cells + [simulated_cell("none", 0, 4), simulated_cell("draft", 2, 4)])
     assert "c_req" not in both.not_separated  # a second batch size separates it
 
@@ -283,7 +285,8 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
     from specscope.version import code_version
     stamp = {"made_by": code_version(), "traces": f"{trace.name}@{file_sha256(trace)[:12]}"}  # what produced them
     assert all({k: r[k] for k in stamp} == stamp for r in [*rows, *spread.values()])
-    assert all(float(row["jackknife_se"]) >= 0 for row in spread.values()) and "ngram.c_batched" in spread
+    assert all(float(row["jackknife_se"]) >= 0 if row["separated"] == "True" else row["jackknife_se"] == ""
+               for row in spread.values()) and "ngram.c_batched" in spread
     capsys.readouterr()
     assert main(["costmodel", "fit", "--from-sweep", str(config.output), "--whole-steps", "-o",
                  str(tmp_path / "x.json")]) != 0

@@ -160,8 +160,9 @@ def _wrote(output: Path) -> str:
 
 
 def _refuse_inside_sweep(output: Path, sweep: Path) -> None:
-    """Refuse an ``output`` the sweep wrote (its results, configuration, placements) or one in its
-    cells/ or logs/ folder: the fit reads them, and a later fit or resume would read the model."""
+    """Refuse an ``output`` named as a file the sweep writes (its results, configuration,
+    placements: there or not yet) or one in its cells/ or logs/ folder: the fit reads them, and a
+    later fit or resume would read the model."""
     from specscope.backends.openai.sweep import SWEEP_FILES, SWEEP_FOLDERS
 
     if to_stdout(output) or (output.exists() and not output.is_file()):
@@ -171,7 +172,10 @@ def _refuse_inside_sweep(output: Path, sweep: Path) -> None:
         if where.is_relative_to((sweep / folder).resolve()):
             raise SpecscopeError(f"-o {output}: inside the sweep's {folder}/ folder, which the sweep writes and the fit "
                                  "reads; write the model elsewhere")
-    refuse_overwriting(output, [sweep / name for name in SWEEP_FILES])
+    for name in SWEEP_FILES:
+        if where == (sweep / name).resolve():
+            raise SpecscopeError(f"-o {output}: the sweep's own {name}, which the sweep writes and reads; write the "
+                                 "model elsewhere")
 
 
 def traced_by(paths: list[str]) -> dict[str, tuple[str, dict[str, str]]]:

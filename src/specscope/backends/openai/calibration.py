@@ -183,7 +183,8 @@ def _cell_run(path: Path, record: dict) -> CellRun:
     for i, request in enumerate(timeline):
         _check_request(path, i, request)
     _check_whole(path, timeline, optional("result.num_requests", integer, result.get("num_requests"), low=1),
-                 optional("result.output_tokens", integer, result.get("output_tokens"), low=0))
+                 optional("result.output_tokens", integer, result.get("output_tokens"), low=0),
+                 optional("result.duration_s", number, result.get("duration_s"), low=0.0))
     return CellRun(path.stem, method, k, tree, field("key.batch_size", integer, key.get("batch_size"), low=1),
                    key["workload"], field("result.throughput", number, result.get("throughput"), low=0.0,
                                           low_open=True),
@@ -197,10 +198,17 @@ def _cell_run(path: Path, record: dict) -> CellRun:
                                 if isinstance(key["engine"].get(f"{what}_files"), str)})
 
 
-def _check_whole(path: Path, timeline: list[dict], requests: int | None, tokens: int | None) -> None:
+SPAN_RATIO = (0.8, 1.05)  # a timeline's span over its cell's duration_s: 0.986-0.9996 over 333 cells of nine sweeps
+
+
+def _check_whole(path: Path, timeline: list[dict], requests: int | None, tokens: int | None,
+                 duration: float | None) -> None:
     """A cell's timeline is the run its ``result`` measured: each request once, as many as it
     counted and their output tokens its total (a cut or padded timeline fitted a run of other
-    requests beside a speedup of all of them, unsaid: a review)."""
+    requests beside a speedup of all of them, unsaid: a review), and its requests' times span
+    what it measured — per segment, from the first send to the last chunk, summed: within
+    :data:`SPAN_RATIO` of ``duration`` (a send time off by minutes moved the fit's prefill terms
+    unsaid: a review)."""
     seen: set[str] = set()
     for request in timeline:
         rid = json.dumps(request["id"])
@@ -215,6 +223,17 @@ def _check_whole(path: Path, timeline: list[dict], requests: int | None, tokens:
         raise SpecscopeError(f"{path}: field {TIMELINE!r}: {len(timeline)} requests of {total} output tokens, but "
                              f"its result measured {measured}: expected the run's whole timeline (remove the "
                              "record to measure the cell again)")
+    if duration:
+        segments: dict[int, list[dict]] = {}
+        for request in timeline:
+            segments.setdefault(request.get("segment") or 0, []).append(request)
+        span = sum(max(r["sent_ms"] + r["chunk_ms"][-1] for r in group) - min(r["sent_ms"] for r in group)
+                   for group in segments.values()) / 1000
+        if not SPAN_RATIO[0] * duration - 0.01 <= span <= SPAN_RATIO[1] * duration + 0.01:
+            raise SpecscopeError(f"{path}: field {TIMELINE!r}: its requests' times span {span:.6g} s from the first "
+                                 f"send to the last chunk (summed over its segments), but its result measured "
+                                 f"{duration:.6g} s (result.duration_s): expected the run's own times (a sent_ms "
+                                 "or chunk_ms is off; remove the record to measure the cell again)")
 
 
 def _check_request(path: Path, index: int, request: object) -> None:
@@ -470,15 +489,18 @@ def coefficient_spread(model: LinearCostModel, fits: Sequence[LinearCostModel]) 
     the leave-one-out ``fits`` (n of them), √((n − 1)/n · Σ (θ_i − θ̄)²): how firmly the sweep
     pins the term down. Terms that trade places with another (a cost per cached token and one
     per request, over prompts of one length) show a large one; a term the sweep cannot tell
-    apart at all is fitted 0 in every fit (``separated`` false: its SE of 0 says nothing)."""
+    apart at all (``separated`` false) has its value from an arbitrary split, and no standard
+    error (left empty: a spread of 0 there would read as a term pinned exactly)."""
     without_one = [terms(fit) for fit in fits]
     rows = []
     for name, fitted in terms(model).items():
+        separated = name not in model.not_separated
         spread = np.array([named[name] for named in without_one])
-        se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2)))
+        se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2))) if separated \
+            else None
         rows.append({"term": name, "fitted": fitted, "jackknife_se": se,
-                     "relative_se_pct": round(100 * se / abs(fitted), 1) if fitted else None,
-                     "separated": name not in model.not_separated})
+                     "relative_se_pct": round(100 * se / abs(fitted), 1) if fitted and se is not None else None,
+                     "separated": separated})
     return rows
 
 
