@@ -74,6 +74,8 @@ def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
     assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "no cell compared with figures_gsm8k_sharegpt.csv" in out and "largest difference" not in out
+    assert ("note: qwen3-8b_gsm8k.jsonl: not named as the paper's traces; every cell here is priced with the paper's "
+            "fit of Llama-3.1-8B on an H100 (h100-llama3.1-8b), whatever model traced it") in out
     (tmp_path / "figures_gsm8k_sharegpt.csv").unlink()  # the simulator repository ships no figures: say so
     assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out  # its oracle-combined cells are shown: said to be optimistic all the same
@@ -81,13 +83,17 @@ def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
     assert "note: oracle-combined is optimistic" in out
     (tmp_path / "figures_gsm8k_sharegpt.csv").write_text("acc,dataset,policy,bs1\nngram,gsm8k,fixed1,1.00\n")
     (tmp_path / "llama3.1-8b_gsm8k.jsonl").write_text(json.dumps({**record, "id": "b"}) + "\n")
+    (tmp_path / "combined_cnn.jsonl").write_text(json.dumps({**record, "id": "c"}) + "\n")  # upstream's name; no figures
     assert main(["paper", "--traces-dir", str(tmp_path), "-o", str(tmp_path / "cells.csv")]) == 0
-    assert "largest difference from the paper's figures" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "largest difference from the paper's figures" in out
+    assert "note: combined_cnn: not compared, figures_gsm8k_sharegpt.csv holds no figures of it" in out
+    assert "qwen3-8b_gsm8k.jsonl: not named as the paper's traces" in out and "combined_cnn.jsonl: not named" not in out
     with open(tmp_path / "cells.csv", encoding="utf-8") as handle:
         cells = list(csv.DictReader(handle))
     compared = {(r["dataset"], r["paper_speedup"]) for r in cells
                 if (r["acc"], r["policy"], r["batch_size"]) == ("ngram", "fixed:1", "1")}
-    assert compared == {("llama3.1-8b_gsm8k", "1.0"), ("qwen3-8b_gsm8k", "")}
+    assert compared == {("llama3.1-8b_gsm8k", "1.0"), ("qwen3-8b_gsm8k", ""), ("combined_cnn", "")}
     assert {r["cost_model"] for r in cells} == {"h100-llama3.1-8b"}  # each row names what priced it
     from specscope.version import code_version
 
@@ -96,6 +102,7 @@ def test_only_the_papers_traces_are_compared_with_its_figures(tmp_path, capsys):
     assert all(f"{(tmp_path / 'llama3.1-8b_gsm8k.jsonl').resolve()} (SHA-256 " in r["traces"] for r in cells)
     # records that call their dataset "gsm8k" in a file another model's name: not the figures' either
     (tmp_path / "llama3.1-8b_gsm8k.jsonl").unlink()
+    (tmp_path / "combined_cnn.jsonl").unlink()
     (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps({**record, "dataset": "gsm8k"}) + "\n")
     assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out

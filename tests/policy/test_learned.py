@@ -645,13 +645,28 @@ def test_leave_one_out_says_where_the_held_out_policy_cannot_reach_its_datasets_
     shallow = [r.capped(2) for r in workload(1, count=6, g=40)]
     leave_one_out(workload(0, count=6, g=40) + shallow, ("ngram", "eagle"), [COST],
                   SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
-    assert notes == ["held out 'w0': its policy proposes at most k = 2, the depth its training traces were traced "
-                     "to, where 'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can"]
-    notes.clear()  # traced to the same depth: nothing to say of depth, whatever the longest acceptance seen
+    assert notes == ["held out 'w0': its policy proposes at most k = 2 (as deep as its training traces, w1, tell, at "
+                     "most 16), where 'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper "
+                     "than it can"]
+    notes.clear()  # a deep and a shallow training dataset: the fit goes no deeper than the shallow one, and says so
+    third = [replace(r, dataset="w2") for r in workload(1, count=6, g=40)]
+    leave_one_out(workload(0, count=6, g=40) + shallow + third, ("ngram", "eagle"), [COST],
+                  SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
+    assert [n for n in notes if "proposes at most" in n] == [
+        f"held out '{held}': its policy proposes at most k = 2 (as deep as its training traces, {others}, tell, at "
+        f"most 16), where '{held}' was traced to k = 8: the best fixed k and the oracles there may go deeper than it "
+        "can" for held, others in (("w0", "w1+w2"), ("w2", "w0+w1"))]
+    notes.clear()  # traced to the same depth, but w1's steps never accepted more than 6 drafts: its fit stops there
     leave_one_out(workload(0, count=6, g=40) + workload(1, count=6, g=40), ("ngram", "eagle"), [COST],
                   SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
-    assert notes == ["held out 'w1': its policy learned from 188 steps of 6 requests of w0, too few to weigh 27 "
-                     "features"]  # as `policy fit` warns below 200 steps: this fold's judgement is of little
+    assert {max(int(r.acc_len(m).max()) for r in workload(w, count=6, g=40) for m in ("ngram", "eagle"))
+            for w in (0, 1)} == {7}
+    deeper = ("held out '{}': its policy proposes at most k = 6 (as deep as its training traces, {}, tell, at most "
+              "16), where '{}' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can")
+    assert notes == [deeper.format("w0", "w1", "w0"),
+                     "held out 'w1': its policy learned from 188 steps of 6 requests of w0, too few to weigh 27 features",
+                     deeper.format("w1", "w0", "w1")]
+    # (the few steps: as `policy fit` warns below 200 steps, this fold's judgement is of little weight)
 
 
 def test_a_switching_policy_goes_no_deeper_than_its_shallowest_proposer_was_traced():

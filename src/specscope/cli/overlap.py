@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         f"relative speedup of {args.lookup} over {args.reference} {args.reference_policy} "
         f"per BLEU-4 bin ({args.mode} mode, cost model {cost_label(args.cost_model, cost)})",
         ["dataset", "BLEU-4", "requests", "policy", *[f"B={b}" for b in args.batch_sizes]],
-        [[d, b, str(n), p, *["–" if math.isnan(v[s]) else f"{v[s]:+.1%}" for s in args.batch_sizes]]
+        [[d, b, str(n), p, *["–" if math.isnan(v[s]) else f"{round(v[s], 3) or 0.0:+.1%}" for s in args.batch_sizes]]
          for (d, b, n, p), v in lines.items()],
         file=out,
     )

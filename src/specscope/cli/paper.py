@@ -177,6 +177,11 @@ def run(args: argparse.Namespace) -> int:
     records, reports = load_traces(files, lengths="own")
     note_mismatches(reports, out)
     foreign = _foreign_files(files, records, reports) if reference else {}
+    others = [f.name for f in files if paper_dataset(f.stem) is None]
+    if others:  # another model's traces, maybe: the paper's fit prices them all the same
+        print(f"note: {', '.join(others)}: not named as the paper's traces; every cell here is priced with the "
+              f"paper's fit of Llama-3.1-8B on an H100 ({H100_LLAMA31_8B.name}), whatever model traced it "
+              "(`specscope simulate --mode paper --cost-model` prices another)", file=out)
     for dataset, name in foreign.items():
         print(f"note: dataset {dataset!r} not compared with the paper's figures: it comes from {name}, not a file "
               f"named as the paper's traces ({' or '.join(p + 'DATASET' for p in PAPER_MODEL)}, or DATASET)", file=out)
@@ -209,6 +214,12 @@ def run(args: argparse.Namespace) -> int:
     if differences:
         print(f"largest difference from the paper's figures: {max(differences):.3f} over {len(differences)} cells "
               "(the figures were read by eye to ±0.02)", file=out)
+        compared = {d for _, d, _, _ in reference}
+        uncompared = sorted({row.dataset for row in rows if row.dataset not in foreign and paper_dataset(row.dataset)
+                             and paper_dataset(row.dataset) not in compared})
+        if uncompared:
+            print(f"note: {', '.join(uncompared)}: not compared, {REFERENCE} holds no figures of "
+                  f"{'them' if len(uncompared) > 1 else 'it'}", file=out)
         counts = collections.Counter(r.dataset for r in records)
         for dataset in sorted({row.dataset for row in rows if row.dataset not in foreign and paper_dataset(row.dataset)}):
             if counts[dataset] < PAPER_REQUESTS:
@@ -220,7 +231,7 @@ def run(args: argparse.Namespace) -> int:
     elif not foreign:  # else the notes above said why
         print(f"note: no cell compared with {REFERENCE}: it holds the paper's Llama-3.1-8B figures, and no "
               f"dataset here is one of its ({', '.join(sorted({d for _, d, _, _ in reference}))}, as named "
-              f"{' or '.join(p + 'DATASET' for p in PAPER_MODEL)})", file=out)
+              f"{', '.join(p + 'DATASET' for p in PAPER_MODEL)} or DATASET)", file=out)
     if any(row.policy.startswith("oracle-combined") for row in rows):  # wherever its cells are shown (rule 8)
         print(f"note: {OPTIMISTIC}", file=out)
     if args.output:

@@ -152,11 +152,13 @@ def run_fit(args: argparse.Namespace) -> int:
               f"each accepted there: its acc_len never told what a further draft would give; at most {J_MAX})",
               file=sys.stderr)
     replayed = on_common_positions(records, args.acc)  # the positions the policy's walks read
-    own = {m: min(dataset_depths(replayed, [m]).values()) for m in args.acc}  # each method's own depth
+    depths = {m: dataset_depths(replayed, [m]) for m in args.acc}  # each method's depth per dataset
+    own = {m: min(per.values()) for m, per in depths.items()}
     shallow = min(own, key=own.get)
     if args.max_k is None and own[shallow] == depth < min(J_MAX, max(own.values())):
-        print(f"note: the policy proposes at most k = {depth} with every method: {shallow}'s traces reach no "
-              f"deeper (a policy switching between proposers replays each within the shallowest), where "
+        where = min(depths[shallow], key=depths[shallow].get)
+        print(f"note: the policy proposes at most k = {depth} with every method: {shallow}'s traces of dataset "
+              f"{where!r} reach no deeper (a policy switching between proposers replays each within the shallowest), where "
               + ", ".join(f"{m}'s reach {own[m]}" if own[m] < K_MAX_LIMIT else
                           f"{m}'s traces bound no k (they declare no k_max and accept none of its drafts)"
                           for m in args.acc if own[m] > depth), file=sys.stderr)

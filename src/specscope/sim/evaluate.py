@@ -51,11 +51,11 @@ from specscope.errors import SpecscopeError
 from specscope.policy.features import features
 from specscope.methods import method as method_named
 from specscope.policy.learned import LearnedPolicy
-from specscope.sim.fit import FEW_STEPS, fit_policy, require_methods
+from specscope.sim.fit import FEW_STEPS, J_MAX, fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, sampled, simulate
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
-from specscope.sim.plan import baseline_plan, dataset_depths, switch_k_max, traced_k_max
+from specscope.sim.plan import baseline_plan, dataset_depths, traced_k_max
 from specscope.sim.switching import SwitchDrafting, causal_plan, lookup_known_plan, on_common_positions
 from specscope.trace.schema import TraceRecord, by_dataset
 from specscope.validate import K_MAX_LIMIT
@@ -222,12 +222,12 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
             if notes is not None and index == 0 and steps < FEW_STEPS:
                 notes.append(f"held out {held_out!r}: its policy learned from {steps} steps of {len(training)} requests "
                              f"of {'+'.join(sources)}, too few to weigh {len(document['features'])} features")
-            reach = switch_k_max(training, methods)  # how deep its training traces tell (J_MAX caps every fit)
+            reach = len(document["intercept"][0])  # the policy's own depth (the fit's cap: its shallowest dataset, J_MAX)
             bounded = depth[held_out] < K_MAX_LIMIT or any(r.k_max is not None for r in members)  # else any k alike
             if notes is not None and index == 0 and reach < depth[held_out] and bounded:
-                notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach}, the depth its "
-                             f"training traces were traced to, where {held_out!r} was traced to k = {depth[held_out]}: "
-                             "the best fixed k and the oracles there may go deeper than it can")
+                notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach} (as deep as its "
+                             f"training traces, {'+'.join(sources)}, tell, at most {J_MAX}), where {held_out!r} was traced to "
+                             f"k = {depth[held_out]}: the best fixed k and the oracles there may go deeper than it can")
             learned = _write(document, workdir / f"policy-without-{number}-{index}.json")
             rows = judged_rows(members, methods, [learned, seen[index]], cost, config)
             known = lookup_known(members, methods, cost, config, sorted({(r.dataset, r.batch_size) for r in rows}))
