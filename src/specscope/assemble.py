@@ -20,6 +20,7 @@ from specscope.engine.loading import (
 )
 from specscope.engine.proposer_api import Proposer, ProposerConfig
 from specscope.engine.runner import DEFAULT_MAX_SEQ_LEN, Engine
+from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
 from specscope.policy.learned import LearnedPolicy, load_policy
 from specscope.proposers import create_proposer
@@ -41,9 +42,18 @@ def build_proposer(target: "Transformer", method: str, config: ProposerConfig,
     if policy is None:
         return None if method == NO_SD else create_proposer(config, target)
     drafter = policy.drafter(config.draft_dir)
-    members = [create_proposer(ProposerConfig(m, policy.depth, config.max_batch_size, config.max_seq_len,
-                                              config.draft_dir if m == drafter else None), target)
-               for m in policy.methods]
+
+    def member(method: str) -> Proposer:
+        try:
+            return create_proposer(ProposerConfig(method, policy.depth, config.max_batch_size, config.max_seq_len,
+                                                  config.draft_dir if method == drafter else None), target)
+        except SpecscopeError as error:
+            if method != drafter:
+                raise
+            raise SpecscopeError(f"--draft {config.draft_dir}: {policy.label} drafts with {method}, and the "
+                                 f"checkpoint does not load as one: {error}") from None
+
+    members = [member(m) for m in policy.methods]
     lookup = members[policy.methods.index("ngram")] if "ngram" in policy.methods else create_proposer(
         ProposerConfig("ngram", policy.depth, config.max_batch_size, config.max_seq_len), target)
     return SwitchingProposer(policy, members, lookup)

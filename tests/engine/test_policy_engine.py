@@ -160,6 +160,11 @@ def test_one_model_drafter_and_its_checkpoint(setup, tmp_path):
     (tmp_path / "two.json").write_text(json.dumps(document))
     with pytest.raises(SpecscopeError, match="one model drafter"):
         build_proposer(target, "eagle", config, load_policy(tmp_path / "two.json"))
+    target_dir = setup[3]  # a whole model where the policy's EAGLE head belongs: named as the policy's drafter
+    wrong = ProposerConfig("eagle", K, 1, Engine.cache_capacity(MAX_SEQ_LEN, K), target_dir)
+    with pytest.raises(SpecscopeError, match=rf"--draft {target_dir}: learned:p\.json \(ngram\+eagle\) drafts with "
+                                             r"eagle, and the checkpoint does not load as one: "):
+        build_proposer(target, "eagle", wrong, load_policy(tmp_path / "p.json"))
 
 
 def test_overlap_counter_is_prompt_overlap_one_token_at_a_time():

@@ -325,7 +325,8 @@ def policy_notes(policy: LearnedPolicy, batch_sizes: Sequence[int] | None) -> li
     fitted = policy.document["cost_model"]["name"]
     sizes = ", ".join(map(str, sorted(policy.choosers)))
     return [f"{policy.label}: its choices weigh the prices of cost model {fitted!r}, whatever this engine's are (a "
-            "policy fitted with a cost model of this engine, `costmodel fit` of its step records, weighs its own)",
+            "policy fitted with a cost model of this engine weighs its own: `costmodel fit` of the step records of "
+            "runs of each of its methods alone, `bench --method M --records FILE`)",
             *(policy.rule_notes(batch_sizes) if batch_sizes is not None else
               [f"{policy.label} was fitted at batch sizes {sizes}: an iteration of other rows decides by the nearest "
                "one's rule"])]
