@@ -646,15 +646,15 @@ def test_leave_one_out_says_where_the_held_out_policy_cannot_reach_its_datasets_
     leave_one_out(workload(0, count=6, g=40) + shallow, ("ngram", "eagle"), [COST],
                   SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
     assert notes == ["held out 'w0': its policy proposes at most k = 2 (as deep as its training traces, w1, tell, at "
-                     "most 16), where 'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper "
+                     "most 20), where 'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper "
                      "than it can"]
-    notes.clear()  # a deep and a shallow training dataset: the fit goes no deeper than the shallow one, and says so
-    third = [replace(r, dataset="w2") for r in workload(1, count=6, g=40)]
+    notes.clear()  # a deep and a shallow training dataset: each walked within its own depth, the policy as deep as
+    third = [replace(r, dataset="w2") for r in workload(1, count=6, g=40)]  # the deep one tells (acc_len ≤ 7 there)
     leave_one_out(workload(0, count=6, g=40) + shallow + third, ("ngram", "eagle"), [COST],
                   SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
     assert [n for n in notes if "proposes at most" in n] == [
-        f"held out '{held}': its policy proposes at most k = 2 (as deep as its training traces, {others}, tell, at "
-        f"most 16), where '{held}' was traced to k = 8: the best fixed k and the oracles there may go deeper than it "
+        f"held out '{held}': its policy proposes at most k = 6 (as deep as its training traces, {others}, tell, at "
+        f"most 20), where '{held}' was traced to k = 8: the best fixed k and the oracles there may go deeper than it "
         "can" for held, others in (("w0", "w1+w2"), ("w2", "w0+w1"))]
     notes.clear()  # traced to the same depth, but w1's steps never accepted more than 6 drafts: its fit stops there
     leave_one_out(workload(0, count=6, g=40) + workload(1, count=6, g=40), ("ngram", "eagle"), [COST],
@@ -662,11 +662,30 @@ def test_leave_one_out_says_where_the_held_out_policy_cannot_reach_its_datasets_
     assert {max(int(r.acc_len(m).max()) for r in workload(w, count=6, g=40) for m in ("ngram", "eagle"))
             for w in (0, 1)} == {7}
     deeper = ("held out '{}': its policy proposes at most k = 6 (as deep as its training traces, {}, tell, at most "
-              "16), where '{}' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can")
+              "20), where '{}' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can")
     assert notes == [deeper.format("w0", "w1", "w0"),
                      "held out 'w1': its policy learned from 188 steps of 6 requests of w0, too few to weigh 27 features",
                      deeper.format("w1", "w0", "w1")]
     # (the few steps: as `policy fit` warns below 200 steps, this fold's judgement is of little weight)
+
+
+def test_a_policy_deeper_than_a_datasets_traces_walks_each_within_its_own_depth():
+    """Dataset 'a' traced to k_max 2, where EAGLE accepts both drafts at every step (acc_len 3: its
+    third draft never judged), dataset 'b' to 6, where it accepts all six (acc_len 7). Fitted with
+    --max-k 6: the policy reaches 6, and 'a' counts for draft tokens 1 and 2 only — read past its
+    depth, its acc_len 3 would be a rejection of the third token at every step. Without --max-k
+    the policy stops at 'a''s depth, where it replays both."""
+    from specscope.sim.fit import fit_policy
+
+    def traced(dataset: str, k_max: int, acc: int) -> list:
+        return [replace(record([1] * 30, [acc] * 30, rid=f"{dataset}{i}", dataset=dataset), k_max=k_max)
+                for i in range(4)]
+
+    records = traced("a", 2, 3) + traced("b", 6, 7)
+    document = fit_policy(records, ("ngram", "eagle"), COST, [1], max_k=6)
+    assert len(document["intercept"][1]) == 6
+    assert min(document["base_rate"][1]) > 0.9  # every judged EAGLE draft accepted, at every depth
+    assert len(fit_policy(records, ("ngram", "eagle"), COST, [1])["intercept"][1]) == 2
 
 
 def test_a_switching_policy_goes_no_deeper_than_its_shallowest_proposer_was_traced():

@@ -55,8 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                      help="the longest proposal the policy may make (default: the deepest k every dataset's "
                           "traces can replay with each method — their k_max, and no deeper than the most drafts each "
-                          "accepted —, at most 16; the cost model is not consulted: give the longest k a "
-                          "fitted cost model was measured at, to keep its choices off extrapolated drafting costs)")
+                          "accepted —, at most 20; deeper than some dataset's, each is walked within its own; the "
+                          "cost model is not consulted: give the longest k a fitted cost model was measured at, to "
+                          "keep its choices off extrapolated drafting costs)")
     fit.add_argument("-o", "--output", required=True, type=check_json_output,
                      help="write the policy (JSON) here (- for standard output)")
     fit.set_defaults(run=run_fit)
@@ -147,10 +148,10 @@ def run_fit(args: argparse.Namespace) -> int:
     for note in offer_notes(records):
         print(f"note: {note}", file=sys.stderr)
     if args.max_k is not None and args.max_k > depth:
-        print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, the deepest k every dataset's "
-              f"traces can replay with each of {', '.join(args.acc)} (their k_max, and no deeper than the most drafts "
-              f"each accepted there: its acc_len never told what a further draft would give; at most {J_MAX})",
-              file=sys.stderr)
+        print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, the deepest k the deepest "
+              f"dataset's traces can replay with each of {', '.join(args.acc)} (their k_max, and no deeper than the "
+              "most drafts each accepted there: its acc_len never told what a further draft would give; at most "
+              f"{J_MAX})", file=sys.stderr)
     replayed = on_common_positions(records, args.acc)  # the positions the policy's walks read
     depths = {m: dataset_depths(replayed, [m]) for m in args.acc}  # each method's depth per dataset
     own = {m: min(per.values()) for m, per in depths.items()}
@@ -161,7 +162,14 @@ def run_fit(args: argparse.Namespace) -> int:
               f"{where!r} reach no deeper (a policy switching between proposers replays each within the shallowest), where "
               + ", ".join(f"{m}'s reach {own[m]}" if own[m] < K_MAX_LIMIT else
                           f"{m}'s traces bound no k (they declare no k_max and accept none of its drafts)"
-                          for m in args.acc if own[m] > depth), file=sys.stderr)
+                          for m in args.acc if own[m] > depth)
+              + "; --max-k K fits deeper, walking each dataset within its own depth", file=sys.stderr)
+    walked = {name: reach for name, reach in dataset_depths(replayed, args.acc).items() if reach < depth}
+    if walked:
+        print(f"note: the policy proposes up to k = {depth}; "
+              + ", ".join(f"dataset {name!r} (k <= {reach})" for name, reach in walked.items())
+              + " taught it within its own depth, and cannot replay its deeper proposals (a simulation there is "
+              "refused)", file=sys.stderr)
     past = cost.beyond_measured(range(1, depth + 1), args.batch_sizes, args.acc) if isinstance(cost, LinearCostModel) \
         else None
     if past:

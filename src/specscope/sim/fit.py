@@ -40,7 +40,7 @@ from specscope.sim.switching import catch_up_time, common_length, on_common_posi
 from specscope.trace.schema import TraceRecord
 from specscope.version import code_version
 
-J_MAX = 16  # the longest proposal a learned policy makes
+J_MAX = 20  # the longest proposal a learned policy makes
 FOLLOW = 0.5  # share of first-round steps that follow the oracle-switch
 RUN = 4  # mean steps an exploring random action is kept for (so runs of one action are seen)
 ROUNDS = 2
@@ -48,13 +48,15 @@ FEW_STEPS = 200  # below this many training steps a policy is said to be learned
 MAX_ROWS = 60_000  # training rows per regression (a uniform sample beyond)
 
 
-def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int, rng: np.random.Generator,
-            chooser: Chooser | None) -> tuple[list[list[float]], list[list[int]], list[int]]:
-    """Walk every record (see the module docstring): features, acc_len per method and kv (prompt +
-    position) of every step."""
-    xs, accs, kvs = [], [], []
+def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], depths: dict[str, int],
+            rng: np.random.Generator, chooser: Chooser | None
+            ) -> tuple[list[list[float]], list[list[int]], list[int], list[int]]:
+    """Walk every record (see the module docstring), proposing no deeper than its dataset's
+    ``depths`` entry (the policy's depth, or less where the dataset's traces tell less): features,
+    acc_len per method, kv (prompt + position) and that depth, of every step."""
+    xs, accs, kvs, caps = [], [], [], []
     for record in records:
-        g = common_length(record, methods)
+        g, k_max = common_length(record, methods), depths[record.dataset or "trace"]
         acc = [record.acc_len(m)[:g].tolist() for m in methods]
         observer = Observer(record, methods, g, k_max)
         p, run = 1, (NONE, 0, 0)  # run: an exploring action and how many more steps it lasts
@@ -65,9 +67,11 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             xs.append(x)
             accs.append(truth)
             kvs.append(record.prompt_len + p)
+            caps.append(k_max)
             draw = rng.random()
             if chooser is not None and draw < 0.5:
                 m, k = chooser.choose(x, obs.ngram_offer, chooser.shift_for(obs))
+                k = min(k, k_max)
             elif draw < FOLLOW:
                 m = int(np.argmax(truth))
                 k = min(truth[m] - 1, k_max)
@@ -79,7 +83,7 @@ def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], k_max: int
             offer = observer.offer(m, p)
             k = k if offer is None else min(k, offer)
             p += observer.step(p, m if k > 0 else NONE, k)
-    return xs, accs, kvs
+    return xs, accs, kvs, caps
 
 
 def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: float,
@@ -184,7 +188,10 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     """The policy file's JSON object (:mod:`specscope.policy.learned`) fitted on ``records``;
     it proposes at most ``max_k`` (default: the depth every dataset among ``records`` was traced to,
     so that it replays on each of them, at most :data:`J_MAX`) — set it to the longest k the cost
-    model was measured at, so that no choice rests on a drafting cost extrapolated past it."""
+    model was measured at, so that no choice rests on a drafting cost extrapolated past it. A
+    ``max_k`` deeper than some dataset's traces reach (at most the deepest dataset's) is fitted
+    on every dataset within its own depth: its walks propose no deeper, and its draft tokens past
+    that depth are unobserved."""
     require_methods(records, methods)
     for m in methods:
         cost.drafting_for(m)
@@ -192,23 +199,26 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     started = time.perf_counter()
     measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1  # no deeper than any step reached
     # replayable on every dataset it saw, within the positions its walks read (a judgement's, a report's)
-    traced = min(dataset_depths(on_common_positions(records, methods), methods).values())
-    depth = max(1, min([J_MAX, measured, traced, *([max_k] if max_k is not None else [])]))
+    traced = dataset_depths(on_common_positions(records, methods), methods)
+    depth = max(1, min([J_MAX, measured, *([min(max_k, max(traced.values()))] if max_k is not None
+                                           else [min(traced.values())])]))
+    depths = {name: min(depth, reach) for name, reach in traced.items()}  # each dataset walked within its own
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),
                       "cost_model": cost.describe(), "batch_sizes": list(batch_sizes),
                       "pads": bool(cost.pads_verification)}
-    xs, accs, kvs, chooser = [], [], [], None
+    xs, accs, kvs, caps, chooser = [], [], [], [], None
     for _ in range(ROUNDS):
-        more = collect(records, methods, depth, rng, chooser)
-        xs, accs, kvs = xs + more[0], accs + more[1], kvs + more[2]
+        more = collect(records, methods, depths, rng, chooser)
+        xs, accs, kvs, caps = xs + more[0], accs + more[1], kvs + more[2], caps + more[3]
         if not xs:
             raise SpecscopeError(f"policy fit: no step to learn from in {len(records)} records (a step decodes "
                                  "after the first output token; every output here, cut to the positions its "
                                  f"acc_len arrays of {', '.join(methods)} cover, is one token or shorter)")
         x, acc = np.asarray(xs), np.asarray(accs)
         offers = x[:, list(feature_names(methods)).index("ngram_offer")].astype(np.int64)
-        limits = np.array([np.minimum(offers, depth) if m == "ngram" else np.full(len(x), depth) for m in methods]).T
+        cap = np.asarray(caps)  # [N] the depth each step's dataset tells
+        limits = np.array([np.minimum(offers, cap) if m == "ngram" else cap for m in methods]).T
         document.update(fit_acceptance(x, acc, limits, depth, rng))
         kv = float(np.median(kvs))
         document["models"] = []
