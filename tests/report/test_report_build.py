@@ -140,6 +140,36 @@ def test_a_report_held_to_a_depth_simulates_no_deeper_proposal(tmp_path):
     assert data.edges[("chat", "eagle")] == (2, "measured to 2")
 
 
+def test_a_proposer_measured_shallower_is_held_to_its_own_depth(tmp_path):
+    """A study measured EAGLE's trees 3 deep and every chain at k = 2: n-gram is held to 2 (its
+    fixed ks, adaptive and its oracle, as on its arrays cut to 2, and its † says why), EAGLE to 3;
+    the pair's oracle-combined reads n-gram's arrays so cut."""
+    from report_fixtures import synthetic_records
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig, simulate
+    from specscope.trace.load import load_traces, write_traces
+
+    path = tmp_path / "chat.jsonl"
+    write_traces(path, synthetic_records("chat", 12, seed=3))
+    config = replace(ReportConfig(sim=SimConfig(mode="mixed", batch_sizes=(1, 4)), trees=()),
+                     proposer_depths=(("ngram", 2, "ngram measured to 2"),)).held_to(3, "measured to 3")
+    data = analyse([str(path)], config)
+    records = [r.capped(3) for r in load_traces([path], lengths="own")[0]]
+    cut = [replace(r, proposers={**r.proposers, "ngram": r.proposers["ngram"].capped(2)}) for r in records]
+    expected = [*simulate(cut, ["ngram"], ["fixed:1", "fixed:2", "adaptive", "oracle"], data.cost, config.sim),
+                *simulate(cut, ["eagle"], ["fixed:1", "fixed:2", "fixed:3", "adaptive", "oracle"], data.cost,
+                          config.sim)]
+    assert {(r.acc, r.policy, r.batch_size): r.speedup for r in data.rows if r.policy != "oracle-combined:ngram+eagle"} \
+        == {(r.acc, r.policy, r.batch_size): r.speedup for r in expected}
+    assert data.edges[("chat", "ngram")] == (2, "ngram measured to 2")
+    assert data.edges[("chat", "eagle")] == (3, "measured to 3")
+    combined = simulate(cut, ["combined"], ["oracle-combined:ngram+eagle"], data.cost, config.sim)
+    assert {r.batch_size: r.speedup for r in data.rows if r.policy == "oracle-combined:ngram+eagle"} \
+        == {r.batch_size: r.speedup for r in combined}
+
+
 def test_a_report_on_shallow_traces_holds_itself_to_their_depth(tmp_path):
     """Traces recorded to k_max 2 with the report's defaults (--ks 1–8, the overlap's fixed:3 and
     fixed:5, the time split's fixed:3): every part is held to k = 2 and the answer says why (the

@@ -112,16 +112,31 @@ def _held_per_dataset(config: ReportConfig, records: Sequence[TraceRecord]) -> d
     (EAGLE had been cut to n-gram's inferred depth, its oracle 2.10× where simulate gives 2.17×),
     nor one dataset's another's. The traces' arrays are not cut to that depth: an oracle reaches
     each record's own depth, as simulate's does (cut at a dataset's shallowest record, its oracle
-    moved with --ks). Where the largest k simulated reaches that depth, the answer's † says the
-    traces end there, not that a longer k may do better."""
+    moved with --ks). A proposer of ``config.proposer_depths`` is held to its own depth too. Where
+    the largest k simulated reaches that depth, the answer's † says why it ends there, not that a
+    longer k may do better."""
+    own = {name: (depth, why) for name, depth, why in config.proposer_depths}
     held = {}
     for dataset, group in by_dataset(records).items():
         for name in sorted(set.intersection(*(set(r.proposers) for r in group))):
             depth = traced_k_max(group, [name])  # (records cut to config.depth: at most it)
-            why = config.longer_k if config.depth is not None and depth >= config.depth else _recorded(group, depth)
-            mine = config if depth >= config.deepest else config.held_to(min(depth, config.depth or depth), why)
-            held[(dataset, name)] = replace(mine, longer_k=why if max(mine.ks) >= depth else LONGER_K)
+            bound, said = own.get(name, (config.depth, config.longer_k))
+            why = said if bound is not None and depth >= bound else _recorded(group, depth)
+            reach = depth if bound is None else min(depth, bound)
+            mine = config if reach >= config.deepest else config.held_to(reach, why)
+            held[(dataset, name)] = replace(mine, longer_k=why if max(mine.ks) >= reach else LONGER_K)
     return held
+
+
+def _held_proposers(record: TraceRecord, depths: Sequence[tuple[str, int, str]]) -> TraceRecord:
+    """``record`` with each proposer of ``depths`` as a trace of its own depth would hold it
+    (:meth:`~specscope.trace.schema.ProposerTrace.capped`): its oracle, and the pairs it joins,
+    propose no deeper."""
+    proposers = dict(record.proposers)
+    for name, depth, _ in depths:
+        if name in proposers:
+            proposers[name] = proposers[name].capped(depth)
+    return replace(record, proposers=proposers)
 
 
 def _union(lists: Iterable[Sequence[str]]) -> tuple[str, ...]:
@@ -168,6 +183,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     sim_records = whole
     if config.depth is not None:  # a depth the cost model was measured to: no walk (oracles too) prices deeper
         sim_records = [r.capped(config.depth) for r in sim_records]
+    if config.proposer_depths:  # and a proposer measured shallower, no deeper than it was
+        sim_records = [_held_proposers(r, config.proposer_depths) for r in sim_records]
     asked, held = config.ks, _held_per_dataset(config, sim_records)
     shallowest = min(held, key=lambda key: held[key].deepest, default=None)
     overlap_asked, config = config.overlap, held[shallowest] if shallowest else config  # overlap's: within every depth

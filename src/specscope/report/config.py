@@ -22,6 +22,8 @@ class ReportConfig:
     longer_k: str = LONGER_K  # what the answer says where its best is the largest k
     depth: int | None = None  # every simulated proposal at most this deep (adaptive's, the oracles'): a cost
     # model measured no deeper (None: as deep as the traces)
+    proposer_depths: tuple[tuple[str, int, str], ...] = ()  # (proposer, depth, why): one whose drafting the cost
+    # model measured shallower than ``depth``, each of its proposals held to its own (why: what its answer's † says)
     adaptive: bool = True
     figure_policies: tuple[str, ...] = ("fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle")
     timesplit_policy: str = "fixed:3"
