@@ -362,6 +362,7 @@ def test_a_study_refused_in_its_stages_before_a_result_leaves_nothing(tmp_path, 
               "--batch-sizes", "1,2"]
     assert main([*common, "--max-tokens", "8", "--draft", str(model_dir("eagle")), "-o", str(tmp_path / "made")]) == 2
     assert not (tmp_path / "made").exists()
+    assert "the weights look like an EAGLE, EAGLE-3 or MTP head, not a whole model" in capsys.readouterr().err
     (tmp_path / "found").mkdir()
     assert main([*common, "--max-tokens", "100000", "--draft", str(model_dir("draft")), "-o", str(tmp_path / "found")]) == 2
     assert "exceed the 1024 positions" in capsys.readouterr().err

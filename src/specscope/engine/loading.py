@@ -142,12 +142,25 @@ def _predicts_next_n(model_dir: Path) -> bool:
     return type(count) is int and count >= 1
 
 
+HEAD_WEIGHTS = ("fc.", "midlayer.", "eh_proj.", "enorm.", "hnorm.")  # an EAGLE, EAGLE-3 or MTP head's own modules
+
+
+def _head_hint(state: dict) -> str:
+    """What to say where a whole model's weights were expected and ``state`` looks like a drafting
+    head's (no decoder layers of its own, a head's fusing modules)."""
+    if any(f".{part}" in f".{name}" for name in state for part in HEAD_WEIGHTS) \
+            and not any(".layers.1." in name for name in state):
+        return ("; the weights look like an EAGLE, EAGLE-3 or MTP head, not a whole model: a head is given with "
+                "--draft beside --method eagle, eagle3 or mtp (study: --eagle, --eagle3, --mtp)")
+    return ""
+
+
 def load_model(
     model_dir: Path, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
 ) -> Transformer:
     """Build the :class:`Transformer` described by ``model_dir/config.json`` with its weights."""
     config = ModelConfig.from_dir(model_dir)
-    state = load_state_dict(model_dir, device, dtype)
+    state = whole = load_state_dict(model_dir, device, dtype)
     module = f"model.layers.{config.num_layers}."  # a DeepSeek-style MTP module stored after the layers: the mtp proposer's
     if any(name.startswith(module) for name in state) and _predicts_next_n(model_dir):
         state = {name: tensor for name, tensor in state.items() if not name.startswith(module)}
@@ -158,7 +171,8 @@ def load_model(
         head, embedding = state.pop("lm_head.weight", None), state.get("model.embed_tokens.weight")
         if head is not None and embedding is None:
             raise SpecscopeError(f"{model_dir}: config.json ties the LM head to the embeddings (tie_word_embeddings), "
-                                 "and the weights hold lm_head.weight but no model.embed_tokens.weight to tie it to")
+                                 "and the weights hold lm_head.weight but no model.embed_tokens.weight to tie it to"
+                                 + _head_hint(whole))
         if head is not None and (head.shape != embedding.shape or not torch.equal(head, embedding)):
             raise SpecscopeError(f"{model_dir}: config.json ties the LM head to the embeddings (tie_word_embeddings), "
                                  "but the weights hold another lm_head.weight, which tying would drop: set "
@@ -170,7 +184,7 @@ def load_model(
         raise SpecscopeError(
             f"{model_dir}: weights do not match config.json ({config.model_type}): "
             f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-            f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}"
+            f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}{_head_hint(whole)}"
         )
     for name, tensor in state.items():
         want = model.get_parameter(name).shape
