@@ -53,9 +53,10 @@ def dataset_colours(names: Sequence[str]) -> dict[str, str]:
     return {name: DATASET_CYCLE[i % len(DATASET_CYCLE)] for i, name in enumerate(names)}
 
 
-# A proposer keeps its colour in every figure and every report, whatever else is drawn beside it.
+# A proposer keeps its colour in every figure and every report, whatever else is drawn beside it; the
+# study's five are each of another hue (the draft model's vermillion beside n-gram's orange read as one).
 PROPOSER_COLOURS = {"ngram": "#E69F00", "eagle": "#0072B2", "eagle3": "#56B4E9", "mtp": "#009E73",
-                    "draft": "#D55E00", "suffix": "#CC79A7"}
+                    "draft": "#CC79A7", "suffix": "#D55E00"}
 
 
 def proposer_colours(names: Sequence[str]) -> dict[str, str]:
