@@ -406,3 +406,15 @@ def test_a_fit_of_too_few_steps_says_which_study_options_measure_more(tmp_path):
                                              r"--max-tokens"):
         fit_stage(config, print)
     assert not (tmp_path / "m.json").exists()
+
+
+def test_a_study_without_a_model_drafter_says_it_learns_no_policy(tmp_path):
+    """The policy stage of a study of the target alone says why no policy is learned (it said
+    nothing, where every other stage says what it did)."""
+    from specscope.study.config import StudyConfig
+    from specscope.study.run import policy_stage
+
+    said: list[str] = []
+    assert policy_stage(StudyConfig(tmp_path, [], tmp_path), [], [], None, said.append) == []
+    assert said == ["policy  none learned: a policy chooses between n-gram and a model drafter, and this study runs "
+                    "no model drafter (--draft, --eagle, --eagle3, --mtp)"]

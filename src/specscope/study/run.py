@@ -236,6 +236,8 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
 
     methods = config.policy_methods(measured)
     if methods is None:
+        lacking = "no model drafter (--draft, --eagle, --eagle3, --mtp)" if not config.drafters else "no n-gram"
+        say(f"policy  none learned: a policy chooses between n-gram and a model drafter, and this study runs {lacking}")
         return []
     if config.policy_path.exists() and (kept := load_policy(config.policy_path).methods) != tuple(methods):
         say(f"policy  policy.json chose between {'+'.join(kept)}; the measured chains now favour "
