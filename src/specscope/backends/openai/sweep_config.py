@@ -414,6 +414,8 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
         values["methods"] = _distinct(path, "methods", tuple(methods))
     if "k" in data:
         values["k"] = _int_list(path, "k", data["k"], low=1, high=validate.K_MAX_LIMIT)
+        if set(values.get("methods", ())) == {NO_SD}:  # no cell proposes: the k would be dropped unsaid
+            raise SpecscopeError(f"{path}: field 'k': methods = [\"{NO_SD}\"] proposes nothing; leave k out")
     if "trees" in data:
         values["trees"] = _trees(path, data["trees"])
         values.setdefault("k", ())  # trees alone: no chain cells
