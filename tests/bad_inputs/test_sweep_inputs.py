@@ -74,6 +74,8 @@ CASES = [
          config("temperature = nan\n")),
     Case("temperature-inf", DRY, r"s\.toml: field 'temperature': expected a finite number", config("temperature = inf\n")),
     Case("temperature-negative", DRY, r"field 'temperature': expected a number >= 0", config("temperature = -1.0\n")),
+    Case("output-missing", DRY, r"s\.toml: field 'output': missing \(expected an output directory\)",
+         config(base='workloads = ["w.jsonl"]\n')),
     Case("k-with-none-alone", DRY, r"s\.toml: field 'k': methods = \[\"none\"\] proposes nothing; leave k out",
          config('methods = ["none"]\nk = [3]\n')),
     Case("k-zero", DRY, r"field 'k\[1\]': expected an integer >= 1, got 0", config("k = [1, 0]\n")),

@@ -259,6 +259,8 @@ def _checkpoint(model: str | None) -> str | None:
 
 
 def _check(path: Path, name: str, value: object, kind: type | tuple, what: str) -> object:
+    if value is None:  # TOML has no null: the field is not there
+        raise SpecscopeError(f"{where(path, field=name)}: missing (expected {what})")
     if isinstance(value, bool) and kind is not bool:
         raise SpecscopeError(f"{where(path, field=name)}: expected {what}, got {value!r}")
     if not isinstance(value, kind):
