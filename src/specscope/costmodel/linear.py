@@ -229,6 +229,7 @@ LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_mu
 
 PER_PROPOSAL = {"c_fixed": ("c_tok", True), "c_req": ("c_batched", False)}  # may be below 0, down to −slope
 MAX_COEFFICIENT_S = 3600.0  # an hour for one token, row or step: beyond it a typo, and sums overflow to inf
+MIN_FORWARD_S = 1e-12  # a one-token forward faster than a picosecond is a typo (1e-320 made every throughput inf)
 
 
 def _coefficients(spec: Fields, required: Sequence[str], optional: Sequence[str]) -> dict[str, float]:
@@ -260,7 +261,7 @@ def drafting_from_json(spec: Fields) -> Drafting:
 def linear_from_json(obj: object, label: str) -> LinearCostModel:
     """Parse the ``describe()`` form of a linear cost model (a JSON or TOML file named
     ``label``, also its name when it has none): every field known, every coefficient finite
-    and >= 0 (a drafting's ``c_fixed`` and ``c_req`` down to −``c_tok`` and −``c_batched``), no forward free (c_fixed + c_tok + c_req > 0: a forward of one token over an empty
+    and >= 0 (a drafting's ``c_fixed`` and ``c_req`` down to −``c_tok`` and −``c_batched``), no forward free (c_fixed + c_tok + c_req >= :data:`MIN_FORWARD_S`: a forward of one token over an empty
     cache takes some time; so does a prefill of a one-token prompt, priced by ``c_prompt_fixed`` and
     ``c_prompt`` where given)."""
     spec = Fields(obj, label)
@@ -271,12 +272,12 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     terms = _coefficients(forward, FORWARD_TERMS[:3], [*FORWARD_TERMS[3:], "c_batch", "c_prompt_kv"])
     c_prompt, c_prompt_fixed = (forward.number(name, low=0.0, high=MAX_COEFFICIENT_S) if name in forward.obj else None
                                 for name in ("c_prompt", "c_prompt_fixed"))
-    if terms["c_fixed"] + terms["c_tok"] + terms.get("c_req", 0.0) <= 0:
-        raise spec.error("forward", "c_fixed, c_tok and c_req are all 0 (a one-token forward over an empty "
-                                    "cache would take no time)")
+    if terms["c_fixed"] + terms["c_tok"] + terms.get("c_req", 0.0) < MIN_FORWARD_S:
+        raise spec.error("forward", f"c_fixed, c_tok and c_req sum below {MIN_FORWARD_S:g} s (a one-token forward "
+                                    "over an empty cache would take no time)")
     prefill = [terms["c_fixed"] if c_prompt_fixed is None else c_prompt_fixed,
                terms["c_tok"] if c_prompt is None else c_prompt, terms.get("c_req", 0.0)]
-    if sum(prefill) <= 0:
+    if sum(prefill) < MIN_FORWARD_S:
         raise spec.error("forward", "c_prompt_fixed, c_prompt and c_req price a prefill at 0 (a one-token prompt "
                                     "would take no time; leave c_prompt_fixed and c_prompt out to price prefills "
                                     "as c_fixed and c_tok)")
