@@ -109,3 +109,16 @@ def test_the_bound_figures_datasets_wear_no_proposers_colour():
               for d in ("gsm8k", "sharegpt") for p in ("ngram", "eagle")]
     drawn = {to_hex(line.get_color()) for ax in bound_figure(points).axes for line in ax.lines if line.get_linewidth() > 2}
     assert len(drawn) == 2 and not drawn & {c.lower() for c in PROPOSER_COLOURS.values()}
+
+
+def test_an_acc_len_of_1_is_the_lowest_colour_where_nothing_was_accepted():
+    """Traces without k_max whose every acc_len is 1: the colour scale spans 1 … 2, so 1 is drawn
+    at its bottom (a scale of no width drew every cell mid-green, which reads as acc_len 3)."""
+    from specscope.report.heatmaps import acceptance_heatmap
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    record = TraceRecord("r", np.arange(3), np.arange(5), {"ngram": ProposerTrace(np.ones(5, dtype=np.int32))},
+                         dataset="d")
+    fig = acceptance_heatmap([record], ["ngram"])
+    image = next(image for ax in fig.axes for image in ax.get_images())
+    assert image.norm.vmin == 1 and image.norm.vmax == 2 and image.norm(1.0) == 0.0

@@ -67,6 +67,7 @@ def acceptance_heatmap(records: Sequence[TraceRecord], proposers: Sequence[str])
               if any(proposer in r.proposers for r in members)]
     fig, axes = panel_grid(len(panels), 2, 6.2, 4.0)  # two a row: many datasets × proposers stay legible
     top = max(k_max_of(groups[dataset], p) for dataset, p in panels) + 1
+    top = max(top, 2)  # traces whose every acc_len is 1: a scale of no width drew 1 mid-scale
     norm = PowerNorm(gamma=0.5, vmin=1, vmax=top)
     image = None
     for ax, (dataset, proposer) in zip(axes, panels):
