@@ -46,6 +46,13 @@ CASES = [
     Case("bench-proposer-under-another-name", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'medusa': unknown proposer \(expected acc_ngram",
          files={"t.jsonl": bench(medusa={"acc_len": [1, 1, 1]})}),
+    Case("bench-without-its-output", ["traces", "inspect", "t.jsonl"],  # it named the other format's field
+         r"t\.jsonl:1: field 'generated_token_ids': missing",
+         files={"t.jsonl": json.dumps({k: v for k, v in json.loads(bench()).items() if k != "generated_token_ids"})}),
+    Case("report-of-a-bench-acc-alone", ["report", "t.jsonl", "-o", "out"],
+         r"can price none of the proposers \['default'\]; .*traces convert --rename default=METHOD",
+         files={"t.jsonl": json.dumps({"id": "a", "prompt_token_ids": [1, 2], "generated_token_ids": [5, 6, 7],
+                                       "acc": {"acc_len": [1, 2, 1]}}) + "\n"}),
     Case("bench-misspelt-field", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'datset': unknown field \(did you mean 'dataset'\?\)",
          files={"t.jsonl": bench(datset="gsm8k")}),

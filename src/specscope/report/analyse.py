@@ -34,6 +34,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.costmodel.registry import cost_label, resolve_cost_model
 from specscope.errors import SpecscopeError
 from specscope.fileio import provenance
+from specscope.methods import BENCH_DEFAULT, default_hint
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
@@ -192,7 +193,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     notes: list[str] = []
     simulated = _priceable(cost, names, notes)
     if not simulated:
-        raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}")
+        raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}"
+                             + (default_hint(BENCH_DEFAULT) if BENCH_DEFAULT in names else ""))
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
                       _pair(names), notes=notes, measured=list(config.measured),
                       edges={key: (max(c.ks), c.longer_k) for key, c in held.items()},

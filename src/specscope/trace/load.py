@@ -202,9 +202,10 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
             raise fields.error(
                 "acc_ngram", "missing: expected at least one of " + ", ".join(SPECDECODE_BENCH_PROPOSERS)
             )
-    else:
+    else:  # a record with SpecDecode-Bench's acc fields is missing that format's output field
+        bench = any(bench_proposer(key) for key in fields.obj)
         raise fields.error(
-            "output_token_ids",
+            "generated_token_ids" if bench else "output_token_ids",
             f"missing: expected a {SCHEMA_VERSION} record or a SpecDecode-Bench record (generated_token_ids)",
         )
     k_max = fields.integer("k_max", optional=True, minimum=1, maximum=validate.K_MAX_LIMIT)
