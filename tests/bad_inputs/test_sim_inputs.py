@@ -98,6 +98,10 @@ CASES = [
     Case("output-not-a-table", [*SIM, "-o", "rows.txt"], r"rows\.txt: expected a \.csv or \.json", files=TRACES),
     Case("cost-negative-coefficient", [*SIM, "--cost-model", "c.json"], r"c\.json: field 'forward\.c_fixed': expected a number >= 0",
          files={**TRACES, "c.json": linear({"c_fixed": -1, "c_tok": 0, "c_kv": 0})}),
+    Case("roofline-empty-draft", ["costmodel", "show", "roofline:h100:llama3.1-8b:"],
+         r"cost model 'roofline:h100:llama3\.1-8b:': expected roofline:GPU:MODEL\[:DRAFT\] \(a part is empty\)"),
+    Case("roofline-unknown-gpu", ["costmodel", "show", "roofline:h900:llama3.1-8b"],
+         r"roofline:h900:llama3\.1-8b: unknown GPU 'h900'"),
     Case("cost-all-zero", ["costmodel", "show", "c.json"], r"c\.json: field 'forward': c_fixed, c_tok and c_req sum below 1e-12 s",
          files={"c.json": linear({"c_fixed": 0, "c_tok": 0, "c_kv": 0})}),
     Case("cost-free-prefill", ["costmodel", "show", "c.json"],  # paper mode's speedup came out nan

@@ -28,11 +28,12 @@ DEFAULT_COST_MODEL = H100_LLAMA31_8B.name  # the paper's fitted H100 model
 
 def _roofline(spec: str) -> RooflineCostModel:
     parts = spec.split(":")
-    if len(parts) not in (3, 4):
-        raise SpecscopeError(f"cost model {spec!r}: expected roofline:GPU:MODEL[:DRAFT]")
-    hw, target = hardware(parts[1]), ModelShape.resolve(parts[2])
-    draft = ModelShape.resolve(parts[3]) if len(parts) == 4 else None
-    try:  # the weights beyond the GPU's memory; a draft model of another vocabulary
+    if len(parts) not in (3, 4) or not all(parts):
+        raise SpecscopeError(f"cost model {spec!r}: expected roofline:GPU:MODEL[:DRAFT]"
+                             + (" (a part is empty)" if len(parts) in (3, 4) else ""))
+    try:  # an unknown GPU or model; the weights beyond the GPU's memory; a draft model of another vocabulary
+        hw, target = hardware(parts[1]), ModelShape.resolve(parts[2])
+        draft = ModelShape.resolve(parts[3]) if len(parts) == 4 else None
         model = RooflineCostModel(name=spec, hw=hw, target=target)
         return model if draft is None else model.with_draft_model(draft)
     except SpecscopeError as error:
