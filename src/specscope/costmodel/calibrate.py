@@ -31,7 +31,8 @@ batch limit below the concurrency, or a server that starts fewer prompts per ste
 proposal, so n-gram steps that found nothing count), at most k + 1 (a tree: nodes + 1). A
 request running alone verifies more than one token only on the steps it proposed (n-gram found
 nothing on about half the steps of the bundled code workload), and its own chunk tells which
-did: one of several tokens had a draft accepted, so its step proposed; of the chunks of one token, the share ``(drafts − chunks of several tokens) / chunks of one token`` did (the
+did: one of several tokens had a draft accepted, so its step proposed; of the chunks of one
+token, the share ``(drafts − chunks of several tokens) / chunks of one token`` did (the
 drafts counter: vLLM's ``vllm:spec_decode_num_drafts``, which ``specscope serve`` exports too).
 Each such gap counts as a multi-token forward with that chance and verifies 1 + the mean
 proposal of a step that proposed times it (:func:`_proposed`); without token ids, every gap

@@ -183,8 +183,8 @@ class LinearCostModel:
                 if any(beyond):
                     past.append(f"{method} at {' and '.join(b for b in beyond if b)}")
             said = [f"{'; '.join(past)}: there it extrapolates its lines"] if past else []
-            return f"cost model {self.name!r} was fitted to a sweep's cells; " + "; ".join(said + [split] * bool(split)) \
-                if said or split else None
+            said += [split] if split else []
+            return f"cost model {self.name!r} was fitted to a sweep's cells; " + "; ".join(said) if said else None
         if self.measured is None:
             return None
         seen = self.measured
@@ -194,8 +194,9 @@ class LinearCostModel:
         if batch_sizes and max(batch_sizes) > seen[1]:
             past.append(f"batch sizes up to {max(batch_sizes)}")
         said = [f"{' and '.join(past)} extrapolate its lines"] if past else []
+        said += [split] if split else []
         return (f"cost model {self.name!r} was fitted to steps of k <= {seen[0]} and batch size <= {seen[1]}; "
-                + "; ".join(said + [split] * bool(split))) if said or split else None
+                + "; ".join(said)) if said else None
 
 
 def _span(values: Sequence[int]) -> str:
@@ -261,9 +262,10 @@ def drafting_from_json(spec: Fields) -> Drafting:
 def linear_from_json(obj: object, label: str) -> LinearCostModel:
     """Parse the ``describe()`` form of a linear cost model (a JSON or TOML file named
     ``label``, also its name when it has none): every field known, every coefficient finite
-    and >= 0 (a drafting's ``c_fixed`` and ``c_req`` down to −``c_tok`` and −``c_batched``), no forward free (c_fixed + c_tok + c_req >= :data:`MIN_FORWARD_S`: a forward of one token over an empty
-    cache takes some time; so does a prefill of a one-token prompt, priced by ``c_prompt_fixed`` and
-    ``c_prompt`` where given)."""
+    and >= 0 (a drafting's ``c_fixed`` and ``c_req`` down to −``c_tok`` and −``c_batched``), no
+    forward free (c_fixed + c_tok + c_req >= :data:`MIN_FORWARD_S`: a forward of one token over an
+    empty cache takes some time; so does a prefill of a one-token prompt, priced by
+    ``c_prompt_fixed`` and ``c_prompt`` where given)."""
     spec = Fields(obj, label)
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
                "not_separated", "measured", "made_by"])

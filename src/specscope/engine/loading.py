@@ -147,7 +147,7 @@ HEAD_WEIGHTS = ("fc.", "midlayer.", "eh_proj.", "enorm.", "hnorm.")  # an EAGLE,
 
 def _head_hint(state: dict) -> str:
     """What to say where a whole model's weights were expected and ``state`` looks like a drafting
-    head's (no decoder layers of its own, a head's fusing modules)."""
+    head's (a head's fusing modules, and no second decoder layer)."""
     if any(f".{part}" in f".{name}" for name in state for part in HEAD_WEIGHTS) \
             and not any(".layers.1." in name for name in state):
         return ("; the weights look like an EAGLE, EAGLE-3 or MTP head, not a whole model: a head is given with "

@@ -222,7 +222,7 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
             if notes is not None and index == 0 and steps < FEW_STEPS:
                 notes.append(f"held out {held_out!r}: its policy learned from {steps} steps of {len(training)} requests "
                              f"of {'+'.join(sources)}, too few to weigh {len(document['features'])} features")
-            reach = len(document["intercept"][0])  # the policy's own depth (the fit's cap: its shallowest dataset, J_MAX)
+            reach = len(document["intercept"][0])  # the policy's own depth (at most its deepest training dataset's, the held-out's, J_MAX)
             bounded = depth[held_out] < K_MAX_LIMIT or any(r.k_max is not None for r in members)  # else any k alike
             if notes is not None and index == 0 and reach < depth[held_out] and bounded:
                 notes.append(f"held out {held_out!r}: its policy proposes at most k = {reach} (as deep as its "

@@ -113,13 +113,18 @@ def _holds_text(path: Path) -> bool:
 
 
 def _ours(sidecar: Path) -> bool:
-    """Whether ``sidecar`` is a settings file a trace wrote (a JSON object naming the workload's
-    fingerprint and the proposers)."""
+    """Whether ``sidecar`` is a settings file a trace wrote (:func:`_kept`)."""
+    return _kept(sidecar) is not None
+
+
+def _kept(sidecar: Path) -> dict | None:
+    """The settings in ``sidecar`` where it is a settings file a trace wrote (a JSON object naming
+    the workload's fingerprint and the proposers), else None."""
     try:
         old = read_json_object(sidecar)
     except SpecscopeError:
-        return False
-    return {"workload", "proposers", "k_max"} <= set(old)
+        return None
+    return old if {"workload", "proposers", "k_max"} <= set(old) else None
 
 
 def traced_checkpoints(output: Path) -> tuple[str | None, dict[str, str]]:
@@ -127,9 +132,9 @@ def traced_checkpoints(output: Path) -> tuple[str | None, dict[str, str]]:
     ``model`` (the target) and each model drafter's method (``eagle``: its checkpoint's); (None,
     {}) where no settings are kept beside it (a trace from elsewhere)."""
     sidecar = settings_path(Path(output))
-    if not sidecar.is_file() or not _ours(sidecar):
+    settings = _kept(sidecar) if sidecar.is_file() else None
+    if settings is None:
         return None, {}
-    settings = read_json_object(sidecar)
     found = {"model": settings["model_files"]} if isinstance(settings.get("model_files"), str) else {}
     for entry in settings["proposers"] if isinstance(settings["proposers"], list) else []:
         method, _, checkpoint = entry.partition("=") if isinstance(entry, str) else ("", "", "")
