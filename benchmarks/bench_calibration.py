@@ -64,6 +64,7 @@ from specscope.cli import main as specscope
 from specscope.costmodel.calibrate import fit_steps
 from specscope.costmodel.linear import LinearCostModel, linear_from_json
 from specscope.costmodel.steps import MeasuredStep
+from specscope.trees import TreeShape
 from specscope.workloads.bundled import bundled_records
 from specscope.zoo.shipped import model_dir
 
@@ -91,12 +92,14 @@ def write_workload(out: Path, num_requests: int, context: int) -> Path:
     return path
 
 
-def write_config(out: Path, workload: Path, max_tokens: int, segments: int, replicas: int, device: str) -> Path:
+def write_config(out: Path, workload: Path, max_tokens: int, segments: int, replicas: int, device: str,
+                 trees: str) -> Path:
     drafts = ", ".join(f'{m} = "{model_dir(m)}"' for m in METHODS if m != "ngram")
+    tree_line = f"trees = {json.dumps(trees.split(','))}\n" if trees else ""  # the model drafters' (n-gram drafts none)
     path = out / "sweep.toml"
     path.write_text(
         f'output = "sweep"\nworkloads = ["{workload}"]\nmethods = ["none", {", ".join(map(json.dumps, METHODS))}]\n'
-        f"k = [1, 2, 4]\nbatch_sizes = [1, 4, 8]\nmax_tokens = {max_tokens}\nignore_eos = false\n"
+        f"k = [1, 2, 4]\n{tree_line}batch_sizes = [1, 4, 8]\nmax_tokens = {max_tokens}\nignore_eos = false\n"
         f'baselines = "interleaved-all"\nsegments = {segments}\nreplicas = {replicas}\n'
         "launch_timeout_s = 300\n"
         f'\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "{model_dir("target")}"\n'
@@ -123,13 +126,17 @@ def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, f
              "c_prompt_kv": model.c_prompt_kv * sum(s.prefill_pairs for s in steps) / len(decode)}
     for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
         mine = [s for s in decode if s.method == method]
-        proposed = np.mean([s.batched_tokens / s.decoded - 1 for s in mine])  # each row at the k it proposed
-        rows = np.mean([s.decoded for s in mine])
+        drafted = np.array([sum(TreeShape.parse(s.tree).draft_pass_widths) if s.tree else s.batched_tokens / s.decoded - 1
+                            for s in mine])  # tokens a row's passes read: each row at the k it proposed, a tree's widths
+        rows = np.array([s.decoded for s in mine], dtype=float)
         prompts = sum(s.prefill_positions for s in steps if s.method == method)
         start = drafting.at_no_proposal()
-        spent.update({f"{method}.c_fixed": start["c_fixed"], f"{method}.c_tok": drafting.c_tok * proposed,
-                      f"{method}.c_req": start["c_req"] * rows, f"{method}.c_batched": drafting.c_batched * rows * proposed,
+        spent.update({f"{method}.c_fixed": start["c_fixed"], f"{method}.c_tok": drafting.c_tok * drafted.mean(),
+                      f"{method}.c_req": start["c_req"] * rows.mean(),
+                      f"{method}.c_batched": drafting.c_batched * np.mean(rows * drafted),
                       f"{method}.c_prefill": drafting.c_prefill * prompts / len(mine)})
+        if any(s.tree for s in mine):
+            spent[f"{method}.c_tree"] = drafting.c_tree * np.mean([bool(s.tree) for s in mine])
     return spent
 
 
@@ -148,7 +155,7 @@ def inside_spread(steps: list[MeasuredStep], names: list[str]) -> dict[str, floa
 def coefficient(model: LinearCostModel, name: str) -> float:
     """A term's value as ``coefficients.csv`` gives it (:func:`terms`): a drafting's as fitted, per
     proposed token (its ``c_fixed`` and ``c_req`` at k = 0)."""
-    return terms(model)[name]
+    return terms(model).get(name, 0.0)  # a tree's term, of a fit that priced none
 
 
 def main() -> None:
@@ -170,6 +177,11 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "
                              "each): cached tokens that vary apart from the batch")
+    parser.add_argument("--trees", default="",
+                        help="token trees swept beside the chains by the model drafters (comma-separated, among "
+                             f"the traced {TREES}): a tree's drafter reads fewer tokens a row than its target "
+                             "verifies, which a chain's do not, so a verified token's cost is told apart from a "
+                             "drafter's per row and draft")
     parser.add_argument("--refit", action="store_true",
                         help="fit and compare again the sweep, step records and traces already in --out (this "
                              "code's fits over an earlier run's measurements; nothing is measured)")
@@ -246,7 +258,7 @@ def measure(out: Path, trace: Path, args: argparse.Namespace) -> None:
     """The sweep (its servers writing their step records) into ``out``, and the traces of its workload into ``trace``."""
     out.mkdir(parents=True, exist_ok=True)
     workload = write_workload(out, args.num_requests, args.context)
-    config = write_config(out, workload, args.max_tokens, args.segments, args.replicas, args.device)
+    config = write_config(out, workload, args.max_tokens, args.segments, args.replicas, args.device, args.trees)
     if specscope(["sweep", str(config), "--retry-failed"]) != 0:
         raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
     proposers = ",".join(m if m == "ngram" else f"{m}={model_dir(m)}" for m in METHODS)
@@ -262,7 +274,7 @@ def whatif(out: Path, trace: Path) -> None:
     small.mkdir(parents=True, exist_ok=True)
     for path in sorted((out / "sweep" / "cells").glob("*.json")):
         key = json.loads(path.read_text())["key"]
-        if (key["method"] == "none" or key["k"] in SMALL_K) and key["batch_size"] in SMALL_B:
+        if (key["method"] == "none" or key["k"] in SMALL_K and not key.get("tree")) and key["batch_size"] in SMALL_B:
             (small / path.name).write_text(path.read_text())
     model, policy = out / "whatif.json", out / "policy.json"
     for command in (["costmodel", "fit", "--from-sweep", str(small.parent), "-o", str(model)],

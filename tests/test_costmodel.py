@@ -149,7 +149,7 @@ def test_a_config_json_of_absurd_sizes_is_refused(tmp_path):
 def test_drafting_per_pass_trees_and_chains():
     """A chain of k is k passes of width 1 (k from the verified tokens, as before); a tree step
     pays one roofline forward per pass over its width × the running requests, and the linear
-    model's token term counts the tokens its passes read, plus one."""
+    model's per-pass term counts its passes plus one, its per-row term the tokens they read plus one."""
     from specscope.costmodel.base import LinearDrafting
     from specscope.costmodel.roofline import roofline_forward
 
@@ -164,7 +164,9 @@ def test_drafting_per_pass_trees_and_chains():
     assert head.time(tree, tree.batched_tokens) == pytest.approx(expected)
     linear = LinearDrafting(c_fixed=1.0, c_tok=0.5, c_kv=0.0)
     assert linear.time(chain, chain.batched_tokens).tolist() == [1.0 + 0.5 * 4]
-    assert linear.time(tree, tree.batched_tokens).tolist() == [1.0 + 0.5 * (1 + 2 + 4 + 1)]
+    assert linear.time(tree, tree.batched_tokens).tolist() == [1.0 + 0.5 * (3 + 1)]
+    rows = LinearDrafting(c_fixed=1.0, c_tok=0.5, c_kv=0.0, c_batched=0.25)
+    assert rows.time(tree, tree.batched_tokens).tolist() == [1.0 + 0.5 * 4 + 0.25 * 4 * (1 + 2 + 4 + 1)]
 
 
 def test_linear_drafting_per_batched_draft_token():

@@ -367,11 +367,12 @@ def test_fitted_model_reads_back_and_goes_to_stdout(tmp_path, capsys):
 
 
 def test_tree_steps_are_fitted_as_the_simulator_prices_them(tmp_path):
-    """Tree steps verify nodes + 1 tokens per sequence (the forward's per-token term) and draft
-    Σ pass widths + 1 tokens per sequence (2x1x1: 1 + 2 + 2 + 1 = 6; 3x2x1x1: 1 + 3 + 6 + 6 + 1
-    = 17, not its 22 verified) plus a fixed cost of any tree step (c_tree: expansion, masks,
-    compaction): the fit recovers the drafting that made them, and the simulator prices a tree
-    step at the time it was measured."""
+    """Tree steps verify nodes + 1 tokens per sequence (the forward's per-token term) and draft in
+    depth passes (c_tok: 3 for 2x1x1 and 4 for 3x2x1x1, plus one) over Σ pass widths + 1 tokens per
+    sequence (c_batched a row: 2x1x1: 1 + 2 + 2 + 1 = 6; 3x2x1x1: 1 + 3 + 6 + 6 + 1 = 17, not its
+    22 verified) plus a fixed cost of any tree step (c_tree: expansion, masks, compaction): the fit
+    recovers the drafting that made them, and the simulator prices a tree step at the time it was
+    measured."""
     from specscope.analysis.timesplit import read_steps
     from specscope.costmodel.base import StepLoad
     from specscope.costmodel.fit import fit_linear
@@ -381,8 +382,8 @@ def test_tree_steps_are_fitted_as_the_simulator_prices_them(tmp_path):
     def forward(tokens, cached, rows):
         return 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-5 * rows + 3e-4 * (tokens > 1)
 
-    def drafting(per_sequence, kv):
-        return 0.001 + 3e-5 * per_sequence + 1e-8 * kv
+    def drafting(passes, per_sequence, rows, kv):
+        return 0.001 + 3e-5 * passes + 2e-6 * rows * per_sequence + 1e-8 * kv
 
     tree_extra = 4e-4
 
@@ -393,24 +394,25 @@ def test_tree_steps_are_fitted_as_the_simulator_prices_them(tmp_path):
         batch, kv, tree = int(rng.integers(1, 9)), int(rng.integers(0, 5000)), shapes[i % 3]
         lines.append(step(i, "none", 0, batch, kv, forward(batch, kv, batch)))
         if tree is None:
-            lines.append(step(i, "eagle", 3, batch, kv, forward(batch * 4, kv, batch), draft=drafting(4, kv)))
+            lines.append(step(i, "eagle", 3, batch, kv, forward(batch * 4, kv, batch), draft=drafting(4, 4, batch, kv)))
         else:
             verified = batch * (tree.nodes + 1)
             lines.append({**step(i, "eagle", tree.depth, batch, kv, forward(verified, kv, batch),
-                                 draft=drafting(sum(tree.draft_pass_widths) + 1, kv) + tree_extra),
+                                 draft=drafting(tree.depth + 1, sum(tree.draft_pass_widths) + 1, batch, kv)
+                                 + tree_extra),
                           "tokens_verified": verified, "tree": tree.name})
     records = tmp_path / "steps.jsonl"
     records.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     model, _ = fit_linear(read_steps([records]))
     eagle = model.drafting_for("eagle")
-    assert (eagle.c_fixed, eagle.c_tok, eagle.c_kv, eagle.c_tree) == (
+    assert (eagle.c_fixed, eagle.c_tok, eagle.c_kv, eagle.c_batched, eagle.c_tree) == (
         pytest.approx(0.001, rel=1e-5), pytest.approx(3e-5, rel=1e-5), pytest.approx(1e-8, rel=1e-4),
-        pytest.approx(tree_extra, rel=1e-4))
+        pytest.approx(2e-6, rel=1e-4), pytest.approx(tree_extra, rel=1e-4))
     tree, batch, kv = shapes[2], 4, 1000.0
     verified = np.array([batch * (tree.nodes + 1.0)])
     load = StepLoad(verified, np.array([kv]), np.array([batch]), np.array([batch]), verified, tree.draft_pass_widths)
     priced = price_steps(model, eagle, load)
-    measured = forward(verified[0], kv, batch) + drafting(17, kv) + tree_extra + 0.001  # + sampling, overhead
+    measured = forward(verified[0], kv, batch) + drafting(5, 17, batch, kv) + tree_extra + 0.001  # + sampling, overhead
     assert float(priced.total[0]) == pytest.approx(measured, rel=1e-5)
 
 

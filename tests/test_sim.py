@@ -410,18 +410,18 @@ def test_tree_policy_plan_and_pricing_hand_computed():
     # the tree accepts 2 drafts at pos 1 (acc_len 3), but the 3-token output has 2 tokens left
     assert plan.pos.tolist() == [1] and plan.proposed.tolist() == [4] and plan.emitted.tolist() == [2]
     assert plan.draft_widths == (1, 2)
-    # Paper mode, B = 2: verify 2·5 = 10 tokens: 1 + 0.1·10 = 2.0 s; drafting reads 1 + 2 tokens
-    # per sequence over its passes: 0.5 + 0.01·(3 + 1) = 0.54 s; prefill 2·10 tokens: 1 + 2 = 3 s.
+    # Paper mode, B = 2: verify 2·5 = 10 tokens: 1 + 0.1·10 = 2.0 s; drafting makes 2 passes (over
+    # 1 + 2 tokens per sequence), priced per pass: 0.5 + 0.01·(2 + 1) = 0.53 s; prefill 2·10 tokens: 1 + 2 = 3 s.
     sd = predict_paper(plan, TREE_COST, TREE_COST.drafting_for("eagle"), 2)
-    assert sd.time_split == pytest.approx({"prefill": 3.0, "drafting": 0.54, "verification": 2.0, "overhead": 0.0})
-    assert sd.throughput == pytest.approx(2 * 3 / 5.54)
+    assert sd.time_split == pytest.approx({"prefill": 3.0, "drafting": 0.53, "verification": 2.0, "overhead": 0.0})
+    assert sd.throughput == pytest.approx(2 * 3 / 5.53)
     # The chain of depth 2 rejects at pos 1 (rank 1), then at pos 2 would take both drafts (ranks
     # 0, 0) but one output token is left.
     chain = plan_for([TREE_RECORD], "eagle", parse_policy("fixed:2"), SimConfig(mode="paper"), "d")
     assert chain.emitted.tolist() == [1, 1] and chain.draft_widths == ()
     # Mixed mode gives the tree step the same price (one request: nothing else differs).
     mixed = predict_mixed(plan, TREE_COST, TREE_COST.drafting_for("eagle"), 1)
-    assert mixed.time_split["drafting"] == pytest.approx(0.54)
+    assert mixed.time_split["drafting"] == pytest.approx(0.53)
     assert mixed.time_split["verification"] == pytest.approx(1.5)  # 1 + 0.1·5
 
 

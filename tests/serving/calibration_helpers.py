@@ -5,6 +5,7 @@ catalogue of refused sweep records share it)."""
 from __future__ import annotations
 
 from specscope.costmodel.calibrate import CellRun
+from specscope.trees import TreeShape
 
 FORWARD = dict(c_fixed=2e-3, c_tok=1e-4, c_kv=2e-6, c_req=3e-4, c_prompt=6e-5,  # c_prompt: a prefill's position
                c_prompt_fixed=3.5e-3,  # c_prompt_fixed: a prefill forward's own fixed cost (not c_fixed's)
@@ -16,7 +17,7 @@ ADMIT = 1.5e-3  # a request's arrival holds up an idle engine this long (parsing
 def simulated_cell(method: str, k: int, batch: int, requests: int = 12, output: int = 20, prompt: int = 30,
                    pads: bool = False, lengths: list[int] | None = None, prompt_step: int = 10,
                    draft: dict[str, float] = DRAFT, proposing_every: int = 1, multi: float = 0.0,
-                   limit: int | None = None) -> CellRun:
+                   limit: int | None = None, tree: str | None = None) -> CellRun:
     """A closed loop on an engine whose steps cost exactly FORWARD (+ DRAFT): every step emits
     k + 1 tokens per request; a step that admits requests prefills them in a second forward (its
 fixed cost c_prompt_fixed), after
@@ -31,8 +32,15 @@ fixed cost c_prompt_fixed), after
     those in turn (1 on the others, whose drafting costs its fixed cost alone), the draft counters
     counting what it proposed; ``multi``: a forward of more than one token (a prefill too) costs this
     more; ``limit``: the engine runs at most this many requests at once (default ``batch``), the
-    client's others waiting in its queue for a slot."""
+    client's others waiting in its queue for a slot; ``tree``: a static tree instead of a chain
+    (k its nodes): a step verifies ``nodes + 1`` tokens a row, its drafter reads Σ pass widths a
+    row over ``depth`` passes (``draft``'s ``c_tok`` a pass, ``c_batched`` a row's token read,
+    plus its ``c_tree``) and the accepted path emits ``depth + 1``."""
+    shape = TreeShape.parse(tree) if tree else None
+    k = shape.nodes if shape else k
     w = 1 if method == "none" else k + 1
+    passes = shape.depth + 1 if shape else w  # the drafter's passes, plus one
+    read = sum(shape.draft_pass_widths) + 1 if shape else w  # the tokens they read a row, plus one
     limit = limit or batch
     lengths = lengths or [output + 3 * (i % 3) for i in range(requests)]
     requests = len(lengths)
@@ -60,7 +68,8 @@ fixed cost c_prompt_fixed), after
             step += (FORWARD["c_fixed"] + FORWARD["c_tok"] * verified + FORWARD["c_kv"] * cached
                      + FORWARD["c_req"] * n + FORWARD["c_batch"] * (n > 1) + multi * (verified > 1))
             if method != "none" and proposing_every == 1:
-                step += draft["c_fixed"] + draft["c_tok"] * w + draft["c_batched"] * n * w
+                step += draft["c_fixed"] + draft["c_tok"] * passes + draft["c_batched"] * n * read
+                step += draft.get("c_tree", 0.0) if shape else 0.0
             elif method != "none":  # per proposed token, the fit's own form
                 step += draft["c_fixed"] + (draft["c_tok"] + draft["c_batched"] * n) * (verified - n) / n
         if admitted:
@@ -71,7 +80,8 @@ fixed cost c_prompt_fixed), after
             step += ADMIT if not n else 0.0
         now += step
         for s, proposed in zip(slots, proposes):
-            emit = w if proposing_every == 1 else 2 + (s["steps"] // proposing_every) % k if proposed else 1
+            emit = (shape.depth + 1 if shape else w) if proposing_every == 1 else \
+                2 + (s["steps"] // proposing_every) % k if proposed else 1
             emit = min(emit, lengths[s["r"]] - s["done"])
             drafts += k * proposed if method != "none" else 0
             s["steps"] += 1
@@ -85,5 +95,5 @@ fixed cost c_prompt_fixed), after
         slots = [s for s in slots if s["done"] < lengths[s["r"]]] + admitted  # the finished: replaced next step
     for request in timeline:  # chunk times after the request was sent
         request["chunk_ms"] = [t - request["sent_ms"] for t in request["chunk_ms"]]
-    return CellRun(f"{method}{k}b{batch}", method, k, None, batch, "w.jsonl", 1.0, None if method == "none" else drafts,
+    return CellRun(f"{method}{k}b{batch}", method, k, shape, batch, "w.jsonl", 1.0, None if method == "none" else drafts,
                    timeline, {}, pads=pads, num_drafts=None if method == "none" else drafts // max(k, 1))

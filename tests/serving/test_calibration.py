@@ -538,6 +538,55 @@ def test_a_drafter_whose_passes_cost_more_than_its_start_is_recovered():
         assert getattr(drafting, name) == pytest.approx(value, rel=0.05, abs=1e-6), name
 
 
+TREE_DRAFT = dict(c_fixed=5e-4, c_tok=4e-4, c_batched=1e-4, c_tree=7e-4)
+
+
+def test_tree_cells_are_fitted_as_their_drafter_reads_them():
+    """A tree cell verifies ``nodes + 1`` tokens a row while its drafter makes ``depth`` passes over
+    Σ pass widths a row (3x2x1x1: 22 verified; 4 passes over 16, plus one each) and pays ``c_tree``
+    a step, as the simulator prices a tree. Fitted so, a sweep of chains and trees recovers every
+    term, from chunk timelines and step records alike (priced as ``nodes`` drafted tokens a row, a
+    tree's drafting came out nowhere near); and chains beside a tree no longer trade a verified
+    token's cost against the drafter's per row and draft."""
+    from specscope.backends.openai.calibration import terms
+    from specscope.costmodel.calibrate import fit_steps
+    from specscope.costmodel.steps import MeasuredStep
+
+    cells = [simulated_cell("none", 0, b) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", k, b, draft=TREE_DRAFT) for k in (1, 2) for b in (1, 2, 4)]
+    cells += [simulated_cell("draft", 0, b, draft=TREE_DRAFT, tree="3x2x1x1") for b in (1, 2, 4)]
+    model = fit_cells(cells)
+    for name, value in FORWARD.items():
+        assert getattr(model, name) == pytest.approx(value, rel=0.05), name
+    for name, value in TREE_DRAFT.items():
+        assert getattr(model.drafting_for("draft"), name) == pytest.approx(value, rel=0.05), name
+    assert not model.not_separated
+    assert terms(model)["draft.c_tree"] == pytest.approx(7e-4, rel=0.05)
+    chains = fit_cells([c for c in cells if c.tree is None])
+    assert "draft.c_tree" not in terms(chains) and "draft.c_tree" not in chains.not_separated  # never had one
+
+    steps = []
+    for run, (k, b, tree) in enumerate([(0, b, None) for b in (1, 2, 4)] + [(k, b, None) for k in (1, 2) for b in (1, 2, 4)]
+                                       + [(21, b, "3x2x1x1") for b in (1, 2, 4)]):
+        w = k + 1
+        passes, read = (5, 17) if tree else (w, w)  # depth + 1; Σ pass widths (1, 3, 6, 6) + 1
+        for i in range(30):
+            kv = b * (30 + i)
+            seconds = (FORWARD["c_fixed"] + FORWARD["c_tok"] * b * w + FORWARD["c_kv"] * kv + FORWARD["c_req"] * b
+                       + FORWARD["c_batch"] * (b > 1))
+            if k:
+                seconds += (TREE_DRAFT["c_fixed"] + TREE_DRAFT["c_tok"] * passes + TREE_DRAFT["c_batched"] * b * read
+                            + TREE_DRAFT["c_tree"] * bool(tree))
+            steps.append(MeasuredStep(i, "draft" if k else "none", k, b, b * w, [w] * b, draft_s=0.3 * seconds,
+                                      verify_s=0.7 * seconds, sample_s=0.0, overhead_s=0.0, kv_tokens=kv,
+                                      prefill_tokens=0, prefill_s=0.0, tree=tree, run=run))
+    inside = fit_steps(steps)[0]
+    for name in ("c_fixed", "c_tok", "c_kv", "c_batch"):
+        assert getattr(inside, name) == pytest.approx(FORWARD[name], rel=0.05), name
+    for name, value in TREE_DRAFT.items():
+        assert getattr(inside.drafting_for("draft"), name) == pytest.approx(value, rel=0.05), name
+
+
 def test_the_widest_row_an_engine_that_pads_verifies():
     """n rows that each propose on a share p of their steps, d drafts when they do: the widest
     row verifies 1 + d·(1 − (1 − p)^n) tokens in expectation; rows that always propose, w."""

@@ -37,8 +37,9 @@ Drafting is priced per **pass**: a model drafter runs sequential passes, each ov
 width (tokens per sequence). A chain of k is k passes of width 1 (``StepLoad.draft_widths`` is
 then ``()`` and k comes from ``batched_tokens``); a static tree's step makes ``depth`` passes of
 widths :attr:`specscope.trees.TreeShape.draft_pass_widths` (``draft_widths``), while its
-verification covers ``nodes + 1`` tokens per sequence. :func:`draft_tokens_per_sequence` is
-what both mean in tokens.
+verification covers ``nodes + 1`` tokens per sequence. :func:`draft_passes` counts a step's
+passes, :func:`draft_tokens_per_sequence` the tokens they read per sequence: a chain's k both, a
+tree's ``depth`` and ``Σ widths`` (3x2x1x1: 4 passes over 1 + 3 + 6 + 6 = 16 tokens a row).
 
 A drafter with its own KV cache also reads every new prompt once (its prefill):
 ``prefill_time(prompt_tokens)``, added to the target's prefill (zero for
@@ -78,6 +79,14 @@ class StepLoad:
         """The most tokens the KV cache holds in any step: its cached tokens, those it verifies, and
         the prompts prefilled beside them (``prefilled``: per step, or one number)."""
         return float(np.max(self.kv_tokens + self.batched_tokens + prefilled, initial=0.0))
+
+
+def draft_passes(load: StepLoad) -> np.ndarray:
+    """[steps] the drafter's sequential passes in a step, plus one: the mean ``k + 1`` of a chain
+    (``batched_tokens / num_running``), ``depth + 1`` of a tree step (``len(draft_widths) + 1``)."""
+    if load.draft_widths:
+        return np.full(np.shape(load.num_running), float(len(load.draft_widths) + 1))
+    return load.batched_tokens / np.maximum(load.num_running, 1)
 
 
 def draft_tokens_per_sequence(load: StepLoad) -> np.ndarray:
@@ -120,14 +129,20 @@ class FractionDrafting:
 @dataclass(frozen=True)
 class LinearDrafting:
     """Model drafting, once per step:
-    ``c_fixed + c_tok·mean(k+1) + c_kv·kv_tokens + c_req·num_running + c_multi·[num_running > 1]
-    + c_tree·[tree step] + c_batched·num_running·mean(k+1)`` seconds (``c_multi``: the drafter's
+    ``c_fixed + c_tok·passes + c_kv·kv_tokens + c_req·num_running + c_multi·[num_running > 1]
+    + c_tree·[tree step] + c_batched·num_running·tokens`` seconds (``passes``: the step's
+    sequential passes plus one, :func:`draft_passes`; ``tokens``: the tokens they read per
+    sequence plus one, :func:`draft_tokens_per_sequence` — on a chain both its mean ``k + 1``;
+    ``c_multi``: the drafter's
     forwards batch more than one sequence, see :mod:`specscope.costmodel.linear`; ``c_tree``: what
     a tree step adds whatever its size — top-b expansion, tree masks, compaction of the accepted
     path; ``c_batched``: per draft token of the whole batch — a drafter whose k passes each cost
     more with every row they carry, as on a CPU, where one pass over n rows costs a + b·n), and
-    ``c_prefill·prompt_tokens`` for the drafter's prefill. The paper's fitted EAGLE model has only the first three terms. A tree step's
-    ``k + 1`` is the tokens its passes read per sequence plus one (:func:`draft_tokens_per_sequence`).
+    ``c_prefill·prompt_tokens`` for the drafter's prefill. The paper's fitted EAGLE model has only the first three terms.
+    A pass costs ``c_tok`` however wide, and each row-token it reads ``c_batched``: on ``specscope
+    serve`` the draft model's 3x2x1x1 tree steps (4 passes over 16 tokens a row) took 4.3 ms at
+    batch 1 against 2.8 ms for a chain's 4 passes of one token; priced per token read, a fit to
+    chains put them at 11 ms (2026-12-05, docs/calibration.md).
 
     ``c_fixed`` and ``c_req`` may lie below 0, down to ``−c_tok`` and ``−c_batched``: drafting at
     k proposed tokens is ``(c_fixed + c_tok) + c_tok·k`` (and per row ``(c_req + c_batched) +
@@ -158,8 +173,8 @@ class LinearDrafting:
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         running = load.num_running > 0
-        per_request = draft_tokens_per_sequence(load)  # mean k + 1
-        seconds = (self.c_fixed + self.c_tok * per_request + self.c_kv * load.kv_tokens
+        per_request = draft_tokens_per_sequence(load)  # mean k + 1 on a chain
+        seconds = (self.c_fixed + self.c_tok * draft_passes(load) + self.c_kv * load.kv_tokens
                    + self.c_req * load.num_running + self.c_multi * (load.num_running > 1)
                    + self.c_tree * bool(load.draft_widths) + self.c_batched * load.num_running * per_request)
         return np.where(running, seconds, 0.0)

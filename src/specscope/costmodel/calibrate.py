@@ -75,7 +75,11 @@ kernels than a verification of a few tokens a row: on ``specscope serve`` 0.042�
 position, where a first chunk seen from outside grew by 0.041–0.044 ms per prompt token, against
 0–0.058 ms per verified token; :class:`~specscope.costmodel.linear.LinearCostModel`; engine overhead per step is part of
 ``c_fixed``, so ``overhead_s`` = 0) and drafting = ``c_fixed + c_tok·(w − 1) + c_req·n +
-c_prefill·P + c_batched·n·(w − 1)`` — per proposed token (a drafter's k passes), each term ≥ 0,
+c_prefill·P + c_batched·n·(w − 1)`` — per proposed token (a drafter's k passes; a tree cell's
+drafter makes ``depth`` passes, priced by ``c_tok``, over Σ ``draft_pass_widths`` tokens a row —
+fewer than the ``nodes`` it verifies — priced by ``c_batched``, plus ``c_tree`` on each of its
+steps, as the simulator prices a tree step: so trees in a sweep tell a verified token's cost apart
+from a drafter's per row and draft, which a chain's ``n·(w − 1)`` and ``n·w`` cannot), each term ≥ 0,
 written in the model's ``k + 1`` form (whose ``c_fixed`` and ``c_req`` may then lie below 0; in
 that form, with its terms ≥ 0, a drafter's cost at k = 0 could not be below its cost per pass, and
 the fit priced the bundled draft model's k = 1 steps 0.13 ms high and k = 4 low) — the last term
@@ -147,7 +151,7 @@ STALL = 3.0  # a gap over STALL × the typical gap of its kind is a stall, left 
 FITTED_STALL = 2.0  # ... and one over FITTED_STALL × its price in a first fit (see _without_stalls)
 STALL_SHARE = 0.05  # ... unless more than this share of the gaps are over it
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
-DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched")  # of Gaps.drafting_features: a drafter's fit
+DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched", "c_tree")  # of Gaps.drafting_features: a drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
 WAITED = 3  # steps of another request one waited through for its first chunk: it waited for a free slot
 
@@ -197,6 +201,9 @@ class Gaps:
     prefills: np.ndarray  # 1 where a prefill forward ran
     multi: np.ndarray  # forwards of more than one token
     width: np.ndarray  # w
+    passes: np.ndarray  # the drafter's passes: w − 1 on a chain, depth on a tree
+    drafted: np.ndarray  # tokens a running row's drafter passes read: w − 1 on a chain, Σ pass widths on a tree
+    tree: np.ndarray  # 1 on a step that drafted and verified a token tree
     running: np.ndarray  # n
     prefill: np.ndarray  # P: the positions it prefills
     pairs: np.ndarray  # the query–key pairs its prefill's attention computes (costmodel.base)
@@ -210,8 +217,9 @@ class Gaps:
                                 batches, self.idle, self.prefills, self.pairs])
 
     def drafting_features(self) -> np.ndarray:
-        proposed = np.where(self.running > 0, self.width - 1, 0.0)  # tokens each running row proposed
-        return np.column_stack([self.running > 0, proposed, self.running, self.prefill, self.running * proposed])
+        passes, drafted = (np.where(self.running > 0, a, 0.0) for a in (self.passes, self.drafted))
+        return np.column_stack([self.running > 0, passes, self.running, self.prefill, self.running * drafted,
+                                self.tree * (self.running > 0)])
 
     def select(self, mask: np.ndarray) -> "Gaps":
         return Gaps(**{name: value[mask] for name, value in vars(self).items()})
@@ -293,7 +301,10 @@ def cell_gaps(cell: CellRun) -> Gaps:
                 tokens=np.where(n == 1, per_row, n * (_widest(width, proposing, n) if cell.pads else width)),
                 cached=n * cache.max(axis=1, initial=0.0) if cell.pads else cache.sum(axis=1), sequences=n + n_p, decodes=np.ones_like(n),
                 prefills=1.0 * has_prefill,
-                multi=np.where(n > 1, 1.0, n * chance[alone]) + (p_tokens > 1), width=per_row, running=n,
+                multi=np.where(n > 1, 1.0, n * chance[alone]) + (p_tokens > 1), width=per_row,
+                passes=np.full(len(n), float(cell.tree.depth)) if cell.tree else per_row - 1,
+                drafted=np.full(len(n), float(sum(cell.tree.draft_pass_widths))) if cell.tree else per_row - 1,
+                tree=np.full(len(n), 1.0 * (cell.tree is not None)), running=n,
                 prefill=p_tokens, pairs=pairs, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
                 scale=np.zeros(len(n)))
     gaps = _concat([gaps, _first_chunks(cell, times, prompt)])
@@ -452,9 +463,13 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
     n = column(lambda s: s.decoded)
     verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_positions)
     width = np.divide(column(lambda s: s.batched_tokens), n, out=np.zeros_like(n), where=n > 0)
+    depth = column(lambda s: TreeShape.parse(s.tree).depth if s.tree else 0)
+    read = column(lambda s: sum(TreeShape.parse(s.tree).draft_pass_widths) if s.tree else 0)
+    tree = column(lambda s: bool(s.tree))
     gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
                 tokens=verified, cached=column(lambda s: s.kv_read), sequences=column(lambda s: s.batch_size),
                 decodes=1.0 * (n > 0), prefills=1.0 * (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
+                passes=np.where(tree > 0, depth, width - 1), drafted=np.where(tree > 0, read, width - 1), tree=tree,
                 running=n, prefill=prefill, pairs=column(lambda s: s.prefill_pairs), idle=np.zeros(len(n)),
                 method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))
     run = column(lambda s: s.run)
@@ -483,7 +498,7 @@ def _first_chunks(cell: CellRun, times: list[np.ndarray], prompt: np.ndarray) ->
     count = int(alone.sum())
     zero, one = np.zeros(count), np.ones(count)
     return Gaps(seconds=(first - sent)[alone], tokens=zero, cached=zero, sequences=one, decodes=zero, prefills=one,
-                multi=1.0 * (prompt[alone] > 1), width=zero, running=zero, prefill=prompt[alone],
+                multi=1.0 * (prompt[alone] > 1), width=zero, passes=zero, drafted=zero, tree=zero, running=zero, prefill=prompt[alone],
                 pairs=prompt[alone] ** 2, idle=one,
                 method=np.full(count, cell.method, dtype=object), scale=zero.copy())
 
@@ -580,7 +595,8 @@ def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untol
         c_prompt=forward["c_prompt"] if prefilled else None, c_batch=forward["c_batch"],
         c_prompt_fixed=forward["c_prompt_fixed"] if prefilled else None, c_prompt_kv=forward["c_prompt_kv"],
         drafting={m: LinearDrafting.per_proposed_token(d["c_fixed"], d["c_tok"], d["c_req"], d["c_batched"], c_kv=0.0,
-                                                       c_prefill=d["c_prefill"]) for m, d in terms.items()},
+                                                       c_prefill=d["c_prefill"], c_tree=d["c_tree"])
+                  for m, d in terms.items()},
         fitted_cells=fitted, not_separated=untold, made_by=code_version(),
     )
 
@@ -644,8 +660,10 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
         a[:, kv] = 0.0  # over the caches measured (one batch size, prompts alike) the two trade: the fixed cost it is
         coef, over = _without_stalls(a, gaps.seconds / gaps.scale)
     start, width = forward.shape[1], drafting.shape[1]
+    chains = {f"{m}.c_tree" for m in methods if not gaps.tree[gaps.method == m].any()}  # a term they never had
     return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
-            tuple(name for name in unseparated(a, names) if name != "c_prompt_kv" or a[:, pairs].any()), over)
+            tuple(name for name in unseparated(a, names)
+                  if (name != "c_prompt_kv" or a[:, pairs].any()) and name not in chains), over)
 
 
 def _without_stalls(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:

@@ -24,8 +24,9 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`): the rows' mean ``k + 1`` for
   a chain (:attr:`~specscope.costmodel.steps.StepRecord.batched_tokens` / ``decoded``: each row
   at the k it proposed — an n-gram row that found nothing at 1 — where the verification pads
-  every row to the widest); for a tree step (its record names the tree) the tokens its
-  ``depth`` drafter passes read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
+  every row to the widest); for a tree step (its record names the tree) ``c_tok`` counts its
+  ``depth`` drafter passes plus one (:func:`~specscope.costmodel.base.draft_passes`) and
+  ``c_batched`` the tokens they read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
   step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
   forward over the same positions, as ``c_prefill·positions``;
@@ -70,7 +71,7 @@ from typing import Sequence
 import numpy as np
 import scipy.optimize
 
-from specscope.costmodel.base import Drafting, LinearDrafting, StepLoad, draft_tokens_per_sequence
+from specscope.costmodel.base import Drafting, LinearDrafting, StepLoad, draft_passes, draft_tokens_per_sequence
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.costmodel.steps import NO_SD, MeasuredStep
 from specscope.errors import SpecscopeError
@@ -292,20 +293,21 @@ def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredSt
     return batched, kv, rows, pairs, np.concatenate([verify, prefilled]), scale
 
 
-def _draft_tokens(steps: Sequence[MeasuredStep]) -> np.ndarray:
-    """[steps] the drafter's tokens per sequence over each step's passes, plus one, as the
-    simulator prices them (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`) given
-    the step's tree (its pass widths) or chain (``batched_tokens / decoded``)."""
-    out = np.zeros(len(steps))
+def _draft_tokens(steps: Sequence[MeasuredStep]) -> tuple[np.ndarray, np.ndarray]:
+    """[steps] the drafter's passes in each step and the tokens per sequence they read, each plus
+    one, as the simulator prices them (:func:`~specscope.costmodel.base.draft_passes`,
+    :func:`~specscope.costmodel.base.draft_tokens_per_sequence`) given the step's tree (its pass
+    widths) or chain (``batched_tokens / decoded``: both)."""
+    passes, out = np.zeros(len(steps)), np.zeros(len(steps))
     trees = np.array([s.tree or "" for s in steps])
     for tree in dict.fromkeys(trees.tolist()):
         at = trees == tree
         batched = np.array([s.batched_tokens for s, here in zip(steps, at) if here], dtype=float)
         running = np.array([s.decoded for s, here in zip(steps, at) if here], dtype=float)
         widths = TreeShape.parse(tree).draft_pass_widths if tree else ()
-        out[at] = draft_tokens_per_sequence(StepLoad(batched, np.zeros_like(batched), running, running,
-                                                     batched, widths))
-    return out
+        load = StepLoad(batched, np.zeros_like(batched), running, running, batched, widths)
+        passes[at], out[at] = draft_passes(load), draft_tokens_per_sequence(load)
+    return passes, out
 
 
 def _step_seconds(steps: Sequence[MeasuredStep]) -> np.ndarray:
@@ -350,13 +352,13 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
     errors: dict[str, float] = {}
     for method in sorted({s.method for s in decode} - {NO_SD, LEARNED}):
         mine = [s for s in decode if s.method == method]
-        per_request = _draft_tokens(mine)
+        passes, per_request = _draft_tokens(mine)
         draft_kv = np.array([s.kv_read for s in mine])
         running = np.array([s.decoded for s in mine], dtype=float)
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
         proposed = per_request - 1  # each term >= 0 per proposed token: at k = 0 a drafting costs >= 0
-        columns = [_design(proposed, draft_kv), running, running > 1, running * proposed]
+        columns = [_design(passes - 1, draft_kv), running, running > 1, running * proposed]
         design = np.column_stack(columns + ([tree] if tree.any() else []))
         seconds = _step_seconds(mine)
         coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", run_means(mine, seconds))

@@ -473,13 +473,15 @@ def terms(model: LinearCostModel) -> dict[str, float]:
     """A calibrated model's fitted terms by name: the forward's, ``c_prompt`` and ``c_prompt_fixed``
     (``c_tok`` and ``c_fixed`` where no prefill was seen), ``c_prompt_kv``, ``c_batch``, ``admit_s``, and ``METHOD.TERM`` as the drafting was fitted, per
     proposed token — its ``c_fixed`` and ``c_req`` at k = 0 (the model file's ``k + 1`` form
-    plus ``c_tok`` and ``c_batched``), the names :func:`~specscope.costmodel.calibrate._fit`
+    plus ``c_tok`` and ``c_batched``), and ``c_tree`` where it priced a tree step, the names :func:`~specscope.costmodel.calibrate._fit`
     reports as not separated."""
     named = {name: getattr(model, name) for name in (*FORWARD_TERMS, "admit_s")}
     named.update(c_prompt=model.prompt_price, c_batch=model.c_batch, c_prompt_fixed=model.prompt_fixed,
                  c_prompt_kv=model.c_prompt_kv)
     for method, drafting in model.drafting.items():
         fitted = {**{name: getattr(drafting, name) for name in DRAFTING_TERMS}, **drafting.at_no_proposal()}
+        if not drafting.c_tree and not any(c.tree and c.method == method for c in model.fitted_cells):
+            del fitted["c_tree"]  # chains alone: a term it never had
         named.update({f"{method}.{name}": value for name, value in fitted.items()})
     return named
 

@@ -6,7 +6,7 @@ Example::
     workloads = ["prompts.jsonl"]      # JSON Lines of {"id", "prompt" | "prompt_token_ids"}
     methods = ["none", "ngram", "eagle3"]
     k = [1, 3, 5]
-    trees = ["2x2x1", "4x1x1"]         # token trees, beside k (model drafters only)
+    trees = ["2x2x1", "4x1x1"]         # token trees, beside k (by the methods that draft them)
     batch_sizes = [1, 8, 32]
     max_tokens = 128
     ignore_eos = true
@@ -44,8 +44,10 @@ per batch size and workload, with k = 0; a ``url`` engine contributes its own me
 A **tree cell** is engine × method × tree × batch size × workload: its k is the tree's node
 count (drafts per step, what the server's per-position metrics show) and its rows also carry
 ``tree``, ``tree_nodes`` and ``tree_depth``. With ``trees`` and no ``k``, only tree cells run.
-A tree for a method that cannot draft it on a launched engine is refused when the file is read
-(:func:`~specscope.backends.openai.launchers.check_tree`).
+The methods that draft trees on a launched engine run each tree; the others (a lookup) their
+chains alone, whose plan says so by listing no tree cells for them. A tree that no listed method
+can draft there is refused when the file is read
+(:func:`~specscope.backends.openai.launchers.check_tree`), as is one an engine cannot draft.
 A cell's id is a hash of everything that determines its result, so results of a changed
 configuration are never mistaken for results of the old one; a model or draft directory counts
 by its fingerprint too (config.json and its weight files' contents), so another
@@ -495,13 +497,16 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
                     f"{path}: engine {engine.name!r}: methods {', '.join(missing)} need "
                     f'drafts.<method> = "draft model"'
                 )
+            drafters = _tree_drafters(config, engine)
+            if config.trees and not drafters:
+                raise SpecscopeError(f"{where(path, field='trees')}: engine {engine.name!r}: launch {engine.launch}: "
+                                     f"no method listed drafts token trees there ({', '.join(config.methods)})")
             for tree in config.trees:
-                for m in config.methods:
-                    if m != NO_SD:
-                        try:
-                            check_tree(engine.launch, m, tree)
-                        except SpecscopeError as error:
-                            raise SpecscopeError(f"{where(path, field='trees')}: engine {engine.name!r}: {error}") from None
+                try:
+                    for m in drafters:
+                        check_tree(engine.launch, m, tree)
+                except SpecscopeError as error:
+                    raise SpecscopeError(f"{where(path, field='trees')}: engine {engine.name!r}: {error}") from None
     return config
 
 
@@ -563,7 +568,7 @@ def plan_cells(config: SweepConfig) -> list[Cell]:
         if engine.url is not None:
             servers = [(engine.method, engine.k, None)]
         else:
-            servers = [server for m in config.methods for server in _servers_of(config, m)]
+            servers = [server for m in config.methods for server in _servers_of(config, engine, m)]
         paired = config.baselines in ("paired", INTERLEAVED) and engine.url is None
         for served, k, tree in servers:
             if paired and served == NO_SD:
@@ -580,7 +585,7 @@ def _all_interleaved(config: SweepConfig, engine: EngineSpec) -> list[Cell]:
     """A launched engine's cells under ``interleaved-all``: per workload and batch size, its
     ``none`` cell, then one cell per SD method and k (or tree); none without an SD method (as with
     pairs, a ``none`` cell comes with the SD cells it is measured beside)."""
-    servers = [server for m in config.methods if m != NO_SD for server in _servers_of(config, m)]
+    servers = [server for m in config.methods if m != NO_SD for server in _servers_of(config, engine, m)]
     if not servers:
         return []
     return [cell for workload in config.workloads for batch_size in config.batch_sizes
@@ -588,12 +593,20 @@ def _all_interleaved(config: SweepConfig, engine: EngineSpec) -> list[Cell]:
             + [Cell(engine, m, k, batch_size, workload, tree) for m, k, tree in servers]]
 
 
-def _servers_of(config: SweepConfig, method_name: str) -> list[tuple[str, int, TreeShape | None]]:
+def _servers_of(config: SweepConfig, engine: EngineSpec, method_name: str) -> list[tuple[str, int, TreeShape | None]]:
     """(method, k, tree) of each server a launched engine runs for ``method_name``: ``none`` once
-    (k = 0); an SD method at each k, then at each tree (k: its node count)."""
+    (k = 0); an SD method at each k, then, if it drafts trees there, at each tree (k: its node
+    count)."""
     if method_name == NO_SD:
         return [(NO_SD, 0, None)]
-    return [(method_name, k, None) for k in config.k] + [(method_name, t.nodes, t) for t in config.trees]
+    trees = config.trees if method_name in _tree_drafters(config, engine) else ()
+    return [(method_name, k, None) for k in config.k] + [(method_name, t.nodes, t) for t in trees]
+
+
+def _tree_drafters(config: SweepConfig, engine: EngineSpec) -> list[str]:
+    """The methods of ``config`` that draft token trees on the launched ``engine`` (a lookup
+    runs its chains alone)."""
+    return [m for m in config.methods if m != NO_SD and method(m).drafts_trees_on(engine.launch)]
 
 
 def describe(config: SweepConfig) -> dict[str, object]:
