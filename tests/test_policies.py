@@ -84,3 +84,39 @@ def test_adaptive_learns_nothing_from_a_step_with_no_match():
                                           rng=np.random.default_rng(0))
     assert list(zip(pos.tolist(), proposed.tolist(), emitted.tolist())) == [
         (1, 0, 1), (2, 0, 1), (3, 5, 6), (9, 7, 6), (15, 6, 5)]  # 5 → 7 (all 6 accepted) → 6
+
+
+def test_confidence_stops_at_the_first_draft_below_its_threshold_that_draft_included():
+    """confidence:0.5 over draft_prob rows [0.9 0.8 0.2 0.9] → 3 (the third, at 0.2, proposed too:
+    its pass ran), [0.1 …] → 1 (a first pass always proposes), all four at or above → 4 (as deep
+    as the probabilities kept), [NaN …] (nothing offered) → 1; confidence:0.5:2 at most 2."""
+    from specscope.sim.policies import confident_drafts
+
+    prob = np.array([[0.9, 0.8, 0.2, 0.9], [0.1, 0.9, 0.9, 0.9], [0.5, 0.6, 0.7, 0.9],
+                     [np.nan] * 4], dtype=np.float32)
+    assert confident_drafts(prob, 0.5).tolist() == [3, 1, 4, 1]
+    assert confident_drafts(prob, 0.5, cap=2).tolist() == [2, 1, 2, 1]
+    policy = parse_policy("confidence:0.50:2")
+    assert (policy.name, policy.max_k) == ("confidence:0.5:2", 2)
+
+
+def test_confidence_reads_the_drafters_probabilities_never_the_acc_len():
+    """The walk: pos 1 proposes 3 (acc_len 3 emits 3); pos 4 proposes 1 (its first draft at 0.1)
+    and emits 2 of acc_len 4. The same probabilities over other acc_len propose the same at a
+    visited position: the policy is given draft_prob alone."""
+    prob = np.full((8, 4), 0.9, dtype=np.float32)
+    prob[0, 2] = 0.2
+    prob[3, 0] = 0.1
+    policy = parse_policy("confidence:0.5")
+    pos, proposed, emitted, _ = walk_request(ACC, policy, k_max=4, draft_prob=prob)
+    assert (pos.tolist(), proposed.tolist(), emitted.tolist()) == ([1, 4, 6, 7], [3, 1, 4, 4], [3, 2, 1, 1])
+    other = np.array([1, 1, 1, 1, 1, 1, 1, 1], dtype=np.int32)
+    pos, proposed, _, _ = walk_request(other, policy, k_max=4, draft_prob=prob)
+    assert proposed.tolist() == [3, 4, 4, 1, 4, 4, 4]  # pos 1 … 7 read rows 0 … 6: the same k from the same rows
+
+
+@pytest.mark.parametrize("text", ["confidence", "confidence:0", "confidence:1.5", "confidence:x", "confidence:0.5:0",
+                                  "confidence:0.5:2:3", "confidence:nan"])
+def test_bad_confidence_policies(text):
+    with pytest.raises(SpecscopeError, match=r"expected confidence:τ or confidence:τ:k"):
+        parse_policy(text)

@@ -715,3 +715,25 @@ def test_the_peak_cache_holds_the_prompts_an_iteration_prefills():
     assert [row.peak_kv_tokens for row in rows] == [40.0, 54.0]
     (paper,) = simulate(records, ["eagle"], ["fixed:1"], cost, SimConfig(mode="paper", batch_sizes=(2,)))
     assert paper.peak_kv_tokens == 2 * 40
+
+
+def test_a_confidence_policy_runs_with_the_model_proposers_and_needs_their_probabilities():
+    """confidence:τ replays each model proposer whose traces keep draft_prob; beside n-gram (a
+    lookup, no probabilities) n-gram gets no such cell, alone it is refused, and a model proposer
+    traced without draft_prob (the paper's traces) is refused naming it. In mixed mode the drafter's
+    passes run to the deepest row (its rows stop at different drafts: an engine's passes serve them all)."""
+    prob = np.full((8, 4), 0.9, dtype=np.float32)
+    prob[0, 1] = 0.1  # pos 1 proposes 2
+    both = TraceRecord("r", np.arange(10), np.arange(8),
+                       {"ngram": ProposerTrace(ACC), "eagle": ProposerTrace(ACC, draft_prob=prob)}, k_max=4, dataset="d")
+    rows = simulate([both], ["ngram", "eagle"], ["confidence:0.5"], COST, SimConfig(batch_sizes=(1,)))
+    assert [(r.acc, r.policy) for r in rows] == [("eagle", "confidence:0.5")]
+    with pytest.raises(SpecscopeError, match=r"proposer 'ngram': policy 'confidence:0\.5' reads the drafter's probability "
+                                             r"of each draft \(draft_prob\), which 1 records lack .*ngram is a lookup"):
+        simulate([both], ["ngram"], ["confidence:0.5"], COST, SimConfig(batch_sizes=(1,)))
+    bare = TraceRecord("p", np.arange(10), np.arange(8), {"eagle": ProposerTrace(ACC)}, k_max=4, dataset="d")
+    with pytest.raises(SpecscopeError, match=r"which 1 records lack \(first id 'p'\): re-trace with `specscope trace`"):
+        simulate([bare], ["eagle"], ["confidence:0.5"], COST, SimConfig(batch_sizes=(1,)))
+    from specscope.sim.grid import drafting_of
+    from specscope.sim.pricing import DeepestPasses
+    assert isinstance(drafting_of(COST, "eagle", parse_policy("confidence:0.5")), DeepestPasses)

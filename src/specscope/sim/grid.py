@@ -29,7 +29,7 @@ from specscope.sim.plan import Plan, baseline_plan, make_plan, switch_k_max, tra
 from specscope.sim.policies import ADAPTIVE_START, Policy, parse_policies
 from specscope.sim.pricing import DeepestPasses, Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
-from specscope.trace.schema import TraceRecord, by_dataset
+from specscope.trace.schema import ProposerTrace, TraceRecord, by_dataset
 
 log = logging.getLogger(__name__)
 
@@ -339,8 +339,16 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
         [t.acc_len for t in traces], prompt_lens, policy, traced_k_max(records, [acc]),
         draft_lens=[t.draft_len for t in traces],  # each record's own; the guess only where one lacks it
         match_prob=guessed_match_prob(records, acc, policy, config, dataset),
-        seed=config.seed,
+        seed=config.seed, draft_probs=kept_alike(traces) if policy.by_confidence is not None else None,
     )
+
+
+def kept_alike(traces: Sequence[ProposerTrace]) -> list[np.ndarray]:
+    """Each trace's ``draft_prob`` [G, m] cut to the fewest drafts any of them kept (a trace
+    resumed across versions may keep more in its later records): a confidence policy stops at
+    one depth over a dataset, as an engine at one setting would."""
+    kept = min(t.draft_prob.shape[1] for t in traces)
+    return [t.draft_prob[:, :kept] for t in traces]
 
 
 def guessed_match_prob(records: Sequence[TraceRecord], acc: str, policy: Policy, config: SimConfig,
@@ -394,6 +402,20 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
             )
     if policy.tree is not None:
         _check_tree(records, acc, policy, dataset)
+    if policy.by_confidence is not None:
+        _check_confidence(records, acc, policy, dataset)
+
+
+def _check_confidence(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
+    """Refuse a confidence policy on a proposer without ``draft_prob`` to read (a lookup has none;
+    the paper's traces keep none)."""
+    missing = [r.id for r in records if r.proposers[acc].draft_prob is None or not r.proposers[acc].draft_prob.shape[1]]
+    if missing:
+        why = f"{acc} is a lookup and has no probabilities" if acc in LOOKUP_PROPOSERS else \
+            "re-trace with `specscope trace`, which keeps a model drafter's"
+        raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} reads the drafter's "
+                             f"probability of each draft (draft_prob), which {len(missing)} records lack (first id "
+                             f"{missing[0]!r}): {why}")
 
 
 def _check_tree(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
@@ -435,8 +457,8 @@ def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Po
     """The (acc, policy) pairs that make sense: each proposer of ``accs`` with each one-proposer
     policy; oracle-combined and a switching policy make one cell each whatever ``accs`` (acc
     ``combined``, and ``a+b`` naming a switching policy's proposers), named or not in ``accs``.
-    A tree goes with each model proposer of ``accs`` (a lookup drafts no tree: n-gram beside
-    EAGLE gets no tree cell). A one-proposer policy with no proposer in ``accs`` to run it, or
+    A tree or a confidence policy goes with each model proposer of ``accs`` (a lookup drafts no
+    tree and has no confidence: n-gram beside EAGLE gets no such cell). A one-proposer policy with no proposer in ``accs`` to run it, or
     ``combined`` with no oracle-combined policy, is refused: no cell would hold it."""
     single = [p for p in policies if p.switch is None and not p.combined]
     if single and accs and all(acc == COMBINED for acc in accs):
@@ -446,7 +468,8 @@ def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Po
         raise SpecscopeError("--acc combined: goes with oracle-combined only, and no policy given is one")
     drafters = [acc for acc in accs if acc != COMBINED and acc not in LOOKUP_PROPOSERS]
     pairs = [(acc, p) for acc in accs if acc != COMBINED for p in single
-             if p.tree is None or acc in drafters or not drafters]  # lookups alone: refused by _check_tree
+             if (p.tree is None and p.by_confidence is None) or acc in drafters
+             or not drafters]  # lookups alone: refused by _check_tree and _check_confidence
     pairs += [(COMBINED, p) for p in policies if p.combined]
     pairs += [("+".join(p.switch), p) for p in policies if p.switch is not None]
     if not pairs:

@@ -72,10 +72,13 @@ def visit(emit: list[int]) -> list[int]:
 
 def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
                  draft_len: np.ndarray | None = None, match_prob: float | None = None,
-                 rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """One request's steps: (pos, proposed, emitted, accepted), each [steps] (:class:`Plan`)."""
-    if policy.by_position is not None:
-        wanted = policy.by_position(acc_len)  # [G]
+                 rng: np.random.Generator | None = None,
+                 draft_prob: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One request's steps: (pos, proposed, emitted, accepted), each [steps] (:class:`Plan`);
+    ``draft_prob`` [G, m]: the drafter's probability of each draft, for a policy that reads it."""
+    if policy.by_position is not None or policy.by_confidence is not None:
+        wanted = policy.by_position(acc_len) if policy.by_position is not None else \
+            policy.by_confidence(draft_prob)[:len(acc_len)]  # [G]
         if draft_len is not None:
             wanted = np.minimum(wanted, draft_len)
         emit = np.minimum(acc_len, wanted + 1)
@@ -117,12 +120,15 @@ def accepted_drafts(acc_at: np.ndarray, proposed: np.ndarray, left: np.ndarray |
 
 def make_plan(acc_lens: Sequence[np.ndarray], prompt_lens: Sequence[int], policy: Policy,
               k_max: int, draft_lens: Sequence[np.ndarray | None] | None = None,
-              match_prob: float | None = None, seed: int = 0) -> Plan:
+              match_prob: float | None = None, seed: int = 0,
+              draft_probs: Sequence[np.ndarray | None] | None = None) -> Plan:
     """Walk every request (``acc_lens[r]`` is request r's [G] acc_len) under ``policy``; for a
-    tree policy ``acc_lens`` are the tree's (from ``tree_rank``) and every step drafts the tree."""
+    tree policy ``acc_lens`` are the tree's (from ``tree_rank``) and every step drafts the tree;
+    ``draft_probs[r]``: request r's drafter probabilities, for a policy that reads them."""
     rng = np.random.default_rng(seed)
     parts = [
-        walk_request(acc, policy, k_max, None if draft_lens is None else draft_lens[r], match_prob, rng)
+        walk_request(acc, policy, k_max, None if draft_lens is None else draft_lens[r], match_prob, rng,
+                     None if draft_probs is None else draft_probs[r])
         for r, acc in enumerate(acc_lens)
     ]
     plan = concat_steps(parts, prompt_lens, [len(acc) for acc in acc_lens])

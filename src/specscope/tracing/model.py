@@ -15,8 +15,8 @@ continuation output[i+1:], ``draft_len[i]`` = how many it offered. Two ways, sam
   (one committed token). Requests of a batch advance together, one position per iteration.
 
 Proposers with a distribution also give ``draft_prob[i, j]``: their probability of the j-th
-token they proposed at i (the first :data:`CONFIDENCE_DRAFTS`; NaN past what was offered),
-the confidence signal of adaptive policies.
+token they proposed at i (every one of the k_max; NaN past what was offered), the confidence
+signal a ``confidence:τ`` policy reads (traces before 2026-12-05 kept the first 4).
 
 With ``tree_depth`` > 0 a second, teacher-forced rollout (``RolloutInput.ranks``) records
 ``tree_rank`` [G, tree_depth] (see :mod:`specscope.trace.schema`), from which any static tree
@@ -47,7 +47,6 @@ from specscope.engine.proposer_api import (
 from specscope.errors import SpecscopeError
 from specscope.trace.schema import TREE_RANK_CAP, ProposerTrace
 
-CONFIDENCE_DRAFTS = 4  # drafts per position whose probability a trace keeps
 ROLLOUT_WINDOW = 128  # output positions rolled out together (bounds the attention mask)
 
 
@@ -68,7 +67,7 @@ def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequ
                    outputs: Sequence[Sequence[int]], k_max: int, window: int = ROLLOUT_WINDOW,
                    tree_depth: int = 0) -> list[ProposerTrace]:
     """All positions of a batch of requests at once (see the module docstring)."""
-    kept = min(CONFIDENCE_DRAFTS, k_max)
+    kept = k_max  # drafts per position whose probability the trace keeps: all
     empty = ProposerTrace(acc_len=np.ones(0, dtype=np.int32), draft_len=np.zeros(0, dtype=np.int32),
                           tree_rank=np.zeros((0, tree_depth), dtype=np.int16) if tree_depth else None)
     if not any(outputs):
@@ -118,7 +117,7 @@ def stepwise_traces(target: Transformer, proposer: Proposer, prompts: Sequence[S
     prefill(target, cache, proposer, slots, [list(p) for p in prompts], BatchSampling(greedy, generators, target.device))
     acc_len = [np.ones(len(o), dtype=np.int32) for o in outputs]
     draft_len = [np.zeros(len(o), dtype=np.int32) for o in outputs]
-    kept = min(CONFIDENCE_DRAFTS, k_max)
+    kept = k_max  # drafts per position whose probability the trace keeps: all
     draft_prob = [np.full((len(o), kept), np.nan, dtype=np.float32) for o in outputs]
     histories = [list(p) for p in prompts]  # grown by one output token per position
     rows: list[int] = []
