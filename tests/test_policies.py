@@ -98,6 +98,7 @@ def test_confidence_stops_at_the_first_draft_below_its_threshold_that_draft_incl
     assert confident_drafts(prob, 0.5, cap=2).tolist() == [2, 1, 2, 1]
     policy = parse_policy("confidence:0.50:2")
     assert (policy.name, policy.max_k) == ("confidence:0.5:2", 2)
+    assert parse_policy("confidence:0.1234567").name != parse_policy("confidence:0.1234568").name  # not rounded
 
 
 def test_confidence_reads_the_drafters_probabilities_never_the_acc_len():
@@ -116,7 +117,7 @@ def test_confidence_reads_the_drafters_probabilities_never_the_acc_len():
 
 
 @pytest.mark.parametrize("text", ["confidence", "confidence:0", "confidence:1.5", "confidence:x", "confidence:0.5:0",
-                                  "confidence:0.5:2:3", "confidence:nan"])
+                                  "confidence:0.5:2:3", "confidence:nan", "confidence:0.5:"])
 def test_bad_confidence_policies(text):
     with pytest.raises(SpecscopeError, match=r"expected confidence:τ or confidence:τ:k"):
         parse_policy(text)

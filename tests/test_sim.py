@@ -737,3 +737,23 @@ def test_a_confidence_policy_runs_with_the_model_proposers_and_needs_their_proba
     from specscope.sim.grid import drafting_of
     from specscope.sim.pricing import DeepestPasses
     assert isinstance(drafting_of(COST, "eagle", parse_policy("confidence:0.5")), DeepestPasses)
+
+
+def test_a_confidence_policy_is_refused_past_the_probabilities_its_records_keep():
+    """Records keeping draft_prob to 4 drafts beside others keeping 6 (a trace resumed across
+    versions): confidence:τ would stop at 4 unsaid, so it is refused, naming the record and the
+    depth to give; confidence:τ:4 runs; confidence:τ:5 is refused (a record keeps 4). A trace
+    keeping more probabilities than its k_max proposes no deeper than k_max."""
+    def rec(rid, kept, k_max=6):
+        prob = np.full((8, kept), 0.9, dtype=np.float32)
+        return TraceRecord(rid, np.arange(10), np.arange(8), {"eagle": ProposerTrace(ACC, draft_prob=prob)},
+                           k_max=k_max, dataset="d")
+    mixed = [rec("old", 4), rec("new", 6)]
+    with pytest.raises(SpecscopeError, match=r"keep draft_prob to 4 drafts \(record 'old'\) and to 6 in others; give "
+                                             r"its depth, confidence:0\.5:4 at most"):
+        simulate(mixed, ["eagle"], ["confidence:0.5"], COST, SimConfig(batch_sizes=(1,)))
+    assert simulate(mixed, ["eagle"], ["confidence:0.5:4"], COST, SimConfig(batch_sizes=(1,)))[0].deepest_k == 4
+    with pytest.raises(SpecscopeError, match=r"may propose k = 5, but record 'old' keeps draft_prob to 4 drafts"):
+        simulate(mixed, ["eagle"], ["confidence:0.5:5"], COST, SimConfig(batch_sizes=(1,)))
+    wide = rec("w", 6, k_max=3)
+    assert simulate([wide], ["eagle"], ["confidence:0.5"], COST, SimConfig(batch_sizes=(1,)))[0].deepest_k == 3

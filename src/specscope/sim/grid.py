@@ -344,9 +344,9 @@ def plan_for(records: Sequence[TraceRecord], acc: str, policy: Policy, config: S
 
 
 def kept_alike(traces: Sequence[ProposerTrace]) -> list[np.ndarray]:
-    """Each trace's ``draft_prob`` [G, m] cut to the fewest drafts any of them kept (a trace
-    resumed across versions may keep more in its later records): a confidence policy stops at
-    one depth over a dataset, as an engine at one setting would."""
+    """Each trace's ``draft_prob`` [G, m] cut to the fewest drafts any of them kept (records that
+    keep different depths are refused unless the policy names a depth within all of them,
+    :func:`_check_confidence`): a confidence policy stops at one depth over a dataset."""
     kept = min(t.draft_prob.shape[1] for t in traces)
     return [t.draft_prob[:, :kept] for t in traces]
 
@@ -408,14 +408,27 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
 
 def _check_confidence(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
     """Refuse a confidence policy on a proposer without ``draft_prob`` to read (a lookup has none;
-    the paper's traces keep none)."""
+    the paper's traces keep none), or whose records keep it to fewer drafts than the policy may
+    propose: asked for k (``confidence:τ:k``), fewer than k; else fewer in some records than in
+    others (a trace resumed across versions that kept 4): it would stop at the shallowest unsaid."""
     missing = [r.id for r in records if r.proposers[acc].draft_prob is None or not r.proposers[acc].draft_prob.shape[1]]
     if missing:
         why = f"{acc} is a lookup and has no probabilities" if acc in LOOKUP_PROPOSERS else \
-            "re-trace with `specscope trace`, which keeps a model drafter's"
+            "re-trace with `specscope trace`, which keeps the probability of every draft of a model drafter"
         raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} reads the drafter's "
                              f"probability of each draft (draft_prob), which {len(missing)} records lack (first id "
                              f"{missing[0]!r}): {why}")
+    kept = {r.id: r.proposers[acc].draft_prob.shape[1] for r in records}
+    shallow = min(kept, key=kept.get)
+    deepest = max(kept.values())
+    if policy.max_k is not None and policy.max_k > kept[shallow]:
+        raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} may propose "
+                             f"k = {policy.max_k}, but record {shallow!r} keeps draft_prob to {kept[shallow]} drafts "
+                             f"(give k <= {kept[shallow]}, or re-trace)")
+    if policy.max_k is None and kept[shallow] < deepest:
+        raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r}: its records keep "
+                             f"draft_prob to {kept[shallow]} drafts (record {shallow!r}) and to {deepest} in others; "
+                             f"give its depth, {policy.name}:{kept[shallow]} at most, or re-trace")
 
 
 def _check_tree(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:

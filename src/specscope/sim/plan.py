@@ -78,7 +78,7 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
     ``draft_prob`` [G, m]: the drafter's probability of each draft, for a policy that reads it."""
     if policy.by_position is not None or policy.by_confidence is not None:
         wanted = policy.by_position(acc_len) if policy.by_position is not None else \
-            policy.by_confidence(draft_prob)[:len(acc_len)]  # [G]
+            np.minimum(policy.by_confidence(draft_prob)[:len(acc_len)], k_max)  # [G]: no deeper than traced
         if draft_len is not None:
             wanted = np.minimum(wanted, draft_len)
         emit = np.minimum(acc_len, wanted + 1)
