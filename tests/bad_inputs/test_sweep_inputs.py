@@ -104,6 +104,13 @@ CASES = [
     Case("tree-for-lookups-alone", DRY,
          r"s\.toml: field 'trees': engine 'v': launch vllm: no method listed drafts token trees there \(none, ngram\)$",
          config('methods = ["none", "ngram"]\ntrees = ["2x2x1"]\n', EAGLE3)),
+    Case("trees-alone-beside-a-lookup", DRY,
+         r"s\.toml: field 'k': engine 'v': launch vllm: ngram draft no token trees there and k is empty, so they "
+         r"would measure nothing \(give k, or leave them out of methods\)$",
+         config('methods = ["none", "ngram", "eagle3"]\ntrees = ["2x2x1"]\n', EAGLE3)),
+    Case("trees-for-url-engines-alone", DRY,
+         r"s\.toml: field 'trees': no launched engine to draft them \(a url engine serves its own method and k\)$",
+         config('methods = ["none"]\ntrees = ["2x2x1"]\n', engine=URL_ENGINE + "k = 2\n")),
     Case("tree-vllm-cannot-draft", DRY, r"field 'trees': engine 'v': launch vllm: tree paths:0;1;0\.0: vLLM drafts only full",
          config('methods = ["eagle3"]\ntrees = ["[(0,), (1,), (0, 0)]"]\n', EAGLE3)),
     Case("tree-sglang-cannot-draft", DRY, r"field 'trees': engine 's': launch sglang: tree 2x2x1: SGLang expands at most 2",

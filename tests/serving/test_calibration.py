@@ -587,6 +587,29 @@ def test_tree_cells_are_fitted_as_their_drafter_reads_them():
         assert getattr(inside.drafting_for("draft"), name) == pytest.approx(value, rel=0.05), name
 
 
+def test_a_tree_the_fit_never_saw_is_named_and_its_jackknife_left_empty():
+    """A model fitted to chains prices a tree from its chains' lines, a tree step's own cost taken
+    as 0: simulate and report say so by name. The jackknife of c_tree over held-out fits of which
+    one saw no tree (its one tree cell left out) is left empty, not a KeyError; --validate refuses a
+    method's one tree cell up front (leaving it out leaves no tree step to fit)."""
+    from specscope.backends.openai.calibration import coefficient_spread, validate
+
+    chains = [simulated_cell("none", 0, b) for b in (1, 2)] + [simulated_cell("draft", k, b, draft=TREE_DRAFT)
+                                                               for k in (1, 2) for b in (1, 2)]
+    tree = [simulated_cell("draft", 0, b, draft=TREE_DRAFT, tree="3x2x1x1") for b in (1, 2)]
+    alone = fit_cells(chains)
+    assert alone.trees_from_chains(["draft", "draft"]) == (
+        "cost model 'calibrated' fitted no tree cell of draft: their trees are priced from their chains alone, "
+        "a tree step's own cost (c_tree) taken as 0")
+    both = fit_cells(chains + tree)
+    assert both.trees_from_chains(["draft"]) is None
+    rows = {row["term"]: row for row in coefficient_spread(both, [alone, both])}
+    assert rows["draft.c_tree"]["jackknife_se"] is None and rows["draft.c_tok"]["jackknife_se"] is not None
+    with pytest.raises(SpecscopeError, match=r"--validate: .* is the one tree cell of 'draft'; leaving it out leaves "
+                                             r"no tree step to fit"):
+        validate(chains + tree[:1], [])
+
+
 def test_the_widest_row_an_engine_that_pads_verifies():
     """n rows that each propose on a share p of their steps, d drafts when they do: the widest
     row verifies 1 + d·(1 − (1 − p)^n) tokens in expectation; rows that always propose, w."""

@@ -101,8 +101,10 @@ def run(args: argparse.Namespace) -> int:
     chains = [row.deepest_k for row in rows if not row.policy.startswith("tree:")]  # a tree's nodes are no chain's k
     simulated = simulated_batch_sizes(rows)
     past = cost.beyond_measured(chains, simulated, args.acc) if isinstance(cost, LinearCostModel) else None
+    trees = cost.trees_from_chains([row.acc for row in rows if row.policy.startswith("tree:")]) \
+        if isinstance(cost, LinearCostModel) else None
     notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies),
-             *adaptive_notes(records, args.acc, args.policies), *([past] if past else []),
+             *adaptive_notes(records, args.acc, args.policies), *([past] if past else []), *([trees] if trees else []),
              *learned_notes(args.policies, cost, simulated), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]
     if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in args.acc:

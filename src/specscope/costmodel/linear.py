@@ -199,6 +199,18 @@ class LinearCostModel:
                 + "; ".join(said)) if said else None
 
 
+    def trees_from_chains(self, methods: Sequence[str]) -> str | None:
+        """A note naming the methods among ``methods`` (simulated drafting a tree) of which a
+        sweep's model (``fitted_cells``) fitted chains but no tree: their trees are priced from
+        the chains' lines, a tree step's own cost (``c_tree``) unmeasured and taken as 0 (the
+        README's what-if missed 3x2x1x1 by −17 … +19 % so, docs/calibration.md)."""
+        fitted = {c.method for c in self.fitted_cells}
+        alone = [m for m in dict.fromkeys(methods)
+                 if m in fitted and not any(c.tree and c.method == m for c in self.fitted_cells)]
+        return (f"cost model {self.name!r} fitted no tree cell of {', '.join(alone)}: their trees are priced from "
+                "their chains alone, a tree step's own cost (c_tree) taken as 0") if alone else None
+
+
 def _span(values: Sequence[int]) -> str:
     """``1-8``, or ``4`` where every value is one."""
     return f"{min(values)}-{max(values)}" if min(values) < max(values) else f"{min(values)}"

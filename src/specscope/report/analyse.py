@@ -241,6 +241,9 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         data.tree_rows, data.trees, tree_notes = compare_trees(sim_records, depths, trees,
                                                                {key: max(c.ks) for key, c in held.items()}, cost, config.sim)
         data.notes.extend(tree_notes)
+        unfitted = cost.trees_from_chains([r.acc for r in data.tree_rows if r.policy.startswith("tree:")]) \
+            if isinstance(cost, LinearCostModel) else None
+        data.notes.extend([unfitted] if unfitted else [])
         without = [d for d in dict.fromkeys(r.dataset or "trace" for r in sim_records) if d not in {d for d, _ in depths}]
         if without:
             data.notes.append(f"tree vs chain: not for {', '.join(without)}, whose traces carry no tree_rank "

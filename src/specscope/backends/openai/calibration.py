@@ -435,14 +435,19 @@ def validate(cells: Sequence[CellRun], records: Sequence[TraceRecord],
              traced_by: dict[str, tuple[str, dict[str, str]]] | None = None
              ) -> tuple[list[dict[str, object]], list[LinearCostModel]]:
     """Leave-one-out over the SD cells that have a ``none`` cell (:func:`held_out`): one row each
-    (:data:`COLUMNS`), and the fit that left each out; the traces are checked first
+    (:data:`COLUMNS`), and the fit that left each out; a method with one cell, or one tree cell,
+    is refused first (leaving it out leaves nothing of it to fit), then the traces are checked
     (:func:`check_traces`, ``traced_by`` its checkpoints by dataset)."""
     pairs = held_out(cells)
-    traces = check_traces(pairs, records, traced_by)
     for held, _ in pairs:
         if sum(c.method == held.method for c in cells) < 2:
             raise SpecscopeError(f"--validate: {held.method!r} has one cell only; leaving it out leaves no "
                                  "drafting to fit (measure at least two of each method)")
+        if held.tree is not None and sum(c.method == held.method and c.tree is not None for c in cells) < 2:
+            raise SpecscopeError(f"--validate: {held.label} is the one tree cell of {held.method!r}; leaving it "
+                                 "out leaves no tree step to fit, whose own cost (c_tree) would be taken as 0 (measure "
+                                 "its trees at two batch sizes at least)")
+    traces = check_traces(pairs, records, traced_by)
     rows, fits = [], []
     for held, base in pairs:
         others = [c for c in cells if c is not held]
@@ -492,14 +497,16 @@ def coefficient_spread(model: LinearCostModel, fits: Sequence[LinearCostModel]) 
     pins the term down. Terms that trade places with another (a cost per cached token and one
     per request, over prompts of one length) show a large one; a term the sweep cannot tell
     apart at all (``separated`` false) has its value from an arbitrary split, and no standard
-    error (left empty: a spread of 0 there would read as a term pinned exactly)."""
+    error (left empty: a spread of 0 there would read as a term pinned exactly), nor has a term
+    some of the fits never priced."""
     without_one = [terms(fit) for fit in fits]
     rows = []
     for name, fitted in terms(model).items():
         separated = name not in model.not_separated
-        spread = np.array([named[name] for named in without_one])
-        se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2))) if separated \
-            else None
+        held = [named[name] for named in without_one if name in named]  # a tree's term: in the fits that saw one
+        spread = np.array(held)
+        se = float(np.sqrt((len(spread) - 1) / len(spread) * np.sum((spread - spread.mean()) ** 2))) \
+            if separated and len(held) == len(without_one) else None
         rows.append({"term": name, "fitted": fitted, "jackknife_se": se,
                      "relative_se_pct": round(100 * se / abs(fitted), 1) if fitted and se is not None else None,
                      "separated": separated})

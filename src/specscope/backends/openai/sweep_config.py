@@ -486,6 +486,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             f"{where(path, field='prompt_lookup_min')}: expected <= prompt_lookup_max "
             f"({config.prompt_lookup_max}), got {config.prompt_lookup_min}"
         )
+    _check_trees_launched(path, config)
     for engine in config.engines:
         if engine.launch is not None:
             unknown = [m for m in config.methods if m not in names(engine.launch)]
@@ -501,6 +502,11 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             if config.trees and not drafters:
                 raise SpecscopeError(f"{where(path, field='trees')}: engine {engine.name!r}: launch {engine.launch}: "
                                      f"no method listed drafts token trees there ({', '.join(config.methods)})")
+            idle = [m for m in config.methods if m != NO_SD and m not in drafters]
+            if config.trees and not config.k and idle:
+                raise SpecscopeError(f"{where(path, field='k')}: engine {engine.name!r}: launch {engine.launch}: "
+                                     f"{', '.join(idle)} draft no token trees there and k is empty, so they would "
+                                     "measure nothing (give k, or leave them out of methods)")
             for tree in config.trees:
                 try:
                     for m in drafters:
@@ -601,6 +607,13 @@ def _servers_of(config: SweepConfig, engine: EngineSpec, method_name: str) -> li
         return [(NO_SD, 0, None)]
     trees = config.trees if method_name in _tree_drafters(config, engine) else ()
     return [(method_name, k, None) for k in config.k] + [(method_name, t.nodes, t) for t in trees]
+
+
+def _check_trees_launched(path: Path, config: SweepConfig) -> None:
+    """Refuse ``trees`` where no engine is launched: a url engine serves its own method and k."""
+    if config.trees and all(engine.url is not None for engine in config.engines):
+        raise SpecscopeError(f"{where(path, field='trees')}: no launched engine to draft them (a url engine serves "
+                             "its own method and k)")
 
 
 def _tree_drafters(config: SweepConfig, engine: EngineSpec) -> list[str]:
