@@ -69,9 +69,9 @@ def test_traces_have_acceptance_and_align(traced):
             assert len(trace.acc_len) == record.output_len
             assert np.all(trace.acc_len <= trace.draft_len + 1)
     assert max(int(r.proposers["draft"].acc_len.max()) for r in records) > 1  # the draft is often right
-    for record in records:  # the draft model's confidence in each of its k_max drafts; n-gram has none
+    for record in records:  # the draft model's confidence in its first 4 drafts (--draft-probs); n-gram has none
         prob = record.proposers["draft"].draft_prob
-        assert prob.shape == (record.output_len, 6) and np.all((prob > 0) & (prob <= 1))
+        assert prob.shape == (record.output_len, 4) and np.all((prob > 0) & (prob <= 1))
         assert record.proposers["ngram"].draft_prob is None
 
 
@@ -278,3 +278,28 @@ def test_an_interrupt_before_the_first_record_leaves_no_folder_it_made(traced, t
             trace_workload(target, ProposerSpec.parse_list("ngram"), read_workload(workload), output,
                            max_tokens=8, map_batches=interrupted)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"] and not any((tmp_path / "kept").iterdir())
+
+
+def test_draft_probs_keeps_as_many_probabilities_as_asked_and_a_resume_must_match(traced, target_and_draft,
+                                                                                  tmp_path, capsys):
+    """--draft-probs 6 keeps every draft's probability at k_max 6 (the first 4 by default), its
+    settings say so, and its records are the default trace's but for the extra columns; resuming
+    it at the default is refused naming the setting (its records would keep 4 beside 6)."""
+    out, workload = traced
+    target, draft = target_and_draft
+    deep = tmp_path / "deep.jsonl"
+    command = ["trace", "--model", str(target), "--proposers", f"ngram,draft={draft}", "--workload", str(workload),
+               "--k-max", "6", "--max-tokens", "40", "--batch-size", "2", "-o", str(deep)]
+    assert main([*command, "--draft-probs", "6"]) == 0
+    assert json.loads(settings_path(deep).read_text())["draft_probs"] == 6
+    assert "draft_probs" not in json.loads(settings_path(out).read_text())  # the default: as traces were before
+    shallow, _ = load_traces([out])
+    wide, _ = load_traces([deep])
+    for a, b in zip(shallow, wide):
+        prob = b.proposers["draft"].draft_prob
+        assert prob.shape == (b.output_len, 6) and np.allclose(prob[:, :4], a.proposers["draft"].draft_prob)
+        assert np.array_equal(a.proposers["draft"].acc_len, b.proposers["draft"].acc_len)
+    lines = deep.read_text().splitlines()
+    deep.write_text(lines[0] + "\n")
+    assert main(command) == 2
+    assert "draft_probs" in capsys.readouterr().err

@@ -10,6 +10,7 @@ from specscope import validate
 from specscope.cli._common import check_output_file
 from specscope.distributed.cluster import ray_address
 from specscope.errors import SpecscopeError
+from specscope.trace.schema import DRAFT_PROBS
 from specscope.trees import parse_tree_list
 
 
@@ -56,6 +57,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--trees", type=validate.arg(parse_tree_list), default=(),
                         help="comma list of static trees (2x2x1,4x2x2x1): record each model proposer's "
                              "tree_rank deep enough to replay them (n-gram proposes no tree)")
+    parser.add_argument("--draft-probs", type=validate.arg(validate.integer, low=0, high=validate.K_MAX_LIMIT),
+                        default=DRAFT_PROBS,
+                        help="drafts per position whose probability a model proposer's records keep, at most "
+                             "k_max (a confidence:τ policy stops no deeper; they are most of a trace's bytes)")
     parser.add_argument("--threads", type=positive, default=None, help="torch CPU threads")
     parser.add_argument("-o", "--output", required=True, type=trace_output,
                         help="trace file (JSON Lines); its settings are kept in OUTPUT.settings.json")
@@ -103,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
                              max_tokens=args.max_tokens, batch_size=args.batch_size,
                              dataset=args.dataset or Path(args.workload).stem, dtype=args.dtype,
                              device=args.device, overwrite=args.overwrite, trees=args.trees, **n_range,
+                             draft_probs=args.draft_probs,
                              map_batches=ray_batch_mapper(args.ray, args.ray_workers) if args.ray else trace_here)
     print(f"traced {written} requests into {args.output}"
           + (f" ({len(requests) - written} were already there)" if written < len(requests) else ""))

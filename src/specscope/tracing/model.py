@@ -15,8 +15,11 @@ continuation output[i+1:], ``draft_len[i]`` = how many it offered. Two ways, sam
   (one committed token). Requests of a batch advance together, one position per iteration.
 
 Proposers with a distribution also give ``draft_prob[i, j]``: their probability of the j-th
-token they proposed at i (every one of the k_max; NaN past what was offered), the confidence
-signal a ``confidence:τ`` policy reads (traces before 2026-12-05 kept the first 4).
+token they proposed at i (the first ``draft_probs``, :data:`~specscope.trace.schema.DRAFT_PROBS` unless asked for more,
+at most k_max; NaN past what was offered), the confidence signal a ``confidence:τ`` policy reads,
+which stops at the deepest draft whose probability was kept. They are most of a trace's bytes
+(EAGLE and MTP over the bundled math workload at k_max 10: 1340 KB with all ten, 166 KB with none),
+so a trace keeps 4 unless asked.
 
 With ``tree_depth`` > 0 a second, teacher-forced rollout (``RolloutInput.ranks``) records
 ``tree_rank`` [G, tree_depth] (see :mod:`specscope.trace.schema`), from which any static tree
@@ -45,29 +48,32 @@ from specscope.engine.proposer_api import (
     agreeing_prefix,
 )
 from specscope.errors import SpecscopeError
-from specscope.trace.schema import TREE_RANK_CAP, ProposerTrace
+from specscope.trace.schema import DRAFT_PROBS, TREE_RANK_CAP, ProposerTrace
 
 ROLLOUT_WINDOW = 128  # output positions rolled out together (bounds the attention mask)
 
 
 def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequence[int]],
-                 outputs: Sequence[Sequence[int]], k_max: int, tree_depth: int = 0) -> list[ProposerTrace]:
+                 outputs: Sequence[Sequence[int]], k_max: int, tree_depth: int = 0,
+                 draft_probs: int = DRAFT_PROBS) -> list[ProposerTrace]:
     """Trace ``proposer`` on a batch of requests (at most the proposer's max batch size);
-    ``tree_depth`` > 0 also records ``tree_rank`` to that depth."""
+    ``tree_depth`` > 0 also records ``tree_rank`` to that depth; ``draft_probs``: the drafts per
+    position whose probability is kept (at most k_max)."""
     if isinstance(proposer, PositionRollout):
-        return rollout_traces(target, proposer, prompts, outputs, k_max, tree_depth=tree_depth)
+        return rollout_traces(target, proposer, prompts, outputs, k_max, tree_depth=tree_depth,
+                              draft_probs=draft_probs)
     if tree_depth:
         raise SpecscopeError(f"--trees: proposer {getattr(proposer, 'name', type(proposer).__name__)!r} has no "
                              "teacher-forced rollout, so its tree ranks cannot be recorded")
-    return stepwise_traces(target, proposer, prompts, outputs, k_max)
+    return stepwise_traces(target, proposer, prompts, outputs, k_max, draft_probs)
 
 
 @torch.no_grad()
 def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequence[Sequence[int]],
                    outputs: Sequence[Sequence[int]], k_max: int, window: int = ROLLOUT_WINDOW,
-                   tree_depth: int = 0) -> list[ProposerTrace]:
+                   tree_depth: int = 0, draft_probs: int = DRAFT_PROBS) -> list[ProposerTrace]:
     """All positions of a batch of requests at once (see the module docstring)."""
-    kept = k_max  # drafts per position whose probability the trace keeps: all
+    kept = min(draft_probs, k_max)  # drafts per position whose probability the trace keeps
     empty = ProposerTrace(acc_len=np.ones(0, dtype=np.int32), draft_len=np.zeros(0, dtype=np.int32),
                           tree_rank=np.zeros((0, tree_depth), dtype=np.int16) if tree_depth else None)
     if not any(outputs):
@@ -106,7 +112,7 @@ def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequ
 
 @torch.no_grad()
 def stepwise_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequence[int]],
-                    outputs: Sequence[Sequence[int]], k_max: int) -> list[ProposerTrace]:
+                    outputs: Sequence[Sequence[int]], k_max: int, draft_probs: int = DRAFT_PROBS) -> list[ProposerTrace]:
     """One position per iteration through the engine's protocol (see the module docstring)."""
     batch = len(prompts)
     capacity = Engine.cache_capacity(max(len(p) + len(o) for p, o in zip(prompts, outputs)), k_max)
@@ -117,7 +123,7 @@ def stepwise_traces(target: Transformer, proposer: Proposer, prompts: Sequence[S
     prefill(target, cache, proposer, slots, [list(p) for p in prompts], BatchSampling(greedy, generators, target.device))
     acc_len = [np.ones(len(o), dtype=np.int32) for o in outputs]
     draft_len = [np.zeros(len(o), dtype=np.int32) for o in outputs]
-    kept = k_max  # drafts per position whose probability the trace keeps: all
+    kept = min(draft_probs, k_max)  # drafts per position whose probability the trace keeps
     draft_prob = [np.full((len(o), kept), np.nan, dtype=np.float32) for o in outputs]
     histories = [list(p) for p in prompts]  # grown by one output token per position
     rows: list[int] = []

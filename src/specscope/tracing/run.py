@@ -24,7 +24,7 @@ from specscope.progress import LazyProgress
 from specscope.engine.config import check_max_tokens, model_fingerprint
 from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.trace.load import parse_record
-from specscope.trace.schema import TraceRecord
+from specscope.trace.schema import DRAFT_PROBS, TraceRecord
 from specscope.tracing.settings import check_resume, requests_fingerprint, settings_path
 from specscope.trees import TreeShape
 
@@ -101,10 +101,13 @@ def batches(items: Sequence, size: int) -> Iterator[Sequence]:
 
 def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Sequence, k_max: int,
                    max_tokens: int, dataset: str | None, min_n: int, max_n: int, dtype: str,
-                   trees: Sequence[TreeShape] = (), batch_size: int = 8) -> dict:
+                   trees: Sequence[TreeShape] = (), batch_size: int = 8, draft_probs: int = DRAFT_PROBS) -> dict:
     """What decides the records' content (see :mod:`specscope.tracing.settings`); ``trees`` only
-    when some were requested (so traces taken without them resume as before)."""
-    return ({"trees": [tree.name for tree in trees]} if trees else {}) | {
+    when some were requested and ``draft_probs`` only when it keeps other than the first
+    :data:`~specscope.trace.schema.DRAFT_PROBS` (so traces taken without them resume as before)."""
+    kept = min(draft_probs, k_max)
+    return ({"trees": [tree.name for tree in trees]} if trees else {}) | (
+        {"draft_probs": kept} if kept != min(DRAFT_PROBS, k_max) else {}) | {
         "model": str(model_dir.resolve()),
         "model_files": model_fingerprint(model_dir),
         "proposers": [spec.name if spec.path is None else
@@ -147,6 +150,7 @@ class TraceJob:
     device: str
     depth: int  # tree_rank depth (0: none)
     max_seq_len: int  # longest prompt still to trace + max_tokens
+    draft_probs: int = DRAFT_PROBS  # drafts per position whose probability is kept
 
 
 class Tracer:
@@ -194,7 +198,8 @@ class Tracer:
             if spec.lookup:
                 traces[spec.name] = [ngram_trace(p, o, k_max, min_n, max_n) for p, o in zip(prompts, outs)]
             else:
-                traces[spec.name] = model_traces(target, proposers[spec.name], prompts, outs, k_max, depth)
+                traces[spec.name] = model_traces(target, proposers[spec.name], prompts, outs, k_max, depth,
+                                                 job.draft_probs)
         return [
             TraceRecord(r.id, np.asarray(p), np.asarray(o), {name: traces[name][i] for name in traces},
                         k_max=k_max, dataset=job.dataset)
@@ -236,16 +241,17 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
                    k_max: int = 20, max_tokens: int = 256, batch_size: int = 8, dataset: str | None = None,
                    min_n: int = NGRAM_MIN_N, max_n: int = NGRAM_MAX_N, dtype: str = "float32", device: str = "cpu",
                    overwrite: bool = False, trees: Sequence[TreeShape] = (),
-                   map_batches: BatchMapper = trace_here) -> int:
+                   map_batches: BatchMapper = trace_here, draft_probs: int = DRAFT_PROBS) -> int:
     """Trace ``requests`` (objects with ``id`` and ``prompt_token_ids``); returns records written.
     ``overwrite`` starts over instead of resuming (needed when the settings changed); ``trees``
-    adds ``tree_rank`` to every model proposer, deep enough to replay each of them. Batches are
+    adds ``tree_rank`` to every model proposer, deep enough to replay each of them;
+    ``draft_probs`` keeps the probability of that many drafts per position (at most k_max). Batches are
     formed here, in the workload's order, and ``map_batches`` traces them (this process is the
     only writer of ``output``), so a sharded run writes the same bytes as a local one."""
     depth = tree_depth(specs, trees)
     check_max_tokens(model_dir, requests, max_tokens)  # before anything is written
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees,
-                              batch_size)
+                              batch_size, draft_probs)
     check_resume(output, settings, overwrite, dry_run=True)  # a refusal leaves nothing behind, not even the lock
     folders = [folder for folder in (output.parent, *output.parent.parents) if not folder.exists()]  # made here
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -272,7 +278,7 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
         # absolute paths: a worker elsewhere (Ray) finds the checkpoints whatever its working folder
         absolute = tuple(replace(spec, path=None if spec.path is None else spec.path.resolve()) for spec in specs)
         job = TraceJob(model_dir.resolve(), absolute, k_max, max_tokens, batch_size, dataset, min_n, max_n, dtype,
-                       device, depth, max_seq_len)
+                       device, depth, max_seq_len, draft_probs)
         written = 0
         with LazyProgress("tracing requests", len(todo)) as bar:
             for records in map_batches(job, pending):
