@@ -414,7 +414,7 @@ def _check_confidence(records: Sequence[TraceRecord], acc: str, policy: Policy, 
     missing = [r.id for r in records if r.proposers[acc].draft_prob is None or not r.proposers[acc].draft_prob.shape[1]]
     if missing:
         why = f"{acc} is a lookup and has no probabilities" if acc in LOOKUP_PROPOSERS else \
-            "re-trace with `specscope trace`, which keeps the probability of every draft of a model drafter"
+            "re-trace with `specscope trace`, whose model proposers keep it (`--draft-probs N`: of N drafts)"
         raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} reads the drafter's "
                              f"probability of each draft (draft_prob), which {len(missing)} records lack (first id "
                              f"{missing[0]!r}): {why}")
