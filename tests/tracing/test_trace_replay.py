@@ -301,5 +301,9 @@ def test_draft_probs_keeps_as_many_probabilities_as_asked_and_a_resume_must_matc
         assert np.array_equal(a.proposers["draft"].acc_len, b.proposers["draft"].acc_len)
     lines = deep.read_text().splitlines()
     deep.write_text(lines[0] + "\n")
+    capsys.readouterr()
     assert main(command) == 2
-    assert "draft_probs" in capsys.readouterr().err
+    assert "traced with other settings: draft_probs was 6, now the default (4, at most k_max)" in capsys.readouterr().err
+    assert main([*command, "--draft-probs", "7"]) == 2  # past k_max: refused before any model is read
+    assert "--draft-probs 7: at most --k-max (6)" in capsys.readouterr().err
+    assert deep.read_text() == lines[0] + "\n"  # nothing the refusals touched

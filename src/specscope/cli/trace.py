@@ -58,9 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="comma list of static trees (2x2x1,4x2x2x1): record each model proposer's "
                              "tree_rank deep enough to replay them (n-gram proposes no tree)")
     parser.add_argument("--draft-probs", type=validate.arg(validate.integer, low=0, high=validate.K_MAX_LIMIT),
-                        default=DRAFT_PROBS,
-                        help="drafts per position whose probability a model proposer's records keep, at most "
-                             "k_max (a confidence:τ policy stops no deeper; they are most of a trace's bytes)")
+                        default=None,
+                        help=f"drafts per position whose probability a model proposer's records keep, at most "
+                             f"k_max (default: {DRAFT_PROBS}, or k_max if fewer; a confidence:τ policy stops no "
+                             "deeper; they are most of a trace's bytes)")
     parser.add_argument("--threads", type=positive, default=None, help="torch CPU threads")
     parser.add_argument("-o", "--output", required=True, type=trace_output,
                         help="trace file (JSON Lines); its settings are kept in OUTPUT.settings.json")
@@ -91,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
     if min_n > max_n:  # an empty range: every n-gram acc_len would be 1
         default = "" if args.min_n and args.max_n else f" ({'--max-n' if args.min_n else '--min-n'}'s default)"
         raise SpecscopeError(f"--min-n {min_n} is above --max-n {max_n}{default}: no n-gram would match")
+    if args.draft_probs is not None and args.draft_probs > args.k_max:
+        raise SpecscopeError(f"--draft-probs {args.draft_probs}: at most --k-max ({args.k_max}), the drafts a position has")
     if args.ray_workers and not args.ray:
         raise SpecscopeError("--ray-workers: needs --ray ADDRESS")
     specs = ProposerSpec.parse_list(args.proposers)
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                              max_tokens=args.max_tokens, batch_size=args.batch_size,
                              dataset=args.dataset or Path(args.workload).stem, dtype=args.dtype,
                              device=args.device, overwrite=args.overwrite, trees=args.trees, **n_range,
-                             draft_probs=args.draft_probs,
+                             draft_probs=DRAFT_PROBS if args.draft_probs is None else args.draft_probs,
                              map_batches=ray_batch_mapper(args.ray, args.ray_workers) if args.ray else trace_here)
     print(f"traced {written} requests into {args.output}"
           + (f" ({len(requests) - written} were already there)" if written < len(requests) else ""))

@@ -178,7 +178,8 @@ def _confidence(argument: str) -> Policy:
             raise ValueError
         cap = validate.integer(depth, low=1, high=validate.K_MAX_LIMIT) if colon else None
     except (ValueError, validate.Invalid):
-        raise SpecscopeError(f"policy 'confidence:{argument}': expected confidence:τ or confidence:τ:k, τ a "
+        raise SpecscopeError(f"policy {'confidence:' + argument if argument else 'confidence'!r}: expected "
+                             "confidence:τ or confidence:τ:k, τ a "
                              f"probability in (0, 1] and k an integer in 1..{validate.K_MAX_LIMIT}") from None
     name = f"confidence:{threshold!r}" + (f":{cap}" if cap else "")  # the threshold as it is used, not rounded
     return Policy(name, by_confidence=lambda prob: confident_drafts(prob, threshold, cap), max_k=cap)

@@ -106,8 +106,9 @@ def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Seq
     when some were requested and ``draft_probs`` only when it keeps other than the first
     :data:`~specscope.trace.schema.DRAFT_PROBS` (so traces taken without them resume as before)."""
     kept = min(draft_probs, k_max)
+    models = any(not spec.lookup for spec in specs)  # a lookup keeps no probabilities
     return ({"trees": [tree.name for tree in trees]} if trees else {}) | (
-        {"draft_probs": kept} if kept != min(DRAFT_PROBS, k_max) else {}) | {
+        {"draft_probs": kept} if models and kept != min(DRAFT_PROBS, k_max) else {}) | {
         "model": str(model_dir.resolve()),
         "model_files": model_fingerprint(model_dir),
         "proposers": [spec.name if spec.path is None else

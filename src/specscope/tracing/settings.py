@@ -10,6 +10,8 @@
   with its batch's shapes); a trace from before it was kept resumes, and records it;
 - ``trees`` (only when ``--trees`` was given) — the requested tree shapes; ``tree_rank`` is
   recorded to the deepest of them, and ``traces inspect`` replays each;
+- ``draft_probs`` (only when a model proposer keeps other than the first
+  :data:`~specscope.trace.schema.DRAFT_PROBS`) — the drafts per position whose probability it keeps;
 - ``made_by`` — the code versions (:func:`specscope.version.code_version`) that wrote its records,
   in order: a resume by another adds itself (not refused: a commit seldom changes what is traced,
   but the file says which code traced which part, and the resume says so).
@@ -39,10 +41,12 @@ from typing import Sequence
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, read_json_object
 from specscope.trace.load import holds_traces
+from specscope.trace.schema import DRAFT_PROBS
 from specscope.version import code_version
 
 MADE_BY = "made_by"  # the code versions that wrote a trace's records (not a setting a resume must match)
 KEPT_SINCE = ("batch_size",)  # settings an older trace did not keep: its resume takes this run's, and records them
+UNSET = {"trees": "none", "draft_probs": f"the default ({DRAFT_PROBS}, at most k_max)"}  # a setting kept only when given
 
 
 def settings_path(output: Path) -> Path:
@@ -80,8 +84,9 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
         for key in sorted((set(old) | set(settings)) - {MADE_BY} - set(unkept)):
             if old.get(key) != settings.get(key):
                 was, now, where = _differing(old.get(key), settings.get(key))
-                raise SpecscopeError(f"{output}: traced with other settings: {key}{where} was {_show(was)}, now "
-                                     f"{_show(now)}; start over (`trace --overwrite`, or delete the file) or "
+                shown = [UNSET[key] if value is None and key in UNSET else _show(value) for value in (was, now)]
+                raise SpecscopeError(f"{output}: traced with other settings: {key}{where} was {shown[0]}, now "
+                                     f"{shown[1]}; start over (`trace --overwrite`, or delete the file) or "
                                      "trace into another file")
         versions, now = old.get(MADE_BY) if isinstance(old.get(MADE_BY), list) else [], code_version()  # []: none kept
         if (now not in versions or unkept) and not dry_run:
