@@ -46,8 +46,8 @@ def test_predicted_winner_against_the_measured_one():
     assert (four.measured_best, four.predicted_among_measured, four.agree) == ("none", "none", True)
     assert (four.pick_measured_speedup, four.lost_pct) == (1.0, 0.0)
     assert whatif_summary([one, four]) == ("The predicted winner among the measured configurations is the "
-                                           "measured one 1/1 at batch sizes not in the fit (B=4); 0/1 at batch "
-                                           "sizes in the fit (B=1); where not, the predicted pick measured "
+                                           "measured one in 1 of 1 batch sizes not in the fit (B=4); in 0 of 1 "
+                                           "batch sizes in the fit (B=1); where not, the predicted pick measured "
                                            "9.4 % below the measured winner (ngram fixed:2 1.45× against "
                                            "eagle fixed:2 1.60× at B=1, code).")
     whatif_figure(ROWS, measured, FITTED)  # draws without error
@@ -57,7 +57,7 @@ def test_predicted_winner_against_the_measured_one():
     assert (one.measured_best, one.measured_speedup, one.measured_in_fit, one.agree) == ("ngram fixed:12", 3.0, False, None)
     assert (one.pick_measured_speedup, one.lost_pct) == (None, None)  # not checked: nothing to lose against
     assert whatif_summary([one, four]) == ("The predicted winner among the measured configurations is the "
-                                           "measured one 1/1 at batch sizes not in the fit (B=4).")
+                                           "measured one in 1 of 1 batch sizes not in the fit (B=4).")
 
 
 def test_not_calibrated_or_not_measured():

@@ -84,6 +84,7 @@ class ReportData:
     tree_rows: list[SimRow] = field(default_factory=list)  # trees and chains fixed:1..depth
     trees: list[TreeRow] = field(default_factory=list)  # one per dataset × proposer × tree
     tree_answer: tuple[list[str], list[list[str]]] = field(default_factory=lambda: ([], []))  # header, a row
+    trees_from_chains: str | None = None  # a sweep's model that fitted no tree of a drafter: said by the tree figure too
     # per dataset × drafter
     policy_table: list[dict] = field(default_factory=list)  # the learned policy judged (--policy)
     policy_choices: list[PolicyChoices] = field(default_factory=list)
@@ -241,9 +242,9 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         data.tree_rows, data.trees, tree_notes = compare_trees(sim_records, depths, trees,
                                                                {key: max(c.ks) for key, c in held.items()}, cost, config.sim)
         data.notes.extend(tree_notes)
-        unfitted = cost.trees_from_chains([r.acc for r in data.tree_rows if r.policy.startswith("tree:")]) \
+        data.trees_from_chains = cost.trees_from_chains([r.acc for r in data.tree_rows if r.policy.startswith("tree:")]) \
             if isinstance(cost, LinearCostModel) else None
-        data.notes.extend([unfitted] if unfitted else [])
+        data.notes.extend([data.trees_from_chains] if data.trees_from_chains else [])
         without = [d for d in dict.fromkeys(r.dataset or "trace" for r in sim_records) if d not in {d for d, _ in depths}]
         if without:
             data.notes.append(f"tree vs chain: not for {', '.join(without)}, whose traces carry no tree_rank "

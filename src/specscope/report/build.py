@@ -227,13 +227,19 @@ def _measured_tables(cells: Sequence[MeasuredCell]) -> list[tuple[str, list[str]
     return [
         ("Measured: the method and k that won, per workload and batch size",
          ["workload", "batch size", "method", "k", "measured speedup"],
-         [[c.dataset, c.batch_size, c.label, c.k, c.measured_speedup] for c in winners(cells)]),
-        ("Measured against simulated speedup (error = simulated − measured, in % of measured)",
+         [[c.dataset, c.batch_size, c.label, _k(c), c.measured_speedup] for c in winners(cells)]),
+        ("Measured against simulated speedup (error = simulated − measured, in % of measured; – not simulated)",
          ["workload", "method", "k", "batch size", "measured", "simulated", "error %"],
-         [[c.dataset, c.label, c.k, c.batch_size, c.measured_speedup,
-           "" if c.simulated_speedup is None else c.simulated_speedup,
-           "" if c.error_pct is None else f"{c.error_pct:+.1f}"] for c in cells]),
+         [[c.dataset, c.label, _k(c), c.batch_size, c.measured_speedup,
+           "–" if c.simulated_speedup is None else c.simulated_speedup,
+           "–" if c.error_pct is None else f"{c.error_pct:+.1f}"] for c in cells]),
     ]
+
+
+def _k(cell: MeasuredCell) -> object:
+    """A measured cell's k column: its chain's k; – for a tree, which its label names (a sweep
+    records a tree's node count as k, a bench its depth)."""
+    return "–" if cell.tree is not None else cell.k
 
 
 def _agree(row: WhatIfRow) -> str:

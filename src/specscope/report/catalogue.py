@@ -210,9 +210,11 @@ FIGURES = [
     FigureSpec(
         "tree_vs_chain",
         lambda d: "Static tree vs chain, by batch size",
-        lambda d: "A tree verifies nodes + 1 tokens per sequence to accept a longer path: look where each "
+        lambda d: "A tree verifies nodes + 1 tokens per sequence to accept a longer path, its drafter one "
+                  "pass per depth over each level's nodes: look where each "
                   "tree's line falls below the chain of its depth (the marked crossover) — past it, batch "
-                  "size makes the extra verification cost more than the extra acceptance gives.",
+                  "size makes the extra verification cost more than the extra acceptance gives."
+                  + (f" Note: {d.trees_from_chains}." if d.trees_from_chains else ""),
         lambda d: F.tree_figure(d.tree_rows, d.trees),
         lambda d: None if d.trees else "no tree was simulated: the traces carry no tree_rank (trace with "
                                        "--trees), or each tree is deeper than the ranks they recorded or the "

@@ -191,6 +191,9 @@ GLOSSARY = (  # DESIGN.md's vocabulary, one line each: what a newcomer needs to 
     ("oracle-combined · oracle-switch", "per step the proposer that accepts more, choosing free and only the "
                                         "lookup's drafting paid (the paper's) · the chosen proposer's drafting paid "
                                         "(the ceiling of a policy that switches)"),
+    ("tree 3x2x1x1", "a static token tree, branching per depth: 3 children of the root, 2 of each of them, then "
+                     "1 and 1 — 21 nodes, 4 deep; the drafter makes one pass per depth, the target verifies every "
+                     "node"),
     ("mixed · paper mode", "B distinct requests, continuously batched (as a server runs) · B copies of one request "
                            "(the paper's simulator)"),
     ("steady state (‡)", "only the iterations with every batch slot decoding: no ramp-up, no drain"),

@@ -143,17 +143,18 @@ def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
                          ("in the fit", [r for r in checked if r.in_fit])):
         if group:
             sizes = ", ".join(f"B={r.batch_size}" for r in group)
-            parts.append(f"{sum(r.agree for r in group)}/{len(group)} at batch sizes {label} ({sizes})")
+            parts.append(f"in {sum(r.agree for r in group)} of {len(group)} batch sizes {label} ({sizes})")
     sentence = "The predicted winner among the measured configurations is the measured one " + "; ".join(parts)
     misses = [r for r in checked if not r.agree]
     if misses:
         worst = max(misses, key=lambda r: r.lost_pct)
         least = min(r.lost_pct for r in misses)
         span = f"{worst.lost_pct:.1f} %" if len(misses) == 1 else f"{least:.1f}–{worst.lost_pct:.1f} %"
+        digits = 2 if round(worst.pick_measured_speedup, 2) != round(worst.measured_speedup, 2) else 3  # told apart
         sentence += (f"; where not, the predicted pick measured {span} below the measured winner"
                      f" ({'' if len(misses) == 1 else 'worst: '}{worst.predicted_among_measured} "
-                     f"{worst.pick_measured_speedup:.2f}× against {worst.measured_best} {worst.measured_speedup:.2f}× "
-                     f"at B={worst.batch_size}, {worst.dataset})")
+                     f"{worst.pick_measured_speedup:.{digits}f}× against {worst.measured_best} "
+                     f"{worst.measured_speedup:.{digits}f}× at B={worst.batch_size}, {worst.dataset})")
     return sentence + "." + steady
 
 
