@@ -401,3 +401,17 @@ def test_a_walks_note_counts_the_positions_its_proposers_arrays_cover(tmp_path):
     assert own.summary(("ngram", "eagle")).endswith("cover: 13 of 16 output positions (81.2%)")
     (common,) = load_traces([path], lengths="common")[1]
     assert common.walked_positions(("ngram",)) == (16, 13)
+
+
+def test_inspect_says_how_many_drafts_probabilities_each_proposer_keeps(tmp_path, capsys):
+    """A record keeping 2 drafts' probabilities beside one keeping 3 (a resume at another
+    --draft-probs): inspect says both, and that the records differ; n-gram keeps none."""
+    def record(rid, kept):
+        return {"schema": "specscope.trace/1", "id": rid, "k_max": 3, "prompt_token_ids": [1], "output_token_ids": [5, 6],
+                "proposers": {"ngram": {"acc_len": [2, 1]},
+                              "eagle": {"acc_len": [2, 1], "draft_prob": [[0.5] * kept, [0.25] * kept]}}}
+    path = write_lines(tmp_path / "t.jsonl", [record("a", 2), record("b", 3)])
+    assert main(["traces", "inspect", "--format", "json", str(path)]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["draft_prob_depths"] == {"eagle": [2, 3], "ngram": []}
+    assert main(["traces", "inspect", str(path)]) == 0
+    assert "eagle (2 or 3 drafts, records differ)" in capsys.readouterr().out

@@ -104,6 +104,9 @@ def inspect_file(path: str, trees: Sequence[TreeShape] = ()) -> dict:
         "draft_len": sorted({n for r in records for n, t in r.proposers.items() if t.draft_len is not None}),
         "draft_len_records": {n: [sum(r.proposers[n].draft_len is not None for r in records if n in r.proposers),
                                   sum(n in r.proposers for r in records)] for n in proposers},  # [with it, holding]
+        "draft_prob_depths": {n: sorted({r.proposers[n].draft_prob.shape[1] for r in records
+                                         if n in r.proposers and r.proposers[n].draft_prob is not None})
+                              for n in proposers},  # drafts whose probability each proposer's records keep
         "mismatched_records": report.mismatched_records,
         "mismatches_by_proposer": report.mismatches_by_proposer,
         "mean_prompt_len": float(np.mean([r.prompt_len for r in records])),
@@ -145,6 +148,9 @@ def run_inspect(args: argparse.Namespace) -> int:
             ["draft_len recorded for", ", ".join(
                 name + ("" if have == holding else f" ({have} of its {holding} records)")
                 for name, (have, holding) in s["draft_len_records"].items() if have) or "none"],
+            ["draft_prob kept for", ", ".join(
+                f"{name} ({' or '.join(map(str, depths))} drafts{', records differ' if len(depths) > 1 else ''})"
+                for name, depths in s["draft_prob_depths"].items() if depths) or "none"],
             ["acc_len length ≠ output", f"{s['mismatched_records']} records ({mismatch})"],
             ["mean prompt length", f"{s['mean_prompt_len']:.1f}"],
             ["mean output length", f"{s['mean_output_len']:.1f}"],
