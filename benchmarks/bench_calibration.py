@@ -126,12 +126,14 @@ def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, f
              "c_prompt_kv": model.c_prompt_kv * sum(s.prefill_pairs for s in steps) / len(decode)}
     for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
         mine = [s for s in decode if s.method == method]
-        drafted = np.array([sum(TreeShape.parse(s.tree).draft_pass_widths) if s.tree else s.batched_tokens / s.decoded - 1
-                            for s in mine])  # tokens a row's passes read: each row at the k it proposed, a tree's widths
+        chain = [s.batched_tokens / s.decoded - 1 for s in mine]  # each row at the k it proposed
+        passes = np.array([TreeShape.parse(s.tree).depth if s.tree else k for s, k in zip(mine, chain)])
+        drafted = np.array([sum(TreeShape.parse(s.tree).draft_pass_widths) if s.tree else k
+                            for s, k in zip(mine, chain)])  # tokens a row's passes read: a tree's widths
         rows = np.array([s.decoded for s in mine], dtype=float)
         prompts = sum(s.prefill_positions for s in steps if s.method == method)
         start = drafting.at_no_proposal()
-        spent.update({f"{method}.c_fixed": start["c_fixed"], f"{method}.c_tok": drafting.c_tok * drafted.mean(),
+        spent.update({f"{method}.c_fixed": start["c_fixed"], f"{method}.c_tok": drafting.c_tok * passes.mean(),
                       f"{method}.c_req": start["c_req"] * rows.mean(),
                       f"{method}.c_batched": drafting.c_batched * np.mean(rows * drafted),
                       f"{method}.c_prefill": drafting.c_prefill * prompts / len(mine)})
@@ -155,7 +157,7 @@ def inside_spread(steps: list[MeasuredStep], names: list[str]) -> dict[str, floa
 def coefficient(model: LinearCostModel, name: str) -> float:
     """A term's value as ``coefficients.csv`` gives it (:func:`terms`): a drafting's as fitted, per
     proposed token (its ``c_fixed`` and ``c_req`` at k = 0)."""
-    return terms(model).get(name, 0.0)  # a tree's term, of a fit that priced none
+    return terms(model).get(name, float("nan"))  # a tree's term, of a fit that priced none: unmeasured
 
 
 def main() -> None:

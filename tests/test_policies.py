@@ -119,5 +119,5 @@ def test_confidence_reads_the_drafters_probabilities_never_the_acc_len():
 @pytest.mark.parametrize("text", ["confidence", "confidence:0", "confidence:1.5", "confidence:x", "confidence:0.5:0",
                                   "confidence:0.5:2:3", "confidence:nan", "confidence:0.5:"])
 def test_bad_confidence_policies(text):
-    with pytest.raises(SpecscopeError, match=r"expected confidence:τ or confidence:τ:k"):
+    with pytest.raises(SpecscopeError, match=r"expected confidence:p or confidence:p:k"):
         parse_policy(text)

@@ -718,7 +718,7 @@ def test_the_peak_cache_holds_the_prompts_an_iteration_prefills():
 
 
 def test_a_confidence_policy_runs_with_the_model_proposers_and_needs_their_probabilities():
-    """confidence:τ replays each model proposer whose traces keep draft_prob; beside n-gram (a
+    """confidence:p replays each model proposer whose traces keep draft_prob; beside n-gram (a
     lookup, no probabilities) n-gram gets no such cell, alone it is refused, and a model proposer
     traced without draft_prob (the paper's traces) is refused naming it. In mixed mode the drafter's
     passes run to the deepest row (its rows stop at different drafts: an engine's passes serve them all)."""
@@ -741,8 +741,8 @@ def test_a_confidence_policy_runs_with_the_model_proposers_and_needs_their_proba
 
 def test_a_confidence_policy_is_refused_past_the_probabilities_its_records_keep():
     """Records keeping draft_prob to 4 drafts beside others keeping 6 (a trace resumed across
-    versions): confidence:τ would stop at 4 unsaid, so it is refused, naming the record and the
-    depth to give; confidence:τ:4 runs; confidence:τ:5 is refused (a record keeps 4). A trace
+    versions): confidence:p would stop at 4 unsaid, so it is refused, naming the record and the
+    depth to give; confidence:p:4 runs; confidence:p:5 is refused (a record keeps 4). A trace
     keeping more probabilities than its k_max proposes no deeper than k_max."""
     def rec(rid, kept, k_max=6):
         prob = np.full((8, kept), 0.9, dtype=np.float32)

@@ -102,11 +102,11 @@ CASES = [
     Case("specscope-mtp-without-head", DRY, r"engine 'r': methods mtp need drafts\.<method>",
          config('methods = ["none", "mtp"]\n', '\n[[engines]]\nname = "r"\nlaunch = "specscope"\nmodel = "m"\n')),
     Case("tree-for-lookups-alone", DRY,
-         r"s\.toml: field 'trees': engine 'v': launch vllm: no method listed drafts token trees there \(none, ngram\)$",
+         r"s\.toml: field 'trees': engine 'v': launch vllm: no method listed drafts token trees there \(ngram\)$",
          config('methods = ["none", "ngram"]\ntrees = ["2x2x1"]\n', EAGLE3)),
     Case("trees-alone-beside-a-lookup", DRY,
-         r"s\.toml: field 'k': engine 'v': launch vllm: ngram draft no token trees there and k is empty, so they "
-         r"would measure nothing \(give k, or leave them out of methods\)$",
+         r"s\.toml: field 'k': engine 'v': launch vllm: k is empty and these methods draft no token trees there: "
+         r"ngram \(they would measure nothing: give k, or leave them out of methods\)$",
          config('methods = ["none", "ngram", "eagle3"]\ntrees = ["2x2x1"]\n', EAGLE3)),
     Case("trees-for-url-engines-alone", DRY,
          r"s\.toml: field 'trees': no launched engine to draft them \(a url engine serves its own method and k\)$",

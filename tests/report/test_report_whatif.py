@@ -50,6 +50,8 @@ def test_predicted_winner_against_the_measured_one():
                                            "batch sizes in the fit (B=1); where not, the predicted pick measured "
                                            "9.4 % below the measured winner (ngram fixed:2 1.45× against "
                                            "eagle fixed:2 1.60× at B=1, code).")
+    assert "in 2 of 2 workloads and batch sizes not in the fit (chat B=4, code B=4)" in \
+        whatif_summary([replace(four, dataset="chat"), four])  # a check per workload, not per batch size
     whatif_figure(ROWS, measured, FITTED)  # draws without error
     # A k = 12 cell that won, measured but never simulated: the winner is named, the check not made
     measured[-1] = replace(measured[-1], measured_speedup=3.0)

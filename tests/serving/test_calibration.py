@@ -603,6 +603,10 @@ def test_a_tree_the_fit_never_saw_is_named_and_its_jackknife_left_empty():
         "a tree step's own cost (c_tree) taken as 0")
     both = fit_cells(chains + tree)
     assert both.trees_from_chains(["draft"]) is None
+    from specscope.costmodel.calibrate import fit_steps
+    records = [s for run, (k, b) in enumerate((k, b) for k in (0, 2, 4) for b in (1, 2, 4))
+               for s in simulated_steps("draft" if k else "none", k, b, run)]
+    assert "prices no tree step of draft beyond its passes (c_tree 0" in fit_steps(records)[0].trees_from_chains(["draft"])
     rows = {row["term"]: row for row in coefficient_spread(both, [alone, both])}
     assert rows["draft.c_tree"]["jackknife_se"] is None and rows["draft.c_tok"]["jackknife_se"] is not None
     with pytest.raises(SpecscopeError, match=r"--validate: .* is the one tree cell of 'draft'; leaving it out leaves "

@@ -42,8 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--policies", type=policy_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
                         help="fixed:k, adaptive, oracle, oracle-combined:A+B, oracle-switch:A+B (its drafting "
                              "charged), tree:SHAPE (a static tree such as tree:2x2x1, replayed from traces taken "
-                             "with `trace --trees`), confidence:τ[:k] (a model drafter drafts until its own "
-                             "probability of a draft falls below τ, that draft included, at most k: read from the "
+                             "with `trace --trees`), confidence:p[:k] (a model drafter drafts until its own "
+                             "probability of a draft falls below p, that draft included, at most k: read from the "
                              "traces' draft_prob), learned:FILE (a `policy fit` file; a comma in FILE is "
                              "kept where what follows it names no policy) "
                              "(default: fixed:1,fixed:3,fixed:5,oracle)")

@@ -60,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--draft-probs", type=validate.arg(validate.integer, low=0, high=validate.K_MAX_LIMIT),
                         default=None,
                         help=f"drafts per position whose probability a model proposer's records keep, at most "
-                             f"k_max (default: {DRAFT_PROBS}, or k_max if fewer; a confidence:τ policy stops no "
+                             f"k_max (default: {DRAFT_PROBS}, or k_max if fewer; a confidence:p policy stops no "
                              "deeper; they are most of a trace's bytes)")
     parser.add_argument("--threads", type=positive, default=None, help="torch CPU threads")
     parser.add_argument("-o", "--output", required=True, type=trace_output,

@@ -38,8 +38,9 @@ width (tokens per sequence). A chain of k is k passes of width 1 (``StepLoad.dra
 then ``()`` and k comes from ``batched_tokens``); a static tree's step makes ``depth`` passes of
 widths :attr:`specscope.trees.TreeShape.draft_pass_widths` (``draft_widths``), while its
 verification covers ``nodes + 1`` tokens per sequence. :func:`draft_passes` counts a step's
-passes, :func:`draft_tokens_per_sequence` the tokens they read per sequence: a chain's k both, a
-tree's ``depth`` and ``Σ widths`` (3x2x1x1: 4 passes over 1 + 3 + 6 + 6 = 16 tokens a row).
+passes plus one, :func:`draft_tokens_per_sequence` the tokens they read per sequence plus one: a
+chain's k + 1 both, a tree's ``depth + 1`` and ``Σ widths + 1`` (3x2x1x1: 4 passes over
+1 + 3 + 6 + 6 = 16 tokens a row).
 
 A drafter with its own KV cache also reads every new prompt once (its prefill):
 ``prefill_time(prompt_tokens)``, added to the target's prefill (zero for
@@ -136,8 +137,9 @@ class LinearDrafting:
     ``c_multi``: the drafter's
     forwards batch more than one sequence, see :mod:`specscope.costmodel.linear`; ``c_tree``: what
     a tree step adds whatever its size — top-b expansion, tree masks, compaction of the accepted
-    path; ``c_batched``: per draft token of the whole batch — a drafter whose k passes each cost
-    more with every row they carry, as on a CPU, where one pass over n rows costs a + b·n), and
+    path; ``c_batched``: per token a row's passes read, over the batch's rows — a drafter whose
+    passes each cost more with every row they carry, as on a CPU, where one pass over n rows costs
+    a + b·n), and
     ``c_prefill·prompt_tokens`` for the drafter's prefill. The paper's fitted EAGLE model has only the first three terms.
     A pass costs ``c_tok`` however wide, and each row-token it reads ``c_batched``: on ``specscope
     serve`` the draft model's 3x2x1x1 tree steps (4 passes over 16 tokens a row) took 4.3 ms at

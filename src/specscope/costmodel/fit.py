@@ -15,13 +15,14 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
 - drafting per method, n-gram included: everything an SD step costs beyond its verify forward
   and that plain-step overhead — ``draft_s`` plus the extra sampling and bookkeeping of
   checking drafts — as ``c_fixed + c_tok·(k + 1) + c_kv·kv_tokens + c_req·decoded +
-  c_multi·[decoded > 1] + c_batched·decoded·(k + 1)`` (the last: a drafter's passes cost
-  more with every row they carry), fitted per proposed token (``k``, each term ≥ 0: a drafter
+  c_multi·[decoded > 1] + c_batched·decoded·(k + 1)`` on a chain (the last: a drafter's passes
+  cost more with every row they carry; a tree step's below), fitted per proposed token (``k``, each term ≥ 0: a drafter
   of k passes costs a pass per token and a little besides, which the ``k + 1`` form writes with
   a ``c_fixed`` and ``c_req`` below 0), charged on every step: the reference engine runs its lookup or
   drafter for every request on every step, matched or not (the paper's n-gram fraction
   describes vLLM, not this engine). ``k + 1`` is what the simulator prices
-  (:func:`~specscope.costmodel.base.draft_tokens_per_sequence`): the rows' mean ``k + 1`` for
+  (:func:`~specscope.costmodel.base.draft_passes` for ``c_tok``,
+  :func:`~specscope.costmodel.base.draft_tokens_per_sequence` for ``c_batched``): the rows' mean ``k + 1`` for
   a chain (:attr:`~specscope.costmodel.steps.StepRecord.batched_tokens` / ``decoded``: each row
   at the k it proposed — an n-gram row that found nothing at 1 — where the verification pads
   every row to the widest); for a tree step (its record names the tree) ``c_tok`` counts its
@@ -357,8 +358,8 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
         running = np.array([s.decoded for s in mine], dtype=float)
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
-        proposed = per_request - 1  # each term >= 0 per proposed token: at k = 0 a drafting costs >= 0
-        columns = [_design(passes - 1, draft_kv), running, running > 1, running * proposed]
+        read = per_request - 1  # tokens a row's passes read (a chain's k): each term >= 0 per pass and token
+        columns = [_design(passes - 1, draft_kv), running, running > 1, running * read]
         design = np.column_stack(columns + ([tree] if tree.any() else []))
         seconds = _step_seconds(mine)
         coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", run_means(mine, seconds))

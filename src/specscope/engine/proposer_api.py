@@ -134,7 +134,7 @@ class Proposal:
     """``tokens`` [batch, k] (long), ``draft_len`` [batch] (long, 0..k), ``probs``
     [batch, k, vocab] float32 or ``None`` (point masses on ``tokens``), and, when asked for,
     ``confidence`` [batch, k] float32: the drafter's softmax probability (temperature 1) of each
-    token it proposed — the signal confidence-based adaptive policies read (``None`` for
+    token it proposed — the signal a ``confidence:p`` policy reads (``None`` for
     proposers without a distribution, such as n-gram)."""
 
     tokens: "torch.Tensor"

@@ -409,7 +409,7 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
 def _check_confidence(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
     """Refuse a confidence policy on a proposer without ``draft_prob`` to read (a lookup has none;
     the paper's traces keep none), or whose records keep it to fewer drafts than the policy may
-    propose: asked for k (``confidence:τ:k``), fewer than k; else fewer in some records than in
+    propose: asked for k (``confidence:p:k``), fewer than k; else fewer in some records than in
     others (a trace resumed across versions that kept 4): it would stop at the shallowest unsaid."""
     missing = [r.id for r in records if r.proposers[acc].draft_prob is None or not r.proposers[acc].draft_prob.shape[1]]
     if missing:

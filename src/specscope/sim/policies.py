@@ -15,9 +15,9 @@ registry :data:`POLICIES`:
   much, its drafting charged (:mod:`specscope.sim.switching`).
 - ``learned:FILE`` — a causal policy fitted by ``specscope policy fit``: before each step it
   picks the proposer (or none) and k from an observation (:mod:`specscope.policy.learned`).
-- ``confidence:τ`` — a model drafter drafts until its own probability of a draft falls below τ,
+- ``confidence:p`` — a model drafter drafts until its own probability of a draft falls below p,
   that draft included (it has run the pass that made it), at most as deep as the trace kept its
-  probabilities (``draft_prob``); ``confidence:τ:k`` at most k. The drafter's confidence within
+  probabilities (``draft_prob``); ``confidence:p:k`` at most k. The drafter's confidence within
   the step, which it pays for, is what tells its acceptance there (on the bundled workloads the
   first draft's probability tells its acceptance with an AUC of 0.92–1.0, but the draft model's
   on chat, 0.78); every other policy here decides before the step.
@@ -57,14 +57,15 @@ class PolicyState(Protocol):
 class Policy:
     """A named policy; ``combined`` names the two traces oracle-combined reads.
 
-    Exactly one of ``by_position`` and ``new_state`` is set: ``by_position`` maps acc_len [G]
+    A policy of one proposer sets exactly one of ``by_position``, ``by_confidence`` (below) and
+    ``new_state`` (a switching one, ``switch``, none of them): ``by_position`` maps acc_len [G]
     to k [G] for policies whose proposal depends on the position alone (the walk then needs no
     per-step Python state); ``new_state(k_max)`` makes the per-request state of the others.
     ``max_k`` is the proposal length a policy insists on (``fixed:k``); None when it proposes
     at most what the trace measured (k_max or acc_len − 1). ``tree`` is the static tree of a
     ``tree:SHAPE`` policy (its acc_len comes from ``tree_rank``, not ``acc_len``).
     ``by_confidence`` maps a drafter's ``draft_prob`` [G, m] to k [G] for a policy that reads its
-    confidence within the step (``confidence:τ``; ``by_position`` is then unset)."""
+    confidence within the step (``confidence:p``; ``by_position`` is then unset)."""
 
     name: str
     by_position: Callable[[np.ndarray], np.ndarray] | None = None
@@ -179,7 +180,7 @@ def _confidence(argument: str) -> Policy:
         cap = validate.integer(depth, low=1, high=validate.K_MAX_LIMIT) if colon else None
     except (ValueError, validate.Invalid):
         raise SpecscopeError(f"policy {'confidence:' + argument if argument else 'confidence'!r}: expected "
-                             "confidence:τ or confidence:τ:k, τ a "
+                             "confidence:p or confidence:p:k, p a "
                              f"probability in (0, 1] and k an integer in 1..{validate.K_MAX_LIMIT}") from None
     name = f"confidence:{threshold!r}" + (f":{cap}" if cap else "")  # the threshold as it is used, not rounded
     return Policy(name, by_confidence=lambda prob: confident_drafts(prob, threshold, cap), max_k=cap)
@@ -279,6 +280,6 @@ def parse_policy(text: str, default_combined: tuple[str, str] | None = None) -> 
     except KeyError:
         raise SpecscopeError(
             f"unknown policy {text!r}; expected one of fixed:k, adaptive, oracle, oracle-combined:A+B, oracle-switch:A+B, "
-            "learned:FILE, tree:SHAPE, confidence:τ"
+            "learned:FILE, tree:SHAPE, confidence:p"
         ) from None
     return factory(argument)

@@ -14,8 +14,9 @@ Definitions (one place; everything else refers here):
   (n-gram offers 0 when no n-gram matches: that step costs no drafting and emits 1 token).
   ``acc_len[i] <= draft_len[i] + 1`` always.
 - ``draft_prob[i, j]`` (optional) is the drafter's probability of its ``j``-th proposed token at
-  position ``i``: the confidence signal a ``confidence:τ`` policy reads (null where nothing was offered);
-  ``m`` drafts per position, :data:`DRAFT_PROBS` unless the trace was asked for more.
+  position ``i``: the confidence signal a ``confidence:p`` policy reads (null where nothing was offered);
+  ``m`` drafts per position, as many as ``trace --draft-probs`` asked (:data:`DRAFT_PROBS` by default,
+  at most k_max; 0: no ``draft_prob``).
 - ``tree_rank[i, d]`` (optional, model proposers) is the drafter's rank (0 = its most likely
   token; ties broken by token id) of the target's token ``output_token_ids[i + 1 + d]`` in its
   distribution at depth ``d + 1``, teacher-forced along the target's own path (the drafter fed

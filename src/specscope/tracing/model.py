@@ -16,7 +16,7 @@ continuation output[i+1:], ``draft_len[i]`` = how many it offered. Two ways, sam
 
 Proposers with a distribution also give ``draft_prob[i, j]``: their probability of the j-th
 token they proposed at i (the first ``draft_probs``, :data:`~specscope.trace.schema.DRAFT_PROBS` unless asked for more,
-at most k_max; NaN past what was offered), the confidence signal a ``confidence:τ`` policy reads,
+at most k_max; NaN past what was offered), the confidence signal a ``confidence:p`` policy reads,
 which stops at the deepest draft whose probability was kept. They are most of a trace's bytes
 (EAGLE and MTP over the bundled math workload at k_max 10: 1340 KB with all ten, 166 KB with none),
 so a trace keeps 4 unless asked.
@@ -58,7 +58,9 @@ def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequ
                  draft_probs: int = DRAFT_PROBS) -> list[ProposerTrace]:
     """Trace ``proposer`` on a batch of requests (at most the proposer's max batch size);
     ``tree_depth`` > 0 also records ``tree_rank`` to that depth; ``draft_probs``: the drafts per
-    position whose probability is kept (at most k_max)."""
+    position whose probability is kept (all k_max where it is more; 0: none, the records get no
+    draft_prob)."""
+    draft_probs = min(draft_probs, k_max)
     if isinstance(proposer, PositionRollout):
         return rollout_traces(target, proposer, prompts, outputs, k_max, tree_depth=tree_depth,
                               draft_probs=draft_probs)
@@ -73,7 +75,7 @@ def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequ
                    outputs: Sequence[Sequence[int]], k_max: int, window: int = ROLLOUT_WINDOW,
                    tree_depth: int = 0, draft_probs: int = DRAFT_PROBS) -> list[ProposerTrace]:
     """All positions of a batch of requests at once (see the module docstring)."""
-    kept = min(draft_probs, k_max)  # drafts per position whose probability the trace keeps
+    kept = draft_probs  # drafts per position whose probability the trace keeps (at most k_max)
     empty = ProposerTrace(acc_len=np.ones(0, dtype=np.int32), draft_len=np.zeros(0, dtype=np.int32),
                           tree_rank=np.zeros((0, tree_depth), dtype=np.int16) if tree_depth else None)
     if not any(outputs):
@@ -105,7 +107,7 @@ def rollout_traces(target: Transformer, proposer: PositionRollout, prompts: Sequ
         agree = np.cumprod(drafts[row, :n] == windows, axis=1).sum(axis=1)
         traces.append(ProposerTrace(acc_len=(1 + agree).astype(np.int32),
                                     draft_len=np.full(n, k_max, dtype=np.int32),
-                                    draft_prob=confidence[row, :n, :kept].astype(np.float32),
+                                    draft_prob=confidence[row, :n, :kept].astype(np.float32) if kept else None,
                                     tree_rank=None if ranks is None else ranks[row, :n]))
     return traces
 
@@ -123,7 +125,7 @@ def stepwise_traces(target: Transformer, proposer: Proposer, prompts: Sequence[S
     prefill(target, cache, proposer, slots, [list(p) for p in prompts], BatchSampling(greedy, generators, target.device))
     acc_len = [np.ones(len(o), dtype=np.int32) for o in outputs]
     draft_len = [np.zeros(len(o), dtype=np.int32) for o in outputs]
-    kept = min(draft_probs, k_max)  # drafts per position whose probability the trace keeps
+    kept = draft_probs  # drafts per position whose probability the trace keeps (at most k_max)
     draft_prob = [np.full((len(o), kept), np.nan, dtype=np.float32) for o in outputs]
     histories = [list(p) for p in prompts]  # grown by one output token per position
     rows: list[int] = []

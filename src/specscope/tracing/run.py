@@ -105,10 +105,10 @@ def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Seq
     """What decides the records' content (see :mod:`specscope.tracing.settings`); ``trees`` only
     when some were requested and ``draft_probs`` only when it keeps other than the first
     :data:`~specscope.trace.schema.DRAFT_PROBS` (so traces taken without them resume as before)."""
-    kept = min(draft_probs, k_max)
     models = any(not spec.lookup for spec in specs)  # a lookup keeps no probabilities
     return ({"trees": [tree.name for tree in trees]} if trees else {}) | (
-        {"draft_probs": kept} if models and kept != min(DRAFT_PROBS, k_max) else {}) | {
+        {"draft_probs": min(draft_probs, k_max)} if models and min(draft_probs, k_max) != min(DRAFT_PROBS, k_max)
+        else {}) | {
         "model": str(model_dir.resolve()),
         "model_files": model_fingerprint(model_dir),
         "proposers": [spec.name if spec.path is None else
@@ -246,10 +246,11 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
     """Trace ``requests`` (objects with ``id`` and ``prompt_token_ids``); returns records written.
     ``overwrite`` starts over instead of resuming (needed when the settings changed); ``trees``
     adds ``tree_rank`` to every model proposer, deep enough to replay each of them;
-    ``draft_probs`` keeps the probability of that many drafts per position (at most k_max). Batches are
+    ``draft_probs`` keeps the probability of that many drafts per position (past k_max: all k_max). Batches are
     formed here, in the workload's order, and ``map_batches`` traces them (this process is the
     only writer of ``output``), so a sharded run writes the same bytes as a local one."""
     depth = tree_depth(specs, trees)
+    draft_probs = min(draft_probs, k_max)  # the default of 4 past a shallower k_max: all there are
     check_max_tokens(model_dir, requests, max_tokens)  # before anything is written
     settings = trace_settings(model_dir, specs, requests, k_max, max_tokens, dataset, min_n, max_n, dtype, trees,
                               batch_size, draft_probs)

@@ -501,12 +501,13 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             drafters = _tree_drafters(config, engine)
             if config.trees and not drafters:
                 raise SpecscopeError(f"{where(path, field='trees')}: engine {engine.name!r}: launch {engine.launch}: "
-                                     f"no method listed drafts token trees there ({', '.join(config.methods)})")
+                                     f"no method listed drafts token trees there "
+                                     f"({', '.join(m for m in config.methods if m != NO_SD) or 'none but no SD'})")
             idle = [m for m in config.methods if m != NO_SD and m not in drafters]
             if config.trees and not config.k and idle:
                 raise SpecscopeError(f"{where(path, field='k')}: engine {engine.name!r}: launch {engine.launch}: "
-                                     f"{', '.join(idle)} draft no token trees there and k is empty, so they would "
-                                     "measure nothing (give k, or leave them out of methods)")
+                                     f"k is empty and these methods draft no token trees there: {', '.join(idle)} "
+                                     "(they would measure nothing: give k, or leave them out of methods)")
             for tree in config.trees:
                 try:
                     for m in drafters:
