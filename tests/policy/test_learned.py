@@ -529,6 +529,13 @@ def test_discrimination_is_near_one_where_the_features_know_the_next_step(policy
     rows = {r["method"]: r for r in discrimination(workload(1), load_policy(policy_file))}
     assert rows["eagle"]["steps"] > 100 and rows["eagle"]["auc"] > 0.95
     assert rows["ngram"]["observed"] == 1.0 and np.isnan(rows["ngram"]["auc"])
+    assert np.isnan(rows["eagle"]["confidence_auc"])  # these traces keep no draft_prob
+    # A drafter whose probability of its first draft is 0.9 where it is accepted and 0.2 where not:
+    # its own AUC is 1 over the same steps (known within the step, not before it)
+    told = [replace(r, proposers={**r.proposers, "eagle": replace(r.proposers["eagle"], draft_prob=np.where(
+        r.proposers["eagle"].acc_len >= 2, 0.9, 0.2).astype(np.float32)[:, None])}) for r in workload(1)]
+    rows = {r["method"]: r for r in discrimination(told, load_policy(policy_file))}
+    assert rows["eagle"]["confidence_auc"] == 1.0 and np.isnan(rows["ngram"]["confidence_auc"])
 
 
 def test_without_scikit_learn_fitting_is_a_one_line_error(monkeypatch, tmp_path, capsys):

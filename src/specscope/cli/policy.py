@@ -405,10 +405,13 @@ def show_discrimination(policy, records: list) -> None:
 
     rows = discrimination(records, policy)
     print_table("first draft accepted, predicted along the policy's own walk (B = 1) against the traces: "
-                f"AUC 0.5 = its features know nothing of the next step, 1 = everything; not shown below {FEW_JUDGED} steps",
-                ["method", "steps", "predicted", "observed", "AUC"],
+                f"AUC 0.5 = its features know nothing of the next step, 1 = everything; not shown below {FEW_JUDGED} steps; "
+                "beside it, the same steps told by the drafter's own probability of its first draft, known only "
+                "once it drafts (the traces' draft_prob; - where they keep none)",
+                ["method", "steps", "predicted", "observed", "AUC", "drafter's own AUC"],
                 [[r["method"], str(r["steps"]), *(_figure(r[c]) for c in ("predicted", "observed")),
-                  _figure(r["auc"]) if r["steps"] >= FEW_JUDGED else None] for r in rows])
+                  *((_figure(r[c]) if r["steps"] >= FEW_JUDGED else None) for c in ("auc", "confidence_auc"))]
+                 for r in rows])
 
 
 def _figure(value: float) -> str | None:

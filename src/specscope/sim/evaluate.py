@@ -248,7 +248,10 @@ def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> lis
     where the method could draft (n-gram: where it offers a token), the model's P(acc_len ≥ 2)
     — its first draft accepted — against the trace's truth there (read after the walk, never by
     the policy): steps, mean predicted, observed rate, and the AUC (0.5: the features tell
-    nothing of the next step; 1: everything; ``nan`` where one outcome never occurs)."""
+    nothing of the next step; 1: everything; ``nan`` where one outcome never occurs); and,
+    beside it, ``confidence_auc``: the same steps told apart by the drafter's own probability of
+    its first draft (the trace's ``draft_prob``), which it knows only once it drafts — within the
+    step, not before it (``nan`` for a lookup, or where the traces keep no probability)."""
     from sklearn.metrics import roc_auc_score
 
     chooser, decide, seen = policy.chooser(1), policy.decide_for(1), []
@@ -263,14 +266,18 @@ def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> lis
              for obs in seen]  # [steps][M]: k = 1 emits 1 + P(acc_len ≥ 2)
     rows = []
     for m, name in enumerate(policy.methods):
-        predicted, truth = [], []
+        predicted, truth, own = [], [], []
         for obs, scores, r, pos in zip(seen, first, plan.request_of_step.tolist(), plan.pos.tolist()):
             if name == "ngram" and obs.ngram_offer == 0:
                 continue
             predicted.append(scores[m])
             truth.append(int(records[r].acc_len(name)[pos - 1] >= 2))
+            prob = records[r].proposers[name].draft_prob
+            own.append(float(prob[pos - 1, 0]) if prob is not None and prob.shape[1] else float("nan"))
         both = 0 < sum(truth) < len(truth)
+        known = both and not np.isnan(own).any()
         rows.append({"method": name, "steps": len(truth), "predicted": float(np.mean(predicted)) if truth else float("nan"),
                      "observed": float(np.mean(truth)) if truth else float("nan"),
-                     "auc": float(roc_auc_score(truth, predicted)) if both else float("nan")})
+                     "auc": float(roc_auc_score(truth, predicted)) if both else float("nan"),
+                     "confidence_auc": float(roc_auc_score(truth, own)) if known else float("nan")})
     return rows
