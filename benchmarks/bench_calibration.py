@@ -63,8 +63,8 @@ from specscope.backends.openai.sweep_config import SweepConfig
 from specscope.cli import main as specscope
 from specscope.costmodel.calibrate import fit_steps
 from specscope.costmodel.linear import LinearCostModel, linear_from_json
+from specscope.costmodel.fit import draft_rows
 from specscope.costmodel.steps import MeasuredStep
-from specscope.trees import TreeShape
 from specscope.workloads.bundled import bundled_records
 from specscope.zoo.shipped import model_dir
 
@@ -126,10 +126,7 @@ def mean_terms(model: LinearCostModel, steps: list[MeasuredStep]) -> dict[str, f
              "c_prompt_kv": model.c_prompt_kv * sum(s.prefill_pairs for s in steps) / len(decode)}
     for method, drafting in model.drafting.items():  # per proposed token, as fitted (see coefficient)
         mine = [s for s in decode if s.method == method]
-        chain = [s.batched_tokens / s.decoded - 1 for s in mine]  # each row at the k it proposed
-        passes = np.array([TreeShape.parse(s.tree).depth if s.tree else k for s, k in zip(mine, chain)])
-        drafted = np.array([sum(TreeShape.parse(s.tree).draft_pass_widths) if s.tree else k
-                            for s, k in zip(mine, chain)])  # tokens a row's passes read: a tree's widths
+        passes, drafted = (a - 1 for a in draft_rows(mine))  # a chain's k both; a tree's depth, its widths' sum
         rows = np.array([s.decoded for s in mine], dtype=float)
         prompts = sum(s.prefill_positions for s in steps if s.method == method)
         start = drafting.at_no_proposal()

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
                              max_tokens=args.max_tokens, batch_size=args.batch_size,
                              dataset=args.dataset or Path(args.workload).stem, dtype=args.dtype,
                              device=args.device, overwrite=args.overwrite, trees=args.trees, **n_range,
-                             draft_probs=DRAFT_PROBS if args.draft_probs is None else args.draft_probs,
+                             **({} if args.draft_probs is None else {"draft_probs": args.draft_probs}),
                              map_batches=ray_batch_mapper(args.ray, args.ray_workers) if args.ray else trace_here)
     print(f"traced {written} requests into {args.output}"
           + (f" ({len(requests) - written} were already there)" if written < len(requests) else ""))

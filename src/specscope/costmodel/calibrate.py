@@ -137,7 +137,8 @@ from typing import Sequence
 import numpy as np
 
 from specscope.costmodel.base import LinearDrafting
-from specscope.costmodel.fit import measured_extent, nonnegative_least_squares, pairs_fitted, unseparated, with_policy_work
+from specscope.costmodel.fit import (draft_rows, measured_extent, nonnegative_least_squares, pairs_fitted, unseparated,
+                                     with_policy_work)
 from specscope.costmodel.linear import TARGET_TERMS, FittedCell, LinearCostModel  # TARGET_TERMS: Gaps.target_features' columns
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
@@ -463,13 +464,12 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
     n = column(lambda s: s.decoded)
     verified, prefill = column(lambda s: s.tokens_verified), column(lambda s: s.prefill_positions)
     width = np.divide(column(lambda s: s.batched_tokens), n, out=np.zeros_like(n), where=n > 0)
-    depth = column(lambda s: TreeShape.parse(s.tree).depth if s.tree else 0)
-    read = column(lambda s: sum(TreeShape.parse(s.tree).draft_pass_widths) if s.tree else 0)
+    passes, read = draft_rows(decoding)  # each plus one, as the simulator prices a step's drafting
     tree = column(lambda s: bool(s.tree))
     gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
                 tokens=verified, cached=column(lambda s: s.kv_read), sequences=column(lambda s: s.batch_size),
                 decodes=1.0 * (n > 0), prefills=1.0 * (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
-                passes=np.where(tree > 0, depth, width - 1), drafted=np.where(tree > 0, read, width - 1), tree=tree,
+                passes=passes - 1, drafted=read - 1, tree=tree,
                 running=n, prefill=prefill, pairs=column(lambda s: s.prefill_pairs), idle=np.zeros(len(n)),
                 method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))
     run = column(lambda s: s.run)

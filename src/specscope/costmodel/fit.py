@@ -294,7 +294,7 @@ def _forward_points(decode: Sequence[MeasuredStep], prefill: Sequence[MeasuredSt
     return batched, kv, rows, pairs, np.concatenate([verify, prefilled]), scale
 
 
-def _draft_tokens(steps: Sequence[MeasuredStep]) -> tuple[np.ndarray, np.ndarray]:
+def draft_rows(steps: Sequence[MeasuredStep]) -> tuple[np.ndarray, np.ndarray]:
     """[steps] the drafter's passes in each step and the tokens per sequence they read, each plus
     one, as the simulator prices them (:func:`~specscope.costmodel.base.draft_passes`,
     :func:`~specscope.costmodel.base.draft_tokens_per_sequence`) given the step's tree (its pass
@@ -353,7 +353,7 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
     errors: dict[str, float] = {}
     for method in sorted({s.method for s in decode} - {NO_SD, LEARNED}):
         mine = [s for s in decode if s.method == method]
-        passes, per_request = _draft_tokens(mine)
+        passes, per_request = draft_rows(mine)
         draft_kv = np.array([s.kv_read for s in mine])
         running = np.array([s.decoded for s in mine], dtype=float)
         tree = np.array([bool(s.tree) for s in mine], dtype=float)

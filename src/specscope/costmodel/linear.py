@@ -198,7 +198,6 @@ class LinearCostModel:
         return (f"cost model {self.name!r} was fitted to steps of k <= {seen[0]} and batch size <= {seen[1]}; "
                 + "; ".join(said)) if said else None
 
-
     def trees_from_chains(self, methods: Sequence[str]) -> str | None:
         """A note naming the methods among ``methods`` (simulated drafting a tree) whose trees a
         fitted model prices from their chains' lines, a tree step's own cost (``c_tree``) taken as

@@ -138,13 +138,12 @@ def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
           " traces' requests fill those batch sizes for part of their run only.")
     if not checked:
         return steady.strip() or None
-    parts = []
+    parts, several = [], len({r.dataset for r in rows}) > 1  # several: a check per workload and batch size
+    what = "workloads and batch sizes" if several else "batch sizes"
     for label, group in (("not in the fit", [r for r in checked if not r.in_fit]),
                          ("in the fit", [r for r in checked if r.in_fit])):
         if group:
-            several = len({r.dataset for r in rows}) > 1  # a check per workload and batch size
             sizes = ", ".join(f"{r.dataset} B={r.batch_size}" if several else f"B={r.batch_size}" for r in group)
-            what = "workloads and batch sizes" if several else "batch sizes"
             parts.append(f"in {sum(r.agree for r in group)} of {len(group)} {what} {label} ({sizes})")
     sentence = "The predicted winner among the measured configurations is the measured one " + "; ".join(parts)
     misses = [r for r in checked if not r.agree]

@@ -58,9 +58,7 @@ def model_traces(target: Transformer, proposer: Proposer, prompts: Sequence[Sequ
                  draft_probs: int = DRAFT_PROBS) -> list[ProposerTrace]:
     """Trace ``proposer`` on a batch of requests (at most the proposer's max batch size);
     ``tree_depth`` > 0 also records ``tree_rank`` to that depth; ``draft_probs``: the drafts per
-    position whose probability is kept (all k_max where it is more; 0: none, the records get no
-    draft_prob)."""
-    draft_probs = min(draft_probs, k_max)
+    position whose probability is kept (at most k_max; 0: none, the records get no draft_prob)."""
     if isinstance(proposer, PositionRollout):
         return rollout_traces(target, proposer, prompts, outputs, k_max, tree_depth=tree_depth,
                               draft_probs=draft_probs)

@@ -103,12 +103,12 @@ def trace_settings(model_dir: Path, specs: Sequence[ProposerSpec], requests: Seq
                    max_tokens: int, dataset: str | None, min_n: int, max_n: int, dtype: str,
                    trees: Sequence[TreeShape] = (), batch_size: int = 8, draft_probs: int = DRAFT_PROBS) -> dict:
     """What decides the records' content (see :mod:`specscope.tracing.settings`); ``trees`` only
-    when some were requested and ``draft_probs`` only when it keeps other than the first
-    :data:`~specscope.trace.schema.DRAFT_PROBS` (so traces taken without them resume as before)."""
+    when some were requested and ``draft_probs`` (at most k_max) only when a model proposer keeps
+    other than the default, the first :data:`~specscope.trace.schema.DRAFT_PROBS` (so traces taken
+    without them resume as before)."""
     models = any(not spec.lookup for spec in specs)  # a lookup keeps no probabilities
     return ({"trees": [tree.name for tree in trees]} if trees else {}) | (
-        {"draft_probs": min(draft_probs, k_max)} if models and min(draft_probs, k_max) != min(DRAFT_PROBS, k_max)
-        else {}) | {
+        {"draft_probs": draft_probs} if models and draft_probs != min(DRAFT_PROBS, k_max) else {}) | {
         "model": str(model_dir.resolve()),
         "model_files": model_fingerprint(model_dir),
         "proposers": [spec.name if spec.path is None else
