@@ -536,6 +536,11 @@ def test_discrimination_is_near_one_where_the_features_know_the_next_step(policy
         r.proposers["eagle"].acc_len >= 2, 0.9, 0.2).astype(np.float32)[:, None])}) for r in workload(1)]
     rows = {r["method"]: r for r in discrimination(told, load_policy(policy_file))}
     assert rows["eagle"]["confidence_auc"] == 1.0 and np.isnan(rows["ngram"]["confidence_auc"])
+    assert rows["eagle"]["confidence_steps"] == rows["eagle"]["steps"]
+    # records that keep none beside those that do: told over the steps of those that do (it was nan)
+    half = told[: len(told) // 2] + workload(1)[len(told) // 2:]
+    rows = {r["method"]: r for r in discrimination(half, load_policy(policy_file))}
+    assert rows["eagle"]["confidence_auc"] == 1.0 and 0 < rows["eagle"]["confidence_steps"] < rows["eagle"]["steps"]
 
 
 def test_without_scikit_learn_fitting_is_a_one_line_error(monkeypatch, tmp_path, capsys):

@@ -407,11 +407,18 @@ def show_discrimination(policy, records: list) -> None:
     print_table("first draft accepted, predicted along the policy's own walk (B = 1) against the traces: "
                 f"AUC 0.5 = its features know nothing of the next step, 1 = everything; not shown below {FEW_JUDGED} steps; "
                 "beside it, the same steps told by the drafter's own probability of its first draft, known only "
-                "once it drafts (the traces' draft_prob; - where they keep none)",
+                "once it drafts (the traces' draft_prob, over the steps whose records keep it; - where they keep none)",
                 ["method", "steps", "predicted", "observed", "AUC", "drafter's own AUC"],
                 [[r["method"], str(r["steps"]), *(_figure(r[c]) for c in ("predicted", "observed")),
-                  *((_figure(r[c]) if r["steps"] >= FEW_JUDGED else None) for c in ("auc", "confidence_auc"))]
-                 for r in rows])
+                  _figure(r["auc"]) if r["steps"] >= FEW_JUDGED else None, _own_auc(r)] for r in rows])
+
+
+def _own_auc(row: dict) -> str | None:
+    """The drafter's own AUC, with the steps it was told over where records kept fewer than all."""
+    if row["confidence_steps"] < FEW_JUDGED or np.isnan(row["confidence_auc"]):
+        return None
+    told = _figure(row["confidence_auc"])
+    return told if row["confidence_steps"] == row["steps"] else f"{told} ({row['confidence_steps']} steps)"
 
 
 def _figure(value: float) -> str | None:

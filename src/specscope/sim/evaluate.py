@@ -251,7 +251,8 @@ def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> lis
     nothing of the next step; 1: everything; ``nan`` where one outcome never occurs); and,
     beside it, ``confidence_auc``: the same steps told apart by the drafter's own probability of
     its first draft (the trace's ``draft_prob``), which it knows only once it drafts — within the
-    step, not before it (``nan`` for a lookup, or where the traces keep no probability)."""
+    step, not before it — over the ``confidence_steps`` of those steps whose records keep it (``nan``
+    for a lookup, where no record keeps it, or where one outcome never occurs among them)."""
     from sklearn.metrics import roc_auc_score
 
     chooser, decide, seen = policy.chooser(1), policy.decide_for(1), []
@@ -275,9 +276,12 @@ def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> lis
             prob = records[r].proposers[name].draft_prob
             own.append(float(prob[pos - 1, 0]) if prob is not None and prob.shape[1] else float("nan"))
         both = 0 < sum(truth) < len(truth)
-        known = both and not np.isnan(own).any()
+        kept = ~np.isnan(np.asarray(own, dtype=float))  # [steps] the steps whose traces keep the probability
+        told = np.asarray(truth)[kept]
         rows.append({"method": name, "steps": len(truth), "predicted": float(np.mean(predicted)) if truth else float("nan"),
                      "observed": float(np.mean(truth)) if truth else float("nan"),
                      "auc": float(roc_auc_score(truth, predicted)) if both else float("nan"),
-                     "confidence_auc": float(roc_auc_score(truth, own)) if known else float("nan")})
+                     "confidence_steps": int(kept.sum()),
+                     "confidence_auc": float(roc_auc_score(told, np.asarray(own)[kept]))
+                     if 0 < told.sum() < len(told) else float("nan")})
     return rows
