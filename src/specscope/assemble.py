@@ -70,6 +70,7 @@ def load_engine(
     device: str = "cpu",
     tree: TreeShape | None = None,
     policy: str | Path | None = None,
+    confidence: float | None = None,
 ) -> tuple[Engine, "tokenizers.Tokenizer | None"]:
     """Load target (and proposer ``method`` unless :data:`~specscope.methods.NO_SD`) from HF directories; returns the
     engine and the target directory's ``tokenizer.json`` tokenizer (``None`` without one).
@@ -77,7 +78,8 @@ def load_engine(
     ``DEFAULT_MAX_SEQ_LEN``) and may not exceed it. With a ``tree`` the engine drafts and
     verifies that static token tree every step and ``k`` is ignored (it is the tree's depth).
     With a learned ``policy`` file the engine switches proposer per step and sequence as the
-    policy decides (``method`` and ``k`` are ignored; :func:`build_proposer`)."""
+    policy decides (``method`` and ``k`` are ignored; :func:`build_proposer`). With ``confidence`` p a
+    model drafter ends each row's proposal at its first draft of probability below p (k at most)."""
     model_dir = Path(model_dir)
     torch_device = resolve_device(device)
     if draft_dir is not None:
@@ -93,5 +95,6 @@ def load_engine(
     config = ProposerConfig(method, k, max_batch_size, Engine.cache_capacity(max_seq_len, k, tree),
                             Path(draft_dir) if draft_dir is not None else None)
     proposer = build_proposer(target, method, config, learned)
-    engine = Engine(target, proposer, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir), tree=tree)
+    engine = Engine(target, proposer, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir), tree=tree,
+                    confidence=confidence)
     return engine, load_tokenizer(model_dir)

@@ -103,6 +103,19 @@ def proposal_label(method_name: str, k: int, tree: str | None = None) -> str:
     return f"{method_name} tree={tree}" if tree else f"{method_name} k={k}"
 
 
+def check_confidence(threshold: float, method_name: str, tree: str | None = None) -> None:
+    """``confidence:p`` in an engine (``--confidence``) needs a model drafter specscope's engine runs
+    (it reads its probability of each draft) drafting chains, not ``tree``, and 0 < p ≤ 1."""
+    drafters = [m.name for m in METHODS if m.kind != "lookup" and m.reference]
+    if not 0.0 < threshold <= 1.0:
+        raise SpecscopeError(f"--confidence: expected a probability p, 0 < p <= 1, got {threshold!r}")
+    if method_name not in drafters:
+        raise SpecscopeError(f"--confidence: needs a model drafter, which knows its probability of each draft "
+                             f"({', '.join(drafters)}); got {method_name}")
+    if tree is not None:
+        raise SpecscopeError(f"--confidence: drafts chains (up to k, stopping at an unconfident draft), not tree {tree}")
+
+
 def method(name: str) -> Method:
     """The method called ``name``; an unknown name is a one-line error listing the known ones."""
     found = _BY_NAME.get(name)

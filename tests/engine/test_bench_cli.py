@@ -313,6 +313,41 @@ def test_bench_tree_errors_are_one_line(llama_dir, workload, capsys, extra, mess
     assert err.count("\n") == 1 and message in err and "Traceback" not in err
 
 
+def test_bench_confidence_stops_the_drafter_and_names_the_rule(llama_dir, draft_dir, workload, tmp_path, capsys):
+    """--confidence P: rows say it, the table labels it and its k 'at most', the measured cell
+    replays as confidence:P:k in the simulator; greedy output equals no SD's; fewer drafts than k
+    a step (the tiny drafter's probabilities are of the order of 0.05)."""
+    argv = ["bench", "--model", str(llama_dir), "--method", "draft", "--draft", str(draft_dir), "--k", "4",
+            "--confidence", "0.05", "--batch-sizes", "1,4", "--workload", str(workload), "--max-tokens", "9",
+            "--threads", "1", "--repeats", "1", "-o", str(tmp_path / "r.json")]
+    assert main(argv) == 0
+    assert "draft confidence:0.05" in capsys.readouterr().out
+    rows = json.loads((tmp_path / "r.json").read_text())
+    assert [(r["k"], r["confidence"], r["greedy_match"]) for r in rows] == [(4, 0.05, True)] * 2
+    assert all(r["num_draft_tokens"] < 4 * r["num_drafts"] for r in rows)
+    cells = read_bench_results([tmp_path / "r.json"])
+    assert {(c.label, c.simulated_policy) for c in cells} == {("draft confidence:0.05", "confidence:0.05:4")}
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--method", "ngram", "--confidence", "0.5"], "--confidence: needs a model drafter"),
+    (["--method", "draft", "--tree", "2x1", "--confidence", "0.5"], "not tree 2x1"),
+    (["--policy", "p.json", "--confidence", "0.5"], "--confidence: not with --policy"),
+    (["--backend", "openai", "--url", "http://127.0.0.1:1", "--confidence", "0.5"], "only with --backend reference"),
+    (["--method", "draft", "--confidence", "0"], "--confidence"),
+])
+def test_bench_confidence_errors_are_one_line(llama_dir, workload, tmp_path, capsys, extra, message):
+    (tmp_path / "p.json").write_text("{}")
+    extra = [str(tmp_path / a) if a == "p.json" else a for a in extra]
+    try:  # usage errors exit from argparse, the others return 2
+        code = main(["bench", "--model", str(llama_dir), "--workload", str(workload), "--max-tokens", "2", *extra])
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and "Traceback" not in err
+
+
 def test_a_seeded_sampled_bench_is_reproducible(llama_dir, tmp_path):
     """--batching replicate --seed: B copies of one request, each with a seed of its own drawn from
     --seed by its engine (one seed for all had made the B samples one sample B times); the same seed,
@@ -361,7 +396,7 @@ def test_replicate_batching_compares_every_copy_with_no_sd():
     from specscope.backends.reference import _row, _Run
     from specscope.engine.records import SpecDecodeStats
 
-    config = SimpleNamespace(method="ngram", k=2, tree=None, batching="replicate", temperature=0.0)
+    config = SimpleNamespace(method="ngram", k=2, tree=None, batching="replicate", temperature=0.0, confidence=None)
     base = _Run({"a#0": [1, 2], "a#1": [1, 2], "b#0": [3], "b#1": [3]}, 6, 1.0, [], SpecDecodeStats(k=2))
     sd = _Run({"a#0": [1, 2], "a#1": [1, 9], "b#0": [3], "b#1": [3]}, 6, 0.5, [], SpecDecodeStats(k=2))
     row = _row(config, 2, 2, base, sd, compare=True)

@@ -36,14 +36,26 @@ class MeasuredCell:
     policy: str | None = None  # a learned cell's policy: its file and methods, as the bench row names it
     policy_sha256: str | None = None  # ... and the start of that file's SHA-256
     ran_on: str | None = None  # where the engine ran, as its row says (``cpu float32, 1 thread``; None: unsaid)
+    confidence: float | None = None  # p of a chain whose drafter stopped at its first draft below p (k at most)
 
     @property
     def label(self) -> str:
-        """``method`` for a chain, ``method tree:SHAPE`` for a tree, a learned cell's policy (its
-        file and methods) where the row names it: what a figure's line and a table's row say."""
+        """``method`` for a chain, ``method tree:SHAPE`` for a tree, ``method confidence:p`` for a
+        chain stopped by the drafter's confidence, a learned cell's policy (its file and methods)
+        where the row names it: what a figure's line and a table's row say."""
         if self.policy is not None:
             return self.policy
+        if self.confidence is not None:
+            return f"{self.method} confidence:{self.confidence!r}"
         return self.method if self.tree is None else f"{self.method} tree:{self.tree}"
+
+    @property
+    def simulated_policy(self) -> str:
+        """The simulator's policy that replays this cell: ``fixed:k``, ``tree:SHAPE`` or
+        ``confidence:p:k``."""
+        if self.tree:
+            return f"tree:{self.tree}"
+        return f"fixed:{self.k}" if self.confidence is None else f"confidence:{self.confidence!r}:{self.k}"
 
     @property
     def error_pct(self) -> float | None:
@@ -87,7 +99,8 @@ def workload_name(workload: str) -> str:
 def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
     ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
-    ``tree`` (a static tree), a learned cell's ``policy`` and ``policy_sha256``, and where the
+    ``tree`` (a static tree), a learned cell's ``policy`` and ``policy_sha256``, a chain's ``confidence``
+    p (its drafter stopped at its first draft below p, ``confidence:p:k``), and where the
     engine ran (``device``, ``dtype``, ``threads``: the reference engine's rows say it);
     the dataset is its ``workload`` field (:func:`workload_name`), else the file's stem."""
     fields = Fields(obj, f"{path}: item {index}")
@@ -103,6 +116,8 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
         policy=fields.text("policy", optional=True) if method == LEARNED else None,
         policy_sha256=fields.text("policy_sha256", optional=True) if method == LEARNED else None,
         ran_on=_ran_on(fields),
+        confidence=fields.number("confidence", low=0.0, low_open=True, high=1.0)
+        if fields.obj.get("confidence") is not None else None,
     )
 
 
@@ -135,7 +150,7 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
             where = f"{path}: item {i}"
             if isinstance(row.get("engine"), str):
                 engines.setdefault(row["engine"], where)
-            key = (cell.dataset, cell.method, cell.tree or cell.k, cell.batch_size)
+            key = (cell.dataset, cell.method, cell.tree or cell.k, cell.batch_size, cell.confidence)
             if key in seen:
                 raise SpecscopeError(f"{where}: the cell {cell.label} k={cell.k} B={cell.batch_size} of "
                                      f"{key[0]} was measured already ({seen[key]}); give each cell once")
@@ -149,9 +164,9 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
 
 def simulated_for(cell: MeasuredCell, rows: Sequence) -> float | None:
     """The simulated speedup of ``cell``'s own configuration among ``rows`` (:class:`~specscope.sim.grid.SimRow`:
-    its dataset, its batch size, ``fixed:k`` or ``tree:SHAPE`` of its method; 1 for no SD),
+    its dataset, its batch size, its method's :attr:`MeasuredCell.simulated_policy`; 1 for no SD),
     ``None`` where the rows hold no such cell."""
-    policy = f"tree:{cell.tree}" if cell.tree else f"fixed:{cell.k}"
+    policy = cell.simulated_policy
     here = [r for r in rows if r.dataset == cell.dataset and r.batch_size == cell.batch_size]
     if cell.method == NO_SD:
         return 1.0 if here else None

@@ -55,6 +55,7 @@ class BenchConfig:
     repeats: int = 3  # each batch size runs no-SD and SD this many times (see the backend)
     tree: TreeShape | None = None
     policy: Path | None = None  # a learned policy file: SD switches proposer per step (method "learned")
+    confidence: float | None = None  # p: a model drafter ends each row at its first draft of probability < p
 
 
 def fill_batch_sizes(config: C, at_once: int, why: str) -> C:

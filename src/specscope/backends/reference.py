@@ -16,7 +16,9 @@ that tree (:mod:`specscope.engine.tree_step`); its rows count ``tree_nodes`` dra
 request-step. With ``config.policy`` (a learned policy file) the SD engine switches proposer and
 k per step and sequence (:mod:`specscope.proposers.switching`); its rows say ``method``
 ``learned``, ``k`` = the policy's deepest k, and ``policy`` = the file and the methods it chose
-between.
+between. With ``config.confidence`` p the model drafter ends each row's proposal at its first draft
+of probability below p, k at most (``confidence:p:k``, :class:`~specscope.engine.runner.Engine`); its
+rows say ``confidence`` = p.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from specscope.engine.config import check_max_tokens
 from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
-from specscope.methods import NO_SD
+from specscope.methods import NO_SD, check_confidence
 from specscope.progress import LazyProgress
 from specscope.workloads.jsonl import WorkloadRequest, read_workload
 
@@ -137,6 +139,8 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
         raise SpecscopeError(f"--batching: expected distinct or replicate, got {config.batching!r}")
     if config.tree is not None and config.method == NO_SD:
         raise SpecscopeError(f"--tree: tree {config.tree.name} needs an SD method, got --method {NO_SD}")
+    if config.confidence is not None:
+        check_confidence(config.confidence, config.method, config.tree and config.tree.name)
     if config.draft_dir is not None:
         check_same_tokenizer(config.model_dir, config.draft_dir)
     target = load_model(config.model_dir, parse_dtype(config.dtype), resolve_device(config.device))
@@ -156,7 +160,8 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
         capacity = Engine.cache_capacity(max_seq_len, config.k, config.tree)
         proposer_config = ProposerConfig(config.method, config.k, slots, capacity, config.draft_dir)
         proposer = build_proposer(target, config.method, proposer_config, policy)
-        engine = Engine(target, proposer, config.k, slots, max_seq_len, eos, seed=seed, tree=config.tree)
+        engine = Engine(target, proposer, config.k, slots, max_seq_len, eos, seed=seed, tree=config.tree,
+                        confidence=config.confidence)
     sampling = SamplingParams(config.temperature, config.top_p, config.top_k)
     engines = [baseline] if engine is baseline else [baseline, engine]
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
@@ -239,6 +244,7 @@ def _row(
             "mismatched_requests": len(mismatched) if greedy else None,
             **({"policy": policy.label} if policy is not None else {}),
             "policy_sha256": None if policy is None else policy.sha256,  # the content that ran (its rows' stamp)
+            **({"confidence": config.confidence} if config.confidence is not None else {}),
         },
         tree=config.tree,
     )

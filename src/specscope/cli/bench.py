@@ -29,7 +29,7 @@ from specscope.cli._common import (
 )
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_jsonl_output
-from specscope.methods import LEARNED, NO_SD, names
+from specscope.methods import LEARNED, NO_SD, check_confidence, names
 from specscope.policy.learned import load_policy, policy_notes
 from specscope.trees import parse_tree
 
@@ -85,6 +85,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tree", type=validate.arg(parse_tree), metavar="SHAPE",
         help="reference backend: draft and verify a static token tree every step instead of a chain of k, "
              "as branching per depth (2x2x1) or a list of paths; k is its depth",
+    )
+    parser.add_argument(
+        "--confidence", type=validate.arg(validate.number, low=0.0, low_open=True, high=1.0), metavar="P",
+        help="reference backend: the model drafter ends each sequence's proposal at its first draft whose "
+             "probability is below P (that draft included), k at most; its passes stop once every sequence has "
+             "ended (what `simulate --policies confidence:P:K` replays)",
     )
     parser.add_argument(
         "--batch-sizes",
@@ -154,6 +160,13 @@ REFERENCE_ONLY = ("batching", "top_p", "top_k", "seed", "repeats", "dtype", "dev
 
 def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
     """The bench the flags ask for: the reference engine's or a serving engine's."""
+    if args.confidence is not None:
+        if args.backend == OPENAI:
+            raise SpecscopeError("--confidence: only with --backend reference (the engine stops the drafter)")
+        if args.policy is not None:
+            raise SpecscopeError("--confidence: not with --policy (the policy chooses each step's k)")
+        check_confidence(args.confidence, DEFAULTS["method"] if args.method is None else args.method,
+                         args.tree and args.tree.name)
     policy = None
     if args.policy is not None:
         if args.backend == OPENAI:
@@ -228,6 +241,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         repeats=args.repeats,
         tree=args.tree,
         policy=args.policy,
+        confidence=args.confidence,
     )
 
 
@@ -346,7 +360,9 @@ def _print_table(rows: list[BenchRow], out: TextIO) -> None:
         split = "/".join(f"{100 * row.details[p] / total:.0f}" for p in SPLIT)
         tree = "" if row.tree is None else f"{row.tree.name} ({row.tree.nodes} nodes, depth {row.tree.depth})"
         policy = row.details.get("policy")  # a learned policy chose the method and k at every step, up to k
-        lines.append([policy or row.method, f"≤{row.k}" if policy else row.k, tree, row.batch_size, row.throughput,
+        confidence = row.details.get("confidence")  # the drafter stopped at an unconfident draft, k at most
+        label = policy or (row.method if confidence is None else f"{row.method} confidence:{confidence!r}")
+        lines.append([label, f"≤{row.k}" if policy or confidence else row.k, tree, row.batch_size, row.throughput,
                       row.baseline_throughput,
                       row.speedup, row.acceptance_rate, row.mean_acceptance_length, split,
                       row.details["greedy_match"]])

@@ -118,7 +118,10 @@ class ProposeInput:
     ``histories[b]`` = prompt + output of row ``b`` so far, ending with its last token (the
     engine's own lists: read them, never modify them). ``want_confidence`` asks model proposers
     for :attr:`Proposal.confidence` (the tracer does; the engine does not, so its steps pay
-    nothing for it)."""
+    nothing for it). ``stop_below`` p (``confidence:p``): a model proposer ends a row's proposal at
+    its first draft whose probability (as :attr:`Proposal.confidence`) is below p, that draft
+    included, and stops drafting once every row has ended — its passes run to the deepest row, k
+    at most; ``tokens`` may then hold fewer than k columns (``draft_len`` says each row's)."""
 
     slots: list[int]
     last_tokens: "torch.Tensor"
@@ -127,6 +130,7 @@ class ProposeInput:
     k: int
     sampling: "BatchSampling"
     want_confidence: bool = False
+    stop_below: float | None = None
 
 
 @dataclass
@@ -193,6 +197,29 @@ class TreeDrafting(Protocol):
 def token_probability(logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor":
     """softmax(logits) [batch, vocab] at ``tokens`` [batch] -> [batch] float32."""
     return logits.float().softmax(-1).gather(-1, tokens[:, None])[:, 0]
+
+
+class ConfidentDrafts:
+    """A proposal's rows under ``stop_below`` p (:class:`ProposeInput`): each row's length, and
+    whether any row still drafts. Without p every row drafts k."""
+
+    def __init__(self, request: ProposeInput, device: "torch.device") -> None:
+        import torch
+
+        self.threshold, batch = request.stop_below, len(request.slots)
+        self.lengths = torch.full((batch,), request.k, dtype=torch.long, device=device)  # [batch]
+        if self.threshold is not None:
+            self.lengths.zero_()
+            self.live = torch.ones(batch, dtype=torch.bool, device=device)  # [batch] rows still drafting
+
+    def add(self, probability: "torch.Tensor | None") -> bool:
+        """Count one more draft, of ``probability`` [batch], for the rows still drafting; whether
+        another pass is wanted (some row's draft reached p; always, without p)."""
+        if self.threshold is None:
+            return True
+        self.lengths += self.live
+        self.live &= probability >= self.threshold
+        return bool(self.live.any())
 
 
 class Proposer(Protocol):

@@ -31,7 +31,7 @@ from specscope.engine.timing import PhaseClock
 from specscope.engine.tree_step import tree_step
 from specscope.errors import SpecscopeError
 from specscope.engine.proposer_api import PolicyTimed, Proposer, TreeDrafting
-from specscope.methods import NO_SD
+from specscope.methods import NO_SD, check_confidence
 from specscope.trees import TreeShape
 
 __all__ = ["Engine", "SamplingParams", "StepOutput", "DEFAULT_MAX_SEQ_LEN"]
@@ -100,7 +100,9 @@ class Engine:
     write speculative positions past the end of a request. With a ``tree`` every step drafts
     and verifies that static token tree (:mod:`specscope.engine.tree_step`) instead of a chain
     of ``k``; ``k`` must then be the tree's depth, and the cache holds ``tree.nodes`` positions
-    past ``max_seq_len + 1``.
+    past ``max_seq_len + 1``. With ``confidence`` p (``confidence:p``) a model drafter ends each row's
+    proposal at its first draft of probability below p, that draft included, at k at the latest,
+    and its passes stop once every row has ended (:class:`~specscope.engine.proposer_api.ProposeInput`).
     """
 
     def __init__(
@@ -113,6 +115,7 @@ class Engine:
         eos_token_ids: Iterable[int] = (),
         seed: int = 0,
         tree: TreeShape | None = None,
+        confidence: float | None = None,
     ) -> None:
         if k < 1 or max_batch_size < 1 or max_seq_len < 2:
             raise SpecscopeError(
@@ -122,7 +125,10 @@ class Engine:
         check_context(target.config, max_seq_len, "the model")
         if tree is not None:
             check_tree(tree, k, proposer, target.config.vocab_size)
+        if confidence is not None:
+            check_confidence(confidence, proposer.name if proposer else NO_SD, tree and tree.name)
         self.target, self.proposer, self.k, self.tree = target, proposer, k, tree
+        self.confidence = confidence
         self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
         self.eos_token_ids = frozenset(eos_token_ids)
         self.method = proposer.name if proposer is not None else NO_SD
@@ -258,7 +264,8 @@ class Engine:
         if active:
             slots, histories, sampling = [s.slot for s in active], [s.history for s in active], self._sampling(active)
             if self.tree is None:
-                result = sd_step(self.target, self.cache, self.proposer, slots, histories, self.k, sampling, clock)
+                result = sd_step(self.target, self.cache, self.proposer, slots, histories, self.k, sampling, clock,
+                                 self.confidence)
             else:
                 result = tree_step(self.target, self.cache, self.proposer, slots, histories, self.tree, sampling, clock)
             verified, proposed = result.tokens_verified, sum(result.draft_len)

@@ -73,11 +73,13 @@ def sd_step(
     k: int,
     sampling: BatchSampling,
     clock: PhaseClock,
+    stop_below: float | None = None,
 ) -> StepResult:
     """One step for every row: propose ≤ k, verify all in one target forward, accept, emit.
 
     With ``proposer=None`` (or when no row offers a draft) it is a plain decode step: the
-    target scores one position per row and samples one token.
+    target scores one position per row and samples one token. ``stop_below`` p: a model
+    proposer ends each row at its first draft of probability below p (:class:`ProposeInput`).
     """
     device, batch = target.device, len(slots)
     positions = [len(h) - 1 for h in histories]  # position of each row's newest token
@@ -88,7 +90,7 @@ def sd_step(
                             torch.zeros(batch, dtype=torch.long, device=device))
     else:
         with clock.phase("draft"):
-            proposal = proposer.propose(ProposeInput(slots, last, start, histories, k, sampling))
+            proposal = proposer.propose(ProposeInput(slots, last, start, histories, k, sampling, stop_below=stop_below))
     draft_len = proposal.draft_len.tolist()
     m = max(draft_len)  # verify only as many positions as the longest proposal needs
     drafts = proposal.tokens[:, :m]  # [batch, m]

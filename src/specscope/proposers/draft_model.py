@@ -25,6 +25,7 @@ from specscope.engine.loading import load_model
 from specscope.engine.model import Transformer
 from specscope.errors import SpecscopeError
 from specscope.engine.proposer_api import (
+    ConfidentDrafts,
     Proposal,
     ProposeInput,
     ProposerConfig,
@@ -93,6 +94,7 @@ class DraftModelProposer:
         slots, histories = request.slots, request.histories
         hidden = self._catch_up(slots, histories)  # [batch, hidden]
         draft_tokens, draft_probs, confidence = [], [], []
+        rows = ConfidentDrafts(request, device)
         position = torch.tensor([len(h) for h in histories], device=device)  # where d_1 goes
         for i in range(k):
             logits = self._fit_vocab(self.draft.logits(hidden))  # [batch, target vocab]
@@ -103,24 +105,27 @@ class DraftModelProposer:
                 token = sampling.sample(probs)
                 draft_probs.append(probs)
             draft_tokens.append(token)
+            wanted = request.want_confidence or request.stop_below is not None  # its probability is read
+            told = token_probability(logits, token) if wanted else None
             if request.want_confidence:
-                confidence.append(token_probability(logits, token))
-            if i + 1 < k:
-                hidden, _ = self.draft(
-                    token[:, None],
-                    (position + i)[:, None],
-                    self.cache,
-                    slots,
-                    kv_len=max(len(h) for h in histories) + i + 1,
-                )
-                hidden = hidden[:, 0]
+                confidence.append(told)
+            if not rows.add(told) or i + 1 == k:
+                break
+            hidden, _ = self.draft(
+                token[:, None],
+                (position + i)[:, None],
+                self.cache,
+                slots,
+                kv_len=max(len(h) for h in histories) + i + 1,
+            )
+            hidden = hidden[:, 0]
         for slot, history in zip(slots, histories):
-            self.valid[slot] = len(history) + k - 1  # d_1..d_{k-1} are cached, maybe rejected
+            self.valid[slot] = len(history) + len(draft_tokens) - 1  # d_1 … d_{passes − 1} are cached, maybe rejected
         return Proposal(
-            torch.stack(draft_tokens, 1),  # [batch, k]
-            torch.full((len(slots),), k, dtype=torch.long, device=device),
-            torch.stack(draft_probs, 1) if draft_probs else None,  # [batch, k, vocab]
-            torch.stack(confidence, 1) if confidence else None,  # [batch, k]
+            torch.stack(draft_tokens, 1),  # [batch, passes ≤ k]
+            rows.lengths,
+            torch.stack(draft_probs, 1) if draft_probs else None,  # [batch, passes, vocab]
+            torch.stack(confidence, 1) if confidence else None,  # [batch, passes]
         )
 
     @torch.no_grad()

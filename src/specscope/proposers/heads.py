@@ -38,6 +38,7 @@ from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_json_object
 from specscope.engine.proposer_api import (
+    ConfidentDrafts,
     Proposal,
     ProposeInput,
     ProposerConfig,
@@ -282,6 +283,7 @@ class HeadProposer:
         state = out[torch.arange(len(slots), device=out.device), last]  # [batch, h]
         kv_len = max(len(h) for h in request.histories)  # newest position + 1
         drafts, probs, confidence = [], [], []
+        rows = ConfidentDrafts(request, state.device)
         for i in range(k):
             logits = self.head.logits(state)  # [batch, vocab]
             if sampling.all_greedy:
@@ -290,20 +292,22 @@ class HeadProposer:
                 probs.append(sampling.probs(logits))
                 token = sampling.sample(probs[-1])
             drafts.append(token)
+            wanted = request.want_confidence or request.stop_below is not None  # its probability is read
+            told = token_probability(logits, token) if wanted else None
             if request.want_confidence:
-                confidence.append(token_probability(logits, token))
-            if i + 1 < k:  # position n + i pairs d_{i+1} with the head's previous output
-                step_positions = request.positions[:, None] + i  # [batch, 1]
-                out = self.head(
-                    token[:, None], state[:, None], step_positions, self.cache, slots, kv_len + i
-                )
-                state = out[:, 0]
+                confidence.append(told)
+            if not rows.add(told) or i + 1 == k:
+                break
+            # position n + i pairs d_{i+1} with the head's previous output
+            step_positions = request.positions[:, None] + i  # [batch, 1]
+            out = self.head(token[:, None], state[:, None], step_positions, self.cache, slots, kv_len + i)
+            state = out[:, 0]
         self._consumed(slots)
         return Proposal(
-            torch.stack(drafts, 1),  # [batch, k]
-            torch.full((len(slots),), k, dtype=torch.long, device=state.device),
-            torch.stack(probs, 1) if probs else None,  # [batch, k, vocab]
-            torch.stack(confidence, 1) if confidence else None,  # [batch, k]
+            torch.stack(drafts, 1),  # [batch, passes ≤ k]
+            rows.lengths,
+            torch.stack(probs, 1) if probs else None,  # [batch, passes, vocab]
+            torch.stack(confidence, 1) if confidence else None,  # [batch, passes]
         )
 
     @torch.no_grad()

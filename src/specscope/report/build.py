@@ -237,9 +237,10 @@ def _measured_tables(cells: Sequence[MeasuredCell]) -> list[tuple[str, list[str]
 
 
 def _k(cell: MeasuredCell) -> object:
-    """A measured cell's k column: its chain's k; "tree" for a tree, which its label names (a
-    sweep records a tree's node count as k, a bench its depth)."""
-    return "tree" if cell.tree is not None else cell.k
+    """A measured cell's k column: its chain's k (≤ k where the drafter's confidence stopped it
+    sooner); "tree" for a tree, which its label names (a sweep records a tree's node count as k, a
+    bench its depth)."""
+    return "tree" if cell.tree is not None else cell.k if cell.confidence is None else f"≤{cell.k}"
 
 
 def _agree(row: WhatIfRow) -> str:

@@ -23,11 +23,9 @@ from specscope.trace.schema import TraceRecord
 
 
 def policy_of(cell: MeasuredCell, learned: Path | None = None) -> str:
-    """The simulator policy the engine ran for ``cell``: ``tree:SHAPE``, ``fixed:k``, or
+    """The simulator policy the engine ran for ``cell``: its :attr:`~MeasuredCell.simulated_policy`, or
     ``learned:FILE`` for a cell of the engine that ran the policy file ``learned``."""
-    if cell.method == LEARNED:
-        return f"learned:{learned}"
-    return f"tree:{cell.tree}" if cell.tree is not None else f"fixed:{cell.k}"
+    return f"learned:{learned}" if cell.method == LEARNED else cell.simulated_policy
 
 
 def with_simulated(records: Sequence[TraceRecord], measured: Sequence[MeasuredCell],
