@@ -29,6 +29,10 @@ def test_paper_preset_constants():
         2.37768493e-09 * 4000 + 8.41429603e-07 * 4 + 2.13526175e-03)
     # n-gram: 0.5875 % of the verify time, for the share of requests that proposed.
     assert cost.drafting_for("ngram").time(load, verify)[0] == pytest.approx(0.005875 * 0.01 * 0.5)
+    # fitted to vLLM's chains: its trees are priced from them, and simulate and report say so
+    assert cost.trees_from_chains(["eagle", "ngram"]) == (
+        "cost model 'h100-llama3.1-8b' prices no tree step of eagle beyond its passes (c_tree 0): their trees are "
+        "priced from chains alone")
 
 
 def test_roofline_h100_llama8b_within_25_percent_of_the_paper_fit():

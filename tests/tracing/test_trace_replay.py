@@ -95,6 +95,25 @@ def test_trace_resumes_without_redoing_or_losing(traced, target_and_draft, tmp_p
     assert partial.read_bytes() == out.read_bytes()
 
 
+def test_a_trace_is_listed_as_specscopes_so_a_later_run_may_replace_it(traced, tmp_path, capsys):
+    """`specscope trace` lists the trace it made in its folder's record of what specscope wrote: a
+    later `-o` may replace it (it was refused as a user's), and one naming it as its own input is
+    told so; a copy made by hand stays the user's."""
+    import shutil
+
+    from specscope.fileio import file_sha256
+    from specscope.written import listed
+
+    out, _ = traced
+    assert listed(out, file_sha256(out))
+    assert main(["traces", "convert", str(out), "--rename", "draft=eagle", "-o", str(out)]) == 2
+    assert "is also an input" in capsys.readouterr().err
+    mine = tmp_path / "t.jsonl"
+    shutil.copy(out, mine)
+    assert main(["traces", "convert", str(out), "--rename", "draft=eagle", "-o", str(mine)]) == 2
+    assert "specscope did not write it" in capsys.readouterr().err
+
+
 def test_a_resume_refuses_a_record_of_no_request_of_the_workload(traced, target_and_draft, tmp_path, capsys):
     """A record whose id the workload does not hold (edited in by hand) was kept beside the rest."""
     out, workload = traced
@@ -241,7 +260,8 @@ def test_a_second_trace_into_the_same_file_is_refused_while_the_first_runs(targe
             assert f"{path}: another trace is writing into it" in capsys.readouterr().err
         assert out.read_text() == ""
     assert main([*argv, str(link)]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.jsonl", "link.jsonl.settings.json", "t.jsonl", "w.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".specscope-outputs", "link.jsonl", "link.jsonl.settings.json",
+                                                          "t.jsonl", "w.jsonl"]  # the ledger lists t.jsonl, the file linked
     assert len(out.read_text().splitlines()) == 1
 
 def test_starting_over_keeps_a_symbolic_link_a_link(target_and_draft, tmp_path):

@@ -202,22 +202,21 @@ class LinearCostModel:
         """A note naming the methods among ``methods`` (simulated drafting a tree) whose trees a
         fitted model prices from their chains' lines, a tree step's own cost (``c_tree``) taken as
         0: a sweep's model (``fitted_cells``) that fitted no tree cell of theirs (the README's
-        what-if priced 3x2x1x1 −17 … +19 % off what it measured so, docs/calibration.md), or a
-        step-record fit (``measured``) whose ``c_tree`` for them is 0 (no tree step among its
-        records, or none that cost more than its passes)."""
+        what-if priced 3x2x1x1 −17 … +19 % off what it measured so, docs/calibration.md), or any
+        other model whose linear ``c_tree`` for them is 0: a step-record fit (``measured``) whose
+        records held no tree step, or none that cost more than its passes, and a preset or file
+        fitted elsewhere (the paper's, fitted to vLLM's chains)."""
         if self.fitted_cells:
             fitted = {c.method for c in self.fitted_cells}
             alone = [m for m in dict.fromkeys(methods)
                      if m in fitted and not any(c.tree and c.method == m for c in self.fitted_cells)]
             return (f"cost model {self.name!r} fitted no tree cell of {', '.join(alone)}: their trees are priced "
                     "from their chains alone, a tree step's own cost (c_tree) taken as 0") if alone else None
-        if self.measured is None:
-            return None
         alone = [m for m in dict.fromkeys(methods)
                  if isinstance(self.drafting.get(m), LinearDrafting) and not self.drafting[m].c_tree]
-        return (f"cost model {self.name!r} prices no tree step of {', '.join(alone)} beyond its passes (c_tree 0: its "
-                "step records held none, or none that cost more): their trees are priced from chains alone") \
-            if alone else None
+        why = ": its step records held none, or none that cost more" if self.measured is not None else ""
+        return (f"cost model {self.name!r} prices no tree step of {', '.join(alone)} beyond its passes (c_tree "
+                f"0{why}): their trees are priced from chains alone") if alone else None
 
 
 def _span(values: Sequence[int]) -> str:
