@@ -83,6 +83,30 @@ def test_serve_user_errors():
     result = run_cli("serve", "--model", ".", "--k", "0")
     assert result.returncode == 2 and "argument --k: expected an integer >= 1, got 0" in result.stderr
 
+def test_serve_confidence_stops_the_drafter_and_is_refused_where_it_cannot(tiny_model):
+    """--confidence P: a self-drafting server (every draft certain, so nothing stops) names it and
+    answers; a lookup, a tree, --policy are refused before the model loads."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "specscope", "serve", "--model", str(tiny_model), "--method", "draft", "--draft",
+         str(tiny_model), "--k", "3", "--confidence", "0.5", "--port", "0", "--max-batch-size", "1", "--threads", "1"],
+        stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        line = process.stderr.readline()
+        assert "(draft, k ≤ 3, confidence 0.5, max batch 1" in line, line
+        url = re.search(r"on (http://127\.0\.0\.1:\d+)", line).group(1)
+        result = stream_completion(ClientConfig(url, max_tokens=6, model=tiny_model.name),
+                                   Prompt("a", token_ids=(4, 5, 6, 4, 5, 6)))
+        assert result.error is None and result.output_tokens == 6
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(20)
+    for extra, message in ((["--method", "ngram"], "--confidence: needs a model drafter"),
+                           (["--method", "draft", "--draft", str(tiny_model), "--tree", "2x1"], "not tree 2x1"),
+                           (["--policy", "p.json"], "--confidence: not used with --policy")):
+        result = run_cli("serve", "--model", str(tiny_model), "--confidence", "0.5", *extra)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
 
 def test_sweep_dry_run_and_bad_config(tmp_path):
     write_workload(tmp_path / "a.jsonl", 8)  # B = 8 needs 8 requests at once

@@ -11,13 +11,13 @@ from specscope import validate
 from specscope.cli._common import DTYPE_NAMES, checkpoint_files, refuse_overwriting, refuse_unused_draft
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_output_file, first_line, open_appended
-from specscope.methods import NO_SD, names
+from specscope.methods import NO_SD, check_confidence, names
 from specscope.policy.learned import load_policy, policy_notes
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING
 from specscope.serve.protocol import DEFAULT_PORT
 from specscope.trees import parse_tree
 
-ENGINE_FLAGS = ("k", "max_batch_size", "max_seq_len", "dtype", "device", "tree")  # omitted: load_engine's defaults
+ENGINE_FLAGS = ("k", "max_batch_size", "max_seq_len", "dtype", "device", "tree", "confidence")  # omitted: its defaults
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -47,6 +47,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SHAPE",
         help="verify a static token tree each step instead of a chain of --k: branching per depth "
         "(2x2x1) or a list of paths ('[(0,), (1,), (0, 0)]'); methods draft, eagle, eagle3, mtp",
+    )
+    parser.add_argument(
+        "--confidence", type=validate.arg(validate.number, low=0.0, low_open=True, high=1.0), metavar="P",
+        help="the model drafter ends each sequence's proposal at its first draft whose probability is below P "
+             "(that draft included), --k at most (`simulate --policies confidence:P:K` replays it)",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     parser.add_argument(
@@ -119,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     policy = None
     if args.policy is not None:
         given = [flag for flag, value in (("--method", args.method is not None), ("--k", args.k is not None),
-                                          ("--tree", args.tree is not None)) if value]
+                                          ("--tree", args.tree is not None),
+                                          ("--confidence", args.confidence is not None)) if value]
         if given:
             raise SpecscopeError(f"{given[0]}: not used with --policy (the policy chooses the method and k)")
         policy = load_policy(args.policy)
@@ -130,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
         refuse_unused_draft(args.draft, args.method)
     if args.k is not None and args.method in (None, NO_SD) and args.policy is None:
         raise SpecscopeError(f"--k: only used with an SD --method (without one, {NO_SD}, nothing is proposed)")
+    if args.confidence is not None and args.policy is None:  # refused before the model loads
+        check_confidence(args.confidence, args.method or NO_SD, args.tree and args.tree.name)
     if args.tree is not None and args.k is not None:
         raise SpecscopeError(f"--k: not used with --tree (the tree {args.tree.name} drafts {args.tree.depth} deep)")
     if args.step_records is not None:  # refused before a model is loaded; opened once it is
@@ -156,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
     records = open_appended(args.step_records, "--step-records") if args.step_records is not None else None
     server = create_server(engine, tokenizer, name, args.host, args.port, args.max_waiting, chat_template, records)
     proposal = "" if engine.method == NO_SD else f", tree {engine.tree.name}" if engine.tree is not None else \
-        f", k={engine.k}"  # a server without SD proposes nothing
+        f", k={engine.k}" if engine.confidence is None else f", k ≤ {engine.k}, confidence {engine.confidence!r}"
     method = policy.label + f", k ≤ {engine.k}" if policy is not None else engine.method + proposal
     print(
         f"specscope serve: {name} ({method}, max batch {engine.max_batch_size}, "
