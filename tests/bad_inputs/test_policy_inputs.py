@@ -110,6 +110,13 @@ CASES = [
          files=altered(lambda d: d["models"][0]["seconds"][0].__setitem__(1, 1e300))),
     Case("policy-price-free", ["policy", "explain", "p.json"], r"models\[0\] \(batch size 1\): expected seconds .*above 0",
          files=altered(lambda d: d["models"][0]["seconds"][0].__setitem__(1, 0.0))),  # a step takes time: a ratio needs it
+    Case("policy-confidence-not-a-probability", ["policy", "explain", "p.json"],
+         r"p\.json: malformed policy file: models\[0\] \(batch size 1\): confidence: expected a probability p, "
+         r"0 < p <= 1, or null .*got 1\.5", files=altered(lambda d: d["models"][0].update(confidence=1.5))),
+    Case("policy-confidence-on-traces-without-probabilities", SIM + ["learned:p.json"],
+         r"dataset 'd', proposer 'eagle': policy 'learned:p\.json' stops it at its confidence .*record 'a' keeps "
+         r"draft_prob to 0 drafts: re-trace with `specscope trace --draft-probs 2`",
+         files=altered(lambda d: d["models"][0].update(confidence=0.5))),
     Case("policy-coef-ragged", ["policy", "explain", "p.json"],
          r"p\.json: malformed policy file: coef: expected a list \(of equal-length lists\) of numbers",
          files=altered(lambda d: d.update(coef=[[0.0], [0.0, 1.0]]))),

@@ -45,6 +45,7 @@ RECORD_FIELDS = {
     "tokens_proposed",
     "choices",
     "kv_longest",
+    "confidence",
 }
 
 

@@ -74,3 +74,50 @@ def test_what_cannot_stop_by_confidence_is_refused(llama_dir, draft_dir, method,
     with pytest.raises(SpecscopeError, match=message):
         load_engine(llama_dir, method, draft_dir if method == "draft" else None, k=2, max_seq_len=128,
                     confidence=p, tree=None if tree is None else TreeShape.parse(tree))
+
+
+def test_step_records_say_the_confidence_and_its_passes_are_priced_at_the_deepest_row(llama_dir, draft_dir, tmp_path):
+    """A confidence run's records carry p; read back, they start a run of their own, the measured
+    split names them apart from the fixed chain, and the drafter's passes a step are its deepest
+    row's (tokens_verified / decoded), not the rows' mean proposal (batched_tokens)."""
+    from specscope.analysis.timesplit import measured_split, read_steps
+    from specscope.costmodel.fit import draft_rows
+
+    lines = []
+    for p in (None, 0.05):
+        engine, _ = load_engine(llama_dir, "draft", draft_dir, k=4, max_batch_size=4, max_seq_len=128, confidence=p)
+        generate(engine, 4)
+        assert {r.confidence for r in engine.step_records} == {p}
+        lines += [r.to_json() for r in engine.step_records]
+    path = tmp_path / "steps.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    steps = read_steps([path])
+    assert {(s.run, s.confidence) for s in steps} == {(0, None), (1, 0.05)}
+    assert [row["method"] for row in measured_split(steps)] == ["draft", "draft confidence:0.05"]
+    stopped = [s for s in steps if s.confidence and s.decoded > 1 and s.tokens_proposed < 4 * s.decoded]
+    assert stopped, "some step stopped rows sooner than k"
+    passes, read = draft_rows(stopped)
+    assert passes.tolist() == read.tolist() == [s.tokens_verified / s.decoded for s in stopped]
+    assert any(s.batched_tokens < s.tokens_verified for s in stopped)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_seeded_request_drafts_alike_alone_and_among_rows_that_stop_elsewhere(kind, target, repeat_heads):
+    """Sampled, p = 0.1: a row that has ended draws no more from its generator while the others
+    draft on, so a seeded request's output is the same alone and in a batch."""
+    from specscope.engine.runner import SamplingParams
+
+    config = ProposerConfig(kind, 4, 4, Engine.cache_capacity(MAX_SEQ_LEN, 4), repeat_heads[kind])
+    engine = Engine(target, create_proposer(config, target), 4, 4, MAX_SEQ_LEN, confidence=0.1)
+    prompts = prompts_of(BATCHES["batch4"], seed=4)
+
+    def run_seeded(rows):
+        for i in rows:
+            engine.add_request(str(i), prompts[i], 16, SamplingParams(temperature=1.0, seed=i), ignore_eos=True)
+        out = {str(i): [] for i in rows}
+        while engine.num_running():
+            for step in engine.step():
+                out[step.request_id] += step.new_token_ids
+        return out
+
+    assert run_seeded([1])["1"] == run_seeded([0, 1, 2, 3])["1"]

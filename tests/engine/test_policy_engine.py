@@ -123,6 +123,46 @@ def test_greedy_output_is_the_targets_and_the_head_catches_up(setup):
             assert row == reference_drafts(head.head, target, history)[: len(row)]
 
 
+def test_a_policy_that_stops_its_drafter_at_its_confidence_stays_lossless(setup, tmp_path):
+    """A policy file whose models say confidence p: every row that takes EAGLE proposes up to the
+    policy's depth, ended at its first draft of probability below p (that one included), the head's
+    passes at the deepest row; the step records and the policy's history say the k each row
+    proposed. Greedy output stays the target's, and sampled requests run."""
+    target, head_dir, _, _ = setup
+    path = random_policy(tmp_path / "p.json", seed=3)
+    document = json.loads(path.read_text())
+    for model in document["models"]:
+        model["confidence"] = 0.6
+    path.write_text(json.dumps(document))
+    assert load_policy(path).confidence_for(4) == 0.6
+    prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
+    plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
+    engine = switching_engine(target, head_dir, path, len(prompts))
+    head = engine.proposer.members[METHODS.index("eagle")]
+    seen, propose = [], head.propose
+
+    def recording_head(request):
+        proposal = propose(request)
+        seen.append((request.k, request.stop_below, proposal.confidence.tolist(), proposal.draft_len.tolist(),
+                     proposal.tokens.shape[1]))
+        return proposal
+
+    head.propose = recording_head
+    assert run(engine, prompts, 24) == plain
+    assert seen and all(k == engine.k and p == 0.6 for k, p, *_ in seen)
+    for k, p, confidence, lengths, passes in seen:
+        for row, length in zip(confidence, lengths):
+            below = [j for j, value in enumerate(row) if value < p]
+            assert length == min(below[0] + 1 if below else k, k)
+        assert passes == max(lengths)
+    assert any(length < k for k, _, _, lengths, _ in seen for length in lengths), "some row stopped sooner"
+    for r in engine.step_records:
+        assert sum(c[1] for c in r.choices if c is not None) == r.tokens_proposed
+    sampled = switching_engine(target, head_dir, path, 2)
+    assert [len(o) for o in run(sampled, prompts_of((5, 7), seed=3), 12, SamplingParams(temperature=0.8, seed=4))] \
+        == [12, 12]
+
+
 def test_step_records_tell_the_policys_own_work_apart(setup):
     """``policy_s``: the switching proposer's time beyond its lookup and members, a part of every
     step's drafting; an engine without a policy records 0."""

@@ -27,12 +27,13 @@ def run(engine, requests: list[tuple[str, list[int], SamplingParams]], max_token
     return outputs
 
 
-@pytest.mark.parametrize("method", ["ngram", "draft"])
-def test_seeded_request_alone_equals_it_in_a_batch(llama_dir, draft_dir, method):
+@pytest.mark.parametrize("method, confidence", [("ngram", None), ("draft", None), ("draft", 0.05), ("draft", 0.2)])
+def test_seeded_request_alone_equals_it_in_a_batch(llama_dir, draft_dir, method, confidence):
     """The same seeded request gives the same tokens alone and among five others (sampled,
-    greedy, other seeds and prompts, ragged proposals), with SD on."""
+    greedy, other seeds and prompts, ragged proposals), with SD on; also where the drafter stops
+    each row at its confidence (a row that ended draws nothing more while its neighbours draft on)."""
     draft = draft_dir if method == "draft" else None
-    engine, _ = load_engine(llama_dir, method, draft, k=3, max_batch_size=6, max_seq_len=128)
+    engine, _ = load_engine(llama_dir, method, draft, k=3, max_batch_size=6, max_seq_len=128, confidence=confidence)
     prompt = prompts()[1]
     alone = run(engine, [("me", prompt, SEEDED)])["me"]
     neighbours = [

@@ -57,6 +57,39 @@ def test_the_file_is_plain_numbers_with_its_features_defined(policy_file):
     assert document["training"]["made_by"] == code_version()  # the code that fitted it
 
 
+def told(records: list, depth: int = 8) -> list:
+    """``records`` whose EAGLE trace keeps its probability of each of ``depth`` drafts, telling its
+    acceptance exactly: 0.9 for each draft it accepts, 0.1 from the first it rejects on."""
+    return [replace(r, proposers={**r.proposers, "eagle": replace(r.proposers["eagle"], draft_prob=np.where(
+        np.arange(depth)[None, :] < r.proposers["eagle"].acc_len[:, None] - 1, 0.9, 0.1).astype(np.float32))})
+            for r in records]
+
+
+def test_a_fit_stops_the_drafter_at_its_confidence_where_the_traces_keep_it(policy_file):
+    """Traces that keep no draft_prob: every batch size's rule says confidence none. Traces where
+    EAGLE accepts anything from 0 to 6 drafts, unforeseeably, and its probability of each draft tells
+    it exactly: at B = 1 the fit picks a p of the grid, and its walk stops EAGLE at its first rejected
+    draft — it emits more per EAGLE step and proposes no draft beyond the one rejected, above the
+    same policy without p."""
+    from specscope.policy.learned import LearnedPolicy, choosers_from_json
+    from specscope.sim.fit import CONFIDENCE_GRID, fit_policy
+    from specscope.sim.switching import causal_plan
+
+    assert [m["confidence"] for m in json.loads(policy_file.read_text())["models"]] == [None, None]
+    rng = np.random.default_rng(5)
+    records = told([record([1] * 60, rng.integers(1, 8, 60).tolist(), rid=f"v{i}", dataset="v") for i in range(12)])
+    document = fit_policy(records, ("ngram", "eagle"), COST, [1])
+    (p,) = [m["confidence"] for m in document["models"]]
+    assert p in CONFIDENCE_GRID
+    policy = LearnedPolicy("t", ("ngram", "eagle"), choosers_from_json(document, ("ngram", "eagle")), document)
+    stopped, plain = (causal_plan(records, policy.methods, policy.decide_for, policy.depth, confidence_for=lambda b: q)
+                      for q in (p, None))
+    eagle = stopped.method == 1
+    acc = np.stack([r.acc_len("eagle") for r in records])[stopped.request_of_step, stopped.pos - 1]  # [S]
+    assert eagle.any() and np.all(stopped.proposed[eagle] <= acc[eagle])  # no draft past the first rejected
+    assert stopped.emitted[eagle].mean() > plain.emitted[plain.method == 1].mean()
+
+
 def test_rows_name_the_policy_files_content_not_only_its_name(policy_file, tmp_path):
     """A file fitted again in place runs under the same name; its rows' policy_sha256 (the start of
     the file's SHA-256, as the study's measured cells carry it) tells the two apart."""

@@ -141,3 +141,30 @@ def test_a_draft_prob_kept_for_no_draft_is_unknown():
     observer = Observer(rec, ("ngram", "eagle"), len(NGRAM), 8)
     observer.step(3, 1, 1)
     assert observer.observe(5).steps[-1].draft_prob is None
+
+
+def test_a_model_drafter_taken_under_a_confidence_proposes_to_its_first_unconfident_draft():
+    """p = 0.5, the walk's deepest k 3. EAGLE acc_len 3, 1, 4, 2, 1, 1 and its drafts' probabilities
+    (three a position) 0.9 0.4 0.9 at position 1 and 0.2 0.9 0.9 at position 4: a policy taking EAGLE
+    at k = 1 proposes 2 at position 1 (the 0.4 included) and emits 3, then 1 at position 4 and emits
+    2 to the output's end. Without p: k = 1 at positions 1, 3 and 5. n-gram, a lookup, keeps its k
+    (its offer of 1: positions 1, 3, 5)."""
+    from dataclasses import replace
+
+    from specscope.trace.schema import ProposerTrace
+
+    probs = np.full((6, 3), 0.9, dtype=np.float32)
+    probs[0, 1], probs[3, 0] = 0.4, 0.2
+    rec = record([2] * 6, [3, 1, 4, 2, 1, 1])  # n-gram offers 1 at every position
+    rec = replace(rec, proposers={**rec.proposers, "eagle": ProposerTrace(rec.acc_len("eagle"), draft_prob=probs)})
+
+    def plan(choice, p):
+        return causal_plan([rec], ("ngram", "eagle"), lambda b: lambda observed: [choice] * len(observed), 3,
+                           confidence_for=lambda b: p)
+
+    stopped = plan((1, 1), 0.5)
+    assert (stopped.pos.tolist(), stopped.proposed.tolist(), stopped.emitted.tolist()) == ([1, 4], [2, 1], [3, 2])
+    fixed = plan((1, 1), None)
+    assert (fixed.pos.tolist(), fixed.proposed.tolist()) == ([1, 3, 5], [1, 1, 1])
+    lookup = plan((0, 2), 0.5)
+    assert lookup.proposed.tolist() == plan((0, 2), None).proposed.tolist() == [1, 1, 1]

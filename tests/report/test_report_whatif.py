@@ -111,3 +111,21 @@ def test_a_batch_size_the_requests_barely_fill_names_the_steady_states_own_winne
     assert whatif_summary([wide, one, eight]) == (
         "At B=64 (code: ngram fixed:2 1.30×) the steady state (every slot decoding, as on a loaded server) has another "
         "winner than the whole run: the traces' requests fill those batch sizes for part of their run only.")
+
+
+def test_a_drafter_stopped_at_its_confidence_is_named_apart_from_its_fixed_chain():
+    """A measured EAGLE cell at k = 2 stopped at p = 0.9 is `eagle confidence:0.9:2` (simulated by
+    that policy where the rows hold it), never the fixed chain the model was fitted to; the measured
+    figure draws it as its own line."""
+    from specscope.report.figures import measured_figure
+
+    stopped = MeasuredCell("code", "eagle", 2, 1, 1.7, confidence=0.9)
+    assert simulated_for(stopped, ROWS) is None  # the rows simulate no confidence policy
+    assert simulated_for(stopped, ROWS + [row("eagle", "confidence:0.9:2", 1, 1.65)]) == 1.65
+    one, _ = whatif_rows(ROWS, [replace(stopped, simulated_speedup=1.65), MeasuredCell("code", "eagle", 2, 4, 0.9)],
+                         FITTED)
+    assert (one.measured_best, one.measured_in_fit) == ("eagle confidence:0.9:2", False)
+    fixed = MeasuredCell("code", "eagle", 2, 1, 1.3)
+    figure = measured_figure([stopped, fixed])
+    labels = {text.get_text() for legend in figure.legends for text in legend.get_texts()}
+    assert {"eagle k=2", "eagle confidence:0.9 k≤2"} <= labels

@@ -18,6 +18,7 @@ from specscope.errors import SpecscopeError
 from specscope.fileio import read_json
 from specscope.methods import LEARNED, NO_SD, method as method_named
 from specscope.trace.fields import Fields
+from specscope.sim.policies import configured_policy
 from specscope.trees import TreeShape, parse_tree
 from specscope.validate import Invalid
 
@@ -51,11 +52,9 @@ class MeasuredCell:
 
     @property
     def simulated_policy(self) -> str:
-        """The simulator's policy that replays this cell: ``fixed:k``, ``tree:SHAPE`` or
-        ``confidence:p:k``."""
-        if self.tree:
-            return f"tree:{self.tree}"
-        return f"fixed:{self.k}" if self.confidence is None else f"confidence:{self.confidence!r}:{self.k}"
+        """The simulator's policy that replays this cell (:func:`~specscope.sim.policies.configured_policy`):
+        ``fixed:k``, ``tree:SHAPE`` or ``confidence:p:k``."""
+        return configured_policy(self.k, self.tree, self.confidence)
 
     @property
     def error_pct(self) -> float | None:

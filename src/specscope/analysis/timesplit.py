@@ -16,7 +16,8 @@ read the cached tokens themselves, ``kv_tokens``, not every row padded to the lo
 
 A step's ``batch_size`` is the number of requests running in that step, which varies as
 requests finish and are admitted. So the reader cuts the records into runs — a run starts at
-the top of each file and wherever ``step`` does not increase or ``method``/``k`` change — and
+the top of each file and wherever ``step`` does not increase or ``method``/``k`` (or the tree,
+or the confidence p) change — and
 labels each run with its peak ``batch_size`` (the batch size it was configured with, when it
 had enough requests). The measured split sums, per method × k × peak batch size over all
 matching runs: ``prefill`` = prefill_s, ``drafting`` = draft_s, ``verification`` = verify_s,
@@ -69,6 +70,8 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     policy = fields.number("policy_s", default=0.0, low=0.0, high=MOST_S)  # absent in records before it existed
     proposed = fields.integer("tokens_proposed", optional=True)  # absent in records before it existed
     longest = fields.integer("kv_longest", optional=True, maximum=MAX_CONTEXT)  # absent in records before it existed
+    confidence = fields.number("confidence", low=0.0, low_open=True, high=1.0) \
+        if fields.obj.get("confidence") is not None else None
     tokens = values["prefill_tokens"]
     prompts = (1 if tokens else 0) if prompts is None else prompts
     if not 0 <= prompts <= values["batch_size"]:
@@ -81,6 +84,9 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
         raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
     if tree is not None and method == NO_SD:
         raise fields.error("tree", "expected none on a step without SD (method none)")
+    if confidence is not None and (method in (NO_SD, LEARNED) or tree is not None):
+        raise fields.error("confidence", "expected none but on a chain of a model drafter (a step without SD, a "
+                                         "policy's or a tree's stops no drafter at its confidence)")
     drafted = next((name for name in ("k", "draft_s", "tokens_proposed") if fields.obj.get(name)), None)
     if method == NO_SD and drafted:  # no SD drafts nothing (its k is 0 as an engine writes it)
         raise fields.error(drafted, f"expected 0 on a step without SD (method none), got {fields.obj[drafted]}")
@@ -90,7 +96,7 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
                                                         note=f" (each request emits 1 … {'nodes' if shape else 'k'} + 1 "
                                                              "tokens in a step)").tolist(),
                         prefill_requests=prompts, prefill_width=0 if width is None else width,
-                        kv_longest=0 if longest is None else longest,
+                        kv_longest=0 if longest is None else longest, confidence=confidence,
                         tree=None if shape is None else shape.name, **values)
     _check_consistent(fields, step, widest)
     return step
@@ -172,7 +178,8 @@ def read_steps(paths: Iterable[str | Path]) -> list[MeasuredStep]:
                                      "an engine writes each step once; remove the copy (it would cut its run in two)")
             run = steps[-1].run if steps else -1
             new_run = previous is None or step.step <= previous.step or \
-                (step.method, step.k, step.tree) != (previous.method, previous.k, previous.tree)
+                (step.method, step.k, step.tree, step.confidence) != \
+                (previous.method, previous.k, previous.tree, previous.confidence)
             step.run, step.source = run + 1 if new_run else run, str(path)
             steps.append(step)
         if len(steps) == before:
@@ -198,15 +205,17 @@ def predicted_split(rows: Sequence[SimRow]) -> list[dict]:
 
 def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
     """One row per file × method × k × peak batch size, in order of first appearance (a tree's
-    runs as method ``METHOD tree:SHAPE``; ``steps_file`` the file: runs of two files — two engines,
-    two machines — are not pooled into one row)."""
+    runs as method ``METHOD tree:SHAPE``, a drafter stopped at its confidence as ``METHOD
+    confidence:p``; ``steps_file`` the file: runs of two files — two engines, two machines — are
+    not pooled into one row)."""
     runs: dict[int, list[MeasuredStep]] = {}
     for s in steps:
         runs.setdefault(s.run, []).append(s)
     groups: dict[tuple[str, int, int], dict[str, float]] = {}
     for members in runs.values():
         first = members[0]
-        method, k = first.method if first.tree is None else f"{first.method} tree:{first.tree}", first.k
+        method = first.method if first.tree is None else f"{first.method} tree:{first.tree}"
+        method, k = method if first.confidence is None else f"{method} confidence:{first.confidence!r}", first.k
         key = (first.source, method, 0 if method == NO_SD else k, max(s.batch_size for s in members))
         g = groups.setdefault(key, {**{p: 0.0 for p in PHASES}, "sampling": 0.0, "policy": 0.0, "runs": 0, "steps": 0,
                                     "tokens": 0})

@@ -23,9 +23,10 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   describes vLLM, not this engine). ``k + 1`` is what the simulator prices
   (:func:`~specscope.costmodel.base.draft_passes` for ``c_tok``,
   :func:`~specscope.costmodel.base.draft_tokens_per_sequence` for ``c_batched``): the rows' mean ``k + 1`` for
-  a chain (:attr:`~specscope.costmodel.steps.StepRecord.batched_tokens` / ``decoded``: each row
+  a chain (:attr:`~specscope.costmodel.steps.StepRecord.drafter_tokens` / ``decoded``: each row
   at the k it proposed — an n-gram row that found nothing at 1 — where the verification pads
-  every row to the widest); for a tree step (its record names the tree) ``c_tok`` counts its
+  every row to the widest; a drafter stopped at its confidence, every row at the deepest, as its
+  passes run); for a tree step (its record names the tree) ``c_tok`` counts its
   ``depth`` drafter passes plus one (:func:`~specscope.costmodel.base.draft_passes`) and
   ``c_batched`` the tokens they read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
   step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
@@ -298,12 +299,13 @@ def draft_rows(steps: Sequence[MeasuredStep]) -> tuple[np.ndarray, np.ndarray]:
     """[steps] the drafter's passes in each step and the tokens per sequence they read, each plus
     one, as the simulator prices them (:func:`~specscope.costmodel.base.draft_passes`,
     :func:`~specscope.costmodel.base.draft_tokens_per_sequence`) given the step's tree (its pass
-    widths) or chain (``batched_tokens / decoded``: both)."""
+    widths) or chain (``drafter_tokens / decoded``: both; a drafter stopped at its confidence serves
+    every row to the deepest)."""
     passes, out = np.zeros(len(steps)), np.zeros(len(steps))
     trees = np.array([s.tree or "" for s in steps])
     for tree in dict.fromkeys(trees.tolist()):
         at = trees == tree
-        batched = np.array([s.batched_tokens for s, here in zip(steps, at) if here], dtype=float)
+        batched = np.array([s.drafter_tokens for s, here in zip(steps, at) if here], dtype=float)
         running = np.array([s.decoded for s, here in zip(steps, at) if here], dtype=float)
         widths = TreeShape.parse(tree).draft_pass_widths if tree else ()
         load = StepLoad(batched, np.zeros_like(batched), running, running, batched, widths)

@@ -34,7 +34,9 @@ class StepRecord:
     before the field: then every row is taken at the widest, :attr:`batched_tokens`);
     ``choices``: where a policy chose per row (method :data:`~specscope.methods.LEARNED`, whose
     ``k`` is the deepest it may propose), each running request's ``[method, k]`` in batch order
-    (``["none", 0]``: it drafted nothing; ``None`` for a request the step prefilled), else ``None``."""
+    (``["none", 0]``: it drafted nothing; ``None`` for a request the step prefilled), else ``None``;
+    ``confidence``: p of a chain whose drafter ended each row at its first draft below p (``k`` at
+    most; ``bench --confidence``), else ``None``."""
 
     step: int
     method: str
@@ -56,6 +58,7 @@ class StepRecord:
     tokens_proposed: int | None = None
     choices: list[list | None] | None = None  # [batch_size]: [method, k] per request (a policy's), None if prefilled
     kv_longest: int = 0  # the longest cache among the rows it decoded (0: none, or a record from before the field)
+    confidence: float | None = None  # p where the drafter stopped each row at its first draft below p
 
     @property
     def decode_s(self) -> float:
@@ -74,6 +77,15 @@ class StepRecord:
         :attr:`~specscope.costmodel.base.StepLoad.batched_tokens`, what a drafting is priced by);
         ``tokens_verified``, every row at the widest, in a record without ``tokens_proposed``."""
         return self.tokens_verified if self.tokens_proposed is None else self.tokens_proposed + self.decoded
+
+    @property
+    def drafter_tokens(self) -> int:
+        """Σ (k + 1) over the rows it decoded as the drafter's passes serve them: each row at the k
+        it proposed (:attr:`batched_tokens`), or, where the drafter stopped rows at its confidence
+        (``confidence``), every row at the deepest (``tokens_verified``): its passes run for every row
+        until the last has ended, as the simulator prices them
+        (:class:`~specscope.sim.pricing.DeepestPasses`)."""
+        return self.batched_tokens if self.confidence is None else self.tokens_verified
 
     @property
     def prefill_positions(self) -> int:

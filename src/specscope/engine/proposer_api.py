@@ -212,6 +212,19 @@ class ConfidentDrafts:
             self.lengths.zero_()
             self.live = torch.ones(batch, dtype=torch.bool, device=device)  # [batch] rows still drafting
 
+    def sample(self, sampling: "BatchSampling", probs: "torch.Tensor") -> "torch.Tensor":
+        """One draft per row from ``probs`` [batch, vocab] (:meth:`BatchSampling.sample`), drawn only
+        for the rows still drafting: a row that has ended takes no more from its generator (its
+        later drafts, argmax, are never proposed), so a seeded request drafts alike whatever its
+        neighbours."""
+        if self.threshold is None or bool(self.live.all()):
+            return sampling.sample(probs)
+        token = probs.argmax(-1)
+        live = self.live.nonzero()[:, 0].tolist()
+        if live:
+            token[live] = sampling.rows(live).sample(probs[live])
+        return token
+
     def add(self, probability: "torch.Tensor | None") -> bool:
         """Count one more draft, of ``probability`` [batch], for the rows still drafting; whether
         another pass is wanted (some row's draft reached p; always, without p)."""

@@ -298,6 +298,7 @@ class Engine:
                 policy_s=0.0 if self._policy_timed is None else self._policy_timed.take_policy_seconds(),
                 tokens_proposed=proposed,
                 choices=None if self._policy_timed is None else self._choices(running),
+                confidence=self.confidence,
             )
         )
         outputs = []

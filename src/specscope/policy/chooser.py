@@ -72,6 +72,7 @@ class Chooser:
     verify: np.ndarray | None = None  # [J + 1] the step's verification at B copies proposing k (part of seconds)
     pads: bool = False  # the engine verifies every row at the batch's widest proposal (needs verify)
     span: np.ndarray | None = None  # [M, 2] least and greatest w_m · x over the training steps (None: unbounded)
+    confidence: float | None = None  # p: a model drafter taken proposes to its first draft below p (None: k)
 
     def __post_init__(self) -> None:  # constants of every decision, computed once
         depth = self.seconds.shape[1]  # J + 1

@@ -10,9 +10,11 @@ definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercep
 [M][2] (the least and greatest coef_m · z over the training steps, z the standardised features), and
 ``models``: per batch size ``seconds`` [M][J + 1] (the price per row), ``fixed``
 [M][J + 1] (F_B: the batch's once-per-iteration drafting; 0 for a lookup and at k = 0) and
-``verify`` [J + 1] (the verification part of the price), and ``pads`` (the cost model's engine
-verifies every row at the batch's widest proposal: its group then weighs each width); plain
-numbers only.
+``verify`` [J + 1] (the verification part of the price) and, optionally, ``confidence`` p (a model
+drafter a step takes proposes until its first draft of probability below p, at most J, in place
+of the chosen k: :meth:`LearnedPolicy.confidence_for`; null or absent: the chosen k), and ``pads``
+(the cost model's engine verifies every row at the batch's widest proposal: its group then weighs
+each width); plain numbers only.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
 SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
 FIELDS = ("schema", "methods", "features", "cost_model", "batch_sizes", "pads", "mean", "scale", "coef", "intercept",
           "base_rate", "span", "models", "training")  # a policy file's, as `policy fit` writes them
-MODEL_FIELDS = ("batch_size", "seconds", "fixed", "verify")  # each of its models'
+MODEL_FIELDS = ("batch_size", "seconds", "fixed", "verify", "confidence")  # each of its models' (confidence: optional)
 MAX_STEP_S = 3600.0  # a step's price in a policy file: at most an hour (a typo's 1e300 is refused)
 
 
@@ -93,6 +95,13 @@ class LearnedPolicy:
         """The rule of the fitted batch size nearest ``batch_size`` (log scale)."""
         nearest = min(self.choosers, key=lambda b: (abs(math.log(b) - math.log(batch_size)), b))
         return self.choosers[nearest]
+
+    def confidence_for(self, batch_size: int) -> float | None:
+        """p at ``batch_size`` (its rule's, :meth:`chooser`): where a step takes a model drafter, the
+        drafter proposes until its first draft of probability below p (that one included), at most
+        :attr:`depth`, in place of the chosen k — its confidence within the step, which the policy
+        reads only where it pays for the drafting; ``None``: the chosen k."""
+        return self.chooser(batch_size).confidence
 
     def decide_for(self, batch_size: int) -> Decide:
         """The decision at ``batch_size`` (made once per size: an engine asks at every step):
@@ -300,7 +309,12 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
             raise ValueError(f"models[{i}] (batch size {b}): {unknown[0]}: unknown field (expected "
                              f"{', '.join(MODEL_FIELDS)})")
         seconds, fixed, verify = (_numbers(model, name, f"models[{i}] (batch size {b}): ")
-                                  for name in MODEL_FIELDS[1:])
+                                  for name in MODEL_FIELDS[1:4])
+        confidence = model.get("confidence")
+        if confidence is not None and (isinstance(confidence, bool) or not isinstance(confidence, (int, float))
+                                       or not 0.0 < confidence <= 1.0):
+            raise ValueError(f"models[{i}] (batch size {b}): confidence: expected a probability p, 0 < p <= 1, or "
+                             f"null (the drafter's k not stopped by its confidence), got {confidence!r:.40}")
         shape = (len(methods), intercept.shape[1] + 1)
         if seconds.shape != shape or fixed.shape != shape or verify.shape != shape[1:] \
                 or not np.all((seconds > 0) & (seconds <= MAX_STEP_S)) \
@@ -313,7 +327,8 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
                              f"lookup's row ({', '.join(methods[j] for j in lookups) or 'none here'}): nothing is "
                              "drafted there")
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
-                              base_rate, fixed, b, verify, pads, span)
+                              base_rate, fixed, b, verify, pads, span,
+                              None if confidence is None else float(confidence))
     return choosers
 
 

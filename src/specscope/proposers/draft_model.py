@@ -102,7 +102,7 @@ class DraftModelProposer:
                 token = logits.argmax(-1)
             else:
                 probs = sampling.probs(logits)
-                token = sampling.sample(probs)
+                token = rows.sample(sampling, probs)
                 draft_probs.append(probs)
             draft_tokens.append(token)
             wanted = request.want_confidence or request.stop_below is not None  # its probability is read

@@ -290,7 +290,7 @@ class HeadProposer:
                 token = logits.argmax(-1)
             else:
                 probs.append(sampling.probs(logits))
-                token = sampling.sample(probs[-1])
+                token = rows.sample(sampling, probs[-1])
             drafts.append(token)
             wanted = request.want_confidence or request.stop_below is not None  # its probability is read
             told = token_probability(logits, token) if wanted else None

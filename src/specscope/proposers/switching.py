@@ -99,20 +99,28 @@ class SwitchingProposer:
         offers = [len(row) for row in found]
         choices = self.policy.decide_for(batch)([self._observe(slot, history, offer) for slot, history, offer
                                                  in zip(request.slots, request.histories, offers)])
+        stop_below = self.policy.confidence_for(batch)  # a model drafter taken drafts to its confidence's k
         method, k = [], []  # plain lists: per-row array operations cost more than they save
         for (m, d), offer in zip(choices, offers):
             d = min(d, self.depth, offer) if m == self._ngram else min(d, self.depth)
+            if stop_below is not None and d > 0 and m != self._ngram:
+                d = self.depth  # at most; the drafter stops each row at its first draft below p
             method.append(m if d > 0 else NONE)
             k.append(d)
         if method[0] not in (NONE, self._ngram) and method.count(method[0]) == batch:  # one model drafter, every row
             begun = time.perf_counter()
-            proposal = self.members[method[0]].propose(replace(request, k=max(k), want_confidence=True))
+            proposal = self.members[method[0]].propose(replace(request, k=max(k), want_confidence=True,
+                                                               stop_below=stop_below))
             members += time.perf_counter() - begun
             first_prob = proposal.confidence[:, 0].tolist()
             tokens, probs = proposal.tokens, proposal.probs
-            draft_len = proposal.draft_len if min(k) == max(k) else torch.tensor(k, dtype=torch.long, device=device)
+            if stop_below is not None:
+                k = proposal.draft_len.tolist()
+            draft_len = proposal.draft_len if min(k) == max(k) or stop_below is not None \
+                else torch.tensor(k, dtype=torch.long, device=device)
         else:
-            tokens, draft_len, probs, first_prob, seconds = self._merge(request, method, k, found)
+            tokens, k, probs, first_prob, seconds = self._merge(request, method, k, found, stop_below)
+            draft_len = torch.tensor(k, dtype=torch.long, device=device)
             members += seconds
         names = self.policy.methods
         for row, slot in enumerate(request.slots):
@@ -123,13 +131,15 @@ class SwitchingProposer:
         self._policy_seconds += time.perf_counter() - start - members
         return Proposal(tokens, draft_len, probs)
 
-    def _merge(self, request: ProposeInput, method: list[int], k: list[int], found: list[list[int]]
-               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, list[float | None], float]:
+    def _merge(self, request: ProposeInput, method: list[int], k: list[int], found: list[list[int]],
+               stop_below: float | None = None
+               ) -> tuple[torch.Tensor, list[int], torch.Tensor | None, list[float | None], float]:
         """Rows that chose different proposers (or none): each member proposes for its rows, with
-        the deepest k among them, and the proposals are merged into tokens [batch, depth], draft_len
-        [batch] and probs (None under greedy decoding), plus each row's first-draft probability
-        and the seconds the members took."""
-        batch, device, seconds = len(request.slots), request.last_tokens.device, 0.0
+        the deepest k among them (a model drafter stopping each row at its first draft below
+        ``stop_below``), and the proposals are merged into tokens [batch, depth], each row's k (the
+        drafter's own where it stopped a row sooner) and probs (None under greedy decoding), plus
+        each row's first-draft probability and the seconds the members took."""
+        batch, device, seconds, k = len(request.slots), request.last_tokens.device, 0.0, list(k)
         drafted = [[0] * self.depth for _ in range(batch)]  # [batch][depth] draft tokens
         probs, probs_of = None, {}
         first_prob: list[float | None] = [None] * batch
@@ -141,24 +151,24 @@ class SwitchingProposer:
                 for row in rows:
                     drafted[row][: len(found[row])] = found[row]
                 continue
-            subset = _subset(request, rows, max(k[row] for row in rows), confidence=True)
+            subset = _subset(request, rows, max(k[row] for row in rows), confidence=True, stop_below=stop_below)
             begun = time.perf_counter()
             proposal = member.propose(subset)
             seconds += time.perf_counter() - begun
-            for row, draft, value in zip(rows, proposal.tokens[:, : self.depth].tolist(),
-                                         proposal.confidence[:, 0].tolist()):
+            for row, draft, value, length in zip(rows, proposal.tokens[:, : self.depth].tolist(),
+                                                 proposal.confidence[:, 0].tolist(), proposal.draft_len.tolist()):
                 drafted[row][: len(draft)] = draft
                 first_prob[row] = value
+                k[row] = min(k[row], length)
             if proposal.probs is not None:
                 probs_of[index] = (rows, proposal.probs)
         tokens = torch.tensor(drafted, dtype=torch.long, device=device)
-        draft_len = torch.tensor(k, dtype=torch.long, device=device)
         if probs_of:  # sampled rows: the members' distributions, point masses elsewhere
             vocab = next(iter(probs_of.values()))[1].shape[-1]
             probs = torch.zeros(batch, self.depth, vocab, device=device).scatter_(-1, tokens[:, :, None], 1.0)
             for rows, member_probs in probs_of.values():
                 probs[rows, : member_probs.shape[1]] = member_probs
-        return tokens, draft_len, probs, first_prob, seconds
+        return tokens, k, probs, first_prob, seconds
 
     def _observe(self, slot: int, history: list[int], offer: int) -> Observation:
         """The observation of the sequence in ``slot`` before this step, after recording what its
@@ -177,11 +187,12 @@ class SwitchingProposer:
                                          TokensSoFar(history, len(history)), offer, state.overlap.value(history))
 
 
-def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = False) -> ProposeInput:
-    """The rows ``rows`` of ``request``, proposing ``k``."""
+def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = False,
+            stop_below: float | None = None) -> ProposeInput:
+    """The rows ``rows`` of ``request``, proposing ``k`` (stopped at ``stop_below``, if given)."""
     if len(rows) == len(request.slots):  # every row: nothing to slice
-        return replace(request, k=k, want_confidence=confidence)
+        return replace(request, k=k, want_confidence=confidence, stop_below=stop_below)
     index = torch.as_tensor(rows, dtype=torch.long, device=request.last_tokens.device)
     return ProposeInput([request.slots[r] for r in rows], request.last_tokens[index], request.positions[index],
                         [request.histories[r] for r in rows], k, request.sampling.rows(rows),
-                        want_confidence=confidence)
+                        want_confidence=confidence, stop_below=stop_below)

@@ -257,8 +257,9 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     unmatched = [c for c in data.measured if c.simulated_speedup is None]
     if unmatched:
         data.notes.append(f"{len(unmatched)} of {len(data.measured)} measured cells have no simulated counterpart in "
-                          "this report (another workload than the traces', a batch size not simulated, or a method, "
-                          "k or tree the traces do not reach), so nothing checks them: " + ", ".join(
+                          "this report (another workload than the traces', a batch size not simulated, a method, "
+                          "k or tree the traces do not reach, or a drafter stopped at its confidence, which `simulate "
+                          "--policies confidence:p:k` replays), so nothing checks them: " + ", ".join(
                               f"{c.dataset} {c.label} k={c.k} B={c.batch_size}" for c in unmatched[:5])
                           + (", …" if len(unmatched) > 5 else ""))
     matched = [c for c, by_name in zip(data.measured, named) if by_name and c.simulated_speedup is not None]

@@ -298,6 +298,8 @@ def measured_figure(cells: Sequence) -> plt.Figure:
     not), per dataset panel, a line per configuration: colour = method, marker = k (or tree); the
     legend below the panels."""
     def config(cell) -> str:
+        if cell.confidence is not None:
+            return f"{cell.label} k≤{cell.k}"
         return cell.label if cell.tree is not None else f"{cell.method} k={cell.k}"
 
     datasets = _unique(c.dataset for c in cells)

@@ -70,20 +70,18 @@ class WhatIfRow:
 
 
 def _config(cell: MeasuredCell) -> str:
-    """A measured cell's configuration as the simulator names it: ``none``, ``METHOD fixed:K``
-    or ``METHOD tree:SHAPE``."""
-    if cell.method == NO_SD:
-        return NO_SD
-    return f"{cell.method} {configured_policy(cell.k, cell.tree)}"
+    """A measured cell's configuration as the simulator names it: ``none``, ``METHOD fixed:K``,
+    ``METHOD tree:SHAPE`` or ``METHOD confidence:p:K``."""
+    return NO_SD if cell.method == NO_SD else f"{cell.method} {cell.simulated_policy}"
 
 
 def fitted_to(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
     """Whether ``cell`` is one the model was fitted to (workloads compared by the datasets they
     name, :func:`~specscope.analysis.measured.workload_name`: a sweep's cells keep the path typed,
     ``code8.jsonl``)."""
-    return any(f.method == cell.method and f.batch_size == cell.batch_size
-               and workload_name(f.workload) == cell.dataset
-               and (f.tree or None) == (cell.tree or None) and (f.tree is not None or f.k == cell.k) for f in fitted)
+    return cell.confidence is None and any(  # a sweep's cells are chains and trees
+        f.method == cell.method and f.batch_size == cell.batch_size and workload_name(f.workload) == cell.dataset
+        and (f.tree or None) == (cell.tree or None) and (f.tree is not None or f.k == cell.k) for f in fitted)
 
 
 def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell]

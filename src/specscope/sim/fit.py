@@ -16,10 +16,20 @@ step at B copies (paper mode: verify B·(k + 1) tokens over B·kv cached, m's dr
 overhead, and the catch-up of a model drafter the step leaves idle) at the training steps'
 median kv, with a model drafter's drafting split into its part per row and the part F_B the batch
 pays once (:func:`step_seconds`).
+
+The drafter's confidence. Where the training traces keep every model drafter's probability of
+each draft as deep as the policy proposes (``trace --draft-probs``), each batch size's rule also
+gets a p (:func:`choose_confidence`): a model drafter the policy takes then proposes until its
+first draft of probability below p instead of the chosen k — the one thing a step knows of its
+acceptance that no feature before it carries. p is the best of :data:`CONFIDENCE_GRID` and none
+for the training datasets' throughput, walked in mixed mode at that batch size (distinct rows
+stop at different drafts while the drafter's passes run to the deepest: at larger batch sizes
+none tends to win).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Sequence
 
@@ -31,13 +41,14 @@ from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
-from specscope.policy.learned import MAX_STEP_S, SCHEMA, choosers_from_json
+from specscope.policy.learned import MAX_STEP_S, SCHEMA, LearnedPolicy, choosers_from_json
 from specscope.policy.observation import NONE
 from specscope.sim.observe import Observer
 from specscope.sim.plan import dataset_depths
 from specscope.sim.pricing import price_steps
-from specscope.sim.switching import catch_up_time, common_length, on_common_positions
-from specscope.trace.schema import TraceRecord
+from specscope.sim.mixed import predict_mixed
+from specscope.sim.switching import SwitchDrafting, causal_plan, catch_up_time, common_length, on_common_positions
+from specscope.trace.schema import TraceRecord, by_dataset
 from specscope.version import code_version
 
 J_MAX = 20  # the longest proposal a learned policy makes
@@ -46,6 +57,7 @@ RUN = 4  # mean steps an exploring random action is kept for (so runs of one act
 ROUNDS = 2
 FEW_STEPS = 200  # below this many training steps a policy is said to be learned from too few (~27 features weighed)
 MAX_ROWS = 60_000  # training rows per regression (a uniform sample beyond)
+CONFIDENCE_GRID = (0.3, 0.5, 0.7, 0.9)  # the p a fit weighs at each batch size, beside none
 
 
 def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], depths: dict[str, int],
@@ -231,7 +243,38 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
             document["models"].append({"batch_size": b, "seconds": seconds.tolist(), "fixed": fixed.tolist(),
                                        "verify": verify.tolist()})
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
+    choose_confidence(records, methods, document, cost, depths)
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed,
                             "made_by": code_version()}
     return document
+
+
+def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], document: dict, cost: CostModel,
+                      depths: dict[str, int]) -> None:
+    """Set each model's ``confidence`` in ``document`` (see the module docstring): the p of
+    :data:`CONFIDENCE_GRID`, or none (first among equals), whose walk of every training dataset
+    (within its own depth, ``depths``) in mixed mode at that batch size has the greatest summed log
+    throughput. Left none where a model drafter among ``methods`` keeps ``draft_prob`` shallower
+    than a dataset's walk in some record (n-gram alone: nothing to stop)."""
+    drafters = [m for m in methods if method_named(m).kind != "lookup"]
+    datasets = by_dataset(on_common_positions(records, methods))
+    kept = all(r.proposers[m].draft_prob is not None and r.proposers[m].draft_prob.shape[1] >= depths[name]
+               for name, group in datasets.items() for r in group for m in drafters)
+    for model in document["models"]:
+        model["confidence"] = None
+    if not drafters or not kept:
+        return
+    policy = LearnedPolicy("fit", methods, choosers_from_json(document, methods), document)
+    drafting = SwitchDrafting.of(cost, methods, causal=True)
+    for model in document["models"]:
+        b = model["batch_size"]
+
+        def score(p: float | None) -> float:
+            return sum(math.log(predict_mixed(causal_plan(group, methods, policy.decide_for, depths[name], b,
+                                                          together=True, confidence_for=lambda _: p),
+                                              cost, drafting, b).throughput)
+                       for name, group in datasets.items())
+
+        scores = {p: score(p) for p in (None, *CONFIDENCE_GRID)}
+        model["confidence"] = max(scores, key=scores.get)

@@ -369,7 +369,8 @@ def causal_walk(records: Sequence[TraceRecord], policy: Policy, k_max: int, batc
     its request, which decides alone. Mixed mode: the requests run together as the mixed
     schedule runs them, each iteration's decided together at its count (fewer than B while the
     run fills and drains), as an engine's policy decides."""
-    return causal_plan(records, policy.switch, policy.decide_for, k_max, batch_size, together=mode != "paper")
+    return causal_plan(records, policy.switch, policy.decide_for, k_max, batch_size, together=mode != "paper",
+                       confidence_for=policy.confidence_for)
 
 
 def _held(records: Sequence[TraceRecord], pairs: list[tuple[str, Policy]], dataset: str,
@@ -404,6 +405,26 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
         _check_tree(records, acc, policy, dataset)
     if policy.by_confidence is not None:
         _check_confidence(records, acc, policy, dataset)
+    if policy.reads_confidence:
+        _check_learned_confidence(records, policy, dataset)
+
+
+def _check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, dataset: str) -> None:
+    """Refuse a learned policy that stops a model drafter at its confidence (a ``confidence`` p in
+    its file) on records that keep that drafter's ``draft_prob`` to fewer drafts than its walk may
+    propose: past them it could not tell where the drafter stops."""
+    depth = min(switch_k_max(records, policy.switch), policy.depth or validate.K_MAX_LIMIT)
+    for name in policy.switch:
+        if name in LOOKUP_PROPOSERS:
+            continue
+        kept = {r.id: 0 if r.proposers[name].draft_prob is None else r.proposers[name].draft_prob.shape[1]
+                for r in records}
+        shallow = min(kept, key=kept.get)
+        if kept[shallow] < depth:
+            raise SpecscopeError(f"dataset {dataset!r}, proposer {name!r}: policy {policy.name!r} stops it at its "
+                                 f"confidence (the drafter's probability of each draft, draft_prob) to k = {depth}, "
+                                 f"but record {shallow!r} keeps draft_prob to {kept[shallow]} drafts: re-trace with "
+                                 f"`specscope trace --draft-probs {depth}`, or fit the policy without it")
 
 
 def _check_confidence(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 
 from specscope.policy.observation import NONE, History, Observation, Outcome, prompt_overlap
 from specscope.sim.plan import accepted_drafts
+from specscope.sim.policies import confident_drafts
 from specscope.trace.schema import TraceRecord
 from specscope.engine.proposer_api import NGRAM_MAX_N, NGRAM_MIN_N
 from specscope.tracing.ngram import ngram_trace
@@ -53,6 +54,14 @@ class Observer:
     def offer(self, method: int, pos: int) -> int | None:
         """What ``method`` offers at ``pos`` (n-gram: its draft length; a model: no cap)."""
         return self._offer[pos - 1] if self._methods[method] == "ngram" else None
+
+    def confident_k(self, method: int, pos: int, threshold: float, cap: int) -> int | None:
+        """The drafts ``method`` proposes at ``pos`` when it stops at its first draft of probability
+        below ``threshold`` (that one included), ``cap`` at most: its confidence within the step,
+        known as it drafts (:func:`~specscope.sim.policies.confident_drafts`); ``None`` where the
+        trace keeps no probability for it (a lookup)."""
+        prob = self._prob[method]
+        return None if prob is None else int(confident_drafts(prob[pos - 1: pos], threshold, cap)[0])
 
     def observe(self, pos: int) -> Observation:
         """The observation before the step at ``pos``."""

@@ -77,6 +77,8 @@ class Policy:
     switch: tuple[str, ...] | None = None
     decide_for: Callable[[int], Decide] | None = None
     depth: int | None = None  # a learned policy's deepest k: its walk caps n-gram's offer there, as the engine does
+    confidence_for: Callable[[int], float | None] | None = None  # a learned policy's p per batch size (None: k)
+    reads_confidence: bool = False  # it stops a model drafter at its confidence at some batch size
     sha256: str | None = None  # a learned policy's file content (policy.learned.stamp): what its rows name
 
 
@@ -157,7 +159,8 @@ def _learned(argument: str) -> Policy:
         raise SpecscopeError("policy 'learned': expected learned:FILE, a file made by `specscope policy fit`")
     learned = load_policy(argument)
     return Policy(f"learned:{argument}", switch=learned.methods, decide_for=learned.decide_for, depth=learned.depth,
-                  sha256=learned.sha256)
+                  sha256=learned.sha256, confidence_for=learned.confidence_for,
+                  reads_confidence=any(c.confidence is not None for c in learned.choosers.values()))
 
 
 def confident_drafts(draft_prob: np.ndarray, threshold: float, cap: int | None = None) -> np.ndarray:
@@ -245,10 +248,13 @@ def held_to(policies: Sequence[str], depth: int) -> tuple[str, ...]:
                                for p in policies))
 
 
-def configured_policy(k: int, tree: str | None = None) -> str:
+def configured_policy(k: int, tree: str | None = None, confidence: float | None = None) -> str:
     """The policy an engine configured with a chain of ``k`` or the static tree named ``tree``
-    runs: ``fixed:k`` or ``tree:SHAPE``."""
-    return f"tree:{tree}" if tree else f"fixed:{k}"
+    runs: ``fixed:k`` or ``tree:SHAPE``; a chain whose drafter stops each row at its first draft
+    below ``confidence`` p (``bench --confidence``): ``confidence:p:k``."""
+    if tree:
+        return f"tree:{tree}"
+    return f"fixed:{k}" if confidence is None else f"confidence:{confidence!r}:{k}"
 
 
 def parse_policies(texts: Sequence[str], combined: tuple[str, str] | None = None) -> list[Policy]:

@@ -152,12 +152,17 @@ class _Walk:
     def observe(self):
         return self.observer.observe(self.pos)
 
-    def take(self, method: int, k: int) -> None:
-        """Apply a decision: k capped at the deepest k and at what n-gram offers (0: none)."""
+    def take(self, method: int, k: int, stop_below: float | None = None) -> None:
+        """Apply a decision: k capped at the deepest k and at what n-gram offers (0: none); with
+        ``stop_below`` p, a model drafter taken proposes to its first draft below p instead, at most
+        the deepest k (:meth:`~specscope.sim.observe.Observer.confident_k`)."""
         k = min(max(int(k), 0), self.k_max)
         if method != NONE:
             offer = self.observer.offer(method, self.pos)
             k = k if offer is None else min(k, offer)
+            if stop_below is not None and k > 0:
+                confident = self.observer.confident_k(method, self.pos, stop_below, self.k_max)
+                k = k if confident is None else confident
         method = method if k > 0 else NONE
         emitted = self.observer.step(self.pos, method, k)
         self.steps.append((self.pos, k, emitted, self.observer.accepted(self.pos, method, k), method))
@@ -165,22 +170,28 @@ class _Walk:
 
 
 def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide_for: Callable[[int], Decide],
-                k_max: int, batch_size: int = 1, together: bool = False) -> Plan:
+                k_max: int, batch_size: int = 1, together: bool = False,
+                confidence_for: Callable[[int], float | None] | None = None) -> Plan:
     """Walk every request asking the policy's decision before each step. Alone (``together``
     false: batch 1, or paper mode's B copies of each request): each request by itself, decided at
     ``batch_size``. Together (mixed mode): the requests run in ``batch_size`` slots as
     :mod:`specscope.sim.mixed` schedules them (in order; a finished request's slot is taken at the
     next iteration, where it is prefilled, and it decodes from the one after) and each iteration's
-    decoding requests are decided together at their count, as an engine's policy decides its batch."""
+    decoding requests are decided together at their count, as an engine's policy decides its batch.
+    ``confidence_for(b)``: the p at which a model drafter taken at that count stops (None: k)."""
     walks = [_Walk(record, methods, k_max) for record in records]
 
     def decide(observed: list) -> list[tuple[int, int]]:
         return decide_for(len(observed))(observed)
 
+    def stop_below(count: int) -> float | None:
+        return None if confidence_for is None else confidence_for(count)
+
     if not together:
+        p = stop_below(batch_size)
         for walk in walks:
             while not walk.done:
-                walk.take(*decide([walk.observe()] * batch_size)[0])  # B copies of it
+                walk.take(*decide([walk.observe()] * batch_size)[0], p)  # B copies of it
     else:
         waiting, running, fresh = iter(walks), [], []
         while True:
@@ -191,8 +202,9 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
             if not running and not fresh:
                 break
             if running:
+                p = stop_below(len(running))
                 for walk, choice in zip(running, decide([w.observe() for w in running])):
-                    walk.take(*choice)
+                    walk.take(*choice, p)
     parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 5).T) for w in walks]
     return _switch_plan(parts, records, methods)
 
