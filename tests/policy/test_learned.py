@@ -65,12 +65,13 @@ def told(records: list, depth: int = 8) -> list:
             for r in records]
 
 
-def test_a_fit_stops_the_drafter_at_its_confidence_where_the_traces_keep_it(policy_file):
+def test_a_fit_stops_the_drafter_at_its_confidence_where_the_traces_keep_it(policy_file, tmp_path, capsys):
     """Traces that keep no draft_prob: every batch size's rule says confidence none. Traces where
     EAGLE accepts anything from 0 to 6 drafts, unforeseeably, and its probability of each draft tells
     it exactly: at B = 1 the fit picks a p of the grid, and its walk stops EAGLE at its first rejected
     draft — it emits more per EAGLE step and proposes no draft beyond the one rejected, above the
     same policy without p."""
+    from specscope.cli import main
     from specscope.policy.learned import LearnedPolicy, choosers_from_json
     from specscope.sim.fit import CONFIDENCE_GRID, fit_policy
     from specscope.sim.switching import causal_plan
@@ -81,6 +82,10 @@ def test_a_fit_stops_the_drafter_at_its_confidence_where_the_traces_keep_it(poli
     document = fit_policy(records, ("ngram", "eagle"), COST, [1])
     (p,) = [m["confidence"] for m in document["models"]]
     assert p in CONFIDENCE_GRID
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(document))
+    assert main(["policy", "explain", str(path)]) == 0
+    assert f"in place of the k chosen — B=1: p = {p:g}" in capsys.readouterr().out
     policy = LearnedPolicy("t", ("ngram", "eagle"), choosers_from_json(document, ("ngram", "eagle")), document)
     stopped, plain = (causal_plan(records, policy.methods, policy.decide_for, policy.depth, confidence_for=lambda b: q)
                       for q in (p, None))

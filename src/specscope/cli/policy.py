@@ -365,6 +365,12 @@ def run_explain(args: argparse.Namespace) -> int:
                 [[str(m["batch_size"]), f"{1e3 * m['seconds'][0][0]:.2f}",
                   *["/".join(f"{1e3 * row[k]:.2f}" for k in ks) for row in [*m["seconds"], *(m["fixed"][i] for i in drafters)]]]
                  for m in document["models"]])
+    stops = {b: chooser.confidence for b, chooser in sorted(policy.choosers.items())}
+    if drafters and any(p is not None for p in stops.values()):
+        print(f"the drafter's confidence within the step: where a step takes {', '.join(policy.methods[i] for i in drafters)}"
+              ", it drafts to its first draft of probability below p (at most k = "
+              f"{policy.depth}) in place of the k chosen — "
+              + ", ".join(f"B={b}: " + ("the k chosen" if p is None else f"p = {p:g}") for b, p in stops.items()))
     if traces is not None:
         from specscope.sim.switching import common_length
 
