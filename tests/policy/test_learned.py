@@ -95,6 +95,25 @@ def test_a_fit_stops_the_drafter_at_its_confidence_where_the_traces_keep_it(poli
     assert stopped.emitted[eagle].mean() > plain.emitted[plain.method == 1].mean()
 
 
+def test_a_policy_stopping_its_drafter_at_one_batch_size_is_refused_only_where_that_rule_is_walked(policy_file,
+                                                                                                      tmp_path):
+    """p at B = 8 alone, traces without draft_prob: paper mode at B = 1 walks B = 1's rule and runs;
+    at B = 8 it is refused naming draft_prob, and so is mixed mode at B = 8 (its iterations of 8)."""
+    from specscope.sim.grid import SimConfig, simulate
+
+    document = json.loads(policy_file.read_text())
+    document["models"][1]["confidence"] = 0.5  # B = 8
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(document))
+    records = workload(1, count=8)
+    (row,) = simulate(records, ["ngram+eagle"], [f"learned:{path}"], COST, SimConfig(mode="paper", batch_sizes=(1,)))
+    assert row.speedup > 0
+    for mode in ("paper", "mixed"):
+        with pytest.raises(SpecscopeError, match=r"stops it at its confidence \(p = 0\.5: .*keeps draft_prob to 0 "
+                                                 r"drafts: re-trace with `specscope trace --draft-probs"):
+            simulate(records, ["ngram+eagle"], [f"learned:{path}"], COST, SimConfig(mode=mode, batch_sizes=(8,)))
+
+
 def test_rows_name_the_policy_files_content_not_only_its_name(policy_file, tmp_path):
     """A file fitted again in place runs under the same name; its rows' policy_sha256 (the start of
     the file's SHA-256, as the study's measured cells carry it) tells the two apart."""

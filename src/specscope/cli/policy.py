@@ -433,25 +433,23 @@ def _figure(value: float) -> str | None:
 
 
 def show_decisions(policy, record) -> None:
-    """The policy's choices along ``record`` (within its methods' common length, at least 2), per batch size."""
+    """The policy's first choices along ``record`` (within its methods' common length, at least 2)
+    per batch size, walked as the simulator's paper mode walks it (B copies of the record), the
+    drafter's confidence included where the policy stops it at p."""
     from specscope.policy.observation import NONE
-    from specscope.sim.observe import Observer
-    from specscope.sim.switching import common_length
+    from specscope.sim.switching import causal_plan, common_length
 
     rows, length = [], common_length(record, policy.methods)
     for b in policy.choosers:
-        decide = policy.decide_for(b)
-        observer = Observer(record, policy.methods, length, policy.depth)
-        p = 1
-        for _ in range(EXAMPLE_STEPS):
-            if p >= length:  # the record's output ends: no more steps
-                break
-            obs = observer.observe(p)
-            m, k = decide([obs] * b)[0]  # B copies of the record, as the simulator's paper mode
-            offer = None if m == NONE else observer.offer(m, p)
-            k = k if offer is None else min(k, offer)
-            emitted = observer.step(p, m if k > 0 else NONE, k)
-            rows.append([str(b), str(p), str(obs.ngram_offer), "none" if m == NONE or k == 0 else policy.methods[m],
-                         str(k), str(emitted)])
-            p += emitted
+        offers, decide = [], policy.decide_for(b)
+
+        def spy(observed):
+            offers.append(observed[0].ngram_offer)
+            return decide(observed)
+
+        plan = causal_plan([record], policy.methods, lambda count: spy, policy.depth, b,
+                           confidence_for=policy.confidence_for)
+        for p, offer, m, k, emitted in list(zip(plan.pos.tolist(), offers, plan.method.tolist(), plan.proposed.tolist(),
+                                                plan.emitted.tolist()))[:EXAMPLE_STEPS]:
+            rows.append([str(b), str(p), str(offer), "none" if m == NONE else policy.methods[m], str(k), str(emitted)])
     print_table(f"decisions along record {record.id!r}", ["B", "pos", "n-gram offer", "method", "k", "emitted"], rows)

@@ -261,7 +261,7 @@ def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> lis
         seen.extend(observed)
         return decide(observed)
 
-    plan = causal_plan(records, policy.methods, lambda b: spy, policy.depth)
+    plan = causal_plan(records, policy.methods, lambda b: spy, policy.depth, confidence_for=policy.confidence_for)
     first = [[line[1] - 1.0 for line in chooser.row_gains(features(obs, policy.methods), max(obs.ngram_offer, 1),
                                                             chooser.shift_for(obs))]
              for obs in seen]  # [steps][M]: k = 1 emits 1 + P(acc_len ≥ 2)

@@ -58,6 +58,7 @@ ROUNDS = 2
 FEW_STEPS = 200  # below this many training steps a policy is said to be learned from too few (~27 features weighed)
 MAX_ROWS = 60_000  # training rows per regression (a uniform sample beyond)
 CONFIDENCE_GRID = (0.3, 0.5, 0.7, 0.9)  # the p a fit weighs at each batch size, beside none
+CONFIDENCE_REQUESTS = 64  # requests of each training dataset walked to weigh them (a sample beyond)
 
 
 def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], depths: dict[str, int],
@@ -243,7 +244,7 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
             document["models"].append({"batch_size": b, "seconds": seconds.tolist(), "fixed": fixed.tolist(),
                                        "verify": verify.tolist()})
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
-    choose_confidence(records, methods, document, cost, depths)
+    choose_confidence(records, methods, document, cost, depths, rng)
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed,
                             "made_by": code_version()}
@@ -251,12 +252,14 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
 
 
 def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], document: dict, cost: CostModel,
-                      depths: dict[str, int]) -> None:
-    """Set each model's ``confidence`` in ``document`` (see the module docstring): the p of
-    :data:`CONFIDENCE_GRID`, or none (first among equals), whose walk of every training dataset
-    (within its own depth, ``depths``) in mixed mode at that batch size has the greatest summed log
-    throughput. Left none where a model drafter among ``methods`` keeps ``draft_prob`` shallower
-    than a dataset's walk in some record (n-gram alone: nothing to stop)."""
+                      depths: dict[str, int], rng: np.random.Generator) -> None:
+    """Set each model's ``confidence`` in ``document`` (see the module docstring), the smallest batch
+    size first: the p of :data:`CONFIDENCE_GRID`, or none (first among equals), whose walk of every
+    training dataset (at most :data:`CONFIDENCE_REQUESTS` of its requests, drawn with ``rng``; each
+    within its own depth, ``depths``) in mixed mode at that batch size has the greatest summed log
+    throughput — its iterations of fewer rows deciding by their own rule's p, as the policy will.
+    Left none where a model drafter among ``methods`` keeps ``draft_prob`` shallower than a
+    dataset's walk in some record (n-gram alone: nothing to stop)."""
     drafters = [m for m in methods if method_named(m).kind != "lookup"]
     datasets = by_dataset(on_common_positions(records, methods))
     kept = all(r.proposers[m].draft_prob is not None and r.proposers[m].draft_prob.shape[1] >= depths[name]
@@ -265,16 +268,24 @@ def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], 
         model["confidence"] = None
     if not drafters or not kept:
         return
+    walked = {name: group if len(group) <= CONFIDENCE_REQUESTS else
+              [group[i] for i in sorted(rng.choice(len(group), CONFIDENCE_REQUESTS, replace=False))]
+              for name, group in datasets.items()}
     policy = LearnedPolicy("fit", methods, choosers_from_json(document, methods), document)
     drafting = SwitchDrafting.of(cost, methods, causal=True)
-    for model in document["models"]:
+    chosen: dict[int, float | None] = {}
+    for model in sorted(document["models"], key=lambda m: m["batch_size"]):
         b = model["batch_size"]
 
         def score(p: float | None) -> float:
+            def stop(count: int) -> float | None:  # this batch size's rule weighs p; a smaller one's, its own
+                rule = policy.chooser(count).batch_size
+                return p if rule == b else chosen.get(rule)
+
             return sum(math.log(predict_mixed(causal_plan(group, methods, policy.decide_for, depths[name], b,
-                                                          together=True, confidence_for=lambda _: p),
+                                                          together=True, confidence_for=stop),
                                               cost, drafting, b).throughput)
-                       for name, group in datasets.items())
+                       for name, group in walked.items())
 
         scores = {p: score(p) for p in (None, *CONFIDENCE_GRID)}
-        model["confidence"] = max(scores, key=scores.get)
+        model["confidence"] = chosen[b] = max(scores, key=scores.get)

@@ -405,14 +405,18 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
         _check_tree(records, acc, policy, dataset)
     if policy.by_confidence is not None:
         _check_confidence(records, acc, policy, dataset)
-    if policy.reads_confidence:
-        _check_learned_confidence(records, policy, dataset)
 
 
-def _check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, dataset: str) -> None:
-    """Refuse a learned policy that stops a model drafter at its confidence (a ``confidence`` p in
-    its file) on records that keep that drafter's ``draft_prob`` to fewer drafts than its walk may
+def _check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, dataset: str,
+                              batch_sizes: Sequence[int], mode: str) -> None:
+    """Refuse a learned policy whose rules for the iterations walked at ``batch_sizes`` (paper mode:
+    B; mixed: every count up to B) stop a model drafter at its confidence (a ``confidence`` p in its
+    file), on records that keep that drafter's ``draft_prob`` to fewer drafts than its walk may
     propose: past them it could not tell where the drafter stops."""
+    counts = sorted({c for b in batch_sizes for c in ([b] if mode == "paper" else range(1, b + 1))})
+    stopping = sorted({policy.confidence_for(c) for c in counts} - {None})
+    if not stopping:
+        return
     depth = min(switch_k_max(records, policy.switch), policy.depth or validate.K_MAX_LIMIT)
     for name in policy.switch:
         if name in LOOKUP_PROPOSERS:
@@ -422,9 +426,10 @@ def _check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, da
         shallow = min(kept, key=kept.get)
         if kept[shallow] < depth:
             raise SpecscopeError(f"dataset {dataset!r}, proposer {name!r}: policy {policy.name!r} stops it at its "
-                                 f"confidence (the drafter's probability of each draft, draft_prob) to k = {depth}, "
-                                 f"but record {shallow!r} keeps draft_prob to {kept[shallow]} drafts: re-trace with "
-                                 f"`specscope trace --draft-probs {depth}`, or fit the policy without it")
+                                 f"confidence (p = {', '.join(map(str, stopping))}: the drafter's probability of each "
+                                 f"draft, draft_prob) to k = {depth} at these batch sizes, but record {shallow!r} keeps "
+                                 f"draft_prob to {kept[shallow]} drafts: re-trace with `specscope trace --draft-probs "
+                                 f"{depth}` (`policy explain` lists the batch sizes whose rule stops it)")
 
 
 def _check_confidence(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
@@ -528,6 +533,8 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
         mine = pairs if missing is None else _held(members, pairs, dataset, missing)
         for acc, policy in mine:
             _check(members, acc, policy, dataset)
+            if policy.confidence_for is not None:
+                _check_learned_confidence(members, policy, dataset, config.batch_sizes, config.mode)
             drafting_of(cost, acc, policy)  # a missing one is an error
         if missing is None:
             for acc, policy in mine:

@@ -78,7 +78,6 @@ class Policy:
     decide_for: Callable[[int], Decide] | None = None
     depth: int | None = None  # a learned policy's deepest k: its walk caps n-gram's offer there, as the engine does
     confidence_for: Callable[[int], float | None] | None = None  # a learned policy's p per batch size (None: k)
-    reads_confidence: bool = False  # it stops a model drafter at its confidence at some batch size
     sha256: str | None = None  # a learned policy's file content (policy.learned.stamp): what its rows name
 
 
@@ -159,8 +158,7 @@ def _learned(argument: str) -> Policy:
         raise SpecscopeError("policy 'learned': expected learned:FILE, a file made by `specscope policy fit`")
     learned = load_policy(argument)
     return Policy(f"learned:{argument}", switch=learned.methods, decide_for=learned.decide_for, depth=learned.depth,
-                  sha256=learned.sha256, confidence_for=learned.confidence_for,
-                  reads_confidence=any(c.confidence is not None for c in learned.choosers.values()))
+                  sha256=learned.sha256, confidence_for=learned.confidence_for)
 
 
 def confident_drafts(draft_prob: np.ndarray, threshold: float, cap: int | None = None) -> np.ndarray:
