@@ -129,3 +129,5 @@ def test_a_drafter_stopped_at_its_confidence_is_named_apart_from_its_fixed_chain
     figure = measured_figure([stopped, fixed])
     labels = {text.get_text() for legend in figure.legends for text in legend.get_texts()}
     assert {"eagle k=2", "eagle confidence:0.9 k≤2"} <= labels
+    markers = {line.get_label(): line.get_marker() for line in figure.axes[0].lines}
+    assert markers["eagle k=2"] != markers["eagle confidence:0.9 k≤2"]  # one k, two configurations told apart

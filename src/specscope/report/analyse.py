@@ -260,7 +260,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                           "this report (another workload than the traces', a batch size not simulated, a method, "
                           "k or tree the traces do not reach, or a drafter stopped at its confidence, which `simulate "
                           "--policies confidence:p:k` replays), so nothing checks them: " + ", ".join(
-                              f"{c.dataset} {c.label} k={c.k} B={c.batch_size}" for c in unmatched[:5])
+                              f"{c.dataset} {c.label} k{'≤' if c.confidence is not None else '='}{c.k} "
+                              f"B={c.batch_size}" for c in unmatched[:5])
                           + (", …" if len(unmatched) > 5 else ""))
     matched = [c for c, by_name in zip(data.measured, named) if by_name and c.simulated_speedup is not None]
     if matched:

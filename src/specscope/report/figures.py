@@ -295,8 +295,8 @@ SIMULATED = "dashed, hollow: simulated"  # the measured figure's legend entry fo
 def measured_figure(cells: Sequence) -> plt.Figure:
     """Figure 9: measured speedup (solid, markers) and the simulator's prediction for the same
     runs (dashed, hollow markers: every point simulated, a lone one too; a gap where a run was
-    not), per dataset panel, a line per configuration: colour = method, marker = k (or tree); the
-    legend below the panels."""
+    not), per dataset panel, a line per configuration: colour = method, marker = k (or tree; a
+    drafter stopped at its confidence, its own); the legend below the panels."""
     def config(cell) -> str:
         if cell.confidence is not None:
             return f"{cell.label} k≤{cell.k}"
@@ -304,7 +304,10 @@ def measured_figure(cells: Sequence) -> plt.Figure:
 
     datasets = _unique(c.dataset for c in cells)
     colours = proposer_colours(_unique(c.method for c in cells))
-    shapes = {shape: MARKERS[i % len(MARKERS)] for i, shape in enumerate(_unique(c.tree or c.k for c in cells))}
+    def shape(cell) -> tuple:
+        return cell.tree or cell.k, cell.confidence
+
+    shapes = {key: MARKERS[i % len(MARKERS)] for i, key in enumerate(_unique(shape(c) for c in cells))}
     fig, axes = panel_grid(len(datasets), 2, 6.0, 4.2, sharey=True)
     handles: dict[str, object] = {}
     for ax, dataset in zip(axes, datasets):
@@ -312,7 +315,7 @@ def measured_figure(cells: Sequence) -> plt.Figure:
         for name in _unique(config(c) for c in mine):
             line = sorted((c for c in mine if config(c) == name), key=lambda c: c.batch_size)
             x, colour = [c.batch_size for c in line], colours[line[0].method]
-            marker = shapes[line[0].tree or line[0].k]
+            marker = shapes[shape(line[0])]
             handles[name] = ax.plot(x, [c.measured_speedup for c in line], marker=marker, color=colour, label=name)[0]
             simulated = [np.nan if c.simulated_speedup is None else c.simulated_speedup for c in line]
             if not np.isnan(simulated).all():
