@@ -260,7 +260,10 @@ FIGURES = [
         lambda d: "Markers are its steps (colour = proposer, height = k + 1) over each proposer's acc_len: "
                   "check that it switches to n-gram where n-gram's acc_len is bright (long) and proposes little "
                   "where both are dark (short) "
-                  f"(each request walked alone, at batch size {min(d.config.sim.batch_sizes)}).",
+                  f"(each request walked alone, at batch size {min(d.config.sim.batch_sizes)})."
+                  + ("" if not d.policy_choices or d.policy_choices[0].confidence is None else
+                     f" There its rule stops a model drafter at its confidence: such a step's k is where the "
+                     f"drafter's probability of a draft first fell below p = {d.policy_choices[0].confidence:g}."),
         lambda d: choices_figure(d.policy_choices),
         lambda d: None if d.policy_choices else "no learned policy was given (--policy)",
     ),

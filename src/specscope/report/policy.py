@@ -38,7 +38,8 @@ GAP_AXIS = 2.0  # the gap figure shows -2 … 2; a bar beyond is cut there, its 
 
 @dataclass
 class PolicyChoices:
-    """One request walked by the policy: each method's acc_len [G] and the steps' (pos, method, k)."""
+    """One request walked by the policy: each method's acc_len [G] and the steps' (pos, method, k);
+    ``confidence``: the p at which its rule stopped a model drafter (its k then the drafter's)."""
 
     dataset: str
     request: str
@@ -46,6 +47,7 @@ class PolicyChoices:
     pos: np.ndarray
     method: np.ndarray  # names (NO_SD where nothing was proposed)
     k: np.ndarray
+    confidence: float | None = None
 
 
 def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
@@ -73,7 +75,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
         names = np.asarray([policy.methods[m] if m != NONE else NO_SD for m in plan.method.tolist()])
         g = common_length(record, policy.methods)
         choices.append(PolicyChoices(record.dataset or "trace", record.id, {m: record.acc_len(m)[:g] for m in policy.methods},
-                                     plan.pos, names, plan.proposed))
+                                     plan.pos, names, plan.proposed, policy.confidence_for(smallest)))
     return table, choices
 
 
