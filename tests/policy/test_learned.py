@@ -89,6 +89,11 @@ def test_a_fit_stops_the_drafter_at_its_confidence_where_the_traces_keep_it(poli
     policy = LearnedPolicy("t", ("ngram", "eagle"), choosers_from_json(document, ("ngram", "eagle")), document)
     stopped, plain = (causal_plan(records, policy.methods, policy.decide_for, policy.depth, confidence_for=lambda b: q)
                       for q in (p, None))
+    from specscope.report.policy import policy_section
+    from specscope.sim.grid import SimConfig
+
+    _, choices = policy_section(records[:4], str(path), COST, SimConfig(mode="mixed", batch_sizes=(1,)))
+    assert choices and all(c.confidence == p for c in choices)  # the report's walks stop the drafter too
     eagle = stopped.method == 1
     acc = np.stack([r.acc_len("eagle") for r in records])[stopped.request_of_step, stopped.pos - 1]  # [S]
     assert eagle.any() and np.all(stopped.proposed[eagle] <= acc[eagle])  # no draft past the first rejected
