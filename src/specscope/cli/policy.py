@@ -48,7 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "each draft token's acceptance from what an engine knows before the step, and price "
                     "every (proposer, k) under the cost model at each batch size; the policy then picks "
                     "the step with the most expected tokens for its time (see specscope.sim.fit and "
-                    "specscope.policy.learned). Use the file with `simulate --policies learned:FILE`.")
+                    "specscope.policy.learned). Where the traces keep every model drafter's probability of each "
+                    "draft (draft_prob) as deep as the policy proposes, each batch size's rule also gets the "
+                    "p (or none) at which a model drafter it takes stops at its first unconfident draft. Use the "
+                    "file with `simulate --policies learned:FILE`.")
     add_trace_options(fit, choice=False)  # the walk itself keeps to the positions its proposers cover
     add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0, help="the walk's draws (n-gram's guessed no-match steps)")
