@@ -101,7 +101,7 @@ def test_a_fit_stops_the_drafter_at_its_confidence_where_the_traces_keep_it(poli
 
 
 def test_a_policy_stopping_its_drafter_at_one_batch_size_is_refused_only_where_that_rule_is_walked(policy_file,
-                                                                                                      tmp_path):
+                                                                                                      tmp_path, capsys):
     """p at B = 8 alone, traces without draft_prob: paper mode at B = 1 walks B = 1's rule and runs;
     at B = 8 it is refused naming draft_prob, and so is mixed mode at B = 8 (its iterations of 8)."""
     from specscope.sim.grid import SimConfig, simulate
@@ -114,9 +114,26 @@ def test_a_policy_stopping_its_drafter_at_one_batch_size_is_refused_only_where_t
     (row,) = simulate(records, ["ngram+eagle"], [f"learned:{path}"], COST, SimConfig(mode="paper", batch_sizes=(1,)))
     assert row.speedup > 0
     for mode in ("paper", "mixed"):
-        with pytest.raises(SpecscopeError, match=r"stops it at its confidence \(p = 0\.5: .*keeps draft_prob to 0 "
-                                                 r"drafts: re-trace with `specscope trace --draft-probs"):
+        with pytest.raises(SpecscopeError, match=r"stops it at its confidence \(p = 0\.5: .*at batch size 8 \(" + mode
+                                                 + r" mode\), but .*keeps draft_prob to 0 drafts: re-trace with "
+                                                   r"`specscope trace --draft-probs"):
             simulate(records, ["ngram+eagle"], [f"learned:{path}"], COST, SimConfig(mode=mode, batch_sizes=(8,)))
+    # mixed mode leaves out a batch size its 8 requests cannot fill: its rule is not walked, nothing refused
+    document["models"][1]["confidence"], document["models"][0]["confidence"] = None, None
+    document["batch_sizes"], document["models"] = [1, 8, 64], [*document["models"], {**document["models"][1],
+                                                                                     "batch_size": 64, "confidence": 0.5}]
+    path.write_text(json.dumps(document))
+    rows = simulate(records, ["ngram+eagle"], [f"learned:{path}"], COST,
+                    SimConfig(mode="mixed", batch_sizes=(1, 8, 64), oversize="skip"))
+    assert [r.batch_size for r in rows] == [1, 8]
+    # policy explain --traces walks every rule (B copies): refused there, in one line (it printed the k unstopped)
+    from specscope.cli import main
+
+    traces = tmp_path / "t.jsonl"
+    traces.write_text("".join(json.dumps(r.to_json()) + "\n" for r in records))
+    assert main(["policy", "explain", str(path), "--traces", str(traces)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "at batch size 1, 8, 64 (paper mode)" in err and "draft_prob" in err
 
 
 def test_rows_name_the_policy_files_content_not_only_its_name(policy_file, tmp_path):

@@ -397,11 +397,15 @@ def read_traces_for(policy, args: argparse.Namespace) -> list:
         if missing:
             raise SpecscopeError(f"--traces: record {record.id!r} of dataset {record.dataset!r} has no {missing[0]!r} "
                                  f"trace (the policy chooses between {', '.join(policy.methods)})")
-    from specscope.sim.grid import check_k_by_dataset
+    from specscope.sim.grid import check_k_by_dataset, check_learned_confidence
     from specscope.sim.observe import offer_notes
     from specscope.sim.policies import parse_policy
+    from specscope.trace.schema import by_dataset
 
-    check_k_by_dataset(records, policy.methods[0], parse_policy(f"learned:{policy.path}"))  # its walk goes no deeper
+    walked = parse_policy(f"learned:{policy.path}")
+    check_k_by_dataset(records, policy.methods[0], walked)  # its walk goes no deeper
+    for dataset, members in by_dataset(records).items():  # its decisions (B copies) and the AUCs' walk (B = 1)
+        check_learned_confidence(members, walked, dataset, sorted({1, *policy.choosers}), "paper")
     for note in offer_notes(records):
         print(f"note: {note}", file=sys.stderr)
     return records
@@ -440,9 +444,9 @@ def show_decisions(policy, record) -> None:
     per batch size, walked as the simulator's paper mode walks it (B copies of the record), the
     drafter's confidence included where the policy stops it at p."""
     from specscope.policy.observation import NONE
-    from specscope.sim.switching import causal_plan, common_length
+    from specscope.sim.switching import causal_plan
 
-    rows, length = [], common_length(record, policy.methods)
+    rows = []
     for b in policy.choosers:
         offers, decide = [], policy.decide_for(b)
 

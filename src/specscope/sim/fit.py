@@ -58,7 +58,7 @@ ROUNDS = 2
 FEW_STEPS = 200  # below this many training steps a policy is said to be learned from too few (~27 features weighed)
 MAX_ROWS = 60_000  # training rows per regression (a uniform sample beyond)
 CONFIDENCE_GRID = (0.3, 0.5, 0.7, 0.9)  # the p a fit weighs at each batch size, beside none
-CONFIDENCE_REQUESTS = 64  # requests of each training dataset walked to weigh them (a sample beyond)
+CONFIDENCE_REQUESTS = 64  # requests of each training dataset walked to weigh them, at least (twice B if more)
 
 
 def collect(records: Sequence[TraceRecord], methods: tuple[str, ...], depths: dict[str, int],
@@ -255,8 +255,9 @@ def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], 
                       depths: dict[str, int], rng: np.random.Generator) -> None:
     """Set each model's ``confidence`` in ``document`` (see the module docstring), the smallest batch
     size first: the p of :data:`CONFIDENCE_GRID`, or none (first among equals), whose walk of every
-    training dataset (at most :data:`CONFIDENCE_REQUESTS` of its requests, drawn with ``rng``; each
-    within its own depth, ``depths``) in mixed mode at that batch size has the greatest summed log
+    training dataset (at most :data:`CONFIDENCE_REQUESTS` of its requests or twice the batch size,
+    drawn with ``rng``; each within its own depth, ``depths``) in mixed mode at that batch size has
+    the greatest summed log
     throughput — its iterations of fewer rows deciding by their own rule's p, as the policy will.
     Left none where a model drafter among ``methods`` keeps ``draft_prob`` shallower than a
     dataset's walk in some record (n-gram alone: nothing to stop)."""
@@ -268,14 +269,15 @@ def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], 
         model["confidence"] = None
     if not drafters or not kept:
         return
-    walked = {name: group if len(group) <= CONFIDENCE_REQUESTS else
-              [group[i] for i in sorted(rng.choice(len(group), CONFIDENCE_REQUESTS, replace=False))]
-              for name, group in datasets.items()}
     policy = LearnedPolicy("fit", methods, choosers_from_json(document, methods), document)
     drafting = SwitchDrafting.of(cost, methods, causal=True)
     chosen: dict[int, float | None] = {}
     for model in sorted(document["models"], key=lambda m: m["batch_size"]):
         b = model["batch_size"]
+        size = max(CONFIDENCE_REQUESTS, 2 * b)  # enough to fill B rows and drain them
+        walked = {name: group if len(group) <= size else
+                  [group[i] for i in sorted(rng.choice(len(group), size, replace=False))]
+                  for name, group in datasets.items()}
 
         def score(p: float | None) -> float:
             def stop(count: int) -> float | None:  # this batch size's rule weighs p; a smaller one's, its own

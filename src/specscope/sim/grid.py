@@ -407,7 +407,7 @@ def _check(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: st
         _check_confidence(records, acc, policy, dataset)
 
 
-def _check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, dataset: str,
+def check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, dataset: str,
                               batch_sizes: Sequence[int], mode: str) -> None:
     """Refuse a learned policy whose rules for the iterations walked at ``batch_sizes`` (paper mode:
     B; mixed: every count up to B) stop a model drafter at its confidence (a ``confidence`` p in its
@@ -427,7 +427,8 @@ def _check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, da
         if kept[shallow] < depth:
             raise SpecscopeError(f"dataset {dataset!r}, proposer {name!r}: policy {policy.name!r} stops it at its "
                                  f"confidence (p = {', '.join(map(str, stopping))}: the drafter's probability of each "
-                                 f"draft, draft_prob) to k = {depth} at these batch sizes, but record {shallow!r} keeps "
+                                 f"draft, draft_prob) to k = {depth} at batch size {', '.join(map(str, batch_sizes))} "
+                                 f"({mode} mode), but record {shallow!r} keeps "
                                  f"draft_prob to {kept[shallow]} drafts: re-trace with `specscope trace --draft-probs "
                                  f"{depth}` (`policy explain` lists the batch sizes whose rule stops it)")
 
@@ -530,18 +531,19 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
     groups = []  # (dataset, its sampled requests, its cells, its batch sizes): all checked before any work
     for dataset, members in by_dataset(records).items():
         members = sampled(members, config)
+        sizes = _feasible(config.batch_sizes, len(members), dataset, config)
         mine = pairs if missing is None else _held(members, pairs, dataset, missing)
         for acc, policy in mine:
             _check(members, acc, policy, dataset)
             if policy.confidence_for is not None:
-                _check_learned_confidence(members, policy, dataset, config.batch_sizes, config.mode)
+                check_learned_confidence(members, policy, dataset, sizes, config.mode)
             drafting_of(cost, acc, policy)  # a missing one is an error
         if missing is None:
             for acc, policy in mine:
                 check_k(members, acc, policy, dataset)
         else:  # a cell deeper than this dataset's traces is left out, said
             mine = [(acc, policy) for acc, policy in mine if _replayable(members, acc, policy, dataset, missing)]
-        groups.append((dataset, members, mine, _feasible(config.batch_sizes, len(members), dataset, config)))
+        groups.append((dataset, members, mine, sizes))
     rows: list[SimRow] = []
     total = sum(len(mine) * len(sizes) for _, _, mine, sizes in groups)
     with LazyProgress(f"simulating ({config.mode} mode)", total) as bar:
