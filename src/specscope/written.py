@@ -51,16 +51,12 @@ def record(path: Path, text: str) -> None:
     _update(path, lambda entry: digest)
 
 
-def record_file(path: Path) -> None:
-    """List the file at ``path`` as what specscope wrote there, as it is now: a file specscope
-    builds otherwise than whole (a trace, appended to and resumed) may then be replaced by a later
-    run's ``-o``, as any output of specscope's."""
+def record_file(path: Path, sha256: str) -> None:
+    """List the file at ``path``, of content ``sha256`` (its SHA-256 now), as what specscope wrote
+    there: a file specscope builds otherwise than whole (a trace, appended to and resumed) may then
+    be replaced by a later run's ``-o``, as any output of specscope's."""
     claim(path)
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    _update(path, lambda entry: digest.hexdigest())
+    _update(path, lambda entry: sha256)
 
 
 def _digest(text: str) -> str:

@@ -115,8 +115,7 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
         policy=fields.text("policy", optional=True) if method == LEARNED else None,
         policy_sha256=fields.text("policy_sha256", optional=True) if method == LEARNED else None,
         ran_on=_ran_on(fields),
-        confidence=fields.number("confidence", low=0.0, low_open=True, high=1.0)
-        if fields.obj.get("confidence") is not None else None,
+        confidence=fields.number("confidence", optional=True, low=0.0, low_open=True, high=1.0),
     )
 
 

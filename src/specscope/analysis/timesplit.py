@@ -70,8 +70,7 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     policy = fields.number("policy_s", default=0.0, low=0.0, high=MOST_S)  # absent in records before it existed
     proposed = fields.integer("tokens_proposed", optional=True)  # absent in records before it existed
     longest = fields.integer("kv_longest", optional=True, maximum=MAX_CONTEXT)  # absent in records before it existed
-    confidence = fields.number("confidence", low=0.0, low_open=True, high=1.0) \
-        if fields.obj.get("confidence") is not None else None
+    confidence = fields.number("confidence", optional=True, low=0.0, low_open=True, high=1.0)
     tokens = values["prefill_tokens"]
     prompts = (1 if tokens else 0) if prompts is None else prompts
     if not 0 <= prompts <= values["batch_size"]:

@@ -29,7 +29,7 @@ from specscope.cli._common import (
 )
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_jsonl_output
-from specscope.methods import LEARNED, NO_SD, check_confidence, names
+from specscope.methods import LEARNED, NO_SD, names
 from specscope.policy.learned import load_policy, policy_notes
 from specscope.trees import parse_tree
 
@@ -165,8 +165,6 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             raise SpecscopeError("--confidence: only with --backend reference (the engine stops the drafter)")
         if args.policy is not None:
             raise SpecscopeError("--confidence: not with --policy (the policy chooses each step's k)")
-        check_confidence(args.confidence, DEFAULTS["method"] if args.method is None else args.method,
-                         args.tree and args.tree.name)
     policy = None
     if args.policy is not None:
         if args.backend == OPENAI:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from specscope import validate
 from specscope.cli._common import check_output_file
+from specscope.fileio import file_sha256
 from specscope.written import record_file
 from specscope.distributed.cluster import ray_address
 from specscope.errors import SpecscopeError
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                              **({} if args.draft_probs is None else {"draft_probs": args.draft_probs}),
                              map_batches=ray_batch_mapper(args.ray, args.ray_workers) if args.ray else trace_here)
     if Path(args.output).is_file():  # a later run may replace the trace it made (a device is written as ever)
-        record_file(Path(args.output))
+        record_file(Path(args.output), file_sha256(Path(args.output)))
     print(f"traced {written} requests into {args.output}"
           + (f" ({len(requests) - written} were already there)" if written < len(requests) else ""))
     return 0

@@ -207,10 +207,17 @@ class ConfidentDrafts:
         import torch
 
         self.threshold, batch = request.stop_below, len(request.slots)
-        self.lengths = torch.full((batch,), request.k, dtype=torch.long, device=device)  # [batch]
-        if self.threshold is not None:
-            self.lengths.zero_()
+        self.reads = request.want_confidence or self.threshold is not None  # a draft's probability is read
+        if self.threshold is None:
+            self.lengths = torch.full((batch,), request.k, dtype=torch.long, device=device)  # [batch]
+        else:
+            self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] counted as they draft
             self.live = torch.ones(batch, dtype=torch.bool, device=device)  # [batch] rows still drafting
+
+    def probability(self, logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor | None":
+        """:func:`token_probability` of this pass's drafts [batch] where it is read (asked for, or
+        stopped at), else ``None``: an engine that reads neither pays nothing for it."""
+        return token_probability(logits, tokens) if self.reads else None
 
     def sample(self, sampling: "BatchSampling", probs: "torch.Tensor") -> "torch.Tensor":
         """One draft per row from ``probs`` [batch, vocab] (:meth:`BatchSampling.sample`), drawn only

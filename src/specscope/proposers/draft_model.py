@@ -32,7 +32,6 @@ from specscope.engine.proposer_api import (
     RolloutInput,
     TargetPass,
     TreeProposal,
-    token_probability,
 )
 from specscope.proposers.registry import register
 from specscope.proposers.rollout import RolloutTree, roll_out
@@ -105,8 +104,7 @@ class DraftModelProposer:
                 token = rows.sample(sampling, probs)
                 draft_probs.append(probs)
             draft_tokens.append(token)
-            wanted = request.want_confidence or request.stop_below is not None  # its probability is read
-            told = token_probability(logits, token) if wanted else None
+            told = rows.probability(logits, token)
             if request.want_confidence:
                 confidence.append(told)
             if not rows.add(told) or i + 1 == k:

@@ -45,7 +45,6 @@ from specscope.engine.proposer_api import (
     RolloutInput,
     TargetPass,
     TreeProposal,
-    token_probability,
 )
 from specscope.proposers.rollout import RolloutTree, roll_out
 from specscope.proposers.tree_draft import draft_tree
@@ -292,8 +291,7 @@ class HeadProposer:
                 probs.append(sampling.probs(logits))
                 token = rows.sample(sampling, probs[-1])
             drafts.append(token)
-            wanted = request.want_confidence or request.stop_below is not None  # its probability is read
-            told = token_probability(logits, token) if wanted else None
+            told = rows.probability(logits, token)
             if request.want_confidence:
                 confidence.append(told)
             if not rows.add(told) or i + 1 == k:

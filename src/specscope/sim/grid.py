@@ -421,8 +421,7 @@ def check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, dat
     for name in policy.switch:
         if name in LOOKUP_PROPOSERS:
             continue
-        kept = {r.id: 0 if r.proposers[name].draft_prob is None else r.proposers[name].draft_prob.shape[1]
-                for r in records}
+        kept = _kept_depths(records, name)
         shallow = min(kept, key=kept.get)
         if kept[shallow] < depth:
             raise SpecscopeError(f"dataset {dataset!r}, proposer {name!r}: policy {policy.name!r} stops it at its "
@@ -433,19 +432,25 @@ def check_learned_confidence(records: Sequence[TraceRecord], policy: Policy, dat
                                  f"{depth}` (`policy explain` lists the batch sizes whose rule stops it)")
 
 
+def _kept_depths(records: Sequence[TraceRecord], proposer: str) -> dict[str, int]:
+    """Per record id, the drafts whose probability ``proposer``'s trace keeps (0: no ``draft_prob``)."""
+    return {r.id: 0 if r.proposers[proposer].draft_prob is None else r.proposers[proposer].draft_prob.shape[1]
+            for r in records}
+
+
 def _check_confidence(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset: str) -> None:
     """Refuse a confidence policy on a proposer without ``draft_prob`` to read (a lookup has none;
     the paper's traces keep none), or whose records keep it to fewer drafts than the policy may
     propose: asked for k (``confidence:p:k``), fewer than k; else fewer in some records than in
     others (a trace resumed across versions that kept 4): it would stop at the shallowest unsaid."""
-    missing = [r.id for r in records if r.proposers[acc].draft_prob is None or not r.proposers[acc].draft_prob.shape[1]]
+    kept = _kept_depths(records, acc)
+    missing = [rid for rid, depth in kept.items() if not depth]
     if missing:
         why = f"{acc} is a lookup and has no probabilities" if acc in LOOKUP_PROPOSERS else \
             "re-trace with `specscope trace`, whose model proposers keep it (`--draft-probs N`: of N drafts)"
         raise SpecscopeError(f"dataset {dataset!r}, proposer {acc!r}: policy {policy.name!r} reads the drafter's "
                              f"probability of each draft (draft_prob), which {len(missing)} records lack (first id "
                              f"{missing[0]!r}): {why}")
-    kept = {r.id: r.proposers[acc].draft_prob.shape[1] for r in records}
     shallow = min(kept, key=kept.get)
     deepest = max(kept.values())
     if policy.max_k is not None and policy.max_k > kept[shallow]:

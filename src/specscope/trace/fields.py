@@ -82,10 +82,13 @@ class Fields:
             return None
         return self.check(name, validate.integer, self._not_text(name, "an integer"), low=minimum, high=maximum)
 
-    def number(self, name: str, default: float | None = None, **bounds: object) -> float:
-        """A finite number (``default`` when absent and a default is given)."""
+    def number(self, name: str, default: float | None = None, optional: bool = False, **bounds: object) -> float | None:
+        """A finite number (``default`` when absent and a default is given; ``None`` when absent or
+        null and ``optional``)."""
         if default is not None and name not in self.obj:
             return default
+        if optional and self.obj.get(name) is None:
+            return None
         return self.check(name, validate.number, self._not_text(name, "a number"), **bounds)
 
     def _not_text(self, name: str, what: str) -> object:
