@@ -551,6 +551,27 @@ def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):
         assert line["gap_closed_seen"] == pytest.approx((line["learned_seen"] - line["best_fixed_speedup"]) / room)
 
 
+def test_leave_one_out_judges_steady_state_speedups_where_asked(tmp_path):
+    """``steady``: every speedup of a line is the steady-state one of the same cell (the held-out
+    policy's, the best fixed k's in hindsight among the steady ones), and the line says so."""
+    from specscope.sim.evaluate import leave_one_out
+
+    records = workload(0, count=12, g=40) + workload(1, count=12, g=40)
+    config = SimConfig(mode="mixed", batch_sizes=(4,))
+    (tmp_path / "run").mkdir(), (tmp_path / "steady").mkdir()
+    run = leave_one_out(records, ("ngram", "eagle"), [COST], config, tmp_path / "run")
+    steady = leave_one_out(records, ("ngram", "eagle"), [COST], config, tmp_path / "steady", steady=True)
+    assert {line["throughput"] for line in run} == {"run"} and {line["throughput"] for line in steady} == {"steady"}
+    for line in steady:
+        held = [r for r in records if r.dataset == line["dataset"]]
+        number = ["w0", "w1"].index(line["dataset"])
+        (learned,) = simulate(held, ["ngram+eagle"], [f"learned:{tmp_path / 'steady' / f'policy-without-{number}-0.json'}"],
+                              COST, config)
+        fixed = simulate(held, ["ngram", "eagle"], [f"fixed:{k}" for k in range(1, 9)], COST, config)
+        assert line["learned"] == learned.steady_speedup != learned.speedup
+        assert line["best_fixed_speedup"] == max(r.steady_speedup for r in fixed)
+
+
 def test_leave_one_out_judges_a_shallower_dataset_within_its_own_depth(tmp_path):
     """A dataset traced to k_max 2 beside one traced to 8: each held-out policy proposes at most
     what its dataset was traced to (it was refused: 'proposes k = 6, above the trace's k_max')."""

@@ -85,6 +85,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                "for the engine it runs on)")
     evaluate.add_argument("--mode", choices=("paper", "mixed"), default="mixed",
                           help="paper: B copies of one request; mixed: B distinct requests, continuously batched")
+    evaluate.add_argument("--throughput", choices=("run", "steady"), default="run",
+                          help="mixed mode's speedups judged: run, each dataset's requests run once, start to end "
+                               "(tokens over the makespan, the batch's fill and drain included); steady, over the "
+                               "iterations where every slot decodes (a server under constant load)")
     add_table_output(evaluate, "one line per cost model × dataset × batch size")
     evaluate.set_defaults(run=run_evaluate)
     explain = verbs.add_parser("explain", help="the features a policy weighs most, and example decisions")
@@ -234,6 +238,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
     from specscope.sim.observe import offer_notes
 
     check_proposers(args.acc, count=2)
+    if args.throughput == "steady" and args.mode == "paper":
+        raise SpecscopeError("--throughput steady: paper mode's B copies of a request run alike from start to end, "
+                             "their steady throughput is the run's (steady is mixed mode's: --mode mixed)")
     need_scikit_learn()
     views = [resolve_cost_model(name) for name in (args.cost_model, *args.view)]
     for option, name, cost in zip(("--cost-model", *["--view"] * len(args.view)), (args.cost_model, *args.view), views):
@@ -260,7 +267,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
              *no_match_notes(records, args.acc, config, option=False), *offer_notes(records), *shared]
     with tempfile.TemporaryDirectory() as folder:
         table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes,
-                              labels=[cost_label(name, cost) for name, cost in zip((args.cost_model, *args.view), views)])
+                              labels=[cost_label(name, cost) for name, cost in zip((args.cost_model, *args.view), views)],
+                              steady=args.throughput == "steady")
     if args.output:
         write_rows(args.output, table)
     out = sys.stderr if to_stdout(args.output) else sys.stdout  # stdout holding the table's rows: the rest to stderr
@@ -269,7 +277,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     known = ["lookup_known", "gap_closed_known"] if any("lookup_known" in line for line in table) else []
     columns = ["best_fixed_speedup", "adaptive", "learned", *[f"oracle_{m}" for m in args.acc], "oracle_switch",
                "oracle_combined", "gap_closed", "learned_seen", "gap_closed_seen", *known]
-    print_table("leave one dataset out: speedups on the held-out dataset (no gap: oracle-switch beats the best "
+    print_table("leave one dataset out: " + ("steady-state " if args.throughput == "steady" else "")
+                + "speedups on the held-out dataset (no gap: oracle-switch beats the best "
                 "fixed k by less than 1 %; below: oracle-switch is below it"
                 + ("; lookup_known: the lookup's next step known exactly, the drafter at one fixed k or none — a "
                    "yardstick, not a ceiling; its rule in the table written with -o" if known else "") + ")",
@@ -280,7 +289,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     print("each held-out dataset's policy was fitted on the others: "
           + "; ".join(f"{held} on {fitted}" for held, fitted in folds.items()), file=out)
     for view in dict.fromkeys(line["cost_model"] for line in table):
-        print(_verdict(view, [line for line in table if line["cost_model"] == view]), file=out)
+        print(_verdict(view + (" (steady state)" if args.throughput == "steady" else ""),
+                       [line for line in table if line["cost_model"] == view]), file=out)
     return 0
 
 

@@ -55,7 +55,7 @@ from specscope.sim.fit import FEW_STEPS, J_MAX, fit_policy, require_methods
 from specscope.sim.grid import COMBINED, SimConfig, SimRow, sampled, simulate
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
-from specscope.sim.plan import baseline_plan, dataset_depths, traced_k_max
+from specscope.sim.plan import Plan, baseline_plan, dataset_depths, traced_k_max
 from specscope.sim.switching import SwitchDrafting, causal_plan, lookup_known_plan, on_common_positions
 from specscope.trace.schema import TraceRecord, by_dataset
 from specscope.validate import K_MAX_LIMIT
@@ -64,12 +64,14 @@ MIN_ROOM = 0.01  # the gap closed is judged where oracle-switch beats the best f
 
 
 def judged_rows(records: Sequence[TraceRecord], methods: tuple[str, ...], learned: Sequence[str],
-                cost: CostModel, config: SimConfig) -> list[SimRow]:
+                cost: CostModel, config: SimConfig, steady: bool = False) -> list[SimRow]:
     """The rows a judgement reads (``learned``: ``learned:FILE`` names): every ``fixed:k`` of each
     method, k from 1 to the depth that method was traced to (:func:`~specscope.sim.plan.traced_k_max`:
     the best fixed k in hindsight is searched among all of them, each method at its own depth,
     whatever another method's traces reach); ``adaptive`` and ``oracle`` of each; with two methods
-    oracle-switch and oracle-combined; and the learned policies."""
+    oracle-switch and oracle-combined; and the learned policies. ``steady``: each row's speedup is
+    its steady-state one (:mod:`specscope.sim.mixed`: a server under constant load, a closed run's
+    fill and drain left out)."""
     pair = "+".join(methods)
     shared = ["adaptive", "oracle", *learned]
     if len(methods) == 2:  # one method's oracle, which charges its drafting, is its own oracle-switch
@@ -79,21 +81,26 @@ def judged_rows(records: Sequence[TraceRecord], methods: tuple[str, ...], learne
     for method in methods:
         ks = range(1, judged_depth(records, method) + 1)
         rows += simulate(records, [method], [f"fixed:{k}" for k in ks], cost, replace(config, combined=None))
-    return rows
+    return [replace(row, speedup=row.steady_speedup) for row in rows] if steady else rows
 
 
 def lookup_known(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel, config: SimConfig,
-                 cells: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[float, str]]:
+                 cells: Sequence[tuple[str, int]], steady: bool = False) -> dict[tuple[str, int], tuple[float, str]]:
     """The lookup-known yardstick (module docstring) of each (dataset, batch size) of ``cells``:
-    its speedup and the rule that reached it (``ngram ≥ 3, else eagle fixed:4``, ``ngram ≥ 2, else
-    none``); none where ``methods`` are not one lookup and one model drafter. Each plan is walked
-    once and priced at every batch size of its dataset; ties go to the first rule, in the order
-    k = 0, 1, …, then τ = 2, 3, …"""
+    its speedup (``steady``: its steady-state one) and the rule that reached it (``ngram ≥ 3, else
+    eagle fixed:4``, ``ngram ≥ 2, else none``); none where ``methods`` are not one lookup and one
+    model drafter. Each plan is walked once and priced at every batch size of its dataset; ties go
+    to the first rule, in the order k = 0, 1, …, then τ = 2, 3, …"""
     kinds = [method_named(m).kind == "lookup" for m in methods]
     if sorted(kinds) != [False, True]:
         return {}
     lookup, drafter = (methods[0], methods[1]) if kinds[0] else (methods[1], methods[0])
     predict = predict_paper if config.mode == "paper" else predict_mixed
+
+    def throughput(plan: Plan, drafting: SwitchDrafting | None, b: int) -> float:
+        prediction = predict(plan, cost, drafting, b)
+        return prediction.steady_throughput if steady else prediction.throughput
+
     sizes: dict[str, list[int]] = {}
     for dataset, b in cells:
         sizes.setdefault(dataset, []).append(b)
@@ -102,14 +109,14 @@ def lookup_known(records: Sequence[TraceRecord], methods: tuple[str, ...], cost:
     for dataset, batch_sizes in sizes.items():
         members = on_common_positions(sampled(list(groups[dataset]), config), methods)  # the positions the rows replay
         no_sd = baseline_plan([r.output_len for r in members], [r.prompt_len for r in members])
-        base = {b: predict(no_sd, cost, None, b).throughput for b in batch_sizes}
+        base = {b: throughput(no_sd, None, b) for b in batch_sizes}
         best = {b: (-np.inf, "") for b in batch_sizes}
         for k in range(judged_depth(members, drafter) + 1):
             for at_least in range(2, k + 2 if k else 3):
                 plan = lookup_known_plan(members, methods, at_least, k)
                 drafting = SwitchDrafting.of(cost, plan.methods)
                 for b in batch_sizes:
-                    speedup = predict(plan, cost, drafting, b).throughput / base[b]
+                    speedup = throughput(plan, drafting, b) / base[b]
                     if speedup > best[b][0]:
                         rule = f"{drafter} fixed:{k}" if k else "none"
                         best[b] = (speedup, f"{lookup} ≥ {at_least}, else {rule}")
@@ -194,14 +201,16 @@ def no_gap_reason(line: dict) -> str:
 
 def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], costs: Sequence[CostModel],
                   config: SimConfig, workdir: Path, notes: list[str] | None = None,
-                  labels: Sequence[str] = ()) -> list[dict]:
+                  labels: Sequence[str] = (), steady: bool = False) -> list[dict]:
     """For every dataset and every cost model of ``costs``: fit on the other datasets under that
     cost model (at ``config.batch_sizes``), write the policy to ``workdir``, and judge it on the
     held-out dataset under the same cost model — a policy is fitted for the engine it runs on —
     beside the policy fitted on every dataset (``learned_seen``); each line names its cost model by
     ``labels`` where given (one per cost model: its file too). ``notes`` gets a line for each
     held-out dataset traced deeper than its training traces reach (its policy proposes no deeper), and
-    for each whose policy learned from fewer than :data:`~specscope.sim.fit.FEW_STEPS` steps."""
+    for each whose policy learned from fewer than :data:`~specscope.sim.fit.FEW_STEPS` steps.
+    ``steady``: every speedup judged is the steady-state one (:func:`judged_rows`); each line says
+    which (``throughput``: ``run`` or ``steady``)."""
     require_methods(records, methods)
     records = on_common_positions(records, methods)
     datasets = by_dataset(records)
@@ -229,11 +238,12 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                              f"training traces, {'+'.join(sources)}, tell, at most {J_MAX}), where {held_out!r} was traced to "
                              f"k = {depth[held_out]}: the best fixed k and the oracles there may go deeper than it can")
             learned = _write(document, workdir / f"policy-without-{number}-{index}.json")
-            rows = judged_rows(members, methods, [learned, seen[index]], cost, config)
-            known = lookup_known(members, methods, cost, config, sorted({(r.dataset, r.batch_size) for r in rows}))
+            rows = judged_rows(members, methods, [learned, seen[index]], cost, config, steady)
+            known = lookup_known(members, methods, cost, config, sorted({(r.dataset, r.batch_size) for r in rows}),
+                                 steady)
             for line in judge(rows, learned, seen=seen[index], known=known):
                 table.append({"cost_model": labels[index] if labels else cost.name, "fitted_on": "+".join(document["training"]["sources"]),
-                              **line})
+                              "throughput": "steady" if steady else "run", **line})
     return table
 
 
