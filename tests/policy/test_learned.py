@@ -551,6 +551,19 @@ def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):
         assert line["gap_closed_seen"] == pytest.approx((line["learned_seen"] - line["best_fixed_speedup"]) / room)
 
 
+def test_a_fit_counts_the_steps_of_one_walk_of_every_record(monkeypatch):
+    """``training.steps``: the steps one walk of every record took (its first round), not the rows
+    of both rounds (the second walks the same records again): 4 requests of 32 tokens have at
+    most 124 steps (4 of 30 tokens read 232 steps, and its warning below 200 steps came at 100)."""
+    import specscope.sim.fit as fit
+
+    walks, collect = [], fit.collect
+    monkeypatch.setattr(fit, "collect", lambda *a, **k: walks.append(collect(*a, **k)) or walks[-1])
+    records = workload(0, count=4, g=32)
+    steps = fit.fit_policy(records, ("ngram", "eagle"), COST, [1])["training"]["steps"]
+    assert len(walks) == fit.ROUNDS and steps == len(walks[0][0]) <= sum(r.output_len - 1 for r in records) == 124
+
+
 def test_leave_one_out_judges_steady_state_speedups_where_asked(tmp_path):
     """``steady``: every speedup of a line is the steady-state one of the same cell (the held-out
     policy's, the best fixed k's in hindsight among the steady ones), and the line says so."""
@@ -570,6 +583,30 @@ def test_leave_one_out_judges_steady_state_speedups_where_asked(tmp_path):
         fixed = simulate(held, ["ngram", "eagle"], [f"fixed:{k}" for k in range(1, 9)], COST, config)
         assert line["learned"] == learned.steady_speedup != learned.speedup
         assert line["best_fixed_speedup"] == max(r.steady_speedup for r in fixed)
+
+
+def test_a_cell_without_a_steady_state_is_left_out_and_said(tmp_path):
+    """Dataset w1 of three requests, one a one-token output (it takes no step): at B = 3 no
+    iteration runs every slot decoding, so no policy there has a steady-state speedup — the cell is
+    left out of the judgement (it showed a reason where numbers stand, and was counted in the
+    verdict) with a note; B = 1 is judged. With nothing left to judge, a one-line error."""
+    from specscope.sim.evaluate import leave_one_out
+
+    short = workload(1, count=3, g=40)
+    records = workload(0, count=12, g=40) + [short[0].truncated(1), *short[1:]]
+    notes: list[str] = []
+    table = leave_one_out(records, ("ngram", "eagle"), [COST], SimConfig(mode="mixed", batch_sizes=(1, 3)), tmp_path,
+                          notes=notes, steady=True)
+    assert sorted((line["dataset"], line["batch_size"]) for line in table) == [("w0", 1), ("w0", 3), ("w1", 1)]
+    assert all(np.isfinite(line[c]) for line in table for c in ("best_fixed_speedup", "learned", "oracle_switch"))
+    assert [n for n in notes if "left out" in n] == [
+        "held out 'w1' at B=3: left out, 24 of its 24 policies have no steady-state speedup (no iteration of their "
+        "run had every slot decoding), first ngram adaptive"]
+    with pytest.raises(SpecscopeError, match=r"no held-out cell has a speedup for every policy to judge in steady "
+                                             r"state .*--throughput run or smaller --batch-sizes"):
+        leave_one_out([short[0].truncated(1), *short[1:], *[replace(r, dataset="w2") for r in short[:2]]],
+                      ("ngram", "eagle"), [COST], SimConfig(mode="mixed", batch_sizes=(3,), oversize="skip"), tmp_path,
+                      steady=True)
 
 
 def test_leave_one_out_judges_a_shallower_dataset_within_its_own_depth(tmp_path):
@@ -757,9 +794,9 @@ def test_leave_one_out_says_where_the_held_out_policy_cannot_reach_its_datasets_
     shallow = [r.capped(2) for r in workload(1, count=6, g=40)]
     leave_one_out(workload(0, count=6, g=40) + shallow, ("ngram", "eagle"), [COST],
                   SimConfig(mode="paper", batch_sizes=(1,)), tmp_path, notes=notes)
-    assert notes == ["held out 'w0': its policy proposes at most k = 2 (as deep as its training traces, w1, tell, at "
-                     "most 20), where 'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper "
-                     "than it can"]
+    assert [n for n in notes if "proposes at most" in n] == [
+        "held out 'w0': its policy proposes at most k = 2 (as deep as its training traces, w1, tell, at most 20), "
+        "where 'w0' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can"]
     notes.clear()  # a deep and a shallow training dataset: each walked within its own depth, the policy as deep as
     third = [replace(r, dataset="w2") for r in workload(1, count=6, g=40)]  # the deep one tells (acc_len ≤ 7 there)
     leave_one_out(workload(0, count=6, g=40) + shallow + third, ("ngram", "eagle"), [COST],
@@ -775,10 +812,12 @@ def test_leave_one_out_says_where_the_held_out_policy_cannot_reach_its_datasets_
             for w in (0, 1)} == {7}
     deeper = ("held out '{}': its policy proposes at most k = 6 (as deep as its training traces, {}, tell, at most "
               "20), where '{}' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can")
-    assert notes == [deeper.format("w0", "w1", "w0"),
-                     "held out 'w1': its policy learned from 188 steps of 6 requests of w0, too few to weigh 27 features",
+    assert notes == ["held out 'w0': its policy learned from 101 steps of 6 requests of w1, too few to weigh 27 features",
+                     deeper.format("w0", "w1", "w0"),
+                     "held out 'w1': its policy learned from 92 steps of 6 requests of w0, too few to weigh 27 features",
                      deeper.format("w1", "w0", "w1")]
-    # (the few steps: as `policy fit` warns below 200 steps, this fold's judgement is of little weight)
+    # (the few steps: as `policy fit` warns below 200 steps, these folds' judgements are of little weight; the
+    # steps of one walk of each record, at most its 39 decoding positions — the fit's second round walks them again)
 
 
 def test_a_policy_deeper_than_a_datasets_traces_walks_each_within_its_own_depth():

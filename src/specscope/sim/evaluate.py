@@ -239,12 +239,35 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                              f"k = {depth[held_out]}: the best fixed k and the oracles there may go deeper than it can")
             learned = _write(document, workdir / f"policy-without-{number}-{index}.json")
             rows = judged_rows(members, methods, [learned, seen[index]], cost, config, steady)
+            rows = _defined(rows, steady, notes if index == 0 else None)
             known = lookup_known(members, methods, cost, config, sorted({(r.dataset, r.batch_size) for r in rows}),
                                  steady)
             for line in judge(rows, learned, seen=seen[index], known=known):
                 table.append({"cost_model": labels[index] if labels else cost.name, "fitted_on": "+".join(document["training"]["sources"]),
                               "throughput": "steady" if steady else "run", **line})
+    if not table:
+        raise SpecscopeError("no held-out cell has a speedup for every policy to judge"
+                             + (" in steady state (no iteration ran with every slot decoding: batch sizes at or "
+                                "above a dataset's requests, or outputs that end before the batch fills): judge "
+                                "with --throughput run or smaller --batch-sizes" if steady else ""))
     return table
+
+
+def _defined(rows: list[SimRow], steady: bool, notes: list[str] | None) -> list[SimRow]:
+    """``rows`` less the cells (dataset × batch size) where some policy's speedup is undefined
+    (NaN: a steady state is where no iteration ran every slot decoding) — a cell is judged on
+    every policy or not at all; ``notes`` gets a line for each cell left out."""
+    undefined: dict[tuple[str, int], list[SimRow]] = {}
+    for row in rows:
+        if not np.isfinite(row.speedup):
+            undefined.setdefault((row.dataset, row.batch_size), []).append(row)
+    for (dataset, b), missing in undefined.items():
+        total = sum((r.dataset, r.batch_size) == (dataset, b) for r in rows)
+        if notes is not None:
+            notes.append(f"held out {dataset!r} at B={b}: left out, {len(missing)} of its {total} policies have no "
+                         + ("steady-state speedup (no iteration of their run had every slot decoding)" if steady
+                            else "speedup") + f", first {missing[0].acc} {missing[0].policy}")
+    return [row for row in rows if (row.dataset, row.batch_size) not in undefined]
 
 
 def _write(document: dict, path: Path) -> str:

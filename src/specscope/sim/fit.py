@@ -221,8 +221,10 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
                       "cost_model": cost.describe(), "batch_sizes": list(batch_sizes),
                       "pads": bool(cost.pads_verification)}
     xs, accs, kvs, caps, chooser = [], [], [], [], None
+    walked = 0  # the steps of one walk of every record: what the policy learned from (the rounds walk them again)
     for _ in range(ROUNDS):
         more = collect(records, methods, depths, rng, chooser)
+        walked = walked or len(more[0])
         xs, accs, kvs, caps = xs + more[0], accs + more[1], kvs + more[2], caps + more[3]
         if not xs:
             raise SpecscopeError(f"policy fit: no step to learn from in {len(records)} records (a step decodes "
@@ -245,7 +247,7 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
                                        "verify": verify.tolist()})
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
     choose_confidence(records, methods, document, cost, depths, rng)
-    document["training"] = {"sources": list(sources), "requests": len(records), "steps": len(xs), "median_kv": kv,
+    document["training"] = {"sources": list(sources), "requests": len(records), "steps": walked, "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed,
                             "made_by": code_version()}
     return document
