@@ -5,6 +5,7 @@ the other had filled: no-SD beside a large tree measured 15 % slower than alone)
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 
@@ -25,10 +26,11 @@ class FakeEngine:
         pass
 
 
-def test_engines_take_blocks_and_stay_within_one_of_each_other(monkeypatch):
+def lockstep(monkeypatch, per_step: dict[str, int], totals: dict[str, int], requests: int, max_tokens: int,
+             batch_size: int) -> tuple[list, list[str]]:
+    """_lockstep over two fake engines emitting ``per_step`` tokens a step up to ``totals``, for a
+    run of ``requests`` × ``max_tokens`` planned: the runs and the order their steps ran in."""
     order: list[str] = []
-    per_step = {"base": 8, "sd": 30}
-    totals = {"base": 2000, "sd": 2010}
 
     def steps(engine, requests, batch_size, config, sampling, outputs):
         for done in range(0, totals[engine.name], per_step[engine.name]):
@@ -38,7 +40,14 @@ def test_engines_take_blocks_and_stay_within_one_of_each_other(monkeypatch):
             yield emitted
 
     monkeypatch.setattr(reference, "_steps", steps)
-    runs = reference._lockstep([FakeEngine("base", order), FakeEngine("sd", order)], [], 8, None, None)
+    config = SimpleNamespace(batching="distinct", max_tokens=max_tokens)
+    return reference._lockstep([FakeEngine("base", order), FakeEngine("sd", order)], [None] * requests, batch_size,
+                               config, None), order
+
+
+def test_engines_take_blocks_and_stay_within_one_of_each_other(monkeypatch):
+    per_step = {"base": 8, "sd": 30}
+    runs, order = lockstep(monkeypatch, per_step, {"base": 2000, "sd": 2010}, 20, 100, 8)
     assert [run.generated for run in runs] == [2000, 2010]  # every step ran
     blocks = [(name, len(list(group))) for name, group in itertools.groupby(order)]
     assert blocks[0] == ("base", 256 // 8) and len(blocks) >= 8  # blocks, not turns, and still interleaved
@@ -46,3 +55,14 @@ def test_engines_take_blocks_and_stay_within_one_of_each_other(monkeypatch):
     for name in order:  # an engine starts a block only from behind, and ends it at most a step past the lead
         emitted[name] += per_step[name]
         assert emitted[name] - min(emitted.values()) <= reference.BLOCK_TOKENS + per_step[name]
+
+
+def test_a_short_run_still_interleaves(monkeypatch):
+    """8 requests of 32 tokens at batch 1 (256 tokens an engine): a 256-token lead ran no-SD whole
+    before SD; a quarter of the run's tokens, 64, gives each engine several turns — and never
+    fewer than 8 steps of every row (at batch 4, 32 tokens)."""
+    runs, order = lockstep(monkeypatch, {"base": 1, "sd": 3}, {"base": 256, "sd": 256}, 8, 32, 1)
+    blocks = [(name, len(list(group))) for name, group in itertools.groupby(order)]
+    assert blocks[0] == ("base", 64) and sum(name == "base" for name, _ in blocks) >= 3
+    assert reference.block_tokens(256, 4) == 64 and reference.block_tokens(64, 4) == 32
+    assert reference.block_tokens(10_000, 8) == reference.BLOCK_TOKENS

@@ -78,6 +78,17 @@ def _steps(
 
 
 BLOCK_TOKENS = 256  # an engine steps on until it leads the others by this many emitted tokens (see _lockstep)
+MIN_TURNS = 4  # a run too short for BLOCK_TOKENS to interleave leads by a share of it: each engine takes this many turns
+MIN_TURN_STEPS = 8  # ... but a turn runs at least this many steps' worth of tokens at its batch size
+
+
+def block_tokens(planned: int, batch_size: int) -> int:
+    """The lead an engine's turn runs to over a run of ``planned`` tokens per engine: at most
+    :data:`BLOCK_TOKENS`, and at most 1 / :data:`MIN_TURNS` of the run (a run of 8 requests of 32
+    tokens ran one engine whole before the other: a slowdown of the machine under one engine read
+    2.88× where the run read 1.31× quiet), at least :data:`MIN_TURN_STEPS` one-token steps of every
+    row (a turn of single steps runs on the caches the other engine filled: see :func:`_lockstep`)."""
+    return max(MIN_TURN_STEPS * batch_size, min(BLOCK_TOKENS, planned // MIN_TURNS))
 
 
 def _lockstep(
@@ -89,8 +100,8 @@ def _lockstep(
 ) -> list[_Run]:
     """Run every engine over ``requests`` together, in lockstep by blocks: the engine that has
     emitted the fewest tokens steps next, and keeps stepping until it leads the others by
-    :data:`BLOCK_TOKENS` (after the first, a turn spans about twice that: it starts as far
-    behind), so the engines stay within a turn of one another over the workload and a drift of
+    :data:`BLOCK_TOKENS` (:func:`block_tokens` for a short run; after the first, a turn spans about
+    twice that: it starts as far behind), so the engines stay within a turn of one another over the workload and a drift of
     the machine's speed (seconds-long slowdowns are common on shared CPUs) hits them alike.
     Turns, not single steps: a step right after another engine's runs on caches that engine
     filled — alternating step by step, no-SD at batch 8 ran 15 % slower beside a 3x2x1x1 tree
@@ -102,10 +113,12 @@ def _lockstep(
     outputs: list[dict[str, list[int]]] = [{} for _ in engines]
     steps = [_steps(e, requests, batch_size, config, sampling, out) for e, out in zip(engines, outputs)]
     emitted, seconds = [0] * len(engines), [0.0] * len(engines)
+    copies = batch_size if config.batching == "replicate" else 1
+    block = block_tokens(len(requests) * copies * config.max_tokens, batch_size)
     live = list(range(len(engines)))
     i = 0
     while live:
-        if i not in live or emitted[i] >= min(emitted[j] for j in live) + BLOCK_TOKENS:  # its block is done
+        if i not in live or emitted[i] >= min(emitted[j] for j in live) + block:  # its block is done
             i = min(live, key=emitted.__getitem__)
         start = engines[i].clock.now()
         try:
