@@ -85,9 +85,10 @@ MIN_TURN_STEPS = 8  # ... but a turn runs at least this many steps' worth of tok
 def block_tokens(planned: int, batch_size: int) -> int:
     """The lead an engine's turn runs to over a run of ``planned`` tokens per engine: at most
     :data:`BLOCK_TOKENS`, and at most 1 / :data:`MIN_TURNS` of the run (a run of 8 requests of 32
-    tokens ran one engine whole before the other: a slowdown of the machine under one engine read
-    2.88× where the run read 1.31× quiet), at least :data:`MIN_TURN_STEPS` one-token steps of every
-    row (a turn of single steps runs on the caches the other engine filled: see :func:`_lockstep`)."""
+    tokens ran one engine whole before the other: beside a load that came and went, EAGLE k = 3 at
+    batch 1 read 1.03–1.38×, in turns 1.15–1.20×, quiet 1.21–1.29×), at least
+    :data:`MIN_TURN_STEPS` one-token steps of every row (a turn of single steps runs on the caches
+    the other engine filled: see :func:`_lockstep`)."""
     return max(MIN_TURN_STEPS * batch_size, min(BLOCK_TOKENS, planned // MIN_TURNS))
 
 
@@ -100,10 +101,10 @@ def _lockstep(
 ) -> list[_Run]:
     """Run every engine over ``requests`` together, in lockstep by blocks: the engine that has
     emitted the fewest tokens steps next, and keeps stepping until it leads the others by
-    :data:`BLOCK_TOKENS` (:func:`block_tokens` for a short run; after the first, a turn spans about
-    twice that: it starts as far behind), so the engines stay within a turn of one another over the workload and a drift of
-    the machine's speed (seconds-long slowdowns are common on shared CPUs) hits them alike.
-    Turns, not single steps: a step right after another engine's runs on caches that engine
+    :data:`BLOCK_TOKENS` (:func:`block_tokens` for a short run; after the first, a turn spans
+    about twice that: it starts as far behind), so the engines stay within a turn of one another
+    over the workload and a drift of the machine's speed (seconds-long slowdowns are common on
+    shared CPUs) hits them alike. Turns, not single steps: a step right after another engine's runs on caches that engine
     filled — alternating step by step, no-SD at batch 8 ran 15 % slower beside a 3x2x1x1 tree
     than alone (5 % beside EAGLE or MTP k = 3), which raised the measured speedups by 4.7–12.5 %;
     in turns to a 256-token lead each engine ran within 0.6–3.7 % of its speed alone and the
