@@ -257,21 +257,24 @@ def test_replay_statistics():
     assert row.mean_acceptance_length == pytest.approx(3.5)
 
 
-def test_a_last_step_cut_short_by_the_output_counts_every_draft_it_emitted():
-    """G = 3, acc_len 4 at pos 1: fixed:3 proposes 3 and emits the 2 tokens left, both accepted
-    drafts (the bonus would lie past the end): α = 2 / 3, not 1 / 3. G = 2, acc_len 2: fixed:1's
-    one draft is the last token, α = 1, not 0, as the bound's α estimator counts it. A
-    causal policy's walk counts alike."""
+def test_a_last_step_cut_short_by_the_output_counts_every_draft_verification_accepted():
+    """G = 3, acc_len 4 at pos 1: fixed:3 proposes 3 and emits the 2 tokens left; verification
+    accepted all 3 drafts (the trace says so: the output's end cuts what the step emits, not what
+    it accepted), as an engine counts drafts accepted past max_tokens: α = 1 (it read 2 / 3, the
+    reference engine 1 on the same steps), and the oracle, proposing exactly acc_len − 1, wastes no
+    draft (α = 1, as DESIGN.md defines it). τ counts what was emitted: 2. G = 2, acc_len 2: fixed:1's
+    one draft is the last token, α = 1, not 0 (emitted − 1 undercounts a last step). A causal
+    policy's walk counts alike."""
     from specscope.sim.switching import causal_plan
 
     rows = simulate([record([4, 1, 1], draft_len=[3] * 3)], ["ngram"], ["fixed:3", "oracle"], COST,
                     SimConfig(batch_sizes=(1,)))
-    assert [r.acceptance_rate for r in rows] == pytest.approx([2 / 3, 2 / 3])  # the oracle proposes acc_len − 1
+    assert [r.acceptance_rate for r in rows] == [1.0, 1.0]
     assert [r.mean_acceptance_length for r in rows] == [2.0, 2.0]
     (row,) = simulate([record([2, 1], proposer="eagle")], ["eagle"], ["fixed:1"], COST, SimConfig(batch_sizes=(1,)))
     assert row.acceptance_rate == 1.0
     plan = causal_plan([record([4, 1, 1], proposer="eagle")], ("eagle",), lambda b: lambda seen: [(0, 3)] * len(seen), 8)
-    assert plan.accepted.tolist() == [2] and plan.emitted.tolist() == [2]
+    assert plan.accepted.tolist() == [3] and plan.emitted.tolist() == [2]
 
 
 def test_adaptive_capped_below_its_start_by_the_traces_depth_is_said():

@@ -199,7 +199,8 @@ FIGURES = [
     FigureSpec(
         "bound",
         lambda d: "Closed-form bound",
-        lambda d: "Each star is the best k the i.i.d. model predicts for the measured α, with c priced at "
+        lambda d: "Each star is the best k the i.i.d. model predicts for the α fitted to a dataset's traces (each "
+                  "draft's chance of acceptance, not a policy's accepted over proposed), with c priced at "
                   "each k (a drafting cost paid once per step makes each draft cheaper as k grows), up to the k "
                   "its traces recorded (where its curve stops; where no k_max is recorded, the longest "
                   "acc_len − 1, which also counts those positions as cut off rather than rejected); where the "

@@ -251,7 +251,7 @@ def _pooled(measured: Sequence[dict]) -> list[dict]:
 def bound_figure(points: Sequence[BoundPoint], alphas: Sequence[float] = (0.3, 0.5, 0.6, 0.7, 0.8, 0.9),
                  k_max: int = 12) -> plt.Figure:
     """Figure 8: closed-form E[speedup] vs k for a grid of α at each proposer's c(k) (thin grey
-    lines, labelled; c at each k, as its drafting costs there), with each dataset's measured α
+    lines, labelled; c at each k, as its drafting costs there), with each dataset's fitted α
     drawn in colour to the k its traces recorded and its optimum there starred; k runs to
     ``k_max`` or further when an optimum lies beyond it."""
     traced = [p.k_max for p in points if p.k_max < K_MAX_LIMIT]  # (every first draft rejected: no depth to draw)

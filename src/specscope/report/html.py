@@ -180,8 +180,11 @@ def figure_html(entry: FigureEntry) -> str:
 GLOSSARY = (  # DESIGN.md's vocabulary, one line each: what a newcomer needs to read the tables
     ("k", "the draft tokens a proposer offers per step; the target verifies them and k + 1 positions in one forward"),
     ("acc_len", "tokens a step emits: the accepted draft tokens plus the target's own next token (1 … k + 1)"),
-    ("α", "acceptance rate: accepted draft tokens over proposed ones"),
-    ("τ (mean acceptance length)", "tokens emitted per step, the mean acc_len"),
+    ("α", "acceptance rate: accepted draft tokens over proposed ones, a policy's (simulated or measured); the "
+          "closed-form bound's α is instead each draft's chance of acceptance fitted to the "
+          "traces under the i.i.d. model"),
+    ("τ (mean acceptance length)", "tokens a policy's steps emit per step, the bonus included (Σ emitted / steps; "
+                                   "not the traces' mean acc_len, which no policy caps)"),
     ("c", "the time of one draft token over the time of a target forward (the closed-form bound's cost ratio)"),
     ("speedup", "throughput with SD over throughput without it, on the same requests and batch size (×)"),
     ("fixed:k · adaptive", "propose k every step · start at 5, +2 after a step that accepted everything, −1 "

@@ -1,9 +1,10 @@
 """Simulate a grid: datasets × proposers ("acc") × policies × batch sizes.
 
 One row per cell (:class:`SimRow`). The replay statistics of a cell are defined as:
-acceptance rate α = Σ accepted drafts / Σ proposed drafts (accepted up to the output's end:
-``Plan.accepted``, emitted − 1 but at a last step cut short by it) and mean
-acceptance length τ = Σ emitted / steps (bonus included), over all steps of the plan.
+acceptance rate α = Σ accepted drafts / Σ proposed drafts (``Plan.accepted``: what verification
+accepted, past the output's end too, as an engine counts them:
+:func:`~specscope.sim.plan.accepted_drafts`) and mean acceptance length τ = Σ emitted / steps
+(bonus included; what the steps emitted into the output), over all steps of the plan.
 """
 
 from __future__ import annotations

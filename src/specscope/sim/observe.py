@@ -84,11 +84,11 @@ class Observer:
         return emitted
 
     def accepted(self, pos: int, method: int, k: int) -> int:
-        """The drafts the step at ``pos`` accepted up to the output's end (the simulator's α; a
-        policy never sees it: :func:`~specscope.sim.plan.accepted_drafts`)."""
+        """The drafts the step at ``pos`` accepted (the simulator's α; a policy never sees it:
+        :func:`~specscope.sim.plan.accepted_drafts`)."""
         if method == NONE or k == 0:
             return 0
-        return int(accepted_drafts(self._acc[method][pos - 1], k, self._length - pos))
+        return int(accepted_drafts(self._acc[method][pos - 1], k))
 
 
 def offer_notes(records: Sequence[TraceRecord]) -> list[str]:

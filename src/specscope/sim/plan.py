@@ -38,7 +38,7 @@ class Plan:
     pos: np.ndarray  # [S] output tokens generated before the step (>= 1)
     proposed: np.ndarray  # [S] draft tokens proposed (0: no drafting, verify 1 token)
     emitted: np.ndarray  # [S] tokens the step emits (accepted drafts + 1, not past the output's end)
-    accepted: np.ndarray  # [S] drafts accepted up to the output's end: min(acc_len − 1, proposed, G − pos)
+    accepted: np.ndarray  # [S] drafts verification accepted: min(acc_len − 1, proposed) (past the output's end too)
     prompt_len: np.ndarray  # [R]
     output_len: np.ndarray  # [R] G: output tokens, the prefill's first one included
     draft_widths: tuple[int, ...] = ()  # a tree's drafter pass widths per sequence; () = chains
@@ -107,15 +107,17 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
         unmatched = (acc_at == 1) & (rng.random(pos.shape[0]) >= match_prob)
         proposed = np.where(unmatched, 0, proposed)
     emitted = np.minimum(np.minimum(acc_at, proposed + 1), len(acc_len) - pos).astype(np.int64)  # not past the output
-    return pos, proposed, emitted, accepted_drafts(acc_at, proposed, len(acc_len) - pos)
+    return pos, proposed, emitted, accepted_drafts(acc_at, proposed)
 
 
-def accepted_drafts(acc_at: np.ndarray, proposed: np.ndarray, left: np.ndarray | int) -> np.ndarray:
-    """[S] drafts each step accepted up to the output's end: min(acc_len − 1, proposed, left), with
-    ``left`` = G − pos the tokens still to come. A last step cut short by the output's end emits
-    accepted drafts only (its bonus or recovered token would lie past it), so ``emitted − 1``
-    would count one of them as rejected."""
-    return np.minimum(np.minimum(np.asarray(acc_at) - 1, proposed), left).astype(np.int64)
+def accepted_drafts(acc_at: np.ndarray, proposed: np.ndarray) -> np.ndarray:
+    """[S] drafts each step's verification accepted: min(acc_len − 1, proposed) — those past the
+    output's end too, which its last step proposed and the trace says the target accepts, as an
+    engine counts drafts accepted past ``max_tokens`` (vLLM's and the reference engine's
+    ``num_accepted_tokens``): the output's end cuts what a step emits, not what it accepted. So
+    an oracle, proposing exactly acc_len − 1, wastes no draft (α = 1), and ``emitted − 1``, which
+    a last step cut short undercounts, is not α's numerator."""
+    return np.minimum(np.asarray(acc_at) - 1, proposed).astype(np.int64)
 
 
 def make_plan(acc_lens: Sequence[np.ndarray], prompt_lens: Sequence[int], policy: Policy,

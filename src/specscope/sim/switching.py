@@ -132,7 +132,7 @@ def _positional_plan(records: Sequence[TraceRecord], methods: tuple[str, ...],
         pos = np.asarray(visit(reach.tolist()), dtype=np.int64)
         acc_at, proposed = acc[chosen[pos - 1], pos - 1], k[pos - 1].astype(np.int64)
         emitted = np.minimum(reach[pos - 1], g - pos).astype(np.int64)  # not past the output, as every walk
-        parts.append((pos, proposed, emitted, accepted_drafts(acc_at, proposed, g - pos),
+        parts.append((pos, proposed, emitted, accepted_drafts(acc_at, proposed),
                       np.where(proposed > 0, chosen[pos - 1], NONE)))
     return _switch_plan(parts, records, methods)
 
