@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -99,8 +100,6 @@ def test_a_trace_is_listed_as_specscopes_so_a_later_run_may_replace_it(traced, t
     """`specscope trace` lists the trace it made in its folder's record of what specscope wrote: a
     later `-o` may replace it (it was refused as a user's), and one naming it as its own input is
     told so; a copy made by hand stays the user's."""
-    import shutil
-
     from specscope.fileio import file_sha256
     from specscope.written import listed
 
@@ -125,8 +124,59 @@ def test_a_resume_refuses_a_record_of_no_request_of_the_workload(traced, target_
     before = edited.read_bytes()
     assert main(["trace", "--model", str(target), "--proposers", f"ngram,draft={draft}", "--workload", str(workload),
                  "--k-max", "6", "--max-tokens", "40", "--batch-size", "2", "-o", str(edited)]) == 2
-    assert "holds a record of 'r9', which is no request of the workload" in capsys.readouterr().err
+    assert "record 'r9' was not traced with this file's settings (no request of the workload its settings name)" \
+        in capsys.readouterr().err
     assert edited.read_bytes() == before
+
+
+def test_a_resume_refuses_records_another_command_wrote_under_the_settings(traced, target_and_draft, tmp_path, capsys):
+    """`traces convert -o` over a trace left its settings file beside the new records (n-gram alone,
+    k_max 4, another dataset), and the rerun of the trace "resumed" onto them: a mixed trace. Now the
+    convert forgets the settings it replaced (the rerun traces afresh), and a record that disagrees
+    with the settings beside it is refused, naming it and what differs."""
+    out, workload = traced
+    target, draft = target_and_draft
+    trace = tmp_path / "t.jsonl"
+    command = ["trace", "--model", str(target), "--proposers", f"ngram,draft={draft}", "--workload", str(workload),
+               "--k-max", "6", "--max-tokens", "40", "--batch-size", "2", "-o", str(trace)]
+    assert main(command) == 0
+    assert main(["traces", "convert", str(out), "--rename", "draft=eagle", "-o", str(trace)]) == 0
+    assert not settings_path(trace).exists()  # the settings of records that are gone
+    assert main(command) == 2  # records without settings: refused, kept
+    assert "no settings file" in capsys.readouterr().err
+    settings_path(trace).write_bytes(settings_path(out).read_bytes())  # by hand: settings beside other records
+    before = trace.read_bytes()
+    assert main(command) == 2
+    assert "record 'r0' was not traced with this file's settings (its proposers ['eagle', 'ngram'], where its " \
+           "settings say ['draft', 'ngram'])" in capsys.readouterr().err
+    assert trace.read_bytes() == before
+
+
+def test_overwrite_keeps_the_old_trace_until_the_new_one_has_records(traced, target_and_draft, tmp_path, capsys):
+    """--overwrite with a checkpoint that does not load emptied the old trace before it failed:
+    now the old records and their settings stay until the first new batch is ready; -o the
+    workload itself is refused (--overwrite would empty it), and a folder that cannot be
+    written is one line, not a traceback."""
+    out, workload = traced
+    target, draft = target_and_draft
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(out.read_bytes())
+    settings_path(copy).write_bytes(settings_path(out).read_bytes())
+    before, settings = copy.read_bytes(), settings_path(copy).read_bytes()
+    broken = tmp_path / "broken"
+    shutil.copytree(draft, broken)
+    weights = next(broken.glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:100])
+    assert main(["trace", "--model", str(target), "--proposers", f"ngram,draft={broken}", "--workload", str(workload),
+                 "--k-max", "6", "--max-tokens", "40", "--batch-size", "2", "-o", str(copy), "--overwrite"]) == 2
+    capsys.readouterr()
+    assert copy.read_bytes() == before and settings_path(copy).read_bytes() == settings
+    assert main(["trace", "--model", str(target), "--proposers", "ngram", "--workload", str(workload), "--k-max", "6",
+                 "--max-tokens", "40", "-o", str(workload), "--overwrite"]) == 2
+    assert "is also an input" in capsys.readouterr().err
+    assert main(["trace", "--model", str(target), "--proposers", "ngram", "--workload", str(workload), "--k-max", "6",
+                 "--max-tokens", "40", "-o", "/proc/specscope-nowhere/t.jsonl"]) == 2
+    assert "cannot write the trace there" in capsys.readouterr().err
 
 
 def test_resume_with_other_settings_is_refused_unless_overwrite(traced, target_and_draft, tmp_path, capsys):

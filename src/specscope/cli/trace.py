@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from specscope import validate
-from specscope.cli._common import check_output_file
+from specscope.cli._common import check_output_file, refuse_clashes
 from specscope.fileio import file_sha256
 from specscope.written import record_file
 from specscope.distributed.cluster import ray_address
@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecscopeError(f"--draft-probs {args.draft_probs}: at most --k-max ({args.k_max}), the drafts a position has")
     if args.ray_workers and not args.ray:
         raise SpecscopeError("--ray-workers: needs --ray ADDRESS")
+    refuse_clashes({"-o": args.output}, [args.workload])  # --overwrite would empty the workload it reads
     specs = ProposerSpec.parse_list(args.proposers)
     if tree_depth(specs, args.trees) and any(spec.lookup for spec in specs):  # refused before any model is read
         print("note: --trees: n-gram proposes no tree; its records get no tree_rank", file=sys.stderr)

@@ -165,6 +165,7 @@ def run_inspect(args: argparse.Namespace) -> int:
 def run_convert(args: argparse.Namespace) -> int:
     from specscope.trace import load_traces
     from specscope.trace.load import LOOKUPS, write_traces
+    from specscope.tracing.settings import forget_settings
 
     refuse_clashes({"-o": args.output}, args.traces)
     records, reports = load_traces(args.traces, lengths=args.lengths)
@@ -194,6 +195,8 @@ def run_convert(args: argparse.Namespace) -> int:
                                      f"dataset {record.dataset!r} recorded (acc_len {longest} = k {longest - 1} + 1)")
             record.k_max = args.k_max
     count = write_traces(args.output, records)
+    if not to_stdout(args.output):
+        forget_settings(args.output)
     notes = sys.stderr if to_stdout(args.output) else sys.stdout
     for report in reports:  # on stderr when the records go to stdout
         print(report.summary(), file=notes)

@@ -48,6 +48,7 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.cli._common import atomic_write_text, refuse_clashes
     from specscope.fileio import is_stdout
+    from specscope.tracing.settings import forget_settings
     from specscope.errors import SpecscopeError
     from specscope.workloads.bundled import bundled_prompts
     from specscope.workloads.chat import ChatTemplate, load_chat_template
@@ -87,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
     rows = to_rows(prompts, template, tokenizer if args.token_ids else None)
     lines = [json.dumps(row, ensure_ascii=False) + "\n" for row in rows]
     atomic_write_text(args.output, "".join(lines))
+    if not is_stdout(args.output):
+        forget_settings(args.output)
     if tokenizer is not None and not is_stdout(args.output):
         read_workload(args.output, tokenizer)  # the engine's reader accepts what was written
     shown = "no chat template" if template.source is None else f"chat template of {args.tokenizer}"

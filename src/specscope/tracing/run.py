@@ -72,8 +72,12 @@ class ProposerSpec:
         return specs
 
 
-def done_ids(path: Path) -> set[str]:
-    """Ids of complete records in ``path``; truncates a half-written last line."""
+def done_ids(path: Path, requests: Sequence, specs: Sequence[ProposerSpec], k_max: int,
+             dataset: str | None) -> set[str]:
+    """Ids of the complete records in ``path`` (a half-written last line is truncated), each one
+    this run's settings make, or a one-line error: a record of no request of the workload, or
+    with other proposers, k_max or dataset, was put there by another command since (`traces
+    convert -o` the same file), which the settings file beside it cannot vouch for."""
     if not path.exists():
         return set()
     data = path.read_bytes()
@@ -82,7 +86,20 @@ def done_ids(path: Path) -> set[str]:
         log.warning("%s: dropping a half-written last line (it will be traced again)", path)
         with path.open("r+b") as handle:
             handle.truncate(keep)
-    ids = {record.id for record, _ in read_jsonl(path, parse_record)}
+    wanted, names, ids = {str(r.id) for r in requests}, sorted(spec.name for spec in specs), set()
+    for record, _ in read_jsonl(path, parse_record):
+        found = [(what, got, want) for what, got, want in (
+            ("request", record.id if record.id in wanted else None, record.id),
+            ("proposers", sorted(record.proposers), names), ("k_max", record.k_max, k_max),
+            ("dataset", record.dataset, dataset)) if got != want]
+        if found:
+            what, got, want = found[0]
+            said = "no request of the workload its settings name" if what == "request" else \
+                f"its {what} {got!r}, where its settings say {want!r}"
+            raise SpecscopeError(f"{path}: record {record.id!r} was not traced with this file's settings "
+                                 f"({said}): another command wrote into it since; start over (`trace --overwrite`) "
+                                 "or trace into another file")
+        ids.add(record.id)
     return ids
 
 
@@ -256,17 +273,19 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
                               batch_size, draft_probs)
     check_resume(output, settings, overwrite, dry_run=True)  # a refusal leaves nothing behind, not even the lock
     folders = [folder for folder in (output.parent, *output.parent.parents) if not folder.exists()]  # made here
-    output.parent.mkdir(parents=True, exist_ok=True)
-    made = [path for path in (output, settings_path(output)) if not path.exists()] + folders  # a refused run removes
-    with exclusive(output, f"{output}: another trace is writing into it (both would write every record); wait for "
-                           "it to end, or trace into another file"), _unmade_if_empty(output, made):
-        check_resume(output, settings, overwrite)
-        finished = done_ids(output)
-        foreign = sorted(finished - {str(r.id) for r in requests})
-        if foreign:  # its settings pin this workload: a record of no request of it was put there by other hands
-            raise SpecscopeError(f"{output}: holds a record of {foreign[0]!r}, which is no request of the workload "
-                                 f"its settings name ({len(foreign)} such); start over (`trace --overwrite`) or "
-                                 "trace into another file")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        made = [path for path in (output, settings_path(output)) if not path.exists()] + folders  # a refused run removes
+        lock = exclusive(output, f"{output}: another trace is writing into it (both would write every record); wait "
+                                 "for it to end, or trace into another file")
+        lock.__enter__()
+    except OSError as error:  # a folder that cannot be made or written (read-only, /proc)
+        raise SpecscopeError(f"{error.filename or output}: cannot write the trace there ({error.strerror})") from None
+    with contextlib.ExitStack() as held:
+        held.push(lock)
+        held.enter_context(_unmade_if_empty(output, made))
+        start_over = check_resume(output, settings, overwrite)  # run once the first new records are ready
+        finished = set() if start_over else done_ids(output, requests, specs, k_max, dataset)
         # batches fixed over the whole workload: a resume traces each unfinished one whole, as a run done whole
         # did (a draft's probability moves in its last bits with the batch it was traced in), keeping what is new
         pending = [chunk for chunk in batches(requests, batch_size) if any(str(r.id) not in finished for r in chunk)]
@@ -285,6 +304,9 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
         with LazyProgress("tracing requests", len(todo)) as bar:
             for records in map_batches(job, pending):
                 new = [record for record in records if str(record.id) not in finished]
+                if start_over:  # the old traces go only now, the models loaded and a batch traced
+                    start_over()
+                    start_over = None
                 append_records(output, new)
                 written += len(new)
                 bar.advance(len(new))

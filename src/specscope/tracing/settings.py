@@ -36,7 +36,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, read_json_object
@@ -62,10 +62,13 @@ def requests_fingerprint(requests: Sequence) -> str:
     return digest.hexdigest()
 
 
-def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = False) -> None:
+def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = False) -> Callable[[], None] | None:
     """Make ``output`` ready to trace into with ``settings``: refuse to resume a trace taken
-    with other settings (unless ``overwrite``: then the old traces are removed), and record
-    the settings. Nothing is changed when it refuses, or with ``dry_run`` (the checks alone)."""
+    with other settings, and record the settings. Nothing is changed when it refuses, or with
+    ``dry_run`` (the checks alone). Starting over (``overwrite``, or no trace there yet) returns
+    what does it — the old traces removed, the settings recorded — for the caller to run once the
+    first new records are ready: a run that fails or is stopped before then (a checkpoint that does
+    not load) leaves the old traces and their settings as they were."""
     sidecar = settings_path(output)
     has_records = output.is_file() and _holds_text(output)
     if has_records and not sidecar.is_file() and not holds_traces(output):
@@ -95,16 +98,29 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
                       f"{', '.join(map(str, versions)) or 'a specscope that did not say'}", file=sys.stderr)
             atomic_write_text(sidecar, json.dumps({**old, **unkept, MADE_BY: list(dict.fromkeys([*versions, now]))},
                                                   indent=1) + "\n")
-        return
+        return None
     if sidecar.exists() and not _ours(sidecar) and not (overwrite and has_records and holds_traces(output)):
         raise SpecscopeError(f"{sidecar}: exists and holds no trace settings: specscope replaces only its own; "
                              "trace into another file")
     if dry_run:
-        return
-    if output.is_file():
-        with open(output, "r+b") as old_traces:  # emptied in place: a symbolic link stays one, and the mode stays
-            old_traces.truncate(0)
-    atomic_write_text(sidecar, json.dumps({**settings, MADE_BY: [code_version()]}, indent=1) + "\n")
+        return None
+
+    def start_over() -> None:
+        if output.is_file():
+            with open(output, "r+b") as old_traces:  # emptied in place: a symbolic link stays one, and the mode stays
+                old_traces.truncate(0)
+        atomic_write_text(sidecar, json.dumps({**settings, MADE_BY: [code_version()]}, indent=1) + "\n")
+
+    return start_over
+
+
+def forget_settings(output: str | Path) -> None:
+    """Remove the trace settings beside ``output`` (a trace's, :func:`_ours`) once another command
+    has written ``output`` (`traces convert -o`, `workload make -o` the same file): they describe
+    records that are gone, and a resume would take them for the new file's."""
+    sidecar = settings_path(Path(output))
+    if sidecar.is_file() and _ours(sidecar):
+        sidecar.unlink()
 
 
 def _holds_text(path: Path) -> bool:
