@@ -26,7 +26,7 @@ def test_per_request_statistics(two):
     assert ngram.request_p5 == pytest.approx(1.0 + 0.05 * 1.5)
     assert ngram.request_p95 == pytest.approx(1.0 + 0.95 * 1.5)
     assert ngram.mean_prompt_len == pytest.approx(4.0)
-    assert ngram.mean_output_len == pytest.approx(3.0)
+    assert ngram.mean_output_read == pytest.approx(3.0)
 
 
 def test_pooled_statistics(two):
@@ -87,4 +87,4 @@ def test_a_proposers_row_counts_the_lengths_of_its_own_requests(record):
     records = [record("r1", "d", [1, 2, 3], ngram=[1, 3, 1, 5], eagle=[2, 2, 2, 2]),
                record("r2", "d", [1], eagle=[3, 1])]
     ngram = next(s for s in acceptance_stats(records)[0] if s.proposer == "ngram")
-    assert (ngram.requests, ngram.mean_prompt_len, ngram.mean_output_len) == (1, 3.0, 4.0)
+    assert (ngram.requests, ngram.mean_prompt_len, ngram.mean_output_read) == (1, 3.0, 4.0)

@@ -1037,6 +1037,8 @@ def test_a_policy_is_no_deeper_than_the_positions_its_walks_replay(tmp_path):
     page = (tmp_path / "r" / "index.html").read_text()
     assert "The learned policy judged (speedups; replayed on the positions its output and all its proposers" in page
     assert f"{float(line['learned']):.3f}" in page and f"{float(line['oracle_switch']):.3f}" in page
+    # adaptive's speedup is its better proposer's, named beside it (policy.csv's adaptive_acc; the page dropped it)
+    assert "<th>adaptive&#x27;s proposer</th>" in page and f'<td class=text>{line["adaptive_acc"]}</td>' in page
     # at the default batch sizes those above the 6 requests are left out: no note on the rule the policy takes there
     assert main(["report", str(traces), "--policy", str(policy), "--cost-model", "h100-llama3.1-8b",
                  "-o", str(tmp_path / "d")]) == 0

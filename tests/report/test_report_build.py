@@ -687,3 +687,12 @@ def test_a_report_held_to_a_depth_says_how_deep_its_traces_went(tmp_path):
     result = build_report([tmp_path / "chat.jsonl"], tmp_path / "r", config)
     assert not any("was traced to k = 4" in note for note in result.notes)
     assert "the cost model measured k up to 4" in (tmp_path / "r" / "index.html").read_text()
+
+
+def test_the_lowest_and_highest_request_say_how_many_tie_them():
+    """17 requests tied at the lowest mean acc_len: the table named one of them as if alone."""
+    from specscope.report.build import _extremes
+
+    means = [{"dataset": "d", "proposer": "ngram", "id": f"r{i}", "mean_acc_len": 1.0 if i < 3 else 1.0 + i}
+             for i in range(6)]
+    assert _extremes(means) == [["d", "ngram", "r0 (and 2 more)", 1.0, "r5", 6.0]]

@@ -75,7 +75,7 @@ def test_measured_cells_are_checked_against_the_reports_own_simulation(synthetic
     assert main([*(a if a != "1,8" else "1,8,60000" for a in base), "--measured", str(measured)]) == 0
     page = html.unescape((out / "index.html").read_text(encoding="utf-8"))
     assert "nothing was simulated for these runs" in page and "dashed what the simulator" not in page
-    assert "batch sizes 1, 8 (60000 left out: more than a dataset's requests)" in page
+    assert "batch sizes 1, 8 (60000 left out of mixed mode: more than a dataset's requests)" in page
     (out / "mine.txt").write_text("kept")
     assert main(base) == 0
     assert not (out / "measured.csv").exists() and not any(out.glob("fig*_measured.png"))

@@ -9,7 +9,7 @@ Definitions (``acc_len`` as in :mod:`specscope.trace.schema`):
   ``p5`` and ``p95`` (numpy's linear-interpolation percentiles).
 - pooled statistics (``position_*``): the same five, over every position of every request
   (long requests weigh more).
-- ``mean_prompt_len`` / ``mean_output_len``: mean ``len(prompt_token_ids)`` /
+- ``mean_prompt_len`` / ``mean_output_read``: mean ``len(prompt_token_ids)`` /
   ``len(output_token_ids)`` over the dataset's records that hold the proposer, as read (records
   read with ``--lengths common`` are cut to the positions every array covers: the output read, not
   the output generated).
@@ -81,7 +81,7 @@ class ProposerStats:
     position_p5: float
     position_p95: float
     mean_prompt_len: float
-    mean_output_len: float
+    mean_output_read: float
 
     def flat(self) -> dict:
         return asdict(self)
@@ -116,7 +116,7 @@ def proposer_stats(dataset: str, records: Sequence[TraceRecord], proposer: str) 
         **{f"request_{k}": v for k, v in req.items()},
         **{f"position_{k}": v for k, v in pos.items()},
         mean_prompt_len=float(np.mean([r.prompt_len for r in records])),
-        mean_output_len=float(np.mean([r.output_len for r in records])),
+        mean_output_read=float(np.mean([r.output_len for r in records])),
     )
 
 

@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
          "pooled mean", "pooled median", "pooled std", "mean prompt", "mean output read"],
         [[s.dataset, s.proposer, s.requests, s.positions, s.request_mean, s.request_median, s.request_std,
           s.request_p5, s.request_p95, s.position_mean, s.position_median, s.position_std,
-          f"{s.mean_prompt_len:.1f}", f"{s.mean_output_len:.1f}"] for s in singles],
+          f"{s.mean_prompt_len:.1f}", f"{s.mean_output_read:.1f}"] for s in singles],
         file=out,
     )
     if pairs:

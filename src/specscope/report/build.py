@@ -28,6 +28,7 @@ from specscope.report.config import ReportConfig
 from specscope.report.html import FigureEntry, Page, render
 from specscope.report.style import figure_style, save
 from specscope.report.whatif import WhatIfRow, whatif_summary
+from specscope.tracing.settings import traced_with
 
 log = logging.getLogger(__name__)
 INDEX = "index.html"
@@ -180,7 +181,7 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
                     "pooled mean", "mean prompt", "mean output read"]
     stats_rows = [[s.dataset, s.proposer, s.requests, s.positions, s.request_mean, s.request_median,
                    s.request_std, s.request_p5, s.request_p95, s.position_mean, s.mean_prompt_len,
-                   s.mean_output_len] for s in data.singles]
+                   s.mean_output_read] for s in data.singles]
     pair_rows = [[p.dataset, f"{p.a} vs {p.b}", p.positions, p.a_beats_b, p.b_beats_a, p.ties] for p in data.pairs]
     simulated = {row.batch_size for row in data.rows}
     return Page(
@@ -206,11 +207,12 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
 
 
 def _other_inputs(data: ReportData) -> list[str]:
-    """The inputs beside the traces, one line each: the cost model, the step records, the
-    measured cells, the policy."""
+    """The inputs beside the traces, one line each: what traced each trace (where its settings are
+    kept beside it), the cost model, the step records, the measured cells, the policy."""
     config = data.config
-    lines = [f"cost model: {data.cost_label}" + (f", {provenance(config.cost_model)}"
-                                                  if Path(config.cost_model).is_file() else "")]
+    lines = [f"{trace}: {said}" for trace in data.traces if (said := traced_with(trace)) is not None]
+    lines.append(f"cost model: {data.cost_label}" + (f", {provenance(config.cost_model)}"
+                                                      if Path(config.cost_model).is_file() else ""))
     if config.steps:
         lines.append(f"step records: {', '.join(map(provenance, config.steps))}")
     if data.measured:
@@ -275,11 +277,12 @@ def _policy_table(lines: Sequence[dict]) -> list[tuple[str, list[str], list[list
                 "worth (a yardstick, not a ceiling: a policy that moves the drafter's k can pass it), and the "
                 "learned policy's share of its gain; what oracle-switch gains beyond it needs the drafter's "
                 "acceptance at each step" if known else ""),
-             ["dataset", "batch size", "best fixed", "its speedup", "adaptive", *(f"oracle {m}" for m in methods),
+             ["dataset", "batch size", "best fixed", "its speedup", "adaptive", "adaptive's proposer",
+              *(f"oracle {m}" for m in methods),
               *(["oracle-switch"] if switch else []), "learned", "gap closed",
               *(["lookup known", "its rule", "of its gain"] if known else [])],
              [[line["dataset"], line["batch_size"], line["best_fixed"], line["best_fixed_speedup"],
-               line.get("adaptive", ""), *(line[f"oracle_{m}"] for m in methods),
+               line.get("adaptive", ""), line.get("adaptive_acc", ""), *(line[f"oracle_{m}"] for m in methods),
                *([ceiling_of(line)] if switch else []), line["learned"], gap(line),
                *([line.get("lookup_known", ""), line.get("lookup_known_rule", ""), _known_gap(line)] if known else [])]
               for line in lines])]
@@ -313,11 +316,16 @@ def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[
 
 
 def _extremes(means: list[dict]) -> list[list[object]]:
+    """Per dataset and proposer the request of the lowest and of the highest mean acc_len, each
+    named with how many others tie it (`109 (and 16 more)`)."""
     keys = list(dict.fromkeys((m["dataset"], m["proposer"]) for m in means))
     rows = []
     for dataset, proposer in keys:
         mine = [m for m in means if m["dataset"] == dataset and m["proposer"] == proposer]
-        low = min(mine, key=lambda m: m["mean_acc_len"])
-        high = max(mine, key=lambda m: m["mean_acc_len"])
-        rows.append([dataset, proposer, low["id"], low["mean_acc_len"], high["id"], high["mean_acc_len"]])
+        row: list[object] = [dataset, proposer]
+        for pick in (min, max):
+            end = pick(mine, key=lambda m: m["mean_acc_len"])
+            ties = sum(m["mean_acc_len"] == end["mean_acc_len"] for m in mine) - 1
+            row += [str(end["id"]) + (f" (and {ties} more)" if ties else ""), end["mean_acc_len"]]
+        rows.append(row)
     return rows

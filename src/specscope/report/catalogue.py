@@ -258,9 +258,10 @@ FIGURES = [
     FigureSpec(
         "policy_choices",
         lambda d: "The learned policy's choices along a few outputs",
-        lambda d: "Markers are its steps (colour = proposer, height = k + 1) over each proposer's acc_len: "
-                  "check that it switches to n-gram where n-gram's acc_len is bright (long) and proposes little "
-                  "where both are dark (short) "
+        lambda d: "For each request, a strip of each proposer's acc_len (at most the policy's deepest k + 1, "
+                  "as its walk replays them) and, below it, markers of its steps (colour = proposer, height = "
+                  "k + 1): check that it switches to n-gram where n-gram's acc_len is bright (long) and proposes "
+                  "little where both are dark (short) "
                   f"(each request walked alone, at batch size {min(d.config.sim.batch_sizes)})."
                   + ("" if not d.policy_choices or d.policy_choices[0].confidence is None else
                      f" There its rule stops a model drafter at its confidence: such a step's k is where the "

@@ -178,7 +178,8 @@ def figure_html(entry: FigureEntry) -> str:
 
 
 GLOSSARY = (  # DESIGN.md's vocabulary, one line each: what a newcomer needs to read the tables
-    ("k", "the draft tokens a proposer offers per step; the target verifies them and k + 1 positions in one forward"),
+    ("k", "the proposal length: draft tokens a policy asks of a proposer per step (it may offer fewer: n-gram "
+          "offers none without a match); the target verifies them, k + 1 positions, in one forward"),
     ("acc_len", "tokens a step emits: the accepted draft tokens plus the target's own next token (1 … k + 1)"),
     ("α", "acceptance rate: accepted draft tokens over proposed ones, a policy's (simulated or measured); the "
           "closed-form bound's α is instead each draft's chance of acceptance fitted to the "
@@ -188,7 +189,7 @@ GLOSSARY = (  # DESIGN.md's vocabulary, one line each: what a newcomer needs to 
     ("c", "the time of one draft token over the time of a target forward (the closed-form bound's cost ratio)"),
     ("speedup", "throughput with SD over throughput without it, on the same requests and batch size (×)"),
     ("fixed:k · adaptive", "propose k every step · start at 5, +2 after a step that accepted everything, −1 "
-                           "after a rejection"),
+                           "after a rejection, never below 1 nor above the traces' k_max"),
     ("oracle", "propose exactly what will be accepted (acc_len − 1), the drafter still paid every step: a "
                "ceiling of tokens per step"),
     ("oracle-combined · oracle-switch", "per step the proposer that accepts more, choosing free and only the "
@@ -215,8 +216,8 @@ def render(page: Page) -> str:
     csvs = " · ".join(f'<a href="{esc(name)}">{esc(name)}</a>' for name in page.csv_files)
     meta = (f"Traces: {', '.join(page.traces)} · cost model {page.cost_model} · {page.mode} mode · "
             f"batch sizes {', '.join(map(str, page.batch_sizes))}"
-            + (f" ({', '.join(map(str, page.left_out))} left out: more than a dataset's requests)" if page.left_out
-               else "") + f" · seed {page.seed}")
+            + (f" ({', '.join(map(str, page.left_out))} left out of {page.mode} mode: more than a dataset's "
+               "requests)" if page.left_out else "") + f" · seed {page.seed}")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta http-equiv="Content-Security-Policy" content="{esc(CSP)}">

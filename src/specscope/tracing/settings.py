@@ -148,6 +148,19 @@ def _kept(sidecar: Path) -> dict | None:
     return old if {"workload", "proposers", "k_max"} <= set(old) else None
 
 
+def traced_with(output: str | Path) -> str | None:
+    """What traced ``output``, in words, from the settings kept beside it (the target's folder,
+    the proposers, k_max and max_tokens); None where none are kept (a trace from elsewhere)."""
+    sidecar = settings_path(Path(output))
+    settings = _kept(sidecar) if sidecar.is_file() else None
+    if settings is None:
+        return None
+    proposers = [str(entry).split(" ")[0] for entry in settings["proposers"]] \
+        if isinstance(settings["proposers"], list) else []
+    return (f"traced from the model {settings.get('model')} with {', '.join(proposers)} (k_max {settings['k_max']}, "
+            f"{settings.get('max_tokens')} tokens)")
+
+
 def traced_checkpoints(output: Path) -> tuple[str | None, dict[str, str]]:
     """The dataset a trace file's kept settings name, and the fingerprints of what traced it:
     ``model`` (the target) and each model drafter's method (``eagle``: its checkpoint's); (None,
