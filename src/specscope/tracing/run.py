@@ -273,16 +273,15 @@ def trace_workload(model_dir: Path, specs: list[ProposerSpec], requests: Sequenc
                               batch_size, draft_probs)
     check_resume(output, settings, overwrite, dry_run=True)  # a refusal leaves nothing behind, not even the lock
     folders = [folder for folder in (output.parent, *output.parent.parents) if not folder.exists()]  # made here
+    held = contextlib.ExitStack()  # the lock, then the cleanup of what a refused run made
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         made = [path for path in (output, settings_path(output)) if not path.exists()] + folders  # a refused run removes
-        lock = exclusive(output, f"{output}: another trace is writing into it (both would write every record); wait "
-                                 "for it to end, or trace into another file")
-        lock.__enter__()
+        held.enter_context(exclusive(output, f"{output}: another trace is writing into it (both would write every "
+                                             "record); wait for it to end, or trace into another file"))
     except OSError as error:  # a folder that cannot be made or written (read-only, /proc)
         raise SpecscopeError(f"{error.filename or output}: cannot write the trace there ({error.strerror})") from None
-    with contextlib.ExitStack() as held:
-        held.push(lock)
+    with held:
         held.enter_context(_unmade_if_empty(output, made))
         start_over = check_resume(output, settings, overwrite)  # run once the first new records are ready
         finished = set() if start_over else done_ids(output, requests, specs, k_max, dataset)

@@ -21,7 +21,9 @@ A fingerprint is a SHA-256 of ``config.json`` and of the weight files' contents
 other one does not.
 
 A resume whose settings differ is refused, naming the first differing setting, unless the
-caller starts over (``--overwrite``). Models are compared by path as well as fingerprint. A
+caller starts over (``--overwrite``, which empties the old trace only once the new run's first
+batch is ready); so is a resume onto a record the settings do not make (another command wrote
+into the file: :func:`~specscope.tracing.run.done_ids`). Models are compared by path as well as fingerprint. A
 trace file with records but no settings file (written before settings were kept), or with one
 that no longer reads as settings, is refused the same way: nothing tells what it was traced
 with. A file that holds something else (its first line no trace record, and no settings file
