@@ -67,7 +67,9 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert "note    this study was begun by specscope 0.0 (git 0000000): what those runs finished is kept as they made " \
            "it; this run is specscope" in second  # resumed by other code: said, and recorded
     assert json.loads((out / "study.json").read_text())["made_by"] == ["specscope 0.0 (git 0000000)", *settings["made_by"]]
-    assert "already done" in second and "measure " not in second and "policy  fitted" not in second
+    assert "already done" in second and "policy  fitted" not in second and "policy  policy.json kept" in second
+    measured = [line for line in second.splitlines() if line.startswith("measure ")]  # each kept cell said, as kept
+    assert measured and all(line.endswith("(measured before)") for line in measured)
     assert {str(p): p.stat().st_mtime_ns for p in kept} == before
     # other settings would mix their results with these: refused before any work, nothing changed
     other = [a if a != "1,2" else "1,4" for a in argv]
@@ -418,3 +420,12 @@ def test_a_study_without_a_model_drafter_says_it_learns_no_policy(tmp_path):
     assert policy_stage(StudyConfig(tmp_path, [], tmp_path), [], [], None, said.append) == []
     assert said == ["policy  none learned: a policy chooses between n-gram and a model drafter, and this study runs "
                     "no model drafter (--draft, --eagle, --eagle3, --mtp)"]
+
+
+def test_a_study_runs_its_batch_sizes_in_order_however_given(tmp_path):
+    """A resume given --batch-sizes 2,1 was taken for the study of 1,2 (its settings sort them) but
+    measured and printed in the order given: the order is the settings' own."""
+    from specscope.study.config import StudyConfig
+
+    config = StudyConfig(tmp_path, [], tmp_path, batch_sizes=(8, 1, 4))
+    assert config.batch_sizes == (1, 4, 8)  # what the stages run, in the order study.json keeps them

@@ -53,6 +53,9 @@ class StudyConfig:
     device: str = BEFORE_KEPT["device"]  # where the models run (cpu, cuda, cuda:N): traces and measured runs alike
     dtype: str = BEFORE_KEPT["dtype"]  # the models' weights and activations
 
+    def __post_init__(self) -> None:
+        self.batch_sizes = tuple(sorted(self.batch_sizes))  # a resume given them in another order runs as the first
+
     def settings(self) -> dict:
         """What decides the study's results (``study.json``): a resume with others would mix them
         (the checkpoints by their fingerprints: a drafter trained again into its folder, or another

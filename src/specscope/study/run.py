@@ -1,4 +1,6 @@
-"""Run a study stage by stage; every stage writes files and is skipped when they exist.
+"""Run a study stage by stage. The trace, measure and policy stages write files and skip the
+work they find finished (saying so); the fit, fidelity, replay and report are computed again from
+those files on every run (seconds).
 
 1. trace — teacher-forced traces of every proposer, with ``tree_rank`` deep enough for the
    study's trees (``traces/<workload>.jsonl``, per request);
@@ -131,16 +133,17 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
         for method, tree in measured_runs(config):
             label = method if tree is None else f"{method}-tree-{tree.name}"
             out = config.measure_dir / f"{_stem(workload)}__{label}.json"
-            if not out.exists():
+            kept = out.exists()
+            if not kept:
                 bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=method,
                                     draft_dir=config.drafters.get(method), k=config.k if tree is None else tree.depth,
                                     batch_sizes=config.batch_sizes, max_tokens=config.max_tokens, tree=tree,
                                     dtype=config.dtype, device=config.device)
-                result = run_bench(bench)
-                write_measured(out, result, workload, ran_on(config))
-                done = ", ".join(f"B={r.batch_size}: {r.speedup:.2f}x" for r in result.rows)
-                say(f"measure {_stem(workload)} {label}: {done}")
-            cells += [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
+                write_measured(out, run_bench(bench), workload, ran_on(config))
+            mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
+            done = ", ".join(f"B={c.batch_size}: {c.measured_speedup:.2f}x" for c in mine)
+            say(f"measure {_stem(workload)} {label}: {done}" + (" (measured before)" if kept else ""))
+            cells += mine
     return cells
 
 
@@ -249,6 +252,8 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         atomic_write_text(config.policy_path, json.dumps(document) + "\n")
         say(f"policy  fitted over {'+'.join(methods)} at B={','.join(map(str, config.batch_sizes))}: "
             f"{document['training']['steps']} steps of {document['training']['requests']} requests")
+    else:
+        say(f"policy  {config.policy_path.name} kept (fitted before over {'+'.join(methods)})")
     policy = load_policy(config.policy_path)
     stamp = policy.sha256  # the cells name the policy they ran
     config.learned_dir.mkdir(parents=True, exist_ok=True)
