@@ -103,6 +103,14 @@ def proposal_label(method_name: str, k: int, tree: str | None = None) -> str:
     return f"{method_name} tree={tree}" if tree else f"{method_name} k={k}"
 
 
+def run_label(method_name: str, tree: str | None = None, confidence: float | None = None) -> str:
+    """A measured run's method as tables and figures name it: ``eagle``, ``eagle tree:2x1x1`` (a
+    static tree), ``eagle confidence:0.9`` (a drafter stopped at its first draft below p)."""
+    if tree is not None:
+        return f"{method_name} tree:{tree}"
+    return method_name if confidence is None else f"{method_name} confidence:{confidence!r}"
+
+
 def check_confidence(threshold: float, method_name: str, tree: str | None = None) -> None:
     """``confidence:p`` in an engine (``--confidence``) needs a model drafter specscope's engine runs
     (it reads its probability of each draft) drafting chains, not ``tree``, and 0 < p ≤ 1."""

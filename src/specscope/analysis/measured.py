@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_json
-from specscope.methods import LEARNED, NO_SD, method as method_named
+from specscope.methods import LEARNED, NO_SD, method as method_named, run_label
 from specscope.trace.fields import Fields
 from specscope.sim.policies import configured_policy
 from specscope.trees import TreeShape, parse_tree
@@ -44,11 +44,7 @@ class MeasuredCell:
         """``method`` for a chain, ``method tree:SHAPE`` for a tree, ``method confidence:p`` for a
         chain stopped by the drafter's confidence, a learned cell's policy (its file and methods)
         where the row names it: what a figure's line and a table's row say."""
-        if self.policy is not None:
-            return self.policy
-        if self.confidence is not None:
-            return f"{self.method} confidence:{self.confidence!r}"
-        return self.method if self.tree is None else f"{self.method} tree:{self.tree}"
+        return self.policy if self.policy is not None else run_label(self.method, self.tree, self.confidence)
 
     @property
     def simulated_policy(self) -> str:

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from specscope.costmodel.steps import NO_SD, MeasuredStep, StepRecord
-from specscope.methods import LEARNED, names as method_names
+from specscope.methods import LEARNED, names as method_names, run_label
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_jsonl
 from specscope.sim.grid import SimRow
@@ -213,8 +213,7 @@ def measured_split(steps: Sequence[MeasuredStep]) -> list[dict]:
     groups: dict[tuple[str, int, int], dict[str, float]] = {}
     for members in runs.values():
         first = members[0]
-        method = first.method if first.tree is None else f"{first.method} tree:{first.tree}"
-        method, k = method if first.confidence is None else f"{method} confidence:{first.confidence!r}", first.k
+        method, k = run_label(first.method, first.tree, first.confidence), first.k
         key = (first.source, method, 0 if method == NO_SD else k, max(s.batch_size for s in members))
         g = groups.setdefault(key, {**{p: 0.0 for p in PHASES}, "sampling": 0.0, "policy": 0.0, "runs": 0, "steps": 0,
                                     "tokens": 0})

@@ -29,7 +29,7 @@ from specscope.cli._common import (
 )
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_jsonl_output
-from specscope.methods import LEARNED, NO_SD, names
+from specscope.methods import LEARNED, NO_SD, names, run_label
 from specscope.policy.learned import load_policy, policy_notes
 from specscope.trees import parse_tree
 
@@ -359,7 +359,7 @@ def _print_table(rows: list[BenchRow], out: TextIO) -> None:
         tree = "" if row.tree is None else f"{row.tree.name} ({row.tree.nodes} nodes, depth {row.tree.depth})"
         policy = row.details.get("policy")  # a learned policy chose the method and k at every step, up to k
         confidence = row.details.get("confidence")  # the drafter stopped at an unconfident draft, k at most
-        label = policy or (row.method if confidence is None else f"{row.method} confidence:{confidence!r}")
+        label = policy or run_label(row.method, confidence=confidence)
         lines.append([label, f"≤{row.k}" if policy or confidence else row.k, tree, row.batch_size, row.throughput,
                       row.baseline_throughput,
                       row.speedup, row.acceptance_rate, row.mean_acceptance_length, split,

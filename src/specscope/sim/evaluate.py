@@ -262,8 +262,8 @@ def _defined(rows: list[SimRow], steady: bool, notes: list[str] | None) -> list[
         if not np.isfinite(row.speedup):
             undefined.setdefault((row.dataset, row.batch_size), []).append(row)
     for (dataset, b), missing in undefined.items():
-        total = sum((r.dataset, r.batch_size) == (dataset, b) for r in rows)
         if notes is not None:
+            total = sum((r.dataset, r.batch_size) == (dataset, b) for r in rows)
             notes.append(f"held out {dataset!r} at B={b}: left out, {len(missing)} of its {total} policies have no "
                          + ("steady-state speedup (no iteration of their run had every slot decoding)" if steady
                             else "speedup") + f", first {missing[0].acc} {missing[0].policy}")

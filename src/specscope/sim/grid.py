@@ -93,9 +93,9 @@ class SimRow:
     baseline_throughput: float
     latency_per_token: float
     baseline_latency_per_token: float
-    acceptance_rate: float  # α = accepted / proposed drafts; NaN where nothing was proposed. Accepted up to the
-    # output's end, which a trace cannot see past: an engine's α (bench, serve, vLLM) also counts the drafts its last
-    # step accepted beyond max_tokens or EOS — at most k more per request (engine/records.py)
+    acceptance_rate: float  # α = accepted / proposed drafts; NaN where nothing was proposed. Past the output's end
+    # as far as the trace's acc_len reaches (the paper's arrays run past it); specscope's traces stop at the end, so an
+    # engine's α (bench, serve) may count up to k more per request, drafts accepted beyond EOS (engine/records.py)
     mean_acceptance_length: float
     requests: int
     peak_kv_tokens: float = float("nan")  # the most tokens the KV cache held at once, with SD

@@ -112,9 +112,9 @@ def walk_request(acc_len: np.ndarray, policy: Policy, k_max: int,
 
 def accepted_drafts(acc_at: np.ndarray, proposed: np.ndarray) -> np.ndarray:
     """[S] drafts each step's verification accepted: min(acc_len − 1, proposed) — those past the
-    output's end too, which its last step proposed and the trace says the target accepts, as an
-    engine counts drafts accepted past ``max_tokens`` (vLLM's and the reference engine's
-    ``num_accepted_tokens``): the output's end cuts what a step emits, not what it accepted. So
+    output's end too, which its last step proposed and the trace says the target accepts, as the
+    reference engine counts drafts accepted past ``max_tokens`` (its ``num_accepted_tokens``,
+    :mod:`specscope.engine.records`): the output's end cuts what a step emits, not what it accepted. So
     an oracle, proposing exactly acc_len − 1, wastes no draft (α = 1), and ``emitted − 1``, which
     a last step cut short undercounts, is not α's numerator."""
     return np.minimum(np.asarray(acc_at) - 1, proposed).astype(np.int64)

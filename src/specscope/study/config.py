@@ -64,7 +64,7 @@ class StudyConfig:
                 "workload_sha256": [file_sha256(w) for w in self.workloads],
                 "model_sha256": model_fingerprint(self.model_dir)[:16],
                 "drafter_sha256": {name: model_fingerprint(path)[:16] for name, path in sorted(self.drafters.items())},
-                "drafters": sorted(self.drafters), "batch_sizes": sorted(self.batch_sizes), "k": self.k,
+                "drafters": sorted(self.drafters), "batch_sizes": list(self.batch_sizes), "k": self.k,
                 "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
                 "trees": [t.name for t in self.trees], "threads": self.threads, "device": self.device,
                 "dtype": self.dtype}

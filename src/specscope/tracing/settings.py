@@ -23,8 +23,8 @@ other one does not.
 A resume whose settings differ is refused, naming the first differing setting, unless the
 caller starts over (``--overwrite``, which empties the old trace only once the new run's first
 batch is ready); so is a resume onto a record the settings do not make (another command wrote
-into the file: :func:`~specscope.tracing.run.done_ids`). Models are compared by path as well as fingerprint. A
-trace file with records but no settings file (written before settings were kept), or with one
+into the file: :func:`~specscope.tracing.run.done_ids`). Models are compared by path as well as
+fingerprint. A trace file with records but no settings file (written before settings were kept), or with one
 that no longer reads as settings, is refused the same way: nothing tells what it was traced
 with. A file that holds something else (its first line no trace record, and no settings file
 beside it) is never replaced, not even with ``--overwrite``; nor is a file at the settings
@@ -117,12 +117,11 @@ def check_resume(output: Path, settings: dict, overwrite: bool, dry_run: bool = 
 
 
 def forget_settings(output: str | Path) -> None:
-    """Remove the trace settings beside ``output`` (a trace's, :func:`_ours`) once another command
+    """Remove the trace settings beside ``output`` (:func:`kept_settings`) once another command
     has written ``output`` (`traces convert -o`, `workload make -o` the same file): they describe
     records that are gone, and a resume would take them for the new file's."""
-    sidecar = settings_path(Path(output))
-    if sidecar.is_file() and _ours(sidecar):
-        sidecar.unlink()
+    if kept_settings(output) is not None:
+        settings_path(Path(output)).unlink()
 
 
 def _holds_text(path: Path) -> bool:
@@ -150,11 +149,16 @@ def _kept(sidecar: Path) -> dict | None:
     return old if {"workload", "proposers", "k_max"} <= set(old) else None
 
 
+def kept_settings(output: str | Path) -> dict | None:
+    """The trace settings kept beside ``output`` (:func:`_kept`); None where there are none."""
+    sidecar = settings_path(Path(output))
+    return _kept(sidecar) if sidecar.is_file() else None
+
+
 def traced_with(output: str | Path) -> str | None:
     """What traced ``output``, in words, from the settings kept beside it (the target's folder,
     the proposers, k_max and max_tokens); None where none are kept (a trace from elsewhere)."""
-    sidecar = settings_path(Path(output))
-    settings = _kept(sidecar) if sidecar.is_file() else None
+    settings = kept_settings(output)
     if settings is None:
         return None
     proposers = [str(entry).split(" ")[0] for entry in settings["proposers"]] \
@@ -167,8 +171,7 @@ def traced_checkpoints(output: Path) -> tuple[str | None, dict[str, str]]:
     """The dataset a trace file's kept settings name, and the fingerprints of what traced it:
     ``model`` (the target) and each model drafter's method (``eagle``: its checkpoint's); (None,
     {}) where no settings are kept beside it (a trace from elsewhere)."""
-    sidecar = settings_path(Path(output))
-    settings = _kept(sidecar) if sidecar.is_file() else None
+    settings = kept_settings(output)
     if settings is None:
         return None, {}
     found = {"model": settings["model_files"]} if isinstance(settings.get("model_files"), str) else {}
