@@ -256,6 +256,30 @@ def test_cells_a_results_file_does_not_list_are_said_to_be_left_out(tmp_path, mo
     assert HELD in caplog.text
 
 
+def test_a_sweep_without_results_fits_every_record_and_says_so(tmp_path, monkeypatch, caplog):
+    """No results.json (a sweep stopped before it listed its cells): every record in cells/ is
+    fitted, and the fit says so rather than fitting them silently."""
+    for name, text in sweep(results=False).items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    outcome = run_cli(FIT)
+    assert outcome.status == 0, outcome.stderr
+    assert f"no results.json (a sweep stopped before it listed its cells): fitting every record in cells/ ({len(CELLS)})" \
+        in caplog.text
+
+
+def test_a_model_written_to_a_device_is_named_fitted(tmp_path, monkeypatch):
+    """``-o /dev/null`` names no model: its notes call it 'fitted', as on standard output, not 'null'."""
+    for name, text in sweep().items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    outcome = run_cli([*FIT[:-1], "/dev/null"])
+    assert outcome.status == 0, outcome.stderr
+    assert "note: fitted: the data cannot tell" in outcome.stderr and "null:" not in outcome.stderr
+
+
 def test_failed_cells_of_another_engine_are_not_said_to_be_this_ones(tmp_path, monkeypatch, caplog):
     """``--engine ref`` on a sweep where only engine 'other' failed a cell: no warning of failed
     cells (it counted every engine's), while the fit without --engine says so."""

@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("-o", "--output", required=True, type=functools.partial(check_json_output, replaceable=False),
                      help="write the fitted model (JSON) here (- for standard output)")
     fit.add_argument("--name", default=None, help="name of the fitted model (default: the output's stem, "
-                                                  "'fitted' for standard output)")
+                                                  "'fitted' for standard output or a device)")
     fit.set_defaults(run=run_fit)
 
 
@@ -96,7 +96,8 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.validate and not args.traces:
         raise SpecscopeError("--validate: needs --traces of the sweep's workloads")
     output = Path(args.output)
-    name = args.name or ("fitted" if to_stdout(output) else output.stem)
+    device = to_stdout(output) or (output.exists() and not output.is_file())  # /dev/null names no model
+    name = args.name or ("fitted" if device else output.stem)
     if not name.strip():  # checked before the fit, whose model would be refused for it
         raise SpecscopeError(f"--name {args.name!r}: expected non-empty text" if args.name is not None else
                              f"-o {output}: the model takes its name from the file's, which is blank: give --name")

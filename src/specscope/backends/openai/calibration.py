@@ -74,6 +74,9 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
     listed = _listed(sweep_dir)
     runs, engines, failed, unlisted = [], set(), [], []
     records = read_cells(sweep_dir)
+    if listed is None and records:
+        log.warning("--from-sweep %s: no results.json (a sweep stopped before it listed its cells): fitting every "
+                    "record in cells/ (%d), whatever configuration measured them", sweep_dir, len(records))
     for cell_id, record in records.items():
         if listed is not None and cell_id not in listed:
             unlisted += [cell_id] if record.get("status") == "ok" else []
