@@ -25,7 +25,6 @@ from specscope.engine.loading import load_model
 from specscope.engine.model import Transformer
 from specscope.errors import SpecscopeError
 from specscope.engine.proposer_api import (
-    ConfidentDrafts,
     Proposal,
     ProposeInput,
     ProposerConfig,
@@ -33,6 +32,7 @@ from specscope.engine.proposer_api import (
     TargetPass,
     TreeProposal,
 )
+from specscope.proposers.chain_draft import draft_chain
 from specscope.proposers.registry import register
 from specscope.proposers.rollout import RolloutTree, roll_out
 from specscope.proposers.tree_draft import draft_tree
@@ -89,42 +89,19 @@ class DraftModelProposer:
 
     @torch.no_grad()
     def propose(self, request: ProposeInput) -> Proposal:
-        k, sampling, device = request.k, request.sampling, self.draft.device
         slots, histories = request.slots, request.histories
-        hidden = self._catch_up(slots, histories)  # [batch, hidden]
-        draft_tokens, draft_probs, confidence = [], [], []
-        rows = ConfidentDrafts(request, device)
-        position = torch.tensor([len(h) for h in histories], device=device)  # where d_1 goes
-        for i in range(k):
-            logits = self._fit_vocab(self.draft.logits(hidden))  # [batch, target vocab]
-            if sampling.all_greedy:
-                token = logits.argmax(-1)
-            else:
-                probs = sampling.probs(logits)
-                token = rows.sample(sampling, probs)
-                draft_probs.append(probs)
-            draft_tokens.append(token)
-            told = rows.probability(logits, token)
-            if request.want_confidence:
-                confidence.append(told)
-            if not rows.add(told) or i + 1 == k:
-                break
-            hidden, _ = self.draft(
-                token[:, None],
-                (position + i)[:, None],
-                self.cache,
-                slots,
-                kv_len=max(len(h) for h in histories) + i + 1,
-            )
-            hidden = hidden[:, 0]
-        for slot, history in zip(slots, histories):
-            self.valid[slot] = len(history) + len(draft_tokens) - 1  # d_1 … d_{passes − 1} are cached, maybe rejected
-        return Proposal(
-            torch.stack(draft_tokens, 1),  # [batch, passes ≤ k]
-            rows.lengths,
-            torch.stack(draft_probs, 1) if draft_probs else None,  # [batch, passes, vocab]
-            torch.stack(confidence, 1) if confidence else None,  # [batch, passes]
-        )
+        position = torch.tensor([len(h) for h in histories], device=self.draft.device)  # where d_1 goes
+        kv_len = max(len(h) for h in histories)
+
+        def advance(token: torch.Tensor, i: int, _: torch.Tensor) -> torch.Tensor:
+            hidden, _ = self.draft(token[:, None], (position + i)[:, None], self.cache, slots, kv_len=kv_len + i + 1)
+            return hidden[:, 0]
+
+        proposal = draft_chain(request, self._catch_up(slots, histories),
+                               lambda hidden: self._fit_vocab(self.draft.logits(hidden)), advance)
+        for slot, history in zip(slots, histories):  # d_1 … d_{passes − 1} are cached, maybe rejected
+            self.valid[slot] = len(history) + proposal.tokens.shape[1] - 1
+        return proposal
 
     @torch.no_grad()
     def propose_tree(self, request: ProposeInput, tree: TreeShape) -> TreeProposal:

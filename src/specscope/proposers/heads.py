@@ -38,7 +38,6 @@ from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_json_object
 from specscope.engine.proposer_api import (
-    ConfidentDrafts,
     Proposal,
     ProposeInput,
     ProposerConfig,
@@ -46,6 +45,7 @@ from specscope.engine.proposer_api import (
     TargetPass,
     TreeProposal,
 )
+from specscope.proposers.chain_draft import draft_chain
 from specscope.proposers.rollout import RolloutTree, roll_out
 from specscope.proposers.tree_draft import draft_tree
 from specscope.trees import TreeShape
@@ -276,37 +276,20 @@ class HeadProposer:
 
     @torch.no_grad()
     def propose(self, request: ProposeInput) -> Proposal:
-        k, sampling, slots = request.k, request.sampling, request.slots
+        slots = request.slots
         tokens, hidden, positions, last, chunk_kv_len = self._chunk(request)
         out = self.head(tokens, hidden, positions, self.cache, slots, chunk_kv_len)
-        state = out[torch.arange(len(slots), device=out.device), last]  # [batch, h]
         kv_len = max(len(h) for h in request.histories)  # newest position + 1
-        drafts, probs, confidence = [], [], []
-        rows = ConfidentDrafts(request, state.device)
-        for i in range(k):
-            logits = self.head.logits(state)  # [batch, vocab]
-            if sampling.all_greedy:
-                token = logits.argmax(-1)
-            else:
-                probs.append(sampling.probs(logits))
-                token = rows.sample(sampling, probs[-1])
-            drafts.append(token)
-            told = rows.probability(logits, token)
-            if request.want_confidence:
-                confidence.append(told)
-            if not rows.add(told) or i + 1 == k:
-                break
+
+        def advance(token: torch.Tensor, i: int, state: torch.Tensor) -> torch.Tensor:
             # position n + i pairs d_{i+1} with the head's previous output
             step_positions = request.positions[:, None] + i  # [batch, 1]
-            out = self.head(token[:, None], state[:, None], step_positions, self.cache, slots, kv_len + i)
-            state = out[:, 0]
+            return self.head(token[:, None], state[:, None], step_positions, self.cache, slots, kv_len + i)[:, 0]
+
+        proposal = draft_chain(request, out[torch.arange(len(slots), device=out.device), last],  # [batch, h]
+                               self.head.logits, advance)
         self._consumed(slots)
-        return Proposal(
-            torch.stack(drafts, 1),  # [batch, passes ≤ k]
-            rows.lengths,
-            torch.stack(probs, 1) if probs else None,  # [batch, passes, vocab]
-            torch.stack(confidence, 1) if confidence else None,  # [batch, passes]
-        )
+        return proposal
 
     @torch.no_grad()
     def propose_tree(self, request: ProposeInput, tree: TreeShape) -> TreeProposal:
