@@ -124,6 +124,16 @@ def save_weights(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[st
     os.chmod(path, usual_mode())
 
 
+def name_mismatch(expected: set[str], got: set[str]) -> str:
+    """The tensor names ``got`` lacks from ``expected`` and those it adds, the first five of each
+    ("missing [...], unexpected [...]"); empty where they agree."""
+    missing, unexpected = sorted(expected - got), sorted(got - expected)
+    if not missing and not unexpected:
+        return ""
+    return (f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
+            f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}")
+
+
 def holding_file(model_dir: Path, name: str) -> Path:
     """The weight file of ``model_dir`` that holds tensor ``name`` (its headers read), for an error
     to name the shard at fault; ``model_dir`` itself where none holds it under that name."""
@@ -178,14 +188,10 @@ def load_model(
                                  "but the weights hold another lm_head.weight, which tying would drop: set "
                                  "tie_word_embeddings to false to use it, or remove it to tie")
         expected.discard("lm_head.weight")
-    missing = sorted(expected - set(state))
-    unexpected = sorted(set(state) - expected)
-    if missing or unexpected:
-        raise SpecscopeError(
-            f"{model_dir}: weights do not match config.json ({config.model_type}): "
-            f"missing {missing[:5]}{'...' if len(missing) > 5 else ''}, "
-            f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}{_head_hint(whole)}"
-        )
+    mismatch = name_mismatch(expected, set(state))
+    if mismatch:
+        raise SpecscopeError(f"{model_dir}: weights do not match config.json ({config.model_type}): {mismatch}"
+                             + _head_hint(whole))
     for name, tensor in state.items():
         want = model.get_parameter(name).shape
         if not tensor.is_floating_point():

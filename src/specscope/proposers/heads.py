@@ -33,7 +33,7 @@ from torch import nn
 
 from specscope.engine.config import ModelConfig, check_context
 from specscope.engine.kv_cache import KVCache
-from specscope.engine.loading import holding_file, load_state_dict, save_weights
+from specscope.engine.loading import holding_file, load_state_dict, name_mismatch, save_weights
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
 from specscope.fileio import read_json_object
@@ -166,14 +166,9 @@ def load_weights(head: Head, state: dict[str, torch.Tensor], source: Path) -> No
     """Assign ``state`` (names as in ``head.state_dict()``) to ``head``, checking names and
     shapes; a mismatch is one clear error naming the tensors."""
     expected = head.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        raise SpecscopeError(
-            f"{source}: tensors do not match the {type(head).__name__} layout: "
-            f"missing {missing[:6]}{'...' if len(missing) > 6 else ''}, "
-            f"unexpected {unexpected[:6]}{'...' if len(unexpected) > 6 else ''}"
-        )
+    mismatch = name_mismatch(set(expected), set(state))
+    if mismatch:
+        raise SpecscopeError(f"{source}: tensors do not match the {type(head).__name__} layout: {mismatch}")
     for name, tensor in state.items():
         if tensor.shape != expected[name].shape:
             raise SpecscopeError(
