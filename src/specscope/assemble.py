@@ -92,9 +92,17 @@ def load_engine(
         k = tree.depth
     if learned is not None:
         k = learned.depth
-    config = ProposerConfig(method, k, max_batch_size, Engine.cache_capacity(max_seq_len, k, tree),
-                            Path(draft_dir) if draft_dir is not None else None)
-    proposer = build_proposer(target, method, config, learned)
-    engine = Engine(target, proposer, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir), tree=tree,
-                    confidence=confidence)
+    engine = drafting_engine(target, method, k, max_batch_size, max_seq_len, load_eos_token_ids(model_dir),
+                             Path(draft_dir) if draft_dir is not None else None, learned, tree, confidence)
     return engine, load_tokenizer(model_dir)
+
+
+def drafting_engine(target: Transformer, method: str, k: int, max_batch_size: int, max_seq_len: int,
+                    eos_token_ids: list[int], draft_dir: Path | None = None, policy: LearnedPolicy | None = None,
+                    tree: TreeShape | None = None, confidence: float | None = None, seed: int = 0) -> Engine:
+    """The engine over ``target`` whose proposer :func:`build_proposer` makes for ``method`` (or
+    the ``policy``), its caches sized for ``max_seq_len`` tokens and proposals of ``k`` (a
+    ``tree``'s nodes where it drafts one)."""
+    config = ProposerConfig(method, k, max_batch_size, Engine.cache_capacity(max_seq_len, k, tree), draft_dir)
+    return Engine(target, build_proposer(target, method, config, policy), k, max_batch_size, max_seq_len,
+                  eos_token_ids, seed=seed, tree=tree, confidence=confidence)

@@ -145,8 +145,7 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
         parse_dtype,
         resolve_device,
     )
-    from specscope.assemble import build_proposer
-    from specscope.engine.proposer_api import ProposerConfig
+    from specscope.assemble import drafting_engine
     from specscope.policy.learned import load_policy
 
     if config.batching not in BATCHING:
@@ -171,11 +170,8 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
     engine = baseline
     policy = load_policy(config.policy) if config.policy is not None else None
     if config.method != NO_SD:
-        capacity = Engine.cache_capacity(max_seq_len, config.k, config.tree)
-        proposer_config = ProposerConfig(config.method, config.k, slots, capacity, config.draft_dir)
-        proposer = build_proposer(target, config.method, proposer_config, policy)
-        engine = Engine(target, proposer, config.k, slots, max_seq_len, eos, seed=seed, tree=config.tree,
-                        confidence=config.confidence)
+        engine = drafting_engine(target, config.method, config.k, slots, max_seq_len, eos, config.draft_dir, policy,
+                                 config.tree, config.confidence, seed)
     sampling = SamplingParams(config.temperature, config.top_p, config.top_k)
     engines = [baseline] if engine is baseline else [baseline, engine]
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
