@@ -138,7 +138,7 @@ import numpy as np
 
 from specscope.costmodel.base import LinearDrafting
 from specscope.costmodel.fit import (draft_rows, measured_extent, nonnegative_least_squares, pairs_fitted, unseparated,
-                                     with_policy_work)
+                                     with_policy_work, within_batch_size)
 from specscope.costmodel.linear import TARGET_TERMS, FittedCell, LinearCostModel  # TARGET_TERMS: Gaps.target_features' columns
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
@@ -606,12 +606,11 @@ def pair_speeds(cells: Sequence[CellRun], parts: Sequence[Gaps], target: np.ndar
     cell and its SD cell: same ``pair``): the ``none`` cell's mean gap over what the forward
     ``target`` predicts for it, relative to the median of that ratio over the pairs of its batch
     size (a ratio relative to every pair could absorb how cost grows with the batch); 1 for a
-    cell measured apart."""
+    cell measured apart (:func:`~specscope.costmodel.fit.within_batch_size`)."""
     ratio = {c.pair: g.seconds.mean() / (g.target_features() @ target).mean()
              for c, g in zip(cells, parts) if c.method == NO_SD and c.pair is not None and len(g.seconds)}
-    batch = {c.pair: c.batch_size for c in cells if c.pair in ratio}
-    typical = {b: float(np.median([r for p, r in ratio.items() if batch[p] == b])) for b in set(batch.values())}
-    return np.array([ratio[c.pair] / typical[batch[c.pair]] if c.pair in ratio else 1.0 for c in cells])
+    relative = within_batch_size(ratio, {c.pair: c.batch_size for c in cells if c.pair in ratio})
+    return np.array([relative.get(c.pair, 1.0) for c in cells])
 
 
 def _slowed(gaps: Gaps, factor: float) -> Gaps:

@@ -267,9 +267,17 @@ def _speed_factors(steps: Sequence[MeasuredStep], repeat: np.ndarray, model: Lin
     for r, s in zip(repeat.tolist(), steps):
         size[r] = max(size.get(r, 0), s.batch_size)
     per_repeat = {r: float(np.median(ratio[decode & (repeat == r)])) for r in np.unique(repeat[decode]).tolist()}
-    typical = {b: float(np.median([f for r, f in per_repeat.items() if size[r] == b]))
-               for b in {size[r] for r in per_repeat}}
-    return np.array([per_repeat[r] / typical[size[r]] if r in per_repeat else 1.0 for r in repeat.tolist()])
+    relative = within_batch_size(per_repeat, size)
+    return np.array([relative.get(r, 1.0) for r in repeat.tolist()])
+
+
+def within_batch_size(ratio: dict, batch_size: dict) -> dict:
+    """Each group's measured / predicted ``ratio`` over the median ratio of the groups of its
+    ``batch_size`` (group → batch size): how slow the machine ran for it. Relative to every group
+    alike, it could absorb how cost grows with the batch."""
+    typical = {b: float(np.median([r for g, r in ratio.items() if batch_size[g] == b]))
+               for b in {batch_size[g] for g in ratio}}
+    return {g: r / typical[batch_size[g]] for g, r in ratio.items()}
 
 
 def _decode_and_prefill(steps: Sequence[MeasuredStep]) -> tuple[list[MeasuredStep], list[MeasuredStep]]:
