@@ -288,7 +288,7 @@ def test_bench_self_draft_tree_accepts_the_full_depth(llama_dir, workload, tmp_p
     assert main(argv) == 0
     assert "2x2x1 (10 nodes, depth 3)" in capsys.readouterr().out
     rows = json.loads((tmp_path / "r.json").read_text())
-    assert [(r["k"], r["tree"], r["tree_nodes"], r["tree_depth"]) for r in rows] == [(3, "2x2x1", 10, 3)] * 2
+    assert [(r["k"], r["tree"], r["tree_nodes"], r["tree_depth"]) for r in rows] == [(10, "2x2x1", 10, 3)] * 2
     assert [r["mean_acceptance_length"] for r in rows] == [4.0, 4.0]
     assert [r["acceptance_rate"] for r in rows] == pytest.approx([0.3, 0.3])  # 3 of 10 nodes per step
     assert all(r["greedy_match"] is True for r in rows)

@@ -233,7 +233,8 @@ def _row(
     }
     return BenchRow(
         method=config.method,
-        k=0 if config.method == NO_SD else config.k,  # a run that proposed nothing
+        # what a step proposes: nothing; a tree's nodes (as a sweep's tree cell counts it); a chain's k
+        k=0 if config.method == NO_SD else config.tree.nodes if config.tree is not None else config.k,
         batch_size=batch_size,
         throughput=sd.generated / sd.seconds,
         baseline_throughput=base.generated / base.seconds,

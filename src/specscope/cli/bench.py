@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     shape.add_argument(
         "--tree", type=validate.arg(parse_tree), metavar="SHAPE",
         help="reference backend: draft and verify a static token tree every step instead of a chain of k, "
-             "as branching per depth (2x2x1) or a list of paths; k is its depth",
+             "as branching per depth (2x2x1) or a list of paths; its rows' k is its node count, the drafts a step proposes",
     )
     parser.add_argument(
         "--confidence", type=validate.arg(validate.number, low=0.0, low_open=True, high=1.0), metavar="P",
