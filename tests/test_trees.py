@@ -13,8 +13,8 @@ def test_branching_per_depth():
     tree = TreeShape.parse("2x2x1")
     assert (tree.nodes, tree.depth, tree.widths) == (10, 3, (2, 4, 4))
     assert tree.draft_pass_widths == (1, 2, 4)
-    assert tree.branching == (2, 2, 1) and tree.name == "2x2x1" and not tree.is_chain
-    assert chain(3) == TreeShape.parse("1x1x1") and chain(3).is_chain
+    assert tree.branching == (2, 2, 1) and tree.name == "2x2x1" and tree.nodes > tree.depth
+    assert chain(3) == TreeShape.parse("1x1x1") and chain(3).nodes == chain(3).depth
 
 
 def test_paths_form_and_its_name():
@@ -45,6 +45,26 @@ def test_tree_lists_and_limits():
 def test_bad_trees_are_refused(text):
     with pytest.raises(Invalid):
         TreeShape.parse(text)
+
+
+@pytest.mark.parametrize("text", ["4x4611686018427387904", "2x4611686018427387904", "16x1152921504606846976"])
+def test_widths_whose_product_wraps_int64_are_refused(text):
+    """The node count is a Python int: numpy's int64 product wrapped to 0 or below, passed the
+    limit and the tree's enumeration ran out of memory."""
+    with pytest.raises(Invalid, match="at most 256 nodes"):
+        TreeShape.parse(text)
+
+
+def test_a_path_given_twice_is_refused_not_dropped():
+    for text in ("[(0,), (0,)]", "paths:0;1;0;0.0"):
+        with pytest.raises(Invalid, match=r"path \[0\] is given twice"):
+            TreeShape.parse(text)
+
+
+def test_a_child_rank_past_the_cap_is_named():
+    """A tree that skips ranks: its error names the rank, not a count of children it lacks."""
+    with pytest.raises(Invalid, match="paths:0;70 has a child of rank 70"):
+        parse_tree_list("[(0,),(70,)]")
 
 
 def test_acc_len_from_ranks():

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import math
 import re
 from dataclasses import dataclass
 from functools import cached_property
@@ -63,7 +64,7 @@ class TreeShape:
             raise Invalid("expected at least one depth")
         nodes = 0
         for depth in range(1, len(branching) + 1):
-            nodes += int(np.prod(branching[:depth]))
+            nodes += math.prod(branching[:depth])  # Python ints: numpy's int64 wraps past 2**63
             if nodes > MAX_TREE_NODES:
                 raise Invalid(f"expected at most {MAX_TREE_NODES} nodes, got more with {'x'.join(map(str, branching))}")
         paths = [p for depth in range(1, len(branching) + 1)
@@ -81,7 +82,10 @@ class TreeShape:
         for path in paths:
             if not isinstance(path, (list, tuple)) or not path:
                 raise Invalid(f"expected each path to be a non-empty list of child ranks, got {path!r}")
-            nodes.add(tuple(validate.integer(r, low=0, high=MAX_TREE_NODES) for r in path))
+            node = tuple(validate.integer(r, low=0, high=MAX_TREE_NODES) for r in path)
+            if node in nodes:
+                raise Invalid(f"path {list(node)} is given twice (a tree holds each node once)")
+            nodes.add(node)
         for node in nodes:
             if len(node) > 1 and node[:-1] not in nodes:
                 raise Invalid(f"path {list(node)} has no parent {list(node[:-1])} in the tree")
@@ -125,10 +129,6 @@ class TreeShape:
                 return None
             out.append(counts.pop())
         return tuple(out)
-
-    @property
-    def is_chain(self) -> bool:
-        return self.nodes == self.depth
 
     @property
     def max_rank(self) -> int:
@@ -201,6 +201,14 @@ def chain(k: int) -> TreeShape:
     return TreeShape.from_branching((1,) * validate.integer(k, low=1))
 
 
+def check_replayable(tree: TreeShape) -> None:
+    """Refuse a tree with a child rank at or past :data:`TREE_RANK_CAP`, which no trace can replay
+    (a rank stored at the cap is "that or worse")."""
+    if tree.max_rank >= TREE_RANK_CAP:
+        raise Invalid(f"{tree.name} has a child of rank {tree.max_rank} (the top-ranked child is 0): expected ranks "
+                      f"below {TREE_RANK_CAP}, the traces' rank cap")
+
+
 def parse_tree_list(text: str) -> tuple[TreeShape, ...]:
     """``--trees``: a comma list of branching shapes (``2x2x1,4x2x2x1``), each at most
     :data:`specscope.validate.K_MAX_LIMIT` deep and its children's ranks below the traces' rank cap
@@ -209,9 +217,8 @@ def parse_tree_list(text: str) -> tuple[TreeShape, ...]:
     trees = tuple(parse_tree(part) for part in validate.split_list(text))
     if not trees:
         raise Invalid(f"expected a comma list of trees such as 2x2x1,4x2x2x1, got {text!r}")
-    wide = next((tree for tree in trees if tree.max_rank >= TREE_RANK_CAP), None)
-    if wide is not None:
-        raise Invalid(f"expected trees at most {TREE_RANK_CAP} children wide (the traces' rank cap), got {wide.name}")
+    for tree in trees:
+        check_replayable(tree)
     repeated = validate.first_repeat(trees)
     if repeated is not None:
         raise Invalid(f"expected distinct trees, got {repeated.name} twice")

@@ -132,7 +132,8 @@ CASES = [
          r"t\.jsonl:1: field 'proposers\.ngram\.draft_prob': expected probabilities in \[0, 1\] or null, got 7\.5",
          files={"t.jsonl": own(draft_prob=[[0.5], [7.5], [None]])}),
     Case("inspect-tree-wider-than-the-rank-cap", ["traces", "inspect", "t.jsonl", "--trees", "63,64"],
-         r"argument --trees: expected trees at most 63 children wide \(the traces' rank cap\), got 64", files=GOOD),
+         r"argument --trees: 64 has a child of rank 63 \(the top-ranked child is 0\): expected ranks below 63, the "
+         r"traces' rank cap", files=GOOD),
     Case("convert-k-max-zero", ["traces", "convert", "t.jsonl", "-o", "o.jsonl", "--k-max", "0"], r"argument --k-max",
          files=GOOD),
     Case("convert-k-max-below-recorded", ["traces", "convert", "t.jsonl", "-o", "o.jsonl", "--k-max", "1"],

@@ -39,8 +39,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, method
 from specscope.policy.learned import load_policy
 from specscope.policy.observation import Decide
-from specscope.trace.schema import TREE_RANK_CAP
-from specscope.trees import TreeShape, parse_tree
+from specscope.trees import TreeShape, check_replayable, parse_tree
 
 
 class PolicyState(Protocol):
@@ -190,11 +189,10 @@ def _confidence(argument: str) -> Policy:
 def _tree(argument: str) -> Policy:
     try:
         shape = parse_tree(argument)
-        if shape.max_rank >= TREE_RANK_CAP:
-            raise validate.Invalid(f"{shape.name} has a node with {shape.max_rank + 1} children")
+        check_replayable(shape)
     except validate.Invalid as error:
         raise SpecscopeError(f"policy 'tree:{argument}': expected tree:SHAPE with SHAPE a static tree such as "
-                             f"2x2x1 (at most {TREE_RANK_CAP} children a node, the traces' rank cap): {error}") from None
+                             f"2x2x1: {error}") from None
     return Policy(f"tree:{shape.name}", by_position=lambda acc: np.full_like(acc, shape.nodes), tree=shape)
 
 
