@@ -100,3 +100,11 @@ def test_a_group_no_node_can_hold_is_found():
     assert not feasible({"num_cpus": 1, "num_gpus": 1, "resources": {}}, nodes)  # the GPU node is gone
     assert not feasible({"num_cpus": 1, "num_gpus": 0, "resources": {"H100": 1}}, nodes)
     assert largest_node(nodes) == "CPU 2"
+
+
+def test_an_address_with_spaces_around_it_is_read_as_its_words():
+    """' local ' is local: it passed the check and reached Ray unstripped, refused only after the
+    models and the workload had been read."""
+    from specscope.distributed.cluster import ray_address
+
+    assert ray_address(" local ") == "local" and ray_address("127.0.0.1:6379 ") == "127.0.0.1:6379"

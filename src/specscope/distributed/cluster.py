@@ -36,10 +36,11 @@ def ray_address(text: str) -> str:
 
     if importlib.util.find_spec("ray") is None:
         raise SpecscopeError(INSTALL_HINT)
-    if not text.strip():
+    text = text.strip()  # ' local' is local, not an address Ray refuses only after the models load
+    if not text:
         raise SpecscopeError("--ray: expected local, auto or a cluster address (HOST:PORT or ray://HOST:PORT)")
     port = _host_port(text)
-    if port is None and text.strip() not in ("local", "auto"):  # Ray took 'foo' and failed only after setup
+    if port is None and text not in ("local", "auto"):  # Ray took 'foo' and failed only after setup
         raise SpecscopeError(f"--ray: {text!r}: expected local, auto or a cluster address (HOST:PORT or "
                              "ray://HOST:PORT)")
     if port is not None and not 1 <= port[1] <= 65535:

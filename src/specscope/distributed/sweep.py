@@ -175,9 +175,10 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
         if not groups:  # every cell already done: no cluster to start
             return
         with ray_session(address) as ray, SweepProgress(sum(map(len, groups))) as progress:
-            nodes = ray.nodes()
+            nodes, waiting = ray.nodes(), set()
             for group, option in zip(groups, options):
-                if not feasible(option, nodes):
+                if not feasible(option, nodes) and group[0].engine.name not in waiting:
+                    waiting.add(group[0].engine.name)  # said once an engine, however many of its groups wait
                     message = (f"{where(config.path, field='engines')}: engine {group[0].engine.name!r} runs its "
                                f"servers with {', '.join(f'{n} {a:g}' for n, a in needs(option).items())} on one node; the cluster's largest node has "
                                f"{largest_node(nodes)}")
@@ -213,13 +214,14 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                                            "the driver's (is it on a filesystem all nodes share?)")
                 left[g] -= 1
                 if place is not None:
-                    _append_placement(config, expected, place)
                     shared = sharing.cell_ended(g, node_label(place), time.monotonic())
                     if isinstance(record.get("result"), dict):
                         record = {**record, "result": {**record["result"], "servers_sharing_node": shared}}
                 if not left[g]:
                     sharing.down(g, time.monotonic())
-                yield record
+                yield record  # the caller writes it before asking for the next
+                if place is not None:  # so the placement file lists only cells recorded
+                    _append_placement(config, expected, place)
                 progress.update(g, node_label(place) if place else None, record, group_done=not left[g])
                 if not left[g]:
                     del actors[g]  # its last handle: Ray ends the actor and frees its resources

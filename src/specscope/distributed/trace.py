@@ -54,10 +54,10 @@ def ray_batch_mapper(address: str, workers: int | None = None) -> BatchMapper:
             if not slots:
                 raise SpecscopeError(f"--ray {address}: the cluster offers no {unit} for a trace replica "
                                      f"(--device {job.device})")
+            count = max(1, min(workers or slots, slots, len(chunks)))
             if workers and workers > slots:  # a replica beyond them would wait for a slot forever
                 log.warning("--ray-workers %d: the cluster offers %d %ss; running %d replicas", workers, slots, unit,
-                            slots)
-            count = max(1, min(workers or slots, slots, len(chunks)))
+                            count)
             replica = ray.remote(Replica).options(num_gpus=int(gpu), num_cpus=0 if gpu else 1,
                                                  max_restarts=MAX_RETRIES, max_task_retries=MAX_RETRIES)
             pool = ActorPool([replica.remote(job) for _ in range(count)])
