@@ -73,6 +73,9 @@ def test_cost_model_files(tmp_path):
         resolve_cost_model(str(bad))
     with pytest.raises(SpecscopeError, match="not a preset"):
         resolve_cost_model("h900-nothing")
+    for blank in ("", "  "):  # not the working folder, "is a directory"
+        with pytest.raises(SpecscopeError, match="empty"):
+            resolve_cost_model(blank)
     with pytest.raises(SpecscopeError, match="no drafting model for proposer 'mtp'"):
         H100_LLAMA31_8B.drafting_for("mtp")
 

@@ -631,6 +631,7 @@ def test_an_engine_reading_a_rectangle_of_cache_is_recovered_from_the_longest(tm
 
 
 @pytest.mark.parametrize("extra, said", [(["--name", "  "], "--name '  ': expected non-empty text"),
+                                         (["--name", ""], "--name '': expected non-empty text"),  # not the stem
                                          ([], "the model takes its name from the file's, which is blank: give --name")])
 def test_a_blank_name_is_refused_before_the_fit(tmp_path, capsys, extra, said):
     """A review: a blank --name (or -o stem) ran the whole fit, then blamed the measurements."""

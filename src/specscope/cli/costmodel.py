@@ -97,7 +97,7 @@ def run_fit(args: argparse.Namespace) -> int:
         raise SpecscopeError("--validate: needs --traces of the sweep's workloads")
     output = Path(args.output)
     device = to_stdout(output) or (output.exists() and not output.is_file())  # /dev/null names no model
-    name = args.name or ("fitted" if device else output.stem)
+    name = args.name if args.name is not None else "fitted" if device else output.stem  # --name '' refused below
     if not name.strip():  # checked before the fit, whose model would be refused for it
         raise SpecscopeError(f"--name {args.name!r}: expected non-empty text" if args.name is not None else
                              f"-o {output}: the model takes its name from the file's, which is blank: give --name")

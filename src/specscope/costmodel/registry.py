@@ -61,6 +61,8 @@ def resolve_cost_model(spec: str) -> CostModel:
     """A cost model from a preset name, a ``roofline:`` spec, or a JSON/TOML file."""
     if spec in PRESETS:
         return PRESETS[spec]
+    if not spec.strip():  # Path('') is the working folder
+        raise SpecscopeError(f"cost model {spec!r}: empty (expected a preset, roofline:GPU:MODEL or a JSON/TOML file)")
     if spec.startswith("roofline:"):
         return _roofline(spec)
     path = Path(spec)
