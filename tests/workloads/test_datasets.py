@@ -43,8 +43,9 @@ def test_a_sharegpt_reference_is_the_answer_not_the_users_next_message(tmp_path)
                                                    {"from": "human", "value": "again"}]},
                                 {"conversations": [{"from": "user", "value": "a b c d e"},
                                                    {"from": "assistant", "value": "done"}]}]))
-    prompts, _ = load_prompts("sharegpt", path, n=10)
+    prompts, report = load_prompts("sharegpt", path, n=10)
     assert [(p.prompt, p.reference) for p in prompts] == [("x y z w v", None), ("a b c d e", "done")]
+    assert report.summary() == "2 rows read, 2 kept (1 without a reference output)"  # counted, not unsaid
 
 
 def test_sharegpt_counts_with_the_given_tokenizer():

@@ -79,10 +79,12 @@ class LoadReport:
     rows: int = 0
     kept: int = 0
     left_out: Counter = field(default_factory=Counter)
+    without_reference: int = 0  # kept rows with no reference output (a ShareGPT prompt the user answered)
 
     def summary(self) -> str:
         parts = [f"{count} {reason}" for reason, count in sorted(self.left_out.items())]
-        return f"{self.rows} rows read, {self.kept} kept" + (f"; left out: {', '.join(parts)}" if parts else "")
+        bare = f" ({self.without_reference} without a reference output)" if self.without_reference else ""
+        return f"{self.rows} rows read, {self.kept} kept{bare}" + (f"; left out: {', '.join(parts)}" if parts else "")
 
 
 Converter = Callable[[Row, "Context"], "Prompt | str"]  # a str names the reason a row is left out
@@ -324,7 +326,7 @@ def load_prompts(name: str, source: str | Path, n: int, seed: int = PAPER_SEED,
             report.left_out[result] += 1
         else:
             kept.append(result)
-    report.kept = len(kept)
+    report.kept, report.without_reference = len(kept), sum(p.reference is None for p in kept)
     if not kept:
         raise SpecscopeError(f"{source}: no usable {name} rows ({report.summary()})")
     return random.Random(seed).sample(kept, min(n, len(kept))), report
