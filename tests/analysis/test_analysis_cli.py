@@ -38,6 +38,8 @@ def test_stats_prints_and_writes(traces, tmp_path, capsys):
     with pairs.open() as handle:
         (pair,) = list(csv.DictReader(handle))
     assert float(pair["a_beats_b"]) == pytest.approx(0.5)
+    for row in (ngram, pair):  # what produced them: the traces, how their lengths were read, the code
+        assert row["lengths"] == "common" and str(traces.resolve()) in row["traces"] and row["made_by"]
 
 
 def test_overlap_prints_and_writes(traces, tmp_path, capsys):
@@ -51,11 +53,13 @@ def test_overlap_prints_and_writes(traces, tmp_path, capsys):
     assert len(rows) == 5 * 2 * 2
     top = [r for r in rows if r["bin"] == "0.8–1.0"]
     assert {r["requests"] for r in top} == {"4"} and all(float(r["relative_speedup"]) > 0 for r in top)
+    assert {(r["seed"], r["guess_no_match"], r["lengths"]) for r in rows} == {("42", "True", "own")}
+    assert all(str(traces.resolve()) in r["traces"] and r["made_by"] for r in rows)
     with bleu.open() as handle:
         scored = list(csv.DictReader(handle))
     assert len(scored) == 8
     outputs = {r.id: r.output_len for r in load_traces([traces])[0]}  # each row names the tokens it scored
-    assert {r["id"]: int(r["output_tokens"]) for r in scored} == outputs
+    assert {r["id"]: int(r["output_tokens"]) for r in scored} == outputs and all(r["made_by"] for r in scored)
     assert main(["overlap", str(traces), "--batch-sizes", "1", "--mode", "paper", "--bleu-output", "-"]) == 0
     assert "wrote" not in capsys.readouterr().err  # the rows are on standard output: "wrote 8 rows to -" said nothing
 

@@ -138,6 +138,15 @@ def read_trace_args(args: argparse.Namespace, walked: Sequence[str] = ()) -> lis
     return records
 
 
+def trace_provenance(args: argparse.Namespace) -> dict[str, object]:
+    """What a table made from ``args.traces`` says produced it: how their lengths were read, the
+    traces (absolute path and SHA-256 start) and this code's version."""
+    from specscope.fileio import provenance
+    from specscope.version import code_version
+
+    return {"lengths": args.lengths, "traces": "; ".join(map(provenance, args.traces)), "made_by": code_version()}
+
+
 def note_mismatches(reports: Iterable, file: TextIO | None = None, walked: Sequence[str] = ()) -> None:
     """One note per trace file whose acc_len arrays and outputs differ in length (DESIGN: counted
     and reported, never silent), saying how they were handled (``walked``: see ``LoadReport.summary``)."""

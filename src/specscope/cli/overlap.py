@@ -11,6 +11,7 @@ from specscope.cli._common import (
     add_trace_options,
     human_stream,
     read_trace_args,
+    trace_provenance,
     batch_size_list,
     print_table,
     str_list,
@@ -107,12 +108,15 @@ def run(args: argparse.Namespace) -> int:
          for (d, b, n, p), v in lines.items()],
         file=out,
     )
-    if args.output:
-        write_rows(args.output, [{**r.flat(), "cost_model": cost_label(args.cost_model, cost)} for r in rows])
+    made = trace_provenance(args)
+    if args.output:  # the seed and the guess draw the lookup's steps a trace left without draft_len
+        settings = {"cost_model": cost_label(args.cost_model, cost), "seed": sim.seed,
+                    "guess_no_match": sim.guess_no_match, **made}
+        write_rows(args.output, [{**r.flat(), **settings} for r in rows])
         if not to_stdout(args.output):
             print(f"wrote {len(rows)} rows to {args.output}", file=out)
     if args.bleu_output:
-        write_rows(args.bleu_output, [r.flat() for r in request_bleu(records, scores, config.edges)])
+        write_rows(args.bleu_output, [{**r.flat(), **made} for r in request_bleu(records, scores, config.edges)])
         if not to_stdout(args.bleu_output):
             print(f"wrote {len(records)} rows to {args.bleu_output}", file=out)
     return 0

@@ -13,6 +13,7 @@ from specscope.cli._common import (
     batch_size_list,
     print_table,
     read_trace_args,
+    trace_provenance,
     str_list,
     to_stdout,
     write_rows,
@@ -20,8 +21,7 @@ from specscope.cli._common import (
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig, simulated_batch_sizes
 from specscope.sim.policies import POLICIES
-from specscope.fileio import json_text, provenance
-from specscope.version import code_version
+from specscope.fileio import json_text
 from specscope.errors import SpecscopeError
 
 DEFAULTS = SimConfig()
@@ -95,8 +95,7 @@ def run(args: argparse.Namespace) -> int:
     rows = simulate(records, args.acc, args.policies, cost, config)
     label = cost_label(args.cost_model, cost)
     settings = {"cost_model": label, "seed": config.seed, "sample": config.sample,  # a row's own match_prob: its guess
-                "guess_no_match": config.guess_no_match, "lengths": args.lengths,
-                "traces": "; ".join(map(provenance, args.traces)), "made_by": code_version()}
+                "guess_no_match": config.guess_no_match, **trace_provenance(args)}
     cells = [{**row.flat(), **settings} for row in rows]
     chains = [row.deepest_k for row in rows if not row.policy.startswith("tree:")]  # a tree's nodes are no chain's k
     simulated = simulated_batch_sizes(rows)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from specscope.cli._common import add_table_output, add_trace_options, human_stream, print_table, read_trace_args, write_rows
+from specscope.cli._common import (add_table_output, add_trace_options, human_stream, print_table, read_trace_args,
+                                    trace_provenance, write_rows)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,10 +45,11 @@ def run(args: argparse.Namespace) -> int:
              for p in pairs],
             file=out,
         )
+    made = trace_provenance(args)  # the numbers move with the traces and with --lengths
     if args.output:
-        write_rows(args.output, [s.flat() for s in singles])
+        write_rows(args.output, [{**s.flat(), **made} for s in singles])
         print(f"wrote {len(singles)} rows to {args.output}", file=out)
     if args.pairs_output:
-        write_rows(args.pairs_output, [p.flat() for p in pairs])
+        write_rows(args.pairs_output, [{**p.flat(), **made} for p in pairs])
         print(f"wrote {len(pairs)} rows to {args.pairs_output}", file=out)
     return 0
