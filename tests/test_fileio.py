@@ -327,7 +327,7 @@ def test_a_pipe_has_no_sha256(tmp_path):
     page showed the SHA-256 of nothing, e3b0c442…, as the trace's), a regular file its own."""
     import os
 
-    from specscope.fileio import file_sha256
+    from specscope.fingerprint import file_sha256
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

@@ -13,7 +13,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "specscope"
 
 # bottom to top; a unit is a subpackage or a top-level module of specscope
 LAYERS: list[tuple[str, ...]] = [
-    ("__init__", "errors", "validate", "progress", "written", "fileio", "trees", "methods", "version"),
+    ("__init__", "errors", "validate", "progress", "written", "reading", "fingerprint", "fileio", "trees", "methods",
+     "version"),
     ("trace", "costmodel", "workloads", "policy"),
     ("engine",),
     ("proposers",),

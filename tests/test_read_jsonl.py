@@ -1,11 +1,11 @@
-"""fileio.read_jsonl: one streaming JSON Lines reader whose errors name file:line."""
+"""reading.read_jsonl: one streaming JSON Lines reader whose errors name file:line."""
 
 from __future__ import annotations
 
 import pytest
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_jsonl
+from specscope.reading import read_jsonl
 
 
 def keep(obj, path, line):

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from specscope.costmodel.base import FractionDrafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
 from specscope.errors import SpecscopeError
-from specscope.fileio import file_sha256
+from specscope.fingerprint import file_sha256
 from specscope.sim.grid import SimConfig, simulate
 from specscope.sim.mixed import admission_iterations, predict_mixed
 from specscope.sim.paper import predict_paper

@@ -37,7 +37,7 @@ def test_an_interrupted_bench_writes_the_batch_sizes_it_finished(tmp_path, monke
     assert named["model_files"] == model_fingerprint(model_dir("target"))[:16] and named["draft_files"] == ""
     assert (named["dtype"], named["device"]) == ("float32", "cpu")
     # and which workload's content, which code, the seed its requests drew from (none given: 0), no policy
-    from specscope.fileio import file_sha256
+    from specscope.fingerprint import file_sha256
     from specscope.version import code_version
 
     assert named["workload_sha256"] == file_sha256(bundled_path("code"))[:16] and named["made_by"] == code_version()

@@ -281,7 +281,7 @@ def test_calibrate_against_a_real_server(tmp_path, tiny_model, capsys):
     with open(config.output / "coefficients.csv") as handle:  # each term's spread over the held-out fits
         spread = {row["term"]: row for row in csv.DictReader(handle)}
     assert float(spread["c_fixed"]["fitted"]) == pytest.approx(model.c_fixed)
-    from specscope.fileio import file_sha256
+    from specscope.fingerprint import file_sha256
     from specscope.version import code_version
     stamp = {"made_by": code_version(), "traces": f"{trace.name}@{file_sha256(trace)[:12]}"}  # what produced them
     assert all({k: r[k] for k in stamp} == stamp for r in [*rows, *spread.values()])

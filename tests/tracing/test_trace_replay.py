@@ -100,7 +100,7 @@ def test_a_trace_is_listed_as_specscopes_so_a_later_run_may_replace_it(traced, t
     """`specscope trace` lists the trace it made in its folder's record of what specscope wrote: a
     later `-o` may replace it (it was refused as a user's), and one naming it as its own input is
     told so; a copy made by hand stays the user's."""
-    from specscope.fileio import file_sha256
+    from specscope.fingerprint import file_sha256
     from specscope.written import listed
 
     out, _ = traced

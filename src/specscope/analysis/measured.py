@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json
+from specscope.reading import read_json
 from specscope.methods import LEARNED, NO_SD, method as method_named, run_label
 from specscope.trace.fields import Fields
 from specscope.sim.policies import configured_policy

@@ -38,7 +38,7 @@ from pathlib import Path
 from specscope.costmodel.steps import NO_SD, MeasuredStep, StepRecord
 from specscope.methods import LEARNED, names as method_names, run_label
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_jsonl
+from specscope.reading import read_jsonl
 from specscope.sim.grid import SimRow
 from specscope.sim.pricing import PHASES
 from specscope.trace.fields import Fields

@@ -141,7 +141,7 @@ def read_trace_args(args: argparse.Namespace, walked: Sequence[str] = ()) -> lis
 def trace_provenance(args: argparse.Namespace) -> dict[str, object]:
     """What a table made from ``args.traces`` says produced it: how their lengths were read, the
     traces (absolute path and SHA-256 start) and this code's version."""
-    from specscope.fileio import provenance
+    from specscope.fingerprint import provenance
     from specscope.version import code_version
 
     return {"lengths": args.lengths, "traces": "; ".join(map(provenance, args.traces)), "made_by": code_version()}

@@ -318,7 +318,7 @@ def _labels(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig) 
     each checkpoint's fingerprint, as a trace's settings keep it, the dtype and the device). A
     policy's content is no label of the run's end: its rows carry the stamp of the file the
     engine loaded (one refitted or removed while the bench ran relabelled or lost them)."""
-    from specscope.fileio import file_sha256
+    from specscope.fingerprint import file_sha256
     from specscope.version import code_version
 
     sampled = ("top_p", "top_k", "seed") if isinstance(config, BenchConfig) else ()  # a server's bench sends no others

@@ -197,7 +197,8 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     from specscope.backends.openai.calibration import COLUMNS, SPREAD_COLUMNS, coefficient_spread, read_sweep, validate
     from specscope.cli._common import atomic_write_text
     from specscope.costmodel.calibrate import cross_check, fit_cells
-    from specscope.fileio import file_sha256, write_rows
+    from specscope.fileio import write_rows
+    from specscope.fingerprint import file_sha256
     from specscope.trace.load import load_traces
     from specscope.version import code_version
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Sequence
 
 from specscope.cli._common import add_table_output, human_stream, note_mismatches, print_table, refuse_clashes, write_rows
 from specscope.errors import SpecscopeError
-from specscope.fileio import first_line, provenance
+from specscope.fingerprint import provenance
+from specscope.reading import first_line
 
 if TYPE_CHECKING:
     from specscope.sim.grid import SimRow

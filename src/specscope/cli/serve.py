@@ -10,7 +10,8 @@ from pathlib import Path
 from specscope import validate
 from specscope.cli._common import DTYPE_NAMES, checkpoint_files, refuse_overwriting, refuse_unused_draft
 from specscope.errors import SpecscopeError
-from specscope.fileio import check_output_file, first_line, open_appended
+from specscope.fileio import check_output_file, open_appended
+from specscope.reading import first_line
 from specscope.methods import NO_SD, check_confidence, names
 from specscope.policy.learned import load_policy, policy_notes
 from specscope.serve.engine_loop import DEFAULT_MAX_WAITING

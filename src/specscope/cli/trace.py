@@ -8,7 +8,7 @@ from pathlib import Path
 
 from specscope import validate
 from specscope.cli._common import check_output_file, refuse_clashes
-from specscope.fileio import file_sha256
+from specscope.fingerprint import file_sha256
 from specscope.written import record_file
 from specscope.distributed.cluster import ray_address
 from specscope.errors import SpecscopeError

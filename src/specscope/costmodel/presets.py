@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json_object
+from specscope.reading import read_json_object
 from specscope.trace.fields import Fields
 
 MAX_SIZE = 1 << 24  # any size of a config.json (hidden, layers, heads, vocab): beyond it a typo whose bytes overflow

@@ -18,7 +18,7 @@ from specscope.costmodel.linear import H100_LLAMA31_8B, linear_from_json
 from specscope.costmodel.presets import ModelShape, hardware
 from specscope.costmodel.roofline import RooflineCostModel, roofline_from_json
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json_object, read_toml_object
+from specscope.reading import read_json_object, read_toml_object
 from specscope.trace.fields import Fields
 
 

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Sequence
 from specscope import validate
 from specscope.costmodel.presets import projection_biases, slides
 from specscope.errors import SpecscopeError
-from specscope.fileio import file_sha256, read_json_object
+from specscope.fingerprint import file_sha256
+from specscope.reading import read_json_object
 
 if TYPE_CHECKING:
     import torch
@@ -252,7 +253,7 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin")
 def model_fingerprint(model_dir: Path) -> str:
     """SHA-256 of ``config.json`` and the names and contents of the weight files of ``model_dir``
     (a model retrained into the same folder, its files the same size, is another model; a large
-    file's content by samples, :func:`~specscope.fileio.file_sha256`)."""
+    file's content by samples, :func:`~specscope.fingerprint.file_sha256`)."""
     try:
         digest = hashlib.sha256((model_dir / "config.json").read_bytes())
     except OSError as error:

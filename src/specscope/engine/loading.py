@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from specscope.fileio import read_json, read_json_object, usual_mode
+from specscope.fileio import usual_mode
+from specscope.reading import read_json, read_json_object
 from specscope.engine.config import ModelConfig
 from specscope.engine.model import Transformer
 from specscope.errors import SpecscopeError

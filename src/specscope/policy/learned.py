@@ -30,7 +30,7 @@ import numpy as np
 from specscope.costmodel.linear import MAX_COEFFICIENT_S, drafting_from_json, linear_from_json
 from specscope.costmodel.roofline import MIN_EFFICIENCY, Efficiency
 from specscope.errors import SpecscopeError
-from specscope.fileio import parse_json
+from specscope.reading import parse_json
 from specscope.methods import method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features

@@ -36,7 +36,7 @@ from specscope.engine.kv_cache import KVCache
 from specscope.engine.loading import holding_file, load_state_dict, name_mismatch, save_weights
 from specscope.engine.model import AttentionContext, RotaryTables, Transformer
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json_object
+from specscope.reading import read_json_object
 from specscope.engine.proposer_api import (
     Proposal,
     ProposeInput,

@@ -33,7 +33,7 @@ from specscope.costmodel.base import CostModel
 from specscope.costmodel.linear import LinearCostModel
 from specscope.costmodel.registry import cost_label, resolve_cost_model
 from specscope.errors import SpecscopeError
-from specscope.fileio import provenance
+from specscope.fingerprint import provenance
 from specscope.methods import BENCH_DEFAULT, default_hint
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig

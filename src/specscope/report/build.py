@@ -20,7 +20,8 @@ from pathlib import Path
 
 from specscope.analysis.measured import MeasuredCell, winners
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, check_output_file, file_sha256, provenance, write_rows
+from specscope.fileio import atomic_write_text, check_output_file, write_rows
+from specscope.fingerprint import file_sha256, provenance
 from specscope.progress import LazyProgress
 from specscope.report.analyse import PHASES, ReportData, analyse
 from specscope.report.catalogue import FIGURES, TABLES

@@ -20,9 +20,10 @@ OKABE_ITO = {
     "orange": "#E69F00", "sky blue": "#56B4E9", "bluish green": "#009E73", "yellow": "#F0E442",
     "blue": "#0072B2", "vermillion": "#D55E00", "reddish purple": "#CC79A7", "black": "#000000",
 }
-CYCLE = ("#E69F00", "#0072B2", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
-PHASE_COLOURS = {"prefill": "#CC79A7", "drafting": "#E69F00", "verification": "#0072B2",
-                 "overhead": "#009E73"}
+CYCLE = tuple(OKABE_ITO[name] for name in ("orange", "blue", "bluish green", "vermillion", "reddish purple",
+                                            "sky blue", "yellow", "black"))
+PHASE_COLOURS = {"prefill": OKABE_ITO["reddish purple"], "drafting": OKABE_ITO["orange"],
+                 "verification": OKABE_ITO["blue"], "overhead": OKABE_ITO["bluish green"]}
 NAME_WIDTH = 40  # characters of a dataset's name a figure shows (the page and the tables show all of it)
 SEQUENTIAL = "viridis"  # perceptually uniform, colour-blind safe
 MISSING = "#d0d0d0"  # background where a request has no position (past its end)

@@ -10,7 +10,7 @@ import numpy as np
 
 from specscope.analysis.measured import MeasuredCell
 from specscope.engine.config import model_fingerprint
-from specscope.fileio import file_sha256
+from specscope.fingerprint import file_sha256
 from specscope.methods import method, of_kind
 from specscope.trees import TreeShape
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Callable
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, check_user_output, exclusive, read_json_object
+from specscope.fileio import atomic_write_text, check_user_output, exclusive
+from specscope.reading import read_json_object
 from specscope.study.config import BEFORE_KEPT, StudyConfig
 from specscope.version import code_version
 from specscope.study.run import (

@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Callable
 
 from specscope.analysis.measured import MeasuredCell, read_bench_results
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, read_json, write_rows
+from specscope.fileio import atomic_write_text, write_rows
+from specscope.reading import read_json
 from specscope.study.config import BEFORE_KEPT, StudyConfig
 from specscope.study.fidelity import with_simulated
 from specscope.trees import TreeShape

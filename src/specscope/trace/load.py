@@ -37,7 +37,8 @@ import numpy as np
 
 from specscope import validate
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, first_line, read_jsonl
+from specscope.fileio import atomic_write_text
+from specscope.reading import first_line, read_jsonl
 from specscope.methods import BENCH_DEFAULT, METHODS, of_kind
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord

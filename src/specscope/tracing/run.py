@@ -18,7 +18,8 @@ from typing import Callable, Iterator, Sequence
 
 from specscope import validate
 from specscope.errors import SpecscopeError
-from specscope.fileio import exclusive, read_jsonl
+from specscope.fileio import exclusive
+from specscope.reading import read_jsonl
 from specscope.methods import NAMES, method
 from specscope.progress import LazyProgress
 from specscope.engine.config import check_max_tokens, model_fingerprint

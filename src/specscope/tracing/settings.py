@@ -41,7 +41,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, read_json_object
+from specscope.fileio import atomic_write_text
+from specscope.reading import read_json_object
 from specscope.trace.load import holds_traces
 from specscope.trace.schema import DRAFT_PROBS
 from specscope.version import code_version

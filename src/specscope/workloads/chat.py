@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.fileio import read_json_object
+from specscope.reading import read_json_object
 from specscope.errors import SpecscopeError
 
 

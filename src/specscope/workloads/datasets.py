@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specscope.errors import SpecscopeError, where
-from specscope.fileio import parse_json, read_jsonl, read_text
+from specscope.reading import parse_json, read_jsonl, read_text
 from specscope.trace.fields import Fields
 from specscope.workloads.tasks import CODE_SUFFIX, SUMMARY_PREFIX
 

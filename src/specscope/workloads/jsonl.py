@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specscope.errors import SpecscopeError, where
-from specscope.fileio import read_jsonl
+from specscope.reading import read_jsonl
 from specscope.trace.fields import Fields
 
 

@@ -35,7 +35,9 @@ import torch
 import torch.nn.functional as F
 
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, file_sha256, read_json_object, refuse_foreign_folder
+from specscope.fileio import atomic_write_text, refuse_foreign_folder
+from specscope.fingerprint import file_sha256
+from specscope.reading import read_json_object
 from specscope.engine.config import ModelConfig
 from specscope.engine.loading import save_weights
 from specscope.engine.model import Transformer

@@ -45,7 +45,7 @@ from specscope.backends.openai.sweep import TIMELINE, read_cells
 from specscope.costmodel.calibrate import DRAFTING_TERMS, CellRun, fit_cells
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.errors import SpecscopeError
-from specscope.fileio import read_json
+from specscope.reading import read_json
 from specscope.methods import NO_SD, method as method_named
 from specscope.sim.grid import SimConfig, check_k, plan_for
 from specscope.sim.mixed import predict_mixed

@@ -118,7 +118,9 @@ from specscope.backends.openai.measure import in_flight
 from specscope.backends.openai.prompts import read_prompts, select_prompts
 from specscope.engine.config import model_fingerprint
 from specscope.errors import SpecscopeError, where
-from specscope.fileio import check_output_dir, file_sha256, read_toml_object
+from specscope.fileio import check_output_dir
+from specscope.fingerprint import file_sha256
+from specscope.reading import read_toml_object
 from specscope.methods import ENGINES, NO_SD, method, names, proposal_label
 from specscope.trees import TreeShape
 
