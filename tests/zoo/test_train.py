@@ -123,10 +123,23 @@ def test_resume_keeps_finished_stages(quick_zoo, tmp_path):
     assert load_model(out / "draft") is not None and (out / "eagle" / "model.safetensors").stat().st_size > 100
     assert (out / "target" / "model.safetensors").stat().st_mtime_ns == before["target"]
     # its other files too: a tokenizer removed, a config emptied (kept, and the zoo unusable, before)
+    heads = {name: (out / name / "model.safetensors").stat().st_mtime_ns for name in ("eagle", "mtp", "eagle3")}
     (out / "target" / "tokenizer.json").unlink()
     (out / "draft" / "config.json").write_text("{}")
     train_zoo(out, replace(TrainConfig.quick(), head_steps=3), held_out=set())
     assert (out / "target" / "tokenizer.json").is_file() and load_model(out / "draft") is not None
+    # the target trained again: every head learns from it again (they were kept, trained on the old one)
+    assert all((out / name / "model.safetensors").stat().st_mtime_ns != heads[name] for name in heads)
+    record = json.loads((out / "training.json").read_text())
+    assert {record["stages"][name]["target_sha256"] for name in heads} == \
+        {record["stages"]["target"]["files_sha256"]["model.safetensors"]}
+    # a head whose record names another target's weights is trained again, the others kept
+    record["stages"]["mtp"]["target_sha256"] = "0" * 64
+    (out / "training.json").write_text(json.dumps(record))
+    heads = {name: (out / name / "model.safetensors").stat().st_mtime_ns for name in heads}
+    train_zoo(out, replace(TrainConfig.quick(), head_steps=3), held_out=set())
+    assert [(out / name / "model.safetensors").stat().st_mtime_ns != heads[name] for name in heads] == \
+        [False, True, False]
 
 
 def test_distinct_4():

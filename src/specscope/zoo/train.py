@@ -209,9 +209,13 @@ def half(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {n: t.detach().to(torch.float16) if t.is_floating_point() else t.detach() for n, t in state.items()}
 
 
+HEADS = ("eagle", "mtp", "eagle3")  # the stages that learn from the trained target
+
+
 def stage_keys(config: TrainConfig) -> dict[str, dict]:
-    """What each stage's result depends on: a finished stage whose key is unchanged is kept
-    when training resumes (every stage is seeded, so keeping it equals retraining it)."""
+    """What each stage's result depends on besides its inputs' files: a finished stage whose key is
+    unchanged is kept when training resumes (every stage is seeded, so keeping it equals
+    retraining it at the same thread count; another count moves the weights' last bits)."""
     shared = {k: getattr(config, k) for k in ("vocab_size", "tokenizer_corpus", "batch_size", "lr",
                                               "warmup", "seed", "tasks")}
     target = {**shared, "shape": asdict(config.target), "steps": config.target_steps}
@@ -259,20 +263,30 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
     target_hf = hf_config(config.target, vocab, end_id, pad_id)
     layers = config.target.layers
 
-    def finish(name: str, loss: float, started: float) -> None:
+    def finish(name: str, loss: float, started: float, **more: object) -> None:
         done[name] = {"key": keys[name], "loss": loss, "seconds": time.monotonic() - started,
-                      "files_sha256": {p.name: file_sha256(p) for p in sorted((out_dir / name).iterdir()) if p.is_file()}}
+                      "files_sha256": {p.name: file_sha256(p) for p in sorted((out_dir / name).iterdir()) if p.is_file()},
+                      **more}
         atomic_write_text(record_path, json.dumps({"config": asdict(config), "stages": done}, indent=1) + "\n")
 
     def kept(name: str) -> bool:
         """A finished stage of this configuration whose files are still those it wrote (a folder
         removed, or a file of it changed or removed since — its tokenizer, its config — is trained
-        again; a record from before the files were kept names the weights alone, or nothing)."""
+        again; a record from before the files were kept names the weights alone, or nothing). A
+        head is kept only on the target it learned from: not once the target is trained again,
+        nor where it records another target's weights."""
         stage, folder = done.get(name, {}), out_dir / name
         recorded = stage.get("files_sha256", {WEIGHTS: stage.get("weights_sha256"), "config.json": None})
+        if name in HEADS and ("target" in retrained or stage.get("target_sha256") not in (None, target_digest())):
+            return False
         return stage.get("key") == keys[name] and isinstance(recorded, dict) and all(
             (folder / str(file)).is_file() and (digest is None or digest == file_sha256(folder / str(file)))
             for file, digest in recorded.items())
+
+    def target_digest() -> str | None:
+        return file_sha256(out_dir / "target" / WEIGHTS)
+
+    retrained: set[str] = set()
 
     for name, shape, steps, seed in (("target", config.target, config.target_steps, config.seed),
                                      ("draft", config.draft, config.draft_steps, config.seed + 1)):
@@ -287,9 +301,10 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
         loss = train_lm(model, stream, steps, config, seed)
         save_model(model, hf, out_dir / name, tokenizer)
         finish(name, loss, started)
+        retrained.add(name)
     target = load_model(out_dir / "target")
     head_config = one_layer(ModelConfig.from_hf(target_hf))
-    for name in ("eagle", "mtp", "eagle3"):
+    for name in HEADS:
         if kept(name):
             log.info("%s: kept from %s", name, record_path)
             continue
@@ -304,5 +319,5 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
         if name == "mtp":
             state = {published_name(n, layers): t for n, t in state.items()}
         save_head(out_dir / name, hf, half(state))
-        finish(name, loss, started)
+        finish(name, loss, started, target_sha256=target_digest())
     return {f"{name}_{field}": stage[field] for name, stage in done.items() for field in ("loss", "seconds")}
