@@ -113,6 +113,22 @@ def test_sharded_checkpoint_loads(tmp_path):
     a, b = load_model(tmp_path / "one"), load_model(tmp_path / "sharded")
     for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), name
+    index = tmp_path / "sharded" / "model.safetensors.index.json"  # one shard named two ways: one file, read once
+    data = json.loads(index.read_text())
+    first = next(iter(data["weight_map"]))
+    data["weight_map"][first] = "./" + data["weight_map"][first]
+    index.write_text(json.dumps(data))
+    c = load_model(tmp_path / "sharded")
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), c.state_dict().values()))
+
+
+def test_a_heads_pickle_is_told_how_to_convert_it_without_transformers(tmp_path):
+    """transformers' save_pretrained renames or drops an EAGLE head's tensors: the refusal names
+    safetensors' save_file for a head."""
+    (tmp_path / "config.json").write_text(json.dumps(llama_config().to_dict()))
+    (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
+    with pytest.raises(SpecscopeError, match=r"a drafting head .* safetensors\.torch\.save_file\(torch\.load\(FILE"):
+        load_model(tmp_path)
 
 
 def test_bad_config_and_weights_are_one_line_errors(tmp_path, llama_dir):

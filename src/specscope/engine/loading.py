@@ -1,7 +1,8 @@
 """Load a Hugging Face model directory: ``config.json`` + ``*.safetensors`` (sharded too).
 
 Pickle checkpoints (``*.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``) are refused: unpickling runs
-arbitrary code. Convert them once with transformers' ``save_pretrained(safe_serialization=True)``.
+arbitrary code. Convert them once: a model with transformers' ``save_pretrained(safe_serialization=True)``,
+a drafting head (whose tensors transformers would rename) with ``safetensors.torch.save_file``.
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def weight_files(model_dir: Path) -> list[Path]:
             ) from None
         if not isinstance(weight_map, dict) or not all(isinstance(f, str) and f for f in weight_map.values()):
             raise SpecscopeError(f"{index}: field 'weight_map': expected an object of tensor name → shard file name")
-        files = [model_dir / name for name in sorted(set(weight_map.values()))]
+        names = {os.path.normpath(name) for name in weight_map.values()}  # ./a.safetensors is a.safetensors
+        files = [model_dir / name for name in sorted(names)]
         missing = [f.name for f in files if not f.is_file()]
         if missing:
             raise SpecscopeError(f"{index}: shard files missing: {', '.join(missing)}")
@@ -83,8 +85,10 @@ def weight_files(model_dir: Path) -> list[Path]:
     if pickles:
         raise SpecscopeError(
             f"{model_dir}: only pickle checkpoints found ({', '.join(pickles)}); they are refused "
-            "because loading them can run arbitrary code. Convert once with transformers: "
-            "model.save_pretrained(dir, safe_serialization=True)"
+            "because loading them can run arbitrary code. Convert once: a model with transformers, "
+            "model.save_pretrained(dir, safe_serialization=True); a drafting head as its authors publish it (EAGLE, "
+            "EAGLE-3, MTP: transformers would rename or drop its tensors) with safetensors, "
+            "safetensors.torch.save_file(torch.load(FILE, weights_only=True), DIR + '/model.safetensors')"
         )
     raise SpecscopeError(f"{model_dir}: no *.safetensors weights found")
 
