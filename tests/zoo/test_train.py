@@ -160,3 +160,17 @@ def test_evaluate_finds_every_model_before_measuring_any(quick_zoo, tmp_path, ca
     assert main(["zoo", "evaluate", "--zoo", str(old), "--n", "1", "--k", "2"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and f"{old / 'eagle3' / 'config.json'}: zoo model incomplete" in err
+
+
+def test_evaluate_says_what_it_measured(quick_zoo, tmp_path, capsys):
+    """The evaluation's file names the zoo, each model's fingerprint, n, k and the code: the shipped
+    zoo's and a quick zoo's files were told apart by nothing."""
+    from specscope.engine.config import model_fingerprint
+
+    out = tmp_path / "eval.json"
+    assert main(["zoo", "evaluate", "--zoo", str(quick_zoo), "--n", "1", "--k", "2", "-o", str(out)]) == 0
+    written = json.loads(out.read_text())
+    assert written["zoo"] == str(quick_zoo.resolve()) and (written["n"], written["k"]) == (1, 2) and written["made_by"]
+    assert written["model_files"]["target"] == model_fingerprint(quick_zoo / "target")
+    assert sorted(written["model_files"]) == ["draft", "eagle", "eagle3", "mtp", "target"]
+    assert f"the zoo in {quick_zoo.resolve()}" in " ".join(capsys.readouterr().out.split())  # a title wraps

@@ -63,17 +63,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
     import torch
 
     from specscope.cli._common import atomic_write_text, print_table
+    from specscope.engine.config import model_fingerprint
     from specscope.methods import method
+    from specscope.version import code_version
     from specscope.zoo.evaluate import proposer_engines, score_model, score_proposers
     from specscope.zoo.shipped import ZOO_DRAFTERS, ZOO_MODELS, model_dir
 
     torch.set_num_threads(args.threads)
-    for name in ZOO_MODELS:  # every model found before any is measured (a zoo trained before a stage existed)
-        model_dir(name, args.zoo)
+    folders = {name: model_dir(name, args.zoo) for name in ZOO_MODELS}  # every model found before any is measured
     engines = proposer_engines(args.zoo, args.k)  # and every head loaded: a broken one refused before any scoring
     language_models = [name for name in ZOO_MODELS if name not in ZOO_DRAFTERS or method(name).kind == "draft model"]
     models = [score for name in language_models for score in score_model(name, args.zoo, args.n)]
-    print_table("exact match, similarity to the reference and distinct-4 per task (greedy)",
+    zoo = folders[ZOO_MODELS[0]].resolve().parent
+    print_table(f"exact match, similarity to the reference and distinct-4 per task (greedy; the zoo in {zoo})",
                 ["model", "task", "requests", "exact match", "similarity", "distinct-4", "output tokens"],
                 [[s.model, s.task, s.requests, s.exact_match, s.similarity, s.distinct_4, s.mean_output_tokens]
                  for s in models])
@@ -84,6 +86,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
                   "-" if p.mean_acceptance_length is None else p.mean_acceptance_length,
                   "yes" if p.greedy_match else "NO"] for p in proposers])
     if args.output:
+        made = {"zoo": str(zoo), "model_files": {name: model_fingerprint(path) for name, path in folders.items()},
+                "n": args.n, "k": args.k, "made_by": code_version()}  # what measured these scores
         atomic_write_text(args.output, json.dumps(
-            {"models": [asdict(s) for s in models], "proposers": [asdict(p) for p in proposers]}, indent=1) + "\n")
+            {**made, "models": [asdict(s) for s in models], "proposers": [asdict(p) for p in proposers]}, indent=1)
+            + "\n")
     return 0
