@@ -493,6 +493,11 @@ BAD_HEADS = [
     ),
     ("mtp", lambda t, c: c.pop("num_nextn_predict_layers"), "'num_nextn_predict_layers'"),
     ("mtp", lambda t, c: c.update(num_hidden_layers=LAYERS + 1), "no tensors named"),
+    (  # named as the file stores it, in the file that holds it (it named the folder and the head's own name)
+        "mtp",
+        lambda t, c: t.update({f"model.layers.{LAYERS}.eh_proj.weight": torch.zeros(HIDDEN, HIDDEN)}),
+        f"model.safetensors: tensor 'model.layers.{LAYERS}.eh_proj.weight' has shape",
+    ),
 ]
 
 

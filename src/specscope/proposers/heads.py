@@ -24,6 +24,7 @@ drafts that are later rejected lie at positions the next chunk overwrites.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from abc import ABC, abstractmethod
 from dataclasses import replace
 from pathlib import Path
@@ -162,22 +163,21 @@ def check_compatible(head_dir: Path, config: ModelConfig, target: Transformer) -
         )
 
 
-def load_weights(head: Head, state: dict[str, torch.Tensor], source: Path) -> None:
+def load_weights(head: Head, state: dict[str, torch.Tensor], source: Path,
+                 stored: Callable[[str], str] = lambda name: name) -> None:
     """Assign ``state`` (names as in ``head.state_dict()``) to ``head``, checking names and
-    shapes; a mismatch is one clear error naming the tensors."""
+    shapes; a mismatch is one clear error naming the file and the tensor as ``source`` stores it
+    (``stored``: a head's name → the file's, where the head renames what it reads)."""
     expected = head.state_dict()
     mismatch = name_mismatch(set(expected), set(state))
     if mismatch:
         raise SpecscopeError(f"{source}: tensors do not match the {type(head).__name__} layout: {mismatch}")
     for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
-            raise SpecscopeError(
-                f"{holding_file(source, name)}: tensor {name!r} has shape {tuple(tensor.shape)}, the config implies "
-                f"{tuple(expected[name].shape)}"
-            )
-        if expected[name].is_floating_point() and not tensor.is_floating_point():  # d2t/t2d maps are integers
-            raise SpecscopeError(f"{holding_file(source, name)}: tensor {name!r} is {tensor.dtype}: expected a "
-                                 "floating-point tensor")
+        problem = f"has shape {tuple(tensor.shape)}, the config implies {tuple(expected[name].shape)}" \
+            if tensor.shape != expected[name].shape else f"is {tensor.dtype}: expected a floating-point tensor" \
+            if expected[name].is_floating_point() and not tensor.is_floating_point() else None  # d2t/t2d: integers
+        if problem is not None:  # the file that holds it found only now: its headers are read
+            raise SpecscopeError(f"{holding_file(source, stored(name))}: tensor {stored(name)!r} {problem}")
     head.load_state_dict(state, assign=True)
 
 

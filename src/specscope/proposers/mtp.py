@@ -123,7 +123,7 @@ class MtpHead(Head):
                 "embed_tokens.weight" in state,
                 "shared_head.head.weight" in state,
             )
-        load_weights(head, state, Path(head_dir))
+        load_weights(head, state, Path(head_dir), lambda name: published_name(name, data["num_hidden_layers"]))
         return head.bind(target).eval().requires_grad_(False)
 
 
