@@ -108,7 +108,9 @@ def _lockstep(
     filled — alternating step by step, no-SD at batch 8 ran 15 % slower beside a 3x2x1x1 tree
     than alone (5 % beside EAGLE or MTP k = 3), which raised the measured speedups by 4.7–12.5 %;
     in turns to a 256-token lead each engine ran within 0.6–3.7 % of its speed alone and the
-    speedups within 1.4 % of the engines' alone. A run's seconds are the sum of its own steps."""
+    speedups within 1.4 % of the engines' alone. A run's seconds are the sum of its own steps, and
+    its step records sum to them: what a step's clock did not see (its records and outputs made,
+    finished requests released, the decode loop's own work) is added to its ``overhead_s``."""
     for engine in engines:
         engine.reset_stats()
     outputs: list[dict[str, list[int]]] = [{} for _ in engines]
@@ -117,16 +119,22 @@ def _lockstep(
     copies = batch_size if config.batching == "replicate" else 1
     block = block_tokens(len(requests) * copies * config.max_tokens, batch_size)
     live = list(range(len(engines)))
+    firsts = [len(e.step_records) for e in engines]  # records of this run start here
     i = 0
     while live:
         if i not in live or emitted[i] >= min(emitted[j] for j in live) + block:  # its block is done
             i = min(live, key=emitted.__getitem__)
-        start = engines[i].clock.now()
+        start, records = engines[i].clock.now(), engines[i].step_records
+        before = len(records)
         try:
             emitted[i] += next(steps[i])
         except StopIteration:
             live.remove(i)
-        seconds[i] += engines[i].clock.now() - start
+        elapsed = engines[i].clock.now() - start
+        seconds[i] += elapsed
+        if len(records) > firsts[i]:  # the step's own bookkeeping after its clock stopped, the decode loop's, and
+            # at the end the loop's last work, with no step of its own, to the run's last step
+            records[-1].overhead_s += max(0.0, elapsed - sum(r.prefill_s + r.decode_s for r in records[before:]))
     runs = []
     for engine, out, sec in zip(engines, outputs, seconds):
         runs.append(_Run(out, sum(len(t) for t in out.values()), sec, engine.step_records, engine.stats))
