@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 COMBINED = "combined"
 OPTIMISTIC = ("oracle-combined is optimistic, as the paper's: it knows every step's acceptance, choosing is free and "
               "every step pays only one proposer's drafting — its pair's lookup (n-gram in the paper), else the "
-              "first-named (an upper bound; oracle-switch charges the drafting of the proposer it picks)")
+              "first-named (above oracle-switch, which charges the drafting of the proposer it picks, wherever the "
+              "lookup drafts cheaper than the drafter, as on the presets)")
 # Proposers that look tokens up (and may find nothing), as opposed to model drafters.
 LOOKUP_PROPOSERS = frozenset(m.name for m in of_kind("lookup"))
 # The paper's guessed n-gram match probability where acc_len = 1 (shared/paper/README.md).

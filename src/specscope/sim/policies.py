@@ -103,8 +103,8 @@ class _Adaptive:
 
 
 def _oracle_k(acc_len: np.ndarray) -> np.ndarray:
-    """[G] acc_len − 1, as the paper's simulator proposes it: also where the output ends first (its
-    α there is below 1; oracle-switch, a ceiling of this project's, proposes only what is emitted)."""
+    """[G] acc_len − 1, as the paper's simulator proposes it: also where the output ends first, whose
+    drafts past the end verification accepts and α counts (α = 1; oracle-switch proposes alike)."""
     return acc_len - 1
 
 
