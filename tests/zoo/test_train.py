@@ -174,3 +174,15 @@ def test_evaluate_says_what_it_measured(quick_zoo, tmp_path, capsys):
     assert written["model_files"]["target"] == model_fingerprint(quick_zoo / "target")
     assert sorted(written["model_files"]) == ["draft", "eagle", "eagle3", "mtp", "target"]
     assert f"the zoo in {quick_zoo.resolve()}" in " ".join(capsys.readouterr().out.split())  # a title wraps
+
+
+def test_a_rerun_says_which_stages_it_kept(quick_zoo, tmp_path, capsys):
+    """Kept stages printed their recorded loss and seconds as if trained now ('kept' only with -v)."""
+    import shutil
+
+    out = tmp_path / "zoo"
+    shutil.copytree(quick_zoo, out)
+    assert main(["zoo", "train", "--quick", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert sum("(kept: trained by an earlier run)" in line for line in printed) == 5
+    assert printed[-1].endswith("s of training (0 s this run)")

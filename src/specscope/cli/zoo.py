@@ -54,8 +54,9 @@ def run_train(args: argparse.Namespace) -> int:
     summary = train_zoo(args.output, config, held_out_prompts())
     for name in ZOO_MODELS:
         print(f"{name}: final loss {summary[f'{name}_loss']:.4f}, {summary[f'{name}_seconds']:.0f} s "
-              f"-> {args.output / name}")
-    print(f"total {sum(v for k, v in summary.items() if k.endswith('_seconds')):.0f} s of training")
+              f"-> {args.output / name}" + (" (kept: trained by an earlier run)" if summary[f"{name}_kept"] else ""))
+    now = sum(summary[f"{name}_seconds"] for name in ZOO_MODELS if not summary[f"{name}_kept"])
+    print(f"total {sum(summary[f'{name}_seconds'] for name in ZOO_MODELS):.0f} s of training ({now:.0f} s this run)")
     return 0
 
 

@@ -24,8 +24,8 @@ drafts that are later rejected lie at positions the next chunk overwrites.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -173,11 +173,15 @@ def load_weights(head: Head, state: dict[str, torch.Tensor], source: Path,
     if mismatch:
         raise SpecscopeError(f"{source}: tensors do not match the {type(head).__name__} layout: {mismatch}")
     for name, tensor in state.items():
-        problem = f"has shape {tuple(tensor.shape)}, the config implies {tuple(expected[name].shape)}" \
-            if tensor.shape != expected[name].shape else f"is {tensor.dtype}: expected a floating-point tensor" \
-            if expected[name].is_floating_point() and not tensor.is_floating_point() else None  # d2t/t2d: integers
-        if problem is not None:  # the file that holds it found only now: its headers are read
-            raise SpecscopeError(f"{holding_file(source, stored(name))}: tensor {stored(name)!r} {problem}")
+        want = expected[name]
+        if tensor.shape != want.shape:
+            problem = f"has shape {tuple(tensor.shape)}, the config implies {tuple(want.shape)}"
+        elif want.is_floating_point() and not tensor.is_floating_point():  # d2t/t2d maps are integers
+            problem = f"is {tensor.dtype}: expected a floating-point tensor"
+        else:
+            continue
+        # the file that holds it is looked up only now (its headers read)
+        raise SpecscopeError(f"{holding_file(source, stored(name))}: tensor {stored(name)!r} {problem}")
     head.load_state_dict(state, assign=True)
 
 

@@ -239,7 +239,9 @@ def _finished_stages(record_path: Path) -> dict[str, dict]:
 
 
 def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[str, float]:
-    """Train and write ``out_dir/{target,draft,eagle,mtp,eagle3}``; returns seconds and final losses.
+    """Train and write ``out_dir/{target,draft,eagle,mtp,eagle3}``; returns each stage's seconds and
+    final loss (``NAME_seconds``, ``NAME_loss``, as recorded where kept) and whether it was kept
+    (``NAME_kept``).
 
     Resumable: ``out_dir/training.json`` records each finished stage with its key
     (:func:`stage_keys`); a rerun keeps those. Heads train on the target as saved (float16,
@@ -277,7 +279,7 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
         nor where it records another target's weights."""
         stage, folder = done.get(name, {}), out_dir / name
         recorded = stage.get("files_sha256", {WEIGHTS: stage.get("weights_sha256"), "config.json": None})
-        if name in HEADS and ("target" in retrained or stage.get("target_sha256") not in (None, target_digest())):
+        if name in HEADS and ("target" in trained or stage.get("target_sha256") not in (None, target_digest())):
             return False
         return stage.get("key") == keys[name] and isinstance(recorded, dict) and all(
             (folder / str(file)).is_file() and (digest is None or digest == file_sha256(folder / str(file)))
@@ -286,7 +288,7 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
     def target_digest() -> str | None:
         return file_sha256(out_dir / "target" / WEIGHTS)
 
-    retrained: set[str] = set()
+    trained: set[str] = set()  # the stages this run trains (the others kept)
 
     for name, shape, steps, seed in (("target", config.target, config.target_steps, config.seed),
                                      ("draft", config.draft, config.draft_steps, config.seed + 1)):
@@ -301,7 +303,7 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
         loss = train_lm(model, stream, steps, config, seed)
         save_model(model, hf, out_dir / name, tokenizer)
         finish(name, loss, started)
-        retrained.add(name)
+        trained.add(name)
     target = load_model(out_dir / "target")
     head_config = one_layer(ModelConfig.from_hf(target_hf))
     for name in HEADS:
@@ -320,4 +322,6 @@ def train_zoo(out_dir: Path, config: TrainConfig, held_out: set[str]) -> dict[st
             state = {published_name(n, layers): t for n, t in state.items()}
         save_head(out_dir / name, hf, half(state))
         finish(name, loss, started, target_sha256=target_digest())
-    return {f"{name}_{field}": stage[field] for name, stage in done.items() for field in ("loss", "seconds")}
+        trained.add(name)
+    return {**{f"{name}_{field}": stage[field] for name, stage in done.items() for field in ("loss", "seconds")},
+            **{f"{name}_kept": name not in trained for name in done}}
