@@ -696,3 +696,18 @@ def test_the_lowest_and_highest_request_say_how_many_tie_them():
     means = [{"dataset": "d", "proposer": "ngram", "id": f"r{i}", "mean_acc_len": 1.0 if i < 3 else 1.0 + i}
              for i in range(6)]
     assert _extremes(means) == [["d", "ngram", "r0 (and 2 more)", 1.0, "r5", 6.0]]
+
+
+def test_a_depth_note_shared_by_every_dataset_is_said_once():
+    """A study's report said the same 'fixed:4 not simulated' once for every dataset and proposer
+    (16 notes for 4 datasets × 4 proposers): a note that holds for every dataset names none."""
+    from specscope.report.analyse import _depth_notes
+    from specscope.report.config import ReportConfig
+
+    short = ReportConfig(ks=(1, 2, 3))
+    held = {(d, p): replace(short, longer_k=f"{p} measured to 3") for d in ("a", "b") for p in ("x", "y")}
+    held[("a", "z")] = ReportConfig(ks=(1, 2, 3, 4))  # traced deeper: no note
+    assert _depth_notes(held, (1, 2, 3, 4), several=True) == [
+        "x: fixed:4 not simulated: x measured to 3", "y: fixed:4 not simulated: y measured to 3"]
+    held[("b", "x")] = held[("a", "z")]  # one dataset alone: named
+    assert _depth_notes(held, (1, 2, 3, 4), several=True)[0] == "dataset 'a', x: fixed:4 not simulated: x measured to 3"

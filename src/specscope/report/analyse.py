@@ -148,16 +148,19 @@ def _union(lists: Iterable[Sequence[str]]) -> tuple[str, ...]:
 
 
 def _depth_notes(held: dict[tuple[str, str], ReportConfig], asked: Sequence[int], several: bool) -> list[str]:
-    """A line per dataset and depth where ks asked for were not simulated: their proposers named
-    where the dataset's proposers were traced to different depths, the dataset where ``several``."""
-    said: dict[tuple[str, tuple[int, ...], str], list[str]] = {}  # (dataset, ks, why) → its proposers
+    """A line per depth and reason where ks asked for were not simulated: the datasets it holds for
+    named where ``several`` and not all of them, their proposers where not all of theirs."""
+    said: dict[tuple[tuple[int, ...], str], dict[str, list[str]]] = {}  # (ks, why) → dataset → its proposers
     for (dataset, name), mine in held.items():
         if any(k not in mine.ks for k in asked):
-            said.setdefault((dataset, mine.ks, mine.longer_k), []).append(name)
+            said.setdefault((mine.ks, mine.longer_k), {}).setdefault(dataset, []).append(name)
     notes = []
-    for (dataset, ks, why), names in said.items():
-        whole = len(names) == sum(d == dataset for d, _ in held)  # every proposer of the dataset alike
-        where = ", ".join([*([f"dataset {dataset!r}"] if several else []), *([] if whole else names)])
+    for (ks, why), held_where in said.items():
+        datasets = [f"{d!r}" for d in held_where] if several and len(held_where) < len({d for d, _ in held}) else []
+        whole = all(len(those) == sum(d == dataset for d, _ in held) for dataset, those in held_where.items())
+        names = [] if whole else list(dict.fromkeys(n for those in held_where.values() for n in those))
+        where = ", ".join([*([f"dataset{'s' * (len(datasets) > 1)} {', '.join(datasets)}"] if datasets else []),
+                           *names])
         notes.append(f"{where + ': ' if where else ''}{', '.join(f'fixed:{k}' for k in asked if k not in ks)} not "
                      f"simulated: {why}" + "".join(f"; fixed:{k} in their place" for k in sorted(set(ks) - set(asked))))
     return notes
