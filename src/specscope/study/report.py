@@ -26,11 +26,11 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
     trees = config.trees if config.tree_drafter else ()  # measured only with a drafter that drafts trees
     deepest = max([config.k, *(tree.depth for tree in trees)])  # the drafting its cost model measured
     measured = f"chains of k = {config.k}" + (f" and trees {max(t.depth for t in trees)} deep" if trees else "")
-    shallower = tuple((name, config.k, f"the study measured {name}'s chains of k = {config.k} only (its trees: "
-                                       f"{config.tree_drafter}'s), and its fitted cost model prices no deeper drafting "
-                                       f"of {name}: every policy of it here, adaptive and the oracle too, proposes at "
-                                       f"most {config.k} (measure longer chains with study --k)")
-                      for name in config.methods if name != config.tree_drafter) if deepest > config.k else ()
+    why = (f"the study measured their chains of k = {config.k} only (its trees: {config.tree_drafter}'s), and its "
+           f"fitted cost model prices no deeper drafting of them: every policy of theirs here, adaptive and the oracle "
+           f"too, proposes at most {config.k} (measure longer chains with study --k)")  # one note names them all
+    shallower = tuple((name, config.k, why) for name in config.methods
+                      if name != config.tree_drafter) if deepest > config.k else ()
     report = dataclasses.replace(
         ReportConfig(), cost_model=str(config.cost_model_path),
         sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
