@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -18,17 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from specscope.backends.openai.launchers import free_port
+
 ray = pytest.importorskip("ray")
 
 ZOO = Path(__file__).resolve().parents[2] / "src" / "specscope" / "data" / "zoo"
 WORKLOADS = ZOO.parent / "workloads"
 START_TIMEOUT_S = 90
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def session_pids(sids: set[int]) -> list[int]:
