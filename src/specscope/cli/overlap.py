@@ -20,7 +20,8 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.errors import SpecscopeError
-from specscope.sim.grid import SimConfig, check_k_by_dataset, no_match_notes
+from specscope.sim.checks import check_k_by_dataset
+from specscope.sim.grid import SimConfig, no_match_notes
 from specscope.sim.policies import parse_policy
 
 DEFAULTS = OverlapConfig()

@@ -407,7 +407,7 @@ def read_traces_for(policy, args: argparse.Namespace) -> list:
         if missing:
             raise SpecscopeError(f"--traces: record {record.id!r} of dataset {record.dataset!r} has no {missing[0]!r} "
                                  f"trace (the policy chooses between {', '.join(policy.methods)})")
-    from specscope.sim.grid import check_k_by_dataset, check_learned_confidence
+    from specscope.sim.checks import check_k_by_dataset, check_learned_confidence
     from specscope.sim.observe import offer_notes
     from specscope.sim.policies import parse_policy
     from specscope.trace.schema import by_dataset

@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import proposer_names
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
-    from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, OPTIMISTIC, adaptive_notes, capacity_notes, length_notes,
+    from specscope.sim.checks import LOOKUP_PROPOSERS
+    from specscope.sim.grid import (COMBINED, OPTIMISTIC, adaptive_notes, capacity_notes, length_notes,
                                     no_match_notes, sample_notes, simulate)
     from specscope.sim.observe import offer_notes
     from specscope.sim.policies import learned_notes

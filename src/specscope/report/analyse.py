@@ -38,8 +38,9 @@ from specscope.methods import BENCH_DEFAULT, default_hint
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.grid import (COMBINED, LOOKUP_PROPOSERS, SimRow, adaptive_notes, capacity_notes, length_notes,
-                                no_match_notes, sample_notes, simulate, simulated_batch_sizes)
+from specscope.sim.checks import LOOKUP_PROPOSERS
+from specscope.sim.grid import (COMBINED, SimRow, adaptive_notes, capacity_notes, length_notes, no_match_notes,
+                                sample_notes, simulate, simulated_batch_sizes)
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport

@@ -23,7 +23,8 @@ from specscope.analysis.acceptance import by_dataset
 from specscope.report.style import CYCLE, SEQUENTIAL, plt, proposer_colours, short
 from specscope.sim.evaluate import ceiling_of, judge, judged_rows, lookup_known, no_gap_reason
 from specscope.sim.switching import on_common_positions
-from specscope.sim.grid import SimConfig, check_k_by_dataset
+from specscope.sim.checks import check_k_by_dataset
+from specscope.sim.grid import SimConfig
 from specscope.sim.plan import dataset_depths
 from specscope.sim.policies import parse_policy
 from specscope.policy.learned import load_policy

@@ -47,7 +47,8 @@ from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.reading import read_json
 from specscope.methods import NO_SD, method as method_named
-from specscope.sim.grid import SimConfig, check_k, plan_for
+from specscope.sim.checks import check_k
+from specscope.sim.grid import SimConfig, plan_for
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.plan import baseline_plan
 from specscope.sim.policies import configured_policy, parse_policy
