@@ -1,8 +1,8 @@
 """Assemble an engine: a target model and its proposer, loaded from Hugging Face directories.
 
-It sits above both :mod:`specscope.engine` (which calls proposers only through
-:mod:`specscope.engine.proposer_api`) and :mod:`specscope.proposers` (whose registry builds the
-proposer by name), so that neither imports the other's upper half.
+The engine (layer 3) calls proposers only through :mod:`specscope.engine.proposer_api` and may
+not import :mod:`specscope.proposers` (layer 4, whose registry builds a proposer by name), so
+loading a target and building its proposer happens here, above both.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """Fingerprints of files: what a result names its inputs by (a path alone tells nothing once
-the file changes or the result is read elsewhere)."""
+the file changes or the result is read elsewhere). A file's SHA-256 is of its whole content; a
+checkpoint's, over :data:`SAMPLED_ABOVE` bytes, of its size and :data:`SAMPLES` chunks of it."""
 
 from __future__ import annotations
 

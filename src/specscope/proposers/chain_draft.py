@@ -4,7 +4,7 @@ Pass i reads the drafter's logits from its state, takes each row's draft d_{i+1}
 every row is greedy, else a sample from the row's own generator), and, unless it is the last
 pass, feeds that draft back to get the next state. Under ``stop_below`` p
 (:class:`~specscope.engine.proposer_api.ConfidentDrafts`) a row ends at its first draft of
-probability below p, and the passes end once no row is still drafting.
+probability below p (that draft included), and the passes end once no row is still drafting.
 """
 
 from __future__ import annotations
