@@ -78,7 +78,10 @@ def _foreign_files(files: list[Path], records: list, reports: list) -> dict[str,
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("paper", help="reproduce the paper's Figures 10 and 12 from its traces")
+    parser = subparsers.add_parser("paper", help="reproduce the paper's Figures 10 and 12 from its traces",
+                                   description="Replay the paper's traces in paper mode under its fitted cost model "
+                                               "and set every cell beside the value read off the paper's figures "
+                                               "(figures_gsm8k_sharegpt.csv in the traces' folder, when there).")
     parser.add_argument("--traces-dir", default=os.environ.get(ENV),
                         help=f"folder with the paper's *.jsonl traces (default: ${ENV})")
     add_table_output(parser, "every cell (with the paper's value)")

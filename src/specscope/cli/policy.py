@@ -39,7 +39,7 @@ def add_policy_options(parser: argparse.ArgumentParser, cost_help: str) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("policy", help="learn a policy choosing proposer and k per step, or explain one")
+    parser = subparsers.add_parser("policy", help="learn a policy choosing proposer and k per step, evaluate it on held-out datasets, or explain one")
     verbs = parser.add_subparsers(dest="policy_verb", metavar="ACTION", required=True)
     fit = verbs.add_parser(
         "fit", help="fit a causal per-step policy (method and k) to traces under a cost model",
@@ -94,7 +94,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     explain = verbs.add_parser("explain", help="the features a policy weighs most, and example decisions")
     explain.add_argument("policy", help="a policy file made by `specscope policy fit`")
     explain.add_argument("--traces", nargs="+", default=(), metavar="TRACE",
-                         help="show the decisions along the first steps of these traces' first record")
+                         help="show the decisions along the first steps of these traces' first record, and how "
+                              "well the features tell an accepted first draft from a rejected one (AUC per method)")
     explain.set_defaults(run=run_explain)
 
 

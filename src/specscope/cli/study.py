@@ -19,9 +19,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "study", help="the whole study: trace, measure, fit the cost model, simulate, report",
         description="Traces every proposer on the workloads, measures no-SD and SD throughput with the "
-                    "reference engine, fits the linear cost model to the measured steps, simulates every "
-                    "policy, and writes DIR/index.html and DIR/fidelity.csv (simulated vs measured "
-                    f"speedup). {DEFAULTS_DOC}. Rerun the same command to resume.",
+                    "reference engine (chains, and static trees with the tree drafter), fits the linear cost "
+                    "model to the measured steps, fits a learned policy over n-gram and the fastest model "
+                    "drafter and measures it, simulates every policy, and writes DIR/index.html and "
+                    f"DIR/fidelity.csv (simulated vs measured speedup). {DEFAULTS_DOC}. Rerun the same command "
+                    "to resume.",
     )
     parser.add_argument("--model", type=Path, help="target model directory (HF format)")
     for method in DRAFTERS:

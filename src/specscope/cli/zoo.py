@@ -23,13 +23,19 @@ def register(subparsers) -> None:
     count = validate.arg(validate.integer, low=1)
     parser = subparsers.add_parser("zoo", help="train or evaluate the bundled models")
     verbs = parser.add_subparsers(dest="zoo_verb", metavar="ACTION", required=True)
-    train = verbs.add_parser("train", help="train target, draft, EAGLE, MTP and EAGLE-3 heads from scratch (seeded)")
+    train = verbs.add_parser("train", help="train target, draft, EAGLE, MTP and EAGLE-3 heads from scratch (seeded)",
+                             description="Train the bundled models from scratch on the synthetic tasks (seeded), "
+                                         "into -o; resumable: a rerun keeps the finished stages whose settings "
+                                         "and files are unchanged, and each head the target it learned from.")
     train.add_argument("-o", "--output", type=check_output_dir, default=Path("specscope-zoo"),
                        help="folder for target/, draft/, eagle/, mtp/, eagle3/ (default %(default)s)")
     train.add_argument("--quick", action="store_true", help="tiny shapes and a few steps (a smoke test)")
     train.add_argument("--threads", type=count, help="torch CPU threads (default: the training config's)")
     train.set_defaults(run=run_train, resumes="finished stages are kept; the interrupted stage starts over")
-    evaluate = verbs.add_parser("evaluate", help="accuracy, distinct-4 and each proposer's α on the bundled tasks")
+    evaluate = verbs.add_parser("evaluate", help="accuracy, distinct-4 and each proposer's α on the bundled tasks",
+                                description="Score the zoo's language models (exact match, similarity to the "
+                                            "reference, distinct-4, greedy) and each proposer's α and τ with the "
+                                            "target on the bundled tasks' held-out requests.")
     evaluate.add_argument("--zoo", type=Path, help="zoo folder (default: the shipped models)")
     evaluate.add_argument("--n", type=validate.arg(validate.integer, low=1, high=BUNDLED_SIZE), default=25,
                           help=f"requests per task, of the {BUNDLED_SIZE} each ships (default %(default)s)")
