@@ -285,6 +285,34 @@ def test_seeded_sampling_is_reproducible(servers):
     assert first == second and len(first) == 12
 
 
+def test_a_negative_seed_is_the_apis_signed_64_bits(servers):
+    """The OpenAI API's seed is a signed 64-bit integer: -1 was refused with a 400. It is taken
+    modulo 2^64, the same generator as 2^64 - 1."""
+    plain = servers[0]
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 1.0, "ignore_eos": True}
+    signed = json.loads(post(plain.url, {**body, "seed": -1})[1])["choices"][0]["token_ids"]
+    assert signed == json.loads(post(plain.url, {**body, "seed": 2**64 - 1})[1])["choices"][0]["token_ids"]
+    assert post(plain.url, {**body, "seed": -(2**63)})[0] == 200
+
+
+def test_every_chunk_of_a_stream_says_when_its_request_was_created(servers, monkeypatch):
+    """``created`` is the request's, the same on every chunk (it was read again for each, and moved
+    from second to second over a long stream)."""
+    import itertools
+    import time
+    import types
+
+    from specscope.serve import protocol, server
+
+    ticks = itertools.count(1_700_000_000)  # the server's every read of the wall clock a second later
+    clock = types.SimpleNamespace(**{name: getattr(time, name) for name in dir(time) if not name.startswith("_")})
+    clock.time = lambda: next(ticks)
+    for module in (protocol, server):
+        monkeypatch.setattr(module, "time", clock)
+    events = stream_events(servers[0].url, {"prompt": PROMPT, "max_tokens": 8, "stream": True, "ignore_eos": True})
+    assert len({e["created"] for e in events[:-1]}) == 1
+
+
 def test_first_streamed_chunk_carries_the_prefill_token_alone(tiny_model):
     """Time to first token is one prefill: the first event holds one token, not an SD step.
     (The target drafting for itself: every SD step emits k + 1 = 4 tokens.)"""

@@ -68,7 +68,7 @@ CASES = [
     ("top-k-fraction", completion({**NORMAL, "top_k": 2.5}), 400),
     ("top-k-below-minus-one", completion({**NORMAL, "top_k": -2}), 400),
     ("seed-2-to-80", completion({**NORMAL, "seed": 2**80}), 400),
-    ("seed-negative", completion({**NORMAL, "seed": -1}), 400),
+    ("seed-below-int64", completion({**NORMAL, "seed": -(2**63) - 1}), 400),
     ("seed-text", completion({**NORMAL, "seed": "7"}), 400),
     ("max-tokens-negative", completion({**NORMAL, "max_tokens": -5}), 400),
     ("max-tokens-zero", completion({**NORMAL, "max_tokens": 0}), 400),

@@ -15,7 +15,8 @@ Fields of both POST routes:
   exceed ``max_model_len`` (400).
 - ``temperature`` (default 1.0): finite, >= 0; below 1e-5 is greedy, other values below 0.01
   are raised to 0.01 (vLLM's rule). ``top_p`` in (0, 1]; ``top_k`` (0 or -1: off);
-  ``min_p`` in [0, 1]; ``seed`` in [0, 2^64): the request's own generator, so its output does
+  ``min_p`` in [0, 1]; ``seed`` in [-2^63, 2^64) (the API's signed 64 bits, or unsigned; a negative
+  one taken modulo 2^64): the request's own generator, so its output does
   not depend on other requests in flight — except under ``serve --policy``, whose rows of one
   step choose method and k together: the draws a step takes then depend on the batch it shares,
   and a seeded request's output on the requests beside it (its distribution does not change).
@@ -168,6 +169,12 @@ def _field(body: dict, name: str, check: Callable[[object], object], default: ob
         raise ApiError(400, f"'{name}': {error}") from None
 
 
+def _request_seed(value: object) -> int:
+    """A request's ``seed``: the OpenAI API's signed 64-bit integer, or an unsigned one (torch's
+    generators take [0, 2^64)); a negative seed is taken modulo 2^64, its two's-complement bits."""
+    return validate.integer(value, low=-(2**63), high=validate.SEED_MAX) % 2**64
+
+
 def _numeric(check: Callable[..., object], **bounds: object) -> Callable[[object], object]:
     """``check`` for a JSON number: text such as ``"8"`` (which the CLI's rules accept) is not one;
     a whole float such as ``5.0`` is taken as the integer."""
@@ -235,7 +242,7 @@ def _common(body: dict, served_model: str) -> dict:
         "top_p": _field(body, "top_p", _numeric(validate.number, low=0.0, high=1.0, low_open=True), 1.0),
         "top_k": max(_field(body, "top_k", _numeric(validate.integer, low=-1), 0), 0),
         "min_p": _field(body, "min_p", _numeric(validate.probability), 0.0),
-        "seed": _field(body, "seed", _numeric(validate.seed), None),
+        "seed": _field(body, "seed", _numeric(_request_seed), None),
         "repetition_penalty": _field(
             body, "repetition_penalty", _numeric(validate.number, low=0.0, low_open=True), 1.0
         ),
@@ -332,11 +339,12 @@ def model_object(model: str, max_model_len: int) -> dict:
 
 
 def completion_object(
-    cid: str, model: str, choices: list[dict], usage: dict | None = None, kind: str = "text_completion"
+    cid: str, created: int, model: str, choices: list[dict], usage: dict | None = None, kind: str = "text_completion"
 ) -> dict:
     """A response or streamed chunk; ``kind``: ``text_completion``, ``chat.completion`` or
-    ``chat.completion.chunk``."""
-    payload = {"id": cid, "object": kind, "created": int(time.time()), "model": model, "choices": choices}
+    ``chat.completion.chunk``; ``created``: when its request was taken (Unix seconds), the same on
+    every chunk of a stream, as the API says."""
+    payload = {"id": cid, "object": kind, "created": created, "model": model, "choices": choices}
     if usage is not None:
         payload["usage"] = usage
     return payload

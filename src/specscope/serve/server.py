@@ -404,7 +404,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
     def _answer(self, request: GenerationRequest, job: Job, prompt_len: int, chat: bool) -> None:
         """Wait for ``job``'s tokens and send them, in one answer or as a stream."""
         model = self.server.model_name
-        cid = protocol.new_id("chatcmpl" if chat else "cmpl")
+        cid, created = protocol.new_id("chatcmpl" if chat else "cmpl"), int(time.time())  # one for every chunk
         pieces = self._pieces(request, job)
         if not request.stream:
             texts, tokens = [], []
@@ -414,7 +414,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
             make = protocol.chat_choice if chat else protocol.choice
             kind = "chat.completion" if chat else "text_completion"
             answer = protocol.completion_object(
-                cid, model, [make("".join(texts), tokens, finish, stop_reason)],
+                cid, created, model, [make("".join(texts), tokens, finish, stop_reason)],
                 protocol.usage(prompt_len, len(tokens)), kind,
             )
             self._send_json(200, answer)
@@ -433,7 +433,7 @@ class CompletionHandler(BaseHTTPRequestHandler):
         if chat:  # vLLM's first chat chunk: the role
             delta = {"role": "assistant", "content": ""}
             role = protocol.chat_choice("", [], None, delta=delta)
-            self._event(protocol.completion_object(cid, model, [role], so_far(), kind=kind))
+            self._event(protocol.completion_object(cid, created, model, [role], so_far(), kind=kind))
         try:
             for piece, finish, stop_reason in itertools.chain([first], pieces):
                 count += len(piece.token_ids)
@@ -442,11 +442,11 @@ class CompletionHandler(BaseHTTPRequestHandler):
                     made = protocol.chat_choice("", piece.token_ids, finish, stop_reason, delta=delta)
                 else:
                     made = protocol.choice(piece.text, piece.token_ids, finish, stop_reason)
-                self._event(protocol.completion_object(cid, model, [made], so_far(), kind=kind))
+                self._event(protocol.completion_object(cid, created, model, [made], so_far(), kind=kind))
         except ApiError as error:  # headers are out: report the error inside the stream
             self._event(json.loads(error.body()))
         if request.include_usage:
-            self._event(protocol.completion_object(cid, model, [], protocol.usage(prompt_len, count), kind))
+            self._event(protocol.completion_object(cid, created, model, [], protocol.usage(prompt_len, count), kind))
         self._event("[DONE]")
 
     def _event(self, payload: dict | str) -> None:
