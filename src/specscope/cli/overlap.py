@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
          for (d, b, n, p), v in lines.items()],
         file=out,
     )
-    made = trace_provenance(args)
+    made = trace_provenance(args) if args.output or args.bleu_output else {}  # the traces hashed only to write
     if args.output:  # the seed and the guess draw the lookup's steps a trace left without draft_len
         settings = {"cost_model": cost_label(args.cost_model, cost), "seed": sim.seed,
                     "guess_no_match": sim.guess_no_match, **made}

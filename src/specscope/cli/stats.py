@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
              for p in pairs],
             file=out,
         )
-    made = trace_provenance(args)  # the numbers move with the traces and with --lengths
+    made = trace_provenance(args) if args.output or args.pairs_output else {}  # they move with the traces, --lengths
     if args.output:
         write_rows(args.output, [{**s.flat(), **made} for s in singles])
         print(f"wrote {len(singles)} rows to {args.output}", file=out)
