@@ -134,7 +134,7 @@ def _lockstep(
         seconds[i] += elapsed
         if len(records) > firsts[i]:  # the step's own bookkeeping after its clock stopped, the decode loop's, and
             # at the end the loop's last work, with no step of its own, to the run's last step
-            records[-1].overhead_s += max(0.0, elapsed - sum(r.prefill_s + r.decode_s for r in records[before:]))
+            records[-1].overhead_s += max(0.0, elapsed - sum(r.seconds for r in records[before:]))
     runs = []
     for engine, out, sec in zip(engines, outputs, seconds):
         runs.append(_Run(out, sum(len(t) for t in out.values()), sec, engine.step_records, engine.stats))

@@ -466,7 +466,7 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
     width = np.divide(column(lambda s: s.batched_tokens), n, out=np.zeros_like(n), where=n > 0)
     passes, read = draft_rows(decoding)  # each plus one, as the simulator prices a step's drafting
     tree = column(lambda s: bool(s.tree))
-    gaps = Gaps(seconds=column(lambda s: s.prefill_s + s.decode_s),
+    gaps = Gaps(seconds=column(lambda s: s.seconds),
                 tokens=verified, cached=column(lambda s: s.kv_read), sequences=column(lambda s: s.batch_size),
                 decodes=1.0 * (n > 0), prefills=1.0 * (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
                 passes=passes - 1, drafted=read - 1, tree=tree,

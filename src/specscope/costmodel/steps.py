@@ -66,6 +66,11 @@ class StepRecord:
         return self.draft_s + self.verify_s + self.sample_s + self.overhead_s
 
     @property
+    def seconds(self) -> float:
+        """The step's whole time: its prefill and :attr:`decode_s`."""
+        return self.prefill_s + self.decode_s
+
+    @property
     def decoded(self) -> int:
         """Requests the step drafted for and verified: those running less those it prefilled
         (a fresh request gets its first token from the prefill alone)."""

@@ -89,14 +89,11 @@ def done_ids(path: Path, requests: Sequence, specs: Sequence[ProposerSpec], k_ma
             handle.truncate(keep)
     wanted, names, ids = {str(r.id) for r in requests}, sorted(spec.name for spec in specs), set()
     for record, _ in read_jsonl(path, parse_record):
-        found = [(what, got, want) for what, got, want in (
-            ("request", record.id if record.id in wanted else None, record.id),
-            ("proposers", sorted(record.proposers), names), ("k_max", record.k_max, k_max),
-            ("dataset", record.dataset, dataset)) if got != want]
-        if found:
-            what, got, want = found[0]
-            said = "no request of the workload its settings name" if what == "request" else \
-                f"its {what} {got!r}, where its settings say {want!r}"
+        said = "no request of the workload its settings name" if record.id not in wanted else next(
+            (f"its {what} {got!r}, where its settings say {want!r}" for what, got, want in (
+                ("proposers", sorted(record.proposers), names), ("k_max", record.k_max, k_max),
+                ("dataset", record.dataset, dataset)) if got != want), None)
+        if said is not None:
             raise SpecscopeError(f"{path}: record {record.id!r} was not traced with this file's settings "
                                  f"({said}): another command wrote into it since; start over (`trace --overwrite`) "
                                  "or trace into another file")
