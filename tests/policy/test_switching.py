@@ -73,6 +73,18 @@ def test_a_causal_policy_pays_the_lookup_at_every_step():
     assert every["drafting"] == pytest.approx(0.1 * 5.9 + 2 * 0.52 + 0.2 * 5)
 
 
+def test_a_lookup_not_taken_is_priced_as_a_search_that_proposed_nothing():
+    """A fitted lookup priced per pass: a row that took EAGLE (or none) searched but read no
+    draft of it, one pass (k = 0), not the k + 1 of EAGLE's step (the bundled study's fit charges
+    n-gram 90 µs a pass: priced per EAGLE's k it put the learned cells 3 % below measured)."""
+    lookup = LinearDrafting(c_fixed=0.05, c_tok=0.02, c_kv=0.0)
+    cost = replace(COST, drafting={**COST.drafting, "ngram": lookup})
+    plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)  # n-gram k = 2, EAGLE 1, none, none, EAGLE 1
+    split = predict_paper(plan, cost, SwitchDrafting.of(cost, METHODS, causal=True), 1).time_split
+    # n-gram's step 0.05 + 0.02·3; four searches 0.05 + 0.02; EAGLE (0.5 + 0.01·2) twice, catch-up 0.2 × 5
+    assert split["drafting"] == pytest.approx(0.11 + 4 * 0.07 + 2 * 0.52 + 0.2 * 5)
+
+
 def test_a_causal_policys_own_work_is_charged_on_every_step_where_the_cost_model_knows_it():
     """The cost model's ``learned`` entry (the engine's policy_s, fitted) for every running
     request at every step; a model without it charges nothing; the oracles never pay it."""

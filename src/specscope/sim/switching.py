@@ -18,8 +18,10 @@ Pricing (:class:`SwitchDrafting`): each proposer drafts for the requests that ch
 iteration, priced by its own drafting model over just those requests (the lookup model's share
 of the verify time is that of its proposing requests among all running ones). A causal policy
 (``causal``) is priced as the engine runs it: the lookup runs for every running request at every
-step, whatever was chosen — its offer is a feature — and a model drafter drafts its rows to the
-deepest k among them, as the engine batches its passes. The oracles keep the cost model's price
+step, whatever was chosen — its offer is a feature; a row that took another proposer (or none)
+searched and read none of its drafts: a fitted lookup charges it one pass (k = 0), not the k + 1
+of the step it took, and the paper's fraction model its share of the verify time — and a model
+drafter drafts its rows to the deepest k among them, as the engine batches its passes. The oracles keep the cost model's price
 of the mean k, as if each row's drafting stopped at its own k: optimistic, as a ceiling
 should be (priced at the deepest k, gsm8k's oracle-switch at roofline B = 8 fell below EAGLE
 k = 3: 1.51× against 1.58×) — the mean over every running row of an iteration where the drafter
@@ -282,9 +284,10 @@ class SwitchDrafting:
         for index in range(len(self.methods)):
             mine = plan.method == index
             proposing = mine & (plan.proposed > 0)
-            if self.causal and not self.stateful(index):  # it looks up for every request
-                mine = proposing = np.ones_like(mine)
             tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
+            if self.causal and not self.stateful(index):  # it looks up for every request, each a search: a
+                tokens = np.where(mine, tokens, 1.0)  # row that took another proposer (or none) read no draft
+                mine = proposing = np.ones_like(mine)  # of it: one pass (k = 0), whatever that proposer's k
             rows = aggregate(mine.astype(float))
             load = StepLoad(batched_tokens=aggregate(tokens), kv_tokens=cached(rows, mine),
                             num_running=rows, num_proposing=aggregate(proposing.astype(float)),
