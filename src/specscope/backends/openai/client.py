@@ -9,8 +9,15 @@ given. The request list is fixed by the caller, so no-SD and SD runs see the sam
 Figures (names as ``vllm bench serve`` reports them):
 
 - ``throughput``: output tokens / run duration (first send to last finish), tokens/s;
-- TTFT: send → first token-bearing chunk; TPOT: (latency − TTFT) / (output tokens − 1) per
-  request; ITL: gaps between token-bearing chunks (with SD one chunk may carry several tokens).
+- TTFT: send → first step chunk; TPOT: (latency − TTFT) / (output tokens − 1) per request; ITL:
+  gaps between step chunks (with SD one chunk may carry several tokens).
+
+A **step chunk** is a streamed choice that carries one engine step's output: its ``text``, even
+empty, or its ``token_ids``, not empty. vLLM streams a choice of empty text at a step whose token
+is EOS (its text left out as a special token, its token counted in ``completion_tokens``) or
+whose UTF-8 character is still incomplete (it skips empty ones only before the first token); a
+chunk of ``usage`` alone (no choices), a choice of a ``finish_reason`` alone, or one whose
+``token_ids`` is empty, carries none.
 
 Output tokens come from the stream's final ``usage`` chunk (``stream_options.include_usage``);
 a server that sends none is an error, since counting text chunks would undercount SD output.
@@ -18,8 +25,8 @@ Every network wait is bounded: connect and each read by ``idle_timeout_s``, a wh
 ``request_timeout_s``.
 
 For the cost-model calibration (:mod:`specscope.costmodel.calibrate`) each request also keeps
-its chunk timeline: the arrival of every token-bearing chunk (seconds after the request was
-sent) and its token count (``len(token_ids)``, as ``specscope serve`` and vLLM's
+its chunk timeline: the arrival of every step chunk (seconds after the request was sent) and
+its token count (``len(token_ids)``, as ``specscope serve`` and vLLM's
 ``return_token_ids`` send; ``None`` when the chunk carries text only), and the prompt length
 from the usage chunk. :meth:`LoadResult.timeline` writes them compactly.
 """
@@ -70,7 +77,7 @@ class RequestResult:
     finish_reason: str | None = None
     sent_s: float = 0.0  # time.perf_counter() when the request was sent
     prompt_tokens: int | None = None  # from the usage chunk
-    chunk_s: list[float] = field(default_factory=list)  # token-bearing chunk arrivals, after sent_s
+    chunk_s: list[float] = field(default_factory=list)  # step chunk arrivals (module docstring), after sent_s
     chunk_tokens: list[int | None] = field(default_factory=list)  # tokens per chunk; None: unknown
 
 
@@ -108,7 +115,7 @@ class LoadResult:
         return [r for r in self.results if r.error is not None]
 
     def peak_streaming(self) -> tuple[int, int, float]:
-        """The most requests streaming at once — each from its first token-bearing chunk until its
+        """The most requests streaming at once — each from its first step chunk until its
         last: what the server held running, however many the client had sent — how many requests
         that counts (those of two chunks or more: a one-chunk answer spans no time), and their
         median span in seconds (spans of a few milliseconds overlap or not by thread scheduling)."""
@@ -291,7 +298,7 @@ def _stream(config: ClientConfig, prompt: Prompt, result: RequestResult, start: 
                 if chunk.get("usage"):
                     usage = chunk["usage"]
                 for choice in chunk["choices"]:
-                    if choice.get("text") or choice.get("token_ids"):
+                    if _step_chunk(choice):
                         if result.ttft_s is None:
                             result.ttft_s = now - start
                         else:
@@ -310,12 +317,22 @@ def _stream(config: ClientConfig, prompt: Prompt, result: RequestResult, start: 
         if isinstance(tokens, bool) or not sum(streamed) <= tokens <= config.max_tokens:
             raise StreamError(f"malformed stream: usage.completion_tokens = {tokens!r}, expected an integer from the "
                               f"{sum(streamed)} tokens streamed to max_tokens ({config.max_tokens})")
+        if tokens and not result.chunk_s:
+            raise StreamError(f"malformed stream: usage.completion_tokens = {tokens}, but no chunk carried text or "
+                              "token_ids")
         result.output_tokens = tokens
         if isinstance(usage.get("prompt_tokens"), int) and not isinstance(usage["prompt_tokens"], bool) \
                 and usage["prompt_tokens"] >= 0:
             result.prompt_tokens = usage["prompt_tokens"]
     finally:
         conn.close()
+
+
+def _step_chunk(choice: dict) -> bool:
+    """Whether a streamed ``choice`` is a step chunk (module docstring): ``token_ids`` not empty, or,
+    where it has none, ``text`` (a string, even empty)."""
+    ids = choice.get("token_ids")
+    return bool(ids) if isinstance(ids, list) else isinstance(choice.get("text"), str)
 
 
 def _decode_chunk(payload: bytes) -> dict:
