@@ -686,25 +686,26 @@ def cross_check(cells: Sequence[CellRun]) -> list[dict[str, object]]:
     those counted as vLLM's ``vllm:iteration_tokens_total`` counts an iteration's, the tokens each
     running request emitted plus the prompts prefilled and their first tokens
     (``emitted_per_step``: the running rows × the cell's tokens per decode chunk; an engine that
-    pads counts its padded prompts here) — and the mean gap, beside the server's histograms. Both
-    are means over the gaps the fit reads: at batch 1 every step (on ``specscope serve``, n-gram
-    k = 2 and no SD: 9.31 and 5.06 tokens a step against the server's 9.0 and 5.06), above it
-    fewer of the steps that prefill (a new request's first chunk often comes with another's and is
-    left out), so the server's mean runs higher (B = 2: 9.5 and 3.6 against 15.8 and 9.7); the
-    latencies agree within 2 % at both."""
+    pads counts its padded prompts here) — and the mean gap (``gap_ms``: over the chunk gaps
+    alone, as the server's inter-token latency leaves out a request's first token), beside the
+    server's histograms. The two token columns are means over the same steps, those the fit
+    reads: at batch 1 every step, a request's first chunk from an idle engine (a step that only
+    prefills it) among them; above it fewer of the steps that prefill (a new request's first
+    chunk often comes with another's and is left out), so the server's mean runs higher (on
+    ``specscope serve`` at B = 2 it did: 15.8 and 9.7 against the fit's 9.5 and 3.6); the
+    latencies agreed within 2 %."""
     rows = []
     for cell in cells:
-        gaps = cell_gaps(cell)
-        steps = gaps.select(gaps.idle == 0)  # the engine's steps, each seen as a chunk gap
+        gaps = cell_gaps(cell)  # the steps the fit reads: chunk gaps, and first chunks from an idle engine
         chunks = [chunk_counts(request) for request in cell.timeline]
         decoded = sum(c[1:].sum() for c in chunks) / max(sum(len(c) - 1 for c in chunks), 1)  # per decode chunk
-        prefilled = gaps.sequences - gaps.running  # every step, a request's first from an idle engine too
+        prefilled = gaps.sequences - gaps.running  # the prompts each step prefilled, each emitting its first token
         rows.append({"workload": cell.workload, "method": cell.method, "k": cell.k,
                      "tree": cell.tree.name if cell.tree is not None else "-", "batch_size": cell.batch_size,
-                     "verified_per_step": float(np.mean(steps.tokens + steps.prefill)),
+                     "verified_per_step": float(np.mean(gaps.tokens + gaps.prefill)),
                      "emitted_per_step": float(np.mean(gaps.running * decoded + prefilled + gaps.prefill)),
                      "server_tokens_per_step": cell.server_means.get("server_iteration_tokens_mean"),
-                     "gap_ms": 1e3 * float(np.mean(steps.seconds)),
+                     "gap_ms": 1e3 * float(np.mean(gaps.seconds[gaps.idle == 0])),
                      "server_itl_ms": None if cell.server_means.get("server_inter_token_latency_mean_s") is None
                      else 1e3 * cell.server_means["server_inter_token_latency_mean_s"]})
     return rows
