@@ -143,4 +143,5 @@ def read_jsonl(path: str | Path, parse: Callable[[object, Path, int], T]) -> Ite
                 raise not_text(path, raw if number == 1 else b"", f"byte {error.start} of the line", number) from None
             if not line.strip():
                 continue
-            yield parse(parse_json(line, path, number), path, number)
+            # without its line break: a line cut short is blamed at its end, not at column 1 of a "line 2"
+            yield parse(parse_json(line.rstrip("\r\n"), path, number), path, number)
