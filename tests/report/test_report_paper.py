@@ -73,3 +73,18 @@ def test_heatmap_keeps_ngram_bursts_on_sharegpt(paper):
 
     assert run_share("ngram") > 0.04
     assert run_share("eagle") < 0.02
+
+
+def test_paper_names_the_proposers_it_does_not_replay(tmp_path, capsys):
+    """Probe: traces of n-gram and EAGLE-3 replayed n-gram alone, EAGLE-3 never named."""
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    acc = np.array([1, 3, 2, 1, 4, 1, 1, 2], dtype=np.int32)
+    write_traces(tmp_path / "qwen3-8b_gsm8k.jsonl", [
+        TraceRecord(f"r{i}", np.arange(5), np.arange(8), {"ngram": ProposerTrace(acc), "eagle3": ProposerTrace(acc)},
+                    k_max=5, dataset="qwen3-8b_gsm8k") for i in range(2)])
+    assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
+    assert ("note: eagle3 not replayed: the paper's figures replay ngram and eagle alone (`specscope traces convert "
+            "--rename eagle3=eagle` names it eagle; `specscope simulate --mode paper --acc ngram,eagle3` replays it "
+            "as traced)") in capsys.readouterr().out

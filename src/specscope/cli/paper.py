@@ -31,6 +31,7 @@ REFERENCE = "figures_gsm8k_sharegpt.csv"
 WHERE = ("get them from the SpecDecode-Bench organisation's `simulator` repository, "
          "data/llama3.1-8B/combined_{gsm8k,sharegpt,instructcoder,cnn}.jsonl")
 POLICIES = ["fixed:1", "fixed:3", "fixed:5", "oracle", "oracle-combined:ngram+eagle"]
+REPLAYED = ("ngram", "eagle", "combined")  # the proposers of the paper's figures, and their oracle-combined
 PAPER_DATASETS = ("gsm8k", "sharegpt", "cnn", "instructcoder")  # the datasets of the paper's figures
 PAPER_REQUESTS = 300  # the requests the paper's simulator drew from each dataset
 PAPER_MODEL = ("llama3.1-8b_", "combined_")  # the paper's Llama-3.1-8B traces: this folder's names, and upstream's
@@ -154,6 +155,21 @@ def _length_notes(records: Sequence[TraceRecord], rows: Sequence[SimRow]) -> lis
     return length_notes([r for r in records if r.dataset in several], [p for p in POLICIES if p in made])
 
 
+def _unreplayed(records: Sequence[TraceRecord]) -> list[str]:
+    """A line naming the proposers of ``records`` the paper's figures do not replay (only n-gram
+    and EAGLE), and how to replay them."""
+    from specscope.analysis.acceptance import proposer_names
+
+    names = proposer_names(records)
+    others = [name for name in names if name not in REPLAYED]
+    if not others:
+        return []
+    rename = "" if "eagle" in names else f"`specscope traces convert --rename {others[0]}=eagle` names it eagle; "
+    return [f"{', '.join(others)} not replayed: the paper's figures replay ngram and eagle alone ({rename}"
+            f"`specscope simulate --mode paper --acc ngram,{','.join(others)}` replays "
+            f"{'it' if len(others) == 1 else 'them'} as traced)"]
+
+
 def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.linear import H100_LLAMA31_8B
     from specscope.sim.grid import OPTIMISTIC, SimConfig, no_match_notes, sample_notes, simulate
@@ -190,11 +206,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: dataset {dataset!r} not compared with the paper's figures: it comes from {name}, not a file "
               f"named as the paper's traces ({' or '.join(p + 'DATASET' for p in PAPER_MODEL)}, or DATASET)", file=out)
     missing: list[str] = []  # a dataset traced without n-gram or EAGLE replays what it holds
-    rows = simulate(records, ["ngram", "eagle", "combined"], POLICIES, H100_LLAMA31_8B, config, missing=missing)
+    rows = simulate(records, list(REPLAYED), POLICIES, H100_LLAMA31_8B, config, missing=missing)
     if not rows:
-        raise SpecscopeError(f"{folder}: no cell to simulate: " + "; ".join(missing))
-    for note in [*sample_notes(records, config, option=False), *no_match_notes(records, ["ngram"], config, option=False),
-                 *_length_notes(records, rows), *missing]:
+        raise SpecscopeError(f"{folder}: no cell to simulate: " + "; ".join([*missing, *_unreplayed(records)]))
+    for note in [*_unreplayed(records), *sample_notes(records, config, option=False),
+                 *no_match_notes(records, ["ngram"], config, option=False), *_length_notes(records, rows), *missing]:
         print(f"note: {note}", file=out)
     table: dict[tuple[str, str, str], list[str]] = {}
     cells, differences, made_by = [], [], code_version()
