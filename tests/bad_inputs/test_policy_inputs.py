@@ -101,7 +101,7 @@ CASES = [
          r"'tokens n-gram lookup offers now \(0: no match\)', got 'tokens the EAGLE head offers now \(squared\)'",
          files=altered(lambda d: d["features"].update(ngram_offer="tokens the EAGLE head offers now (squared)"))),
     Case("policy-made-by-a-number", ["policy", "explain", "p.json"],
-         r"p\.json: malformed policy file: training: expected what it was fitted on .*the code that fitted it as text",
+         r"p\.json: malformed policy file: training: expected what it was fitted on .*the code that fitted it and the cost model.s name as text",
          files=altered(lambda d: d["training"].update(made_by=5))),
     Case("policy-sources-not-names", ["policy", "explain", "p.json"],
          r"p\.json: malformed policy file: training: expected what it was fitted on \(an object with its sources' names",
@@ -154,6 +154,9 @@ CASES = [
     Case("fit-bad-batch-size", ["policy", "fit", "t.jsonl", "--batch-sizes", "0", "-o", "p.json"], r"--batch-sizes",
          files=TRACES),
     Case("fit-max-k-zero", ["policy", "fit", "t.jsonl", "--max-k", "0", "-o", "p.json"], r"--max-k", files=TRACES),
+    # deeper than a policy proposes: was fitted at k = 20 with a note blaming the traces
+    Case("fit-max-k-past-a-policy", ["policy", "fit", "t.jsonl", "--max-k", "21", "-o", "p.json"],
+         r"--max-k 21: a learned policy proposes at most k = 20", files=TRACES),
     Case("learned-missing-file", [*SIM, "learned:none.json"], r"none\.json", files=TRACES),
     Case("learned-no-argument", [*SIM, "learned"], r"learned:FILE", files=TRACES),
     Case("learned-not-a-policy", [*SIM, "learned:p.json"], r"p\.json.*expected a policy file", files=NOT_A_POLICY),

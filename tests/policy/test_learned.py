@@ -501,6 +501,7 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
     (lambda d: d["cost_model"]["forward"].update(c_fixed=-5), r"cost_model: field 'forward\.c_fixed': .*got -5"),
     (lambda d: d["cost_model"]["forward"].update(c_fixed="abc"), r"cost_model: field 'forward\.c_fixed'"),
     (lambda d: d.update(cost_model={"name": "toy"}), r"cost_model: field 'forward': missing"),
+    (lambda d: d["cost_model"].update(kind="bogus"), r"cost_model: field 'kind': expected 'linear' or 'roofline'"),
     (lambda d: d.update(cost_model={"kind": "roofline", "name": "r", "gpu": "h100", "model": "m", "overhead_s": 0,
                                     "efficiency": {"weights": 7}, "drafting": {}}),
      r"cost_model: field 'efficiency\.weights'"),
@@ -540,6 +541,7 @@ def test_leave_one_out_fits_a_policy_for_each_cost_model_it_judges_by(tmp_path):
     slower = replace(COST, name="toy-slow-draft", drafting={**COST.drafting, "eagle": LinearDrafting(0.6, 0.1, 0.0)})
     records = workload(0, count=6, g=40) + workload(1, count=6, g=40)
     table = leave_one_out(records, ("ngram", "eagle"), [COST, slower], SimConfig(mode="paper", batch_sizes=(1,)), tmp_path)
+    assert all(line["mode"] == "paper" and line["throughput"] is None for line in table)  # paper mode says so
     assert sorted((line["cost_model"], line["dataset"], line["fitted_on"]) for line in table) == [
         ("toy", "w0", "w1"), ("toy", "w1", "w0"), ("toy-slow-draft", "w0", "w1"), ("toy-slow-draft", "w1", "w0")]
     files = list(tmp_path.glob("policy-without-*.json"))
@@ -620,6 +622,10 @@ def test_leave_one_out_judges_a_shallower_dataset_within_its_own_depth(tmp_path)
     assert {line["dataset"] for line in table} == {"w0", "w1"}
     assert np.asarray(json.loads((tmp_path / "policy-without-1-0.json").read_text())["intercept"]).shape[1] == 2
     assert all(np.isfinite(line["learned"]) for line in table)
+    # the policy fitted on both is judged as deep as the held-out one (it was fitted once, at the
+    # shallower depth, and judged on w0 against a held-out policy reaching 6: "seeing" it read worse)
+    assert {p.name: np.asarray(json.loads(p.read_text())["intercept"]).shape[1]
+            for p in tmp_path.glob("policy-all-*.json")} == {"policy-all-0-2.json": 2, "policy-all-0-8.json": 6}
 
 
 def test_leave_one_out_takes_any_dataset_name(tmp_path):
@@ -964,6 +970,33 @@ def test_a_policy_fitted_on_datasets_of_two_depths_proposes_no_deeper_than_the_s
     deep = [replace(r, k_max=None) for r in workload(0, count=6, g=40)]  # n-gram's 6, EAGLE's 2
     document = fit_policy(deep + shallow, ("ngram", "eagle"), COST, (1,))
     assert np.asarray(document["intercept"]).shape[1] == 1
+
+
+def test_fit_says_which_dataset_caps_its_depth_and_why_it_weighed_no_confidence(tmp_path, capsys):
+    """A dataset traced to k_max 2 beside one traced to 6, EAGLE's draft_prob kept 2 drafts deep in
+    the deeper one: the policy proposes at most 2 and says so, naming that dataset (it said
+    nothing); fitted to 6, it says why it weighed no confidence rule (it dropped it unsaid); the
+    file and explain name the cost model's file."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    own = [replace(r, output_token_ids=r.output_token_ids + 100 * i + 7) for i, r in enumerate(workload(1, count=6, g=40))]
+    write_traces(tmp_path / "shallow.jsonl", told([r.capped(2) for r in own], depth=2))
+    write_traces(tmp_path / "deep.jsonl", told(workload(0, count=6, g=40), depth=2))
+    (tmp_path / "cm.json").write_text(json.dumps({**COST.describe(), "name": "h100-llama3.1-8b"}))
+    traces = [str(tmp_path / "deep.jsonl"), str(tmp_path / "shallow.jsonl"), "--batch-sizes", "1",
+              "--cost-model", str(tmp_path / "cm.json")]
+    assert main(["policy", "fit", *traces, "-o", str(tmp_path / "p.json")]) == 0
+    err = capsys.readouterr().err
+    assert "the policy proposes at most k = 2, as deep as the traces of dataset 'w1' reach" in err
+    assert "where 'w0' reaches 8" in err
+    assert main(["policy", "fit", *traces, "--max-k", "6", "-o", str(tmp_path / "p6.json")]) == 0
+    err = capsys.readouterr().err
+    assert "no confidence rule weighed: eagle's draft_prob is kept 2 drafts deep in some records of dataset 'w0'" in err
+    assert json.loads((tmp_path / "p6.json").read_text())["training"]["cost_model"] == \
+        f"h100-llama3.1-8b (from {tmp_path / 'cm.json'})"
+    assert main(["policy", "explain", str(tmp_path / "p6.json")]) == 0
+    assert f"fitted for cost model 'h100-llama3.1-8b (from {tmp_path / 'cm.json'})'" in capsys.readouterr().out
 
 
 def test_an_engine_running_a_policy_is_told_what_it_was_fitted_for(policy_file):

@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                      help="the longest proposal the policy may make (default: the deepest k every dataset's "
                           "traces can replay with each method — their k_max, and no deeper than the most drafts each "
-                          "accepted —, at most 20; deeper than some dataset's, each is walked within its own; the "
+                          "accepted —, at most 20, the most it may be; deeper than some dataset's, each is walked within its own; the "
                           "cost model is not consulted: give the longest k a fitted cost model was measured at, to "
                           "keep its choices off extrapolated drafting costs)")
     fit.add_argument("-o", "--output", required=True, type=check_json_output,
@@ -136,7 +136,7 @@ def check_prices(option: str, name: str, cost, acc: list[str]) -> None:
 
 
 def run_fit(args: argparse.Namespace) -> int:
-    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.methods import method as method_named
     from specscope.costmodel.linear import LinearCostModel
     from specscope.sim.fit import FEW_STEPS, J_MAX, fit_policy
@@ -146,14 +146,18 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.validate import K_MAX_LIMIT
 
     check_proposers(args.acc)
+    if args.max_k is not None and args.max_k > J_MAX:
+        raise SpecscopeError(f"--max-k {args.max_k}: a learned policy proposes at most k = {J_MAX}")
     need_scikit_learn()
     cost = resolve_cost_model(args.cost_model)
     check_prices("--cost-model", args.cost_model, cost, args.acc)
     records = read_trace_args(args, walked=args.acc)
-    document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k)
+    notes: list[str] = []
+    document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k,
+                          cost_label=cost_label(args.cost_model, cost), notes=notes)
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
     depth, training = len(document["intercept"][0]), document["training"]
-    for note in offer_notes(records):
+    for note in [*offer_notes(records), *notes]:
         print(f"note: {note}", file=sys.stderr)
     if args.max_k is not None and args.max_k > depth:
         print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, the deepest k the deepest "
@@ -164,6 +168,7 @@ def run_fit(args: argparse.Namespace) -> int:
     depths = {m: dataset_depths(replayed, [m]) for m in args.acc}  # each method's depth per dataset
     own = {m: min(per.values()) for m, per in depths.items()}
     shallow = min(own, key=own.get)
+    traced = dataset_depths(replayed, args.acc)  # each dataset's depth, every method within it
     if args.max_k is None and own[shallow] == depth < min(J_MAX, max(own.values())):
         where = min(depths[shallow], key=depths[shallow].get)
         print(f"note: the policy proposes at most k = {depth} with every method: {shallow}'s traces of dataset "
@@ -172,7 +177,16 @@ def run_fit(args: argparse.Namespace) -> int:
                           f"{m}'s traces bound no k (they declare no k_max and accept none of its drafts)"
                           for m in args.acc if own[m] > depth)
               + "; --max-k K fits deeper, walking each dataset within its own depth", file=sys.stderr)
-    walked = {name: reach for name, reach in dataset_depths(replayed, args.acc).items() if reach < depth}
+    elif args.max_k is None and depth < min(J_MAX, max(traced.values())):
+        where = min(traced, key=traced.get)
+        print(f"note: the policy proposes at most k = {depth}, as deep as the traces of dataset {where!r} reach (the "
+              "shallowest: by default a policy replays on every dataset it was fitted on), where "
+              + ", ".join(f"{name!r} reaches {reach}" for name, reach in traced.items() if reach > depth)
+              + "; --max-k K fits deeper, walking each dataset within its own depth", file=sys.stderr)
+    elif depth == J_MAX < min(traced.values()):
+        print(f"note: the policy proposes at most k = {J_MAX}, the deepest a learned policy proposes; the traces "
+              f"reach k = {min(traced.values())}", file=sys.stderr)
+    walked = {name: reach for name, reach in traced.items() if reach < depth}
     if walked:
         print(f"note: the policy proposes up to k = {depth}; "
               + ", ".join(f"dataset {name!r} (k <= {reach})" for name, reach in walked.items())
@@ -278,7 +292,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     known = ["lookup_known", "gap_closed_known"] if any("lookup_known" in line for line in table) else []
     columns = ["best_fixed_speedup", "adaptive", "learned", *[f"oracle_{m}" for m in args.acc], "oracle_switch",
                "oracle_combined", "gap_closed", "learned_seen", "gap_closed_seen", *known]
-    print_table("leave one dataset out: " + ("steady-state " if args.throughput == "steady" else "")
+    print_table(f"leave one dataset out ({args.mode} mode): " + ("steady-state " if args.throughput == "steady" else "")
                 + "speedups on the held-out dataset (no gap: oracle-switch beats the best "
                 "fixed k by less than 1 %; below: oracle-switch is below it"
                 + ("; lookup_known: the lookup's next step known exactly, the drafter at one fixed k or none — a "
@@ -354,7 +368,8 @@ def run_explain(args: argparse.Namespace) -> int:
     counted = f" ({training['steps']} steps of {training['requests']} requests)" \
         if {"steps", "requests"} <= set(training) else ""
     made = f" by {training['made_by']}" if isinstance(training.get("made_by"), str) else ""
-    print(f"{policy.label}: fitted for cost model {document['cost_model']['name']!r} at batch sizes "
+    priced = training.get("cost_model", document["cost_model"]["name"])  # its file too, where fit was given one
+    print(f"{policy.label}: fitted for cost model {priced!r} at batch sizes "
           f"{', '.join(map(str, sorted(policy.choosers)))}, on {sources}{counted}{made}; it proposes at most "
           f"k = {policy.depth}")
     names = list(document["features"])
@@ -371,7 +386,7 @@ def run_explain(args: argparse.Namespace) -> int:
                 ["method", *[f"j={k}" for k in ks]], [[m, *[f"{rates[i, k - 1]:.2f}" for k in ks]]
                                                      for i, m in enumerate(policy.methods)])
     drafters = [i for i, m in enumerate(policy.methods) if method_named(m).kind != "lookup"]
-    print_table(f"per batch size, priced by {document['cost_model']['name']!r}: step seconds per row (ms) at the "
+    print_table(f"per batch size, priced by {priced!r}: step seconds per row (ms) at the "
                 "median kv, and the drafting a batch pays once when a model drafter drafts (ms); a step takes the best "
                 "expected tokens per second of its price (alone: the row's and the batch's once-paid part)",
                 ["B", "none", *[f"{m} k={'/'.join(map(str, ks))}" for m in policy.methods],

@@ -152,9 +152,11 @@ def load_policy(path: str | Path) -> LearnedPolicy:
         if not isinstance(training, dict) or not isinstance(training.get("sources"), list) \
                 or not all(isinstance(source, str) for source in training["sources"]) or not all(
                 type(training[count]) is int and training[count] >= 0 for count in ("requests", "steps")
-                if count in training) or not isinstance(training.get("made_by", ""), str):
+                if count in training) or not all(isinstance(training.get(text, ""), str)
+                                                 for text in ("made_by", "cost_model")):
             raise ValueError(f"training: expected what it was fitted on (an object with its sources' names, its "
-                             f"requests and steps as counts, and the code that fitted it as text), got {training!r:.60}")
+                             f"requests and steps as counts, and the code that fitted it and the cost model's name as "
+                             f"text), got {training!r:.60}")
     except KeyError as error:
         raise SpecscopeError(f"{path}: malformed policy file: missing field {error.args[0]!r}") from None
     except (TypeError, ValueError) as error:
@@ -180,9 +182,9 @@ def _fitted_for(value: object) -> None:
         Fields(value, "cost_model").text("name")  # the policy's notes name the model (a file may omit it; fit writes it)
         return
     spec = Fields(value, "cost_model")
-    spec.only(["kind", "name", "gpu", "model", "draft_model", "efficiency", "overhead_s", "drafting"])
     if spec.get("kind") != "roofline":
         raise spec.error("kind", f"expected 'linear' or 'roofline', got {spec.get('kind')!r}")
+    spec.only(["kind", "name", "gpu", "model", "draft_model", "efficiency", "overhead_s", "drafting"])
     for name in ("name", "gpu", "model"):
         spec.text(name)
     spec.text("draft_model", optional=True)

@@ -13,7 +13,8 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
   ceiling it was set against);
 - gap closed = (learned − best fixed) / (oracle-switch − best fixed), undefined (NaN) where
   oracle-switch beats the best fixed policy by less than :data:`MIN_ROOM` of it: a ratio over
-  a gap that small says nothing (over a gap of 0.0004× it read −1677);
+  a gap that small says nothing (over a gap of 0.0004× it read −1677), or lies below it; why
+  is ``gap_closed_why`` (:func:`no_gap_reason`);
 - lookup known (:func:`lookup_known`, a lookup and a model drafter): what exact knowledge of the
   lookup's next step is worth with none of the drafter's — the best in hindsight of the plans
   that propose exactly the lookup's acc_len − 1 wherever it is at least τ (≥ 2) and the
@@ -29,8 +30,8 @@ For one dataset × batch size (the speedups of :func:`specscope.sim.grid.simulat
 
 :func:`leave_one_out` fits on every dataset but one and judges on the one held out, under each
 cost model in turn (fitted for and judged by it), proposing at most the k the held-out dataset
-was traced to. Beside it, the same fit over every dataset,
-the held-out one included (``learned_seen``, ``gap_closed_seen``): what the policy loses by not
+was traced to. Beside it, the same fit over every dataset, the held-out one included, as deep
+(``learned_seen``, ``gap_closed_seen``): what the policy loses by not
 having seen the workload — the share of the gap that the workload's own statistics would close,
 against the share that needs more than these features know. :func:`discrimination` measures
 how well the policy's acceptance model tells an accepted first draft from a rejected one along
@@ -169,6 +170,8 @@ def judge(rows: Sequence[SimRow], learned: str | None, seen: str | None = None,
                                ("learned", "gap_closed_known", line.get("lookup_known"))):
             if name in line and top is not None:
                 line[gap] = _closed(line[name], line["best_fixed_speedup"], top)
+        if np.isnan(line.get("gap_closed", 0.0)) or ceiling is None:  # said in the table written too
+            line["gap_closed_why"] = no_gap_reason(line)
         table.append(line)
     return table
 
@@ -210,21 +213,27 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     held-out dataset traced deeper than its training traces reach (its policy proposes no deeper), and
     for each whose policy learned from fewer than :data:`~specscope.sim.fit.FEW_STEPS` steps.
     ``steady``: every speedup judged is the steady-state one (:func:`judged_rows`); each line says
-    which (``throughput``: ``run`` or ``steady``)."""
+    its ``mode`` and, in mixed mode, which (``throughput``: ``run`` or ``steady``)."""
     require_methods(records, methods)
     records = on_common_positions(records, methods)
     datasets = by_dataset(records)
     depth = dataset_depths(records, methods)  # each is judged within its own
-    seen = [_write(fit_policy(records, methods, cost, config.batch_sizes, sources=list(datasets),
-                              max_k=min(depth.values())), workdir / f"policy-all-{index}.json")
-            for index, cost in enumerate(costs)]
+    seen: dict[tuple[int, int], str] = {}  # (cost model, depth) → the policy fitted on every dataset
+
+    def seen_at(index: int, k: int) -> str:  # as deep as the held-out policy: the two judged alike
+        if (index, k) not in seen:
+            seen[index, k] = _write(fit_policy(records, methods, costs[index], config.batch_sizes, sources=list(datasets),
+                                               max_k=k), workdir / f"policy-all-{index}-{k}.json")
+        return seen[index, k]
+
     table = []
     for number, (held_out, members) in enumerate(datasets.items()):  # a fold's files by number: a name may hold '/'
         training = [r for name, group in datasets.items() if name != held_out for r in group]
         for index, cost in enumerate(costs):
             sources = [name for name in datasets if name != held_out]
             try:
-                document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out], sources=sources)
+                document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out], sources=sources,
+                                      notes=notes if index == 0 else None)
             except SpecscopeError as error:  # which fold could not be fitted
                 raise SpecscopeError(f"held out {held_out!r}, fitting on {'+'.join(sources)}: {error}") from None
             steps = document["training"]["steps"]
@@ -238,13 +247,15 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                              f"training traces, {'+'.join(sources)}, tell, at most {J_MAX}), where {held_out!r} was traced to "
                              f"k = {depth[held_out]}: the best fixed k and the oracles there may go deeper than it can")
             learned = _write(document, workdir / f"policy-without-{number}-{index}.json")
-            rows = judged_rows(members, methods, [learned, seen[index]], cost, config, steady)
+            everything = seen_at(index, depth[held_out])
+            rows = judged_rows(members, methods, [learned, everything], cost, config, steady)
             rows = _defined(rows, steady, notes if index == 0 else None)
             known = lookup_known(members, methods, cost, config, sorted({(r.dataset, r.batch_size) for r in rows}),
                                  steady)
-            for line in judge(rows, learned, seen=seen[index], known=known):
+            for line in judge(rows, learned, seen=everything, known=known):
                 table.append({"cost_model": labels[index] if labels else cost.name, "fitted_on": "+".join(document["training"]["sources"]),
-                              "throughput": "steady" if steady else "run", **line})
+                              "mode": config.mode, "throughput": ("steady" if steady else "run") if config.mode == "mixed"
+                              else None, **line})
     if not table:
         raise SpecscopeError("no held-out cell has a speedup for every policy to judge"
                              + (" in steady state (no iteration ran with every slot decoding: batch sizes at or "

@@ -197,14 +197,15 @@ def require_methods(records: Sequence[TraceRecord], methods: Sequence[str]) -> N
 
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
                batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = (),
-               max_k: int | None = None) -> dict:
+               max_k: int | None = None, cost_label: str | None = None, notes: list[str] | None = None) -> dict:
     """The policy file's JSON object (:mod:`specscope.policy.learned`) fitted on ``records``;
     it proposes at most ``max_k`` (default: the depth every dataset among ``records`` was traced to,
     so that it replays on each of them, at most :data:`J_MAX`) — set it to the longest k the cost
     model was measured at, so that no choice rests on a drafting cost extrapolated past it. A
     ``max_k`` deeper than some dataset's traces reach (at most the deepest dataset's) is fitted
     on every dataset within its own depth: its walks propose no deeper, and its draft tokens past
-    that depth are unobserved."""
+    that depth are unobserved. ``cost_label``: what the training record names the cost model by
+    (its file too, where that is not its name); ``notes`` gets why no confidence rule was weighed."""
     require_methods(records, methods)
     for m in methods:
         cost.drafting_for(m)
@@ -246,15 +247,17 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
             document["models"].append({"batch_size": b, "seconds": seconds.tolist(), "fixed": fixed.tolist(),
                                        "verify": verify.tolist()})
         chooser = choosers_from_json(document, methods)[batch_sizes[0]]
-    choose_confidence(records, methods, document, cost, depths, rng)
+    unweighed = choose_confidence(records, methods, document, cost, depths, rng)
+    if unweighed and notes is not None and unweighed not in notes:
+        notes.append(unweighed)
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": walked, "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed,
-                            "made_by": code_version()}
+                            "cost_model": cost_label or cost.name, "made_by": code_version()}
     return document
 
 
 def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], document: dict, cost: CostModel,
-                      depths: dict[str, int], rng: np.random.Generator) -> None:
+                      depths: dict[str, int], rng: np.random.Generator) -> str | None:
     """Set each model's ``confidence`` in ``document`` (see the module docstring), the smallest batch
     size first: the p of :data:`CONFIDENCE_GRID`, or none (first among equals), whose walk of every
     training dataset (at most :data:`CONFIDENCE_REQUESTS` of its requests or twice the batch size,
@@ -262,15 +265,25 @@ def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], 
     the greatest summed log
     throughput — its iterations of fewer rows deciding by their own rule's p, as the policy will.
     Left none where a model drafter among ``methods`` keeps ``draft_prob`` shallower than a
-    dataset's walk in some record (n-gram alone: nothing to stop)."""
+    dataset's walk in some record (n-gram alone: nothing to stop); where some record keeps it,
+    but too shallow, returns why, naming the shallowest."""
     drafters = [m for m in methods if method_named(m).kind != "lookup"]
     datasets = by_dataset(on_common_positions(records, methods))
-    kept = all(r.proposers[m].draft_prob is not None and r.proposers[m].draft_prob.shape[1] >= depths[name]
-               for name, group in datasets.items() for r in group for m in drafters)
     for model in document["models"]:
         model["confidence"] = None
-    if not drafters or not kept:
-        return
+    kept = {(name, m): min(0 if r.proposers[m].draft_prob is None else r.proposers[m].draft_prob.shape[1]
+                           for r in group) for name, group in datasets.items() for m in drafters}
+    short = {key: drafts for key, drafts in kept.items() if drafts < depths[key[0]]}
+    if short and any(kept.values()):  # some records keep a drafter's probabilities, too shallow
+        (name, m), drafts = min(short.items(), key=lambda item: item[1])
+        if drafts == 0:
+            return (f"no confidence rule weighed: {m}'s draft_prob is missing from some records of dataset {name!r}; "
+                    f"trace them with --draft-probs {depths[name]}")
+        return (f"no confidence rule weighed: {m}'s draft_prob is kept {drafts} drafts deep in some records of dataset "
+                f"{name!r}, which the policy walks to k = {depths[name]}; fit with --max-k {drafts}, or trace with "
+                f"--draft-probs {depths[name]}")
+    if not drafters or short:
+        return None
     policy = LearnedPolicy("fit", methods, choosers_from_json(document, methods), document)
     drafting = SwitchDrafting.of(cost, methods, causal=True)
     chosen: dict[int, float | None] = {}
