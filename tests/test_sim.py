@@ -760,3 +760,13 @@ def test_a_confidence_policy_is_refused_past_the_probabilities_its_records_keep(
         simulate(mixed, ["eagle"], ["confidence:0.5:5"], COST, SimConfig(batch_sizes=(1,)))
     wide = rec("w", 6, k_max=3)
     assert simulate([wide], ["eagle"], ["confidence:0.5"], COST, SimConfig(batch_sizes=(1,)))[0].deepest_k == 3
+
+
+def test_a_sample_above_a_datasets_requests_is_said():
+    """Probe: --sample 1000 on 3 requests replayed the 3, its rows saying sample 1000, unsaid."""
+    from specscope.sim.grid import sample_notes
+
+    records = [record(ACC, rid=f"r{i}") for i in range(3)]
+    assert sample_notes(records, SimConfig(sample=1000)) == [
+        "dataset 'd': --sample 1000, but it holds 3 requests: all 3 replayed (its rows' requests)"]
+    assert sample_notes(records, SimConfig(sample=3)) == [] and sample_notes(records, SimConfig()) == []

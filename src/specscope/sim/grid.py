@@ -254,13 +254,18 @@ def oversize_notes(records: Sequence[TraceRecord], config: SimConfig) -> list[st
 
 def sample_notes(records: Sequence[TraceRecord], config: SimConfig, option: bool = True) -> list[str]:
     """One line per dataset holding more requests than are drawn from it: how many were replayed
-    (``option``: and the ``--sample`` that replays them all)."""
+    (``option``: and the ``--sample`` that replays them all); and one per dataset holding fewer
+    than ``--sample`` asks for: all of them replayed, fewer than the sample its rows name."""
     size = sample_size(config)
     counts = Counter(r.dataset or "trace" for r in records)
     why = "--sample" if config.sample is not None else "paper mode draws the paper's 300"
-    return [f"dataset {dataset!r}: {size} of its {count} requests drawn at random (seed {config.seed}; {why}"
-            + (f"; --sample {count} replays them all)" if option else ")")
-            for dataset, count in counts.items() if size is not None and count > size]
+    drawn = [f"dataset {dataset!r}: {size} of its {count} requests drawn at random (seed {config.seed}; {why}"
+             + (f"; --sample {count} replays them all)" if option else ")")
+             for dataset, count in counts.items() if size is not None and count > size]
+    short = [f"dataset {dataset!r}: --sample {config.sample}, but it holds {count} request{'s' * (count > 1)}: "
+             f"all {count} replayed (its rows' requests)"
+             for dataset, count in counts.items() if config.sample is not None and count < config.sample]
+    return drawn + short
 
 
 def sampled(records: list[TraceRecord], config: SimConfig) -> list[TraceRecord]:
