@@ -770,3 +770,18 @@ def test_a_sample_above_a_datasets_requests_is_said():
     assert sample_notes(records, SimConfig(sample=1000)) == [
         "dataset 'd': --sample 1000, but it holds 3 requests: all 3 replayed (its rows' requests)"]
     assert sample_notes(records, SimConfig(sample=3)) == [] and sample_notes(records, SimConfig()) == []
+
+
+def test_simulate_leaves_out_a_proposer_some_records_lack_and_says_how_many(tmp_path, capsys):
+    """Probe: one record without EAGLE refused the run, where report left EAGLE's cells out."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    both = [record(ACC, rid=f"r{i}") for i in range(2)]
+    both = [replace(r, proposers={**r.proposers, "eagle": ProposerTrace(ACC)}) for r in both]
+    write_traces(tmp_path / "t.jsonl", [*both, record(ACC, rid="r2")])
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram,eagle", "--policies", "fixed:1",
+                 "--batch-sizes", "1", "-o", str(tmp_path / "o.csv")]) == 0
+    assert "note: dataset 'd': 1 of 3 records lack eagle (first id 'r2'): its cells with eagle are left out" \
+        in capsys.readouterr().out
+    assert {c["acc"] for c in csv.DictReader((tmp_path / "o.csv").open())} == {"ngram"}

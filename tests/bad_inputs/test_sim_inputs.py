@@ -39,7 +39,8 @@ def step(i: int) -> str:
 
 CASES = [
     Case("proposer-missing-from-a-record", SIM[:2] + ["--acc", "eagle", "--batch-sizes", "1"],
-         r"dataset 't': proposer 'eagle' missing from 1 records \(first id 'b'\); held by every record: ngram$",
+         r"no cell to simulate: dataset 't': 1 of 2 records lack eagle \(first id 'b'\): its cells with eagle are left "
+         r"out$",
          files={"t.jsonl": own("a") + own("b").replace(', "eagle": {"acc_len": [2, 3, 1, 1]}', "")}),
     Case("batch-size-left-out", [*SIM[:-1], "1,,8"], r"argument --batch-sizes: .*got '1,,8' \(entry 2 is empty\)",
          files=TRACES),
@@ -91,8 +92,9 @@ CASES = [
          files={"t.jsonl": RANKED["t.jsonl"].replace("[[0, 1], ", "[")}),
     Case("combined-names-absent-proposer", ["simulate", "t.jsonl", "--acc", "combined", "--policies",
                                             "oracle-combined:ngram+medusa", "--batch-sizes", "1"],
-         r"proposer 'medusa' \(policy 'oracle-combined:ngram\+medusa' replays it\) missing from 2 records", files=TRACES),
-    Case("acc-absent-proposer", [*SIM[:3], "draft", *SIM[4:]], r"proposer 'draft' missing", files=TRACES),
+         r"policy 'oracle-combined:ngram\+medusa': no record holds medusa \(the traces hold ngram, eagle\)$", files=TRACES),
+    Case("acc-absent-proposer", [*SIM[:3], "draft", *SIM[4:]], r"--acc: no record holds draft \(the traces hold ngram, "
+         r"eagle\)$", files=TRACES),
     Case("output-is-directory", [*SIM, "-o", "d"], r"d: is a directory", files=TRACES,
          setup=lambda folder: (folder / "d").mkdir()),
     Case("output-not-a-table", [*SIM, "-o", "rows.txt"], r"rows\.txt: expected a \.csv or \.json", files=TRACES),

@@ -350,7 +350,7 @@ def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):
     cells = {(r.dataset, r.acc) for r in data.rows}
     assert {("chat", "eagle"), ("code", "eagle3"), ("chat", "ngram"), ("code", "ngram")} <= cells
     assert not {("chat", "eagle3"), ("code", "eagle")} & cells
-    assert any("dataset 'code': its traces do not all hold proposer 'eagle'" in note for note in data.notes)
+    assert "dataset 'code': no record holds eagle: no cell with eagle there" in data.notes
     assert data.config.overlap.reference == "eagle"
     assert {(r.dataset, r.reference) for r in data.overlap} == {("chat", "eagle"), ("code", "eagle3")}
     from specscope.report.catalogue import _pair_title
@@ -711,3 +711,31 @@ def test_a_depth_note_shared_by_every_dataset_is_said_once():
         "x: fixed:4 not simulated: x measured to 3", "y: fixed:4 not simulated: y measured to 3"]
     held[("b", "x")] = held[("a", "z")]  # one dataset alone: named
     assert _depth_notes(held, (1, 2, 3, 4), several=True)[0] == "dataset 'a', x: fixed:4 not simulated: x measured to 3"
+
+
+def test_the_answer_names_a_proposer_some_records_lack(tmp_path):
+    """Probe: one record without EAGLE dropped it from the answer, whose winner changed with a
+    vague note ("its traces do not all hold proposer 'eagle'")."""
+    import numpy as np
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.report.html import answer_section
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    rng = np.random.default_rng(0)
+
+    def record(i: int, held=("ngram", "eagle")) -> TraceRecord:
+        acc = {"ngram": rng.integers(1, 3, 60), "eagle": rng.integers(3, 6, 60)}
+        return TraceRecord(f"r{i}", rng.integers(0, 50, 20), rng.integers(0, 50, 60),
+                           {name: ProposerTrace(acc[name].astype(np.int32)) for name in held}, k_max=5, dataset="chat")
+
+    config = ReportConfig(cost_model="roofline:h100:llama3.1-8b", ks=(1, 2, 3),
+                          sim=SimConfig(mode="paper", batch_sizes=(1,)))
+    write_traces(tmp_path / "b.jsonl", [record(i) for i in range(5)] + [record(5, ("ngram",))])
+    data = analyse([tmp_path / "b.jsonl"], config)
+    assert data.answer[0].best_acc == "ngram" and data.answer[0].left_out == "eagle (1 of 6 records lack it)"
+    assert "dataset 'chat': 1 of 6 records lack eagle (first id 'r5'): its cells with eagle are left out" in data.notes
+    assert "Left out of this answer: eagle (1 of 6 records lack it)" in answer_section(data.answer)

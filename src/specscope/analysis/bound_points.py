@@ -61,7 +61,8 @@ def traced_alpha(holding: Sequence[TraceRecord], proposer: str) -> tuple[float, 
 def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Sequence[str],
                  batch_size: int, k: int, notes: list[str] | None = None, depth: int | None = None) -> list[BoundPoint]:
     """One point per dataset × proposer (of ``proposers``) present in the records, but where its
-    records hold no position with a draft to accept (no α: a line in ``notes``); its best k at most
+    records hold no position with a draft to accept (no α: a line in ``notes``), from the records
+    that hold it (where some lack it, a line in ``notes``); its best k at most
     the depth its records were traced to, and at most ``depth`` where a run holds every proposal
     within one (a study: the depth its engine ran)."""
     points = []
@@ -70,6 +71,9 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
             if proposer not in proposers:
                 continue
             holding = [r for r in members if proposer in r.proposers]  # α, c and the context: of the same requests
+            if notes is not None and len(holding) < len(members):
+                notes.append(f"bound: dataset {dataset!r}, {proposer}: α from the {len(holding)} of {len(members)} "
+                             "records that hold it")
             context = float(np.mean([r.prompt_len + r.output_len / 2 for r in holding]))
             alpha, k_max = traced_alpha(holding, proposer)
             k_max = k_max if depth is None else min(k_max, depth)

@@ -20,7 +20,7 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig, simulated_batch_sizes
-from specscope.sim.policies import POLICIES
+from specscope.sim.policies import POLICIES, parse_policies
 from specscope.fileio import json_text
 from specscope.errors import SpecscopeError
 
@@ -83,8 +83,12 @@ def run(args: argparse.Namespace) -> int:
         raise SpecscopeError("--match-prob: --no-guess never guesses n-gram's no-match; give one of the two")
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
+    names = proposer_names(records)
+    unheld = [name for name in args.acc if name != COMBINED and name not in names]
+    if unheld:
+        raise SpecscopeError(f"--acc: no record holds {', '.join(unheld)} (the traces hold {', '.join(names)})")
     held = set.intersection(*(set(r.proposers) for r in records))  # every record's: a pair each can replay
-    models = sorted((name for name in proposer_names(records) if name in held - LOOKUP_PROPOSERS - {COMBINED}),
+    models = sorted((name for name in names if name in held - LOOKUP_PROPOSERS - {COMBINED}),
                     key=lambda name: name != "eagle")  # EAGLE first, then as the traces first name them
     combined = ("ngram", models[0]) if "ngram" in held and models else ()
     config = SimConfig(
@@ -93,7 +97,15 @@ def run(args: argparse.Namespace) -> int:
         combined=combined if len(combined) == 2 else None,
         oversize="skip" if args.batch_sizes is None else "refuse",
     )
-    rows = simulate(records, args.acc, args.policies, cost, config)
+    for policy in parse_policies(args.policies, config.combined):
+        unheld = [name for name in policy.combined or policy.switch or () if name not in names]
+        if unheld:
+            raise SpecscopeError(f"policy {policy.name!r}: no record holds {', '.join(unheld)} (the traces hold "
+                                 f"{', '.join(names)})")
+    lacking: list[str] = []  # a dataset some of whose records lack a proposer: its cells left out, said
+    rows = simulate(records, args.acc, args.policies, cost, config, lacking=lacking)
+    if not rows:
+        raise SpecscopeError("no cell to simulate: " + "; ".join(lacking))
     label = cost_label(args.cost_model, cost)
     settings = {"cost_model": label, "seed": config.seed, "sample": config.sample,  # a row's own match_prob: its guess
                 "guess_no_match": config.guess_no_match, **trace_provenance(args)}
@@ -103,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     past = cost.beyond_measured(chains, simulated, args.acc) if isinstance(cost, LinearCostModel) else None
     trees = cost.trees_from_chains([row.acc for row in rows if row.policy.startswith("tree:")]) \
         if isinstance(cost, LinearCostModel) else None
-    notes = [*sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies),
+    notes = [*lacking, *sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies),
              *adaptive_notes(records, args.acc, args.policies), *([past] if past else []), *([trees] if trees else []),
              *learned_notes(args.policies, cost, simulated), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]

@@ -38,7 +38,7 @@ from specscope.methods import BENCH_DEFAULT, default_hint
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.checks import LOOKUP_PROPOSERS
+from specscope.sim.checks import LOOKUP_PROPOSERS, lacking_records
 from specscope.sim.grid import (COMBINED, SimRow, adaptive_notes, capacity_notes, length_notes, no_match_notes,
                                 sample_notes, simulate, simulated_batch_sizes)
 from specscope.sim.plan import traced_k_max
@@ -254,7 +254,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
             data.notes.append(f"tree vs chain: not for {', '.join(without)}, whose traces carry no tree_rank "
                               "(trace with --trees)")
         data.tree_answer = tree_answer(data.trees)
-    data.answer = answer_rows(data.rows + [r for r in data.tree_rows if r.policy.startswith("tree:")])
+    data.answer = answer_rows(data.rows + [r for r in data.tree_rows if r.policy.startswith("tree:")],
+                              _left_out(sim_records, simulated))
     named = [c.simulated_speedup is None for c in data.measured]  # matched here by name (a study's come simulated)
     data.measured = [c if c.simulated_speedup is not None  # a study's cells come simulated on their own requests
                      else replace(c, simulated_speedup=simulated_for(c, data.rows + data.tree_rows)) for c in data.measured]
@@ -355,6 +356,18 @@ def _pair(names: Sequence[str]) -> tuple[str, str] | None:
     if "ngram" in names and "eagle" in names:
         return ("ngram", "eagle")
     return (names[0], names[1]) if len(names) >= 2 else None
+
+
+def _left_out(records: Sequence[TraceRecord], simulated: Sequence[str]) -> dict[str, str]:
+    """Per dataset, the priced proposers some (not all) of its records lack, whose cells are left
+    out of its answer: ``eagle (1 of 40 records lack it)``."""
+    out = {}
+    for dataset, members in by_dataset(records).items():
+        partly = {name: ids for name, ids in lacking_records(members, simulated).items() if len(ids) < len(members)}
+        if partly:
+            out[dataset] = ", ".join(f"{name} ({len(ids)} of {len(members)} records lack it)"
+                                     for name, ids in partly.items())
+    return out
 
 
 def _priceable(cost: CostModel, names: Sequence[str], notes: list[str]) -> list[str]:

@@ -11,7 +11,9 @@ to the oracle.
 - ``steady``: in mixed mode, the realisable cell with the highest steady-state speedup (only
   iterations with a full batch: what a server under constant load sees), where it is another
   cell than ``best`` — whose whole-run speedup also holds the ramp-up and the drain of the
-  longest requests, which can decide the whole run at a large batch.
+  longest requests, which can decide the whole run at a large batch;
+- ``left_out``: the proposers some (not all) records of the dataset lack, whose cells are left out
+  of it (a cell compares proposers on the same requests): with them the best may be another.
 
 With trees (:mod:`specscope.report.trees`), one more line per dataset × proposer × tree: up to
 which batch size the tree beats the chain of its depth.
@@ -19,7 +21,7 @@ which batch size the tree beats the chain of its depth.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from specscope.report.trees import TreeRow
@@ -42,6 +44,7 @@ class AnswerRow:
     steady_policy: str | None = None
     steady_speedup: float | None = None  # that cell's steady-state speedup
     best_steady_speedup: float | None = None  # best's own steady-state speedup, beside it
+    left_out: str | None = None  # proposers some of its records lack, left out: "eagle (1 of 40 records lack it)"
 
     def flat(self) -> dict:
         return asdict(self)
@@ -51,8 +54,10 @@ def _is_oracle(row: SimRow) -> bool:
     return row.acc == COMBINED or row.policy == "oracle" or row.policy.startswith("oracle-")
 
 
-def answer_rows(rows: Sequence[SimRow]) -> list[AnswerRow]:
-    """One row per dataset × batch size (in the order the simulator produced them)."""
+def answer_rows(rows: Sequence[SimRow], left_out: Mapping[str, str] | None = None) -> list[AnswerRow]:
+    """One row per dataset × batch size (in the order the simulator produced them); ``left_out``:
+    per dataset, the proposers whose cells were left out of it, and why."""
+    left_out = left_out or {}
     keys = list(dict.fromkeys((r.dataset, r.batch_size) for r in rows))
     out = []
     for dataset, batch_size in keys:
@@ -71,7 +76,8 @@ def answer_rows(rows: Sequence[SimRow]) -> list[AnswerRow]:
             oracle.acc if oracle else None, oracle.speedup if oracle else None,
             oracle.speedup - best.speedup if oracle else None,
             combined.speedup if combined else None, combined.policy if combined else None,
-            *((steady.acc, steady.policy, steady.steady_speedup, best.steady_speedup) if other else ()),
+            *((steady.acc, steady.policy, steady.steady_speedup, best.steady_speedup) if other else (None,) * 4),
+            left_out.get(dataset),
         ))
     return out
 

@@ -132,6 +132,10 @@ def answer_section(rows: Sequence[AnswerRow], edges: Mapping[tuple[str, str], tu
                             + _apart(r.steady_speedup, r.best_steady_speedup, "× (best's ", "×)"))] if steady else [])]
             body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
         head_html = "".join(f"<th>{esc(h)}</th>" for h in head)
+        left = next((r.left_out for r in mine if r.left_out), None)
+        if left:
+            verdict += (f" Left out of this answer: {left} — its cells compare only the proposers every record "
+                        "holds, so with it the best may be another.")
         parts.append(f"<h3>{esc(dataset)}</h3><p>{esc(verdict)}</p>"
                      f"<table><thead><tr>{head_html}</tr></thead><tbody>{''.join(body)}</tbody></table>")
     parts.append(

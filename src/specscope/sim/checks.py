@@ -58,16 +58,27 @@ def replayable(records: Sequence[TraceRecord], acc: str, policy: Policy, dataset
 
 
 def held_cells(records: Sequence[TraceRecord], pairs: list[tuple[str, Policy]], dataset: str,
-          missing: list[str]) -> list[tuple[str, Policy]]:
-    """The cells whose proposers every record of ``dataset`` holds; one note in ``missing`` per
-    proposer it lacks."""
-    lacking = sorted({name for acc, policy in pairs for name in _replayed_proposers(acc, policy)
-                      if any(name not in r.proposers for r in records)})
-    for name in lacking:
-        missing.append(f"dataset {dataset!r}: its traces do not all hold proposer {name!r}, so its cells with "
-                       f"{name} are left out")
-    return [(acc, policy) for acc, policy in pairs
-            if not set(_replayed_proposers(acc, policy)) & set(lacking)]
+               missing: list[str]) -> list[tuple[str, Policy]]:
+    """The cells whose proposers every record of ``dataset`` holds; one line in ``missing`` per
+    proposer some of its records lack (:func:`lacking_note`), whose cells are left out."""
+    lacking = lacking_records(records, [name for acc, policy in pairs for name in _replayed_proposers(acc, policy)])
+    missing.extend(lacking_note(dataset, name, ids, len(records)) for name, ids in lacking.items())
+    return [(acc, policy) for acc, policy in pairs if not set(_replayed_proposers(acc, policy)) & set(lacking)]
+
+
+def lacking_records(records: Sequence[TraceRecord], names: Sequence[str]) -> dict[str, list[str]]:
+    """Per proposer of ``names`` (in order, each once) that some of ``records`` lack: their ids."""
+    lacking = {name: [r.id for r in records if name not in r.proposers] for name in dict.fromkeys(names)}
+    return {name: ids for name, ids in lacking.items() if ids}
+
+
+def lacking_note(dataset: str, name: str, ids: Sequence[str], total: int) -> str:
+    """The line saying that ``ids``, of a dataset's ``total`` records, lack proposer ``name`` and
+    that its cells there are left out (a cell compares proposers on the same requests)."""
+    if len(ids) == total:
+        return f"dataset {dataset!r}: no record holds {name}: no cell with {name} there"
+    return (f"dataset {dataset!r}: {len(ids)} of {total} records lack {name} (first id {ids[0]!r}): its cells with "
+            f"{name} are left out")
 
 
 def _replayed_proposers(acc: str, policy: Policy) -> tuple[str, ...]:

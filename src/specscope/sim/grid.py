@@ -384,11 +384,14 @@ def cells(accs: Sequence[str], policies: Sequence[Policy]) -> list[tuple[str, Po
 
 def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequence[str],
              cost: CostModel, config: SimConfig,
-             on_row: Callable[[SimRow], None] | None = None, missing: list[str] | None = None) -> list[SimRow]:
+             on_row: Callable[[SimRow], None] | None = None, missing: list[str] | None = None,
+             lacking: list[str] | None = None) -> list[SimRow]:
     """Simulate every dataset × acc × policy × batch size; rows in that order. A dataset whose
     records lack a proposer a cell needs, or were traced shallower than a cell proposes, is
     refused, or, given a ``missing`` list (a report over datasets traced with different proposers
-    or depths), has that cell left out and a note added there."""
+    or depths), has that cell left out and a note added there; given a ``lacking`` list, a cell
+    whose proposer some records lack is left out (said there), one traced too shallow refused."""
+    lacking = missing if lacking is None else lacking
     parsed = parse_policies(policies, config.combined)
     pairs = cells(accs, parsed)
     predict = predict_paper if config.mode == "paper" else predict_mixed
@@ -396,7 +399,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
     for dataset, members in by_dataset(records).items():
         members = sampled(members, config)
         sizes = _feasible(config.batch_sizes, len(members), dataset, config)
-        mine = pairs if missing is None else held_cells(members, pairs, dataset, missing)
+        mine = pairs if lacking is None else held_cells(members, pairs, dataset, lacking)
         for acc, policy in mine:
             check_cell(members, acc, policy, dataset)
             if policy.confidence_for is not None:
