@@ -959,6 +959,7 @@ def test_evaluate_writes_its_rows_to_stdout_and_its_table_and_verdict_to_stderr(
     assert [r["dataset"] for r in rows] == ["w0", "w1"] and all(r["lookup_known_rule"] for r in rows)
     assert all(float(r["lookup_known"]) >= float(r["best_fixed_speedup"]) for r in rows)
     assert "leave one dataset out" in streams.err and "learned at or above the best fixed k in" in streams.err
+    assert "evaluate: held out 'w0' under h100-llama3.1-8b (1 of 2): " in streams.err  # each fold as it ends
 
 
 def test_a_policy_fitted_on_datasets_of_two_depths_proposes_no_deeper_than_the_shallower():

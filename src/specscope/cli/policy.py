@@ -283,7 +283,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as folder:
         table = leave_one_out(records, tuple(args.acc), views, config, Path(folder), notes=notes,
                               labels=[cost_label(name, cost) for name, cost in zip((args.cost_model, *args.view), views)],
-                              steady=args.throughput == "steady")
+                              steady=args.throughput == "steady",
+                              on_fold=lambda line: print(f"evaluate: {line}", file=sys.stderr, flush=True))
     if args.output:
         write_rows(args.output, table)
     out = sys.stderr if to_stdout(args.output) else sys.stdout  # stdout holding the table's rows: the rest to stderr

@@ -41,9 +41,10 @@ its own walk: what its features know of the next step.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -204,7 +205,8 @@ def no_gap_reason(line: dict) -> str:
 
 def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], costs: Sequence[CostModel],
                   config: SimConfig, workdir: Path, notes: list[str] | None = None,
-                  labels: Sequence[str] = (), steady: bool = False) -> list[dict]:
+                  labels: Sequence[str] = (), steady: bool = False,
+                  on_fold: Callable[[str], None] | None = None) -> list[dict]:
     """For every dataset and every cost model of ``costs``: fit on the other datasets under that
     cost model (at ``config.batch_sizes``), write the policy to ``workdir``, and judge it on the
     held-out dataset under the same cost model — a policy is fitted for the engine it runs on —
@@ -213,7 +215,8 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
     held-out dataset traced deeper than its training traces reach (its policy proposes no deeper), and
     for each whose policy learned from fewer than :data:`~specscope.sim.fit.FEW_STEPS` steps.
     ``steady``: every speedup judged is the steady-state one (:func:`judged_rows`); each line says
-    its ``mode`` and, in mixed mode, which (``throughput``: ``run`` or ``steady``)."""
+    its ``mode`` and, in mixed mode, which (``throughput``: ``run`` or ``steady``). ``on_fold`` is
+    told, as each fold is judged, which it was and how long it took (minutes a fold over large traces)."""
     require_methods(records, methods)
     records = on_common_positions(records, methods)
     datasets = by_dataset(records)
@@ -226,10 +229,11 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
                                                max_k=k), workdir / f"policy-all-{index}-{k}.json")
         return seen[index, k]
 
-    table = []
+    table, folds = [], len(datasets) * len(costs)
     for number, (held_out, members) in enumerate(datasets.items()):  # a fold's files by number: a name may hold '/'
         training = [r for name, group in datasets.items() if name != held_out for r in group]
         for index, cost in enumerate(costs):
+            started = time.perf_counter()
             sources = [name for name in datasets if name != held_out]
             try:
                 document = fit_policy(training, methods, cost, config.batch_sizes, max_k=depth[held_out], sources=sources,
@@ -252,10 +256,14 @@ def leave_one_out(records: Sequence[TraceRecord], methods: tuple[str, ...], cost
             rows = _defined(rows, steady, notes if index == 0 else None)
             known = lookup_known(members, methods, cost, config, sorted({(r.dataset, r.batch_size) for r in rows}),
                                  steady)
+            label = labels[index] if labels else cost.name
             for line in judge(rows, learned, seen=everything, known=known):
-                table.append({"cost_model": labels[index] if labels else cost.name, "fitted_on": "+".join(document["training"]["sources"]),
+                table.append({"cost_model": label, "fitted_on": "+".join(document["training"]["sources"]),
                               "mode": config.mode, "throughput": ("steady" if steady else "run") if config.mode == "mixed"
                               else None, **line})
+            if on_fold is not None:
+                on_fold(f"held out {held_out!r} under {label} ({number * len(costs) + index + 1} of {folds}): "
+                        f"{time.perf_counter() - started:.0f} s")
     if not table:
         raise SpecscopeError("no held-out cell has a speedup for every policy to judge"
                              + (" in steady state (no iteration ran with every slot decoding: batch sizes at or "
