@@ -1,11 +1,12 @@
 """What the sweep's fit reads from a cell's counters and timeline, on cells small enough to
-compute by hand: the cross-check's columns."""
+compute by hand: the cross-check's columns and the counters' checks against the chunks."""
 
 from __future__ import annotations
 
 import pytest
 
-from specscope.costmodel.calibrate import CellRun, cross_check
+from specscope.costmodel.calibrate import CellRun, cell_gaps, cross_check
+from specscope.errors import SpecscopeError
 
 
 def request(rid: str, sent_ms: float, prompt: int, tokens: list[int]) -> dict:
@@ -38,3 +39,38 @@ def test_the_cross_checks_token_columns_average_the_same_steps():
     assert rows[1]["verified_per_step"] == pytest.approx(16 / 3)
     assert rows[1]["emitted_per_step"] == pytest.approx(15 / 3)
     assert [row["gap_ms"] for row in rows] == pytest.approx([2.0, 2.0])
+
+
+def chunked(tokens: list[int]) -> dict:
+    """One request alone, its chunks 4 ms apart, carrying ``tokens`` each."""
+    return {"id": "a", "sent_ms": 0.0, "prompt_tokens": 10, "output_tokens": sum(tokens),
+            "chunk_ms": [5.0 + 4 * i for i in range(len(tokens))], "chunk_tokens": tokens}
+
+
+def without_ids(request: dict) -> dict:
+    return {**request, "chunk_tokens": None}
+
+
+def test_counters_that_say_a_chunk_spans_several_steps_are_refused():
+    """A review: without token ids only the mean tokens per chunk was held against k + 1, so a
+    server streaming two steps per chunk whose steps accept little was fitted as if each chunk
+    were one step. The counters tell.
+
+    A drafter proposing k = 4 on each of 8 decode steps, none accepted: 9 chunks of one token,
+    8 drafts, 32 draft tokens. Streamed two steps a chunk (the first alone): 5 chunks of 1.8
+    tokens on average (below 5), but 8 proposing steps over 4 decode chunks. An n-gram k = 4
+    whose 4 proposing steps accepted 2, 2, 0, 0 (chunks of 1, 3, 1, 1, 3, 1, 1, 1, 1: 13 tokens in
+    9 chunks, 4 beyond one a chunk = the 4 accepted): in pairs, 5 chunks, 8 beyond one a chunk
+    against 4 accepted, while 4 drafts and 16 draft tokens fit 4 decode chunks."""
+    draft = dict(num_draft_tokens=32, num_drafts=8, num_accepted_tokens=0)
+    cell_gaps(cell("draft", 4, [without_ids(chunked([1] * 9))], **draft))  # one step a chunk: fitted
+    with pytest.raises(SpecscopeError, match=r"^cells/c.json \(draft k=4, B=1\): its counters count 8 request-steps "
+                                             r"that proposed, 2.00 a decode chunk \(of 4\), where a chunk of one "
+                                             r"step has at most 1: the server streams several steps per chunk"):
+        cell_gaps(cell("draft", 4, [without_ids(chunked([1, 2, 2, 2, 2]))], **draft))
+    ngram = dict(num_draft_tokens=16, num_drafts=4, num_accepted_tokens=4)
+    cell_gaps(cell("ngram", 4, [without_ids(chunked([1, 3, 1, 1, 3, 1, 1, 1, 1]))], **ngram))
+    with pytest.raises(SpecscopeError, match=r"^cells/c.json \(ngram k=4, B=1\): its requests emitted 13 tokens in 5 "
+                                             r"chunks, 8 beyond one a chunk, where the counters accepted 4 drafts: "
+                                             r"the server streams several steps per chunk"):
+        cell_gaps(cell("ngram", 4, [without_ids(chunked([1, 4, 4, 2, 2]))], **ngram))

@@ -30,7 +30,7 @@ fixed cost c_prompt_fixed), after
     drafting's coefficients instead of DRAFT's. ``proposing_every`` p > 1: an n-gram-like drafter
     whose row proposes k only on every p-th of its steps, emitting 2, …, k + 1, 2, … tokens on
     those in turn (1 on the others, whose drafting costs its fixed cost alone), the draft counters
-    counting what it proposed; ``multi``: a forward of more than one token (a prefill too) costs this
+    counting what it proposed and accepted (past the output's end too, as vLLM's); ``multi``: a forward of more than one token (a prefill too) costs this
     more; ``limit``: the engine runs at most this many requests at once (default ``batch``), the
     client's others waiting in its queue for a slot; ``tree``: a static tree instead of a chain
     (k its nodes): a step verifies ``nodes + 1`` tokens a row, its drafter reads Σ pass widths a
@@ -50,7 +50,7 @@ fixed cost c_prompt_fixed), after
     queue: list[int] = []  # sent, not yet admitted
     timeline = [{"id": f"r{i}", "sent_ms": 0.0, "prompt_tokens": prompts[i], "output_tokens": lengths[i],
                  "chunk_ms": [], "chunk_tokens": []} for i in range(requests)]
-    now, drafts = 0.0, 0
+    now, drafts, accepted = 0.0, 0, 0
     while waiting or queue or slots:
         while waiting and len(slots) + len(queue) < batch:  # the client keeps `batch` requests in flight
             queue.append(waiting.pop(0))
@@ -82,6 +82,7 @@ fixed cost c_prompt_fixed), after
         for s, proposed in zip(slots, proposes):
             emit = (shape.depth + 1 if shape else w) if proposing_every == 1 else \
                 2 + (s["steps"] // proposing_every) % k if proposed else 1
+            accepted += emit - 1 if method != "none" else 0  # those past the output's end too, as vLLM counts
             emit = min(emit, lengths[s["r"]] - s["done"])
             drafts += k * proposed if method != "none" else 0
             s["steps"] += 1
@@ -96,4 +97,5 @@ fixed cost c_prompt_fixed), after
     for request in timeline:  # chunk times after the request was sent
         request["chunk_ms"] = [t - request["sent_ms"] for t in request["chunk_ms"]]
     return CellRun(f"{method}{k}b{batch}", method, k, shape, batch, "w.jsonl", 1.0, None if method == "none" else drafts,
-                   timeline, {}, pads=pads, num_drafts=None if method == "none" else drafts // max(k, 1))
+                   timeline, {}, pads=pads, num_drafts=None if method == "none" else drafts // max(k, 1),
+                   num_accepted_tokens=None if method == "none" else accepted)

@@ -118,6 +118,11 @@ seven-prompt prefills, and predicted the batch-8 cells 16–24 % short.)
 refused, not divided: a cell where over 5 % of the decode chunks carry more than ``w_max`` =
 k + 1 tokens (nodes + 1; 1 without SD), or, without token ids, whose mean tokens per chunk exceed
 ``w_max``, is an error naming the cell. Dividing a gap by an unknown step count would guess.
+Without token ids a chunk of two steps that accepted little still carries fewer than ``w_max``;
+an SD cell's counters tell (:func:`_check_counters`): a chunk a step gives at most one proposing
+step and k draft tokens a decode chunk, and its output tokens are at most one a chunk plus the
+drafts accepted (merging the chunks of a bundled n-gram k = 4 sweep in pairs left 3.4 draft
+tokens a decode chunk, below k, but 92 tokens beyond one a chunk against 85 accepted drafts).
 
 **Cross-check.** Where the server exports vLLM's ``vllm:iteration_tokens_total`` and
 ``vllm:inter_token_latency_seconds`` histograms, their run means are printed beside the fit's
@@ -174,6 +179,7 @@ class CellRun:
     baseline_for: str | None = None  # a paired none cell: the SD server it was run for
     pair: str | None = None  # shared by a none cell and the SD cell it was measured beside (paired, interleaved)
     num_drafts: int | None = None  # request-steps that proposed (vLLM's spec_decode_num_drafts; None: not exported)
+    num_accepted_tokens: int | None = None  # drafts accepted (vLLM's spec_decode_num_accepted_tokens; None: not exported)
     pads: bool = False  # the engine runs rectangular batches (specscope serve; vLLM and SGLang do not)
     engine: str = ""  # the sweep's name for the engine that served it
     checkpoints: dict[str, str] = field(default_factory=dict)  # "model", "draft": fingerprints of the engine's local dirs
@@ -264,9 +270,10 @@ def cell_gaps(cell: CellRun) -> Gaps:
     width, proposing = 1.0, 0.0  # tokens verified per running request; share of its steps that proposed
     if cell.method != NO_SD:
         steps = sum(len(t) - 1 for t in times)
-        drafts = cell.k if cell.num_draft_tokens is None or steps == 0 else min(cell.num_draft_tokens / steps, cell.k)
+        _check_counters(cell, steps, sum(len(t) for t in times))
+        drafts = cell.k if cell.num_draft_tokens is None else min(cell.num_draft_tokens / steps, cell.k)
         width = 1.0 + drafts
-        proposing = 1.0 if cell.num_drafts is None or steps == 0 else min(cell.num_drafts / steps, 1.0)
+        proposing = 1.0 if cell.num_drafts is None else min(cell.num_drafts / steps, 1.0)
     chance = _proposed(cell, decode, proposing, all(r.get("chunk_tokens") is not None for r in cell.timeline))
     prompt = np.array(prompts, dtype=float)
     start = np.concatenate([t[:-1] for t in times])
@@ -313,6 +320,31 @@ def cell_gaps(cell: CellRun) -> Gaps:
     gaps = gaps.select(_not_stalled(gaps.seconds, kind, gaps.prefill))
     gaps.scale[:] = gaps.seconds.mean() if len(gaps.seconds) else 0.0
     return gaps
+
+
+def _check_counters(cell: CellRun, steps: int, chunks: int) -> None:
+    """Refuse an SD cell whose spec-decode counters contradict its timeline's ``chunks`` (``steps``
+    of them after a request's first: its decode chunks) at one chunk a step (module docstring).
+    A request-step verifies at most k drafts (a tree: its nodes), and emits its accepted drafts
+    + 1 (fewer where the output ends inside it); a request's first chunk, its prefill's, emits
+    one. So ``drafts ≤ steps``, ``draft tokens ≤ k · steps`` and ``output tokens ≤ chunks +
+    accepted``. The counters are scraped before and after each part of the cell, once its
+    requests have all ended, and vLLM and ``specscope serve`` count a step before they stream
+    its chunks: they cover the cell's steps exactly, so only :data:`BATCHED_SHARE` of the steps
+    is allowed over."""
+    drafts, offered, accepted = cell.num_drafts, cell.num_draft_tokens, cell.num_accepted_tokens
+    several = ("the server streams several steps per chunk, or its counters counted other steps than the cell's; "
+               "calibrate with one chunk per step (--stream-interval 1) and the counters of this server alone")
+    allowed = 1 + BATCHED_SHARE
+    for count, most, what in ((drafts, steps, "request-steps that proposed"), (offered, cell.k * steps, "draft tokens")):
+        if count is not None and count > allowed * most:
+            raise SpecscopeError(f"{cell.label}: its counters count {count} {what}, {count / steps:.2f} a decode chunk "
+                                 f"(of {steps}), where a chunk of one step has at most {most // steps}: {several}")
+    output = sum(request["output_tokens"] for request in cell.timeline)
+    if accepted is not None and output - chunks - accepted > BATCHED_SHARE * steps:
+        raise SpecscopeError(f"{cell.label}: its requests emitted {output} tokens in {chunks} chunks, "
+                             f"{output - chunks} beyond one a chunk, where the counters accepted {accepted} drafts: "
+                             f"{several}")
 
 
 def _check_batch_limit(cell: CellRun, times: list[np.ndarray], first: np.ndarray, last: np.ndarray,

@@ -197,6 +197,8 @@ def _cell_run(path: Path, record: dict) -> CellRun:
                               for name in HISTOGRAMS.values()},
                    key.get("baseline_for"),
                    num_drafts=optional("result.num_drafts", integer, result.get("num_drafts"), low=0),
+                   num_accepted_tokens=optional("result.num_accepted_tokens", integer, result.get("num_accepted_tokens"),
+                                                low=0),
                    pads=key["engine"].get("launch") == "specscope", engine=_engine_name(path, record),
                    checkpoints={what: key["engine"][f"{what}_files"] for what in ("model", "draft")
                                 if isinstance(key["engine"].get(f"{what}_files"), str)})
