@@ -1,12 +1,24 @@
 """What the sweep's fit reads from a cell's counters and timeline, on cells small enough to
-compute by hand: the cross-check's columns and the counters' checks against the chunks."""
+compute by hand: the cross-check's columns, the counters' checks against the chunks, and the
+warning where a counter is missing."""
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
-from specscope.costmodel.calibrate import CellRun, cell_gaps, cross_check
+from specscope.backends.openai.calibration import read_sweep
+from specscope.backends.openai.sweep_config import key_id
+from specscope.costmodel.calibrate import CellRun, cell_gaps, counter_assumptions, cross_check
 from specscope.errors import SpecscopeError
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "serving"))  # the simulated engine's timelines
+from calibration_helpers import simulated_cell  # noqa: E402
 
 
 def request(rid: str, sent_ms: float, prompt: int, tokens: list[int]) -> dict:
@@ -74,3 +86,50 @@ def test_counters_that_say_a_chunk_spans_several_steps_are_refused():
                                              r"chunks, 8 beyond one a chunk, where the counters accepted 4 drafts: "
                                              r"the server streams several steps per chunk"):
         cell_gaps(cell("ngram", 4, [without_ids(chunked([1, 4, 4, 2, 2]))], **ngram))
+
+
+def test_counters_that_contradict_one_another_are_refused():
+    """A review: counters of 0 drafts beside chunks of 2–3 tokens were fitted as steps verifying
+    one token, unsaid. Accepted drafts beyond those proposed, or draft tokens beyond k a proposing
+    step, are no one run's counts: refused, naming the cell."""
+    request = chunked([1, 3, 1, 1, 3, 1, 1, 1, 1])
+    for counters in (dict(num_draft_tokens=0, num_drafts=0, num_accepted_tokens=4),
+                     dict(num_draft_tokens=16, num_drafts=3, num_accepted_tokens=4)):
+        with pytest.raises(SpecscopeError, match=r"^cells/c.json \(ngram k=4, B=1\): its spec-decode counters "
+                                                 r"contradict one another .*expected drafts <= draft tokens <= 4 x "
+                                                 r"drafts and accepted <= draft tokens"):
+            cell_gaps(cell("ngram", 4, [request], **counters))
+
+
+def test_cells_without_counters_are_named_with_what_the_fit_takes(tmp_path, caplog):
+    """A review: where /metrics failed the sweep stored metrics_error and no counters, and the fit
+    took every step to verify k + 1 tokens, unsaid. One warning line per assumption names the
+    cells and why their counters are missing; read_sweep gives it."""
+    cells = [simulated_cell("none", 0, 1), replace(simulated_cell("ngram", 2, 1), num_draft_tokens=None, num_drafts=None),
+             replace(simulated_cell("ngram", 2, 2), num_draft_tokens=None, num_drafts=None),
+             replace(simulated_cell("draft", 2, 2), num_drafts=None)]
+    errors = [None, "GET /metrics: HTTP 404: no route", None, None]
+    for run, error in zip(cells, errors):
+        key = {"engine": {"name": "ref"}, "method": run.method, "k": run.k, "batch_size": run.batch_size,
+               "workload": "w.jsonl"}
+        span = max(r["sent_ms"] + r["chunk_ms"][-1] for r in run.timeline) / 1000
+        tokens = sum(r["output_tokens"] for r in run.timeline)
+        result = {"output_tokens": tokens, "duration_s": span, "throughput": tokens / span,
+                  "num_draft_tokens": run.num_draft_tokens,
+                  "num_drafts": run.num_drafts, "num_accepted_tokens": run.num_accepted_tokens, "metrics_error": error}
+        record = {"cell_id": key_id(key), "key": key, "status": "ok", "reason": None, "started_at": 0.0,
+                  "finished_at": 1.0, "result": result, "timeline": run.timeline}
+        (tmp_path / "cells").mkdir(exist_ok=True)
+        (tmp_path / "cells" / f"{key_id(key)}.json").write_text(json.dumps(record))
+    with caplog.at_level(logging.WARNING):
+        runs = read_sweep(tmp_path)
+    label = {(r.method, r.batch_size): r.label for r in runs}
+    said = counter_assumptions(runs)
+    assert sorted(said) == sorted([
+        f"{label['ngram', 1]}: no draft-token counter (metrics_error: GET /metrics: HTTP 404: no route): taken to "
+        "verify k + 1 tokens (a tree: nodes + 1) every step",
+        f"{label['ngram', 2]}: no draft-token counter (the server exports none): taken to verify k + 1 tokens (a "
+        "tree: nodes + 1) every step",
+        f"{label['draft', 2]}: no drafts counter (the server exports none): taken to propose on every step"])
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert all(any(line in message for message in warned) for line in said)

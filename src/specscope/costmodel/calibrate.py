@@ -123,6 +123,9 @@ an SD cell's counters tell (:func:`_check_counters`): a chunk a step gives at mo
 step and k draft tokens a decode chunk, and its output tokens are at most one a chunk plus the
 drafts accepted (merging the chunks of a bundled n-gram k = 4 sweep in pairs left 3.4 draft
 tokens a decode chunk, below k, but 92 tokens beyond one a chunk against 85 accepted drafts).
+Counters that contradict one another are refused too. An SD cell without a draft-token counter
+is taken to verify k + 1 tokens a step, and one without the drafts counter to propose on every
+step; :func:`counter_assumptions` words the warning that says so.
 
 **Cross-check.** Where the server exports vLLM's ``vllm:iteration_tokens_total`` and
 ``vllm:inter_token_latency_seconds`` histograms, their run means are printed beside the fit's
@@ -180,6 +183,7 @@ class CellRun:
     pair: str | None = None  # shared by a none cell and the SD cell it was measured beside (paired, interleaved)
     num_drafts: int | None = None  # request-steps that proposed (vLLM's spec_decode_num_drafts; None: not exported)
     num_accepted_tokens: int | None = None  # drafts accepted (vLLM's spec_decode_num_accepted_tokens; None: not exported)
+    metrics_error: str | None = None  # why the sweep could not scrape the server's counters (None: it could)
     pads: bool = False  # the engine runs rectangular batches (specscope serve; vLLM and SGLang do not)
     engine: str = ""  # the sweep's name for the engine that served it
     checkpoints: dict[str, str] = field(default_factory=dict)  # "model", "draft": fingerprints of the engine's local dirs
@@ -323,16 +327,24 @@ def cell_gaps(cell: CellRun) -> Gaps:
 
 
 def _check_counters(cell: CellRun, steps: int, chunks: int) -> None:
-    """Refuse an SD cell whose spec-decode counters contradict its timeline's ``chunks`` (``steps``
-    of them after a request's first: its decode chunks) at one chunk a step (module docstring).
-    A request-step verifies at most k drafts (a tree: its nodes), and emits its accepted drafts
-    + 1 (fewer where the output ends inside it); a request's first chunk, its prefill's, emits
-    one. So ``drafts ≤ steps``, ``draft tokens ≤ k · steps`` and ``output tokens ≤ chunks +
-    accepted``. The counters are scraped before and after each part of the cell, once its
-    requests have all ended, and vLLM and ``specscope serve`` count a step before they stream
-    its chunks: they cover the cell's steps exactly, so only :data:`BATCHED_SHARE` of the steps
-    is allowed over."""
+    """Refuse an SD cell whose spec-decode counters contradict one another, or its timeline's
+    ``chunks`` (``steps`` of them after a request's first: its decode chunks) at one chunk a
+    step (module docstring). A request-step verifies at most k drafts (a tree: its nodes), and
+    emits its accepted drafts + 1 (fewer where the output ends inside it); a request's first
+    chunk, its prefill's, emits one. So ``drafts ≤ draft tokens ≤ k · drafts``, ``accepted ≤
+    draft tokens``, ``drafts ≤ steps``, ``draft tokens ≤ k · steps`` and ``output tokens ≤
+    chunks + accepted``. The counters are scraped before and after each part of the cell, once
+    its requests have all ended, and vLLM and ``specscope serve`` count a step before they
+    stream its chunks: they cover the cell's steps exactly, so only :data:`BATCHED_SHARE` of the
+    steps is allowed over."""
     drafts, offered, accepted = cell.num_drafts, cell.num_draft_tokens, cell.num_accepted_tokens
+    said = ", ".join(f"{name} {value}" for name, value in (("drafts", drafts), ("draft tokens", offered),
+                                                           ("accepted", accepted)) if value is not None)
+    if offered is not None and ((drafts is not None and not drafts <= offered <= cell.k * drafts)
+                                or (accepted is not None and accepted > offered)):
+        raise SpecscopeError(f"{cell.label}: its spec-decode counters contradict one another ({said}; at k = {cell.k}, "
+                             f"expected drafts <= draft tokens <= {cell.k} x drafts and accepted <= draft tokens): "
+                             "they are not one run's (remove the record to measure the cell again)")
     several = ("the server streams several steps per chunk, or its counters counted other steps than the cell's; "
                "calibrate with one chunk per step (--stream-interval 1) and the counters of this server alone")
     allowed = 1 + BATCHED_SHARE
@@ -345,6 +357,22 @@ def _check_counters(cell: CellRun, steps: int, chunks: int) -> None:
         raise SpecscopeError(f"{cell.label}: its requests emitted {output} tokens in {chunks} chunks, "
                              f"{output - chunks} beyond one a chunk, where the counters accepted {accepted} drafts: "
                              f"{several}")
+
+
+def counter_assumptions(cells: Sequence[CellRun]) -> list[str]:
+    """One line per assumption the fit makes for SD cells without a spec-decode counter, naming
+    them and why it is missing — the sweep's scrape failed (``metrics_error``), or the server
+    exports none (SGLang): without the draft-token counter each step is taken to verify k + 1
+    tokens (a tree: nodes + 1), without the drafts counter each step to have proposed."""
+    missing: dict[str, list[str]] = {}
+    for cell in cells:
+        if cell.method == NO_SD or (cell.num_draft_tokens is not None and cell.num_drafts is not None):
+            continue
+        why = f"metrics_error: {cell.metrics_error}" if cell.metrics_error else "the server exports none"
+        what = ("no draft-token counter ({}): taken to verify k + 1 tokens (a tree: nodes + 1) every step"
+                if cell.num_draft_tokens is None else "no drafts counter ({}): taken to propose on every step")
+        missing.setdefault(what.format(why), []).append(cell.label)
+    return [f"{', '.join(labels)}: {what}" for what, labels in missing.items()]
 
 
 def _check_batch_limit(cell: CellRun, times: list[np.ndarray], first: np.ndarray, last: np.ndarray,

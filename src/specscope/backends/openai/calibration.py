@@ -42,7 +42,7 @@ import numpy as np
 from specscope.backends.openai.metrics import HISTOGRAMS
 from specscope.backends.openai.prompts import workload_id
 from specscope.backends.openai.sweep import TIMELINE, read_cells
-from specscope.costmodel.calibrate import DRAFTING_TERMS, CellRun, fit_cells
+from specscope.costmodel.calibrate import DRAFTING_TERMS, CellRun, counter_assumptions, fit_cells
 from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.reading import read_json
@@ -69,7 +69,9 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
     ran last (records of an earlier configuration stay in ``cells/`` for a later resume). An
     error names the file, the request and the field of a record the fit cannot read — one with
     no timeline (a sweep recorded before timelines existed), a copied one (its ``cell_id`` is not
-    its file's name), a value out of range — or says that none succeeded."""
+    its file's name), a value out of range — or says that none succeeded. A warning names the SD
+    cells without a spec-decode counter and what the fit takes instead
+    (:func:`~specscope.costmodel.calibrate.counter_assumptions`)."""
     if not (sweep_dir / "cells").is_dir():
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no cells/ folder (expected a `specscope sweep` output)")
     listed = _listed(sweep_dir)
@@ -109,6 +111,8 @@ def read_sweep(sweep_dir: Path, engine: str | None = None) -> list[CellRun]:
     if not runs:
         raise SpecscopeError(f"--from-sweep {sweep_dir}: no successful cell"
                              + (f" of engine {engine!r} (have: {', '.join(sorted(engines)) or 'none'})" if engine else ""))
+    for line in counter_assumptions(runs):
+        log.warning("--from-sweep %s: %s", sweep_dir, line)
     twins = {_pair(r, r.baseline_for) for r in runs if r.method == NO_SD and r.baseline_for is not None}
     for i, run in enumerate(runs):
         pair = _pair(run, run.baseline_for or run.proposal)
@@ -199,9 +203,18 @@ def _cell_run(path: Path, record: dict) -> CellRun:
                    num_drafts=optional("result.num_drafts", integer, result.get("num_drafts"), low=0),
                    num_accepted_tokens=optional("result.num_accepted_tokens", integer, result.get("num_accepted_tokens"),
                                                 low=0),
+                   metrics_error=_metrics_error(path, result.get("metrics_error")),
                    pads=key["engine"].get("launch") == "specscope", engine=_engine_name(path, record),
                    checkpoints={what: key["engine"][f"{what}_files"] for what in ("model", "draft")
                                 if isinstance(key["engine"].get(f"{what}_files"), str)})
+
+
+def _metrics_error(path: Path, value: object) -> str | None:
+    """A cell's ``result.metrics_error``: why the sweep could not scrape its server's counters."""
+    if value is not None and not isinstance(value, str):
+        raise SpecscopeError(f"{path}: field 'result.metrics_error': expected the failed scrape's reason (text) or "
+                             f"null, got {value!r}")
+    return value
 
 
 SPAN_RATIO = (0.8, 1.05)  # a timeline's span over its cell's duration_s: 0.986-0.9996 over 333 cells of nine sweeps
