@@ -782,6 +782,6 @@ def test_simulate_leaves_out_a_proposer_some_records_lack_and_says_how_many(tmp_
     write_traces(tmp_path / "t.jsonl", [*both, record(ACC, rid="r2")])
     assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram,eagle", "--policies", "fixed:1",
                  "--batch-sizes", "1", "-o", str(tmp_path / "o.csv")]) == 0
-    assert "note: dataset 'd': 1 of 3 records lack eagle (first id 'r2'): its cells with eagle are left out" \
+    assert "note: dataset 'd': its traces do not all hold proposer 'eagle': 1 of 3 records lack it (first id 'r2'), so its cells with eagle are left out" \
         in capsys.readouterr().out
     assert {c["acc"] for c in csv.DictReader((tmp_path / "o.csv").open())} == {"ngram"}

@@ -39,8 +39,8 @@ def step(i: int) -> str:
 
 CASES = [
     Case("proposer-missing-from-a-record", SIM[:2] + ["--acc", "eagle", "--batch-sizes", "1"],
-         r"no cell to simulate: dataset 't': 1 of 2 records lack eagle \(first id 'b'\): its cells with eagle are left "
-         r"out$",
+         r"no cell to simulate: dataset 't': its traces do not all hold proposer 'eagle': 1 of 2 records lack it \(first "
+         r"id 'b'\), so its cells with eagle are left out$",
          files={"t.jsonl": own("a") + own("b").replace(', "eagle": {"acc_len": [2, 3, 1, 1]}', "")}),
     Case("batch-size-left-out", [*SIM[:-1], "1,,8"], r"argument --batch-sizes: .*got '1,,8' \(entry 2 is empty\)",
          files=TRACES),

@@ -350,7 +350,7 @@ def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):
     cells = {(r.dataset, r.acc) for r in data.rows}
     assert {("chat", "eagle"), ("code", "eagle3"), ("chat", "ngram"), ("code", "ngram")} <= cells
     assert not {("chat", "eagle3"), ("code", "eagle")} & cells
-    assert "dataset 'code': no record holds eagle: no cell with eagle there" in data.notes
+    assert "dataset 'code': its traces do not all hold proposer 'eagle': none of its 6 records holds it, so its cells with eagle are left out" in data.notes
     assert data.config.overlap.reference == "eagle"
     assert {(r.dataset, r.reference) for r in data.overlap} == {("chat", "eagle"), ("code", "eagle3")}
     from specscope.report.catalogue import _pair_title
@@ -737,5 +737,5 @@ def test_the_answer_names_a_proposer_some_records_lack(tmp_path):
     write_traces(tmp_path / "b.jsonl", [record(i) for i in range(5)] + [record(5, ("ngram",))])
     data = analyse([tmp_path / "b.jsonl"], config)
     assert data.answer[0].best_acc == "ngram" and data.answer[0].left_out == "eagle (1 of 6 records lack it)"
-    assert "dataset 'chat': 1 of 6 records lack eagle (first id 'r5'): its cells with eagle are left out" in data.notes
+    assert "dataset 'chat': its traces do not all hold proposer 'eagle': 1 of 6 records lack it (first id 'r5'), so its cells with eagle are left out" in data.notes
     assert "Left out of this answer: eagle (1 of 6 records lack it)" in answer_section(data.answer)

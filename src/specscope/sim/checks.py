@@ -75,10 +75,10 @@ def lacking_records(records: Sequence[TraceRecord], names: Sequence[str]) -> dic
 def lacking_note(dataset: str, name: str, ids: Sequence[str], total: int) -> str:
     """The line saying that ``ids``, of a dataset's ``total`` records, lack proposer ``name`` and
     that its cells there are left out (a cell compares proposers on the same requests)."""
-    if len(ids) == total:
-        return f"dataset {dataset!r}: no record holds {name}: no cell with {name} there"
-    return (f"dataset {dataset!r}: {len(ids)} of {total} records lack {name} (first id {ids[0]!r}): its cells with "
-            f"{name} are left out")
+    counted = f"none of its {total} records holds it" if len(ids) == total else \
+        f"{len(ids)} of {total} records lack it (first id {ids[0]!r})"
+    return (f"dataset {dataset!r}: its traces do not all hold proposer {name!r}: {counted}, so its cells with {name} "
+            "are left out")
 
 
 def _replayed_proposers(acc: str, policy: Policy) -> tuple[str, ...]:
