@@ -785,3 +785,59 @@ def test_simulate_leaves_out_a_proposer_some_records_lack_and_says_how_many(tmp_
     assert "note: dataset 'd': its traces do not all hold proposer 'eagle': 1 of 3 records lack it (first id 'r2'), so its cells with eagle are left out" \
         in capsys.readouterr().out
     assert {c["acc"] for c in csv.DictReader((tmp_path / "o.csv").open())} == {"ngram"}
+
+
+def three_proposers(rid: str, dataset: str = "d") -> TraceRecord:
+    """n-gram, MTP and EAGLE-3 in that key order; EAGLE-3 accepts most (every step emits 4)."""
+    return TraceRecord(rid, np.arange(10), np.arange(12), {
+        "ngram": ProposerTrace(np.array([1] * 12, dtype=np.int32)),
+        "mtp": ProposerTrace(np.array([2] * 12, dtype=np.int32)),
+        "eagle3": ProposerTrace(np.array([4] * 12, dtype=np.int32))}, k_max=5, dataset=dataset)
+
+
+def test_the_default_pair_is_the_lookup_with_the_model_proposer_accepting_most_not_the_first_named():
+    """Probe: with keys ngram, mtp, eagle3 the bare oracle-combined took ngram+mtp (the first model
+    proposer named), below EAGLE-3's own oracle."""
+    from specscope.sim.grid import default_pair
+
+    records = [three_proposers(f"r{i}") for i in range(2)]
+    pair, why = default_pair(records, ["ngram", "mtp", "eagle3"])
+    assert pair == ("ngram", "eagle3")
+    assert why.endswith("(tokens per oracle step: eagle3 3.67, mtp 1.83, ngram 1.00)")  # 11 tokens in 3, 6, 11 steps
+    assert default_pair(records, ["mtp", "eagle3"])[0] == ("eagle3", "mtp")  # no lookup: the two that accept most
+    assert default_pair(records, ["ngram"])[0] is None
+
+
+def test_a_bare_oracle_combined_or_oracle_switch_takes_the_default_pair(tmp_path, capsys):
+    """Probe: a bare oracle-switch was refused, naming a default that did not exist; a bare
+    oracle-combined paired n-gram with the first model proposer named (MTP)."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [three_proposers(f"r{i}") for i in range(2)])
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--policies", "oracle,oracle-combined,oracle-switch",
+                 "--batch-sizes", "1", "--cost-model", "roofline:h100:llama3.1-8b:llama3.2-1b", "-o",
+                 str(tmp_path / "o.csv")]) == 0
+    out = capsys.readouterr().out
+    cells = {(c["acc"], c["policy"]) for c in csv.DictReader((tmp_path / "o.csv").open())}
+    assert {("combined", "oracle-combined:ngram+eagle3"), ("ngram+eagle3", "oracle-switch:ngram+eagle3")} <= cells
+    assert ("note: oracle-combined and oracle-switch without a pair: ngram+eagle3, the lookup and the model proposer "
+            "whose oracles emit the most tokens per step") in out
+
+
+def test_simulate_replays_what_the_traces_hold_and_leaves_out_a_proposer_some_records_lack(tmp_path, capsys):
+    """Probe: --acc defaulted to ngram,eagle, refusing traces of EAGLE-3; one record without a
+    proposer refused the run, where report left that proposer's cells out."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    lacking = replace(three_proposers("r2"), proposers={"ngram": three_proposers("r2").proposers["ngram"],
+                                                        "eagle3": three_proposers("r2").proposers["eagle3"]})
+    write_traces(tmp_path / "t.jsonl", [three_proposers("r0"), three_proposers("r1"), lacking])
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--policies", "fixed:1", "--batch-sizes", "1",
+                 "--cost-model", "roofline:h100:llama3.1-8b:llama3.2-1b", "--sample", "5",
+                 "-o", str(tmp_path / "o.csv")]) == 0
+    out = capsys.readouterr().out
+    assert {c["acc"] for c in csv.DictReader((tmp_path / "o.csv").open())} == {"ngram", "eagle3"}
+    assert "note: dataset 'd': its traces do not all hold proposer 'mtp': 1 of 3 records lack it (first id 'r2'), so its cells with mtp are left out" in out
+    assert "note: dataset 'd': --sample 5, but it holds 3 requests: all 3 replayed (its rows' requests)" in out

@@ -72,3 +72,19 @@ def test_errors_are_one_line(traces, tmp_path, capsys):
     assert err.startswith("specscope: error:") and "bad.jsonl:2" in err and "\n" not in err
     assert main(["overlap", str(traces), "--reference", "draft"]) == 2
     assert "--reference draft: no record holds both traces" in capsys.readouterr().err
+
+
+def test_overlap_sets_the_lookup_against_the_model_proposer_accepting_most(tmp_path, capsys):
+    """Probe: --reference defaulted to eagle, refusing traces of EAGLE-3 and MTP."""
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    acc = {"ngram": [1] * 12, "mtp": [2] * 12, "eagle3": [4] * 12}
+    write_traces(tmp_path / "t.jsonl", [
+        TraceRecord(f"r{i}", np.arange(10), np.arange(12),
+                    {name: ProposerTrace(np.array(a, dtype=np.int32)) for name, a in acc.items()}, k_max=5)
+        for i in range(2)])
+    assert main(["overlap", str(tmp_path / "t.jsonl"), "--batch-sizes", "1", "--lookup-policies", "fixed:1",
+                 "--reference-policy", "fixed:1", "-o", str(tmp_path / "o.csv")]) == 0
+    assert ("note: --reference not given: ngram is set against eagle3, the lookup and the model proposer whose oracles "
+            "emit the most tokens per step") in capsys.readouterr().out
+    assert {row["reference"] for row in csv.DictReader((tmp_path / "o.csv").open())} == {"eagle3"}

@@ -83,7 +83,7 @@ def test_request_bleu_rows_and_missing_proposer(record):
     assert [r.bin for r in rows[:2]] == ["0.8–1.0", "0.0–0.2"]
     with pytest.raises(SpecscopeError, match="proposer 'eagle' missing"):
         overlap_speedups([dataclasses.replace(records[0], proposers={"ngram": records[0].proposers["ngram"]})],
-                         H100_LLAMA31_8B, SimConfig(batch_sizes=(1,)), OverlapConfig())
+                         H100_LLAMA31_8B, SimConfig(batch_sizes=(1,)), OverlapConfig(reference="eagle"))
 
 
 def test_a_bin_replays_at_its_datasets_depth_not_its_own():

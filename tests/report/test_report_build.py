@@ -314,12 +314,12 @@ def test_the_overlap_note_names_the_proposer_the_cost_model_cannot_price():
     both, eagle = SimpleNamespace(proposers={"ngram": 0, "eagle": 0}), SimpleNamespace(proposers={"eagle": 0})
     data = SimpleNamespace(config=ReportConfig(), overlap=[], names=["ngram", "eagle"], simulated=["eagle"],
                            records=[both, both])
-    assert _no_overlap(data) == "it compares proposers 'ngram' and 'eagle', and the cost model prices no ngram"
+    assert _no_overlap(data) == "it compares 'ngram' with a model proposer, and the cost model prices no ngram"
     data.names, data.simulated, data.records = ["eagle"], ["eagle"], [eagle, eagle]
     assert _no_overlap(data).endswith("the traces have eagle")
     # both proposers among the traces', n-gram in some records only: said so, not "the traces have eagle, ngram"
     data.names, data.simulated, data.records = ["ngram", "eagle"], ["ngram", "eagle"], [both, eagle, eagle]
-    assert _no_overlap(data) == ("it compares proposers 'ngram' and 'eagle', which every record of a dataset must "
+    assert _no_overlap(data) == ("it compares 'ngram' with a model proposer, which every record of a dataset must "
                                  "hold; 'ngram' is missing from 2 of the 3 records")
 
 
@@ -739,3 +739,31 @@ def test_the_answer_names_a_proposer_some_records_lack(tmp_path):
     assert data.answer[0].best_acc == "ngram" and data.answer[0].left_out == "eagle (1 of 6 records lack it)"
     assert "dataset 'chat': its traces do not all hold proposer 'eagle': 1 of 6 records lack it (first id 'r5'), so its cells with eagle are left out" in data.notes
     assert "Left out of this answer: eagle (1 of 6 records lack it)" in answer_section(data.answer)
+
+
+def test_the_report_pairs_the_lookup_with_the_proposer_accepting_most(tmp_path):
+    """Probe: with keys ngram, mtp, eagle3 the report combined and overlapped n-gram with MTP (the
+    first named), below EAGLE-3's own oracle."""
+    import numpy as np
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    rng = np.random.default_rng(0)
+
+    def record(i: int, held=("ngram", "mtp", "eagle3")) -> TraceRecord:
+        acc = {"ngram": rng.integers(1, 3, 60), "mtp": rng.integers(1, 3, 60), "eagle3": rng.integers(3, 6, 60)}
+        return TraceRecord(f"r{i}", rng.integers(0, 50, 20), rng.integers(0, 50, 60),
+                           {name: ProposerTrace(acc[name].astype(np.int32)) for name in held}, k_max=5, dataset="chat")
+
+    config = ReportConfig(cost_model="roofline:h100:llama3.1-8b", ks=(1, 2, 3),
+                          sim=SimConfig(mode="paper", batch_sizes=(1,)))
+    write_traces(tmp_path / "a.jsonl", [record(i) for i in range(6)])
+    data = analyse([tmp_path / "a.jsonl"], config)
+    assert data.pair == ("ngram", "eagle3") and data.answer[0].combined_policy == "oracle-combined:ngram+eagle3"
+    assert {r.reference for r in data.overlap} == {"eagle3"} and data.answer[0].left_out is None
+    assert any(note.startswith("dataset 'chat': oracle-combined pairs ngram+eagle3, the lookup and the model proposer "
+                               "whose oracles emit the most tokens per step") for note in data.notes)

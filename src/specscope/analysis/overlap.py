@@ -20,9 +20,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specscope.analysis.acceptance import by_dataset
+from specscope.analysis.acceptance import by_dataset, proposer_names
 from specscope.costmodel.base import CostModel
-from specscope.sim.grid import SimConfig, oversize_notes, simulate
+from specscope.errors import SpecscopeError
+from specscope.sim.checks import LOOKUP_PROPOSERS
+from specscope.sim.grid import SimConfig, default_pair, oversize_notes, simulate
 from specscope.sim.plan import traced_k_max
 from specscope.sim.policies import parse_policies, parse_policy
 from specscope.trace.schema import TraceRecord
@@ -38,7 +40,7 @@ class OverlapConfig:
 
     lookup: str = "ngram"
     lookup_policies: tuple[str, ...] = ("fixed:3", "fixed:5")
-    reference: str = "eagle"
+    reference: str | None = None  # None: the model proposer default_pair sets beside the lookup (default_reference)
     reference_policy: str = "fixed:3"
     edges: tuple[float, ...] = BLEU_EDGES
     mode: str = "paper"
@@ -118,6 +120,18 @@ def request_bleu(records: Sequence[TraceRecord], scores: np.ndarray | None = Non
             for r, s, b in zip(records, scores, bins)]
 
 
+def default_reference(records: Sequence[TraceRecord], lookup: str) -> tuple[str, str]:
+    """The model proposer ``lookup`` is set against where none is named, and why: the one
+    :func:`~specscope.sim.grid.default_pair` pairs with it over ``records``; refused where they
+    hold no model proposer."""
+    models = [n for n in proposer_names(records) if n not in LOOKUP_PROPOSERS and n != lookup]
+    if not models:
+        raise SpecscopeError(f"overlap: the traces hold no model proposer to set {lookup} against (they hold "
+                             f"{', '.join(proposer_names(records)) or 'none'})")
+    pair, why = default_pair(records, [lookup, *models])
+    return pair[1], why
+
+
 def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimConfig,
                      config: OverlapConfig = OverlapConfig(), scores: np.ndarray | None = None,
                      notes: list[str] | None = None) -> list[OverlapRow]:
@@ -128,6 +142,8 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
     batch size has NaN there; ``notes`` (where given) gets one line per such bin, said once for
     both proposers' runs."""
     scores = bleu_scores(records) if scores is None else scores
+    if config.reference is None:
+        config = dataclasses.replace(config, reference=default_reference(records, config.lookup)[0])
     bins = bin_index(scores, config.edges)
     labelled: list[TraceRecord] = []
     keys: dict[str, tuple[str, int]] = {}

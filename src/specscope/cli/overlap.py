@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lookup-policies", type=str_list, default=list(DEFAULTS.lookup_policies),
                         help=f"its policies (default {','.join(DEFAULTS.lookup_policies)})")
     parser.add_argument("--reference", default=DEFAULTS.reference,
-                        help=f"reference proposer (default {DEFAULTS.reference})")
+                        help="reference proposer (default: the model proposer whose oracle emits the most tokens "
+                             "per step in the traces, as a bare oracle-combined pairs it with the lookup)")
     parser.add_argument("--reference-policy", default=DEFAULTS.reference_policy,
                         help=f"its policy (default {DEFAULTS.reference_policy})")
     parser.add_argument("--batch-sizes", type=batch_size_list, default=list(SIM.batch_sizes))
@@ -69,7 +70,7 @@ def _holding_both(records: list, lookup: str, reference: str, out) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscope.analysis.overlap import bleu_scores, overlap_speedups, request_bleu
+    from specscope.analysis.overlap import bleu_scores, default_reference, overlap_speedups, request_bleu
     from specscope.costmodel.registry import cost_label, resolve_cost_model
 
     if args.lookup == args.reference:  # n-gram's speedup over itself: 1 in every bin, a comparison of nothing
@@ -78,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     out = human_stream(args.output, args.bleu_output)
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
+    if args.reference is None:
+        args.reference, why = default_reference(records, args.lookup)
+        print(f"note: --reference not given: {args.lookup} is set against {args.reference}, {why}", file=out)
     config = OverlapConfig(lookup=args.lookup, lookup_policies=tuple(args.lookup_policies),
                            reference=args.reference, reference_policy=args.reference_policy, mode=args.mode)
     sim = SimConfig(batch_sizes=tuple(args.batch_sizes))  # overlap_speedups sets config.mode

@@ -37,15 +37,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "`specscope trace --trees`: nodes + 1 tokens verified per sequence, depth drafter passes.",
     )
     add_trace_options(parser)
-    parser.add_argument("--acc", type=str_list, default=["ngram", "eagle"],
-                        help="proposers whose traces to replay; 'combined' for oracle-combined (default: ngram,eagle)")
+    parser.add_argument("--acc", type=str_list, default=None,
+                        help="proposers whose traces to replay; 'combined' for oracle-combined (default: every "
+                             "proposer the traces hold; in a dataset where some records lack one, its cells are "
+                             "left out, said in a note)")
     parser.add_argument("--policies", type=policy_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
                         help="fixed:k, adaptive, oracle, oracle-combined:A+B, oracle-switch:A+B (its drafting "
                              "charged), tree:SHAPE (a static tree such as tree:2x2x1, replayed from traces taken "
                              "with `trace --trees`), confidence:p[:k] (a model drafter drafts until its own "
                              "probability of a draft falls below p, that draft included, at most k: read from the "
                              "traces' draft_prob), learned:FILE (a `policy fit` file; a comma in FILE is "
-                             "kept where what follows it names no policy) "
+                             "kept where what follows it names no policy); a bare oracle-combined or oracle-switch "
+                             "pairs the lookup with the model proposer whose oracle emits the most tokens per step "
                              "(default: fixed:1,fixed:3,fixed:5,oracle)")
     parser.add_argument("--batch-sizes", type=batch_size_list, default=None,
                         help="default " + ",".join(map(str, DEFAULTS.batch_sizes)) + " (in mixed mode, those "
@@ -73,9 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import proposer_names
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, resolve_cost_model
-    from specscope.sim.checks import LOOKUP_PROPOSERS
-    from specscope.sim.grid import (COMBINED, OPTIMISTIC, adaptive_notes, capacity_notes, length_notes,
-                                    no_match_notes, sample_notes, simulate)
+    from specscope.sim.grid import (COMBINED, OPTIMISTIC, adaptive_notes, capacity_notes, default_pair, length_notes,
+                                    no_match_notes, pair_note, sample_notes, simulate)
     from specscope.sim.observe import offer_notes
     from specscope.sim.policies import learned_notes
 
@@ -84,26 +86,25 @@ def run(args: argparse.Namespace) -> int:
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     names = proposer_names(records)
-    unheld = [name for name in args.acc if name != COMBINED and name not in names]
+    accs = args.acc or names
+    unheld = [name for name in accs if name != COMBINED and name not in names]
     if unheld:
         raise SpecscopeError(f"--acc: no record holds {', '.join(unheld)} (the traces hold {', '.join(names)})")
-    held = set.intersection(*(set(r.proposers) for r in records))  # every record's: a pair each can replay
-    models = sorted((name for name in names if name in held - LOOKUP_PROPOSERS - {COMBINED}),
-                    key=lambda name: name != "eagle")  # EAGLE first, then as the traces first name them
-    combined = ("ngram", models[0]) if "ngram" in held and models else ()
+    named = [name for name in accs if name != COMBINED]
+    bare = any(p.strip() in ("oracle-combined", "oracle-switch") for p in args.policies)
+    pair, why = default_pair(records, named if len(named) >= 2 else names) if bare else (None, "")
     config = SimConfig(
         mode=args.mode, batch_sizes=tuple(args.batch_sizes or DEFAULTS.batch_sizes), seed=args.seed,
-        sample=args.sample, match_prob=args.match_prob, guess_no_match=not args.no_guess,
-        combined=combined if len(combined) == 2 else None,
+        sample=args.sample, match_prob=args.match_prob, guess_no_match=not args.no_guess, combined=pair,
         oversize="skip" if args.batch_sizes is None else "refuse",
     )
-    for policy in parse_policies(args.policies, config.combined):
+    for policy in parse_policies(args.policies, pair):
         unheld = [name for name in policy.combined or policy.switch or () if name not in names]
         if unheld:
             raise SpecscopeError(f"policy {policy.name!r}: no record holds {', '.join(unheld)} (the traces hold "
                                  f"{', '.join(names)})")
     lacking: list[str] = []  # a dataset some of whose records lack a proposer: its cells left out, said
-    rows = simulate(records, args.acc, args.policies, cost, config, lacking=lacking)
+    rows = simulate(records, accs, args.policies, cost, config, lacking=lacking)
     if not rows:
         raise SpecscopeError("no cell to simulate: " + "; ".join(lacking))
     label = cost_label(args.cost_model, cost)
@@ -112,14 +113,15 @@ def run(args: argparse.Namespace) -> int:
     cells = [{**row.flat(), **settings} for row in rows]
     chains = [row.deepest_k for row in rows if not row.policy.startswith("tree:")]  # a tree's nodes are no chain's k
     simulated = simulated_batch_sizes(rows)
-    past = cost.beyond_measured(chains, simulated, args.acc) if isinstance(cost, LinearCostModel) else None
+    past = cost.beyond_measured(chains, simulated, accs) if isinstance(cost, LinearCostModel) else None
     trees = cost.trees_from_chains([row.acc for row in rows if row.policy.startswith("tree:")]) \
         if isinstance(cost, LinearCostModel) else None
-    notes = [*lacking, *sample_notes(records, config), *no_match_notes(records, args.acc, config), *length_notes(records, args.policies),
-             *adaptive_notes(records, args.acc, args.policies), *([past] if past else []), *([trees] if trees else []),
+    notes = [*lacking, *(pair_note(pair, why, args.policies) if pair else []), *sample_notes(records, config),
+             *no_match_notes(records, accs, config), *length_notes(records, args.policies),
+             *adaptive_notes(records, accs, args.policies), *([past] if past else []), *([trees] if trees else []),
              *learned_notes(args.policies, cost, simulated), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]
-    if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in args.acc:
+    if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in accs:
         notes.append(OPTIMISTIC)
     if args.output and not (to_stdout(args.output) and args.format == "json"):  # - with json: the JSON below
         write_rows(args.output, cells)

@@ -39,8 +39,8 @@ from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
 from specscope.sim.checks import LOOKUP_PROPOSERS, lacking_records
-from specscope.sim.grid import (COMBINED, SimRow, adaptive_notes, capacity_notes, length_notes, no_match_notes,
-                                sample_notes, simulate, simulated_batch_sizes)
+from specscope.sim.grid import (COMBINED, SimRow, adaptive_notes, capacity_notes, default_pair, length_notes,
+                                no_match_notes, sample_notes, simulate, simulated_batch_sizes)
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
@@ -69,7 +69,7 @@ class ReportData:
     sim_records: list[TraceRecord]  # each proposer's array whole (simulation)
     names: list[str]  # proposers in the traces
     simulated: list[str]  # those the cost model can price
-    pair: tuple[str, str] | None  # the two proposers compared head to head
+    pair: tuple[str, str] | None  # the two proposers compared head to head (sim.grid.default_pair)
     singles: list[ProposerStats] = field(default_factory=list)
     pairs: list[PairStats] = field(default_factory=list)
     means: list[dict] = field(default_factory=list)  # one per request × proposer: mean acc_len
@@ -201,7 +201,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}"
                              + (default_hint(BENCH_DEFAULT) if BENCH_DEFAULT in names else ""))
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
-                      _pair(names), notes=notes, measured=list(config.measured),
+                      default_pair(records, names)[0], notes=notes, measured=list(config.measured),
                       edges={key: (max(c.ks), c.longer_k) for key, c in held.items()},
                       figure_policies=_union(c.figure_policies for c in held.values()))
     data.notes.extend(_depth_notes(held, asked, len(by_dataset(sim_records)) > 1))
@@ -230,7 +230,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                              f"requests of every dataset here (the largest holds {largest}; mixed mode decodes B "
                              "distinct requests, --mode paper B copies of each)")
     combined = []
-    for pair, members in _pairs_by_dataset(sim_records, simulated).items():  # each dataset its own pair
+    for pair, members in _pairs_by_dataset(sim_records, simulated, data.notes).items():  # each dataset its own pair
         combined.append(f"oracle-combined:{pair[0]}+{pair[1]}")
         data.rows += simulate(members, [COMBINED], combined[-1:], cost, config.sim, missing=data.notes)
     data.notes.extend(length_notes(sim_records, [*config.policies, *combined]))
@@ -322,40 +322,38 @@ def _simulate_held(records: Sequence[TraceRecord], held: dict[tuple[str, str], R
 
 
 def _overlap_references(records: Sequence[TraceRecord], ov: OverlapConfig, simulated: Sequence[str]) -> dict[str, str]:
-    """Each dataset's reference for the overlap comparison: ``ov.reference`` where every record
-    of it holds that and the lookup, else the first other model proposer they all hold (a dataset
-    traced with EAGLE-3 beside one with EAGLE was left out); a dataset without the lookup or any
-    model proposer is not listed."""
+    """Each dataset's reference for the overlap comparison: ``ov.reference`` where set and every
+    record of it holds that and the lookup, else the model proposer :func:`default_pair` pairs
+    with the lookup there; a dataset without the lookup or any model proposer is not listed."""
     chosen = {}
     for dataset, members in by_dataset(records).items():
         held = _held_by_all(members, simulated)
         models = [n for n in held if n not in LOOKUP_PROPOSERS and n != ov.lookup]
         if ov.lookup in held and models:
-            chosen[dataset] = ov.reference if ov.reference in models else models[0]
+            chosen[dataset] = ov.reference if ov.reference in models else default_pair(members, [ov.lookup, *models])[0][1]
     return chosen
 
 
-def _pairs_by_dataset(records: Sequence[TraceRecord], simulated: Sequence[str]) -> dict[tuple[str, str], list]:
-    """The records of each dataset under the pair oracle-combined takes for it (:func:`_pair` of
-    the priced proposers every record of it holds): a dataset traced with n-gram and EAGLE-3 gets
-    its own pair, not left out for lacking the first dataset's EAGLE."""
+def _pairs_by_dataset(records: Sequence[TraceRecord], simulated: Sequence[str],
+                      notes: list[str]) -> dict[tuple[str, str], list]:
+    """The records of each dataset under the pair oracle-combined takes for it (:func:`default_pair`
+    of the priced proposers every record of it holds): a dataset traced with n-gram and EAGLE-3 gets
+    its own pair, not left out for lacking the first dataset's EAGLE. Where a dataset holds more
+    than two, a line in ``notes`` names the pair and why."""
     grouped: dict[tuple[str, str], list] = {}
-    for members in by_dataset(records).values():
-        pair = _pair(_held_by_all(members, simulated))
+    for dataset, members in by_dataset(records).items():
+        held = _held_by_all(members, simulated)
+        pair, why = default_pair(members, held)
         if pair is not None:
             grouped.setdefault(pair, []).extend(members)
+            if len(held) > 2:
+                notes.append(f"dataset {dataset!r}: oracle-combined pairs {'+'.join(pair)}, {why}")
     return grouped
 
 
 def _held_by_all(members: Sequence[TraceRecord], names: Sequence[str]) -> list[str]:
     """The proposers of ``names`` every record of ``members`` holds, in the order of ``names``."""
     return [n for n in names if all(n in r.proposers for r in members)]
-
-
-def _pair(names: Sequence[str]) -> tuple[str, str] | None:
-    if "ngram" in names and "eagle" in names:
-        return ("ngram", "eagle")
-    return (names[0], names[1]) if len(names) >= 2 else None
 
 
 def _left_out(records: Sequence[TraceRecord], simulated: Sequence[str]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
 from specscope.report.policy import choices_figure, gap_figure, policy_label
 from specscope.report.whatif import fitted_to, whatif_figure
+from specscope.sim.checks import LOOKUP_PROPOSERS
 from specscope.sim.evaluate import MIN_ROOM, ceiling_of
 from specscope.trace.schema import by_dataset
 
@@ -104,16 +105,17 @@ def _no_overlap(data: ReportData) -> str | None:
     ov = data.config.overlap
     if data.overlap:
         return None
+    compared = f"proposers {ov.lookup!r} and {ov.reference!r}" if ov.reference else f"{ov.lookup!r} with a model proposer"
     unpriced = [name for name in (ov.lookup, ov.reference) if name in data.names and name not in data.simulated]
     if unpriced:
-        return (f"it compares proposers {ov.lookup!r} and {ov.reference!r}, and the cost model prices no "
-                f"{' or '.join(unpriced)}")
-    lacking = {name: sum(name not in r.proposers for r in data.records) for name in (ov.lookup, ov.reference)}
-    if all(name in data.names for name in lacking) and any(lacking.values()):  # each in some records, not all
-        return (f"it compares proposers {ov.lookup!r} and {ov.reference!r}, which every record of a dataset must "
-                "hold; " + ", ".join(f"{name!r} is missing from {count} of the {len(data.records)} records"
-                                     for name, count in lacking.items() if count))
-    return f"it compares proposers {ov.lookup!r} and {ov.reference!r}; the traces have {', '.join(data.names)}"
+        return f"it compares {compared}, and the cost model prices no {' or '.join(unpriced)}"
+    references = [ov.reference] if ov.reference else [n for n in data.simulated if n not in LOOKUP_PROPOSERS]
+    lacking = {name: sum(name not in r.proposers for r in data.records) for name in (ov.lookup, *references)}
+    if ov.lookup in data.names and references and any(lacking.values()):  # each in some records, not all
+        return (f"it compares {compared}, which every record of a dataset must hold; "
+                + ", ".join(f"{name!r} is missing from {count} of the {len(data.records)} records"
+                            for name, count in lacking.items() if count))
+    return f"it compares {compared}; the traces have {', '.join(data.names)}"
 
 
 def _fitted(cost) -> bool:

@@ -10,6 +10,7 @@ accepted, past the output's end too, as an engine counts them:
 from __future__ import annotations
 
 import logging
+import math
 import random
 import re
 from collections import Counter
@@ -26,7 +27,7 @@ from specscope.progress import LazyProgress
 from specscope.sim.checks import LOOKUP_PROPOSERS, check_cell, check_k, check_learned_confidence, held_cells, replayable
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
-from specscope.sim.plan import Plan, baseline_plan, make_plan, switch_k_max, traced_k_max
+from specscope.sim.plan import Plan, baseline_plan, make_plan, switch_k_max, traced_k_max, visit
 from specscope.sim.policies import ADAPTIVE_START, Policy, parse_policies
 from specscope.sim.pricing import DeepestPasses, Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
@@ -54,7 +55,7 @@ class SimConfig:
     sample: int | None = None  # requests drawn per dataset (paper mode: 300); None = all
     match_prob: float | None = None  # n-gram match probability guess; None = per dataset
     guess_no_match: bool = True  # apply the guess where the trace has no draft_len
-    combined: tuple[str, str] | None = None  # default pair for "oracle-combined"
+    combined: tuple[str, str] | None = None  # the pair of a bare oracle-combined or oracle-switch (default_pair)
     # Mixed mode, a batch size above a dataset's request count (B distinct requests cannot be
     # filled): "skip" leaves that dataset's row out with a warning, "said" without one (the caller
     # says it once for all its runs), "refuse" is an error.
@@ -109,6 +110,44 @@ class SimRow:
         split = row.pop("time_split")
         row.update({f"time_{phase}_s": seconds for phase, seconds in split.items()})
         return row
+
+
+def oracle_tau(records: Sequence[TraceRecord], name: str) -> float:
+    """Tokens per step of proposer ``name``'s oracle over the records that hold it (Σ emitted /
+    Σ steps, pooled; NaN where they take no step): how much that proposer's traces accept."""
+    steps = emitted = 0
+    for record in records:
+        if name in record.proposers:
+            acc = record.acc_len(name).tolist()
+            steps += len(visit(acc))
+            emitted += max(len(acc) - 1, 0)  # the walk emits every token past the prefill's
+    return emitted / steps if steps else float("nan")
+
+
+def default_pair(records: Sequence[TraceRecord], names: Sequence[str]) -> tuple[tuple[str, str] | None, str]:
+    """The pair a bare ``oracle-combined`` or ``oracle-switch`` replays on ``records``, and why: the
+    lookup and the model proposer of ``names`` whose oracles emit the most tokens per step there
+    (:func:`oracle_tau`; a tie to the first named); where ``names`` hold no lookup or no model
+    proposer, the two that emit the most. None (and why) where ``names`` are fewer than two."""
+    names = [n for n in dict.fromkeys(names) if n != COMBINED]
+    taus = {n: oracle_tau(records, n) for n in names}
+    ranked = sorted(names, key=lambda n: (math.isnan(taus[n]), -taus[n]))  # NaN (no step) last
+    lookups = [n for n in ranked if n in LOOKUP_PROPOSERS]
+    models = [n for n in ranked if n not in LOOKUP_PROPOSERS]
+    measured = "tokens per oracle step: " + ", ".join(f"{n} {taus[n]:.2f}" for n in ranked)
+    if lookups and models:
+        return (lookups[0], models[0]), (f"the lookup and the model proposer whose oracles emit the most tokens "
+                                         f"per step ({measured})")
+    if len(ranked) >= 2:
+        return (ranked[0], ranked[1]), f"the two proposers whose oracles emit the most tokens per step ({measured})"
+    return None, f"the traces hold {'only ' + ranked[0] if ranked else 'no proposer'}, no pair to combine"
+
+
+def pair_note(pair: tuple[str, str], why: str, policies: Sequence[str]) -> list[str]:
+    """The line saying which pair the bare ``oracle-combined`` / ``oracle-switch`` of ``policies``
+    replayed and why (:func:`default_pair`); none where every one names its pair."""
+    bare = [p for p in dict.fromkeys(p.strip() for p in policies) if p in ("oracle-combined", "oracle-switch")]
+    return [f"{' and '.join(bare)} without a pair: {'+'.join(pair)}, {why}"] if bare else []
 
 
 def simulated_batch_sizes(rows: Sequence[SimRow]) -> list[int]:

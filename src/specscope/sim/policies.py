@@ -138,8 +138,8 @@ def _oracle_combined(argument: str) -> Policy:
 def _pair(kind: str, argument: str) -> tuple[str, str]:
     names = tuple(argument.split("+"))
     if not argument:
-        raise SpecscopeError(f"policy '{kind}': name its two proposers, {kind}:A+B (no default pair here: the "
-                             "default is n-gram with EAGLE, or the first model proposer, where the traces hold both)")
+        raise SpecscopeError(f"policy '{kind}': name its two proposers, {kind}:A+B (a bare {kind} takes a default "
+                             "pair only where the traces hold two proposers or more)")
     if len(names) != 2 or "" in names or names[0] == names[1]:
         raise SpecscopeError(f"policy '{kind}:{argument}': expected {kind}:A+B with two proposers")
     return names[0], names[1]
@@ -253,10 +253,10 @@ def configured_policy(k: int, tree: str | None = None, confidence: float | None 
     return f"fixed:{k}" if confidence is None else f"confidence:{confidence!r}:{k}"
 
 
-def parse_policies(texts: Sequence[str], combined: tuple[str, str] | None = None) -> list[Policy]:
+def parse_policies(texts: Sequence[str], default_pair: tuple[str, str] | None = None) -> list[Policy]:
     """:func:`parse_policy` of each of ``texts``; two spellings of one policy (``fixed:03`` beside
     ``fixed:3``) are refused: its rows would be recorded twice."""
-    parsed = [parse_policy(text, combined) for text in texts]
+    parsed = [parse_policy(text, default_pair) for text in texts]
     names = [policy.name for policy in parsed]
     twice = validate.first_repeat(names)
     if twice is not None:
@@ -272,11 +272,12 @@ def parse_policies(texts: Sequence[str], combined: tuple[str, str] | None = None
     return parsed
 
 
-def parse_policy(text: str, default_combined: tuple[str, str] | None = None) -> Policy:
-    """Build a policy from its name; bare ``oracle-combined`` uses ``default_combined``."""
+def parse_policy(text: str, default_pair: tuple[str, str] | None = None) -> Policy:
+    """Build a policy from its name; a bare ``oracle-combined`` or ``oracle-switch`` replays
+    ``default_pair`` (:func:`specscope.sim.grid.default_pair`)."""
     kind, _, argument = text.strip().partition(":")
-    if kind == "oracle-combined" and not argument and default_combined:
-        argument = "+".join(default_combined)
+    if kind in ("oracle-combined", "oracle-switch") and not argument and default_pair:
+        argument = "+".join(default_pair)
     try:
         factory = POLICIES[kind]
     except KeyError:
