@@ -27,8 +27,9 @@ from specscope.report.analyse import PHASES, ReportData, analyse
 from specscope.report.catalogue import FIGURES, TABLES
 from specscope.report.config import ReportConfig
 from specscope.report.html import FigureEntry, Page, render
-from specscope.report.style import figure_style, save
+from specscope.report.style import figure_style, glyphs_for, save
 from specscope.report.whatif import WhatIfRow, whatif_summary
+from specscope.trace.schema import by_dataset
 from specscope.tracing.settings import traced_with
 
 log = logging.getLogger(__name__)
@@ -146,7 +147,8 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
         if rows is not None:
             write_rows(claim(spec.filename), rows)
             tables.append(wrote(out / spec.filename))
-    notes, skipped = list(data.notes), []
+    glyphs = glyphs_for([*by_dataset(data.records), *data.names])  # the names the figures write
+    notes, skipped = [*data.notes, *glyphs.notes()], []
     figures: list[FigureEntry] = []
     for spec in FIGURES:
         missing = spec.missing(data)
@@ -156,7 +158,7 @@ def render_report(data: ReportData, out: Path, advance: Callable[[str], None] = 
             continue
         number = len(figures) + 1
         filename = f"fig{number}_{spec.slug}.png"
-        with figure_style():
+        with figure_style(glyphs):
             path = wrote(save(spec.draw(data), claim(filename)))
         figures.append(FigureEntry(number, spec.title(data), spec.sentence(data), path.read_bytes(), filename))
         advance(spec.slug)

@@ -5,8 +5,10 @@ matplotlib is imported here, so import this module only where figures are drawn.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import matplotlib
@@ -68,9 +70,64 @@ def proposer_colours(names: Sequence[str]) -> dict[str, str]:
     return {name: PROPOSER_COLOURS.get(name) or left[others.index(name) % len(left)] for name in names}
 
 
-@contextmanager
-def figure_style() -> Iterator[None]:
+LAST_RESORT = "Last Resort"  # matplotlib's own font of boxes, one per code point (its name, as fonts list it)
+
+
+@dataclass(frozen=True)
+class Glyphs:
+    """What the figures draw names with (:func:`glyphs_for`): the font families, the default's
+    first and then installed fonts that hold the characters it lacks; and the characters no
+    installed font holds (drawn as boxes)."""
+
+    families: tuple[str, ...] = ()
+    undrawable: str = ""
+
+    def notes(self) -> list[str]:
+        """The one line saying which characters the figures cannot draw, if any."""
+        if not self.undrawable:
+            return []
+        return [f"the figures cannot draw {self.undrawable} (in the dataset or proposer names): no installed font holds "
+                "them, so they show as boxes there (the page and the tables show them; a font holding them, such "
+                "as Noto Sans CJK, draws them)"]
+
+
+def glyphs_for(texts: Sequence[str]) -> Glyphs:
+    """The fonts that draw every character of ``texts``: the default font, then installed fonts
+    (matplotlib's list) holding what it lacks, in its order, each only where it adds one."""
+    from matplotlib import font_manager
+    from matplotlib.ft2font import FT2Font
+
     with matplotlib.rc_context(RC):
+        default = font_manager.findfont(font_manager.FontProperties())
+    first = FT2Font(default)
+    held = set(first.get_charmap())
+    missing = [c for c in dict.fromkeys("".join(texts)) if not c.isspace() and ord(c) not in held]
+    if not missing:
+        return Glyphs()
+    families = [first.family_name]
+    for entry in font_manager.fontManager.ttflist:
+        if not missing:
+            break
+        if entry.name.startswith(LAST_RESORT):  # a box for every character: none of them drawn
+            continue
+        try:
+            holds = set(FT2Font(entry.fname).get_charmap())
+        except (OSError, RuntimeError):  # a font file that does not read: not one to draw with
+            continue
+        if any(ord(c) in holds for c in missing) and entry.name not in families:
+            families.append(entry.name)
+            missing = [c for c in missing if ord(c) not in holds]
+    return Glyphs(tuple(families) if len(families) > 1 else (), "".join(missing))
+
+
+@contextmanager
+def figure_style(glyphs: Glyphs = Glyphs()) -> Iterator[None]:
+    """matplotlib set as :data:`RC`, with ``glyphs``' fonts; its warning per character no font
+    holds is silenced (:meth:`Glyphs.notes` says it once)."""
+    rc = {**RC, "font.family": list(glyphs.families)} if glyphs.families else RC
+    with matplotlib.rc_context(rc), warnings.catch_warnings():
+        if glyphs.undrawable:
+            warnings.filterwarnings("ignore", message=r"Glyph \d+ .* missing from font", category=UserWarning)
         yield
 
 
