@@ -841,3 +841,21 @@ def test_simulate_replays_what_the_traces_hold_and_leaves_out_a_proposer_some_re
     assert {c["acc"] for c in csv.DictReader((tmp_path / "o.csv").open())} == {"ngram", "eagle3"}
     assert "note: dataset 'd': its traces do not all hold proposer 'mtp': 1 of 3 records lack it (first id 'r2'), so its cells with mtp are left out" in out
     assert "note: dataset 'd': --sample 5, but it holds 3 requests: all 3 replayed (its rows' requests)" in out
+
+
+def test_simulate_by_default_replays_the_proposers_its_cost_model_prices_and_names_the_others(tmp_path, capsys):
+    """Its --acc defaults to what the traces hold: the paper's fitted model prices no MTP, and the
+    run died on it ('has no drafting model for proposer mtp') where --acc ngram,eagle had been the
+    default; now MTP is left out in a note, and a model pricing none of them is refused."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [three_proposers("r0"), three_proposers("r1")])
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--policies", "fixed:1", "--batch-sizes", "1",
+                 "-o", str(tmp_path / "o.csv")]) == 0
+    assert {c["acc"] for c in csv.DictReader((tmp_path / "o.csv").open())} == {"ngram", "eagle3"}
+    assert "note: not simulated: mtp: cost model 'h100-llama3.1-8b' prices no drafting of it" in capsys.readouterr().out
+    only_mtp = [replace(r, proposers={"mtp": r.proposers["mtp"]}) for r in (three_proposers("r0"), three_proposers("r1"))]
+    write_traces(tmp_path / "m.jsonl", only_mtp)
+    assert main(["simulate", str(tmp_path / "m.jsonl"), "--policies", "fixed:1", "--batch-sizes", "1"]) == 2
+    assert "prices the drafting of none of the proposers the traces hold (mtp)" in capsys.readouterr().err

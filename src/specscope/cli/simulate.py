@@ -75,7 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import proposer_names
     from specscope.costmodel.linear import LinearCostModel
-    from specscope.costmodel.registry import cost_label, resolve_cost_model
+    from specscope.costmodel.registry import cost_label, priced, resolve_cost_model
     from specscope.sim.grid import (COMBINED, OPTIMISTIC, adaptive_notes, capacity_notes, default_pair, length_notes,
                                     no_match_notes, pair_note, sample_notes, simulate)
     from specscope.sim.observe import offer_notes
@@ -86,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     names = proposer_names(records)
-    accs = args.acc or names
+    accs, unpriced = (args.acc, []) if args.acc else priced(cost, names)  # named ones unpriced: refused below
+    if not accs:
+        raise SpecscopeError(f"cost model {cost_label(args.cost_model, cost)!r} prices the drafting of none of the "
+                             f"proposers the traces hold ({', '.join(names)}): give --cost-model one that does")
     unheld = [name for name in accs if name != COMBINED and name not in names]
     if unheld:
         raise SpecscopeError(f"--acc: no record holds {', '.join(unheld)} (the traces hold {', '.join(names)})")
@@ -116,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
     past = cost.beyond_measured(chains, simulated, accs) if isinstance(cost, LinearCostModel) else None
     trees = cost.trees_from_chains([row.acc for row in rows if row.policy.startswith("tree:")]) \
         if isinstance(cost, LinearCostModel) else None
-    notes = [*lacking, *(pair_note(pair, why, args.policies) if pair else []), *sample_notes(records, config),
+    notes = [*(f"not simulated: {name}: cost model {label!r} prices no drafting of it (--acc names what to replay)"
+               for name in unpriced),
+             *lacking, *(pair_note(pair, why, args.policies) if pair else []), *sample_notes(records, config),
              *no_match_notes(records, accs, config), *length_notes(records, args.policies),
              *adaptive_notes(records, accs, args.policies), *([past] if past else []), *([trees] if trees else []),
              *learned_notes(args.policies, cost, simulated), *capacity_notes(rows, cost),

@@ -12,6 +12,7 @@ Accepted specs:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from specscope.costmodel.base import CostModel
 from specscope.costmodel.linear import H100_LLAMA31_8B, linear_from_json
@@ -75,6 +76,19 @@ def resolve_cost_model(spec: str) -> CostModel:
         f"cost model {spec!r}: not a preset ({', '.join(PRESETS)}), not roofline:GPU:MODEL, "
         "and no such file"
     )
+
+
+def priced(cost: CostModel, names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``names`` split into the proposers ``cost`` prices the drafting of and those it does not
+    (a replay of the latter would charge their drafting nothing), each in the order given."""
+    kept, left = [], []
+    for name in names:
+        try:
+            cost.drafting_for(name)
+            kept.append(name)
+        except SpecscopeError:
+            left.append(name)
+    return kept, left
 
 
 def cost_label(spec: str, model: CostModel) -> str:

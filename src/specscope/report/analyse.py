@@ -31,7 +31,7 @@ from specscope.analysis.position import ProfileRow, position_profiles
 from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
 from specscope.costmodel.base import CostModel
 from specscope.costmodel.linear import LinearCostModel
-from specscope.costmodel.registry import cost_label, resolve_cost_model
+from specscope.costmodel.registry import cost_label, priced, resolve_cost_model
 from specscope.errors import SpecscopeError
 from specscope.fingerprint import provenance
 from specscope.methods import BENCH_DEFAULT, default_hint
@@ -195,8 +195,8 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     shallowest = min(held, key=lambda key: held[key].deepest, default=None)
     overlap_asked, config = config.overlap, held[shallowest] if shallowest else config  # overlap's: within every depth
     names = proposer_names(records)
-    notes: list[str] = []
-    simulated = _priceable(cost, names, notes)
+    simulated, unpriced = priced(cost, names)
+    notes = [f"not simulated: {name}: cost model {cost.name!r} prices no drafting of it" for name in unpriced]
     if not simulated:
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}"
                              + (default_hint(BENCH_DEFAULT) if BENCH_DEFAULT in names else ""))
@@ -366,17 +366,6 @@ def _left_out(records: Sequence[TraceRecord], simulated: Sequence[str]) -> dict[
             out[dataset] = ", ".join(f"{name} ({len(ids)} of {len(members)} records lack it)"
                                      for name, ids in partly.items())
     return out
-
-
-def _priceable(cost: CostModel, names: Sequence[str], notes: list[str]) -> list[str]:
-    kept = []
-    for name in names:
-        try:
-            cost.drafting_for(name)
-            kept.append(name)
-        except SpecscopeError as error:
-            notes.append(f"not simulated: {error}")
-    return kept
 
 
 def _few_notes(records: Sequence[TraceRecord]) -> list[str]:

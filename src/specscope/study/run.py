@@ -340,7 +340,7 @@ REPLAYS = ".replays"  # the replay tables the study wrote into its folder, one n
 
 
 def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list]:
-    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.costmodel.registry import priced, resolve_cost_model
     from specscope.sim.grid import SimConfig, simulate
     from specscope.sim.policies import held_to
     from specscope.trace import load_traces
@@ -357,8 +357,7 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     tree_sizes = _fillable("tree", TREE_REPLAY_BATCH_SIZES, records, say) if replaying and config.tree_drafter else ()
     for spec in replaying:
         cost = resolve_cost_model(spec)
-        accs = [m for m in config.methods if _can_price(cost, m)]
-        left = [m for m in config.methods if m not in accs]
+        accs, left = priced(cost, config.methods)
         if left:  # its best is then the best of the others: said, not left for the reader to miss
             say(f"replay  {spec}: {', '.join(left)} left out: the cost model prices no drafting of "
                 f"{'them' if len(left) > 1 else 'it'}")
@@ -371,7 +370,7 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
         best = max(rows, key=lambda r: r.speedup if r.policy != "oracle" else 0)
         say(f"replay  {spec}: best non-oracle over every workload: {best.dataset} {best.acc} {best.policy} at "
             f"B={best.batch_size}: {best.speedup:.2f}x")
-        if config.tree_drafter and _can_price(cost, config.tree_drafter):
+        if config.tree_drafter and priced(cost, [config.tree_drafter])[0]:
             _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say, tree_sizes)
             if (config.out_dir / f"replay_{name}_trees.csv").is_file():
                 wrote(f"replay_{name}_trees.csv")
@@ -427,13 +426,3 @@ def _replay_trees(config: StudyConfig, records, cost, out: Path, spec: str, say,
                     else f"beats it up to B={t.beats_up_to}, the largest simulated: no crossover there")
                  for t in trees if t.dataset == dataset]
         say(f"crossover {spec} {dataset} ({drafter}, whole-run speedup): " + "; ".join(parts))
-
-
-def _can_price(cost, method: str) -> bool:
-    from specscope.errors import SpecscopeError
-
-    try:
-        cost.drafting_for(method)
-        return True
-    except SpecscopeError:
-        return False
