@@ -131,3 +131,42 @@ def test_a_drafter_stopped_at_its_confidence_is_named_apart_from_its_fixed_chain
     assert {"eagle k=2", "eagle confidence:0.9 k≤2"} <= labels
     markers = {line.get_label(): line.get_marker() for line in figure.axes[0].lines}
     assert markers["eagle k=2"] != markers["eagle confidence:0.9 k≤2"]  # one k, two configurations told apart
+
+
+def test_measured_cells_of_another_engine_are_named_and_noted(tmp_path):
+    """A review: with every measured row's engine changed to another server's, the check scored
+    "agree" against its cells with no note, and whatif.csv and measured.csv named no engine. Each
+    now names the measured engine beside the fitted one, a cell of another engine is never one the
+    model was fitted to, and one note says the check compares another engine's cells."""
+    from types import SimpleNamespace
+
+    from specscope.analysis.measured import read_bench_results
+    from specscope.costmodel.linear import FittedSweep
+    from specscope.report.catalogue import _fit_of
+    from specscope.report.whatif import engine_note
+
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps([{"engine": "other", "workload": "code", "method": "ngram", "k": 2, "batch_size": 1,
+                                 "speedup": 1.45}]))
+    [cell] = read_bench_results([path])
+    assert cell.engine == "other" and cell.flat()["engine"] == "other"  # measured.csv's column
+    cell = replace(cell, simulated_speedup=simulated_for(cell, ROWS))
+    mine = replace(cell, engine="ref")
+    one = whatif_rows(ROWS, [cell], FITTED, "ref")[0]
+    assert (one.fitted_engine, one.measured_engine, one.measured_in_fit) == ("ref", "other", False)
+    assert whatif_rows(ROWS, [mine], FITTED, "ref")[0].measured_in_fit  # the very cell it was fitted to
+    calibrated = SimpleNamespace(cost=LinearCostModel("engine", 1e-3, 1e-5, 0.0, 0.0, fitted_cells=FITTED, engine="ref"))
+    assert (_fit_of(calibrated, cell), _fit_of(calibrated, mine)) == ({"in_fit": False}, {"in_fit": True})
+    sweep = FittedSweep("/runs/calib", "ab" * 32)
+    assert engine_note([cell], "engine", "ref", sweep) == (
+        "1 of 1 measured cells are of engine 'other', and cost model 'engine' was fitted to engine 'ref' (sweep "
+        "/runs/calib (results.json SHA-256 abababababab)): the what-if's measured check sets its predictions against "
+        "another engine's cells (agree and lost % say how its prices carry over to that engine, not how well it "
+        "predicts its own)")
+    assert engine_note([mine], "engine", "ref", sweep) is None
+    assert engine_note([replace(mine, engine=None)], "engine", "ref", None) == (
+        "1 of 1 measured cells name no engine, and cost model 'engine' was fitted to engine 'ref': nothing checks "
+        "that they are of it")
+    assert engine_note([mine], "engine", "", None) == (
+        "cost model 'engine' names no engine it was fitted to (a file written before fits kept it, or by hand): "
+        "nothing checks that the measured cells (engine 'ref') are of it")

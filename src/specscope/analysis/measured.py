@@ -38,6 +38,7 @@ class MeasuredCell:
     policy_sha256: str | None = None  # ... and the start of that file's SHA-256
     ran_on: str | None = None  # where the engine ran, as its row says (``cpu float32, 1 thread``; None: unsaid)
     confidence: float | None = None  # p of a chain whose drafter stopped at its first draft below p (k at most)
+    engine: str | None = None  # the engine that measured it, as its row names it (a sweep's; None: unsaid)
 
     @property
     def label(self) -> str:
@@ -95,8 +96,9 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
     ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
     ``tree`` (a static tree), a learned cell's ``policy`` and ``policy_sha256``, a chain's ``confidence``
-    p (its drafter stopped at its first draft below p, ``confidence:p:k``), and where the
-    engine ran (``device``, ``dtype``, ``threads``: the reference engine's rows say it);
+    p (its drafter stopped at its first draft below p, ``confidence:p:k``), the ``engine`` (a
+    sweep's rows name it) and where it ran (``device``, ``dtype``, ``threads``: the reference
+    engine's rows say it);
     the dataset is its ``workload`` field (:func:`workload_name`), else the file's stem."""
     fields = Fields(obj, f"{path}: item {index}")
     tree = fields.text("tree", optional=True)
@@ -112,6 +114,7 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
         policy_sha256=fields.text("policy_sha256", optional=True) if method == LEARNED else None,
         ran_on=_ran_on(fields),
         confidence=fields.number("confidence", optional=True, low=0.0, low_open=True, high=1.0),
+        engine=fields.text("engine", optional=True),
     )
 
 
@@ -142,8 +145,8 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
         for i, row in enumerate(rows):
             cell = parse_bench_row(row, path, i)
             where = f"{path}: item {i}"
-            if isinstance(row.get("engine"), str):
-                engines.setdefault(row["engine"], where)
+            if cell.engine is not None:
+                engines.setdefault(cell.engine, where)
             key = (cell.dataset, cell.method, cell.tree or cell.k, cell.batch_size, cell.confidence)
             if key in seen:
                 raise SpecscopeError(f"{where}: the cell {cell.label} k={cell.k} B={cell.batch_size} of "

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from specscope.cli._common import print_table, refuse_overwriting, to_stdout
-from specscope.costmodel.linear import LinearCostModel
+from specscope.costmodel.linear import FittedSweep, LinearCostModel
 from specscope.errors import SpecscopeError
 from specscope.fileio import check_json_output, check_kept_table, check_user_output, json_text
 
@@ -206,7 +206,8 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
         for table in VALIDATION_TABLES:
             check_user_output(args.from_sweep / table)
     cells = read_sweep(args.from_sweep, args.engine)
-    model = fit_cells(cells, name)
+    sweep = FittedSweep(str(args.from_sweep.resolve()), file_sha256(args.from_sweep / "results.json"))
+    model = fit_cells(cells, name, sweep)
     rows, fits = validate(cells, load_traces(args.traces)[0], traced_by(args.traces)) if args.validate \
         else ([], [])  # before any write
     text = _usable(model)

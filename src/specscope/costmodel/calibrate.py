@@ -147,7 +147,8 @@ import numpy as np
 from specscope.costmodel.base import LinearDrafting
 from specscope.costmodel.fit import (draft_rows, measured_extent, nonnegative_least_squares, pairs_fitted, unseparated,
                                      with_policy_work, within_batch_size)
-from specscope.costmodel.linear import TARGET_TERMS, FittedCell, LinearCostModel  # TARGET_TERMS: Gaps.target_features' columns
+from specscope.costmodel.linear import (TARGET_TERMS, FittedCell, FittedSweep,  # TARGET_TERMS: Gaps.target_features' columns
+                                        LinearCostModel)
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD, proposal_label
@@ -573,9 +574,14 @@ def _concat(parts: Sequence[Gaps]) -> Gaps:
     return Gaps(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in vars(parts[0])})
 
 
-def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostModel:
+def fit_cells(cells: Sequence[CellRun], name: str = "calibrated", sweep: FittedSweep | None = None) -> LinearCostModel:
     """Fit the forward and every method's drafting to ``cells`` (module docstring), the gaps of
-    each pair of cells measured side by side divided by the pair's speed (:func:`pair_speeds`)."""
+    each pair of cells measured side by side divided by the pair's speed (:func:`pair_speeds`),
+    of one engine: the model names it, and the ``sweep`` they came from where given."""
+    engines = sorted({c.engine for c in cells})
+    if len(engines) > 1:
+        raise SpecscopeError(f"calibration: cells of engines {', '.join(map(repr, engines))}; a cost model "
+                             "describes one")
     if not any(c.method == NO_SD for c in cells):
         raise SpecscopeError("calibration: no successful 'none' cell (the sweep needs baselines to fit the forward; "
                              "servers already running are one engine when their url engines share a name, one of "
@@ -588,8 +594,9 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated") -> LinearCostM
         if np.allclose(speed, previous, rtol=CONVERGED):
             break
     fitted = tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None) for c in cells)
-    return _model(name, target, drafting, untold, any(c.pads for c in cells), any(g.prefill.any() for g in parts),
-                  fitted)
+    model = _model(name, target, drafting, untold, any(c.pads for c in cells), any(g.prefill.any() for g in parts),
+                   fitted)
+    return replace(model, engine=engines[0], sweep=sweep)
 
 
 def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted",

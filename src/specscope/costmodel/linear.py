@@ -38,6 +38,7 @@ speedups on average and its chains' worst error from 8.9 % to 10.1 %.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Sequence
 
@@ -84,6 +85,30 @@ class FittedCell:
         return cls(name, k, spec.integer("batch_size", minimum=1, maximum=MAX_BATCH_SIZE), spec.text("workload"), tree)
 
 
+@dataclass(frozen=True)
+class FittedSweep:
+    """The sweep a calibrated model was fitted to, as a result names its input: its folder
+    (absolute) and the SHA-256 of its ``results.json`` (None: it had none, and every record in its
+    ``cells/`` was fitted)."""
+
+    folder: str
+    results_sha256: str | None
+
+    @classmethod
+    def from_json(cls, spec: Fields) -> "FittedSweep":
+        """The ``sweep`` object as ``describe()`` writes it."""
+        spec.only(["folder", "results_sha256"])
+        digest = spec.text("results_sha256", optional=True)
+        if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise spec.error(spec.name("results_sha256"), f"expected a SHA-256 (64 hex digits) or null, got {digest!r}")
+        return cls(spec.text("folder"), digest)
+
+    def describe(self) -> str:
+        """``/runs/calib (results.json SHA-256 0123456789ab)``: how a report names it."""
+        return f"{self.folder} " + (f"(results.json SHA-256 {self.results_sha256[:12]})" if self.results_sha256
+                                    else "(no results.json: every cell record fitted)")
+
+
 @dataclass
 class LinearCostModel:
     """Target forward time linear in batched tokens, cached tokens and running sequences, plus
@@ -107,6 +132,8 @@ class LinearCostModel:
     c_batch: float = 0.0  # seconds added to a forward over more than one sequence
     c_prompt_kv: float = 0.0  # seconds per query–key pair of a prefill's attention among its prompts' positions
     made_by: str = ""  # a fitted model: the code that fitted it (specscope.version.code_version)
+    engine: str = ""  # a sweep's model: the sweep's name for the engine it was fitted to ("": unsaid)
+    sweep: FittedSweep | None = None  # ... and the sweep itself (None: unsaid)
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
@@ -157,6 +184,8 @@ class LinearCostModel:
             **({"not_separated": list(self.not_separated)} if self.not_separated else {}),
             **({"measured": {"k": self.measured[0], "batch_size": self.measured[1]}} if self.measured else {}),
             **({"made_by": self.made_by} if self.made_by else {}),
+            **({"engine": self.engine} if self.engine else {}),
+            **({"sweep": asdict(self.sweep)} if self.sweep else {}),
         }
 
     def beyond_measured(self, ks: Sequence[int], batch_sizes: Sequence[int], methods: Sequence[str] = ()) -> str | None:
@@ -243,6 +272,7 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
         ) from None
 
 
+PROVENANCE = ("made_by", "engine", "sweep")  # describe()'s fields that say what fitted a model, not what it prices
 FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_multi may be left out
 TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s", "c_prompt_fixed", "c_prompt_kv")  # every target term a fit names
 LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched")  # the first 3 required
@@ -288,7 +318,7 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
     ``c_prompt_fixed`` and ``c_prompt`` where given)."""
     spec = Fields(obj, label)
     spec.only(["kind", "name", "forward", "overhead_s", "admit_s", "pads_verification", "drafting", "fitted_cells",
-               "not_separated", "measured", "made_by"])
+               "not_separated", "measured", *PROVENANCE])
     forward = spec.child("forward")
     forward.only([*FORWARD_TERMS, "c_prompt", "c_prompt_fixed", "c_batch", "c_prompt_kv"])
     terms = _coefficients(forward, FORWARD_TERMS[:3], [*FORWARD_TERMS[3:], "c_batch", "c_prompt_kv"])
@@ -318,6 +348,8 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         c_prompt=c_prompt,
         c_prompt_fixed=c_prompt_fixed,
         made_by=spec.text("made_by", optional=True) or "",
+        engine=spec.text("engine", optional=True) or "",
+        sweep=None if (sweep := spec.child("sweep", optional=True)) is None else FittedSweep.from_json(sweep),
         **terms,
     )
     _check_fitted(spec, model)
@@ -326,12 +358,16 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
 
 def _check_fitted(spec: Fields, model: LinearCostModel) -> None:
     """What a fitted model says of its fit agrees with itself: fitted to step records
-    (``measured``) or to a sweep's cells (``fitted_cells``), not both; each fitted SD cell's method
-    priced by its ``drafting``; each term ``not_separated`` one it has (a forward term, or a
-    drafter's as ``METHOD.TERM``)."""
+    (``measured``) or to a sweep's cells (``fitted_cells``), not both; the sweep's ``engine`` and
+    ``sweep`` only beside its cells; each fitted SD cell's method priced by its ``drafting``; each
+    term ``not_separated`` one it has (a forward term, or a drafter's as ``METHOD.TERM``)."""
     if model.measured is not None and model.fitted_cells:
         raise spec.error("measured", "expected a model fitted to step records (measured) or to a sweep's cells "
                                      "(fitted_cells), not both")
+    for name in ("engine", "sweep"):
+        if spec.has(name) and not model.fitted_cells:
+            raise spec.error(name, "expected only beside fitted_cells (the sweep's engine and folder a model was "
+                                   "fitted to)")
     for i, cell in enumerate(model.fitted_cells):
         if cell.method != NO_SD and cell.method not in model.drafting:
             raise spec.error(f"fitted_cells[{i}].method", f"{cell.method!r} has no drafting entry: the model prices "

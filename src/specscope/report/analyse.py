@@ -46,7 +46,7 @@ from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
 from specscope.trace.schema import TraceRecord
 from specscope.report.trees import TreeRow, compare_trees, tree_depths
-from specscope.report.whatif import WhatIfRow, whatif_rows
+from specscope.report.whatif import WhatIfRow, engine_note, whatif_rows
 from specscope.sim.observe import offer_notes
 from specscope.sim.policies import learned_notes
 from specscope.trees import TreeShape
@@ -278,7 +278,10 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                               "engine serving requests ran B distinct ones, continuously batched (mixed mode, "
                               "the default, replays that)")
     if isinstance(cost, LinearCostModel):
-        data.whatif = whatif_rows(data.rows + data.tree_rows, data.measured, cost.fitted_cells)
+        data.whatif = whatif_rows(data.rows + data.tree_rows, data.measured, cost.fitted_cells, cost.engine)
+        engines = engine_note(data.measured, cost.name, cost.engine, cost.sweep) if data.whatif and data.measured \
+            else None
+        data.notes.extend([engines] if engines else [])
     advance(PHASES[2])
 
     ov = config.overlap

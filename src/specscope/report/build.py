@@ -211,11 +211,15 @@ def _page(data: ReportData, figures: list[FigureEntry], tables: list[Path], note
 
 def _other_inputs(data: ReportData) -> list[str]:
     """The inputs beside the traces, one line each: what traced each trace (where its settings are
-    kept beside it), the cost model, the step records, the measured cells, the policy."""
+    kept beside it), the cost model (and the engine and sweep it was fitted to), the step records,
+    the measured cells, the policy."""
     config = data.config
     lines = [f"{trace}: {said}" for trace in data.traces if (said := traced_with(trace)) is not None]
+    fitted = ([f"engine {data.cost.engine!r}"] if getattr(data.cost, "engine", "") else []) + \
+        ([f"sweep {data.cost.sweep.describe()}"] if getattr(data.cost, "sweep", None) else [])  # a sweep's model
     lines.append(f"cost model: {data.cost_label}" + (f", {provenance(config.cost_model)}"
-                                                      if Path(config.cost_model).is_file() else ""))
+                                                      if Path(config.cost_model).is_file() else "")
+                 + (f", fitted to {' of '.join(fitted)}" if fitted else ""))
     if config.steps:
         lines.append(f"step records: {', '.join(map(provenance, config.steps))}")
     if data.measured:
@@ -246,6 +250,15 @@ def _k(cell: MeasuredCell) -> object:
     sooner); "tree" for a tree, which its label names (a sweep records a tree's node count as k, a
     bench its depth)."""
     return "tree" if cell.tree is not None else cell.k if cell.confidence is None else f"≤{cell.k}"
+
+
+def _engine(row: WhatIfRow) -> str:
+    """The what-if table's measured engine: its name, ``(unsaid)`` where the cells name none, and
+    the fitted one beside it where that is another; blank where nothing was measured."""
+    if row.measured_best is None:
+        return ""
+    name = row.measured_engine or "(unsaid)"
+    return name if row.fitted_engine in (None, row.measured_engine) else f"{name} (fitted: {row.fitted_engine})"
 
 
 def _agree(row: WhatIfRow) -> str:
@@ -307,12 +320,12 @@ def _whatif_table(rows: Sequence[WhatIfRow]) -> list[tuple[str, list[str], list[
     return [(f"What if: the calibrated model's best configuration an engine runs (a fixed k or a static tree: the "
              f"answer above may name adaptive) per batch size, and the measured check{': ' + summary if summary else ''}",
              ["workload", "batch size", "batch size in fit", "predicted best", "its k or tree in fit", "predicted",
-              "steady-state best", "measured best", "measured", "predicted best of the measured", "its measured speedup",
-              "lost % (trusting the prediction)", "agree"],
+              "steady-state best", "measured engine", "measured best", "measured", "predicted best of the measured",
+              "its measured speedup", "lost % (trusting the prediction)", "agree"],
              [[r.dataset, r.batch_size, "yes" if r.in_fit else "no", r.predicted_best,
                "" if r.best_in_fit is None else ("yes" if r.best_in_fit else "no"), r.predicted_speedup,
                "" if r.steady_best is None else f"{r.steady_best} ({r.steady_speedup:.2f})",
-               r.measured_best or "", "" if r.measured_speedup is None else r.measured_speedup,
+               _engine(r), r.measured_best or "", "" if r.measured_speedup is None else r.measured_speedup,
                r.predicted_among_measured or "", "" if r.pick_measured_speedup is None else r.pick_measured_speedup,
                "" if r.lost_pct is None else f"{r.lost_pct:.1f}", _agree(r)]
               for r in rows])]

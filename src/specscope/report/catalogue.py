@@ -55,9 +55,9 @@ def _ran_on(cells) -> str:
 
 def _fit_of(data: ReportData, cell) -> dict:
     """``in_fit``, where the cost model was calibrated to a sweep: whether it was fitted to this very
-    cell (its error in-sample, not a prediction)."""
+    cell of its engine (its error in-sample, not a prediction)."""
     fitted = getattr(data.cost, "fitted_cells", ())
-    return {"in_fit": fitted_to(cell, fitted)} if fitted else {}
+    return {"in_fit": fitted_to(cell, fitted, data.cost.engine)} if fitted else {}
 
 
 TABLES = [
@@ -278,7 +278,7 @@ FIGURES = [
                   "circles are measured cells (filled: the model was fitted to them; hollow: checks it never "
                   "saw), each with a dash at what the model predicts for it — look how far the hollow "
                   "circles sit from their dashes, and where the best k changes.",
-        lambda d: whatif_figure(d.rows, d.measured, d.cost.fitted_cells),
+        lambda d: whatif_figure(d.rows, d.measured, d.cost.fitted_cells, d.cost.engine),
         lambda d: None if d.whatif else "the cost model was not calibrated to an engine "
                                         "(specscope costmodel fit --from-sweep)",
     ),

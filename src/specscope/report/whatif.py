@@ -20,7 +20,9 @@ prediction. Per dataset and simulated batch size, one :class:`WhatIfRow`:
   always a candidate), and the predicted winner *among the configurations that were measured and
   simulated* (a check can only rank what it ran), with ``agree`` = the two name the same method,
   k and tree (``None``, not checked, where the measured winner is a configuration the report did
-  not simulate, such as a k beyond its ``--ks``). ``measured_in_fit``:
+  not simulate, such as a k beyond its ``--ks``). ``measured_engine``: the engine the measured
+  cells there name, beside ``fitted_engine``, the sweep's engine the model was fitted to
+  (:func:`engine_note` says where they differ). ``measured_in_fit``:
   whether the winner's own cell was one the model was fitted to. ``pick_measured_speedup`` is
   what that predicted pick measured, and ``lost_pct`` = 100 · (winner's − pick's) / winner's
   measured speedup: what trusting the prediction would have cost (0 where they agree). A miss
@@ -35,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from specscope.analysis.measured import MeasuredCell, winner as measured_winner, workload_name
-from specscope.costmodel.linear import FittedCell
+from specscope.costmodel.linear import FittedCell, FittedSweep
 from specscope.methods import NO_SD
 from specscope.report.style import batch_axis, proposer_colours, panel_grid, plt, short
 from specscope.sim.grid import COMBINED, SimRow
@@ -56,6 +58,8 @@ class WhatIfRow:
     best_in_fit: bool | None = None  # None: no SD is the best
     steady_best: str | None = None  # the winner in the steady state (None: no iteration had every slot decoding)
     steady_speedup: float | None = None
+    fitted_engine: str | None = None  # the sweep's engine the model was fitted to (None: the model names none)
+    measured_engine: str | None = None  # the engine the measured cells here name (None: none measured, or unsaid)
     measured_best: str | None = None
     measured_speedup: float | None = None
     measured_in_fit: bool | None = None
@@ -75,19 +79,21 @@ def _config(cell: MeasuredCell) -> str:
     return NO_SD if cell.method == NO_SD else f"{cell.method} {cell.simulated_policy}"
 
 
-def fitted_to(cell: MeasuredCell, fitted: Sequence[FittedCell]) -> bool:
+def fitted_to(cell: MeasuredCell, fitted: Sequence[FittedCell], engine: str) -> bool:
     """Whether ``cell`` is one the model was fitted to (workloads compared by the datasets they
     name, :func:`~specscope.analysis.measured.workload_name`: a sweep's cells keep the path typed,
-    ``code8.jsonl``)."""
+    ``code8.jsonl``), by its ``engine`` where the cell and the model both name one."""
+    if engine and cell.engine is not None and cell.engine != engine:
+        return False
     return cell.confidence is None and any(  # a sweep's cells are chains and trees
         f.method == cell.method and f.batch_size == cell.batch_size and workload_name(f.workload) == cell.dataset
         and (f.tree or None) == (cell.tree or None) and (f.tree is not None or f.k == cell.k) for f in fitted)
 
 
-def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell]
-                ) -> list[WhatIfRow]:
+def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell],
+                engine: str = "") -> list[WhatIfRow]:
     """One row per simulated dataset × batch size (module docstring); empty when the model is
-    not calibrated."""
+    not calibrated. ``engine``: the sweep's engine it was fitted to ("": the model names none)."""
     if not fitted:
         return []
     fitted_sizes = {f.batch_size for f in fitted}
@@ -97,7 +103,8 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
                     and r.policy.startswith(RUNNABLE)]
         best = max(runnable, key=lambda r: r.speedup, default=None)
         row = WhatIfRow(dataset, b, b in fitted_sizes, *((f"{best.acc} {best.policy}", best.speedup)
-                                                          if best is not None and best.speedup > 1 else (NO_SD, 1.0)))
+                                                          if best is not None and best.speedup > 1 else (NO_SD, 1.0)),
+                        fitted_engine=engine or None)
         if row.predicted_best != NO_SD:
             row.best_in_fit = any(f.method == best.acc and configured_policy(f.k, f.tree) == best.policy
                                   for f in fitted)
@@ -108,12 +115,13 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
                                                    if top.steady_speedup > 1 else (NO_SD, 1.0))
         here = [c for c in measured if c.dataset == dataset and c.batch_size == b]
         priced = [(c, c.simulated_speedup) for c in here if c.simulated_speedup is not None]
+        row.measured_engine = ", ".join(dict.fromkeys(c.engine for c in here if c.engine is not None)) or None
         if priced:  # no SD is always a candidate: speedup 1, measured or not
             priced.append((MeasuredCell(dataset, NO_SD, 0, b, 1.0), 1.0))
             winner = measured_winner(here, dataset, b)  # over every measured cell
             pick, speedup = max(priced, key=lambda cp: cp[1])
             row.measured_best, row.measured_speedup = _config(winner), winner.measured_speedup
-            row.measured_in_fit = winner.method != NO_SD and fitted_to(winner, fitted)
+            row.measured_in_fit = winner.method != NO_SD and fitted_to(winner, fitted, engine)
             row.predicted_among_measured, row.predicted_among_measured_speedup = _config(pick), speedup
             checked = winner.method == NO_SD or any(c is winner for c, _ in priced)  # else not simulated: no rank
             row.agree = _config(pick) == _config(winner) if checked else None
@@ -122,6 +130,29 @@ def whatif_rows(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted
                 row.lost_pct = 100.0 * (winner.measured_speedup - pick.measured_speedup) / winner.measured_speedup
         out.append(row)
     return out
+
+
+def engine_note(measured: Sequence[MeasuredCell], model: str, engine: str, sweep: FittedSweep | None) -> str | None:
+    """One note where the ``measured`` cells checking cost model ``model`` are not of the sweep's
+    ``engine`` it was fitted to (``sweep``: where it came from), or where either side names none
+    (nothing checks it); None where every cell names that engine."""
+    named = list(dict.fromkeys(c.engine for c in measured if c.engine is not None))
+    if not engine:
+        of = f" (engine {', '.join(map(repr, named))})" if named else ""
+        return (f"cost model {model!r} names no engine it was fitted to (a file written before fits kept it, or by "
+                f"hand): nothing checks that the measured cells{of} are of it")
+    other = [name for name in named if name != engine]
+    unsaid = sum(c.engine is None for c in measured)
+    parts = ([f"{sum(c.engine in other for c in measured)} of {len(measured)} measured cells are of engine "
+              f"{', '.join(map(repr, other))}"] if other else []) + \
+        ([f"{unsaid} of {len(measured)} measured cells name no engine"] if unsaid else [])
+    if not parts:
+        return None
+    fitted = f"cost model {model!r} was fitted to engine {engine!r}" + (f" (sweep {sweep.describe()})" if sweep else "")
+    return "; ".join(parts) + f", and {fitted}: " + (
+        "the what-if's measured check sets its predictions against another engine's cells (agree and lost % say how "
+        "its prices carry over to that engine, not how well it predicts its own)" if other else
+        "nothing checks that they are of it")
 
 
 def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
@@ -157,10 +188,11 @@ def whatif_summary(rows: Sequence[WhatIfRow]) -> str | None:
     return sentence + "." + steady
 
 
-def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell]) -> plt.Figure:
+def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitted: Sequence[FittedCell],
+                  engine: str = "") -> plt.Figure:
     """Per dataset: each proposer's best fixed:k by batch size as the calibrated model predicts
     it (line; each point labelled with its k), and every measured cell (circle, labelled with its
-    k; filled: a cell the model was fitted to, hollow: one it never saw) with a dash at the
+    k; filled: a cell of its ``engine`` the model was fitted to, hollow: one it never saw) with a dash at the
     speedup the model predicts for that same cell."""
     datasets = list(dict.fromkeys(r.dataset for r in rows))
     proposers = list(dict.fromkeys(r.acc for r in rows if r.acc != COMBINED))
@@ -181,7 +213,7 @@ def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitt
                 if predicted is None:
                     continue
                 ax.plot([cell.batch_size], [cell.measured_speedup], marker="o", linestyle="none", color=colour,
-                        markerfacecolor=colour if fitted_to(cell, fitted) else "white")
+                        markerfacecolor=colour if fitted_to(cell, fitted, engine) else "white")
                 ax.plot([cell.batch_size], [predicted], marker="_", markersize=12, linestyle="none", color=colour)
                 ax.annotate(cell.tree or str(cell.k), (cell.batch_size, cell.measured_speedup), fontsize=7,
                             textcoords="offset points", xytext=(6, -3), color=colour)

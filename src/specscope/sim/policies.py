@@ -35,6 +35,7 @@ import numpy as np
 
 from specscope import validate
 from specscope.costmodel.base import CostModel
+from specscope.costmodel.linear import PROVENANCE
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, method
 from specscope.policy.learned import load_policy
@@ -232,9 +233,10 @@ def learned_notes(policies: Sequence[str], cost: CostModel, batch_sizes: Sequenc
 def _choice_prices(described: dict) -> dict:
     """A cost model's prices without the policy's own work (drafting entry ``learned``), which
     prices a policy's steps and none of its choices (a study adds it once the policy is fitted),
-    and without the code that fitted it (``made_by``)."""
+    and without what fitted it (:data:`~specscope.costmodel.linear.PROVENANCE`: the code, a sweep's
+    engine and folder)."""
     drafting = {m: d for m, d in described.get("drafting", {}).items() if m != LEARNED}
-    return {**{key: value for key, value in described.items() if key != "made_by"}, "drafting": drafting}
+    return {**{key: value for key, value in described.items() if key not in PROVENANCE}, "drafting": drafting}
 
 
 def held_to(policies: Sequence[str], depth: int) -> tuple[str, ...]:
