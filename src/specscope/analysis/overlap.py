@@ -128,8 +128,8 @@ def default_reference(records: Sequence[TraceRecord], lookup: str) -> tuple[str,
     if not models:
         raise SpecscopeError(f"overlap: the traces hold no model proposer to set {lookup} against (they hold "
                              f"{', '.join(proposer_names(records)) or 'none'})")
-    pair, why = default_pair(records, [lookup, *models])
-    return pair[1], why
+    pair, why = default_pair(records, [lookup, *models])  # a lookup no record holds ranks last: not in the pair
+    return pair[1] if pair[0] == lookup else pair[0], why
 
 
 def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimConfig,
