@@ -315,3 +315,24 @@ def test_expected_tokens_is_exact_near_alpha_one():
 
     assert float(expected_tokens(0.99999, 64)) == pytest.approx((1 - 0.99999 ** 65) / 1e-5, rel=1e-9)
     assert float(expected_tokens(1.0, 64)) == 65.0 and float(expected_tokens(0.0, 64)) == 1.0
+
+
+def test_bound_says_how_often_a_lookup_offered_nothing_where_its_traces_record_it(tmp_path, capsys):
+    """Its α is over the positions it offered at; the bound proposes k at every step, so with n-gram
+    finding no match at 73 % of positions it read 1.45× where simulate gave 1.11×, unsaid. Offers
+    0, 2, 0 at the three positions before the output's last (the last drafts nothing): 2 of 3."""
+    from specscope.analysis.bound_points import unoffered_note
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    record = TraceRecord("r", np.arange(3), np.arange(4), {"ngram": ProposerTrace(
+        np.array([1, 3, 1, 1], dtype=np.int32), draft_len=np.array([0, 2, 0, 1], dtype=np.int32))}, k_max=2)
+    assert unoffered_note([record], "ngram").startswith("offered no draft at 2 of 3 positions (67 %)")
+    assert unoffered_note([record.truncated(1)], "ngram") is None  # one token: no position to draft at
+    always = TraceRecord("s", np.arange(3), np.arange(3), {"ngram": ProposerTrace(
+        np.array([2, 1, 1], dtype=np.int32), draft_len=np.array([1, 1, 1], dtype=np.int32))}, k_max=2)
+    assert unoffered_note([always], "ngram") is None
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [record, always])
+    assert main(["bound", str(tmp_path / "t.jsonl"), "--k-max", "2"]) == 0
+    assert "note: ngram: offered no draft at 2 of 5 positions (40 %)" in capsys.readouterr().out

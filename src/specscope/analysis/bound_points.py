@@ -58,6 +58,25 @@ def traced_alpha(holding: Sequence[TraceRecord], proposer: str) -> tuple[float, 
     return alpha, min(depths)
 
 
+def unoffered_note(holding: Sequence[TraceRecord], proposer: str) -> str | None:
+    """Where ``proposer``'s traces record what it offered (draft_len) and it offered nothing at
+    some positions (a lookup that found no match), the share of them and what that does to the
+    bound: α is over the positions it offered at, and the bound proposes k at every step, so it
+    overstates such a proposer's speedup (a step offering nothing emits one token, which the
+    simulator prices); None where it offered at every position or the traces do not say."""
+    offers = [r.proposers[proposer].draft_len[:-1] for r in holding  # the last position has nothing left to draft
+              if r.proposers[proposer].draft_len is not None and r.output_len > 1]
+    positions = sum(len(o) for o in offers)
+    if not positions:
+        return None
+    empty = sum(int((o == 0).sum()) for o in offers)
+    if not empty:
+        return None
+    return (f"offered no draft at {empty} of {positions} positions ({100 * empty / positions:.0f} %): its α "
+            "is over the positions it offered at, and the bound has every step propose k, so it overstates the "
+            "speedup (a step offering nothing emits one token; simulate prices those steps)")
+
+
 def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Sequence[str],
                  batch_size: int, k: int, notes: list[str] | None = None, depth: int | None = None) -> list[BoundPoint]:
     """One point per dataset × proposer (of ``proposers``) present in the records, but where its
@@ -81,6 +100,9 @@ def bound_points(records: Sequence[TraceRecord], cost: CostModel, proposers: Seq
                 if notes is not None:
                     notes.append(f"bound: dataset {dataset!r}, {proposer}: no α ({NO_ALPHA})")
                 continue
+            unoffered = unoffered_note(holding, proposer)
+            if notes is not None and unoffered:
+                notes.append(f"bound: dataset {dataset!r}, {proposer}: {unoffered}")
             curve = c_by_k(cost, proposer, max(k_max, CURVE_K), batch_size, context)
             best_k, best = optimal_k(alpha, curve, k_max)
             points.append(BoundPoint(dataset, proposer, alpha, estimate_c(cost, proposer, k, batch_size, context),

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import by_dataset
-    from specscope.analysis.bound_points import NO_ALPHA, traced_alpha
+    from specscope.analysis.bound_points import NO_ALPHA, traced_alpha, unoffered_note
     from specscope.theory.bound import c_by_k, estimate_c, expected_speedup, optimal_k
 
     cases: list[tuple[str, float, float, int, np.ndarray | None]] = []  # proposer, α, c at --k, the deepest k its
@@ -97,6 +97,9 @@ def run(args: argparse.Namespace) -> int:
                         continue
                     if len(holding) < len(members):
                         print(f"note: {label}: α from the {len(holding)} of {len(members)} records that hold it")
+                    unoffered = unoffered_note(holding, name)
+                    if unoffered:
+                        print(f"note: {label}: {unoffered}")
                     depth = min(depth, traced)
                     if traced <= args.k_max:  # the traces, not the table, end it: a larger --k-max shows no more
                         at_trace_depth.add(label)
