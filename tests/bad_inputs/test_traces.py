@@ -40,6 +40,9 @@ CASES = [
     Case("own-misspelt-proposer-field", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'proposers\.ngram\.draft_lenn': unknown field \(expected acc_len, draft_len",
          files={"t.jsonl": own(draft_lenn=[0, 1, 0])}),
+    Case("own-misspelt-proposer", ["traces", "inspect", "t.jsonl"],  # read, then left out of every priced table
+         r"t\.jsonl:1: field 'proposers\.eagel': unknown proposer \(expected one of ngram, .*; did you mean 'eagle'\?\)",
+         files={"t.jsonl": own().replace('"proposers": {"ngram"', '"proposers": {"eagel"')}),
     Case("bench-unknown-proposer", ["traces", "inspect", "t.jsonl"],
          r"t\.jsonl:1: field 'acc_eagle_3': unknown proposer \(expected acc_ngram, acc_eagle",
          files={"t.jsonl": bench(acc_eagle_3={"acc_len": [1, 1, 1]})}),

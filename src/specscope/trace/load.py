@@ -39,7 +39,7 @@ from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text
 from specscope.reading import first_line, read_jsonl
-from specscope.methods import BENCH_DEFAULT, METHODS, of_kind
+from specscope.methods import BENCH_DEFAULT, METHODS, NAMES, of_kind
 from specscope.trace.fields import Fields
 from specscope.trace.schema import SCHEMA_VERSION, TREE_RANK_CAP, ProposerTrace, TraceRecord
 
@@ -187,6 +187,11 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
         unknown = [key for key in fields.obj if key not in RECORD_FIELDS]
         if unknown:  # a misspelt field (k_mx) would be dropped unsaid
             raise fields.error(unknown[0], f"unknown field (expected {', '.join(RECORD_FIELDS)})")
+        unknown = [key for key in raw if key not in NAMES and key != BENCH_DEFAULT]
+        if unknown:  # a misspelt proposer (eagel) would be read, then left out of every priced table
+            near = difflib.get_close_matches(unknown[0], NAMES, n=1)
+            raise fields.error(f"proposers.{unknown[0]}", f"unknown proposer (expected one of {', '.join(NAMES)}, or "
+                               f"{BENCH_DEFAULT}" + (f"; did you mean {near[0]!r}?)" if near else ")"))
     elif fields.has("generated_token_ids"):
         output_field, fmt = "generated_token_ids", "specdecode-bench"
         raw = {key: fields.obj[key] for key in fields.obj if bench_proposer(key)}
