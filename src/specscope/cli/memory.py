@@ -41,8 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         choices=(1, 2, 4),
         default=None,
-        help=f"bytes per weight and per cached value (default: weights as each checkpoint stores them, FP8 "
-             f"layers at 1 byte, else {DTYPE_BYTES}; caches and heads at {DTYPE_BYTES})",
+        help=f"bytes per weight and per cached value (default: weights as a server loads each checkpoint — FP8 "
+             f"layers at 1 byte, else {DTYPE_BYTES}, a float32 one too, as vLLM's --dtype auto serves it in 16 bits; "
+             f"caches and heads at {DTYPE_BYTES})",
     )
     parser.add_argument(
         "--draft-vocab-size",
@@ -87,7 +88,7 @@ def _print_table(report: MemoryReport) -> None:
     from rich.table import Table
 
     table = Table(title=f"memory at {report.dtype_bytes} bytes per value" if report.dtype_bytes else
-                  "memory: weights as each checkpoint stores them (FP8 layers 1 byte, else 2), caches and heads at 2")
+                  "memory: weights as a server loads them (FP8 layers 1 byte, else 2, float32 too), caches and heads at 2")
     columns = ("role", "model", "params", "weight bytes", "GiB", "KV bytes/token", "KV layers")
     for column in columns + ("shares with target",):
         table.add_column(column, no_wrap=True, justify="right" if column in columns[2:] else "left")
