@@ -287,3 +287,16 @@ def test_an_fp8_target_keeps_a_16_bit_cache_and_head_unless_told(tmp_path, capsy
     out = run_json(capsys, "--target", str(tmp_path), "--eagle")
     assert out["target"]["kv_bytes_per_token"] == 131_072 and out["drafter"]["weight_bytes"] == 2 * 251_666_432
     assert out["target"]["weight_bytes"] == 8_030_261_248 + 2 * 128256 * 4096
+
+
+def test_a_head_given_as_a_model_is_refused_and_a_capped_draft_vocabulary_said(capsys):
+    """--draft on an EAGLE head's folder counted it as a whole model (590,400 parameters, its KV in
+    every layer, where --eagle counts 467,328); the bundled target's 1024-token vocabulary cut the
+    EAGLE-3 head's default 32000 unsaid."""
+    from specscope.zoo.shipped import model_dir
+
+    assert main(["memory", "--target", str(model_dir("target")), "--draft", str(model_dir("eagle"))]) == 2
+    assert "names a speculative head (EagleLlamaForCausalLM), not a model" in capsys.readouterr().err
+    assert main(["memory", "--target", str(model_dir("target")), "--eagle3"]) == 0
+    assert "the head's draft vocabulary is the target's 1024 tokens, not the published heads' 32000" \
+        in capsys.readouterr().err

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import sys
+from pathlib import Path
 
 from specscope.costmodel.memory import (
     DTYPE_BYTES,
@@ -13,8 +16,10 @@ from specscope.costmodel.memory import (
 )
 from specscope.errors import SpecscopeError
 from specscope.methods import of_kind
+from specscope.reading import read_json_object
 
 [DRAFT_MODEL] = of_kind("draft model")  # --draft CONFIG; each head is a flag of its own name
+HEAD = re.compile(r"eagle|mtp|medusa", re.IGNORECASE)  # a config.json architecture naming a speculative head
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -60,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     from specscope.costmodel.presets import ModelShape
     from specscope.costmodel.roofline import check_draft_vocab
 
+    for option, given in (("--target", args.target), ("--draft", args.draft)):
+        _refuse_a_head(option, given)
     target = ModelShape.resolve(args.target)
     draft = ModelShape.resolve(args.draft) if args.draft else None
     if draft is not None:
@@ -80,7 +87,25 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=1))
     else:
         _print_table(report)
+    if kind is not None and MEMORY_MODELS[kind].draft_vocab and draft_vocab_size is None \
+            and target.vocab_size < EAGLE3_DRAFT_VOCAB_SIZE:
+        print(f"note: the head's draft vocabulary is the target's {target.vocab_size} tokens, not the published "
+              f"heads' {EAGLE3_DRAFT_VOCAB_SIZE} (--draft-vocab-size sets it)", file=sys.stderr)
     return 0
+
+
+def _refuse_a_head(option: str, given: str | None) -> None:
+    """Refuse a config.json (or its folder) whose architectures name a speculative head: counted as
+    a whole model, its shared embedding and LM head were counted again, and its KV for every layer
+    of a model it is not (a head is derived from the target's shape: --eagle, --eagle3, --mtp)."""
+    path = Path(given) / "config.json" if given and Path(given).is_dir() else Path(given or "")
+    if not given or not path.is_file():
+        return  # a preset, or none: ModelShape.resolve says what is wrong
+    names = read_json_object(path).get("architectures") or []
+    head = next((n for n in names if isinstance(n, str) and HEAD.search(n)), None)
+    if head is not None:
+        raise SpecscopeError(f"{option} {given}: its config.json names a speculative head ({head}), not a model: "
+                             "give the target with --target and the head as --eagle, --eagle3 or --mtp")
 
 
 def _print_table(report: MemoryReport) -> None:
