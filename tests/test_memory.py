@@ -297,6 +297,8 @@ def test_a_head_given_as_a_model_is_refused_and_a_capped_draft_vocabulary_said(c
 
     assert main(["memory", "--target", str(model_dir("target")), "--draft", str(model_dir("eagle"))]) == 2
     assert "names a speculative head (EagleLlamaForCausalLM), not a model" in capsys.readouterr().err
+    assert main(["memory", "--target", str(model_dir("target")), "--draft", str(model_dir("mtp"))]) == 2  # +100 %
+    assert "(num_nextn_predict_layers: an MTP module's folder" in capsys.readouterr().err
     assert main(["memory", "--target", str(model_dir("target")), "--eagle3"]) == 0
     assert "the head's draft vocabulary is the target's 1024 tokens, not the published heads' 32000" \
         in capsys.readouterr().err

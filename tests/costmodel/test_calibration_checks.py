@@ -128,8 +128,11 @@ def test_cells_without_counters_are_named_with_what_the_fit_takes(tmp_path, capl
     assert sorted(said) == sorted([
         f"{label['ngram', 1]}: no draft-token counter (metrics_error: GET /metrics: HTTP 404: no route): taken to "
         "verify k + 1 tokens (a tree: nodes + 1) every step",
+        f"{label['ngram', 1]}: no drafts counter (metrics_error: GET /metrics: HTTP 404: no route): taken to "
+        "propose on every step",  # a cell without either counter: both assumptions said (the second was not)
         f"{label['ngram', 2]}: no draft-token counter (the server exports none): taken to verify k + 1 tokens (a "
         "tree: nodes + 1) every step",
-        f"{label['draft', 2]}: no drafts counter (the server exports none): taken to propose on every step"])
+        f"{label['ngram', 2]}, {label['draft', 2]}: no drafts counter (the server exports none): taken to propose on "
+        "every step"])
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert all(any(line in message for message in warned) for line in said)

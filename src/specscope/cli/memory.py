@@ -95,14 +95,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _refuse_a_head(option: str, given: str | None) -> None:
-    """Refuse a config.json (or its folder) whose architectures name a speculative head: counted as
+    """Refuse a config.json (or its folder) whose architectures name a speculative head (or, as
+    --draft, that declares an MTP module, as an MTP head's folder does): counted as
     a whole model, its shared embedding and LM head were counted again, and its KV for every layer
     of a model it is not (a head is derived from the target's shape: --eagle, --eagle3, --mtp)."""
     path = Path(given) / "config.json" if given and Path(given).is_dir() else Path(given or "")
     if not given or not path.is_file():
         return  # a preset, or none: ModelShape.resolve says what is wrong
-    names = read_json_object(path).get("architectures") or []
+    config = read_json_object(path)
+    names = config.get("architectures") or []
     head = next((n for n in names if isinstance(n, str) and HEAD.search(n)), None)
+    if head is None and option == "--draft" and config.get("num_nextn_predict_layers"):
+        head = "num_nextn_predict_layers: an MTP module's folder holds its target's config"  # a target's MTP: --mtp
     if head is not None:
         raise SpecscopeError(f"{option} {given}: its config.json names a speculative head ({head}), not a model: "
                              "give the target with --target and the head as --eagle, --eagle3 or --mtp")

@@ -370,9 +370,11 @@ def counter_assumptions(cells: Sequence[CellRun]) -> list[str]:
         if cell.method == NO_SD or (cell.num_draft_tokens is not None and cell.num_drafts is not None):
             continue
         why = f"metrics_error: {cell.metrics_error}" if cell.metrics_error else "the server exports none"
-        what = ("no draft-token counter ({}): taken to verify k + 1 tokens (a tree: nodes + 1) every step"
-                if cell.num_draft_tokens is None else "no drafts counter ({}): taken to propose on every step")
-        missing.setdefault(what.format(why), []).append(cell.label)
+        if cell.num_draft_tokens is None:
+            missing.setdefault(f"no draft-token counter ({why}): taken to verify k + 1 tokens (a tree: nodes + 1) "
+                               "every step", []).append(cell.label)
+        if cell.num_drafts is None:
+            missing.setdefault(f"no drafts counter ({why}): taken to propose on every step", []).append(cell.label)
     return [f"{', '.join(labels)}: {what}" for what, labels in missing.items()]
 
 

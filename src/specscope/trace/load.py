@@ -191,7 +191,8 @@ def parse_record(obj: object, path: object, line: int) -> tuple[TraceRecord, str
         if unknown:  # a misspelt proposer (eagel) would be read, then left out of every priced table
             near = difflib.get_close_matches(unknown[0], NAMES, n=1)
             raise fields.error(f"proposers.{unknown[0]}", f"unknown proposer (expected one of {', '.join(NAMES)}, or "
-                               f"{BENCH_DEFAULT}" + (f"; did you mean {near[0]!r}?)" if near else ")"))
+                               f"{BENCH_DEFAULT}" + (f"; did you mean {near[0]!r}?" if near else "")
+                               + "): rename it in the file (no command reads a record it holds)")
     elif fields.has("generated_token_ids"):
         output_field, fmt = "generated_token_ids", "specdecode-bench"
         raw = {key: fields.obj[key] for key in fields.obj if bench_proposer(key)}
