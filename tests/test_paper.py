@@ -154,3 +154,20 @@ def test_the_optimistic_note_comes_with_oracle_combined_cells_only(tmp_path, cap
     assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "oracle-combined:" not in out and "note: oracle-combined is optimistic" not in out
+
+
+def test_the_proposers_not_replayed_are_named_with_ways_the_cost_model_can_price(tmp_path, capsys):
+    """Probe: traces of n-gram, MTP and EAGLE-3 were told to run `simulate --mode paper --acc
+    ngram,mtp,eagle3` (which dies: the paper's fit prices no MTP) and `--rename mtp=eagle` (MTP only
+    first in key order, where EAGLE-3 accepts more and is the default pair's)."""
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 8, "prompt_token_ids": [1, 2],
+              "output_token_ids": [5, 6, 7, 8], "proposers": {"ngram": {"acc_len": [2, 1, 2, 1]},
+                                                              "mtp": {"acc_len": [2, 1, 1, 1]},
+                                                              "eagle3": {"acc_len": [4, 3, 2, 1]}}}
+    (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert ("note: mtp, eagle3 not replayed: the paper's figures replay ngram and eagle alone (`specscope traces "
+            "convert --rename eagle3=eagle` names it eagle; `specscope simulate --mode paper --acc ngram,eagle3` "
+            "replays it as traced); mtp unpriced: the paper's cost model (h100-llama3.1-8b) prices no drafting of "
+            "it") in out

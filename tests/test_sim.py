@@ -859,3 +859,111 @@ def test_simulate_by_default_replays_the_proposers_its_cost_model_prices_and_nam
     write_traces(tmp_path / "m.jsonl", only_mtp)
     assert main(["simulate", str(tmp_path / "m.jsonl"), "--policies", "fixed:1", "--batch-sizes", "1"]) == 2
     assert "prices the drafting of none of the proposers the traces hold (mtp)" in capsys.readouterr().err
+
+
+def drawn(rid: str, means: dict[str, int], rng, dataset: str = "d", lacking: tuple[str, ...] = ()) -> TraceRecord:
+    """A record of 40 positions whose proposers of ``means`` each emit about that many tokens a step."""
+    return TraceRecord(rid, rng.integers(0, 50, 10), rng.integers(0, 50, 40), {
+        name: ProposerTrace(np.clip(rng.integers(mean - 1, mean + 2, 40), 1, 6).astype(np.int32))
+        for name, mean in means.items() if name not in lacking}, k_max=5, dataset=dataset)
+
+
+def simulated_cells(tmp_path, *argv: str) -> tuple[int, set[tuple[str, str, str]], str]:
+    """``simulate`` of ``argv`` (traces first): its exit status, its cells (dataset, acc, policy) and what it said."""
+    import io
+    import contextlib
+
+    from specscope.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    path = tmp_path / "o.csv"
+    path.unlink(missing_ok=True)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["simulate", *argv, "--batch-sizes", "1", "-o", str(path)])
+    cells = {(c["dataset"], c["acc"], c["policy"]) for c in csv.DictReader(path.open())} if path.exists() else set()
+    return status, cells, out.getvalue() + err.getvalue()
+
+
+def test_a_bare_pair_takes_only_proposers_the_cost_model_prices(tmp_path):
+    """Probes: MTP accepting most, the default pair was ngram+mtp, which the default cost model
+    prices no drafting of: a bare oracle-switch died on it, and a bare oracle-combined printed
+    'not simulated: mtp' beside a row oracle-combined:ngram+mtp; with one proposer priced among
+    those named (--acc ngram) the pair fell back to every proposer held, unpriced ones too."""
+    from specscope.costmodel.linear import H100_LLAMA31_8B
+    from specscope.trace.load import write_traces
+
+    rng = np.random.default_rng(0)
+    best = [drawn(f"r{i}", {"ngram": 1, "eagle": 3, "mtp": 5}, rng) for i in range(4)]
+    write_traces(tmp_path / "m.jsonl", best)
+    for argv, unpriced in ((["--policies", "oracle-combined,oracle-switch"], "note: not simulated: mtp: cost model "
+                            "'h100-llama3.1-8b' prices no drafting of it"),
+                           (["--acc", "ngram", "--policies", "oracle-switch"], "(tokens per oracle step: eagle 3.00, "
+                            "ngram 1.34; mtp left aside: the cost model prices no drafting of it)")):
+        status, cells, said = simulated_cells(tmp_path, str(tmp_path / "m.jsonl"), *argv)
+        assert status == 0 and {policy for _, _, policy in cells} <= {"oracle-combined:ngram+eagle",
+                                                                     "oracle-switch:ngram+eagle"}, said
+        assert unpriced in said and "+mtp" not in said
+    from specscope.sim.grid import dataset_pairs
+
+    assert dataset_pairs(best, H100_LLAMA31_8B)["d"][0] == ("ngram", "eagle")  # the one rule behind them
+    write_traces(tmp_path / "two.jsonl", [drawn(f"r{i}", {"ngram": 1, "mtp": 3}, rng) for i in range(4)])
+    for policy in ("oracle-switch", "oracle-combined"):
+        status, cells, said = simulated_cells(tmp_path, str(tmp_path / "two.jsonl"), "--policies", policy)
+        assert status == 2 and not cells
+        assert (f"{policy} without a pair: only ngram of its proposers can be combined (mtp left aside: the cost "
+                f"model prices no drafting of it) — name one: {policy}:A+B") in said
+
+
+def test_the_bare_pair_is_each_datasets_among_what_every_record_holds(tmp_path):
+    """Probes: one pair over all records — two datasets whose best model proposers differ both
+    combined with the first's, where report combined each with its own; EAGLE best but one record
+    without it, the pair was ngram+eagle and no oracle-combined row came out (report: ngram+eagle3)."""
+    from specscope.trace.load import write_traces
+
+    rng = np.random.default_rng(1)
+    write_traces(tmp_path / "ab.jsonl", [
+        *(drawn(f"a{i}", {"ngram": 1, "eagle": 4, "eagle3": 2}, rng, "A") for i in range(4)),
+        *(drawn(f"b{i}", {"ngram": 1, "eagle": 2, "eagle3": 4}, rng, "B") for i in range(4))])
+    status, cells, said = simulated_cells(tmp_path, str(tmp_path / "ab.jsonl"), "--policies", "fixed:1,oracle-combined")
+    assert status == 0 and {(d, p) for d, _, p in cells if p.startswith("oracle")} == \
+        {("A", "oracle-combined:ngram+eagle"), ("B", "oracle-combined:ngram+eagle3")}
+    assert "note: dataset 'B': oracle-combined without a pair: ngram+eagle3, the lookup" in said
+    write_traces(tmp_path / "l.jsonl", [drawn(f"r{i}", {"ngram": 1, "eagle": 5, "eagle3": 3}, rng,
+                                              lacking=("eagle",) if i == 0 else ()) for i in range(4)])
+    status, cells, said = simulated_cells(tmp_path, str(tmp_path / "l.jsonl"), "--policies", "fixed:3,oracle-combined")
+    assert status == 0 and ("d", "combined", "oracle-combined:ngram+eagle3") in cells
+    assert "eagle left aside: not every record holds it" in said
+
+
+def test_a_proposer_some_records_lack_is_decided_over_all_of_them_not_the_draw(tmp_path):
+    """Probe: paper mode's draw decided what to leave out — a draw without the one record lacking
+    EAGLE kept its cells (report's answer, counting all records, still named it left out), and a
+    draw of 5 said '1 of 5 records lack it'. Now all the dataset's records decide, said."""
+    from specscope.trace.load import write_traces
+
+    rng = np.random.default_rng(2)
+    write_traces(tmp_path / "t.jsonl", [drawn(f"r{i}", {"ngram": 1, "eagle": 3}, rng, lacking=("eagle",) if i == 0 else ())
+                                        for i in range(12)])
+    status, cells, said = simulated_cells(tmp_path, str(tmp_path / "t.jsonl"), "--mode", "paper", "--sample", "3",
+                                          "--seed", "1", "--policies", "fixed:1")  # seed 1 draws r1, r2, r9
+    assert status == 0 and {acc for _, acc, _ in cells} == {"ngram"}
+    assert ("note: dataset 'd': its traces do not all hold proposer 'eagle': 1 of 12 records lack it (first id 'r0'), "
+            "so its cells with eagle are left out (all 12 of its records counted, not only the 3 drawn)") in said
+
+
+def test_the_optimistic_note_comes_only_beside_an_oracle_combined_row(tmp_path):
+    """Probe: oracle-combined asked for, its pair's EAGLE lacking from one record: no such row was
+    made, yet the note calling its rows optimistic was printed."""
+    from specscope.sim.grid import OPTIMISTIC
+    from specscope.trace.load import write_traces
+
+    rng = np.random.default_rng(3)
+    write_traces(tmp_path / "t.jsonl", [drawn(f"r{i}", {"ngram": 1, "eagle": 3}, rng, lacking=("eagle",) if i == 0 else ())
+                                        for i in range(4)])
+    status, cells, said = simulated_cells(tmp_path, str(tmp_path / "t.jsonl"), "--policies",
+                                          "fixed:1,oracle-combined:ngram+eagle")
+    assert status == 0 and {p for _, _, p in cells} == {"fixed:1"} and OPTIMISTIC not in said
+    write_traces(tmp_path / "t.jsonl", [drawn(f"r{i}", {"ngram": 1, "eagle": 3}, rng) for i in range(4)])
+    status, cells, said = simulated_cells(tmp_path, str(tmp_path / "t.jsonl"), "--policies",
+                                          "fixed:1,oracle-combined:ngram+eagle")
+    assert status == 0 and "oracle-combined:ngram+eagle" in {p for _, _, p in cells} and OPTIMISTIC in said

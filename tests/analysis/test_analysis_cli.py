@@ -85,6 +85,56 @@ def test_overlap_sets_the_lookup_against_the_model_proposer_accepting_most(tmp_p
         for i in range(2)])
     assert main(["overlap", str(tmp_path / "t.jsonl"), "--batch-sizes", "1", "--lookup-policies", "fixed:1",
                  "--reference-policy", "fixed:1", "-o", str(tmp_path / "o.csv")]) == 0
-    assert ("note: --reference not given: ngram is set against eagle3, the lookup and the model proposer whose oracles "
-            "emit the most tokens per step") in capsys.readouterr().out
+    assert ("note: --reference not given: ngram is set against eagle3, the model proposer whose oracle emits the most "
+            "tokens per step, of those the cost model prices that every record holds (tokens per oracle step: "
+            "eagle3 3.67; mtp left aside: the cost model prices no drafting of it)") in capsys.readouterr().out
     assert {row["reference"] for row in csv.DictReader((tmp_path / "o.csv").open())} == {"eagle3"}
+
+
+def _gen(rid: str, dataset: str, means: dict[str, int], rng, lacking: tuple[str, ...] = ()):
+    """A record whose proposers of ``means`` emit about that many tokens a step (n-gram: 1 or 2)."""
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    return TraceRecord(rid, rng.integers(0, 50, 10), rng.integers(0, 50, 40), {
+        name: ProposerTrace(np.clip(rng.integers(mean - 1, mean + 2, 40), 1, 6).astype(np.int32))
+        for name, mean in means.items() if name not in lacking}, k_max=5, dataset=dataset)
+
+
+def test_overlap_sets_each_dataset_against_its_own_priced_reference(tmp_path, capsys):
+    """Probes: MTP accepting most (which the default cost model prices no drafting of) was taken as
+    the reference and the run died ('no drafting model for proposer mtp'); two datasets whose best
+    model proposers differ were both set against the first's, where report set each against its own."""
+    rng = np.random.default_rng(1)
+    write_traces(tmp_path / "m.jsonl", [_gen(f"r{i}", "d", {"ngram": 1, "eagle": 3, "mtp": 5}, rng) for i in range(4)])
+    assert main(["overlap", str(tmp_path / "m.jsonl"), "--batch-sizes", "1", "-o", str(tmp_path / "m.csv")]) == 0
+    assert "mtp left aside: the cost model prices no drafting of it" in capsys.readouterr().out
+    assert {row["reference"] for row in csv.DictReader((tmp_path / "m.csv").open())} == {"eagle"}
+    write_traces(tmp_path / "a.jsonl", [_gen(f"r{i}", "A", {"ngram": 1, "eagle": 4, "eagle3": 2}, rng) for i in range(4)])
+    write_traces(tmp_path / "b.jsonl", [_gen(f"r{i}", "B", {"ngram": 1, "eagle": 2, "eagle3": 4}, rng) for i in range(4)])
+    assert main(["overlap", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl"), "--batch-sizes", "1",
+                 "-o", str(tmp_path / "o.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "note: --reference not given: dataset 'A': ngram is set against eagle," in out
+    assert "note: --reference not given: dataset 'B': ngram is set against eagle3," in out
+    assert {(row["dataset"], row["reference"]) for row in csv.DictReader((tmp_path / "o.csv").open())} == \
+        {("A", "eagle"), ("B", "eagle3")}
+    # a model proposer some records lack is no default: the one every record holds is
+    write_traces(tmp_path / "l.jsonl", [_gen(f"r{i}", "d", {"ngram": 1, "eagle": 2, "eagle3": 4}, rng,
+                                             ("eagle3",) if i == 0 else ()) for i in range(4)])
+    assert main(["overlap", str(tmp_path / "l.jsonl"), "--batch-sizes", "1", "-o", str(tmp_path / "l.csv")]) == 0
+    assert "eagle3 left aside: not every record holds it" in capsys.readouterr().out
+    assert {row["reference"] for row in csv.DictReader((tmp_path / "l.csv").open())} == {"eagle"}
+
+
+def test_overlaps_default_reference_is_explained_as_the_lookups_and_never_unpriced(tmp_path, capsys):
+    """Probes: --lookup foo was 'set against eagle3, the two proposers whose oracles emit the most
+    tokens per step (... foo nan)' (the pair eagle3+mtp's reason, not foo's); --lookup eagle3 took MTP
+    and died on its price."""
+    rng = np.random.default_rng(2)
+    write_traces(tmp_path / "t.jsonl", [_gen(f"r{i}", "d", {"ngram": 1, "mtp": 2, "eagle3": 4}, rng) for i in range(3)])
+    assert main(["overlap", str(tmp_path / "t.jsonl"), "--lookup", "foo", "--batch-sizes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--lookup foo: no record holds it (the traces hold eagle3, mtp, ngram)" in err and "nan" not in err
+    assert main(["overlap", str(tmp_path / "t.jsonl"), "--lookup", "eagle3", "--batch-sizes", "1"]) == 2
+    assert ("overlap: no model proposer to set eagle3 against (--reference names one): dataset 'd': ngram: a lookup; "
+            "mtp left aside: the cost model prices no drafting of it") in capsys.readouterr().err

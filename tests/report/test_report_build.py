@@ -354,8 +354,8 @@ def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):
     assert data.config.overlap.reference == "eagle"
     assert {(r.dataset, r.reference) for r in data.overlap} == {("chat", "eagle"), ("code", "eagle3")}
     from specscope.report.catalogue import _pair_title
-    assert _pair_title(data) == f"Where {data.pair[0]} beats {data.pair[1]} (not for code: no record there holds " \
-        "both)"  # probe: its panel was left blank, unsaid
+    assert data.pair_of == {"chat": ("ngram", "eagle"), "code": ("ngram", "eagle3")}  # each its own (figure 3 too)
+    assert _pair_title(data) == "Where ngram beats eagle (chat); ngram beats eagle3 (code)"
     data = analyse([tmp_path / "b.jsonl"], config)
     assert data.config.overlap.reference == "eagle3" and data.overlap  # drawn: n-gram against EAGLE-3
     data = analyse([tmp_path / "b.jsonl"], replace(config, ks=(1, 2, 7, 9)))  # traced to k_max = 5
@@ -763,7 +763,69 @@ def test_the_report_pairs_the_lookup_with_the_proposer_accepting_most(tmp_path):
                           sim=SimConfig(mode="paper", batch_sizes=(1,)))
     write_traces(tmp_path / "a.jsonl", [record(i) for i in range(6)])
     data = analyse([tmp_path / "a.jsonl"], config)
-    assert data.pair == ("ngram", "eagle3") and data.answer[0].combined_policy == "oracle-combined:ngram+eagle3"
+    assert data.pair_of == {"chat": ("ngram", "eagle3")}
+    assert data.answer[0].combined_policy == "oracle-combined:ngram+eagle3"
     assert {r.reference for r in data.overlap} == {"eagle3"} and data.answer[0].left_out is None
     assert any(note.startswith("dataset 'chat': oracle-combined pairs ngram+eagle3, the lookup and the model proposer "
                                "whose oracles emit the most tokens per step") for note in data.notes)
+
+
+def test_one_pair_per_dataset_among_the_priced_proposers_every_record_holds(tmp_path):
+    """Probes: MTP accepting most (which the cost model prices no drafting of), Figure 3 compared
+    ngram with mtp while oracle-combined and overlap took eagle; two datasets whose best model
+    proposers differ, Figure 3 drew both against the first's (one pair over all records) where
+    oracle-combined and overlap took each dataset's own."""
+    import numpy as np
+
+    from specscope.report.analyse import analyse
+    from specscope.report.catalogue import _pair_title
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    rng = np.random.default_rng(4)
+
+    def records(dataset: str, means: dict[str, int]) -> list[TraceRecord]:
+        return [TraceRecord(f"{dataset}{i}", rng.integers(0, 50, 20), rng.integers(0, 50, 60),
+                            {name: ProposerTrace(rng.integers(mean, mean + 2, 60).astype(np.int32))
+                             for name, mean in means.items()}, k_max=5, dataset=dataset) for i in range(6)]
+
+    config = ReportConfig(ks=(1, 2, 3), sim=SimConfig(mode="paper", batch_sizes=(1,)))  # the paper's fit: no mtp
+    write_traces(tmp_path / "m.jsonl", records("chat", {"ngram": 1, "eagle": 2, "mtp": 4}))
+    data = analyse([tmp_path / "m.jsonl"], config)
+    assert _pair_title(data) == "Where ngram beats eagle" and data.pair_of == {"chat": ("ngram", "eagle")}
+    assert {r.reference for r in data.overlap} == {"eagle"}
+    assert {a.combined_policy for a in data.answer} == {"oracle-combined:ngram+eagle"}
+    write_traces(tmp_path / "a.jsonl", records("A", {"ngram": 1, "eagle": 4, "eagle3": 2}))
+    write_traces(tmp_path / "b.jsonl", records("B", {"ngram": 1, "eagle": 2, "eagle3": 4}))
+    data = analyse([tmp_path / "a.jsonl", tmp_path / "b.jsonl"], config)
+    assert _pair_title(data) == "Where ngram beats eagle (A); ngram beats eagle3 (B)"
+    assert data.pair_of == {"A": ("ngram", "eagle"), "B": ("ngram", "eagle3")}
+    assert {(r.dataset, r.reference) for r in data.overlap} == {("A", "eagle"), ("B", "eagle3")}
+    assert {(a.dataset, a.combined_policy) for a in data.answer} == {("A", "oracle-combined:ngram+eagle"),
+                                                                     ("B", "oracle-combined:ngram+eagle3")}
+
+
+def test_the_answers_left_out_counts_the_records_the_simulator_decided_on(tmp_path):
+    """Probe: paper mode's draw of 300 of 310 records left out the one lacking EAGLE, so the
+    simulator kept EAGLE's cells and answer.csv named eagle best beside left_out 'eagle (1 of 310
+    records lack it)'. The simulator decides over all the dataset's records, as the answer counts."""
+    import numpy as np
+
+    from specscope.report.analyse import analyse
+    from specscope.report.config import ReportConfig
+    from specscope.sim.grid import SimConfig
+    from specscope.trace.load import write_traces
+    from specscope.trace.schema import ProposerTrace, TraceRecord
+
+    rng = np.random.default_rng(5)
+    write_traces(tmp_path / "t.jsonl", [
+        TraceRecord(f"r{i}", rng.integers(0, 50, 5), rng.integers(0, 50, 8),
+                    {name: ProposerTrace(rng.integers(low, low + 2, 8).astype(np.int32))
+                     for name, low in (("ngram", 1), ("eagle", 4)) if i or name == "ngram"}, k_max=5, dataset="d")
+        for i in range(310)])
+    config = ReportConfig(ks=(1, 3), sim=SimConfig(mode="paper", batch_sizes=(1,), seed=63))  # 63's draw: no r0
+    data = analyse([tmp_path / "t.jsonl"], config)
+    assert {r.acc for r in data.rows} == {"ngram"} and data.answer[0].best_acc == "ngram"
+    assert data.answer[0].left_out == "eagle (1 of 310 records lack it, all counted, not only the 300 drawn)"

@@ -20,11 +20,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from specscope.analysis.acceptance import by_dataset, proposer_names
+from specscope.analysis.acceptance import by_dataset
 from specscope.costmodel.base import CostModel
 from specscope.errors import SpecscopeError
 from specscope.sim.checks import LOOKUP_PROPOSERS
-from specscope.sim.grid import SimConfig, default_pair, oversize_notes, simulate
+from specscope.sim.grid import SimConfig, by_oracle_tau, candidates, oversize_notes, simulate
 from specscope.sim.plan import traced_k_max
 from specscope.sim.policies import parse_policies, parse_policy
 from specscope.trace.schema import TraceRecord
@@ -40,7 +40,7 @@ class OverlapConfig:
 
     lookup: str = "ngram"
     lookup_policies: tuple[str, ...] = ("fixed:3", "fixed:5")
-    reference: str | None = None  # None: the model proposer default_pair sets beside the lookup (default_reference)
+    reference: str | None = None  # None: each dataset's default (default_references)
     reference_policy: str = "fixed:3"
     edges: tuple[float, ...] = BLEU_EDGES
     mode: str = "paper"
@@ -120,16 +120,49 @@ def request_bleu(records: Sequence[TraceRecord], scores: np.ndarray | None = Non
             for r, s, b in zip(records, scores, bins)]
 
 
-def default_reference(records: Sequence[TraceRecord], lookup: str) -> tuple[str, str]:
-    """The model proposer ``lookup`` is set against where none is named, and why: the one
-    :func:`~specscope.sim.grid.default_pair` pairs with it over ``records``; refused where they
-    hold no model proposer."""
-    models = [n for n in proposer_names(records) if n not in LOOKUP_PROPOSERS and n != lookup]
-    if not models:
-        raise SpecscopeError(f"overlap: the traces hold no model proposer to set {lookup} against (they hold "
-                             f"{', '.join(proposer_names(records)) or 'none'})")
-    pair, why = default_pair(records, [lookup, *models])  # a lookup no record holds ranks last: not in the pair
-    return pair[1] if pair[0] == lookup else pair[0], why
+def default_references(records: Sequence[TraceRecord], lookup: str, cost: CostModel,
+                       reference: str | None = None) -> dict[str, tuple[str, str]]:
+    """Each dataset's reference for ``lookup`` and why: ``reference`` where given, else the model
+    proposer (not ``lookup``) whose oracle emits the most tokens per step there, among those
+    the cost model prices that every record of the dataset holds
+    (:func:`~specscope.sim.grid.candidates`, the rule of the default pair: with n-gram as the
+    lookup, the proposer a bare oracle-combined pairs it with, :func:`~specscope.sim.grid.dataset_pairs`).
+    A dataset without such a proposer is not listed; none anywhere is refused, naming why."""
+    if reference is not None:
+        return {dataset: (reference, "given") for dataset in by_dataset(records)}
+    chosen, why_not = {}, []
+    for dataset, members in by_dataset(records).items():
+        held, aside = candidates(members, cost)
+        models = [n for n in held if n not in LOOKUP_PROPOSERS and n != lookup]
+        if models:
+            ranked, measured = by_oracle_tau(members, models)
+            chosen[dataset] = (ranked[0], f"the model proposer whose oracle emits the most tokens per step, of those "
+                                          f"the cost model prices that every record holds ({measured}"
+                                          + "".join(f"; {line}" for line in aside) + ")")
+        else:
+            lookups = [n for n in held if n != lookup]  # what else it holds: lookups
+            parts = [f"{', '.join(lookups)}: {'a lookup' if len(lookups) == 1 else 'lookups'}"] * bool(lookups) + aside
+            why_not.append(f"dataset {dataset!r}: {'; '.join(parts) or 'it holds no other proposer'}")
+    if not chosen:
+        raise SpecscopeError(f"overlap: no model proposer to set {lookup} against (--reference names one): "
+                             + "; ".join(why_not))
+    return chosen
+
+
+def overlap_by_reference(records: Sequence[TraceRecord], cost: CostModel, sim: SimConfig, config: OverlapConfig,
+                         references: dict[str, str], scores: np.ndarray | None = None,
+                         notes: list[str] | None = None) -> list[OverlapRow]:
+    """:func:`overlap_speedups` of each dataset of ``records`` against its own reference
+    (``references``, dataset → proposer: :func:`default_references`), the datasets that share one
+    simulated together; rows in the datasets' order. A dataset not in ``references`` has none."""
+    scores = bleu_scores(records) if scores is None else scores
+    rows: list[OverlapRow] = []
+    for reference in dict.fromkeys(references.values()):
+        mine = np.array([references.get(r.dataset or "trace") == reference for r in records])
+        rows += overlap_speedups([r for r, held in zip(records, mine) if held], cost, sim,
+                                 dataclasses.replace(config, reference=reference), scores[mine], notes=notes)
+    order = list(by_dataset(records))
+    return sorted(rows, key=lambda row: order.index(row.dataset))
 
 
 def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimConfig,
@@ -142,8 +175,12 @@ def overlap_speedups(records: Sequence[TraceRecord], cost: CostModel, sim: SimCo
     batch size has NaN there; ``notes`` (where given) gets one line per such bin, said once for
     both proposers' runs."""
     scores = bleu_scores(records) if scores is None else scores
-    if config.reference is None:
-        config = dataclasses.replace(config, reference=default_reference(records, config.lookup)[0])
+    if config.reference is None:  # one dataset's, else overlap_by_reference gives each its own
+        references = {ref for ref, _ in default_references(records, config.lookup, cost).values()}
+        if len(references) > 1:
+            raise SpecscopeError(f"overlap: the datasets' references differ ({', '.join(sorted(references))}): "
+                                 "overlap_by_reference sets each against its own")
+        config = dataclasses.replace(config, reference=references.pop())
     bins = bin_index(scores, config.edges)
     labelled: list[TraceRecord] = []
     keys: dict[str, tuple[str, int]] = {}

@@ -20,7 +20,7 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.errors import SpecscopeError
-from specscope.sim.checks import check_k_by_dataset
+from specscope.sim.checks import check_k
 from specscope.sim.grid import SimConfig, no_match_notes
 from specscope.sim.policies import parse_policy
 
@@ -40,8 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--lookup-policies", type=str_list, default=list(DEFAULTS.lookup_policies),
                         help=f"its policies (default {','.join(DEFAULTS.lookup_policies)})")
     parser.add_argument("--reference", default=DEFAULTS.reference,
-                        help="reference proposer (default: the model proposer whose oracle emits the most tokens "
-                             "per step in the traces, as a bare oracle-combined pairs it with the lookup)")
+                        help="reference proposer (default, per dataset: the model proposer other than --lookup "
+                             "whose oracle emits the most tokens per step, among those the cost model prices that "
+                             "every record holds, as a bare oracle-combined pairs it with n-gram)")
     parser.add_argument("--reference-policy", default=DEFAULTS.reference_policy,
                         help=f"its policy (default {DEFAULTS.reference_policy})")
     parser.add_argument("--batch-sizes", type=batch_size_list, default=list(SIM.batch_sizes))
@@ -56,21 +57,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def _holding_both(records: list, lookup: str, reference: str, out) -> list:
-    """The records that hold both proposers' traces; the others left out, said in a note; none is an error."""
-    held = [r for r in records if lookup in r.proposers and reference in r.proposers]
+def _holding_both(records: list, lookup: str, references: dict[str, str], out) -> list:
+    """The records that hold the lookup's trace and their dataset's reference's (``references``);
+    the others left out, said in a note; none is an error."""
+    def reference(r) -> str:
+        return references[r.dataset or "trace"]
+
+    held = [r for r in records if lookup in r.proposers and reference(r) in r.proposers]
+    named = " or ".join(dict.fromkeys(references.values()))
     if not held:
         present = sorted({name for r in records for name in r.proposers})
-        raise SpecscopeError(f"--lookup {lookup} --reference {reference}: no record holds both traces (the traces "
+        raise SpecscopeError(f"--lookup {lookup} --reference {named}: no record holds both traces (the traces "
                              f"hold {', '.join(present)})")
     if len(held) < len(records):
         print(f"note: {len(records) - len(held)} of {len(records)} records left out: they hold no {lookup} or no "
-              f"{reference} trace", file=out)
+              f"{named} trace", file=out)
     return held
 
 
 def run(args: argparse.Namespace) -> int:
-    from specscope.analysis.overlap import bleu_scores, default_reference, overlap_speedups, request_bleu
+    from specscope.analysis.overlap import bleu_scores, default_references, overlap_by_reference, request_bleu
+    from specscope.trace.schema import by_dataset
     from specscope.costmodel.registry import cost_label, resolve_cost_model
 
     if args.lookup == args.reference:  # n-gram's speedup over itself: 1 in every bin, a comparison of nothing
@@ -79,34 +86,51 @@ def run(args: argparse.Namespace) -> int:
     out = human_stream(args.output, args.bleu_output)
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
+    if not any(args.lookup in r.proposers for r in records):  # nothing to set against anything
+        raise SpecscopeError(f"--lookup {args.lookup}: no record holds it (the traces hold "
+                             f"{', '.join(sorted({n for r in records for n in r.proposers}))})")
+    chosen = default_references(records, args.lookup, cost, args.reference)  # each dataset its own
+    several = len(by_dataset(records)) > 1
     if args.reference is None:
-        args.reference, why = default_reference(records, args.lookup)
-        print(f"note: --reference not given: {args.lookup} is set against {args.reference}, {why}", file=out)
+        for dataset, (reference, why) in chosen.items():
+            print(f"note: --reference not given: {f'dataset {dataset!r}: ' if several else ''}{args.lookup} is set "
+                  f"against {reference}, {why}", file=out)
+        left = [dataset for dataset in by_dataset(records) if dataset not in chosen]
+        if left:
+            print(f"note: {', '.join(left)} left out: no model proposer the cost model prices that every record "
+                  f"there holds, to set {args.lookup} against", file=out)
+            records = [r for r in records if (r.dataset or "trace") in chosen]
+    references = {dataset: reference for dataset, (reference, _) in chosen.items()}
     config = OverlapConfig(lookup=args.lookup, lookup_policies=tuple(args.lookup_policies),
                            reference=args.reference, reference_policy=args.reference_policy, mode=args.mode)
     sim = SimConfig(batch_sizes=tuple(args.batch_sizes))  # overlap_speedups sets config.mode
-    records = _holding_both(records, args.lookup, args.reference, out)
+    records = _holding_both(records, args.lookup, references, out)
     scores = bleu_scores(records)
-    for option, proposer, policies in (("--lookup-policies", args.lookup, args.lookup_policies),
-                                       ("--reference-policy", args.reference, [args.reference_policy])):
+    for option, policies in (("--lookup-policies", args.lookup_policies),
+                             ("--reference-policy", [args.reference_policy])):
         for policy in policies:  # a default k deeper than the traces: name the option that sets it
             try:
                 parsed = parse_policy(policy)
                 if parsed.combined or parsed.switch:
                     raise SpecscopeError(f"{policy} replays several proposers; overlap sets one proposer's policy "
                                          "against another's (fixed:k, adaptive, oracle)")
-                check_k_by_dataset(records, proposer, parsed)
+                for dataset, group in by_dataset(records).items():
+                    check_k(group, args.lookup if option == "--lookup-policies" else references[dataset], parsed,
+                            dataset)
             except SpecscopeError as error:
                 raise SpecscopeError(f"{option}: {error}") from None
-    notes = no_match_notes(records, [args.lookup, args.reference], sim, option=False)
-    rows = overlap_speedups(records, cost, sim, config, scores, notes=notes)
+    notes = no_match_notes(records, [args.lookup, *dict.fromkeys(references.values())], sim, option=False)
+    rows = overlap_by_reference(records, cost, sim, config, references, scores, notes=notes)
     for note in notes:
         print(f"note: {note}", file=out)
     lines: dict[tuple[str, str, int, str], dict[int, float]] = {}
     for row in rows:
         lines.setdefault((row.dataset, row.bin, row.requests, row.policy), {})[row.batch_size] = row.relative_speedup
+    against = {dataset: references[dataset] for dataset in by_dataset(records)}
+    over = next(iter(against.values())) if len(set(against.values())) == 1 else \
+        ", ".join(f"{reference} ({dataset})" for dataset, reference in against.items())
     print_table(
-        f"relative speedup of {args.lookup} over {args.reference} {args.reference_policy} "
+        f"relative speedup of {args.lookup} over {over} {args.reference_policy} "
         f"per BLEU-4 bin ({args.mode} mode, cost model {cost_label(args.cost_model, cost)})",
         ["dataset", "BLEU-4", "requests", "policy", *[f"B={b}" for b in args.batch_sizes]],
         [[d, b, str(n), p, *["–" if math.isnan(v[s]) else f"{round(v[s], 3) or 0.0:+.1%}" for s in args.batch_sizes]]

@@ -155,19 +155,38 @@ def _length_notes(records: Sequence[TraceRecord], rows: Sequence[SimRow]) -> lis
     return length_notes([r for r in records if r.dataset in several], [p for p in POLICIES if p in made])
 
 
-def _unreplayed(records: Sequence[TraceRecord]) -> list[str]:
+def _unreplayed(records: Sequence[TraceRecord], cost) -> list[str]:
     """A line naming the proposers of ``records`` the paper's figures do not replay (only n-gram
-    and EAGLE), and how to replay them."""
+    and EAGLE), and how to replay them: `simulate --acc` with those ``cost`` prices (the others
+    named unpriced), and, where no record holds EAGLE, renaming to it the model proposer the
+    default pair takes (:func:`~specscope.sim.grid.dataset_pairs`, per dataset where they differ)."""
     from specscope.analysis.acceptance import proposer_names
+    from specscope.costmodel.registry import priced
+    from specscope.sim.checks import LOOKUP_PROPOSERS
+    from specscope.sim.grid import dataset_pairs
 
     names = proposer_names(records)
     others = [name for name in names if name not in REPLAYED]
     if not others:
         return []
-    rename = "" if "eagle" in names else f"`specscope traces convert --rename {others[0]}=eagle` names it eagle; "
-    return [f"{', '.join(others)} not replayed: the paper's figures replay ngram and eagle alone ({rename}"
-            f"`specscope simulate --mode paper --acc ngram,{','.join(others)}` replays "
-            f"{'it' if len(others) == 1 else 'them'} as traced)"]
+    replayable, unpriced = priced(cost, others)
+    ways = []
+    if "eagle" not in names:
+        picked: dict[str, list[str]] = {}  # the pair's model proposer → its datasets
+        for dataset, (pair, _) in dataset_pairs(records, cost).items():
+            model = next((name for name in pair or () if name in others and name not in LOOKUP_PROPOSERS), None)
+            if model:
+                picked.setdefault(model, []).append(dataset)
+        ways += [f"`specscope traces convert --rename {model}=eagle` names it eagle"
+                 + (f" (dataset{'s' * (len(those) > 1)} {', '.join(those)})" if len(picked) > 1 else "")
+                 for model, those in picked.items()]
+    if replayable:
+        ways.append(f"`specscope simulate --mode paper --acc ngram,{','.join(replayable)}` replays "
+                    f"{'it' if len(replayable) == 1 else 'them'} as traced")
+    why = [f"{', '.join(unpriced)} unpriced: the paper's cost model ({cost.name}) prices no drafting of "
+           f"{'it' if len(unpriced) == 1 else 'them'}"] if unpriced else []
+    return [f"{', '.join(others)} not replayed: the paper's figures replay ngram and eagle alone"
+            + (f" ({'; '.join(ways)})" if ways else "") + "".join(f"; {line}" for line in why)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -206,10 +225,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: dataset {dataset!r} not compared with the paper's figures: it comes from {name}, not a file "
               f"named as the paper's traces ({' or '.join(p + 'DATASET' for p in PAPER_MODEL)}, or DATASET)", file=out)
     missing: list[str] = []  # a dataset traced without n-gram or EAGLE replays what it holds
+    unreplayed = _unreplayed(records, H100_LLAMA31_8B)
     rows = simulate(records, list(REPLAYED), POLICIES, H100_LLAMA31_8B, config, missing=missing)
     if not rows:
-        raise SpecscopeError(f"{folder}: no cell to simulate: " + "; ".join([*missing, *_unreplayed(records)]))
-    for note in [*_unreplayed(records), *sample_notes(records, config, option=False),
+        raise SpecscopeError(f"{folder}: no cell to simulate: " + "; ".join([*missing, *unreplayed]))
+    for note in [*unreplayed, *sample_notes(records, config, option=False),
                  *no_match_notes(records, ["ngram"], config, option=False), *_length_notes(records, rows), *missing]:
         print(f"note: {note}", file=out)
     table: dict[tuple[str, str, str], list[str]] = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from dataclasses import replace
 
 from specscope import validate
 from specscope.cli._common import (
@@ -48,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "probability of a draft falls below p, that draft included, at most k: read from the "
                              "traces' draft_prob), learned:FILE (a `policy fit` file; a comma in FILE is "
                              "kept where what follows it names no policy); a bare oracle-combined or oracle-switch "
-                             "pairs the lookup with the model proposer whose oracle emits the most tokens per step "
+                             "pairs, per dataset, the lookup with the model proposer whose oracle emits the most "
+                             "tokens per step, among those the cost model prices that every record holds "
                              "(default: fixed:1,fixed:3,fixed:5,oracle)")
     parser.add_argument("--batch-sizes", type=batch_size_list, default=None,
                         help="default " + ",".join(map(str, DEFAULTS.batch_sizes)) + " (in mixed mode, those "
@@ -76,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import proposer_names
     from specscope.costmodel.linear import LinearCostModel
     from specscope.costmodel.registry import cost_label, priced, resolve_cost_model
-    from specscope.sim.grid import (COMBINED, OPTIMISTIC, adaptive_notes, capacity_notes, default_pair, length_notes,
-                                    no_match_notes, pair_note, sample_notes, simulate)
+    from specscope.sim.grid import (COMBINED, OPTIMISTIC, adaptive_notes, by_pair, capacity_notes, dataset_pairs,
+                                    length_notes, no_match_notes, pair_notes, sample_notes, simulate)
+    from specscope.trace.schema import by_dataset
     from specscope.sim.observe import offer_notes
     from specscope.sim.policies import learned_notes
 
@@ -94,20 +97,36 @@ def run(args: argparse.Namespace) -> int:
     if unheld:
         raise SpecscopeError(f"--acc: no record holds {', '.join(unheld)} (the traces hold {', '.join(names)})")
     named = [name for name in accs if name != COMBINED]
-    bare = any(p.strip() in ("oracle-combined", "oracle-switch") for p in args.policies)
-    pair, why = default_pair(records, named if len(named) >= 2 else names) if bare else (None, "")
+    bare = [p for p in dict.fromkeys(p.strip() for p in args.policies) if p in ("oracle-combined", "oracle-switch")]
+    # A bare pair: per dataset, among the proposers named (else every one held) the cost model prices
+    pairs = dataset_pairs(records, cost, named if len(named) >= 2 else names) if bare else {}
+    groups = by_pair(records, pairs) if bare else {None: records}
+    if bare and list(groups) == [None]:
+        raise SpecscopeError(f"{' and '.join(bare)} without a pair: "
+                             + "; ".join(f"dataset {d!r}: {why}" if len(pairs) > 1 else why
+                                         for d, (_, why) in pairs.items())
+                             + f" — name one: {bare[0]}:A+B")
     config = SimConfig(
         mode=args.mode, batch_sizes=tuple(args.batch_sizes or DEFAULTS.batch_sizes), seed=args.seed,
-        sample=args.sample, match_prob=args.match_prob, guess_no_match=not args.no_guess, combined=pair,
+        sample=args.sample, match_prob=args.match_prob, guess_no_match=not args.no_guess,
         oversize="skip" if args.batch_sizes is None else "refuse",
     )
-    for policy in parse_policies(args.policies, pair):
-        unheld = [name for name in policy.combined or policy.switch or () if name not in names]
-        if unheld:
-            raise SpecscopeError(f"policy {policy.name!r}: no record holds {', '.join(unheld)} (the traces hold "
-                                 f"{', '.join(names)})")
+    runs = []  # (its records, its config, its policies): one per pair of datasets sharing it
+    for pair, members in groups.items():
+        policies = [p for p in args.policies if pair is not None or p.strip() not in bare]
+        if not policies:  # a dataset with no pair, asked for nothing but the bare policies: said in pair_notes
+            continue
+        for policy in parse_policies(policies, pair):
+            unheld = [name for name in policy.combined or policy.switch or () if name not in names]
+            if unheld:
+                raise SpecscopeError(f"policy {policy.name!r}: no record holds {', '.join(unheld)} (the traces "
+                                     f"hold {', '.join(names)})")
+        runs.append((members, replace(config, combined=pair), policies))
     lacking: list[str] = []  # a dataset some of whose records lack a proposer: its cells left out, said
-    rows = simulate(records, accs, args.policies, cost, config, lacking=lacking)
+    rows = [row for members, mine, policies in runs
+            for row in simulate(members, accs, policies, cost, mine, lacking=lacking)]
+    order = list(by_dataset(records))
+    rows.sort(key=lambda row: order.index(row.dataset))  # the datasets' order, whichever pair each replayed
     if not rows:
         raise SpecscopeError("no cell to simulate: " + "; ".join(lacking))
     label = cost_label(args.cost_model, cost)
@@ -121,12 +140,12 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(cost, LinearCostModel) else None
     notes = [*(f"not simulated: {name}: cost model {label!r} prices no drafting of it (--acc names what to replay)"
                for name in unpriced),
-             *lacking, *(pair_note(pair, why, args.policies) if pair else []), *sample_notes(records, config),
+             *lacking, *pair_notes(pairs, args.policies), *sample_notes(records, config),
              *no_match_notes(records, accs, config), *length_notes(records, args.policies),
              *adaptive_notes(records, accs, args.policies), *([past] if past else []), *([trees] if trees else []),
              *learned_notes(args.policies, cost, simulated), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]
-    if any(p.startswith("oracle-combined") for p in args.policies) or COMBINED in accs:
+    if any(row.policy.startswith("oracle-combined") for row in rows):  # only beside such a cell
         notes.append(OPTIMISTIC)
     if args.output and not (to_stdout(args.output) and args.format == "json"):  # - with json: the JSON below
         write_rows(args.output, cells)

@@ -26,7 +26,8 @@ from specscope.analysis.acceptance import (
 )
 from specscope.analysis.bound_points import BoundPoint, bound_points
 from specscope.analysis.measured import MeasuredCell, simulated_for
-from specscope.analysis.overlap import BleuRow, OverlapConfig, OverlapRow, bleu_scores, overlap_speedups, request_bleu
+from specscope.analysis.overlap import (BleuRow, OverlapConfig, OverlapRow, bleu_scores, default_references,
+                                        overlap_by_reference, request_bleu)
 from specscope.analysis.position import ProfileRow, position_profiles
 from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
 from specscope.costmodel.base import CostModel
@@ -38,9 +39,10 @@ from specscope.methods import BENCH_DEFAULT, default_hint
 from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
-from specscope.sim.checks import LOOKUP_PROPOSERS, lacking_records
-from specscope.sim.grid import (COMBINED, SimRow, adaptive_notes, capacity_notes, default_pair, length_notes,
-                                no_match_notes, sample_notes, simulate, simulated_batch_sizes)
+from specscope.sim.checks import lacking_records
+from specscope.sim.grid import (COMBINED, SimConfig, SimRow, adaptive_notes, by_pair, capacity_notes, dataset_pairs,
+                                held_by_all, length_notes, no_match_notes, sample_notes, sample_size, simulate,
+                                simulated_batch_sizes)
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
@@ -69,7 +71,8 @@ class ReportData:
     sim_records: list[TraceRecord]  # each proposer's array whole (simulation)
     names: list[str]  # proposers in the traces
     simulated: list[str]  # those the cost model can price
-    pair: tuple[str, str] | None  # the two proposers compared head to head (sim.grid.default_pair)
+    pair_of: dict[str, tuple[str, str]]  # per dataset, the two proposers compared head to head and combined
+    # (sim.grid.dataset_pairs; a dataset without a pair is not listed)
     singles: list[ProposerStats] = field(default_factory=list)
     pairs: list[PairStats] = field(default_factory=list)
     means: list[dict] = field(default_factory=list)  # one per request × proposer: mean acc_len
@@ -200,8 +203,10 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     if not simulated:
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}"
                              + (default_hint(BENCH_DEFAULT) if BENCH_DEFAULT in names else ""))
+    pairs = dataset_pairs(sim_records, cost, simulated)  # one rule: simulate's, overlap's
     data = ReportData([str(t) for t in traces], config, cost, records, reports, sim_records, names, simulated,
-                      default_pair(records, names)[0], notes=notes, measured=list(config.measured),
+                      {dataset: pair for dataset, (pair, _) in pairs.items() if pair}, notes=notes,
+                      measured=list(config.measured),
                       edges={key: (max(c.ks), c.longer_k) for key, c in held.items()},
                       figure_policies=_union(c.figure_policies for c in held.values()))
     data.notes.extend(_depth_notes(held, asked, len(by_dataset(sim_records)) > 1))
@@ -230,7 +235,12 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                              f"requests of every dataset here (the largest holds {largest}; mixed mode decodes B "
                              "distinct requests, --mode paper B copies of each)")
     combined = []
-    for pair, members in _pairs_by_dataset(sim_records, simulated, data.notes).items():  # each dataset its own pair
+    for dataset, (pair, why) in pairs.items():
+        if pair and len(held_by_all(by_dataset(sim_records)[dataset], simulated)) > 2:  # a choice: said
+            data.notes.append(f"dataset {dataset!r}: oracle-combined pairs {'+'.join(pair)}, {why}")
+    for pair, members in by_pair(sim_records, pairs).items():  # each dataset its own pair
+        if pair is None:
+            continue
         combined.append(f"oracle-combined:{pair[0]}+{pair[1]}")
         data.rows += simulate(members, [COMBINED], combined[-1:], cost, config.sim, missing=data.notes)
     data.notes.extend(length_notes(sim_records, [*config.policies, *combined]))
@@ -255,7 +265,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
                               "(trace with --trees)")
         data.tree_answer = tree_answer(data.trees)
     data.answer = answer_rows(data.rows + [r for r in data.tree_rows if r.policy.startswith("tree:")],
-                              _left_out(sim_records, simulated))
+                              _left_out(sim_records, simulated, config.sim))
     named = [c.simulated_speedup is None for c in data.measured]  # matched here by name (a study's come simulated)
     data.measured = [c if c.simulated_speedup is not None  # a study's cells come simulated on their own requests
                      else replace(c, simulated_speedup=simulated_for(c, data.rows + data.tree_rows)) for c in data.measured]
@@ -285,19 +295,17 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     advance(PHASES[2])
 
     ov = config.overlap
-    references = _overlap_references(sim_records, ov, simulated)  # each dataset its own model proposer
+    references = _overlap_references(sim_records, ov, cost)  # each dataset its own model proposer
     if references and ov.reference not in references.values():  # the figure and its notes name one compared
         data.config = replace(data.config, overlap=replace(ov, reference=next(iter(references.values()))))
     scores = bleu_scores(sim_records)
     data.bleu = request_bleu(sim_records, scores, ov.edges)
-    for reference in dict.fromkeys(references.values()):
-        mine = np.array([references.get(r.dataset or "trace") == reference for r in sim_records])
-        data.overlap += overlap_speedups([r for r, held in zip(sim_records, mine) if held], cost, config.sim,
-                                         replace(ov, reference=reference), scores[mine], notes=data.notes)
+    data.overlap = overlap_by_reference(sim_records, cost, config.sim, ov, references, scores, notes=data.notes) \
+        if references else []
     without = [d for d in by_dataset(sim_records) if d not in references]
     if data.overlap and without:
-        data.notes.append(f"overlap: {', '.join(without)} left out: it compares {ov.lookup} with a model proposer, "
-                          "which their traces do not both hold")
+        data.notes.append(f"overlap: {', '.join(without)} left out: it compares {ov.lookup} with a model proposer "
+                          "the cost model prices, which their records do not all hold")
     if data.overlap and ov != overlap_asked:  # one policy set compares every dataset's bins
         data.notes.append(f"overlap: n-gram's policies {', '.join(ov.lookup_policies)} and the reference's "
                           f"{ov.reference_policy} for every dataset, within the depth of {shallowest[0]!r} · "
@@ -324,49 +332,30 @@ def _simulate_held(records: Sequence[TraceRecord], held: dict[tuple[str, str], R
     return rows
 
 
-def _overlap_references(records: Sequence[TraceRecord], ov: OverlapConfig, simulated: Sequence[str]) -> dict[str, str]:
-    """Each dataset's reference for the overlap comparison: ``ov.reference`` where set and every
-    record of it holds that and the lookup, else the model proposer :func:`default_pair` pairs
-    with the lookup there; a dataset without the lookup or any model proposer is not listed."""
-    chosen = {}
-    for dataset, members in by_dataset(records).items():
-        held = _held_by_all(members, simulated)
-        models = [n for n in held if n not in LOOKUP_PROPOSERS and n != ov.lookup]
-        if ov.lookup in held and models:
-            chosen[dataset] = ov.reference if ov.reference in models else default_pair(members, [ov.lookup, *models])[0][1]
-    return chosen
+def _overlap_references(records: Sequence[TraceRecord], ov: OverlapConfig, cost: CostModel) -> dict[str, str]:
+    """Each dataset's reference for the overlap comparison, as `specscope overlap` sets it
+    (:func:`~specscope.analysis.overlap.default_references`), where every record of it holds that
+    and the lookup; a dataset without them is not listed."""
+    try:
+        chosen = default_references(records, ov.lookup, cost, ov.reference)
+    except SpecscopeError:  # no dataset has one: no overlap figure (catalogue says why)
+        return {}
+    groups = by_dataset(records)
+    return {dataset: reference for dataset, (reference, _) in chosen.items()
+            if held_by_all(groups[dataset], [ov.lookup, reference]) == [ov.lookup, reference]}
 
 
-def _pairs_by_dataset(records: Sequence[TraceRecord], simulated: Sequence[str],
-                      notes: list[str]) -> dict[tuple[str, str], list]:
-    """The records of each dataset under the pair oracle-combined takes for it (:func:`default_pair`
-    of the priced proposers every record of it holds): a dataset traced with n-gram and EAGLE-3 gets
-    its own pair, not left out for lacking the first dataset's EAGLE. Where a dataset holds more
-    than two, a line in ``notes`` names the pair and why."""
-    grouped: dict[tuple[str, str], list] = {}
-    for dataset, members in by_dataset(records).items():
-        held = _held_by_all(members, simulated)
-        pair, why = default_pair(members, held)
-        if pair is not None:
-            grouped.setdefault(pair, []).extend(members)
-            if len(held) > 2:
-                notes.append(f"dataset {dataset!r}: oracle-combined pairs {'+'.join(pair)}, {why}")
-    return grouped
-
-
-def _held_by_all(members: Sequence[TraceRecord], names: Sequence[str]) -> list[str]:
-    """The proposers of ``names`` every record of ``members`` holds, in the order of ``names``."""
-    return [n for n in names if all(n in r.proposers for r in members)]
-
-
-def _left_out(records: Sequence[TraceRecord], simulated: Sequence[str]) -> dict[str, str]:
+def _left_out(records: Sequence[TraceRecord], simulated: Sequence[str], sim: SimConfig) -> dict[str, str]:
     """Per dataset, the priced proposers some (not all) of its records lack, whose cells are left
-    out of its answer: ``eagle (1 of 40 records lack it)``."""
+    out of its answer: ``eagle (1 of 40 records lack it)`` — counted over all its records, as the
+    simulator decides (sim.grid.simulate), said where fewer are drawn (paper mode's 300)."""
     out = {}
+    size = sample_size(sim)
     for dataset, members in by_dataset(records).items():
         partly = {name: ids for name, ids in lacking_records(members, simulated).items() if len(ids) < len(members)}
+        drawn = f", all counted, not only the {size} drawn" if size is not None and size < len(members) else ""
         if partly:
-            out[dataset] = ", ".join(f"{name} ({len(ids)} of {len(members)} records lack it)"
+            out[dataset] = ", ".join(f"{name} ({len(ids)} of {len(members)} records lack it{drawn})"
                                      for name, ids in partly.items())
     return out
 

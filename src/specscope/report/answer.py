@@ -13,7 +13,9 @@ to the oracle.
   cell than ``best`` — whose whole-run speedup also holds the ramp-up and the drain of the
   longest requests, which can decide the whole run at a large batch;
 - ``left_out``: the proposers some (not all) records of the dataset lack, whose cells are left out
-  of it (a cell compares proposers on the same requests): with them the best may be another.
+  of it (a cell compares proposers on the same requests): with them the best may be another. They
+  are counted over all the dataset's records, as the simulator decides, even where paper mode
+  replays a draw of them (said: "all counted, not only the 300 drawn").
 
 With trees (:mod:`specscope.report.trees`), one more line per dataset × proposer × tree: up to
 which batch size the tree beats the chain of its depth.

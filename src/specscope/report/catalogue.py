@@ -82,23 +82,36 @@ TABLES = [
 
 
 def _no_pair(data: ReportData) -> str | None:
-    if not data.pair:
-        return "the traces hold a single proposer"
-    return None if len(_without_pair(data)) < len(by_dataset(data.records)) else \
-        f"no record holds both {data.pair[0]} and {data.pair[1]}"
+    if data.pair_of:
+        return None
+    return "the traces hold a single proposer" if len(data.names) < 2 else \
+        "no dataset's records all hold two proposers the cost model prices"
 
 
 def _without_pair(data: ReportData) -> list[str]:
-    """The datasets no record of which holds both proposers of the report's pair."""
-    return [dataset for dataset, members in by_dataset(data.records).items()
-            if not any(set(data.pair) <= set(r.proposers) for r in members)]
+    """The datasets without a pair (:func:`~specscope.sim.grid.dataset_pairs`): no panel."""
+    return [dataset for dataset in by_dataset(data.records) if dataset not in data.pair_of]
 
 
 def _pair_title(data: ReportData) -> str:
-    """Figure 3's title: the pair, and the datasets it leaves out."""
+    """Figure 3's title: each pair (the datasets of each where they differ), and the datasets
+    without one."""
+    datasets: dict[tuple[str, str], list[str]] = {}
+    for dataset, pair in data.pair_of.items():
+        datasets.setdefault(pair, []).append(dataset)
     left = _without_pair(data)
-    return f"Where {data.pair[0]} beats {data.pair[1]}" + (
-        f" (not for {', '.join(left)}: no record there holds both)" if left else "")
+    return "Where " + "; ".join(f"{a} beats {b}" + (f" ({', '.join(those)})" if len(datasets) > 1 else "")
+                                for (a, b), those in datasets.items()) + (
+        f" (not for {', '.join(left)}: no two proposers the cost model prices that every record there holds)"
+        if left else "")
+
+
+def _pair_caption(data: ReportData) -> str:
+    pairs = set(data.pair_of.values())
+    first, second = next(iter(pairs)) if len(pairs) == 1 else ("the first of a panel's pair", "the second")
+    return (f"One colour marks positions where {first} emits more than {second}, the other the reverse; white is a "
+            "tie — check whether either wins in bursts or everywhere. Each dataset's pair is the one its "
+            "oracle-combined replays.")
 
 
 def _no_overlap(data: ReportData) -> str | None:
@@ -153,9 +166,8 @@ FIGURES = [
     FigureSpec(
         "difference_heatmap",
         _pair_title,
-        lambda d: f"One colour marks positions where {d.pair[0]} emits more than {d.pair[1]}, the other the "
-                  "reverse; white is a tie — check whether either wins in bursts or everywhere.",
-        lambda d: difference_heatmap(d.records, *d.pair),
+        _pair_caption,
+        lambda d: difference_heatmap(d.records, d.pair_of),
         _no_pair,
     ),
     FigureSpec(

@@ -9,7 +9,7 @@ request does not reach are grey.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.colors import PowerNorm, TwoSlopeNorm
@@ -82,20 +82,19 @@ def acceptance_heatmap(records: Sequence[TraceRecord], proposers: Sequence[str])
     return fig
 
 
-def difference_heatmap(records: Sequence[TraceRecord], a: str, b: str, limit: float = 10.0) -> plt.Figure:
+def difference_heatmap(records: Sequence[TraceRecord], pairs: Mapping[str, tuple[str, str]],
+                       limit: float = 10.0) -> plt.Figure:
     """Figure 3: acc_len of ``a`` − acc_len of ``b`` over their common positions, a panel per
-    dataset whose records hold both (the others get none); diverging colours centred on 0,
-    clipped at ±``limit``."""
+    dataset of ``pairs`` (dataset → its (a, b): the pair its oracle-combined replays) whose records
+    hold both (the others get none); diverging colours centred on 0, clipped at ±``limit``."""
     groups = {dataset: members for dataset, members in by_dataset(records).items()
-              if any(a in r.proposers and b in r.proposers for r in members)}
+              if dataset in pairs and any(set(pairs[dataset]) <= set(r.proposers) for r in members)}
     fig, axes = panel_grid(len(groups), 2, 6.2, 4.2)
     norm = TwoSlopeNorm(vcenter=0.0, vmin=-limit, vmax=limit)
     image = None
     for ax, (dataset, members) in zip(axes, groups.items()):
+        a, b = pairs[dataset]
         ordered = [r for r in _sorted(members) if a in r.proposers and b in r.proposers]
-        if not ordered:
-            ax.set_visible(False)
-            continue
         cap = position_cap(ordered)
         diffs = []
         for r in ordered:
@@ -105,5 +104,7 @@ def difference_heatmap(records: Sequence[TraceRecord], a: str, b: str, limit: fl
         grid = acc_matrix(diffs, cap)
         image = _draw(ax, grid, cap, f"{short(dataset)} · {a} − {b}", cmap=DIVERGING, norm=norm)
     if image is not None:
+        shown = {pairs[dataset] for dataset in groups}
+        a, b = next(iter(shown)) if len(shown) == 1 else ("first", "second")
         fig.colorbar(image, ax=axes, label=f"acc_len({a}) − acc_len({b})", fraction=0.03, extend="both")
     return fig

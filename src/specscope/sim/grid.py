@@ -55,7 +55,8 @@ class SimConfig:
     sample: int | None = None  # requests drawn per dataset (paper mode: 300); None = all
     match_prob: float | None = None  # n-gram match probability guess; None = per dataset
     guess_no_match: bool = True  # apply the guess where the trace has no draft_len
-    combined: tuple[str, str] | None = None  # the pair of a bare oracle-combined or oracle-switch (default_pair)
+    combined: tuple[str, str] | None = None  # the pair of a bare oracle-combined or oracle-switch: dataset_pairs'
+    # (datasets whose pairs differ are simulated apart, by_pair)
     # Mixed mode, a batch size above a dataset's request count (B distinct requests cannot be
     # filled): "skip" leaves that dataset's row out with a warning, "said" without one (the caller
     # says it once for all its runs), "refuse" is an error.
@@ -128,13 +129,12 @@ def default_pair(records: Sequence[TraceRecord], names: Sequence[str]) -> tuple[
     """The pair a bare ``oracle-combined`` or ``oracle-switch`` replays on ``records``, and why: the
     lookup and the model proposer of ``names`` whose oracles emit the most tokens per step there
     (:func:`oracle_tau`; a tie to the first named); where ``names`` hold no lookup or no model
-    proposer, the two that emit the most. None (and why) where ``names`` are fewer than two."""
-    names = [n for n in dict.fromkeys(names) if n != COMBINED]
-    taus = {n: oracle_tau(records, n) for n in names}
-    ranked = sorted(names, key=lambda n: (math.isnan(taus[n]), -taus[n]))  # NaN (no step) last
+    proposer, the two that emit the most. None (and why) where ``names`` are fewer than two.
+    ``names`` are taken as given: :func:`dataset_pairs` is the rule that chooses them (the proposers
+    a cost model prices that every record of a dataset holds)."""
+    ranked, measured = by_oracle_tau(records, names)
     lookups = [n for n in ranked if n in LOOKUP_PROPOSERS]
     models = [n for n in ranked if n not in LOOKUP_PROPOSERS]
-    measured = "tokens per oracle step: " + ", ".join(f"{n} {taus[n]:.2f}" for n in ranked)
     if lookups and models:
         return (lookups[0], models[0]), (f"the lookup and the model proposer whose oracles emit the most tokens "
                                          f"per step ({measured})")
@@ -143,11 +143,89 @@ def default_pair(records: Sequence[TraceRecord], names: Sequence[str]) -> tuple[
     return None, f"the traces hold {'only ' + ranked[0] if ranked else 'no proposer'}, no pair to combine"
 
 
-def pair_note(pair: tuple[str, str], why: str, policies: Sequence[str]) -> list[str]:
-    """The line saying which pair the bare ``oracle-combined`` / ``oracle-switch`` of ``policies``
-    replayed and why (:func:`default_pair`); none where every one names its pair."""
+def by_oracle_tau(records: Sequence[TraceRecord], names: Sequence[str]) -> tuple[list[str], str]:
+    """``names`` (``combined`` and repeats dropped) from the most tokens per oracle step over
+    ``records`` to the fewest (NaN, no step, last; a tie to the first named), and those numbers
+    as a phrase."""
+    names = [n for n in dict.fromkeys(names) if n != COMBINED]
+    taus = {n: oracle_tau(records, n) for n in names}
+    ranked = sorted(names, key=lambda n: (math.isnan(taus[n]), -taus[n]))
+    return ranked, "tokens per oracle step: " + ", ".join(f"{n} {taus[n]:.2f}" for n in ranked)
+
+
+def held_by_all(records: Sequence[TraceRecord], names: Sequence[str]) -> list[str]:
+    """The proposers of ``names`` every record of ``records`` holds, in the order of ``names``."""
+    return [n for n in names if records and all(n in r.proposers for r in records)]
+
+
+def candidates(records: Sequence[TraceRecord], cost: CostModel,
+               names: Sequence[str] | None = None) -> tuple[list[str], list[str]]:
+    """The proposers a default may choose among on ``records`` (one dataset's): those of ``names``
+    (default: every proposer the records hold) that ``cost`` prices the drafting of
+    (:func:`~specscope.costmodel.registry.priced`) and every record holds; and a line per other
+    one some record holds saying why it is not among them (empty where none is left aside)."""
+    from specscope.costmodel.registry import priced
+
+    held = list(dict.fromkeys(n for r in records for n in r.proposers))  # by some record: the others unsaid
+    names = [n for n in dict.fromkeys(held if names is None else names) if n != COMBINED and n in held]
+    kept, unpriced = priced(cost, names)
+    chosen = held_by_all(records, kept)
+    partly = [n for n in kept if n not in chosen]
+    aside = ([f"{', '.join(unpriced)} left aside: the cost model prices no drafting of {_them(unpriced)}"]
+             if unpriced else [])
+    aside += [f"{', '.join(partly)} left aside: not every record holds {_them(partly)}"] if partly else []
+    return chosen, aside
+
+
+def _them(names: Sequence[str]) -> str:
+    return "it" if len(names) == 1 else "them"
+
+
+def dataset_pairs(records: Sequence[TraceRecord], cost: CostModel,
+                  names: Sequence[str] | None = None) -> dict[str, tuple[tuple[str, str] | None, str]]:
+    """Per dataset of ``records`` (in order), the pair a bare ``oracle-combined`` or
+    ``oracle-switch`` replays there and why — the one rule simulate, overlap, report and paper
+    follow: :func:`default_pair` of the :func:`candidates` there (the proposers of ``names`` the
+    cost model prices that every record of the dataset holds). None (and why) where they are
+    fewer than two."""
+    out = {}
+    for dataset, members in by_dataset(records).items():
+        chosen, aside = candidates(members, cost, names)
+        pair, why = default_pair(members, chosen)
+        if pair is None:
+            why = (f"{'only ' + chosen[0] if chosen else 'none'} of its proposers can be combined"
+                   + (f" ({'; '.join(aside)})" if aside else ""))
+        elif aside:
+            why = f"{why[:-1]}; {'; '.join(aside)})"
+        out[dataset] = (pair, why)
+    return out
+
+
+def by_pair(records: Sequence[TraceRecord],
+            pairs: dict[str, tuple[tuple[str, str] | None, str]]) -> dict[tuple[str, str] | None, list[TraceRecord]]:
+    """``records`` grouped by their dataset's pair (:func:`dataset_pairs`), the groups in the
+    order of their first dataset, each group's records in their order; ``None`` holds the
+    datasets without a pair."""
+    grouped: dict[tuple[str, str] | None, list[TraceRecord]] = {}
+    for dataset, members in by_dataset(records).items():
+        grouped.setdefault(pairs[dataset][0], []).extend(members)
+    return grouped
+
+
+def pair_notes(pairs: dict[str, tuple[tuple[str, str] | None, str]], policies: Sequence[str]) -> list[str]:
+    """The lines saying which pair the bare ``oracle-combined`` / ``oracle-switch`` of ``policies``
+    replayed in each dataset and why (:func:`dataset_pairs`), or that it was left out there (no
+    pair); none where every one names its pair. One dataset: no name."""
     bare = [p for p in dict.fromkeys(p.strip() for p in policies) if p in ("oracle-combined", "oracle-switch")]
-    return [f"{' and '.join(bare)} without a pair: {'+'.join(pair)}, {why}"] if bare else []
+    if not bare:
+        return []
+    notes = []
+    for dataset, (pair, why) in pairs.items():
+        where = f"dataset {dataset!r}: " if len(pairs) > 1 else ""
+        notes.append(f"{where}{' and '.join(bare)} without a pair: {'+'.join(pair)}, {why}" if pair else
+                     f"{where}{' and '.join(bare)} without a pair left out: {why} (name a pair: "
+                     f"{bare[0]}:A+B)")
+    return notes
 
 
 def simulated_batch_sizes(rows: Sequence[SimRow]) -> list[int]:
@@ -429,18 +507,26 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
     records lack a proposer a cell needs, or were traced shallower than a cell proposes, is
     refused, or, given a ``missing`` list (a report over datasets traced with different proposers
     or depths), has that cell left out and a note added there; given a ``lacking`` list, a cell
-    whose proposer some records lack is left out (said there), one traced too shallow refused."""
+    whose proposer some records lack is left out (said there), one traced too shallow refused.
+    What records lack is decided over all the dataset's records, also where fewer are drawn."""
     lacking = missing if lacking is None else lacking
     parsed = parse_policies(policies, config.combined)
     pairs = cells(accs, parsed)
     predict = predict_paper if config.mode == "paper" else predict_mixed
     groups = []  # (dataset, its sampled requests, its cells, its batch sizes): all checked before any work
-    for dataset, members in by_dataset(records).items():
-        members = sampled(members, config)
+    for dataset, whole in by_dataset(records).items():
+        members = sampled(whole, config)
         sizes = _feasible(config.batch_sizes, len(members), dataset, config)
-        mine = pairs if lacking is None else held_cells(members, pairs, dataset, lacking)
+        # What a dataset's records lack is decided over all of them, not the requests drawn (a cell
+        # replayed by one seed's draw and left out by another's, and the report's answer counting
+        # all of them, disagreed): the notes count its records and say so where fewer are drawn.
+        said = len(lacking) if lacking is not None else 0
+        mine = pairs if lacking is None else held_cells(whole, pairs, dataset, lacking)
+        if lacking is not None and len(members) < len(whole):
+            lacking[said:] = [f"{line} (all {len(whole)} of its records counted, not only the {len(members)} drawn)"
+                              for line in lacking[said:]]
         for acc, policy in mine:
-            check_cell(members, acc, policy, dataset)
+            check_cell(whole, acc, policy, dataset)
             if policy.confidence_for is not None:
                 check_learned_confidence(members, policy, dataset, sizes, config.mode)
             drafting_of(cost, acc, policy)  # a missing one is an error
