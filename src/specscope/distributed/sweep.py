@@ -9,7 +9,10 @@ on a fresh server, finished cells are not repeated, and every cell's record arri
 whose worker is lost for good is recorded as failed (``--retry-failed`` reruns it).
 
 Where each cell ran is appended to ``OUTPUT/ray-placement.jsonl`` (``cell_id``, ``node_id``,
-``node_ip``, ``pid``), and each measured cell's result says how many servers of other groups were
+``node_ip``, ``pid``) before its record is handed over — a driver killed between the two leaves the
+line of a run with no record, and the rerun's line after it, so a cell's last line is the run that
+recorded it (written after the record, a recorded cell could have none) — and each measured cell's
+result says how many servers of other groups were
 up on its node while it ran (``servers_sharing_node``, :class:`NodeShare`): groups that fit one node
 at once share its cores, and their throughputs carry that contention.
 """
@@ -219,9 +222,9 @@ def ray_group_runner(address: str, config: SweepConfig | None = None) -> GroupRu
                         record = {**record, "result": {**record["result"], "servers_sharing_node": shared}}
                 if not left[g]:
                     sharing.down(g, time.monotonic())
-                yield record  # the caller writes it before asking for the next
-                if place is not None:  # so the placement file lists only cells recorded
+                if place is not None:  # before the record: a recorded cell's last line is the run that recorded it
                     _append_placement(config, expected, place)
+                yield record  # the caller writes it before asking for the next
                 progress.update(g, node_label(place) if place else None, record, group_done=not left[g])
                 if not left[g]:
                     del actors[g]  # its last handle: Ray ends the actor and frees its resources
