@@ -967,3 +967,34 @@ def test_the_optimistic_note_comes_only_beside_an_oracle_combined_row(tmp_path):
     status, cells, said = simulated_cells(tmp_path, str(tmp_path / "t.jsonl"), "--policies",
                                           "fixed:1,oracle-combined:ngram+eagle")
     assert status == 0 and "oracle-combined:ngram+eagle" in {p for _, _, p in cells} and OPTIMISTIC in said
+
+
+def test_a_bare_oracle_combined_takes_the_acc_pair_as_named_and_leaves_out_only_a_datasets_without_one(tmp_path,
+                                                                                                     capsys):
+    """A review of the per-dataset pair: `--acc ngram,combined` was refused outright where one
+    dataset held no pair ('goes with oracle-combined only'); `--acc ngram,mtp --policies
+    oracle-combined` was refused because the default model prices no MTP, though oracle-combined
+    charges only the lookup's drafting and `oracle-combined:ngram+mtp` ran; a bare policy's note on
+    the positions it replays was never printed (it matched the spelled-out name only)."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    ngram_only = [replace(three_proposers(f"n{i}", "solo"), proposers={"ngram": three_proposers("x").proposers["ngram"]})
+                  for i in range(2)]
+    write_traces(tmp_path / "t.jsonl", [three_proposers("r0"), three_proposers("r1"), *ngram_only])
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram,combined", "--policies",
+                 "fixed:3,oracle-combined", "--batch-sizes", "1", "-o", str(tmp_path / "o.csv")]) == 0
+    rows = [(c["dataset"], c["acc"], c["policy"]) for c in csv.DictReader((tmp_path / "o.csv").open())]
+    assert rows == [("d", "ngram", "fixed:3"), ("d", "combined", "oracle-combined:ngram+eagle3"),
+                    ("solo", "ngram", "fixed:3")]
+    assert "dataset 'solo': oracle-combined without a pair left out" in capsys.readouterr().out
+    assert main(["simulate", str(tmp_path / "t.jsonl"), "--acc", "ngram,mtp", "--policies", "oracle-combined",
+                 "--batch-sizes", "1", "-o", str(tmp_path / "m.csv")]) == 0
+    assert {c["policy"] for c in csv.DictReader((tmp_path / "m.csv").open())} == {"oracle-combined:ngram+mtp"}
+    assert "oracle-combined without a pair: ngram+mtp, the two proposers --acc names" in capsys.readouterr().out
+    longer = replace(three_proposers("u"), proposers={**three_proposers("u").proposers,
+                                                      "eagle3": ProposerTrace(np.array([4] * 13, dtype=np.int32))})
+    write_traces(tmp_path / "u.jsonl", [longer, three_proposers("v")])
+    assert main(["simulate", str(tmp_path / "u.jsonl"), "--policies", "fixed:3,oracle-combined", "--batch-sizes",
+                 "1", "--lengths", "own"]) == 0
+    assert "oracle-combined:ngram+eagle3 replays the positions its proposers' acc_len share" in capsys.readouterr().out

@@ -98,8 +98,12 @@ def run(args: argparse.Namespace) -> int:
         raise SpecscopeError(f"--acc: no record holds {', '.join(unheld)} (the traces hold {', '.join(names)})")
     named = [name for name in accs if name != COMBINED]
     bare = [p for p in dict.fromkeys(p.strip() for p in args.policies) if p in ("oracle-combined", "oracle-switch")]
-    # A bare pair: per dataset, among the proposers named (else every one held) the cost model prices
-    pairs = dataset_pairs(records, cost, named if len(named) >= 2 else names) if bare else {}
+    # A bare pair: the two --acc names, as given; else per dataset, among the proposers named (else
+    # every one held) the cost model prices
+    if bare and len(named) == 2:
+        pairs = {dataset: (tuple(named), "the two proposers --acc names") for dataset in by_dataset(records)}
+    else:
+        pairs = dataset_pairs(records, cost, named if len(named) >= 2 else names) if bare else {}
     groups = by_pair(records, pairs) if bare else {None: records}
     if bare and list(groups) == [None]:
         raise SpecscopeError(f"{' and '.join(bare)} without a pair: "
@@ -111,20 +115,24 @@ def run(args: argparse.Namespace) -> int:
         sample=args.sample, match_prob=args.match_prob, guess_no_match=not args.no_guess,
         oversize="skip" if args.batch_sizes is None else "refuse",
     )
-    runs = []  # (its records, its config, its policies): one per pair of datasets sharing it
+    runs = []  # (its records, its config, its proposers, its policies): one per pair of datasets sharing it
+    lengths: list[str] = []  # each run's policies' notes on the positions they replay, its pair named
     for pair, members in groups.items():
         policies = [p for p in args.policies if pair is not None or p.strip() not in bare]
-        if not policies:  # a dataset with no pair, asked for nothing but the bare policies: said in pair_notes
+        mine = [a for a in accs if a != COMBINED or pair is not None or not bare]  # a dataset without its pair
+        if not policies or not mine:  # a dataset with no pair, asked for nothing but it: said in pair_notes
             continue
+        lengths += length_notes(members, [f"{p.strip()}:{'+'.join(pair)}" if pair and p.strip() in bare else p
+                                          for p in policies])
         for policy in parse_policies(policies, pair):
             unheld = [name for name in policy.combined or policy.switch or () if name not in names]
             if unheld:
                 raise SpecscopeError(f"policy {policy.name!r}: no record holds {', '.join(unheld)} (the traces "
                                      f"hold {', '.join(names)})")
-        runs.append((members, replace(config, combined=pair), policies))
+        runs.append((members, replace(config, combined=pair), mine, policies))
     lacking: list[str] = []  # a dataset some of whose records lack a proposer: its cells left out, said
-    rows = [row for members, mine, policies in runs
-            for row in simulate(members, accs, policies, cost, mine, lacking=lacking)]
+    rows = [row for members, setting, mine, policies in runs
+            for row in simulate(members, mine, policies, cost, setting, lacking=lacking)]
     order = list(by_dataset(records))
     rows.sort(key=lambda row: order.index(row.dataset))  # the datasets' order, whichever pair each replayed
     if not rows:
@@ -141,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     notes = [*(f"not simulated: {name}: cost model {label!r} prices no drafting of it (--acc names what to replay)"
                for name in unpriced),
              *lacking, *pair_notes(pairs, args.policies), *sample_notes(records, config),
-             *no_match_notes(records, accs, config), *length_notes(records, args.policies),
+             *no_match_notes(records, accs, config), *dict.fromkeys(lengths),
              *adaptive_notes(records, accs, args.policies), *([past] if past else []), *([trees] if trees else []),
              *learned_notes(args.policies, cost, simulated), *capacity_notes(rows, cost),
              *(offer_notes(records) if any(p.startswith("learned:") for p in args.policies) else [])]
