@@ -57,6 +57,9 @@ CASES = [
     Case("overlap-lookup-and-no-priced-reference", ["overlap", "t.jsonl", "--lookup", "eagle"],
          r"overlap: no model proposer to set eagle against \(--reference names one\): dataset 'd': ngram: a lookup",
          WITH_TRACE),
+    Case("overlap-lookup-unpriced", ["overlap", "t.jsonl", "--lookup", "mtp"],  # it said a reference, then died
+         r"--lookup mtp: cost model 'h100-llama3\.1-8b' prices no drafting of it",
+         {"t.jsonl": TRACE.replace('"eagle": {', '"mtp": {')}),
     Case("overlap-lookup-policy-of-two-proposers", ["overlap", "t.jsonl", "--lookup-policies", "oracle-combined:ngram+eagle"],
          r"--lookup-policies: oracle-combined:ngram\+eagle replays several proposers", WITH_TRACE),
     Case("bound-batch-size-absurd", ["bound", "t.jsonl", "--batch-size", "100000000"],

@@ -321,6 +321,11 @@ def test_the_overlap_note_names_the_proposer_the_cost_model_cannot_price():
     data.names, data.simulated, data.records = ["ngram", "eagle"], ["ngram", "eagle"], [both, eagle, eagle]
     assert _no_overlap(data) == ("it compares 'ngram' with a model proposer, which every record of a dataset must "
                                  "hold; 'ngram' is missing from 2 of the 3 records")
+    # its only model proposer unpriced (traces of n-gram and MTP under the paper's model): said, where it
+    # read "the traces have ngram, mtp"
+    mtp = SimpleNamespace(proposers={"ngram": 0, "mtp": 0})
+    data.names, data.simulated, data.records = ["ngram", "mtp"], ["ngram"], [mtp, mtp]
+    assert _no_overlap(data) == "it compares 'ngram' with a model proposer, and the cost model prices no mtp"
 
 
 def test_datasets_traced_with_other_proposers_report_what_each_holds(tmp_path):

@@ -78,7 +78,7 @@ def _holding_both(records: list, lookup: str, references: dict[str, str], out) -
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.overlap import bleu_scores, default_references, overlap_by_reference, request_bleu
     from specscope.trace.schema import by_dataset
-    from specscope.costmodel.registry import cost_label, resolve_cost_model
+    from specscope.costmodel.registry import cost_label, priced, resolve_cost_model
 
     if args.lookup == args.reference:  # n-gram's speedup over itself: 1 in every bin, a comparison of nothing
         raise SpecscopeError(f"--reference {args.reference}: the same proposer as --lookup; name another to compare "
@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     if not any(args.lookup in r.proposers for r in records):  # nothing to set against anything
         raise SpecscopeError(f"--lookup {args.lookup}: no record holds it (the traces hold "
                              f"{', '.join(sorted({n for r in records for n in r.proposers}))})")
+    if not priced(cost, [args.lookup])[0]:  # its speedup could not be simulated: said before any reference
+        raise SpecscopeError(f"--lookup {args.lookup}: cost model {cost_label(args.cost_model, cost)!r} prices no "
+                             "drafting of it")
     chosen = default_references(records, args.lookup, cost, args.reference)  # each dataset its own
     several = len(by_dataset(records)) > 1
     if args.reference is None:

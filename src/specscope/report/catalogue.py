@@ -119,7 +119,9 @@ def _no_overlap(data: ReportData) -> str | None:
     if data.overlap:
         return None
     compared = f"proposers {ov.lookup!r} and {ov.reference!r}" if ov.reference else f"{ov.lookup!r} with a model proposer"
-    unpriced = [name for name in (ov.lookup, ov.reference) if name in data.names and name not in data.simulated]
+    candidates = (ov.lookup, ov.reference) if ov.reference else \
+        (ov.lookup, *(n for n in data.names if n not in LOOKUP_PROPOSERS))  # no reference named: any model proposer
+    unpriced = [name for name in candidates if name in data.names and name not in data.simulated]
     if unpriced:
         return f"it compares {compared}, and the cost model prices no {' or '.join(unpriced)}"
     references = [ov.reference] if ov.reference else [n for n in data.simulated if n not in LOOKUP_PROPOSERS]
