@@ -21,7 +21,7 @@ from specscope.cli._common import (
 )
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.sim.grid import SimConfig, simulated_batch_sizes
-from specscope.sim.policies import POLICIES, parse_policies
+from specscope.sim.policies import POLICIES, bare_paired, parse_policies
 from specscope.fileio import json_text
 from specscope.errors import SpecscopeError
 
@@ -40,8 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_trace_options(parser)
     parser.add_argument("--acc", type=str_list, default=None,
                         help="proposers whose traces to replay; 'combined' for oracle-combined (default: every "
-                             "proposer the traces hold; in a dataset where some records lack one, its cells are "
-                             "left out, said in a note)")
+                             "proposer the traces hold that the cost model prices, the others named in a note; in a "
+                             "dataset where some records lack one, its cells are left out, said in a note)")
     parser.add_argument("--policies", type=policy_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
                         help="fixed:k, adaptive, oracle, oracle-combined:A+B, oracle-switch:A+B (its drafting "
                              "charged), tree:SHAPE (a static tree such as tree:2x2x1, replayed from traces taken "
@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from specscope.analysis.acceptance import proposer_names
     from specscope.costmodel.linear import LinearCostModel
-    from specscope.costmodel.registry import cost_label, priced, resolve_cost_model
+    from specscope.costmodel.registry import cost_label, priced, resolve_cost_model, unpriced_note
     from specscope.sim.grid import (COMBINED, OPTIMISTIC, adaptive_notes, by_pair, capacity_notes, dataset_pairs,
                                     length_notes, no_match_notes, pair_notes, sample_notes, simulate)
     from specscope.trace.schema import by_dataset
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     if unheld:
         raise SpecscopeError(f"--acc: no record holds {', '.join(unheld)} (the traces hold {', '.join(names)})")
     named = [name for name in accs if name != COMBINED]
-    bare = [p for p in dict.fromkeys(p.strip() for p in args.policies) if p in ("oracle-combined", "oracle-switch")]
+    bare = bare_paired(args.policies)
     # A bare pair: the two --acc names, as given; else per dataset, among the proposers named (else
     # every one held) the cost model prices
     if bare and len(named) == 2:
@@ -146,8 +146,7 @@ def run(args: argparse.Namespace) -> int:
     past = cost.beyond_measured(chains, simulated, accs) if isinstance(cost, LinearCostModel) else None
     trees = cost.trees_from_chains([row.acc for row in rows if row.policy.startswith("tree:")]) \
         if isinstance(cost, LinearCostModel) else None
-    notes = [*(f"not simulated: {name}: cost model {label!r} prices no drafting of it (--acc names what to replay)"
-               for name in unpriced),
+    notes = [*(f"{unpriced_note(name, label)} (--acc names what to replay)" for name in unpriced),
              *lacking, *pair_notes(pairs, args.policies), *sample_notes(records, config),
              *no_match_notes(records, accs, config), *dict.fromkeys(lengths),
              *adaptive_notes(records, accs, args.policies), *([past] if past else []), *([trees] if trees else []),

@@ -91,6 +91,12 @@ def priced(cost: CostModel, names: Sequence[str]) -> tuple[list[str], list[str]]
     return kept, left
 
 
+def unpriced_note(name: str, label: str) -> str:
+    """The note for a proposer left out of a simulation because cost model ``label`` prices no
+    drafting of it (:func:`priced`)."""
+    return f"not simulated: {name}: cost model {label!r} prices no drafting of it"
+
+
 def cost_label(spec: str, model: CostModel) -> str:
     """What a result says priced it: the model's name, and the file it came from where that is
     not the name (a file may call itself ``h100-llama3.1-8b`` and hold other numbers)."""

@@ -32,7 +32,7 @@ from specscope.analysis.position import ProfileRow, position_profiles
 from specscope.analysis.timesplit import measured_split, predicted_split, read_steps
 from specscope.costmodel.base import CostModel
 from specscope.costmodel.linear import LinearCostModel
-from specscope.costmodel.registry import cost_label, priced, resolve_cost_model
+from specscope.costmodel.registry import cost_label, priced, resolve_cost_model, unpriced_note
 from specscope.errors import SpecscopeError
 from specscope.fingerprint import provenance
 from specscope.methods import BENCH_DEFAULT, default_hint
@@ -40,9 +40,9 @@ from specscope.report.answer import AnswerRow, answer_rows, tree_answer
 from specscope.report.config import LONGER_K, ReportConfig
 from specscope.report.policy import PolicyChoices, policy_section
 from specscope.sim.checks import lacking_records
-from specscope.sim.grid import (COMBINED, SimConfig, SimRow, adaptive_notes, by_pair, capacity_notes, dataset_pairs,
-                                held_by_all, length_notes, no_match_notes, sample_notes, sample_size, simulate,
-                                simulated_batch_sizes)
+from specscope.sim.grid import (COMBINED, SimConfig, SimRow, adaptive_notes, by_pair, capacity_notes,
+                                counted_over_all, dataset_pairs, held_by_all, length_notes, no_match_notes,
+                                sample_notes, sample_size, simulate, simulated_batch_sizes)
 from specscope.sim.plan import traced_k_max
 from specscope.trace import load_traces
 from specscope.trace.load import LoadReport
@@ -199,7 +199,7 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
     overlap_asked, config = config.overlap, held[shallowest] if shallowest else config  # overlap's: within every depth
     names = proposer_names(records)
     simulated, unpriced = priced(cost, names)
-    notes = [f"not simulated: {name}: cost model {cost.name!r} prices no drafting of it" for name in unpriced]
+    notes = [unpriced_note(name, cost.name) for name in unpriced]
     if not simulated:
         raise SpecscopeError(f"cost model {cost.name!r} can price none of the proposers {names}"
                              + (default_hint(BENCH_DEFAULT) if BENCH_DEFAULT in names else ""))
@@ -296,8 +296,6 @@ def analyse(traces: Sequence[str | Path], config: ReportConfig,
 
     ov = config.overlap
     references = _overlap_references(sim_records, ov, cost)  # each dataset its own model proposer
-    if references and ov.reference not in references.values():  # the figure and its notes name one compared
-        data.config = replace(data.config, overlap=replace(ov, reference=next(iter(references.values()))))
     scores = bleu_scores(sim_records)
     data.bleu = request_bleu(sim_records, scores, ov.edges)
     data.overlap = overlap_by_reference(sim_records, cost, config.sim, ov, references, scores, notes=data.notes) \
@@ -353,7 +351,7 @@ def _left_out(records: Sequence[TraceRecord], simulated: Sequence[str], sim: Sim
     size = sample_size(sim)
     for dataset, members in by_dataset(records).items():
         partly = {name: ids for name, ids in lacking_records(members, simulated).items() if len(ids) < len(members)}
-        drawn = f", all counted, not only the {size} drawn" if size is not None and size < len(members) else ""
+        drawn = f"; {counted_over_all(len(members), size)}" if size is not None and size < len(members) else ""
         if partly:
             out[dataset] = ", ".join(f"{name} ({len(ids)} of {len(members)} records lack it{drawn})"
                                      for name, ids in partly.items())

@@ -15,7 +15,7 @@ to the oracle.
 - ``left_out``: the proposers some (not all) records of the dataset lack, whose cells are left out
   of it (a cell compares proposers on the same requests): with them the best may be another. They
   are counted over all the dataset's records, as the simulator decides, even where paper mode
-  replays a draw of them (said: "all counted, not only the 300 drawn").
+  replays a draw of them (said: "all 310 of its records counted, not only the 300 drawn").
 
 With trees (:mod:`specscope.report.trees`), one more line per dataset × proposer × tree: up to
 which batch size the tree beats the chain of its depth.

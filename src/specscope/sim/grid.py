@@ -28,7 +28,7 @@ from specscope.sim.checks import LOOKUP_PROPOSERS, check_cell, check_k, check_le
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
 from specscope.sim.plan import Plan, baseline_plan, make_plan, switch_k_max, traced_k_max, visit
-from specscope.sim.policies import ADAPTIVE_START, Policy, parse_policies
+from specscope.sim.policies import ADAPTIVE_START, Policy, bare_paired, parse_policies
 from specscope.sim.pricing import DeepestPasses, Prediction
 from specscope.sim.switching import SwitchDrafting, causal_plan, oracle_switch_plan
 from specscope.trace.schema import ProposerTrace, TraceRecord, by_dataset
@@ -125,14 +125,17 @@ def oracle_tau(records: Sequence[TraceRecord], name: str) -> float:
     return emitted / steps if steps else float("nan")
 
 
-def default_pair(records: Sequence[TraceRecord], names: Sequence[str]) -> tuple[tuple[str, str] | None, str]:
+def default_pair(records: Sequence[TraceRecord], names: Sequence[str],
+                 aside: Sequence[str] = ()) -> tuple[tuple[str, str] | None, str]:
     """The pair a bare ``oracle-combined`` or ``oracle-switch`` replays on ``records``, and why: the
     lookup and the model proposer of ``names`` whose oracles emit the most tokens per step there
     (:func:`oracle_tau`; a tie to the first named); where ``names`` hold no lookup or no model
     proposer, the two that emit the most. None (and why) where ``names`` are fewer than two.
     ``names`` are taken as given: :func:`dataset_pairs` is the rule that chooses them (the proposers
-    a cost model prices that every record of a dataset holds)."""
+    a cost model prices that every record of a dataset holds); ``aside``: why the others were left
+    aside, said in the parenthesis beside the numbers."""
     ranked, measured = by_oracle_tau(records, names)
+    measured = "; ".join([measured, *aside])
     lookups = [n for n in ranked if n in LOOKUP_PROPOSERS]
     models = [n for n in ranked if n not in LOOKUP_PROPOSERS]
     if lookups and models:
@@ -191,12 +194,10 @@ def dataset_pairs(records: Sequence[TraceRecord], cost: CostModel,
     out = {}
     for dataset, members in by_dataset(records).items():
         chosen, aside = candidates(members, cost, names)
-        pair, why = default_pair(members, chosen)
+        pair, why = default_pair(members, chosen, aside)
         if pair is None:
             why = (f"{'only ' + chosen[0] if chosen else 'none'} of its proposers can be combined"
                    + (f" ({'; '.join(aside)})" if aside else ""))
-        elif aside:
-            why = f"{why[:-1]}; {'; '.join(aside)})"
         out[dataset] = (pair, why)
     return out
 
@@ -216,7 +217,7 @@ def pair_notes(pairs: dict[str, tuple[tuple[str, str] | None, str]], policies: S
     """The lines saying which pair the bare ``oracle-combined`` / ``oracle-switch`` of ``policies``
     replayed in each dataset and why (:func:`dataset_pairs`), or that it was left out there (no
     pair); none where every one names its pair. One dataset: no name."""
-    bare = [p for p in dict.fromkeys(p.strip() for p in policies) if p in ("oracle-combined", "oracle-switch")]
+    bare = bare_paired(policies)
     if not bare:
         return []
     notes = []
@@ -226,6 +227,12 @@ def pair_notes(pairs: dict[str, tuple[tuple[str, str] | None, str]], policies: S
                      f"{where}{' and '.join(bare)} without a pair left out: {why} (name a pair: "
                      f"{bare[0]}:A+B)")
     return notes
+
+
+def counted_over_all(total: int, drawn: int) -> str:
+    """What a dataset's records lack is decided over all ``total`` of them, where ``drawn`` are
+    replayed (:func:`simulate`): how a note and the report's answer say so."""
+    return f"all {total} of its records counted, not only the {drawn} drawn"
 
 
 def simulated_batch_sizes(rows: Sequence[SimRow]) -> list[int]:
@@ -523,8 +530,7 @@ def simulate(records: Sequence[TraceRecord], accs: Sequence[str], policies: Sequ
         said = len(lacking) if lacking is not None else 0
         mine = pairs if lacking is None else held_cells(whole, pairs, dataset, lacking)
         if lacking is not None and len(members) < len(whole):
-            lacking[said:] = [f"{line} (all {len(whole)} of its records counted, not only the {len(members)} drawn)"
-                              for line in lacking[said:]]
+            lacking[said:] = [f"{line} ({counted_over_all(len(whole), len(members))})" for line in lacking[said:]]
         for acc, policy in mine:
             check_cell(whole, acc, policy, dataset)
             if policy.confidence_for is not None:

@@ -255,6 +255,14 @@ def configured_policy(k: int, tree: str | None = None, confidence: float | None 
     return f"fixed:{k}" if confidence is None else f"confidence:{confidence!r}:{k}"
 
 
+PAIRED = ("oracle-combined", "oracle-switch")  # the policies of two proposers, which a bare name pairs by default
+
+
+def bare_paired(texts: Sequence[str]) -> list[str]:
+    """The policies of ``texts`` of :data:`PAIRED` named without their pair (each once, in order)."""
+    return [p for p in dict.fromkeys(text.strip() for text in texts) if p in PAIRED]
+
+
 def parse_policies(texts: Sequence[str], default_pair: tuple[str, str] | None = None) -> list[Policy]:
     """:func:`parse_policy` of each of ``texts``; two spellings of one policy (``fixed:03`` beside
     ``fixed:3``) are refused: its rows would be recorded twice."""
@@ -278,7 +286,7 @@ def parse_policy(text: str, default_pair: tuple[str, str] | None = None) -> Poli
     """Build a policy from its name; a bare ``oracle-combined`` or ``oracle-switch`` replays
     ``default_pair`` (:func:`specscope.sim.grid.default_pair`)."""
     kind, _, argument = text.strip().partition(":")
-    if kind in ("oracle-combined", "oracle-switch") and not argument and default_pair:
+    if kind in PAIRED and not argument and default_pair:
         argument = "+".join(default_pair)
     try:
         factory = POLICIES[kind]
