@@ -171,3 +171,17 @@ def test_the_proposers_not_replayed_are_named_with_ways_the_cost_model_can_price
             "convert --rename eagle3=eagle` names it eagle; `specscope simulate --mode paper --acc ngram,eagle3` "
             "replays it as traced); mtp unpriced: the paper's cost model (h100-llama3.1-8b) prices no drafting of "
             "it") in out
+
+
+def test_the_rename_hint_names_the_datasets_that_hold_no_eagle(tmp_path, capsys):
+    """One dataset traced with EAGLE, another with EAGLE-3 in its place: the second still gets the
+    hint to rename, naming it (the hint was judged over every record, so EAGLE in one dataset hid it)."""
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 8, "prompt_token_ids": [1, 2],
+              "output_token_ids": [5, 6, 7, 8], "proposers": {"ngram": {"acc_len": [2, 1, 2, 1]},
+                                                              "eagle": {"acc_len": [3, 1, 2, 1]}}}
+    (tmp_path / "qwen3-8b_gsm8k.jsonl").write_text(json.dumps(record) + "\n")
+    record["proposers"] = {"ngram": record["proposers"]["ngram"], "eagle3": {"acc_len": [4, 3, 2, 1]}}
+    (tmp_path / "qwen3-8b_cnn.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["paper", "--traces-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "`specscope traces convert --rename eagle3=eagle` names it eagle (dataset qwen3-8b_cnn)" in out

@@ -158,8 +158,9 @@ def _length_notes(records: Sequence[TraceRecord], rows: Sequence[SimRow]) -> lis
 def _unreplayed(records: Sequence[TraceRecord], cost) -> list[str]:
     """A line naming the proposers of ``records`` the paper's figures do not replay (only n-gram
     and EAGLE), and how to replay them: `simulate --acc` with those ``cost`` prices (the others
-    named unpriced), and, where no record holds EAGLE, renaming to it the model proposer the
-    default pair takes (:func:`~specscope.sim.grid.dataset_pairs`, per dataset where they differ)."""
+    named unpriced), and, for each dataset whose records hold no EAGLE, renaming to it the model
+    proposer its default pair takes (:func:`~specscope.sim.grid.dataset_pairs`; the datasets named
+    unless one name serves them all)."""
     from specscope.analysis.acceptance import proposer_names
     from specscope.costmodel.registry import priced
     from specscope.sim.checks import LOOKUP_PROPOSERS
@@ -171,15 +172,18 @@ def _unreplayed(records: Sequence[TraceRecord], cost) -> list[str]:
         return []
     replayable, unpriced = priced(cost, others)
     ways = []
-    if "eagle" not in names:
-        picked: dict[str, list[str]] = {}  # the pair's model proposer → its datasets
-        for dataset, (pair, _) in dataset_pairs(records, cost).items():
-            model = next((name for name in pair or () if name in others and name not in LOOKUP_PROPOSERS), None)
-            if model:
-                picked.setdefault(model, []).append(dataset)
-        ways += [f"`specscope traces convert --rename {model}=eagle` names it eagle"
-                 + (f" (dataset{'s' * (len(those) > 1)} {', '.join(those)})" if len(picked) > 1 else "")
-                 for model, those in picked.items()]
+    picked: dict[str, list[str]] = {}  # the pair's model proposer → its datasets that hold no EAGLE
+    pairs = dataset_pairs(records, cost)
+    for dataset, (pair, _) in pairs.items():
+        if "eagle" in proposer_names([record for record in records if record.dataset == dataset]):
+            continue
+        model = next((name for name in pair or () if name in others and name not in LOOKUP_PROPOSERS), None)
+        if model:
+            picked.setdefault(model, []).append(dataset)
+    every = sum(map(len, picked.values())) == len(pairs)  # one proposer renamed in every dataset: none named
+    ways += [f"`specscope traces convert --rename {model}=eagle` names it eagle"
+             + ("" if every and len(picked) == 1 else f" (dataset{'s' * (len(those) > 1)} {', '.join(those)})")
+             for model, those in picked.items()]
     if replayable:
         ways.append(f"`specscope simulate --mode paper --acc ngram,{','.join(replayable)}` replays "
                     f"{'it' if len(replayable) == 1 else 'them'} as traced")
