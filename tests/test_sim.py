@@ -998,3 +998,21 @@ def test_a_bare_oracle_combined_takes_the_acc_pair_as_named_and_leaves_out_only_
     assert main(["simulate", str(tmp_path / "u.jsonl"), "--policies", "fixed:3,oracle-combined", "--batch-sizes",
                  "1", "--lengths", "own"]) == 0
     assert "oracle-combined:ngram+eagle3 replays the positions its proposers' acc_len share" in capsys.readouterr().out
+
+
+def test_default_fixed_ks_deeper_than_the_traces_are_left_out_named_ones_refused(tmp_path, capsys):
+    """Traces drafted 3 deep: the default policies' fixed:5 is left out with a note (the whole run
+    was refused over a policy the user never named); --policies fixed:5 is still refused."""
+    from specscope.cli import main
+
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 3, "prompt_token_ids": [1, 2],
+              "output_token_ids": [5, 6, 7, 8, 9, 10], "proposers": {"eagle": {"acc_len": [2, 1, 3, 4, 1, 2]}}}
+    path = tmp_path / "toy.jsonl"
+    path.write_text(json.dumps(record) + "\n" + json.dumps({**record, "id": "b"}) + "\n")
+    out_csv = tmp_path / "cells.csv"
+    assert main(["simulate", str(path), "--batch-sizes", "1", "-o", str(out_csv)]) == 0
+    assert "policy 'fixed:5' proposes k = 5, above the trace's k_max = 3: that cell is left out" in capsys.readouterr().out
+    with open(out_csv, encoding="utf-8") as handle:
+        assert [row["policy"] for row in csv.DictReader(handle)] == ["fixed:1", "fixed:3", "oracle"]
+    assert main(["simulate", str(path), "--batch-sizes", "1", "--policies", "fixed:5"]) == 2
+    assert "policy 'fixed:5' proposes k = 5, above the trace's k_max = 3" in capsys.readouterr().err

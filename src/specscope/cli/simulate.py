@@ -26,6 +26,7 @@ from specscope.fileio import json_text
 from specscope.errors import SpecscopeError
 
 DEFAULTS = SimConfig()
+DEFAULT_POLICIES = ("fixed:1", "fixed:3", "fixed:5", "oracle")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="proposers whose traces to replay; 'combined' for oracle-combined (default: every "
                              "proposer the traces hold that the cost model prices, the others named in a note; in a "
                              "dataset where some records lack one, its cells are left out, said in a note)")
-    parser.add_argument("--policies", type=policy_list, default=["fixed:1", "fixed:3", "fixed:5", "oracle"],
+    parser.add_argument("--policies", type=policy_list, default=None,
                         help="fixed:k, adaptive, oracle, oracle-combined:A+B, oracle-switch:A+B (its drafting "
                              "charged), tree:SHAPE (a static tree such as tree:2x2x1, replayed from traces taken "
                              "with `trace --trees`), confidence:p[:k] (a model drafter drafts until its own "
@@ -51,7 +52,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                              "kept where what follows it names no policy); a bare oracle-combined or oracle-switch "
                              "pairs, per dataset, the lookup with the model proposer whose oracle emits the most "
                              "tokens per step, among those the cost model prices that every record holds "
-                             "(default: fixed:1,fixed:3,fixed:5,oracle)")
+                             f"(default: {','.join(DEFAULT_POLICIES)}, a fixed k deeper than a dataset's traces "
+                             "left out there with a note; a named one is refused)")
     parser.add_argument("--batch-sizes", type=batch_size_list, default=None,
                         help="default " + ",".join(map(str, DEFAULTS.batch_sizes)) + " (in mixed mode, those "
                              "above a dataset's request count are left out with a warning; given ones "
@@ -86,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.no_guess and args.match_prob is not None:
         raise SpecscopeError("--match-prob: --no-guess never guesses n-gram's no-match; give one of the two")
+    defaulted = args.policies is None  # a default fixed k deeper than a dataset's traces is left out, not refused
+    args.policies = list(DEFAULT_POLICIES) if defaulted else args.policies
     cost = resolve_cost_model(args.cost_model)
     records = read_trace_args(args)
     names = proposer_names(records)
@@ -132,7 +136,8 @@ def run(args: argparse.Namespace) -> int:
         runs.append((members, replace(config, combined=pair), mine, policies))
     lacking: list[str] = []  # a dataset some of whose records lack a proposer: its cells left out, said
     rows = [row for members, setting, mine, policies in runs
-            for row in simulate(members, mine, policies, cost, setting, lacking=lacking)]
+            for row in simulate(members, mine, policies, cost, setting, lacking=lacking,
+                                missing=lacking if defaulted else None)]
     order = list(by_dataset(records))
     rows.sort(key=lambda row: order.index(row.dataset))  # the datasets' order, whichever pair each replayed
     if not rows:
