@@ -62,6 +62,7 @@ def test_measured_cells_are_checked_against_the_reports_own_simulation(synthetic
     assert "1 of 2 measured cells have no simulated counterpart" in err
     assert "1 measured cells are set beside the simulation of the traces' dataset of their workload's name" in err
     assert "compared in paper mode" not in err
+    assert "measured cells: 2 (--measured: " in (out / "index.html").read_text()  # the option that gave them
     with (out / "measured.csv").open() as handle:
         rows = {r["k"]: r for r in csv.DictReader(handle)}
     with (out / "speedup.csv").open() as handle:

@@ -137,6 +137,20 @@ def test_a_tree_that_never_beats_its_chain_is_not_labelled_with_a_crossover():
     assert texts[0].xyann != texts[1].xyann
 
 
+def test_one_batch_size_draws_the_chain_as_a_point():
+    """A report at one batch size: the chain's dashed line through one point drew nothing, while the
+    legend listed it (a review finding); it carries a marker now."""
+    from specscope.report.figures import tree_figure
+    from specscope.report.trees import TreeRow
+    from specscope.sim.grid import SimRow
+
+    rows = [SimRow("d", "eagle", policy, 1, "mixed", s, s, 1.0, 1.0, 1.0, 1.0, 0.5, 2.0, 4)
+            for policy, s in (("fixed:3", 1.4), ("tree:2x1x1", 1.6))]
+    tree = TreeRow("d", "eagle", "2x1x1", 6, 3, "fixed:3", 3.0, 2.5, 0.4, 0.6, None, 1, (1,))
+    lines = {line.get_label(): line for line in tree_figure(rows, [tree]).axes[0].lines}
+    assert lines["chain fixed:3"].get_marker() not in (None, "None", "", " ")
+
+
 def test_a_tree_that_loses_at_a_small_batch_and_wins_at_a_larger_one_is_not_called_never():
     """A review's study: 2x1x1 lost to fixed:3 at B = 1 (1.022 against 1.029) and won at B = 2
     (1.004 against 0.960); the answer said 'never' and the figure 'below its chain throughout'."""

@@ -223,7 +223,7 @@ def _other_inputs(data: ReportData) -> list[str]:
     if config.steps:
         lines.append(f"step records: {', '.join(map(provenance, config.steps))}")
     if data.measured:
-        lines.append(f"measured cells: {len(data.measured)} (--measured"
+        lines.append(f"measured cells: {len(data.measured)} ({config.measured_by}"
                      + (f": {', '.join(map(provenance, config.measured_files))}" if config.measured_files else "") + ")")
     if config.policy:
         lines.append(f"learned policy: {provenance(config.policy)}")

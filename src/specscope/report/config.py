@@ -32,6 +32,7 @@ class ReportConfig:
     steps: tuple[str, ...] = ()  # measured per-step records (JSON Lines) for the time split
     measured: tuple = ()  # MeasuredCell rows (specscope.analysis.measured): figure 9 and the advisor line
     measured_files: tuple[str, ...] = ()  # the files they were read from (the page names them)
+    measured_by: str = "--measured"  # what gave the measured cells (a study's: its own runs)
     trees: tuple[str, ...] = ("2x2x1", "3x2x1x1")  # static trees set against the chain of their depth
     tree_drafters: tuple[str, ...] | None = None  # the proposers whose trees are set against chains (None: each
     # whose traces hold ranks; a study's: the one drafter its trees were measured with, the others' unpriced)

@@ -334,9 +334,10 @@ def measured_figure(cells: Sequence) -> plt.Figure:
 
 def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
     """Tree vs chain: speedup vs batch size, a panel per dataset × proposer, a line per tree
-    and one per chain ``fixed:D`` it is compared with (dashed); each tree's crossover (the first
-    batch size where it no longer beats its chain) is marked with a cross; a tree that never beat
-    it has no crossover to mark, and says "below its chain throughout" in the legend."""
+    and one per chain ``fixed:D`` it is compared with (dashed, hollow squares: a lone batch size
+    still draws a point); each tree's crossover (the first batch size where it no longer beats its
+    chain) is marked with a cross; a tree that never beat it has no crossover to mark, and says
+    "below its chain throughout" in the legend."""
     panels = _unique((t.dataset, t.proposer) for t in trees)
     fig, axes = panel_grid(len(panels), 2, 6.0, 4.2, sharey=True)
     for ax, (dataset, proposer) in zip(axes, panels):
@@ -351,7 +352,8 @@ def tree_figure(rows: Sequence[SimRow], trees: Sequence) -> plt.Figure:
             chained = policy.startswith("fixed:")
             label = f"chain {policy}" if chained else f"{policy} ({nodes[policy]})"
             ax.plot([r.batch_size for r in cell], [r.speedup for r in cell], color=colours[policy],
-                    linestyle="--" if chained else "-", marker=None if chained else "o", markersize=5, label=label)
+                    linestyle="--" if chained else "-", marker="s" if chained else "o", markersize=5, label=label,
+                    markerfacecolor="none" if chained else colours[policy])  # a marker: one batch size draws a point
         marked = 0  # crossovers labelled so far: each label a line lower, in its tree's colour (two at one B met)
         for t in mine:
             if t.crossover is not None and t.beats_up_to is not None:

@@ -204,7 +204,8 @@ def whatif_figure(rows: Sequence[SimRow], measured: Sequence[MeasuredCell], fitt
             sizes = sorted({r.batch_size for r in fixed})
             best = [max((r for r in fixed if r.batch_size == b), key=lambda r: r.speedup) for b in sizes]
             colour = colours[proposer]
-            ax.plot(sizes, [r.speedup for r in best], color=colour, label=f"{proposer} best k (predicted)")
+            ax.plot(sizes, [r.speedup for r in best], color=colour, label=f"{proposer} best k (predicted)",
+                    marker="o" if len(sizes) == 1 else None, markersize=4)  # one batch size: a point, not nothing
             for r in best:
                 ax.annotate(r.policy.removeprefix("fixed:"), (r.batch_size, r.speedup), fontsize=7,
                             textcoords="offset points", xytext=(0, 4), ha="center", color=colour)

@@ -35,6 +35,7 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
         ReportConfig(), cost_model=str(config.cost_model_path),
         sim=SimConfig(mode="mixed", batch_sizes=tuple(config.batch_sizes)),
         ks=tuple(range(1, config.k_max + 1)), steps=tuple(str(s) for s in steps), measured=tuple(fidelity),
+        measured_by="measured by this study: its measured/ and learned/ runs",
         trees=tuple(tree.name for tree in trees), tree_drafters=(config.tree_drafter,) if trees else None,
         policy=str(config.policy_path) if config.policy_path.exists() else None,
         beside=("fidelity.csv", *sorted(replay_files(config))), proposer_depths=shallower,
