@@ -243,10 +243,13 @@ def test_a_replay_of_an_earlier_run_is_not_left_beside_this_runs(tmp_path):
     study wrote (its list): a user's replay_mine.csv there was removed too."""
     from types import SimpleNamespace
 
+    from specscope import written
+    from specscope.fingerprint import file_sha256
     from specscope.study.run import REPLAYS, replay_stage
 
-    (tmp_path / "replay_old_model.csv").write_text("stale\n")
-    (tmp_path / "replay_old_model_trees.csv").write_text("stale\n")
+    for old in ("replay_old_model.csv", "replay_old_model_trees.csv"):  # as the study wrote them (its record)
+        (tmp_path / old).write_text("stale\n")
+        written.record_file(tmp_path / old, file_sha256(tmp_path / old))
     (tmp_path / REPLAYS).write_text("replay_old_model.csv\nreplay_old_model_trees.csv\n")
     (tmp_path / "replay_mine.csv").write_text("mine\n")
     config = SimpleNamespace(replay_cost_models=(), out_dir=tmp_path)
@@ -256,8 +259,71 @@ def test_a_replay_of_an_earlier_run_is_not_left_beside_this_runs(tmp_path):
                                  "proposers": {"ngram": {"acc_len": [2, 1]}}}) + "\n")
     said = []
     assert replay_stage(config, [trace], said.append) == {}
-    assert sorted(p.name for p in tmp_path.iterdir()) == [REPLAYS, "replay_mine.csv", "t.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [REPLAYS, written.LEDGER, "replay_mine.csv", "t.jsonl"]
     assert "replay  removed replay_old_model.csv: an earlier run's --replay, not asked for by this one" in said
+
+
+def test_a_replay_table_edited_since_the_study_wrote_it_is_neither_replaced_nor_removed(tmp_path):
+    """A review: a replay table the user added to was removed by a run without its --replay ("an
+    earlier run's --replay") and replaced by a rerun of the same one, unsaid, where fidelity.csv
+    beside it is refused. Each is refused as fidelity.csv is, in a line, and kept as the user left it."""
+    from types import SimpleNamespace
+
+    from specscope.study.run import REPLAYS, replay_stage
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"schema": "specscope.trace/1", "id": i, "dataset": "d", "k_max": 2,
+                                         "prompt_token_ids": [1], "output_token_ids": [2, 3, 4],
+                                         "proposers": {"ngram": {"acc_len": [2, 1, 1]}}}) + "\n" for i in ("a", "b")))
+    replaying = SimpleNamespace(replay_cost_models=("h100-llama3.1-8b",), out_dir=tmp_path, methods=["ngram"],
+                                k_max=2, tree_drafter=None)
+    said: list[str] = []
+    replay_stage(replaying, [trace], said.append)
+    table = tmp_path / "replay_h100-llama3.1-8b.csv"
+    ours = table.read_text()
+    replay_stage(replaying, [trace], said.append)  # its own table, unchanged: replaced
+    table.write_text(ours + "my,annotation\n")
+    with pytest.raises(SpecscopeError, match=r"replay_h100-llama3\.1-8b\.csv: exists, and specscope did not write it "
+                                             r"there \(or it was changed since\): it would be replaced"):
+        replay_stage(replaying, [trace], said.append)
+    other = SimpleNamespace(replay_cost_models=(), out_dir=tmp_path)
+    with pytest.raises(SpecscopeError, match=r"replay_h100-llama3\.1-8b\.csv: exists, and specscope did not write it "
+                                             r"there \(or it was changed since\): it would be removed \(an earlier "
+                                             r"run's --replay, not asked for by this one\); move it away"):
+        replay_stage(other, [trace], said.append)
+    assert table.read_text() == ours + "my,annotation\n" and (tmp_path / REPLAYS).read_text().split() == [table.name]
+    mine = tmp_path / "replay_roofline_mine.csv"  # a user's table under a replay's name, never the study's: refused
+    mine.write_text("model,speedup\nmine,2\n")
+    with pytest.raises(SpecscopeError, match="replay_roofline_mine.csv: exists, and specscope did not write it"):
+        replay_stage(SimpleNamespace(**{**vars(replaying), "replay_cost_models": ("roofline:mine",)}), [trace],
+                     said.append)
+    assert mine.read_text() == "model,speedup\nmine,2\n"
+    table.write_text(ours)  # as the study wrote it: removed, said
+    assert replay_stage(other, [trace], said.append) == {} and not table.exists()
+    assert said[-1] == "replay  removed replay_h100-llama3.1-8b.csv: an earlier run's --replay, not asked for by this one"
+
+
+def test_a_measured_runs_step_records_deleted_are_refused_not_left_out(tmp_path):
+    """A review: a measured (or learned) run whose .steps.jsonl was deleted was kept as "measured
+    before" and the cost model fitted without its steps (3017 of 3134), exit 0, unsaid. Its rows
+    recorded the count: refused in a line naming the file and what to delete, as a file cut short is."""
+    from specscope.study.run import checked_steps
+
+    for folder, run in ((tmp_path / "measured", "code__ngram"), (tmp_path / "learned", "code")):
+        folder.mkdir()
+        (folder / f"{run}.json").write_text(json.dumps([{"batch_size": 1, "step_records": 2},
+                                                        {"batch_size": 2, "step_records": 2}]))
+        (folder / f"{run}.steps.jsonl").write_text('{"step": 0}\n{"step": 1}\n')
+        assert checked_steps(folder) == [folder / f"{run}.steps.jsonl"]
+        (folder / f"{run}.steps.jsonl").unlink()
+        with pytest.raises(SpecscopeError) as refused:
+            checked_steps(folder)
+        assert str(refused.value) == (f"{folder / run}.steps.jsonl: missing, the step records of the run in {run}.json "
+                                      f"(it recorded 2); delete {run}.json to measure that run again")
+    (tmp_path / "measured" / "code__ngram.json").write_text(json.dumps([{"batch_size": 1}]))  # before the count was kept
+    with pytest.raises(SpecscopeError, match=r"code__ngram\.steps\.jsonl: missing, the step records of the run in "
+                                             r"code__ngram\.json; delete code__ngram\.json to measure"):
+        checked_steps(tmp_path / "measured")
 
 
 def test_a_replay_names_the_drafters_its_cost_model_cannot_price(tmp_path):

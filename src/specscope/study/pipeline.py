@@ -13,6 +13,7 @@ from specscope.reading import read_json_object
 from specscope.study.config import BEFORE_KEPT, StudyConfig
 from specscope.version import code_version
 from specscope.study.run import (
+    check_replays,
     fidelity_stage,
     fit_stage,
     measure_stage,
@@ -48,6 +49,7 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
             check_resume(config)
             check_outputs(out, [], study=True)  # its report's files: refused now, not after every stage ran
             check_user_output(out / "fidelity.csv")  # its own table: replaced only as it wrote it (not edited since)
+            check_replays(config)  # its replay tables too, replaced or removed
             config.workloads = workloads_stage(config)
             _record_version(config, say)
             _stages(config, say)

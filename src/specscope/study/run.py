@@ -36,9 +36,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from specscope import written as ledger
 from specscope.analysis.measured import MeasuredCell, read_bench_results
 from specscope.errors import SpecscopeError
-from specscope.fileio import atomic_write_text, write_rows
+from specscope.fileio import atomic_write_text, check_user_output, write_rows
+from specscope.fingerprint import file_sha256
 from specscope.reading import read_json
 from specscope.study.config import BEFORE_KEPT, StudyConfig
 from specscope.study.fidelity import with_simulated
@@ -161,17 +163,23 @@ def write_measured(out: Path, result: BenchResult, workload: Path, labels: dict)
 
 def checked_steps(folder: Path) -> list[Path]:
     """The step-record files of ``folder``'s measured runs, each checked against the count its
-    run's rows recorded (a file cut short, or one whose rows are gone, would change the fit and
-    the fidelity table unsaid). Runs written before the count was kept are taken as they are."""
+    run's rows recorded (a file cut short, a file deleted, or one whose rows are gone, would change
+    the fit and the fidelity table unsaid). Runs written before the count was kept are checked for
+    their file alone (every run wrote one)."""
+    for rows_file in sorted(folder.glob("*.json")):
+        steps = rows_file.with_suffix(".steps.jsonl")
+        if not steps.is_file():
+            recorded = "/".join(map(str, _recorded(rows_file) - {None}))
+            raise SpecscopeError(f"{steps}: missing, the step records of the run in {rows_file.name}"
+                                 + (f" (it recorded {recorded})" if recorded else "")
+                                 + f"; delete {rows_file.name} to measure that run again")
     files = sorted(folder.glob("*.steps.jsonl"))
     for steps in files:
         rows_file = steps.with_name(steps.name.removesuffix(".steps.jsonl") + ".json")
         if not rows_file.is_file():
             raise SpecscopeError(f"{steps}: step records of a run whose rows ({rows_file.name}) are missing; "
                                  "delete it to measure that run again")
-        rows = read_json(rows_file)
-        expected = ({row.get("step_records") for row in rows if isinstance(row, dict)} if isinstance(rows, list)
-                    else set()) or {None}  # no rows: nothing recorded to check against (its reader refuses them)
+        expected = _recorded(rows_file)
         with open(steps, "rb") as handle:
             held = sum(1 for line in handle if line.strip())
         if expected != {None} and expected != {held}:
@@ -179,6 +187,14 @@ def checked_steps(folder: Path) -> list[Path]:
                                  f"{'/'.join(map(str, expected))} ({rows_file.name}); delete both to measure that run "
                                  "again")
     return files
+
+
+def _recorded(rows_file: Path) -> set[int | None]:
+    """The step-record counts a measured run's rows recorded (``step_records``, one a row); {None}
+    where none was (a run written before the count was kept, or no rows: their reader refuses them)."""
+    rows = read_json(rows_file)
+    return ({row.get("step_records") for row in rows if isinstance(row, dict)} if isinstance(rows, list)
+            else set()) or {None}
 
 
 def steps_files(config: StudyConfig) -> list[Path]:
@@ -345,6 +361,7 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     from specscope.sim.policies import held_to
     from specscope.trace import load_traces
 
+    check_replays(config)
     replays, earlier, written = {}, replay_files(config), []
 
     def wrote(name: str) -> None:  # listed as it is written: an interrupted run's tables are the study's too
@@ -374,11 +391,27 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
             _replay_trees(config, records, cost, config.out_dir / f"replay_{name}_trees.csv", spec, say, tree_sizes)
             if (config.out_dir / f"replay_{name}_trees.csv").is_file():
                 wrote(f"replay_{name}_trees.csv")
-    for name in sorted(earlier - set(written)):  # an earlier run's --replay this one did not ask for (never a
-        (config.out_dir / name).unlink(missing_ok=True)  # file of the user's: only what the study listed)
+    for name in sorted(earlier - set(written)):  # an earlier run's --replay this one did not ask for (never a file
+        (config.out_dir / name).unlink(missing_ok=True)  # of the user's: only what the study listed, unchanged since)
         say(f"replay  removed {name}: an earlier run's --replay, not asked for by this one")
     atomic_write_text(config.out_dir / REPLAYS, "".join(f"{n}\n" for n in sorted(written)))
     return replays
+
+
+def check_replays(config: StudyConfig) -> None:
+    """Before any work: each replay table this run may write, and each of an earlier run's that it
+    removes, is the study's as it wrote it (its folder's record, :mod:`specscope.written`); one
+    changed since, or never written there by specscope, is the user's: refused, as ``fidelity.csv``."""
+    names = [f"replay_{_replay_name(spec)}{part}.csv" for spec in config.replay_cost_models
+             for part in ("", *(("_trees",) if config.tree_drafter else ()))]
+    for name in names:
+        check_user_output(config.out_dir / name)  # (and lists what the run writes there)
+    for name in sorted(replay_files(config) - set(names)):
+        path = config.out_dir / name
+        if path.is_file() and path.stat().st_size and not ledger.listed(path, file_sha256(path)):
+            raise SpecscopeError(f"{path}: exists, and specscope did not write it there (or it was changed since): "
+                                 "it would be removed (an earlier run's --replay, not asked for by this one); move "
+                                 "it away, or remove it first")
 
 
 def replay_files(config: StudyConfig) -> set[str]:
