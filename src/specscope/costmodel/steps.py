@@ -19,7 +19,10 @@ __all__ = ["NO_SD", "StepRecord", "MeasuredStep"]
 
 @dataclass
 class StepRecord:
-    """One engine step. ``kv_tokens``: tokens in the KV cache of the running sequences at the
+    """One engine step. ``k``: the deepest draft it was configured to propose — a chain's k; a tree
+    step's, the tree's depth (its drafter's passes; its nodes are in ``tree`` and
+    ``tokens_proposed``, where a bench's row and table name the tree's k by its node count);
+    ``kv_tokens``: tokens in the KV cache of the running sequences at the
     start of the step (Σ over the rows it decoded); ``kv_longest``: the longest of those rows'
     caches (0 in a record from before the field); ``tokens_verified``: positions the target scored in verification
     (batch × (max draft_len + 1); a tree step: batch × (nodes + 1)); ``tokens_emitted``: per
