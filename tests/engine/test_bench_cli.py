@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -291,6 +292,28 @@ def test_openai_engine_args_with_bad_quoting_is_one_line(workload, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--engine-args: No closing quotation" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("launch, engine_args, message", [
+    ("vllm", "--max-num-seqs 1", "--max-num-seqs is set by the bench from each run (method, k, batch size, port)"),
+    ("sglang", "--max_running_requests=1", "--max_running_requests=1 is set by the bench"),
+    ("specscope", "--threads 1 --confidence 0.5", "--confidence: the bench measures fixed-k chains"),
+])
+def test_openai_engine_args_may_not_set_what_the_bench_sets(workload, tmp_path, monkeypatch, capsys, launch,
+                                                            engine_args, message):
+    """--engine-args="--max-num-seqs 1" came after the launcher's own --max-num-seqs 8: vLLM ran one
+    request at a time under a row saying B=8. Refused before any server starts."""
+    fake = tmp_path / "bin" / "vllm"  # a vllm that logs its command line
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path / "argv.txt"}\nexit 3\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    argv = ["bench", "--backend", "openai", "--launch", launch, "--model", "m", "--method", "ngram", "--workload",
+            str(workload), "--batch-sizes", "1", f"--engine-args={engine_args}"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--engine-args: {message}" in err
+    assert not (tmp_path / "argv.txt").exists()
 
 
 def test_bench_self_draft_tree_accepts_the_full_depth(llama_dir, workload, tmp_path, capsys):

@@ -438,7 +438,7 @@ def test_a_second_sweep_into_the_same_folder_is_refused(tmp_path, fake_server):
     the folder's lock refuses the second while the first holds it, and frees it at the end."""
     import fcntl
 
-    text = 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\nmethods = ["none"]\n'
+    text = 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\n'
     config = load_sweep_config(write_config(tmp_path, text + url_engine("good", fake_server("ok").url)))
     (config.output / "cells").mkdir(parents=True)
     with open(config.output / "cells" / ".lock", "a") as held:  # the first sweep, still running
@@ -453,11 +453,11 @@ def test_config_json_describes_the_tables_beside_it_when_a_run_stops_early(tmp_p
     another configuration stopped before that left a config.json that disagreed with them."""
     url = fake_server("ok").url
     first = load_sweep_config(write_config(tmp_path, 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\n'
-                                                     'methods = ["none"]\nmax_tokens = 6\n' + url_engine("good", url)))
+                                                     'max_tokens = 6\n' + url_engine("good", url)))
     run_sweep(first)
     before = {name: (first.output / name).read_bytes() for name in ("config.json", "results.json")}
     second = load_sweep_config(write_config(tmp_path, 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\n'
-                                                      'methods = ["none"]\nmax_tokens = 12\n' + url_engine("good", url)))
+                                                      'max_tokens = 12\n' + url_engine("good", url)))
 
     def stopped(config, groups):
         raise KeyboardInterrupt
@@ -477,7 +477,7 @@ def test_a_sweep_refused_by_the_lock_leaves_the_folder_to_the_one_holding_it(tmp
 
     import specscope.backends.openai.sweep as sweep_module
 
-    text = 'output = "new/out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\nmethods = ["none"]\n'
+    text = 'output = "new/out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\n'
     config = load_sweep_config(write_config(tmp_path, text + url_engine("good", fake_server("ok").url)))
     monkeypatch.setattr(sweep_module, "_first_missing", lambda path: tmp_path / "new")  # as both saw it
     (config.output / "cells").mkdir(parents=True)
@@ -550,3 +550,53 @@ def test_url_engines_sharing_a_name_are_one_engine_with_its_none_server_as_basel
     launched = '\n[[engines]]\nname = "ext"\nlaunch = "specscope"\nmodel = "m"\n'
     with pytest.raises(SpecscopeError, match=r"engine name 'ext' given 2 times: a launched engine's name must be unique"):
         load_sweep_config(write_config(tmp_path, head + launched + url_engine("ext", sd)))
+
+
+def test_a_launched_specscope_engine_may_not_stop_its_drafter_early(tmp_path):
+    """args = ["--confidence", "0.99"] was passed to a launched `specscope serve`: it drafted fewer
+    than k per step (46 draft tokens in 29 drafts at k = 3) while its rows said k = 3."""
+    engine = '\n[[engines]]\nname = "ref"\nlaunch = "specscope"\nmodel = "m"\ndrafts = { eagle = "h" }\n'
+    head = 'output = "out"\nworkloads = ["a.jsonl"]\nmethods = ["none", "eagle"]\nk = [3]\n'
+    for args in ('["--threads", "1", "--confidence", "0.99"]', '["--confidence=0.5"]', '["--conf", "0.5"]'):
+        with pytest.raises(SpecscopeError, match=r"engines\[0\]\.args: --conf\S*: the sweep measures fixed-k chains"):
+            load_sweep_config(write_config(tmp_path, head + engine + f"args = {args}\n"))
+    assert load_sweep_config(write_config(tmp_path, head + engine + 'args = ["--threads", "1"]\n')).engines[0].args
+
+
+@pytest.mark.parametrize("fields", [
+    'methods = ["none", "eagle"]\n', "k = [5, 7]\n", "prompt_lookup_min = 2\n", 'mtp_method = "deepseek_mtp"\n',
+    'baselines = "interleaved-all"\nsegments = 2\n',
+])
+def test_fields_of_launched_engines_are_refused_where_every_engine_is_a_url(tmp_path, fields):
+    """methods, k, baselines, segments and prompt_lookup_* were ignored by a sweep of url engines
+    alone (one row `ngram 3`, exit 0), and prompt_lookup_min still went into its cells' keys."""
+    head = 'output = "out"\nworkloads = ["a.jsonl"]\n'
+    given = ", ".join(line.split(" =")[0] for line in fields.splitlines())
+    url = url_engine("ext", "http://127.0.0.1:1")
+    with pytest.raises(SpecscopeError, match=rf"sweep\.toml: field\(s\) {given}: no launched engine to use them"):
+        load_sweep_config(write_config(tmp_path, head + fields + url))
+    assert len(plan_cells(load_sweep_config(write_config(tmp_path, head + url)))) == 1
+    launched = '\n[[engines]]\nname = "r"\nlaunch = "specscope"\nmodel = "m"\ndrafts = { eagle = "h" }\n'
+    methods = "" if "methods" in fields else 'methods = ["none", "eagle"]\n'
+    enough_for_segments(tmp_path)  # beside a launched engine they are its
+    load_sweep_config(write_config(tmp_path, head + methods + fields + url + launched))
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://[localhost]:8000", "http://[::1:80"])
+def test_a_malformed_bracketed_host_is_one_line(tmp_path, url):
+    """url = "http://[::1" raised ValueError: Invalid IPv6 URL, a traceback."""
+    with pytest.raises(SpecscopeError, match=r"engines\[0\]\.url: expected http://HOST:PORT \(a port 0\.\.65535\)"):
+        load_sweep_config(write_config(tmp_path, 'output = "out"\nworkloads = ["a.jsonl"]\n' + url_engine("ext", url)))
+
+
+def test_a_url_engines_model_drafter_that_drafts_short_of_its_k_fails_its_cells(tmp_path, fake_server):
+    """A url server labelled eagle k = 3 whose steps proposed 2 drafts each (the fake's counters):
+    no chain of 3; an n-gram server may propose fewer where its match offers fewer."""
+    url = fake_server("ok").url
+    text = 'output = "out"\nworkloads = ["a.jsonl"]\nbatch_sizes = [1]\nmax_tokens = 8\n'
+    text += url_engine("short", url).replace('"ngram"', '"eagle"') + url_engine("lookup", url)
+    rows = {r["engine"]: r for r in run_sweep(load_sweep_config(write_config(tmp_path, text))).rows}
+    assert rows["lookup"]["status"] == "ok"
+    assert rows["short"]["status"] == "failed"
+    assert "--k 3: the server at" in rows["short"]["reason"] and "proposed 2.00 drafts per drafting step" \
+        in rows["short"]["reason"]

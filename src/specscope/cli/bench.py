@@ -14,6 +14,8 @@ from specscope import validate
 from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
 from specscope.backends.openai.bench import POSITIVE, ServingBenchConfig, add_openai_bench_arguments
 from specscope.backends.openai.bench import run_bench as run_serving_bench
+from specscope.backends.openai.client import split_url
+from specscope.backends.openai.launchers import check_engine_args
 from specscope.cli._common import (
     DTYPE_NAMES,
     add_table_output,
@@ -155,7 +157,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-REFERENCE_ONLY = ("batching", "top_p", "top_k", "seed", "repeats", "dtype", "device")  # the reference engine's
+REFERENCE_ONLY = ("batching", "top_p", "top_k", "seed", "repeats", "dtype", "device",
+                  "records")  # the reference engine's
 
 
 def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
@@ -192,12 +195,16 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         if args.tree is not None:
             raise SpecscopeError("--tree: only with --backend reference (a sweep launches servers with trees)")
         for name in REFERENCE_ONLY:  # the serving client has no such setting: said, not ignored
-            if getattr(args, name) != DEFAULTS[name]:
-                raise SpecscopeError(f"--{name.replace('_', '-')}: only with --backend reference (the server decides "
-                                     "it, or the client has no such setting)")
+            if getattr(args, name) != DEFAULTS.get(name):  # --records: None, no BenchConfig field
+                why = "a server's steps are not visible to its client" if name == "records" else \
+                    "the server decides it, or the client has no such setting"
+                raise SpecscopeError(f"--{name.replace('_', '-')}: only with --backend reference ({why})")
         if args.threads is not None:
             raise SpecscopeError("--threads: only with --backend reference (a launched server takes its own args: "
                                  "--engine-args)")
+        for name in ("url", "baseline_url"):  # named as given (a bad --baseline-url was called --url)
+            if getattr(args, name) is not None:
+                split_url(getattr(args, name), f"--{name.replace('_', '-')}")
         return ServingBenchConfig(
             **shared,
             url=args.url,
@@ -208,7 +215,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             draft=None if args.draft is None else str(args.draft),
             num_requests=args.num_requests,
             port=args.port,
-            engine_args=_split_engine_args(args.engine_args),
+            engine_args=_split_engine_args(args.engine_args, args.launch),
             prompt_lookup_min=args.prompt_lookup_min,
             prompt_lookup_max=args.prompt_lookup_max,
             mtp_method=args.mtp_method,
@@ -257,12 +264,17 @@ def _log_dir(path: Path | None) -> Path | None:
     return path
 
 
-def _split_engine_args(text: str) -> tuple[str, ...]:
-    """``--engine-args`` split as a shell would."""
+def _split_engine_args(text: str, launch: str | None) -> tuple[str, ...]:
+    """``--engine-args`` split as a shell would, refused where one sets what the launcher of
+    ``launch`` sets from the bench (the server would run other than its rows say)."""
     try:
-        return tuple(shlex.split(text))
+        words = tuple(shlex.split(text))
+        check_engine_args(launch, words, "the bench")
     except ValueError as error:
         raise SpecscopeError(f"--engine-args: {error} in {text!r}") from None
+    except SpecscopeError as error:
+        raise SpecscopeError(f"--engine-args: {error}") from None
+    return words
 
 
 def run_bench(config: BenchConfig | ServingBenchConfig, into: BenchResult | None = None) -> BenchResult:

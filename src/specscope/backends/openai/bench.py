@@ -43,7 +43,7 @@ from specscope.backends.openai.launchers import (
 )
 from specscope.backends.openai.measure import in_flight, measure, measure_interleaved
 from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts, warmup_prompt
-from specscope.backends.openai.verify import check_server
+from specscope.backends.openai.verify import check_chain, check_server
 from specscope import validate
 from specscope.errors import SpecscopeError
 from specscope.methods import NO_SD
@@ -264,6 +264,7 @@ def run_bench(config: ServingBenchConfig, into: BenchResult | None = None) -> Be
             for batch_size in config.batch_sizes:
                 measured = _measure(config, [u for u in (config.baseline_url, config.url) if u], batch_size, prompts,
                                     warmup)
+                check_chain(config.url, config.method, k, measured[-1])
                 baseline = {**measured[0], "verified": baseline_verified} if config.baseline_url else None
                 rows.append(bench_row(config.method, k, {**measured[-1], "verified": verified,
                                                          "learns_across_requests": learns}, baseline))

@@ -169,16 +169,23 @@ class StreamError(Exception):
     """A request failed; the message is the reason recorded for it."""
 
 
-def _connection(url: str, timeout_s: float) -> tuple[http.client.HTTPConnection, str]:
-    parts = urllib.parse.urlsplit(url)
+def split_url(url: str, name: str) -> urllib.parse.SplitResult:
+    """``url``'s parts, refused in one line naming ``name`` (an option, a file's field) unless it
+    is ``http(s)://HOST[:PORT]``: a malformed bracketed host, a port not a number or past 65535."""
     try:
-        port = parts.port  # ValueError: not a number, or past 65535
+        parts = urllib.parse.urlsplit(url)  # ValueError: a bracketed host that is no IPv6 address
+        parts.port  # ValueError: not a number, or past 65535
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(parts.scheme)
     except ValueError:
-        raise SpecscopeError(f"--url: expected http://HOST:PORT (a port 0..65535), got {url!r}") from None
+        raise SpecscopeError(f"{name}: expected http://HOST:PORT (a port 0..65535), got {url!r}") from None
+    return parts
+
+
+def _connection(url: str, timeout_s: float) -> tuple[http.client.HTTPConnection, str]:
+    parts = split_url(url, "--url")
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    return cls(parts.hostname, port, timeout=timeout_s), parts.path.rstrip("/")
+    return cls(parts.hostname, parts.port, timeout=timeout_s), parts.path.rstrip("/")
 
 
 def _error_message(status: int, body: bytes) -> str:

@@ -75,6 +75,7 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from specscope import validate
 from specscope.errors import SpecscopeError
@@ -343,13 +344,37 @@ def specscope_command(spec: LaunchSpec) -> list[str]:
     return command + list(spec.extra_args)
 
 
+FIXED_K_ONLY = ("--confidence",)  # specscope serve's early stop: its steps draft fewer than the k a row says
 CONTROLLED_FLAGS = {  # what each launcher sets from the cell: an engine's own args may not set them too
-    "specscope": ("--model", "--method", "--k", "--tree", "--draft", "--policy", "--max-batch-size", "--host", "--port"),
+    "specscope": ("--model", "--method", "--k", "--tree", "--draft", "--policy", "--max-batch-size", "--host", "--port",
+                  *FIXED_K_ONLY),
     "vllm": ("--host", "--port", "--max-num-seqs", "--speculative-config"),
     "sglang": ("--model-path", "--host", "--port", "--max-running-requests", "--speculative-algorithm",
                "--speculative-draft-model-path", "--speculative-num-steps", "--speculative-eagle-topk",
                "--speculative-num-draft-tokens"),
 }
+
+
+def check_engine_args(engine: str | None, args: Sequence[str], by: str) -> None:
+    """Refuse ``args`` (passed through to a launched ``engine``) that set a flag of
+    :data:`CONTROLLED_FLAGS`: the server would run other than what its rows say. ``by``: who
+    sets those flags (``the sweep``, ``the bench``), named in the one-line error."""
+    controlled = next((arg for arg in args if _sets(arg, CONTROLLED_FLAGS.get(engine, ()))), None)
+    if controlled is None:
+        return
+    if _sets(controlled, FIXED_K_ONLY):
+        raise SpecscopeError(f"{controlled}: {by} measures fixed-k chains (its steps would draft fewer than the k "
+                             "its rows say); leave it out")
+    raise SpecscopeError(f"{controlled} is set by {by} from each run (method, k, batch size, port); leave it out")
+
+
+def _sets(arg: str, flags: Sequence[str]) -> bool:
+    """Whether the command-line word ``arg`` sets one of ``flags`` as a server's parser reads it:
+    its name before any ``=``, underscores read as dashes (vLLM's and SGLang's parsers take
+    ``--max_num_seqs``), and a long option's unambiguous start as the option (argparse's
+    abbreviations: ``--max-batch`` is ``--max-batch-size``)."""
+    name = arg.split("=", 1)[0].replace("_", "-")
+    return name.startswith("--") and len(name) > 2 and any(flag.startswith(name) for flag in flags)
 
 
 def command_for(spec: LaunchSpec) -> list[str]:

@@ -26,7 +26,9 @@ After the cells, ``OUTPUT/results.csv`` and ``results.json`` list every cell wit
 against the ``none`` cell of the same engine, batch size and workload; ``measured.json`` holds
 the successful SD cells (workload named by its file's stem), the bench-row list that
 :func:`specscope.analysis.measured.read_bench_results` reads for the report; ``winners.csv``
-names, for each engine, workload and batch size, the method and k with the highest throughput.
+names, for each engine, workload and batch size, the winning method and k: the fastest SD cell
+above 1× its own baseline, else ``none`` (the report's rule); where no row has a speedup (a url
+engine measured without a ``none`` server), the highest throughput.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from specscope.backends.openai.client import LoadResult
 from specscope.backends.openai.launchers import free_port, learns_across_requests
 from specscope.backends.openai.measure import measure_interleaved, measure_load
 from specscope.backends.openai.prompts import Prompt, read_prompts, select_prompts, warmup_prompt
-from specscope.backends.openai.verify import ServerCheckError, check_server
+from specscope.backends.openai.verify import ServerCheckError, check_chain, check_server
 from specscope.backends.openai.sweep_config import (
     INTERLEAVED,
     INTERLEAVED_ALL,
@@ -282,6 +284,8 @@ def _run_cell(config: SweepConfig, cell: Cell, url: str, verified: str, engine: 
     try:
         prompts, warmup, warmup_measured = _prompts(config, cell)
         row, load = measure_load(serving_config(config, cell).client(url), prompts, cell.batch_size, warmup)
+        if cell.engine.url is not None:  # a server it did not start: its steps may draft short of its k
+            check_chain(url, cell.method, cell.k, row)
     except Exception as error:
         return _failed(config, [cell], error, started)[0]
     return _measured(config, cell, row, load, verified, engine, reused or warmup_measured, started, key)

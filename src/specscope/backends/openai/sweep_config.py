@@ -41,6 +41,11 @@ Example::
 
 A **cell** is one measured run: engine × method × k × batch size × workload (``none`` runs once
 per batch size and workload, with k = 0; a ``url`` engine contributes its own method and k).
+Where every engine is a ``url`` engine, the fields only launched engines use (``methods``, ``k``,
+``trees``, ``baselines``, ``segments``, ``replicas``, ``prompt_lookup_*``, ``mtp_method``) are
+refused when given: each server runs as it was started. A launched engine's ``args`` may not set
+what the sweep sets from each cell (:data:`~specscope.backends.openai.launchers.CONTROLLED_FLAGS`),
+nor ``specscope serve``'s ``--confidence``: a sweep measures fixed-k chains.
 A **tree cell** is engine × method × tree × batch size × workload: its k is the tree's node
 count (drafts per step, what the server's per-position metrics show) and its rows also carry
 ``tree``, ``tree_nodes`` and ``tree_depth``. With ``trees`` and no ``k``, only tree cells run.
@@ -102,18 +107,16 @@ README, "Calibrate to your engine".)
 from __future__ import annotations
 
 import re
-import urllib.parse
 
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Sequence
 
 from specscope import validate
 from specscope.backends.openai.bench import DEFAULTS
-from specscope.backends.openai.client import ClientConfig
-from specscope.backends.openai.launchers import CONTROLLED_FLAGS, VLLM_GENERIC_MTP, check_tree, needs_draft
+from specscope.backends.openai.client import ClientConfig, split_url
+from specscope.backends.openai.launchers import VLLM_GENERIC_MTP, check_engine_args, check_tree, needs_draft
 from specscope.backends.openai.measure import in_flight
 from specscope.backends.openai.prompts import read_prompts, select_prompts
 from specscope.engine.config import model_fingerprint
@@ -128,6 +131,8 @@ INTERLEAVED = "interleaved"  # each SD server beside its own none server, taking
 INTERLEAVED_ALL = "interleaved-all"  # every cell of one workload, its servers up at once, taking turns
 BASELINES = ("shared", "paired", INTERLEAVED, INTERLEAVED_ALL)  # how SD cells get their none cells (module docstring)
 INTERLEAVING = (INTERLEAVED, INTERLEAVED_ALL)
+LAUNCHED_ONLY = ("methods", "k", "baselines", "segments", "replicas", "prompt_lookup_min", "prompt_lookup_max",
+                 "mtp_method")  # fields no url engine uses (trees: _check_trees_launched)
 
 
 @dataclass(frozen=True)
@@ -321,13 +326,8 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
                              "runs the sweep's methods and k")
     if url is not None:
         _check(path, f"{at}.url", url, str, "http://HOST:PORT")
-        parts = urllib.parse.urlsplit(url)
-        try:
-            parts.port  # ValueError: not a number, or past 65535 (else refused only as each cell ran)
-        except ValueError:
-            raise SpecscopeError(f"{path}: {at}.url: expected http://HOST:PORT (a port 0..65535), got {url!r}") from None
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.username \
-                or parts.path.strip("/"):
+        parts = split_url(url, f"{path}: {at}.url")  # else refused only as each cell ran
+        if parts.query or parts.username or parts.path.strip("/"):
             raise SpecscopeError(f"{path}: {at}.url: expected http://HOST:PORT (the server's root: no path, query "
                                  f"or user), got {url!r}")
         served = _check(path, f"{at}.method", table.get("method"), str, "the method the server runs")
@@ -355,10 +355,10 @@ def _engine(path: Path, index: int, table: object) -> EngineSpec:
     args = table.get("args", [])
     if not isinstance(args, list) or any(not isinstance(a, str) for a in args):
         raise SpecscopeError(f"{path}: {at}.args: expected a list of strings")
-    controlled = [a for a in args if _sets(a, CONTROLLED_FLAGS.get(launch, ()))]
-    if controlled:  # the server would run other than the cell it is recorded as
-        raise SpecscopeError(f"{path}: {at}.args: {controlled[0]} is set by the sweep from each cell (method, k, "
-                             "batch size, port); leave it out")
+    try:  # the server would run other than the cell it is recorded as
+        check_engine_args(launch, args, "the sweep")
+    except SpecscopeError as error:
+        raise SpecscopeError(f"{path}: {at}.args: {error}") from None
     port = table.get("port")
     if port is not None:
         _value(path, f"{at}.port", port, validate.integer, low=1, high=65535)
@@ -489,6 +489,7 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
             f"({config.prompt_lookup_max}), got {config.prompt_lookup_min}"
         )
     _check_trees_launched(path, config)
+    _check_launched_only(path, data, config)
     for engine in config.engines:
         if engine.launch is not None:
             unknown = [m for m in config.methods if m not in names(engine.launch)]
@@ -517,15 +518,6 @@ def load_sweep_config(path: str | Path) -> SweepConfig:
                 except SpecscopeError as error:
                     raise SpecscopeError(f"{where(path, field='trees')}: engine {engine.name!r}: {error}") from None
     return config
-
-
-def _sets(arg: str, flags: Sequence[str]) -> bool:
-    """Whether the command-line word ``arg`` sets one of ``flags`` as a server's parser reads it:
-    its name before any ``=``, underscores read as dashes (vLLM's and SGLang's parsers take
-    ``--max_num_seqs``), and a long option's unambiguous start as the option (argparse's
-    abbreviations: ``--max-batch`` is ``--max-batch-size``)."""
-    name = arg.split("=", 1)[0].replace("_", "-")
-    return name.startswith("--") and len(name) > 2 and any(flag.startswith(name) for flag in flags)
 
 
 def _trees(path: Path, value: object) -> tuple[TreeShape, ...]:
@@ -617,6 +609,16 @@ def _check_trees_launched(path: Path, config: SweepConfig) -> None:
     if config.trees and all(engine.url is not None for engine in config.engines):
         raise SpecscopeError(f"{where(path, field='trees')}: no launched engine to draft them (a url engine serves "
                              "its own method and k)")
+
+
+def _check_launched_only(path: Path, data: dict, config: SweepConfig) -> None:
+    """Refuse the fields only launched engines use, where given (``data``: the file's) and no engine
+    is launched: a url engine serves its own method and k, as it was started (they would be
+    ignored, and prompt_lookup_* still recorded in its cells' keys)."""
+    given = [name for name in LAUNCHED_ONLY if name in data]
+    if given and all(engine.url is not None for engine in config.engines):
+        raise SpecscopeError(f"{path}: field(s) {', '.join(given)}: no launched engine to use them (a url engine "
+                             "serves its own method and k, as it was started); leave them out")
 
 
 def _tree_drafters(config: SweepConfig, engine: EngineSpec) -> list[str]:

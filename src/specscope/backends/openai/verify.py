@@ -12,9 +12,15 @@ A row says "eagle, k=5" only if the server does not contradict it. Read before a
 - the method is not visible in vLLM's metrics (n-gram and EAGLE look alike), nor is anything
   of SD in SGLang's gauges before a request has run.
 
-A contradiction (another model, SD on for ``none``, off for a method, another k) is refused
-with a one-line :class:`ServerCheckError`. What could not be seen is said in the row's
-``verified`` text, and a missing SD or k check is also logged as a warning.
+After a run on a server given by URL, its counters are read once more: a model drafter's chain of
+k proposes k drafts at every step that drafts, so one whose steps proposed on average clearly
+fewer (below :data:`CHAIN_SHARE` of k: ``specscope serve --confidence`` stops its drafter early)
+is no chain of k (:func:`check_chain`). A lookup is not checked: it proposes fewer where its
+match offers fewer.
+
+A contradiction (another model, SD on for ``none``, off for a method, another k, drafts per
+step short of k) is refused with a one-line :class:`ServerCheckError`. What could not be seen
+is said in the row's ``verified`` text, and a missing SD or k check is also logged as a warning.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ from pathlib import Path
 from specscope.backends.openai import metrics
 from specscope.backends.openai.client import StreamError, get_json
 from specscope.errors import SpecscopeError
-from specscope.methods import NO_SD
+from specscope.methods import NO_SD, method as method_of
 
 log = logging.getLogger(__name__)
+CHAIN_SHARE = 0.95  # of k drafts per drafting step, at least (vLLM trims a few where a step's token budget runs out)
 
 
 class ServerCheckError(SpecscopeError):
@@ -120,3 +127,19 @@ def check_server(
     """:func:`inspect_server` then :func:`verify_label`: the view and the ``verified`` text."""
     view = inspect_server(url, timeout_s)
     return view, verify_label(view, method, k, model)
+
+
+def check_chain(url: str, method: str, k: int, row: dict[str, object]) -> None:
+    """Refuse a run of ``method`` at ``k`` on the server at ``url`` whose counters (``row``'s
+    ``num_drafts``, ``num_draft_tokens``) show fewer than :data:`CHAIN_SHARE` of k drafts per
+    drafting step: a model drafter that stops early is no chain of k. Lookups, and runs without
+    the counters, are not checked."""
+    drafts, tokens = row.get("num_drafts"), row.get("num_draft_tokens")
+    if method == NO_SD or method_of(method).kind == "lookup" or not drafts or tokens is None:
+        return
+    if tokens < CHAIN_SHARE * k * drafts:
+        raise ServerCheckError(
+            f"--k {k}: the server at {url} proposed {tokens / drafts:.2f} drafts per drafting step ({tokens} draft "
+            f"tokens in {drafts} drafts), not a chain of {k}: its drafter stops early (as specscope serve "
+            "--confidence does)"
+        )
