@@ -50,6 +50,7 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert work["c_fixed"] + work["c_req"] > 0 and "the policy's own work per step" in first
     html = (out / "index.html").read_text()
     assert "Measured against simulated" in html and re.search(r"fig\d+_measured\.png", html)
+    assert "measured by this study: its measured/ and learned/ runs" in html and "(--measured" not in html
     assert "what the engine measured (on cpu float32, 1 thread)" in html
     assert "Static tree vs chain" in html and "3x2x1x1" in html  # the study's trees in the report
     chains = {(r["acc"], r["policy"]) for r in csv.DictReader((out / "speedup.csv").open())}

@@ -14,6 +14,7 @@ from specscope.study.config import BEFORE_KEPT, StudyConfig
 from specscope.version import code_version
 from specscope.study.run import (
     check_replays,
+    checked_steps,
     fidelity_stage,
     fit_stage,
     measure_stage,
@@ -50,6 +51,8 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
             check_outputs(out, [], study=True)  # its report's files: refused now, not after every stage ran
             check_user_output(out / "fidelity.csv")  # its own table: replaced only as it wrote it (not edited since)
             check_replays(config)  # its replay tables too, replaced or removed
+            for folder in (config.measure_dir, config.learned_dir):  # kept runs' step records: before any
+                checked_steps(folder)  # work, not after the fit rewrote costmodel.json without them
             config.workloads = workloads_stage(config)
             _record_version(config, say)
             _stages(config, say)
