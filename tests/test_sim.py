@@ -1016,3 +1016,22 @@ def test_default_fixed_ks_deeper_than_the_traces_are_left_out_named_ones_refused
         assert [row["policy"] for row in csv.DictReader(handle)] == ["fixed:1", "fixed:3", "oracle"]
     assert main(["simulate", str(path), "--batch-sizes", "1", "--policies", "fixed:5"]) == 2
     assert "policy 'fixed:5' proposes k = 5, above the trace's k_max = 3" in capsys.readouterr().err
+
+
+def test_a_bare_pair_without_acc_follows_the_pairing_rule(tmp_path, capsys):
+    """No --acc, traces holding two priced proposers (EAGLE first in the file): the bare pair is
+    the lookup with the model proposer, by the one rule, not 'the two proposers --acc names' in
+    the file's key order (a review finding)."""
+    from specscope.cli import main
+
+    record = {"schema": "specscope.trace/1", "id": "a", "k_max": 4, "prompt_token_ids": [1, 2],
+              "output_token_ids": [5, 6, 7, 8], "proposers": {"eagle": {"acc_len": [3, 1, 2, 1]},
+                                                              "ngram": {"acc_len": [2, 1, 3, 1]}}}
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(record) + "\n" + json.dumps({**record, "id": "b"}) + "\n")
+    out_csv = tmp_path / "cells.csv"
+    assert main(["simulate", str(path), "--policies", "oracle-combined", "--batch-sizes", "1", "-o", str(out_csv)]) == 0
+    out = capsys.readouterr().out
+    assert "--acc names" not in out and "oracle-combined without a pair: ngram+eagle" in out
+    with open(out_csv, encoding="utf-8") as handle:
+        assert [row["policy"] for row in csv.DictReader(handle)] == ["oracle-combined:ngram+eagle"]

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     bare = bare_paired(args.policies)
     # A bare pair: the two --acc names, as given; else per dataset, among the proposers named (else
     # every one held) the cost model prices
-    if bare and len(named) == 2:
+    if bare and args.acc and len(named) == 2:
         pairs = {dataset: (tuple(named), "the two proposers --acc names") for dataset in by_dataset(records)}
     else:
         pairs = dataset_pairs(records, cost, named if len(named) >= 2 else names) if bare else {}
