@@ -91,3 +91,19 @@ def test_report_refuses_to_write_over_its_inputs(synthetic_traces, tmp_path, cap
     assert main(["report", str(trace), "--batch-sizes", "1", "-o", str(out)]) == 2
     assert "the report writes stats.csv there, an input of this run" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["stats.csv"] and trace.read_bytes() == synthetic_traces[0].read_bytes()
+
+
+def test_a_cost_model_that_prices_no_lookup_leaves_the_overlap_figure_out(synthetic_traces, tmp_path, capsys):
+    """A model fitted to EAGLE's steps alone (the README's bench → costmodel fit → report path) over
+    traces that also hold n-gram: the report was refused ('no drafting model for proposer ngram');
+    it is written without the overlap figure, saying why."""
+    model = tmp_path / "model.json"
+    model.write_text(json.dumps({"kind": "linear", "name": "model", "overhead_s": 0.0, "pads_verification": False,
+                                 "forward": {"c_fixed": 1e-3, "c_tok": 1e-5, "c_kv": 0.0, "c_req": 0.0, "c_multi": 0.0},
+                                 "drafting": {"eagle": {"kind": "linear", "c_fixed": 1e-4, "c_tok": 1e-5, "c_kv": 0.0,
+                                                       "c_req": 0.0}}}))
+    out = tmp_path / "out"
+    assert main(["report", str(synthetic_traces[0]), "--cost-model", str(model), "--batch-sizes", "1,8",
+                 "-o", str(out)]) == 0
+    said = capsys.readouterr()
+    assert "figure 'overlap' not drawn" in said.out + said.err and (out / "index.html").is_file()

@@ -333,7 +333,10 @@ def _simulate_held(records: Sequence[TraceRecord], held: dict[tuple[str, str], R
 def _overlap_references(records: Sequence[TraceRecord], ov: OverlapConfig, cost: CostModel) -> dict[str, str]:
     """Each dataset's reference for the overlap comparison, as `specscope overlap` sets it
     (:func:`~specscope.analysis.overlap.default_references`), where every record of it holds that
-    and the lookup; a dataset without them is not listed."""
+    and the lookup; a dataset without them is not listed, nor any where the cost model prices no
+    drafting of the lookup (the catalogue's note says why the figure is not drawn)."""
+    if not priced(cost, [ov.lookup])[0]:
+        return {}
     try:
         chosen = default_references(records, ov.lookup, cost, ov.reference)
     except SpecscopeError:  # no dataset has one: no overlap figure (catalogue says why)
