@@ -450,3 +450,14 @@ def test_the_bench_warms_up_on_its_largest_step(llama_dir, tmp_path, monkeypatch
     reference.run_bench(config)
     assert calls[0] == ([6, 6, 6], 3, 8)  # the warm-up: the longest prompt, three at once, eight tokens
     assert [c[1] for c in calls[1:]] == [1, 3] and calls[1][0] == [3, 6, 2]  # then the measured runs
+
+
+def test_an_even_repeat_count_is_refused(workload, capsys):
+    """The row is the repeat of median speedup: of two repeats the faster was reported as the
+    median (a review), so an even --repeats is refused in one line before any model loads."""
+    from specscope.zoo.shipped import model_dir
+
+    assert main(["bench", "--model", str(model_dir("target")), "--method", "ngram", "--workload", str(workload),
+                 "--repeats", "2"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "specscope: error: --repeats: expected an odd count: the row is the run of median speedup, got 2"

@@ -43,3 +43,29 @@ def test_an_interrupted_bench_writes_the_batch_sizes_it_finished(tmp_path, monke
     assert named["workload_sha256"] == file_sha256(bundled_path("code"))[:16] and named["made_by"] == code_version()
     assert (named["seed"], named["policy_sha256"], named["threads"]) == ("0", "", "")
     assert "the 1 batch size(s) finished (B=1) are in" in capsys.readouterr().err
+
+
+def test_an_interrupted_bench_prints_its_finished_rows_as_json_with_o_dash(monkeypatch, capsys):
+    """``-o - --format json``: the finished batch sizes reach standard output as JSON on an
+    interrupt too (a review: 0 bytes there, while the note said they were in standard output)."""
+    import json
+
+    import specscope.cli.bench as bench
+    from specscope.cli import main
+    from specscope.workloads.bundled import bundled_path
+    from specscope.zoo.shipped import model_dir
+
+    def stops_after_the_first(config, into: BenchResult):
+        from specscope.backends.reference import run_bench
+
+        run_bench(dataclasses.replace(config, batch_sizes=config.batch_sizes[:1]), into)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run_bench", stops_after_the_first)
+    code = main(["bench", "--model", str(model_dir("target")), "--workload", str(bundled_path("code")), "--method",
+                 "ngram", "--k", "2", "--batch-sizes", "1,2", "--max-tokens", "8", "--repeats", "1", "--threads", "1",
+                 "-o", "-", "--format", "json"])
+    out = capsys.readouterr()
+    assert code == 130
+    assert [row["batch_size"] for row in json.loads(out.out)] == [1]
+    assert "the 1 batch size(s) finished (B=1) are in standard output" in out.err

@@ -158,6 +158,9 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
 
     if config.batching not in BATCHING:
         raise SpecscopeError(f"--batching: expected distinct or replicate, got {config.batching!r}")
+    if config.repeats % 2 == 0:  # of an even count, no repeat is the median: the upper one was the row
+        raise SpecscopeError(f"--repeats: expected an odd count: the row is the run of median speedup, got "
+                             f"{config.repeats}")
     if config.tree is not None and config.method == NO_SD:
         raise SpecscopeError(f"--tree: tree {config.tree.name} needs an SD method, got --method {NO_SD}")
     if config.confidence is not None:
@@ -205,7 +208,8 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
 
 
 def _median_pair(pairs: list[tuple[_Run, _Run]]) -> tuple[_Run, _Run]:
-    """The (no-SD, SD) repeat with the median speedup (the upper median for an even count)."""
+    """The (no-SD, SD) repeat with the median speedup (of an odd count: :func:`run_bench` refuses an
+    even one)."""
     def speedup(pair: tuple[_Run, _Run]) -> float:
         base, sd = pair
         return (sd.generated / sd.seconds) / (base.generated / base.seconds)

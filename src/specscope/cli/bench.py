@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -30,7 +29,7 @@ from specscope.cli._common import (
     write_rows,
 )
 from specscope.errors import SpecscopeError
-from specscope.fileio import check_jsonl_output
+from specscope.fileio import check_jsonl_output, json_text
 from specscope.methods import LEARNED, NO_SD, names, run_label
 from specscope.policy.learned import load_policy, policy_notes
 from specscope.trees import parse_tree
@@ -145,7 +144,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=POSITIVE,
         default=DEFAULTS["repeats"],
         help="runs of no-SD and SD per batch size, the two in lockstep; the row is the run with the "
-             "median speedup (default %(default)s)",
+             "median speedup, so an odd count (default %(default)s)",
     )
     parser.add_argument("--format", choices=("table", "json"), default="table")
     add_table_output(parser, "the rows")
@@ -308,8 +307,9 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         raise
     rows = _write(args, config, result)
-    if args.format == "json":  # with -o -, the rows as JSON on standard output instead of the CSV (as simulate's)
-        print(json.dumps(rows, indent=1), file=sys.stdout if is_stdout(args.output) else out)
+    if args.format == "json":
+        if not is_stdout(args.output):  # with -o -, _write printed them there
+            out.write(json_text(rows))
     elif isinstance(config, ServingBenchConfig):
         _print_openai_table(result.rows, out)
     else:
@@ -350,11 +350,15 @@ def _labels(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig) 
 
 
 def _write(args: argparse.Namespace, config: BenchConfig | ServingBenchConfig, result: BenchResult) -> list[dict]:
-    """``result``'s rows with their labels (:func:`_labels`), written to ``-o``, and its step
-    records to ``--records``, where given; the rows."""
+    """``result``'s rows with their labels (:func:`_labels`), written to ``-o`` (with ``-o -`` and
+    ``--format json``: as JSON on standard output instead of the CSV, as simulate's), and its step
+    records to ``--records``, where given; the rows. The one writer of both a finished and an
+    interrupted bench."""
     labels = _labels(args, config)
     rows = [{**row.flat(), **labels} for row in result.rows]
-    if args.output and not (is_stdout(args.output) and args.format == "json"):  # - with json: the JSON printed
+    if is_stdout(args.output) and args.format == "json":
+        sys.stdout.write(json_text(rows))
+    elif args.output:
         write_rows(args.output, rows)
     if args.records:
         atomic_write_text(args.records, "".join(record.to_json() + "\n" for record in result.records))
