@@ -62,6 +62,10 @@ CASES = [
     Case("convert-rename-a-tree-onto-a-lookup", ["traces", "convert", "t.jsonl", "--rename", "eagle=ngram", "-o", "o.jsonl"],
          r"--rename eagle=ngram: request 'a' holds a tree_rank for 'eagle', and ngram drafts by lookup",
          files={"t.jsonl": own().replace('"ngram": {', '"eagle": {"tree_rank": [[0], [0], [-1]], ')}),
+    Case("convert-k-max-below-a-draft-len", ["traces", "convert", "t.jsonl", "--k-max", "2", "-o", "o.jsonl"],
+         r"--k-max 2: request 'a' of dataset 't': field 'proposers\.ngram\.draft_len': expected integers in \[0, 2\], "
+         r"got 5 .*; it holds drafts 5 deep \(ngram draft_len 5\): expected --k-max 5 or more",
+         files={"t.jsonl": bench(acc=(1, 1, 1)).replace('"acc_len": [1, 1, 1]', '"acc_len": [1, 1, 1], "draft_len": [5, 5, 1]')}),
     Case("own-k-max-as-text", ["traces", "inspect", "t.jsonl"], r"t\.jsonl:1: field 'k_max': expected an integer, got "
          r"text '4'", files={"t.jsonl": own().replace('"k_max": 4', '"k_max": "4"')}),
     Case("own-empty-dataset", ["traces", "inspect", "t.jsonl"],
@@ -140,7 +144,8 @@ CASES = [
     Case("convert-k-max-zero", ["traces", "convert", "t.jsonl", "-o", "o.jsonl", "--k-max", "0"], r"argument --k-max",
          files=GOOD),
     Case("convert-k-max-below-recorded", ["traces", "convert", "t.jsonl", "-o", "o.jsonl", "--k-max", "1"],
-         r"--k-max: 1 is below what request 'a'", files={"t.jsonl": bench(acc=(3, 1, 1))}),
+         r"--k-max 1: request 'a' of dataset 't': field 'proposers\.ngram\.acc_len': .*; it holds drafts 2 deep "
+         r"\(ngram acc_len 3\): expected --k-max 2 or more", files={"t.jsonl": bench(acc=(3, 1, 1))}),
     Case("trace-max-tokens-past-the-positions", ["trace", "--model", ZOO_TARGET, "--proposers", "ngram", "--workload",
                                                  "w.jsonl", "-o", "out.jsonl", "--max-tokens", "5000"],
          r"--max-tokens 5000: the longest prompt \(request 'a', 3 tokens\) and 5000 output tokens exceed the 1024 positions",

@@ -14,6 +14,7 @@ from specscope import validate
 from specscope.cli._common import add_trace_options, print_table, refuse_clashes, to_stdout
 from specscope.fileio import check_jsonl_output, json_text
 from specscope.errors import SpecscopeError
+from specscope.trace.schema import TraceRecord
 from specscope.trees import TreeShape, parse_tree_list
 
 
@@ -34,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                          help="output JSON Lines file (- for standard output)")
     convert.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                          default=None, help="k_max to record when the input has none (at least the "
-                                            "largest acc_len − 1 seen)")
+                                            "deepest draft seen: the largest draft_len and acc_len − 1)")
     convert.add_argument("--rename", type=renaming, action="append", default=[], metavar="OLD=NEW",
                          help="name a proposer after its method (repeatable), e.g. default=mtp: a SpecDecode-Bench "
                               "file's single 'acc' field reads as proposer 'default', which no cost model prices")
@@ -162,6 +163,33 @@ def run_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _traced_to(record: TraceRecord, k_max: int) -> None:
+    """``record`` labelled as traced to ``k_max`` (``--k-max``), refused where the reader would
+    refuse it as convert writes it — the reader's own check
+    (:func:`~specscope.trace.load.parse_record`) — naming the record and its deepest draft."""
+    from specscope.trace.load import parse_record
+
+    record.k_max = k_max
+    try:
+        parse_record(record.to_json(), f"request {record.id!r} of dataset {record.dataset!r}", None)
+    except SpecscopeError as error:
+        depth, field = _deepest(record)
+        deeper = f"; it holds drafts {depth} deep ({field}): expected --k-max {depth} or more" if depth > k_max else ""
+        raise SpecscopeError(f"--k-max {k_max}: {error}{deeper}") from None
+
+
+def _deepest(record: TraceRecord) -> tuple[int, str]:
+    """The deepest draft ``record``'s proposers recorded, and the entry that says so: an acc_len of
+    k + 1, or a draft_len of k."""
+    found = []
+    for name, trace in record.proposers.items():
+        if trace.acc_len.size:
+            found.append((int(trace.acc_len.max()) - 1, f"{name} acc_len {int(trace.acc_len.max())}"))
+        if trace.draft_len is not None and trace.draft_len.size:
+            found.append((int(trace.draft_len.max()), f"{name} draft_len {int(trace.draft_len.max())}"))
+    return max(found, default=(0, "no entries"))
+
+
 def run_convert(args: argparse.Namespace) -> int:
     from specscope.trace import load_traces
     from specscope.trace.load import LOOKUPS, write_traces
@@ -189,11 +217,7 @@ def run_convert(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--rename {old}={treed}: request {record.id!r} holds a tree_rank for {old!r}, and "
                                  f"{treed} drafts by lookup and proposes no tree")
         if record.k_max is None and args.k_max is not None:
-            longest = max(int(t.acc_len.max()) for t in record.proposers.values())
-            if longest > args.k_max + 1:
-                raise SpecscopeError(f"--k-max: {args.k_max} is below what request {record.id!r} of "
-                                     f"dataset {record.dataset!r} recorded (acc_len {longest} = k {longest - 1} + 1)")
-            record.k_max = args.k_max
+            _traced_to(record, args.k_max)
     count = write_traces(args.output, records)
     if not to_stdout(args.output):
         forget_settings(args.output)
