@@ -425,11 +425,16 @@ def test_a_fit_that_misses_its_steps_says_so(tmp_path, capsys):
     assert main(["costmodel", "fit", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "m.json")]) == 0
     err = capsys.readouterr().err
     assert "warning: the forward fit misses its median step by" in err and (tmp_path / "m.json").is_file()
+    # and so does the whole-step fit (a review: --whole-steps said a median error of 52 % and no warning)
+    assert main(["costmodel", "fit", str(tmp_path / "s.jsonl"), "--whole-steps", "-o", str(tmp_path / "w.json")]) == 0
+    assert "warning: the whole-step fit misses its median step by 32 % (above 20 %)" in capsys.readouterr().err
     synthetic_records(tmp_path / "exact.jsonl")
     assert main(["costmodel", "fit", str(tmp_path / "exact.jsonl"), "-o", str(tmp_path / "e.json")]) == 0
     captured = capsys.readouterr()
     assert "warning" not in captured.err and "drafting, median error as a share of its steps' time: draft 0.0 %, " \
         "ngram 0.0 %" in captured.out
+    assert main(["costmodel", "fit", str(tmp_path / "exact.jsonl"), "--whole-steps", "-o", str(tmp_path / "ew.json")]) == 0
+    assert "warning" not in capsys.readouterr().err
     # Probe: the draft model's drafting times scattered 0.2–3× (the forward exact) fitted its terms 20× off
     # under "median relative error 0.0 %" and no warning: its own error is said, and warned of.
     rng = np.random.default_rng(2)
@@ -454,6 +459,45 @@ def test_a_fitted_model_knows_what_it_measured(tmp_path):
     assert model.beyond_measured([1, 4], [1, 8]) is None
     assert model.beyond_measured([5], [64]) == ("cost model 'm' was fitted to steps of k <= 4 and batch size <= 8; "
                                                 "k up to 5 and batch sizes up to 64 extrapolate its lines")
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_fitted_model_names_its_step_records(tmp_path, monkeypatch, capsys, whole):
+    """A model fitted to step records names each file (absolute path, SHA-256) as a sweep's names
+    its sweep: one pooling two machines' records said only made_by and measured (a review). The
+    model file reads back, and `costmodel show --format json` keeps them."""
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.fingerprint import file_sha256
+
+    (tmp_path / "b").mkdir()
+    synthetic_records(tmp_path / "a.jsonl")
+    synthetic_records(tmp_path / "b" / "b.jsonl")
+    monkeypatch.chdir(tmp_path)  # relative paths given: absolute ones kept
+    assert main(["costmodel", "fit", "a.jsonl", "b/b.jsonl", *(["--whole-steps"] if whole else []), "-o", "m.json"]) == 0
+    named = [{"file": str(tmp_path / name), "sha256": file_sha256(tmp_path / name)} for name in ("a.jsonl", "b/b.jsonl")]
+    assert json.loads((tmp_path / "m.json").read_text())["step_records"] == named
+    assert resolve_cost_model("m.json").step_records[1].file == str(tmp_path / "b" / "b.jsonl")
+    capsys.readouterr()
+    assert main(["costmodel", "show", "m.json", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_records"] == named
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m["step_records"][0].update(sha="x"), r"field 'step_records\[0\]\.sha': unknown field"),
+    (lambda m: m["step_records"][0].update(sha256="abc"), r"field 'step_records\[0\]\.sha256': expected a SHA-256"),
+    (lambda m: m.pop("measured"), r"field 'step_records': expected only beside measured"),
+])
+def test_a_models_step_records_are_checked_as_read(tmp_path, change, message):
+    from specscope.costmodel.registry import resolve_cost_model
+    from specscope.errors import SpecscopeError
+
+    synthetic_records(tmp_path / "s.jsonl")
+    assert main(["costmodel", "fit", str(tmp_path / "s.jsonl"), "-o", str(tmp_path / "m.json")]) == 0
+    model = json.loads((tmp_path / "m.json").read_text())
+    change(model)
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    with pytest.raises(SpecscopeError, match=message):
+        resolve_cost_model(str(tmp_path / "m.json"))
 
 
 def test_simulate_names_every_policy_that_asks_past_the_measured_k(tmp_path, capsys):

@@ -113,22 +113,14 @@ def run_fit(args: argparse.Namespace) -> int:
     if args.from_sweep is not None:
         return _fit_sweep(args, output, name)
     if args.whole_steps:
-        from specscope.costmodel.calibrate import fit_steps
+        from specscope.costmodel.calibrate import fit_whole_steps
 
-        model, summary = fit_steps(read_steps(args.records), name)
+        model, quality = fit_whole_steps(read_steps(args.records), name)
+        _warn_poor_fit("the whole-step fit", quality.median_rel_error)
     else:
         model, quality = fit_linear(read_steps(args.records), name=name)
-        summary = quality.summary()
-        worst = quality.worst_drafting
-        poor = [f"the forward fit misses its median step by {100 * quality.median_rel_error:.0f} % (above "
-                f"{100 * POOR_FIT:.0f} %)"] if quality.median_rel_error > POOR_FIT else []
-        if worst is not None and worst[1] > POOR_DRAFTING:
-            poor.append(f"{worst[0]}'s drafting fit misses by {100 * worst[1]:.0f} % of its median step (above "
-                        f"{100 * POOR_DRAFTING:.0f} %)")
-        if poor:
-            print(f"specscope: warning: {' and '.join(poor)}: the steps vary beyond "
-                  "what its terms explain (other load on the machine?), and what it predicts may mislead; measure "
-                  "again on a quiet machine", file=sys.stderr)
+        _warn_poor_fit("the forward fit", quality.median_rel_error, quality.worst_drafting)
+    summary = quality.summary()
     text = _usable(model)
     atomic_write_text(output, text + "\n")
     note_unseparated(model)
@@ -138,6 +130,20 @@ def run_fit(args: argparse.Namespace) -> int:
     print(summary)
     print(_wrote(output))
     return 0
+
+
+def _warn_poor_fit(fit: str, median_rel_error: float, worst_drafting: tuple[str, float] | None = None) -> None:
+    """A warning on stderr where ``fit`` misses its median step by more than :data:`POOR_FIT`, or
+    its worst drafting (method, median error as a share of its steps' time) by more than
+    :data:`POOR_DRAFTING`: what it predicts may mislead."""
+    poor = [f"{fit} misses its median step by {100 * median_rel_error:.0f} % (above {100 * POOR_FIT:.0f} %)"] \
+        if median_rel_error > POOR_FIT else []
+    if worst_drafting is not None and worst_drafting[1] > POOR_DRAFTING:
+        poor.append(f"{worst_drafting[0]}'s drafting fit misses by {100 * worst_drafting[1]:.0f} % of its median step "
+                    f"(above {100 * POOR_DRAFTING:.0f} %)")
+    if poor:
+        print(f"specscope: warning: {' and '.join(poor)}: the steps vary beyond what its terms explain (other load on "
+              "the machine?), and what it predicts may mislead; measure again on a quiet machine", file=sys.stderr)
 
 
 def _usable(model) -> str:

@@ -145,8 +145,8 @@ from typing import Sequence
 import numpy as np
 
 from specscope.costmodel.base import LinearDrafting
-from specscope.costmodel.fit import (draft_rows, measured_extent, nonnegative_least_squares, pairs_fitted, unseparated,
-                                     with_policy_work, within_batch_size)
+from specscope.costmodel.fit import (draft_rows, measured_extent, nonnegative_least_squares, pairs_fitted, records_of,
+                                     unseparated, with_policy_work, within_batch_size)
 from specscope.costmodel.linear import (TARGET_TERMS, FittedCell, FittedSweep,  # TARGET_TERMS: Gaps.target_features' columns
                                         LinearCostModel)
 from specscope.costmodel.steps import MeasuredStep
@@ -601,13 +601,39 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated", sweep: FittedS
     return replace(model, engine=engines[0], sweep=sweep)
 
 
+@dataclass
+class WholeStepQuality:
+    """How a whole-step fit (:func:`fit_whole_steps`) met its steps: those fitted, the stalls left
+    out (over :data:`STALL` × their run's typical step, and over :data:`FITTED_STALL` × a first
+    fit's price), and its median and 90th-percentile error relative to each step."""
+
+    points: int  # the steps past the first stall check
+    stalls: int  # ... and the steps it left out: over STALL × their run's typical step
+    over: int  # ... and of the points, those over FITTED_STALL × a first fit's price
+    median_rel_error: float
+    p90_rel_error: float
+
+    def summary(self) -> str:
+        """One line for the user."""
+        return (f"whole-step fit over {self.points - self.over} steps ({self.stalls} stalls over {STALL:g}× their "
+                f"run's typical step and {self.over} over {FITTED_STALL:g}× a first fit's price left out): median "
+                f"relative error {100 * self.median_rel_error:.1f} %, 90th percentile {100 * self.p90_rel_error:.1f} % "
+                "(over every step but the first stalls)")
+
+
 def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
               label: str = "costmodel fit --whole-steps") -> tuple[LinearCostModel, str]:
+    """:func:`fit_whole_steps`, its quality as one line for the user."""
+    model, quality = fit_whole_steps(steps, name, label)
+    return model, quality.summary()
+
+
+def fit_whole_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
+                    label: str = "costmodel fit --whole-steps") -> tuple[LinearCostModel, WholeStepQuality]:
     """The model :func:`fit_cells` fits, fitted to an engine's own step records, whole steps
     (:func:`step_gaps`): what the sweep's fit should find for the engine that wrote them, term by
-    term (``admit_s``, which step records do not see, stays 0); and one line for the user: the
-    steps fitted, the stalls left out, and the fit's median and 90th-percentile error relative
-    to each step. Steps of an engine running a policy file (method ``learned``) give only the
+    term (``admit_s``, which step records do not see, stays 0); and how well it fits
+    (:class:`WholeStepQuality`). Steps of an engine running a policy file (method ``learned``) give only the
     policy's own work (:func:`~specscope.costmodel.fit.with_policy_work`, as in the phase fit): the
     rest of their drafting is their proposers', fitted from those proposers' own runs. ``label``
     starts its errors (what the user ran)."""
@@ -623,14 +649,13 @@ def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
         predicted[mine] += gaps.drafting_features()[mine] @ coef
     error = np.abs(predicted - gaps.seconds) / gaps.seconds
     stalls = sum(s.batch_size > 0 for s in fitted) - len(gaps.seconds)
-    summary = (f"whole-step fit over {len(gaps.seconds) - over} steps ({stalls} stalls over {STALL:g}× their run's "
-               f"typical step and {over} over {FITTED_STALL:g}× a first fit's price left out): median relative error "
-               f"{100 * np.median(error):.1f} %, 90th percentile {100 * np.percentile(error, 90):.1f} % (over every "
-               "step but the first stalls)")
+    quality = WholeStepQuality(len(gaps.seconds), stalls, over, float(np.median(error)),
+                               float(np.percentile(error, 90)))
     model = _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"),  # never seen here
                    True, bool(gaps.prefill.any()))
-    model = replace(model, measured=measured_extent([s for s in steps if s.decoded > 0]))
-    return with_policy_work(model, steps), summary
+    model = replace(model, measured=measured_extent([s for s in steps if s.decoded > 0]),
+                    step_records=records_of(steps))
+    return with_policy_work(model, steps), quality
 
 
 def overhead_apart(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> LinearCostModel:

@@ -74,7 +74,7 @@ import numpy as np
 import scipy.optimize
 
 from specscope.costmodel.base import Drafting, LinearDrafting, StepLoad, draft_passes, draft_tokens_per_sequence
-from specscope.costmodel.linear import FORWARD_TERMS, LinearCostModel
+from specscope.costmodel.linear import FORWARD_TERMS, FittedRecords, LinearCostModel
 from specscope.costmodel.steps import NO_SD, MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED
@@ -227,7 +227,7 @@ def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[Lin
             break  # the last fit was made at these speeds (three fits left a slow repeat's cost 11 % off)
         model, drafting = _fit_once([_slowed(s, 1.0 / f) for s, f in zip(steps, factors)], name)
     decode, prefill = _decode_and_prefill(steps)
-    model = replace(model, measured=measured_extent(decode))
+    model = replace(model, measured=measured_extent(decode), step_records=records_of(steps))
     batched, kv, rows, pairs, times, _ = _forward_points(decode, prefill)
     rel = np.abs(model.forward_time(batched, kv, rows) + model.c_prompt_kv * pairs - times) / times
     quality = FitQuality(len(times), float(np.median(rel)), float(np.percentile(rel, 90)),
@@ -239,6 +239,12 @@ def measured_extent(decode: Sequence[MeasuredStep]) -> tuple[int, int]:
     """The largest k of the SD steps among ``decode`` (steps that verified) and the most rows any
     of them decoded: how far a model fitted to them has seen (``LinearCostModel.measured``)."""
     return (max((s.k for s in decode if s.method != NO_SD), default=0), max((s.decoded for s in decode), default=1))
+
+
+def records_of(steps: Sequence[MeasuredStep]) -> tuple[FittedRecords, ...]:
+    """The files ``steps`` were read from (their ``source``; none for steps made in memory), as a
+    model fitted to them names them (``LinearCostModel.step_records``)."""
+    return tuple(FittedRecords.of(source) for source in dict.fromkeys(s.source for s in steps if s.source))
 
 
 def _slowed(step: MeasuredStep, factor: float) -> MeasuredStep:
@@ -328,9 +334,13 @@ def _step_seconds(steps: Sequence[MeasuredStep]) -> np.ndarray:
 
 def with_policy_work(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> LinearCostModel:
     """``model`` with the drafting entry ``learned``: a policy's own work, fitted from the decode
-    steps among ``steps`` of an engine running a policy file (``model`` as it is without any)."""
+    steps among ``steps`` of an engine running a policy file, their files added to the model's
+    ``step_records`` (``model`` as it is without any)."""
     learned = [s for s in _decode_and_prefill(steps)[0] if s.method == LEARNED]
-    return replace(model, drafting={**model.drafting, LEARNED: fit_policy_work(learned)}) if learned else model
+    if not learned:
+        return model
+    return replace(model, drafting={**model.drafting, LEARNED: fit_policy_work(learned)},
+                   step_records=tuple(dict.fromkeys((*model.step_records, *records_of(learned)))))
 
 
 def fit_policy_work(steps: Sequence[MeasuredStep]) -> LinearDrafting:

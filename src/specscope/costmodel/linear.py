@@ -40,12 +40,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from specscope.costmodel.base import Drafting, FractionDrafting, LinearDrafting
 from specscope.errors import SpecscopeError
+from specscope.fingerprint import file_sha256
 from specscope.methods import BENCH_DEFAULT, LEARNED, NAMES as METHOD_NAMES, NO_SD, default_hint
 from specscope.trace.fields import Fields
 from specscope.trees import parse_tree
@@ -98,15 +100,41 @@ class FittedSweep:
     def from_json(cls, spec: Fields) -> "FittedSweep":
         """The ``sweep`` object as ``describe()`` writes it."""
         spec.only(["folder", "results_sha256"])
-        digest = spec.text("results_sha256", optional=True)
-        if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
-            raise spec.error(spec.name("results_sha256"), f"expected a SHA-256 (64 hex digits) or null, got {digest!r}")
-        return cls(spec.text("folder"), digest)
+        return cls(spec.text("folder"), _sha256(spec, "results_sha256"))
 
     def describe(self) -> str:
         """``/runs/calib (results.json SHA-256 0123456789ab)``: how a report names it."""
         return f"{self.folder} " + (f"(results.json SHA-256 {self.results_sha256[:12]})" if self.results_sha256
                                     else "(no results.json: every cell record fitted)")
+
+
+@dataclass(frozen=True)
+class FittedRecords:
+    """A file of step records a model was fitted to (``costmodel fit RECORDS``, a study's fit), as
+    the sweep of a calibrated one (:class:`FittedSweep`): its path (absolute) and the SHA-256 of
+    its content when fitted (None: not a regular file)."""
+
+    file: str
+    sha256: str | None
+
+    @classmethod
+    def of(cls, path: str | Path) -> "FittedRecords":
+        """``path`` as it is now."""
+        return cls(str(Path(path).resolve()), file_sha256(path))
+
+    @classmethod
+    def from_json(cls, spec: Fields) -> "FittedRecords":
+        """One of the ``step_records`` as ``describe()`` writes them."""
+        spec.only(["file", "sha256"])
+        return cls(spec.text("file"), _sha256(spec, "sha256"))
+
+
+def _sha256(spec: Fields, name: str) -> str | None:
+    """The optional field ``name``: a SHA-256 (64 hex digits), or null."""
+    digest = spec.text(name, optional=True)
+    if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise spec.error(spec.name(name), f"expected a SHA-256 (64 hex digits) or null, got {digest!r}")
+    return digest
 
 
 @dataclass
@@ -134,6 +162,7 @@ class LinearCostModel:
     made_by: str = ""  # a fitted model: the code that fitted it (specscope.version.code_version)
     engine: str = ""  # a sweep's model: the sweep's name for the engine it was fitted to ("": unsaid)
     sweep: FittedSweep | None = None  # ... and the sweep itself (None: unsaid)
+    step_records: tuple[FittedRecords, ...] = ()  # a model fitted to step records: their files (empty: unsaid)
 
     def forward_time(self, batched_tokens: np.ndarray, kv_tokens: np.ndarray,
                      num_running: np.ndarray) -> np.ndarray:
@@ -186,6 +215,7 @@ class LinearCostModel:
             **({"made_by": self.made_by} if self.made_by else {}),
             **({"engine": self.engine} if self.engine else {}),
             **({"sweep": asdict(self.sweep)} if self.sweep else {}),
+            **({"step_records": [asdict(r) for r in self.step_records]} if self.step_records else {}),
         }
 
     def beyond_measured(self, ks: Sequence[int], batch_sizes: Sequence[int], methods: Sequence[str] = ()) -> str | None:
@@ -272,7 +302,7 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
         ) from None
 
 
-PROVENANCE = ("made_by", "engine", "sweep")  # describe()'s fields that say what fitted a model, not what it prices
+PROVENANCE = ("made_by", "engine", "sweep", "step_records")  # describe()'s fields: what fitted a model, not its prices
 FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_multi may be left out
 TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s", "c_prompt_fixed", "c_prompt_kv")  # every target term a fit names
 LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched")  # the first 3 required
@@ -350,6 +380,8 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
         made_by=spec.text("made_by", optional=True) or "",
         engine=spec.text("engine", optional=True) or "",
         sweep=None if (sweep := spec.child("sweep", optional=True)) is None else FittedSweep.from_json(sweep),
+        step_records=tuple(FittedRecords.from_json(Fields(item, label, prefix=f"step_records[{i}]"))
+                           for i, item in enumerate(_list(spec, "step_records"))),
         **terms,
     )
     _check_fitted(spec, model)
@@ -359,8 +391,9 @@ def linear_from_json(obj: object, label: str) -> LinearCostModel:
 def _check_fitted(spec: Fields, model: LinearCostModel) -> None:
     """What a fitted model says of its fit agrees with itself: fitted to step records
     (``measured``) or to a sweep's cells (``fitted_cells``), not both; the sweep's ``engine`` and
-    ``sweep`` only beside its cells; each fitted SD cell's method priced by its ``drafting``; each
-    term ``not_separated`` one it has (a forward term, or a drafter's as ``METHOD.TERM``)."""
+    ``sweep`` only beside its cells, the records' files (``step_records``) only beside
+    ``measured``; each fitted SD cell's method priced by its ``drafting``; each term
+    ``not_separated`` one it has (a forward term, or a drafter's as ``METHOD.TERM``)."""
     if model.measured is not None and model.fitted_cells:
         raise spec.error("measured", "expected a model fitted to step records (measured) or to a sweep's cells "
                                      "(fitted_cells), not both")
@@ -368,6 +401,9 @@ def _check_fitted(spec: Fields, model: LinearCostModel) -> None:
         if spec.has(name) and not model.fitted_cells:
             raise spec.error(name, "expected only beside fitted_cells (the sweep's engine and folder a model was "
                                    "fitted to)")
+    if spec.has("step_records") and model.measured is None:
+        raise spec.error("step_records", "expected only beside measured (the files of the step records a model was "
+                                         "fitted to)")
     for i, cell in enumerate(model.fitted_cells):
         if cell.method != NO_SD and cell.method not in model.drafting:
             raise spec.error(f"fitted_cells[{i}].method", f"{cell.method!r} has no drafting entry: the model prices "
