@@ -257,11 +257,12 @@ def _check_suffix(path: str | Path, suffixes: tuple[str, ...], what: str,
     return path
 
 
-def check_user_output(path: str | Path) -> Path:
+def check_user_output(path: str | Path, fate: str = "it would be replaced; write elsewhere, or remove it first") -> Path:
     """An output file the user names (``-o``), checked as :func:`check_output_file`; an existing
     regular file that holds something is replaced only where specscope wrote it there and no one
     changed it since (:mod:`specscope.written`) — never a user's notes, spreadsheet or config
-    (``-`` and devices are written as ever). What is written there is then listed."""
+    (``-`` and devices are written as ever); ``fate``: what would befall it, and what to do, in the
+    refusal. What is written there is then listed."""
     path = check_output_file(path)
     if is_stdout(path) or path.exists() and not path.is_file():
         return path
@@ -271,7 +272,7 @@ def check_user_output(path: str | Path) -> Path:
     if path.stat().st_size if path.is_file() else 0:
         if not written.listed(path, file_sha256(path)):
             raise SpecscopeError(f"{path}: exists, and specscope did not write it there (or it was changed since): "
-                                 f"it would be replaced; write elsewhere, or remove it first")
+                                 f"{fate}")
     written.claim(path)
     return path
 

@@ -35,6 +35,12 @@ def listed(path: Path, sha256: str | None) -> bool:
     return sha256 is not None and (entry == sha256 or isinstance(entry, list) and sha256 in entry)
 
 
+def known(path: Path) -> bool:
+    """Whether ``path``'s folder lists it at all (whatever the content it lists)."""
+    real = Path(os.path.realpath(path))
+    return real.name in _read(real.parent / LEDGER)
+
+
 def expect(path: Path, text: str) -> None:
     """Before ``text`` replaces what is at ``path`` (:func:`claim`-ed): list it beside what is
     listed there now, so that an interruption between the file's rename and :func:`record`

@@ -304,6 +304,32 @@ def test_a_replay_table_edited_since_the_study_wrote_it_is_neither_replaced_nor_
     assert said[-1] == "replay  removed replay_h100-llama3.1-8b.csv: an earlier run's --replay, not asked for by this one"
 
 
+def test_an_older_studys_replay_tables_are_still_its_own(tmp_path):
+    """A study folder from before replay tables were recorded (its .replays lists them, the
+    folder's record of what specscope wrote does not): a rerun replaces them and one without
+    their --replay removes them, as before — they were refused as a user's (a re-review)."""
+    from types import SimpleNamespace
+
+    from specscope.study.run import REPLAYS, replay_stage
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"schema": "specscope.trace/1", "id": "a", "dataset": "d", "k_max": 2,
+                                 "prompt_token_ids": [1], "output_token_ids": [2, 3, 4],
+                                 "proposers": {"ngram": {"acc_len": [2, 1, 1]}}}) + "\n")
+    table = tmp_path / "replay_h100-llama3.1-8b.csv"
+    table.write_text("policy,speedup\nfixed:1,1.2\n")  # as an older study left it
+    (tmp_path / REPLAYS).write_text(table.name + "\n")
+    said: list[str] = []
+    replaying = SimpleNamespace(replay_cost_models=("h100-llama3.1-8b",), out_dir=tmp_path, methods=["ngram"],
+                                k_max=2, tree_drafter=None)
+    replay_stage(replaying, [trace], said.append)
+    assert table.read_text() != "policy,speedup\nfixed:1,1.2\n"  # replaced by this run's table, now recorded
+    table.write_text("policy,speedup\nfixed:1,1.2\n")
+    (tmp_path / ".specscope-outputs").unlink()  # an older study again
+    assert replay_stage(SimpleNamespace(replay_cost_models=(), out_dir=tmp_path), [trace], said.append) == {}
+    assert not table.exists() and said[-1].startswith("replay  removed replay_h100-llama3.1-8b.csv")
+
+
 def test_a_measured_runs_step_records_deleted_are_refused_not_left_out(tmp_path):
     """A review: a measured (or learned) run whose .steps.jsonl was deleted was kept as "measured
     before" and the cost model fitted without its steps (3017 of 3134), exit 0, unsaid. Its rows

@@ -40,7 +40,6 @@ from specscope import written as ledger
 from specscope.analysis.measured import MeasuredCell, read_bench_results
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_user_output, write_rows
-from specscope.fingerprint import file_sha256
 from specscope.reading import read_json
 from specscope.study.config import BEFORE_KEPT, StudyConfig
 from specscope.study.fidelity import with_simulated
@@ -401,17 +400,20 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
 def check_replays(config: StudyConfig) -> None:
     """Before any work: each replay table this run may write, and each of an earlier run's that it
     removes, is the study's as it wrote it (its folder's record, :mod:`specscope.written`); one
-    changed since, or never written there by specscope, is the user's: refused, as ``fidelity.csv``."""
+    changed since, or never written there by specscope, is the user's: refused, as ``fidelity.csv``.
+    A table the study's own list names (:data:`REPLAYS`) that the folder's record does not was
+    written before replay tables were recorded (2026-12-05): the study's, as that list says."""
     names = [f"replay_{_replay_name(spec)}{part}.csv" for spec in config.replay_cost_models
              for part in ("", *(("_trees",) if config.tree_drafter else ()))]
-    for name in names:
-        check_user_output(config.out_dir / name)  # (and lists what the run writes there)
-    for name in sorted(replay_files(config) - set(names)):
+    earlier = replay_files(config)
+    for name in [*names, *sorted(earlier - set(names))]:  # what it writes, then what it removes
         path = config.out_dir / name
-        if path.is_file() and path.stat().st_size and not ledger.listed(path, file_sha256(path)):
-            raise SpecscopeError(f"{path}: exists, and specscope did not write it there (or it was changed since): "
-                                 "it would be removed (an earlier run's --replay, not asked for by this one); move "
-                                 "it away, or remove it first")
+        if name in earlier and not ledger.known(path):  # an older study's table: its own, as before
+            ledger.claim(path)
+            continue
+        check_user_output(path, "it would be replaced; remove it first" if name in names else
+                          "it would be removed (an earlier run's --replay, not asked for by this one); move it "
+                          "away, or remove it first")  # (and lists what the run writes there)
 
 
 def replay_files(config: StudyConfig) -> set[str]:
