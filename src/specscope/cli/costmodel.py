@@ -116,7 +116,8 @@ def run_fit(args: argparse.Namespace) -> int:
         from specscope.costmodel.calibrate import fit_whole_steps
 
         model, quality = fit_whole_steps(read_steps(args.records), name)
-        _warn_poor_fit("the whole-step fit", quality.median_rel_error)
+        if quality.warning():
+            print(f"specscope: warning: {quality.warning()}", file=sys.stderr)
     else:
         model, quality = fit_linear(read_steps(args.records), name=name)
         _warn_poor_fit("the forward fit", quality.median_rel_error, quality.worst_drafting)

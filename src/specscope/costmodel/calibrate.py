@@ -601,6 +601,9 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated", sweep: FittedS
     return replace(model, engine=engines[0], sweep=sweep)
 
 
+POOR_WHOLE_STEP = 0.3  # a whole-step fit missing its median step by more is reported as poor (quiet runs here: 6–22 %)
+
+
 @dataclass
 class WholeStepQuality:
     """How a whole-step fit (:func:`fit_whole_steps`) met its steps: those fitted, the stalls left
@@ -619,6 +622,15 @@ class WholeStepQuality:
                 f"run's typical step and {self.over} over {FITTED_STALL:g}× a first fit's price left out): median "
                 f"relative error {100 * self.median_rel_error:.1f} %, 90th percentile {100 * self.p90_rel_error:.1f} % "
                 "(over every step but the first stalls)")
+
+    def warning(self) -> str | None:
+        """A line where the fit misses its median step by more than :data:`POOR_WHOLE_STEP` (a
+        whole step's own spread is in its error: quiet runs here gave 6–22 %), else None."""
+        if self.median_rel_error <= POOR_WHOLE_STEP:
+            return None
+        return (f"the whole-step fit misses its median step by {100 * self.median_rel_error:.0f} % (above "
+                f"{100 * POOR_WHOLE_STEP:.0f} %): the steps vary beyond what its terms explain (other load on the "
+                "machine, or costs its linear terms do not hold), and what it predicts may mislead")
 
 
 def fit_steps(steps: Sequence[MeasuredStep], name: str = "fitted",

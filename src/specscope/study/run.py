@@ -224,18 +224,20 @@ def fit_stage(config: StudyConfig, say: Callable[[str], None]):
     (:func:`~specscope.costmodel.calibrate.overhead_apart`), so that the report's predicted time split shows it as the measured
     one does; a method's predicted drafting holds what its drafting costs the verification after it."""
     from specscope.analysis.timesplit import read_steps
-    from specscope.costmodel.calibrate import fit_steps, overhead_apart
+    from specscope.costmodel.calibrate import fit_whole_steps, overhead_apart
 
     steps = read_steps(steps_files(config))  # a damaged file is refused as it is: the advice below is not for it
     try:
-        model, summary = fit_steps(steps, name=f"fitted-{config.model_dir.name}" + engine_label(config),
-                                   label="study: fitting the cost model")
+        model, quality = fit_whole_steps(steps, name=f"fitted-{config.model_dir.name}" + engine_label(config),
+                                         label="study: fitting the cost model")
     except SpecscopeError as error:  # its one refusal: too few steps for the terms; say what measures more
         raise SpecscopeError(f"{error} (a study measures more steps with more --requests or a larger --max-tokens, "
                              "in a new -o folder)") from None
     model = overhead_apart(model, steps)
     _write_cost_model(config, model)
-    say(f"fit     {summary}")
+    say(f"fit     {quality.summary()}")
+    if quality.warning():
+        say(f"fit     warning: {quality.warning()}")
     return model
 
 
