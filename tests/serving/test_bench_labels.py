@@ -53,3 +53,13 @@ def test_a_malformed_bracketed_host_is_one_line(tmp_path, capsys, option, url):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err == f"specscope: error: {option}: expected http://HOST:PORT (a port 0..65535), got {url!r}\n"
+
+
+def test_a_chain_whose_last_steps_the_server_trimmed_is_still_a_chain():
+    """vLLM trims a step's drafts at max_model_len: 19 steps of 7 drafts and two of 3 and 2 (94 %
+    of k) are a chain of 7, as its rows say; 2 of 3 a step (a confidence stop) is not (a re-review)."""
+    from specscope.backends.openai.verify import ServerCheckError, check_chain
+
+    check_chain("http://vllm:8000", "eagle", 7, {"num_drafts": 21, "num_draft_tokens": 19 * 7 + 3 + 2})
+    with pytest.raises(ServerCheckError, match="not a chain of 3: its drafter stops early"):
+        check_chain("http://x:1", "eagle", 3, {"num_drafts": 12, "num_draft_tokens": 24})
