@@ -707,3 +707,10 @@ def test_a_prefill_attention_growing_with_the_square_of_its_prompts_is_recovered
     records.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert main(["costmodel", "fit", str(records), *whole, "-o", str(out)]) == 0
     assert json.loads(out.read_text())["forward"]["c_prompt_kv"] == pytest.approx(2e-8, rel=0.02 if whole else 1e-6)
+
+
+def test_records_read_from_a_pipe_are_named_as_given():
+    """`cat steps | costmodel fit /dev/stdin`: the model named /proc/PID/fd/pipe:[N] (a re-review)."""
+    from specscope.costmodel.linear import FittedRecords
+
+    assert FittedRecords.of("/dev/stdin").file == "/dev/stdin"

@@ -119,8 +119,10 @@ class FittedRecords:
 
     @classmethod
     def of(cls, path: str | Path) -> "FittedRecords":
-        """``path`` as it is now."""
-        return cls(str(Path(path).resolve()), file_sha256(path))
+        """``path`` as it is now (a regular file by its resolved path; a pipe or device as named, such
+        as /dev/stdin, not the /proc name it resolves to)."""
+        path = Path(path)
+        return cls(str(path.resolve() if path.is_file() else path.absolute()), file_sha256(path))
 
     @classmethod
     def from_json(cls, spec: Fields) -> "FittedRecords":
