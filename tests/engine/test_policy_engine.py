@@ -227,7 +227,9 @@ def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys, monkeypatch):
     assert main(["bench", "--model", str(target_dir), "--policy", str(policy_path), "--draft", str(head_dir),
                  "--workload", str(workload), "--batch-sizes", "1,3", "--max-tokens", "12", "--ignore-eos",
                  "--repeats", "1", "--format", "json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    out, err = capsys.readouterr()
+    rows = json.loads(out)
+    assert "its file does not record which model produced its traces" in err  # checked against --model, --draft
     assert [(r["method"], r["k"], r["batch_size"]) for r in rows] == [("learned", K, 1), ("learned", K, 3)]
     assert all(r["greedy_match"] and r["policy"] == "learned:policy.json (ngram+eagle)" for r in rows)
     # rows name the content that ran: the file refitted (or removed) while it ran relabelled them (or lost them)
@@ -325,6 +327,38 @@ def test_a_failed_step_records_each_rows_last_outcome_once(setup):
     for request in [s.request_id for s in engine._running]:
         engine.step(only={request})
     assert all(steps()[slot] == before[slot] + 1 for slot in before)
+
+
+def test_a_step_whose_target_pass_failed_leaves_no_outcome_behind(setup, monkeypatch):
+    """A step that fails in the target's pass (after the policy chose each row's step), retried
+    row by row as serve does, was recorded at the retry as a step that emitted nothing: an
+    outcome of 0 tokens entered each row's history and the policy decided differently from
+    then on. A step that never ran is not recorded: each row's history grows by one step."""
+    target, head_dir, policy_path, _ = setup
+    prompts = [p * 3 for p in prompts_of((4, 5, 3), seed=2)]
+    engine = switching_engine(target, head_dir, policy_path, len(prompts))
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, 20, SamplingParams(), ignore_eos=True)
+    engine.step()
+    engine.step()
+    switching = engine.proposer
+    before = {slot: len(s.history._steps) for slot, s in switching._sequences.items()}
+    forward = target.forward
+
+    def failing(*args, **kwargs):  # once: the retries run
+        monkeypatch.setattr(target, "forward", forward)
+        raise RuntimeError("transient")
+
+    monkeypatch.setattr(target, "forward", failing)
+    states = engine.generator_states()
+    with pytest.raises(RuntimeError, match="transient"):
+        engine.step()
+    engine.restore_generators(states)
+    for request in [s.request_id for s in engine._running]:
+        engine.step(only={request})
+    for slot, state in switching._sequences.items():
+        assert len(state.history._steps) == before[slot] + 1
+        assert all(outcome.emitted > 0 for outcome in state.history._steps)
 
 
 def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):

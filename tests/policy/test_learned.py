@@ -1156,3 +1156,86 @@ def test_the_reports_policy_table_takes_a_policy_of_one_proposer_and_says_why_no
     assert main(["report", str(traces), "--policy", str(policy), "--batch-sizes", "1", "--cost-model",
                  "h100-llama3.1-8b", "-o", str(tmp_path / "all")]) == 0
     assert "no gap" in (tmp_path / "all" / "index.html").read_text()
+
+
+def model_dir(path, name: str):
+    """A folder a fingerprint reads (config.json alone), told apart by ``name``."""
+    path.mkdir()
+    (path / "config.json").write_text(json.dumps({"name": name}))
+    return path
+
+
+def test_a_policy_says_where_its_traces_came_from_another_model(tmp_path, capsys):
+    """A policy fitted on traces of another target or drafter ran with no note: its file kept only
+    the traces' names. It keeps what their settings say traced them; an engine of another target
+    or drafter is told, and so is one whose policy's traces say nothing, or whose file predates it."""
+    from specscope.cli import main
+    from specscope.engine.config import model_fingerprint
+    from specscope.policy.learned import checkpoint_notes
+    from specscope.trace.load import write_traces
+
+    target, head = model_dir(tmp_path / "target", "t"), model_dir(tmp_path / "eagle", "e")
+    other = model_dir(tmp_path / "other", "o")
+    write_traces(tmp_path / "t.jsonl", workload(0, count=4, g=40))
+    (tmp_path / "t.jsonl.settings.json").write_text(json.dumps({
+        "model": str(target), "model_files": model_fingerprint(target), "workload": "w", "k_max": 8,
+        "proposers": ["ngram", f"eagle={head} {model_fingerprint(head)}"]}))
+    write_traces(tmp_path / "bare.jsonl", workload(1, count=4, g=40))
+    for traces in ("t", "bare"):
+        assert main(["policy", "fit", str(tmp_path / f"{traces}.jsonl"), "--batch-sizes", "1", "-o",
+                     str(tmp_path / f"{traces}.json")]) == 0
+    policy = load_policy(tmp_path / "t.json")
+    assert policy.document["training"]["checkpoints"] == [{"model": model_fingerprint(target),
+                                                          "eagle": model_fingerprint(head)}]
+    assert checkpoint_notes(policy, target, head) == []
+    [note] = checkpoint_notes(policy, other, head)
+    assert f"fitted on traces of another target model ({tmp_path / 't.jsonl'}: " \
+           f"{model_fingerprint(target)[:12]}; this engine's {other}: {model_fingerprint(other)[:12]})" in note
+    [note] = checkpoint_notes(policy, target, other)
+    assert "fitted on traces of another eagle checkpoint" in note
+    [note] = checkpoint_notes(load_policy(tmp_path / "bare.json"), target, head)
+    assert f"fitted on traces that do not say which model produced them ({tmp_path / 'bare.jsonl'})" in note
+    document = json.loads((tmp_path / "t.json").read_text())
+    del document["training"]["checkpoints"]  # a file fitted before they were kept: loads, with a note
+    (tmp_path / "old.json").write_text(json.dumps(document))
+    [note] = checkpoint_notes(load_policy(tmp_path / "old.json"), target, head)
+    assert "its file does not record which model produced its traces" in note
+    document["training"]["checkpoints"] = {"model": "x"}
+    (tmp_path / "bad.json").write_text(json.dumps(document))
+    with pytest.raises(SpecscopeError, match="training.checkpoints: expected one object per source"):
+        load_policy(tmp_path / "bad.json")
+
+
+def test_a_policy_over_a_method_the_engine_does_not_run_is_refused_naming_its_file(policy_file, tmp_path, capsys):
+    """A policy over suffix (a lookup `policy fit --acc` replays, the reference engine does not
+    run) was refused only once the target had loaded, naming --method, a flag never given."""
+    from specscope.cli import main
+
+    document = json.loads(policy_file.read_text())
+    document.update(methods=["suffix", "eagle"], features=feature_names(("suffix", "eagle")))
+    path = tmp_path / "p_suffix.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(SpecscopeError, match=r"p_suffix.json: field 'methods': suffix is not run by the reference "
+                                             r"engine \(it runs ngram, draft, eagle, eagle3, mtp\)"):
+        load_policy(path).drafter(tmp_path)
+    workload_file = tmp_path / "w.jsonl"
+    workload_file.write_text(json.dumps({"id": "a", "prompt_token_ids": [1, 2]}) + "\n")
+    assert main(["bench", "--model", str(tmp_path / "no-model"), "--draft", str(tmp_path), "--policy", str(path),
+                 "--workload", str(workload_file), "--batch-sizes", "1", "--max-tokens", "4"]) == 2
+    assert "p_suffix.json: field 'methods': suffix is not run by the reference engine" in capsys.readouterr().err
+
+
+def test_fit_says_when_no_step_accepted_a_draft_deep_enough(tmp_path, capsys):
+    """Traces where n-gram never matches (acc_len 1, draft_len 0 throughout), traced to 6: the
+    policy proposes k = 1, and fit blamed the dataset's depth ("as deep as the traces of dataset
+    'nomatch' reach …, where 'nomatch' reaches 6"); it names the real cap, the drafts accepted."""
+    from specscope.cli import main
+    from specscope.trace.load import write_traces
+
+    write_traces(tmp_path / "t.jsonl", [replace(record([1] * 30, [1] * 30, rid=f"n{i}", offer=[0] * 30,
+                                                       dataset="nomatch"), k_max=6) for i in range(4)])
+    assert main(["policy", "fit", str(tmp_path / "t.jsonl"), "--acc", "ngram", "--batch-sizes", "1",
+                 "-o", str(tmp_path / "p.json")]) == 0
+    err = capsys.readouterr().err
+    assert "note: the policy proposes at most k = 1: no step of the traces accepted any draft of ngram" in err
+    assert "as deep as the traces" not in err and "reaches 6" not in err

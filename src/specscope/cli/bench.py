@@ -188,7 +188,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         ignore_eos=args.ignore_eos,
         temperature=args.temperature,
     )
-    for note in policy_notes(policy, shared["batch_sizes"]) if policy is not None else ():
+    for note in policy_notes(policy, shared["batch_sizes"], args.model, args.draft) if policy is not None else ():
         print(f"note: {note}", file=sys.stderr)
     if args.backend == OPENAI:
         if args.tree is not None:

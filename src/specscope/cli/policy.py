@@ -7,6 +7,7 @@ import argparse
 import collections
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -139,10 +140,11 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.methods import method as method_named
     from specscope.costmodel.linear import LinearCostModel
-    from specscope.sim.fit import FEW_STEPS, J_MAX, fit_policy
+    from specscope.sim.fit import FEW_STEPS, J_MAX, fit_policy, measured_depth
     from specscope.sim.observe import offer_notes
     from specscope.sim.plan import dataset_depths
     from specscope.sim.switching import on_common_positions
+    from specscope.tracing.settings import traced_checkpoints
     from specscope.validate import K_MAX_LIMIT
 
     check_proposers(args.acc)
@@ -154,22 +156,27 @@ def run_fit(args: argparse.Namespace) -> int:
     records = read_trace_args(args, walked=args.acc)
     notes: list[str] = []
     document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k,
-                          cost_label=cost_label(args.cost_model, cost), notes=notes)
+                          cost_label=cost_label(args.cost_model, cost), notes=notes,
+                          checkpoints=[traced_checkpoints(Path(source))[1] for source in args.traces])
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
     depth, training = len(document["intercept"][0]), document["training"]
     for note in [*offer_notes(records), *notes]:
         print(f"note: {note}", file=sys.stderr)
-    if args.max_k is not None and args.max_k > depth:
+    replayed = on_common_positions(records, args.acc)  # the positions the policy's walks read
+    traced = dataset_depths(replayed, args.acc)  # each dataset's depth, every method within it
+    bound = min(J_MAX, *([min(args.max_k, max(traced.values()))] if args.max_k is not None else traced.values()))
+    measured = measured_depth(records, args.acc)
+    depths = {m: dataset_depths(replayed, [m]) for m in args.acc}  # each method's depth per dataset
+    own = {m: min(per.values()) for m, per in depths.items()}
+    shallow = min(own, key=own.get)
+    if measured < bound:  # the traces' acceptance, not their depth, caps k
+        print(f"note: {accepted_note(measured, args.acc)}", file=sys.stderr)
+    elif args.max_k is not None and args.max_k > depth:
         print(f"note: --max-k {args.max_k}: the policy proposes at most k = {depth}, the deepest k the deepest "
               f"dataset's traces can replay with each of {', '.join(args.acc)} (their k_max, and no deeper than the "
               "most drafts each accepted there: its acc_len never told what a further draft would give; at most "
               f"{J_MAX})", file=sys.stderr)
-    replayed = on_common_positions(records, args.acc)  # the positions the policy's walks read
-    depths = {m: dataset_depths(replayed, [m]) for m in args.acc}  # each method's depth per dataset
-    own = {m: min(per.values()) for m, per in depths.items()}
-    shallow = min(own, key=own.get)
-    traced = dataset_depths(replayed, args.acc)  # each dataset's depth, every method within it
-    if args.max_k is None and own[shallow] == depth < min(J_MAX, max(own.values())):
+    elif args.max_k is None and own[shallow] == depth < min(J_MAX, max(own.values())):
         where = min(depths[shallow], key=depths[shallow].get)
         print(f"note: the policy proposes at most k = {depth} with every method: {shallow}'s traces of dataset "
               f"{where!r} reach no deeper (a policy switching between proposers replays each within the shallowest), where "
@@ -213,6 +220,15 @@ def run_fit(args: argparse.Namespace) -> int:
               f"over {len(document['features'])} features, from {training['steps']} steps of "
               f"{training['requests']} requests in {training['seconds']} s")
     return 0
+
+
+def accepted_note(measured: int, acc: list[str]) -> str:
+    """Why the policy proposes at most k = ``measured`` (at least 1) where the traces' acceptance
+    caps it: no step accepted more drafts (:func:`~specscope.sim.fit.measured_depth`)."""
+    what = "any draft" if measured == 0 else f"more than {measured} draft{'s' * (measured != 1)}"
+    return (f"the policy proposes at most k = {max(1, measured)}: no step of the traces accepted {what} of "
+            f"{' or '.join(acc)}, so they tell nothing of a deeper one, whatever k they were traced at "
+            "(--max-k fits no deeper)")
 
 
 def judgeable(records: list, acc: list[str]) -> list[str]:

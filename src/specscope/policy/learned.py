@@ -14,7 +14,10 @@ definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercep
 drafter a step takes proposes until its first draft of probability below p, at most J, in place
 of the chosen k: :meth:`LearnedPolicy.confidence_for`; null or absent: the chosen k), and ``pads``
 (the cost model's engine verifies every row at the batch's widest proposal: its group then weighs
-each width); plain numbers only.
+each width); plain numbers only. ``training`` says what it was fitted on; its optional
+``checkpoints`` (one object per source: method → fingerprint, ``model`` the target, as the traces'
+settings name them; a file without it still loads) is what an engine checks its own checkpoints
+against (:func:`checkpoint_notes`).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ import numpy as np
 
 from specscope.costmodel.linear import MAX_COEFFICIENT_S, drafting_from_json, linear_from_json
 from specscope.costmodel.roofline import MIN_EFFICIENCY, Efficiency
+from specscope.engine.config import model_fingerprint
 from specscope.errors import SpecscopeError
 from specscope.reading import parse_json
+from specscope.methods import METHODS
 from specscope.methods import method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
@@ -68,7 +73,13 @@ class LearnedPolicy:
 
     def drafter(self, draft_dir: object) -> str | None:
         """Its one model drafter (``None``: lookups only), checked against the checkpoint
-        ``draft_dir`` it needs; an engine runs at most one model drafter beside n-gram."""
+        ``draft_dir`` it needs; an engine runs only methods of its own (``reference``), at most
+        one model drafter beside n-gram."""
+        unrun = [m for m in self.methods if not method_named(m).reference]
+        if unrun:
+            runs = ", ".join(m.name for m in METHODS if m.reference)
+            raise SpecscopeError(f"{self.path}: field 'methods': {unrun[0]} is not run by the reference engine (it "
+                                 f"runs {runs}); a policy over it is for `simulate --policies learned:FILE`")
         models = [m for m in self.methods if method_named(m).kind != "lookup"]
         if len(models) > 1:
             raise SpecscopeError(f"--policy: {self.path} chooses between {', '.join(models)}; the engine runs one "
@@ -157,6 +168,7 @@ def load_policy(path: str | Path) -> LearnedPolicy:
             raise ValueError(f"training: expected what it was fitted on (an object with its sources' names, its "
                              f"requests and steps as counts, and the code that fitted it and the cost model's name as "
                              f"text), got {training!r:.60}")
+        _check_checkpoints(training)
     except KeyError as error:
         raise SpecscopeError(f"{path}: malformed policy file: missing field {error.args[0]!r}") from None
     except (TypeError, ValueError) as error:
@@ -170,6 +182,45 @@ def load_policy(path: str | Path) -> LearnedPolicy:
     except SpecscopeError as error:
         raise SpecscopeError(f"{path}: malformed policy file: {error}") from None
     return LearnedPolicy(str(path), methods, choosers, document, stamp(data))
+
+
+def _check_checkpoints(training: dict) -> None:
+    """ValueError where ``training`` has a ``checkpoints`` (optional: files fitted before it was
+    kept have none) that is not one object per source, each method (``model``: the target) →
+    the fingerprint of the checkpoint its traces' settings name."""
+    kept = training.get("checkpoints", [{}] * len(training["sources"]))
+    if not isinstance(kept, list) or len(kept) != len(training["sources"]) or not all(
+            isinstance(one, dict) and all(isinstance(value, str) for value in one.values()) for one in kept):
+        raise ValueError(f"training.checkpoints: expected one object per source (method → the fingerprint of the "
+                         f"checkpoint that traced it), got {kept!r:.60}")
+
+
+def checkpoint_notes(policy: LearnedPolicy, target_dir: str | Path, draft_dir: str | Path | None) -> list[str]:
+    """One line where the engine's target (``target_dir``) or model drafter (``draft_dir``) is not
+    the checkpoint the policy's traces say produced them, or where its traces say none: its
+    acceptance model learned that model's drafts (``training.checkpoints``, :func:`model_fingerprint`)."""
+    training = policy.document["training"]
+    if "checkpoints" not in training:
+        return [f"{policy.label}: its file does not record which model produced its traces (fitted by an older "
+                "specscope, or not by `policy fit`): nothing checks that it learned this engine's target"]
+    kept = dict(zip(training["sources"], training["checkpoints"]))
+    notes = []
+    unnamed = [source for source, named in kept.items() if "model" not in named]
+    if unnamed:
+        notes.append(f"{policy.label}: fitted on traces that do not say which model produced them "
+                     f"({', '.join(unnamed)}): nothing checks that they are this engine's target's")
+    drafter = policy.drafter(draft_dir)
+    ours = {"model": target_dir, **({drafter: draft_dir} if drafter is not None else {})}
+    for key, folder in ours.items():
+        own = model_fingerprint(Path(folder))
+        other = {source: named[key] for source, named in kept.items() if named.get(key, own) != own}
+        if other:
+            what = "target model" if key == "model" else f"{key} checkpoint"
+            notes.append(f"{policy.label}: fitted on traces of another {what} ("
+                         + ", ".join(f"{source}: {fingerprint[:12]}" for source, fingerprint in other.items())
+                         + f"; this engine's {folder}: {own[:12]}): its choices weigh the acceptance measured "
+                         "there, not this engine's")
+    return notes
 
 
 def _fitted_for(value: object) -> None:
@@ -334,11 +385,13 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
     return choosers
 
 
-def policy_notes(policy: LearnedPolicy, batch_sizes: Sequence[int] | None) -> list[str]:
+def policy_notes(policy: LearnedPolicy, batch_sizes: Sequence[int] | None, target_dir: str | Path | None = None,
+                 draft_dir: str | Path | None = None) -> list[str]:
     """What an engine running ``policy`` at ``batch_sizes`` should be told: the cost model whose
-    prices its choices weigh (fitted for another engine, it weighs that engine's), and the batch
+    prices its choices weigh (fitted for another engine, it weighs that engine's), the batch
     sizes it was not fitted for (:meth:`LearnedPolicy.rule_notes`; None: a server, whose
-    iterations run any number of rows — one line for all)."""
+    iterations run any number of rows — one line for all) and, given the engine's target, whether
+    its traces came from it and its drafter (:func:`checkpoint_notes`)."""
     fitted = policy.document["cost_model"]["name"]
     sizes = ", ".join(map(str, sorted(policy.choosers)))
     return [f"{policy.label}: its choices weigh the prices of cost model {fitted!r}, whatever this engine's are (a "
@@ -346,4 +399,5 @@ def policy_notes(policy: LearnedPolicy, batch_sizes: Sequence[int] | None) -> li
             "runs of each of its methods alone, `bench --method M --records FILE`)",
             *(policy.rule_notes(batch_sizes) if batch_sizes is not None else
               [f"{policy.label} was fitted at batch sizes {sizes}: an iteration of other rows decides by the nearest "
-               "one's rule"])]
+               "one's rule"]),
+            *(checkpoint_notes(policy, target_dir, draft_dir) if target_dir is not None else [])]

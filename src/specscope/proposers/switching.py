@@ -180,8 +180,9 @@ class SwitchingProposer:
         elif state.step is not None:
             method, k, before, ngram = state.step
             emitted = history[before:]
-            state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), len(ngram),
-                                         agreeing_prefix(ngram, emitted), state.prob if method != NONE else None))
+            if emitted:  # a step that ran emitted a token at least; one that failed (retried) never ran
+                state.history.record(Outcome(method, k if method != NONE else 0, len(emitted), len(ngram),
+                                             agreeing_prefix(ngram, emitted), state.prob if method != NONE else None))
             state.step = None  # recorded: a failed step retried row by row must not record it again
         return state.history.observation(len(history) - state.prompt_len, state.prompt_len,
                                          TokensSoFar(history, len(history)), offer, state.overlap.value(history))

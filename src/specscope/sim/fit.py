@@ -195,9 +195,16 @@ def require_methods(records: Sequence[TraceRecord], methods: Sequence[str]) -> N
                                  f"of dataset {missing[0].dataset!r})")
 
 
+def measured_depth(records: Sequence[TraceRecord], methods: Sequence[str]) -> int:
+    """The most drafts of ``methods`` any step of ``records`` accepted (0: none): a policy fitted
+    on them proposes no deeper (at least k = 1), a deeper draft's acceptance never observed."""
+    return max(int(r.acc_len(m).max()) for r in records for m in methods) - 1
+
+
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
                batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = (),
-               max_k: int | None = None, cost_label: str | None = None, notes: list[str] | None = None) -> dict:
+               max_k: int | None = None, cost_label: str | None = None, notes: list[str] | None = None,
+               checkpoints: Sequence[dict[str, str]] | None = None) -> dict:
     """The policy file's JSON object (:mod:`specscope.policy.learned`) fitted on ``records``;
     it proposes at most ``max_k`` (default: the depth every dataset among ``records`` was traced to,
     so that it replays on each of them, at most :data:`J_MAX`) — set it to the longest k the cost
@@ -205,13 +212,15 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     ``max_k`` deeper than some dataset's traces reach (at most the deepest dataset's) is fitted
     on every dataset within its own depth: its walks propose no deeper, and its draft tokens past
     that depth are unobserved. ``cost_label``: what the training record names the cost model by
-    (its file too, where that is not its name); ``notes`` gets why no confidence rule was weighed."""
+    (its file too, where that is not its name); ``notes`` gets why no confidence rule was weighed;
+    ``checkpoints``: per source, what its traces say produced them (method → fingerprint, ``model``
+    the target; {} where they say nothing), which an engine running the policy checks its own against."""
     require_methods(records, methods)
     for m in methods:
         cost.drafting_for(m)
     batch_sizes = sorted(batch_sizes)  # the file lists them in order; the second round walks by the smallest's rule
     started = time.perf_counter()
-    measured = max(int(r.acc_len(m).max()) for r in records for m in methods) - 1  # no deeper than any step reached
+    measured = measured_depth(records, methods)  # no deeper than any step reached
     # replayable on every dataset it saw, within the positions its walks read (a judgement's, a report's)
     traced = dataset_depths(on_common_positions(records, methods), methods)
     depth = max(1, min([J_MAX, measured, *([min(max_k, max(traced.values()))] if max_k is not None
@@ -253,6 +262,8 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": walked, "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed,
                             "cost_model": cost_label or cost.name, "made_by": code_version()}
+    if checkpoints is not None:
+        document["training"]["checkpoints"] = list(checkpoints)
     return document
 
 
