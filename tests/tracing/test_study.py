@@ -45,6 +45,8 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert "fidelity tree cells" in first and "fidelity learned cells" in first
     assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed \w+ k=3: [\d.]+x\)", first)
     assert json.loads((out / "policy.json").read_text())["methods"] == ["ngram", "draft"]
+    learned_from = json.loads((out / "policy.json").read_text())["training"]["checkpoints"]  # an engine checks them
+    assert learned_from and all(set(c) == {"model", "draft"} for c in learned_from)
     assert all(row["greedy_match"] for row in json.loads((out / "learned" / "echo.json").read_text()))
     work = json.loads((out / "costmodel.json").read_text())["drafting"]["learned"]  # the policy's own work, priced
     assert work["c_fixed"] + work["c_req"] > 0 and "the policy's own work per step" in first

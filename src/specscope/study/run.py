@@ -254,6 +254,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     from specscope.policy.learned import load_policy
     from specscope.sim.fit import fit_policy
     from specscope.trace import load_traces
+    from specscope.tracing.settings import traced_checkpoints
 
     methods = config.policy_methods(measured)
     if methods is None:
@@ -266,7 +267,8 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         config.policy_path.unlink()
     if not config.policy_path.exists():
         document = fit_policy(load_traces(traces)[0], methods, cost, config.batch_sizes,
-                              sources=[_stem(t) for t in traces], max_k=config.k)
+                              sources=[_stem(t) for t in traces], max_k=config.k,
+                              checkpoints=[traced_checkpoints(t)[1] for t in traces])  # the models it learned
         atomic_write_text(config.policy_path, json.dumps(document) + "\n")
         say(f"policy  fitted over {'+'.join(methods)} at B={','.join(map(str, config.batch_sizes))}: "
             f"{document['training']['steps']} steps of {document['training']['requests']} requests")
