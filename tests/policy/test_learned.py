@@ -1187,18 +1187,18 @@ def test_a_policy_says_where_its_traces_came_from_another_model(tmp_path, capsys
     policy = load_policy(tmp_path / "t.json")
     assert policy.document["training"]["checkpoints"] == [{"model": model_fingerprint(target),
                                                           "eagle": model_fingerprint(head)}]
-    assert checkpoint_notes(policy, target, head) == []
-    [note] = checkpoint_notes(policy, other, head)
+    assert checkpoint_notes(policy, target, head, model_fingerprint) == []
+    [note] = checkpoint_notes(policy, other, head, model_fingerprint)
     assert f"fitted on traces of another target model ({tmp_path / 't.jsonl'}: " \
            f"{model_fingerprint(target)[:12]}; this engine's {other}: {model_fingerprint(other)[:12]})" in note
-    [note] = checkpoint_notes(policy, target, other)
+    [note] = checkpoint_notes(policy, target, other, model_fingerprint)
     assert "fitted on traces of another eagle checkpoint" in note
-    [note] = checkpoint_notes(load_policy(tmp_path / "bare.json"), target, head)
+    [note] = checkpoint_notes(load_policy(tmp_path / "bare.json"), target, head, model_fingerprint)
     assert f"fitted on traces that do not say which model produced them ({tmp_path / 'bare.jsonl'})" in note
     document = json.loads((tmp_path / "t.json").read_text())
     del document["training"]["checkpoints"]  # a file fitted before they were kept: loads, with a note
     (tmp_path / "old.json").write_text(json.dumps(document))
-    [note] = checkpoint_notes(load_policy(tmp_path / "old.json"), target, head)
+    [note] = checkpoint_notes(load_policy(tmp_path / "old.json"), target, head, model_fingerprint)
     assert "its file does not record which model produced its traces" in note
     document["training"]["checkpoints"] = {"model": "x"}
     (tmp_path / "bad.json").write_text(json.dumps(document))

@@ -188,8 +188,11 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         ignore_eos=args.ignore_eos,
         temperature=args.temperature,
     )
-    for note in policy_notes(policy, shared["batch_sizes"], args.model, args.draft) if policy is not None else ():
-        print(f"note: {note}", file=sys.stderr)
+    if policy is not None:
+        from specscope.engine.config import model_fingerprint
+
+        for note in policy_notes(policy, shared["batch_sizes"], args.model, args.draft, model_fingerprint):
+            print(f"note: {note}", file=sys.stderr)
     if args.backend == OPENAI:
         if args.tree is not None:
             raise SpecscopeError("--tree: only with --backend reference (a sweep launches servers with trees)")

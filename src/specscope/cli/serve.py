@@ -131,7 +131,9 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"{given[0]}: not used with --policy (the policy chooses the method and k)")
         policy = load_policy(args.policy)
         policy.drafter(args.draft)  # a bad file or a missing checkpoint: before the model loads
-        for note in policy_notes(policy, None, args.model, args.draft):
+        from specscope.engine.config import model_fingerprint
+
+        for note in policy_notes(policy, None, args.model, args.draft, model_fingerprint):
             print(f"note: {note}", file=sys.stderr)
     else:
         refuse_unused_draft(args.draft, args.method)

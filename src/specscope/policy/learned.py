@@ -26,13 +26,12 @@ import hashlib
 import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from specscope.costmodel.linear import MAX_COEFFICIENT_S, drafting_from_json, linear_from_json
 from specscope.costmodel.roofline import MIN_EFFICIENCY, Efficiency
-from specscope.engine.config import model_fingerprint
 from specscope.errors import SpecscopeError
 from specscope.reading import parse_json
 from specscope.methods import METHODS
@@ -195,10 +194,12 @@ def _check_checkpoints(training: dict) -> None:
                          f"checkpoint that traced it), got {kept!r:.60}")
 
 
-def checkpoint_notes(policy: LearnedPolicy, target_dir: str | Path, draft_dir: str | Path | None) -> list[str]:
+def checkpoint_notes(policy: LearnedPolicy, target_dir: str | Path, draft_dir: str | Path | None,
+                     fingerprint: Callable[[Path], str]) -> list[str]:
     """One line where the engine's target (``target_dir``) or model drafter (``draft_dir``) is not
     the checkpoint the policy's traces say produced them, or where its traces say none: its
-    acceptance model learned that model's drafts (``training.checkpoints``, :func:`model_fingerprint`)."""
+    acceptance model learned that model's drafts (``training.checkpoints``; ``fingerprint``: the
+    engine's :func:`~specscope.engine.config.model_fingerprint`, given by the engine's layer)."""
     training = policy.document["training"]
     if "checkpoints" not in training:
         return [f"{policy.label}: its file does not record which model produced its traces (fitted by an older "
@@ -212,7 +213,7 @@ def checkpoint_notes(policy: LearnedPolicy, target_dir: str | Path, draft_dir: s
     drafter = policy.drafter(draft_dir)
     ours = {"model": target_dir, **({drafter: draft_dir} if drafter is not None else {})}
     for key, folder in ours.items():
-        own = model_fingerprint(Path(folder))
+        own = fingerprint(Path(folder))
         other = {source: named[key] for source, named in kept.items() if named.get(key, own) != own}
         if other:
             what = "target model" if key == "model" else f"{key} checkpoint"
@@ -386,7 +387,7 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
 
 
 def policy_notes(policy: LearnedPolicy, batch_sizes: Sequence[int] | None, target_dir: str | Path | None = None,
-                 draft_dir: str | Path | None = None) -> list[str]:
+                 draft_dir: str | Path | None = None, fingerprint: Callable[[Path], str] | None = None) -> list[str]:
     """What an engine running ``policy`` at ``batch_sizes`` should be told: the cost model whose
     prices its choices weigh (fitted for another engine, it weighs that engine's), the batch
     sizes it was not fitted for (:meth:`LearnedPolicy.rule_notes`; None: a server, whose
@@ -400,4 +401,5 @@ def policy_notes(policy: LearnedPolicy, batch_sizes: Sequence[int] | None, targe
             *(policy.rule_notes(batch_sizes) if batch_sizes is not None else
               [f"{policy.label} was fitted at batch sizes {sizes}: an iteration of other rows decides by the nearest "
                "one's rule"]),
-            *(checkpoint_notes(policy, target_dir, draft_dir) if target_dir is not None else [])]
+            *(checkpoint_notes(policy, target_dir, draft_dir, fingerprint)
+              if target_dir is not None and fingerprint is not None else [])]
