@@ -301,10 +301,9 @@ def test_a_draft_model_member_catches_up_a_long_backlog_beside_a_full_row(tmp_pa
     assert [outputs["0"], outputs["1"]] == expected
 
 
-def test_a_failed_step_records_each_rows_last_outcome_once(setup):
-    """A step that fails after the policy recorded each row's last outcome (a member raising, an
-    out-of-memory), retried row by row as serve does, recorded it twice: the policy's own counts
-    (steps, accepted drafts, θ) drifted. Recorded once, each row's history grows by one step."""
+def _three_rows_two_steps_in(setup):
+    """(the target, a switching engine of three running rows after two steps): what the failed-step
+    tests fail a step of."""
     target, head_dir, policy_path, _ = setup
     prompts = [p * 3 for p in prompts_of((4, 5, 3), seed=2)]
     engine = switching_engine(target, head_dir, policy_path, len(prompts))
@@ -312,6 +311,14 @@ def test_a_failed_step_records_each_rows_last_outcome_once(setup):
         engine.add_request(str(i), prompt, 20, SamplingParams(), ignore_eos=True)
     engine.step()
     engine.step()
+    return target, engine
+
+
+def test_a_failed_step_records_each_rows_last_outcome_once(setup):
+    """A step that fails after the policy recorded each row's last outcome (a member raising, an
+    out-of-memory), retried row by row as serve does, recorded it twice: the policy's own counts
+    (steps, accepted drafts, θ) drifted. Recorded once, each row's history grows by one step."""
+    _, engine = _three_rows_two_steps_in(setup)
     switching = engine.proposer
     steps = lambda: {slot: s.history.observation(0, 1, (0,), 0, 0.0).num_steps  # noqa: E731
                      for slot, s in switching._sequences.items()}
@@ -334,13 +341,7 @@ def test_a_step_whose_target_pass_failed_leaves_no_outcome_behind(setup, monkeyp
     row by row as serve does, was recorded at the retry as a step that emitted nothing: an
     outcome of 0 tokens entered each row's history and the policy decided differently from
     then on. A step that never ran is not recorded: each row's history grows by one step."""
-    target, head_dir, policy_path, _ = setup
-    prompts = [p * 3 for p in prompts_of((4, 5, 3), seed=2)]
-    engine = switching_engine(target, head_dir, policy_path, len(prompts))
-    for i, prompt in enumerate(prompts):
-        engine.add_request(str(i), prompt, 20, SamplingParams(), ignore_eos=True)
-    engine.step()
-    engine.step()
+    target, engine = _three_rows_two_steps_in(setup)
     switching = engine.proposer
     before = {slot: len(s.history._steps) for slot, s in switching._sequences.items()}
     forward = target.forward
