@@ -565,7 +565,7 @@ def test_a_launched_specscope_engine_may_not_stop_its_drafter_early(tmp_path):
 
 @pytest.mark.parametrize("fields", [
     'methods = ["none", "eagle"]\n', "k = [5, 7]\n", "prompt_lookup_min = 2\n", 'mtp_method = "deepseek_mtp"\n',
-    'baselines = "interleaved-all"\nsegments = 2\n',
+    'baselines = "interleaved-all"\nsegments = 2\n', "prompt_lookup_min = 3\n",
 ])
 def test_fields_of_launched_engines_are_refused_where_every_engine_is_a_url(tmp_path, fields):
     """methods, k, baselines, segments and prompt_lookup_* were ignored by a sweep of url engines
@@ -573,8 +573,11 @@ def test_fields_of_launched_engines_are_refused_where_every_engine_is_a_url(tmp_
     head = 'output = "out"\nworkloads = ["a.jsonl"]\n'
     given = ", ".join(line.split(" =")[0] for line in fields.splitlines())
     url = url_engine("ext", "http://127.0.0.1:1")
-    with pytest.raises(SpecscopeError, match=rf"sweep\.toml: field\(s\) {given}: no launched engine to use them"):
+    with pytest.raises(SpecscopeError, match=rf"sweep\.toml: field\(s\) {given}: no launched engine to use them") \
+            as refused:
         load_sweep_config(write_config(tmp_path, head + fields + url))
+    # a lookup setting other than the default was in its cells' keys: left out, they are measured again
+    assert ("are then measured again" in str(refused.value)) == ("prompt_lookup_min = 2" in fields)
     assert len(plan_cells(load_sweep_config(write_config(tmp_path, head + url)))) == 1
     launched = '\n[[engines]]\nname = "r"\nlaunch = "specscope"\nmodel = "m"\ndrafts = { eagle = "h" }\n'
     methods = "" if "methods" in fields else 'methods = ["none", "eagle"]\n'

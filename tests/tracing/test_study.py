@@ -330,6 +330,14 @@ def test_an_older_studys_replay_tables_are_still_its_own(tmp_path):
     (tmp_path / ".specscope-outputs").unlink()  # an older study again
     assert replay_stage(SimpleNamespace(replay_cost_models=(), out_dir=tmp_path), [trace], said.append) == {}
     assert not table.exists() and said[-1].startswith("replay  removed replay_h100-llama3.1-8b.csv")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "annotated.csv").write_text("policy,speedup,my_comment\n")  # a link to a user's file: never its own
+    table.symlink_to(notes / "annotated.csv")
+    (tmp_path / REPLAYS).write_text(table.name + "\n")
+    with pytest.raises(SpecscopeError, match="specscope did not write it there"):
+        replay_stage(replaying, [trace], said.append)
+    assert (notes / "annotated.csv").read_text() == "policy,speedup,my_comment\n"
 
 
 def test_a_measured_runs_step_records_deleted_are_refused_not_left_out(tmp_path):

@@ -140,7 +140,7 @@ def run_fit(args: argparse.Namespace) -> int:
     from specscope.costmodel.registry import cost_label, resolve_cost_model
     from specscope.methods import method as method_named
     from specscope.costmodel.linear import LinearCostModel
-    from specscope.sim.fit import FEW_STEPS, J_MAX, fit_policy, measured_depth
+    from specscope.sim.fit import FEW_STEPS, J_MAX, depth_caps, fit_policy
     from specscope.sim.observe import offer_notes
     from specscope.sim.plan import dataset_depths
     from specscope.sim.switching import on_common_positions
@@ -163,9 +163,7 @@ def run_fit(args: argparse.Namespace) -> int:
     for note in [*offer_notes(records), *notes]:
         print(f"note: {note}", file=sys.stderr)
     replayed = on_common_positions(records, args.acc)  # the positions the policy's walks read
-    traced = dataset_depths(replayed, args.acc)  # each dataset's depth, every method within it
-    bound = min(J_MAX, *([min(args.max_k, max(traced.values()))] if args.max_k is not None else traced.values()))
-    measured = measured_depth(records, args.acc)
+    bound, measured, traced = depth_caps(records, args.acc, args.max_k)  # as fit_policy weighed them
     depths = {m: dataset_depths(replayed, [m]) for m in args.acc}  # each method's depth per dataset
     own = {m: min(per.values()) for m, per in depths.items()}
     shallow = min(own, key=own.get)

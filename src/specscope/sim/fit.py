@@ -201,6 +201,17 @@ def measured_depth(records: Sequence[TraceRecord], methods: Sequence[str]) -> in
     return max(int(r.acc_len(m).max()) for r in records for m in methods) - 1
 
 
+def depth_caps(records: Sequence[TraceRecord], methods: Sequence[str],
+               max_k: int | None) -> tuple[int, int, dict[str, int]]:
+    """What caps a policy's depth, ``(bound, measured, traced)``: the depth its traces' reach and
+    ``max_k`` allow (the shallowest dataset's, or ``max_k`` up to the deepest's; at most
+    :data:`J_MAX`), the most drafts any step accepted (:func:`measured_depth`), and each dataset's
+    depth over the positions its walks read. The policy proposes max(1, min(bound, measured))."""
+    traced = dataset_depths(on_common_positions(records, methods), methods)
+    bound = min(J_MAX, *([min(max_k, max(traced.values()))] if max_k is not None else traced.values()))
+    return bound, measured_depth(records, methods), traced
+
+
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
                batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = (),
                max_k: int | None = None, cost_label: str | None = None, notes: list[str] | None = None,
@@ -220,11 +231,9 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
         cost.drafting_for(m)
     batch_sizes = sorted(batch_sizes)  # the file lists them in order; the second round walks by the smallest's rule
     started = time.perf_counter()
-    measured = measured_depth(records, methods)  # no deeper than any step reached
-    # replayable on every dataset it saw, within the positions its walks read (a judgement's, a report's)
-    traced = dataset_depths(on_common_positions(records, methods), methods)
-    depth = max(1, min([J_MAX, measured, *([min(max_k, max(traced.values()))] if max_k is not None
-                                           else [min(traced.values())])]))
+    # replayable on every dataset it saw (within the positions its walks read), no deeper than any step reached
+    bound, measured, traced = depth_caps(records, methods, max_k)
+    depth = max(1, min(bound, measured))
     depths = {name: min(depth, reach) for name, reach in traced.items()}  # each dataset walked within its own
     rng = np.random.default_rng(seed)
     document: dict = {"schema": SCHEMA, "methods": list(methods), "features": feature_names(methods),

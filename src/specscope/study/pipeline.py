@@ -49,7 +49,8 @@ def run_study(config: StudyConfig, say: Callable[[str], None]) -> None:
         try:
             check_resume(config)
             check_outputs(out, [], study=True)  # its report's files: refused now, not after every stage ran
-            check_user_output(out / "fidelity.csv")  # its own table: replaced only as it wrote it (not edited since)
+            check_user_output(out / "fidelity.csv", "it would be replaced; remove it first")  # its own table:
+            # replaced only as it wrote it (not edited since); a study cannot write it elsewhere
             check_replays(config)  # its replay tables too, replaced or removed
             for folder in (config.measure_dir, config.learned_dir):  # kept runs' step records: before any
                 checked_steps(folder)  # work, not after the fit rewrote costmodel.json without them

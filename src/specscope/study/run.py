@@ -412,7 +412,8 @@ def check_replays(config: StudyConfig) -> None:
     earlier = replay_files(config)
     for name in [*names, *sorted(earlier - set(names))]:  # what it writes, then what it removes
         path = config.out_dir / name
-        if name in earlier and not ledger.known(path):  # an older study's table: its own, as before
+        if name in earlier and path.is_file() and not path.is_symlink() and not ledger.known(path):  # an older
+            # study's table, its own as before (a link may lead to a user's file: checked as any output)
             ledger.claim(path)
             continue
         check_user_output(path, "it would be replaced; remove it first" if name in names else

@@ -617,7 +617,8 @@ def _check_launched_only(path: Path, data: dict, config: SweepConfig) -> None:
     ignored, and prompt_lookup_* still recorded in its cells' keys)."""
     given = [name for name in LAUNCHED_ONLY if name in data]
     if given and all(engine.url is not None for engine in config.engines):
-        keyed = [name for name in given if name.startswith("prompt_lookup_")]  # in a lookup cell's key until now
+        keyed = [name for name in given if name.startswith("prompt_lookup_")  # in a lookup cell's key: one
+                 and data[name] != getattr(DEFAULTS, name)]  # other than the default changes it when left out
         raise SpecscopeError(f"{path}: field(s) {', '.join(given)}: no launched engine to use them (a url engine "
                              "serves its own method and k, as it was started); leave them out"
                              + (f" (lookup cells recorded under {', '.join(keyed)} are then measured again: the "
