@@ -714,3 +714,12 @@ def test_records_read_from_a_pipe_are_named_as_given():
     from specscope.costmodel.linear import FittedRecords
 
     assert FittedRecords.of("/dev/stdin").file == "/dev/stdin"
+
+
+def test_a_whole_step_fit_warns_above_its_own_threshold():
+    """A whole step's own spread is in its error (quiet runs here: 6–22 %): silent at 25 %, a
+    warning at 31 % — the phase fit's 20 % would have warned on quiet runs (a re-review)."""
+    from specscope.costmodel.calibrate import WholeStepQuality
+
+    assert WholeStepQuality(100, 0, 0, 0.25, 0.4).warning() is None
+    assert "misses its median step by 31 % (above 30 %)" in WholeStepQuality(100, 0, 0, 0.31, 0.5).warning()
