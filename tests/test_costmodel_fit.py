@@ -717,7 +717,7 @@ def test_records_read_from_a_pipe_are_named_as_given():
 
 
 def test_a_whole_step_fit_warns_above_its_own_threshold():
-    """A whole step's own spread is in its error (quiet runs here: 6–22 %): silent at 25 %, a
+    """A whole step's own spread is in its error (the documented runs: 5.6–21.7 %): silent at 25 %, a
     warning at 31 % — the phase fit's 20 % would have warned on quiet runs (a re-review)."""
     from specscope.costmodel.calibrate import WholeStepQuality
 

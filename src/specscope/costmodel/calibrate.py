@@ -601,7 +601,8 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated", sweep: FittedS
     return replace(model, engine=engines[0], sweep=sweep)
 
 
-POOR_WHOLE_STEP = 0.3  # a whole-step fit missing its median step by more is reported as poor (quiet runs here: 6–22 %)
+POOR_WHOLE_STEP = 0.3  # a whole-step fit missing its median step by more is reported as poor (the runs in
+# docs/calibration.md and docs/study.md: 5.6–21.7 %)
 
 
 @dataclass
@@ -625,7 +626,7 @@ class WholeStepQuality:
 
     def warning(self) -> str | None:
         """A line where the fit misses its median step by more than :data:`POOR_WHOLE_STEP` (a
-        whole step's own spread is in its error: quiet runs here gave 6–22 %), else None."""
+        whole step's own spread is in its error), else None."""
         if self.median_rel_error <= POOR_WHOLE_STEP:
             return None
         return (f"the whole-step fit misses its median step by {100 * self.median_rel_error:.0f} % (above "

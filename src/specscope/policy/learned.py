@@ -34,8 +34,7 @@ from specscope.costmodel.linear import MAX_COEFFICIENT_S, drafting_from_json, li
 from specscope.costmodel.roofline import MIN_EFFICIENCY, Efficiency
 from specscope.errors import SpecscopeError
 from specscope.reading import parse_json
-from specscope.methods import METHODS
-from specscope.methods import method as method_named
+from specscope.methods import METHODS, method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
 from specscope.policy.observation import NONE, Decide, Observation
@@ -218,7 +217,7 @@ def checkpoint_notes(policy: LearnedPolicy, target_dir: str | Path, draft_dir: s
         if other:
             what = "target model" if key == "model" else f"{key} checkpoint"
             notes.append(f"{policy.label}: fitted on traces of another {what} ("
-                         + ", ".join(f"{source}: {fingerprint[:12]}" for source, fingerprint in other.items())
+                         + ", ".join(f"{source}: {digest[:12]}" for source, digest in other.items())
                          + f"; this engine's {folder}: {own[:12]}): its choices weigh the acceptance measured "
                          "there, not this engine's")
     return notes

@@ -364,7 +364,7 @@ def replay_stage(config: StudyConfig, traces: list[Path], say) -> dict[str, list
     from specscope.sim.policies import held_to
     from specscope.trace import load_traces
 
-    check_replays(config)
+    check_replays(config)  # as run_study did before any work: this stage may run alone
     replays, earlier, written = {}, replay_files(config), []
 
     def wrote(name: str) -> None:  # listed as it is written: an interrupted run's tables are the study's too
