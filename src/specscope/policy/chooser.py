@@ -52,6 +52,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
+from specscope.policy.gate import Gate
 from specscope.policy.observation import NONE, Observation
 
 PLAIN_ROWS = 16  # a group of at most this many rows decides in plain Python (array code's fixed cost dominates)
@@ -73,6 +74,7 @@ class Chooser:
     pads: bool = False  # the engine verifies every row at the batch's widest proposal (needs verify)
     span: np.ndarray | None = None  # [M, 2] least and greatest w_m · x over the training steps (None: unbounded)
     confidence: float | None = None  # p: a model drafter taken proposes to its first draft below p (None: k)
+    gate: Gate | None = None  # commits a request to one chain from its prompt (None: every request decided per step)
 
     def __post_init__(self) -> None:  # constants of every decision, computed once
         depth = self.seconds.shape[1]  # J + 1

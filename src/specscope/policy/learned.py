@@ -12,7 +12,9 @@ definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercep
 [M][J + 1] (F_B: the batch's once-per-iteration drafting; 0 for a lookup and at k = 0) and
 ``verify`` [J + 1] (the verification part of the price) and, optionally, ``confidence`` p (a model
 drafter a step takes proposes until its first draft of probability below p, at most J, in place
-of the chosen k: :meth:`LearnedPolicy.confidence_for`; null or absent: the chosen k), and ``pads``
+of the chosen k: :meth:`LearnedPolicy.confidence_for`; null or absent: the chosen k) and
+``gate`` (the admission gate that commits a request to one chain from its prompt:
+:mod:`specscope.policy.gate`; null or absent: every request decided per step), and ``pads``
 (the cost model's engine verifies every row at the batch's widest proposal: its group then weighs
 each width); plain numbers only. ``training`` says what it was fitted on; its optional
 ``checkpoints`` (one object per source: method → fingerprint, ``model`` the target, as the traces'
@@ -37,6 +39,7 @@ from specscope.reading import parse_json
 from specscope.methods import METHODS, method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
+from specscope.policy.gate import Gate, gate_from_json
 from specscope.policy.observation import NONE, Decide, Observation
 from specscope.trace.fields import Fields
 from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
@@ -44,7 +47,7 @@ from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
 SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
 FIELDS = ("schema", "methods", "features", "cost_model", "batch_sizes", "pads", "mean", "scale", "coef", "intercept",
           "base_rate", "span", "models", "training")  # a policy file's, as `policy fit` writes them
-MODEL_FIELDS = ("batch_size", "seconds", "fixed", "verify", "confidence")  # each of its models' (confidence: optional)
+MODEL_FIELDS = ("batch_size", "seconds", "fixed", "verify", "confidence", "gate")  # each of its models' (the last two: optional)
 MAX_STEP_S = 3600.0  # a step's price in a policy file: at most an hour (a typo's 1e300 is refused)
 
 
@@ -111,6 +114,11 @@ class LearnedPolicy:
         :attr:`depth`, in place of the chosen k — its confidence within the step, which the policy
         reads only where it pays for the drafting; ``None``: the chosen k."""
         return self.chooser(batch_size).confidence
+
+    def gate_for(self, batch_size: int) -> Gate | None:
+        """The admission gate at ``batch_size`` (its rule's, :meth:`chooser`; the engine's and the
+        simulator's slots): what commits a request to one chain from its prompt (None: no gate)."""
+        return self.chooser(batch_size).gate
 
     def decide_for(self, batch_size: int) -> Decide:
         """The decision at ``batch_size`` (made once per size: an engine asks at every step):
@@ -369,6 +377,7 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
             raise ValueError(f"models[{i}] (batch size {b}): confidence: expected a probability p, 0 < p <= 1, or "
                              f"null (the drafter's k not stopped by its confidence), got {confidence!r:.40}")
         shape = (len(methods), intercept.shape[1] + 1)
+        gate = None if model.get("gate") is None else gate_from_json(model["gate"], len(methods), shape[1] - 1)
         if seconds.shape != shape or fixed.shape != shape or verify.shape != shape[1:] \
                 or not np.all((seconds > 0) & (seconds <= MAX_STEP_S)) \
                 or not np.all((fixed >= 0) & (fixed <= MAX_STEP_S)) or not np.all((verify >= 0) & (verify <= seconds)):
@@ -381,7 +390,7 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
                              "drafted there")
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
                               base_rate, fixed, b, verify, pads, span,
-                              None if confidence is None else float(confidence))
+                              None if confidence is None else float(confidence), gate)
     return choosers
 
 

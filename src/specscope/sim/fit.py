@@ -43,6 +43,7 @@ from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
 from specscope.policy.learned import MAX_STEP_S, SCHEMA, LearnedPolicy, choosers_from_json
 from specscope.policy.observation import NONE
+from specscope.sim.fit_gate import fit_gates
 from specscope.sim.observe import Observer
 from specscope.sim.plan import dataset_depths
 from specscope.sim.pricing import price_steps
@@ -268,12 +269,28 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     unweighed = choose_confidence(records, methods, document, cost, depths, rng)
     if unweighed and notes is not None and unweighed not in notes:
         notes.append(unweighed)
+    datasets = by_dataset(on_common_positions(records, methods))
+    gates = fit_gates(datasets, {b: walked_sample(datasets, b, rng) for b in batch_sizes},
+                      LearnedPolicy("fit", methods, choosers_from_json(document, methods), document), cost, depths)
+    for model in document["models"]:
+        gate = gates[model["batch_size"]]
+        model["gate"] = None if gate is None else gate.to_json()
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": walked, "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed,
                             "cost_model": cost_label or cost.name, "made_by": code_version()}
     if checkpoints is not None:
         document["training"]["checkpoints"] = list(checkpoints)
     return document
+
+
+def walked_sample(datasets: dict[str, list[TraceRecord]], batch_size: int,
+                  rng: np.random.Generator) -> dict[str, list[TraceRecord]]:
+    """The requests of each dataset a fit's mixed-mode walks at ``batch_size`` read: at most
+    :data:`CONFIDENCE_REQUESTS` or twice the batch size (enough to fill B rows and drain them),
+    drawn with ``rng``, in their order."""
+    size = max(CONFIDENCE_REQUESTS, 2 * batch_size)
+    return {name: group if len(group) <= size else [group[i] for i in sorted(rng.choice(len(group), size, replace=False))]
+            for name, group in datasets.items()}
 
 
 def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], document: dict, cost: CostModel,
@@ -309,10 +326,7 @@ def choose_confidence(records: Sequence[TraceRecord], methods: tuple[str, ...], 
     chosen: dict[int, float | None] = {}
     for model in sorted(document["models"], key=lambda m: m["batch_size"]):
         b = model["batch_size"]
-        size = max(CONFIDENCE_REQUESTS, 2 * b)  # enough to fill B rows and drain them
-        walked = {name: group if len(group) <= size else
-                  [group[i] for i in sorted(rng.choice(len(group), size, replace=False))]
-                  for name, group in datasets.items()}
+        walked = walked_sample(datasets, b, rng)
 
         def score(p: float | None) -> float:
             def stop(count: int) -> float | None:  # this batch size's rule weighs p; a smaller one's, its own

@@ -64,8 +64,14 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         np.maximum.at(out, index, values)
         return out
 
+    def prompts(prefilled: np.ndarray) -> np.ndarray:  # [R] bool → [T] the prompt tokens their prefills read
+        lengths = np.where(prefilled, plan.prompt_len, 0)
+        if cost.pads_verification:  # the prompts admitted together, right-padded to the longest
+            return per_iteration(prefilled.astype(float), admit) * deepest(lengths, admit)
+        return per_iteration(lengths, admit)
+
     if isinstance(drafting, SwitchDrafting):
-        drafting = drafting.bind(plan, per_iteration, deepest)
+        drafting = drafting.bind(plan, per_iteration, deepest, prompts)
     longest = deepest(plan.verify_tokens)  # [T] max (k+1) over running requests
     running = per_iteration(None)
     cached = (plan.prompt_len[request] + plan.pos).astype(float)  # [S] each step's request's cache
@@ -80,11 +86,10 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     )
     priced = price_steps(cost, drafting, load)
     admitted = per_iteration(None, admit)  # [T]
-    if cost.pads_verification:  # the prompts admitted together, right-padded to the longest
-        prompt_tokens = admitted * deepest(plan.prompt_len, admit)
+    prompt_tokens = prompts(np.ones(len(plan.prompt_len), dtype=bool))
+    if cost.pads_verification:
         pairs = admitted * deepest(plan.prompt_len, admit) ** 2
     else:
-        prompt_tokens = per_iteration(plan.prompt_len, admit)
         pairs = per_iteration(plan.prompt_len.astype(float) ** 2, admit)
     prefill = prefill_time(cost, drafting, prompt_tokens, admitted, running == 0, pairs)  # [T]: idle but for them
     lone = np.where((running == 0) & (admitted > 0), cost.overhead_s, 0.0)  # [T] an iteration that only prefills

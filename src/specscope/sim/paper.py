@@ -24,7 +24,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
     steps = len(plan.pos)
     if isinstance(drafting, SwitchDrafting):
         drafting = drafting.bind(plan, lambda weights: b * (np.ones(steps) if weights is None else weights),
-                                 lambda values: values)
+                                 lambda values: values, lambda prefilled: b * plan.prompt_len * prefilled)
     load = StepLoad(
         batched_tokens=b * plan.verify_tokens,
         kv_tokens=b * (plan.prompt_len[request] + plan.pos),
@@ -52,4 +52,5 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         peak_kv_tokens=max(load.peak_cached(), float(b * plan.prompt_len.max(initial=0))),  # a prefill alone too
         latency_per_token=float(np.mean(latency / plan.output_len)),
         time_split=split,
+        request_throughput=throughput,
     )

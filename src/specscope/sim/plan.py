@@ -44,6 +44,8 @@ class Plan:
     draft_widths: tuple[int, ...] = ()  # a tree's drafter pass widths per sequence; () = chains
     method: np.ndarray | None = None  # [S] a switching plan's proposer per step (index into methods; -1: none)
     methods: tuple[str, ...] = ()  # the proposers a switching plan chose between (sim.switching)
+    committed: np.ndarray | None = None  # [R] a causal plan's request committed at admission to this method's
+    # chain (index into methods; -1: decided per step; None: every request, as an oracle's plan)
 
     @property
     def steps_per_request(self) -> np.ndarray:

@@ -29,6 +29,7 @@ class Prediction:
     steady_throughput: float
     peak_kv_tokens: float = float("nan")  # the most tokens cached at once: every running sequence's
     # prompt and output so far, and the tokens a step verifies
+    request_throughput: np.ndarray | None = None  # [R] paper mode: each request's B·G / latency (None: mixed)
 
 
 @dataclass

@@ -72,6 +72,7 @@ import numpy as np
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, method as method_named
+from specscope.policy.gate import Gate
 from specscope.policy.observation import NONE, Decide
 from specscope.sim.observe import Observer
 from specscope.sim.plan import Plan, accepted_drafts, concat_steps, visit
@@ -140,12 +141,14 @@ def _positional_plan(records: Sequence[TraceRecord], methods: tuple[str, ...],
 
 
 class _Walk:
-    """One request under a causal policy: its observer, position and the steps taken."""
+    """One request under a causal policy: its observer, position, the steps taken and the chain
+    its admission gate committed it to (None: decided per step)."""
 
-    def __init__(self, record: TraceRecord, methods: tuple[str, ...], k_max: int) -> None:
+    def __init__(self, record: TraceRecord, methods: tuple[str, ...], k_max: int, gate: Gate | None) -> None:
         self.length = common_length(record, methods)
         self.observer = Observer(record, methods, self.length, k_max)
         self.k_max, self.pos, self.steps = k_max, 1, []
+        self.committed = None if gate is None else gate.commit(record.prompt_token_ids.tolist())
 
     @property
     def done(self) -> bool:
@@ -173,15 +176,17 @@ class _Walk:
 
 def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide_for: Callable[[int], Decide],
                 k_max: int, batch_size: int = 1, together: bool = False,
-                confidence_for: Callable[[int], float | None] | None = None) -> Plan:
+                confidence_for: Callable[[int], float | None] | None = None, gate: Gate | None = None) -> Plan:
     """Walk every request asking the policy's decision before each step. Alone (``together``
     false: batch 1, or paper mode's B copies of each request): each request by itself, decided at
     ``batch_size``. Together (mixed mode): the requests run in ``batch_size`` slots as
     :mod:`specscope.sim.mixed` schedules them (in order; a finished request's slot is taken at the
     next iteration, where it is prefilled, and it decodes from the one after) and each iteration's
     decoding requests are decided together at their count, as an engine's policy decides its batch.
-    ``confidence_for(b)``: the p at which a model drafter taken at that count stops (None: k)."""
-    walks = [_Walk(record, methods, k_max) for record in records]
+    ``confidence_for(b)``: the p at which a model drafter taken at that count stops (None: k).
+    ``gate`` (the policy's at ``batch_size``, :mod:`specscope.policy.gate`): a request it commits
+    takes its chain's (method, k) at every step and is left out of the decisions."""
+    walks = [_Walk(record, methods, k_max, gate) for record in records]
 
     def decide(observed: list) -> list[tuple[int, int]]:
         return decide_for(len(observed))(observed)
@@ -193,7 +198,10 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
         p = stop_below(batch_size)
         for walk in walks:
             while not walk.done:
-                walk.take(*decide([walk.observe()] * batch_size)[0], p)  # B copies of it
+                if walk.committed:  # a plain chain: its k, no confidence rule
+                    walk.take(*walk.committed)
+                else:
+                    walk.take(*decide([walk.observe()] * batch_size)[0], p)  # B copies of it
     else:
         waiting, running, fresh = iter(walks), [], []
         while True:
@@ -205,10 +213,17 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
                 break
             if running:
                 p = stop_below(len(running))
-                for walk, choice in zip(running, decide([w.observe() for w in running])):
-                    walk.take(*choice, p)
+                for walk in running:
+                    if walk.committed:
+                        walk.take(*walk.committed)
+                deciding = [w for w in running if not w.committed]
+                if deciding:
+                    for walk, choice in zip(deciding, decide([w.observe() for w in deciding])):
+                        walk.take(*choice, p)
     parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 5).T) for w in walks]
-    return _switch_plan(parts, records, methods)
+    plan = _switch_plan(parts, records, methods)
+    plan.committed = np.asarray([NONE if w.committed is None else w.committed[0] for w in walks], dtype=np.int64)
+    return plan
 
 
 def _switch_plan(parts, records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
@@ -268,15 +283,25 @@ class SwitchDrafting:
         return method_named(self.methods[index]).kind != "lookup"
 
     def bind(self, plan: Plan, aggregate: Callable[[np.ndarray | None], np.ndarray],
-             deepest: Callable[[np.ndarray], np.ndarray]) -> "BoundSwitch":
+             deepest: Callable[[np.ndarray], np.ndarray],
+             prompts: Callable[[np.ndarray], np.ndarray] | None = None) -> "BoundSwitch":
         """This drafting for ``plan``, with ``aggregate`` turning per-step values [S] into the
         pricing mode's per-load values (None: count the steps) and ``deepest`` into their maximum
         per load: each proposer's load pads its rows to the deepest k + 1 among them, which a model
-        drafter's passes run to (:class:`~specscope.sim.pricing.DeepestPasses`)."""
+        drafter's passes run to (:class:`~specscope.sim.pricing.DeepestPasses`). A causal plan's
+        requests committed to one chain at admission (``plan.committed``) run as that chain: no
+        other proposer reads their prompts or searches their tokens, and the policy does no work
+        for them; ``prompts`` maps which requests [R] (bool) a drafter prefills to the prompt tokens
+        its prefill reads where the mode prices prefills (needed where some request is committed)."""
         if plan.methods != self.methods:
             raise SpecscopeError(f"a plan switching between {plan.methods} priced with {self.methods}")
-        loads, caught_up = [], []
+        loads, caught_up, prefills = [], [], []
         every, kv = aggregate(None), (plan.prompt_len[plan.request_of_step] + plan.pos).astype(float)
+        committed = np.full(len(plan.prompt_len), NONE) if plan.committed is None else plan.committed  # [R]
+        step_committed = committed[plan.request_of_step]  # [S]
+        decided = step_committed == NONE  # [S] rows the policy decides per step
+        if prompts is None and not decided.all():
+            raise SpecscopeError("a plan with committed requests priced without its drafters' prefill per request")
 
         def cached(rows: np.ndarray, mine: np.ndarray) -> np.ndarray:  # what a drafter's attention reads
             return rows * deepest(np.where(mine, kv, 0.0)) if self.pads else aggregate(np.where(mine, kv, 0.0))
@@ -285,9 +310,11 @@ class SwitchDrafting:
             mine = plan.method == index
             proposing = mine & (plan.proposed > 0)
             tokens = np.where(mine, plan.verify_tokens, 0).astype(float)
-            if self.causal and not self.stateful(index):  # it looks up for every request, each a search: a
-                tokens = np.where(mine, tokens, 1.0)  # row that took another proposer (or none) read no draft
-                mine = proposing = np.ones_like(mine)  # of it: one pass (k = 0), whatever that proposer's k
+            if self.causal and not self.stateful(index):  # it looks up for every request decided per step, each
+                own = step_committed == index  # a search: a row that took another proposer (or none) read no
+                tokens = np.where(mine | own, plan.verify_tokens, np.where(decided, 1.0, 0.0))  # draft of it: one
+                proposing = decided | (own & (plan.proposed > 0))  # pass (k = 0); a row committed to it, its chain
+                mine = decided | own
             rows = aggregate(mine.astype(float))
             load = StepLoad(batched_tokens=aggregate(tokens), kv_tokens=cached(rows, mine),
                             num_running=rows, num_proposing=aggregate(proposing.astype(float)),
@@ -300,7 +327,16 @@ class SwitchDrafting:
             else:
                 caught_up.append(None)
             loads.append(load)
-        return BoundSwitch(self, loads, caught_up)
+            elsewhere = (committed != NONE) & (committed != index)  # [R] committed to another proposer
+            prefills.append(prompts(~elsewhere) if elsewhere.any() else None)
+        policy_load = None
+        if not decided.all():  # the policy's work over the rows it decides
+            rows = aggregate(decided.astype(float))
+            policy_load = StepLoad(batched_tokens=aggregate(np.where(decided, plan.verify_tokens, 0).astype(float)),
+                                   kv_tokens=cached(rows, decided), num_running=rows,
+                                   num_proposing=aggregate((decided & (plan.proposed > 0)).astype(float)),
+                                   padded_tokens=rows * deepest(np.where(decided, plan.verify_tokens, 0).astype(float)))
+        return BoundSwitch(self, loads, caught_up, prefills, policy_load)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
         return sum((d.prefill_time(prompt_tokens) for d in self.draftings),
@@ -330,6 +366,8 @@ class BoundSwitch:
     switch: SwitchDrafting
     loads: list[StepLoad]  # per method: the steps that ran it
     caught_up: list[np.ndarray | None]  # per method: catch-up tokens (None: a lookup, no state)
+    prefills: list[np.ndarray | None]  # per method: the prompt tokens its prefill reads (None: every prompt's)
+    policy_load: StepLoad | None = None  # the rows the policy decides (None: every running row)
 
     def time(self, load: StepLoad, verify_time: np.ndarray) -> np.ndarray:
         total = np.zeros_like(verify_time)
@@ -340,11 +378,14 @@ class BoundSwitch:
             if tokens is not None:
                 total = total + catch_up_time(drafting, tokens)
         if self.switch.policy is not None:
-            total = total + self.switch.policy.time(load, verify_time)
+            total = total + self.switch.policy.time(load if self.policy_load is None else self.policy_load,
+                                                    verify_time)
         return total
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
-        return self.switch.prefill_time(prompt_tokens)
+        return sum((d.prefill_time(prompt_tokens if own is None else own)
+                    for d, own in zip(self.switch.draftings, self.prefills)),
+                   np.zeros_like(np.asarray(prompt_tokens, dtype=float)))
 
     def to_json(self) -> dict:
         return self.switch.to_json()

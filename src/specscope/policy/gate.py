@@ -1,0 +1,118 @@
+"""A learned policy's admission gate: before a request's first step, from its prompt alone,
+commit it to one method at one k for every step — a plain chain — or leave it to the per-step rule.
+
+Why. An engine that keeps the switch open pays for it on every request: each model drafter
+among the policy's methods reads every prompt (its prefill) and catches up after the steps it
+sat out, n-gram lookup searches at every step (its offer is a feature), and the policy observes
+and decides for every row at every step. A request that a chain serves best pays all of that
+for nothing. A committed request runs exactly as that chain: no other proposer reads its prompt
+or searches its tokens, and the policy does no work for it.
+
+The rule. At admission the gate reads the prompt's features (:func:`admission_features`,
+standardised by the training prompts' ``mean``/``scale``) and, for each option o = (method, k),
+predicts g_o = w_o · z + b_o: the log of the ratio of that chain's tokens per second to the
+per-step rule's on such a request at the gate's batch size (a linear regression over the
+training requests, each priced by the simulator both ways). It commits to the option of the
+greatest g_o where that is above 0; otherwise (and for a prompt outside the training prompts'
+range of any feature, ``low``/``high``: no extrapolation) the per-step rule decides every step.
+
+A policy file holds one gate per batch size (its model's ``gate``; null or absent: none, every
+request decided per step): ``options`` [[method index, k], …], ``mean``/``scale``/``low``/``high``
+[F], ``weights`` [O][F] and ``bias`` [O]; plain numbers only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+ADMISSION_FEATURES = {
+    "log_prompt": "log(1 + prompt length)",
+    "log_prompt_squared": "log(1 + prompt length) squared (a gain that peaks at some prompt length)",
+    "prompt_repeat": "share of the prompt's trigrams that occur earlier in the prompt",
+}
+
+Commitment = tuple[int, int] | None  # (method index, k) a request is committed to; None: decided per step
+
+
+def admission_features(prompt: Sequence[int]) -> list[float]:
+    """The gate's features of ``prompt`` (order of :data:`ADMISSION_FEATURES`)."""
+    seen: set[tuple[int, ...]] = set()
+    repeats = 0
+    for start in range(len(prompt) - 2):
+        gram = tuple(prompt[start : start + 3])
+        repeats += gram in seen
+        seen.add(gram)
+    length = math.log1p(len(prompt))
+    return [length, length * length, repeats / (len(prompt) - 2) if len(prompt) > 2 else 0.0]
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One batch size's admission gate (module docstring)."""
+
+    options: tuple[tuple[int, int], ...]  # [O] (method index, k ≥ 1)
+    mean: np.ndarray  # [F] of the training prompts' features
+    scale: np.ndarray  # [F] (> 0)
+    low: np.ndarray  # [F] least of the training prompts' features
+    high: np.ndarray  # [F] greatest
+    weights: np.ndarray  # [O, F] over the standardised features
+    bias: np.ndarray  # [O]
+
+    @classmethod
+    def always(cls, option: tuple[int, int]) -> "Gate":
+        """The gate that commits every request to ``option``: a chain walked as a committed request is."""
+        width = len(ADMISSION_FEATURES)
+        return cls((option,), np.zeros(width), np.ones(width), np.full(width, -np.inf), np.full(width, np.inf),
+                   np.zeros((1, width)), np.ones(1))
+
+    def predict(self, prompt: Sequence[int]) -> np.ndarray | None:
+        """[O] g_o of ``prompt``: the predicted log ratio of each option's rate to the per-step
+        rule's; None where a feature lies outside the training prompts' range."""
+        x = np.asarray(admission_features(prompt))
+        if np.any(x < self.low) or np.any(x > self.high):
+            return None
+        return self.weights @ ((x - self.mean) / self.scale) + self.bias
+
+    def commit(self, prompt: Sequence[int]) -> Commitment:
+        """The option ``prompt``'s request is committed to, or None: decided per step."""
+        gains = self.predict(prompt)
+        if gains is None or not len(gains) or gains.max() <= 0.0:
+            return None
+        return self.options[int(gains.argmax())]
+
+    def to_json(self) -> dict:
+        return {"options": [list(o) for o in self.options], "mean": self.mean.tolist(), "scale": self.scale.tolist(),
+                "low": self.low.tolist(), "high": self.high.tolist(), "weights": self.weights.tolist(),
+                "bias": self.bias.tolist()}
+
+
+def gate_from_json(value: object, methods: int, depth: int) -> Gate:
+    """A policy file's ``gate`` (ValueError naming the field where malformed): ``methods`` and
+    ``depth`` (J) bound its options' method indices and k."""
+    if not isinstance(value, dict) or set(value) != {"options", "mean", "scale", "low", "high", "weights", "bias"}:
+        raise ValueError("gate: expected an object with options, mean, scale, low, high, weights and bias (or null)")
+    options = value["options"]
+    if not isinstance(options, list) or not all(
+            isinstance(o, list) and len(o) == 2 and all(type(v) is int for v in o)
+            and 0 <= o[0] < methods and 1 <= o[1] <= depth for o in options):
+        raise ValueError(f"gate.options: expected [method index, k] pairs (0 … {methods - 1}, 1 … {depth}), got "
+                         f"{options!r:.60}")
+    width = len(ADMISSION_FEATURES)
+    arrays = {}
+    for name, shape in (("mean", (width,)), ("scale", (width,)), ("low", (width,)), ("high", (width,)),
+                        ("weights", (len(options), width)), ("bias", (len(options),))):
+        try:
+            array = np.asarray(value[name], dtype=float)
+        except (TypeError, ValueError):
+            raise ValueError(f"gate.{name}: expected numbers") from None
+        if any(isinstance(v, bool) for v in np.ravel(np.asarray(value[name], dtype=object))) \
+                or array.shape != shape or not np.all(np.isfinite(array)):
+            raise ValueError(f"gate.{name}: expected {list(shape)} finite numbers, got {value[name]!r:.60}")
+        arrays[name] = array
+    if not np.all(arrays["scale"] > 0) or not np.all(arrays["low"] <= arrays["high"]):
+        raise ValueError("gate: expected positive scales and low <= high")
+    return Gate(tuple(tuple(o) for o in options), **arrays)
