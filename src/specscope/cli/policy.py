@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -415,6 +416,7 @@ def run_explain(args: argparse.Namespace) -> int:
               ", it drafts to its first draft of probability below p (at most k = "
               f"{policy.depth}) in place of the k chosen — "
               + ", ".join(f"B={b}: " + ("the k chosen" if p is None else f"p = {p:g}") for b, p in stops.items()))
+    show_gates(policy, traces)
     if traces is not None:
         from specscope.sim.switching import common_length
 
@@ -480,6 +482,44 @@ def _figure(value: float) -> str | None:
     return None if np.isnan(value) else f"{value:.3f}"
 
 
+def show_gates(policy, traces: list | None) -> None:
+    """Each batch size's admission gate (:mod:`specscope.policy.gate`): the chains it may commit a
+    request to, its weights, the prompt lengths it judges (outside them every request is decided
+    per step) and, given traces, how many of each dataset's requests it commits to each chain."""
+    from specscope.policy.gate import ADMISSION_FEATURES
+    from specscope.trace.schema import by_dataset
+
+    gates = {b: chooser.gate for b, chooser in sorted(policy.choosers.items())}
+    if all(gate is None for gate in gates.values()):
+        print("admission gate: none (no chain served the training requests better than the per-step rule): "
+              "every request is decided per step")
+        return
+
+    def chain(option: tuple[int, int]) -> str:
+        return f"{policy.methods[option[0]]} k={option[1]}"
+
+    print_table("admission gate: from its prompt alone, a request is committed to the chain of the greatest predicted "
+                "gain g = w · z + b (the log ratio of its tokens per second to the per-step rule's; z: the standardised "
+                f"features {', '.join(ADMISSION_FEATURES)}) where that is above 0, else decided per step",
+                ["B", "chain", *[f"w {name}" for name in ADMISSION_FEATURES], "b", "prompt lengths judged"],
+                [[str(b), "none: every request decided per step", *[""] * (len(ADMISSION_FEATURES) + 2)]
+                 if gate is None else
+                 [str(b), chain(option), *[f"{w:+.3f}" for w in gate.weights[i]], f"{gate.bias[i]:+.3f}",
+                  f"{math.expm1(gate.low[0]):.0f} … {math.expm1(gate.high[0]):.0f}"]
+                 for b, gate in gates.items() for i, option in enumerate(gate.options if gate else [None])])
+    if traces is None:
+        return
+    rows = []
+    for dataset, group in by_dataset(traces).items():
+        for b, gate in gates.items():
+            if gate is not None:
+                counts = collections.Counter(gate.commit(r.prompt_token_ids.tolist()) for r in group)
+                rows.append([dataset, str(b), str(counts.pop(None, 0)),
+                             ", ".join(f"{chain(o)}: {n}" for o, n in sorted(counts.items())) or "-"])
+    print_table("requests the gate commits, per dataset of --traces", ["dataset", "B", "decided per step",
+                                                                       "committed"], rows)
+
+
 def show_decisions(policy, record) -> None:
     """The policy's first choices along ``record`` (within its methods' common length, at least 2)
     per batch size, walked as the simulator's paper mode walks it (B copies of the record), the
@@ -492,11 +532,13 @@ def show_decisions(policy, record) -> None:
         offers, decide = [], policy.decide_for(b)
 
         def spy(observed):
-            offers.append(observed[0].ngram_offer)
+            offers.append(str(observed[0].ngram_offer))
             return decide(observed)
 
         plan = causal_plan([record], policy.methods, lambda count: spy, policy.depth, b,
-                           confidence_for=policy.confidence_for)
+                           confidence_for=policy.confidence_for, gate=policy.gate_for(b))
+        if plan.committed[0] != NONE:  # a chain from admission: nothing observed, nothing decided
+            offers = ["(committed)"] * len(plan.pos)
         for p, offer, m, k, emitted in list(zip(plan.pos.tolist(), offers, plan.method.tolist(), plan.proposed.tolist(),
                                                 plan.emitted.tolist()))[:EXAMPLE_STEPS]:
             rows.append([str(b), str(p), str(offer), "none" if m == NONE else policy.methods[m], str(k), str(emitted)])

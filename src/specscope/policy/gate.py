@@ -18,7 +18,8 @@ range of any feature, ``low``/``high``: no extrapolation) the per-step rule deci
 
 A policy file holds one gate per batch size (its model's ``gate``; null or absent: none, every
 request decided per step): ``options`` [[method index, k], …], ``mean``/``scale``/``low``/``high``
-[F], ``weights`` [O][F] and ``bias`` [O]; plain numbers only.
+[F], ``weights`` [O][F] and ``bias`` [O]; plain numbers only (read by
+:func:`specscope.policy.learned.gate_from_json`).
 """
 
 from __future__ import annotations
@@ -89,30 +90,3 @@ class Gate:
                 "low": self.low.tolist(), "high": self.high.tolist(), "weights": self.weights.tolist(),
                 "bias": self.bias.tolist()}
 
-
-def gate_from_json(value: object, methods: int, depth: int) -> Gate:
-    """A policy file's ``gate`` (ValueError naming the field where malformed): ``methods`` and
-    ``depth`` (J) bound its options' method indices and k."""
-    if not isinstance(value, dict) or set(value) != {"options", "mean", "scale", "low", "high", "weights", "bias"}:
-        raise ValueError("gate: expected an object with options, mean, scale, low, high, weights and bias (or null)")
-    options = value["options"]
-    if not isinstance(options, list) or not all(
-            isinstance(o, list) and len(o) == 2 and all(type(v) is int for v in o)
-            and 0 <= o[0] < methods and 1 <= o[1] <= depth for o in options):
-        raise ValueError(f"gate.options: expected [method index, k] pairs (0 … {methods - 1}, 1 … {depth}), got "
-                         f"{options!r:.60}")
-    width = len(ADMISSION_FEATURES)
-    arrays = {}
-    for name, shape in (("mean", (width,)), ("scale", (width,)), ("low", (width,)), ("high", (width,)),
-                        ("weights", (len(options), width)), ("bias", (len(options),))):
-        try:
-            array = np.asarray(value[name], dtype=float)
-        except (TypeError, ValueError):
-            raise ValueError(f"gate.{name}: expected numbers") from None
-        if any(isinstance(v, bool) for v in np.ravel(np.asarray(value[name], dtype=object))) \
-                or array.shape != shape or not np.all(np.isfinite(array)):
-            raise ValueError(f"gate.{name}: expected {list(shape)} finite numbers, got {value[name]!r:.60}")
-        arrays[name] = array
-    if not np.all(arrays["scale"] > 0) or not np.all(arrays["low"] <= arrays["high"]):
-        raise ValueError("gate: expected positive scales and low <= high")
-    return Gate(tuple(tuple(o) for o in options), **arrays)

@@ -39,7 +39,7 @@ from specscope.reading import parse_json
 from specscope.methods import METHODS, method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
-from specscope.policy.gate import Gate, gate_from_json
+from specscope.policy.gate import ADMISSION_FEATURES, Gate
 from specscope.policy.observation import NONE, Decide, Observation
 from specscope.trace.fields import Fields
 from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
@@ -312,6 +312,29 @@ def _values(name: str, array: np.ndarray, what: str, hold: bool) -> None:
     if not hold:
         shown = np.array2string(array.ravel(), threshold=8, precision=4)
         raise ValueError(f"{name}: expected {what}, got {shown}")
+
+
+def gate_from_json(value: object, methods: int, depth: int) -> Gate:
+    """A policy file's ``gate`` (:mod:`specscope.policy.gate`; ValueError naming the field where
+    malformed): ``methods`` and ``depth`` (J) bound its options' method indices and k."""
+    names = ("options", "mean", "scale", "low", "high", "weights", "bias")
+    if not isinstance(value, dict) or set(value) != set(names):
+        raise ValueError(f"gate: expected an object with {', '.join(names)} (or null), got {value!r:.60}")
+    options = value["options"]
+    if not isinstance(options, list) or not all(
+            isinstance(o, list) and len(o) == 2 and all(type(v) is int for v in o)
+            and 0 <= o[0] < methods and 1 <= o[1] <= depth for o in options):
+        raise ValueError(f"gate.options: expected [method index, k] pairs (0 … {methods - 1}, 1 … {depth}), got "
+                         f"{options!r:.60}")
+    width, arrays = len(ADMISSION_FEATURES), {}
+    for name, shape in (("mean", (width,)), ("scale", (width,)), ("low", (width,)), ("high", (width,)),
+                        ("weights", (len(options), width)), ("bias", (len(options),))):
+        arrays[name] = _numbers(value, name, "gate.")
+        _shape(f"gate.{name}", arrays[name], str(list(shape)), arrays[name].shape == shape)
+        _values(f"gate.{name}", arrays[name], "finite numbers", bool(np.all(np.isfinite(arrays[name]))))
+    _values("gate.scale", arrays["scale"], "positive scales", bool(np.all(arrays["scale"] > 0)))
+    _values("gate.high", arrays["high"], "bounds no lower than gate.low", bool(np.all(arrays["low"] <= arrays["high"])))
+    return Gate(tuple(map(tuple, options)), **arrays)
 
 
 def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:

@@ -72,7 +72,7 @@ def policy_section(records: Sequence[TraceRecord], path: str, cost: CostModel,
     choices, smallest = [], min(config.batch_sizes)
     for record in _examples(records):
         plan = causal_plan([record], policy.methods, policy.decide_for, min(depths[record.dataset], policy.depth),
-                           smallest, confidence_for=policy.confidence_for)
+                           smallest, confidence_for=policy.confidence_for, gate=policy.gate_for(smallest))
         names = np.asarray([policy.methods[m] if m != NONE else NO_SD for m in plan.method.tolist()])
         g = common_length(record, policy.methods)
         choices.append(PolicyChoices(record.dataset or "trace", record.id, {m: record.acc_len(m)[:g] for m in policy.methods},

@@ -458,9 +458,11 @@ def causal_walk(records: Sequence[TraceRecord], policy: Policy, k_max: int, batc
     """The plan of a causal policy at ``batch_size``. Paper mode: every step runs at B copies of
     its request, which decides alone. Mixed mode: the requests run together as the mixed
     schedule runs them, each iteration's decided together at its count (fewer than B while the
-    run fills and drains), as an engine's policy decides."""
+    run fills and drains), as an engine's policy decides. A learned policy's admission gate at
+    ``batch_size`` commits some requests to one chain each (:mod:`specscope.policy.gate`)."""
     return causal_plan(records, policy.switch, policy.decide_for, k_max, batch_size, together=mode != "paper",
-                       confidence_for=policy.confidence_for)
+                       confidence_for=policy.confidence_for,
+                       gate=None if policy.gate_for is None else policy.gate_for(batch_size))
 
 
 def drafting_of(cost: CostModel, acc: str, policy: Policy) -> Drafting | SwitchDrafting:

@@ -38,6 +38,7 @@ from specscope.costmodel.base import CostModel
 from specscope.costmodel.linear import PROVENANCE
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, method
+from specscope.policy.gate import Gate
 from specscope.policy.learned import load_policy
 from specscope.policy.observation import Decide
 from specscope.trees import TreeShape, check_replayable, parse_tree
@@ -78,6 +79,7 @@ class Policy:
     decide_for: Callable[[int], Decide] | None = None
     depth: int | None = None  # a learned policy's deepest k: its walk caps n-gram's offer there, as the engine does
     confidence_for: Callable[[int], float | None] | None = None  # a learned policy's p per batch size (None: k)
+    gate_for: Callable[[int], Gate | None] | None = None  # a learned policy's admission gate per batch size
     sha256: str | None = None  # a learned policy's file content (policy.learned.stamp): what its rows name
 
 
@@ -158,7 +160,7 @@ def _learned(argument: str) -> Policy:
         raise SpecscopeError("policy 'learned': expected learned:FILE, a file made by `specscope policy fit`")
     learned = load_policy(argument)
     return Policy(f"learned:{argument}", switch=learned.methods, decide_for=learned.decide_for, depth=learned.depth,
-                  sha256=learned.sha256, confidence_for=learned.confidence_for)
+                  sha256=learned.sha256, confidence_for=learned.confidence_for, gate_for=learned.gate_for)
 
 
 def confident_drafts(draft_prob: np.ndarray, threshold: float, cap: int | None = None) -> np.ndarray:

@@ -1,0 +1,155 @@
+"""The admission gate: its features, its decision, its file, a committed request priced as its
+chain, and the fit that keeps a gate only where it pays."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from specscope.costmodel.base import FractionDrafting, LinearDrafting
+from specscope.costmodel.linear import LinearCostModel
+from specscope.policy.gate import ADMISSION_FEATURES, Gate, admission_features
+from specscope.policy.learned import gate_from_json
+from specscope.sim.grid import SimConfig, drafting_of, plan_for
+from specscope.sim.mixed import predict_mixed
+from specscope.sim.paper import predict_paper
+from specscope.sim.policies import parse_policy
+from specscope.sim.switching import SwitchDrafting, causal_plan
+from specscope.trace.schema import ProposerTrace, TraceRecord
+
+METHODS = ("ngram", "eagle")
+WIDTH = len(ADMISSION_FEATURES)
+WORK = LinearDrafting(c_fixed=0.03, c_tok=0.0, c_kv=0.0, c_req=0.02)  # the policy's own work
+COST = LinearCostModel("toy", c_fixed=1.0, c_tok=0.1, c_kv=0.001, overhead_s=0.05, drafting={
+    "ngram": LinearDrafting(c_fixed=0.02, c_tok=0.01, c_kv=0.0),
+    "eagle": LinearDrafting(c_fixed=0.2, c_tok=0.1, c_kv=0.0, c_prefill=0.05), "learned": WORK})
+
+
+def gate(options, weights, bias, low=None, high=None) -> Gate:
+    return Gate(tuple(options), np.zeros(WIDTH), np.ones(WIDTH),
+                np.full(WIDTH, -1e9) if low is None else np.asarray(low, dtype=float),
+                np.full(WIDTH, 1e9) if high is None else np.asarray(high, dtype=float),
+                np.asarray(weights, dtype=float), np.asarray(bias, dtype=float))
+
+
+def test_the_admission_features_are_the_prompts_length_and_its_repeated_trigrams():
+    # trigrams (1,2,3) (2,3,1) (3,1,2) (1,2,3) (2,3,4): the fourth occurs earlier, 1 of 5
+    assert admission_features([1, 2, 3, 1, 2, 3, 4]) == pytest.approx([math.log(8), math.log(8) ** 2, 0.2])
+    assert admission_features([7, 7]) == pytest.approx([math.log(3), math.log(3) ** 2, 0.0])  # no trigram
+
+
+def test_the_gate_commits_to_the_greatest_gain_above_zero_and_never_outside_its_prompts():
+    two = [(0, 3), (1, 2)]
+    assert gate(two, np.zeros((2, WIDTH)), [0.1, 0.3]).commit([1, 2, 3]) == (1, 2)
+    assert gate(two, np.zeros((2, WIDTH)), [-0.1, -0.2]).commit([1, 2, 3]) is None  # the per-step rule wins
+    # a gain rising with the prompt's length (z = the raw features here: mean 0, scale 1)
+    rising = gate(two, [[1.0, 0, 0], [0, 0, 0]], [-math.log(11), -1.0])
+    assert rising.commit(list(range(5))) is None and rising.commit(list(range(20))) == (0, 3)
+    # a prompt longer than any it was fitted on is decided per step, whatever the line says
+    bounded = gate(two, [[1.0, 0, 0], [0, 0, 0]], [0.0, -1.0], low=[0, 0, 0], high=[math.log(11), 99, 1])
+    assert bounded.commit(list(range(10))) == (0, 3) and bounded.commit(list(range(11))) is None
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda g: g.update(options=[[0, 9]]), "gate.options"),
+    (lambda g: g.update(options=[[2, 1]]), "gate.options"),
+    (lambda g: g.update(weights=[[0.0] * (WIDTH - 1)]), "gate.weights"),
+    (lambda g: g.update(bias=["1"]), "gate.bias"),
+    (lambda g: g.update(scale=[0.0] * WIDTH), "positive scales"),
+    (lambda g: g.update(high=[-1e10] * WIDTH), "gate.high"),
+    (lambda g: g.pop("low"), "expected an object"),
+])
+def test_a_malformed_gate_names_its_field(edit, message):
+    value = gate([(0, 3)], np.zeros((1, WIDTH)), [1.0]).to_json()
+    edit(value)
+    with pytest.raises(ValueError, match=message):
+        gate_from_json(value, methods=2, depth=4)
+
+
+def test_a_gate_round_trips_through_its_json():
+    original = gate([(0, 3), (1, 2)], [[1.0, 0.5, 0], [0, 0, 2.0]], [0.1, -0.2], low=[0, 0, 0], high=[9, 81, 1])
+    again = gate_from_json(json.loads(json.dumps(original.to_json())), methods=2, depth=3)
+    for prompt in ([1, 2, 3], list(range(40)), [5] * 30):
+        assert again.commit(prompt) == original.commit(prompt)
+
+
+def long_record(rid: str, prompt_len: int, ngram: list[int], eagle: list[int], dataset: str) -> TraceRecord:
+    g = len(ngram)
+    return TraceRecord(id=rid, prompt_token_ids=np.arange(1, prompt_len + 1, dtype=np.int64),
+                       output_token_ids=np.arange(1000, 1000 + g, dtype=np.int64),
+                       proposers={"ngram": ProposerTrace(np.asarray(ngram, dtype=np.int32),
+                                                         draft_len=np.asarray([k - 1 for k in ngram], dtype=np.int32)),
+                                  "eagle": ProposerTrace(np.asarray(eagle, dtype=np.int32))},
+                       k_max=8, dataset=dataset)
+
+
+RECORDS = [long_record(f"r{i}", 5 + 7 * i, [4, 1, 1, 3, 1, 2, 1, 1, 4, 1, 1, 1], [2, 3, 1, 2, 2, 1, 3, 1, 2, 2, 1, 1],
+                       "d") for i in range(5)]
+
+
+def every_step_to_eagle(b):
+    return lambda observed: [(1, 1)] * len(observed)
+
+
+@pytest.mark.parametrize("mode", ["paper", "mixed"])
+@pytest.mark.parametrize("option", [(0, 3), (0, 1), (1, 2)])
+@pytest.mark.parametrize("pads", [False, True])
+def test_a_committed_request_is_priced_as_its_chain(mode, option, pads):
+    """No other proposer reads its prompt or searches its tokens, and the policy does no work for
+    it: every request committed, the switching engine costs what the chain does, to the last digit."""
+    cost = LinearCostModel("toy", 1.0, 0.1, 0.001, 0.05, drafting=COST.drafting, pads_verification=pads)
+    predict = predict_paper if mode == "paper" else predict_mixed
+    method, k = option
+    for b in (1, 3):
+        chain = parse_policy(f"fixed:{k}")
+        expected = predict(plan_for(RECORDS, METHODS[method], chain, SimConfig(mode=mode, batch_sizes=(b,)), "d", b),
+                           cost, drafting_of(cost, METHODS[method], chain), b)
+        plan = causal_plan(RECORDS, METHODS, every_step_to_eagle, 8, b, together=mode == "mixed",
+                           gate=Gate.always(option))
+        got = predict(plan, cost, SwitchDrafting.of(cost, METHODS, causal=True), b)
+        assert plan.committed.tolist() == [method] * len(RECORDS)
+        assert got.throughput == pytest.approx(expected.throughput, rel=1e-12)
+        assert got.time_split == pytest.approx(expected.time_split, rel=1e-12)
+
+
+def test_a_request_committed_to_the_lookup_pays_no_drafter_prefill_and_no_policy_work():
+    """Paper mode, B = 1, two requests: the one committed to n-gram is charged the target's
+    prefill alone; the other, decided per step, EAGLE's prefill of its prompt and the policy's
+    work at each of its steps."""
+    short, long = RECORDS[0], RECORDS[4]  # prompts of 5 and 33 tokens
+    by_length = gate([(0, 2)], [[1.0, 0, 0]], [-math.log(10)])  # commits prompts of 10 tokens or more
+    plan = causal_plan([short, long], METHODS, every_step_to_eagle, 8, 1, gate=by_length)
+    assert plan.committed.tolist() == [-1, 0]
+    none = causal_plan([short, long], METHODS, every_step_to_eagle, 8, 1)
+    switch = SwitchDrafting.of(COST, METHODS, causal=True)
+    split, split_none = (predict_paper(p, COST, switch, 1).time_split for p in (plan, none))
+    assert split_none["prefill"] - split["prefill"] == pytest.approx(0.05 * 33)  # EAGLE's prefill of the long prompt
+    steps = plan.steps_per_request
+    bare = LinearCostModel("toy", 1.0, 0.1, 0.001, 0.05, drafting={m: COST.drafting[m] for m in METHODS})
+    unpriced = predict_paper(plan, bare, SwitchDrafting.of(bare, METHODS, causal=True), 1).time_split
+    assert split["drafting"] - unpriced["drafting"] == pytest.approx(steps[0] * (0.03 + 0.02))  # the decided one's
+
+
+def test_a_fit_keeps_a_gate_that_commits_requests_where_a_chain_serves_them_best():
+    """Long prompts whose output n-gram copies, short ones that only EAGLE drafts well, and a
+    switch that costs (EAGLE's prefill of every prompt, the policy's work): the fit commits the
+    long prompts to n-gram and the file holds the gate, which the policy reads back."""
+    from specscope.policy.learned import choosers_from_json
+    from specscope.sim.fit import fit_policy
+
+    rng = np.random.default_rng(0)
+    copying = [long_record(f"c{i}", 60 + i, [5] * 30, rng.integers(1, 3, 30).tolist(), "copy") for i in range(12)]
+    free = [long_record(f"f{i}", 4 + i % 3, [1] * 30, rng.integers(2, 5, 30).tolist(), "free") for i in range(12)]
+    cost = LinearCostModel("switching costs", 1.0, 0.05, 0.0, 0.05, drafting={
+        "ngram": FractionDrafting(0.02), "eagle": LinearDrafting(c_fixed=0.2, c_tok=0.1, c_kv=0.0, c_prefill=0.02),
+        "learned": LinearDrafting(c_fixed=0.05, c_tok=0.0, c_kv=0.0, c_req=0.05)})
+    document = fit_policy(copying + free, METHODS, cost, [1, 4], max_k=4)
+    choosers = choosers_from_json(json.loads(json.dumps(document)), METHODS)
+    for b in (1, 4):
+        kept = choosers[b].gate
+        assert kept is not None
+        assert all(kept.commit(r.prompt_token_ids.tolist()) == (0, 4) for r in copying)
+        assert all(kept.commit(r.prompt_token_ids.tolist()) in (None, (1, kept.options[1][1])) for r in free)
