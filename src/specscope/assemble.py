@@ -56,7 +56,7 @@ def build_proposer(target: "Transformer", method: str, config: ProposerConfig,
     members = [member(m) for m in policy.methods]
     lookup = members[policy.methods.index("ngram")] if "ngram" in policy.methods else create_proposer(
         ProposerConfig("ngram", policy.depth, config.max_batch_size, config.max_seq_len), target)
-    return SwitchingProposer(policy, members, lookup)
+    return SwitchingProposer(policy, members, lookup, config.max_batch_size)
 
 
 def load_engine(

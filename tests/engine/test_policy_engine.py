@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import threading
 import urllib.parse
 from pathlib import Path
@@ -36,6 +37,7 @@ from specscope.errors import SpecscopeError  # noqa: E402
 from specscope.policy.features import feature_names  # noqa: E402
 from specscope.policy.learned import SCHEMA, load_policy, stamp  # noqa: E402
 from specscope.policy.observation import OverlapCounter, prompt_overlap  # noqa: E402
+from specscope.proposers.ngram import lookup  # noqa: E402
 from specscope.serve.server import create_server  # noqa: E402
 
 METHODS = ("ngram", "eagle")
@@ -77,6 +79,19 @@ def run(engine: Engine, prompts: list[list[int]], max_tokens: int, sampling: Sam
         for out in engine.step():
             outputs[out.request_id] += out.new_token_ids
     return [outputs[str(i)] for i in range(len(prompts))]
+
+
+def run_queued(engine: Engine, prompts: list[list[int]], max_tokens: int) -> list[list[int]]:
+    """Greedy outputs of ``prompts`` admitted in order as the engine's slots free up."""
+    outputs: dict[str, list[int]] = {str(i): [] for i in range(len(prompts))}
+    waiting = iter(enumerate(prompts))
+    while True:
+        while engine.num_running() < engine.max_batch_size and (item := next(waiting, None)) is not None:
+            engine.add_request(str(item[0]), item[1], max_tokens, SamplingParams(), ignore_eos=True)
+        if not engine.num_running():
+            return [outputs[str(i)] for i in range(len(prompts))]
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
 
 
 def switching_engine(target, head_dir: Path, policy_path: Path, batch: int) -> Engine:
@@ -390,3 +405,170 @@ def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):
         assert isinstance(obs.tokens, TokensSoFar) and obs.tokens == then and len(obs.tokens) == obs.prompt_len + obs.pos
         full = next(p + o for p, o in zip(prompts, outputs) if list(then[: len(p)]) == p)
         assert list(then) == full[: len(then)]
+
+
+def gated_policy(path: Path, options: list[list[int]], weights: list[list[float]], bias: list[float],
+                 mean: tuple[float, ...] = (0.0, 0.0, 0.0), confidence: float | None = None) -> Path:
+    """:func:`random_policy` (seed 3) with an admission gate at every batch size (bounds wide enough
+    for any prompt): ``options`` [[method index, k], …], ``weights`` [O][3] over the features less
+    ``mean``, ``bias`` [O]; and confidence p where given."""
+    document = json.loads(random_policy(path, seed=3).read_text())
+    wide = 1e9
+    for model in document["models"]:
+        model["gate"] = {"options": options, "mean": list(mean), "scale": [1.0] * 3, "low": [-wide] * 3,
+                         "high": [wide] * 3, "weights": weights, "bias": bias}
+        if confidence is not None:
+            model["confidence"] = confidence
+    path.write_text(json.dumps(document))
+    return path
+
+
+def refusing(switching) -> None:
+    """Make the policy's decision raise: no row of ``switching`` may be decided."""
+    def decide_for(batch):
+        raise AssertionError(f"decided {batch} rows")
+
+    object.__setattr__(switching.policy, "decide_for", decide_for)
+
+
+def test_a_gate_committing_every_request_to_ngram_keeps_the_head_out(setup, tmp_path):
+    """Every request committed to n-gram at k = 2: the head never prefills or follows a prompt and
+    never drafts, the policy neither observes nor decides (policy_s 0), every row proposes
+    min(2, n-gram's offer now) (none where 0); greedy output stays the target's."""
+    target, head_dir, _, _ = setup
+    path = gated_policy(tmp_path / "p.json", [[METHODS.index("ngram"), 2]], [[0.0] * 3], [1.0])
+    prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
+    plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
+    engine = switching_engine(target, head_dir, path, len(prompts))
+    switching = engine.proposer
+    head = switching.members[METHODS.index("eagle")]
+    refusing(switching)
+    head.observe = head.propose = lambda *_: pytest.fail("the head ran")
+    choose, seen = switching.propose, []
+
+    def recording_choice(request):
+        offers = [len(lookup(h, switching.depth, switching.lookup.min_n, switching.lookup.max_n))
+                  for h in request.histories]
+        proposal = choose(request)
+        seen.append((offers, [switching._choices[slot] for slot in request.slots]))
+        return proposal
+
+    switching.propose = recording_choice
+    assert run(engine, prompts, 24) == plain
+    assert not head.pending and not switching._sequences and switching._committed == {}
+    for offers, choices in seen:
+        assert choices == [("ngram", min(2, o)) if o else ("none", 0) for o in offers]
+    assert {c[0] for _, choices in seen for c in choices} == {"ngram", "none"}
+    assert all(r.policy_s == 0.0 for r in engine.step_records)
+
+
+def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_path):
+    """Every request committed to EAGLE at k = 2, under a policy whose drafter otherwise stops at
+    its confidence: every step drafts exactly 2 per row in one call of the head (no confidence
+    rule), the n-gram lookup searches no row, nothing is decided; greedy output stays the target's."""
+    target, head_dir, _, _ = setup
+    path = gated_policy(tmp_path / "p.json", [[METHODS.index("eagle"), 2]], [[0.0] * 3], [1.0], confidence=0.6)
+    prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
+    plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
+    engine = switching_engine(target, head_dir, path, len(prompts))
+    switching = engine.proposer
+    head = switching.members[METHODS.index("eagle")]
+    refusing(switching)
+    searched, find, calls, propose = [], switching.lookup.find, [], head.propose
+
+    def spying_find(histories, k):
+        searched.extend(histories)
+        return find(histories, k)
+
+    def recording_head(request):
+        proposal = propose(request)
+        calls.append((request.k, request.stop_below, request.want_confidence, proposal.draft_len.tolist()))
+        return proposal
+
+    switching.lookup.find, head.propose = spying_find, recording_head
+    assert run(engine, prompts, 24) == plain
+    assert not searched and not switching._sequences
+    assert calls and all(call[:3] == (2, None, False) and set(call[3]) == {2} for call in calls)
+    decode = [r for r in engine.step_records if r.tokens_verified]
+    assert len(calls) == len(decode)  # one call of the head per step
+    assert all(c == ["eagle", 2] for r in decode for c in r.choices if c is not None)
+
+
+def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tmp_path):
+    """Prompts of 9 tokens committed to EAGLE at k = 3, of 15 and 18 to n-gram at k = 2, of 12
+    decided per step (the gate reads log(1 + P) about log(14.5)), 4 slots over 7 requests, the
+    drafter stopping decided rows at confidence 0.6: the head sees no n-gram-committed row (its
+    prefill cut to the longest prompt it keeps), the lookup never searches an EAGLE-committed
+    row, the policy observes and decides only the 12-token prompts' rows, at their count, and
+    committed rows take their chains; greedy output stays the target's."""
+    target, head_dir, _, _ = setup
+    ngram, eagle = METHODS.index("ngram"), METHODS.index("eagle")
+    path = gated_policy(tmp_path / "p.json", [[ngram, 2], [eagle, 3]], [[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]],
+                        [0.0, -0.2], mean=(math.log(14.5), 0.0, 0.0), confidence=0.6)
+    prompts = [p * 3 for p in prompts_of((3, 4, 5, 6, 4, 3, 4), seed=2)]
+    commitment = {9: ("eagle", 3), 12: None, 15: ("ngram", 2), 18: ("ngram", 2)}  # by prompt length
+    plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 20)
+    engine = switching_engine(target, head_dir, path, 4)
+    switching = engine.proposer
+    head = switching.members[eagle]
+    passes, observe, searched, find = [], head.observe, [], switching.lookup.find
+    calls, propose, decisions, decide_for = [], head.propose, [], switching.policy.decide_for
+    choices, choose = [], switching.propose
+
+    def prompt_len() -> dict[int, int]:  # slot → its request's prompt length
+        return {seq.slot: seq.prompt_len for seq in engine._running}
+
+    def watching_head(target_pass):
+        passes.append((target_pass.prefill, target_pass.tokens.shape[1], [prompt_len()[s] for s in target_pass.slots]))
+        return observe(target_pass)
+
+    def spying_find(histories, k):
+        searched.extend(histories)
+        return find(histories, k)
+
+    def recording_head(request):
+        proposal = propose(request)
+        calls.append((request.stop_below, [prompt_len()[s] for s in request.slots], proposal.draft_len.tolist()))
+        return proposal
+
+    def spying(batch):
+        decide = decide_for(batch)
+
+        def spy(observed):
+            decisions.append((batch, [o.prompt_len for o in observed]))
+            return decide(observed)
+
+        return spy
+
+    def recording_choice(request):
+        offers = [len(lookup(h, switching.depth, switching.lookup.min_n, switching.lookup.max_n))
+                  for h in request.histories]
+        proposal = choose(request)
+        choices.extend((prompt_len()[s], o, switching._choices[s]) for s, o in zip(request.slots, offers))
+        return proposal
+
+    head.observe, switching.lookup.find, head.propose, switching.propose = \
+        watching_head, spying_find, recording_head, recording_choice
+    object.__setattr__(switching.policy, "decide_for", spying)
+    assert run_queued(engine, prompts, 20) == plain
+    # the head: only rows decided per step or committed to it; a prefill as wide as its longest prompt
+    assert passes and all(commitment[n] in (None, ("eagle", 3)) for _, _, lengths in passes for n in lengths)
+    prefills = [(width, lengths) for prefill, width, lengths in passes if prefill]
+    assert all(width == max(lengths) for width, lengths in prefills) and prefills[0] == (12, [9, 12])
+    # the lookup: never an EAGLE-committed row
+    assert searched and not any(h[:9] in (prompts[0], prompts[5]) for h in searched)
+    # the policy: the 12-token prompts' rows, at their count
+    assert decisions and all(batch == len(lengths) and set(lengths) == {12} for batch, lengths in decisions)
+    # the head: EAGLE-committed rows drafted to exactly 3, apart from decided rows (confidence 0.6)
+    assert all(set(lengths) == ({9} if stop is None else {12}) for stop, lengths, _ in calls)
+    assert all(set(drafted) == {3} for stop, _, drafted in calls if stop is None)
+    # committed rows take their chains (n-gram's cut to its offer)
+    for length, offer, taken in choices:
+        if commitment[length] == ("eagle", 3):
+            assert taken == ("eagle", 3)
+        elif commitment[length] == ("ngram", 2):
+            assert taken == (("ngram", min(2, offer)) if offer else ("none", 0))
+    assert {None, 0.6} <= {stop for stop, _, _ in calls}, "the head drafts committed and decided rows"
+    assert {taken[0] for length, _, taken in choices if length == 12} >= {"ngram", "eagle"}
+    sampled = switching_engine(target, head_dir, path, 4)  # members' distributions merged across rules
+    assert [len(o) for o in run(sampled, prompts[:4], 12, SamplingParams(temperature=0.8, seed=4))] == [12] * 4

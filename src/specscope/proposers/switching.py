@@ -1,26 +1,36 @@
 """A learned policy in the engine: per step and sequence, the proposer (or none) and k.
 
 :class:`SwitchingProposer` holds the proposers a policy file (:mod:`specscope.policy.learned`)
-chooses between. Before every step, for each running sequence, it builds the
+chooses between. Before every step, for each running sequence decided per step, it builds the
 :class:`~specscope.policy.observation.Observation` an engine knows — the tokens so far, n-gram
 lookup's offer now, the prompt overlap, and its own past steps (what each emitted, censored;
 how many of the emitted tokens n-gram's proposal matched; the model drafter's probability of
-its first draft) — and asks the policy's decision at the running batch size
+its first draft) — and asks the policy's decision at their count
 (:meth:`~specscope.policy.learned.LearnedPolicy.decide_for`, the one the simulator asks: a
 batch's rows decide together). Then each member proposes for the rows that chose it, with the
 deepest k among them, and every row's proposal is cut to its own k; a row that chose none
 proposes nothing. (A step where every row drafts with one model drafter passes that drafter's
 proposal through: nothing to merge.)
 
-Every member observes every target pass, so a model drafter stays current: an EAGLE head's
+Every member observes every target pass of those rows, so a model drafter stays current: an EAGLE head's
 pending hidden states accumulate over the steps it sat out and its next draft runs them in one
 forward (it catches up, as :mod:`specscope.sim.switching` prices it); a draft model feeds the
-tokens its cache lacks. The n-gram lookup runs for every row every step: its offer and its
-agreement with what the step emitted are features. Verification is the engine's, so the output
+tokens its cache lacks. The n-gram lookup runs for each of those rows every step: its offer
+and its agreement with what the step emitted are features. Verification is the engine's, so the output
 is what no-SD decoding gives under greedy decoding, whatever the policy picks.
 
+A request the policy's admission gate (:mod:`specscope.policy.gate`, at the engine's slots)
+commits from its prompt, at its prefill, to one method at one k runs as that plain chain until
+its slot is released, as the simulator prices it: the lookup proposes min(k, its offer) (none
+where that is 0), the model drafter k, with no confidence rule. No other member sees its rows —
+a model drafter neither prefills its prompt (a prefill pass is cut to the longest prompt it
+keeps) nor follows its steps — the lookup does not search it unless committed to it, and the
+policy neither observes it nor decides for it: the decision is asked over the rows decided per
+step, at their count. Without a gate every row is decided per step.
+
 The policy's own work — everything in :meth:`SwitchingProposer.propose` beyond the lookup and
-the members' proposals: observations, features, decision, merging — is timed apart
+the members' proposals and the committed rows' chains: observations, features, decision,
+merging, in a step that decides some row — is timed apart
 (:meth:`~SwitchingProposer.take_policy_seconds`, the step record's ``policy_s``), so that a cost
 model can price it (:mod:`specscope.costmodel.fit`) where the lookup and drafting are priced
 from their own runs.
@@ -54,19 +64,24 @@ class _Sequence:
 class SwitchingProposer:
     """Runs ``policy`` over ``members`` (one proposer per policy method, in its order, at most
     one of them reading the target's hidden states), plus ``lookup``: the n-gram proposer
-    whose offer the features read (see the module docstring)."""
+    whose offer the features read, in an engine of ``batch_size`` slots, whose admission gate
+    (:meth:`~specscope.policy.learned.LearnedPolicy.gate_for`) commits requests (see the module
+    docstring)."""
 
     name = LEARNED
 
-    def __init__(self, policy: LearnedPolicy, members: list[Proposer], lookup: NgramProposer) -> None:
+    def __init__(self, policy: LearnedPolicy, members: list[Proposer], lookup: NgramProposer,
+                 batch_size: int) -> None:
         readers = [m for m in members if m.hidden_layers]
         if len(readers) > 1:
             raise ValueError("a switching proposer passes the target's hidden states to one member only")
         self.policy, self.members, self.lookup = policy, members, lookup
         self.depth = policy.depth
+        self.gate = policy.gate_for(batch_size)
         self.hidden_layers = readers[0].hidden_layers if readers else ()
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
         self._sequences: dict[int, _Sequence] = {}
+        self._committed: dict[int, tuple[int, int]] = {}  # slot → the (method, k) the gate committed it to
         self._policy_seconds = 0.0
         self._choices: dict[int, tuple[str, int]] = {}
 
@@ -82,11 +97,26 @@ class SwitchingProposer:
         return choices
 
     def observe(self, target_pass: TargetPass) -> None:
-        for member in self.members:
-            member.observe(target_pass)
+        if target_pass.prefill and self.gate is not None:  # admission: each prompt's commitment, if any
+            for slot, row, n in zip(target_pass.slots, target_pass.tokens.tolist(), target_pass.num_committed):
+                commitment = self.gate.commit(row[:n])
+                if commitment is None:
+                    self._committed.pop(slot, None)
+                else:
+                    self._committed[slot] = commitment
+        for index, member in enumerate(self.members):
+            rows = [row for row, slot in enumerate(target_pass.slots) if self._serves(slot, index)]
+            if rows:
+                member.observe(_pass_rows(target_pass, rows))
+
+    def _serves(self, slot: int, index: int) -> bool:
+        """Whether member ``index`` follows the sequence in ``slot``: decided per step, or committed to it."""
+        commitment = self._committed.get(slot)
+        return commitment is None or commitment[0] == index
 
     def release(self, slot: int) -> None:
         self._sequences.pop(slot, None)
+        self._committed.pop(slot, None)
         for member in self.members:
             member.release(slot)
 
@@ -94,79 +124,100 @@ class SwitchingProposer:
     def propose(self, request: ProposeInput) -> Proposal:
         start = time.perf_counter()
         batch, device = len(request.slots), request.last_tokens.device
-        found = self.lookup.find(request.histories, self.depth)
-        members = time.perf_counter() - start  # the lookup's and the members' time: not the policy's
-        offers = [len(row) for row in found]
-        choices = self.policy.decide_for(batch)([self._observe(slot, history, offer) for slot, history, offer
-                                                 in zip(request.slots, request.histories, offers)])
-        stop_below = self.policy.confidence_for(batch)  # a model drafter taken drafts to its confidence's k
-        method, k = [], []  # plain lists: per-row array operations cost more than they save
-        for (m, d), offer in zip(choices, offers):
-            d = min(d, self.depth, offer) if m == self._ngram else min(d, self.depth)
-            if stop_below is not None and d > 0 and m != self._ngram:
-                d = self.depth  # at most; the drafter stops each row at its first draft below p
-            method.append(m if d > 0 else NONE)
-            k.append(d)
-        if method[0] not in (NONE, self._ngram) and method.count(method[0]) == batch:  # one model drafter, every row
-            begun = time.perf_counter()
-            proposal = self.members[method[0]].propose(replace(request, k=max(k), want_confidence=True,
-                                                               stop_below=stop_below))
+        commitments = [self._committed.get(slot) for slot in request.slots]
+        decided = [c is None for c in commitments]  # rows the policy decides at this step
+        searched = [row for row, c in enumerate(commitments) if c is None or c[0] == self._ngram]
+        found: list[list[int]] = [[] for _ in range(batch)]  # n-gram's proposal per row ([]: not searched)
+        for row, proposal in zip(searched, self.lookup.find([request.histories[r] for r in searched], self.depth)):
+            found[row] = proposal
+        method, k = [NONE] * batch, [0] * batch  # plain lists: per-row array operations cost more than they save
+        stop: list[float | None] = [None] * batch  # p where a row drafts to its drafter's confidence
+        for row, commitment in enumerate(commitments):  # a committed row: its chain
+            if commitment is not None:
+                method[row], k[row] = self._capped(*commitment, len(found[row]))
+        members = time.perf_counter() - start  # the lookup's, the members' and committed rows' time: not the policy's
+        deciding = [row for row in range(batch) if decided[row]]
+        if deciding:
+            choices = self.policy.decide_for(len(deciding))(
+                [self._observe(request.slots[row], request.histories[row], len(found[row])) for row in deciding])
+            stop_below = self.policy.confidence_for(batch)  # a model drafter taken drafts to its confidence's k
+            for row, choice in zip(deciding, choices):
+                method[row], k[row] = self._capped(*choice, len(found[row]))
+                if stop_below is not None and method[row] not in (NONE, self._ngram):  # at most the depth: the
+                    k[row], stop[row] = self.depth, stop_below  # drafter stops the row at its first draft below p
+        if method[0] not in (NONE, self._ngram) and all(m == method[0] and p == stop[0] for m, p in zip(method, stop)):
+            begun = time.perf_counter()  # one model drafter, every row, one rule: its proposal as it is
+            proposal = self.members[method[0]].propose(replace(request, k=max(k), want_confidence=bool(deciding),
+                                                               stop_below=stop[0]))
             members += time.perf_counter() - begun
-            first_prob = proposal.confidence[:, 0].tolist()
+            first_prob = proposal.confidence[:, 0].tolist() if deciding else [None] * batch
             tokens, probs = proposal.tokens, proposal.probs
-            if stop_below is not None:
+            if stop[0] is not None:
                 k = proposal.draft_len.tolist()
-            draft_len = proposal.draft_len if min(k) == max(k) or stop_below is not None \
+            draft_len = proposal.draft_len if min(k) == max(k) or stop[0] is not None \
                 else torch.tensor(k, dtype=torch.long, device=device)
         else:
-            tokens, k, probs, first_prob, seconds = self._merge(request, method, k, found, stop_below)
+            tokens, k, probs, first_prob, seconds = self._merge(request, method, k, stop, decided, found)
             draft_len = torch.tensor(k, dtype=torch.long, device=device)
             members += seconds
-        names = self.policy.methods
-        for row, slot in enumerate(request.slots):
-            state = self._sequences[slot]
+        for row in deciding:
+            state = self._sequences[request.slots[row]]
             state.step = (method[row], k[row], len(request.histories[row]), found[row])
             state.prob = first_prob[row]
-            self._choices[slot] = (NO_SD, 0) if method[row] == NONE else (names[method[row]], k[row])
-        self._policy_seconds += time.perf_counter() - start - members
+        names = self.policy.methods
+        for slot, m, d in zip(request.slots, method, k):
+            self._choices[slot] = (NO_SD, 0) if m == NONE else (names[m], d)
+        if deciding:
+            self._policy_seconds += time.perf_counter() - start - members
         return Proposal(tokens, draft_len, probs)
 
-    def _merge(self, request: ProposeInput, method: list[int], k: list[int], found: list[list[int]],
-               stop_below: float | None = None
+    def _capped(self, method: int, k: int, offer: int) -> tuple[int, int]:
+        """(method, k) as a row proposes it: k at most the depth and, for the lookup, its ``offer``
+        now; (none, 0) where that leaves nothing."""
+        k = min(k, self.depth, offer) if method == self._ngram else min(k, self.depth)
+        return (method, k) if k > 0 and method != NONE else (NONE, 0)
+
+    def _merge(self, request: ProposeInput, method: list[int], k: list[int], stop: list[float | None],
+               decided: list[bool], found: list[list[int]]
                ) -> tuple[torch.Tensor, list[int], torch.Tensor | None, list[float | None], float]:
-        """Rows that chose different proposers (or none): each member proposes for its rows, with
-        the deepest k among them (a model drafter stopping each row at its first draft below
-        ``stop_below``), and the proposals are merged into tokens [batch, depth], each row's k (the
-        drafter's own where it stopped a row sooner) and probs (None under greedy decoding), plus
-        each row's first-draft probability and the seconds the members took."""
+        """Rows that chose different proposers (or none), or drafted by one model drafter under
+        different rules (``stop``: p where a row decided per step drafts to its first draft below
+        p, None where it drafts its k): each member proposes once per rule for its rows, with the
+        deepest k among them, and the proposals are merged into tokens [batch, depth], each row's
+        k (the drafter's own where it stopped a row sooner) and probs (None under greedy
+        decoding), plus the first-draft probability of each row ``decided`` per step that a model
+        drafter served, and the seconds the members took."""
         batch, device, seconds, k = len(request.slots), request.last_tokens.device, 0.0, list(k)
         drafted = [[0] * self.depth for _ in range(batch)]  # [batch][depth] draft tokens
-        probs, probs_of = None, {}
+        probs, probs_of = None, []
         first_prob: list[float | None] = [None] * batch
-        for index, member in enumerate(self.members):
-            rows = [row for row in range(batch) if method[row] == index]
-            if not rows:
-                continue
+        groups: dict[tuple[int, float | None], list[int]] = {}  # (member, rule) → its rows
+        for row, (m, p) in enumerate(zip(method, stop)):
+            if m != NONE:
+                groups.setdefault((m, p), []).append(row)
+        for (index, stop_below), rows in groups.items():
             if index == self._ngram:
                 for row in rows:
                     drafted[row][: len(found[row])] = found[row]
                 continue
-            subset = _subset(request, rows, max(k[row] for row in rows), confidence=True, stop_below=stop_below)
+            subset = _subset(request, rows, max(k[row] for row in rows), confidence=any(decided[row] for row in rows),
+                             stop_below=stop_below)
             begun = time.perf_counter()
-            proposal = member.propose(subset)
+            proposal = self.members[index].propose(subset)
             seconds += time.perf_counter() - begun
-            for row, draft, value, length in zip(rows, proposal.tokens[:, : self.depth].tolist(),
-                                                 proposal.confidence[:, 0].tolist(), proposal.draft_len.tolist()):
+            confidence = proposal.confidence[:, 0].tolist() if subset.want_confidence else [None] * len(rows)
+            for row, draft, value, length in zip(rows, proposal.tokens[:, : self.depth].tolist(), confidence,
+                                                 proposal.draft_len.tolist()):
                 drafted[row][: len(draft)] = draft
                 first_prob[row] = value
                 k[row] = min(k[row], length)
             if proposal.probs is not None:
-                probs_of[index] = (rows, proposal.probs)
+                probs_of.append((rows, proposal.probs))
         tokens = torch.tensor(drafted, dtype=torch.long, device=device)
         if probs_of:  # sampled rows: the members' distributions, point masses elsewhere
-            vocab = next(iter(probs_of.values()))[1].shape[-1]
+            vocab = probs_of[0][1].shape[-1]
             probs = torch.zeros(batch, self.depth, vocab, device=device).scatter_(-1, tokens[:, :, None], 1.0)
-            for rows, member_probs in probs_of.values():
+            for rows, member_probs in probs_of:
                 probs[rows, : member_probs.shape[1]] = member_probs
         return tokens, k, probs, first_prob, seconds
 
@@ -197,3 +248,15 @@ def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = F
     return ProposeInput([request.slots[r] for r in rows], request.last_tokens[index], request.positions[index],
                         [request.histories[r] for r in rows], k, request.sampling.rows(rows),
                         want_confidence=confidence, stop_below=stop_below)
+
+
+def _pass_rows(target_pass: TargetPass, rows: list[int]) -> TargetPass:
+    """The rows ``rows`` of ``target_pass``; a prefill pass cut to the longest prompt among them
+    (the width a member's own prefill runs over)."""
+    if len(rows) == len(target_pass.slots):  # every row: nothing to slice
+        return target_pass
+    width = max(target_pass.num_committed[r] for r in rows) if target_pass.prefill else target_pass.tokens.shape[1]
+    index = torch.as_tensor(rows, dtype=torch.long, device=target_pass.tokens.device)
+    return TargetPass([target_pass.slots[r] for r in rows], target_pass.tokens[index, :width],
+                      [target_pass.start[r] for r in rows], [target_pass.num_committed[r] for r in rows],
+                      [hidden[index, :width] for hidden in target_pass.hidden], target_pass.prefill)
