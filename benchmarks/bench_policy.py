@@ -60,7 +60,7 @@ def engine_bookkeeping(records, policy: LearnedPolicy, steps: int = 40) -> tuple
     requests = records[:64]
 
     def walk():
-        proposer, chooser = SwitchingProposer(policy, [], lookup=None), policy.chooser(len(requests))
+        proposer, chooser = SwitchingProposer(policy, [], lookup=None, batch_size=len(requests)), policy.chooser(len(requests))
         histories = [list(map(int, r.prompt_token_ids)) + [int(r.output_token_ids[0])] for r in requests]
         for step in range(steps):
             for slot, (record, history) in enumerate(zip(requests, histories)):

@@ -286,7 +286,7 @@ def throughput(target: Transformer, draft: Transformer | None, k: int, batch: in
         proposer = DraftModelProposer(ProposerConfig("draft", k, batch, capacity), draft, target)
         if policy is not None:
             ngram = NgramProposer(ProposerConfig("ngram", k, batch, capacity), target.device)
-            proposer = SwitchingProposer(policy, [ngram, proposer], ngram)
+            proposer = SwitchingProposer(policy, [ngram, proposer], ngram, batch)
     engine = Engine(target, proposer, k, batch, max_len)
     gen = torch.Generator().manual_seed(batch)
     prompts = [
