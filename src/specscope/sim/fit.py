@@ -25,6 +25,10 @@ acceptance that no feature before it carries. p is the best of :data:`CONFIDENCE
 for the training datasets' throughput, walked in mixed mode at that batch size (distinct rows
 stop at different drafts while the drafter's passes run to the deepest: at larger batch sizes
 none tends to win).
+
+The admission gate. Last, each batch size's rule gets a gate (:mod:`specscope.sim.fit_gate`)
+that commits a request, from its prompt, to one method's chain where the training data says a
+chain serves such requests better than keeping the switch open — kept only where it pays.
 """
 
 from __future__ import annotations
