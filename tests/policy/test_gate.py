@@ -133,23 +133,57 @@ def test_a_request_committed_to_the_lookup_pays_no_drafter_prefill_and_no_policy
     assert split["drafting"] - unpriced["drafting"] == pytest.approx(steps[0] * (0.03 + 0.02))  # the decided one's
 
 
-def test_a_fit_keeps_a_gate_that_commits_requests_where_a_chain_serves_them_best():
+SWITCH_COSTS = LinearCostModel("switching costs", 1.0, 0.05, 0.0, 0.05, drafting={
+    "ngram": FractionDrafting(0.02), "eagle": LinearDrafting(c_fixed=0.2, c_tok=0.1, c_kv=0.0, c_prefill=0.02),
+    "learned": LinearDrafting(c_fixed=0.05, c_tok=0.0, c_kv=0.0, c_req=0.05)})
+
+
+def workloads(rng: np.random.Generator, copying: int, free: int) -> tuple[list[TraceRecord], list[TraceRecord]]:
+    """Datasets of long prompts whose output n-gram copies and of short ones only EAGLE drafts
+    well (12 requests each; prompt lengths interleaved across datasets of a kind)."""
+    copy = [long_record(f"c{d}-{i}", 60 + 2 * i + d, [5] * 30, rng.integers(1, 3, 30).tolist(), f"copy{d}")
+            for d in range(copying) for i in range(12)]
+    draft = [long_record(f"f{d}-{i}", 4 + (i + d) % 4, [1] * 30, rng.integers(2, 5, 30).tolist(), f"free{d}")
+             for d in range(free) for i in range(12)]
+    return copy, draft
+
+
+def test_a_fit_keeps_a_gate_that_carries_to_the_datasets_it_did_not_see():
     """Long prompts whose output n-gram copies, short ones that only EAGLE drafts well, and a
-    switch that costs (EAGLE's prefill of every prompt, the policy's work): the fit commits the
-    long prompts to n-gram and the file holds the gate, which the policy reads back."""
+    switch that costs (EAGLE's prefill of every prompt, the policy's work): each dataset walked
+    with the gate fitted on the others gains, so the fit keeps the gate, which commits the long
+    prompts to n-gram; the file holds it and the policy reads it back."""
     from specscope.policy.learned import choosers_from_json
     from specscope.sim.fit import fit_policy
 
-    rng = np.random.default_rng(0)
-    copying = [long_record(f"c{i}", 60 + i, [5] * 30, rng.integers(1, 3, 30).tolist(), "copy") for i in range(12)]
-    free = [long_record(f"f{i}", 4 + i % 3, [1] * 30, rng.integers(2, 5, 30).tolist(), "free") for i in range(12)]
-    cost = LinearCostModel("switching costs", 1.0, 0.05, 0.0, 0.05, drafting={
-        "ngram": FractionDrafting(0.02), "eagle": LinearDrafting(c_fixed=0.2, c_tok=0.1, c_kv=0.0, c_prefill=0.02),
-        "learned": LinearDrafting(c_fixed=0.05, c_tok=0.0, c_kv=0.0, c_req=0.05)})
-    document = fit_policy(copying + free, METHODS, cost, [1, 4], max_k=4)
+    copying, free = workloads(np.random.default_rng(0), 2, 2)
+    document = fit_policy(copying + free, METHODS, SWITCH_COSTS, [1, 4], max_k=4)
     choosers = choosers_from_json(json.loads(json.dumps(document)), METHODS)
     for b in (1, 4):
         kept = choosers[b].gate
         assert kept is not None
         assert all(kept.commit(r.prompt_token_ids.tolist()) == (0, 4) for r in copying)
         assert all(kept.commit(r.prompt_token_ids.tolist()) in (None, (1, kept.options[1][1])) for r in free)
+
+
+def test_a_fit_on_one_dataset_has_no_gate_and_says_so():
+    """Nothing tells how a gate fitted on one workload carries to another: none is fitted."""
+    from specscope.sim.fit import fit_policy
+
+    copying, _ = workloads(np.random.default_rng(0), 1, 0)
+    notes: list[str] = []
+    document = fit_policy(copying, METHODS, SWITCH_COSTS, [1], max_k=4, notes=notes)
+    assert document["models"][0]["gate"] is None
+    assert any("admission gate" in note and "one dataset" in note for note in notes)
+
+
+def test_a_gate_that_does_not_carry_to_an_unseen_dataset_is_dropped():
+    """Copying workloads of overlapping prompt lengths where one copies and the other does not:
+    the gate fitted on one commits the other's requests to the wrong chain, so none is kept."""
+    from specscope.sim.fit import fit_policy
+
+    rng = np.random.default_rng(1)
+    copy = [long_record(f"c{i}", 30 + i, [5] * 30, rng.integers(1, 3, 30).tolist(), "copies") for i in range(12)]
+    other = [long_record(f"o{i}", 30 + i, [1] * 30, rng.integers(3, 6, 30).tolist(), "drafts") for i in range(12)]
+    document = fit_policy(copy + other, METHODS, SWITCH_COSTS, [1], max_k=4)
+    assert document["models"][0]["gate"] is None

@@ -274,6 +274,9 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     if unweighed and notes is not None and unweighed not in notes:
         notes.append(unweighed)
     datasets = by_dataset(on_common_positions(records, methods))
+    if len(datasets) < 2 and notes is not None:
+        notes.append(f"no admission gate: fitted on one dataset ({next(iter(datasets))}), nothing tells how a gate "
+                     "carries to another workload (fit on two or more to weigh one)")
     gates = fit_gates(datasets, {b: walked_sample(datasets, b, rng) for b in batch_sizes},
                       LearnedPolicy("fit", methods, choosers_from_json(document, methods), document), cost, depths)
     for model in document["models"]:

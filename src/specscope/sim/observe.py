@@ -12,6 +12,7 @@ where a record holds no n-gram trace, that lookup's agreement with the output is
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import numpy as np
@@ -33,17 +34,15 @@ class Observer:
         self._methods = methods
         self._prompt = record.prompt_token_ids
         self._output = record.output_token_ids
-        self._tokens = tuple(self._prompt.tolist() + self._output.tolist())  # sliced per step: an immutable copy
         ngram = record.proposers.get("ngram")
         if ngram is None or ngram.draft_len is None:
-            lookup = ngram_trace(self._prompt, self._output, k_max)
-            ngram = lookup if ngram is None else ngram  # no n-gram trace: its agreement is the lookup's, as an engine's
-            offer = lookup.draft_len
-        else:
-            offer = ngram.draft_len
+            offer, looked_up = _lookup(np.asarray(self._prompt, dtype=np.int64).tobytes(),
+                                       np.asarray(self._output, dtype=np.int64).tobytes(), k_max)
+            ngram_acc = looked_up if ngram is None else ngram.acc_len  # no n-gram trace: its agreement is the
+        else:  # lookup's, as an engine's
+            offer, ngram_acc = ngram.draft_len, ngram.acc_len
         self._offer = np.minimum(offer[:length], k_max).tolist()
-        self._ngram_acc = ngram.acc_len[:length].tolist()
-        self._overlap = prompt_overlap(self._prompt, self._output).tolist()
+        self._ngram_acc = ngram_acc[:length].tolist()
         self._length = length
         self._acc = [record.acc_len(m)[:length].tolist() for m in methods]
         self._prob = [None if m == "ngram" or record.proposers[m].draft_prob is None
@@ -63,17 +62,29 @@ class Observer:
         prob = self._prob[method]
         return None if prob is None else int(confident_drafts(prob[pos - 1: pos], threshold, cap)[0])
 
+    @functools.cached_property
+    def _tokens(self) -> tuple[int, ...]:  # sliced per step: an immutable copy (made at the first observation)
+        return tuple(self._prompt.tolist() + self._output.tolist())
+
+    @functools.cached_property
+    def _overlap(self) -> list[float]:
+        return prompt_overlap(self._prompt, self._output).tolist()
+
     def observe(self, pos: int) -> Observation:
         """The observation before the step at ``pos``."""
         return self._history.observation(pos, len(self._prompt), self._tokens[: len(self._prompt) + pos],
                                          self._offer[pos - 1],
                                          self._overlap[pos - 1])
 
+    def emitted(self, pos: int, method: int, k: int) -> int:
+        """The tokens the step at ``pos`` emits (``method`` proposing ``k``; NONE or k = 0:
+        nothing), never past the output's end, as every walk (:func:`~specscope.sim.plan.walk_request`)."""
+        return 1 if method == NONE or k == 0 else min(self._acc[method][pos - 1], k + 1, self._length - pos)
+
     def step(self, pos: int, method: int, k: int) -> int:
-        """Run the step at ``pos`` (``method`` proposing ``k``; NONE or k = 0: nothing) and
-        record its censored outcome; returns the tokens it emitted (never past the output's end,
-        as every walk: :func:`~specscope.sim.plan.walk_request`)."""
-        emitted = 1 if method == NONE or k == 0 else min(self._acc[method][pos - 1], k + 1, self._length - pos)
+        """Run the step at ``pos`` (:meth:`emitted`) and record its censored outcome; returns the
+        tokens it emitted."""
+        emitted = self.emitted(pos, method, k)
         offer = self._offer[pos - 1]
         matched = min(self._ngram_acc[pos - 1] - 1, emitted, offer)
         prob = None
@@ -89,6 +100,15 @@ class Observer:
         if method == NONE or k == 0:
             return 0
         return int(accepted_drafts(self._acc[method][pos - 1], k))
+
+
+@functools.lru_cache(maxsize=4096)
+def _lookup(prompt: bytes, output: bytes, k_max: int) -> tuple[np.ndarray, np.ndarray]:
+    """(draft_len, acc_len) of :func:`~specscope.tracing.ngram.ngram_trace` over the int64 token
+    ids ``prompt`` and ``output`` (as bytes: a fit walks each record many times; the lookup, a
+    loop over every position, is computed once per record and depth)."""
+    lookup = ngram_trace(np.frombuffer(prompt, dtype=np.int64), np.frombuffer(output, dtype=np.int64), k_max)
+    return lookup.draft_len, lookup.acc_len
 
 
 def offer_notes(records: Sequence[TraceRecord]) -> list[str]:

@@ -149,15 +149,20 @@ class _Walk:
         self.observer = Observer(record, methods, self.length, k_max)
         self.k_max, self.pos, self.steps = k_max, 1, []
         self.committed = None if gate is None else gate.commit(record.prompt_token_ids.tolist())
+        self.left = 0  # a committed request: its steps not yet run in a lockstep walk
+        if self.committed:  # a chain depends on no decision: every step at once, nothing observed
+            while self.pos < self.length:
+                self.take(*self.committed, record_outcome=False)
+            self.left = len(self.steps)
 
     @property
     def done(self) -> bool:
-        return self.pos >= self.length
+        return self.left == 0 if self.committed else self.pos >= self.length
 
     def observe(self):
         return self.observer.observe(self.pos)
 
-    def take(self, method: int, k: int, stop_below: float | None = None) -> None:
+    def take(self, method: int, k: int, stop_below: float | None = None, record_outcome: bool = True) -> None:
         """Apply a decision: k capped at the deepest k and at what n-gram offers (0: none); with
         ``stop_below`` p, a model drafter taken proposes to its first draft below p instead, at most
         the deepest k (:meth:`~specscope.sim.observe.Observer.confident_k`)."""
@@ -169,7 +174,7 @@ class _Walk:
                 confident = self.observer.confident_k(method, self.pos, stop_below, self.k_max)
                 k = k if confident is None else confident
         method = method if k > 0 else NONE
-        emitted = self.observer.step(self.pos, method, k)
+        emitted = (self.observer.step if record_outcome else self.observer.emitted)(self.pos, method, k)
         self.steps.append((self.pos, k, emitted, self.observer.accepted(self.pos, method, k), method))
         self.pos += emitted
 
@@ -197,11 +202,8 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
     if not together:
         p = stop_below(batch_size)
         for walk in walks:
-            while not walk.done:
-                if walk.committed:  # a plain chain: its k, no confidence rule
-                    walk.take(*walk.committed)
-                else:
-                    walk.take(*decide([walk.observe()] * batch_size)[0], p)  # B copies of it
+            while not walk.done and not walk.committed:  # a committed one walked its chain already
+                walk.take(*decide([walk.observe()] * batch_size)[0], p)  # B copies of it
     else:
         waiting, running, fresh = iter(walks), [], []
         while True:
@@ -214,8 +216,8 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
             if running:
                 p = stop_below(len(running))
                 for walk in running:
-                    if walk.committed:
-                        walk.take(*walk.committed)
+                    if walk.committed:  # its chain's next step, walked already
+                        walk.left -= 1
                 deciding = [w for w in running if not w.committed]
                 if deciding:
                     for walk, choice in zip(deciding, decide([w.observe() for w in deciding])):
