@@ -166,15 +166,23 @@ def test_a_fit_keeps_a_gate_that_carries_to_the_datasets_it_did_not_see():
         assert all(kept.commit(r.prompt_token_ids.tolist()) in (None, (1, kept.options[1][1])) for r in free)
 
 
-def test_a_fit_on_one_dataset_has_no_gate_and_says_so():
-    """Nothing tells how a gate fitted on one workload carries to another: none is fitted."""
+def test_a_fit_on_one_dataset_has_no_gate_and_says_so_unless_kept_in_sample():
+    """Nothing tells how a gate fitted on one workload carries to another: none is fitted, unless
+    asked to keep it in sample (a policy run on the workloads it was fitted on); none where asked."""
     from specscope.sim.fit import fit_policy
 
     copying, _ = workloads(np.random.default_rng(0), 1, 0)
+
+    def free_of(count: int) -> list[TraceRecord]:
+        return workloads(np.random.default_rng(2), 0, count)[1]
+
     notes: list[str] = []
     document = fit_policy(copying, METHODS, SWITCH_COSTS, [1], max_k=4, notes=notes)
     assert document["models"][0]["gate"] is None
     assert any("admission gate" in note and "one dataset" in note for note in notes)
+    fitted = fit_policy(copying, METHODS, SWITCH_COSTS, [1], max_k=4, gate="fitted")  # kept in sample: it gains
+    assert fitted["models"][0]["gate"] is not None and fitted["training"]["gate"] == "fitted"
+    assert fit_policy(copying + free_of(1), METHODS, SWITCH_COSTS, [1], max_k=4, gate="none")["models"][0]["gate"] is None
 
 
 def test_a_gate_that_does_not_carry_to_an_unseen_dataset_is_dropped():
@@ -187,3 +195,21 @@ def test_a_gate_that_does_not_carry_to_an_unseen_dataset_is_dropped():
     other = [long_record(f"o{i}", 30 + i, [1] * 30, rng.integers(3, 6, 30).tolist(), "drafts") for i in range(12)]
     document = fit_policy(copy + other, METHODS, SWITCH_COSTS, [1], max_k=4)
     assert document["models"][0]["gate"] is None
+
+
+def test_explain_shows_each_gate_and_whom_it_commits(tmp_path, capsys):
+    """`policy explain FILE --traces T`: the gate per batch size (its chains and weights), how it
+    was kept, how many requests of each dataset it commits, and a committed record's chain."""
+    from specscope.cli import main
+    from specscope.sim.fit import fit_policy
+    from specscope.trace.load import write_traces
+
+    copying, free = workloads(np.random.default_rng(0), 2, 2)
+    path, traces = tmp_path / "policy.json", tmp_path / "t.jsonl"
+    path.write_text(json.dumps(fit_policy(copying + free, METHODS, SWITCH_COSTS, [1], max_k=4)))
+    write_traces(traces, copying[:3] + free[:2])
+    assert main(["policy", "explain", str(path), "--traces", str(traces)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "admission gate (kept where the training datasets, each walked with the gate fitted on the others, gained)" in out
+    assert "ngram k=4" in out and "(committed)" in out  # the first record, a copying one, walked as its chain
+    assert "copy0 │ 1 │ 0 │ ngram k=4: 3" in out

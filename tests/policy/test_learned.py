@@ -497,6 +497,8 @@ def test_the_shift_is_the_requests_own_log_odds_against_the_training_rates_per_d
     (lambda d: d.pop("coef"), "malformed policy file"),
     (lambda d: d["models"][0].update(batch_size=0), r"models\[0\]\.batch_size: .* got 0"),
     (lambda d: d.update(scale=[0.0] * len(d["scale"])), "positive scales"),
+    (lambda d: d["training"].update(gate="sometimes"), "training: .*how its gates were kept: carried, fitted, none"),
+    (lambda d: d["models"][0].update(gate={"options": [[0, 1]]}), r"gate: expected an object with options"),
     # the cost model it was fitted for, checked as a cost model file is (NaN, text, -5 or a bare name were read)
     (lambda d: d["cost_model"]["forward"].update(c_fixed=-5), r"cost_model: field 'forward\.c_fixed': .*got -5"),
     (lambda d: d["cost_model"]["forward"].update(c_fixed="abc"), r"cost_model: field 'forward\.c_fixed'"),
@@ -818,7 +820,9 @@ def test_leave_one_out_says_where_the_held_out_policy_cannot_reach_its_datasets_
             for w in (0, 1)} == {7}
     deeper = ("held out '{}': its policy proposes at most k = 6 (as deep as its training traces, {}, tell, at most "
               "20), where '{}' was traced to k = 8: the best fixed k and the oracles there may go deeper than it can")
-    assert notes == ["held out 'w0': its policy learned from 101 steps of 6 requests of w1, too few to weigh 27 features",
+    assert notes == ["no admission gate for a policy fitted on one dataset: nothing tells how a gate carries to "
+                     "another workload (fit on two or more to weigh one, or keep it in sample: --gate fitted)",
+                     "held out 'w0': its policy learned from 101 steps of 6 requests of w1, too few to weigh 27 features",
                      deeper.format("w0", "w1", "w0"),
                      "held out 'w1': its policy learned from 92 steps of 6 requests of w0, too few to weigh 27 features",
                      deeper.format("w1", "w0", "w1")]

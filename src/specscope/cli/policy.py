@@ -26,6 +26,7 @@ from specscope.cli._common import (
 from specscope.costmodel.registry import DEFAULT_COST_MODEL
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_json_output
+from specscope.policy.gate import CARRIED, GATE_KEPT
 
 EXAMPLE_STEPS = 4  # explain: decisions shown along the first record's steps
 FEW_JUDGED = 30  # explain: an AUC over fewer first drafts than this is not shown
@@ -52,11 +53,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "the step with the most expected tokens for its time (see specscope.sim.fit and "
                     "specscope.policy.learned). Where the traces keep every model drafter's probability of each "
                     "draft (draft_prob) as deep as the policy proposes, each batch size's rule also gets the "
-                    "p (or none) at which a model drafter it takes stops at its first unconfident draft. Use the "
+                    "p (or none) at which a model drafter it takes stops at its first unconfident draft. With "
+                    "two or more datasets, each batch size may get an admission gate that commits a request, "
+                    "from its prompt, to one method's chain (kept only where the datasets, each walked with "
+                    "the gate fitted on the others, gain: specscope.sim.fit_gate). Use the "
                     "file with `simulate --policies learned:FILE`.")
     add_trace_options(fit, choice=False)  # the walk itself keeps to the positions its proposers cover
     add_policy_options(fit, "preset, roofline:GPU:MODEL[:DRAFT], or a JSON/TOML file")
     fit.add_argument("--seed", type=validate.arg(validate.seed), default=0, help="the walk's draws (n-gram's guessed no-match steps)")
+    fit.add_argument("--gate", choices=GATE_KEPT, default=CARRIED,
+                     help="how each batch size's admission gate is kept: carried (default) where the datasets, each "
+                          "walked with the gate fitted on the others, gain (none from one dataset); fitted where the "
+                          "datasets gain in sample (a policy run on the workloads it was fitted on); none")
     fit.add_argument("--max-k", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                      help="the longest proposal the policy may make (default: the deepest k every dataset's "
                           "traces can replay with each method — their k_max, and no deeper than the most drafts each "
@@ -158,7 +166,7 @@ def run_fit(args: argparse.Namespace) -> int:
     notes: list[str] = []
     document = fit_policy(records, tuple(args.acc), cost, args.batch_sizes, args.seed, args.traces, args.max_k,
                           cost_label=cost_label(args.cost_model, cost), notes=notes,
-                          checkpoints=[traced_checkpoints(Path(source))[1] for source in args.traces])
+                          checkpoints=[traced_checkpoints(Path(source))[1] for source in args.traces], gate=args.gate)
     atomic_write_text(args.output, json.dumps(document, indent=1) + "\n")
     depth, training = len(document["intercept"][0]), document["training"]
     for note in [*offer_notes(records), *notes]:
@@ -490,15 +498,17 @@ def show_gates(policy, traces: list | None) -> None:
     from specscope.trace.schema import by_dataset
 
     gates = {b: chooser.gate for b, chooser in sorted(policy.choosers.items())}
+    kept = {"carried": "kept where the training datasets, each walked with the gate fitted on the others, gained",
+            "fitted": "kept where the training datasets gained in sample: for the workloads it was fitted on",
+            "none": "none asked for"}[policy.document["training"].get("gate", "carried")]
     if all(gate is None for gate in gates.values()):
-        print("admission gate: none (no chain served the training requests better than the per-step rule): "
-              "every request is decided per step")
+        print(f"admission gate: none at any batch size ({kept}): every request is decided per step")
         return
 
     def chain(option: tuple[int, int]) -> str:
         return f"{policy.methods[option[0]]} k={option[1]}"
 
-    print_table("admission gate: from its prompt alone, a request is committed to the chain of the greatest predicted "
+    print_table(f"admission gate ({kept}): from its prompt alone, a request is committed to the chain of the greatest predicted "
                 "gain g = w · z + b (the log ratio of its tokens per second to the per-step rule's; z: the standardised "
                 f"features {', '.join(ADMISSION_FEATURES)}) where that is above 0, else decided per step",
                 ["B", "chain", *[f"w {name}" for name in ADMISSION_FEATURES], "b", "prompt lengths judged"],

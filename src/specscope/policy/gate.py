@@ -36,6 +36,8 @@ ADMISSION_FEATURES = {
     "prompt_repeat": "share of the prompt's trigrams that occur earlier in the prompt",
 }
 
+CARRIED, FITTED, NO_GATE = "carried", "fitted", "none"  # how a fit keeps a gate (specscope.sim.fit_gate)
+GATE_KEPT = (CARRIED, FITTED, NO_GATE)
 Commitment = tuple[int, int] | None  # (method index, k) a request is committed to; None: decided per step
 
 

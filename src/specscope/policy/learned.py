@@ -39,7 +39,7 @@ from specscope.reading import parse_json
 from specscope.methods import METHODS, method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
-from specscope.policy.gate import ADMISSION_FEATURES, Gate
+from specscope.policy.gate import ADMISSION_FEATURES, CARRIED, GATE_KEPT, Gate
 from specscope.policy.observation import NONE, Decide, Observation
 from specscope.trace.fields import Fields
 from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
@@ -170,10 +170,11 @@ def load_policy(path: str | Path) -> LearnedPolicy:
                 or not all(isinstance(source, str) for source in training["sources"]) or not all(
                 type(training[count]) is int and training[count] >= 0 for count in ("requests", "steps")
                 if count in training) or not all(isinstance(training.get(text, ""), str)
-                                                 for text in ("made_by", "cost_model")):
+                                                 for text in ("made_by", "cost_model")) \
+                or training.get("gate", CARRIED) not in GATE_KEPT:
             raise ValueError(f"training: expected what it was fitted on (an object with its sources' names, its "
-                             f"requests and steps as counts, and the code that fitted it and the cost model's name as "
-                             f"text), got {training!r:.60}")
+                             f"requests and steps as counts, the code that fitted it and the cost model's name as "
+                             f"text, and how its gates were kept: {', '.join(GATE_KEPT)}), got {training!r:.60}")
         _check_checkpoints(training)
     except KeyError as error:
         raise SpecscopeError(f"{path}: malformed policy file: missing field {error.args[0]!r}") from None

@@ -45,6 +45,7 @@ from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
+from specscope.policy.gate import CARRIED
 from specscope.policy.learned import MAX_STEP_S, SCHEMA, LearnedPolicy, choosers_from_json
 from specscope.policy.observation import NONE
 from specscope.sim.fit_gate import fit_gates
@@ -220,7 +221,7 @@ def depth_caps(records: Sequence[TraceRecord], methods: Sequence[str],
 def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: CostModel,
                batch_sizes: Sequence[int], seed: int = 0, sources: Sequence[str] = (),
                max_k: int | None = None, cost_label: str | None = None, notes: list[str] | None = None,
-               checkpoints: Sequence[dict[str, str]] | None = None) -> dict:
+               checkpoints: Sequence[dict[str, str]] | None = None, gate: str = CARRIED) -> dict:
     """The policy file's JSON object (:mod:`specscope.policy.learned`) fitted on ``records``;
     it proposes at most ``max_k`` (default: the depth every dataset among ``records`` was traced to,
     so that it replays on each of them, at most :data:`J_MAX`) — set it to the longest k the cost
@@ -230,7 +231,8 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     that depth are unobserved. ``cost_label``: what the training record names the cost model by
     (its file too, where that is not its name); ``notes`` gets why no confidence rule was weighed;
     ``checkpoints``: per source, what its traces say produced them (method → fingerprint, ``model``
-    the target; {} where they say nothing), which an engine running the policy checks its own against."""
+    the target; {} where they say nothing), which an engine running the policy checks its own against;
+    ``gate``: how each batch size's admission gate is kept (:func:`~specscope.sim.fit_gate.fit_gates`)."""
     require_methods(records, methods)
     for m in methods:
         cost.drafting_for(m)
@@ -274,17 +276,19 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     if unweighed and notes is not None and unweighed not in notes:
         notes.append(unweighed)
     datasets = by_dataset(on_common_positions(records, methods))
-    if len(datasets) < 2 and notes is not None:
-        notes.append(f"no admission gate: fitted on one dataset ({next(iter(datasets))}), nothing tells how a gate "
-                     "carries to another workload (fit on two or more to weigh one)")
+    alone = ("no admission gate for a policy fitted on one dataset: nothing tells how a gate carries to another "
+             "workload (fit on two or more to weigh one, or keep it in sample: --gate fitted)")
+    if gate == CARRIED and len(datasets) < 2 and notes is not None and alone not in notes:
+        notes.append(alone)
     gates = fit_gates(datasets, {b: walked_sample(datasets, b, rng) for b in batch_sizes},
-                      LearnedPolicy("fit", methods, choosers_from_json(document, methods), document), cost, depths)
+                      LearnedPolicy("fit", methods, choosers_from_json(document, methods), document), cost, depths,
+                      gate)
     for model in document["models"]:
-        gate = gates[model["batch_size"]]
-        model["gate"] = None if gate is None else gate.to_json()
+        kept = gates[model["batch_size"]]
+        model["gate"] = None if kept is None else kept.to_json()
     document["training"] = {"sources": list(sources), "requests": len(records), "steps": walked, "median_kv": kv,
                             "seconds": round(time.perf_counter() - started, 1), "seed": seed,
-                            "cost_model": cost_label or cost.name, "made_by": code_version()}
+                            "cost_model": cost_label or cost.name, "made_by": code_version(), "gate": gate}
     if checkpoints is not None:
         document["training"]["checkpoints"] = list(checkpoints)
     return document

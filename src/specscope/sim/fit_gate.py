@@ -11,7 +11,9 @@ log ratios of each chain's tokens per second to the rule's, fitted by a ridge re
 to workloads it did not see: the training datasets, each walked in mixed mode at B with the gate
 fitted on the others, beat their walks without a gate (summed log throughput over the datasets,
 as the confidence rule is chosen). With one training dataset nothing tells that, and no batch
-size has a gate (fitted on one workload, a gate commits another workload's requests to the
+size has a gate. A policy run on the very workloads it was fitted on (``specscope study``) may keep
+its gates in sample instead (``fitted``: the training datasets walked with the gate fitted on all
+of them must gain), as its per-step rule is fitted in sample (fitted on one workload, a gate commits another workload's requests to the
 first one's chain: fitted on gsm8k, it committed ShareGPT's requests at B = 64 to EAGLE, 1.36×
 against n-gram k = 4's 1.82×, roofline H100).
 """
@@ -24,7 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from specscope.costmodel.base import CostModel
-from specscope.policy.gate import Gate, admission_features
+from specscope.policy.gate import CARRIED, NO_GATE, Gate, admission_features
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
@@ -49,16 +51,19 @@ def best_k(score: Callable[[int], float], depth: int) -> int:
 
 
 def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str, list[TraceRecord]]],
-              policy: LearnedPolicy, cost: CostModel, depths: dict[str, int]) -> dict[int, Gate | None]:
-    """The gate per batch size of ``policy`` (None where none pays, and at every batch size where
-    ``datasets`` holds fewer than two datasets: nothing then tells how a gate carries to another
-    workload): fitted on ``datasets``' requests (each walked within its own ``depths`` entry),
-    kept or dropped by the walks of ``walked[B]`` (the requests of each dataset the mixed-mode
-    walks at B read), each dataset's walked with the gate fitted without it."""
+              policy: LearnedPolicy, cost: CostModel, depths: dict[str, int],
+              kept: str = CARRIED) -> dict[int, Gate | None]:
+    """The gate per batch size of ``policy`` (None where none pays): fitted on ``datasets``'
+    requests (each walked within its own ``depths`` entry), kept or dropped by the walks of
+    ``walked[B]`` (the requests of each dataset the mixed-mode walks at B read). ``kept``
+    (:data:`~specscope.policy.gate.GATE_KEPT`): ``carried``, each dataset walked with the gate
+    fitted without it (none at every batch size where ``datasets`` holds fewer than two: nothing
+    then tells how a gate carries to another workload); ``fitted``, every dataset walked with the
+    gate fitted on all (for a policy run on the workloads it was fitted on); ``none``, none."""
     from sklearn.linear_model import Ridge
     from threadpoolctl import threadpool_limits
 
-    if len(datasets) < 2:
+    if kept == NO_GATE or (kept == CARRIED and len(datasets) < 2):
         return {b: None for b in policy.choosers}
     methods, drafting = policy.methods, SwitchDrafting.of(cost, policy.methods, causal=True)
     chain_depth = min(depths.values())  # a chain replays on every dataset within its depth
@@ -95,6 +100,8 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
         options = tuple((m, best_k(lambda k: score(Gate.always((m, k))), chain_depth)) for m in range(len(methods)))
         gains = np.log(np.stack([per_request(Gate.always(o)) for o in options], axis=1)) \
             - np.log(per_request(None))[:, None]  # [R, O]
-        held_out = sum(score(fitted(gains, options, source != name), [name]) for name in datasets)
-        gates[b] = fitted(gains, options, np.ones(len(source), dtype=bool)) if held_out > score(None) else None
+        gate = fitted(gains, options, np.ones(len(source), dtype=bool))
+        judged = sum(score(fitted(gains, options, source != name), [name]) for name in datasets) \
+            if kept == CARRIED else score(gate)
+        gates[b] = gate if judged > score(None) else None
     return gates

@@ -252,6 +252,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     from specscope.backends.reference import run_bench
     from specscope.methods import LEARNED
     from specscope.policy.learned import load_policy
+    from specscope.policy.gate import FITTED
     from specscope.sim.fit import fit_policy
     from specscope.trace import load_traces
     from specscope.tracing.settings import traced_checkpoints
@@ -268,10 +269,13 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     if not config.policy_path.exists():
         document = fit_policy(load_traces(traces)[0], methods, cost, config.batch_sizes,
                               sources=[_stem(t) for t in traces], max_k=config.k,
-                              checkpoints=[traced_checkpoints(t)[1] for t in traces])  # the models it learned
+                              checkpoints=[traced_checkpoints(t)[1] for t in traces],  # the models it learned
+                              gate=FITTED)  # run on the workloads it was fitted on: its gates kept in sample
         atomic_write_text(config.policy_path, json.dumps(document) + "\n")
+        gated = [str(m["batch_size"]) for m in document["models"] if m["gate"] is not None]
         say(f"policy  fitted over {'+'.join(methods)} at B={','.join(map(str, config.batch_sizes))}: "
-            f"{document['training']['steps']} steps of {document['training']['requests']} requests")
+            f"{document['training']['steps']} steps of {document['training']['requests']} requests; an admission "
+            f"gate (kept in sample) at " + (f"B={','.join(gated)}" if gated else "no batch size"))
     else:
         say(f"policy  {config.policy_path.name} kept (fitted before over {'+'.join(methods)})")
     policy = load_policy(config.policy_path)
