@@ -278,7 +278,9 @@ FIGURES = [
                   "as its walk replays them) and, below it, markers of its steps (colour = proposer, height = "
                   "k + 1): check that it switches to n-gram where n-gram's acc_len is bright (long) and proposes "
                   "little where both are dark (short) "
-                  f"(each request walked alone, at batch size {min(d.config.sim.batch_sizes)})."
+                  f"(each request walked alone, at batch size {min(d.config.sim.batch_sizes)}; a request the "
+                  "policy's admission gate commits from its prompt runs one chain from its first step: one colour, "
+                  "one k, n-gram's cut to what it offers)."
                   + ("" if not d.policy_choices or d.policy_choices[0].confidence is None else
                      f" There its rule stops a model drafter at its confidence: such a step's k is where the "
                      f"drafter's probability of a draft first fell below p = {d.policy_choices[0].confidence:g}."),
