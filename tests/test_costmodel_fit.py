@@ -136,6 +136,39 @@ def test_a_policys_own_work_is_fitted_from_its_policy_s_alone(tmp_path):
     assert model.drafting_for("draft").c_fixed == pytest.approx(0.001, rel=1e-6)  # the others as before
 
 
+def test_a_policys_own_work_is_fitted_over_the_rows_it_decided(tmp_path):
+    """With an admission gate some rows are committed to a chain and cost the policy nothing: the
+    work is fitted over ``policy_rows`` (0.1 ms + 0.02 ms per row decided, whatever the rows
+    running), and a step that decided no row (``policy_s`` 0) is left out of the fit."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.fit import fit_linear
+
+    records = tmp_path / "steps.jsonl"
+    synthetic_records(records)
+    learned = []
+    for i, (batch, rows) in enumerate([(1, 1), (2, 1), (4, 2), (8, 3), (8, 8), (4, 0), (8, 0)] * 4):
+        work = 1e-4 + 2e-5 * rows if rows else 0.0
+        verify = 0.002 + 1e-4 * 4 * batch + 2e-7 * 100 * batch + 5e-5 * batch + 3e-4
+        learned.append({**step(i, "learned", 3, batch, 100 * batch, verify, draft=0.003 + work), "policy_s": work,
+                        "policy_rows": rows})
+    with records.open("a") as handle:
+        handle.write("".join(json.dumps(line) + "\n" for line in learned))
+    work = fit_linear(read_steps([records]))[0].drafting_for("learned")
+    assert (work.c_fixed, work.c_req) == (pytest.approx(1e-4, rel=1e-6), pytest.approx(2e-5, rel=1e-6))
+
+
+@pytest.mark.parametrize("record, message", [
+    ({"method": "draft", "policy_rows": 1}, "field 'policy_rows': expected none on a step of method 'draft'"),
+    ({"method": "learned", "policy_rows": 3}, "field 'policy_rows'"),  # more rows than the step's one
+])
+def test_policy_rows_is_a_policy_steps_count_of_its_rows(tmp_path, capsys, record, message):
+    bad = tmp_path / "steps.jsonl"
+    bad.write_text(json.dumps({**step(0, record["method"], 2, 1, 0, 0.01, draft=0.001),
+                               "policy_rows": record["policy_rows"]}) + "\n")
+    assert main(["costmodel", "fit", str(bad), "-o", str(tmp_path / "m.json")]) == 2
+    assert f"steps.jsonl:1: {message}" in capsys.readouterr().err
+
+
 def test_a_policy_s_beyond_draft_s_is_refused(tmp_path, capsys):
     bad = tmp_path / "steps.jsonl"
     bad.write_text(json.dumps({**step(0, "learned", 2, 1, 0, 0.01, draft=0.001), "policy_s": 0.002}) + "\n")

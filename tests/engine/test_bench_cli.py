@@ -47,6 +47,7 @@ RECORD_FIELDS = {
     "choices",
     "kv_longest",
     "confidence",
+    "policy_rows",
 }
 
 

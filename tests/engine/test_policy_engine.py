@@ -187,6 +187,7 @@ def test_step_records_tell_the_policys_own_work_apart(setup):
     run(engine, prompts, 12)
     decode = [r for r in engine.step_records if r.tokens_verified]
     assert decode and all(0 < r.policy_s <= r.draft_s for r in decode)
+    assert all(r.policy_rows == r.batch_size - r.prefill_requests for r in engine.step_records)  # no gate: all
     # Probe: every step was recorded "learned, k = depth", what each row took nowhere: now its choices
     for r in engine.step_records:
         assert len(r.choices) == r.batch_size and sum(c is None for c in r.choices) == r.prefill_requests
@@ -194,7 +195,7 @@ def test_step_records_tell_the_policys_own_work_apart(setup):
         assert all(c is None or c[0] in ("none", "ngram", "eagle") for c in r.choices)
     plain = Engine(target, None, K, 2, MAX_SEQ_LEN)
     run(plain, prompts, 4)
-    assert all(r.policy_s == 0.0 and r.choices is None for r in plain.step_records)
+    assert all(r.policy_s == 0.0 and r.choices is None and r.policy_rows is None for r in plain.step_records)
 
 
 def test_sampled_requests_run(setup):
@@ -459,7 +460,7 @@ def test_a_gate_committing_every_request_to_ngram_keeps_the_head_out(setup, tmp_
     for offers, choices in seen:
         assert choices == [("ngram", min(2, o)) if o else ("none", 0) for o in offers]
     assert {c[0] for _, choices in seen for c in choices} == {"ngram", "none"}
-    assert all(r.policy_s == 0.0 for r in engine.step_records)
+    assert all(r.policy_s == 0.0 and r.policy_rows == 0 for r in engine.step_records)
 
 
 def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_path):

@@ -48,8 +48,17 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     learned_from = json.loads((out / "policy.json").read_text())["training"]["checkpoints"]  # an engine checks them
     assert learned_from and all(set(c) == {"model", "draft"} for c in learned_from)
     assert all(row["greedy_match"] for row in json.loads((out / "learned" / "echo.json").read_text()))
-    work = json.loads((out / "costmodel.json").read_text())["drafting"]["learned"]  # the policy's own work, priced
-    assert work["c_fixed"] + work["c_req"] > 0 and "the policy's own work per step" in first
+    # the policy's own work, priced from the steps where it decided a row (its gate may commit them all)
+    steps = [json.loads(line) for line in (out / "learned" / "echo.steps.jsonl").read_text().splitlines()]
+    decided = [s for s in steps if s["method"] == "learned" and s["tokens_verified"] and s["policy_rows"]]
+    drafting = json.loads((out / "costmodel.json").read_text())["drafting"]
+    assert ("learned" in drafting) == bool(decided)
+    if decided:
+        assert drafting["learned"]["c_fixed"] + drafting["learned"]["c_req"] > 0
+        assert "the policy's own work per step: " in first and "none measured" not in first
+    else:  # every request committed at admission: no work measured, none priced, and said
+        assert any(m["gate"] for m in json.loads((out / "policy.json").read_text())["models"])
+        assert "the policy's own work per step: none measured (its admission gates committed every request" in first
     html = (out / "index.html").read_text()
     assert "Measured against simulated" in html and re.search(r"fig\d+_measured\.png", html)
     assert "measured by this study: its measured/ and learned/ runs" in html and "(--measured" not in html

@@ -71,6 +71,10 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     proposed = fields.integer("tokens_proposed", optional=True)  # absent in records before it existed
     longest = fields.integer("kv_longest", optional=True, maximum=MAX_CONTEXT)  # absent in records before it existed
     confidence = fields.number("confidence", optional=True, low=0.0, low_open=True, high=1.0)
+    policy_rows = fields.integer("policy_rows", optional=True, maximum=values["batch_size"])
+    if policy_rows is not None and method != LEARNED:
+        raise fields.error("policy_rows", f"expected none on a step of method {method!r}: only a policy ({LEARNED}) "
+                                          "decides rows")
     tokens = values["prefill_tokens"]
     prompts = (1 if tokens else 0) if prompts is None else prompts
     if not 0 <= prompts <= values["batch_size"]:
@@ -95,7 +99,7 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
                                                         note=f" (each request emits 1 … {'nodes' if shape else 'k'} + 1 "
                                                              "tokens in a step)").tolist(),
                         prefill_requests=prompts, prefill_width=0 if width is None else width,
-                        kv_longest=0 if longest is None else longest, confidence=confidence,
+                        kv_longest=0 if longest is None else longest, confidence=confidence, policy_rows=policy_rows,
                         tree=None if shape is None else shape.name, **values)
     _check_consistent(fields, step, widest)
     return step

@@ -334,9 +334,11 @@ def _step_seconds(steps: Sequence[MeasuredStep]) -> np.ndarray:
 
 def with_policy_work(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> LinearCostModel:
     """``model`` with the drafting entry ``learned``: a policy's own work, fitted from the decode
-    steps among ``steps`` of an engine running a policy file, their files added to the model's
-    ``step_records`` (``model`` as it is without any)."""
-    learned = [s for s in _decode_and_prefill(steps)[0] if s.method == LEARNED]
+    steps among ``steps`` of an engine running a policy file where it decided some row (a step
+    whose rows its admission gate all committed to chains did no policy work, and the simulator
+    charges none there), their files added to the model's ``step_records`` (``model`` as it is
+    without any)."""
+    learned = [s for s in _decode_and_prefill(steps)[0] if s.method == LEARNED and s.policy_rows != 0]
     if not learned:
         return model
     return replace(model, drafting={**model.drafting, LEARNED: fit_policy_work(learned)},
@@ -344,9 +346,10 @@ def with_policy_work(model: LinearCostModel, steps: Sequence[MeasuredStep]) -> L
 
 
 def fit_policy_work(steps: Sequence[MeasuredStep]) -> LinearDrafting:
-    """A policy's own work per step, ``policy_s ≈ c_fixed + c_req·decoded`` (≥ 0; errors
-    relative to its run's mean whole step, as a drafting's), from the steps of an engine running it."""
-    running = np.array([s.decoded for s in steps], dtype=float)
+    """A policy's own work per step, ``policy_s ≈ c_fixed + c_req·rows`` (≥ 0; errors relative to
+    its run's mean whole step, as a drafting's), from the steps of an engine running it: ``rows``
+    the rows it decided (``policy_rows``; every decoding row where a record does not say)."""
+    running = np.array([s.decoded if s.policy_rows is None else s.policy_rows for s in steps], dtype=float)
     work = np.array([s.policy_s for s in steps])
     c_fixed, c_req = nonnegative_relative_fit(np.column_stack([np.ones_like(running), running]), work,
                                               "a policy's own work", run_means(steps, _step_seconds(steps)))

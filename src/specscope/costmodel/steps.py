@@ -39,7 +39,9 @@ class StepRecord:
     ``k`` is the deepest it may propose), each running request's ``[method, k]`` in batch order
     (``["none", 0]``: it drafted nothing; ``None`` for a request the step prefilled), else ``None``;
     ``confidence``: p of a chain whose drafter ended each row at its first draft below p (``k`` at
-    most; ``bench --confidence``), else ``None``."""
+    most; ``bench --confidence``), else ``None``; ``policy_rows``: the rows a policy decided at the
+    step, the others committed to a chain by its admission gate (``None``: every decoding row, as
+    in records from before the field and of a policy without a gate)."""
 
     step: int
     method: str
@@ -62,6 +64,7 @@ class StepRecord:
     choices: list[list | None] | None = None  # [batch_size]: [method, k] per request (a policy's), None if prefilled
     kv_longest: int = 0  # the longest cache among the rows it decoded (0: none, or a record from before the field)
     confidence: float | None = None  # p where the drafter stopped each row at its first draft below p
+    policy_rows: int | None = None  # rows a policy decided (None: every decoding row)
 
     @property
     def decode_s(self) -> float:

@@ -258,11 +258,16 @@ class Proposer(Protocol):
 @runtime_checkable
 class PolicyTimed(Protocol):
     """A proposer that runs a policy over other proposers and tells which part of its time was
-    the policy's own work (the step record's ``policy_s``), and what it chose for each row (its
-    ``choices``)."""
+    the policy's own work (the step record's ``policy_s``), how many rows it decided
+    (``policy_rows``), and what it chose for each row (its ``choices``)."""
 
     def take_policy_seconds(self) -> float:
         """Seconds of the policy's own work since the last call (then restarts from 0)."""
+        ...
+
+    def take_policy_rows(self) -> int:
+        """Rows the policy decided since the last call (the step record's ``policy_rows``; then
+        restarts from 0): those its admission gate did not commit to a chain."""
         ...
 
     def take_choices(self) -> dict[int, tuple[str, int]]:

@@ -296,6 +296,7 @@ class Engine:
                 prefill_s=seconds["prefill"],
                 tree=None if self.tree is None else self.tree.name,
                 policy_s=0.0 if self._policy_timed is None else self._policy_timed.take_policy_seconds(),
+                policy_rows=None if self._policy_timed is None else self._policy_timed.take_policy_rows(),
                 tokens_proposed=proposed,
                 choices=None if self._policy_timed is None else self._choices(running),
                 confidence=self.confidence,

@@ -83,12 +83,18 @@ class SwitchingProposer:
         self._sequences: dict[int, _Sequence] = {}
         self._committed: dict[int, tuple[int, int]] = {}  # slot → the (method, k) the gate committed it to
         self._policy_seconds = 0.0
+        self._policy_rows = 0
         self._choices: dict[int, tuple[str, int]] = {}
 
     def take_policy_seconds(self) -> float:
         """Seconds of the policy's own work since the last call (module docstring)."""
         seconds, self._policy_seconds = self._policy_seconds, 0.0
         return seconds
+
+    def take_policy_rows(self) -> int:
+        """Rows the policy decided since the last call (the others committed by its gate)."""
+        rows, self._policy_rows = self._policy_rows, 0
+        return rows
 
     def take_choices(self) -> dict[int, tuple[str, int]]:
         """Slot → (method, k) each row took at its last proposal since the last call (``none``, 0:
@@ -169,6 +175,7 @@ class SwitchingProposer:
             self._choices[slot] = (NO_SD, 0) if m == NONE else (names[m], d)
         if deciding:
             self._policy_seconds += time.perf_counter() - start - members
+            self._policy_rows += len(deciding)
         return Proposal(tokens, draft_len, probs)
 
     def _capped(self, method: int, k: int, offer: int) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from specscope.study.run import (
     fidelity_stage,
     fit_stage,
     measure_stage,
+    policy_refit_stage,
     policy_stage,
     policy_work_stage,
     replay_stage,
@@ -119,6 +120,9 @@ def _stages(config: StudyConfig, say: Callable[[str], None]) -> None:
     cost = fit_stage(config, say)
     learned = policy_stage(config, traces, measured, cost, say)
     cost = policy_work_stage(config, cost, say)
+    if policy_refit_stage(config, traces, cost, say):  # its choices weigh its own work now: measured again
+        learned = policy_stage(config, traces, measured, cost, say)
+        cost = policy_work_stage(config, cost, say)
     fidelity = fidelity_stage(config, traces, measured + learned, cost, say)
     replay_stage(config, traces, say)
     from specscope.study.report import study_report

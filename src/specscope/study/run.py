@@ -15,7 +15,9 @@ those files on every run (seconds).
    engine switching per step (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from
    the steps the cost model is fitted to); then the policy's own work per step is fitted from
    those step records and added to ``costmodel.json`` as the drafting entry ``learned``
-   (:func:`policy_work_stage`), as the chains' drafting is fitted from theirs;
+   (:func:`policy_work_stage`), as the chains' drafting is fitted from theirs; where the policy,
+   fitted again with that price, chooses otherwise (its admission gates weigh what keeping the
+   switch open costs), it is written again and measured again (:func:`policy_refit_stage`);
 5. fidelity — simulated vs measured speedup, chain, tree and learned cells (``fidelity.csv``);
 6. replay — the traces against other cost models (``replay_<name>.csv``), the trees against
    the chain of their depth with each one's crossover batch size (``replay_<name>_trees.csv``);
@@ -252,10 +254,6 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     from specscope.backends.reference import run_bench
     from specscope.methods import LEARNED
     from specscope.policy.learned import load_policy
-    from specscope.policy.gate import FITTED
-    from specscope.sim.fit import fit_policy
-    from specscope.trace import load_traces
-    from specscope.tracing.settings import traced_checkpoints
 
     methods = config.policy_methods(measured)
     if methods is None:
@@ -267,15 +265,11 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
             f"{'+'.join(methods)}: fitting it again")  # a cell measured again can change the fastest drafter
         config.policy_path.unlink()
     if not config.policy_path.exists():
-        document = fit_policy(load_traces(traces)[0], methods, cost, config.batch_sizes,
-                              sources=[_stem(t) for t in traces], max_k=config.k,
-                              checkpoints=[traced_checkpoints(t)[1] for t in traces],  # the models it learned
-                              gate=FITTED)  # run on the workloads it was fitted on: its gates kept in sample
+        document = fit_study_policy(config, traces, methods, cost)
         atomic_write_text(config.policy_path, json.dumps(document) + "\n")
-        gated = [str(m["batch_size"]) for m in document["models"] if m["gate"] is not None]
         say(f"policy  fitted over {'+'.join(methods)} at B={','.join(map(str, config.batch_sizes))}: "
-            f"{document['training']['steps']} steps of {document['training']['requests']} requests; an admission "
-            f"gate (kept in sample) at " + (f"B={','.join(gated)}" if gated else "no batch size"))
+            f"{document['training']['steps']} steps of {document['training']['requests']} requests; "
+            + gated(document))
     else:
         say(f"policy  {config.policy_path.name} kept (fitted before over {'+'.join(methods)})")
     policy = load_policy(config.policy_path)
@@ -306,6 +300,49 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     return cells
 
 
+def fit_study_policy(config: StudyConfig, traces: list[Path], methods: list[str], cost) -> dict:
+    """The study's policy file over ``methods``, fitted to its traces under ``cost`` at its batch
+    sizes, proposing at most its k, its gates kept in sample (it runs on the workloads it was
+    fitted on, as its per-step rule is fitted on them)."""
+    from specscope.policy.gate import FITTED
+    from specscope.sim.fit import fit_policy
+    from specscope.trace import load_traces
+    from specscope.tracing.settings import traced_checkpoints
+
+    return fit_policy(load_traces(traces)[0], tuple(methods), cost, config.batch_sizes,
+                      sources=[_stem(t) for t in traces], max_k=config.k,
+                      checkpoints=[traced_checkpoints(t)[1] for t in traces], gate=FITTED)  # the models it learned
+
+
+def gated(document: dict) -> str:
+    """Where a policy file has admission gates, in words."""
+    sizes = [str(m["batch_size"]) for m in document["models"] if m.get("gate") is not None]
+    return f"admission gates (kept in sample) at B={','.join(sizes)}" if sizes else "no admission gate"
+
+
+def policy_refit_stage(config: StudyConfig, traces: list[Path], cost, say: Callable[[str], None]) -> bool:
+    """Fit the policy again where ``policy.json`` was fitted without a price for its own work and
+    ``cost`` now has one (:func:`policy_work_stage`, from its measured cells): its gates and its
+    confidence rule weigh what keeping the switch open costs. Written (and True: measure it
+    again) only where the fit's choices differ; else the file is kept."""
+    from specscope.methods import LEARNED
+
+    if not config.policy_path.exists() or LEARNED not in cost.drafting:
+        return False
+    document = read_json(config.policy_path)
+    if LEARNED in document["cost_model"].get("drafting", {}):
+        return False  # fitted with its work priced already
+    again = fit_study_policy(config, traces, document["methods"], cost)
+    work = cost.drafting_for(LEARNED)
+    priced = f"{1e6 * work.c_fixed:.0f} µs + {1e6 * work.c_req:.0f} µs per running request"
+    if again["models"] == document["models"]:
+        say(f"policy  policy.json chooses alike with its own work priced ({priced}): kept")
+        return False
+    atomic_write_text(config.policy_path, json.dumps(again) + "\n")
+    say(f"policy  fitted again with its own work priced ({priced}): {gated(again)}; measuring it again")
+    return True
+
+
 def _rows(path: Path) -> list[dict]:
     """A measured run's rows (``path``, as :func:`write_measured` wrote them), or a one-line error
     naming the file: one cut short or edited is not read as a run."""
@@ -328,7 +365,10 @@ def policy_work_stage(config: StudyConfig, cost, say: Callable[[str], None]):
 
     learned = checked_steps(config.learned_dir)
     cost = with_policy_work(cost, read_steps(learned)) if learned else cost
-    if LEARNED not in cost.drafting:  # no learned cell measured a decode step
+    if LEARNED not in cost.drafting:  # no learned cell measured a step where the policy decided a row
+        if learned:
+            say("fit     the policy's own work per step: none measured (its admission gates committed every "
+                "request to a chain)")
         return cost
     _write_cost_model(config, cost)
     work = cost.drafting_for(LEARNED)
