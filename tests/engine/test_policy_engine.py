@@ -432,6 +432,28 @@ def refusing(switching) -> None:
     object.__setattr__(switching.policy, "decide_for", decide_for)
 
 
+def test_an_engine_of_more_slots_commits_by_the_gate_of_the_batch_size_it_serves_at(setup, tmp_path):
+    """A bench runs every batch size on one engine of the largest's slots: at each it serves at
+    (``Engine.serve_at``), requests are committed by that batch size's gate, as the simulator's
+    run at that batch size commits them — here none at B = 1, every request at B = 4."""
+    target, head_dir, _, _ = setup
+    path = gated_policy(tmp_path / "p.json", [[METHODS.index("ngram"), 2]], [[0.0] * 3], [1.0])
+    document = json.loads(path.read_text())
+    for model in document["models"]:
+        if model["batch_size"] == 1:
+            model["gate"] = None
+    path.write_text(json.dumps(document))
+    assert {b: load_policy(path).gate_for(b) is None for b in (1, 4)} == {1: True, 4: False}
+    prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
+    engine = switching_engine(target, head_dir, path, 4)
+    for served, decided in ((1, True), (4, False), (1, True)):
+        engine.serve_at(served)
+        engine.reset_stats()
+        run(engine, prompts[:served], 10)
+        decoded = [r for r in engine.step_records if r.tokens_verified]
+        assert decoded and all((r.policy_rows > 0) == decided for r in decoded), served
+
+
 def test_a_gate_committing_every_request_to_ngram_keeps_the_head_out(setup, tmp_path):
     """Every request committed to n-gram at k = 2: the head never prefills or follows a prompt and
     never drafts, the policy neither observes nor decides (policy_s 0), every row proposes

@@ -113,6 +113,7 @@ def _lockstep(
     finished requests released, the decode loop's own work) is added to its ``overhead_s``."""
     for engine in engines:
         engine.reset_stats()
+        engine.serve_at(batch_size)  # a policy's gate commits requests by this batch size's rule
     outputs: list[dict[str, list[int]]] = [{} for _ in engines]
     steps = [_steps(e, requests, batch_size, config, sampling, out) for e, out in zip(engines, outputs)]
     emitted, seconds = [0] * len(engines), [0.0] * len(engines)

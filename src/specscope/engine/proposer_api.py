@@ -265,6 +265,10 @@ class PolicyTimed(Protocol):
         """Seconds of the policy's own work since the last call (then restarts from 0)."""
         ...
 
+    def serve_at(self, batch_size: int) -> None:
+        """Serve at most ``batch_size`` requests at once from now: its admission gate's batch size."""
+        ...
+
     def take_policy_rows(self) -> int:
         """Rows the policy decided since the last call (the step record's ``policy_rows``; then
         restarts from 0): those its admission gate did not commit to a chain."""

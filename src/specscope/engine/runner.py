@@ -376,6 +376,13 @@ class Engine:
         self._free_slots.append(seq.slot)
         self._free_slots.sort()
 
+    def serve_at(self, batch_size: int) -> None:
+        """Run at most ``batch_size`` requests at once from now (a bench's run at one of its batch
+        sizes on an engine of more slots): a policy's admission gate commits requests by that
+        batch size's rule, as the simulator's run at that batch size does."""
+        if self._policy_timed is not None:
+            self._policy_timed.serve_at(batch_size)
+
     def reset_stats(self) -> None:
         """Forget step records and counters (e.g. after a warm-up)."""
         self.stats = SpecDecodeStats(self.k)

@@ -91,6 +91,11 @@ class SwitchingProposer:
         seconds, self._policy_seconds = self._policy_seconds, 0.0
         return seconds
 
+    def serve_at(self, batch_size: int) -> None:
+        """Commit requests admitted from now by ``batch_size``'s gate (an engine of more slots
+        running at most that many requests at once, as a bench's run at that batch size)."""
+        self.gate = self.policy.gate_for(batch_size)
+
     def take_policy_rows(self) -> int:
         """Rows the policy decided since the last call (the others committed by its gate)."""
         rows, self._policy_rows = self._policy_rows, 0

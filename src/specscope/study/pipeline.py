@@ -117,12 +117,12 @@ def _record_version(config: StudyConfig, say: Callable[[str], None]) -> None:
 def _stages(config: StudyConfig, say: Callable[[str], None]) -> None:
     traces = trace_stage(config, say)
     measured = measure_stage(config, say)
-    cost = fit_stage(config, say)
-    learned = policy_stage(config, traces, measured, cost, say)
-    cost = policy_work_stage(config, cost, say)
+    fitted = fit_stage(config, say)  # the chains' and trees' steps: no price yet for the policy's own work
+    learned = policy_stage(config, traces, measured, fitted, say)
+    cost = policy_work_stage(config, fitted, say)
     if policy_refit_stage(config, traces, cost, say):  # its choices weigh its own work now: measured again
         learned = policy_stage(config, traces, measured, cost, say)
-        cost = policy_work_stage(config, cost, say)
+        cost = policy_work_stage(config, fitted, say)  # the work of the policy measured now, or none
     fidelity = fidelity_stage(config, traces, measured + learned, cost, say)
     replay_stage(config, traces, say)
     from specscope.study.report import study_report

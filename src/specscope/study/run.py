@@ -358,19 +358,21 @@ def policy_work_stage(config: StudyConfig, cost, say: Callable[[str], None]):
     :func:`~specscope.costmodel.fit.with_policy_work`) fitted from the learned cells' step
     records, written back to ``costmodel.json``: every later simulation of the policy — the
     fidelity stage, the report's policy section, a ``simulate`` with that file — prices it, and
-    fixed policies and oracles never read it. ``cost`` as it is without learned cells."""
+    fixed policies and oracles never read it. ``cost`` (the fit stage's, without that entry) as it
+    is without learned cells."""
     from specscope.analysis.timesplit import read_steps
     from specscope.costmodel.fit import with_policy_work
     from specscope.methods import LEARNED
 
     learned = checked_steps(config.learned_dir)
-    cost = with_policy_work(cost, read_steps(learned)) if learned else cost
-    if LEARNED not in cost.drafting:  # no learned cell measured a step where the policy decided a row
-        if learned:
-            say("fit     the policy's own work per step: none measured (its admission gates committed every "
-                "request to a chain)")
+    if not learned:
         return cost
+    cost = with_policy_work(cost, read_steps(learned))
     _write_cost_model(config, cost)
+    if LEARNED not in cost.drafting:  # no learned cell measured a step where the policy decided a row
+        say("fit     the policy's own work per step: none measured (its admission gates committed every request to "
+            "a chain)")
+        return cost
     work = cost.drafting_for(LEARNED)
     say(f"fit     the policy's own work per step: {1e6 * work.c_fixed:.0f} µs + {1e6 * work.c_req:.0f} µs "
         "per running request")
