@@ -454,18 +454,23 @@ def test_an_engine_of_more_slots_commits_by_the_gate_of_the_batch_size_it_serves
         assert decoded and all((r.policy_rows > 0) == decided for r in decoded), served
 
 
+def committing_engine(setup, tmp_path: Path, method: str, confidence: float | None = None) -> tuple:
+    """(prompts, their no-SD greedy outputs, the engine, its switching proposer, its head) of an
+    engine whose policy's gate commits every request to ``method`` at k = 2 and may decide none."""
+    target, head_dir, _, _ = setup
+    path = gated_policy(tmp_path / "p.json", [[METHODS.index(method), 2]], [[0.0] * 3], [1.0], confidence=confidence)
+    prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
+    plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
+    engine = switching_engine(target, head_dir, path, len(prompts))
+    refusing(engine.proposer)
+    return prompts, plain, engine, engine.proposer, engine.proposer.members[METHODS.index("eagle")]
+
+
 def test_a_gate_committing_every_request_to_ngram_keeps_the_head_out(setup, tmp_path):
     """Every request committed to n-gram at k = 2: the head never prefills or follows a prompt and
     never drafts, the policy neither observes nor decides (policy_s 0), every row proposes
     min(2, n-gram's offer now) (none where 0); greedy output stays the target's."""
-    target, head_dir, _, _ = setup
-    path = gated_policy(tmp_path / "p.json", [[METHODS.index("ngram"), 2]], [[0.0] * 3], [1.0])
-    prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
-    plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
-    engine = switching_engine(target, head_dir, path, len(prompts))
-    switching = engine.proposer
-    head = switching.members[METHODS.index("eagle")]
-    refusing(switching)
+    prompts, plain, engine, switching, head = committing_engine(setup, tmp_path, "ngram")
     head.observe = head.propose = lambda *_: pytest.fail("the head ran")
     choose, seen = switching.propose, []
 
@@ -489,14 +494,7 @@ def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_pat
     """Every request committed to EAGLE at k = 2, under a policy whose drafter otherwise stops at
     its confidence: every step drafts exactly 2 per row in one call of the head (no confidence
     rule), the n-gram lookup searches no row, nothing is decided; greedy output stays the target's."""
-    target, head_dir, _, _ = setup
-    path = gated_policy(tmp_path / "p.json", [[METHODS.index("eagle"), 2]], [[0.0] * 3], [1.0], confidence=0.6)
-    prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
-    plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
-    engine = switching_engine(target, head_dir, path, len(prompts))
-    switching = engine.proposer
-    head = switching.members[METHODS.index("eagle")]
-    refusing(switching)
+    prompts, plain, engine, switching, head = committing_engine(setup, tmp_path, "eagle", confidence=0.6)
     searched, find, calls, propose = [], switching.lookup.find, [], head.propose
 
     def spying_find(histories, k):
