@@ -213,3 +213,63 @@ def test_explain_shows_each_gate_and_whom_it_commits(tmp_path, capsys):
     assert "admission gate (kept where the training datasets, each walked with the gate fitted on the others, gained)" in out
     assert "ngram k=4" in out and "(committed)" in out  # the first record, a copying one, walked as its chain
     assert "copy0 │ 1 │ 0 │ ngram k=4: 3" in out
+
+
+def test_a_carried_gates_folds_choose_their_chains_without_the_dataset_held_out(monkeypatch):
+    """Each fold of the carried check fits the whole gate — each chain's k too — on the datasets it
+    keeps: with a long-copying dataset held out, the fold's n-gram k is the one the others favour
+    (it was the k chosen on all three, the held-out dataset's own deep copies included)."""
+    import specscope.sim.fit_gate as fit_gate
+    from specscope.sim.fit import fit_policy
+
+    rng = np.random.default_rng(0)
+    records = [long_record(f"{name}{i}", start + 2 * i, [acc] * 40, rng.integers(*eagle, 40).tolist(), name)
+               for name, start, acc, eagle in (("short_copy", 60, 3, (1, 3)), ("long_copy", 61, 9, (1, 3)),
+                                              ("free", 4, 1, (2, 5))) for i in range(12)]
+    chosen, original = [], fit_gate.best_k
+
+    def spy(score, depth):
+        chosen.append(original(score, depth))
+        return chosen[-1]
+
+    monkeypatch.setattr(fit_gate, "best_k", spy)
+    fit_policy(records, METHODS, SWITCH_COSTS, [4], max_k=8)
+    ngram_ks = chosen[::2]  # (n-gram, eagle) per gate: all three datasets, then each fold
+    assert len(ngram_ks) == 4 and ngram_ks[0] >= 7  # on all: the long copies pull k up
+    assert min(ngram_ks[1:]) <= 3  # the fold without the long copies keeps n-gram short
+
+
+def test_a_gate_never_commits_to_a_drafter_its_rule_stops_at_a_confidence(tmp_path):
+    """The engine would run the drafter twice in a step holding committed rows and the rule's:
+    a file whose gate commits to a drafter the policy's rule stops at p is refused (a fit with a
+    confidence rule offers its gate the lookup's chain alone: fit_gate's ``committable``); and a
+    fit's ``gate`` is one of its three ways."""
+    from specscope.errors import SpecscopeError
+    from specscope.policy.learned import load_policy
+    from specscope.sim.fit import fit_policy
+
+    copying, free = workloads(np.random.default_rng(0), 2, 2)
+    document = fit_policy(copying + free, METHODS, SWITCH_COSTS, [1, 4], max_k=4, gate="fitted")
+    assert any(m["gate"] and [1, m["gate"]["options"][1][1]] in m["gate"]["options"] for m in document["models"])
+    document["models"][0]["confidence"] = 0.5
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(SpecscopeError, match=r"models: the gate at batch size \d commits requests to a model drafter"):
+        load_policy(path)
+    with pytest.raises(SpecscopeError, match="gate 'carry': expected one of carried, fitted, none"):
+        fit_policy(copying, METHODS, SWITCH_COSTS, [1], max_k=4, gate="carry")
+
+
+def test_explain_says_an_old_file_predates_gates(tmp_path, capsys):
+    from specscope.cli import main
+    from specscope.sim.fit import fit_policy
+
+    copying, free = workloads(np.random.default_rng(0), 2, 2)
+    document = fit_policy(copying + free, METHODS, SWITCH_COSTS, [1], max_k=4, gate="none")
+    del document["training"]["gate"]
+    for model in document["models"]:
+        del model["gate"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(document))
+    assert main(["policy", "explain", str(path)]) == 0
+    assert "admission gate: none at any batch size (the file predates admission gates)" in capsys.readouterr().out

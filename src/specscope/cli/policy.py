@@ -500,7 +500,8 @@ def show_gates(policy, traces: list | None) -> None:
     gates = {b: chooser.gate for b, chooser in sorted(policy.choosers.items())}
     kept = {"carried": "kept where the training datasets, each walked with the gate fitted on the others, gained",
             "fitted": "kept where the training datasets gained in sample: for the workloads it was fitted on",
-            "none": "none asked for"}[policy.document["training"].get("gate", "carried")]
+            "none": "none asked for", None: "the file predates admission gates"}[
+        policy.document["training"].get("gate")]
     if all(gate is None for gate in gates.values()):
         print(f"admission gate: none at any batch size ({kept}): every request is decided per step")
         return

@@ -401,7 +401,10 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
             raise ValueError(f"models[{i}] (batch size {b}): confidence: expected a probability p, 0 < p <= 1, or "
                              f"null (the drafter's k not stopped by its confidence), got {confidence!r:.40}")
         shape = (len(methods), intercept.shape[1] + 1)
-        gate = None if model.get("gate") is None else gate_from_json(model["gate"], len(methods), shape[1] - 1)
+        try:
+            gate = None if model.get("gate") is None else gate_from_json(model["gate"], len(methods), shape[1] - 1)
+        except ValueError as error:
+            raise ValueError(f"models[{i}] (batch size {b}): {error}") from None
         if seconds.shape != shape or fixed.shape != shape or verify.shape != shape[1:] \
                 or not np.all((seconds > 0) & (seconds <= MAX_STEP_S)) \
                 or not np.all((fixed >= 0) & (fixed <= MAX_STEP_S)) or not np.all((verify >= 0) & (verify <= seconds)):
@@ -415,6 +418,12 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
                               base_rate, fixed, b, verify, pads, span,
                               None if confidence is None else float(confidence), gate)
+    stopped = [b for b, chooser in choosers.items() if chooser.confidence is not None]
+    drafted = [b for b, chooser in choosers.items() if chooser.gate is not None
+               and any(method_named(methods[m]).kind != "lookup" for m, _ in chooser.gate.options)]
+    if stopped and drafted:  # the engine would run the drafter twice in a step holding both kinds of rows
+        raise ValueError(f"models: the gate at batch size {drafted[0]} commits requests to a model drafter, which the "
+                         f"rule at batch size {stopped[0]} stops at a confidence p: a policy does one or the other")
     return choosers
 
 

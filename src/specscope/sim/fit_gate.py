@@ -1,31 +1,36 @@
 """Fit a learned policy's admission gates (:mod:`specscope.policy.gate`), one per batch size.
 
-At batch size B, each method m's chain is the k of the best throughput over the training
-datasets, each walked as a committed request is (the policy's switching engine serving that
-chain alone) in mixed mode at B — at most :data:`~specscope.sim.fit.CONFIDENCE_REQUESTS`
-requests of each dataset or twice B, summed log throughput, k searched upward from 1 until two
-ks in a row fall short of the best. Every training request is then priced in paper mode (B
-copies of it) under the per-step rule and committed to each chain: the gate's targets are the
-log ratios of each chain's tokens per second to the rule's, fitted by a ridge regression
-(scikit-learn) on the standardised admission features. The gate is kept only where it carries
-to workloads it did not see: the training datasets, each walked in mixed mode at B with the gate
-fitted on the others, beat their walks without a gate (summed log throughput over the datasets,
-as the confidence rule is chosen). With one training dataset nothing tells that, and no batch
-size has a gate. A policy run on the very workloads it was fitted on (``specscope study``) may keep
+A gate fitted on some datasets: at batch size B, each method m's chain is the k of the best
+throughput over those datasets, each walked as a committed request is (the policy's switching
+engine serving that chain alone) in mixed mode at B — at most
+:data:`~specscope.sim.fit.CONFIDENCE_REQUESTS` requests of each dataset or twice B, summed log
+throughput, k searched upward from 1 until two ks in a row fall short of the best. Every request
+of those datasets is priced in paper mode (B copies of it) under the per-step rule and committed
+to each chain: the gate's targets are the log ratios of each chain's tokens per second to the
+rule's, fitted by a ridge regression (scikit-learn) on the standardised admission features.
+
+Kept only where it carries to workloads it did not see (``carried``, the default): the training
+datasets, each walked in mixed mode at B with the gate fitted — chains and ridge — on the others,
+beat their walks without a gate (summed log throughput over the datasets, as the confidence rule
+is chosen). With one training dataset nothing tells that, and no batch size has a gate: fitted on
+one workload, a gate commits another workload's requests to the first one's chain (fitted on
+gsm8k, it committed ShareGPT's requests at B = 64 to EAGLE: 1.36× against n-gram k = 4's 1.82×,
+roofline H100). A policy run on the very workloads it was fitted on (``specscope study``) may keep
 its gates in sample instead (``fitted``: the training datasets walked with the gate fitted on all
-of them must gain), as its per-step rule is fitted in sample (fitted on one workload, a gate commits another workload's requests to the
-first one's chain: fitted on gsm8k, it committed ShareGPT's requests at B = 64 to EAGLE, 1.36×
-against n-gram k = 4's 1.82×, roofline H100).
+of them must gain), as its per-step rule is fitted in sample. :data:`CONFIDENCE_NOTE` says which
+methods a gate may commit to.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Sequence
 
 import numpy as np
 
 from specscope.costmodel.base import CostModel
+from specscope.methods import method as method_named
 from specscope.policy.gate import CARRIED, NO_GATE, Gate, admission_features
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.mixed import predict_mixed
@@ -33,6 +38,9 @@ from specscope.sim.paper import predict_paper
 from specscope.sim.switching import SwitchDrafting, causal_plan
 from specscope.trace.schema import TraceRecord
 
+CONFIDENCE_NOTE = ("a policy whose rule stops its model drafter at a confidence p (at any batch size) commits no "
+                   "request to that drafter: the engine would run the drafter twice in a step that holds both, for "
+                   "the committed rows and for the rule's, where the simulator prices one run")
 RIDGE_ALPHA = 1.0  # the ridge penalty on the standardised features' weights
 PAST_BEST = 2  # a chain's k search stops this many k past its best so far (throughput rises, then falls, in k)
 
@@ -82,26 +90,49 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
         return Gate(options, mean, scale, x.min(axis=0), x.max(axis=0), np.atleast_2d(model.coef_),
                     np.atleast_1d(model.intercept_))
 
+    drafters = [m for m, name in enumerate(methods) if method_named(name).kind != "lookup"]
+    stopped = any(chooser.confidence is not None for chooser in policy.choosers.values())
+    committable = [m for m in range(len(methods)) if not (stopped and m in drafters)]  # see CONFIDENCE_NOTE
     gates: dict[int, Gate | None] = {}
     for b in sorted(policy.choosers):
         def plan(group: list[TraceRecord], name: str, gate: Gate | None, together: bool):
             return causal_plan(group, methods, policy.decide_for, depths[name], b, together=together,
                                confidence_for=policy.confidence_for, gate=gate)
 
-        def score(gate: Gate | None, names: Sequence[str] = tuple(walked[b])) -> float:
-            """The summed log throughput of the walks of ``names`` in mixed mode at B."""
-            return sum(math.log(predict_mixed(plan(walked[b][name], name, gate, True), cost, drafting, b).throughput)
-                       for name in names)
+        @functools.cache
+        def walk(name: str, option: tuple[int, int] | None) -> float:
+            """The log throughput of dataset ``name``'s walk in mixed mode at B, every request
+            committed to ``option`` (None: no gate)."""
+            gate = None if option is None else Gate.always(option)
+            return math.log(predict_mixed(plan(walked[b][name], name, gate, True), cost, drafting, b).throughput)
 
-        def per_request(gate: Gate | None) -> np.ndarray:  # [R] paper mode's tokens per second
+        @functools.cache
+        def per_request(option: tuple[int, int] | None) -> np.ndarray:  # [R] paper mode's tokens per second
+            gate = None if option is None else Gate.always(option)
             return np.concatenate([predict_paper(plan(group, name, gate, False), cost, drafting, b).request_throughput
                                    for name, group in datasets.items()])
 
-        options = tuple((m, best_k(lambda k: score(Gate.always((m, k))), chain_depth)) for m in range(len(methods)))
-        gains = np.log(np.stack([per_request(Gate.always(o)) for o in options], axis=1)) \
-            - np.log(per_request(None))[:, None]  # [R, O]
-        gate = fitted(gains, options, np.ones(len(source), dtype=bool))
-        judged = sum(score(fitted(gains, options, source != name), [name]) for name in datasets) \
-            if kept == CARRIED else score(gate)
-        gates[b] = gate if judged > score(None) else None
+        def gate_of(names: Sequence[str]) -> Gate | None:
+            """The gate fitted on the datasets ``names`` alone: each method's chain k the best over
+            their walks, the ridge over their requests (None: no method to commit to)."""
+            options = tuple((m, best_k(lambda k: sum(walk(n, (m, k)) for n in names), chain_depth))
+                            for m in committable)
+            if not options:
+                return None
+            gains = np.log(np.stack([per_request(o) for o in options], axis=1)) - np.log(per_request(None))[:, None]
+            return fitted(gains, options, np.isin(source, names))
+
+        def score(gate: Gate | None, names: Sequence[str]) -> float:
+            """The summed log throughput of the walks of ``names`` in mixed mode at B under ``gate``."""
+            return sum(math.log(predict_mixed(plan(walked[b][n], n, gate, True), cost, drafting, b).throughput)
+                       for n in names)
+
+        gate = gate_of(list(datasets))
+        if gate is None:
+            gates[b] = None
+            continue
+        names = list(walked[b])
+        judged = sum(score(gate_of([n for n in datasets if n != name]), [name]) for name in datasets) \
+            if kept == CARRIED else score(gate, names)
+        gates[b] = gate if judged > sum(walk(n, None) for n in names) else None
     return gates

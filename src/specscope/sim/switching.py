@@ -17,8 +17,8 @@ A switching plan records, per step, the proposer that ran (``Plan.method``: an i
 Pricing (:class:`SwitchDrafting`): each proposer drafts for the requests that chose it in an
 iteration, priced by its own drafting model over just those requests (the lookup model's share
 of the verify time is that of its proposing requests among all running ones). A causal policy
-(``causal``) is priced as the engine runs it: the lookup runs for every running request at every
-step, whatever was chosen — its offer is a feature; a row that took another proposer (or none)
+(``causal``) is priced as the engine runs it: the lookup runs for every running request the
+policy decides, at every step, whatever was chosen — its offer is a feature; a row that took another proposer (or none)
 searched and read none of its drafts: a fitted lookup charges it one pass (k = 0), not the k + 1
 of the step it took, and the paper's fraction model its share of the verify time — and a model
 drafter drafts its rows to the deepest k among them, as the engine batches its passes. The oracles keep the cost model's price
@@ -44,7 +44,8 @@ drafter forward (:func:`catch_up_time`: a fitted model's per-prompt-token drafte
 the paper's models, which charge no drafter prefill; a roofline's compute and activations over
 them, its weights being read by that forward anyway — priced as a forward of their own, with its
 weights, a switch taking exactly EAGLE's oracle steps fell 5 % below that oracle at roofline
-B = 8, 2.20× against 2.30×). Every model drafter among the methods pays its prefill on every prompt (a
+B = 8, 2.20× against 2.30×). Every model drafter among the methods pays its prefill on every prompt
+but those its admission gate commits to another proposer (a
 drafter that read a prompt only at its first draft, measured on the reference engine, lost
 more than it saved: that first read pads every row of the drafter's forward to the prompt's
 width). On an engine that pads the rows of one forward (the cost model's
@@ -55,10 +56,15 @@ padded to the longest among them (the oracles' over every running row), as the t
 (:meth:`~specscope.costmodel.base.StepLoad.cached_read`).
 
 A causal policy's own work (observations, decision, bookkeeping: what an engine spends on the
-policy beyond its proposers) is charged on every step for every running request where the cost
-model has a ``learned`` drafting entry — fitted from an engine's step records
+policy beyond its proposers) is charged on every step for every running request it decides where
+the cost model has a ``learned`` drafting entry — fitted from an engine's step records
 (:func:`~specscope.costmodel.fit.fit_policy_work`); the paper's model and the rooflines have
 none, and charge nothing for it.
+
+A request the policy's admission gate commits at admission (``Plan.committed``:
+:mod:`specscope.policy.gate`) runs as that method's plain chain and is priced as one: no other
+proposer reads its prompt, follows its steps or searches its tokens, and the policy does no work
+for it (a lookup-committed row is priced as a lookup chain's row).
 """
 
 from __future__ import annotations
@@ -339,10 +345,6 @@ class SwitchDrafting:
                                    num_proposing=aggregate((decided & (plan.proposed > 0)).astype(float)),
                                    padded_tokens=rows * deepest(np.where(decided, plan.verify_tokens, 0).astype(float)))
         return BoundSwitch(self, loads, caught_up, prefills, policy_load)
-
-    def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
-        return sum((d.prefill_time(prompt_tokens) for d in self.draftings),
-                   np.zeros_like(np.asarray(prompt_tokens, dtype=float)))
 
     def to_json(self) -> dict:
         policy = {} if self.policy is None else {LEARNED: self.policy.to_json()}
