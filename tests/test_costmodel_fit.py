@@ -159,12 +159,13 @@ def test_a_policys_own_work_is_fitted_over_the_rows_it_decided(tmp_path):
 
 @pytest.mark.parametrize("record, message", [
     ({"method": "draft", "policy_rows": 1}, "field 'policy_rows': expected none on a step of method 'draft'"),
-    ({"method": "learned", "policy_rows": 3}, "field 'policy_rows'"),  # more rows than the step's one
+    ({"method": "learned", "policy_rows": 3}, "field 'policy_rows': expected at most the rows the step decoded"),
+    ({"method": "learned", "policy_rows": 0, "policy_s": 0.0005}, "field 'policy_rows': expected rows the policy "
+                                                                  "decided where its work took"),
 ])
 def test_policy_rows_is_a_policy_steps_count_of_its_rows(tmp_path, capsys, record, message):
     bad = tmp_path / "steps.jsonl"
-    bad.write_text(json.dumps({**step(0, record["method"], 2, 1, 0, 0.01, draft=0.001),
-                               "policy_rows": record["policy_rows"]}) + "\n")
+    bad.write_text(json.dumps({**step(0, record["method"], 2, 1, 0, 0.01, draft=0.001), **record}) + "\n")
     assert main(["costmodel", "fit", str(bad), "-o", str(tmp_path / "m.json")]) == 2
     assert f"steps.jsonl:1: {message}" in capsys.readouterr().err
 

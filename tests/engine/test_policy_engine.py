@@ -409,17 +409,15 @@ def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):
 
 
 def gated_policy(path: Path, options: list[list[int]], weights: list[list[float]], bias: list[float],
-                 mean: tuple[float, ...] = (0.0, 0.0, 0.0), confidence: float | None = None) -> Path:
+                 mean: tuple[float, ...] = (0.0, 0.0, 0.0)) -> Path:
     """:func:`random_policy` (seed 3) with an admission gate at every batch size (bounds wide enough
     for any prompt): ``options`` [[method index, k], …], ``weights`` [O][3] over the features less
-    ``mean``, ``bias`` [O]; and confidence p where given."""
+    ``mean``, ``bias`` [O]."""
     document = json.loads(random_policy(path, seed=3).read_text())
     wide = 1e9
     for model in document["models"]:
         model["gate"] = {"options": options, "mean": list(mean), "scale": [1.0] * 3, "low": [-wide] * 3,
                          "high": [wide] * 3, "weights": weights, "bias": bias}
-        if confidence is not None:
-            model["confidence"] = confidence
     path.write_text(json.dumps(document))
     return path
 
@@ -454,16 +452,32 @@ def test_an_engine_of_more_slots_commits_by_the_gate_of_the_batch_size_it_serves
         assert decoded and all((r.policy_rows > 0) == decided for r in decoded), served
 
 
-def committing_engine(setup, tmp_path: Path, method: str, confidence: float | None = None) -> tuple:
+def committing_engine(setup, tmp_path: Path, method: str) -> tuple:
     """(prompts, their no-SD greedy outputs, the engine, its switching proposer, its head) of an
     engine whose policy's gate commits every request to ``method`` at k = 2 and may decide none."""
     target, head_dir, _, _ = setup
-    path = gated_policy(tmp_path / "p.json", [[METHODS.index(method), 2]], [[0.0] * 3], [1.0], confidence=confidence)
+    path = gated_policy(tmp_path / "p.json", [[METHODS.index(method), 2]], [[0.0] * 3], [1.0])
     prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
     plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
     engine = switching_engine(target, head_dir, path, len(prompts))
     refusing(engine.proposer)
     return prompts, plain, engine, engine.proposer, engine.proposer.members[METHODS.index("eagle")]
+
+
+def test_what_a_failed_step_left_in_the_policys_counts_goes_to_no_record(setup):
+    """A step that fails after the policy decided (its verification, say) leaves its seconds, rows
+    and choices behind; the next step starts from nothing, so its record holds only its own."""
+    target, head_dir, policy_path, _ = setup
+    prompts = [p * 3 for p in prompts_of((4, 5), seed=2)]
+    engine = switching_engine(target, head_dir, policy_path, len(prompts))
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, 8, SamplingParams(), ignore_eos=True)
+    engine.step()  # the prefills
+    engine.proposer._policy_seconds, engine.proposer._policy_rows = 1.0, 5  # as a failed step leaves them
+    engine.proposer._choices[99] = ("ngram", 3)
+    engine.step()
+    record = engine.step_records[-1]
+    assert record.policy_rows == 2 and record.policy_s < 1.0 and len(record.choices) == 2
 
 
 def test_a_gate_committing_every_request_to_ngram_keeps_the_head_out(setup, tmp_path):
@@ -491,10 +505,11 @@ def test_a_gate_committing_every_request_to_ngram_keeps_the_head_out(setup, tmp_
 
 
 def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_path):
-    """Every request committed to EAGLE at k = 2, under a policy whose drafter otherwise stops at
-    its confidence: every step drafts exactly 2 per row in one call of the head (no confidence
-    rule), the n-gram lookup searches no row, nothing is decided; greedy output stays the target's."""
-    prompts, plain, engine, switching, head = committing_engine(setup, tmp_path, "eagle", confidence=0.6)
+    """Every request committed to EAGLE at k = 2: every step drafts exactly 2 per row in one call
+    of the head, the n-gram lookup searches no row, nothing is decided; greedy output stays the
+    target's. (A gate never commits to a drafter its policy's rule stops at a confidence p:
+    tests/policy/test_gate.py.)"""
+    prompts, plain, engine, switching, head = committing_engine(setup, tmp_path, "eagle")
     searched, find, calls, propose = [], switching.lookup.find, [], head.propose
 
     def spying_find(histories, k):
@@ -517,15 +532,15 @@ def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_pat
 
 def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tmp_path):
     """Prompts of 9 tokens committed to EAGLE at k = 3, of 15 and 18 to n-gram at k = 2, of 12
-    decided per step (the gate reads log(1 + P) about log(14.5)), 4 slots over 7 requests, the
-    drafter stopping decided rows at confidence 0.6: the head sees no n-gram-committed row (its
+    decided per step (the gate reads log(1 + P) about log(14.5)), 4 slots over 7 requests: the
+    head sees no n-gram-committed row (its
     prefill cut to the longest prompt it keeps), the lookup never searches an EAGLE-committed
     row, the policy observes and decides only the 12-token prompts' rows, at their count, and
     committed rows take their chains; greedy output stays the target's."""
     target, head_dir, _, _ = setup
     ngram, eagle = METHODS.index("ngram"), METHODS.index("eagle")
     path = gated_policy(tmp_path / "p.json", [[ngram, 2], [eagle, 3]], [[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]],
-                        [0.0, -0.2], mean=(math.log(14.5), 0.0, 0.0), confidence=0.6)
+                        [0.0, -0.2], mean=(math.log(14.5), 0.0, 0.0))
     prompts = [p * 3 for p in prompts_of((3, 4, 5, 6, 4, 3, 4), seed=2)]
     commitment = {9: ("eagle", 3), 12: None, 15: ("ngram", 2), 18: ("ngram", 2)}  # by prompt length
     plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 20)
@@ -580,16 +595,14 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     assert searched and not any(h[:9] in (prompts[0], prompts[5]) for h in searched)
     # the policy: the 12-token prompts' rows, at their count
     assert decisions and all(batch == len(lengths) and set(lengths) == {12} for batch, lengths in decisions)
-    # the head: EAGLE-committed rows drafted to exactly 3, apart from decided rows (confidence 0.6)
-    assert all(set(lengths) == ({9} if stop is None else {12}) for stop, lengths, _ in calls)
-    assert all(set(drafted) == {3} for stop, _, drafted in calls if stop is None)
+    # the head: EAGLE-committed and decided rows in one call a step, no confidence rule
+    assert calls and all(stop is None and set(lengths) <= {9, 12} for stop, lengths, _ in calls)
     # committed rows take their chains (n-gram's cut to its offer)
     for length, offer, taken in choices:
         if commitment[length] == ("eagle", 3):
             assert taken == ("eagle", 3)
         elif commitment[length] == ("ngram", 2):
             assert taken == (("ngram", min(2, offer)) if offer else ("none", 0))
-    assert {None, 0.6} <= {stop for stop, _, _ in calls}, "the head drafts committed and decided rows"
     assert {taken[0] for length, _, taken in choices if length == 12} >= {"ngram", "eagle"}
-    sampled = switching_engine(target, head_dir, path, 4)  # members' distributions merged across rules
+    sampled = switching_engine(target, head_dir, path, 4)  # the members' distributions merged
     assert [len(o) for o in run(sampled, prompts[:4], 12, SamplingParams(temperature=0.8, seed=4))] == [12] * 4

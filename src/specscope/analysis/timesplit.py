@@ -71,10 +71,7 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     proposed = fields.integer("tokens_proposed", optional=True)  # absent in records before it existed
     longest = fields.integer("kv_longest", optional=True, maximum=MAX_CONTEXT)  # absent in records before it existed
     confidence = fields.number("confidence", optional=True, low=0.0, low_open=True, high=1.0)
-    policy_rows = fields.integer("policy_rows", optional=True, maximum=values["batch_size"])
-    if policy_rows is not None and method != LEARNED:
-        raise fields.error("policy_rows", f"expected none on a step of method {method!r}: only a policy ({LEARNED}) "
-                                          "decides rows")
+    policy_rows = fields.integer("policy_rows", optional=True)
     tokens = values["prefill_tokens"]
     prompts = (1 if tokens else 0) if prompts is None else prompts
     if not 0 <= prompts <= values["batch_size"]:
@@ -83,6 +80,16 @@ def parse_step(obj: object, path: Path, line: int) -> MeasuredStep:
     if width is not None and not (tokens == width == 0 or width <= tokens <= prompts * width):  # the longest prompt
         raise fields.error("prefill_width", f"expected the longest of the prompts of prefill_tokens ({tokens}), "
                            f"got {width}")
+    if policy_rows is not None:  # the rows a policy decided: among those the step decoded, and its work theirs
+        if method != LEARNED:
+            raise fields.error("policy_rows", f"expected none on a step of method {method!r}: only a policy "
+                                              f"({LEARNED}) decides rows")
+        if policy_rows > values["batch_size"] - prompts:
+            raise fields.error("policy_rows", f"expected at most the rows the step decoded (batch_size "
+                                              f"{values['batch_size']} less {prompts} prefilled), got {policy_rows}")
+        if policy_rows == 0 and policy > 0:
+            raise fields.error("policy_rows", f"expected rows the policy decided where its work took {policy} s "
+                                              "(policy_s), got 0")
     if policy > values["draft_s"]:
         raise fields.error("policy_s", f"expected at most draft_s ({values['draft_s']}): it is a part of it")
     if tree is not None and method == NO_SD:

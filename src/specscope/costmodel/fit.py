@@ -33,7 +33,7 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
   forward over the same positions, as ``c_prefill·positions``;
 - a policy's own work (the steps of an engine running a policy file, method ``learned``): its
-  ``policy_s`` as ``c_fixed + c_req·decoded`` (:func:`fit_policy_work`; the drafting entry
+  ``policy_s`` as ``c_fixed + c_req·rows`` (the rows it decided: ``policy_rows``) (:func:`fit_policy_work`; the drafting entry
   ``learned``, which the simulator charges a causal policy on every step beside its proposers'
   drafting, :class:`~specscope.sim.switching.SwitchDrafting`). The rest of such a step's drafting
   is its proposers', priced from their own runs;

@@ -40,8 +40,8 @@ class StepRecord:
     (``["none", 0]``: it drafted nothing; ``None`` for a request the step prefilled), else ``None``;
     ``confidence``: p of a chain whose drafter ended each row at its first draft below p (``k`` at
     most; ``bench --confidence``), else ``None``; ``policy_rows``: the rows a policy decided at the
-    step, the others committed to a chain by its admission gate (``None``: every decoding row, as
-    in records from before the field and of a policy without a gate)."""
+    step, the others committed to a chain by its admission gate (``None``: no policy ran, or a
+    record from before the field, where it decided every decoding row)."""
 
     step: int
     method: str

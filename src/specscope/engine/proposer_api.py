@@ -266,7 +266,7 @@ class PolicyTimed(Protocol):
         ...
 
     def serve_at(self, batch_size: int) -> None:
-        """Serve at most ``batch_size`` requests at once from now: its admission gate's batch size."""
+        """The batch size its requests run at from now: its admission gate's."""
         ...
 
     def take_policy_rows(self) -> int:

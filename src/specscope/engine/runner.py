@@ -241,6 +241,9 @@ class Engine:
         running = [s for s in self._running if only is None or s.request_id in only]
         if not running:
             return []
+        if self._policy_timed is not None:  # a failed step's policy counts belong to no record: dropped
+            self._policy_timed.take_policy_seconds(), self._policy_timed.take_policy_rows()
+            self._policy_timed.take_choices()
         clock = self.clock
         clock.reset()
         begin = clock.now()
@@ -377,9 +380,10 @@ class Engine:
         self._free_slots.sort()
 
     def serve_at(self, batch_size: int) -> None:
-        """Run at most ``batch_size`` requests at once from now (a bench's run at one of its batch
-        sizes on an engine of more slots): a policy's admission gate commits requests by that
-        batch size's rule, as the simulator's run at that batch size does."""
+        """Tell a policy the batch size its requests run at from now (a bench's run at one of its
+        batch sizes on an engine of more slots, whose caller admits at most that many): its
+        admission gate commits requests by that batch size's rule, as the simulator's run at that
+        batch size does. It admits as before: the caller keeps to ``batch_size``."""
         if self._policy_timed is not None:
             self._policy_timed.serve_at(batch_size)
 

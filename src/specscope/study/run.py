@@ -324,18 +324,25 @@ def policy_refit_stage(config: StudyConfig, traces: list[Path], cost, say: Calla
     """Fit the policy again where ``policy.json`` was fitted without a price for its own work and
     ``cost`` now has one (:func:`policy_work_stage`, from its measured cells): its gates and its
     confidence rule weigh what keeping the switch open costs. Written (and True: measure it
-    again) only where the fit's choices differ; else the file is kept."""
+    again) only where the fit's choices differ; else the file is kept, and ``policy_refit.json``
+    records that it was checked for this price of its work (a resumed study fits it no more)."""
     from specscope.methods import LEARNED
+    from specscope.policy.learned import stamp
 
     if not config.policy_path.exists() or LEARNED not in cost.drafting:
         return False
     document = read_json(config.policy_path)
     if LEARNED in document["cost_model"].get("drafting", {}):
         return False  # fitted with its work priced already
-    again = fit_study_policy(config, traces, document["methods"], cost)
     work = cost.drafting_for(LEARNED)
-    priced = f"{1e6 * work.c_fixed:.0f} µs + {1e6 * work.c_req:.0f} µs per running request"
+    checked = config.policy_path.with_name("policy_refit.json")  # a refit that chose alike, for this work
+    key = {"policy_sha256": stamp(config.policy_path.read_bytes()), "work": [work.c_fixed, work.c_req]}
+    if checked.exists() and read_json(checked) == key:
+        return False
+    again = fit_study_policy(config, traces, document["methods"], cost)
+    priced = f"{1e6 * work.c_fixed:.0f} µs + {1e6 * work.c_req:.0f} µs per request it decides"
     if again["models"] == document["models"]:
+        atomic_write_text(checked, json.dumps(key) + "\n")
         say(f"policy  policy.json chooses alike with its own work priced ({priced}): kept")
         return False
     atomic_write_text(config.policy_path, json.dumps(again) + "\n")
@@ -375,7 +382,7 @@ def policy_work_stage(config: StudyConfig, cost, say: Callable[[str], None]):
         return cost
     work = cost.drafting_for(LEARNED)
     say(f"fit     the policy's own work per step: {1e6 * work.c_fixed:.0f} µs + {1e6 * work.c_req:.0f} µs "
-        "per running request")
+        "per request it decides")
     return cost
 
 
