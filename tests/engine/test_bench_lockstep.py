@@ -15,7 +15,8 @@ from specscope.backends import reference
 
 
 class FakeEngine:
-    """What _lockstep reads of an engine: a clock, its records and stats."""
+    """What _lockstep reads of an engine: a clock, its records and stats, and the batch size it
+    serves at."""
 
     def __init__(self, name: str, order: list[str]) -> None:
         self.name, self.order = name, order
@@ -25,6 +26,9 @@ class FakeEngine:
     def reset_stats(self) -> None:
         pass
 
+    def serve_at(self, batch_size: int) -> None:
+        self.served_at = batch_size
+
 
 def lockstep(monkeypatch, per_step: dict[str, int], totals: dict[str, int], requests: int, max_tokens: int,
              batch_size: int) -> tuple[list, list[str]]:
@@ -33,6 +37,7 @@ def lockstep(monkeypatch, per_step: dict[str, int], totals: dict[str, int], requ
     order: list[str] = []
 
     def steps(engine, requests, batch_size, config, sampling, outputs):
+        assert engine.served_at == batch_size  # a policy's gate commits by the batch size a run serves at
         for done in range(0, totals[engine.name], per_step[engine.name]):
             order.append(engine.name)
             emitted = min(per_step[engine.name], totals[engine.name] - done)
