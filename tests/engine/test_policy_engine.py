@@ -378,6 +378,42 @@ def test_a_step_whose_target_pass_failed_leaves_no_outcome_behind(setup, monkeyp
         assert all(outcome.emitted > 0 for outcome in state.history._steps)
 
 
+def test_a_heads_step_whose_target_pass_failed_is_retried_row_by_row(setup, monkeypatch):
+    """An EAGLE engine (no policy) whose verification fails once, retried row by row as serve
+    does: the head had dropped the hidden states its proposal read as soon as it proposed, so
+    every retry failed ("propose for slot … before any target pass"). They are dropped at the
+    slot's next target pass now: the retries draft again from them, and the output is no-SD's."""
+    from specscope.assemble import build_proposer
+
+    target, head_dir, _, _ = setup
+    prompts = [p * 3 for p in prompts_of((3, 4), seed=2)]
+    plain = run(Engine(target, None, K, 2, MAX_SEQ_LEN), prompts, 16)
+    config = ProposerConfig("eagle", 3, 2, Engine.cache_capacity(MAX_SEQ_LEN, 3), head_dir)
+    engine = Engine(target, build_proposer(target, "eagle", config), 3, 2, MAX_SEQ_LEN)
+    for i, prompt in enumerate(prompts):
+        engine.add_request(str(i), prompt, 16, SamplingParams(), ignore_eos=True)
+    outputs = {"0": [], "1": []}
+    for _ in range(2):
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+    forward = target.forward
+
+    def failing(*args, **kwargs):  # once: the retries run
+        monkeypatch.setattr(target, "forward", forward)
+        raise RuntimeError("transient")
+
+    monkeypatch.setattr(target, "forward", failing)
+    with pytest.raises(RuntimeError, match="transient"):
+        engine.step()
+    for request in ("0", "1"):
+        for out in engine.step(only={request}):
+            outputs[out.request_id] += out.new_token_ids
+    while engine.num_running():
+        for out in engine.step():
+            outputs[out.request_id] += out.new_token_ids
+    assert [outputs["0"], outputs["1"]] == plain
+
+
 def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):
     """The engine's observation copied each row's whole history into a tuple at every step
     (O(context): 12 µs a row at 8k tokens); it now holds a view of the live history, which shows

@@ -220,6 +220,7 @@ class HeadProposer:
             head.config, config.max_batch_size, config.max_seq_len, target.dtype, target.device
         )
         self.pending: dict[int, tuple[int, list[torch.Tensor]]] = {}
+        self._read: set[int] = set()  # slots whose pending states a proposal read: dropped at their next target pass
 
     @torch.no_grad()
     def observe(self, target_pass: TargetPass) -> None:
@@ -232,6 +233,9 @@ class HeadProposer:
         for row, (slot, start, n) in enumerate(
             zip(target_pass.slots, target_pass.start, target_pass.num_committed)
         ):
+            if slot in self._read:  # the states its last proposal read: that step went through
+                self._read.discard(slot)
+                self.pending.pop(slot, None)
             first = n - 1 if head_prefill else 0  # entries not run yet: first..n-1
             states = fused[row, first:n]  # [n - first, hidden]
             if slot in self.pending and not target_pass.prefill:  # no draft since: catch up later
@@ -254,7 +258,7 @@ class HeadProposer:
             n = len(history) - 1  # the newest token's position
             if slot not in self.pending:
                 raise RuntimeError(f"{self.name}: propose for slot {slot} before any target pass")
-            start, pieces = self.pending[slot]  # dropped once the proposal succeeds (:meth:`_consumed`)
+            start, pieces = self.pending[slot]  # dropped at its next target pass once read (:meth:`_consumed`)
             states = pieces[0] if len(pieces) == 1 else torch.cat(pieces)
             if start + states.shape[0] != n:
                 raise RuntimeError(
@@ -311,13 +315,14 @@ class HeadProposer:
         return proposal
 
     def _consumed(self, slots: list[int]) -> None:
-        """Drop the hidden states a proposal read: only once it succeeded, so that a step that
-        fails (an engine retrying each row alone) finds them still there."""
-        for slot in slots:
-            self.pending.pop(slot, None)
+        """Mark the hidden states a proposal read, to drop at the slot's next target pass (the step
+        went through): a step that fails after its proposal — its verification, say — leaves them
+        for the engine's retry of each row alone."""
+        self._read.update(slots)
 
     def release(self, slot: int) -> None:
         self.pending.pop(slot, None)
+        self._read.discard(slot)
 
     @torch.no_grad()
     def rollout(self, batch: RolloutInput) -> tuple[torch.Tensor, torch.Tensor]:
