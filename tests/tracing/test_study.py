@@ -134,6 +134,42 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert "holds no study.json" in capsys.readouterr().err and (tmp_path / "mine" / "costmodel.json").read_text() == "{}"
 
 
+def test_a_policy_fitted_again_alike_once_its_work_is_priced_is_fitted_no_more_on_resume(target_and_draft, tmp_path,
+                                                                                        capsys, monkeypatch):
+    """A policy without gates decides every row, so its work is measured; fitted again with that
+    price it chooses alike: kept (nothing measured again), and the check is recorded, so a
+    resumed study neither fits nor measures it again."""
+    import specscope.backends.reference as reference
+    import specscope.study.run as run
+    from specscope.sim.fit import fit_policy
+    from specscope.trace import load_traces
+
+    target, draft = target_and_draft
+    workload = tmp_path / "echo.jsonl"
+    prompts = [[5, 6, 7, 8, 5, 6, 7, 8, 5], [9, 10, 11, 9, 10, 11, 9], [3, 4, 3, 4, 3, 4], [20, 21, 22, 23]]
+    workload.write_text("".join(json.dumps({"id": i, "prompt_token_ids": p}) + "\n" for i, p in enumerate(prompts)))
+    argv = ["study", "--model", str(target), "--draft", str(draft), "--workload", str(workload), "--batch-sizes",
+            "1,2", "--max-tokens", "12", "--k-max", "4", "--threads", "1", "-o", str(tmp_path / "study")]
+    fits, benches, bench = [], [], reference.run_bench
+
+    def without_gates(config, traces, methods, cost):  # the study's fit, its gates left out
+        fits.append(1)
+        return fit_policy(load_traces(traces)[0], tuple(methods), cost, config.batch_sizes,
+                          sources=[run._stem(t) for t in traces], max_k=config.k, gate="none")
+
+    monkeypatch.setattr(run, "fit_study_policy", without_gates)
+    monkeypatch.setattr(reference, "run_bench", lambda config, *a, **k: benches.append(config.method) or bench(
+        config, *a, **k))
+    assert main(argv) == 0
+    first = capsys.readouterr().out
+    assert len(fits) == 2 and benches.count("learned") == 1  # fitted, measured, fitted again alike: kept
+    assert "policy  policy.json chooses alike with its own work priced" in first
+    assert (tmp_path / "study" / "policy_refit.json").is_file()
+    fits.clear(), benches.clear()
+    assert main(argv) == 0
+    assert fits == [] and benches == [] and "chooses alike" not in capsys.readouterr().out
+
+
 def test_the_policy_keeps_the_drafter_measured_fastest_over_every_cell(tmp_path):
     """EAGLE 1.2× and 1.1×, MTP 1.3× and 1.0× (geometric means 1.149 and 1.140; a tree cell of
     MTP at 2× is not a chain): EAGLE. With MTP's second cell at 1.05×: MTP (1.168)."""
