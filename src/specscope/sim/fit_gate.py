@@ -99,12 +99,16 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
             return causal_plan(group, methods, policy.decide_for, depths[name], b, together=together,
                                confidence_for=policy.confidence_for, gate=gate)
 
+        def score(gate: Gate | None, names: Sequence[str]) -> float:
+            """The summed log throughput of the walks of ``names`` in mixed mode at B under ``gate``."""
+            return sum(math.log(predict_mixed(plan(walked[b][n], n, gate, True), cost, drafting, b).throughput)
+                       for n in names)
+
         @functools.cache
         def walk(name: str, option: tuple[int, int] | None) -> float:
-            """The log throughput of dataset ``name``'s walk in mixed mode at B, every request
-            committed to ``option`` (None: no gate)."""
-            gate = None if option is None else Gate.always(option)
-            return math.log(predict_mixed(plan(walked[b][name], name, gate, True), cost, drafting, b).throughput)
+            """:func:`score` of dataset ``name`` with every request committed to ``option`` (None: no
+            gate), once per option: the chains' k searches of every fold read it."""
+            return score(None if option is None else Gate.always(option), [name])
 
         @functools.cache
         def per_request(option: tuple[int, int] | None) -> np.ndarray:  # [R] paper mode's tokens per second
@@ -121,11 +125,6 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
                 return None
             gains = np.log(np.stack([per_request(o) for o in options], axis=1)) - np.log(per_request(None))[:, None]
             return fitted(gains, options, np.isin(source, names))
-
-        def score(gate: Gate | None, names: Sequence[str]) -> float:
-            """The summed log throughput of the walks of ``names`` in mixed mode at B under ``gate``."""
-            return sum(math.log(predict_mixed(plan(walked[b][n], n, gate, True), cost, drafting, b).throughput)
-                       for n in names)
 
         gate = gate_of(list(datasets))
         if gate is None:
