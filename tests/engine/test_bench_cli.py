@@ -344,6 +344,7 @@ def test_bench_self_draft_tree_accepts_the_full_depth(llama_dir, workload, tmp_p
     (["--method", "ngram", "--confidence", "0.5"], "--confidence: needs a model drafter"),
     (["--method", "draft", "--tree", "2x1", "--confidence", "0.5"], "not tree 2x1"),
     (["--policy", "p.json", "--confidence", "0.5"], "--confidence: not with --policy"),
+    (["--method", "ngram", "--beside", "2"], "--beside: only with --policy"),
     (["--backend", "openai", "--url", "http://127.0.0.1:1", "--confidence", "0.5"], "only with --backend reference"),
     (["--method", "draft", "--confidence", "0"], "--confidence"),
 ])

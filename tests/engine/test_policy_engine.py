@@ -286,6 +286,37 @@ def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys, monkeypatch):
         server.server_close()
 
 
+def test_bench_beside_runs_the_policys_methods_chains_in_its_lockstep(setup, tmp_path, capsys):
+    """``bench --policy --beside K``: per batch size the learned row, then a chain of K of each of
+    the policy's methods run over the same requests in the same lockstep, each against the no-SD
+    run of its own median repeat, lossless, naming the policy it ran beside; a report reads the
+    three as distinct cells."""
+    from specscope.analysis.measured import read_bench_results
+
+    target, head_dir, policy_path, target_dir = setup
+    prompts = [p * 3 for p in prompts_of((4, 5, 3), seed=7)]
+    workload = write_workload(tmp_path / "w.jsonl", [{"id": str(i), "prompt_token_ids": p} for i, p in enumerate(prompts)])
+    out = tmp_path / "rows.json"
+    assert main(["bench", "--model", str(target_dir), "--policy", str(policy_path), "--draft", str(head_dir),
+                 "--workload", str(workload), "--batch-sizes", "1,3", "--max-tokens", "10", "--ignore-eos",
+                 "--repeats", "3", "--beside", "2", "--records", str(tmp_path / "steps.jsonl"), "-o", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    label = "learned:policy.json (ngram+eagle)"
+    assert [(r["method"], r["k"], r["batch_size"], r.get("beside")) for r in rows] == [
+        ("learned", K, 1, None), ("ngram", 2, 1, label), ("eagle", 2, 1, label),
+        ("learned", K, 3, None), ("ngram", 2, 3, label), ("eagle", 2, 3, label)]
+    assert all(r["greedy_match"] for r in rows)
+    assert "policy" not in rows[1] and rows[1]["policy_sha256"] is None  # a chain, not the policy
+    for row in rows:  # each row one of the three repeats, against the no-SD run beside it
+        assert row["speedup"] == pytest.approx(row["throughput"] / row["baseline_throughput"])
+    steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    assert {(s["method"], s["k"]) for s in steps if s["tokens_verified"] and s["method"] != "none"} >= {
+        ("ngram", 2), ("eagle", 2)}
+    cells = read_bench_results([out])
+    assert [c.label for c in cells[:3]] == [label, "ngram beside learned", "eagle beside learned"]
+    assert [c.beside for c in cells[:3]] == [None, label, label]
+
+
 def test_a_draft_model_member_catches_up_a_long_backlog_beside_a_full_row(tmp_path):
     """n-gram and the bundled draft model: a row that sat the draft model out for many steps drafts
     in the same step as a row near max_seq_len; the catch-up padded the short row past the draft's
@@ -303,7 +334,7 @@ def test_a_draft_model_member_catches_up_a_long_backlog_beside_a_full_row(tmp_pa
         near = max(len(o.tokens) for o in observations) >= limit - 8
         return [(1, 1) if o.prompt_len >= 60 else ((1, 3) if near else (NONE, 0)) for o in observations]
 
-    object.__setattr__(switching.policy, "decide_for", lambda batch: lambda observed: decide(observed))
+    object.__setattr__(switching.policy, "decide_for", lambda batch: lambda observed, waiting=0: decide(observed))
     short, long = list(range(5, 15)), [5 + i % 40 for i in range(60)]
     plain, _ = load_engine(model_dir("target"), max_batch_size=2, max_seq_len=limit)
     expected = [run(plain, [p], limit - len(p))[0] for p in (short, long)]
@@ -340,7 +371,7 @@ def test_a_failed_step_records_each_rows_last_outcome_once(setup):
                      for slot, s in switching._sequences.items()}
     before, decide_for = steps(), switching.policy.decide_for
 
-    def failing(observed):  # fails after the observations (and the records) were made
+    def failing(observed, waiting=0):  # fails after the observations (and the records) were made
         raise RuntimeError("transient")
 
     object.__setattr__(switching.policy, "decide_for", lambda batch: failing)
@@ -429,9 +460,9 @@ def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):
     def spying(batch):
         decide = decide_for(batch)
 
-        def spy(observed):
+        def spy(observed, waiting=0):
             seen.extend((obs, tuple(obs.tokens)) for obs in observed)
-            return decide(observed)
+            return decide(observed, waiting)
 
         return spy
 
@@ -585,7 +616,7 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     head = switching.members[eagle]
     passes, observe, searched, find = [], head.observe, [], switching.lookup.find
     calls, propose, decisions, decide_for = [], head.propose, [], switching.policy.decide_for
-    choices, choose = [], switching.propose
+    choices, choose, rows = [], switching.propose, []
 
     def prompt_len() -> dict[int, int]:  # slot → its request's prompt length
         return {seq.slot: seq.prompt_len for seq in engine._running}
@@ -606,15 +637,16 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     def spying(batch):
         decide = decide_for(batch)
 
-        def spy(observed):
-            decisions.append((batch, [o.prompt_len for o in observed]))
-            return decide(observed)
+        def spy(observed, waiting=0):  # beside them, the step's committed rows wait
+            decisions.append((batch, [o.prompt_len for o in observed], waiting, rows[-1]))
+            return decide(observed, waiting)
 
         return spy
 
     def recording_choice(request):
         offers = [len(lookup(h, switching.depth, switching.lookup.min_n, switching.lookup.max_n))
                   for h in request.histories]
+        rows.append(len(request.slots))
         proposal = choose(request)
         choices.extend((prompt_len()[s], o, switching._choices[s]) for s, o in zip(request.slots, offers))
         return proposal
@@ -629,8 +661,10 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     assert all(width == max(lengths) for width, lengths in prefills) and prefills[0] == (12, [9, 12])
     # the lookup: never an EAGLE-committed row
     assert searched and not any(h[:9] in (prompts[0], prompts[5]) for h in searched)
-    # the policy: the 12-token prompts' rows, at their count
-    assert decisions and all(batch == len(lengths) and set(lengths) == {12} for batch, lengths in decisions)
+    # the policy: the 12-token prompts' rows, at their count, the step's committed rows waiting beside them
+    assert decisions and all(batch == len(lengths) and set(lengths) == {12} and batch + waiting == step_rows
+                             for batch, lengths, waiting, step_rows in decisions)
+    assert any(waiting for _, _, waiting, _ in decisions)
     # the head: EAGLE-committed and decided rows in one call a step, no confidence rule
     assert calls and all(stop is None and set(lengths) <= {9, 12} for stop, lengths, _ in calls)
     # committed rows take their chains (n-gram's cut to its offer)

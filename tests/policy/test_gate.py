@@ -91,7 +91,7 @@ RECORDS = [long_record(f"r{i}", 5 + 7 * i, [4, 1, 1, 3, 1, 2, 1, 1, 4, 1, 1, 1],
 
 
 def every_step_to_eagle(b):
-    return lambda observed: [(1, 1)] * len(observed)
+    return lambda observed, waiting=0: [(1, 1)] * len(observed)
 
 
 @pytest.mark.parametrize("mode", ["paper", "mixed"])
@@ -131,6 +131,26 @@ def test_a_request_committed_to_the_lookup_pays_no_drafter_prefill_and_no_policy
     bare = LinearCostModel("toy", 1.0, 0.1, 0.001, 0.05, drafting={m: COST.drafting[m] for m in METHODS})
     unpriced = predict_paper(plan, bare, SwitchDrafting.of(bare, METHODS, causal=True), 1).time_split
     assert split["drafting"] - unpriced["drafting"] == pytest.approx(steps[0] * (0.03 + 0.02))  # the decided one's
+
+
+def test_a_mixed_walk_tells_the_decided_rows_how_many_committed_rows_wait_beside_them():
+    """Mixed mode, 3 slots, five requests: prompts of 10 tokens or more committed to n-gram k = 2
+    (r1 … r4), r0 decided per step. Each decision of r0 is told how many of the iteration's running
+    rows were committed (they wait for its drafting), as the engine tells the policy."""
+    by_length = gate([(0, 2)], [[1.0, 0, 0]], [-math.log(10)])
+    told = []
+
+    def decide_for(count):
+        def decide(observed, waiting=0):
+            told.append((len(observed), waiting))
+            return [(1, 1)] * len(observed)
+        return decide
+
+    plan = causal_plan(RECORDS, METHODS, decide_for, 8, 3, together=True, gate=by_length)
+    assert plan.committed.tolist() == [-1, 0, 0, 0, 0]
+    steps = plan.steps_per_request  # r0 decodes from iteration 1 beside r1 and r2 (all admitted at 0)
+    assert all(count == 1 for count, _ in told) and len(told) == steps[0]
+    assert told[0] == (1, 2) and {waiting for _, waiting in told} <= {0, 1, 2}
 
 
 SWITCH_COSTS = LinearCostModel("switching costs", 1.0, 0.05, 0.0, 0.05, drafting={

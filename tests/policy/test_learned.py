@@ -402,6 +402,24 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
 
 
 @pytest.mark.parametrize("plain_rows", [0, 64])  # vectorised, and in plain Python
+def test_committed_rows_waiting_beside_a_decided_row_weigh_its_drafting(monkeypatch, plain_rows):
+    """The drafter of the test above, one row decided (E[e] = 1, 1.5, 1.75 at k = 0, 1, 2; every
+    step 1 s a row), F = (0, 0.1, 0.15): θ = 1.75 / 1.15 = 1.522. Each of w committed rows waits
+    for the drafting, counted at θ: the value is E[e] − θ − (1 + w)·θ·F(k_d). w = 0: −0.522,
+    −0.174, 0.000 for k_d = 0, 1, 2 (k = 2); w = 2: −0.522, −0.478, −0.457 (k = 2); w = 3: −0.522,
+    −0.631, −0.685: the row drafts nothing, where alone it drafts k = 2."""
+    import specscope.policy.chooser as chooser_module
+    from specscope.policy.chooser import Chooser
+
+    monkeypatch.setattr(chooser_module, "PLAIN_ROWS", plain_rows)
+    chooser = Chooser(np.zeros((2, 0)), np.array([[-50.0, -50.0], [0.0, 0.0]]), np.ones((2, 3)), 0,
+                      np.full((2, 2), 0.5), np.array([[0.0, 0.0, 0.0], [0.0, 0.1, 0.15]]), batch_size=4)
+    decided = [chooser.choose_group(np.zeros((1, 0)), np.array([0]), np.zeros((1, 2)), waiting=w)
+               for w in range(4)]
+    assert decided == [[(1, 2)]] * 3 + [[(-1, 0)]]
+
+
+@pytest.mark.parametrize("plain_rows", [0, 64])  # vectorised, and in plain Python
 def test_a_group_weighs_every_combination_of_two_drafters(monkeypatch, plain_rows):
     """Two model drafters A and B, J = 1, every step 1 s per row, B = 2: row 0 gains 0.5 from A
     alone (E[e] = 1.5), row 1 0.5 from B alone; a row's θ is its best ratio alone, max(1, 1.5 /

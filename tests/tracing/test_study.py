@@ -32,18 +32,21 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert {"method", "batch_size", "measured_speedup", "simulated_speedup", "error_pct", "tree",
             "tree_nodes"} <= set(rows[0])
     # chains of k = 3 for every method, the two study trees with the drafter (here the draft model),
-    # and the learned policy over n-gram and the draft model, run by the engine
-    assert {(r["method"], r["tree"], r["tree_nodes"], r["batch_size"]) for r in rows} == {
-        (m, tree, nodes, b) for m, tree, nodes in (("ngram", "", ""), ("draft", "", ""), ("draft", "2x1x1", "6"),
-                                                   ("draft", "3x2x1x1", "21"), ("learned", "", ""))
+    # and the learned policy over n-gram and the draft model, run by the engine in lockstep with the
+    # chains of k = 3 of those two
+    label = "learned:policy.json (ngram+draft)"
+    assert {(r["method"], r["tree"], r["tree_nodes"], r["batch_size"], r["beside"]) for r in rows} == {
+        (m, tree, nodes, b, beside) for m, tree, nodes, beside in (
+            ("ngram", "", "", ""), ("draft", "", "", ""), ("draft", "2x1x1", "6", ""), ("draft", "3x2x1x1", "21", ""),
+            ("learned", "", "", ""), ("ngram", "", "", label), ("draft", "", "", label))
         for b in ("1", "2")}
     assert all(r["simulated_speedup"] and r["error_pct"] for r in rows)
     assert {r["ran_on"] for r in rows} == {"cpu float32, 1 thread"}  # where the engine ran (a review: unsaid)
     # probe: a learned row said "learned, k = 3" alone: it names its policy file, methods and hash
-    assert all(r["policy"] == "learned:policy.json (ngram+draft)" and len(r["policy_sha256"]) == 16
-               for r in rows if r["method"] == "learned")
-    assert "fidelity tree cells" in first and "fidelity learned cells" in first
-    assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed \w+ k=3: [\d.]+x\)", first)
+    assert all(r["policy"] == label and len(r["policy_sha256"]) == 16 for r in rows if r["method"] == "learned")
+    assert "fidelity tree cells" in first and "fidelity learned cells" in first and "fidelity chain beside learned" in first
+    assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed beside it \w+ k=3: [\d.]+x; best fixed measured "
+                     r"alone \w+ k=3: [\d.]+x\)", first), first
     assert json.loads((out / "policy.json").read_text())["methods"] == ["ngram", "draft"]
     learned_from = json.loads((out / "policy.json").read_text())["training"]["checkpoints"]  # an engine checks them
     assert learned_from and all(set(c) == {"model", "draft"} for c in learned_from)

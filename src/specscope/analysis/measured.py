@@ -39,13 +39,17 @@ class MeasuredCell:
     ran_on: str | None = None  # where the engine ran, as its row says (``cpu float32, 1 thread``; None: unsaid)
     confidence: float | None = None  # p of a chain whose drafter stopped at its first draft below p (k at most)
     engine: str | None = None  # the engine that measured it, as its row names it (a sweep's; None: unsaid)
+    beside: str | None = None  # a chain run in lockstep beside a learned policy: that policy (its row's label)
 
     @property
     def label(self) -> str:
         """``method`` for a chain, ``method tree:SHAPE`` for a tree, ``method confidence:p`` for a
         chain stopped by the drafter's confidence, a learned cell's policy (its file and methods)
-        where the row names it: what a figure's line and a table's row say."""
-        return self.policy if self.policy is not None else run_label(self.method, self.tree, self.confidence)
+        where the row names it, and ``beside learned`` after a chain run beside a policy: what a
+        figure's line and a table's row say."""
+        if self.policy is not None:
+            return self.policy
+        return run_label(self.method, self.tree, self.confidence) + (" beside learned" if self.beside else "")
 
     @property
     def simulated_policy(self) -> str:
@@ -96,7 +100,8 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
     ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
     ``tree`` (a static tree), a learned cell's ``policy`` and ``policy_sha256``, a chain's ``confidence``
-    p (its drafter stopped at its first draft below p, ``confidence:p:k``), the ``engine`` (a
+    p (its drafter stopped at its first draft below p, ``confidence:p:k``), ``beside`` (a chain run
+    in lockstep beside a learned policy: the policy's label), the ``engine`` (a
     sweep's rows name it) and where it ran (``device``, ``dtype``, ``threads``: the reference
     engine's rows say it);
     the dataset is its ``workload`` field (:func:`workload_name`), else the file's stem."""
@@ -115,6 +120,7 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
         ran_on=_ran_on(fields),
         confidence=fields.number("confidence", optional=True, low=0.0, low_open=True, high=1.0),
         engine=fields.text("engine", optional=True),
+        beside=fields.text("beside", optional=True) if method != LEARNED else None,
     )
 
 
@@ -132,7 +138,8 @@ def _ran_on(fields: Fields) -> str | None:
 def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
     """Cells from bench output files (`specscope bench -o x.json`, a sweep's ``measured.json``,
     a study's ``measured/*.json``): each a non-empty JSON list of bench rows, of one engine (a
-    row's ``engine``, where it has one), each cell (workload, method, k or tree, batch size) once."""
+    row's ``engine``, where it has one), each cell (workload, method, k or tree, batch size, the
+    policy a chain ran beside) once."""
     cells, engines, seen = [], {}, {}
     for path in map(Path, paths):
         try:
@@ -147,7 +154,7 @@ def read_bench_results(paths: Iterable[str | Path]) -> list[MeasuredCell]:
             where = f"{path}: item {i}"
             if cell.engine is not None:
                 engines.setdefault(cell.engine, where)
-            key = (cell.dataset, cell.method, cell.tree or cell.k, cell.batch_size, cell.confidence)
+            key = (cell.dataset, cell.method, cell.tree or cell.k, cell.batch_size, cell.confidence, cell.beside)
             if key in seen:
                 raise SpecscopeError(f"{where}: the cell {cell.label} k={cell.k} B={cell.batch_size} of "
                                      f"{key[0]} was measured already ({seen[key]}); give each cell once")

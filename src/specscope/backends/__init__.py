@@ -33,7 +33,10 @@ class BenchConfig:
     ``"replicate"``: each request is run as B identical copies (the paper's batch size B).
     ``temperature == 0`` is greedy, and then SD output is checked against no-SD output.
     With a ``tree`` every SD step drafts and verifies that static token tree
-    (:mod:`specscope.trees`) instead of a chain, and ``k`` must be its depth.
+    (:mod:`specscope.trees`) instead of a chain, and ``k`` must be its depth. With a ``policy``
+    and ``beside_k``, a chain of ``beside_k`` of each method the policy chooses between runs
+    beside it, in the same lockstep over the same requests: the learned row and the fixed
+    policies it chose between measured side by side (their rows name the policy as ``beside``).
     """
 
     model_dir: Path
@@ -56,6 +59,7 @@ class BenchConfig:
     tree: TreeShape | None = None
     policy: Path | None = None  # a learned policy file: SD switches proposer per step (method "learned")
     confidence: float | None = None  # p: a model drafter ends each row at its first draft of probability < p
+    beside_k: int | None = None  # with a policy: its methods' chains of this k run in the same lockstep, each a row
 
 
 def fill_batch_sizes(config: C, at_once: int, why: str) -> C:

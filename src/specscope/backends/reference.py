@@ -16,8 +16,10 @@ that tree (:mod:`specscope.engine.tree_step`); its rows count ``tree_nodes`` dra
 request-step. With ``config.policy`` (a learned policy file) the SD engine switches proposer and
 k per step and sequence (:mod:`specscope.proposers.switching`); its rows say ``method``
 ``learned``, ``k`` = the policy's deepest k, and ``policy`` = the file and the methods it chose
-between. With ``config.confidence`` p the model drafter ends each row's proposal at its first draft
-of probability below p, k at most (``confidence:p:k``, :class:`~specscope.engine.runner.Engine`); its
+between; with ``config.beside_k`` a chain of that k of each of the policy's methods runs in the
+same lockstep, each its own row (its repeat of median speedup) with ``beside`` = the policy.
+With ``config.confidence`` p the model drafter ends each row's proposal at its first draft of
+probability below p, k at most (``confidence:p:k``, :class:`~specscope.engine.runner.Engine`); its
 rows say ``confidence`` = p.
 """
 
@@ -166,6 +168,9 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
         raise SpecscopeError(f"--tree: tree {config.tree.name} needs an SD method, got --method {NO_SD}")
     if config.confidence is not None:
         check_confidence(config.confidence, config.method, config.tree and config.tree.name)
+    if config.beside_k is not None and config.policy is None:
+        raise SpecscopeError("--beside: only with --policy (the chains of the methods a policy chooses between run "
+                             "beside it)")
     if config.draft_dir is not None:
         check_same_tokenizer(config.model_dir, config.draft_dir)
     target = load_model(config.model_dir, parse_dtype(config.dtype), resolve_device(config.device))
@@ -184,8 +189,12 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
     if config.method != NO_SD:
         engine = drafting_engine(target, config.method, config.k, slots, max_seq_len, eos, config.draft_dir, policy,
                                  config.tree, config.confidence, seed)
+    beside = [] if config.beside_k is None else [
+        (method, drafting_engine(target, method, config.beside_k, slots, max_seq_len, eos,
+                                 config.draft_dir if method == policy.drafter(config.draft_dir) else None, seed=seed))
+        for method in policy.methods]
     sampling = SamplingParams(config.temperature, config.top_p, config.top_k)
-    engines = [baseline] if engine is baseline else [baseline, engine]
+    engines = ([baseline] if engine is baseline else [baseline, engine]) + [e for _, e in beside]
     warmup = replace(config, max_tokens=min(WARMUP_TOKENS, config.max_tokens), batching="distinct")
     longest, widest = max(requests, key=lambda r: len(r.prompt_token_ids)), max(config.batch_sizes)
     # the largest step first (the longest prompt at the largest batch size), untimed: a process's first
@@ -196,15 +205,21 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
     result = into if into is not None else BenchResult([])
     with LazyProgress("bench: runs (batch sizes × repeats)", len(config.batch_sizes) * config.repeats) as bar:
         for batch_size in config.batch_sizes:
-            pairs, records = [], []
+            repeats, records = [], []
             for _ in range(config.repeats):
                 runs = _lockstep(engines, requests, batch_size, config, sampling)
                 records += [r for run in runs for r in run.records]
-                pairs.append((runs[0], runs[-1]))
+                repeats.append(runs)
                 bar.advance(description=f"bench: B={batch_size}")
-            base, sd = _median_pair(pairs)
             result.records.extend(records)
+            base, sd = _median_pair([(runs[0], runs[-1 - len(beside)]) for runs in repeats])
             result.rows.append(_row(config, batch_size, len(requests), base, sd, engine is not baseline, policy))
+            for i, (method, _) in enumerate(beside):  # each chain's own median repeat, as every row's
+                base, chain = _median_pair([(runs[0], runs[2 + i]) for runs in repeats])
+                row = _row(replace(config, method=method, k=config.beside_k, policy=None), batch_size, len(requests),
+                           base, chain, True)
+                row.details["beside"] = policy.label
+                result.rows.append(row)
     return result
 
 

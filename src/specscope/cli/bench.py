@@ -88,6 +88,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
              "as branching per depth (2x2x1) or a list of paths; its rows' k is its node count, the drafts a step proposes",
     )
     parser.add_argument(
+        "--beside", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT), metavar="K",
+        help="with --policy: also run a chain of K of each method the policy chooses between, in the same lockstep "
+             "over the same requests, each its own row: the policy and the fixed policies measured side by side",
+    )
+    parser.add_argument(
         "--confidence", type=validate.arg(validate.number, low=0.0, low_open=True, high=1.0), metavar="P",
         help="reference backend: the model drafter ends each sequence's proposal at its first draft whose "
              "probability is below P (that draft included), k at most; its passes stop once every sequence has "
@@ -167,6 +172,9 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             raise SpecscopeError("--confidence: only with --backend reference (the engine stops the drafter)")
         if args.policy is not None:
             raise SpecscopeError("--confidence: not with --policy (the policy chooses each step's k)")
+    if args.beside is not None and args.policy is None:
+        raise SpecscopeError("--beside: only with --policy (the chains of the methods a policy chooses between run "
+                             "beside it)")
     policy = None
     if args.policy is not None:
         if args.backend == OPENAI:
@@ -249,6 +257,7 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
         tree=args.tree,
         policy=args.policy,
         confidence=args.confidence,
+        beside_k=args.beside,
     )
 
 
@@ -378,7 +387,7 @@ def _print_table(rows: list[BenchRow], out: TextIO) -> None:
         tree = "" if row.tree is None else f"{row.tree.name} ({row.tree.nodes} nodes, depth {row.tree.depth})"
         policy = row.details.get("policy")  # a learned policy chose the method and k at every step, up to k
         confidence = row.details.get("confidence")  # the drafter stopped at an unconfident draft, k at most
-        label = policy or run_label(row.method, confidence=confidence)
+        label = policy or run_label(row.method, confidence=confidence) + (", beside it" if row.details.get("beside") else "")
         lines.append([label, f"≤{row.k}" if policy or confidence else row.k, tree, row.batch_size, row.throughput,
                       row.baseline_throughput,
                       row.speedup, row.acceptance_rate, row.mean_acceptance_length, split,

@@ -542,9 +542,9 @@ def show_decisions(policy, record) -> None:
     for b in policy.choosers:
         offers, decide = [], policy.decide_for(b)
 
-        def spy(observed):
+        def spy(observed, waiting=0):
             offers.append(str(observed[0].ngram_offer))
-            return decide(observed)
+            return decide(observed, waiting)
 
         plan = causal_plan([record], policy.methods, lambda count: spy, policy.depth, b,
                            confidence_for=policy.confidence_for, gate=policy.gate_for(b))

@@ -88,8 +88,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="FILE",
         help="a learned policy (`specscope policy fit`): the engine picks the proposer among its methods "
-        "and k at every step for every sequence (--draft: its model drafter's checkpoint; not with "
-        "--method, --k or --tree)",
+        "and k at every step for every sequence, by the rule of the running sequences' count; an admission "
+        "gate commits requests by the rule of --max-num-seqs, the batch size its slots hold (--draft: its "
+        "model drafter's checkpoint; not with --method, --k or --tree)",
     )
     parser.add_argument(
         "--step-records",

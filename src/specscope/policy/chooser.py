@@ -139,24 +139,27 @@ class Chooser:
         return gain
 
     def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int],
-                     shift: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
+                     shift: Sequence[Sequence[float]], waiting: int = 0) -> list[tuple[int, int]]:
         """The rows of one iteration decided together (x [B][F], offer [B], shift [B][M]; each row's
         θ its own best ratio E[e] / T_B alone): (method or NONE, k) per row. Each model drafter d
         runs to a depth k_d (0: not at all) for
         the whole batch, paying F_B(d, k_d) once at the rows' summed θ; each row then takes its best
         (method, k) with k ≤ k_d of each drafter. On an engine that pads (``pads``) the batch also
         verifies every row at its widest proposal w, priced once at the rows' θ: each w is weighed
-        and the rows keep k ≤ w. Up to :data:`PLAIN_ROWS` rows in plain Python
+        and the rows keep k ≤ w. ``waiting`` rows of the iteration committed to chains wait for
+        both as well, each counted at the decided rows' mean θ (a committed row is not observed:
+        its own ratio is unknown here). Up to :data:`PLAIN_ROWS` rows in plain Python
         (:meth:`_choose_rows`), more rows vectorised (:meth:`_choose_arrays`): the same rule."""
         if len(x) <= PLAIN_ROWS:
             gains = [self.row_gains(row, o, sh) for row, o, sh in zip(x, offer, shift)]
             theta = [max(map(max, self._ratios(table))) for table in gains]
             tables = [[[g - t * p for g, p in zip(line, price)] for line, price in zip(table, self._batch_prices)]
                       for table, t in zip(gains, theta)]
-            return self._choose_rows(tables, sum(theta) / len(theta))
-        return self._choose_arrays(*map(np.asarray, (x, offer, shift)))
+            return self._choose_rows(tables, sum(theta) / len(theta), waiting)
+        return self._choose_arrays(*map(np.asarray, (x, offer, shift)), waiting)
 
-    def _choose_arrays(self, x: np.ndarray, offer: np.ndarray, shift: np.ndarray) -> list[tuple[int, int]]:
+    def _choose_arrays(self, x: np.ndarray, offer: np.ndarray, shift: np.ndarray,
+                       waiting: int = 0) -> list[tuple[int, int]]:
         """:meth:`choose_group` over arrays: the value of every batch width w (an engine that pads;
         else only the deepest k) and combination of the drafters' depths k_d ≤ w at once, in the
         order :meth:`_choose_rows` weighs them (first of equals)."""
@@ -164,7 +167,7 @@ class Chooser:
         gain = self.gains(x, np.minimum(offer, depth - 1), shift)  # [B, M, J + 1]
         theta = (gain * self._per_second).reshape(rows, -1).max(axis=1)  # each row's best ratio alone
         score = gain - theta[:, None, None] * self._own  # E[e] − θ·T (padded: T less the width's)
-        rate = float(theta.sum())  # the rows' tokens per second of batch time
+        rate = float(theta.sum()) * (rows + waiting) / rows  # every row's tokens per second of batch time
         widths = np.arange(depth) if self.pads else np.array([depth - 1])
         # per row and k: its best needing no drafter with k ≤ w (none: any method's column 0), and
         # each drafter's best with k ≤ k_d (−∞ at k_d = 0: it does not run)
@@ -226,14 +229,15 @@ class Chooser:
         """[M][J + 1] E[e] / T_B of every (method, k) at its price alone."""
         return [[g * r for g, r in zip(line, rates)] for line, rates in zip(gains, self._alone_rates)]
 
-    def _choose_rows(self, tables: list[list[list[float]]], theta: float) -> list[tuple[int, int]]:
+    def _choose_rows(self, tables: list[list[list[float]]], theta: float, waiting: int = 0) -> list[tuple[int, int]]:
         """:meth:`choose_group` in plain Python over the rows' tables of E[e] − θ·T [M][J + 1]
-        (each row at its own θ; ``theta``: their mean): every batch width w (an engine that pads;
+        (each row at its own θ; ``theta``: their mean; ``waiting``: committed rows beside them, at
+        that mean): every batch width w (an engine that pads;
         else the deepest k) and combination of the drafters' depths k_d ≤ w, each row taking its
         best within them — the best of what needs no drafter, or a drafter's best k ≤ k_d."""
         drafters, depth = self._drafters, self.seconds.shape[1]
         others = [m for m in range(len(self._fixed_rows)) if m not in drafters]
-        rate, best, limits = len(tables) * theta, -math.inf, (depth - 1, ())
+        rate, best, limits = (len(tables) + waiting) * theta, -math.inf, (depth - 1, ())
         free_upto, reach_rows = [], []  # per row, whatever the width: [J + 1] each
         for t in tables:
             zero = max(line[0] for line in t)  # none (every method's column 0)
@@ -243,7 +247,7 @@ class Chooser:
         reach = [list(zip(*(row[i] for row in reach_rows))) for i in range(len(drafters))]  # [D][J + 1][B]
         for w in range(depth) if self.pads else [depth - 1]:
             free = [upto[w] for upto in free_upto]
-            width = len(tables) * theta * self._verify[w] if self.pads else 0.0  # every row waits for it
+            width = rate * self._verify[w] if self.pads else 0.0  # every row waits for it
             for depths in itertools.product(range(w + 1), repeat=len(drafters)):
                 gained = sum(map(max, free, free, *(columns[k_d] for columns, k_d in zip(reach, depths))))  # free twice: max of ≥ 2
                 value = gained - width - rate * sum(self._fixed_rows[d][k_d] for d, k_d in zip(drafters, depths))

@@ -25,7 +25,7 @@ never hands out the record) and the engine from live tokens
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Callable, NamedTuple, Sequence, overload
+from typing import NamedTuple, Protocol, Sequence, overload
 
 import numpy as np
 
@@ -199,4 +199,10 @@ class OverlapCounter:
         return self._hits / count if count > 0 else 0.0
 
 
-Decide = Callable[[Sequence[Observation]], list[tuple[int, int]]]  # requests deciding together → (method or NONE, k) each
+class Decide(Protocol):
+    """The rows of one iteration deciding together → (method or NONE, k) each. ``waiting``: the
+    iteration's other rows, committed to chains by an admission gate, which decide nothing but
+    wait as long as the step takes — for whatever drafting and padded width the decided rows'
+    choices add to it."""
+
+    def __call__(self, observed: Sequence[Observation], waiting: int = 0) -> list[tuple[int, int]]: ...

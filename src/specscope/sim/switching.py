@@ -193,14 +193,15 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
     ``batch_size``. Together (mixed mode): the requests run in ``batch_size`` slots as
     :mod:`specscope.sim.mixed` schedules them (in order; a finished request's slot is taken at the
     next iteration, where it is prefilled, and it decodes from the one after) and each iteration's
-    decoding requests are decided together at their count, as an engine's policy decides its batch.
+    decoding requests are decided together at their count, as an engine's policy decides its batch
+    (those its gate committed waiting beside them: they pay as long as the decided rows' step).
     ``confidence_for(b)``: the p at which a model drafter taken at that count stops (None: k).
     ``gate`` (the policy's at ``batch_size``, :mod:`specscope.policy.gate`): a request it commits
     takes its chain's (method, k) at every step and is left out of the decisions."""
     walks = [_Walk(record, methods, k_max, gate) for record in records]
 
-    def decide(observed: list) -> list[tuple[int, int]]:
-        return decide_for(len(observed))(observed)
+    def decide(observed: list, waiting: int = 0) -> list[tuple[int, int]]:
+        return decide_for(len(observed))(observed, waiting=waiting)
 
     def stop_below(count: int) -> float | None:
         return None if confidence_for is None else confidence_for(count)
@@ -226,7 +227,8 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
                         walk.left -= 1
                 deciding = [w for w in running if not w.committed]
                 if deciding:
-                    for walk, choice in zip(deciding, decide([w.observe() for w in deciding])):
+                    for walk, choice in zip(deciding, decide([w.observe() for w in deciding],
+                                                             len(running) - len(deciding))):
                         walk.take(*choice, p)
     parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 5).T) for w in walks]
     plan = _switch_plan(parts, records, methods)

@@ -12,13 +12,16 @@ those files on every run (seconds).
    workload and batch size: the one an engine would keep beside n-gram) fitted to the traces under that
    cost model at the study's batch sizes, proposing at most the measured k (its drafting cost
    was measured there and no further; ``policy.json``), and measured with the reference
-   engine switching per step (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from
-   the steps the cost model is fitted to); then the policy's own work per step is fitted from
+   engine switching per step, in lockstep with a chain of ``k`` of each method it chooses between
+   (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from the steps the cost model
+   is fitted to; the chains beside it make the comparison with the best fixed policy one of runs
+   side by side, where the chains of the measure stage ran minutes apart); then the policy's own work per step is fitted from
    those step records and added to ``costmodel.json`` as the drafting entry ``learned``
    (:func:`policy_work_stage`), as the chains' drafting is fitted from theirs; where the policy,
    fitted again with that price, chooses otherwise (its admission gates weigh what keeping the
    switch open costs), it is written again and measured again (:func:`policy_refit_stage`);
-5. fidelity — simulated vs measured speedup, chain, tree and learned cells (``fidelity.csv``);
+5. fidelity — simulated vs measured speedup, chain, tree and learned cells, and the chains
+   measured beside the policy (``fidelity.csv``);
 6. replay — the traces against other cost models (``replay_<name>.csv``), the trees against
    the chain of their depth with each one's crossover batch size (``replay_<name>_trees.csv``);
 7. report — ``index.html`` with every figure, the fidelity table, the measured time split and
@@ -285,19 +288,32 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
             bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=LEARNED,
                                 draft_dir=config.drafters[methods[1]], k=policy.depth, batch_sizes=config.batch_sizes,
                                 max_tokens=config.max_tokens, policy=config.policy_path, dtype=config.dtype,
-                                device=config.device)
+                                device=config.device, beside_k=config.k)
             write_measured(out, run_bench(bench), workload, {**ran_on(config), "policy_sha256": stamp})
         mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
-        fixed = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
-        parts = []
-        for cell in mine:
-            best = max((c for c in fixed if c.batch_size == cell.batch_size), key=lambda c: c.measured_speedup,
-                       default=None)
-            parts.append(f"B={cell.batch_size}: {cell.measured_speedup:.2f}x" + ("" if best is None else
-                         f" (best fixed {best.method} k={best.k}: {best.measured_speedup:.2f}x)"))
-        say(f"learned {_stem(workload)}: " + ", ".join(parts))
-        cells += mine
+        learned = [c for c in mine if c.method == LEARNED]
+        alone = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
+        say(f"learned {_stem(workload)}: " + ", ".join(
+            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone)})" for cell in learned))
+        cells += mine  # the chains beside it too: measured like the study's own, checked against the simulator alike
     return cells
+
+
+def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[MeasuredCell]) -> str:
+    """The fastest chain at ``cell``'s batch size, in words: among those its run measured beside it
+    (the same lockstep, so the ratio of the two is measured side by side), and among the study's
+    chains measured alone (whichever the run lacks: one measured before chains ran beside)."""
+    from specscope.methods import LEARNED
+
+    def best(cells: list[MeasuredCell]) -> MeasuredCell | None:
+        here = [c for c in cells if c.method != LEARNED and c.batch_size == cell.batch_size]
+        return max(here, key=lambda c: c.measured_speedup, default=None)
+
+    parts = []
+    for what, chain in (("beside it", best(run)), ("measured alone", best(alone))):
+        if chain is not None:
+            parts.append(f"best fixed {what} {chain.method} k={chain.k}: {chain.measured_speedup:.2f}x")
+    return "; ".join(parts) or "no fixed policy measured"
 
 
 def fit_study_policy(config: StudyConfig, traces: list[Path], methods: list[str], cost) -> dict:
@@ -397,7 +413,8 @@ def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[Measu
         records, _ = load_traces([trace])
         rows += with_simulated(records, [c for c in measured if c.dataset == _stem(trace)], cost, policy)
     write_rows(config.out_dir / "fidelity.csv", [{**r.flat(), "cost_model": cost.name} for r in rows])
-    groups = (("chain", [r for r in rows if r.tree is None and r.method != LEARNED]),
+    groups = (("chain", [r for r in rows if r.tree is None and r.method != LEARNED and not r.beside]),
+              ("chain beside learned", [r for r in rows if r.beside]),
               ("tree", [r for r in rows if r.tree]), ("learned", [r for r in rows if r.method == LEARNED]))
     for what, mine in groups:
         if mine:
