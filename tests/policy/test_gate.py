@@ -133,6 +133,20 @@ def test_a_request_committed_to_the_lookup_pays_no_drafter_prefill_and_no_policy
     assert split["drafting"] - unpriced["drafting"] == pytest.approx(steps[0] * (0.03 + 0.02))  # the decided one's
 
 
+def test_a_chains_k_is_the_best_where_the_chain_gains_not_summed_where_it_is_never_committed():
+    """Log throughputs of a chain at k = 1, 2, 3 on dataset X, where it beats the per-step rule
+    (0.0): +0.1, +0.25, +0.3; on Y, where it loses to the rule (0.0) at every k: −0.1, −0.4, −0.6.
+    Summed, k = 1 (0.0 against −0.15, −0.3); by its gain where it gains, k = 3 (0.3). A chain that
+    gains nowhere takes the k of its greatest summed log throughput (first of equals)."""
+    from specscope.sim.fit_gate import best_k, chain_score
+
+    x, y = {1: 0.1, 2: 0.25, 3: 0.3}, {1: -0.1, 2: -0.4, 3: -0.6}
+    assert best_k(lambda k: x[k] + y[k], 3) == 1
+    assert best_k(lambda k: chain_score([x[k], y[k]], [0.0, 0.0]), 3) == 3
+    assert chain_score([0.1, -0.4], [0.0, 0.0]) == (0.1, pytest.approx(-0.3))
+    assert best_k(lambda k: chain_score([y[k], y[k] - 0.1], [0.0, 0.0]), 3) == 1
+
+
 def test_a_mixed_walk_tells_the_decided_rows_how_many_committed_rows_wait_beside_them():
     """Mixed mode, 3 slots, five requests: prompts of 10 tokens or more committed to n-gram k = 2
     (r1 … r4), r0 decided per step. Each decision of r0 is told how many of the iteration's running

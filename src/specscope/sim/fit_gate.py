@@ -1,10 +1,13 @@
 """Fit a learned policy's admission gates (:mod:`specscope.policy.gate`), one per batch size.
 
-A gate fitted on some datasets: at batch size B, each method m's chain is the k of the best
-throughput over those datasets, each walked as a committed request is (the policy's switching
-engine serving that chain alone) in mixed mode at B — at most
-:data:`~specscope.sim.fit.CONFIDENCE_REQUESTS` requests of each dataset or twice B, summed log
-throughput, k searched upward from 1 until two ks in a row fall short of the best. Every request
+A gate fitted on some datasets: at batch size B, each method m's chain is the k of the greatest
+gain over the per-step rule on the datasets where that chain gains (:func:`chain_score`), each
+walked as a committed request is (the policy's switching engine serving that chain alone) in
+mixed mode at B — at most :data:`~specscope.sim.fit.CONFIDENCE_REQUESTS` requests of each dataset
+or twice B, log throughput, k searched upward from 1 until two ks in a row fall short of the
+best. (Summed over every dataset, the k had been the one that loses least where the chain is
+never committed: the study of 2026-12-05 committed code and summary at B = 8 to n-gram k = 1,
+simulated 0.94× on code against its k = 3 chain's 1.14×.) Every request
 of those datasets is priced in paper mode (B copies of it) under the per-step rule and committed
 to each chain: the gate's targets are the log ratios of each chain's tokens per second to the
 rule's, fitted by a ridge regression (scikit-learn) on the standardised admission features.
@@ -45,7 +48,7 @@ RIDGE_ALPHA = 1.0  # the ridge penalty on the standardised features' weights
 PAST_BEST = 2  # a chain's k search stops this many k past its best so far (throughput rises, then falls, in k)
 
 
-def best_k(score: Callable[[int], float], depth: int) -> int:
+def best_k(score: Callable[[int], float | tuple[float, ...]], depth: int) -> int:
     """The k in 1 … ``depth`` of the greatest ``score``, searched upward until :data:`PAST_BEST`
     ks in a row fall short of the best so far (the first of equals)."""
     best, best_score = 1, score(1)
@@ -56,6 +59,14 @@ def best_k(score: Callable[[int], float], depth: int) -> int:
         if value > best_score:
             best, best_score = k, value
     return best
+
+
+def chain_score(committed: Sequence[float], decided: Sequence[float]) -> tuple[float, float]:
+    """How well a chain of one k serves datasets whose walks' log throughput is ``committed`` with
+    every request committed to it and ``decided`` with none: first its gain summed over the
+    datasets where it gains (those a gate commits to it), then its log throughput summed over all
+    (what tells the ks apart where it gains on none). Compared as a tuple, by :func:`best_k`."""
+    return sum(max(c - d, 0.0) for c, d in zip(committed, decided)), sum(committed)
 
 
 def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str, list[TraceRecord]]],
@@ -119,7 +130,8 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
         def gate_of(names: Sequence[str]) -> Gate | None:
             """The gate fitted on the datasets ``names`` alone: each method's chain k the best over
             their walks, the ridge over their requests (None: no method to commit to)."""
-            options = tuple((m, best_k(lambda k: sum(walk(n, (m, k)) for n in names), chain_depth))
+            options = tuple((m, best_k(lambda k: chain_score([walk(n, (m, k)) for n in names],
+                                                             [walk(n, None) for n in names]), chain_depth))
                             for m in committable)
             if not options:
                 return None
