@@ -288,8 +288,8 @@ def test_bench_and_serve_run_the_policy(setup, tmp_path, capsys, monkeypatch):
 
 def test_bench_beside_runs_the_policys_methods_chains_in_its_lockstep(setup, tmp_path, capsys):
     """``bench --policy --beside K``: per batch size the learned row, then a chain of K of each of
-    the policy's methods run over the same requests in the same lockstep, each against the no-SD
-    run of its own median repeat, lossless, naming the policy it ran beside; a report reads the
+    the policy's methods run over the same requests in the same lockstep, all from the policy's
+    repeat of median speedup, against its no-SD run, lossless, naming the policy it ran beside; a report reads the
     three as distinct cells."""
     from specscope.analysis.measured import read_bench_results
 
@@ -309,6 +309,8 @@ def test_bench_beside_runs_the_policys_methods_chains_in_its_lockstep(setup, tmp
     assert "policy" not in rows[1] and rows[1]["policy_sha256"] is None  # a chain, not the policy
     for row in rows:  # each row one of the three repeats, against the no-SD run beside it
         assert row["speedup"] == pytest.approx(row["throughput"] / row["baseline_throughput"])
+    for b in (1, 3):  # one repeat per batch size, the policy's median: its rows share a no-SD run
+        assert len({(r["baseline_throughput"], r["baseline_wall_s"]) for r in rows if r["batch_size"] == b}) == 1
     steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
     assert {(s["method"], s["k"]) for s in steps if s["tokens_verified"] and s["method"] != "none"} >= {
         ("ngram", 2), ("eagle", 2)}

@@ -147,6 +147,19 @@ def test_a_chains_k_is_the_best_where_the_chain_gains_not_summed_where_it_is_nev
     assert best_k(lambda k: chain_score([y[k], y[k] - 0.1], [0.0, 0.0]), 3) == 1
 
 
+def test_a_datasets_gains_are_leveled_to_its_mixed_mode_walks():
+    """Paper mode's gains of two options for dataset A's requests, (0.1, −0.2) and (0.3, 0.0): mean
+    (0.2, −0.1); its mixed-mode walks gain (−0.05, 0.1): each request shifted by (−0.25, 0.2), to
+    (−0.15, 0.0) and (0.05, 0.2) — the spread between requests kept, the level the batch's. A
+    dataset without a level (B) is left as it is."""
+    from specscope.sim.fit_gate import leveled
+
+    gains = np.array([[0.1, -0.2], [0.3, 0.0], [0.5, 0.5]])
+    out = leveled(gains, np.array(["A", "A", "B"]), {"A": np.array([-0.05, 0.1])})
+    assert out == pytest.approx(np.array([[-0.15, 0.0], [0.05, 0.2], [0.5, 0.5]]))
+    assert gains[0, 0] == 0.1  # a copy
+
+
 def test_a_mixed_walk_tells_the_decided_rows_how_many_committed_rows_wait_beside_them():
     """Mixed mode, 3 slots, five requests: prompts of 10 tokens or more committed to n-gram k = 2
     (r1 … r4), r0 decided per step. Each decision of r0 is told how many of the iteration's running

@@ -10,7 +10,8 @@ never committed: the study of 2026-12-05 committed code and summary at B = 8 to 
 simulated 0.94× on code against its k = 3 chain's 1.14×.) Every request
 of those datasets is priced in paper mode (B copies of it) under the per-step rule and committed
 to each chain: the gate's targets are the log ratios of each chain's tokens per second to the
-rule's, fitted by a ridge regression (scikit-learn) on the standardised admission features.
+rule's, each dataset's shifted to the log ratio of its mixed-mode walks (:func:`leveled`), fitted
+by a ridge regression (scikit-learn) on the standardised admission features.
 
 Kept only where it carries to workloads it did not see (``carried``, the default): the training
 datasets, each walked in mixed mode at B with the gate fitted — chains and ridge — on the others,
@@ -67,6 +68,21 @@ def chain_score(committed: Sequence[float], decided: Sequence[float]) -> tuple[f
     datasets where it gains (those a gate commits to it), then its log throughput summed over all
     (what tells the ks apart where it gains on none). Compared as a tuple, by :func:`best_k`."""
     return sum(max(c - d, 0.0) for c, d in zip(committed, decided)), sum(committed)
+
+
+def leveled(gains: np.ndarray, source: np.ndarray, level: dict[str, np.ndarray]) -> np.ndarray:
+    """``gains`` [R, O] (paper mode's log ratio of each request's tokens per second committed to
+    each option to the per-step rule's; ``source`` [R] its dataset) shifted per dataset so that
+    their mean is that dataset's ``level`` [O] (the log ratio of its mixed-mode walks' throughput,
+    committed and not). Paper mode tells a dataset's requests apart, each alone with its B copies;
+    the mixed-mode walk says what the batch gains, its distinct rows deciding together: at B = 4
+    the study of 2026-12-05 had math's requests gain by paper mode under the per-step rule, and
+    the rule ran its batches at 1.05× simulated where MTP's chain ran them at 1.26×."""
+    out = gains.copy()
+    for name, target in level.items():
+        rows = source == name
+        out[rows] += target - gains[rows].mean(axis=0)
+    return out
 
 
 def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str, list[TraceRecord]]],
@@ -136,7 +152,8 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
             if not options:
                 return None
             gains = np.log(np.stack([per_request(o) for o in options], axis=1)) - np.log(per_request(None))[:, None]
-            return fitted(gains, options, np.isin(source, names))
+            level = {n: np.array([walk(n, o) - walk(n, None) for o in options]) for n in names}
+            return fitted(leveled(gains, source, level), options, np.isin(source, names))
 
         gate = gate_of(list(datasets))
         if gate is None:
