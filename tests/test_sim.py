@@ -273,7 +273,7 @@ def test_a_last_step_cut_short_by_the_output_counts_every_draft_verification_acc
     assert [r.mean_acceptance_length for r in rows] == [2.0, 2.0]
     (row,) = simulate([record([2, 1], proposer="eagle")], ["eagle"], ["fixed:1"], COST, SimConfig(batch_sizes=(1,)))
     assert row.acceptance_rate == 1.0
-    plan = causal_plan([record([4, 1, 1], proposer="eagle")], ("eagle",), lambda b: lambda seen, waiting=0: [(0, 3)] * len(seen), 8)
+    plan = causal_plan([record([4, 1, 1], proposer="eagle")], ("eagle",), lambda b: lambda seen, committed=(): [(0, 3)] * len(seen), 8)
     assert plan.accepted.tolist() == [3] and plan.emitted.tolist() == [2]
 
 

@@ -36,7 +36,7 @@ from specscope.engine.runner import Engine, SamplingParams  # noqa: E402
 from specscope.errors import SpecscopeError  # noqa: E402
 from specscope.policy.features import feature_names  # noqa: E402
 from specscope.policy.learned import SCHEMA, load_policy, stamp  # noqa: E402
-from specscope.policy.observation import OverlapCounter, prompt_overlap  # noqa: E402
+from specscope.policy.observation import NONE, OverlapCounter, prompt_overlap  # noqa: E402
 from specscope.proposers.ngram import lookup  # noqa: E402
 from specscope.serve.server import create_server  # noqa: E402
 
@@ -323,7 +323,6 @@ def test_a_draft_model_member_catches_up_a_long_backlog_beside_a_full_row(tmp_pa
     """n-gram and the bundled draft model: a row that sat the draft model out for many steps drafts
     in the same step as a row near max_seq_len; the catch-up padded the short row past the draft's
     cache (IndexError) in 6 of 20 random policies. Greedy output stays the target's."""
-    from specscope.policy.observation import NONE
     from specscope.zoo.shipped import model_dir
 
     limit = 128
@@ -336,7 +335,7 @@ def test_a_draft_model_member_catches_up_a_long_backlog_beside_a_full_row(tmp_pa
         near = max(len(o.tokens) for o in observations) >= limit - 8
         return [(1, 1) if o.prompt_len >= 60 else ((1, 3) if near else (NONE, 0)) for o in observations]
 
-    object.__setattr__(switching.policy, "decide_for", lambda batch: lambda observed, waiting=0: decide(observed))
+    object.__setattr__(switching.policy, "decide_for", lambda batch: lambda observed, committed=(): decide(observed))
     short, long = list(range(5, 15)), [5 + i % 40 for i in range(60)]
     plain, _ = load_engine(model_dir("target"), max_batch_size=2, max_seq_len=limit)
     expected = [run(plain, [p], limit - len(p))[0] for p in (short, long)]
@@ -373,7 +372,7 @@ def test_a_failed_step_records_each_rows_last_outcome_once(setup):
                      for slot, s in switching._sequences.items()}
     before, decide_for = steps(), switching.policy.decide_for
 
-    def failing(observed, waiting=0):  # fails after the observations (and the records) were made
+    def failing(observed, committed=()):  # fails after the observations (and the records) were made
         raise RuntimeError("transient")
 
     object.__setattr__(switching.policy, "decide_for", lambda batch: failing)
@@ -462,9 +461,9 @@ def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):
     def spying(batch):
         decide = decide_for(batch)
 
-        def spy(observed, waiting=0):
+        def spy(observed, committed=()):
             seen.extend((obs, tuple(obs.tokens)) for obs in observed)
-            return decide(observed, waiting)
+            return decide(observed, committed)
 
         return spy
 
@@ -639,9 +638,9 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     def spying(batch):
         decide = decide_for(batch)
 
-        def spy(observed, waiting=0):  # beside them, the step's committed rows wait
-            decisions.append((batch, [o.prompt_len for o in observed], waiting, rows[-1]))
-            return decide(observed, waiting)
+        def spy(observed, committed=()):  # beside them, the step's committed rows wait
+            decisions.append((batch, [o.prompt_len for o in observed], list(committed), rows[-1]))
+            return decide(observed, committed)
 
         return spy
 
@@ -663,10 +662,11 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     assert all(width == max(lengths) for width, lengths in prefills) and prefills[0] == (12, [9, 12])
     # the lookup: never an EAGLE-committed row
     assert searched and not any(h[:9] in (prompts[0], prompts[5]) for h in searched)
-    # the policy: the 12-token prompts' rows, at their count, the step's committed rows waiting beside them
-    assert decisions and all(batch == len(lengths) and set(lengths) == {12} and batch + waiting == step_rows
-                             for batch, lengths, waiting, step_rows in decisions)
-    assert any(waiting for _, _, waiting, _ in decisions)
+    # the policy: the 12-token prompts' rows, at their count, told the chains of the step's committed rows
+    assert decisions and all(batch == len(lengths) and set(lengths) == {12} and batch + len(committed) == step_rows
+                             for batch, lengths, committed, step_rows in decisions)
+    told = {chain for _, _, committed, _ in decisions for chain in committed}  # each its chain this step
+    assert (eagle, 3) in told and told <= {(eagle, 3), (ngram, 1), (ngram, 2), (NONE, 0)}
     # the head: EAGLE-committed and decided rows in one call a step, no confidence rule
     assert calls and all(stop is None and set(lengths) <= {9, 12} for stop, lengths, _ in calls)
     # committed rows take their chains (n-gram's cut to its offer)

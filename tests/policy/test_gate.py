@@ -91,7 +91,7 @@ RECORDS = [long_record(f"r{i}", 5 + 7 * i, [4, 1, 1, 3, 1, 2, 1, 1, 4, 1, 1, 1],
 
 
 def every_step_to_eagle(b):
-    return lambda observed, waiting=0: [(1, 1)] * len(observed)
+    return lambda observed, committed=(): [(1, 1)] * len(observed)
 
 
 @pytest.mark.parametrize("mode", ["paper", "mixed"])
@@ -160,16 +160,17 @@ def test_a_datasets_gains_are_leveled_to_its_mixed_mode_walks():
     assert gains[0, 0] == 0.1  # a copy
 
 
-def test_a_mixed_walk_tells_the_decided_rows_how_many_committed_rows_wait_beside_them():
+def test_a_mixed_walk_tells_the_decided_rows_the_chains_of_the_committed_rows_beside_them():
     """Mixed mode, 3 slots, five requests: prompts of 10 tokens or more committed to n-gram k = 2
-    (r1 … r4), r0 decided per step. Each decision of r0 is told how many of the iteration's running
-    rows were committed (they wait for its drafting), as the engine tells the policy."""
+    (r1 … r4), r0 decided per step. Each decision of r0 is told the (method, k) of the iteration's
+    committed rows' steps — n-gram at its offer, capped at 2, or none where it offers nothing —
+    as the engine tells the policy."""
     by_length = gate([(0, 2)], [[1.0, 0, 0]], [-math.log(10)])
     told = []
 
     def decide_for(count):
-        def decide(observed, waiting=0):
-            told.append((len(observed), waiting))
+        def decide(observed, committed=()):
+            told.append((len(observed), list(committed)))
             return [(1, 1)] * len(observed)
         return decide
 
@@ -177,7 +178,10 @@ def test_a_mixed_walk_tells_the_decided_rows_how_many_committed_rows_wait_beside
     assert plan.committed.tolist() == [-1, 0, 0, 0, 0]
     steps = plan.steps_per_request  # r0 decodes from iteration 1 beside r1 and r2 (all admitted at 0)
     assert all(count == 1 for count, _ in told) and len(told) == steps[0]
-    assert told[0] == (1, 2) and {waiting for _, waiting in told} <= {0, 1, 2}
+    assert len(told[0][1]) == 2 and all(chain in ((0, 1), (0, 2), (-1, 0)) for _, chains in told for chain in chains)
+    first = [(int(m), int(k)) for m, k in zip(plan.method, plan.proposed)]  # r1's and r2's first steps
+    at = plan.offsets[1:3]
+    assert sorted(told[0][1]) == sorted(first[i] for i in at)
 
 
 SWITCH_COSTS = LinearCostModel("switching costs", 1.0, 0.05, 0.0, 0.05, drafting={
@@ -284,6 +288,32 @@ def test_a_carried_gates_folds_choose_their_chains_without_the_dataset_held_out(
     ngram_ks = chosen[::2]  # (n-gram, eagle) per gate: all three datasets, then each fold
     assert len(ngram_ks) == 4 and ngram_ks[0] >= 7  # on all: the long copies pull k up
     assert min(ngram_ks[1:]) <= 3  # the fold without the long copies keeps n-gram short
+
+
+def test_every_gate_the_fit_fits_levels_its_own_datasets_to_their_mixed_walks(monkeypatch):
+    """The fit's gate on all three datasets, then each carried fold's on the other two: each levels
+    the targets of exactly the datasets it is fitted on (none of a held-out one), to the log ratio
+    of their mixed-mode walks, committed to each option against not."""
+    import specscope.sim.fit_gate as fit_gate
+    from specscope.sim.fit import fit_policy
+
+    rng = np.random.default_rng(0)
+    records = [long_record(f"{name}{i}", start + 2 * i, [acc] * 40, rng.integers(*eagle, 40).tolist(), name)
+               for name, start, acc, eagle in (("short_copy", 60, 3, (1, 3)), ("long_copy", 61, 9, (1, 3)),
+                                              ("free", 4, 1, (2, 5))) for i in range(12)]
+    calls, original = [], fit_gate.leveled
+
+    def spy(gains, source, level):
+        calls.append({name: tuple(value) for name, value in level.items()})
+        return original(gains, source, level)
+
+    monkeypatch.setattr(fit_gate, "leveled", spy)
+    fit_policy(records, METHODS, SWITCH_COSTS, [4], max_k=8)
+    names = {"short_copy", "long_copy", "free"}
+    assert [set(call) for call in calls] == [names, *({n for n in names if n != out} for out in
+                                                       ("short_copy", "long_copy", "free"))]
+    assert all(len(level) == 2 for call in calls for level in call.values())  # n-gram's chain and EAGLE's
+    assert calls[0]["long_copy"][0] > 0 > calls[0]["free"][0]  # n-gram's chain gains on the copies alone
 
 
 def test_a_gate_never_commits_to_a_drafter_its_rule_stops_at_a_confidence(tmp_path):

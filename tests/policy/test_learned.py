@@ -402,21 +402,29 @@ def test_a_group_pays_the_drafters_fixed_cost_once_and_drafts_no_deeper_than_it_
 
 
 @pytest.mark.parametrize("plain_rows", [0, 64])  # vectorised, and in plain Python
-def test_committed_rows_waiting_beside_a_decided_row_weigh_its_drafting(monkeypatch, plain_rows):
+def test_committed_rows_beside_a_decided_row_weigh_its_drafting_and_share_what_they_run(monkeypatch, plain_rows):
     """The drafter of the test above, one row decided (E[e] = 1, 1.5, 1.75 at k = 0, 1, 2; every
-    step 1 s a row), F = (0, 0.1, 0.15): θ = 1.75 / 1.15 = 1.522. Each of w committed rows waits
-    for the drafting, counted at θ: the value is E[e] − θ − (1 + w)·θ·F(k_d). w = 0: −0.522,
-    −0.174, 0.000 for k_d = 0, 1, 2 (k = 2); w = 2: −0.522, −0.478, −0.457 (k = 2); w = 3: −0.522,
-    −0.631, −0.685: the row drafts nothing, where alone it drafts k = 2."""
+    step 1 s a row), F = (0, 0.1, 0.15): θ = 1.75 / 1.15 = 1.522. Each of w committed rows that do
+    not run the drafter waits for it, counted at θ: the value is E[e] − θ − (1 + w)·θ·F(k_d).
+    w = 0: −0.522, −0.174, 0.000 for k_d = 0, 1, 2 (k = 2); w = 2: −0.522, −0.478, −0.457 (k = 2);
+    w = 3: −0.522, −0.631, −0.685: the row drafts nothing, where alone it drafts k = 2. Three rows
+    committed to the drafter at k = 2 run it to 2 anyway: k_d ≥ 2, and the row takes k = 2 at no
+    further price; committed to it at k = 1, k_d = 1 costs nothing more and k_d = 2 costs
+    4·θ·(F(2) − F(1)) = 0.304 for a gain of 0.25 − 0 in E[e]: k = 1."""
     import specscope.policy.chooser as chooser_module
     from specscope.policy.chooser import Chooser
 
     monkeypatch.setattr(chooser_module, "PLAIN_ROWS", plain_rows)
     chooser = Chooser(np.zeros((2, 0)), np.array([[-50.0, -50.0], [0.0, 0.0]]), np.ones((2, 3)), 0,
                       np.full((2, 2), 0.5), np.array([[0.0, 0.0, 0.0], [0.0, 0.1, 0.15]]), batch_size=4)
-    decided = [chooser.choose_group(np.zeros((1, 0)), np.array([0]), np.zeros((1, 2)), waiting=w)
-               for w in range(4)]
-    assert decided == [[(1, 2)]] * 3 + [[(-1, 0)]]
+
+    def decide(committed):
+        return chooser.choose_group(np.zeros((1, 0)), np.array([0]), np.zeros((1, 2)), committed=committed)
+
+    assert [decide([(-1, 0)] * w) for w in range(4)] == [[(1, 2)]] * 3 + [[(-1, 0)]]
+    assert decide([(0, 2)] * 3) == [(-1, 0)]  # n-gram's rows run no drafter: as waiting as rows of none
+    assert decide([(1, 2)] * 3) == [(1, 2)]
+    assert decide([(1, 1)] * 3) == [(1, 1)]
 
 
 @pytest.mark.parametrize("plain_rows", [0, 64])  # vectorised, and in plain Python

@@ -31,7 +31,7 @@ def reachable(root, limit: int = 10_000) -> list:
 def walk(rec, decide):
     observations = []
 
-    def spy(observed, waiting=0):
+    def spy(observed, committed=()):
         observations.extend(observed)
         return [decide(obs) for obs in observed]
 
@@ -159,7 +159,7 @@ def test_a_model_drafter_taken_under_a_confidence_proposes_to_its_first_unconfid
     rec = replace(rec, proposers={**rec.proposers, "eagle": ProposerTrace(rec.acc_len("eagle"), draft_prob=probs)})
 
     def plan(choice, p):
-        return causal_plan([rec], ("ngram", "eagle"), lambda b: lambda observed, waiting=0: [choice] * len(observed), 3,
+        return causal_plan([rec], ("ngram", "eagle"), lambda b: lambda observed, committed=(): [choice] * len(observed), 3,
                            confidence_for=lambda b: p)
 
     stopped = plan((1, 1), 0.5)

@@ -51,7 +51,7 @@ def test_catch_up_counts_the_positions_the_drafter_did_not_see():
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
     # eagle's step at pos 4: positions 1..3 came from n-gram (3); at pos 8: 6 and 7 from no drafting (2)
     assert catch_up(plan, 1).tolist() == [0, 3, 0, 0, 2]
-    chain = causal_plan([record(NGRAM, EAGLE)], METHODS, lambda b: lambda seen, waiting=0: [(1, 1)] * len(seen), 8)
+    chain = causal_plan([record(NGRAM, EAGLE)], METHODS, lambda b: lambda seen, committed=(): [(1, 1)] * len(seen), 8)
     assert set(chain.method.tolist()) == {1} and not catch_up(chain, 1).any()
 
 
@@ -102,7 +102,7 @@ def test_a_causal_policys_own_work_is_charged_on_every_step_where_the_cost_model
 
 def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():
     offer = [2, 0, 0, 0, 1, 0, 0, 0, 0]
-    plan = causal_plan([record(NGRAM, EAGLE, offer=offer)], METHODS, lambda b: lambda seen, waiting=0: [(0, 5)] * len(seen), 8)
+    plan = causal_plan([record(NGRAM, EAGLE, offer=offer)], METHODS, lambda b: lambda seen, committed=(): [(0, 5)] * len(seen), 8)
     # pos 1: offers 2 → emits min(3, 3) = 3; pos 4: offers nothing → none; pos 5: offers 1 → 2 …
     assert plan.pos.tolist()[:3] == [1, 4, 5]
     assert plan.proposed.tolist()[:3] == [2, 0, 1]
@@ -281,7 +281,7 @@ def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k
     from specscope.sim.mixed import predict_mixed
 
     records = [record([1, 1, 1], [1, 1, 1], rid=r) for r in "ab"]
-    plan = causal_plan(records, METHODS, lambda b: lambda seen, waiting=0: [(1, 1), (1, 3)][: len(seen)], 8, 2, together=True)
+    plan = causal_plan(records, METHODS, lambda b: lambda seen, committed=(): [(1, 1), (1, 3)][: len(seen)], 8, 2, together=True)
     assert plan.proposed.tolist() == [1, 1, 3, 3]
     split = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
     lookups = 2 * 0.1 * (1 + 0.1 * 6)  # n-gram's share: every row, every step
@@ -307,7 +307,7 @@ def test_in_mixed_mode_a_causal_policys_drafter_catches_its_rows_up_in_one_padde
     records = [record([1, 1, 1], [1, 1, 1], rid="a"),
                replace(record([1, 1, 1], [1, 1, 1], rid="b"), prompt_token_ids=np.arange(1, 10, dtype=np.int64))]
 
-    def decide(observed, waiting=0):
+    def decide(observed, committed=()):
         return [(NONE, 0) if o.prompt_len == 9 and o.num_steps == 0 else (1, 1) for o in observed]
 
     plan = causal_plan(records, METHODS, lambda b: decide, 8, 2, together=True)
@@ -352,7 +352,7 @@ def test_a_causal_walk_decides_each_iterations_rows_as_mixed_mode_prices_them():
     groups = []
 
     def decide_for(batch):
-        def decide(observed, waiting=0):
+        def decide(observed, committed=()):
             groups.append(len(observed))
             return [(NONE, 0)] * len(observed)
         return decide

@@ -133,6 +133,21 @@ def test_a_drafter_stopped_at_its_confidence_is_named_apart_from_its_fixed_chain
     assert markers["eagle k=2"] != markers["eagle confidence:0.9 k≤2"]  # one k, two configurations told apart
 
 
+def test_a_chain_measured_beside_a_policy_is_told_apart_from_the_same_chain_measured_alone():
+    """n-gram k = 4 at B = 1 measured alone (1.2×) and beside a learned policy (1.5×): the measured
+    figure draws two lines, and the what-if's winner (the one beside) is not called the same
+    configuration as a pick of the one alone (a review: "agree", with 20 % lost)."""
+    from specscope.report.figures import measured_figure
+
+    alone = MeasuredCell("code", "ngram", 4, 1, 1.2, simulated_speedup=1.8)
+    beside = MeasuredCell("code", "ngram", 4, 1, 1.5, simulated_speedup=1.8, beside="learned:p.json (ngram+eagle)")
+    figure = measured_figure([alone, beside])
+    labels = {text.get_text() for legend in figure.legends for text in legend.get_texts()}
+    assert {"ngram k=4", "ngram beside learned k=4"} <= labels
+    one = whatif_rows(ROWS, [alone, beside], FITTED)[0]
+    assert one.measured_best == "ngram fixed:4 beside learned" and one.agree is not True
+
+
 def test_measured_cells_of_another_engine_are_named_and_noted(tmp_path):
     """A review: with every measured row's engine changed to another server's, the check scored
     "agree" against its cells with no note, and whatif.csv and measured.csv named no engine. Each

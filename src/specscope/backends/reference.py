@@ -39,7 +39,7 @@ from specscope.engine.config import check_max_tokens
 from specscope.engine.records import SpecDecodeStats, StepRecord
 from specscope.engine.runner import Engine, SamplingParams
 from specscope.errors import SpecscopeError
-from specscope.methods import NO_SD, check_confidence
+from specscope.methods import LEARNED, NO_SD, check_confidence
 from specscope.progress import LazyProgress
 from specscope.workloads.jsonl import WorkloadRequest, read_workload
 
@@ -172,7 +172,7 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
         raise SpecscopeError(f"--tree: tree {config.tree.name} needs an SD method, got --method {NO_SD}")
     if config.confidence is not None:
         check_confidence(config.confidence, config.method, config.tree and config.tree.name)
-    if config.beside_k is not None and config.policy is None:
+    if config.beside_k is not None and (config.policy is None or config.method != LEARNED):
         raise SpecscopeError("--beside: only with --policy (the chains of the methods a policy chooses between run "
                              "beside it)")
     if config.draft_dir is not None:

@@ -314,9 +314,9 @@ def run(args: argparse.Namespace) -> int:
         if finished.rows and (args.output or args.records):
             _write(args, config, finished)
             kept = " and ".join(str(p) for p in (args.output, args.records) if p and not is_stdout(p))
-            print(f"note: the {len(finished.rows)} batch size(s) finished (B="
-                  f"{','.join(str(row.batch_size) for row in finished.rows)}) are in {kept or 'standard output'}",
-                  file=sys.stderr)
+            done = list(dict.fromkeys(row.batch_size for row in finished.rows))  # chains beside a policy: its B's rows
+            print(f"note: the {len(done)} batch size(s) finished (B={','.join(map(str, done))}) are in "
+                  f"{kept or 'standard output'}", file=sys.stderr)
         raise
     rows = _write(args, config, result)
     if args.format == "json":
@@ -326,12 +326,15 @@ def run(args: argparse.Namespace) -> int:
         _print_openai_table(result.rows, out)
     else:
         _print_table(result.rows, out)
-    idle = [row.batch_size for row in result.rows if row.method != NO_SD and row.details.get("num_drafts") == 0]
-    if idle:
-        why = "the policy chose to draft nothing" if args.policy is not None else \
-            "no n-gram match, or every output ended at its first token"
-        print(f"note: B={','.join(map(str, idle))}: no SD step proposed a draft ({why}), so the speedup measures "
-              "running SD for nothing", file=sys.stderr)
+    for beside in (False, True):  # the policy's (or chain's) rows, then the chains run beside a policy
+        idle = [row.batch_size for row in result.rows if row.method != NO_SD and row.details.get("num_drafts") == 0
+                and bool(row.details.get("beside")) == beside]
+        if idle:
+            what = "the chains beside the policy: no step" if beside else "no SD step"
+            why = "no n-gram match, or every output ended at its first token" if beside or args.policy is None \
+                else "the policy chose to draft nothing"
+            print(f"note: B={','.join(map(str, dict.fromkeys(idle)))}: {what} proposed a draft ({why}), so the "
+                  "speedup measures running SD for nothing", file=sys.stderr)
     return 0
 
 

@@ -542,9 +542,9 @@ def show_decisions(policy, record) -> None:
     for b in policy.choosers:
         offers, decide = [], policy.decide_for(b)
 
-        def spy(observed, waiting=0):
+        def spy(observed, committed=()):
             offers.append(str(observed[0].ngram_offer))
-            return decide(observed, waiting)
+            return decide(observed, committed)
 
         plan = causal_plan([record], policy.methods, lambda count: spy, policy.depth, b,
                            confidence_for=policy.confidence_for, gate=policy.gate_for(b))

@@ -88,7 +88,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         metavar="FILE",
         help="a learned policy (`specscope policy fit`): the engine picks the proposer among its methods "
-        "and k at every step for every sequence, by the rule of the running sequences' count; an admission "
+        "and k at every step for every sequence, by the rule of the count of sequences it decides; an admission "
         "gate commits requests by the rule of --max-num-seqs, the batch size its slots hold (--draft: its "
         "model drafter's checkpoint; not with --method, --k or --tree)",
     )

@@ -28,7 +28,10 @@ take it gain pays F_B(m, k_d) at the rows' rate — Σ_rows (E[e] − θ·T) −
 present: a batch's last few rows do not pay at the full batch's rate) — otherwise no row drafts
 with it. On an engine that pads its forwards (the cost model's ``pads_verification``), every row
 verifies the batch's widest proposal w: the group weighs each w, its verification priced once at
-the rows' θ, and the rows keep k ≤ w.
+the rows' θ, and the rows keep k ≤ w. Rows an admission gate committed to chains run beside the
+decided ones and wait as long as the step: each is counted at the decided rows' mean θ, and what
+they run already — a drafter to their k, a width of their widest proposal — costs the decided
+rows nothing more.
 (θ is Dinkelbach's parameter for maximising the ratio Σe / ΣT. An earlier rule set it to the
 request's own ratio so far, starting at the no-SD rate, and took longer k than the steps' ratio
 paid for: docs/learned-policy.md, "The best ratio replaces θ", has the measurements.)
@@ -138,28 +141,38 @@ class Chooser:
         gain += self._base[offer]
         return gain
 
-    def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int],
-                     shift: Sequence[Sequence[float]], waiting: int = 0) -> list[tuple[int, int]]:
+    def choose_group(self, x: Sequence[Sequence[float]], offer: Sequence[int], shift: Sequence[Sequence[float]],
+                     committed: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
         """The rows of one iteration decided together (x [B][F], offer [B], shift [B][M]; each row's
         θ its own best ratio E[e] / T_B alone): (method or NONE, k) per row. Each model drafter d
         runs to a depth k_d (0: not at all) for
         the whole batch, paying F_B(d, k_d) once at the rows' summed θ; each row then takes its best
         (method, k) with k ≤ k_d of each drafter. On an engine that pads (``pads``) the batch also
         verifies every row at its widest proposal w, priced once at the rows' θ: each w is weighed
-        and the rows keep k ≤ w. ``waiting`` rows of the iteration committed to chains wait for
-        both as well, each counted at the decided rows' mean θ (a committed row is not observed:
-        its own ratio is unknown here). Up to :data:`PLAIN_ROWS` rows in plain Python
+        and the rows keep k ≤ w. The iteration's rows committed to chains (``committed``: each
+        one's (method or NONE, k) this step) wait for both as well, each counted at the decided
+        rows' mean θ (a committed row is not observed: its own ratio is unknown here); a drafter
+        runs at least to the deepest k of the rows committed to it, and the batch is at least as
+        wide as their widest proposal, at no further price. Up to :data:`PLAIN_ROWS` rows in plain Python
         (:meth:`_choose_rows`), more rows vectorised (:meth:`_choose_arrays`): the same rule."""
         if len(x) <= PLAIN_ROWS:
             gains = [self.row_gains(row, o, sh) for row, o, sh in zip(x, offer, shift)]
             theta = [max(map(max, self._ratios(table))) for table in gains]
             tables = [[[g - t * p for g, p in zip(line, price)] for line, price in zip(table, self._batch_prices)]
                       for table, t in zip(gains, theta)]
-            return self._choose_rows(tables, sum(theta) / len(theta), waiting)
-        return self._choose_arrays(*map(np.asarray, (x, offer, shift)), waiting)
+            return self._choose_rows(tables, sum(theta) / len(theta), committed)
+        return self._choose_arrays(*map(np.asarray, (x, offer, shift)), committed)
+
+    def _floors(self, committed: Sequence[tuple[int, int]]) -> tuple[int, list[int]]:
+        """What the committed rows run anyway: the batch's width (their widest proposal; 0 on an
+        engine that does not pad) and each drafter's depth (the deepest k of the rows committed to
+        it), each at most the deepest k."""
+        top = self.seconds.shape[1] - 1
+        width = min(max((k for _, k in committed), default=0), top) if self.pads else 0
+        return width, [min(max((k for m, k in committed if m == d), default=0), top) for d in self._drafters]
 
     def _choose_arrays(self, x: np.ndarray, offer: np.ndarray, shift: np.ndarray,
-                       waiting: int = 0) -> list[tuple[int, int]]:
+                       committed: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
         """:meth:`choose_group` over arrays: the value of every batch width w (an engine that pads;
         else only the deepest k) and combination of the drafters' depths k_d ≤ w at once, in the
         order :meth:`_choose_rows` weighs them (first of equals)."""
@@ -167,7 +180,7 @@ class Chooser:
         gain = self.gains(x, np.minimum(offer, depth - 1), shift)  # [B, M, J + 1]
         theta = (gain * self._per_second).reshape(rows, -1).max(axis=1)  # each row's best ratio alone
         score = gain - theta[:, None, None] * self._own  # E[e] − θ·T (padded: T less the width's)
-        rate = float(theta.sum()) * (rows + waiting) / rows  # every row's tokens per second of batch time
+        rate = float(theta.sum()) * (rows + len(committed)) / rows  # every row's tokens per second of batch time
         widths = np.arange(depth) if self.pads else np.array([depth - 1])
         # per row and k: its best needing no drafter with k ≤ w (none: any method's column 0), and
         # each drafter's best with k ≤ k_d (−∞ at k_d = 0: it does not run)
@@ -187,6 +200,10 @@ class Chooser:
             deepest = np.maximum(deepest, np.arange(depth).reshape(axis))
         value = best.sum(axis=0) - rate * paid  # [W, k_d of each drafter]
         value[widths.reshape(-1, *(1,) * drafters) < deepest] = -np.inf  # a drafter runs no deeper than the width
+        least, floors = self._floors(committed)  # ... and no shallower than its committed rows run it, the
+        value[widths < least] = -np.inf  # batch no narrower than their widest proposal (what they pay for anyway)
+        for d, floor in enumerate(floors):
+            value[(slice(None), *(slice(0, floor) if a == d else slice(None) for a in range(drafters)))] = -np.inf
         if self.pads:
             value -= (rate * self.verify).reshape(-1, *(1,) * drafters)  # every row waits for the widest
         w, *depths = np.unravel_index(int(value.argmax()), value.shape)
@@ -229,15 +246,17 @@ class Chooser:
         """[M][J + 1] E[e] / T_B of every (method, k) at its price alone."""
         return [[g * r for g, r in zip(line, rates)] for line, rates in zip(gains, self._alone_rates)]
 
-    def _choose_rows(self, tables: list[list[list[float]]], theta: float, waiting: int = 0) -> list[tuple[int, int]]:
+    def _choose_rows(self, tables: list[list[list[float]]], theta: float,
+                     committed: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
         """:meth:`choose_group` in plain Python over the rows' tables of E[e] − θ·T [M][J + 1]
-        (each row at its own θ; ``theta``: their mean; ``waiting``: committed rows beside them, at
-        that mean): every batch width w (an engine that pads;
+        (each row at its own θ; ``theta``: their mean; ``committed``: the rows beside them, each at
+        that mean, the width and drafters' depths they run no floor lower): every batch width w (an engine that pads;
         else the deepest k) and combination of the drafters' depths k_d ≤ w, each row taking its
         best within them — the best of what needs no drafter, or a drafter's best k ≤ k_d."""
         drafters, depth = self._drafters, self.seconds.shape[1]
         others = [m for m in range(len(self._fixed_rows)) if m not in drafters]
-        rate, best, limits = (len(tables) + waiting) * theta, -math.inf, (depth - 1, ())
+        rate, best, limits = (len(tables) + len(committed)) * theta, -math.inf, (depth - 1, ())
+        least, floors = self._floors(committed)
         free_upto, reach_rows = [], []  # per row, whatever the width: [J + 1] each
         for t in tables:
             zero = max(line[0] for line in t)  # none (every method's column 0)
@@ -245,10 +264,10 @@ class Chooser:
             free_upto.append(list(itertools.accumulate(free, max)))  # its best needing no drafter, k ≤ w
             reach_rows.append([[-math.inf, *itertools.accumulate(t[d][1:], max)] for d in drafters])  # best k ≤ k_d
         reach = [list(zip(*(row[i] for row in reach_rows))) for i in range(len(drafters))]  # [D][J + 1][B]
-        for w in range(depth) if self.pads else [depth - 1]:
+        for w in range(least, depth) if self.pads else [depth - 1]:
             free = [upto[w] for upto in free_upto]
             width = rate * self._verify[w] if self.pads else 0.0  # every row waits for it
-            for depths in itertools.product(range(w + 1), repeat=len(drafters)):
+            for depths in itertools.product(*(range(floor, w + 1) for floor in floors)):
                 gained = sum(map(max, free, free, *(columns[k_d] for columns, k_d in zip(reach, depths))))  # free twice: max of ≥ 2
                 value = gained - width - rate * sum(self._fixed_rows[d][k_d] for d, k_d in zip(drafters, depths))
                 if value > best:

@@ -123,9 +123,10 @@ class LearnedPolicy:
     def decide_for(self, batch_size: int) -> Decide:
         """The decision at ``batch_size`` (made once per size: an engine asks at every step):
         observations of the rows of one engine iteration → their (method, k), decided together as
-        the engine decides them (:meth:`Chooser.choose_group`; ``waiting``: the iteration's rows
-        its gate committed, which wait for the decided rows' drafting). Copies of one observation (the
-        simulator's paper mode: B copies of a request), or one row at batch 1, decide alone: B
+        the engine decides them (:meth:`Chooser.choose_group`; ``committed``: the (method, k) this
+        step of the iteration's rows its gate committed, which wait for the decided rows' drafting).
+        Copies of one observation (the simulator's paper mode: B copies of a request), or one row
+        at batch 1 with no committed row beside it, decide alone: B
         identical rows choose alike, paying the batch's part of the drafting among them."""
         if batch_size in self._decisions:
             return self._decisions[batch_size]
@@ -134,12 +135,13 @@ class LearnedPolicy:
         def inputs(obs: Observation) -> tuple:
             return features(obs, methods), obs.ngram_offer, chooser.shift_for(obs)
 
-        def decide(observed: Sequence[Observation], waiting: int = 0) -> list[tuple[int, int]]:
+        def decide(observed: Sequence[Observation],
+                   committed: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
             obs = observed[0]
-            if not waiting and all(other is obs for other in observed) and (len(observed) > 1
-                                                                           or chooser.batch_size == 1):
+            if not committed and all(other is obs for other in observed) and (len(observed) > 1
+                                                                              or chooser.batch_size == 1):
                 return [chooser.choose(*inputs(obs))] * len(observed)
-            return chooser.choose_group(*zip(*map(inputs, observed)), waiting=waiting)
+            return chooser.choose_group(*zip(*map(inputs, observed)), committed=committed)
 
         return self._decisions.setdefault(batch_size, decide)
 

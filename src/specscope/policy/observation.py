@@ -200,9 +200,10 @@ class OverlapCounter:
 
 
 class Decide(Protocol):
-    """The rows of one iteration deciding together → (method or NONE, k) each. ``waiting``: the
-    iteration's other rows, committed to chains by an admission gate, which decide nothing but
-    wait as long as the step takes — for whatever drafting and padded width the decided rows'
-    choices add to it."""
+    """The rows of one iteration deciding together → (method or NONE, k) each. ``committed``: the
+    iteration's other rows, committed to chains by an admission gate, each one's (method or NONE,
+    k) this step; they decide nothing but wait as long as the step takes, for whatever drafting
+    and padded width the decided rows' choices add to what they run themselves."""
 
-    def __call__(self, observed: Sequence[Observation], waiting: int = 0) -> list[tuple[int, int]]: ...
+    def __call__(self, observed: Sequence[Observation],
+                 committed: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]: ...

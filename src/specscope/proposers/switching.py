@@ -26,8 +26,8 @@ where that is 0), the model drafter k, with no confidence rule. No other member 
 a model drafter neither prefills its prompt (a prefill pass is cut to the longest prompt it
 keeps) nor follows its steps — the lookup does not search it unless committed to it, and the
 policy neither observes it nor decides for it: the decision is asked over the rows decided per
-step, at their count, the committed rows beside them waiting (they wait for whatever drafting
-the decided rows take, and the decision weighs that). Without a gate every row is decided per step.
+step, at their count, told the committed rows' chains this step (they wait for whatever drafting
+the decided rows add to theirs, and the decision weighs that). Without a gate every row is decided per step.
 
 The policy's own work — everything in :meth:`SwitchingProposer.propose` beyond the lookup and
 the members' proposals and the committed rows' chains: observations, features, decision,
@@ -152,7 +152,7 @@ class SwitchingProposer:
         if deciding:
             choices = self.policy.decide_for(len(deciding))(
                 [self._observe(request.slots[row], request.histories[row], len(found[row])) for row in deciding],
-                waiting=batch - len(deciding))
+                committed=[(method[row], k[row]) for row in range(batch) if not decided[row]])
             stop_below = self.policy.confidence_for(batch)  # a model drafter taken drafts to its confidence's k
             for row, choice in zip(deciding, choices):
                 method[row], k[row] = self._capped(*choice, len(found[row]))

@@ -297,10 +297,11 @@ def measured_figure(cells: Sequence) -> plt.Figure:
     runs (dashed, hollow markers: every point simulated, a lone one too; a gap where a run was
     not), per dataset panel, a line per configuration: colour = method, marker = k (or tree; a
     drafter stopped at its confidence, its own); the legend below the panels."""
-    def config(cell) -> str:
+    def config(cell) -> str:  # a chain run beside a policy is a line of its own (its label says so)
         if cell.confidence is not None:
             return f"{cell.label} k≤{cell.k}"
-        return cell.label if cell.tree is not None else f"{cell.method} k={cell.k}"
+        beside = " beside learned" if cell.beside else ""
+        return cell.label if cell.tree is not None else f"{cell.method}{beside} k={cell.k}"
 
     datasets = _unique(c.dataset for c in cells)
     colours = proposer_colours(_unique(c.method for c in cells))

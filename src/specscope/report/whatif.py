@@ -75,8 +75,10 @@ class WhatIfRow:
 
 def _config(cell: MeasuredCell) -> str:
     """A measured cell's configuration as the simulator names it: ``none``, ``METHOD fixed:K``,
-    ``METHOD tree:SHAPE`` or ``METHOD confidence:p:K``."""
-    return NO_SD if cell.method == NO_SD else f"{cell.method} {cell.simulated_policy}"
+    ``METHOD tree:SHAPE`` or ``METHOD confidence:p:K`` (`` beside learned`` after a chain run
+    beside a policy: another measurement of that configuration, told apart)."""
+    return NO_SD if cell.method == NO_SD else f"{cell.method} {cell.simulated_policy}" + (
+        " beside learned" if cell.beside else "")
 
 
 def fitted_to(cell: MeasuredCell, fitted: Sequence[FittedCell], engine: str) -> bool:

@@ -309,9 +309,9 @@ def discrimination(records: Sequence[TraceRecord], policy: LearnedPolicy) -> lis
 
     chooser, decide, seen = policy.chooser(1), policy.decide_for(1), []
 
-    def spy(observed, waiting=0):
+    def spy(observed, committed=()):
         seen.extend(observed)
-        return decide(observed, waiting)
+        return decide(observed, committed)
 
     plan = causal_plan(records, policy.methods, lambda b: spy, policy.depth, confidence_for=policy.confidence_for)
     first = [[line[1] - 1.0 for line in chooser.row_gains(features(obs, policy.methods), max(obs.ngram_offer, 1),

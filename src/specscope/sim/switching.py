@@ -194,14 +194,14 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
     :mod:`specscope.sim.mixed` schedules them (in order; a finished request's slot is taken at the
     next iteration, where it is prefilled, and it decodes from the one after) and each iteration's
     decoding requests are decided together at their count, as an engine's policy decides its batch
-    (those its gate committed waiting beside them: they pay as long as the decided rows' step).
+    (told the chains its gate committed the others to: they pay as long as the decided rows' step).
     ``confidence_for(b)``: the p at which a model drafter taken at that count stops (None: k).
     ``gate`` (the policy's at ``batch_size``, :mod:`specscope.policy.gate`): a request it commits
     takes its chain's (method, k) at every step and is left out of the decisions."""
     walks = [_Walk(record, methods, k_max, gate) for record in records]
 
-    def decide(observed: list, waiting: int = 0) -> list[tuple[int, int]]:
-        return decide_for(len(observed))(observed, waiting=waiting)
+    def decide(observed: list, committed: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        return decide_for(len(observed))(observed, committed=committed)
 
     def stop_below(count: int) -> float | None:
         return None if confidence_for is None else confidence_for(count)
@@ -210,7 +210,7 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
         p = stop_below(batch_size)
         for walk in walks:
             while not walk.done and not walk.committed:  # a committed one walked its chain already
-                walk.take(*decide([walk.observe()] * batch_size)[0], p)  # B copies of it
+                walk.take(*decide([walk.observe()] * batch_size, [])[0], p)  # B copies of it
     else:
         waiting, running, fresh = iter(walks), [], []
         while True:
@@ -222,13 +222,15 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
                 break
             if running:
                 p = stop_below(len(running))
+                committed = []  # the (method, k) of the committed rows' steps in this iteration
                 for walk in running:
                     if walk.committed:  # its chain's next step, walked already
+                        _, k, _, _, method = walk.steps[len(walk.steps) - walk.left]
+                        committed.append((method, k))
                         walk.left -= 1
                 deciding = [w for w in running if not w.committed]
                 if deciding:
-                    for walk, choice in zip(deciding, decide([w.observe() for w in deciding],
-                                                             len(running) - len(deciding))):
+                    for walk, choice in zip(deciding, decide([w.observe() for w in deciding], committed)):
                         walk.take(*choice, p)
     parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 5).T) for w in walks]
     plan = _switch_plan(parts, records, methods)
