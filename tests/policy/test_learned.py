@@ -320,7 +320,7 @@ def test_without_a_fixed_drafting_cost_a_group_decides_row_by_row_and_the_neares
 def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows, monkeypatch):
     """The group rule in plain Python (up to PLAIN_ROWS rows) and over arrays (more) agree, on
     random rows of the fitted policy at B = 8 and on a chooser with two model drafters, each also
-    on an engine that pads (every batch width weighed); a row's
+    on an engine that pads (every batch width weighed), with committed rows beside them or none; a row's
     expected tokens in plain Python are those over arrays."""
     import specscope.policy.chooser as chooser_module
     from specscope.policy.chooser import Chooser
@@ -337,11 +337,14 @@ def test_a_group_decides_alike_in_plain_python_and_vectorised(policy_file, rows,
     verify = np.linspace(0.2, 0.6, chooser.seconds.shape[1]) * chooser.seconds.min()
     padded = [Chooser(rule.weights, rule.bias, rule.seconds, rule.ngram, rule.base_rate, rule.fixed, 8, verify, True)
               for rule in (chooser, two)]  # every row verified at the batch's widest proposal
+    depth = chooser.seconds.shape[1] - 1  # committed rows beside them: none, n-gram's, a drafter's, mixed
+    besides = [[], [(0, 2)] * 3, [(1, depth)], [(-1, 0), (0, 1), (1, 2), (1, 1)]]
     for rule in (chooser, two, *padded):
-        monkeypatch.setattr(chooser_module, "PLAIN_ROWS", rows)
-        plain = rule.choose_group(*args)
-        monkeypatch.setattr(chooser_module, "PLAIN_ROWS", 0)
-        assert rule.choose_group(*args) == plain
+        for committed in besides:
+            monkeypatch.setattr(chooser_module, "PLAIN_ROWS", rows)
+            plain = rule.choose_group(*args, committed=committed)
+            monkeypatch.setattr(chooser_module, "PLAIN_ROWS", 0)
+            assert rule.choose_group(*args, committed=committed) == plain
 
 
 def test_the_simulators_decision_is_the_engines_and_copies_decide_alone(policy_file):
