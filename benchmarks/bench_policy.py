@@ -47,9 +47,9 @@ def observations(records, policy: LearnedPolicy) -> list:
     """The observations a walk of ``records`` at batch 1 hands ``policy``."""
     seen, decide = [], policy.decide_for(1)
 
-    def spy(observed):
+    def spy(observed, committed=()):
         seen.extend(observed)
-        return decide(observed)
+        return decide(observed, committed)
 
     causal_plan(records, METHODS, lambda b: spy, policy.depth)
     return seen

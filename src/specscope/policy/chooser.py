@@ -200,10 +200,11 @@ class Chooser:
             deepest = np.maximum(deepest, np.arange(depth).reshape(axis))
         value = best.sum(axis=0) - rate * paid  # [W, k_d of each drafter]
         value[widths.reshape(-1, *(1,) * drafters) < deepest] = -np.inf  # a drafter runs no deeper than the width
-        least, floors = self._floors(committed)  # ... and no shallower than its committed rows run it, the
-        value[widths < least] = -np.inf  # batch no narrower than their widest proposal (what they pay for anyway)
-        for d, floor in enumerate(floors):
-            value[(slice(None), *(slice(0, floor) if a == d else slice(None) for a in range(drafters)))] = -np.inf
+        if committed:  # ... and no shallower than its committed rows run it, the batch no narrower than
+            least, floors = self._floors(committed)  # their widest proposal (what they pay for anyway)
+            value[widths < least] = -np.inf
+            for d, floor in enumerate(floors):
+                value[(slice(None), *(slice(0, floor) if a == d else slice(None) for a in range(drafters)))] = -np.inf
         if self.pads:
             value -= (rate * self.verify).reshape(-1, *(1,) * drafters)  # every row waits for the widest
         w, *depths = np.unravel_index(int(value.argmax()), value.shape)
