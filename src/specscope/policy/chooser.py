@@ -251,7 +251,8 @@ class Chooser:
                      committed: Sequence[tuple[int, int]] = ()) -> list[tuple[int, int]]:
         """:meth:`choose_group` in plain Python over the rows' tables of E[e] − θ·T [M][J + 1]
         (each row at its own θ; ``theta``: their mean; ``committed``: the rows beside them, each at
-        that mean, the width and drafters' depths they run no floor lower): every batch width w (an engine that pads;
+        that mean, the width and drafters' depths they run no floor lower): every batch width w (an
+        engine that pads;
         else the deepest k) and combination of the drafters' depths k_d ≤ w, each row taking its
         best within them — the best of what needs no drafter, or a drafter's best k ≤ k_d."""
         drafters, depth = self._drafters, self.seconds.shape[1]

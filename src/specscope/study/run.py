@@ -15,8 +15,8 @@ those files on every run (seconds).
    engine switching per step, in lockstep with a chain of ``k`` of each method it chooses between
    (``learned/<workload>.json`` and ``….steps.jsonl``: kept apart from the steps the cost model
    is fitted to; the chains beside it make the comparison with the best fixed policy one of runs
-   side by side, where the chains of the measure stage ran minutes apart); then the policy's own work per step is fitted from
-   those step records and added to ``costmodel.json`` as the drafting entry ``learned``
+   side by side, where the chains of the measure stage ran minutes apart); then the policy's own
+   work per step is fitted from those step records and added to ``costmodel.json`` as the drafting entry ``learned``
    (:func:`policy_work_stage`), as the chains' drafting is fitted from theirs; where the policy,
    fitted again with that price, chooses otherwise (its admission gates weigh what keeping the
    switch open costs), it is written again and measured again (:func:`policy_refit_stage`);
@@ -294,7 +294,8 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         learned = [c for c in mine if c.method == LEARNED]
         alone = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
         say(f"learned {_stem(workload)}: " + ", ".join(
-            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone)})" for cell in learned))
+            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone)})"
+            for cell in learned))
         cells += mine  # the chains beside it too: measured like the study's own, checked against the simulator alike
     return cells
 
