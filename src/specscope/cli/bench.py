@@ -162,7 +162,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 REFERENCE_ONLY = ("batching", "top_p", "top_k", "seed", "repeats", "dtype", "device",
-                  "records")  # the reference engine's
+                  "records", "beside")  # the reference engine's (--beside without --policy: run_bench refuses it)
 
 
 def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
@@ -172,9 +172,6 @@ def bench_config(args: argparse.Namespace) -> BenchConfig | ServingBenchConfig:
             raise SpecscopeError("--confidence: only with --backend reference (the engine stops the drafter)")
         if args.policy is not None:
             raise SpecscopeError("--confidence: not with --policy (the policy chooses each step's k)")
-    if args.beside is not None and args.policy is None:
-        raise SpecscopeError("--beside: only with --policy (the chains of the methods a policy chooses between run "
-                             "beside it)")
     policy = None
     if args.policy is not None:
         if args.backend == OPENAI:
