@@ -3,15 +3,31 @@ loopback, fitted from outside (chunk timelines, ``costmodel fit --from-sweep``) 
 (the same servers' own step records, ``serve --step-records``), side by side.
 
     python benchmarks/bench_calibration.py [--out DIR] [--device D] [--num-requests N] [--max-tokens N] [--context C]
-                                           [--segments S] [--replicas R] [--refit]
+                                           [--context-by request|segment] [--trees T] [--segments S]
+                                           [--replicas R] [--refit]
 
-The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload (with
-``--context 3``, the default, request i's prompt follows the prompts of the i mod 4 requests
-before it: prompts of 50–260 tokens, so that a step's cached tokens vary apart from its batch and
-a cost per cached token and one per request can be told apart); methods
-ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells) and no SD at each
-batch size, all 30 cells taking turns over 10 segments of the requests on ten servers up at once,
-one per method and k serving every batch size (``baselines = "interleaved-all"``): this machine's
+The cells: the bundled target, ``--threads 1``, on the bundled code-editing workload; methods
+ngram, draft and eagle × k ∈ {1, 2, 4} × batch sizes {1, 4, 8} (27 SD cells), the model drafters'
+one-level tree of 8 (``--trees 8``, the default: 6 SD cells more) and no SD at each batch size.
+Two choices make the terms that a sweep of chains leaves nearly dependent tell apart
+(docs/calibration.md, stop 60):
+
+- **the tree of 8**: its drafter runs one pass over one token a row, as a chain of 1 does, and its
+  target verifies 9 tokens a row; on a chain both grow together (k passes, k + 1 tokens), so the
+  cost of a verified token could trade with a cost per row and with the drafters' cost per row and
+  draft, by run-to-run noise (−100 … +292 % against the engine's own records in the runs of
+  docs/calibration.md before stop 60; with the tree −11.6 … +2.0 % in four runs);
+- **prompts alike within a segment** (``--context 3``, ``--context-by segment``, the defaults): the
+  requests of segment s follow each their prompt with the prompts of the s mod 4 requests before
+  it (1–4× the usual length, 50–260 tokens), so that at every batch size a step's cached tokens
+  vary apart from its rows (with lengths mixed within a segment, ``--context-by request`` — request
+  i its own i mod 4, as every run before stop 60 — the longest of 4 or 8 rows, which an engine that
+  pads reads, is nearly always the longest length, and the cached token's cost traded with the
+  request's: +19.5 and +39.3 % in two runs). The segments' speedups then differ by their prompts,
+  and ``measured_se_pct`` (their spread) overstates the noise of a cell.
+
+All the cells take turns over 10 segments of the requests on the servers up at once, one per
+method and k or tree serving every batch size (``baselines = "interleaved-all"``): this machine's
 speed wanders by ±15 % over seconds and more over minutes, which cells measured at different times
 would carry into their speedups and into one another's fit. With ``--replicas R`` every server
 runs as R processes taking the segments in turn (``replicas = R``): processes of one engine keep
@@ -40,7 +56,7 @@ Prints:
 
 Then the "what if" of the README: a model fitted from the sub-sweep k ∈ {2, 4}, B ∈ {1, 8}
 alone (those cells' files, copied into ``OUT/sweep-small``: the same measurements) predicts every
-k, the trees 2x1x1 and 3x2x1x1 and a learned policy for B = 1 … 64 (``specscope report``), and the
+k, the trees 2x1x1, 3x2x1x1 and 8 and a learned policy for B = 1 … 64 (``specscope report``), and the
 predicted winner is set against the measured one at B = 4, which the small fit never saw
 (``OUT/report/whatif.csv``).
 
@@ -69,24 +85,29 @@ from specscope.workloads.bundled import bundled_records
 from specscope.zoo.shipped import model_dir
 
 METHODS = ("ngram", "draft", "eagle")
-TREES = "2x1x1,3x2x1x1"
+TREES = "2x1x1,3x2x1x1,8"
 SMALL_K, SMALL_B = (2, 4), (1, 8)  # the what-if fit's cells, and the none cells paired with them
 MATERIAL = 0.05  # a term compared when it carries this share of the mean step in either fit
 BLOCKS, BLOCK_STEPS = 10, 300  # the inside fit's jackknife: runs of this many step records, dealt into this many groups
 
 
-def write_workload(out: Path, num_requests: int, context: int) -> Path:
+def write_workload(out: Path, num_requests: int, context: int, segments: int, by_segment: bool) -> Path:
     """The first ``num_requests`` requests of the bundled code-editing workload (``code.jsonl``:
     the traces' dataset is the file's stem, as the sweep's workload); beyond the 100 it ships,
     generated on by its own generator (the first 100 are the shipped ones). With ``context`` c,
-    request i's prompt follows the prompts of the i mod (c + 1) requests before it: prompts of
-    1 … c + 1 times the usual length, so that the cached tokens of a step vary apart from the
-    number of requests in it (else a cost per cached token and one per request trade places)."""
+    the requests of the sweep's segment s (its ``segments`` consecutive parts) follow each its
+    own prompt with the prompts of the s mod (c + 1) requests before it: prompts of 1 … c + 1
+    times the usual length, alike within a segment, so that the cached tokens of a step vary apart
+    from the number of requests in it at every batch size (else a cost per cached token and one
+    per request trade places). An engine that pads reads every row's cache at the longest; with
+    lengths mixed within a segment (request i its own i mod (c + 1)) the longest of 4 or 8 rows is
+    nearly always the longest length, and only batch 1 moved the cached tokens apart."""
     path = out / "code.jsonl"
     records = bundled_records("code", num_requests)
     prompts = [record["prompt"] for record in records]  # as shipped, before any gets context
+    part = [s for s in range(segments) for _ in range(s * num_requests // segments, (s + 1) * num_requests // segments)]
     for i, record in enumerate(records):
-        before = [prompts[(i - j) % len(prompts)] for j in range(i % (context + 1), 0, -1)]
+        before = [prompts[(i - j) % len(prompts)] for j in range(((part[i] if by_segment else i)) % (context + 1), 0, -1)]
         record["prompt"] = "\n\n".join(before + [prompts[i]])
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
     return path
@@ -176,11 +197,15 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "
                              "each): cached tokens that vary apart from the batch")
-    parser.add_argument("--trees", default="",
+    parser.add_argument("--context-by", choices=("request", "segment"), default="segment",
+                        help="lengths alike within each segment of the sweep (cached tokens that vary apart from "
+                             "the batch at every batch size), or mixed within it (request i its own, as before "
+                             "stop 60)")
+    parser.add_argument("--trees", default="8",
                         help="token trees swept beside the chains by the model drafters (comma-separated, among "
                              f"the traced {TREES}): a tree's drafter reads fewer tokens a row than its target "
                              "verifies, which a chain's do not, so a verified token's cost is told apart from a "
-                             "drafter's per row and draft")
+                             "drafter's per row and draft; empty: chains alone")
     parser.add_argument("--refit", action="store_true",
                         help="fit and compare again the sweep, step records and traces already in --out (this "
                              "code's fits over an earlier run's measurements; nothing is measured)")
@@ -256,7 +281,7 @@ def main() -> None:
 def measure(out: Path, trace: Path, args: argparse.Namespace) -> None:
     """The sweep (its servers writing their step records) into ``out``, and the traces of its workload into ``trace``."""
     out.mkdir(parents=True, exist_ok=True)
-    workload = write_workload(out, args.num_requests, args.context)
+    workload = write_workload(out, args.num_requests, args.context, args.segments, args.context_by == 'segment')
     config = write_config(out, workload, args.max_tokens, args.segments, args.replicas, args.device, args.trees)
     if specscope(["sweep", str(config), "--retry-failed"]) != 0:
         raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
