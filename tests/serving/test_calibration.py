@@ -337,6 +337,28 @@ def test_coefficient_spread_is_the_jackknife_over_the_held_out_fits():
     assert rows["c_tok"]["jackknife_se"] == 0.0 and rows["c_kv"]["relative_se_pct"] is None
 
 
+def test_design_notes_advise_a_tree_and_prompts_alike_where_those_terms_are_weakly_pinned():
+    """c_tok at ±30 % of its value (above 25 %) in a sweep of a model drafter's chains alone: the
+    tree note; with a tree cell of that drafter, or n-gram's chains alone (no tree to sweep), none.
+    c_kv at ±40 % (or any spread around 0): the note on prompt lengths; at ±20 %, none."""
+    from specscope.backends.openai.calibration import design_notes
+
+    def row(term, fitted, se):
+        return {"term": term, "fitted": fitted, "jackknife_se": se, "separated": True}
+
+    chains = [simulated_cell("none", 0, 1), simulated_cell("draft", 2, 1)]
+    tree = simulated_cell("draft", 8, 1, tree="8")
+    weak = [row("c_tok", 1e-4, 3e-5), row("c_kv", 1e-6, 4e-7)]
+    notes = design_notes(weak, chains)
+    assert len(notes) == 2 and "c_tok (a verified token) is pinned to ±30 %" in notes[0]
+    assert 'trees = ["8"]' in notes[0] and "c_kv (a cached token) is pinned to ±40 %" in notes[1]
+    assert design_notes(weak, chains + [tree]) == notes[1:]
+    assert design_notes(weak, [simulated_cell("none", 0, 1), simulated_cell("ngram", 2, 1)]) == notes[1:]
+    assert design_notes([row("c_tok", 1e-4, 2e-5), row("c_kv", 1e-6, 2e-7)], chains) == []
+    assert "its whole value (fitted 0)" in design_notes([row("c_kv", 0.0, 1e-7)], chains)[0]
+    assert design_notes([{**row("c_kv", 0.0, None), "separated": False}], chains) == []  # unseparated: noted apart
+
+
 @pytest.mark.slow
 def test_replicas_against_a_real_server(tmp_path, tiny_model):
     """``replicas = 2``: each server of an ``interleaved-all`` workload runs as two processes (a

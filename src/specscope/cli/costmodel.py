@@ -201,7 +201,8 @@ def traced_by(paths: list[str]) -> dict[str, tuple[str, dict[str, str]]]:
 
 def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
     """``--from-sweep``: fit, print the histogram cross-check, and validate when asked."""
-    from specscope.backends.openai.calibration import COLUMNS, SPREAD_COLUMNS, coefficient_spread, read_sweep, validate
+    from specscope.backends.openai.calibration import (COLUMNS, SPREAD_COLUMNS, coefficient_spread, design_notes,
+                                                       read_sweep, validate)
     from specscope.cli._common import atomic_write_text
     from specscope.costmodel.calibrate import cross_check, fit_cells
     from specscope.fileio import write_rows
@@ -250,6 +251,8 @@ def _fit_sweep(args: argparse.Namespace, output: Path, name: str) -> int:
                     [[_cell(row[c]) for c in SPREAD_COLUMNS] for row in spread
                      if row["fitted"] or row["jackknife_se"] or not row["separated"]],
                     file=out)
+        for line in design_notes(spread, cells):
+            print(f"note: {line}", file=sys.stderr)
     if not to_stdout(output):
         print(_wrote(output))
     return 0

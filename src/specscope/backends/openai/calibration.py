@@ -532,5 +532,39 @@ def coefficient_spread(model: LinearCostModel, fits: Sequence[LinearCostModel]) 
     return rows
 
 
+WEAK_PCT = 25.0  # a term whose jackknife standard error is above this share of its value is weakly pinned
+
+
+def design_notes(spread: Sequence[dict[str, object]], cells: Sequence[CellRun]) -> list[str]:
+    """One line of advice per term of :func:`coefficient_spread`'s rows that the sweep pins
+    weakly (its standard error above :data:`WEAK_PCT` % of its value) where a known change of the
+    sweep's design tells it apart (docs/calibration.md, stop 60): ``c_tok``, whose column on a
+    chain is the per-row term's plus each drafter's per-row-and-draft one (k passes, k + 1
+    tokens), where the sweep has a model drafter and no tree of one (on ``specscope serve``
+    its cost per verified token came −100 … +292 % from the engine's own records without one,
+    −11.6 … +2.0 % with a one-level tree of 8); and ``c_kv``, nearly a per-request cost where
+    the requests running together carry caches of one length (+19.5 and +39.3 % with lengths mixed
+    among them, −3.4 and −7.0 % with lengths alike within each segment and differing across)."""
+    weak = {row["term"]: row for row in spread if row["separated"] and row["jackknife_se"] is not None
+            and row["jackknife_se"] > WEAK_PCT / 100 * abs(row["fitted"])}
+    drafters = [c for c in cells if c.method != NO_SD and method_named(c.method).kind != "lookup"]
+    notes = []
+    if "c_tok" in weak and drafters and not any(c.tree is not None for c in drafters):
+        notes.append(f"c_tok (a verified token) is pinned to ±{_spread_pct(weak['c_tok'])}: on a chain a step's verified "
+                     "tokens grow with its drafter's passes, so it trades with the cost per row and the drafters' per "
+                     "row and draft; sweep a wide one-level tree beside the chains (trees = [\"8\"]: one drafter "
+                     "pass, 9 tokens verified a row) to tell them apart")
+    if "c_kv" in weak:
+        notes.append(f"c_kv (a cached token) is pinned to ±{_spread_pct(weak['c_kv'])}: where the requests running "
+                     "together carry caches of one length it trades with the cost per request; give the requests of "
+                     "each segment prompts of one length, different lengths in different segments")
+    return notes
+
+
+def _spread_pct(row: dict[str, object]) -> str:
+    """A weak term's standard error as a share of its value: ``48 %``, or ``its whole value`` at 0."""
+    return f"{100 * row['jackknife_se'] / abs(row['fitted']):.0f} %" if row["fitted"] else "its whole value (fitted 0)"
+
+
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
