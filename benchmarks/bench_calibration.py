@@ -55,8 +55,9 @@ Prints:
   either fit (a term worth less is within timer noise and left out, said so in the output).
 
 Then the "what if" of the README: a model fitted from the sub-sweep k ∈ {2, 4}, B ∈ {1, 8}
-alone (those cells' files, copied into ``OUT/sweep-small``: the same measurements) predicts every
-k, the trees 2x1x1, 3x2x1x1 and 8 and a learned policy for B = 1 … 64 (``specscope report``), and the
+alone (those cells' files, copied into ``OUT/sweep-small``: the same measurements; no tree among
+them, so a tree step's own cost is priced at 0, as the fit's note says) predicts every k, the
+trees 2x1x1, 3x2x1x1 and 8 and a learned policy for B = 1 … 64 (``specscope report``), and the
 predicted winner is set against the measured one at B = 4, which the small fit never saw
 (``OUT/report/whatif.csv``).
 
@@ -91,23 +92,26 @@ MATERIAL = 0.05  # a term compared when it carries this share of the mean step i
 BLOCKS, BLOCK_STEPS = 10, 300  # the inside fit's jackknife: runs of this many step records, dealt into this many groups
 
 
-def write_workload(out: Path, num_requests: int, context: int, segments: int, by_segment: bool) -> Path:
+def write_workload(out: Path, num_requests: int, context: int, segments: int, replicas: int, by_segment: bool) -> Path:
     """The first ``num_requests`` requests of the bundled code-editing workload (``code.jsonl``:
     the traces' dataset is the file's stem, as the sweep's workload); beyond the 100 it ships,
     generated on by its own generator (the first 100 are the shipped ones). With ``context`` c,
     the requests of the sweep's segment s (its ``segments`` consecutive parts) follow each its
-    own prompt with the prompts of the s mod (c + 1) requests before it: prompts of 1 … c + 1
-    times the usual length, alike within a segment, so that the cached tokens of a step vary apart
-    from the number of requests in it at every batch size (else a cost per cached token and one
-    per request trade places). An engine that pads reads every row's cache at the longest; with
-    lengths mixed within a segment (request i its own i mod (c + 1)) the longest of 4 or 8 rows is
-    nearly always the longest length, and only batch 1 moved the cached tokens apart."""
+    own prompt with the prompts of the (s // ``replicas``) mod (c + 1) requests before it: prompts
+    of 1 … c + 1 times the usual length, alike within a segment, so that the cached tokens of a
+    step vary apart from the number of requests in it at every batch size (else a cost per cached
+    token and one per request trade places), and every process of a server (segment s runs on
+    process s mod ``replicas``) serving every length, its own speed not set beside one length. An
+    engine that pads reads every row's cache at the longest; with lengths mixed within a segment
+    (``by_segment`` false: request i its own i mod (c + 1)) the longest of 4 or 8 rows is nearly
+    always the longest length, and only batch 1 moved the cached tokens apart."""
     path = out / "code.jsonl"
     records = bundled_records("code", num_requests)
     prompts = [record["prompt"] for record in records]  # as shipped, before any gets context
-    part = [s for s in range(segments) for _ in range(s * num_requests // segments, (s + 1) * num_requests // segments)]
+    turn = [s // replicas for s in range(segments)
+            for _ in range(s * num_requests // segments, (s + 1) * num_requests // segments)]  # as the sweep cuts them
     for i, record in enumerate(records):
-        before = [prompts[(i - j) % len(prompts)] for j in range(((part[i] if by_segment else i)) % (context + 1), 0, -1)]
+        before = [prompts[(i - j) % len(prompts)] for j in range((turn[i] if by_segment else i) % (context + 1), 0, -1)]
         record["prompt"] = "\n\n".join(before + [prompts[i]])
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
     return path
@@ -196,7 +200,8 @@ def main() -> None:
                              "its steps priced by kernel launches more than by arithmetic")
     parser.add_argument("--context", type=int, default=3,
                         help="prompts of 1 … this + 1 times the usual length (earlier requests' prompts before "
-                             "each): cached tokens that vary apart from the batch")
+                             "each): cached tokens that vary apart from the batch; by segment, it needs --segments "
+                             "of at least (this + 1) × --replicas")
     parser.add_argument("--context-by", choices=("request", "segment"), default="segment",
                         help="lengths alike within each segment of the sweep (cached tokens that vary apart from "
                              "the batch at every batch size), or mixed within it (request i its own, as before "
@@ -208,8 +213,13 @@ def main() -> None:
                              "drafter's per row and draft; empty: chains alone")
     parser.add_argument("--refit", action="store_true",
                         help="fit and compare again the sweep, step records and traces already in --out (this "
-                             "code's fits over an earlier run's measurements; nothing is measured)")
+                             "code's fits over an earlier run's measurements; nothing is measured, and the options "
+                             "that shape a sweep — --context, --context-by, --trees, --segments — are not read)")
     args = parser.parse_args()
+    if not args.refit and args.context_by == "segment" and args.segments < (args.context + 1) * args.replicas:
+        raise SystemExit(f"--context-by segment: {args.segments} segments over {args.replicas} process(es) a server give "
+                         f"fewer than the {args.context + 1} prompt lengths of --context {args.context} to each; give "
+                         f"--segments {(args.context + 1) * args.replicas} or more, or --context-by request")
     out = args.out.resolve()
     trace = out / "code.trace.jsonl"
     if args.refit:
@@ -281,7 +291,8 @@ def main() -> None:
 def measure(out: Path, trace: Path, args: argparse.Namespace) -> None:
     """The sweep (its servers writing their step records) into ``out``, and the traces of its workload into ``trace``."""
     out.mkdir(parents=True, exist_ok=True)
-    workload = write_workload(out, args.num_requests, args.context, args.segments, args.context_by == 'segment')
+    workload = write_workload(out, args.num_requests, args.context, args.segments, args.replicas,
+                              args.context_by == "segment")
     config = write_config(out, workload, args.max_tokens, args.segments, args.replicas, args.device, args.trees)
     if specscope(["sweep", str(config), "--retry-failed"]) != 0:
         raise SystemExit("the sweep had failed cells (see its output); rerun to retry them with --retry-failed")
