@@ -26,7 +26,7 @@ Two choices make the terms that a sweep of chains leaves nearly dependent tell a
   request's: +19.5 and +39.3 % in two runs). The segments' speedups then differ by their prompts,
   and ``measured_se_pct`` (their spread) overstates the noise of a cell.
 
-All the cells take turns over 10 segments of the requests on the servers up at once, one per
+All the cells take turns over 20 segments of the 200 requests on the servers up at once, one per
 method and k or tree serving every batch size (``baselines = "interleaved-all"``): this machine's
 speed wanders by ±15 % over seconds and more over minutes, which cells measured at different times
 would carry into their speedups and into one another's fit. With ``--replicas R`` every server
@@ -41,8 +41,8 @@ Prints:
   the other two batch sizes: the worst cell of three of stop 60's six runs), beside the measured
   speedups' own standard errors (``measured_se_pct``: the spread of their segments);
 - the coefficients of both fits and their relative differences (goal: within 15 %: met term by
-  term in stop 60's two runs of ``--num-requests 200 --segments 20``, 20 min each; at the default
-  100, the drafters' smaller terms missed it by up to 34 % in four runs), beside the
+  term in stop 60's three runs of the defaults, 200 requests in 20 segments, 20–21 min each; with
+  100 in 10, the drafters' smaller terms missed it by up to 34 % in four runs), beside the
   sweep's own standard error of each (the jackknife over the held-out fits,
   ``SWEEP_DIR/coefficients.csv``: a term the sweep cannot pin down cannot agree by more than
   luck), and each
@@ -189,12 +189,12 @@ def coefficient(model: LinearCostModel, name: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path("specscope-calibration"))
-    parser.add_argument("--num-requests", type=int, default=100,
+    parser.add_argument("--num-requests", type=int, default=200,
                         help="requests per cell (the bundled workload ships 100; more are generated): a cell of 16 "
                              "lasts 0.5-2 s, short enough for this machine's bursts to move its throughput by a "
                              "third; each measured speedup's standard error shrinks as 1/sqrt(requests)")
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--segments", type=int, default=SweepConfig.segments,
+    parser.add_argument("--segments", type=int, default=20,
                         help="turns the cells take over the requests (more: each cell's no-SD "
                              "segment nearer in time to its own; keep requests / segments >= the largest batch)")
     parser.add_argument("--replicas", type=int, default=SweepConfig.replicas,
