@@ -16,10 +16,10 @@ Two choices make the terms that a sweep of chains leaves nearly dependent tell a
   target verifies 9 tokens a row; on a chain both grow together (k passes, k + 1 tokens), so the
   cost of a verified token could trade with a cost per row and with the drafters' cost per row and
   draft, by run-to-run noise (−100 … +292 % against the engine's own records in the runs of
-  docs/calibration.md before stop 60; with the tree −11.6 … +2.0 % in four runs);
+  docs/calibration.md before stop 60; with the tree −11.6 … +2.3 % in stop 60's seven runs);
 - **prompts alike within a segment** (``--context 3``, ``--context-by segment``, the defaults): the
-  requests of segment s follow each their prompt with the prompts of the s mod 4 requests before
-  it (1–4× the usual length, 50–260 tokens), so that at every batch size a step's cached tokens
+  requests of segment s follow each their prompt with the prompts of the (s // R) mod 4 requests
+  before it (R: ``--replicas``) (1–4× the usual length, 50–260 tokens), so that at every batch size a step's cached tokens
   vary apart from its rows (with lengths mixed within a segment, ``--context-by request`` — request
   i its own i mod 4, as every run before stop 60 — the longest of 4 or 8 rows, which an engine that
   pads reads, is nearly always the longest length, and the cached token's cost traded with the
@@ -38,7 +38,7 @@ Prints:
 - leave-one-out validation (``--validate``): every SD cell predicted from a fit without it,
   from its requests' traces; median and worst |error| (goals: ≤ 5 % and ≤ 10 %), over every cell
   and over the chains and the trees apart (a tree cell held out leaves its drafter's tree term to
-  the other two batch sizes: the worst cell of three of stop 60's six runs), beside the measured
+  the other two batch sizes: the worst cell of three of stop 60's seven runs), beside the measured
   speedups' own standard errors (``measured_se_pct``: the spread of their segments);
 - the coefficients of both fits and their relative differences (goal: within 15 %: met term by
   term in stop 60's three runs of the defaults, 200 requests in 20 segments, 20–21 min each; with

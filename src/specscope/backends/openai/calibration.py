@@ -542,7 +542,7 @@ def design_notes(spread: Sequence[dict[str, object]], cells: Sequence[CellRun]) 
     chain is the per-row term's plus each drafter's per-row-and-draft one (k passes, k + 1
     tokens), where the sweep has a model drafter and no tree of one (on ``specscope serve``
     its cost per verified token came −100 … +292 % from the engine's own records without one,
-    −11.6 … +2.0 % with a one-level tree of 8); and ``c_kv``, nearly a per-request cost where
+    −11.6 … +2.3 % in seven runs with a one-level tree of 8); and ``c_kv``, nearly a per-request cost where
     the requests running together carry caches of one length (+19.5 and +39.3 % with lengths mixed
     among them, −3.4 and −7.0 % with lengths alike within each segment and differing across)."""
     weak = {row["term"]: row for row in spread if row["separated"] and row["jackknife_se"] is not None
@@ -562,7 +562,7 @@ def design_notes(spread: Sequence[dict[str, object]], cells: Sequence[CellRun]) 
 
 
 def _spread_pct(row: dict[str, object]) -> str:
-    """A weak term's standard error as a share of its value: ``48 %``, or ``its whole value`` at 0."""
+    """A weak term's standard error as a share of its value: ``48 %``, or ``its whole value (fitted 0)``."""
     return f"{100 * row['jackknife_se'] / abs(row['fitted']):.0f} %" if row["fitted"] else "its whole value (fitted 0)"
 
 
