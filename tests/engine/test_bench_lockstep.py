@@ -55,7 +55,7 @@ def test_engines_take_blocks_and_stay_within_one_of_each_other(monkeypatch):
     runs, order = lockstep(monkeypatch, per_step, {"base": 2000, "sd": 2010}, 20, 100, 8)
     assert [run.generated for run in runs] == [2000, 2010]  # every step ran
     blocks = [(name, len(list(group))) for name, group in itertools.groupby(order)]
-    assert blocks[0] == ("base", 256 // 8) and len(blocks) >= 8  # blocks, not turns, and still interleaved
+    assert blocks[0] == ("base", reference.BLOCK_TOKENS // 8) and len(blocks) >= 8  # blocks, not turns, and still interleaved
     emitted = {"base": 0, "sd": 0}
     for name in order:  # an engine starts a block only from behind, and ends it at most a step past the lead
         emitted[name] += per_step[name]

@@ -317,6 +317,23 @@ def test_bench_beside_runs_the_policys_methods_chains_in_its_lockstep(setup, tmp
     cells = read_bench_results([out])
     assert [c.label for c in cells[:3]] == [label, "ngram beside learned", "eagle beside learned"]
     assert [c.beside for c in cells[:3]] == [None, label, label]
+    for row in rows:  # each chain: the policy's speed over its own, paired repeat by repeat
+        paired = [row.get(f"learned_over_chain{end}") for end in ("_low", "", "_high")]
+        assert paired == [None] * 3 if row["method"] == "learned" else 0 < paired[0] <= paired[1] <= paired[2]
+    said = capsys.readouterr().out
+    assert "learned / ngram k=2 beside it at B=1: " in said and "median of 3 paired repeats" in said
+
+
+def test_the_paired_ratio_is_the_median_of_each_repeats_ratio_with_its_extremes():
+    """Three repeats: (100 tokens in 1 s over 100 in 2 s) = 2, (90 in 1 s over 100 in 1 s) = 0.9,
+    (100 in 1 s over 80 in 1 s) = 1.25: median 1.25, least 0.9, greatest 2."""
+    from specscope.backends.reference import _Run, paired_ratio
+
+    def run(generated: int, seconds: float) -> _Run:
+        return _Run({}, generated, seconds, [], None)
+
+    pairs = [(run(100, 1.0), run(100, 2.0)), (run(90, 1.0), run(100, 1.0)), (run(100, 1.0), run(80, 1.0))]
+    assert paired_ratio(pairs) == pytest.approx((1.25, 0.9, 2.0))
 
 
 def test_a_draft_model_member_catches_up_a_long_backlog_beside_a_full_row(tmp_path):

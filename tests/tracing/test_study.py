@@ -45,8 +45,9 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     # probe: a learned row said "learned, k = 3" alone: it names its policy file, methods and hash
     assert all(r["policy"] == label and len(r["policy_sha256"]) == 16 for r in rows if r["method"] == "learned")
     assert "fidelity tree cells" in first and "fidelity learned cells" in first and "fidelity chain beside learned" in first
-    assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed beside it \w+ k=3: [\d.]+x; best fixed measured "
-                     r"alone \w+ k=3: [\d.]+x\)", first), first
+    assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed beside it \w+ k=3: [\d.]+x, learned / it [\d.]+ "
+                     r"paired over 5 repeats \([\d.]+ … [\d.]+\); best fixed measured alone \w+ k=3: [\d.]+x\)",
+                     first), first
     assert json.loads((out / "policy.json").read_text())["methods"] == ["ngram", "draft"]
     learned_from = json.loads((out / "policy.json").read_text())["training"]["checkpoints"]  # an engine checks them
     assert learned_from and all(set(c) == {"model", "draft"} for c in learned_from)

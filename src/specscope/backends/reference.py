@@ -22,6 +22,10 @@ median speedup: every row of a batch size one repeat, against one no-SD run, so 
 and the chains compare as measured side by side (each chain's own median repeat, against another
 no-SD run, had set the very same computation 7 % apart: code at B = 4, the policy committing every
 request to the n-gram chain beside it, 1.42× against 1.53×, at 1880 and 1761 tokens per second).
+Each such row also says how the policy and that chain compared in every repeat, paired:
+``learned_over_chain`` is the median over the repeats of the policy's tokens per second over the
+chain's in the same repeat, ``learned_over_chain_low``/``_high`` the least and the greatest (the
+spread of one computation measured twice lies within them: :func:`paired_ratio`).
 With ``config.confidence`` p the model drafter ends each row's proposal at its first draft of
 probability below p, k at most (``confidence:p:k``, :class:`~specscope.engine.runner.Engine`); its
 rows say ``confidence`` = p.
@@ -30,6 +34,7 @@ rows say ``confidence`` = p.
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
@@ -83,7 +88,7 @@ def _steps(
             yield sum(len(out.new_token_ids) for out in step)
 
 
-BLOCK_TOKENS = 256  # an engine steps on until it leads the others by this many emitted tokens (see _lockstep)
+BLOCK_TOKENS = 64  # an engine steps on until it leads the others by this many emitted tokens (see _lockstep)
 MIN_TURNS = 4  # a run too short for BLOCK_TOKENS to interleave leads by a share of it: each engine takes this many turns
 MIN_TURN_STEPS = 8  # ... but a turn runs at least this many steps' worth of tokens at its batch size
 
@@ -114,7 +119,12 @@ def _lockstep(
     filled — alternating step by step, no-SD at batch 8 ran 15 % slower beside a 3x2x1x1 tree
     than alone (5 % beside EAGLE or MTP k = 3), which raised the measured speedups by 4.7–12.5 %;
     in turns to a 256-token lead each engine ran within 0.6–3.7 % of its speed alone and the
-    speedups within 1.4 % of the engines' alone. A run's seconds are the sum of its own steps, and
+    speedups within 1.4 % of the engines' alone. Turns to 64 tokens (2026-12-06) cut the spread
+    between repeats: over seven or nine repeats each, the 3x2x1x1 tree's and MTP k = 3's speedups
+    spread by a standard deviation of 0.016–0.052 where turns to 256 tokens spread by 0.015–0.092
+    (narrower in six of eight pairs of runs), their medians −4.0 … +3.5 % apart, and one computation run twice (a policy
+    committing every request to the chain beside it) 0.89–1.04× apart where it had been 0.84–1.26×
+    (:func:`paired_ratio`). A run's seconds are the sum of its own steps, and
     its step records sum to them: what a step's clock did not see (its records and outputs made,
     finished requests released, the decode loop's own work) is added to its ``overhead_s``."""
     for engine in engines:
@@ -220,12 +230,25 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
             runs = _median_repeat(repeats, sd)
             result.rows.append(_row(config, batch_size, len(requests), runs[0], runs[sd], engine is not baseline,
                                     policy))
-            for (method, _), chain in zip(beside, runs[2:]):  # the same repeat: its rows compare side by side
-                row = _row(replace(config, method=method, k=config.beside_k, policy=None), batch_size, len(requests),
-                           runs[0], chain, True)
-                row.details["beside"] = policy.label
+            for j, ((method, _), chain) in enumerate(zip(beside, runs[2:]), start=2):  # the same repeat: its rows
+                row = _row(replace(config, method=method, k=config.beside_k, policy=None), batch_size,  # side by side
+                           len(requests), runs[0], chain, True)
+                median, low, high = paired_ratio([(repeat[1], repeat[j]) for repeat in repeats])
+                row.details.update(beside=policy.label, learned_over_chain=median, learned_over_chain_low=low,
+                                   learned_over_chain_high=high)
                 result.rows.append(row)
     return result
+
+
+def paired_ratio(pairs: list[tuple[_Run, _Run]]) -> tuple[float, float, float]:
+    """Over repeats, each a pair (a, b) of runs measured in one lockstep: the median, least and
+    greatest of a's tokens per second over b's. Paired so that what drifts between repeats cancels:
+    on the bundled target, chat at B = 8, a policy committing every request to the MTP k = 3 chain
+    beside it — one computation run twice — measured 0.84–1.26× that chain in three runs of 7–9
+    repeats in turns to a 256-token lead (medians 0.94–1.01×), 0.89–1.04× in four runs in turns to
+    64 tokens (medians 0.985–0.991×: the policy's bookkeeping of its committed rows)."""
+    ratios = [(a.generated / a.seconds) / (b.generated / b.seconds) for a, b in pairs]
+    return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def _median_repeat(repeats: list[list[_Run]], sd: int) -> list[_Run]:

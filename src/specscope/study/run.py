@@ -55,6 +55,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 FIDELITY_TOLERANCE_PCT = 10.0  # a cell is "within" when |simulated − measured| ≤ this % of measured
+LEARNED_REPEATS = 5  # the learned runs' repeats, each paired with the chains beside it (paired_ratio): runs of
+# 16 requests last 0.3–3 s, and the policy and a chain running the same computation measured 0.84–1.26× apart
 REPLAY_POLICIES = ("fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle")
 REPLAY_BATCH_SIZES = (1, 8, 32, 128)
 TREE_REPLAY_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # finer: where a tree stops paying
@@ -288,21 +290,23 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
             bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=LEARNED,
                                 draft_dir=config.drafters[methods[1]], k=policy.depth, batch_sizes=config.batch_sizes,
                                 max_tokens=config.max_tokens, policy=config.policy_path, dtype=config.dtype,
-                                device=config.device, beside_k=config.k)
-            write_measured(out, run_bench(bench), workload, {**ran_on(config), "policy_sha256": stamp})
+                                device=config.device, beside_k=config.k, repeats=LEARNED_REPEATS)
+            write_measured(out, run_bench(bench), workload, {**ran_on(config), "policy_sha256": stamp,
+                                                              "repeats": bench.repeats})
         mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
         learned = [c for c in mine if c.method == LEARNED]
         alone = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
         say(f"learned {_stem(workload)}: " + ", ".join(
-            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone)})"
+            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone, _rows(out))})"
             for cell in learned))
         cells += mine  # the chains beside it too: measured like the study's own, checked against the simulator alike
     return cells
 
 
-def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[MeasuredCell]) -> str:
+def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[MeasuredCell], rows: list[dict]) -> str:
     """The fastest chain at ``cell``'s batch size, in words: among those its run measured beside it
-    (the same lockstep, so the ratio of the two is measured side by side), and among the study's
+    (the same lockstep, so the ratio of the two is measured side by side; with the policy's speed
+    over that chain's, paired repeat by repeat, from its run's ``rows``), and among the study's
     chains measured alone (whichever the run lacks: one measured before chains ran beside)."""
     from specscope.methods import LEARNED
 
@@ -314,6 +318,13 @@ def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[Measure
     for what, chain in (("beside it", best(run)), ("measured alone", best(alone))):
         if chain is not None:
             parts.append(f"best fixed {what} {chain.method} k={chain.k}: {chain.measured_speedup:.2f}x")
+            paired = [r for r in rows if r.get("beside") and r.get("method") == chain.method
+                      and r.get("batch_size") == chain.batch_size and "learned_over_chain" in r]
+            if what == "beside it" and paired:
+                row = paired[0]
+                over = f" over {row['repeats']} repeats" if row.get("repeats") else ""
+                parts[-1] += (f", learned / it {row['learned_over_chain']:.3f} paired{over} "
+                              f"({row['learned_over_chain_low']:.3f} … {row['learned_over_chain_high']:.3f})")
     return "; ".join(parts) or "no fixed policy measured"
 
 
