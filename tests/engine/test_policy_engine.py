@@ -591,11 +591,12 @@ def test_a_gate_committing_every_request_to_ngram_keeps_the_head_out(setup, tmp_
 
 def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_path):
     """Every request committed to EAGLE at k = 2: every step drafts exactly 2 per row in one call
-    of the head, the n-gram lookup searches no row, nothing is decided; greedy output stays the
-    target's. (A gate never commits to a drafter its policy's rule stops at a confidence p:
-    tests/policy/test_gate.py.)"""
+    of the head, the n-gram lookup searches no row, nothing is decided, the head's proposal is the
+    step's as it is (nothing merged); greedy output stays the target's. (A gate never commits to a
+    drafter its policy's rule stops at a confidence p: tests/policy/test_gate.py.)"""
     prompts, plain, engine, switching, head = committing_engine(setup, tmp_path, "eagle")
-    searched, find, calls, propose = [], switching.lookup.find, [], head.propose
+    searched, find, calls, propose, switch = [], switching.lookup.find, [], head.propose, switching.propose
+    made, returned = [], []
 
     def spying_find(histories, k):
         searched.extend(histories)
@@ -604,12 +605,18 @@ def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_pat
     def recording_head(request):
         proposal = propose(request)
         calls.append((request.k, request.stop_below, request.want_confidence, proposal.draft_len.tolist()))
+        made.append(proposal)
         return proposal
 
-    switching.lookup.find, head.propose = spying_find, recording_head
+    def recording_switch(request):
+        returned.append(switch(request))
+        return returned[-1]
+
+    switching.lookup.find, head.propose, switching.propose = spying_find, recording_head, recording_switch
     assert run(engine, prompts, 24) == plain
     assert not searched and not switching._sequences
     assert calls and all(call[:3] == (2, None, False) and set(call[3]) == {2} for call in calls)
+    assert len(returned) == len(made) and all(a is b for a, b in zip(returned, made))
     decode = [r for r in engine.step_records if r.tokens_verified]
     assert len(calls) == len(decode)  # one call of the head per step
     assert all(c == ["eagle", 2] for r in decode for c in r.choices if c is not None)

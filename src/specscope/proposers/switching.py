@@ -10,7 +10,8 @@ its first draft) — and asks the policy's decision at their count
 batch's rows decide together). Then each member proposes for the rows that chose it, with the
 deepest k among them, and every row's proposal is cut to its own k; a row that chose none
 proposes nothing. (A step where every row drafts with one model drafter passes that drafter's
-proposal through: nothing to merge.)
+proposal through: nothing to merge; a step whose every row is committed to one chain asks that
+chain's member alone, as the chain's own engine does.)
 
 Every member observes every target pass of those rows, so a model drafter stays current: an EAGLE head's
 pending hidden states accumulate over the steps it sat out and its next draft runs them in one
@@ -137,6 +138,8 @@ class SwitchingProposer:
         start = time.perf_counter()
         batch, device = len(request.slots), request.last_tokens.device
         commitments = [self._committed.get(slot) for slot in request.slots]
+        if commitments[0] is not None and commitments.count(commitments[0]) == batch:  # one chain for every row:
+            return self._chain(request, *commitments[0])  # that chain's own proposal, nothing else to do
         decided = [c is None for c in commitments]  # rows the policy decides at this step
         searched = [row for row, c in enumerate(commitments) if c is None or c[0] == self._ngram]
         found: list[list[int]] = [[] for _ in range(batch)]  # n-gram's proposal per row ([]: not searched)
@@ -184,6 +187,19 @@ class SwitchingProposer:
             self._policy_seconds += time.perf_counter() - start - members
             self._policy_rows += len(deciding)
         return Proposal(tokens, draft_len, probs)
+
+    def _chain(self, request: ProposeInput, method: int, k: int) -> Proposal:
+        """The proposal of a step whose every row is committed to ``method``'s chain of ``k``: that
+        member's, as the plain chain's engine asks it (on the bundled target, chat at B = 8, every
+        request committed to MTP k = 3: 16 µs a step beyond the member's proposal, where the general
+        path's lists and merge took 63 µs, 0.6 % of a step)."""
+        k = min(k, self.depth)
+        if request.k != k or request.want_confidence or request.stop_below is not None:
+            request = replace(request, k=k, want_confidence=False, stop_below=None)
+        proposal, name = self.members[method].propose(request), self.policy.methods[method]
+        for slot, drafted in zip(request.slots, proposal.draft_len.tolist()):  # the lookup's: min(k, its offer)
+            self._choices[slot] = (name, drafted) if drafted else (NO_SD, 0)
+        return proposal
 
     def _capped(self, method: int, k: int, offer: int) -> tuple[int, int]:
         """(method, k) as a row proposes it: k at most the depth and, for the lookup, its ``offer``
