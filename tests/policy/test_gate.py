@@ -53,6 +53,16 @@ def test_the_gate_commits_to_the_greatest_gain_above_zero_and_never_outside_its_
     assert bounded.commit(list(range(10))) == (0, 3) and bounded.commit(list(range(11))) is None
 
 
+def test_the_gain_is_the_linear_model_on_the_standardised_features():
+    """g = W · (x − mean) / scale + b, computed in plain Python as numpy would."""
+    rng = np.random.default_rng(3)
+    g = Gate(((0, 2), (1, 3)), rng.normal(size=WIDTH), rng.uniform(0.5, 2.0, WIDTH), np.full(WIDTH, -np.inf),
+             np.full(WIDTH, np.inf), rng.normal(size=(2, WIDTH)), rng.normal(size=2))
+    prompt = [5, 6, 7, 5, 6, 7, 5, 9, 9, 9, 9]
+    x = np.asarray(admission_features(prompt))
+    assert g.predict(prompt) == pytest.approx(g.weights @ ((x - g.mean) / g.scale) + g.bias)
+
+
 @pytest.mark.parametrize("edit, message", [
     (lambda g: g.update(options=[[0, 9]]), "gate.options"),
     (lambda g: g.update(options=[[2, 1]]), "gate.options"),
