@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import threading
 import urllib.parse
 from pathlib import Path
@@ -493,18 +492,22 @@ def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):
         assert list(then) == full[: len(then)]
 
 
-def gated_policy(path: Path, options: list[list[int]], weights: list[list[float]], bias: list[float],
-                 mean: tuple[float, ...] = (0.0, 0.0, 0.0)) -> Path:
+def gated_policy(path: Path, options: list[list[int]], tree: dict) -> Path:
     """:func:`random_policy` (seed 3) with an admission gate at every batch size (bounds wide enough
-    for any prompt): ``options`` [[method index, k], …], ``weights`` [O][3] over the features less
-    ``mean``, ``bias`` [O]."""
+    for any prompt): ``options`` [[method index, k], …] and ``tree``, its nodes (``feature``,
+    ``threshold``, ``left``, ``right``, ``value`` [N][O]: :mod:`specscope.policy.gate`)."""
     document = json.loads(random_policy(path, seed=3).read_text())
     wide = 1e9
     for model in document["models"]:
-        model["gate"] = {"options": options, "mean": list(mean), "scale": [1.0] * 3, "low": [-wide] * 3,
-                         "high": [wide] * 3, "weights": weights, "bias": bias}
+        nodes = len(tree["feature"])
+        model["gate"] = {"options": options, "low": [[-wide] * 2] * nodes, "high": [[wide] * 2] * nodes, **tree}
     path.write_text(json.dumps(document))
     return path
+
+
+def one_leaf(gains: list[float]) -> dict:
+    """A gate's tree of one leaf: every prompt gets ``gains`` [O]."""
+    return {"feature": [-1], "threshold": [0.0], "left": [-1], "right": [-1], "value": [gains]}
 
 
 def refusing(switching) -> None:
@@ -520,7 +523,7 @@ def test_an_engine_of_more_slots_commits_by_the_gate_of_the_batch_size_it_serves
     (``Engine.serve_at``), requests are committed by that batch size's gate, as the simulator's
     run at that batch size commits them — here none at B = 1, every request at B = 4."""
     target, head_dir, _, _ = setup
-    path = gated_policy(tmp_path / "p.json", [[METHODS.index("ngram"), 2]], [[0.0] * 3], [1.0])
+    path = gated_policy(tmp_path / "p.json", [[METHODS.index("ngram"), 2]], one_leaf([1.0]))
     document = json.loads(path.read_text())
     for model in document["models"]:
         if model["batch_size"] == 1:
@@ -541,7 +544,7 @@ def committing_engine(setup, tmp_path: Path, method: str) -> tuple:
     """(prompts, their no-SD greedy outputs, the engine, its switching proposer, its head) of an
     engine whose policy's gate commits every request to ``method`` at k = 2 and may decide none."""
     target, head_dir, _, _ = setup
-    path = gated_policy(tmp_path / "p.json", [[METHODS.index(method), 2]], [[0.0] * 3], [1.0])
+    path = gated_policy(tmp_path / "p.json", [[METHODS.index(method), 2]], one_leaf([1.0]))
     prompts = [p * 3 for p in prompts_of((4, 5, 3, 6), seed=2)]
     plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
     engine = switching_engine(target, head_dir, path, len(prompts))
@@ -624,15 +627,16 @@ def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_pat
 
 def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tmp_path):
     """Prompts of 9 tokens committed to EAGLE at k = 3, of 15 and 18 to n-gram at k = 2, of 12
-    decided per step (the gate reads log(1 + P) about log(14.5)), 4 slots over 7 requests: the
+    decided per step (the gate's tree splits prompts at 10.5 and 13.5 tokens), 4 slots over 7 requests: the
     head sees no n-gram-committed row (its
     prefill cut to the longest prompt it keeps), the lookup never searches an EAGLE-committed
     row, the policy observes and decides only the 12-token prompts' rows, at their count, and
     committed rows take their chains; greedy output stays the target's."""
     target, head_dir, _, _ = setup
     ngram, eagle = METHODS.index("ngram"), METHODS.index("eagle")
-    path = gated_policy(tmp_path / "p.json", [[ngram, 2], [eagle, 3]], [[1.0, 0.0, 0.0], [-1.0, 0.0, 0.0]],
-                        [0.0, -0.2], mean=(math.log(14.5), 0.0, 0.0))
+    path = gated_policy(tmp_path / "p.json", [[ngram, 2], [eagle, 3]], {  # ≤ 10.5 tokens; ≤ 13.5; longer
+        "feature": [0, -1, 0, -1, -1], "threshold": [10.5, 0.0, 13.5, 0.0, 0.0], "left": [1, -1, 3, -1, -1],
+        "right": [2, -1, 4, -1, -1], "value": [[0.0, 0.0], [-1.0, 1.0], [0.0, 0.0], [-1.0, -1.0], [1.0, -1.0]]})
     prompts = [p * 3 for p in prompts_of((3, 4, 5, 6, 4, 3, 4), seed=2)]
     commitment = {9: ("eagle", 3), 12: None, 15: ("ngram", 2), 18: ("ngram", 2)}  # by prompt length
     plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 20)

@@ -4,14 +4,14 @@ chain, and the fit that keeps a gate only where it pays."""
 from __future__ import annotations
 
 import json
-import math
+import re
 
 import numpy as np
 import pytest
 
 from specscope.costmodel.base import FractionDrafting, LinearDrafting
 from specscope.costmodel.linear import LinearCostModel
-from specscope.policy.gate import ADMISSION_FEATURES, Gate, admission_features
+from specscope.policy.gate import ADMISSION_FEATURES, LEAF, Gate, admission_features
 from specscope.policy.learned import gate_from_json
 from specscope.sim.grid import SimConfig, drafting_of, plan_for
 from specscope.sim.mixed import predict_mixed
@@ -28,60 +28,79 @@ COST = LinearCostModel("toy", c_fixed=1.0, c_tok=0.1, c_kv=0.001, overhead_s=0.0
     "eagle": LinearDrafting(c_fixed=0.2, c_tok=0.1, c_kv=0.0, c_prefill=0.05), "learned": WORK})
 
 
-def gate(options, weights, bias, low=None, high=None) -> Gate:
-    return Gate(tuple(options), np.zeros(WIDTH), np.ones(WIDTH),
-                np.full(WIDTH, -1e9) if low is None else np.asarray(low, dtype=float),
-                np.full(WIDTH, 1e9) if high is None else np.asarray(high, dtype=float),
-                np.asarray(weights, dtype=float), np.asarray(bias, dtype=float))
+def gate(options, gains, split=None, low=None, high=None) -> Gate:
+    """A gate over ``options`` of one leaf of ``gains`` [O], or with ``split`` = (feature, threshold,
+    gains right [O]) a stump: a prompt whose feature is at most the threshold gets ``gains``. Every
+    node's training prompts span ``low`` … ``high`` [F] (default: any)."""
+    nodes = 1 if split is None else 3
+    bounds = ((tuple(low or [-1e9] * WIDTH),) * nodes, (tuple(high or [1e9] * WIDTH),) * nodes)
+    if split is None:
+        return Gate(tuple(options), *bounds, (LEAF,), (0.0,), (LEAF,), (LEAF,), (tuple(gains),))
+    feature, threshold, right = split
+    return Gate(tuple(options), *bounds, (feature, LEAF, LEAF), (threshold, 0.0, 0.0), (1, LEAF, LEAF), (2, LEAF, LEAF),
+                ((0.0,) * len(options), tuple(gains), tuple(right)))
 
 
 def test_the_admission_features_are_the_prompts_length_and_its_repeated_trigrams():
     # trigrams (1,2,3) (2,3,1) (3,1,2) (1,2,3) (2,3,4): the fourth occurs earlier, 1 of 5
-    assert admission_features([1, 2, 3, 1, 2, 3, 4]) == pytest.approx([math.log(8), math.log(8) ** 2, 0.2])
-    assert admission_features([7, 7]) == pytest.approx([math.log(3), math.log(3) ** 2, 0.0])  # no trigram
+    assert admission_features([1, 2, 3, 1, 2, 3, 4]) == pytest.approx([7, 0.2])
+    assert admission_features([7, 7]) == pytest.approx([2, 0.0])  # no trigram
 
 
 def test_the_gate_commits_to_the_greatest_gain_above_zero_and_never_outside_its_prompts():
     two = [(0, 3), (1, 2)]
-    assert gate(two, np.zeros((2, WIDTH)), [0.1, 0.3]).commit([1, 2, 3]) == (1, 2)
-    assert gate(two, np.zeros((2, WIDTH)), [-0.1, -0.2]).commit([1, 2, 3]) is None  # the per-step rule wins
-    # a gain rising with the prompt's length (z = the raw features here: mean 0, scale 1)
-    rising = gate(two, [[1.0, 0, 0], [0, 0, 0]], [-math.log(11), -1.0])
-    assert rising.commit(list(range(5))) is None and rising.commit(list(range(20))) == (0, 3)
-    # a prompt longer than any it was fitted on is decided per step, whatever the line says
-    bounded = gate(two, [[1.0, 0, 0], [0, 0, 0]], [0.0, -1.0], low=[0, 0, 0], high=[math.log(11), 99, 1])
-    assert bounded.commit(list(range(10))) == (0, 3) and bounded.commit(list(range(11))) is None
+    assert gate(two, [0.1, 0.3]).commit([1, 2, 3]) == (1, 2)
+    assert gate(two, [-0.1, -0.2]).commit([1, 2, 3]) is None  # the per-step rule wins
+    # prompts of more than 10 tokens gain from the first chain
+    longer = gate(two, [-1.0, -1.0], split=(0, 10.0, [0.5, 0.0]))
+    assert longer.commit(list(range(10))) is None and longer.commit(list(range(11))) == (0, 3)
+    # a prompt longer than any it was fitted on is decided per step, whatever its leaf says
+    bounded = gate(two, [-1.0, -1.0], split=(0, 10.0, [0.5, 0.0]), low=[0, 0], high=[20, 1])
+    assert bounded.commit(list(range(20))) == (0, 3) and bounded.commit(list(range(21))) is None
 
 
-def test_the_gain_is_the_linear_model_on_the_standardised_features():
-    """g = W · (x − mean) / scale + b, computed in plain Python as numpy would."""
-    rng = np.random.default_rng(3)
-    g = Gate(((0, 2), (1, 3)), rng.normal(size=WIDTH), rng.uniform(0.5, 2.0, WIDTH), np.full(WIDTH, -np.inf),
-             np.full(WIDTH, np.inf), rng.normal(size=(2, WIDTH)), rng.normal(size=2))
-    prompt = [5, 6, 7, 5, 6, 7, 5, 9, 9, 9, 9]
-    x = np.asarray(admission_features(prompt))
-    assert g.predict(prompt) == pytest.approx(g.weights @ ((x - g.mean) / g.scale) + g.bias)
+def test_a_prompt_walks_the_tree_to_its_leaf_and_is_judged_only_within_its_leafs_prompts():
+    """Root: prompt_tokens ≤ 10 → leaf A (fitted on prompts of 2–8 tokens); else prompt_repeat ≤
+    0.5 → leaf B (12–40 tokens), else leaf C (12–40). A prompt at a threshold goes left; one
+    between a leaf's training prompts and its threshold (9 or 10 tokens: none like it was seen) is
+    decided per step."""
+    wide = (-1e9, -1e9), (1e9, 1e9)
+    g = Gate(((0, 2),), (wide[0], (2, 0), wide[0], (12, 0), (12, 0.6)), (wide[1], (8, 0.5), wide[1], (40, 0.5), (40, 1)),
+             (0, LEAF, 1, LEAF, LEAF), (10.0, 0.0, 0.5, 0.0, 0.0), (1, LEAF, 3, LEAF, LEAF), (2, LEAF, 4, LEAF, LEAF),
+             ((0.0,), (0.1,), (0.0,), (0.2,), (0.3,)))
+    assert g.leaves() == [1, 3, 4]
+    assert g.predict(list(range(8))) == (0.1,) and g.predict(list(range(10))) is None  # left, beyond its prompts
+    assert g.predict(list(range(12))) == (0.2,)  # no trigram repeats
+    assert g.predict([1, 2, 3] * 4) == (0.3,)  # 9 of 10 trigrams occur earlier
+    assert g.predict(list(range(41))) is None  # longer than any prompt that reached leaf B
 
 
 @pytest.mark.parametrize("edit, message", [
     (lambda g: g.update(options=[[0, 9]]), "gate.options"),
     (lambda g: g.update(options=[[2, 1]]), "gate.options"),
-    (lambda g: g.update(weights=[[0.0] * (WIDTH - 1)]), "gate.weights"),
-    (lambda g: g.update(bias=["1"]), "gate.bias"),
-    (lambda g: g.update(scale=[0.0] * WIDTH), "positive scales"),
-    (lambda g: g.update(high=[-1e10] * WIDTH), "gate.high"),
+    (lambda g: g.update(value=[[0.0, 1.0]] * 3), "gate.value"),
+    (lambda g: g.update(threshold=["1", 0, 0]), "gate.threshold"),
+    (lambda g: g.update(feature=[WIDTH, LEAF, LEAF]), "gate.feature"),
+    (lambda g: g.update(left=[0, LEAF, LEAF]), "gate.left"),  # a node its own child: a walk that never ends
+    (lambda g: g.update(right=[2, 1, LEAF]), "gate.right"),  # a leaf with a child
+    (lambda g: g.update(feature=[]), "gate.feature"),
+    (lambda g: g.update(high=[[-1e10] * WIDTH] * 3), "gate.high"),
+    (lambda g: g.update(low=[[0.0] * WIDTH]), "gate.low"),
     (lambda g: g.pop("low"), "expected an object"),
+    (lambda g: g.update(weights=[[0.0]], bias=[0.0]), "a linear gate .* fit the policy again"),
 ])
 def test_a_malformed_gate_names_its_field(edit, message):
-    value = gate([(0, 3)], np.zeros((1, WIDTH)), [1.0]).to_json()
+    value = gate([(0, 3)], [1.0], split=(0, 9.5, [-1.0])).to_json()
     edit(value)
     with pytest.raises(ValueError, match=message):
         gate_from_json(value, methods=2, depth=4)
 
 
 def test_a_gate_round_trips_through_its_json():
-    original = gate([(0, 3), (1, 2)], [[1.0, 0.5, 0], [0, 0, 2.0]], [0.1, -0.2], low=[0, 0, 0], high=[9, 81, 1])
+    original = gate([(0, 3), (1, 2)], [0.1, -0.2], split=(1, 0.3, [-0.5, 0.4]), low=[0, 0], high=[99, 1])
+    assert original.low == ((0, 0),) * 3
     again = gate_from_json(json.loads(json.dumps(original.to_json())), methods=2, depth=3)
+    assert again == original
     for prompt in ([1, 2, 3], list(range(40)), [5] * 30):
         assert again.commit(prompt) == original.commit(prompt)
 
@@ -130,7 +149,7 @@ def test_a_request_committed_to_the_lookup_pays_no_drafter_prefill_and_no_policy
     prefill alone; the other, decided per step, EAGLE's prefill of its prompt and the policy's
     work at each of its steps."""
     short, long = RECORDS[0], RECORDS[4]  # prompts of 5 and 33 tokens
-    by_length = gate([(0, 2)], [[1.0, 0, 0]], [-math.log(10)])  # commits prompts of 10 tokens or more
+    by_length = gate([(0, 2)], [-1.0], split=(0, 9.5, [1.0]))  # commits prompts of 10 tokens or more
     plan = causal_plan([short, long], METHODS, every_step_to_eagle, 8, 1, gate=by_length)
     assert plan.committed.tolist() == [-1, 0]
     none = causal_plan([short, long], METHODS, every_step_to_eagle, 8, 1)
@@ -175,7 +194,7 @@ def test_a_mixed_walk_tells_the_decided_rows_the_chains_of_the_committed_rows_be
     (r1 … r4), r0 decided per step. Each decision of r0 is told the (method, k) of the iteration's
     committed rows' steps — n-gram at its offer, capped at 2, or none where it offers nothing —
     as the engine tells the policy."""
-    by_length = gate([(0, 2)], [[1.0, 0, 0]], [-math.log(10)])
+    by_length = gate([(0, 2)], [-1.0], split=(0, 9.5, [1.0]))
     told = []
 
     def decide_for(count):
@@ -259,8 +278,9 @@ def test_a_gate_that_does_not_carry_to_an_unseen_dataset_is_dropped():
 
 
 def test_explain_shows_each_gate_and_whom_it_commits(tmp_path, capsys):
-    """`policy explain FILE --traces T`: the gate per batch size (its chains and weights), how it
-    was kept, how many requests of each dataset it commits, and a committed record's chain."""
+    """`policy explain FILE --traces T`: the gate per batch size (its kinds of prompts, each one's
+    gains per chain and the chain it commits to), how it was kept, how many requests of each
+    dataset it commits, and a committed record's chain."""
     from specscope.cli import main
     from specscope.sim.fit import fit_policy
     from specscope.trace.load import write_traces
@@ -274,6 +294,8 @@ def test_explain_shows_each_gate_and_whom_it_commits(tmp_path, capsys):
     assert "admission gate (kept where the training datasets, each walked with the gate fitted on the others, gained)" in out
     assert "ngram k=4" in out and "(committed)" in out  # the first record, a copying one, walked as its chain
     assert "copy0 │ 1 │ 0 │ ngram k=4: 3" in out
+    assert re.search(r"│ 1 │ [\d.]+ … [\d.]+ prompt_tokens, [\d.]+ … [\d.]+ prompt_repeat │ ngram k=4 [+-][\d.]+, eagle k=\d "
+                     r"[+-][\d.]+ │ ngram k=4 │", out), out  # a kind of prompt the gate commits to n-gram's chain
 
 
 def test_a_carried_gates_folds_choose_their_chains_without_the_dataset_held_out(monkeypatch):

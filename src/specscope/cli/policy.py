@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import sys
 from pathlib import Path
 
@@ -491,9 +490,10 @@ def _figure(value: float) -> str | None:
 
 
 def show_gates(policy, traces: list | None) -> None:
-    """Each batch size's admission gate (:mod:`specscope.policy.gate`): the chains it may commit a
-    request to, its weights, the prompt lengths it judges (outside them every request is decided
-    per step) and, given traces, how many of each dataset's requests it commits to each chain."""
+    """Each batch size's admission gate (:mod:`specscope.policy.gate`): its kinds of prompts (the
+    leaves of its tree, each as the range of the training prompts that reached it, outside which a
+    request is decided per step), each one's predicted gain per chain and the chain it commits to,
+    and, given traces, how many of each dataset's requests it commits to each."""
     from specscope.policy.gate import ADMISSION_FEATURES
     from specscope.trace.schema import by_dataset
 
@@ -509,15 +509,24 @@ def show_gates(policy, traces: list | None) -> None:
     def chain(option: tuple[int, int]) -> str:
         return f"{policy.methods[option[0]]} k={option[1]}"
 
-    print_table(f"admission gate ({kept}): from its prompt alone, a request is committed to the chain of the greatest predicted "
-                "gain g = w · z + b (the log ratio of its tokens per second to the per-step rule's; z: the standardised "
-                f"features {', '.join(ADMISSION_FEATURES)}) where that is above 0, else decided per step",
-                ["B", "chain", *[f"w {name}" for name in ADMISSION_FEATURES], "b", "prompt lengths judged"],
-                [[str(b), "none: every request decided per step", *[""] * (len(ADMISSION_FEATURES) + 2)]
-                 if gate is None else
-                 [str(b), chain(option), *[f"{w:+.3f}" for w in gate.weights[i]], f"{gate.bias[i]:+.3f}",
-                  f"{math.expm1(gate.low[0]):.0f} … {math.expm1(gate.high[0]):.0f}"]
-                 for b, gate in gates.items() for i, option in enumerate(gate.options if gate else [None])])
+    rows = []
+    for b, gate in gates.items():
+        if gate is None:
+            rows.append([str(b), "none: every request decided per step", "", ""])
+            continue
+        for leaf in gate.leaves():
+            gains = gate.value[leaf]
+            best = max(range(len(gains)), key=gains.__getitem__)
+            rows.append([str(b), ", ".join(f"{lo:.3g} … {hi:.3g} {name}" for lo, hi, name in
+                                           zip(gate.low[leaf], gate.high[leaf], ADMISSION_FEATURES)),
+                         ", ".join(f"{chain(o)} {g:+.3f}" for o, g in zip(gate.options, gains)),
+                         chain(gate.options[best]) if gains[best] > 0 else "decided per step"])
+    print_table(f"admission gate ({kept}): from its prompt alone (the features {', '.join(ADMISSION_FEATURES)}), a request "
+                "reaches one kind of prompt (a leaf of a regression tree, shown by the range of the training prompts that "
+                "reached it) that holds each chain's predicted gain g (the log ratio of its tokens per second to the "
+                "per-step rule's); it is committed to the chain of the greatest g where that is above 0, else decided per "
+                "step; a prompt outside its leaf's range, per step",
+                ["B", "prompts", "g per chain", "commits to"], rows)
     if traces is None:
         return
     rows = []

@@ -8,37 +8,42 @@ and decides for every row at every step. A request that a chain serves best pays
 for nothing. A committed request runs exactly as that chain: no other proposer reads its prompt
 or searches its tokens, and the policy does no work for it.
 
-The rule. At admission the gate reads the prompt's features (:func:`admission_features`,
-standardised by the training prompts' ``mean``/``scale``) and, for each option o = (method, k),
-predicts g_o = w_o · z + b_o: the log of the ratio of that chain's tokens per second to the
-per-step rule's on such a request at the gate's batch size (a linear regression over the
-training requests, each priced by the simulator both ways). It commits to the option of the
-greatest g_o where that is above 0; otherwise (and for a prompt outside the training prompts'
-range of any feature, ``low``/``high``: no extrapolation) the per-step rule decides every step.
+The rule. At admission the gate reads the prompt's features (:func:`admission_features`) and
+walks a regression tree over them to a leaf that holds, for each option o = (method, k), g_o: the
+predicted log of the ratio of that chain's tokens per second to the per-step rule's on such a
+request at the gate's batch size (fitted over the training requests, each priced by the simulator
+both ways: :mod:`specscope.sim.fit_gate`). It commits to the option of the greatest g_o where that
+is above 0; otherwise the per-step rule decides every step — and so it does for a prompt outside
+the range of the training prompts that reached its leaf, in any feature (``low``/``high``): a leaf
+speaks for prompts like those it was fitted on, not for a kind of prompt between two it saw. A tree,
+not a line: the gains are levels of kinds of prompts — on the study's workloads MTP's chain gains
+3 % over the rule on prompts of 14–32 tokens and loses 23–39 % on those of 52–90, which no line in
+the length follows.
 
 A policy file holds one gate per batch size (its model's ``gate``; null or absent: none, every
-request decided per step): ``options`` [[method index, k], …], ``mean``/``scale``/``low``/``high``
-[F], ``weights`` [O][F] and ``bias`` [O]; plain numbers only (read by
+request decided per step): ``options`` [[method index, k], …] and the tree's nodes [N], the root
+first: ``feature`` (the feature a node splits on; -1: a leaf), ``threshold`` (a prompt goes to
+``left`` where its feature is at most this, else to ``right``; children come after their node, -1
+at a leaf), ``value`` [N][O] (g at a leaf) and ``low``/``high`` [N][F] (the least and greatest
+features of the training prompts that reached the node); plain numbers only (read by
 :func:`specscope.policy.learned.gate_from_json`).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 
 ADMISSION_FEATURES = {
-    "log_prompt": "log(1 + prompt length)",
-    "log_prompt_squared": "log(1 + prompt length) squared (a gain that peaks at some prompt length)",
+    "prompt_tokens": "the prompt's length in tokens",
     "prompt_repeat": "share of the prompt's trigrams that occur earlier in the prompt",
 }
 
 CARRIED, FITTED, NO_GATE = "carried", "fitted", "none"  # how a fit keeps a gate (specscope.sim.fit_gate)
 GATE_KEPT = (CARRIED, FITTED, NO_GATE)
+LEAF = -1  # a node's feature and children at a leaf
 Commitment = tuple[int, int] | None  # (method index, k) a request is committed to; None: decided per step
 
 
@@ -46,45 +51,45 @@ def admission_features(prompt: Sequence[int]) -> list[float]:
     """The gate's features of ``prompt`` (order of :data:`ADMISSION_FEATURES`)."""
     grams = list(zip(prompt, prompt[1:], prompt[2:]))  # each trigram, in order
     repeats = len(grams) - len(set(grams))  # those whose trigram occurs earlier: all but each one's first
-    length = math.log1p(len(prompt))
-    return [length, length * length, repeats / len(grams) if grams else 0.0]
+    return [float(len(prompt)), repeats / len(grams) if grams else 0.0]
 
 
 @dataclass(frozen=True)
 class Gate:
-    """One batch size's admission gate (module docstring)."""
+    """One batch size's admission gate (module docstring); plain tuples, walked in plain Python
+    (on two features numpy's calls cost more than the walk)."""
 
     options: tuple[tuple[int, int], ...]  # [O] (method index, k ≥ 1)
-    mean: np.ndarray  # [F] of the training prompts' features
-    scale: np.ndarray  # [F] (> 0)
-    low: np.ndarray  # [F] least of the training prompts' features
-    high: np.ndarray  # [F] greatest
-    weights: np.ndarray  # [O, F] over the standardised features
-    bias: np.ndarray  # [O]
+    low: tuple[tuple[float, ...], ...]  # [N][F] least features of the training prompts that reached each node
+    high: tuple[tuple[float, ...], ...]  # [N][F] greatest
+    feature: tuple[int, ...]  # [N] the feature each node splits on (LEAF at a leaf)
+    threshold: tuple[float, ...]  # [N] a prompt goes left where its feature ≤ this
+    left: tuple[int, ...]  # [N] children, after their node (LEAF at a leaf)
+    right: tuple[int, ...]  # [N]
+    value: tuple[tuple[float, ...], ...]  # [N][O] the predicted gains (read at leaves)
 
     @classmethod
     def always(cls, option: tuple[int, int]) -> "Gate":
         """The gate that commits every request to ``option``: a chain walked as a committed request is."""
         width = len(ADMISSION_FEATURES)
-        return cls((option,), np.zeros(width), np.ones(width), np.full(width, -np.inf), np.full(width, np.inf),
-                   np.zeros((1, width)), np.ones(1))
+        return cls((option,), ((-math.inf,) * width,), ((math.inf,) * width,), (LEAF,), (0.0,), (LEAF,), (LEAF,),
+                   ((1.0,),))
 
-    @functools.cached_property
-    def _plain(self) -> tuple[list, list, list, list, list, list]:
-        """mean, scale, low, high, weights, bias as Python lists: a prompt's prediction in plain
-        Python (on three features numpy's calls cost more than the arithmetic: 32 µs a prompt, now 9)."""
-        return (self.mean.tolist(), self.scale.tolist(), self.low.tolist(), self.high.tolist(), self.weights.tolist(),
-                self.bias.tolist())
+    def leaf(self, x: Sequence[float]) -> int:
+        """The leaf features ``x`` [F] reach from the root."""
+        node = 0
+        while self.feature[node] != LEAF:
+            node = self.left[node] if x[self.feature[node]] <= self.threshold[node] else self.right[node]
+        return node
 
-    def predict(self, prompt: Sequence[int]) -> list[float] | None:
+    def predict(self, prompt: Sequence[int]) -> tuple[float, ...] | None:
         """[O] g_o of ``prompt``: the predicted log ratio of each option's rate to the per-step
-        rule's; None where a feature lies outside the training prompts' range."""
+        rule's; None where a feature lies outside the range of the training prompts of its leaf."""
         x = admission_features(prompt)
-        mean, scale, low, high, weights, bias = self._plain
-        if not all(lo <= v <= hi for v, lo, hi in zip(x, low, high)):
+        leaf = self.leaf(x)
+        if not all(lo <= v <= hi for v, lo, hi in zip(x, self.low[leaf], self.high[leaf])):
             return None
-        z = [(v - m) / d for v, m, d in zip(x, mean, scale)]
-        return [sum(w * f for w, f in zip(row, z)) + b for row, b in zip(weights, bias)]
+        return self.value[leaf]
 
     def commit(self, prompt: Sequence[int]) -> Commitment:
         """The option ``prompt``'s request is committed to, or None: decided per step."""
@@ -93,8 +98,12 @@ class Gate:
             return None
         return self.options[gains.index(max(gains))]
 
-    def to_json(self) -> dict:
-        return {"options": [list(o) for o in self.options], "mean": self.mean.tolist(), "scale": self.scale.tolist(),
-                "low": self.low.tolist(), "high": self.high.tolist(), "weights": self.weights.tolist(),
-                "bias": self.bias.tolist()}
+    def leaves(self) -> list[int]:
+        """The leaves' node indices, in the file's order."""
+        return [node for node, f in enumerate(self.feature) if f == LEAF]
 
+    def to_json(self) -> dict:
+        return {"options": [list(o) for o in self.options], "low": [list(v) for v in self.low],
+                "high": [list(v) for v in self.high],
+                "feature": list(self.feature), "threshold": list(self.threshold), "left": list(self.left),
+                "right": list(self.right), "value": [list(v) for v in self.value]}

@@ -39,7 +39,7 @@ from specscope.reading import parse_json
 from specscope.methods import METHODS, method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
-from specscope.policy.gate import ADMISSION_FEATURES, CARRIED, GATE_KEPT, Gate
+from specscope.policy.gate import ADMISSION_FEATURES, CARRIED, GATE_KEPT, LEAF, Gate
 from specscope.policy.observation import NONE, Decide, Observation
 from specscope.trace.fields import Fields
 from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
@@ -322,24 +322,40 @@ def _values(name: str, array: np.ndarray, what: str, hold: bool) -> None:
 def gate_from_json(value: object, methods: int, depth: int) -> Gate:
     """A policy file's ``gate`` (:mod:`specscope.policy.gate`; ValueError naming the field where
     malformed): ``methods`` and ``depth`` (J) bound its options' method indices and k."""
-    names = ("options", "mean", "scale", "low", "high", "weights", "bias")
+    names = ("options", "low", "high", "feature", "threshold", "left", "right", "value")
+    if isinstance(value, dict) and "weights" in value:
+        raise ValueError("gate: a linear gate (weights over standardised features), as specscope wrote before "
+                         "2026-12-06; this one reads a tree: fit the policy again")
     if not isinstance(value, dict) or set(value) != set(names):
         raise ValueError(f"gate: expected an object with {', '.join(names)} (or null), got {value!r:.60}")
     options = value["options"]
     if not isinstance(options, list) or not all(
             isinstance(o, list) and len(o) == 2 and all(type(v) is int for v in o)
-            and 0 <= o[0] < methods and 1 <= o[1] <= depth for o in options):
+            and 0 <= o[0] < methods and 1 <= o[1] <= depth for o in options) or not options:
         raise ValueError(f"gate.options: expected [method index, k] pairs (0 … {methods - 1}, 1 … {depth}), got "
                          f"{options!r:.60}")
     width, arrays = len(ADMISSION_FEATURES), {}
-    for name, shape in (("mean", (width,)), ("scale", (width,)), ("low", (width,)), ("high", (width,)),
-                        ("weights", (len(options), width)), ("bias", (len(options),))):
+    nodes = len(value["feature"]) if isinstance(value["feature"], list) else 0
+    if not nodes:
+        raise ValueError(f"gate.feature: expected a list of the tree's nodes (one at least), got {value['feature']!r:.40}")
+    for name, shape in (("low", (nodes, width)), ("high", (nodes, width)), ("feature", (nodes,)), ("threshold", (nodes,)),
+                        ("left", (nodes,)), ("right", (nodes,)), ("value", (nodes, len(options)))):
         arrays[name] = _numbers(value, name, "gate.")
         _shape(f"gate.{name}", arrays[name], str(list(shape)), arrays[name].shape == shape)
         _values(f"gate.{name}", arrays[name], "finite numbers", bool(np.all(np.isfinite(arrays[name]))))
-    _values("gate.scale", arrays["scale"], "positive scales", bool(np.all(arrays["scale"] > 0)))
     _values("gate.high", arrays["high"], "bounds no lower than gate.low", bool(np.all(arrays["low"] <= arrays["high"])))
-    return Gate(tuple(map(tuple, options)), **arrays)
+    feature, left, right = (arrays[name] for name in ("feature", "left", "right"))
+    at = np.arange(nodes)
+    leaf = feature == LEAF
+    _values("gate.feature", feature, f"feature indices (0 … {width - 1}, {LEAF} at a leaf)",
+            bool(np.all((feature == np.round(feature)) & (feature >= LEAF) & (feature < width))))
+    for name, child in (("left", left), ("right", right)):  # children after their node: the walk ends at a leaf
+        _values(f"gate.{name}", child, f"a later node's index at a split, {LEAF} at a leaf",
+                bool(np.all(np.where(leaf, child == LEAF, (child == np.round(child)) & (child > at) & (child < nodes)))))
+    return Gate(tuple(map(tuple, options)), tuple(map(tuple, arrays["low"].tolist())),
+                tuple(map(tuple, arrays["high"].tolist())),
+                tuple(int(f) for f in feature), tuple(arrays["threshold"].tolist()), tuple(int(c) for c in left),
+                tuple(int(c) for c in right), tuple(map(tuple, arrays["value"].tolist())))
 
 
 def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Chooser]:

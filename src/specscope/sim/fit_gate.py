@@ -11,10 +11,16 @@ simulated 0.94× on code against its k = 3 chain's 1.14×.) Every request
 of those datasets is priced in paper mode (B copies of it) under the per-step rule and committed
 to each chain: the gate's targets are the log ratios of each chain's tokens per second to the
 rule's, each dataset's shifted to the log ratio of its mixed-mode walks (:func:`leveled`), fitted
-by a ridge regression (scikit-learn) on the standardised admission features.
+by one regression tree over every option (scikit-learn's, at most :data:`TREE_DEPTH` deep, at
+least :data:`LEAF_REQUESTS` requests a leaf) on the admission features, each leaf bounded by the
+features of the requests that reached it. (A ridge regression on the
+prompt's log length and its square, before 2026-12-06, could not follow gains that are levels of
+kinds of prompts: in the study's in-sample fit it put math's prompts, 31–32 tokens, at a 2 % loss
+for MTP's chain where the walks set a 2.5 % gain, between chat's +3.1 % and code's −23 %, and left
+them to the per-step rule.)
 
 Kept only where it carries to workloads it did not see (``carried``, the default): the training
-datasets, each walked in mixed mode at B with the gate fitted — chains and ridge — on the others,
+datasets, each walked in mixed mode at B with the gate fitted — chains and tree — on the others,
 beat their walks without a gate (summed log throughput over the datasets, as the confidence rule
 is chosen). With one training dataset nothing tells that, and no batch size has a gate: fitted on
 one workload, a gate commits another workload's requests to the first one's chain (fitted on
@@ -35,7 +41,7 @@ import numpy as np
 
 from specscope.costmodel.base import CostModel
 from specscope.methods import method as method_named
-from specscope.policy.gate import CARRIED, NO_GATE, Gate, admission_features
+from specscope.policy.gate import CARRIED, LEAF, NO_GATE, Gate, admission_features
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.mixed import predict_mixed
 from specscope.sim.paper import predict_paper
@@ -45,7 +51,8 @@ from specscope.trace.schema import TraceRecord
 CONFIDENCE_NOTE = ("a policy whose rule stops its model drafter at a confidence p (at any batch size) commits no "
                    "request to that drafter: the engine would run the drafter twice in a step that holds both, for "
                    "the committed rows and for the rule's, where the simulator prices one run")
-RIDGE_ALPHA = 1.0  # the ridge penalty on the standardised features' weights
+TREE_DEPTH = 3  # a gate's tree: at most 2 ** 3 kinds of prompts
+LEAF_REQUESTS = 8  # ... each of at least this many training requests (a leaf's gains are their mean)
 PAST_BEST = 2  # a chain's k search stops this many k past its best so far (throughput rises, then falls, in k)
 
 
@@ -95,8 +102,7 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
     fitted without it (none at every batch size where ``datasets`` holds fewer than two: nothing
     then tells how a gate carries to another workload); ``fitted``, every dataset walked with the
     gate fitted on all (for a policy run on the workloads it was fitted on); ``none``, none."""
-    from sklearn.linear_model import Ridge
-    from threadpoolctl import threadpool_limits
+    from sklearn.tree import DecisionTreeRegressor
 
     if kept == NO_GATE or (kept == CARRIED and len(datasets) < 2):
         return {b: None for b in policy.choosers}
@@ -107,15 +113,19 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
     source = np.concatenate([[name] * len(group) for name, group in datasets.items()])  # [R] each request's dataset
 
     def fitted(gains: np.ndarray, options: tuple[tuple[int, int], ...], rows: np.ndarray) -> Gate:
-        """The gate of a ridge regression of ``gains`` [R, O] on the features of ``rows`` [R] (bool)."""
+        """The gate of a regression tree of ``gains`` [R, O] on the features of ``rows`` [R] (bool),
+        each node bounded by the features of the training prompts that reached it."""
         x = features[rows]
-        mean, scale = x.mean(axis=0), x.std(axis=0)
-        scale = np.where(scale > 0, scale, 1.0)
-        model = Ridge(alpha=RIDGE_ALPHA)
-        with threadpool_limits(1):
-            model.fit((x - mean) / scale, gains[rows])
-        return Gate(options, mean, scale, x.min(axis=0), x.max(axis=0), np.atleast_2d(model.coef_),
-                    np.atleast_1d(model.intercept_))
+        model = DecisionTreeRegressor(max_depth=TREE_DEPTH, min_samples_leaf=LEAF_REQUESTS, random_state=0)
+        model.fit(x, gains[rows])
+        tree, reached = model.tree_, model.decision_path(x).T.tocsr()  # [N, R]: the prompts through each node
+        bounds = [x[reached[node].indices] for node in range(tree.node_count)]
+        split = tree.children_left != LEAF  # sklearn marks a leaf's feature -2, its children -1
+        return Gate(options, tuple(tuple(b.min(axis=0).tolist()) for b in bounds),
+                    tuple(tuple(b.max(axis=0).tolist()) for b in bounds),
+                    tuple(np.where(split, tree.feature, LEAF).tolist()), tuple(np.where(split, tree.threshold, 0.0).tolist()),
+                    tuple(tree.children_left.tolist()), tuple(tree.children_right.tolist()),
+                    tuple(map(tuple, tree.value.reshape(tree.node_count, len(options)).tolist())))
 
     drafters = [m for m, name in enumerate(methods) if method_named(name).kind != "lookup"]
     stopped = any(chooser.confidence is not None for chooser in policy.choosers.values())
@@ -145,7 +155,7 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
 
         def gate_of(names: Sequence[str]) -> Gate | None:
             """The gate fitted on the datasets ``names`` alone: each method's chain k the best over
-            their walks, the ridge over their requests (None: no method to commit to)."""
+            their walks, the tree over their requests (None: no method to commit to)."""
             options = tuple((m, best_k(lambda k: chain_score([walk(n, (m, k)) for n in names],
                                                              [walk(n, None) for n in names]), chain_depth))
                             for m in committable)
