@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import statistics
 import threading
 import urllib.parse
 from pathlib import Path
@@ -316,6 +317,12 @@ def test_bench_beside_runs_the_policys_methods_chains_in_its_lockstep(setup, tmp
     cells = read_bench_results([out])
     assert [c.label for c in cells[:3]] == [label, "ngram beside learned", "eagle beside learned"]
     assert [c.beside for c in cells[:3]] == [None, label, label]
+    for b in (1, 3):  # every repeat's speedup, in order; a batch size's rows from the policy's median repeat
+        learned, *chains = [r for r in rows if r["batch_size"] == b]
+        repeats = learned["speedup_repeats"]
+        assert len(repeats) == 3 and learned["speedup"] == pytest.approx(statistics.median(repeats))
+        median = min(range(3), key=lambda i: abs(repeats[i] - learned["speedup"]))
+        assert all(c["speedup"] == pytest.approx(c["speedup_repeats"][median]) for c in chains)
     for row in rows:  # each chain: the policy's speed over its own, paired repeat by repeat
         paired = [row.get(f"learned_over_chain{end}") for end in ("_low", "", "_high")]
         assert paired == [None] * 3 if row["method"] == "learned" else 0 < paired[0] <= paired[1] <= paired[2]

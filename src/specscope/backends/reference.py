@@ -25,7 +25,8 @@ request to the n-gram chain beside it, 1.42× against 1.53×, at 1880 and 1761 t
 Each such row also says how the policy and that chain compared in every repeat, paired:
 ``learned_over_chain`` is the median over the repeats of the policy's tokens per second over the
 chain's in the same repeat, ``learned_over_chain_low``/``_high`` the least and the greatest (the
-spread of one computation measured twice lies within them: :func:`paired_ratio`).
+spread of one computation measured twice lies within them: :func:`paired_ratio`). Every row
+lists its engine's speedup in each repeat, in order: ``speedup_repeats``.
 With ``config.confidence`` p the model drafter ends each row's proposal at its first draft of
 probability below p, k at most (``confidence:p:k``, :class:`~specscope.engine.runner.Engine`); its
 rows say ``confidence`` = p.
@@ -228,16 +229,23 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
             result.records.extend(records)
             sd = 0 if engine is baseline else 1  # --method none: no-SD alone, its row's speedup 1
             runs = _median_repeat(repeats, sd)
-            result.rows.append(_row(config, batch_size, len(requests), runs[0], runs[sd], engine is not baseline,
-                                    policy))
+            row = _row(config, batch_size, len(requests), runs[0], runs[sd], engine is not baseline, policy)
+            row.details["speedup_repeats"] = [speedup(repeat[sd], repeat[0]) for repeat in repeats]
+            result.rows.append(row)
             for j, ((method, _), chain) in enumerate(zip(beside, runs[2:]), start=2):  # the same repeat: its rows
                 row = _row(replace(config, method=method, k=config.beside_k, policy=None), batch_size,  # side by side
                            len(requests), runs[0], chain, True)
                 median, low, high = paired_ratio([(repeat[1], repeat[j]) for repeat in repeats])
                 row.details.update(beside=policy.label, learned_over_chain=median, learned_over_chain_low=low,
-                                   learned_over_chain_high=high)
+                                   learned_over_chain_high=high,
+                                   speedup_repeats=[speedup(repeat[j], repeat[0]) for repeat in repeats])
                 result.rows.append(row)
     return result
+
+
+def speedup(sd: _Run, base: _Run) -> float:
+    """``sd``'s tokens per second over ``base``'s (two runs of one repeat)."""
+    return (sd.generated / sd.seconds) / (base.generated / base.seconds)
 
 
 def paired_ratio(pairs: list[tuple[_Run, _Run]]) -> tuple[float, float, float]:
@@ -246,18 +254,16 @@ def paired_ratio(pairs: list[tuple[_Run, _Run]]) -> tuple[float, float, float]:
     on the bundled target, chat at B = 8, a policy committing every request to the MTP k = 3 chain
     beside it — one computation run twice — measured 0.84–1.26× that chain in three runs of 7–9
     repeats in turns to a 256-token lead (medians 0.94–1.01×), 0.89–1.04× in four runs in turns to
-    64 tokens (medians 0.985–0.991×: the policy's bookkeeping of its committed rows)."""
-    ratios = [(a.generated / a.seconds) / (b.generated / b.seconds) for a, b in pairs]
+    64 tokens (medians 0.985–0.991×: the switching engine's own work on committed rows; 0.992 and
+    0.994× once a step of committed rows asked its chain alone and the gate's arithmetic was cut)."""
+    ratios = [speedup(a, b) for a, b in pairs]
     return statistics.median(ratios), min(ratios), max(ratios)
 
 
 def _median_repeat(repeats: list[list[_Run]], sd: int) -> list[_Run]:
     """The repeat (each engine's run of it, no-SD first) of the median speedup of engine ``sd``
     over no-SD (of an odd count: :func:`run_bench` refuses an even one)."""
-    def speedup(runs: list[_Run]) -> float:
-        return (runs[sd].generated / runs[sd].seconds) / (runs[0].generated / runs[0].seconds)
-
-    return sorted(repeats, key=speedup)[len(repeats) // 2]
+    return sorted(repeats, key=lambda runs: speedup(runs[sd], runs[0]))[len(repeats) // 2]
 
 
 def _row(
