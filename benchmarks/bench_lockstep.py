@@ -25,6 +25,7 @@ import torch
 
 from specscope.backends import BenchConfig
 from specscope.backends import reference
+from specscope.policy.learned import load_policy
 from specscope.trees import TreeShape
 from specscope.workloads.bundled import bundled_path
 from specscope.zoo.shipped import model_dir
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
+    if args.repeats < 3:
+        parser.error("--repeats: a spread needs 3 or more (an odd count)")
     torch.set_num_threads(args.threads)
     draft = None if args.method == "ngram" else model_dir(args.method)
     what = f"learned {args.policy}" if args.policy else args.tree.name if args.tree else f"{args.method} k={args.k}"
@@ -54,9 +57,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         workload = Path(folder) / f"{args.workload}.jsonl"
         workload.write_text("".join(bundled_path(args.workload).read_text().splitlines(keepends=True)[: args.requests]))
+        k = load_policy(args.policy).depth if args.policy else args.tree.depth if args.tree else args.k  # as bench sets it
         config = BenchConfig(model_dir=model_dir("target"), workload=workload,
                              method="learned" if args.policy else args.method, draft_dir=draft,
-                             k=args.tree.depth if args.tree else args.k, batch_sizes=(args.batch_size,),
+                             k=k, batch_sizes=(args.batch_size,),
                              max_tokens=args.max_tokens, repeats=args.repeats, tree=args.tree, policy=args.policy,
                              beside_k=args.k if args.policy else None)
         for round_ in range(1, args.rounds + 1):

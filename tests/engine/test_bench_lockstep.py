@@ -63,11 +63,12 @@ def test_engines_take_blocks_and_stay_within_one_of_each_other(monkeypatch):
 
 
 def test_a_short_run_still_interleaves(monkeypatch):
-    """8 requests of 32 tokens at batch 1 (256 tokens an engine): a 256-token lead ran no-SD whole
-    before SD; a quarter of the run's tokens, 64, gives each engine several turns — and never
-    fewer than 8 steps of every row (at batch 4, 32 tokens)."""
+    """8 requests of 32 tokens at batch 1 (256 tokens an engine): a lead as long as the run would
+    run no-SD whole before SD; a lead of at most a quarter of the run's tokens gives each engine
+    several turns — and never fewer than 8 steps of every row (at batch 4, 32 tokens)."""
     runs, order = lockstep(monkeypatch, {"base": 1, "sd": 3}, {"base": 256, "sd": 256}, 8, 32, 1)
     blocks = [(name, len(list(group))) for name, group in itertools.groupby(order)]
     assert blocks[0] == ("base", 64) and sum(name == "base" for name, _ in blocks) >= 3
     assert reference.block_tokens(256, 4) == 64 and reference.block_tokens(64, 4) == 32
+    assert reference.block_tokens(128, 1) == 32  # a quarter of the run, under BLOCK_TOKENS
     assert reference.block_tokens(10_000, 8) == reference.BLOCK_TOKENS

@@ -120,12 +120,14 @@ def _lockstep(
     filled — alternating step by step, no-SD at batch 8 ran 15 % slower beside a 3x2x1x1 tree
     than alone (5 % beside EAGLE or MTP k = 3), which raised the measured speedups by 4.7–12.5 %;
     in turns to a 256-token lead each engine ran within 0.6–3.7 % of its speed alone and the
-    speedups within 1.4 % of the engines' alone. Turns to 64 tokens (2026-12-06) cut the spread
-    between repeats: over seven or nine repeats each, the 3x2x1x1 tree's and MTP k = 3's speedups
-    spread by a standard deviation of 0.016–0.052 where turns to 256 tokens spread by 0.015–0.092
-    (narrower in six of eight pairs of runs), their medians −4.0 … +3.5 % apart, and one computation run twice (a policy
-    committing every request to the chain beside it) 0.89–1.04× apart where it had been 0.84–1.26×
-    (:func:`paired_ratio`). A run's seconds are the sum of its own steps, and
+    speedups within 1.4 % of the engines' alone. Turns to 64 tokens (2026-12-06) keep that and
+    narrow the spread between repeats: against each engine run alone, nine repeats of the three
+    ways interleaved on the bundled target, the 3x2x1x1 tree at code B = 8 read 0.530× (alone
+    0.528×, turns to 256 0.529×; each engine within 0.7 % of its speed alone), MTP k = 3 at code
+    B = 8 1.183× (alone 1.183×, 256: 1.163×) and at math B = 1 1.464× (alone 1.455×, 256: 1.463×),
+    with standard deviations of 0.004, 0.015 and 0.026 (256: 0.007, 0.030, 0.036; alone: 0.008,
+    0.065, 0.162); one computation run twice (a policy committing every request to the chain beside
+    it) read 0.89–1.04× apart where it had read 0.84–1.26× (:func:`paired_ratio`). A run's seconds are the sum of its own steps, and
     its step records sum to them: what a step's clock did not see (its records and outputs made,
     finished requests released, the decode loop's own work) is added to its ``overhead_s``."""
     for engine in engines:

@@ -517,7 +517,8 @@ def show_gates(policy, traces: list | None) -> None:
         for leaf in gate.leaves():
             gains = gate.value[leaf]
             best = max(range(len(gains)), key=gains.__getitem__)
-            rows.append([str(b), ", ".join(f"{lo:.3g} … {hi:.3g} {name}" for lo, hi, name in
+            rows.append([str(b), ", ".join(f"{lo:.0f} … {hi:.0f} {name}" if name == "prompt_tokens" else
+                                           f"{lo:.3g} … {hi:.3g} {name}" for lo, hi, name in
                                            zip(gate.low[leaf], gate.high[leaf], ADMISSION_FEATURES)),
                          ", ".join(f"{chain(o)} {g:+.3f}" for o, g in zip(gate.options, gains)),
                          chain(gate.options[best]) if gains[best] > 0 else "decided per step"])

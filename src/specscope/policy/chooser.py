@@ -40,7 +40,7 @@ The slope term w_m · x is held within its span over the training steps (``span`
 outside what training showed (a 100k-token prompt after prompts of 1000) cannot push a
 prediction past the most confident one the data supported.
 
-The file (``"schema": "specscope.policy/6"``) holds ``methods``, ``features`` (name →
+The file (``"schema": "specscope.policy/7"``) holds ``methods``, ``features`` (name →
 definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
 (b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), ``span``
 """

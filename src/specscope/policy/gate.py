@@ -14,8 +14,9 @@ predicted log of the ratio of that chain's tokens per second to the per-step rul
 request at the gate's batch size (fitted over the training requests, each priced by the simulator
 both ways: :mod:`specscope.sim.fit_gate`). It commits to the option of the greatest g_o where that
 is above 0; otherwise the per-step rule decides every step — and so it does for a prompt outside
-the range of the training prompts that reached its leaf, in any feature (``low``/``high``): a leaf
-speaks for prompts like those it was fitted on, not for a kind of prompt between two it saw. A tree,
+its leaf's bounds (``low``/``high``): in each feature the leaf's path splits on, the range of the
+training prompts that reached it (a leaf speaks for prompts like those it was fitted on, not for a
+kind of prompt between two it saw), in the others the range of all training prompts. A tree,
 not a line: the gains are levels of kinds of prompts — on the study's workloads MTP's chain gains
 3 % over the rule on prompts of 14–32 tokens and loses 23–39 % on those of 52–90, which no line in
 the length follows.
@@ -24,8 +25,8 @@ A policy file holds one gate per batch size (its model's ``gate``; null or absen
 request decided per step): ``options`` [[method index, k], …] and the tree's nodes [N], the root
 first: ``feature`` (the feature a node splits on; -1: a leaf), ``threshold`` (a prompt goes to
 ``left`` where its feature is at most this, else to ``right``; children come after their node, -1
-at a leaf), ``value`` [N][O] (g at a leaf) and ``low``/``high`` [N][F] (the least and greatest
-features of the training prompts that reached the node); plain numbers only (read by
+at a leaf), ``value`` [N][O] (g at a leaf) and ``low``/``high`` [N][F] (the node's bounds, as
+above); plain numbers only (read by
 :func:`specscope.policy.learned.gate_from_json`).
 """
 
@@ -34,7 +35,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Sequence
-
 
 ADMISSION_FEATURES = {
     "prompt_tokens": "the prompt's length in tokens",
@@ -60,7 +60,7 @@ class Gate:
     (on two features numpy's calls cost more than the walk)."""
 
     options: tuple[tuple[int, int], ...]  # [O] (method index, k ≥ 1)
-    low: tuple[tuple[float, ...], ...]  # [N][F] least features of the training prompts that reached each node
+    low: tuple[tuple[float, ...], ...]  # [N][F] each node's bounds (module docstring): least features
     high: tuple[tuple[float, ...], ...]  # [N][F] greatest
     feature: tuple[int, ...]  # [N] the feature each node splits on (LEAF at a leaf)
     threshold: tuple[float, ...]  # [N] a prompt goes left where its feature ≤ this
@@ -84,7 +84,7 @@ class Gate:
 
     def predict(self, prompt: Sequence[int]) -> tuple[float, ...] | None:
         """[O] g_o of ``prompt``: the predicted log ratio of each option's rate to the per-step
-        rule's; None where a feature lies outside the range of the training prompts of its leaf."""
+        rule's; None where a feature lies outside its leaf's bounds."""
         x = admission_features(prompt)
         leaf = self.leaf(x)
         if not all(lo <= v <= hi for v, lo, hi in zip(x, self.low[leaf], self.high[leaf])):

@@ -4,7 +4,7 @@ per fitted batch size (the acceptance model and the decision rule are described 
 model is fitted by :mod:`specscope.sim.fit`). At a batch size the file was not fitted for, the
 nearest fitted one (log scale) decides.
 
-The file (``"schema": "specscope.policy/6"``) holds ``methods``, ``features`` (name →
+The file (``"schema": "specscope.policy/7"``) holds ``methods``, ``features`` (name →
 definition), ``cost_model``, ``mean``/``scale`` [F], ``coef`` [M][F], ``intercept`` [M][J]
 (b_m,j), ``base_rate`` [M][J] (the training data's acceptance of draft token j), ``span``
 [M][2] (the least and greatest coef_m · z over the training steps, z the standardised features), and
@@ -44,7 +44,8 @@ from specscope.policy.observation import NONE, Decide, Observation
 from specscope.trace.fields import Fields
 from specscope.validate import K_MAX_LIMIT, MAX_BATCH_SIZE
 
-SCHEMA = "specscope.policy/6"  # /6: each method's slope term bounded to its training span (refit files of /1 … /5)
+SCHEMA = "specscope.policy/7"  # /7: admission gates as trees; /6: each method's slope term bounded to its training
+# span (refit files of /1 … /6)
 FIELDS = ("schema", "methods", "features", "cost_model", "batch_sizes", "pads", "mean", "scale", "coef", "intercept",
           "base_rate", "span", "models", "training")  # a policy file's, as `policy fit` writes them
 MODEL_FIELDS = ("batch_size", "seconds", "fixed", "verify", "confidence", "gate")  # each of its models' (the last two: optional)
@@ -323,9 +324,6 @@ def gate_from_json(value: object, methods: int, depth: int) -> Gate:
     """A policy file's ``gate`` (:mod:`specscope.policy.gate`; ValueError naming the field where
     malformed): ``methods`` and ``depth`` (J) bound its options' method indices and k."""
     names = ("options", "low", "high", "feature", "threshold", "left", "right", "value")
-    if isinstance(value, dict) and "weights" in value:
-        raise ValueError("gate: a linear gate (weights over standardised features), as specscope wrote before "
-                         "2026-12-06; this one reads a tree: fit the policy again")
     if not isinstance(value, dict) or set(value) != set(names):
         raise ValueError(f"gate: expected an object with {', '.join(names)} (or null), got {value!r:.60}")
     options = value["options"]

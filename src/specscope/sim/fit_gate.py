@@ -12,12 +12,12 @@ of those datasets is priced in paper mode (B copies of it) under the per-step ru
 to each chain: the gate's targets are the log ratios of each chain's tokens per second to the
 rule's, each dataset's shifted to the log ratio of its mixed-mode walks (:func:`leveled`), fitted
 by one regression tree over every option (scikit-learn's, at most :data:`TREE_DEPTH` deep, at
-least :data:`LEAF_REQUESTS` requests a leaf) on the admission features, each leaf bounded by the
-features of the requests that reached it. (A ridge regression on the
+least :data:`LEAF_REQUESTS` requests a leaf) on the admission features, each leaf bounded, in
+each feature its path splits on, by the requests that reached it. (A ridge regression on the
 prompt's log length and its square, before 2026-12-06, could not follow gains that are levels of
-kinds of prompts: in the study's in-sample fit it put math's prompts, 31–32 tokens, at a 2 % loss
-for MTP's chain where the walks set a 2.5 % gain, between chat's +3.1 % and code's −23 %, and left
-them to the per-step rule.)
+kinds of prompts: in the study's in-sample fit it put math's prompts, 31–32 tokens, at a 6.4 % loss
+for MTP's chain (1.9 % with almost no penalty) where the walks set a 2.5 % gain, between chat's
++3.1 % and code's −23 %, and left them to the per-step rule.)
 
 Kept only where it carries to workloads it did not see (``carried``, the default): the training
 datasets, each walked in mixed mode at B with the gate fitted — chains and tree — on the others,
@@ -114,15 +114,24 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
 
     def fitted(gains: np.ndarray, options: tuple[tuple[int, int], ...], rows: np.ndarray) -> Gate:
         """The gate of a regression tree of ``gains`` [R, O] on the features of ``rows`` [R] (bool),
-        each node bounded by the features of the training prompts that reached it."""
+        each node bounded, in each feature its path splits on, by the training prompts that reached
+        it, and in the others by all of them."""
         x = features[rows]
         model = DecisionTreeRegressor(max_depth=TREE_DEPTH, min_samples_leaf=LEAF_REQUESTS, random_state=0)
         model.fit(x, gains[rows])
         tree, reached = model.tree_, model.decision_path(x).T.tocsr()  # [N, R]: the prompts through each node
-        bounds = [x[reached[node].indices] for node in range(tree.node_count)]
         split = tree.children_left != LEAF  # sklearn marks a leaf's feature -2, its children -1
-        return Gate(options, tuple(tuple(b.min(axis=0).tolist()) for b in bounds),
-                    tuple(tuple(b.max(axis=0).tolist()) for b in bounds),
+        low, high = np.tile(x.min(axis=0), (tree.node_count, 1)), np.tile(x.max(axis=0), (tree.node_count, 1))  # [N, F]
+        on_path = np.zeros((tree.node_count, x.shape[1]), dtype=bool)  # [N, F] the features a node's path splits on
+        for node in range(tree.node_count):  # children come after their node
+            if split[node]:
+                for child in (tree.children_left[node], tree.children_right[node]):
+                    on_path[child] = on_path[node]
+                    on_path[child, tree.feature[node]] = True
+            here = x[reached[node].indices]
+            low[node, on_path[node]] = here.min(axis=0)[on_path[node]]
+            high[node, on_path[node]] = here.max(axis=0)[on_path[node]]
+        return Gate(options, tuple(map(tuple, low.tolist())), tuple(map(tuple, high.tolist())),
                     tuple(np.where(split, tree.feature, LEAF).tolist()), tuple(np.where(split, tree.threshold, 0.0).tolist()),
                     tuple(tree.children_left.tolist()), tuple(tree.children_right.tolist()),
                     tuple(map(tuple, tree.value.reshape(tree.node_count, len(options)).tolist())))
