@@ -26,6 +26,8 @@ import torch
 from specscope.backends import BenchConfig
 from specscope.backends import reference
 from specscope.policy.learned import load_policy
+from specscope.study.config import BUNDLED_REQUESTS
+from specscope.study.run import first_requests
 from specscope.trees import TreeShape
 from specscope.workloads.bundled import bundled_path
 from specscope.zoo.shipped import model_dir
@@ -38,7 +40,7 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--policy", default=None, help="a learned policy file (its drafter: --method's checkpoint)")
     parser.add_argument("--workload", default="chat", help="a bundled workload: chat, code, math or summary")
-    parser.add_argument("--requests", type=int, default=16, help="its first N requests (the study's default)")
+    parser.add_argument("--requests", type=int, default=BUNDLED_REQUESTS, help="its first N requests (the study's default)")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=9)
@@ -55,8 +57,7 @@ def main() -> None:
           f"{args.requests} requests, B = {args.batch_size}, {args.repeats} repeats a run")
     print(f"{'lead':>5}{'round':>6}  {'row':28}{'median':>8}{'least':>8}{'most':>8}{'sd':>8}")
     with tempfile.TemporaryDirectory() as folder:
-        workload = Path(folder) / f"{args.workload}.jsonl"
-        workload.write_text("".join(bundled_path(args.workload).read_text().splitlines(keepends=True)[: args.requests]))
+        workload = first_requests(bundled_path(args.workload), args.requests, Path(folder))
         k = load_policy(args.policy).depth if args.policy else args.tree.depth if args.tree else args.k  # as bench sets it
         config = BenchConfig(model_dir=model_dir("target"), workload=workload,
                              method="learned" if args.policy else args.method, draft_dir=draft,

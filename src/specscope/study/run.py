@@ -296,8 +296,9 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
         learned = [c for c in mine if c.method == LEARNED]
         alone = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
+        rows = _rows(out)
         say(f"learned {_stem(workload)}: " + ", ".join(
-            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone, _rows(out))})"
+            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone, rows)})"
             for cell in learned))
         cells += mine  # the chains beside it too: measured like the study's own, checked against the simulator alike
     return cells
@@ -318,10 +319,10 @@ def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[Measure
     for what, chain in (("beside it", best(run)), ("measured alone", best(alone))):
         if chain is not None:
             parts.append(f"best fixed {what} {chain.method} k={chain.k}: {chain.measured_speedup:.2f}x")
-            paired = [r for r in rows if r.get("beside") and r.get("method") == chain.method
-                      and r.get("batch_size") == chain.batch_size and "learned_over_chain" in r]
-            if what == "beside it" and paired:
-                row = paired[0]
+            row = what == "beside it" and next((r for r in rows if r.get("beside") and r.get("method") == chain.method
+                                                and r.get("batch_size") == chain.batch_size
+                                                and "learned_over_chain" in r), None)
+            if row:
                 over = f" over {row['repeats']} repeats" if row.get("repeats") else ""
                 parts[-1] += (f", learned / it {row['learned_over_chain']:.3f} paired{over} "
                               f"({row['learned_over_chain_low']:.3f} … {row['learned_over_chain_high']:.3f})")
