@@ -32,6 +32,71 @@ def test_each_row_ends_at_its_first_unconfident_draft_and_the_passes_at_the_last
     assert fixed.add(None) and fixed.lengths.tolist() == [4]  # without p: every row drafts k
 
 
+def test_each_row_stops_at_its_own_p_and_its_own_k():
+    """Per row: p 0.5, none, 0.8 and k 4, 2, 3 (passes to 4), probabilities by pass 0.9 0.9 0.9,
+    0.6 0.9 0.9, 0.4 0.9 0.7: row 0 ends at the 0.4 (3 drafts), row 1 at its k (2), row 2 at the
+    0.7 (3, its k too); after the third pass no row drafts. A caps-only call reads no probability."""
+    request = ProposeInput([0, 1, 2], torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long),
+                           [[1], [1], [1]], 4, None, stop_below=[0.5, None, 0.8], row_k=[4, 2, 3])
+    rows = ConfidentDrafts(request, torch.device("cpu"))
+    assert rows.reads
+    passes = torch.tensor([[0.9, 0.9, 0.9], [0.6, 0.9, 0.9], [0.4, 0.9, 0.7]])
+    assert [rows.add(p) for p in passes] == [True, True, False]
+    assert rows.lengths.tolist() == [3, 2, 3]
+    capped = ConfidentDrafts(ProposeInput([0, 1], request.last_tokens[:2], request.positions[:2], [[1], [1]], 3, None,
+                                          row_k=[1, 3]), torch.device("cpu"))
+    assert not capped.reads
+    assert [capped.add(None) for _ in range(3)] == [True, True, False] and capped.lengths.tolist() == [1, 3]
+
+
+class _PerRowRules:
+    """Wraps a model proposer: every step, each row drafts to its own k (1 … k) and its own p (or
+    none), drawn from a seeded generator, in one call; records each call."""
+
+    def __init__(self, inner, k: int) -> None:
+        self.inner, self.k, self.calls = inner, k, []
+        self.name, self.hidden_layers = inner.name, inner.hidden_layers
+        self.rng = torch.Generator().manual_seed(0)
+        self.observe, self.release = inner.observe, inner.release
+
+    def propose(self, request: ProposeInput):
+        from dataclasses import replace
+
+        batch = len(request.slots)
+        row_k = (torch.randint(1, self.k + 1, (batch,), generator=self.rng)).tolist()
+        stop = [None if u < 0.3 else round(float(u), 2) for u in torch.rand(batch, generator=self.rng)]
+        asked = replace(request, k=max(row_k), row_k=row_k, stop_below=stop, want_confidence=True)
+        proposal = self.inner.propose(asked)
+        self.calls.append((row_k, stop, proposal.confidence.tolist(), proposal.draft_len.tolist(),
+                           proposal.tokens.shape[1]))
+        return proposal
+
+
+@pytest.mark.parametrize("kind", (*KINDS, "draft"))
+def test_one_call_drafts_each_row_to_its_own_p_and_k_and_stays_lossless(kind, target, repeat_heads, llama_dir,
+                                                                       draft_dir, reference):
+    """Rows of one call with their own k and p (a switching engine's committed and decided rows):
+    each row's length is min(its first draft below its p, that one included; its k), the passes
+    the deepest row's, and greedy output stays the target's."""
+    if kind == "draft":
+        engine, _ = load_engine(llama_dir, "draft", draft_dir, k=4, max_batch_size=4, max_seq_len=128)
+        rules = engine.proposer = _PerRowRules(engine.proposer, 4)
+        assert generate(engine, 4) == reference
+    else:
+        config = ProposerConfig(kind, 4, 4, Engine.cache_capacity(MAX_SEQ_LEN, 4), repeat_heads[kind])
+        engine = Engine(target, create_proposer(config, target), 4, 4, MAX_SEQ_LEN)
+        rules = engine.proposer = _PerRowRules(engine.proposer, 4)
+        prompts = prompts_of(BATCHES["batch4"], seed=4)
+        assert run(engine, prompts, 30) == run(Engine(target, None, 4, 4, MAX_SEQ_LEN), prompts, 30)
+    assert rules.calls
+    for row_k, stop, confidence, lengths, passes in rules.calls:
+        for k, p, row, length in zip(row_k, stop, confidence, lengths):
+            below = [j for j, value in enumerate(row) if p is not None and value < p]
+            assert length == min(below[0] + 1 if below else k, k)
+        assert passes == max(lengths)
+    assert len({length for *_, lengths, _ in rules.calls for length in lengths}) > 2
+
+
 @pytest.mark.parametrize("batch_size", [1, 4])
 def test_greedy_output_is_no_sds_and_proposals_shorten_as_p_rises(llama_dir, draft_dir, reference, batch_size):
     """Draft model, k = 4: at p = 1e-9 every draft is confident (the fixed chain's steps, record for

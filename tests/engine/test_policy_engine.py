@@ -499,15 +499,17 @@ def test_the_engines_observations_hold_the_tokens_so_far_as_they_were(setup):
         assert list(then) == full[: len(then)]
 
 
-def gated_policy(path: Path, options: list[list[int]], tree: dict) -> Path:
+def gated_policy(path: Path, options: list[list[int]], tree: dict, confidence: float | None = None) -> Path:
     """:func:`random_policy` (seed 3) with an admission gate at every batch size (bounds wide enough
     for any prompt): ``options`` [[method index, k], …] and ``tree``, its nodes (``feature``,
-    ``threshold``, ``left``, ``right``, ``value`` [N][O]: :mod:`specscope.policy.gate`)."""
+    ``threshold``, ``left``, ``right``, ``value`` [N][O]: :mod:`specscope.policy.gate`); its rule
+    stops the drafter at ``confidence`` p (None: k)."""
     document = json.loads(random_policy(path, seed=3).read_text())
     wide = 1e9
     for model in document["models"]:
         nodes = len(tree["feature"])
         model["gate"] = {"options": options, "low": [[-wide] * 2] * nodes, "high": [[wide] * 2] * nodes, **tree}
+        model["confidence"] = confidence
     path.write_text(json.dumps(document))
     return path
 
@@ -632,18 +634,23 @@ def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_pat
     assert all(c == ["eagle", 2] for r in decode for c in r.choices if c is not None)
 
 
-def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tmp_path):
+@pytest.mark.parametrize("confidence", [None, 0.6])
+def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tmp_path, confidence):
     """Prompts of 9 tokens committed to EAGLE at k = 3, of 15 and 18 to n-gram at k = 2, of 12
     decided per step (the gate's tree splits prompts at 10.5 and 13.5 tokens), 4 slots over 7 requests: the
     head sees no n-gram-committed row (its
     prefill cut to the longest prompt it keeps), the lookup never searches an EAGLE-committed
     row, the policy observes and decides only the 12-token prompts' rows, at their count, and
-    committed rows take their chains; greedy output stays the target's."""
+    committed rows take their chains; greedy output stays the target's. The head drafts once a
+    step for its committed and decided rows together; where the policy's rule stops EAGLE at a
+    ``confidence`` p, in that one call each decided row stops at its first draft below p and each
+    committed row drafts its chain's k."""
     target, head_dir, _, _ = setup
     ngram, eagle = METHODS.index("ngram"), METHODS.index("eagle")
     path = gated_policy(tmp_path / "p.json", [[ngram, 2], [eagle, 3]], {  # ≤ 10.5 tokens; ≤ 13.5; longer
         "feature": [0, -1, 0, -1, -1], "threshold": [10.5, 0.0, 13.5, 0.0, 0.0], "left": [1, -1, 3, -1, -1],
-        "right": [2, -1, 4, -1, -1], "value": [[0.0, 0.0], [-1.0, 1.0], [0.0, 0.0], [-1.0, -1.0], [1.0, -1.0]]})
+        "right": [2, -1, 4, -1, -1], "value": [[0.0, 0.0], [-1.0, 1.0], [0.0, 0.0], [-1.0, -1.0], [1.0, -1.0]]},
+        confidence)
     prompts = [p * 3 for p in prompts_of((3, 4, 5, 6, 4, 3, 4), seed=2)]
     commitment = {9: ("eagle", 3), 12: None, 15: ("ngram", 2), 18: ("ngram", 2)}  # by prompt length
     plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 20)
@@ -667,7 +674,9 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
 
     def recording_head(request):
         proposal = propose(request)
-        calls.append((request.stop_below, [prompt_len()[s] for s in request.slots], proposal.draft_len.tolist()))
+        stop = request.stop_below if isinstance(request.stop_below, list) else [request.stop_below] * len(request.slots)
+        calls.append((stop, [prompt_len()[s] for s in request.slots], proposal.draft_len.tolist(),
+                      None if proposal.confidence is None else proposal.confidence.tolist(), len(rows)))
         return proposal
 
     def spying(batch):
@@ -702,8 +711,18 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
                              for batch, lengths, committed, step_rows in decisions)
     told = {chain for _, _, committed, _ in decisions for chain in committed}  # each its chain this step
     assert (eagle, 3) in told and told <= {(eagle, 3), (ngram, 1), (ngram, 2), (NONE, 0)}
-    # the head: EAGLE-committed and decided rows in one call a step, no confidence rule
-    assert calls and all(stop is None and set(lengths) <= {9, 12} for stop, lengths, _ in calls)
+    # the head: EAGLE-committed and decided rows in one call a step, each row to its own rule
+    assert calls and all(set(lengths) <= {9, 12} for _, lengths, *_ in calls)
+    assert len({step for *_, step in calls}) == len(calls)  # at most one a step (by the switch's call count)
+    for stop, lengths, drafted, told, _ in calls:
+        for row, (p, length, k) in enumerate(zip(stop, lengths, drafted)):
+            if length == 9 or confidence is None:
+                assert p is None and (length != 9 or k == 3)
+            else:  # decided, taking EAGLE: to its first draft below p, the policy's depth at most
+                assert p == confidence
+                below = [j for j, value in enumerate(told[row]) if value < p]
+                assert k == min(below[0] + 1 if below else K, K)
+    assert any(set(lengths) == {9, 12} for _, lengths, *_ in calls), "some call held both kinds of rows"
     # committed rows take their chains (n-gram's cut to its offer)
     for length, offer, taken in choices:
         if commitment[length] == ("eagle", 3):

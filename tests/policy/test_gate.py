@@ -360,23 +360,30 @@ def test_every_gate_the_fit_fits_levels_its_own_datasets_to_their_mixed_walks(mo
     assert calls[0]["long_copy"][0] > 0 > calls[0]["free"][0]  # n-gram's chain gains on the copies alone
 
 
-def test_a_gate_never_commits_to_a_drafter_its_rule_stops_at_a_confidence(tmp_path):
-    """The engine would run the drafter twice in a step holding committed rows and the rule's:
-    a file whose gate commits to a drafter the policy's rule stops at p is refused (a fit with a
-    confidence rule offers its gate the lookup's chain alone: fit_gate's ``committable``); and a
-    fit's ``gate`` is one of its three ways."""
+def test_a_gate_may_commit_to_a_drafter_its_rule_stops_at_a_confidence(tmp_path, monkeypatch):
+    """The engine drafts a step's committed rows and the rule's in one call of the drafter, each row
+    to its own k and p, as the simulator prices it (tests/engine/test_policy_engine.py): a fit whose
+    rule stops EAGLE at p offers its gate EAGLE's chain as well, and the file loads; a fit's
+    ``gate`` is one of its three ways."""
     from specscope.errors import SpecscopeError
     from specscope.policy.learned import load_policy
+    from specscope.sim import fit as fit_module
     from specscope.sim.fit import fit_policy
 
+    def stopping(records, methods, document, cost, depths, rng):  # the rule: EAGLE stops at p = 0.5
+        for model in document["models"]:
+            model["confidence"] = 0.5
+
+    monkeypatch.setattr(fit_module, "choose_confidence", stopping)
     copying, free = workloads(np.random.default_rng(0), 2, 2)
     document = fit_policy(copying + free, METHODS, SWITCH_COSTS, [1, 4], max_k=4, gate="fitted")
-    assert any(m["gate"] and [1, m["gate"]["options"][1][1]] in m["gate"]["options"] for m in document["models"])
-    document["models"][0]["confidence"] = 0.5
+    assert all(m["confidence"] == 0.5 for m in document["models"])
+    assert any(m["gate"] and any(option[0] == 1 for option in m["gate"]["options"]) for m in document["models"])
     path = tmp_path / "p.json"
     path.write_text(json.dumps(document))
-    with pytest.raises(SpecscopeError, match=r"models: the gate at batch size \d commits requests to a model drafter"):
-        load_policy(path)
+    policy = load_policy(path)
+    assert policy.confidence_for(4) == 0.5
+    assert any(policy.gate_for(b) is not None and any(m == 1 for m, _ in policy.gate_for(b).options) for b in (1, 4))
     with pytest.raises(SpecscopeError, match="gate 'carry': expected one of carried, fitted, none"):
         fit_policy(copying, METHODS, SWITCH_COSTS, [1], max_k=4, gate="carry")
 

@@ -118,10 +118,13 @@ class ProposeInput:
     ``histories[b]`` = prompt + output of row ``b`` so far, ending with its last token (the
     engine's own lists: read them, never modify them). ``want_confidence`` asks model proposers
     for :attr:`Proposal.confidence` (the tracer does; the engine does not, so its steps pay
-    nothing for it). ``stop_below`` p (``confidence:p``): a model proposer ends a row's proposal at
-    its first draft whose probability (as :attr:`Proposal.confidence`) is below p, that draft
-    included, and stops drafting once every row has ended — its passes run to the deepest row, k
-    at most; ``tokens`` may then hold fewer than k columns (``draft_len`` says each row's)."""
+    nothing for it). ``stop_below`` p (``confidence:p``; one p for every row, or a p per row, None
+    where a row drafts its k): a model proposer ends a row's proposal at its first draft whose
+    probability (as :attr:`Proposal.confidence`) is below p, that draft included. ``row_k`` [batch]
+    (each ≤ k): each row's own k, where rows of one call draft to different depths (a switching
+    engine's, :mod:`specscope.proposers.switching`). A model proposer stops drafting once every
+    row has ended — its passes run to the deepest row, k at most; ``tokens`` may then hold fewer
+    than k columns (``draft_len`` says each row's)."""
 
     slots: list[int]
     last_tokens: "torch.Tensor"
@@ -130,7 +133,8 @@ class ProposeInput:
     k: int
     sampling: "BatchSampling"
     want_confidence: bool = False
-    stop_below: float | None = None
+    stop_below: float | Sequence[float | None] | None = None
+    row_k: Sequence[int] | None = None
 
 
 @dataclass
@@ -200,19 +204,25 @@ def token_probability(logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.
 
 
 class ConfidentDrafts:
-    """A proposal's rows under ``stop_below`` p (:class:`ProposeInput`): each row's length, and
-    whether any row still drafts. Without p every row drafts k."""
+    """A proposal's rows under ``stop_below`` and ``row_k`` (:class:`ProposeInput`): each row's
+    length, and whether any row still drafts. Without either every row drafts k."""
 
     def __init__(self, request: ProposeInput, device: "torch.device") -> None:
         import torch
 
-        self.threshold, batch = request.stop_below, len(request.slots)
-        self.reads = request.want_confidence or self.threshold is not None  # a draft's probability is read
-        if self.threshold is None:
+        batch, p = len(request.slots), request.stop_below
+        per_row = [p] * batch if p is None or isinstance(p, (int, float)) else list(p)
+        self.stops = request.row_k is not None or any(value is not None for value in per_row)
+        self.reads = request.want_confidence or any(value is not None for value in per_row)  # a draft's probability is read
+        if not self.stops:
             self.lengths = torch.full((batch,), request.k, dtype=torch.long, device=device)  # [batch]
-        else:
-            self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] counted as they draft
-            self.live = torch.ones(batch, dtype=torch.bool, device=device)  # [batch] rows still drafting
+            return
+        self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] counted as they draft
+        self.cap = torch.as_tensor([request.k] * batch if request.row_k is None else request.row_k,
+                                   dtype=torch.long, device=device)  # [batch] each row's k
+        self.threshold = torch.tensor([0.0 if value is None else value for value in per_row],
+                                      device=device)  # [batch] p; 0: the row drafts to its cap
+        self.live = self.cap > 0  # [batch] rows still drafting
 
     def probability(self, logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor | None":
         """:func:`token_probability` of this pass's drafts [batch] where it is read (asked for, or
@@ -224,7 +234,7 @@ class ConfidentDrafts:
         for the rows still drafting: a row that has ended takes no more from its generator (its
         later drafts, argmax, are never proposed), so a seeded request drafts alike whatever its
         neighbours."""
-        if self.threshold is None or bool(self.live.all()):
+        if not self.stops or bool(self.live.all()):
             return sampling.sample(probs)
         token = probs.argmax(-1)
         live = self.live.nonzero()[:, 0].tolist()
@@ -233,12 +243,15 @@ class ConfidentDrafts:
         return token
 
     def add(self, probability: "torch.Tensor | None") -> bool:
-        """Count one more draft, of ``probability`` [batch], for the rows still drafting; whether
-        another pass is wanted (some row's draft reached p; always, without p)."""
-        if self.threshold is None:
+        """Count one more draft, of ``probability`` [batch] (read where some row stops at a p), for
+        the rows still drafting; whether another pass is wanted (some row still drafts: its draft
+        reached its p and its length is below its k; always, without either)."""
+        if not self.stops:
             return True
         self.lengths += self.live
-        self.live &= probability >= self.threshold
+        self.live &= self.lengths < self.cap
+        if probability is not None:
+            self.live &= probability >= self.threshold
         return bool(self.live.any())
 
 

@@ -436,12 +436,6 @@ def choosers_from_json(document: dict, methods: tuple[str, ...]) -> dict[int, Ch
         choosers[b] = Chooser(weights, bias, seconds, methods.index("ngram") if "ngram" in methods else NONE,
                               base_rate, fixed, b, verify, pads, span,
                               None if confidence is None else float(confidence), gate)
-    stopped = [b for b, chooser in choosers.items() if chooser.confidence is not None]
-    drafted = [b for b, chooser in choosers.items() if chooser.gate is not None
-               and any(method_named(methods[m]).kind != "lookup" for m, _ in chooser.gate.options)]
-    if stopped and drafted:  # the engine would run the drafter twice in a step holding both kinds of rows
-        raise ValueError(f"models: the gate at batch size {drafted[0]} commits requests to a model drafter, which the "
-                         f"rule at batch size {stopped[0]} stops at a confidence p: a policy does one or the other")
     return choosers
 
 

@@ -7,9 +7,11 @@ lookup's offer now, the prompt overlap, and its own past steps (what each emitte
 how many of the emitted tokens n-gram's proposal matched; the model drafter's probability of
 its first draft) — and asks the policy's decision at their count
 (:meth:`~specscope.policy.learned.LearnedPolicy.decide_for`, the one the simulator asks: a
-batch's rows decide together). Then each member proposes for the rows that chose it, with the
-deepest k among them, and every row's proposal is cut to its own k; a row that chose none
-proposes nothing. (A step where every row drafts with one model drafter passes that drafter's
+batch's rows decide together). Then each member proposes once for the rows that chose it or
+that the gate committed to it (below), each row to its own k — a decided row that the policy's
+rule stops at a confidence p to its first draft below p, a committed row to its chain's k —
+the drafter's passes to the deepest among them, as the simulator prices it; a row that chose
+none proposes nothing. (A step where every row drafts with one model drafter passes that drafter's
 proposal through: nothing to merge; a step whose every row is committed to one chain asks that
 chain's member alone, as the chain's own engine does.)
 
@@ -161,17 +163,13 @@ class SwitchingProposer:
                 method[row], k[row] = self._capped(*choice, len(found[row]))
                 if stop_below is not None and method[row] not in (NONE, self._ngram):  # at most the depth: the
                     k[row], stop[row] = self.depth, stop_below  # drafter stops the row at its first draft below p
-        if method[0] not in (NONE, self._ngram) and all(m == method[0] and p == stop[0] for m, p in zip(method, stop)):
-            begun = time.perf_counter()  # one model drafter, every row, one rule: its proposal as it is
-            proposal = self.members[method[0]].propose(replace(request, k=max(k), want_confidence=bool(deciding),
-                                                               stop_below=stop[0]))
+        if method[0] not in (NONE, self._ngram) and method.count(method[0]) == batch:
+            begun = time.perf_counter()  # one model drafter for every row: its proposal as it is
+            proposal = self.members[method[0]].propose(_subset(request, list(range(batch)), k, stop, bool(deciding)))
             members += time.perf_counter() - begun
             first_prob = proposal.confidence[:, 0].tolist() if deciding else [None] * batch
-            tokens, probs = proposal.tokens, proposal.probs
-            if stop[0] is not None:
-                k = proposal.draft_len.tolist()
-            draft_len = proposal.draft_len if min(k) == max(k) or stop[0] is not None \
-                else torch.tensor(k, dtype=torch.long, device=device)
+            tokens, probs, draft_len = proposal.tokens, proposal.probs, proposal.draft_len
+            k = draft_len.tolist()
         else:
             tokens, k, probs, first_prob, seconds = self._merge(request, method, k, stop, decided, found)
             draft_len = torch.tensor(k, dtype=torch.long, device=device)
@@ -194,8 +192,8 @@ class SwitchingProposer:
         request committed to MTP k = 3: 16 µs a step beyond the member's proposal, where the general
         path's lists and merge took 63 µs, 0.6 % of a step)."""
         k = min(k, self.depth)
-        if request.k != k or request.want_confidence or request.stop_below is not None:
-            request = replace(request, k=k, want_confidence=False, stop_below=None)
+        if request.k != k or request.want_confidence or request.stop_below is not None or request.row_k is not None:
+            request = replace(request, k=k, want_confidence=False, stop_below=None, row_k=None)
         proposal, name = self.members[method].propose(request), self.policy.methods[method]
         for slot, drafted in zip(request.slots, proposal.draft_len.tolist()):  # the lookup's: min(k, its offer)
             self._choices[slot] = (name, drafted) if drafted else (NO_SD, 0)
@@ -210,28 +208,27 @@ class SwitchingProposer:
     def _merge(self, request: ProposeInput, method: list[int], k: list[int], stop: list[float | None],
                decided: list[bool], found: list[list[int]]
                ) -> tuple[torch.Tensor, list[int], torch.Tensor | None, list[float | None], float]:
-        """Rows that chose different proposers (or none), or drafted by one model drafter under
-        different rules (``stop``: p where a row decided per step drafts to its first draft below
-        p, None where it drafts its k): each member proposes once per rule for its rows, with the
-        deepest k among them, and the proposals are merged into tokens [batch, depth], each row's
-        k (the drafter's own where it stopped a row sooner) and probs (None under greedy
-        decoding), plus the first-draft probability of each row ``decided`` per step that a model
-        drafter served, and the seconds the members took."""
+        """Rows that chose different proposers (or none): each model drafter proposes once for its
+        rows, each row to its own k (``stop``: p where a row decided per step drafts to its first
+        draft below p, None where it drafts its k), its passes to the deepest among them, and the
+        proposals are merged into tokens [batch, depth], each row's k (the drafter's own where it
+        stopped a row sooner) and probs (None under greedy decoding), plus the first-draft
+        probability of each row ``decided`` per step that a model drafter served, and the seconds
+        the members took."""
         batch, device, seconds, k = len(request.slots), request.last_tokens.device, 0.0, list(k)
         drafted = [[0] * self.depth for _ in range(batch)]  # [batch][depth] draft tokens
         probs, probs_of = None, []
         first_prob: list[float | None] = [None] * batch
-        groups: dict[tuple[int, float | None], list[int]] = {}  # (member, rule) → its rows
-        for row, (m, p) in enumerate(zip(method, stop)):
+        groups: dict[int, list[int]] = {}  # member → its rows
+        for row, m in enumerate(method):
             if m != NONE:
-                groups.setdefault((m, p), []).append(row)
-        for (index, stop_below), rows in groups.items():
+                groups.setdefault(m, []).append(row)
+        for index, rows in groups.items():
             if index == self._ngram:
                 for row in rows:
                     drafted[row][: len(found[row])] = found[row]
                 continue
-            subset = _subset(request, rows, max(k[row] for row in rows), confidence=any(decided[row] for row in rows),
-                             stop_below=stop_below)
+            subset = _subset(request, rows, k, stop, any(decided[row] for row in rows))
             begun = time.perf_counter()
             proposal = self.members[index].propose(subset)
             seconds += time.perf_counter() - begun
@@ -239,8 +236,7 @@ class SwitchingProposer:
             for row, draft, value, length in zip(rows, proposal.tokens[:, : self.depth].tolist(), confidence,
                                                  proposal.draft_len.tolist()):
                 drafted[row][: len(draft)] = draft
-                first_prob[row] = value
-                k[row] = min(k[row], length)
+                first_prob[row], k[row] = value, length
             if proposal.probs is not None:
                 probs_of.append((rows, proposal.probs))
         tokens = torch.tensor(drafted, dtype=torch.long, device=device)
@@ -269,15 +265,21 @@ class SwitchingProposer:
                                          TokensSoFar(history, len(history)), offer, state.overlap.value(history))
 
 
-def _subset(request: ProposeInput, rows: list[int], k: int, confidence: bool = False,
-            stop_below: float | None = None) -> ProposeInput:
-    """The rows ``rows`` of ``request``, proposing ``k`` (stopped at ``stop_below``, if given)."""
+def _subset(request: ProposeInput, rows: list[int], k: list[int], stop: list[float | None],
+            confidence: bool) -> ProposeInput:
+    """The rows ``rows`` of ``request``, each proposing its own ``k`` [batch] (stopped at its own
+    ``stop`` [batch] p, where not None), the drafter's passes to the deepest; ``confidence``: its
+    drafts' probabilities asked for."""
+    depths, ps = [k[r] for r in rows], [stop[r] for r in rows]
+    deepest = max(depths)
+    row_k = None if min(depths) == deepest else depths
+    stop_below = None if ps.count(None) == len(ps) else ps[0] if ps.count(ps[0]) == len(ps) else ps
     if len(rows) == len(request.slots):  # every row: nothing to slice
-        return replace(request, k=k, want_confidence=confidence, stop_below=stop_below)
+        return replace(request, k=deepest, want_confidence=confidence, stop_below=stop_below, row_k=row_k)
     index = torch.as_tensor(rows, dtype=torch.long, device=request.last_tokens.device)
     return ProposeInput([request.slots[r] for r in rows], request.last_tokens[index], request.positions[index],
-                        [request.histories[r] for r in rows], k, request.sampling.rows(rows),
-                        want_confidence=confidence, stop_below=stop_below)
+                        [request.histories[r] for r in rows], deepest, request.sampling.rows(rows),
+                        want_confidence=confidence, stop_below=stop_below, row_k=row_k)
 
 
 def _pass_rows(target_pass: TargetPass, rows: list[int]) -> TargetPass:

@@ -45,10 +45,10 @@ from specscope.errors import SpecscopeError
 from specscope.methods import method as method_named
 from specscope.policy.chooser import Chooser
 from specscope.policy.features import feature_names, features
-from specscope.policy.gate import CARRIED, GATE_KEPT, NO_GATE
+from specscope.policy.gate import CARRIED, GATE_KEPT
 from specscope.policy.learned import MAX_STEP_S, SCHEMA, LearnedPolicy, choosers_from_json
 from specscope.policy.observation import NONE
-from specscope.sim.fit_gate import CONFIDENCE_NOTE, fit_gates
+from specscope.sim.fit_gate import fit_gates
 from specscope.sim.observe import Observer
 from specscope.sim.plan import dataset_depths
 from specscope.sim.pricing import price_steps
@@ -279,9 +279,6 @@ def fit_policy(records: Sequence[TraceRecord], methods: tuple[str, ...], cost: C
     datasets = by_dataset(on_common_positions(records, methods))
     if gate not in GATE_KEPT:
         raise SpecscopeError(f"policy fit: gate {gate!r}: expected one of {', '.join(GATE_KEPT)}")
-    stops = any(m["confidence"] is not None for m in document["models"])
-    if gate != NO_GATE and stops and notes is not None and CONFIDENCE_NOTE not in notes:
-        notes.append(CONFIDENCE_NOTE)
     alone = ("no admission gate for a policy fitted on one dataset: nothing tells how a gate carries to another "
              "workload (fit on two or more to weigh one, or keep it in sample: --gate fitted)")
     if gate == CARRIED and len(datasets) < 2 and notes is not None and alone not in notes:

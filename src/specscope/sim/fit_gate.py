@@ -27,8 +27,7 @@ one workload, a gate commits another workload's requests to the first one's chai
 gsm8k, it committed ShareGPT's requests at B = 64 to EAGLE: 1.36× against n-gram k = 4's 1.82×,
 roofline H100). A policy run on the very workloads it was fitted on (``specscope study``) may keep
 its gates in sample instead (``fitted``: the training datasets walked with the gate fitted on all
-of them must gain), as its per-step rule is fitted in sample. :data:`CONFIDENCE_NOTE` says which
-methods a gate may commit to.
+of them must gain), as its per-step rule is fitted in sample.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from typing import Callable, Sequence
 import numpy as np
 
 from specscope.costmodel.base import CostModel
-from specscope.methods import method as method_named
 from specscope.policy.gate import CARRIED, LEAF, NO_GATE, Gate, admission_features
 from specscope.policy.learned import LearnedPolicy
 from specscope.sim.mixed import predict_mixed
@@ -48,9 +46,6 @@ from specscope.sim.paper import predict_paper
 from specscope.sim.switching import SwitchDrafting, causal_plan
 from specscope.trace.schema import TraceRecord
 
-CONFIDENCE_NOTE = ("a policy whose rule stops its model drafter at a confidence p (at any batch size) commits no "
-                   "request to that drafter: the engine would run the drafter twice in a step that holds both, for "
-                   "the committed rows and for the rule's, where the simulator prices one run")
 TREE_DEPTH = 3  # a gate's tree: at most 2 ** 3 kinds of prompts
 LEAF_REQUESTS = 8  # ... each of at least this many training requests (a leaf's gains are their mean)
 PAST_BEST = 2  # a chain's k search stops this many k past its best so far (throughput rises, then falls, in k)
@@ -136,9 +131,6 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
                     tuple(tree.children_left.tolist()), tuple(tree.children_right.tolist()),
                     tuple(map(tuple, tree.value.reshape(tree.node_count, len(options)).tolist())))
 
-    drafters = [m for m, name in enumerate(methods) if method_named(name).kind != "lookup"]
-    stopped = any(chooser.confidence is not None for chooser in policy.choosers.values())
-    committable = [m for m in range(len(methods)) if not (stopped and m in drafters)]  # see CONFIDENCE_NOTE
     gates: dict[int, Gate | None] = {}
     for b in sorted(policy.choosers):
         def plan(group: list[TraceRecord], name: str, gate: Gate | None, together: bool):
@@ -162,22 +154,17 @@ def fit_gates(datasets: dict[str, list[TraceRecord]], walked: dict[int, dict[str
             return np.concatenate([predict_paper(plan(group, name, gate, False), cost, drafting, b).request_throughput
                                    for name, group in datasets.items()])
 
-        def gate_of(names: Sequence[str]) -> Gate | None:
+        def gate_of(names: Sequence[str]) -> Gate:
             """The gate fitted on the datasets ``names`` alone: each method's chain k the best over
-            their walks, the tree over their requests (None: no method to commit to)."""
+            their walks, the tree over their requests."""
             options = tuple((m, best_k(lambda k: chain_score([walk(n, (m, k)) for n in names],
                                                              [walk(n, None) for n in names]), chain_depth))
-                            for m in committable)
-            if not options:
-                return None
+                            for m in range(len(methods)))
             gains = np.log(np.stack([per_request(o) for o in options], axis=1)) - np.log(per_request(None))[:, None]
             level = {n: np.array([walk(n, o) - walk(n, None) for o in options]) for n in names}
             return fitted(leveled(gains, source, level), options, np.isin(source, names))
 
         gate = gate_of(list(datasets))
-        if gate is None:
-            gates[b] = None
-            continue
         names = list(walked[b])
         judged = sum(score(gate_of([n for n in datasets if n != name]), [name]) for name in datasets) \
             if kept == CARRIED else score(gate, names)
