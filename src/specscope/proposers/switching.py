@@ -43,6 +43,7 @@ from their own runs.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 import torch
@@ -85,7 +86,8 @@ class SwitchingProposer:
         self.hidden_layers = readers[0].hidden_layers if readers else ()
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
         self._sequences: dict[int, _Sequence] = {}
-        self._committed: dict[int, tuple[int, int]] = {}  # slot → the (method, k) the gate committed it to
+        self._committed: dict[int, tuple[int, int] | None] = {}  # slot → the (method, k) the gate committed it to
+        self._common: tuple[int, int] | None = None  # the chain of every sequence admitted, if one and the same
         self._policy_seconds = 0.0
         self._policy_rows = 0
         self._choices: dict[int, tuple[str, int]] = {}
@@ -112,36 +114,33 @@ class SwitchingProposer:
         return choices
 
     def observe(self, target_pass: TargetPass) -> None:
-        if target_pass.prefill and self.gate is not None:  # admission: each prompt's commitment, if any
-            for slot, row, n in zip(target_pass.slots, target_pass.tokens.tolist(), target_pass.num_committed):
-                commitment = self.gate.commit(row[:n])
-                if commitment is None:
-                    self._committed.pop(slot, None)
-                else:
-                    self._committed[slot] = commitment
-        for index, member in enumerate(self.members):
-            rows = [row for row, slot in enumerate(target_pass.slots) if self._serves(slot, index)]
+        if target_pass.prefill:  # admission: each prompt's commitment (None: decided per step)
+            prompts = None if self.gate is None else target_pass.tokens.tolist()
+            for row, (slot, n) in enumerate(zip(target_pass.slots, target_pass.num_committed)):
+                self._committed[slot] = None if prompts is None else self.gate.commit(prompts[row][:n])
+            self._common = _one_chain(self._committed.values())
+        if self._common is not None:  # every row committed to one chain: its member alone follows them
+            self.members[self._common[0]].observe(target_pass)
+            return
+        chains = [self._committed.get(slot) for slot in target_pass.slots]  # each row's (method, k); None: decided
+        for index, member in enumerate(self.members):  # a member follows its committed rows and the decided ones
+            rows = [row for row, chain in enumerate(chains) if chain is None or chain[0] == index]
             if rows:
                 member.observe(_pass_rows(target_pass, rows))
-
-    def _serves(self, slot: int, index: int) -> bool:
-        """Whether member ``index`` follows the sequence in ``slot``: decided per step, or committed to it."""
-        commitment = self._committed.get(slot)
-        return commitment is None or commitment[0] == index
 
     def release(self, slot: int) -> None:
         self._sequences.pop(slot, None)
         self._committed.pop(slot, None)
+        self._common = _one_chain(self._committed.values())
         for member in self.members:
             member.release(slot)
 
-    @torch.no_grad()
-    def propose(self, request: ProposeInput) -> Proposal:
+    def propose(self, request: ProposeInput) -> Proposal:  # the engine's step runs it without autograd
+        if self._common is not None:  # every row committed to one chain: that chain's own proposal, nothing else
+            return self._chain(request, *self._common)
         start = time.perf_counter()
         batch, device = len(request.slots), request.last_tokens.device
         commitments = [self._committed.get(slot) for slot in request.slots]
-        if commitments[0] is not None and commitments.count(commitments[0]) == batch:  # one chain for every row:
-            return self._chain(request, *commitments[0])  # that chain's own proposal, nothing else to do
         decided = [c is None for c in commitments]  # rows the policy decides at this step
         searched = [row for row, c in enumerate(commitments) if c is None or c[0] == self._ngram]
         found: list[list[int]] = [[] for _ in range(batch)]  # n-gram's proposal per row ([]: not searched)
@@ -263,6 +262,13 @@ class SwitchingProposer:
             state.step = None  # recorded: a failed step retried row by row must not record it again
         return state.history.observation(len(history) - state.prompt_len, state.prompt_len,
                                          TokensSoFar(history, len(history)), offer, state.overlap.value(history))
+
+
+def _one_chain(chains: Iterable[tuple[int, int] | None]) -> tuple[int, int] | None:
+    """The chain every one of ``chains`` is, if one and the same (None: some row is decided per
+    step, or they differ, or there are none)."""
+    first = next(iter(chains), None)
+    return first if first is not None and all(chain == first for chain in chains) else None
 
 
 def _subset(request: ProposeInput, rows: list[int], k: list[int], stop: list[float | None],
