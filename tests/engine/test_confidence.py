@@ -33,20 +33,33 @@ def test_each_row_ends_at_its_first_unconfident_draft_and_the_passes_at_the_last
 
 
 def test_each_row_stops_at_its_own_p_and_its_own_k():
-    """Per row: p 0.5, none, 0.8 and k 4, 2, 3 (passes to 4), probabilities by pass 0.9 0.9 0.9,
-    0.6 0.9 0.9, 0.4 0.9 0.7: row 0 ends at the 0.4 (3 drafts), row 1 at its k (2), row 2 at the
-    0.7 (3, its k too); after the third pass no row drafts. A caps-only call reads no probability."""
-    request = ProposeInput([0, 1, 2], torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long),
-                           [[1], [1], [1]], 4, None, stop_below=[0.5, None, 0.8], row_k=[4, 2, 3])
-    rows = ConfidentDrafts(request, torch.device("cpu"))
-    assert rows.reads
-    passes = torch.tensor([[0.9, 0.9, 0.9], [0.6, 0.9, 0.9], [0.4, 0.9, 0.7]])
-    assert [rows.add(p) for p in passes] == [True, True, False]
-    assert rows.lengths.tolist() == [3, 2, 3]
-    capped = ConfidentDrafts(ProposeInput([0, 1], request.last_tokens[:2], request.positions[:2], [[1], [1]], 3, None,
-                                          row_k=[1, 3]), torch.device("cpu"))
+    """Per row: p 0.5, none, 0.8, 0.8 and k 4, 2, 3, 4 (passes to 4), probabilities by pass
+    0.9 0.1 0.9 0.9, 0.6 0.1 0.9 0.7, 0.4 nan 0.85 0.9: row 0 ends at the 0.4 (3 drafts, by its p), row 1
+    at its k (2; no p, so its low and NaN probabilities stop nothing), row 2 at its k (3, its drafts
+    confident), row 3 at the 0.7 (2, by its p); after the third pass no row drafts. Rows given
+    their p as numpy and torch scalars stop alike; lists of the wrong length are refused. A
+    caps-only call reads no probability."""
+    import numpy as np
+
+    def request(p, k):
+        return ProposeInput([0, 1, 2, 3], torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long),
+                            [[1]] * 4, 4, None, stop_below=p, row_k=k)
+
+    passes = torch.tensor([[0.9, 0.1, 0.9, 0.9], [0.6, 0.1, 0.9, 0.7], [0.4, float("nan"), 0.85, 0.9]])
+    for p in ([0.5, None, 0.8, 0.8], [np.float32(0.5), None, torch.tensor(0.8), 0.8]):
+        rows = ConfidentDrafts(request(p, [4, 2, 3, 4]), torch.device("cpu"))
+        assert rows.reads
+        assert [rows.add(p) for p in passes] == [True, True, False]
+        assert rows.lengths.tolist() == [3, 2, 3, 2]
+    scalar = ConfidentDrafts(request(np.float64(0.5), None), torch.device("cpu"))  # one p, as numpy gives it
+    assert [scalar.add(p) for p in passes] == [True, True, True] and scalar.lengths.tolist() == [3, 1, 3, 3]
+    for p, k in (([0.5], None), (None, [1, 2])):
+        with pytest.raises(ValueError, match="one value per row"):
+            ConfidentDrafts(request(p, k), torch.device("cpu"))
+    capped = ConfidentDrafts(request(None, [1, 3, 0, 9]), torch.device("cpu"))  # k 0 drafts none; 9: k = 4 at most
     assert not capped.reads
-    assert [capped.add(None) for _ in range(3)] == [True, True, False] and capped.lengths.tolist() == [1, 3]
+    assert [capped.add(None) for _ in range(4)] == [True, True, True, False]
+    assert capped.lengths.tolist() == [1, 3, 0, 4]
 
 
 class _PerRowRules:

@@ -636,7 +636,7 @@ def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_pat
 
 @pytest.mark.parametrize("confidence", [None, 0.6])
 def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tmp_path, confidence):
-    """Prompts of 9 tokens committed to EAGLE at k = 3, of 15 and 18 to n-gram at k = 2, of 12
+    """Prompts of 9 tokens committed to EAGLE at k = 2, of 15 and 18 to n-gram at k = 2, of 12
     decided per step (the gate's tree splits prompts at 10.5 and 13.5 tokens), 4 slots over 7 requests: the
     head sees no n-gram-committed row (its
     prefill cut to the longest prompt it keeps), the lookup never searches an EAGLE-committed
@@ -647,18 +647,18 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     committed row drafts its chain's k."""
     target, head_dir, _, _ = setup
     ngram, eagle = METHODS.index("ngram"), METHODS.index("eagle")
-    path = gated_policy(tmp_path / "p.json", [[ngram, 2], [eagle, 3]], {  # ≤ 10.5 tokens; ≤ 13.5; longer
+    path = gated_policy(tmp_path / "p.json", [[ngram, 2], [eagle, 2]], {  # ≤ 10.5 tokens; ≤ 13.5; longer
         "feature": [0, -1, 0, -1, -1], "threshold": [10.5, 0.0, 13.5, 0.0, 0.0], "left": [1, -1, 3, -1, -1],
         "right": [2, -1, 4, -1, -1], "value": [[0.0, 0.0], [-1.0, 1.0], [0.0, 0.0], [-1.0, -1.0], [1.0, -1.0]]},
         confidence)
     prompts = [p * 3 for p in prompts_of((3, 4, 5, 6, 4, 3, 4), seed=2)]
-    commitment = {9: ("eagle", 3), 12: None, 15: ("ngram", 2), 18: ("ngram", 2)}  # by prompt length
+    commitment = {9: ("eagle", 2), 12: None, 15: ("ngram", 2), 18: ("ngram", 2)}  # by prompt length
     plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 20)
     engine = switching_engine(target, head_dir, path, 4)
     switching = engine.proposer
     head = switching.members[eagle]
     passes, observe, searched, find = [], head.observe, [], switching.lookup.find
-    calls, propose, decisions, decide_for = [], head.propose, [], switching.policy.decide_for
+    calls, propose, decisions, decide_for, asked = [], head.propose, [], switching.policy.decide_for, []
     choices, choose, rows = [], switching.propose, []
 
     def prompt_len() -> dict[int, int]:  # slot → its request's prompt length
@@ -677,6 +677,7 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
         stop = request.stop_below if isinstance(request.stop_below, list) else [request.stop_below] * len(request.slots)
         calls.append((stop, [prompt_len()[s] for s in request.slots], proposal.draft_len.tolist(),
                       None if proposal.confidence is None else proposal.confidence.tolist(), len(rows)))
+        asked.append(request.row_k)
         return proposal
 
     def spying(batch):
@@ -701,7 +702,7 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     object.__setattr__(switching.policy, "decide_for", spying)
     assert run_queued(engine, prompts, 20) == plain
     # the head: only rows decided per step or committed to it; a prefill as wide as its longest prompt
-    assert passes and all(commitment[n] in (None, ("eagle", 3)) for _, _, lengths in passes for n in lengths)
+    assert passes and all(commitment[n] in (None, ("eagle", 2)) for _, _, lengths in passes for n in lengths)
     prefills = [(width, lengths) for prefill, width, lengths in passes if prefill]
     assert all(width == max(lengths) for width, lengths in prefills) and prefills[0] == (12, [9, 12])
     # the lookup: never an EAGLE-committed row
@@ -710,23 +711,25 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
     assert decisions and all(batch == len(lengths) and set(lengths) == {12} and batch + len(committed) == step_rows
                              for batch, lengths, committed, step_rows in decisions)
     told = {chain for _, _, committed, _ in decisions for chain in committed}  # each its chain this step
-    assert (eagle, 3) in told and told <= {(eagle, 3), (ngram, 1), (ngram, 2), (NONE, 0)}
+    assert (eagle, 2) in told and told <= {(eagle, 2), (ngram, 1), (ngram, 2), (NONE, 0)}
     # the head: EAGLE-committed and decided rows in one call a step, each row to its own rule
     assert calls and all(set(lengths) <= {9, 12} for _, lengths, *_ in calls)
     assert len({step for *_, step in calls}) == len(calls)  # at most one a step (by the switch's call count)
     for stop, lengths, drafted, told, _ in calls:
         for row, (p, length, k) in enumerate(zip(stop, lengths, drafted)):
             if length == 9 or confidence is None:
-                assert p is None and (length != 9 or k == 3)
+                assert p is None and (length != 9 or k == 2)
             else:  # decided, taking EAGLE: to its first draft below p, the policy's depth at most
                 assert p == confidence
                 below = [j for j, value in enumerate(told[row]) if value < p]
                 assert k == min(below[0] + 1 if below else K, K)
     assert any(set(lengths) == {9, 12} for _, lengths, *_ in calls), "some call held both kinds of rows"
+    assert any(row_k is not None and max(row_k) > 2 and 9 in lengths for row_k, (_, lengths, *_) in zip(asked, calls)), \
+        "some call asked a decided row for more than the committed rows' k beside it"
     # committed rows take their chains (n-gram's cut to its offer)
     for length, offer, taken in choices:
-        if commitment[length] == ("eagle", 3):
-            assert taken == ("eagle", 3)
+        if commitment[length] == ("eagle", 2):
+            assert taken == ("eagle", 2)
         elif commitment[length] == ("ngram", 2):
             assert taken == (("ngram", min(2, offer)) if offer else ("none", 0))
     assert {taken[0] for length, _, taken in choices if length == 12} >= {"ngram", "eagle"}

@@ -48,9 +48,10 @@ here, so the engine never imports a proposer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
@@ -210,18 +211,23 @@ class ConfidentDrafts:
     def __init__(self, request: ProposeInput, device: "torch.device") -> None:
         import torch
 
-        batch, p = len(request.slots), request.stop_below
-        per_row = [p] * batch if p is None or isinstance(p, (int, float)) else list(p)
-        self.stops = request.row_k is not None or any(value is not None for value in per_row)
-        self.reads = request.want_confidence or any(value is not None for value in per_row)  # a draft's probability is read
+        batch, p, row_k = len(request.slots), request.stop_below, request.row_k
+        per_row = list(p) if isinstance(p, Sequence) else [p] * batch
+        if len(per_row) != batch or (row_k is not None and len(row_k) != batch):
+            raise ValueError(f"stop_below and row_k: expected one value per row ({batch}), got "
+                             f"{len(per_row)} and {batch if row_k is None else len(row_k)}")
+        stopped = [value is not None for value in per_row]  # [batch] rows that stop at a p
+        self.stops = row_k is not None or any(stopped)
+        self.reads = request.want_confidence or any(stopped)  # a draft's probability is read
         if not self.stops:
             self.lengths = torch.full((batch,), request.k, dtype=torch.long, device=device)  # [batch]
             return
         self.lengths = torch.zeros(batch, dtype=torch.long, device=device)  # [batch] counted as they draft
-        self.cap = torch.as_tensor([request.k] * batch if request.row_k is None else request.row_k,
+        self.cap = torch.as_tensor([request.k] * batch if row_k is None else [min(int(c), request.k) for c in row_k],
                                    dtype=torch.long, device=device)  # [batch] each row's k
-        self.threshold = torch.tensor([0.0 if value is None else value for value in per_row],
-                                      device=device)  # [batch] p; 0: the row drafts to its cap
+        self.threshold = torch.tensor([float(value) if value is not None else 0.0 for value in per_row],
+                                      device=device)  # [batch] each row's p
+        self.unstopped = None if all(stopped) else ~torch.tensor(stopped, device=device)  # [batch] rows without a p
         self.live = self.cap > 0  # [batch] rows still drafting
 
     def probability(self, logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor | None":
@@ -250,8 +256,9 @@ class ConfidentDrafts:
             return True
         self.lengths += self.live
         self.live &= self.lengths < self.cap
-        if probability is not None:
-            self.live &= probability >= self.threshold
+        if probability is not None and self.reads:
+            confident = probability >= self.threshold  # a row without a p is never stopped by it (not even a NaN)
+            self.live &= confident if self.unstopped is None else confident | self.unstopped
         return bool(self.live.any())
 
 
