@@ -724,8 +724,8 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
                 below = [j for j, value in enumerate(told[row]) if value < p]
                 assert k == min(below[0] + 1 if below else K, K)
     assert any(set(lengths) == {9, 12} for _, lengths, *_ in calls), "some call held both kinds of rows"
-    assert any(row_k is not None and max(row_k) > 2 and 9 in lengths for row_k, (_, lengths, *_) in zip(asked, calls)), \
-        "some call asked a decided row for more than the committed rows' k beside it"
+    assert any(row_k is not None and max(row_k) > 2 and 9 in lengths
+               for row_k, (_, lengths, *_) in zip(asked, calls)), "some call asked a decided row for more than k = 2"
     # committed rows take their chains (n-gram's cut to its offer)
     for length, offer, taken in choices:
         if commitment[length] == ("eagle", 2):

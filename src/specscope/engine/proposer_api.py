@@ -226,7 +226,7 @@ class ConfidentDrafts:
         self.cap = torch.as_tensor([request.k] * batch if row_k is None else [min(int(c), request.k) for c in row_k],
                                    dtype=torch.long, device=device)  # [batch] each row's k
         self.threshold = torch.tensor([float(value) if value is not None else 0.0 for value in per_row],
-                                      device=device)  # [batch] each row's p
+                                      device=device) if any(stopped) else None  # [batch] each row's p
         self.unstopped = None if all(stopped) else ~torch.tensor(stopped, device=device)  # [batch] rows without a p
         self.live = self.cap > 0  # [batch] rows still drafting
 
@@ -256,7 +256,7 @@ class ConfidentDrafts:
             return True
         self.lengths += self.live
         self.live &= self.lengths < self.cap
-        if probability is not None and self.reads:
+        if self.threshold is not None:  # the probability is read
             confident = probability >= self.threshold  # a row without a p is never stopped by it (not even a NaN)
             self.live &= confident if self.unstopped is None else confident | self.unstopped
         return bool(self.live.any())

@@ -86,7 +86,7 @@ class SwitchingProposer:
         self.hidden_layers = readers[0].hidden_layers if readers else ()
         self._ngram = policy.methods.index("ngram") if "ngram" in policy.methods else NONE
         self._sequences: dict[int, _Sequence] = {}
-        self._committed: dict[int, tuple[int, int] | None] = {}  # slot → the (method, k) the gate committed it to
+        self._committed: dict[int, tuple[int, int] | None] = {}  # slot → its gate's (method, k); None: decided
         self._common: tuple[int, int] | None = None  # the chain of every sequence admitted, if one and the same
         self._policy_seconds = 0.0
         self._policy_rows = 0
