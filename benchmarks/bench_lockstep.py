@@ -81,5 +81,6 @@ def show(lead: int, round_: int, row) -> None:
         print(f"{'':13}{'learned / ' + row.method:28}{row.details['learned_over_chain']:8.3f}"
               f"{row.details['learned_over_chain_low']:8.3f}{row.details['learned_over_chain_high']:8.3f}")
 
+
 if __name__ == "__main__":
     main()

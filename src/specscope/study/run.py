@@ -319,14 +319,21 @@ def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[Measure
     for what, chain in (("beside it", best(run)), ("measured alone", best(alone))):
         if chain is not None:
             parts.append(f"best fixed {what} {chain.method} k={chain.k}: {chain.measured_speedup:.2f}x")
-            row = what == "beside it" and next((r for r in rows if r.get("beside") and r.get("method") == chain.method
-                                                and r.get("batch_size") == chain.batch_size
-                                                and "learned_over_chain" in r), None)
-            if row:
-                over = f" over {row['repeats']} repeats" if row.get("repeats") else ""
-                parts[-1] += (f", learned / it {row['learned_over_chain']:.3f} paired{over} "
-                              f"({row['learned_over_chain_low']:.3f} … {row['learned_over_chain_high']:.3f})")
+            if what == "beside it":
+                parts[-1] += _paired(chain, rows)
     return "; ".join(parts) or "no fixed policy measured"
+
+
+def _paired(chain: MeasuredCell, rows: list[dict]) -> str:
+    """The learned policy's speed over ``chain``'s beside it, paired repeat by repeat, as the bench
+    row of that chain says it ("" where no row does)."""
+    row = next((r for r in rows if r.get("beside") and r.get("method") == chain.method
+                and r.get("batch_size") == chain.batch_size and "learned_over_chain" in r), None)
+    if row is None:
+        return ""
+    over = f" over {row['repeats']} repeats" if row.get("repeats") else ""
+    return (f", learned / it {row['learned_over_chain']:.3f} paired{over} "
+            f"({row['learned_over_chain_low']:.3f} … {row['learned_over_chain_high']:.3f})")
 
 
 def fit_study_policy(config: StudyConfig, traces: list[Path], methods: list[str], cost) -> dict:
