@@ -31,15 +31,17 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     rows = list(csv.DictReader((out / "fidelity.csv").open()))
     assert {"method", "batch_size", "measured_speedup", "simulated_speedup", "error_pct", "tree",
             "tree_nodes"} <= set(rows[0])
-    # chains of k = 3 for every method, the two study trees with the drafter (here the draft model),
-    # and the learned policy over n-gram and the draft model, run by the engine in lockstep with the
-    # chains of k = 3 of those two
+    # chains of k = 3 for every method, the draft model's of k = 1 too, the two study trees with the
+    # drafter (here the draft model), and the learned policy over n-gram and the draft model, run by
+    # the engine in lockstep with the chains of k = 3 of those two
     label = "learned:policy.json (ngram+draft)"
-    assert {(r["method"], r["tree"], r["tree_nodes"], r["batch_size"], r["beside"]) for r in rows} == {
-        (m, tree, nodes, b, beside) for m, tree, nodes, beside in (
-            ("ngram", "", "", ""), ("draft", "", "", ""), ("draft", "2x1x1", "6", ""), ("draft", "3x2x1x1", "21", ""),
-            ("learned", "", "", ""), ("ngram", "", "", label), ("draft", "", "", label))
-        for b in ("1", "2")}
+    assert sorted((r["method"], r["k"], r["tree"], r["tree_nodes"], r["batch_size"], r["beside"]) for r in rows) == sorted(
+        (m, k, tree, nodes, b, beside) for m, k, tree, nodes, beside in (
+            ("ngram", "3", "", "", ""), ("draft", "3", "", "", ""), ("draft", "1", "", "", ""),
+            ("draft", "6", "2x1x1", "6", ""), ("draft", "21", "3x2x1x1", "21", ""),  # a tree: k its nodes
+            ("learned", "3", "", "", ""), ("ngram", "3", "", "", label), ("draft", "3", "", "", label))
+        for b in ("1", "2"))
+    assert "draft.c_tok" not in json.loads((out / "costmodel.json").read_text()).get("not_separated", [])
     assert all(r["simulated_speedup"] and r["error_pct"] for r in rows)
     assert {r["ran_on"] for r in rows} == {"cpu float32, 1 thread"}  # where the engine ran (a review: unsaid)
     # probe: a learned row said "learned, k = 3" alone: it names its policy file, methods and hash
@@ -176,7 +178,8 @@ def test_a_policy_fitted_again_alike_once_its_work_is_priced_is_fitted_no_more_o
 
 def test_the_policy_keeps_the_drafter_measured_fastest_over_every_cell(tmp_path):
     """EAGLE 1.2× and 1.1×, MTP 1.3× and 1.0× (geometric means 1.149 and 1.140; a tree cell of
-    MTP at 2× is not a chain): EAGLE. With MTP's second cell at 1.05×: MTP (1.168)."""
+    MTP at 2× is not a chain, nor is its chain of the second k, measured on one workload, among
+    the chains of k): EAGLE. With MTP's second cell at 1.05×: MTP (1.168)."""
     from specscope.analysis.measured import MeasuredCell
     from specscope.study.config import StudyConfig
 
@@ -185,10 +188,36 @@ def test_the_policy_keeps_the_drafter_measured_fastest_over_every_cell(tmp_path)
     def cells(mtp_second: float) -> list:
         return [MeasuredCell("w", "eagle", 3, 1, 1.2), MeasuredCell("w", "eagle", 3, 4, 1.1),
                 MeasuredCell("w", "mtp", 3, 1, 1.3), MeasuredCell("w", "mtp", 3, 4, mtp_second),
-                MeasuredCell("w", "mtp", 3, 1, 2.0, tree="2x1x1"), MeasuredCell("w", "ngram", 3, 1, 3.0)]
+                MeasuredCell("w", "mtp", 3, 1, 2.0, tree="2x1x1"), MeasuredCell("w", "ngram", 3, 1, 3.0),
+                MeasuredCell("w", "mtp", 1, 1, 2.0)]
 
     assert config.policy_methods(cells(1.0)) == ("ngram", "eagle")
     assert config.policy_methods(cells(1.05)) == ("ngram", "mtp")
+
+
+def test_each_model_drafter_is_measured_at_a_second_k_on_the_first_workload(tmp_path, capsys):
+    """Chains of k on every workload, the trees with the tree drafter, and each model drafter's
+    chain of the second k on the first workload only (after its trees, before the next workload);
+    none where the second k is 0 or not below k, which the command line refuses in one line."""
+    from specscope.cli import main
+    from specscope.study.config import StudyConfig
+    from specscope.study.run import measured_runs
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    config = StudyConfig(tmp_path, [a, b], tmp_path, drafters={"mtp": tmp_path, "draft": tmp_path}, k=3, second_k=1)
+    runs = [(w.name, m, t and t.name, k) for w, m, t, k in measured_runs(config)]
+    first = [("a.jsonl", m, None, 3) for m in ("ngram", "mtp", "draft")] + [
+        ("a.jsonl", "mtp", "2x1x1", 3), ("a.jsonl", "mtp", "3x2x1x1", 4)]
+    assert runs == [*first, ("a.jsonl", "mtp", None, 1), ("a.jsonl", "draft", None, 1),
+                    *((("b.jsonl",) + run[1:]) for run in first)]
+    for second_k in (0, 3):
+        config.second_k = second_k
+        assert config.second_runs == [] and len(measured_runs(config)) == 2 * len(first)
+    assert main(["study", "--k", "2", "--second-k", "2", "-o", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["specscope: error: --second-k 2: expected below --k 2 (0: no second k), the chains of --k being "
+                   "the study's deepest"], err
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_study_refused_before_its_first_result_takes_new_settings(target_and_draft, tmp_path):

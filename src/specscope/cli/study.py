@@ -33,6 +33,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"batch sizes measured and simulated (default {','.join(map(str, defaults.batch_sizes))})")
     count = validate.arg(validate.integer, low=1)
     parser.add_argument("--k", type=count, default=defaults.k, help=f"drafts per step in the measured runs (default {defaults.k})")
+    parser.add_argument("--second-k", type=validate.arg(validate.integer, low=0), default=None,
+                        help="each model drafter's chain is also measured with this many drafts, on the first workload: "
+                             "two ks tell a drafter's cost per pass from its fixed cost, so the fitted cost model prices "
+                             f"every k up to --k from measurement (default {defaults.second_k}, none with --k 1; 0: none)")
     parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                         default=defaults.k_max, help=f"drafts per position in the traces (default {defaults.k_max}, at most {validate.K_MAX_LIMIT})")
     parser.add_argument("--max-tokens", type=validate.arg(validate.integer, low=2), default=defaults.max_tokens,
@@ -63,6 +67,12 @@ def run(args: argparse.Namespace) -> int:
     from specscope.study.pipeline import run_study
     from specscope.workloads.jsonl import read_prompts
 
+    second_k = args.second_k
+    if second_k is None:  # the default: one second k below any --k above it
+        second_k = StudyConfig.second_k if args.k > StudyConfig.second_k else 0
+    if second_k and second_k >= args.k:
+        raise SpecscopeError(f"--second-k {second_k}: expected below --k {args.k} (0: no second k), the chains of --k "
+                             "being the study's deepest")
     if args.k > args.k_max:
         raise SpecscopeError(f"--k {args.k}: above --k-max {args.k_max} (the traces could not tell what "
                              f"{args.k} drafts accept)")
@@ -87,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--workload: two workloads named {next(s for s in stems if stems.count(s) > 1)!r}; "
                                  "a study names its results by the workload's file name")
         config = StudyConfig(model_dir_arg(args.model), list(args.workload), args.output, drafters)
-    config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
+    config.batch_sizes, config.k, config.second_k, config.k_max = tuple(args.batch_sizes), args.k, second_k, args.k_max
     config.threads, config.device, config.dtype = args.threads, args.device, args.dtype
     config.max_tokens = args.max_tokens
     if args.requests is not None:

@@ -34,7 +34,8 @@ class StudyConfig:
     checkpoint directory; the lookup methods specscope's engine implements (n-gram) are always
     included. Speedups are measured with the reference engine at ``batch_sizes`` with ``k``
     drafts per step (distinct requests, continuous batching) and simulated with the cost model
-    fitted to those very steps. ``trees`` are also traced, measured, simulated and replayed
+    fitted to those very steps; each model drafter also with ``second_k`` drafts on the first
+    workload (:attr:`second_runs`). ``trees`` are also traced, measured, simulated and replayed
     with :attr:`tree_drafter`.
     """
 
@@ -44,6 +45,7 @@ class StudyConfig:
     drafters: dict[str, Path] = field(default_factory=dict)
     batch_sizes: tuple[int, ...] = (1, 4, 8)
     k: int = 3
+    second_k: int = 1  # each model drafter's chain measured at this k too, on the first workload (0: not)
     k_max: int = 10
     max_tokens: int = 96
     requests: int | None = None  # the first N requests of each workload (None: all)
@@ -65,6 +67,7 @@ class StudyConfig:
                 "model_sha256": model_fingerprint(self.model_dir)[:16],
                 "drafter_sha256": {name: model_fingerprint(path)[:16] for name, path in sorted(self.drafters.items())},
                 "drafters": sorted(self.drafters), "batch_sizes": list(self.batch_sizes), "k": self.k,
+                "second_k": self.second_k,
                 "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
                 "trees": [t.name for t in self.trees], "threads": self.threads, "device": self.device,
                 "dtype": self.dtype}
@@ -83,6 +86,16 @@ class StudyConfig:
         return [*self.lookups, *self.drafters]
 
     @property
+    def second_runs(self) -> list[tuple[str, int]]:
+        """The model drafters measured at a second k, on the first workload, and that k: every drafter
+        with a checkpoint where ``0 < second_k < k`` (none otherwise). A drafter's k passes cost the
+        same on every workload, and chains of two ks tell its cost per pass from its fixed cost,
+        which chains of one k cannot: the fit then splits their cost arbitrarily and prices every
+        other k on that split (a study of 2026-12-06 with chains of k = 3 alone simulated MTP
+        k = 1 on code at 0.74×, which measured 1.12×)."""
+        return [(name, self.second_k) for name in self.drafters] if 0 < self.second_k < self.k else []
+
+    @property
     def tree_drafter(self) -> str | None:
         """The drafter the trees are measured with (see :data:`TREE_DRAFTER_PREFERENCE`); ``None``
         without trees or without a drafter that drafts trees in specscope's engine."""
@@ -93,15 +106,15 @@ class StudyConfig:
 
     def policy_methods(self, measured: Sequence[MeasuredCell]) -> tuple[str, str] | None:
         """What the study's learned policy chooses between: n-gram and the one model drafter an
-        engine running it keeps beside n-gram — the drafter whose measured chains were fastest
+        engine running it keeps beside n-gram — the drafter whose measured chains of ``k`` were fastest
         over every workload and batch size (geometric mean of their speedups; ties in the tree
         drafter's preference order); ``None`` without n-gram or a drafter."""
         ranked = list(dict.fromkeys([*(m for m in TREE_DRAFTER_PREFERENCE if m in self.drafters), *self.drafters]))
         if "ngram" not in self.lookups or not ranked:
             return None
 
-        def speed(drafter: str) -> float:
-            mine = [c.measured_speedup for c in measured if c.method == drafter and c.tree is None]
+        def speed(drafter: str) -> float:  # over its chains of k, measured on every workload
+            mine = [c.measured_speedup for c in measured if c.method == drafter and c.tree is None and c.k == self.k]
             return float(np.exp(np.mean(np.log(mine)))) if mine else 0.0
 
         return ("ngram", max(ranked, key=speed))  # max keeps the first of equals

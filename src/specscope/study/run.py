@@ -6,7 +6,9 @@ those files on every run (seconds).
    study's trees (``traces/<workload>.jsonl``, per request);
 2. measure — no-SD and SD throughput with the reference engine, chains of ``k`` for every
    method and each tree with the tree drafter (``measured/<workload>__<method>.json``,
-   ``…__<method>-tree-<shape>.json`` and ``….steps.jsonl``, per cell);
+   ``…__<method>-tree-<shape>.json`` and ``….steps.jsonl``, per cell), and on the first workload
+   each model drafter's chain of a second k (``…__<method>-k<K>.json``), so that the fit tells a
+   drafter's cost per pass from its fixed cost;
 3. fit — the linear cost model fitted to all measured steps, whole (``costmodel.json``, :func:`fit_stage`);
 4. policy — a learned policy over n-gram and the model drafter measured fastest (over every
    workload and batch size: the one an engine would keep beside n-gram) fitted to the traces under that
@@ -125,11 +127,15 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
     return paths
 
 
-def measured_runs(config: StudyConfig) -> list[tuple[str, TreeShape | None]]:
-    """What the engine measures on every workload: each method with a chain of ``k``, then the
-    tree drafter with each tree."""
+def measured_runs(config: StudyConfig) -> list[tuple[Path, str, TreeShape | None, int]]:
+    """What the engine measures, as (workload, method, tree, k): on every workload each method with
+    a chain of ``k``, then the tree drafter with each tree (k: its depth); on the first workload,
+    after those, each model drafter with a chain of its second k (:attr:`StudyConfig.second_runs`)."""
     trees = config.trees if config.tree_drafter else ()
-    return [(m, None) for m in config.methods] + [(config.tree_drafter, tree) for tree in trees]
+    runs = [(workload, m, None, config.k) for workload in config.workloads for m in config.methods]
+    runs += [(workload, config.tree_drafter, tree, tree.depth) for workload in config.workloads for tree in trees]
+    runs += [(config.workloads[0], m, None, k) for m, k in config.second_runs if config.workloads]
+    return sorted(runs, key=lambda run: config.workloads.index(run[0]))  # workload by workload, as before
 
 
 def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[MeasuredCell]:
@@ -138,21 +144,19 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
 
     cells = []
     config.measure_dir.mkdir(parents=True, exist_ok=True)
-    for workload in config.workloads:
-        for method, tree in measured_runs(config):
-            label = method if tree is None else f"{method}-tree-{tree.name}"
-            out = config.measure_dir / f"{_stem(workload)}__{label}.json"
-            kept = out.exists()
-            if not kept:
-                bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=method,
-                                    draft_dir=config.drafters.get(method), k=config.k if tree is None else tree.depth,
-                                    batch_sizes=config.batch_sizes, max_tokens=config.max_tokens, tree=tree,
-                                    dtype=config.dtype, device=config.device)
-                write_measured(out, run_bench(bench), workload, ran_on(config))
-            mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
-            done = ", ".join(f"B={c.batch_size}: {c.measured_speedup:.2f}x" for c in mine)
-            say(f"measure {_stem(workload)} {label}: {done}" + (" (measured before)" if kept else ""))
-            cells += mine
+    for workload, method, tree, k in measured_runs(config):
+        label = f"{method}-tree-{tree.name}" if tree is not None else method if k == config.k else f"{method}-k{k}"
+        out = config.measure_dir / f"{_stem(workload)}__{label}.json"
+        kept = out.exists()
+        if not kept:
+            bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=method,
+                                draft_dir=config.drafters.get(method), k=k, batch_sizes=config.batch_sizes,
+                                max_tokens=config.max_tokens, tree=tree, dtype=config.dtype, device=config.device)
+            write_measured(out, run_bench(bench), workload, ran_on(config))
+        mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
+        done = ", ".join(f"B={c.batch_size}: {c.measured_speedup:.2f}x" for c in mine)
+        say(f"measure {_stem(workload)} {label}: {done}" + (" (measured before)" if kept else ""))
+        cells += mine
     return cells
 
 
