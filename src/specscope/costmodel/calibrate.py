@@ -146,7 +146,7 @@ import numpy as np
 
 from specscope.costmodel.base import LinearDrafting
 from specscope.costmodel.fit import (draft_rows, measured_extent, nonnegative_least_squares, pairs_fitted, records_of,
-                                     unseparated, with_policy_work, within_batch_size)
+                                     repeats, unseparated, with_policy_work, within_batch_size)
 from specscope.costmodel.linear import (TARGET_TERMS, FittedCell, FittedSweep,  # TARGET_TERMS: Gaps.target_features' columns
                                         LinearCostModel)
 from specscope.costmodel.steps import MeasuredStep
@@ -504,7 +504,7 @@ def _not_stalled(seconds: np.ndarray, kind: np.ndarray, size: np.ndarray) -> np.
     return keep
 
 
-def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole-steps") -> Gaps:
+def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole-steps") -> tuple[Gaps, np.ndarray]:
     """An engine's own step records as the observations a sweep makes from outside: each step's
     whole time (prefill, drafting, verification, sampling, overhead: what a chunk gap spans) and
     its exact load — ``n`` = the rows that decoded (``batch_size − prefill_requests``), verifying
@@ -516,7 +516,7 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
     times the weight of one at batch 8 over the same tokens, and where the linear model cannot fit
     every batch size alike the two fits split the costs apart (on one sweep: per token +292 %, the
     drafters' per batched token −44 and −56 % against the sweep's fit; counted as a sweep counts,
-    +3 %, +9 % and +3 %)."""
+    +3 %, +9 % and +3 %). Returned with [gaps] the run of each (the records' ``run``)."""
     decoding = [s for s in steps if s.batch_size > 0]
     if not decoding:
         raise SpecscopeError(f"{label}: no step with a running request")
@@ -544,7 +544,7 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
         if gaps.scale[mine][0] <= 0:
             raise SpecscopeError(f"step records: every step of run {int(value) + 1} took 0 s (prefill_s and the "
                                  "decode phases): nothing to fit")
-    return gaps
+    return gaps, run
 
 
 def _first_chunks(cell: CellRun, times: list[np.ndarray], prompt: np.ndarray) -> Gaps:
@@ -616,13 +616,16 @@ class WholeStepQuality:
     over: int  # ... and of the points, those over FITTED_STALL × a first fit's price
     median_rel_error: float
     p90_rel_error: float
+    slowest_repeat: float = 1.0  # time factor of the slowest repeat, relative to the median one of its batch size
+    fastest_repeat: float = 1.0
 
     def summary(self) -> str:
         """One line for the user."""
         return (f"whole-step fit over {self.points - self.over} steps ({self.stalls} stalls over {STALL:g}× their "
                 f"run's typical step and {self.over} over {FITTED_STALL:g}× a first fit's price left out): median "
                 f"relative error {100 * self.median_rel_error:.1f} %, 90th percentile {100 * self.p90_rel_error:.1f} % "
-                "(over every step but the first stalls)")
+                f"(over every step but the first stalls; drift: repeats took {self.fastest_repeat:.2f}–"
+                f"{self.slowest_repeat:.2f}× the median repeat's time; normalised)")
 
     def warning(self) -> str | None:
         """A line where the fit misses its median step by more than :data:`POOR_WHOLE_STEP` (a
@@ -648,14 +651,26 @@ def fit_whole_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
     term (``admit_s``, which step records do not see, stays 0); and how well it fits
     (:class:`WholeStepQuality`). Steps of an engine running a policy file (method ``learned``) give only the
     policy's own work (:func:`~specscope.costmodel.fit.with_policy_work`, as in the phase fit): the
-    rest of their drafting is their proposers', fitted from those proposers' own runs. ``label``
-    starts its errors (what the user ran)."""
+    rest of their drafting is their proposers', fitted from those proposers' own runs. Drift is
+    taken out as the phase fit (:mod:`specscope.costmodel.fit`) and a sweep's fit do: each repeat's
+    times divided by its speed (:func:`repeat_speeds`, from its no-SD run, which ran in lockstep
+    with its SD run), refitted until no speed moves; its error is measured on the raw times (a
+    study's records of 2026-12-06, fitted without it: chains of k = 3 54 of 60 within 10 % of their
+    measured speedups, of k = 1 9 of 12; with it 57 of 60 and 12 of 12). ``label`` starts its
+    errors (what the user ran)."""
     fitted = [s for s in steps if s.method != LEARNED]
     if steps and not fitted:
         raise SpecscopeError(f"{label}: every step ran a policy file (method learned): give the "
                              "step records of runs without one too (no SD, and each of the policy's proposers)")
-    gaps = step_gaps(fitted, label)
-    target, drafting, untold, over = _fit(gaps, label, "give more step records")
+    gaps, run = step_gaps(fitted, label)
+    repeat_of = dict(zip((s.run for s in fitted), repeats(fitted).tolist()))
+    repeat = np.array([repeat_of[r] for r in run.tolist()])
+    speed = np.ones(len(gaps.seconds))
+    for _ in range(DRIFT_ROUNDS + 1):
+        target, drafting, untold, over = _fit(_slowed(gaps, 1 / speed), label, "give more step records")
+        previous, speed = speed, repeat_speeds(gaps, repeat, target)
+        if np.allclose(speed, previous, rtol=CONVERGED):
+            break
     predicted = gaps.target_features() @ target
     for method, coef in drafting.items():
         mine = gaps.method == method
@@ -663,7 +678,7 @@ def fit_whole_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
     error = np.abs(predicted - gaps.seconds) / gaps.seconds
     stalls = sum(s.batch_size > 0 for s in fitted) - len(gaps.seconds)
     quality = WholeStepQuality(len(gaps.seconds), stalls, over, float(np.median(error)),
-                               float(np.percentile(error, 90)))
+                               float(np.percentile(error, 90)), float(speed.max(initial=1.0)), float(speed.min(initial=1.0)))
     model = _model(name, target, drafting, tuple(term for term in untold if term != "admit_s"),  # never seen here
                    True, bool(gaps.prefill.any()))
     model = replace(model, measured=measured_extent([s for s in steps if s.decoded > 0]),
@@ -720,8 +735,25 @@ def pair_speeds(cells: Sequence[CellRun], parts: Sequence[Gaps], target: np.ndar
     return np.array([relative.get(c.pair, 1.0) for c in cells])
 
 
-def _slowed(gaps: Gaps, factor: float) -> Gaps:
-    """``gaps`` with their seconds (and the scale they are weighed by) times ``factor``."""
+def repeat_speeds(gaps: Gaps, repeat: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """[gaps] how slow the machine was for each repeat of step records (a no-SD run and the SD run
+    it ran in lockstep with: :func:`~specscope.costmodel.fit.repeats`), as :func:`pair_speeds` has
+    it for a sweep's pairs: the no-SD run's mean step over what the forward ``target`` predicts for
+    it, relative to the median of that ratio over the repeats of its batch size; 1 for a repeat
+    without a no-SD run."""
+    none = gaps.method == NO_SD
+    predicted = gaps.target_features() @ target
+    ratio = {}
+    for r in np.unique(repeat[none]).tolist():
+        mine = none & (repeat == r)
+        ratio[r] = gaps.seconds[mine].mean() / predicted[mine].mean()
+    size = {r: int(gaps.sequences[repeat == r].max()) for r in ratio}
+    relative = within_batch_size(ratio, size)
+    return np.array([relative.get(r, 1.0) for r in repeat.tolist()])
+
+
+def _slowed(gaps: Gaps, factor: float | np.ndarray) -> Gaps:
+    """``gaps`` with their seconds (and the scale they are weighed by) times ``factor`` (one, or one a gap)."""
     return replace(gaps, seconds=gaps.seconds * factor, scale=gaps.scale * factor)
 
 

@@ -218,7 +218,7 @@ def run_means(steps: Sequence[MeasuredStep], times: np.ndarray) -> np.ndarray:
 def fit_linear(steps: Sequence[MeasuredStep], name: str = "fitted") -> tuple[LinearCostModel, FitQuality]:
     """Fit a :class:`LinearCostModel` to measured steps (their ``run`` normalises drift; see the
     module docstring)."""
-    repeat = _repeats(steps)
+    repeat = repeats(steps)
     factors = np.ones(len(steps))
     model, drafting = _fit_once(steps, name)
     for _ in range(DRIFT_FITS - 1):
@@ -254,7 +254,7 @@ def _slowed(step: MeasuredStep, factor: float) -> MeasuredStep:
                    prefill_s=step.prefill_s * factor, policy_s=step.policy_s * factor)
 
 
-def _repeats(steps: Sequence[MeasuredStep]) -> np.ndarray:
+def repeats(steps: Sequence[MeasuredStep]) -> np.ndarray:
     """[steps] the repeat of each step: a no-SD run and the SD run right after it share one."""
     runs = [s.run for s in steps]
     method_of_run = {run: s.method for run, s in zip(runs, steps)}
