@@ -298,6 +298,23 @@ def test_the_whole_step_fit_compares_shapes_within_a_repeat_under_drift(tmp_path
     assert "drift: repeats took" in quality.summary()
 
 
+def test_a_repeat_runs_from_a_no_sd_run_to_the_next_in_its_file():
+    """A policy's lockstep writes no SD, the policy, then the chains beside it: one repeat, so the
+    chains are set against the no-SD run they ran with (a review: they were repeats of their own,
+    each at speed 1, once the policy's steps were left out of a fit). A run of another file is
+    no part of the repeat before it; one with no no-SD run before it is its own."""
+    from specscope.costmodel.fit import repeats
+    from specscope.costmodel.steps import MeasuredStep
+
+    def run(index, method, source="a.steps.jsonl"):
+        return MeasuredStep(**{**step(0, method, 0 if method == "none" else 3, 1, 0, 0.001), "run": index,
+                               "source": source})
+
+    steps = [run(0, "none"), run(1, "learned"), run(2, "ngram"), run(2, "ngram"), run(3, "mtp"), run(4, "none"),
+             run(5, "ngram"), run(6, "ngram", "b"), run(7, "none", "b"), run(8, "mtp", "b")]
+    assert repeats(steps).tolist() == [0, 0, 0, 0, 0, 4, 4, 6, 7, 7]
+
+
 def test_drift_is_fitted_to_convergence_where_runs_are_not_in_pairs(tmp_path):
     """Exact steps, a no-SD run then draft k = 1, 2, 4 runs in each of three repeats per batch
     size, the second repeat 1.5× slow: the speed factors keep moving after three fits, which left

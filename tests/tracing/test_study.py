@@ -73,7 +73,7 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     chains = {(r["acc"], r["policy"]) for r in csv.DictReader((out / "speedup.csv").open())}
     assert ("draft", "fixed:4") in chains and ("ngram", "fixed:3") in chains  # the tree drafter: 4 deep (its trees)
     assert ("ngram", "fixed:4") not in chains  # n-gram's chains measured at k = 3 only (a review: priced k = 4 free)
-    assert re.search(r"ngram[^<]*: fixed:4 not simulated: the study measured their chains of k = 3 only", html)
+    assert re.search(r"ngram[^<]*: fixed:4 not simulated: the study measured their chains of at most k = 3", html)
     assert "learned policy" in html  # the report's policy section
     kept = [*(out / "measured").iterdir(), *(out / "learned").iterdir(), out / "policy.json"]
     before = {str(p): p.stat().st_mtime_ns for p in kept}
@@ -161,7 +161,7 @@ def test_a_policy_fitted_again_alike_once_its_work_is_priced_is_fitted_no_more_o
     def without_gates(config, traces, methods, cost):  # the study's fit, its gates left out
         fits.append(1)
         return fit_policy(load_traces(traces)[0], tuple(methods), cost, config.batch_sizes,
-                          sources=[run._stem(t) for t in traces], max_k=config.k, gate="none")
+                          sources=[run.workload_stem(t) for t in traces], max_k=config.k, gate="none")
 
     monkeypatch.setattr(run, "fit_study_policy", without_gates)
     monkeypatch.setattr(reference, "run_bench", lambda config, *a, **k: benches.append(config.method) or bench(
@@ -277,6 +277,31 @@ def test_a_study_kept_before_device_and_dtype_were_settings_ran_on_the_cpu_in_fl
         other = StudyConfig(model_dir=target, workloads=[], out_dir=out, device=device, dtype=dtype)
         with pytest.raises(SpecscopeError, match="holds a study with other settings"):
             check_resume(other)
+
+
+def test_a_study_kept_before_the_second_k_measured_none(target_and_draft, tmp_path):
+    """study.json without second_k (every study before it was an option) ran no second k: its
+    folder, holding a result, is refused to a rerun that would add those runs (its policy, fitted
+    under prices they would change, would be kept beside them: a review), taken by one with
+    --second-k 0; a second k the study does not measure (not below k) is recorded as 0."""
+    from specscope.study.config import StudyConfig
+    from specscope.study.pipeline import check_resume
+
+    target, _ = target_and_draft
+    out = tmp_path / "study"
+    config = StudyConfig(model_dir=target, workloads=[], out_dir=out)
+    check_resume(config)
+    settings = json.loads(config.settings_path.read_text())
+    assert settings["second_k"] == 1
+    del settings["second_k"]
+    config.settings_path.write_text(json.dumps(settings))
+    (out / "traces").mkdir()
+    (out / "traces" / "code.jsonl").write_text("{}\n")  # a result
+    with pytest.raises(SpecscopeError, match="second_k 0 → 1"):
+        check_resume(config)
+    check_resume(StudyConfig(model_dir=target, workloads=[], out_dir=out, second_k=0))
+    assert json.loads(config.settings_path.read_text())["second_k"] == 0
+    assert StudyConfig(model_dir=target, workloads=[], out_dir=out, k=1).settings()["second_k"] == 0
 
 
 def test_the_replay_asks_no_k_beyond_the_traces():

@@ -140,7 +140,7 @@ histograms too, counted as vLLM counts them (:mod:`specscope.serve.histogram`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -544,7 +544,7 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
         if gaps.scale[mine][0] <= 0:
             raise SpecscopeError(f"step records: every step of run {int(value) + 1} took 0 s (prefill_s and the "
                                  "decode phases): nothing to fit")
-    return gaps, run
+    return gaps, run.astype(int)
 
 
 def _first_chunks(cell: CellRun, times: list[np.ndarray], prompt: np.ndarray) -> Gaps:
@@ -589,12 +589,9 @@ def fit_cells(cells: Sequence[CellRun], name: str = "calibrated", sweep: FittedS
                              "servers already running are one engine when their url engines share a name, one of "
                              "them serving 'none')")
     parts = [cell_gaps(c) for c in cells]
-    speed = np.ones(len(cells))
-    for _ in range(DRIFT_ROUNDS + 1):
-        target, drafting, untold, _ = _fit(_concat([_slowed(g, 1 / s) for g, s in zip(parts, speed)]))
-        previous, speed = speed, pair_speeds(cells, parts, target)
-        if np.allclose(speed, previous, rtol=CONVERGED):
-            break
+    sizes = [len(g.seconds) for g in parts]
+    (target, drafting, untold, _), _ = _fit_drift_free(
+        _concat(parts), lambda target: np.repeat(pair_speeds(cells, parts, target), sizes))
     fitted = tuple(FittedCell(c.method, c.k, c.batch_size, c.workload, c.tree.name if c.tree else None) for c in cells)
     model = _model(name, target, drafting, untold, any(c.pads for c in cells), any(g.prefill.any() for g in parts),
                    fitted)
@@ -624,8 +621,10 @@ class WholeStepQuality:
         return (f"whole-step fit over {self.points - self.over} steps ({self.stalls} stalls over {STALL:g}× their "
                 f"run's typical step and {self.over} over {FITTED_STALL:g}× a first fit's price left out): median "
                 f"relative error {100 * self.median_rel_error:.1f} %, 90th percentile {100 * self.p90_rel_error:.1f} % "
-                f"(over every step but the first stalls; drift: repeats took {self.fastest_repeat:.2f}–"
-                f"{self.slowest_repeat:.2f}× the median repeat's time; normalised)")
+                f"(over every step but the first stalls; drift: " + (
+                    f"repeats took {self.fastest_repeat:.2f}–{self.slowest_repeat:.2f}× the median repeat's time; "
+                    "normalised)" if self.slowest_repeat != self.fastest_repeat else
+                    "none told, no two repeats of one batch size with a no-SD run)"))
 
     def warning(self) -> str | None:
         """A line where the fit misses its median step by more than :data:`POOR_WHOLE_STEP` (a
@@ -663,14 +662,10 @@ def fit_whole_steps(steps: Sequence[MeasuredStep], name: str = "fitted",
         raise SpecscopeError(f"{label}: every step ran a policy file (method learned): give the "
                              "step records of runs without one too (no SD, and each of the policy's proposers)")
     gaps, run = step_gaps(fitted, label)
-    repeat_of = dict(zip((s.run for s in fitted), repeats(fitted).tolist()))
+    repeat_of = dict(zip((s.run for s in steps), repeats(steps).tolist()))  # a policy's runs among them
     repeat = np.array([repeat_of[r] for r in run.tolist()])
-    speed = np.ones(len(gaps.seconds))
-    for _ in range(DRIFT_ROUNDS + 1):
-        target, drafting, untold, over = _fit(_slowed(gaps, 1 / speed), label, "give more step records")
-        previous, speed = speed, repeat_speeds(gaps, repeat, target)
-        if np.allclose(speed, previous, rtol=CONVERGED):
-            break
+    (target, drafting, untold, over), speed = _fit_drift_free(
+        gaps, lambda target: repeat_speeds(gaps, repeat, target), label, "give more step records")
     predicted = gaps.target_features() @ target
     for method, coef in drafting.items():
         mine = gaps.method == method
@@ -750,6 +745,21 @@ def repeat_speeds(gaps: Gaps, repeat: np.ndarray, target: np.ndarray) -> np.ndar
     size = {r: int(gaps.sequences[repeat == r].max()) for r in ratio}
     relative = within_batch_size(ratio, size)
     return np.array([relative.get(r, 1.0) for r in repeat.tolist()])
+
+
+def _fit_drift_free(gaps: Gaps, speeds: Callable[[np.ndarray], np.ndarray], what: str = "calibration",
+                    more: str = "measure more requests") -> tuple[tuple, np.ndarray]:
+    """:func:`_fit` of ``gaps`` each divided by how slow the machine ran for it — ``speeds`` [gaps]
+    of a fit's forward coefficients: :func:`pair_speeds` for a sweep's cells, :func:`repeat_speeds`
+    for step records — estimated again from each fit until none moves (:data:`DRIFT_ROUNDS`
+    refits at most); the last fit, and the speeds it gives."""
+    speed = np.ones(len(gaps.seconds))
+    for _ in range(DRIFT_ROUNDS + 1):
+        fitted = _fit(_slowed(gaps, 1 / speed), what, more)
+        previous, speed = speed, speeds(fitted[0])
+        if np.allclose(speed, previous, rtol=CONVERGED):
+            break
+    return fitted, speed
 
 
 def _slowed(gaps: Gaps, factor: float | np.ndarray) -> Gaps:

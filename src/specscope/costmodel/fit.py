@@ -255,11 +255,20 @@ def _slowed(step: MeasuredStep, factor: float) -> MeasuredStep:
 
 
 def repeats(steps: Sequence[MeasuredStep]) -> np.ndarray:
-    """[steps] the repeat of each step: a no-SD run and the SD run right after it share one."""
-    runs = [s.run for s in steps]
-    method_of_run = {run: s.method for run, s in zip(runs, steps)}
-    return np.array([run - 1 if method_of_run[run] != NO_SD and method_of_run.get(run - 1) == NO_SD else run
-                     for run in runs])
+    """[steps] the repeat of each step: a no-SD run and the runs after it in its file up to the next
+    no-SD run — the SD run it ran in lockstep with, or a policy's and the chains' beside it — share
+    one; a run with no no-SD run before it in its file is a repeat of its own."""
+    first: dict[int, MeasuredStep] = {}
+    for s in steps:
+        first.setdefault(s.run, s)
+    repeat_of: dict[int, int] = {}
+    latest: MeasuredStep | None = None  # the file's latest no-SD run so far
+    for run in sorted(first):
+        head = first[run]
+        if head.method == NO_SD or (latest is not None and latest.source != head.source):
+            latest = head if head.method == NO_SD else None
+        repeat_of[run] = run if latest is None else latest.run
+    return np.array([repeat_of[s.run] for s in steps])
 
 
 def _speed_factors(steps: Sequence[MeasuredStep], repeat: np.ndarray, model: LinearCostModel) -> np.ndarray:

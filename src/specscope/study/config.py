@@ -24,6 +24,7 @@ STUDY_TREES = (TreeShape.parse("2x1x1"), TreeShape.parse("3x2x1x1"))
 # (one decoder layer) are also the cheapest of the model drafters, so a tree's width costs least.
 TREE_DRAFTER_PREFERENCE = ("eagle", "eagle3", "mtp", "draft")
 BEFORE_KEPT = {"device": "cpu", "dtype": "float32"}  # where every study ran before these were settings: the defaults
+SECOND_K_BEFORE = 0  # the second k of every study before it was a setting: none measured
 
 
 @dataclass
@@ -67,7 +68,7 @@ class StudyConfig:
                 "model_sha256": model_fingerprint(self.model_dir)[:16],
                 "drafter_sha256": {name: model_fingerprint(path)[:16] for name, path in sorted(self.drafters.items())},
                 "drafters": sorted(self.drafters), "batch_sizes": list(self.batch_sizes), "k": self.k,
-                "second_k": self.second_k,
+                "second_k": self.measured_second_k,
                 "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
                 "trees": [t.name for t in self.trees], "threads": self.threads, "device": self.device,
                 "dtype": self.dtype}
@@ -86,14 +87,19 @@ class StudyConfig:
         return [*self.lookups, *self.drafters]
 
     @property
+    def measured_second_k(self) -> int:
+        """``second_k`` where the study measures it, ``0 < second_k < k``; else 0 (none)."""
+        return self.second_k if 0 < self.second_k < self.k else 0
+
+    @property
     def second_runs(self) -> list[tuple[str, int]]:
         """The model drafters measured at a second k, on the first workload, and that k: every drafter
-        with a checkpoint where ``0 < second_k < k`` (none otherwise). A drafter's k passes cost the
+        with a checkpoint, at :attr:`measured_second_k` (none where it is 0). A drafter's k passes cost the
         same on every workload, and chains of two ks tell its cost per pass from its fixed cost,
         which chains of one k cannot: the fit then splits their cost arbitrarily and prices every
         other k on that split (a study of 2026-12-06 with chains of k = 3 alone simulated MTP
         k = 1 on code at 0.74×, which measured 1.12×)."""
-        return [(name, self.second_k) for name in self.drafters] if 0 < self.second_k < self.k else []
+        return [(name, self.measured_second_k) for name in self.drafters] if self.measured_second_k else []
 
     @property
     def tree_drafter(self) -> str | None:

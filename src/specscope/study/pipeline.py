@@ -10,7 +10,7 @@ from typing import Callable
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_user_output, exclusive
 from specscope.reading import read_json_object
-from specscope.study.config import BEFORE_KEPT, StudyConfig
+from specscope.study.config import BEFORE_KEPT, SECOND_K_BEFORE, StudyConfig
 from specscope.version import code_version
 from specscope.study.run import (
     check_replays,
@@ -144,7 +144,7 @@ def check_resume(config: StudyConfig) -> None:
         if old.get("schema") != settings["schema"]:
             raise SpecscopeError(f"{path}: holds no study's settings (its schema: {old.get('schema')!r}, expected "
                                  f"{settings['schema']!r}): not a study folder specscope made; choose another -o")
-        ran = {**BEFORE_KEPT, **old}  # with the settings a study of before they were kept ran with
+        ran = {**BEFORE_KEPT, "second_k": SECOND_K_BEFORE, **old}  # as a study of before they were kept ran
         changed = [f"{key} {ran[key]} → {settings[key]}" for key in settings
                    if key in ran and ran[key] != settings[key]]  # a key it lacks (a study of before that setting was
         # kept, such as the workloads' digests) is written below, not compared

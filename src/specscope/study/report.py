@@ -16,7 +16,7 @@ from specscope.analysis.measured import MeasuredCell
 from specscope.report.config import ReportConfig
 from specscope.sim.grid import SimConfig
 from specscope.study.config import StudyConfig
-from specscope.study.run import _stem, replay_files
+from specscope.study.run import replay_files, workload_stem
 
 
 def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence[MeasuredCell],
@@ -26,9 +26,9 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
     trees = config.trees if config.tree_drafter else ()  # measured only with a drafter that drafts trees
     deepest = max([config.k, *(tree.depth for tree in trees)])  # the drafting its cost model measured
     second = (f" (and of k = {config.second_k} for {', '.join(name for name, _ in config.second_runs)} on "
-              f"{_stem(config.workloads[0])})" if config.second_runs and config.workloads else "")
+              f"{workload_stem(config.workloads[0])})" if config.second_runs and config.workloads else "")
     measured = f"chains of k = {config.k}{second}" + (f" and trees {max(t.depth for t in trees)} deep" if trees else "")
-    why = (f"the study measured their chains of k = {config.k} only (its trees: {config.tree_drafter}'s), and its "
+    why = (f"the study measured their chains of at most k = {config.k} (its trees: {config.tree_drafter}'s), and its "
            f"fitted cost model prices no deeper drafting of them: every policy of theirs here, adaptive and the oracle "
            f"too, proposes at most {config.k} (measure longer chains with study --k)")  # one note names them all
     shallower = tuple((name, config.k, why) for name in config.methods

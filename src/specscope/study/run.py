@@ -64,7 +64,8 @@ REPLAY_BATCH_SIZES = (1, 8, 32, 128)
 TREE_REPLAY_BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)  # finer: where a tree stops paying
 
 
-def _stem(path: Path) -> str:
+def workload_stem(path: Path) -> str:
+    """The dataset a workload file names in the study's files and lines: its name less ``.jsonl``."""
     return path.name.removesuffix(".jsonl")
 
 
@@ -117,12 +118,12 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
     tokenizer = load_tokenizer(config.model_dir)
     paths = []
     for workload in config.workloads:
-        out = config.trace_dir / f"{_stem(workload)}.jsonl"
+        out = config.trace_dir / f"{workload_stem(workload)}.jsonl"
         requests = read_workload(workload, tokenizer, ModelConfig.from_dir(config.model_dir).vocab_size)
         written = trace_workload(config.model_dir, specs, requests, out,
-                                 k_max=config.k_max, max_tokens=config.max_tokens, dataset=_stem(workload),
+                                 k_max=config.k_max, max_tokens=config.max_tokens, dataset=workload_stem(workload),
                                  dtype=config.dtype, device=config.device, trees=trees)
-        say(f"trace   {_stem(workload)}: {written} requests traced" + ("" if written else " (already done)"))
+        say(f"trace   {workload_stem(workload)}: {written} requests traced" + ("" if written else " (already done)"))
         paths.append(out)
     return paths
 
@@ -146,16 +147,16 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
     config.measure_dir.mkdir(parents=True, exist_ok=True)
     for workload, method, tree, k in measured_runs(config):
         label = f"{method}-tree-{tree.name}" if tree is not None else method if k == config.k else f"{method}-k{k}"
-        out = config.measure_dir / f"{_stem(workload)}__{label}.json"
+        out = config.measure_dir / f"{workload_stem(workload)}__{label}.json"
         kept = out.exists()
         if not kept:
             bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=method,
                                 draft_dir=config.drafters.get(method), k=k, batch_sizes=config.batch_sizes,
                                 max_tokens=config.max_tokens, tree=tree, dtype=config.dtype, device=config.device)
             write_measured(out, run_bench(bench), workload, ran_on(config))
-        mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
+        mine = [replace(cell, dataset=workload_stem(workload)) for cell in read_bench_results([out])]
         done = ", ".join(f"B={c.batch_size}: {c.measured_speedup:.2f}x" for c in mine)
-        say(f"measure {_stem(workload)} {label}: {done}" + (" (measured before)" if kept else ""))
+        say(f"measure {workload_stem(workload)} {label}: {done}" + (" (measured before)" if kept else ""))
         cells += mine
     return cells
 
@@ -166,7 +167,7 @@ def write_measured(out: Path, result: BenchResult, workload: Path, labels: dict)
     the number of step records written beside it (``step_records``: a resume checks it, see
     :func:`checked_steps`) and ``labels`` (where it ran: :func:`ran_on`; a learned run's policy file hash)."""
     atomic_write_text(out.with_suffix(".steps.jsonl"), "".join(r.to_json() + "\n" for r in result.records))
-    rows = [{**r.flat(), "workload": _stem(workload), "step_records": len(result.records), **labels}
+    rows = [{**r.flat(), "workload": workload_stem(workload), "step_records": len(result.records), **labels}
             for r in result.rows]
     atomic_write_text(out, json.dumps(rows, indent=1) + "\n")
 
@@ -286,9 +287,9 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
     config.learned_dir.mkdir(parents=True, exist_ok=True)
     cells = []
     for workload in config.workloads:
-        out = config.learned_dir / f"{_stem(workload)}.json"
+        out = config.learned_dir / f"{workload_stem(workload)}.json"
         if out.exists() and any(row.get("policy_sha256") != stamp for row in _rows(out)):
-            say(f"learned {_stem(workload)}: measured with another policy.json: measuring again")
+            say(f"learned {workload_stem(workload)}: measured with another policy.json: measuring again")
             out.unlink()
         if not out.exists():
             bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=LEARNED,
@@ -297,11 +298,11 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
                                 device=config.device, beside_k=config.k, repeats=LEARNED_REPEATS)
             write_measured(out, run_bench(bench), workload, {**ran_on(config), "policy_sha256": stamp,
                                                               "repeats": bench.repeats})
-        mine = [replace(cell, dataset=_stem(workload)) for cell in read_bench_results([out])]
+        mine = [replace(cell, dataset=workload_stem(workload)) for cell in read_bench_results([out])]
         learned = [c for c in mine if c.method == LEARNED]
-        alone = [c for c in measured if c.dataset == _stem(workload) and c.tree is None]
+        alone = [c for c in measured if c.dataset == workload_stem(workload) and c.tree is None]
         rows = _rows(out)
-        say(f"learned {_stem(workload)}: " + ", ".join(
+        say(f"learned {workload_stem(workload)}: " + ", ".join(
             f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone, rows)})"
             for cell in learned))
         cells += mine  # the chains beside it too: measured like the study's own, checked against the simulator alike
@@ -350,7 +351,7 @@ def fit_study_policy(config: StudyConfig, traces: list[Path], methods: list[str]
     from specscope.tracing.settings import traced_checkpoints
 
     return fit_policy(load_traces(traces)[0], tuple(methods), cost, config.batch_sizes,
-                      sources=[_stem(t) for t in traces], max_k=config.k,
+                      sources=[workload_stem(t) for t in traces], max_k=config.k,
                       checkpoints=[traced_checkpoints(t)[1] for t in traces], gate=FITTED)  # the models it learned
 
 
@@ -435,7 +436,7 @@ def fidelity_stage(config: StudyConfig, traces: list[Path], measured: list[Measu
     policy = config.policy_path if config.policy_path.exists() else None
     for trace in traces:
         records, _ = load_traces([trace])
-        rows += with_simulated(records, [c for c in measured if c.dataset == _stem(trace)], cost, policy)
+        rows += with_simulated(records, [c for c in measured if c.dataset == workload_stem(trace)], cost, policy)
     write_rows(config.out_dir / "fidelity.csv", [{**r.flat(), "cost_model": cost.name} for r in rows])
     groups = (("chain", [r for r in rows if r.tree is None and r.method != LEARNED and not r.beside]),
               ("chain beside learned", [r for r in rows if r.beside]),
