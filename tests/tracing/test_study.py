@@ -297,7 +297,7 @@ def test_a_study_kept_before_the_second_k_measured_none(target_and_draft, tmp_pa
     config.settings_path.write_text(json.dumps(settings))
     (out / "traces").mkdir()
     (out / "traces" / "code.jsonl").write_text("{}\n")  # a result
-    with pytest.raises(SpecscopeError, match="second_k 0 → 1"):
+    with pytest.raises(SpecscopeError, match="second_k 0 → 1.*start over; or resume it as it began, with --second-k 0$"):
         check_resume(config)
     check_resume(StudyConfig(model_dir=target, workloads=[], out_dir=out, second_k=0))
     assert json.loads(config.settings_path.read_text())["second_k"] == 0

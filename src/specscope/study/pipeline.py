@@ -149,8 +149,10 @@ def check_resume(config: StudyConfig) -> None:
                    if key in ran and ran[key] != settings[key]]  # a key it lacks (a study of before that setting was
         # kept, such as the workloads' digests) is written below, not compared
         if changed and produced(config):  # settings alone (its first stage refused): nothing to mix
+            before = ("; or resume it as it began, with --second-k 0"  # a study of before the option measured none
+                      if "second_k" not in old and settings["second_k"] != SECOND_K_BEFORE else "")
             raise SpecscopeError(f"{out}: holds a study with other settings ({'; '.join(changed)}): resuming would mix "
-                                 "their results; study into another folder (-o), or delete this one to start over")
+                                 f"their results; study into another folder (-o), or delete this one to start over{before}")
         if not changed and settings.keys() <= old.keys():
             return  # (a study.json of before a setting was kept gets it written below)
     elif out.is_dir() and any(p.name != LOCK for p in out.iterdir()):
