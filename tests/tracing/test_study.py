@@ -212,7 +212,7 @@ def test_each_model_drafter_is_measured_at_a_second_k_on_the_first_workload(tmp_
                     *((("b.jsonl",) + run[1:]) for run in first)]
     for second_k in (0, 3):
         config.second_k = second_k
-        assert config.second_runs == [] and len(measured_runs(config)) == 2 * len(first)
+        assert config.second_k_drafters == [] and len(measured_runs(config)) == 2 * len(first)
     assert main(["study", "--k", "2", "--second-k", "2", "-o", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["specscope: error: --second-k 2: expected below --k 2 (0: no second k), the chains of --k being "

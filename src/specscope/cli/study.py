@@ -67,12 +67,9 @@ def run(args: argparse.Namespace) -> int:
     from specscope.study.pipeline import run_study
     from specscope.workloads.jsonl import read_prompts
 
-    second_k = args.second_k
-    if second_k is None:  # the default: one second k below any --k above it
-        second_k = StudyConfig.second_k if args.k > StudyConfig.second_k else 0
-    if second_k and second_k >= args.k:
-        raise SpecscopeError(f"--second-k {second_k}: expected below --k {args.k} (0: no second k), the chains of --k "
-                             "being the study's deepest")
+    if args.second_k and args.second_k >= args.k:  # the default, not below --k, is no second k (measured_second_k)
+        raise SpecscopeError(f"--second-k {args.second_k}: expected below --k {args.k} (0: no second k), the chains of "
+                             "--k being the study's deepest")
     if args.k > args.k_max:
         raise SpecscopeError(f"--k {args.k}: above --k-max {args.k_max} (the traces could not tell what "
                              f"{args.k} drafts accept)")
@@ -97,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
             raise SpecscopeError(f"--workload: two workloads named {next(s for s in stems if stems.count(s) > 1)!r}; "
                                  "a study names its results by the workload's file name")
         config = StudyConfig(model_dir_arg(args.model), list(args.workload), args.output, drafters)
-    config.batch_sizes, config.k, config.second_k, config.k_max = tuple(args.batch_sizes), args.k, second_k, args.k_max
+    config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
+    if args.second_k is not None:
+        config.second_k = args.second_k
     config.threads, config.device, config.dtype = args.threads, args.device, args.dtype
     config.max_tokens = args.max_tokens
     if args.requests is not None:

@@ -736,15 +736,16 @@ def repeat_speeds(gaps: Gaps, repeat: np.ndarray, target: np.ndarray) -> np.ndar
     it for a sweep's pairs: the no-SD run's mean step over what the forward ``target`` predicts for
     it, relative to the median of that ratio over the repeats of its batch size; 1 for a repeat
     without a no-SD run."""
+    ids, of = np.unique(repeat, return_inverse=True)  # of: [gaps] each gap's index among the repeats
     none = gaps.method == NO_SD
-    predicted = gaps.target_features() @ target
-    ratio = {}
-    for r in np.unique(repeat[none]).tolist():
-        mine = none & (repeat == r)
-        ratio[r] = gaps.seconds[mine].mean() / predicted[mine].mean()
-    size = {r: int(gaps.sequences[repeat == r].max()) for r in ratio}
-    relative = within_batch_size(ratio, size)
-    return np.array([relative.get(r, 1.0) for r in repeat.tolist()])
+    measured = np.bincount(of, weights=gaps.seconds * none, minlength=len(ids))  # [repeats] Σ over no-SD gaps
+    priced = np.bincount(of, weights=(gaps.target_features() @ target) * none, minlength=len(ids))
+    size = np.zeros(len(ids))
+    np.maximum.at(size, of, gaps.sequences)  # [repeats] its batch size: the most rows a gap of it ran
+    told = np.flatnonzero(np.bincount(of, weights=none, minlength=len(ids)) > 0)  # repeats with a no-SD gap
+    relative = within_batch_size({i: measured[i] / priced[i] for i in told.tolist()},
+                                 {i: int(size[i]) for i in told.tolist()})
+    return np.array([relative.get(i, 1.0) for i in range(len(ids))])[of]
 
 
 def _fit_drift_free(gaps: Gaps, speeds: Callable[[np.ndarray], np.ndarray], what: str = "calibration",

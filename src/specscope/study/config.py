@@ -36,7 +36,7 @@ class StudyConfig:
     included. Speedups are measured with the reference engine at ``batch_sizes`` with ``k``
     drafts per step (distinct requests, continuous batching) and simulated with the cost model
     fitted to those very steps; each model drafter also with ``second_k`` drafts on the first
-    workload (:attr:`second_runs`). ``trees`` are also traced, measured, simulated and replayed
+    workload (:attr:`second_k_drafters`). ``trees`` are also traced, measured, simulated and replayed
     with :attr:`tree_drafter`.
     """
 
@@ -92,14 +92,14 @@ class StudyConfig:
         return self.second_k if 0 < self.second_k < self.k else 0
 
     @property
-    def second_runs(self) -> list[tuple[str, int]]:
-        """The model drafters measured at a second k, on the first workload, and that k: every drafter
-        with a checkpoint, at :attr:`measured_second_k` (none where it is 0). A drafter's k passes cost the
+    def second_k_drafters(self) -> list[str]:
+        """The model drafters measured at :attr:`measured_second_k` too, on the first workload: every
+        drafter with a checkpoint (none where that k is 0). A drafter's k passes cost the
         same on every workload, and chains of two ks tell its cost per pass from its fixed cost,
         which chains of one k cannot: the fit then splits their cost arbitrarily and prices every
         other k on that split (a study of 2026-12-06 with chains of k = 3 alone simulated MTP
         k = 1 on code at 0.74×, which measured 1.12×)."""
-        return [(name, self.measured_second_k) for name in self.drafters] if self.measured_second_k else []
+        return list(self.drafters) if self.measured_second_k else []
 
     @property
     def tree_drafter(self) -> str | None:

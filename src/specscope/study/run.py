@@ -129,14 +129,26 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
 
 
 def measured_runs(config: StudyConfig) -> list[tuple[Path, str, TreeShape | None, int]]:
-    """What the engine measures, as (workload, method, tree, k): on every workload each method with
-    a chain of ``k``, then the tree drafter with each tree (k: its depth); on the first workload,
-    after those, each model drafter with a chain of its second k (:attr:`StudyConfig.second_runs`)."""
+    """What the engine measures, as (workload, method, tree, k), workload by workload: each method
+    with a chain of ``k``, then the tree drafter with each tree (k: its depth); on the first
+    workload, after those, each model drafter with a chain of the second k
+    (:attr:`StudyConfig.second_k_drafters`)."""
     trees = config.trees if config.tree_drafter else ()
-    runs = [(workload, m, None, config.k) for workload in config.workloads for m in config.methods]
-    runs += [(workload, config.tree_drafter, tree, tree.depth) for workload in config.workloads for tree in trees]
-    runs += [(config.workloads[0], m, None, k) for m, k in config.second_runs if config.workloads]
-    return sorted(runs, key=lambda run: config.workloads.index(run[0]))  # workload by workload, as before
+    runs: list[tuple[Path, str, TreeShape | None, int]] = []
+    for index, workload in enumerate(config.workloads):
+        runs += [(workload, m, None, config.k) for m in config.methods]
+        runs += [(workload, config.tree_drafter, tree, tree.depth) for tree in trees]
+        if index == 0:
+            runs += [(workload, m, None, config.measured_second_k) for m in config.second_k_drafters]
+    return runs
+
+
+def run_label(config: StudyConfig, method: str, tree: TreeShape | None, k: int) -> str:
+    """How a measured run's files are named after its workload: ``ngram``, ``mtp-k1`` (a chain of
+    the second k), ``eagle-tree-2x1x1``."""
+    if tree is not None:
+        return f"{method}-tree-{tree.name}"
+    return method if k == config.k else f"{method}-k{k}"
 
 
 def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[MeasuredCell]:
@@ -146,7 +158,7 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
     cells = []
     config.measure_dir.mkdir(parents=True, exist_ok=True)
     for workload, method, tree, k in measured_runs(config):
-        label = f"{method}-tree-{tree.name}" if tree is not None else method if k == config.k else f"{method}-k{k}"
+        label = run_label(config, method, tree, k)
         out = config.measure_dir / f"{workload_stem(workload)}__{label}.json"
         kept = out.exists()
         if not kept:
