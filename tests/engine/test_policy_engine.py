@@ -323,23 +323,28 @@ def test_bench_beside_runs_the_policys_methods_chains_in_its_lockstep(setup, tmp
         assert len(repeats) == 3 and learned["speedup"] == pytest.approx(statistics.median(repeats))
         median = min(range(3), key=lambda i: abs(repeats[i] - learned["speedup"]))
         assert all(c["speedup"] == pytest.approx(c["speedup_repeats"][median]) for c in chains)
-    for row in rows:  # each chain: the policy's speed over its own, paired repeat by repeat
-        paired = [row.get(f"learned_over_chain{end}") for end in ("_low", "", "_high")]
-        assert paired == [None] * 3 if row["method"] == "learned" else 0 < paired[0] <= paired[1] <= paired[2]
+    for row in rows:  # each chain: the policy's speed over its own, paired repeat by repeat (3: no interval)
+        learned = next(r for r in rows if r["method"] == "learned" and r["batch_size"] == row["batch_size"])
+        paired = [row.get(f"learned_over_chain{end}") for end in ("_low", "", "_high", "_confidence", "_verdict")]
+        ratios = [a / b for a, b in zip(learned["speedup_repeats"], row["speedup_repeats"])]
+        assert paired == [None] * 5 if row["method"] == "learned" else \
+            paired == [None, pytest.approx(statistics.median(ratios)), None, None, "too few repeats"]
     said = capsys.readouterr().out
-    assert "learned / ngram k=2 beside it at B=1: " in said and "median of 3 paired repeats" in said
+    assert "learned / ngram k=2 beside it at B=1: " in said and "median of 3 paired repeats (" in said
+    assert "too few repeats for a 90% interval" in said
 
 
-def test_the_paired_ratio_is_the_median_of_each_repeats_ratio_with_its_extremes():
-    """Three repeats: (100 tokens in 1 s over 100 in 2 s) = 2, (90 in 1 s over 100 in 1 s) = 0.9,
-    (100 in 1 s over 80 in 1 s) = 1.25: median 1.25, least 0.9, greatest 2."""
-    from specscope.backends.reference import _Run, paired_ratio
+def test_a_chains_row_says_the_policys_speed_over_it_with_its_interval_and_verdict():
+    """Five repeats of the policy at 2.0, 1.1, 1.2, 1.3, 1.25 against a chain at 1.0, 1.0, 1.0, 1.0, 1.25:
+    ratios 2, 1.1, 1.2, 1.3, 1 — median 1.2, interval [1, 2] at 93.75 %, which holds 1: no
+    difference resolved."""
+    from specscope.analysis.paired import Paired
+    from specscope.backends.reference import paired_details
 
-    def run(generated: int, seconds: float) -> _Run:
-        return _Run({}, generated, seconds, [], None)
-
-    pairs = [(run(100, 1.0), run(100, 2.0)), (run(90, 1.0), run(100, 1.0)), (run(100, 1.0), run(80, 1.0))]
-    assert paired_ratio(pairs) == pytest.approx((1.25, 0.9, 2.0))
+    details = paired_details(Paired.of([2.0, 1.1, 1.2, 1.3, 1.25], [1.0, 1.0, 1.0, 1.0, 1.25]))
+    assert details == pytest.approx({"learned_over_chain": 1.2, "learned_over_chain_low": 1.0,
+                                     "learned_over_chain_high": 2.0, "learned_over_chain_confidence": 0.9375,
+                                     "learned_over_chain_verdict": "no difference resolved"})
 
 
 def test_a_draft_model_member_catches_up_a_long_backlog_beside_a_full_row(tmp_path):

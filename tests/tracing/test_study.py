@@ -48,8 +48,12 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert all(r["policy"] == label and len(r["policy_sha256"]) == 16 for r in rows if r["method"] == "learned")
     assert "fidelity tree cells" in first and "fidelity learned cells" in first and "fidelity chain beside learned" in first
     assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed beside it \w+ k=3: [\d.]+x, learned / it [\d.]+ "
-                     r"paired over 5 repeats \([\d.]+ … [\d.]+\); best fixed measured alone \w+ k=3: [\d.]+x\)",
-                     first), first
+                     r"median of 5 paired repeats, 93\.8 % interval [\d.]+ … [\d.]+: (faster|slower|no difference "
+                     r"resolved); best fixed measured alone \w+ k=3: [\d.]+x\)", first), first
+    paired = list(csv.DictReader((out / "learned_vs_chains.csv").open()))  # the report's table of the same
+    assert [(r["dataset"], r["batch_size"], r["chain"], r["repeats"]) for r in paired] == [
+        ("echo", b, chain, "5") for b in ("1", "2") for chain in ("ngram k=3", "draft k=3")]
+    assert all(float(r["low"]) <= float(r["learned_over_chain"]) <= float(r["high"]) for r in paired)
     assert json.loads((out / "policy.json").read_text())["methods"] == ["ngram", "draft"]
     learned_from = json.loads((out / "policy.json").read_text())["training"]["checkpoints"]  # an engine checks them
     assert learned_from and all(set(c) == {"model", "draft"} for c in learned_from)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from specscope.analysis.paired import Paired
 from specscope.errors import SpecscopeError
 from specscope.reading import read_json
 from specscope.methods import LEARNED, NO_SD, method as method_named, run_label
@@ -40,6 +41,7 @@ class MeasuredCell:
     confidence: float | None = None  # p of a chain whose drafter stopped at its first draft below p (k at most)
     engine: str | None = None  # the engine that measured it, as its row names it (a sweep's; None: unsaid)
     beside: str | None = None  # a chain run in lockstep beside a learned policy: that policy (its row's label)
+    speedup_repeats: tuple[float, ...] | None = None  # its speedup in each repeat, in order (None: unsaid)
 
     @property
     def label(self) -> str:
@@ -68,7 +70,9 @@ class MeasuredCell:
         """The cell as a table row, ``error_pct``, ``tree_nodes`` and ``tree_depth`` included."""
         shape = {"tree": None, "tree_nodes": None, "tree_depth": None} if self.tree is None \
             else TreeShape.parse(self.tree).describe()
-        return {**asdict(self), **shape, "error_pct": self.error_pct}
+        row = {**asdict(self), **shape, "error_pct": self.error_pct}
+        del row["speedup_repeats"]  # a table's cell holds one number: the repeats pair in :func:`beside_pairs`
+        return row
 
 
 def _sd_method(name: str) -> str:
@@ -99,7 +103,7 @@ def workload_name(workload: str) -> str:
 def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
     ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
-    ``tree`` (a static tree), a learned cell's ``policy`` and ``policy_sha256``, a chain's ``confidence``
+    ``tree`` (a static tree), ``speedup_repeats`` (its speedup in each repeat), a learned cell's ``policy`` and ``policy_sha256``, a chain's ``confidence``
     p (its drafter stopped at its first draft below p, ``confidence:p:k``), ``beside`` (a chain run
     in lockstep beside a learned policy: the policy's label), the ``engine`` (a
     sweep's rows name it) and where it ran (``device``, ``dtype``, ``threads``: the reference
@@ -121,6 +125,7 @@ def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
         confidence=fields.number("confidence", optional=True, low=0.0, low_open=True, high=1.0),
         engine=fields.text("engine", optional=True),
         beside=fields.text("beside", optional=True) if method != LEARNED else None,
+        speedup_repeats=fields.numbers("speedup_repeats", optional=True, low=0.0, low_open=True),
     )
 
 
@@ -192,3 +197,44 @@ def winners(cells: Sequence[MeasuredCell]) -> list[MeasuredCell]:
     for cell in cells:
         groups.setdefault((cell.dataset, cell.batch_size), []).append(cell)
     return [winner(groups[key], *key) for key in sorted(groups)]
+
+
+@dataclass(frozen=True)
+class BesidePair:
+    """A learned cell and a chain run beside it in one lockstep: the same workload and batch size,
+    every repeat of the two against one no-SD run (:mod:`specscope.backends.reference`)."""
+
+    learned: MeasuredCell
+    chain: MeasuredCell
+
+    @property
+    def paired(self) -> Paired | None:
+        """The policy over the chain, repeat by repeat; None where either row lists no repeats, or
+        not as many."""
+        a, b = self.learned.speedup_repeats, self.chain.speedup_repeats
+        return Paired.of(a, b) if a and b and len(a) == len(b) else None
+
+    @property
+    def simulated_ratio(self) -> float | None:
+        """The simulator's speedup of the policy over the chain's (None where either is not simulated)."""
+        a, b = self.learned.simulated_speedup, self.chain.simulated_speedup
+        return None if a is None or b is None else a / b
+
+    def flat(self) -> dict:
+        paired = self.paired
+        interval = None if paired is None else paired.interval
+        low, high, held = (None, None, None) if interval is None else interval
+        return {"dataset": self.learned.dataset, "batch_size": self.learned.batch_size, "policy": self.learned.label,
+                "chain": f"{self.chain.method} k={self.chain.k}", "learned_speedup": self.learned.measured_speedup,
+                "chain_speedup": self.chain.measured_speedup, "repeats": None if paired is None else len(paired.ratios),
+                "learned_over_chain": None if paired is None else paired.median, "low": low, "high": high,
+                "confidence": held, "verdict": None if paired is None else paired.verdict,
+                "simulated_learned_over_chain": self.simulated_ratio}
+
+
+def beside_pairs(cells: Sequence[MeasuredCell]) -> list[BesidePair]:
+    """Every chain run beside a learned cell among ``cells`` with that cell: the same dataset and
+    batch size, its ``beside`` the learned cell's label (the policy's file and methods), in order."""
+    learned = {(c.dataset, c.batch_size, c.label): c for c in cells if c.method == LEARNED}
+    return [BesidePair(learned[key], c) for c in cells
+            if c.beside is not None and (key := (c.dataset, c.batch_size, c.beside)) in learned]

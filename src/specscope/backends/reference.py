@@ -22,10 +22,12 @@ median speedup: every row of a batch size one repeat, against one no-SD run, so 
 and the chains compare as measured side by side (each chain's own median repeat, against another
 no-SD run, had set the very same computation 7 % apart: code at B = 4, the policy committing every
 request to the n-gram chain beside it, 1.42× against 1.53×, at 1880 and 1761 tokens per second).
-Each such row also says how the policy and that chain compared in every repeat, paired:
-``learned_over_chain`` is the median over the repeats of the policy's tokens per second over the
-chain's in the same repeat, ``learned_over_chain_low``/``_high`` the least and the greatest (the
-spread of one computation measured twice lies within them: :func:`paired_ratio`). Every row
+Each such row also says how the policy and that chain compared in every repeat, paired
+(:mod:`specscope.analysis.paired`): ``learned_over_chain`` is the median over the repeats of the
+policy's tokens per second over the chain's in the same repeat, ``learned_over_chain_low``/``_high``
+the interval that holds the true median with ``learned_over_chain_confidence`` (at least 90 %; for 5
+repeats the least and the greatest ratio; ``None`` below 5 repeats), and
+``learned_over_chain_verdict`` ``faster``, ``slower`` or ``no difference resolved``. Every row
 lists its engine's speedup in each repeat, in order: ``speedup_repeats``.
 With ``config.confidence`` p the model drafter ends each row's proposal at its first draft of
 probability below p, k at most (``confidence:p:k``, :class:`~specscope.engine.runner.Engine`); its
@@ -35,11 +37,11 @@ rows say ``confidence`` = p.
 from __future__ import annotations
 
 import logging
-import statistics
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from specscope.analysis.paired import Paired
 from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow, fill_batch_sizes
 from specscope.engine.config import check_max_tokens
 from specscope.engine.records import SpecDecodeStats, StepRecord
@@ -231,15 +233,14 @@ def run_bench(config: BenchConfig, into: BenchResult | None = None) -> BenchResu
             sd = 0 if engine is baseline else 1  # --method none: no-SD alone, its row's speedup 1
             runs = _median_repeat(repeats, sd)
             row = _row(config, batch_size, len(requests), runs[0], runs[sd], engine is not baseline, policy)
-            row.details["speedup_repeats"] = [speedup(repeat[sd], repeat[0]) for repeat in repeats]
+            policy_repeats = row.details["speedup_repeats"] = [speedup(repeat[sd], repeat[0]) for repeat in repeats]
             result.rows.append(row)
             for j, ((method, _), chain) in enumerate(zip(beside, runs[2:]), start=2):  # the same repeat: its rows
                 row = _row(replace(config, method=method, k=config.beside_k, policy=None), batch_size,  # side by side
                            len(requests), runs[0], chain, True)
-                median, low, high = paired_ratio([(repeat[1], repeat[j]) for repeat in repeats])
-                row.details.update(beside=policy.label, learned_over_chain=median, learned_over_chain_low=low,
-                                   learned_over_chain_high=high,
-                                   speedup_repeats=[speedup(repeat[j], repeat[0]) for repeat in repeats])
+                chain_repeats = [speedup(repeat[j], repeat[0]) for repeat in repeats]
+                row.details.update(beside=policy.label, **paired_details(Paired.of(policy_repeats, chain_repeats)),
+                                   speedup_repeats=chain_repeats)
                 result.rows.append(row)
     return result
 
@@ -249,16 +250,16 @@ def speedup(sd: _Run, base: _Run) -> float:
     return (sd.generated / sd.seconds) / (base.generated / base.seconds)
 
 
-def paired_ratio(pairs: list[tuple[_Run, _Run]]) -> tuple[float, float, float]:
-    """Over repeats, each a pair (a, b) of runs measured in one lockstep: the median, least and
-    greatest of a's tokens per second over b's. Paired so that what drifts between repeats cancels:
-    on the bundled target, chat at B = 8, a policy committing every request to the MTP k = 3 chain
-    beside it — one computation run twice — measured 0.84–1.26× that chain in three runs of 7–9
-    repeats in turns to a 256-token lead (medians 0.94–1.01×), 0.89–1.04× in four runs in turns to
-    64 tokens (medians 0.985–0.991×: the switching engine's own work on committed rows; 0.992 and
-    0.994× once a step of committed rows asked its chain alone and the gate's arithmetic was cut)."""
-    ratios = [speedup(a, b) for a, b in pairs]
-    return statistics.median(ratios), min(ratios), max(ratios)
+def paired_details(paired: Paired) -> dict:
+    """A chain's row fields of the policy's speed over it, repeat by repeat (module docstring). On
+    the bundled target, chat at B = 8, a policy committing every request to the MTP k = 3 chain
+    beside it — one computation run twice — read 0.84–1.26× that chain over the repeats of three
+    runs of 7–9 repeats in turns to a 256-token lead (medians 0.94–1.01×), 0.89–1.04× in four runs in
+    turns to 64 tokens (medians 0.985–0.991×)."""
+    interval = paired.interval
+    low, high, held = (None, None, None) if interval is None else interval
+    return {"learned_over_chain": paired.median, "learned_over_chain_low": low, "learned_over_chain_high": high,
+            "learned_over_chain_confidence": held, "learned_over_chain_verdict": paired.verdict}
 
 
 def _median_repeat(repeats: list[list[_Run]], sd: int) -> list[_Run]:

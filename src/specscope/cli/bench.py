@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specscope import validate
+from specscope.analysis.paired import Paired
 from specscope.backends import BATCHING, BenchConfig, BenchResult, BenchRow
 from specscope.backends.openai.bench import POSITIVE, ServingBenchConfig, add_openai_bench_arguments
 from specscope.backends.openai.bench import run_bench as run_serving_bench
@@ -323,12 +324,11 @@ def run(args: argparse.Namespace) -> int:
         _print_openai_table(result.rows, out)
     else:
         _print_table(result.rows, out)
+        policy_repeats = {row.batch_size: row.details["speedup_repeats"] for row in result.rows if row.method == LEARNED}
         for row in result.rows:  # the policy against each chain beside it, repeat by repeat
-            if "learned_over_chain" in row.details:
-                print(f"learned / {row.method} k={row.k} beside it at B={row.batch_size}: "
-                      f"{row.details['learned_over_chain']:.3f} median of {config.repeats} paired repeats "
-                      f"({row.details['learned_over_chain_low']:.3f} … {row.details['learned_over_chain_high']:.3f})",
-                      file=out)
+            if row.details.get("beside"):
+                paired = Paired.of(policy_repeats[row.batch_size], row.details["speedup_repeats"])
+                print(f"learned / {row.method} k={row.k} beside it at B={row.batch_size}: {paired.describe()}", file=out)
     for beside in (False, True):  # the policy's (or chain's) rows, then the chains run beside a policy
         idle = [row.batch_size for row in result.rows if row.method != NO_SD and row.details.get("num_drafts") == 0
                 and bool(row.details.get("beside")) == beside]

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.analysis.measured import MeasuredCell, winners
+from specscope.analysis.measured import BesidePair, MeasuredCell, beside_pairs, winners
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_output_file, write_rows
 from specscope.fingerprint import file_sha256, provenance
@@ -242,7 +243,31 @@ def _measured_tables(cells: Sequence[MeasuredCell]) -> list[tuple[str, list[str]
          [[c.dataset, c.label, _k(c), c.batch_size, c.measured_speedup,
            "–" if c.simulated_speedup is None else c.simulated_speedup,
            "–" if c.error_pct is None else f"{c.error_pct:+.1f}"] for c in cells]),
+        *_beside_table(beside_pairs(cells)),
     ]
+
+
+def _beside_table(pairs: Sequence[BesidePair]) -> list[tuple[str, list[str], list[list[object]]]]:
+    """The learned policy against each chain run beside it, paired repeat by repeat
+    (:mod:`specscope.analysis.paired`); none where no chain ran beside a policy."""
+    if not pairs:
+        return []
+    flat = [p.flat() for p in pairs]
+    counts = Counter(f["verdict"] for f in flat if f["verdict"] is not None)
+    said = ", ".join(f"{count} {verdict}" for verdict, count in counts.most_common())
+    return [(f"The learned policy against the chains run beside it (the same requests in one lockstep), its speed "
+             f"over theirs paired repeat by repeat: the median, and the interval that holds the true median with "
+             f"the probability shown, whatever the machine's noise (the least and the greatest of 5 repeats: 93.8 %)"
+             f"{'; ' + said if said else ''}",
+             ["workload", "batch size", "chain", "learned's speedup", "chain's speedup", "learned / chain", "interval",
+              "verdict",
+              "simulated learned / chain"],
+             [[f["dataset"], f["batch_size"], f["chain"], f["learned_speedup"], f["chain_speedup"],
+               "–" if f["learned_over_chain"] is None else f["learned_over_chain"],
+               "–" if f["low"] is None else f"{f['low']:.3f} … {f['high']:.3f} ({100 * f['confidence']:.1f} %)",
+               f["verdict"] or "– (no repeats listed)",
+               "–" if f["simulated_learned_over_chain"] is None else f["simulated_learned_over_chain"]]
+              for f in flat])]
 
 
 def _k(cell: MeasuredCell) -> object:

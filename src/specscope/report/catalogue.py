@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from matplotlib.figure import Figure
 
+from specscope.analysis.measured import beside_pairs
 from specscope.report import figures as F
 from specscope.report.analyse import ReportData
 from specscope.report.heatmaps import acceptance_heatmap, difference_heatmap
@@ -74,6 +75,7 @@ TABLES = [
     TableSpec("bound.csv", lambda d: _priced(d, [p.flat() for p in d.points] or None)),  # no α estimated: no table
     TableSpec("measured.csv", lambda d: _priced(d, [{**c.flat(), **_fit_of(d, c)} for c in d.measured]
                                                 if d.measured else None)),
+    TableSpec("learned_vs_chains.csv", lambda d: _priced(d, [p.flat() for p in beside_pairs(d.measured)] or None)),
     TableSpec("trees.csv", lambda d: _priced(d, [t.flat() for t in d.trees] if d.trees else None)),
     TableSpec("tree_speedup.csv", lambda d: _priced(d, [r.flat() for r in d.tree_rows] if d.trees else None)),
     TableSpec("policy.csv", lambda d: _priced(d, d.policy_table or None, policy=d.config.policy)),

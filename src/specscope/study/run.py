@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from specscope import written as ledger
-from specscope.analysis.measured import MeasuredCell, read_bench_results
+from specscope.analysis.measured import BesidePair, MeasuredCell, read_bench_results
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_user_output, write_rows
 from specscope.reading import read_json
@@ -313,19 +313,19 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
         mine = [replace(cell, dataset=workload_stem(workload)) for cell in read_bench_results([out])]
         learned = [c for c in mine if c.method == LEARNED]
         alone = [c for c in measured if c.dataset == workload_stem(workload) and c.tree is None]
-        rows = _rows(out)
         say(f"learned {workload_stem(workload)}: " + ", ".join(
-            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone, rows)})"
+            f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone)})"
             for cell in learned))
         cells += mine  # the chains beside it too: measured like the study's own, checked against the simulator alike
     return cells
 
 
-def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[MeasuredCell], rows: list[dict]) -> str:
+def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[MeasuredCell]) -> str:
     """The fastest chain at ``cell``'s batch size, in words: among those its run measured beside it
     (the same lockstep, so the ratio of the two is measured side by side; with the policy's speed
-    over that chain's, paired repeat by repeat, from its run's ``rows``), and among the study's
-    chains measured alone (whichever the run lacks: one measured before chains ran beside)."""
+    over that chain's, paired repeat by repeat: :class:`~specscope.analysis.measured.BesidePair`),
+    and among the study's chains measured alone (whichever the run lacks: one measured before chains
+    ran beside)."""
     from specscope.methods import LEARNED
 
     def best(cells: list[MeasuredCell]) -> MeasuredCell | None:
@@ -336,21 +336,10 @@ def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[Measure
     for what, chain in (("beside it", best(run)), ("measured alone", best(alone))):
         if chain is not None:
             parts.append(f"best fixed {what} {chain.method} k={chain.k}: {chain.measured_speedup:.2f}x")
-            if what == "beside it":
-                parts[-1] += _paired(chain, rows)
+            paired = BesidePair(cell, chain).paired if what == "beside it" else None
+            if paired is not None:
+                parts[-1] += f", learned / it {paired.describe()}"
     return "; ".join(parts) or "no fixed policy measured"
-
-
-def _paired(chain: MeasuredCell, rows: list[dict]) -> str:
-    """The learned policy's speed over ``chain``'s beside it, paired repeat by repeat, as the bench
-    row of that chain says it ("" where no row does)."""
-    row = next((r for r in rows if r.get("beside") and r.get("method") == chain.method
-                and r.get("batch_size") == chain.batch_size and "learned_over_chain" in r), None)
-    if row is None:
-        return ""
-    over = f" over {row['repeats']} repeats" if row.get("repeats") else ""
-    return (f", learned / it {row['learned_over_chain']:.3f} paired{over} "
-            f"({row['learned_over_chain_low']:.3f} … {row['learned_over_chain_high']:.3f})")
 
 
 def fit_study_policy(config: StudyConfig, traces: list[Path], methods: list[str], cost) -> dict:

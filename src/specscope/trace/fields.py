@@ -91,6 +91,18 @@ class Fields:
             return None
         return self.check(name, validate.number, self._not_text(name, "a number"), **bounds)
 
+    def numbers(self, name: str, optional: bool = False, **bounds: object) -> tuple[float, ...] | None:
+        """A non-empty list of finite numbers, each within ``bounds`` (a broken one is named
+        ``name[i]``; ``None`` when absent or null and ``optional``)."""
+        if optional and self.obj.get(name) is None:
+            return None
+        value = self.get(name)
+        if not isinstance(value, list) or not value:
+            raise self.error(self.name(name), "expected a non-empty list of numbers")
+        return tuple(self.check(f"{name}[{i}]", validate.number, self.check(f"{name}[{i}]", validate.not_text, v,
+                                                                              what="a number"), **bounds)
+                     for i, v in enumerate(value))
+
     def _not_text(self, name: str, what: str) -> object:
         """The field's value, refused if it is text: a file writes numbers as numbers (``"20"``
         would pass the command line's parsers, which read text)."""
