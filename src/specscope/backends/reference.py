@@ -128,7 +128,7 @@ def _lockstep(
     0.528×, turns to 256 0.529×; each engine within 0.7 % of its speed alone), MTP k = 3 at code
     B = 8 1.183× (alone 1.183×, 256: 1.163×) and at math B = 1 1.464× (alone 1.455×, 256: 1.463×),
     with standard deviations of 0.004, 0.015 and 0.026 (256: 0.007, 0.030, 0.036; alone: 0.008,
-    0.065, 0.162; one computation run twice: :func:`paired_ratio`). A run's seconds are the sum of
+    0.065, 0.162; one computation run twice: :func:`paired_details`). A run's seconds are the sum of
     its own steps, and its step records sum to them: what a step's clock did not see (its records and outputs made,
     finished requests released, the decode loop's own work) is added to its ``overhead_s``."""
     for engine in engines:

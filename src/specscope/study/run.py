@@ -57,7 +57,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 FIDELITY_TOLERANCE_PCT = 10.0  # a cell is "within" when |simulated − measured| ≤ this % of measured
-LEARNED_REPEATS = 5  # the learned runs' repeats, each paired with the chains beside it (paired_ratio): runs of
+LEARNED_REPEATS = 5  # the learned runs' repeats, each paired with the chains beside it (the fewest that give an interval
+# of the paired median at 90 %: :mod:`specscope.analysis.paired`): runs of
 # 16 requests last 0.3–3 s, and the policy and a chain running the same computation measured 0.84–1.26× apart
 REPLAY_POLICIES = ("fixed:1", "fixed:3", "fixed:5", "adaptive", "oracle")
 REPLAY_BATCH_SIZES = (1, 8, 32, 128)
