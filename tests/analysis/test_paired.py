@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from specscope.analysis.measured import MeasuredCell, beside_pairs, read_bench_results
+from specscope.analysis.measured import MeasuredCell, beside_pairs, best_beside, read_bench_results, verdict_counts
 from specscope.analysis.paired import Paired, coverage, median_interval
 from specscope.errors import SpecscopeError
 
@@ -73,9 +73,13 @@ def test_a_chain_beside_a_policy_pairs_with_it_repeat_by_repeat(tmp_path):
     assert flat["learned_over_chain"] == pytest.approx(1.55 / 1.5) and (flat["low"], flat["high"]) == pytest.approx(
         (1.6 / 1.7, 1.4 / 1.3))
     assert flat["chain"] == "mtp k=3" and flat["repeats"] == 5 and flat["simulated_learned_over_chain"] is None
+    assert [p.chain.method for p in best_beside(pairs)] == ["mtp"]  # the chain it is least faster than
+    assert verdict_counts(pairs) == "1 faster, 1 no difference resolved"  # most first, ties as they come
+    assert verdict_counts(best_beside(pairs)) == "1 no difference resolved"
     unsaid = [MeasuredCell("code", "learned", 3, 1, 1.5, policy=label), MeasuredCell("code", "ngram", 3, 1, 1.0,
                                                                                       beside=label)]
     assert beside_pairs(unsaid)[0].paired is None and beside_pairs(unsaid)[0].flat()["verdict"] is None
+    assert best_beside(beside_pairs(unsaid)) == [] and verdict_counts(beside_pairs(unsaid)) == ""
 
 
 @pytest.mark.parametrize("value, message", [

@@ -50,6 +50,8 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     assert re.search(r"learned echo: B=1: [\d.]+x \(best fixed beside it \w+ k=3: [\d.]+x, learned / it [\d.]+ "
                      r"median of 5 paired repeats, 93\.8 % interval [\d.]+ … [\d.]+: (faster|slower|no difference "
                      r"resolved); best fixed measured alone \w+ k=3: [\d.]+x\)", first), first
+    assert re.search(r"learned against the best chain beside it, paired repeat by repeat: \d+ [a-z ]+(, \d+ [a-z ]+)* "
+                     r"of 2 cells", first), first
     paired = list(csv.DictReader((out / "learned_vs_chains.csv").open()))  # the report's table of the same
     assert [(r["dataset"], r["batch_size"], r["chain"], r["repeats"]) for r in paired] == [
         ("echo", b, chain, "5") for b in ("1", "2") for chain in ("ngram k=3", "draft k=3")]

@@ -10,6 +10,7 @@ batch size, the measured cell with the highest speedup.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -238,3 +239,21 @@ def beside_pairs(cells: Sequence[MeasuredCell]) -> list[BesidePair]:
     learned = {(c.dataset, c.batch_size, c.label): c for c in cells if c.method == LEARNED}
     return [BesidePair(learned[key], c) for c in cells
             if c.beside is not None and (key := (c.dataset, c.batch_size, c.beside)) in learned]
+
+
+def best_beside(pairs: Sequence[BesidePair]) -> list[BesidePair]:
+    """Of each learned cell's ``pairs``, the one of the chain it is least faster than (the least
+    paired median): the best fixed policy beside it, as the repeats pair them. Cells whose rows list
+    no repeats are left out."""
+    best: dict[tuple[str, int, str], BesidePair] = {}
+    for pair in pairs:
+        paired, key = pair.paired, (pair.learned.dataset, pair.learned.batch_size, pair.learned.label)
+        if paired is not None and (key not in best or paired.median < best[key].paired.median):
+            best[key] = pair
+    return list(best.values())
+
+
+def verdict_counts(pairs: Sequence[BesidePair]) -> str:
+    """``12 no difference resolved, 1 faster`` over ``pairs`` (those with repeats), most first."""
+    counts = Counter(pair.paired.verdict for pair in pairs if pair.paired is not None)
+    return ", ".join(f"{count} {verdict}" for verdict, count in counts.most_common())

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specscope.analysis.measured import BesidePair, MeasuredCell, beside_pairs, winners
+from specscope.analysis.measured import BesidePair, MeasuredCell, beside_pairs, best_beside, verdict_counts, winners
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_output_file, write_rows
 from specscope.fingerprint import file_sha256, provenance
@@ -252,13 +251,12 @@ def _beside_table(pairs: Sequence[BesidePair]) -> list[tuple[str, list[str], lis
     (:mod:`specscope.analysis.paired`); none where no chain ran beside a policy."""
     if not pairs:
         return []
-    flat = [p.flat() for p in pairs]
-    counts = Counter(f["verdict"] for f in flat if f["verdict"] is not None)
-    said = ", ".join(f"{count} {verdict}" for verdict, count in counts.most_common())
+    flat, best = [p.flat() for p in pairs], best_beside(pairs)
+    said = f"; against the best of them (the least ratio), {verdict_counts(best)} of {len(best)} cells" if best else ""
     return [(f"The learned policy against the chains run beside it (the same requests in one lockstep), its speed "
              f"over theirs paired repeat by repeat: the median, and the interval that holds the true median with "
              f"the probability shown, whatever the machine's noise (the least and the greatest of 5 repeats: 93.8 %)"
-             f"{'; ' + said if said else ''}",
+             f"{said}",
              ["workload", "batch size", "chain", "learned's speedup", "chain's speedup", "learned / chain", "interval",
               "verdict",
               "simulated learned / chain"],

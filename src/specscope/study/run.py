@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from specscope import written as ledger
-from specscope.analysis.measured import BesidePair, MeasuredCell, read_bench_results
+from specscope.analysis.measured import BesidePair, MeasuredCell, beside_pairs, best_beside, read_bench_results, verdict_counts
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_user_output, write_rows
 from specscope.reading import read_json
@@ -318,6 +318,10 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
             f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone)})"
             for cell in learned))
         cells += mine  # the chains beside it too: measured like the study's own, checked against the simulator alike
+    best = best_beside(beside_pairs(cells))
+    if best:
+        say(f"learned against the best chain beside it, paired repeat by repeat: {verdict_counts(best)} of "
+            f"{len(best)} cells")
     return cells
 
 
