@@ -255,8 +255,8 @@ def _beside_table(pairs: Sequence[BesidePair]) -> list[tuple[str, list[str], lis
     said = f"; against the best of them (the least ratio), {verdict_counts(best)} of {len(best)} cells" if best else ""
     return [(f"The learned policy against the chains run beside it (the same requests in one lockstep), its speed "
              f"over theirs paired repeat by repeat: the median, and the interval that holds the true median with "
-             f"the probability shown, whatever the machine's noise (the least and the greatest of 5 repeats: 93.8 %)"
-             f"{said}",
+             f"the probability shown, whatever the machine's noise (the least and the greatest of 5 repeats: 93.8 %, "
+             f"so that about one cell in 16 reads faster or slower by chance where the two run alike){said}",
              ["workload", "batch size", "chain", "learned's speedup", "chain's speedup", "learned / chain", "interval",
               "verdict",
               "simulated learned / chain"],
