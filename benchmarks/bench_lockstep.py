@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from specscope.analysis.paired import Paired
 from specscope.backends import BenchConfig
 from specscope.backends import reference
 from specscope.policy.learned import load_policy
@@ -67,19 +68,23 @@ def main() -> None:
         for round_ in range(1, args.rounds + 1):
             for lead in (int(text) for text in args.leads.split(",")):
                 reference.BLOCK_TOKENS = lead  # the knob this measures
-                for row in reference.run_bench(config).rows:
-                    show(lead, round_, row)
+                rows = reference.run_bench(config).rows
+                policy = next((row.details["speedup_repeats"] for row in rows if row.method == "learned"), None)
+                for row in rows:
+                    show(lead, round_, row, policy)
 
 
-def show(lead: int, round_: int, row) -> None:
-    """A row's speedups over its repeats, and the policy's paired ratio to a chain beside it."""
+def show(lead: int, round_: int, row, policy: list[float] | None) -> None:
+    """A row's speedups over its repeats, and, beside a policy (whose speedups are ``policy``), the
+    policy's speed over the chain's, paired repeat by repeat (:mod:`specscope.analysis.paired`)."""
     label = f"{row.method} beside" if row.details.get("beside") else row.method
     values = row.details["speedup_repeats"]
     print(f"{lead:5d}{round_:6d}  {label + ' speedup':28}{statistics.median(values):8.3f}{min(values):8.3f}"
           f"{max(values):8.3f}{statistics.stdev(values):8.3f}")
-    if "learned_over_chain" in row.details:
-        print(f"{'':13}{'learned / ' + row.method:28}{row.details['learned_over_chain']:8.3f}"
-              f"{row.details['learned_over_chain_low']:8.3f}{row.details['learned_over_chain_high']:8.3f}")
+    if row.details.get("beside") and policy is not None:
+        ratios = Paired.of(policy, values).ratios
+        print(f"{'':13}{'learned / ' + row.method:28}{statistics.median(ratios):8.3f}{min(ratios):8.3f}"
+              f"{max(ratios):8.3f}{statistics.stdev(ratios):8.3f}")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,11 @@ verdict, by hand; the chains a study or bench ran beside a policy paired with it
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from specscope.analysis.measured import MeasuredCell, beside_pairs, best_beside, read_bench_results, verdict_counts
+from specscope.analysis.measured import BesidePair, MeasuredCell, beside_pairs, best_beside, read_bench_results, verdict_counts
 from specscope.analysis.paired import Paired, coverage, median_interval
 from specscope.errors import SpecscopeError
 
@@ -30,6 +31,7 @@ def test_an_interval_holds_the_median_as_the_binomial_says():
     ([0.9, 0.95, 0.8, 0.99, 0.85], [1.0] * 5, 0.9, "slower"),
     ([1.1, 0.95, 1.0, 1.02, 0.99], [1.0] * 5, 1.0, "no difference resolved"),  # the least below 1, the greatest above
     ([1.1, 1.2, 1.3], [1.0] * 3, 1.2, "too few repeats"),  # all above, but 3 of 3 happen one time in 4 by chance
+    ([1.0, 1.2, 1.3, 1.05, 1.15], [1.0] * 5, 1.15, "no difference resolved"),  # an interval from exactly 1 holds it
 ])
 def test_the_verdict_is_where_the_interval_lies_against_one(a, b, median, verdict):
     paired = Paired.of(a, b)
@@ -76,10 +78,15 @@ def test_a_chain_beside_a_policy_pairs_with_it_repeat_by_repeat(tmp_path):
     assert [p.chain.method for p in best_beside(pairs)] == ["mtp"]  # the chain it is least faster than
     assert verdict_counts(pairs) == "1 faster, 1 no difference resolved"  # most first, ties as they come
     assert verdict_counts(best_beside(pairs)) == "1 no difference resolved"
+    short = BesidePair(cells[0], replace(cells[2], speedup_repeats=(1.5, 1.7, 1.3)))  # a row of other repeats
+    assert short.paired is None and short.flat()["verdict"] == "repeats differ (5 and 3)"
+    with pytest.raises(SpecscopeError, match="two learned cells of code at B=1 are both learned:p.json"):
+        beside_pairs(cells + [replace(cells[0], k=5)])  # another policy of that file name, deeper
     unsaid = [MeasuredCell("code", "learned", 3, 1, 1.5, policy=label), MeasuredCell("code", "ngram", 3, 1, 1.0,
                                                                                       beside=label)]
-    assert beside_pairs(unsaid)[0].paired is None and beside_pairs(unsaid)[0].flat()["verdict"] is None
+    assert beside_pairs(unsaid)[0].paired is None
     assert best_beside(beside_pairs(unsaid)) == [] and verdict_counts(beside_pairs(unsaid)) == ""
+    assert beside_pairs(unsaid)[0].flat()["verdict"] == "no repeats listed"
 
 
 @pytest.mark.parametrize("value, message", [

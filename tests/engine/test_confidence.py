@@ -53,6 +53,12 @@ def test_each_row_stops_at_its_own_p_and_its_own_k():
         assert rows.lengths.tolist() == [3, 2, 3, 2]
     scalar = ConfidentDrafts(request(np.float64(0.5), None), torch.device("cpu"))  # one p, as numpy gives it
     assert [scalar.add(p) for p in passes] == [True, True, True] and scalar.lengths.tolist() == [3, 1, 3, 3]
+    nan = ConfidentDrafts(request([None, 0.05, None, None], None), torch.device("cpu"))  # a NaN stops a row with a p
+    assert [nan.add(p) for p in passes] == [True, True, True] and nan.live == [True, False, True, True]
+    # p in float32, as the drafts' probabilities are and the simulator compares them: a probability of
+    # exactly float32(0.7) reaches p = 0.7 (as a float64, 0.7 lies above it)
+    edge = ConfidentDrafts(request([0.7] * 4, None), torch.device("cpu"))
+    assert edge.add(torch.full((4,), 0.7, dtype=torch.float32)) and edge.live == [True] * 4
     for p, k in (([0.5], None), (None, [1, 2])):
         with pytest.raises(ValueError, match="one value per row"):
             ConfidentDrafts(request(p, k), torch.device("cpu"))

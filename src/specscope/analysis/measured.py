@@ -210,10 +210,16 @@ class BesidePair:
 
     @property
     def paired(self) -> Paired | None:
-        """The policy over the chain, repeat by repeat; None where either row lists no repeats, or
-        not as many."""
+        """The policy over the chain, repeat by repeat; None where they do not pair (:attr:`unpaired`)."""
+        return None if self.unpaired else Paired.of(self.learned.speedup_repeats, self.chain.speedup_repeats)
+
+    @property
+    def unpaired(self) -> str | None:
+        """Why the two rows' repeats do not pair (None where they do)."""
         a, b = self.learned.speedup_repeats, self.chain.speedup_repeats
-        return Paired.of(a, b) if a and b and len(a) == len(b) else None
+        if not a or not b:
+            return "no repeats listed"
+        return None if len(a) == len(b) else f"repeats differ ({len(a)} and {len(b)})"
 
     @property
     def simulated_ratio(self) -> float | None:
@@ -223,20 +229,27 @@ class BesidePair:
 
     def flat(self) -> dict:
         paired = self.paired
-        interval = None if paired is None else paired.interval
-        low, high, held = (None, None, None) if interval is None else interval
+        low, high, held = (None, None, None) if paired is None else paired.bounds
         return {"dataset": self.learned.dataset, "batch_size": self.learned.batch_size, "policy": self.learned.label,
                 "chain": f"{self.chain.method} k={self.chain.k}", "learned_speedup": self.learned.measured_speedup,
                 "chain_speedup": self.chain.measured_speedup, "repeats": None if paired is None else len(paired.ratios),
                 "learned_over_chain": None if paired is None else paired.median, "low": low, "high": high,
-                "confidence": held, "verdict": None if paired is None else paired.verdict,
+                "confidence": held, "verdict": self.unpaired if paired is None else paired.verdict,
                 "simulated_learned_over_chain": self.simulated_ratio}
 
 
 def beside_pairs(cells: Sequence[MeasuredCell]) -> list[BesidePair]:
     """Every chain run beside a learned cell among ``cells`` with that cell: the same dataset and
-    batch size, its ``beside`` the learned cell's label (the policy's file and methods), in order."""
-    learned = {(c.dataset, c.batch_size, c.label): c for c in cells if c.method == LEARNED}
+    batch size, its ``beside`` the learned cell's label (the policy's file and methods), in order.
+    Two learned cells of one dataset and batch size under one label (policies of one file name from
+    two folders, say) are refused: which of them a chain ran beside cannot be told."""
+    learned: dict[tuple[str, int, str], MeasuredCell] = {}
+    for cell in cells:
+        key = (cell.dataset, cell.batch_size, cell.label)
+        if cell.method == LEARNED and learned.setdefault(key, cell) is not cell:
+            raise SpecscopeError(f"measured cells: two learned cells of {cell.dataset} at B={cell.batch_size} are "
+                                 f"both {cell.label}: the chains run beside them cannot be told apart (give each "
+                                 "policy file its own name, or each its own report)")
     return [BesidePair(learned[key], c) for c in cells
             if c.beside is not None and (key := (c.dataset, c.batch_size, c.beside)) in learned]
 

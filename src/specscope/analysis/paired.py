@@ -4,7 +4,7 @@ In each repeat of a lockstep (:mod:`specscope.backends.reference`) two engines r
 requests at the same moment, so what drifts between repeats cancels in the ratio of their speeds
 r_i = a_i / b_i (tokens per second, or speedups over the repeat's one no-SD run). Over n repeats
 the median of r_1 … r_n says how much faster a is. Its interval makes no assumption on how the
-machine's noise is distributed (the sign test's): with the ratios sorted r_(1) ≤ … ≤ r_(n),
+machine's noise is distributed, only that repeats are independent (the sign test's): with the ratios sorted r_(1) ≤ … ≤ r_(n),
 [r_(j), r_(n+1−j)] holds the true median with probability 1 − 2·P(B ≤ j − 1), B ~ Binomial(n, ½),
 for independent repeats. :func:`median_interval` takes the narrowest of these that holds it with
 probability :data:`LEVEL` or more: for 5 repeats the least and the greatest ratio (93.75 %), for 7
@@ -32,7 +32,7 @@ FASTER, SLOWER, UNRESOLVED, TOO_FEW = "faster", "slower", "no difference resolve
 def coverage(n: int, j: int) -> float:
     """The probability that [r_(j), r_(n+1−j)] of ``n`` independent ratios holds their median:
     1 − 2·P(B ≤ j − 1), B ~ Binomial(n, ½)."""
-    return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(j)) / 2.0 ** n
+    return 1.0 - 2 * sum(math.comb(n, i) for i in range(j)) / (1 << n)
 
 
 def median_interval(ratios: Sequence[float], level: float = LEVEL) -> tuple[float, float, float] | None:
@@ -68,6 +68,11 @@ class Paired:
     def interval(self) -> tuple[float, float, float] | None:
         """(low, high, coverage): :func:`median_interval`."""
         return median_interval(self.ratios)
+
+    @property
+    def bounds(self) -> tuple[float | None, float | None, float | None]:
+        """(low, high, coverage) of :attr:`interval`; (None, None, None) without one."""
+        return self.interval or (None, None, None)
 
     @property
     def verdict(self) -> str:

@@ -27,7 +27,8 @@ Each such row also says how the policy and that chain compared in every repeat, 
 policy's tokens per second over the chain's in the same repeat, ``learned_over_chain_low``/``_high``
 the interval that holds the true median with ``learned_over_chain_confidence`` (at least 90 %; for 5
 repeats the least and the greatest ratio; ``None`` below 5 repeats), and
-``learned_over_chain_verdict`` ``faster``, ``slower`` or ``no difference resolved``. Every row
+``learned_over_chain_verdict`` ``faster``, ``slower`` or ``no difference resolved`` (``too few
+repeats`` below 5: the default ``--repeats 3`` gives no verdict). Every row
 lists its engine's speedup in each repeat, in order: ``speedup_repeats``.
 With ``config.confidence`` p the model drafter ends each row's proposal at its first draft of
 probability below p, k at most (``confidence:p:k``, :class:`~specscope.engine.runner.Engine`); its
@@ -256,8 +257,7 @@ def paired_details(paired: Paired) -> dict:
     beside it — one computation run twice — read 0.84–1.26× that chain over the repeats of three
     runs of 7–9 repeats in turns to a 256-token lead (medians 0.94–1.01×), 0.89–1.04× in four runs in
     turns to 64 tokens (medians 0.985–0.991×)."""
-    interval = paired.interval
-    low, high, held = (None, None, None) if interval is None else interval
+    low, high, held = paired.bounds
     return {"learned_over_chain": paired.median, "learned_over_chain_low": low, "learned_over_chain_high": high,
             "learned_over_chain_confidence": held, "learned_over_chain_verdict": paired.verdict}
 

@@ -53,6 +53,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+import numpy as np
+
 if TYPE_CHECKING:
     import torch
 
@@ -219,20 +221,24 @@ class ConfidentDrafts:
         if len(per_row) != batch or (row_k is not None and len(row_k) != batch):
             raise ValueError(f"stop_below and row_k: expected one value per row ({batch}), got "
                              f"{len(per_row)} and {batch if row_k is None else len(row_k)}")
-        self.threshold = [None if value is None else float(value) for value in per_row]  # [batch] each row's p
+        # [batch] each row's p, in float32 as the probabilities are (and the simulator compares them)
+        self.threshold = [None if value is None else float(np.float32(value)) for value in per_row]
         self.stopped = any(value is not None for value in self.threshold)  # some row stops at its p
         self.stops = row_k is not None or self.stopped
         self.reads = request.want_confidence or self.stopped  # a draft's probability is read
         self.cap = [request.k] * batch if row_k is None else [min(int(c), request.k) for c in row_k]  # each row's k
-        self.count = [0] * batch if self.stops else list(self.cap)  # drafts counted as they come (all k: no rule)
+        self.count = [0] * batch  # drafts counted as they come, where a rule stops rows
         self.live = [c > 0 for c in self.cap]  # rows still drafting
-        self.device = device
+        self.k, self.device = request.k, device
 
     @property
     def lengths(self) -> "torch.Tensor":
-        """[batch] long: each row's drafts."""
+        """[batch] long: each row's drafts (k for every row without a rule, made on the device: a
+        plain chain's proposal waits for no copy from the host)."""
         import torch
 
+        if not self.stops:
+            return torch.full((len(self.count),), self.k, dtype=torch.long, device=self.device)
         return torch.tensor(self.count, dtype=torch.long, device=self.device)
 
     def probability(self, logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor | None":

@@ -253,17 +253,20 @@ def _beside_table(pairs: Sequence[BesidePair]) -> list[tuple[str, list[str], lis
         return []
     flat, best = [p.flat() for p in pairs], best_beside(pairs)
     said = f"; against the best of them (the least ratio), {verdict_counts(best)} of {len(best)} cells" if best else ""
+    held = sorted({f["confidence"] for f in flat if f["confidence"] is not None})
+    chance = f", so that up to {100 * (1 - held[0]):.1f} % of cells read faster or slower by chance where the two " \
+             "run alike" if held else ""
     return [(f"The learned policy against the chains run beside it (the same requests in one lockstep), its speed "
              f"over theirs paired repeat by repeat: the median, and the interval that holds the true median with "
-             f"the probability shown, whatever the machine's noise (the least and the greatest of 5 repeats: 93.8 %, "
-             f"so that about one cell in 16 reads faster or slower by chance where the two run alike){said}",
+             f"the probability shown for independent repeats, whatever the noise's distribution (5 repeats: the "
+             f"least and the greatest ratio, 93.8 %){chance}{said}",
              ["workload", "batch size", "chain", "learned's speedup", "chain's speedup", "learned / chain", "interval",
               "verdict",
               "simulated learned / chain"],
              [[f["dataset"], f["batch_size"], f["chain"], f["learned_speedup"], f["chain_speedup"],
                "–" if f["learned_over_chain"] is None else f["learned_over_chain"],
                "–" if f["low"] is None else f"{f['low']:.3f} … {f['high']:.3f} ({100 * f['confidence']:.1f} %)",
-               f["verdict"] or "– (no repeats listed)",
+               f["verdict"] if f["learned_over_chain"] is not None else f"– ({f['verdict']})",
                "–" if f["simulated_learned_over_chain"] is None else f["simulated_learned_over_chain"]]
               for f in flat])]
 

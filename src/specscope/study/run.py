@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from specscope import written as ledger
-from specscope.analysis.measured import BesidePair, MeasuredCell, beside_pairs, best_beside, read_bench_results, verdict_counts
+from specscope.analysis.measured import MeasuredCell, beside_pairs, best_beside, read_bench_results, verdict_counts
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_user_output, write_rows
 from specscope.reading import read_json
@@ -326,24 +326,20 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
 
 
 def _best_fixed(cell: MeasuredCell, run: list[MeasuredCell], alone: list[MeasuredCell]) -> str:
-    """The fastest chain at ``cell``'s batch size, in words: among those its run measured beside it
-    (the same lockstep, so the ratio of the two is measured side by side; with the policy's speed
-    over that chain's, paired repeat by repeat: :class:`~specscope.analysis.measured.BesidePair`),
-    and among the study's chains measured alone (whichever the run lacks: one measured before chains
-    ran beside)."""
+    """The best chain at ``cell``'s batch size, in words: among those its run measured beside it (the
+    same lockstep, paired repeat by repeat: the chain the policy is least faster than,
+    :func:`~specscope.analysis.measured.best_beside`, with the policy's speed over it), and the
+    fastest among the study's chains measured alone (whichever the run lacks: one measured before
+    chains ran beside, or without repeats)."""
     from specscope.methods import LEARNED
 
-    def best(cells: list[MeasuredCell]) -> MeasuredCell | None:
-        here = [c for c in cells if c.method != LEARNED and c.batch_size == cell.batch_size]
-        return max(here, key=lambda c: c.measured_speedup, default=None)
-
-    parts = []
-    for what, chain in (("beside it", best(run)), ("measured alone", best(alone))):
-        if chain is not None:
-            parts.append(f"best fixed {what} {chain.method} k={chain.k}: {chain.measured_speedup:.2f}x")
-            paired = BesidePair(cell, chain).paired if what == "beside it" else None
-            if paired is not None:
-                parts[-1] += f", learned / it {paired.describe()}"
+    beside = best_beside([pair for pair in beside_pairs(run) if pair.learned is cell])
+    here = [c for c in alone if c.method != LEARNED and c.batch_size == cell.batch_size]
+    fastest = max(here, key=lambda c: c.measured_speedup, default=None)
+    parts = [f"best fixed beside it {pair.chain.method} k={pair.chain.k}: {pair.chain.measured_speedup:.2f}x, "
+             f"learned / it {pair.paired.describe()}" for pair in beside]
+    if fastest is not None:
+        parts.append(f"best fixed measured alone {fastest.method} k={fastest.k}: {fastest.measured_speedup:.2f}x")
     return "; ".join(parts) or "no fixed policy measured"
 
 
