@@ -201,6 +201,18 @@ def test_the_policy_keeps_the_drafter_measured_fastest_over_every_cell(tmp_path)
     assert config.policy_methods(cells(1.05)) == ("ngram", "mtp")
 
 
+def test_the_traces_keep_the_drafts_probability_as_deep_as_the_study_proposes(tmp_path):
+    """``trace``'s default of 4 drafts, or the study's k where deeper, at most k_max: under ``--k 5``
+    the probabilities had been kept to 4, and the policy's confidence rule refused the fifth draft."""
+    from specscope.study.config import StudyConfig
+
+    def config(k: int, k_max: int = 10) -> StudyConfig:
+        return StudyConfig(tmp_path, [], tmp_path, k=k, k_max=k_max)
+
+    assert [config(k).draft_probs for k in (1, 3, 4, 5, 8)] == [4, 4, 4, 5, 8]
+    assert config(12).draft_probs == 10 and config(2, k_max=3).draft_probs == 3
+
+
 def test_each_model_drafter_is_measured_at_a_second_k_on_the_first_workload(tmp_path, capsys):
     """Chains of k on every workload, the trees with the tree drafter, and each model drafter's
     chain of the second k on the first workload only (after its trees, before the next workload);

@@ -13,6 +13,7 @@ from specscope.engine.config import model_fingerprint
 from specscope.fingerprint import file_sha256
 from specscope.methods import method, of_kind
 from specscope.trees import TreeShape
+from specscope.trace.schema import DRAFT_PROBS
 
 
 BUNDLED_REQUESTS = 16  # requests per bundled workload in the default study
@@ -100,6 +101,14 @@ class StudyConfig:
         other k on that split (a study of 2026-12-06 with chains of k = 3 alone simulated MTP
         k = 1 on code at 0.74×, which measured 1.12×)."""
         return list(self.drafters) if self.measured_second_k else []
+
+    @property
+    def draft_probs(self) -> int:
+        """Drafts per position whose probability the traces keep: ``trace``'s default, or the study's
+        k where that is deeper (at most k_max), so that its policy may stop a drafter at a confidence
+        at every depth it proposes (kept to 4 under ``--k 5``, its confidence rule was refused the
+        fifth draft)."""
+        return min(self.k_max, max(DRAFT_PROBS, self.k))
 
     @property
     def tree_drafter(self) -> str | None:

@@ -123,7 +123,8 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
         requests = read_workload(workload, tokenizer, ModelConfig.from_dir(config.model_dir).vocab_size)
         written = trace_workload(config.model_dir, specs, requests, out,
                                  k_max=config.k_max, max_tokens=config.max_tokens, dataset=workload_stem(workload),
-                                 dtype=config.dtype, device=config.device, trees=trees)
+                                 dtype=config.dtype, device=config.device, trees=trees,
+                                 draft_probs=config.draft_probs)
         say(f"trace   {workload_stem(workload)}: {written} requests traced" + ("" if written else " (already done)"))
         paths.append(out)
     return paths
