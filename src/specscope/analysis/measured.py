@@ -104,7 +104,8 @@ def workload_name(workload: str) -> str:
 def parse_bench_row(obj: object, path: Path, index: int) -> MeasuredCell:
     """Bench row ``index`` of ``path`` (a :class:`~specscope.backends.BenchRow` as written):
     ``method`` (one that speculates), ``k`` >= 1, ``batch_size``, ``speedup`` > 0, optionally
-    ``tree`` (a static tree), ``speedup_repeats`` (its speedup in each repeat), a learned cell's ``policy`` and ``policy_sha256``, a chain's ``confidence``
+    ``tree`` (a static tree), ``speedup_repeats`` (its speedup in each repeat), a learned cell's
+    ``policy`` and ``policy_sha256``, a chain's ``confidence``
     p (its drafter stopped at its first draft below p, ``confidence:p:k``), ``beside`` (a chain run
     in lockstep beside a learned policy: the policy's label), the ``engine`` (a
     sweep's rows name it) and where it ran (``device``, ``dtype``, ``threads``: the reference

@@ -209,10 +209,10 @@ def token_probability(logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.
 class ConfidentDrafts:
     """A proposal's rows under ``stop_below`` and ``row_k`` (:class:`ProposeInput`): each row's
     length, and whether any row still drafts. Without either every row drafts k. The count is kept
-    on the host, a few Python values a row, the drafts' probabilities read once a pass: kept in
-    tensors, an operation per rule and pass, a chain of k = 3 stopped at p cost 136–206 µs a
-    proposal more than the plain chain at B = 1 and 232 µs at B = 8, against 39–63 and 85–102 µs
-    so, the probabilities' read (36–55 and 61 µs) the most of it (``benchmarks/bench_confidence.py``,
+    on the host, a few Python values a row, the drafts' probabilities read once a pass. Kept in
+    tensors (an operation per rule and pass), a chain of k = 3 stopped at p had cost 136–206 µs a
+    proposal more than the plain chain at B = 1 and 232 µs at B = 8; on the host 39–63 and 85–102 µs,
+    most of it the probabilities' read (36–55 and 61 µs) (``benchmarks/bench_confidence.py``,
     2026-12-06)."""
 
     def __init__(self, request: ProposeInput, device: "torch.device") -> None:

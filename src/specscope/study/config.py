@@ -12,8 +12,8 @@ from specscope.analysis.measured import MeasuredCell
 from specscope.engine.config import model_fingerprint
 from specscope.fingerprint import file_sha256
 from specscope.methods import method, of_kind
-from specscope.trees import TreeShape
 from specscope.trace.schema import DRAFT_PROBS
+from specscope.trees import TreeShape
 
 
 BUNDLED_REQUESTS = 16  # requests per bundled workload in the default study
