@@ -99,9 +99,12 @@ class Fields:
         value = self.get(name)
         if not isinstance(value, list) or not value:
             raise self.error(self.name(name), "expected a non-empty list of numbers")
-        return tuple(self.check(f"{name}[{i}]", validate.number, self.check(f"{name}[{i}]", validate.not_text, v,
-                                                                              what="a number"), **bounds)
-                     for i, v in enumerate(value))
+        numbers = []
+        for i, item in enumerate(value):
+            located = f"{name}[{i}]"
+            numbers.append(self.check(located, validate.number,
+                                      self.check(located, validate.not_text, item, what="a number"), **bounds))
+        return tuple(numbers)
 
     def _not_text(self, name: str, what: str) -> object:
         """The field's value, refused if it is text: a file writes numbers as numbers (``"20"``
