@@ -680,6 +680,49 @@ def test_drafting_is_fitted_on_each_rows_own_proposal(tmp_path, whole):
     assert k_part(fit(read_steps([records]))) < 0.5e-4
 
 
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_drafter_stopped_at_its_confidence_is_fitted_a_price_per_pass_it_reads(tmp_path, whole):
+    """Draft-model steps at batch 1–4: plain chains of k = 1–4, and chains stopped at a confidence
+    (each pass's probabilities read, every row at the deepest: the record's ``confidence``) that
+    cost 4e-5 s a pass more. Both fits recover that price (``c_confidence``) beside the chain's,
+    and the simulator prices such a step at the time it was measured; records without such steps
+    fit none (0, not a term left unseparated)."""
+    from specscope.analysis.timesplit import read_steps
+    from specscope.costmodel.base import StepLoad
+    from specscope.costmodel.calibrate import fit_steps
+    from specscope.costmodel.fit import fit_linear
+    from specscope.sim.pricing import DeepestPasses, price_steps
+
+    def forward(tokens, cached, rows):
+        return 0.002 + 1e-4 * tokens + 2e-7 * cached + 5e-5 * rows
+
+    def drafting(k, rows, reads):
+        return 0.001 + 3e-4 * k + 2e-5 * rows * k + 4e-5 * k * reads
+
+    lines = []
+    for i in range(96):
+        k, batch, kv, reads = 1 + i % 4, 1 + (i // 4) % 4, 200 + 7 * i, (i // 16) % 2
+        lines.append(step(i, "none", 0, batch, kv, forward(batch, kv, batch)))
+        lines.append({**step(i, "draft", k, batch, kv, forward(batch * (k + 1), kv, batch), draft=drafting(k, batch, reads)),
+                      **({"confidence": 0.5, "k": 4} if reads else {})})  # stopped at k of at most 4
+    records = tmp_path / "steps.jsonl"
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fit = (lambda steps: fit_steps(steps)[0]) if whole else (lambda steps: fit_linear(steps)[0])
+    model = fit(read_steps([records]))
+    draft = model.drafting_for("draft")
+    assert draft.c_confidence == pytest.approx(4e-5, rel=1e-3) and draft.c_tok == pytest.approx(3e-4, rel=1e-3)
+    assert "draft.c_confidence" not in model.not_separated
+    one = np.ones(1)
+    load = StepLoad(3 * 4 * one, 500 * one, 3 * one, 3 * one, 3 * 4 * one, reads_confidence=one)  # B = 3, k = 3
+    priced = price_steps(model, DeepestPasses(draft), load)
+    overhead = 0.001 if whole else model.overhead_s
+    assert float(priced.total[0]) == pytest.approx(forward(12, 500, 3) + drafting(3, 3, 1) + overhead, rel=1e-3)
+    plain = [line for line in lines if "confidence" not in line]
+    records.write_text("".join(json.dumps(line) + "\n" for line in plain))
+    model = fit(read_steps([records]))
+    assert model.drafting_for("draft").c_confidence == 0.0 and "draft.c_confidence" not in model.not_separated
+
+
 def test_a_whole_step_fit_gives_a_policy_only_its_own_work(tmp_path):
     """``--whole-steps`` over an engine running a policy file: the entry ``learned`` is the
     policy's own work (``policy_s``), as in the phase fit, not its proposers' drafting too (which

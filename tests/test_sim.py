@@ -742,6 +742,31 @@ def test_a_confidence_policy_runs_with_the_model_proposers_and_needs_their_proba
     assert isinstance(drafting_of(COST, "eagle", parse_policy("confidence:0.5")), DeepestPasses)
 
 
+@pytest.mark.parametrize("mode", ["paper", "mixed"])
+def test_a_drafter_stopped_at_its_confidence_pays_its_read_per_pass(mode):
+    """EAGLE's drafting 0.2 s a step plus c_confidence 0.01 s a pass whose probabilities it reads.
+    Under confidence:0.5:4, acc_len 3, 1, 2, 4, 1, 1, 1, 1 and every draft at 0.9 but the second at
+    position 1 (0.1): it proposes 2 at position 1 (emits 3), then 4 at position 4 (emits 4, the
+    output's end): 2 × 0.2 + 0.01 × (2 + 4) = 0.46 s of drafting, by hand. fixed:2 reads nothing
+    and pays 0.2 a step whatever c_confidence; priced without the term, the rule drafts for 0.4 s."""
+    prob = np.full((8, 4), 0.9, dtype=np.float32)
+    prob[0, 1] = 0.1
+    rec = TraceRecord("r", np.arange(10), np.arange(8), {"eagle": ProposerTrace(ACC, draft_prob=prob)}, k_max=4,
+                      dataset="d")
+    reading = replace(COST, drafting={"eagle": LinearDrafting(0.2, 0.0, 0.0, c_confidence=0.01)})
+    config = SimConfig(mode=mode, batch_sizes=(1,))
+    (rule,) = simulate([rec], ["eagle"], ["confidence:0.5:4"], reading, config)
+    assert rule.time_split["drafting"] == pytest.approx(0.46)
+    (plain,) = simulate([rec], ["eagle"], ["confidence:0.5:4"], COST, config)
+    assert plain.time_split["drafting"] == pytest.approx(0.4)
+    (chain,) = simulate([rec], ["eagle"], ["fixed:2"], reading, config)
+    assert chain.time_split["drafting"] == pytest.approx(0.2 * 3)  # positions 1, 4, 6
+    assert reading.drafting_for("eagle").to_json()["c_confidence"] == 0.01  # written, and read back:
+    from specscope.costmodel.linear import drafting_from_json
+    from specscope.trace.fields import Fields
+    assert drafting_from_json(Fields(reading.drafting_for("eagle").to_json(), "m.json")).c_confidence == 0.01
+
+
 def test_a_confidence_policy_is_refused_past_the_probabilities_its_records_keep():
     """Records keeping draft_prob to 4 drafts beside others keeping 6 (a trace resumed across
     versions): confidence:p would stop at 4 unsaid, so it is refused, naming the record and the

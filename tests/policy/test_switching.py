@@ -100,6 +100,42 @@ def test_a_causal_policys_own_work_is_charged_on_every_step_where_the_cost_model
                                                .time_split["drafting"])
 
 
+@pytest.mark.parametrize("mode", ["paper", "mixed"])
+def test_a_causal_policys_drafter_stopped_at_its_confidence_pays_its_read_per_pass(mode):
+    """A policy taking n-gram and EAGLE by turns, each at k = 2, EAGLE stopped at p = 0.5, whose
+    passes read their drafts' probabilities (c_confidence 0.03 s a pass); n-gram's search reads none.
+    Every EAGLE draft at 0.9 but the first at position 7 (0.2): n-gram proposes 2 at position 1
+    (emits 3), EAGLE 2 at position 4 (emits 2), none at 6 (n-gram offers nothing), EAGLE 1 at 7 (its
+    first draft unconfident), none at 8 — 0.03 × (2 + 1) s more drafting, by hand; nothing more where
+    no row is stopped (p = None)."""
+    import itertools
+    from dataclasses import replace as changed
+
+    from specscope.sim.mixed import predict_mixed
+    from specscope.trace.schema import ProposerTrace
+
+    probs = np.full((9, 2), 0.9, dtype=np.float32)
+    probs[6, 0] = 0.2
+    rec = record(NGRAM, EAGLE)
+    rec = changed(rec, proposers={**rec.proposers, "eagle": ProposerTrace(rec.acc_len("eagle"), draft_prob=probs)})
+    reading = replace(COST, drafting={**COST.drafting, "eagle": replace(COST.drafting["eagle"], c_confidence=0.03)})
+
+    def drafting(cost, p):
+        turns = itertools.cycle([(0, 2), (1, 2)])
+        plan = causal_plan([rec], METHODS, lambda b: lambda seen, committed=(): [next(turns) for _ in seen], 2,
+                           confidence_for=lambda b: p)
+        predict = predict_paper if mode == "paper" else predict_mixed
+        return plan, predict(plan, cost, SwitchDrafting.of(cost, METHODS, causal=True), 1).time_split["drafting"]
+
+    plan, read = drafting(reading, 0.5)
+    assert (plan.pos.tolist(), plan.proposed.tolist(), plan.method.tolist()) == (
+        [1, 4, 6, 7, 8], [2, 2, 0, 1, 0], [0, 1, NONE, 1, NONE])
+    assert plan.reads_confidence.tolist() == [False, True, False, True, False]
+    assert read - drafting(COST, 0.5)[1] == pytest.approx(0.03 * 3)
+    plan, stopped_none = drafting(reading, None)
+    assert plan.reads_confidence is None and stopped_none == pytest.approx(drafting(COST, None)[1])
+
+
 def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():
     offer = [2, 0, 0, 0, 1, 0, 0, 0, 0]
     plan = causal_plan([record(NGRAM, EAGLE, offer=offer)], METHODS, lambda b: lambda seen, committed=(): [(0, 5)] * len(seen), 8)

@@ -31,16 +31,20 @@ def test_study_writes_report_and_fidelity_and_resumes(target_and_draft, tmp_path
     rows = list(csv.DictReader((out / "fidelity.csv").open()))
     assert {"method", "batch_size", "measured_speedup", "simulated_speedup", "error_pct", "tree",
             "tree_nodes"} <= set(rows[0])
-    # chains of k = 3 for every method, the draft model's of k = 1 too, the two study trees with the
-    # drafter (here the draft model), and the learned policy over n-gram and the draft model, run by
-    # the engine in lockstep with the chains of k = 3 of those two
+    # chains of k = 3 for every method, the draft model's of k = 1 too and of k = 3 stopped at the
+    # confidence 0.5, the two study trees with the drafter (here the draft model), and the learned
+    # policy over n-gram and the draft model, run by the engine in lockstep with the chains of k = 3
+    # of those two
     label = "learned:policy.json (ngram+draft)"
-    assert sorted((r["method"], r["k"], r["tree"], r["tree_nodes"], r["batch_size"], r["beside"]) for r in rows) == sorted(
-        (m, k, tree, nodes, b, beside) for m, k, tree, nodes, beside in (
-            ("ngram", "3", "", "", ""), ("draft", "3", "", "", ""), ("draft", "1", "", "", ""),
-            ("draft", "6", "2x1x1", "6", ""), ("draft", "21", "3x2x1x1", "21", ""),  # a tree: k its nodes
-            ("learned", "3", "", "", ""), ("ngram", "3", "", "", label), ("draft", "3", "", "", label))
+    assert sorted((r["method"], r["k"], r["tree"], r["tree_nodes"], r["confidence"], r["batch_size"], r["beside"])
+                  for r in rows) == sorted(
+        (m, k, tree, nodes, p, b, beside) for m, k, tree, nodes, p, beside in (
+            ("ngram", "3", "", "", "", ""), ("draft", "3", "", "", "", ""), ("draft", "1", "", "", "", ""),
+            ("draft", "3", "", "", "0.5", ""),
+            ("draft", "6", "2x1x1", "6", "", ""), ("draft", "21", "3x2x1x1", "21", "", ""),  # a tree: k its nodes
+            ("learned", "3", "", "", "", ""), ("ngram", "3", "", "", "", label), ("draft", "3", "", "", "", label))
         for b in ("1", "2"))
+    assert "draft.c_confidence" not in json.loads((out / "costmodel.json").read_text()).get("not_separated", [])
     assert "draft.c_tok" not in json.loads((out / "costmodel.json").read_text()).get("not_separated", [])
     assert all(r["simulated_speedup"] and r["error_pct"] for r in rows)
     assert {r["ran_on"] for r in rows} == {"cpu float32, 1 thread"}  # where the engine ran (a review: unsaid)
@@ -213,24 +217,32 @@ def test_the_traces_keep_the_drafts_probability_as_deep_as_the_study_proposes(tm
     assert config(12).draft_probs == 10 and config(2, k_max=3).draft_probs == 3
 
 
-def test_each_model_drafter_is_measured_at_a_second_k_on_the_first_workload(tmp_path, capsys):
+def test_each_model_drafter_is_measured_at_a_second_k_and_at_a_confidence_on_the_first_workload(tmp_path, capsys):
     """Chains of k on every workload, the trees with the tree drafter, and each model drafter's
-    chain of the second k on the first workload only (after its trees, before the next workload);
-    none where the second k is 0 or not below k, which the command line refuses in one line."""
+    chain of the second k, then its chain of k stopped at the confidence p, on the first workload
+    only (after its trees, before the next workload), each named apart; no second k where it is 0
+    or not below k, which the command line refuses in one line; no confidence chain where p is 0."""
     from specscope.cli import main
     from specscope.study.config import StudyConfig
-    from specscope.study.run import measured_runs
+    from specscope.study.run import measured_runs, run_label
 
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    config = StudyConfig(tmp_path, [a, b], tmp_path, drafters={"mtp": tmp_path, "draft": tmp_path}, k=3, second_k=1)
-    runs = [(w.name, m, t and t.name, k) for w, m, t, k in measured_runs(config)]
-    first = [("a.jsonl", m, None, 3) for m in ("ngram", "mtp", "draft")] + [
-        ("a.jsonl", "mtp", "2x1x1", 3), ("a.jsonl", "mtp", "3x2x1x1", 4)]
-    assert runs == [*first, ("a.jsonl", "mtp", None, 1), ("a.jsonl", "draft", None, 1),
+    config = StudyConfig(tmp_path, [a, b], tmp_path, drafters={"mtp": tmp_path, "draft": tmp_path}, k=3, second_k=1,
+                         confidence_p=0.5)
+    runs = [(w.name, m, t and t.name, k, p) for w, m, t, k, p in measured_runs(config)]
+    first = [("a.jsonl", m, None, 3, None) for m in ("ngram", "mtp", "draft")] + [
+        ("a.jsonl", "mtp", "2x1x1", 3, None), ("a.jsonl", "mtp", "3x2x1x1", 4, None)]
+    assert runs == [*first, ("a.jsonl", "mtp", None, 1, None), ("a.jsonl", "draft", None, 1, None),
+                    ("a.jsonl", "mtp", None, 3, 0.5), ("a.jsonl", "draft", None, 3, 0.5),
                     *((("b.jsonl",) + run[1:]) for run in first)]
+    labels = [run_label(config, run) for run in measured_runs(config)]
+    assert labels[:len(first) + 4] == ["ngram", "mtp", "draft", "mtp-tree-2x1x1", "mtp-tree-3x2x1x1", "mtp-k1",
+                                       "draft-k1", "mtp-p0.5", "draft-p0.5"]
     for second_k in (0, 3):
         config.second_k = second_k
-        assert config.second_k_drafters == [] and len(measured_runs(config)) == 2 * len(first)
+        assert config.second_k_drafters == [] and len(measured_runs(config)) == 2 * len(first) + 2
+    config.confidence_p = 0.0
+    assert config.confidence_drafters == [] and len(measured_runs(config)) == 2 * len(first)
     assert main(["study", "--k", "2", "--second-k", "2", "-o", str(tmp_path / "s")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["specscope: error: --second-k 2: expected below --k 2 (0: no second k), the chains of --k being "

@@ -37,6 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="each model drafter's chain is also measured with this many drafts, on the first workload: "
                              "two ks tell a drafter's cost per pass from its fixed cost, so the fitted cost model prices "
                              f"every k up to --k from measurement (default {defaults.second_k}, none with --k 1; 0: none)")
+    parser.add_argument("--confidence-p", type=validate.arg(validate.number, low=0.0, high=1.0), default=None,
+                        metavar="P", help="each model drafter's chain of --k is also measured stopped at its first draft "
+                                          "below P, on the first workload: what reading each pass's probabilities costs "
+                                          "is then priced, and the policy's confidence rule weighs it (default "
+                                          f"{defaults.confidence_p:g}; 0: none)")
     parser.add_argument("--k-max", type=validate.arg(validate.integer, low=1, high=validate.K_MAX_LIMIT),
                         default=defaults.k_max, help=f"drafts per position in the traces (default {defaults.k_max}, at most {validate.K_MAX_LIMIT})")
     parser.add_argument("--max-tokens", type=validate.arg(validate.integer, low=2), default=defaults.max_tokens,
@@ -97,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
     config.batch_sizes, config.k, config.k_max = tuple(args.batch_sizes), args.k, args.k_max
     if args.second_k is not None:
         config.second_k = args.second_k
+    if args.confidence_p is not None:
+        config.confidence_p = args.confidence_p
     config.threads, config.device, config.dtype = args.threads, args.device, args.dtype
     config.max_tokens = args.max_tokens
     if args.requests is not None:

@@ -67,6 +67,8 @@ class StepLoad:
     padded_tokens: np.ndarray  # num_running × max (k+1): what an engine that pads the batch verifies
     draft_widths: tuple[int, ...] = ()  # a tree step's drafter pass widths per sequence; () = chains
     longest_cached: np.ndarray | None = None  # the longest cache among the running requests (None: all alike)
+    reads_confidence: np.ndarray | None = None  # 1 where the drafter's passes read each draft's probability to
+    # stop a row at its confidence (``confidence:p``; a policy's rule), 0 elsewhere (None: nowhere)
 
     def cached_read(self, pads: bool) -> np.ndarray:
         """[steps] the cached tokens a step's attention reads: ``kv_tokens``, or on an engine that
@@ -131,7 +133,8 @@ class FractionDrafting:
 class LinearDrafting:
     """Model drafting, once per step:
     ``c_fixed + c_tok·passes + c_kv·kv_tokens + c_req·num_running + c_multi·[num_running > 1]
-    + c_tree·[tree step] + c_batched·num_running·tokens`` seconds (``passes``: the step's
+    + c_tree·[tree step] + c_batched·num_running·tokens + c_confidence·(passes − 1)·[reads]`` seconds
+    (``passes``: the step's
     sequential passes plus one, :func:`draft_passes`; ``tokens``: the tokens they read per
     sequence plus one, :func:`draft_tokens_per_sequence` — on a chain both its mean ``k + 1``;
     ``c_multi``: the drafter's
@@ -139,7 +142,9 @@ class LinearDrafting:
     a tree step adds whatever its size — top-b expansion, tree masks, compaction of the accepted
     path; ``c_batched``: per token a row's passes read, over the batch's rows — a drafter whose
     passes each cost more with every row they carry, as on a CPU, where one pass over n rows costs
-    a + b·n), and
+    a + b·n; ``c_confidence``: per pass whose drafts' probabilities are read to stop each row at
+    its confidence, :attr:`StepLoad.reads_confidence` — on the reference engine a copy to the host
+    and a rule per row, each pass), and
     ``c_prefill·prompt_tokens`` for the drafter's prefill. The paper's fitted EAGLE model has only the first three terms.
     A pass costs ``c_tok`` however wide, and each row-token it reads ``c_batched``: on ``specscope
     serve`` the draft model's 3x2x1x1 tree steps (4 passes over 16 tokens a row) took 4.3 ms at
@@ -161,6 +166,7 @@ class LinearDrafting:
     c_multi: float = 0.0
     c_tree: float = 0.0
     c_batched: float = 0.0
+    c_confidence: float = 0.0
 
     @classmethod
     def per_proposed_token(cls, c_fixed: float, c_tok: float, c_req: float, c_batched: float,
@@ -179,6 +185,8 @@ class LinearDrafting:
         seconds = (self.c_fixed + self.c_tok * draft_passes(load) + self.c_kv * load.kv_tokens
                    + self.c_req * load.num_running + self.c_multi * (load.num_running > 1)
                    + self.c_tree * bool(load.draft_widths) + self.c_batched * load.num_running * per_request)
+        if self.c_confidence and load.reads_confidence is not None:
+            seconds = seconds + self.c_confidence * (draft_passes(load) - 1) * load.reads_confidence
         return np.where(running, seconds, 0.0)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:
@@ -187,7 +195,7 @@ class LinearDrafting:
     def to_json(self) -> dict:
         return {"kind": "linear", "c_fixed": self.c_fixed, "c_tok": self.c_tok, "c_kv": self.c_kv,
                 "c_req": self.c_req, "c_prefill": self.c_prefill, "c_multi": self.c_multi, "c_tree": self.c_tree,
-                "c_batched": self.c_batched}
+                "c_batched": self.c_batched, "c_confidence": self.c_confidence}
 
 
 class CostModel(Protocol):

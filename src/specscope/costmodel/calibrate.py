@@ -79,7 +79,9 @@ c_prefill·P + c_batched·n·(w − 1)`` — per proposed token (a drafter's k p
 drafter makes ``depth`` passes, priced by ``c_tok``, over Σ ``draft_pass_widths`` tokens a row —
 fewer than the ``nodes`` it verifies — priced by ``c_batched``, plus ``c_tree`` on each of its
 steps, as the simulator prices a tree step: so trees in a sweep tell a verified token's cost apart
-from a drafter's per row and draft, which a chain's ``n·(w − 1)`` and ``n·w`` cannot), each term ≥ 0,
+from a drafter's per row and draft, which a chain's ``n·(w − 1)`` and ``n·w`` cannot; and in step
+records, ``c_confidence·(w − 1)`` on the steps whose drafter read each pass's draft probabilities to
+stop rows at a confidence, the record's ``confidence``), each term ≥ 0,
 written in the model's ``k + 1`` form (whose ``c_fixed`` and ``c_req`` may then lie below 0; in
 that form, with its terms ≥ 0, a drafter's cost at k = 0 could not be below its cost per pass, and
 the fit priced the bundled draft model's k = 1 steps 0.13 ms high and k = 4 low) — the last term
@@ -161,7 +163,8 @@ STALL = 3.0  # a gap over STALL × the typical gap of its kind is a stall, left 
 FITTED_STALL = 2.0  # ... and one over FITTED_STALL × its price in a first fit (see _without_stalls)
 STALL_SHARE = 0.05  # ... unless more than this share of the gaps are over it
 NEAR = 0.2  # chunks of one request closer than NEAR × the cell's median gap were read together
-DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched", "c_tree")  # of Gaps.drafting_features: a drafter's fit
+DRAFTING_TERMS = ("c_fixed", "c_tok", "c_req", "c_prefill", "c_batched", "c_tree",  # of Gaps.drafting_features: a
+                  "c_confidence")  # drafter's fit
 BATCHED_SHARE = 0.05  # above this share of over-full chunks, a cell's server batches steps
 WAITED = 3  # steps of another request one waited through for its first chunk: it waited for a free slot
 
@@ -216,6 +219,7 @@ class Gaps:
     passes: np.ndarray  # the drafter's passes: w − 1 on a chain, depth on a tree
     drafted: np.ndarray  # tokens a running row's drafter passes read: w − 1 on a chain, Σ pass widths on a tree
     tree: np.ndarray  # 1 on a step that drafted and verified a token tree
+    reads: np.ndarray  # 1 on a step whose drafter read each pass's draft probabilities to stop rows at a confidence
     running: np.ndarray  # n
     prefill: np.ndarray  # P: the positions it prefills
     pairs: np.ndarray  # the query–key pairs its prefill's attention computes (costmodel.base)
@@ -231,7 +235,7 @@ class Gaps:
     def drafting_features(self) -> np.ndarray:
         passes, drafted = (np.where(self.running > 0, a, 0.0) for a in (self.passes, self.drafted))
         return np.column_stack([self.running > 0, passes, self.running, self.prefill, self.running * drafted,
-                                self.tree * (self.running > 0)])
+                                self.tree * (self.running > 0), self.reads * passes])
 
     def select(self, mask: np.ndarray) -> "Gaps":
         return Gaps(**{name: value[mask] for name, value in vars(self).items()})
@@ -317,7 +321,7 @@ def cell_gaps(cell: CellRun) -> Gaps:
                 multi=np.where(n > 1, 1.0, n * chance[alone]) + (p_tokens > 1), width=per_row,
                 passes=np.full(len(n), float(cell.tree.depth)) if cell.tree else per_row - 1,
                 drafted=np.full(len(n), float(sum(cell.tree.draft_pass_widths))) if cell.tree else per_row - 1,
-                tree=np.full(len(n), 1.0 * (cell.tree is not None)), running=n,
+                tree=np.full(len(n), 1.0 * (cell.tree is not None)), reads=np.zeros(len(n)), running=n,
                 prefill=p_tokens, pairs=pairs, idle=np.zeros(len(n)), method=np.full(len(n), cell.method, dtype=object),
                 scale=np.zeros(len(n)))
     gaps = _concat([gaps, _first_chunks(cell, times, prompt)])
@@ -532,7 +536,7 @@ def step_gaps(steps: Sequence[MeasuredStep], label: str = "costmodel fit --whole
     gaps = Gaps(seconds=column(lambda s: s.seconds),
                 tokens=verified, cached=column(lambda s: s.kv_read), sequences=column(lambda s: s.batch_size),
                 decodes=1.0 * (n > 0), prefills=1.0 * (prefill > 0), multi=1.0 * (verified > 1) + (prefill > 1), width=width,
-                passes=passes - 1, drafted=read - 1, tree=tree,
+                passes=passes - 1, drafted=read - 1, tree=tree, reads=column(lambda s: s.confidence is not None),
                 running=n, prefill=prefill, pairs=column(lambda s: s.prefill_pairs), idle=np.zeros(len(n)),
                 method=np.array([s.method for s in decoding], dtype=object), scale=np.zeros(len(n)))
     run = column(lambda s: s.run)
@@ -561,7 +565,8 @@ def _first_chunks(cell: CellRun, times: list[np.ndarray], prompt: np.ndarray) ->
     count = int(alone.sum())
     zero, one = np.zeros(count), np.ones(count)
     return Gaps(seconds=(first - sent)[alone], tokens=zero, cached=zero, sequences=one, decodes=zero, prefills=one,
-                multi=1.0 * (prompt[alone] > 1), width=zero, passes=zero, drafted=zero, tree=zero, running=zero, prefill=prompt[alone],
+                multi=1.0 * (prompt[alone] > 1), width=zero, passes=zero, drafted=zero, tree=zero, reads=zero, running=zero,
+                prefill=prompt[alone],
                 pairs=prompt[alone] ** 2, idle=one,
                 method=np.full(count, cell.method, dtype=object), scale=zero.copy())
 
@@ -712,7 +717,8 @@ def _model(name: str, target: np.ndarray, drafting: dict[str, np.ndarray], untol
         c_prompt=forward["c_prompt"] if prefilled else None, c_batch=forward["c_batch"],
         c_prompt_fixed=forward["c_prompt_fixed"] if prefilled else None, c_prompt_kv=forward["c_prompt_kv"],
         drafting={m: LinearDrafting.per_proposed_token(d["c_fixed"], d["c_tok"], d["c_req"], d["c_batched"], c_kv=0.0,
-                                                       c_prefill=d["c_prefill"], c_tree=d["c_tree"])
+                                                       c_prefill=d["c_prefill"], c_tree=d["c_tree"],
+                                                       c_confidence=d["c_confidence"])
                   for m, d in terms.items()},
         fitted_cells=fitted, not_separated=untold, made_by=code_version(),
     )
@@ -809,7 +815,8 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
         a[:, kv] = 0.0  # over the caches measured (one batch size, prompts alike) the two trade: the fixed cost it is
         coef, over = _without_stalls(a, gaps.seconds / gaps.scale)
     start, width = forward.shape[1], drafting.shape[1]
-    chains = {f"{m}.c_tree" for m in methods if not gaps.tree[gaps.method == m].any()}  # a term they never had
+    chains = {f"{m}.c_tree" for m in methods if not gaps.tree[gaps.method == m].any()}  # terms they never had
+    chains |= {f"{m}.c_confidence" for m in methods if not gaps.reads[gaps.method == m].any()}
     return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
             tuple(name for name in unseparated(a, names)
                   if (name != "c_prompt_kv" or a[:, pairs].any()) and name not in chains), over)

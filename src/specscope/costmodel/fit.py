@@ -30,6 +30,9 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   ``depth`` drafter passes plus one (:func:`~specscope.costmodel.base.draft_passes`) and
   ``c_batched`` the tokens they read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
   step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
+  and where some of a method's steps stopped each row at its confidence (the record's
+  ``confidence``: ``bench --confidence``), ``c_confidence·k`` on those steps — what reading each
+  pass's draft probabilities and stopping rows costs beyond the plain chain's passes;
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
   forward over the same positions, as ``c_prefill·positions``;
 - a policy's own work (the steps of an engine running a policy file, method ``learned``): its
@@ -84,7 +87,8 @@ from specscope.version import code_version
 DRIFT_FITS = 30  # fits at most: the first on raw times, each later one after re-estimating every repeat's speed,
 DRIFT_CONVERGED = 1e-5  # ... until no repeat's speed moves by more than this (relative)
 SQUARE_SPAN = 2.0  # a prefill's price per query-key pair fitted where its prompts' lengths span this ratio
-DRAFTING_COLUMNS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi", "c_batched", "c_tree")  # _fit_once's, in order
+DRAFTING_COLUMNS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi", "c_batched")  # _fit_once's, in order
+# (then ``c_tree`` where some step drafted a tree, ``c_confidence`` where some read its drafts' probabilities)
 
 
 @dataclass
@@ -389,17 +393,21 @@ def _fit_once(steps: Sequence[MeasuredStep], name: str) -> tuple[LinearCostModel
         draft_kv = np.array([s.kv_read for s in mine])
         running = np.array([s.decoded for s in mine], dtype=float)
         tree = np.array([bool(s.tree) for s in mine], dtype=float)
+        reads = np.array([s.confidence is not None for s in mine], dtype=float)  # passes that read probabilities
         extra = np.array([s.draft_s + s.sample_s + s.overhead_s - overhead for s in mine])
         read = per_request - 1  # tokens a row's passes read (a chain's k): each term >= 0 per pass and token
-        columns = [_design(passes - 1, draft_kv), running, running > 1, running * read]
-        design = np.column_stack(columns + ([tree] if tree.any() else []))
+        optional = {"c_tree": tree, "c_confidence": (passes - 1) * reads}  # columns only where some step has them
+        optional = {name: column for name, column in optional.items() if column.any()}
+        design = np.column_stack([_design(passes - 1, draft_kv), running, running > 1, running * read,
+                                  *optional.values()])
         seconds = _step_seconds(mine)
         coef = nonnegative_relative_fit(design, extra, f"drafting of {method!r}", run_means(mine, seconds))
         errors[method] = float(np.median(np.abs(design @ coef - extra) / seconds))
-        untold += [f"{method}.{term}" for term in unseparated(design, DRAFTING_COLUMNS)]
+        untold += [f"{method}.{term}" for term in unseparated(design, (*DRAFTING_COLUMNS, *optional))]
         c_fixed, c_tok, c_kv, c_req, c_multi, c_batched = map(float, coef[:6])
+        terms = dict(zip(optional, map(float, coef[6:])))
         drafting[method] = LinearDrafting.per_proposed_token(
-            c_fixed, c_tok, c_req, c_batched, c_kv=c_kv, c_multi=c_multi, c_tree=float(coef[6]) if tree.any() else 0.0,
+            c_fixed, c_tok, c_req, c_batched, c_kv=c_kv, c_multi=c_multi, **terms,
             c_prefill=_drafter_prefill([s for s in prefill if s.method == method], forward))
     return with_policy_work(replace(forward, overhead_s=overhead, drafting=drafting, not_separated=tuple(untold)),
                             decode), errors

@@ -307,7 +307,8 @@ def drafting_lookup(model_name: str, drafting: dict[str, Drafting], proposer: st
 PROVENANCE = ("made_by", "engine", "sweep", "step_records")  # describe()'s fields: what fitted a model, not its prices
 FORWARD_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_multi")  # c_req and c_multi may be left out
 TARGET_TERMS = (*FORWARD_TERMS, "c_prompt", "c_batch", "admit_s", "c_prompt_fixed", "c_prompt_kv")  # every target term a fit names
-LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched")  # the first 3 required
+LINEAR_DRAFTING_TERMS = ("c_fixed", "c_tok", "c_kv", "c_req", "c_prefill", "c_multi", "c_tree", "c_batched",
+                         "c_confidence")  # the first 3 required
 
 
 PER_PROPOSAL = {"c_fixed": ("c_tok", True), "c_req": ("c_batched", False)}  # may be below 0, down to −slope
@@ -330,7 +331,7 @@ def drafting_from_json(spec: Fields) -> Drafting:
         return FractionDrafting(spec.number("ratio", low=0.0, high=MAX_COEFFICIENT_S))
     if kind == "linear":
         spec.only(["kind", *LINEAR_DRAFTING_TERMS])
-        terms = _coefficients(spec, ["c_tok", "c_kv"], ["c_prefill", "c_multi", "c_tree", "c_batched"])
+        terms = _coefficients(spec, ["c_tok", "c_kv"], ["c_prefill", "c_multi", "c_tree", "c_batched", "c_confidence"])
         for name, (slope, required) in PER_PROPOSAL.items():  # at least 0 at k = 0: >= −slope
             try:
                 terms[name] = spec.number(name, default=None if required else 0.0, low=-terms[slope],

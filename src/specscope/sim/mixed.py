@@ -83,6 +83,7 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         padded_tokens=running * longest,
         draft_widths=plan.draft_widths,
         longest_cached=deepest(cached),
+        reads_confidence=None if plan.reads_confidence is None else deepest(plan.reads_confidence.astype(float)),
     )
     priced = price_steps(cost, drafting, load)
     admitted = per_iteration(None, admit)  # [T]

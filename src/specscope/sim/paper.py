@@ -32,6 +32,7 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         num_proposing=b * (plan.proposed > 0),
         padded_tokens=b * plan.verify_tokens,  # the copies propose alike: nothing to pad
         draft_widths=plan.draft_widths,
+        reads_confidence=None if plan.reads_confidence is None else plan.reads_confidence.astype(float),
     )
     priced = price_steps(cost, drafting, load)
     n = len(plan.prompt_len)

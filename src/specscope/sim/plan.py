@@ -46,6 +46,8 @@ class Plan:
     methods: tuple[str, ...] = ()  # the proposers a switching plan chose between (sim.switching)
     committed: np.ndarray | None = None  # [R] a causal plan's request committed at admission to this method's
     # chain (index into methods; -1: decided per step; None: every request, as an oracle's plan)
+    reads_confidence: np.ndarray | None = None  # [S] bool: the step's drafter read each draft's probability to
+    # stop at its confidence (``confidence:p``, a policy's rule); None: no step did
 
     @property
     def steps_per_request(self) -> np.ndarray:
@@ -138,6 +140,8 @@ def make_plan(acc_lens: Sequence[np.ndarray], prompt_lens: Sequence[int], policy
     plan = concat_steps(parts, prompt_lens, [len(acc) for acc in acc_lens])
     if policy.tree is not None:
         plan.draft_widths = policy.tree.draft_pass_widths
+    if policy.by_confidence is not None:  # every step's passes read their drafts' probabilities
+        plan.reads_confidence = np.ones(len(plan.pos), dtype=bool)
     return plan
 
 

@@ -172,16 +172,16 @@ class _Walk:
         """Apply a decision: k capped at the deepest k and at what n-gram offers (0: none); with
         ``stop_below`` p, a model drafter taken proposes to its first draft below p instead, at most
         the deepest k (:meth:`~specscope.sim.observe.Observer.confident_k`)."""
-        k = min(max(int(k), 0), self.k_max)
+        k, reads = min(max(int(k), 0), self.k_max), False
         if method != NONE:
             offer = self.observer.offer(method, self.pos)
             k = k if offer is None else min(k, offer)
             if stop_below is not None and k > 0:
                 confident = self.observer.confident_k(method, self.pos, stop_below, self.k_max)
-                k = k if confident is None else confident
+                k, reads = (k, False) if confident is None else (confident, True)  # None: a lookup, no probabilities
         method = method if k > 0 else NONE
         emitted = (self.observer.step if record_outcome else self.observer.emitted)(self.pos, method, k)
-        self.steps.append((self.pos, k, emitted, self.observer.accepted(self.pos, method, k), method))
+        self.steps.append((self.pos, k, emitted, self.observer.accepted(self.pos, method, k), method, reads))
         self.pos += emitted
 
 
@@ -225,24 +225,27 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
                 committed = []  # the (method, k) of the committed rows' steps in this iteration
                 for walk in running:
                     if walk.committed:  # its chain's next step, walked already
-                        _, k, _, _, method = walk.steps[len(walk.steps) - walk.left]
+                        _, k, _, _, method, _ = walk.steps[len(walk.steps) - walk.left]
                         committed.append((method, k))
                         walk.left -= 1
                 deciding = [w for w in running if not w.committed]
                 if deciding:
                     for walk, choice in zip(deciding, decide([w.observe() for w in deciding], committed)):
                         walk.take(*choice, p)
-    parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 5).T) for w in walks]
+    parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 6).T) for w in walks]
     plan = _switch_plan(parts, records, methods)
     plan.committed = np.asarray([NONE if w.committed is None else w.committed[0] for w in walks], dtype=np.int64)
     return plan
 
 
 def _switch_plan(parts, records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
+    """One plan from per-request (pos, proposed, emitted, accepted, method[, reads_confidence]) arrays."""
     plan = concat_steps([p[:4] for p in parts], [r.prompt_len for r in records],
                         [common_length(r, methods) for r in records])
     plan.method = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     plan.methods = methods
+    reads = np.concatenate([p[5] for p in parts]).astype(bool) if parts and len(parts[0]) > 5 else None
+    plan.reads_confidence = reads if reads is not None and reads.any() else None
     return plan
 
 
@@ -328,9 +331,12 @@ class SwitchDrafting:
                 proposing = decided | (own & (plan.proposed > 0))  # pass (k = 0); a row committed to it, its chain
                 mine = decided | own
             rows = aggregate(mine.astype(float))
+            reads = None  # a lookup's rows read no probabilities; a drafter's iteration reads them where one row does
+            if self.stateful(index) and plan.reads_confidence is not None:
+                reads = deepest(np.where(mine & plan.reads_confidence, 1.0, 0.0))
             load = StepLoad(batched_tokens=aggregate(tokens), kv_tokens=cached(rows, mine),
                             num_running=rows, num_proposing=aggregate(proposing.astype(float)),
-                            padded_tokens=rows * deepest(tokens))
+                            padded_tokens=rows * deepest(tokens), reads_confidence=reads)
             if self.stateful(index):
                 behind = catch_up(plan, index).astype(float)
                 caught_up.append(rows * deepest(behind) if self.causal and self.pads else aggregate(behind))

@@ -26,6 +26,7 @@ STUDY_TREES = (TreeShape.parse("2x1x1"), TreeShape.parse("3x2x1x1"))
 TREE_DRAFTER_PREFERENCE = ("eagle", "eagle3", "mtp", "draft")
 BEFORE_KEPT = {"device": "cpu", "dtype": "float32"}  # where every study ran before these were settings: the defaults
 SECOND_K_BEFORE = 0  # the second k of every study before it was a setting: none measured
+CONFIDENCE_BEFORE = 0.0  # the confidence chain of every study before it was a setting: none measured
 
 
 @dataclass
@@ -37,7 +38,8 @@ class StudyConfig:
     included. Speedups are measured with the reference engine at ``batch_sizes`` with ``k``
     drafts per step (distinct requests, continuous batching) and simulated with the cost model
     fitted to those very steps; each model drafter also with ``second_k`` drafts on the first
-    workload (:attr:`second_k_drafters`). ``trees`` are also traced, measured, simulated and replayed
+    workload (:attr:`second_k_drafters`), and at ``k`` stopped at the drafter's confidence
+    ``confidence_p`` (:attr:`confidence_drafters`). ``trees`` are also traced, measured, simulated and replayed
     with :attr:`tree_drafter`.
     """
 
@@ -48,6 +50,7 @@ class StudyConfig:
     batch_sizes: tuple[int, ...] = (1, 4, 8)
     k: int = 3
     second_k: int = 1  # each model drafter's chain measured at this k too, on the first workload (0: not)
+    confidence_p: float = 0.5  # ... and at k stopped at its first draft below this probability (0: not)
     k_max: int = 10
     max_tokens: int = 96
     requests: int | None = None  # the first N requests of each workload (None: all)
@@ -69,7 +72,7 @@ class StudyConfig:
                 "model_sha256": model_fingerprint(self.model_dir)[:16],
                 "drafter_sha256": {name: model_fingerprint(path)[:16] for name, path in sorted(self.drafters.items())},
                 "drafters": sorted(self.drafters), "batch_sizes": list(self.batch_sizes), "k": self.k,
-                "second_k": self.measured_second_k,
+                "second_k": self.measured_second_k, "confidence_p": self.confidence_p,
                 "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
                 "trees": [t.name for t in self.trees], "threads": self.threads, "device": self.device,
                 "dtype": self.dtype}
@@ -101,6 +104,16 @@ class StudyConfig:
         other k on that split (a study of 2026-12-06 with chains of k = 3 alone simulated MTP
         k = 1 on code at 0.74×, which measured 1.12×)."""
         return list(self.drafters) if self.measured_second_k else []
+
+    @property
+    def confidence_drafters(self) -> list[str]:
+        """The model drafters whose chain of k is measured stopped at the confidence ``confidence_p``
+        too, on the first workload: every drafter with a checkpoint (none where p is 0). Reading each
+        pass's draft probabilities and stopping rows costs the engine beyond the plain chain's passes;
+        its steps price that per pass (``c_confidence``), which the policy's confidence rule weighs
+        (unpriced, a policy that stopped MTP at its confidence measured 3.5–6.2 % below MTP's chain
+        at chat B = 1, k = 5, where the simulator put the two level; 2026-12-06)."""
+        return list(self.drafters) if self.confidence_p else []
 
     @property
     def draft_probs(self) -> int:

@@ -10,7 +10,7 @@ from typing import Callable
 from specscope.errors import SpecscopeError
 from specscope.fileio import atomic_write_text, check_user_output, exclusive
 from specscope.reading import read_json_object
-from specscope.study.config import BEFORE_KEPT, SECOND_K_BEFORE, StudyConfig
+from specscope.study.config import BEFORE_KEPT, CONFIDENCE_BEFORE, SECOND_K_BEFORE, StudyConfig
 from specscope.version import code_version
 from specscope.study.run import (
     check_replays,
@@ -144,13 +144,15 @@ def check_resume(config: StudyConfig) -> None:
         if old.get("schema") != settings["schema"]:
             raise SpecscopeError(f"{path}: holds no study's settings (its schema: {old.get('schema')!r}, expected "
                                  f"{settings['schema']!r}): not a study folder specscope made; choose another -o")
-        ran = {**BEFORE_KEPT, "second_k": SECOND_K_BEFORE, **old}  # as a study of before they were kept ran
+        before_kept = {**BEFORE_KEPT, "second_k": SECOND_K_BEFORE, "confidence_p": CONFIDENCE_BEFORE}
+        ran = {**before_kept, **old}  # as a study of before they were kept ran
         changed = [f"{key} {ran[key]} → {settings[key]}" for key in settings
                    if key in ran and ran[key] != settings[key]]  # a key it lacks (a study of before that setting was
         # kept, such as the workloads' digests) is written below, not compared
         if changed and produced(config):  # settings alone (its first stage refused): nothing to mix
-            before = ("; or resume it as it began, with --second-k 0"  # a study of before the option measured none
-                      if "second_k" not in old and settings["second_k"] != SECOND_K_BEFORE else "")
+            began = [f"--{key.replace('_', '-')} 0" for key in ("second_k", "confidence_p")  # a study of before the
+                     if key not in old and settings[key] != before_kept[key]]  # option measured none
+            before = f"; or resume it as it began, with {' '.join(began)}" if began else ""
             raise SpecscopeError(f"{out}: holds a study with other settings ({'; '.join(changed)}): resuming would mix "
                                  f"their results; study into another folder (-o), or delete this one to start over{before}")
         if not changed and settings.keys() <= old.keys():

@@ -41,7 +41,7 @@ import statistics
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from specscope import written as ledger
 from specscope.analysis.measured import MeasuredCell, beside_pairs, best_beside, read_bench_results, verdict_counts
@@ -130,27 +130,41 @@ def trace_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Path]:
     return paths
 
 
-def measured_runs(config: StudyConfig) -> list[tuple[Path, str, TreeShape | None, int]]:
-    """What the engine measures, as (workload, method, tree, k), workload by workload: each method
-    with a chain of ``k``, then the tree drafter with each tree (k: its depth); on the first
-    workload, after those, each model drafter with a chain of the second k
-    (:attr:`StudyConfig.second_k_drafters`)."""
+class MeasuredRun(NamedTuple):
+    """One run the engine measures: a workload's chain of ``k`` (a tree's depth) with ``method``,
+    a ``tree`` or, with ``confidence`` p, each row stopped at its drafter's first draft below p."""
+
+    workload: Path
+    method: str
+    tree: TreeShape | None
+    k: int
+    confidence: float | None = None
+
+
+def measured_runs(config: StudyConfig) -> list[MeasuredRun]:
+    """What the engine measures, workload by workload: each method with a chain of ``k``, then the
+    tree drafter with each tree (k: its depth); on the first workload, after those, each model
+    drafter with a chain of the second k (:attr:`StudyConfig.second_k_drafters`) and with its chain
+    of ``k`` stopped at ``confidence_p`` (:attr:`StudyConfig.confidence_drafters`)."""
     trees = config.trees if config.tree_drafter else ()
-    runs: list[tuple[Path, str, TreeShape | None, int]] = []
+    runs: list[MeasuredRun] = []
     for index, workload in enumerate(config.workloads):
-        runs += [(workload, m, None, config.k) for m in config.methods]
-        runs += [(workload, config.tree_drafter, tree, tree.depth) for tree in trees]
+        runs += [MeasuredRun(workload, m, None, config.k) for m in config.methods]
+        runs += [MeasuredRun(workload, config.tree_drafter, tree, tree.depth) for tree in trees]
         if index == 0:
-            runs += [(workload, m, None, config.measured_second_k) for m in config.second_k_drafters]
+            runs += [MeasuredRun(workload, m, None, config.measured_second_k) for m in config.second_k_drafters]
+            runs += [MeasuredRun(workload, m, None, config.k, config.confidence_p) for m in config.confidence_drafters]
     return runs
 
 
-def run_label(config: StudyConfig, method: str, tree: TreeShape | None, k: int) -> str:
+def run_label(config: StudyConfig, run: MeasuredRun) -> str:
     """How a measured run's files are named after its workload: ``ngram``, ``mtp-k1`` (a chain of
-    the second k), ``eagle-tree-2x1x1``."""
-    if tree is not None:
-        return f"{method}-tree-{tree.name}"
-    return method if k == config.k else f"{method}-k{k}"
+    the second k), ``mtp-p0.5`` (the chain of k stopped at its confidence), ``eagle-tree-2x1x1``."""
+    if run.tree is not None:
+        return f"{run.method}-tree-{run.tree.name}"
+    if run.confidence is not None:
+        return f"{run.method}-p{run.confidence:g}"
+    return run.method if run.k == config.k else f"{run.method}-k{run.k}"
 
 
 def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[MeasuredCell]:
@@ -159,14 +173,15 @@ def measure_stage(config: StudyConfig, say: Callable[[str], None]) -> list[Measu
 
     cells = []
     config.measure_dir.mkdir(parents=True, exist_ok=True)
-    for workload, method, tree, k in measured_runs(config):
-        label = run_label(config, method, tree, k)
+    for run in measured_runs(config):
+        workload, label = run.workload, run_label(config, run)
         out = config.measure_dir / f"{workload_stem(workload)}__{label}.json"
         kept = out.exists()
         if not kept:
-            bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=method,
-                                draft_dir=config.drafters.get(method), k=k, batch_sizes=config.batch_sizes,
-                                max_tokens=config.max_tokens, tree=tree, dtype=config.dtype, device=config.device)
+            bench = BenchConfig(model_dir=config.model_dir, workload=workload, method=run.method,
+                                draft_dir=config.drafters.get(run.method), k=run.k, batch_sizes=config.batch_sizes,
+                                max_tokens=config.max_tokens, tree=run.tree, confidence=run.confidence,
+                                dtype=config.dtype, device=config.device)
             write_measured(out, run_bench(bench), workload, ran_on(config))
         mine = [replace(cell, dataset=workload_stem(workload)) for cell in read_bench_results([out])]
         done = ", ".join(f"B={c.batch_size}: {c.measured_speedup:.2f}x" for c in mine)

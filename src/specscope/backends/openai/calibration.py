@@ -506,6 +506,8 @@ def terms(model: LinearCostModel) -> dict[str, float]:
         fitted = {**{name: getattr(drafting, name) for name in DRAFTING_TERMS}, **drafting.at_no_proposal()}
         if not drafting.c_tree and not any(c.tree and c.method == method for c in model.fitted_cells):
             del fitted["c_tree"]  # chains alone: a term it never had
+        if not drafting.c_confidence:
+            del fitted["c_confidence"]  # a server's chunks never tell a confidence stop: a term a sweep never has
         named.update({f"{method}.{name}": value for name, value in fitted.items()})
     return named
 
