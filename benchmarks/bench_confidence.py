@@ -6,10 +6,11 @@ each row at its first draft below p (``confidence:p``); ``bench --confidence`` s
 (:func:`~specscope.engine.proposer_api.token_probability`) and counts each row's drafts
 (:class:`~specscope.engine.proposer_api.ConfidentDrafts`). This times that bookkeeping alone: the
 drafter's forward is left out (its state fed back as it is), its logits one matmul into the bundled
-target's vocabulary, so what is timed beyond the plain chain is what the rule costs. Three ways,
+target's vocabulary, so what is timed beyond the plain chain is what the rule costs. Four ways,
 alternated round by round in one process, one thread, medians: the plain chain of k, the chain
-reading its confidence, the chain stopped at p = 0 (every row drafts its k: the same passes). Greedy
-drafting only: a sampled chain's own draws are not timed here.
+reading its first draft's probability alone (a switching engine's policy feature, where no row stops
+at a p), the chain reading every draft's, the chain stopped at p = 0 (every row drafts its k: the same
+passes). Greedy drafting only: a sampled chain's own draws are not timed here.
 
     python benchmarks/bench_confidence.py [--k 3] [--batch-sizes 1,8] [--rounds 5]
 """
@@ -60,7 +61,8 @@ def main() -> None:
             return ProposeInput(list(range(batch)), torch.zeros(batch, dtype=torch.long),
                                 torch.zeros(batch, dtype=torch.long), [[1]] * batch, args.k, sampling, **rule)
 
-        ways = {"plain chain": request(), "confidence read": request(want_confidence=True),
+        ways = {"plain chain": request(), "first draft read": request(first_confidence=True),
+                "every draft read": request(want_confidence=True),
                 "stopped at p = 0": request(want_confidence=True, stop_below=0.0)}
         state = torch.randn(batch, config["hidden_size"])
         medians: dict[str, list[float]] = {name: [] for name in ways}

@@ -684,9 +684,11 @@ def test_drafting_is_fitted_on_each_rows_own_proposal(tmp_path, whole):
 def test_a_drafter_stopped_at_its_confidence_is_fitted_a_price_per_pass_it_reads(tmp_path, whole):
     """Draft-model steps at batch 1–4: plain chains of k = 1–4, and chains stopped at a confidence
     (each pass's probabilities read, every row at the deepest: the record's ``confidence``) that
-    cost 4e-5 s a pass more. Both fits recover that price (``c_confidence``) beside the chain's,
-    and the simulator prices such a step at the time it was measured; records without such steps
-    fit none (0, not a term left unseparated)."""
+    cost 4e-5 s a pass more, beside EAGLE's and n-gram's plain chains. Both fits recover that price
+    (``c_confidence``) beside the chain's, and the simulator prices such a step at the time it was
+    measured; the whole-step fit prices every model drafter's read alike (EAGLE's too: the engine's
+    work, not the drafter's), the phase fit each drafter's from its own steps (EAGLE's none), n-gram
+    none; records without such steps fit none (0, not a term left unseparated)."""
     from specscope.analysis.timesplit import read_steps
     from specscope.costmodel.base import StepLoad
     from specscope.costmodel.calibrate import fit_steps
@@ -705,6 +707,8 @@ def test_a_drafter_stopped_at_its_confidence_is_fitted_a_price_per_pass_it_reads
         lines.append(step(i, "none", 0, batch, kv, forward(batch, kv, batch)))
         lines.append({**step(i, "draft", k, batch, kv, forward(batch * (k + 1), kv, batch), draft=drafting(k, batch, reads)),
                       **({"confidence": 0.5, "k": 4} if reads else {})})  # stopped at k of at most 4
+        lines.append(step(i, "eagle", k, batch, kv, forward(batch * (k + 1), kv, batch), draft=2 * drafting(k, batch, 0)))
+        lines.append(step(i, "ngram", k, batch, kv, forward(batch * (k + 1), kv, batch), draft=1e-4))
     records = tmp_path / "steps.jsonl"
     records.write_text("".join(json.dumps(line) + "\n" for line in lines))
     fit = (lambda steps: fit_steps(steps)[0]) if whole else (lambda steps: fit_linear(steps)[0])
@@ -712,8 +716,11 @@ def test_a_drafter_stopped_at_its_confidence_is_fitted_a_price_per_pass_it_reads
     draft = model.drafting_for("draft")
     assert draft.c_confidence == pytest.approx(4e-5, rel=1e-3) and draft.c_tok == pytest.approx(3e-4, rel=1e-3)
     assert "draft.c_confidence" not in model.not_separated
+    assert model.drafting_for("eagle").c_confidence == (draft.c_confidence if whole else 0.0)
+    assert model.drafting_for("ngram").c_confidence == 0.0
     one = np.ones(1)
-    load = StepLoad(3 * 4 * one, 500 * one, 3 * one, 3 * one, 3 * 4 * one, reads_confidence=one)  # B = 3, k = 3
+    load = StepLoad(3 * 4 * one, 500 * one, 3 * one, 3 * one, 3 * 4 * one, reads_confidence=3 * one)  # B = 3, k = 3,
+    # each of its 3 passes read
     priced = price_steps(model, DeepestPasses(draft), load)
     overhead = 0.001 if whole else model.overhead_s
     assert float(priced.total[0]) == pytest.approx(forward(12, 500, 3) + drafting(3, 3, 1) + overhead, rel=1e-3)

@@ -9,6 +9,7 @@ from policy_traces import record
 
 from specscope.policy.observation import NONE, prompt_overlap
 from specscope.sim.observe import Observer
+from specscope.sim.plan import READS_EVERY, READS_FIRST
 from specscope.sim.switching import causal_plan
 
 NGRAM = [1, 3, 1, 1, 2, 1, 1, 1, 4, 1, 1, 1]
@@ -164,9 +165,10 @@ def test_a_model_drafter_taken_under_a_confidence_proposes_to_its_first_unconfid
 
     stopped = plan((1, 1), 0.5)
     assert (stopped.pos.tolist(), stopped.proposed.tolist(), stopped.emitted.tolist()) == ([1, 4], [2, 1], [3, 2])
-    assert stopped.reads_confidence.tolist() == [True, True]  # its passes read the probabilities: priced per pass
+    assert stopped.reads_confidence.tolist() == [READS_EVERY] * 2  # every pass read: priced per pass
     fixed = plan((1, 1), None)
     assert (fixed.pos.tolist(), fixed.proposed.tolist()) == ([1, 3, 5], [1, 1, 1])
+    assert fixed.reads_confidence.tolist() == [READS_FIRST] * 3  # the first draft's: the policy's next feature
     lookup = plan((0, 2), 0.5)
     assert lookup.proposed.tolist() == plan((0, 2), None).proposed.tolist() == [1, 1, 1]
-    assert fixed.reads_confidence is None and lookup.reads_confidence is None  # nothing read
+    assert lookup.reads_confidence is None  # n-gram's steps read nothing

@@ -13,6 +13,7 @@ from specscope.costmodel.linear import LinearCostModel
 from specscope.sim.grid import SimConfig, simulate
 from specscope.policy.observation import NONE
 from specscope.sim.paper import predict_paper
+from specscope.sim.plan import READS_EVERY, READS_FIRST, READS_NONE
 from specscope.sim.switching import SwitchDrafting, catch_up, causal_plan, lookup_known_plan, oracle_switch_plan
 
 NGRAM = [3, 1, 1, 1, 2, 1, 1, 1, 1]
@@ -106,8 +107,8 @@ def test_a_causal_policys_drafter_stopped_at_its_confidence_pays_its_read_per_pa
     passes read their drafts' probabilities (c_confidence 0.03 s a pass); n-gram's search reads none.
     Every EAGLE draft at 0.9 but the first at position 7 (0.2): n-gram proposes 2 at position 1
     (emits 3), EAGLE 2 at position 4 (emits 2), none at 6 (n-gram offers nothing), EAGLE 1 at 7 (its
-    first draft unconfident), none at 8 — 0.03 × (2 + 1) s more drafting, by hand; nothing more where
-    no row is stopped (p = None)."""
+    first draft unconfident), none at 8 — 0.03 × (2 + 1) s more drafting, by hand. Without p the
+    policy still reads each EAGLE step's first draft (its feature): 0.03 × 2 (EAGLE 2 at 4 and 7)."""
     import itertools
     from dataclasses import replace as changed
 
@@ -130,10 +131,13 @@ def test_a_causal_policys_drafter_stopped_at_its_confidence_pays_its_read_per_pa
     plan, read = drafting(reading, 0.5)
     assert (plan.pos.tolist(), plan.proposed.tolist(), plan.method.tolist()) == (
         [1, 4, 6, 7, 8], [2, 2, 0, 1, 0], [0, 1, NONE, 1, NONE])
-    assert plan.reads_confidence.tolist() == [False, True, False, True, False]
+    assert plan.reads_confidence.tolist() == [READS_NONE, READS_EVERY, READS_NONE, READS_EVERY, READS_NONE]
     assert read - drafting(COST, 0.5)[1] == pytest.approx(0.03 * 3)
-    plan, stopped_none = drafting(reading, None)
-    assert plan.reads_confidence is None and stopped_none == pytest.approx(drafting(COST, None)[1])
+    plan, first = drafting(reading, None)
+    assert (plan.pos.tolist(), plan.proposed.tolist(), plan.method.tolist()) == (
+        [1, 4, 6, 7, 8], [2, 2, 0, 2, 0], [0, 1, NONE, 1, NONE])
+    assert plan.reads_confidence.tolist() == [READS_NONE, READS_FIRST, READS_NONE, READS_FIRST, READS_NONE]
+    assert first - drafting(COST, None)[1] == pytest.approx(0.03 * 2)
 
 
 def test_causal_plan_caps_ngram_at_its_offer_and_zero_means_none():

@@ -67,8 +67,8 @@ class StepLoad:
     padded_tokens: np.ndarray  # num_running × max (k+1): what an engine that pads the batch verifies
     draft_widths: tuple[int, ...] = ()  # a tree step's drafter pass widths per sequence; () = chains
     longest_cached: np.ndarray | None = None  # the longest cache among the running requests (None: all alike)
-    reads_confidence: np.ndarray | None = None  # 1 where the drafter's passes read each draft's probability to
-    # stop a row at its confidence (``confidence:p``; a policy's rule), 0 elsewhere (None: nowhere)
+    reads_confidence: np.ndarray | None = None  # the drafter's passes whose drafts' probabilities it reads: each
+    # to stop rows at a confidence (``confidence:p``, a policy's rule), or the first, a policy's feature (None: none)
 
     def cached_read(self, pads: bool) -> np.ndarray:
         """[steps] the cached tokens a step's attention reads: ``kv_tokens``, or on an engine that
@@ -133,7 +133,7 @@ class FractionDrafting:
 class LinearDrafting:
     """Model drafting, once per step:
     ``c_fixed + c_tok·passes + c_kv·kv_tokens + c_req·num_running + c_multi·[num_running > 1]
-    + c_tree·[tree step] + c_batched·num_running·tokens + c_confidence·(passes − 1)·[reads]`` seconds
+    + c_tree·[tree step] + c_batched·num_running·tokens + c_confidence·reads`` seconds
     (``passes``: the step's
     sequential passes plus one, :func:`draft_passes`; ``tokens``: the tokens they read per
     sequence plus one, :func:`draft_tokens_per_sequence` — on a chain both its mean ``k + 1``;
@@ -142,9 +142,9 @@ class LinearDrafting:
     a tree step adds whatever its size — top-b expansion, tree masks, compaction of the accepted
     path; ``c_batched``: per token a row's passes read, over the batch's rows — a drafter whose
     passes each cost more with every row they carry, as on a CPU, where one pass over n rows costs
-    a + b·n; ``c_confidence``: per pass whose drafts' probabilities are read to stop each row at
-    its confidence, :attr:`StepLoad.reads_confidence` — on the reference engine a copy to the host
-    and a rule per row, each pass), and
+    a + b·n; ``c_confidence``: per pass whose drafts' probabilities are read, ``reads`` =
+    :attr:`StepLoad.reads_confidence` — on the reference engine a softmax, a copy to the host and,
+    to stop rows at a confidence, a rule per row), and
     ``c_prefill·prompt_tokens`` for the drafter's prefill. The paper's fitted EAGLE model has only the first three terms.
     A pass costs ``c_tok`` however wide, and each row-token it reads ``c_batched``: on ``specscope
     serve`` the draft model's 3x2x1x1 tree steps (4 passes over 16 tokens a row) took 4.3 ms at
@@ -186,7 +186,7 @@ class LinearDrafting:
                    + self.c_req * load.num_running + self.c_multi * (load.num_running > 1)
                    + self.c_tree * bool(load.draft_widths) + self.c_batched * load.num_running * per_request)
         if self.c_confidence and load.reads_confidence is not None:
-            seconds = seconds + self.c_confidence * (draft_passes(load) - 1) * load.reads_confidence
+            seconds = seconds + self.c_confidence * load.reads_confidence
         return np.where(running, seconds, 0.0)
 
     def prefill_time(self, prompt_tokens: np.ndarray) -> np.ndarray:

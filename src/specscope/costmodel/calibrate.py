@@ -154,6 +154,7 @@ from specscope.costmodel.linear import (TARGET_TERMS, FittedCell, FittedSweep,  
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
 from specscope.methods import LEARNED, NO_SD, proposal_label
+from specscope.methods import method as method_named
 from specscope.trees import TreeShape
 from specscope.version import code_version
 
@@ -777,8 +778,11 @@ def _slowed(gaps: Gaps, factor: float | np.ndarray) -> Gaps:
 def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more requests"
          ) -> tuple[np.ndarray, dict[str, np.ndarray], tuple[str, ...], int]:
     """The forward's coefficients [5], ``c_prompt``, ``c_batch``, ``admit_s``, ``c_prompt_fixed`` and ``c_prompt_kv`` [1 each], and each
-    method's drafting [5, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
-    least-squares problem over the forward's columns (every gap) and each method's drafting columns
+    method's drafting [:data:`DRAFTING_TERMS`, per proposed token], fitted together to ``gaps`` (module docstring): one non-negative
+    least-squares problem over the forward's columns (every gap), the probabilities' read per pass
+    (``c_confidence``, where some gap read them: one price for every model drafter — a softmax and a
+    copy to the host, the engine's work whatever the drafter; fitted per drafter on a study of
+    2026-12-06, noise put MTP's at 0 and EAGLE-3's at 84 µs a pass) and each method's drafting columns
     (its gaps, 0 elsewhere), every error relative to its ``scale`` (its cell's mean gap; a step
     record's, its run's mean step over √ its rows); and the terms (``TERM``, ``METHOD.TERM``) the gaps
     cannot tell apart (:func:`~specscope.costmodel.fit.unseparated`; a prefill's query–key pairs
@@ -791,7 +795,9 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
     how many gaps it left out as stalls against a first fit (:func:`_without_stalls`)."""
     methods = sorted(set(gaps.method.tolist()) - {NO_SD})
     forward, drafting = gaps.target_features(), gaps.drafting_features()
-    blocks = [forward]
+    drafting, read = drafting[:, :-1], drafting[:, -1:]  # each method's own terms; the probabilities' read
+    shared = bool(read.any())  # ... priced once for every model drafter: the engine's work, not the drafter's
+    blocks = [forward, *([read] if shared else [])]
     for m in methods:
         mine = gaps.method == m
         if mine.sum() < drafting.shape[1]:
@@ -802,7 +808,8 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
     if len(a) < a.shape[1]:
         raise SpecscopeError(f"{what}: {len(a)} observed steps for {a.shape[1]} coefficients (the forward's "
                              f"and each method's drafting: {more})")
-    names = [*TARGET_TERMS, *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS)]
+    names = [*TARGET_TERMS, *(["c_confidence"] if shared else []),
+             *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS[:-1])]
     pairs, prompt = TARGET_TERMS.index("c_prompt_kv"), [TARGET_TERMS.index(t) for t in ("c_prompt_fixed", "c_prompt", "c_req")]
     if not pairs_fitted(a, names, gaps.prefill, gaps.pairs):
         a[:, pairs] = 0.0
@@ -814,10 +821,12 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
     if coef[kv] > 0 and not coef[free].any():  # the whole forward per cached token: one over an empty cache free
         a[:, kv] = 0.0  # over the caches measured (one batch size, prompts alike) the two trade: the fixed cost it is
         coef, over = _without_stalls(a, gaps.seconds / gaps.scale)
-    start, width = forward.shape[1], drafting.shape[1]
-    chains = {f"{m}.c_tree" for m in methods if not gaps.tree[gaps.method == m].any()}  # terms they never had
-    chains |= {f"{m}.c_confidence" for m in methods if not gaps.reads[gaps.method == m].any()}
-    return (coef[:start], {m: coef[start + width * i: start + width * (i + 1)] for i, m in enumerate(methods)},
+    start, width = forward.shape[1] + shared, drafting.shape[1]
+    c_confidence = float(coef[forward.shape[1]]) if shared else 0.0
+    chains = {f"{m}.c_tree" for m in methods if not gaps.tree[gaps.method == m].any()}  # a term they never had
+    return (coef[:forward.shape[1]],
+            {m: np.append(coef[start + width * i: start + width * (i + 1)],
+                          c_confidence if method_named(m).kind != "lookup" else 0.0) for i, m in enumerate(methods)},
             tuple(name for name in unseparated(a, names)
                   if (name != "c_prompt_kv" or a[:, pairs].any()) and name not in chains), over)
 

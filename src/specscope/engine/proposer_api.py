@@ -121,7 +121,8 @@ class ProposeInput:
     ``histories[b]`` = prompt + output of row ``b`` so far, ending with its last token (the
     engine's own lists: read them, never modify them). ``want_confidence`` asks model proposers
     for :attr:`Proposal.confidence` (the tracer does; the engine does not, so its steps pay
-    nothing for it). ``stop_below`` p (``confidence:p``; one p for every row, or a p per row, None
+    nothing for it); ``first_confidence`` for the first draft's alone ([batch, 1]: a switching
+    engine's policy reads it, and no pass after the first pays for it). ``stop_below`` p (``confidence:p``; one p for every row, or a p per row, None
     where a row drafts its k): a model proposer ends a row's proposal at its first draft whose
     probability (as :attr:`Proposal.confidence`) is below p, that draft included. ``row_k`` [batch]
     (each ≤ k): each row's own k, where rows of one call draft to different depths (a switching
@@ -136,6 +137,7 @@ class ProposeInput:
     k: int
     sampling: "BatchSampling"
     want_confidence: bool = False
+    first_confidence: bool = False
     stop_below: float | Sequence[float | None] | None = None
     row_k: Sequence[int] | None = None
 
@@ -225,7 +227,8 @@ class ConfidentDrafts:
         self.threshold = [None if value is None else float(np.float32(value)) for value in per_row]
         self.stopped = any(value is not None for value in self.threshold)  # some row stops at its p
         self.stops = row_k is not None or self.stopped
-        self.reads = request.want_confidence or self.stopped  # a draft's probability is read
+        self.reads = request.want_confidence or self.stopped  # every draft's probability is read
+        self.first = request.first_confidence  # ... or the first draft's
         self.cap = [request.k] * batch if row_k is None else [min(int(c), request.k) for c in row_k]  # each row's k
         self.count = [0] * batch  # drafts counted as they come, where a rule stops rows
         self.live = [c > 0 for c in self.cap]  # rows still drafting
@@ -241,10 +244,11 @@ class ConfidentDrafts:
             return torch.full((len(self.count),), self.k, dtype=torch.long, device=self.device)
         return torch.tensor(self.count, dtype=torch.long, device=self.device)
 
-    def probability(self, logits: "torch.Tensor", tokens: "torch.Tensor") -> "torch.Tensor | None":
+    def probability(self, logits: "torch.Tensor", tokens: "torch.Tensor", first: bool) -> "torch.Tensor | None":
         """:func:`token_probability` of this pass's drafts [batch] where it is read (asked for, or
-        stopped at), else ``None``: an engine that reads neither pays nothing for it."""
-        return token_probability(logits, tokens) if self.reads else None
+        stopped at; ``first``: the first pass, where the first draft's alone is asked for), else
+        ``None``: an engine that reads none pays nothing for it."""
+        return token_probability(logits, tokens) if self.reads or (self.first and first) else None
 
     def sample(self, sampling: "BatchSampling", probs: "torch.Tensor") -> "torch.Tensor":
         """One draft per row from ``probs`` [batch, vocab] (:meth:`BatchSampling.sample`), drawn only

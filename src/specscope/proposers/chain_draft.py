@@ -28,7 +28,9 @@ def draft_chain(
     ``state`` [batch, h] is the drafter's output at the newest token; ``logits`` maps a state to
     logits [batch, vocab] over the target's vocabulary; ``advance(token, i, state)`` feeds draft
     d_{i+1} [batch] (pass i, 0-based) and returns the next state [batch, h]. The proposal's tokens
-    are [batch, passes ≤ k]; its probabilities [batch, passes, vocab] where any row samples."""
+    are [batch, passes ≤ k]; its probabilities [batch, passes, vocab] where any row samples; its
+    confidence [batch, passes] where asked for (``want_confidence``), [batch, 1] where the first
+    draft's alone is (``first_confidence``)."""
     sampling = request.sampling
     drafts, probs, confidence = [], [], []
     rows = ConfidentDrafts(request, state.device)
@@ -40,8 +42,8 @@ def draft_chain(
             probs.append(sampling.probs(scores))
             token = rows.sample(sampling, probs[-1])
         drafts.append(token)
-        told = rows.probability(scores, token)
-        if request.want_confidence:
+        told = rows.probability(scores, token, i == 0)
+        if request.want_confidence or (request.first_confidence and i == 0):
             confidence.append(told)
         if not rows.add(told) or i + 1 == request.k:
             break

@@ -192,8 +192,9 @@ class SwitchingProposer:
         engine's drafting took 3.3 ms a run of 585 steps beyond the chain's own engine (median of
         10 paired runs), where a scan of the rows every step and a ``no_grad`` wrapper took 12.7 ms."""
         k = min(k, self.depth)
-        if request.k != k or request.want_confidence or request.stop_below is not None or request.row_k is not None:
-            request = replace(request, k=k, want_confidence=False, stop_below=None, row_k=None)
+        if (request.k != k or request.want_confidence or request.first_confidence or request.stop_below is not None
+                or request.row_k is not None):
+            request = replace(request, k=k, want_confidence=False, first_confidence=False, stop_below=None, row_k=None)
         proposal, name = self.members[method].propose(request), self.policy.methods[method]
         for slot, drafted in zip(request.slots, proposal.draft_len.tolist()):  # the lookup's: min(k, its offer)
             self._choices[slot] = (name, drafted) if drafted else (NO_SD, 0)
@@ -232,7 +233,7 @@ class SwitchingProposer:
             begun = time.perf_counter()
             proposal = self.members[index].propose(subset)
             seconds += time.perf_counter() - begun
-            confidence = proposal.confidence[:, 0].tolist() if subset.want_confidence else [None] * len(rows)
+            confidence = proposal.confidence[:, 0].tolist() if subset.first_confidence else [None] * len(rows)
             for row, draft, value, length in zip(rows, proposal.tokens[:, : self.depth].tolist(), confidence,
                                                  proposal.draft_len.tolist()):
                 drafted[row][: len(draft)] = draft
@@ -276,17 +277,18 @@ def _subset(request: ProposeInput, rows: list[int], k: list[int], stop: list[flo
             confidence: bool) -> ProposeInput:
     """The rows ``rows`` of ``request``, each proposing its own ``k`` [batch] (stopped at its own
     ``stop`` [batch] p, where not None), the drafter's passes to the deepest; ``confidence``: its
-    drafts' probabilities asked for."""
+    first draft's probability asked for (the policy's feature; the passes after it read none
+    unless a row stops at a p)."""
     depths, ps = [k[r] for r in rows], [stop[r] for r in rows]
     deepest = max(depths)
     row_k = None if min(depths) == deepest else depths
     stop_below = None if ps.count(None) == len(ps) else ps[0] if ps.count(ps[0]) == len(ps) else ps
     if len(rows) == len(request.slots):  # every row: nothing to slice
-        return replace(request, k=deepest, want_confidence=confidence, stop_below=stop_below, row_k=row_k)
+        return replace(request, k=deepest, first_confidence=confidence, stop_below=stop_below, row_k=row_k)
     index = torch.as_tensor(rows, dtype=torch.long, device=request.last_tokens.device)
     return ProposeInput([request.slots[r] for r in rows], request.last_tokens[index], request.positions[index],
                         [request.histories[r] for r in rows], deepest, request.sampling.rows(rows),
-                        want_confidence=confidence, stop_below=stop_below, row_k=row_k)
+                        first_confidence=confidence, stop_below=stop_below, row_k=row_k)
 
 
 def _pass_rows(target_pass: TargetPass, rows: list[int]) -> TargetPass:

@@ -28,7 +28,7 @@ import heapq
 import numpy as np
 
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
-from specscope.sim.plan import Plan
+from specscope.sim.plan import Plan, passes_read
 from specscope.sim.pricing import Prediction, prefill_time, price_steps
 from specscope.sim.switching import SwitchDrafting
 
@@ -83,7 +83,8 @@ def predict_mixed(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         padded_tokens=running * longest,
         draft_widths=plan.draft_widths,
         longest_cached=deepest(cached),
-        reads_confidence=None if plan.reads_confidence is None else deepest(plan.reads_confidence.astype(float)),
+        reads_confidence=None if plan.reads_confidence is None else passes_read(plan.reads_confidence, plan.proposed,
+                                                                                 deepest),
     )
     priced = price_steps(cost, drafting, load)
     admitted = per_iteration(None, admit)  # [T]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from specscope.costmodel.base import CostModel, Drafting, StepLoad
-from specscope.sim.plan import Plan
+from specscope.sim.plan import Plan, passes_read
 from specscope.sim.pricing import Prediction, prefill_time, price_steps
 from specscope.sim.switching import SwitchDrafting
 
@@ -32,7 +32,8 @@ def predict_paper(plan: Plan, cost: CostModel, drafting: Drafting | SwitchDrafti
         num_proposing=b * (plan.proposed > 0),
         padded_tokens=b * plan.verify_tokens,  # the copies propose alike: nothing to pad
         draft_widths=plan.draft_widths,
-        reads_confidence=None if plan.reads_confidence is None else plan.reads_confidence.astype(float),
+        reads_confidence=None if plan.reads_confidence is None else passes_read(plan.reads_confidence, plan.proposed,
+                                                                                 lambda values: values),
     )
     priced = price_steps(cost, drafting, load)
     n = len(plan.prompt_len)

@@ -30,6 +30,10 @@ from specscope.trace.schema import TraceRecord, by_dataset
 from specscope.validate import K_MAX_LIMIT
 
 
+READS_NONE, READS_FIRST, READS_EVERY = 0, 1, 2  # a step's drafter reads no draft's probability, the first's (a
+# policy's feature), every pass's (to stop rows at a confidence: ``confidence:p``, a policy's rule)
+
+
 @dataclass
 class Plan:
     """The steps of every request under one policy (flat arrays over all S steps)."""
@@ -46,8 +50,8 @@ class Plan:
     methods: tuple[str, ...] = ()  # the proposers a switching plan chose between (sim.switching)
     committed: np.ndarray | None = None  # [R] a causal plan's request committed at admission to this method's
     # chain (index into methods; -1: decided per step; None: every request, as an oracle's plan)
-    reads_confidence: np.ndarray | None = None  # [S] bool: the step's drafter read each draft's probability to
-    # stop at its confidence (``confidence:p``, a policy's rule); None: no step did
+    reads_confidence: np.ndarray | None = None  # [S] which drafts' probabilities the step's drafter reads
+    # (:data:`READS_NONE`, :data:`READS_FIRST`, :data:`READS_EVERY`); None: none anywhere
 
     @property
     def steps_per_request(self) -> np.ndarray:
@@ -141,8 +145,18 @@ def make_plan(acc_lens: Sequence[np.ndarray], prompt_lens: Sequence[int], policy
     if policy.tree is not None:
         plan.draft_widths = policy.tree.draft_pass_widths
     if policy.by_confidence is not None:  # every step's passes read their drafts' probabilities
-        plan.reads_confidence = np.ones(len(plan.pos), dtype=bool)
+        plan.reads_confidence = np.full(len(plan.pos), READS_EVERY, dtype=np.int64)
     return plan
+
+
+def passes_read(reads: np.ndarray, proposed: np.ndarray, deepest) -> np.ndarray:
+    """The drafter's passes whose drafts' probabilities it reads, per load: ``reads`` [S] and
+    ``proposed`` [S] of the steps that ran it (0 elsewhere), ``deepest`` their maximum per load
+    (a batch's iteration; one step in paper mode). Where a row stops at a p every pass is read, to
+    the deepest row's k (its passes serve every row); else one where a row asks for its first
+    draft's; else none."""
+    every = deepest(np.where(reads == READS_EVERY, 1.0, 0.0)) > 0
+    return np.where(every, deepest(proposed.astype(float)), deepest(np.where(reads == READS_FIRST, 1.0, 0.0)))
 
 
 def baseline_plan(output_lens: Sequence[int], prompt_lens: Sequence[int]) -> Plan:

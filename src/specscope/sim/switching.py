@@ -81,7 +81,8 @@ from specscope.methods import LEARNED, method as method_named
 from specscope.policy.gate import Gate
 from specscope.policy.observation import NONE, Decide
 from specscope.sim.observe import Observer
-from specscope.sim.plan import Plan, accepted_drafts, concat_steps, visit
+from specscope.sim.plan import (READS_EVERY, READS_FIRST, READS_NONE, Plan, accepted_drafts, concat_steps, passes_read,
+                                visit)
 from specscope.sim.pricing import DeepestPasses
 from specscope.trace.schema import TraceRecord
 
@@ -154,6 +155,7 @@ class _Walk:
         self.length = common_length(record, methods)
         self.observer = Observer(record, methods, self.length, k_max)
         self.k_max, self.pos, self.steps = k_max, 1, []
+        self.models = [method_named(m).kind != "lookup" for m in methods]  # [M] the model drafters among them
         self.committed = None if gate is None else gate.commit(record.prompt_token_ids.tolist())
         self.left = 0  # a committed request: its steps not yet run in a lockstep walk
         if self.committed:  # a chain depends on no decision: every step at once, nothing observed
@@ -172,13 +174,15 @@ class _Walk:
         """Apply a decision: k capped at the deepest k and at what n-gram offers (0: none); with
         ``stop_below`` p, a model drafter taken proposes to its first draft below p instead, at most
         the deepest k (:meth:`~specscope.sim.observe.Observer.confident_k`)."""
-        k, reads = min(max(int(k), 0), self.k_max), False
+        k, reads = min(max(int(k), 0), self.k_max), READS_NONE
         if method != NONE:
             offer = self.observer.offer(method, self.pos)
             k = k if offer is None else min(k, offer)
+            if self.models[method] and k > 0 and record_outcome:  # a model drafter a decided row took: the policy
+                reads = READS_FIRST  # reads its first draft's probability (a feature of its next decision)
             if stop_below is not None and k > 0:
                 confident = self.observer.confident_k(method, self.pos, stop_below, self.k_max)
-                k, reads = (k, False) if confident is None else (confident, True)  # None: a lookup, no probabilities
+                k, reads = (k, reads) if confident is None else (confident, READS_EVERY)  # None: no probabilities
         method = method if k > 0 else NONE
         emitted = (self.observer.step if record_outcome else self.observer.emitted)(self.pos, method, k)
         self.steps.append((self.pos, k, emitted, self.observer.accepted(self.pos, method, k), method, reads))
@@ -244,7 +248,7 @@ def _switch_plan(parts, records: Sequence[TraceRecord], methods: tuple[str, ...]
                         [common_length(r, methods) for r in records])
     plan.method = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     plan.methods = methods
-    reads = np.concatenate([p[5] for p in parts]).astype(bool) if parts and len(parts[0]) > 5 else None
+    reads = np.concatenate([p[5] for p in parts]) if parts and len(parts[0]) > 5 else None
     plan.reads_confidence = reads if reads is not None and reads.any() else None
     return plan
 
@@ -331,9 +335,10 @@ class SwitchDrafting:
                 proposing = decided | (own & (plan.proposed > 0))  # pass (k = 0); a row committed to it, its chain
                 mine = decided | own
             rows = aggregate(mine.astype(float))
-            reads = None  # a lookup's rows read no probabilities; a drafter's iteration reads them where one row does
+            reads = None  # a lookup's rows read no probabilities; a drafter's call reads them as its rows ask
             if self.stateful(index) and plan.reads_confidence is not None:
-                reads = deepest(np.where(mine & plan.reads_confidence, 1.0, 0.0))
+                reads = passes_read(np.where(mine, plan.reads_confidence, READS_NONE), np.where(mine, plan.proposed, 0),
+                                    deepest)
             load = StepLoad(batched_tokens=aggregate(tokens), kv_tokens=cached(rows, mine),
                             num_running=rows, num_proposing=aggregate(proposing.astype(float)),
                             padded_tokens=rows * deepest(tokens), reads_confidence=reads)
