@@ -138,7 +138,23 @@ def test_greedy_output_is_the_targets_and_the_head_catches_up(setup):
             assert row == reference_drafts(head.head, target, history)[: len(row)]
 
 
-def test_a_policy_that_stops_its_drafter_at_its_confidence_stays_lossless(setup, tmp_path):
+def every_pass_read(monkeypatch) -> list:
+    """The probabilities of its drafts each pass of a model drafter reads, in order ([batch] a
+    pass; a proposal's passes: clear the list before it): the engine's rule stops rows at them,
+    while the proposal returns the first draft's alone (the policy's feature)."""
+    import specscope.engine.proposer_api as api
+
+    read, probability = [], api.token_probability
+
+    def recording(logits, tokens):
+        read.append(probability(logits, tokens))
+        return read[-1]
+
+    monkeypatch.setattr(api, "token_probability", recording)
+    return read
+
+
+def test_a_policy_that_stops_its_drafter_at_its_confidence_stays_lossless(setup, tmp_path, monkeypatch):
     """A policy file whose models say confidence p: every row that takes EAGLE proposes up to the
     policy's depth, ended at its first draft of probability below p (that one included), the head's
     passes at the deepest row; the step records and the policy's history say the k each row
@@ -154,11 +170,13 @@ def test_a_policy_that_stops_its_drafter_at_its_confidence_stays_lossless(setup,
     plain = run(Engine(target, None, K, len(prompts), MAX_SEQ_LEN), prompts, 24)
     engine = switching_engine(target, head_dir, path, len(prompts))
     head = engine.proposer.members[METHODS.index("eagle")]
-    seen, propose = [], head.propose
+    seen, propose, read = [], head.propose, every_pass_read(monkeypatch)
 
     def recording_head(request):
+        read.clear()
         proposal = propose(request)
-        seen.append((request.k, request.stop_below, proposal.confidence.tolist(), proposal.draft_len.tolist(),
+        assert proposal.confidence.shape == (len(request.slots), 1)  # the first draft's: the policy's feature
+        seen.append((request.k, request.stop_below, torch.stack(read, 1).tolist(), proposal.draft_len.tolist(),
                      proposal.tokens.shape[1]))
         return proposal
 
@@ -621,7 +639,8 @@ def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_pat
 
     def recording_head(request):
         proposal = propose(request)
-        calls.append((request.k, request.stop_below, request.want_confidence, proposal.draft_len.tolist()))
+        calls.append((request.k, request.stop_below, request.want_confidence or request.first_confidence,
+                      proposal.draft_len.tolist()))
         made.append(proposal)
         return proposal
 
@@ -640,7 +659,7 @@ def test_a_gate_committing_every_request_to_the_head_drafts_its_k(setup, tmp_pat
 
 
 @pytest.mark.parametrize("confidence", [None, 0.6])
-def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tmp_path, confidence):
+def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tmp_path, confidence, monkeypatch):
     """Prompts of 9 tokens committed to EAGLE at k = 2, of 15 and 18 to n-gram at k = 2, of 12
     decided per step (the gate's tree splits prompts at 10.5 and 13.5 tokens), 4 slots over 7 requests: the
     head sees no n-gram-committed row (its
@@ -677,11 +696,14 @@ def test_a_gate_committing_some_requests_leaves_the_rest_to_the_policy(setup, tm
         searched.extend(histories)
         return find(histories, k)
 
+    read = every_pass_read(monkeypatch)
+
     def recording_head(request):
+        read.clear()
         proposal = propose(request)
         stop = request.stop_below if isinstance(request.stop_below, list) else [request.stop_below] * len(request.slots)
         calls.append((stop, [prompt_len()[s] for s in request.slots], proposal.draft_len.tolist(),
-                      None if proposal.confidence is None else proposal.confidence.tolist(), len(rows)))
+                      torch.stack(read, 1).tolist() if read else None, len(rows)))
         asked.append(request.row_k)
         return proposal
 

@@ -797,19 +797,21 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
     forward, drafting = gaps.target_features(), gaps.drafting_features()
     drafting, read = drafting[:, :-1], drafting[:, -1:]  # each method's own terms; the probabilities' read
     shared = bool(read.any())  # ... priced once for every model drafter: the engine's work, not the drafter's
-    blocks = [forward, *([read] if shared else [])]
+    blocks = [forward]
     for m in methods:
         mine = gaps.method == m
         if mine.sum() < drafting.shape[1]:
             raise SpecscopeError(f"{what}: drafting of {m!r}: {int(mine.sum())} observed steps for "
                                  f"{drafting.shape[1]} coefficients ({more} of {m})")
         blocks.append(drafting * mine[:, None])
+    if shared:  # last: where the gaps cannot tell it from a drafter's own terms, those carry the cost (a
+        blocks.append(read)  # drafter measured only stopped at a confidence), not every drafter's read
     a = np.hstack(blocks) / gaps.scale[:, None]
     if len(a) < a.shape[1]:
         raise SpecscopeError(f"{what}: {len(a)} observed steps for {a.shape[1]} coefficients (the forward's "
                              f"and each method's drafting: {more})")
-    names = [*TARGET_TERMS, *(["c_confidence"] if shared else []),
-             *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS[:-1])]
+    names = [*TARGET_TERMS, *(f"{m}.{term}" for m in methods for term in DRAFTING_TERMS[:-1]),
+             *(["c_confidence"] if shared else [])]
     pairs, prompt = TARGET_TERMS.index("c_prompt_kv"), [TARGET_TERMS.index(t) for t in ("c_prompt_fixed", "c_prompt", "c_req")]
     if not pairs_fitted(a, names, gaps.prefill, gaps.pairs):
         a[:, pairs] = 0.0
@@ -821,14 +823,16 @@ def _fit(gaps: Gaps, what: str = "calibration", more: str = "measure more reques
     if coef[kv] > 0 and not coef[free].any():  # the whole forward per cached token: one over an empty cache free
         a[:, kv] = 0.0  # over the caches measured (one batch size, prompts alike) the two trade: the fixed cost it is
         coef, over = _without_stalls(a, gaps.seconds / gaps.scale)
-    start, width = forward.shape[1] + shared, drafting.shape[1]
-    c_confidence = float(coef[forward.shape[1]]) if shared else 0.0
+    start, width = forward.shape[1], drafting.shape[1]
+    c_confidence = float(coef[-1]) if shared else 0.0
+    models = [m for m in methods if method_named(m).kind != "lookup"]  # each priced the shared read
     chains = {f"{m}.c_tree" for m in methods if not gaps.tree[gaps.method == m].any()}  # a term they never had
-    return (coef[:forward.shape[1]],
-            {m: np.append(coef[start + width * i: start + width * (i + 1)],
-                          c_confidence if method_named(m).kind != "lookup" else 0.0) for i, m in enumerate(methods)},
-            tuple(name for name in unseparated(a, names)
-                  if (name != "c_prompt_kv" or a[:, pairs].any()) and name not in chains), over)
+    untold = [name for name in unseparated(a, names) if (name != "c_prompt_kv" or a[:, pairs].any()) and name not in chains]
+    untold = [told for name in untold for told in ([f"{m}.c_confidence" for m in models] if name == "c_confidence"
+                                                   else [name])]
+    return (coef[:start],
+            {m: np.append(coef[start + width * i: start + width * (i + 1)], c_confidence if m in models else 0.0)
+             for i, m in enumerate(methods)}, tuple(untold), over)
 
 
 def _without_stalls(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, int]:

@@ -31,8 +31,9 @@ From every step record (:class:`~specscope.costmodel.steps.MeasuredStep`):
   ``c_batched`` the tokens they read per sequence plus one, Σ ``draft_pass_widths`` + 1 — a tree
   step verifies ``nodes + 1`` tokens per sequence, which the forward's per-token term prices;
   and where some of a method's steps stopped each row at its confidence (the record's
-  ``confidence``: ``bench --confidence``), ``c_confidence·k`` on those steps — what reading each
-  pass's draft probabilities and stopping rows costs beyond the plain chain's passes;
+  ``confidence``: ``bench --confidence``), ``c_confidence`` per pass on those steps (their deepest
+  row's drafts) — what reading each pass's draft probabilities and stopping rows costs beyond the
+  plain chain's passes;
 - the drafter's prefill per method: what an SD run's prefill costs beyond the fitted target
   forward over the same positions, as ``c_prefill·positions``;
 - a policy's own work (the steps of an engine running a policy file, method ``learned``): its

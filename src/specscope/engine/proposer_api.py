@@ -146,9 +146,9 @@ class ProposeInput:
 class Proposal:
     """``tokens`` [batch, k] (long), ``draft_len`` [batch] (long, 0..k), ``probs``
     [batch, k, vocab] float32 or ``None`` (point masses on ``tokens``), and, when asked for,
-    ``confidence`` [batch, k] float32: the drafter's softmax probability (temperature 1) of each
-    token it proposed — the signal a ``confidence:p`` policy reads (``None`` for
-    proposers without a distribution, such as n-gram)."""
+    ``confidence`` [batch, k] float32 ([batch, 1]: the first draft's alone, ``first_confidence``):
+    the drafter's softmax probability (temperature 1) of each token it proposed — the signal a
+    ``confidence:p`` policy reads (``None`` for proposers without a distribution, such as n-gram)."""
 
     tokens: "torch.Tensor"
     draft_len: "torch.Tensor"

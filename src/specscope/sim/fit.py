@@ -115,13 +115,15 @@ def step_seconds(cost: CostModel, methods: tuple[str, ...], depth: int, kv: floa
     to its forward, :func:`~specscope.sim.switching.catch_up_time`, as the simulator prices them). A model drafter's drafting D_k(n) of n rows at k splits into
     what a row adds, D_k(B + 1) − D_k(B), per row (in ``seconds``), and the rest, F_B(k) =
     D_k(B) − B·(D_k(B + 1) − D_k(B)) ≥ 0 (``fixed``), which the batch pays once whichever rows
-    draft: a fitted model's c_fixed + c_tok·(k + 1), a roofline's weight reads."""
+    draft: a fitted model's c_fixed + c_tok·(k + 1) and its read of the first draft's probability
+    (``c_confidence``, the policy's next feature; the passes a confidence rule reads besides are
+    weighed where its p is chosen, :func:`choose_confidence`, not here), a roofline's weight reads."""
     k = np.arange(depth + 1, dtype=float)
 
-    def copies(rows: float) -> StepLoad:
-        tokens = rows * (k + 1)
+    def copies(rows: float) -> StepLoad:  # a model drafter's step reads its first draft's probability (the
+        tokens = rows * (k + 1)  # policy's feature), one pass's read a step, as the simulator prices it
         return StepLoad(batched_tokens=tokens, kv_tokens=np.full_like(k, rows * kv), num_running=np.full_like(k, rows),
-                        num_proposing=rows * (k > 0), padded_tokens=tokens)
+                        num_proposing=rows * (k > 0), padded_tokens=tokens, reads_confidence=1.0 * (k > 0))
 
     b = float(batch_size)
     load = copies(b)

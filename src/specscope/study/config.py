@@ -72,7 +72,8 @@ class StudyConfig:
                 "model_sha256": model_fingerprint(self.model_dir)[:16],
                 "drafter_sha256": {name: model_fingerprint(path)[:16] for name, path in sorted(self.drafters.items())},
                 "drafters": sorted(self.drafters), "batch_sizes": list(self.batch_sizes), "k": self.k,
-                "second_k": self.measured_second_k, "confidence_p": self.confidence_p,
+                "second_k": self.measured_second_k,
+                "confidence_p": self.confidence_p if self.confidence_drafters else CONFIDENCE_BEFORE,
                 "k_max": self.k_max, "max_tokens": self.max_tokens, "requests": self.requests,
                 "trees": [t.name for t in self.trees], "threads": self.threads, "device": self.device,
                 "dtype": self.dtype}

@@ -329,7 +329,7 @@ def policy_stage(config: StudyConfig, traces: list[Path], measured: list[Measure
                                                               "repeats": bench.repeats})
         mine = [replace(cell, dataset=workload_stem(workload)) for cell in read_bench_results([out])]
         learned = [c for c in mine if c.method == LEARNED]
-        alone = [c for c in measured if c.dataset == workload_stem(workload) and c.tree is None]
+        alone = [c for c in measured if c.dataset == workload_stem(workload) and c.tree is None and c.confidence is None]
         say(f"learned {workload_stem(workload)}: " + ", ".join(
             f"B={cell.batch_size}: {cell.measured_speedup:.2f}x ({_best_fixed(cell, mine, alone)})"
             for cell in learned))
