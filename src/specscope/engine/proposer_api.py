@@ -122,9 +122,10 @@ class ProposeInput:
     engine's own lists: read them, never modify them). ``want_confidence`` asks model proposers
     for :attr:`Proposal.confidence` (the tracer does; the engine does not, so its steps pay
     nothing for it); ``first_confidence`` for the first draft's alone ([batch, 1]: a switching
-    engine's policy reads it, and no pass after the first pays for it). ``stop_below`` p (``confidence:p``; one p for every row, or a p per row, None
-    where a row drafts its k): a model proposer ends a row's proposal at its first draft whose
-    probability (as :attr:`Proposal.confidence`) is below p, that draft included. ``row_k`` [batch]
+    engine's policy reads it, and no pass after the first pays for it). ``stop_below`` p
+    (``confidence:p``; one p for every row, or a p per row, None where a row drafts its k): a
+    model proposer ends a row's proposal at its first draft whose probability (as
+    :attr:`Proposal.confidence`) is below p, that draft included. ``row_k`` [batch]
     (each ≤ k): each row's own k, where rows of one call draft to different depths (a switching
     engine's, :mod:`specscope.proposers.switching`). A model proposer stops drafting once every
     row has ended — its passes run to the deepest row, k at most; ``tokens`` may then hold fewer
