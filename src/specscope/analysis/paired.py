@@ -4,12 +4,12 @@ In each repeat of a lockstep (:mod:`specscope.backends.reference`) two engines r
 requests at the same moment, so what drifts between repeats cancels in the ratio of their speeds
 r_i = a_i / b_i (tokens per second, or speedups over the repeat's one no-SD run). Over n repeats
 the median of r_1 … r_n says how much faster a is. Its interval makes no assumption on how the
-machine's noise is distributed, only that repeats are independent (the sign test's): with the ratios sorted r_(1) ≤ … ≤ r_(n),
-[r_(j), r_(n+1−j)] holds the true median with probability 1 − 2·P(B ≤ j − 1), B ~ Binomial(n, ½),
-for independent repeats. :func:`median_interval` takes the narrowest of these that holds it with
-probability :data:`LEVEL` or more: for 5 repeats the least and the greatest ratio (93.75 %), for 7
-again those (98.4 %: [r_(2), r_(6)] holds it 87.5 %), for 9 [r_(2), r_(8)] (96.1 %). Fewer than 5
-repeats give no interval at 90 % (4: 87.5 %).
+machine's noise is distributed, only that the repeats are independent (the sign test's): with the
+ratios sorted r_(1) ≤ … ≤ r_(n), [r_(j), r_(n+1−j)] holds the true median with probability
+1 − 2·P(B ≤ j − 1), B ~ Binomial(n, ½). :func:`median_interval` takes the narrowest of these
+that holds it with probability :data:`LEVEL` or more: for 5 repeats the least and the greatest
+ratio (93.75 %), for 7 again those (98.4 %: [r_(2), r_(6)] holds it 87.5 %), for 9 [r_(2), r_(8)]
+(96.1 %). Fewer than 5 repeats give no interval at 90 % (4: 87.5 %).
 
 The verdict: ``faster`` where the interval lies above 1, ``slower`` where below, ``no difference
 resolved`` where it holds 1 (the two differ by less than the repeats can tell: one computation run

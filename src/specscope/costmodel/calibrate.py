@@ -153,8 +153,7 @@ from specscope.costmodel.linear import (TARGET_TERMS, FittedCell, FittedSweep,  
                                         LinearCostModel)
 from specscope.costmodel.steps import MeasuredStep
 from specscope.errors import SpecscopeError
-from specscope.methods import LEARNED, NO_SD, proposal_label
-from specscope.methods import method as method_named
+from specscope.methods import LEARNED, NO_SD, method as method_named, proposal_label
 from specscope.trees import TreeShape
 from specscope.version import code_version
 

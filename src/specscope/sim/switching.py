@@ -238,18 +238,18 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
                         walk.take(*choice, p)
     parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 6).T) for w in walks]
     plan = _switch_plan(parts, records, methods)
+    reads = np.concatenate([p[5] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
+    plan.reads_confidence = reads if reads.any() else None
     plan.committed = np.asarray([NONE if w.committed is None else w.committed[0] for w in walks], dtype=np.int64)
     return plan
 
 
 def _switch_plan(parts, records: Sequence[TraceRecord], methods: tuple[str, ...]) -> Plan:
-    """One plan from per-request (pos, proposed, emitted, accepted, method[, reads_confidence]) arrays."""
+    """One plan from per-request (pos, proposed, emitted, accepted, method) arrays."""
     plan = concat_steps([p[:4] for p in parts], [r.prompt_len for r in records],
                         [common_length(r, methods) for r in records])
     plan.method = np.concatenate([p[4] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     plan.methods = methods
-    reads = np.concatenate([p[5] for p in parts]) if parts and len(parts[0]) > 5 else None
-    plan.reads_confidence = reads if reads is not None and reads.any() else None
     return plan
 
 

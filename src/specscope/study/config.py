@@ -112,8 +112,8 @@ class StudyConfig:
         too, on the first workload: every drafter with a checkpoint (none where p is 0). Reading each
         pass's draft probabilities and stopping rows costs the engine beyond the plain chain's passes;
         its steps price that per pass (``c_confidence``), which the policy's confidence rule weighs
-        (unpriced, a policy that stopped MTP at its confidence measured 3.5–6.2 % below MTP's chain
-        at chat B = 1, k = 5, where the simulator put the two level; 2026-12-06)."""
+        (about 10 µs a pass at B = 1 on the bundled models, ``benchmarks/bench_confidence.py``; the
+        study's steps on a CPU vary too much to tell it: docs/learned-policy.md, stop 65)."""
         return list(self.drafters) if self.confidence_p else []
 
     @property

@@ -28,8 +28,8 @@ def study_report(config: StudyConfig, traces: Sequence[Path], fidelity: Sequence
     also = ([f"of k = {config.measured_second_k} for {', '.join(config.second_k_drafters)}"] if config.second_k_drafters
             else []) + ([f"stopped at the confidence {config.confidence_p:g} for {', '.join(config.confidence_drafters)}"]
                         if config.confidence_drafters else [])
-    second = f" (and {' and '.join(also)} on {workload_stem(config.workloads[0])})" if also and config.workloads else ""
-    measured = f"chains of k = {config.k}{second}" + (f" and trees {max(t.depth for t in trees)} deep" if trees else "")
+    first = f" (and {' and '.join(also)} on {workload_stem(config.workloads[0])})" if also and config.workloads else ""
+    measured = f"chains of k = {config.k}{first}" + (f" and trees {max(t.depth for t in trees)} deep" if trees else "")
     why = (f"the study measured their chains of at most k = {config.k} (its trees: {config.tree_drafter}'s), and its "
            f"fitted cost model prices no deeper drafting of them: every policy of theirs here, adaptive and the oracle "
            f"too, proposes at most {config.k} (measure longer chains with study --k)")  # one note names them all
