@@ -86,6 +86,24 @@ def test_a_lookup_not_taken_is_priced_as_a_search_that_proposed_nothing():
     assert split["drafting"] == pytest.approx(0.11 + 4 * 0.07 + 2 * 0.52 + 0.2 * 5)
 
 
+def test_the_fraction_model_charges_a_search_that_found_nothing_nothing():
+    """The paper's fraction model charges n-gram nothing at a step where it proposes nothing; a
+    causal policy's lookup that found no match there is priced alike, one that found drafts its
+    share of the verify time whichever proposer ran."""
+    always_eagle = lambda b: lambda seen, committed=(): [(1, 1)] * len(seen)  # noqa: E731
+    plan = causal_plan([record(NGRAM, EAGLE)], METHODS, always_eagle, 8)
+    # EAGLE k = 1 from pos 1: emits 2, 2, 1, 1, 1 and 1 (the output's end) at pos 1, 3, 5, 6, 7, 8;
+    # n-gram offers 2 at pos 1 and 1 at pos 5 (acc_len − 1), nothing at the others
+    assert plan.pos.tolist() == [1, 3, 5, 6, 7, 8]
+    assert plan.offered.tolist() == [True, False, True, False, False, False]
+    split = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 1).time_split
+    # verify 1 + 0.1·2 each step; n-gram 0.1 × 1.2 at its two offers; EAGLE (0.5 + 0.01·2) six times
+    assert split["drafting"] == pytest.approx(0.1 * 1.2 * 2 + 6 * 0.52)
+    plan.offered = None  # a plan that does not say where the lookup found drafts: every search charged
+    split = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 1).time_split
+    assert split["drafting"] == pytest.approx(0.1 * 1.2 * 6 + 6 * 0.52)
+
+
 def test_a_causal_policys_own_work_is_charged_on_every_step_where_the_cost_model_knows_it():
     """The cost model's ``learned`` entry (the engine's policy_s, fitted) for every running
     request at every step; a model without it charges nothing; the oracles never pay it."""
@@ -320,11 +338,11 @@ def test_in_mixed_mode_a_causal_policys_drafter_drafts_its_rows_to_the_deepest_k
     verifies 2 + 4 tokens: 1 + 0.1 · 6."""
     from specscope.sim.mixed import predict_mixed
 
-    records = [record([1, 1, 1], [1, 1, 1], rid=r) for r in "ab"]
+    records = [record([1, 1, 1], [1, 1, 1], rid=r, offer=[1, 1, 1]) for r in "ab"]  # n-gram offers 1 each step
     plan = causal_plan(records, METHODS, lambda b: lambda seen, committed=(): [(1, 1), (1, 3)][: len(seen)], 8, 2, together=True)
     assert plan.proposed.tolist() == [1, 1, 3, 3]
     split = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
-    lookups = 2 * 0.1 * (1 + 0.1 * 6)  # n-gram's share: every row, every step
+    lookups = 2 * 0.1 * (1 + 0.1 * 6)  # n-gram's share: every row found a draft at every step
     assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 4) + lookups)
     assert split["verification"] == pytest.approx(2 * (1 + 0.1 * 6))
     optimistic = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS), 2).time_split
@@ -338,14 +356,16 @@ def test_in_mixed_mode_a_causal_policys_drafter_catches_its_rows_up_in_one_padde
     wide as the longer catch-up for both rows, 2 · 1 tokens at 0.2 each; on one that packs them,
     and for an oracle's plan, the 1 it reads. EAGLE drafts a alone (0.5 + 0.01 · 2; for an oracle
     over both rows, b's proposing 0, as a one-proposer oracle prices it), then both (the same), and the
-    causal policy looks up n-gram for both rows at each step: 0.1 × (1 + 0.1 · 3) and
-    0.1 × (1 + 0.1 · 4)."""
+    causal policy looks up n-gram for both rows at each step, finding a draft each time: 0.1 × (1 +
+    0.1 · 3) and 0.1 × (1 + 0.1 · 4)."""
     from dataclasses import replace
 
     from specscope.sim.mixed import predict_mixed
 
-    records = [record([1, 1, 1], [1, 1, 1], rid="a"),
-               replace(record([1, 1, 1], [1, 1, 1], rid="b"), prompt_token_ids=np.arange(1, 10, dtype=np.int64))]
+    offers = [1, 1, 1]
+    records = [record([1, 1, 1], [1, 1, 1], rid="a", offer=offers),
+               replace(record([1, 1, 1], [1, 1, 1], rid="b", offer=offers),
+                       prompt_token_ids=np.arange(1, 10, dtype=np.int64))]
 
     def decide(observed, committed=()):
         return [(NONE, 0) if o.prompt_len == 9 and o.num_steps == 0 else (1, 1) for o in observed]

@@ -50,6 +50,10 @@ class Observer:
                       else record.proposers[m].draft_prob for m in methods]
         self._history = History(len(methods), k_max, methods.index("ngram") if "ngram" in methods else NONE)
 
+    def lookup_offer(self, pos: int) -> int:
+        """The tokens n-gram lookup offers at ``pos`` (0: it found no match), whichever proposer runs."""
+        return self._offer[pos - 1]
+
     def offer(self, method: int, pos: int) -> int | None:
         """What ``method`` offers at ``pos`` (n-gram: its draft length; a model: no cap)."""
         return self._offer[pos - 1] if self._methods[method] == "ngram" else None

@@ -20,7 +20,9 @@ of the verify time is that of its proposing requests among all running ones). A 
 (``causal``) is priced as the engine runs it: the lookup runs for every running request the
 policy decides, at every step, whatever was chosen — its offer is a feature; a row that took another proposer (or none)
 searched and read none of its drafts: a fitted lookup charges it one pass (k = 0), not the k + 1
-of the step it took, and the paper's fraction model its share of the verify time — and a model
+of the step it took (the reference engine's fit measures every search); the paper's fraction model
+charges its share of the verify time where the search found drafts to offer, and nothing where it
+found none, as it charges an n-gram chain's step that proposes nothing (``Plan.offered``) — and a model
 drafter drafts its rows to the deepest k among them, as the engine batches its passes. The oracles keep the cost model's price
 of the mean k, as if each row's drafting stopped at its own k: optimistic, as a ceiling
 should be (priced at the deepest k, gsm8k's oracle-switch at roofline B = 8 fell below EAGLE
@@ -184,8 +186,9 @@ class _Walk:
                 confident = self.observer.confident_k(method, self.pos, stop_below, self.k_max)
                 k, reads = (k, reads) if confident is None else (confident, READS_EVERY)  # None: no probabilities
         method = method if k > 0 else NONE
+        offered = self.observer.lookup_offer(self.pos) > 0
         emitted = (self.observer.step if record_outcome else self.observer.emitted)(self.pos, method, k)
-        self.steps.append((self.pos, k, emitted, self.observer.accepted(self.pos, method, k), method, reads))
+        self.steps.append((self.pos, k, emitted, self.observer.accepted(self.pos, method, k), method, reads, offered))
         self.pos += emitted
 
 
@@ -229,17 +232,18 @@ def causal_plan(records: Sequence[TraceRecord], methods: tuple[str, ...], decide
                 committed = []  # the (method, k) of the committed rows' steps in this iteration
                 for walk in running:
                     if walk.committed:  # its chain's next step, walked already
-                        _, k, _, _, method, _ = walk.steps[len(walk.steps) - walk.left]
+                        _, k, _, _, method, _, _ = walk.steps[len(walk.steps) - walk.left]
                         committed.append((method, k))
                         walk.left -= 1
                 deciding = [w for w in running if not w.committed]
                 if deciding:
                     for walk, choice in zip(deciding, decide([w.observe() for w in deciding], committed)):
                         walk.take(*choice, p)
-    parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 6).T) for w in walks]
+    parts = [tuple(np.asarray(w.steps, dtype=np.int64).reshape(-1, 7).T) for w in walks]
     plan = _switch_plan(parts, records, methods)
     reads = np.concatenate([p[5] for p in parts]) if parts else np.zeros(0, dtype=np.int64)
     plan.reads_confidence = reads if reads.any() else None
+    plan.offered = np.concatenate([p[6] for p in parts]).astype(bool) if parts else np.zeros(0, dtype=bool)
     plan.committed = np.asarray([NONE if w.committed is None else w.committed[0] for w in walks], dtype=np.int64)
     return plan
 
@@ -332,7 +336,8 @@ class SwitchDrafting:
             if self.causal and not self.stateful(index):  # it looks up for every request decided per step, each
                 own = step_committed == index  # a search: a row that took another proposer (or none) read no
                 tokens = np.where(mine | own, plan.verify_tokens, np.where(decided, 1.0, 0.0))  # draft of it: one
-                proposing = decided | (own & (plan.proposed > 0))  # pass (k = 0); a row committed to it, its chain
+                offered = decided if plan.offered is None else decided & plan.offered  # pass (k = 0), proposing
+                proposing = offered | (own & (plan.proposed > 0))  # where it found one; committed to it: its chain
                 mine = decided | own
             rows = aggregate(mine.astype(float))
             reads = None  # a lookup's rows read no probabilities; a drafter's call reads them as its rows ask
