@@ -34,7 +34,7 @@ they run already — a drafter to their k, a width of their widest proposal — 
 rows nothing more.
 (θ is Dinkelbach's parameter for maximising the ratio Σe / ΣT. An earlier rule set it to the
 request's own ratio so far, starting at the no-SD rate, and took longer k than the steps' ratio
-paid for: docs/learned-policy.md, "The best ratio replaces θ", has the measurements.)
+paid for: docs/learned-policy-log.md, "The best ratio replaces θ", has the measurements.)
 
 The slope term w_m · x is held within its span over the training steps (``span``): a feature far
 outside what training showed (a 100k-token prompt after prompts of 1000) cannot push a

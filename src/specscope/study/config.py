@@ -113,7 +113,7 @@ class StudyConfig:
         pass's draft probabilities and stopping rows costs the engine beyond the plain chain's passes;
         its steps price that per pass (``c_confidence``), which the policy's confidence rule weighs
         (about 10 µs a pass at B = 1 on the bundled models, ``benchmarks/bench_confidence.py``; the
-        study's steps on a CPU vary too much to tell it: docs/learned-policy.md, stop 65)."""
+        study's steps on a CPU vary too much to tell it: docs/learned-policy-log.md, stop 65)."""
         return list(self.drafters) if self.confidence_p else []
 
     @property
