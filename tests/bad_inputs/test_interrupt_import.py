@@ -8,10 +8,14 @@ import sys
 
 import pytest
 
+# Each script first takes Ctrl-C as a foreground process does: a job a script starts with `&`
+# inherits SIGINT ignored, which specscope keeps (and these tests would then see no interrupt).
+FOREGROUND = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
 # Sends SIGINT to itself as the named module starts importing, then runs `python -m specscope`
 # (datetime: imported by numpy's C extension as it initialises, which turns the interrupt there
 # into an ImportError).
-INTERRUPT_AT = """
+INTERRUPT_AT = FOREGROUND + """
 import importlib.abc, os, runpy, signal, sys
 TARGET = sys.argv[1]
 class Interrupt(importlib.abc.MetaPathFinder):
@@ -52,7 +56,7 @@ def test_an_interrupt_says_what_the_verb_keeps(capsys):
 
 # A verb whose cleanup is still running when a second Ctrl-C comes (releasing a lock, torch
 # shutting its threads down): it printed the second KeyboardInterrupt's traceback.
-TWICE = """
+TWICE = FOREGROUND + """
 import os, signal, time
 from specscope.cli import _noting_interrupts
 with _noting_interrupts():
