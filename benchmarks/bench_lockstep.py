@@ -9,7 +9,7 @@ its ``--repeats``, their least and greatest and their standard deviation. With `
 runs that learned policy with a chain of ``--k`` of each of its methods beside it and prints, per
 chain, the policy's speed over the chain's, paired repeat by repeat (where the policy commits
 every request to that chain, one computation measured twice: its spread is the measurement's).
-Figures for docs/learned-policy.md (stop 61); no goal. Usage:
+Figures for docs/learned-policy-log.md (stop 61); no goal. Usage:
 ``python benchmarks/bench_lockstep.py [--method mtp] [--tree 3x2x1x1] [--workload chat] [--requests 16]
 [--batch-size 8] [--repeats 9] [--leads 256,64] [--rounds 2] [--policy policy.json --k 3]``.
 """

@@ -66,8 +66,10 @@ def test_switch_pricing_charges_each_proposer_its_drafting_and_the_catch_up():
     assert split["prefill"] == pytest.approx(2.5)
 
 
-def test_a_causal_policy_pays_the_lookup_at_every_step():
-    """Its offer is a feature, so the engine looks up n-gram for every request at every step."""
+def test_a_plan_that_records_no_offers_pays_the_lookup_at_every_step():
+    """Its offer is a feature, so the engine looks up n-gram for every request at every step; priced
+    as a causal policy's, a plan that does not record where the search found drafts (an oracle's)
+    pays the fraction model's share at every step."""
     plan = oracle_switch_plan([record(NGRAM, EAGLE)], METHODS)
     every = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 1).time_split
     # n-gram 0.1 × the verify time of all five steps (1.3 + 1.2 + 1.1 + 1.1 + 1.2), not of its one step
@@ -102,6 +104,33 @@ def test_the_fraction_model_charges_a_search_that_found_nothing_nothing():
     plan.offered = None  # a plan that does not say where the lookup found drafts: every search charged
     split = predict_paper(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 1).time_split
     assert split["drafting"] == pytest.approx(0.1 * 1.2 * 6 + 6 * 0.52)
+
+
+def test_in_mixed_mode_each_row_pays_the_search_where_it_found_drafts():
+    """Two requests decoded together, both taking EAGLE k = 1 at two steps, every draft rejected:
+    n-gram offers a draft at every step of a and at none of b, so each iteration's search costs the
+    fraction model's share of one row of two: 0.1 × (1 + 0.1 · 4) × 1/2."""
+    from specscope.sim.mixed import predict_mixed
+
+    records = [record([1, 1, 1], [1, 1, 1], rid="a", offer=[1, 1, 1]), record([1, 1, 1], [1, 1, 1], rid="b")]
+    plan = causal_plan(records, METHODS, lambda b: lambda seen, committed=(): [(1, 1)] * len(seen), 8, 2, together=True)
+    assert plan.offered.tolist() == [True, True, False, False]
+    split = predict_mixed(plan, COST, SwitchDrafting.of(COST, METHODS, causal=True), 2).time_split
+    assert split["drafting"] == pytest.approx(2 * (0.5 + 0.01 * 2) + 2 * 0.1 * 1.4 / 2)
+
+
+def test_another_lookups_search_is_charged_at_every_step_it_proposes_whatever_ngram_offers():
+    """The walk records n-gram's finds only: a policy over suffix lookup and EAGLE that takes suffix
+    k = 1 at every step pays suffix's share of the verify time at each of its six steps (1 + 0.1 · 2),
+    though n-gram's search over these tokens finds nothing anywhere."""
+    rec = record(NGRAM, EAGLE)
+    rec = replace(rec, proposers={"suffix": rec.proposers["ngram"], "eagle": rec.proposers["eagle"]})
+    methods = ("suffix", "eagle")
+    cost = replace(COST, drafting={**COST.drafting, "suffix": FractionDrafting(0.1)})
+    plan = causal_plan([rec], methods, lambda b: lambda seen, committed=(): [(0, 1)] * len(seen), 8)
+    assert plan.pos.tolist() == [1, 3, 4, 5, 7, 8] and not plan.offered.any()
+    split = predict_paper(plan, cost, SwitchDrafting.of(cost, methods, causal=True), 1).time_split
+    assert split["drafting"] == pytest.approx(0.1 * 1.2 * 6)
 
 
 def test_a_causal_policys_own_work_is_charged_on_every_step_where_the_cost_model_knows_it():

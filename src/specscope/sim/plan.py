@@ -52,8 +52,8 @@ class Plan:
     # chain (index into methods; -1: decided per step; None: every request, as an oracle's plan)
     reads_confidence: np.ndarray | None = None  # [S] which drafts' probabilities the step's drafter reads
     # (:data:`READS_NONE`, :data:`READS_FIRST`, :data:`READS_EVERY`); None: none anywhere
-    offered: np.ndarray | None = None  # [S] a causal plan's lookup found drafts to offer at the step, whichever
-    # proposer ran (None: not walked by a causal policy)
+    offered: np.ndarray | None = None  # [S] a causal plan's n-gram search found drafts to offer at the step,
+    # whichever proposer ran (None: not walked by a causal policy)
 
     @property
     def steps_per_request(self) -> np.ndarray:

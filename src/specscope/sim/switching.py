@@ -21,8 +21,9 @@ of the verify time is that of its proposing requests among all running ones). A 
 policy decides, at every step, whatever was chosen — its offer is a feature; a row that took another proposer (or none)
 searched and read none of its drafts: a fitted lookup charges it one pass (k = 0), not the k + 1
 of the step it took (the reference engine's fit measures every search); the paper's fraction model
-charges its share of the verify time where the search found drafts to offer, and nothing where it
-found none, as it charges an n-gram chain's step that proposes nothing (``Plan.offered``) — and a model
+charges n-gram's search its share of the verify time where it found drafts to offer, and nothing
+where it found none, as it charges an n-gram chain's step that proposes nothing (``Plan.offered``;
+another lookup's search, whose finds the walk does not record, at every step) — and a model
 drafter drafts its rows to the deepest k among them, as the engine batches its passes. The oracles keep the cost model's price
 of the mean k, as if each row's drafting stopped at its own k: optimistic, as a ceiling
 should be (priced at the deepest k, gsm8k's oracle-switch at roofline B = 8 fell below EAGLE
@@ -336,8 +337,10 @@ class SwitchDrafting:
             if self.causal and not self.stateful(index):  # it looks up for every request decided per step, each
                 own = step_committed == index  # a search: a row that took another proposer (or none) read no
                 tokens = np.where(mine | own, plan.verify_tokens, np.where(decided, 1.0, 0.0))  # draft of it: one
-                offered = decided if plan.offered is None else decided & plan.offered  # pass (k = 0), proposing
-                proposing = offered | (own & (plan.proposed > 0))  # where it found one; committed to it: its chain
+                found = decided  # pass (k = 0), proposing where n-gram's search found drafts (another lookup's
+                if plan.offered is not None and self.methods[index] == "ngram":  # finds are not recorded: all)
+                    found = decided & plan.offered
+                proposing = found | ((mine | own) & (plan.proposed > 0))  # its own steps and chain: as they ran
                 mine = decided | own
             rows = aggregate(mine.astype(float))
             reads = None  # a lookup's rows read no probabilities; a drafter's call reads them as its rows ask
