@@ -56,7 +56,7 @@ class Observer:
 
     def offer(self, method: int, pos: int) -> int | None:
         """What ``method`` offers at ``pos`` (n-gram: its draft length; a model: no cap)."""
-        return self._offer[pos - 1] if self._methods[method] == "ngram" else None
+        return self.lookup_offer(pos) if self._methods[method] == "ngram" else None
 
     def confident_k(self, method: int, pos: int, threshold: float, cap: int) -> int | None:
         """The drafts ``method`` proposes at ``pos`` when it stops at its first draft of probability
